@@ -1,0 +1,219 @@
+package assembly
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/promptgate/promptgate/assembly/ctxjson"
+	"github.com/promptgate/promptgate/policy"
+)
+
+// Headers of the blocks a legacy template gets appended.
+const (
+	headerRules       = "=== PROTOCOL RULES ==="
+	headerApplication = "=== APPLICATION INSTRUCTIONS ==="
+	headerDirectives  = "=== RUNTIME DIRECTIVES ==="
+	headerTools       = "=== AVAILABLE TOOLS ==="
+)
+
+// Layers are the per-request contents of the layered prompt.
+type Layers struct {
+	// Rules are the protocol's rules (trusted, operator-written).
+	Rules string
+	// Application are the client's own system/developer texts, in order; empty when the protocol drops them.
+	Application []string
+	// Directives are per-turn hints (protocol directives, trusted plugin directives), in order.
+	Directives []string
+	// Meta and Sources make up the runtime context JSON (untrusted data).
+	Meta    ctxjson.Meta
+	Sources []ctxjson.Source
+	// Tools are the tools kept for the request, in declared order.
+	Tools []policy.Tool
+	// NativeTools is true when the client declared tools through the API: OUTPUT FORMAT blocks are stripped.
+	NativeTools bool
+}
+
+// Prompt is the result of Build.
+type Prompt struct {
+	// System is the content of the one layered system message.
+	System string
+	// ContextMessage is the content of the second system message in the structured channel, else "".
+	ContextMessage string
+	// ContextJSON is the runtime context line, whichever message it went into.
+	ContextJSON      []byte
+	ContextTruncated bool
+	// DirectivesTruncated is true when directives were cut to the cap.
+	DirectivesTruncated bool
+	Sizes               Sizes
+}
+
+// Sizes are counts of Unicode code points, as the preview reports them.
+type Sizes struct {
+	TemplateChars int            `json:"templateChars"`
+	FilledChars   int            `json:"filledChars"`
+	Blocks        map[string]int `json:"blocks"`
+}
+
+// Build fills a template with the layers. It never fails: every input has a defined rendering.
+func Build(t *Template, l Layers, s Settings) Prompt {
+	var p Prompt
+	p.ContextJSON, p.ContextTruncated = ctxjson.Build(l.Meta, l.Sources, s.ContextMaxChars, s.Budgets)
+	directives, dTrunc := renderDirectives(l.Directives, s.DirectivesMaxChars)
+	p.DirectivesTruncated = dTrunc
+	values := map[string]string{
+		BlockRules:       strings.TrimSpace(l.Rules),
+		BlockApplication: renderApplication(l.Application),
+		BlockDirectives:  directives,
+		BlockContext:     string(p.ContextJSON),
+		BlockTools:       renderTools(l.Tools, s.ToolDefsMode),
+	}
+	if s.StructuredChannel {
+		p.ContextMessage = ContextHeader + "\n" + string(p.ContextJSON)
+		if s.RedactInSystem {
+			values[BlockContext] = contextPointer
+		}
+	}
+	p.Sizes = Sizes{TemplateChars: utf8.RuneCountInString(t.Text), Blocks: map[string]int{}}
+
+	var b strings.Builder
+	b.Grow(len(t.Text) + len(p.ContextJSON) + 1024)
+	for _, sec := range t.sections {
+		if sec.outputFormat && l.NativeTools {
+			continue
+		}
+		if sec.ph == "" {
+			b.WriteString(sec.text)
+			if sec.block == BlockCore {
+				p.Sizes.Blocks[BlockCore] += utf8.RuneCountInString(sec.text)
+			}
+			continue
+		}
+		v := values[sec.block]
+		if v == "" && sec.block != BlockContext {
+			continue // an empty block is left out, header included
+		}
+		b.WriteString(strings.Replace(sec.text, sec.ph, v, 1))
+		p.Sizes.Blocks[sec.block] = utf8.RuneCountInString(v)
+	}
+	if !t.Layered {
+		appendLegacy(&b, values, l, &p.Sizes)
+	}
+	p.System = strings.TrimRight(b.String(), " \t\r\n")
+	p.Sizes.FilledChars = utf8.RuneCountInString(p.System)
+	return p
+}
+
+// appendLegacy adds the layers a legacy template has no placeholders for: the protocol rules always (when
+// there are any), then the other non-empty blocks, so that nothing the client or operator gave is lost.
+// The runtime context is appended only when there is data in it.
+func appendLegacy(b *strings.Builder, values map[string]string, l Layers, sz *Sizes) {
+	add := func(block, header string) {
+		v := values[block]
+		if v == "" {
+			return
+		}
+		trimmed := strings.TrimRight(b.String(), " \t\r\n")
+		b.Reset()
+		b.WriteString(trimmed)
+		b.WriteString("\n\n")
+		b.WriteString(header)
+		b.WriteString("\n")
+		b.WriteString(v)
+		sz.Blocks[block] = utf8.RuneCountInString(v)
+	}
+	add(BlockRules, headerRules)
+	add(BlockApplication, headerApplication)
+	add(BlockDirectives, headerDirectives)
+	if len(l.Sources) > 0 {
+		add(BlockContext, ContextHeader)
+	}
+	add(BlockTools, headerTools)
+}
+
+// renderApplication joins the client's system texts, each made safe to sit in the system message.
+func renderApplication(texts []string) string {
+	var parts []string
+	for _, t := range texts {
+		t = strings.TrimSpace(NeutralizeHeaders(t))
+		if t != "" {
+			parts = append(parts, t)
+		}
+	}
+	return strings.Join(parts, "\n\n")
+}
+
+// renderDirectives puts each directive on a line of its own, under a cap of max code points; a directive
+// that does not fit whole is cut with "…" and the rest dropped.
+func renderDirectives(ds []string, max int) (string, bool) {
+	if max <= 0 {
+		return "", len(ds) > 0
+	}
+	var b strings.Builder
+	n := 0
+	for _, d := range ds {
+		d = strings.TrimSpace(OneLine(d))
+		if d == "" {
+			continue
+		}
+		line := "- " + d
+		sep := 0
+		if b.Len() > 0 {
+			sep = 1
+		}
+		l := utf8.RuneCountInString(line)
+		if n+sep+l > max {
+			room := max - n - sep
+			if room > 3 {
+				if b.Len() > 0 {
+					b.WriteByte('\n')
+				}
+				b.WriteString(cutRunes(line, room-1))
+				b.WriteString("…")
+			}
+			return b.String(), true
+		}
+		if sep == 1 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(line)
+		n += sep + l
+	}
+	return b.String(), false
+}
+
+// Tool definition modes of PROMPT_TOOL_DEFS_MODE.
+const (
+	ToolDefsFull    = "full"
+	ToolDefsMinimal = "minimal"
+)
+
+// renderTools lists the kept tools: "- name: description" (full) or "- name" (minimal).
+func renderTools(tools []policy.Tool, mode string) string {
+	var b strings.Builder
+	for i, t := range tools {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString("- ")
+		b.WriteString(OneLine(t.Name))
+		if d := strings.TrimSpace(OneLine(t.Description)); d != "" && mode != ToolDefsMinimal {
+			b.WriteString(": ")
+			b.WriteString(d)
+		}
+	}
+	return b.String()
+}
+
+func cutRunes(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	i := 0
+	for j := range s {
+		if i == n {
+			return s[:j]
+		}
+		i++
+	}
+	return s
+}

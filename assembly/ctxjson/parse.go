@@ -1,0 +1,286 @@
+package ctxjson
+
+import (
+	"fmt"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// MaxParseDepth is the deepest nesting of objects and arrays Parse accepts. Request bodies are
+// held to a much lower limit before they get here (policy/jsoncheck); this only keeps Parse,
+// Encode and Build from recursing without bound on anything else.
+const MaxParseDepth = 10000
+
+// linearKeys is how many keys of one object Parse checks for duplicates by a linear scan.
+const linearKeys = 16
+
+// Parse parses one JSON value (surrounding JSON whitespace allowed) into an ordered tree. Its
+// input is normally checked before (policy/jsoncheck); Parse still refuses, with an error and
+// never a panic, anything that is not RFC 8259 JSON, objects with a duplicate key (compared after
+// decoding escapes) and nesting deeper than MaxParseDepth. It is lenient where the encoder
+// repairs: invalid UTF-8 is kept and encoded as U+FFFD, and a \u escape of a lone surrogate
+// decodes to U+FFFD, as encoding/json does.
+func Parse(raw []byte) (*Value, error) {
+	p := parser{b: raw}
+	i := p.ws(0)
+	v, i, err := p.value(i, 0)
+	if err != nil {
+		return nil, err
+	}
+	if i = p.ws(i); i != len(raw) {
+		return nil, p.errf(i, "unexpected data after the value")
+	}
+	return v, nil
+}
+
+type parser struct {
+	b   []byte
+	buf []byte // scratch for decoding escaped strings
+}
+
+func (p *parser) errf(off int, format string, args ...any) error {
+	return fmt.Errorf("ctxjson: parse: offset %d: %w", off, fmt.Errorf(format, args...))
+}
+
+func (p *parser) ws(i int) int {
+	for i < len(p.b) {
+		switch p.b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+func (p *parser) value(i, depth int) (*Value, int, error) {
+	if i >= len(p.b) {
+		return nil, i, p.errf(i, "unexpected end of input, expected a value")
+	}
+	switch c := p.b[i]; c {
+	case '{':
+		return p.object(i, depth+1)
+	case '[':
+		return p.array(i, depth+1)
+	case '"':
+		s, j, err := p.str(i)
+		if err != nil {
+			return nil, j, err
+		}
+		return &Value{kind: KindString, text: s}, j, nil
+	case 't':
+		j, err := p.lit(i, "true")
+		return &Value{kind: KindBool, truth: true}, j, err
+	case 'f':
+		j, err := p.lit(i, "false")
+		return &Value{kind: KindBool}, j, err
+	case 'n':
+		j, err := p.lit(i, "null")
+		return &Value{kind: KindNull}, j, err
+	default:
+		if c == '-' || isDigit(c) {
+			j := i + 1
+			for j < len(p.b) && (isDigit(p.b[j]) || p.b[j] == '.' || p.b[j] == 'e' || p.b[j] == 'E' || p.b[j] == '+' || p.b[j] == '-') {
+				j++
+			}
+			text := string(p.b[i:j])
+			if !validNumber(text) {
+				return nil, i, p.errf(i, "invalid number %q", text)
+			}
+			return &Value{kind: KindNumber, text: text}, j, nil
+		}
+		return nil, i, p.errf(i, "unexpected %q, expected a value", c)
+	}
+}
+
+func (p *parser) lit(i int, lit string) (int, error) {
+	if len(p.b)-i < len(lit) || string(p.b[i:i+len(lit)]) != lit {
+		return i, p.errf(i, "invalid literal, expected %s", lit)
+	}
+	return i + len(lit), nil
+}
+
+func (p *parser) object(i, depth int) (*Value, int, error) {
+	if depth > MaxParseDepth {
+		return nil, i, p.errf(i, "nesting deeper than %d", MaxParseDepth)
+	}
+	v := &Value{kind: KindObject}
+	var seen map[string]struct{}
+	i = p.ws(i + 1)
+	if i < len(p.b) && p.b[i] == '}' {
+		return v, i + 1, nil
+	}
+	for {
+		if i >= len(p.b) {
+			return nil, i, p.errf(i, "unexpected end of input, expected an object key")
+		}
+		if p.b[i] != '"' {
+			return nil, i, p.errf(i, "unexpected %q, expected an object key", p.b[i])
+		}
+		k, j, err := p.str(i)
+		if err != nil {
+			return nil, j, err
+		}
+		if seen != nil {
+			if _, dup := seen[k]; dup {
+				return nil, i, p.errf(i, "duplicate key %q", k)
+			}
+			seen[k] = struct{}{}
+		} else {
+			for _, old := range v.keys {
+				if old == k {
+					return nil, i, p.errf(i, "duplicate key %q", k)
+				}
+			}
+			if len(v.keys) == linearKeys {
+				seen = make(map[string]struct{}, 4*linearKeys)
+				for _, old := range v.keys {
+					seen[old] = struct{}{}
+				}
+				seen[k] = struct{}{}
+			}
+		}
+		if i = p.ws(j); i >= len(p.b) || p.b[i] != ':' {
+			return nil, i, p.errf(i, "expected ':' after object key")
+		}
+		var val *Value
+		if val, i, err = p.value(p.ws(i+1), depth); err != nil {
+			return nil, i, err
+		}
+		v.keys = append(v.keys, k)
+		v.items = append(v.items, val)
+		if i = p.ws(i); i >= len(p.b) {
+			return nil, i, p.errf(i, "unexpected end of input, expected ',' or '}'")
+		}
+		switch p.b[i] {
+		case ',':
+			i = p.ws(i + 1)
+		case '}':
+			return v, i + 1, nil
+		default:
+			return nil, i, p.errf(i, "unexpected %q, expected ',' or '}'", p.b[i])
+		}
+	}
+}
+
+func (p *parser) array(i, depth int) (*Value, int, error) {
+	if depth > MaxParseDepth {
+		return nil, i, p.errf(i, "nesting deeper than %d", MaxParseDepth)
+	}
+	v := &Value{kind: KindArray}
+	i = p.ws(i + 1)
+	if i < len(p.b) && p.b[i] == ']' {
+		return v, i + 1, nil
+	}
+	for {
+		val, j, err := p.value(i, depth)
+		if err != nil {
+			return nil, j, err
+		}
+		v.items = append(v.items, val)
+		if i = p.ws(j); i >= len(p.b) {
+			return nil, i, p.errf(i, "unexpected end of input, expected ',' or ']'")
+		}
+		switch p.b[i] {
+		case ',':
+			i = p.ws(i + 1)
+		case ']':
+			return v, i + 1, nil
+		default:
+			return nil, i, p.errf(i, "unexpected %q, expected ',' or ']'", p.b[i])
+		}
+	}
+}
+
+// str decodes the string at p.b[i] == '"' and returns it and the offset after its closing quote.
+func (p *parser) str(i int) (string, int, error) {
+	start := i
+	i++
+	j := i
+	for j < len(p.b) && p.b[j] != '"' && p.b[j] != '\\' && p.b[j] >= 0x20 {
+		j++
+	}
+	if j < len(p.b) && p.b[j] == '"' {
+		return string(p.b[i:j]), j + 1, nil // common case: no escapes
+	}
+	p.buf = append(p.buf[:0], p.b[i:j]...)
+	for i = j; ; {
+		if i >= len(p.b) {
+			return "", i, p.errf(start, "unterminated string")
+		}
+		c := p.b[i]
+		switch {
+		case c == '"':
+			return string(p.buf), i + 1, nil
+		case c < 0x20:
+			return "", i, p.errf(i, "raw control character in string")
+		case c != '\\':
+			p.buf = append(p.buf, c)
+			i++
+			continue
+		}
+		if i+1 >= len(p.b) {
+			return "", i, p.errf(start, "unterminated string")
+		}
+		switch e := p.b[i+1]; e {
+		case '"', '\\', '/':
+			p.buf = append(p.buf, e)
+		case 'b':
+			p.buf = append(p.buf, '\b')
+		case 'f':
+			p.buf = append(p.buf, '\f')
+		case 'n':
+			p.buf = append(p.buf, '\n')
+		case 'r':
+			p.buf = append(p.buf, '\r')
+		case 't':
+			p.buf = append(p.buf, '\t')
+		case 'u':
+			r, ok := hex4(p.b, i+2)
+			if !ok {
+				return "", i, p.errf(i, "invalid \\u escape")
+			}
+			i += 6
+			if utf16.IsSurrogate(r) {
+				// A pair decodes to one rune; anything else to U+FFFD, like encoding/json.
+				if r2, ok := hex4(p.b, i+2); ok && i+1 < len(p.b) && p.b[i] == '\\' && p.b[i+1] == 'u' {
+					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+						r = d
+						i += 6
+					} else {
+						r = utf8.RuneError
+					}
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			p.buf = utf8.AppendRune(p.buf, r)
+			continue
+		default:
+			return "", i, p.errf(i, "invalid escape %q", e)
+		}
+		i += 2
+	}
+}
+
+func hex4(b []byte, i int) (rune, bool) {
+	if i < 0 || i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/store"
+)
+
+// Environment variables of the flags; a flag given on the command line wins.
+const (
+	EnvListen            = "PROMPTGATE_LISTEN"
+	EnvUpstream          = "PROMPTGATE_UPSTREAM"
+	EnvDB                = "PROMPTGATE_DB"
+	EnvConfig            = "PROMPTGATE_CONFIG"
+	EnvAdminListen       = "PROMPTGATE_ADMIN_LISTEN"
+	EnvAdminToken        = "PROMPTGATE_ADMIN_TOKEN"
+	EnvProxyListen       = "PROMPTGATE_PROXY_LISTEN"
+	EnvAnthropicUpstream = "PROMPTGATE_ANTHROPIC_UPSTREAM"
+	EnvUpstreamKey       = "PROMPTGATE_UPSTREAM_API_KEY"
+	EnvLogLevel          = "PROMPTGATE_LOG_LEVEL"
+)
+
+// Defaults of the flags.
+const (
+	DefaultListen            = "127.0.0.1:8787"
+	DefaultUpstream          = "https://api.openai.com/v1"
+	DefaultDB                = "promptgate.db"
+	DefaultAdminListen       = "127.0.0.1:8788"
+	DefaultAnthropicUpstream = "https://api.anthropic.com/v1"
+)
+
+// orEnv is the flag default: the environment variable when set, else def.
+func orEnv(getenv env, name, def string) string {
+	if v := getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// storeFlags are the flags every DB-reading command takes.
+type storeFlags struct {
+	db, config string
+}
+
+func addStoreFlags(fs *flag.FlagSet, getenv env) *storeFlags {
+	f := &storeFlags{}
+	fs.StringVar(&f.db, "db", orEnv(getenv, EnvDB, DefaultDB), "bbolt file with templates and protocols (env "+EnvDB+"); created and seeded on first use")
+	fs.StringVar(&f.config, "config", getenv(EnvConfig), "deployment YAML: routes, tool policy, plugins, limits (env "+EnvConfig+")")
+	return f
+}
+
+// parseFlags parses args, printing the flags to stderr on error.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	return nil
+}
+
+// validateDefinition is the store's hook: nothing that policy cannot parse is ever stored.
+func validateDefinition(kind store.Kind, _ string, body []byte) error {
+	if kind == store.KindProtocol {
+		_, err := policy.ParseProtocol(body)
+		return err
+	}
+	return nil
+}
+
+// openStore opens the bbolt file with the validation hook.
+func openStore(path string, readOnly bool, log *slog.Logger) (*store.Bolt, error) {
+	return store.Open(path, store.Options{Logger: log, Validate: validateDefinition, ReadOnly: readOnly})
+}
+
+// newLogger writes JSON lines to stderr at the level of PROMPTGATE_LOG_LEVEL (debug|info|warn|error).
+func newLogger(stderr io.Writer, getenv env) (*slog.Logger, error) {
+	var level slog.Level
+	if v := getenv(EnvLogLevel); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			return nil, fmt.Errorf("%s=%q: use debug, info, warn or error", EnvLogLevel, v)
+		}
+	}
+	return slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})), nil
+}
+
+// pipeline is what serve and preview share: the config, the definitions and the engine.
+type pipeline struct {
+	cfg    *config.File
+	store  *store.Bolt
+	defs   *proxy.Definitions
+	engine *proxy.Engine
+}
+
+func (p *pipeline) Close() {
+	if p.defs != nil {
+		p.defs.Close()
+	}
+	if p.store != nil {
+		_ = p.store.Close()
+	}
+}
+
+// openPipeline loads the config and the env settings, opens the DB and builds the engine.
+func openPipeline(ctx context.Context, sf *storeFlags, readOnly bool, getenv env, log *slog.Logger) (*pipeline, error) {
+	cfg, err := config.Load(sf.config)
+	if err != nil {
+		return nil, err
+	}
+	settings, err := assembly.SettingsFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	p := &pipeline{cfg: cfg}
+	if p.store, err = openStore(sf.db, readOnly, log); err != nil {
+		return nil, err
+	}
+	if p.defs, err = proxy.NewDefinitions(ctx, p.store, log); err != nil {
+		p.Close()
+		return nil, err
+	}
+	p.engine = &proxy.Engine{
+		Defs:     p.defs,
+		Router:   policy.NewRouter(cfg),
+		Access:   policy.ToolAccess{Config: cfg.Tools},
+		Settings: settings,
+		Limits:   cfg.Limits,
+		Log:      log,
+	}
+	return p, nil
+}
+
+// parseHeader reads "K: V".
+func parseHeader(s string) (string, string, error) {
+	k, v, ok := strings.Cut(s, ":")
+	k = strings.TrimSpace(k)
+	if !ok || k == "" || strings.ContainsAny(k, " \t") {
+		return "", "", usageError{fmt.Sprintf("--header %q: use 'Name: value'", s)}
+	}
+	return k, strings.TrimSpace(v), nil
+}
+
+// headerList is a repeatable --header flag.
+type headerList []string
+
+func (h *headerList) String() string     { return strings.Join(*h, ", ") }
+func (h *headerList) Set(s string) error { *h = append(*h, s); return nil }

@@ -1,0 +1,86 @@
+// Command promptgate is the sidecar proxy for LLM traffic: `serve` runs it; `preview`, `migrate`,
+// `templates`, `protocols`, `ca` and `version` are the operator's tools. main only wires: every command is
+// a function of (ctx, args, stdout, stderr) so tests run them in-process.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Version is promptgate's release.
+const Version = "0.1.0"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "promptgate:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+// usageError is a mistake in the command line (exit 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func exitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) || errors.Is(err, flag.ErrHelp) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `promptgate — a sidecar proxy that layers prompts and enforces tool policy for LLM traffic
+
+Usage:
+  promptgate serve [flags]                     run the proxy
+  promptgate preview [--protocol ID] [--header 'K: V']... [FILE]
+                                               print the preview report of a chat request (no upstream call)
+  promptgate migrate up|down|status [--dir DIR]
+  promptgate templates list|show|history|activate|rollback ...
+  promptgate protocols list|show|history|activate|rollback ...
+  promptgate version
+
+Run 'promptgate COMMAND -h' for a command's flags.
+`
+
+// env reads an environment variable; tests pass their own.
+type env func(string) string
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv env) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError{"no command given"}
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return serve(ctx, rest, stdout, stderr, getenv)
+	case "preview":
+		return preview(ctx, rest, stdin, stdout, stderr, getenv)
+	case "migrate":
+		return migrate(ctx, rest, stdout, stderr, getenv)
+	case "templates", "protocols":
+		return definitions(ctx, cmd, rest, stdout, stderr, getenv)
+	case "version", "--version", "-v":
+		fmt.Fprintf(stdout, "promptgate %s\n", Version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return usageError{fmt.Sprintf("unknown command %q", cmd)}
+}

@@ -1,0 +1,112 @@
+package jsoncheck
+
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Kind classifies a validation failure. A Kind is itself an error, so callers can write
+// errors.Is(err, jsoncheck.DuplicateKey).
+type Kind uint8
+
+// The kinds of failure.
+const (
+	// Syntax: not RFC 8259 JSON (bad grammar, trailing data, empty input, raw control
+	// character in a string, byte order mark, ...).
+	Syntax Kind = iota + 1
+	// InvalidUTF8: a byte sequence that is not UTF-8, or a \u escape of a lone surrogate.
+	InvalidUTF8
+	// DuplicateKey: an object holds the same key twice (compared after decoding escapes).
+	DuplicateKey
+	// TooDeep: objects and arrays nest deeper than Limits.MaxDepth.
+	TooDeep
+	// NotObject: Object was given a valid-looking value that is not an object.
+	NotObject
+)
+
+// String returns a short lowercase name of the kind.
+func (k Kind) String() string {
+	switch k {
+	case Syntax:
+		return "syntax error"
+	case InvalidUTF8:
+		return "invalid UTF-8"
+	case DuplicateKey:
+		return "duplicate key"
+	case TooDeep:
+		return "nesting too deep"
+	case NotObject:
+		return "not a JSON object"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Error makes a Kind usable as an errors.Is target.
+func (k Kind) Error() string { return "jsoncheck: " + k.String() }
+
+// Error describes why input was refused. errors.Is(err, k) holds for its Kind k.
+type Error struct {
+	Kind Kind
+	// Offset is the byte offset in the input where the problem was found; for DuplicateKey it
+	// is the opening quote of the second occurrence of the key.
+	Offset int
+	// Key is the decoded duplicate key (DuplicateKey only).
+	Key string
+
+	detail string
+}
+
+// maxKeyInMessage bounds how much of a duplicate key Error() quotes.
+const maxKeyInMessage = 64
+
+// Error reads like `jsoncheck: duplicate key "a" at offset 17` or
+// `jsoncheck: syntax error at offset 3: invalid escape character`.
+func (e *Error) Error() string {
+	if e.Kind == DuplicateKey {
+		k := e.Key
+		if len(k) > maxKeyInMessage {
+			cut := maxKeyInMessage
+			for cut > 0 && !utf8.RuneStart(k[cut]) {
+				cut--
+			}
+			k = k[:cut] + "…"
+		}
+		return fmt.Sprintf("jsoncheck: duplicate key %q at offset %d", k, e.Offset)
+	}
+	if e.detail == "" {
+		return fmt.Sprintf("jsoncheck: %s at offset %d", e.Kind.String(), e.Offset)
+	}
+	return fmt.Sprintf("jsoncheck: %s at offset %d: %s", e.Kind.String(), e.Offset, e.detail)
+}
+
+// Unwrap returns the Kind, so that errors.Is(err, jsoncheck.Syntax) and friends work.
+func (e *Error) Unwrap() error { return e.Kind }
+
+func (s *scanner) fail(k Kind, off int, detail string) *Error {
+	return &Error{Kind: k, Offset: off, detail: detail}
+}
+
+func (s *scanner) tooDeep(off int) *Error {
+	return s.fail(TooDeep, off, "more than "+strconv.Itoa(s.max)+" levels")
+}
+
+func (s *scanner) duplicate(off int, k key) *Error {
+	return &Error{Kind: DuplicateKey, Offset: off, Key: string(s.decodeKey(k))}
+}
+
+// unexpected reports the byte at s.b[i] as out of place; where names the grammar position.
+func (s *scanner) unexpected(i int, where string) *Error {
+	c := s.b[i]
+	if c < 0x80 {
+		return s.fail(Syntax, i, fmt.Sprintf("unexpected %q %s", c, where))
+	}
+	r, size := utf8.DecodeRune(s.b[i:])
+	if r == utf8.RuneError && size == 1 {
+		return s.fail(InvalidUTF8, i, "")
+	}
+	if r == '\uFEFF' {
+		return s.fail(Syntax, i, "byte order mark not allowed")
+	}
+	return s.fail(Syntax, i, fmt.Sprintf("unexpected %U %s", r, where))
+}

@@ -1,0 +1,145 @@
+package jsoncheck
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"testing"
+)
+
+// FuzzObject checks Object against encoding/json as an oracle: Object never accepts what
+// json.Valid refuses, and whatever it accepts decodes without duplicate keys and within the
+// depth limit. The reverse direction for the extra rules (duplicates, depth) is checked too.
+func FuzzObject(f *testing.F) {
+	for _, c := range checkCases {
+		f.Add([]byte(c.in), uint8(0))
+	}
+	f.Add([]byte(`{"a":[[[1]]]}`), uint8(3))
+	f.Add([]byte(`{"a":{"b":{}}}`), uint8(2))
+	f.Fuzz(func(t *testing.T, b []byte, depth uint8) {
+		l := Limits{MaxDepth: int(depth % 80)}
+		limit := l.MaxDepth
+		if limit == 0 {
+			limit = DefaultMaxDepth
+		}
+		err := Object(b, l)
+		valueErr := Value(b, l)
+		valid := json.Valid(b)
+		if !valid && err == nil {
+			t.Fatalf("Object accepted what json.Valid refuses: %q", b)
+		}
+		if !valid && valueErr == nil {
+			t.Fatalf("Value accepted what json.Valid refuses: %q", b)
+		}
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Offset < 0 || e.Offset > len(b) {
+				t.Fatalf("bad error %#v", err)
+			}
+			_ = err.Error()
+		}
+		if !valid {
+			return
+		}
+		dup, maxDepth, first, oerr := oracle(b)
+		if oerr != nil {
+			t.Fatalf("oracle failed on json.Valid input %q: %v", b, oerr)
+		}
+		switch {
+		case err == nil:
+			if first != '{' {
+				t.Fatalf("Object accepted a non-object: %q", b)
+			}
+			if dup {
+				t.Fatalf("Object accepted duplicate keys: %q", b)
+			}
+			if maxDepth > limit {
+				t.Fatalf("Object accepted depth %d > %d: %q", maxDepth, limit, b)
+			}
+			// Decoding into a map and re-encoding must give an object Object still accepts.
+			var m map[string]any
+			d := json.NewDecoder(bytes.NewReader(b))
+			d.UseNumber()
+			if err := d.Decode(&m); err != nil {
+				t.Fatalf("accepted input does not decode into map[string]any: %v", err)
+			}
+			re, err := json.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Object(re, l); err != nil {
+				t.Fatalf("re-encoded %q refused: %v", re, err)
+			}
+		case errors.Is(err, DuplicateKey):
+			if !dup {
+				t.Fatalf("DuplicateKey but the oracle finds none: %q (%v)", b, err)
+			}
+		case errors.Is(err, TooDeep):
+			if maxDepth <= limit {
+				t.Fatalf("TooDeep but depth is %d <= %d: %q", maxDepth, limit, b)
+			}
+		case errors.Is(err, NotObject):
+			if first == '{' {
+				t.Fatalf("NotObject for an object: %q", b)
+			}
+		}
+		// On valid JSON, an accepted Value means an accepted Object when the value is an object.
+		if valueErr == nil && first == '{' && err != nil {
+			t.Fatalf("Value accepts the object but Object refuses it: %v", err)
+		}
+	})
+}
+
+// oracle walks b (json.Valid) with encoding/json's tokenizer and reports whether any object
+// holds a key twice, the nesting depth, and the first byte of the top-level value.
+func oracle(b []byte) (dup bool, depth int, first byte, err error) {
+	first = b[len(b)-len(bytes.TrimLeft(b, " \t\r\n"))]
+	type frame struct {
+		obj       bool
+		expectKey bool
+		keys      map[string]bool
+	}
+	var stack []*frame
+	valueDone := func() {
+		if n := len(stack); n > 0 && stack[n-1].obj {
+			stack[n-1].expectKey = true
+		}
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			return dup, depth, first, nil
+		}
+		if err != nil {
+			return dup, depth, first, err
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				if n := len(stack); n > 0 && stack[n-1].obj {
+					stack[n-1].expectKey = false
+				}
+				stack = append(stack, &frame{obj: t == '{', expectKey: t == '{', keys: map[string]bool{}})
+				depth = max(depth, len(stack))
+			default:
+				stack = stack[:len(stack)-1]
+				valueDone()
+			}
+		default:
+			if n := len(stack); n > 0 && stack[n-1].obj && stack[n-1].expectKey {
+				k := t.(string)
+				if stack[n-1].keys[k] {
+					dup = true
+				}
+				stack[n-1].keys[k] = true
+				stack[n-1].expectKey = false
+				continue
+			}
+			valueDone()
+		}
+	}
+}

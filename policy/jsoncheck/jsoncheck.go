@@ -1,0 +1,491 @@
+// Package jsoncheck validates JSON bytes that come from outside the process: request bodies and
+// the argument strings of tool calls. It answers one question, "is this exactly one strict JSON
+// value (or object) we are willing to pass on", in a single pass and, for typical inputs, without
+// allocating.
+//
+// The check is stricter than encoding/json.Valid: RFC 8259 grammar exactly, valid UTF-8 everywhere
+// (including \u escapes: a lone surrogate such as "\ud800" is an error), no duplicate keys in any
+// object at any depth (keys are compared after decoding escapes), and a nesting limit.
+//
+// It owns validation only. It does not decode, build trees, apply schemas or policy rules (see
+// policy/vet and the proxy stages), and it does not turn errors into HTTP responses (the proxy's
+// edge maps every error from this package to 400 invalid_json).
+package jsoncheck
+
+import (
+	"bytes"
+	"encoding/binary"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// DefaultMaxDepth is the nesting limit used when Limits.MaxDepth is zero.
+const DefaultMaxDepth = 64
+
+// smallKeys is how many keys of one object are checked for duplicates by a linear scan over a
+// stack-allocated array; objects with more keys switch to a map.
+const smallKeys = 16
+
+// Limits bounds what Object and Value accept.
+type Limits struct {
+	// MaxDepth is the deepest nesting of objects and arrays allowed: {} and [] are depth 1,
+	// {"a":[1]} is depth 2, a scalar is depth 0. Zero or negative means DefaultMaxDepth.
+	MaxDepth int
+}
+
+// Object reports whether b is exactly one JSON object: leading and trailing JSON whitespace
+// (space, tab, LF, CR) are allowed, nothing else is (no byte order mark, no second value).
+// The returned error, if any, is an *Error.
+//
+// A top-level value that starts like an array, string, number or literal is reported as
+// NotObject at once, without reading the rest of it.
+func Object(b []byte, l Limits) error {
+	return check(b, l, true)
+}
+
+// Value is Object for any single JSON value (object, array, string, number, true, false, null).
+func Value(b []byte, l Limits) error {
+	return check(b, l, false)
+}
+
+type scanner struct {
+	b       []byte
+	max     int
+	scratch []byte // decoded escaped keys, only for objects with more than smallKeys keys
+	input   string // string(b), made once for the first object with more than smallKeys keys
+}
+
+// key locates the raw text of an object key, between its quotes.
+type key struct {
+	start, end int
+	escaped    bool
+}
+
+func check(b []byte, l Limits, wantObject bool) error {
+	s := scanner{b: b, max: l.MaxDepth}
+	if s.max <= 0 {
+		s.max = DefaultMaxDepth
+	}
+	i := s.skipWS(0)
+	if i == len(b) {
+		if len(b) == 0 {
+			return s.fail(Syntax, 0, "empty input")
+		}
+		return s.fail(Syntax, i, "no value, only whitespace")
+	}
+	if wantObject && b[i] != '{' {
+		if kind := startKind(b[i]); kind != "" {
+			return s.fail(NotObject, i, "top-level value is "+kind)
+		}
+	}
+	i, err := s.value(i, 0)
+	if err != nil {
+		return err
+	}
+	if i = s.skipWS(i); i != len(b) {
+		return s.unexpected(i, "after top-level value")
+	}
+	return nil
+}
+
+// startKind names the kind of value that starts with c, or "" if none does.
+func startKind(c byte) string {
+	switch c {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return "a number"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	case '{':
+		return "an object"
+	}
+	return ""
+}
+
+func (s *scanner) skipWS(i int) int {
+	for i < len(s.b) {
+		switch s.b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// value checks the value starting at s.b[i] (i < len(s.b)) at the given depth and returns the
+// offset just after it.
+func (s *scanner) value(i, depth int) (int, *Error) {
+	switch c := s.b[i]; c {
+	case '{':
+		return s.object(i, depth+1)
+	case '[':
+		return s.array(i, depth+1)
+	case '"':
+		j, _, err := s.str(i)
+		return j, err
+	case 't':
+		return s.literal(i, "true")
+	case 'f':
+		return s.literal(i, "false")
+	case 'n':
+		return s.literal(i, "null")
+	default:
+		if c == '-' || (c >= '0' && c <= '9') {
+			return s.number(i)
+		}
+		return i, s.unexpected(i, "looking for a value")
+	}
+}
+
+func (s *scanner) object(i, depth int) (int, *Error) {
+	if depth > s.max {
+		return i, s.tooDeep(i)
+	}
+	b := s.b
+	i = s.skipWS(i + 1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, nil
+	}
+	var (
+		small [smallKeys]key
+		n     int
+		big   map[string]struct{}
+	)
+	for {
+		if i >= len(b) {
+			return i, s.fail(Syntax, i, "unexpected end of input, expected object key")
+		}
+		if b[i] != '"' {
+			return i, s.unexpected(i, "looking for an object key")
+		}
+		start := i
+		j, escaped, err := s.str(i)
+		if err != nil {
+			return j, err
+		}
+		k := key{start: start + 1, end: j - 1, escaped: escaped}
+		if big == nil {
+			for x := 0; x < n; x++ {
+				if s.keyEqual(small[x], k) {
+					return start, s.duplicate(start, k)
+				}
+			}
+			if n < len(small) {
+				small[n] = k
+				n++
+			} else {
+				big = make(map[string]struct{}, 4*smallKeys)
+				for _, sk := range small {
+					big[s.keyString(sk)] = struct{}{}
+				}
+				big[s.keyString(k)] = struct{}{}
+			}
+		} else {
+			if _, dup := big[string(s.decodeKey(k))]; dup {
+				return start, s.duplicate(start, k)
+			}
+			big[s.keyString(k)] = struct{}{}
+		}
+		i = s.skipWS(j)
+		if i >= len(b) {
+			return i, s.fail(Syntax, i, "unexpected end of input, expected ':' after object key")
+		}
+		if b[i] != ':' {
+			return i, s.unexpected(i, "after object key, expected ':'")
+		}
+		if i = s.skipWS(i + 1); i >= len(b) {
+			return i, s.fail(Syntax, i, "unexpected end of input, expected object value")
+		}
+		if i, err = s.value(i, depth); err != nil {
+			return i, err
+		}
+		if i = s.skipWS(i); i >= len(b) {
+			return i, s.fail(Syntax, i, "unexpected end of input, expected ',' or '}'")
+		}
+		switch b[i] {
+		case ',':
+			i = s.skipWS(i + 1)
+		case '}':
+			return i + 1, nil
+		default:
+			return i, s.unexpected(i, "after object value, expected ',' or '}'")
+		}
+	}
+}
+
+func (s *scanner) array(i, depth int) (int, *Error) {
+	if depth > s.max {
+		return i, s.tooDeep(i)
+	}
+	b := s.b
+	i = s.skipWS(i + 1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(b) {
+			return i, s.fail(Syntax, i, "unexpected end of input, expected array element")
+		}
+		var err *Error
+		if i, err = s.value(i, depth); err != nil {
+			return i, err
+		}
+		if i = s.skipWS(i); i >= len(b) {
+			return i, s.fail(Syntax, i, "unexpected end of input, expected ',' or ']'")
+		}
+		switch b[i] {
+		case ',':
+			i = s.skipWS(i + 1)
+		case ']':
+			return i + 1, nil
+		default:
+			return i, s.unexpected(i, "after array element, expected ',' or ']'")
+		}
+	}
+}
+
+func (s *scanner) literal(i int, lit string) (int, *Error) {
+	if len(s.b)-i < len(lit) || string(s.b[i:i+len(lit)]) != lit {
+		return i, s.fail(Syntax, i, "invalid literal, expected "+lit)
+	}
+	return i + len(lit), nil
+}
+
+func (s *scanner) number(i int) (int, *Error) {
+	b := s.b
+	start := i
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = digits(b, i+1)
+	default:
+		return i, s.fail(Syntax, start, "invalid number, expected a digit")
+	}
+	if i < len(b) && b[i] == '.' {
+		if i+1 >= len(b) || b[i+1] < '0' || b[i+1] > '9' {
+			return i, s.fail(Syntax, start, "invalid number, expected a digit after '.'")
+		}
+		i = digits(b, i+1)
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || b[i] < '0' || b[i] > '9' {
+			return i, s.fail(Syntax, start, "invalid number, expected a digit in the exponent")
+		}
+		i = digits(b, i)
+	}
+	return i, nil
+}
+
+func digits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// special8 reports whether any of the 8 bytes in x (little endian) needs a closer look inside a
+// string: a byte >= 0x80, < 0x20, '"' or '\\'. With every byte below 0x80, each subtraction
+// below borrows (sets a high bit) exactly when some byte is below the bound, so the test is exact.
+func special8(x uint64) bool {
+	return (x|(x-0x20*ones)|((x^('"'*ones))-ones)|((x^('\\'*ones))-ones))&highs != 0
+}
+
+// str checks the string starting at s.b[i] == '"' and returns the offset after its closing
+// quote and whether it held any escape.
+func (s *scanner) str(i int) (int, bool, *Error) {
+	b := s.b
+	start := i
+	escaped := false
+	i++
+	for {
+		for i+8 <= len(b) && !special8(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
+		for i < len(b) {
+			if c := b[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+				break
+			}
+			i++
+		}
+		if i >= len(b) {
+			return i, escaped, s.fail(Syntax, start, "unterminated string")
+		}
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, escaped, nil
+		case c == '\\':
+			escaped = true
+			j, err := s.escape(i)
+			if err != nil {
+				return j, escaped, err
+			}
+			i = j
+		case c < 0x20:
+			return i, escaped, s.fail(Syntax, i, "raw control character in string")
+		default:
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				return i, escaped, s.fail(InvalidUTF8, i, "")
+			}
+			i += size
+		}
+	}
+}
+
+// escape checks the escape sequence at s.b[i] == '\\' and returns the offset after it.
+func (s *scanner) escape(i int) (int, *Error) {
+	b := s.b
+	if i+1 >= len(b) {
+		return i, s.fail(Syntax, i, "unterminated string")
+	}
+	switch b[i+1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return i + 2, nil
+	case 'u':
+		r, ok := hex4(b, i+2)
+		if !ok {
+			return i, s.fail(Syntax, i, "invalid \\u escape, expected 4 hex digits")
+		}
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return i, s.fail(InvalidUTF8, i, "lone low surrogate escape")
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+7 >= len(b) || b[i+6] != '\\' || b[i+7] != 'u' {
+				return i, s.fail(InvalidUTF8, i, "lone high surrogate escape")
+			}
+			r2, ok := hex4(b, i+8)
+			if !ok {
+				return i + 6, s.fail(Syntax, i+6, "invalid \\u escape, expected 4 hex digits")
+			}
+			if r2 < 0xDC00 || r2 > 0xDFFF {
+				return i, s.fail(InvalidUTF8, i, "high surrogate escape not followed by a low surrogate")
+			}
+			return i + 12, nil
+		}
+		return i + 6, nil
+	default:
+		return i, s.fail(Syntax, i, "invalid escape character")
+	}
+}
+
+// hex4 decodes the 4 hex digits at b[i:].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// next decodes one character of a checked string's raw text at raw[i] and returns it and the
+// offset after it.
+func next(raw []byte, i int) (rune, int) {
+	c := raw[i]
+	if c < 0x80 && c != '\\' {
+		return rune(c), i + 1
+	}
+	if c != '\\' {
+		r, size := utf8.DecodeRune(raw[i:])
+		return r, i + size
+	}
+	switch raw[i+1] {
+	case 'b':
+		return '\b', i + 2
+	case 'f':
+		return '\f', i + 2
+	case 'n':
+		return '\n', i + 2
+	case 'r':
+		return '\r', i + 2
+	case 't':
+		return '\t', i + 2
+	case 'u':
+		r, _ := hex4(raw, i+2)
+		if utf16.IsSurrogate(r) {
+			r2, _ := hex4(raw, i+8)
+			return utf16.DecodeRune(r, r2), i + 12
+		}
+		return r, i + 6
+	default: // '"', '\\', '/'
+		return rune(raw[i+1]), i + 2
+	}
+}
+
+// keyEqual compares two checked keys after decoding their escapes, without allocating.
+func (s *scanner) keyEqual(a, b key) bool {
+	ra, rb := s.b[a.start:a.end], s.b[b.start:b.end]
+	if !a.escaped && !b.escaped {
+		return bytes.Equal(ra, rb)
+	}
+	i, j := 0, 0
+	for i < len(ra) && j < len(rb) {
+		var x, y rune
+		x, i = next(ra, i)
+		y, j = next(rb, j)
+		if x != y {
+			return false
+		}
+	}
+	return i == len(ra) && j == len(rb)
+}
+
+// keyString returns the decoded key as a string. Keys without escapes are substrings of one
+// copy of the input, so a large object costs one copy of the input, not one allocation per key.
+func (s *scanner) keyString(k key) string {
+	if k.escaped {
+		return string(s.decodeKey(k))
+	}
+	if s.input == "" {
+		s.input = string(s.b)
+	}
+	return s.input[k.start:k.end]
+}
+
+// decodeKey returns the decoded bytes of a checked key. Without escapes it is the raw text
+// itself; with escapes it lives in s.scratch and is valid until the next call.
+func (s *scanner) decodeKey(k key) []byte {
+	raw := s.b[k.start:k.end]
+	if !k.escaped {
+		return raw
+	}
+	s.scratch = s.scratch[:0]
+	for i := 0; i < len(raw); {
+		var r rune
+		r, i = next(raw, i)
+		s.scratch = utf8.AppendRune(s.scratch, r)
+	}
+	return s.scratch
+}

@@ -1,0 +1,243 @@
+// Package policy decides, for one request, which protocol applies (routes, client choice, default,
+// workflow merge), which prompt modules are on, and which tools are allowed, with a reason for every
+// removal. It owns the protocol definition format and its validation. It does not build prompts
+// (assembly/) or vet tool calls in responses (policy/vet, driven by proxy/).
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/promptgate/promptgate/policy/vet"
+)
+
+// Client-system handling of a protocol.
+const (
+	ClientSystemKeep = "keep"
+	ClientSystemDrop = "drop"
+)
+
+// Protocol is one stored protocol definition, as the operator writes it.
+type Protocol struct {
+	ID                   string         `json:"id"`
+	Extends              string         `json:"extends,omitempty"`
+	Description          string         `json:"description,omitempty"`
+	PromptTemplate       PromptTemplate `json:"promptTemplate"`
+	Scope                []string       `json:"scope,omitempty"`
+	AllowClientSelection bool           `json:"allowClientSelection"`
+	ClientSystem         string         `json:"clientSystem,omitempty"`
+	Directives           []string       `json:"directives,omitempty"`
+	Tools                ToolList       `json:"tools"`
+	ToolCalls            ToolCalls      `json:"toolCalls"`
+
+	// Version is the stored version this definition was read from (not part of the JSON).
+	Version int `json:"-"`
+}
+
+// PromptTemplate names the base template and the protocol's overrides.
+type PromptTemplate struct {
+	Base      string    `json:"base"`
+	Overrides Overrides `json:"overrides"`
+}
+
+// Overrides are the protocol's contributions to the template.
+type Overrides struct {
+	// Rules fill {{protocol_rules}}, or are appended to a legacy template.
+	Rules string `json:"rules"`
+}
+
+// ToolList is a protocol's allowlist: names or globs; "*" is every tool the client declares.
+type ToolList struct {
+	Allow []string `json:"allow"`
+	Deny  []string `json:"deny"`
+}
+
+// ToolCalls is the response-side policy.
+type ToolCalls struct {
+	OnViolation         vet.Mode   `json:"onViolation,omitempty"`
+	AtomicParallelCalls bool       `json:"atomicParallelCalls,omitempty"`
+	Rules               []vet.Rule `json:"rules,omitempty"`
+}
+
+var (
+	idPattern    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	scopeModules = regexp.MustCompile(`^prompt_modules:(minimal|standard|full|[A-Za-z0-9_.-]+_off)$`)
+)
+
+// ParseProtocol decodes a definition strictly (unknown fields are errors) and validates it.
+func ParseProtocol(body []byte) (*Protocol, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var p Protocol
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("policy: protocol definition: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("policy: protocol definition: trailing data after the object")
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Validate returns every problem joined, each naming the field.
+func (p *Protocol) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("policy: protocol %q: %s: %s", p.ID, field, fmt.Sprintf(format, args...)))
+	}
+	if !idPattern.MatchString(p.ID) {
+		bad("id", "%q: use 1-64 letters, digits, _ . -", p.ID)
+	}
+	if p.Extends != "" {
+		if !idPattern.MatchString(p.Extends) {
+			bad("extends", "%q is not a protocol id", p.Extends)
+		}
+		if p.Extends == p.ID {
+			bad("extends", "a protocol cannot extend itself")
+		}
+	}
+	if p.PromptTemplate.Base == "" && p.Extends == "" {
+		bad("promptTemplate.base", "missing: name a template, e.g. base_tool_call_v2")
+	}
+	if p.PromptTemplate.Base != "" && !idPattern.MatchString(p.PromptTemplate.Base) {
+		bad("promptTemplate.base", "%q is not a template name", p.PromptTemplate.Base)
+	}
+	if strings.Contains(p.PromptTemplate.Overrides.Rules, "{{") {
+		bad("promptTemplate.overrides.rules", "placeholders are not allowed in rules")
+	}
+	for i, s := range p.Scope {
+		if strings.HasPrefix(s, "prompt_modules:") && !scopeModules.MatchString(s) {
+			bad(fmt.Sprintf("scope[%d]", i), "%q: use prompt_modules:minimal|standard|full or prompt_modules:<module>_off", s)
+		}
+	}
+	switch p.ClientSystem {
+	case "", ClientSystemKeep, ClientSystemDrop:
+	default:
+		bad("clientSystem", "%q: use keep or drop", p.ClientSystem)
+	}
+	for i, d := range p.Directives {
+		if strings.Contains(d, "{{") {
+			bad(fmt.Sprintf("directives[%d]", i), "placeholders are not allowed in directives")
+		}
+	}
+	for _, l := range []struct {
+		name  string
+		globs []string
+	}{{"tools.allow", p.Tools.Allow}, {"tools.deny", p.Tools.Deny}} {
+		for i, g := range l.globs {
+			if g == "" {
+				bad(fmt.Sprintf("%s[%d]", l.name, i), "empty name")
+			} else if _, err := path.Match(g, ""); err != nil {
+				bad(fmt.Sprintf("%s[%d]", l.name, i), "bad glob %q: %v", g, err)
+			}
+		}
+	}
+	switch p.ToolCalls.OnViolation {
+	case "", vet.ModeRefuse, vet.ModeError, vet.ModeAudit:
+	default:
+		bad("toolCalls.onViolation", "%q: use refuse, error or audit", p.ToolCalls.OnViolation)
+	}
+	if _, err := vet.CompileRules(p.ToolCalls.Rules); err != nil {
+		bad("toolCalls", "%v", err)
+	}
+	return errors.Join(errs...)
+}
+
+// ModuleMode is how much runtime context a protocol takes in.
+type ModuleMode int
+
+// Module modes, in increasing order.
+const (
+	ModeMinimal ModuleMode = iota + 1
+	ModeStandard
+	ModeFull
+)
+
+func (m ModuleMode) String() string {
+	switch m {
+	case ModeMinimal:
+		return "minimal"
+	case ModeStandard:
+		return "standard"
+	case ModeFull:
+		return "full"
+	}
+	return "unknown"
+}
+
+// ParseModuleMode reads "minimal", "standard" or "full".
+func ParseModuleMode(s string) (ModuleMode, bool) {
+	switch s {
+	case "minimal":
+		return ModeMinimal, true
+	case "standard":
+		return ModeStandard, true
+	case "full":
+		return ModeFull, true
+	}
+	return 0, false
+}
+
+// defaultMode is the seed's default per built-in protocol id.
+func defaultMode(id string) ModuleMode {
+	switch id {
+	case "public", "tech":
+		return ModeMinimal
+	case "private", "system":
+		return ModeFull
+	}
+	return ModeStandard
+}
+
+// Modules is the module mode and the switched-off modules of a protocol.
+type Modules struct {
+	Mode ModuleMode
+	Off  []string // module names switched off by prompt_modules:<module>_off, sorted as written
+}
+
+// IsOff reports whether a module is switched off.
+func (m Modules) IsOff(module string) bool {
+	for _, o := range m.Off {
+		if o == module {
+			return true
+		}
+	}
+	return false
+}
+
+// modulesOf reads a scope list; fallbackID chooses the default mode when the scope names none.
+func modulesOf(scope []string, fallbackID string) Modules {
+	var m Modules
+	for _, s := range scope {
+		v, ok := strings.CutPrefix(s, "prompt_modules:")
+		if !ok {
+			continue
+		}
+		if mode, ok := ParseModuleMode(v); ok {
+			m.Mode = mode
+		} else if mod, ok := strings.CutSuffix(v, "_off"); ok {
+			m.Off = append(m.Off, mod)
+		}
+	}
+	if m.Mode == 0 {
+		m.Mode = defaultMode(fallbackID)
+	}
+	return m
+}
+
+// hasScope reports whether the scope list holds s exactly.
+func hasScope(scope []string, s string) bool {
+	for _, x := range scope {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,316 @@
+package policy
+
+import (
+	"fmt"
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/config"
+)
+
+// Error is a policy decision that ends the request with an OpenAI-shaped error.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	Param   string
+}
+
+func (e *Error) Error() string { return "policy: " + e.Message }
+
+func errorf(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Catalog gives the active protocol definitions of one snapshot.
+type Catalog interface {
+	// Protocol returns the active definition of id, or false.
+	Protocol(id string) (*Protocol, bool)
+}
+
+// Request is what routing looks at.
+type Request struct {
+	Path   string
+	Model  string
+	Header http.Header
+	// APIKeySHA256 is the lowercase hex sha256 of the client's API key, "" when none.
+	APIKeySHA256 string
+	// ClientProtocol and ClientWorkflow are the client's choice (header, else body field), "" when none.
+	ClientProtocol string
+	ClientWorkflow string
+	// Forced, when set, selects the protocol with the operator's authority (preview --protocol): routes and
+	// client-selection checks are skipped.
+	Forced string
+}
+
+// Effective is the protocol a request runs under: a protocol, or a workflow merged onto its base.
+type Effective struct {
+	// ID is the selected protocol, or the workflow when one applies; BaseID is the base protocol.
+	ID, BaseID           string
+	Version, BaseVersion int
+	Workflow             bool
+	Template             string
+	Rules                string
+	ClientSystem         string
+	Directives           []string
+	Modules              Modules
+	Scope                []string
+	OnViolation          vet.Mode
+	Atomic               bool
+	ArgRules             []vet.Rule
+
+	// allow holds one allowlist per level (base, then workflow); a tool must pass every level.
+	allow [][]string
+	deny  []string
+}
+
+// Router picks the protocol of a request. It is immutable and safe for concurrent use.
+type Router struct {
+	routes []config.Route
+	def    string
+}
+
+// NewRouter builds a router from the deployment config.
+func NewRouter(cfg *config.File) *Router {
+	def := cfg.DefaultProtocol
+	if def == "" {
+		def = config.DefaultProtocol
+	}
+	return &Router{routes: cfg.Routes, def: def}
+}
+
+// Resolve chooses the protocol: the first matching route, the client's choice where the route allows it,
+// else the default; then merges the workflow, if any. Errors are *Error.
+func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
+	id, clientMayChoose, routed := r.def, true, false
+	for _, rt := range r.routes {
+		if matches(rt.Match, req) {
+			id, routed = rt.Protocol, true
+			clientMayChoose = rt.AllowClientProtocol != nil && *rt.AllowClientProtocol
+			break
+		}
+	}
+	choose := func(want string) (*Protocol, error) {
+		p, ok := cat.Protocol(want)
+		if !ok {
+			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "unknown protocol %q", want)
+		}
+		if want == id {
+			return p, nil // the client asks for what it would get anyway
+		}
+		if !clientMayChoose {
+			return nil, errorf(http.StatusForbidden, "protocol_not_allowed", "protocol %q may not be chosen by the client on this route", want)
+		}
+		if !p.AllowClientSelection {
+			return nil, errorf(http.StatusForbidden, "protocol_not_allowed", "protocol %q does not allow client selection", want)
+		}
+		return p, nil
+	}
+
+	var sel, wf *Protocol
+	var err error
+	switch {
+	case req.Forced != "":
+		p, ok := cat.Protocol(req.Forced)
+		if !ok {
+			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "unknown protocol %q", req.Forced)
+		}
+		sel = p
+	case req.ClientProtocol != "":
+		if sel, err = choose(req.ClientProtocol); err != nil {
+			return nil, err
+		}
+	case req.ClientWorkflow != "" && clientMayChoose:
+		// A workflow alone implies its base, as if the client had chosen the base.
+		w, ok := cat.Protocol(req.ClientWorkflow)
+		if !ok {
+			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "unknown workflow %q", req.ClientWorkflow)
+		}
+		base := w.Extends
+		if base == "" {
+			base = w.ID
+		}
+		if sel, err = choose(base); err != nil {
+			return nil, err
+		}
+	default:
+		p, ok := cat.Protocol(id)
+		if !ok {
+			where := "the default protocol"
+			if routed {
+				where = "the protocol of the matching route"
+			}
+			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "%s %q is not defined", where, id)
+		}
+		sel = p
+	}
+
+	// A selected protocol that is itself a workflow runs on its base.
+	if sel.Extends != "" {
+		wf = sel
+		base, ok := cat.Protocol(sel.Extends)
+		if !ok {
+			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "workflow %q extends unknown protocol %q", sel.ID, sel.Extends)
+		}
+		sel = base
+	}
+	if req.ClientWorkflow != "" && (wf == nil || wf.ID != req.ClientWorkflow) {
+		w, ok := cat.Protocol(req.ClientWorkflow)
+		if !ok {
+			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "unknown workflow %q", req.ClientWorkflow)
+		}
+		if w.Extends == "" {
+			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "%q is not a workflow protocol (it has no extends)", w.ID)
+		}
+		if w.Extends != sel.ID {
+			return nil, errorf(http.StatusForbidden, "protocol_not_allowed", "workflow %q extends %q, not the request's protocol %q", w.ID, w.Extends, sel.ID)
+		}
+		wf = w
+	}
+	if sel.Extends != "" {
+		return nil, errorf(http.StatusBadRequest, "unknown_protocol", "protocol %q extends a workflow; only one level of extends is supported", sel.ID)
+	}
+	return merge(sel, wf), nil
+}
+
+// merge builds the effective protocol; a workflow's rules follow the base's and it only narrows.
+func merge(base, wf *Protocol) *Effective {
+	e := &Effective{
+		ID: base.ID, BaseID: base.ID, Version: base.Version, BaseVersion: base.Version,
+		Template:     base.PromptTemplate.Base,
+		Rules:        strings.TrimSpace(base.PromptTemplate.Overrides.Rules),
+		ClientSystem: base.ClientSystem,
+		Directives:   append([]string(nil), base.Directives...),
+		Modules:      modulesOf(base.Scope, base.ID),
+		Scope:        append([]string(nil), base.Scope...),
+		OnViolation:  base.ToolCalls.OnViolation,
+		Atomic:       base.ToolCalls.AtomicParallelCalls,
+		ArgRules:     append([]vet.Rule(nil), base.ToolCalls.Rules...),
+		allow:        [][]string{base.Tools.Allow},
+		deny:         append([]string(nil), base.Tools.Deny...),
+	}
+	if e.ClientSystem == "" {
+		e.ClientSystem = ClientSystemKeep
+	}
+	if e.OnViolation == "" {
+		e.OnViolation = vet.ModeRefuse
+	}
+	if wf == nil {
+		return e
+	}
+	e.ID, e.Version, e.Workflow = wf.ID, wf.Version, true
+	if wf.PromptTemplate.Base != "" {
+		e.Template = wf.PromptTemplate.Base
+	}
+	if r := strings.TrimSpace(wf.PromptTemplate.Overrides.Rules); r != "" {
+		if e.Rules != "" {
+			e.Rules += "\n"
+		}
+		e.Rules += r
+	}
+	if wf.ClientSystem == ClientSystemDrop {
+		e.ClientSystem = ClientSystemDrop
+	}
+	e.Directives = append(e.Directives, wf.Directives...)
+	// A workflow can narrow the module mode, never widen it; toggles add up.
+	wm := modulesOf(wf.Scope, base.ID)
+	if hasModeScope(wf.Scope) && wm.Mode < e.Modules.Mode {
+		e.Modules.Mode = wm.Mode
+	}
+	e.Modules.Off = append(e.Modules.Off, wm.Off...)
+	e.Scope = intersectScope(e.Scope, wf.Scope)
+	if stricter(wf.ToolCalls.OnViolation, e.OnViolation) {
+		e.OnViolation = wf.ToolCalls.OnViolation
+	}
+	e.Atomic = e.Atomic || wf.ToolCalls.AtomicParallelCalls
+	e.ArgRules = append(e.ArgRules, wf.ToolCalls.Rules...)
+	if len(wf.Tools.Allow) > 0 {
+		e.allow = append(e.allow, wf.Tools.Allow)
+	}
+	e.deny = append(e.deny, wf.Tools.Deny...)
+	return e
+}
+
+func hasModeScope(scope []string) bool {
+	for _, s := range scope {
+		v, ok := strings.CutPrefix(s, "prompt_modules:")
+		if _, isMode := ParseModuleMode(v); ok && isMode {
+			return true
+		}
+	}
+	return false
+}
+
+// intersectScope keeps the base's access scopes that the workflow also lists, when the workflow lists any
+// (module entries aside), so a workflow cannot gain an access scope its base lacks.
+func intersectScope(base, wf []string) []string {
+	var wfAccess []string
+	for _, s := range wf {
+		if !strings.HasPrefix(s, "prompt_modules:") {
+			wfAccess = append(wfAccess, s)
+		}
+	}
+	if len(wfAccess) == 0 {
+		return base
+	}
+	var out []string
+	for _, s := range base {
+		if strings.HasPrefix(s, "prompt_modules:") || hasScope(wfAccess, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// stricter reports whether mode a is stricter than b (error > refuse > audit).
+func stricter(a, b vet.Mode) bool {
+	rank := func(m vet.Mode) int {
+		switch m {
+		case vet.ModeError:
+			return 3
+		case vet.ModeRefuse:
+			return 2
+		case vet.ModeAudit:
+			return 1
+		}
+		return 0
+	}
+	return rank(a) > rank(b)
+}
+
+func matches(m config.Match, req Request) bool {
+	if m.APIKeySha256 != "" && m.APIKeySha256 != req.APIKeySHA256 {
+		return false
+	}
+	if m.Model != "" && !globMatch(m.Model, req.Model) {
+		return false
+	}
+	if m.Path != "" && !globMatch(m.Path, req.Path) {
+		return false
+	}
+	for h, want := range m.Header {
+		vals := req.Header.Values(h)
+		ok := false
+		for _, v := range vals {
+			if globMatch(want, v) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// globMatch matches with path.Match; a malformed pattern (refused by config validation) never matches.
+func globMatch(pattern, s string) bool {
+	if pattern == s {
+		return true
+	}
+	ok, err := path.Match(pattern, s)
+	return err == nil && ok
+}

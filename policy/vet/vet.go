@@ -1,0 +1,400 @@
+// Package vet decides whether one tool call that a model returned may reach the client: its name is
+// in the request's allowed set (exact match), its arguments are one valid JSON object without
+// duplicate keys, they satisfy the JSON Schema the client declared for the tool, and they pass the
+// protocol's argument rules. It also holds the surface-neutral shape of a call being assembled from
+// a response (Call) and of a decision (Decision), so the Chat Completions, Responses and Anthropic
+// Messages surfaces vet the same way.
+//
+// It owns the checks, the stable reason strings and the notice text. It does not read or rewrite
+// responses or streams (proxy/chatvet and its siblings do), does not choose the allowed set or the
+// mode (policy/ does), and does not store decisions (policy/audit does).
+package vet
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// Mode is what happens to a call that breaks the policy (a protocol's toolCalls.onViolation).
+type Mode string
+
+// The modes.
+const (
+	// ModeRefuse removes the bad call and tells the client in the message text. The default.
+	ModeRefuse Mode = "refuse"
+	// ModeError answers the request with 403 tool_call_blocked (in a stream: an error event).
+	ModeError Mode = "error"
+	// ModeAudit lets the call through and records the violation.
+	ModeAudit Mode = "audit"
+)
+
+// ParseMode reads a mode; "" is ModeRefuse.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case "":
+		return ModeRefuse, nil
+	case ModeRefuse, ModeError, ModeAudit:
+		return m, nil
+	}
+	return "", fmt.Errorf("vet: unknown mode %q: use refuse, error or audit", s)
+}
+
+// Verdict is the outcome of vetting one call.
+type Verdict = string
+
+// The verdicts.
+const (
+	VerdictAllowed Verdict = "allowed"
+	VerdictBlocked Verdict = "blocked"
+	VerdictAudited Verdict = "audited" // broke the policy, let through in audit mode
+)
+
+// KindToolCall is the Kind of every Decision of this package.
+const KindToolCall = "tool_call"
+
+// Stable reasons. Reasons never hold argument values; a tool name or a key may appear.
+const (
+	ReasonNotAllowed       = "tool not allowed"
+	ReasonNotObject        = "arguments must be a json object"
+	ReasonNotString        = "arguments are not a string"
+	ReasonSchemaCompile    = "schema does not compile"
+	ReasonMissingID        = "missing call id"
+	ReasonDuplicateID      = "duplicate call id"
+	ReasonNameChanged      = "name changed mid-stream"
+	ReasonBatch            = "another call of the batch was blocked"
+	ReasonUnsupportedType  = "unsupported tool call type"
+	ReasonInvalidIndex     = "invalid tool call index"
+	ReasonTooLarge         = "arguments too large"
+	ReasonMalformedStream  = "upstream event is not valid json"
+	ReasonAfterRelease     = "fragment after the call was released"
+	reasonInvalidJSON      = "arguments are not valid json: "
+	reasonSchemaMismatch   = "arguments do not match schema: "
+	maxNameInNotice        = 64
+	maxSchemaDetailInReply = 160
+)
+
+// Policy is everything needed to vet one response's calls; the proxy builds it once per request.
+type Policy struct {
+	// Allowed is the request's allowed set of tool names, compared exactly: no case folding,
+	// trimming or Unicode normalisation. A nil map allows nothing.
+	Allowed map[string]bool
+	// Schemas maps a tool name to the JSON Schema the client declared for it (function.parameters).
+	// A missing or empty schema accepts any object.
+	Schemas map[string][]byte
+	// Rules are the protocol's argument rules; nil means none.
+	Rules *RuleSet
+	// Mode is the protocol's onViolation; "" is ModeRefuse and an unknown value is ModeError.
+	Mode Mode
+	// Atomic (atomicParallelCalls) makes one bad call refuse every call of its choice.
+	Atomic bool
+	// MaxDepth caps the nesting of arguments; zero or negative is jsoncheck.DefaultMaxDepth.
+	MaxDepth int
+}
+
+// Decision is the outcome of vetting one call, for the decision log.
+type Decision struct {
+	Kind    string // KindToolCall
+	Choice  int
+	CallID  string
+	Tool    string
+	Verdict Verdict
+	Reason  string // why the call broke the policy; "" when it did not
+	Rule    string // the argument rule that failed: its id, or rules[i]; "" for other reasons
+}
+
+// Blocked reports whether the call must not reach the client.
+func (d Decision) Blocked() bool { return d.Verdict == VerdictBlocked }
+
+// Notice is the text that replaces a blocked call: `[promptgate] blocked tool call NAME: REASON`.
+// A name that is not a plain tool name (letters, digits, _ and -, at most 64 bytes) is shown
+// quoted with Go escapes, so that look-alikes are visible and no control character gets through.
+func Notice(d Decision) string {
+	return "[promptgate] blocked tool call " + DisplayName(d.Tool) + ": " + d.Reason
+}
+
+// DisplayName renders a tool name for a notice or an error message; see Notice.
+func DisplayName(name string) string {
+	plain := name != "" && len(name) <= maxNameInNotice
+	for i := 0; plain && i < len(name); i++ {
+		c := name[i]
+		plain = c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	}
+	if plain {
+		return name
+	}
+	if utf8.RuneCountInString(name) > maxNameInNotice {
+		n := 0
+		for i := range name {
+			if n == maxNameInNotice {
+				name = name[:i]
+				break
+			}
+			n++
+		}
+		return strconv.QuoteToASCII(name) + "…"
+	}
+	return strconv.QuoteToASCII(name)
+}
+
+// Checker vets the calls of one response. It compiles each tool's schema once, when the first call
+// to that tool is vetted, and remembers the call ids it has seen. It is safe for concurrent use.
+type Checker struct {
+	p Policy
+
+	mu      sync.Mutex
+	schemas map[string]*compiledSchema
+	ids     map[int]map[string]bool // choice -> call ids seen
+}
+
+type compiledSchema struct {
+	s   *jsonschema.Schema // nil when any object is accepted
+	err error
+}
+
+// NewChecker returns a Checker for p. p's maps must not change while the Checker is in use.
+func NewChecker(p Policy) *Checker {
+	switch p.Mode {
+	case "":
+		p.Mode = ModeRefuse
+	case ModeRefuse, ModeError, ModeAudit:
+	default:
+		p.Mode = ModeError // fail closed on a mode this code does not know
+	}
+	return &Checker{p: p, schemas: map[string]*compiledSchema{}, ids: map[int]map[string]bool{}}
+}
+
+// Mode is the effective mode.
+func (c *Checker) Mode() Mode { return c.p.Mode }
+
+// Atomic reports whether one bad call blocks every call of its choice.
+func (c *Checker) Atomic() bool { return c.p.Atomic }
+
+// Check vets a call's name and arguments (the raw argument JSON text): allowed name, one JSON
+// object, the tool's schema, the argument rules, in that order. It returns the first violation's
+// reason and, for an argument rule, the rule's name; ok is true when there is none.
+func (c *Checker) Check(name string, args []byte) (reason, rule string, ok bool) {
+	if !c.p.Allowed[name] {
+		return ReasonNotAllowed, "", false
+	}
+	if err := jsoncheck.Object(args, jsoncheck.Limits{MaxDepth: c.p.MaxDepth}); err != nil {
+		return argsReason(err), "", false
+	}
+	if r := c.checkSchema(name, args); r != "" {
+		return r, "", false
+	}
+	if c.p.Rules != nil {
+		if reason, rule := c.p.Rules.check(name, args); reason != "" {
+			return reason, rule, false
+		}
+	}
+	return "", "", true
+}
+
+// argsReason turns a jsoncheck error into a reason that holds no argument bytes.
+func argsReason(err error) string {
+	var je *jsoncheck.Error
+	if !errors.As(err, &je) {
+		return reasonInvalidJSON + "syntax error"
+	}
+	switch je.Kind {
+	case jsoncheck.NotObject:
+		return ReasonNotObject
+	case jsoncheck.DuplicateKey:
+		return "duplicate key " + quoteKey(je.Key) + " in arguments"
+	case jsoncheck.Syntax:
+		if je.Offset == 0 && bytes.Contains([]byte(je.Error()), []byte("empty input")) {
+			return reasonInvalidJSON + "empty"
+		}
+	}
+	return reasonInvalidJSON + je.Kind.String() + " at offset " + strconv.Itoa(je.Offset)
+}
+
+// quoteKey quotes a key for a reason, cut to a readable length.
+func quoteKey(k string) string {
+	const maxKey = 64
+	if len(k) > maxKey {
+		cut := maxKey
+		for cut > 0 && !utf8.RuneStart(k[cut]) {
+			cut--
+		}
+		return strconv.Quote(k[:cut]) + "…"
+	}
+	return strconv.Quote(k)
+}
+
+// Vet decides one assembled call: a problem found while assembling it, a missing or repeated
+// call id (legacy function calls have none), then Check. The verdict follows the mode. Vet
+// remembers the call's id, so each call must be vetted once.
+func (c *Checker) Vet(call *Call) Decision {
+	d := Decision{Kind: KindToolCall, Choice: call.Choice, CallID: call.ID, Tool: call.Name}
+	switch {
+	case call.problem != "":
+		d.Reason = call.problem
+	case !call.Legacy && call.ID == "":
+		d.Reason = ReasonMissingID
+	case !call.Legacy && c.seen(call.Choice, call.ID):
+		d.Reason = ReasonDuplicateID
+	default:
+		d.Reason, d.Rule, _ = c.Check(call.Name, call.Args)
+	}
+	switch {
+	case d.Reason == "":
+		d.Verdict = VerdictAllowed
+	case c.p.Mode == ModeAudit:
+		d.Verdict = VerdictAudited
+	default:
+		d.Verdict = VerdictBlocked
+	}
+	return d
+}
+
+// VetBatch vets the calls of one choice together, in order. With Atomic set and a call blocked,
+// every other call of the batch is blocked too, with ReasonBatch.
+func (c *Checker) VetBatch(calls []*Call) []Decision {
+	ds := make([]Decision, len(calls))
+	blocked := false
+	for i, call := range calls {
+		ds[i] = c.Vet(call)
+		blocked = blocked || ds[i].Blocked()
+	}
+	if blocked && c.p.Atomic {
+		for i := range ds {
+			if !ds[i].Blocked() {
+				ds[i].Verdict, ds[i].Reason, ds[i].Rule = VerdictBlocked, ReasonBatch, ""
+			}
+		}
+	}
+	return ds
+}
+
+// seen records id for choice and reports whether it was there already.
+func (c *Checker) seen(choice int, id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.ids[choice]
+	if m == nil {
+		m = map[string]bool{}
+		c.ids[choice] = m
+	}
+	if m[id] {
+		return true
+	}
+	m[id] = true
+	return false
+}
+
+// checkSchema validates args (already checked by jsoncheck) against the tool's schema.
+func (c *Checker) checkSchema(name string, args []byte) string {
+	cs := c.schema(name)
+	if cs.err != nil {
+		return ReasonSchemaCompile
+	}
+	if cs.s == nil {
+		return ""
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return reasonInvalidJSON + "syntax error"
+	}
+	err = cs.s.Validate(doc)
+	if err == nil {
+		return ""
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return reasonSchemaMismatch + "invalid"
+	}
+	return reasonSchemaMismatch + schemaDetail(ve)
+}
+
+// schema returns the compiled schema of a tool, compiling it on first use.
+func (c *Checker) schema(name string) *compiledSchema {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cs, ok := c.schemas[name]; ok {
+		return cs
+	}
+	s, err := compileSchema(c.p.Schemas[name])
+	cs := &compiledSchema{s: s, err: err}
+	c.schemas[name] = cs
+	return cs
+}
+
+// refuseLoader keeps a client's schema from reading files or URLs through $ref.
+type refuseLoader struct{}
+
+func (refuseLoader) Load(url string) (any, error) {
+	return nil, errors.New("vet: schemas may only refer to themselves")
+}
+
+var _ jsonschema.URLLoader = refuseLoader{}
+
+const schemaURL = "urn:promptgate:tool-parameters"
+
+// compileSchema compiles a client-declared schema; nil or blank means none.
+func compileSchema(raw []byte) (*jsonschema.Schema, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("vet: schema: %w", err)
+	}
+	comp := jsonschema.NewCompiler()
+	comp.UseLoader(refuseLoader{})
+	if err := comp.AddResource(schemaURL, doc); err != nil {
+		return nil, fmt.Errorf("vet: schema: %w", err)
+	}
+	s, err := comp.Compile(schemaURL)
+	if err != nil {
+		return nil, fmt.Errorf("vet: schema: %w", err)
+	}
+	return s, nil
+}
+
+// schemaDetail describes the first leaf error: where, and which keyword failed. Messages that
+// could echo the instance (pattern, bounds, formats, ...) are reduced to the keyword.
+func schemaDetail(ve *jsonschema.ValidationError) string {
+	for len(ve.Causes) > 0 {
+		ve = ve.Causes[0]
+	}
+	var loc strings.Builder
+	for _, seg := range ve.InstanceLocation {
+		loc.WriteByte('/')
+		loc.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(seg))
+	}
+	where := loc.String()
+	if where == "" {
+		where = "/"
+	}
+	what := strings.Join(ve.ErrorKind.KeywordPath(), "/")
+	switch ve.ErrorKind.(type) {
+	// These messages hold only what the schema says, type names and property names.
+	case *kind.Type, *kind.Required, *kind.AdditionalProperties, *kind.Enum, *kind.Const,
+		*kind.FalseSchema, *kind.Dependency, *kind.DependentRequired:
+		what = ve.ErrorKind.LocalizedString(message.NewPrinter(language.English))
+	}
+	if what == "" {
+		what = "invalid"
+	}
+	out := "at " + where + ": " + what
+	if len(out) > maxSchemaDetailInReply {
+		cut := maxSchemaDetailInReply
+		for cut > 0 && !utf8.RuneStart(out[cut]) {
+			cut--
+		}
+		out = out[:cut] + "…"
+	}
+	return out
+}

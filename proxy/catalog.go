@@ -1,0 +1,127 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/store"
+)
+
+// catalog is one immutable snapshot of the active definitions. A request takes one snapshot when it starts
+// and keeps it to the end, so an activation never changes a request in flight.
+type catalog struct {
+	protocols map[string]*policy.Protocol
+	templates map[string]store.Record
+}
+
+var _ policy.Catalog = (*catalog)(nil)
+
+func (c *catalog) Protocol(id string) (*policy.Protocol, bool) {
+	p, ok := c.protocols[id]
+	return p, ok
+}
+
+// Definitions keeps the current catalog, reloads it when the store changes, and caches parsed templates
+// by name@version.
+type Definitions struct {
+	store  store.Store
+	log    *slog.Logger
+	cur    atomic.Pointer[catalog]
+	cache  *ristretto.Cache[string, *assembly.Template]
+	mu     sync.Mutex // serialises reloads
+	cancel func()
+}
+
+// NewDefinitions loads the first snapshot and watches the store for changes. A snapshot that cannot be
+// read is an error: without definitions there is no policy to enforce.
+func NewDefinitions(ctx context.Context, st store.Store, log *slog.Logger) (*Definitions, error) {
+	cache, err := ristretto.NewCache(&ristretto.Config[string, *assembly.Template]{
+		NumCounters: 10_000, MaxCost: 64 << 20, BufferItems: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: template cache: %w", err)
+	}
+	d := &Definitions{store: st, log: log, cache: cache}
+	if err := d.Reload(ctx); err != nil {
+		cache.Close()
+		return nil, err
+	}
+	d.cancel = st.Watch(func() {
+		if err := d.Reload(context.Background()); err != nil {
+			log.Error("reload definitions; serving the previous snapshot", "err", err)
+		}
+	})
+	return d, nil
+}
+
+// Close stops watching and frees the cache.
+func (d *Definitions) Close() {
+	if d.cancel != nil {
+		d.cancel()
+	}
+	d.cache.Close()
+}
+
+// Reload reads a new snapshot from the store and swaps it in atomically. A protocol that does not parse is
+// left out and logged (the store's validation hook keeps such versions from being stored).
+func (d *Definitions) Reload(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	snap, err := d.store.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("proxy: read definitions: %w", err)
+	}
+	c := &catalog{protocols: make(map[string]*policy.Protocol, len(snap.Protocols)), templates: snap.Templates}
+	for id, rec := range snap.Protocols {
+		p, err := policy.ParseProtocol(rec.Body)
+		if err != nil {
+			d.log.Error("active protocol version does not parse; it is not served", "protocol", id, "version", rec.Version, "err", err)
+			continue
+		}
+		p.Version = rec.Version
+		c.protocols[id] = p
+	}
+	d.cur.Store(c)
+	return nil
+}
+
+func (d *Definitions) snapshot() *catalog { return d.cur.Load() }
+
+// errNoTemplate is returned when neither the DB nor the binary has a template.
+var errNoTemplate = errors.New("template not found")
+
+// template returns the parsed active template of the snapshot; when the DB lacks it, the copy embedded in
+// the binary (version 0) is used and the fallback logged.
+func (d *Definitions) template(c *catalog, name string) (*assembly.Template, error) {
+	rec, ok := c.templates[name]
+	if !ok {
+		b, ok := store.Fallback(store.KindTemplate, name)
+		if !ok {
+			return nil, fmt.Errorf("proxy: template %q: %w", name, errNoTemplate)
+		}
+		d.log.Warn("template not in the DB; using the copy embedded in the binary", "template", name)
+		rec = b
+		rec.Version = 0
+	}
+	key := name + "@" + strconv.Itoa(rec.Version)
+	if t, ok := d.cache.Get(key); ok {
+		return t, nil
+	}
+	text := gjson.GetBytes(rec.Body, "text")
+	if text.Type != gjson.String {
+		return nil, fmt.Errorf("proxy: template %q@%d: body has no string \"text\"", name, rec.Version)
+	}
+	t := assembly.ParseTemplate(name, rec.Version, text.String())
+	d.cache.Set(key, t, int64(len(text.Raw))+256)
+	return t, nil
+}

@@ -1,0 +1,333 @@
+// Package config loads and validates the deployment file given with --config: routes, protocol and tool
+// policy, plugins, limits and the HTTPS-proxy door. It owns parsing, defaults and validation of that YAML;
+// it does not own what the values mean at run time (policy/, plugins/ and proxy/ do).
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults for the values a config file may leave out.
+const (
+	DefaultProtocol        = "neutral"
+	DefaultMaxBodyBytes    = 10 << 20
+	DefaultMaxJSONDepth    = 64
+	DefaultUpstreamTimeout = 120 * time.Second
+	DefaultPluginTimeout   = 150 * time.Millisecond
+	DefaultPluginCacheTTL  = 30 * time.Second
+	DefaultPluginMinMode   = "minimal"
+)
+
+// File is the whole deployment config. The zero value (no --config) is valid and means: default
+// protocol neutral, no routes, every tool enabled, no plugins, default limits.
+type File struct {
+	// DefaultProtocol is used when no route matches and the client does not choose; "" means neutral.
+	DefaultProtocol string `yaml:"defaultProtocol"`
+	// Routes are matched in order; the first match wins.
+	Routes []Route `yaml:"routes"`
+	// Tools holds the access policy and runtime enablement of tools, across protocols, by tool name.
+	Tools map[string]Tool `yaml:"tools"`
+	// Plugins are the context sources started by serve.
+	Plugins []Plugin `yaml:"plugins"`
+	// Limits bound what one request may cost.
+	Limits Limits `yaml:"limits"`
+	// MITM configures the HTTPS-proxy door (--proxy-listen).
+	MITM *MITM `yaml:"mitm"`
+}
+
+// Route sends matching requests to a protocol.
+type Route struct {
+	Match    Match  `yaml:"match"`
+	Protocol string `yaml:"protocol"`
+	// AllowClientProtocol lets clients on this route choose their protocol with the header or the body
+	// field. Nil means false: a route pins its protocol unless it says otherwise.
+	AllowClientProtocol *bool `yaml:"allowClientProtocol"`
+}
+
+// Match is the condition of a route; every non-empty field must match. An empty Match matches all.
+type Match struct {
+	// APIKeySha256 is the lowercase hex SHA-256 of the client's bearer token (or x-api-key).
+	APIKeySha256 string `yaml:"apiKeySha256"`
+	// Header maps header names to exact values or globs (path.Match syntax).
+	Header map[string]string `yaml:"header"`
+	// Model is an exact model name or a glob such as "gpt-4o*".
+	Model string `yaml:"model"`
+	// Path is an exact request path or a glob, e.g. /v1/chat/completions.
+	Path string `yaml:"path"`
+}
+
+// Tool is the deployment's policy for one tool name.
+type Tool struct {
+	// Enabled nil or true keeps the tool; false removes it in every protocol (an operator kill switch).
+	Enabled *bool `yaml:"enabled"`
+	// Scope, when set, must be listed in the protocol's scope for the tool to be allowed.
+	Scope string `yaml:"scope"`
+	// AllowedProtocols, when non-empty, lists the protocols (or their bases) the tool may be used in.
+	AllowedProtocols []string `yaml:"allowedProtocols"`
+}
+
+// Plugin is one context source.
+type Plugin struct {
+	Name               string         `yaml:"name"`
+	Path               string         `yaml:"path"`
+	SHA256             string         `yaml:"sha256"`
+	Module             string         `yaml:"module"`
+	MinMode            string         `yaml:"minMode"`
+	Timeout            time.Duration  `yaml:"timeout"`
+	Required           bool           `yaml:"required"`
+	CacheTTL           time.Duration  `yaml:"cacheTTL"`
+	Config             map[string]any `yaml:"config"`
+	ReceiveUserMessage bool           `yaml:"receiveUserMessage"`
+	TrustedDirectives  bool           `yaml:"trustedDirectives"`
+}
+
+// Limits bound one request.
+type Limits struct {
+	// MaxBodyBytes caps a request body; larger bodies get 413 body_too_large. 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64 `yaml:"maxBodyBytes"`
+	// MaxJSONDepth caps nesting of request bodies and tool-call arguments. 0 means DefaultMaxJSONDepth.
+	MaxJSONDepth int `yaml:"maxJSONDepth"`
+	// UpstreamTimeout bounds the wait for the upstream's response headers, and each silent gap in a
+	// streamed body. 0 means DefaultUpstreamTimeout.
+	UpstreamTimeout time.Duration `yaml:"upstreamTimeout"`
+}
+
+// MITM configures interception in the HTTPS-proxy mode.
+type MITM struct {
+	CACert      string   `yaml:"caCert"`
+	CAKey       string   `yaml:"caKey"`
+	Hosts       []string `yaml:"hosts"`
+	Passthrough *bool    `yaml:"passthrough"`
+	UpstreamCA  string   `yaml:"upstreamCA"`
+}
+
+// Load reads and validates a config file. An empty path returns the defaults.
+func Load(file string) (*File, error) {
+	if file == "" {
+		f := &File{}
+		f.ApplyDefaults()
+		return f, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	f, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", file, err)
+	}
+	return f, nil
+}
+
+// Parse decodes YAML strictly (unknown keys are errors), applies defaults and validates.
+func Parse(b []byte) (*File, error) {
+	f := &File{}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, explainYAML(err)
+	}
+	f.ApplyDefaults()
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type config\.(\w+)`)
+
+// explainYAML turns yaml.v3's messages about unknown fields into ones that name the key and the fix.
+func explainYAML(err error) error {
+	msg := err.Error()
+	ms := unknownField.FindAllStringSubmatch(msg, -1)
+	if len(ms) == 0 {
+		return fmt.Errorf("invalid YAML: %w", err)
+	}
+	var out []string
+	for _, m := range ms {
+		out = append(out, fmt.Sprintf("line %s: unknown key %q in %s; valid keys: %s", m[1], m[2], sectionName(m[3]), strings.Join(knownKeys[m[3]], ", ")))
+	}
+	return errors.New(strings.Join(out, "; "))
+}
+
+func sectionName(typ string) string {
+	switch typ {
+	case "File":
+		return "the top level"
+	case "Route":
+		return "a route"
+	case "Match":
+		return "a route's match"
+	case "Tool":
+		return "a tool entry"
+	case "Plugin":
+		return "a plugin entry"
+	case "Limits":
+		return "limits"
+	case "MITM":
+		return "mitm"
+	}
+	return typ
+}
+
+var knownKeys = map[string][]string{
+	"File":   {"defaultProtocol", "routes", "tools", "plugins", "limits", "mitm"},
+	"Route":  {"match", "protocol", "allowClientProtocol"},
+	"Match":  {"apiKeySha256", "header", "model", "path"},
+	"Tool":   {"enabled", "scope", "allowedProtocols"},
+	"Plugin": {"name", "path", "sha256", "module", "minMode", "timeout", "required", "cacheTTL", "config", "receiveUserMessage", "trustedDirectives"},
+	"Limits": {"maxBodyBytes", "maxJSONDepth", "upstreamTimeout"},
+	"MITM":   {"caCert", "caKey", "hosts", "passthrough", "upstreamCA"},
+}
+
+// ApplyDefaults fills every zero value that has a default.
+func (f *File) ApplyDefaults() {
+	if f.DefaultProtocol == "" {
+		f.DefaultProtocol = DefaultProtocol
+	}
+	if f.Limits.MaxBodyBytes == 0 {
+		f.Limits.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if f.Limits.MaxJSONDepth == 0 {
+		f.Limits.MaxJSONDepth = DefaultMaxJSONDepth
+	}
+	if f.Limits.UpstreamTimeout == 0 {
+		f.Limits.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	for i := range f.Plugins {
+		p := &f.Plugins[i]
+		if p.Timeout == 0 {
+			p.Timeout = DefaultPluginTimeout
+		}
+		if p.CacheTTL == 0 {
+			p.CacheTTL = DefaultPluginCacheTTL
+		}
+		if p.MinMode == "" {
+			p.MinMode = DefaultPluginMinMode
+		}
+	}
+	if f.MITM != nil && f.MITM.Passthrough == nil {
+		t := true
+		f.MITM.Passthrough = &t
+	}
+}
+
+var (
+	idPattern  = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	hexPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// Validate returns every problem of the file joined, each naming the key path and the fix.
+func (f *File) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if !idPattern.MatchString(f.DefaultProtocol) {
+		bad("defaultProtocol", "%q is not a protocol id (letters, digits, _ . -)", f.DefaultProtocol)
+	}
+	for i, r := range f.Routes {
+		key := fmt.Sprintf("routes[%d]", i)
+		if r.Protocol == "" {
+			bad(key+".protocol", "missing: name the protocol this route selects")
+		} else if !idPattern.MatchString(r.Protocol) {
+			bad(key+".protocol", "%q is not a protocol id", r.Protocol)
+		}
+		m := r.Match
+		if m.APIKeySha256 != "" && !hexPattern.MatchString(m.APIKeySha256) {
+			bad(key+".match.apiKeySha256", "must be 64 lowercase hex characters (sha256 of the API key, e.g. `printf %%s \"$KEY\" | sha256sum`)")
+		}
+		for _, g := range []struct{ k, v string }{{"model", m.Model}, {"path", m.Path}} {
+			if _, err := path.Match(g.v, ""); err != nil {
+				bad(key+".match."+g.k, "bad glob %q: %v", g.v, err)
+			}
+		}
+		for h, v := range m.Header {
+			if _, err := path.Match(v, ""); err != nil {
+				bad(key+".match.header."+h, "bad glob %q: %v", v, err)
+			}
+			if h == "" || strings.ContainsAny(h, " :\t") {
+				bad(key+".match.header", "%q is not a header name", h)
+			}
+		}
+	}
+	for name, t := range f.Tools {
+		key := "tools." + name
+		if name == "" {
+			bad("tools", "empty tool name")
+		}
+		for j, p := range t.AllowedProtocols {
+			if !idPattern.MatchString(p) {
+				bad(fmt.Sprintf("%s.allowedProtocols[%d]", key, j), "%q is not a protocol id", p)
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for i, p := range f.Plugins {
+		key := fmt.Sprintf("plugins[%d]", i)
+		if p.Name != "" {
+			key = fmt.Sprintf("plugins[%d] (%s)", i, p.Name)
+		}
+		switch {
+		case p.Name == "":
+			bad(key+".name", "missing: the plugin's key in the runtime context JSON")
+		case !idPattern.MatchString(p.Name):
+			bad(key+".name", "%q: use letters, digits, _ . -", p.Name)
+		case p.Name == "meta" || p.Name == "request":
+			bad(key+".name", "%q is reserved in the runtime context JSON; choose another name", p.Name)
+		case seen[p.Name]:
+			bad(key+".name", "duplicate plugin name %q", p.Name)
+		}
+		seen[p.Name] = true
+		if p.Path == "" {
+			bad(key+".path", "missing: the plugin binary")
+		}
+		if !hexPattern.MatchString(strings.ToLower(p.SHA256)) {
+			bad(key+".sha256", "required: the binary's sha256 as 64 hex characters (sha256sum %s)", p.Path)
+		}
+		switch p.MinMode {
+		case "minimal", "standard", "full":
+		default:
+			bad(key+".minMode", "%q: use minimal, standard or full", p.MinMode)
+		}
+		if p.Timeout < 0 {
+			bad(key+".timeout", "must be positive, e.g. 150ms")
+		}
+		if p.CacheTTL < 0 {
+			bad(key+".cacheTTL", "must be zero or positive, e.g. 30s")
+		}
+	}
+	if f.Limits.MaxBodyBytes < 0 {
+		bad("limits.maxBodyBytes", "must be positive, e.g. 10485760")
+	}
+	if f.Limits.MaxJSONDepth < 0 || f.Limits.MaxJSONDepth > 10000 {
+		bad("limits.maxJSONDepth", "must be between 1 and 10000, e.g. 64")
+	}
+	if f.Limits.UpstreamTimeout < 0 {
+		bad("limits.upstreamTimeout", "must be positive, e.g. 120s")
+	}
+	if m := f.MITM; m != nil {
+		if m.CACert == "" {
+			bad("mitm.caCert", "missing: the CA certificate written by `promptgate ca init`")
+		}
+		if m.CAKey == "" {
+			bad("mitm.caKey", "missing: the CA key written by `promptgate ca init`")
+		}
+		for j, h := range m.Hosts {
+			if h == "" || strings.ContainsAny(h, "/: ") {
+				bad(fmt.Sprintf("mitm.hosts[%d]", j), "%q: give a host name only, e.g. api.openai.com", h)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

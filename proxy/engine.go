@@ -1,0 +1,226 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/assembly/ctxjson"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/proxy/config"
+)
+
+// Request headers of promptgate; they are read here and never sent upstream.
+const (
+	HeaderProtocol     = "X-Promptgate-Protocol"
+	HeaderWorkflow     = "X-Promptgate-Workflow"
+	HeaderUser         = "X-Promptgate-User"
+	HeaderConversation = "X-Promptgate-Conversation"
+)
+
+// Response headers.
+const (
+	HeaderRequestID     = "X-Request-Id"
+	HeaderUpstreamReqID = "X-Upstream-Request-Id"
+	HeaderTemplate      = "X-Promptgate-Template"
+	HeaderToolsRemoved  = "X-Promptgate-Tools-Removed"
+	HeaderBlocked       = "X-Promptgate-Blocked"
+)
+
+// GatherQuery is what a context source is told about a request.
+type GatherQuery struct {
+	Protocol, BaseProtocol string
+	Mode                   policy.ModuleMode
+	ModulesOff             []string
+	User, Conversation     string
+	Model                  string
+	// LatestUser is the text of the latest user message; sources see it only where their config allows.
+	LatestUser string
+}
+
+// Gathered is what the context sources returned for one request.
+type Gathered struct {
+	Sources    []ctxjson.Source
+	Skipped    []ctxjson.Skip
+	Directives []string
+}
+
+// ContextSource gathers runtime context (plugins/ implements it). An error means a required source failed:
+// the request is answered 503 context_unavailable.
+type ContextSource interface {
+	Gather(ctx context.Context, q GatherQuery) (Gathered, error)
+}
+
+// Engine turns a client request into the upstream request. The proxy listener, the admin preview and the
+// `promptgate preview` command all run this same code.
+type Engine struct {
+	Defs     *Definitions
+	Router   *policy.Router
+	Access   policy.ToolAccess
+	Settings assembly.Settings
+	Limits   config.Limits
+	// Context may be nil: then only the request's own promptgate.context is used.
+	Context ContextSource
+	Log     *slog.Logger
+}
+
+// Input is one client request.
+type Input struct {
+	Path   string
+	Header http.Header
+	Body   []byte
+	// ForceProtocol selects the protocol with the operator's authority (preview --protocol).
+	ForceProtocol string
+}
+
+// Prepared is everything decided for one request, and the exact upstream body.
+type Prepared struct {
+	Body      []byte
+	Model     string
+	Stream    bool
+	Protocol  *policy.Effective
+	Template  *assembly.Template
+	Prompt    assembly.Prompt
+	Kept      []policy.Tool
+	Removed   []policy.Removal
+	Extension assembly.Extension
+}
+
+// contextError marks a failure of a required context source.
+type contextError struct{ err error }
+
+func (e *contextError) Error() string { return "context: " + e.err.Error() }
+func (e *contextError) Unwrap() error { return e.err }
+
+// templateError marks a template that cannot be had (fail closed).
+type templateError struct{ err error }
+
+func (e *templateError) Error() string { return e.err.Error() }
+func (e *templateError) Unwrap() error { return e.err }
+
+// PrepareChat validates and rewrites a /v1/chat/completions request.
+func (e *Engine) PrepareChat(ctx context.Context, in Input) (*Prepared, error) {
+	if err := jsoncheck.Object(in.Body, jsoncheck.Limits{MaxDepth: e.Limits.MaxJSONDepth}); err != nil {
+		return nil, err
+	}
+	ext, err := assembly.ParseExtension(in.Body)
+	if err != nil {
+		return nil, err
+	}
+	chat, err := assembly.ParseChat(in.Body)
+	if err != nil {
+		return nil, err
+	}
+	cat := e.Defs.snapshot()
+	eff, err := e.Router.Resolve(policyRequest(in, chat.Model, ext), cat)
+	if err != nil {
+		return nil, err
+	}
+	kept, removed := eff.Filter(chat.Tools, e.Access)
+	if err := assembly.ChatToolChoice(in.Body, kept); err != nil {
+		return nil, err
+	}
+	tmpl, err := e.Defs.template(cat, eff.Template)
+	if err != nil {
+		return nil, &templateError{err}
+	}
+	user := firstNonEmpty(in.Header.Get(HeaderUser), ext.User)
+	conv := firstNonEmpty(in.Header.Get(HeaderConversation), ext.Conversation)
+	layers := assembly.Layers{
+		Rules:       eff.Rules,
+		Directives:  eff.Directives,
+		Tools:       kept,
+		NativeTools: chat.NativeTools,
+		Meta:        ctxjson.Meta{Protocol: eff.ID},
+	}
+	if eff.ClientSystem != policy.ClientSystemDrop {
+		layers.Application = chat.Application
+	}
+	if ext.Context != nil {
+		v, err := ctxjson.Parse(ext.Context)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: promptgate.context: %w", err)
+		}
+		layers.Sources = append(layers.Sources, ctxjson.Source{Name: "request", Value: v})
+	}
+	if e.Context != nil {
+		g, err := e.Context.Gather(ctx, GatherQuery{
+			Protocol: eff.ID, BaseProtocol: eff.BaseID, Mode: eff.Modules.Mode, ModulesOff: eff.Modules.Off,
+			User: user, Conversation: conv, Model: chat.Model, LatestUser: chat.LatestUser,
+		})
+		if err != nil {
+			return nil, &contextError{err}
+		}
+		layers.Sources = append(layers.Sources, g.Sources...)
+		layers.Meta.Skipped = append(layers.Meta.Skipped, g.Skipped...)
+		layers.Directives = append(layers.Directives, g.Directives...)
+	}
+	for _, s := range layers.Sources {
+		layers.Meta.Sources = append(layers.Meta.Sources, s.Name)
+	}
+	prompt := assembly.Build(tmpl, layers, e.Settings)
+	body, err := assembly.RewriteChat(in.Body, prompt, kept, len(removed) > 0)
+	if err != nil {
+		return nil, err
+	}
+	if prompt.ContextTruncated {
+		e.Log.Debug("runtime context truncated to fit", "protocol", eff.ID, "max_chars", e.Settings.ContextMaxChars)
+	}
+	return &Prepared{
+		Body: body, Model: chat.Model, Stream: chat.Stream, Protocol: eff, Template: tmpl,
+		Prompt: prompt, Kept: kept, Removed: removed, Extension: ext,
+	}, nil
+}
+
+func policyRequest(in Input, model string, ext assembly.Extension) policy.Request {
+	return policy.Request{
+		Path:           in.Path,
+		Model:          model,
+		Header:         in.Header,
+		APIKeySHA256:   apiKeyHash(in.Header),
+		ClientProtocol: firstNonEmpty(strings.TrimSpace(in.Header.Get(HeaderProtocol)), ext.Protocol),
+		ClientWorkflow: firstNonEmpty(strings.TrimSpace(in.Header.Get(HeaderWorkflow)), ext.Workflow),
+		Forced:         in.ForceProtocol,
+	}
+}
+
+// apiKeyHash is the hex sha256 of the bearer token, or of x-api-key (Anthropic clients).
+func apiKeyHash(h http.Header) string {
+	key := ""
+	if a := h.Get("Authorization"); a != "" {
+		if k, ok := strings.CutPrefix(a, "Bearer "); ok {
+			key = strings.TrimSpace(k)
+		}
+	}
+	if key == "" {
+		key = strings.TrimSpace(h.Get("X-Api-Key"))
+	}
+	if key == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// isClientError reports errors that are the client's fault (a 4xx).
+func isClientError(err error) bool {
+	var pe *policy.Error
+	var je *jsoncheck.Error
+	return errors.As(err, &pe) || errors.As(err, &je)
+}

@@ -1,0 +1,106 @@
+package proxy
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+)
+
+// apiError is an error answered in the OpenAI shape.
+type apiError struct {
+	Status  int
+	Type    string
+	Code    string
+	Message string
+	Param   string
+}
+
+// typeFor maps a status to the OpenAI error type.
+func typeFor(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
+	case status == http.StatusNotFound:
+		return "not_found_error"
+	case status == http.StatusRequestEntityTooLarge:
+		return "invalid_request_error"
+	case status >= 500:
+		return "api_error"
+	}
+	return "invalid_request_error"
+}
+
+// toAPIError is the one place where errors of every stage become what the client sees.
+func toAPIError(err error) apiError {
+	var pe *policy.Error
+	var je *jsoncheck.Error
+	var mbe *http.MaxBytesError
+	var ce *contextError
+	var te *templateError
+	switch {
+	case errors.As(err, &pe):
+		return apiError{Status: pe.Status, Code: pe.Code, Message: pe.Message, Param: pe.Param}
+	case errors.As(err, &je):
+		return apiError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "request body: " + je.Error()}
+	case errors.As(err, &mbe):
+		return apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large", Message: "request body is larger than the configured limit"}
+	case errors.As(err, &ce):
+		return apiError{Status: http.StatusServiceUnavailable, Code: "context_unavailable", Message: "a required context source failed: " + ce.err.Error()}
+	case errors.As(err, &te):
+		return apiError{Status: http.StatusInternalServerError, Code: "template_unavailable", Message: "the protocol's template is not available: " + te.err.Error()}
+	case errors.Is(err, errUpstreamTimeout):
+		return apiError{Status: http.StatusGatewayTimeout, Code: "upstream_timeout", Message: "the upstream did not answer in time"}
+	case errors.Is(err, errUpstreamMalformed):
+		return apiError{Status: http.StatusBadGateway, Code: "upstream_error", Message: err.Error()}
+	}
+	return apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
+}
+
+// errorBody renders the OpenAI error JSON.
+func errorBody(e apiError) []byte {
+	if e.Type == "" {
+		e.Type = typeFor(e.Status)
+	}
+	b := make([]byte, 0, 128+len(e.Message))
+	b = append(b, `{"error":{"message":`...)
+	b = append(b, assembly.JSONString(e.Message)...)
+	b = append(b, `,"type":`...)
+	b = append(b, assembly.JSONString(e.Type)...)
+	b = append(b, `,"param":`...)
+	if e.Param == "" {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, assembly.JSONString(e.Param)...)
+	}
+	b = append(b, `,"code":`...)
+	b = append(b, assembly.JSONString(e.Code)...)
+	b = append(b, "}}"...)
+	return b
+}
+
+// writeError answers with the OpenAI error JSON.
+func writeError(w http.ResponseWriter, e apiError) {
+	body := errorBody(e)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Del("Content-Length")
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(body)
+}
+
+// fail logs and answers an error of any stage.
+func fail(w http.ResponseWriter, log *slog.Logger, err error) {
+	e := toAPIError(err)
+	if e.Status >= 500 {
+		log.Error("request failed", "status", e.Status, "code", e.Code, "err", err)
+	} else {
+		log.Info("request refused", "status", e.Status, "code", e.Code, "err", err)
+	}
+	writeError(w, e)
+}

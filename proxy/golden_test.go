@@ -1,0 +1,212 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/store"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
+
+// goldenCase is one file testdata/golden/NAME.in.json.
+type goldenCase struct {
+	Description   string            `json:"description"`
+	Env           map[string]string `json:"env"`
+	Config        string            `json:"config"`
+	Headers       map[string]string `json:"headers"`
+	ForceProtocol string            `json:"forceProtocol"`
+	Protocols     []json.RawMessage `json:"protocols"`
+	Templates     []json.RawMessage `json:"templates"`
+	Request       json.RawMessage   `json:"request"`
+}
+
+// testStore opens a real bbolt file in a temp dir, seeded with the built-ins, with the protocol validation hook.
+func testStore(t testing.TB) *store.Bolt {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "promptgate.db"), store.Options{
+		Validate: func(kind store.Kind, _ string, body []byte) error {
+			if kind == store.KindProtocol {
+				_, err := policy.ParseProtocol(body)
+				return err
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// testEngine builds an engine on a real store with extra definitions applied as one rollout.
+func testEngine(t testing.TB, cfgYAML string, env map[string]string, templates, protocols []json.RawMessage) *Engine {
+	t.Helper()
+	st := testStore(t)
+	if len(templates)+len(protocols) > 0 {
+		if err := st.ApplyRollout(context.Background(), store.Rollout{ID: "test", Templates: templates, Protocols: protocols}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := config.Parse([]byte(cfgYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := assembly.SettingsFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	defs, err := NewDefinitions(context.Background(), st, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(defs.Close)
+	return &Engine{
+		Defs: defs, Router: policy.NewRouter(cfg), Access: policy.ToolAccess{Config: cfg.Tools},
+		Settings: settings, Limits: cfg.Limits, Log: log,
+	}
+}
+
+func TestGolden(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "testdata", "golden", "*.in.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden cases: %v", err)
+	}
+	for _, in := range files {
+		name := strings.TrimSuffix(filepath.Base(in), ".in.json")
+		t.Run(name, func(t *testing.T) {
+			raw, err := os.ReadFile(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var c goldenCase
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&c); err != nil {
+				t.Fatalf("%s: %v", in, err)
+			}
+			e := testEngine(t, c.Config, c.Env, c.Templates, c.Protocols)
+			h := http.Header{}
+			for k, v := range c.Headers {
+				h.Set(k, v)
+			}
+			got, err := e.Preview(context.Background(), Input{Path: PathChat, Header: h, Body: c.Request, ForceProtocol: c.ForceProtocol})
+			if err != nil {
+				t.Fatalf("preview: %v", err)
+			}
+			checkInvariants(t, got)
+			outPath := strings.TrimSuffix(in, ".in.json") + ".out.json"
+			if *update {
+				var pretty bytes.Buffer
+				if err := json.Indent(&pretty, got, "", "  "); err != nil {
+					t.Fatal(err)
+				}
+				pretty.WriteByte('\n')
+				if err := os.WriteFile(outPath, pretty.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(outPath)
+			if err != nil {
+				t.Fatalf("%v (run go test ./proxy -run TestGolden -update)", err)
+			}
+			var g, w any
+			if err := json.Unmarshal(got, &g); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(want, &w); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(g, w) {
+				var pretty bytes.Buffer
+				_ = json.Indent(&pretty, got, "", "  ")
+				t.Errorf("%s differs from %s (run with -update if the change is intended); got:\n%s", name, outPath, pretty.String())
+			}
+		})
+	}
+}
+
+// checkInvariants asserts the contract's structural promises on any preview report.
+func checkInvariants(t *testing.T, report []byte) {
+	t.Helper()
+	var r struct {
+		UsesLayeredBlocks bool `json:"usesLayeredBlocks"`
+		UpstreamRequest   struct {
+			Messages []struct {
+				Role    string `json:"role"`
+				Content any    `json:"content"`
+			} `json:"messages"`
+			Promptgate any `json:"promptgate"`
+		} `json:"upstreamRequest"`
+	}
+	if err := json.Unmarshal(report, &r); err != nil {
+		t.Fatal(err)
+	}
+	msgs := r.UpstreamRequest.Messages
+	if len(msgs) == 0 || msgs[0].Role != "system" {
+		t.Fatalf("first upstream message is not the system message: %+v", msgs)
+	}
+	if r.UpstreamRequest.Promptgate != nil {
+		t.Error("the promptgate field reached upstream")
+	}
+	sys, _ := msgs[0].Content.(string)
+	if r.UsesLayeredBlocks {
+		if !strings.HasPrefix(sys, "=== SYSTEM CORE ===\n") {
+			t.Errorf("layered system message does not start with SYSTEM CORE: %.80q", sys)
+		}
+		if !strings.Contains(sys, assembly.ContextHeader+"\n") {
+			t.Error("layered system message has no RUNTIME CONTEXT block")
+		}
+	}
+	// Exactly the known headers start lines, each at most once, in the contract's order.
+	order := []string{"=== SYSTEM CORE ===", "=== PROTOCOL RULES ===", "=== APPLICATION INSTRUCTIONS ===", "=== RUNTIME DIRECTIVES ===", assembly.ContextHeader, "=== AVAILABLE TOOLS ==="}
+	last := -1
+	for _, line := range strings.Split(sys, "\n") {
+		if !strings.HasPrefix(line, "===") {
+			continue
+		}
+		idx := -1
+		for i, h := range order {
+			if line == h {
+				idx = i
+			}
+		}
+		if idx < 0 && r.UsesLayeredBlocks {
+			t.Errorf("unknown header line in system message: %q", line)
+		}
+		if idx >= 0 && idx <= last {
+			t.Errorf("header %q out of order or repeated", line)
+		}
+		if idx >= 0 {
+			last = idx
+		}
+	}
+	// The context JSON line is one valid JSON object.
+	if i := strings.Index(sys, assembly.ContextHeader+"\n"); i >= 0 {
+		rest := sys[i+len(assembly.ContextHeader)+1:]
+		line, _, _ := strings.Cut(rest, "\n")
+		if line != "(the runtime context JSON is in the next system message)" && !json.Valid([]byte(line)) {
+			t.Errorf("runtime context line is not valid JSON: %.200q", line)
+		}
+	}
+	for _, m := range msgs[1:] {
+		if m.Role == "developer" {
+			t.Error("a developer message reached upstream outside the system message")
+		}
+	}
+}

@@ -1,0 +1,399 @@
+// Package proxy is promptgate's listener: it reads and validates each request once, runs the pipeline
+// (policy → context → assembly) through the Engine, forwards the rewritten request upstream, and vets the
+// response — stream or not — before the client sees it. The order of the stages lives here, in one place.
+// It does not build prompts, pick protocols or check tool calls itself (assembly/, policy/, policy/vet do).
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy/audit"
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/chatvet"
+)
+
+// Paths served by the proxy listener.
+const (
+	PathChat    = "/v1/chat/completions"
+	PathHealthz = "/healthz"
+	PathReadyz  = "/readyz"
+)
+
+// maxUpstreamBody caps a non-stream upstream answer that is read whole to be vetted.
+const maxUpstreamBody = 64 << 20
+
+// Options configure a Server.
+type Options struct {
+	Engine *Engine
+	// Upstream is the OpenAI-compatible base URL; /v1/X goes to Upstream + "/X".
+	Upstream *url.URL
+	// UpstreamAPIKey, when set, replaces the client's Authorization header.
+	UpstreamAPIKey string
+	// Transport reaches the upstream; nil means NewTransport().
+	Transport http.RoundTripper
+	// Audit receives every policy decision; nil logs them.
+	Audit audit.Recorder
+	// Ready reports readiness for /readyz: false with a reason while not ready.
+	Ready func() (bool, string)
+	Log   *slog.Logger
+}
+
+// Server is the proxy listener's handler.
+type Server struct {
+	opt         Options
+	log         *slog.Logger
+	rewritten   *httputil.ReverseProxy
+	passthrough *httputil.ReverseProxy
+	mux         *http.ServeMux
+}
+
+// exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
+type exchange struct {
+	id   string
+	prep *Prepared
+	log  *slog.Logger
+}
+
+type exchangeKey struct{}
+
+// New builds the handler.
+func New(o Options) (*Server, error) {
+	if o.Engine == nil || o.Upstream == nil {
+		return nil, errors.New("proxy: engine and upstream are required")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Transport == nil {
+		o.Transport = NewTransport()
+	}
+	if o.Audit == nil {
+		o.Audit = audit.Log{Logger: o.Log}
+	}
+	if o.Ready == nil {
+		o.Ready = func() (bool, string) { return true, "" }
+	}
+	s := &Server{opt: o, log: o.Log}
+	tr := timeoutTransport{next: o.Transport, timeout: o.Engine.Limits.UpstreamTimeout}
+	s.rewritten = &httputil.ReverseProxy{
+		Rewrite:        s.rewriteRequest,
+		Transport:      tr,
+		FlushInterval:  -1,
+		ModifyResponse: s.vetResponse,
+		ErrorHandler:   s.upstreamFailed,
+		ErrorLog:       slog.NewLogLogger(o.Log.Handler(), slog.LevelWarn),
+	}
+	s.passthrough = &httputil.ReverseProxy{
+		Rewrite:        s.rewritePassthrough,
+		Transport:      tr,
+		FlushInterval:  -1,
+		ModifyResponse: s.passResponse,
+		ErrorHandler:   s.upstreamFailed,
+		ErrorLog:       slog.NewLogLogger(o.Log.Handler(), slog.LevelWarn),
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
+	})
+	mux.HandleFunc("GET "+PathReadyz, s.readyz)
+	mux.HandleFunc("POST "+PathChat, s.chat)
+	mux.HandleFunc("/v1/", s.pass)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no route for %s %s on the proxy listener", r.Method, r.URL.Path)})
+	})
+	s.mux = mux
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := requestID(r)
+	w.Header().Set(HeaderRequestID, id)
+	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+}
+
+type requestIDKey struct{}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if ok, reason := s.opt.Ready(); !ok {
+		writeJSON(w, http.StatusServiceUnavailable, []byte(`{"status":"not_ready","reason":`+string(assembly.JSONString(reason))+`}`))
+		return
+	}
+	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
+}
+
+// chat runs the pipeline for POST /v1/chat/completions and forwards the result.
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	id, _ := r.Context().Value(requestIDKey{}).(string)
+	log := s.log.With("request_id", id)
+	body, err := readBody(w, r, s.opt.Engine.Limits.MaxBodyBytes)
+	if err != nil {
+		fail(w, log, err)
+		return
+	}
+	prep, err := s.opt.Engine.PrepareChat(r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body})
+	if err != nil {
+		fail(w, log, err)
+		return
+	}
+	h := w.Header()
+	h.Set(HeaderProtocol, prep.Protocol.ID)
+	h.Set(HeaderTemplate, prep.Template.Name+"@"+strconv.Itoa(prep.Template.Version))
+	if len(prep.Removed) > 0 {
+		names := make([]string, len(prep.Removed))
+		for i, rm := range prep.Removed {
+			names[i] = rm.Name
+			s.opt.Audit.Record(r.Context(), audit.Event{
+				Time: time.Now().UTC(), RequestID: id, Kind: audit.KindToolRemoved,
+				Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version,
+				Tool: rm.Name, Verdict: audit.VerdictRemoved, Reason: rm.Reason,
+			})
+		}
+		h.Set(HeaderToolsRemoved, strings.Join(names, ","))
+	}
+	log.Debug("forwarding", "protocol", prep.Protocol.ID, "template", prep.Template.Name, "stream", prep.Stream, "tools_kept", len(prep.Kept), "tools_removed", len(prep.Removed))
+	ctx := context.WithValue(r.Context(), exchangeKey{}, &exchange{id: id, prep: prep, log: log})
+	s.rewritten.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// pass forwards every other /v1/* request unchanged.
+func (s *Server) pass(w http.ResponseWriter, r *http.Request) {
+	s.passthrough.ServeHTTP(w, r)
+}
+
+// upstreamURL maps /v1/X to <upstream>/X.
+func upstreamURL(base *url.URL, in *url.URL) *url.URL {
+	u := *base
+	rest := strings.TrimPrefix(in.Path, "/v1")
+	u.Path = strings.TrimRight(base.Path, "/") + rest
+	u.RawPath = ""
+	if in.RawPath != "" {
+		u.RawPath = strings.TrimRight(base.EscapedPath(), "/") + strings.TrimPrefix(in.RawPath, "/v1")
+	}
+	u.RawQuery = in.RawQuery
+	return &u
+}
+
+// outboundHeaders removes promptgate's own headers and applies the upstream key.
+func (s *Server) outboundHeaders(h http.Header) {
+	for k := range h {
+		if strings.HasPrefix(k, "X-Promptgate-") {
+			delete(h, k)
+		}
+	}
+	if s.opt.UpstreamAPIKey != "" {
+		h.Set("Authorization", "Bearer "+s.opt.UpstreamAPIKey)
+	}
+}
+
+func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
+	x, _ := pr.In.Context().Value(exchangeKey{}).(*exchange)
+	pr.Out.URL = upstreamURL(s.opt.Upstream, pr.In.URL)
+	pr.Out.Host = ""
+	s.outboundHeaders(pr.Out.Header)
+	// The response is parsed to vet it: let the transport negotiate and decode compression itself.
+	pr.Out.Header.Del("Accept-Encoding")
+	pr.Out.Body = io.NopCloser(bytes.NewReader(x.prep.Body))
+	pr.Out.ContentLength = int64(len(x.prep.Body))
+	pr.Out.Header.Set("Content-Length", strconv.Itoa(len(x.prep.Body)))
+	pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(x.prep.Body)), nil }
+}
+
+func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
+	pr.Out.URL = upstreamURL(s.opt.Upstream, pr.In.URL)
+	pr.Out.Host = ""
+	s.outboundHeaders(pr.Out.Header)
+}
+
+// upstreamHeaders keeps the upstream's request id under another name and drops headers that only
+// promptgate may set.
+func upstreamHeaders(h http.Header) {
+	if v := h.Get(HeaderRequestID); v != "" {
+		h.Set(HeaderUpstreamReqID, v)
+		h.Del(HeaderRequestID)
+	}
+	for k := range h {
+		if strings.HasPrefix(k, "X-Promptgate-") {
+			delete(h, k)
+		}
+	}
+}
+
+func (s *Server) passResponse(resp *http.Response) error {
+	upstreamHeaders(resp.Header)
+	return nil
+}
+
+// vetResponse checks every tool call of a rewritten request's response before any byte of it is sent.
+func (s *Server) vetResponse(resp *http.Response) error {
+	upstreamHeaders(resp.Header)
+	x, _ := resp.Request.Context().Value(exchangeKey{}).(*exchange)
+	if x == nil {
+		return errors.New("proxy: response without its exchange")
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode >= 400 {
+		return checkErrorBody(resp, ct)
+	}
+	checker := s.checker(x)
+	rec := s.recorder(resp.Request.Context(), x)
+	if ct == "text/event-stream" {
+		resp.Body = chatvet.NewStream(resp.Body, checker, rec)
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+		return nil
+	}
+	body, err := readUpstream(resp)
+	if err != nil {
+		return err
+	}
+	out, res, err := chatvet.Body(body, checker, rec)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
+	}
+	if res.ErrorCall != nil {
+		e := apiError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "tool_call_blocked",
+			Message: fmt.Sprintf("blocked tool call %s: %s", res.ErrorCall.Tool, res.ErrorCall.Reason)}
+		out = errorBody(e)
+		resp.StatusCode, resp.Status = e.Status, fmt.Sprintf("%d %s", e.Status, http.StatusText(e.Status))
+		resp.Header.Set("Content-Type", "application/json")
+	}
+	if res.Blocked > 0 {
+		resp.Header.Set(HeaderBlocked, strconv.Itoa(res.Blocked))
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(out))
+	resp.ContentLength = int64(len(out))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	return nil
+}
+
+// checker builds the per-request tool-call checker from the prepared request.
+func (s *Server) checker(x *exchange) *vet.Checker {
+	p := x.prep
+	allowed := make(map[string]bool, len(p.Kept))
+	schemas := make(map[string][]byte, len(p.Kept))
+	for _, t := range p.Kept {
+		allowed[t.Name] = true
+		if len(t.Schema) > 0 {
+			schemas[t.Name] = t.Schema
+		}
+	}
+	rules, err := vet.CompileRules(p.Protocol.ArgRules)
+	if err != nil {
+		// Validated when the protocol was stored; if it still fails, no call may pass.
+		x.log.Error("argument rules do not compile; every tool call is refused", "protocol", p.Protocol.ID, "err", err)
+		allowed = map[string]bool{}
+	}
+	return vet.NewChecker(vet.Policy{
+		Allowed: allowed, Schemas: schemas, Rules: rules,
+		Mode: p.Protocol.OnViolation, Atomic: p.Protocol.Atomic, MaxDepth: s.opt.Engine.Limits.MaxJSONDepth,
+	})
+}
+
+func (s *Server) recorder(ctx context.Context, x *exchange) chatvet.Recorder {
+	return func(d vet.Decision) {
+		s.opt.Audit.Record(ctx, audit.Event{
+			Time: time.Now().UTC(), RequestID: x.id, Kind: audit.KindToolCall,
+			Protocol: x.prep.Protocol.ID, ProtocolVersion: x.prep.Protocol.Version,
+			Tool: d.Tool, Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
+		})
+	}
+}
+
+// checkErrorBody passes an upstream error with a JSON body through; any other error body is malformed.
+func checkErrorBody(resp *http.Response, ct string) error {
+	body, err := readUpstream(resp)
+	if err != nil {
+		return err
+	}
+	if !gjson.ValidBytes(body) {
+		return fmt.Errorf("%w: status %d with a non-JSON body (%s)", errUpstreamMalformed, resp.StatusCode, ct)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return nil
+}
+
+func readUpstream(resp *http.Response) ([]byte, error) {
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody+1))
+	if err != nil {
+		if errors.Is(err, errUpstreamTimeout) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: reading body: %v", errUpstreamMalformed, err)
+	}
+	if len(body) > maxUpstreamBody {
+		return nil, fmt.Errorf("%w: body larger than %d bytes", errUpstreamMalformed, maxUpstreamBody)
+	}
+	return body, nil
+}
+
+// upstreamFailed answers when the upstream could not be reached, timed out, or answered malformed.
+func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	log := s.log
+	if id, ok := r.Context().Value(requestIDKey{}).(string); ok {
+		log = log.With("request_id", id)
+	}
+	if r.Context().Err() != nil {
+		log.Info("client went away; upstream call cancelled", "err", err)
+		return
+	}
+	e := toAPIError(err)
+	if e.Code == "internal_error" {
+		e = apiError{Status: http.StatusBadGateway, Code: "upstream_error", Message: "upstream unreachable: " + err.Error()}
+	}
+	log.Warn("upstream failed", "status", e.Status, "code", e.Code, "err", err)
+	writeError(w, e)
+}
+
+// readBody reads the whole request body under the size cap.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	size := 4096
+	if r.ContentLength > 0 {
+		size = int(r.ContentLength) + 1
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	if _, err := buf.ReadFrom(rd); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// requestID takes a well-formed client X-Request-Id, else makes one.
+func requestID(r *http.Request) string {
+	if v := r.Header.Get(HeaderRequestID); v != "" && len(v) <= 128 && strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:") == "" {
+		return v
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "pg-" + hex.EncodeToString(b[:])
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

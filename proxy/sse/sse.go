@@ -1,0 +1,282 @@
+// Package sse reads and writes Server-Sent Events (text/event-stream) for byte relays.
+//
+// Reader splits a byte stream into events as each one completes and hands out, next to the parsed
+// fields, the event's raw bytes exactly as received, so that a relay can forward an event it does
+// not change byte-for-byte. It has no line-length limit, accepts CR, LF and CRLF line ends (also a
+// CRLF split across two reads), and never holds more than the event being read plus whatever
+// bytes the last read returned beyond it.
+//
+// The package owns the wire format only. It does not know what the data of an event means (the
+// proxy's surface packages, such as proxy/chatvet, do), and it does not flush or buffer output.
+package sse
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strconv"
+)
+
+// Event is one event block of a stream: every line up to and including the blank line that ends it.
+type Event struct {
+	// Raw is the event exactly as received, line ends and comments included; forwarding Raw of
+	// every event, in order, reproduces the input. It aliases the Reader's buffer and is valid
+	// only until the next call to Next: copy it to keep it.
+	Raw []byte
+	// Data is the value of the event's data lines joined with "\n"; nil when it has none.
+	// Like Raw, it may alias the Reader's buffer.
+	Data []byte
+	// HasData is true when the event has at least one data line (Data may still be empty).
+	HasData bool
+	// Event is the value of the last event line ("" when none).
+	Event string
+	// ID is the value of the last id line; HasID tells an empty id from none. An id holding a
+	// NUL byte is ignored, as the SSE specification says.
+	ID    string
+	HasID bool
+	// Retry is the value of the last valid retry line (ASCII digits only), in milliseconds;
+	// HasRetry is false when there is none.
+	Retry    int64
+	HasRetry bool
+	// Truncated is true for a last event that the input ended inside: it was not closed by a blank
+	// line. Its fields hold what its lines say, its last line even if that has no line end. A
+	// browser would drop such an event; a relay decides for itself.
+	Truncated bool
+}
+
+// minRead is the smallest free space handed to the underlying reader.
+const minRead = 4096
+
+// Reader reads events from an io.Reader. It is not safe for concurrent use.
+type Reader struct {
+	r   io.Reader
+	buf []byte // buf[start:] holds the bytes not yet returned as events
+	// start is where the current event begins in buf.
+	start int
+	// scan is how far buf has been scanned for the end of the current event.
+	scan int
+	// lineStart is where the line being scanned begins.
+	lineStart int
+	// afterCR is true when the byte before buf[scan] was a CR that ended a line: an LF right
+	// after it belongs to that line end.
+	afterCR bool
+	err     error
+}
+
+// NewReader returns a Reader that reads from r.
+func NewReader(r io.Reader) *Reader {
+	return &Reader{r: r}
+}
+
+// Next returns the next event. At the end of the input it returns an event with Truncated set if
+// the input ended inside one, and io.EOF on the call after that (at once if nothing was left).
+// An error from the underlying reader is returned the same way: first the unfinished event, then
+// the error. Next reads from the underlying reader only while no whole event is buffered. (One
+// exception keeps events independent of how the input was split into reads: an event whose
+// closing blank line ends with a CR that is the last byte read so far waits for the next byte,
+// which may be the LF of a CRLF. Streams with LF or CRLF line ends never wait.)
+func (r *Reader) Next() (Event, error) {
+	for {
+		if end, ok := r.findEnd(r.err != nil); ok {
+			raw := r.buf[r.start:end]
+			r.start, r.scan, r.lineStart = end, end, end
+			return parse(raw, false), nil
+		}
+		if r.err != nil {
+			if r.start < len(r.buf) {
+				raw := r.buf[r.start:]
+				r.start, r.scan, r.lineStart = len(r.buf), len(r.buf), len(r.buf)
+				return parse(raw, true), nil
+			}
+			return Event{}, r.err
+		}
+		r.fill()
+	}
+}
+
+// findEnd scans forward for the blank line that ends the current event and returns the offset
+// just past it. A blank line ended by a CR that is the last byte read so far is not taken as the
+// end until the next byte (or the end of input, atEOF) shows whether an LF belongs to it: so the
+// events do not depend on how the input was split into reads.
+func (r *Reader) findEnd(atEOF bool) (int, bool) {
+	b := r.buf
+	i := r.scan
+	for i < len(b) {
+		// Skip quickly over the body of a line.
+		if i > r.lineStart {
+			j := bytes.IndexAny(b[i:], "\r\n")
+			if j < 0 {
+				i = len(b)
+				break
+			}
+			i += j
+		}
+		c := b[i]
+		switch {
+		case c == '\n' && r.afterCR:
+			// Second half of a CRLF: the line already ended at the CR.
+			r.afterCR = false
+			i++
+			r.lineStart = i
+		case c == '\n' || c == '\r':
+			if i == r.lineStart { // a blank line: the event ends
+				end := i + 1
+				if c == '\r' {
+					if end == len(b) && !atEOF {
+						r.scan = i // look at this CR again once more bytes are in
+						return 0, false
+					}
+					if end < len(b) && b[end] == '\n' {
+						end++
+					}
+				}
+				r.afterCR = false
+				return end, true
+			}
+			r.afterCR = c == '\r'
+			i++
+			r.lineStart = i
+		default:
+			r.afterCR = false
+			i++
+		}
+	}
+	r.scan = i
+	return 0, false
+}
+
+// fill reads more input, first moving the current event to the front of the buffer.
+func (r *Reader) fill() {
+	if r.start > 0 {
+		n := copy(r.buf, r.buf[r.start:])
+		r.scan -= r.start
+		r.lineStart -= r.start
+		r.start = 0
+		r.buf = r.buf[:n]
+	}
+	if cap(r.buf)-len(r.buf) < minRead {
+		nb := make([]byte, len(r.buf), 2*cap(r.buf)+minRead)
+		copy(nb, r.buf)
+		r.buf = nb
+	}
+	// Retry a few times on (0, nil), as bufio does, then report io.ErrNoProgress.
+	for range 100 {
+		n, err := r.r.Read(r.buf[len(r.buf):cap(r.buf)])
+		if n < 0 || n > cap(r.buf)-len(r.buf) {
+			r.err = errors.New("sse: reader returned an invalid count")
+			return
+		}
+		r.buf = r.buf[:len(r.buf)+n]
+		if err != nil {
+			r.err = err
+			return
+		}
+		if n > 0 {
+			return
+		}
+	}
+	r.err = io.ErrNoProgress
+}
+
+// parse reads the fields of one event block. truncated means the block was not ended by a blank
+// line, so its last line may lack a line end.
+func parse(raw []byte, truncated bool) Event {
+	ev := Event{Raw: raw, Truncated: truncated}
+	dataLines := 0
+	var joined []byte // used once there is more than one data line
+	for i := 0; i < len(raw); {
+		// One line: raw[i:j], its end at j (CR, LF or CRLF) or the end of raw.
+		j := i
+		for j < len(raw) && raw[j] != '\r' && raw[j] != '\n' {
+			j++
+		}
+		line := raw[i:j]
+		if j < len(raw) {
+			if raw[j] == '\r' && j+1 < len(raw) && raw[j+1] == '\n' {
+				j++
+			}
+			j++
+		}
+		i = j
+		if len(line) == 0 || line[0] == ':' {
+			continue // blank line, lone LF of a split CRLF, or comment
+		}
+		name, value := line, []byte(nil)
+		if k := bytes.IndexByte(line, ':'); k >= 0 {
+			name, value = line[:k], line[k+1:]
+			if len(value) > 0 && value[0] == ' ' {
+				value = value[1:]
+			}
+		}
+		switch string(name) {
+		case "data":
+			ev.HasData = true
+			dataLines++
+			switch dataLines {
+			case 1:
+				ev.Data = value
+			case 2:
+				joined = make([]byte, 0, len(ev.Data)+1+len(value))
+				joined = append(joined, ev.Data...)
+				fallthrough
+			default:
+				joined = append(joined, '\n')
+				joined = append(joined, value...)
+				ev.Data = joined
+			}
+		case "event":
+			ev.Event = string(value)
+		case "id":
+			if bytes.IndexByte(value, 0) < 0 {
+				ev.ID, ev.HasID = string(value), true
+			}
+		case "retry":
+			if n, ok := parseRetry(value); ok {
+				ev.Retry, ev.HasRetry = n, true
+			}
+		}
+	}
+	if ev.HasData && ev.Data == nil {
+		ev.Data = []byte{}
+	}
+	return ev
+}
+
+// parseRetry accepts ASCII digits only, as the SSE specification says.
+func parseRetry(v []byte) (int64, bool) {
+	if len(v) == 0 {
+		return 0, false
+	}
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	return n, err == nil
+}
+
+// AppendData appends to dst one event that carries data, as `data: ...` lines ended by a blank
+// line; a line break in data (CR, LF or CRLF) starts a new data line, so any data round-trips.
+func AppendData(dst, data []byte) []byte {
+	for {
+		dst = append(dst, "data: "...)
+		j := bytes.IndexAny(data, "\r\n")
+		if j < 0 {
+			dst = append(dst, data...)
+			return append(dst, "\n\n"...)
+		}
+		dst = append(dst, data[:j]...)
+		dst = append(dst, '\n')
+		if data[j] == '\r' && j+1 < len(data) && data[j+1] == '\n' {
+			j++
+		}
+		data = data[j+1:]
+	}
+}
+
+// WriteData writes one event that carries data to w; see AppendData.
+func WriteData(w io.Writer, data []byte) error {
+	_, err := w.Write(AppendData(make([]byte, 0, len(data)+16), data))
+	return err
+}

@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+var (
+	// errUpstreamTimeout: the upstream sent no response headers, or a streamed body went silent, for
+	// longer than limits.upstreamTimeout.
+	errUpstreamTimeout = errors.New("upstream timeout")
+	// errUpstreamMalformed: the upstream answered with something that is not the API's shape.
+	errUpstreamMalformed = errors.New("upstream answered a malformed response")
+)
+
+// NewTransport is the HTTP transport to the upstream: its own, never the global one.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil, // the upstream is reached directly; HTTPS_PROXY is for clients of promptgate
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   128,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// timeoutTransport bounds the wait for response headers and every silent gap of the response body.
+type timeoutTransport struct {
+	next    http.RoundTripper
+	timeout time.Duration
+}
+
+func (t timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.timeout <= 0 {
+		return t.next.RoundTrip(req)
+	}
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(t.timeout, func() { cancel(errUpstreamTimeout) })
+	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		timer.Stop()
+		if context.Cause(ctx) == errUpstreamTimeout {
+			err = errUpstreamTimeout
+		}
+		cancel(nil)
+		return nil, err
+	}
+	timer.Reset(t.timeout)
+	resp.Body = &idleBody{body: resp.Body, timer: timer, timeout: t.timeout, ctx: ctx, cancel: cancel}
+	return resp, nil
+}
+
+// idleBody restarts the silence timer on every read; when it fires, reads fail with errUpstreamTimeout.
+type idleBody struct {
+	body    io.ReadCloser
+	timer   *time.Timer
+	timeout time.Duration
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	once    sync.Once
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if n > 0 {
+		b.timer.Reset(b.timeout)
+	}
+	if err != nil && err != io.EOF && context.Cause(b.ctx) == errUpstreamTimeout {
+		err = errUpstreamTimeout
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	err := b.body.Close()
+	b.once.Do(func() {
+		b.timer.Stop()
+		b.cancel(nil)
+	})
+	return err
+}

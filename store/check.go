@@ -1,0 +1,120 @@
+package store
+
+import (
+	"fmt"
+	"regexp"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+)
+
+// Top-level keys the store reads from a definition body.
+const (
+	templateNameKey = "name"
+	templateTextKey = "text"
+	protocolIDKey   = "id"
+)
+
+// namePattern is what a template name or protocol id must match.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// ValidName reports whether s is a valid template name or protocol id: 1 to 64 characters of
+// letters, digits, '_', '.' and '-'.
+func ValidName(s string) bool { return namePattern.MatchString(s) }
+
+// nameKey returns the top-level key that carries the name of a definition of kind k.
+func nameKey(k Kind) string {
+	if k == KindProtocol {
+		return protocolIDKey
+	}
+	return templateNameKey
+}
+
+// CheckStructure runs the structural checks every stored body passes, and returns the name the body
+// carries: the body is one valid UTF-8 JSON object without duplicate top-level keys, with a string
+// "name" (templates) or "id" (protocols) matching ValidName, and, for templates, a string "text".
+// It does not run Options.Validate. Errors wrap ErrInvalid.
+func CheckStructure(kind Kind, body []byte) (string, error) {
+	if !kind.Valid() {
+		return "", fmt.Errorf("store: unknown kind %q (want %q or %q): %w", kind, KindTemplate, KindProtocol, ErrInvalid)
+	}
+	name, err := checkBody(kind, body)
+	if err != nil {
+		return "", fmt.Errorf("store: %s: %w", label(kind, name), err)
+	}
+	return name, nil
+}
+
+// label is "KIND/NAME", or "KIND" while the name is not known.
+func label(kind Kind, name string) string {
+	if name == "" {
+		return string(kind)
+	}
+	return Key(kind, name)
+}
+
+// checkBody returns the name (when it could be read) and an unprefixed error wrapping ErrInvalid.
+func checkBody(kind Kind, body []byte) (string, error) {
+	if !utf8.Valid(body) {
+		return "", fmt.Errorf("%w: body is not valid UTF-8", ErrInvalid)
+	}
+	if !gjson.ValidBytes(body) {
+		return "", fmt.Errorf("%w: body is not valid JSON", ErrInvalid)
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return "", fmt.Errorf("%w: body must be a JSON object, got %s", ErrInvalid, jsonType(root))
+	}
+	seen := make(map[string]bool)
+	var dup string
+	root.ForEach(func(k, _ gjson.Result) bool {
+		if seen[k.String()] {
+			dup = k.String()
+			return false
+		}
+		seen[k.String()] = true
+		return true
+	})
+	if dup != "" {
+		return "", fmt.Errorf("%w: duplicate key %q", ErrInvalid, dup)
+	}
+	key := nameKey(kind)
+	n := root.Get(key) // the keys hold no gjson path syntax
+	switch {
+	case !n.Exists():
+		return "", fmt.Errorf("%w: missing %q", ErrInvalid, key)
+	case n.Type != gjson.String:
+		return "", fmt.Errorf("%w: %q must be a string, got %s", ErrInvalid, key, jsonType(n))
+	case !ValidName(n.Str):
+		return "", fmt.Errorf("%w: %q is %q; want 1 to 64 characters of A-Z a-z 0-9 _ . -", ErrInvalid, key, n.Str)
+	}
+	if kind == KindTemplate {
+		t := root.Get(templateTextKey)
+		if t.Type != gjson.String {
+			return n.Str, fmt.Errorf("%w: %q must be a string, got %s", ErrInvalid, templateTextKey, jsonType(t))
+		}
+	}
+	return n.Str, nil
+}
+
+func jsonType(r gjson.Result) string {
+	switch {
+	case !r.Exists():
+		return "nothing"
+	case r.IsObject():
+		return "an object"
+	case r.IsArray():
+		return "an array"
+	}
+	switch r.Type {
+	case gjson.String:
+		return "a string"
+	case gjson.Number:
+		return "a number"
+	case gjson.True, gjson.False:
+		return "a boolean"
+	case gjson.Null:
+		return "null"
+	}
+	return "an unknown value"
+}
