@@ -119,7 +119,7 @@ func CompileRules(rules []Rule) (*RuleSet, error) {
 		}
 		if r.Path == "" {
 			bad(i, "path", "required: a gjson path into the arguments, such as url or files.#.path")
-		} else if !gjson.Valid(`{}`) || strings.ContainsRune(r.Path, 0) {
+		} else if strings.ContainsRune(r.Path, 0) {
 			bad(i, "path", "must not contain NUL")
 		}
 		var kinds []string

@@ -187,6 +187,9 @@ func (c *Checker) Check(name string, args []byte) (reason, rule string, ok bool)
 	if !c.p.Allowed[name] {
 		return ReasonNotAllowed, "", false
 	}
+	if len(bytes.TrimSpace(args)) == 0 {
+		return reasonInvalidJSON + "empty", "", false
+	}
 	if err := jsoncheck.Object(args, jsoncheck.Limits{MaxDepth: c.p.MaxDepth}); err != nil {
 		return argsReason(err), "", false
 	}
@@ -212,10 +215,6 @@ func argsReason(err error) string {
 		return ReasonNotObject
 	case jsoncheck.DuplicateKey:
 		return "duplicate key " + quoteKey(je.Key) + " in arguments"
-	case jsoncheck.Syntax:
-		if je.Offset == 0 && bytes.Contains([]byte(je.Error()), []byte("empty input")) {
-			return reasonInvalidJSON + "empty"
-		}
 	}
 	return reasonInvalidJSON + je.Kind.String() + " at offset " + strconv.Itoa(je.Offset)
 }

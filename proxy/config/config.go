@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -135,7 +136,7 @@ func Parse(b []byte) (*File, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, explainYAML(err)
+		return nil, explainYAML(err, b)
 	}
 	f.ApplyDefaults()
 	if err := f.Validate(); err != nil {
@@ -144,20 +145,101 @@ func Parse(b []byte) (*File, error) {
 	return f, nil
 }
 
-var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type config\.(\w+)`)
+var (
+	unknownField = regexp.MustCompile(`^line (\d+): field (.+) not found in type config\.(\w+)$`)
+	badValue     = regexp.MustCompile("(?s)^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (.+)$")
+)
 
-// explainYAML turns yaml.v3's messages about unknown fields into ones that name the key and the fix.
-func explainYAML(err error) error {
-	msg := err.Error()
-	ms := unknownField.FindAllStringSubmatch(msg, -1)
-	if len(ms) == 0 {
+// explainYAML turns yaml.v3's messages about unknown keys and values of the wrong type into ones that
+// name the key and the fix; every problem the decoder found is kept.
+func explainYAML(err error, src []byte) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
 		return fmt.Errorf("invalid YAML: %w", err)
 	}
-	var out []string
-	for _, m := range ms {
-		out = append(out, fmt.Sprintf("line %s: unknown key %q in %s; valid keys: %s", m[1], m[2], sectionName(m[3]), strings.Join(knownKeys[m[3]], ", ")))
+	var errs []error
+	for _, msg := range te.Errors {
+		if m := unknownField.FindStringSubmatch(msg); m != nil {
+			errs = append(errs, fmt.Errorf("line %s: unknown key %q in %s; valid keys: %s", m[1], m[2], sectionName(m[3]), strings.Join(knownKeys[m[3]], ", ")))
+		} else if m := badValue.FindStringSubmatch(msg); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			got := yamlKinds[m[2]]
+			if got == "" {
+				got = "!!" + m[2]
+			}
+			if m[3] != "" {
+				got += fmt.Sprintf(" %q", m[3])
+			}
+			errs = append(errs, fmt.Errorf("line %s: %s: got %s, want %s", m[1], keyAtLine(src, line, m[2], m[3]), got, wantOf(m[4])))
+		} else {
+			errs = append(errs, fmt.Errorf("invalid YAML: %s", msg))
+		}
 	}
-	return errors.New(strings.Join(out, "; "))
+	return errors.Join(errs...)
+}
+
+var yamlKinds = map[string]string{"str": "a string", "int": "a number", "float": "a number", "bool": "a boolean", "seq": "a list", "map": "a mapping", "null": "null", "timestamp": "a timestamp"}
+
+// wantOf says, for a Go type named by yaml.v3, what the file should hold instead.
+func wantOf(typ string) string {
+	switch {
+	case typ == "time.Duration":
+		return "a duration with a unit, e.g. 150ms or 30s"
+	case typ == "bool" || typ == "*bool":
+		return "true or false"
+	case strings.HasPrefix(typ, "int") || strings.HasPrefix(typ, "uint"):
+		return "a whole number"
+	case typ == "string":
+		return "a string (quote it)"
+	case strings.HasPrefix(typ, "[]"):
+		return "a list, e.g. [a, b]"
+	}
+	return "a mapping of key: value"
+}
+
+// keyAtLine names the key path (e.g. limits.maxBodyBytes, plugins[0].timeout) whose value sits on line;
+// value, as yaml.v3 quotes it (maybe cut to 7 characters and "..."), picks among several on one line.
+func keyAtLine(src []byte, line int, tag, value string) string {
+	var doc yaml.Node
+	if yaml.Unmarshal(src, &doc) != nil || len(doc.Content) == 0 {
+		return fmt.Sprintf("line %d", line)
+	}
+	value, cut := strings.CutSuffix(value, "...")
+	var found, best *string
+	var walk func(n *yaml.Node, key string)
+	walk = func(n *yaml.Node, key string) {
+		if n.Line == line && best == nil {
+			if found == nil {
+				found = &key
+			}
+			if (tag == "seq" && n.Kind == yaml.SequenceNode) || (tag == "map" && n.Kind == yaml.MappingNode) ||
+				(n.Kind == yaml.ScalarNode && (n.Value == value || cut && strings.HasPrefix(n.Value, value))) {
+				best = &key
+			}
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i].Value
+				if key != "" {
+					k = key + "." + k
+				}
+				walk(n.Content[i+1], k)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				walk(c, fmt.Sprintf("%s[%d]", key, i))
+			}
+		}
+	}
+	walk(doc.Content[0], "")
+	if best == nil {
+		best = found
+	}
+	if best == nil || *best == "" {
+		return "the top level"
+	}
+	return *best
 }
 
 func sectionName(typ string) string {
