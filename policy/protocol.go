@@ -77,7 +77,7 @@ func ParseProtocol(body []byte) (*Protocol, error) {
 	if err := dec.Decode(&p); err != nil {
 		return nil, fmt.Errorf("policy: protocol definition: %w", err)
 	}
-	if dec.More() {
+	if len(bytes.Trim(body[dec.InputOffset():], " \t\r\n")) > 0 { // dec.More misses a stray } or ]
 		return nil, errors.New("policy: protocol definition: trailing data after the object")
 	}
 	if err := p.Validate(); err != nil {

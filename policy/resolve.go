@@ -122,17 +122,22 @@ func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 		if sel, err = choose(req.ClientProtocol); err != nil {
 			return nil, err
 		}
+		// A workflow runs on its base, so the client must be allowed to choose that base too.
+		if sel.Extends != "" && sel.ID != id {
+			if _, err = choose(sel.Extends); err != nil {
+				return nil, err
+			}
+		}
 	case req.ClientWorkflow != "" && clientMayChoose:
 		// A workflow alone implies its base, as if the client had chosen the base.
 		w, ok := cat.Protocol(req.ClientWorkflow)
 		if !ok {
 			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "unknown workflow %q", req.ClientWorkflow)
 		}
-		base := w.Extends
-		if base == "" {
-			base = w.ID
+		if w.Extends == "" {
+			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "%q is not a workflow protocol (it has no extends)", w.ID)
 		}
-		if sel, err = choose(base); err != nil {
+		if sel, err = choose(w.Extends); err != nil {
 			return nil, err
 		}
 	default:
@@ -170,7 +175,7 @@ func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 		wf = w
 	}
 	if sel.Extends != "" {
-		return nil, errorf(http.StatusBadRequest, "unknown_protocol", "protocol %q extends a workflow; only one level of extends is supported", sel.ID)
+		return nil, errorf(http.StatusBadRequest, "unknown_protocol", "workflow %q extends %q, itself a workflow; only one level of extends is supported", wf.ID, sel.ID)
 	}
 	return merge(sel, wf), nil
 }

@@ -28,6 +28,12 @@ func ParseBudgets(raw string, max int) (Budgets, error) {
 	}
 	v, err := Parse([]byte(raw))
 	if err != nil {
+		var pe *parseError
+		if errors.As(err, &pe) {
+			if key := keyBefore(raw, pe.Offset); key != "" {
+				return nil, fmt.Errorf("ctxjson: budgets: key %q: want a JSON number (NaN, Infinity and quotes are not allowed): %w", key, err)
+			}
+		}
 		return nil, fmt.Errorf("ctxjson: budgets: not valid JSON: %w", err)
 	}
 	if v.Kind() != KindObject {
@@ -78,4 +84,20 @@ func budget(path string, val *Value, max int) (int, error) {
 	default:
 		return int(f), nil
 	}
+}
+
+// keyBefore returns the raw text of the object key whose value starts at byte offset off of
+// raw, as far as a simple look back can tell, or "".
+func keyBefore(raw string, off int) string {
+	off = min(max(off, 0), len(raw))
+	colon := strings.LastIndexByte(raw[:off], ':')
+	if colon < 0 || strings.TrimSpace(raw[colon+1:off]) != "" {
+		return ""
+	}
+	k := strings.TrimRight(raw[:colon], " \t\r\n")
+	if !strings.HasSuffix(k, `"`) {
+		return ""
+	}
+	k = k[:len(k)-1]
+	return k[strings.LastIndexByte(k, '"')+1:]
 }

@@ -66,9 +66,10 @@ func Build(meta Meta, sources []Source, max int, b Budgets) (line []byte, trunca
 	// Fast path: no budget binds and everything fits.
 	if !binds(root, b) {
 		mb := appendMeta(nil, meta.Protocol, root.keys, skipped, false, metaFull)
-		size := Size(root)
-		if lineSize(utf8.RuneCount(mb), size, len(root.items)) <= max {
-			line = make([]byte, 0, len(mb)+size+16)
+		metaSize := utf8.RuneCount(mb)
+		size := sizeUpTo(root, max-metaSize-len(`{"meta":`))
+		if lineSize(metaSize, size, len(root.items)) <= max {
+			line = make([]byte, 0, len(mb)+size+size/8+16)
 			line = append(append(line, `{"meta":`...), mb...)
 			for i, v := range root.items {
 				line = append(appendString(append(line, ','), root.keys[i], false), ':')
@@ -140,7 +141,7 @@ func rootOf(meta Meta, sources []Source) (*Value, []Skip) {
 // binds reports whether any budget would change root.
 func binds(root *Value, b Budgets) bool {
 	for path, limit := range b {
-		if v, ok := lookup(root, path); ok && Size(v) > limit {
+		if v, ok := lookup(root, path); ok && sizeUpTo(v, limit) > limit {
 			return true
 		}
 	}
@@ -489,8 +490,8 @@ func (f *fitter) fitArray(i int32, target int) bool {
 }
 
 // fitObject shares target among the fields max-min fairly: fields that fit their share stay
-// whole, the others are shrunk to it. It first drops the largest fields until the share of the
-// fields that must shrink is at least minShare (or one field is left).
+// whole, the others are shrunk to it. While two or more fields must shrink to a share below
+// minShare, it first drops the largest field.
 func (f *fitter) fitObject(i int32, target int) bool {
 	if target < 2 {
 		return false
@@ -532,7 +533,8 @@ func (f *fitter) fitObject(i int32, target int) bool {
 			share := rem / (m - j)
 			s := f.nodes[c].size
 			if s > share {
-				return share >= minShare
+				// Dropping the largest field only helps the other fields that must shrink.
+				return share >= minShare || j == m-1
 			}
 			rem -= s
 		}

@@ -88,6 +88,28 @@ func Size(v *Value) int {
 	return 4
 }
 
+// sizeUpTo returns Size(v) when that is at most limit, else some number above limit; it stops
+// reading as soon as the limit is passed.
+func sizeUpTo(v *Value, limit int) int {
+	switch v.Kind() {
+	case KindString:
+		return strSizeUpTo(v.text, limit)
+	case KindArray, KindObject:
+		n := 2 + max(len(v.items)-1, 0)
+		for i, e := range v.items {
+			if n > limit {
+				return n
+			}
+			if v.kind == KindObject {
+				n += strSizeUpTo(v.keys[i], limit-n) + 1
+			}
+			n += sizeUpTo(e, limit-n)
+		}
+		return n
+	}
+	return Size(v)
+}
+
 // ellipsis ends a string that was cut.
 const ellipsis = "…"
 
@@ -121,7 +143,7 @@ func escapeRune(r rune) bool {
 }
 
 // plainASCII reports whether the ASCII byte c is written as itself.
-func plainASCII(c byte) bool { return c >= 0x20 && c != '"' && c != '\\' && c != 0x7F }
+func plainASCII(c byte) bool { return c >= 0x20 && c < 0x7F && c != '"' && c != '\\' }
 
 // char measures the character of s at byte i: its length in s and the number of characters its
 // encoding takes.
@@ -151,19 +173,44 @@ func char(s string, i int) (width, enc int) {
 }
 
 // strSize returns the number of characters of the encoding of s, quotes included.
-func strSize(s string) int {
+func strSize(s string) int { return strSizeUpTo(s, len(s)*12+2) }
+
+// strSizeUpTo is strSize, but stops with some number above limit once that is passed.
+func strSizeUpTo(s string, limit int) int {
 	n := 2
-	for i := 0; i < len(s); {
-		if plainASCII(s[i]) {
-			i++
-			n++
-			continue
+	for i := 0; i < len(s) && n <= limit; {
+		j := plainRun(s, i)
+		n += j - i
+		if i = j; i < len(s) {
+			w, e := char(s, i)
+			i += w
+			n += e
 		}
-		w, e := char(s, i)
-		i += w
-		n += e
 	}
 	return n
+}
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// plainRun returns the index of the first byte at or after i that is not plain ASCII, or len(s).
+// It tests 8 bytes at a time: with every byte below 0x80 (else x has a high bit set), x+ones
+// sets a high bit exactly where a byte is 0x7F, and each subtraction borrows into a high bit
+// exactly when some byte is below the bound, so the word test is exact.
+func plainRun(s string, i int) int {
+	for ; i+8 <= len(s); i += 8 {
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		if (x|(x+ones)|(x-0x20*ones)|((x^('"'*ones))-ones)|((x^('\\'*ones))-ones))&highs != 0 {
+			break
+		}
+	}
+	for i < len(s) && plainASCII(s[i]) {
+		i++
+	}
+	return i
 }
 
 // cutPoint returns the longest prefix s[:p] whose encoding (without quotes) takes at most room
@@ -185,6 +232,9 @@ func appendString(dst []byte, s string, cut bool) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		if i = plainRun(s, i); i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if plainASCII(c) {

@@ -148,3 +148,23 @@ func TestCutPoint(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainRun checks the word-at-a-time scan against the byte-wise rule for every byte value in
+// every lane.
+func TestPlainRun(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		for lane := 0; lane < 8; lane++ {
+			for _, fill := range []byte{'a', ' ', '~', '!', '[', ']'} {
+				b := []byte(strings.Repeat(string(fill), 19))
+				b[8+lane] = byte(c)
+				want := len(b)
+				if !plainASCII(byte(c)) {
+					want = 8 + lane
+				}
+				if got := plainRun(string(b), 0); got != want {
+					t.Fatalf("byte %#x lane %d fill %q: got %d, want %d", c, lane, fill, got, want)
+				}
+			}
+		}
+	}
+}

@@ -38,8 +38,18 @@ type parser struct {
 	buf []byte // scratch for decoding escaped strings
 }
 
+// parseError is what Parse returns; Offset is the byte offset of the problem.
+type parseError struct {
+	Offset int
+	msg    string
+}
+
+func (e *parseError) Error() string {
+	return fmt.Sprintf("ctxjson: parse: offset %d: %s", e.Offset, e.msg)
+}
+
 func (p *parser) errf(off int, format string, args ...any) error {
-	return fmt.Errorf("ctxjson: parse: offset %d: %w", off, fmt.Errorf(format, args...))
+	return &parseError{Offset: off, msg: fmt.Sprintf(format, args...)}
 }
 
 func (p *parser) ws(i int) int {

@@ -58,16 +58,28 @@ func addStoreFlags(fs *flag.FlagSet, getenv env) *storeFlags {
 	return f
 }
 
-// parseFlags parses args, printing the flags to stderr on error.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+// parseFlags parses args, flags and positional arguments in any order ("--" ends the flags), and returns
+// the positional arguments. It prints the flags to stderr on error.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, error) {
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return nil, err
+			}
+			return nil, usageError{err.Error()}
 		}
-		return usageError{err.Error()}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
-	return nil
 }
 
 // validateDefinition is the store's hook: nothing that policy cannot parse is ever stored.

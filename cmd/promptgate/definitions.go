@@ -25,7 +25,8 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 	fs := flag.NewFlagSet(kindName+" "+sub, flag.ContinueOnError)
 	version := fs.Int("version", 0, "with show: this version instead of the active one")
 	sf := addStoreFlags(fs, getenv)
-	if err := parseFlags(fs, args[1:], stderr); err != nil {
+	pos, err := parseFlags(fs, args[1:], stderr)
+	if err != nil {
 		return err
 	}
 	want := map[string]int{"list": 0, "show": 1, "history": 1, "activate": 2, "rollback": 1}
@@ -33,8 +34,8 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 	if !ok {
 		return usageError{fmt.Sprintf("%s: unknown subcommand %q: give list, show, history, activate or rollback", kindName, sub)}
 	}
-	if fs.NArg() != n {
-		return usageError{fmt.Sprintf("%s %s takes %d argument(s), got %d", kindName, sub, n, fs.NArg())}
+	if len(pos) != n {
+		return usageError{fmt.Sprintf("%s %s takes %d argument(s), got %d", kindName, sub, n, len(pos))}
 	}
 	log, err := newLogger(stderr, getenv)
 	if err != nil {
@@ -60,16 +61,16 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 	case "show":
 		var rec store.Record
 		if *version > 0 {
-			rec, err = st.Get(ctx, kind, fs.Arg(0), *version)
+			rec, err = st.Get(ctx, kind, pos[0], *version)
 		} else {
-			rec, err = st.Active(ctx, kind, fs.Arg(0))
+			rec, err = st.Active(ctx, kind, pos[0])
 		}
 		if err != nil {
 			return err
 		}
 		return enc.Encode(rec)
 	case "history":
-		e, err := st.Entry(ctx, kind, fs.Arg(0))
+		e, err := st.Entry(ctx, kind, pos[0])
 		if err != nil {
 			return err
 		}
@@ -82,21 +83,21 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 		}
 		return nil
 	case "activate":
-		v, err := strconv.Atoi(fs.Arg(1))
+		v, err := strconv.Atoi(pos[1])
 		if err != nil || v < 1 {
-			return usageError{fmt.Sprintf("%s activate: version %q is not a positive number", kindName, fs.Arg(1))}
+			return usageError{fmt.Sprintf("%s activate: version %q is not a positive number", kindName, pos[1])}
 		}
-		if err := st.Activate(ctx, kind, fs.Arg(0), v); err != nil {
+		if err := st.Activate(ctx, kind, pos[0], v); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s %s: version %d active\n", kindName, fs.Arg(0), v)
+		fmt.Fprintf(stdout, "%s %s: version %d active\n", kindName, pos[0], v)
 		return nil
 	default:
-		v, err := st.Rollback(ctx, kind, fs.Arg(0))
+		v, err := st.Rollback(ctx, kind, pos[0])
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s %s: rolled back to version %d\n", kindName, fs.Arg(0), v)
+		fmt.Fprintf(stdout, "%s %s: rolled back to version %d\n", kindName, pos[0], v)
 		return nil
 	}
 }

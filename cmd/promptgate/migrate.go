@@ -23,11 +23,12 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	fs := flag.NewFlagSet("migrate "+sub, flag.ContinueOnError)
 	dir := fs.String("dir", DefaultMigrationsDir, "folder of rollout files (*.json), applied in name order")
 	sf := addStoreFlags(fs, getenv)
-	if err := parseFlags(fs, args[1:], stderr); err != nil {
+	pos, err := parseFlags(fs, args[1:], stderr)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("migrate %s takes no arguments, got %q", sub, fs.Args())}
+	if len(pos) > 0 {
+		return usageError{fmt.Sprintf("migrate %s takes no arguments, got %q", sub, pos)}
 	}
 	log, err := newLogger(stderr, getenv)
 	if err != nil {

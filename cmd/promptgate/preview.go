@@ -18,10 +18,11 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var headers headerList
 	fs.Var(&headers, "header", "a request header 'Name: value' as the client would send it (repeatable)")
 	sf := addStoreFlags(fs, getenv)
-	if err := parseFlags(fs, args, stderr); err != nil {
+	args, err := parseFlags(fs, args, stderr)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 1 {
+	if len(args) > 1 {
 		return usageError{"preview takes at most one FILE"}
 	}
 	h := http.Header{}
@@ -33,9 +34,8 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		h.Add(k, v)
 	}
 	var body []byte
-	var err error
-	if fs.NArg() == 1 && fs.Arg(0) != "-" {
-		body, err = os.ReadFile(fs.Arg(0))
+	if len(args) == 1 && args[0] != "-" {
+		body, err = os.ReadFile(args[0])
 	} else {
 		body, err = io.ReadAll(stdin)
 	}

@@ -30,11 +30,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	fs.StringVar(&f.proxyListen, "proxy-listen", getenv(EnvProxyListen), "HTTPS-proxy (HTTPS_PROXY=) listener, off when empty (env "+EnvProxyListen+")")
 	fs.StringVar(&f.anthropicUpstream, "anthropic-upstream", orEnv(getenv, EnvAnthropicUpstream, DefaultAnthropicUpstream), "base URL for /v1/messages (env "+EnvAnthropicUpstream+")")
 	f.store = addStoreFlags(fs, getenv)
-	if err := parseFlags(fs, args, stderr); err != nil {
+	args, err := parseFlags(fs, args, stderr)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("serve takes no arguments, got %q", fs.Args())}
+	if len(args) > 0 {
+		return usageError{fmt.Sprintf("serve takes no arguments, got %q", args)}
 	}
 	upstream, err := parseBaseURL("--upstream", f.upstream)
 	if err != nil {

@@ -10,7 +10,8 @@ import (
 )
 
 // chatRequest returns a realistic chat-completions body of about size bytes: a few tools with
-// JSON schemas, a system message and alternating user/assistant turns with plain prose.
+// JSON schemas, a system message and alternating user/assistant turns of prose with quotes,
+// newlines and tabs (so the strings hold escapes, as real ones do).
 func chatRequest(size int) []byte {
 	type fn struct {
 		Name        string         `json:"name"`
@@ -47,7 +48,7 @@ func chatRequest(size int) []byte {
 		}})
 	}
 	req.Messages = append(req.Messages, msg{"system", "You are a helpful assistant for the payments team. Answer briefly."})
-	prose := "The quick brown fox jumps over the lazy dog while the build pipeline runs its integration tests. "
+	prose := "The quick brown fox jumps over the lazy dog while the \"build\" pipeline runs its tests.\n\tThen it naps. "
 	for i := 0; ; i++ {
 		b, _ := json.Marshal(req)
 		if len(b) >= size {

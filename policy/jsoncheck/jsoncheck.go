@@ -33,9 +33,9 @@ type Limits struct {
 	MaxDepth int
 }
 
-// Object reports whether b is exactly one JSON object: leading and trailing JSON whitespace
-// (space, tab, LF, CR) are allowed, nothing else is (no byte order mark, no second value).
-// The returned error, if any, is an *Error.
+// Object checks that b is exactly one JSON object: leading and trailing JSON whitespace (space,
+// tab, LF, CR) are allowed, nothing else is (no byte order mark, no second value). It returns
+// nil or an *Error. It does not retain b.
 //
 // A top-level value that starts like an array, string, number or literal is reported as
 // NotObject at once, without reading the rest of it.

@@ -158,11 +158,16 @@ func explainYAML(err error, src []byte) error {
 		return fmt.Errorf("invalid YAML: %w", err)
 	}
 	var errs []error
+	var spots []yamlSpot
+	used := map[*yaml.Node]bool{}
 	for _, msg := range te.Errors {
 		if m := unknownField.FindStringSubmatch(msg); m != nil {
 			errs = append(errs, fmt.Errorf("line %s: unknown key %q in %s; valid keys: %s", m[1], m[2], sectionName(m[3]), strings.Join(knownKeys[m[3]], ", ")))
 		} else if m := badValue.FindStringSubmatch(msg); m != nil {
 			line, _ := strconv.Atoi(m[1])
+			if spots == nil {
+				spots = spotsOf(src)
+			}
 			got := yamlKinds[m[2]]
 			if got == "" {
 				got = "!!" + m[2]
@@ -170,7 +175,7 @@ func explainYAML(err error, src []byte) error {
 			if m[3] != "" {
 				got += fmt.Sprintf(" %q", m[3])
 			}
-			errs = append(errs, fmt.Errorf("line %s: %s: got %s, want %s", m[1], keyAtLine(src, line, m[2], m[3]), got, wantOf(m[4])))
+			errs = append(errs, fmt.Errorf("line %s: %s: got %s, want %s", m[1], keyAt(spots, used, line, m[2], m[3]), got, wantOf(m[4])))
 		} else {
 			errs = append(errs, fmt.Errorf("invalid YAML: %s", msg))
 		}
@@ -197,26 +202,22 @@ func wantOf(typ string) string {
 	return "a mapping of key: value"
 }
 
-// keyAtLine names the key path (e.g. limits.maxBodyBytes, plugins[0].timeout) whose value sits on line;
-// value, as yaml.v3 quotes it (maybe cut to 7 characters and "..."), picks among several on one line.
-func keyAtLine(src []byte, line int, tag, value string) string {
+// yamlSpot is one value node of the document and its key path, e.g. limits.maxBodyBytes, plugins[0].timeout.
+type yamlSpot struct {
+	key  string
+	node *yaml.Node
+}
+
+// spotsOf lists the value nodes of src in document order, parents before children.
+func spotsOf(src []byte) []yamlSpot {
 	var doc yaml.Node
 	if yaml.Unmarshal(src, &doc) != nil || len(doc.Content) == 0 {
-		return fmt.Sprintf("line %d", line)
+		return nil
 	}
-	value, cut := strings.CutSuffix(value, "...")
-	var found, best *string
+	var out []yamlSpot
 	var walk func(n *yaml.Node, key string)
 	walk = func(n *yaml.Node, key string) {
-		if n.Line == line && best == nil {
-			if found == nil {
-				found = &key
-			}
-			if (tag == "seq" && n.Kind == yaml.SequenceNode) || (tag == "map" && n.Kind == yaml.MappingNode) ||
-				(n.Kind == yaml.ScalarNode && (n.Value == value || cut && strings.HasPrefix(n.Value, value))) {
-				best = &key
-			}
-		}
+		out = append(out, yamlSpot{key, n})
 		switch n.Kind {
 		case yaml.MappingNode:
 			for i := 0; i+1 < len(n.Content); i += 2 {
@@ -233,13 +234,40 @@ func keyAtLine(src []byte, line int, tag, value string) string {
 		}
 	}
 	walk(doc.Content[0], "")
-	if best == nil {
-		best = found
+	return out
+}
+
+// keyAt names the key whose value yaml.v3 refused on line: a scalar equal to value (which yaml.v3 may
+// cut to 7 characters and "..."), else the innermost list or mapping, skipping spots already named.
+func keyAt(spots []yamlSpot, used map[*yaml.Node]bool, line int, tag, value string) string {
+	value, cut := strings.CutSuffix(value, "...")
+	fits := func(n *yaml.Node) bool {
+		switch tag {
+		case "seq":
+			return n.Kind == yaml.SequenceNode
+		case "map":
+			return n.Kind == yaml.MappingNode
+		}
+		return n.Kind == yaml.ScalarNode && (n.Value == value || cut && strings.HasPrefix(n.Value, value))
 	}
-	if best == nil || *best == "" {
+	pick := -1
+	for i, sp := range spots {
+		if sp.node.Line != line || used[sp.node] || !fits(sp.node) {
+			continue
+		}
+		pick = i
+		if tag != "seq" && tag != "map" {
+			break // the first scalar that fits; containers: the innermost, i.e. the last
+		}
+	}
+	if pick < 0 {
+		return fmt.Sprintf("the value on line %d", line)
+	}
+	used[spots[pick].node] = true
+	if spots[pick].key == "" {
 		return "the top level"
 	}
-	return *best
+	return spots[pick].key
 }
 
 func sectionName(typ string) string {
@@ -315,7 +343,7 @@ func (f *File) Validate() error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
 	}
-	if !idPattern.MatchString(f.DefaultProtocol) {
+	if f.DefaultProtocol != "" && !idPattern.MatchString(f.DefaultProtocol) { // "" means neutral
 		bad("defaultProtocol", "%q is not a protocol id (letters, digits, _ . -)", f.DefaultProtocol)
 	}
 	for i, r := range f.Routes {

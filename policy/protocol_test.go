@@ -1,0 +1,330 @@
+package policy
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/promptgate/promptgate/policy/vet"
+)
+
+// contractProtocol is the protocol definition of CONTRACT.md ("Definitions the operator writes").
+const contractProtocol = `{"id": "tech", "extends": "", "description": "engineering assistants",
+ "promptTemplate": {"base": "base_tool_call_v2", "overrides": {"rules": "- cite sources\n- ..."}},
+ "scope": ["prompt_modules:minimal"], "allowClientSelection": true, "clientSystem": "keep",
+ "directives": ["Answer in the user's language."],
+ "tools": {"allow": ["search_docs", "web_fetch"], "deny": []},
+ "toolCalls": {"onViolation": "refuse",
+               "rules": [{"tool": "web_fetch", "path": "url", "pattern": "^https://docs\\.example\\.com/"}]}}`
+
+func TestParseProtocolContractExample(t *testing.T) {
+	p, err := ParseProtocol([]byte(contractProtocol))
+	if err != nil {
+		t.Fatalf("ParseProtocol: %v", err)
+	}
+	want := &Protocol{
+		ID: "tech", Description: "engineering assistants",
+		PromptTemplate:       PromptTemplate{Base: "base_tool_call_v2", Overrides: Overrides{Rules: "- cite sources\n- ..."}},
+		Scope:                []string{"prompt_modules:minimal"},
+		AllowClientSelection: true,
+		ClientSystem:         ClientSystemKeep,
+		Directives:           []string{"Answer in the user's language."},
+		Tools:                ToolList{Allow: []string{"search_docs", "web_fetch"}, Deny: []string{}},
+		ToolCalls: ToolCalls{
+			OnViolation: vet.ModeRefuse,
+			Rules:       []vet.Rule{{Tool: "web_fetch", Path: "url", Pattern: `^https://docs\.example\.com/`}},
+		},
+	}
+	if !reflect.DeepEqual(p, want) {
+		t.Errorf("ParseProtocol(contract example)\n got %#v\nwant %#v", p, want)
+	}
+}
+
+func TestParseProtocolMinimal(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		def  string
+		want *Protocol
+	}{
+		{
+			"only id and base", `{"id": "p", "promptTemplate": {"base": "base_legacy_v1"}}`,
+			&Protocol{ID: "p", PromptTemplate: PromptTemplate{Base: "base_legacy_v1"}},
+		},
+		{
+			"a workflow needs no base", `{"id": "w", "extends": "tech"}`,
+			&Protocol{ID: "w", Extends: "tech"},
+		},
+		{
+			"every scope form", `{"id": "p", "promptTemplate": {"base": "b"}, "scope": ["prompt_modules:full", "prompt_modules:memory_off", "prompt_modules:a.b-c_off", "observer", ""]}`,
+			&Protocol{ID: "p", PromptTemplate: PromptTemplate{Base: "b"}, Scope: []string{"prompt_modules:full", "prompt_modules:memory_off", "prompt_modules:a.b-c_off", "observer", ""}},
+		},
+		{
+			"drop and error", `{"id": "p.v2-x_y", "promptTemplate": {"base": "b"}, "clientSystem": "drop", "toolCalls": {"onViolation": "error", "atomicParallelCalls": true}}`,
+			&Protocol{ID: "p.v2-x_y", PromptTemplate: PromptTemplate{Base: "b"}, ClientSystem: ClientSystemDrop, ToolCalls: ToolCalls{OnViolation: vet.ModeError, AtomicParallelCalls: true}},
+		},
+		{
+			"surrounding whitespace", " \r\n\t{\"id\": \"p\", \"promptTemplate\": {\"base\": \"b\"}}\n\n",
+			&Protocol{ID: "p", PromptTemplate: PromptTemplate{Base: "b"}},
+		},
+		{
+			"64-character id", `{"id": "` + strings.Repeat("a", 64) + `", "promptTemplate": {"base": "b"}}`,
+			&Protocol{ID: strings.Repeat("a", 64), PromptTemplate: PromptTemplate{Base: "b"}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParseProtocol([]byte(tc.def))
+			if err != nil {
+				t.Fatalf("ParseProtocol(%s): %v", tc.def, err)
+			}
+			if !reflect.DeepEqual(p, tc.want) {
+				t.Errorf("got %#v\nwant %#v", p, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseProtocolRefusesMalformed(t *testing.T) {
+	const ok = `{"id": "p", "promptTemplate": {"base": "b"}}`
+	for _, tc := range []struct {
+		name, def, want string
+	}{
+		{"unknown top-level field", `{"id": "p", "promptTemplate": {"base": "b"}, "tool": {}}`, `policy: protocol definition: json: unknown field "tool"`},
+		{"unknown field in promptTemplate", `{"id": "p", "promptTemplate": {"base": "b", "override": {}}}`, `policy: protocol definition: json: unknown field "override"`},
+		{"unknown field in overrides", `{"id": "p", "promptTemplate": {"base": "b", "overrides": {"rule": "x"}}}`, `policy: protocol definition: json: unknown field "rule"`},
+		{"unknown field in tools", `{"id": "p", "promptTemplate": {"base": "b"}, "tools": {"allowed": ["*"]}}`, `policy: protocol definition: json: unknown field "allowed"`},
+		{"unknown field in toolCalls", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"mode": "error"}}`, `policy: protocol definition: json: unknown field "mode"`},
+		{"unknown field in a rule", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"rules": [{"tool": "t", "path": "p", "regex": "a"}]}}`, `policy: protocol definition: json: unknown field "regex"`},
+		{"version is not part of the JSON", `{"id": "p", "promptTemplate": {"base": "b"}, "Version": 3}`, `policy: protocol definition: json: unknown field "Version"`},
+		{"wrong type", `{"id": "p", "promptTemplate": {"base": "b"}, "scope": "observer"}`, `policy: protocol definition: json: cannot unmarshal string into Go struct field Protocol.scope of type []string`},
+		{"empty body", ``, `policy: protocol definition: EOF`},
+		{"an array", `[]`, `policy: protocol definition: json: cannot unmarshal array into Go value of type policy.Protocol`},
+		{"a second object", ok + ` {}`, `policy: protocol definition: trailing data after the object`},
+		{"trailing garbage", ok + ` x`, `policy: protocol definition: trailing data after the object`},
+		{"a stray closing brace", ok + `}`, `policy: protocol definition: trailing data after the object`},
+		{"a stray closing bracket", ok + "\n]", `policy: protocol definition: trailing data after the object`},
+		{"truncated", `{"id": "p", "promptTemplate": {"base": "b"}`, `policy: protocol definition: unexpected EOF`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParseProtocol([]byte(tc.def))
+			if err == nil {
+				t.Fatalf("ParseProtocol(%s) = %+v, want an error", tc.def, p)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("ParseProtocol(%s) error\n got %q\nwant %q", tc.def, err, tc.want)
+			}
+			if p != nil {
+				t.Errorf("a protocol came with the error: %+v", p)
+			}
+		})
+	}
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		def  string
+		want []string // every problem, exactly, in order
+	}{
+		{"empty id", `{"id": "", "promptTemplate": {"base": "b"}}`, []string{`policy: protocol "": id: "": use 1-64 letters, digits, _ . -`}},
+		{"no id", `{"promptTemplate": {"base": "b"}}`, []string{`policy: protocol "": id: "": use 1-64 letters, digits, _ . -`}},
+		{"id with a space", `{"id": "my proto", "promptTemplate": {"base": "b"}}`, []string{`policy: protocol "my proto": id: "my proto": use 1-64 letters, digits, _ . -`}},
+		{"id with a slash", `{"id": "../tech", "promptTemplate": {"base": "b"}}`, []string{`policy: protocol "../tech": id: "../tech": use 1-64 letters, digits, _ . -`}},
+		{"id too long", `{"id": "` + strings.Repeat("a", 65) + `", "promptTemplate": {"base": "b"}}`, []string{`policy: protocol "` + strings.Repeat("a", 65) + `": id: "` + strings.Repeat("a", 65) + `": use 1-64 letters, digits, _ . -`}},
+		{"non-ASCII id", `{"id": "tеch", "promptTemplate": {"base": "b"}}`, []string{`policy: protocol "tеch": id: "tеch": use 1-64 letters, digits, _ . -`}},
+		{"extends itself", `{"id": "w", "extends": "w"}`, []string{`policy: protocol "w": extends: a protocol cannot extend itself`}},
+		{"extends a bad id", `{"id": "w", "extends": "te ch"}`, []string{`policy: protocol "w": extends: "te ch" is not a protocol id`}},
+		{"missing base", `{"id": "p", "promptTemplate": {"overrides": {"rules": "- x"}}}`, []string{`policy: protocol "p": promptTemplate.base: missing: name a template, e.g. base_tool_call_v2`}},
+		{"bad base name", `{"id": "p", "promptTemplate": {"base": "base tool"}}`, []string{`policy: protocol "p": promptTemplate.base: "base tool" is not a template name`}},
+		{"placeholder in rules", `{"id": "p", "promptTemplate": {"base": "b", "overrides": {"rules": "- x\n{{runtime_context}}"}}}`, []string{`policy: protocol "p": promptTemplate.overrides.rules: placeholders are not allowed in rules`}},
+		{"placeholder in a directive", `{"id": "p", "promptTemplate": {"base": "b"}, "directives": ["ok", "say {{tools}}"]}`, []string{`policy: protocol "p": directives[1]: placeholders are not allowed in directives`}},
+		{"bad module mode", `{"id": "p", "promptTemplate": {"base": "b"}, "scope": ["observer", "prompt_modules:huge"]}`, []string{`policy: protocol "p": scope[1]: "prompt_modules:huge": use prompt_modules:minimal|standard|full or prompt_modules:<module>_off`}},
+		{"empty module entry", `{"id": "p", "promptTemplate": {"base": "b"}, "scope": ["prompt_modules:"]}`, []string{`policy: protocol "p": scope[0]: "prompt_modules:": use prompt_modules:minimal|standard|full or prompt_modules:<module>_off`}},
+		{"toggle without a module", `{"id": "p", "promptTemplate": {"base": "b"}, "scope": ["prompt_modules:_off"]}`, []string{`policy: protocol "p": scope[0]: "prompt_modules:_off": use prompt_modules:minimal|standard|full or prompt_modules:<module>_off`}},
+		{"mode is case-sensitive", `{"id": "p", "promptTemplate": {"base": "b"}, "scope": ["prompt_modules:Full"]}`, []string{`policy: protocol "p": scope[0]: "prompt_modules:Full": use prompt_modules:minimal|standard|full or prompt_modules:<module>_off`}},
+		{"bad clientSystem", `{"id": "p", "promptTemplate": {"base": "b"}, "clientSystem": "strip"}`, []string{`policy: protocol "p": clientSystem: "strip": use keep or drop`}},
+		{"bad allow glob", `{"id": "p", "promptTemplate": {"base": "b"}, "tools": {"allow": ["search_*", "web_[fetch"]}}`, []string{`policy: protocol "p": tools.allow[1]: bad glob "web_[fetch": syntax error in pattern`}},
+		{"bad deny glob", `{"id": "p", "promptTemplate": {"base": "b"}, "tools": {"allow": ["*"], "deny": ["x\\"]}}`, []string{`policy: protocol "p": tools.deny[0]: bad glob "x\\": syntax error in pattern`}},
+		{"empty allow entry", `{"id": "p", "promptTemplate": {"base": "b"}, "tools": {"allow": [""]}}`, []string{`policy: protocol "p": tools.allow[0]: empty name`}},
+		{"bad onViolation", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"onViolation": "block"}}`, []string{`policy: protocol "p": toolCalls.onViolation: "block": use refuse, error or audit`}},
+		{"onViolation is case-sensitive", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"onViolation": "Refuse"}}`, []string{`policy: protocol "p": toolCalls.onViolation: "Refuse": use refuse, error or audit`}},
+		{
+			"bad rule regex", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"rules": [{"tool": "web_fetch", "path": "url", "pattern": "^https://("}]}}`,
+			[]string{"policy: protocol \"p\": toolCalls: rules[0].pattern: error parsing regexp: missing closing ): `^https://(`"},
+		},
+		{
+			"several problems at once",
+			`{"id": "w w", "extends": "w w", "promptTemplate": {"overrides": {"rules": "{{tools}}"}}, "scope": ["prompt_modules:max"],
+			  "clientSystem": "Keep", "tools": {"allow": ["["], "deny": [""]}, "toolCalls": {"onViolation": "deny"}}`,
+			[]string{
+				`policy: protocol "w w": id: "w w": use 1-64 letters, digits, _ . -`,
+				`policy: protocol "w w": extends: "w w" is not a protocol id`,
+				`policy: protocol "w w": extends: a protocol cannot extend itself`,
+				`policy: protocol "w w": promptTemplate.overrides.rules: placeholders are not allowed in rules`,
+				`policy: protocol "w w": scope[0]: "prompt_modules:max": use prompt_modules:minimal|standard|full or prompt_modules:<module>_off`,
+				`policy: protocol "w w": clientSystem: "Keep": use keep or drop`,
+				`policy: protocol "w w": tools.allow[0]: bad glob "[": syntax error in pattern`,
+				`policy: protocol "w w": tools.deny[0]: empty name`,
+				`policy: protocol "w w": toolCalls.onViolation: "deny": use refuse, error or audit`,
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParseProtocol([]byte(tc.def))
+			if err == nil {
+				t.Fatalf("ParseProtocol(%s) = %+v, want an error", tc.def, p)
+			}
+			if got := problems(err); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("problems\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// problems splits an errors.Join error into its messages.
+func problems(err error) []string {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []string
+		for _, e := range j.Unwrap() {
+			out = append(out, problems(e)...)
+		}
+		return out
+	}
+	return []string{err.Error()}
+}
+
+func TestModuleModes(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		want ModuleMode
+		ok   bool
+	}{
+		{"minimal", ModeMinimal, true}, {"standard", ModeStandard, true}, {"full", ModeFull, true},
+		{"", 0, false}, {"Full", 0, false}, {"max", 0, false}, {" full", 0, false},
+	} {
+		got, ok := ParseModuleMode(tc.s)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("ParseModuleMode(%q) = %v, %v; want %v, %v", tc.s, got, ok, tc.want, tc.ok)
+		}
+		if ok && got.String() != tc.s {
+			t.Errorf("%v.String() = %q, want %q", got, got.String(), tc.s)
+		}
+	}
+	if !(ModeMinimal < ModeStandard && ModeStandard < ModeFull) {
+		t.Error("modes must be ordered minimal < standard < full")
+	}
+	if ModuleMode(0).String() != "unknown" || ModuleMode(9).String() != "unknown" {
+		t.Error("an invalid mode must print as unknown")
+	}
+}
+
+func TestModulesOfScope(t *testing.T) {
+	for _, tc := range []struct {
+		id    string
+		scope []string
+		want  Modules
+	}{
+		// Defaults per built-in id when the scope names no mode.
+		{"public", nil, Modules{Mode: ModeMinimal}},
+		{"tech", nil, Modules{Mode: ModeMinimal}},
+		{"neutral", nil, Modules{Mode: ModeStandard}},
+		{"private", []string{"observer"}, Modules{Mode: ModeFull}},
+		{"system", nil, Modules{Mode: ModeFull}},
+		{"my_app", nil, Modules{Mode: ModeStandard}},
+		{"Tech", nil, Modules{Mode: ModeStandard}},
+		// The scope names the mode.
+		{"public", []string{"prompt_modules:full"}, Modules{Mode: ModeFull}},
+		{"system", []string{"prompt_modules:minimal"}, Modules{Mode: ModeMinimal}},
+		{"my_app", []string{"observer", "prompt_modules:minimal"}, Modules{Mode: ModeMinimal}},
+		{"neutral", []string{"prompt_modules:minimal", "prompt_modules:full"}, Modules{Mode: ModeFull}},
+		// Toggles, in the order written, with or without a mode.
+		{"tech", []string{"prompt_modules:memory_off"}, Modules{Mode: ModeMinimal, Off: []string{"memory"}}},
+		{
+			"neutral", []string{"prompt_modules:profile_off", "prompt_modules:standard", "prompt_modules:memory_off", "memory_off"},
+			Modules{Mode: ModeStandard, Off: []string{"profile", "memory"}},
+		},
+		{"private", []string{"prompt_modules:full_off"}, Modules{Mode: ModeFull, Off: []string{"full"}}},
+	} {
+		got := modulesOf(tc.scope, tc.id)
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("modulesOf(%q, %q) = %+v, want %+v", tc.scope, tc.id, got, tc.want)
+		}
+	}
+}
+
+func TestModulesThroughResolve(t *testing.T) {
+	// The module mode of each built-in id, through the router, with and without a scope entry.
+	cat := testCatalog(t)
+	cat["custom"] = mustProtocol(t, 1, `{"id": "custom", "promptTemplate": {"base": "b"}, "allowClientSelection": true,
+		"scope": ["prompt_modules:minimal", "prompt_modules:memory_off", "prompt_modules:notes_off"]}`)
+	r := NewRouter(mustConfig(t, ""))
+	for id, want := range map[string]Modules{
+		"public":  {Mode: ModeMinimal},
+		"tech":    {Mode: ModeMinimal},
+		"neutral": {Mode: ModeStandard},
+		"private": {Mode: ModeFull},
+		"system":  {Mode: ModeFull},
+		"custom":  {Mode: ModeMinimal, Off: []string{"memory", "notes"}},
+	} {
+		eff, err := r.Resolve(Request{Forced: id}, cat)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if !reflect.DeepEqual(eff.Modules, want) {
+			t.Errorf("%s: Modules = %+v, want %+v", id, eff.Modules, want)
+		}
+	}
+}
+
+func TestModulesIsOff(t *testing.T) {
+	m := Modules{Mode: ModeFull, Off: []string{"memory", "profile"}}
+	for mod, want := range map[string]bool{"memory": true, "profile": true, "Memory": false, "": false, "notes": false, "memory_off": false} {
+		if got := m.IsOff(mod); got != want {
+			t.Errorf("IsOff(%q) = %v, want %v", mod, got, want)
+		}
+	}
+	if (Modules{}).IsOff("memory") {
+		t.Error("nothing is off by default")
+	}
+}
+
+// TestBuiltinDefinitions parses the seed's protocol files, where they are in this tree, and checks what
+// the contract says of them: they validate, keep the client's system messages, allow the declared tools,
+// have the module modes of their id, and only system refuses client selection.
+func TestBuiltinDefinitions(t *testing.T) {
+	dir := filepath.Join("..", "store", "builtin", "protocols")
+	modes := map[string]ModuleMode{"public": ModeMinimal, "tech": ModeMinimal, "neutral": ModeStandard, "private": ModeFull, "system": ModeFull}
+	for id, mode := range modes {
+		body, err := os.ReadFile(filepath.Join(dir, id+".json"))
+		if os.IsNotExist(err) {
+			t.Skipf("no built-in definitions at %s", dir)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := ParseProtocol(body)
+		if err != nil {
+			t.Errorf("%s: %v", id, err)
+			continue
+		}
+		if p.ID != id || p.Extends != "" {
+			t.Errorf("%s: id %q extends %q", id, p.ID, p.Extends)
+		}
+		if got := modulesOf(p.Scope, p.ID).Mode; got != mode {
+			t.Errorf("%s: mode %v, want %v", id, got, mode)
+		}
+		if p.ClientSystem != ClientSystemKeep {
+			t.Errorf("%s: clientSystem %q, want keep", id, p.ClientSystem)
+		}
+		if !reflect.DeepEqual(p.Tools.Allow, []string{"*"}) || len(p.Tools.Deny) != 0 {
+			t.Errorf("%s: tools %+v, want every declared tool", id, p.Tools)
+		}
+		if p.AllowClientSelection != (id != "system") {
+			t.Errorf("%s: allowClientSelection = %v", id, p.AllowClientSelection)
+		}
+	}
+}

@@ -1,0 +1,262 @@
+// Package chatvet vets the tool calls of Chat Completions responses (/v1/chat/completions) before
+// the client sees them: the non-stream body (Body) and the SSE stream (Stream), every choice, both
+// tool_calls and the legacy function_call. Text keeps flowing in a stream; only a tool call's own
+// deltas are held until the call is complete and vetted, then released unchanged or replaced by a
+// notice.
+//
+// It owns the Chat Completions wire shapes and the rewriting of response bytes (gjson/sjson on the
+// raw bytes, never a re-marshal). It does not decide whether a call is allowed (policy/vet does),
+// does not pick the mode or the allowed set (policy/ does), does not store decisions (the caller's
+// Recorder does) and does not write HTTP responses: in error mode Body reports the blocked call and
+// the caller answers 403.
+package chatvet
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// Recorder is called once for every vetted call: allowed, blocked and audited. It may be nil.
+type Recorder func(vet.Decision)
+
+// Result says what Body did.
+type Result struct {
+	// Blocked is the number of calls removed (refuse mode) or that made the response an error.
+	Blocked int
+	// ErrorCall is set in error mode when a call was blocked: the caller answers
+	// 403 tool_call_blocked (see ErrorJSON) instead of sending the body.
+	ErrorCall *vet.Decision
+}
+
+// Paths into a response, relative to a choice.
+const (
+	pathChoices      = "choices"
+	pathMessage      = "message"
+	pathDelta        = "delta"
+	pathToolCalls    = "tool_calls"
+	pathFunctionCall = "function_call"
+	pathContent      = "content"
+	pathFinish       = "finish_reason"
+	pathIndex        = "index"
+	pathID           = "id"
+	pathType         = "type"
+	pathFnName       = "function.name"
+	pathFnArgs       = "function.arguments"
+	pathName         = "name"
+	pathArgs         = "arguments"
+
+	finishToolCalls    = "tool_calls"
+	finishFunctionCall = "function_call"
+	finishStop         = "stop"
+)
+
+// Error codes this package produces.
+const (
+	CodeToolCallBlocked = "tool_call_blocked"
+	CodeTruncated       = "upstream_stream_truncated"
+)
+
+// ErrorJSON is the OpenAI error shape: {"error":{"message":...,"type":...,"param":null,"code":...}}.
+func ErrorJSON(message, typ, code string) []byte {
+	b := []byte(`{"error":{"message":"","type":"","param":null,"code":""}}`)
+	b, _ = sjson.SetBytes(b, "error.message", message)
+	b, _ = sjson.SetBytes(b, "error.type", typ)
+	b, _ = sjson.SetBytes(b, "error.code", code)
+	return b
+}
+
+// BlockedErrorJSON is the error body (or stream event data) for a call blocked in error mode.
+func BlockedErrorJSON(d vet.Decision) []byte {
+	return ErrorJSON(vet.Notice(d), "invalid_request_error", CodeToolCallBlocked)
+}
+
+// Body vets a non-stream response body (raw bytes) and returns it, edited with sjson where needed.
+//
+// refuse: bad calls are removed from message.tool_calls (or message.function_call). Where no call
+// is left in a choice, tool_calls is removed, the content becomes the notices (one line per
+// blocked call, after the existing text and a line break if there was text) and finish_reason
+// "tool_calls"/"function_call" becomes "stop"; where a good call is left, finish_reason stays.
+// error: the body is returned unchanged and Result.ErrorCall is set. audit: the body is returned
+// unchanged; violations are recorded as audited.
+//
+// A body that is not one valid JSON object with unique keys is an error: the client and this
+// package could read it differently.
+func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
+	var res Result
+	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxEventDepth}); err != nil {
+		return body, res, fmt.Errorf("chatvet: response body: %w", err)
+	}
+	choices := gjson.GetBytes(body, pathChoices)
+	if !choices.IsArray() {
+		return body, res, nil
+	}
+	out := body
+	for pos, ch := range choices.Array() {
+		idx, ok := intField(ch.Get(pathIndex))
+		if !ok {
+			idx = pos
+		}
+		msg := ch.Get(pathMessage)
+		tcs := msg.Get(pathToolCalls)
+		fc := msg.Get(pathFunctionCall)
+		var calls []*vet.Call
+		var raws []string
+		switch {
+		case tcs.IsArray():
+			for j, tc := range tcs.Array() {
+				calls = append(calls, bodyCall(idx, j, tc))
+				raws = append(raws, tc.Raw)
+			}
+		case tcs.Exists() && tcs.Type != gjson.Null:
+			call := &vet.Call{Choice: idx}
+			call.Fail(vet.ReasonUnsupportedType)
+			calls = append(calls, call)
+			raws = append(raws, "")
+		}
+		nTools := len(calls)
+		if fc.Exists() && fc.Type != gjson.Null {
+			call := &vet.Call{Choice: idx, Index: -1, Legacy: true}
+			fillFunction(call, fc)
+			calls = append(calls, call)
+		}
+		if len(calls) == 0 {
+			continue
+		}
+		ds := c.VetBatch(calls)
+		var kept []string
+		keptLegacy := false
+		var notices []string
+		for i, d := range ds {
+			if rec != nil {
+				rec(d)
+			}
+			if !d.Blocked() {
+				if i < nTools {
+					kept = append(kept, raws[i])
+				} else {
+					keptLegacy = true
+				}
+				continue
+			}
+			res.Blocked++
+			// In error mode, name the call that broke the policy, not one blocked with its batch.
+			if c.Mode() == vet.ModeError && (res.ErrorCall == nil || res.ErrorCall.Reason == vet.ReasonBatch) {
+				d := d
+				res.ErrorCall = &d
+			}
+			notices = append(notices, vet.Notice(d))
+		}
+		if res.ErrorCall != nil {
+			// The caller answers with an error; the rest of the body does not matter.
+			return body, res, nil
+		}
+		if len(notices) == 0 {
+			continue
+		}
+		base := pathChoices + "." + strconv.Itoa(pos) + "."
+		var err error
+		if len(kept) < nTools {
+			if len(kept) > 0 {
+				out, err = sjson.SetRawBytes(out, base+pathMessage+"."+pathToolCalls, joinArray(kept))
+			} else {
+				out, err = sjson.DeleteBytes(out, base+pathMessage+"."+pathToolCalls)
+			}
+			if err != nil {
+				return body, res, fmt.Errorf("chatvet: edit choice %d: %w", pos, err)
+			}
+		}
+		if fc.Exists() && fc.Type != gjson.Null && !keptLegacy {
+			if out, err = sjson.DeleteBytes(out, base+pathMessage+"."+pathFunctionCall); err != nil {
+				return body, res, fmt.Errorf("chatvet: edit choice %d: %w", pos, err)
+			}
+		}
+		if len(kept) > 0 || keptLegacy {
+			continue
+		}
+		if out, err = setNotice(out, base, msg.Get(pathContent), notices); err != nil {
+			return body, res, fmt.Errorf("chatvet: edit choice %d: %w", pos, err)
+		}
+		if f := ch.Get(pathFinish).String(); f == finishToolCalls || f == finishFunctionCall {
+			if out, err = sjson.SetBytes(out, base+pathFinish, finishStop); err != nil {
+				return body, res, fmt.Errorf("chatvet: edit choice %d: %w", pos, err)
+			}
+		}
+	}
+	return out, res, nil
+}
+
+// bodyCall reads one entry of message.tool_calls.
+func bodyCall(choice, index int, tc gjson.Result) *vet.Call {
+	call := &vet.Call{Choice: choice, Index: index}
+	if id := tc.Get(pathID); id.Type == gjson.String {
+		call.ID = id.Str
+	}
+	if t := tc.Get(pathType); t.Exists() && (t.Type != gjson.String || t.Str != "function") {
+		call.Fail(vet.ReasonUnsupportedType)
+	}
+	fillFunction(call, tc.Get("function"))
+	return call
+}
+
+// fillFunction reads {"name":...,"arguments":...} into call.
+func fillFunction(call *vet.Call, fn gjson.Result) {
+	if name := fn.Get(pathName); name.Type == gjson.String {
+		call.AddName(name.Str)
+	}
+	switch args := fn.Get(pathArgs); {
+	case args.Type == gjson.String:
+		call.AppendArgs(args.Str)
+	case args.Exists():
+		call.Fail(vet.ReasonNotString)
+	}
+}
+
+// setNotice puts the notices into the message content of the choice at base.
+func setNotice(out []byte, base string, content gjson.Result, notices []string) ([]byte, error) {
+	text := []byte(nil)
+	for i, n := range notices {
+		if i > 0 {
+			text = append(text, '\n')
+		}
+		text = append(text, n...)
+	}
+	path := base + pathMessage + "." + pathContent
+	switch {
+	case content.Type == gjson.String && content.Str != "":
+		return sjson.SetBytes(out, path, content.Str+"\n"+string(text))
+	case content.IsArray():
+		part, _ := sjson.SetBytes([]byte(`{"type":"text","text":""}`), "text", string(text))
+		return sjson.SetRawBytes(out, path+".-1", part)
+	default:
+		return sjson.SetBytes(out, path, string(text))
+	}
+}
+
+// joinArray builds a JSON array of raw elements.
+func joinArray(raws []string) []byte {
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, r := range raws {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(r)
+	}
+	b.WriteByte(']')
+	return b.Bytes()
+}
+
+// intField reads an integer JSON number (no fraction or exponent), as a strict client would.
+func intField(v gjson.Result) (int, bool) {
+	if v.Type != gjson.Number {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v.Raw)
+	return n, err == nil
+}

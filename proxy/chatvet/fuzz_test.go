@@ -1,0 +1,144 @@
+package chatvet
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/sse"
+	"github.com/tidwall/gjson"
+)
+
+var fuzzModes = []vet.Mode{vet.ModeRefuse, vet.ModeError, vet.ModeAudit}
+
+// upstreamCalls assembles the calls of an input stream the way Stream keys them: by (choice,
+// index, id), a new id at an index in use starting a new call. Events Stream drops (JSON that is
+// not one valid object) are skipped.
+func upstreamCalls(input []byte) []call {
+	type key struct{ ch, ix int }
+	var calls []call
+	cur := map[key]int{}
+	r := sse.NewReader(bytes.NewReader(input))
+	for {
+		ev, err := r.Next()
+		if err != nil || ev.Truncated {
+			return calls
+		}
+		if !ev.HasData || bytes.HasPrefix(ev.Data, doneData) {
+			continue
+		}
+		if jsoncheck.Object(ev.Data, jsoncheck.Limits{MaxDepth: maxEventDepth}) != nil {
+			continue
+		}
+		for _, c := range gjson.GetBytes(ev.Data, "choices").Array() {
+			ch := int(c.Get("index").Int())
+			for _, e := range c.Get("delta.tool_calls").Array() {
+				ix := int(e.Get("index").Int())
+				if ix == -1 {
+					ix = 0
+				}
+				id := e.Get("id").String()
+				pos, ok := cur[key{ch, ix}]
+				if !ok || (id != "" && id != calls[pos].ID) {
+					calls = append(calls, call{Choice: ch})
+					pos = len(calls) - 1
+					cur[key{ch, ix}] = pos
+				}
+				if id != "" {
+					calls[pos].ID = id
+				}
+				calls[pos].Name += e.Get("function.name").String()
+				calls[pos].Args += e.Get("function.arguments").String()
+			}
+			if fc := c.Get("delta.function_call"); fc.Exists() && fc.Type != gjson.Null {
+				pos, ok := cur[key{ch, -100}]
+				if !ok {
+					calls = append(calls, call{Choice: ch, ID: "legacy"})
+					pos = len(calls) - 1
+					cur[key{ch, -100}] = pos
+				}
+				calls[pos].Name += fc.Get("name").String()
+				calls[pos].Args += fc.Get("arguments").String()
+			}
+		}
+	}
+}
+
+func FuzzStream(f *testing.F) {
+	for _, tc := range streamCases {
+		mode := byte(0)
+		for i, m := range fuzzModes {
+			if m == tc.mode {
+				mode = byte(i)
+			}
+		}
+		f.Add([]byte(frame(tc.in)), mode, tc.atomic, uint8(0), uint64(1))
+		f.Add([]byte(frame(tc.in)), (mode+1)%3, !tc.atomic, uint8(5), uint64(2))
+	}
+	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
+		m := fuzzModes[int(mode)%len(fuzzModes)]
+		out, ds, blocked := runStream(t, string(input), policy(m, atomic), int(split%16), seed)
+		got := assemble(t, out) // also checks that the output is clean SSE
+
+		// Decisions: every call vetted once; blocked count matches.
+		var passed []vet.Decision
+		nBlocked := 0
+		for _, d := range ds {
+			switch {
+			case d.Blocked():
+				nBlocked++
+			case d.Reason != vet.ReasonAfterRelease:
+				passed = append(passed, d)
+			}
+		}
+		if nBlocked != blocked {
+			t.Fatalf("Blocked() = %d, %d blocked decisions", blocked, nBlocked)
+		}
+
+		// The calls a client assembles are exactly the calls that passed, in order.
+		if len(got.Calls) != len(passed) {
+			t.Fatalf("client sees %d calls, %d passed:\n%+v\n%+v\n%s", len(got.Calls), len(passed), got.Calls, passed, out)
+		}
+		up := upstreamCalls(input)
+		check := policy(m, atomic)
+		for i, c := range got.Calls {
+			d := passed[i]
+			if c.Choice != d.Choice || c.Name != d.Tool || (c.ID != "legacy" && c.ID != d.CallID) {
+				t.Fatalf("call %d: client sees %+v, decision %+v", i, c, d)
+			}
+			// Late deltas of a released call are dropped (and recorded) outside audit mode: then
+			// the client has a prefix of the upstream's arguments.
+			late := false
+			for _, d := range ds {
+				late = late || (d.Reason == vet.ReasonAfterRelease && d.Choice == c.Choice && d.CallID == c.ID)
+			}
+			found := false
+			for _, u := range up {
+				found = found || u == c ||
+					(late && u.Choice == c.Choice && u.ID == c.ID && u.Name == c.Name && strings.HasPrefix(u.Args, c.Args))
+			}
+			if !found {
+				t.Fatalf("released call %+v is not an upstream call %+v", c, up)
+			}
+			if m != vet.ModeAudit {
+				if reason, _, ok := check.Check(c.Name, []byte(c.Args)); !ok {
+					t.Fatalf("released call %+v breaks the policy: %s", c, reason)
+				}
+				if c.ID == "" {
+					t.Fatalf("released call without id: %+v", c)
+				}
+			}
+		}
+		if got.After != 0 {
+			t.Fatalf("%d events after the end", got.After)
+		}
+		if got.Done && got.Error != "" {
+			t.Fatalf("both [DONE] and an error")
+		}
+	})
+}
+
+var _ io.Reader = (*chunkReader)(nil)

@@ -1,0 +1,671 @@
+package chatvet
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/sse"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// MaxCallBytes caps what is held for one streamed call (its raw events plus its arguments); a
+// call that grows beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
+const MaxCallBytes = 16 << 20
+
+// maxEventDepth caps the nesting of response JSON (bodies and stream events).
+const maxEventDepth = 128
+
+var doneData = []byte("[DONE]")
+
+// Stream vets a streamed Chat Completions response. Read yields the upstream SSE stream with
+// every tool call held until it is complete and vetted:
+//
+//   - An event without tool-call deltas (text, role, refusal, logprobs, usage, comments) is
+//     forwarded byte-for-byte as soon as it is complete.
+//   - A tool call's own deltas (choices[i].delta.tool_calls[j], and delta.function_call) are held,
+//     keyed by (choice, index, id): a new id at an index in use starts a new call. A call is
+//     complete when the next call starts in its choice, when its choice's finish_reason arrives,
+//     or at [DONE]. With atomicParallelCalls every call of a choice waits for the finish_reason.
+//   - An allowed call's held events are then released unchanged, in order, except that the
+//     index of a tool call is renumbered where needed so that the client sees the released
+//     calls of a choice as 0, 1, 2, ... (no gap where a call was blocked, no index shared by two
+//     calls). On refuse a blocked
+//     call's events are dropped and one content delta with the notice takes their place; on
+//     error the stream ends with an error event (code tool_call_blocked) and no [DONE].
+//     finish_reason "tool_calls" becomes "stop" in a choice none of whose calls was released.
+//   - An event that mixes text and tool-call deltas is split: a copy without the tool-call
+//     deltas goes out at once, each tool-call delta is held as an event of its own.
+//   - Nothing of a blocked call (id, name, argument bytes) is ever written. An event whose data
+//     looks like JSON but is not one valid object with unique keys is dropped, and every call
+//     still held fails closed; other non-JSON data passes through.
+//   - If the upstream ends (or fails) before [DONE], held calls are dropped and the stream ends
+//     with an error event (code upstream_stream_truncated).
+//
+// Read returns whatever output it has before it reads upstream again, so each event reaches a
+// caller that flushes after every Read at once. A Stream is not safe for concurrent use.
+type Stream struct {
+	up  io.ReadCloser
+	rd  *sse.Reader
+	c   *vet.Checker
+	rec Recorder
+
+	out []byte // output not yet read
+	off int    // read position in out
+
+	choices map[int]*choiceState
+	blocked int
+	ended   bool  // nothing more is read from upstream
+	err     error // the upstream's read error, if any
+}
+
+var _ io.ReadCloser = (*Stream)(nil)
+
+// choiceState is what the stream remembers of one choice.
+type choiceState struct {
+	open     []*pending       // calls not yet vetted, in the order they started
+	cur      map[int]*pending // the latest call at each tool index; legacyIndex for function_call
+	released bool             // a call of this choice was released
+	next     int              // the index the next released tool call gets
+	text     bool             // non-empty content went out in this choice
+}
+
+// legacyIndex is the key of a choice's function_call.
+const legacyIndex = -1 << 31
+
+// pending is one call being assembled.
+type pending struct {
+	call   *vet.Call
+	tmpl   []byte // data of the call's first event, the template for its notice
+	wire   []int  // the index each held delta carries (0 when it has none)
+	done   bool   // vetted
+	out    bool   // released
+	client int    // the index the client sees, once released
+}
+
+// drop lets go of the held deltas.
+func (p *pending) drop() {
+	p.call.Drop()
+	p.wire = nil
+}
+
+// NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for
+// every vetted call.
+func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
+	return &Stream{up: upstream, rd: sse.NewReader(upstream), c: c, rec: rec, choices: map[int]*choiceState{}}
+}
+
+// Blocked is the number of calls blocked so far.
+func (s *Stream) Blocked() int { return s.blocked }
+
+// Err is the upstream's read error, if the upstream failed (other than by ending early).
+func (s *Stream) Err() error { return s.err }
+
+// Close closes the upstream body.
+func (s *Stream) Close() error {
+	s.ended = true
+	return s.up.Close()
+}
+
+// Read implements io.Reader.
+func (s *Stream) Read(p []byte) (int, error) {
+	for s.off == len(s.out) {
+		s.out, s.off = s.out[:0], 0
+		if s.ended {
+			return 0, io.EOF
+		}
+		s.step()
+	}
+	n := copy(p, s.out[s.off:])
+	s.off += n
+	return n, nil
+}
+
+// step reads one upstream event and appends what it produces to s.out.
+func (s *Stream) step() {
+	ev, err := s.rd.Next()
+	if err != nil || ev.Truncated {
+		// The upstream ended (or broke) before [DONE]: held calls are not released.
+		if err != nil && !errors.Is(err, io.EOF) {
+			s.err = err
+		}
+		s.end(ErrorJSON("upstream stream ended before [DONE]", "server_error", CodeTruncated))
+		return
+	}
+	if !ev.HasData {
+		s.out = append(s.out, ev.Raw...) // comment, keep-alive, blank line
+		return
+	}
+	if bytes.HasPrefix(ev.Data, doneData) {
+		s.finishAll()
+		if !s.ended {
+			s.out = append(s.out, ev.Raw...)
+			s.ended = true
+		}
+		return
+	}
+	data := bytes.TrimLeft(ev.Data, " \t\r\n")
+	if len(data) == 0 || data[0] != '{' {
+		s.out = append(s.out, ev.Raw...) // not JSON: no client reads a call from it
+		return
+	}
+	if jsoncheck.Object(ev.Data, jsoncheck.Limits{MaxDepth: maxEventDepth}) != nil {
+		s.malformed()
+		return
+	}
+	s.event(ev)
+}
+
+// malformed drops an event that a client might read differently from us, and fails every held
+// call: one of its deltas may be in it.
+func (s *Stream) malformed() {
+	for _, ch := range s.choices {
+		for _, p := range ch.open {
+			p.call.Fail(vet.ReasonMalformedStream)
+			p.drop()
+		}
+	}
+}
+
+// choiceView is one choice of an event.
+type choiceView struct {
+	pos     int // position in the event's choices array
+	index   int
+	raw     gjson.Result
+	entries []gjson.Result // delta.tool_calls
+	legacy  gjson.Result   // delta.function_call, when not null
+	finish  string         // finish_reason, when a string
+	rest    bool           // has something to say besides tool-call deltas
+}
+
+// event handles one event whose data is a valid JSON object.
+func (s *Stream) event(ev sse.Event) {
+	data := ev.Data
+	choices := gjson.GetBytes(data, pathChoices)
+	if !choices.IsArray() {
+		s.out = append(s.out, ev.Raw...)
+		return
+	}
+	var views []choiceView
+	tools := 0    // tool-call deltas in the event
+	finishes := 0 // choices that finish here with calls to vet or a finish_reason to rewrite
+	rest := meaningful(gjson.GetBytes(data, "usage"))
+	for pos, c := range choices.Array() {
+		v := choiceView{pos: pos, raw: c}
+		var ok bool
+		if ix := c.Get(pathIndex); ix.Exists() {
+			if v.index, ok = intField(ix); !ok {
+				s.malformed()
+				return
+			}
+		}
+		delta := c.Get(pathDelta)
+		switch tc := delta.Get(pathToolCalls); {
+		case tc.IsArray():
+			v.entries = tc.Array()
+		case tc.Exists() && tc.Type != gjson.Null:
+			s.malformed()
+			return
+		}
+		if fc := delta.Get(pathFunctionCall); fc.Exists() && fc.Type != gjson.Null {
+			v.legacy = fc
+		}
+		tools += len(v.entries)
+		if v.legacy.Exists() {
+			tools++
+		}
+		if f := c.Get(pathFinish); f.Type == gjson.String {
+			v.finish = f.Str
+			if ch := s.choices[v.index]; len(v.entries) > 0 || v.legacy.Exists() ||
+				(ch != nil && len(ch.open) > 0) || rewritesFinish(v.finish, ch) {
+				finishes++
+			}
+		}
+		v.rest = hasRest(c)
+		rest = rest || v.rest
+		if content := delta.Get(pathContent); content.Type == gjson.String && content.Str != "" {
+			s.choice(v.index).text = true
+		}
+		views = append(views, v)
+	}
+	if tools == 0 && finishes == 0 {
+		s.out = append(s.out, ev.Raw...)
+		return
+	}
+
+	// Tool-call deltas: start or continue calls, holding each delta.
+	pure := tools == 1 && len(views) == 1 && !rest
+	for _, v := range views {
+		ch := s.choice(v.index)
+		for _, e := range v.entries {
+			held := ev.Raw
+			if !pure {
+				held = sse.AppendData(nil, fragment(data, v.raw, "tool_calls", "["+e.Raw+"]"))
+			}
+			s.toolDelta(ch, v.index, e, data, held)
+			if s.ended {
+				return
+			}
+		}
+		if v.legacy.Exists() {
+			held := ev.Raw
+			if !pure {
+				held = sse.AppendData(nil, fragment(data, v.raw, "function_call", v.legacy.Raw))
+			}
+			s.legacyDelta(ch, v.index, v.legacy, data, held)
+			if s.ended {
+				return
+			}
+		}
+	}
+
+	// finish_reason: every call of the choice is complete. When the same event also carries
+	// content for the client, that goes out first and the finish_reason after the calls.
+	closing := map[int]bool{} // positions of choices that finish with calls to complete
+	rewrite := map[int]bool{} // positions whose finish_reason becomes "stop"
+	deltaRest := meaningful(gjson.GetBytes(data, "usage"))
+	for _, v := range views {
+		deltaRest = deltaRest || hasDeltaRest(v.raw)
+		if v.finish == "" {
+			continue
+		}
+		if ch := s.choice(v.index); len(ch.open) > 0 {
+			closing[v.pos] = true
+		} else if rewritesFinish(v.finish, ch) {
+			rewrite[v.pos] = true
+		}
+	}
+	split := len(closing) > 0 && deltaRest
+	if split {
+		s.out = sse.AppendData(s.out, restOf(data, views, rewrite, closing))
+	}
+	for _, v := range views {
+		if !closing[v.pos] {
+			continue
+		}
+		ch := s.choice(v.index)
+		s.complete(v.index, ch)
+		if s.ended {
+			return
+		}
+		if rewritesFinish(v.finish, ch) {
+			rewrite[v.pos] = true
+		}
+	}
+	if split {
+		s.out = sse.AppendData(s.out, finishOnly(data, views, rewrite, closing))
+		return
+	}
+
+	// What is left of the event goes out now.
+	switch {
+	case !rest && len(rewrite) == 0:
+	case tools == 0 && len(rewrite) == 0:
+		s.out = append(s.out, ev.Raw...)
+	default:
+		s.out = sse.AppendData(s.out, restOf(data, views, rewrite, nil))
+	}
+}
+
+// restOf is an event without its tool-call deltas, finish_reason "stop" where rewrite says so, and
+// no finish_reason where hold says so.
+func restOf(data []byte, views []choiceView, rewrite, hold map[int]bool) []byte {
+	out := slices.Clone(data)
+	for _, v := range views {
+		base := pathChoices + "." + strconv.Itoa(v.pos) + "."
+		if v.raw.Get(pathDelta + "." + pathToolCalls).Exists() {
+			out, _ = sjson.DeleteBytes(out, base+pathDelta+"."+pathToolCalls)
+		}
+		if v.legacy.Exists() {
+			out, _ = sjson.DeleteBytes(out, base+pathDelta+"."+pathFunctionCall)
+		}
+		switch {
+		case hold[v.pos]:
+			out, _ = sjson.SetRawBytes(out, base+pathFinish, []byte("null"))
+		case rewrite[v.pos]:
+			out, _ = sjson.SetBytes(out, base+pathFinish, finishStop)
+		}
+	}
+	return out
+}
+
+// finishOnly is an event with just the finish_reason of the choices in only.
+func finishOnly(data []byte, views []choiceView, rewrite, only map[int]bool) []byte {
+	var cs [][]byte
+	for _, v := range views {
+		if !only[v.pos] {
+			continue
+		}
+		c := []byte(v.raw.Raw)
+		c, _ = sjson.SetRawBytes(c, pathDelta, []byte("{}"))
+		if meaningful(v.raw.Get("logprobs")) {
+			c, _ = sjson.SetRawBytes(c, "logprobs", []byte("null"))
+		}
+		if rewrite[v.pos] {
+			c, _ = sjson.SetBytes(c, pathFinish, finishStop)
+		}
+		cs = append(cs, c)
+	}
+	out, _ := sjson.SetRawBytes(slices.Clone(data), pathChoices, append(append([]byte{'['}, bytes.Join(cs, []byte{','})...), ']'))
+	if meaningful(gjson.GetBytes(out, "usage")) {
+		out, _ = sjson.SetRawBytes(out, "usage", []byte("null"))
+	}
+	return out
+}
+
+// rewritesFinish reports whether a finish_reason must become "stop": it announces calls and no
+// call of the choice was released.
+func rewritesFinish(finish string, ch *choiceState) bool {
+	return (finish == finishToolCalls || finish == finishFunctionCall) && (ch == nil || !ch.released)
+}
+
+// hasRest reports whether a choice of an event says anything besides tool-call deltas.
+func hasRest(c gjson.Result) bool {
+	return meaningful(c.Get(pathFinish)) || hasDeltaRest(c)
+}
+
+// hasDeltaRest reports whether a choice of an event carries content, role, logprobs or the like.
+func hasDeltaRest(c gjson.Result) bool {
+	if meaningful(c.Get("logprobs")) {
+		return true
+	}
+	rest := false
+	c.Get(pathDelta).ForEach(func(k, v gjson.Result) bool {
+		rest = k.Str != pathToolCalls && k.Str != pathFunctionCall && meaningful(v)
+		return !rest
+	})
+	return rest
+}
+
+// meaningful reports whether a value would change what a client accumulates: present, not null
+// and not an empty string.
+func meaningful(v gjson.Result) bool {
+	return v.Exists() && v.Type != gjson.Null && !(v.Type == gjson.String && v.Str == "")
+}
+
+// fragment builds the data of an event that carries one tool-call delta of a choice: the event
+// with only that choice, whose delta has only key: value, and no finish_reason, logprobs or usage.
+func fragment(data []byte, choice gjson.Result, key, value string) []byte {
+	c := []byte(choice.Raw)
+	c, _ = sjson.SetRawBytes(c, pathDelta, []byte(`{"`+key+`":`+value+`}`))
+	if f := choice.Get(pathFinish); f.Exists() && f.Type != gjson.Null {
+		c, _ = sjson.SetRawBytes(c, pathFinish, []byte("null"))
+	}
+	if lp := choice.Get("logprobs"); lp.Exists() && lp.Type != gjson.Null {
+		c, _ = sjson.SetRawBytes(c, "logprobs", []byte("null"))
+	}
+	out, _ := sjson.SetRawBytes(slices.Clone(data), pathChoices, append(append([]byte{'['}, c...), ']'))
+	if u := gjson.GetBytes(out, "usage"); u.Exists() && u.Type != gjson.Null {
+		out, _ = sjson.SetRawBytes(out, "usage", []byte("null"))
+	}
+	return out
+}
+
+func (s *Stream) choice(index int) *choiceState {
+	ch := s.choices[index]
+	if ch == nil {
+		ch = &choiceState{cur: map[int]*pending{}}
+		s.choices[index] = ch
+	}
+	return ch
+}
+
+// choiceKeys returns the indexes of the choices seen so far, in order.
+func (s *Stream) choiceKeys() []int {
+	keys := make([]int, 0, len(s.choices))
+	for k := range s.choices {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// toolDelta handles one entry of delta.tool_calls.
+func (s *Stream) toolDelta(ch *choiceState, choice int, e gjson.Result, data, held []byte) {
+	index, wire := 0, 0
+	invalid := false
+	if ix := e.Get(pathIndex); ix.Exists() {
+		var ok bool
+		if wire, ok = intField(ix); !ok {
+			invalid = true
+			index = legacyIndex + 1 // a key no valid delta uses
+		} else if wire != -1 {
+			index = wire // -1 is 0, as the official SDKs read it (Bedrock sends -1 for a single call)
+		}
+	}
+	id := ""
+	if v := e.Get(pathID); v.Type == gjson.String {
+		id = v.Str
+	} else if v.Exists() && v.Type != gjson.Null {
+		invalid = true
+	}
+	p := ch.cur[index]
+	switch {
+	case p == nil, id != "" && id != p.call.ID && (p.done || p.call.ID != ""):
+		p = s.start(ch, choice, index, data)
+		if s.ended {
+			return
+		}
+	case p.done:
+		s.late(p, held, wire)
+		return
+	}
+	call := p.call
+	if invalid {
+		call.Fail(vet.ReasonInvalidIndex)
+	}
+	if id != "" && call.ID == "" {
+		call.ID = id
+	}
+	if t := e.Get(pathType); t.Exists() && t.Type != gjson.Null && (t.Type != gjson.String || t.Str != "function") {
+		call.Fail(vet.ReasonUnsupportedType)
+	}
+	fillFunction(call, e.Get("function"))
+	s.hold(p, held, wire)
+}
+
+// legacyDelta handles a delta.function_call.
+func (s *Stream) legacyDelta(ch *choiceState, choice int, fc gjson.Result, data, held []byte) {
+	p := ch.cur[legacyIndex]
+	if p == nil {
+		p = s.start(ch, choice, legacyIndex, data)
+		if s.ended {
+			return
+		}
+		p.call.Legacy = true
+		p.call.Index = -1
+	} else if p.done {
+		s.late(p, held, 0)
+		return
+	}
+	fillFunction(p.call, fc)
+	s.hold(p, held, 0)
+}
+
+// start begins a new call in a choice; the calls already open there are complete (unless the
+// choice's calls are vetted together).
+func (s *Stream) start(ch *choiceState, choice, index int, data []byte) *pending {
+	if !s.c.Atomic() {
+		s.complete(choice, ch)
+	}
+	p := &pending{call: &vet.Call{Choice: choice, Index: index}, tmpl: slices.Clone(data)}
+	ch.cur[index] = p
+	ch.open = append(ch.open, p)
+	return p
+}
+
+// hold keeps a raw delta of an open call, or lets go of everything once the call is too big.
+func (s *Stream) hold(p *pending, held []byte, wire int) {
+	if p.call.Problem() == vet.ReasonTooLarge || p.call.Problem() == vet.ReasonMalformedStream {
+		p.drop()
+		return
+	}
+	if p.call.HeldBytes()+len(held) > MaxCallBytes {
+		p.call.Fail(vet.ReasonTooLarge)
+		p.drop()
+		p.call.Args = nil
+		return
+	}
+	p.call.Hold(held)
+	p.wire = append(p.wire, wire)
+}
+
+// release writes the held deltas of an allowed call. Tool calls get the next index of their
+// choice, so that a client sees its calls numbered 0, 1, 2, ... whatever was blocked between
+// them or whatever index the upstream reused; a delta is rewritten only where its index differs.
+func (s *Stream) release(ch *choiceState, p *pending) {
+	if !p.call.Legacy {
+		p.client = ch.next
+		ch.next++
+	}
+	for i, h := range p.call.Held() {
+		if !p.call.Legacy && p.wire[i] != p.client {
+			h = reindex(h, p.client)
+		}
+		s.out = append(s.out, h...)
+	}
+	p.out = true
+	ch.released = true
+}
+
+// reindex rewrites the index of the one tool-call delta in a held event.
+func reindex(raw []byte, index int) []byte {
+	ev, err := sse.NewReader(bytes.NewReader(raw)).Next()
+	if err != nil {
+		return nil // cannot happen: held events are whole
+	}
+	data, _ := sjson.SetBytes(slices.Clone(ev.Data), pathChoices+".0."+pathDelta+"."+pathToolCalls+".0."+pathIndex, index)
+	return sse.AppendData(nil, data)
+}
+
+// late handles a delta for a call that was already vetted. A blocked call's late deltas are
+// dropped quietly. A released call's cannot be added to what the client has: they are dropped
+// and recorded (in error mode the stream ends; in audit mode they are passed on).
+func (s *Stream) late(p *pending, held []byte, wire int) {
+	if !p.out {
+		return
+	}
+	d := vet.Decision{Kind: vet.KindToolCall, Choice: p.call.Choice, CallID: p.call.ID, Tool: p.call.Name,
+		Verdict: vet.VerdictBlocked, Reason: vet.ReasonAfterRelease}
+	if s.c.Mode() == vet.ModeAudit {
+		d.Verdict = vet.VerdictAudited
+	}
+	s.record(d)
+	switch {
+	case d.Verdict == vet.VerdictAudited:
+		if !p.call.Legacy && wire != p.client {
+			held = reindex(held, p.client)
+		}
+		s.out = append(s.out, held...)
+	case s.c.Mode() == vet.ModeError:
+		s.blocked++
+		s.end(BlockedErrorJSON(d))
+	default:
+		s.blocked++
+	}
+}
+
+// complete vets every open call of a choice, then releases or replaces each.
+func (s *Stream) complete(choice int, ch *choiceState) {
+	if len(ch.open) == 0 {
+		return
+	}
+	open := ch.open
+	ch.open = nil
+	calls := make([]*vet.Call, len(open))
+	for i, p := range open {
+		calls[i] = p.call
+	}
+	ds := s.c.VetBatch(calls)
+	for i := range ds {
+		// What was lost on the way cannot be released, whatever the mode.
+		if r := calls[i].Problem(); ds[i].Verdict == vet.VerdictAudited && (r == vet.ReasonTooLarge || r == vet.ReasonMalformedStream) {
+			ds[i].Verdict = vet.VerdictBlocked
+		}
+	}
+	if s.c.Mode() == vet.ModeError {
+		culprit := -1
+		for i, d := range ds {
+			if d.Blocked() && (culprit < 0 || ds[culprit].Reason == vet.ReasonBatch) {
+				culprit = i
+			}
+		}
+		if culprit >= 0 {
+			for _, d := range ds {
+				s.record(d)
+				if d.Blocked() {
+					s.blocked++
+				}
+			}
+			s.end(BlockedErrorJSON(ds[culprit]))
+			return
+		}
+	}
+	for i, d := range ds {
+		p := open[i]
+		p.done = true
+		s.record(d)
+		if !d.Blocked() {
+			s.release(ch, p)
+		} else {
+			s.blocked++
+			s.notice(choice, ch, p, d)
+		}
+		p.drop()
+		p.tmpl = nil
+	}
+}
+
+// notice writes the content delta that takes a blocked call's place.
+func (s *Stream) notice(choice int, ch *choiceState, p *pending, d vet.Decision) {
+	text := vet.Notice(d)
+	if ch.text {
+		text = "\n" + text
+	}
+	ch.text = true
+	c := []byte(`{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":null}`)
+	c, _ = sjson.SetBytes(c, pathIndex, choice)
+	c, _ = sjson.SetBytes(c, pathDelta+"."+pathContent, text)
+	tmpl := p.tmpl
+	if len(tmpl) == 0 {
+		tmpl = []byte(`{}`)
+	}
+	out, _ := sjson.SetRawBytes(tmpl, pathChoices, append(append([]byte{'['}, c...), ']'))
+	if u := gjson.GetBytes(out, "usage"); u.Exists() && u.Type != gjson.Null {
+		out, _ = sjson.SetRawBytes(out, "usage", []byte("null"))
+	}
+	s.out = sse.AppendData(s.out, out)
+}
+
+// finishAll completes every choice, at [DONE].
+func (s *Stream) finishAll() {
+	for _, k := range s.choiceKeys() {
+		s.complete(k, s.choices[k])
+		if s.ended {
+			return
+		}
+	}
+}
+
+func (s *Stream) record(d vet.Decision) {
+	if s.rec != nil {
+		s.rec(d)
+	}
+}
+
+// end writes a final error event and stops reading upstream.
+func (s *Stream) end(errJSON []byte) {
+	for _, ch := range s.choices {
+		for _, p := range ch.open {
+			p.drop()
+		}
+		ch.open = nil
+	}
+	s.out = sse.AppendData(s.out, errJSON)
+	s.ended = true
+}
