@@ -13,8 +13,77 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 )
+
+// keySpec lists the exact field names of an object of a definition and the specs of nested objects.
+type keySpec struct {
+	fields map[string]*keySpec // nil spec: a leaf (or a value whose keys are not checked)
+	array  bool                // the spec applies to each element of an array
+}
+
+func leaf() *keySpec { return nil }
+
+var protocolKeys = &keySpec{fields: map[string]*keySpec{
+	"id": leaf(), "extends": leaf(), "description": leaf(), "scope": leaf(), "allowClientSelection": leaf(),
+	"clientSystem": leaf(), "directives": leaf(),
+	"promptTemplate": {fields: map[string]*keySpec{
+		"base":      leaf(),
+		"overrides": {fields: map[string]*keySpec{"rules": leaf()}},
+	}},
+	"tools": {fields: map[string]*keySpec{"allow": leaf(), "deny": leaf()}},
+	"toolCalls": {fields: map[string]*keySpec{
+		"onViolation": leaf(), "atomicParallelCalls": leaf(),
+		"rules": {array: true, fields: map[string]*keySpec{
+			"id": leaf(), "tool": leaf(), "path": leaf(), "pattern": leaf(), "oneOf": leaf(), "max": leaf(), "min": leaf(),
+			"pathPrefix": leaf(), "hosts": leaf(), "schemes": leaf(), "optional": leaf(),
+		}},
+	}},
+}}
+
+// exactKeys reports the first key that is not spelled exactly as a field of spec.
+func exactKeys(v gjson.Result, spec *keySpec, at string) error {
+	if spec == nil {
+		return nil
+	}
+	if spec.array {
+		if !v.IsArray() {
+			return nil // the decoder reports the type
+		}
+		var err error
+		i := 0
+		v.ForEach(func(_, el gjson.Result) bool {
+			err = exactKeys(el, &keySpec{fields: spec.fields}, fmt.Sprintf("%s[%d]", at, i))
+			i++
+			return err == nil
+		})
+		return err
+	}
+	if !v.IsObject() {
+		return nil
+	}
+	var err error
+	v.ForEach(func(k, val gjson.Result) bool {
+		sub, ok := spec.fields[k.String()]
+		if !ok {
+			err = fmt.Errorf("unknown field %q%s", k.String(), where(at))
+			return false
+		}
+		err = exactKeys(val, sub, strings.TrimPrefix(at+"."+k.String(), "."))
+		return err == nil
+	})
+	return err
+}
+
+func where(at string) string {
+	if at == "" {
+		return ""
+	}
+	return " in " + at
+}
 
 // Client-system handling of a protocol.
 const (
@@ -71,6 +140,13 @@ var (
 
 // ParseProtocol decodes a definition strictly (unknown fields are errors) and validates it.
 func ParseProtocol(body []byte) (*Protocol, error) {
+	if err := jsoncheck.Object(body, jsoncheck.Limits{}); err != nil {
+		return nil, fmt.Errorf("policy: protocol definition: %w", err)
+	}
+	// encoding/json matches field names case-insensitively; a definition must spell them exactly.
+	if err := exactKeys(gjson.ParseBytes(body), protocolKeys, ""); err != nil {
+		return nil, fmt.Errorf("policy: protocol definition: %w", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	var p Protocol

@@ -90,21 +90,24 @@ func TestParseProtocolRefusesMalformed(t *testing.T) {
 	for _, tc := range []struct {
 		name, def, want string
 	}{
-		{"unknown top-level field", `{"id": "p", "promptTemplate": {"base": "b"}, "tool": {}}`, `policy: protocol definition: json: unknown field "tool"`},
-		{"unknown field in promptTemplate", `{"id": "p", "promptTemplate": {"base": "b", "override": {}}}`, `policy: protocol definition: json: unknown field "override"`},
-		{"unknown field in overrides", `{"id": "p", "promptTemplate": {"base": "b", "overrides": {"rule": "x"}}}`, `policy: protocol definition: json: unknown field "rule"`},
-		{"unknown field in tools", `{"id": "p", "promptTemplate": {"base": "b"}, "tools": {"allowed": ["*"]}}`, `policy: protocol definition: json: unknown field "allowed"`},
-		{"unknown field in toolCalls", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"mode": "error"}}`, `policy: protocol definition: json: unknown field "mode"`},
-		{"unknown field in a rule", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"rules": [{"tool": "t", "path": "p", "regex": "a"}]}}`, `policy: protocol definition: json: unknown field "regex"`},
-		{"version is not part of the JSON", `{"id": "p", "promptTemplate": {"base": "b"}, "Version": 3}`, `policy: protocol definition: json: unknown field "Version"`},
+		{"unknown top-level field", `{"id": "p", "promptTemplate": {"base": "b"}, "tool": {}}`, `policy: protocol definition: unknown field "tool"`},
+		{"unknown field in promptTemplate", `{"id": "p", "promptTemplate": {"base": "b", "override": {}}}`, `policy: protocol definition: unknown field "override" in promptTemplate`},
+		{"unknown field in overrides", `{"id": "p", "promptTemplate": {"base": "b", "overrides": {"rule": "x"}}}`, `policy: protocol definition: unknown field "rule" in promptTemplate.overrides`},
+		{"unknown field in tools", `{"id": "p", "promptTemplate": {"base": "b"}, "tools": {"allowed": ["*"]}}`, `policy: protocol definition: unknown field "allowed" in tools`},
+		{"unknown field in toolCalls", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"mode": "error"}}`, `policy: protocol definition: unknown field "mode" in toolCalls`},
+		{"unknown field in a rule", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"rules": [{"tool": "t", "path": "p", "regex": "a"}]}}`, `policy: protocol definition: unknown field "regex" in toolCalls.rules[0]`},
+		{"version is not part of the JSON", `{"id": "p", "promptTemplate": {"base": "b"}, "Version": 3}`, `policy: protocol definition: unknown field "Version"`},
 		{"wrong type", `{"id": "p", "promptTemplate": {"base": "b"}, "scope": "observer"}`, `policy: protocol definition: json: cannot unmarshal string into Go struct field Protocol.scope of type []string`},
-		{"empty body", ``, `policy: protocol definition: EOF`},
-		{"an array", `[]`, `policy: protocol definition: json: cannot unmarshal array into Go value of type policy.Protocol`},
-		{"a second object", ok + ` {}`, `policy: protocol definition: trailing data after the object`},
-		{"trailing garbage", ok + ` x`, `policy: protocol definition: trailing data after the object`},
-		{"a stray closing brace", ok + `}`, `policy: protocol definition: trailing data after the object`},
-		{"a stray closing bracket", ok + "\n]", `policy: protocol definition: trailing data after the object`},
-		{"truncated", `{"id": "p", "promptTemplate": {"base": "b"}`, `policy: protocol definition: unexpected EOF`},
+		{"empty body", ``, `policy: protocol definition: jsoncheck: syntax error at offset 0: empty input`},
+		{"an array", `[]`, `policy: protocol definition: jsoncheck: not a JSON object at offset 0: top-level value is an array`},
+		{"a second object", ok + ` {}`, `policy: protocol definition: jsoncheck: syntax error at offset 45: unexpected '{' after top-level value`},
+		{"trailing garbage", ok + ` x`, `policy: protocol definition: jsoncheck: syntax error at offset 45: unexpected 'x' after top-level value`},
+		{"a stray closing brace", ok + `}`, `policy: protocol definition: jsoncheck: syntax error at offset 44: unexpected '}' after top-level value`},
+		{"a stray closing bracket", ok + "\n]", `policy: protocol definition: jsoncheck: syntax error at offset 45: unexpected ']' after top-level value`},
+		{"key in another case", `{"ID": "p", "promptTemplate": {"base": "b"}}`, `policy: protocol definition: unknown field "ID"`},
+		{"nested key in another case", `{"id": "p", "promptTemplate": {"Base": "b"}}`, `policy: protocol definition: unknown field "Base" in promptTemplate`},
+		{"duplicate key", `{"id": "p", "id": "q", "promptTemplate": {"base": "b"}}`, `policy: protocol definition: jsoncheck: duplicate key "id" at offset 12`},
+		{"truncated", `{"id": "p", "promptTemplate": {"base": "b"}`, `policy: protocol definition: jsoncheck: syntax error at offset 43: unexpected end of input, expected ',' or '}'`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := ParseProtocol([]byte(tc.def))

@@ -161,7 +161,10 @@ func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 		}
 		sel = base
 	}
-	if req.ClientWorkflow != "" && (wf == nil || wf.ID != req.ClientWorkflow) {
+	if req.ClientWorkflow != "" && wf != nil && wf.ID != req.ClientWorkflow {
+		return nil, errorf(http.StatusBadRequest, "unknown_protocol", "the request names two workflows, %q as its protocol and %q as its workflow; name one", wf.ID, req.ClientWorkflow)
+	}
+	if req.ClientWorkflow != "" && wf == nil {
 		w, ok := cat.Protocol(req.ClientWorkflow)
 		if !ok {
 			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "unknown workflow %q", req.ClientWorkflow)
@@ -230,7 +233,18 @@ func merge(base, wf *Protocol) *Effective {
 		e.OnViolation = wf.ToolCalls.OnViolation
 	}
 	e.Atomic = e.Atomic || wf.ToolCalls.AtomicParallelCalls
-	e.ArgRules = append(e.ArgRules, wf.ToolCalls.Rules...)
+	// Rule ids are unique per definition; a workflow rule whose id the base already uses is renamed
+	// "WORKFLOW/ID" so that both rules apply.
+	ids := make(map[string]bool, len(e.ArgRules))
+	for _, r := range e.ArgRules {
+		ids[r.ID] = r.ID != ""
+	}
+	for _, r := range wf.ToolCalls.Rules {
+		if r.ID != "" && ids[r.ID] {
+			r.ID = wf.ID + "/" + r.ID
+		}
+		e.ArgRules = append(e.ArgRules, r)
+	}
 	if len(wf.Tools.Allow) > 0 {
 		e.allow = append(e.allow, wf.Tools.Allow)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/promptgate/promptgate/policy/vet"
@@ -601,5 +602,32 @@ func TestResolveConcurrent(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+func TestResolveTwoWorkflowsRefused(t *testing.T) {
+	cat := testCatalog(t)
+	cat["style_review"] = mustProtocol(t, 1, `{"id": "style_review", "extends": "tech", "allowClientSelection": true}`)
+	runResolve(t, NewRouter(mustConfig(t, "")), cat, []resolveCase{
+		{name: "same workflow twice is fine", req: Request{ClientProtocol: "code_review", ClientWorkflow: "code_review"}, wantID: "code_review", wantBase: "tech"},
+		{name: "two different workflows", req: Request{ClientProtocol: "code_review", ClientWorkflow: "style_review"}, wantStatus: 400, wantCode: "unknown_protocol"},
+	})
+}
+
+func TestMergeRenamesClashingRuleIDs(t *testing.T) {
+	base := mustProtocol(t, 1, `{"id": "b", "promptTemplate": {"base": "t"}, "tools": {"allow": ["*"]},
+		"toolCalls": {"rules": [{"id": "url", "tool": "fetch", "path": "url", "pattern": "^https://a/"}]}}`)
+	wf := mustProtocol(t, 1, `{"id": "w", "extends": "b",
+		"toolCalls": {"rules": [{"id": "url", "tool": "fetch", "path": "url", "pattern": "^https://a/x/"}, {"tool": "fetch", "path": "n", "pattern": "x"}]}}`)
+	e := merge(base, wf)
+	var ids []string
+	for _, r := range e.ArgRules {
+		ids = append(ids, r.ID)
+	}
+	if strings.Join(ids, ",") != "url,w/url," {
+		t.Fatalf("rule ids %q", ids)
+	}
+	if _, err := vet.CompileRules(e.ArgRules); err != nil {
+		t.Fatalf("merged rules do not compile: %v", err)
 	}
 }
