@@ -97,7 +97,7 @@ type Chat struct {
 
 // ParseChat reads a validated Chat Completions body.
 func ParseChat(body []byte) (*Chat, error) {
-	c := &Chat{Model: gjson.GetBytes(body, pathModel).String(), Stream: gjson.GetBytes(body, pathStream).Bool()}
+	c := &Chat{Model: gjson.GetBytes(body, pathModel).String(), Stream: gjson.GetBytes(body, pathStream).Type == gjson.True}
 	msgs := gjson.GetBytes(body, pathMessages)
 	if !msgs.IsArray() {
 		return nil, invalid(pathMessages, "messages must be an array")

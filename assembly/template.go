@@ -5,6 +5,7 @@
 package assembly
 
 import (
+	"fmt"
 	"strings"
 )
 
@@ -61,6 +62,8 @@ type section struct {
 }
 
 // ParseTemplate splits a template into sections. It never fails: a text without placeholders is legacy.
+// CRLF and CR line ends are read as LF, so the sections (and the message built from them) use LF only;
+// Text keeps the template as written.
 func ParseTemplate(name string, version int, text string) *Template {
 	t := &Template{Name: name, Version: version, Text: text}
 	for _, p := range placeholders {
@@ -86,8 +89,14 @@ func ParseTemplate(name string, version int, text string) *Template {
 		t.sections = append(t.sections, s)
 		cur.Reset()
 	}
+	// A template saved with CRLF or CR line ends is read as LF: a lone CR would otherwise hide every header
+	// after it (one section, one placeholder filled), and CRLF would mix line ends in the message.
+	body := text
+	if strings.Contains(body, "\r") {
+		body = strings.ReplaceAll(strings.ReplaceAll(body, "\r\n", "\n"), "\r", "\n")
+	}
 	inOutFmt := false
-	for line := range strings.SplitAfterSeq(text, "\n") {
+	for line := range strings.SplitAfterSeq(body, "\n") {
 		trimmed := strings.TrimLeft(line, " \t")
 		switch {
 		case strings.HasPrefix(trimmed, headerPrefix):
@@ -112,4 +121,59 @@ func blockOfHeader(s string) string {
 		return BlockContext
 	}
 	return BlockOther
+}
+
+// ValidateTemplate refuses a template text whose placeholders could not be filled as the contract says:
+// an unknown {{placeholder}}, a placeholder that is not alone on its line, used twice, or sharing a section
+// with another one, and a {{runtime_context}} whose header does not mark the block UNTRUSTED.
+func ValidateTemplate(text string) error {
+	t := ParseTemplate("", 0, text)
+	known := map[string]bool{}
+	for _, p := range placeholders {
+		known[p.ph] = true
+	}
+	norm := strings.NewReplacer("\r\n", "\n", "\r", "\n").Replace(text)
+	for _, line := range strings.Split(norm, "\n") {
+		for rest := line; ; {
+			i := strings.Index(rest, "{{")
+			if i < 0 {
+				break
+			}
+			j := strings.Index(rest[i:], "}}")
+			if j < 0 {
+				return fmt.Errorf("assembly: template: unclosed %q in line %q", "{{", line)
+			}
+			ph := rest[i : i+j+2]
+			if !known[ph] {
+				return fmt.Errorf("assembly: template: unknown placeholder %s; known: {{protocol_rules}}, {{application_instructions}}, {{runtime_directives}}, {{runtime_context}}, {{tools}}", ph)
+			}
+			if strings.TrimSpace(line) != ph {
+				return fmt.Errorf("assembly: template: placeholder %s must be alone on its line", ph)
+			}
+			rest = rest[i+j+2:]
+		}
+	}
+	for _, p := range placeholders {
+		if n := strings.Count(norm, p.ph); n > 1 {
+			return fmt.Errorf("assembly: template: placeholder %s is used %d times; use it once", p.ph, n)
+		}
+	}
+	for _, s := range t.sections {
+		n := 0
+		for _, p := range placeholders {
+			if strings.Contains(s.text, p.ph) {
+				n++
+			}
+		}
+		if n > 1 {
+			return fmt.Errorf("assembly: template: a section holds %d placeholders; give each its own \"=== ... ===\" header", n)
+		}
+		if s.ph == PhContext {
+			header, _, _ := strings.Cut(s.text, "\n")
+			if !strings.HasPrefix(strings.TrimSpace(header), headerPrefix) || !strings.Contains(header, "UNTRUSTED") {
+				return fmt.Errorf("assembly: template: {{runtime_context}} must sit under a header that marks it untrusted, e.g. %q", ContextHeader)
+			}
+		}
+	}
+	return nil
 }

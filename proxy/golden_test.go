@@ -37,13 +37,7 @@ type goldenCase struct {
 func testStore(t testing.TB) *store.Bolt {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "promptgate.db"), store.Options{
-		Validate: func(kind store.Kind, _ string, body []byte) error {
-			if kind == store.KindProtocol {
-				_, err := policy.ParseProtocol(body)
-				return err
-			}
-			return nil
-		},
+		Validate: ValidateDefinition,
 	})
 	if err != nil {
 		t.Fatal(err)

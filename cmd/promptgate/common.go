@@ -82,18 +82,9 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, er
 	}
 }
 
-// validateDefinition is the store's hook: nothing that policy cannot parse is ever stored.
-func validateDefinition(kind store.Kind, _ string, body []byte) error {
-	if kind == store.KindProtocol {
-		_, err := policy.ParseProtocol(body)
-		return err
-	}
-	return nil
-}
-
 // openStore opens the bbolt file with the validation hook.
 func openStore(path string, readOnly bool, log *slog.Logger) (*store.Bolt, error) {
-	return store.Open(path, store.Options{Logger: log, Validate: validateDefinition, ReadOnly: readOnly})
+	return store.Open(path, store.Options{Logger: log, Validate: proxy.ValidateDefinition, ReadOnly: readOnly})
 }
 
 // newLogger writes JSON lines to stderr at the level of PROMPTGATE_LOG_LEVEL (debug|info|warn|error).

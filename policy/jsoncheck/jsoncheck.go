@@ -15,6 +15,7 @@ package jsoncheck
 import (
 	"bytes"
 	"encoding/binary"
+	"hash/maphash"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -52,7 +53,9 @@ type scanner struct {
 	b       []byte
 	max     int
 	scratch []byte // decoded escaped keys, only for objects with more than smallKeys keys
-	input   string // string(b), made once for the first object with more than smallKeys keys
+	seed    maphash.Seed
+	seeded  bool
+	free    []*keySet // key sets of closed large objects, for reuse
 }
 
 // key locates the raw text of an object key, between its quotes.
@@ -156,7 +159,7 @@ func (s *scanner) object(i, depth int) (int, *Error) {
 	var (
 		small [smallKeys]key
 		n     int
-		big   map[string]struct{}
+		big   *keySet
 	)
 	for {
 		if i >= len(b) {
@@ -181,17 +184,14 @@ func (s *scanner) object(i, depth int) (int, *Error) {
 				small[n] = k
 				n++
 			} else {
-				big = make(map[string]struct{}, 4*smallKeys)
+				big = s.takeSet()
 				for _, sk := range small {
-					big[s.keyString(sk)] = struct{}{}
+					s.add(big, sk)
 				}
-				big[s.keyString(k)] = struct{}{}
+				s.add(big, k)
 			}
-		} else {
-			if _, dup := big[string(s.decodeKey(k))]; dup {
-				return start, s.duplicate(start, k)
-			}
-			big[s.keyString(k)] = struct{}{}
+		} else if !s.add(big, k) {
+			return start, s.duplicate(start, k)
 		}
 		i = s.skipWS(j)
 		if i >= len(b) {
@@ -213,6 +213,9 @@ func (s *scanner) object(i, depth int) (int, *Error) {
 		case ',':
 			i = s.skipWS(i + 1)
 		case '}':
+			if big != nil {
+				s.putSet(big)
+			}
 			return i + 1, nil
 		default:
 			return i, s.unexpected(i, "after object value, expected ',' or '}'")
@@ -462,18 +465,6 @@ func (s *scanner) keyEqual(a, b key) bool {
 	return i == len(ra) && j == len(rb)
 }
 
-// keyString returns the decoded key as a string. Keys without escapes are substrings of one
-// copy of the input, so a large object costs one copy of the input, not one allocation per key.
-func (s *scanner) keyString(k key) string {
-	if k.escaped {
-		return string(s.decodeKey(k))
-	}
-	if s.input == "" {
-		s.input = string(s.b)
-	}
-	return s.input[k.start:k.end]
-}
-
 // decodeKey returns the decoded bytes of a checked key. Without escapes it is the raw text
 // itself; with escapes it lives in s.scratch and is valid until the next call.
 func (s *scanner) decodeKey(k key) []byte {
@@ -488,4 +479,84 @@ func (s *scanner) decodeKey(k key) []byte {
 		s.scratch = utf8.AppendRune(s.scratch, r)
 	}
 	return s.scratch
+}
+
+// keySet is an open-addressing hash set of the keys of one object with more than smallKeys keys.
+// A slot holds where the key starts in the input (low offBits bits, never 0) and the top bits of
+// its hash, and nothing else: the key itself is read again from the input when a tag matches,
+// or when the table grows. That keeps a set of n keys at 16n bytes or less, free of pointers for
+// the garbage collector, and the hash is seeded per call, so crafted keys cannot force
+// collisions. Inputs must be shorter than 1<<offBits bytes (1 TiB).
+type keySet struct {
+	slots []uint64
+	n     int
+}
+
+const (
+	offBits = 40
+	offMask = 1<<offBits - 1
+)
+
+func (s *scanner) takeSet() *keySet {
+	if !s.seeded {
+		s.seed, s.seeded = maphash.MakeSeed(), true
+	}
+	if n := len(s.free); n > 0 {
+		ks := s.free[n-1]
+		s.free = s.free[:n-1]
+		return ks
+	}
+	return &keySet{}
+}
+
+func (s *scanner) putSet(ks *keySet) {
+	clear(ks.slots)
+	ks.n = 0
+	s.free = append(s.free, ks)
+}
+
+func (s *scanner) hash(k key) uint64 { return maphash.Bytes(s.seed, s.decodeKey(k)) }
+
+// keyAt reads again the key whose text starts at offset start (just after its opening quote).
+func (s *scanner) keyAt(start int) key {
+	end, escaped, _ := s.str(start - 1)
+	return key{start: start, end: end - 1, escaped: escaped}
+}
+
+// add inserts k into ks and reports whether it was new.
+func (s *scanner) add(ks *keySet, k key) bool {
+	if 2*(ks.n+1) > len(ks.slots) {
+		s.grow(ks)
+	}
+	h := s.hash(k)
+	tag := h &^ offMask
+	mask := len(ks.slots) - 1
+	for i := int(h) & mask; ; i = (i + 1) & mask {
+		e := ks.slots[i]
+		if e == 0 {
+			ks.slots[i] = tag | uint64(k.start)
+			ks.n++
+			return true
+		}
+		if e&^offMask == tag && s.keyEqual(s.keyAt(int(e&offMask)), k) {
+			return false
+		}
+	}
+}
+
+// grow doubles the table (at least 4*smallKeys slots) and re-inserts every key.
+func (s *scanner) grow(ks *keySet) {
+	old := ks.slots
+	ks.slots = make([]uint64, max(4*smallKeys, 2*len(old)))
+	mask := len(ks.slots) - 1
+	for _, e := range old {
+		if e == 0 {
+			continue
+		}
+		i := int(s.hash(s.keyAt(int(e&offMask)))) & mask
+		for ks.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		ks.slots[i] = e
+	}
 }

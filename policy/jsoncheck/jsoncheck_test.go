@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -41,6 +42,20 @@ func manyKeys(n, dup int, esc bool) string {
 		}
 	}
 	b.WriteString(`"end":true}`)
+	return b.String()
+}
+
+// escapedKeys returns an object with n distinct keys, each written with a \u escape.
+func escapedKeys(n int) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"\u%04x%d":%d`, 'a'+i%26, i, i)
+	}
+	b.WriteByte('}')
 	return b.String()
 }
 
@@ -157,6 +172,11 @@ var checkCases = []checkCase{
 	{"dup of 16th key as 17th", manyKeys(16, 15, false), DuplicateKey, DuplicateKey, -1},
 	{"dup of 17th key", manyKeys(17, 16, false), DuplicateKey, DuplicateKey, -1},
 	{"dup in 2000 keys", manyKeys(2000, 1999, true), DuplicateKey, DuplicateKey, -1},
+	{"escaped distinct keys", escapedKeys(300), 0, 0, -1},
+	{"big objects side by side", `{"a":` + manyKeys(100, -1, false) + `,"b":` + manyKeys(100, -1, false) + `,"c":[` + manyKeys(50, -1, true) + `,` + manyKeys(50, -1, false) + `]}`, 0, 0, -1},
+	{"big object inside big object", strings.Replace(manyKeys(40, -1, false), `"k7":7`, `"k7":`+manyKeys(40, -1, false), 1), 0, 0, -1},
+	{"dup after nested big object", strings.Replace(manyKeys(40, 39, false), `"k7":7`, `"k7":`+manyKeys(40, -1, false), 1), DuplicateKey, DuplicateKey, -1},
+	{"dup in second big object", `{"a":` + manyKeys(100, -1, false) + `,"b":` + manyKeys(100, 50, true) + `}`, DuplicateKey, DuplicateKey, -1},
 
 	// depth
 	{"depth 65 objects", deepObj(65), TooDeep, TooDeep, 320},
@@ -305,6 +325,45 @@ func TestZeroAllocs(t *testing.T) {
 		}
 		if n := testing.AllocsPerRun(20, func() { _ = Object(body, Limits{}) }); n != 0 {
 			t.Errorf("%d-byte body: %v allocs per run, want 0", len(body), n)
+		}
+	}
+}
+
+// TestLargeObjectsAgainstOracle checks the hash-set path (objects with more than smallKeys keys)
+// against encoding/json on random objects whose keys collide now and then and are written with
+// and without escapes.
+func TestLargeObjectsAgainstOracle(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for iter := 0; iter < 2000; iter++ {
+		n := 1 + r.IntN(120)
+		var b strings.Builder
+		b.WriteByte('{')
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteByte('"')
+			for _, c := range fmt.Sprintf("k%d", r.IntN(4*n)) {
+				switch r.IntN(4) {
+				case 0:
+					fmt.Fprintf(&b, `\u%04x`, c)
+				case 1:
+					fmt.Fprintf(&b, `\u%04X`, c)
+				default:
+					b.WriteRune(c)
+				}
+			}
+			b.WriteString(`":0`)
+		}
+		b.WriteByte('}')
+		in := []byte(b.String())
+		dup, _, _, err := oracle(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := Object(in, Limits{})
+		if dup != errors.Is(got, DuplicateKey) || (!dup && got != nil) {
+			t.Fatalf("oracle dup=%v, Object: %v\n%s", dup, got, in)
 		}
 	}
 }

@@ -63,25 +63,30 @@ const (
 // KindToolCall is the Kind of every Decision of this package.
 const KindToolCall = "tool_call"
 
-// Stable reasons. Reasons never hold argument values; a tool name or a key may appear.
+// Stable reasons. Reasons never hold argument values; a tool name or a key may appear. Reasons
+// built at run time start "arguments are not valid json: ", "arguments do not match schema: ",
+// "duplicate key " or "rule ".
 const (
-	ReasonNotAllowed       = "tool not allowed"
-	ReasonNotObject        = "arguments must be a json object"
-	ReasonNotString        = "arguments are not a string"
-	ReasonSchemaCompile    = "schema does not compile"
-	ReasonMissingID        = "missing call id"
-	ReasonDuplicateID      = "duplicate call id"
-	ReasonNameChanged      = "name changed mid-stream"
-	ReasonBatch            = "another call of the batch was blocked"
-	ReasonUnsupportedType  = "unsupported tool call type"
-	ReasonInvalidIndex     = "invalid tool call index"
-	ReasonTooLarge         = "arguments too large"
-	ReasonMalformedStream  = "upstream event is not valid json"
-	ReasonAfterRelease     = "fragment after the call was released"
-	reasonInvalidJSON      = "arguments are not valid json: "
-	reasonSchemaMismatch   = "arguments do not match schema: "
-	maxNameInNotice        = 64
-	maxSchemaDetailInReply = 160
+	ReasonNotAllowed      = "tool not allowed"
+	ReasonNotObject       = "arguments must be a json object"
+	ReasonNotString       = "arguments are not a string"
+	ReasonSchemaCompile   = "schema does not compile"
+	ReasonMissingID       = "missing call id"
+	ReasonDuplicateID     = "duplicate call id"
+	ReasonNameChanged     = "name changed mid-stream"
+	ReasonBatch           = "another call of the batch was blocked"
+	ReasonUnsupportedType = "unsupported tool call type"
+	ReasonInvalidIndex    = "invalid tool call index"
+	ReasonTooLarge        = "arguments too large"
+	ReasonMalformedStream = "upstream event is not valid json"
+	ReasonAfterRelease    = "fragment after the call was released"
+)
+
+const (
+	reasonInvalidJSON    = "arguments are not valid json: "
+	reasonSchemaMismatch = "arguments do not match schema: "
+	maxNameInNotice      = 64
+	maxSchemaDetail      = 160
 )
 
 // Policy is everything needed to vet one response's calls; the proxy builds it once per request.
@@ -232,17 +237,18 @@ func quoteKey(k string) string {
 	return strconv.Quote(k)
 }
 
-// Vet decides one assembled call: a problem found while assembling it, a missing or repeated
-// call id (legacy function calls have none), then Check. The verdict follows the mode. Vet
-// remembers the call's id, so each call must be vetted once.
+// Vet decides one assembled call: a problem found while assembling it, a missing call id or one
+// that an earlier call of the same choice had (legacy function calls have none), then Check. The
+// verdict follows the mode. Vet remembers every id it sees, so each call must be vetted once.
 func (c *Checker) Vet(call *Call) Decision {
 	d := Decision{Kind: KindToolCall, Choice: call.Choice, CallID: call.ID, Tool: call.Name}
+	dup := !call.Legacy && call.ID != "" && c.seen(call.Choice, call.ID)
 	switch {
 	case call.problem != "":
 		d.Reason = call.problem
 	case !call.Legacy && call.ID == "":
 		d.Reason = ReasonMissingID
-	case !call.Legacy && c.seen(call.Choice, call.ID):
+	case dup:
 		d.Reason = ReasonDuplicateID
 	default:
 		d.Reason, d.Rule, _ = c.Check(call.Name, call.Args)
@@ -388,8 +394,8 @@ func schemaDetail(ve *jsonschema.ValidationError) string {
 		what = "invalid"
 	}
 	out := "at " + where + ": " + what
-	if len(out) > maxSchemaDetailInReply {
-		cut := maxSchemaDetailInReply
+	if len(out) > maxSchemaDetail {
+		cut := maxSchemaDetail
 		for cut > 0 && !utf8.RuneStart(out[cut]) {
 			cut--
 		}

@@ -415,3 +415,32 @@ func BenchmarkCheck(b *testing.B) {
 		}
 	}
 }
+
+func FuzzCheck(f *testing.F) {
+	f.Add(`[{"tool":"*","path":"url","hosts":["*.example.com"]},{"tool":"t","path":"files.#.path","pathPrefix":["/data"]}]`,
+		"t", []byte(`{"url":"https://a.example.com/","files":[{"path":"/data/x"}]}`))
+	f.Add(`[{"tool":"t","path":"n","max":3,"min":1},{"tool":"t","path":"m","oneOf":["a",1,true]}]`, "t", []byte(`{"n":2,"m":"a"}`))
+	f.Add(`[{"tool":"t","path":"a.#.b.#","pattern":"^x"}]`, "t", []byte(`{"a":[{"b":["x",["xy"]]}]}`))
+	f.Add(`[]`, "t", []byte(`{"a":{"a":1,"a":2}}`))
+	f.Fuzz(func(t *testing.T, rulesJSON, name string, args []byte) {
+		var rs []Rule
+		if json.Unmarshal([]byte(rulesJSON), &rs) != nil {
+			return
+		}
+		set, err := CompileRules(rs)
+		if err != nil {
+			return
+		}
+		c := NewChecker(Policy{Allowed: map[string]bool{"t": true}, Rules: set,
+			Schemas: map[string][]byte{"t": []byte(`{"type":"object"}`)}})
+		reason, rule, ok := c.Check(name, args)
+		if ok {
+			var v map[string]any
+			if name != "t" || reason != "" || rule != "" || json.Unmarshal(args, &v) != nil {
+				t.Fatalf("allowed %q %q: reason %q rule %q", name, args, reason, rule)
+			}
+		} else if reason == "" {
+			t.Fatal("blocked without a reason")
+		}
+	})
+}

@@ -197,7 +197,7 @@ func bodyCall(choice, index int, tc gjson.Result) *vet.Call {
 	if id := tc.Get(pathID); id.Type == gjson.String {
 		call.ID = id.Str
 	}
-	if t := tc.Get(pathType); t.Exists() && (t.Type != gjson.String || t.Str != "function") {
+	if t := tc.Get(pathType); t.Exists() && t.Type != gjson.Null && (t.Type != gjson.String || (t.Str != "function" && t.Str != "")) {
 		call.Fail(vet.ReasonUnsupportedType)
 	}
 	fillFunction(call, tc.Get("function"))

@@ -90,6 +90,9 @@ func TestBody(t *testing.T) {
 		{name: "length finish kept", in: completion(msgChoice(0, "", []string{full("c", "search", `{"q":`)}, "length")),
 			want: completion(msgChoice(0, "[promptgate] blocked tool call search: arguments are not valid json: syntax error at offset 5", nil, "length")), blocked: 1},
 		{name: "no choices", in: `{"object":"list","data":[]}`},
+		{name: "escaped keys",
+			in:   `{"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool\u005fcalls":[{"id":"c1","type":"function","function":{"n\u0061me":"rm","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`,
+			want: `{"choices":[{"index":0,"message":{"role":"assistant","content":"[promptgate] blocked tool call rm: tool not allowed"},"finish_reason":"stop"}]}`, blocked: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ds []vet.Decision
@@ -162,4 +165,56 @@ func jsonEqual(a, b []byte) bool {
 	xa, _ := json.Marshal(x)
 	ya, _ := json.Marshal(y)
 	return bytes.Equal(xa, ya) && gjson.ValidBytes(a)
+}
+
+func FuzzBody(f *testing.F) {
+	f.Add([]byte(completion(msgChoice(0, "hi", []string{full("a", "web_fetch", fetchGood), full("b", "web_fetch", fetchBad)}, "tool_calls"))), byte(0), false)
+	f.Add([]byte(completion(`{"index":0,"message":{"function_call":{"name":"rm","arguments":"{}"}},"finish_reason":"function_call"}`)), byte(0), false)
+	f.Add([]byte(completion(msgChoice(0, "", []string{full("a", "search", `{"q":1}`), full("a", "search", `{}`)}, "tool_calls"), msgChoice(1, "x", nil, "stop"))), byte(2), true)
+	f.Fuzz(func(t *testing.T, body []byte, mode byte, atomic bool) {
+		m := fuzzModes[int(mode)%len(fuzzModes)]
+		var ds []vet.Decision
+		out, res, err := Body(body, policy(m, atomic), func(d vet.Decision) { ds = append(ds, d) })
+		if err != nil {
+			if !bytes.Equal(out, body) {
+				t.Fatal("body changed on error")
+			}
+			return
+		}
+		if m != vet.ModeRefuse {
+			if !bytes.Equal(out, body) {
+				t.Fatalf("mode %s changed the body", m)
+			}
+			return
+		}
+		if !gjson.ValidBytes(out) {
+			t.Fatalf("invalid output %s", out)
+		}
+		// Every call left passes the policy and was recorded as allowed.
+		check := policy(m, atomic)
+		allowed := 0
+		for _, d := range ds {
+			if d.Verdict == vet.VerdictAllowed {
+				allowed++
+			}
+		}
+		left := 0
+		for _, c := range gjson.GetBytes(out, "choices").Array() {
+			for _, tc := range c.Get("message.tool_calls").Array() {
+				left++
+				if _, _, ok := check.Check(tc.Get("function.name").String(), []byte(tc.Get("function.arguments").String())); !ok {
+					t.Fatalf("a bad call is left: %s", tc.Raw)
+				}
+			}
+			if fc := c.Get("message.function_call"); fc.Exists() && fc.Type != gjson.Null {
+				left++
+				if _, _, ok := check.Check(fc.Get("name").String(), []byte(fc.Get("arguments").String())); !ok {
+					t.Fatalf("a bad function_call is left: %s", fc.Raw)
+				}
+			}
+		}
+		if left != allowed || res.Blocked != len(ds)-allowed {
+			t.Fatalf("%d calls left, %d allowed, %d blocked of %d", left, allowed, res.Blocked, len(ds))
+		}
+	})
 }

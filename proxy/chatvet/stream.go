@@ -34,11 +34,11 @@ var doneData = []byte("[DONE]")
 //     or at [DONE]. With atomicParallelCalls every call of a choice waits for the finish_reason.
 //   - An allowed call's held events are then released unchanged, in order, except that the
 //     index of a tool call is renumbered where needed so that the client sees the released
-//     calls of a choice as 0, 1, 2, ... (no gap where a call was blocked, no index shared by two
-//     calls). On refuse a blocked
-//     call's events are dropped and one content delta with the notice takes their place; on
-//     error the stream ends with an error event (code tool_call_blocked) and no [DONE].
-//     finish_reason "tool_calls" becomes "stop" in a choice none of whose calls was released.
+//     calls of a choice as 0, 1, 2, ... (no gap where a call was blocked, no index shared by
+//     two calls). On refuse a blocked call's events are dropped and one content delta with the
+//     notice takes their place; on error the stream ends with an error event (code
+//     tool_call_blocked) and no [DONE]. finish_reason "tool_calls" (or "function_call") becomes
+//     "stop" in a choice none of whose calls was released.
 //   - An event that mixes text and tool-call deltas is split: a copy without the tool-call
 //     deltas goes out at once, each tool-call delta is held as an event of its own.
 //   - Nothing of a blocked call (id, name, argument bytes) is ever written. An event whose data
@@ -83,6 +83,7 @@ type pending struct {
 	call   *vet.Call
 	tmpl   []byte // data of the call's first event, the template for its notice
 	wire   []int  // the index each held delta carries (0 when it has none)
+	lost   string // why held deltas were let go before the call was vetted; such a call is blocked
 	done   bool   // vetted
 	out    bool   // released
 	client int    // the index the client sees, once released
@@ -92,6 +93,15 @@ type pending struct {
 func (p *pending) drop() {
 	p.call.Drop()
 	p.wire = nil
+}
+
+// fail lets go of the held deltas of an open call, which can then never be released.
+func (p *pending) fail(reason string) {
+	p.call.Fail(reason)
+	if p.lost == "" {
+		p.lost = reason
+	}
+	p.drop()
 }
 
 // NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for
@@ -112,8 +122,11 @@ func (s *Stream) Close() error {
 	return s.up.Close()
 }
 
-// Read implements io.Reader.
+// Read implements io.Reader. It reads the upstream only when it has no output left to give.
 func (s *Stream) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	for s.off == len(s.out) {
 		s.out, s.off = s.out[:0], 0
 		if s.ended {
@@ -154,6 +167,12 @@ func (s *Stream) step() {
 		s.out = append(s.out, ev.Raw...) // not JSON: no client reads a call from it
 		return
 	}
+	if !mayCall(ev.Data) && !s.holding() {
+		// Nothing in the event can be read as a call, nothing waits for a finish_reason.
+		s.noteText(ev.Data)
+		s.out = append(s.out, ev.Raw...)
+		return
+	}
 	if jsoncheck.Object(ev.Data, jsoncheck.Limits{MaxDepth: maxEventDepth}) != nil {
 		s.malformed()
 		return
@@ -161,13 +180,41 @@ func (s *Stream) step() {
 	s.event(ev)
 }
 
+// mayCall reports whether event data could carry a call or a finish_reason that announces one:
+// every such key and value holds "_call", unless escapes spell it.
+func mayCall(data []byte) bool {
+	return bytes.Contains(data, []byte("_call")) || bytes.Contains(data, []byte(`\u`))
+}
+
+// holding reports whether some call waits to be vetted.
+func (s *Stream) holding() bool {
+	for _, ch := range s.choices {
+		if len(ch.open) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// noteText remembers which choices of an event that is passed on unread carry text.
+func (s *Stream) noteText(data []byte) {
+	if !bytes.Contains(data, []byte(`"content"`)) {
+		return
+	}
+	gjson.GetBytes(data, pathChoices).ForEach(func(_, c gjson.Result) bool {
+		if v, ok := scanChoice(0, c); ok && v.text {
+			s.choice(v.index).text = true
+		}
+		return true
+	})
+}
+
 // malformed drops an event that a client might read differently from us, and fails every held
 // call: one of its deltas may be in it.
 func (s *Stream) malformed() {
 	for _, ch := range s.choices {
 		for _, p := range ch.open {
-			p.call.Fail(vet.ReasonMalformedStream)
-			p.drop()
+			p.fail(vet.ReasonMalformedStream)
 		}
 	}
 }
@@ -181,6 +228,53 @@ type choiceView struct {
 	legacy  gjson.Result   // delta.function_call, when not null
 	finish  string         // finish_reason, when a string
 	rest    bool           // has something to say besides tool-call deltas
+	delta   bool           // has content, role, logprobs or the like
+	text    bool           // has non-empty content
+}
+
+// scanChoice reads a choice of an event in one pass over its keys (and one over its delta's).
+// ok is false when the choice is malformed: a non-integer index, or tool_calls that is not an
+// array.
+func scanChoice(pos int, c gjson.Result) (v choiceView, ok bool) {
+	v = choiceView{pos: pos, raw: c}
+	ok = true
+	c.ForEach(func(k, val gjson.Result) bool {
+		switch k.Str {
+		case pathIndex:
+			v.index, ok = intField(val)
+		case pathDelta:
+			val.ForEach(func(dk, dv gjson.Result) bool {
+				switch dk.Str {
+				case pathToolCalls:
+					if dv.IsArray() {
+						v.entries = dv.Array()
+					} else if dv.Type != gjson.Null {
+						ok = false
+					}
+				case pathFunctionCall:
+					if dv.Type != gjson.Null {
+						v.legacy = dv
+					}
+				default:
+					if meaningful(dv) {
+						v.delta = true
+						v.text = v.text || (dk.Str == pathContent && dv.Type == gjson.String)
+					}
+				}
+				return ok
+			})
+		case pathFinish:
+			if val.Type == gjson.String {
+				v.finish = val.Str
+			}
+			v.rest = v.rest || meaningful(val)
+		case "logprobs":
+			v.delta = v.delta || meaningful(val)
+		}
+		return ok
+	})
+	v.rest = v.rest || v.delta
+	return v, ok
 }
 
 // event handles one event whose data is a valid JSON object.
@@ -195,45 +289,32 @@ func (s *Stream) event(ev sse.Event) {
 	tools := 0    // tool-call deltas in the event
 	finishes := 0 // choices that finish here with calls to vet or a finish_reason to rewrite
 	rest := meaningful(gjson.GetBytes(data, "usage"))
-	for pos, c := range choices.Array() {
-		v := choiceView{pos: pos, raw: c}
-		var ok bool
-		if ix := c.Get(pathIndex); ix.Exists() {
-			if v.index, ok = intField(ix); !ok {
-				s.malformed()
-				return
-			}
-		}
-		delta := c.Get(pathDelta)
-		switch tc := delta.Get(pathToolCalls); {
-		case tc.IsArray():
-			v.entries = tc.Array()
-		case tc.Exists() && tc.Type != gjson.Null:
-			s.malformed()
-			return
-		}
-		if fc := delta.Get(pathFunctionCall); fc.Exists() && fc.Type != gjson.Null {
-			v.legacy = fc
+	ok := true
+	choices.ForEach(func(_, c gjson.Result) bool {
+		var v choiceView
+		if v, ok = scanChoice(len(views), c); !ok {
+			return false
 		}
 		tools += len(v.entries)
 		if v.legacy.Exists() {
 			tools++
 		}
-		if f := c.Get(pathFinish); f.Type == gjson.String {
-			v.finish = f.Str
+		if v.finish != "" {
 			if ch := s.choices[v.index]; len(v.entries) > 0 || v.legacy.Exists() ||
 				(ch != nil && len(ch.open) > 0) || rewritesFinish(v.finish, ch) {
 				finishes++
 			}
 		}
-		v.rest = hasRest(c)
 		rest = rest || v.rest
-		if content := delta.Get(pathContent); content.Type == gjson.String && content.Str != "" {
-			s.choice(v.index).text = true
-		}
 		views = append(views, v)
+		return true
+	})
+	if !ok {
+		s.malformed()
+		return
 	}
 	if tools == 0 && finishes == 0 {
+		s.markText(views)
 		s.out = append(s.out, ev.Raw...)
 		return
 	}
@@ -270,7 +351,7 @@ func (s *Stream) event(ev sse.Event) {
 	rewrite := map[int]bool{} // positions whose finish_reason becomes "stop"
 	deltaRest := meaningful(gjson.GetBytes(data, "usage"))
 	for _, v := range views {
-		deltaRest = deltaRest || hasDeltaRest(v.raw)
+		deltaRest = deltaRest || v.delta
 		if v.finish == "" {
 			continue
 		}
@@ -282,6 +363,7 @@ func (s *Stream) event(ev sse.Event) {
 	}
 	split := len(closing) > 0 && deltaRest
 	if split {
+		s.markText(views)
 		s.out = sse.AppendData(s.out, restOf(data, views, rewrite, closing))
 	}
 	for _, v := range views {
@@ -306,9 +388,20 @@ func (s *Stream) event(ev sse.Event) {
 	switch {
 	case !rest && len(rewrite) == 0:
 	case tools == 0 && len(rewrite) == 0:
+		s.markText(views)
 		s.out = append(s.out, ev.Raw...)
 	default:
+		s.markText(views)
 		s.out = sse.AppendData(s.out, restOf(data, views, rewrite, nil))
+	}
+}
+
+// markText remembers the choices whose text goes out now, for the line break before a notice.
+func (s *Stream) markText(views []choiceView) {
+	for _, v := range views {
+		if v.text {
+			s.choice(v.index).text = true
+		}
 	}
 }
 
@@ -362,24 +455,6 @@ func finishOnly(data []byte, views []choiceView, rewrite, only map[int]bool) []b
 // call of the choice was released.
 func rewritesFinish(finish string, ch *choiceState) bool {
 	return (finish == finishToolCalls || finish == finishFunctionCall) && (ch == nil || !ch.released)
-}
-
-// hasRest reports whether a choice of an event says anything besides tool-call deltas.
-func hasRest(c gjson.Result) bool {
-	return meaningful(c.Get(pathFinish)) || hasDeltaRest(c)
-}
-
-// hasDeltaRest reports whether a choice of an event carries content, role, logprobs or the like.
-func hasDeltaRest(c gjson.Result) bool {
-	if meaningful(c.Get("logprobs")) {
-		return true
-	}
-	rest := false
-	c.Get(pathDelta).ForEach(func(k, v gjson.Result) bool {
-		rest = k.Str != pathToolCalls && k.Str != pathFunctionCall && meaningful(v)
-		return !rest
-	})
-	return rest
 }
 
 // meaningful reports whether a value would change what a client accumulates: present, not null
@@ -462,7 +537,7 @@ func (s *Stream) toolDelta(ch *choiceState, choice int, e gjson.Result, data, he
 	if id != "" && call.ID == "" {
 		call.ID = id
 	}
-	if t := e.Get(pathType); t.Exists() && t.Type != gjson.Null && (t.Type != gjson.String || t.Str != "function") {
+	if t := e.Get(pathType); t.Exists() && t.Type != gjson.Null && (t.Type != gjson.String || (t.Str != "function" && t.Str != "")) {
 		call.Fail(vet.ReasonUnsupportedType)
 	}
 	fillFunction(call, e.Get("function"))
@@ -501,13 +576,11 @@ func (s *Stream) start(ch *choiceState, choice, index int, data []byte) *pending
 
 // hold keeps a raw delta of an open call, or lets go of everything once the call is too big.
 func (s *Stream) hold(p *pending, held []byte, wire int) {
-	if p.call.Problem() == vet.ReasonTooLarge || p.call.Problem() == vet.ReasonMalformedStream {
-		p.drop()
+	if p.lost != "" {
 		return
 	}
 	if p.call.HeldBytes()+len(held) > MaxCallBytes {
-		p.call.Fail(vet.ReasonTooLarge)
-		p.drop()
+		p.fail(vet.ReasonTooLarge)
 		p.call.Args = nil
 		return
 	}
@@ -582,10 +655,10 @@ func (s *Stream) complete(choice int, ch *choiceState) {
 		calls[i] = p.call
 	}
 	ds := s.c.VetBatch(calls)
-	for i := range ds {
-		// What was lost on the way cannot be released, whatever the mode.
-		if r := calls[i].Problem(); ds[i].Verdict == vet.VerdictAudited && (r == vet.ReasonTooLarge || r == vet.ReasonMalformedStream) {
-			ds[i].Verdict = vet.VerdictBlocked
+	for i, p := range open {
+		// What was let go on the way cannot be released, whatever the mode.
+		if p.lost != "" {
+			ds[i].Verdict, ds[i].Reason, ds[i].Rule = vet.VerdictBlocked, p.lost, ""
 		}
 	}
 	if s.c.Mode() == vet.ModeError {
@@ -617,7 +690,7 @@ func (s *Stream) complete(choice int, ch *choiceState) {
 			s.notice(choice, ch, p, d)
 		}
 		p.drop()
-		p.tmpl = nil
+		p.tmpl, p.call.Args = nil, nil
 	}
 }
 

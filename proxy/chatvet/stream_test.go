@@ -261,6 +261,15 @@ var streamCases = []struct {
 		want: view{Content: map[int]string{0: "a"}, Finish: map[int]string{0: "stop"}, Done: true},
 	},
 	{
+		name: "escaped keys spell tool_calls",
+		in: []string{text("caf\u00e9"), `{"choices":[{"index":0,"delta":{"tool\u005fcalls":[{"index":0,"id":"c1","function":{"n\u0061me":"nope","arguments":"{}"}}]}}]}`,
+			`{"choices":[{"index":0,"delta":{"tool\u005fcalls":[{"index":1,"id":"c2","function":{"name":"search","arguments":"{}"}}]}}]}`,
+			`{"choices":[{"index":0,"delta":{},"finish_reason":"tool\u005fcalls"}]}`, done},
+		want: view{Content: map[int]string{0: "café\n[promptgate] blocked tool call nope: tool not allowed"},
+			Calls: []call{{0, "c2", "search", `{}`}}, Finish: map[int]string{0: "tool_calls"}, Done: true},
+		blocked: 1, reasons: []string{vet.ReasonNotAllowed},
+	},
+	{
 		name: "usage chunk after finish",
 		in: concat(callEvents(0, 0, "c1", "search", `{}`, 2), []string{finish(0, "tool_calls"),
 			`{"id":"x","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`, done}),
