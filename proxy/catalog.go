@@ -22,9 +22,19 @@ import (
 type catalog struct {
 	protocols map[string]*policy.Protocol
 	templates map[string]store.Record
+	tools     map[string]store.ToolOverride
 }
 
-var _ policy.Catalog = (*catalog)(nil)
+var (
+	_ policy.Catalog    = (*catalog)(nil)
+	_ policy.Enablement = (*catalog)(nil)
+)
+
+// ToolEnabled is the operator's runtime override of a tool (the admin kill switch), if any.
+func (c *catalog) ToolEnabled(name string) (enabled, set bool) {
+	o, ok := c.tools[name]
+	return o.Enabled, ok
+}
 
 func (c *catalog) Protocol(id string) (*policy.Protocol, bool) {
 	p, ok := c.protocols[id]
@@ -81,7 +91,7 @@ func (d *Definitions) Reload(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("proxy: read definitions: %w", err)
 	}
-	c := &catalog{protocols: make(map[string]*policy.Protocol, len(snap.Protocols)), templates: snap.Templates}
+	c := &catalog{protocols: make(map[string]*policy.Protocol, len(snap.Protocols)), templates: snap.Templates, tools: snap.Tools}
 	for id, rec := range snap.Protocols {
 		p, err := policy.ParseProtocol(rec.Body)
 		if err != nil {

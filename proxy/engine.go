@@ -123,7 +123,9 @@ func (e *Engine) PrepareChat(ctx context.Context, in Input) (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	kept, removed := eff.Filter(chat.Tools, e.Access)
+	access := e.Access
+	access.Override = cat // the kill switches of this snapshot
+	kept, removed := eff.Filter(chat.Tools, access)
 	if err := assembly.ChatToolChoice(in.Body, kept); err != nil {
 		return nil, err
 	}

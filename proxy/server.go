@@ -269,10 +269,8 @@ func (s *Server) vetResponse(resp *http.Response) error {
 		return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
 	}
 	if res.ErrorCall != nil {
-		e := apiError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "tool_call_blocked",
-			Message: fmt.Sprintf("blocked tool call %s: %s", res.ErrorCall.Tool, res.ErrorCall.Reason)}
-		out = errorBody(e)
-		resp.StatusCode, resp.Status = e.Status, fmt.Sprintf("%d %s", e.Status, http.StatusText(e.Status))
+		out = chatvet.BlockedErrorJSON(*res.ErrorCall)
+		resp.StatusCode, resp.Status = http.StatusForbidden, fmt.Sprintf("%d %s", http.StatusForbidden, http.StatusText(http.StatusForbidden))
 		resp.Header.Set("Content-Type", "application/json")
 	}
 	if res.Blocked > 0 {

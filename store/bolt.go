@@ -428,8 +428,20 @@ func (s *Bolt) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return Snapshot{}, fmt.Errorf("store: %w", err)
 	}
-	snap := Snapshot{Templates: map[string]Record{}, Protocols: map[string]Record{}}
+	snap := Snapshot{Templates: map[string]Record{}, Protocols: map[string]Record{}, Tools: map[string]ToolOverride{}}
 	err := s.db.View(func(tx *bolt.Tx) error {
+		if tb := tx.Bucket([]byte(bucketTools)); tb != nil {
+			if err := tb.ForEach(func(k, v []byte) error {
+				var o ToolOverride
+				if err := json.Unmarshal(v, &o); err != nil {
+					return fmt.Errorf("tool override %q: %w", k, err)
+				}
+				snap.Tools[string(k)] = o
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
 		for _, kind := range Kinds() {
 			kb := tx.Bucket([]byte(kind))
 			if kb == nil {
@@ -899,4 +911,52 @@ func readEntry(nb *bolt.Bucket, name string) (Entry, error) {
 		return nil
 	})
 	return e, err
+}
+
+// bucketTools holds the runtime enablement overrides: tool name -> ToolOverride JSON.
+const bucketTools = "tools"
+
+// SetToolEnabled implements Store.
+func (s *Bolt) SetToolEnabled(ctx context.Context, name string, enabled bool, author string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if name == "" || len(name) > 256 {
+		return fmt.Errorf("store: tool name %q: %w: 1 to 256 bytes", name, ErrInvalid)
+	}
+	v, err := json.Marshal(ToolOverride{Enabled: enabled, Author: author, UpdatedAt: time.Now().UTC()})
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte(bucketTools))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(name), v)
+	}); err != nil {
+		return fmt.Errorf("store: tool %q: %w", name, err)
+	}
+	s.log.Info("store: tool enablement set", "tool", name, "enabled", enabled, "author", author)
+	s.notify()
+	return nil
+}
+
+// ClearToolEnabled implements Store.
+func (s *Bolt) ClearToolEnabled(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte(bucketTools))
+		if b == nil || b.Get([]byte(name)) == nil {
+			return fmt.Errorf("tool override %q: %w", name, ErrNotFound)
+		}
+		return b.Delete([]byte(name))
+	}); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	s.log.Info("store: tool enablement cleared", "tool", name)
+	s.notify()
+	return nil
 }

@@ -108,6 +108,15 @@ type Entry struct {
 // A name without an active version is absent.
 type Snapshot struct {
 	Templates, Protocols map[string]Record
+	// Tools holds the runtime enablement overrides by tool name.
+	Tools map[string]ToolOverride
+}
+
+// ToolOverride is an operator's runtime enablement of one tool.
+type ToolOverride struct {
+	Enabled   bool      `json:"enabled"`
+	Author    string    `json:"author,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 // Of returns the map of kind k (nil for an unknown kind).
@@ -173,6 +182,10 @@ type Store interface {
 	RevertLast(ctx context.Context) (AppliedRollout, error)
 	// Rollouts returns the applied rollouts, oldest first.
 	Rollouts(ctx context.Context) ([]AppliedRollout, error)
+	// SetToolEnabled stores the operator's runtime enablement override of a tool (the kill switch).
+	SetToolEnabled(ctx context.Context, name string, enabled bool, author string) error
+	// ClearToolEnabled removes the override of a tool, so the config decides again.
+	ClearToolEnabled(ctx context.Context, name string) error
 	// Watch registers fn to be called after every committed change made through this Store (a
 	// remote backend also calls it on remote changes). fn may run on any goroutine, possibly
 	// concurrently with itself; it must be quick and must not change the store. cancel is idempotent.

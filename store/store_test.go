@@ -762,3 +762,48 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 	}
 }
+
+func TestToolOverrides(t *testing.T) {
+	s, path := open(t)
+	ctx := context.Background()
+	fired := make(chan struct{}, 10)
+	cancel := s.Watch(func() { fired <- struct{}{} })
+	defer cancel()
+	if err := s.SetToolEnabled(ctx, "web_fetch", false, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-fired:
+	default:
+		t.Error("SetToolEnabled did not notify watchers")
+	}
+	snap, err := s.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := snap.Tools["web_fetch"]; !ok || o.Enabled || o.Author != "ops" || o.UpdatedAt.IsZero() {
+		t.Fatalf("override %+v %v", o, ok)
+	}
+	if err := s.SetToolEnabled(ctx, "", true, "ops"); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("empty name: %v", err)
+	}
+	// Persisted across reopen.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openAt(t, path, store.Options{})
+	snap, _ = s2.Snapshot(ctx)
+	if o := snap.Tools["web_fetch"]; o.Enabled || len(snap.Tools) != 1 {
+		t.Fatalf("after reopen: %+v", snap.Tools)
+	}
+	if err := s2.ClearToolEnabled(ctx, "web_fetch"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.ClearToolEnabled(ctx, "web_fetch"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("clearing twice: %v", err)
+	}
+	snap, _ = s2.Snapshot(ctx)
+	if len(snap.Tools) != 0 {
+		t.Errorf("after clear: %+v", snap.Tools)
+	}
+}

@@ -45,7 +45,8 @@ var doneData = []byte("[DONE]")
 //     looks like JSON but is not one valid object with unique keys is dropped, and every call
 //     still held fails closed; other non-JSON data passes through.
 //   - If the upstream ends (or fails) before [DONE], held calls are dropped and the stream ends
-//     with an error event (code upstream_stream_truncated).
+//     with an error event (code upstream_stream_truncated) — unless it ended cleanly after a
+//     finish_reason with nothing held, which some servers do instead of sending [DONE].
 //
 // Read returns whatever output it has before it reads upstream again, so each event reaches a
 // caller that flushes after every Read at once. A Stream is not safe for concurrent use.
@@ -61,6 +62,9 @@ type Stream struct {
 	choices map[int]*choiceState
 	blocked int
 	ended   bool  // nothing more is read from upstream
+	// finished is set once a choice's finish_reason has arrived; a clean EOF after it ends the stream
+	// quietly (no [DONE] is invented, no truncation error written).
+	finished bool
 	err     error // the upstream's read error, if any
 }
 
@@ -142,6 +146,11 @@ func (s *Stream) Read(p []byte) (int, error) {
 // step reads one upstream event and appends what it produces to s.out.
 func (s *Stream) step() {
 	ev, err := s.rd.Next()
+	if errors.Is(err, io.EOF) && !ev.Truncated && s.finished && !s.holding() {
+		// Some servers close after the last finish_reason without sending [DONE]: nothing is lost.
+		s.ended = true
+		return
+	}
 	if err != nil || ev.Truncated {
 		// The upstream ended (or broke) before [DONE]: held calls are not released.
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -162,6 +171,7 @@ func (s *Stream) step() {
 		}
 		return
 	}
+	s.noteFinish(ev.Data)
 	data := bytes.TrimLeft(ev.Data, " \t\r\n")
 	if len(data) == 0 || data[0] != '{' {
 		s.out = append(s.out, ev.Raw...) // not JSON: no client reads a call from it
@@ -741,4 +751,26 @@ func (s *Stream) end(errJSON []byte) {
 	}
 	s.out = sse.AppendData(s.out, errJSON)
 	s.ended = true
+}
+
+var (
+	finishKey  = []byte(`"finish_reason"`)
+	finishNull = []byte(`"finish_reason":null`)
+)
+
+// noteFinish records whether the event carries a string finish_reason in some choice. Most chunks carry
+// "finish_reason":null and are recognised without parsing.
+func (s *Stream) noteFinish(data []byte) {
+	if s.finished || !bytes.Contains(data, finishKey) {
+		return
+	}
+	if bytes.Count(data, finishKey) == bytes.Count(data, finishNull) {
+		return
+	}
+	for _, f := range gjson.GetBytes(data, "choices.#.finish_reason").Array() {
+		if f.Type == gjson.String && f.String() != "" {
+			s.finished = true
+			return
+		}
+	}
 }

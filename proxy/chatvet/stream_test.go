@@ -202,10 +202,15 @@ var streamCases = []struct {
 		want: view{Content: map[int]string{0: "Hi"}, Finish: map[int]string{}, Error: CodeTruncated},
 	},
 	{
-		name: "finish without [DONE] releases, then truncation error",
+		name: "finish without [DONE] releases and ends quietly",
 		in:   concat(callEvents(0, 0, "call_1", "search", `{"q":"x"}`, 2), []string{finish(0, "tool_calls")}),
 		want: view{Content: map[int]string{0: ""}, Calls: []call{{0, "call_1", "search", `{"q":"x"}`}},
-			Finish: map[int]string{0: "tool_calls"}, Error: CodeTruncated},
+			Finish: map[int]string{0: "tool_calls"}},
+	},
+	{
+		name: "text then EOF without finish_reason is a truncation",
+		in:   []string{text("hi")},
+		want: view{Content: map[int]string{0: "hi"}, Finish: map[int]string{}, Error: CodeTruncated},
 	},
 	{
 		name: "call completed at [DONE] without finish_reason",
