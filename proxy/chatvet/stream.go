@@ -61,11 +61,11 @@ type Stream struct {
 
 	choices map[int]*choiceState
 	blocked int
-	ended   bool  // nothing more is read from upstream
+	ended   bool // nothing more is read from upstream
 	// finished is set once a choice's finish_reason has arrived; a clean EOF after it ends the stream
 	// quietly (no [DONE] is invented, no truncation error written).
 	finished bool
-	err     error // the upstream's read error, if any
+	err      error // the upstream's read error, if any
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
