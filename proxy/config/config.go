@@ -27,6 +27,7 @@ const (
 	DefaultPluginTimeout   = 150 * time.Millisecond
 	DefaultPluginCacheTTL  = 30 * time.Second
 	DefaultPluginMinMode   = "minimal"
+	DefaultAuditRingSize   = 10000
 )
 
 // File is the whole deployment config. The zero value (no --config) is valid and means: default
@@ -44,6 +45,21 @@ type File struct {
 	Limits Limits `yaml:"limits"`
 	// MITM configures the HTTPS-proxy door (--proxy-listen).
 	MITM *MITM `yaml:"mitm"`
+	// Audit configures the decision log.
+	Audit Audit `yaml:"audit"`
+}
+
+// Audit configures where decision events are kept.
+type Audit struct {
+	// Path is the bbolt file of the audit ring; "" means the DB path with ".audit" inserted before its
+	// extension (promptgate.db -> promptgate.audit.db).
+	Path string `yaml:"path"`
+	// RingSize is how many events the ring keeps (oldest dropped first). 0 means DefaultAuditRingSize.
+	RingSize int `yaml:"ringSize"`
+	// File, when set, also appends every event as one JSON line to this file.
+	File string `yaml:"file"`
+	// IncludeArguments puts tool-call arguments into events; by default only their sha256 is kept.
+	IncludeArguments bool `yaml:"includeArguments"`
 }
 
 // Route sends matching requests to a protocol.
@@ -286,12 +302,15 @@ func sectionName(typ string) string {
 		return "limits"
 	case "MITM":
 		return "mitm"
+	case "Audit":
+		return "audit"
 	}
 	return typ
 }
 
 var knownKeys = map[string][]string{
-	"File":   {"defaultProtocol", "routes", "tools", "plugins", "limits", "mitm"},
+	"File":   {"defaultProtocol", "routes", "tools", "plugins", "limits", "mitm", "audit"},
+	"Audit":  {"path", "ringSize", "file", "includeArguments"},
 	"Route":  {"match", "protocol", "allowClientProtocol"},
 	"Match":  {"apiKeySha256", "header", "model", "path"},
 	"Tool":   {"enabled", "scope", "allowedProtocols"},
@@ -325,6 +344,9 @@ func (f *File) ApplyDefaults() {
 		if p.MinMode == "" {
 			p.MinMode = DefaultPluginMinMode
 		}
+	}
+	if f.Audit.RingSize == 0 {
+		f.Audit.RingSize = DefaultAuditRingSize
 	}
 	if f.MITM != nil && f.MITM.Passthrough == nil {
 		t := true
@@ -425,6 +447,9 @@ func (f *File) Validate() error {
 	}
 	if f.Limits.UpstreamTimeout < 0 {
 		bad("limits.upstreamTimeout", "must be positive, e.g. 120s")
+	}
+	if f.Audit.RingSize < 0 || f.Audit.RingSize > 10_000_000 {
+		bad("audit.ringSize", "must be between 1 and 10000000, e.g. 10000")
 	}
 	if m := f.MITM; m != nil {
 		if m.CACert == "" {

@@ -41,6 +41,7 @@ func defaults() *File {
 	return &File{
 		DefaultProtocol: "neutral",
 		Limits:          Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second},
+		Audit:           Audit{RingSize: 10000},
 	}
 }
 
