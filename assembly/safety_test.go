@@ -94,7 +94,7 @@ func TestNeutralizeHeaders(t *testing.T) {
 // breaks and the default-ignorable code points (format characters, variation selectors, fillers).
 func fuzzBlank(r rune) bool {
 	switch r {
-	case '\n', '\r', '\v', '\f', '\u0085', '\u2028', '\u2029':
+	case '\n', '\r', '\v', '\f', '\x1c', '\x1d', '\x1e', '\u0085', '\u2028', '\u2029':
 		return false
 	}
 	return unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
@@ -109,10 +109,10 @@ func FuzzNeutralizeHeaders(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in string) {
 		out := NeutralizeHeaders(in)
-		if strings.ContainsAny(out, "\r\v\f\u0085\u2028\u2029") {
+		if strings.ContainsAny(out, "\r\v\f\x1c\x1d\x1e\u0085\u2028\u2029") {
 			t.Fatalf("a line break other than LF is left: %q", out)
 		}
-		if !strings.ContainsAny(in, "\r\v\f\u0085\u2028\u2029") && !strings.ContainsFunc(in, equalsLike) && out != in {
+		if !strings.ContainsAny(in, "\r\v\f\x1c\x1d\x1e\u0085\u2028\u2029") && !strings.ContainsFunc(in, equalsLike) && out != in {
 			t.Fatalf("text without line breaks to normalise or '=' changed: %q -> %q", in, out)
 		}
 		for i, line := range strings.Split(out, "\n") {
@@ -127,7 +127,7 @@ func FuzzNeutralizeHeaders(f *testing.F) {
 		// Each output line is the input line, or it with "> " in front. (Where a line break is normalised,
 		// strings.Map also turns invalid UTF-8 into U+FFFD; request text is valid UTF-8 by then.)
 		if utf8.ValidString(in) {
-			norm := strings.NewReplacer("\r\n", "\n", "\r", "\n", "\v", "\n", "\f", "\n", "\u0085", "\n", "\u2028", "\n", "\u2029", "\n").Replace(in)
+			norm := strings.NewReplacer("\r\n", "\n", "\r", "\n", "\v", "\n", "\f", "\n", "\x1c", "\n", "\x1d", "\n", "\x1e", "\n", "\u0085", "\n", "\u2028", "\n", "\u2029", "\n").Replace(in)
 			inLines, outLines := strings.Split(norm, "\n"), strings.Split(out, "\n")
 			if len(inLines) != len(outLines) {
 				t.Fatalf("%d lines became %d: %q -> %q", len(inLines), len(outLines), in, out)

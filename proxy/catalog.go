@@ -14,6 +14,7 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -134,4 +135,17 @@ func (d *Definitions) template(c *catalog, name string) (*assembly.Template, err
 	t := assembly.ParseTemplate(name, rec.Version, text.String())
 	d.cache.Set(key, t, int64(len(text.Raw))+256)
 	return t, nil
+}
+
+// Versions lists the active definitions of the current snapshot (for the info metric).
+func (d *Definitions) Versions() []metrics.Version {
+	c := d.snapshot()
+	out := make([]metrics.Version, 0, len(c.templates)+len(c.protocols))
+	for name, r := range c.templates {
+		out = append(out, metrics.Version{Kind: "template", Name: name, Version: r.Version})
+	}
+	for id, p := range c.protocols {
+		out = append(out, metrics.Version{Kind: "protocol", Name: id, Version: p.Version})
+	}
+	return out
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/chatvet"
+	"github.com/promptgate/promptgate/proxy/metrics"
 )
 
 // Paths served by the proxy listener.
@@ -52,7 +53,9 @@ type Options struct {
 	Audit audit.Recorder
 	// Ready reports readiness for /readyz: false with a reason while not ready.
 	Ready func() (bool, string)
-	Log   *slog.Logger
+	// Metrics may be nil.
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
 }
 
 // Server is the proxy listener's handler.
@@ -69,6 +72,7 @@ type exchange struct {
 	id   string
 	prep *Prepared
 	log  *slog.Logger
+	sent time.Time // when the request went upstream
 }
 
 type exchangeKey struct{}
@@ -126,8 +130,51 @@ func New(o Options) (*Server, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := requestID(r)
 	w.Header().Set(HeaderRequestID, id)
-	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	sw := &statusWriter{ResponseWriter: w}
+	s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	if s.opt.Metrics != nil {
+		route := "passthrough"
+		switch {
+		case r.URL.Path == PathChat && r.Method == http.MethodPost:
+			route = "chat"
+		case !strings.HasPrefix(r.URL.Path, "/v1/"):
+			route = "other"
+		}
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		s.opt.Metrics.Request(w.Header().Get(HeaderProtocol), route, status)
+	}
 }
+
+// statusWriter remembers the status code; Unwrap lets http.ResponseController reach Flush.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 type requestIDKey struct{}
 
@@ -141,6 +188,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 
 // chat runs the pipeline for POST /v1/chat/completions and forwards the result.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	id, _ := r.Context().Value(requestIDKey{}).(string)
 	log := s.log.With("request_id", id)
 	body, err := readBody(w, r, s.opt.Engine.Limits.MaxBodyBytes)
@@ -168,6 +216,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		h.Set(HeaderToolsRemoved, strings.Join(names, ","))
 	}
+	if prep.Prompt.ContextTruncated {
+		s.opt.Metrics.ContextTruncated()
+	}
+	s.opt.Metrics.Overhead("chat", time.Since(start))
 	log.Debug("forwarding", "protocol", prep.Protocol.ID, "template", prep.Template.Name, "stream", prep.Stream, "tools_kept", len(prep.Kept), "tools_removed", len(prep.Removed))
 	ctx := context.WithValue(r.Context(), exchangeKey{}, &exchange{id: id, prep: prep, log: log})
 	s.rewritten.ServeHTTP(w, r.WithContext(ctx))
@@ -214,6 +266,7 @@ func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
 	pr.Out.ContentLength = int64(len(x.prep.Body))
 	pr.Out.Header.Set("Content-Length", strconv.Itoa(len(x.prep.Body)))
 	pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(x.prep.Body)), nil }
+	x.sent = time.Now()
 }
 
 func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
@@ -248,6 +301,7 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	if x == nil {
 		return errors.New("proxy: response without its exchange")
 	}
+	s.opt.Metrics.Upstream("chat", time.Since(x.sent))
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode >= 400 {
 		return checkErrorBody(resp, ct)

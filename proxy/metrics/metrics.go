@@ -1,0 +1,180 @@
+// Package metrics defines promptgate's Prometheus metrics: requests by protocol, route and status; the
+// proxy's own overhead and the upstream's time as separate histograms; tools removed and calls blocked by
+// reason; context truncations; plugin latency and errors; the active definition versions. It owns the
+// names and the registry; the stages report into it through small methods, and the admin listener serves it.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/promptgate/promptgate/policy/audit"
+)
+
+// Version is one active definition, for the info metric.
+type Version struct {
+	Kind, Name string
+	Version    int
+}
+
+// Metrics holds every collector. A nil *Metrics is valid and records nothing.
+type Metrics struct {
+	reg                *prometheus.Registry
+	requests           *prometheus.CounterVec
+	overhead           *prometheus.HistogramVec
+	upstream           *prometheus.HistogramVec
+	toolsRemoved       *prometheus.CounterVec
+	callsBlocked       *prometheus.CounterVec
+	contextTruncations prometheus.Counter
+	pluginLatency      *prometheus.HistogramVec
+	pluginErrors       *prometheus.CounterVec
+}
+
+// latencyBuckets span 50µs to 60s, for both the proxy's overhead and the upstream's time.
+var latencyBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// New registers every metric, plus Go runtime and process collectors. versions, when not nil, is asked
+// at every scrape for the active definitions (promptgate_definition_info).
+func New(versions func() []Version) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "promptgate_requests_total", Help: "Requests answered, by protocol, route (chat, passthrough) and HTTP status.",
+	}, []string{"protocol", "route", "status"})
+	m.overhead = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "promptgate_proxy_overhead_seconds", Help: "Time spent in promptgate itself before the request went upstream (read, validate, route, gather, assemble).",
+		Buckets: latencyBuckets,
+	}, []string{"route"})
+	m.upstream = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "promptgate_upstream_seconds", Help: "Time from sending the request upstream to its response headers.",
+		Buckets: latencyBuckets,
+	}, []string{"route"})
+	m.toolsRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "promptgate_tools_removed_total", Help: "Tools removed from requests, by reason.",
+	}, []string{"reason"})
+	m.callsBlocked = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "promptgate_tool_calls_blocked_total", Help: "Tool calls blocked (or audited) in responses, by verdict and reason.",
+	}, []string{"verdict", "reason"})
+	m.contextTruncations = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "promptgate_context_truncations_total", Help: "Requests whose runtime context JSON was shortened to fit its budget.",
+	})
+	m.pluginLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "promptgate_plugin_seconds", Help: "Context source call latency (cache hits excluded).", Buckets: latencyBuckets,
+	}, []string{"source"})
+	m.pluginErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "promptgate_plugin_errors_total", Help: "Context source failures, by source and reason (timeout, error, unavailable, ...).",
+	}, []string{"source", "reason"})
+	m.reg.MustRegister(m.requests, m.overhead, m.upstream, m.toolsRemoved, m.callsBlocked, m.contextTruncations,
+		m.pluginLatency, m.pluginErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if versions != nil {
+		m.reg.MustRegister(&infoCollector{versions: versions, desc: prometheus.NewDesc(
+			"promptgate_definition_info", "The active version of each template and protocol (value 1).",
+			[]string{"kind", "name", "version"}, nil)})
+	}
+	return m
+}
+
+// Registry is the registry, for tests and for other packages' collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Request counts one answered request.
+func (m *Metrics) Request(protocol, route string, status int) {
+	if m == nil {
+		return
+	}
+	if protocol == "" {
+		protocol = "none"
+	}
+	m.requests.WithLabelValues(protocol, route, strconv.Itoa(status)).Inc()
+}
+
+// Overhead observes promptgate's own time for one request.
+func (m *Metrics) Overhead(route string, d time.Duration) {
+	if m != nil {
+		m.overhead.WithLabelValues(route).Observe(d.Seconds())
+	}
+}
+
+// Upstream observes the upstream's time to response headers.
+func (m *Metrics) Upstream(route string, d time.Duration) {
+	if m != nil {
+		m.upstream.WithLabelValues(route).Observe(d.Seconds())
+	}
+}
+
+// ContextTruncated counts one truncated runtime context.
+func (m *Metrics) ContextTruncated() {
+	if m != nil {
+		m.contextTruncations.Inc()
+	}
+}
+
+// Plugin observes one context source call; reason is "" on success.
+func (m *Metrics) Plugin(source string, d time.Duration, reason string) {
+	if m == nil {
+		return
+	}
+	m.pluginLatency.WithLabelValues(source).Observe(d.Seconds())
+	if reason != "" {
+		m.pluginErrors.WithLabelValues(source, reason).Inc()
+	}
+}
+
+// Record counts policy decisions: it is an audit.Recorder, so it sees exactly what the decision log sees.
+func (m *Metrics) Record(_ context.Context, e audit.Event) {
+	if m == nil {
+		return
+	}
+	switch {
+	case e.Kind == audit.KindToolRemoved:
+		m.toolsRemoved.WithLabelValues(e.Reason).Inc()
+	case e.Kind == audit.KindToolCall && e.Verdict != audit.VerdictAllowed:
+		m.callsBlocked.WithLabelValues(e.Verdict, reasonLabel(e.Reason)).Inc()
+	}
+}
+
+var _ audit.Recorder = (*Metrics)(nil)
+
+// reasonLabel keeps a reason's stable head ("arguments do not match schema", "rule docs-only") so that the
+// label's cardinality stays bounded by the rules, not by what a model writes.
+func reasonLabel(r string) string {
+	head, _, _ := strings.Cut(r, ":")
+	if len(head) > 64 {
+		head = head[:64]
+	}
+	return head
+}
+
+// infoCollector reports the active versions at scrape time.
+type infoCollector struct {
+	versions func() []Version
+	desc     *prometheus.Desc
+}
+
+func (c *infoCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *infoCollector) Collect(ch chan<- prometheus.Metric) {
+	vs := c.versions()
+	sort.Slice(vs, func(i, j int) bool {
+		if vs[i].Kind != vs[j].Kind {
+			return vs[i].Kind < vs[j].Kind
+		}
+		return vs[i].Name < vs[j].Name
+	})
+	for _, v := range vs {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1, v.Kind, v.Name, strconv.Itoa(v.Version))
+	}
+}
