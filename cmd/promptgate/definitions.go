@@ -24,6 +24,7 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 	sub := args[0]
 	fs := flag.NewFlagSet(kindName+" "+sub, flag.ContinueOnError)
 	version := fs.Int("version", 0, "with show: this version instead of the active one")
+	admin := fs.String("admin", "", "admin API URL of a running server (token from "+EnvAdminToken+"); used by itself when serve holds the DB")
 	sf := addStoreFlags(fs, getenv)
 	pos, err := parseFlags(fs, args[1:], stderr)
 	if err != nil {
@@ -37,11 +38,7 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 	if len(pos) != n {
 		return usageError{fmt.Sprintf("%s %s takes %d argument(s), got %d", kindName, sub, n, len(pos))}
 	}
-	log, err := newLogger(stderr, getenv)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(sf.db, false, log)
+	st, err := openCLIStore(sf, *admin, getenv, stderr)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	sub := args[0]
 	fs := flag.NewFlagSet("migrate "+sub, flag.ContinueOnError)
 	dir := fs.String("dir", DefaultMigrationsDir, "folder of rollout files (*.json), applied in name order")
+	admin := fs.String("admin", "", "admin API URL of a running server (token from "+EnvAdminToken+"); used by itself when serve holds the DB")
 	sf := addStoreFlags(fs, getenv)
 	pos, err := parseFlags(fs, args[1:], stderr)
 	if err != nil {
@@ -30,16 +31,12 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	if len(pos) > 0 {
 		return usageError{fmt.Sprintf("migrate %s takes no arguments, got %q", sub, pos)}
 	}
-	log, err := newLogger(stderr, getenv)
-	if err != nil {
-		return err
-	}
 	switch sub {
 	case "up", "down", "status":
 	default:
 		return usageError{fmt.Sprintf("migrate: unknown subcommand %q: give up, down or status", sub)}
 	}
-	st, err := openStore(sf.db, false, log)
+	st, err := openCLIStore(sf, *admin, getenv, stderr)
 	if err != nil {
 		return err
 	}

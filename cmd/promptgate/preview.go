@@ -1,14 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/store"
 )
 
 // preview prints the preview report of a chat request read from FILE or stdin; it calls no upstream.
@@ -17,6 +21,7 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	protocol := fs.String("protocol", "", "preview under this protocol (operator's choice: routes and client-selection checks are skipped)")
 	var headers headerList
 	fs.Var(&headers, "header", "a request header 'Name: value' as the client would send it (repeatable)")
+	admin := fs.String("admin", "", "admin API URL of a running server (token from "+EnvAdminToken+"); used by itself when serve holds the DB")
 	sf := addStoreFlags(fs, getenv)
 	args, err := parseFlags(fs, args, stderr)
 	if err != nil {
@@ -46,19 +51,48 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return err
 	}
-	p, err := openPipeline(ctx, sf, false, getenv, log)
-	if err != nil {
-		return err
+	var report []byte
+	if *admin == "" {
+		report, err = previewLocal(ctx, sf, getenv, log, h, body, *protocol)
 	}
-	defer p.Close()
-	if int64(len(body)) > p.cfg.Limits.MaxBodyBytes {
-		return fmt.Errorf("preview: request is %d bytes, over limits.maxBodyBytes (%d)", len(body), p.cfg.Limits.MaxBodyBytes)
+	if *admin != "" || errors.Is(err, store.ErrLocked) {
+		url := *admin
+		if url == "" {
+			url = fallbackAdminURL(getenv)
+			fmt.Fprintf(stderr, "promptgate: %s is held by a running server; using its admin API at %s\n", sf.db, url)
+		}
+		a, aerr := newAdminStore(url, getenv(EnvAdminToken))
+		if aerr != nil {
+			return aerr
+		}
+		report, err = a.Preview(ctx, body, flatHeaders(h), *protocol)
 	}
-	report, err := p.engine.Preview(ctx, proxy.Input{Path: proxy.PathChat, Header: h, Body: body, ForceProtocol: *protocol})
 	if err != nil {
 		return fmt.Errorf("preview: %w", err)
 	}
 	// Printed compact, so that upstreamRequest is byte for byte the body that would be sent (pipe to jq to read it).
-	_, err = stdout.Write(append(report, '\n'))
+	_, err = stdout.Write(append(bytes.TrimRight(report, "\n"), '\n'))
 	return err
+}
+
+// previewLocal runs the engine on the DB file.
+func previewLocal(ctx context.Context, sf *storeFlags, getenv env, log *slog.Logger, h http.Header, body []byte, protocol string) ([]byte, error) {
+	p, err := openPipeline(ctx, sf, false, getenv, log)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	if int64(len(body)) > p.cfg.Limits.MaxBodyBytes {
+		return nil, fmt.Errorf("request is %d bytes, over limits.maxBodyBytes (%d)", len(body), p.cfg.Limits.MaxBodyBytes)
+	}
+	return p.engine.Preview(ctx, proxy.Input{Path: proxy.PathChat, Header: h, Body: body, ForceProtocol: protocol})
+}
+
+// flatHeaders turns headers into the admin API's {"K":"V"} (the last value of a repeated header wins).
+func flatHeaders(h http.Header) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, vs := range h {
+		out[k] = vs[len(vs)-1]
+	}
+	return out
 }
