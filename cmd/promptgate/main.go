@@ -51,6 +51,7 @@ Usage:
   promptgate migrate up|down|status [--dir DIR]
   promptgate templates list|show|history|activate|rollback ...
   promptgate protocols list|show|history|activate|rollback ...
+  promptgate ca init [--out DIR] [--force]    write a CA for the HTTPS-proxy mode
   promptgate version
 
 Run 'promptgate COMMAND -h' for a command's flags.
@@ -74,6 +75,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return migrate(ctx, rest, stdout, stderr, getenv)
 	case "templates", "protocols":
 		return definitions(ctx, cmd, rest, stdout, stderr, getenv)
+	case "ca":
+		return ca(ctx, rest, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "promptgate %s\n", Version)
 		return nil

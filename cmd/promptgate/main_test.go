@@ -252,3 +252,54 @@ func TestMigrateAndDefinitions(t *testing.T) {
 		t.Errorf("bad subcommand: %v", err)
 	}
 }
+
+func TestCAInitAndProxyListen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	out, _, err := runCmd(t, nil, "", "ca", "init", "--out", dir)
+	if err != nil || !strings.Contains(out, "SSL_CERT_FILE") || !strings.Contains(out, "NODE_EXTRA_CA_CERTS") || !strings.Contains(out, "REQUESTS_CA_BUNDLE") {
+		t.Fatalf("%v %s", err, out)
+	}
+	st, err := os.Stat(filepath.Join(dir, "ca.key"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("ca.key: %v %v", err, st)
+	}
+	if _, _, err := runCmd(t, nil, "", "ca", "init", "--out", dir); err == nil {
+		t.Error("ca init overwrote an existing CA without --force")
+	}
+	if _, _, err := runCmd(t, nil, "", "ca", "nope"); exitCode(err) != 2 {
+		t.Errorf("bad subcommand: %v", err)
+	}
+	db := filepath.Join(t.TempDir(), "pg.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = run(ctx, []string{"serve", "--db", db, "--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0"}, nil, io.Discard, io.Discard, envMap(nil))
+	if err == nil || !strings.Contains(err.Error(), "mitm:") {
+		t.Fatalf("--proxy-listen without mitm config: %v", err)
+	}
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	_ = os.WriteFile(cfg, []byte("mitm: {caCert: "+filepath.Join(dir, "ca.crt")+", caKey: "+filepath.Join(dir, "ca.key")+", hosts: [api.openai.com]}\n"), 0o600)
+	pr, pw := io.Pipe()
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx2, []string{"serve", "--db", db, "--config", cfg, "--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0"}, nil, pw, io.Discard, envMap(nil))
+		pw.Close()
+	}()
+	rd := bufio.NewReader(pr)
+	_, _ = rd.ReadString('\n')
+	line, err := rd.ReadString('\n')
+	if err != nil || !strings.Contains(line, "HTTPS-proxy door on 127.0.0.1:") {
+		t.Fatalf("%q %v", line, err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, rd) }()
+	addr := strings.Fields(line)[4]
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("door healthz: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	cancel2()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,17 +2,23 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"sync/atomic"
 	"time"
 
+	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/metrics"
+	"github.com/promptgate/promptgate/proxy/mitm"
 )
 
 // serveFlags are the flags of `promptgate serve`.
@@ -59,10 +65,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	defer p.Close()
 
 	var ready atomic.Bool
-	srv, err := proxy.New(proxy.Options{
+	m := metrics.New(p.defs.Versions)
+	recorder := audit.Multi{audit.Log{Logger: log}, m}
+	base := proxy.Options{
 		Engine:         p.engine,
-		Upstream:       upstream,
 		UpstreamAPIKey: getenv(EnvUpstreamKey),
+		Audit:          recorder,
+		Metrics:        m,
 		Log:            log,
 		Ready: func() (bool, string) {
 			if !ready.Load() {
@@ -70,38 +79,92 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 			}
 			return true, ""
 		},
-	})
+	}
+	opts := base
+	opts.Upstream = upstream
+	srv, err := proxy.New(opts)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", f.listen)
+	var servers []*http.Server
+	errc := make(chan error, 3)
+	start := func(name, addr string, h http.Handler) (net.Addr, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: listen %s: %w", name, addr, err)
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		servers = append(servers, hs)
+		go func() {
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+		return ln.Addr(), nil
+	}
+	defer func() {
+		shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, hs := range servers {
+			_ = hs.Shutdown(shutdown)
+		}
+	}()
+
+	addr, err := start("proxy listener", f.listen, srv)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", f.listen, err)
+		return err
 	}
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          nil,
+	fmt.Fprintf(stdout, "promptgate %s listening on http://%s/v1 (upstream %s)\n", Version, addr, upstream)
+	if f.proxyListen != "" {
+		door, err := newDoor(p.cfg, base, log)
+		if err != nil {
+			return err
+		}
+		daddr, err := start("HTTPS-proxy listener", f.proxyListen, door)
+		if err != nil {
+			return err
+		}
+		log.Info("HTTPS-proxy door open", "listen", daddr.String(), "intercepted_hosts", p.cfg.MITM.Hosts, "passthrough", *p.cfg.MITM.Passthrough)
+		fmt.Fprintf(stdout, "promptgate HTTPS-proxy door on %s (HTTPS_PROXY=http://%s)\n", daddr, daddr)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
 	ready.Store(true)
-	log.Info("promptgate serving", "version", Version, "listen", ln.Addr().String(), "upstream", upstream.String(), "db", f.store.db)
-	fmt.Fprintf(stdout, "promptgate %s listening on http://%s/v1 (upstream %s)\n", Version, ln.Addr(), upstream)
+	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", upstream.String(), "db", f.store.db)
 
 	select {
 	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
+		return err
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: finishing requests in flight")
-	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("shutdown: %w", err)
-	}
 	return nil
+}
+
+// newDoor builds the HTTPS-proxy door from the config's mitm section; intercepted origins run the same
+// pipeline as the base-URL listener, with the origin the client asked for as the upstream.
+func newDoor(cfg *config.File, base proxy.Options, log *slog.Logger) (*mitm.Door, error) {
+	if cfg.MITM == nil {
+		return nil, usageError{"--proxy-listen needs a mitm: section in the config (caCert, caKey, hosts); create the CA with `promptgate ca init`"}
+	}
+	ca, err := mitm.LoadCA(cfg.MITM.CACert, cfg.MITM.CAKey)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := mitm.Roots(cfg.MITM.UpstreamCA)
+	if err != nil {
+		return nil, err
+	}
+	return mitm.New(mitm.Options{
+		CA: ca, Hosts: cfg.MITM.Hosts, Passthrough: *cfg.MITM.Passthrough, Log: log,
+		Handler: func(scheme, hostport string) (http.Handler, error) {
+			o := base
+			o.Upstream = &url.URL{Scheme: scheme, Host: hostport, Path: "/v1"}
+			tr := proxy.NewTransport()
+			tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+			o.Transport = tr
+			return proxy.New(o)
+		},
+	})
 }
 
 // parseBaseURL checks an upstream base URL: http or https, with a host.
