@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
 // MaxParseDepth is the deepest nesting of objects and arrays Parse accepts. Request bodies are
@@ -247,14 +249,14 @@ func (p *parser) str(i int) (string, int, error) {
 		case 't':
 			p.buf = append(p.buf, '\t')
 		case 'u':
-			r, ok := hex4(p.b, i+2)
+			r, ok := jsoncheck.Hex4(p.b, i+2)
 			if !ok {
 				return "", i, p.errf(i, "invalid \\u escape")
 			}
 			i += 6
 			if utf16.IsSurrogate(r) {
 				// A pair decodes to one rune; anything else to U+FFFD, like encoding/json.
-				if r2, ok := hex4(p.b, i+2); ok && i+1 < len(p.b) && p.b[i] == '\\' && p.b[i+1] == 'u' {
+				if r2, ok := jsoncheck.Hex4(p.b, i+2); ok && i+1 < len(p.b) && p.b[i] == '\\' && p.b[i+1] == 'u' {
 					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
 						r = d
 						i += 6
@@ -272,25 +274,4 @@ func (p *parser) str(i int) (string, int, error) {
 		}
 		i += 2
 	}
-}
-
-func hex4(b []byte, i int) (rune, bool) {
-	if i < 0 || i+4 > len(b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[i : i+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
 }

@@ -365,7 +365,7 @@ func (s *scanner) escape(i int) (int, *Error) {
 	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 		return i + 2, nil
 	case 'u':
-		r, ok := hex4(b, i+2)
+		r, ok := Hex4(b, i+2)
 		if !ok {
 			return i, s.fail(Syntax, i, "invalid \\u escape, expected 4 hex digits")
 		}
@@ -376,7 +376,7 @@ func (s *scanner) escape(i int) (int, *Error) {
 			if i+7 >= len(b) || b[i+6] != '\\' || b[i+7] != 'u' {
 				return i, s.fail(InvalidUTF8, i, "lone high surrogate escape")
 			}
-			r2, ok := hex4(b, i+8)
+			r2, ok := Hex4(b, i+8)
 			if !ok {
 				return i + 6, s.fail(Syntax, i+6, "invalid \\u escape, expected 4 hex digits")
 			}
@@ -391,9 +391,9 @@ func (s *scanner) escape(i int) (int, *Error) {
 	}
 }
 
-// hex4 decodes the 4 hex digits at b[i:].
-func hex4(b []byte, i int) (rune, bool) {
-	if i+4 > len(b) {
+// Hex4 decodes the 4 hex digits of a \uXXXX escape at b[i:]; false when they are not all there.
+func Hex4(b []byte, i int) (rune, bool) {
+	if i < 0 || i+4 > len(b) {
 		return 0, false
 	}
 	var r rune
@@ -436,9 +436,9 @@ func next(raw []byte, i int) (rune, int) {
 	case 't':
 		return '\t', i + 2
 	case 'u':
-		r, _ := hex4(raw, i+2)
+		r, _ := Hex4(raw, i+2)
 		if utf16.IsSurrogate(r) {
-			r2, _ := hex4(raw, i+8)
+			r2, _ := Hex4(raw, i+8)
 			return utf16.DecodeRune(r, r2), i + 12
 		}
 		return r, i + 6
