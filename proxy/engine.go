@@ -107,6 +107,80 @@ func (e *templateError) Unwrap() error { return e.err }
 
 // PrepareChat validates and rewrites a /v1/chat/completions request.
 func (e *Engine) PrepareChat(ctx context.Context, in Input) (*Prepared, error) {
+	return e.prepare(ctx, in, chatSurface)
+}
+
+// PrepareResponses validates and rewrites an OpenAI Responses API request (/v1/responses).
+func (e *Engine) PrepareResponses(ctx context.Context, in Input) (*Prepared, error) {
+	return e.prepare(ctx, in, responsesSurface)
+}
+
+// PrepareMessages validates and rewrites an Anthropic Messages request (/v1/messages).
+func (e *Engine) PrepareMessages(ctx context.Context, in Input) (*Prepared, error) {
+	return e.prepare(ctx, in, messagesSurface)
+}
+
+// surfaceRequest is what the pipeline needs of a request, on any surface.
+type surfaceRequest struct {
+	model       string
+	stream      bool
+	application []string // the client's own system texts
+	tools       []policy.Tool
+	nativeTools bool
+	latestUser  string
+}
+
+// surface adapts one rewritten API to the pipeline: how its body is read, how its tool_choice is checked,
+// and how the layered prompt and the kept tools are written back. Everything else is shared.
+type surface struct {
+	parse      func(body []byte) (surfaceRequest, error)
+	toolChoice func(body []byte, kept []policy.Tool) error
+	rewrite    func(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error)
+	// contextInPrompt keeps the runtime context JSON in the layered prompt even with the structured channel
+	// on (the Responses API stores input items with the conversation).
+	contextInPrompt bool
+}
+
+var (
+	chatSurface = surface{
+		parse: func(body []byte) (surfaceRequest, error) {
+			c, err := assembly.ParseChat(body)
+			if err != nil {
+				return surfaceRequest{}, err
+			}
+			return surfaceRequest{c.Model, c.Stream, c.Application, c.Tools, c.NativeTools, c.LatestUser}, nil
+		},
+		toolChoice: assembly.ChatToolChoice,
+		rewrite:    assembly.RewriteChat,
+	}
+	responsesSurface = surface{
+		parse: func(body []byte) (surfaceRequest, error) {
+			r, err := assembly.ParseResponses(body)
+			if err != nil {
+				return surfaceRequest{}, err
+			}
+			return surfaceRequest{r.Model, r.Stream, r.Application, r.Tools, r.NativeTools, r.LatestUser}, nil
+		},
+		toolChoice:      assembly.ResponsesToolChoice,
+		rewrite:         assembly.RewriteResponses,
+		contextInPrompt: true,
+	}
+	messagesSurface = surface{
+		parse: func(body []byte) (surfaceRequest, error) {
+			m, err := assembly.ParseMessages(body)
+			if err != nil {
+				return surfaceRequest{}, err
+			}
+			return surfaceRequest{m.Model, m.Stream, m.Application, m.Tools, m.NativeTools, m.LatestUser}, nil
+		},
+		toolChoice: assembly.MessagesToolChoice,
+		rewrite:    assembly.RewriteMessages,
+	}
+)
+
+// prepare is the pipeline of every surface: validate, resolve the protocol, filter the tools, check
+// tool_choice, gather the context, build the layered prompt, rewrite the body.
+func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, error) {
 	if err := jsoncheck.Object(in.Body, jsoncheck.Limits{MaxDepth: e.Limits.MaxJSONDepth}); err != nil {
 		return nil, err
 	}
@@ -114,19 +188,19 @@ func (e *Engine) PrepareChat(ctx context.Context, in Input) (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	chat, err := assembly.ParseChat(in.Body)
+	req, err := sf.parse(in.Body)
 	if err != nil {
 		return nil, err
 	}
 	cat := e.Defs.snapshot()
-	eff, err := e.Router.Resolve(policyRequest(in, chat.Model, ext), cat)
+	eff, err := e.Router.Resolve(policyRequest(in, req.model, ext), cat)
 	if err != nil {
 		return nil, err
 	}
 	access := e.Access
 	access.Override = cat // the kill switches of this snapshot
-	kept, removed := eff.Filter(chat.Tools, access)
-	if err := assembly.ChatToolChoice(in.Body, kept); err != nil {
+	kept, removed := eff.Filter(req.tools, access)
+	if err := sf.toolChoice(in.Body, kept); err != nil {
 		return nil, err
 	}
 	tmpl, err := e.Defs.template(cat, eff.Template)
@@ -139,11 +213,11 @@ func (e *Engine) PrepareChat(ctx context.Context, in Input) (*Prepared, error) {
 		Rules:       eff.Rules,
 		Directives:  eff.Directives,
 		Tools:       kept,
-		NativeTools: chat.NativeTools,
+		NativeTools: req.nativeTools,
 		Meta:        ctxjson.Meta{Protocol: eff.ID},
 	}
 	if eff.ClientSystem != policy.ClientSystemDrop {
-		layers.Application = chat.Application
+		layers.Application = req.application
 	}
 	if ext.Context != nil {
 		v, err := ctxjson.Parse(ext.Context)
@@ -155,7 +229,7 @@ func (e *Engine) PrepareChat(ctx context.Context, in Input) (*Prepared, error) {
 	if e.Context != nil {
 		g, err := e.Context.Gather(ctx, GatherQuery{
 			Protocol: eff.ID, BaseProtocol: eff.BaseID, Mode: eff.Modules.Mode, ModulesOff: eff.Modules.Off,
-			User: user, Conversation: conv, Model: chat.Model, LatestUser: chat.LatestUser,
+			User: user, Conversation: conv, Model: req.model, LatestUser: req.latestUser,
 		})
 		if err != nil {
 			return nil, &contextError{err}
@@ -167,8 +241,12 @@ func (e *Engine) PrepareChat(ctx context.Context, in Input) (*Prepared, error) {
 	for _, s := range layers.Sources {
 		layers.Meta.Sources = append(layers.Meta.Sources, s.Name)
 	}
-	prompt := assembly.Build(tmpl, layers, e.Settings)
-	body, err := assembly.RewriteChat(in.Body, prompt, kept, len(removed) > 0)
+	settings := e.Settings
+	if sf.contextInPrompt {
+		settings.StructuredChannel = false
+	}
+	prompt := assembly.Build(tmpl, layers, settings)
+	body, err := sf.rewrite(in.Body, prompt, kept, len(removed) > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +254,7 @@ func (e *Engine) PrepareChat(ctx context.Context, in Input) (*Prepared, error) {
 		e.Log.Debug("runtime context truncated to fit", "protocol", eff.ID, "max_chars", e.Settings.ContextMaxChars)
 	}
 	return &Prepared{
-		Body: body, Model: chat.Model, Stream: chat.Stream, Protocol: eff, Template: tmpl,
+		Body: body, Model: req.model, Stream: req.stream, Protocol: eff, Template: tmpl,
 		Prompt: prompt, Kept: kept, Removed: removed, Extension: ext,
 	}, nil
 }

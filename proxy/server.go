@@ -26,16 +26,23 @@ import (
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/anthvet"
 	"github.com/promptgate/promptgate/proxy/chatvet"
 	"github.com/promptgate/promptgate/proxy/metrics"
+	"github.com/promptgate/promptgate/proxy/respvet"
 )
 
 // Paths served by the proxy listener.
 const (
-	PathChat    = "/v1/chat/completions"
-	PathHealthz = "/healthz"
-	PathReadyz  = "/readyz"
+	PathChat      = "/v1/chat/completions"
+	PathResponses = "/v1/responses"
+	PathMessages  = "/v1/messages"
+	PathHealthz   = "/healthz"
+	PathReadyz    = "/readyz"
 )
+
+// DefaultAnthropicUpstream is the Anthropic base URL used when Options.AnthropicUpstream is nil.
+const DefaultAnthropicUpstream = "https://api.anthropic.com/v1"
 
 // maxUpstreamBody caps a non-stream upstream answer that is read whole to be vetted.
 const maxUpstreamBody = 64 << 20
@@ -45,8 +52,17 @@ type Options struct {
 	Engine *Engine
 	// Upstream is the OpenAI-compatible base URL; /v1/X goes to Upstream + "/X".
 	Upstream *url.URL
-	// UpstreamAPIKey, when set, replaces the client's Authorization header.
+	// UpstreamAPIKey, when set, replaces the client's Authorization header on requests to Upstream. It is
+	// never sent to the Anthropic upstream.
 	UpstreamAPIKey string
+	// AnthropicUpstream is the Anthropic Messages base URL: POST /v1/messages (rewritten) and every other
+	// /v1/messages/... path (passed through) go to AnthropicUpstream + "/messages...". nil means
+	// DefaultAnthropicUpstream.
+	AnthropicUpstream *url.URL
+	// AnthropicAPIKey, when set, is sent as x-api-key to the Anthropic upstream, replacing the client's
+	// x-api-key and Authorization headers; when empty they are forwarded as the client sent them, as is
+	// anthropic-version (and anthropic-beta).
+	AnthropicAPIKey string
 	// Transport reaches the upstream; nil means NewTransport().
 	Transport http.RoundTripper
 	// Audit receives every policy decision; nil logs them.
@@ -69,10 +85,11 @@ type Server struct {
 
 // exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
 type exchange struct {
-	id   string
-	prep *Prepared
-	log  *slog.Logger
-	sent time.Time // when the request went upstream
+	id    string
+	route *route
+	prep  *Prepared
+	log   *slog.Logger
+	sent  time.Time // when the request went upstream
 }
 
 type exchangeKey struct{}
@@ -81,6 +98,13 @@ type exchangeKey struct{}
 func New(o Options) (*Server, error) {
 	if o.Engine == nil || o.Upstream == nil {
 		return nil, errors.New("proxy: engine and upstream are required")
+	}
+	if o.AnthropicUpstream == nil {
+		u, err := url.Parse(DefaultAnthropicUpstream)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: default anthropic upstream: %w", err)
+		}
+		o.AnthropicUpstream = u
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -117,7 +141,9 @@ func New(o Options) (*Server, error) {
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 	})
 	mux.HandleFunc("GET "+PathReadyz, s.readyz)
-	mux.HandleFunc("POST "+PathChat, s.chat)
+	for _, rt := range routes {
+		mux.HandleFunc("POST "+rt.path, func(w http.ResponseWriter, r *http.Request) { s.rewrite(w, r, rt) })
+	}
 	mux.HandleFunc("/v1/", s.pass)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no route for %s %s on the proxy listener", r.Method, r.URL.Path)})
@@ -134,10 +160,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
 	if s.opt.Metrics != nil {
 		route := "passthrough"
-		switch {
-		case r.URL.Path == PathChat && r.Method == http.MethodPost:
-			route = "chat"
-		case !strings.HasPrefix(r.URL.Path, "/v1/"):
+		if rt := routeOf(r); rt != nil {
+			route = rt.name
+		} else if !strings.HasPrefix(r.URL.Path, "/v1/") {
 			route = "other"
 		}
 		status := sw.status
@@ -186,8 +211,76 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 }
 
-// chat runs the pipeline for POST /v1/chat/completions and forwards the result.
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+// route is one rewritten endpoint: the engine's surface, the upstream it goes to, and the vetting of its
+// response. The pipeline around it is the same for every route.
+type route struct {
+	path string
+	name string // metrics label and log tag
+	// prepare is the Engine's method for the surface.
+	prepare func(e *Engine, ctx context.Context, in Input) (*Prepared, error)
+	// anthropic routes go to Options.AnthropicUpstream with Anthropic's credentials.
+	anthropic bool
+	// body vets a non-stream response: the edited body, the number of blocked calls, and in error mode the
+	// call that makes the answer a 403.
+	body func(body []byte, c *vet.Checker, rec func(vet.Decision)) ([]byte, int, *vet.Decision, error)
+	// stream vets a streamed response.
+	stream func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision)) io.ReadCloser
+}
+
+// routes are the rewritten endpoints.
+var routes = []*route{
+	{
+		path: PathChat, name: "chat", prepare: (*Engine).PrepareChat,
+		body: func(b []byte, c *vet.Checker, rec func(vet.Decision)) ([]byte, int, *vet.Decision, error) {
+			out, res, err := chatvet.Body(b, c, rec)
+			return out, res.Blocked, res.ErrorCall, err
+		},
+		stream: func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision)) io.ReadCloser {
+			return chatvet.NewStream(up, c, rec)
+		},
+	},
+	{
+		path: PathResponses, name: "responses", prepare: (*Engine).PrepareResponses,
+		body: func(b []byte, c *vet.Checker, rec func(vet.Decision)) ([]byte, int, *vet.Decision, error) {
+			out, res, err := respvet.Body(b, c, rec)
+			return out, res.Blocked, res.ErrorCall, err
+		},
+		stream: func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision)) io.ReadCloser {
+			return respvet.NewStream(up, c, rec)
+		},
+	},
+	{
+		path: PathMessages, name: "messages", prepare: (*Engine).PrepareMessages, anthropic: true,
+		body: func(b []byte, c *vet.Checker, rec func(vet.Decision)) ([]byte, int, *vet.Decision, error) {
+			out, res, err := anthvet.Body(b, c, rec)
+			return out, res.Blocked, res.ErrorCall, err
+		},
+		stream: func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision)) io.ReadCloser {
+			return anthvet.NewStream(up, c, rec)
+		},
+	},
+}
+
+// routeOf is the rewritten route of a request, or nil.
+func routeOf(r *http.Request) *route {
+	if r.Method != http.MethodPost {
+		return nil
+	}
+	for _, rt := range routes {
+		if r.URL.Path == rt.path {
+			return rt
+		}
+	}
+	return nil
+}
+
+// isAnthropicPath reports the paths that belong to the Anthropic upstream: /v1/messages and below it.
+func isAnthropicPath(p string) bool {
+	return p == PathMessages || strings.HasPrefix(p, PathMessages+"/")
+}
+
+// rewrite runs the pipeline for a rewritten route and forwards the result.
+func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 	start := time.Now()
 	id, _ := r.Context().Value(requestIDKey{}).(string)
 	log := s.log.With("request_id", id)
@@ -196,7 +289,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		fail(w, log, err)
 		return
 	}
-	prep, err := s.opt.Engine.PrepareChat(r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body})
+	prep, err := rt.prepare(s.opt.Engine, r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body})
 	if err != nil {
 		fail(w, log, err)
 		return
@@ -219,9 +312,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if prep.Prompt.ContextTruncated {
 		s.opt.Metrics.ContextTruncated()
 	}
-	s.opt.Metrics.Overhead("chat", time.Since(start))
-	log.Debug("forwarding", "protocol", prep.Protocol.ID, "template", prep.Template.Name, "stream", prep.Stream, "tools_kept", len(prep.Kept), "tools_removed", len(prep.Removed))
-	ctx := context.WithValue(r.Context(), exchangeKey{}, &exchange{id: id, prep: prep, log: log})
+	s.opt.Metrics.Overhead(rt.name, time.Since(start))
+	log.Debug("forwarding", "route", rt.name, "protocol", prep.Protocol.ID, "template", prep.Template.Name, "stream", prep.Stream, "tools_kept", len(prep.Kept), "tools_removed", len(prep.Removed))
+	ctx := context.WithValue(r.Context(), exchangeKey{}, &exchange{id: id, route: rt, prep: prep, log: log})
 	s.rewritten.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -243,23 +336,40 @@ func upstreamURL(base *url.URL, in *url.URL) *url.URL {
 	return &u
 }
 
-// outboundHeaders removes promptgate's own headers and applies the upstream key.
-func (s *Server) outboundHeaders(h http.Header) {
+// outboundHeaders removes promptgate's own headers and applies the upstream's key: the OpenAI-compatible
+// upstream's as Authorization, the Anthropic upstream's as x-api-key.
+func (s *Server) outboundHeaders(h http.Header, anthropic bool) {
 	for k := range h {
 		if strings.HasPrefix(k, "X-Promptgate-") {
 			delete(h, k)
 		}
 	}
-	if s.opt.UpstreamAPIKey != "" {
+	switch {
+	case anthropic && s.opt.AnthropicAPIKey != "":
+		h.Del("Authorization")
+		h.Set("X-Api-Key", s.opt.AnthropicAPIKey)
+	case !anthropic && s.opt.UpstreamAPIKey != "":
 		h.Set("Authorization", "Bearer "+s.opt.UpstreamAPIKey)
 	}
 }
 
+// target is the upstream base URL of a request path.
+func (s *Server) target(path string) (*url.URL, bool) {
+	if isAnthropicPath(path) {
+		return s.opt.AnthropicUpstream, true
+	}
+	return s.opt.Upstream, false
+}
+
 func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
 	x, _ := pr.In.Context().Value(exchangeKey{}).(*exchange)
-	pr.Out.URL = upstreamURL(s.opt.Upstream, pr.In.URL)
+	base, anthropic := s.opt.Upstream, x.route.anthropic
+	if anthropic {
+		base = s.opt.AnthropicUpstream
+	}
+	pr.Out.URL = upstreamURL(base, pr.In.URL)
 	pr.Out.Host = ""
-	s.outboundHeaders(pr.Out.Header)
+	s.outboundHeaders(pr.Out.Header, anthropic)
 	// The response is parsed to vet it: let the transport negotiate and decode compression itself.
 	pr.Out.Header.Del("Accept-Encoding")
 	pr.Out.Body = io.NopCloser(bytes.NewReader(x.prep.Body))
@@ -270,9 +380,10 @@ func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
 }
 
 func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
-	pr.Out.URL = upstreamURL(s.opt.Upstream, pr.In.URL)
+	base, anthropic := s.target(pr.In.URL.Path)
+	pr.Out.URL = upstreamURL(base, pr.In.URL)
 	pr.Out.Host = ""
-	s.outboundHeaders(pr.Out.Header)
+	s.outboundHeaders(pr.Out.Header, anthropic)
 }
 
 // upstreamHeaders keeps the upstream's request id under another name and drops headers that only
@@ -301,7 +412,7 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	if x == nil {
 		return errors.New("proxy: response without its exchange")
 	}
-	s.opt.Metrics.Upstream("chat", time.Since(x.sent))
+	s.opt.Metrics.Upstream(x.route.name, time.Since(x.sent))
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode >= 400 {
 		return checkErrorBody(resp, ct)
@@ -309,7 +420,7 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	checker := s.checker(x)
 	rec := s.recorder(resp.Request.Context(), x)
 	if ct == "text/event-stream" {
-		resp.Body = chatvet.NewStream(resp.Body, checker, rec)
+		resp.Body = x.route.stream(resp.Body, checker, rec)
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
 		return nil
@@ -318,17 +429,17 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	if err != nil {
 		return err
 	}
-	out, res, err := chatvet.Body(body, checker, rec)
+	out, blocked, errorCall, err := x.route.body(body, checker, rec)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
 	}
-	if res.ErrorCall != nil {
-		out = chatvet.BlockedErrorJSON(*res.ErrorCall)
+	if errorCall != nil {
+		out = chatvet.BlockedErrorJSON(*errorCall)
 		resp.StatusCode, resp.Status = http.StatusForbidden, fmt.Sprintf("%d %s", http.StatusForbidden, http.StatusText(http.StatusForbidden))
 		resp.Header.Set("Content-Type", "application/json")
 	}
-	if res.Blocked > 0 {
-		resp.Header.Set(HeaderBlocked, strconv.Itoa(res.Blocked))
+	if blocked > 0 {
+		resp.Header.Set(HeaderBlocked, strconv.Itoa(blocked))
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(out))
 	resp.ContentLength = int64(len(out))
@@ -359,7 +470,7 @@ func (s *Server) checker(x *exchange) *vet.Checker {
 	})
 }
 
-func (s *Server) recorder(ctx context.Context, x *exchange) chatvet.Recorder {
+func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 	return func(d vet.Decision) {
 		s.opt.Audit.Record(ctx, audit.Event{
 			Time: time.Now().UTC(), RequestID: x.id, Kind: audit.KindToolCall,

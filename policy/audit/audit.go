@@ -1,18 +1,42 @@
-// Package audit defines the decision event of promptgate — one record per tool removed from a request and
-// per tool call vetted in a response — and the Recorder interface that stores or logs them. It owns the
-// event's shape; it does not decide anything (policy/ and policy/vet do) nor serve the events (the admin API does).
+// Package audit defines the decision event of promptgate — one record per tool removed from a request, per
+// tool call vetted in a response, and per change an operator makes through the admin API — the Recorder
+// interface that receives them, and the recorders that keep them: Ring, a bounded ring in its own bbolt file
+// that the admin API queries, and JSONL, an append-only file of JSON lines. Both take events without ever
+// blocking the request path: a full buffer drops (and counts) instead of waiting, and a disk error is logged
+// and counted, never returned to the request.
+//
+// It owns the event's shape and its storage. It does not decide anything (policy/ and policy/vet do) nor
+// serve the events (the admin API, proxy/admin, does).
 package audit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"log/slog"
 	"time"
 )
 
-// Kinds of events.
+// Kinds of events: policy decisions on the request path.
 const (
 	KindToolRemoved = "tool_removed"
 	KindToolCall    = "tool_call"
+)
+
+// Kinds of events: changes made through the admin API. Target says what changed.
+const (
+	// KindVersionAdded: a new, not yet active, version of a template or protocol was stored.
+	KindVersionAdded = "version_added"
+	// KindActivated: a version was made the active one.
+	KindActivated = "activated"
+	// KindRolledBack: the previously active version was made active again.
+	KindRolledBack = "rolled_back"
+	// KindRolloutApplied: a rollout file was applied (its definitions stored and activated together).
+	KindRolloutApplied = "rollout_applied"
+	// KindRolloutReverted: the most recent rollout was reverted.
+	KindRolloutReverted = "rollout_reverted"
+	// KindToolEnablement: an operator's kill switch of a tool was set or cleared.
+	KindToolEnablement = "tool_enablement"
 )
 
 // Verdicts.
@@ -23,7 +47,19 @@ const (
 	VerdictAudited = "audited"
 )
 
-// Event is one policy decision. Its JSON shape is the admin API's audit event.
+// Verdicts of admin changes.
+const (
+	// VerdictChanged: a definition, its active version or a rollout changed.
+	VerdictChanged = "changed"
+	// VerdictEnabled and VerdictDisabled: a tool's kill switch was set; VerdictCleared: it was removed.
+	VerdictEnabled  = "enabled"
+	VerdictDisabled = "disabled"
+	VerdictCleared  = "cleared"
+)
+
+// Event is one policy decision or one admin change. Its JSON shape is the admin API's audit event. The
+// fields after Rule are optional and left out of the JSON when empty. Nothing secret belongs in an event:
+// no keys, and tool arguments only as ArgsSHA256 unless the operator opted in (see WithArguments).
 type Event struct {
 	Time            time.Time `json:"time"`
 	RequestID       string    `json:"requestId"`
@@ -34,6 +70,37 @@ type Event struct {
 	Verdict         string    `json:"verdict"`
 	Reason          string    `json:"reason,omitempty"`
 	Rule            string    `json:"rule,omitempty"`
+
+	// Actor is who made an admin change (the X-Promptgate-Actor header, else "admin").
+	Actor string `json:"actor,omitempty"`
+	// Target is what an admin change concerned: "templates/NAME", "protocols/ID", "tools/NAME" or
+	// "rollouts/ID".
+	Target string `json:"target,omitempty"`
+	// Version is the version an admin change stored or activated (0: none).
+	Version int `json:"version,omitempty"`
+	// ArgsSHA256 is the lowercase hex SHA-256 of a tool call's raw arguments.
+	ArgsSHA256 string `json:"argsSha256,omitempty"`
+	// Args holds a tool call's raw arguments, only when the operator opted in (audit.includeArguments).
+	Args string `json:"args,omitempty"`
+}
+
+// ArgsDigest returns the lowercase hex SHA-256 of a tool call's raw arguments, the form events keep.
+func ArgsDigest(args []byte) string {
+	sum := sha256.Sum256(args)
+	return hex.EncodeToString(sum[:])
+}
+
+// WithArguments returns e with ArgsSHA256 set from the call's raw arguments, and with Args set too when
+// include is true (the operator's audit.includeArguments). Empty arguments leave e unchanged.
+func (e Event) WithArguments(args []byte, include bool) Event {
+	if len(args) == 0 {
+		return e
+	}
+	e.ArgsSHA256 = ArgsDigest(args)
+	if include {
+		e.Args = string(args)
+	}
+	return e
 }
 
 // Recorder receives decision events. Implementations must be safe for concurrent use and must not block
@@ -42,22 +109,31 @@ type Recorder interface {
 	Record(ctx context.Context, e Event)
 }
 
-// Log records events as structured log lines. Tool arguments are never part of an event.
+// Log records events as structured log lines. Tool arguments are never logged, not even when the event
+// carries them; their digest is.
 type Log struct{ Logger *slog.Logger }
 
 var _ Recorder = Log{}
 
-// Record logs the event at Info for blocks and removals, Debug otherwise.
+// Record logs the event at Info for blocks, removals and admin changes, Debug otherwise.
 func (l Log) Record(ctx context.Context, e Event) {
 	level := slog.LevelDebug
 	if e.Verdict != VerdictAllowed {
 		level = slog.LevelInfo
 	}
-	l.Logger.LogAttrs(ctx, level, "policy decision",
+	attrs := []slog.Attr{
 		slog.String("request_id", e.RequestID), slog.String("kind", e.Kind),
 		slog.String("protocol", e.Protocol), slog.Int("protocol_version", e.ProtocolVersion),
 		slog.String("tool", e.Tool), slog.String("verdict", e.Verdict),
-		slog.String("reason", e.Reason), slog.String("rule", e.Rule))
+		slog.String("reason", e.Reason), slog.String("rule", e.Rule),
+	}
+	if e.Actor != "" || e.Target != "" {
+		attrs = append(attrs, slog.String("actor", e.Actor), slog.String("target", e.Target), slog.Int("version", e.Version))
+	}
+	if e.ArgsSHA256 != "" {
+		attrs = append(attrs, slog.String("args_sha256", e.ArgsSHA256))
+	}
+	l.Logger.LogAttrs(ctx, level, "policy decision", attrs...)
 }
 
 // Multi sends every event to each recorder in turn.

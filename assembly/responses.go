@@ -1,0 +1,275 @@
+package assembly
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/promptgate/promptgate/policy"
+)
+
+// JSON paths of OpenAI Responses API bodies (/v1/responses).
+const (
+	pathInstructions       = "instructions"
+	pathInput              = "input"
+	pathPreviousResponseID = "previous_response_id"
+)
+
+// Responses is what assembly and policy need of a /v1/responses request, read with gjson.
+type Responses struct {
+	Model  string
+	Stream bool
+	// Application are the client's own instructions, then the texts of its system and developer input items,
+	// in order.
+	Application []string
+	// Tools are the declared tools: a function or custom tool by its name, a built-in tool (web_search,
+	// file_search, code_interpreter, mcp, ...) by its type. Several entries of one built-in type (two mcp
+	// servers, say) are one tool: only the first is listed, and the others follow its fate.
+	Tools []policy.Tool
+	// NativeTools is true when the client declared tools.
+	NativeTools bool
+	// LatestUser is the text of the last user input item, or the input itself when it is a string.
+	LatestUser string
+	// PreviousResponseID is the conversation's previous response, forwarded untouched; "" when none.
+	PreviousResponseID string
+}
+
+// ParseResponses reads a validated Responses API body. instructions must be a string (or null), input a
+// string or an array of objects (or absent), tools an array.
+func ParseResponses(body []byte) (*Responses, error) {
+	r := &Responses{
+		Model:              gjson.GetBytes(body, pathModel).String(),
+		Stream:             gjson.GetBytes(body, pathStream).Type == gjson.True,
+		PreviousResponseID: gjson.GetBytes(body, pathPreviousResponseID).String(),
+	}
+	switch ins := gjson.GetBytes(body, pathInstructions); {
+	case ins.Type == gjson.String:
+		if ins.Str != "" {
+			r.Application = append(r.Application, ins.Str)
+		}
+	case ins.Exists() && ins.Type != gjson.Null:
+		return nil, invalid(pathInstructions, "instructions must be a string")
+	}
+	switch in := gjson.GetBytes(body, pathInput); {
+	case in.Type == gjson.String:
+		r.LatestUser = in.Str
+	case in.IsArray():
+		var err error
+		i := 0
+		in.ForEach(func(_, item gjson.Result) bool {
+			if !item.IsObject() {
+				err = invalid(fmt.Sprintf("input[%d]", i), "input[%d] must be an object", i)
+				return false
+			}
+			switch item.Get("role").String() {
+			case "system", "developer":
+				r.Application = append(r.Application, contentText(item.Get("content")))
+			case "user":
+				r.LatestUser = contentText(item.Get("content"))
+			}
+			i++
+			return true
+		})
+		if err != nil {
+			return nil, err
+		}
+	case in.Exists() && in.Type != gjson.Null:
+		return nil, invalid(pathInput, "input must be a string or an array")
+	}
+	if t := gjson.GetBytes(body, pathTools); t.Exists() && t.Type != gjson.Null {
+		if !t.IsArray() {
+			return nil, invalid(pathTools, "tools must be an array")
+		}
+		seenBuiltin := map[string]bool{}
+		t.ForEach(func(_, v gjson.Result) bool {
+			tool, builtin := responsesTool(v)
+			if builtin {
+				if seenBuiltin[tool.Name] {
+					return true
+				}
+				seenBuiltin[tool.Name] = true
+			}
+			r.Tools = append(r.Tools, tool)
+			r.NativeTools = true
+			return true
+		})
+	}
+	return r, nil
+}
+
+// responsesTool reads one "tools" entry of a Responses body: {"type":"function","name":...,"parameters":...},
+// {"type":"custom","name":...}, or a built-in tool, which is governed by its type name (builtin is true).
+func responsesTool(v gjson.Result) (t policy.Tool, builtin bool) {
+	switch typ := v.Get("type").String(); typ {
+	case "function", "":
+		return policy.Tool{Name: v.Get("name").String(), Description: v.Get("description").String(), Schema: rawOrNil(v.Get("parameters"))}, false
+	case "custom":
+		return policy.Tool{Name: v.Get("name").String(), Description: v.Get("description").String()}, false
+	default:
+		return policy.Tool{Name: typ}, true
+	}
+}
+
+// toolChoiceError is the 400 for a tool_choice that names a tool the request may not use.
+func toolChoiceError(param, format string, args ...any) error {
+	return &policy.Error{Status: http.StatusBadRequest, Code: "tool_choice_not_allowed", Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// ResponsesToolChoice checks tool_choice against the kept tools: "required" with nothing kept, or a choice
+// naming a tool that is not kept ({"type":"function","name":X}, {"type":"custom","name":X}, a built-in type
+// such as {"type":"web_search_preview"} or {"type":"mcp",...}, or an entry of {"type":"allowed_tools",
+// "tools":[...]}), is a 400 tool_choice_not_allowed.
+func ResponsesToolChoice(body []byte, kept []policy.Tool) error {
+	keptSet := nameSet(kept)
+	tc := gjson.GetBytes(body, pathToolChoice)
+	switch {
+	case tc.Type == gjson.String:
+		if tc.Str == "required" && len(kept) == 0 {
+			return toolChoiceError(pathToolChoice, "tool_choice is \"required\" but no tool is allowed for this request")
+		}
+	case tc.IsObject():
+		var names []string
+		switch tc.Get("type").String() {
+		case "allowed_tools":
+			tc.Get("tools").ForEach(func(_, t gjson.Result) bool {
+				tool, _ := responsesTool(t)
+				names = append(names, tool.Name)
+				return true
+			})
+			if tc.Get("mode").String() == "required" && len(kept) == 0 {
+				return toolChoiceError(pathToolChoice, "tool_choice requires a tool but no tool is allowed for this request")
+			}
+		default:
+			tool, _ := responsesTool(tc)
+			names = append(names, tool.Name)
+		}
+		for _, n := range names {
+			if !keptSet[n] {
+				return toolChoiceError(pathToolChoice, "tool_choice names tool %q, which is not allowed for this request", n)
+			}
+		}
+	}
+	return nil
+}
+
+// RewriteResponses returns the upstream body of a /v1/responses request: instructions replaced by the layered
+// prompt (which holds the client's instructions and system/developer input items as APPLICATION INSTRUCTIONS),
+// those input items removed from an input array (a string input stays as it is), tools filtered to the kept
+// ones, the promptgate field removed. Every other byte — previous_response_id, conversation, store, unknown
+// fields — stays as the client sent it.
+//
+// The runtime context always stays in instructions: input items are stored with the conversation
+// (previous_response_id), so a per-turn context item there would pile up in later turns. Callers build p
+// without the structured channel.
+func RewriteResponses(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	out, err := sjson.SetBytes(body, pathInstructions, p.System)
+	if err != nil {
+		return nil, fmt.Errorf("assembly: set instructions: %w", err)
+	}
+	if in := gjson.GetBytes(out, pathInput); in.IsArray() {
+		var items bytes.Buffer
+		items.Grow(len(in.Raw))
+		items.WriteByte('[')
+		n, dropped := 0, false
+		in.ForEach(func(_, item gjson.Result) bool {
+			switch item.Get("role").String() {
+			case "system", "developer":
+				dropped = true
+				return true
+			}
+			if n > 0 {
+				items.WriteByte(',')
+			}
+			items.WriteString(item.Raw)
+			n++
+			return true
+		})
+		items.WriteByte(']')
+		if dropped {
+			if out, err = sjson.SetRawBytes(out, pathInput, items.Bytes()); err != nil {
+				return nil, fmt.Errorf("assembly: set input: %w", err)
+			}
+		}
+	}
+	if removedAny {
+		name := func(v gjson.Result) (string, bool) {
+			t, builtin := responsesTool(v)
+			return t.Name, builtin
+		}
+		if out, err = filterTools(out, pathTools, kept, name, pathToolChoice); err != nil {
+			return nil, err
+		}
+	}
+	return removeExtension(out)
+}
+
+// nameSet is the set of the tools' names.
+func nameSet(tools []policy.Tool) map[string]bool {
+	s := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		s[t.Name] = true
+	}
+	return s
+}
+
+// filterTools keeps, in the array at path, the entries whose name is kept: the first entry of each name, and
+// every entry of a name whose first entry is shared (several entries of one built-in tool type). An array left
+// empty is removed together with deps (tool_choice), which the APIs only accept alongside tools.
+func filterTools(body []byte, path string, kept []policy.Tool, name func(gjson.Result) (n string, shared bool), deps ...string) ([]byte, error) {
+	arr := gjson.GetBytes(body, path)
+	if !arr.IsArray() {
+		return body, nil
+	}
+	keptSet := nameSet(kept)
+	first := map[string]bool{} // name -> whether its first entry is shared
+	var b bytes.Buffer
+	b.WriteByte('[')
+	n := 0
+	arr.ForEach(func(_, v gjson.Result) bool {
+		nm, shared := name(v)
+		firstShared, seen := first[nm]
+		if !seen {
+			first[nm] = shared
+		}
+		if !keptSet[nm] || (seen && !(shared && firstShared)) {
+			return true
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(v.Raw)
+		n++
+		return true
+	})
+	b.WriteByte(']')
+	var err error
+	if n > 0 {
+		if body, err = sjson.SetRawBytes(body, path, b.Bytes()); err != nil {
+			return nil, fmt.Errorf("assembly: filter tools: %w", err)
+		}
+		return body, nil
+	}
+	for _, p := range append([]string{path}, deps...) {
+		if gjson.GetBytes(body, p).Exists() {
+			if body, err = sjson.DeleteBytes(body, p); err != nil {
+				return nil, fmt.Errorf("assembly: filter tools: %w", err)
+			}
+		}
+	}
+	return body, nil
+}
+
+// removeExtension deletes the top-level promptgate field, if any.
+func removeExtension(body []byte) ([]byte, error) {
+	if !gjson.GetBytes(body, PathExtension).Exists() {
+		return body, nil
+	}
+	out, err := sjson.DeleteBytes(body, PathExtension)
+	if err != nil {
+		return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+
+	"github.com/promptgate/promptgate/proxy"
+)
+
+// baselineMaxBody is the baseline's request size cap, promptgate's default.
+const baselineMaxBody = 10 << 20
+
+// baseline is the bare reverse proxy promptgate is measured against: it reads the whole request body first
+// (as promptgate must, to rewrite it), then hands it to an httputil.ReverseProxy that flushes every write at
+// once (FlushInterval -1, as promptgate's does for streams). It uses the same upstream transport settings
+// as promptgate, so that only promptgate's own work differs.
+type baseline struct {
+	rp *httputil.ReverseProxy
+}
+
+func newBaseline(upstream *url.URL) *baseline {
+	return &baseline{rp: &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.Out.Host = ""
+		},
+		Transport:     proxy.NewTransport(),
+		FlushInterval: -1,
+		ErrorLog:      log.New(io.Discard, "", 0),
+	}}
+}
+
+func (b *baseline) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	size := 4096
+	if r.ContentLength > 0 && r.ContentLength <= baselineMaxBody {
+		size = int(r.ContentLength) + 1
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, baselineMaxBody)); err != nil {
+		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	}
+	body := buf.Bytes()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	b.rp.ServeHTTP(w, r)
+}

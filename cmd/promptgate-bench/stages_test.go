@@ -1,0 +1,342 @@
+package main
+
+// Per-stage benchmarks of promptgate's request path, on the harness's own 8 KB request and 200-chunk
+// stream, each next to a baseline: the floor the stage is compared with. The packages have their own
+// benchmarks too (policy/jsoncheck, assembly, proxy/chatvet, plugins); these add the stages that had none
+// (route, filter, vet, the per-request checker, the whole request side) and put all six on one input.
+//
+//	go test -run '^$' -bench . -benchmem ./cmd/promptgate-bench/
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/assembly/ctxjson"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/chatvet"
+	"github.com/promptgate/promptgate/proxy/config"
+)
+
+// stageFixture is the bench pipeline (real bbolt store, bench protocol, config) and one prepared 8 KB
+// request.
+type stageFixture struct {
+	p      *pipeline
+	body   []byte
+	header http.Header
+	eff    *policy.Effective
+	cat    policy.Catalog
+	chat   *assembly.Chat
+	prep   *proxy.Prepared
+	cfg    *config.File
+}
+
+func newStageFixture(b *testing.B) *stageFixture {
+	b.Helper()
+	p, err := openPipeline(context.Background(), b.TempDir(), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(p.Close)
+	f := &stageFixture{p: p, body: chat8KBody(), header: http.Header{"Authorization": {"Bearer sk-bench"}, "Content-Type": {"application/json"}}}
+	if f.cfg, err = config.Parse([]byte(benchConfig)); err != nil {
+		b.Fatal(err)
+	}
+	prot, err := policy.ParseProtocol([]byte(benchProtocol))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.cat = catalogOf{"bench": prot}
+	if f.chat, err = assembly.ParseChat(f.body); err != nil {
+		b.Fatal(err)
+	}
+	if f.eff, err = policy.NewRouter(f.cfg).Resolve(policy.Request{Path: proxy.PathChat, Model: f.chat.Model, Header: f.header}, f.cat); err != nil {
+		b.Fatal(err)
+	}
+	if f.prep, err = p.engine.PrepareChat(context.Background(), proxy.Input{Path: proxy.PathChat, Header: f.header, Body: f.body}); err != nil {
+		b.Fatal(err)
+	}
+	return f
+}
+
+// catalogOf is a policy.Catalog of fixed protocols.
+type catalogOf map[string]*policy.Protocol
+
+func (c catalogOf) Protocol(id string) (*policy.Protocol, bool) { p, ok := c[id]; return p, ok }
+
+// BenchmarkValidate: jsoncheck.Object (one object, UTF-8, no duplicate keys, depth cap) on the 8 KB body;
+// the baseline is encoding/json's Valid.
+func BenchmarkValidate(b *testing.B) {
+	body := chat8KBody()
+	b.Run("jsoncheck", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: config.DefaultMaxJSONDepth}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("baseline-json.Valid", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if !json.Valid(body) {
+				b.Fatal("invalid")
+			}
+		}
+	})
+}
+
+// BenchmarkRoute: Router.Resolve with three routes ahead of the default (header, model glob, path); the
+// baseline is the catalog lookup alone.
+func BenchmarkRoute(b *testing.B) {
+	f := newStageFixture(b)
+	yes := true
+	cfg := *f.cfg
+	cfg.Routes = []config.Route{
+		{Match: config.Match{Header: map[string]string{"X-Team": "payments-*"}}, Protocol: "bench"},
+		{Match: config.Match{Model: "o1*"}, Protocol: "bench"},
+		{Match: config.Match{Path: "/v1/chat/completions"}, Protocol: "bench", AllowClientProtocol: &yes},
+	}
+	router := policy.NewRouter(&cfg)
+	req := policy.Request{Path: proxy.PathChat, Model: "gpt-4o-mini", Header: f.header}
+	b.Run("resolve", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := router.Resolve(req, f.cat); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("baseline-lookup", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := f.cat.Protocol("bench"); !ok {
+				b.Fatal("no protocol")
+			}
+		}
+	})
+}
+
+// BenchmarkAssemble: what the engine does to build the upstream body of the 8 KB request (extension,
+// context parse, chat parse, Build with budgets, RewriteChat); the baseline decodes the body into a map and
+// encodes it again, the naive rewrite.
+func BenchmarkAssemble(b *testing.B) {
+	f := newStageFixture(b)
+	tmpl := f.prep.Template
+	settings := f.p.engine.Settings
+	b.Run("assemble", func(b *testing.B) {
+		b.SetBytes(int64(len(f.body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			ext, err := assembly.ParseExtension(f.body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			v, err := ctxjson.Parse(ext.Context)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := assembly.ParseChat(f.body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := assembly.Build(tmpl, assembly.Layers{
+				Rules: f.eff.Rules, Directives: f.eff.Directives, Application: c.Application,
+				Meta: ctxjson.Meta{Protocol: f.eff.ID, Sources: []string{"request"}}, Sources: []ctxjson.Source{{Name: "request", Value: v}},
+				Tools: f.prep.Kept, NativeTools: c.NativeTools,
+			}, settings)
+			if _, err := assembly.RewriteChat(f.body, p, f.prep.Kept, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("baseline-json-map", func(b *testing.B) {
+		b.SetBytes(int64(len(f.body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var m map[string]any
+			if err := json.Unmarshal(f.body, &m); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := json.Marshal(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkFilter: Effective.Filter on the three declared tools (allowlist, deny, the config's access
+// policy); the baseline copies the tools into a new slice.
+func BenchmarkFilter(b *testing.B) {
+	f := newStageFixture(b)
+	access := policy.ToolAccess{Config: f.cfg.Tools}
+	b.Run("filter", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if kept, _ := f.eff.Filter(f.chat.Tools, access); len(kept) != 2 {
+				b.Fatal(len(kept))
+			}
+		}
+	})
+	b.Run("baseline-copy", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			kept := make([]policy.Tool, 0, len(f.chat.Tools))
+			kept = append(kept, f.chat.Tools...)
+			if len(kept) != 3 {
+				b.Fatal(len(kept))
+			}
+		}
+	})
+}
+
+// checkerFor builds the tool-call checker of a prepared request the way proxy.Server does for every
+// response (server.go, checker): allowed names and schemas of the kept tools, the protocol's argument rules
+// compiled.
+func checkerFor(b *testing.B, prep *proxy.Prepared) *vet.Checker {
+	allowed := make(map[string]bool, len(prep.Kept))
+	schemas := make(map[string][]byte, len(prep.Kept))
+	for _, t := range prep.Kept {
+		allowed[t.Name] = true
+		if len(t.Schema) > 0 {
+			schemas[t.Name] = t.Schema
+		}
+	}
+	rules, err := vet.CompileRules(prep.Protocol.ArgRules)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return vet.NewChecker(vet.Policy{Allowed: allowed, Schemas: schemas, Rules: rules,
+		Mode: prep.Protocol.OnViolation, Atomic: prep.Protocol.Atomic, MaxDepth: config.DefaultMaxJSONDepth})
+}
+
+// BenchmarkVet: Checker.Check of one get_ticket call (allowed name, JSON object, the declared schema, the
+// ticket-id pattern rule). "per-request" is what a response pays today: a new checker, so the rules'
+// regexps and the tool's schema are compiled again; "warm" reuses one checker (schema compiled). The
+// baseline is jsoncheck.Object on the arguments alone.
+func BenchmarkVet(b *testing.B) {
+	f := newStageFixture(b)
+	args := []byte(`{"id": "T-12345"}`)
+	b.Run("per-request", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if r, _, ok := checkerFor(b, f.prep).Check("get_ticket", args); !ok {
+				b.Fatal(r)
+			}
+		}
+	})
+	b.Run("warm", func(b *testing.B) {
+		c := checkerFor(b, f.prep)
+		b.ReportAllocs()
+		for b.Loop() {
+			if r, _, ok := c.Check("get_ticket", args); !ok {
+				b.Fatal(r)
+			}
+		}
+	})
+	b.Run("checker-only", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			checkerFor(b, f.prep)
+		}
+	})
+	b.Run("baseline-jsoncheck", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := jsoncheck.Object(args, jsoncheck.Limits{MaxDepth: config.DefaultMaxJSONDepth}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// eventReader returns one SSE event per Read, as an upstream connection tends to.
+type eventReader struct{ evs [][]byte }
+
+func (r *eventReader) Read(p []byte) (int, error) {
+	if len(r.evs) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.evs[0])
+	if n == len(r.evs[0]) {
+		r.evs = r.evs[1:]
+	} else {
+		r.evs[0] = r.evs[0][n:]
+	}
+	return n, nil
+}
+
+// onlyReader hides io.WriterTo, so that the baseline copies through the buffer too.
+type onlyReader struct{ io.Reader }
+
+// BenchmarkRelay: chatvet.Stream over the harness's 200-chunk streams, text only and with the get_ticket
+// call (held, vetted, released), read as httputil.ReverseProxy reads (32 KiB buffer); the baseline copies
+// the same events through the same buffer.
+func BenchmarkRelay(b *testing.B) {
+	f := newStageFixture(b)
+	for _, s := range []struct {
+		name string
+		tool bool
+	}{{"text200", false}, {"tool200", true}} {
+		evs := streamEvents(200, s.tool)
+		size := len(bytes.Join(evs, nil))
+		buf := make([]byte, 32<<10)
+		b.Run(s.name+"/stream", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				st := chatvet.NewStream(io.NopCloser(&eventReader{evs: append([][]byte(nil), evs...)}), checkerFor(b, f.prep), nil)
+				if _, err := io.CopyBuffer(io.Discard, st, buf); err != nil {
+					b.Fatal(err)
+				}
+				if st.Blocked() != 0 {
+					b.Fatal("the call was blocked")
+				}
+			}
+		})
+		b.Run(s.name+"/baseline-copy", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := io.CopyBuffer(io.Discard, onlyReader{&eventReader{evs: append([][]byte(nil), evs...)}}, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPrepare: the whole request side of the engine on the 8 KB request (validate, route, filter,
+// template from the cache, assemble, rewrite); the baseline is the body copy a bare proxy makes.
+func BenchmarkPrepare(b *testing.B) {
+	f := newStageFixture(b)
+	ctx := context.Background()
+	b.Run("prepare", func(b *testing.B) {
+		b.SetBytes(int64(len(f.body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := f.p.engine.PrepareChat(ctx, proxy.Input{Path: proxy.PathChat, Header: f.header, Body: f.body}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("baseline-copy", func(b *testing.B) {
+		b.SetBytes(int64(len(f.body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var buf bytes.Buffer
+			if _, err := buf.ReadFrom(bytes.NewReader(f.body)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/audit"
+	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/metrics"
+	"github.com/promptgate/promptgate/store"
+)
+
+// benchProtocol is the protocol every promptgate request of the run gets (the config's default): the
+// layered template, rules and directives, tool filtering (create_note denied), and argument rules plus the
+// declared schemas for the calls of the stream.
+const benchProtocol = `{
+  "id": "bench",
+  "description": "promptgate-bench: the full pipeline",
+  "promptTemplate": {"base": "base_tool_call_v2", "overrides": {"rules": "- Answer briefly and cite ticket ids.\n- Never guess a ticket id; read the ticket."}},
+  "scope": ["prompt_modules:standard"],
+  "allowClientSelection": false,
+  "clientSystem": "keep",
+  "directives": ["Prefer the ticket tools.", "Quote numbers exactly."],
+  "tools": {"allow": ["search_docs", "get_ticket", "create_note"], "deny": ["create_note"]},
+  "toolCalls": {"onViolation": "refuse", "rules": [
+    {"id": "ticket-id", "tool": "get_ticket", "path": "id", "pattern": "^T-[0-9]{1,8}$"},
+    {"id": "limit", "tool": "search_docs", "path": "limit", "min": 1, "max": 20, "optional": true}
+  ]}
+}`
+
+// benchBudgets is PROMPT_RUNTIME_CONTEXT_BUDGETS_JSON of the run: per-field budgets are on.
+const benchBudgets = `{"request.attachments": 0.5, "memory": 2000}`
+
+// benchConfig is the deployment YAML of the run, before the plugin entries.
+const benchConfig = `defaultProtocol: bench
+tools:
+  get_ticket: {allowedProtocols: [bench]}
+  search_docs: {enabled: true}
+`
+
+// pipeline is promptgate's engine wired as `promptgate serve` wires it (openPipeline in
+// cmd/promptgate/common.go): config file, env settings, bbolt store with the validation hook, definitions,
+// engine. The only additions are a rollout that stores the bench protocol (what `promptgate migrate up`
+// would do) and, with plugins, the context-source host.
+type pipeline struct {
+	engine  *proxy.Engine
+	defs    *proxy.Definitions
+	ready   func() (bool, string)
+	log     *slog.Logger
+	closers []func()
+}
+
+// Close releases everything, in the reverse order of opening.
+func (p *pipeline) Close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+	p.closers = nil
+}
+
+// openPipeline builds the engine in dir (its DB, config and log) with nPlugins context-source plugins.
+func openPipeline(ctx context.Context, dir string, nPlugins int) (_ *pipeline, err error) {
+	p := &pipeline{ready: func() (bool, string) { return true, "" }}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	logFile, err := os.Create(filepath.Join(dir, "promptgate.log"))
+	if err != nil {
+		return nil, err
+	}
+	p.closers = append(p.closers, func() { _ = logFile.Close() })
+	// serve logs JSON lines at info to stderr; here they go to a file of the run.
+	p.log = slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	cfgYAML := benchConfig
+	if nPlugins > 0 {
+		entries, err := pluginEntries(nPlugins)
+		if err != nil {
+			return nil, err
+		}
+		cfgYAML += entries
+	}
+	cfgPath := filepath.Join(dir, "promptgate.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfgYAML), 0o600); err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	settings, err := assembly.SettingsFromEnv(func(k string) string {
+		if k == assembly.EnvContextBudgets {
+			return benchBudgets
+		}
+		return ""
+	})
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(filepath.Join(dir, "promptgate.db"), store.Options{Logger: p.log, Validate: proxy.ValidateDefinition})
+	if err != nil {
+		return nil, err
+	}
+	p.closers = append(p.closers, func() { _ = st.Close() })
+	if err := st.ApplyRollout(ctx, store.Rollout{ID: "bench-1", Protocols: []json.RawMessage{json.RawMessage(benchProtocol)}}); err != nil {
+		return nil, fmt.Errorf("store the bench protocol: %w", err)
+	}
+	if p.defs, err = proxy.NewDefinitions(ctx, st, p.log); err != nil {
+		return nil, err
+	}
+	p.closers = append(p.closers, p.defs.Close)
+	p.engine = &proxy.Engine{
+		Defs:     p.defs,
+		Router:   policy.NewRouter(cfg),
+		Access:   policy.ToolAccess{Config: cfg.Tools},
+		Settings: settings,
+		Limits:   cfg.Limits,
+		Log:      p.log,
+	}
+	if len(cfg.Plugins) > 0 {
+		src, err := startPlugins(ctx, cfg.Plugins, p.log)
+		if err != nil {
+			return nil, err
+		}
+		p.closers = append(p.closers, src.Close)
+		p.engine.Context, p.ready = src, src.Ready
+	}
+	return p, nil
+}
+
+// newPromptgate is the handler of serve's proxy listener on the pipeline: metrics, the audit recorders
+// (log and metrics) and proxy.New, as serve builds them.
+func newPromptgate(ctx context.Context, dir, upstream string, nPlugins int) (http.Handler, *pipeline, error) {
+	p, err := openPipeline(ctx, dir, nPlugins)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := metrics.New(p.defs.Versions)
+	u, err := url.Parse(strings.TrimRight(upstream, "/") + "/v1")
+	if err != nil {
+		p.Close()
+		return nil, nil, err
+	}
+	srv, err := proxy.New(proxy.Options{
+		Engine:   p.engine,
+		Upstream: u,
+		Audit:    audit.Multi{audit.Log{Logger: p.log}, m},
+		Metrics:  m,
+		Log:      p.log,
+		Ready:    p.ready,
+	})
+	if err != nil {
+		p.Close()
+		return nil, nil, err
+	}
+	return srv, p, nil
+}

@@ -1,0 +1,402 @@
+package plugins
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/promptgate/promptgate/assembly/ctxjson"
+	"github.com/promptgate/promptgate/plugins/sdk"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/proxy/config"
+)
+
+// ErrRequiredFailed is wrapped by the error of Gather when a source with required: true failed;
+// the proxy answers such a request 503 context_unavailable.
+var ErrRequiredFailed = errors.New("required context source failed")
+
+// Reasons written to meta.skipped for a source that did not contribute. Others are
+// "error: <the plugin's message>" (cut to maxErrorChars), "answer too large (over N bytes)" and
+// "invalid answer: <problem>" (see sdk.AnswerError).
+const (
+	// ReasonModuleOff: the protocol's scope switches the source's module off.
+	ReasonModuleOff = "module off"
+	// ReasonTimeout: the source did not answer within its timeout.
+	ReasonTimeout = "timeout"
+	// ReasonUnavailable: the plugin process is down (crashed, restarting, or the host is closed).
+	ReasonUnavailable = "unavailable"
+	// ReasonCanceled: the request itself went away before the source answered.
+	ReasonCanceled = "canceled"
+)
+
+// maxErrorChars caps the plugin's own message in an "error: ..." reason.
+const maxErrorChars = 120
+
+// Defaults of HostOptions.
+const (
+	DefaultMaxAnswerBytes    = sdk.DefaultMaxAnswerBytes
+	DefaultStartTimeout      = 10 * time.Second
+	DefaultRestartBackoff    = 100 * time.Millisecond
+	DefaultMaxRestartBackoff = 30 * time.Second
+	DefaultHealthInterval    = time.Second
+	DefaultCacheMaxBytes     = 32 << 20
+)
+
+// HostOptions tune the host. The zero value is usable.
+type HostOptions struct {
+	// Logger receives start, stop, crash and failure events and the plugins' own stderr lines
+	// (debug). Request data and answers are never logged. Nil discards.
+	Logger *slog.Logger
+	// MaxAnswerBytes caps one answer of one source (the whole answer envelope). Larger answers
+	// are refused as they arrive, from gRPC's length prefix, before they are read, and the
+	// source is skipped with "answer too large (over N bytes)". Zero or negative means
+	// DefaultMaxAnswerBytes (256 KiB).
+	MaxAnswerBytes int
+	// StartTimeout bounds one start of one plugin: process start, handshake, Describe and
+	// Configure. Zero or negative means DefaultStartTimeout.
+	StartTimeout time.Duration
+	// RestartBackoff is the wait before the first restart of a crashed plugin; it doubles with
+	// each further failure, up to MaxRestartBackoff, and starts over once the plugin has stayed up
+	// for MaxRestartBackoff. Zero or negative means the defaults (100ms, 30s).
+	RestartBackoff, MaxRestartBackoff time.Duration
+	// HealthInterval is how often the host looks for plugin processes that exited between
+	// requests (a failed call makes it look at once). Zero or negative means DefaultHealthInterval.
+	HealthInterval time.Duration
+	// CacheMaxBytes bounds the answer cache (the sum of cached answer sizes). Zero means
+	// DefaultCacheMaxBytes (32 MiB); negative turns caching off for every source.
+	CacheMaxBytes int64
+}
+
+func (o *HostOptions) applyDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxAnswerBytes <= 0 {
+		o.MaxAnswerBytes = DefaultMaxAnswerBytes
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = DefaultStartTimeout
+	}
+	if o.RestartBackoff <= 0 {
+		o.RestartBackoff = DefaultRestartBackoff
+	}
+	if o.MaxRestartBackoff <= 0 {
+		o.MaxRestartBackoff = DefaultMaxRestartBackoff
+	}
+	o.MaxRestartBackoff = max(o.MaxRestartBackoff, o.RestartBackoff)
+	if o.HealthInterval <= 0 {
+		o.HealthInterval = DefaultHealthInterval
+	}
+	if o.CacheMaxBytes == 0 {
+		o.CacheMaxBytes = DefaultCacheMaxBytes
+	}
+}
+
+// Query is what the proxy knows about one request.
+type Query struct {
+	Protocol, BaseProtocol, Workflow string
+	// Mode is the protocol's module mode; a source runs only when its minMode is at most Mode
+	// (so a zero Mode runs nothing).
+	Mode policy.ModuleMode
+	// ModulesOff are the modules switched off by prompt_modules:<module>_off.
+	ModulesOff                []string
+	User, Conversation, Model string
+	// LatestUser is the text of the latest user message; only sources with
+	// receiveUserMessage: true are sent it.
+	LatestUser string
+}
+
+// Result is what the sources of one request returned.
+type Result struct {
+	// Sources holds one entry per source that answered, named by its plugin entry's name, in
+	// config order. Values are shared with the cache: never mutate them.
+	Sources []ctxjson.Source
+	// Skipped lists, in config order, the sources switched off ("module off") or failed
+	// ("timeout", "unavailable", "error: ...", ...). Sources below the request's mode are
+	// simply absent.
+	Skipped []ctxjson.Skip
+	// Directives of sources whose entry sets trustedDirectives: true, in config order.
+	Directives []string
+	// Notes holds each source's debug notes, by source name (only sources that sent some). The
+	// proxy shows them only with PROMPT_INCLUDE_COGNITIVE_NOTES=true.
+	Notes map[string][]string
+}
+
+// Host runs the configured context sources. Its methods are safe for concurrent use.
+type Host struct {
+	log   *slog.Logger
+	opts  HostOptions
+	slots []*slot
+	cache *answerCache // nil: no caching
+
+	life   context.Context // ends with Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // supervisors
+	once   sync.Once
+}
+
+// NewHost checks and starts every configured plugin, in parallel, and returns once each has
+// been started or has failed its first start. It refuses (returns an error, having started
+// nothing or stopped what it started) when a binary is missing or its sha256 differs from the
+// entry's (the error names the plugin and both checksums), when an entry is invalid, or when a
+// required plugin fails to start. An optional plugin that fails to start is logged and retried in
+// the background with backoff; until then it is skipped as "unavailable".
+//
+// ctx bounds the first start only; the plugins run until Close.
+func NewHost(ctx context.Context, cfg []config.Plugin, opts HostOptions) (*Host, error) {
+	opts.applyDefaults()
+	h := &Host{log: opts.Logger, opts: opts}
+	var errs []error
+	caching := false
+	for _, p := range cfg {
+		s, err := newSlot(p, h.log)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		caching = caching || p.CacheTTL > 0
+		h.slots = append(h.slots, s)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if caching && opts.CacheMaxBytes > 0 {
+		c, err := newAnswerCache(opts.CacheMaxBytes)
+		if err != nil {
+			return nil, fmt.Errorf("plugins: cache: %w", err)
+		}
+		h.cache = c
+	}
+	h.life, h.cancel = context.WithCancel(context.WithoutCancel(ctx))
+
+	startErrs := make([]error, len(h.slots))
+	var wg sync.WaitGroup
+	for i, s := range h.slots {
+		wg.Go(func() { startErrs[i] = h.start(ctx, s) })
+	}
+	wg.Wait()
+	for i, s := range h.slots {
+		if err := startErrs[i]; err != nil {
+			if s.cfg.Required {
+				errs = append(errs, err)
+				continue
+			}
+			s.setDown("not started: " + err.Error())
+			h.log.Error("context source failed to start; retrying in the background", "plugin", s.cfg.Name, "err", err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		_ = h.Close()
+		return nil, err
+	}
+	for _, s := range h.slots {
+		h.wg.Go(func() { h.supervise(s) })
+	}
+	return h, nil
+}
+
+// Ready reports whether every required plugin is up; when not, the reason names the first one
+// that is down. It is false after Close.
+func (h *Host) Ready() (bool, string) {
+	if h.life.Err() != nil {
+		return false, "context sources closed"
+	}
+	for _, s := range h.slots {
+		if !s.cfg.Required {
+			continue
+		}
+		if down := s.downReason(); down != "" {
+			return false, fmt.Sprintf("required context source %q is down: %s", s.cfg.Name, down)
+		}
+	}
+	return true, ""
+}
+
+// Close stops every plugin process (gracefully, then by force after two seconds) and waits for
+// the host's goroutines. Gather keeps working after Close, every source then being unavailable.
+func (h *Host) Close() error {
+	h.once.Do(func() {
+		h.cancel()
+		h.wg.Wait()
+		var wg sync.WaitGroup
+		for _, s := range h.slots {
+			wg.Go(s.stop)
+		}
+		wg.Wait()
+		if h.cache != nil {
+			h.cache.close()
+		}
+	})
+	return nil
+}
+
+// outcome is what one source did for one request.
+type outcome struct {
+	ran    bool
+	answer *sdk.Answer
+	reason string // why there is no answer
+}
+
+// Gather asks every source the request's mode reaches, in parallel, each under its own timeout,
+// and returns what they said in config order. The error is non-nil only when a required source
+// failed; it wraps ErrRequiredFailed and names the source and the reason. The Result is filled
+// either way.
+func (h *Host) Gather(ctx context.Context, q Query) (Result, error) {
+	outs := make([]outcome, len(h.slots))
+	var wg sync.WaitGroup
+	for i, s := range h.slots {
+		if s.minMode > q.Mode {
+			continue // below the request's mode: absent, not skipped
+		}
+		outs[i].ran = true
+		if moduleOff(s.cfg.Module, q.ModulesOff) {
+			outs[i].reason = ReasonModuleOff
+			continue
+		}
+		wg.Go(func() { outs[i] = h.ask(ctx, s, q) })
+	}
+	wg.Wait()
+
+	var res Result
+	var errs []error
+	for i, s := range h.slots {
+		o := outs[i]
+		switch {
+		case !o.ran:
+			continue
+		case o.answer == nil:
+			res.Skipped = append(res.Skipped, ctxjson.Skip{Source: s.cfg.Name, Reason: o.reason})
+			if s.cfg.Required && o.reason != ReasonModuleOff {
+				errs = append(errs, fmt.Errorf("plugins: source %q: %s: %w", s.cfg.Name, o.reason, ErrRequiredFailed))
+			}
+			continue
+		}
+		res.Sources = append(res.Sources, ctxjson.Source{Name: s.cfg.Name, Value: o.answer.Fields})
+		if s.cfg.TrustedDirectives {
+			res.Directives = append(res.Directives, o.answer.Directives...)
+		}
+		if len(o.answer.Notes) > 0 {
+			if res.Notes == nil {
+				res.Notes = map[string][]string{}
+			}
+			res.Notes[s.cfg.Name] = o.answer.Notes
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// ask gets one source's answer: from the cache, else from the plugin under the source's timeout.
+func (h *Host) ask(ctx context.Context, s *slot, q Query) outcome {
+	req := sdk.Request{
+		Protocol: q.Protocol, BaseProtocol: q.BaseProtocol, Workflow: q.Workflow,
+		Mode: sdk.Mode(q.Mode.String()), User: q.User, Conversation: q.Conversation, Model: q.Model,
+	}
+	if s.cfg.ReceiveUserMessage {
+		req.LatestUser = q.LatestUser
+	}
+	useCache := h.cache != nil && s.cfg.CacheTTL > 0
+	var key string
+	if useCache {
+		key = cacheKey(s.cfg.Name, req)
+		if a, ok := h.cache.get(key); ok {
+			return outcome{ran: true, answer: a}
+		}
+	}
+	src := s.source()
+	if src == nil {
+		return outcome{ran: true, reason: ReasonUnavailable}
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	a, err := src.Gather(cctx, req)
+	if err != nil {
+		reason := h.reason(ctx, cctx, s, err)
+		h.log.Warn("context source skipped", "plugin", s.cfg.Name, "reason", reason)
+		return outcome{ran: true, reason: reason}
+	}
+	if useCache {
+		h.cache.set(key, &a, s.cfg.CacheTTL)
+	}
+	return outcome{ran: true, answer: &a}
+}
+
+// reason turns a failed call into the text for meta.skipped. It never includes host-side details
+// (paths, addresses, TLS errors); only the plugin's own error message, cut short.
+func (h *Host) reason(ctx, cctx context.Context, s *slot, err error) string {
+	var ae *sdk.AnswerError
+	if errors.As(err, &ae) {
+		return ae.Reason()
+	}
+	if ctx.Err() != nil {
+		return ReasonCanceled
+	}
+	st, _ := status.FromError(err)
+	switch {
+	case errors.Is(cctx.Err(), context.DeadlineExceeded), st.Code() == codes.DeadlineExceeded:
+		return ReasonTimeout
+	case st.Code() == codes.Unavailable, st.Code() == codes.Canceled:
+		// The connection broke: most likely the process died. Let the supervisor look now.
+		s.pokeSupervisor()
+		return ReasonUnavailable
+	}
+	msg := strings.TrimSpace(strings.ToValidUTF8(st.Message(), "\uFFFD"))
+	if utf8.RuneCountInString(msg) > maxErrorChars {
+		msg = string([]rune(msg)[:maxErrorChars-1]) + "…"
+	}
+	if msg == "" {
+		msg = strings.ToLower(st.Code().String())
+	}
+	return "error: " + msg
+}
+
+func moduleOff(module string, off []string) bool {
+	if module == "" {
+		return false
+	}
+	for _, m := range off {
+		if m == module {
+			return true
+		}
+	}
+	return false
+}
+
+// checkBinary reads the plugin binary and compares its sha256 with the configured one.
+func checkBinary(name, path string, want []byte) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("plugins: plugin %q: binary %s: %w", name, path, err)
+	}
+	defer f.Close()
+	hash := sha256.New()
+	if _, err := io.Copy(hash, f); err != nil {
+		return fmt.Errorf("plugins: plugin %q: reading %s: %w", name, path, err)
+	}
+	if got := hash.Sum(nil); string(got) != string(want) {
+		return fmt.Errorf("plugins: plugin %q: sha256 mismatch for %s: the config says %s, the binary is %s; "+
+			"if the binary was rebuilt on purpose, put its checksum (sha256sum %s) in the plugin entry's sha256",
+			name, path, hex.EncodeToString(want), hex.EncodeToString(got), path)
+	}
+	return nil
+}
+
+// absPath makes a plugin path absolute, so that a bare name is never looked up in $PATH.
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}

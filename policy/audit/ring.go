@@ -1,0 +1,247 @@
+package audit
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/tidwall/gjson"
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// Query limits.
+const (
+	// DefaultQueryLimit is the number of events Query returns when Filter.Limit is zero.
+	DefaultQueryLimit = 100
+	// MaxQueryLimit is the most events one Query returns.
+	MaxQueryLimit = 1000
+	// DefaultLockTimeout is how long OpenRing waits for the file lock.
+	DefaultLockTimeout = time.Second
+)
+
+// sinceSlack is how far past Filter.Since (into older events) Query keeps reading before it stops: events
+// are stored in the order they were recorded, which can differ a little from the order of their times.
+const sinceSlack = time.Minute
+
+// ring file layout: one bucket "events", key = 8-byte big-endian sequence number (record order), value =
+// the event as JSON. The oldest events are deleted once there are more than the ring's size.
+var bucketEvents = []byte("events")
+
+// Filter selects events in Query. Empty fields match every event; set fields must match exactly.
+type Filter struct {
+	// Limit is the most events returned: 0 means DefaultQueryLimit; above MaxQueryLimit it is MaxQueryLimit.
+	Limit     int
+	RequestID string
+	Verdict   string
+	Protocol  string
+	Kind      string
+	Tool      string
+	// Since, when not zero, keeps events at or after it.
+	Since time.Time
+}
+
+// Ring keeps the most recent events in its own bbolt file, bounded to a number of events (oldest dropped
+// first). Record never blocks: events are buffered and written in batches, one transaction per batch, by
+// one goroutine; a full buffer drops events and counts them (Dropped). Write errors are logged and counted
+// (Stats), never returned to the caller. Create it with OpenRing; Close it to write what is buffered.
+type Ring struct {
+	db   *bolt.DB
+	path string
+	size int
+	p    *pipe
+}
+
+var _ Recorder = (*Ring)(nil)
+
+// OpenRing opens (or creates, mode 0600) the ring file at path, keeping at most size events. The file is
+// locked while open; if another process holds it, OpenRing fails after DefaultLockTimeout with an error
+// naming the file. An existing file keeps its events; if it holds more than size, the oldest are dropped.
+func OpenRing(path string, size int, log *slog.Logger) (*Ring, error) {
+	return openRing(path, size, log, DefaultBuffer)
+}
+
+func openRing(path string, size int, log *slog.Logger, buffer int) (*Ring, error) {
+	if size < 1 {
+		return nil, fmt.Errorf("audit: ring %s: size %d: must be at least 1", path, size)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: DefaultLockTimeout})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("audit: open ring %s: the file is locked by another process (waited %s); is another promptgate using it? give each its own audit.path", path, DefaultLockTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit: open ring %s: %w", path, err)
+	}
+	r := &Ring{db: db, path: path, size: size}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketEvents)
+		if err != nil {
+			return err
+		}
+		return r.trim(b)
+	}); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("audit: open ring %s: %w", path, err)
+	}
+	r.p = newPipe(path, buffer, log, r.write)
+	return r, nil
+}
+
+// Path returns the ring's file.
+func (r *Ring) Path() string { return r.path }
+
+// Record queues e for writing and returns at once; a zero Time is set to now. If the buffer is full the
+// event is dropped and counted.
+func (r *Ring) Record(_ context.Context, e Event) { r.p.record(e) }
+
+// Dropped returns how many events were dropped because the buffer was full.
+func (r *Ring) Dropped() uint64 { return r.p.dropped.Load() }
+
+// Stats returns the counts of written, dropped and failed events.
+func (r *Ring) Stats() Stats { return r.p.stats() }
+
+// Flush waits until every event recorded before the call is written (or failed).
+func (r *Ring) Flush() error { return r.p.flush(context.Background()) }
+
+// FlushContext is Flush that gives up when ctx ends.
+func (r *Ring) FlushContext(ctx context.Context) error { return r.p.flush(ctx) }
+
+// Close writes what is buffered and closes the file. Events recorded after Close are dropped.
+func (r *Ring) Close() error {
+	r.p.close()
+	if err := r.db.Close(); err != nil {
+		return fmt.Errorf("audit: close ring %s: %w", r.path, err)
+	}
+	return nil
+}
+
+// write stores one batch in one transaction and trims the ring.
+func (r *Ring) write(batch []Event) error {
+	vals := make([][]byte, len(batch))
+	for i, e := range batch {
+		v, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("encode event: %w", err)
+		}
+		vals[i] = v
+	}
+	return r.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		if b == nil {
+			return errors.New("bucket events is missing")
+		}
+		for _, v := range vals {
+			seq, err := b.NextSequence()
+			if err != nil {
+				return err
+			}
+			if err := b.Put(seqKey(seq), v); err != nil {
+				return err
+			}
+		}
+		return r.trim(b)
+	})
+}
+
+// trim deletes the oldest events beyond the ring's size. Keys are consecutive sequence numbers from the
+// oldest kept to the bucket's sequence, so the cut-off is known without counting.
+func (r *Ring) trim(b *bolt.Bucket) error {
+	last := b.Sequence()
+	if last <= uint64(r.size) {
+		return nil
+	}
+	cutoff := last - uint64(r.size)
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && binary.BigEndian.Uint64(k) <= cutoff; k, _ = c.First() {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func seqKey(seq uint64) []byte {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], seq)
+	return k[:]
+}
+
+// Query returns the written events that match f, newest first. Events still in the buffer are not seen;
+// call Flush (or FlushContext) first to include them.
+func (r *Ring) Query(ctx context.Context, f Filter) ([]Event, error) {
+	limit := f.Limit
+	switch {
+	case limit <= 0:
+		limit = DefaultQueryLimit
+	case limit > MaxQueryLimit:
+		limit = MaxQueryLimit
+	}
+	var stopBefore time.Time
+	if !f.Since.IsZero() {
+		stopBefore = f.Since.Add(-sinceSlack)
+	}
+	out := []Event{}
+	err := r.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		n := 0
+		for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
+			if n++; n%1024 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			ok, older := f.match(v, stopBefore)
+			if older {
+				break
+			}
+			if !ok {
+				continue
+			}
+			var e Event
+			if err := json.Unmarshal(v, &e); err != nil { // copies out of the transaction
+				return fmt.Errorf("decode event %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: query ring %s: %w", r.path, err)
+	}
+	return out, nil
+}
+
+// eventPaths are the fields Filter looks at, in the order match reads them.
+var eventPaths = []string{"requestId", "verdict", "protocol", "kind", "tool", "time"}
+
+// match reports whether the raw event v passes f, and whether it is so much older than f.Since that the
+// scan (newest to oldest) can stop.
+func (f Filter) match(v []byte, stopBefore time.Time) (ok, older bool) {
+	got := gjson.GetManyBytes(v, eventPaths...)
+	if !f.Since.IsZero() {
+		t, err := time.Parse(time.RFC3339Nano, got[5].String())
+		if err != nil {
+			return false, false
+		}
+		if t.Before(f.Since) {
+			return false, t.Before(stopBefore)
+		}
+	}
+	for i, want := range []string{f.RequestID, f.Verdict, f.Protocol, f.Kind, f.Tool} {
+		if want != "" && got[i].String() != want {
+			return false, false
+		}
+	}
+	return true, false
+}

@@ -1,0 +1,215 @@
+// Package anthvet vets the tool calls of Anthropic Messages responses (/v1/messages) before the client sees
+// them: the non-stream body (Body) and the SSE stream (Stream). The calls it vets are the content blocks of
+// type tool_use: client tools, including Anthropic-defined client tools such as bash or the text editor.
+// Server tool blocks (server_tool_use, web_search_tool_result, mcp_tool_use, ...) are passed on: the upstream
+// ran them already, and those tools are governed on the request side.
+//
+// It is a thin adapter around policy/vet: it reads the Messages wire shapes into vet.Call, lets a vet.Checker
+// decide, and writes the outcome back — with gjson/sjson on the raw bytes, never a re-marshal. It does not
+// decide whether a call is allowed (policy/vet does), does not pick the mode or the allowed set (policy/
+// does), does not store decisions (the caller's Recorder does) and does not write HTTP responses: in error
+// mode Body reports the blocked call and the caller answers 403.
+package anthvet
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/vet"
+)
+
+// Recorder is called once for every vetted call: allowed, blocked and audited. It may be nil.
+type Recorder func(vet.Decision)
+
+// Result says what Body did.
+type Result struct {
+	// Blocked is the number of calls removed (refuse mode) or that made the response an error.
+	Blocked int
+	// ErrorCall is set in error mode when a call was blocked: the caller answers 403 tool_call_blocked
+	// instead of sending the body.
+	ErrorCall *vet.Decision
+}
+
+// Reasons of this package, next to policy/vet's. They hold no argument bytes.
+const (
+	// ReasonIncomplete: the message ended (or another block started at the call's index) before the call's
+	// content_block_stop.
+	ReasonIncomplete = "call ended before it was complete"
+	// ReasonAmbiguousInput: a streamed tool_use block started with a non-empty input and then received
+	// input_json_delta fragments; clients differ on whether those replace or extend it.
+	ReasonAmbiguousInput = "input given both at the start and in fragments"
+)
+
+// Error codes this package produces.
+const (
+	CodeToolCallBlocked = "tool_call_blocked"
+	CodeTruncated       = "upstream_stream_truncated"
+)
+
+// Paths and values of the Messages wire format.
+const (
+	pathContent    = "content"
+	pathStopReason = "stop_reason"
+	pathType       = "type"
+	pathID         = "id"
+	pathName       = "name"
+	pathInput      = "input"
+	typeToolUse    = "tool_use"
+	stopToolUse    = "tool_use"
+	stopEndTurn    = "end_turn"
+	// maxDepth caps the nesting of response JSON (bodies and stream events).
+	maxDepth = 128
+)
+
+// Body vets a non-stream Messages body (raw bytes) and returns it, edited with sjson where needed.
+//
+// refuse: blocked tool_use blocks are removed from content; where no tool_use block is left, a text block with
+// the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended and stop_reason
+// "tool_use" becomes "end_turn". error: the body is returned unchanged and Result.ErrorCall is set. audit:
+// unchanged; violations recorded as audited. A body that is not one valid JSON object with unique keys is an
+// error.
+func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
+	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
+		return body, Result{}, fmt.Errorf("anthvet: response body: %w", err)
+	}
+	out, res, _, err := vetMessage(body, c, rec)
+	return out, res, err
+}
+
+// vetMessage vets the tool_use blocks of a message object (a response body, or message_start's message). It
+// returns the edited message, and the number of content blocks and whether a tool_use block is left in it.
+func vetMessage(msg []byte, c *vet.Checker, rec Recorder) ([]byte, Result, keptInfo, error) {
+	var res Result
+	content := gjson.GetBytes(msg, pathContent)
+	if !content.IsArray() {
+		return msg, res, keptInfo{}, nil
+	}
+	blocks := content.Array()
+	info := keptInfo{blocks: len(blocks)}
+	var calls []*vet.Call
+	var at []int
+	for i, b := range blocks {
+		if b.Get(pathType).String() != typeToolUse {
+			continue
+		}
+		call := &vet.Call{Index: i}
+		if id := b.Get(pathID); id.Type == gjson.String {
+			call.ID = id.Str
+		}
+		if name := b.Get(pathName); name.Type == gjson.String {
+			call.AddName(name.Str)
+		}
+		if in := b.Get(pathInput); in.Exists() {
+			call.Args = []byte(in.Raw)
+		}
+		calls = append(calls, call)
+		at = append(at, i)
+	}
+	if len(calls) == 0 {
+		return msg, res, info, nil
+	}
+	ds := c.VetBatch(calls)
+	drop := map[int]bool{}
+	var notices []string
+	for i, d := range ds {
+		if rec != nil {
+			rec(d)
+		}
+		if !d.Blocked() {
+			continue
+		}
+		res.Blocked++
+		if c.Mode() == vet.ModeError && (res.ErrorCall == nil || res.ErrorCall.Reason == vet.ReasonBatch) {
+			d := d
+			res.ErrorCall = &d
+		}
+		drop[at[i]] = true
+		notices = append(notices, vet.Notice(d))
+	}
+	info.toolUse = len(drop) < len(calls)
+	if res.ErrorCall != nil || len(drop) == 0 {
+		return msg, res, info, nil
+	}
+	kept := make([]string, 0, len(blocks))
+	for i, b := range blocks {
+		if !drop[i] {
+			kept = append(kept, b.Raw)
+		}
+	}
+	out := msg
+	var err error
+	if !info.toolUse {
+		kept = append(kept, string(textBlock(joinLines(notices))))
+		if gjson.GetBytes(out, pathStopReason).String() == stopToolUse {
+			if out, err = sjson.SetBytes(out, pathStopReason, stopEndTurn); err != nil {
+				return msg, res, info, fmt.Errorf("anthvet: edit stop_reason: %w", err)
+			}
+		}
+	}
+	info.blocks = len(kept)
+	if out, err = sjson.SetRawBytes(out, pathContent, joinArray(kept)); err != nil {
+		return msg, res, info, fmt.Errorf("anthvet: edit content: %w", err)
+	}
+	return out, res, info, nil
+}
+
+// keptInfo describes a vetted message's content.
+type keptInfo struct {
+	blocks  int  // content blocks left
+	toolUse bool // a tool_use block is left
+}
+
+// textBlock is a text content block.
+func textBlock(text string) []byte {
+	b, _ := sjson.SetBytes([]byte(`{"type":"text","text":""}`), "text", text)
+	return b
+}
+
+func joinLines(lines []string) string {
+	var b bytes.Buffer
+	for i, l := range lines {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(l)
+	}
+	return b.String()
+}
+
+// joinArray builds a JSON array of raw elements.
+func joinArray(raws []string) []byte {
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, r := range raws {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(r)
+	}
+	b.WriteByte(']')
+	return b.Bytes()
+}
+
+// intField reads an integer JSON number (no fraction or exponent), as a strict client would.
+func intField(v gjson.Result) (int, bool) {
+	if v.Type != gjson.Number {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v.Raw)
+	return n, err == nil
+}
+
+// ErrorJSON is the data of an error event in Anthropic's shape, {"type":"error","error":{"type","message"}},
+// with the contract's code in error.code.
+func ErrorJSON(message, typ, code string) []byte {
+	b := []byte(`{"type":"error","error":{"type":"","message":"","code":""}}`)
+	b, _ = sjson.SetBytes(b, "error.type", typ)
+	b, _ = sjson.SetBytes(b, "error.message", message)
+	b, _ = sjson.SetBytes(b, "error.code", code)
+	return b
+}

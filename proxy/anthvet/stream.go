@@ -1,0 +1,518 @@
+package anthvet
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"slices"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/sse"
+)
+
+// MaxCallBytes caps what is held for one streamed call (its raw events plus its input); a call that grows
+// beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
+const MaxCallBytes = 16 << 20
+
+// Event types of the Messages stream.
+const (
+	evMessageStart = "message_start"
+	evBlockStart   = "content_block_start"
+	evBlockDelta   = "content_block_delta"
+	evBlockStop    = "content_block_stop"
+	evMessageDelta = "message_delta"
+	evMessageStop  = "message_stop"
+	evError        = "error"
+	deltaInputJSON = "input_json_delta"
+	pathIndex      = "index"
+)
+
+// Stream vets a streamed Messages answer. Read yields the upstream SSE stream with every tool_use block held
+// until it is complete and vetted:
+//
+//   - Events of other blocks (text, thinking, server tool blocks), pings and message events go out byte for
+//     byte as soon as they are complete.
+//   - A tool_use block's events — content_block_start, its content_block_delta (input_json_delta) events and
+//     content_block_stop — are held, keyed by the block index. At its content_block_stop the call is vetted
+//     (with atomicParallelCalls: every call waits for message_delta and they are vetted together). Its input is
+//     the concatenated partial_json, or the start's input when no fragment came; a block that starts with a
+//     non-empty input and then gets fragments is blocked (clients differ on what it means).
+//   - An allowed call's held events are then released unchanged. On refuse a blocked call's events are
+//     dropped and a text block with the notice takes its place (content_block_start, one text_delta,
+//     content_block_stop); on error the stream ends with an error event (code tool_call_blocked).
+//   - Block indexes are renumbered where needed so that the client sees 0, 1, 2, ... in the order the blocks
+//     reach it, as the official SDKs require. message_delta's stop_reason "tool_use" becomes "end_turn"
+//     when no tool_use block was released.
+//   - Nothing of a blocked call (id, name, input bytes) is ever written; an input_json_delta that belongs to
+//     no held call is dropped. An event whose data looks like JSON but is not one valid object with unique
+//     keys is dropped, and every call still held fails closed.
+//   - If the upstream ends (or fails) before message_stop, held calls are dropped and the stream ends with an
+//     error event (code upstream_stream_truncated).
+//
+// Read returns whatever output it has before it reads upstream again, so each event reaches a caller that
+// flushes after every Read at once. A Stream is not safe for concurrent use.
+type Stream struct {
+	up  io.ReadCloser
+	rd  *sse.Reader
+	c   *vet.Checker
+	rec Recorder
+
+	out []byte // output not yet read
+	off int    // read position in out
+
+	blocks   map[int]*block // by upstream index
+	open     []*pending     // calls not yet vetted, in the order they started
+	nextOut  int            // the index the next block that goes out gets
+	released bool           // a tool_use block went out
+
+	blocked  int
+	ended    bool // nothing more is read from upstream
+	finished bool // message_stop (or an upstream error event) went out
+	err      error
+}
+
+var _ io.ReadCloser = (*Stream)(nil)
+
+// block is one content block of the message.
+type block struct {
+	client int      // the index the client sees
+	call   *pending // nil for a block that is not vetted
+}
+
+// pending is one tool_use block being assembled.
+type pending struct {
+	call    *vet.Call
+	idx     int    // upstream index
+	start   []byte // the raw input of content_block_start, nil when it had none
+	frags   bool   // a non-empty input_json_delta arrived
+	stopped bool   // its content_block_stop arrived
+	idxs    []int  // the index each held event carries
+	names   []string
+	lost    string // why held events were let go before the call was vetted
+
+	vetted   bool
+	released bool
+}
+
+// NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for every vetted
+// call.
+func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
+	return &Stream{up: upstream, rd: sse.NewReader(upstream), c: c, rec: rec, blocks: map[int]*block{}}
+}
+
+// Blocked is the number of calls blocked so far.
+func (s *Stream) Blocked() int { return s.blocked }
+
+// Err is the upstream's read error, if the upstream failed (other than by ending early).
+func (s *Stream) Err() error { return s.err }
+
+// Close closes the upstream body.
+func (s *Stream) Close() error {
+	s.ended = true
+	return s.up.Close()
+}
+
+// Read implements io.Reader. It reads the upstream only when it has no output left to give.
+func (s *Stream) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for s.off == len(s.out) {
+		s.out, s.off = s.out[:0], 0
+		if s.ended {
+			return 0, io.EOF
+		}
+		s.step()
+	}
+	n := copy(p, s.out[s.off:])
+	s.off += n
+	return n, nil
+}
+
+// step reads one upstream event and appends what it produces to s.out.
+func (s *Stream) step() {
+	ev, err := s.rd.Next()
+	if errors.Is(err, io.EOF) && !ev.Truncated && s.finished && len(s.open) == 0 {
+		s.ended = true
+		return
+	}
+	if err != nil || ev.Truncated {
+		if err != nil && !errors.Is(err, io.EOF) {
+			s.err = err
+		}
+		s.end(ErrorJSON("upstream stream ended before message_stop", "api_error", CodeTruncated))
+		return
+	}
+	if !ev.HasData {
+		s.out = append(s.out, ev.Raw...) // comment, keep-alive
+		return
+	}
+	data := bytes.TrimLeft(ev.Data, " \t\r\n")
+	if len(data) == 0 || data[0] != '{' {
+		s.out = append(s.out, ev.Raw...) // not JSON: no client reads a call from it
+		return
+	}
+	if jsoncheck.Object(ev.Data, jsoncheck.Limits{MaxDepth: maxDepth}) != nil {
+		for _, p := range s.open {
+			p.fail(vet.ReasonMalformedStream)
+		}
+		return
+	}
+	s.event(ev)
+}
+
+// event handles one event whose data is a valid JSON object.
+func (s *Stream) event(ev sse.Event) {
+	data := ev.Data
+	typ := gjson.GetBytes(data, pathType).String()
+	idx, hasIdx := intField(gjson.GetBytes(data, pathIndex))
+	switch typ {
+	case evMessageStart:
+		s.messageStart(ev)
+		return
+	case evMessageDelta:
+		s.completeAll()
+		if s.ended {
+			return
+		}
+		var out []byte
+		if gjson.GetBytes(data, "delta.stop_reason").String() == stopToolUse && !s.released {
+			out, _ = sjson.SetBytes(slices.Clone(data), "delta.stop_reason", stopEndTurn)
+		}
+		s.write(ev, out, -1)
+		return
+	case evMessageStop:
+		s.completeAll()
+		if s.ended {
+			return
+		}
+		s.finished = true
+		s.write(ev, nil, -1)
+		return
+	case evError:
+		s.dropOpen()
+		s.finished = true
+		s.write(ev, nil, -1)
+		return
+	case evBlockStart, evBlockDelta, evBlockStop:
+	default:
+		s.write(ev, nil, -1) // ping, and what this package does not know
+		return
+	}
+
+	inputFrag := typ == evBlockDelta && gjson.GetBytes(data, "delta.type").String() == deltaInputJSON
+	toolStart := typ == evBlockStart && gjson.GetBytes(data, "content_block.type").String() == typeToolUse
+	if !hasIdx {
+		if !inputFrag && !toolStart {
+			s.write(ev, nil, -1)
+		}
+		return // a call fragment that cannot be placed: no client may assemble it
+	}
+	st := s.blocks[idx]
+	if typ == evBlockStart {
+		if st != nil && st.call != nil && !st.call.vetted {
+			st.call.call.Fail(ReasonIncomplete)
+			s.complete([]*pending{st.call})
+			if s.ended {
+				return
+			}
+		}
+		if toolStart {
+			p := s.start(idx, gjson.GetBytes(data, "content_block"))
+			s.hold(p, ev, idx)
+			return
+		}
+		st = &block{client: s.nextOut}
+		s.nextOut++
+		s.blocks[idx] = st
+		s.write(ev, nil, st.client)
+		return
+	}
+	switch {
+	case st == nil:
+		// Events of a block that never started: a client cannot place them either.
+	case st.call == nil:
+		// Server tool blocks stream their input as input_json_delta too: they pass with their block.
+		s.write(ev, nil, st.client)
+	case !st.call.vetted:
+		p := st.call
+		if p.stopped {
+			p.call.Fail(ReasonIncomplete)
+			return
+		}
+		if inputFrag {
+			s.fragment(p, data)
+		}
+		s.hold(p, ev, idx)
+		if typ == evBlockStop {
+			p.stopped = true
+			if !s.c.Atomic() {
+				s.complete([]*pending{p})
+			}
+		}
+	default:
+		s.late(st, ev)
+	}
+}
+
+// messageStart vets the (normally empty) content of message_start and counts its blocks.
+func (s *Stream) messageStart(ev sse.Event) {
+	msg := gjson.GetBytes(ev.Data, "message")
+	if !msg.IsObject() || !bytes.Contains([]byte(msg.Raw), []byte(typeToolUse)) {
+		s.nextOut += len(msg.Get(pathContent).Array())
+		s.write(ev, nil, -1)
+		return
+	}
+	out, res, info, err := vetMessage([]byte(msg.Raw), s.c, Recorder(s.record))
+	s.blocked += res.Blocked
+	if res.ErrorCall != nil {
+		s.end(blockedJSON(*res.ErrorCall))
+		return
+	}
+	if err != nil {
+		return
+	}
+	s.nextOut += info.blocks
+	s.released = s.released || info.toolUse
+	data, err := sjson.SetRawBytes(slices.Clone(ev.Data), "message", out)
+	if err != nil {
+		return
+	}
+	s.write(ev, data, -1)
+}
+
+// start begins a tool_use call at a block index.
+func (s *Stream) start(idx int, cb gjson.Result) *pending {
+	p := &pending{call: &vet.Call{Index: idx}, idx: idx}
+	if id := cb.Get(pathID); id.Type == gjson.String {
+		p.call.ID = id.Str
+	}
+	if name := cb.Get(pathName); name.Type == gjson.String {
+		p.call.AddName(name.Str)
+	}
+	if in := cb.Get(pathInput); in.Exists() {
+		p.start = []byte(in.Raw)
+	}
+	s.blocks[idx] = &block{client: -1, call: p}
+	s.open = append(s.open, p)
+	return p
+}
+
+// fragment appends an input_json_delta's partial_json.
+func (s *Stream) fragment(p *pending, data []byte) {
+	pj := gjson.GetBytes(data, "delta.partial_json")
+	if pj.Type != gjson.String {
+		p.call.Fail(vet.ReasonNotString)
+		return
+	}
+	if pj.Str == "" {
+		return
+	}
+	if !p.frags && p.start != nil && string(p.start) != "{}" {
+		p.call.Fail(ReasonAmbiguousInput)
+	}
+	p.frags = true
+	p.call.AppendArgs(pj.Str)
+}
+
+// hold keeps a raw event of an open call, or lets go of everything once the call is too big.
+func (s *Stream) hold(p *pending, ev sse.Event, idx int) {
+	if p.lost != "" {
+		return
+	}
+	if p.call.HeldBytes()+len(ev.Raw) > MaxCallBytes {
+		p.fail(vet.ReasonTooLarge)
+		p.call.Args = nil
+		return
+	}
+	p.call.Hold(ev.Raw)
+	p.idxs = append(p.idxs, idx)
+	p.names = append(p.names, ev.Event)
+}
+
+// fail lets go of the held events of an open call, which can then never be released.
+func (p *pending) fail(reason string) {
+	p.call.Fail(reason)
+	if p.lost == "" {
+		p.lost = reason
+	}
+	p.call.Drop()
+	p.idxs, p.names = nil, nil
+}
+
+// completeAll vets every open call, at the end of the message: a block that did not stop is blocked.
+func (s *Stream) completeAll() {
+	if len(s.open) == 0 {
+		return
+	}
+	for _, p := range s.open {
+		if !p.stopped {
+			p.call.Fail(ReasonIncomplete)
+		}
+	}
+	s.complete(slices.Clone(s.open))
+}
+
+// complete vets calls together, then releases or replaces each.
+func (s *Stream) complete(ps []*pending) {
+	s.open = slices.DeleteFunc(s.open, func(p *pending) bool { return slices.Contains(ps, p) })
+	calls := make([]*vet.Call, len(ps))
+	for i, p := range ps {
+		if !p.frags && p.call.Problem() == "" {
+			p.call.Args = append(p.call.Args[:0], p.start...)
+		}
+		calls[i] = p.call
+	}
+	ds := s.c.VetBatch(calls)
+	for i, p := range ps {
+		if p.lost != "" {
+			ds[i].Verdict, ds[i].Reason, ds[i].Rule = vet.VerdictBlocked, p.lost, ""
+		}
+	}
+	if s.c.Mode() == vet.ModeError {
+		culprit := -1
+		for i, d := range ds {
+			if d.Blocked() && (culprit < 0 || ds[culprit].Reason == vet.ReasonBatch) {
+				culprit = i
+			}
+		}
+		if culprit >= 0 {
+			for _, d := range ds {
+				s.record(d)
+				if d.Blocked() {
+					s.blocked++
+				}
+			}
+			s.end(blockedJSON(ds[culprit]))
+			return
+		}
+	}
+	for i, d := range ds {
+		p := ps[i]
+		p.vetted = true
+		s.record(d)
+		st := s.blocks[p.idx]
+		st.client = s.nextOut
+		s.nextOut++
+		if !d.Blocked() {
+			p.released = true
+			s.released = true
+			for j, raw := range p.call.Held() {
+				s.writeHeld(raw, p.names[j], p.idxs[j], st.client)
+			}
+		} else {
+			s.blocked++
+			s.notice(st.client, vet.Notice(d))
+		}
+		p.call.Drop()
+		p.idxs, p.names, p.call.Args, p.start = nil, nil, nil, nil
+	}
+}
+
+// notice writes a text block with the notice at index idx.
+func (s *Stream) notice(idx int, text string) {
+	start, _ := sjson.SetBytes([]byte(`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`), pathIndex, idx)
+	delta, _ := sjson.SetBytes([]byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":""}}`), pathIndex, idx)
+	delta, _ = sjson.SetBytes(delta, "delta.text", text)
+	stop, _ := sjson.SetBytes([]byte(`{"type":"content_block_stop","index":0}`), pathIndex, idx)
+	s.out = appendEvent(s.out, evBlockStart, start)
+	s.out = appendEvent(s.out, evBlockDelta, delta)
+	s.out = appendEvent(s.out, evBlockStop, stop)
+}
+
+// late handles an event for a call that was already vetted. A blocked call's events are dropped quietly. A
+// released call cannot take back what the client has: its late events are dropped and recorded (in error mode
+// the stream ends; in audit mode they are passed on).
+func (s *Stream) late(st *block, ev sse.Event) {
+	p := st.call
+	if !p.released {
+		return
+	}
+	d := vet.Decision{Kind: vet.KindToolCall, CallID: p.call.ID, Tool: p.call.Name, Verdict: vet.VerdictBlocked, Reason: vet.ReasonAfterRelease}
+	if s.c.Mode() == vet.ModeAudit {
+		d.Verdict = vet.VerdictAudited
+	}
+	s.record(d)
+	switch {
+	case d.Verdict == vet.VerdictAudited:
+		s.write(ev, nil, st.client)
+	case s.c.Mode() == vet.ModeError:
+		s.blocked++
+		s.end(blockedJSON(d))
+	default:
+		s.blocked++
+	}
+}
+
+// write puts a live event out: byte for byte unless data replaces its data or its index changes (client >= 0
+// is the index the client sees).
+func (s *Stream) write(ev sse.Event, data []byte, client int) {
+	idx, hasIdx := intField(gjson.GetBytes(ev.Data, pathIndex))
+	if data == nil && (client < 0 || !hasIdx || idx == client) {
+		s.out = append(s.out, ev.Raw...)
+		return
+	}
+	if data == nil {
+		data = slices.Clone(ev.Data)
+	}
+	if client >= 0 && hasIdx && idx != client {
+		data, _ = sjson.SetBytes(data, pathIndex, client)
+	}
+	s.out = appendEvent(s.out, ev.Event, data)
+}
+
+// writeHeld puts a held event out, with its index rewritten where it differs from the client's.
+func (s *Stream) writeHeld(raw []byte, name string, idx, client int) {
+	if idx == client {
+		s.out = append(s.out, raw...)
+		return
+	}
+	ev, err := sse.NewReader(bytes.NewReader(raw)).Next()
+	if err != nil {
+		return // cannot happen: held events are whole
+	}
+	data, _ := sjson.SetBytes(slices.Clone(ev.Data), pathIndex, client)
+	s.out = appendEvent(s.out, name, data)
+}
+
+// appendEvent appends one event with an event: line (when name is not empty) and data.
+func appendEvent(dst []byte, name string, data []byte) []byte {
+	if name != "" {
+		dst = append(dst, "event: "...)
+		dst = append(dst, name...)
+		dst = append(dst, '\n')
+	}
+	return sse.AppendData(dst, data)
+}
+
+func (s *Stream) record(d vet.Decision) {
+	if s.rec != nil {
+		s.rec(d)
+	}
+}
+
+// dropOpen lets go of every open call without vetting it (the upstream failed).
+func (s *Stream) dropOpen() {
+	for _, p := range s.open {
+		p.call.Drop()
+		p.idxs, p.names = nil, nil
+		p.vetted = true // what comes for it later is dropped
+	}
+	s.open = nil
+}
+
+// end writes a final error event and stops reading upstream.
+func (s *Stream) end(errJSON []byte) {
+	s.dropOpen()
+	s.out = appendEvent(s.out, evError, errJSON)
+	s.ended = true
+}
+
+// blockedJSON is the error event data for a call blocked in error mode.
+func blockedJSON(d vet.Decision) []byte {
+	return ErrorJSON(vet.Notice(d), "invalid_request_error", CodeToolCallBlocked)
+}

@@ -1,0 +1,237 @@
+// Package respvet vets the tool calls of OpenAI Responses API responses (/v1/responses) before the client
+// sees them: the non-stream body (Body) and the SSE stream (Stream). The calls it vets are the output items
+// of type function_call (and custom_tool_call, whose free-form input is refused as an unsupported type, as on
+// Chat Completions). Built-in tool items (web_search_call, file_search_call, mcp_call, computer_call, ...) are
+// passed on: those tools are governed on the request side, by their type name.
+//
+// It is a thin adapter around policy/vet: it reads the Responses wire shapes into vet.Call, lets a
+// vet.Checker decide, and writes the outcome back into the wire shapes — with gjson/sjson on the raw bytes,
+// never a re-marshal. It does not decide whether a call is allowed (policy/vet does), does not pick the mode
+// or the allowed set (policy/ does), does not store decisions (the caller's Recorder does) and does not write
+// HTTP responses: in error mode Body reports the blocked call and the caller answers 403.
+package respvet
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/vet"
+)
+
+// Recorder is called once for every vetted call: allowed, blocked and audited. It may be nil.
+type Recorder func(vet.Decision)
+
+// Result says what Body did.
+type Result struct {
+	// Blocked is the number of calls removed (refuse mode) or that made the response an error.
+	Blocked int
+	// ErrorCall is set in error mode when a call was blocked: the caller answers 403 tool_call_blocked
+	// instead of sending the body.
+	ErrorCall *vet.Decision
+}
+
+// Reasons of this package, next to policy/vet's. They hold no argument bytes.
+const (
+	// ReasonIncomplete: the response ended (or the next item started at the call's place) before the call's
+	// output_item.done.
+	ReasonIncomplete = "call ended before it was complete"
+	// ReasonChanged: the events of one call disagree (item id, call id, type or arguments differ between
+	// output_item.added, the argument events, output_item.done and the final response).
+	ReasonChanged = "call changed between events"
+)
+
+// Error codes this package produces.
+const (
+	CodeToolCallBlocked = "tool_call_blocked"
+	CodeTruncated       = "upstream_stream_truncated"
+)
+
+// Paths and values of the Responses wire format.
+const (
+	pathOutput     = "output"
+	pathType       = "type"
+	pathID         = "id"
+	pathCallID     = "call_id"
+	pathName       = "name"
+	pathArguments  = "arguments"
+	typeFunction   = "function_call"
+	typeCustomTool = "custom_tool_call"
+	// maxDepth caps the nesting of response JSON (bodies and stream events).
+	maxDepth = 128
+)
+
+// vetted reports whether an output item type is a call this package vets.
+func vetted(typ string) bool { return typ == typeFunction || typ == typeCustomTool }
+
+// Body vets a non-stream Responses body (raw bytes) and returns it, edited with sjson where needed.
+//
+// refuse: blocked function_call items are removed from output; where no call item is left, one message item
+// with the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended. error: the
+// body is returned unchanged and Result.ErrorCall is set. audit: unchanged; violations recorded as audited.
+// A body that is not one valid JSON object with unique keys is an error.
+func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
+	var res Result
+	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
+		return body, res, fmt.Errorf("respvet: response body: %w", err)
+	}
+	output := gjson.GetBytes(body, pathOutput)
+	if !output.IsArray() {
+		return body, res, nil
+	}
+	items := output.Array()
+	var calls []*vet.Call
+	var at []int // position in output of each call
+	for i, it := range items {
+		if call := itemCall(i, it); call != nil {
+			calls = append(calls, call)
+			at = append(at, i)
+		}
+	}
+	if len(calls) == 0 {
+		return body, res, nil
+	}
+	ds := c.VetBatch(calls)
+	drop := map[int]bool{}
+	var notices []string
+	for i, d := range ds {
+		if rec != nil {
+			rec(d)
+		}
+		if !d.Blocked() {
+			continue
+		}
+		res.Blocked++
+		if c.Mode() == vet.ModeError && (res.ErrorCall == nil || res.ErrorCall.Reason == vet.ReasonBatch) {
+			d := d
+			res.ErrorCall = &d
+		}
+		drop[at[i]] = true
+		notices = append(notices, vet.Notice(d))
+	}
+	if res.ErrorCall != nil || len(drop) == 0 {
+		return body, res, nil
+	}
+	kept := make([]string, 0, len(items))
+	for i, it := range items {
+		if !drop[i] {
+			kept = append(kept, it.Raw)
+		}
+	}
+	if len(drop) == len(calls) {
+		kept = append(kept, string(noticeItem(newNoticeID(), joinLines(notices), true)))
+	}
+	out, err := sjson.SetRawBytes(body, pathOutput, joinArray(kept))
+	if err != nil {
+		return body, res, fmt.Errorf("respvet: edit output: %w", err)
+	}
+	return out, res, nil
+}
+
+// itemCall reads an output item into a call, or returns nil when the item is not a call this package vets.
+func itemCall(index int, it gjson.Result) *vet.Call {
+	typ := it.Get(pathType)
+	if typ.Type != gjson.String || !vetted(typ.Str) {
+		return nil
+	}
+	call := &vet.Call{Index: index}
+	if id := it.Get(pathCallID); id.Type == gjson.String {
+		call.ID = id.Str
+	}
+	if name := it.Get(pathName); name.Type == gjson.String {
+		call.AddName(name.Str)
+	}
+	if typ.Str == typeCustomTool {
+		call.Fail(vet.ReasonUnsupportedType)
+		return call
+	}
+	switch args := it.Get(pathArguments); {
+	case args.Type == gjson.String:
+		call.AppendArgs(args.Str)
+	case args.Exists():
+		call.Fail(vet.ReasonNotString)
+	}
+	return call
+}
+
+// newNoticeID is a fresh id for a notice message item: never a blocked call's id.
+func newNoticeID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "msg_promptgate_" + hex.EncodeToString(b[:])
+}
+
+// noticeItem is a message output item with one output_text part holding text; completed says whether it is
+// the finished item (status completed, the text in) or the item as first announced (in_progress, no parts).
+func noticeItem(id, text string, completed bool) []byte {
+	if !completed {
+		b := []byte(`{"id":"","type":"message","status":"in_progress","content":[],"role":"assistant"}`)
+		b, _ = sjson.SetBytes(b, pathID, id)
+		return b
+	}
+	b := []byte(`{"id":"","type":"message","status":"completed","content":[],"role":"assistant"}`)
+	b, _ = sjson.SetBytes(b, pathID, id)
+	b, _ = sjson.SetRawBytes(b, "content", append(append([]byte{'['}, textPart(text)...), ']'))
+	return b
+}
+
+// textPart is an output_text content part.
+func textPart(text string) []byte {
+	p := []byte(`{"type":"output_text","annotations":[],"logprobs":[],"text":""}`)
+	p, _ = sjson.SetBytes(p, "text", text)
+	return p
+}
+
+func joinLines(lines []string) string {
+	var b bytes.Buffer
+	for i, l := range lines {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(l)
+	}
+	return b.String()
+}
+
+// joinArray builds a JSON array of raw elements.
+func joinArray(raws []string) []byte {
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, r := range raws {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(r)
+	}
+	b.WriteByte(']')
+	return b.Bytes()
+}
+
+// intField reads an integer JSON number (no fraction or exponent), as a strict client would.
+func intField(v gjson.Result) (int, bool) {
+	if v.Type != gjson.Number {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v.Raw)
+	return n, err == nil
+}
+
+// ErrorJSON is the data of an error event: OpenAI's Responses error event ({"type":"error","code","message",
+// "param","sequence_number"}) that also carries the contract's {"error":{"message","type","param","code"}},
+// so that both a typed Responses client and the official SDKs' generic error check see it.
+func ErrorJSON(seq int64, message, typ, code string) []byte {
+	b := []byte(`{"type":"error","code":"","message":"","param":null,"sequence_number":0,"error":{"message":"","type":"","param":null,"code":""}}`)
+	b, _ = sjson.SetBytes(b, "code", code)
+	b, _ = sjson.SetBytes(b, "message", message)
+	b, _ = sjson.SetBytes(b, "sequence_number", seq)
+	b, _ = sjson.SetBytes(b, "error.message", message)
+	b, _ = sjson.SetBytes(b, "error.type", typ)
+	b, _ = sjson.SetBytes(b, "error.code", code)
+	return b
+}

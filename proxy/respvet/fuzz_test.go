@@ -1,0 +1,109 @@
+package respvet
+
+import (
+	"bytes"
+	"io"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/sse"
+)
+
+var fuzzModes = []vet.Mode{vet.ModeRefuse, vet.ModeError, vet.ModeAudit}
+
+// visibleCalls are every function call a client could read from an output stream, however lenient: the items
+// of output_item.added (with their argument deltas) and output_item.done events, and the output of every
+// response snapshot.
+func visibleCalls(t *testing.T, out []byte) []call {
+	t.Helper()
+	var calls []call
+	cur := map[int64]int{}
+	r := sse.NewReader(bytes.NewReader(out))
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil || ev.Truncated {
+			t.Fatalf("output is not a clean SSE stream: %v %q", err, ev.Raw)
+		}
+		if !ev.HasData || !gjson.ValidBytes(ev.Data) {
+			continue
+		}
+		d := gjson.ParseBytes(ev.Data)
+		oi := d.Get("output_index").Int()
+		item := d.Get("item")
+		switch d.Get("type").String() {
+		case "response.output_item.added":
+			if vetted(item.Get("type").String()) {
+				calls = append(calls, call{item.Get("call_id").String(), item.Get("name").String(), item.Get("arguments").String()})
+				cur[oi] = len(calls) - 1
+			} else {
+				delete(cur, oi)
+			}
+		case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
+			if pos, ok := cur[oi]; ok {
+				calls[pos].Args += d.Get("delta").String()
+			}
+		case "response.output_item.done":
+			if vetted(item.Get("type").String()) {
+				calls = append(calls, call{item.Get("call_id").String(), item.Get("name").String(), item.Get("arguments").String()})
+			}
+		}
+		for _, it := range d.Get("response.output").Array() {
+			if vetted(it.Get("type").String()) {
+				calls = append(calls, call{it.Get("call_id").String(), it.Get("name").String(), it.Get("arguments").String()})
+			}
+		}
+	}
+	return calls
+}
+
+func FuzzStream(f *testing.F) {
+	for _, tc := range streamCases {
+		mode := byte(0)
+		for i, m := range fuzzModes {
+			if m == tc.mode {
+				mode = byte(i)
+			}
+		}
+		f.Add([]byte(tc.in), mode, tc.atomic, uint8(0), uint64(1))
+		f.Add([]byte(tc.in), (mode+1)%3, !tc.atomic, uint8(5), uint64(2))
+	}
+	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
+		m := fuzzModes[int(mode)%len(fuzzModes)]
+		out, ds, blocked := runStream(t, string(input), policy(m, atomic), int(split%16), seed)
+		nBlocked := 0
+		passed := map[call]bool{} // by call id and name
+		for _, d := range ds {
+			if d.Blocked() {
+				nBlocked++
+			} else if d.Reason != vet.ReasonAfterRelease {
+				passed[call{CallID: d.CallID, Name: d.Tool}] = true
+				if m == vet.ModeAudit {
+					// An audited call that changed between events passes as it came, whatever its name.
+					passed[call{CallID: d.CallID}] = true
+				}
+			}
+		}
+		if nBlocked != blocked {
+			t.Fatalf("Blocked() = %d, %d blocked decisions", blocked, nBlocked)
+		}
+		check := policy(m, atomic)
+		for _, c := range visibleCalls(t, out) {
+			if !passed[call{CallID: c.CallID, Name: c.Name}] && !(m == vet.ModeAudit && passed[call{CallID: c.CallID}]) {
+				t.Fatalf("client sees call %+v that was not allowed: %+v\n%s", c, ds, out)
+			}
+			if m == vet.ModeAudit {
+				continue
+			}
+			// What is visible is a released call, whole: the added item with every delta, the done item, the
+			// final output.
+			if reason, _, ok := check.Check(c.Name, []byte(c.Args)); !ok {
+				t.Fatalf("released call %+v breaks the policy: %s\n%s", c, reason, out)
+			}
+		}
+	})
+}

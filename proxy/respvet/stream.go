@@ -1,0 +1,804 @@
+package respvet
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"slices"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/sse"
+)
+
+// MaxCallBytes caps what is held for one streamed call (its raw events plus its arguments); a call that grows
+// beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
+const MaxCallBytes = 16 << 20
+
+// Event types of the Responses stream this package reads.
+const (
+	evItemAdded    = "response.output_item.added"
+	evItemDone     = "response.output_item.done"
+	evArgsDelta    = "response.function_call_arguments.delta"
+	evArgsDone     = "response.function_call_arguments.done"
+	evCustomDelta  = "response.custom_tool_call_input.delta"
+	evCustomDone   = "response.custom_tool_call_input.done"
+	evCompleted    = "response.completed"
+	evIncomplete   = "response.incomplete"
+	evFailed       = "response.failed"
+	evError        = "error"
+	pathSeq        = "sequence_number"
+	pathOutputIdx  = "output_index"
+	pathItemID     = "item_id"
+	pathItem       = "item"
+	pathResponse   = "response"
+	pathRespOutput = "response.output"
+)
+
+var doneData = []byte("[DONE]")
+
+// Stream vets a streamed Responses API answer. Read yields the upstream SSE stream with every call held until
+// it is complete and vetted:
+//
+//   - Events of other output items (text, reasoning, built-in tool items) and of the response as a whole go
+//     out byte for byte as soon as they are complete.
+//   - The events of a function_call (or custom_tool_call) item — its response.output_item.added, the
+//     argument deltas and .done, its response.output_item.done — are held, keyed by output_index. At the
+//     item's output_item.done the call is vetted (with atomicParallelCalls: every call waits for the end of
+//     the response and they are vetted together). The sources of its name, call id and arguments must agree
+//     (the added item plus the deltas, the .done event, the done item), else the call is blocked
+//     (ReasonChanged).
+//   - An allowed call's held events are then released unchanged. On refuse a blocked call's events are
+//     dropped and a message item with the notice takes its place (output_item.added, content_part.added,
+//     output_text.delta, output_text.done, content_part.done, output_item.done); on error the stream ends
+//     with an error event (code tool_call_blocked).
+//   - response.completed (and .incomplete, .failed) is rewritten so that its output is what the client was
+//     shown: an allowed call as streamed, a blocked call's notice item in its place; a call it holds that the
+//     stream never showed is vetted there. Call items in earlier response snapshots (response.created, ...)
+//     are removed.
+//   - output_index is renumbered where a call was released later than items after it (atomic mode), so the
+//     client sees items numbered in the order they reach it; sequence_number is renumbered where events were
+//     added or reordered, so it keeps increasing. Where nothing was blocked or reordered, both stay as sent.
+//   - Nothing of a blocked call (item id, call id, name, argument bytes) is ever written. An event whose data
+//     looks like JSON but is not one valid object with unique keys is dropped, and every call still held fails
+//     closed.
+//   - If the upstream ends (or fails) before a terminal event, held calls are dropped and the stream ends with
+//     an error event (code upstream_stream_truncated).
+//
+// Read returns whatever output it has before it reads upstream again, so each event reaches a caller that
+// flushes after every Read at once. A Stream is not safe for concurrent use.
+type Stream struct {
+	up  io.ReadCloser
+	rd  *sse.Reader
+	c   *vet.Checker
+	rec Recorder
+
+	out []byte // output not yet read
+	off int    // read position in out
+
+	items   map[int]*item  // by upstream output_index
+	byID    map[string]int // item id -> upstream output_index
+	open    []*pending     // calls not yet vetted, in the order they started
+	nextOut int            // the output_index the next item that goes out gets
+	// shift is added to upstream sequence numbers; last is the last sequence number written (-1: none).
+	shift, last int64
+
+	blocked  int
+	ended    bool // nothing more is read from upstream
+	finished bool // a terminal event (or an upstream error event) went out
+	err      error
+}
+
+var _ io.ReadCloser = (*Stream)(nil)
+
+// item is one output item of the response.
+type item struct {
+	client int      // the output_index the client sees; -1 until the item goes out
+	call   *pending // nil for an item that is not vetted
+}
+
+// pending is one call item being assembled.
+type pending struct {
+	call    *vet.Call
+	oi      int    // upstream output_index
+	typ     string // function_call or custom_tool_call
+	itemID  string
+	hasArgs bool // the arguments were given (by the added item, a delta or a .done)
+	done    bool // its output_item.done arrived
+	meta    []meta
+	lost    string // why held events were let go before the call was vetted
+
+	vetted   bool
+	released bool
+	sum      [sha256.Size]byte // of the arguments, once vetted
+	notice   []byte            // the notice item that took its place (refuse)
+}
+
+// meta is what the stream needs of a held event to write it again.
+type meta struct {
+	name   string // the event: line
+	seq    int64
+	hasSeq bool
+	oi     int
+	hasOI  bool
+}
+
+// NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for every vetted
+// call.
+func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
+	return &Stream{up: upstream, rd: sse.NewReader(upstream), c: c, rec: rec,
+		items: map[int]*item{}, byID: map[string]int{}, last: -1}
+}
+
+// Blocked is the number of calls blocked so far.
+func (s *Stream) Blocked() int { return s.blocked }
+
+// Err is the upstream's read error, if the upstream failed (other than by ending early).
+func (s *Stream) Err() error { return s.err }
+
+// Close closes the upstream body.
+func (s *Stream) Close() error {
+	s.ended = true
+	return s.up.Close()
+}
+
+// Read implements io.Reader. It reads the upstream only when it has no output left to give.
+func (s *Stream) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for s.off == len(s.out) {
+		s.out, s.off = s.out[:0], 0
+		if s.ended {
+			return 0, io.EOF
+		}
+		s.step()
+	}
+	n := copy(p, s.out[s.off:])
+	s.off += n
+	return n, nil
+}
+
+// step reads one upstream event and appends what it produces to s.out.
+func (s *Stream) step() {
+	ev, err := s.rd.Next()
+	if errors.Is(err, io.EOF) && !ev.Truncated && s.finished && len(s.open) == 0 {
+		s.ended = true
+		return
+	}
+	if err != nil || ev.Truncated {
+		if err != nil && !errors.Is(err, io.EOF) {
+			s.err = err
+		}
+		s.end(ErrorJSON(s.last+1, "upstream stream ended before the response was complete", "server_error", CodeTruncated))
+		return
+	}
+	if !ev.HasData {
+		s.out = append(s.out, ev.Raw...) // comment, keep-alive
+		return
+	}
+	if bytes.HasPrefix(ev.Data, doneData) {
+		s.completeAll()
+		if !s.ended {
+			s.out = append(s.out, ev.Raw...)
+			s.ended = true
+		}
+		return
+	}
+	data := bytes.TrimLeft(ev.Data, " \t\r\n")
+	if len(data) == 0 || data[0] != '{' {
+		s.out = append(s.out, ev.Raw...) // not JSON: no client reads a call from it
+		return
+	}
+	if jsoncheck.Object(ev.Data, jsoncheck.Limits{MaxDepth: maxDepth}) != nil {
+		// A client might read it differently from us: drop it, and fail what it could belong to.
+		for _, p := range s.open {
+			p.fail(vet.ReasonMalformedStream)
+		}
+		return
+	}
+	s.event(ev)
+}
+
+// event handles one event whose data is a valid JSON object.
+func (s *Stream) event(ev sse.Event) {
+	data := ev.Data
+	typ := gjson.GetBytes(data, pathType).String()
+	m := meta{name: ev.Event}
+	if v := gjson.GetBytes(data, pathSeq); v.Exists() {
+		if n, ok := intField(v); ok {
+			m.seq, m.hasSeq = int64(n), true
+		}
+	}
+	if v := gjson.GetBytes(data, pathOutputIdx); v.Exists() {
+		m.oi, m.hasOI = intField(v)
+	} else if id := gjson.GetBytes(data, pathItemID); id.Type == gjson.String {
+		m.oi, m.hasOI = s.byID[id.Str]
+	}
+
+	argsEvent := false // the event carries a call's argument (or input) fragment
+	callItem := false  // the event carries a call item
+	switch typ {
+	case evCompleted, evIncomplete, evFailed:
+		s.completeAll()
+		if s.ended {
+			return
+		}
+		out, ok := s.finalOutput(data)
+		if !ok {
+			return
+		}
+		s.finished = true
+		s.write(ev.Raw, out, m, -1)
+		return
+	case evError:
+		s.dropOpen()
+		s.finished = true
+		s.write(ev.Raw, nil, m, -1)
+		return
+	case evArgsDelta, evArgsDone, evCustomDelta, evCustomDone:
+		argsEvent = true
+	case evItemAdded, evItemDone:
+		callItem = vetted(gjson.GetBytes(data, pathItem+"."+pathType).String())
+	}
+	if !m.hasOI {
+		if argsEvent || callItem {
+			return // a call that cannot be placed: no client may assemble it
+		}
+		s.write(ev.Raw, s.snapshot(data), m, -1)
+		return
+	}
+	if typ == evItemAdded {
+		s.itemAdded(ev, m, callItem)
+		return
+	}
+	st := s.items[m.oi]
+	switch {
+	case callItem && typ == evItemDone && (st == nil || st.call == nil):
+		// A call item that was never announced: it is whole in this event.
+		p := s.start(m.oi, gjson.GetBytes(data, pathItem))
+		s.hold(p, ev.Raw, m)
+		s.itemDone(p, gjson.GetBytes(data, pathItem))
+	case st == nil:
+		if !argsEvent {
+			s.write(ev.Raw, nil, m, -1)
+		}
+	case st.call == nil:
+		if !argsEvent {
+			s.write(ev.Raw, nil, m, st.client)
+		}
+	case !st.call.vetted:
+		p := st.call
+		switch typ {
+		case evArgsDelta, evCustomDelta:
+			s.argsDelta(p, data)
+		case evArgsDone, evCustomDone:
+			s.argsDone(p, data)
+		case evItemDone:
+			s.hold(p, ev.Raw, m)
+			s.itemDone(p, gjson.GetBytes(data, pathItem))
+			return
+		}
+		s.hold(p, ev.Raw, m)
+	default:
+		s.late(st, ev.Raw, m)
+	}
+}
+
+// itemAdded starts an output item: a call is held, any other item goes out with the next output_index.
+func (s *Stream) itemAdded(ev sse.Event, m meta, callItem bool) {
+	if old := s.items[m.oi]; old != nil && old.call != nil && !old.call.vetted {
+		// A new item at the place of a call that did not finish.
+		old.call.call.Fail(ReasonIncomplete)
+		s.complete([]*pending{old.call})
+		if s.ended {
+			return
+		}
+	}
+	it := gjson.GetBytes(ev.Data, pathItem)
+	if callItem {
+		p := s.start(m.oi, it)
+		s.hold(p, ev.Raw, m)
+		return
+	}
+	st := &item{client: s.nextOut}
+	s.nextOut++
+	s.items[m.oi] = st
+	if id := it.Get(pathID); id.Type == gjson.String {
+		s.byID[id.Str] = m.oi
+	}
+	s.write(ev.Raw, nil, m, st.client)
+}
+
+// start begins a call at an output_index from its first item.
+func (s *Stream) start(oi int, it gjson.Result) *pending {
+	typ := it.Get(pathType).Str
+	p := &pending{call: &vet.Call{Index: oi}, oi: oi, typ: typ}
+	if id := it.Get(pathID); id.Type == gjson.String {
+		p.itemID = id.Str
+		s.byID[id.Str] = oi
+	}
+	if id := it.Get(pathCallID); id.Type == gjson.String {
+		p.call.ID = id.Str
+	}
+	if name := it.Get(pathName); name.Type == gjson.String {
+		p.call.AddName(name.Str)
+	}
+	if typ == typeCustomTool {
+		p.call.Fail(vet.ReasonUnsupportedType)
+	}
+	switch args := it.Get(pathArguments); {
+	case args.Type == gjson.String:
+		p.call.AppendArgs(args.Str)
+		p.hasArgs = args.Str != ""
+	case args.Exists() && args.Type != gjson.Null:
+		p.call.Fail(vet.ReasonNotString)
+	}
+	s.items[oi] = &item{client: -1, call: p}
+	s.open = append(s.open, p)
+	return p
+}
+
+// argsDelta appends an argument fragment.
+func (s *Stream) argsDelta(p *pending, data []byte) {
+	if p.done {
+		p.call.Fail(ReasonChanged)
+		return
+	}
+	s.sameItem(p, data)
+	switch d := gjson.GetBytes(data, "delta"); {
+	case d.Type == gjson.String:
+		p.call.AppendArgs(d.Str)
+		p.hasArgs = p.hasArgs || d.Str != ""
+	default:
+		p.call.Fail(vet.ReasonNotString)
+	}
+}
+
+// argsDone checks the final arguments (and name, where given) against what was assembled.
+func (s *Stream) argsDone(p *pending, data []byte) {
+	s.sameItem(p, data)
+	if p.typ == typeFunction {
+		s.sameArgs(p, gjson.GetBytes(data, pathArguments))
+	}
+	s.sameName(p, gjson.GetBytes(data, pathName))
+}
+
+// itemDone checks the finished item against what was assembled and, unless the calls of the response are
+// vetted together, vets the call.
+func (s *Stream) itemDone(p *pending, it gjson.Result) {
+	if p.done || it.Get(pathType).String() != p.typ {
+		p.call.Fail(ReasonChanged)
+	}
+	p.done = true
+	if id := it.Get(pathID); id.Exists() && (id.Type != gjson.String || id.Str != p.itemID) {
+		p.call.Fail(ReasonChanged)
+	}
+	// The finished item is what many clients keep: it must be the whole call, as assembled.
+	if id := it.Get(pathCallID); id.Type != gjson.String || id.Str != p.call.ID {
+		p.call.Fail(ReasonChanged)
+	}
+	if name := it.Get(pathName); name.Exists() {
+		s.sameName(p, name)
+	} else {
+		p.call.Fail(ReasonChanged)
+	}
+	if p.typ == typeFunction {
+		if args := it.Get(pathArguments); args.Exists() {
+			s.sameArgs(p, args)
+		} else {
+			p.call.Fail(ReasonChanged)
+		}
+	}
+	if !s.c.Atomic() {
+		s.complete([]*pending{p})
+	}
+}
+
+func (s *Stream) sameItem(p *pending, data []byte) {
+	if id := gjson.GetBytes(data, pathItemID); id.Exists() && (id.Type != gjson.String || id.Str != p.itemID) {
+		p.call.Fail(ReasonChanged)
+	}
+}
+
+func (s *Stream) sameName(p *pending, name gjson.Result) {
+	switch {
+	case !name.Exists():
+	case name.Type != gjson.String:
+		p.call.Fail(ReasonChanged)
+	case name.Str != p.call.Name:
+		// Also a name that the added item did not have: a client reading that item has no name for the call.
+		p.call.Fail(vet.ReasonNameChanged)
+	}
+}
+
+// sameArgs compares a final arguments field with the assembled arguments; when none were assembled, the
+// final ones are taken.
+func (s *Stream) sameArgs(p *pending, args gjson.Result) {
+	switch {
+	case !args.Exists():
+	case args.Type != gjson.String:
+		p.call.Fail(vet.ReasonNotString)
+	case !p.hasArgs && len(p.call.Args) == 0:
+		p.call.AppendArgs(args.Str)
+		p.hasArgs = args.Str != ""
+	case args.Str != string(p.call.Args):
+		p.call.Fail(ReasonChanged)
+	}
+}
+
+// hold keeps a raw event of an open call, or lets go of everything once the call is too big.
+func (s *Stream) hold(p *pending, raw []byte, m meta) {
+	if p.lost != "" {
+		return
+	}
+	if p.call.HeldBytes()+len(raw) > MaxCallBytes {
+		p.fail(vet.ReasonTooLarge)
+		p.call.Args = nil
+		return
+	}
+	p.call.Hold(raw)
+	p.meta = append(p.meta, m)
+}
+
+// fail lets go of the held events of an open call, which can then never be released.
+func (p *pending) fail(reason string) {
+	p.call.Fail(reason)
+	if p.lost == "" {
+		p.lost = reason
+	}
+	p.call.Drop()
+	p.meta = nil
+}
+
+// completeAll vets every open call, at the end of the response: a call that did not finish is blocked.
+func (s *Stream) completeAll() {
+	if len(s.open) == 0 {
+		return
+	}
+	for _, p := range s.open {
+		if !p.done {
+			p.call.Fail(ReasonIncomplete)
+		}
+	}
+	s.complete(slices.Clone(s.open))
+}
+
+// complete vets calls together, then releases or replaces each.
+func (s *Stream) complete(ps []*pending) {
+	s.open = slices.DeleteFunc(s.open, func(p *pending) bool { return slices.Contains(ps, p) })
+	calls := make([]*vet.Call, len(ps))
+	for i, p := range ps {
+		calls[i] = p.call
+	}
+	ds := s.c.VetBatch(calls)
+	for i, p := range ps {
+		if p.lost != "" {
+			ds[i].Verdict, ds[i].Reason, ds[i].Rule = vet.VerdictBlocked, p.lost, ""
+		}
+	}
+	if s.c.Mode() == vet.ModeError {
+		culprit := -1
+		for i, d := range ds {
+			if d.Blocked() && (culprit < 0 || ds[culprit].Reason == vet.ReasonBatch) {
+				culprit = i
+			}
+		}
+		if culprit >= 0 {
+			for _, d := range ds {
+				s.record(d)
+				if d.Blocked() {
+					s.blocked++
+				}
+			}
+			s.end(blockedJSON(s.last+1, ds[culprit]))
+			return
+		}
+	}
+	for i, d := range ds {
+		p := ps[i]
+		p.vetted = true
+		p.sum = sha256.Sum256(p.call.Args)
+		s.record(d)
+		st := s.items[p.oi]
+		st.client = s.nextOut
+		s.nextOut++
+		if !d.Blocked() {
+			p.released = true
+			for j, raw := range p.call.Held() {
+				s.write(raw, nil, p.meta[j], st.client)
+			}
+		} else {
+			s.blocked++
+			s.notice(p, st.client, vet.Notice(d))
+		}
+		p.call.Drop()
+		p.meta, p.call.Args = nil, nil
+	}
+}
+
+// notice writes the events of a message item with the notice at output_index oi.
+func (s *Stream) notice(p *pending, oi int, text string) {
+	id := newNoticeID()
+	p.notice = noticeItem(id, text, true)
+	part := textPart(text)
+	empty, _ := sjson.SetBytes(slices.Clone(part), "text", "")
+	evs := []struct {
+		name, data string
+	}{
+		{evItemAdded, `{"type":"` + evItemAdded + `","sequence_number":0,"output_index":0,"item":` + string(noticeItem(id, text, false)) + `}`},
+		{"response.content_part.added", `{"type":"response.content_part.added","sequence_number":0,"item_id":"","output_index":0,"content_index":0,"part":` + string(empty) + `}`},
+		{"response.output_text.delta", `{"type":"response.output_text.delta","sequence_number":0,"item_id":"","output_index":0,"content_index":0,"delta":"","logprobs":[]}`},
+		{"response.output_text.done", `{"type":"response.output_text.done","sequence_number":0,"item_id":"","output_index":0,"content_index":0,"text":"","logprobs":[]}`},
+		{"response.content_part.done", `{"type":"response.content_part.done","sequence_number":0,"item_id":"","output_index":0,"content_index":0,"part":` + string(part) + `}`},
+		{evItemDone, `{"type":"` + evItemDone + `","sequence_number":0,"output_index":0,"item":` + string(p.notice) + `}`},
+	}
+	for _, e := range evs {
+		d := []byte(e.data)
+		s.last++
+		d, _ = sjson.SetBytes(d, pathSeq, s.last)
+		d, _ = sjson.SetBytes(d, pathOutputIdx, oi)
+		if gjson.GetBytes(d, pathItemID).Exists() {
+			d, _ = sjson.SetBytes(d, pathItemID, id)
+		}
+		switch e.name {
+		case "response.output_text.delta":
+			d, _ = sjson.SetBytes(d, "delta", text)
+		case "response.output_text.done":
+			d, _ = sjson.SetBytes(d, "text", text)
+		}
+		s.out = appendEvent(s.out, e.name, d)
+	}
+}
+
+// late handles an event for a call that was already vetted. A blocked call's events are dropped quietly. A
+// released call cannot take back what the client has: its late events are dropped and recorded (in error mode
+// the stream ends; in audit mode they are passed on).
+func (s *Stream) late(st *item, raw []byte, m meta) {
+	p := st.call
+	if !p.released {
+		return
+	}
+	d := vet.Decision{Kind: vet.KindToolCall, CallID: p.call.ID, Tool: p.call.Name, Verdict: vet.VerdictBlocked, Reason: vet.ReasonAfterRelease}
+	if s.c.Mode() == vet.ModeAudit {
+		d.Verdict = vet.VerdictAudited
+	}
+	s.record(d)
+	switch {
+	case d.Verdict == vet.VerdictAudited:
+		s.write(raw, nil, m, st.client)
+	case s.c.Mode() == vet.ModeError:
+		s.blocked++
+		s.end(blockedJSON(s.last+1, d))
+	default:
+		s.blocked++
+	}
+}
+
+// finalOutput rewrites the output of a terminal event to what the client was shown, in the client's order:
+// a call the stream vetted as it was streamed, a blocked one's notice item in its place, and a call the
+// stream never showed vetted now. ok is false when the stream ended (error mode).
+func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
+	output := gjson.GetBytes(data, pathRespOutput)
+	if !output.IsArray() {
+		return nil, true
+	}
+	type slot struct {
+		client int
+		raw    string
+	}
+	var known []slot
+	var rest []string
+	var fresh []*vet.Call
+	var freshAt []int // position in rest of each fresh call
+	changed := false
+	for pos, entry := range output.Array() {
+		st := s.items[pos]
+		if call := itemCall(pos, entry); call != nil {
+			if st != nil && st.call != nil && st.call.vetted {
+				p := st.call
+				switch {
+				case p.released && p.matches(entry, true):
+					known = append(known, slot{st.client, entry.Raw})
+					continue
+				case !p.released && p.matches(entry, false):
+					// The blocked call: its notice item (if it had one) takes its place here too.
+					if p.notice != nil {
+						known = append(known, slot{st.client, string(p.notice)})
+					}
+					changed = true
+					continue
+				}
+			}
+			fresh = append(fresh, call)
+			freshAt = append(freshAt, len(rest))
+			rest = append(rest, entry.Raw)
+			continue
+		}
+		if st != nil && st.call == nil && st.client >= 0 {
+			known = append(known, slot{st.client, entry.Raw})
+			changed = changed || st.client != pos
+			continue
+		}
+		rest = append(rest, entry.Raw)
+	}
+	if len(fresh) > 0 {
+		ds := s.c.VetBatch(fresh)
+		if s.c.Mode() == vet.ModeError {
+			culprit := -1
+			for i, d := range ds {
+				if d.Blocked() && (culprit < 0 || ds[culprit].Reason == vet.ReasonBatch) {
+					culprit = i
+				}
+			}
+			if culprit >= 0 {
+				for _, d := range ds {
+					s.record(d)
+					if d.Blocked() {
+						s.blocked++
+					}
+				}
+				s.end(blockedJSON(s.last+1, ds[culprit]))
+				return nil, false
+			}
+		}
+		for i, d := range ds {
+			s.record(d)
+			if d.Blocked() {
+				s.blocked++
+				rest[freshAt[i]] = string(noticeItem(newNoticeID(), vet.Notice(d), true))
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		for i := 1; i < len(known); i++ {
+			changed = changed || known[i].client < known[i-1].client
+		}
+	}
+	if !changed {
+		return nil, true
+	}
+	slices.SortStableFunc(known, func(a, b slot) int { return a.client - b.client })
+	raws := make([]string, 0, len(known)+len(rest))
+	for _, k := range known {
+		raws = append(raws, k.raw)
+	}
+	raws = append(raws, rest...)
+	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, joinArray(raws))
+	if err != nil {
+		return nil, true
+	}
+	return out, true
+}
+
+// matches reports whether an output entry is the item of the call (same type, item id and call id) and, with
+// exact, the call as it was vetted (same name and arguments too).
+func (p *pending) matches(entry gjson.Result, exact bool) bool {
+	str := func(path, want string) bool {
+		v := entry.Get(path)
+		return v.Type == gjson.String && v.Str == want
+	}
+	if !str(pathType, p.typ) || !str(pathCallID, p.call.ID) {
+		return false
+	}
+	if id := entry.Get(pathID); id.Exists() && !str(pathID, p.itemID) {
+		return false
+	}
+	if !exact {
+		return true
+	}
+	if !str(pathName, p.call.Name) {
+		return false
+	}
+	if p.typ == typeFunction {
+		args := entry.Get(pathArguments)
+		return args.Type == gjson.String && sha256.Sum256([]byte(args.Str)) == p.sum
+	}
+	return true
+}
+
+// snapshot removes call items from the output of a response snapshot that is not final (response.created,
+// response.in_progress, ...): its calls are vetted when they stream, or in the final response. It returns nil
+// when there is nothing to change.
+func (s *Stream) snapshot(data []byte) []byte {
+	if !bytes.Contains(data, []byte("_call")) && !bytes.Contains(data, []byte(`\u`)) {
+		return nil
+	}
+	output := gjson.GetBytes(data, pathRespOutput)
+	if !output.IsArray() {
+		return nil
+	}
+	var kept []string
+	changed := false
+	output.ForEach(func(_, entry gjson.Result) bool {
+		if vetted(entry.Get(pathType).String()) {
+			changed = true
+			return true
+		}
+		kept = append(kept, entry.Raw)
+		return true
+	})
+	if !changed {
+		return nil
+	}
+	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, joinArray(kept))
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// write puts an event out: byte for byte when its sequence number and output_index stay, else rewritten.
+// data, when not nil, replaces the event's data. oi is the output_index the client sees (-1: as sent).
+func (s *Stream) write(raw, data []byte, m meta, oi int) {
+	seq := m.seq
+	if m.hasSeq {
+		seq = max(m.seq+s.shift, s.last+1)
+		s.shift = seq - m.seq
+		s.last = seq
+	}
+	reseq := m.hasSeq && seq != m.seq
+	reindex := m.hasOI && oi >= 0 && oi != m.oi
+	if data == nil && !reseq && !reindex {
+		s.out = append(s.out, raw...)
+		return
+	}
+	if data == nil {
+		ev, err := sse.NewReader(bytes.NewReader(raw)).Next()
+		if err != nil {
+			return // cannot happen: held and live events are whole
+		}
+		data = slices.Clone(ev.Data)
+	}
+	if reseq {
+		data, _ = sjson.SetBytes(data, pathSeq, seq)
+	}
+	if reindex {
+		data, _ = sjson.SetBytes(data, pathOutputIdx, oi)
+	}
+	s.out = appendEvent(s.out, m.name, data)
+}
+
+// appendEvent appends one event with an event: line (when name is not empty) and data.
+func appendEvent(dst []byte, name string, data []byte) []byte {
+	if name != "" {
+		dst = append(dst, "event: "...)
+		dst = append(dst, name...)
+		dst = append(dst, '\n')
+	}
+	return sse.AppendData(dst, data)
+}
+
+func (s *Stream) record(d vet.Decision) {
+	if s.rec != nil {
+		s.rec(d)
+	}
+}
+
+// dropOpen lets go of every open call without vetting it (the upstream failed).
+func (s *Stream) dropOpen() {
+	for _, p := range s.open {
+		p.call.Drop()
+		p.meta = nil
+		p.vetted = true // what comes for it later is dropped
+	}
+	s.open = nil
+}
+
+// end writes a final error event and stops reading upstream.
+func (s *Stream) end(errJSON []byte) {
+	s.dropOpen()
+	s.last++
+	s.out = appendEvent(s.out, evError, errJSON)
+	s.ended = true
+}
+
+// blockedJSON is the error event for a call blocked in error mode.
+func blockedJSON(seq int64, d vet.Decision) []byte {
+	return ErrorJSON(seq, vet.Notice(d), "invalid_request_error", CodeToolCallBlocked)
+}
