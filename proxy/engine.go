@@ -36,7 +36,9 @@ const (
 
 // GatherQuery is what a context source is told about a request.
 type GatherQuery struct {
-	Protocol, BaseProtocol string
+	// Protocol is the effective protocol (the workflow when one applies), BaseProtocol its base, and
+	// Workflow the workflow id or "".
+	Protocol, BaseProtocol, Workflow string
 	Mode                   policy.ModuleMode
 	ModulesOff             []string
 	User, Conversation     string
@@ -50,7 +52,13 @@ type Gathered struct {
 	Sources    []ctxjson.Source
 	Skipped    []ctxjson.Skip
 	Directives []string
+	// Notes are the sources' debug notes by source name; they reach the model only with
+	// PROMPT_INCLUDE_COGNITIVE_NOTES=true, as the untrusted context key "debugNotes".
+	Notes map[string][]string
 }
+
+// NotesSource is the context key of the sources' debug notes.
+const NotesSource = "debugNotes"
 
 // ContextSource gathers runtime context (plugins/ implements it). An error means a required source failed:
 // the request is answered 503 context_unavailable.
@@ -228,7 +236,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	}
 	if e.Context != nil {
 		g, err := e.Context.Gather(ctx, GatherQuery{
-			Protocol: eff.ID, BaseProtocol: eff.BaseID, Mode: eff.Modules.Mode, ModulesOff: eff.Modules.Off,
+			Protocol: eff.ID, BaseProtocol: eff.BaseID, Workflow: workflowOf(eff), Mode: eff.Modules.Mode, ModulesOff: eff.Modules.Off,
 			User: user, Conversation: conv, Model: req.model, LatestUser: req.latestUser,
 		})
 		if err != nil {
@@ -237,6 +245,21 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 		layers.Sources = append(layers.Sources, g.Sources...)
 		layers.Meta.Skipped = append(layers.Meta.Skipped, g.Skipped...)
 		layers.Directives = append(layers.Directives, g.Directives...)
+		if e.Settings.IncludeCognitiveNotes && len(g.Notes) > 0 {
+			notes := ctxjson.Object()
+			for _, src := range g.Sources {
+				if ns := g.Notes[src.Name]; len(ns) > 0 {
+					arr := ctxjson.Array()
+					for _, n := range ns {
+						arr.Append(ctxjson.String(n))
+					}
+					notes.Set(src.Name, arr)
+				}
+			}
+			if notes.Len() > 0 {
+				layers.Sources = append(layers.Sources, ctxjson.Source{Name: NotesSource, Value: notes})
+			}
+		}
 	}
 	for _, s := range layers.Sources {
 		layers.Meta.Sources = append(layers.Meta.Sources, s.Name)
@@ -303,4 +326,12 @@ func isClientError(err error) bool {
 	var pe *policy.Error
 	var je *jsoncheck.Error
 	return errors.As(err, &pe) || errors.As(err, &je)
+}
+
+// workflowOf is the workflow id of an effective protocol, "" when none applies.
+func workflowOf(e *policy.Effective) string {
+	if e.Workflow {
+		return e.ID
+	}
+	return ""
 }

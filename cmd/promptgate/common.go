@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/plugins"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/config"
@@ -26,6 +27,7 @@ const (
 	EnvProxyListen       = "PROMPTGATE_PROXY_LISTEN"
 	EnvAnthropicUpstream = "PROMPTGATE_ANTHROPIC_UPSTREAM"
 	EnvUpstreamKey       = "PROMPTGATE_UPSTREAM_API_KEY"
+	EnvAnthropicKey      = "PROMPTGATE_ANTHROPIC_API_KEY"
 	EnvLogLevel          = "PROMPTGATE_LOG_LEVEL"
 )
 
@@ -104,9 +106,13 @@ type pipeline struct {
 	store  *store.Bolt
 	defs   *proxy.Definitions
 	engine *proxy.Engine
+	host   *plugins.Host // nil without plugins
 }
 
 func (p *pipeline) Close() {
+	if p.host != nil {
+		_ = p.host.Close()
+	}
 	if p.defs != nil {
 		p.defs.Close()
 	}
@@ -140,6 +146,13 @@ func openPipeline(ctx context.Context, sf *storeFlags, readOnly bool, getenv env
 		Settings: settings,
 		Limits:   cfg.Limits,
 		Log:      log,
+	}
+	if len(cfg.Plugins) > 0 {
+		if p.host, err = plugins.NewHost(ctx, cfg.Plugins, plugins.HostOptions{Logger: log}); err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.engine.Context = pluginSource{p.host}
 	}
 	return p, nil
 }

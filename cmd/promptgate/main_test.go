@@ -101,14 +101,20 @@ func TestServeEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--upstream", up.URL + "/v1"}, nil, pw, io.Discard, envMap(e))
+		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--upstream", up.URL + "/v1"}, nil, pw, io.Discard, envMap(e))
 		pw.Close()
 	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
+	br := bufio.NewReader(pr)
+	line, err := br.ReadString('\n')
 	if err != nil {
 		t.Fatalf("serve printed nothing: %v", err)
 	}
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	adminLine, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(adminLine, "promptgate admin API on http://127.0.0.1:") {
+		t.Fatalf("admin line %q %v", adminLine, err)
+	}
+	adminURL := strings.TrimSpace(strings.Fields(adminLine)[4])
+	go func() { _, _ = io.Copy(io.Discard, br) }()
 	base := strings.Fields(line)[4] // "promptgate VERSION listening on http://ADDR/v1 ..."
 	if !strings.HasPrefix(base, "http://127.0.0.1:") {
 		t.Fatalf("line %q", line)
@@ -132,6 +138,26 @@ func TestServeEndToEnd(t *testing.T) {
 	sys := gjson.GetBytes(got, "messages.0.content").String()
 	if !strings.Contains(sys, "=== AVAILABLE TOOLS ===\n- t1") || strings.Contains(sys, "long words") {
 		t.Errorf("PROMPT_TOOL_DEFS_MODE=minimal from the environment not applied: %q", sys)
+	}
+	// While serve holds the DB, the CLI goes through the admin API by itself.
+	cliEnv := map[string]string{"PROMPTGATE_DB": e["PROMPTGATE_DB"], "PROMPTGATE_ADMIN_URL": adminURL}
+	out, errOut, err := runCmd(t, cliEnv, "", "protocols", "list")
+	if err != nil || !strings.Contains(out, "tech") || !strings.Contains(errOut, "admin API") {
+		t.Fatalf("protocols list through the admin API: %v %q %q", err, out, errOut)
+	}
+	if out, _, err = runCmd(t, cliEnv, "", "protocols", "show", "tech"); err != nil || gjson.Get(out, "body.id").String() != "tech" {
+		t.Fatalf("show through the admin API: %v %s", err, out)
+	}
+	if out, _, err = runCmd(t, cliEnv, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, "preview", "--protocol", "tech"); err != nil || gjson.Get(out, "protocolId").String() != "tech" {
+		t.Fatalf("preview through the admin API: %v %s", err, out)
+	}
+	migDir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(migDir, "001.json"), []byte(`{"id":"001-tech-rules","protocols":[{"id":"tech","promptTemplate":{"base":"base_tool_call_v2","overrides":{"rules":"- via api"}},"allowClientSelection":true,"tools":{"allow":["*"]}}]}`), 0o600)
+	if out, _, err = runCmd(t, cliEnv, "", "migrate", "up", "--dir", migDir); err != nil || !strings.Contains(out, "applied 001-tech-rules") {
+		t.Fatalf("migrate up through the admin API: %v %s", err, out)
+	}
+	if out, _, err = runCmd(t, cliEnv, "", "migrate", "down", "--dir", migDir); err != nil || !strings.Contains(out, "reverted 001-tech-rules") {
+		t.Fatalf("migrate down through the admin API: %v %s", err, out)
 	}
 	cancel()
 	select {
@@ -282,10 +308,11 @@ func TestCAInitAndProxyListen(t *testing.T) {
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx2, []string{"serve", "--db", db, "--config", cfg, "--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0"}, nil, pw, io.Discard, envMap(nil))
+		done <- run(ctx2, []string{"serve", "--db", db, "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0"}, nil, pw, io.Discard, envMap(nil))
 		pw.Close()
 	}()
 	rd := bufio.NewReader(pr)
+	_, _ = rd.ReadString('\n')
 	_, _ = rd.ReadString('\n')
 	line, err := rd.ReadString('\n')
 	if err != nil || !strings.Contains(line, "HTTPS-proxy door on 127.0.0.1:") {

@@ -11,11 +11,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/admin"
 	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/mitm"
@@ -47,7 +50,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return err
 	}
-	if _, err := parseBaseURL("--anthropic-upstream", f.anthropicUpstream); err != nil {
+	anthropicUpstream, err := parseBaseURL("--anthropic-upstream", f.anthropicUpstream)
+	if err != nil {
 		return err
 	}
 	if err := checkAdminListen(f.adminListen, getenv(EnvAdminToken)); err != nil {
@@ -66,22 +70,44 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 
 	var ready atomic.Bool
 	m := metrics.New(p.defs.Versions)
-	recorder := audit.Multi{audit.Log{Logger: log}, m}
+	ringPath := p.cfg.Audit.Path
+	if ringPath == "" {
+		ringPath = auditPath(f.store.db)
+	}
+	ring, err := audit.OpenRing(ringPath, p.cfg.Audit.RingSize, log)
+	if err != nil {
+		return err
+	}
+	defer ring.Close()
+	recorder := audit.Multi{audit.Log{Logger: log}, m, ring}
+	if p.cfg.Audit.File != "" {
+		jl, err := audit.OpenJSONL(p.cfg.Audit.File, log)
+		if err != nil {
+			return err
+		}
+		defer jl.Close()
+		recorder = append(recorder, jl)
+	}
 	base := proxy.Options{
-		Engine:         p.engine,
-		UpstreamAPIKey: getenv(EnvUpstreamKey),
-		Audit:          recorder,
-		Metrics:        m,
-		Log:            log,
+		Engine:          p.engine,
+		UpstreamAPIKey:  getenv(EnvUpstreamKey),
+		AnthropicAPIKey: getenv(EnvAnthropicKey),
+		Audit:           recorder,
+		Metrics:         m,
+		Log:             log,
 		Ready: func() (bool, string) {
 			if !ready.Load() {
 				return false, "starting"
+			}
+			if p.host != nil {
+				return p.host.Ready()
 			}
 			return true, ""
 		},
 	}
 	opts := base
 	opts.Upstream = upstream
+	opts.AnthropicUpstream = anthropicUpstream
 	srv, err := proxy.New(opts)
 	if err != nil {
 		return err
@@ -116,6 +142,24 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		return err
 	}
 	fmt.Fprintf(stdout, "promptgate %s listening on http://%s/v1 (upstream %s)\n", Version, addr, upstream)
+	adminHandler, err := admin.New(admin.Options{
+		Token: getenv(EnvAdminToken), Store: p.store, Audit: ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
+		Preview: func(ctx context.Context, in proxy.Input) ([]byte, error) {
+			if int64(len(in.Body)) > p.cfg.Limits.MaxBodyBytes {
+				return nil, &http.MaxBytesError{Limit: p.cfg.Limits.MaxBodyBytes}
+			}
+			return p.engine.Preview(ctx, in)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	aaddr, err := start("admin listener", f.adminListen, adminHandler)
+	if err != nil {
+		return err
+	}
+	log.Info("admin API", "listen", aaddr.String(), "token", getenv(EnvAdminToken) != "")
+	fmt.Fprintf(stdout, "promptgate admin API on http://%s\n", aaddr)
 	if f.proxyListen != "" {
 		door, err := newDoor(p.cfg, base, log)
 		if err != nil {
@@ -159,6 +203,7 @@ func newDoor(cfg *config.File, base proxy.Options, log *slog.Logger) (*mitm.Door
 		Handler: func(scheme, hostport string) (http.Handler, error) {
 			o := base
 			o.Upstream = &url.URL{Scheme: scheme, Host: hostport, Path: "/v1"}
+			o.AnthropicUpstream = &url.URL{Scheme: scheme, Host: hostport, Path: "/v1"}
 			tr := proxy.NewTransport()
 			tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 			o.Transport = tr
@@ -195,4 +240,10 @@ func checkAdminListen(addr, token string) error {
 		return nil
 	}
 	return usageError{fmt.Sprintf("--admin-listen %q is not a loopback address: set %s to expose the admin API beyond this machine", addr, EnvAdminToken)}
+}
+
+// auditPath is the default audit ring file: the DB path with ".audit" before its extension.
+func auditPath(db string) string {
+	ext := filepath.Ext(db)
+	return strings.TrimSuffix(db, ext) + ".audit" + ext
 }

@@ -415,7 +415,7 @@ func (f *File) Validate() error {
 			bad(key+".name", "missing: the plugin's key in the runtime context JSON")
 		case !idPattern.MatchString(p.Name):
 			bad(key+".name", "%q: use letters, digits, _ . -", p.Name)
-		case p.Name == "meta" || p.Name == "request":
+		case p.Name == "meta" || p.Name == "request" || p.Name == "debugNotes":
 			bad(key+".name", "%q is reserved in the runtime context JSON; choose another name", p.Name)
 		case seen[p.Name]:
 			bad(key+".name", "duplicate plugin name %q", p.Name)
