@@ -39,10 +39,10 @@ type GatherQuery struct {
 	// Protocol is the effective protocol (the workflow when one applies), BaseProtocol its base, and
 	// Workflow the workflow id or "".
 	Protocol, BaseProtocol, Workflow string
-	Mode                   policy.ModuleMode
-	ModulesOff             []string
-	User, Conversation     string
-	Model                  string
+	Mode                             policy.ModuleMode
+	ModulesOff                       []string
+	User, Conversation               string
+	Model                            string
 	// LatestUser is the text of the latest user message; sources see it only where their config allows.
 	LatestUser string
 }
