@@ -399,12 +399,12 @@ func printReport(w io.Writer, rep *Report) {
 	}
 }
 
-// fmtPtr prints a ratio, with a * when its goal (the goal whose name starts with prefix) is missed.
+// fmtPtr prints a ratio to 3 decimals (so that 0.696 does not read as a met 0.70), with a * when its goal (the goal whose name starts with prefix) is missed.
 func fmtPtr(v *float64, goals []Goal, prefix string) string {
 	if v == nil {
 		return "-"
 	}
-	s := fmt.Sprintf("%.2f", *v)
+	s := fmt.Sprintf("%.3f", *v)
 	for _, g := range goals {
 		if strings.HasPrefix(g.Name, prefix) && !g.Met {
 			s += " *"

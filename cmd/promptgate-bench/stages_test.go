@@ -316,7 +316,8 @@ func BenchmarkRelay(b *testing.B) {
 }
 
 // BenchmarkPrepare: the whole request side of the engine on the 8 KB request (validate, route, filter,
-// template from the cache, assemble, rewrite); the baseline is the body copy a bare proxy makes.
+// template from the cache, assemble, rewrite), and on the 40 KB runtime context that must be cut to its
+// budget; the baseline is the 8 KB body copy a bare proxy makes.
 func BenchmarkPrepare(b *testing.B) {
 	f := newStageFixture(b)
 	ctx := context.Background()
@@ -329,11 +330,25 @@ func BenchmarkPrepare(b *testing.B) {
 			}
 		}
 	})
+	ctx40K := ctx40KBody()
+	b.Run("prepare-ctx40k", func(b *testing.B) {
+		b.SetBytes(int64(len(ctx40K)))
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := f.p.engine.PrepareChat(ctx, proxy.Input{Path: proxy.PathChat, Header: f.header, Body: ctx40K})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !p.Prompt.ContextTruncated {
+				b.Fatal("the context was not truncated")
+			}
+		}
+	})
 	b.Run("baseline-copy", func(b *testing.B) {
 		b.SetBytes(int64(len(f.body)))
 		b.ReportAllocs()
 		for b.Loop() {
-			var buf bytes.Buffer
+			buf := bytes.NewBuffer(make([]byte, 0, len(f.body)+bytes.MinRead)) // as the baseline proxy reads a body
 			if _, err := buf.ReadFrom(bytes.NewReader(f.body)); err != nil {
 				b.Fatal(err)
 			}
