@@ -69,6 +69,9 @@ type Options struct {
 	Audit audit.Recorder
 	// Ready reports readiness for /readyz: false with a reason while not ready.
 	Ready func() (bool, string)
+	// StoredResponses bounds the per-instance memory of Responses answers that had a blocked call
+	// (0 means 10,000); see stored.go.
+	StoredResponses int
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
@@ -81,6 +84,8 @@ type Server struct {
 	rewritten   *httputil.ReverseProxy
 	passthrough *httputil.ReverseProxy
 	mux         *http.ServeMux
+	// blocked remembers the calls blocked in Responses answers (see stored.go).
+	blocked *blockedMemory
 }
 
 // exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
@@ -90,6 +95,8 @@ type exchange struct {
 	prep  *Prepared
 	log   *slog.Logger
 	sent  time.Time // when the request went upstream
+	// resp tracks the response id and blocked calls of a /v1/responses exchange; nil on other routes.
+	resp *respTrack
 }
 
 type exchangeKey struct{}
@@ -118,7 +125,7 @@ func New(o Options) (*Server, error) {
 	if o.Ready == nil {
 		o.Ready = func() (bool, string) { return true, "" }
 	}
-	s := &Server{opt: o, log: o.Log}
+	s := &Server{opt: o, log: o.Log, blocked: newBlockedMemory(o.StoredResponses)}
 	tr := timeoutTransport{next: o.Transport, timeout: o.Engine.Limits.UpstreamTimeout}
 	s.rewritten = &httputil.ReverseProxy{
 		Rewrite:        s.rewriteRequest,
@@ -314,7 +321,24 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 	}
 	s.opt.Metrics.Overhead(rt.name, time.Since(start))
 	log.Debug("forwarding", "route", rt.name, "protocol", prep.Protocol.ID, "template", prep.Template.Name, "stream", prep.Stream, "tools_kept", len(prep.Kept), "tools_removed", len(prep.Removed))
-	ctx := context.WithValue(r.Context(), exchangeKey{}, &exchange{id: id, route: rt, prep: prep, log: log})
+	x := &exchange{id: id, route: rt, prep: prep, log: log}
+	if rt.path == PathResponses {
+		x.resp = &respTrack{mem: s.blocked}
+		if prev := gjson.GetBytes(body, "previous_response_id"); prev.Type == gjson.String {
+			if calls := s.blocked.lookup(prev.Str); len(calls) > 0 {
+				out, n, err := answerBlocked(prep.Body, calls)
+				if err != nil {
+					fail(w, log, err)
+					return
+				}
+				if n > 0 {
+					log.Info("answered blocked calls of the previous response", "previous_response_id", prev.Str, "calls", n)
+				}
+				prep.Body = out
+			}
+		}
+	}
+	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
 	s.rewritten.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -384,6 +408,10 @@ func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
 	pr.Out.URL = upstreamURL(base, pr.In.URL)
 	pr.Out.Host = ""
 	s.outboundHeaders(pr.Out.Header, anthropic)
+	if storedResponseID(pr.In) != "" {
+		// A stored response may need calls removed: let the transport decode compression.
+		pr.Out.Header.Del("Accept-Encoding")
+	}
 }
 
 // upstreamHeaders keeps the upstream's request id under another name and drops headers that only
@@ -402,6 +430,9 @@ func upstreamHeaders(h http.Header) {
 
 func (s *Server) passResponse(resp *http.Response) error {
 	upstreamHeaders(resp.Header)
+	if id := storedResponseID(resp.Request); id != "" {
+		return s.stripStored(resp, id)
+	}
 	return nil
 }
 
@@ -420,7 +451,11 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	checker := s.checker(x)
 	rec := s.recorder(resp.Request.Context(), x)
 	if ct == "text/event-stream" {
-		resp.Body = x.route.stream(resp.Body, checker, rec)
+		up := resp.Body
+		if x.resp != nil {
+			up = &respIDSniffer{r: up, found: x.resp.setID}
+		}
+		resp.Body = x.route.stream(up, checker, rec)
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
 		return nil
@@ -428,6 +463,11 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	body, err := readUpstream(resp)
 	if err != nil {
 		return err
+	}
+	if x.resp != nil {
+		if id := gjson.GetBytes(body, "id"); id.Type == gjson.String {
+			x.resp.setID(id.Str)
+		}
 	}
 	out, blocked, errorCall, err := x.route.body(body, checker, rec)
 	if err != nil {
@@ -472,6 +512,9 @@ func (s *Server) checker(x *exchange) *vet.Checker {
 
 func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 	return func(d vet.Decision) {
+		if x.resp != nil {
+			x.resp.decision(d)
+		}
 		s.opt.Audit.Record(ctx, audit.Event{
 			Time: time.Now().UTC(), RequestID: x.id, Kind: audit.KindToolCall,
 			Protocol: x.prep.Protocol.ID, ProtocolVersion: x.prep.Protocol.Version,
