@@ -99,9 +99,15 @@ func Open(path string, opts Options) (*Bolt, error) {
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: opts.ReadOnly})
+	db, err := openChecked(path, &bolt.Options{Timeout: timeout, ReadOnly: opts.ReadOnly})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("store: open %s: %w: waited %s; another process (for example a running `promptgate serve`) holds it: stop it, or use the admin API (--admin)", path, ErrLocked, timeout)
+	}
+	if errors.Is(err, bolterrors.ErrInvalid) || errors.Is(err, bolterrors.ErrChecksum) {
+		err = fmt.Errorf("%w (%v)", ErrCorrupt, err)
+	}
+	if errors.Is(err, ErrCorrupt) {
+		return nil, fmt.Errorf("store: open %s: %w; restore the file from a backup, or move it away to start with the built-in definitions", path, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
@@ -121,6 +127,37 @@ func Open(path string, opts Options) (*Bolt, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// ErrCorrupt: the database file is damaged (its pages fail bbolt's consistency check).
+var ErrCorrupt = errors.New("database file is corrupt")
+
+// openChecked opens a bbolt file and checks every page of it before anything reads it: bbolt panics on a
+// damaged page, so a damaged file must be refused here, with an error, rather than crash the process on
+// the first read. The definitions file is small; the check walks it once.
+func openChecked(path string, o *bolt.Options) (db *bolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("%w (%v)", ErrCorrupt, r)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.View(func(tx *bolt.Tx) error {
+		var first error
+		for err := range tx.Check() {
+			if first == nil {
+				first = err
+			}
+		}
+		return first
+	}); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("%w (%v)", ErrCorrupt, err)
+	}
+	return db, nil
 }
 
 // Path returns the file the store was opened from.

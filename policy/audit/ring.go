@@ -72,9 +72,12 @@ func openRing(path string, size int, log *slog.Logger, buffer int) (*Ring, error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: DefaultLockTimeout})
+	db, err := openChecked(path)
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("audit: open ring %s: the file is locked by another process (waited %s); is another promptgate using it? give each its own audit.path", path, DefaultLockTimeout)
+	}
+	if errors.Is(err, errCorrupt) || errors.Is(err, bolterrors.ErrInvalid) || errors.Is(err, bolterrors.ErrChecksum) {
+		return nil, fmt.Errorf("audit: open ring %s: the file is damaged: %v; move it away (a new, empty ring is created) or restore it from a backup", path, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("audit: open ring %s: %w", path, err)
@@ -92,6 +95,36 @@ func openRing(path string, size int, log *slog.Logger, buffer int) (*Ring, error
 	}
 	r.p = newPipe(path, buffer, log, r.write)
 	return r, nil
+}
+
+// errCorrupt: the ring's file fails bbolt's consistency check.
+var errCorrupt = errors.New("corrupt file")
+
+// openChecked opens the ring's bbolt file and checks every page before anything reads it: bbolt panics on
+// a damaged page, which must stop the start with an error rather than crash the process later.
+func openChecked(path string) (db *bolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("%w: %v", errCorrupt, r)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: DefaultLockTimeout})
+	if err != nil {
+		return nil, err
+	}
+	if err := db.View(func(tx *bolt.Tx) error {
+		var first error
+		for err := range tx.Check() {
+			if first == nil {
+				first = err
+			}
+		}
+		return first
+	}); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
+	}
+	return db, nil
 }
 
 // Path returns the ring's file.
