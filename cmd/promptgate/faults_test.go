@@ -401,6 +401,35 @@ func TestFaultServeAuditDiskFull(t *testing.T) {
 			t.Errorf("the audit ring lost the decisions too: %s", b)
 		}
 	}
+	// The operator sees the loss on /metrics: every event given to the file failed, none was written;
+	// the ring, on a good disk, wrote its copies.
+	metrics := func() string {
+		resp, err := http.Get(s.admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return string(b)
+	}
+	const (
+		fileFailed  = `promptgate_audit_events_total{outcome="failed",sink="file"} 3`
+		fileWritten = `promptgate_audit_events_total{outcome="written",sink="file"} 0`
+		ringWritten = `promptgate_audit_events_total{outcome="written",sink="ring"} 3`
+		fileErrors  = `promptgate_audit_write_errors_total{sink="file"} `
+	)
+	ok := func(m string) bool {
+		return strings.Contains(m, fileFailed+"\n") && strings.Contains(m, fileWritten+"\n") && strings.Contains(m, ringWritten+"\n") &&
+			strings.Contains(m, fileErrors) && !strings.Contains(m, fileErrors+"0\n")
+	}
+	m := metrics()
+	for i := 0; i < 50 && !ok(m); i++ {
+		time.Sleep(100 * time.Millisecond) // the sinks write in the background
+		m = metrics()
+	}
+	if !ok(m) {
+		t.Errorf("/metrics does not show the failed audit writes:\n%s", grepLines(m, "promptgate_audit"))
+	}
 	if err := s.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -520,4 +549,15 @@ func TestFaultServePlugins(t *testing.T) {
 			t.Errorf("after the restart: meta %s", meta.Raw)
 		}
 	})
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
