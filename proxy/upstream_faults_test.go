@@ -558,3 +558,24 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A non-stream answer larger than maxUpstreamBody is refused after reading one byte more than the cap.
+func TestFaultHugeNonStreamAnswer(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"`)
+		block := strings.Repeat("a", 1<<20)
+		for range maxUpstreamBody/len(block) + 1 {
+			if _, err := io.WriteString(w, block); err != nil {
+				return
+			}
+		}
+		_, _ = io.WriteString(w, `"},"finish_reason":"stop"}]}`)
+	})
+	ts := newProxy(t, up.URL, "", nil)
+	resp, b := postJSON(t, ts, chatRequest, nil)
+	assertAPIError(t, resp, b, http.StatusBadGateway, "upstream_error")
+	if !strings.Contains(string(b), "larger than") {
+		t.Errorf("message %s", b)
+	}
+}
