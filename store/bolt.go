@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -108,6 +109,9 @@ func Open(path string, opts Options) (*Bolt, error) {
 	}
 	if errors.Is(err, ErrCorrupt) {
 		return nil, fmt.Errorf("store: open %s: %w; restore the file from a backup, or move it away to start with the built-in definitions", path, err)
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("store: open %s: %w; the promptgate user must be able to read and write the file and create files in its directory: fix the permissions or choose another --db", path, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
