@@ -14,6 +14,7 @@ require (
 	github.com/tidwall/gjson v1.20.4
 	github.com/tidwall/sjson v1.2.10
 	go.etcd.io/bbolt v1.5.0
+	go.uber.org/goleak v1.3.0
 	golang.org/x/net v0.60.0
 	golang.org/x/text v0.42.0
 	google.golang.org/grpc v1.64.1

@@ -1,15 +1,18 @@
 // Package metrics defines promptgate's Prometheus metrics: requests by protocol, route and status; the
 // proxy's own overhead and the upstream's time as separate histograms; tools removed and calls blocked by
-// reason; context truncations; plugin latency and errors; the active definition versions. It owns the
-// names and the registry; the stages report into it through small methods, and the admin listener serves it.
+// reason; context truncations; plugin latency and errors; the audit sinks' written, dropped and failed
+// events; the active definition versions. It owns the names and the registry; the stages report into it
+// through small methods, and the admin listener serves it.
 package metrics
 
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +39,7 @@ type Metrics struct {
 	contextTruncations prometheus.Counter
 	pluginLatency      *prometheus.HistogramVec
 	pluginErrors       *prometheus.CounterVec
+	audit              *auditCollector
 }
 
 // latencyBuckets span 50µs to 60s, for both the proxy's overhead and the upstream's time.
@@ -44,7 +48,7 @@ var latencyBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, 
 // New registers every metric, plus Go runtime and process collectors. versions, when not nil, is asked
 // at every scrape for the active definitions (promptgate_definition_info).
 func New(versions func() []Version) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry()}
+	m := &Metrics{reg: prometheus.NewRegistry(), audit: newAuditCollector()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "promptgate_requests_total", Help: "Requests answered, by protocol, route (chat, passthrough) and HTTP status.",
 	}, []string{"protocol", "route", "status"})
@@ -72,7 +76,7 @@ func New(versions func() []Version) *Metrics {
 		Name: "promptgate_plugin_errors_total", Help: "Context source failures, by source and reason (timeout, error, unavailable, ...).",
 	}, []string{"source", "reason"})
 	m.reg.MustRegister(m.requests, m.overhead, m.upstream, m.toolsRemoved, m.callsBlocked, m.contextTruncations,
-		m.pluginLatency, m.pluginErrors,
+		m.pluginLatency, m.pluginErrors, m.audit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if versions != nil {
 		m.reg.MustRegister(&infoCollector{versions: versions, desc: prometheus.NewDesc(
@@ -176,5 +180,52 @@ func (c *infoCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 	for _, v := range vs {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1, v.Kind, v.Name, strconv.Itoa(v.Version))
+	}
+}
+
+// AuditSink reports, at scrape time, what became of the events given to one audit sink (sink is a label:
+// "ring", "file"): promptgate_audit_events_total by outcome written, dropped (buffer full) or failed (a
+// write error such as a full disk), and promptgate_audit_write_errors_total. A growing failed count is
+// how an operator learns that decisions are no longer kept, while requests keep being served.
+func (m *Metrics) AuditSink(sink string, stats func() audit.Stats) {
+	if m == nil || stats == nil {
+		return
+	}
+	m.audit.mu.Lock()
+	defer m.audit.mu.Unlock()
+	m.audit.sinks = append(m.audit.sinks, auditSink{name: sink, stats: stats})
+}
+
+// auditCollector reports the counts of every audit sink given to AuditSink.
+type auditCollector struct {
+	mu             sync.Mutex
+	sinks          []auditSink
+	events, errors *prometheus.Desc
+}
+
+type auditSink struct {
+	name  string
+	stats func() audit.Stats
+}
+
+func newAuditCollector() *auditCollector {
+	return &auditCollector{
+		events: prometheus.NewDesc("promptgate_audit_events_total", "Audit events by sink and outcome (written, dropped: buffer full, failed: write error).", []string{"sink", "outcome"}, nil),
+		errors: prometheus.NewDesc("promptgate_audit_write_errors_total", "Failed writes of an audit sink (each loses one batch of events).", []string{"sink"}, nil),
+	}
+}
+
+func (c *auditCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.events; ch <- c.errors }
+
+func (c *auditCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	sinks := slices.Clone(c.sinks)
+	c.mu.Unlock()
+	for _, k := range sinks {
+		s := k.stats()
+		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(s.Written), k.name, "written")
+		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(s.Dropped), k.name, "dropped")
+		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(s.Failed), k.name, "failed")
+		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(s.WriteErrors), k.name)
 	}
 }
