@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -232,18 +233,22 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 // RewriteChat returns the upstream body: messages replaced by the layered system message (plus the context
 // message in the structured channel) and the client's non-system messages in order; tools and functions
 // filtered to the kept ones; the promptgate field removed. Every other byte stays as the client sent it.
+//
+// The edits are spliced into one new body in one pass (the bytes are those sjson would give, edit by edit:
+// see rewriteChatEdits); only a filter that empties an array takes the edit-by-edit path.
 func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	msgsAt := gjson.GetBytes(body, pathMessages)
 	var msgs bytes.Buffer
-	msgs.Grow(len(body) + len(p.System) + 64)
+	msgs.Grow(len(msgsAt.Raw) + len(p.System) + len(p.ContextMessage) + 64)
 	msgs.WriteString(`[{"role":"system","content":`)
-	msgs.Write(JSONString(p.System))
+	writeJSONString(&msgs, p.System)
 	msgs.WriteByte('}')
 	if p.ContextMessage != "" {
 		msgs.WriteString(`,{"role":"system","content":`)
-		msgs.Write(JSONString(p.ContextMessage))
+		writeJSONString(&msgs, p.ContextMessage)
 		msgs.WriteByte('}')
 	}
-	gjson.GetBytes(body, pathMessages).ForEach(func(_, m gjson.Result) bool {
+	msgsAt.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
 		case "system", "developer":
 			return true
@@ -253,7 +258,15 @@ func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]
 		return true
 	})
 	msgs.WriteByte(']')
-	out, err := sjson.SetRawBytes(body, pathMessages, msgs.Bytes())
+	if out, ok := rewriteChatSpliced(body, msgsAt, msgs.Bytes(), kept, removedAny); ok {
+		return out, nil
+	}
+	return rewriteChatEdits(body, msgs.Bytes(), kept, removedAny)
+}
+
+// rewriteChatEdits applies the edits of RewriteChat one after the other with sjson, each copying the body.
+func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	out, err := sjson.SetRawBytes(body, pathMessages, msgs)
 	if err != nil {
 		return nil, fmt.Errorf("assembly: set messages: %w", err)
 	}
@@ -268,6 +281,151 @@ func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]
 		}
 	}
 	return out, nil
+}
+
+// splice is one edit of a body: bytes [from, to) replaced by with.
+type splice struct {
+	from, to int
+	with     []byte
+}
+
+// rewriteChatSpliced makes the edits of rewriteChatEdits in one copy of the body: each top-level value is
+// replaced where sjson would replace it, and the promptgate member is cut where sjson would cut it. ok is
+// false when an edit is not a plain splice (messages absent, a tool array filtered to nothing), for
+// rewriteChatEdits to do.
+func rewriteChatSpliced(body []byte, msgsAt gjson.Result, msgs []byte, kept []policy.Tool, removedAny bool) ([]byte, bool) {
+	if msgsAt.Index <= 0 {
+		return nil, false
+	}
+	edits := make([]splice, 0, 4)
+	edits = append(edits, splice{msgsAt.Index, msgsAt.Index + len(msgsAt.Raw), msgs})
+	if removedAny {
+		keptSet := make(map[string]bool, len(kept))
+		for _, t := range kept {
+			keptSet[t.Name] = true
+		}
+		used := map[string]bool{}
+		for _, a := range []struct {
+			path string
+			name func(gjson.Result) string
+		}{
+			{pathTools, func(v gjson.Result) string { return chatTool(v).Name }},
+			{pathFunctions, func(v gjson.Result) string { return v.Get("name").String() }},
+		} {
+			arr := gjson.GetBytes(body, a.path)
+			if !arr.IsArray() {
+				continue
+			}
+			if arr.Index <= 0 {
+				return nil, false
+			}
+			var b bytes.Buffer
+			b.Grow(len(arr.Raw))
+			b.WriteByte('[')
+			n := 0
+			arr.ForEach(func(_, v gjson.Result) bool {
+				nm := a.name(v)
+				if keptSet[nm] && !used[nm] {
+					used[nm] = true
+					if n > 0 {
+						b.WriteByte(',')
+					}
+					b.WriteString(v.Raw)
+					n++
+				}
+				return true
+			})
+			if n == 0 {
+				return nil, false // the array goes, with its companions: edit by edit
+			}
+			b.WriteByte(']')
+			edits = append(edits, splice{arr.Index, arr.Index + len(arr.Raw), b.Bytes()})
+		}
+	}
+	if ext := gjson.GetBytes(body, PathExtension); ext.Exists() {
+		if ext.Index <= 0 {
+			return nil, false
+		}
+		from, to := deletedMember(body, ext)
+		edits = append(edits, splice{from, to, nil})
+	}
+	slices.SortFunc(edits, func(a, b splice) int { return a.from - b.from })
+	size := len(body)
+	for i, e := range edits {
+		if i > 0 && e.from < edits[i-1].to {
+			return nil, false // overlapping edits cannot happen on distinct members; be safe
+		}
+		size += len(e.with) - (e.to - e.from)
+	}
+	out := make([]byte, 0, size)
+	at := 0
+	for _, e := range edits {
+		out = append(out, body[at:e.from]...)
+		out = append(out, e.with...)
+		at = e.to
+	}
+	return append(out, body[at:]...), true
+}
+
+// deletedMember is the span sjson.DeleteBytes removes for the top-level member whose value is v: back from
+// the value over its key to the comma before it (or to just after the opening brace, and then on over the
+// comma after the value).
+func deletedMember(body []byte, v gjson.Result) (from, to int) {
+	from, to = v.Index, v.Index+len(v.Raw)
+	keepFrom, delNextComma := deleteTailItem(body[:v.Index])
+	from = keepFrom
+	if delNextComma {
+		for i := to; i < len(body); i++ {
+			if body[i] <= ' ' {
+				continue
+			}
+			if body[i] == ',' {
+				to = i + 1
+			}
+			break
+		}
+	}
+	return from, to
+}
+
+// deleteTailItem is sjson's (v1.2.10) search back from a value for the start of its member: it returns
+// the length of the prefix that stays, and whether the comma after the value must go too.
+func deleteTailItem(buf []byte) (int, bool) {
+loop:
+	for i := len(buf) - 1; i >= 0; i-- {
+		switch buf[i] {
+		case '[':
+			return len(buf), true
+		case ',':
+			return i, false
+		case ':':
+			i--
+			for ; i >= 0; i-- {
+				if buf[i] == '"' {
+					i--
+					for ; i >= 0; i-- {
+						if buf[i] == '"' {
+							i--
+							if i >= 0 && buf[i] == '\\' {
+								continue
+							}
+							for ; i >= 0; i-- {
+								switch buf[i] {
+								case '{':
+									return i + 1, true
+								case ',':
+									return i, false
+								}
+							}
+						}
+					}
+					break
+				}
+			}
+			break loop
+		}
+	}
+	return len(buf), false
 }
 
 // filterToolArrays keeps, in "tools" and "functions", the first entry of each kept name. An array left
@@ -324,8 +482,14 @@ func filterToolArrays(body []byte, kept []policy.Tool) ([]byte, error) {
 // JSONString encodes s as a JSON string without HTML escaping.
 func JSONString(s string) []byte {
 	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
+	writeJSONString(&b, s)
+	return b.Bytes()
+}
+
+// writeJSONString writes s to b as JSON string, without HTML escaping, as encoding/json would.
+func writeJSONString(b *bytes.Buffer, s string) {
+	enc := json.NewEncoder(b)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s) // a string always encodes
-	return bytes.TrimRight(b.Bytes(), "\n")
+	_ = enc.Encode(s)       // a string always encodes
+	b.Truncate(b.Len() - 1) // Encode's newline
 }
