@@ -43,7 +43,7 @@ func invalid(param, format string, args ...any) *policy.Error {
 // wrong type are errors, so that a typo never silently weakens a request's policy.
 func ParseExtension(body []byte) (Extension, error) {
 	var x Extension
-	f := gjson.GetBytes(body, PathExtension)
+	f := get(body, PathExtension)
 	if !f.Exists() {
 		return x, nil
 	}
@@ -98,8 +98,8 @@ type Chat struct {
 
 // ParseChat reads a validated Chat Completions body.
 func ParseChat(body []byte) (*Chat, error) {
-	c := &Chat{Model: gjson.GetBytes(body, pathModel).String(), Stream: gjson.GetBytes(body, pathStream).Type == gjson.True}
-	msgs := gjson.GetBytes(body, pathMessages)
+	c := &Chat{Model: get(body, pathModel).String(), Stream: get(body, pathStream).Type == gjson.True}
+	msgs := get(body, pathMessages)
 	if !msgs.IsArray() {
 		return nil, invalid(pathMessages, "messages must be an array")
 	}
@@ -122,7 +122,7 @@ func ParseChat(body []byte) (*Chat, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t := gjson.GetBytes(body, pathTools); t.Exists() && t.Type != gjson.Null {
+	if t := get(body, pathTools); t.Exists() && t.Type != gjson.Null {
 		if !t.IsArray() {
 			return nil, invalid(pathTools, "tools must be an array")
 		}
@@ -132,7 +132,7 @@ func ParseChat(body []byte) (*Chat, error) {
 		})
 		c.NativeTools = c.NativeTools || len(t.Array()) > 0
 	}
-	if f := gjson.GetBytes(body, pathFunctions); f.Exists() && f.Type != gjson.Null {
+	if f := get(body, pathFunctions); f.Exists() && f.Type != gjson.Null {
 		if !f.IsArray() {
 			return nil, invalid(pathFunctions, "functions must be an array")
 		}
@@ -195,7 +195,7 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 	notAllowed := func(param, format string, args ...any) error {
 		return &policy.Error{Status: http.StatusBadRequest, Code: "tool_choice_not_allowed", Param: param, Message: fmt.Sprintf(format, args...)}
 	}
-	tc := gjson.GetBytes(body, pathToolChoice)
+	tc := get(body, pathToolChoice)
 	switch {
 	case tc.Type == gjson.String:
 		if tc.String() == "required" && len(kept) == 0 {
@@ -221,7 +221,7 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 			}
 		}
 	}
-	fc := gjson.GetBytes(body, pathFunctionCall)
+	fc := get(body, pathFunctionCall)
 	if fc.IsObject() {
 		if n := fc.Get("name").String(); !keptSet[n] {
 			return notAllowed(pathFunctionCall, "function_call names function %q, which is not allowed for this request", n)
@@ -237,7 +237,7 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 // The edits are spliced into one new body in one pass (the bytes are those sjson would give, edit by edit:
 // see rewriteChatEdits); only a filter that empties an array takes the edit-by-edit path.
 func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	msgsAt := gjson.GetBytes(body, pathMessages)
+	msgsAt := get(body, pathMessages)
 	var msgs bytes.Buffer
 	msgs.Grow(len(msgsAt.Raw) + len(p.System) + len(p.ContextMessage) + 64)
 	msgs.WriteString(`[{"role":"system","content":`)
@@ -275,7 +275,7 @@ func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([
 			return nil, err
 		}
 	}
-	if gjson.GetBytes(out, PathExtension).Exists() {
+	if get(out, PathExtension).Exists() {
 		if out, err = sjson.DeleteBytes(out, PathExtension); err != nil {
 			return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
 		}
@@ -312,7 +312,7 @@ func rewriteChatSpliced(body []byte, msgsAt gjson.Result, msgs []byte, kept []po
 			{pathTools, func(v gjson.Result) string { return chatTool(v).Name }},
 			{pathFunctions, func(v gjson.Result) string { return v.Get("name").String() }},
 		} {
-			arr := gjson.GetBytes(body, a.path)
+			arr := get(body, a.path)
 			if !arr.IsArray() {
 				continue
 			}
@@ -342,7 +342,7 @@ func rewriteChatSpliced(body []byte, msgsAt gjson.Result, msgs []byte, kept []po
 			edits = append(edits, splice{arr.Index, arr.Index + len(arr.Raw), b.Bytes()})
 		}
 	}
-	if ext := gjson.GetBytes(body, PathExtension); ext.Exists() {
+	if ext := get(body, PathExtension); ext.Exists() {
 		if ext.Index <= 0 {
 			return nil, false
 		}
@@ -439,7 +439,7 @@ func filterToolArrays(body []byte, kept []policy.Tool) ([]byte, error) {
 	used := map[string]bool{}
 	var err error
 	filter := func(path string, name func(gjson.Result) string, deps ...string) {
-		arr := gjson.GetBytes(body, path)
+		arr := get(body, path)
 		if err != nil || !arr.IsArray() {
 			return
 		}
@@ -461,7 +461,7 @@ func filterToolArrays(body []byte, kept []policy.Tool) ([]byte, error) {
 		b.WriteByte(']')
 		if n == 0 {
 			for _, p := range append([]string{path}, deps...) {
-				if gjson.GetBytes(body, p).Exists() {
+				if get(body, p).Exists() {
 					if body, err = sjson.DeleteBytes(body, p); err != nil {
 						return
 					}
