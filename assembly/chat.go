@@ -98,8 +98,10 @@ type Chat struct {
 
 // ParseChat reads a validated Chat Completions body.
 func ParseChat(body []byte) (*Chat, error) {
-	c := &Chat{Model: get(body, pathModel).String(), Stream: get(body, pathStream).Type == gjson.True}
-	msgs := get(body, pathMessages)
+	var m [5]gjson.Result
+	members(body, m[:], pathModel, pathStream, pathMessages, pathTools, pathFunctions)
+	c := &Chat{Model: m[0].String(), Stream: m[1].Type == gjson.True}
+	msgs := m[2]
 	if !msgs.IsArray() {
 		return nil, invalid(pathMessages, "messages must be an array")
 	}
@@ -122,7 +124,7 @@ func ParseChat(body []byte) (*Chat, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t := get(body, pathTools); t.Exists() && t.Type != gjson.Null {
+	if t := m[3]; t.Exists() && t.Type != gjson.Null {
 		if !t.IsArray() {
 			return nil, invalid(pathTools, "tools must be an array")
 		}
@@ -132,7 +134,7 @@ func ParseChat(body []byte) (*Chat, error) {
 		})
 		c.NativeTools = c.NativeTools || len(t.Array()) > 0
 	}
-	if f := get(body, pathFunctions); f.Exists() && f.Type != gjson.Null {
+	if f := m[4]; f.Exists() && f.Type != gjson.Null {
 		if !f.IsArray() {
 			return nil, invalid(pathFunctions, "functions must be an array")
 		}
@@ -195,7 +197,9 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 	notAllowed := func(param, format string, args ...any) error {
 		return &policy.Error{Status: http.StatusBadRequest, Code: "tool_choice_not_allowed", Param: param, Message: fmt.Sprintf(format, args...)}
 	}
-	tc := get(body, pathToolChoice)
+	var choice [2]gjson.Result
+	members(body, choice[:], pathToolChoice, pathFunctionCall)
+	tc := choice[0]
 	switch {
 	case tc.Type == gjson.String:
 		if tc.String() == "required" && len(kept) == 0 {
@@ -221,7 +225,7 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 			}
 		}
 	}
-	fc := get(body, pathFunctionCall)
+	fc := choice[1]
 	if fc.IsObject() {
 		if n := fc.Get("name").String(); !keptSet[n] {
 			return notAllowed(pathFunctionCall, "function_call names function %q, which is not allowed for this request", n)
@@ -237,7 +241,9 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 // The edits are spliced into one new body in one pass (the bytes are those sjson would give, edit by edit:
 // see rewriteChatEdits); only a filter that empties an array takes the edit-by-edit path.
 func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	msgsAt := get(body, pathMessages)
+	var m [4]gjson.Result
+	members(body, m[:], pathMessages, pathTools, pathFunctions, PathExtension)
+	msgsAt := m[0]
 	var msgs bytes.Buffer
 	msgs.Grow(len(msgsAt.Raw) + len(p.System) + len(p.ContextMessage) + 64)
 	msgs.WriteString(`[{"role":"system","content":`)
@@ -258,7 +264,7 @@ func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]
 		return true
 	})
 	msgs.WriteByte(']')
-	if out, ok := rewriteChatSpliced(body, msgsAt, msgs.Bytes(), kept, removedAny); ok {
+	if out, ok := rewriteChatSpliced(body, m, msgs.Bytes(), kept, removedAny); ok {
 		return out, nil
 	}
 	return rewriteChatEdits(body, msgs.Bytes(), kept, removedAny)
@@ -293,7 +299,8 @@ type splice struct {
 // replaced where sjson would replace it, and the promptgate member is cut where sjson would cut it. ok is
 // false when an edit is not a plain splice (messages absent, a tool array filtered to nothing), for
 // rewriteChatEdits to do.
-func rewriteChatSpliced(body []byte, msgsAt gjson.Result, msgs []byte, kept []policy.Tool, removedAny bool) ([]byte, bool) {
+func rewriteChatSpliced(body []byte, m [4]gjson.Result, msgs []byte, kept []policy.Tool, removedAny bool) ([]byte, bool) {
+	msgsAt, ext := m[0], m[3]
 	if msgsAt.Index <= 0 {
 		return nil, false
 	}
@@ -306,13 +313,13 @@ func rewriteChatSpliced(body []byte, msgsAt gjson.Result, msgs []byte, kept []po
 		}
 		used := map[string]bool{}
 		for _, a := range []struct {
-			path string
+			arr  gjson.Result
 			name func(gjson.Result) string
 		}{
-			{pathTools, func(v gjson.Result) string { return chatTool(v).Name }},
-			{pathFunctions, func(v gjson.Result) string { return v.Get("name").String() }},
+			{m[1], func(v gjson.Result) string { return chatTool(v).Name }},
+			{m[2], func(v gjson.Result) string { return v.Get("name").String() }},
 		} {
-			arr := get(body, a.path)
+			arr := a.arr
 			if !arr.IsArray() {
 				continue
 			}
@@ -342,7 +349,7 @@ func rewriteChatSpliced(body []byte, msgsAt gjson.Result, msgs []byte, kept []po
 			edits = append(edits, splice{arr.Index, arr.Index + len(arr.Raw), b.Bytes()})
 		}
 	}
-	if ext := get(body, PathExtension); ext.Exists() {
+	if ext.Exists() {
 		if ext.Index <= 0 {
 			return nil, false
 		}

@@ -14,3 +14,25 @@ import (
 func get(body []byte, path string) gjson.Result {
 	return gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), path)
 }
+
+// members finds the top-level members named by keys in one pass over body, where a gjson.Get per key
+// would scan the body once each (all of it for an absent key): out[i] is the value of keys[i], or a Result
+// that does not exist. The first member of a name wins and keys are compared unescaped, as gjson.Get does.
+// The results share body's memory, as get's do.
+func members(body []byte, out []gjson.Result, keys ...string) {
+	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body)))
+	if !root.IsObject() {
+		return
+	}
+	found := 0
+	root.ForEach(func(k, v gjson.Result) bool {
+		for i, key := range keys {
+			if key == k.Str && !out[i].Exists() {
+				out[i] = v
+				found++
+				break
+			}
+		}
+		return found < len(keys)
+	})
+}
