@@ -71,7 +71,7 @@ func ParseExtension(body []byte) (Extension, error) {
 			str(&x.Conversation)
 		case "context":
 			if v.Type != gjson.Null {
-				x.Context = []byte(v.Raw)
+				x.Context = rawOf(body, v)
 			}
 		default:
 			err = invalid(PathExtension+"."+key, "unknown field promptgate.%s; known: protocol, workflow, user, conversation, context", key)
@@ -243,31 +243,35 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	var m [4]gjson.Result
 	members(body, m[:], pathMessages, pathTools, pathFunctions, PathExtension)
-	msgsAt := m[0]
+	if out, ok := rewriteChatSpliced(body, m, p, kept, removedAny); ok {
+		return out, nil
+	}
 	var msgs bytes.Buffer
-	msgs.Grow(len(msgsAt.Raw) + len(p.System) + len(p.ContextMessage) + 64)
-	msgs.WriteString(`[{"role":"system","content":`)
-	writeJSONString(&msgs, p.System)
-	msgs.WriteByte('}')
+	writeMessages(&msgs, m[0], p)
+	return rewriteChatEdits(body, msgs.Bytes(), kept, removedAny)
+}
+
+// writeMessages writes the upstream messages array: the layered system message (plus the context message
+// in the structured channel), then the client's messages other than system and developer, in order.
+func writeMessages(b *bytes.Buffer, msgsAt gjson.Result, p Prompt) {
+	b.WriteString(`[{"role":"system","content":`)
+	writeJSONString(b, p.System)
+	b.WriteByte('}')
 	if p.ContextMessage != "" {
-		msgs.WriteString(`,{"role":"system","content":`)
-		writeJSONString(&msgs, p.ContextMessage)
-		msgs.WriteByte('}')
+		b.WriteString(`,{"role":"system","content":`)
+		writeJSONString(b, p.ContextMessage)
+		b.WriteByte('}')
 	}
 	msgsAt.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
 		case "system", "developer":
 			return true
 		}
-		msgs.WriteByte(',')
-		msgs.WriteString(m.Raw)
+		b.WriteByte(',')
+		b.WriteString(m.Raw)
 		return true
 	})
-	msgs.WriteByte(']')
-	if out, ok := rewriteChatSpliced(body, m, msgs.Bytes(), kept, removedAny); ok {
-		return out, nil
-	}
-	return rewriteChatEdits(body, msgs.Bytes(), kept, removedAny)
+	b.WriteByte(']')
 }
 
 // rewriteChatEdits applies the edits of RewriteChat one after the other with sjson, each copying the body.
@@ -289,23 +293,27 @@ func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([
 	return out, nil
 }
 
-// splice is one edit of a body: bytes [from, to) replaced by with.
+// splice is one edit of a body: bytes [from, to) replaced by with, or by what write writes.
 type splice struct {
 	from, to int
 	with     []byte
+	write    func(*bytes.Buffer)
 }
 
 // rewriteChatSpliced makes the edits of rewriteChatEdits in one copy of the body: each top-level value is
 // replaced where sjson would replace it, and the promptgate member is cut where sjson would cut it. ok is
 // false when an edit is not a plain splice (messages absent, a tool array filtered to nothing), for
 // rewriteChatEdits to do.
-func rewriteChatSpliced(body []byte, m [4]gjson.Result, msgs []byte, kept []policy.Tool, removedAny bool) ([]byte, bool) {
+func rewriteChatSpliced(body []byte, m [4]gjson.Result, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
 	msgsAt, ext := m[0], m[3]
 	if msgsAt.Index <= 0 {
 		return nil, false
 	}
 	edits := make([]splice, 0, 4)
-	edits = append(edits, splice{msgsAt.Index, msgsAt.Index + len(msgsAt.Raw), msgs})
+	// The messages are written straight into the new body; room for the prompts and a little escaping.
+	msgsSize := len(msgsAt.Raw) + len(p.System) + len(p.ContextMessage) + (len(p.System)+len(p.ContextMessage))/8 + 128
+	edits = append(edits, splice{from: msgsAt.Index, to: msgsAt.Index + len(msgsAt.Raw),
+		write: func(b *bytes.Buffer) { writeMessages(b, msgsAt, p) }})
 	if removedAny {
 		keptSet := make(map[string]bool, len(kept))
 		for _, t := range kept {
@@ -346,7 +354,7 @@ func rewriteChatSpliced(body []byte, m [4]gjson.Result, msgs []byte, kept []poli
 				return nil, false // the array goes, with its companions: edit by edit
 			}
 			b.WriteByte(']')
-			edits = append(edits, splice{arr.Index, arr.Index + len(arr.Raw), b.Bytes()})
+			edits = append(edits, splice{from: arr.Index, to: arr.Index + len(arr.Raw), with: b.Bytes()})
 		}
 	}
 	if ext.Exists() {
@@ -354,24 +362,29 @@ func rewriteChatSpliced(body []byte, m [4]gjson.Result, msgs []byte, kept []poli
 			return nil, false
 		}
 		from, to := deletedMember(body, ext)
-		edits = append(edits, splice{from, to, nil})
+		edits = append(edits, splice{from: from, to: to})
 	}
 	slices.SortFunc(edits, func(a, b splice) int { return a.from - b.from })
-	size := len(body)
+	size := len(body) + msgsSize
 	for i, e := range edits {
 		if i > 0 && e.from < edits[i-1].to {
 			return nil, false // overlapping edits cannot happen on distinct members; be safe
 		}
 		size += len(e.with) - (e.to - e.from)
 	}
-	out := make([]byte, 0, size)
+	out := bytes.NewBuffer(make([]byte, 0, size))
 	at := 0
 	for _, e := range edits {
-		out = append(out, body[at:e.from]...)
-		out = append(out, e.with...)
+		out.Write(body[at:e.from])
+		if e.write != nil {
+			e.write(out)
+		} else {
+			out.Write(e.with)
+		}
 		at = e.to
 	}
-	return append(out, body[at:]...), true
+	out.Write(body[at:])
+	return out.Bytes(), true
 }
 
 // deletedMember is the span sjson.DeleteBytes removes for the top-level member whose value is v: back from

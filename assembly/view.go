@@ -36,3 +36,12 @@ func members(body []byte, out []gjson.Result, keys ...string) {
 		return found < len(keys)
 	})
 }
+
+// rawOf is v's raw bytes: a slice of body, capped so that an append cannot write into body, when v was
+// read from body by get or members; else a copy.
+func rawOf(body []byte, v gjson.Result) []byte {
+	if end := v.Index + len(v.Raw); v.Index > 0 && end <= len(body) && string(body[v.Index:end]) == v.Raw {
+		return body[v.Index:end:end]
+	}
+	return []byte(v.Raw)
+}
