@@ -31,8 +31,8 @@ type Messages struct {
 // ParseMessages reads a validated Anthropic Messages body: messages must be an array of objects, system a
 // string or an array of text blocks (or absent), tools an array.
 func ParseMessages(body []byte) (*Messages, error) {
-	m := &Messages{Model: gjson.GetBytes(body, pathModel).String(), Stream: gjson.GetBytes(body, pathStream).Type == gjson.True}
-	msgs := gjson.GetBytes(body, pathMessages)
+	m := &Messages{Model: get(body, pathModel).String(), Stream: get(body, pathStream).Type == gjson.True}
+	msgs := get(body, pathMessages)
 	if !msgs.IsArray() {
 		return nil, invalid(pathMessages, "messages must be an array")
 	}
@@ -52,7 +52,7 @@ func ParseMessages(body []byte) (*Messages, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch sys := gjson.GetBytes(body, pathSystem); {
+	switch sys := get(body, pathSystem); {
 	case sys.Type == gjson.String:
 		if sys.Str != "" {
 			m.Application = append(m.Application, sys.Str)
@@ -74,7 +74,7 @@ func ParseMessages(body []byte) (*Messages, error) {
 	case sys.Exists() && sys.Type != gjson.Null:
 		return nil, invalid(pathSystem, "system must be a string or an array of text blocks")
 	}
-	if t := gjson.GetBytes(body, pathTools); t.Exists() && t.Type != gjson.Null {
+	if t := get(body, pathTools); t.Exists() && t.Type != gjson.Null {
 		if !t.IsArray() {
 			return nil, invalid(pathTools, "tools must be an array")
 		}
@@ -101,7 +101,7 @@ func messagesTool(v gjson.Result) policy.Tool {
 // MessagesToolChoice checks tool_choice against the kept tools: {"type":"tool","name":X} naming a tool that is
 // not kept, or {"type":"any"} with nothing kept, is a 400 tool_choice_not_allowed.
 func MessagesToolChoice(body []byte, kept []policy.Tool) error {
-	tc := gjson.GetBytes(body, pathToolChoice)
+	tc := get(body, pathToolChoice)
 	if !tc.IsObject() {
 		return nil
 	}

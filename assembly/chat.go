@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -42,7 +43,7 @@ func invalid(param, format string, args ...any) *policy.Error {
 // wrong type are errors, so that a typo never silently weakens a request's policy.
 func ParseExtension(body []byte) (Extension, error) {
 	var x Extension
-	f := gjson.GetBytes(body, PathExtension)
+	f := get(body, PathExtension)
 	if !f.Exists() {
 		return x, nil
 	}
@@ -70,7 +71,7 @@ func ParseExtension(body []byte) (Extension, error) {
 			str(&x.Conversation)
 		case "context":
 			if v.Type != gjson.Null {
-				x.Context = []byte(v.Raw)
+				x.Context = rawOf(body, v)
 			}
 		default:
 			err = invalid(PathExtension+"."+key, "unknown field promptgate.%s; known: protocol, workflow, user, conversation, context", key)
@@ -97,8 +98,10 @@ type Chat struct {
 
 // ParseChat reads a validated Chat Completions body.
 func ParseChat(body []byte) (*Chat, error) {
-	c := &Chat{Model: gjson.GetBytes(body, pathModel).String(), Stream: gjson.GetBytes(body, pathStream).Type == gjson.True}
-	msgs := gjson.GetBytes(body, pathMessages)
+	var m [5]gjson.Result
+	members(body, m[:], pathModel, pathStream, pathMessages, pathTools, pathFunctions)
+	c := &Chat{Model: m[0].String(), Stream: m[1].Type == gjson.True}
+	msgs := m[2]
 	if !msgs.IsArray() {
 		return nil, invalid(pathMessages, "messages must be an array")
 	}
@@ -121,7 +124,7 @@ func ParseChat(body []byte) (*Chat, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t := gjson.GetBytes(body, pathTools); t.Exists() && t.Type != gjson.Null {
+	if t := m[3]; t.Exists() && t.Type != gjson.Null {
 		if !t.IsArray() {
 			return nil, invalid(pathTools, "tools must be an array")
 		}
@@ -131,7 +134,7 @@ func ParseChat(body []byte) (*Chat, error) {
 		})
 		c.NativeTools = c.NativeTools || len(t.Array()) > 0
 	}
-	if f := gjson.GetBytes(body, pathFunctions); f.Exists() && f.Type != gjson.Null {
+	if f := m[4]; f.Exists() && f.Type != gjson.Null {
 		if !f.IsArray() {
 			return nil, invalid(pathFunctions, "functions must be an array")
 		}
@@ -194,7 +197,9 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 	notAllowed := func(param, format string, args ...any) error {
 		return &policy.Error{Status: http.StatusBadRequest, Code: "tool_choice_not_allowed", Param: param, Message: fmt.Sprintf(format, args...)}
 	}
-	tc := gjson.GetBytes(body, pathToolChoice)
+	var choice [2]gjson.Result
+	members(body, choice[:], pathToolChoice, pathFunctionCall)
+	tc := choice[0]
 	switch {
 	case tc.Type == gjson.String:
 		if tc.String() == "required" && len(kept) == 0 {
@@ -220,7 +225,7 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 			}
 		}
 	}
-	fc := gjson.GetBytes(body, pathFunctionCall)
+	fc := choice[1]
 	if fc.IsObject() {
 		if n := fc.Get("name").String(); !keptSet[n] {
 			return notAllowed(pathFunctionCall, "function_call names function %q, which is not allowed for this request", n)
@@ -232,28 +237,46 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 // RewriteChat returns the upstream body: messages replaced by the layered system message (plus the context
 // message in the structured channel) and the client's non-system messages in order; tools and functions
 // filtered to the kept ones; the promptgate field removed. Every other byte stays as the client sent it.
+//
+// The edits are spliced into one new body in one pass (the bytes are those sjson would give, edit by edit:
+// see rewriteChatEdits); only a filter that empties an array takes the edit-by-edit path.
 func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	var msgs bytes.Buffer
-	msgs.Grow(len(body) + len(p.System) + 64)
-	msgs.WriteString(`[{"role":"system","content":`)
-	msgs.Write(JSONString(p.System))
-	msgs.WriteByte('}')
-	if p.ContextMessage != "" {
-		msgs.WriteString(`,{"role":"system","content":`)
-		msgs.Write(JSONString(p.ContextMessage))
-		msgs.WriteByte('}')
+	var m [4]gjson.Result
+	members(body, m[:], pathMessages, pathTools, pathFunctions, PathExtension)
+	if out, ok := rewriteChatSpliced(body, m, p, kept, removedAny); ok {
+		return out, nil
 	}
-	gjson.GetBytes(body, pathMessages).ForEach(func(_, m gjson.Result) bool {
+	var msgs bytes.Buffer
+	writeMessages(&msgs, m[0], p)
+	return rewriteChatEdits(body, msgs.Bytes(), kept, removedAny)
+}
+
+// writeMessages writes the upstream messages array: the layered system message (plus the context message
+// in the structured channel), then the client's messages other than system and developer, in order.
+func writeMessages(b *bytes.Buffer, msgsAt gjson.Result, p Prompt) {
+	b.WriteString(`[{"role":"system","content":`)
+	writeJSONString(b, p.System)
+	b.WriteByte('}')
+	if p.ContextMessage != "" {
+		b.WriteString(`,{"role":"system","content":`)
+		writeJSONString(b, p.ContextMessage)
+		b.WriteByte('}')
+	}
+	msgsAt.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
 		case "system", "developer":
 			return true
 		}
-		msgs.WriteByte(',')
-		msgs.WriteString(m.Raw)
+		b.WriteByte(',')
+		b.WriteString(m.Raw)
 		return true
 	})
-	msgs.WriteByte(']')
-	out, err := sjson.SetRawBytes(body, pathMessages, msgs.Bytes())
+	b.WriteByte(']')
+}
+
+// rewriteChatEdits applies the edits of RewriteChat one after the other with sjson, each copying the body.
+func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	out, err := sjson.SetRawBytes(body, pathMessages, msgs)
 	if err != nil {
 		return nil, fmt.Errorf("assembly: set messages: %w", err)
 	}
@@ -262,12 +285,167 @@ func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]
 			return nil, err
 		}
 	}
-	if gjson.GetBytes(out, PathExtension).Exists() {
+	if get(out, PathExtension).Exists() {
 		if out, err = sjson.DeleteBytes(out, PathExtension); err != nil {
 			return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
 		}
 	}
 	return out, nil
+}
+
+// splice is one edit of a body: bytes [from, to) replaced by with, or by what write writes.
+type splice struct {
+	from, to int
+	with     []byte
+	write    func(*bytes.Buffer)
+}
+
+// rewriteChatSpliced makes the edits of rewriteChatEdits in one copy of the body: each top-level value is
+// replaced where sjson would replace it, and the promptgate member is cut where sjson would cut it. ok is
+// false when an edit is not a plain splice (messages absent, a tool array filtered to nothing), for
+// rewriteChatEdits to do.
+func rewriteChatSpliced(body []byte, m [4]gjson.Result, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
+	msgsAt, ext := m[0], m[3]
+	if msgsAt.Index <= 0 {
+		return nil, false
+	}
+	edits := make([]splice, 0, 4)
+	// The messages are written straight into the new body; room for the prompts and a little escaping.
+	msgsSize := len(msgsAt.Raw) + len(p.System) + len(p.ContextMessage) + (len(p.System)+len(p.ContextMessage))/8 + 128
+	edits = append(edits, splice{from: msgsAt.Index, to: msgsAt.Index + len(msgsAt.Raw),
+		write: func(b *bytes.Buffer) { writeMessages(b, msgsAt, p) }})
+	if removedAny {
+		keptSet := make(map[string]bool, len(kept))
+		for _, t := range kept {
+			keptSet[t.Name] = true
+		}
+		used := map[string]bool{}
+		for _, a := range []struct {
+			arr  gjson.Result
+			name func(gjson.Result) string
+		}{
+			{m[1], func(v gjson.Result) string { return chatTool(v).Name }},
+			{m[2], func(v gjson.Result) string { return v.Get("name").String() }},
+		} {
+			arr := a.arr
+			if !arr.IsArray() {
+				continue
+			}
+			if arr.Index <= 0 {
+				return nil, false
+			}
+			var b bytes.Buffer
+			b.Grow(len(arr.Raw))
+			b.WriteByte('[')
+			n := 0
+			arr.ForEach(func(_, v gjson.Result) bool {
+				nm := a.name(v)
+				if keptSet[nm] && !used[nm] {
+					used[nm] = true
+					if n > 0 {
+						b.WriteByte(',')
+					}
+					b.WriteString(v.Raw)
+					n++
+				}
+				return true
+			})
+			if n == 0 {
+				return nil, false // the array goes, with its companions: edit by edit
+			}
+			b.WriteByte(']')
+			edits = append(edits, splice{from: arr.Index, to: arr.Index + len(arr.Raw), with: b.Bytes()})
+		}
+	}
+	if ext.Exists() {
+		if ext.Index <= 0 {
+			return nil, false
+		}
+		from, to := deletedMember(body, ext)
+		edits = append(edits, splice{from: from, to: to})
+	}
+	slices.SortFunc(edits, func(a, b splice) int { return a.from - b.from })
+	size := len(body) + msgsSize
+	for i, e := range edits {
+		if i > 0 && e.from < edits[i-1].to {
+			return nil, false // overlapping edits cannot happen on distinct members; be safe
+		}
+		size += len(e.with) - (e.to - e.from)
+	}
+	out := bytes.NewBuffer(make([]byte, 0, size))
+	at := 0
+	for _, e := range edits {
+		out.Write(body[at:e.from])
+		if e.write != nil {
+			e.write(out)
+		} else {
+			out.Write(e.with)
+		}
+		at = e.to
+	}
+	out.Write(body[at:])
+	return out.Bytes(), true
+}
+
+// deletedMember is the span sjson.DeleteBytes removes for the top-level member whose value is v: back from
+// the value over its key to the comma before it (or to just after the opening brace, and then on over the
+// comma after the value).
+func deletedMember(body []byte, v gjson.Result) (from, to int) {
+	from, to = v.Index, v.Index+len(v.Raw)
+	keepFrom, delNextComma := deleteTailItem(body[:v.Index])
+	from = keepFrom
+	if delNextComma {
+		for i := to; i < len(body); i++ {
+			if body[i] <= ' ' {
+				continue
+			}
+			if body[i] == ',' {
+				to = i + 1
+			}
+			break
+		}
+	}
+	return from, to
+}
+
+// deleteTailItem is sjson's (v1.2.10) search back from a value for the start of its member: it returns
+// the length of the prefix that stays, and whether the comma after the value must go too.
+func deleteTailItem(buf []byte) (int, bool) {
+loop:
+	for i := len(buf) - 1; i >= 0; i-- {
+		switch buf[i] {
+		case '[':
+			return len(buf), true
+		case ',':
+			return i, false
+		case ':':
+			i--
+			for ; i >= 0; i-- {
+				if buf[i] == '"' {
+					i--
+					for ; i >= 0; i-- {
+						if buf[i] == '"' {
+							i--
+							if i >= 0 && buf[i] == '\\' {
+								continue
+							}
+							for ; i >= 0; i-- {
+								switch buf[i] {
+								case '{':
+									return i + 1, true
+								case ',':
+									return i, false
+								}
+							}
+						}
+					}
+					break
+				}
+			}
+			break loop
+		}
+	}
+	return len(buf), false
 }
 
 // filterToolArrays keeps, in "tools" and "functions", the first entry of each kept name. An array left
@@ -281,7 +459,7 @@ func filterToolArrays(body []byte, kept []policy.Tool) ([]byte, error) {
 	used := map[string]bool{}
 	var err error
 	filter := func(path string, name func(gjson.Result) string, deps ...string) {
-		arr := gjson.GetBytes(body, path)
+		arr := get(body, path)
 		if err != nil || !arr.IsArray() {
 			return
 		}
@@ -303,7 +481,7 @@ func filterToolArrays(body []byte, kept []policy.Tool) ([]byte, error) {
 		b.WriteByte(']')
 		if n == 0 {
 			for _, p := range append([]string{path}, deps...) {
-				if gjson.GetBytes(body, p).Exists() {
+				if get(body, p).Exists() {
 					if body, err = sjson.DeleteBytes(body, p); err != nil {
 						return
 					}
@@ -324,8 +502,14 @@ func filterToolArrays(body []byte, kept []policy.Tool) ([]byte, error) {
 // JSONString encodes s as a JSON string without HTML escaping.
 func JSONString(s string) []byte {
 	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
+	writeJSONString(&b, s)
+	return b.Bytes()
+}
+
+// writeJSONString writes s to b as JSON string, without HTML escaping, as encoding/json would.
+func writeJSONString(b *bytes.Buffer, s string) {
+	enc := json.NewEncoder(b)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s) // a string always encodes
-	return bytes.TrimRight(b.Bytes(), "\n")
+	_ = enc.Encode(s)       // a string always encodes
+	b.Truncate(b.Len() - 1) // Encode's newline
 }

@@ -1,6 +1,7 @@
 package assembly
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 
@@ -40,6 +41,9 @@ func FuzzRewriteChat(f *testing.F) {
 		}
 		if !json.Valid(out) {
 			t.Fatalf("invalid JSON out: %s", out)
+		}
+		if ref := rewriteChatReference(t, body, p, kept, len(kept) < len(c.Tools)); !bytes.Equal(out, ref) {
+			t.Fatalf("one-pass rewrite differs from the edit-by-edit one:\n%s\n%s", out, ref)
 		}
 		if gjson.GetBytes(out, PathExtension).Exists() {
 			t.Fatalf("promptgate left in: %s", out)

@@ -41,11 +41,11 @@ type Responses struct {
 // string or an array of objects (or absent), tools an array.
 func ParseResponses(body []byte) (*Responses, error) {
 	r := &Responses{
-		Model:              gjson.GetBytes(body, pathModel).String(),
-		Stream:             gjson.GetBytes(body, pathStream).Type == gjson.True,
-		PreviousResponseID: gjson.GetBytes(body, pathPreviousResponseID).String(),
+		Model:              get(body, pathModel).String(),
+		Stream:             get(body, pathStream).Type == gjson.True,
+		PreviousResponseID: get(body, pathPreviousResponseID).String(),
 	}
-	switch ins := gjson.GetBytes(body, pathInstructions); {
+	switch ins := get(body, pathInstructions); {
 	case ins.Type == gjson.String:
 		if ins.Str != "" {
 			r.Application = append(r.Application, ins.Str)
@@ -53,7 +53,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	case ins.Exists() && ins.Type != gjson.Null:
 		return nil, invalid(pathInstructions, "instructions must be a string")
 	}
-	switch in := gjson.GetBytes(body, pathInput); {
+	switch in := get(body, pathInput); {
 	case in.Type == gjson.String:
 		r.LatestUser = in.Str
 	case in.IsArray():
@@ -79,7 +79,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	case in.Exists() && in.Type != gjson.Null:
 		return nil, invalid(pathInput, "input must be a string or an array")
 	}
-	if t := gjson.GetBytes(body, pathTools); t.Exists() && t.Type != gjson.Null {
+	if t := get(body, pathTools); t.Exists() && t.Type != gjson.Null {
 		if !t.IsArray() {
 			return nil, invalid(pathTools, "tools must be an array")
 		}
@@ -124,7 +124,7 @@ func toolChoiceError(param, format string, args ...any) error {
 // "tools":[...]}), is a 400 tool_choice_not_allowed.
 func ResponsesToolChoice(body []byte, kept []policy.Tool) error {
 	keptSet := nameSet(kept)
-	tc := gjson.GetBytes(body, pathToolChoice)
+	tc := get(body, pathToolChoice)
 	switch {
 	case tc.Type == gjson.String:
 		if tc.Str == "required" && len(kept) == 0 {
@@ -169,7 +169,7 @@ func RewriteResponses(body []byte, p Prompt, kept []policy.Tool, removedAny bool
 	if err != nil {
 		return nil, fmt.Errorf("assembly: set instructions: %w", err)
 	}
-	if in := gjson.GetBytes(out, pathInput); in.IsArray() {
+	if in := get(out, pathInput); in.IsArray() {
 		var items bytes.Buffer
 		items.Grow(len(in.Raw))
 		items.WriteByte('[')
@@ -219,7 +219,7 @@ func nameSet(tools []policy.Tool) map[string]bool {
 // every entry of a name whose first entry is shared (several entries of one built-in tool type). An array left
 // empty is removed together with deps (tool_choice), which the APIs only accept alongside tools.
 func filterTools(body []byte, path string, kept []policy.Tool, name func(gjson.Result) (n string, shared bool), deps ...string) ([]byte, error) {
-	arr := gjson.GetBytes(body, path)
+	arr := get(body, path)
 	if !arr.IsArray() {
 		return body, nil
 	}
@@ -253,7 +253,7 @@ func filterTools(body []byte, path string, kept []policy.Tool, name func(gjson.R
 		return body, nil
 	}
 	for _, p := range append([]string{path}, deps...) {
-		if gjson.GetBytes(body, p).Exists() {
+		if get(body, p).Exists() {
 			if body, err = sjson.DeleteBytes(body, p); err != nil {
 				return nil, fmt.Errorf("assembly: filter tools: %w", err)
 			}
@@ -264,7 +264,7 @@ func filterTools(body []byte, path string, kept []policy.Tool, name func(gjson.R
 
 // removeExtension deletes the top-level promptgate field, if any.
 func removeExtension(body []byte) ([]byte, error) {
-	if !gjson.GetBytes(body, PathExtension).Exists() {
+	if !get(body, PathExtension).Exists() {
 		return body, nil
 	}
 	out, err := sjson.DeleteBytes(body, PathExtension)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/store"
 )
@@ -24,6 +25,38 @@ type catalog struct {
 	protocols map[string]*policy.Protocol
 	templates map[string]store.Record
 	tools     map[string]store.ToolOverride
+	// rules holds the compiled argument rules of each effective protocol (ruleKey) this snapshot has
+	// served, so that their regexps are compiled once per snapshot, not once per response.
+	rules sync.Map // ruleKey -> *compiledRules
+}
+
+// ruleKey names an effective protocol of one snapshot: its base and, for a workflow, the workflow.
+type ruleKey struct {
+	base, id             string
+	baseVersion, version int
+	workflow             bool
+}
+
+type compiledRules struct {
+	set *vet.RuleSet
+	err error
+}
+
+// argRules returns the compiled argument rules of e, an effective protocol resolved on this snapshot,
+// compiling them on first use. A nil catalog compiles them every time.
+func (c *catalog) argRules(e *policy.Effective) (*vet.RuleSet, error) {
+	if c == nil {
+		return vet.CompileRules(e.ArgRules)
+	}
+	k := ruleKey{base: e.BaseID, id: e.ID, baseVersion: e.BaseVersion, version: e.Version, workflow: e.Workflow}
+	if v, ok := c.rules.Load(k); ok {
+		cr := v.(*compiledRules)
+		return cr.set, cr.err
+	}
+	set, err := vet.CompileRules(e.ArgRules)
+	v, _ := c.rules.LoadOrStore(k, &compiledRules{set: set, err: err})
+	cr := v.(*compiledRules)
+	return cr.set, cr.err
 }
 
 var (

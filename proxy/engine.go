@@ -14,6 +14,7 @@ import (
 	"github.com/promptgate/promptgate/assembly/ctxjson"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/config"
 )
 
@@ -99,7 +100,12 @@ type Prepared struct {
 	Kept      []policy.Tool
 	Removed   []policy.Removal
 	Extension assembly.Extension
+	// cat is the definitions snapshot the request was prepared on (nil when built elsewhere).
+	cat *catalog
 }
+
+// argRules is the protocol's compiled argument rules, compiled once per snapshot.
+func (p *Prepared) argRules() (*vet.RuleSet, error) { return p.cat.argRules(p.Protocol) }
 
 // contextError marks a failure of a required context source.
 type contextError struct{ err error }
@@ -278,7 +284,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	}
 	return &Prepared{
 		Body: body, Model: req.model, Stream: req.stream, Protocol: eff, Template: tmpl,
-		Prompt: prompt, Kept: kept, Removed: removed, Extension: ext,
+		Prompt: prompt, Kept: kept, Removed: removed, Extension: ext, cat: cat,
 	}, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -86,6 +87,8 @@ type Server struct {
 	mux         *http.ServeMux
 	// blocked remembers the calls blocked in Responses answers (see stored.go).
 	blocked *blockedMemory
+	// schemas keeps the compiled tool schemas that clients declare, shared by every response's checker.
+	schemas *vet.SchemaCache
 }
 
 // exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
@@ -125,12 +128,14 @@ func New(o Options) (*Server, error) {
 	if o.Ready == nil {
 		o.Ready = func() (bool, string) { return true, "" }
 	}
-	s := &Server{opt: o, log: o.Log, blocked: newBlockedMemory(o.StoredResponses)}
+	s := &Server{opt: o, log: o.Log, blocked: newBlockedMemory(o.StoredResponses), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize)}
 	tr := timeoutTransport{next: o.Transport, timeout: o.Engine.Limits.UpstreamTimeout}
+	buffers := newBufferPool()
 	s.rewritten = &httputil.ReverseProxy{
 		Rewrite:        s.rewriteRequest,
 		Transport:      tr,
 		FlushInterval:  -1,
+		BufferPool:     buffers,
 		ModifyResponse: s.vetResponse,
 		ErrorHandler:   s.upstreamFailed,
 		ErrorLog:       slog.NewLogLogger(o.Log.Handler(), slog.LevelWarn),
@@ -139,6 +144,7 @@ func New(o Options) (*Server, error) {
 		Rewrite:        s.rewritePassthrough,
 		Transport:      tr,
 		FlushInterval:  -1,
+		BufferPool:     buffers,
 		ModifyResponse: s.passResponse,
 		ErrorHandler:   s.upstreamFailed,
 		ErrorLog:       slog.NewLogLogger(o.Log.Handler(), slog.LevelWarn),
@@ -498,7 +504,7 @@ func (s *Server) checker(x *exchange) *vet.Checker {
 			schemas[t.Name] = t.Schema
 		}
 	}
-	rules, err := vet.CompileRules(p.Protocol.ArgRules)
+	rules, err := p.argRules()
 	if err != nil {
 		// Validated when the protocol was stored; if it still fails, no call may pass.
 		x.log.Error("argument rules do not compile; every tool call is refused", "protocol", p.Protocol.ID, "err", err)
@@ -507,6 +513,7 @@ func (s *Server) checker(x *exchange) *vet.Checker {
 	return vet.NewChecker(vet.Policy{
 		Allowed: allowed, Schemas: schemas, Rules: rules,
 		Mode: p.Protocol.OnViolation, Atomic: p.Protocol.Atomic, MaxDepth: s.opt.Engine.Limits.MaxJSONDepth,
+		SchemaCache: s.schemas,
 	})
 }
 
@@ -577,9 +584,11 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		return nil, &http.MaxBytesError{Limit: limit}
 	}
 	rd := http.MaxBytesReader(w, r.Body, limit)
+	// Room for the announced body and the bytes.MinRead that ReadFrom wants free before each read, so
+	// that the body lands in one allocation, without a copy.
 	size := 4096
 	if r.ContentLength > 0 {
-		size = int(r.ContentLength) + 1
+		size = int(r.ContentLength) + bytes.MinRead
 	}
 	buf := bytes.NewBuffer(make([]byte, 0, size))
 	if _, err := buf.ReadFrom(rd); err != nil {
@@ -602,4 +611,24 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// bufferPool lends the reverse proxies their 32 KiB copy buffers (httputil.BufferPool), instead of one new
+// buffer per response.
+type bufferPool struct{ p sync.Pool }
+
+const proxyBufferSize = 32 << 10
+
+func newBufferPool() *bufferPool {
+	return &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, proxyBufferSize); return &b }}}
+}
+
+func (b *bufferPool) Get() []byte { return *(b.p.Get().(*[]byte)) }
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) != proxyBufferSize {
+		return
+	}
+	buf = buf[:proxyBufferSize]
+	b.p.Put(&buf)
 }

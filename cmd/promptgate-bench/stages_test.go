@@ -199,37 +199,64 @@ func BenchmarkFilter(b *testing.B) {
 	})
 }
 
-// checkerFor builds the tool-call checker of a prepared request the way proxy.Server does for every
-// response (server.go, checker): allowed names and schemas of the kept tools, the protocol's argument rules
-// compiled.
+// checkerFor builds the tool-call checker of a prepared request the way proxy.Server built it for every
+// response before the caches: allowed names and schemas of the kept tools, the protocol's argument rules
+// compiled again, each tool's schema compiled again on its first call.
 func checkerFor(b *testing.B, prep *proxy.Prepared) *vet.Checker {
-	allowed := make(map[string]bool, len(prep.Kept))
-	schemas := make(map[string][]byte, len(prep.Kept))
-	for _, t := range prep.Kept {
-		allowed[t.Name] = true
-		if len(t.Schema) > 0 {
-			schemas[t.Name] = t.Schema
-		}
-	}
 	rules, err := vet.CompileRules(prep.Protocol.ArgRules)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return vet.NewChecker(vet.Policy{Allowed: allowed, Schemas: schemas, Rules: rules,
-		Mode: prep.Protocol.OnViolation, Atomic: prep.Protocol.Atomic, MaxDepth: config.DefaultMaxJSONDepth})
+	return newChecker(prep, rules, nil)
+}
+
+// newChecker is the checker proxy.Server builds for each response (server.go, checker): rules compiled once
+// per definitions snapshot and the server's shared schema cache.
+func newChecker(prep *proxy.Prepared, rules *vet.RuleSet, schemas *vet.SchemaCache) *vet.Checker {
+	allowed := make(map[string]bool, len(prep.Kept))
+	schemaOf := make(map[string][]byte, len(prep.Kept))
+	for _, t := range prep.Kept {
+		allowed[t.Name] = true
+		if len(t.Schema) > 0 {
+			schemaOf[t.Name] = t.Schema
+		}
+	}
+	return vet.NewChecker(vet.Policy{Allowed: allowed, Schemas: schemaOf, Rules: rules,
+		Mode: prep.Protocol.OnViolation, Atomic: prep.Protocol.Atomic, MaxDepth: config.DefaultMaxJSONDepth,
+		SchemaCache: schemas})
+}
+
+// cachedChecker returns a function that builds checkers as the server does now: one rule set, one cache.
+func cachedChecker(b *testing.B, prep *proxy.Prepared) func() *vet.Checker {
+	rules, err := vet.CompileRules(prep.Protocol.ArgRules)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cache := vet.NewSchemaCache(vet.DefaultSchemaCacheSize)
+	return func() *vet.Checker { return newChecker(prep, rules, cache) }
 }
 
 // BenchmarkVet: Checker.Check of one get_ticket call (allowed name, JSON object, the declared schema, the
-// ticket-id pattern rule). "per-request" is what a response pays today: a new checker, so the rules'
-// regexps and the tool's schema are compiled again; "warm" reuses one checker (schema compiled). The
-// baseline is jsoncheck.Object on the arguments alone.
+// ticket-id pattern rule). "uncached" is what every response paid before the caches: a new checker with
+// the rules' regexps and the tool's schema compiled again; "per-request" is what it pays now: a new checker
+// on the snapshot's compiled rules and the server's schema cache; "warm" reuses one checker. The baseline
+// is jsoncheck.Object on the arguments alone.
 func BenchmarkVet(b *testing.B) {
 	f := newStageFixture(b)
 	args := []byte(`{"id": "T-12345"}`)
-	b.Run("per-request", func(b *testing.B) {
+	b.Run("uncached", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if r, _, ok := checkerFor(b, f.prep).Check("get_ticket", args); !ok {
+				b.Fatal(r)
+			}
+		}
+	})
+	b.Run("per-request", func(b *testing.B) {
+		mk := cachedChecker(b, f.prep)
+		b.ReportAllocs()
+		for b.Loop() {
+			if r, _, ok := mk().Check("get_ticket", args); !ok {
 				b.Fatal(r)
 			}
 		}
@@ -241,12 +268,6 @@ func BenchmarkVet(b *testing.B) {
 			if r, _, ok := c.Check("get_ticket", args); !ok {
 				b.Fatal(r)
 			}
-		}
-	})
-	b.Run("checker-only", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			checkerFor(b, f.prep)
 		}
 	})
 	b.Run("baseline-jsoncheck", func(b *testing.B) {
@@ -290,11 +311,12 @@ func BenchmarkRelay(b *testing.B) {
 		evs := streamEvents(200, s.tool)
 		size := len(bytes.Join(evs, nil))
 		buf := make([]byte, 32<<10)
+		mk := cachedChecker(b, f.prep)
 		b.Run(s.name+"/stream", func(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			for b.Loop() {
-				st := chatvet.NewStream(io.NopCloser(&eventReader{evs: append([][]byte(nil), evs...)}), checkerFor(b, f.prep), nil)
+				st := chatvet.NewStream(io.NopCloser(&eventReader{evs: append([][]byte(nil), evs...)}), mk(), nil)
 				if _, err := io.CopyBuffer(io.Discard, st, buf); err != nil {
 					b.Fatal(err)
 				}

@@ -105,6 +105,9 @@ type Policy struct {
 	Atomic bool
 	// MaxDepth caps the nesting of arguments; zero or negative is jsoncheck.DefaultMaxDepth.
 	MaxDepth int
+	// SchemaCache, when set, shares compiled schemas between checkers (by their bytes); nil compiles
+	// each tool's schema once per checker.
+	SchemaCache *SchemaCache
 }
 
 // Decision is the outcome of vetting one call, for the decision log.
@@ -330,8 +333,7 @@ func (c *Checker) schema(name string) *compiledSchema {
 	if cs, ok := c.schemas[name]; ok {
 		return cs
 	}
-	s, err := compileSchema(c.p.Schemas[name])
-	cs := &compiledSchema{s: s, err: err}
+	cs := c.p.SchemaCache.compile(c.p.Schemas[name])
 	c.schemas[name] = cs
 	return cs
 }

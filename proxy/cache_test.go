@@ -1,0 +1,106 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/promptgate/promptgate/store"
+)
+
+const cacheProtocolV1 = `{"id":"p","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["get_ticket"]},
+  "toolCalls":{"rules":[{"id":"tid","tool":"get_ticket","path":"id","pattern":"^T-[0-9]+$"}]}}`
+
+const cacheProtocolV2 = `{"id":"p","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["get_ticket"]},
+  "toolCalls":{"rules":[{"id":"tid","tool":"get_ticket","path":"id","pattern":"^X-[0-9]+$"}]}}`
+
+const cacheRequest = `{"model":"m","messages":[{"role":"user","content":"hi"}],
+  "tools":[{"type":"function","function":{"name":"get_ticket","parameters":{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}}}]}`
+
+// TestArgRulesOncePerSnapshot checks that the argument rules are compiled once per definitions snapshot
+// and effective protocol, that a new snapshot gets its own, and that a request prepared on the old
+// snapshot keeps the old rules.
+func TestArgRulesOncePerSnapshot(t *testing.T) {
+	e := testEngine(t, "defaultProtocol: p\n", nil, nil, []json.RawMessage{json.RawMessage(cacheProtocolV1)})
+	s, err := New(Options{Engine: e, Upstream: mustURL(t, "http://127.0.0.1:1/v1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep := func() *Prepared {
+		t.Helper()
+		p, err := e.PrepareChat(context.Background(), Input{Path: PathChat, Header: http.Header{}, Body: []byte(cacheRequest)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	rules := func(p *Prepared) any {
+		t.Helper()
+		set, err := p.argRules()
+		if err != nil || set.Len() != 1 {
+			t.Fatalf("rules %v, %v", set, err)
+		}
+		return set
+	}
+	check := func(p *Prepared, id string) bool {
+		_, _, ok := s.checker(&exchange{prep: p, log: s.log}).Check("get_ticket", []byte(`{"id":"`+id+`"}`))
+		return ok
+	}
+	a, b := prep(), prep()
+	if rules(a) != rules(b) {
+		t.Error("two requests on one snapshot compiled the rules twice")
+	}
+	if !check(a, "T-1") || check(a, "X-1") {
+		t.Error("v1 rules not applied")
+	}
+	if err := e.Defs.store.ApplyRollout(context.Background(), store.Rollout{ID: "v2", Protocols: []json.RawMessage{json.RawMessage(cacheProtocolV2)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Defs.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := prep()
+	if rules(c) == rules(a) {
+		t.Error("a new snapshot reused the old snapshot's rules")
+	}
+	if check(c, "T-1") || !check(c, "X-1") {
+		t.Error("v2 rules not applied")
+	}
+	if !check(a, "T-1") || check(a, "X-1") {
+		t.Error("a request prepared before the activation changed rules")
+	}
+	// A Prepared made outside the engine compiles its rules itself.
+	bare := &Prepared{Protocol: a.Protocol, Kept: a.Kept}
+	if rules(bare) == rules(a) || !check(bare, "T-1") {
+		t.Error("a Prepared without a snapshot")
+	}
+}
+
+// TestBufferPool checks that the proxies' copy buffers come back whole and that foreign buffers are not
+// kept.
+func TestBufferPool(t *testing.T) {
+	p := newBufferPool()
+	b := p.Get()
+	if len(b) != proxyBufferSize {
+		t.Fatalf("buffer of %d bytes", len(b))
+	}
+	p.Put(b[:10])
+	if got := p.Get(); len(got) != proxyBufferSize {
+		t.Fatalf("buffer of %d bytes after a short Put", len(got))
+	}
+	p.Put(make([]byte, 100)) // not ours: dropped
+	if got := p.Get(); len(got) != proxyBufferSize {
+		t.Fatalf("buffer of %d bytes after a foreign Put", len(got))
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
