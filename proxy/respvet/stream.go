@@ -214,14 +214,23 @@ func (s *Stream) event(ev sse.Event) {
 			m.seq, m.hasSeq = int64(n), true
 		}
 	}
+	argsEvent := false // the event carries a call's argument (or input) fragment
+	callItem := false  // the event carries a call item
+	switch typ {
+	case evArgsDelta, evArgsDone, evCustomDelta, evCustomDone:
+		argsEvent = true
+	case evItemAdded, evItemDone:
+		callItem = vetted(gjson.GetBytes(data, pathItem+"."+pathType).String())
+	}
 	if v := gjson.GetBytes(data, pathOutputIdx); v.Exists() {
 		m.oi, m.hasOI = intField(v)
-	} else if id := gjson.GetBytes(data, pathItemID); id.Type == gjson.String {
+	} else if id := gjson.GetBytes(data, pathItemID); id.Type == gjson.String && !argsEvent && !callItem {
+		// Only an event that adds nothing to a call is placed by its item id. Clients place a call's
+		// events by output_index (the official SDKs; a Go client reads a missing one as 0) or by item id:
+		// an event of a call must name both, and agree, or clients would assemble different calls.
 		m.oi, m.hasOI = s.byID[id.Str]
 	}
 
-	argsEvent := false // the event carries a call's argument (or input) fragment
-	callItem := false  // the event carries a call item
 	switch typ {
 	case evCompleted, evIncomplete, evFailed:
 		s.completeAll()
@@ -240,14 +249,15 @@ func (s *Stream) event(ev sse.Event) {
 		s.finished = true
 		s.write(ev.Raw, nil, m, -1)
 		return
-	case evArgsDelta, evArgsDone, evCustomDelta, evCustomDone:
-		argsEvent = true
-	case evItemAdded, evItemDone:
-		callItem = vetted(gjson.GetBytes(data, pathItem+"."+pathType).String())
 	}
 	if !m.hasOI {
 		if argsEvent || callItem {
-			return // a call that cannot be placed: no client may assemble it
+			// A call event that cannot be placed is dropped; a client might still place it somewhere (by its
+			// item id, or at output_index 0), so every call still held fails closed.
+			for _, p := range s.open {
+				p.fail(vet.ReasonInvalidIndex)
+			}
+			return
 		}
 		s.write(ev.Raw, s.snapshot(data), m, -1)
 		return
@@ -399,8 +409,16 @@ func (s *Stream) itemDone(p *pending, it gjson.Result) {
 	}
 }
 
+// sameItem checks the item_id of an argument event against the call's item id. It must be there when the
+// call's item has an id: a client that places events by item id would not add a fragment without one.
 func (s *Stream) sameItem(p *pending, data []byte) {
-	if id := gjson.GetBytes(data, pathItemID); id.Exists() && (id.Type != gjson.String || id.Str != p.itemID) {
+	id := gjson.GetBytes(data, pathItemID)
+	switch {
+	case !id.Exists():
+		if p.itemID != "" {
+			p.call.Fail(ReasonChanged)
+		}
+	case id.Type != gjson.String || id.Str != p.itemID:
 		p.call.Fail(ReasonChanged)
 	}
 }
