@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
 // textStream is a recorded-style 200-chunk text stream.
@@ -30,51 +31,13 @@ func toolStream() []byte {
 	return []byte(frame(in))
 }
 
-// benchRead copies src through r the way httputil.ReverseProxy does (32 KiB buffer).
-func benchRead(b *testing.B, mk func() io.Reader, size int) {
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	buf := make([]byte, 32<<10)
-	for b.Loop() {
-		if _, err := io.CopyBuffer(io.Discard, mk(), buf); err != nil {
-			b.Fatal(err)
-		}
-	}
+func openBench(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream {
+	return NewStream(up, policy(vet.ModeRefuse, false), rec)
 }
-
-// eventReader returns one SSE event per Read, as an upstream connection tends to.
-type eventReader struct{ rest []byte }
-
-func (r *eventReader) Read(p []byte) (int, error) {
-	if len(r.rest) == 0 {
-		return 0, io.EOF
-	}
-	n := bytes.Index(r.rest, []byte("\n\n")) + 2
-	if n < 2 {
-		n = len(r.rest)
-	}
-	n = copy(p, r.rest[:n])
-	r.rest = r.rest[n:]
-	return n, nil
-}
-
-// onlyReader hides WriterTo/ReaderFrom shortcuts, so the baseline copies through a buffer too.
-type onlyReader struct{ io.Reader }
 
 func BenchmarkStream(b *testing.B) {
-	for _, s := range []struct {
-		name string
-		data []byte
-	}{{"text200", textStream()}, {"tools3", toolStream()}} {
-		b.Run(s.name+"/copy", func(b *testing.B) {
-			benchRead(b, func() io.Reader { return onlyReader{&eventReader{s.data}} }, len(s.data))
-		})
-		b.Run(s.name+"/stream", func(b *testing.B) {
-			benchRead(b, func() io.Reader {
-				return NewStream(io.NopCloser(&eventReader{s.data}), policy(vet.ModeRefuse, false), nil)
-			}, len(s.data))
-		})
-	}
+	relaytest.Bench(b, "text200", textStream(), openBench)
+	relaytest.Bench(b, "tools3", toolStream(), openBench)
 }
 
 func TestBenchStreams(t *testing.T) {

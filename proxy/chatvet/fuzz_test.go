@@ -12,6 +12,8 @@ import (
 	"github.com/tidwall/gjson"
 )
 
+var doneData = []byte("[DONE]")
+
 var fuzzModes = []vet.Mode{vet.ModeRefuse, vet.ModeError, vet.ModeAudit}
 
 // upstreamCalls assembles the calls of an input stream the way Stream keys them: by (choice,

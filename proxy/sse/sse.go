@@ -275,6 +275,17 @@ func AppendData(dst, data []byte) []byte {
 	}
 }
 
+// AppendEvent appends to dst one event with an event: line (when name is not empty) and data; see
+// AppendData.
+func AppendEvent(dst []byte, name string, data []byte) []byte {
+	if name != "" {
+		dst = append(dst, "event: "...)
+		dst = append(dst, name...)
+		dst = append(dst, '\n')
+	}
+	return AppendData(dst, data)
+}
+
 // WriteData writes one event that carries data to w; see AppendData.
 func WriteData(w io.Writer, data []byte) error {
 	_, err := w.Write(AppendData(make([]byte, 0, len(data)+16), data))
