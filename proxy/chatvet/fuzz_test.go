@@ -2,19 +2,17 @@ package chatvet
 
 import (
 	"bytes"
-	"io"
 	"strings"
 	"testing"
 
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 	"github.com/promptgate/promptgate/proxy/sse"
 	"github.com/tidwall/gjson"
 )
 
 var doneData = []byte("[DONE]")
-
-var fuzzModes = []vet.Mode{vet.ModeRefuse, vet.ModeError, vet.ModeAudit}
 
 // upstreamCalls assembles the calls of an input stream the way Stream keys them: by (choice,
 // index, id), a new id at an index in use starting a new call. Events Stream drops (JSON that is
@@ -72,7 +70,7 @@ func upstreamCalls(input []byte) []call {
 func FuzzStream(f *testing.F) {
 	for _, tc := range streamCases {
 		mode := byte(0)
-		for i, m := range fuzzModes {
+		for i, m := range relaytest.FuzzModes {
 			if m == tc.mode {
 				mode = byte(i)
 			}
@@ -81,7 +79,7 @@ func FuzzStream(f *testing.F) {
 		f.Add([]byte(frame(tc.in)), (mode+1)%3, !tc.atomic, uint8(5), uint64(2))
 	}
 	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
-		m := fuzzModes[int(mode)%len(fuzzModes)]
+		m := relaytest.FuzzModes[int(mode)%len(relaytest.FuzzModes)]
 		out, ds, blocked := runStream(t, string(input), policy(m, atomic), int(split%16), seed)
 		got := assemble(t, out) // also checks that the output is clean SSE
 
@@ -144,5 +142,3 @@ func FuzzStream(f *testing.F) {
 		}
 	})
 }
-
-var _ io.Reader = (*chunkReader)(nil)

@@ -21,8 +21,12 @@ type recorder struct {
 func newRecorder(up io.Reader, done, pass bool) *recorder {
 	rc := &recorder{pass: pass}
 	s := Surface{
-		Finished:  func() bool { return rc.finished },
-		Truncated: func() { rc.log = append(rc.log, "truncated"); rc.r.Out = append(rc.r.Out, "T\n\n"...); rc.r.Ended = true },
+		Finished: func() bool { return rc.finished },
+		Truncated: func() {
+			rc.log = append(rc.log, "truncated")
+			rc.r.Out = append(rc.r.Out, "T\n\n"...)
+			rc.r.Ended = true
+		},
 		Malformed: func() { rc.log = append(rc.log, "malformed") },
 		Event: func(ev sse.Event) {
 			rc.log = append(rc.log, "event "+string(ev.Data))

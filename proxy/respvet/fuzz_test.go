@@ -1,17 +1,13 @@
 package respvet
 
 import (
-	"bytes"
-	"io"
 	"testing"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/sse"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
-
-var fuzzModes = []vet.Mode{vet.ModeRefuse, vet.ModeError, vet.ModeAudit}
 
 // visibleCalls are every function call a client could read from an output stream, however lenient: the items
 // of output_item.added (with their argument deltas) and output_item.done events, and the output of every
@@ -22,16 +18,8 @@ func visibleCalls(t *testing.T, out []byte) []call {
 	var calls []call
 	byIndex := map[int64]int{} // output_index -> position in calls of the call assembled by index
 	byItem := map[string]int{} // item id -> position in calls of the call assembled by item id
-	r := sse.NewReader(bytes.NewReader(out))
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil || ev.Truncated {
-			t.Fatalf("output is not a clean SSE stream: %v %q", err, ev.Raw)
-		}
-		if !ev.HasData || !gjson.ValidBytes(ev.Data) {
+	for ev := range relaytest.Events(t, out) {
+		if !gjson.ValidBytes(ev.Data) {
 			continue
 		}
 		d := gjson.ParseBytes(ev.Data)
@@ -75,7 +63,7 @@ func visibleCalls(t *testing.T, out []byte) []call {
 func FuzzStream(f *testing.F) {
 	for _, tc := range streamCases {
 		mode := byte(0)
-		for i, m := range fuzzModes {
+		for i, m := range relaytest.FuzzModes {
 			if m == tc.mode {
 				mode = byte(i)
 			}
@@ -84,7 +72,7 @@ func FuzzStream(f *testing.F) {
 		f.Add([]byte(tc.in), (mode+1)%3, !tc.atomic, uint8(5), uint64(2))
 	}
 	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
-		m := fuzzModes[int(mode)%len(fuzzModes)]
+		m := relaytest.FuzzModes[int(mode)%len(relaytest.FuzzModes)]
 		out, ds, blocked := runStream(t, string(input), policy(m, atomic), int(split%16), seed)
 		nBlocked := 0
 		passed := map[call]bool{} // by call id and name

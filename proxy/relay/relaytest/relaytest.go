@@ -8,6 +8,7 @@ package relaytest
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"iter"
 	"math/rand/v2"
@@ -160,4 +161,25 @@ func Bench(b *testing.B, name string, data []byte, open Open) {
 	b.Run(name+"/relay", func(b *testing.B) {
 		run(b, func() io.Reader { return open(io.NopCloser(&EventReader{data}), func(vet.Decision) {}) })
 	})
+}
+
+// JSONString is s as a JSON string.
+func JSONString(s string) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// SplitRunes cuts s into pieces of n runes (the last may be shorter).
+func SplitRunes(s string, n int) []string {
+	var out []string
+	r := []rune(s)
+	for len(r) > 0 {
+		k := min(n, len(r))
+		out = append(out, string(r[:k]))
+		r = r[k:]
+	}
+	return out
 }
