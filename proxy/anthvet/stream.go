@@ -133,7 +133,7 @@ func (s *Stream) malformed() {
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
 	typ := gjson.GetBytes(data, pathType).String()
-	idx, hasIdx := intField(gjson.GetBytes(data, pathIndex))
+	idx, hasIdx := relay.IntField(gjson.GetBytes(data, pathIndex))
 	switch typ {
 	case evMessageStart:
 		s.messageStart(ev)
@@ -369,7 +369,7 @@ func (s *Stream) late(st *block, ev sse.Event) {
 // write puts a live event out: byte for byte unless data replaces its data or its index changes (client >= 0
 // is the index the client sees).
 func (s *Stream) write(ev sse.Event, data []byte, client int) {
-	idx, hasIdx := intField(gjson.GetBytes(ev.Data, pathIndex))
+	idx, hasIdx := relay.IntField(gjson.GetBytes(ev.Data, pathIndex))
 	if data == nil && (client < 0 || !hasIdx || idx == client) {
 		s.rl.Out = append(s.rl.Out, ev.Raw...)
 		return

@@ -185,7 +185,7 @@ func scanChoice(pos int, c gjson.Result) (v choiceView, ok bool) {
 	c.ForEach(func(k, val gjson.Result) bool {
 		switch k.Str {
 		case pathIndex:
-			v.index, ok = intField(val)
+			v.index, ok = relay.IntField(val)
 		case pathDelta:
 			val.ForEach(func(dk, dv gjson.Result) bool {
 				switch dk.Str {
@@ -450,7 +450,7 @@ func (s *Stream) toolDelta(ch *choiceState, choice int, e gjson.Result, data, he
 	invalid := false
 	if ix := e.Get(pathIndex); ix.Exists() {
 		var ok bool
-		if wire, ok = intField(ix); !ok {
+		if wire, ok = relay.IntField(ix); !ok {
 			invalid = true
 			index = legacyIndex + 1 // a key no valid delta uses
 		} else if wire != -1 {

@@ -13,6 +13,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strconv"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
@@ -226,4 +229,30 @@ func Culprit(c *vet.Checker, ds []vet.Decision) int {
 		}
 	}
 	return culprit
+}
+
+// IntField reads an integer JSON number (no fraction or exponent), as a strict client would.
+func IntField(v gjson.Result) (int, bool) {
+	if v.Type != gjson.Number {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v.Raw)
+	return n, err == nil
+}
+
+// JoinArray builds a JSON array of raw elements.
+func JoinArray(raws []string) []byte {
+	n := 2
+	for _, r := range raws {
+		n += len(r) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, r := range raws {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, r...)
+	}
+	return append(b, ']')
 }

@@ -158,7 +158,7 @@ func (s *Stream) event(ev sse.Event) {
 	typ := gjson.GetBytes(data, pathType).String()
 	m := meta{name: ev.Event}
 	if v := gjson.GetBytes(data, pathSeq); v.Exists() {
-		if n, ok := intField(v); ok {
+		if n, ok := relay.IntField(v); ok {
 			m.seq, m.hasSeq = int64(n), true
 		}
 	}
@@ -171,7 +171,7 @@ func (s *Stream) event(ev sse.Event) {
 		callItem = vetted(gjson.GetBytes(data, pathItem+"."+pathType).String())
 	}
 	if v := gjson.GetBytes(data, pathOutputIdx); v.Exists() {
-		m.oi, m.hasOI = intField(v)
+		m.oi, m.hasOI = relay.IntField(v)
 	} else if id := gjson.GetBytes(data, pathItemID); id.Type == gjson.String && !argsEvent && !callItem {
 		// Only an event that adds nothing to a call is placed by its item id. Clients place a call's
 		// events by output_index (the official SDKs; a Go client reads a missing one as 0) or by item id:
@@ -574,7 +574,7 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 		raws = append(raws, k.raw)
 	}
 	raws = append(raws, rest...)
-	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, joinArray(raws))
+	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, relay.JoinArray(raws))
 	if err != nil {
 		return nil, true
 	}
@@ -631,7 +631,7 @@ func (s *Stream) snapshot(data []byte) []byte {
 	if !changed {
 		return nil
 	}
-	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, joinArray(kept))
+	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, relay.JoinArray(kept))
 	if err != nil {
 		return nil
 	}
