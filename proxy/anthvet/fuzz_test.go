@@ -52,12 +52,7 @@ func visibleCalls(t *testing.T, out []byte) []cblock {
 
 func FuzzStream(f *testing.F) {
 	for _, tc := range streamCases {
-		mode := byte(0)
-		for i, m := range relaytest.FuzzModes {
-			if m == tc.mode {
-				mode = byte(i)
-			}
-		}
+		mode := relaytest.ModeByte(tc.mode)
 		f.Add([]byte(tc.in), mode, tc.atomic, uint8(0), uint64(1))
 		f.Add([]byte(tc.in), (mode+1)%3, !tc.atomic, uint8(5), uint64(2))
 	}

@@ -19,15 +19,18 @@ import (
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
-// Arguments used across the surfaces' tests.
-const (
-	FetchGood   = `{"url":"https://docs.example.com/a"}`
-	FetchBad    = `{"url":"https://evil.example.net/?leak=SECRET123"}`
-	WeatherArgs = `{"city":"Oslo"}`
-)
-
 // FuzzModes are the modes a fuzz input's mode byte picks from.
 var FuzzModes = []vet.Mode{vet.ModeRefuse, vet.ModeError, vet.ModeAudit}
+
+// ModeByte is the mode byte of a fuzz input that picks m from FuzzModes.
+func ModeByte(m vet.Mode) byte {
+	for i, fm := range FuzzModes {
+		if fm == m {
+			return byte(i)
+		}
+	}
+	return 0
+}
 
 // Policy is the checker most tests use: get_weather, web_fetch and search are allowed, get_weather's
 // arguments have a schema, and web_fetch may only fetch the docs site.
