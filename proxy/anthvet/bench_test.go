@@ -28,13 +28,12 @@ func benchTools() []byte {
 		end("tool_use").String())
 }
 
-func openBench(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream {
-	return NewStream(up, policy(vet.ModeRefuse, false), rec)
-}
-
 func BenchmarkStream(b *testing.B) {
-	relaytest.Bench(b, "text200", benchText(), openBench)
-	relaytest.Bench(b, "tools3", benchTools(), openBench)
+	// One checker for every stream, as the proxy keeps one per policy version: the relay is measured.
+	c := policy(vet.ModeRefuse, false)
+	open := func(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream { return NewStream(up, c, rec) }
+	relaytest.Bench(b, "text200", benchText(), open)
+	relaytest.Bench(b, "tools3", benchTools(), open)
 }
 
 func TestBenchStreams(t *testing.T) {
@@ -46,5 +45,19 @@ func TestBenchStreams(t *testing.T) {
 	out, _, blocked = runStream(t, string(benchTools()), policy(vet.ModeRefuse, false), 0, 0)
 	if v := assemble(t, out); blocked != 1 || len(v.tools()) != 2 || v.text() == "" {
 		t.Fatalf("tool stream: blocked %d, %+v", blocked, v)
+	}
+}
+
+// textOf is a text answer of n deltas.
+func textOf(n int) []byte {
+	return []byte((&as{}).start().text(0, strings.Repeat(" w0001", n), 6).end("end_turn").String())
+}
+
+// TestTextPathAllocs: relaying text deltas allocates nothing per event (the relay's fixed cost aside).
+func TestTextPathAllocs(t *testing.T) {
+	c := policy(vet.ModeRefuse, false)
+	open := func(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream { return NewStream(up, c, rec) }
+	if per := relaytest.AllocsPerEvent(open, textOf, 200); per > 0.02 {
+		t.Fatalf("%.3f allocations per text event", per)
 	}
 }

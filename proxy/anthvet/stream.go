@@ -132,8 +132,8 @@ func (s *Stream) malformed() {
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
-	typ := gjson.GetBytes(data, pathType).String()
-	idx, hasIdx := relay.IntField(gjson.GetBytes(data, pathIndex))
+	typ := relay.Get(data, pathType).String()
+	idx, hasIdx := relay.IntField(relay.Get(data, pathIndex))
 	switch typ {
 	case evMessageStart:
 		s.messageStart(ev)
@@ -144,7 +144,7 @@ func (s *Stream) event(ev sse.Event) {
 			return
 		}
 		var out []byte
-		if gjson.GetBytes(data, "delta.stop_reason").String() == stopToolUse && !s.released {
+		if relay.Get(data, "delta.stop_reason").String() == stopToolUse && !s.released {
 			out, _ = sjson.SetBytes(slices.Clone(data), "delta.stop_reason", stopEndTurn)
 		}
 		s.write(ev, out, -1)
@@ -168,8 +168,8 @@ func (s *Stream) event(ev sse.Event) {
 		return
 	}
 
-	inputFrag := typ == evBlockDelta && gjson.GetBytes(data, "delta.type").String() == deltaInputJSON
-	toolStart := typ == evBlockStart && gjson.GetBytes(data, "content_block.type").String() == typeToolUse
+	inputFrag := typ == evBlockDelta && relay.Get(data, "delta.type").String() == deltaInputJSON
+	toolStart := typ == evBlockStart && relay.Get(data, "content_block.type").String() == typeToolUse
 	if !hasIdx {
 		if !inputFrag && !toolStart {
 			s.write(ev, nil, -1)
@@ -369,7 +369,7 @@ func (s *Stream) late(st *block, ev sse.Event) {
 // write puts a live event out: byte for byte unless data replaces its data or its index changes (client >= 0
 // is the index the client sees).
 func (s *Stream) write(ev sse.Event, data []byte, client int) {
-	idx, hasIdx := relay.IntField(gjson.GetBytes(ev.Data, pathIndex))
+	idx, hasIdx := relay.IntField(relay.Get(ev.Data, pathIndex))
 	if data == nil && (client < 0 || !hasIdx || idx == client) {
 		s.rl.Out = append(s.rl.Out, ev.Raw...)
 		return

@@ -31,13 +31,12 @@ func toolStream() []byte {
 	return []byte(frame(in))
 }
 
-func openBench(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream {
-	return NewStream(up, policy(vet.ModeRefuse, false), rec)
-}
-
 func BenchmarkStream(b *testing.B) {
-	relaytest.Bench(b, "text200", textStream(), openBench)
-	relaytest.Bench(b, "tools3", toolStream(), openBench)
+	// One checker for every stream, as the proxy keeps one per policy version: the relay is measured.
+	c := policy(vet.ModeRefuse, false)
+	open := func(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream { return NewStream(up, c, rec) }
+	relaytest.Bench(b, "text200", textStream(), open)
+	relaytest.Bench(b, "tools3", toolStream(), open)
 }
 
 func TestBenchStreams(t *testing.T) {
@@ -50,5 +49,23 @@ func TestBenchStreams(t *testing.T) {
 	got := assemble(t, out)
 	if blocked != 1 || len(got.Calls) != 2 || got.Content[0] == "" {
 		t.Fatalf("tool stream: blocked %d, %+v", blocked, got)
+	}
+}
+
+// textOf is a text answer of n deltas.
+func textOf(n int) []byte {
+	in := []string{role()}
+	for i := range n {
+		in = append(in, text(fmt.Sprintf(" word%d", i)))
+	}
+	return []byte(frame(append(in, finish(0, "stop"), done)))
+}
+
+// TestTextPathAllocs: relaying text deltas allocates nothing per event (the relay's fixed cost aside).
+func TestTextPathAllocs(t *testing.T) {
+	c := policy(vet.ModeRefuse, false)
+	open := func(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream { return NewStream(up, c, rec) }
+	if per := relaytest.AllocsPerEvent(open, textOf, 200); per > 0.02 {
+		t.Fatalf("%.3f allocations per text event", per)
 	}
 }

@@ -145,7 +145,7 @@ func (s *Stream) noteText(data []byte) {
 	if !bytes.Contains(data, []byte(`"content"`)) {
 		return
 	}
-	gjson.GetBytes(data, pathChoices).ForEach(func(_, c gjson.Result) bool {
+	relay.Get(data, pathChoices).ForEach(func(_, c gjson.Result) bool {
 		if v, ok := scanChoice(0, c); ok && v.text {
 			s.choice(v.index).text = true
 		}
@@ -669,7 +669,7 @@ func (s *Stream) noteFinish(data []byte) {
 	if bytes.Count(data, finishKey) == bytes.Count(data, finishNull) {
 		return
 	}
-	for _, f := range gjson.GetBytes(data, "choices.#.finish_reason").Array() {
+	for _, f := range relay.Get(data, "choices.#.finish_reason").Array() {
 		if f.Type == gjson.String && f.String() != "" {
 			s.finished = true
 			return

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 
@@ -90,7 +91,8 @@ func (r *Relay) Close() error {
 }
 
 // Read implements io.Reader. It reads the upstream only when it has no output left to give, so
-// each event reaches a caller that flushes after every Read at once.
+// each event reaches a caller that flushes after every Read at once; events that are already
+// buffered whole are handled first, while p has room for their output.
 func (r *Relay) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
@@ -100,6 +102,11 @@ func (r *Relay) Read(p []byte) (int, error) {
 		if r.Ended {
 			return 0, io.EOF
 		}
+		r.step()
+	}
+	// Events already buffered whole go out in the same Read (one write and flush for a burst), as far
+	// as p has room; the relay never waits for more input while it has output.
+	for !r.Ended && len(r.Out)-r.off < len(p) && r.rd.Buffered() {
 		r.step()
 	}
 	n := copy(p, r.Out[r.off:])
@@ -229,6 +236,13 @@ func Culprit(c *vet.Checker, ds []vet.Decision) int {
 		}
 	}
 	return culprit
+}
+
+// Get is gjson.GetBytes without its copies: the strings of the result alias data, so nothing of
+// it may be kept beyond the event (strings.Clone what is kept). It is for the reads of the text
+// path, which must not allocate per event.
+func Get(data []byte, path string) gjson.Result {
+	return gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), path)
 }
 
 // IntField reads an integer JSON number (no fraction or exponent), as a strict client would.

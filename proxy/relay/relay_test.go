@@ -146,3 +146,25 @@ func TestPending(t *testing.T) {
 		t.Fatalf("refuse mode has a culprit: %d", culprit)
 	}
 }
+
+func TestReadDrainsBufferedEvents(t *testing.T) {
+	// Two whole events and half of a third arrive in one read: one Read gives both whole events, and
+	// does not wait for the rest of the third.
+	pr, pw := io.Pipe()
+	rc := newRecorder(pr, true, false)
+	go func() { _, _ = pw.Write([]byte("data: {\"a\":1}\n\ndata: {\"a\":2}\n\ndata: {\"a\"")) }()
+	p := make([]byte, 1024)
+	n, err := rc.r.Read(p)
+	if err != nil || string(p[:n]) != "data: {\"a\":1}\n\ndata: {\"a\":2}\n\n" {
+		t.Fatalf("first Read: %q, %v", p[:n], err)
+	}
+	// A small p takes what fits; the rest is handed out by the next Reads, before upstream is read.
+	go func() { _, _ = pw.Write([]byte(":3}\n\ndata: {\"a\":4}\n\n")); _ = pw.Close() }()
+	n, err = rc.r.Read(p[:4])
+	if err != nil || string(p[:n]) != "data" {
+		t.Fatalf("second Read: %q, %v", p[:n], err)
+	}
+	if rest := readAll(t, &rc.r); rest != ": {\"a\":3}\n\ndata: {\"a\":4}\n\nT\n\n" {
+		t.Fatalf("rest %q", rest)
+	}
+}

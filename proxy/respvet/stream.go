@@ -155,9 +155,9 @@ func (s *Stream) malformed() {
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
-	typ := gjson.GetBytes(data, pathType).String()
+	typ := relay.Get(data, pathType).String()
 	m := meta{name: ev.Event}
-	if v := gjson.GetBytes(data, pathSeq); v.Exists() {
+	if v := relay.Get(data, pathSeq); v.Exists() {
 		if n, ok := relay.IntField(v); ok {
 			m.seq, m.hasSeq = int64(n), true
 		}
@@ -168,11 +168,11 @@ func (s *Stream) event(ev sse.Event) {
 	case evArgsDelta, evArgsDone, evCustomDelta, evCustomDone:
 		argsEvent = true
 	case evItemAdded, evItemDone:
-		callItem = vetted(gjson.GetBytes(data, pathItem+"."+pathType).String())
+		callItem = vetted(relay.Get(data, pathItem+"."+pathType).String())
 	}
-	if v := gjson.GetBytes(data, pathOutputIdx); v.Exists() {
+	if v := relay.Get(data, pathOutputIdx); v.Exists() {
 		m.oi, m.hasOI = relay.IntField(v)
-	} else if id := gjson.GetBytes(data, pathItemID); id.Type == gjson.String && !argsEvent && !callItem {
+	} else if id := relay.Get(data, pathItemID); id.Type == gjson.String && !argsEvent && !callItem {
 		// Only an event that adds nothing to a call is placed by its item id. Clients place a call's
 		// events by output_index (the official SDKs; a Go client reads a missing one as 0) or by item id:
 		// an event of a call must name both, and agree, or clients would assemble different calls.

@@ -186,3 +186,17 @@ func SplitRunes(s string, n int) []string {
 	}
 	return out
 }
+
+// AllocsPerEvent is how many allocations the relay that open builds makes per event beyond its
+// fixed cost: the difference between relaying stream(2n) and stream(n), events that each add n
+// events of the same kind, divided by n. The upstream returns one event per Read.
+func AllocsPerEvent(open Open, stream func(n int) []byte, n int) float64 {
+	run := func(data []byte) float64 {
+		buf := make([]byte, 32<<10)
+		return testing.AllocsPerRun(20, func() {
+			_, _ = io.CopyBuffer(io.Discard, open(io.NopCloser(&EventReader{data}), func(vet.Decision) {}), buf)
+		})
+	}
+	one, two := stream(n), stream(2*n)
+	return (run(two) - run(one)) / float64(n)
+}
