@@ -106,6 +106,7 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
 		Malformed: s.malformed,
 		Event:     s.event,
 		MaxDepth:  maxDepth,
+		Typed:     true,
 	})
 	return s
 }

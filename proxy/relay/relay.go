@@ -58,6 +58,10 @@ type Surface struct {
 	Event func(ev sse.Event)
 	// MaxDepth caps the nesting of an event's JSON (jsoncheck.DefaultMaxDepth when zero).
 	MaxDepth int
+	// Typed says that an event's data names its type in a "type" field: an event whose event: line
+	// names another type is malformed, since clients that go by the line and clients that go by the
+	// field would read it differently.
+	Typed bool
 }
 
 // Relay reads an upstream SSE stream event by event and hands out what its Surface writes to Out.
@@ -151,7 +155,8 @@ func (r *Relay) step() {
 	if r.s.Pass != nil && r.s.Pass(ev) {
 		return
 	}
-	if jsoncheck.Object(ev.Data, jsoncheck.Limits{MaxDepth: r.s.MaxDepth}) != nil {
+	if jsoncheck.Object(ev.Data, jsoncheck.Limits{MaxDepth: r.s.MaxDepth}) != nil ||
+		r.s.Typed && ev.Event != "" && Get(ev.Data, "type").Str != ev.Event {
 		// A client might read it differently from us.
 		r.s.Malformed()
 		return

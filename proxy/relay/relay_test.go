@@ -168,3 +168,21 @@ func TestReadDrainsBufferedEvents(t *testing.T) {
 		t.Fatalf("rest %q", rest)
 	}
 }
+
+func TestRelayTyped(t *testing.T) {
+	in := "event: a\ndata: {\"type\":\"a\"}\n\nevent: a\ndata: {\"type\":\"b\"}\n\nevent: a\ndata: {\"type\":1}\n\ndata: {\"type\":\"c\"}\n\n"
+	for _, typed := range []bool{false, true} {
+		rc := newRecorder(strings.NewReader(in), true, false)
+		rc.r.s.Typed = typed
+		readAll(t, &rc.r)
+		got := strings.Join(rc.log, "|")
+		want := `observe {"type":"a"}|event {"type":"a"}|observe {"type":"b"}|event {"type":"b"}|observe {"type":1}|event {"type":1}|observe {"type":"c"}|event {"type":"c"}|truncated`
+		if typed {
+			// The event: line and the type field disagree: malformed. An event without a line goes by its field.
+			want = `observe {"type":"a"}|event {"type":"a"}|observe {"type":"b"}|malformed|observe {"type":1}|malformed|observe {"type":"c"}|event {"type":"c"}|truncated`
+		}
+		if got != want {
+			t.Errorf("typed %v: calls\n%s\nwant\n%s", typed, got, want)
+		}
+	}
+}

@@ -195,6 +195,17 @@ var streamCases = []streamCase{
 		leaks: []string{`"fc_a"`, `"call_a"`},
 	},
 	{
+		// Clients that go by the event: line would see a function_call item; the data says text delta.
+		name: "an event whose name and type disagree is dropped",
+		in: func() string {
+			r := (&rs{}).created().message(0, "msg_1", "Hi.", 5)
+			r.evs = append(r.evs, "event: response.output_item.added\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":90,\"output_index\":0,\"item_id\":\"msg_1\",\"delta\":\"\",\"item\":"+fnItem("fc_x", "call_x", "web_fetch", fetchBad, "completed")+"}\n\n")
+			return r.completed().String()
+		}(),
+		mode: vet.ModeRefuse, types: []string{"message"}, text: "Hi.", final: []string{"message"},
+		leaks: []string{`"fc_x"`, `"call_x"`, "SECRET123"},
+	},
+	{
 		// The open fuzz finding: a fragment placed by item_id only. The vetter saw the whole arguments (allowed);
 		// a client that places events by output_index (a Go client reads the missing one as 0) would drop the
 		// first fragment and run the rest, here a different (disallowed) fetch.
