@@ -3,7 +3,6 @@ package chatvet
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 
@@ -33,10 +32,8 @@ func toolStream() []byte {
 
 func BenchmarkStream(b *testing.B) {
 	// One checker for every stream, as the proxy keeps one per policy version: the relay is measured.
-	c := policy(vet.ModeRefuse, false)
-	open := func(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream { return NewStream(up, c, rec) }
-	relaytest.Bench(b, "text200", textStream(), open)
-	relaytest.Bench(b, "tools3", toolStream(), open)
+	relaytest.Bench(b, relaytest.Opener(NewStream, policy(vet.ModeRefuse, false)),
+		relaytest.Named{Name: "text200", Data: textStream()}, relaytest.Named{Name: "tools3", Data: toolStream()})
 }
 
 func TestBenchStreams(t *testing.T) {
@@ -63,9 +60,5 @@ func textOf(n int) []byte {
 
 // TestTextPathAllocs: relaying text deltas allocates nothing per event (the relay's fixed cost aside).
 func TestTextPathAllocs(t *testing.T) {
-	c := policy(vet.ModeRefuse, false)
-	open := func(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream { return NewStream(up, c, rec) }
-	if per := relaytest.AllocsPerEvent(open, textOf, 200); per > 0.02 {
-		t.Fatalf("%.3f allocations per text event", per)
-	}
+	relaytest.CheckTextAllocs(t, relaytest.Opener(NewStream, policy(vet.ModeRefuse, false)), textOf)
 }

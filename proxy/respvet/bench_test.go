@@ -3,7 +3,6 @@ package respvet
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 
@@ -30,10 +29,8 @@ func benchTools() []byte {
 
 func BenchmarkStream(b *testing.B) {
 	// One checker for every stream, as the proxy keeps one per policy version: the relay is measured.
-	c := policy(vet.ModeRefuse, false)
-	open := func(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream { return NewStream(up, c, rec) }
-	relaytest.Bench(b, "text200", benchText(), open)
-	relaytest.Bench(b, "tools3", benchTools(), open)
+	relaytest.Bench(b, relaytest.Opener(NewStream, policy(vet.ModeRefuse, false)),
+		relaytest.Named{Name: "text200", Data: benchText()}, relaytest.Named{Name: "tools3", Data: benchTools()})
 }
 
 func TestBenchStreams(t *testing.T) {
@@ -55,9 +52,5 @@ func textOf(n int) []byte {
 
 // TestTextPathAllocs: relaying text deltas allocates nothing per event (the relay's fixed cost aside).
 func TestTextPathAllocs(t *testing.T) {
-	c := policy(vet.ModeRefuse, false)
-	open := func(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream { return NewStream(up, c, rec) }
-	if per := relaytest.AllocsPerEvent(open, textOf, 200); per > 0.02 {
-		t.Fatalf("%.3f allocations per text event", per)
-	}
+	relaytest.CheckTextAllocs(t, relaytest.Opener(NewStream, policy(vet.ModeRefuse, false)), textOf)
 }

@@ -2,7 +2,6 @@ package respvet
 
 import (
 	"encoding/json"
-	"io"
 	"strings"
 	"testing"
 
@@ -208,7 +207,5 @@ func (v view) finalTypes() []string {
 // calls. With split > 0 the upstream returns 1..split bytes per Read.
 func runStream(t testing.TB, input string, c *vet.Checker, split int, seed uint64) ([]byte, []vet.Decision, int) {
 	t.Helper()
-	return relaytest.Run(t, input, split, seed, func(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream {
-		return NewStream(up, c, rec)
-	})
+	return relaytest.Run(t, input, split, seed, relaytest.Opener(NewStream, c))
 }

@@ -143,13 +143,19 @@ func (r *EventReader) Read(p []byte) (int, error) {
 // onlyReader hides WriterTo/ReaderFrom shortcuts, so the baseline copies through a buffer too.
 type onlyReader struct{ io.Reader }
 
-// Bench measures a surface's relay of one stream beside the baseline, a plain copy of the same
+// Named is a stream for Bench.
+type Named struct {
+	Name string
+	Data []byte
+}
+
+// Bench measures a surface's relay of each stream beside the baseline, a plain copy of the same
 // bytes: sub-benchmarks name+"/copy" and name+"/relay". Both read the upstream one event per Read
 // and copy through a 32 KiB buffer, as httputil.ReverseProxy does. open builds the relay; its
 // decisions are discarded.
-func Bench(b *testing.B, name string, data []byte, open Open) {
-	run := func(b *testing.B, mk func() io.Reader) {
-		b.SetBytes(int64(len(data)))
+func Bench(b *testing.B, open Open, streams ...Named) {
+	run := func(b *testing.B, size int, mk func() io.Reader) {
+		b.SetBytes(int64(size))
 		b.ReportAllocs()
 		buf := make([]byte, 32<<10)
 		for b.Loop() {
@@ -158,12 +164,19 @@ func Bench(b *testing.B, name string, data []byte, open Open) {
 			}
 		}
 	}
-	b.Run(name+"/copy", func(b *testing.B) {
-		run(b, func() io.Reader { return onlyReader{&EventReader{data}} })
-	})
-	b.Run(name+"/relay", func(b *testing.B) {
-		run(b, func() io.Reader { return open(io.NopCloser(&EventReader{data}), func(vet.Decision) {}) })
-	})
+	for _, st := range streams {
+		b.Run(st.Name+"/copy", func(b *testing.B) {
+			run(b, len(st.Data), func() io.Reader { return onlyReader{&EventReader{st.Data}} })
+		})
+		b.Run(st.Name+"/relay", func(b *testing.B) {
+			run(b, len(st.Data), func() io.Reader { return open(io.NopCloser(&EventReader{st.Data}), func(vet.Decision) {}) })
+		})
+	}
+}
+
+// Opener is the Open of a surface's NewStream with checker c.
+func Opener[R ~func(vet.Decision), S Stream](newStream func(io.ReadCloser, *vet.Checker, R) S, c *vet.Checker) Open {
+	return func(up io.ReadCloser, rec func(vet.Decision)) Stream { return newStream(up, c, rec) }
 }
 
 // JSONString is s as a JSON string.
@@ -187,16 +200,19 @@ func SplitRunes(s string, n int) []string {
 	return out
 }
 
-// AllocsPerEvent is how many allocations the relay that open builds makes per event beyond its
-// fixed cost: the difference between relaying stream(2n) and stream(n), events that each add n
-// events of the same kind, divided by n. The upstream returns one event per Read.
-func AllocsPerEvent(open Open, stream func(n int) []byte, n int) float64 {
+// CheckTextAllocs fails the test when the relay that open builds allocates per event: the
+// difference between relaying text(400) and text(200), streams that differ in the count of text
+// events, must stay under one allocation per fifty events. The upstream returns one event per Read.
+func CheckTextAllocs(t testing.TB, open Open, text func(n int) []byte) {
+	t.Helper()
 	run := func(data []byte) float64 {
 		buf := make([]byte, 32<<10)
 		return testing.AllocsPerRun(20, func() {
 			_, _ = io.CopyBuffer(io.Discard, open(io.NopCloser(&EventReader{data}), func(vet.Decision) {}), buf)
 		})
 	}
-	one, two := stream(n), stream(2*n)
-	return (run(two) - run(one)) / float64(n)
+	const n = 200
+	if per := (run(text(2*n)) - run(text(n))) / n; per > 0.02 {
+		t.Fatalf("%.3f allocations per text event", per)
+	}
 }
