@@ -48,7 +48,8 @@ const (
 //     when no tool_use block was released.
 //   - Nothing of a blocked call (id, name, input bytes) is ever written; an input_json_delta that belongs to
 //     no held call is dropped. An event whose data looks like JSON but is not one valid object with unique
-//     keys is dropped, and every call still held fails closed.
+//     keys, or whose event: line names another type than its data, is dropped, and every call still held
+//     fails closed.
 //   - If the upstream ends (or fails) before message_stop, held calls are dropped and the stream ends with an
 //     error event (code upstream_stream_truncated).
 //

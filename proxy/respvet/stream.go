@@ -61,8 +61,10 @@ const (
 //     client sees items numbered in the order they reach it; sequence_number is renumbered where events were
 //     added or reordered, so it keeps increasing. Where nothing was blocked or reordered, both stay as sent.
 //   - Nothing of a blocked call (item id, call id, name, argument bytes) is ever written. An event whose data
-//     looks like JSON but is not one valid object with unique keys is dropped, and every call still held fails
-//     closed.
+//     looks like JSON but is not one valid object with unique keys, or whose event: line names another type
+//     than its data, is dropped, and every call still held fails closed. A call's argument events must carry
+//     both its output_index and its item_id (clients place fragments by one or the other): one that lacks
+//     either blocks the call.
 //   - If the upstream ends (or fails) before a terminal event, held calls are dropped and the stream ends with
 //     an error event (code upstream_stream_truncated).
 //
