@@ -12,15 +12,15 @@
 package anthvet
 
 import (
-	"bytes"
 	"fmt"
-	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 )
 
 // Recorder is called once for every vetted call: allowed, blocked and audited. It may be nil.
@@ -144,7 +144,7 @@ func vetMessage(msg []byte, c *vet.Checker, rec Recorder) ([]byte, Result, keptI
 	out := msg
 	var err error
 	if !info.toolUse {
-		kept = append(kept, string(textBlock(joinLines(notices))))
+		kept = append(kept, string(textBlock(strings.Join(notices, "\n"))))
 		if gjson.GetBytes(out, pathStopReason).String() == stopToolUse {
 			if out, err = sjson.SetBytes(out, pathStopReason, stopEndTurn); err != nil {
 				return msg, res, info, fmt.Errorf("anthvet: edit stop_reason: %w", err)
@@ -152,7 +152,7 @@ func vetMessage(msg []byte, c *vet.Checker, rec Recorder) ([]byte, Result, keptI
 		}
 	}
 	info.blocks = len(kept)
-	if out, err = sjson.SetRawBytes(out, pathContent, joinArray(kept)); err != nil {
+	if out, err = sjson.SetRawBytes(out, pathContent, relay.JoinArray(kept)); err != nil {
 		return msg, res, info, fmt.Errorf("anthvet: edit content: %w", err)
 	}
 	return out, res, info, nil
@@ -168,40 +168,6 @@ type keptInfo struct {
 func textBlock(text string) []byte {
 	b, _ := sjson.SetBytes([]byte(`{"type":"text","text":""}`), "text", text)
 	return b
-}
-
-func joinLines(lines []string) string {
-	var b bytes.Buffer
-	for i, l := range lines {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(l)
-	}
-	return b.String()
-}
-
-// joinArray builds a JSON array of raw elements.
-func joinArray(raws []string) []byte {
-	var b bytes.Buffer
-	b.WriteByte('[')
-	for i, r := range raws {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(r)
-	}
-	b.WriteByte(']')
-	return b.Bytes()
-}
-
-// intField reads an integer JSON number (no fraction or exponent), as a strict client would.
-func intField(v gjson.Result) (int, bool) {
-	if v.Type != gjson.Number {
-		return 0, false
-	}
-	n, err := strconv.Atoi(v.Raw)
-	return n, err == nil
 }
 
 // ErrorJSON is the data of an error event in Anthropic's shape, {"type":"error","error":{"type","message"}},

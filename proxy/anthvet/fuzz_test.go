@@ -1,17 +1,13 @@
 package anthvet
 
 import (
-	"bytes"
-	"io"
 	"testing"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/sse"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
-
-var fuzzModes = []vet.Mode{vet.ModeRefuse, vet.ModeError, vet.ModeAudit}
 
 // visibleCalls are every tool_use block a client could read from an output stream, however lenient: the
 // blocks of message_start and of content_block_start, with the input_json_delta fragments of their index
@@ -20,16 +16,8 @@ func visibleCalls(t *testing.T, out []byte) []cblock {
 	t.Helper()
 	var calls []cblock
 	cur := map[int64]int{}
-	r := sse.NewReader(bytes.NewReader(out))
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil || ev.Truncated {
-			t.Fatalf("output is not a clean SSE stream: %v %q", err, ev.Raw)
-		}
-		if !ev.HasData || !gjson.ValidBytes(ev.Data) {
+	for ev := range relaytest.Events(t, out) {
+		if !gjson.ValidBytes(ev.Data) {
 			continue
 		}
 		d := gjson.ParseBytes(ev.Data)
@@ -64,17 +52,12 @@ func visibleCalls(t *testing.T, out []byte) []cblock {
 
 func FuzzStream(f *testing.F) {
 	for _, tc := range streamCases {
-		mode := byte(0)
-		for i, m := range fuzzModes {
-			if m == tc.mode {
-				mode = byte(i)
-			}
-		}
+		mode := relaytest.ModeByte(tc.mode)
 		f.Add([]byte(tc.in), mode, tc.atomic, uint8(0), uint64(1))
 		f.Add([]byte(tc.in), (mode+1)%3, !tc.atomic, uint8(5), uint64(2))
 	}
 	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
-		m := fuzzModes[int(mode)%len(fuzzModes)]
+		m := relaytest.FuzzModes[int(mode)%len(relaytest.FuzzModes)]
 		out, ds, blocked := runStream(t, string(input), policy(m, atomic), int(split%16), seed)
 		nBlocked := 0
 		passed := map[[2]string]bool{}

@@ -2,21 +2,20 @@ package anthvet
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"slices"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
 // MaxCallBytes caps what is held for one streamed call (its raw events plus its input); a call that grows
 // beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
-const MaxCallBytes = 16 << 20
+const MaxCallBytes = relay.MaxCallBytes
 
 // Event types of the Messages stream.
 const (
@@ -49,20 +48,17 @@ const (
 //     when no tool_use block was released.
 //   - Nothing of a blocked call (id, name, input bytes) is ever written; an input_json_delta that belongs to
 //     no held call is dropped. An event whose data looks like JSON but is not one valid object with unique
-//     keys is dropped, and every call still held fails closed.
+//     keys, or whose event: line names another type than its data, is dropped, and every call still held
+//     fails closed.
 //   - If the upstream ends (or fails) before message_stop, held calls are dropped and the stream ends with an
 //     error event (code upstream_stream_truncated).
 //
 // Read returns whatever output it has before it reads upstream again, so each event reaches a caller that
 // flushes after every Read at once. A Stream is not safe for concurrent use.
 type Stream struct {
-	up  io.ReadCloser
-	rd  *sse.Reader
+	rl  relay.Relay
 	c   *vet.Checker
 	rec Recorder
-
-	out []byte // output not yet read
-	off int    // read position in out
 
 	blocks   map[int]*block // by upstream index
 	open     []*pending     // calls not yet vetted, in the order they started
@@ -70,9 +66,7 @@ type Stream struct {
 	released bool           // a tool_use block went out
 
 	blocked  int
-	ended    bool // nothing more is read from upstream
 	finished bool // message_stop (or an upstream error event) went out
-	err      error
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -85,109 +79,81 @@ type block struct {
 
 // pending is one tool_use block being assembled.
 type pending struct {
-	call    *vet.Call
+	relay.Pending[held]
 	idx     int    // upstream index
 	start   []byte // the raw input of content_block_start, nil when it had none
 	frags   bool   // a non-empty input_json_delta arrived
 	stopped bool   // its content_block_stop arrived
-	idxs    []int  // the index each held event carries
-	names   []string
-	lost    string // why held events were let go before the call was vetted
 
 	vetted   bool
 	released bool
 }
 
+// held is what the stream needs of a held event to write it again.
+type held struct {
+	idx  int    // the index the event carries
+	name string // its event: line
+}
+
 // NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for every vetted
 // call.
 func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
-	return &Stream{up: upstream, rd: sse.NewReader(upstream), c: c, rec: rec, blocks: map[int]*block{}}
+	s := &Stream{c: c, rec: rec, blocks: map[int]*block{}}
+	s.rl = relay.New(upstream, relay.Surface{
+		Finished: func() bool { return s.finished && len(s.open) == 0 },
+		Truncated: func() {
+			s.end(ErrorJSON("upstream stream ended before message_stop", "api_error", CodeTruncated))
+		},
+		Malformed: s.malformed,
+		Event:     s.event,
+		MaxDepth:  maxDepth,
+		Typed:     true,
+	})
+	return s
 }
 
 // Blocked is the number of calls blocked so far.
 func (s *Stream) Blocked() int { return s.blocked }
 
 // Err is the upstream's read error, if the upstream failed (other than by ending early).
-func (s *Stream) Err() error { return s.err }
+func (s *Stream) Err() error { return s.rl.Err() }
 
 // Close closes the upstream body.
-func (s *Stream) Close() error {
-	s.ended = true
-	return s.up.Close()
-}
+func (s *Stream) Close() error { return s.rl.Close() }
 
 // Read implements io.Reader. It reads the upstream only when it has no output left to give.
-func (s *Stream) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	for s.off == len(s.out) {
-		s.out, s.off = s.out[:0], 0
-		if s.ended {
-			return 0, io.EOF
-		}
-		s.step()
-	}
-	n := copy(p, s.out[s.off:])
-	s.off += n
-	return n, nil
-}
+func (s *Stream) Read(p []byte) (int, error) { return s.rl.Read(p) }
 
-// step reads one upstream event and appends what it produces to s.out.
-func (s *Stream) step() {
-	ev, err := s.rd.Next()
-	if errors.Is(err, io.EOF) && !ev.Truncated && s.finished && len(s.open) == 0 {
-		s.ended = true
-		return
+// malformed fails every held call: an event that a client might read differently from us was dropped.
+func (s *Stream) malformed() {
+	for _, p := range s.open {
+		p.Fail(vet.ReasonMalformedStream)
 	}
-	if err != nil || ev.Truncated {
-		if err != nil && !errors.Is(err, io.EOF) {
-			s.err = err
-		}
-		s.end(ErrorJSON("upstream stream ended before message_stop", "api_error", CodeTruncated))
-		return
-	}
-	if !ev.HasData {
-		s.out = append(s.out, ev.Raw...) // comment, keep-alive
-		return
-	}
-	data := bytes.TrimLeft(ev.Data, " \t\r\n")
-	if len(data) == 0 || data[0] != '{' {
-		s.out = append(s.out, ev.Raw...) // not JSON: no client reads a call from it
-		return
-	}
-	if jsoncheck.Object(ev.Data, jsoncheck.Limits{MaxDepth: maxDepth}) != nil {
-		for _, p := range s.open {
-			p.fail(vet.ReasonMalformedStream)
-		}
-		return
-	}
-	s.event(ev)
 }
 
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
-	typ := gjson.GetBytes(data, pathType).String()
-	idx, hasIdx := intField(gjson.GetBytes(data, pathIndex))
+	typ := relay.Get(data, pathType).String()
+	idx, hasIdx := relay.IntField(relay.Get(data, pathIndex))
 	switch typ {
 	case evMessageStart:
 		s.messageStart(ev)
 		return
 	case evMessageDelta:
 		s.completeAll()
-		if s.ended {
+		if s.rl.Ended {
 			return
 		}
 		var out []byte
-		if gjson.GetBytes(data, "delta.stop_reason").String() == stopToolUse && !s.released {
+		if relay.Get(data, "delta.stop_reason").String() == stopToolUse && !s.released {
 			out, _ = sjson.SetBytes(slices.Clone(data), "delta.stop_reason", stopEndTurn)
 		}
 		s.write(ev, out, -1)
 		return
 	case evMessageStop:
 		s.completeAll()
-		if s.ended {
+		if s.rl.Ended {
 			return
 		}
 		s.finished = true
@@ -204,8 +170,8 @@ func (s *Stream) event(ev sse.Event) {
 		return
 	}
 
-	inputFrag := typ == evBlockDelta && gjson.GetBytes(data, "delta.type").String() == deltaInputJSON
-	toolStart := typ == evBlockStart && gjson.GetBytes(data, "content_block.type").String() == typeToolUse
+	inputFrag := typ == evBlockDelta && relay.Get(data, "delta.type").String() == deltaInputJSON
+	toolStart := typ == evBlockStart && relay.Get(data, "content_block.type").String() == typeToolUse
 	if !hasIdx {
 		if !inputFrag && !toolStart {
 			s.write(ev, nil, -1)
@@ -215,15 +181,15 @@ func (s *Stream) event(ev sse.Event) {
 	st := s.blocks[idx]
 	if typ == evBlockStart {
 		if st != nil && st.call != nil && !st.call.vetted {
-			st.call.call.Fail(ReasonIncomplete)
+			st.call.Call.Fail(ReasonIncomplete)
 			s.complete([]*pending{st.call})
-			if s.ended {
+			if s.rl.Ended {
 				return
 			}
 		}
 		if toolStart {
 			p := s.start(idx, gjson.GetBytes(data, "content_block"))
-			s.hold(p, ev, idx)
+			p.Hold(ev.Raw, held{idx, ev.Event})
 			return
 		}
 		st = &block{client: s.nextOut}
@@ -241,13 +207,13 @@ func (s *Stream) event(ev sse.Event) {
 	case !st.call.vetted:
 		p := st.call
 		if p.stopped {
-			p.call.Fail(ReasonIncomplete)
+			p.Call.Fail(ReasonIncomplete)
 			return
 		}
 		if inputFrag {
 			s.fragment(p, data)
 		}
-		s.hold(p, ev, idx)
+		p.Hold(ev.Raw, held{idx, ev.Event})
 		if typ == evBlockStop {
 			p.stopped = true
 			if !s.c.Atomic() {
@@ -287,12 +253,12 @@ func (s *Stream) messageStart(ev sse.Event) {
 
 // start begins a tool_use call at a block index.
 func (s *Stream) start(idx int, cb gjson.Result) *pending {
-	p := &pending{call: &vet.Call{Index: idx}, idx: idx}
+	p := &pending{Pending: relay.Pending[held]{Call: &vet.Call{Index: idx}}, idx: idx}
 	if id := cb.Get(pathID); id.Type == gjson.String {
-		p.call.ID = id.Str
+		p.Call.ID = id.Str
 	}
 	if name := cb.Get(pathName); name.Type == gjson.String {
-		p.call.AddName(name.Str)
+		p.Call.AddName(name.Str)
 	}
 	if in := cb.Get(pathInput); in.Exists() {
 		p.start = []byte(in.Raw)
@@ -306,42 +272,17 @@ func (s *Stream) start(idx int, cb gjson.Result) *pending {
 func (s *Stream) fragment(p *pending, data []byte) {
 	pj := gjson.GetBytes(data, "delta.partial_json")
 	if pj.Type != gjson.String {
-		p.call.Fail(vet.ReasonNotString)
+		p.Call.Fail(vet.ReasonNotString)
 		return
 	}
 	if pj.Str == "" {
 		return
 	}
 	if !p.frags && p.start != nil && string(p.start) != "{}" {
-		p.call.Fail(ReasonAmbiguousInput)
+		p.Call.Fail(ReasonAmbiguousInput)
 	}
 	p.frags = true
-	p.call.AppendArgs(pj.Str)
-}
-
-// hold keeps a raw event of an open call, or lets go of everything once the call is too big.
-func (s *Stream) hold(p *pending, ev sse.Event, idx int) {
-	if p.lost != "" {
-		return
-	}
-	if p.call.HeldBytes()+len(ev.Raw) > MaxCallBytes {
-		p.fail(vet.ReasonTooLarge)
-		p.call.Args = nil
-		return
-	}
-	p.call.Hold(ev.Raw)
-	p.idxs = append(p.idxs, idx)
-	p.names = append(p.names, ev.Event)
-}
-
-// fail lets go of the held events of an open call, which can then never be released.
-func (p *pending) fail(reason string) {
-	p.call.Fail(reason)
-	if p.lost == "" {
-		p.lost = reason
-	}
-	p.call.Drop()
-	p.idxs, p.names = nil, nil
+	p.Call.AppendArgs(pj.Str)
 }
 
 // completeAll vets every open call, at the end of the message: a block that did not stop is blocked.
@@ -351,7 +292,7 @@ func (s *Stream) completeAll() {
 	}
 	for _, p := range s.open {
 		if !p.stopped {
-			p.call.Fail(ReasonIncomplete)
+			p.Call.Fail(ReasonIncomplete)
 		}
 	}
 	s.complete(slices.Clone(s.open))
@@ -360,36 +301,15 @@ func (s *Stream) completeAll() {
 // complete vets calls together, then releases or replaces each.
 func (s *Stream) complete(ps []*pending) {
 	s.open = slices.DeleteFunc(s.open, func(p *pending) bool { return slices.Contains(ps, p) })
-	calls := make([]*vet.Call, len(ps))
-	for i, p := range ps {
-		if !p.frags && p.call.Problem() == "" {
-			p.call.Args = append(p.call.Args[:0], p.start...)
-		}
-		calls[i] = p.call
-	}
-	ds := s.c.VetBatch(calls)
-	for i, p := range ps {
-		if p.lost != "" {
-			ds[i].Verdict, ds[i].Reason, ds[i].Rule = vet.VerdictBlocked, p.lost, ""
+	for _, p := range ps {
+		if !p.frags && p.Call.Problem() == "" {
+			p.Call.Args = append(p.Call.Args[:0], p.start...)
 		}
 	}
-	if s.c.Mode() == vet.ModeError {
-		culprit := -1
-		for i, d := range ds {
-			if d.Blocked() && (culprit < 0 || ds[culprit].Reason == vet.ReasonBatch) {
-				culprit = i
-			}
-		}
-		if culprit >= 0 {
-			for _, d := range ds {
-				s.record(d)
-				if d.Blocked() {
-					s.blocked++
-				}
-			}
-			s.end(blockedJSON(ds[culprit]))
-			return
-		}
+	ds, culprit := relay.Verdicts[held](s.c, ps)
+	if culprit >= 0 {
+		s.fatal(ds, culprit)
+		return
 	}
 	for i, d := range ds {
 		p := ps[i]
@@ -401,15 +321,15 @@ func (s *Stream) complete(ps []*pending) {
 		if !d.Blocked() {
 			p.released = true
 			s.released = true
-			for j, raw := range p.call.Held() {
-				s.writeHeld(raw, p.names[j], p.idxs[j], st.client)
+			for j, raw := range p.Call.Held() {
+				s.writeHeld(raw, p.Meta[j].name, p.Meta[j].idx, st.client)
 			}
 		} else {
 			s.blocked++
 			s.notice(st.client, vet.Notice(d))
 		}
-		p.call.Drop()
-		p.idxs, p.names, p.call.Args, p.start = nil, nil, nil, nil
+		p.Drop()
+		p.Call.Args, p.start = nil, nil
 	}
 }
 
@@ -419,9 +339,9 @@ func (s *Stream) notice(idx int, text string) {
 	delta, _ := sjson.SetBytes([]byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":""}}`), pathIndex, idx)
 	delta, _ = sjson.SetBytes(delta, "delta.text", text)
 	stop, _ := sjson.SetBytes([]byte(`{"type":"content_block_stop","index":0}`), pathIndex, idx)
-	s.out = appendEvent(s.out, evBlockStart, start)
-	s.out = appendEvent(s.out, evBlockDelta, delta)
-	s.out = appendEvent(s.out, evBlockStop, stop)
+	s.rl.Out = sse.AppendEvent(s.rl.Out, evBlockStart, start)
+	s.rl.Out = sse.AppendEvent(s.rl.Out, evBlockDelta, delta)
+	s.rl.Out = sse.AppendEvent(s.rl.Out, evBlockStop, stop)
 }
 
 // late handles an event for a call that was already vetted. A blocked call's events are dropped quietly. A
@@ -432,7 +352,7 @@ func (s *Stream) late(st *block, ev sse.Event) {
 	if !p.released {
 		return
 	}
-	d := vet.Decision{Kind: vet.KindToolCall, CallID: p.call.ID, Tool: p.call.Name, Verdict: vet.VerdictBlocked, Reason: vet.ReasonAfterRelease}
+	d := vet.Decision{Kind: vet.KindToolCall, CallID: p.Call.ID, Tool: p.Call.Name, Verdict: vet.VerdictBlocked, Reason: vet.ReasonAfterRelease}
 	if s.c.Mode() == vet.ModeAudit {
 		d.Verdict = vet.VerdictAudited
 	}
@@ -451,9 +371,9 @@ func (s *Stream) late(st *block, ev sse.Event) {
 // write puts a live event out: byte for byte unless data replaces its data or its index changes (client >= 0
 // is the index the client sees).
 func (s *Stream) write(ev sse.Event, data []byte, client int) {
-	idx, hasIdx := intField(gjson.GetBytes(ev.Data, pathIndex))
+	idx, hasIdx := relay.IntField(relay.Get(ev.Data, pathIndex))
 	if data == nil && (client < 0 || !hasIdx || idx == client) {
-		s.out = append(s.out, ev.Raw...)
+		s.rl.Out = append(s.rl.Out, ev.Raw...)
 		return
 	}
 	if data == nil {
@@ -462,13 +382,13 @@ func (s *Stream) write(ev sse.Event, data []byte, client int) {
 	if client >= 0 && hasIdx && idx != client {
 		data, _ = sjson.SetBytes(data, pathIndex, client)
 	}
-	s.out = appendEvent(s.out, ev.Event, data)
+	s.rl.Out = sse.AppendEvent(s.rl.Out, ev.Event, data)
 }
 
 // writeHeld puts a held event out, with its index rewritten where it differs from the client's.
 func (s *Stream) writeHeld(raw []byte, name string, idx, client int) {
 	if idx == client {
-		s.out = append(s.out, raw...)
+		s.rl.Out = append(s.rl.Out, raw...)
 		return
 	}
 	ev, err := sse.NewReader(bytes.NewReader(raw)).Next()
@@ -476,17 +396,7 @@ func (s *Stream) writeHeld(raw []byte, name string, idx, client int) {
 		return // cannot happen: held events are whole
 	}
 	data, _ := sjson.SetBytes(slices.Clone(ev.Data), pathIndex, client)
-	s.out = appendEvent(s.out, name, data)
-}
-
-// appendEvent appends one event with an event: line (when name is not empty) and data.
-func appendEvent(dst []byte, name string, data []byte) []byte {
-	if name != "" {
-		dst = append(dst, "event: "...)
-		dst = append(dst, name...)
-		dst = append(dst, '\n')
-	}
-	return sse.AppendData(dst, data)
+	s.rl.Out = sse.AppendEvent(s.rl.Out, name, data)
 }
 
 func (s *Stream) record(d vet.Decision) {
@@ -495,11 +405,22 @@ func (s *Stream) record(d vet.Decision) {
 	}
 }
 
+// fatal records the decisions of calls vetted together and ends the stream with the error of the culprit's
+// (error mode).
+func (s *Stream) fatal(ds []vet.Decision, culprit int) {
+	for _, d := range ds {
+		s.record(d)
+		if d.Blocked() {
+			s.blocked++
+		}
+	}
+	s.end(blockedJSON(ds[culprit]))
+}
+
 // dropOpen lets go of every open call without vetting it (the upstream failed).
 func (s *Stream) dropOpen() {
 	for _, p := range s.open {
-		p.call.Drop()
-		p.idxs, p.names = nil, nil
+		p.Drop()
 		p.vetted = true // what comes for it later is dropped
 	}
 	s.open = nil
@@ -508,8 +429,8 @@ func (s *Stream) dropOpen() {
 // end writes a final error event and stops reading upstream.
 func (s *Stream) end(errJSON []byte) {
 	s.dropOpen()
-	s.out = appendEvent(s.out, evError, errJSON)
-	s.ended = true
+	s.rl.Out = sse.AppendEvent(s.rl.Out, evError, errJSON)
+	s.rl.Ended = true
 }
 
 // blockedJSON is the error event data for a call blocked in error mode.

@@ -148,6 +148,19 @@ var streamCases = []streamCase{
 		text: "[promptgate] blocked tool call web_fetch: upstream event is not valid json", leaks: []string{"toolu_a"},
 	},
 	{
+		// Clients that go by the event: line would see a tool_use block start; the data says ping.
+		name: "an event whose name and type disagree is dropped and fails the held call",
+		in: func() string {
+			a := (&as{}).start().text(0, "Hi.", 5).ev("content_block_start", `{"index":1,"content_block":{"type":"tool_use","id":"toolu_a","name":"web_fetch","input":{}}}`)
+			a.evs = append(a.evs, "event: content_block_start\ndata: {\"type\":\"ping\",\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_x\",\"name\":\"web_fetch\",\"input\":"+fetchBad+"}}\n\n")
+			return a.ev("content_block_delta", `{"index":1,"delta":{"type":"input_json_delta","partial_json":`+jstr(fetchGood)+`}}`).
+				ev("content_block_stop", `{"index":1}`).end("tool_use").String()
+		}(),
+		mode: vet.ModeRefuse, types: []string{"text", "text"}, stop: "end_turn", blocked: 1,
+		text:  "Hi.[promptgate] blocked tool call web_fetch: upstream event is not valid json",
+		leaks: []string{"toolu_a", "toolu_x", "SECRET123"},
+	},
+	{
 		name: "a fragment for no call is dropped",
 		in: (&as{}).start().text(0, "Hi.", 5).tool(1, "toolu_a", "web_fetch", fetchGood, 40).
 			ev("content_block_delta", `{"index":7,"delta":{"type":"input_json_delta","partial_json":"x"}}`).end("tool_use").String(),

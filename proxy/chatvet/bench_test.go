@@ -3,11 +3,11 @@ package chatvet
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
 // textStream is a recorded-style 200-chunk text stream.
@@ -30,51 +30,10 @@ func toolStream() []byte {
 	return []byte(frame(in))
 }
 
-// benchRead copies src through r the way httputil.ReverseProxy does (32 KiB buffer).
-func benchRead(b *testing.B, mk func() io.Reader, size int) {
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	buf := make([]byte, 32<<10)
-	for b.Loop() {
-		if _, err := io.CopyBuffer(io.Discard, mk(), buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// eventReader returns one SSE event per Read, as an upstream connection tends to.
-type eventReader struct{ rest []byte }
-
-func (r *eventReader) Read(p []byte) (int, error) {
-	if len(r.rest) == 0 {
-		return 0, io.EOF
-	}
-	n := bytes.Index(r.rest, []byte("\n\n")) + 2
-	if n < 2 {
-		n = len(r.rest)
-	}
-	n = copy(p, r.rest[:n])
-	r.rest = r.rest[n:]
-	return n, nil
-}
-
-// onlyReader hides WriterTo/ReaderFrom shortcuts, so the baseline copies through a buffer too.
-type onlyReader struct{ io.Reader }
-
 func BenchmarkStream(b *testing.B) {
-	for _, s := range []struct {
-		name string
-		data []byte
-	}{{"text200", textStream()}, {"tools3", toolStream()}} {
-		b.Run(s.name+"/copy", func(b *testing.B) {
-			benchRead(b, func() io.Reader { return onlyReader{&eventReader{s.data}} }, len(s.data))
-		})
-		b.Run(s.name+"/stream", func(b *testing.B) {
-			benchRead(b, func() io.Reader {
-				return NewStream(io.NopCloser(&eventReader{s.data}), policy(vet.ModeRefuse, false), nil)
-			}, len(s.data))
-		})
-	}
+	// One checker for every stream, as the proxy keeps one per policy version: the relay is measured.
+	relaytest.Bench(b, relaytest.Opener(NewStream, policy(vet.ModeRefuse, false)),
+		relaytest.Named{Name: "text200", Data: textStream()}, relaytest.Named{Name: "tools3", Data: toolStream()})
 }
 
 func TestBenchStreams(t *testing.T) {
@@ -88,4 +47,18 @@ func TestBenchStreams(t *testing.T) {
 	if blocked != 1 || len(got.Calls) != 2 || got.Content[0] == "" {
 		t.Fatalf("tool stream: blocked %d, %+v", blocked, got)
 	}
+}
+
+// textOf is a text answer of n deltas.
+func textOf(n int) []byte {
+	in := []string{role()}
+	for i := range n {
+		in = append(in, text(fmt.Sprintf(" word%d", i)))
+	}
+	return []byte(frame(append(in, finish(0, "stop"), done)))
+}
+
+// TestTextPathAllocs: relaying text deltas allocates nothing per event (the relay's fixed cost aside).
+func TestTextPathAllocs(t *testing.T) {
+	relaytest.CheckTextAllocs(t, relaytest.Opener(NewStream, policy(vet.ModeRefuse, false)), textOf)
 }

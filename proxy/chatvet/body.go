@@ -12,12 +12,12 @@
 package chatvet
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -98,7 +98,7 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 	}
 	out := body
 	for pos, ch := range choices.Array() {
-		idx, ok := intField(ch.Get(pathIndex))
+		idx, ok := relay.IntField(ch.Get(pathIndex))
 		if !ok {
 			idx = pos
 		}
@@ -163,7 +163,7 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 		var err error
 		if len(kept) < nTools {
 			if len(kept) > 0 {
-				out, err = sjson.SetRawBytes(out, base+pathMessage+"."+pathToolCalls, joinArray(kept))
+				out, err = sjson.SetRawBytes(out, base+pathMessage+"."+pathToolCalls, relay.JoinArray(kept))
 			} else {
 				out, err = sjson.DeleteBytes(out, base+pathMessage+"."+pathToolCalls)
 			}
@@ -236,27 +236,4 @@ func setNotice(out []byte, base string, content gjson.Result, notices []string) 
 	default:
 		return sjson.SetBytes(out, path, string(text))
 	}
-}
-
-// joinArray builds a JSON array of raw elements.
-func joinArray(raws []string) []byte {
-	var b bytes.Buffer
-	b.WriteByte('[')
-	for i, r := range raws {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(r)
-	}
-	b.WriteByte(']')
-	return b.Bytes()
-}
-
-// intField reads an integer JSON number (no fraction or exponent), as a strict client would.
-func intField(v gjson.Result) (int, bool) {
-	if v.Type != gjson.Number {
-		return 0, false
-	}
-	n, err := strconv.Atoi(v.Raw)
-	return n, err == nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
 // clientView runs the official Go SDK's SSE decoder and ChatCompletionAccumulator over the
@@ -32,7 +33,7 @@ func TestOfficialClient(t *testing.T) {
 		callEvents(0, 1, "call_b", "web_fetch", fetchBad, 2),
 		callEvents(0, 2, "call_c", "get_weather", weatherArgs, 1),
 		[]string{finish(0, "tool_calls"), done}))
-	s := NewStream(io.NopCloser(&chunkReader{data: []byte(in), rnd: rand.New(rand.NewPCG(3, 1)), max: 7}), policy(vet.ModeRefuse, false), nil)
+	s := NewStream(io.NopCloser(&relaytest.ChunkReader{Data: []byte(in), Rnd: rand.New(rand.NewPCG(3, 1)), Max: 7}), policy(vet.ModeRefuse, false), nil)
 	cc, err := clientView(t, s)
 	if err != nil {
 		t.Fatal(err)

@@ -2,17 +2,17 @@ package chatvet
 
 import (
 	"bytes"
-	"io"
 	"strings"
 	"testing"
 
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 	"github.com/promptgate/promptgate/proxy/sse"
 	"github.com/tidwall/gjson"
 )
 
-var fuzzModes = []vet.Mode{vet.ModeRefuse, vet.ModeError, vet.ModeAudit}
+var doneData = []byte("[DONE]")
 
 // upstreamCalls assembles the calls of an input stream the way Stream keys them: by (choice,
 // index, id), a new id at an index in use starting a new call. Events Stream drops (JSON that is
@@ -69,17 +69,12 @@ func upstreamCalls(input []byte) []call {
 
 func FuzzStream(f *testing.F) {
 	for _, tc := range streamCases {
-		mode := byte(0)
-		for i, m := range fuzzModes {
-			if m == tc.mode {
-				mode = byte(i)
-			}
-		}
+		mode := relaytest.ModeByte(tc.mode)
 		f.Add([]byte(frame(tc.in)), mode, tc.atomic, uint8(0), uint64(1))
 		f.Add([]byte(frame(tc.in)), (mode+1)%3, !tc.atomic, uint8(5), uint64(2))
 	}
 	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
-		m := fuzzModes[int(mode)%len(fuzzModes)]
+		m := relaytest.FuzzModes[int(mode)%len(relaytest.FuzzModes)]
 		out, ds, blocked := runStream(t, string(input), policy(m, atomic), int(split%16), seed)
 		got := assemble(t, out) // also checks that the output is clean SSE
 
@@ -142,5 +137,3 @@ func FuzzStream(f *testing.F) {
 		}
 	})
 }
-
-var _ io.Reader = (*chunkReader)(nil)

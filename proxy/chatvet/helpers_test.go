@@ -2,14 +2,11 @@ package chatvet
 
 import (
 	"bytes"
-	"encoding/json"
-	"io"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/sse"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -37,13 +34,7 @@ func choice(index int, delta, finish string) string {
 	return c
 }
 
-func jstr(s string) string {
-	b, err := json.Marshal(s)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
+func jstr(s string) string { return relaytest.JSONString(s) }
 
 // text is a content delta of choice 0.
 func text(s string) string { return chunk(choice(0, `{"content":`+jstr(s)+`}`, "")) }
@@ -90,16 +81,7 @@ func callEvents(ch, index int, id, name, args string, n int) []string {
 	return evs
 }
 
-func splitRunes(s string, n int) []string {
-	var out []string
-	r := []rune(s)
-	for len(r) > 0 {
-		k := min(n, len(r))
-		out = append(out, string(r[:k]))
-		r = r[k:]
-	}
-	return out
-}
+func splitRunes(s string, n int) []string { return relaytest.SplitRunes(s, n) }
 
 // sseOf frames data values as SSE events.
 func sseOf(datas ...string) string {
@@ -137,18 +119,7 @@ func assemble(t testing.TB, out []byte) view {
 	v := view{Content: map[int]string{}, Finish: map[int]string{}}
 	type key struct{ ch, ix int }
 	cur := map[key]int{} // -> position in v.Calls
-	r := sse.NewReader(bytes.NewReader(out))
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil || ev.Truncated {
-			t.Fatalf("output is not a clean SSE stream: %v %q", err, ev.Raw)
-		}
-		if !ev.HasData {
-			continue
-		}
+	for ev := range relaytest.Events(t, out) {
 		if v.Done || v.Error != "" {
 			v.After++
 		}
@@ -204,63 +175,12 @@ func assemble(t testing.TB, out []byte) view {
 	return v
 }
 
-// chunkReader returns 1..max bytes per Read.
-type chunkReader struct {
-	data []byte
-	rnd  *rand.Rand
-	max  int
-}
-
-func (r *chunkReader) Read(p []byte) (int, error) {
-	if len(r.data) == 0 {
-		return 0, io.EOF
-	}
-	n := min(1+r.rnd.IntN(r.max), len(p), len(r.data))
-	copy(p, r.data[:n])
-	r.data = r.data[n:]
-	return n, nil
-}
-
-// runStream pipes input through a Stream and returns the output, the decisions and the count
-// of blocked calls. With split > 0 the upstream returns 1..split bytes per Read.
+// runStream pipes input through a Stream and returns the output, the decisions and the count of blocked
+// calls. With split > 0 the upstream returns 1..split bytes per Read.
 func runStream(t testing.TB, input string, c *vet.Checker, split int, seed uint64) ([]byte, []vet.Decision, int) {
 	t.Helper()
-	var up io.Reader = strings.NewReader(input)
-	if split > 0 {
-		up = &chunkReader{data: []byte(input), rnd: rand.New(rand.NewPCG(seed, 1)), max: split}
-	}
-	var ds []vet.Decision
-	s := NewStream(io.NopCloser(up), c, func(d vet.Decision) { ds = append(ds, d) })
-	// Read with a small buffer, as a proxy might.
-	var out []byte
-	buf := make([]byte, 37)
-	for {
-		n, err := s.Read(buf)
-		out = append(out, buf[:n]...)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return out, ds, s.Blocked()
+	return relaytest.Run(t, input, split, seed, relaytest.Opener(NewStream, c))
 }
 
 // policy is the checker most tests use.
-func policy(mode vet.Mode, atomic bool) *vet.Checker {
-	rules, err := vet.CompileRules([]vet.Rule{{ID: "docs", Tool: "web_fetch", Path: "url", Hosts: []string{"docs.example.com"}}})
-	if err != nil {
-		panic(err)
-	}
-	return vet.NewChecker(vet.Policy{
-		Allowed: map[string]bool{"get_weather": true, "web_fetch": true, "search": true},
-		Schemas: map[string][]byte{"get_weather": []byte(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)},
-		Rules:   rules,
-		Mode:    mode,
-		Atomic:  atomic,
-	})
-}
+func policy(mode vet.Mode, atomic bool) *vet.Checker { return relaytest.Policy(mode, atomic) }

@@ -2,13 +2,12 @@ package chatvet
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"slices"
 	"strconv"
 
-	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -16,12 +15,10 @@ import (
 
 // MaxCallBytes caps what is held for one streamed call (its raw events plus its arguments); a
 // call that grows beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
-const MaxCallBytes = 16 << 20
+const MaxCallBytes = relay.MaxCallBytes
 
 // maxEventDepth caps the nesting of response JSON (bodies and stream events).
 const maxEventDepth = 128
-
-var doneData = []byte("[DONE]")
 
 // Stream vets a streamed Chat Completions response. Read yields the upstream SSE stream with
 // every tool call held until it is complete and vetted:
@@ -51,21 +48,15 @@ var doneData = []byte("[DONE]")
 // Read returns whatever output it has before it reads upstream again, so each event reaches a
 // caller that flushes after every Read at once. A Stream is not safe for concurrent use.
 type Stream struct {
-	up  io.ReadCloser
-	rd  *sse.Reader
+	rl  relay.Relay
 	c   *vet.Checker
 	rec Recorder
 
-	out []byte // output not yet read
-	off int    // read position in out
-
 	choices map[int]*choiceState
 	blocked int
-	ended   bool // nothing more is read from upstream
 	// finished is set once a choice's finish_reason has arrived; a clean EOF after it ends the stream
 	// quietly (no [DONE] is invented, no truncation error written).
 	finished bool
-	err      error // the upstream's read error, if any
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -82,112 +73,55 @@ type choiceState struct {
 // legacyIndex is the key of a choice's function_call.
 const legacyIndex = -1 << 31
 
-// pending is one call being assembled.
+// pending is one call being assembled; its Meta is the index each held delta carries (0 when it has none).
 type pending struct {
-	call   *vet.Call
+	relay.Pending[int]
 	tmpl   []byte // data of the call's first event, the template for its notice
-	wire   []int  // the index each held delta carries (0 when it has none)
-	lost   string // why held deltas were let go before the call was vetted; such a call is blocked
 	done   bool   // vetted
 	out    bool   // released
 	client int    // the index the client sees, once released
 }
 
-// drop lets go of the held deltas.
-func (p *pending) drop() {
-	p.call.Drop()
-	p.wire = nil
-}
-
-// fail lets go of the held deltas of an open call, which can then never be released.
-func (p *pending) fail(reason string) {
-	p.call.Fail(reason)
-	if p.lost == "" {
-		p.lost = reason
-	}
-	p.drop()
-}
-
 // NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for
 // every vetted call.
 func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
-	return &Stream{up: upstream, rd: sse.NewReader(upstream), c: c, rec: rec, choices: map[int]*choiceState{}}
+	s := &Stream{c: c, rec: rec, choices: map[int]*choiceState{}}
+	s.rl = relay.New(upstream, relay.Surface{
+		// Some servers close after the last finish_reason without sending [DONE]: nothing is lost.
+		Finished: func() bool { return s.finished && !s.holding() },
+		// The upstream ended (or broke) before [DONE]: held calls are not released.
+		Truncated: func() { s.end(ErrorJSON("upstream stream ended before [DONE]", "server_error", CodeTruncated)) },
+		Done:      s.finishAll,
+		Observe:   s.noteFinish,
+		Pass:      s.pass,
+		Malformed: s.malformed,
+		Event:     s.event,
+		MaxDepth:  maxEventDepth,
+	})
+	return s
 }
 
 // Blocked is the number of calls blocked so far.
 func (s *Stream) Blocked() int { return s.blocked }
 
 // Err is the upstream's read error, if the upstream failed (other than by ending early).
-func (s *Stream) Err() error { return s.err }
+func (s *Stream) Err() error { return s.rl.Err() }
 
 // Close closes the upstream body.
-func (s *Stream) Close() error {
-	s.ended = true
-	return s.up.Close()
-}
+func (s *Stream) Close() error { return s.rl.Close() }
 
 // Read implements io.Reader. It reads the upstream only when it has no output left to give.
-func (s *Stream) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	for s.off == len(s.out) {
-		s.out, s.off = s.out[:0], 0
-		if s.ended {
-			return 0, io.EOF
-		}
-		s.step()
-	}
-	n := copy(p, s.out[s.off:])
-	s.off += n
-	return n, nil
-}
+func (s *Stream) Read(p []byte) (int, error) { return s.rl.Read(p) }
 
-// step reads one upstream event and appends what it produces to s.out.
-func (s *Stream) step() {
-	ev, err := s.rd.Next()
-	if errors.Is(err, io.EOF) && !ev.Truncated && s.finished && !s.holding() {
-		// Some servers close after the last finish_reason without sending [DONE]: nothing is lost.
-		s.ended = true
-		return
+// pass forwards an event in which nothing can be read as a call while nothing waits for a
+// finish_reason.
+func (s *Stream) pass(ev sse.Event) bool {
+	if mayCall(ev.Data) || s.holding() {
+		return false
 	}
-	if err != nil || ev.Truncated {
-		// The upstream ended (or broke) before [DONE]: held calls are not released.
-		if err != nil && !errors.Is(err, io.EOF) {
-			s.err = err
-		}
-		s.end(ErrorJSON("upstream stream ended before [DONE]", "server_error", CodeTruncated))
-		return
-	}
-	if !ev.HasData {
-		s.out = append(s.out, ev.Raw...) // comment, keep-alive, blank line
-		return
-	}
-	if bytes.HasPrefix(ev.Data, doneData) {
-		s.finishAll()
-		if !s.ended {
-			s.out = append(s.out, ev.Raw...)
-			s.ended = true
-		}
-		return
-	}
-	s.noteFinish(ev.Data)
-	data := bytes.TrimLeft(ev.Data, " \t\r\n")
-	if len(data) == 0 || data[0] != '{' {
-		s.out = append(s.out, ev.Raw...) // not JSON: no client reads a call from it
-		return
-	}
-	if !mayCall(ev.Data) && !s.holding() {
-		// Nothing in the event can be read as a call, nothing waits for a finish_reason.
-		s.noteText(ev.Data)
-		s.out = append(s.out, ev.Raw...)
-		return
-	}
-	if jsoncheck.Object(ev.Data, jsoncheck.Limits{MaxDepth: maxEventDepth}) != nil {
-		s.malformed()
-		return
-	}
-	s.event(ev)
+	s.noteText(ev.Data)
+	s.rl.Out = append(s.rl.Out, ev.Raw...)
+	return true
 }
 
 // mayCall reports whether event data could carry a call or a finish_reason that announces one:
@@ -211,7 +145,7 @@ func (s *Stream) noteText(data []byte) {
 	if !bytes.Contains(data, []byte(`"content"`)) {
 		return
 	}
-	gjson.GetBytes(data, pathChoices).ForEach(func(_, c gjson.Result) bool {
+	relay.Get(data, pathChoices).ForEach(func(_, c gjson.Result) bool {
 		if v, ok := scanChoice(0, c); ok && v.text {
 			s.choice(v.index).text = true
 		}
@@ -224,7 +158,7 @@ func (s *Stream) noteText(data []byte) {
 func (s *Stream) malformed() {
 	for _, ch := range s.choices {
 		for _, p := range ch.open {
-			p.fail(vet.ReasonMalformedStream)
+			p.Fail(vet.ReasonMalformedStream)
 		}
 	}
 }
@@ -251,7 +185,7 @@ func scanChoice(pos int, c gjson.Result) (v choiceView, ok bool) {
 	c.ForEach(func(k, val gjson.Result) bool {
 		switch k.Str {
 		case pathIndex:
-			v.index, ok = intField(val)
+			v.index, ok = relay.IntField(val)
 		case pathDelta:
 			val.ForEach(func(dk, dv gjson.Result) bool {
 				switch dk.Str {
@@ -292,7 +226,7 @@ func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
 	choices := gjson.GetBytes(data, pathChoices)
 	if !choices.IsArray() {
-		s.out = append(s.out, ev.Raw...)
+		s.rl.Out = append(s.rl.Out, ev.Raw...)
 		return
 	}
 	var views []choiceView
@@ -325,7 +259,7 @@ func (s *Stream) event(ev sse.Event) {
 	}
 	if tools == 0 && finishes == 0 {
 		s.markText(views)
-		s.out = append(s.out, ev.Raw...)
+		s.rl.Out = append(s.rl.Out, ev.Raw...)
 		return
 	}
 
@@ -339,7 +273,7 @@ func (s *Stream) event(ev sse.Event) {
 				held = sse.AppendData(nil, fragment(data, v.raw, "tool_calls", "["+e.Raw+"]"))
 			}
 			s.toolDelta(ch, v.index, e, data, held)
-			if s.ended {
+			if s.rl.Ended {
 				return
 			}
 		}
@@ -349,7 +283,7 @@ func (s *Stream) event(ev sse.Event) {
 				held = sse.AppendData(nil, fragment(data, v.raw, "function_call", v.legacy.Raw))
 			}
 			s.legacyDelta(ch, v.index, v.legacy, data, held)
-			if s.ended {
+			if s.rl.Ended {
 				return
 			}
 		}
@@ -374,7 +308,7 @@ func (s *Stream) event(ev sse.Event) {
 	split := len(closing) > 0 && deltaRest
 	if split {
 		s.markText(views)
-		s.out = sse.AppendData(s.out, restOf(data, views, rewrite, closing))
+		s.rl.Out = sse.AppendData(s.rl.Out, restOf(data, views, rewrite, closing))
 	}
 	for _, v := range views {
 		if !closing[v.pos] {
@@ -382,7 +316,7 @@ func (s *Stream) event(ev sse.Event) {
 		}
 		ch := s.choice(v.index)
 		s.complete(v.index, ch)
-		if s.ended {
+		if s.rl.Ended {
 			return
 		}
 		if rewritesFinish(v.finish, ch) {
@@ -390,7 +324,7 @@ func (s *Stream) event(ev sse.Event) {
 		}
 	}
 	if split {
-		s.out = sse.AppendData(s.out, finishOnly(data, views, rewrite, closing))
+		s.rl.Out = sse.AppendData(s.rl.Out, finishOnly(data, views, rewrite, closing))
 		return
 	}
 
@@ -399,10 +333,10 @@ func (s *Stream) event(ev sse.Event) {
 	case !rest && len(rewrite) == 0:
 	case tools == 0 && len(rewrite) == 0:
 		s.markText(views)
-		s.out = append(s.out, ev.Raw...)
+		s.rl.Out = append(s.rl.Out, ev.Raw...)
 	default:
 		s.markText(views)
-		s.out = sse.AppendData(s.out, restOf(data, views, rewrite, nil))
+		s.rl.Out = sse.AppendData(s.rl.Out, restOf(data, views, rewrite, nil))
 	}
 }
 
@@ -516,7 +450,7 @@ func (s *Stream) toolDelta(ch *choiceState, choice int, e gjson.Result, data, he
 	invalid := false
 	if ix := e.Get(pathIndex); ix.Exists() {
 		var ok bool
-		if wire, ok = intField(ix); !ok {
+		if wire, ok = relay.IntField(ix); !ok {
 			invalid = true
 			index = legacyIndex + 1 // a key no valid delta uses
 		} else if wire != -1 {
@@ -531,16 +465,16 @@ func (s *Stream) toolDelta(ch *choiceState, choice int, e gjson.Result, data, he
 	}
 	p := ch.cur[index]
 	switch {
-	case p == nil, id != "" && id != p.call.ID && (p.done || p.call.ID != ""):
+	case p == nil, id != "" && id != p.Call.ID && (p.done || p.Call.ID != ""):
 		p = s.start(ch, choice, index, data)
-		if s.ended {
+		if s.rl.Ended {
 			return
 		}
 	case p.done:
 		s.late(p, held, wire)
 		return
 	}
-	call := p.call
+	call := p.Call
 	if invalid {
 		call.Fail(vet.ReasonInvalidIndex)
 	}
@@ -551,7 +485,7 @@ func (s *Stream) toolDelta(ch *choiceState, choice int, e gjson.Result, data, he
 		call.Fail(vet.ReasonUnsupportedType)
 	}
 	fillFunction(call, e.Get("function"))
-	s.hold(p, held, wire)
+	p.Hold(held, wire)
 }
 
 // legacyDelta handles a delta.function_call.
@@ -559,17 +493,17 @@ func (s *Stream) legacyDelta(ch *choiceState, choice int, fc gjson.Result, data,
 	p := ch.cur[legacyIndex]
 	if p == nil {
 		p = s.start(ch, choice, legacyIndex, data)
-		if s.ended {
+		if s.rl.Ended {
 			return
 		}
-		p.call.Legacy = true
-		p.call.Index = -1
+		p.Call.Legacy = true
+		p.Call.Index = -1
 	} else if p.done {
 		s.late(p, held, 0)
 		return
 	}
-	fillFunction(p.call, fc)
-	s.hold(p, held, 0)
+	fillFunction(p.Call, fc)
+	p.Hold(held, 0)
 }
 
 // start begins a new call in a choice; the calls already open there are complete (unless the
@@ -578,39 +512,25 @@ func (s *Stream) start(ch *choiceState, choice, index int, data []byte) *pending
 	if !s.c.Atomic() {
 		s.complete(choice, ch)
 	}
-	p := &pending{call: &vet.Call{Choice: choice, Index: index}, tmpl: slices.Clone(data)}
+	p := &pending{Pending: relay.Pending[int]{Call: &vet.Call{Choice: choice, Index: index}}, tmpl: slices.Clone(data)}
 	ch.cur[index] = p
 	ch.open = append(ch.open, p)
 	return p
-}
-
-// hold keeps a raw delta of an open call, or lets go of everything once the call is too big.
-func (s *Stream) hold(p *pending, held []byte, wire int) {
-	if p.lost != "" {
-		return
-	}
-	if p.call.HeldBytes()+len(held) > MaxCallBytes {
-		p.fail(vet.ReasonTooLarge)
-		p.call.Args = nil
-		return
-	}
-	p.call.Hold(held)
-	p.wire = append(p.wire, wire)
 }
 
 // release writes the held deltas of an allowed call. Tool calls get the next index of their
 // choice, so that a client sees its calls numbered 0, 1, 2, ... whatever was blocked between
 // them or whatever index the upstream reused; a delta is rewritten only where its index differs.
 func (s *Stream) release(ch *choiceState, p *pending) {
-	if !p.call.Legacy {
+	if !p.Call.Legacy {
 		p.client = ch.next
 		ch.next++
 	}
-	for i, h := range p.call.Held() {
-		if !p.call.Legacy && p.wire[i] != p.client {
+	for i, h := range p.Call.Held() {
+		if !p.Call.Legacy && p.Meta[i] != p.client {
 			h = reindex(h, p.client)
 		}
-		s.out = append(s.out, h...)
+		s.rl.Out = append(s.rl.Out, h...)
 	}
 	p.out = true
 	ch.released = true
@@ -633,7 +553,7 @@ func (s *Stream) late(p *pending, held []byte, wire int) {
 	if !p.out {
 		return
 	}
-	d := vet.Decision{Kind: vet.KindToolCall, Choice: p.call.Choice, CallID: p.call.ID, Tool: p.call.Name,
+	d := vet.Decision{Kind: vet.KindToolCall, Choice: p.Call.Choice, CallID: p.Call.ID, Tool: p.Call.Name,
 		Verdict: vet.VerdictBlocked, Reason: vet.ReasonAfterRelease}
 	if s.c.Mode() == vet.ModeAudit {
 		d.Verdict = vet.VerdictAudited
@@ -641,10 +561,10 @@ func (s *Stream) late(p *pending, held []byte, wire int) {
 	s.record(d)
 	switch {
 	case d.Verdict == vet.VerdictAudited:
-		if !p.call.Legacy && wire != p.client {
+		if !p.Call.Legacy && wire != p.client {
 			held = reindex(held, p.client)
 		}
-		s.out = append(s.out, held...)
+		s.rl.Out = append(s.rl.Out, held...)
 	case s.c.Mode() == vet.ModeError:
 		s.blocked++
 		s.end(BlockedErrorJSON(d))
@@ -660,34 +580,16 @@ func (s *Stream) complete(choice int, ch *choiceState) {
 	}
 	open := ch.open
 	ch.open = nil
-	calls := make([]*vet.Call, len(open))
-	for i, p := range open {
-		calls[i] = p.call
-	}
-	ds := s.c.VetBatch(calls)
-	for i, p := range open {
-		// What was let go on the way cannot be released, whatever the mode.
-		if p.lost != "" {
-			ds[i].Verdict, ds[i].Reason, ds[i].Rule = vet.VerdictBlocked, p.lost, ""
-		}
-	}
-	if s.c.Mode() == vet.ModeError {
-		culprit := -1
-		for i, d := range ds {
-			if d.Blocked() && (culprit < 0 || ds[culprit].Reason == vet.ReasonBatch) {
-				culprit = i
+	ds, culprit := relay.Verdicts[int](s.c, open)
+	if culprit >= 0 {
+		for _, d := range ds {
+			s.record(d)
+			if d.Blocked() {
+				s.blocked++
 			}
 		}
-		if culprit >= 0 {
-			for _, d := range ds {
-				s.record(d)
-				if d.Blocked() {
-					s.blocked++
-				}
-			}
-			s.end(BlockedErrorJSON(ds[culprit]))
-			return
-		}
+		s.end(BlockedErrorJSON(ds[culprit]))
+		return
 	}
 	for i, d := range ds {
 		p := open[i]
@@ -699,8 +601,8 @@ func (s *Stream) complete(choice int, ch *choiceState) {
 			s.blocked++
 			s.notice(choice, ch, p, d)
 		}
-		p.drop()
-		p.tmpl, p.call.Args = nil, nil
+		p.Drop()
+		p.tmpl, p.Call.Args = nil, nil
 	}
 }
 
@@ -722,14 +624,14 @@ func (s *Stream) notice(choice int, ch *choiceState, p *pending, d vet.Decision)
 	if u := gjson.GetBytes(out, "usage"); u.Exists() && u.Type != gjson.Null {
 		out, _ = sjson.SetRawBytes(out, "usage", []byte("null"))
 	}
-	s.out = sse.AppendData(s.out, out)
+	s.rl.Out = sse.AppendData(s.rl.Out, out)
 }
 
 // finishAll completes every choice, at [DONE].
 func (s *Stream) finishAll() {
 	for _, k := range s.choiceKeys() {
 		s.complete(k, s.choices[k])
-		if s.ended {
+		if s.rl.Ended {
 			return
 		}
 	}
@@ -745,12 +647,12 @@ func (s *Stream) record(d vet.Decision) {
 func (s *Stream) end(errJSON []byte) {
 	for _, ch := range s.choices {
 		for _, p := range ch.open {
-			p.drop()
+			p.Drop()
 		}
 		ch.open = nil
 	}
-	s.out = sse.AppendData(s.out, errJSON)
-	s.ended = true
+	s.rl.Out = sse.AppendData(s.rl.Out, errJSON)
+	s.rl.Ended = true
 }
 
 var (
@@ -767,7 +669,7 @@ func (s *Stream) noteFinish(data []byte) {
 	if bytes.Count(data, finishKey) == bytes.Count(data, finishNull) {
 		return
 	}
-	for _, f := range gjson.GetBytes(data, "choices.#.finish_reason").Array() {
+	for _, f := range relay.Get(data, "choices.#.finish_reason").Array() {
 		if f.Type == gjson.String && f.String() != "" {
 			s.finished = true
 			return

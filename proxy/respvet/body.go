@@ -12,17 +12,17 @@
 package respvet
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 )
 
 // Recorder is called once for every vetted call: allowed, blocked and audited. It may be nil.
@@ -125,9 +125,9 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 		}
 	}
 	if len(drop) == len(calls) {
-		kept = append(kept, string(noticeItem(newNoticeID(), joinLines(notices), true)))
+		kept = append(kept, string(noticeItem(newNoticeID(), strings.Join(notices, "\n"), true)))
 	}
-	out, err := sjson.SetRawBytes(body, pathOutput, joinArray(kept))
+	out, err := sjson.SetRawBytes(body, pathOutput, relay.JoinArray(kept))
 	if err != nil {
 		return body, res, fmt.Errorf("respvet: edit output: %w", err)
 	}
@@ -186,40 +186,6 @@ func textPart(text string) []byte {
 	p := []byte(`{"type":"output_text","annotations":[],"logprobs":[],"text":""}`)
 	p, _ = sjson.SetBytes(p, "text", text)
 	return p
-}
-
-func joinLines(lines []string) string {
-	var b bytes.Buffer
-	for i, l := range lines {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(l)
-	}
-	return b.String()
-}
-
-// joinArray builds a JSON array of raw elements.
-func joinArray(raws []string) []byte {
-	var b bytes.Buffer
-	b.WriteByte('[')
-	for i, r := range raws {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(r)
-	}
-	b.WriteByte(']')
-	return b.Bytes()
-}
-
-// intField reads an integer JSON number (no fraction or exponent), as a strict client would.
-func intField(v gjson.Result) (int, bool) {
-	if v.Type != gjson.Number {
-		return 0, false
-	}
-	n, err := strconv.Atoi(v.Raw)
-	return n, err == nil
 }
 
 // ErrorJSON is the data of an error event: OpenAI's Responses error event ({"type":"error","code","message",

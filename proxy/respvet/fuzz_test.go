@@ -1,55 +1,54 @@
 package respvet
 
 import (
-	"bytes"
-	"io"
 	"testing"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/sse"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
-
-var fuzzModes = []vet.Mode{vet.ModeRefuse, vet.ModeError, vet.ModeAudit}
 
 // visibleCalls are every function call a client could read from an output stream, however lenient: the items
 // of output_item.added (with their argument deltas) and output_item.done events, and the output of every
-// response snapshot.
+// response snapshot. Argument deltas are assembled twice, as two kinds of clients place them: by output_index
+// (the official SDKs; a Go client reads a missing one as 0) and by item_id.
 func visibleCalls(t *testing.T, out []byte) []call {
 	t.Helper()
 	var calls []call
-	cur := map[int64]int{}
-	r := sse.NewReader(bytes.NewReader(out))
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil || ev.Truncated {
-			t.Fatalf("output is not a clean SSE stream: %v %q", err, ev.Raw)
-		}
-		if !ev.HasData || !gjson.ValidBytes(ev.Data) {
+	byIndex := map[int64]int{} // output_index -> position in calls of the call assembled by index
+	byItem := map[string]int{} // item id -> position in calls of the call assembled by item id
+	for ev := range relaytest.Events(t, out) {
+		if !gjson.ValidBytes(ev.Data) {
 			continue
 		}
 		d := gjson.ParseBytes(ev.Data)
 		oi := d.Get("output_index").Int()
 		item := d.Get("item")
+		itemCall := func() call {
+			return call{item.Get("call_id").String(), item.Get("name").String(), item.Get("arguments").String()}
+		}
 		switch d.Get("type").String() {
 		case "response.output_item.added":
+			delete(byIndex, oi)
 			if vetted(item.Get("type").String()) {
-				calls = append(calls, call{item.Get("call_id").String(), item.Get("name").String(), item.Get("arguments").String()})
-				cur[oi] = len(calls) - 1
-			} else {
-				delete(cur, oi)
+				calls = append(calls, itemCall())
+				byIndex[oi] = len(calls) - 1
+				calls = append(calls, itemCall())
+				byItem[item.Get("id").String()] = len(calls) - 1
 			}
 		case "response.function_call_arguments.delta", "response.custom_tool_call_input.delta":
-			if pos, ok := cur[oi]; ok {
+			if pos, ok := byIndex[oi]; ok {
 				calls[pos].Args += d.Get("delta").String()
+			}
+			if id := d.Get("item_id"); id.Exists() {
+				if pos, ok := byItem[id.String()]; ok {
+					calls[pos].Args += d.Get("delta").String()
+				}
 			}
 		case "response.output_item.done":
 			if vetted(item.Get("type").String()) {
-				calls = append(calls, call{item.Get("call_id").String(), item.Get("name").String(), item.Get("arguments").String()})
+				calls = append(calls, itemCall())
 			}
 		}
 		for _, it := range d.Get("response.output").Array() {
@@ -63,17 +62,12 @@ func visibleCalls(t *testing.T, out []byte) []call {
 
 func FuzzStream(f *testing.F) {
 	for _, tc := range streamCases {
-		mode := byte(0)
-		for i, m := range fuzzModes {
-			if m == tc.mode {
-				mode = byte(i)
-			}
-		}
+		mode := relaytest.ModeByte(tc.mode)
 		f.Add([]byte(tc.in), mode, tc.atomic, uint8(0), uint64(1))
 		f.Add([]byte(tc.in), (mode+1)%3, !tc.atomic, uint8(5), uint64(2))
 	}
 	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
-		m := fuzzModes[int(mode)%len(fuzzModes)]
+		m := relaytest.FuzzModes[int(mode)%len(relaytest.FuzzModes)]
 		out, ds, blocked := runStream(t, string(input), policy(m, atomic), int(split%16), seed)
 		nBlocked := 0
 		passed := map[call]bool{} // by call id and name

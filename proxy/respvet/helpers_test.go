@@ -1,10 +1,7 @@
 package respvet
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -12,7 +9,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/sse"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
 // Arguments used across the tests.
@@ -23,27 +20,9 @@ const (
 )
 
 // policy is the checker most tests use: web_fetch may only fetch the docs site.
-func policy(mode vet.Mode, atomic bool) *vet.Checker {
-	rules, err := vet.CompileRules([]vet.Rule{{ID: "docs", Tool: "web_fetch", Path: "url", Hosts: []string{"docs.example.com"}}})
-	if err != nil {
-		panic(err)
-	}
-	return vet.NewChecker(vet.Policy{
-		Allowed: map[string]bool{"get_weather": true, "web_fetch": true, "search": true},
-		Schemas: map[string][]byte{"get_weather": []byte(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)},
-		Rules:   rules,
-		Mode:    mode,
-		Atomic:  atomic,
-	})
-}
+func policy(mode vet.Mode, atomic bool) *vet.Checker { return relaytest.Policy(mode, atomic) }
 
-func jstr(s string) string {
-	b, err := json.Marshal(s)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
+func jstr(s string) string { return relaytest.JSONString(s) }
 
 // rs builds a Responses stream the way OpenAI sends it: every event with an event: line and an increasing
 // sequence_number, and the final output collected for response.completed.
@@ -117,16 +96,7 @@ func itoa(i int) string {
 	return string(b)
 }
 
-func splitRunes(s string, n int) []string {
-	var out []string
-	r := []rune(s)
-	for len(r) > 0 {
-		k := min(n, len(r))
-		out = append(out, string(r[:k]))
-		r = r[k:]
-	}
-	return out
-}
+func splitRunes(s string, n int) []string { return relaytest.SplitRunes(s, n) }
 
 // call is a function call as a client assembles it.
 type call struct {
@@ -153,16 +123,8 @@ func assemble(t testing.TB, out []byte) view {
 	var v view
 	last := int64(-1)
 	byIndex := map[int64]int{} // output_index -> position in Calls
-	r := sse.NewReader(bytes.NewReader(out))
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil || ev.Truncated {
-			t.Fatalf("output is not a clean SSE stream: %v %q", err, ev.Raw)
-		}
-		if !ev.HasData || !gjson.ValidBytes(ev.Data) {
+	for ev := range relaytest.Events(t, out) {
+		if !gjson.ValidBytes(ev.Data) {
 			continue
 		}
 		if v.HasFinal || v.Error != "" {
@@ -241,47 +203,9 @@ func (v view) finalTypes() []string {
 	return ts
 }
 
-// chunkReader returns 1..max bytes per Read.
-type chunkReader struct {
-	data []byte
-	rnd  *rand.Rand
-	max  int
-}
-
-func (r *chunkReader) Read(p []byte) (int, error) {
-	if len(r.data) == 0 {
-		return 0, io.EOF
-	}
-	n := min(1+r.rnd.IntN(r.max), len(p), len(r.data))
-	copy(p, r.data[:n])
-	r.data = r.data[n:]
-	return n, nil
-}
-
 // runStream pipes input through a Stream and returns the output, the decisions and the count of blocked
 // calls. With split > 0 the upstream returns 1..split bytes per Read.
 func runStream(t testing.TB, input string, c *vet.Checker, split int, seed uint64) ([]byte, []vet.Decision, int) {
 	t.Helper()
-	var up io.Reader = strings.NewReader(input)
-	if split > 0 {
-		up = &chunkReader{data: []byte(input), rnd: rand.New(rand.NewPCG(seed, 1)), max: split}
-	}
-	var ds []vet.Decision
-	s := NewStream(io.NopCloser(up), c, func(d vet.Decision) { ds = append(ds, d) })
-	var out []byte
-	buf := make([]byte, 37)
-	for {
-		n, err := s.Read(buf)
-		out = append(out, buf[:n]...)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return out, ds, s.Blocked()
+	return relaytest.Run(t, input, split, seed, relaytest.Opener(NewStream, c))
 }

@@ -3,21 +3,20 @@ package respvet
 import (
 	"bytes"
 	"crypto/sha256"
-	"errors"
 	"io"
 	"slices"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
 // MaxCallBytes caps what is held for one streamed call (its raw events plus its arguments); a call that grows
 // beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
-const MaxCallBytes = 16 << 20
+const MaxCallBytes = relay.MaxCallBytes
 
 // Event types of the Responses stream this package reads.
 const (
@@ -38,8 +37,6 @@ const (
 	pathResponse   = "response"
 	pathRespOutput = "response.output"
 )
-
-var doneData = []byte("[DONE]")
 
 // Stream vets a streamed Responses API answer. Read yields the upstream SSE stream with every call held until
 // it is complete and vetted:
@@ -64,21 +61,19 @@ var doneData = []byte("[DONE]")
 //     client sees items numbered in the order they reach it; sequence_number is renumbered where events were
 //     added or reordered, so it keeps increasing. Where nothing was blocked or reordered, both stay as sent.
 //   - Nothing of a blocked call (item id, call id, name, argument bytes) is ever written. An event whose data
-//     looks like JSON but is not one valid object with unique keys is dropped, and every call still held fails
-//     closed.
+//     looks like JSON but is not one valid object with unique keys, or whose event: line names another type
+//     than its data, is dropped, and every call still held fails closed. A call's argument events must carry
+//     both its output_index and its item_id (clients place fragments by one or the other): one that lacks
+//     either blocks the call.
 //   - If the upstream ends (or fails) before a terminal event, held calls are dropped and the stream ends with
 //     an error event (code upstream_stream_truncated).
 //
 // Read returns whatever output it has before it reads upstream again, so each event reaches a caller that
 // flushes after every Read at once. A Stream is not safe for concurrent use.
 type Stream struct {
-	up  io.ReadCloser
-	rd  *sse.Reader
+	rl  relay.Relay
 	c   *vet.Checker
 	rec Recorder
-
-	out []byte // output not yet read
-	off int    // read position in out
 
 	items   map[int]*item  // by upstream output_index
 	byID    map[string]int // item id -> upstream output_index
@@ -88,9 +83,7 @@ type Stream struct {
 	shift, last int64
 
 	blocked  int
-	ended    bool // nothing more is read from upstream
 	finished bool // a terminal event (or an upstream error event) went out
-	err      error
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -103,14 +96,12 @@ type item struct {
 
 // pending is one call item being assembled.
 type pending struct {
-	call    *vet.Call
+	relay.Pending[meta]
 	oi      int    // upstream output_index
 	typ     string // function_call or custom_tool_call
 	itemID  string
 	hasArgs bool // the arguments were given (by the added item, a delta or a .done)
 	done    bool // its output_item.done arrived
-	meta    []meta
-	lost    string // why held events were let go before the call was vetted
 
 	vetted   bool
 	released bool
@@ -130,102 +121,71 @@ type meta struct {
 // NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for every vetted
 // call.
 func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
-	return &Stream{up: upstream, rd: sse.NewReader(upstream), c: c, rec: rec,
-		items: map[int]*item{}, byID: map[string]int{}, last: -1}
+	s := &Stream{c: c, rec: rec, items: map[int]*item{}, byID: map[string]int{}, last: -1}
+	s.rl = relay.New(upstream, relay.Surface{
+		Finished: func() bool { return s.finished && len(s.open) == 0 },
+		Truncated: func() {
+			s.end(ErrorJSON(s.last+1, "upstream stream ended before the response was complete", "server_error", CodeTruncated))
+		},
+		Done:      s.completeAll,
+		Malformed: s.malformed,
+		Event:     s.event,
+		MaxDepth:  maxDepth,
+		Typed:     true,
+	})
+	return s
 }
 
 // Blocked is the number of calls blocked so far.
 func (s *Stream) Blocked() int { return s.blocked }
 
 // Err is the upstream's read error, if the upstream failed (other than by ending early).
-func (s *Stream) Err() error { return s.err }
+func (s *Stream) Err() error { return s.rl.Err() }
 
 // Close closes the upstream body.
-func (s *Stream) Close() error {
-	s.ended = true
-	return s.up.Close()
-}
+func (s *Stream) Close() error { return s.rl.Close() }
 
 // Read implements io.Reader. It reads the upstream only when it has no output left to give.
-func (s *Stream) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	for s.off == len(s.out) {
-		s.out, s.off = s.out[:0], 0
-		if s.ended {
-			return 0, io.EOF
-		}
-		s.step()
-	}
-	n := copy(p, s.out[s.off:])
-	s.off += n
-	return n, nil
-}
+func (s *Stream) Read(p []byte) (int, error) { return s.rl.Read(p) }
 
-// step reads one upstream event and appends what it produces to s.out.
-func (s *Stream) step() {
-	ev, err := s.rd.Next()
-	if errors.Is(err, io.EOF) && !ev.Truncated && s.finished && len(s.open) == 0 {
-		s.ended = true
-		return
+// malformed fails every held call: an event that a client might read differently from us was dropped.
+func (s *Stream) malformed() {
+	for _, p := range s.open {
+		p.Fail(vet.ReasonMalformedStream)
 	}
-	if err != nil || ev.Truncated {
-		if err != nil && !errors.Is(err, io.EOF) {
-			s.err = err
-		}
-		s.end(ErrorJSON(s.last+1, "upstream stream ended before the response was complete", "server_error", CodeTruncated))
-		return
-	}
-	if !ev.HasData {
-		s.out = append(s.out, ev.Raw...) // comment, keep-alive
-		return
-	}
-	if bytes.HasPrefix(ev.Data, doneData) {
-		s.completeAll()
-		if !s.ended {
-			s.out = append(s.out, ev.Raw...)
-			s.ended = true
-		}
-		return
-	}
-	data := bytes.TrimLeft(ev.Data, " \t\r\n")
-	if len(data) == 0 || data[0] != '{' {
-		s.out = append(s.out, ev.Raw...) // not JSON: no client reads a call from it
-		return
-	}
-	if jsoncheck.Object(ev.Data, jsoncheck.Limits{MaxDepth: maxDepth}) != nil {
-		// A client might read it differently from us: drop it, and fail what it could belong to.
-		for _, p := range s.open {
-			p.fail(vet.ReasonMalformedStream)
-		}
-		return
-	}
-	s.event(ev)
 }
 
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
-	typ := gjson.GetBytes(data, pathType).String()
+	typ := relay.Get(data, pathType).String()
 	m := meta{name: ev.Event}
-	if v := gjson.GetBytes(data, pathSeq); v.Exists() {
-		if n, ok := intField(v); ok {
+	if v := relay.Get(data, pathSeq); v.Exists() {
+		if n, ok := relay.IntField(v); ok {
 			m.seq, m.hasSeq = int64(n), true
 		}
 	}
-	if v := gjson.GetBytes(data, pathOutputIdx); v.Exists() {
-		m.oi, m.hasOI = intField(v)
-	} else if id := gjson.GetBytes(data, pathItemID); id.Type == gjson.String {
-		m.oi, m.hasOI = s.byID[id.Str]
-	}
-
 	argsEvent := false // the event carries a call's argument (or input) fragment
 	callItem := false  // the event carries a call item
 	switch typ {
+	case evArgsDelta, evArgsDone, evCustomDelta, evCustomDone:
+		argsEvent = true
+	case evItemAdded, evItemDone:
+		callItem = vetted(relay.Get(data, pathItem+"."+pathType).String())
+	}
+	if v := relay.Get(data, pathOutputIdx); v.Exists() {
+		m.oi, m.hasOI = relay.IntField(v)
+	} else if id := relay.Get(data, pathItemID); id.Type == gjson.String && !argsEvent && !callItem {
+		// Only an event that adds nothing to a call is placed by its item id. Clients place a call's
+		// events by output_index (the official SDKs; a Go client reads a missing one as 0) or by item id:
+		// an event of a call must name both, and agree, or clients would assemble different calls.
+		m.oi, m.hasOI = s.byID[id.Str]
+	}
+
+	switch typ {
 	case evCompleted, evIncomplete, evFailed:
 		s.completeAll()
-		if s.ended {
+		if s.rl.Ended {
 			return
 		}
 		out, ok := s.finalOutput(data)
@@ -240,14 +200,15 @@ func (s *Stream) event(ev sse.Event) {
 		s.finished = true
 		s.write(ev.Raw, nil, m, -1)
 		return
-	case evArgsDelta, evArgsDone, evCustomDelta, evCustomDone:
-		argsEvent = true
-	case evItemAdded, evItemDone:
-		callItem = vetted(gjson.GetBytes(data, pathItem+"."+pathType).String())
 	}
 	if !m.hasOI {
 		if argsEvent || callItem {
-			return // a call that cannot be placed: no client may assemble it
+			// A call event that cannot be placed is dropped; a client might still place it somewhere (by its
+			// item id, or at output_index 0), so every call still held fails closed.
+			for _, p := range s.open {
+				p.Fail(vet.ReasonInvalidIndex)
+			}
+			return
 		}
 		s.write(ev.Raw, s.snapshot(data), m, -1)
 		return
@@ -261,7 +222,7 @@ func (s *Stream) event(ev sse.Event) {
 	case callItem && typ == evItemDone && (st == nil || st.call == nil):
 		// A call item that was never announced: it is whole in this event.
 		p := s.start(m.oi, gjson.GetBytes(data, pathItem))
-		s.hold(p, ev.Raw, m)
+		p.Hold(ev.Raw, m)
 		s.itemDone(p, gjson.GetBytes(data, pathItem))
 	case st == nil:
 		if !argsEvent {
@@ -279,11 +240,11 @@ func (s *Stream) event(ev sse.Event) {
 		case evArgsDone, evCustomDone:
 			s.argsDone(p, data)
 		case evItemDone:
-			s.hold(p, ev.Raw, m)
+			p.Hold(ev.Raw, m)
 			s.itemDone(p, gjson.GetBytes(data, pathItem))
 			return
 		}
-		s.hold(p, ev.Raw, m)
+		p.Hold(ev.Raw, m)
 	default:
 		s.late(st, ev.Raw, m)
 	}
@@ -293,16 +254,16 @@ func (s *Stream) event(ev sse.Event) {
 func (s *Stream) itemAdded(ev sse.Event, m meta, callItem bool) {
 	if old := s.items[m.oi]; old != nil && old.call != nil && !old.call.vetted {
 		// A new item at the place of a call that did not finish.
-		old.call.call.Fail(ReasonIncomplete)
+		old.call.Call.Fail(ReasonIncomplete)
 		s.complete([]*pending{old.call})
-		if s.ended {
+		if s.rl.Ended {
 			return
 		}
 	}
 	it := gjson.GetBytes(ev.Data, pathItem)
 	if callItem {
 		p := s.start(m.oi, it)
-		s.hold(p, ev.Raw, m)
+		p.Hold(ev.Raw, m)
 		return
 	}
 	st := &item{client: s.nextOut}
@@ -317,26 +278,26 @@ func (s *Stream) itemAdded(ev sse.Event, m meta, callItem bool) {
 // start begins a call at an output_index from its first item.
 func (s *Stream) start(oi int, it gjson.Result) *pending {
 	typ := it.Get(pathType).Str
-	p := &pending{call: &vet.Call{Index: oi}, oi: oi, typ: typ}
+	p := &pending{Pending: relay.Pending[meta]{Call: &vet.Call{Index: oi}}, oi: oi, typ: typ}
 	if id := it.Get(pathID); id.Type == gjson.String {
 		p.itemID = id.Str
 		s.byID[id.Str] = oi
 	}
 	if id := it.Get(pathCallID); id.Type == gjson.String {
-		p.call.ID = id.Str
+		p.Call.ID = id.Str
 	}
 	if name := it.Get(pathName); name.Type == gjson.String {
-		p.call.AddName(name.Str)
+		p.Call.AddName(name.Str)
 	}
 	if typ == typeCustomTool {
-		p.call.Fail(vet.ReasonUnsupportedType)
+		p.Call.Fail(vet.ReasonUnsupportedType)
 	}
 	switch args := it.Get(pathArguments); {
 	case args.Type == gjson.String:
-		p.call.AppendArgs(args.Str)
+		p.Call.AppendArgs(args.Str)
 		p.hasArgs = args.Str != ""
 	case args.Exists() && args.Type != gjson.Null:
-		p.call.Fail(vet.ReasonNotString)
+		p.Call.Fail(vet.ReasonNotString)
 	}
 	s.items[oi] = &item{client: -1, call: p}
 	s.open = append(s.open, p)
@@ -346,16 +307,16 @@ func (s *Stream) start(oi int, it gjson.Result) *pending {
 // argsDelta appends an argument fragment.
 func (s *Stream) argsDelta(p *pending, data []byte) {
 	if p.done {
-		p.call.Fail(ReasonChanged)
+		p.Call.Fail(ReasonChanged)
 		return
 	}
 	s.sameItem(p, data)
 	switch d := gjson.GetBytes(data, "delta"); {
 	case d.Type == gjson.String:
-		p.call.AppendArgs(d.Str)
+		p.Call.AppendArgs(d.Str)
 		p.hasArgs = p.hasArgs || d.Str != ""
 	default:
-		p.call.Fail(vet.ReasonNotString)
+		p.Call.Fail(vet.ReasonNotString)
 	}
 }
 
@@ -372,26 +333,26 @@ func (s *Stream) argsDone(p *pending, data []byte) {
 // vetted together, vets the call.
 func (s *Stream) itemDone(p *pending, it gjson.Result) {
 	if p.done || it.Get(pathType).String() != p.typ {
-		p.call.Fail(ReasonChanged)
+		p.Call.Fail(ReasonChanged)
 	}
 	p.done = true
 	if id := it.Get(pathID); id.Exists() && (id.Type != gjson.String || id.Str != p.itemID) {
-		p.call.Fail(ReasonChanged)
+		p.Call.Fail(ReasonChanged)
 	}
 	// The finished item is what many clients keep: it must be the whole call, as assembled.
-	if id := it.Get(pathCallID); id.Type != gjson.String || id.Str != p.call.ID {
-		p.call.Fail(ReasonChanged)
+	if id := it.Get(pathCallID); id.Type != gjson.String || id.Str != p.Call.ID {
+		p.Call.Fail(ReasonChanged)
 	}
 	if name := it.Get(pathName); name.Exists() {
 		s.sameName(p, name)
 	} else {
-		p.call.Fail(ReasonChanged)
+		p.Call.Fail(ReasonChanged)
 	}
 	if p.typ == typeFunction {
 		if args := it.Get(pathArguments); args.Exists() {
 			s.sameArgs(p, args)
 		} else {
-			p.call.Fail(ReasonChanged)
+			p.Call.Fail(ReasonChanged)
 		}
 	}
 	if !s.c.Atomic() {
@@ -399,9 +360,17 @@ func (s *Stream) itemDone(p *pending, it gjson.Result) {
 	}
 }
 
+// sameItem checks the item_id of an argument event against the call's item id. It must be there when the
+// call's item has an id: a client that places events by item id would not add a fragment without one.
 func (s *Stream) sameItem(p *pending, data []byte) {
-	if id := gjson.GetBytes(data, pathItemID); id.Exists() && (id.Type != gjson.String || id.Str != p.itemID) {
-		p.call.Fail(ReasonChanged)
+	id := gjson.GetBytes(data, pathItemID)
+	switch {
+	case !id.Exists():
+		if p.itemID != "" {
+			p.Call.Fail(ReasonChanged)
+		}
+	case id.Type != gjson.String || id.Str != p.itemID:
+		p.Call.Fail(ReasonChanged)
 	}
 }
 
@@ -409,10 +378,10 @@ func (s *Stream) sameName(p *pending, name gjson.Result) {
 	switch {
 	case !name.Exists():
 	case name.Type != gjson.String:
-		p.call.Fail(ReasonChanged)
-	case name.Str != p.call.Name:
+		p.Call.Fail(ReasonChanged)
+	case name.Str != p.Call.Name:
 		// Also a name that the added item did not have: a client reading that item has no name for the call.
-		p.call.Fail(vet.ReasonNameChanged)
+		p.Call.Fail(vet.ReasonNameChanged)
 	}
 }
 
@@ -422,37 +391,13 @@ func (s *Stream) sameArgs(p *pending, args gjson.Result) {
 	switch {
 	case !args.Exists():
 	case args.Type != gjson.String:
-		p.call.Fail(vet.ReasonNotString)
-	case !p.hasArgs && len(p.call.Args) == 0:
-		p.call.AppendArgs(args.Str)
+		p.Call.Fail(vet.ReasonNotString)
+	case !p.hasArgs && len(p.Call.Args) == 0:
+		p.Call.AppendArgs(args.Str)
 		p.hasArgs = args.Str != ""
-	case args.Str != string(p.call.Args):
-		p.call.Fail(ReasonChanged)
+	case args.Str != string(p.Call.Args):
+		p.Call.Fail(ReasonChanged)
 	}
-}
-
-// hold keeps a raw event of an open call, or lets go of everything once the call is too big.
-func (s *Stream) hold(p *pending, raw []byte, m meta) {
-	if p.lost != "" {
-		return
-	}
-	if p.call.HeldBytes()+len(raw) > MaxCallBytes {
-		p.fail(vet.ReasonTooLarge)
-		p.call.Args = nil
-		return
-	}
-	p.call.Hold(raw)
-	p.meta = append(p.meta, m)
-}
-
-// fail lets go of the held events of an open call, which can then never be released.
-func (p *pending) fail(reason string) {
-	p.call.Fail(reason)
-	if p.lost == "" {
-		p.lost = reason
-	}
-	p.call.Drop()
-	p.meta = nil
 }
 
 // completeAll vets every open call, at the end of the response: a call that did not finish is blocked.
@@ -462,7 +407,7 @@ func (s *Stream) completeAll() {
 	}
 	for _, p := range s.open {
 		if !p.done {
-			p.call.Fail(ReasonIncomplete)
+			p.Call.Fail(ReasonIncomplete)
 		}
 	}
 	s.complete(slices.Clone(s.open))
@@ -471,53 +416,30 @@ func (s *Stream) completeAll() {
 // complete vets calls together, then releases or replaces each.
 func (s *Stream) complete(ps []*pending) {
 	s.open = slices.DeleteFunc(s.open, func(p *pending) bool { return slices.Contains(ps, p) })
-	calls := make([]*vet.Call, len(ps))
-	for i, p := range ps {
-		calls[i] = p.call
-	}
-	ds := s.c.VetBatch(calls)
-	for i, p := range ps {
-		if p.lost != "" {
-			ds[i].Verdict, ds[i].Reason, ds[i].Rule = vet.VerdictBlocked, p.lost, ""
-		}
-	}
-	if s.c.Mode() == vet.ModeError {
-		culprit := -1
-		for i, d := range ds {
-			if d.Blocked() && (culprit < 0 || ds[culprit].Reason == vet.ReasonBatch) {
-				culprit = i
-			}
-		}
-		if culprit >= 0 {
-			for _, d := range ds {
-				s.record(d)
-				if d.Blocked() {
-					s.blocked++
-				}
-			}
-			s.end(blockedJSON(s.last+1, ds[culprit]))
-			return
-		}
+	ds, culprit := relay.Verdicts[meta](s.c, ps)
+	if culprit >= 0 {
+		s.fatal(ds, culprit)
+		return
 	}
 	for i, d := range ds {
 		p := ps[i]
 		p.vetted = true
-		p.sum = sha256.Sum256(p.call.Args)
+		p.sum = sha256.Sum256(p.Call.Args)
 		s.record(d)
 		st := s.items[p.oi]
 		st.client = s.nextOut
 		s.nextOut++
 		if !d.Blocked() {
 			p.released = true
-			for j, raw := range p.call.Held() {
-				s.write(raw, nil, p.meta[j], st.client)
+			for j, raw := range p.Call.Held() {
+				s.write(raw, nil, p.Meta[j], st.client)
 			}
 		} else {
 			s.blocked++
 			s.notice(p, st.client, vet.Notice(d))
 		}
-		p.call.Drop()
-		p.meta, p.call.Args = nil, nil
+		p.Drop()
+		p.Call.Args = nil
 	}
 }
 
@@ -551,7 +473,7 @@ func (s *Stream) notice(p *pending, oi int, text string) {
 		case "response.output_text.done":
 			d, _ = sjson.SetBytes(d, "text", text)
 		}
-		s.out = appendEvent(s.out, e.name, d)
+		s.rl.Out = sse.AppendEvent(s.rl.Out, e.name, d)
 	}
 }
 
@@ -563,7 +485,7 @@ func (s *Stream) late(st *item, raw []byte, m meta) {
 	if !p.released {
 		return
 	}
-	d := vet.Decision{Kind: vet.KindToolCall, CallID: p.call.ID, Tool: p.call.Name, Verdict: vet.VerdictBlocked, Reason: vet.ReasonAfterRelease}
+	d := vet.Decision{Kind: vet.KindToolCall, CallID: p.Call.ID, Tool: p.Call.Name, Verdict: vet.VerdictBlocked, Reason: vet.ReasonAfterRelease}
 	if s.c.Mode() == vet.ModeAudit {
 		d.Verdict = vet.VerdictAudited
 	}
@@ -628,23 +550,9 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	}
 	if len(fresh) > 0 {
 		ds := s.c.VetBatch(fresh)
-		if s.c.Mode() == vet.ModeError {
-			culprit := -1
-			for i, d := range ds {
-				if d.Blocked() && (culprit < 0 || ds[culprit].Reason == vet.ReasonBatch) {
-					culprit = i
-				}
-			}
-			if culprit >= 0 {
-				for _, d := range ds {
-					s.record(d)
-					if d.Blocked() {
-						s.blocked++
-					}
-				}
-				s.end(blockedJSON(s.last+1, ds[culprit]))
-				return nil, false
-			}
+		if culprit := relay.Culprit(s.c, ds); culprit >= 0 {
+			s.fatal(ds, culprit)
+			return nil, false
 		}
 		for i, d := range ds {
 			s.record(d)
@@ -669,7 +577,7 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 		raws = append(raws, k.raw)
 	}
 	raws = append(raws, rest...)
-	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, joinArray(raws))
+	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, relay.JoinArray(raws))
 	if err != nil {
 		return nil, true
 	}
@@ -683,7 +591,7 @@ func (p *pending) matches(entry gjson.Result, exact bool) bool {
 		v := entry.Get(path)
 		return v.Type == gjson.String && v.Str == want
 	}
-	if !str(pathType, p.typ) || !str(pathCallID, p.call.ID) {
+	if !str(pathType, p.typ) || !str(pathCallID, p.Call.ID) {
 		return false
 	}
 	if id := entry.Get(pathID); id.Exists() && !str(pathID, p.itemID) {
@@ -692,7 +600,7 @@ func (p *pending) matches(entry gjson.Result, exact bool) bool {
 	if !exact {
 		return true
 	}
-	if !str(pathName, p.call.Name) {
+	if !str(pathName, p.Call.Name) {
 		return false
 	}
 	if p.typ == typeFunction {
@@ -726,7 +634,7 @@ func (s *Stream) snapshot(data []byte) []byte {
 	if !changed {
 		return nil
 	}
-	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, joinArray(kept))
+	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, relay.JoinArray(kept))
 	if err != nil {
 		return nil
 	}
@@ -745,7 +653,7 @@ func (s *Stream) write(raw, data []byte, m meta, oi int) {
 	reseq := m.hasSeq && seq != m.seq
 	reindex := m.hasOI && oi >= 0 && oi != m.oi
 	if data == nil && !reseq && !reindex {
-		s.out = append(s.out, raw...)
+		s.rl.Out = append(s.rl.Out, raw...)
 		return
 	}
 	if data == nil {
@@ -761,17 +669,7 @@ func (s *Stream) write(raw, data []byte, m meta, oi int) {
 	if reindex {
 		data, _ = sjson.SetBytes(data, pathOutputIdx, oi)
 	}
-	s.out = appendEvent(s.out, m.name, data)
-}
-
-// appendEvent appends one event with an event: line (when name is not empty) and data.
-func appendEvent(dst []byte, name string, data []byte) []byte {
-	if name != "" {
-		dst = append(dst, "event: "...)
-		dst = append(dst, name...)
-		dst = append(dst, '\n')
-	}
-	return sse.AppendData(dst, data)
+	s.rl.Out = sse.AppendEvent(s.rl.Out, m.name, data)
 }
 
 func (s *Stream) record(d vet.Decision) {
@@ -780,11 +678,22 @@ func (s *Stream) record(d vet.Decision) {
 	}
 }
 
+// fatal records the decisions of calls vetted together and ends the stream with the error of the culprit's
+// (error mode).
+func (s *Stream) fatal(ds []vet.Decision, culprit int) {
+	for _, d := range ds {
+		s.record(d)
+		if d.Blocked() {
+			s.blocked++
+		}
+	}
+	s.end(blockedJSON(s.last+1, ds[culprit]))
+}
+
 // dropOpen lets go of every open call without vetting it (the upstream failed).
 func (s *Stream) dropOpen() {
 	for _, p := range s.open {
-		p.call.Drop()
-		p.meta = nil
+		p.Drop()
 		p.vetted = true // what comes for it later is dropped
 	}
 	s.open = nil
@@ -794,8 +703,8 @@ func (s *Stream) dropOpen() {
 func (s *Stream) end(errJSON []byte) {
 	s.dropOpen()
 	s.last++
-	s.out = appendEvent(s.out, evError, errJSON)
-	s.ended = true
+	s.rl.Out = sse.AppendEvent(s.rl.Out, evError, errJSON)
+	s.rl.Ended = true
 }
 
 // blockedJSON is the error event for a call blocked in error mode.

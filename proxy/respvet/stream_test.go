@@ -194,6 +194,56 @@ var streamCases = []streamCase{
 		text:  "[promptgate] blocked tool call web_fetch: upstream event is not valid json",
 		leaks: []string{`"fc_a"`, `"call_a"`},
 	},
+	{
+		// Clients that go by the event: line would see a function_call item; the data says text delta.
+		name: "an event whose name and type disagree is dropped",
+		in: func() string {
+			r := (&rs{}).created().message(0, "msg_1", "Hi.", 5)
+			r.evs = append(r.evs, "event: response.output_item.added\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":90,\"output_index\":0,\"item_id\":\"msg_1\",\"delta\":\"\",\"item\":"+fnItem("fc_x", "call_x", "web_fetch", fetchBad, "completed")+"}\n\n")
+			return r.completed().String()
+		}(),
+		mode: vet.ModeRefuse, types: []string{"message"}, text: "Hi.", final: []string{"message"},
+		leaks: []string{`"fc_x"`, `"call_x"`, "SECRET123"},
+	},
+	{
+		// The open fuzz finding: a fragment placed by item_id only. The vetter saw the whole arguments (allowed);
+		// a client that places events by output_index (a Go client reads the missing one as 0) would drop the
+		// first fragment and run the rest, here a different (disallowed) fetch.
+		name: "a fragment without output_index fails the call",
+		in: func() string {
+			prefix := `{"url":"https://docs.example.com/","a":`
+			r := (&rs{}).created()
+			r.ev("response.output_item.added", `{"output_index":0,"item":`+fnItem("fc_a", "call_a", "web_fetch", "", "in_progress")+`}`)
+			r.ev("response.function_call_arguments.delta", `{"item_id":"fc_a","delta":`+jstr(prefix)+`}`)
+			r.ev("response.function_call_arguments.delta", `{"item_id":"fc_a","output_index":0,"delta":`+jstr(fetchBad+"}")+`}`)
+			r.ev("response.function_call_arguments.done", `{"item_id":"fc_a","output_index":0,"arguments":`+jstr(prefix+fetchBad+"}")+`}`)
+			done := fnItem("fc_a", "call_a", "web_fetch", prefix+fetchBad+"}", "completed")
+			r.ev("response.output_item.done", `{"output_index":0,"item":`+done+`}`)
+			r.output = append(r.output, done)
+			return r.completed().String()
+		}(),
+		mode: vet.ModeRefuse, types: []string{"message"}, final: []string{"message"}, blocked: 1,
+		text:  "[promptgate] blocked tool call web_fetch: " + vet.ReasonInvalidIndex,
+		leaks: []string{`"fc_a"`, `"call_a"`, "SECRET123"},
+	},
+	{
+		// The mirror case: a client that places events by item_id would drop a fragment without one.
+		name: "a fragment without item_id fails the call",
+		in: func() string {
+			r := (&rs{}).created()
+			r.ev("response.output_item.added", `{"output_index":0,"item":`+fnItem("fc_a", "call_a", "web_fetch", "", "in_progress")+`}`)
+			r.ev("response.function_call_arguments.delta", `{"output_index":0,"delta":`+jstr(fetchGood[:5])+`}`)
+			r.ev("response.function_call_arguments.delta", `{"item_id":"fc_a","output_index":0,"delta":`+jstr(fetchGood[5:])+`}`)
+			r.ev("response.function_call_arguments.done", `{"item_id":"fc_a","output_index":0,"arguments":`+jstr(fetchGood)+`}`)
+			done := fnItem("fc_a", "call_a", "web_fetch", fetchGood, "completed")
+			r.ev("response.output_item.done", `{"output_index":0,"item":`+done+`}`)
+			r.output = append(r.output, done)
+			return r.completed().String()
+		}(),
+		mode: vet.ModeRefuse, types: []string{"message"}, final: []string{"message"}, blocked: 1,
+		text:  "[promptgate] blocked tool call web_fetch: " + ReasonChanged,
+		leaks: []string{`"fc_a"`, `"call_a"`},
+	},
 }
 
 func TestStream(t *testing.T) {

@@ -61,7 +61,13 @@ type Reader struct {
 	// after it belongs to that line end.
 	afterCR bool
 	err     error
+	// names are the event names seen so far (up to maxNames), so that a stream that repeats a few
+	// names does not allocate one string per event.
+	names []string
 }
+
+// maxNames bounds the event names a Reader remembers.
+const maxNames = 32
 
 // NewReader returns a Reader that reads from r.
 func NewReader(r io.Reader) *Reader {
@@ -80,18 +86,33 @@ func (r *Reader) Next() (Event, error) {
 		if end, ok := r.findEnd(r.err != nil); ok {
 			raw := r.buf[r.start:end]
 			r.start, r.scan, r.lineStart = end, end, end
-			return parse(raw, false), nil
+			return r.parse(raw, false), nil
 		}
 		if r.err != nil {
 			if r.start < len(r.buf) {
 				raw := r.buf[r.start:]
 				r.start, r.scan, r.lineStart = len(r.buf), len(r.buf), len(r.buf)
-				return parse(raw, true), nil
+				return r.parse(raw, true), nil
 			}
 			return Event{}, r.err
 		}
 		r.fill()
 	}
+}
+
+// Buffered reports whether Next would return without reading from the underlying reader: a whole
+// event is buffered, or the input has ended (or failed) already.
+func (r *Reader) Buffered() bool {
+	if r.err != nil {
+		return true
+	}
+	// findEnd moves the scan state on as it goes; leave it where Next expects it.
+	scan, lineStart, afterCR := r.scan, r.lineStart, r.afterCR
+	_, ok := r.findEnd(false)
+	if ok {
+		r.scan, r.lineStart, r.afterCR = scan, lineStart, afterCR
+	}
+	return ok
 }
 
 // findEnd scans forward for the blank line that ends the current event and returns the offset
@@ -180,7 +201,7 @@ func (r *Reader) fill() {
 
 // parse reads the fields of one event block. truncated means the block was not ended by a blank
 // line, so its last line may lack a line end.
-func parse(raw []byte, truncated bool) Event {
+func (r *Reader) parse(raw []byte, truncated bool) Event {
 	ev := Event{Raw: raw, Truncated: truncated}
 	dataLines := 0
 	var joined []byte // used once there is more than one data line
@@ -225,7 +246,7 @@ func parse(raw []byte, truncated bool) Event {
 				ev.Data = joined
 			}
 		case "event":
-			ev.Event = string(value)
+			ev.Event = r.name(value)
 		case "id":
 			if bytes.IndexByte(value, 0) < 0 {
 				ev.ID, ev.HasID = string(value), true
@@ -240,6 +261,20 @@ func parse(raw []byte, truncated bool) Event {
 		ev.Data = []byte{}
 	}
 	return ev
+}
+
+// name returns v as a string, the same string for the same bytes as far as it remembers.
+func (r *Reader) name(v []byte) string {
+	for _, n := range r.names {
+		if n == string(v) {
+			return n
+		}
+	}
+	n := string(v)
+	if len(r.names) < maxNames {
+		r.names = append(r.names, n)
+	}
+	return n
 }
 
 // parseRetry accepts ASCII digits only, as the SSE specification says.
@@ -273,6 +308,17 @@ func AppendData(dst, data []byte) []byte {
 		}
 		data = data[j+1:]
 	}
+}
+
+// AppendEvent appends to dst one event with an event: line (when name is not empty) and data; see
+// AppendData.
+func AppendEvent(dst []byte, name string, data []byte) []byte {
+	if name != "" {
+		dst = append(dst, "event: "...)
+		dst = append(dst, name...)
+		dst = append(dst, '\n')
+	}
+	return AppendData(dst, data)
 }
 
 // WriteData writes one event that carries data to w; see AppendData.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"unsafe"
 )
 
 // want is the parsed view of one event that the tables compare.
@@ -281,6 +282,49 @@ func TestAppendData(t *testing.T) {
 	}
 }
 
+// countingReader counts the reads of r.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	c.n++
+	return c.r.Read(p)
+}
+
+func TestReaderBuffered(t *testing.T) {
+	cr := &countingReader{r: &splitReader{data: []byte("event: a\ndata: 1\n\nevent: a\ndata: 2\n\nevent: a\nda"), cuts: []int{60}}}
+	r := NewReader(cr)
+	if r.Buffered() {
+		t.Fatal("Buffered before any read")
+	}
+	first, err := r.Next()
+	if err != nil || string(first.Data) != "1" || cr.n != 1 {
+		t.Fatalf("got %+v, %v after %d reads", view(first), err, cr.n)
+	}
+	if !r.Buffered() {
+		t.Fatal("the second event is buffered")
+	}
+	second, err := r.Next()
+	if err != nil || string(second.Data) != "2" || cr.n != 1 {
+		t.Fatalf("got %+v, %v after %d reads", view(second), err, cr.n)
+	}
+	// The same name is the same string, not a new one per event.
+	if first.Event != "a" || unsafe.StringData(first.Event) != unsafe.StringData(second.Event) {
+		t.Fatalf("event names %q and %q are separate strings", first.Event, second.Event)
+	}
+	if r.Buffered() {
+		t.Fatal("half an event is not buffered")
+	}
+	if ev, err := r.Next(); err != nil || !ev.Truncated || !r.Buffered() {
+		t.Fatalf("got %+v, %v", view(ev), err)
+	}
+	if _, err := r.Next(); err != io.EOF {
+		t.Fatalf("want EOF, got %v", err)
+	}
+}
+
 func FuzzReader(f *testing.F) {
 	for _, tc := range readerCases {
 		f.Add([]byte(tc.in), uint64(1))
@@ -288,11 +332,18 @@ func FuzzReader(f *testing.F) {
 	f.Add([]byte("data: a\r"), uint64(7))
 	f.Add([]byte("\r\n\r\r\n\n:\r"), uint64(9))
 	f.Fuzz(func(t *testing.T, in []byte, seed uint64) {
-		r := NewReader(&randomReader{data: in, rnd: rand.New(rand.NewPCG(seed, 0)), max: 9})
+		cr := &countingReader{r: &randomReader{data: in, rnd: rand.New(rand.NewPCG(seed, 0)), max: 9}}
+		r := NewReader(cr)
 		var all []byte
 		var events []Event
-		for {
+		for i := 0; ; i++ {
+			// Buffered, asked before some events, changes nothing and is right.
+			buffered := seed>>(i%64)&1 == 1 && r.Buffered()
+			reads := cr.n
 			ev, err := r.Next()
+			if buffered && cr.n != reads {
+				t.Fatalf("Next read from upstream after Buffered said an event was there")
+			}
 			if err == io.EOF {
 				break
 			}

@@ -1,0 +1,277 @@
+// Package relay is what the stream vetters of the three surfaces (proxy/chatvet for Chat
+// Completions, proxy/respvet for the Responses API, proxy/anthvet for Anthropic Messages) share:
+// the loop that reads upstream events and hands out the output they produce (Relay), and the one
+// representation of a tool call being assembled from a stream (Pending), whose raw events are held
+// until the call is complete and vetted.
+//
+// A surface package translates its wire format only: which events belong to which call, what a
+// fragment adds, how a released event is renumbered and how a refusal is written. It does not
+// know how SSE is split into events (proxy/sse does) or how a call is judged (policy/vet does).
+package relay
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strconv"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/sse"
+)
+
+// MaxCallBytes caps what is held for one streamed call (its raw events plus its arguments); a call
+// that grows beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
+const MaxCallBytes = 16 << 20
+
+// doneData is the data of the [DONE] event that ends an OpenAI stream.
+var doneData = []byte("[DONE]")
+
+// Surface is what a Relay asks of the surface it relays. Finished, Truncated, Malformed and Event
+// are required; Done, Observe and Pass may be nil.
+type Surface struct {
+	// Finished reports whether a clean end of the upstream now ends the stream quietly: a terminal
+	// event went out and no call is held.
+	Finished func() bool
+	// Truncated writes what ends a stream whose upstream ended (or failed, see Relay.Err) before it
+	// was finished, and ends it.
+	Truncated func()
+	// Done, when not nil, is called at a [DONE] event: it vets every call still held. Unless that
+	// ended the stream, the [DONE] event then goes out and the stream ends. When nil, [DONE] is
+	// data like any other (it is not JSON, so it passes).
+	Done func()
+	// Observe, when not nil, sees the data of every event that carries data (other than [DONE])
+	// before anything else is done with it.
+	Observe func(data []byte)
+	// Pass, when not nil, is asked about every event whose data starts like a JSON object before
+	// it is checked; it returns true when it has handled the event (written it out), as a surface
+	// does with an event that cannot carry a call.
+	Pass func(ev sse.Event) bool
+	// Malformed is called for an event whose data starts like a JSON object but is not one valid
+	// object with unique keys (within MaxDepth): the event is dropped, and the surface fails every
+	// held call, one of whose fragments it may have held.
+	Malformed func()
+	// Event handles an event whose data is one valid JSON object.
+	Event func(ev sse.Event)
+	// MaxDepth caps the nesting of an event's JSON (jsoncheck.DefaultMaxDepth when zero).
+	MaxDepth int
+	// Typed says that an event's data names its type in a "type" field: an event whose event: line
+	// names another type is malformed, since clients that go by the line and clients that go by the
+	// field would read it differently.
+	Typed bool
+}
+
+// Relay reads an upstream SSE stream event by event and hands out what its Surface writes to Out.
+// Comments and other events without data, and data that is not JSON, go out as they came. It is
+// not safe for concurrent use.
+type Relay struct {
+	// Out is the output not yet read; the surface appends to it. It is reused once read.
+	Out []byte
+	// Ended is set when nothing more is to be read from upstream.
+	Ended bool
+
+	off int // read position in Out
+	up  io.ReadCloser
+	rd  *sse.Reader
+	s   Surface
+	err error
+}
+
+// New returns a Relay of upstream for s.
+func New(upstream io.ReadCloser, s Surface) Relay {
+	return Relay{up: upstream, rd: sse.NewReader(upstream), s: s}
+}
+
+// Err is the upstream's read error, if the upstream failed (other than by ending early).
+func (r *Relay) Err() error { return r.err }
+
+// Close closes the upstream body; Read returns io.EOF once its output is read.
+func (r *Relay) Close() error {
+	r.Ended = true
+	return r.up.Close()
+}
+
+// Read implements io.Reader. It reads the upstream only when it has no output left to give, so
+// each event reaches a caller that flushes after every Read at once; events that are already
+// buffered whole are handled first, while p has room for their output.
+func (r *Relay) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for r.off == len(r.Out) {
+		r.Out, r.off = r.Out[:0], 0
+		if r.Ended {
+			return 0, io.EOF
+		}
+		r.step()
+	}
+	// Events already buffered whole go out in the same Read (one write and flush for a burst), as far
+	// as p has room; the relay never waits for more input while it has output.
+	for !r.Ended && len(r.Out)-r.off < len(p) && r.rd.Buffered() {
+		r.step()
+	}
+	n := copy(p, r.Out[r.off:])
+	r.off += n
+	return n, nil
+}
+
+// step reads one upstream event and has it handled.
+func (r *Relay) step() {
+	ev, err := r.rd.Next()
+	if errors.Is(err, io.EOF) && !ev.Truncated && r.s.Finished() {
+		r.Ended = true
+		return
+	}
+	if err != nil || ev.Truncated {
+		if err != nil && !errors.Is(err, io.EOF) {
+			r.err = err
+		}
+		r.s.Truncated()
+		return
+	}
+	if !ev.HasData {
+		r.Out = append(r.Out, ev.Raw...) // comment, keep-alive
+		return
+	}
+	if r.s.Done != nil && bytes.HasPrefix(ev.Data, doneData) {
+		r.s.Done()
+		if !r.Ended {
+			r.Out = append(r.Out, ev.Raw...)
+			r.Ended = true
+		}
+		return
+	}
+	if r.s.Observe != nil {
+		r.s.Observe(ev.Data)
+	}
+	data := bytes.TrimLeft(ev.Data, " \t\r\n")
+	if len(data) == 0 || data[0] != '{' {
+		r.Out = append(r.Out, ev.Raw...) // not JSON: no client reads a call from it
+		return
+	}
+	if r.s.Pass != nil && r.s.Pass(ev) {
+		return
+	}
+	if jsoncheck.Object(ev.Data, jsoncheck.Limits{MaxDepth: r.s.MaxDepth}) != nil ||
+		r.s.Typed && ev.Event != "" && Get(ev.Data, "type").Str != ev.Event {
+		// A client might read it differently from us.
+		r.s.Malformed()
+		return
+	}
+	r.s.Event(ev)
+}
+
+// Pending is one tool call being assembled from a stream, the same on every surface: the vet.Call
+// that gathers its id, name and arguments and holds its raw events, and per held event what the
+// surface needs to write it again (M). A call whose held events had to be let go before it was
+// vetted (Lost) can never be released.
+type Pending[M any] struct {
+	Call *vet.Call
+	// Meta has one entry per held event.
+	Meta []M
+	// Lost is why the held events were let go before the call was vetted ("" while they are held).
+	Lost string
+}
+
+// Hold keeps a raw event of the call and its meta, or lets go of everything once the call would
+// hold more than MaxCallBytes (the call fails with vet.ReasonTooLarge and its arguments are
+// dropped). A call that lost its events holds nothing more.
+func (p *Pending[M]) Hold(raw []byte, m M) {
+	if p.Lost != "" {
+		return
+	}
+	if p.Call.HeldBytes()+len(raw) > MaxCallBytes {
+		p.Fail(vet.ReasonTooLarge)
+		p.Call.Args = nil
+		return
+	}
+	p.Call.Hold(raw)
+	p.Meta = append(p.Meta, m)
+}
+
+// Fail fails the call for reason and lets go of its held events: it can never be released.
+func (p *Pending[M]) Fail(reason string) {
+	p.Call.Fail(reason)
+	if p.Lost == "" {
+		p.Lost = reason
+	}
+	p.Drop()
+}
+
+// Drop lets go of the held events.
+func (p *Pending[M]) Drop() {
+	p.Call.Drop()
+	p.Meta = nil
+}
+
+// Call is a surface's own call type: one that embeds a Pending.
+type Call[M any] interface{ pending() *Pending[M] }
+
+func (p *Pending[M]) pending() *Pending[M] { return p }
+
+// Verdicts vets calls together. A call that lost its held events is blocked for that reason,
+// whatever the mode. culprit is as Culprit says.
+func Verdicts[M any, P Call[M]](c *vet.Checker, ps []P) (ds []vet.Decision, culprit int) {
+	calls := make([]*vet.Call, len(ps))
+	for i, p := range ps {
+		calls[i] = p.pending().Call
+	}
+	ds = c.VetBatch(calls)
+	for i, p := range ps {
+		if lost := p.pending().Lost; lost != "" {
+			ds[i].Verdict, ds[i].Reason, ds[i].Rule = vet.VerdictBlocked, lost, ""
+		}
+	}
+	return ds, Culprit(c, ds)
+}
+
+// Culprit is, in error mode, the decision whose block ends the stream (one blocked for itself
+// rather than for the batch, where there is one); -1 when none is blocked or the mode is not error.
+func Culprit(c *vet.Checker, ds []vet.Decision) int {
+	if c.Mode() != vet.ModeError {
+		return -1
+	}
+	culprit := -1
+	for i, d := range ds {
+		if d.Blocked() && (culprit < 0 || ds[culprit].Reason == vet.ReasonBatch) {
+			culprit = i
+		}
+	}
+	return culprit
+}
+
+// Get is gjson.GetBytes without its copies: the strings of the result alias data, so nothing of
+// it may be kept beyond the event (strings.Clone what is kept). It is for the reads of the text
+// path, which must not allocate per event.
+func Get(data []byte, path string) gjson.Result {
+	return gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), path)
+}
+
+// IntField reads an integer JSON number (no fraction or exponent), as a strict client would.
+func IntField(v gjson.Result) (int, bool) {
+	if v.Type != gjson.Number {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v.Raw)
+	return n, err == nil
+}
+
+// JoinArray builds a JSON array of raw elements.
+func JoinArray(raws []string) []byte {
+	n := 2
+	for _, r := range raws {
+		n += len(r) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, r := range raws {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, r...)
+	}
+	return append(b, ']')
+}
