@@ -461,7 +461,7 @@ func (s *Server) vetResponse(resp *http.Response) error {
 		if x.resp != nil {
 			up = &respIDSniffer{r: up, found: x.resp.setID}
 		}
-		resp.Body = x.route.stream(up, checker, rec)
+		resp.Body = &loggedStream{ReadCloser: x.route.stream(up, checker, rec), log: x.log}
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
 		return nil
@@ -631,4 +631,24 @@ func (b *bufferPool) Put(buf []byte) {
 	}
 	buf = buf[:proxyBufferSize]
 	b.p.Put(&buf)
+}
+
+// loggedStream logs, when the relay is closed, why an upstream stream broke off: the client was sent
+// upstream_stream_truncated then, and the operator should see the cause.
+type loggedStream struct {
+	io.ReadCloser
+	log *slog.Logger
+}
+
+func (l *loggedStream) Close() error {
+	if e, ok := l.ReadCloser.(interface{ Err() error }); ok {
+		switch err := e.Err(); {
+		case err == nil:
+		case errors.Is(err, context.Canceled):
+			l.log.Debug("stream ended: the client went away", "err", err)
+		default:
+			l.log.Warn("upstream stream broke off; the client got upstream_stream_truncated", "err", err)
+		}
+	}
+	return l.ReadCloser.Close()
 }

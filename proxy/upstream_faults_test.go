@@ -397,7 +397,6 @@ func TestFaultTenMegabyteLine(t *testing.T) {
 // An upstream that sends an endless line without a line end must not make the proxy hold all of it:
 // there should be a cap on one event, after which the stream ends with a clear error.
 func TestFaultEndlessLineBounded(t *testing.T) {
-	t.Skip("bug in proxy/sse + proxy/chatvet: sse.Reader has no cap on one event, so an upstream line without an end is buffered whole (an endless line grows the heap until OOM); wants a per-event cap (e.g. chatvet.MaxCallBytes) that ends the stream with upstream_stream_truncated")
 	const limit = 16 << 20 // a generous cap on one event: chatvet.MaxCallBytes
 	chunkOf := strings.Repeat("a", 1<<20)
 	gone := make(chan struct{}, 1)
@@ -419,7 +418,9 @@ func TestFaultEndlessLineBounded(t *testing.T) {
 	close(stop)
 	grown := int64(<-peak) - int64(before)
 	t.Logf("heap grew by %d MiB for a %d MiB line", grown>>20, 4*limit>>20)
-	if grown > 2*limit {
+	// The reader's buffer stops at the cap (one event); garbage of its earlier, smaller buffers may not be
+	// collected yet, so allow 3x the cap — a proxy that holds the line grows by more than the 4x it is.
+	if grown > 3*limit {
 		t.Errorf("the proxy held the endless line: heap grew by %d MiB", grown>>20)
 	}
 	if !strings.HasSuffix(strings.TrimSpace(string(b)), `"code":"upstream_stream_truncated"}}`) || resp.StatusCode != 200 {
@@ -577,5 +578,35 @@ func TestFaultHugeNonStreamAnswer(t *testing.T) {
 	assertAPIError(t, resp, b, http.StatusBadGateway, "upstream_error")
 	if !strings.Contains(string(b), "larger than") {
 		t.Errorf("message %s", b)
+	}
+}
+
+// A stream that the upstream breaks off is logged for the operator, with its cause; the client gets
+// upstream_stream_truncated.
+func TestFaultStreamBreakLogged(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: "+chunk(`{"role":"assistant","content":"x"}`, "")+"\n\n")
+		w.(http.Flusher).Flush()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	})
+	var logs syncBuffer
+	e := testEngine(t, "defaultProtocol: guarded\n", nil, nil, []json.RawMessage{vetProtocol("refuse")})
+	u, _ := url.Parse(up.URL + "/v1")
+	s, err := New(Options{Engine: e, Upstream: u, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	resp, b := postJSON(t, ts, streamVetRequest, nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"code":"upstream_stream_truncated"`) {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if got := logs.String(); !strings.Contains(got, "upstream stream broke off") || !strings.Contains(got, "request_id=") {
+		t.Fatalf("log: %s", got)
 	}
 }

@@ -27,6 +27,10 @@ import (
 // that grows beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
 const MaxCallBytes = 16 << 20
 
+// MaxEventBytes caps one upstream event: a bigger one (a line the upstream never ends, say) ends the stream
+// as truncated instead of being buffered without bound.
+const MaxEventBytes = MaxCallBytes
+
 // doneData is the data of the [DONE] event that ends an OpenAI stream.
 var doneData = []byte("[DONE]")
 
@@ -82,7 +86,7 @@ type Relay struct {
 
 // New returns a Relay of upstream for s.
 func New(upstream io.ReadCloser, s Surface) Relay {
-	return Relay{up: upstream, rd: sse.NewReader(upstream), s: s}
+	return Relay{up: upstream, rd: sse.NewReaderMax(upstream, MaxEventBytes), s: s}
 }
 
 // Err is the upstream's read error, if the upstream failed (other than by ending early).

@@ -2,9 +2,9 @@
 //
 // Reader splits a byte stream into events as each one completes and hands out, next to the parsed
 // fields, the event's raw bytes exactly as received, so that a relay can forward an event it does
-// not change byte-for-byte. It has no line-length limit, accepts CR, LF and CRLF line ends (also a
-// CRLF split across two reads), and never holds more than the event being read plus whatever
-// bytes the last read returned beyond it.
+// not change byte-for-byte. It has no line-length limit of its own (NewReaderMax sets a cap on one
+// event), accepts CR, LF and CRLF line ends (also a CRLF split across two reads), and never holds
+// more than the event being read plus whatever bytes the last read returned beyond it.
 //
 // The package owns the wire format only. It does not know what the data of an event means (the
 // proxy's surface packages, such as proxy/chatvet, do), and it does not flush or buffer output.
@@ -64,7 +64,13 @@ type Reader struct {
 	// names are the event names seen so far (up to maxNames), so that a stream that repeats a few
 	// names does not allocate one string per event.
 	names []string
+	// max caps the bytes of one event (0: no cap).
+	max int
 }
+
+// ErrEventTooLarge is returned by Next when one event grows past the Reader's cap (NewReaderMax). The
+// bytes read of that event are dropped, not returned.
+var ErrEventTooLarge = errors.New("sse: event too large")
 
 // maxNames bounds the event names a Reader remembers.
 const maxNames = 32
@@ -72,6 +78,13 @@ const maxNames = 32
 // NewReader returns a Reader that reads from r.
 func NewReader(r io.Reader) *Reader {
 	return &Reader{r: r}
+}
+
+// NewReaderMax returns a Reader that reads from r and gives up with ErrEventTooLarge on an event of more
+// than max bytes, so that an upstream line without an end cannot make it buffer without bound. Its buffer
+// never grows past max plus one read.
+func NewReaderMax(r io.Reader, max int) *Reader {
+	return &Reader{r: r, max: max}
 }
 
 // Next returns the next event. At the end of the input it returns an event with Truncated set if
@@ -175,8 +188,18 @@ func (r *Reader) fill() {
 		r.start = 0
 		r.buf = r.buf[:n]
 	}
+	// Everything buffered now belongs to the one unfinished event.
+	if r.max > 0 && len(r.buf) > r.max {
+		r.err = ErrEventTooLarge
+		r.buf, r.start, r.scan, r.lineStart, r.afterCR = nil, 0, 0, 0, false
+		return
+	}
 	if cap(r.buf)-len(r.buf) < minRead {
-		nb := make([]byte, len(r.buf), 2*cap(r.buf)+minRead)
+		size := 2*cap(r.buf) + minRead
+		if r.max > 0 {
+			size = min(size, r.max+1+minRead)
+		}
+		nb := make([]byte, len(r.buf), size)
 		copy(nb, r.buf)
 		r.buf = nb
 	}

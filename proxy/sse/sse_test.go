@@ -381,3 +381,34 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+func TestReaderMaxEvent(t *testing.T) {
+	// Events up to the cap pass, whatever the read sizes; the first one past it fails, its bytes dropped.
+	small := "data: " + strings.Repeat("a", 100) + "\n\n"
+	big := "data: " + strings.Repeat("b", 10000)
+	r := NewReaderMax(iotest.OneByteReader(strings.NewReader(small+small+big+"\n\n"+small)), 1000)
+	for i := range 2 {
+		ev, err := r.Next()
+		if err != nil || string(ev.Raw) != small {
+			t.Fatalf("event %d: %v %q", i, err, ev.Raw)
+		}
+	}
+	ev, err := r.Next()
+	if !errors.Is(err, ErrEventTooLarge) || len(ev.Raw) != 0 {
+		t.Fatalf("the big event: %v, %d bytes", err, len(ev.Raw))
+	}
+	if cap(r.buf) > 1000+1+minRead {
+		t.Fatalf("the buffer grew to %d", cap(r.buf))
+	}
+	if _, err := r.Next(); !errors.Is(err, ErrEventTooLarge) {
+		t.Fatalf("after the failure: %v", err)
+	}
+	// Without a cap the same input reads whole.
+	r = NewReader(strings.NewReader(small + big + "\n\n"))
+	if _, err := r.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := r.Next(); err != nil || len(ev.Data) != 10000 {
+		t.Fatalf("%v %d", err, len(ev.Data))
+	}
+}
