@@ -134,7 +134,7 @@ func appendLegacy(b *strings.Builder, values map[string]string, l Layers, sz *Si
 func renderApplication(texts []string) string {
 	var parts []string
 	for _, t := range texts {
-		t = strings.TrimSpace(NeutralizeHeaders(t))
+		t = strings.TrimSpace(NeutralizeHeaders(RevealHidden(t)))
 		if t != "" {
 			parts = append(parts, t)
 		}
@@ -195,8 +195,8 @@ func renderTools(tools []policy.Tool, mode string) string {
 			b.WriteByte('\n')
 		}
 		b.WriteString("- ")
-		b.WriteString(OneLine(t.Name))
-		if d := strings.TrimSpace(OneLine(t.Description)); d != "" && mode != ToolDefsMinimal {
+		b.WriteString(OneLine(RevealHidden(t.Name)))
+		if d := strings.TrimSpace(OneLine(RevealHidden(t.Description))); d != "" && mode != ToolDefsMinimal {
 			b.WriteString(": ")
 			b.WriteString(d)
 		}
