@@ -44,6 +44,8 @@ type Prompt struct {
 	ContextTruncated bool
 	// DirectivesTruncated is true when directives were cut to the cap.
 	DirectivesTruncated bool
+	// DatamarkToolOutput tells the rewrite to datamark the conversation's tool output (Settings).
+	DatamarkToolOutput bool
 	Sizes               Sizes
 }
 
@@ -60,8 +62,9 @@ func Build(t *Template, l Layers, s Settings) Prompt {
 	p.ContextJSON, p.ContextTruncated = ctxjson.Build(l.Meta, l.Sources, s.ContextMaxChars, s.Budgets)
 	directives, dTrunc := renderDirectives(l.Directives, s.DirectivesMaxChars)
 	p.DirectivesTruncated = dTrunc
+	p.DatamarkToolOutput = s.DatamarkToolOutput
 	values := map[string]string{
-		BlockRules:       strings.TrimSpace(l.Rules),
+		BlockRules:       rulesWithDatamark(strings.TrimSpace(l.Rules), s.DatamarkToolOutput),
 		BlockApplication: renderApplication(l.Application),
 		BlockDirectives:  directives,
 		BlockContext:     string(p.ContextJSON),

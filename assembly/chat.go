@@ -267,6 +267,9 @@ func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]
 			return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
 		}
 	}
+	if p.DatamarkToolOutput {
+		return DatamarkChat(out)
+	}
 	return out, nil
 }
 
