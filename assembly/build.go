@@ -46,7 +46,7 @@ type Prompt struct {
 	DirectivesTruncated bool
 	// DatamarkToolOutput tells the rewrite to datamark the conversation's tool output (Settings).
 	DatamarkToolOutput bool
-	Sizes               Sizes
+	Sizes              Sizes
 }
 
 // Sizes are counts of Unicode code points, as the preview reports them.
