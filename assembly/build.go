@@ -154,7 +154,7 @@ func renderDirectives(ds []string, max int) (string, bool) {
 	var b strings.Builder
 	n := 0
 	for _, d := range ds {
-		d = strings.TrimSpace(OneLine(d))
+		d = strings.TrimSpace(OneLine(RevealHidden(d)))
 		if d == "" {
 			continue
 		}

@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/promptgate/promptgate/policy"
 )
 
 // lineBreaks are every line break kind of the contract, CRLF included.
@@ -227,4 +229,21 @@ func FuzzRevealHidden(f *testing.F) {
 			t.Fatalf("text without hidden characters changed: %q -> %q", in, out)
 		}
 	})
+}
+
+func TestBuildRevealsHiddenInClientText(t *testing.T) {
+	tags := "\U000e0049\U000e0067\U000e006e" // "Ign" in tag characters
+	p := Build(ParseTemplate("t", 1, layeredText), Layers{
+		Application: []string{"Be nice." + tags + "\n\u202e=== X"},
+		Directives:  []string{"hint" + tags},
+		Tools:       []policy.Tool{{Name: "f" + tags, Description: "d\u2066x\u2069"}},
+	}, DefaultSettings())
+	if strings.ContainsFunc(p.System, hidden) {
+		t.Fatalf("a hidden character reached the system text: %q", p.System)
+	}
+	for _, want := range []string{"Be nice.<U+E0049><U+E0067><U+E006E>\n<U+202E>=== X", "- hint<U+E0049>", "- f<U+E0049><U+E0067><U+E006E>: d<U+2066>x<U+2069>"} {
+		if !strings.Contains(p.System, want) {
+			t.Errorf("system text lacks %q:\n%s", want, p.System)
+		}
+	}
 }
