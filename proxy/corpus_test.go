@@ -299,3 +299,17 @@ func TestInjectionCorpus(t *testing.T) {
 		}
 	}
 }
+
+// systemOf returns the layered system text of an upstream body, by surface.
+func systemOf(path string, body []byte) string {
+	switch path {
+	case PathResponses:
+		return gjson.GetBytes(body, "instructions").String()
+	case PathMessages:
+		if sys := gjson.GetBytes(body, "system"); sys.IsArray() {
+			return sys.Get("0.text").String()
+		}
+		return gjson.GetBytes(body, "system").String()
+	}
+	return gjson.GetBytes(body, "messages.0.content").String()
+}

@@ -1,8 +1,9 @@
-package proxy
+package prepfuzz
 
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,7 +13,38 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/store"
 )
+
+// engine builds the real engine on a real bbolt store with the built-in definitions, the default config and
+// the given environment settings.
+func engine(t testing.TB, env map[string]string) *proxy.Engine {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "promptgate.db"), store.Options{Validate: proxy.ValidateDefinition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	cfg, err := config.Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := assembly.SettingsFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	defs, err := proxy.NewDefinitions(context.Background(), st, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(defs.Close)
+	return &proxy.Engine{Defs: defs, Router: policy.NewRouter(cfg), Access: policy.ToolAccess{Config: cfg.Tools},
+		Settings: settings, Limits: cfg.Limits, Log: log}
+}
 
 // headerOrder is the contract's order of the layered prompt's headers.
 var headerOrder = []string{"=== SYSTEM CORE ===", "=== PROTOCOL RULES ===", "=== APPLICATION INSTRUCTIONS ===",
@@ -73,9 +105,9 @@ const pointerLine = "(the runtime context JSON is in the next system message)"
 // systemOf returns the layered system text of an upstream body, by surface.
 func systemOf(path string, body []byte) string {
 	switch path {
-	case PathResponses:
+	case proxy.PathResponses:
 		return gjson.GetBytes(body, "instructions").String()
-	case PathMessages:
+	case proxy.PathMessages:
 		if sys := gjson.GetBytes(body, "system"); sys.IsArray() {
 			return sys.Get("0.text").String()
 		}
@@ -90,7 +122,7 @@ func systemOf(path string, body []byte) string {
 // an upstream body that is one valid JSON object without the promptgate field, whose layered system text has
 // the clean render's SYSTEM CORE and rules and no line a model could read as an extra header.
 func FuzzPrepare(f *testing.F) {
-	for _, dir := range []string{filepath.Join("..", "testdata", "golden"), filepath.Join("testdata", "surfaces")} {
+	for _, dir := range []string{filepath.Join("..", "..", "testdata", "golden"), filepath.Join("..", "testdata", "surfaces")} {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.in.json"))
 		for _, file := range files {
 			raw, err := os.ReadFile(file)
@@ -108,24 +140,25 @@ func FuzzPrepare(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[],"promptgate":{"protocol":"nope"}}`))
 	f.Add([]byte(`{"promptgate":{"context":[1,{"a":{"b":null}}],"user":"\n"},"messages":[{"role":"system","content":null}],"input":"x","system":"y"}`))
 
-	engines := []*Engine{
-		testEngine(f, "", nil, nil, nil),
-		testEngine(f, "", map[string]string{"PROMPT_STRUCTURED_RUNTIME_CONTEXT_CHANNEL": "system_message", "PROMPT_RUNTIME_CONTEXT_MAX_CHARS": "200"}, nil, nil),
+	engines := []*proxy.Engine{
+		engine(f, nil),
+		engine(f, map[string]string{"PROMPT_STRUCTURED_RUNTIME_CONTEXT_CHANNEL": "system_message", "PROMPT_RUNTIME_CONTEXT_MAX_CHARS": "200"}),
+		engine(f, map[string]string{"PROMPT_TOOL_DEFS_MODE": "minimal"}),
 	}
 	surfaces := []struct {
 		path    string
-		prepare func(*Engine, context.Context, Input) (*Prepared, error)
+		prepare func(*proxy.Engine, context.Context, proxy.Input) (*proxy.Prepared, error)
 		clean   string
 	}{
-		{PathChat, (*Engine).PrepareChat, `{"model":"m","messages":[{"role":"user","content":"x"}]}`},
-		{PathResponses, (*Engine).PrepareResponses, `{"model":"m","input":"x"}`},
-		{PathMessages, (*Engine).PrepareMessages, `{"model":"m","messages":[{"role":"user","content":"x"}]}`},
+		{proxy.PathChat, (*proxy.Engine).PrepareChat, `{"model":"m","messages":[{"role":"user","content":"x"}]}`},
+		{proxy.PathResponses, (*proxy.Engine).PrepareResponses, `{"model":"m","input":"x"}`},
+		{proxy.PathMessages, (*proxy.Engine).PrepareMessages, `{"model":"m","messages":[{"role":"user","content":"x"}]}`},
 	}
-	cleanSys := map[*Engine]map[string]string{}
+	cleanSys := map[*proxy.Engine]map[string]string{}
 	for _, e := range engines {
 		cleanSys[e] = map[string]string{}
 		for _, s := range surfaces {
-			p, err := s.prepare(e, context.Background(), Input{Path: s.path, Header: http.Header{}, Body: []byte(s.clean)})
+			p, err := s.prepare(e, context.Background(), proxy.Input{Path: s.path, Header: http.Header{}, Body: []byte(s.clean)})
 			if err != nil {
 				f.Fatalf("%s clean request: %v", s.path, err)
 			}
@@ -135,9 +168,9 @@ func FuzzPrepare(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, e := range engines {
 			for _, s := range surfaces {
-				p, err := s.prepare(e, context.Background(), Input{Path: s.path, Header: http.Header{}, Body: body})
+				p, err := s.prepare(e, context.Background(), proxy.Input{Path: s.path, Header: http.Header{}, Body: body})
 				if err != nil {
-					status, eb := APIError(err)
+					status, eb := proxy.APIError(err)
 					if status < 400 || status > 499 {
 						t.Fatalf("%s: %v answered %d, want a client error (4xx)", s.path, err, status)
 					}
@@ -156,7 +189,7 @@ func FuzzPrepare(f *testing.F) {
 				checkTrustedSystem(t, sys, cleanSys[e][s.path])
 				if p.Prompt.ContextMessage != "" {
 					ctxMsg := gjson.GetBytes(p.Body, "messages.1.content").String()
-					if s.path == PathMessages {
+					if s.path == proxy.PathMessages {
 						ctxMsg = gjson.GetBytes(p.Body, "system.1.text").String()
 					}
 					header, line, _ := strings.Cut(ctxMsg, "\n")
