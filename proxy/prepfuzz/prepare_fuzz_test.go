@@ -144,7 +144,9 @@ func FuzzPrepare(f *testing.F) {
 		engine(f, nil),
 		engine(f, map[string]string{"PROMPT_STRUCTURED_RUNTIME_CONTEXT_CHANNEL": "system_message", "PROMPT_RUNTIME_CONTEXT_MAX_CHARS": "200"}),
 		engine(f, map[string]string{"PROMPT_TOOL_DEFS_MODE": "minimal"}),
+		engine(f, nil),
 	}
+	engines[3].Settings.DatamarkToolOutput = true // security.datamarkToolOutput
 	surfaces := []struct {
 		path    string
 		prepare func(*proxy.Engine, context.Context, proxy.Input) (*proxy.Prepared, error)
@@ -184,6 +186,26 @@ func FuzzPrepare(f *testing.F) {
 				}
 				if gjson.GetBytes(p.Body, assembly.PathExtension).Exists() {
 					t.Fatalf("%s: the promptgate field reached upstream: %s", s.path, p.Body)
+				}
+				if e.Settings.DatamarkToolOutput {
+					// Datamarking changes only tool output: the conversation keeps its items, their order and roles.
+					items := "messages"
+					if s.path == proxy.PathResponses {
+						items = "input"
+					}
+					plain, err := s.prepare(engines[0], context.Background(), proxy.Input{Path: s.path, Header: http.Header{}, Body: body})
+					if err != nil {
+						t.Fatalf("%s: refused without datamarking only: %v", s.path, err)
+					}
+					a, b := gjson.GetBytes(p.Body, items).Array(), gjson.GetBytes(plain.Body, items).Array()
+					if len(a) != len(b) {
+						t.Fatalf("%s: datamarking changed the item count: %s", s.path, p.Body)
+					}
+					for i := range a {
+						if a[i].Get("role").String() != b[i].Get("role").String() || a[i].Get("type").String() != b[i].Get("type").String() {
+							t.Fatalf("%s: datamarking changed item %d: %s", s.path, i, a[i].Raw)
+						}
+					}
 				}
 				sys := systemOf(s.path, p.Body)
 				checkTrustedSystem(t, sys, cleanSys[e][s.path])
