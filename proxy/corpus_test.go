@@ -13,8 +13,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/plugins"
@@ -268,7 +271,7 @@ func TestInjectionCorpus(t *testing.T) {
 						fail("the context is not one valid JSON line: %.300q", got.ctxMsg)
 					}
 					for _, l := range strings.Split(got.system, "\n") {
-						if assembly.LooksLikeHeader(l) && !strings.HasPrefix(l, "=== ") {
+						if readsAsHeader(l) && !strings.HasPrefix(l, "=== ") {
 							fail("a line reads as a header: %q", l)
 						}
 					}
@@ -312,4 +315,16 @@ func systemOf(path string, body []byte) string {
 		return gjson.GetBytes(body, "system").String()
 	}
 	return gjson.GetBytes(body, "messages.0.content").String()
+}
+
+// readsAsHeader is the test's own idea, independent of assembly's code, of a line a model could read as a
+// section header: after NFKC folding of the whole line and blanks, invisible characters and marks, it starts
+// with "=" or a look-alike.
+func readsAsHeader(line string) bool {
+	rest := strings.TrimLeftFunc(norm.NFKC.String(line), func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point) ||
+			r == '\u115f' || r == '\u1160' || r == '\u3164' || r == '\uffa0' || r == '\u2800'
+	})
+	r, _ := utf8.DecodeRuneInString(rest)
+	return rest != "" && strings.ContainsRune("=═≡≣⊜⚌⹀゠᐀꓿꞊〓‗𐆐🟰", r)
 }
