@@ -6,6 +6,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
 func TestDatamark(t *testing.T) {
@@ -115,4 +117,42 @@ func FuzzDatamark(f *testing.F) {
 
 func isSpaceOrBreak(r rune) bool {
 	return r == ' ' || r == '\n' || strings.ContainsRune("\t\v\f\r\u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000", r)
+}
+
+// FuzzDatamarkBodies: on any body that passes the proxy's JSON check, datamarking never fails, gives valid
+// JSON, keeps every item of the conversation with its role and type, leaves no white space in a marked
+// string, and is idempotent.
+func FuzzDatamarkBodies(f *testing.F) {
+	f.Add([]byte(`{"messages":[{"role":"tool","content":"x y"},{"role":"tool","content":[{"type":"text","text":"p q"}]},{"role":"user","content":[{"type":"tool_result","content":"a b"}]}],"input":[{"type":"function_call_output","output":"o p"}]}`))
+	f.Add([]byte(`{"messages":[{"r\u006fle":"tool","c\u006fntent":"a\u2028b"}],"input":"x y"}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"tool_result","content":[{"type":"text","text":" "},7]}]}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if jsoncheck.Object(body, jsoncheck.Limits{}) != nil {
+			return
+		}
+		for name, fn := range map[string]func([]byte) ([]byte, error){"chat": DatamarkChat, "responses": DatamarkResponses, "messages": DatamarkMessages} {
+			out, err := fn(body)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if !gjson.ValidBytes(out) || jsoncheck.Object(out, jsoncheck.Limits{}) != nil {
+				t.Fatalf("%s: invalid JSON out: %s", name, out)
+			}
+			for _, items := range []string{"messages", "input"} {
+				a, b := gjson.GetBytes(out, items), gjson.GetBytes(body, items)
+				if a.IsArray() != b.IsArray() || len(a.Array()) != len(b.Array()) {
+					t.Fatalf("%s: %s changed shape: %s", name, items, out)
+				}
+				for i, it := range a.Array() {
+					if it.Get("role").String() != b.Array()[i].Get("role").String() || it.Get("type").String() != b.Array()[i].Get("type").String() {
+						t.Fatalf("%s: %s item %d changed: %s", name, items, i, it.Raw)
+					}
+				}
+			}
+			again, err := fn(out)
+			if err != nil || string(again) != string(out) {
+				t.Fatalf("%s: not idempotent: %s -> %s (%v)", name, out, again, err)
+			}
+		}
+	})
 }
