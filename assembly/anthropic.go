@@ -146,5 +146,10 @@ func RewriteMessages(body []byte, p Prompt, kept []policy.Tool, removedAny bool)
 			return nil, err
 		}
 	}
+	if p.DatamarkToolOutput {
+		if out, err = DatamarkMessages(out); err != nil {
+			return nil, err
+		}
+	}
 	return removeExtension(out)
 }

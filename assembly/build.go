@@ -44,7 +44,9 @@ type Prompt struct {
 	ContextTruncated bool
 	// DirectivesTruncated is true when directives were cut to the cap.
 	DirectivesTruncated bool
-	Sizes               Sizes
+	// DatamarkToolOutput tells the rewrite to datamark the conversation's tool output (Settings).
+	DatamarkToolOutput bool
+	Sizes              Sizes
 }
 
 // Sizes are counts of Unicode code points, as the preview reports them.
@@ -60,8 +62,9 @@ func Build(t *Template, l Layers, s Settings) Prompt {
 	p.ContextJSON, p.ContextTruncated = ctxjson.Build(l.Meta, l.Sources, s.ContextMaxChars, s.Budgets)
 	directives, dTrunc := renderDirectives(l.Directives, s.DirectivesMaxChars)
 	p.DirectivesTruncated = dTrunc
+	p.DatamarkToolOutput = s.DatamarkToolOutput
 	values := map[string]string{
-		BlockRules:       strings.TrimSpace(l.Rules),
+		BlockRules:       rulesWithDatamark(strings.TrimSpace(l.Rules), s.DatamarkToolOutput),
 		BlockApplication: renderApplication(l.Application),
 		BlockDirectives:  directives,
 		BlockContext:     string(p.ContextJSON),
@@ -134,7 +137,7 @@ func appendLegacy(b *strings.Builder, values map[string]string, l Layers, sz *Si
 func renderApplication(texts []string) string {
 	var parts []string
 	for _, t := range texts {
-		t = strings.TrimSpace(NeutralizeHeaders(t))
+		t = strings.TrimSpace(NeutralizeHeaders(RevealHidden(t)))
 		if t != "" {
 			parts = append(parts, t)
 		}
@@ -151,7 +154,7 @@ func renderDirectives(ds []string, max int) (string, bool) {
 	var b strings.Builder
 	n := 0
 	for _, d := range ds {
-		d = strings.TrimSpace(OneLine(d))
+		d = strings.TrimSpace(OneLine(RevealHidden(d)))
 		if d == "" {
 			continue
 		}
@@ -195,8 +198,8 @@ func renderTools(tools []policy.Tool, mode string) string {
 			b.WriteByte('\n')
 		}
 		b.WriteString("- ")
-		b.WriteString(OneLine(t.Name))
-		if d := strings.TrimSpace(OneLine(t.Description)); d != "" && mode != ToolDefsMinimal {
+		b.WriteString(OneLine(RevealHidden(t.Name)))
+		if d := strings.TrimSpace(OneLine(RevealHidden(t.Description))); d != "" && mode != ToolDefsMinimal {
 			b.WriteString(": ")
 			b.WriteString(d)
 		}

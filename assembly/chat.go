@@ -290,6 +290,9 @@ func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([
 			return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
 		}
 	}
+	if p.DatamarkToolOutput {
+		return DatamarkChat(out)
+	}
 	return out, nil
 }
 

@@ -203,6 +203,11 @@ func RewriteResponses(body []byte, p Prompt, kept []policy.Tool, removedAny bool
 			return nil, err
 		}
 	}
+	if p.DatamarkToolOutput {
+		if out, err = DatamarkResponses(out); err != nil {
+			return nil, err
+		}
+	}
 	return removeExtension(out)
 }
 

@@ -40,6 +40,9 @@ type Settings struct {
 	StructuredChannel bool
 	// RedactInSystem replaces the JSON line in the first message by a pointer (structured channel only).
 	RedactInSystem bool
+	// DatamarkToolOutput datamarks tool output in the conversation and adds DatamarkRule to the protocol
+	// rules (see Datamark). It comes from the config file's security.datamarkToolOutput; default off.
+	DatamarkToolOutput bool
 }
 
 // DefaultSettings are the seed's defaults.

@@ -15,8 +15,9 @@ func Encode(v *Value) []byte { return AppendEncode(nil, v) }
 // the C1 controls U+0080–U+009F (NEL included), U+2028, U+2029, and the invisible, format and
 // bidi characters that could hide or fake structure: U+00AD, U+034F, U+061C, U+115F, U+1160,
 // U+17B4, U+17B5, U+180B–U+180F, U+200B–U+200F, U+202A–U+202E, U+2060–U+206F, U+3164,
-// U+FE00–U+FE0F, U+FEFF, U+FFA0, U+FFF9–U+FFFB, the tag characters U+E0000–U+E007F, the
-// variation selectors U+E0100–U+E01EF, and the rest of Unicode category Cf. Other characters,
+// U+FE00–U+FE0F, U+FEFF, U+FFA0, U+FFF0–U+FFFB, the block U+E0000–U+E0FFF (tag characters,
+// variation selectors, unassigned default-ignorables), and the rest of Unicode category Cf: every
+// default-ignorable code point (tested against the unicode package's tables). Other characters,
 // '<', '>', '&' and '/' included, are written as UTF-8; each byte of invalid UTF-8 becomes U+FFFD.
 // A nil v is null.
 func AppendEncode(dst []byte, v *Value) []byte {
@@ -133,12 +134,12 @@ func escapeRune(r rune) bool {
 	case r < 0xFE00:
 		return r == 0x3164
 	case r < 0x10000:
-		return r <= 0xFE0F || r == 0xFEFF || r == 0xFFA0 || (r >= 0xFFF9 && r <= 0xFFFB)
+		return r <= 0xFE0F || r == 0xFEFF || r == 0xFFA0 || (r >= 0xFFF0 && r <= 0xFFFB)
 	case r < 0xE0000:
 		return r == 0x110BD || r == 0x110CD || (r >= 0x13430 && r <= 0x1343F) ||
 			(r >= 0x1BCA0 && r <= 0x1BCA3) || (r >= 0x1D173 && r <= 0x1D17A)
 	default:
-		return r <= 0xE007F || (r >= 0xE0100 && r <= 0xE01EF)
+		return r <= 0xE0FFF // tags, variation selectors and the rest of the default-ignorable plane-14 block
 	}
 }
 

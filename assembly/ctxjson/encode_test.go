@@ -168,3 +168,17 @@ func TestPlainRun(t *testing.T) {
 		}
 	}
 }
+
+// TestEscapeDefaultIgnorable checks escapeRune against the unicode package's tables rather than a hand list:
+// every code point that renders as nothing (format characters, variation selectors, the other
+// default-ignorables) and every line or paragraph separator is escaped.
+func TestEscapeDefaultIgnorable(t *testing.T) {
+	for r := rune(0xA0); r <= unicode.MaxRune; r++ {
+		if !utf8.ValidRune(r) {
+			continue
+		}
+		if unicode.In(r, unicode.Cf, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point, unicode.Zl, unicode.Zp) && !escapeRune(r) {
+			t.Errorf("%U is invisible or a line break but not escaped", r)
+		}
+	}
+}

@@ -131,6 +131,7 @@ func openPipeline(ctx context.Context, sf *storeFlags, readOnly bool, getenv env
 	if err != nil {
 		return nil, err
 	}
+	settings.DatamarkToolOutput = cfg.Security.DatamarkToolOutput
 	p := &pipeline{cfg: cfg}
 	if p.store, err = openStore(sf.db, readOnly, log); err != nil {
 		return nil, err

@@ -47,6 +47,16 @@ type File struct {
 	MITM *MITM `yaml:"mitm"`
 	// Audit configures the decision log.
 	Audit Audit `yaml:"audit"`
+	// Security holds the optional prompt-injection hardening; its zero value keeps the default rendering.
+	Security Security `yaml:"security"`
+}
+
+// Security holds optional prompt-injection hardening.
+type Security struct {
+	// DatamarkToolOutput datamarks tool output (Spotlighting): the white space of every tool result in the
+	// conversation is replaced by "ˆ" (U+02C6) and the protocol rules tell the model what that means.
+	// Default false.
+	DatamarkToolOutput bool `yaml:"datamarkToolOutput"`
 }
 
 // Audit configures where decision events are kept.
@@ -304,19 +314,22 @@ func sectionName(typ string) string {
 		return "mitm"
 	case "Audit":
 		return "audit"
+	case "Security":
+		return "security"
 	}
 	return typ
 }
 
 var knownKeys = map[string][]string{
-	"File":   {"defaultProtocol", "routes", "tools", "plugins", "limits", "mitm", "audit"},
-	"Audit":  {"path", "ringSize", "file", "includeArguments"},
-	"Route":  {"match", "protocol", "allowClientProtocol"},
-	"Match":  {"apiKeySha256", "header", "model", "path"},
-	"Tool":   {"enabled", "scope", "allowedProtocols"},
-	"Plugin": {"name", "path", "sha256", "module", "minMode", "timeout", "required", "cacheTTL", "config", "receiveUserMessage", "trustedDirectives"},
-	"Limits": {"maxBodyBytes", "maxJSONDepth", "upstreamTimeout"},
-	"MITM":   {"caCert", "caKey", "hosts", "passthrough", "upstreamCA"},
+	"File":     {"defaultProtocol", "routes", "tools", "plugins", "limits", "mitm", "audit", "security"},
+	"Security": {"datamarkToolOutput"},
+	"Audit":    {"path", "ringSize", "file", "includeArguments"},
+	"Route":    {"match", "protocol", "allowClientProtocol"},
+	"Match":    {"apiKeySha256", "header", "model", "path"},
+	"Tool":     {"enabled", "scope", "allowedProtocols"},
+	"Plugin":   {"name", "path", "sha256", "module", "minMode", "timeout", "required", "cacheTTL", "config", "receiveUserMessage", "trustedDirectives"},
+	"Limits":   {"maxBodyBytes", "maxJSONDepth", "upstreamTimeout"},
+	"MITM":     {"caCert", "caKey", "hosts", "passthrough", "upstreamCA"},
 }
 
 // ApplyDefaults fills every zero value that has a default.

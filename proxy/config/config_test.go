@@ -226,7 +226,7 @@ func TestParseErrors(t *testing.T) {
 		// Unknown keys, at every level, with the line and the valid keys.
 		{
 			"unknown top-level key", "defaultProtocol: tech\nroute: []\n",
-			[]string{`line 2: unknown key "route" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit`},
+			[]string{`line 2: unknown key "route" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit, security`},
 		},
 		{
 			"unknown key in a route's match", "routes:\n  - protocol: tech\n    match: {modle: gpt-4o}\n",
@@ -254,16 +254,16 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			"unknown key with a space", "default protocol: tech\n",
-			[]string{`line 1: unknown key "default protocol" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit`},
+			[]string{`line 1: unknown key "default protocol" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit, security`},
 		},
 		{
 			"keys are case-sensitive", "DefaultProtocol: tech\n",
-			[]string{`line 1: unknown key "DefaultProtocol" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit`},
+			[]string{`line 1: unknown key "DefaultProtocol" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit, security`},
 		},
 		{
 			"several unknown keys", "bogus: 1\nlimits: {maxBodyBytes: 1, nope: 2}\nmitm: {caCert: a, caKey: b, x: 1}\n",
 			[]string{
-				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit`,
+				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit, security`,
 				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout`,
 				`line 3: unknown key "x" in mitm; valid keys: caCert, caKey, hosts, passthrough, upstreamCA`,
 			},
@@ -320,7 +320,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			"unknown key and a wrong type are both reported", "bogus: 1\nlimits: {maxBodyBytes: ten, nope: 2}\n",
 			[]string{
-				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit`,
+				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit, security`,
 				`line 2: limits.maxBodyBytes: got a string "ten", want a whole number`,
 				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout`,
 			},
