@@ -243,12 +243,19 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	var m [4]gjson.Result
 	members(body, m[:], pathMessages, pathTools, pathFunctions, PathExtension)
-	if out, ok := rewriteChatSpliced(body, m, p, kept, removedAny); ok {
-		return out, nil
+	out, ok := rewriteChatSpliced(body, m, p, kept, removedAny)
+	if !ok {
+		var msgs bytes.Buffer
+		writeMessages(&msgs, m[0], p)
+		var err error
+		if out, err = rewriteChatEdits(body, msgs.Bytes(), kept, removedAny); err != nil {
+			return nil, err
+		}
 	}
-	var msgs bytes.Buffer
-	writeMessages(&msgs, m[0], p)
-	return rewriteChatEdits(body, msgs.Bytes(), kept, removedAny)
+	if p.DatamarkToolOutput {
+		return DatamarkChat(out)
+	}
+	return out, nil
 }
 
 // writeMessages writes the upstream messages array: the layered system message (plus the context message
@@ -289,9 +296,6 @@ func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([
 		if out, err = sjson.DeleteBytes(out, PathExtension); err != nil {
 			return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
 		}
-	}
-	if p.DatamarkToolOutput {
-		return DatamarkChat(out)
 	}
 	return out, nil
 }
