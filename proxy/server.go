@@ -67,6 +67,9 @@ type Options struct {
 	Transport http.RoundTripper
 	// Audit receives every policy decision; nil logs them.
 	Audit audit.Recorder
+	// AuditArguments puts each vetted tool call's arguments into its audit event (the config's
+	// audit.includeArguments); when false an event keeps only their SHA-256 (argumentsSha256).
+	AuditArguments bool
 	// Ready reports readiness for /readyz: false with a reason while not ready.
 	Ready func() (bool, string)
 	// Metrics may be nil.
@@ -476,7 +479,7 @@ func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 			Time: time.Now().UTC(), RequestID: x.id, Kind: audit.KindToolCall,
 			Protocol: x.prep.Protocol.ID, ProtocolVersion: x.prep.Protocol.Version,
 			Tool: d.Tool, Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
-		})
+		}.WithArguments(d.Args, s.opt.AuditArguments))
 	}
 }
 

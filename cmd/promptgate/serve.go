@@ -93,6 +93,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		UpstreamAPIKey:  getenv(EnvUpstreamKey),
 		AnthropicAPIKey: getenv(EnvAnthropicKey),
 		Audit:           recorder,
+		AuditArguments:  p.cfg.Audit.IncludeArguments,
 		Metrics:         m,
 		Log:             log,
 		Ready: func() (bool, string) {
