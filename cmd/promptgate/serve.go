@@ -79,6 +79,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		return err
 	}
 	defer ring.Close()
+	m.WatchAudit("ring", ring)
 	recorder := audit.Multi{audit.Log{Logger: log}, m, ring}
 	if p.cfg.Audit.File != "" {
 		jl, err := audit.OpenJSONL(p.cfg.Audit.File, log)
@@ -86,6 +87,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 			return err
 		}
 		defer jl.Close()
+		m.WatchAudit("jsonl", jl)
 		recorder = append(recorder, jl)
 	}
 	base := proxy.Options{
