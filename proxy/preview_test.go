@@ -13,7 +13,7 @@ func TestPreviewPaths(t *testing.T) {
 	e := testEngine(t, "", nil, nil, nil)
 	ctx := context.Background()
 	for path, body := range map[string]string{
-		"":             `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		"":            `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
 		PathChat:      `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
 		PathResponses: `{"model":"m","input":"hi"}`,
 		PathMessages:  `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`,
