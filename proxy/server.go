@@ -30,6 +30,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/chatvet"
 	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/respvet"
+	"github.com/promptgate/promptgate/proxy/tracing"
 )
 
 // Paths served by the proxy listener.
@@ -74,6 +75,9 @@ type Options struct {
 	Ready func() (bool, string)
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
+	// Tracing, when not nil, records a server span per /v1/ request and a span per stage, and sends
+	// promptgate's traceparent upstream; nil turns tracing off (the client's traceparent passes unchanged).
+	Tracing *tracing.Tracing
 	Log     *slog.Logger
 }
 
@@ -93,6 +97,7 @@ type exchange struct {
 	prep  *Prepared
 	log   *slog.Logger
 	sent  time.Time // when the request went upstream
+	trace exchangeTrace
 }
 
 type exchangeKey struct{}
@@ -160,7 +165,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := requestID(r)
 	w.Header().Set(HeaderRequestID, id)
 	sw := &statusWriter{ResponseWriter: w}
-	s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	ctx, span := s.startRequestSpan(r, id)
+	s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, requestIDKey{}, id)))
+	endRequestSpan(span, sw.status, w.Header())
 	if s.opt.Metrics != nil {
 		route := "passthrough"
 		if rt := routeOf(r); rt != nil {
@@ -379,6 +386,7 @@ func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
 	pr.Out.ContentLength = int64(len(x.prep.Body))
 	pr.Out.Header.Set("Content-Length", strconv.Itoa(len(x.prep.Body)))
 	pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(x.prep.Body)), nil }
+	s.traceUpstream(pr, x)
 	x.sent = time.Now()
 }
 
@@ -387,6 +395,7 @@ func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
 	pr.Out.URL = upstreamURL(base, pr.In.URL)
 	pr.Out.Host = ""
 	s.outboundHeaders(pr.Out.Header, anthropic)
+	s.injectTrace(pr)
 }
 
 // upstreamHeaders keeps the upstream's request id under another name and drops headers that only
@@ -416,14 +425,15 @@ func (s *Server) vetResponse(resp *http.Response) error {
 		return errors.New("proxy: response without its exchange")
 	}
 	s.opt.Metrics.Upstream(x.route.name, time.Since(x.sent))
+	x.trace.upstreamDone(resp.StatusCode)
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode >= 400 {
 		return checkErrorBody(resp, ct)
 	}
 	checker := s.checker(x)
-	rec := s.recorder(resp.Request.Context(), x)
+	rec := x.trace.count(s.recorder(resp.Request.Context(), x))
 	if ct == "text/event-stream" {
-		resp.Body = x.route.stream(resp.Body, checker, rec)
+		resp.Body = x.trace.relay(resp.Request.Context(), x.route.stream(resp.Body, checker, rec))
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
 		return nil
@@ -432,7 +442,9 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	if err != nil {
 		return err
 	}
+	_, vsp := tracing.Stage(resp.Request.Context(), tracing.SpanVet)
 	out, blocked, errorCall, err := x.route.body(body, checker, rec)
+	x.trace.vetDone(vsp, err)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
 	}
@@ -515,6 +527,7 @@ func readUpstream(resp *http.Response) ([]byte, error) {
 
 // upstreamFailed answers when the upstream could not be reached, timed out, or answered malformed.
 func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	traceUpstreamFailed(r, err)
 	log := s.log
 	if id, ok := r.Context().Value(requestIDKey{}).(string); ok {
 		log = log.With("request_id", id)
