@@ -144,3 +144,17 @@ func TestAuditArgumentsMessagesNonStream(t *testing.T) {
 		checkArgEvents(t, rec, include, map[string]string{"web_fetch": input})
 	}
 }
+
+func TestAuditArgumentsResponsesStream(t *testing.T) {
+	raw := (&respEvents{}).created().call(0, "fc_1", "call_1", "web_fetch", evilArgs).call(1, "fc_2", "call_2", "get_weather", goodArgs).completed()
+	body := `{"model":"gpt-4.1","stream":true,"input":"go","tools":[{"type":"function","name":"web_fetch","parameters":{"type":"object"}},{"type":"function","name":"get_weather","parameters":{"type":"object"}}]}`
+	for _, include := range []bool{false, true} {
+		up := newUpstream(t, splitUpstream(raw, 7))
+		ts, rec := argsProxy(t, up.URL, include)
+		resp, b := postTo(t, ts, PathResponses, body, nil)
+		if resp.StatusCode != 200 || strings.Contains(string(b), "SECRET123") {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		checkArgEvents(t, rec, include, map[string]string{"web_fetch": evilArgs, "get_weather": goodArgs})
+	}
+}
