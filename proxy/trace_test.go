@@ -34,8 +34,21 @@ const (
 	clientParent  = "00-" + clientTraceID + "-" + clientSpanID + "-01"
 )
 
+// tracedExporter is an in-memory exporter whose spans are read once the handler has returned: the
+// server span ends after the client may already have the whole answer.
+type tracedExporter struct {
+	*tracetest.InMemoryExporter
+	served chan struct{}
+}
+
+// GetSpans waits for the handler of the one request sent since the last call, then returns the spans.
+func (e *tracedExporter) GetSpans() tracetest.SpanStubs {
+	<-e.served
+	return e.InMemoryExporter.GetSpans()
+}
+
 // tracedProxy is the guarded protocol's proxy with an in-memory span exporter.
-func tracedProxy(t *testing.T, up string) (*httptest.Server, *tracetest.InMemoryExporter) {
+func tracedProxy(t *testing.T, up string) (*httptest.Server, *tracedExporter) {
 	t.Helper()
 	e := testEngine(t, "defaultProtocol: guarded\n", nil, nil, []json.RawMessage{vetProtocol("refuse")})
 	e.Context = fakeSource{}
@@ -47,13 +60,17 @@ func tracedProxy(t *testing.T, up string) (*httptest.Server, *tracetest.InMemory
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(s)
+	te := &tracedExporter{InMemoryExporter: exp, served: make(chan struct{}, 16)}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.ServeHTTP(w, r)
+		te.served <- struct{}{}
+	}))
 	t.Cleanup(ts.Close)
-	return ts, exp
+	return ts, te
 }
 
 // spansByName indexes the ended spans; a name seen twice is an error.
-func spansByName(t *testing.T, exp *tracetest.InMemoryExporter) map[string]tracetest.SpanStub {
+func spansByName(t *testing.T, exp *tracedExporter) map[string]tracetest.SpanStub {
 	t.Helper()
 	out := map[string]tracetest.SpanStub{}
 	for _, s := range exp.GetSpans() {
@@ -74,9 +91,9 @@ func attrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 }
 
 // checkNoSecrets fails when any attribute, event or status of any span holds request or answer text.
-func checkNoSecrets(t *testing.T, exp *tracetest.InMemoryExporter) {
+func checkNoSecrets(t *testing.T, exp *tracedExporter) {
 	t.Helper()
-	for _, s := range exp.GetSpans() {
+	for _, s := range exp.InMemoryExporter.GetSpans() {
 		b, _ := json.Marshal(struct {
 			A any
 			E any
@@ -230,6 +247,7 @@ func TestTracingFailedStageAndOtherSurfaces(t *testing.T) {
 	if r, err := http.Get(ts.URL + PathHealthz); err != nil || r.StatusCode != 200 {
 		t.Fatal(err)
 	}
+	<-exp.served // the health check's handler has returned
 	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/v1/models", nil)
 	req.Header.Set("traceparent", clientParent)
 	if r, err := http.DefaultClient.Do(req); err != nil {
