@@ -266,7 +266,7 @@ func (h *Host) Gather(ctx context.Context, q Query) (Result, error) {
 			outs[i].reason = ReasonModuleOff
 			continue
 		}
-		wg.Go(func() { outs[i] = h.ask(ctx, s, q) })
+		wg.Go(func() { outs[i] = h.tracedAsk(ctx, s, q) })
 	}
 	wg.Wait()
 

@@ -16,6 +16,7 @@ import (
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/tracing"
 )
 
 // Request headers of promptgate; they are read here and never sent upstream.
@@ -195,28 +196,34 @@ var (
 // prepare is the pipeline of every surface: validate, resolve the protocol, filter the tools, check
 // tool_choice, gather the context, build the layered prompt, rewrite the body.
 func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, error) {
+	_, sp := tracing.Stage(ctx, tracing.SpanValidate)
 	if err := jsoncheck.Object(in.Body, jsoncheck.Limits{MaxDepth: e.Limits.MaxJSONDepth}); err != nil {
-		return nil, err
+		return nil, stageFail(sp, err)
 	}
 	ext, err := assembly.ParseExtension(in.Body)
 	if err != nil {
-		return nil, err
+		return nil, stageFail(sp, err)
 	}
 	req, err := sf.parse(in.Body)
 	if err != nil {
-		return nil, err
+		return nil, stageFail(sp, err)
 	}
+	sp.End()
+	_, sp = tracing.Stage(ctx, tracing.SpanRoute)
 	cat := e.Defs.snapshot()
 	eff, err := e.Router.Resolve(policyRequest(in, req.model, ext), cat)
 	if err != nil {
-		return nil, err
+		return nil, stageFail(sp, err)
 	}
+	traceRoute(sp, eff)
+	_, sp = tracing.Stage(ctx, tracing.SpanFilterTools)
 	access := e.Access
 	access.Override = cat // the kill switches of this snapshot
 	kept, removed := eff.Filter(req.tools, access)
 	if err := sf.toolChoice(in.Body, kept); err != nil {
-		return nil, err
+		return nil, stageFail(sp, err)
 	}
+	traceTools(sp, kept, removed)
 	tmpl, err := e.Defs.template(cat, eff.Template)
 	if err != nil {
 		return nil, &templateError{err}
@@ -241,13 +248,15 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 		layers.Sources = append(layers.Sources, ctxjson.Source{Name: "request", Value: v})
 	}
 	if e.Context != nil {
-		g, err := e.Context.Gather(ctx, GatherQuery{
+		gctx, sp := tracing.Stage(ctx, tracing.SpanContext)
+		g, err := e.Context.Gather(gctx, GatherQuery{
 			Protocol: eff.ID, BaseProtocol: eff.BaseID, Workflow: workflowOf(eff), Mode: eff.Modules.Mode, ModulesOff: eff.Modules.Off,
 			User: user, Conversation: conv, Model: req.model, LatestUser: req.latestUser,
 		})
 		if err != nil {
-			return nil, &contextError{err}
+			return nil, stageFail(sp, &contextError{err})
 		}
+		traceGathered(sp, g)
 		layers.Sources = append(layers.Sources, g.Sources...)
 		layers.Meta.Skipped = append(layers.Meta.Skipped, g.Skipped...)
 		layers.Directives = append(layers.Directives, g.Directives...)
@@ -270,6 +279,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	for _, s := range layers.Sources {
 		layers.Meta.Sources = append(layers.Meta.Sources, s.Name)
 	}
+	_, sp = tracing.Stage(ctx, tracing.SpanAssemble)
 	settings := e.Settings
 	if sf.contextInPrompt {
 		settings.StructuredChannel = false
@@ -277,8 +287,9 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	prompt := assembly.Build(tmpl, layers, settings)
 	body, err := sf.rewrite(in.Body, prompt, kept, len(removed) > 0)
 	if err != nil {
-		return nil, err
+		return nil, stageFail(sp, err)
 	}
+	traceAssembled(sp, tmpl, prompt, len(body))
 	if prompt.ContextTruncated {
 		e.Log.Debug("runtime context truncated to fit", "protocol", eff.ID, "max_chars", e.Settings.ContextMaxChars)
 	}

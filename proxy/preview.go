@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"strings"
 
 	"github.com/tidwall/sjson"
 
@@ -14,6 +16,8 @@ import (
 // Report is the preview of one request: what would be sent upstream and why. The admin endpoint and the
 // `promptgate preview` command print it.
 type Report struct {
+	// Path is the surface previewed: PathChat, PathResponses or PathMessages.
+	Path              string           `json:"path"`
 	TemplateName      string           `json:"templateName"`
 	TemplateVersion   int              `json:"templateVersion"`
 	UsesLayeredBlocks bool             `json:"usesLayeredBlocks"`
@@ -45,18 +49,46 @@ type ReportContext struct {
 	DirectivesTruncated bool `json:"directivesTruncated"`
 }
 
-// Preview prepares a chat request exactly as the proxy would, and reports it. It calls no upstream.
+// PreviewPaths are the paths Preview takes, one per rewritten surface: the proxy listener's rewritten routes.
+func PreviewPaths() []string {
+	out := make([]string, len(routes))
+	for i, rt := range routes {
+		out[i] = rt.path
+	}
+	return out
+}
+
+// Preview prepares a request exactly as the proxy listener would for a POST to in.Path — PathChat (also
+// when in.Path is ""), PathResponses or PathMessages — through the same Engine method, and reports it. It
+// calls no upstream. Another path is a 400 invalid_request naming the param "path".
 func (e *Engine) Preview(ctx context.Context, in Input) ([]byte, error) {
-	p, err := e.PrepareChat(ctx, in)
+	if in.Path == "" {
+		in.Path = PathChat
+	}
+	var rt *route
+	for _, r := range routes {
+		if r.path == in.Path {
+			rt = r
+		}
+	}
+	if rt == nil {
+		return nil, &policy.Error{Status: http.StatusBadRequest, Code: "invalid_request", Param: "path",
+			Message: fmt.Sprintf("preview: path %q is not a rewritten surface: use one of %s", in.Path, strings.Join(PreviewPaths(), ", "))}
+	}
+	p, err := rt.prepare(e, ctx, in)
 	if err != nil {
 		return nil, err
 	}
-	return MarshalReport(p)
+	return marshalReport(in.Path, p)
 }
 
-// MarshalReport renders the report with upstreamRequest holding the exact upstream body, byte for byte.
-func MarshalReport(p *Prepared) ([]byte, error) {
+// MarshalReport renders the report of a chat request; see Preview.
+func MarshalReport(p *Prepared) ([]byte, error) { return marshalReport(PathChat, p) }
+
+// marshalReport renders the report with upstreamRequest holding the exact upstream body, byte for byte.
+func marshalReport(path string, p *Prepared) ([]byte, error) {
 	r := Report{
+		Path:              path,
 		TemplateName:      p.Template.Name,
 		TemplateVersion:   p.Template.Version,
 		UsesLayeredBlocks: p.Template.Layered,

@@ -31,6 +31,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/chatvet"
 	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/respvet"
+	"github.com/promptgate/promptgate/proxy/tracing"
 )
 
 // Paths served by the proxy listener.
@@ -68,6 +69,9 @@ type Options struct {
 	Transport http.RoundTripper
 	// Audit receives every policy decision; nil logs them.
 	Audit audit.Recorder
+	// AuditArguments puts each vetted tool call's arguments into its audit event (the config's
+	// audit.includeArguments); when false an event keeps only their SHA-256 (argumentsSha256).
+	AuditArguments bool
 	// Ready reports readiness for /readyz: false with a reason while not ready.
 	Ready func() (bool, string)
 	// StoredResponses bounds the per-instance memory of Responses answers that had a blocked call
@@ -75,6 +79,9 @@ type Options struct {
 	StoredResponses int
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
+	// Tracing, when not nil, records a server span per /v1/ request and a span per stage, and sends
+	// promptgate's traceparent upstream; nil turns tracing off (the client's traceparent passes unchanged).
+	Tracing *tracing.Tracing
 	Log     *slog.Logger
 }
 
@@ -99,7 +106,8 @@ type exchange struct {
 	log   *slog.Logger
 	sent  time.Time // when the request went upstream
 	// resp tracks the response id and blocked calls of a /v1/responses exchange; nil on other routes.
-	resp *respTrack
+	resp  *respTrack
+	trace exchangeTrace
 }
 
 type exchangeKey struct{}
@@ -170,7 +178,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := requestID(r)
 	w.Header().Set(HeaderRequestID, id)
 	sw := &statusWriter{ResponseWriter: w}
-	s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	ctx, span := s.startRequestSpan(r, id)
+	s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, requestIDKey{}, id)))
+	endRequestSpan(span, sw.status, w.Header())
 	if s.opt.Metrics != nil {
 		route := "passthrough"
 		if rt := routeOf(r); rt != nil {
@@ -406,6 +416,7 @@ func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
 	pr.Out.ContentLength = int64(len(x.prep.Body))
 	pr.Out.Header.Set("Content-Length", strconv.Itoa(len(x.prep.Body)))
 	pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(x.prep.Body)), nil }
+	s.traceUpstream(pr, x)
 	x.sent = time.Now()
 }
 
@@ -418,6 +429,7 @@ func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
 		// A stored response may need calls removed: let the transport decode compression.
 		pr.Out.Header.Del("Accept-Encoding")
 	}
+	s.injectTrace(pr)
 }
 
 // upstreamHeaders keeps the upstream's request id under another name and drops headers that only
@@ -450,18 +462,19 @@ func (s *Server) vetResponse(resp *http.Response) error {
 		return errors.New("proxy: response without its exchange")
 	}
 	s.opt.Metrics.Upstream(x.route.name, time.Since(x.sent))
+	x.trace.upstreamDone(resp.StatusCode)
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode >= 400 {
 		return checkErrorBody(resp, ct)
 	}
 	checker := s.checker(x)
-	rec := s.recorder(resp.Request.Context(), x)
+	rec := x.trace.count(s.recorder(resp.Request.Context(), x))
 	if ct == "text/event-stream" {
 		up := resp.Body
 		if x.resp != nil {
 			up = &respIDSniffer{r: up, found: x.resp.setID}
 		}
-		resp.Body = &loggedStream{ReadCloser: x.route.stream(up, checker, rec), log: x.log}
+		resp.Body = x.trace.relay(resp.Request.Context(), &loggedStream{ReadCloser: x.route.stream(up, checker, rec), log: x.log})
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
 		return nil
@@ -475,7 +488,9 @@ func (s *Server) vetResponse(resp *http.Response) error {
 			x.resp.setID(id.Str)
 		}
 	}
+	_, vsp := tracing.Stage(resp.Request.Context(), tracing.SpanVet)
 	out, blocked, errorCall, err := x.route.body(body, checker, rec)
+	x.trace.vetDone(vsp, err)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
 	}
@@ -526,7 +541,7 @@ func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 			Time: time.Now().UTC(), RequestID: x.id, Kind: audit.KindToolCall,
 			Protocol: x.prep.Protocol.ID, ProtocolVersion: x.prep.Protocol.Version,
 			Tool: d.Tool, Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
-		})
+		}.WithArguments(d.Args, s.opt.AuditArguments))
 	}
 }
 
@@ -562,6 +577,7 @@ func readUpstream(resp *http.Response) ([]byte, error) {
 
 // upstreamFailed answers when the upstream could not be reached, timed out, or answered malformed.
 func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	traceUpstreamFailed(r, err)
 	log := s.log
 	if id, ok := r.Context().Value(requestIDKey{}).(string); ok {
 		log = log.With("request_id", id)

@@ -251,7 +251,7 @@ func (a *adminStore) Rollouts(ctx context.Context) ([]store.AppliedRollout, erro
 }
 
 // Preview asks the server for a preview report.
-func (a *adminStore) Preview(ctx context.Context, request []byte, headers map[string]string, protocol string) ([]byte, error) {
+func (a *adminStore) Preview(ctx context.Context, request []byte, headers map[string]string, protocol, path string) ([]byte, error) {
 	// The request is embedded as the client wrote it, so the server judges its bytes (invalid JSON included).
 	h, err := json.Marshal(headers)
 	if err != nil {
@@ -265,6 +265,11 @@ func (a *adminStore) Preview(ctx context.Context, request []byte, headers map[st
 	if protocol != "" {
 		p, _ := json.Marshal(protocol)
 		b.WriteString(`,"protocol":`)
+		b.Write(p)
+	}
+	if path != "" {
+		p, _ := json.Marshal(path)
+		b.WriteString(`,"path":`)
 		b.Write(p)
 	}
 	b.WriteByte('}')

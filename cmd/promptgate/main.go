@@ -46,8 +46,8 @@ const usage = `promptgate — a sidecar proxy that layers prompts and enforces t
 
 Usage:
   promptgate serve [flags]                     run the proxy
-  promptgate preview [--protocol ID] [--header 'K: V']... [FILE]
-                                               print the preview report of a chat request (no upstream call)
+  promptgate preview [--protocol ID] [--header 'K: V']... [--path /v1/responses|/v1/messages] [FILE]
+                                               print the preview report of a request (no upstream call)
   promptgate migrate up|down|status [--dir DIR]
   promptgate templates list|show|history|activate|rollback ...
   promptgate protocols list|show|history|activate|rollback ...

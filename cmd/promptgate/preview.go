@@ -10,15 +10,19 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/store"
 )
 
-// preview prints the preview report of a chat request read from FILE or stdin; it calls no upstream.
+// preview prints the preview report of a request read from FILE or stdin — a chat completion, or with
+// --path a Responses or Anthropic Messages request; it calls no upstream.
 func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv env) error {
 	fs := flag.NewFlagSet("preview", flag.ContinueOnError)
 	protocol := fs.String("protocol", "", "preview under this protocol (operator's choice: routes and client-selection checks are skipped)")
+	path := fs.String("path", proxy.PathChat, "the surface: the path the client would POST the request to ("+strings.Join(proxy.PreviewPaths(), ", ")+")")
 	var headers headerList
 	fs.Var(&headers, "header", "a request header 'Name: value' as the client would send it (repeatable)")
 	admin := fs.String("admin", "", "admin API URL of a running server (token from "+EnvAdminToken+"); used by itself when serve holds the DB")
@@ -29,6 +33,9 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	if len(args) > 1 {
 		return usageError{"preview takes at most one FILE"}
+	}
+	if !slices.Contains(proxy.PreviewPaths(), *path) {
+		return usageError{fmt.Sprintf("--path %q: use one of %s", *path, strings.Join(proxy.PreviewPaths(), ", "))}
 	}
 	h := http.Header{}
 	for _, s := range headers {
@@ -53,7 +60,7 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	var report []byte
 	if *admin == "" {
-		report, err = previewLocal(ctx, sf, getenv, log, h, body, *protocol)
+		report, err = previewLocal(ctx, sf, getenv, log, proxy.Input{Path: *path, Header: h, Body: body, ForceProtocol: *protocol})
 	}
 	if *admin != "" || errors.Is(err, store.ErrLocked) {
 		url := *admin
@@ -65,7 +72,7 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		if aerr != nil {
 			return aerr
 		}
-		report, err = a.Preview(ctx, body, flatHeaders(h), *protocol)
+		report, err = a.Preview(ctx, body, flatHeaders(h), *protocol, *path)
 	}
 	if err != nil {
 		return fmt.Errorf("preview: %w", err)
@@ -76,16 +83,16 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 }
 
 // previewLocal runs the engine on the DB file.
-func previewLocal(ctx context.Context, sf *storeFlags, getenv env, log *slog.Logger, h http.Header, body []byte, protocol string) ([]byte, error) {
+func previewLocal(ctx context.Context, sf *storeFlags, getenv env, log *slog.Logger, in proxy.Input) ([]byte, error) {
 	p, err := openPipeline(ctx, sf, false, getenv, log)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Close()
-	if int64(len(body)) > p.cfg.Limits.MaxBodyBytes {
-		return nil, fmt.Errorf("request is %d bytes, over limits.maxBodyBytes (%d)", len(body), p.cfg.Limits.MaxBodyBytes)
+	if int64(len(in.Body)) > p.cfg.Limits.MaxBodyBytes {
+		return nil, fmt.Errorf("request is %d bytes, over limits.maxBodyBytes (%d)", len(in.Body), p.cfg.Limits.MaxBodyBytes)
 	}
-	return p.engine.Preview(ctx, proxy.Input{Path: proxy.PathChat, Header: h, Body: body, ForceProtocol: protocol})
+	return p.engine.Preview(ctx, in)
 }
 
 // flatHeaders turns headers into the admin API's {"K":"V"} (the last value of a repeated header wins).

@@ -22,6 +22,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/mitm"
+	"github.com/promptgate/promptgate/proxy/tracing"
 )
 
 // serveFlags are the flags of `promptgate serve`.
@@ -68,6 +69,22 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	defer p.Close()
 
+	tr, trCfg, err := tracing.FromEnv(ctx, getenv, Version)
+	if err != nil {
+		return err
+	}
+	if tr != nil {
+		log.Info("tracing on", "endpoint", trCfg.Endpoint, "protocol", trCfg.Protocol, "service", trCfg.ServiceName)
+		defer func() {
+			// After the listeners' shutdown (deferred later, so run first): the last spans are sent.
+			flush, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := tr.Shutdown(flush); err != nil {
+				log.Warn("tracing: spans not sent at shutdown", "err", err)
+			}
+		}()
+	}
+
 	var ready atomic.Bool
 	m := metrics.New(p.defs.Versions)
 	ringPath := p.cfg.Audit.Path
@@ -95,7 +112,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		UpstreamAPIKey:  getenv(EnvUpstreamKey),
 		AnthropicAPIKey: getenv(EnvAnthropicKey),
 		Audit:           recorder,
+		AuditArguments:  p.cfg.Audit.IncludeArguments,
 		Metrics:         m,
+		Tracing:         tr,
 		Log:             log,
 		Ready: func() (bool, string) {
 			if !ready.Load() {

@@ -78,10 +78,10 @@ type Event struct {
 	Target string `json:"target,omitempty"`
 	// Version is the version an admin change stored or activated (0: none).
 	Version int `json:"version,omitempty"`
-	// ArgsSHA256 is the lowercase hex SHA-256 of a tool call's raw arguments.
-	ArgsSHA256 string `json:"argsSha256,omitempty"`
-	// Args holds a tool call's raw arguments, only when the operator opted in (audit.includeArguments).
-	Args string `json:"args,omitempty"`
+	// ArgsSHA256 is the lowercase hex SHA-256 of the exact argument bytes of a vetted tool call.
+	ArgsSHA256 string `json:"argumentsSha256,omitempty"`
+	// Args holds those argument bytes, only when the operator opted in (audit.includeArguments).
+	Args string `json:"arguments,omitempty"`
 }
 
 // ArgsDigest returns the lowercase hex SHA-256 of a tool call's raw arguments, the form events keep.

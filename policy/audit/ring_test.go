@@ -433,7 +433,7 @@ func TestWithArguments(t *testing.T) {
 		t.Fatalf("%+v", e)
 	}
 	b, _ := json.Marshal(e)
-	if strings.Contains(string(b), "secret") || !strings.Contains(string(b), `"argsSha256":"`) {
+	if strings.Contains(string(b), "secret") || !strings.Contains(string(b), `"argumentsSha256":"`) {
 		t.Fatalf("json %s", b)
 	}
 	if e := (Event{}).WithArguments([]byte(`{"q":1}`), true); e.Args != `{"q":1}` {

@@ -119,6 +119,10 @@ type Decision struct {
 	Verdict Verdict
 	Reason  string // why the call broke the policy; "" when it did not
 	Rule    string // the argument rule that failed: its id, or rules[i]; "" for other reasons
+	// Args are the exact argument bytes that were vetted (the call's Args; nil when none were, as for
+	// a call given up on before it completed). They are the caller's: the decision log keeps only their
+	// digest unless the operator opted in, and they must not be changed or kept past the record callback.
+	Args []byte
 }
 
 // Blocked reports whether the call must not reach the client.
@@ -244,7 +248,7 @@ func quoteKey(k string) string {
 // that an earlier call of the same choice had (legacy function calls have none), then Check. The
 // verdict follows the mode. Vet remembers every id it sees, so each call must be vetted once.
 func (c *Checker) Vet(call *Call) Decision {
-	d := Decision{Kind: KindToolCall, Choice: call.Choice, CallID: call.ID, Tool: call.Name}
+	d := Decision{Kind: KindToolCall, Choice: call.Choice, CallID: call.ID, Tool: call.Name, Args: call.Args}
 	dup := !call.Legacy && call.ID != "" && c.seen(call.Choice, call.ID)
 	switch {
 	case call.problem != "":

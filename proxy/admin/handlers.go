@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,16 +19,18 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// previewBody is the body of POST /admin/prompts/preview. Request keeps the chat request's bytes exactly
-// as sent, so the preview sees what the proxy would.
+// previewBody is the body of POST /admin/prompts/preview. Request keeps the request's bytes exactly as
+// sent, so the preview sees what the proxy would. Path chooses the surface: "/v1/chat/completions" (the
+// default), "/v1/responses" or "/v1/messages", the path the client would POST Request to.
 type previewBody struct {
 	Request  json.RawMessage   `json:"request"`
 	Headers  map[string]string `json:"headers"`
 	Protocol string            `json:"protocol"`
+	Path     *string           `json:"path"`
 }
 
-// POST /admin/prompts/preview {"request":{...},"headers":{...},"protocol":"optional"} → the preview report.
-// Errors of the request itself are answered exactly as the proxy would answer them.
+// POST /admin/prompts/preview {"request":{...},"headers":{...},"protocol":"optional","path":"optional"} →
+// the preview report. Errors of the request itself are answered exactly as the proxy would answer them.
 func (s *server) preview(w http.ResponseWriter, r *http.Request) error {
 	if _, err := params(r); err != nil {
 		return err
@@ -37,11 +40,19 @@ func (s *server) preview(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req previewBody
-	if err := decodeStrict(body, &req, "request", "headers", "protocol"); err != nil {
+	if err := decodeStrict(body, &req, "request", "headers", "protocol", "path"); err != nil {
 		return err
 	}
+	path := proxy.PathChat
+	if req.Path != nil {
+		path = *req.Path
+		if !slices.Contains(proxy.PreviewPaths(), path) {
+			return badRequest("invalid_request", "path", "path %q: preview one of %s (the path the client would POST the request to; default %s)",
+				path, strings.Join(proxy.PreviewPaths(), ", "), proxy.PathChat)
+		}
+	}
 	if len(req.Request) == 0 || string(req.Request) == "null" {
-		return badRequest("invalid_request", "request", `request: required: the chat completion request to preview, e.g. {"request":{"model":"gpt-4o","messages":[...]}}`)
+		return badRequest("invalid_request", "request", `request: required: the request to preview as the client would send it to path, e.g. {"request":{"model":"gpt-4o","messages":[...]}}`)
 	}
 	h := http.Header{}
 	for k, v := range req.Headers {
@@ -50,7 +61,7 @@ func (s *server) preview(w http.ResponseWriter, r *http.Request) error {
 		}
 		h.Set(k, v)
 	}
-	report, err := s.o.Preview(r.Context(), proxy.Input{Path: proxy.PathChat, Header: h, Body: req.Request, ForceProtocol: req.Protocol})
+	report, err := s.o.Preview(r.Context(), proxy.Input{Path: path, Header: h, Body: req.Request, ForceProtocol: req.Protocol})
 	if err != nil {
 		if r.Context().Err() != nil {
 			return err
