@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -146,6 +147,21 @@ type Host struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // supervisors
 	once   sync.Once
+
+	observer atomic.Pointer[Observer]
+}
+
+// Observer is told of every source call made for a request (not of answers from the cache): the source's
+// name, how long it took and, when it was skipped, why ("" for an answer). It must be quick and safe for concurrent use.
+type Observer func(source string, took time.Duration, reason string)
+
+// Observe sets the observer of every later source call (metrics, typically); nil removes it.
+func (h *Host) Observe(o Observer) {
+	if o == nil {
+		h.observer.Store(nil)
+		return
+	}
+	h.observer.Store(&o)
 }
 
 // NewHost checks and starts every configured plugin, in parallel, and returns once each has
@@ -248,6 +264,7 @@ type outcome struct {
 	ran    bool
 	answer *sdk.Answer
 	reason string // why there is no answer
+	cached bool   // the answer came from the cache
 }
 
 // Gather asks every source the request's mode reaches, in parallel, each under its own timeout,
@@ -266,7 +283,13 @@ func (h *Host) Gather(ctx context.Context, q Query) (Result, error) {
 			outs[i].reason = ReasonModuleOff
 			continue
 		}
-		wg.Go(func() { outs[i] = h.tracedAsk(ctx, s, q) })
+		wg.Go(func() {
+			start := time.Now()
+			outs[i] = h.tracedAsk(ctx, s, q)
+			if o := h.observer.Load(); o != nil && !outs[i].cached {
+				(*o)(s.cfg.Name, time.Since(start), outs[i].reason)
+			}
+		})
 	}
 	wg.Wait()
 
@@ -312,7 +335,7 @@ func (h *Host) ask(ctx context.Context, s *slot, q Query) outcome {
 	if useCache {
 		key = cacheKey(s.cfg.Name, req)
 		if a, ok := h.cache.get(key); ok {
-			return outcome{ran: true, answer: a}
+			return outcome{ran: true, answer: a, cached: true}
 		}
 	}
 	src := s.source()

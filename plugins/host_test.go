@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"sync"
 	"testing"
 	"time"
 
@@ -297,8 +298,23 @@ func TestTimeoutHangingPlugin(t *testing.T) {
 	hang := entry("hang", "testsource", map[string]any{"behavior": "hang"})
 	hang.Timeout = 200 * time.Millisecond
 	h := startHost(t, plugins.HostOptions{}, hang, entry("echo", "testsource", nil))
+	var mu sync.Mutex
+	observed := map[string]string{}
+	h.Observe(func(source string, took time.Duration, reason string) {
+		mu.Lock()
+		defer mu.Unlock()
+		observed[source] = reason
+		if source == "hang" && took < hang.Timeout {
+			t.Errorf("hang observed after %v, before its timeout", took)
+		}
+	})
 	start := time.Now()
 	r := gather(t, h, plugins.Query{Mode: policy.ModeMinimal})
+	mu.Lock()
+	if len(observed) != 2 || observed["hang"] != "timeout" || observed["echo"] != "" {
+		t.Errorf("observer saw %v", observed)
+	}
+	mu.Unlock()
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("Gather took %v with a 200ms timeout", took)
 	}

@@ -87,6 +87,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 
 	var ready atomic.Bool
 	m := metrics.New(p.defs.Versions)
+	if p.host != nil {
+		p.host.Observe(m.Plugin)
+	}
 	ringPath := p.cfg.Audit.Path
 	if ringPath == "" {
 		ringPath = auditPath(f.store.db)
