@@ -9,8 +9,8 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
-	"syscall"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
