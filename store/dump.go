@@ -69,7 +69,11 @@ func (d *Dump) Sort() {
 		}
 		return a.Name < b.Name
 	})
-	for _, def := range d.Defs {
+	for i := range d.Defs {
+		def := &d.Defs[i]
+		if len(def.History) == 0 {
+			def.History = nil // absent and empty are the same
+		}
 		sort.Slice(def.Versions, func(i, j int) bool { return def.Versions[i].Version < def.Versions[j].Version })
 	}
 	sort.Slice(d.Rollouts, func(i, j int) bool { return d.Rollouts[i].Seq < d.Rollouts[j].Seq })

@@ -15,6 +15,8 @@ import (
 
 // Empty reports whether no key at all is stored under the prefix.
 func (s *Etcd) Empty(ctx context.Context) (bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	r, err := s.cli.Get(ctx, s.p, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return false, fmt.Errorf("store: etcd %s: %w", s.endpoints, err)
@@ -24,6 +26,8 @@ func (s *Etcd) Empty(ctx context.Context) (bool, error) {
 
 // Export reads everything under the prefix at one revision.
 func (s *Etcd) Export(ctx context.Context) (*store.Dump, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	r, err := s.cli.Get(ctx, s.p, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("store: export etcd %s%s: %w", s.endpoints, s.p, err)
@@ -141,6 +145,8 @@ const importBatch = 100
 // without schema, which Open refuses to treat as initialised only after reseeding: run the copy again
 // with --force). Watchers are notified.
 func (s *Etcd) Import(ctx context.Context, d *store.Dump) error {
+	ctx, cancel := s.boundFor(ctx, 12*s.timeout) // many transactions
+	defer cancel()
 	if err := d.Check(); err != nil {
 		return fmt.Errorf("store: import into etcd %s%s: %w", s.endpoints, s.p, err)
 	}

@@ -50,6 +50,8 @@ func (s *Etcd) Active(ctx context.Context, kind store.Kind, name string) (store.
 	if err := precheck(ctx, kind); err != nil {
 		return store.Record{}, err
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := checkName(kind, name); err != nil {
 		return store.Record{}, fmt.Errorf("store: %w", err)
 	}
@@ -79,6 +81,8 @@ func (s *Etcd) Get(ctx context.Context, kind store.Kind, name string, version in
 	if err := precheck(ctx, kind); err != nil {
 		return store.Record{}, err
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := checkName(kind, name); err != nil {
 		return store.Record{}, fmt.Errorf("store: %w", err)
 	}
@@ -94,6 +98,8 @@ func (s *Etcd) List(ctx context.Context, kind store.Kind) ([]store.Entry, error)
 	if err := precheck(ctx, kind); err != nil {
 		return nil, err
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	tr, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.p+dirSeq+string(kind)+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.p+dirActive+string(kind)+"/", clientv3.WithPrefix()),
@@ -151,6 +157,8 @@ func (s *Etcd) Entry(ctx context.Context, kind store.Kind, name string) (store.E
 	if err := precheck(ctx, kind); err != nil {
 		return store.Entry{}, err
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := checkName(kind, name); err != nil {
 		return store.Entry{}, fmt.Errorf("store: %w", err)
 	}
@@ -189,6 +197,8 @@ func (s *Etcd) AddVersion(ctx context.Context, kind store.Kind, body []byte, aut
 	if err := precheck(ctx, kind); err != nil {
 		return 0, err
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	name, err := s.check(kind, body)
 	if err != nil {
 		return 0, err
@@ -277,6 +287,8 @@ func (s *Etcd) Activate(ctx context.Context, kind store.Kind, name string, versi
 	if err := precheck(ctx, kind); err != nil {
 		return err
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := checkName(kind, name); err != nil {
 		return fmt.Errorf("store: activate: %w", err)
 	}
@@ -320,6 +332,8 @@ func (s *Etcd) Rollback(ctx context.Context, kind store.Kind, name string) (int,
 	if err := precheck(ctx, kind); err != nil {
 		return 0, err
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := checkName(kind, name); err != nil {
 		return 0, fmt.Errorf("store: rollback: %w", err)
 	}
@@ -363,6 +377,8 @@ func (s *Etcd) Snapshot(ctx context.Context) (store.Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Snapshot{}, fmt.Errorf("store: %w", err)
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	snap, rev, err := s.readSnapshot(ctx)
 	if err != nil {
 		if !s.synced.Load() && s.fallback != nil {
@@ -457,6 +473,8 @@ func (s *Etcd) ApplyRollout(ctx context.Context, r store.Rollout) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	items, err := s.checkRollout(r)
 	if err != nil {
 		return fmt.Errorf("store: rollout %q: %w", r.ID, err)
@@ -548,6 +566,8 @@ func (s *Etcd) RevertLast(ctx context.Context) (store.AppliedRollout, error) {
 	if err := ctx.Err(); err != nil {
 		return store.AppliedRollout{}, fmt.Errorf("store: %w", err)
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	for {
 		if err := ctx.Err(); err != nil {
 			return store.AppliedRollout{}, fmt.Errorf("store: %w", err)
@@ -628,6 +648,8 @@ func (s *Etcd) Rollouts(ctx context.Context) ([]store.AppliedRollout, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	r, err := s.cli.Get(ctx, s.p+dirRollouts, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("store: rollouts: %w", err)
@@ -648,6 +670,8 @@ func (s *Etcd) SetToolEnabled(ctx context.Context, name string, enabled bool, au
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if name == "" || len(name) > 256 {
 		return fmt.Errorf("store: tool name %q: %w: 1 to 256 bytes", name, store.ErrInvalid)
 	}
@@ -669,6 +693,8 @@ func (s *Etcd) ClearToolEnabled(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	r, err := s.cli.Delete(ctx, s.kTool(name))
 	if err != nil {
 		return fmt.Errorf("store: tool %q: %w", name, err)
@@ -679,4 +705,17 @@ func (s *Etcd) ClearToolEnabled(ctx context.Context, name string) error {
 	s.log.Info("store: tool enablement cleared", "tool", name)
 	s.committed(r.Header.Revision)
 	return nil
+}
+
+// bound gives ctx the store's DialTimeout when it has no deadline, so that no call waits forever for an
+// unreachable etcd (the client retries until its context ends).
+func (s *Etcd) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return s.boundFor(ctx, s.timeout)
+}
+
+func (s *Etcd) boundFor(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
