@@ -67,6 +67,9 @@ type Options struct {
 	Transport http.RoundTripper
 	// Audit receives every policy decision; nil logs them.
 	Audit audit.Recorder
+	// Degraded, when not nil and returning a reason, makes /readyz answer 503 {"status":"degraded"} (the
+	// fleet store is unreachable and the last snapshot is served).
+	Degraded func() string
 	// Ready reports readiness for /readyz: false with a reason while not ready.
 	Ready func() (bool, string)
 	// Metrics may be nil.
@@ -207,6 +210,12 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if ok, reason := s.opt.Ready(); !ok {
 		writeJSON(w, http.StatusServiceUnavailable, []byte(`{"status":"not_ready","reason":`+string(assembly.JSONString(reason))+`}`))
 		return
+	}
+	if s.opt.Degraded != nil {
+		if reason := s.opt.Degraded(); reason != "" {
+			writeJSON(w, http.StatusServiceUnavailable, []byte(`{"status":"degraded","reason":`+string(assembly.JSONString(reason))+`}`))
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 }
