@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/store"
@@ -26,6 +27,8 @@ const (
 	EnvEtcdKey       = "PROMPTGATE_ETCD_KEY"
 	EnvEtcdUsername  = "PROMPTGATE_ETCD_USERNAME"
 	EnvEtcdPassword  = "PROMPTGATE_ETCD_PASSWORD"
+	// EnvEtcdDialTimeout bounds the first contact with etcd and every call (a Go duration, default 5s).
+	EnvEtcdDialTimeout = "PROMPTGATE_ETCD_DIAL_TIMEOUT"
 	// DefaultStoreSnapshot is where serve keeps the last snapshot read from etcd.
 	DefaultStoreSnapshot = "promptgate.snapshot.json"
 )
@@ -121,6 +124,13 @@ func etcdOptions(spec storeSpec, getenv env) (etcdstore.Options, error) {
 	}
 	for _, h := range spec.endpoints {
 		o.Endpoints = append(o.Endpoints, scheme+h)
+	}
+	if v := getenv(EnvEtcdDialTimeout); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return o, usageError{fmt.Sprintf("%s=%q: give a positive duration such as 5s", EnvEtcdDialTimeout, v)}
+		}
+		o.DialTimeout = d
 	}
 	o.Username, o.Password = getenv(EnvEtcdUsername), getenv(EnvEtcdPassword)
 	if (o.Username == "") != (o.Password == "") {
