@@ -515,12 +515,18 @@ func (s *Etcd) watchLoop(ctx context.Context) {
 			}
 			s.committed(rev)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(s.probe):
+		// Wait until etcd answers again (the prober resyncs then), and watch anew; changes may have been
+		// missed between the two watches, so resync here too.
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.probe):
+			}
+			if ok, _ := s.Connected(); ok {
+				break
+			}
 		}
-		// Changes may have been missed between the two watches: resync.
 		s.notify()
 	}
 }
