@@ -384,3 +384,22 @@ func TestStoreCopyCommand(t *testing.T) {
 		}
 	}
 }
+
+func TestParseStoreSpec(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"", "bbolt:d.db"},
+		{"bbolt:/var/lib/pg.db", "bbolt:/var/lib/pg.db"},
+		{"etcd://127.0.0.1:2379/pg", "etcd://127.0.0.1:2379/pg/"},
+		{"etcd://a:1,b:2,[::1]:3/pg/prod/", "etcd://a:1,b:2,[::1]:3/pg/prod/"},
+	} {
+		spec, err := parseStoreSpec("--store", c.in, "d.db")
+		if err != nil || spec.String() != c.want {
+			t.Errorf("%q: %v %q, want %q", c.in, err, spec.String(), c.want)
+		}
+	}
+	spec, _ := parseStoreSpec("--store", "etcd://a:1,b:2/p", "")
+	o, err := etcdOptions(spec, envMap(map[string]string{EnvEtcdUsername: "u", EnvEtcdPassword: "pw", EnvEtcdDialTimeout: "2s"}))
+	if err != nil || strings.Join(o.Endpoints, " ") != "http://a:1 http://b:2" || o.Username != "u" || o.DialTimeout != 2*time.Second || o.TLS != nil {
+		t.Fatalf("%+v %v", o, err)
+	}
+}

@@ -141,9 +141,8 @@ func (s *Etcd) Export(ctx context.Context) (*store.Dump, error) {
 const importBatch = 100
 
 // Import replaces everything under the prefix by d: it deletes the prefix, then writes d in
-// transactions of at most importBatch keys, the schema key last (so an interrupted import leaves a prefix
-// without schema, which Open refuses to treat as initialised only after reseeding: run the copy again
-// with --force). Watchers are notified.
+// transactions of at most importBatch keys, the schema key last. An interrupted import leaves a prefix
+// without schema key: run it again (with --force). Watchers are notified.
 func (s *Etcd) Import(ctx context.Context, d *store.Dump) error {
 	ctx, cancel := s.boundFor(ctx, 12*s.timeout) // many transactions
 	defer cancel()
