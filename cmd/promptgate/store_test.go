@@ -262,6 +262,8 @@ func TestStoreFlagBadForms(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "x.db")
 	dead := freePort(t)
+	notPEM := filepath.Join(dir, "ca.pem")
+	_ = os.WriteFile(notPEM, []byte("not a certificate"), 0o600)
 	corrupt := filepath.Join(dir, "corrupt.json")
 	_ = os.WriteFile(corrupt, []byte(`{"format":"promptgate-etcd-snapshot/1","prefix":"/p/","templates":[{"name":"a"`), 0o600)
 	cases := []struct {
@@ -280,6 +282,7 @@ func TestStoreFlagBadForms(t *testing.T) {
 		{"bad env", map[string]string{EnvStore: "etcd:/x"}, nil, []string{"--store", "etcd:/x"}},
 		{"half TLS", map[string]string{EnvEtcdCert: "c.pem"}, []string{"--store", "etcd://127.0.0.1:2379/p"}, []string{EnvEtcdKey}},
 		{"missing CA", map[string]string{EnvEtcdCACert: filepath.Join(dir, "nope.pem")}, []string{"--store", "etcd://127.0.0.1:2379/p"}, []string{EnvEtcdCACert}},
+		{"CA not PEM", map[string]string{EnvEtcdCACert: notPEM}, []string{"--store", "etcd://127.0.0.1:2379/p"}, []string{EnvEtcdCACert, notPEM}},
 		{"half auth", map[string]string{EnvEtcdUsername: "u"}, []string{"--store", "etcd://127.0.0.1:2379/p"}, []string{EnvEtcdPassword}},
 		{"bad timeout", map[string]string{EnvEtcdDialTimeout: "soon"}, []string{"--store", "etcd://127.0.0.1:2379/p"}, []string{EnvEtcdDialTimeout}},
 		{"unreachable, no snapshot", map[string]string{EnvEtcdDialTimeout: "300ms"}, []string{"--store", "etcd://" + dead + "/p", "--store-snapshot", filepath.Join(dir, "none.json")}, []string{dead, "unreachable", "snapshot"}},
