@@ -169,10 +169,12 @@ func TestFleetOnEtcd(t *testing.T) {
 	if code, out := a.post(t, "/admin/templates/"+name+"/versions", string(body)); code/100 != 2 {
 		t.Fatalf("add version: %d %s", code, out)
 	}
+	activated := time.Now()
 	if code, out := a.post(t, "/admin/templates/"+name+"/activate", `{"version":2}`); code/100 != 2 {
 		t.Fatalf("activate: %d %s", code, out)
 	}
 	within(t, 5*time.Second, "B serves "+name+"@2", func() bool { h, _ := b.chat(t); return h == name+"@2" })
+	t.Logf("activation through A reached B in %s", time.Since(activated))
 	if code, out := a.post(t, "/admin/templates/"+name+"/rollback", ``); code/100 != 2 {
 		t.Fatalf("rollback: %d %s", code, out)
 	}
