@@ -72,6 +72,9 @@ type Options struct {
 	// AuditArguments puts each vetted tool call's arguments into its audit event (the config's
 	// audit.includeArguments); when false an event keeps only their SHA-256 (argumentsSha256).
 	AuditArguments bool
+	// Degraded, when not nil and returning a reason, makes /readyz answer 503 {"status":"degraded"} (the
+	// fleet store is unreachable and the last snapshot is served).
+	Degraded func() string
 	// Ready reports readiness for /readyz: false with a reason while not ready.
 	Ready func() (bool, string)
 	// StoredResponses bounds the per-instance memory of Responses answers that had a blocked call
@@ -230,6 +233,12 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if ok, reason := s.opt.Ready(); !ok {
 		writeJSON(w, http.StatusServiceUnavailable, []byte(`{"status":"not_ready","reason":`+string(assembly.JSONString(reason))+`}`))
 		return
+	}
+	if s.opt.Degraded != nil {
+		if reason := s.opt.Degraded(); reason != "" {
+			writeJSON(w, http.StatusServiceUnavailable, []byte(`{"status":"degraded","reason":`+string(assembly.JSONString(reason))+`}`))
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 }

@@ -37,7 +37,7 @@ type cliStore interface {
 }
 
 var (
-	_ cliStore = (*store.Bolt)(nil)
+	_ cliStore = (store.Store)(nil)
 	_ cliStore = (*adminStore)(nil)
 )
 
@@ -63,7 +63,7 @@ func openCLIStore(sf *storeFlags, admin string, getenv env, stderr io.Writer) (c
 	if admin != "" {
 		return newAdminStore(admin, token)
 	}
-	st, err := openStore(sf.db, false, nil)
+	st, err := openStoreFlags(context.Background(), sf, false, getenv, nil, "")
 	if err == nil {
 		return st, nil
 	}

@@ -50,12 +50,13 @@ func orEnv(getenv env, name, def string) string {
 
 // storeFlags are the flags every DB-reading command takes.
 type storeFlags struct {
-	db, config string
+	db, config, store string
 }
 
 func addStoreFlags(fs *flag.FlagSet, getenv env) *storeFlags {
 	f := &storeFlags{}
 	fs.StringVar(&f.db, "db", orEnv(getenv, EnvDB, DefaultDB), "bbolt file with templates and protocols (env "+EnvDB+"); created and seeded on first use")
+	fs.StringVar(&f.store, "store", getenv(EnvStore), "where the definitions live: bbolt:PATH (default: the --db file) or etcd://HOST:PORT[,HOST:PORT]/PREFIX for a fleet (env "+EnvStore+")")
 	fs.StringVar(&f.config, "config", getenv(EnvConfig), "deployment YAML: routes, tool policy, plugins, limits (env "+EnvConfig+")")
 	return f
 }
@@ -103,7 +104,7 @@ func newLogger(stderr io.Writer, getenv env) (*slog.Logger, error) {
 // pipeline is what serve and preview share: the config, the definitions and the engine.
 type pipeline struct {
 	cfg    *config.File
-	store  *store.Bolt
+	store  store.Store
 	defs   *proxy.Definitions
 	engine *proxy.Engine
 	host   *plugins.Host // nil without plugins
@@ -123,6 +124,11 @@ func (p *pipeline) Close() {
 
 // openPipeline loads the config and the env settings, opens the DB and builds the engine.
 func openPipeline(ctx context.Context, sf *storeFlags, readOnly bool, getenv env, log *slog.Logger) (*pipeline, error) {
+	return openPipelineSnapshot(ctx, sf, readOnly, getenv, log, "")
+}
+
+// openPipelineSnapshot is openPipeline with the local snapshot file of an etcd store (serve).
+func openPipelineSnapshot(ctx context.Context, sf *storeFlags, readOnly bool, getenv env, log *slog.Logger, snapshot string) (*pipeline, error) {
 	cfg, err := config.Load(sf.config)
 	if err != nil {
 		return nil, err
@@ -133,7 +139,7 @@ func openPipeline(ctx context.Context, sf *storeFlags, readOnly bool, getenv env
 	}
 	settings.DatamarkToolOutput = cfg.Security.DatamarkToolOutput
 	p := &pipeline{cfg: cfg}
-	if p.store, err = openStore(sf.db, readOnly, log); err != nil {
+	if p.store, err = openStoreFlags(ctx, sf, readOnly, getenv, log, snapshot); err != nil {
 		return nil, err
 	}
 	if p.defs, err = proxy.NewDefinitions(ctx, p.store, log); err != nil {

@@ -1,5 +1,5 @@
 // Command promptgate is the sidecar proxy for LLM traffic: `serve` runs it; `preview`, `migrate`,
-// `templates`, `protocols`, `ca` and `version` are the operator's tools. main only wires: every command is
+// `templates`, `protocols`, `store`, `ca` and `version` are the operator's tools. main only wires: every command is
 // a function of (ctx, args, stdout, stderr) so tests run them in-process.
 package main
 
@@ -52,6 +52,9 @@ Usage:
   promptgate templates list|show|history|activate|rollback ...
   promptgate protocols list|show|history|activate|rollback ...
   promptgate ca init [--out DIR] [--force]    write a CA for the HTTPS-proxy mode
+  promptgate store copy --from SPEC --to SPEC [--force]
+                                               copy every version, history, rollout and tool override
+                                               between bbolt:PATH and etcd://HOST:PORT[,HOST:PORT]/PREFIX
   promptgate version
 
 Run 'promptgate COMMAND -h' for a command's flags.
@@ -77,6 +80,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return definitions(ctx, cmd, rest, stdout, stderr, getenv)
 	case "ca":
 		return ca(ctx, rest, stdout, stderr)
+	case "store":
+		return storeCmd(ctx, rest, stdout, stderr, getenv)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "promptgate %s\n", Version)
 		return nil

@@ -28,6 +28,7 @@ import (
 // serveFlags are the flags of `promptgate serve`.
 type serveFlags struct {
 	listen, upstream, adminListen, proxyListen, anthropicUpstream string
+	snapshot                                                      string
 	store                                                         *storeFlags
 }
 
@@ -40,6 +41,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	fs.StringVar(&f.proxyListen, "proxy-listen", getenv(EnvProxyListen), "HTTPS-proxy (HTTPS_PROXY=) listener, off when empty (env "+EnvProxyListen+")")
 	fs.StringVar(&f.anthropicUpstream, "anthropic-upstream", orEnv(getenv, EnvAnthropicUpstream, DefaultAnthropicUpstream), "base URL for /v1/messages (env "+EnvAnthropicUpstream+")")
 	f.store = addStoreFlags(fs, getenv)
+	fs.StringVar(&f.snapshot, "store-snapshot", orEnv(getenv, EnvStoreSnapshot, DefaultStoreSnapshot), "with an etcd --store: file that keeps the last snapshot read, served at start while etcd is unreachable (env "+EnvStoreSnapshot+")")
 	args, err := parseFlags(fs, args, stderr)
 	if err != nil {
 		return err
@@ -63,7 +65,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		return err
 	}
 
-	p, err := openPipeline(ctx, f.store, false, getenv, log)
+	p, err := openPipelineSnapshot(ctx, f.store, false, getenv, log, f.snapshot)
 	if err != nil {
 		return err
 	}
@@ -90,6 +92,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if p.host != nil {
 		p.host.Observe(m.Plugin)
 	}
+	m.StoreConnected(func() bool { ok, _ := storeConnected(p.store); return ok })
 	ringPath := p.cfg.Audit.Path
 	if ringPath == "" {
 		ringPath = auditPath(f.store.db)
@@ -119,6 +122,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		Metrics:         m,
 		Tracing:         tr,
 		Log:             log,
+		Degraded: func() string {
+			if ok, reason := storeConnected(p.store); !ok {
+				return reason
+			}
+			return ""
+		},
 		Ready: func() (bool, string) {
 			if !ready.Load() {
 				return false, "starting"
@@ -197,7 +206,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		fmt.Fprintf(stdout, "promptgate HTTPS-proxy door on %s (HTTPS_PROXY=http://%s)\n", daddr, daddr)
 	}
 	ready.Store(true)
-	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", upstream.String(), "db", f.store.db)
+	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", upstream.String(), "store", storeName(f.store))
 
 	select {
 	case err := <-errc:

@@ -86,6 +86,23 @@ func New(versions func() []Version) *Metrics {
 	return m
 }
 
+// StoreConnected registers promptgate_store_connected: 1 while the definition store is reachable (always
+// for the bbolt file), 0 while a fleet store (etcd) is not and the last snapshot is served. connected is
+// asked at every scrape. Call it once.
+func (m *Metrics) StoreConnected(connected func() bool) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "promptgate_store_connected", Help: "1 while the definition store is reachable, 0 while the last snapshot is served (etcd unreachable).",
+	}, func() float64 {
+		if connected() {
+			return 1
+		}
+		return 0
+	}))
+}
+
 // Registry is the registry, for tests and for other packages' collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 

@@ -1,0 +1,583 @@
+// Package etcdstore is the fleet backend of store.Store: every promptgate instance of a fleet points at
+// one etcd key prefix and serves the same active definitions.
+//
+// It mirrors the bbolt backend (store.Bolt) exactly: immutable versions counted from 1 per name, one
+// active pointer per name, the activation history that Rollback walks, rollouts applied and reverted in
+// one transaction, tool enablement overrides, the Validate hook, and seeding an empty prefix from the
+// definitions built into the binary. Every change is one etcd transaction guarded by compare-and-swap on
+// the keys it read (the active pointer, the version counter), retried when another writer got there first.
+//
+// Watchers are called after local changes (before the changing method returns) and after remote ones
+// (an etcd watch on the prefix). A prober tracks whether etcd answers; while it does not, the store says so
+// (Connected, Options.OnState) and Snapshot fails, so callers keep their last snapshot; when etcd answers
+// again the store re-reads the snapshot and calls the watchers (resync). Every successful Snapshot is
+// written to Options.SnapshotFile, which Open uses when etcd is unreachable at start.
+//
+// It does not own what a definition means (that is the Validate hook) nor the readiness endpoint.
+package etcdstore
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
+	"github.com/promptgate/promptgate/store"
+	"github.com/promptgate/promptgate/store/builtin"
+)
+
+// etcd layout under the prefix P (which ends in "/"). Version and sequence numbers in keys are 20-digit
+// zero-padded decimals, so that etcd's byte order is numeric order; values that are numbers are decimal.
+//
+//	P schema                          "1"
+//	P createdAt                       RFC 3339 time the prefix was initialised
+//	P seq/KIND/NAME                   last version number of NAME (the version counter)
+//	P versions/KIND/NAME/VERSION      body, byte for byte as given (never rewritten)
+//	P info/KIND/NAME/VERSION          JSON {"version","createdAt","author","note"}
+//	P active/KIND/NAME                active version (absent = no active version)
+//	P history/KIND/NAME               JSON array: activation stack, most recent last
+//	P rolloutseq                      last rollout sequence number
+//	P rollouts/SEQ                    JSON AppliedRollout, in the order applied
+//	P rolloutids/ID                   SEQ
+//	P tools/TOOL                      JSON ToolOverride
+const (
+	keySchema     = "schema"
+	keyCreatedAt  = "createdAt"
+	dirSeq        = "seq/"
+	dirVersions   = "versions/"
+	dirInfo       = "info/"
+	dirActive     = "active/"
+	dirHistory    = "history/"
+	keyRolloutSeq = "rolloutseq"
+	dirRollouts   = "rollouts/"
+	dirRolloutIDs = "rolloutids/"
+	dirTools      = "tools/"
+)
+
+// Defaults of Options.
+const (
+	DefaultDialTimeout   = 5 * time.Second
+	DefaultProbeInterval = time.Second
+	seedNote             = "seeded from the binary"
+)
+
+// Options configure Open.
+type Options struct {
+	// Endpoints are etcd client URLs ("http://127.0.0.1:2379"; "https://..." with TLS). Required.
+	Endpoints []string
+	// Prefix is the key prefix of this fleet, e.g. "/promptgate/prod/". A missing trailing "/" is added.
+	// Prefixes of two fleets must not nest.
+	Prefix string
+	// TLS, when not nil, is used to talk to etcd (CA, client certificate).
+	TLS *tls.Config
+	// Username and Password authenticate to etcd when Username is not empty.
+	Username, Password string
+	// DialTimeout bounds the first contact and every probe; zero means DefaultDialTimeout.
+	DialTimeout time.Duration
+	// ProbeInterval is how often the connection is checked; zero means DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// Logger receives one line per change and per connection state change. Nil discards.
+	Logger *slog.Logger
+	// Validate is the hook of store.Options.Validate: called for every body before it is stored.
+	Validate func(kind store.Kind, name string, body []byte) error
+	// SnapshotFile, when not empty, receives every successful Snapshot (written atomically); Open serves
+	// it when etcd is unreachable at start.
+	SnapshotFile string
+	// OnState, when not nil, is called on every change of the connection state (not concurrently with
+	// itself); reason is empty when connected.
+	OnState func(connected bool, reason string)
+	// NoSeed leaves an empty prefix empty (for `store copy`) and skips the schema check.
+	NoSeed bool
+}
+
+// Etcd is the Store backed by an etcd key prefix. Create it with Open.
+type Etcd struct {
+	cli       *clientv3.Client
+	p         string
+	endpoints string
+	log       *slog.Logger
+	validate  func(store.Kind, string, []byte) error
+	snapFile  string
+	probe     time.Duration
+	timeout   time.Duration
+	onState   func(bool, string)
+
+	mu       sync.Mutex
+	watchers map[uint64]func()
+	nextID   uint64
+
+	notified atomic.Int64 // highest revision the watchers were called for
+
+	stateMu   sync.Mutex
+	connected bool
+	reason    string
+
+	fileMu   sync.Mutex
+	fileLast []byte
+	fallback *store.Snapshot // from SnapshotFile, served until the first snapshot read from etcd
+	synced   atomic.Bool
+
+	stop func()
+	wg   sync.WaitGroup
+}
+
+var _ store.Store = (*Etcd)(nil)
+
+// Open connects to etcd. An uninitialised prefix is seeded (in one transaction) with every built-in
+// template and protocol as version 1, each activated, unless Options.NoSeed. When etcd does not answer
+// within DialTimeout, Open loads Options.SnapshotFile if it exists and starts disconnected (serving it and
+// reconnecting in the background); otherwise it fails with an error naming the endpoints.
+func Open(ctx context.Context, opts Options) (*Etcd, error) {
+	if len(opts.Endpoints) == 0 {
+		return nil, errors.New("store: etcd: no endpoints")
+	}
+	prefix := opts.Prefix
+	if prefix == "" || prefix == "/" {
+		return nil, errors.New("store: etcd: give a key prefix such as /promptgate/ (the root of the keyspace is refused)")
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	s := &Etcd{
+		p:         prefix,
+		endpoints: strings.Join(opts.Endpoints, ","),
+		log:       opts.Logger,
+		validate:  opts.Validate,
+		snapFile:  opts.SnapshotFile,
+		probe:     opts.ProbeInterval,
+		timeout:   opts.DialTimeout,
+		onState:   opts.OnState,
+		watchers:  map[uint64]func(){},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.probe <= 0 {
+		s.probe = DefaultProbeInterval
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultDialTimeout
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   opts.Endpoints,
+		DialTimeout: s.timeout,
+		TLS:         opts.TLS,
+		Username:    opts.Username,
+		Password:    opts.Password,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: s.timeout,
+		})},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: etcd %s: %w", s.endpoints, err)
+	}
+	s.cli = cli
+	tctx, cancel := context.WithTimeout(ctx, s.timeout)
+	_, err = cli.Get(tctx, s.p+keySchema)
+	cancel()
+	if err != nil {
+		reason := fmt.Sprintf("etcd %s unreachable: %v", s.endpoints, err)
+		if s.snapFile == "" || opts.NoSeed {
+			_ = cli.Close()
+			return nil, fmt.Errorf("store: etcd %s (prefix %s) is unreachable: %w; start etcd or fix --store (no snapshot file to fall back on)", s.endpoints, s.p, err)
+		}
+		snap, ferr := ReadSnapshotFile(s.snapFile, s.p, s.check)
+		if ferr != nil {
+			_ = cli.Close()
+			return nil, fmt.Errorf("store: etcd %s (prefix %s) is unreachable (%v), and the snapshot file cannot be used: %w", s.endpoints, s.p, err, ferr)
+		}
+		s.fallback = &snap
+		s.reason = reason
+		s.log.Warn("store: etcd unreachable at start; serving the snapshot file until it answers", "endpoints", s.endpoints, "snapshot", s.snapFile, "err", err)
+	} else {
+		if !opts.NoSeed {
+			if err := s.init(ctx); err != nil {
+				_ = cli.Close()
+				return nil, fmt.Errorf("store: etcd %s (prefix %s): %w", s.endpoints, s.p, err)
+			}
+		}
+		s.connected = true
+		s.synced.Store(true)
+	}
+	bg, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.wg.Add(2)
+	go s.watchLoop(bg)
+	go s.probeLoop(bg)
+	return s, nil
+}
+
+// Prefix returns the key prefix, ending in "/".
+func (s *Etcd) Prefix() string { return s.p }
+
+// Endpoints returns the endpoints, comma-separated.
+func (s *Etcd) Endpoints() string { return s.endpoints }
+
+// Connected reports whether etcd answered the last probe, and why not.
+func (s *Etcd) Connected() (bool, string) {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	return s.connected, s.reason
+}
+
+func (s *Etcd) setState(connected bool, reason string) {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	if s.connected == connected && (connected || s.reason == reason) {
+		return
+	}
+	changed := s.connected != connected
+	s.connected, s.reason = connected, reason
+	if changed {
+		if connected {
+			s.log.Info("store: etcd connected again; definitions resynced", "endpoints", s.endpoints)
+		} else {
+			s.log.Warn("store: etcd unreachable; serving the last snapshot", "endpoints", s.endpoints, "reason", reason)
+		}
+	}
+	if s.onState != nil {
+		s.onState(connected, reason)
+	}
+}
+
+// init checks the schema and seeds an uninitialised prefix.
+func (s *Etcd) init(ctx context.Context) error {
+	resp, err := s.cli.Get(ctx, s.p+keySchema)
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) > 0 {
+		v, err := strconv.Atoi(string(resp.Kvs[0].Value))
+		if err != nil || v < 1 {
+			return fmt.Errorf("schema version %q is not valid; is this prefix promptgate's?", resp.Kvs[0].Value)
+		}
+		if v > store.SchemaVersion {
+			return fmt.Errorf("schema version %d is newer than this binary supports (%d); upgrade promptgate", v, store.SchemaVersion)
+		}
+		return nil
+	}
+	type seed struct {
+		kind store.Kind
+		def  builtin.Definition
+	}
+	var seeds []seed
+	for _, d := range builtin.Templates() {
+		seeds = append(seeds, seed{store.KindTemplate, d})
+	}
+	for _, d := range builtin.Protocols() {
+		seeds = append(seeds, seed{store.KindProtocol, d})
+	}
+	for _, sd := range seeds {
+		name, err := s.check(sd.kind, sd.def.Body)
+		if err != nil {
+			return fmt.Errorf("seed built-in %s: %w", sd.def.File, err)
+		}
+		if name != sd.def.Name {
+			return fmt.Errorf("built-in %s: %w: carries name %q, want %q", sd.def.File, store.ErrInvalid, name, sd.def.Name)
+		}
+	}
+	now := time.Now().UTC()
+	for {
+		// Names that already have versions (data without a schema key) are kept, as bbolt does.
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.p+keySchema), "=", 0)}
+		var ops []clientv3.Op
+		for _, sd := range seeds {
+			k := s.kSeq(sd.kind, sd.def.Name)
+			r, err := s.cli.Get(ctx, k)
+			if err != nil {
+				return err
+			}
+			if len(r.Kvs) > 0 {
+				continue
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
+			info, err := json.Marshal(store.VersionInfo{Version: 1, CreatedAt: now, Author: store.BuiltinAuthor, Note: seedNote})
+			if err != nil {
+				return err
+			}
+			ops = append(ops,
+				clientv3.OpPut(k, "1"),
+				clientv3.OpPut(s.kBody(sd.kind, sd.def.Name, 1), string(sd.def.Body)),
+				clientv3.OpPut(s.kInfo(sd.kind, sd.def.Name, 1), string(info)),
+				clientv3.OpPut(s.kActive(sd.kind, sd.def.Name), "1"))
+		}
+		ops = append(ops,
+			clientv3.OpPut(s.p+keyCreatedAt, now.Format(time.RFC3339Nano)),
+			clientv3.OpPut(s.p+keySchema, strconv.Itoa(store.SchemaVersion)))
+		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("initialise: %w", err)
+		}
+		if tr.Succeeded {
+			s.log.Info("store: new etcd prefix seeded with the built-in definitions", "prefix", s.p, "definitions", len(seeds))
+			return nil
+		}
+		// Another instance raced us: if it initialised the prefix, we are done; else retry.
+		r, err := s.cli.Get(ctx, s.p+keySchema)
+		if err != nil {
+			return err
+		}
+		if len(r.Kvs) > 0 {
+			return nil
+		}
+	}
+}
+
+// check runs the structural checks and the Validate hook; errors wrap store.ErrInvalid.
+func (s *Etcd) check(kind store.Kind, body []byte) (string, error) {
+	name, err := store.CheckStructure(kind, body)
+	if err != nil {
+		return name, err
+	}
+	if s.validate != nil {
+		if err := s.validate(kind, name, body); err != nil {
+			return name, fmt.Errorf("store: %s: %w: %w", store.Key(kind, name), store.ErrInvalid, err)
+		}
+	}
+	return name, nil
+}
+
+// --- keys ---
+
+func num(v uint64) string { return fmt.Sprintf("%020d", v) }
+
+func (s *Etcd) kSeq(k store.Kind, n string) string     { return s.p + dirSeq + string(k) + "/" + n }
+func (s *Etcd) kActive(k store.Kind, n string) string  { return s.p + dirActive + string(k) + "/" + n }
+func (s *Etcd) kHistory(k store.Kind, n string) string { return s.p + dirHistory + string(k) + "/" + n }
+func (s *Etcd) kBody(k store.Kind, n string, v int) string {
+	return s.p + dirVersions + string(k) + "/" + n + "/" + num(uint64(v))
+}
+func (s *Etcd) kInfo(k store.Kind, n string, v int) string {
+	return s.p + dirInfo + string(k) + "/" + n + "/" + num(uint64(v))
+}
+func (s *Etcd) kRollout(seq uint64) string  { return s.p + dirRollouts + num(seq) }
+func (s *Etcd) kRolloutID(id string) string { return s.p + dirRolloutIDs + id }
+func (s *Etcd) kTool(name string) string    { return s.p + dirTools + name }
+
+// committed records that the watchers are being called for revision rev (so that the etcd watch does
+// not call them a second time for the same change), then calls them.
+func (s *Etcd) committed(rev int64) {
+	for {
+		cur := s.notified.Load()
+		if rev <= cur || s.notified.CompareAndSwap(cur, rev) {
+			break
+		}
+	}
+	s.notify()
+}
+
+func precheck(ctx context.Context, kind store.Kind) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if !kind.Valid() {
+		return fmt.Errorf("store: unknown kind %q (want %q or %q): %w", kind, store.KindTemplate, store.KindProtocol, store.ErrInvalid)
+	}
+	return nil
+}
+
+func checkName(kind store.Kind, name string) error {
+	if !store.ValidName(name) {
+		return fmt.Errorf("%s/%q: invalid name: %w", kind, name, store.ErrNotFound)
+	}
+	return nil
+}
+
+// intOf parses a decimal value; an absent key is 0.
+func intOf(kvs []*mvccKV) (int, int64, error) {
+	if len(kvs) == 0 {
+		return 0, 0, nil
+	}
+	v, err := strconv.Atoi(string(kvs[0].Value))
+	if err != nil || v < 0 {
+		return 0, 0, fmt.Errorf("key %s holds %q, not a number", kvs[0].Key, kvs[0].Value)
+	}
+	return v, kvs[0].ModRevision, nil
+}
+
+func historyOf(kvs []*mvccKV) ([]int, int64, error) {
+	if len(kvs) == 0 {
+		return nil, 0, nil
+	}
+	var h []int
+	if err := json.Unmarshal(kvs[0].Value, &h); err != nil {
+		return nil, 0, fmt.Errorf("key %s: decode history: %w", kvs[0].Key, err)
+	}
+	return h, kvs[0].ModRevision, nil
+}
+
+func historyOp(key string, hist []int) clientv3.Op {
+	if len(hist) > store.MaxHistory {
+		hist = hist[len(hist)-store.MaxHistory:]
+	}
+	if len(hist) == 0 {
+		return clientv3.OpDelete(key)
+	}
+	b, _ := json.Marshal(hist) // []int always marshals
+	return clientv3.OpPut(key, string(b))
+}
+
+func activeOp(key string, v int) clientv3.Op {
+	if v == 0 {
+		return clientv3.OpDelete(key)
+	}
+	return clientv3.OpPut(key, strconv.Itoa(v))
+}
+
+func decodeInfo(raw []byte, v int) (store.VersionInfo, error) {
+	var info store.VersionInfo
+	if err := json.Unmarshal(raw, &info); err != nil {
+		return info, fmt.Errorf("version %d: decode info: %w", v, err)
+	}
+	info.Version = v
+	return info, nil
+}
+
+// versionOfKey reads the trailing 20-digit version of a versions/ or info/ key.
+func versionOfKey(key []byte) (int, error) {
+	i := strings.LastIndexByte(string(key), '/')
+	v, err := strconv.ParseUint(string(key[i+1:]), 10, 63)
+	if err != nil || v == 0 {
+		return 0, fmt.Errorf("key %s: bad version", key)
+	}
+	return int(v), nil
+}
+
+// Watch implements store.Store. fn is called after a local change, on the goroutine that made it and
+// before the changing method returns, and after a remote change or a resync, on the store's goroutine.
+func (s *Etcd) Watch(fn func()) (cancel func()) {
+	if fn == nil {
+		return func() {}
+	}
+	s.mu.Lock()
+	id := s.nextID
+	s.nextID++
+	s.watchers[id] = fn
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			delete(s.watchers, id)
+			s.mu.Unlock()
+		})
+	}
+}
+
+func (s *Etcd) notify() {
+	s.mu.Lock()
+	ids := make([]uint64, 0, len(s.watchers))
+	for id := range s.watchers {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	fns := make([]func(), len(ids))
+	for i, id := range ids {
+		fns[i] = s.watchers[id]
+	}
+	s.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// watchLoop calls the watchers for every remote change under the prefix.
+func (s *Etcd) watchLoop(ctx context.Context) {
+	defer s.wg.Done()
+	for ctx.Err() == nil {
+		wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.p, clientv3.WithPrefix())
+		for wr := range wch {
+			if err := wr.Err(); err != nil {
+				s.log.Warn("store: etcd watch interrupted; restarting it", "err", err)
+				break
+			}
+			if len(wr.Events) == 0 {
+				continue
+			}
+			rev := wr.Events[len(wr.Events)-1].Kv.ModRevision
+			if rev <= s.notified.Load() {
+				continue // our own change: the watchers were called already
+			}
+			s.committed(rev)
+		}
+		// Wait until etcd answers again (the prober resyncs then), and watch anew; changes may have been
+		// missed between the two watches, so resync here too.
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.probe):
+			}
+			if ok, _ := s.Connected(); ok {
+				break
+			}
+		}
+		s.notify()
+	}
+}
+
+// probeLoop checks every ProbeInterval that etcd answers a linearizable read; on the first answer after
+// a failure it re-reads the snapshot, calls the watchers, and only then reports connected.
+func (s *Etcd) probeLoop(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.probe)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, max(s.probe, time.Second))
+		_, err := s.cli.Get(pctx, s.p+keySchema)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.setState(false, fmt.Sprintf("etcd %s unreachable: %v", s.endpoints, err))
+			continue
+		}
+		if ok, _ := s.Connected(); ok {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, s.timeout)
+		_, err = s.Snapshot(sctx)
+		cancel()
+		if err != nil {
+			s.setState(false, fmt.Sprintf("etcd %s: resync failed: %v", s.endpoints, err))
+			continue
+		}
+		s.notify()
+		s.setState(true, "")
+	}
+}
+
+// Close implements store.Store.
+func (s *Etcd) Close() error {
+	s.mu.Lock()
+	clear(s.watchers)
+	s.mu.Unlock()
+	s.stop()
+	err := s.cli.Close()
+	s.wg.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("store: close etcd %s: %w", s.endpoints, err)
+	}
+	return nil
+}

@@ -1,0 +1,387 @@
+// Package storetest is the conformance suite of store.Store: every backend (bbolt, etcd) runs it, so
+// that they cannot drift apart. Run calls a factory for each sub-test and checks the observable
+// behaviour the Store interface documents.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/promptgate/promptgate/store"
+	"github.com/promptgate/promptgate/store/builtin"
+)
+
+// Open returns a new, empty (freshly seeded) store, closed by the caller's test cleanup. validate is the
+// Validate hook to install (nil: none).
+type Open func(t *testing.T, validate func(store.Kind, string, []byte) error) store.Store
+
+// Dumper is what a backend offers to `store copy`.
+type Dumper interface {
+	Export(ctx context.Context) (*store.Dump, error)
+	Import(ctx context.Context, d *store.Dump) error
+}
+
+func tpl(name, text string) []byte {
+	b, _ := json.Marshal(map[string]string{"name": name, "text": text})
+	return b
+}
+
+// Run runs every conformance test against the stores open returns.
+func Run(t *testing.T, open Open) {
+	ctx := context.Background()
+	t.Run("Seeded", func(t *testing.T) {
+		s := open(t, nil)
+		for kind, defs := range map[store.Kind][]builtin.Definition{store.KindTemplate: builtin.Templates(), store.KindProtocol: builtin.Protocols()} {
+			entries, err := s.List(ctx, kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(entries) != len(defs) {
+				t.Fatalf("%s: %d entries, want %d built-ins", kind, len(entries), len(defs))
+			}
+			if !sort.SliceIsSorted(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name }) {
+				t.Errorf("%s: list not sorted", kind)
+			}
+			for _, d := range defs {
+				rec, err := s.Active(ctx, kind, d.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec.Version != 1 || rec.Author != store.BuiltinAuthor || string(rec.Body) != string(d.Body) {
+					t.Errorf("%s/%s: %+v", kind, d.Name, rec)
+				}
+			}
+		}
+		snap, err := s.Snapshot(ctx)
+		if err != nil || len(snap.Templates) != len(builtin.Templates()) || len(snap.Protocols) != len(builtin.Protocols()) {
+			t.Fatalf("snapshot %v: %d %d", err, len(snap.Templates), len(snap.Protocols))
+		}
+	})
+
+	t.Run("VersionsImmutableAndIncreasing", func(t *testing.T) {
+		s := open(t, nil)
+		body1 := []byte(`{"name":"x_tpl","text":"one",  "extra": [1, 2]}`)
+		v1, err := s.AddVersion(ctx, store.KindTemplate, body1, "ann", "first")
+		if err != nil || v1 != 1 {
+			t.Fatalf("v1 %d %v", v1, err)
+		}
+		body1[len(body1)-2] = '9' // the store kept its own copy
+		v2, err := s.AddVersion(ctx, store.KindTemplate, tpl("x_tpl", "two"), "bob", "second")
+		if err != nil || v2 != 2 {
+			t.Fatalf("v2 %d %v", v2, err)
+		}
+		rec, err := s.Get(ctx, store.KindTemplate, "x_tpl", 1)
+		if err != nil || string(rec.Body) != `{"name":"x_tpl","text":"one",  "extra": [1, 2]}` || rec.Author != "ann" || rec.Note != "first" || rec.Version != 1 {
+			t.Fatalf("get v1: %+v %v", rec, err)
+		}
+		if _, err := s.Active(ctx, store.KindTemplate, "x_tpl"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("not activated yet: %v", err)
+		}
+		e, err := s.Entry(ctx, store.KindTemplate, "x_tpl")
+		if err != nil || e.Active != 0 || len(e.Versions) != 2 || e.Versions[0].Version != 1 || e.Versions[1].Author != "bob" {
+			t.Fatalf("entry %+v %v", e, err)
+		}
+		for _, c := range []struct {
+			name string
+			v    int
+		}{{"x_tpl", 3}, {"x_tpl", 0}, {"nope", 1}, {"../bad", 1}} {
+			if _, err := s.Get(ctx, store.KindTemplate, c.name, c.v); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("get %s@%d: %v", c.name, c.v, err)
+			}
+		}
+		if _, err := s.Entry(ctx, store.KindTemplate, "nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("entry of unknown: %v", err)
+		}
+		if _, err := s.List(ctx, store.Kind("widgets")); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("unknown kind: %v", err)
+		}
+	})
+
+	t.Run("ActivateAndRollback", func(t *testing.T) {
+		s := open(t, nil)
+		for i := 1; i <= 3; i++ {
+			if _, err := s.AddVersion(ctx, store.KindTemplate, tpl("r", fmt.Sprint(i)), "", ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, v := range []int{1, 2, 3, 3} {
+			if err := s.Activate(ctx, store.KindTemplate, "r", v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Activate(ctx, store.KindTemplate, "r", 4); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("activate missing version: %v", err)
+		}
+		if err := s.Activate(ctx, store.KindTemplate, "nope", 1); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("activate missing name: %v", err)
+		}
+		for _, want := range []int{2, 1} {
+			v, err := s.Rollback(ctx, store.KindTemplate, "r")
+			if err != nil || v != want {
+				t.Fatalf("rollback: %d %v, want %d", v, err, want)
+			}
+			rec, _ := s.Active(ctx, store.KindTemplate, "r")
+			if rec.Version != want {
+				t.Fatalf("active %d after rollback, want %d", rec.Version, want)
+			}
+		}
+		if _, err := s.Rollback(ctx, store.KindTemplate, "r"); !errors.Is(err, store.ErrNoPreviousVersion) {
+			t.Fatalf("rollback past the start: %v", err)
+		}
+		if _, err := s.Rollback(ctx, store.KindTemplate, "nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("rollback of unknown: %v", err)
+		}
+	})
+
+	t.Run("StructuralChecksAndValidateHook", func(t *testing.T) {
+		refuse := errors.New("hook says no")
+		s := open(t, func(kind store.Kind, name string, body []byte) error {
+			if strings.Contains(string(body), "forbidden") {
+				return refuse
+			}
+			return nil
+		})
+		for _, body := range []string{``, `[]`, `{"name":"a"}`, `{"name":"a b","text":""}`, `{"name":"a","text":1}`, `{"name":"a","name":"b","text":""}`, "{\"name\":\"a\",\"text\":\"\xff\"}"} {
+			if _, err := s.AddVersion(ctx, store.KindTemplate, []byte(body), "", ""); !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("%q: %v", body, err)
+			}
+		}
+		if _, err := s.AddVersion(ctx, store.KindProtocol, []byte(`{"name":"p"}`), "", ""); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("protocol without id: %v", err)
+		}
+		_, err := s.AddVersion(ctx, store.KindTemplate, tpl("hooked", "forbidden"), "", "")
+		if !errors.Is(err, store.ErrInvalid) || !errors.Is(err, refuse) {
+			t.Fatalf("hook: %v", err)
+		}
+		if _, err := s.Entry(ctx, store.KindTemplate, "hooked"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("refused body was stored: %v", err)
+		}
+		err = s.ApplyRollout(ctx, store.Rollout{ID: "r1", Templates: []json.RawMessage{tpl("ok1", "fine"), tpl("ok2", "forbidden")}})
+		if !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("rollout with a refused body: %v", err)
+		}
+		if _, err := s.Entry(ctx, store.KindTemplate, "ok1"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("part of a refused rollout was stored: %v", err)
+		}
+		if rs, _ := s.Rollouts(ctx); len(rs) != 0 {
+			t.Fatalf("refused rollout recorded: %v", rs)
+		}
+	})
+
+	t.Run("RolloutUpAndDown", func(t *testing.T) {
+		s := open(t, nil)
+		before, err := s.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RevertLast(ctx); !errors.Is(err, store.ErrNothingToRevert) {
+			t.Fatalf("revert with none: %v", err)
+		}
+		r := store.Rollout{ID: "001-a", Templates: []json.RawMessage{tpl("base_tool_call_v2", "new base"), tpl("fresh", "new name")}}
+		if err := s.ApplyRollout(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ApplyRollout(ctx, r); !errors.Is(err, store.ErrAlreadyApplied) {
+			t.Fatalf("second apply: %v", err)
+		}
+		rec, _ := s.Active(ctx, store.KindTemplate, "base_tool_call_v2")
+		if rec.Version != 2 || rec.Author != store.RolloutAuthor || rec.Note != "001-a" || string(rec.Body) != string(tpl("base_tool_call_v2", "new base")) {
+			t.Fatalf("after apply: %+v", rec)
+		}
+		rs, err := s.Rollouts(ctx)
+		if err != nil || len(rs) != 1 || rs[0].Previous["templates/base_tool_call_v2"] != 1 || rs[0].Activated["templates/fresh"] != 1 || rs[0].Previous["templates/fresh"] != 0 {
+			t.Fatalf("rollouts %+v %v", rs, err)
+		}
+		ar, err := s.RevertLast(ctx)
+		if err != nil || ar.ID != "001-a" {
+			t.Fatalf("revert %+v %v", ar, err)
+		}
+		after, err := s.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(versions(before), versions(after)) {
+			t.Fatalf("revert did not restore exactly:\n%v\n%v", versions(before), versions(after))
+		}
+		if _, err := s.Rollback(ctx, store.KindTemplate, "base_tool_call_v2"); !errors.Is(err, store.ErrNoPreviousVersion) {
+			t.Fatalf("revert left history behind: %v", err)
+		}
+		if e, _ := s.Entry(ctx, store.KindTemplate, "fresh"); e.Active != 0 || len(e.Versions) != 1 {
+			t.Fatalf("stored version must stay, inactive: %+v", e)
+		}
+		if err := s.ApplyRollout(ctx, r); err != nil {
+			t.Fatalf("re-apply after revert: %v", err)
+		}
+		// Changed by hand since: revert still restores Previous, as a new activation.
+		if err := s.Activate(ctx, store.KindTemplate, "base_tool_call_v2", 2); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AddVersion(ctx, store.KindTemplate, tpl("base_tool_call_v2", "hand"), "", ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Activate(ctx, store.KindTemplate, "base_tool_call_v2", 4); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RevertLast(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rec, _ := s.Active(ctx, store.KindTemplate, "base_tool_call_v2"); rec.Version != 1 {
+			t.Fatalf("revert after a manual change: active %d, want 1", rec.Version)
+		}
+		if v, err := s.Rollback(ctx, store.KindTemplate, "base_tool_call_v2"); err != nil || v != 4 {
+			t.Fatalf("rollback to the hand choice: %d %v", v, err)
+		}
+		bad := store.Rollout{ID: "bad id!", Templates: []json.RawMessage{tpl("a", "b")}}
+		if err := s.ApplyRollout(ctx, bad); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("bad id: %v", err)
+		}
+	})
+
+	t.Run("WatchAndTools", func(t *testing.T) {
+		s := open(t, nil)
+		var n atomic.Int32
+		cancel := s.Watch(func() { n.Add(1) })
+		if _, err := s.AddVersion(ctx, store.KindTemplate, tpl("w", "1"), "", ""); err != nil {
+			t.Fatal(err)
+		}
+		if n.Load() == 0 {
+			t.Fatal("watcher not called before AddVersion returned")
+		}
+		got := n.Load()
+		if err := s.SetToolEnabled(ctx, "shell", false, "ops"); err != nil {
+			t.Fatal(err)
+		}
+		if n.Load() == got {
+			t.Fatal("watcher not called for a tool override")
+		}
+		snap, _ := s.Snapshot(ctx)
+		if o, ok := snap.Tools["shell"]; !ok || o.Enabled || o.Author != "ops" {
+			t.Fatalf("tools %+v", snap.Tools)
+		}
+		if err := s.SetToolEnabled(ctx, "", true, ""); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("empty tool name: %v", err)
+		}
+		if err := s.ClearToolEnabled(ctx, "shell"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ClearToolEnabled(ctx, "shell"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("clear twice: %v", err)
+		}
+		cancel()
+		cancel()
+		got = n.Load()
+		_ = s.SetToolEnabled(ctx, "x", true, "")
+		if n.Load() != got {
+			t.Fatal("cancelled watcher called")
+		}
+		cctx, stop := context.WithCancel(ctx)
+		stop()
+		if _, err := s.Snapshot(cctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled context: %v", err)
+		}
+	})
+
+	t.Run("ConcurrentWritersLoseNothing", func(t *testing.T) {
+		s := open(t, nil)
+		const n = 8
+		var wg sync.WaitGroup
+		vs := make([]int, n)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				vs[i], errs[i] = s.AddVersion(ctx, store.KindTemplate, tpl("c", fmt.Sprint(i)), "", "")
+			}()
+		}
+		wg.Wait()
+		seen := map[int]bool{}
+		for i := range n {
+			if errs[i] != nil || vs[i] < 1 || vs[i] > n || seen[vs[i]] {
+				t.Fatalf("writer %d: version %d %v (all %v)", i, vs[i], errs[i], vs)
+			}
+			seen[vs[i]] = true
+		}
+		if err := s.Activate(ctx, store.KindTemplate, "c", 1); err != nil {
+			t.Fatal(err)
+		}
+		for i := 2; i <= 3; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = s.Activate(ctx, store.KindTemplate, "c", i)
+			}()
+		}
+		wg.Wait()
+		if errs[2] != nil || errs[3] != nil {
+			t.Fatal(errs[2], errs[3])
+		}
+		rec, _ := s.Active(ctx, store.KindTemplate, "c")
+		if rec.Version != 2 && rec.Version != 3 {
+			t.Fatalf("active %d", rec.Version)
+		}
+		other := 5 - rec.Version
+		for _, want := range []int{other, 1} {
+			if v, err := s.Rollback(ctx, store.KindTemplate, "c"); err != nil || v != want {
+				t.Fatalf("history lost an activation: rollback %d %v, want %d", v, err, want)
+			}
+		}
+	})
+
+	t.Run("ExportImportRoundTrip", func(t *testing.T) {
+		a, b := open(t, nil), open(t, nil)
+		da, okA := a.(Dumper)
+		db, okB := b.(Dumper)
+		if !okA || !okB {
+			t.Skip("backend has no Export/Import")
+		}
+		if err := a.ApplyRollout(ctx, store.Rollout{ID: "r1", Templates: []json.RawMessage{tpl("base_tool_call_v2", "x")}}); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = a.AddVersion(ctx, store.KindTemplate, []byte(`{"text":"spaces  kept", "name":"z"}`), "me", "n")
+		_ = a.Activate(ctx, store.KindTemplate, "base_tool_call_v2", 1)
+		_ = a.SetToolEnabled(ctx, "t", false, "ops")
+		d, err := da.Export(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Import(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		d2, err := db.Export(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(d, d2) {
+			t.Fatalf("round trip differs:\n%+v\n%+v", d, d2)
+		}
+		if v, err := b.Rollback(ctx, store.KindTemplate, "base_tool_call_v2"); err != nil || v != 2 {
+			t.Fatalf("history not imported: %d %v", v, err)
+		}
+		if v, err := b.AddVersion(ctx, store.KindTemplate, tpl("z", "next"), "", ""); err != nil || v != 2 {
+			t.Fatalf("counter not imported: %d %v", v, err)
+		}
+		if _, err := b.RevertLast(ctx); err != nil {
+			t.Fatalf("rollout not imported: %v", err)
+		}
+	})
+}
+
+// versions maps KIND/NAME to the active version of a snapshot.
+func versions(s store.Snapshot) map[string]int {
+	out := map[string]int{}
+	for _, k := range store.Kinds() {
+		for n, r := range s.Of(k) {
+			out[store.Key(k, n)] = r.Version
+		}
+	}
+	return out
+}
