@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/promptgate/promptgate/store/boltfile"
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/promptgate/promptgate/store/builtin"
@@ -101,12 +102,12 @@ func Open(path string, opts Options) (*Bolt, error) {
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	db, err := openChecked(path, &bolt.Options{Timeout: timeout, ReadOnly: opts.ReadOnly})
+	db, err := boltfile.Open(path, &bolt.Options{Timeout: timeout, ReadOnly: opts.ReadOnly})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("store: open %s: %w: waited %s; another process (for example a running `promptgate serve`) holds it: stop it, or use the admin API (--admin)", path, ErrLocked, timeout)
 	}
-	if errors.Is(err, bolterrors.ErrInvalid) || errors.Is(err, bolterrors.ErrChecksum) {
-		err = fmt.Errorf("%w (%v)", ErrCorrupt, err)
+	if ce := (*boltfile.CorruptError)(nil); errors.As(err, &ce) {
+		err = fmt.Errorf("%w (%s)", ErrCorrupt, ce.Detail)
 	}
 	if errors.Is(err, ErrCorrupt) {
 		return nil, fmt.Errorf("store: open %s: %w; restore the file from a backup, or move it away to start with the built-in definitions", path, err)
@@ -136,39 +137,6 @@ func Open(path string, opts Options) (*Bolt, error) {
 
 // ErrCorrupt: the database file is damaged (its pages fail bbolt's consistency check).
 var ErrCorrupt = errors.New("database file is corrupt")
-
-// openChecked opens a bbolt file and checks every page of it before anything reads it: bbolt panics on a
-// damaged page (in Open itself for a damaged freelist, or on the first read), so a damaged file is refused
-// here with an error instead of crashing the process later. Limit: after a panic inside bolt.Open the file
-// stays mapped, and so locked, until the process exits (serve exits on this error). The files are small;
-// the check walks each once.
-func openChecked(path string, o *bolt.Options) (db *bolt.DB, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("%w (%v)", ErrCorrupt, r)
-		}
-	}()
-	if err := shortFile(path); err != nil {
-		return nil, fmt.Errorf("%w (%v)", ErrCorrupt, err)
-	}
-	db, err = bolt.Open(path, 0o600, o)
-	if err != nil {
-		return nil, err
-	}
-	if err := db.View(func(tx *bolt.Tx) error {
-		var first error
-		for err := range tx.Check() {
-			if first == nil {
-				first = err
-			}
-		}
-		return first
-	}); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("%w (%v)", ErrCorrupt, err)
-	}
-	return db, nil
-}
 
 // Path returns the file the store was opened from.
 func (s *Bolt) Path() string { return s.path }
@@ -1005,39 +973,5 @@ func (s *Bolt) ClearToolEnabled(ctx context.Context, name string) error {
 	}
 	s.log.Info("store: tool enablement cleared", "tool", name)
 	s.notify()
-	return nil
-}
-
-// shortFile reports a bbolt file that is shorter than a valid meta page of it says (a truncated copy):
-// bbolt maps the file and would fault (SIGBUS, which no recover catches) reading past its end. The meta
-// page is the 16-byte page header, then magic, version and page size (uint32 each), flags (uint32), the
-// root bucket (16 bytes), the freelist page id and the high-water page id (uint64 each), little-endian.
-func shortFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil // bolt.Open reports it
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil || info.Size() == 0 {
-		return nil
-	}
-	const magic = 0xED0CDAED
-	var off int64
-	for range 2 {
-		var m [64]byte
-		if _, err := f.ReadAt(m[:], off); err != nil {
-			return nil
-		}
-		if binary.LittleEndian.Uint32(m[16:]) != magic {
-			return nil // not a meta page: bolt.Open and the check judge the file
-		}
-		pageSize := int64(binary.LittleEndian.Uint32(m[24:]))
-		hwm := int64(binary.LittleEndian.Uint64(m[56:]))
-		if pageSize <= 0 || hwm < 0 || hwm > info.Size()/pageSize {
-			return fmt.Errorf("the file has %d bytes but its meta page says %d pages of %d bytes: it was truncated", info.Size(), hwm, pageSize)
-		}
-		off = pageSize
-	}
 	return nil
 }

@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/tidwall/gjson"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/promptgate/promptgate/store/boltfile"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
 
@@ -73,11 +74,11 @@ func openRing(path string, size int, log *slog.Logger, buffer int) (*Ring, error
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	db, err := openChecked(path)
+	db, err := boltfile.Open(path, &bolt.Options{Timeout: DefaultLockTimeout})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("audit: open ring %s: the file is locked by another process (waited %s); is another promptgate using it? give each its own audit.path", path, DefaultLockTimeout)
 	}
-	if errors.Is(err, errCorrupt) || errors.Is(err, bolterrors.ErrInvalid) || errors.Is(err, bolterrors.ErrChecksum) {
+	if errors.Is(err, boltfile.ErrCorrupt) {
 		return nil, fmt.Errorf("audit: open ring %s: the file is damaged: %v; move it away (a new, empty ring is created) or restore it from a backup", path, err)
 	}
 	if err != nil {
@@ -96,43 +97,6 @@ func openRing(path string, size int, log *slog.Logger, buffer int) (*Ring, error
 	}
 	r.p = newPipe(path, buffer, log, r.write)
 	return r, nil
-}
-
-// errCorrupt: the ring's file fails bbolt's consistency check.
-var errCorrupt = errors.New("corrupt file")
-
-// openChecked opens a bbolt file and checks every page of it before anything reads it: bbolt panics on a
-// damaged page (in Open itself for a damaged freelist, or on the first read), so a damaged file is refused
-// here with an error instead of crashing the process later. Limit: after a panic inside bolt.Open the file
-// stays mapped, and so locked, until the process exits (serve exits on this error). The files are small;
-// the check walks each once.
-func openChecked(path string) (db *bolt.DB, err error) {
-	o := &bolt.Options{Timeout: DefaultLockTimeout}
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("%w: %v", errCorrupt, r)
-		}
-	}()
-	if err := shortFile(path); err != nil {
-		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
-	}
-	db, err = bolt.Open(path, 0o600, o)
-	if err != nil {
-		return nil, err
-	}
-	if err := db.View(func(tx *bolt.Tx) error {
-		var first error
-		for err := range tx.Check() {
-			if first == nil {
-				first = err
-			}
-		}
-		return first
-	}); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
-	}
-	return db, nil
 }
 
 // Path returns the ring's file.
@@ -285,38 +249,4 @@ func (f Filter) match(v []byte, stopBefore time.Time) (ok, older bool) {
 		}
 	}
 	return true, false
-}
-
-// shortFile reports a bbolt file that is shorter than a valid meta page of it says (a truncated copy):
-// bbolt maps the file and would fault (SIGBUS, which no recover catches) reading past its end. The meta
-// page is the 16-byte page header, then magic, version and page size (uint32 each), flags (uint32), the
-// root bucket (16 bytes), the freelist page id and the high-water page id (uint64 each), little-endian.
-func shortFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil // bolt.Open reports it
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil || info.Size() == 0 {
-		return nil
-	}
-	const magic = 0xED0CDAED
-	var off int64
-	for range 2 {
-		var m [64]byte
-		if _, err := f.ReadAt(m[:], off); err != nil {
-			return nil
-		}
-		if binary.LittleEndian.Uint32(m[16:]) != magic {
-			return nil // not a meta page: bolt.Open and the check judge the file
-		}
-		pageSize := int64(binary.LittleEndian.Uint32(m[24:]))
-		hwm := int64(binary.LittleEndian.Uint64(m[56:]))
-		if pageSize <= 0 || hwm < 0 || hwm > info.Size()/pageSize {
-			return fmt.Errorf("the file has %d bytes but its meta page says %d pages of %d bytes: it was truncated", info.Size(), hwm, pageSize)
-		}
-		off = pageSize
-	}
-	return nil
 }
