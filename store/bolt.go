@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -87,9 +86,7 @@ type Bolt struct {
 	log      *slog.Logger
 	validate func(Kind, string, []byte) error
 
-	mu       sync.Mutex
-	watchers map[uint64]func()
-	nextID   uint64
+	watchers Watchers
 }
 
 var _ Store = (*Bolt)(nil)
@@ -123,7 +120,6 @@ func Open(path string, opts Options) (*Bolt, error) {
 		path:     path,
 		log:      opts.Logger,
 		validate: opts.Validate,
-		watchers: make(map[uint64]func()),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -693,47 +689,13 @@ func (s *Bolt) Rollouts(ctx context.Context) ([]AppliedRollout, error) {
 // Watch implements Store. fn is called on the goroutine that committed the change, after the commit
 // and before the changing method returns, outside every lock of the store: so when Activate returns,
 // every watcher has seen the change. Concurrent changes may call fn concurrently.
-func (s *Bolt) Watch(fn func()) (cancel func()) {
-	if fn == nil {
-		return func() {}
-	}
-	s.mu.Lock()
-	id := s.nextID
-	s.nextID++
-	s.watchers[id] = fn
-	s.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			delete(s.watchers, id)
-			s.mu.Unlock()
-		})
-	}
-}
+func (s *Bolt) Watch(fn func()) (cancel func()) { return s.watchers.Add(fn) }
 
-func (s *Bolt) notify() {
-	s.mu.Lock()
-	ids := make([]uint64, 0, len(s.watchers))
-	for id := range s.watchers {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	fns := make([]func(), len(ids))
-	for i, id := range ids {
-		fns[i] = s.watchers[id]
-	}
-	s.mu.Unlock()
-	for _, fn := range fns {
-		fn()
-	}
-}
+func (s *Bolt) notify() { s.watchers.Notify() }
 
 // Close implements Store.
 func (s *Bolt) Close() error {
-	s.mu.Lock()
-	clear(s.watchers)
-	s.mu.Unlock()
+	s.watchers.Clear()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("store: close %s: %w", s.path, err)
 	}

@@ -807,3 +807,20 @@ func TestToolOverrides(t *testing.T) {
 		t.Errorf("after clear: %+v", snap.Tools)
 	}
 }
+
+func TestWatchersOrderAndCancel(t *testing.T) {
+	var w store.Watchers
+	var got []int
+	c1 := w.Add(func() { got = append(got, 1) })
+	w.Add(func() { got = append(got, 2) })
+	w.Add(nil)()
+	w.Notify()
+	c1()
+	c1()
+	w.Notify()
+	w.Clear()
+	w.Notify()
+	if fmt.Sprint(got) != "[1 2 2]" {
+		t.Fatalf("calls %v, want [1 2 2]", got)
+	}
+}

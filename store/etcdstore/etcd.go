@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,9 +114,7 @@ type Etcd struct {
 	timeout   time.Duration
 	onState   func(bool, string)
 
-	mu       sync.Mutex
-	watchers map[uint64]func()
-	nextID   uint64
+	watchers store.Watchers
 
 	notified atomic.Int64 // highest revision the watchers were called for
 
@@ -160,7 +157,6 @@ func Open(ctx context.Context, opts Options) (*Etcd, error) {
 		probe:     opts.ProbeInterval,
 		timeout:   opts.DialTimeout,
 		onState:   opts.OnState,
-		watchers:  map[uint64]func(){},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -460,41 +456,9 @@ func versionOfKey(key []byte) (int, error) {
 
 // Watch implements store.Store. fn is called after a local change, on the goroutine that made it and
 // before the changing method returns, and after a remote change or a resync, on the store's goroutine.
-func (s *Etcd) Watch(fn func()) (cancel func()) {
-	if fn == nil {
-		return func() {}
-	}
-	s.mu.Lock()
-	id := s.nextID
-	s.nextID++
-	s.watchers[id] = fn
-	s.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			delete(s.watchers, id)
-			s.mu.Unlock()
-		})
-	}
-}
+func (s *Etcd) Watch(fn func()) (cancel func()) { return s.watchers.Add(fn) }
 
-func (s *Etcd) notify() {
-	s.mu.Lock()
-	ids := make([]uint64, 0, len(s.watchers))
-	for id := range s.watchers {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	fns := make([]func(), len(ids))
-	for i, id := range ids {
-		fns[i] = s.watchers[id]
-	}
-	s.mu.Unlock()
-	for _, fn := range fns {
-		fn()
-	}
-}
+func (s *Etcd) notify() { s.watchers.Notify() }
 
 // watchLoop calls the watchers for every remote change under the prefix.
 func (s *Etcd) watchLoop(ctx context.Context) {
@@ -570,9 +534,7 @@ func (s *Etcd) probeLoop(ctx context.Context) {
 
 // Close implements store.Store.
 func (s *Etcd) Close() error {
-	s.mu.Lock()
-	clear(s.watchers)
-	s.mu.Unlock()
+	s.watchers.Clear()
 	s.stop()
 	err := s.cli.Close()
 	s.wg.Wait()
