@@ -165,6 +165,19 @@ func Parse(b []byte) (*File, error) {
 		return nil, explainYAML(err, b)
 	}
 	f.ApplyDefaults()
+	// cacheTTL: 0 (written out) switches a plugin's cache off; only a missing key means the default.
+	var ttls struct {
+		Plugins []struct {
+			CacheTTL *time.Duration `yaml:"cacheTTL"`
+		} `yaml:"plugins"`
+	}
+	if yaml.Unmarshal(b, &ttls) == nil && len(ttls.Plugins) == len(f.Plugins) {
+		for i, p := range ttls.Plugins {
+			if p.CacheTTL != nil && *p.CacheTTL == 0 {
+				f.Plugins[i].CacheTTL = 0
+			}
+		}
+	}
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}

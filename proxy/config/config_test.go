@@ -606,3 +606,22 @@ func TestLoad(t *testing.T) {
 		}
 	})
 }
+
+func TestPluginCacheTTLZeroSwitchesTheCacheOff(t *testing.T) {
+	sum := strings.Repeat("a", 64)
+	f, err := Parse([]byte("plugins:\n" +
+		"  - {name: a, path: ./a, sha256: " + sum + ", cacheTTL: 0ms}\n" +
+		"  - {name: b, path: ./b, sha256: " + sum + "}\n" +
+		"  - {name: c, path: ./c, sha256: " + sum + ", cacheTTL: 0s}\n" +
+		"  - {name: d, path: ./d, sha256: " + sum + ", cacheTTL: 5s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []time.Duration{f.Plugins[0].CacheTTL, f.Plugins[1].CacheTTL, f.Plugins[2].CacheTTL, f.Plugins[3].CacheTTL}
+	if got[0] != 0 || got[1] != DefaultPluginCacheTTL || got[2] != 0 || got[3] != 5*time.Second {
+		t.Fatalf("cacheTTLs %v", got)
+	}
+	if _, err := Parse([]byte("plugins:\n  - {name: a, path: ./a, sha256: " + sum + ", cacheTTL: -1s}\n")); err == nil || !strings.Contains(err.Error(), "cacheTTL") {
+		t.Fatalf("a negative cacheTTL: %v", err)
+	}
+}
