@@ -186,7 +186,15 @@ func Open(ctx context.Context, opts Options) (*Etcd, error) {
 	tctx, cancel := context.WithTimeout(ctx, s.timeout)
 	_, err = cli.Get(tctx, s.p+keySchema)
 	cancel()
+	if err != nil && refused(err) {
+		// etcd answered, and said no: a snapshot file would hide a misconfiguration, so fail.
+		_ = cli.Close()
+		return nil, fmt.Errorf("store: etcd %s refused to read prefix %s: %w; check the etcd user and password, and that the user's role grants readwrite on the prefix", s.endpoints, s.p, err)
+	}
 	if err != nil {
+		if terr := tlsProblem(ctx, opts.Endpoints, opts.TLS, s.timeout); terr != nil {
+			err = fmt.Errorf("%w (%w)", err, terr)
+		}
 		reason := fmt.Sprintf("etcd %s unreachable: %v", s.endpoints, err)
 		if s.snapFile == "" || opts.NoSeed {
 			_ = cli.Close()
