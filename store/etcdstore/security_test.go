@@ -89,7 +89,7 @@ func TestAuth(t *testing.T) {
 	})
 	t.Run("wrong password", func(t *testing.T) {
 		openErr(t, etcdstore.Options{Endpoints: []string{srv.Endpoint()}, Prefix: "/fleet/", Username: etcdtest.User, Password: "wrong"},
-			"authentication failed")
+			"refused the login", etcdtest.User, "authentication failed")
 	})
 	t.Run("role does not cover the prefix", func(t *testing.T) {
 		// A snapshot file must not hide the refusal: etcd answered.
@@ -104,5 +104,23 @@ func TestAuth(t *testing.T) {
 		}
 		openErr(t, etcdstore.Options{Endpoints: []string{srv.Endpoint()}, Prefix: "/fleet/", Username: etcdtest.Outsider, Password: etcdtest.Password, SnapshotFile: snap},
 			"permission denied", "/fleet/")
+	})
+
+	t.Run("etcd down at start serves the snapshot file, then logs in", func(t *testing.T) {
+		snap := filepath.Join(t.TempDir(), "snap.json")
+		auth := func(o *etcdstore.Options) {
+			o.Username, o.Password, o.SnapshotFile = etcdtest.User, etcdtest.Password, snap
+		}
+		st := open(t, srv.Endpoint(), "/fleet/", auth)
+		mustServe(t, st)
+		_ = st.Close()
+		srv.Stop()
+		st = open(t, srv.Endpoint(), "/fleet/", auth)
+		if ok, _ := st.Connected(); ok {
+			t.Fatal("etcd is down but the store says connected")
+		}
+		srv.Restart()
+		eventually(t, "reconnected", func() bool { ok, _ := st.Connected(); return ok })
+		mustServe(t, st)
 	})
 }
