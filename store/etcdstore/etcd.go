@@ -108,6 +108,8 @@ type Etcd struct {
 	cli       *clientv3.Client // replaced once by probeLoop after a delayed login (login)
 	closed    bool
 	login     *clientv3.Config // credentials etcd has not accepted yet (down at Open); only probeLoop uses it
+	eps       []string
+	tls       *tls.Config
 	p         string
 	endpoints string
 	log       *slog.Logger
@@ -154,6 +156,8 @@ func Open(ctx context.Context, opts Options) (*Etcd, error) {
 	s := &Etcd{
 		p:         prefix,
 		endpoints: strings.Join(opts.Endpoints, ","),
+		eps:       opts.Endpoints,
+		tls:       opts.TLS,
 		log:       opts.Logger,
 		validate:  opts.Validate,
 		snapFile:  opts.SnapshotFile,
@@ -549,7 +553,11 @@ func (s *Etcd) probeLoop(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			s.setState(false, fmt.Sprintf("etcd %s unreachable: %v", s.endpoints, err))
+			reason := fmt.Sprintf("etcd %s unreachable: %v", s.endpoints, err)
+			if terr := tlsProblem(ctx, s.eps, s.tls, max(s.probe, time.Second)); terr != nil {
+				reason = fmt.Sprintf("%s (%v)", reason, terr)
+			}
+			s.setState(false, reason)
 			continue
 		}
 		if ok, _ := s.Connected(); ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,6 +64,50 @@ func TestTLS(t *testing.T) {
 		cfg.RootCAs = x509.NewCertPool()
 		cfg.RootCAs.AddCert(ca)
 		openErr(t, etcdstore.Options{Endpoints: []string{srv.Endpoint()}, Prefix: "/tls/", TLS: cfg}, "server certificate is not trusted", "unknown authority")
+	})
+	t.Run("TLS breaks while running", func(t *testing.T) {
+		// Connected, then the endpoint serves a certificate the store does not trust: the reason says so.
+		reasons := make(chan string, 100)
+		st := open(t, srv.Endpoint(), "/tls/", func(o *etcdstore.Options) {
+			o.TLS = srv.ClientTLS(false)
+			o.OnState = func(ok bool, reason string) {
+				if !ok {
+					reasons <- reason
+				}
+			}
+		})
+		mustServe(t, st)
+		srv.Stop()
+		defer srv.Restart()
+		ca, key := etcdtest.NewCA(t, filepath.Join(t.TempDir(), "imposter.pem"))
+		var ln net.Listener
+		eventually(t, "imposter listening", func() bool {
+			var err error
+			ln, err = tls.Listen("tcp", srv.HostPort(), &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{ca.Raw}, PrivateKey: key}}})
+			return err == nil
+		})
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { _ = c.(*tls.Conn).Handshake(); _ = c.Close() }()
+			}
+		}()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case r := <-reasons:
+				t.Logf("reason: %s", r)
+				if strings.Contains(r, "server certificate is not trusted") {
+					return
+				}
+			case <-deadline:
+				t.Fatal("no disconnected reason names the untrusted certificate")
+			}
+		}
 	})
 	t.Run("plain http to a TLS port", func(t *testing.T) {
 		openErr(t, etcdstore.Options{Endpoints: []string{"http://" + srv.HostPort()}, Prefix: "/tls/"}, "serves TLS")
