@@ -32,14 +32,21 @@ func refused(err error) bool {
 	return false
 }
 
+// diagnoseBudget bounds tlsProblem, which runs after a failure has already taken the dial timeout.
+const diagnoseBudget = time.Second
+
 // http2Preface is what an HTTP/2 client sends first; after it, the server's TLS 1.3 verdict on the
 // client certificate (which arrives after the handshake) can be read.
 const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 // tlsProblem finds why TLS to the endpoints fails, when it does: gRPC retries a failed handshake until
 // the deadline and reports only "context deadline exceeded". With cfg nil (plain http) it reports an
-// endpoint that serves TLS. It returns nil when it finds no TLS problem (etcd down, say).
+// endpoint that serves TLS. It returns nil when it finds no TLS problem (etcd down, say). It takes at most
+// timeout, capped at diagnoseBudget, for all the endpoints together.
 func tlsProblem(ctx context.Context, endpoints []string, cfg *tls.Config, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, min(timeout, diagnoseBudget))
+	defer cancel()
+	deadline, _ := ctx.Deadline()
 	for _, ep := range endpoints {
 		host := ep
 		if u, err := url.Parse(ep); err == nil && u.Host != "" {
@@ -55,12 +62,10 @@ func tlsProblem(ctx context.Context, endpoints []string, cfg *tls.Config, timeou
 				c.ServerName = h
 			}
 		}
-		dctx, cancel := context.WithTimeout(ctx, timeout)
-		conn, err := (&tls.Dialer{Config: c}).DialContext(dctx, "tcp", host)
-		cancel()
+		conn, err := (&tls.Dialer{Config: c}).DialContext(ctx, "tcp", host)
 		if err == nil {
 			tc := conn.(*tls.Conn)
-			_ = tc.SetDeadline(time.Now().Add(timeout))
+			_ = tc.SetDeadline(deadline)
 			if _, err = tc.Write([]byte(http2Preface)); err == nil {
 				_, err = tc.Read(make([]byte, 1))
 			}
