@@ -17,7 +17,7 @@ import (
 func (s *Etcd) Empty(ctx context.Context) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	r, err := s.cli.Get(ctx, s.p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	r, err := s.client().Get(ctx, s.p, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return false, fmt.Errorf("store: etcd %s: %w", s.endpoints, err)
 	}
@@ -28,7 +28,7 @@ func (s *Etcd) Empty(ctx context.Context) (bool, error) {
 func (s *Etcd) Export(ctx context.Context) (*store.Dump, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	r, err := s.cli.Get(ctx, s.p, clientv3.WithPrefix())
+	r, err := s.client().Get(ctx, s.p, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("store: export etcd %s%s: %w", s.endpoints, s.p, err)
 	}
@@ -177,20 +177,20 @@ func (s *Etcd) Import(ctx context.Context, d *store.Dump) error {
 	if d.CreatedAt != "" {
 		put(s.p+keyCreatedAt, []byte(d.CreatedAt))
 	}
-	if _, err := s.cli.Delete(ctx, s.p, clientv3.WithPrefix()); err != nil {
+	if _, err := s.client().Delete(ctx, s.p, clientv3.WithPrefix()); err != nil {
 		return fmt.Errorf("store: import into etcd %s%s: clear the prefix: %w", s.endpoints, s.p, err)
 	}
 	var rev int64
 	for len(ops) > 0 {
 		n := min(len(ops), importBatch)
-		tr, err := s.cli.Txn(ctx).Then(ops[:n]...).Commit()
+		tr, err := s.client().Txn(ctx).Then(ops[:n]...).Commit()
 		if err != nil {
 			return fmt.Errorf("store: import into etcd %s%s: %w", s.endpoints, s.p, err)
 		}
 		rev = tr.Header.Revision
 		ops = ops[n:]
 	}
-	r, err := s.cli.Put(ctx, s.p+keySchema, strconv.Itoa(store.SchemaVersion))
+	r, err := s.client().Put(ctx, s.p+keySchema, strconv.Itoa(store.SchemaVersion))
 	if err != nil {
 		return fmt.Errorf("store: import into etcd %s%s: %w", s.endpoints, s.p, err)
 	}

@@ -104,7 +104,12 @@ type Options struct {
 
 // Etcd is the Store backed by an etcd key prefix. Create it with Open.
 type Etcd struct {
-	cli       *clientv3.Client
+	cliMu     sync.Mutex
+	cli       *clientv3.Client // replaced once by probeLoop after a delayed login (login)
+	closed    bool
+	login     *clientv3.Config // credentials etcd has not accepted yet (down at Open); only probeLoop uses it
+	eps       []string
+	tls       *tls.Config
 	p         string
 	endpoints string
 	log       *slog.Logger
@@ -151,6 +156,8 @@ func Open(ctx context.Context, opts Options) (*Etcd, error) {
 	s := &Etcd{
 		p:         prefix,
 		endpoints: strings.Join(opts.Endpoints, ","),
+		eps:       opts.Endpoints,
+		tls:       opts.TLS,
 		log:       opts.Logger,
 		validate:  opts.Validate,
 		snapFile:  opts.SnapshotFile,
@@ -167,7 +174,7 @@ func Open(ctx context.Context, opts Options) (*Etcd, error) {
 	if s.timeout <= 0 {
 		s.timeout = DefaultDialTimeout
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	cfg := clientv3.Config{
 		Endpoints:   opts.Endpoints,
 		DialTimeout: s.timeout,
 		TLS:         opts.TLS,
@@ -178,15 +185,38 @@ func Open(ctx context.Context, opts Options) (*Etcd, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: s.timeout,
 		})},
-	})
-	if err != nil {
+	}
+	// With credentials, clientv3.New logs in, so it fails when etcd does not answer. Then connect without
+	// them for now (serving the snapshot file) and let probeLoop log in once etcd answers.
+	cli, err := clientv3.New(cfg)
+	if err != nil && opts.Username != "" && !refused(err) {
+		anon := cfg
+		anon.Username, anon.Password = "", ""
+		if c, aerr := clientv3.New(anon); aerr == nil {
+			cli, s.login = c, &cfg
+		}
+	}
+	if s.login == nil && err != nil {
+		if refused(err) {
+			return nil, fmt.Errorf("store: etcd %s refused the login of user %q: %w", s.endpoints, opts.Username, err)
+		}
 		return nil, fmt.Errorf("store: etcd %s: %w", s.endpoints, err)
 	}
 	s.cli = cli
-	tctx, cancel := context.WithTimeout(ctx, s.timeout)
-	_, err = cli.Get(tctx, s.p+keySchema)
-	cancel()
+	if s.login == nil {
+		tctx, cancel := context.WithTimeout(ctx, s.timeout)
+		_, err = cli.Get(tctx, s.p+keySchema)
+		cancel()
+	}
+	if err != nil && refused(err) {
+		// etcd answered, and said no: a snapshot file would hide a misconfiguration, so fail.
+		_ = cli.Close()
+		return nil, fmt.Errorf("store: etcd %s refused to read prefix %s: %w; check the etcd user and password, and that the user's role grants readwrite on the prefix", s.endpoints, s.p, err)
+	}
 	if err != nil {
+		if terr := tlsProblem(ctx, opts.Endpoints, opts.TLS, s.timeout); terr != nil {
+			err = fmt.Errorf("%w (%w)", err, terr)
+		}
 		reason := fmt.Sprintf("etcd %s unreachable: %v", s.endpoints, err)
 		if s.snapFile == "" || opts.NoSeed {
 			_ = cli.Close()
@@ -253,7 +283,7 @@ func (s *Etcd) setState(connected bool, reason string) {
 
 // init checks the schema and seeds an uninitialised prefix.
 func (s *Etcd) init(ctx context.Context) error {
-	resp, err := s.cli.Get(ctx, s.p+keySchema)
+	resp, err := s.client().Get(ctx, s.p+keySchema)
 	if err != nil {
 		return err
 	}
@@ -294,7 +324,7 @@ func (s *Etcd) init(ctx context.Context) error {
 		var ops []clientv3.Op
 		for _, sd := range seeds {
 			k := s.kSeq(sd.kind, sd.def.Name)
-			r, err := s.cli.Get(ctx, k)
+			r, err := s.client().Get(ctx, k)
 			if err != nil {
 				return err
 			}
@@ -315,7 +345,7 @@ func (s *Etcd) init(ctx context.Context) error {
 		ops = append(ops,
 			clientv3.OpPut(s.p+keyCreatedAt, now.Format(time.RFC3339Nano)),
 			clientv3.OpPut(s.p+keySchema, strconv.Itoa(store.SchemaVersion)))
-		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		tr, err := s.client().Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return fmt.Errorf("initialise: %w", err)
 		}
@@ -324,7 +354,7 @@ func (s *Etcd) init(ctx context.Context) error {
 			return nil
 		}
 		// Another instance raced us: if it initialised the prefix, we are done; else retry.
-		r, err := s.cli.Get(ctx, s.p+keySchema)
+		r, err := s.client().Get(ctx, s.p+keySchema)
 		if err != nil {
 			return err
 		}
@@ -464,7 +494,7 @@ func (s *Etcd) notify() { s.watchers.Notify() }
 func (s *Etcd) watchLoop(ctx context.Context) {
 	defer s.wg.Done()
 	for ctx.Err() == nil {
-		wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.p, clientv3.WithPrefix())
+		wch := s.client().Watch(clientv3.WithRequireLeader(ctx), s.p, clientv3.WithPrefix())
 		for wr := range wch {
 			if err := wr.Err(); err != nil {
 				s.log.Warn("store: etcd watch interrupted; restarting it", "err", err)
@@ -507,14 +537,27 @@ func (s *Etcd) probeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if s.login != nil {
+			if err := s.logIn(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.setState(false, fmt.Sprintf("etcd %s unreachable: log in: %v", s.endpoints, err))
+				continue
+			}
+		}
 		pctx, cancel := context.WithTimeout(ctx, max(s.probe, time.Second))
-		_, err := s.cli.Get(pctx, s.p+keySchema)
+		_, err := s.client().Get(pctx, s.p+keySchema)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			s.setState(false, fmt.Sprintf("etcd %s unreachable: %v", s.endpoints, err))
+			reason := fmt.Sprintf("etcd %s unreachable: %v", s.endpoints, err)
+			if terr := tlsProblem(ctx, s.eps, s.tls, max(s.probe, time.Second)); terr != nil {
+				reason = fmt.Sprintf("%s (%v)", reason, terr)
+			}
+			s.setState(false, reason)
 			continue
 		}
 		if ok, _ := s.Connected(); ok {
@@ -532,11 +575,45 @@ func (s *Etcd) probeLoop(ctx context.Context) {
 	}
 }
 
+// client is the etcd client in use.
+func (s *Etcd) client() *clientv3.Client {
+	s.cliMu.Lock()
+	defer s.cliMu.Unlock()
+	return s.cli
+}
+
+// logIn makes the client with the credentials of s.login, which etcd did not answer at Open, and puts it
+// in place of the client without them.
+func (s *Etcd) logIn(ctx context.Context) error {
+	cfg := *s.login
+	cfg.Context = ctx
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return err
+	}
+	s.cliMu.Lock()
+	if s.closed {
+		s.cliMu.Unlock()
+		return cli.Close()
+	}
+	old := s.cli
+	s.cli = cli
+	s.cliMu.Unlock()
+	s.login = nil
+	_ = old.Close() // ends the watch on it; watchLoop watches anew with the new client
+	s.log.Info("store: logged in to etcd", "endpoints", s.endpoints, "user", cfg.Username)
+	return nil
+}
+
 // Close implements store.Store.
 func (s *Etcd) Close() error {
 	s.watchers.Clear()
 	s.stop()
-	err := s.cli.Close()
+	s.cliMu.Lock()
+	s.closed = true
+	cli := s.cli
+	s.cliMu.Unlock()
+	err := cli.Close()
 	s.wg.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("store: close etcd %s: %w", s.endpoints, err)

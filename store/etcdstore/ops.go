@@ -27,7 +27,7 @@ func (s *Etcd) readRecord(ctx context.Context, kind store.Kind, name string, v i
 	if rev > 0 {
 		opts = append(opts, clientv3.WithRev(rev))
 	}
-	tr, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.kBody(kind, name, v), opts...), clientv3.OpGet(s.kInfo(kind, name, v), opts...)).Commit()
+	tr, err := s.client().Txn(ctx).Then(clientv3.OpGet(s.kBody(kind, name, v), opts...), clientv3.OpGet(s.kInfo(kind, name, v), opts...)).Commit()
 	if err != nil {
 		return store.Record{}, err
 	}
@@ -55,7 +55,7 @@ func (s *Etcd) Active(ctx context.Context, kind store.Kind, name string) (store.
 	if err := checkName(kind, name); err != nil {
 		return store.Record{}, fmt.Errorf("store: %w", err)
 	}
-	tr, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.kActive(kind, name)), clientv3.OpGet(s.kSeq(kind, name), clientv3.WithCountOnly())).Commit()
+	tr, err := s.client().Txn(ctx).Then(clientv3.OpGet(s.kActive(kind, name)), clientv3.OpGet(s.kSeq(kind, name), clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return store.Record{}, fmt.Errorf("store: %s/%s: %w", kind, name, err)
 	}
@@ -100,7 +100,7 @@ func (s *Etcd) List(ctx context.Context, kind store.Kind) ([]store.Entry, error)
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	tr, err := s.cli.Txn(ctx).Then(
+	tr, err := s.client().Txn(ctx).Then(
 		clientv3.OpGet(s.p+dirSeq+string(kind)+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.p+dirActive+string(kind)+"/", clientv3.WithPrefix()),
 		clientv3.OpGet(s.p+dirInfo+string(kind)+"/", clientv3.WithPrefix()),
@@ -162,7 +162,7 @@ func (s *Etcd) Entry(ctx context.Context, kind store.Kind, name string) (store.E
 	if err := checkName(kind, name); err != nil {
 		return store.Entry{}, fmt.Errorf("store: %w", err)
 	}
-	tr, err := s.cli.Txn(ctx).Then(
+	tr, err := s.client().Txn(ctx).Then(
 		clientv3.OpGet(s.kSeq(kind, name), clientv3.WithCountOnly()),
 		clientv3.OpGet(s.kActive(kind, name)),
 		clientv3.OpGet(s.p+dirInfo+string(kind)+"/"+name+"/", clientv3.WithPrefix()),
@@ -208,7 +208,7 @@ func (s *Etcd) AddVersion(ctx context.Context, kind store.Kind, body []byte, aut
 		if err := ctx.Err(); err != nil {
 			return 0, fmt.Errorf("store: %w", err)
 		}
-		r, err := s.cli.Get(ctx, s.kSeq(kind, name))
+		r, err := s.client().Get(ctx, s.kSeq(kind, name))
 		if err != nil {
 			return 0, fmt.Errorf("store: add version of %s/%s: %w", kind, name, err)
 		}
@@ -221,7 +221,7 @@ func (s *Etcd) AddVersion(ctx context.Context, kind store.Kind, body []byte, aut
 		if err != nil {
 			return 0, fmt.Errorf("store: %w", err)
 		}
-		tr, err := s.cli.Txn(ctx).
+		tr, err := s.client().Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(s.kSeq(kind, name)), "=", modRev)).
 			Then(clientv3.OpPut(s.kSeq(kind, name), strconv.Itoa(v)),
 				clientv3.OpPut(s.kBody(kind, name, v), string(body)),
@@ -257,7 +257,7 @@ func (s *Etcd) readPointer(ctx context.Context, kind store.Kind, name string, wa
 	if want > 0 {
 		ops = append(ops, clientv3.OpGet(s.kBody(kind, name, want), clientv3.WithCountOnly()))
 	}
-	tr, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	tr, err := s.client().Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return pointer{}, false, err
 	}
@@ -313,7 +313,7 @@ func (s *Etcd) Activate(ctx context.Context, kind store.Kind, name string, versi
 		if p.active != 0 {
 			hist = append(hist, p.active)
 		}
-		tr, err := s.cli.Txn(ctx).If(s.guard(kind, name, p)...).
+		tr, err := s.client().Txn(ctx).If(s.guard(kind, name, p)...).
 			Then(activeOp(s.kActive(kind, name), version), historyOp(s.kHistory(kind, name), hist)).Commit()
 		if err != nil {
 			return fmt.Errorf("store: activate: %s/%s: %w", kind, name, err)
@@ -356,7 +356,7 @@ func (s *Etcd) Rollback(ctx context.Context, kind store.Kind, name string) (int,
 			return 0, fmt.Errorf("store: rollback: %s/%s: from version %d: %w", kind, name, p.active, store.ErrNoPreviousVersion)
 		}
 		to := hist[len(hist)-1]
-		tr, err := s.cli.Txn(ctx).If(s.guard(kind, name, p)...).
+		tr, err := s.client().Txn(ctx).If(s.guard(kind, name, p)...).
 			Then(activeOp(s.kActive(kind, name), to), historyOp(s.kHistory(kind, name), hist[:len(hist)-1])).Commit()
 		if err != nil {
 			return 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, err)
@@ -397,7 +397,7 @@ func (s *Etcd) Snapshot(ctx context.Context) (store.Snapshot, error) {
 
 func (s *Etcd) readSnapshot(ctx context.Context) (store.Snapshot, int64, error) {
 	snap := store.Snapshot{Templates: map[string]store.Record{}, Protocols: map[string]store.Record{}, Tools: map[string]store.ToolOverride{}}
-	tr, err := s.cli.Txn(ctx).Then(
+	tr, err := s.client().Txn(ctx).Then(
 		clientv3.OpGet(s.p+dirActive, clientv3.WithPrefix()),
 		clientv3.OpGet(s.p+dirTools, clientv3.WithPrefix()),
 	).Commit()
@@ -488,7 +488,7 @@ func (s *Etcd) ApplyRollout(ctx context.Context, r store.Rollout) error {
 		}
 		now := time.Now().UTC()
 		applied := store.AppliedRollout{ID: r.ID, AppliedAt: now, Previous: map[string]int{}, Activated: map[string]int{}}
-		head, err := s.cli.Txn(ctx).Then(
+		head, err := s.client().Txn(ctx).Then(
 			clientv3.OpGet(s.kRolloutID(r.ID), clientv3.WithCountOnly()),
 			clientv3.OpGet(s.p+keyRolloutSeq)).Commit()
 		if err != nil {
@@ -507,7 +507,7 @@ func (s *Etcd) ApplyRollout(ctx context.Context, r store.Rollout) error {
 		}
 		var ops []clientv3.Op
 		for _, it := range items {
-			rs, err := s.cli.Get(ctx, s.kSeq(it.kind, it.name))
+			rs, err := s.client().Get(ctx, s.kSeq(it.kind, it.name))
 			if err != nil {
 				return fmt.Errorf("store: rollout %q: %w", r.ID, err)
 			}
@@ -548,7 +548,7 @@ func (s *Etcd) ApplyRollout(ctx context.Context, r store.Rollout) error {
 			clientv3.OpPut(s.p+keyRolloutSeq, strconv.Itoa(seq)),
 			clientv3.OpPut(s.kRollout(uint64(seq)), string(rec)),
 			clientv3.OpPut(s.kRolloutID(r.ID), strconv.Itoa(seq)))
-		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		tr, err := s.client().Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return fmt.Errorf("store: rollout %q: %w", r.ID, err)
 		}
@@ -572,7 +572,7 @@ func (s *Etcd) RevertLast(ctx context.Context) (store.AppliedRollout, error) {
 		if err := ctx.Err(); err != nil {
 			return store.AppliedRollout{}, fmt.Errorf("store: %w", err)
 		}
-		last, err := s.cli.Get(ctx, s.p+dirRollouts, append(clientv3.WithLastKey(), clientv3.WithPrefix())...)
+		last, err := s.client().Get(ctx, s.p+dirRollouts, append(clientv3.WithLastKey(), clientv3.WithPrefix())...)
 		if err != nil {
 			return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: %w", err)
 		}
@@ -627,7 +627,7 @@ func (s *Etcd) RevertLast(ctx context.Context) (store.AppliedRollout, error) {
 			}
 		}
 		ops = append(ops, clientv3.OpDelete(string(kv.Key)), clientv3.OpDelete(s.kRolloutID(ar.ID)))
-		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		tr, err := s.client().Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: %w", err)
 		}
@@ -650,7 +650,7 @@ func (s *Etcd) Rollouts(ctx context.Context) ([]store.AppliedRollout, error) {
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	r, err := s.cli.Get(ctx, s.p+dirRollouts, clientv3.WithPrefix())
+	r, err := s.client().Get(ctx, s.p+dirRollouts, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("store: rollouts: %w", err)
 	}
@@ -679,7 +679,7 @@ func (s *Etcd) SetToolEnabled(ctx context.Context, name string, enabled bool, au
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	r, err := s.cli.Put(ctx, s.kTool(name), string(v))
+	r, err := s.client().Put(ctx, s.kTool(name), string(v))
 	if err != nil {
 		return fmt.Errorf("store: tool %q: %w", name, err)
 	}
@@ -695,7 +695,7 @@ func (s *Etcd) ClearToolEnabled(ctx context.Context, name string) error {
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	r, err := s.cli.Delete(ctx, s.kTool(name))
+	r, err := s.client().Delete(ctx, s.kTool(name))
 	if err != nil {
 		return fmt.Errorf("store: tool %q: %w", name, err)
 	}
