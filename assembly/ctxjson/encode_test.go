@@ -182,3 +182,18 @@ func TestEscapeDefaultIgnorable(t *testing.T) {
 		}
 	}
 }
+
+// Keys that differ only in invalid UTF-8 would both be written as U+FFFD: Parse refuses them as duplicates,
+// and a lone such key is kept repaired, so the encoding has no duplicate key and is stable.
+func TestParseKeysComparedAsEncoded(t *testing.T) {
+	if _, err := Parse([]byte("{\"\xab\":1,\"\xa1\":2}")); err == nil || !strings.Contains(err.Error(), "duplicate key") {
+		t.Fatalf("keys that encode alike: %v", err)
+	}
+	v, err := Parse([]byte("{\"a\xabb\":1}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(Encode(v)); got != `{"a\ufffdb":1}` && got != "{\"a\uFFFDb\":1}" {
+		t.Fatalf("encoded %q", got)
+	}
+}

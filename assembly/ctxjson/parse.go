@@ -19,7 +19,7 @@ const linearKeys = 16
 // Parse parses one JSON value (surrounding JSON whitespace allowed) into an ordered tree. Its
 // input is normally checked before (policy/jsoncheck); Parse still refuses, with an error and
 // never a panic, anything that is not RFC 8259 JSON, objects with a duplicate key (compared after
-// decoding escapes) and nesting deeper than MaxParseDepth. It is lenient where the encoder
+// decoding escapes and repairing invalid UTF-8) and nesting deeper than MaxParseDepth. It is lenient where the encoder
 // repairs: invalid UTF-8 is kept and encoded as U+FFFD, and a \u escape of a lone surrogate
 // decodes to U+FFFD, as encoding/json does.
 func Parse(raw []byte) (*Value, error) {
@@ -134,6 +134,9 @@ func (p *parser) object(i, depth int) (*Value, int, error) {
 		if err != nil {
 			return nil, j, err
 		}
+		// A key is compared as it will be encoded: two keys that differ only in invalid UTF-8 would both be
+		// written as U+FFFD, a duplicate in the output.
+		k = validKey(k)
 		if seen != nil {
 			if _, dup := seen[k]; dup {
 				return nil, i, p.errf(i, "duplicate key %q", k)
@@ -203,6 +206,20 @@ func (p *parser) array(i, depth int) (*Value, int, error) {
 			return nil, i, p.errf(i, "unexpected %q, expected ',' or ']'", p.b[i])
 		}
 	}
+}
+
+// validKey repairs invalid UTF-8 in a key as the encoder would (each invalid byte becomes U+FFFD).
+func validKey(k string) string {
+	if utf8.ValidString(k) {
+		return k
+	}
+	b := make([]byte, 0, len(k)+8)
+	for i := 0; i < len(k); {
+		r, size := utf8.DecodeRuneInString(k[i:])
+		b = utf8.AppendRune(b, r) // RuneError for an invalid byte, with size 1
+		i += size
+	}
+	return string(b)
 }
 
 // str decodes the string at p.b[i] == '"' and returns it and the offset after its closing quote.
