@@ -330,6 +330,9 @@ func TestTimeoutHangingPlugin(t *testing.T) {
 
 func TestHugeAnswerRefusedWithoutReadingIt(t *testing.T) {
 	huge := entry("huge", "testsource", map[string]any{"behavior": "huge"})
+	// The plugin builds 50 MiB before it sends; under -race on a busy machine that alone has taken 5 s.
+	// What is tested is the refusal by size, not the timeout.
+	huge.Timeout = 60 * time.Second
 	h := startHost(t, plugins.HostOptions{}, huge, entry("echo", "testsource", nil))
 	var before, after runtime.MemStats
 	runtime.GC()
