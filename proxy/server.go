@@ -256,7 +256,7 @@ type route struct {
 	// call that makes the answer a 403.
 	body func(body []byte, c *vet.Checker, rec func(vet.Decision)) ([]byte, int, *vet.Decision, error)
 	// stream vets a streamed response.
-	stream func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision)) io.ReadCloser
+	stream func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision), x *exchange) io.ReadCloser
 }
 
 // routes are the rewritten endpoints.
@@ -267,7 +267,7 @@ var routes = []*route{
 			out, res, err := chatvet.Body(b, c, rec)
 			return out, res.Blocked, res.ErrorCall, err
 		},
-		stream: func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision)) io.ReadCloser {
+		stream: func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision), x *exchange) io.ReadCloser {
 			return chatvet.NewStream(up, c, rec)
 		},
 	},
@@ -277,8 +277,12 @@ var routes = []*route{
 			out, res, err := respvet.Body(b, c, rec)
 			return out, res.Blocked, res.ErrorCall, err
 		},
-		stream: func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision)) io.ReadCloser {
-			return respvet.NewStream(up, c, rec)
+		stream: func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision), x *exchange) io.ReadCloser {
+			s := respvet.NewStream(up, c, rec)
+			if x.resp != nil {
+				s.OnResponseID = x.resp.setID
+			}
+			return s
 		},
 	},
 	{
@@ -287,7 +291,7 @@ var routes = []*route{
 			out, res, err := anthvet.Body(b, c, rec)
 			return out, res.Blocked, res.ErrorCall, err
 		},
-		stream: func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision)) io.ReadCloser {
+		stream: func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision), x *exchange) io.ReadCloser {
 			return anthvet.NewStream(up, c, rec)
 		},
 	},
@@ -479,11 +483,7 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	checker := s.checker(x)
 	rec := x.trace.count(s.recorder(resp.Request.Context(), x))
 	if ct == "text/event-stream" {
-		up := resp.Body
-		if x.resp != nil {
-			up = &respIDSniffer{r: up, found: x.resp.setID}
-		}
-		resp.Body = x.trace.relay(resp.Request.Context(), &loggedStream{ReadCloser: x.route.stream(up, checker, rec), log: x.log})
+		resp.Body = x.trace.relay(resp.Request.Context(), &loggedStream{ReadCloser: x.route.stream(resp.Body, checker, rec, x), log: x.log})
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
 		return nil

@@ -219,54 +219,6 @@ func setBody(resp *http.Response, status int, b []byte) {
 	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
 }
 
-// respIDSniffer passes a Responses SSE stream through unchanged while it looks for the response id in the
-// first events (response.created carries it), and hands it to found once. It stops looking after the id or
-// after sniffLimit bytes.
-type respIDSniffer struct {
-	r       io.ReadCloser
-	found   func(id string)
-	buf     []byte
-	scanned int
-	done    bool
-}
-
-const sniffLimit = 1 << 20
-
-func (s *respIDSniffer) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	if !s.done && n > 0 {
-		s.scan(p[:n])
-	}
-	return n, err
-}
-
-func (s *respIDSniffer) Close() error { return s.r.Close() }
-
-func (s *respIDSniffer) scan(b []byte) {
-	s.buf = append(s.buf, b...)
-	s.scanned += len(b)
-	for {
-		i := bytes.IndexByte(s.buf, '\n')
-		if i < 0 {
-			break
-		}
-		line := bytes.TrimRight(s.buf[:i], "\r")
-		s.buf = s.buf[i+1:]
-		data, ok := bytes.CutPrefix(line, []byte("data:"))
-		if !ok {
-			continue
-		}
-		if id := gjson.GetBytes(data, "response.id"); id.Type == gjson.String && id.Str != "" {
-			s.done, s.buf = true, nil
-			s.found(id.Str)
-			return
-		}
-	}
-	if s.scanned > sniffLimit {
-		s.done, s.buf = true, nil
-	}
-}
-
 // respTrack collects what one Responses exchange needs to remember: its response id and its blocked calls.
 type respTrack struct {
 	mem     *blockedMemory

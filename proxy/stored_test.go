@@ -94,35 +94,6 @@ func TestStoredResponseID(t *testing.T) {
 	}
 }
 
-// oneByte reads one byte at a time.
-type oneByte struct{ r io.Reader }
-
-func (o oneByte) Read(p []byte) (int, error) {
-	if len(p) > 1 {
-		p = p[:1]
-	}
-	return o.r.Read(p)
-}
-
-func TestRespIDSniffer(t *testing.T) {
-	raw := (&respEvents{}).created().text(0, "hi").completed()
-	var ids []string
-	s := &respIDSniffer{r: io.NopCloser(oneByte{strings.NewReader(raw)}), found: func(id string) { ids = append(ids, id) }}
-	out, err := io.ReadAll(s)
-	if err != nil || string(out) != raw {
-		t.Fatalf("the stream was changed: %v", err)
-	}
-	if len(ids) != 1 || ids[0] != "resp_1" {
-		t.Fatalf("ids %v", ids)
-	}
-	// A stream without an id: nothing found, nothing changed, the search ends.
-	raw = "data: {\"type\":\"x\"}\n\n" + strings.Repeat("data: {}\n\n", sniffLimit/10+1)
-	s = &respIDSniffer{r: io.NopCloser(strings.NewReader(raw)), found: func(id string) { ids = append(ids, id) }}
-	if out, _ := io.ReadAll(s); string(out) != raw || len(ids) != 1 || !s.done {
-		t.Fatalf("found %v, done %v", ids, s.done)
-	}
-}
-
 // storingUpstream imitates the Responses API's storage: it keeps each answer by id, serves it on GET
 // /v1/responses/{id}, and refuses a continuation that leaves a function_call of the previous response
 // unanswered, as OpenAI does.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -36,6 +37,7 @@ const (
 	pathItem       = "item"
 	pathResponse   = "response"
 	pathRespOutput = "response.output"
+	pathRespID     = "response.id"
 )
 
 // Stream vets a streamed Responses API answer. Read yields the upstream SSE stream with every call held until
@@ -84,6 +86,11 @@ type Stream struct {
 
 	blocked  int
 	finished bool // a terminal event (or an upstream error event) went out
+
+	// OnResponseID, when set before the first Read, is called once with the response's id, from the first
+	// event that carries it (response.created), before any call of the response is vetted.
+	OnResponseID func(id string)
+	sawID        bool
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -159,6 +166,12 @@ func (s *Stream) malformed() {
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
 	typ := relay.Get(data, pathType).String()
+	if s.OnResponseID != nil && !s.sawID {
+		if id := relay.Get(data, pathRespID); id.Type == gjson.String && id.Str != "" {
+			s.sawID = true
+			s.OnResponseID(strings.Clone(id.Str)) // relay.Get aliases the read buffer
+		}
+	}
 	m := meta{name: ev.Event}
 	if v := relay.Get(data, pathSeq); v.Exists() {
 		if n, ok := relay.IntField(v); ok {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
 const noticeBadFetch = "[promptgate] blocked tool call web_fetch: rule docs: url has a host that is not allowed"
@@ -444,4 +445,27 @@ func assembleBody(t *testing.T, body []byte) view {
 	r := &rs{}
 	r.ev("response.completed", `{"response":`+string(body)+`}`)
 	return assemble(t, []byte(r.String()))
+}
+
+// OnResponseID hears the response's id once, from response.created, before the first call is vetted, however
+// the stream is split.
+func TestOnResponseID(t *testing.T) {
+	in := (&rs{}).created().call(0, "fc_1", "call_1", "web_fetch", `{"url":"https://evil.example.net/"}`, 3).completed().String()
+	for _, split := range []int{0, 1, 7} {
+		var got []string
+		var decisionsBefore int
+		var ds []vet.Decision
+		open := func(up io.ReadCloser, rec func(vet.Decision)) relaytest.Stream {
+			s := NewStream(up, policy(vet.ModeRefuse, false), func(d vet.Decision) { ds = append(ds, d); rec(d) })
+			s.OnResponseID = func(id string) {
+				got = append(got, id)
+				decisionsBefore = len(ds)
+			}
+			return s
+		}
+		relaytest.Run(t, in, split, 1, open)
+		if len(got) != 1 || got[0] != "resp_1" || decisionsBefore != 0 || len(ds) != 1 || !ds[0].Blocked() {
+			t.Fatalf("split %d: ids %v, decisions before the id %d, decisions %+v", split, got, decisionsBefore, ds)
+		}
+	}
 }
