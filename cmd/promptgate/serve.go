@@ -174,7 +174,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "promptgate %s listening on http://%s/v1 (upstream %s)\n", Version, addr, upstream)
+	// The lines on stdout are printed once every listener is up and /readyz answers 200, so whoever
+	// waits for them (a supervisor, a test) can send traffic at once.
+	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, upstream)}
 	adminHandler, err := admin.New(admin.Options{
 		Token: getenv(EnvAdminToken), Store: p.store, Audit: ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
 		Preview: func(ctx context.Context, in proxy.Input) ([]byte, error) {
@@ -192,7 +194,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		return err
 	}
 	log.Info("admin API", "listen", aaddr.String(), "token", getenv(EnvAdminToken) != "")
-	fmt.Fprintf(stdout, "promptgate admin API on http://%s\n", aaddr)
+	lines = append(lines, fmt.Sprintf("promptgate admin API on http://%s", aaddr))
 	if f.proxyListen != "" {
 		door, err := newDoor(p.cfg, base, log)
 		if err != nil {
@@ -203,9 +205,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 			return err
 		}
 		log.Info("HTTPS-proxy door open", "listen", daddr.String(), "intercepted_hosts", p.cfg.MITM.Hosts, "passthrough", *p.cfg.MITM.Passthrough)
-		fmt.Fprintf(stdout, "promptgate HTTPS-proxy door on %s (HTTPS_PROXY=http://%s)\n", daddr, daddr)
+		lines = append(lines, fmt.Sprintf("promptgate HTTPS-proxy door on %s (HTTPS_PROXY=http://%s)", daddr, daddr))
 	}
 	ready.Store(true)
+	for _, l := range lines {
+		fmt.Fprintln(stdout, l)
+	}
 	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", upstream.String(), "store", storeName(f.store))
 
 	select {
