@@ -368,9 +368,9 @@ func (s *Bolt) AddVersion(ctx context.Context, kind Kind, body []byte, author, n
 }
 
 // Activate implements Store.
-func (s *Bolt) Activate(ctx context.Context, kind Kind, name string, version int) error {
+func (s *Bolt) Activate(ctx context.Context, kind Kind, name string, version int) (int, error) {
 	if err := precheck(ctx, kind); err != nil {
-		return err
+		return 0, err
 	}
 	var prev int
 	changed := false
@@ -390,19 +390,19 @@ func (s *Bolt) Activate(ctx context.Context, kind Kind, name string, version int
 		return moveActive(nb, version)
 	})
 	if err != nil {
-		return fmt.Errorf("store: activate: %w", err)
+		return 0, fmt.Errorf("store: activate: %w", err)
 	}
 	if changed {
 		s.log.Info("store: version activated", "kind", kind, "name", name, "version", version, "previous", prev)
 		s.notify()
 	}
-	return nil
+	return prev, nil
 }
 
 // Rollback implements Store.
-func (s *Bolt) Rollback(ctx context.Context, kind Kind, name string) (int, error) {
+func (s *Bolt) Rollback(ctx context.Context, kind Kind, name string) (int, int, error) {
 	if err := precheck(ctx, kind); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var prev, to int
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -427,11 +427,11 @@ func (s *Bolt) Rollback(ctx context.Context, kind Kind, name string) (int, error
 		return setActive(nb, to)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("store: rollback: %w", err)
+		return 0, 0, fmt.Errorf("store: rollback: %w", err)
 	}
 	s.log.Info("store: rolled back", "kind", kind, "name", name, "version", to, "from", prev)
 	s.notify()
-	return to, nil
+	return to, prev, nil
 }
 
 // Snapshot implements Store.

@@ -166,11 +166,15 @@ type Store interface {
 	// AddVersion validates body and stores it as the next version of the name it carries ("name" for
 	// templates, "id" for protocols). It does not activate it.
 	AddVersion(ctx context.Context, kind Kind, body []byte, author, note string) (int, error)
-	// Activate makes version the active one. Activating the version that is already active is a no-op.
-	Activate(ctx context.Context, kind Kind, name string, version int) error
-	// Rollback re-activates the version that was active before the current one and returns it;
+	// Activate makes version the active one and returns the version that was active just before, read in
+	// the same transaction that moved the pointer (0 = none): with concurrent activations of one name,
+	// each caller gets the version its own activation replaced, so the returned pairs chain into the
+	// history. Activating the version that is already active is a no-op and returns that version.
+	Activate(ctx context.Context, kind Kind, name string, version int) (previous int, err error)
+	// Rollback re-activates the version that was active before the current one and returns it (to) and
+	// the version it replaced (from), both read in the transaction that moved the pointer;
 	// ErrNoPreviousVersion if there is none. Repeated rollbacks walk further back.
-	Rollback(ctx context.Context, kind Kind, name string) (int, error)
+	Rollback(ctx context.Context, kind Kind, name string) (to, from int, err error)
 	// Snapshot returns every active record, read consistently.
 	Snapshot(ctx context.Context) (Snapshot, error)
 	// ApplyRollout stores and activates every definition of r in one transaction; ErrAlreadyApplied

@@ -230,7 +230,7 @@ func TestVersionsAreImmutableAndIncreasing(t *testing.T) {
 		t.Fatalf("kinds are separate: %v", err)
 	}
 	// Versions keep increasing after activation and reopen.
-	if err := s.Activate(ctx, store.KindTemplate, "greeting", 2); err != nil {
+	if _, err := s.Activate(ctx, store.KindTemplate, "greeting", 2); err != nil {
 		t.Fatal(err)
 	}
 	if v := mustAdd(t, s, store.KindTemplate, tmpl("greeting", "hello 4")); v != 4 {
@@ -253,27 +253,27 @@ func TestActivateAndRollback(t *testing.T) {
 	var changes atomic.Int32
 	defer s.Watch(func() { changes.Add(1) })()
 
-	if err := s.Activate(ctx, store.KindProtocol, "p1", 1); err != nil {
+	if _, err := s.Activate(ctx, store.KindProtocol, "p1", 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Rollback(ctx, store.KindProtocol, "p1"); !errors.Is(err, store.ErrNoPreviousVersion) {
+	if _, _, err := s.Rollback(ctx, store.KindProtocol, "p1"); !errors.Is(err, store.ErrNoPreviousVersion) {
 		t.Fatalf("rollback with no previous version: %v", err)
 	}
-	if err := s.Activate(ctx, store.KindProtocol, "p1", 2); err != nil {
+	if _, err := s.Activate(ctx, store.KindProtocol, "p1", 2); err != nil {
 		t.Fatal(err)
 	}
 	before := changes.Load()
-	if err := s.Activate(ctx, store.KindProtocol, "p1", 2); err != nil { // no-op, no history entry
+	if _, err := s.Activate(ctx, store.KindProtocol, "p1", 2); err != nil { // no-op, no history entry
 		t.Fatal(err)
 	}
 	if changes.Load() != before {
 		t.Fatal("a no-op activation notified watchers")
 	}
-	if err := s.Activate(ctx, store.KindProtocol, "p1", 3); err != nil {
+	if _, err := s.Activate(ctx, store.KindProtocol, "p1", 3); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []int{2, 1} {
-		got, err := s.Rollback(ctx, store.KindProtocol, "p1")
+		got, _, err := s.Rollback(ctx, store.KindProtocol, "p1")
 		if err != nil || got != want {
 			t.Fatalf("Rollback = %d, %v; want %d", got, err, want)
 		}
@@ -281,20 +281,20 @@ func TestActivateAndRollback(t *testing.T) {
 			t.Fatalf("active %d, want %d", v, want)
 		}
 	}
-	_, err := s.Rollback(ctx, store.KindProtocol, "p1")
+	_, _, err := s.Rollback(ctx, store.KindProtocol, "p1")
 	if !errors.Is(err, store.ErrNoPreviousVersion) || !strings.HasPrefix(err.Error(), "store: ") || !strings.Contains(err.Error(), "protocols/p1") {
 		t.Fatalf("rollback past the first activation: %v", err)
 	}
-	if err := s.Activate(ctx, store.KindProtocol, "p1", 9); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Activate(ctx, store.KindProtocol, "p1", 9); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("activate a missing version: %v", err)
 	}
-	if err := s.Activate(ctx, store.KindProtocol, "nope", 1); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Activate(ctx, store.KindProtocol, "nope", 1); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("activate a missing name: %v", err)
 	}
-	if _, err := s.Rollback(ctx, store.KindProtocol, "nope"); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := s.Rollback(ctx, store.KindProtocol, "nope"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("rollback a missing name: %v", err)
 	}
-	if err := s.Activate(ctx, store.Kind("nope"), "p1", 1); !errors.Is(err, store.ErrInvalid) {
+	if _, err := s.Activate(ctx, store.Kind("nope"), "p1", 1); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("unknown kind: %v", err)
 	}
 	if changes.Load() != 5 { // activate 1, 2, 3, rollback, rollback
@@ -302,7 +302,7 @@ func TestActivateAndRollback(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := s.Activate(cctx, store.KindProtocol, "p1", 2); !errors.Is(err, context.Canceled) {
+	if _, err := s.Activate(cctx, store.KindProtocol, "p1", 2); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled context: %v", err)
 	}
 }
@@ -406,7 +406,7 @@ func TestRolloutUpAndDownRestoresExactly(t *testing.T) {
 	s, _ := open(t)
 	// tech gets a hand-made history first, so we can check that revert restores it too.
 	v2 := mustAdd(t, s, store.KindProtocol, proto("tech", "hand v2"))
-	if err := s.Activate(ctx, store.KindProtocol, "tech", v2); err != nil {
+	if _, err := s.Activate(ctx, store.KindProtocol, "tech", v2); err != nil {
 		t.Fatal(err)
 	}
 	before := actives(t, s)
@@ -471,10 +471,10 @@ func TestRolloutUpAndDownRestoresExactly(t *testing.T) {
 		}
 	}
 	// The activation history is back as it was: one rollback to the seeded version, then none.
-	if v, err := s.Rollback(ctx, store.KindProtocol, "tech"); err != nil || v != 1 {
+	if v, _, err := s.Rollback(ctx, store.KindProtocol, "tech"); err != nil || v != 1 {
 		t.Fatalf("Rollback after down = %d, %v; want 1", v, err)
 	}
-	if _, err := s.Rollback(ctx, store.KindProtocol, "tech"); !errors.Is(err, store.ErrNoPreviousVersion) {
+	if _, _, err := s.Rollback(ctx, store.KindProtocol, "tech"); !errors.Is(err, store.ErrNoPreviousVersion) {
 		t.Fatalf("history not restored: %v", err)
 	}
 	if _, err := s.RevertLast(ctx); !errors.Is(err, store.ErrNothingToRevert) {
@@ -498,7 +498,7 @@ func TestRevertAfterManualActivation(t *testing.T) {
 		t.Fatal(err)
 	}
 	v3 := mustAdd(t, s, store.KindProtocol, proto("tech", "hand"))
-	if err := s.Activate(ctx, store.KindProtocol, "tech", v3); err != nil {
+	if _, err := s.Activate(ctx, store.KindProtocol, "tech", v3); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.RevertLast(ctx); err != nil {
@@ -507,7 +507,7 @@ func TestRevertAfterManualActivation(t *testing.T) {
 	if v := activeVersion(t, s, store.KindProtocol, "tech"); v != 1 {
 		t.Fatalf("revert must restore exactly the previous version, got %d", v)
 	}
-	if v, err := s.Rollback(ctx, store.KindProtocol, "tech"); err != nil || v != v3 {
+	if v, _, err := s.Rollback(ctx, store.KindProtocol, "tech"); err != nil || v != v3 {
 		t.Fatalf("rollback after revert = %d, %v; want the hand-activated %d", v, err, v3)
 	}
 }
@@ -610,7 +610,7 @@ func TestWatch(t *testing.T) {
 		}
 	})
 	v := mustAdd(t, s, store.KindTemplate, tmpl("w", "1"))
-	if err := s.Activate(ctx, store.KindTemplate, "w", v); err != nil {
+	if _, err := s.Activate(ctx, store.KindTemplate, "w", v); err != nil {
 		t.Fatal(err)
 	}
 	if n.Load() != 2 || seen.Load() != 1 {
@@ -647,7 +647,7 @@ func TestConcurrentActivateAndSnapshot(t *testing.T) {
 		mustAdd(t, s, store.KindProtocol, proto("hot", fmt.Sprintf("version %d", i)))
 	}
 	for _, k := range store.Kinds() {
-		if err := s.Activate(ctx, k, "hot", 1); err != nil {
+		if _, err := s.Activate(ctx, k, "hot", 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -662,16 +662,16 @@ func TestConcurrentActivateAndSnapshot(t *testing.T) {
 		wg.Go(func() {
 			for i := range 50 {
 				v := (w+i)%versions + 1
-				if err := s.Activate(ctx, store.KindTemplate, "hot", v); err != nil {
+				if _, err := s.Activate(ctx, store.KindTemplate, "hot", v); err != nil {
 					errs <- err
 					return
 				}
-				if err := s.Activate(ctx, store.KindProtocol, "hot", v); err != nil {
+				if _, err := s.Activate(ctx, store.KindProtocol, "hot", v); err != nil {
 					errs <- err
 					return
 				}
 				if i%10 == 0 {
-					if _, err := s.Rollback(ctx, store.KindTemplate, "hot"); err != nil && !errors.Is(err, store.ErrNoPreviousVersion) {
+					if _, _, err := s.Rollback(ctx, store.KindTemplate, "hot"); err != nil && !errors.Is(err, store.ErrNoPreviousVersion) {
 						errs <- err
 						return
 					}
@@ -750,7 +750,7 @@ func BenchmarkSnapshot(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Activate(ctx, store.KindTemplate, fmt.Sprintf("t%02d", i), v); err != nil {
+		if _, err := s.Activate(ctx, store.KindTemplate, fmt.Sprintf("t%02d", i), v); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -28,8 +28,8 @@ type cliStore interface {
 	Get(ctx context.Context, kind store.Kind, name string, version int) (store.Record, error)
 	List(ctx context.Context, kind store.Kind) ([]store.Entry, error)
 	Entry(ctx context.Context, kind store.Kind, name string) (store.Entry, error)
-	Activate(ctx context.Context, kind store.Kind, name string, version int) error
-	Rollback(ctx context.Context, kind store.Kind, name string) (int, error)
+	Activate(ctx context.Context, kind store.Kind, name string, version int) (int, error)
+	Rollback(ctx context.Context, kind store.Kind, name string) (int, int, error)
 	ApplyRollout(ctx context.Context, r store.Rollout) error
 	RevertLast(ctx context.Context) (store.AppliedRollout, error)
 	Rollouts(ctx context.Context) ([]store.AppliedRollout, error)
@@ -212,16 +212,21 @@ func (a *adminStore) Entry(ctx context.Context, kind store.Kind, name string) (s
 	return e, err
 }
 
-func (a *adminStore) Activate(ctx context.Context, kind store.Kind, name string, version int) error {
-	return a.call(ctx, http.MethodPost, defsPath(kind, name, "activate"), map[string]int{"version": version}, nil)
+func (a *adminStore) Activate(ctx context.Context, kind store.Kind, name string, version int) (int, error) {
+	var out struct {
+		Previous int `json:"previous"`
+	}
+	err := a.call(ctx, http.MethodPost, defsPath(kind, name, "activate"), map[string]int{"version": version}, &out)
+	return out.Previous, err
 }
 
-func (a *adminStore) Rollback(ctx context.Context, kind store.Kind, name string) (int, error) {
+func (a *adminStore) Rollback(ctx context.Context, kind store.Kind, name string) (int, int, error) {
 	var out struct {
-		Active int `json:"active"`
+		Active   int `json:"active"`
+		Previous int `json:"previous"`
 	}
 	err := a.call(ctx, http.MethodPost, defsPath(kind, name, "rollback"), nil, &out)
-	return out.Active, err
+	return out.Active, out.Previous, err
 }
 
 func (a *adminStore) ApplyRollout(ctx context.Context, r store.Rollout) error {

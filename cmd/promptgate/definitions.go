@@ -84,13 +84,13 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 		if err != nil || v < 1 {
 			return usageError{fmt.Sprintf("%s activate: version %q is not a positive number", kindName, pos[1])}
 		}
-		if err := st.Activate(ctx, kind, pos[0], v); err != nil {
+		if _, err := st.Activate(ctx, kind, pos[0], v); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "%s %s: version %d active\n", kindName, pos[0], v)
 		return nil
 	default:
-		v, err := st.Rollback(ctx, kind, pos[0])
+		v, _, err := st.Rollback(ctx, kind, pos[0])
 		if err != nil {
 			return err
 		}

@@ -219,7 +219,7 @@ func TestFleetOnEtcd(t *testing.T) {
 		return ha == name+"@"+strconv.Itoa(rec.Version) && hb == ha
 	})
 	for _, want := range []int{5 - rec.Version, 1} {
-		if v, err := st.Rollback(context.Background(), store.KindTemplate, name); err != nil || v != want {
+		if v, _, err := st.Rollback(context.Background(), store.KindTemplate, name); err != nil || v != want {
 			t.Fatalf("history after concurrent activations: rollback to %d %v, want %d", v, err, want)
 		}
 	}

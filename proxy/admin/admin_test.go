@@ -373,7 +373,7 @@ func TestTemplateLifecycle(t *testing.T) {
 
 	// Activate: the next preview uses it, without restart.
 	act := f.ok(http.StatusOK, "POST", "/admin/templates/base_tool_call_v2/activate", `{"version":2}`, HeaderActor, "alice")
-	if string(bytes.TrimSpace(act)) != `{"name":"base_tool_call_v2","active":2}` {
+	if string(bytes.TrimSpace(act)) != `{"name":"base_tool_call_v2","active":2,"previous":1}` {
 		t.Fatalf("activate: %s", act)
 	}
 	after := f.preview(chatRequest, "protocol", `"tech"`)
@@ -396,7 +396,7 @@ func TestTemplateLifecycle(t *testing.T) {
 
 	// Rollback: byte-identical output to before the activation.
 	rb := f.ok(http.StatusOK, "POST", "/admin/templates/base_tool_call_v2/rollback", "")
-	if string(bytes.TrimSpace(rb)) != `{"name":"base_tool_call_v2","active":1}` {
+	if string(bytes.TrimSpace(rb)) != `{"name":"base_tool_call_v2","active":1,"previous":2}` {
 		t.Fatalf("rollback: %s", rb)
 	}
 	if got := f.preview(chatRequest, "protocol", `"tech"`); !bytes.Equal(got, before) {

@@ -232,27 +232,29 @@ func (s *server) activate(k store.Kind) handlerFunc {
 			return badRequest("invalid_request", "version", `version: required, a version number (1 or more), e.g. {"version":2}`)
 		}
 		name, v := r.PathValue("name"), *req.Version
-		before, err := s.o.Store.Entry(r.Context(), k, name)
+		// The store reads the previous version in the transaction that moves the pointer: exact even when
+		// another activation of the same name races this one.
+		prev, err := s.o.Store.Activate(r.Context(), k, name, v)
 		if err != nil {
 			return err
 		}
-		if err := s.o.Store.Activate(r.Context(), k, name, v); err != nil {
-			return err
-		}
 		e := changeEvent(k, audit.KindActivated, name, v, who)
-		if before.Active != v {
-			e.Reason = fmt.Sprintf("previously active: %d", before.Active)
+		if prev != v {
+			e.Reason = fmt.Sprintf("previously active: %d", prev)
 		} else {
 			e.Reason = "already active"
 		}
 		s.record(r, e)
-		return writeJSON(w, http.StatusOK, activeReply{Name: name, Active: v})
+		return writeJSON(w, http.StatusOK, activeReply{Name: name, Active: v, Previous: prev})
 	}
 }
 
 type activeReply struct {
 	Name   string `json:"name"`
 	Active int    `json:"active"`
+	// Previous is the version that was active just before this change (0 = none; equal to Active when
+	// the activation was a no-op).
+	Previous int `json:"previous"`
 }
 
 // POST /admin/{kind}/{name}/rollback → {"name","active":N}; 409 no_previous_version when there is none.
@@ -273,18 +275,14 @@ func (s *server) rollback(k store.Kind) handlerFunc {
 			return err
 		}
 		name := r.PathValue("name")
-		before, err := s.o.Store.Entry(r.Context(), k, name)
-		if err != nil {
-			return err
-		}
-		v, err := s.o.Store.Rollback(r.Context(), k, name)
+		v, from, err := s.o.Store.Rollback(r.Context(), k, name)
 		if err != nil {
 			return err
 		}
 		e := changeEvent(k, audit.KindRolledBack, name, v, who)
-		e.Reason = fmt.Sprintf("from version %d", before.Active)
+		e.Reason = fmt.Sprintf("from version %d", from)
 		s.record(r, e)
-		return writeJSON(w, http.StatusOK, activeReply{Name: name, Active: v})
+		return writeJSON(w, http.StatusOK, activeReply{Name: name, Active: v, Previous: from})
 	}
 }
 

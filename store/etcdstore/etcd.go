@@ -38,33 +38,51 @@ import (
 	"github.com/promptgate/promptgate/store/builtin"
 )
 
-// etcd layout under the prefix P (which ends in "/"). Version and sequence numbers in keys are 20-digit
+// etcd layout 2 under the prefix P (which ends in "/"). Version and sequence numbers in keys are 20-digit
 // zero-padded decimals, so that etcd's byte order is numeric order; values that are numbers are decimal.
 //
-//	P schema                          "1"
+//	P schema                          "2"
 //	P createdAt                       RFC 3339 time the prefix was initialised
 //	P seq/KIND/NAME                   last version number of NAME (the version counter)
 //	P versions/KIND/NAME/VERSION      body, byte for byte as given (never rewritten)
 //	P info/KIND/NAME/VERSION          JSON {"version","createdAt","author","note"}
-//	P active/KIND/NAME                active version (absent = no active version)
-//	P history/KIND/NAME               JSON array: activation stack, most recent last
+//	P activeset                       JSON {"KIND":{"NAME":{"active":N,"history":[...]}}}: every active
+//	                                  pointer and activation stack (most recent last), in one key
 //	P rolloutseq                      last rollout sequence number
 //	P rollouts/SEQ                    JSON AppliedRollout, in the order applied
 //	P rolloutids/ID                   SEQ
 //	P tools/TOOL                      JSON ToolOverride
+//	P copying                         present only while `store copy` writes the prefix (no schema yet)
+//
+// Layout 1 (schema "1") kept each name's pointer in P active/KIND/NAME and its stack in
+// P history/KIND/NAME, so a rollout of N names needed 5N operations in one transaction, over etcd's
+// --max-txn-ops (128) past 25 names. Open migrates a layout-1 prefix (see migrate); Export reads both.
 const (
 	keySchema     = "schema"
 	keyCreatedAt  = "createdAt"
 	dirSeq        = "seq/"
 	dirVersions   = "versions/"
 	dirInfo       = "info/"
-	dirActive     = "active/"
-	dirHistory    = "history/"
+	keyActiveSet  = "activeset"
 	keyRolloutSeq = "rolloutseq"
 	dirRollouts   = "rollouts/"
 	dirRolloutIDs = "rolloutids/"
 	dirTools      = "tools/"
+	keyCopying    = "copying"
+	// Layout 1 only.
+	dirActive  = "active/"
+	dirHistory = "history/"
 )
+
+// Layout versions (the value of P schema).
+const (
+	schemaVersion = 2
+	legacySchema  = 1
+)
+
+// maxTxnOps is etcd's default --max-txn-ops: no transaction of this package holds more operations (or
+// comparisons) than this.
+const maxTxnOps = 128
 
 // Defaults of Options.
 const (
@@ -281,22 +299,49 @@ func (s *Etcd) setState(connected bool, reason string) {
 	}
 }
 
-// init checks the schema and seeds an uninitialised prefix.
+// init checks the schema, migrates a layout-1 prefix, and seeds an uninitialised one.
 func (s *Etcd) init(ctx context.Context) error {
-	resp, err := s.client().Get(ctx, s.p+keySchema)
-	if err != nil {
-		return err
-	}
-	if len(resp.Kvs) > 0 {
-		v, err := strconv.Atoi(string(resp.Kvs[0].Value))
-		if err != nil || v < 1 {
-			return fmt.Errorf("schema version %q is not valid; is this prefix promptgate's?", resp.Kvs[0].Value)
+	for {
+		tr, err := s.client().Txn(ctx).Then(
+			clientv3.OpGet(s.p+keySchema),
+			clientv3.OpGet(s.p+keyCopying, clientv3.WithCountOnly()),
+		).Commit()
+		if err != nil {
+			return err
 		}
-		if v > store.SchemaVersion {
-			return fmt.Errorf("schema version %d is newer than this binary supports (%d); upgrade promptgate", v, store.SchemaVersion)
+		if kvs := tr.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			v, err := strconv.Atoi(string(kvs[0].Value))
+			if err != nil || v < 1 {
+				return fmt.Errorf("schema version %q is not valid; is this prefix promptgate's?", kvs[0].Value)
+			}
+			if v > schemaVersion {
+				return fmt.Errorf("schema version %d is newer than this binary supports (%d); upgrade promptgate", v, schemaVersion)
+			}
+			if v == legacySchema {
+				if err := s.migrate(ctx, kvs[0].ModRevision); err != nil {
+					return err
+				}
+				continue
+			}
+			return nil
 		}
-		return nil
+		if tr.Responses[1].GetResponseRange().Count > 0 {
+			return errCopying(s.p)
+		}
+		if seeded, err := s.seed(ctx); err != nil || seeded {
+			return err
+		}
 	}
+}
+
+// errCopying is the error of a prefix that a `store copy` is writing (or left unfinished).
+func errCopying(prefix string) error {
+	return fmt.Errorf("a `promptgate store copy` into prefix %s is running or was interrupted (key %s%s, no schema yet): wait for it to print its summary, or run it again", prefix, prefix, keyCopying)
+}
+
+// seed writes every built-in definition as version 1, active, and the schema, in one transaction guarded
+// by the schema key's absence; false when another instance initialised the prefix first (init reads again).
+func (s *Etcd) seed(ctx context.Context) (bool, error) {
 	type seed struct {
 		kind store.Kind
 		def  builtin.Definition
@@ -311,57 +356,59 @@ func (s *Etcd) init(ctx context.Context) error {
 	for _, sd := range seeds {
 		name, err := s.check(sd.kind, sd.def.Body)
 		if err != nil {
-			return fmt.Errorf("seed built-in %s: %w", sd.def.File, err)
+			return false, fmt.Errorf("seed built-in %s: %w", sd.def.File, err)
 		}
 		if name != sd.def.Name {
-			return fmt.Errorf("built-in %s: %w: carries name %q, want %q", sd.def.File, store.ErrInvalid, name, sd.def.Name)
+			return false, fmt.Errorf("built-in %s: %w: carries name %q, want %q", sd.def.File, store.ErrInvalid, name, sd.def.Name)
 		}
 	}
 	now := time.Now().UTC()
-	for {
-		// Names that already have versions (data without a schema key) are kept, as bbolt does.
-		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.p+keySchema), "=", 0)}
-		var ops []clientv3.Op
-		for _, sd := range seeds {
-			k := s.kSeq(sd.kind, sd.def.Name)
-			r, err := s.client().Get(ctx, k)
-			if err != nil {
-				return err
-			}
-			if len(r.Kvs) > 0 {
-				continue
-			}
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
-			info, err := json.Marshal(store.VersionInfo{Version: 1, CreatedAt: now, Author: store.BuiltinAuthor, Note: seedNote})
-			if err != nil {
-				return err
-			}
-			ops = append(ops,
-				clientv3.OpPut(k, "1"),
-				clientv3.OpPut(s.kBody(sd.kind, sd.def.Name, 1), string(sd.def.Body)),
-				clientv3.OpPut(s.kInfo(sd.kind, sd.def.Name, 1), string(info)),
-				clientv3.OpPut(s.kActive(sd.kind, sd.def.Name), "1"))
+	// Names that already have versions (data without a schema key) are kept, as bbolt does.
+	head, err := s.client().Txn(ctx).Then(clientv3.OpGet(s.p + keyActiveSet)).Commit()
+	if err != nil {
+		return false, err
+	}
+	set, setRev, err := decodeSet(head.Responses[0].GetResponseRange().Kvs)
+	if err != nil {
+		return false, err
+	}
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.p+keySchema), "=", 0), s.setGuard(setRev)}
+	var ops []clientv3.Op
+	for _, sd := range seeds {
+		k := s.kSeq(sd.kind, sd.def.Name)
+		r, err := s.client().Get(ctx, k, clientv3.WithCountOnly())
+		if err != nil {
+			return false, err
+		}
+		if r.Count > 0 {
+			continue
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
+		info, err := json.Marshal(store.VersionInfo{Version: 1, CreatedAt: now, Author: store.BuiltinAuthor, Note: seedNote})
+		if err != nil {
+			return false, err
 		}
 		ops = append(ops,
-			clientv3.OpPut(s.p+keyCreatedAt, now.Format(time.RFC3339Nano)),
-			clientv3.OpPut(s.p+keySchema, strconv.Itoa(store.SchemaVersion)))
-		tr, err := s.client().Txn(ctx).If(cmps...).Then(ops...).Commit()
-		if err != nil {
-			return fmt.Errorf("initialise: %w", err)
-		}
-		if tr.Succeeded {
-			s.log.Info("store: new etcd prefix seeded with the built-in definitions", "prefix", s.p, "definitions", len(seeds))
-			return nil
-		}
-		// Another instance raced us: if it initialised the prefix, we are done; else retry.
-		r, err := s.client().Get(ctx, s.p+keySchema)
-		if err != nil {
-			return err
-		}
-		if len(r.Kvs) > 0 {
-			return nil
-		}
+			clientv3.OpPut(k, "1"),
+			clientv3.OpPut(s.kBody(sd.kind, sd.def.Name, 1), string(sd.def.Body)),
+			clientv3.OpPut(s.kInfo(sd.kind, sd.def.Name, 1), string(info)))
+		set.move(sd.kind, sd.def.Name, 1)
 	}
+	put, err := s.setOp(set)
+	if err != nil {
+		return false, err
+	}
+	ops = append(ops, put,
+		clientv3.OpPut(s.p+keyCreatedAt, now.Format(time.RFC3339Nano)),
+		clientv3.OpPut(s.p+keySchema, strconv.Itoa(schemaVersion)))
+	tr, err := s.client().Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return false, fmt.Errorf("initialise: %w", err)
+	}
+	if tr.Succeeded {
+		s.log.Info("store: new etcd prefix seeded with the built-in definitions", "prefix", s.p, "definitions", len(seeds))
+	}
+	return tr.Succeeded, nil
 }
 
 // check runs the structural checks and the Validate hook; errors wrap store.ErrInvalid.
@@ -382,9 +429,7 @@ func (s *Etcd) check(kind store.Kind, body []byte) (string, error) {
 
 func num(v uint64) string { return fmt.Sprintf("%020d", v) }
 
-func (s *Etcd) kSeq(k store.Kind, n string) string     { return s.p + dirSeq + string(k) + "/" + n }
-func (s *Etcd) kActive(k store.Kind, n string) string  { return s.p + dirActive + string(k) + "/" + n }
-func (s *Etcd) kHistory(k store.Kind, n string) string { return s.p + dirHistory + string(k) + "/" + n }
+func (s *Etcd) kSeq(k store.Kind, n string) string { return s.p + dirSeq + string(k) + "/" + n }
 func (s *Etcd) kBody(k store.Kind, n string, v int) string {
 	return s.p + dirVersions + string(k) + "/" + n + "/" + num(uint64(v))
 }
@@ -445,24 +490,6 @@ func historyOf(kvs []*mvccKV) ([]int, int64, error) {
 		return nil, 0, fmt.Errorf("key %s: decode history: %w", kvs[0].Key, err)
 	}
 	return h, kvs[0].ModRevision, nil
-}
-
-func historyOp(key string, hist []int) clientv3.Op {
-	if len(hist) > store.MaxHistory {
-		hist = hist[len(hist)-store.MaxHistory:]
-	}
-	if len(hist) == 0 {
-		return clientv3.OpDelete(key)
-	}
-	b, _ := json.Marshal(hist) // []int always marshals
-	return clientv3.OpPut(key, string(b))
-}
-
-func activeOp(key string, v int) clientv3.Op {
-	if v == 0 {
-		return clientv3.OpDelete(key)
-	}
-	return clientv3.OpPut(key, strconv.Itoa(v))
 }
 
 func decodeInfo(raw []byte, v int) (store.VersionInfo, error) {

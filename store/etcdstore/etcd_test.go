@@ -74,7 +74,7 @@ func TestRemoteChangesReachWatchers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Activate(ctx, store.KindTemplate, "t", v); err != nil {
+	if _, err := a.Activate(ctx, store.KindTemplate, "t", v); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "b's watcher", func() bool {
@@ -190,7 +190,7 @@ func TestCopyBoltToEtcdAndBack(t *testing.T) {
 	}
 	defer b.Close()
 	_, _ = b.AddVersion(ctx, store.KindTemplate, []byte(`{"name":"z", "text":"1"}`), "me", "n")
-	_ = b.Activate(ctx, store.KindTemplate, "z", 1)
+	_, _ = b.Activate(ctx, store.KindTemplate, "z", 1)
 	_ = b.SetToolEnabled(ctx, "shell", false, "ops")
 	d, err := b.Export(ctx)
 	if err != nil {

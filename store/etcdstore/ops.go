@@ -55,17 +55,18 @@ func (s *Etcd) Active(ctx context.Context, kind store.Kind, name string) (store.
 	if err := checkName(kind, name); err != nil {
 		return store.Record{}, fmt.Errorf("store: %w", err)
 	}
-	tr, err := s.client().Txn(ctx).Then(clientv3.OpGet(s.kActive(kind, name)), clientv3.OpGet(s.kSeq(kind, name), clientv3.WithCountOnly())).Commit()
+	tr, err := s.client().Txn(ctx).Then(clientv3.OpGet(s.p+keyActiveSet), clientv3.OpGet(s.kSeq(kind, name), clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return store.Record{}, fmt.Errorf("store: %s/%s: %w", kind, name, err)
 	}
 	if tr.Responses[1].GetResponseRange().Count == 0 {
 		return store.Record{}, fmt.Errorf("store: %s/%s: %w", kind, name, store.ErrNotFound)
 	}
-	v, _, err := intOf(tr.Responses[0].GetResponseRange().Kvs)
+	set, _, err := decodeSet(tr.Responses[0].GetResponseRange().Kvs)
 	if err != nil {
 		return store.Record{}, fmt.Errorf("store: %w", err)
 	}
+	v := set.get(kind, name).Active
 	if v == 0 {
 		return store.Record{}, fmt.Errorf("store: %s/%s: no active version: %w", kind, name, store.ErrNotFound)
 	}
@@ -102,7 +103,7 @@ func (s *Etcd) List(ctx context.Context, kind store.Kind) ([]store.Entry, error)
 	defer cancel()
 	tr, err := s.client().Txn(ctx).Then(
 		clientv3.OpGet(s.p+dirSeq+string(kind)+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-		clientv3.OpGet(s.p+dirActive+string(kind)+"/", clientv3.WithPrefix()),
+		clientv3.OpGet(s.p+keyActiveSet),
 		clientv3.OpGet(s.p+dirInfo+string(kind)+"/", clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
@@ -117,15 +118,12 @@ func (s *Etcd) List(ctx context.Context, kind store.Kind) ([]store.Entry, error)
 		names = append(names, n)
 		byName[n] = &store.Entry{Name: n, Versions: []store.VersionInfo{}}
 	}
-	actDir := s.p + dirActive + string(kind) + "/"
-	for _, kv := range tr.Responses[1].GetResponseRange().Kvs {
-		if e := byName[strings.TrimPrefix(string(kv.Key), actDir)]; e != nil {
-			v, _, err := intOf([]*mvccKV{kv})
-			if err != nil {
-				return nil, fmt.Errorf("store: list %s: %w", kind, err)
-			}
-			e.Active = v
-		}
+	set, _, err := decodeSet(tr.Responses[1].GetResponseRange().Kvs)
+	if err != nil {
+		return nil, fmt.Errorf("store: list %s: %w", kind, err)
+	}
+	for n, e := range byName {
+		e.Active = set.get(kind, n).Active
 	}
 	infoDir := s.p + dirInfo + string(kind) + "/"
 	for _, kv := range tr.Responses[2].GetResponseRange().Kvs {
@@ -164,7 +162,7 @@ func (s *Etcd) Entry(ctx context.Context, kind store.Kind, name string) (store.E
 	}
 	tr, err := s.client().Txn(ctx).Then(
 		clientv3.OpGet(s.kSeq(kind, name), clientv3.WithCountOnly()),
-		clientv3.OpGet(s.kActive(kind, name)),
+		clientv3.OpGet(s.p+keyActiveSet),
 		clientv3.OpGet(s.p+dirInfo+string(kind)+"/"+name+"/", clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
@@ -174,9 +172,11 @@ func (s *Etcd) Entry(ctx context.Context, kind store.Kind, name string) (store.E
 		return store.Entry{}, fmt.Errorf("store: %s/%s: %w", kind, name, store.ErrNotFound)
 	}
 	e := store.Entry{Name: name, Versions: []store.VersionInfo{}}
-	if e.Active, _, err = intOf(tr.Responses[1].GetResponseRange().Kvs); err != nil {
+	set, _, err := decodeSet(tr.Responses[1].GetResponseRange().Kvs)
+	if err != nil {
 		return store.Entry{}, fmt.Errorf("store: %w", err)
 	}
+	e.Active = set.get(kind, name).Active
 	for _, kv := range tr.Responses[2].GetResponseRange().Kvs {
 		v, err := versionOfKey(kv.Key)
 		if err != nil {
@@ -238,20 +238,11 @@ func (s *Etcd) AddVersion(ctx context.Context, kind store.Kind, body []byte, aut
 	}
 }
 
-// pointer is the active pointer and history of one name, as read, with the revisions to compare.
-type pointer struct {
-	active  int
-	aRev    int64
-	hist    []int
-	histRev int64
-	exists  bool // the name has versions
-}
-
-// readPointer reads the active pointer and history of a name, and whether version want exists (want 0: skip).
-func (s *Etcd) readPointer(ctx context.Context, kind store.Kind, name string, want int) (pointer, bool, error) {
+// readSet reads the active set and, in the same transaction, whether name has versions and whether
+// version want exists (want 0: skip).
+func (s *Etcd) readSet(ctx context.Context, kind store.Kind, name string, want int) (set activeSet, setRev int64, exists, has bool, err error) {
 	ops := []clientv3.Op{
-		clientv3.OpGet(s.kActive(kind, name)),
-		clientv3.OpGet(s.kHistory(kind, name)),
+		clientv3.OpGet(s.p + keyActiveSet),
 		clientv3.OpGet(s.kSeq(kind, name), clientv3.WithCountOnly()),
 	}
 	if want > 0 {
@@ -259,114 +250,108 @@ func (s *Etcd) readPointer(ctx context.Context, kind store.Kind, name string, wa
 	}
 	tr, err := s.client().Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return pointer{}, false, err
+		return nil, 0, false, false, err
 	}
-	var p pointer
-	if p.active, p.aRev, err = intOf(tr.Responses[0].GetResponseRange().Kvs); err != nil {
-		return pointer{}, false, err
+	if set, setRev, err = decodeSet(tr.Responses[0].GetResponseRange().Kvs); err != nil {
+		return nil, 0, false, false, err
 	}
-	if p.hist, p.histRev, err = historyOf(tr.Responses[1].GetResponseRange().Kvs); err != nil {
-		return pointer{}, false, err
-	}
-	p.exists = tr.Responses[2].GetResponseRange().Count > 0
-	has := want > 0 && tr.Responses[3].GetResponseRange().Count > 0
-	return p, has, nil
+	exists = tr.Responses[1].GetResponseRange().Count > 0
+	has = want > 0 && tr.Responses[2].GetResponseRange().Count > 0
+	return set, setRev, exists, has, nil
 }
 
-// guard is the compare-and-swap on a name's active pointer and history.
-func (s *Etcd) guard(kind store.Kind, name string, p pointer) []clientv3.Cmp {
-	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.ModRevision(s.kActive(kind, name)), "=", p.aRev),
-		clientv3.Compare(clientv3.ModRevision(s.kHistory(kind, name)), "=", p.histRev),
-	}
-}
-
-// Activate implements store.Store: one transaction, compare-and-swap on the active pointer and its
-// history; when another activation won the race, this one is applied on top of it (both stay in history).
-func (s *Etcd) Activate(ctx context.Context, kind store.Kind, name string, version int) error {
-	if err := precheck(ctx, kind); err != nil {
-		return err
-	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	if err := checkName(kind, name); err != nil {
-		return fmt.Errorf("store: activate: %w", err)
-	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("store: %w", err)
-		}
-		p, has, err := s.readPointer(ctx, kind, name, version)
-		if err != nil {
-			return fmt.Errorf("store: activate: %s/%s: %w", kind, name, err)
-		}
-		if !p.exists {
-			return fmt.Errorf("store: activate: %s/%s: %w", kind, name, store.ErrNotFound)
-		}
-		if !has {
-			return fmt.Errorf("store: activate: %s/%s@%d: %w", kind, name, version, store.ErrNotFound)
-		}
-		if p.active == version {
-			return nil
-		}
-		hist := p.hist
-		if p.active != 0 {
-			hist = append(hist, p.active)
-		}
-		tr, err := s.client().Txn(ctx).If(s.guard(kind, name, p)...).
-			Then(activeOp(s.kActive(kind, name), version), historyOp(s.kHistory(kind, name), hist)).Commit()
-		if err != nil {
-			return fmt.Errorf("store: activate: %s/%s: %w", kind, name, err)
-		}
-		if !tr.Succeeded {
-			continue
-		}
-		s.log.Info("store: version activated", "kind", kind, "name", name, "version", version, "previous", p.active)
-		s.committed(tr.Header.Revision)
-		return nil
-	}
-}
-
-// Rollback implements store.Store.
-func (s *Etcd) Rollback(ctx context.Context, kind store.Kind, name string) (int, error) {
+// Activate implements store.Store: one transaction, compare-and-swap on the active set; when another
+// change won the race, this one is applied on top of it (both stay in history), and the version returned
+// as previous is the one this transaction replaced.
+func (s *Etcd) Activate(ctx context.Context, kind store.Kind, name string, version int) (int, error) {
 	if err := precheck(ctx, kind); err != nil {
 		return 0, err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if err := checkName(kind, name); err != nil {
-		return 0, fmt.Errorf("store: rollback: %w", err)
+		return 0, fmt.Errorf("store: activate: %w", err)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return 0, fmt.Errorf("store: %w", err)
 		}
-		p, _, err := s.readPointer(ctx, kind, name, 0)
+		set, setRev, exists, has, err := s.readSet(ctx, kind, name, version)
 		if err != nil {
-			return 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, err)
+			return 0, fmt.Errorf("store: activate: %s/%s: %w", kind, name, err)
 		}
-		if !p.exists {
-			return 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, store.ErrNotFound)
+		if !exists {
+			return 0, fmt.Errorf("store: activate: %s/%s: %w", kind, name, store.ErrNotFound)
 		}
-		hist := p.hist
-		for len(hist) > 0 && hist[len(hist)-1] == p.active {
-			hist = hist[:len(hist)-1]
+		if !has {
+			return 0, fmt.Errorf("store: activate: %s/%s@%d: %w", kind, name, version, store.ErrNotFound)
 		}
-		if len(hist) == 0 {
-			return 0, fmt.Errorf("store: rollback: %s/%s: from version %d: %w", kind, name, p.active, store.ErrNoPreviousVersion)
+		prev := set.move(kind, name, version)
+		if prev == version {
+			return prev, nil
 		}
-		to := hist[len(hist)-1]
-		tr, err := s.client().Txn(ctx).If(s.guard(kind, name, p)...).
-			Then(activeOp(s.kActive(kind, name), to), historyOp(s.kHistory(kind, name), hist[:len(hist)-1])).Commit()
+		put, err := s.setOp(set)
 		if err != nil {
-			return 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, err)
+			return 0, fmt.Errorf("store: activate: %s/%s: %w", kind, name, err)
+		}
+		tr, err := s.client().Txn(ctx).If(s.setGuard(setRev)).Then(put).Commit()
+		if err != nil {
+			return 0, fmt.Errorf("store: activate: %s/%s: %w", kind, name, err)
 		}
 		if !tr.Succeeded {
 			continue
 		}
-		s.log.Info("store: rolled back", "kind", kind, "name", name, "version", to, "from", p.active)
+		s.log.Info("store: version activated", "kind", kind, "name", name, "version", version, "previous", prev)
 		s.committed(tr.Header.Revision)
-		return to, nil
+		return prev, nil
+	}
+}
+
+// Rollback implements store.Store.
+func (s *Etcd) Rollback(ctx context.Context, kind store.Kind, name string) (int, int, error) {
+	if err := precheck(ctx, kind); err != nil {
+		return 0, 0, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := checkName(kind, name); err != nil {
+		return 0, 0, fmt.Errorf("store: rollback: %w", err)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, 0, fmt.Errorf("store: %w", err)
+		}
+		set, setRev, exists, _, err := s.readSet(ctx, kind, name, 0)
+		if err != nil {
+			return 0, 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, err)
+		}
+		if !exists {
+			return 0, 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, store.ErrNotFound)
+		}
+		p := set.get(kind, name)
+		hist := p.History
+		for len(hist) > 0 && hist[len(hist)-1] == p.Active {
+			hist = hist[:len(hist)-1]
+		}
+		if len(hist) == 0 {
+			return 0, 0, fmt.Errorf("store: rollback: %s/%s: from version %d: %w", kind, name, p.Active, store.ErrNoPreviousVersion)
+		}
+		to := hist[len(hist)-1]
+		set.set(kind, name, pointer{Active: to, History: append([]int(nil), hist[:len(hist)-1]...)})
+		put, err := s.setOp(set)
+		if err != nil {
+			return 0, 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, err)
+		}
+		tr, err := s.client().Txn(ctx).If(s.setGuard(setRev)).Then(put).Commit()
+		if err != nil {
+			return 0, 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, err)
+		}
+		if !tr.Succeeded {
+			continue
+		}
+		s.log.Info("store: rolled back", "kind", kind, "name", name, "version", to, "from", p.Active)
+		s.committed(tr.Header.Revision)
+		return to, p.Active, nil
 	}
 }
 
@@ -398,13 +383,18 @@ func (s *Etcd) Snapshot(ctx context.Context) (store.Snapshot, error) {
 func (s *Etcd) readSnapshot(ctx context.Context) (store.Snapshot, int64, error) {
 	snap := store.Snapshot{Templates: map[string]store.Record{}, Protocols: map[string]store.Record{}, Tools: map[string]store.ToolOverride{}}
 	tr, err := s.client().Txn(ctx).Then(
-		clientv3.OpGet(s.p+dirActive, clientv3.WithPrefix()),
+		clientv3.OpGet(s.p+keyActiveSet),
 		clientv3.OpGet(s.p+dirTools, clientv3.WithPrefix()),
+		clientv3.OpGet(s.p+keySchema),
 	).Commit()
 	if err != nil {
 		return snap, 0, err
 	}
 	rev := tr.Header.Revision
+	if kvs := tr.Responses[2].GetResponseRange().Kvs; len(kvs) == 0 || string(kvs[0].Value) != strconv.Itoa(schemaVersion) {
+		// Being copied into (no schema yet), or still of layout 1: nothing to serve from it.
+		return snap, 0, fmt.Errorf("prefix %s holds no promptgate definitions of layout %d (a store copy running? an older release?)", s.p, schemaVersion)
+	}
 	for _, kv := range tr.Responses[1].GetResponseRange().Kvs {
 		var o store.ToolOverride
 		name := strings.TrimPrefix(string(kv.Key), s.p+dirTools)
@@ -413,23 +403,57 @@ func (s *Etcd) readSnapshot(ctx context.Context) (store.Snapshot, int64, error) 
 		}
 		snap.Tools[name] = o
 	}
-	for _, kv := range tr.Responses[0].GetResponseRange().Kvs {
-		kindName, name, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), s.p+dirActive), "/")
-		kind := store.Kind(kindName)
-		if !ok || !kind.Valid() {
-			continue
+	set, _, err := decodeSet(tr.Responses[0].GetResponseRange().Kvs)
+	if err != nil {
+		return snap, 0, err
+	}
+	var want []store.Record
+	for _, kind := range store.Kinds() {
+		for _, name := range set.sortedNames(kind) {
+			if v := set.get(kind, name).Active; v > 0 {
+				want = append(want, store.Record{Kind: kind, Name: name, Version: v})
+			}
 		}
-		v, _, err := intOf([]*mvccKV{kv})
-		if err != nil {
-			return snap, 0, err
-		}
-		rec, err := s.readRecord(ctx, kind, name, v, rev)
-		if err != nil {
-			return snap, 0, err
-		}
-		snap.Of(kind)[name] = rec
+	}
+	recs, err := s.readRecords(ctx, want, rev)
+	if err != nil {
+		return snap, 0, err
+	}
+	for _, rec := range recs {
+		snap.Of(rec.Kind)[rec.Name] = rec
 	}
 	return snap, rev, nil
+}
+
+// readRecords reads the versions named by want (Kind, Name, Version) at revision rev, in transactions
+// of at most maxTxnOps reads.
+func (s *Etcd) readRecords(ctx context.Context, want []store.Record, rev int64) ([]store.Record, error) {
+	out := make([]store.Record, 0, len(want))
+	for len(want) > 0 {
+		n := min(len(want), maxTxnOps/2)
+		ops := make([]clientv3.Op, 0, 2*n)
+		for _, w := range want[:n] {
+			ops = append(ops, clientv3.OpGet(s.kBody(w.Kind, w.Name, w.Version), clientv3.WithRev(rev)),
+				clientv3.OpGet(s.kInfo(w.Kind, w.Name, w.Version), clientv3.WithRev(rev)))
+		}
+		tr, err := s.client().Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, err
+		}
+		for i, w := range want[:n] {
+			body, info := tr.Responses[2*i].GetResponseRange().Kvs, tr.Responses[2*i+1].GetResponseRange().Kvs
+			if len(body) == 0 || len(info) == 0 {
+				return nil, fmt.Errorf("%s/%s: active version %d is missing", w.Kind, w.Name, w.Version)
+			}
+			vi, err := decodeInfo(info[0].Value, w.Version)
+			if err != nil {
+				return nil, fmt.Errorf("%s/%s: %w", w.Kind, w.Name, err)
+			}
+			out = append(out, store.Record{Kind: w.Kind, Name: w.Name, Version: w.Version, CreatedAt: vi.CreatedAt, Author: vi.Author, Note: vi.Note, Body: bytes.Clone(body[0].Value)})
+		}
+		want = want[n:]
+	}
+	return out, nil
 }
 
 type rolloutItem struct {
@@ -464,104 +488,186 @@ func (s *Etcd) checkRollout(r store.Rollout) ([]rolloutItem, error) {
 	return items, nil
 }
 
-// maxRolloutItems keeps a rollout's transaction under etcd's default --max-txn-ops (128): each
-// definition writes 5 keys.
-const maxRolloutItems = 25
+// versionBatch bounds the versions one transaction of storeVersions writes: 3 operations each, and at
+// most versionBatchBytes of bodies (etcd's default --max-request-bytes is 1.5 MiB).
+const (
+	versionBatch      = maxTxnOps / 3
+	versionBatchBytes = 512 << 10
+)
 
-// ApplyRollout implements store.Store: one transaction, guarded by compare-and-swap on every key it read.
+// storeVersions stores every item as the next version of its name, in transactions of at most
+// versionBatch items, each guarded by compare-and-swap on the version counters it read (a batch that lost a
+// race is read and written again), and returns the versions, in the order of items. It activates nothing.
+func (s *Etcd) storeVersions(ctx context.Context, items []rolloutItem, author, note string, at time.Time) ([]int, error) {
+	out := make([]int, 0, len(items))
+	for len(items) > 0 {
+		n, size := 0, 0
+		for n < len(items) && n < versionBatch && (n == 0 || size+len(items[n].body) <= versionBatchBytes) {
+			size += len(items[n].body)
+			n++
+		}
+		batch := items[:n]
+		for {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			gets := make([]clientv3.Op, 0, n)
+			for _, it := range batch {
+				gets = append(gets, clientv3.OpGet(s.kSeq(it.kind, it.name)))
+			}
+			rt, err := s.client().Txn(ctx).Then(gets...).Commit()
+			if err != nil {
+				return nil, err
+			}
+			cmps := make([]clientv3.Cmp, 0, n)
+			ops := make([]clientv3.Op, 0, 3*n)
+			vs := make([]int, 0, n)
+			for i, it := range batch {
+				last, lastRev, err := intOf(rt.Responses[i].GetResponseRange().Kvs)
+				if err != nil {
+					return nil, err
+				}
+				v := last + 1
+				info, err := json.Marshal(store.VersionInfo{Version: v, CreatedAt: at, Author: author, Note: note})
+				if err != nil {
+					return nil, err
+				}
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.kSeq(it.kind, it.name)), "=", lastRev))
+				ops = append(ops,
+					clientv3.OpPut(s.kSeq(it.kind, it.name), strconv.Itoa(v)),
+					clientv3.OpPut(s.kBody(it.kind, it.name, v), string(it.body)),
+					clientv3.OpPut(s.kInfo(it.kind, it.name, v), string(info)))
+				vs = append(vs, v)
+			}
+			tr, err := s.client().Txn(ctx).If(cmps...).Then(ops...).Commit()
+			if err != nil {
+				return nil, err
+			}
+			if tr.Succeeded {
+				out = append(out, vs...)
+				break
+			}
+		}
+		items = items[n:]
+	}
+	return out, nil
+}
+
+// ApplyRollout implements store.Store, for a rollout of any size, in two steps. First every definition is
+// stored as a new version (storeVersions: immutable keys, several transactions when there are many; they
+// activate nothing, so no instance serves them yet). Then one transaction moves every active pointer,
+// records the rollout and takes its id, by compare-and-swap on the active set, the rollout counter and the
+// id's absence: that transaction is the rollout, and watchers see all of it or nothing.
+//
+// When the second step cannot happen (the same id applied meanwhile by someone else, etcd lost, the
+// context ended), the versions of the first step stay as inactive versions with the rollout id as their
+// note, like versions added and never activated. They are not garbage-collected: versions are never
+// deleted (their numbers are history), they cost a few keys, and nothing serves them unless someone
+// activates them by number. Applying the rollout again stores fresh versions.
 func (s *Etcd) ApplyRollout(ctx context.Context, r store.Rollout) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
 	items, err := s.checkRollout(r)
 	if err != nil {
 		return fmt.Errorf("store: rollout %q: %w", r.ID, err)
 	}
-	if len(items) > maxRolloutItems {
-		return fmt.Errorf("store: rollout %q: %w: %d definitions; on etcd one rollout holds at most %d (one transaction): split it", r.ID, store.ErrInvalid, len(items), maxRolloutItems)
+	ctx, cancel := s.boundFor(ctx, s.timeout*time.Duration(2+len(items)/versionBatch))
+	defer cancel()
+	head, err := s.client().Get(ctx, s.kRolloutID(r.ID), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("store: rollout %q: %w", r.ID, err)
+	}
+	if head.Count > 0 {
+		return fmt.Errorf("store: rollout %q: %w", r.ID, store.ErrAlreadyApplied)
+	}
+	now := time.Now().UTC()
+	vs, err := s.storeVersions(ctx, items, store.RolloutAuthor, r.ID, now)
+	if err != nil {
+		return fmt.Errorf("store: rollout %q: store its versions: %w", r.ID, err)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("store: %w", err)
+			return fmt.Errorf("store: rollout %q: %w (its versions are stored, inactive; apply it again)", r.ID, err)
 		}
-		now := time.Now().UTC()
-		applied := store.AppliedRollout{ID: r.ID, AppliedAt: now, Previous: map[string]int{}, Activated: map[string]int{}}
-		head, err := s.client().Txn(ctx).Then(
+		rt, err := s.client().Txn(ctx).Then(
 			clientv3.OpGet(s.kRolloutID(r.ID), clientv3.WithCountOnly()),
-			clientv3.OpGet(s.p+keyRolloutSeq)).Commit()
+			clientv3.OpGet(s.p+keyRolloutSeq),
+			clientv3.OpGet(s.p+keyActiveSet)).Commit()
 		if err != nil {
 			return fmt.Errorf("store: rollout %q: %w", r.ID, err)
 		}
-		if head.Responses[0].GetResponseRange().Count > 0 {
+		if rt.Responses[0].GetResponseRange().Count > 0 {
+			s.log.Warn("store: rollout applied meanwhile by another writer; the versions this attempt stored stay inactive", "id", r.ID)
 			return fmt.Errorf("store: rollout %q: %w", r.ID, store.ErrAlreadyApplied)
 		}
-		seq, seqRev, err := intOf(head.Responses[1].GetResponseRange().Kvs)
+		seq, seqRev, err := intOf(rt.Responses[1].GetResponseRange().Kvs)
 		if err != nil {
 			return fmt.Errorf("store: rollout %q: %w", r.ID, err)
 		}
-		cmps := []clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(s.kRolloutID(r.ID)), "=", 0),
-			clientv3.Compare(clientv3.ModRevision(s.p+keyRolloutSeq), "=", seqRev),
+		set, setRev, err := decodeSet(rt.Responses[2].GetResponseRange().Kvs)
+		if err != nil {
+			return fmt.Errorf("store: rollout %q: %w", r.ID, err)
 		}
-		var ops []clientv3.Op
-		for _, it := range items {
-			rs, err := s.client().Get(ctx, s.kSeq(it.kind, it.name))
-			if err != nil {
-				return fmt.Errorf("store: rollout %q: %w", r.ID, err)
-			}
-			last, lastRev, err := intOf(rs.Kvs)
-			if err != nil {
-				return fmt.Errorf("store: rollout %q: %w", r.ID, err)
-			}
-			p, _, err := s.readPointer(ctx, it.kind, it.name, 0)
-			if err != nil {
-				return fmt.Errorf("store: rollout %q: %w", r.ID, err)
-			}
-			v := last + 1
-			info, err := json.Marshal(store.VersionInfo{Version: v, CreatedAt: now, Author: store.RolloutAuthor, Note: r.ID})
-			if err != nil {
-				return fmt.Errorf("store: %w", err)
-			}
-			hist := p.hist
-			if p.active != 0 && p.active != v {
-				hist = append(hist, p.active)
-			}
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.kSeq(it.kind, it.name)), "=", lastRev))
-			cmps = append(cmps, s.guard(it.kind, it.name, p)...)
-			ops = append(ops,
-				clientv3.OpPut(s.kSeq(it.kind, it.name), strconv.Itoa(v)),
-				clientv3.OpPut(s.kBody(it.kind, it.name, v), string(it.body)),
-				clientv3.OpPut(s.kInfo(it.kind, it.name, v), string(info)),
-				activeOp(s.kActive(it.kind, it.name), v),
-				historyOp(s.kHistory(it.kind, it.name), hist))
-			applied.Previous[store.Key(it.kind, it.name)] = p.active
-			applied.Activated[store.Key(it.kind, it.name)] = v
+		applied := store.AppliedRollout{ID: r.ID, AppliedAt: now, Previous: map[string]int{}, Activated: map[string]int{}}
+		for i, it := range items {
+			applied.Previous[store.Key(it.kind, it.name)] = set.move(it.kind, it.name, vs[i])
+			applied.Activated[store.Key(it.kind, it.name)] = vs[i]
 		}
 		rec, err := json.Marshal(applied)
 		if err != nil {
 			return fmt.Errorf("store: %w", err)
 		}
+		put, err := s.setOp(set)
+		if err != nil {
+			return fmt.Errorf("store: rollout %q: %w", r.ID, err)
+		}
 		seq++
-		ops = append(ops,
+		tr, err := s.client().Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(s.kRolloutID(r.ID)), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(s.p+keyRolloutSeq), "=", seqRev),
+			s.setGuard(setRev),
+		).Then(
+			put,
 			clientv3.OpPut(s.p+keyRolloutSeq, strconv.Itoa(seq)),
 			clientv3.OpPut(s.kRollout(uint64(seq)), string(rec)),
-			clientv3.OpPut(s.kRolloutID(r.ID), strconv.Itoa(seq)))
-		tr, err := s.client().Txn(ctx).If(cmps...).Then(ops...).Commit()
+			clientv3.OpPut(s.kRolloutID(r.ID), strconv.Itoa(seq)),
+		).Commit()
 		if err != nil {
 			return fmt.Errorf("store: rollout %q: %w", r.ID, err)
 		}
 		if !tr.Succeeded {
 			continue
 		}
-		s.log.Info("store: rollout applied", "id", r.ID, "activated", applied.Activated)
+		s.log.Info("store: rollout applied", "id", r.ID, "definitions", len(items), "activated", applied.Activated)
 		s.committed(tr.Header.Revision)
 		return nil
 	}
 }
 
-// RevertLast implements store.Store.
+// existing reports which of keys exist, reading them in transactions of at most maxTxnOps.
+func (s *Etcd) existing(ctx context.Context, keys []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for len(keys) > 0 {
+		n := min(len(keys), maxTxnOps)
+		ops := make([]clientv3.Op, 0, n)
+		for _, k := range keys[:n] {
+			ops = append(ops, clientv3.OpGet(k, clientv3.WithCountOnly()))
+		}
+		tr, err := s.client().Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, err
+		}
+		for i, k := range keys[:n] {
+			out[k] = tr.Responses[i].GetResponseRange().Count > 0
+		}
+		keys = keys[n:]
+	}
+	return out, nil
+}
+
+// RevertLast implements store.Store: one transaction, by compare-and-swap on the active set and the
+// rollout's record, whatever the rollout's size.
 func (s *Etcd) RevertLast(ctx context.Context) (store.AppliedRollout, error) {
 	if err := ctx.Err(); err != nil {
 		return store.AppliedRollout{}, fmt.Errorf("store: %w", err)
@@ -572,62 +678,80 @@ func (s *Etcd) RevertLast(ctx context.Context) (store.AppliedRollout, error) {
 		if err := ctx.Err(); err != nil {
 			return store.AppliedRollout{}, fmt.Errorf("store: %w", err)
 		}
-		last, err := s.client().Get(ctx, s.p+dirRollouts, append(clientv3.WithLastKey(), clientv3.WithPrefix())...)
+		rt, err := s.client().Txn(ctx).Then(
+			clientv3.OpGet(s.p+dirRollouts, append(clientv3.WithLastKey(), clientv3.WithPrefix())...),
+			clientv3.OpGet(s.p+keyActiveSet)).Commit()
 		if err != nil {
 			return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: %w", err)
 		}
-		if len(last.Kvs) == 0 {
+		last := rt.Responses[0].GetResponseRange().Kvs
+		if len(last) == 0 {
 			return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: %w", store.ErrNothingToRevert)
 		}
-		kv := last.Kvs[0]
+		kv := last[0]
 		var ar store.AppliedRollout
 		if err := json.Unmarshal(kv.Value, &ar); err != nil {
 			return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: decode %s: %w", kv.Key, err)
 		}
-		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)}
-		var ops []clientv3.Op
-		var moved []string
+		set, setRev, err := decodeSet(rt.Responses[1].GetResponseRange().Kvs)
+		if err != nil {
+			return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: %w", err)
+		}
 		keys := make([]string, 0, len(ar.Previous))
 		for key := range ar.Previous {
 			keys = append(keys, key)
 		}
 		sort.Strings(keys)
+		var probe []string
 		for _, key := range keys {
 			kindName, name, ok := strings.Cut(key, "/")
 			kind := store.Kind(kindName)
 			if !ok || !kind.Valid() || !store.ValidName(name) {
 				return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: applied rollout %q: bad key %q", ar.ID, key)
 			}
-			prev, activated := ar.Previous[key], ar.Activated[key]
-			p, has, err := s.readPointer(ctx, kind, name, prev)
-			if err != nil {
-				return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: %w", err)
+			probe = append(probe, s.kSeq(kind, name))
+			if prev := ar.Previous[key]; prev != 0 {
+				probe = append(probe, s.kBody(kind, name, prev))
 			}
-			if !p.exists {
+		}
+		has, err := s.existing(ctx, probe)
+		if err != nil {
+			return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: %w", err)
+		}
+		var moved []string
+		for _, key := range keys {
+			kindName, name, _ := strings.Cut(key, "/")
+			kind := store.Kind(kindName)
+			prev, activated := ar.Previous[key], ar.Activated[key]
+			if !has[s.kSeq(kind, name)] {
 				return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: %s/%s: %w", kind, name, store.ErrNotFound)
 			}
-			if prev != 0 && !has {
+			if prev != 0 && !has[s.kBody(kind, name, prev)] {
 				return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: %s: version %d to re-activate: %w", key, prev, store.ErrNotFound)
 			}
-			cmps = append(cmps, s.guard(kind, name, p)...)
-			hist := p.hist
-			if p.active == activated && (prev == 0 || (len(hist) > 0 && hist[len(hist)-1] == prev)) {
+			p := set.get(kind, name)
+			hist := append([]int(nil), p.History...)
+			if p.Active == activated && (prev == 0 || (len(hist) > 0 && hist[len(hist)-1] == prev)) {
+				// Nothing moved since the rollout: undo its activation, history included.
 				if prev != 0 {
 					hist = hist[:len(hist)-1]
 				}
-				ops = append(ops, historyOp(s.kHistory(kind, name), hist), activeOp(s.kActive(kind, name), prev))
+				set.set(kind, name, pointer{Active: prev, History: hist})
 				continue
 			}
+			// Someone activated another version since: still restore exactly Previous, as a new activation,
+			// so that Rollback can return to what they had chosen.
 			moved = append(moved, key)
-			if p.active != prev {
-				if p.active != 0 {
-					hist = append(hist, p.active)
-				}
-				ops = append(ops, historyOp(s.kHistory(kind, name), hist), activeOp(s.kActive(kind, name), prev))
-			}
+			set.move(kind, name, prev)
 		}
-		ops = append(ops, clientv3.OpDelete(string(kv.Key)), clientv3.OpDelete(s.kRolloutID(ar.ID)))
-		tr, err := s.client().Txn(ctx).If(cmps...).Then(ops...).Commit()
+		put, err := s.setOp(set)
+		if err != nil {
+			return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: %w", err)
+		}
+		tr, err := s.client().Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
+			s.setGuard(setRev),
+		).Then(put, clientv3.OpDelete(string(kv.Key)), clientv3.OpDelete(s.kRolloutID(ar.ID))).Commit()
 		if err != nil {
 			return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: %w", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -113,18 +114,18 @@ func Run(t *testing.T, open Open) {
 			}
 		}
 		for _, v := range []int{1, 2, 3, 3} {
-			if err := s.Activate(ctx, store.KindTemplate, "r", v); err != nil {
+			if _, err := s.Activate(ctx, store.KindTemplate, "r", v); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := s.Activate(ctx, store.KindTemplate, "r", 4); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.Activate(ctx, store.KindTemplate, "r", 4); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("activate missing version: %v", err)
 		}
-		if err := s.Activate(ctx, store.KindTemplate, "nope", 1); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.Activate(ctx, store.KindTemplate, "nope", 1); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("activate missing name: %v", err)
 		}
 		for _, want := range []int{2, 1} {
-			v, err := s.Rollback(ctx, store.KindTemplate, "r")
+			v, _, err := s.Rollback(ctx, store.KindTemplate, "r")
 			if err != nil || v != want {
 				t.Fatalf("rollback: %d %v, want %d", v, err, want)
 			}
@@ -133,10 +134,10 @@ func Run(t *testing.T, open Open) {
 				t.Fatalf("active %d after rollback, want %d", rec.Version, want)
 			}
 		}
-		if _, err := s.Rollback(ctx, store.KindTemplate, "r"); !errors.Is(err, store.ErrNoPreviousVersion) {
+		if _, _, err := s.Rollback(ctx, store.KindTemplate, "r"); !errors.Is(err, store.ErrNoPreviousVersion) {
 			t.Fatalf("rollback past the start: %v", err)
 		}
-		if _, err := s.Rollback(ctx, store.KindTemplate, "nope"); !errors.Is(err, store.ErrNotFound) {
+		if _, _, err := s.Rollback(ctx, store.KindTemplate, "nope"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("rollback of unknown: %v", err)
 		}
 	})
@@ -211,7 +212,7 @@ func Run(t *testing.T, open Open) {
 		if !reflect.DeepEqual(versions(before), versions(after)) {
 			t.Fatalf("revert did not restore exactly:\n%v\n%v", versions(before), versions(after))
 		}
-		if _, err := s.Rollback(ctx, store.KindTemplate, "base_tool_call_v2"); !errors.Is(err, store.ErrNoPreviousVersion) {
+		if _, _, err := s.Rollback(ctx, store.KindTemplate, "base_tool_call_v2"); !errors.Is(err, store.ErrNoPreviousVersion) {
 			t.Fatalf("revert left history behind: %v", err)
 		}
 		if e, _ := s.Entry(ctx, store.KindTemplate, "fresh"); e.Active != 0 || len(e.Versions) != 1 {
@@ -221,13 +222,13 @@ func Run(t *testing.T, open Open) {
 			t.Fatalf("re-apply after revert: %v", err)
 		}
 		// Changed by hand since: revert still restores Previous, as a new activation.
-		if err := s.Activate(ctx, store.KindTemplate, "base_tool_call_v2", 2); err != nil {
+		if _, err := s.Activate(ctx, store.KindTemplate, "base_tool_call_v2", 2); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.AddVersion(ctx, store.KindTemplate, tpl("base_tool_call_v2", "hand"), "", ""); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Activate(ctx, store.KindTemplate, "base_tool_call_v2", 4); err != nil {
+		if _, err := s.Activate(ctx, store.KindTemplate, "base_tool_call_v2", 4); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.RevertLast(ctx); err != nil {
@@ -236,7 +237,7 @@ func Run(t *testing.T, open Open) {
 		if rec, _ := s.Active(ctx, store.KindTemplate, "base_tool_call_v2"); rec.Version != 1 {
 			t.Fatalf("revert after a manual change: active %d, want 1", rec.Version)
 		}
-		if v, err := s.Rollback(ctx, store.KindTemplate, "base_tool_call_v2"); err != nil || v != 4 {
+		if v, _, err := s.Rollback(ctx, store.KindTemplate, "base_tool_call_v2"); err != nil || v != 4 {
 			t.Fatalf("rollback to the hand choice: %d %v", v, err)
 		}
 		bad := store.Rollout{ID: "bad id!", Templates: []json.RawMessage{tpl("a", "b")}}
@@ -310,14 +311,14 @@ func Run(t *testing.T, open Open) {
 			}
 			seen[vs[i]] = true
 		}
-		if err := s.Activate(ctx, store.KindTemplate, "c", 1); err != nil {
+		if _, err := s.Activate(ctx, store.KindTemplate, "c", 1); err != nil {
 			t.Fatal(err)
 		}
 		for i := 2; i <= 3; i++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = s.Activate(ctx, store.KindTemplate, "c", i)
+				_, errs[i] = s.Activate(ctx, store.KindTemplate, "c", i)
 			}()
 		}
 		wg.Wait()
@@ -330,9 +331,178 @@ func Run(t *testing.T, open Open) {
 		}
 		other := 5 - rec.Version
 		for _, want := range []int{other, 1} {
-			if v, err := s.Rollback(ctx, store.KindTemplate, "c"); err != nil || v != want {
+			if v, _, err := s.Rollback(ctx, store.KindTemplate, "c"); err != nil || v != want {
 				t.Fatalf("history lost an activation: rollback %d %v, want %d", v, err, want)
 			}
+		}
+	})
+
+	t.Run("ConcurrentActivationsReturnChainedPrevious", func(t *testing.T) {
+		s := open(t, nil)
+		const n = 8
+		for i := 1; i <= n+1; i++ {
+			if _, err := s.AddVersion(ctx, store.KindTemplate, tpl("chain", fmt.Sprint(i)), "", ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if prev, err := s.Activate(ctx, store.KindTemplate, "chain", 1); err != nil || prev != 0 {
+			t.Fatalf("first activation: previous %d %v, want 0", prev, err)
+		}
+		if prev, err := s.Activate(ctx, store.KindTemplate, "chain", 1); err != nil || prev != 1 {
+			t.Fatalf("no-op activation: previous %d %v, want 1 (itself)", prev, err)
+		}
+		// n writers activate versions 2..n+1 at once: each gets the version its own transaction replaced,
+		// so the pairs (previous -> version) form one chain from 1 to the version left active.
+		var wg sync.WaitGroup
+		prevs := make([]int, n+2)
+		errs := make([]error, n+2)
+		for v := 2; v <= n+1; v++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				prevs[v], errs[v] = s.Activate(ctx, store.KindTemplate, "chain", v)
+			}()
+		}
+		wg.Wait()
+		next := map[int]int{}
+		for v := 2; v <= n+1; v++ {
+			if errs[v] != nil {
+				t.Fatal(errs[v])
+			}
+			if other, dup := next[prevs[v]]; dup {
+				t.Fatalf("versions %d and %d both report %d as previous: a lost activation (previous %v)", other, v, prevs[v], prevs)
+			}
+			next[prevs[v]] = v
+		}
+		chain := []int{1}
+		for len(chain) <= n {
+			v, ok := next[chain[len(chain)-1]]
+			if !ok {
+				t.Fatalf("chain breaks after %v (previous %v)", chain, prevs)
+			}
+			chain = append(chain, v)
+		}
+		rec, err := s.Active(ctx, store.KindTemplate, "chain")
+		if err != nil || rec.Version != chain[n] {
+			t.Fatalf("active %d %v, want the chain's end %d (chain %v)", rec.Version, err, chain[n], chain)
+		}
+		// n concurrent rollbacks walk the same chain back: each reports (to, from) of its own transaction.
+		tos, froms := make([]int, n), make([]int, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tos[i], froms[i], errs[i] = s.Rollback(ctx, store.KindTemplate, "chain")
+			}()
+		}
+		wg.Wait()
+		back := map[int]int{}
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			back[froms[i]] = tos[i]
+		}
+		for i := n; i > 0; i-- {
+			if back[chain[i]] != chain[i-1] {
+				t.Fatalf("rollback from %d went to %d, want %d (chain %v, rollbacks %v -> %v)", chain[i], back[chain[i]], chain[i-1], chain, froms, tos)
+			}
+		}
+		if _, _, err := s.Rollback(ctx, store.KindTemplate, "chain"); !errors.Is(err, store.ErrNoPreviousVersion) {
+			t.Fatalf("after walking the chain back: %v", err)
+		}
+	})
+
+	t.Run("LargeRolloutIsAtomic", func(t *testing.T) {
+		s := open(t, nil)
+		const n = 60 // 5 keys each: far over etcd's 128 operations per transaction
+		r := store.Rollout{ID: "big"}
+		for i := range n {
+			r.Templates = append(r.Templates, tpl(fmt.Sprintf("big%02d", i), "new"))
+		}
+		r.Protocols = []json.RawMessage{json.RawMessage(`{"id":"big_proto","allowedTools":[]}`)}
+		for i := range n / 2 { // half of them exist already, active at version 1
+			v, err := s.AddVersion(ctx, store.KindTemplate, tpl(fmt.Sprintf("big%02d", i), "old"), "", "")
+			if err == nil {
+				_, err = s.Activate(ctx, store.KindTemplate, fmt.Sprintf("big%02d", i), v)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A reader sees every name old (or absent) or every name new, never a mix.
+		stop := make(chan struct{})
+		var mixed atomic.Value
+		var reads atomic.Int32
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				snap, err := s.Snapshot(ctx)
+				if err != nil {
+					mixed.Store(err.Error())
+					return
+				}
+				reads.Add(1)
+				news := 0
+				for i := range n {
+					if rec, ok := snap.Templates[fmt.Sprintf("big%02d", i)]; ok && rec.Note == "big" {
+						news++
+					}
+				}
+				if news != 0 && news != n {
+					mixed.Store(fmt.Sprintf("a snapshot saw %d of %d definitions of the rollout", news, n))
+					return
+				}
+			}
+		}()
+		err := s.ApplyRollout(ctx, r)
+		for reads.Load() < 2 && mixed.Load() == nil {
+			runtime.Gosched()
+		}
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := mixed.Load(); m != nil {
+			t.Fatal(m)
+		}
+		snap, err := s.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			name, want := fmt.Sprintf("big%02d", i), 1
+			if i < n/2 {
+				want = 2
+			}
+			if rec := snap.Templates[name]; rec.Version != want || rec.Note != "big" {
+				t.Fatalf("%s: %+v, want version %d of the rollout", name, rec, want)
+			}
+		}
+		rs, err := s.Rollouts(ctx)
+		if err != nil || len(rs) != 1 || len(rs[0].Activated) != n+1 || rs[0].Previous["templates/big00"] != 1 || rs[0].Previous["templates/big59"] != 0 {
+			t.Fatalf("applied rollout %+v %v", rs, err)
+		}
+		if _, err := s.RevertLast(ctx); err != nil {
+			t.Fatal(err)
+		}
+		snap, _ = s.Snapshot(ctx)
+		for i := range n {
+			rec, ok := snap.Templates[fmt.Sprintf("big%02d", i)]
+			if (i < n/2) != ok || (ok && rec.Version != 1) {
+				t.Fatalf("after revert big%02d: %v %+v", i, ok, rec)
+			}
+		}
+		if _, ok := snap.Protocols["big_proto"]; ok {
+			t.Fatal("revert left the new protocol active")
 		}
 	})
 
@@ -347,7 +517,7 @@ func Run(t *testing.T, open Open) {
 			t.Fatal(err)
 		}
 		_, _ = a.AddVersion(ctx, store.KindTemplate, []byte(`{"text":"spaces  kept", "name":"z"}`), "me", "n")
-		_ = a.Activate(ctx, store.KindTemplate, "base_tool_call_v2", 1)
+		_, _ = a.Activate(ctx, store.KindTemplate, "base_tool_call_v2", 1)
 		_ = a.SetToolEnabled(ctx, "t", false, "ops")
 		d, err := da.Export(ctx)
 		if err != nil {
@@ -363,7 +533,7 @@ func Run(t *testing.T, open Open) {
 		if !reflect.DeepEqual(d, d2) {
 			t.Fatalf("round trip differs:\n%+v\n%+v", d, d2)
 		}
-		if v, err := b.Rollback(ctx, store.KindTemplate, "base_tool_call_v2"); err != nil || v != 2 {
+		if v, _, err := b.Rollback(ctx, store.KindTemplate, "base_tool_call_v2"); err != nil || v != 2 {
 			t.Fatalf("history not imported: %d %v", v, err)
 		}
 		if v, err := b.AddVersion(ctx, store.KindTemplate, tpl("z", "next"), "", ""); err != nil || v != 2 {
