@@ -96,7 +96,8 @@ type Options struct {
 	// Endpoints are etcd client URLs ("http://127.0.0.1:2379"; "https://..." with TLS). Required.
 	Endpoints []string
 	// Prefix is the key prefix of this fleet, e.g. "/promptgate/prod/". A missing trailing "/" is added.
-	// Prefixes of two fleets must not nest.
+	// Prefixes of two fleets must not nest: Open refuses a prefix inside another fleet's, or holding keys
+	// that are not promptgate's (see checkNesting).
 	Prefix string
 	// TLS, when not nil, is used to talk to etcd (CA, client certificate).
 	TLS *tls.Config
@@ -249,6 +250,10 @@ func Open(ctx context.Context, opts Options) (*Etcd, error) {
 		s.reason = reason
 		s.log.Warn("store: etcd unreachable at start; serving the snapshot file until it answers", "endpoints", s.endpoints, "snapshot", s.snapFile, "err", err)
 	} else {
+		if err := s.checkNesting(ctx); err != nil {
+			_ = cli.Close()
+			return nil, fmt.Errorf("store: etcd %s: %w", s.endpoints, err)
+		}
 		if !opts.NoSeed {
 			if err := s.init(ctx); err != nil {
 				_ = cli.Close()
