@@ -95,7 +95,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	m.StoreConnected(func() bool { ok, _ := storeConnected(p.store); return ok })
 	ringPath := p.cfg.Audit.Path
 	if ringPath == "" {
-		ringPath = auditPath(f.store.db)
+		ringPath = defaultAuditPath(f.store, f.snapshot)
+	}
+	if spec, err := parseStoreSpec("--store", f.store.store, f.store.db); err == nil && spec.etcd() && dbSet(fs, getenv) {
+		log.Warn("--db is not used with an etcd --store: the definitions are in etcd, and the audit ring defaults to a file next to --store-snapshot", "db", f.store.db, "auditRing", ringPath)
 	}
 	ring, err := audit.OpenRing(ringPath, p.cfg.Audit.RingSize, log)
 	if err != nil {
@@ -278,6 +281,31 @@ func checkAdminListen(addr, token string) error {
 		return nil
 	}
 	return usageError{fmt.Sprintf("--admin-listen %q is not a loopback address: set %s to expose the admin API beyond this machine", addr, EnvAdminToken)}
+}
+
+// defaultAuditPath is the audit ring file when the config sets no audit.path. It lives with the instance's
+// own local state: with a bbolt store, next to that file ("pg.db" -> "pg.audit.db", the --store bbolt:PATH
+// when given, else --db); with an etcd store, next to the --store-snapshot file ("/data/snap.json" ->
+// "/data/snap.audit.db"), or "promptgate.audit.db" in the working folder when there is none. --db plays no
+// part with etcd: it names no file of the instance.
+func defaultAuditPath(sf *storeFlags, snapshot string) string {
+	spec, err := parseStoreSpec("--store", sf.store, sf.db)
+	switch {
+	case err != nil: // serve stopped on it already; be defined anyway
+		return auditPath(sf.db)
+	case !spec.etcd():
+		return auditPath(spec.boltPath)
+	case snapshot == "":
+		return auditPath(DefaultDB)
+	}
+	return strings.TrimSuffix(snapshot, filepath.Ext(snapshot)) + ".audit.db"
+}
+
+// dbSet reports whether --db (or its environment variable) was given.
+func dbSet(fs *flag.FlagSet, getenv env) bool {
+	set := getenv(EnvDB) != ""
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "db" })
+	return set
 }
 
 // auditPath is the default audit ring file: the DB path with ".audit" before its extension.

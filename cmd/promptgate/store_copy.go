@@ -28,7 +28,7 @@ func storeCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs := flag.NewFlagSet("store copy", flag.ContinueOnError)
 	from := fs.String("from", "", "source store: bbolt:PATH or etcd://HOST:PORT[,HOST:PORT]/PREFIX")
 	to := fs.String("to", "", "destination store, same forms; must be empty (a missing file, a prefix without keys) unless --force")
-	force := fs.Bool("force", false, "replace everything in a non-empty destination")
+	force := fs.Bool("force", false, "replace everything in a non-empty destination (an etcd prefix holding only an interrupted copy is replaced without it)")
 	pos, err := parseFlags(fs, args[1:], stderr)
 	if err != nil {
 		return err
@@ -75,13 +75,22 @@ func storeCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return fmt.Errorf("store copy: --to %s: %w", dst, err)
 	}
 	defer out.Close()
-	if e, ok := out.(*etcdstore.Etcd); ok && !*force {
+	if e, ok := out.(*etcdstore.Etcd); ok {
 		empty, err := e.Empty(ctx)
 		if err != nil {
 			return fmt.Errorf("store copy: --to %s: %w", dst, err)
 		}
+		interrupted := false
 		if !empty {
-			return fmt.Errorf("store copy: --to %s: the prefix holds keys; give --force to replace everything under it", dst)
+			if interrupted, err = e.Interrupted(ctx); err != nil {
+				return fmt.Errorf("store copy: --to %s: %w", dst, err)
+			}
+		}
+		switch {
+		case interrupted:
+			fmt.Fprintf(stderr, "store copy: --to %s holds an interrupted copy; replacing it\n", dst)
+		case !empty && !*force:
+			return fmt.Errorf("store copy: --to %s: the prefix holds keys (definitions of a fleet, or another program's); give --force to replace everything under it", dst)
 		}
 	}
 	if err := out.Import(ctx, d); err != nil {

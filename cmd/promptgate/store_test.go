@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/promptgate/promptgate/store"
 	"github.com/promptgate/promptgate/store/etcdstore"
@@ -307,6 +309,41 @@ func TestStoreCopyCommand(t *testing.T) {
 	if _, _, err := runCmd(t, nil, "", "store", "copy", "--from", "bbolt:"+src, "--to", etcdSpec, "--force"); err != nil {
 		t.Fatalf("copy --force: %v", err)
 	}
+	// An interrupted copy (the marker Import writes first, no schema) is resumed without --force, and
+	// no instance seeds the prefix meanwhile.
+	cli := etcdClient(t, etcd)
+	if _, err := cli.Txn(context.Background()).Then(
+		clientv3.OpPut("/half/copying", "{}"), clientv3.OpPut("/half/seq/templates/x", "1")).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	halfSpec := "etcd://" + etcd.HostPort() + "/half"
+	if _, _, err := runCmd(t, map[string]string{EnvStore: halfSpec}, "", "templates", "list"); err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Fatalf("CLI on an interrupted copy: %v", err)
+	}
+	out, errOut, err := runCmd(t, nil, "", "store", "copy", "--from", "bbolt:"+src, "--to", halfSpec)
+	if err != nil || !strings.Contains(errOut, "interrupted copy") || !strings.Contains(out, "copied") {
+		t.Fatalf("resume an interrupted copy: %v %q %q", err, out, errOut)
+	}
+	if out, _, err := runCmd(t, map[string]string{EnvStore: halfSpec}, "", "protocols", "history", "tech"); err != nil || !strings.Contains(out, "001-tech") {
+		t.Fatalf("after resuming: %v %q", err, out)
+	}
+	// A prefix holding another program's keys (or a nested fleet's) is refused, even with --force, which
+	// would delete them.
+	if _, err := cli.Put(context.Background(), "/foreign/key", "x"); err != nil {
+		t.Fatal(err)
+	}
+	for _, force := range []string{"--force=false", "--force"} {
+		if _, _, err := runCmd(t, nil, "", "store", "copy", "--from", "bbolt:"+src, "--to", "etcd://"+etcd.HostPort()+"/foreign", force); err == nil || !strings.Contains(err.Error(), "/foreign/key") || !strings.Contains(err.Error(), "not a promptgate key") {
+			t.Fatalf("copy onto foreign keys (%s): %v", force, err)
+		}
+	}
+	if r, err := cli.Get(context.Background(), "/foreign/key"); err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("foreign key touched: %v", err)
+	}
+	// Nor into a prefix nested in a fleet's.
+	if _, _, err := runCmd(t, nil, "", "store", "copy", "--from", "bbolt:"+src, "--to", etcdSpec+"/team", "--force"); err == nil || !strings.Contains(err.Error(), "must not nest") {
+		t.Fatalf("copy into a nested prefix: %v", err)
+	}
 	// The CLI reads the copy through --store.
 	out, _, err = runCmd(t, map[string]string{EnvStore: etcdSpec}, "", "protocols", "history", "tech")
 	if err != nil || !strings.Contains(out, "001-tech") {
@@ -371,5 +408,85 @@ func TestParseStoreSpec(t *testing.T) {
 	o, err := etcdOptions(spec, envMap(map[string]string{EnvEtcdUsername: "u", EnvEtcdPassword: "pw", EnvEtcdDialTimeout: "2s"}))
 	if err != nil || strings.Join(o.Endpoints, " ") != "http://a:1 http://b:2" || o.Username != "u" || o.DialTimeout != 2*time.Second || o.TLS != nil {
 		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+// etcdClient is a plain client of srv, to write keys as another program would.
+func etcdClient(t *testing.T, srv *etcdtest.Server) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// TestAuditRingPathFollowsTheStore: without audit.path, the audit ring lives with the instance's own local
+// state: next to the --store-snapshot file with etcd (never next to --db, which names no file then), and
+// next to the bbolt file the store actually uses.
+func TestAuditRingPathFollowsTheStore(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	up := fakeUpstream(t)
+	stateDir, dbDir := t.TempDir(), t.TempDir()
+	in := startInstance(t, map[string]string{
+		EnvDB: filepath.Join(dbDir, "pg.db"), EnvStore: "etcd://" + etcd.HostPort() + "/ring",
+		EnvStoreSnapshot: filepath.Join(stateDir, "snap.json"),
+	}, "--upstream", up.URL+"/v1")
+	if _, err := os.Stat(filepath.Join(stateDir, "snap.audit.db")); err != nil {
+		t.Fatalf("etcd: no audit ring next to the snapshot file: %v", err)
+	}
+	if entries, _ := os.ReadDir(dbDir); len(entries) != 0 {
+		t.Fatalf("etcd: files next to --db: %v", entries)
+	}
+	if !strings.Contains(in.stderr.String(), "--db is not used with an etcd --store") {
+		t.Errorf("no warning about --db with etcd:\n%s", in.stderr.String())
+	}
+	// The ring is the one in use: an admin change is read back from it after a restart.
+	req, _ := http.NewRequest(http.MethodPut, in.admin+"/admin/tools/shell/enabled", strings.NewReader(`{"enabled":false}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode/100 != 2 {
+		t.Fatalf("kill switch: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	if err := in.stop(); err != nil {
+		t.Fatal(err)
+	}
+	again := startInstance(t, map[string]string{
+		EnvStore: "etcd://" + etcd.HostPort() + "/ring", EnvStoreSnapshot: filepath.Join(stateDir, "snap.json"),
+	}, "--upstream", up.URL+"/v1")
+	if _, body := again.get(t, again.admin+"/admin/audit?tool=shell"); !strings.Contains(body, `"tool":"shell"`) {
+		t.Fatalf("audit event not kept in the ring next to the snapshot: %s", body)
+	}
+	if strings.Contains(again.stderr.String(), "--db is not used") {
+		t.Errorf("warned about --db although it was not given")
+	}
+	_ = again.stop()
+
+	// bbolt: next to the file --store names, not next to --db.
+	boltDir, otherDir := t.TempDir(), t.TempDir()
+	b := startInstance(t, map[string]string{EnvDB: filepath.Join(otherDir, "unused.db"), EnvStore: "bbolt:" + filepath.Join(boltDir, "defs.db")},
+		"--upstream", up.URL+"/v1")
+	if _, err := os.Stat(filepath.Join(boltDir, "defs.audit.db")); err != nil {
+		t.Fatalf("bbolt: no audit ring next to the --store file: %v", err)
+	}
+	if entries, _ := os.ReadDir(otherDir); len(entries) != 0 {
+		t.Fatalf("bbolt: files next to the unused --db: %v", entries)
+	}
+	_ = b.stop()
+}
+
+func TestDefaultAuditPath(t *testing.T) {
+	for _, c := range []struct{ store, db, snapshot, want string }{
+		{"", "pg.db", "promptgate.snapshot.json", "pg.audit.db"},
+		{"bbolt:/var/lib/defs.db", "pg.db", "", "/var/lib/defs.audit.db"},
+		{"etcd://127.0.0.1:2379/p", "/x/pg.db", "/data/snap.json", "/data/snap.audit.db"},
+		{"etcd://127.0.0.1:2379/p", "/x/pg.db", "", "promptgate.audit.db"},
+		{"etcd://127.0.0.1:2379/p", "", "/data/snapshot", "/data/snapshot.audit.db"},
+	} {
+		if got := defaultAuditPath(&storeFlags{store: c.store, db: c.db}, c.snapshot); got != c.want {
+			t.Errorf("%+v: %q, want %q", c, got, c.want)
+		}
 	}
 }
