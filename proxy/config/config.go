@@ -62,7 +62,8 @@ type Security struct {
 // Audit configures where decision events are kept.
 type Audit struct {
 	// Path is the bbolt file of the audit ring; "" means the DB path with ".audit" inserted before its
-	// extension (promptgate.db -> promptgate.audit.db).
+	// extension (promptgate.db -> promptgate.audit.db), or with an etcd store the snapshot file's
+	// (snap.json -> snap.audit.db); serve decides.
 	Path string `yaml:"path"`
 	// RingSize is how many events the ring keeps (oldest dropped first). 0 means DefaultAuditRingSize.
 	RingSize int `yaml:"ringSize"`
