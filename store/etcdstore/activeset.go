@@ -67,13 +67,22 @@ func (a activeSet) clone() activeSet {
 }
 
 // maxSetBytes bounds the encoded active set, well under etcd's default --max-request-bytes (1.5 MiB).
-// When the histories would make it larger, the oldest entries of the longest histories are dropped (as
-// store.MaxHistory drops them per name): Rollback reaches less far back, activations never fail.
+// When the histories would make it larger, every history is cut to its newest entries, to a common length
+// halved until the set fits (as store.MaxHistory cuts them per name): Rollback reaches less far back,
+// activations never fail for it.
 const maxSetBytes = 1 << 20
 
-// encode returns the JSON of a, trimming histories to fit maxSetBytes.
+// encode returns the JSON of a, cutting histories to fit maxSetBytes (a itself is cut too).
 func (a activeSet) encode() ([]byte, error) {
-	for {
+	for limit := store.MaxHistory; ; limit /= 2 {
+		for k, m := range a {
+			for n, p := range m {
+				if len(p.History) > limit {
+					p.History = p.History[len(p.History)-limit:]
+					a.set(k, n, p)
+				}
+			}
+		}
 		b, err := json.Marshal(a)
 		if err != nil {
 			return nil, err
@@ -81,24 +90,9 @@ func (a activeSet) encode() ([]byte, error) {
 		if len(b) <= maxSetBytes {
 			return b, nil
 		}
-		var (
-			longK store.Kind
-			longN string
-			longL int
-		)
-		for k, m := range a {
-			for n, p := range m {
-				if len(p.History) > longL || (len(p.History) == longL && string(k)+n < string(longK)+longN) {
-					longK, longN, longL = k, n, len(p.History)
-				}
-			}
-		}
-		if longL == 0 {
+		if limit == 0 {
 			return nil, fmt.Errorf("the active set of %d names is %d bytes, over the limit of %d even without history", a.count(), len(b), maxSetBytes)
 		}
-		p := a.get(longK, longN)
-		p.History = p.History[(len(p.History)+1)/2:]
-		a.set(longK, longN, p)
 	}
 }
 
