@@ -2,10 +2,16 @@
 // one etcd key prefix and serves the same active definitions.
 //
 // It mirrors the bbolt backend (store.Bolt) exactly: immutable versions counted from 1 per name, one
-// active pointer per name, the activation history that Rollback walks, rollouts applied and reverted in
-// one transaction, tool enablement overrides, the Validate hook, and seeding an empty prefix from the
-// definitions built into the binary. Every change is one etcd transaction guarded by compare-and-swap on
-// the keys it read (the active pointer, the version counter), retried when another writer got there first.
+// active pointer per name, the activation history that Rollback walks, rollouts applied and reverted
+// atomically whatever their size, tool enablement overrides, the Validate hook, and seeding an empty prefix
+// from the definitions built into the binary. Every change is one etcd transaction guarded by
+// compare-and-swap on the keys it read, retried when another writer got there first: the version counter
+// for a new version; the one key holding every active pointer and history (the active set) for an
+// activation, a rollback, a rollout or a revert, so that watchers see each of them whole. A rollout writes
+// its new versions first (inactive), then moves every pointer in that one transaction.
+//
+// Open refuses a prefix nested in another fleet's or holding another's (checkNesting), migrates a prefix
+// of the older layout 1 (migrate), and refuses one that `store copy` is writing (Import).
 //
 // Watchers are called after local changes (before the changing method returns) and after remote ones
 // (an etcd watch on the prefix). A prober tracks whether etcd answers; while it does not, the store says so
