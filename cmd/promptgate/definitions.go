@@ -84,17 +84,25 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 		if err != nil || v < 1 {
 			return usageError{fmt.Sprintf("%s activate: version %q is not a positive number", kindName, pos[1])}
 		}
-		if _, err := st.Activate(ctx, kind, pos[0], v); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s %s: version %d active\n", kindName, pos[0], v)
-		return nil
-	default:
-		v, _, err := st.Rollback(ctx, kind, pos[0])
+		prev, err := st.Activate(ctx, kind, pos[0], v)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s %s: rolled back to version %d\n", kindName, pos[0], v)
+		switch prev {
+		case v:
+			fmt.Fprintf(stdout, "%s %s: version %d active (it already was)\n", kindName, pos[0], v)
+		case 0:
+			fmt.Fprintf(stdout, "%s %s: version %d active (none was)\n", kindName, pos[0], v)
+		default:
+			fmt.Fprintf(stdout, "%s %s: version %d active (was %d)\n", kindName, pos[0], v, prev)
+		}
+		return nil
+	default:
+		v, from, err := st.Rollback(ctx, kind, pos[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s %s: rolled back to version %d (from %d)\n", kindName, pos[0], v, from)
 		return nil
 	}
 }

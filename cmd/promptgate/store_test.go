@@ -490,3 +490,34 @@ func TestDefaultAuditPath(t *testing.T) {
 		}
 	}
 }
+
+// TestActivateAndRollbackSayWhatTheyReplaced: the CLI reports the version each change replaced, as the
+// store read it in the change's own transaction, on the file and through a running server's admin API.
+func TestActivateAndRollbackSayWhatTheyReplaced(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "pg.db")
+	mig := t.TempDir()
+	_ = os.WriteFile(filepath.Join(mig, "001.json"), []byte(`{"id":"001","templates":[{"name":"base_tool_call_v2","text":"two\n{{protocol_rules}}"}]}`), 0o600)
+	if _, _, err := runCmd(t, nil, "", "migrate", "up", "--db", db, "--dir", mig); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct{ args, want string }{
+		{"templates activate base_tool_call_v2 2", "templates base_tool_call_v2: version 2 active (it already was)\n"},
+		{"templates rollback base_tool_call_v2", "templates base_tool_call_v2: rolled back to version 1 (from 2)\n"},
+		{"templates activate base_tool_call_v2 2", "templates base_tool_call_v2: version 2 active (was 1)\n"},
+	}
+	for _, c := range steps {
+		out, _, err := runCmd(t, nil, "", append(strings.Fields(c.args), "--db", db)...)
+		if err != nil || out != c.want {
+			t.Fatalf("%s: %v %q, want %q", c.args, err, out, c.want)
+		}
+	}
+	up := fakeUpstream(t)
+	in := startInstance(t, nil, "--db", db, "--upstream", up.URL+"/v1")
+	for _, c := range steps {
+		out, _, err := runCmd(t, nil, "", append(strings.Fields(c.args), "--admin", in.admin)...)
+		if err != nil || out != c.want {
+			t.Fatalf("%s through the admin API: %v %q, want %q", c.args, err, out, c.want)
+		}
+	}
+}
