@@ -669,8 +669,15 @@ func TestAuditEndpoint(t *testing.T) {
 		}
 	}
 	raw := f.ok(200, "GET", "/admin/audit?requestId=r1&verdict=blocked", "")
-	if want := `"requestId":"r1","kind":"tool_call","protocol":"tech","protocolVersion":0,"tool":"web_fetch","verdict":"blocked","rule":"rules[0]"}`; !strings.Contains(string(raw), want) {
+	if want := `"requestId":"r1","kind":"tool_call","protocol":"tech","protocolVersion":0,"tool":"web_fetch","verdict":"blocked","reason":"","rule":"rules[0]"}`; !strings.Contains(string(raw), want) {
 		t.Fatalf("event shape: %s", raw)
+	}
+	// Every event has every field of the contract's shape, also an allowed call without reason or rule.
+	raw = f.ok(200, "GET", "/admin/audit?requestId=r2", "")
+	for _, k := range []string{"time", "requestId", "kind", "protocol", "protocolVersion", "tool", "verdict", "reason", "rule"} {
+		if !gjson.GetBytes(raw, "events.0."+k).Exists() {
+			t.Errorf("event lacks %q: %s", k, raw)
+		}
 	}
 	for q, param := range map[string]string{"?limit=0": "limit", "?limit=x": "limit", "?limit=1001": "limit", "?since=yesterday": "since", "?request_id=r1": "request_id"} {
 		if e := f.fails(400, "invalid_request", "GET", "/admin/audit"+q, ""); e.Get("param").String() != param || !strings.Contains(e.Get("message").String(), param) {
