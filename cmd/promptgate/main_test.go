@@ -49,12 +49,23 @@ func TestServeRefusesBadStart(t *testing.T) {
 	if err := os.WriteFile(badCfg, []byte("limits: {maxBodyByts: 1}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A protocol the config names that has no active version would fail every request it gets.
+	unknownDefault := filepath.Join(dir, "default.yaml")
+	unknownRoute := filepath.Join(dir, "route.yaml")
+	if err := os.WriteFile(unknownDefault, []byte("defaultProtocol: nope\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(unknownRoute, []byte("routes:\n  - {match: {model: \"gpt-4o*\"}, protocol: tech}\n  - {match: {path: /v1/responses}, protocol: ghost}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		env  map[string]string
 		args []string
 		want string
 	}{
+		{"unknown default protocol", nil, []string{"--db", db, "--config", unknownDefault, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, `defaultProtocol: "nope" is not a protocol`},
+		{"unknown route protocol", nil, []string{"--db", db, "--config", unknownRoute, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, `routes[1].protocol: "ghost" is not a protocol`},
 		{"admin non-loopback without token", nil, []string{"--db", db, "--admin-listen", "0.0.0.0:8788"}, "PROMPTGATE_ADMIN_TOKEN"},
 		{"admin from env", map[string]string{"PROMPTGATE_ADMIN_LISTEN": "10.1.2.3:8788"}, []string{"--db", db}, "not a loopback"},
 		{"bad upstream", nil, []string{"--db", db, "--upstream", "ftp://x"}, "--upstream"},
