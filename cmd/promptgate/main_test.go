@@ -40,6 +40,13 @@ func TestVersionAndUsage(t *testing.T) {
 	if _, _, err := runCmd(t, nil, ""); exitCode(err) != 2 {
 		t.Fatalf("no command: %v", err)
 	}
+	// `promptgate COMMAND -h` (as the top-level usage says) prints the command's usage, not "unknown subcommand".
+	for _, cmd := range []string{"migrate", "templates", "protocols", "ca", "store"} {
+		out, errOut, err := runCmd(t, nil, "", cmd, "-h")
+		if err != nil || !strings.HasPrefix(out, "Usage: promptgate "+cmd+" ") || errOut != "" {
+			t.Errorf("%s -h: %v %q %q", cmd, err, out, errOut)
+		}
+	}
 }
 
 func TestServeRefusesBadStart(t *testing.T) {
