@@ -334,6 +334,15 @@ func TestMigrateRefusesUnknownReferences(t *testing.T) {
 	if out, _, err := runCmd(t, nil, "", "migrate", "up", "--db", db, "--dir", mig); err != nil || !strings.Contains(out, "applied 001-good") {
 		t.Fatalf("own references: %v %s", err, out)
 	}
+	// wf2 (now stored, extending base2) is a workflow: a protocol extending it is refused.
+	mig = filepath.Join(dir, "deeper")
+	_ = os.MkdirAll(mig, 0o755)
+	if err := os.WriteFile(filepath.Join(mig, "002.json"), []byte(`{"id":"002-deeper","protocols":[{"id":"wf3","extends":"wf2","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCmd(t, nil, "", "migrate", "up", "--db", db, "--dir", mig); err == nil || !strings.Contains(err.Error(), "one level of extends") {
+		t.Fatalf("workflow of a workflow: %v", err)
+	}
 }
 
 func TestCAInitAndProxyListen(t *testing.T) {

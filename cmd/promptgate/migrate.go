@@ -143,6 +143,14 @@ func checkRolloutReferences(ctx context.Context, st cliStore, r store.Rollout) e
 			if err != nil {
 				return err
 			}
+			if ref.kind == store.KindProtocol {
+				if base, err := st.Active(ctx, store.KindProtocol, v.Str); err == nil {
+					if ext := gjson.GetBytes(base.Body, "extends").Str; ext != "" {
+						return fmt.Errorf("protocols[%d] (%s): extends: %q is itself a workflow (it extends %q); one level of extends is supported: extend %q instead",
+							i, gjson.GetBytes(p, "id").String(), v.Str, ext, ext)
+					}
+				}
+			}
 		}
 	}
 	return nil

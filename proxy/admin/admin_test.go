@@ -489,6 +489,13 @@ func TestProtocolValidationNamesTheField(t *testing.T) {
 	if e.Get("param").String() != "extends" {
 		t.Fatalf("unknown extends: %s", e.Raw)
 	}
+	// One level of extends: a workflow of a workflow is refused when it is stored, not at request time.
+	f.ok(201, "POST", "/admin/protocols/review/versions", `{"id":"review","extends":"tech","tools":{"allow":["*"]}}`)
+	f.ok(200, "POST", "/admin/protocols/review/activate", `{"version":1}`)
+	e = f.fails(400, "invalid_definition", "POST", "/admin/protocols/deeper/versions", `{"id":"deeper","extends":"review","tools":{"allow":["*"]}}`)
+	if e.Get("param").String() != "extends" || !strings.Contains(e.Get("message").String(), "one level of extends") {
+		t.Fatalf("workflow of a workflow: %s", e.Raw)
+	}
 	// Nothing was stored.
 	show := f.ok(200, "GET", "/admin/protocols/tech", "")
 	if gjson.GetBytes(show, "versions.#").Int() != 1 {
