@@ -396,3 +396,43 @@ func TestCAInitAndProxyListen(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestServeWarnsMITMWithoutDoor: a config with mitm: but no --proxy-listen starts (the base-URL door works),
+// and says on stderr that the interception it asks for is off, instead of ignoring the key.
+func TestServeWarnsMITMWithoutDoor(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, err := runCmd(t, nil, "", "ca", "init", "--out", filepath.Join(dir, "ca")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "pg.yaml")
+	body := "mitm: {caCert: " + filepath.Join(dir, "ca", "ca.crt") + ", caKey: " + filepath.Join(dir, "ca", "ca.key") + ", hosts: [api.openai.com]}\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, door := range []string{"", "127.0.0.1:0"} {
+		args := []string{"serve", "--db", filepath.Join(dir, "pg.db"), "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}
+		if door != "" {
+			args = append(args, "--proxy-listen", door)
+		}
+		pr, pw := io.Pipe()
+		var errb bytes.Buffer
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- run(ctx, args, nil, pw, &errb, envMap(nil))
+			pw.Close()
+		}()
+		if line, err := bufio.NewReader(pr).ReadString('\n'); err != nil || !strings.Contains(line, "listening on") {
+			t.Fatalf("serve did not start: %q %v", line, err)
+		}
+		go func() { _, _ = io.Copy(io.Discard, pr) }()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		warned := strings.Contains(errb.String(), "the HTTPS-proxy door is off")
+		if warned != (door == "") {
+			t.Errorf("--proxy-listen %q: warned %v; stderr %s", door, warned, errb.String())
+		}
+	}
+}
