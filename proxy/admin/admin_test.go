@@ -686,7 +686,7 @@ func TestAuditEndpoint(t *testing.T) {
 			t.Errorf("event lacks %q: %s", k, raw)
 		}
 	}
-	for q, param := range map[string]string{"?limit=0": "limit", "?limit=x": "limit", "?limit=1001": "limit", "?since=yesterday": "since", "?request_id=r1": "request_id"} {
+	for q, param := range map[string]string{"?limit=0": "limit", "?limit=x": "limit", "?limit=1001": "limit", "?since=yesterday": "since", "?request_id=r1": "request_id", "?verdict=block": "verdict", "?kind=tool_calls": "kind"} {
 		if e := f.fails(400, "invalid_request", "GET", "/admin/audit"+q, ""); e.Get("param").String() != param || !strings.Contains(e.Get("message").String(), param) {
 			t.Errorf("%s: %s", q, e.Raw)
 		}
