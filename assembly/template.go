@@ -125,7 +125,8 @@ func blockOfHeader(s string) string {
 
 // ValidateTemplate refuses a template text whose placeholders could not be filled as the contract says:
 // an unknown {{placeholder}}, a placeholder that is not alone on its line, used twice, or sharing a section
-// with another one, and a {{runtime_context}} whose header does not mark the block UNTRUSTED.
+// with another one, a {{runtime_context}} whose header does not mark the block UNTRUSTED, and a layered
+// template without {{runtime_context}}.
 func ValidateTemplate(text string) error {
 	t := ParseTemplate("", 0, text)
 	known := map[string]bool{}
@@ -157,6 +158,11 @@ func ValidateTemplate(text string) error {
 		if n := strings.Count(norm, p.ph); n > 1 {
 			return fmt.Errorf("assembly: template: placeholder %s is used %d times; use it once", p.ph, n)
 		}
+	}
+	// The contract: SYSTEM CORE and RUNTIME CONTEXT are always there. A layered template without
+	// {{runtime_context}} would drop the request's context and the plugins' answers without a word.
+	if t.Layered && !strings.Contains(norm, PhContext) {
+		return fmt.Errorf("assembly: template: a layered template must hold %s alone on its line under its header %q (the RUNTIME CONTEXT block is always sent)", PhContext, ContextHeader)
 	}
 	for _, s := range t.sections {
 		n := 0

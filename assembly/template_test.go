@@ -166,10 +166,15 @@ func TestValidateTemplate(t *testing.T) {
 		"two in one section":             "=== RULES ===\n{{protocol_rules}}\n{{application_instructions}}\n",
 		"context under a trusted header": "=== PROTOCOL RULES ===\n{{runtime_context}}\n",
 		"context without header":         "{{runtime_context}}\n",
+		"layered without context":        "=== SYSTEM CORE ===\nx\n\n=== PROTOCOL RULES ===\n{{protocol_rules}}\n",
 	}
 	for name, s := range bad {
 		if err := ValidateTemplate(s); err == nil || !strings.HasPrefix(err.Error(), "assembly: template: ") {
 			t.Errorf("%s: ValidateTemplate(%q) = %v, want an error", name, s, err)
 		}
+	}
+	// The contract's RUNTIME CONTEXT block is always there: the error says where the placeholder goes.
+	if err := ValidateTemplate(bad["layered without context"]); err == nil || !strings.Contains(err.Error(), PhContext) || !strings.Contains(err.Error(), ContextHeader) {
+		t.Errorf("layered without context: %v", err)
 	}
 }

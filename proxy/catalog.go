@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/store"
 )
@@ -73,6 +77,23 @@ func (c *catalog) ToolEnabled(name string) (enabled, set bool) {
 func (c *catalog) Protocol(id string) (*policy.Protocol, bool) {
 	p, ok := c.protocols[id]
 	return p, ok
+}
+
+// CheckProtocols returns an error naming the config key (defaultProtocol, routes[i].protocol) of the first
+// protocol the config names that has no active version in the current catalog: every request sent to it
+// would fail with unknown_protocol, so serve refuses to start instead.
+func (d *Definitions) CheckProtocols(cfg *config.File) error {
+	c := d.snapshot()
+	known := func() string { return strings.Join(slices.Sorted(maps.Keys(c.protocols)), ", ") }
+	if _, ok := c.protocols[cfg.DefaultProtocol]; cfg.DefaultProtocol != "" && !ok {
+		return fmt.Errorf("defaultProtocol: %q is not a protocol with an active version: name one of %s, or add it first (promptgate migrate up)", cfg.DefaultProtocol, known())
+	}
+	for i, r := range cfg.Routes {
+		if _, ok := c.protocols[r.Protocol]; r.Protocol != "" && !ok {
+			return fmt.Errorf("routes[%d].protocol: %q is not a protocol with an active version: name one of %s, or add it first (promptgate migrate up)", i, r.Protocol, known())
+		}
+	}
+	return nil
 }
 
 // Definitions keeps the current catalog, reloads it when the store changes, and caches parsed templates

@@ -375,6 +375,10 @@ func assertAPIError(t *testing.T, resp *http.Response, b []byte, status int, cod
 	if !gjson.GetBytes(b, "error.param").Exists() {
 		t.Error("error.param missing")
 	}
+	// The contract's error table shows "param": null; its codes answer exactly that.
+	if contractParam(code, "x") == "" && gjson.GetBytes(b, "error.param").Type != gjson.Null {
+		t.Errorf("error.param %s, want null for code %s", gjson.GetBytes(b, "error.param").Raw, code)
+	}
 	if resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("content type %q", resp.Header.Get("Content-Type"))
 	}

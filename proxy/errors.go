@@ -45,7 +45,7 @@ func toAPIError(err error) apiError {
 	var te *templateError
 	switch {
 	case errors.As(err, &pe):
-		return apiError{Status: pe.Status, Code: pe.Code, Message: pe.Message, Param: pe.Param}
+		return apiError{Status: pe.Status, Code: pe.Code, Message: pe.Message, Param: contractParam(pe.Code, pe.Param)}
 	case errors.As(err, &je):
 		return apiError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "request body: " + je.Error()}
 	case errors.As(err, &mbe):
@@ -60,6 +60,18 @@ func toAPIError(err error) apiError {
 		return apiError{Status: http.StatusBadGateway, Code: "upstream_error", Message: err.Error()}
 	}
 	return apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
+}
+
+// contractParam is the param of an error with the given code: the codes of the contract's error table
+// (tool_choice_not_allowed among them) answer "param": null exactly as the contract shows, their message
+// naming the field; other codes (invalid_request) keep the field's path.
+func contractParam(code, param string) string {
+	switch code {
+	case "invalid_json", "unknown_protocol", "tool_choice_not_allowed", "protocol_not_allowed", "tool_call_blocked",
+		"body_too_large", "upstream_error", "upstream_timeout", "context_unavailable", "upstream_stream_truncated":
+		return ""
+	}
+	return param
 }
 
 // errorBody renders the OpenAI error JSON.

@@ -146,6 +146,14 @@ func openPipelineSnapshot(ctx context.Context, sf *storeFlags, readOnly bool, ge
 		p.Close()
 		return nil, err
 	}
+	if err := p.defs.CheckProtocols(cfg); err != nil {
+		p.Close()
+		name := sf.config
+		if name == "" {
+			name = "(none given: the defaults)"
+		}
+		return nil, fmt.Errorf("config %s: %w", name, err)
+	}
 	p.engine = &proxy.Engine{
 		Defs:     p.defs,
 		Router:   policy.NewRouter(cfg),

@@ -60,6 +60,27 @@ Usage:
 Run 'promptgate COMMAND -h' for a command's flags.
 `
 
+// commandUsage is what `promptgate COMMAND -h` prints for the commands that take a subcommand first ("" for
+// the others).
+func commandUsage(cmd string) string {
+	switch cmd {
+	case "migrate":
+		return "Usage: promptgate migrate up|down|status [--dir DIR] [--db FILE | --store SPEC | --admin URL]\n" +
+			"Run 'promptgate migrate up -h' for the flags.\n"
+	case "templates":
+		return "Usage: promptgate templates list | show NAME [--version N] | history NAME | activate NAME VERSION | rollback NAME\n" +
+			"         [--db FILE | --store SPEC | --admin URL]\nRun 'promptgate templates list -h' for the flags.\n"
+	case "protocols":
+		return "Usage: promptgate protocols list | show ID [--version N] | history ID | activate ID VERSION | rollback ID\n" +
+			"         [--db FILE | --store SPEC | --admin URL]\nRun 'promptgate protocols list -h' for the flags.\n"
+	case "ca":
+		return "Usage: promptgate ca init [--out DIR] [--force]\nRun 'promptgate ca init -h' for the flags.\n"
+	case "store":
+		return "Usage: promptgate store copy --from SPEC --to SPEC [--force]\nRun 'promptgate store copy -h' for the flags.\n"
+	}
+	return ""
+}
+
 // env reads an environment variable; tests pass their own.
 type env func(string) string
 
@@ -69,6 +90,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return usageError{"no command given"}
 	}
 	cmd, rest := args[0], args[1:]
+	if u := commandUsage(cmd); u != "" && len(rest) > 0 && (rest[0] == "-h" || rest[0] == "--help" || rest[0] == "-help" || rest[0] == "help") {
+		// `promptgate templates -h`: the subcommands; `promptgate templates show -h` lists a subcommand's flags.
+		fmt.Fprint(stdout, u)
+		return nil
+	}
 	switch cmd {
 	case "serve":
 		return serve(ctx, rest, stdout, stderr, getenv)

@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/promptgate/promptgate/store"
+	"github.com/tidwall/gjson"
 )
 
 // DefaultMigrationsDir is where migrate looks for rollout files.
@@ -57,6 +60,9 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 			return nil
 		}
 		for _, r := range pending {
+			if err := checkRolloutReferences(ctx, st, r); err != nil {
+				return fmt.Errorf("migrate up: %s: %w (rollouts before it stay applied; nothing of this one is stored)", r.ID, err)
+			}
 			if err := st.ApplyRollout(ctx, r); err != nil {
 				return fmt.Errorf("migrate up: %s: %w (rollouts before it stay applied)", r.ID, err)
 			}
@@ -73,8 +79,8 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 			return err
 		}
 		fmt.Fprintf(stdout, "reverted %s\n", r.ID)
-		for k, v := range r.Previous {
-			if v == 0 {
+		for _, k := range slices.Sorted(maps.Keys(r.Previous)) {
+			if v := r.Previous[k]; v == 0 {
 				fmt.Fprintf(stdout, "  %s: no active version\n", k)
 			} else {
 				fmt.Fprintf(stdout, "  %s: version %d active again\n", k, v)
@@ -99,4 +105,53 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		}
 		return nil
 	}
+}
+
+// checkRolloutReferences refuses a rollout whose protocol names, in promptTemplate.base or extends, a
+// template or protocol that exists neither in the rollout itself, nor in the store (any version), nor in the
+// binary, as the admin API's POST /admin/rollouts does: such a protocol would fail every request it serves.
+// Through the admin API the server makes this check itself.
+func checkRolloutReferences(ctx context.Context, st cliStore, r store.Rollout) error {
+	if _, viaAdmin := st.(*adminStore); viaAdmin {
+		return nil
+	}
+	own := map[store.Kind]map[string]bool{store.KindTemplate: {}, store.KindProtocol: {}}
+	for _, t := range r.Templates {
+		own[store.KindTemplate][gjson.GetBytes(t, "name").String()] = true
+	}
+	for _, p := range r.Protocols {
+		own[store.KindProtocol][gjson.GetBytes(p, "id").String()] = true
+	}
+	for i, p := range r.Protocols {
+		for _, ref := range []struct {
+			field string
+			kind  store.Kind
+			what  string
+		}{{"promptTemplate.base", store.KindTemplate, "template"}, {"extends", store.KindProtocol, "protocol"}} {
+			v := gjson.GetBytes(p, ref.field)
+			if v.Type != gjson.String || v.Str == "" || own[ref.kind][v.Str] {
+				continue // a wrong type or a missing base is named by the store's validation
+			}
+			_, err := st.Entry(ctx, ref.kind, v.Str)
+			if errors.Is(err, store.ErrNotFound) {
+				if _, ok := store.Fallback(ref.kind, v.Str); ok {
+					continue
+				}
+				return fmt.Errorf("protocols[%d] (%s): %s: %s %q exists neither in the store, nor in this rollout, nor built into the binary: add it first (an earlier rollout file, or the same one), or name another",
+					i, gjson.GetBytes(p, "id").String(), ref.field, ref.what, v.Str)
+			}
+			if err != nil {
+				return err
+			}
+			if ref.kind == store.KindProtocol {
+				if base, err := st.Active(ctx, store.KindProtocol, v.Str); err == nil {
+					if ext := gjson.GetBytes(base.Body, "extends").Str; ext != "" {
+						return fmt.Errorf("protocols[%d] (%s): extends: %q is itself a workflow (it extends %q); one level of extends is supported: extend %q instead",
+							i, gjson.GetBytes(p, "id").String(), v.Str, ext, ext)
+					}
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -209,6 +209,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		}
 		log.Info("HTTPS-proxy door open", "listen", daddr.String(), "intercepted_hosts", p.cfg.MITM.Hosts, "passthrough", *p.cfg.MITM.Passthrough)
 		lines = append(lines, fmt.Sprintf("promptgate HTTPS-proxy door on %s (HTTPS_PROXY=http://%s)", daddr, daddr))
+	} else if p.cfg.MITM != nil {
+		// The config asks for interception but no door is open: say so rather than ignore the key.
+		log.Warn("config has mitm: but the HTTPS-proxy door is off; give --proxy-listen (or " + EnvProxyListen + ") to open it")
 	}
 	ready.Store(true)
 	for _, l := range lines {

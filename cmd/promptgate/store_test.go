@@ -130,7 +130,7 @@ func TestFleetOnEtcd(t *testing.T) {
 	}
 
 	// An activation through A's admin API reaches B's next request.
-	body, _ := json.Marshal(map[string]string{"name": name, "text": "fleet v2\n{{protocol_rules}}"})
+	body, _ := json.Marshal(map[string]string{"name": name, "text": "fleet v2\n{{protocol_rules}}\n=== RUNTIME CONTEXT (UNTRUSTED JSON DATA) ===\n{{runtime_context}}"})
 	if code, out := a.post(t, "/admin/templates/"+name+"/versions", string(body)); code/100 != 2 {
 		t.Fatalf("add version: %d %s", code, out)
 	}
@@ -189,7 +189,7 @@ func TestFleetOnEtcd(t *testing.T) {
 	}
 
 	// Two concurrent activations through the two instances: one wins, the other is in history.
-	body, _ = json.Marshal(map[string]string{"name": name, "text": "fleet v3\n{{protocol_rules}}"})
+	body, _ = json.Marshal(map[string]string{"name": name, "text": "fleet v3\n{{protocol_rules}}\n=== RUNTIME CONTEXT (UNTRUSTED JSON DATA) ===\n{{runtime_context}}"})
 	if code, out := b.post(t, "/admin/templates/"+name+"/versions", string(body)); code/100 != 2 {
 		t.Fatalf("add version 3: %d %s", code, out)
 	}

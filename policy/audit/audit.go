@@ -57,8 +57,9 @@ const (
 	VerdictCleared  = "cleared"
 )
 
-// Event is one policy decision or one admin change. Its JSON shape is the admin API's audit event. The
-// fields after Rule are optional and left out of the JSON when empty. Nothing secret belongs in an event:
+// Event is one policy decision or one admin change. Its JSON shape is the admin API's audit event: the
+// fields up to Rule are always there (the contract's shape; "" when empty), the fields after Rule are
+// optional and left out of the JSON when empty. Nothing secret belongs in an event:
 // no keys, and tool arguments only as ArgsSHA256 unless the operator opted in (see WithArguments).
 type Event struct {
 	Time            time.Time `json:"time"`
@@ -68,8 +69,8 @@ type Event struct {
 	ProtocolVersion int       `json:"protocolVersion"`
 	Tool            string    `json:"tool"`
 	Verdict         string    `json:"verdict"`
-	Reason          string    `json:"reason,omitempty"`
-	Rule            string    `json:"rule,omitempty"`
+	Reason          string    `json:"reason"`
+	Rule            string    `json:"rule"`
 
 	// Actor is who made an admin change (the X-Promptgate-Actor header, else "admin").
 	Actor string `json:"actor,omitempty"`

@@ -439,9 +439,9 @@ func TestWithArguments(t *testing.T) {
 	if e := (Event{}).WithArguments([]byte(`{"q":1}`), true); e.Args != `{"q":1}` {
 		t.Fatalf("%+v", e)
 	}
-	// Optional fields stay out of the JSON; the original fields keep their names.
+	// Optional fields stay out of the JSON; the contract's fields are always there, with their names.
 	b, _ = json.Marshal(Event{Time: time.Unix(0, 0).UTC()})
-	if want := `{"time":"1970-01-01T00:00:00Z","requestId":"","kind":"","protocol":"","protocolVersion":0,"tool":"","verdict":""}`; string(b) != want {
+	if want := `{"time":"1970-01-01T00:00:00Z","requestId":"","kind":"","protocol":"","protocolVersion":0,"tool":"","verdict":"","reason":"","rule":""}`; string(b) != want {
 		t.Fatalf("json %s\nwant %s", b, want)
 	}
 }

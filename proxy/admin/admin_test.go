@@ -489,6 +489,13 @@ func TestProtocolValidationNamesTheField(t *testing.T) {
 	if e.Get("param").String() != "extends" {
 		t.Fatalf("unknown extends: %s", e.Raw)
 	}
+	// One level of extends: a workflow of a workflow is refused when it is stored, not at request time.
+	f.ok(201, "POST", "/admin/protocols/review/versions", `{"id":"review","extends":"tech","tools":{"allow":["*"]}}`)
+	f.ok(200, "POST", "/admin/protocols/review/activate", `{"version":1}`)
+	e = f.fails(400, "invalid_definition", "POST", "/admin/protocols/deeper/versions", `{"id":"deeper","extends":"review","tools":{"allow":["*"]}}`)
+	if e.Get("param").String() != "extends" || !strings.Contains(e.Get("message").String(), "one level of extends") {
+		t.Fatalf("workflow of a workflow: %s", e.Raw)
+	}
 	// Nothing was stored.
 	show := f.ok(200, "GET", "/admin/protocols/tech", "")
 	if gjson.GetBytes(show, "versions.#").Int() != 1 {
@@ -669,10 +676,17 @@ func TestAuditEndpoint(t *testing.T) {
 		}
 	}
 	raw := f.ok(200, "GET", "/admin/audit?requestId=r1&verdict=blocked", "")
-	if want := `"requestId":"r1","kind":"tool_call","protocol":"tech","protocolVersion":0,"tool":"web_fetch","verdict":"blocked","rule":"rules[0]"}`; !strings.Contains(string(raw), want) {
+	if want := `"requestId":"r1","kind":"tool_call","protocol":"tech","protocolVersion":0,"tool":"web_fetch","verdict":"blocked","reason":"","rule":"rules[0]"}`; !strings.Contains(string(raw), want) {
 		t.Fatalf("event shape: %s", raw)
 	}
-	for q, param := range map[string]string{"?limit=0": "limit", "?limit=x": "limit", "?limit=1001": "limit", "?since=yesterday": "since", "?request_id=r1": "request_id"} {
+	// Every event has every field of the contract's shape, also an allowed call without reason or rule.
+	raw = f.ok(200, "GET", "/admin/audit?requestId=r2", "")
+	for _, k := range []string{"time", "requestId", "kind", "protocol", "protocolVersion", "tool", "verdict", "reason", "rule"} {
+		if !gjson.GetBytes(raw, "events.0."+k).Exists() {
+			t.Errorf("event lacks %q: %s", k, raw)
+		}
+	}
+	for q, param := range map[string]string{"?limit=0": "limit", "?limit=x": "limit", "?limit=1001": "limit", "?since=yesterday": "since", "?request_id=r1": "request_id", "?verdict=block": "verdict", "?kind=tool_calls": "kind"} {
 		if e := f.fails(400, "invalid_request", "GET", "/admin/audit"+q, ""); e.Get("param").String() != param || !strings.Contains(e.Get("message").String(), param) {
 			t.Errorf("%s: %s", q, e.Raw)
 		}

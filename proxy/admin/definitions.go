@@ -188,6 +188,17 @@ func (s *server) checkReferences(ctx context.Context, body []byte, newTemplates,
 				"protocol %q: %s: %s %q exists neither in the store nor built into the binary: add it first (POST /admin/%s/%s/versions), or name another",
 				id, ref.field, singular(ref.kind), v.String(), ref.kind, v.String())
 		}
+		if ref.kind == store.KindProtocol {
+			// One level of extends: the base of a workflow is not a workflow itself (a request would be
+			// refused as naming two workflows).
+			if base, err := s.o.Store.Active(ctx, store.KindProtocol, v.String()); err == nil {
+				if ext := gjson.GetBytes(base.Body, "extends").String(); ext != "" {
+					return badRequest("invalid_definition", ref.field,
+						"protocol %q: %s: %q is itself a workflow (it extends %q); one level of extends is supported: extend %q instead",
+						id, ref.field, v.String(), ext, ext)
+				}
+			}
+		}
 	}
 	return nil
 }

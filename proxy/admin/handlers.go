@@ -175,6 +175,17 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request) error {
 		RequestID: q.Get("requestId"), Verdict: q.Get("verdict"), Protocol: q.Get("protocol"),
 		Kind: q.Get("kind"), Tool: q.Get("tool"),
 	}
+	// A verdict or kind no event can have is a typo (verdict=block): say so rather than answer an empty list.
+	verdicts := []string{audit.VerdictRemoved, audit.VerdictAllowed, audit.VerdictBlocked, audit.VerdictAudited,
+		audit.VerdictChanged, audit.VerdictEnabled, audit.VerdictDisabled, audit.VerdictCleared}
+	if v := f.Verdict; v != "" && !slices.Contains(verdicts, v) {
+		return badRequest("invalid_request", "verdict", "verdict %q: want one of %s", v, strings.Join(verdicts, ", "))
+	}
+	kinds := []string{audit.KindToolRemoved, audit.KindToolCall, audit.KindVersionAdded, audit.KindActivated, audit.KindRolledBack,
+		audit.KindRolloutApplied, audit.KindRolloutReverted, audit.KindToolEnablement}
+	if k := f.Kind; k != "" && !slices.Contains(kinds, k) {
+		return badRequest("invalid_request", "kind", "kind %q: want one of %s", k, strings.Join(kinds, ", "))
+	}
 	if q.Has("limit") {
 		n, err := strconv.Atoi(q.Get("limit"))
 		if err != nil || n < 1 || n > audit.MaxQueryLimit {
