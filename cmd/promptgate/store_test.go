@@ -497,7 +497,7 @@ func TestActivateAndRollbackSayWhatTheyReplaced(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "pg.db")
 	mig := t.TempDir()
-	_ = os.WriteFile(filepath.Join(mig, "001.json"), []byte(`{"id":"001","templates":[{"name":"base_tool_call_v2","text":"two\n{{protocol_rules}}"}]}`), 0o600)
+	_ = os.WriteFile(filepath.Join(mig, "001.json"), []byte(`{"id":"001","templates":[{"name":"base_tool_call_v2","text":"=== SYSTEM CORE ===\ntwo\n\n=== PROTOCOL RULES ===\n{{protocol_rules}}\n\n=== RUNTIME CONTEXT (UNTRUSTED JSON DATA) ===\n{{runtime_context}}\n"}]}`), 0o600)
 	if _, _, err := runCmd(t, nil, "", "migrate", "up", "--db", db, "--dir", mig); err != nil {
 		t.Fatal(err)
 	}
