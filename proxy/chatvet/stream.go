@@ -660,13 +660,27 @@ var (
 	finishNull = []byte(`"finish_reason":null`)
 )
 
+// allNull reports whether bytes.Count(data, finishKey) == bytes.Count(data, finishNull), which is how
+// noteFinish recognises an event whose every finish_reason is null, in one pass in the usual case: each
+// finishKey followed by :null counts once on both sides and no occurrence of either can straddle the end
+// of such a match, so only from the first finishKey that is not followed by :null on are the counts taken.
+func allNull(data []byte) bool {
+	for {
+		i := bytes.Index(data, finishKey)
+		if i < 0 {
+			return true
+		}
+		if !bytes.HasPrefix(data[i:], finishNull) {
+			return bytes.Count(data, finishKey) == bytes.Count(data, finishNull)
+		}
+		data = data[i+len(finishNull):]
+	}
+}
+
 // noteFinish records whether the event carries a string finish_reason in some choice. Most chunks carry
 // "finish_reason":null and are recognised without parsing.
 func (s *Stream) noteFinish(data []byte) {
-	if s.finished || !bytes.Contains(data, finishKey) {
-		return
-	}
-	if bytes.Count(data, finishKey) == bytes.Count(data, finishNull) {
+	if s.finished || allNull(data) {
 		return
 	}
 	for _, f := range relay.Get(data, "choices.#.finish_reason").Array() {
