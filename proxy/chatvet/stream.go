@@ -57,6 +57,8 @@ type Stream struct {
 	// finished is set once a choice's finish_reason has arrived; a clean EOF after it ends the stream
 	// quietly (no [DONE] is invented, no truncation error written).
 	finished bool
+	// tpl lets noteText skip the events that can only mark choices already marked.
+	tpl textTemplate
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -142,15 +144,61 @@ func (s *Stream) holding() bool {
 
 // noteText remembers which choices of an event that is passed on unread carry text.
 func (s *Stream) noteText(data []byte) {
-	if !bytes.Contains(data, []byte(`"content"`)) {
+	if !bytes.Contains(data, []byte(`"content"`)) || s.tpl.covers(data) {
 		return
 	}
+	marked := false
 	relay.Get(data, pathChoices).ForEach(func(_, c gjson.Result) bool {
 		if v, ok := scanChoice(0, c); ok && v.text {
 			s.choice(v.index).text = true
+			marked = true
 		}
 		return true
 	})
+	if marked {
+		s.tpl.learn(data)
+	}
+}
+
+// textTemplate spares noteText the walk of the events that differ from an earlier text event only in
+// their content: pre and suf are that event's data before and after its content string. An event
+// pre+TEXT+suf, where TEXT holds no '"', no '\\' and no control character, has the same JSON structure
+// (no byte of it is escaped, so every '"' delimits a string), with the same choices at the same indexes
+// and a content string (maybe empty) where the earlier one had a non-empty one: it marks a subset of the
+// choices the earlier event marked, which stay marked, so noting it changes nothing.
+type textTemplate struct {
+	pre, suf []byte
+}
+
+var contentKey = []byte(`"content":"`)
+
+// learn makes data the template when it can be one: no backslash anywhere (so no escape can hide a key
+// or a quote) and one "content" key, the one whose non-empty string marked a choice.
+func (t *textTemplate) learn(data []byte) {
+	i := bytes.Index(data, contentKey)
+	if i < 0 || bytes.IndexByte(data, '\\') >= 0 || bytes.Count(data, []byte(`"content"`)) != 1 {
+		return
+	}
+	start := i + len(contentKey)
+	end := bytes.IndexByte(data[start:], '"')
+	if end <= 0 {
+		return
+	}
+	buf := append(t.pre[:0], data...)
+	t.pre, t.suf = buf[:start], buf[start+end:]
+}
+
+// covers reports whether data is the template with another content string (see textTemplate).
+func (t *textTemplate) covers(data []byte) bool {
+	if t.pre == nil || len(data) < len(t.pre)+len(t.suf) || !bytes.HasPrefix(data, t.pre) || !bytes.HasSuffix(data, t.suf) {
+		return false
+	}
+	for _, c := range data[len(t.pre) : len(data)-len(t.suf)] {
+		if c == '"' || c == '\\' || c < 0x20 {
+			return false
+		}
+	}
+	return true
 }
 
 // malformed drops an event that a client might read differently from us, and fails every held
