@@ -112,12 +112,11 @@ func ParseChat(body []byte) (*Chat, error) {
 			err = invalid(fmt.Sprintf("messages[%d]", i), "messages[%d] must be an object", i)
 			return false
 		}
-		role, content := roleContent(m)
-		switch role {
+		switch m.Get("role").String() {
 		case "system", "developer":
-			c.Application = append(c.Application, contentText(content))
+			c.Application = append(c.Application, contentText(m.Get("content")))
 		case "user":
-			c.LatestUser = contentText(content)
+			c.LatestUser = contentText(m.Get("content"))
 		}
 		i++
 		return true
@@ -146,22 +145,6 @@ func ParseChat(body []byte) (*Chat, error) {
 		c.NativeTools = c.NativeTools || len(f.Array()) > 0
 	}
 	return c, nil
-}
-
-// roleContent is m.Get("role").String() and m.Get("content") in one walk of the message's keys (the first
-// of each, as gjson's Get finds them).
-func roleContent(m gjson.Result) (role string, content gjson.Result) {
-	seenRole, seenContent := false, false
-	m.ForEach(func(k, v gjson.Result) bool {
-		switch {
-		case !seenRole && k.Str == "role":
-			role, seenRole = v.String(), true
-		case !seenContent && k.Str == "content":
-			content, seenContent = v, true
-		}
-		return !seenRole || !seenContent
-	})
-	return role, content
 }
 
 // chatTool reads one "tools" entry: {"type":"function","function":{...}}, {"type":"custom","custom":{...}},
