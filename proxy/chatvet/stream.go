@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
@@ -160,45 +161,78 @@ func (s *Stream) noteText(data []byte) {
 	}
 }
 
-// textTemplate spares noteText the walk of the events that differ from an earlier text event only in
-// their content: pre and suf are that event's data before and after its content string. An event
-// pre+TEXT+suf, where TEXT holds no '"', no '\\' and no control character, has the same JSON structure
-// (no byte of it is escaped, so every '"' delimits a string), with the same choices at the same indexes
-// and a content string (maybe empty) where the earlier one had a non-empty one: it marks a subset of the
-// choices the earlier event marked, which stay marked, so noting it changes nothing.
+// textTemplate spares noteText the walk of the events that differ from an earlier text event of the stream
+// only in the contents of string values (the text, and whatever else changes per chunk: an id, an
+// obfuscation padding). The earlier event is one valid JSON object without a backslash, so every '"' in it
+// delimits a string and every string followed by ':' is a key. An event with the same bytes outside its
+// strings, the same keys, and value strings that hold no '"', '\\' or control byte (and stay empty where the
+// earlier one's were empty) has the same JSON structure, with the same choices at the same indexes and a
+// string wherever the earlier event had one: a content string of it is non-empty only where the earlier
+// one's was, so it marks a subset of the choices that event marked, which stay marked. Noting it changes
+// nothing.
 type textTemplate struct {
-	pre, suf []byte
+	ev []byte
+	// slots are the byte ranges in ev of the contents of its non-empty value strings, in order.
+	slots [][2]int
 }
 
-var contentKey = []byte(`"content":"`)
-
-// learn makes data the template when it can be one: no backslash anywhere (so no escape can hide a key
-// or a quote) and one "content" key, the one whose non-empty string marked a choice.
+// learn makes data, which has just been walked, the template when it can be one: one valid JSON object
+// with unique keys and no backslash anywhere (so no escape can hide a key or a quote).
 func (t *textTemplate) learn(data []byte) {
-	i := bytes.Index(data, contentKey)
-	if i < 0 || bytes.IndexByte(data, '\\') >= 0 || bytes.Count(data, []byte(`"content"`)) != 1 {
+	if bytes.IndexByte(data, '\\') >= 0 || jsoncheck.Object(data, jsoncheck.Limits{MaxDepth: maxEventDepth}) != nil {
 		return
 	}
-	start := i + len(contentKey)
-	end := bytes.IndexByte(data[start:], '"')
-	if end <= 0 {
-		return
+	if t.slots == nil {
+		t.slots = make([][2]int, 0, 8)
 	}
-	buf := append(t.pre[:0], data...)
-	t.pre, t.suf = buf[:start], buf[start+end:]
+	t.ev, t.slots = append(t.ev[:0], data...), t.slots[:0]
+	for i := 0; ; {
+		q := bytes.IndexByte(t.ev[i:], '"')
+		if q < 0 {
+			return
+		}
+		start := i + q + 1
+		end := start + bytes.IndexByte(t.ev[start:], '"') // valid JSON without escapes: found
+		k := end + 1
+		for k < len(t.ev) && (t.ev[k] == ' ' || t.ev[k] == '\t' || t.ev[k] == '\n' || t.ev[k] == '\r') {
+			k++
+		}
+		if end > start && (k >= len(t.ev) || t.ev[k] != ':') {
+			t.slots = append(t.slots, [2]int{start, end})
+		}
+		i = end + 1
+	}
 }
 
-// covers reports whether data is the template with another content string (see textTemplate).
+// covers reports whether data differs from the template only in the contents of its non-empty value
+// strings, which hold no '"', '\\' or control byte in data (see textTemplate).
 func (t *textTemplate) covers(data []byte) bool {
-	if t.pre == nil || len(data) < len(t.pre)+len(t.suf) || !bytes.HasPrefix(data, t.pre) || !bytes.HasSuffix(data, t.suf) {
+	a, b := t.ev, data
+	if a == nil {
 		return false
 	}
-	for _, c := range data[len(t.pre) : len(data)-len(t.suf)] {
-		if c == '"' || c == '\\' || c < 0x20 {
+	i, j := 0, 0
+	for _, sl := range t.slots {
+		// The bytes up to the slot (opening quote included), the same in both.
+		seg := a[i:sl[0]]
+		if len(b)-j < len(seg) || !bytes.Equal(b[j:j+len(seg)], seg) {
 			return false
 		}
+		j += len(seg)
+		n := bytes.IndexByte(b[j:], '"')
+		if n < 0 {
+			return false
+		}
+		if s := b[j : j+n]; !bytes.Equal(s, a[sl[0]:sl[1]]) {
+			for _, c := range s {
+				if c == '\\' || c < 0x20 {
+					return false
+				}
+			}
+		}
+		i, j = sl[1], j+n
 	}
-	return true
+	return bytes.Equal(a[i:], b[j:])
 }
 
 // malformed drops an event that a client might read differently from us, and fails every held

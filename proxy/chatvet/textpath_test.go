@@ -43,6 +43,11 @@ func FuzzNoteTextTemplate(f *testing.F) {
 		{ev(`{"index":0,"delta":{"content":"a"},"logprobs":{"content":[]}}`), ev(`{"index":0,"delta":{"content":"b"},"logprobs":{"content":[]}}`)},
 		{ev(`{"index":0,"delta":{"content":"a"}}`), ev(`{"index":0,"delta":{"content":"a` + "\x01" + `"}}`)},
 		{`{"choices":[{"index":0,"delta":{"content":"a"}}]`, `{"choices":[{"index":0,"delta":{"content":"b"}}]`},
+		{ev(`{"index":0,"delta":{"content":"a"}}],"obfuscation":"xy`), ev(`{"index":0,"delta":{"content":""}}],"obfuscation":"q`)},
+		{ev(`{"index":1,"delta":{"content":"a","role":""}},{"index":0,"delta":{"content":""}}`), ev(`{"index":1,"delta":{"content":"b","role":""}},{"index":0,"delta":{"content":"c"}}`)},
+		{ev(`{"index":0,"delta":{"content":"a"}}`), ev(`{"index":0,"delta":{"content":"a"},"index":1}`)},
+		{ev(`{"index":0,"delta":{"content" : "a"}}`), ev(`{"index":0,"delta":{"content" : "zz"}}`)},
+		{ev(`{"index":0,"delta":{"content":"a"},"x":"content"}`), ev(`{"index":0,"delta":{"content":"b"},"x":"y"}`)},
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s[0]), []byte(s[1]), []byte(s[1]))
@@ -90,9 +95,29 @@ func TestTextTemplateCovers(t *testing.T) {
 	if s.tpl.covers([]byte(pre + "x" + `"},"finish_reason":"stop"}]}`)) {
 		t.Error("another suffix is covered")
 	}
+	// Strings that change per chunk are covered; keys, empty strings and everything outside strings are not.
+	obf := func(key, fp, pad string) []byte {
+		return []byte(`{"id":"c-1","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":"` + fp +
+			`","choices":[{"index":0,"delta":{"` + key + `":"hi"},"finish_reason":null}],"obfuscation":"` + pad + `"}`)
+	}
+	s2 := NewStream(nil, nil, nil)
+	s2.noteText(obf("content", "", "a1"))
+	for _, c := range []struct {
+		ev   []byte
+		want bool
+	}{
+		{obf("content", "", "zz9"), true},
+		{obf("content", "", ""), true},
+		{obf("xontent", "", "a1"), false},
+		{obf("content", "fp", "a1"), false},
+	} {
+		if got := s2.tpl.covers(c.ev); got != c.want {
+			t.Errorf("covers(%s) = %v, want %v", c.ev, got, c.want)
+		}
+	}
 	other := NewStream(nil, nil, nil)
 	other.noteText([]byte(pre + `a\nb` + suf)) // an escape: no template
-	if other.tpl.pre != nil {
+	if other.tpl.ev != nil {
 		t.Error("learnt a template from an event with a backslash")
 	}
 }
