@@ -271,9 +271,14 @@ type outcome struct {
 // and returns what they said in config order. The error is non-nil only when a required source
 // failed; it wraps ErrRequiredFailed and names the source and the reason. The Result is filled
 // either way.
+//
+// Answers found in the cache are taken at once, on the caller's goroutine; of the sources that
+// must be called, all but one are called on goroutines of their own and the last on the caller's,
+// so that a request whose sources are all cached (or that calls just one) starts no goroutine and
+// waits for no other.
 func (h *Host) Gather(ctx context.Context, q Query) (Result, error) {
 	outs := make([]outcome, len(h.slots))
-	var wg sync.WaitGroup
+	var calls []int
 	for i, s := range h.slots {
 		if s.minMode > q.Mode {
 			continue // below the request's mode: absent, not skipped
@@ -283,15 +288,28 @@ func (h *Host) Gather(ctx context.Context, q Query) (Result, error) {
 			outs[i].reason = ReasonModuleOff
 			continue
 		}
-		wg.Go(func() {
-			start := time.Now()
-			outs[i] = h.tracedAsk(ctx, s, q)
-			if o := h.observer.Load(); o != nil && !outs[i].cached {
-				(*o)(s.cfg.Name, time.Since(start), outs[i].reason)
-			}
-		})
+		if a := h.tracedHit(ctx, s, q); a != nil {
+			outs[i] = outcome{ran: true, answer: a, cached: true}
+			continue
+		}
+		calls = append(calls, i)
 	}
-	wg.Wait()
+	call := func(i int) {
+		s := h.slots[i]
+		start := time.Now()
+		outs[i] = h.tracedAsk(ctx, s, q)
+		if o := h.observer.Load(); o != nil && !outs[i].cached {
+			(*o)(s.cfg.Name, time.Since(start), outs[i].reason)
+		}
+	}
+	if n := len(calls); n > 0 {
+		var wg sync.WaitGroup
+		for _, i := range calls[:n-1] {
+			wg.Go(func() { call(i) })
+		}
+		call(calls[n-1])
+		wg.Wait()
+	}
 
 	var res Result
 	var errs []error
@@ -321,8 +339,8 @@ func (h *Host) Gather(ctx context.Context, q Query) (Result, error) {
 	return res, errors.Join(errs...)
 }
 
-// ask gets one source's answer: from the cache, else from the plugin under the source's timeout.
-func (h *Host) ask(ctx context.Context, s *slot, q Query) outcome {
+// request is what a source is told about q.
+func request(s *slot, q Query) sdk.Request {
 	req := sdk.Request{
 		Protocol: q.Protocol, BaseProtocol: q.BaseProtocol, Workflow: q.Workflow,
 		Mode: sdk.Mode(q.Mode.String()), User: q.User, Conversation: q.Conversation, Model: q.Model,
@@ -330,14 +348,27 @@ func (h *Host) ask(ctx context.Context, s *slot, q Query) outcome {
 	if s.cfg.ReceiveUserMessage {
 		req.LatestUser = q.LatestUser
 	}
-	useCache := h.cache != nil && s.cfg.CacheTTL > 0
-	var key string
-	if useCache {
-		key = cacheKey(s.cfg.Name, req)
-		if a, ok := h.cache.get(key); ok {
-			return outcome{ran: true, answer: a, cached: true}
-		}
+	return req
+}
+
+// caches reports whether the source's answers are cached.
+func (h *Host) caches(s *slot) bool { return h.cache != nil && s.cfg.CacheTTL > 0 }
+
+// hit is the source's cached answer for q, or nil.
+func (h *Host) hit(s *slot, q Query) *sdk.Answer {
+	if !h.caches(s) {
+		return nil
 	}
+	if a, ok := h.cache.get(cacheKey(s.cfg.Name, request(s, q))); ok {
+		return a
+	}
+	return nil
+}
+
+// ask gets one source's answer from the plugin under the source's timeout (Gather has looked in the
+// cache already), and caches it when the source's answers are cached.
+func (h *Host) ask(ctx context.Context, s *slot, q Query) outcome {
+	req := request(s, q)
 	src := s.source()
 	if src == nil {
 		return outcome{ran: true, reason: ReasonUnavailable}
@@ -350,8 +381,8 @@ func (h *Host) ask(ctx context.Context, s *slot, q Query) outcome {
 		h.log.Warn("context source skipped", "plugin", s.cfg.Name, "reason", reason)
 		return outcome{ran: true, reason: reason}
 	}
-	if useCache {
-		h.cache.set(key, &a, s.cfg.CacheTTL)
+	if h.caches(s) {
+		h.cache.set(cacheKey(s.cfg.Name, req), &a, s.cfg.CacheTTL)
 	}
 	return outcome{ran: true, answer: &a}
 }

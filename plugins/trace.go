@@ -3,8 +3,23 @@ package plugins
 import (
 	"context"
 
+	"github.com/promptgate/promptgate/plugins/sdk"
 	"github.com/promptgate/promptgate/proxy/tracing"
 )
+
+// tracedHit is hit inside a span of its own (promptgate.context.source) when the request is traced and
+// the answer is in the cache: the source's name. A miss leaves no span (tracedAsk makes the source's).
+func (h *Host) tracedHit(ctx context.Context, s *slot, q Query) *sdk.Answer {
+	a := h.hit(s, q)
+	if a == nil {
+		return nil
+	}
+	if _, sp := tracing.Stage(ctx, tracing.SpanContextSource); sp != nil {
+		sp.String("promptgate.source", s.cfg.Name)
+		sp.End()
+	}
+	return a
+}
 
 // tracedAsk is ask inside a span of its own (promptgate.context.source) when the request is traced: the
 // source's name and, when it was skipped, why. Never the query or the answer.

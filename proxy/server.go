@@ -319,7 +319,7 @@ func isAnthropicPath(p string) bool {
 func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 	start := time.Now()
 	id, _ := r.Context().Value(requestIDKey{}).(string)
-	log := s.log.With("request_id", id)
+	log := requestLogger(s.log, id)
 	body, err := readBody(w, r, s.opt.Engine.Limits.MaxBodyBytes)
 	if err != nil {
 		fail(w, log, err)
@@ -620,6 +620,33 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// requestLogger is log.With("request_id", id), except that the attribute is formatted only when a record
+// is written: most requests write none (the per-request lines are at debug level), and With formats it at
+// once (6 allocations with the JSON handler).
+func requestLogger(log *slog.Logger, id string) *slog.Logger {
+	return slog.New(lazyAttr{next: log.Handler(), attr: slog.String("request_id", id)})
+}
+
+// lazyAttr is a handler with one attribute added as next.WithAttrs would add it, at the first record.
+type lazyAttr struct {
+	next slog.Handler
+	attr slog.Attr
+}
+
+func (h lazyAttr) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h lazyAttr) Handle(ctx context.Context, r slog.Record) error {
+	return h.next.WithAttrs([]slog.Attr{h.attr}).Handle(ctx, r)
+}
+
+func (h lazyAttr) WithAttrs(as []slog.Attr) slog.Handler {
+	return h.next.WithAttrs([]slog.Attr{h.attr}).WithAttrs(as)
+}
+
+func (h lazyAttr) WithGroup(name string) slog.Handler {
+	return h.next.WithAttrs([]slog.Attr{h.attr}).WithGroup(name)
 }
 
 // requestID takes a well-formed client X-Request-Id, else makes one.

@@ -245,8 +245,13 @@ func (p *parser) str(i int) (string, int, error) {
 		case c < 0x20:
 			return "", i, p.errf(i, "raw control character in string")
 		case c != '\\':
-			p.buf = append(p.buf, c)
-			i++
+			// A run of plain bytes up to the next quote, escape or control character, copied at once.
+			j := i + 1
+			for j < len(p.b) && p.b[j] != '"' && p.b[j] != '\\' && p.b[j] >= 0x20 {
+				j++
+			}
+			p.buf = append(p.buf, p.b[i:j]...)
+			i = j
 			continue
 		}
 		if i+1 >= len(p.b) {

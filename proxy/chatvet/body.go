@@ -92,6 +92,9 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxEventDepth}); err != nil {
 		return body, res, fmt.Errorf("chatvet: response body: %w", err)
 	}
+	if !mayCall(body) {
+		return body, res, nil // no key can be tool_calls or function_call: nothing to vet
+	}
 	choices := gjson.GetBytes(body, pathChoices)
 	if !choices.IsArray() {
 		return body, res, nil

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
@@ -57,6 +58,8 @@ type Stream struct {
 	// finished is set once a choice's finish_reason has arrived; a clean EOF after it ends the stream
 	// quietly (no [DONE] is invented, no truncation error written).
 	finished bool
+	// tpl lets noteText skip the events that can only mark choices already marked.
+	tpl textTemplate
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -142,15 +145,94 @@ func (s *Stream) holding() bool {
 
 // noteText remembers which choices of an event that is passed on unread carry text.
 func (s *Stream) noteText(data []byte) {
-	if !bytes.Contains(data, []byte(`"content"`)) {
+	if !bytes.Contains(data, []byte(`"content"`)) || s.tpl.covers(data) {
 		return
 	}
+	marked := false
 	relay.Get(data, pathChoices).ForEach(func(_, c gjson.Result) bool {
 		if v, ok := scanChoice(0, c); ok && v.text {
 			s.choice(v.index).text = true
+			marked = true
 		}
 		return true
 	})
+	if marked {
+		s.tpl.learn(data)
+	}
+}
+
+// textTemplate spares noteText the walk of the events that differ from an earlier text event of the stream
+// only in the contents of string values (the text, and whatever else changes per chunk: an id, an
+// obfuscation padding). The earlier event is one valid JSON object without a backslash, so every '"' in it
+// delimits a string and every string followed by ':' is a key. An event with the same bytes outside its
+// strings, the same keys, and value strings that hold no '"', '\\' or control byte (and stay empty where the
+// earlier one's were empty) has the same JSON structure, with the same choices at the same indexes and a
+// string wherever the earlier event had one: a content string of it is non-empty only where the earlier
+// one's was, so it marks a subset of the choices that event marked, which stay marked. Noting it changes
+// nothing.
+type textTemplate struct {
+	ev []byte
+	// slots are the byte ranges in ev of the contents of its non-empty value strings, in order.
+	slots [][2]int
+}
+
+// learn makes data, which has just been walked, the template when it can be one: one valid JSON object
+// with unique keys and no backslash anywhere (so no escape can hide a key or a quote).
+func (t *textTemplate) learn(data []byte) {
+	if bytes.IndexByte(data, '\\') >= 0 || jsoncheck.Object(data, jsoncheck.Limits{MaxDepth: maxEventDepth}) != nil {
+		return
+	}
+	if t.slots == nil {
+		t.slots = make([][2]int, 0, 8)
+	}
+	t.ev, t.slots = append(t.ev[:0], data...), t.slots[:0]
+	for i := 0; ; {
+		q := bytes.IndexByte(t.ev[i:], '"')
+		if q < 0 {
+			return
+		}
+		start := i + q + 1
+		end := start + bytes.IndexByte(t.ev[start:], '"') // valid JSON without escapes: found
+		k := end + 1
+		for k < len(t.ev) && (t.ev[k] == ' ' || t.ev[k] == '\t' || t.ev[k] == '\n' || t.ev[k] == '\r') {
+			k++
+		}
+		if end > start && (k >= len(t.ev) || t.ev[k] != ':') {
+			t.slots = append(t.slots, [2]int{start, end})
+		}
+		i = end + 1
+	}
+}
+
+// covers reports whether data differs from the template only in the contents of its non-empty value
+// strings, which hold no '"', '\\' or control byte in data (see textTemplate).
+func (t *textTemplate) covers(data []byte) bool {
+	a, b := t.ev, data
+	if a == nil {
+		return false
+	}
+	i, j := 0, 0
+	for _, sl := range t.slots {
+		// The bytes up to the slot (opening quote included), the same in both.
+		seg := a[i:sl[0]]
+		if len(b)-j < len(seg) || !bytes.Equal(b[j:j+len(seg)], seg) {
+			return false
+		}
+		j += len(seg)
+		n := bytes.IndexByte(b[j:], '"')
+		if n < 0 {
+			return false
+		}
+		if s := b[j : j+n]; !bytes.Equal(s, a[sl[0]:sl[1]]) {
+			for _, c := range s {
+				if c == '\\' || c < 0x20 {
+					return false
+				}
+			}
+		}
+		i, j = sl[1], j+n
+	}
+	return bytes.Equal(a[i:], b[j:])
 }
 
 // malformed drops an event that a client might read differently from us, and fails every held
@@ -660,13 +742,27 @@ var (
 	finishNull = []byte(`"finish_reason":null`)
 )
 
+// allNull reports whether bytes.Count(data, finishKey) == bytes.Count(data, finishNull), which is how
+// noteFinish recognises an event whose every finish_reason is null, in one pass in the usual case: each
+// finishKey followed by :null counts once on both sides and no occurrence of either can straddle the end
+// of such a match, so only from the first finishKey that is not followed by :null on are the counts taken.
+func allNull(data []byte) bool {
+	for {
+		i := bytes.Index(data, finishKey)
+		if i < 0 {
+			return true
+		}
+		if !bytes.HasPrefix(data[i:], finishNull) {
+			return bytes.Count(data, finishKey) == bytes.Count(data, finishNull)
+		}
+		data = data[i+len(finishNull):]
+	}
+}
+
 // noteFinish records whether the event carries a string finish_reason in some choice. Most chunks carry
 // "finish_reason":null and are recognised without parsing.
 func (s *Stream) noteFinish(data []byte) {
-	if s.finished || !bytes.Contains(data, finishKey) {
-		return
-	}
-	if bytes.Count(data, finishKey) == bytes.Count(data, finishNull) {
+	if s.finished || allNull(data) {
 		return
 	}
 	for _, f := range relay.Get(data, "choices.#.finish_reason").Array() {
