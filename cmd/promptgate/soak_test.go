@@ -439,6 +439,7 @@ plugins:
 	)
 	// The clients run for the soak's duration and, on a machine too slow for the midway events to happen
 	// within it, until they have happened: the events wait on what they need, not on the clock.
+	soakStart := time.Now()
 	ctx, stopClients := context.WithCancel(context.Background())
 	defer stopClients()
 	eventsDone := make(chan struct{})
@@ -458,7 +459,8 @@ plugins:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; ctx.Err() == nil; i++ {
+			// Every client sends each kind at least once streamed and once not, however slow the machine.
+			for i := 0; ctx.Err() == nil || i < 2*numKinds; i++ {
 				n := c*1_000_000 + i
 				kind, stream := i%numKinds, (i/numKinds)%2 == 1
 				id := fmt.Sprintf("soak-%d-%d", c, i)
@@ -495,6 +497,7 @@ plugins:
 		if p, err := os.FindProcess(int(up.lastPID.Load())); err == nil && p.Kill() == nil {
 			pluginKilled.Store(int64(p.Pid))
 		}
+		t.Logf("%v: plugin process %d killed", time.Since(soakStart).Round(time.Millisecond), pluginKilled.Load())
 		pause(0.1)
 		v := gjson.GetBytes(adminDo(t, http.MethodPost, s.admin+"/admin/protocols/guarded/versions", soakProtocol(rulesV2)), "version").Int()
 		adminDo(t, http.MethodPost, s.admin+"/admin/protocols/guarded/activate", fmt.Sprintf(`{"version":%d}`, v))
@@ -502,11 +505,14 @@ plugins:
 			t.Error("no request saw the activated version within 60 s")
 			return
 		}
+		t.Logf("%v: the activated version seen", time.Since(soakStart).Round(time.Millisecond))
 		pause(0.3)
 		adminDo(t, http.MethodPost, s.admin+"/admin/protocols/guarded/rollback", `{}`)
+		t.Logf("%v: rolled back", time.Since(soakStart).Round(time.Millisecond))
 	}()
 	wg.Wait()
 	<-eventsDone
+	t.Logf("%v: clients done", time.Since(soakStart).Round(time.Millisecond))
 
 	// The killed plugin is back: on a loaded machine its restart may outlast a short soak, so keep
 	// sending (checked) requests until a new process answers.
