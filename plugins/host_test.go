@@ -297,7 +297,11 @@ func TestPluginEnvironmentHoldsNoSecrets(t *testing.T) {
 func TestTimeoutHangingPlugin(t *testing.T) {
 	hang := entry("hang", "testsource", map[string]any{"behavior": "hang"})
 	hang.Timeout = 200 * time.Millisecond
-	h := startHost(t, plugins.HostOptions{}, hang, entry("echo", "testsource", nil))
+	// The echo's timeout is far beyond what a loaded machine needs: Gather ending well before it shows
+	// that the hang was cut by its own 200ms, not by the other source's timeout.
+	echo := entry("echo", "testsource", nil)
+	echo.Timeout = 60 * time.Second
+	h := startHost(t, plugins.HostOptions{}, hang, echo)
 	var mu sync.Mutex
 	observed := map[string]string{}
 	h.Observe(func(source string, took time.Duration, reason string) {
@@ -315,7 +319,7 @@ func TestTimeoutHangingPlugin(t *testing.T) {
 		t.Errorf("observer saw %v", observed)
 	}
 	mu.Unlock()
-	if took := time.Since(start); took > 2*time.Second {
+	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("Gather took %v with a 200ms timeout", took)
 	}
 	if got := skipReason(r, "hang"); got != "timeout" {
@@ -406,7 +410,11 @@ func TestRequiredFailure(t *testing.T) {
 func TestCrashMidCallRestarts(t *testing.T) {
 	crashy := entry("crashy", "testsource", map[string]any{"behavior": "crash"})
 	crashy.Required = true
-	h := startHost(t, plugins.HostOptions{RestartBackoff: 300 * time.Millisecond, HealthInterval: 50 * time.Millisecond},
+	// The timeout is far beyond what a loaded machine needs, so that "fails fast" below means "did not
+	// wait for the timeout". The backoff keeps the plugin down long enough for the test to see it down
+	// even when the machine is slow to schedule the test.
+	crashy.Timeout = 60 * time.Second
+	h := startHost(t, plugins.HostOptions{RestartBackoff: 2 * time.Second, HealthInterval: 50 * time.Millisecond},
 		crashy, entry("echo", "testsource", nil))
 	if ok, why := h.Ready(); !ok {
 		t.Fatalf("not ready: %s", why)
@@ -420,12 +428,12 @@ func TestCrashMidCallRestarts(t *testing.T) {
 	fields(t, r, "echo") // the other source answered
 
 	// While it restarts the host is not ready and calls fail fast.
-	waitFor(t, 3*time.Second, "unready after the crash", func() bool { ok, _ := h.Ready(); return !ok })
+	waitFor(t, 30*time.Second, "unready after the crash", func() bool { ok, _ := h.Ready(); return !ok })
 	start := time.Now()
-	if r, _ := h.Gather(context.Background(), plugins.Query{Mode: policy.ModeMinimal, User: "alice"}); skipReason(r, "crashy") == "unavailable" && time.Since(start) > time.Second {
-		t.Errorf("a call to a plugin that is down took %v", time.Since(start))
+	if r, _ := h.Gather(context.Background(), plugins.Query{Mode: policy.ModeMinimal, User: "alice"}); skipReason(r, "crashy") == "unavailable" && time.Since(start) > 30*time.Second {
+		t.Errorf("a call to a plugin that is down took %v (its timeout is %v)", time.Since(start), crashy.Timeout)
 	}
-	waitFor(t, 10*time.Second, "ready after the restart", func() bool { ok, _ := h.Ready(); return ok })
+	waitFor(t, 60*time.Second, "ready after the restart", func() bool { ok, _ := h.Ready(); return ok })
 	got := fields(t, gather(t, h, plugins.Query{Mode: policy.ModeMinimal, User: "alice"}), "crashy")["pid"]
 	if got == pid {
 		t.Errorf("same pid %v after a crash", pid)
@@ -439,7 +447,7 @@ func TestCrashMidCallRestarts(t *testing.T) {
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "a new process after kill", func() bool {
+	waitFor(t, 60*time.Second, "a new process after kill", func() bool {
 		r, _ := h.Gather(context.Background(), plugins.Query{Mode: policy.ModeMinimal, User: "alice"})
 		for _, s := range r.Sources {
 			if s.Name == "crashy" {
@@ -451,8 +459,10 @@ func TestCrashMidCallRestarts(t *testing.T) {
 }
 
 func TestCloseStopsEveryProcess(t *testing.T) {
-	hang := entry("hang", "testsource", map[string]any{"behavior": "hang"})
-	hang.Timeout = 10 * time.Second
+	// The hanging call's timeout is far beyond the bound below: the call ends because of Close.
+	calls := filepath.Join(t.TempDir(), "calls")
+	hang := entry("hang", "testsource", map[string]any{"behavior": "hang", "countFile": calls})
+	hang.Timeout = 5 * time.Minute
 	h, err := plugins.NewHost(context.Background(), []config.Plugin{entry("a", "testsource", nil), hang},
 		plugins.HostOptions{Logger: testLogger(t)})
 	if err != nil {
@@ -466,11 +476,11 @@ func TestCloseStopsEveryProcess(t *testing.T) {
 		_, _ = h.Gather(context.Background(), plugins.Query{Mode: policy.ModeMinimal})
 		done <- time.Since(start)
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, 30*time.Second, "the hanging call in flight", func() bool { return lines(t, calls) == 1 })
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if took := <-done; took > 5*time.Second {
+	if took := <-done; took > time.Minute {
 		t.Errorf("the call in flight lasted %v after Close", took)
 	}
 	if ok, _ := h.Ready(); ok {
@@ -480,7 +490,7 @@ func TestCloseStopsEveryProcess(t *testing.T) {
 		t.Errorf("after Close: reason %q", got)
 	}
 	if runtime.GOOS != "windows" {
-		waitFor(t, 3*time.Second, "plugin process gone", func() bool {
+		waitFor(t, 30*time.Second, "plugin process gone", func() bool {
 			p, err := os.FindProcess(pid)
 			return err != nil || p.Signal(syscall.Signal(0)) != nil
 		})

@@ -33,11 +33,19 @@ func faultSurfaces() []faultSurface {
 	}
 }
 
-// newFaultProxy serves the guarded protocol with both upstreams on h and a short upstream timeout.
-func newFaultProxy(t *testing.T, h http.HandlerFunc) *httptest.Server {
+// Upstream timeouts of the fault tests. A stall is detected after faultStallTimeout; the upstream's writes
+// before it follow each other at once, so a second leaves a loaded machine ample room. Where the fault is a
+// reset, the timeout is not under test and must not fire first: faultNoTimeout.
+const (
+	faultStallTimeout = "1s"
+	faultNoTimeout    = "60s"
+)
+
+// newFaultProxy serves the guarded protocol with both upstreams on h and the given upstream timeout.
+func newFaultProxy(t *testing.T, timeout string, h http.HandlerFunc) *httptest.Server {
 	t.Helper()
 	up := newUpstream(t, h)
-	e := testEngine(t, "defaultProtocol: guarded\nlimits: {upstreamTimeout: 300ms}\n", nil, nil, []json.RawMessage{vetProtocol("refuse")})
+	e := testEngine(t, "defaultProtocol: guarded\nlimits: {upstreamTimeout: "+timeout+"}\n", nil, nil, []json.RawMessage{vetProtocol("refuse")})
 	u, _ := url.Parse(up.URL + "/v1")
 	s, err := New(Options{Engine: e, Upstream: u, AnthropicUpstream: u})
 	if err != nil {
@@ -68,7 +76,11 @@ func TestFaultStreamCutOnEverySurface(t *testing.T) {
 		for _, fault := range []string{"reset", "stall"} {
 			t.Run(sf.name+"/"+fault, func(t *testing.T) {
 				gone := make(chan struct{}, 1)
-				ts := newFaultProxy(t, func(w http.ResponseWriter, r *http.Request) {
+				timeout := faultNoTimeout
+				if fault == "stall" {
+					timeout = faultStallTimeout
+				}
+				ts := newFaultProxy(t, timeout, func(w http.ResponseWriter, r *http.Request) {
 					w.Header().Set("Content-Type", "text/event-stream")
 					half := len(sf.prefix) / 2
 					_, _ = io.WriteString(w, sf.prefix[:half])
@@ -109,17 +121,18 @@ func TestFaultBeforeAnswerOnEveryRoute(t *testing.T) {
 		{http.MethodPost, "/v1/embeddings", `{"model":"m","input":"x"}`},
 	}
 	faults := []struct {
-		name   string
-		h      func(t *testing.T, w http.ResponseWriter, r *http.Request)
-		status int
-		code   string
+		name    string
+		timeout string
+		h       func(t *testing.T, w http.ResponseWriter, r *http.Request)
+		status  int
+		code    string
 	}{
-		{"reset", func(t *testing.T, w http.ResponseWriter, r *http.Request) {
+		{"reset", faultNoTimeout, func(t *testing.T, w http.ResponseWriter, r *http.Request) {
 			if c, _ := hijack(t, w); c != nil {
 				resetConn(c)
 			}
 		}, http.StatusBadGateway, "upstream_error"},
-		{"stall", func(t *testing.T, w http.ResponseWriter, r *http.Request) {
+		{"stall", "300ms", func(t *testing.T, w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-r.Context().Done():
 			case <-time.After(20 * time.Second):
@@ -127,7 +140,7 @@ func TestFaultBeforeAnswerOnEveryRoute(t *testing.T) {
 		}, http.StatusGatewayTimeout, "upstream_timeout"},
 	}
 	for _, f := range faults {
-		ts := newFaultProxy(t, func(w http.ResponseWriter, r *http.Request) { f.h(t, w, r) })
+		ts := newFaultProxy(t, f.timeout, func(w http.ResponseWriter, r *http.Request) { f.h(t, w, r) })
 		for _, rt := range routes {
 			t.Run(f.name+rt.path, func(t *testing.T) {
 				resp, b := send(t, rt.method, ts.URL+rt.path, rt.body)

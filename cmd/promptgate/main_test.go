@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -364,7 +365,14 @@ func TestCAInitAndProxyListen(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "pg.db")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err = run(ctx, []string{"serve", "--db", db, "--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0"}, nil, io.Discard, io.Discard, envMap(nil))
+	// The config error is reported as such even when a port is taken (here the admin one, held by the
+	// test): serve checks its config before it binds any listener.
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	err = run(ctx, []string{"serve", "--db", db, "--listen", "127.0.0.1:0", "--admin-listen", busy.Addr().String(), "--proxy-listen", "127.0.0.1:0"}, nil, io.Discard, io.Discard, envMap(nil))
 	if err == nil || !strings.Contains(err.Error(), "mitm:") {
 		t.Fatalf("--proxy-listen without mitm config: %v", err)
 	}

@@ -148,6 +148,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return err
 	}
+	// The HTTPS-proxy door is built before any listener is bound, so that a config error is reported as
+	// such, whatever the state of the ports.
+	var door *mitm.Door
+	if f.proxyListen != "" {
+		if door, err = newDoor(p.cfg, base, log); err != nil {
+			return err
+		}
+	}
 	var servers []*http.Server
 	errc := make(chan error, 3)
 	start := func(name, addr string, h http.Handler) (net.Addr, error) {
@@ -198,11 +206,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	log.Info("admin API", "listen", aaddr.String(), "token", getenv(EnvAdminToken) != "")
 	lines = append(lines, fmt.Sprintf("promptgate admin API on http://%s", aaddr))
-	if f.proxyListen != "" {
-		door, err := newDoor(p.cfg, base, log)
-		if err != nil {
-			return err
-		}
+	if door != nil {
 		daddr, err := start("HTTPS-proxy listener", f.proxyListen, door)
 		if err != nil {
 			return err

@@ -81,7 +81,8 @@ func (in *instance) connectedGauge(t *testing.T) string {
 	return "absent"
 }
 
-// within polls cond for up to d (the contract's propagation bound), failing with what otherwise.
+// within polls cond for up to d, failing with what otherwise; it returns as soon as cond holds. Where d
+// is the contract's propagation bound (5 s), the caller starts it at the change's acknowledgement.
 func within(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -134,10 +135,12 @@ func TestFleetOnEtcd(t *testing.T) {
 	if code, out := a.post(t, "/admin/templates/"+name+"/versions", string(body)); code/100 != 2 {
 		t.Fatalf("add version: %d %s", code, out)
 	}
-	activated := time.Now()
 	if code, out := a.post(t, "/admin/templates/"+name+"/activate", `{"version":2}`); code/100 != 2 {
 		t.Fatalf("activate: %d %s", code, out)
 	}
+	// The contract's 5 s run from the activation's acknowledgement: the admin call's own time (an etcd
+	// transaction, slow on a loaded machine) is not propagation.
+	activated := time.Now()
 	within(t, 5*time.Second, "B serves "+name+"@2", func() bool { h, _ := b.chat(t); return h == name+"@2" })
 	t.Logf("activation through A reached B in %s", time.Since(activated))
 	if code, out := a.post(t, "/admin/templates/"+name+"/rollback", ``); code/100 != 2 {
@@ -149,7 +152,8 @@ func TestFleetOnEtcd(t *testing.T) {
 	// etcd stops: both keep serving the last snapshot, degraded on /readyz, gauge 0.
 	etcd.Stop()
 	for _, in := range []*instance{a, b} {
-		within(t, 10*time.Second, "degraded /readyz", func() bool {
+		// How soon a lost etcd is noticed is not a contract bound: a generous one for a loaded machine.
+		within(t, 60*time.Second, "degraded /readyz", func() bool {
 			code, body := in.get(t, in.root+"/readyz")
 			return code == 503 && gjson.Get(body, "status").String() == "degraded" && strings.Contains(gjson.Get(body, "reason").String(), etcd.HostPort())
 		})
@@ -179,7 +183,7 @@ func TestFleetOnEtcd(t *testing.T) {
 	// etcd is back: resync, ready again.
 	etcd.Restart()
 	for _, in := range []*instance{a, b, c} {
-		within(t, 10*time.Second, "ready again", func() bool { code, _ := in.get(t, in.root+"/readyz"); return code == 200 })
+		within(t, 60*time.Second, "ready again", func() bool { code, _ := in.get(t, in.root+"/readyz"); return code == 200 })
 		if g := in.connectedGauge(t); g != "1" {
 			t.Fatalf("promptgate_store_connected %s after reconnect", g)
 		}

@@ -257,7 +257,7 @@ func TestTextNotDelayed(t *testing.T) {
 		if !strings.Contains(out, `"text":"Hello "`) {
 			t.Fatalf("text not forwarded: %s", out)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("text was held back while the upstream had not sent the call yet")
 	}
 	go func() {

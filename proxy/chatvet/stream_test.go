@@ -451,7 +451,7 @@ func TestStreamTextFirst(t *testing.T) {
 				t.Fatalf("%s: %v", what, r.err)
 			}
 			return r.b
-		case <-time.After(5 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatalf("%s: nothing to read", what)
 		}
 		return nil
