@@ -92,6 +92,9 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxEventDepth}); err != nil {
 		return body, res, fmt.Errorf("chatvet: response body: %w", err)
 	}
+	if relay.FoldedKey(body, chatKeys) {
+		return body, res, fmt.Errorf("chatvet: response body: a key differs from a known one in case only")
+	}
 	choices := gjson.GetBytes(body, pathChoices)
 	if !choices.IsArray() {
 		return body, res, nil

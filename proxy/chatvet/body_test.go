@@ -151,6 +151,11 @@ func TestBodyRefusesAmbiguousJSON(t *testing.T) {
 		`{"choices":[]`,
 		"{\"choices\":[],\"x\":\"\xff\"}",
 		`[]`,
+		// Go's encoding/json (go-openai) reads these keys as choices, tool_calls, function_call, name.
+		`{"Choices":[{"index":0,"message":{"tool_calls":[{"id":"x","function":{"name":"rm","arguments":"{}"}}]}}]}`,
+		`{"choices":[{"index":0,"message":{"TOOL_CALLS":[{"id":"x","function":{"name":"rm","arguments":"{}"}}]}}]}`,
+		`{"choices":[{"index":0,"message":{"FUNCTION_CALL":{"name":"rm","arguments":"{}"}}}]}`,
+		`{"choices":[{"index":0,"message":{"tool_calls":[{"id":"x","function":{"name":"search","Name":"rm","arguments":"{}"}}]}}]}`,
 	} {
 		if _, _, err := Body([]byte(in), policy(vet.ModeRefuse, false), nil); err == nil {
 			t.Errorf("%q: no error", in)

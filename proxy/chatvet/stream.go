@@ -125,10 +125,16 @@ func (s *Stream) pass(ev sse.Event) bool {
 }
 
 // mayCall reports whether event data could carry a call or a finish_reason that announces one:
-// every such key and value holds "_call", unless escapes spell it.
+// every such key and value holds "_call" in some case (clients on Go's encoding/json match keys
+// without regard to case), unless escapes spell it.
 func mayCall(data []byte) bool {
-	return bytes.Contains(data, []byte("_call")) || bytes.Contains(data, []byte(`\u`))
+	return relay.ContainsFold(data, "_call") || bytes.Contains(data, []byte(`\u`))
 }
+
+// chatKeys are the keys of a chunk or a completion that a client reads a call from. A key that
+// differs from one of them in case alone makes the event malformed (see relay.FoldedKey).
+var chatKeys = []string{pathChoices, pathIndex, pathDelta, pathMessage, pathToolCalls, pathFunctionCall,
+	pathID, pathType, "function", pathName, pathArgs, pathFinish, "custom", "input"}
 
 // holding reports whether some call waits to be vetted.
 func (s *Stream) holding() bool {
@@ -224,8 +230,17 @@ func scanChoice(pos int, c gjson.Result) (v choiceView, ok bool) {
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
+	if relay.FoldedKey(data, chatKeys) {
+		s.malformed()
+		return
+	}
 	choices := gjson.GetBytes(data, pathChoices)
 	if !choices.IsArray() {
+		if mayCall(data) && !gjson.GetBytes(data, "error").Exists() {
+			// No client reads a call outside choices; nor is such an event passed on.
+			s.malformed()
+			return
+		}
 		s.rl.Out = append(s.rl.Out, ev.Raw...)
 		return
 	}
