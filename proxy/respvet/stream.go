@@ -105,7 +105,8 @@ type item struct {
 type pending struct {
 	relay.Pending[meta]
 	oi      int    // upstream output_index
-	typ     string // function_call or custom_tool_call
+	typ     string // function_call or custom_tool_call (or an item type of refusedBuiltin)
+	builtin bool   // an item of refusedBuiltin: blocked from the start, its name is the tool type
 	itemID  string
 	hasArgs bool // the arguments were given (by the added item, a delta or a .done)
 	done    bool // its output_item.done arrived
@@ -184,7 +185,7 @@ func (s *Stream) event(ev sse.Event) {
 	case evArgsDelta, evArgsDone, evCustomDelta, evCustomDone:
 		argsEvent = true
 	case evItemAdded, evItemDone:
-		callItem = vetted(relay.Get(data, pathItem+"."+pathType).String())
+		callItem = isCall(s.c, relay.Get(data, pathItem+"."+pathType).String())
 	}
 	if v := relay.Get(data, pathOutputIdx); v.Exists() {
 		m.oi, m.hasOI = relay.IntField(v)
@@ -299,6 +300,14 @@ func (s *Stream) start(oi int, it gjson.Result) *pending {
 	if id := it.Get(pathCallID); id.Type == gjson.String {
 		p.Call.ID = id.Str
 	}
+	s.items[oi] = &item{client: -1, call: p}
+	s.open = append(s.open, p)
+	if tool := refusedBuiltin(s.c, typ); tool != "" {
+		p.builtin = true
+		p.Call.AddName(tool)
+		p.Call.Fail(vet.ReasonNotAllowed)
+		return p
+	}
 	if name := it.Get(pathName); name.Type == gjson.String {
 		p.Call.AddName(name.Str)
 	}
@@ -312,8 +321,6 @@ func (s *Stream) start(oi int, it gjson.Result) *pending {
 	case args.Exists() && args.Type != gjson.Null:
 		p.Call.Fail(vet.ReasonNotString)
 	}
-	s.items[oi] = &item{client: -1, call: p}
-	s.open = append(s.open, p)
 	return p
 }
 
@@ -356,7 +363,8 @@ func (s *Stream) itemDone(p *pending, it gjson.Result) {
 	if id := it.Get(pathCallID); id.Type != gjson.String || id.Str != p.Call.ID {
 		p.Call.Fail(ReasonChanged)
 	}
-	if name := it.Get(pathName); name.Exists() {
+	if name := it.Get(pathName); p.builtin {
+	} else if name.Exists() {
 		s.sameName(p, name)
 	} else {
 		p.Call.Fail(ReasonChanged)
@@ -533,7 +541,7 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	changed := false
 	for pos, entry := range output.Array() {
 		st := s.items[pos]
-		if call := itemCall(pos, entry); call != nil {
+		if call := itemCall(s.c, pos, entry); call != nil {
 			if st != nil && st.call != nil && st.call.vetted {
 				p := st.call
 				switch {
@@ -604,7 +612,7 @@ func (p *pending) matches(entry gjson.Result, exact bool) bool {
 		v := entry.Get(path)
 		return v.Type == gjson.String && v.Str == want
 	}
-	if !str(pathType, p.typ) || !str(pathCallID, p.Call.ID) {
+	if !str(pathType, p.typ) || (!p.builtin || p.Call.ID != "") && !str(pathCallID, p.Call.ID) {
 		return false
 	}
 	if id := entry.Get(pathID); id.Exists() && !str(pathID, p.itemID) {
@@ -612,6 +620,9 @@ func (p *pending) matches(entry gjson.Result, exact bool) bool {
 	}
 	if !exact {
 		return true
+	}
+	if p.builtin {
+		return false // never released
 	}
 	if !str(pathName, p.Call.Name) {
 		return false
@@ -627,7 +638,7 @@ func (p *pending) matches(entry gjson.Result, exact bool) bool {
 // response.in_progress, ...): its calls are vetted when they stream, or in the final response. It returns nil
 // when there is nothing to change.
 func (s *Stream) snapshot(data []byte) []byte {
-	if !bytes.Contains(data, []byte("_call")) && !bytes.Contains(data, []byte(`\u`)) {
+	if !bytes.Contains(data, []byte("_call")) && !bytes.Contains(data, []byte("_request")) && !bytes.Contains(data, []byte(`\u`)) {
 		return nil
 	}
 	output := gjson.GetBytes(data, pathRespOutput)
@@ -637,7 +648,7 @@ func (s *Stream) snapshot(data []byte) []byte {
 	var kept []string
 	changed := false
 	output.ForEach(func(_, entry gjson.Result) bool {
-		if vetted(entry.Get(pathType).String()) {
+		if isCall(s.c, entry.Get(pathType).String()) {
 			changed = true
 			return true
 		}
