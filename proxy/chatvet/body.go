@@ -200,11 +200,23 @@ func bodyCall(choice, index int, tc gjson.Result) *vet.Call {
 	if id := tc.Get(pathID); id.Type == gjson.String {
 		call.ID = id.Str
 	}
-	if t := tc.Get(pathType); t.Exists() && t.Type != gjson.Null && (t.Type != gjson.String || (t.Str != "function" && t.Str != "")) {
+	if unsupported(tc) {
 		call.Fail(vet.ReasonUnsupportedType)
 	}
 	fillFunction(call, tc.Get("function"))
 	return call
+}
+
+// unsupported reports whether a tool_calls entry is not a plain function call: its type is another than
+// "function", or it carries a custom tool's "custom" member (a client going by the member, not the type,
+// would read a custom call that the function beside it hides).
+func unsupported(e gjson.Result) bool {
+	t := e.Get(pathType)
+	if t.Exists() && t.Type != gjson.Null && (t.Type != gjson.String || (t.Str != "function" && t.Str != "")) {
+		return true
+	}
+	c := e.Get("custom")
+	return c.Exists() && c.Type != gjson.Null
 }
 
 // fillFunction reads {"name":...,"arguments":...} into call.

@@ -496,7 +496,7 @@ func (s *Stream) toolDelta(ch *choiceState, choice int, e gjson.Result, data, he
 	if id != "" && call.ID == "" {
 		call.ID = id
 	}
-	if t := e.Get(pathType); t.Exists() && t.Type != gjson.Null && (t.Type != gjson.String || (t.Str != "function" && t.Str != "")) {
+	if unsupported(e) {
 		call.Fail(vet.ReasonUnsupportedType)
 	}
 	fillFunction(call, e.Get("function"))
