@@ -94,3 +94,25 @@ func TestDifferentialResponses(t *testing.T) {
 		})
 	}
 }
+
+// TestCallInOtherEvents: a call item inside an event that is neither the item's added/done nor a terminal
+// event (a snapshot that also names an output_index, an item event of a type this package does not know).
+func TestCallInOtherEvents(t *testing.T) {
+	evil := fnItem("fc_EVIL", "call_EVIL", "delete_all", `{"k":"SECRET"}`, "completed")
+	for name, evs := range map[string][2]string{
+		"snapshot with an output_index": {"response.in_progress", `{"output_index":0,"response":{"id":"resp_1","object":"response","status":"in_progress","output":[` + evil + `]}}`},
+		"snapshot with an item_id":      {"response.in_progress", `{"item_id":"msg_1","response":{"id":"resp_1","object":"response","status":"in_progress","output":[` + evil + `]}}`},
+		"unknown item event":            {"response.output_item.updated", `{"output_index":1,"item":` + evil + `}`},
+		"unknown item event, no index":  {"response.output_item.updated", `{"item":` + evil + `}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := (&rs{}).created().message(0, "msg_1", "Hi.", 4)
+			r.ev(evs[0], evs[1])
+			r.completed()
+			out, _, _ := runStream(t, r.String(), policy(vet.ModeRefuse, false), 0, 1)
+			if bytes.Contains(out, []byte("EVIL")) || bytes.Contains(out, []byte("SECRET")) {
+				t.Fatalf("reached the client:\n%s", out)
+			}
+		})
+	}
+}

@@ -57,8 +57,9 @@ const (
 //     with an error event (code tool_call_blocked).
 //   - response.completed (and .incomplete, .failed) is rewritten so that its output is what the client was
 //     shown: an allowed call as streamed, a blocked call's notice item in its place; a call it holds that the
-//     stream never showed is vetted there. Call items in earlier response snapshots (response.created, ...)
-//     are removed.
+//     stream never showed is vetted there. Call items in every other response snapshot (response.created,
+//     ..., any event that carries a response) are removed; any other event that carries a call item (other
+//     than the item's output_item.added and .done) is dropped.
 //   - output_index is renumbered where a call was released later than items after it (atomic mode), so the
 //     client sees items numbered in the order they reach it; sequence_number is renumbered where events were
 //     added or reordered, so it keeps increasing. Where nothing was blocked or reordered, both stay as sent.
@@ -171,6 +172,25 @@ func (s *Stream) event(ev sse.Event) {
 		if id := relay.Get(data, pathRespID); id.Type == gjson.String && id.Str != "" {
 			s.sawID = true
 			s.OnResponseID(strings.Clone(id.Str)) // relay.Get aliases the read buffer
+		}
+	}
+	switch typ {
+	case evCompleted, evIncomplete, evFailed:
+	case evItemAdded, evItemDone:
+		if snap := s.snapshot(data); snap != nil {
+			data = s.clean(&ev, snap)
+		}
+	default:
+		if isCall(s.c, relay.Get(data, pathItem+"."+pathType).String()) {
+			// A call item in an event that is neither its added nor its done: it cannot be vetted as a call
+			// there, and no client should take it from there either. Dropped.
+			return
+		}
+		// Any event that carries a response snapshot (not only response.created and .in_progress, and also
+		// one that names an output_index or item_id) has its call items removed: calls are vetted as they
+		// stream, or in the final response.
+		if snap := s.snapshot(data); snap != nil {
+			data = s.clean(&ev, snap)
 		}
 	}
 	m := meta{name: ev.Event}
@@ -632,6 +652,13 @@ func (p *pending) matches(entry gjson.Result, exact bool) bool {
 		return args.Type == gjson.String && sha256.Sum256([]byte(args.Str)) == p.sum
 	}
 	return true
+}
+
+// clean replaces the data of ev by data (its raw bytes too) and returns data.
+func (s *Stream) clean(ev *sse.Event, data []byte) []byte {
+	ev.Data = data
+	ev.Raw = sse.AppendEvent(nil, ev.Event, data)
+	return data
 }
 
 // snapshot removes call items from the output of a response snapshot that is not final (response.created,
