@@ -47,6 +47,9 @@ var differentialCases = []struct{ name, raw string }{
 	{"long s in arguments after good ones", sseOf(`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_EVIL","type":"function","function":{"name":"web_fetch","arguments":"{\"url\":\"https://docs.example.com/a\"}","argumentſ":"{\"url\":\"https://SECRET.example.net/\"}"}}]}}]}`, done)},
 	// A custom tool's member beside an allowed function, without a type: read by the member, it is a custom call.
 	{"custom member beside a function", sseOf(`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_EVIL","function":{"name":"get_weather","arguments":"{\"city\":\"x\"}"},"custom":{"name":"delete_all","input":"SECRET"}}]}}]}`, finish(0, "tool_calls"), done)},
+	// The SDKs stop at data that starts with [DONE]; a lenient client might read on.
+	{"a call after [DONE] in its data", "data: [DONE]" + evilChunk + "\n\n"},
+	{"a call after [DONE] on a second data line", "data: [DONE]\ndata: " + evilChunk + "\n\n"},
 	{"no choices, a call at the top", sseOf(`{"tool_calls":[`+evilEntry+`]}`, done)},
 	{"upper-case name after an allowed one", sseOf(`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_ok","type":"function","function":{"name":"get_weather","NAME":"delete_all","arguments":"{\"city\":\"SECRET\"}"}}]}}]}`, done)},
 }

@@ -36,6 +36,9 @@ const MaxEventBytes = MaxCallBytes
 // doneData is the data of the [DONE] event that ends an OpenAI stream.
 var doneData = []byte("[DONE]")
 
+// doneEvent is the [DONE] event written in place of one whose data goes on after [DONE].
+var doneEvent = []byte("data: [DONE]\n\n")
+
 // Surface is what a Relay asks of the surface it relays. Finished, Truncated, Malformed and Event
 // are required; Done, Observe and Pass may be nil.
 type Surface struct {
@@ -45,8 +48,9 @@ type Surface struct {
 	// Truncated writes what ends a stream whose upstream ended (or failed, see Relay.Err) before it
 	// was finished, and ends it.
 	Truncated func()
-	// Done, when not nil, is called at a [DONE] event: it vets every call still held. Unless that
-	// ended the stream, the [DONE] event then goes out and the stream ends. When nil, [DONE] is
+	// Done, when not nil, is called at a [DONE] event (data that starts with [DONE], as the official
+	// SDKs read it): it vets every call still held. Unless that ended the stream, the [DONE] event then
+	// goes out (as "data: [DONE]" alone, if its data went on) and the stream ends. When nil, [DONE] is
 	// data like any other (it is not JSON, so it passes).
 	Done func()
 	// Observe, when not nil, sees the data of every event that carries data (other than [DONE])
@@ -150,7 +154,12 @@ func (r *Relay) step() {
 	if r.s.Done != nil && bytes.HasPrefix(ev.Data, doneData) {
 		r.s.Done()
 		if !r.Ended {
-			r.Out = append(r.Out, ev.Raw...)
+			// What follows [DONE] in its data (a client may read it) is not forwarded.
+			if bytes.Equal(ev.Data, doneData) {
+				r.Out = append(r.Out, ev.Raw...)
+			} else {
+				r.Out = append(r.Out, doneEvent...)
+			}
 			r.Ended = true
 		}
 		return
