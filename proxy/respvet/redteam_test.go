@@ -104,6 +104,8 @@ func TestCallInOtherEvents(t *testing.T) {
 		"snapshot with an item_id":      {"response.in_progress", `{"item_id":"msg_1","response":{"id":"resp_1","object":"response","status":"in_progress","output":[` + evil + `]}}`},
 		"unknown item event":            {"response.output_item.updated", `{"output_index":1,"item":` + evil + `}`},
 		"unknown item event, no index":  {"response.output_item.updated", `{"item":` + evil + `}`},
+		"error event with a snapshot":   {"error", `{"code":"x","message":"y","response":{"output":[` + evil + `]}}`},
+		"content part with a call item": {"response.content_part.added", `{"item_id":"msg_1","output_index":0,"content_index":1,"part":{"type":"output_text","text":""},"item":` + evil + `}`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := (&rs{}).created().message(0, "msg_1", "Hi.", 4)

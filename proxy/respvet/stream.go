@@ -174,19 +174,15 @@ func (s *Stream) event(ev sse.Event) {
 			s.OnResponseID(strings.Clone(id.Str)) // relay.Get aliases the read buffer
 		}
 	}
+	if typ != evItemAdded && typ != evItemDone && isCall(s.c, relay.Get(data, pathItem+"."+pathType).String()) {
+		// A call item in an event that is neither its added nor its done: it cannot be vetted as a call
+		// there, and no client should take it from there either. Dropped.
+		return
+	}
 	switch typ {
 	case evCompleted, evIncomplete, evFailed:
-	case evItemAdded, evItemDone:
-		if snap := s.snapshot(data); snap != nil {
-			data = s.clean(&ev, snap)
-		}
 	default:
-		if isCall(s.c, relay.Get(data, pathItem+"."+pathType).String()) {
-			// A call item in an event that is neither its added nor its done: it cannot be vetted as a call
-			// there, and no client should take it from there either. Dropped.
-			return
-		}
-		// Any event that carries a response snapshot (not only response.created and .in_progress, and also
+		// Any other event that carries a response snapshot (not only response.created and .in_progress, also
 		// one that names an output_index or item_id) has its call items removed: calls are vetted as they
 		// stream, or in the final response.
 		if snap := s.snapshot(data); snap != nil {
