@@ -105,6 +105,10 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 		if !ok {
 			idx = pos
 		}
+		if carriesCall(ch.Get(pathDelta)) {
+			// The stream shape inside a body: a lenient client might take its calls; Body reads message only.
+			return body, res, fmt.Errorf("chatvet: response body: choice %d carries a call in delta", pos)
+		}
 		msg := ch.Get(pathMessage)
 		tcs := msg.Get(pathToolCalls)
 		fc := msg.Get(pathFunctionCall)

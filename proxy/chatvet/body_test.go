@@ -161,6 +161,8 @@ func TestBodyRefusesAmbiguousJSON(t *testing.T) {
 		`[]`,
 		// Go's encoding/json (go-openai) reads these keys as choices, tool_calls, function_call, name.
 		`{"Choices":[{"index":0,"message":{"tool_calls":[{"id":"x","function":{"name":"rm","arguments":"{}"}}]}}]}`,
+		// The stream shape inside a body.
+		`{"choices":[{"index":0,"message":{"content":"hi"},"delta":{"tool_calls":[{"id":"x","function":{"name":"rm","arguments":"{}"}}]}}]}`,
 		`{"choices":[{"index":0,"message":{"TOOL_CALLS":[{"id":"x","function":{"name":"rm","arguments":"{}"}}]}}]}`,
 		`{"choices":[{"index":0,"message":{"FUNCTION_CALL":{"name":"rm","arguments":"{}"}}}]}`,
 		`{"choices":[{"index":0,"message":{"tool_calls":[{"id":"x","function":{"name":"search","Name":"rm","arguments":"{}"}}]}}]}`,

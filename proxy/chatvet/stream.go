@@ -213,6 +213,10 @@ func scanChoice(pos int, c gjson.Result) (v choiceView, ok bool) {
 				}
 				return ok
 			})
+		case pathMessage:
+			// The non-stream shape inside a chunk: a lenient client might take its calls; this vetter reads
+			// calls from delta only.
+			ok = !carriesCall(val)
 		case pathFinish:
 			if val.Type == gjson.String {
 				v.finish = val.Str
@@ -414,6 +418,11 @@ func finishOnly(data []byte, views []choiceView, rewrite, only map[int]bool) []b
 // call of the choice was released.
 func rewritesFinish(finish string, ch *choiceState) bool {
 	return (finish == finishToolCalls || finish == finishFunctionCall) && (ch == nil || !ch.released)
+}
+
+// carriesCall reports whether a message or delta object carries tool_calls or a function_call.
+func carriesCall(m gjson.Result) bool {
+	return meaningful(m.Get(pathToolCalls)) || meaningful(m.Get(pathFunctionCall))
 }
 
 // meaningful reports whether a value would change what a client accumulates: present, not null
