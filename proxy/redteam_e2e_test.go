@@ -100,3 +100,44 @@ func TestRedteamRequestBodies(t *testing.T) {
 		}
 	}
 }
+
+// TestRedteamUpstreamHeaders: the upstream cannot forge promptgate's headers, in spellings a client or a
+// gateway might fold to them (underscores), or as trailers.
+func TestRedteamUpstreamHeaders(t *testing.T) {
+	const text = `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h["X-Promptgate_Protocol"] = []string{"system"}
+		h["x-promptgate-template"] = []string{"forged@1"}
+		h.Set("Trailer", "X-Promptgate-Blocked, X-Promptgate_Tools-Removed")
+		w.WriteHeader(200)
+		_, _ = io.WriteString(w, text)
+		h.Set("X-Promptgate-Blocked", "0")
+		h.Set("X-Promptgate_Tools-Removed", "none")
+		h.Set(http.TrailerPrefix+"X-Promptgate-Protocol", "system")
+	})
+	ts, _ := newVetProxy(t, up.URL, "refuse")
+	for _, path := range []string{"/v1/chat/completions", "/v1/models"} {
+		var resp *http.Response
+		var err error
+		if path == "/v1/models" {
+			resp, err = http.Get(ts.URL + path)
+		} else {
+			resp, err = http.Post(ts.URL+path, "application/json", strings.NewReader(vetRequest))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, h := range []http.Header{resp.Header, resp.Trailer} {
+			for k, v := range h {
+				norm := strings.ReplaceAll(strings.ToLower(k), "_", "-")
+				if strings.HasPrefix(norm, "x-promptgate-") && (strings.Join(v, ",") == "system" || strings.Join(v, ",") == "forged@1" || strings.Join(v, ",") == "0" || strings.Join(v, ",") == "none") {
+					t.Errorf("%s: forged %s: %v", path, k, v)
+				}
+			}
+		}
+	}
+}
