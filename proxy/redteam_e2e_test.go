@@ -141,3 +141,82 @@ func TestRedteamUpstreamHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestRedteamRewrittenPathSpellings: a path that an upstream may route to a rewritten endpoint (percent-encoded
+// letters or slashes, a trailing slash, other case) is never passed through unvetted.
+func TestRedteamRewrittenPathSpellings(t *testing.T) {
+	evil := `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","tool_calls":[{"id":"call_EVIL","type":"function","function":{"name":"delete_all","arguments":"{\"k\":\"SECRET\"}"}}]},"finish_reason":"tool_calls"}]}`
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, evil)
+	})
+	ts, _ := newVetProxy(t, up.URL, "refuse")
+	for _, p := range []string{
+		"/v1/chat/completion%73", "/v1/chat%2Fcompletions", "/v1/chat/completions/", "/v1/Chat/Completions",
+		"/v1/chat/completions%2F", "/v1/respons%65s", "/v1/responses/", "/v1/Responses", "/v1/chat/completions;x",
+		"/v1/chat/completions%00", "/v1/chat/completions%20", "/v1/%63hat/completions",
+	} {
+		req, _ := http.NewRequest(http.MethodPost, ts.URL+p, strings.NewReader(vetRequest))
+		req.URL.Opaque = p // send the path exactly as written
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if bytes.Contains(got, []byte("call_EVIL")) {
+			up.mu.Lock()
+			last, body := up.paths[len(up.paths)-1], up.bodies[len(up.bodies)-1]
+			up.mu.Unlock()
+			// (A rewritten /v1/responses request gets this chat-shaped answer unchanged: no Responses client
+			// reads a call from it. What must not happen is a request that was not rewritten.)
+			if !bytes.Contains(body, []byte("=== SYSTEM CORE ===")) {
+				t.Errorf("%s: passed through unvetted as upstream %s: %d", p, last, resp.StatusCode)
+			}
+		}
+	}
+}
+
+// TestRedteamMethodOverride: a request to a rewritten path that asks for another method is refused; the
+// passthrough of the same paths with their own methods, and of the paths below them, still works.
+func TestRedteamMethodOverride(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	})
+	ts, _ := newVetProxy(t, up.URL, "refuse")
+	do := func(method, p string, h http.Header) int {
+		req, _ := http.NewRequest(method, ts.URL+p, strings.NewReader(vetRequest))
+		for k, v := range h {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		method, path string
+		h            http.Header
+	}{
+		{"GET", "/v1/chat/completions", http.Header{"X-Http-Method-Override": {"POST"}}},
+		{"PUT", "/v1/responses", http.Header{"X-Method-Override": {"POST"}}},
+		{"GET", "/v1/Chat/Completions?_method=POST", nil},
+	} {
+		if got := do(c.method, c.path, c.h); got != http.StatusNotFound {
+			t.Errorf("%s %s %v: %d", c.method, c.path, c.h, got)
+		}
+	}
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/v1/chat/completions"}, {"GET", "/v1/chat/completions/chatcmpl-1"}, {"POST", "/v1/chat/completions/chatcmpl-1"},
+		{"GET", "/v1/responses/resp_1"}, {"POST", "/v1/responses/resp_1/cancel"}, {"GET", "/v1/models"},
+	} {
+		if got := do(c.method, c.path, nil); got != http.StatusOK {
+			t.Errorf("%s %s: %d", c.method, c.path, got)
+		}
+	}
+}

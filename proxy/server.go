@@ -373,6 +373,10 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 
 // pass forwards every other /v1/* request unchanged.
 func (s *Server) pass(w http.ResponseWriter, r *http.Request) {
+	if p := disguisedRoute(r); p != "" {
+		writeError(w, apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no route for %s %s on the proxy listener: it spells %s, which is only served as POST %s", r.Method, r.URL.EscapedPath(), p, p)})
+		return
+	}
 	s.passthrough.ServeHTTP(w, r)
 }
 
