@@ -18,6 +18,22 @@ var methodOverrides = []string{"X-Http-Method-Override", "X-Http-Method", "X-Met
 // case. A POST that spells a rewritten path so, or any request to one that asks for another method (an
 // override header or a _method parameter), would skip the rewriting and the vetting.
 func disguisedRoute(r *http.Request) string {
+	p := loosePath(r)
+	override := r.URL.Query().Has("_method")
+	for _, h := range methodOverrides {
+		override = override || r.Header.Get(h) != ""
+	}
+	for _, rt := range routes {
+		if strings.EqualFold(p, rt.path) && (r.Method == http.MethodPost || override) {
+			return rt.path
+		}
+	}
+	return ""
+}
+
+// loosePath is a request's path as a loose upstream router might read it (see disguisedRoute); letter case is
+// kept.
+func loosePath(r *http.Request) string {
 	p := r.URL.EscapedPath()
 	for range 3 {
 		d, err := url.PathUnescape(p)
@@ -30,15 +46,5 @@ func disguisedRoute(r *http.Request) string {
 		p = p[:i]
 	}
 	p = strings.TrimRightFunc(p, func(c rune) bool { return c <= ' ' || c == 0x7f })
-	p = path.Clean("/" + p)
-	override := r.URL.Query().Has("_method")
-	for _, h := range methodOverrides {
-		override = override || r.Header.Get(h) != ""
-	}
-	for _, rt := range routes {
-		if strings.EqualFold(p, rt.path) && (r.Method == http.MethodPost || override) {
-			return rt.path
-		}
-	}
-	return ""
+	return path.Clean("/" + p)
 }
