@@ -272,10 +272,16 @@ func Reframe(ev sse.Event) []byte {
 // "TOOL_CALLS" or "tool_callſ" as tool_calls, and the last of two such keys wins): such data is
 // malformed, since this relay reads keys exactly. data must be valid JSON.
 func FoldedKey(data []byte, names []string) bool {
-	return foldedKey(Get(data, "@this"), names)
+	return foldedKey(Get(data, "@this"), names, "")
 }
 
-func foldedKey(v gjson.Result, names []string) bool {
+// FoldedKeyOutside is FoldedKey that does not look inside the values of the keys named skip (a tool's own
+// arguments, whose keys are the tool's).
+func FoldedKeyOutside(data []byte, names []string, skip string) bool {
+	return foldedKey(Get(data, "@this"), names, skip)
+}
+
+func foldedKey(v gjson.Result, names []string, skip string) bool {
 	found := false
 	isObj := v.IsObject()
 	if !isObj && !v.IsArray() {
@@ -290,7 +296,10 @@ func foldedKey(v gjson.Result, names []string) bool {
 				}
 			}
 		}
-		found = foldedKey(val, names)
+		if isObj && skip != "" && k.Str == skip {
+			return true
+		}
+		found = foldedKey(val, names, skip)
 		return !found
 	})
 	return found
