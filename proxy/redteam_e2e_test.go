@@ -220,3 +220,4 @@ func TestRedteamMethodOverride(t *testing.T) {
 		}
 	}
 }
+

@@ -472,6 +472,9 @@ func dropOwnHeaders(h http.Header) {
 // guardTrailers keeps the upstream from sending promptgate's headers as trailers: they are dropped from the
 // announced trailers now and, since the transport fills trailers in only when the body ends, again then.
 func guardTrailers(resp *http.Response) {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return // an upgraded connection has no trailers, and its body must stay writable
+	}
 	dropOwnHeaders(resp.Trailer)
 	resp.Body = &trailerGuard{ReadCloser: resp.Body, resp: resp}
 }
