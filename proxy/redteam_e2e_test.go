@@ -220,4 +220,3 @@ func TestRedteamMethodOverride(t *testing.T) {
 		}
 	}
 }
-
