@@ -81,3 +81,13 @@ func TestDifferentialStreams(t *testing.T) {
 		})
 	}
 }
+
+// TestBOMStreamKeepsFirstEvent: a stream that starts with a byte-order mark (dropped by the SSE specification)
+// loses nothing, and goes out without the mark.
+func TestBOMStreamKeepsFirstEvent(t *testing.T) {
+	in := "\ufeff" + sseOf(text("Hi"), text(" there"), finish(0, "stop"), done)
+	out, _, _ := runStream(t, in, policy(vet.ModeRefuse, false), 1, 3)
+	if v := assemble(t, out); v.Content[0] != "Hi there" || !v.Done || bytes.HasPrefix(out, []byte("\ufeff")) {
+		t.Fatalf("%+v\n%q", v, out)
+	}
+}
