@@ -373,6 +373,10 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 
 // pass forwards every other /v1/* request unchanged.
 func (s *Server) pass(w http.ResponseWriter, r *http.Request) {
+	if p := disguisedRoute(r); p != "" {
+		writeError(w, apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no route for %s %s on the proxy listener: it spells %s, which is only served as POST %s", r.Method, r.URL.EscapedPath(), p, p)})
+		return
+	}
 	s.passthrough.ServeHTTP(w, r)
 }
 
@@ -452,15 +456,46 @@ func upstreamHeaders(h http.Header) {
 		h.Set(HeaderUpstreamReqID, v)
 		h.Del(HeaderRequestID)
 	}
+	dropOwnHeaders(h)
+}
+
+// dropOwnHeaders deletes the X-Promptgate-* fields of h, also spelt with underscores (gateways and CGI-style
+// readers fold "_" and "-" together).
+func dropOwnHeaders(h http.Header) {
 	for k := range h {
-		if strings.HasPrefix(k, "X-Promptgate-") {
+		if len(k) >= len("X-Promptgate-") && strings.EqualFold(strings.ReplaceAll(k[:len("X-Promptgate-")], "_", "-"), "X-Promptgate-") {
 			delete(h, k)
 		}
 	}
 }
 
+// guardTrailers keeps the upstream from sending promptgate's headers as trailers: they are dropped from the
+// announced trailers now and, since the transport fills trailers in only when the body ends, again then.
+func guardTrailers(resp *http.Response) {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return // an upgraded connection has no trailers, and its body must stay writable
+	}
+	dropOwnHeaders(resp.Trailer)
+	resp.Body = &trailerGuard{ReadCloser: resp.Body, resp: resp}
+}
+
+// trailerGuard is a response body that drops promptgate's headers from the trailers once it ends.
+type trailerGuard struct {
+	io.ReadCloser
+	resp *http.Response
+}
+
+func (g *trailerGuard) Read(p []byte) (int, error) {
+	n, err := g.ReadCloser.Read(p)
+	if err != nil {
+		dropOwnHeaders(g.resp.Trailer)
+	}
+	return n, err
+}
+
 func (s *Server) passResponse(resp *http.Response) error {
 	upstreamHeaders(resp.Header)
+	guardTrailers(resp)
 	if id := storedResponseID(resp.Request); id != "" {
 		return s.stripStored(resp, id)
 	}
@@ -470,6 +505,7 @@ func (s *Server) passResponse(resp *http.Response) error {
 // vetResponse checks every tool call of a rewritten request's response before any byte of it is sent.
 func (s *Server) vetResponse(resp *http.Response) error {
 	upstreamHeaders(resp.Header)
+	guardTrailers(resp)
 	x, _ := resp.Request.Context().Value(exchangeKey{}).(*exchange)
 	if x == nil {
 		return errors.New("proxy: response without its exchange")

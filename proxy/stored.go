@@ -149,8 +149,15 @@ func storedResponseID(r *http.Request) string {
 	if r.Method != http.MethodGet {
 		return ""
 	}
-	id, ok := strings.CutPrefix(r.URL.Path, PathResponses+"/")
-	if !ok || id == "" || strings.Contains(id, "/") {
+	// Read as a loose upstream router might (a trailing slash, ;params, other letter case), so that no spelling
+	// of a retrieval escapes the stripping.
+	p := loosePath(r)
+	prefix := PathResponses + "/"
+	if len(p) <= len(prefix) || !strings.EqualFold(p[:len(prefix)], prefix) {
+		return ""
+	}
+	id := p[len(prefix):]
+	if strings.Contains(id, "/") {
 		return ""
 	}
 	return id

@@ -82,6 +82,15 @@ func TestStoredResponseID(t *testing.T) {
 		"/v1/responses/":                   "",
 		"/v1/responses":                    "",
 		"/v1/chat/completions/x":           "",
+		// Spellings a loose upstream router takes for the same retrieval.
+		"/v1/responses/resp_1/":     "resp_1",
+		"/v1/Responses/resp_1":      "resp_1",
+		"/v1/responses/resp_1;x":    "resp_1",
+		"/v1/responses//resp_1":     "resp_1",
+		"/v1/responses/resp_1%2F":   "resp_1",
+		"/v1/responses/resp%5F1":    "resp_1",
+		"/v1/responses/resp_1%20":   "resp_1",
+		"/v1/responses/resp_1/../x": "x",
 	} {
 		r, _ := http.NewRequest(http.MethodGet, "http://h"+path, nil)
 		if got := storedResponseID(r); got != want {

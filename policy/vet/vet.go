@@ -189,6 +189,9 @@ func NewChecker(p Policy) *Checker {
 // Mode is the effective mode.
 func (c *Checker) Mode() Mode { return c.p.Mode }
 
+// Allows reports whether name is in the allowed set (exact match).
+func (c *Checker) Allows(name string) bool { return c.p.Allowed[name] }
+
 // Atomic reports whether one bad call blocks every call of its choice.
 func (c *Checker) Atomic() bool { return c.p.Atomic }
 

@@ -77,9 +77,18 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
 		return body, Result{}, fmt.Errorf("anthvet: response body: %w", err)
 	}
+	if relay.FoldedKeyOutside(body, anthKeys, pathInput) {
+		return body, Result{}, fmt.Errorf("anthvet: response body: a key differs from a known one in case only")
+	}
 	out, res, _, err := vetMessage(body, c, rec)
 	return out, res, err
 }
+
+// anthKeys are the keys of a Messages answer that a client reads a tool_use block from. A key that differs from
+// one of them in case alone (outside a tool's input) makes an event or a body malformed: Go's encoding/json, on
+// which community clients are built, matches keys without regard to case (see relay.FoldedKey).
+var anthKeys = []string{pathType, pathIndex, "content_block", "delta", pathID, pathName, pathInput, "partial_json",
+	"message", pathContent, "stop_reason"}
 
 // vetMessage vets the tool_use blocks of a message object (a response body, or message_start's message). It
 // returns the edited message, and the number of content blocks and whether a tool_use block is left in it.

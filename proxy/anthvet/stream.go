@@ -134,6 +134,10 @@ func (s *Stream) malformed() {
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
+	if relay.FoldedKeyOutside(data, anthKeys, pathInput) {
+		s.malformed() // dropped: a client on Go's encoding/json would read it differently
+		return
+	}
 	typ := relay.Get(data, pathType).String()
 	idx, hasIdx := relay.IntField(relay.Get(data, pathIndex))
 	switch typ {

@@ -93,7 +93,10 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 		return body, res, fmt.Errorf("chatvet: response body: %w", err)
 	}
 	if !mayCall(body) {
-		return body, res, nil // no key can be tool_calls or function_call: nothing to vet
+		return body, res, nil // no key can be tool_calls or function_call, in any case: nothing to vet
+	}
+	if relay.FoldedKey(body, chatKeys) {
+		return body, res, fmt.Errorf("chatvet: response body: a key differs from a known one in case only")
 	}
 	choices := gjson.GetBytes(body, pathChoices)
 	if !choices.IsArray() {
@@ -104,6 +107,10 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 		idx, ok := relay.IntField(ch.Get(pathIndex))
 		if !ok {
 			idx = pos
+		}
+		if carriesCall(ch.Get(pathDelta)) {
+			// The stream shape inside a body: a lenient client might take its calls; Body reads message only.
+			return body, res, fmt.Errorf("chatvet: response body: choice %d carries a call in delta", pos)
 		}
 		msg := ch.Get(pathMessage)
 		tcs := msg.Get(pathToolCalls)
@@ -200,11 +207,23 @@ func bodyCall(choice, index int, tc gjson.Result) *vet.Call {
 	if id := tc.Get(pathID); id.Type == gjson.String {
 		call.ID = id.Str
 	}
-	if t := tc.Get(pathType); t.Exists() && t.Type != gjson.Null && (t.Type != gjson.String || (t.Str != "function" && t.Str != "")) {
+	if unsupported(tc) {
 		call.Fail(vet.ReasonUnsupportedType)
 	}
 	fillFunction(call, tc.Get("function"))
 	return call
+}
+
+// unsupported reports whether a tool_calls entry is not a plain function call: its type is another than
+// "function", or it carries a custom tool's "custom" member (a client going by the member, not the type,
+// would read a custom call that the function beside it hides).
+func unsupported(e gjson.Result) bool {
+	t := e.Get(pathType)
+	if t.Exists() && t.Type != gjson.Null && (t.Type != gjson.String || (t.Str != "function" && t.Str != "")) {
+		return true
+	}
+	c := e.Get("custom")
+	return c.Exists() && c.Type != gjson.Null
 }
 
 // fillFunction reads {"name":...,"arguments":...} into call.

@@ -145,12 +145,27 @@ func TestBodyErrorJSON(t *testing.T) {
 	}
 }
 
+func TestBodyCustomMemberBesideFunction(t *testing.T) {
+	in := completion(msgChoice(0, "", []string{`{"id":"call_EVIL","function":{"name":"get_weather","arguments":"{\"city\":\"x\"}"},"custom":{"name":"delete_all","input":"SECRET"}}`}, "tool_calls"))
+	out, res, err := Body([]byte(in), policy(vet.ModeRefuse, false), nil)
+	if err != nil || res.Blocked != 1 || bytes.Contains(out, []byte("SECRET")) || bytes.Contains(out, []byte("call_EVIL")) {
+		t.Fatalf("%v %+v\n%s", err, res, out)
+	}
+}
+
 func TestBodyRefusesAmbiguousJSON(t *testing.T) {
 	for _, in := range []string{
 		`{"choices":[{"index":0,"message":{"tool_calls":null,"tool_calls":[{"id":"x","function":{"name":"rm","arguments":"{}"}}]}}]}`,
 		`{"choices":[]`,
 		"{\"choices\":[],\"x\":\"\xff\"}",
 		`[]`,
+		// Go's encoding/json (go-openai) reads these keys as choices, tool_calls, function_call, name.
+		`{"Choices":[{"index":0,"message":{"tool_calls":[{"id":"x","function":{"name":"rm","arguments":"{}"}}]}}]}`,
+		// The stream shape inside a body.
+		`{"choices":[{"index":0,"message":{"content":"hi"},"delta":{"tool_calls":[{"id":"x","function":{"name":"rm","arguments":"{}"}}]}}]}`,
+		`{"choices":[{"index":0,"message":{"TOOL_CALLS":[{"id":"x","function":{"name":"rm","arguments":"{}"}}]}}]}`,
+		`{"choices":[{"index":0,"message":{"FUNCTION_CALL":{"name":"rm","arguments":"{}"}}}]}`,
+		`{"choices":[{"index":0,"message":{"tool_calls":[{"id":"x","function":{"name":"search","Name":"rm","arguments":"{}"}}]}}]}`,
 	} {
 		if _, _, err := Body([]byte(in), policy(vet.ModeRefuse, false), nil); err == nil {
 			t.Errorf("%q: no error", in)

@@ -73,6 +73,9 @@ func FuzzStream(f *testing.F) {
 		f.Add([]byte(frame(tc.in)), mode, tc.atomic, uint8(0), uint64(1))
 		f.Add([]byte(frame(tc.in)), (mode+1)%3, !tc.atomic, uint8(5), uint64(2))
 	}
+	for _, tc := range differentialCases {
+		f.Add([]byte(tc.raw), byte(0), false, uint8(3), uint64(3))
+	}
 	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
 		m := relaytest.FuzzModes[int(mode)%len(relaytest.FuzzModes)]
 		out, ds, blocked := runStream(t, string(input), policy(m, atomic), int(split%16), seed)

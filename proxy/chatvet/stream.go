@@ -128,10 +128,16 @@ func (s *Stream) pass(ev sse.Event) bool {
 }
 
 // mayCall reports whether event data could carry a call or a finish_reason that announces one:
-// every such key and value holds "_call", unless escapes spell it.
+// every such key and value holds "_call" in some case (clients on Go's encoding/json match keys
+// without regard to case), unless escapes spell it.
 func mayCall(data []byte) bool {
-	return bytes.Contains(data, []byte("_call")) || bytes.Contains(data, []byte(`\u`))
+	return relay.ContainsFold(data, "_call") || bytes.Contains(data, []byte(`\u`))
 }
+
+// chatKeys are the keys of a chunk or a completion that a client reads a call from. A key that
+// differs from one of them in case alone makes the event malformed (see relay.FoldedKey).
+var chatKeys = []string{pathChoices, pathIndex, pathDelta, pathMessage, pathToolCalls, pathFunctionCall,
+	pathID, pathType, "function", pathName, pathArgs, pathFinish, "custom", "input"}
 
 // holding reports whether some call waits to be vetted.
 func (s *Stream) holding() bool {
@@ -289,6 +295,10 @@ func scanChoice(pos int, c gjson.Result) (v choiceView, ok bool) {
 				}
 				return ok
 			})
+		case pathMessage:
+			// The non-stream shape inside a chunk: a lenient client might take its calls; this vetter reads
+			// calls from delta only.
+			ok = !carriesCall(val)
 		case pathFinish:
 			if val.Type == gjson.String {
 				v.finish = val.Str
@@ -306,8 +316,17 @@ func scanChoice(pos int, c gjson.Result) (v choiceView, ok bool) {
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
+	if relay.FoldedKey(data, chatKeys) {
+		s.malformed()
+		return
+	}
 	choices := gjson.GetBytes(data, pathChoices)
 	if !choices.IsArray() {
+		if mayCall(data) && !gjson.GetBytes(data, "error").Exists() {
+			// No client reads a call outside choices; nor is such an event passed on.
+			s.malformed()
+			return
+		}
 		s.rl.Out = append(s.rl.Out, ev.Raw...)
 		return
 	}
@@ -483,6 +502,11 @@ func rewritesFinish(finish string, ch *choiceState) bool {
 	return (finish == finishToolCalls || finish == finishFunctionCall) && (ch == nil || !ch.released)
 }
 
+// carriesCall reports whether a message or delta object carries tool_calls or a function_call.
+func carriesCall(m gjson.Result) bool {
+	return meaningful(m.Get(pathToolCalls)) || meaningful(m.Get(pathFunctionCall))
+}
+
 // meaningful reports whether a value would change what a client accumulates: present, not null
 // and not an empty string.
 func meaningful(v gjson.Result) bool {
@@ -563,7 +587,7 @@ func (s *Stream) toolDelta(ch *choiceState, choice int, e gjson.Result, data, he
 	if id != "" && call.ID == "" {
 		call.ID = id
 	}
-	if t := e.Get(pathType); t.Exists() && t.Type != gjson.Null && (t.Type != gjson.String || (t.Str != "function" && t.Str != "")) {
+	if unsupported(e) {
 		call.Fail(vet.ReasonUnsupportedType)
 	}
 	fillFunction(call, e.Get("function"))

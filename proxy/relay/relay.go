@@ -14,6 +14,8 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
+	"unicode"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -34,6 +36,9 @@ const MaxEventBytes = MaxCallBytes
 // doneData is the data of the [DONE] event that ends an OpenAI stream.
 var doneData = []byte("[DONE]")
 
+// doneEvent is the [DONE] event written in place of one whose data goes on after [DONE].
+var doneEvent = []byte("data: [DONE]\n\n")
+
 // Surface is what a Relay asks of the surface it relays. Finished, Truncated, Malformed and Event
 // are required; Done, Observe and Pass may be nil.
 type Surface struct {
@@ -43,8 +48,9 @@ type Surface struct {
 	// Truncated writes what ends a stream whose upstream ended (or failed, see Relay.Err) before it
 	// was finished, and ends it.
 	Truncated func()
-	// Done, when not nil, is called at a [DONE] event: it vets every call still held. Unless that
-	// ended the stream, the [DONE] event then goes out and the stream ends. When nil, [DONE] is
+	// Done, when not nil, is called at a [DONE] event (data that starts with [DONE], as the official
+	// SDKs read it): it vets every call still held. Unless that ended the stream, the [DONE] event then
+	// goes out (as "data: [DONE]" alone, if its data went on) and the stream ends. When nil, [DONE] is
 	// data like any other (it is not JSON, so it passes).
 	Done func()
 	// Observe, when not nil, sees the data of every event that carries data (other than [DONE])
@@ -136,6 +142,11 @@ func (r *Relay) step() {
 		r.s.Truncated()
 		return
 	}
+	if !Canonical(ev.Raw) {
+		// Clients split lines differently (openai-go at LF only, go-openai trims each line): what
+		// goes out is what this relay read, framed so that every client reads the same.
+		ev.Raw = Reframe(ev)
+	}
 	if !ev.HasData {
 		r.Out = append(r.Out, ev.Raw...) // comment, keep-alive
 		return
@@ -143,7 +154,12 @@ func (r *Relay) step() {
 	if r.s.Done != nil && bytes.HasPrefix(ev.Data, doneData) {
 		r.s.Done()
 		if !r.Ended {
-			r.Out = append(r.Out, ev.Raw...)
+			// What follows [DONE] in its data (a client may read it) is not forwarded.
+			if bytes.Equal(ev.Data, doneData) {
+				r.Out = append(r.Out, ev.Raw...)
+			} else {
+				r.Out = append(r.Out, doneEvent...)
+			}
 			r.Ended = true
 		}
 		return
@@ -151,8 +167,7 @@ func (r *Relay) step() {
 	if r.s.Observe != nil {
 		r.s.Observe(ev.Data)
 	}
-	data := bytes.TrimLeft(ev.Data, " \t\r\n")
-	if len(data) == 0 || data[0] != '{' {
+	if !LooksJSON(ev.Data) {
 		r.Out = append(r.Out, ev.Raw...) // not JSON: no client reads a call from it
 		return
 	}
@@ -166,6 +181,145 @@ func (r *Relay) step() {
 		return
 	}
 	r.s.Event(ev)
+}
+
+// LooksJSON reports whether some client could read data, or one of its lines, as a JSON object:
+// a line that starts with '{' after any white space (Unicode spaces, form feed, vertical tab and
+// a byte-order mark included; lenient clients trim those, and go-openai reads every data line of
+// an event alone). Such data must be one valid object, or it is malformed.
+func LooksJSON(data []byte) bool {
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		line = bytes.TrimLeftFunc(line, func(r rune) bool { return unicode.IsSpace(r) || r == '\ufeff' })
+		if len(line) > 0 && line[0] == '{' {
+			return true
+		}
+	}
+	return false
+}
+
+// Canonical reports whether every SSE client reads raw (one whole event) as proxy/sse does: its
+// lines end in LF or CRLF (a lone CR is a line end for the SSE specification but not for
+// openai-go, which splits at LF only, nor for go-openai), and each line is blank, a comment or
+// starts with a field name this relay knows (go-openai trims a line before it looks for
+// "data:", the WHATWG parser drops a byte-order mark; a line such as " data: ..." is read by one
+// and not by another).
+func Canonical(raw []byte) bool {
+	for len(raw) > 0 {
+		i := bytes.IndexByte(raw, '\n')
+		if i < 0 {
+			return false // a truncated event is never forwarded as it came
+		}
+		line := raw[:i]
+		raw = raw[i+1:]
+		if n := len(line); n > 0 && line[n-1] == '\r' {
+			line = line[:n-1]
+		}
+		if bytes.IndexByte(line, '\r') >= 0 {
+			return false
+		}
+		if len(line) == 0 || line[0] == ':' {
+			continue
+		}
+		ok := false
+		for _, f := range fieldPrefixes {
+			if bytes.HasPrefix(line, f) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// fieldPrefixes are the line starts Canonical accepts.
+var fieldPrefixes = [][]byte{[]byte("data:"), []byte("event:"), []byte("id:"), []byte("retry:")}
+
+// Reframe writes ev again from its parsed fields, with LF line ends and no comment or unknown
+// line, so that every client reads the event, and only the event, that proxy/sse read. An event
+// with no field left is a comment line (it still keeps an idle connection alive).
+func Reframe(ev sse.Event) []byte {
+	var b []byte
+	if ev.Event != "" {
+		b = append(append(append(b, "event: "...), ev.Event...), '\n')
+	}
+	if ev.HasID {
+		b = append(append(append(b, "id: "...), ev.ID...), '\n')
+	}
+	if ev.HasRetry {
+		b = append(append(append(b, "retry: "...), strconv.FormatInt(ev.Retry, 10)...), '\n')
+	}
+	switch {
+	case ev.HasData:
+		return sse.AppendData(b, ev.Data)
+	case len(b) > 0:
+		return append(b, '\n')
+	default:
+		return []byte(":\n\n")
+	}
+}
+
+// FoldedKey reports whether some object key in data (at any depth) is not one of names but equals
+// one of them under Unicode case folding, as Go's encoding/json matches keys (go-openai reads
+// "TOOL_CALLS" or "tool_callſ" as tool_calls, and the last of two such keys wins): such data is
+// malformed, since this relay reads keys exactly. data must be valid JSON.
+func FoldedKey(data []byte, names []string) bool {
+	return foldedKey(Get(data, "@this"), names, "")
+}
+
+// FoldedKeyOutside is FoldedKey that does not look inside the values of the keys named skip (a tool's own
+// arguments, whose keys are the tool's).
+func FoldedKeyOutside(data []byte, names []string, skip string) bool {
+	return foldedKey(Get(data, "@this"), names, skip)
+}
+
+func foldedKey(v gjson.Result, names []string, skip string) bool {
+	found := false
+	isObj := v.IsObject()
+	if !isObj && !v.IsArray() {
+		return false
+	}
+	v.ForEach(func(k, val gjson.Result) bool {
+		if isObj {
+			for _, n := range names {
+				if k.Str != n && strings.EqualFold(k.Str, n) {
+					found = true
+					return false
+				}
+			}
+		}
+		if isObj && skip != "" && k.Str == skip {
+			return true
+		}
+		found = foldedKey(val, names, skip)
+		return !found
+	})
+	return found
+}
+
+// ContainsFold reports whether s is in data, ASCII letters matched without regard to case (Unicode
+// folds only k and s to other letters; sub must hold neither, and must start with a byte that is
+// not a letter).
+func ContainsFold(data []byte, sub string) bool {
+	for i := 0; i+len(sub) <= len(data); i++ {
+		j := bytes.IndexByte(data[i:], sub[0])
+		if j < 0 || i+j+len(sub) > len(data) {
+			return false
+		}
+		i += j
+		if bytes.EqualFold(data[i:i+len(sub)], []byte(sub)) {
+			return true
+		}
+	}
+	return false
 }
 
 // Pending is one tool call being assembled from a stream, the same on every surface: the vet.Call

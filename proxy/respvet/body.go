@@ -1,8 +1,10 @@
 // Package respvet vets the tool calls of OpenAI Responses API responses (/v1/responses) before the client
 // sees them: the non-stream body (Body) and the SSE stream (Stream). The calls it vets are the output items
 // of type function_call (and custom_tool_call, whose free-form input is refused as an unsupported type, as on
-// Chat Completions). Built-in tool items (web_search_call, file_search_call, mcp_call, computer_call, ...) are
-// passed on: those tools are governed on the request side, by their type name.
+// Chat Completions). Built-in tool items (web_search_call, file_search_call, mcp_call, ...) are passed on: those
+// tools are governed on the request side, by their type name; but an item the client acts on (local_shell_call,
+// shell_call, apply_patch_call, computer_call, mcp_approval_request) for a built-in tool outside the allowed
+// set is blocked like a call of a tool that is not allowed.
 //
 // It is a thin adapter around policy/vet: it reads the Responses wire shapes into vet.Call, lets a
 // vet.Checker decide, and writes the outcome back into the wire shapes — with gjson/sjson on the raw bytes,
@@ -70,6 +72,36 @@ const (
 // vetted reports whether an output item type is a call this package vets.
 func vetted(typ string) bool { return typ == typeFunction || typ == typeCustomTool }
 
+// clientTools maps the output item types of built-in tools that the client acts on (runs a command, applies
+// a patch, performs a computer action, answers an approval request) to the tool types that allow them.
+var clientTools = map[string][]string{
+	"local_shell_call":     {"local_shell"},
+	"shell_call":           {"shell"},
+	"apply_patch_call":     {"apply_patch"},
+	"computer_call":        {"computer_use_preview", "computer_use", "computer"},
+	"mcp_approval_request": {"mcp"},
+}
+
+// refusedBuiltin returns, for an item the client would act on for a built-in tool outside the allowed set, the
+// tool's type (the name in the notice); "" for any other item. Such an item is a call that is blocked
+// (vet.ReasonNotAllowed), whatever the upstream says: the request side only removes the tool, an upstream
+// that produces its items anyway is not trusted.
+func refusedBuiltin(c *vet.Checker, typ string) string {
+	tools, ok := clientTools[typ]
+	if !ok {
+		return ""
+	}
+	for _, t := range tools {
+		if c.Allows(t) {
+			return ""
+		}
+	}
+	return tools[0]
+}
+
+// isCall reports whether an output item type is a call this package vets (refusedBuiltin included).
+func isCall(c *vet.Checker, typ string) bool { return vetted(typ) || refusedBuiltin(c, typ) != "" }
+
 // Body vets a non-stream Responses body (raw bytes) and returns it, edited with sjson where needed.
 //
 // refuse: blocked function_call items are removed from output; where no call item is left, one message item
@@ -89,7 +121,7 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 	var calls []*vet.Call
 	var at []int // position in output of each call
 	for i, it := range items {
-		if call := itemCall(i, it); call != nil {
+		if call := itemCall(c, i, it); call != nil {
 			calls = append(calls, call)
 			at = append(at, i)
 		}
@@ -135,14 +167,19 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 }
 
 // itemCall reads an output item into a call, or returns nil when the item is not a call this package vets.
-func itemCall(index int, it gjson.Result) *vet.Call {
+func itemCall(c *vet.Checker, index int, it gjson.Result) *vet.Call {
 	typ := it.Get(pathType)
-	if typ.Type != gjson.String || !vetted(typ.Str) {
+	if typ.Type != gjson.String || !isCall(c, typ.Str) {
 		return nil
 	}
 	call := &vet.Call{Index: index}
 	if id := it.Get(pathCallID); id.Type == gjson.String {
 		call.ID = id.Str
+	}
+	if tool := refusedBuiltin(c, typ.Str); tool != "" {
+		call.AddName(tool)
+		call.Fail(vet.ReasonNotAllowed)
+		return call
 	}
 	if name := it.Get(pathName); name.Type == gjson.String {
 		call.AddName(name.Str)

@@ -57,8 +57,9 @@ const (
 //     with an error event (code tool_call_blocked).
 //   - response.completed (and .incomplete, .failed) is rewritten so that its output is what the client was
 //     shown: an allowed call as streamed, a blocked call's notice item in its place; a call it holds that the
-//     stream never showed is vetted there. Call items in earlier response snapshots (response.created, ...)
-//     are removed.
+//     stream never showed is vetted there. Call items in every other response snapshot (response.created,
+//     ..., any event that carries a response) are removed; any other event that carries a call item (other
+//     than the item's output_item.added and .done) is dropped.
 //   - output_index is renumbered where a call was released later than items after it (atomic mode), so the
 //     client sees items numbered in the order they reach it; sequence_number is renumbered where events were
 //     added or reordered, so it keeps increasing. Where nothing was blocked or reordered, both stay as sent.
@@ -105,7 +106,8 @@ type item struct {
 type pending struct {
 	relay.Pending[meta]
 	oi      int    // upstream output_index
-	typ     string // function_call or custom_tool_call
+	typ     string // function_call or custom_tool_call (or an item type of refusedBuiltin)
+	builtin bool   // an item of refusedBuiltin: blocked from the start, its name is the tool type
 	itemID  string
 	hasArgs bool // the arguments were given (by the added item, a delta or a .done)
 	done    bool // its output_item.done arrived
@@ -172,6 +174,21 @@ func (s *Stream) event(ev sse.Event) {
 			s.OnResponseID(strings.Clone(id.Str)) // relay.Get aliases the read buffer
 		}
 	}
+	if typ != evItemAdded && typ != evItemDone && isCall(s.c, relay.Get(data, pathItem+"."+pathType).String()) {
+		// A call item in an event that is neither its added nor its done: it cannot be vetted as a call
+		// there, and no client should take it from there either. Dropped.
+		return
+	}
+	switch typ {
+	case evCompleted, evIncomplete, evFailed:
+	default:
+		// Any other event that carries a response snapshot (not only response.created and .in_progress, also
+		// one that names an output_index or item_id) has its call items removed: calls are vetted as they
+		// stream, or in the final response.
+		if snap := s.snapshot(data); snap != nil {
+			data = s.clean(&ev, snap)
+		}
+	}
 	m := meta{name: ev.Event}
 	if v := relay.Get(data, pathSeq); v.Exists() {
 		if n, ok := relay.IntField(v); ok {
@@ -184,7 +201,7 @@ func (s *Stream) event(ev sse.Event) {
 	case evArgsDelta, evArgsDone, evCustomDelta, evCustomDone:
 		argsEvent = true
 	case evItemAdded, evItemDone:
-		callItem = vetted(relay.Get(data, pathItem+"."+pathType).String())
+		callItem = isCall(s.c, relay.Get(data, pathItem+"."+pathType).String())
 	}
 	if v := relay.Get(data, pathOutputIdx); v.Exists() {
 		m.oi, m.hasOI = relay.IntField(v)
@@ -299,6 +316,14 @@ func (s *Stream) start(oi int, it gjson.Result) *pending {
 	if id := it.Get(pathCallID); id.Type == gjson.String {
 		p.Call.ID = id.Str
 	}
+	s.items[oi] = &item{client: -1, call: p}
+	s.open = append(s.open, p)
+	if tool := refusedBuiltin(s.c, typ); tool != "" {
+		p.builtin = true
+		p.Call.AddName(tool)
+		p.Call.Fail(vet.ReasonNotAllowed)
+		return p
+	}
 	if name := it.Get(pathName); name.Type == gjson.String {
 		p.Call.AddName(name.Str)
 	}
@@ -312,8 +337,6 @@ func (s *Stream) start(oi int, it gjson.Result) *pending {
 	case args.Exists() && args.Type != gjson.Null:
 		p.Call.Fail(vet.ReasonNotString)
 	}
-	s.items[oi] = &item{client: -1, call: p}
-	s.open = append(s.open, p)
 	return p
 }
 
@@ -356,7 +379,8 @@ func (s *Stream) itemDone(p *pending, it gjson.Result) {
 	if id := it.Get(pathCallID); id.Type != gjson.String || id.Str != p.Call.ID {
 		p.Call.Fail(ReasonChanged)
 	}
-	if name := it.Get(pathName); name.Exists() {
+	if name := it.Get(pathName); p.builtin {
+	} else if name.Exists() {
 		s.sameName(p, name)
 	} else {
 		p.Call.Fail(ReasonChanged)
@@ -533,7 +557,7 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	changed := false
 	for pos, entry := range output.Array() {
 		st := s.items[pos]
-		if call := itemCall(pos, entry); call != nil {
+		if call := itemCall(s.c, pos, entry); call != nil {
 			if st != nil && st.call != nil && st.call.vetted {
 				p := st.call
 				switch {
@@ -604,7 +628,7 @@ func (p *pending) matches(entry gjson.Result, exact bool) bool {
 		v := entry.Get(path)
 		return v.Type == gjson.String && v.Str == want
 	}
-	if !str(pathType, p.typ) || !str(pathCallID, p.Call.ID) {
+	if !str(pathType, p.typ) || (!p.builtin || p.Call.ID != "") && !str(pathCallID, p.Call.ID) {
 		return false
 	}
 	if id := entry.Get(pathID); id.Exists() && !str(pathID, p.itemID) {
@@ -612,6 +636,9 @@ func (p *pending) matches(entry gjson.Result, exact bool) bool {
 	}
 	if !exact {
 		return true
+	}
+	if p.builtin {
+		return false // never released
 	}
 	if !str(pathName, p.Call.Name) {
 		return false
@@ -623,11 +650,18 @@ func (p *pending) matches(entry gjson.Result, exact bool) bool {
 	return true
 }
 
+// clean replaces the data of ev by data (its raw bytes too) and returns data.
+func (s *Stream) clean(ev *sse.Event, data []byte) []byte {
+	ev.Data = data
+	ev.Raw = sse.AppendEvent(nil, ev.Event, data)
+	return data
+}
+
 // snapshot removes call items from the output of a response snapshot that is not final (response.created,
 // response.in_progress, ...): its calls are vetted when they stream, or in the final response. It returns nil
 // when there is nothing to change.
 func (s *Stream) snapshot(data []byte) []byte {
-	if !bytes.Contains(data, []byte("_call")) && !bytes.Contains(data, []byte(`\u`)) {
+	if !bytes.Contains(data, []byte("_call")) && !bytes.Contains(data, []byte("_request")) && !bytes.Contains(data, []byte(`\u`)) {
 		return nil
 	}
 	output := gjson.GetBytes(data, pathRespOutput)
@@ -637,7 +671,7 @@ func (s *Stream) snapshot(data []byte) []byte {
 	var kept []string
 	changed := false
 	output.ForEach(func(_, entry gjson.Result) bool {
-		if vetted(entry.Get(pathType).String()) {
+		if isCall(s.c, entry.Get(pathType).String()) {
 			changed = true
 			return true
 		}

@@ -20,7 +20,8 @@ import (
 // Event is one event block of a stream: every line up to and including the blank line that ends it.
 type Event struct {
 	// Raw is the event exactly as received, line ends and comments included; forwarding Raw of
-	// every event, in order, reproduces the input. It aliases the Reader's buffer and is valid
+	// every event, in order, reproduces the input (less a byte-order mark at its start, which the
+	// SSE specification drops, as browsers and the WHATWG parsers do). It aliases the Reader's buffer and is valid
 	// only until the next call to Next: copy it to keep it.
 	Raw []byte
 	// Data is the value of the event's data lines joined with "\n"; nil when it has none.
@@ -66,7 +67,12 @@ type Reader struct {
 	names []string
 	// max caps the bytes of one event (0: no cap).
 	max int
+	// bomDone is set once the start of the stream has been checked for a byte-order mark.
+	bomDone bool
 }
+
+// bom is the UTF-8 byte-order mark that the SSE specification drops at the start of a stream.
+var bom = []byte("\ufeff")
 
 // ErrEventTooLarge is returned by Next when one event grows past the Reader's cap (NewReaderMax). The
 // bytes read of that event are dropped, not returned.
@@ -96,6 +102,16 @@ func NewReaderMax(r io.Reader, max int) *Reader {
 // which may be the LF of a CRLF. Streams with LF or CRLF line ends never wait.)
 func (r *Reader) Next() (Event, error) {
 	for {
+		if !r.bomDone {
+			if len(r.buf) < len(bom) && r.err == nil && bytes.HasPrefix(bom, r.buf) {
+				r.fill() // the start may still turn out to be a byte-order mark
+				continue
+			}
+			r.bomDone = true
+			if bytes.HasPrefix(r.buf, bom) {
+				r.start, r.scan, r.lineStart = len(bom), len(bom), len(bom)
+			}
+		}
 		if end, ok := r.findEnd(r.err != nil); ok {
 			raw := r.buf[r.start:end]
 			r.start, r.scan, r.lineStart = end, end, end
@@ -118,6 +134,9 @@ func (r *Reader) Next() (Event, error) {
 func (r *Reader) Buffered() bool {
 	if r.err != nil {
 		return true
+	}
+	if !r.bomDone {
+		return false
 	}
 	// findEnd moves the scan state on as it goes; leave it where Next expects it.
 	scan, lineStart, afterCR := r.scan, r.lineStart, r.afterCR

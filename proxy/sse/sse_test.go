@@ -331,6 +331,8 @@ func FuzzReader(f *testing.F) {
 	}
 	f.Add([]byte("data: a\r"), uint64(7))
 	f.Add([]byte("\r\n\r\r\n\n:\r"), uint64(9))
+	f.Add([]byte("\ufeffdata: a\n\n\ufeffdata: b\n\n"), uint64(3))
+	f.Add([]byte("\xef\xbbdata: a\n\n"), uint64(1))
 	f.Fuzz(func(t *testing.T, in []byte, seed uint64) {
 		cr := &countingReader{r: &randomReader{data: in, rnd: rand.New(rand.NewPCG(seed, 0)), max: 9}}
 		r := NewReader(cr)
@@ -358,7 +360,7 @@ func FuzzReader(f *testing.F) {
 			ev.Data = bytes.Clone(ev.Data)
 			events = append(events, ev)
 		}
-		if !bytes.Equal(all, in) {
+		if !bytes.Equal(all, bytes.TrimPrefix(in, bom)) {
 			t.Fatalf("raw bytes do not concatenate to the input:\n got %q\nwant %q", all, in)
 		}
 		for i, ev := range events {
@@ -380,6 +382,28 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReaderBOM: a byte-order mark at the start of the stream is dropped, as the SSE specification says, also
+// when it arrives a byte at a time; one later in the stream is data of its line.
+func TestReaderBOM(t *testing.T) {
+	in := "\ufeffdata: a\n\n\ufeffdata: b\n\n"
+	for _, rd := range []io.Reader{strings.NewReader(in), iotest.OneByteReader(strings.NewReader(in))} {
+		r := NewReader(rd)
+		ev, err := r.Next()
+		if err != nil || string(ev.Data) != "a" || string(ev.Raw) != "data: a\n\n" {
+			t.Fatalf("first: %v %q %q", err, ev.Data, ev.Raw)
+		}
+		ev, err = r.Next()
+		if err != nil || ev.HasData || string(ev.Raw) != "\ufeffdata: b\n\n" {
+			t.Fatalf("second: %v %+v", err, view(ev))
+		}
+	}
+	// Only a part of a mark is no mark.
+	ev, err := NewReader(strings.NewReader("\xef\xbb\n\n")).Next()
+	if err != nil || string(ev.Raw) != "\xef\xbb\n\n" {
+		t.Fatalf("%v %q", err, ev.Raw)
+	}
 }
 
 func TestReaderMaxEvent(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
@@ -104,7 +105,8 @@ func Run(t testing.TB, input string, split int, seed uint64, open Open) ([]byte,
 }
 
 // Events yields the events of an output stream that carry data, and fails the test if the output
-// is not a clean SSE stream (an error, or a last event not closed by a blank line).
+// is not a clean SSE stream (an error, a last event not closed by a blank line, or an event that
+// not every client would split into the same lines: see relay.Canonical).
 func Events(t testing.TB, out []byte) iter.Seq[sse.Event] {
 	return func(yield func(sse.Event) bool) {
 		r := sse.NewReader(bytes.NewReader(out))
@@ -115,6 +117,9 @@ func Events(t testing.TB, out []byte) iter.Seq[sse.Event] {
 			}
 			if err != nil || ev.Truncated {
 				t.Fatalf("output is not a clean SSE stream: %v %q", err, ev.Raw)
+			}
+			if !relay.Canonical(ev.Raw) {
+				t.Fatalf("output event is not framed the same for every client: %q", ev.Raw)
 			}
 			if ev.HasData && !yield(ev) {
 				return
