@@ -430,6 +430,19 @@ func params(r *http.Request, allowed ...string) (url.Values, error) {
 }
 
 // actor is who makes the change: HeaderActor, else DefaultActor.
+// change reads what every changing request without query parameters starts with: the actor named by
+// its header and its body.
+func change(w http.ResponseWriter, r *http.Request) (who string, body []byte, err error) {
+	if _, err := params(r); err != nil {
+		return "", nil, err
+	}
+	if who, err = actor(r); err != nil {
+		return "", nil, err
+	}
+	body, err = readBody(w, r)
+	return who, body, err
+}
+
 func actor(r *http.Request) (string, error) {
 	a := strings.TrimSpace(r.Header.Get(HeaderActor))
 	if a == "" {

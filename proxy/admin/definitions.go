@@ -224,14 +224,7 @@ type activateBody struct {
 // POST /admin/{kind}/{name}/activate {"version":N} → {"name","active":N}.
 func (s *server) activate(k store.Kind) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if _, err := params(r); err != nil {
-			return err
-		}
-		who, err := actor(r)
-		if err != nil {
-			return err
-		}
-		body, err := readBody(w, r)
+		who, body, err := change(w, r)
 		if err != nil {
 			return err
 		}
@@ -271,14 +264,7 @@ type activeReply struct {
 // POST /admin/{kind}/{name}/rollback → {"name","active":N}; 409 no_previous_version when there is none.
 func (s *server) rollback(k store.Kind) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if _, err := params(r); err != nil {
-			return err
-		}
-		who, err := actor(r)
-		if err != nil {
-			return err
-		}
-		body, err := readBody(w, r)
+		who, body, err := change(w, r)
 		if err != nil {
 			return err
 		}

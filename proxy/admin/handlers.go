@@ -108,14 +108,7 @@ type enabledBody struct {
 
 // PUT /admin/tools/{name}/enabled {"enabled":false} → {"name","enabled"}: the kill switch, persisted.
 func (s *server) setTool(w http.ResponseWriter, r *http.Request) error {
-	if _, err := params(r); err != nil {
-		return err
-	}
-	who, err := actor(r)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(w, r)
+	who, body, err := change(w, r)
 	if err != nil {
 		return err
 	}
@@ -228,14 +221,7 @@ func (s *server) listRollouts(w http.ResponseWriter, r *http.Request) error {
 
 // POST /admin/rollouts body: a rollout file → 201 the AppliedRollout; 409 already_applied.
 func (s *server) applyRollout(w http.ResponseWriter, r *http.Request) error {
-	if _, err := params(r); err != nil {
-		return err
-	}
-	who, err := actor(r)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(w, r)
+	who, body, err := change(w, r)
 	if err != nil {
 		return err
 	}
@@ -287,14 +273,7 @@ func (s *server) findApplied(ctx context.Context, id string) (store.AppliedRollo
 
 // POST /admin/rollouts/revert → the AppliedRollout that was reverted; 409 nothing_to_revert.
 func (s *server) revertRollout(w http.ResponseWriter, r *http.Request) error {
-	if _, err := params(r); err != nil {
-		return err
-	}
-	who, err := actor(r)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(w, r)
+	who, body, err := change(w, r)
 	if err != nil {
 		return err
 	}
