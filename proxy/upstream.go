@@ -53,6 +53,12 @@ func (t timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel(nil)
 		return nil, err
 	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// An upgraded connection (the Realtime API's WebSocket) is a tunnel that may stay quiet for long:
+		// no idle timeout, and its body must stay the transport's writable one.
+		timer.Stop()
+		return resp, nil
+	}
 	timer.Reset(t.timeout)
 	resp.Body = &idleBody{body: resp.Body, timer: timer, timeout: t.timeout, ctx: ctx, cancel: cancel}
 	return resp, nil
