@@ -106,22 +106,7 @@ func ParseChat(body []byte) (*Chat, error) {
 		return nil, invalid(pathMessages, "messages must be an array")
 	}
 	var err error
-	i := 0
-	msgs.ForEach(func(_, m gjson.Result) bool {
-		if !m.IsObject() {
-			err = invalid(fmt.Sprintf("messages[%d]", i), "messages[%d] must be an object", i)
-			return false
-		}
-		switch m.Get("role").String() {
-		case "system", "developer":
-			c.Application = append(c.Application, contentText(m.Get("content")))
-		case "user":
-			c.LatestUser = contentText(m.Get("content"))
-		}
-		i++
-		return true
-	})
-	if err != nil {
+	if c.Application, c.LatestUser, err = roleTexts(msgs, pathMessages); err != nil {
 		return nil, err
 	}
 	if t := m[3]; t.Exists() && t.Type != gjson.Null {
@@ -519,4 +504,26 @@ func writeJSONString(b *bytes.Buffer, s string) {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(s)       // a string always encodes
 	b.Truncate(b.Len() - 1) // Encode's newline
+}
+
+// roleTexts reads an array of role-tagged messages (chat messages, Responses input items): the texts of
+// its system and developer messages in order, and the text of its last user message. An element that is
+// not an object is an invalid_request naming it as field[i].
+func roleTexts(arr gjson.Result, field string) (application []string, latestUser string, err error) {
+	i := 0
+	arr.ForEach(func(_, m gjson.Result) bool {
+		if !m.IsObject() {
+			err = invalid(fmt.Sprintf("%s[%d]", field, i), "%s[%d] must be an object", field, i)
+			return false
+		}
+		switch m.Get("role").String() {
+		case "system", "developer":
+			application = append(application, contentText(m.Get("content")))
+		case "user":
+			latestUser = contentText(m.Get("content"))
+		}
+		i++
+		return true
+	})
+	return application, latestUser, err
 }

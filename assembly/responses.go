@@ -57,25 +57,11 @@ func ParseResponses(body []byte) (*Responses, error) {
 	case in.Type == gjson.String:
 		r.LatestUser = in.Str
 	case in.IsArray():
-		var err error
-		i := 0
-		in.ForEach(func(_, item gjson.Result) bool {
-			if !item.IsObject() {
-				err = invalid(fmt.Sprintf("input[%d]", i), "input[%d] must be an object", i)
-				return false
-			}
-			switch item.Get("role").String() {
-			case "system", "developer":
-				r.Application = append(r.Application, contentText(item.Get("content")))
-			case "user":
-				r.LatestUser = contentText(item.Get("content"))
-			}
-			i++
-			return true
-		})
+		app, user, err := roleTexts(in, pathInput)
 		if err != nil {
 			return nil, err
 		}
+		r.Application, r.LatestUser = append(r.Application, app...), user
 	case in.Exists() && in.Type != gjson.Null:
 		return nil, invalid(pathInput, "input must be a string or an array")
 	}
