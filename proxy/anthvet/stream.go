@@ -439,5 +439,5 @@ func (s *Stream) end(errJSON []byte) {
 
 // blockedJSON is the error event data for a call blocked in error mode.
 func blockedJSON(d vet.Decision) []byte {
-	return ErrorJSON(vet.Notice(d), "invalid_request_error", CodeToolCallBlocked)
+	return ErrorJSON(vet.Notice(d), "permission_error", CodeToolCallBlocked)
 }

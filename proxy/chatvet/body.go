@@ -73,7 +73,7 @@ func ErrorJSON(message, typ, code string) []byte {
 
 // BlockedErrorJSON is the error body (or stream event data) for a call blocked in error mode.
 func BlockedErrorJSON(d vet.Decision) []byte {
-	return ErrorJSON(vet.Notice(d), "invalid_request_error", CodeToolCallBlocked)
+	return ErrorJSON(vet.Notice(d), "permission_error", CodeToolCallBlocked)
 }
 
 // Body vets a non-stream response body (raw bytes) and returns it, edited with sjson where needed.

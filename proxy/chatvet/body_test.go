@@ -139,7 +139,7 @@ func TestBodyErrorJSON(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 	b := BlockedErrorJSON(*res.ErrorCall)
-	want := `{"error":{"message":"[promptgate] blocked tool call web_fetch: rule docs: url has a host that is not allowed","type":"invalid_request_error","param":null,"code":"tool_call_blocked"}}`
+	want := `{"error":{"message":"[promptgate] blocked tool call web_fetch: rule docs: url has a host that is not allowed","type":"permission_error","param":null,"code":"tool_call_blocked"}}`
 	if string(b) != want {
 		t.Fatalf("got %s", b)
 	}

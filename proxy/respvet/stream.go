@@ -756,5 +756,5 @@ func (s *Stream) end(errJSON []byte) {
 
 // blockedJSON is the error event for a call blocked in error mode.
 func blockedJSON(seq int64, d vet.Decision) []byte {
-	return ErrorJSON(seq, vet.Notice(d), "invalid_request_error", CodeToolCallBlocked)
+	return ErrorJSON(seq, vet.Notice(d), "permission_error", CodeToolCallBlocked)
 }
