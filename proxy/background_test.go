@@ -561,3 +561,24 @@ func TestBlockedMemoryBackground(t *testing.T) {
 		t.Fatal("the oldest response was not the one forgotten")
 	}
 }
+
+// TestBackgroundResumedStream: a streamed retrieval resumed mid-response (starting_after) begins inside the
+// disallowed call, without its output_item.added: the call is still blocked, and the allowed call, which only
+// the final response holds, is vetted there.
+func TestBackgroundResumedStream(t *testing.T) {
+	u := &bgUpstream{get: func(w http.ResponseWriter, r *http.Request, id string) {
+		raw := bgStream(id)
+		i := strings.LastIndex(raw[:strings.Index(raw, `"item_id":"fc_evil"`)], "event: ")
+		splitUpstream(raw[i:], 4)(w, r)
+	}}
+	up := newUpstream(t, u.ServeHTTP)
+	ts, rec := newVetProxy(t, up.URL, "refuse")
+	postTo(t, ts, PathResponses, bgRequest, nil)
+	resp, b := getFrom(t, ts, PathResponses+"/resp_bg_1?stream=true&starting_after=20")
+	if resp.StatusCode != 200 || strings.Contains(string(b), "call_evil") || strings.Contains(string(b), "SECRET123") || !strings.Contains(string(b), `"call_id":"call_good"`) {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if got := strings.Join(toolEvents(rec), ","); got != "web_fetch/blocked,get_weather/allowed" {
+		t.Fatalf("decision log %q", got)
+	}
+}
