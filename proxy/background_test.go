@@ -582,3 +582,36 @@ func TestBackgroundResumedStream(t *testing.T) {
 		t.Fatalf("decision log %q", got)
 	}
 }
+
+// TestBlockedMemoryBackgroundBytes: the policies kept are bounded in bytes too (oldest forgotten first, the
+// newest always kept), and they hold copies, not the request's bytes.
+func TestBlockedMemoryBackgroundBytes(t *testing.T) {
+	schema := []byte(`{"type":"object"}`)
+	pol := newBgPolicy(vet.Policy{Allowed: map[string]bool{"t": true}, Schemas: map[string][]byte{"t": schema}}, "p", 1)
+	schema[0] = 'X'
+	if string(pol.policy.Schemas["t"]) != `{"type":"object"}` {
+		t.Fatal("the policy shares the request's bytes")
+	}
+	m := newBlockedMemory(100)
+	m.maxBytes = 2*pol.size + 1
+	m.remember("resp_0", blockedCall{CallID: "c"})
+	m.rememberBackground("resp_a", pol)
+	m.rememberBackground("resp_b", newBgPolicy(vet.Policy{}, "p", 1))
+	if m.lookup("resp_0") == nil || m.background("resp_a") == nil || m.background("resp_b") == nil {
+		t.Fatal("forgotten within the bound")
+	}
+	m.rememberBackground("resp_c", pol)
+	if m.background("resp_a") != nil || m.lookup("resp_0") != nil || m.background("resp_b") == nil || m.background("resp_c") == nil {
+		t.Fatal("the oldest were not the ones forgotten")
+	}
+	big := newBgPolicy(vet.Policy{Schemas: map[string][]byte{"t": make([]byte, 10*m.maxBytes)}}, "p", 1)
+	m.rememberBackground("resp_big", big)
+	if m.background("resp_big") != big || m.order.Len() != 1 || m.bytes != big.size {
+		t.Fatalf("the newest policy was not kept alone: %d entries, %d bytes", m.order.Len(), m.bytes)
+	}
+	m.remember("resp_x", blockedCall{CallID: "c"})
+	m.rememberBackground("resp_y", pol)
+	if m.background("resp_big") != nil || m.bytes != pol.size {
+		t.Fatalf("bytes %d after forgetting, want %d", m.bytes, pol.size)
+	}
+}

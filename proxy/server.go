@@ -355,7 +355,7 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 	if rt.path == PathResponses {
 		x.resp = &respTrack{mem: s.blocked}
 		if isBackground(prep.Body) {
-			x.resp.bg = &bgPolicy{policy: s.policy(x), protocol: prep.Protocol.ID, protocolVersion: prep.Protocol.Version}
+			x.resp.bg = newBgPolicy(s.policy(x), prep.Protocol.ID, prep.Protocol.Version)
 		}
 		if prev := gjson.GetBytes(body, "previous_response_id"); prev.Type == gjson.String {
 			if calls := s.blocked.lookup(prev.Str); len(calls) > 0 {

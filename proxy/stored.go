@@ -40,6 +40,10 @@ import (
 // blocked call and background responses.
 const defaultStoredResponses = 10000
 
+// defaultBackgroundBytes bounds what the policies kept for background responses hold (tool names and schemas,
+// copied out of their requests): past it, the oldest responses are forgotten first.
+const defaultBackgroundBytes = 256 << 20
+
 // blockedCall is one call the proxy refused in a Responses answer.
 type blockedCall struct {
 	CallID, Tool, Reason string
@@ -52,6 +56,8 @@ type blockedMemory struct {
 	max   int
 	byID  map[string]*list.Element
 	order *list.List // of *memEntry, oldest at the front
+	// bytes is the size of the background policies kept; maxBytes bounds it.
+	bytes, maxBytes int
 }
 
 type memEntry struct {
@@ -68,9 +74,28 @@ type bgPolicy struct {
 	policy          vet.Policy
 	protocol        string
 	protocolVersion int
+	size            int // bytes held, for the memory's bound
 
 	mu      sync.Mutex
 	decided map[string]bool
+}
+
+// newBgPolicy keeps p for a background response. The tool names and schemas are copied, so that the memory
+// does not keep the whole request body they were read from.
+func newBgPolicy(p vet.Policy, protocol string, protocolVersion int) *bgPolicy {
+	size := 256
+	allowed := make(map[string]bool, len(p.Allowed))
+	for name, ok := range p.Allowed {
+		allowed[strings.Clone(name)] = ok
+		size += len(name) + 16
+	}
+	schemas := make(map[string][]byte, len(p.Schemas))
+	for name, schema := range p.Schemas {
+		schemas[strings.Clone(name)] = bytes.Clone(schema)
+		size += len(name) + len(schema) + 16
+	}
+	p.Allowed, p.Schemas = allowed, schemas
+	return &bgPolicy{policy: p, protocol: protocol, protocolVersion: protocolVersion, size: size}
 }
 
 // firstTime reports whether d was not recorded before for this response (and marks it recorded). A decision
@@ -99,7 +124,7 @@ func newBlockedMemory(max int) *blockedMemory {
 	if max <= 0 {
 		max = defaultStoredResponses
 	}
-	return &blockedMemory{max: max, byID: map[string]*list.Element{}, order: list.New()}
+	return &blockedMemory{max: max, maxBytes: defaultBackgroundBytes, byID: map[string]*list.Element{}, order: list.New()}
 }
 
 // entry returns the entry of response id, adding it (and forgetting the oldest) when there is none. The
@@ -109,13 +134,22 @@ func (m *blockedMemory) entry(id string) *memEntry {
 		return el.Value.(*memEntry)
 	}
 	for m.order.Len() >= m.max {
-		oldest := m.order.Front()
-		delete(m.byID, oldest.Value.(*memEntry).id)
-		m.order.Remove(oldest)
+		m.forgetOldest()
 	}
 	e := &memEntry{id: id}
 	m.byID[id] = m.order.PushBack(e)
 	return e
+}
+
+// forgetOldest drops the oldest entry. The caller holds m.mu.
+func (m *blockedMemory) forgetOldest() {
+	oldest := m.order.Front()
+	e := oldest.Value.(*memEntry)
+	if e.bg != nil {
+		m.bytes -= e.bg.size
+	}
+	delete(m.byID, e.id)
+	m.order.Remove(oldest)
 }
 
 // remember adds a blocked call of response id. A call without an id cannot be answered and is not kept.
@@ -142,9 +176,15 @@ func (m *blockedMemory) rememberBackground(id string, p *bgPolicy) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e := m.entry(id); e.bg == nil {
-		e.bg = p
+	if el, ok := m.byID[id]; ok && el.Value.(*memEntry).bg != nil {
+		return
 	}
+	// Room for its bytes: the oldest responses go first (never the newest policy itself, whatever its size).
+	for m.bytes+p.size > m.maxBytes && m.order.Len() > 0 && m.order.Front().Value.(*memEntry).id != id {
+		m.forgetOldest()
+	}
+	m.entry(id).bg = p
+	m.bytes += p.size
 }
 
 // background returns the policy kept for background response id, or nil.
