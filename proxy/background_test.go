@@ -615,3 +615,43 @@ func TestBlockedMemoryBackgroundBytes(t *testing.T) {
 		t.Fatalf("bytes %d after forgetting, want %d", m.bytes, pol.size)
 	}
 }
+
+// TestBackgroundStreamedCreationWithCalls: calls vetted in the creating stream are not logged again when a
+// poll shows the same calls; a loose background value ("true" as a string) is treated as background.
+func TestBackgroundStreamedCreationWithCalls(t *testing.T) {
+	u := &bgUpstream{
+		queued: func(w http.ResponseWriter, id string, stream bool) {
+			if !stream {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, queuedJSON(id))
+				return
+			}
+			splitUpstream(bgStream(id), 6)(w, nil)
+		},
+		get: func(w http.ResponseWriter, r *http.Request, id string) {
+			raw := bgStream(id)
+			final := raw[strings.Index(raw, `"type":"response.completed"`):]
+			serveJSON(gjson.Get(`{`+final[:strings.Index(final, "\n")], "response").Raw)(w, r, id)
+		},
+	}
+	up := newUpstream(t, u.ServeHTTP)
+	ts, rec := newVetProxy(t, up.URL, "refuse")
+	resp, b := postTo(t, ts, PathResponses, strings.Replace(bgRequest, `"background":true`, `"background":true,"stream":true`, 1), nil)
+	if resp.StatusCode != 200 || strings.Contains(string(b), "call_evil") || !strings.Contains(string(b), "call_good") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	for range 2 {
+		resp, b = getFrom(t, ts, PathResponses+"/resp_bg_1")
+		if resp.StatusCode != 200 || strings.Contains(string(b), "call_evil") || !strings.Contains(string(b), "call_good") || resp.Header.Get(HeaderBlocked) != "1" {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+	}
+	if got := strings.Join(toolEvents(rec), ","); got != "get_weather/allowed,web_fetch/blocked" {
+		t.Fatalf("decision log %q, want each call once", got)
+	}
+
+	postTo(t, ts, PathResponses, strings.Replace(bgRequest, `"background":true`, `"background":"true"`, 1), nil)
+	if resp, b := getFrom(t, ts, PathResponses+"/resp_bg_2"); resp.StatusCode != 200 || strings.Contains(string(b), "call_evil") {
+		t.Fatalf("a loose background value left the response unvetted: %d %s", resp.StatusCode, b)
+	}
+}
