@@ -77,8 +77,8 @@ type Options struct {
 	Degraded func() string
 	// Ready reports readiness for /readyz: false with a reason while not ready.
 	Ready func() (bool, string)
-	// StoredResponses bounds the per-instance memory of Responses answers that had a blocked call
-	// (0 means 10,000); see stored.go.
+	// StoredResponses bounds the per-instance memory of Responses answers that had a blocked call or were
+	// created in the background (0 means 10,000); see stored.go.
 	StoredResponses int
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
@@ -95,7 +95,8 @@ type Server struct {
 	rewritten   *httputil.ReverseProxy
 	passthrough *httputil.ReverseProxy
 	mux         *http.ServeMux
-	// blocked remembers the calls blocked in Responses answers (see stored.go).
+	// blocked remembers the calls blocked in Responses answers, and the policy of background responses
+	// (see stored.go).
 	blocked *blockedMemory
 	// schemas keeps the compiled tool schemas that clients declare, shared by every response's checker.
 	schemas *vet.SchemaCache
@@ -353,6 +354,9 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 	x := &exchange{id: id, route: rt, prep: prep, log: log}
 	if rt.path == PathResponses {
 		x.resp = &respTrack{mem: s.blocked}
+		if isBackground(prep.Body) {
+			x.resp.bg = newBgPolicy(s.policy(x), prep.Protocol.ID, prep.Protocol.Version)
+		}
 		if prev := gjson.GetBytes(body, "previous_response_id"); prev.Type == gjson.String {
 			if calls := s.blocked.lookup(prev.Str); len(calls) > 0 {
 				out, n, err := answerBlocked(prep.Body, calls)
@@ -497,6 +501,9 @@ func (s *Server) passResponse(resp *http.Response) error {
 	upstreamHeaders(resp.Header)
 	guardTrailers(resp)
 	if id := storedResponseID(resp.Request); id != "" {
+		if bg := s.blocked.background(id); bg != nil {
+			return s.vetStored(resp, id, bg)
+		}
 		return s.stripStored(resp, id)
 	}
 	return nil
@@ -529,7 +536,12 @@ func (s *Server) vetResponse(resp *http.Response) error {
 		return err
 	}
 	if x.resp != nil {
-		if id := gjson.GetBytes(body, "id"); id.Type == gjson.String {
+		id := gjson.GetBytes(body, "id")
+		if x.resp.bg != nil && (id.Type != gjson.String || id.Str == "") {
+			// Its retrievals could not be tied to the policy that must vet them.
+			return fmt.Errorf("%w: the background response has no id", errUpstreamMalformed)
+		}
+		if id.Type == gjson.String {
 			x.resp.setID(id.Str)
 		}
 	}
@@ -555,6 +567,14 @@ func (s *Server) vetResponse(resp *http.Response) error {
 
 // checker builds the per-request tool-call checker from the prepared request.
 func (s *Server) checker(x *exchange) *vet.Checker {
+	if x.resp != nil && x.resp.bg != nil {
+		return vet.NewChecker(x.resp.bg.policy)
+	}
+	return vet.NewChecker(s.policy(x))
+}
+
+// policy is the tool-call policy of the prepared request.
+func (s *Server) policy(x *exchange) vet.Policy {
 	p := x.prep
 	allowed := make(map[string]bool, len(p.Kept))
 	schemas := make(map[string][]byte, len(p.Kept))
@@ -570,11 +590,11 @@ func (s *Server) checker(x *exchange) *vet.Checker {
 		x.log.Error("argument rules do not compile; every tool call is refused", "protocol", p.Protocol.ID, "err", err)
 		allowed = map[string]bool{}
 	}
-	return vet.NewChecker(vet.Policy{
+	return vet.Policy{
 		Allowed: allowed, Schemas: schemas, Rules: rules,
 		Mode: p.Protocol.OnViolation, Atomic: p.Protocol.Atomic, MaxDepth: s.opt.Engine.Limits.MaxJSONDepth,
 		SchemaCache: s.schemas,
-	})
+	}
 }
 
 func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {

@@ -3,18 +3,24 @@ package proxy
 import (
 	"bytes"
 	"container/list"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/chatvet"
+	"github.com/promptgate/promptgate/proxy/respvet"
 )
 
 // The OpenAI Responses API stores a response upstream (store defaults to true), blocked calls included:
@@ -24,33 +30,126 @@ import (
 // the client the call it was refused. The proxy therefore remembers, per response id, the calls it blocked
 // (a bounded, per-instance memory), answers them on the next turn with a function_call_output that says the
 // call was blocked and not run, and removes them from a retrieved stored response.
+//
+// A background response (POST /v1/responses with "background": true) is answered at once, queued, without
+// output; its calls only appear when the app retrieves it (GET /v1/responses/{id}, or streamed with
+// ?stream=true). For such a response the same memory keeps the policy of the request that created it, and
+// every retrieval is vetted with that policy exactly like a synchronous answer (vetStored).
 
-// defaultStoredResponses is how many responses with a blocked call the memory keeps (oldest forgotten first).
+// defaultStoredResponses is how many responses the memory keeps (oldest forgotten first): those with a
+// blocked call and background responses.
 const defaultStoredResponses = 10000
+
+// defaultBackgroundBytes bounds what the policies kept for background responses hold (tool names and schemas,
+// copied out of their requests): past it, the oldest responses are forgotten first.
+const defaultBackgroundBytes = 256 << 20
 
 // blockedCall is one call the proxy refused in a Responses answer.
 type blockedCall struct {
 	CallID, Tool, Reason string
 }
 
-// blockedMemory maps a Responses response id to the calls blocked in it. Safe for concurrent use.
+// blockedMemory maps a Responses response id to what the proxy must remember of it: the calls blocked in it
+// and, for a background response, the policy its retrievals are vetted with. Safe for concurrent use.
 type blockedMemory struct {
 	mu    sync.Mutex
 	max   int
 	byID  map[string]*list.Element
 	order *list.List // of *memEntry, oldest at the front
+	// bytes is the size of the background policies kept; maxBytes bounds it.
+	bytes, maxBytes int
 }
 
 type memEntry struct {
 	id    string
 	calls []blockedCall
+	bg    *bgPolicy // nil unless the response was created in the background
+}
+
+// bgPolicy is what a background response's retrievals are vetted with: the policy of the request that
+// created it (a fresh vet.Checker is built from it per retrieval, since a Checker remembers the call ids it
+// has seen) and the protocol, for the decision log. It also keeps which decisions were recorded, so that a
+// response polled many times logs each call's decision once.
+type bgPolicy struct {
+	policy          vet.Policy
+	protocol        string
+	protocolVersion int
+	size            int // bytes held, for the memory's bound
+
+	mu      sync.Mutex
+	decided map[string]bool
+}
+
+// newBgPolicy keeps p for a background response. The tool names and schemas are copied, so that the memory
+// does not keep the whole request body they were read from.
+func newBgPolicy(p vet.Policy, protocol string, protocolVersion int) *bgPolicy {
+	size := 256
+	allowed := make(map[string]bool, len(p.Allowed))
+	for name, ok := range p.Allowed {
+		allowed[strings.Clone(name)] = ok
+		size += len(name) + 16
+	}
+	schemas := make(map[string][]byte, len(p.Schemas))
+	for name, schema := range p.Schemas {
+		schemas[strings.Clone(name)] = bytes.Clone(schema)
+		size += len(name) + len(schema) + 16
+	}
+	p.Allowed, p.Schemas = allowed, schemas
+	return &bgPolicy{policy: p, protocol: protocol, protocolVersion: protocolVersion, size: size}
+}
+
+// firstTime reports whether d was not recorded before for this response (and marks it recorded). A decision
+// is the same when its call id, tool, verdict, reason, rule and argument bytes are; a call without an id is
+// known by its place in the output.
+func (b *bgPolicy) firstTime(d vet.Decision) bool {
+	sum := sha256.Sum256(d.Args)
+	call := d.CallID
+	if call == "" {
+		call = "#" + strconv.Itoa(d.Choice)
+	}
+	key := strings.Join([]string{call, d.Tool, d.Verdict, d.Reason, d.Rule, string(sum[:])}, "\x00")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.decided[key] {
+		return false
+	}
+	if b.decided == nil {
+		b.decided = map[string]bool{}
+	}
+	b.decided[key] = true
+	return true
 }
 
 func newBlockedMemory(max int) *blockedMemory {
 	if max <= 0 {
 		max = defaultStoredResponses
 	}
-	return &blockedMemory{max: max, byID: map[string]*list.Element{}, order: list.New()}
+	return &blockedMemory{max: max, maxBytes: defaultBackgroundBytes, byID: map[string]*list.Element{}, order: list.New()}
+}
+
+// entry returns the entry of response id, adding it (and forgetting the oldest) when there is none. The
+// caller holds m.mu.
+func (m *blockedMemory) entry(id string) *memEntry {
+	if el, ok := m.byID[id]; ok {
+		return el.Value.(*memEntry)
+	}
+	for m.order.Len() >= m.max {
+		m.forgetOldest()
+	}
+	e := &memEntry{id: id}
+	m.byID[id] = m.order.PushBack(e)
+	return e
+}
+
+// forgetOldest drops the oldest entry. The caller holds m.mu.
+func (m *blockedMemory) forgetOldest() {
+	oldest := m.order.Front()
+	e := oldest.Value.(*memEntry)
+	if e.bg != nil {
+		m.bytes -= e.bg.size
+	}
+	delete(m.byID, e.id)
+	m.order.Remove(oldest)
 }
 
 // remember adds a blocked call of response id. A call without an id cannot be answered and is not kept.
@@ -60,22 +159,42 @@ func (m *blockedMemory) remember(id string, c blockedCall) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if el, ok := m.byID[id]; ok {
-		e := el.Value.(*memEntry)
-		for _, have := range e.calls {
-			if have.CallID == c.CallID {
-				return
-			}
+	e := m.entry(id)
+	for _, have := range e.calls {
+		if have.CallID == c.CallID {
+			return
 		}
-		e.calls = append(e.calls, c)
+	}
+	e.calls = append(e.calls, c)
+}
+
+// rememberBackground keeps the policy that the retrievals of background response id are vetted with. The
+// first one kept for an id stays.
+func (m *blockedMemory) rememberBackground(id string, p *bgPolicy) {
+	if id == "" || p == nil {
 		return
 	}
-	for m.order.Len() >= m.max {
-		oldest := m.order.Front()
-		delete(m.byID, oldest.Value.(*memEntry).id)
-		m.order.Remove(oldest)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.byID[id]; ok && el.Value.(*memEntry).bg != nil {
+		return
 	}
-	m.byID[id] = m.order.PushBack(&memEntry{id: id, calls: []blockedCall{c}})
+	// Room for its bytes: the oldest responses go first (never the newest policy itself, whatever its size).
+	for m.bytes+p.size > m.maxBytes && m.order.Len() > 0 && m.order.Front().Value.(*memEntry).id != id {
+		m.forgetOldest()
+	}
+	m.entry(id).bg = p
+	m.bytes += p.size
+}
+
+// background returns the policy kept for background response id, or nil.
+func (m *blockedMemory) background(id string) *bgPolicy {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.byID[id]; ok {
+		return el.Value.(*memEntry).bg
+	}
+	return nil
 }
 
 // lookup returns a copy of the calls blocked in response id, or nil.
@@ -83,7 +202,7 @@ func (m *blockedMemory) lookup(id string) []blockedCall {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	el, ok := m.byID[id]
-	if !ok {
+	if !ok || len(el.Value.(*memEntry).calls) == 0 {
 		return nil
 	}
 	return append([]blockedCall(nil), el.Value.(*memEntry).calls...)
@@ -228,7 +347,9 @@ func setBody(resp *http.Response, status int, b []byte) {
 
 // respTrack collects what one Responses exchange needs to remember: its response id and its blocked calls.
 type respTrack struct {
-	mem     *blockedMemory
+	mem *blockedMemory
+	// bg is set for a background request: the policy kept for its response id.
+	bg      *bgPolicy
 	mu      sync.Mutex
 	id      string
 	pending []blockedCall
@@ -241,6 +362,7 @@ func (t *respTrack) setID(id string) {
 		return
 	}
 	t.id = id
+	t.mem.rememberBackground(id, t.bg)
 	for _, c := range t.pending {
 		t.mem.remember(id, c)
 	}
@@ -248,6 +370,9 @@ func (t *respTrack) setID(id string) {
 }
 
 func (t *respTrack) decision(d vet.Decision) {
+	if t.bg != nil {
+		t.bg.firstTime(d) // decided here: a retrieval does not record it again
+	}
 	if !d.Blocked() {
 		return
 	}
@@ -259,4 +384,104 @@ func (t *respTrack) decision(d vet.Decision) {
 		return
 	}
 	t.mem.remember(t.id, c)
+}
+
+// isBackground reports whether a rewritten Responses request asks for a background response. Any value
+// other than false or null counts: an upstream that reads a loose value as true must not leave the response
+// unvetted.
+func isBackground(body []byte) bool {
+	v := gjson.GetBytes(body, "background")
+	return v.Exists() && v.Type != gjson.False && v.Type != gjson.Null
+}
+
+// withholdInProgress removes from a retrieved response the call items that are still being generated
+// (status in_progress): their arguments are not complete, so they are neither vetted nor shown until a later
+// retrieval has them whole.
+func withholdInProgress(body []byte) ([]byte, error) {
+	output := gjson.GetBytes(body, "output")
+	if !output.IsArray() {
+		return body, nil
+	}
+	var kept []string
+	withheld := 0
+	output.ForEach(func(_, it gjson.Result) bool {
+		switch it.Get("type").Str {
+		case "function_call", "custom_tool_call":
+			if it.Get("status").Str == "in_progress" {
+				withheld++
+				return true
+			}
+		}
+		kept = append(kept, it.Raw)
+		return true
+	})
+	if withheld == 0 {
+		return body, nil
+	}
+	return sjson.SetRawBytes(body, "output", []byte("["+strings.Join(kept, ",")+"]"))
+}
+
+// vetStored vets a retrieval of background response id with the policy of the request that created it,
+// exactly like a synchronous answer: refuse removes a blocked call (with the notice where no call is left),
+// error answers 403 tool_call_blocked, audit passes it; a streamed retrieval goes through respvet.Stream. Each
+// decision is recorded in the decision log once per response, not on every poll; a blocked call is
+// remembered so that the next turn answers it. A retrieval that cannot be vetted (not JSON, an unexpected
+// status) fails as a malformed upstream answer (502 upstream_error).
+func (s *Server) vetStored(resp *http.Response, id string, bg *bgPolicy) error {
+	ctx := resp.Request.Context()
+	reqID, _ := ctx.Value(requestIDKey{}).(string)
+	log := requestLogger(s.log, reqID)
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode >= 400 {
+		return checkErrorBody(resp, ct)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return fmt.Errorf("%w: status %d for the retrieval of background response %s", errUpstreamMalformed, resp.StatusCode, id)
+	}
+	resp.Header.Set(HeaderProtocol, bg.protocol)
+	checker := vet.NewChecker(bg.policy)
+	rec := func(d vet.Decision) {
+		if d.Blocked() {
+			s.blocked.remember(id, blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason})
+		}
+		if !bg.firstTime(d) {
+			return
+		}
+		s.opt.Audit.Record(ctx, audit.Event{
+			Time: time.Now().UTC(), RequestID: reqID, Kind: audit.KindToolCall,
+			Protocol: bg.protocol, ProtocolVersion: bg.protocolVersion,
+			Tool: d.Tool, Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
+		}.WithArguments(d.Args, s.opt.AuditArguments))
+	}
+	if ct == "text/event-stream" {
+		resp.Body = &loggedStream{ReadCloser: respvet.NewStream(resp.Body, checker, rec), log: log}
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+		return nil
+	}
+	body, err := readUpstream(resp)
+	if err != nil {
+		return err
+	}
+	if !gjson.ValidBytes(body) {
+		return fmt.Errorf("%w: the retrieved background response %s is not valid JSON", errUpstreamMalformed, id)
+	}
+	if body, err = withholdInProgress(body); err != nil {
+		return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
+	}
+	out, res, err := respvet.Body(body, checker, rec)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
+	}
+	status := http.StatusOK
+	if res.ErrorCall != nil {
+		out, status = chatvet.BlockedErrorJSON(*res.ErrorCall), http.StatusForbidden
+	}
+	if res.Blocked > 0 {
+		resp.Header.Set(HeaderBlocked, strconv.Itoa(res.Blocked))
+		log.Info("vetted a retrieved background response", "response_id", id, "blocked", res.Blocked)
+	}
+	setBody(resp, status, out)
+	return nil
 }
