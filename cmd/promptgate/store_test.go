@@ -111,7 +111,9 @@ func TestFleetOnEtcd(t *testing.T) {
 	newInstance := func(name string) (*instance, string) {
 		dir := t.TempDir()
 		snap := filepath.Join(dir, "snap.json")
-		return startInstance(t, map[string]string{"PROMPTGATE_DB": filepath.Join(dir, name+".db"), EnvStore: spec, EnvStoreSnapshot: snap},
+		// A generous dial timeout: etcd runs in this test process, slowed down by the race detector and a
+		// loaded machine, and serve without a snapshot file must reach it to start (seen: 5 s exceeded).
+		return startInstance(t, map[string]string{"PROMPTGATE_DB": filepath.Join(dir, name+".db"), EnvStore: spec, EnvStoreSnapshot: snap, EnvEtcdDialTimeout: "60s"},
 			"--upstream", up.URL+"/v1"), snap
 	}
 	a, snapA := newInstance("a")
@@ -171,7 +173,9 @@ func TestFleetOnEtcd(t *testing.T) {
 	}
 	snapC := filepath.Join(t.TempDir(), "c.json")
 	_ = os.WriteFile(snapC, data, 0o600)
-	c := startInstance(t, map[string]string{"PROMPTGATE_DB": filepath.Join(t.TempDir(), "c.db"), EnvStore: spec, EnvEtcdDialTimeout: "500ms"},
+	// C's dial timeout is what it waits for the stopped etcd before it serves the file; it also bounds
+	// C's resync once etcd is back, so it is not short either (a loaded machine).
+	c := startInstance(t, map[string]string{"PROMPTGATE_DB": filepath.Join(t.TempDir(), "c.db"), EnvStore: spec, EnvEtcdDialTimeout: "10s"},
 		"--upstream", up.URL+"/v1", "--store-snapshot", snapC)
 	if h, code := c.chat(t); code != 200 || h != name+"@1" {
 		t.Fatalf("started from the snapshot file: %d %q", code, h)

@@ -160,7 +160,10 @@ func TestAuth(t *testing.T) {
 		mustServe(t, st)
 		_ = st.Close()
 		srv.Stop()
-		st = open(t, srv.Endpoint(), "/fleet/", auth)
+		st = open(t, srv.Endpoint(), "/fleet/", func(o *etcdstore.Options) {
+			auth(o)
+			o.DialTimeout = 2 * time.Second // etcd is down: Open gives up on it after this and reads the file
+		})
 		if ok, _ := st.Connected(); ok {
 			t.Fatal("etcd is down but the store says connected")
 		}
