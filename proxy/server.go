@@ -526,9 +526,7 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	checker := s.checker(x)
 	rec := x.trace.count(s.recorder(resp.Request.Context(), x))
 	if ct == "text/event-stream" {
-		resp.Body = x.trace.relay(resp.Request.Context(), &loggedStream{ReadCloser: x.route.stream(resp.Body, checker, rec, x), log: x.log})
-		resp.Header.Del("Content-Length")
-		resp.ContentLength = -1
+		streamBody(resp, x.trace.relay(resp.Request.Context(), &loggedStream{ReadCloser: x.route.stream(resp.Body, checker, rec, x), log: x.log}))
 		return nil
 	}
 	body, err := readUpstream(resp)
@@ -759,4 +757,11 @@ func (l *loggedStream) Close() error {
 		}
 	}
 	return l.ReadCloser.Close()
+}
+
+// streamBody makes body, a vetted stream of unknown length, the response's body.
+func streamBody(resp *http.Response, body io.ReadCloser) {
+	resp.Body = body
+	resp.Header.Del("Content-Length")
+	resp.ContentLength = -1
 }

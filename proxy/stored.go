@@ -455,9 +455,7 @@ func (s *Server) vetStored(resp *http.Response, id string, bg *bgPolicy) error {
 		}.WithArguments(d.Args, s.opt.AuditArguments))
 	}
 	if ct == "text/event-stream" {
-		resp.Body = &loggedStream{ReadCloser: respvet.NewStream(resp.Body, checker, rec), log: log}
-		resp.Header.Del("Content-Length")
-		resp.ContentLength = -1
+		streamBody(resp, &loggedStream{ReadCloser: respvet.NewStream(resp.Body, checker, rec), log: log})
 		return nil
 	}
 	body, err := readUpstream(resp)
