@@ -381,6 +381,13 @@ func (s *Server) pass(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no route for %s %s on the proxy listener: it spells %s, which is only served as POST %s", r.Method, r.URL.EscapedPath(), p, p)})
 		return
 	}
+	if r.Body != nil && r.Body != http.NoBody {
+		// The request body streams to the upstream while its answer streams back. Without full duplex,
+		// net/http closes the body once the answer's headers go out, and the transport's last read of it
+		// (looking for its end) then fails, which makes the transport drop the upstream connection in the
+		// middle of the answer. HTTP/2 is always full duplex (the error is ignored there).
+		_ = http.NewResponseController(w).EnableFullDuplex()
+	}
 	s.passthrough.ServeHTTP(w, r)
 }
 

@@ -80,3 +80,73 @@ func TestPassthroughUpgrade(t *testing.T) {
 		}
 	}
 }
+
+// TestPassthroughFullDuplex: a passed-through request whose answer starts streaming before its body has all
+// arrived (an upload answered with progress, a retrieval that the official client asks with a body) keeps
+// both directions open: the rest of the body still reaches the upstream, and the answer is not cut off. (Without
+// full duplex, net/http closes the request body once the answer's headers go out, and the transport then
+// drops the upstream connection in the middle of the answer.)
+func TestPassthroughFullDuplex(t *testing.T) {
+	const size = 1 << 20
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: started\n\n")
+		http.NewResponseController(w).Flush()
+		n, err := io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, "data: got "+strconvI(int(n))+" "+errString(err)+"\n\ndata: [DONE]\n\n")
+	}))
+	defer up.Close()
+	ts := newProxy(t, up.URL, "", nil)
+
+	pr, pw := io.Pipe()
+	defer pw.CloseWithError(io.ErrClosedPipe) // a failed test unwinds instead of hanging on the body
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/uploads/upload_1/parts", pr)
+	req.ContentLength = size
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		got <- result{resp, err}
+	}()
+	chunk := strings.Repeat("x", 1024)
+	if _, err := io.WriteString(pw, chunk); err != nil {
+		t.Fatal(err)
+	}
+	var res result
+	select {
+	case res = <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no answer while the request body was still being sent")
+	}
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	defer res.resp.Body.Close()
+	br := bufio.NewReader(res.resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "data: started\n" {
+		t.Fatalf("first line %q %v", line, err)
+	}
+	// The rest of the body goes out only now that the answer has begun.
+	go func() {
+		for sent := len(chunk); sent < size; sent += len(chunk) {
+			if _, err := io.WriteString(pw, chunk); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.Contains(string(rest), "data: got "+strconvI(size)+" <nil>\n") || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("rest of the answer %q %v", rest, err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}

@@ -136,6 +136,11 @@ func (r *Relay) step() {
 		return
 	}
 	if err != nil || ev.Truncated {
+		if err == nil {
+			// The reader gives the unfinished event first and the cause on the next call: keep the
+			// cause, so that the operator's log says why the stream broke off.
+			_, err = r.rd.Next()
+		}
 		if err != nil && !errors.Is(err, io.EOF) {
 			r.err = err
 		}

@@ -104,6 +104,11 @@ func TestRelayEnds(t *testing.T) {
 	if got := readAll(t, &rc.r); got != "data: {\"end\":true}\n\nT\n\n" || !errors.Is(rc.r.Err(), boom) {
 		t.Errorf("output %q, err %v", got, rc.r.Err())
 	}
+	// An upstream error inside an unfinished event is kept for Err too.
+	rc = newRecorder(io.MultiReader(strings.NewReader("data: {\"end\":true}\n\ndata: {\"a\""), &errReader{boom}), true, false)
+	if got := readAll(t, &rc.r); got != "data: {\"end\":true}\n\nT\n\n" || !errors.Is(rc.r.Err(), boom) {
+		t.Errorf("unfinished event: output %q, err %v", got, rc.r.Err())
+	}
 	// Close ends the stream.
 	rc = newRecorder(strings.NewReader("data: {\"a\":1}\n\n"), true, false)
 	if err := rc.r.Close(); err != nil {
