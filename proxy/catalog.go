@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/tidwall/gjson"
@@ -97,7 +98,8 @@ func (d *Definitions) CheckProtocols(cfg *config.File) error {
 }
 
 // Definitions keeps the current catalog, reloads it when the store changes, and caches parsed templates
-// by name@version.
+// by name@version. A reload that fails (the store did not answer) keeps the previous snapshot in service and
+// is retried with backoff until one succeeds; meanwhile Stale says so.
 type Definitions struct {
 	store  store.Store
 	log    *slog.Logger
@@ -105,7 +107,25 @@ type Definitions struct {
 	cache  *ristretto.Cache[string, *assembly.Template]
 	mu     sync.Mutex // serialises reloads
 	cancel func()
+
+	closeOnce sync.Once
+	stale     atomic.Pointer[staleness] // nil while the last reload succeeded
+	retry     chan struct{}             // wakes the retry loop after a failed reload
+	stop      chan struct{}             // closed by Close
+	done      chan struct{}             // closed when the retry loop has returned
 }
+
+// staleness is why, and since when, the catalog in service is older than the store.
+type staleness struct {
+	since time.Time
+	err   error
+}
+
+// Reload retry backoff after a failed reload: doubling from the first to the last.
+const (
+	firstReloadRetry = 100 * time.Millisecond
+	lastReloadRetry  = 30 * time.Second
+)
 
 // NewDefinitions loads the first snapshot and watches the store for changes. A snapshot that cannot be
 // read is an error: without definitions there is no policy to enforce.
@@ -116,25 +136,79 @@ func NewDefinitions(ctx context.Context, st store.Store, log *slog.Logger) (*Def
 	if err != nil {
 		return nil, fmt.Errorf("proxy: template cache: %w", err)
 	}
-	d := &Definitions{store: st, log: log, cache: cache}
+	d := &Definitions{store: st, log: log, cache: cache, retry: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if err := d.Reload(ctx); err != nil {
 		cache.Close()
 		return nil, err
 	}
-	d.cancel = st.Watch(func() {
-		if err := d.Reload(context.Background()); err != nil {
-			log.Error("reload definitions; serving the previous snapshot", "err", err)
-		}
-	})
+	go d.retryLoop()
+	// A change is read at once, on the goroutine that made it (for a local change, before the change's
+	// method returns: the next request sees it); only a failure is left to the retry loop.
+	d.cancel = st.Watch(func() { _ = d.Reload(context.Background()) })
 	return d, nil
 }
 
-// Close stops watching and frees the cache.
+// Close stops watching and retrying, and frees the cache.
 func (d *Definitions) Close() {
-	if d.cancel != nil {
-		d.cancel()
+	d.closeOnce.Do(func() {
+		if d.cancel != nil {
+			d.cancel()
+		}
+		close(d.stop)
+		<-d.done
+		d.cache.Close()
+	})
+}
+
+// Stale describes, while the last reload has failed, why the definitions in service may be older than the
+// store's; it is "" while they are current.
+func (d *Definitions) Stale() string {
+	st := d.stale.Load()
+	if st == nil {
+		return ""
 	}
-	d.cache.Close()
+	return fmt.Sprintf("definitions could not be reloaded since %s (serving the previous snapshot; retrying): %v", st.since.Format(time.RFC3339), st.err)
+}
+
+// failed records a failed reload (under d.mu) and wakes the retry loop (a wake-up that finds the definitions
+// current again does nothing).
+func (d *Definitions) failed(err error) {
+	since := time.Now().UTC()
+	if prev := d.stale.Load(); prev != nil {
+		since = prev.since
+	}
+	d.stale.Store(&staleness{since: since, err: err})
+	select {
+	case d.retry <- struct{}{}:
+	default:
+	}
+}
+
+// retryLoop retries a failed reload with backoff until one succeeds (by this loop or by a later change).
+func (d *Definitions) retryLoop() {
+	defer close(d.done)
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-d.retry:
+		}
+		wait := firstReloadRetry
+		for attempt := 1; d.stale.Load() != nil; attempt++ {
+			d.log.Error("reload definitions failed; serving the previous snapshot", "err", d.stale.Load().err, "retry_in", wait)
+			t := time.NewTimer(wait)
+			select {
+			case <-d.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if err := d.Reload(context.Background()); err == nil {
+				d.log.Info("reloaded definitions after failed attempts", "attempts", attempt)
+			}
+			wait = min(2*wait, lastReloadRetry)
+		}
+	}
 }
 
 // Reload reads a new snapshot from the store and swaps it in atomically. A protocol that does not parse is
@@ -144,7 +218,11 @@ func (d *Definitions) Reload(ctx context.Context) error {
 	defer d.mu.Unlock()
 	snap, err := d.store.Snapshot(ctx)
 	if err != nil {
-		return fmt.Errorf("proxy: read definitions: %w", err)
+		err = fmt.Errorf("proxy: read definitions: %w", err)
+		if d.cur.Load() != nil {
+			d.failed(err)
+		}
+		return err
 	}
 	c := &catalog{protocols: make(map[string]*policy.Protocol, len(snap.Protocols)), templates: snap.Templates, tools: snap.Tools}
 	for id, rec := range snap.Protocols {
@@ -157,6 +235,7 @@ func (d *Definitions) Reload(ctx context.Context) error {
 		c.protocols[id] = p
 	}
 	d.cur.Store(c)
+	d.stale.Store(nil)
 	return nil
 }
 

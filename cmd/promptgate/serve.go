@@ -93,6 +93,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		p.host.Observe(m.Plugin)
 	}
 	m.StoreConnected(func() bool { ok, _ := storeConnected(p.store); return ok })
+	m.DefinitionsStale(func() bool { return p.defs.Stale() != "" })
 	ringPath := p.cfg.Audit.Path
 	if ringPath == "" {
 		ringPath = defaultAuditPath(f.store, f.snapshot)
@@ -129,7 +130,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 			if ok, reason := storeConnected(p.store); !ok {
 				return reason
 			}
-			return ""
+			return p.defs.Stale()
 		},
 		Ready: func() (bool, string) {
 			if !ready.Load() {

@@ -103,6 +103,23 @@ func (m *Metrics) StoreConnected(connected func() bool) {
 	}))
 }
 
+// DefinitionsStale registers promptgate_definitions_stale: 1 while the last reload of the definitions
+// failed and the previous snapshot is served (it is retried), else 0. stale is asked at every scrape. Call
+// it once.
+func (m *Metrics) DefinitionsStale(stale func() bool) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "promptgate_definitions_stale", Help: "1 while the definitions could not be reloaded after a change and the previous snapshot is served (retried with backoff).",
+	}, func() float64 {
+		if stale() {
+			return 1
+		}
+		return 0
+	}))
+}
+
 // Registry is the registry, for tests and for other packages' collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
