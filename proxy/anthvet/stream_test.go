@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 )
 
 const noticeBadFetch = "[promptgate] blocked tool call web_fetch: rule docs: url has a host that is not allowed"
@@ -63,7 +64,7 @@ var streamCases = []streamCase{
 	{
 		name: "error mode ends the stream",
 		in:   (&as{}).start().text(0, "Checking.", 3).tool(1, "toolu_b", "web_fetch", fetchBad, 2).end("tool_use").String(),
-		mode: vet.ModeError, types: []string{"text"}, text: "Checking.", errCode: CodeToolCallBlocked,
+		mode: vet.ModeError, types: []string{"text"}, text: "Checking.", errCode: relay.CodeToolCallBlocked,
 		blocked: 1, leaks: []string{"toolu_b", "SECRET123"},
 	},
 	{
@@ -134,7 +135,7 @@ var streamCases = []streamCase{
 		name: "the stream ends before message_stop",
 		in: (&as{}).start().text(0, "Hi.", 5).ev("content_block_start", `{"index":1,"content_block":{"type":"tool_use","id":"toolu_a","name":"web_fetch","input":{}}}`).
 			ev("content_block_delta", `{"index":1,"delta":{"type":"input_json_delta","partial_json":"{\"url\":"}}`).String(),
-		mode: vet.ModeRefuse, types: []string{"text"}, text: "Hi.", errCode: CodeTruncated, leaks: []string{"toolu_a"},
+		mode: vet.ModeRefuse, types: []string{"text"}, text: "Hi.", errCode: relay.CodeTruncated, leaks: []string{"toolu_a"},
 	},
 	{
 		name: "a malformed event fails the held call",

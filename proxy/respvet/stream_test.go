@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
@@ -58,7 +59,7 @@ var streamCases = []streamCase{
 		name: "error mode ends the stream",
 		in: (&rs{}).created().message(0, "msg_1", "Checking.", 3).
 			call(1, "fc_b", "call_b", "web_fetch", fetchBad, 2).completed().String(),
-		mode: vet.ModeError, types: []string{"message"}, text: "Checking.", errCode: CodeToolCallBlocked,
+		mode: vet.ModeError, types: []string{"message"}, text: "Checking.", errCode: relay.CodeToolCallBlocked,
 		blocked: 1, leaks: []string{`"fc_b"`, `"call_b"`, "evil", "SECRET123"},
 	},
 	{
@@ -177,7 +178,7 @@ var streamCases = []streamCase{
 			r.ev("response.function_call_arguments.delta", `{"item_id":"fc_a","output_index":1,"delta":`+jstr(fetchGood)+`}`)
 			return r.String()
 		}(),
-		mode: vet.ModeRefuse, types: []string{"message"}, text: "Hi.", errCode: CodeTruncated,
+		mode: vet.ModeRefuse, types: []string{"message"}, text: "Hi.", errCode: relay.CodeTruncated,
 		leaks: []string{`"fc_a"`, `"call_a"`},
 	},
 	{
