@@ -11,6 +11,7 @@ import (
 
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
 const noticeBadFetch = "[promptgate] blocked tool call web_fetch: rule docs: url has a host that is not allowed"
@@ -173,17 +174,9 @@ var streamCases = []streamCase{
 func TestStream(t *testing.T) {
 	for _, tc := range streamCases {
 		t.Run(tc.name, func(t *testing.T) {
-			whole, ds, blocked := runStream(t, tc.in, policy(tc.mode, tc.atomic), 0, 0)
-			check(t, tc, whole, ds, blocked)
-			for _, split := range []int{1, 7} {
-				for seed := range uint64(3) {
-					out, ds, blocked := runStream(t, tc.in, policy(tc.mode, tc.atomic), split, seed)
-					check(t, tc, out, ds, blocked)
-					if !bytes.Equal(out, whole) {
-						t.Fatalf("split %d seed %d: output differs:\n%s\n---\n%s", split, seed, out, whole)
-					}
-				}
-			}
+			relaytest.CheckSplits(t, func(split int, seed uint64) ([]byte, []vet.Decision, int) {
+				return runStream(t, tc.in, policy(tc.mode, tc.atomic), split, seed)
+			}, nil, func(out []byte, ds []vet.Decision, blocked int) { check(t, tc, out, ds, blocked) })
 		})
 	}
 }
@@ -219,20 +212,11 @@ func check(t *testing.T, tc streamCase, out []byte, ds []vet.Decision, blocked i
 	if v.After != 0 {
 		t.Errorf("%d events after the end", v.After)
 	}
-	n := 0
-	for _, d := range ds {
-		if d.Blocked() {
-			n++
-		}
+	if blocked != tc.blocked {
+		t.Errorf("blocked %d, want %d", blocked, tc.blocked)
 	}
-	if blocked != tc.blocked || n != tc.blocked {
-		t.Errorf("blocked %d (%d decisions), want %d: %+v", blocked, n, tc.blocked, ds)
-	}
-	for _, leak := range tc.leaks {
-		if bytes.Contains(out, []byte(leak)) {
-			t.Errorf("output holds %q of a blocked call:\n%s", leak, out)
-		}
-	}
+	relaytest.CheckBlocked(t, ds, blocked)
+	relaytest.CheckNoLeak(t, out, tc.leaks)
 }
 
 // TestTextNotDelayed: text before a call reaches the client before the upstream sends the call.

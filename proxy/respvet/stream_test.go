@@ -251,18 +251,10 @@ var streamCases = []streamCase{
 func TestStream(t *testing.T) {
 	for _, tc := range streamCases {
 		t.Run(tc.name, func(t *testing.T) {
-			whole, ds, blocked := runStream(t, tc.in, policy(tc.mode, tc.atomic), 0, 0)
-			check(t, tc, whole, ds, blocked)
 			// The same stream split into 1..7-byte reads (and 1-byte reads) gives the same output, notice ids aside.
-			for _, split := range []int{1, 7} {
-				for seed := range uint64(3) {
-					out, ds, blocked := runStream(t, tc.in, policy(tc.mode, tc.atomic), split, seed)
-					check(t, tc, out, ds, blocked)
-					if !bytes.Equal(normalizeIDs(out), normalizeIDs(whole)) {
-						t.Fatalf("split %d seed %d: output differs:\n%s\n---\n%s", split, seed, out, whole)
-					}
-				}
-			}
+			relaytest.CheckSplits(t, func(split int, seed uint64) ([]byte, []vet.Decision, int) {
+				return runStream(t, tc.in, policy(tc.mode, tc.atomic), split, seed)
+			}, normalizeIDs, func(out []byte, ds []vet.Decision, blocked int) { check(t, tc, out, ds, blocked) })
 		})
 	}
 }
@@ -316,20 +308,8 @@ func check(t *testing.T, tc streamCase, out []byte, ds []vet.Decision, blocked i
 	if blocked != tc.blocked {
 		t.Errorf("blocked %d, want %d", blocked, tc.blocked)
 	}
-	n := 0
-	for _, d := range ds {
-		if d.Blocked() {
-			n++
-		}
-	}
-	if n != tc.blocked {
-		t.Errorf("%d blocked decisions, want %d: %+v", n, tc.blocked, ds)
-	}
-	for _, leak := range tc.leaks {
-		if bytes.Contains(out, []byte(leak)) {
-			t.Errorf("output holds %q of a blocked call:\n%s", leak, out)
-		}
-	}
+	relaytest.CheckBlocked(t, ds, blocked)
+	relaytest.CheckNoLeak(t, out, tc.leaks)
 }
 
 // TestTextNotDelayed: text before a call reaches the client before the upstream sends the call.
