@@ -1,13 +1,10 @@
 package anthvet
 
 import (
-	"bufio"
 	"bytes"
-	"io"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -221,38 +218,9 @@ func check(t *testing.T, tc streamCase, out []byte, ds []vet.Decision, blocked i
 
 // TestTextNotDelayed: text before a call reaches the client before the upstream sends the call.
 func TestTextNotDelayed(t *testing.T) {
-	pr, pw := io.Pipe()
-	s := NewStream(pr, policy(vet.ModeRefuse, false), nil)
-	r := bufio.NewReader(s)
-	got := make(chan string, 1)
-	go func() {
-		var b strings.Builder
-		for !strings.Contains(b.String(), `"text":"there"`) {
-			line, err := r.ReadString('\n')
-			b.WriteString(line)
-			if err != nil {
-				break
-			}
-		}
-		got <- b.String()
-	}()
-	go func() { _, _ = io.WriteString(pw, (&as{}).start().text(0, "Hello there", 6).String()) }()
-	select {
-	case out := <-got:
-		if !strings.Contains(out, `"text":"Hello "`) {
-			t.Fatalf("text not forwarded: %s", out)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("text was held back while the upstream had not sent the call yet")
-	}
-	go func() {
-		_, _ = io.WriteString(pw, (&as{}).tool(1, "toolu_b", "web_fetch", fetchBad, 3).end("tool_use").String())
-		_ = pw.Close()
-	}()
-	tail, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tail := relaytest.TextFirst(t, relaytest.Opener(NewStream, policy(vet.ModeRefuse, false)),
+		(&as{}).start().text(0, "Hello there", 6).String(), `"text":"there"`, `"text":"Hello "`,
+		(&as{}).tool(1, "toolu_b", "web_fetch", fetchBad, 3).end("tool_use").String())
 	if bytes.Contains(tail, []byte("SECRET123")) || !bytes.Contains(tail, []byte("blocked tool call web_fetch")) || !bytes.Contains(tail, []byte(`"end_turn"`)) {
 		t.Fatalf("tail: %s", tail)
 	}

@@ -1,13 +1,11 @@
 package respvet
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -314,41 +312,11 @@ func check(t *testing.T, tc streamCase, out []byte, ds []vet.Decision, blocked i
 
 // TestTextNotDelayed: text before a call reaches the client before the upstream sends the call.
 func TestTextNotDelayed(t *testing.T) {
-	pr, pw := io.Pipe()
-	s := NewStream(pr, policy(vet.ModeRefuse, false), nil)
-	r := bufio.NewReader(s)
 	head := (&rs{}).created().message(0, "msg_1", "Hello there", 2)
-	got := make(chan string, 1)
-	go func() {
-		var b strings.Builder
-		for !strings.Contains(b.String(), "response.output_item.done") {
-			line, err := r.ReadString('\n')
-			b.WriteString(line)
-			if err != nil {
-				break
-			}
-		}
-		got <- b.String()
-	}()
-	go func() { _, _ = io.WriteString(pw, head.String()) }()
-	select {
-	case out := <-got:
-		if !strings.Contains(out, `"delta":"He"`) {
-			t.Fatalf("text not forwarded: %s", out)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("text was held back while the upstream had not sent the call yet")
-	}
 	rest := &rs{seq: head.seq, output: head.output}
 	rest.call(1, "fc_b", "call_b", "web_fetch", fetchBad, 3).completed()
-	go func() {
-		_, _ = io.WriteString(pw, rest.String())
-		_ = pw.Close()
-	}()
-	tail, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tail := relaytest.TextFirst(t, relaytest.Opener(NewStream, policy(vet.ModeRefuse, false)),
+		head.String(), "response.output_item.done", `"delta":"He"`, rest.String())
 	if bytes.Contains(tail, []byte("SECRET123")) || !bytes.Contains(tail, []byte("blocked tool call web_fetch")) {
 		t.Fatalf("tail: %s", tail)
 	}

@@ -8,6 +8,7 @@
 package relaytest
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -280,4 +282,44 @@ func CheckSplits(t testing.TB, run func(split int, seed uint64) ([]byte, []vet.D
 			}
 		}
 	}
+}
+
+// TextFirst checks that a stream hands out what it has before the upstream sends more: it writes head to the
+// stream that open returns (no recorder) and reads until a line holds until, which must come, with want in
+// what was read, before the upstream sends anything else. It then writes tail, ends the upstream and returns
+// the rest of the output.
+func TextFirst(t testing.TB, open Open, head, until, want, tail string) []byte {
+	t.Helper()
+	pr, pw := io.Pipe()
+	r := bufio.NewReader(open(pr, nil))
+	got := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		for !strings.Contains(b.String(), until) {
+			line, err := r.ReadString('\n')
+			b.WriteString(line)
+			if err != nil {
+				break
+			}
+		}
+		got <- b.String()
+	}()
+	go func() { _, _ = io.WriteString(pw, head) }()
+	select {
+	case out := <-got:
+		if !strings.Contains(out, want) {
+			t.Fatalf("text not forwarded: %s", out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("text was held back while the upstream had not sent the call yet")
+	}
+	go func() {
+		_, _ = io.WriteString(pw, tail)
+		_ = pw.Close()
+	}()
+	rest, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rest
 }
