@@ -2,12 +2,10 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -368,15 +366,9 @@ func TestBackgroundNotRememberedPassesThrough(t *testing.T) {
 		_, _ = io.WriteString(w, queuedJSON(id))
 	}}
 	up := newUpstream(t, u.ServeHTTP)
-	e := testEngine(t, "defaultProtocol: guarded\n", nil, nil, []json.RawMessage{vetProtocol("refuse")})
-	base, _ := url.Parse(up.URL + "/v1")
-	rec := &memAudit{}
-	s, err := New(Options{Engine: e, Upstream: base, Audit: rec, StoredResponses: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s)
-	t.Cleanup(ts.Close)
+	o, _ := vetOptions(t, up.URL, "refuse", "")
+	o.StoredResponses = 1
+	ts := serveProxy(t, o)
 
 	// Not background: the POST is vetted as always (no call here) and its retrieval is passed.
 	for _, req := range []string{

@@ -19,7 +19,7 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
+var update = flag.Bool("update", false, "rewrite the golden files (testdata/golden, proxy/testdata/surfaces)")
 
 // goldenCase is one file testdata/golden/NAME.in.json.
 type goldenCase struct {
@@ -76,9 +76,24 @@ func testEngine(t testing.TB, cfgYAML string, env map[string]string, templates, 
 }
 
 func TestGolden(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "testdata", "golden", "*.in.json"))
+	runGolden(t, filepath.Join("..", "testdata", "golden"), "TestGolden", func(t *testing.T, c goldenCase) []byte {
+		e := testEngine(t, c.Config, c.Env, c.Templates, c.Protocols)
+		got, err := e.Preview(context.Background(), Input{Path: PathChat, Header: headerOf(c.Headers), Body: c.Request, ForceProtocol: c.ForceProtocol})
+		if err != nil {
+			t.Fatalf("preview: %v", err)
+		}
+		checkInvariants(t, got)
+		return got
+	})
+}
+
+// runGolden runs a subtest for every file dir/NAME.in.json: the file is decoded into a C (a field C does not
+// know is an error), run turns it into JSON, and that JSON must equal NAME.out.json (compared as JSON;
+// -update rewrites the file instead). test names the test for the hint on a missing file.
+func runGolden[C any](t *testing.T, dir, test string, run func(t *testing.T, c C) []byte) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.in.json"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no golden cases: %v", err)
+		t.Fatalf("no cases in %s: %v", dir, err)
 	}
 	for _, in := range files {
 		name := strings.TrimSuffix(filepath.Base(in), ".in.json")
@@ -87,22 +102,13 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var c goldenCase
+			var c C
 			dec := json.NewDecoder(bytes.NewReader(raw))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&c); err != nil {
 				t.Fatalf("%s: %v", in, err)
 			}
-			e := testEngine(t, c.Config, c.Env, c.Templates, c.Protocols)
-			h := http.Header{}
-			for k, v := range c.Headers {
-				h.Set(k, v)
-			}
-			got, err := e.Preview(context.Background(), Input{Path: PathChat, Header: h, Body: c.Request, ForceProtocol: c.ForceProtocol})
-			if err != nil {
-				t.Fatalf("preview: %v", err)
-			}
-			checkInvariants(t, got)
+			got := run(t, c)
 			outPath := strings.TrimSuffix(in, ".in.json") + ".out.json"
 			if *update {
 				var pretty bytes.Buffer
@@ -117,7 +123,7 @@ func TestGolden(t *testing.T) {
 			}
 			want, err := os.ReadFile(outPath)
 			if err != nil {
-				t.Fatalf("%v (run go test ./proxy -run TestGolden -update)", err)
+				t.Fatalf("%v (run go test ./proxy -run %s -update)", err, test)
 			}
 			var g, w any
 			if err := json.Unmarshal(got, &g); err != nil {
@@ -133,6 +139,15 @@ func TestGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+// headerOf is an http.Header with the given fields.
+func headerOf(fields map[string]string) http.Header {
+	h := http.Header{}
+	for k, v := range fields {
+		h.Set(k, v)
+	}
+	return h
 }
 
 // checkInvariants asserts the contract's structural promises on any preview report.

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	anthropic "github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -337,34 +335,13 @@ func TestMessagesStreamOnlyBlockedAndErrorMode(t *testing.T) {
 
 func TestMessagesTextBeforeCallNotDelayed(t *testing.T) {
 	release := make(chan struct{})
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, (&anthEvents{}).start().text(0, "first ").b.String())
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-time.After(10 * time.Second):
-		}
-		_, _ = io.WriteString(w, (&anthEvents{}).tool(1, "toolu_evil", "web_fetch", anthBad).end("tool_use"))
-	})
+	up := newUpstream(t, pausedSSE(release, (&anthEvents{}).start().text(0, "first ").b.String(), func() string {
+		return (&anthEvents{}).tool(1, "toolu_evil", "web_fetch", anthBad).end("tool_use")
+	}))
 	ts, _ := newAnthProxy(t, up.URL, "refuse", "")
-	resp, err := http.Post(ts.URL+PathMessages, "application/json", strings.NewReader(`{"model":"m","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"web_fetch"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	rd := bufio.NewReader(resp.Body)
-	var seen strings.Builder
-	for !strings.Contains(seen.String(), `"text":"first "`) {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("%v after %q", err, seen.String())
-		}
-		seen.WriteString(line)
-	}
-	close(release)
-	rest, _ := io.ReadAll(rd)
-	if strings.Contains(string(rest), "SECRET123") || !strings.Contains(string(rest), "blocked tool call web_fetch") || !strings.Contains(string(rest), `"end_turn"`) {
+	rest := restAfter(t, ts.URL+PathMessages, `{"model":"m","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"web_fetch"}]}`,
+		`"text":"first "`, release)
+	if strings.Contains(rest, "SECRET123") || !strings.Contains(rest, "blocked tool call web_fetch") || !strings.Contains(rest, `"end_turn"`) {
 		t.Fatalf("rest %s", rest)
 	}
 }
@@ -376,7 +353,7 @@ func TestMessagesRequestSide(t *testing.T) {
 	})
 	ts, _ := newAnthProxy(t, up.URL, "refuse", "")
 	msgs := `"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]`
-	cases := []struct{ name, body, code string }{
+	cases := []refusedCase{
 		{"tool choice names a removed tool", `{` + msgs + `,"tools":[{"name":"delete_all","input_schema":{"type":"object"}}],"tool_choice":{"type":"tool","name":"delete_all"}}`, "tool_choice_not_allowed"},
 		{"any with no tool left", `{` + msgs + `,"tools":[{"name":"delete_all","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"}}`, "tool_choice_not_allowed"},
 		{"server tool named and removed", `{` + msgs + `,"tools":[{"type":"web_search_20250305","name":"web_search"}],"tool_choice":{"type":"tool","name":"web_search"}}`, "tool_choice_not_allowed"},
@@ -384,16 +361,7 @@ func TestMessagesRequestSide(t *testing.T) {
 		{"system not text", `{` + msgs + `,"system":[{"type":"image"}]}`, "invalid_request"},
 		{"bad json", `{` + msgs + `,}`, "invalid_json"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			before := up.count()
-			resp, b := postTo(t, ts, PathMessages, c.body, nil)
-			assertAPIError(t, resp, b, 400, c.code)
-			if up.count() != before {
-				t.Error("a refused request reached the upstream")
-			}
-		})
-	}
+	checkRefused(t, ts, up, PathMessages, cases)
 }
 
 func TestMessagesUpstreamErrorPassedThrough(t *testing.T) {

@@ -295,26 +295,45 @@ func TestResponsesStreamErrorMode(t *testing.T) {
 func TestResponsesTextBeforeCallNotDelayed(t *testing.T) {
 	release := make(chan struct{})
 	head := (&respEvents{}).created().text(0, "first ")
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+	up := newUpstream(t, pausedSSE(release, head.b.String(), func() string {
+		head.b.Reset()
+		return head.call(1, "fc_evil", "call_evil", "web_fetch", respBadArgs).completed()
+	}))
+	ts, _ := newVetProxy(t, up.URL, "refuse")
+	rest := restAfter(t, ts.URL+PathResponses, `{"model":"m","stream":true,"input":"go","tools":[{"type":"function","name":"web_fetch"}]}`,
+		`"delta":"first "`, release)
+	if strings.Contains(rest, "SECRET123") || !strings.Contains(rest, "blocked tool call web_fetch") {
+		t.Fatalf("rest %s", rest)
+	}
+}
+
+// pausedSSE is an upstream handler that streams head, flushed, and then tail() once release is closed (or
+// after 10 s): what comes before a pause must reach the client at once.
+func pausedSSE(release <-chan struct{}, head string, tail func() string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, head.b.String())
+		_, _ = io.WriteString(w, head)
 		w.(http.Flusher).Flush()
 		select {
 		case <-release:
 		case <-time.After(10 * time.Second):
 		}
-		head.b.Reset()
-		_, _ = io.WriteString(w, head.call(1, "fc_evil", "call_evil", "web_fetch", respBadArgs).completed())
-	})
-	ts, _ := newVetProxy(t, up.URL, "refuse")
-	resp, err := http.Post(ts.URL+PathResponses, "application/json", strings.NewReader(`{"model":"m","stream":true,"input":"go","tools":[{"type":"function","name":"web_fetch"}]}`))
+		_, _ = io.WriteString(w, tail())
+	}
+}
+
+// restAfter posts a streamed request to url and reads the answer until it holds marker (the test fails if the
+// answer ends first), then closes release and returns the rest of the answer.
+func restAfter(t *testing.T, url, body, marker string, release chan<- struct{}) string {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	rd := bufio.NewReader(resp.Body)
 	var seen strings.Builder
-	for !strings.Contains(seen.String(), `"delta":"first "`) {
+	for !strings.Contains(seen.String(), marker) {
 		line, err := rd.ReadString('\n')
 		if err != nil {
 			t.Fatalf("%v after %q", err, seen.String())
@@ -323,8 +342,24 @@ func TestResponsesTextBeforeCallNotDelayed(t *testing.T) {
 	}
 	close(release)
 	rest, _ := io.ReadAll(rd)
-	if strings.Contains(string(rest), "SECRET123") || !strings.Contains(string(rest), "blocked tool call web_fetch") {
-		t.Fatalf("rest %s", rest)
+	return string(rest)
+}
+
+// refusedCase is a request that the proxy refuses with 400 and an error code.
+type refusedCase struct{ name, body, code string }
+
+// checkRefused posts each case to path and checks that it is refused without reaching the upstream.
+func checkRefused(t *testing.T, ts *httptest.Server, up *upstream, path string, cases []refusedCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := up.count()
+			resp, b := postTo(t, ts, path, c.body, nil)
+			assertAPIError(t, resp, b, 400, c.code)
+			if up.count() != before {
+				t.Error("a refused request reached the upstream")
+			}
+		})
 	}
 }
 
@@ -334,7 +369,7 @@ func TestResponsesRequestSide(t *testing.T) {
 		_, _ = io.WriteString(w, responseJSON())
 	})
 	ts, _ := newVetProxy(t, up.URL, "refuse")
-	cases := []struct{ name, body, code string }{
+	cases := []refusedCase{
 		{"function choice removed", `{"model":"m","input":"x","tools":[{"type":"function","name":"delete_all"}],"tool_choice":{"type":"function","name":"delete_all"}}`, "tool_choice_not_allowed"},
 		{"built-in choice removed", `{"model":"m","input":"x","tools":[{"type":"web_search_preview"}],"tool_choice":{"type":"web_search_preview"}}`, "tool_choice_not_allowed"},
 		{"required with none left", `{"model":"m","input":"x","tools":[{"type":"function","name":"delete_all"}],"tool_choice":"required"}`, "tool_choice_not_allowed"},
@@ -343,16 +378,7 @@ func TestResponsesRequestSide(t *testing.T) {
 		{"input not a string or array", `{"model":"m","input":{"role":"user"}}`, "invalid_request"},
 		{"duplicate keys", `{"model":"m","input":"x","input":"y"}`, "invalid_json"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			before := up.count()
-			resp, b := postTo(t, ts, PathResponses, c.body, nil)
-			assertAPIError(t, resp, b, 400, c.code)
-			if up.count() != before {
-				t.Error("a refused request reached the upstream")
-			}
-		})
-	}
+	checkRefused(t, ts, up, PathResponses, cases)
 
 	// Every tool removed: tools and tool_choice go, the rest stays byte for byte.
 	body := `{"model":"m","input":[{"role":"developer","content":"Be brief."},{"role":"user","content":"x"}],"tools":[{"type":"web_search_preview"}],"tool_choice":"auto","parallel_tool_calls":false,"previous_response_id":"resp_9","x_odd":{"n":1.50}}`

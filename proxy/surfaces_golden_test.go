@@ -1,13 +1,9 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
-	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -27,69 +23,21 @@ type surfaceCase struct {
 }
 
 func TestSurfaceGolden(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "surfaces", "*.in.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no cases: %v", err)
-	}
-	for _, in := range files {
-		name := strings.TrimSuffix(filepath.Base(in), ".in.json")
-		t.Run(name, func(t *testing.T) {
-			raw, err := os.ReadFile(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var c surfaceCase
-			dec := json.NewDecoder(bytes.NewReader(raw))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&c); err != nil {
-				t.Fatalf("%s: %v", in, err)
-			}
-			e := testEngine(t, c.Config, c.Env, nil, c.Protocols)
-			h := http.Header{}
-			for k, v := range c.Headers {
-				h.Set(k, v)
-			}
-			prepare := map[string]func(context.Context, Input) (*Prepared, error){
-				"responses": e.PrepareResponses, "messages": e.PrepareMessages,
-			}[c.Surface]
-			if prepare == nil {
-				t.Fatalf("surface %q", c.Surface)
-			}
-			p, err := prepare(context.Background(), Input{Path: "/v1/" + c.Surface, Header: h, Body: c.Request})
-			if err != nil {
-				t.Fatalf("prepare: %v", err)
-			}
-			checkSurfaceInvariants(t, c, p.Body)
-			outPath := strings.TrimSuffix(in, ".in.json") + ".out.json"
-			if *update {
-				var pretty bytes.Buffer
-				if err := json.Indent(&pretty, p.Body, "", "  "); err != nil {
-					t.Fatal(err)
-				}
-				pretty.WriteByte('\n')
-				if err := os.WriteFile(outPath, pretty.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(outPath)
-			if err != nil {
-				t.Fatalf("%v (run go test ./proxy -run TestSurfaceGolden -update)", err)
-			}
-			var g, w any
-			if err := json.Unmarshal(p.Body, &g); err != nil {
-				t.Fatal(err)
-			}
-			if err := json.Unmarshal(want, &w); err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(g, w) {
-				var pretty bytes.Buffer
-				_ = json.Indent(&pretty, p.Body, "", "  ")
-				t.Errorf("%s differs from %s (run with -update if the change is intended); got:\n%s", name, outPath, pretty.String())
-			}
-		})
-	}
+	runGolden(t, filepath.Join("testdata", "surfaces"), "TestSurfaceGolden", func(t *testing.T, c surfaceCase) []byte {
+		e := testEngine(t, c.Config, c.Env, nil, c.Protocols)
+		prepare := map[string]func(context.Context, Input) (*Prepared, error){
+			"responses": e.PrepareResponses, "messages": e.PrepareMessages,
+		}[c.Surface]
+		if prepare == nil {
+			t.Fatalf("surface %q", c.Surface)
+		}
+		p, err := prepare(context.Background(), Input{Path: "/v1/" + c.Surface, Header: headerOf(c.Headers), Body: c.Request})
+		if err != nil {
+			t.Fatalf("prepare: %v", err)
+		}
+		checkSurfaceInvariants(t, c, p.Body)
+		return p.Body
+	})
 }
 
 // checkSurfaceInvariants asserts the contract's promises on an upstream body of either surface: the layered

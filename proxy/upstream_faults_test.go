@@ -232,21 +232,6 @@ func TestFaultUpstreamStall(t *testing.T) {
 	})
 }
 
-// newVetProxyWith is newVetProxy with extra config lines.
-func newVetProxyWith(t *testing.T, up, mode, cfg string) (*httptest.Server, *memAudit) {
-	t.Helper()
-	e := testEngine(t, "defaultProtocol: guarded\n"+cfg, nil, nil, []json.RawMessage{vetProtocol(mode)})
-	u, _ := url.Parse(up + "/v1")
-	rec := &memAudit{}
-	s, err := New(Options{Engine: e, Upstream: u, Audit: rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s)
-	t.Cleanup(ts.Close)
-	return ts, rec
-}
-
 func waitGone(t *testing.T, gone <-chan struct{}) {
 	t.Helper()
 	select {
@@ -410,7 +395,7 @@ func TestFaultTenMegabyteLine(t *testing.T) {
 // An upstream that sends an endless line without a line end must not make the proxy hold all of it:
 // there should be a cap on one event, after which the stream ends with a clear error.
 func TestFaultEndlessLineBounded(t *testing.T) {
-	const limit = 16 << 20 // a generous cap on one event: chatvet.MaxCallBytes
+	const limit = 16 << 20 // a generous cap on one event: relay.MaxCallBytes
 	chunkOf := strings.Repeat("a", 1<<20)
 	gone := make(chan struct{}, 1)
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {

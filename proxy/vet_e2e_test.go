@@ -50,16 +50,36 @@ func vetProtocol(mode string) json.RawMessage {
 
 func newVetProxy(t *testing.T, up string, mode string) (*httptest.Server, *memAudit) {
 	t.Helper()
-	e := testEngine(t, "defaultProtocol: guarded\n", nil, nil, []json.RawMessage{vetProtocol(mode)})
+	return newVetProxyWith(t, up, mode, "")
+}
+
+// newVetProxyWith is newVetProxy with extra config lines.
+func newVetProxyWith(t *testing.T, up, mode, cfg string) (*httptest.Server, *memAudit) {
+	t.Helper()
+	o, rec := vetOptions(t, up, mode, cfg)
+	return serveProxy(t, o), rec
+}
+
+// vetOptions are the Options of a proxy for the upstream up (its base URL, without /v1) whose default
+// protocol vets calls in mode (see vetProtocol), with extra config lines, and the audit recorder they use.
+func vetOptions(t *testing.T, up, mode, cfg string) (Options, *memAudit) {
+	t.Helper()
+	e := testEngine(t, "defaultProtocol: guarded\n"+cfg, nil, nil, []json.RawMessage{vetProtocol(mode)})
 	u, _ := url.Parse(up + "/v1")
 	rec := &memAudit{}
-	s, err := New(Options{Engine: e, Upstream: u, Audit: rec})
+	return Options{Engine: e, Upstream: u, Audit: rec}, rec
+}
+
+// serveProxy runs a proxy with o on a test server, closed when the test ends.
+func serveProxy(t *testing.T, o Options) *httptest.Server {
+	t.Helper()
+	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
-	return ts, rec
+	return ts
 }
 
 const vetRequest = `{"model":"m","messages":[{"role":"user","content":"go"}],"tools":[

@@ -245,15 +245,8 @@ func (s *Bolt) check(kind Kind, body []byte) (string, error) {
 
 // Active implements Store.
 func (s *Bolt) Active(ctx context.Context, kind Kind, name string) (Record, error) {
-	if err := precheck(ctx, kind); err != nil {
-		return Record{}, err
-	}
 	var rec Record
-	err := s.db.View(func(tx *bolt.Tx) error {
-		nb, err := nameBucket(tx, kind, name, false)
-		if err != nil {
-			return err
-		}
+	err := s.viewName(ctx, kind, name, func(nb *bolt.Bucket) (err error) {
 		v := activeOf(nb)
 		if v == 0 {
 			return fmt.Errorf("%s/%s: no active version: %w", kind, name, ErrNotFound)
@@ -262,29 +255,41 @@ func (s *Bolt) Active(ctx context.Context, kind Kind, name string) (Record, erro
 		return err
 	})
 	if err != nil {
-		return Record{}, fmt.Errorf("store: %w", err)
+		return Record{}, err
 	}
 	return rec, nil
 }
 
 // Get implements Store.
 func (s *Bolt) Get(ctx context.Context, kind Kind, name string, version int) (Record, error) {
-	if err := precheck(ctx, kind); err != nil {
+	var rec Record
+	err := s.viewName(ctx, kind, name, func(nb *bolt.Bucket) (err error) {
+		rec, err = readRecord(nb, kind, name, version)
+		return err
+	})
+	if err != nil {
 		return Record{}, err
 	}
-	var rec Record
+	return rec, nil
+}
+
+// viewName runs fn on the bucket of kind/name in a read transaction. An error of precheck comes back as it
+// is, any other prefixed "store: ".
+func (s *Bolt) viewName(ctx context.Context, kind Kind, name string, fn func(nb *bolt.Bucket) error) error {
+	if err := precheck(ctx, kind); err != nil {
+		return err
+	}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		nb, err := nameBucket(tx, kind, name, false)
 		if err != nil {
 			return err
 		}
-		rec, err = readRecord(nb, kind, name, version)
-		return err
+		return fn(nb)
 	})
 	if err != nil {
-		return Record{}, fmt.Errorf("store: %w", err)
+		return fmt.Errorf("store: %w", err)
 	}
-	return rec, nil
+	return nil
 }
 
 // List implements Store.
@@ -319,23 +324,15 @@ func (s *Bolt) List(ctx context.Context, kind Kind) ([]Entry, error) {
 
 // Entry implements Store.
 func (s *Bolt) Entry(ctx context.Context, kind Kind, name string) (Entry, error) {
-	if err := precheck(ctx, kind); err != nil {
-		return Entry{}, err
-	}
 	var e Entry
-	err := s.db.View(func(tx *bolt.Tx) error {
-		nb, err := nameBucket(tx, kind, name, false)
-		if err != nil {
-			return err
-		}
-		e, err = readEntry(nb, name)
-		if err != nil {
+	err := s.viewName(ctx, kind, name, func(nb *bolt.Bucket) (err error) {
+		if e, err = readEntry(nb, name); err != nil {
 			return fmt.Errorf("%s/%s: %w", kind, name, err)
 		}
 		return nil
 	})
 	if err != nil {
-		return Entry{}, fmt.Errorf("store: %w", err)
+		return Entry{}, err
 	}
 	return e, nil
 }

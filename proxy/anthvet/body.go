@@ -23,18 +23,6 @@ import (
 	"github.com/promptgate/promptgate/proxy/relay"
 )
 
-// Recorder is called once for every vetted call: allowed, blocked and audited. It may be nil.
-type Recorder func(vet.Decision)
-
-// Result says what Body did.
-type Result struct {
-	// Blocked is the number of calls removed (refuse mode) or that made the response an error.
-	Blocked int
-	// ErrorCall is set in error mode when a call was blocked: the caller answers 403 tool_call_blocked
-	// instead of sending the body.
-	ErrorCall *vet.Decision
-}
-
 // Reasons of this package, next to policy/vet's. They hold no argument bytes.
 const (
 	// ReasonIncomplete: the message ended (or another block started at the call's index) before the call's
@@ -43,12 +31,6 @@ const (
 	// ReasonAmbiguousInput: a streamed tool_use block started with a non-empty input and then received
 	// input_json_delta fragments; clients differ on whether those replace or extend it.
 	ReasonAmbiguousInput = "input given both at the start and in fragments"
-)
-
-// Error codes this package produces.
-const (
-	CodeToolCallBlocked = "tool_call_blocked"
-	CodeTruncated       = "upstream_stream_truncated"
 )
 
 // Paths and values of the Messages wire format.
@@ -73,12 +55,12 @@ const (
 // "tool_use" becomes "end_turn". error: the body is returned unchanged and Result.ErrorCall is set. audit:
 // unchanged; violations recorded as audited. A body that is not one valid JSON object with unique keys is an
 // error.
-func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
+func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
 	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
-		return body, Result{}, fmt.Errorf("anthvet: response body: %w", err)
+		return body, relay.Result{}, fmt.Errorf("anthvet: response body: %w", err)
 	}
 	if relay.FoldedKeyOutside(body, anthKeys, pathInput) {
-		return body, Result{}, fmt.Errorf("anthvet: response body: a key differs from a known one in case only")
+		return body, relay.Result{}, fmt.Errorf("anthvet: response body: a key differs from a known one in case only")
 	}
 	out, res, _, err := vetMessage(body, c, rec)
 	return out, res, err
@@ -92,8 +74,8 @@ var anthKeys = []string{pathType, pathIndex, "content_block", "delta", pathID, p
 
 // vetMessage vets the tool_use blocks of a message object (a response body, or message_start's message). It
 // returns the edited message, and the number of content blocks and whether a tool_use block is left in it.
-func vetMessage(msg []byte, c *vet.Checker, rec Recorder) ([]byte, Result, keptInfo, error) {
-	var res Result
+func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, keptInfo, error) {
+	var res relay.Result
 	content := gjson.GetBytes(msg, pathContent)
 	if !content.IsArray() {
 		return msg, res, keptInfo{}, nil
@@ -122,23 +104,13 @@ func vetMessage(msg []byte, c *vet.Checker, rec Recorder) ([]byte, Result, keptI
 	if len(calls) == 0 {
 		return msg, res, info, nil
 	}
-	ds := c.VetBatch(calls)
 	drop := map[int]bool{}
 	var notices []string
-	for i, d := range ds {
-		if rec != nil {
-			rec(d)
+	for i, d := range res.Vet(c, rec, calls) {
+		if d.Blocked() {
+			drop[at[i]] = true
+			notices = append(notices, vet.Notice(d))
 		}
-		if !d.Blocked() {
-			continue
-		}
-		res.Blocked++
-		if c.Mode() == vet.ModeError && (res.ErrorCall == nil || res.ErrorCall.Reason == vet.ReasonBatch) {
-			d := d
-			res.ErrorCall = &d
-		}
-		drop[at[i]] = true
-		notices = append(notices, vet.Notice(d))
 	}
 	info.toolUse = len(drop) < len(calls)
 	if res.ErrorCall != nil || len(drop) == 0 {

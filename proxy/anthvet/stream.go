@@ -13,10 +13,6 @@ import (
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
-// MaxCallBytes caps what is held for one streamed call (its raw events plus its input); a call that grows
-// beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
-const MaxCallBytes = relay.MaxCallBytes
-
 // Event types of the Messages stream.
 const (
 	evMessageStart = "message_start"
@@ -56,17 +52,14 @@ const (
 // Read returns whatever output it has before it reads upstream again, so each event reaches a caller that
 // flushes after every Read at once. A Stream is not safe for concurrent use.
 type Stream struct {
-	rl  relay.Relay
-	c   *vet.Checker
-	rec Recorder
+	rl relay.Relay
+	c  *vet.Checker
 
 	blocks   map[int]*block // by upstream index
 	open     []*pending     // calls not yet vetted, in the order they started
 	nextOut  int            // the index the next block that goes out gets
 	released bool           // a tool_use block went out
-
-	blocked  int
-	finished bool // message_stop (or an upstream error event) went out
+	finished bool           // message_stop (or an upstream error event) went out
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -97,12 +90,12 @@ type held struct {
 
 // NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for every vetted
 // call.
-func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
-	s := &Stream{c: c, rec: rec, blocks: map[int]*block{}}
-	s.rl = relay.New(upstream, relay.Surface{
+func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
+	s := &Stream{c: c, blocks: map[int]*block{}}
+	s.rl = relay.New(upstream, rec, relay.Surface{
 		Finished: func() bool { return s.finished && len(s.open) == 0 },
 		Truncated: func() {
-			s.end(ErrorJSON("upstream stream ended before message_stop", "api_error", CodeTruncated))
+			s.end(ErrorJSON("upstream stream ended before message_stop", "api_error", relay.CodeTruncated))
 		},
 		Malformed: s.malformed,
 		Event:     s.event,
@@ -113,7 +106,7 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
 }
 
 // Blocked is the number of calls blocked so far.
-func (s *Stream) Blocked() int { return s.blocked }
+func (s *Stream) Blocked() int { return s.rl.Blocked() }
 
 // Err is the upstream's read error, if the upstream failed (other than by ending early).
 func (s *Stream) Err() error { return s.rl.Err() }
@@ -237,8 +230,7 @@ func (s *Stream) messageStart(ev sse.Event) {
 		s.write(ev, nil, -1)
 		return
 	}
-	out, res, info, err := vetMessage([]byte(msg.Raw), s.c, Recorder(s.record))
-	s.blocked += res.Blocked
+	out, res, info, err := vetMessage([]byte(msg.Raw), s.c, s.rl.Record)
 	if res.ErrorCall != nil {
 		s.end(blockedJSON(*res.ErrorCall))
 		return
@@ -310,15 +302,8 @@ func (s *Stream) complete(ps []*pending) {
 			p.Call.Args = append(p.Call.Args[:0], p.start...)
 		}
 	}
-	ds, culprit := relay.Verdicts[held](s.c, ps)
-	if culprit >= 0 {
-		s.fatal(ds, culprit)
-		return
-	}
-	for i, d := range ds {
-		p := ps[i]
+	relay.Settle[held](&s.rl, s.c, ps, func(d vet.Decision) { s.end(blockedJSON(d)) }, func(p *pending, d vet.Decision) {
 		p.vetted = true
-		s.record(d)
 		st := s.blocks[p.idx]
 		st.client = s.nextOut
 		s.nextOut++
@@ -329,12 +314,10 @@ func (s *Stream) complete(ps []*pending) {
 				s.writeHeld(raw, p.Meta[j].name, p.Meta[j].idx, st.client)
 			}
 		} else {
-			s.blocked++
 			s.notice(st.client, vet.Notice(d))
 		}
-		p.Drop()
-		p.Call.Args, p.start = nil, nil
-	}
+		p.start = nil
+	})
 }
 
 // notice writes a text block with the notice at index idx.
@@ -352,23 +335,14 @@ func (s *Stream) notice(idx int, text string) {
 // released call cannot take back what the client has: its late events are dropped and recorded (in error mode
 // the stream ends; in audit mode they are passed on).
 func (s *Stream) late(st *block, ev sse.Event) {
-	p := st.call
-	if !p.released {
+	if !st.call.released {
 		return
 	}
-	d := vet.Decision{Kind: vet.KindToolCall, CallID: p.Call.ID, Tool: p.Call.Name, Verdict: vet.VerdictBlocked, Reason: vet.ReasonAfterRelease}
-	if s.c.Mode() == vet.ModeAudit {
-		d.Verdict = vet.VerdictAudited
-	}
-	s.record(d)
-	switch {
-	case d.Verdict == vet.VerdictAudited:
+	switch d := s.rl.AfterRelease(s.c, st.call.Call); {
+	case !d.Blocked():
 		s.write(ev, nil, st.client)
 	case s.c.Mode() == vet.ModeError:
-		s.blocked++
 		s.end(blockedJSON(d))
-	default:
-		s.blocked++
 	}
 }
 
@@ -403,24 +377,6 @@ func (s *Stream) writeHeld(raw []byte, name string, idx, client int) {
 	s.rl.Out = sse.AppendEvent(s.rl.Out, name, data)
 }
 
-func (s *Stream) record(d vet.Decision) {
-	if s.rec != nil {
-		s.rec(d)
-	}
-}
-
-// fatal records the decisions of calls vetted together and ends the stream with the error of the culprit's
-// (error mode).
-func (s *Stream) fatal(ds []vet.Decision, culprit int) {
-	for _, d := range ds {
-		s.record(d)
-		if d.Blocked() {
-			s.blocked++
-		}
-	}
-	s.end(blockedJSON(ds[culprit]))
-}
-
 // dropOpen lets go of every open call without vetting it (the upstream failed).
 func (s *Stream) dropOpen() {
 	for _, p := range s.open {
@@ -439,5 +395,5 @@ func (s *Stream) end(errJSON []byte) {
 
 // blockedJSON is the error event data for a call blocked in error mode.
 func blockedJSON(d vet.Decision) []byte {
-	return ErrorJSON(vet.Notice(d), "permission_error", CodeToolCallBlocked)
+	return ErrorJSON(vet.Notice(d), "permission_error", relay.CodeToolCallBlocked)
 }

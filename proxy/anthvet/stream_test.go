@@ -1,15 +1,14 @@
 package anthvet
 
 import (
-	"bufio"
 	"bytes"
-	"io"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
+	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
 const noticeBadFetch = "[promptgate] blocked tool call web_fetch: rule docs: url has a host that is not allowed"
@@ -63,7 +62,7 @@ var streamCases = []streamCase{
 	{
 		name: "error mode ends the stream",
 		in:   (&as{}).start().text(0, "Checking.", 3).tool(1, "toolu_b", "web_fetch", fetchBad, 2).end("tool_use").String(),
-		mode: vet.ModeError, types: []string{"text"}, text: "Checking.", errCode: CodeToolCallBlocked,
+		mode: vet.ModeError, types: []string{"text"}, text: "Checking.", errCode: relay.CodeToolCallBlocked,
 		blocked: 1, leaks: []string{"toolu_b", "SECRET123"},
 	},
 	{
@@ -134,7 +133,7 @@ var streamCases = []streamCase{
 		name: "the stream ends before message_stop",
 		in: (&as{}).start().text(0, "Hi.", 5).ev("content_block_start", `{"index":1,"content_block":{"type":"tool_use","id":"toolu_a","name":"web_fetch","input":{}}}`).
 			ev("content_block_delta", `{"index":1,"delta":{"type":"input_json_delta","partial_json":"{\"url\":"}}`).String(),
-		mode: vet.ModeRefuse, types: []string{"text"}, text: "Hi.", errCode: CodeTruncated, leaks: []string{"toolu_a"},
+		mode: vet.ModeRefuse, types: []string{"text"}, text: "Hi.", errCode: relay.CodeTruncated, leaks: []string{"toolu_a"},
 	},
 	{
 		name: "a malformed event fails the held call",
@@ -172,17 +171,9 @@ var streamCases = []streamCase{
 func TestStream(t *testing.T) {
 	for _, tc := range streamCases {
 		t.Run(tc.name, func(t *testing.T) {
-			whole, ds, blocked := runStream(t, tc.in, policy(tc.mode, tc.atomic), 0, 0)
-			check(t, tc, whole, ds, blocked)
-			for _, split := range []int{1, 7} {
-				for seed := range uint64(3) {
-					out, ds, blocked := runStream(t, tc.in, policy(tc.mode, tc.atomic), split, seed)
-					check(t, tc, out, ds, blocked)
-					if !bytes.Equal(out, whole) {
-						t.Fatalf("split %d seed %d: output differs:\n%s\n---\n%s", split, seed, out, whole)
-					}
-				}
-			}
+			relaytest.CheckSplits(t, func(split int, seed uint64) ([]byte, []vet.Decision, int) {
+				return runStream(t, tc.in, policy(tc.mode, tc.atomic), split, seed)
+			}, nil, func(out []byte, ds []vet.Decision, blocked int) { check(t, tc, out, ds, blocked) })
 		})
 	}
 }
@@ -218,56 +209,18 @@ func check(t *testing.T, tc streamCase, out []byte, ds []vet.Decision, blocked i
 	if v.After != 0 {
 		t.Errorf("%d events after the end", v.After)
 	}
-	n := 0
-	for _, d := range ds {
-		if d.Blocked() {
-			n++
-		}
+	if blocked != tc.blocked {
+		t.Errorf("blocked %d, want %d", blocked, tc.blocked)
 	}
-	if blocked != tc.blocked || n != tc.blocked {
-		t.Errorf("blocked %d (%d decisions), want %d: %+v", blocked, n, tc.blocked, ds)
-	}
-	for _, leak := range tc.leaks {
-		if bytes.Contains(out, []byte(leak)) {
-			t.Errorf("output holds %q of a blocked call:\n%s", leak, out)
-		}
-	}
+	relaytest.CheckBlocked(t, ds, blocked)
+	relaytest.CheckNoLeak(t, out, tc.leaks)
 }
 
 // TestTextNotDelayed: text before a call reaches the client before the upstream sends the call.
 func TestTextNotDelayed(t *testing.T) {
-	pr, pw := io.Pipe()
-	s := NewStream(pr, policy(vet.ModeRefuse, false), nil)
-	r := bufio.NewReader(s)
-	got := make(chan string, 1)
-	go func() {
-		var b strings.Builder
-		for !strings.Contains(b.String(), `"text":"there"`) {
-			line, err := r.ReadString('\n')
-			b.WriteString(line)
-			if err != nil {
-				break
-			}
-		}
-		got <- b.String()
-	}()
-	go func() { _, _ = io.WriteString(pw, (&as{}).start().text(0, "Hello there", 6).String()) }()
-	select {
-	case out := <-got:
-		if !strings.Contains(out, `"text":"Hello "`) {
-			t.Fatalf("text not forwarded: %s", out)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("text was held back while the upstream had not sent the call yet")
-	}
-	go func() {
-		_, _ = io.WriteString(pw, (&as{}).tool(1, "toolu_b", "web_fetch", fetchBad, 3).end("tool_use").String())
-		_ = pw.Close()
-	}()
-	tail, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tail := relaytest.TextFirst(t, relaytest.Opener(NewStream, policy(vet.ModeRefuse, false)),
+		(&as{}).start().text(0, "Hello there", 6).String(), `"text":"there"`, `"text":"Hello "`,
+		(&as{}).tool(1, "toolu_b", "web_fetch", fetchBad, 3).end("tool_use").String())
 	if bytes.Contains(tail, []byte("SECRET123")) || !bytes.Contains(tail, []byte("blocked tool call web_fetch")) || !bytes.Contains(tail, []byte(`"end_turn"`)) {
 		t.Fatalf("tail: %s", tail)
 	}

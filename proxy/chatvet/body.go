@@ -22,18 +22,6 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// Recorder is called once for every vetted call: allowed, blocked and audited. It may be nil.
-type Recorder func(vet.Decision)
-
-// Result says what Body did.
-type Result struct {
-	// Blocked is the number of calls removed (refuse mode) or that made the response an error.
-	Blocked int
-	// ErrorCall is set in error mode when a call was blocked: the caller answers
-	// 403 tool_call_blocked (see ErrorJSON) instead of sending the body.
-	ErrorCall *vet.Decision
-}
-
 // Paths into a response, relative to a choice.
 const (
 	pathChoices      = "choices"
@@ -56,12 +44,6 @@ const (
 	finishStop         = "stop"
 )
 
-// Error codes this package produces.
-const (
-	CodeToolCallBlocked = "tool_call_blocked"
-	CodeTruncated       = "upstream_stream_truncated"
-)
-
 // ErrorJSON is the OpenAI error shape: {"error":{"message":...,"type":...,"param":null,"code":...}}.
 func ErrorJSON(message, typ, code string) []byte {
 	b := []byte(`{"error":{"message":"","type":"","param":null,"code":""}}`)
@@ -73,7 +55,7 @@ func ErrorJSON(message, typ, code string) []byte {
 
 // BlockedErrorJSON is the error body (or stream event data) for a call blocked in error mode.
 func BlockedErrorJSON(d vet.Decision) []byte {
-	return ErrorJSON(vet.Notice(d), "permission_error", CodeToolCallBlocked)
+	return ErrorJSON(vet.Notice(d), "permission_error", relay.CodeToolCallBlocked)
 }
 
 // Body vets a non-stream response body (raw bytes) and returns it, edited with sjson where needed.
@@ -87,8 +69,8 @@ func BlockedErrorJSON(d vet.Decision) []byte {
 //
 // A body that is not one valid JSON object with unique keys is an error: the client and this
 // package could read it differently.
-func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
-	var res Result
+func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
+	var res relay.Result
 	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxEventDepth}); err != nil {
 		return body, res, fmt.Errorf("chatvet: response body: %w", err)
 	}
@@ -138,33 +120,23 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 		if len(calls) == 0 {
 			continue
 		}
-		ds := c.VetBatch(calls)
+		ds := res.Vet(c, rec, calls)
+		if res.ErrorCall != nil {
+			// The caller answers with an error; the rest of the body does not matter.
+			return body, res, nil
+		}
 		var kept []string
 		keptLegacy := false
 		var notices []string
 		for i, d := range ds {
-			if rec != nil {
-				rec(d)
+			switch {
+			case d.Blocked():
+				notices = append(notices, vet.Notice(d))
+			case i < nTools:
+				kept = append(kept, raws[i])
+			default:
+				keptLegacy = true
 			}
-			if !d.Blocked() {
-				if i < nTools {
-					kept = append(kept, raws[i])
-				} else {
-					keptLegacy = true
-				}
-				continue
-			}
-			res.Blocked++
-			// In error mode, name the call that broke the policy, not one blocked with its batch.
-			if c.Mode() == vet.ModeError && (res.ErrorCall == nil || res.ErrorCall.Reason == vet.ReasonBatch) {
-				d := d
-				res.ErrorCall = &d
-			}
-			notices = append(notices, vet.Notice(d))
-		}
-		if res.ErrorCall != nil {
-			// The caller answers with an error; the rest of the body does not matter.
-			return body, res, nil
 		}
 		if len(notices) == 0 {
 			continue

@@ -188,7 +188,7 @@ func FuzzBody(f *testing.F) {
 	f.Add([]byte(completion(`{"index":0,"message":{"function_call":{"name":"rm","arguments":"{}"}},"finish_reason":"function_call"}`)), byte(0), false)
 	f.Add([]byte(completion(msgChoice(0, "", []string{full("a", "search", `{"q":1}`), full("a", "search", `{}`)}, "tool_calls"), msgChoice(1, "x", nil, "stop"))), byte(2), true)
 	f.Fuzz(func(t *testing.T, body []byte, mode byte, atomic bool) {
-		m := relaytest.FuzzModes[int(mode)%len(relaytest.FuzzModes)]
+		m := relaytest.FuzzMode(mode)
 		var ds []vet.Decision
 		out, res, err := Body(body, policy(m, atomic), func(d vet.Decision) { ds = append(ds, d) })
 		if err != nil {

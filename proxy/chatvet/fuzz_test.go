@@ -69,31 +69,23 @@ func upstreamCalls(input []byte) []call {
 
 func FuzzStream(f *testing.F) {
 	for _, tc := range streamCases {
-		mode := relaytest.ModeByte(tc.mode)
-		f.Add([]byte(frame(tc.in)), mode, tc.atomic, uint8(0), uint64(1))
-		f.Add([]byte(frame(tc.in)), (mode+1)%3, !tc.atomic, uint8(5), uint64(2))
+		relaytest.AddSeeds(f, frame(tc.in), tc.mode, tc.atomic)
 	}
 	for _, tc := range differentialCases {
 		f.Add([]byte(tc.raw), byte(0), false, uint8(3), uint64(3))
 	}
 	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
-		m := relaytest.FuzzModes[int(mode)%len(relaytest.FuzzModes)]
+		m := relaytest.FuzzMode(mode)
 		out, ds, blocked := runStream(t, string(input), policy(m, atomic), int(split%16), seed)
 		got := assemble(t, out) // also checks that the output is clean SSE
 
 		// Decisions: every call vetted once; blocked count matches.
+		relaytest.CheckBlocked(t, ds, blocked)
 		var passed []vet.Decision
-		nBlocked := 0
 		for _, d := range ds {
-			switch {
-			case d.Blocked():
-				nBlocked++
-			case d.Reason != vet.ReasonAfterRelease:
+			if !d.Blocked() && d.Reason != vet.ReasonAfterRelease {
 				passed = append(passed, d)
 			}
-		}
-		if nBlocked != blocked {
-			t.Fatalf("Blocked() = %d, %d blocked decisions", blocked, nBlocked)
 		}
 
 		// The calls a client assembles are exactly the calls that passed, in order.

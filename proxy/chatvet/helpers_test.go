@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -131,7 +132,7 @@ func assemble(t testing.TB, out []byte) view {
 			continue
 		}
 		if e := gjson.GetBytes(ev.Data, "error"); e.Exists() {
-			if code := e.Get("code").String(); code == CodeToolCallBlocked || code == CodeTruncated {
+			if code := e.Get("code").String(); code == relay.CodeToolCallBlocked || code == relay.CodeTruncated {
 				v.Error = code // the stream's own: it ends the stream
 			}
 			continue

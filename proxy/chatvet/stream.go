@@ -14,10 +14,6 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// MaxCallBytes caps what is held for one streamed call (its raw events plus its arguments); a
-// call that grows beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
-const MaxCallBytes = relay.MaxCallBytes
-
 // maxEventDepth caps the nesting of response JSON (bodies and stream events).
 const maxEventDepth = 128
 
@@ -49,12 +45,10 @@ const maxEventDepth = 128
 // Read returns whatever output it has before it reads upstream again, so each event reaches a
 // caller that flushes after every Read at once. A Stream is not safe for concurrent use.
 type Stream struct {
-	rl  relay.Relay
-	c   *vet.Checker
-	rec Recorder
+	rl relay.Relay
+	c  *vet.Checker
 
 	choices map[int]*choiceState
-	blocked int
 	// finished is set once a choice's finish_reason has arrived; a clean EOF after it ends the stream
 	// quietly (no [DONE] is invented, no truncation error written).
 	finished bool
@@ -87,13 +81,13 @@ type pending struct {
 
 // NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for
 // every vetted call.
-func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
-	s := &Stream{c: c, rec: rec, choices: map[int]*choiceState{}}
-	s.rl = relay.New(upstream, relay.Surface{
+func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
+	s := &Stream{c: c, choices: map[int]*choiceState{}}
+	s.rl = relay.New(upstream, rec, relay.Surface{
 		// Some servers close after the last finish_reason without sending [DONE]: nothing is lost.
 		Finished: func() bool { return s.finished && !s.holding() },
 		// The upstream ended (or broke) before [DONE]: held calls are not released.
-		Truncated: func() { s.end(ErrorJSON("upstream stream ended before [DONE]", "server_error", CodeTruncated)) },
+		Truncated: func() { s.end(ErrorJSON("upstream stream ended before [DONE]", "server_error", relay.CodeTruncated)) },
 		Done:      s.finishAll,
 		Observe:   s.noteFinish,
 		Pass:      s.pass,
@@ -105,7 +99,7 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
 }
 
 // Blocked is the number of calls blocked so far.
-func (s *Stream) Blocked() int { return s.blocked }
+func (s *Stream) Blocked() int { return s.rl.Blocked() }
 
 // Err is the upstream's read error, if the upstream failed (other than by ending early).
 func (s *Stream) Err() error { return s.rl.Err() }
@@ -659,23 +653,14 @@ func (s *Stream) late(p *pending, held []byte, wire int) {
 	if !p.out {
 		return
 	}
-	d := vet.Decision{Kind: vet.KindToolCall, Choice: p.Call.Choice, CallID: p.Call.ID, Tool: p.Call.Name,
-		Verdict: vet.VerdictBlocked, Reason: vet.ReasonAfterRelease}
-	if s.c.Mode() == vet.ModeAudit {
-		d.Verdict = vet.VerdictAudited
-	}
-	s.record(d)
-	switch {
-	case d.Verdict == vet.VerdictAudited:
+	switch d := s.rl.AfterRelease(s.c, p.Call); {
+	case !d.Blocked():
 		if !p.Call.Legacy && wire != p.client {
 			held = reindex(held, p.client)
 		}
 		s.rl.Out = append(s.rl.Out, held...)
 	case s.c.Mode() == vet.ModeError:
-		s.blocked++
 		s.end(BlockedErrorJSON(d))
-	default:
-		s.blocked++
 	}
 }
 
@@ -686,30 +671,15 @@ func (s *Stream) complete(choice int, ch *choiceState) {
 	}
 	open := ch.open
 	ch.open = nil
-	ds, culprit := relay.Verdicts[int](s.c, open)
-	if culprit >= 0 {
-		for _, d := range ds {
-			s.record(d)
-			if d.Blocked() {
-				s.blocked++
-			}
-		}
-		s.end(BlockedErrorJSON(ds[culprit]))
-		return
-	}
-	for i, d := range ds {
-		p := open[i]
+	relay.Settle[int](&s.rl, s.c, open, func(d vet.Decision) { s.end(BlockedErrorJSON(d)) }, func(p *pending, d vet.Decision) {
 		p.done = true
-		s.record(d)
 		if !d.Blocked() {
 			s.release(ch, p)
 		} else {
-			s.blocked++
 			s.notice(choice, ch, p, d)
 		}
-		p.Drop()
-		p.tmpl, p.Call.Args = nil, nil
-	}
+		p.tmpl = nil
+	})
 }
 
 // notice writes the content delta that takes a blocked call's place.
@@ -740,12 +710,6 @@ func (s *Stream) finishAll() {
 		if s.rl.Ended {
 			return
 		}
-	}
-}
-
-func (s *Stream) record(d vet.Decision) {
-	if s.rec != nil {
-		s.rec(d)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
@@ -100,14 +101,14 @@ var streamCases = []struct {
 		in: concat(callEvents(0, 0, "call_a", "web_fetch", fetchGood, 4), callEvents(0, 1, "call_b", "web_fetch", fetchBad, 4),
 			[]string{finish(0, "tool_calls"), done}),
 		want: view{Content: map[int]string{0: ""}, Calls: []call{{0, "call_a", "web_fetch", fetchGood}},
-			Finish: map[int]string{}, Error: CodeToolCallBlocked},
+			Finish: map[int]string{}, Error: relay.CodeToolCallBlocked},
 		blocked: 1, reasons: []string{"rule docs: url has a host that is not allowed"},
 	},
 	{
 		name: "bad call first, error, atomic", mode: vet.ModeError, atomic: true,
 		in: concat(callEvents(0, 0, "call_b", "nope", `{}`, 4), callEvents(0, 1, "call_a", "web_fetch", fetchGood, 4),
 			[]string{finish(0, "tool_calls"), done}),
-		want:    view{Content: map[int]string{0: ""}, Finish: map[int]string{}, Error: CodeToolCallBlocked},
+		want:    view{Content: map[int]string{0: ""}, Finish: map[int]string{}, Error: relay.CodeToolCallBlocked},
 		blocked: 2, reasons: []string{vet.ReasonNotAllowed, vet.ReasonBatch},
 	},
 	{
@@ -199,7 +200,7 @@ var streamCases = []struct {
 	{
 		name: "truncated before [DONE]",
 		in:   concat([]string{text("Hi")}, callEvents(0, 0, "call_1", "search", `{"q":"x"}`, 2)),
-		want: view{Content: map[int]string{0: "Hi"}, Finish: map[int]string{}, Error: CodeTruncated},
+		want: view{Content: map[int]string{0: "Hi"}, Finish: map[int]string{}, Error: relay.CodeTruncated},
 	},
 	{
 		name: "finish without [DONE] releases and ends quietly",
@@ -210,7 +211,7 @@ var streamCases = []struct {
 	{
 		name: "text then EOF without finish_reason is a truncation",
 		in:   []string{text("hi")},
-		want: view{Content: map[int]string{0: "hi"}, Finish: map[int]string{}, Error: CodeTruncated},
+		want: view{Content: map[int]string{0: "hi"}, Finish: map[int]string{}, Error: relay.CodeTruncated},
 	},
 	{
 		name: "call completed at [DONE] without finish_reason",
@@ -524,12 +525,12 @@ func TestStreamMultiByteSplit(t *testing.T) {
 	}
 }
 
-// TestStreamTooLarge checks that a call beyond MaxCallBytes is blocked and not held.
+// TestStreamTooLarge checks that a call beyond relay.MaxCallBytes is blocked and not held.
 func TestStreamTooLarge(t *testing.T) {
 	big := strings.Repeat("a", 1<<20)
 	var in []string
 	in = append(in, toolEv(0, tc(0, "c1", "search", `{"q":"`)))
-	for range MaxCallBytes/(1<<20) + 1 {
+	for range relay.MaxCallBytes/(1<<20) + 1 {
 		in = append(in, toolEv(0, tc(0, "", "", big)))
 	}
 	in = append(in, toolEv(0, tc(0, "", "", `"}`)), finish(0, "tool_calls"), done)
@@ -554,7 +555,7 @@ func TestStreamUpstreamError(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := assemble(t, out)
-	if got.Error != CodeTruncated || len(got.Calls) != 0 || s.Err() != boom {
+	if got.Error != relay.CodeTruncated || len(got.Calls) != 0 || s.Err() != boom {
 		t.Fatalf("got %+v, err %v", got, s.Err())
 	}
 }

@@ -1,8 +1,9 @@
 // Package relay is what the stream vetters of the three surfaces (proxy/chatvet for Chat
 // Completions, proxy/respvet for the Responses API, proxy/anthvet for Anthropic Messages) share:
-// the loop that reads upstream events and hands out the output they produce (Relay), and the one
+// the loop that reads upstream events and hands out the output they produce (Relay), the one
 // representation of a tool call being assembled from a stream (Pending), whose raw events are held
-// until the call is complete and vetted.
+// until the call is complete and vetted, and the bookkeeping of decisions that a stream and a
+// non-stream body share (Recorder, Result, Relay.Record).
 //
 // A surface package translates its wire format only: which events belong to which call, what a
 // fragment adds, how a released event is renumbered and how a refusal is written. It does not
@@ -88,11 +89,15 @@ type Relay struct {
 	rd  *sse.Reader
 	s   Surface
 	err error
+
+	rec     Recorder
+	blocked int
 }
 
-// New returns a Relay of upstream for s.
-func New(upstream io.ReadCloser, s Surface) Relay {
-	return Relay{up: upstream, rd: sse.NewReaderMax(upstream, MaxEventBytes), s: s}
+// New returns a Relay of upstream for s. rec, which may be nil, is called for every decision the surface
+// records (see Record).
+func New(upstream io.ReadCloser, rec Recorder, s Surface) Relay {
+	return Relay{up: upstream, rd: sse.NewReaderMax(upstream, MaxEventBytes), s: s, rec: rec}
 }
 
 // Err is the upstream's read error, if the upstream failed (other than by ending early).

@@ -46,7 +46,7 @@ func newRecorder(up io.Reader, done, pass bool) *recorder {
 	if done {
 		s.Done = func() { rc.log = append(rc.log, "done") }
 	}
-	rc.r = New(io.NopCloser(up), s)
+	rc.r = New(io.NopCloser(up), nil, s)
 	return rc
 }
 

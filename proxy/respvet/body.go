@@ -27,18 +27,6 @@ import (
 	"github.com/promptgate/promptgate/proxy/relay"
 )
 
-// Recorder is called once for every vetted call: allowed, blocked and audited. It may be nil.
-type Recorder func(vet.Decision)
-
-// Result says what Body did.
-type Result struct {
-	// Blocked is the number of calls removed (refuse mode) or that made the response an error.
-	Blocked int
-	// ErrorCall is set in error mode when a call was blocked: the caller answers 403 tool_call_blocked
-	// instead of sending the body.
-	ErrorCall *vet.Decision
-}
-
 // Reasons of this package, next to policy/vet's. They hold no argument bytes.
 const (
 	// ReasonIncomplete: the response ended (or the next item started at the call's place) before the call's
@@ -47,12 +35,6 @@ const (
 	// ReasonChanged: the events of one call disagree (item id, call id, type or arguments differ between
 	// output_item.added, the argument events, output_item.done and the final response).
 	ReasonChanged = "call changed between events"
-)
-
-// Error codes this package produces.
-const (
-	CodeToolCallBlocked = "tool_call_blocked"
-	CodeTruncated       = "upstream_stream_truncated"
 )
 
 // Paths and values of the Responses wire format.
@@ -108,8 +90,8 @@ func isCall(c *vet.Checker, typ string) bool { return vetted(typ) || refusedBuil
 // with the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended. error: the
 // body is returned unchanged and Result.ErrorCall is set. audit: unchanged; violations recorded as audited.
 // A body that is not one valid JSON object with unique keys is an error.
-func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
-	var res Result
+func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
+	var res relay.Result
 	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
 		return body, res, fmt.Errorf("respvet: response body: %w", err)
 	}
@@ -129,23 +111,13 @@ func Body(body []byte, c *vet.Checker, rec Recorder) ([]byte, Result, error) {
 	if len(calls) == 0 {
 		return body, res, nil
 	}
-	ds := c.VetBatch(calls)
 	drop := map[int]bool{}
 	var notices []string
-	for i, d := range ds {
-		if rec != nil {
-			rec(d)
+	for i, d := range res.Vet(c, rec, calls) {
+		if d.Blocked() {
+			drop[at[i]] = true
+			notices = append(notices, vet.Notice(d))
 		}
-		if !d.Blocked() {
-			continue
-		}
-		res.Blocked++
-		if c.Mode() == vet.ModeError && (res.ErrorCall == nil || res.ErrorCall.Reason == vet.ReasonBatch) {
-			d := d
-			res.ErrorCall = &d
-		}
-		drop[at[i]] = true
-		notices = append(notices, vet.Notice(d))
 	}
 	if res.ErrorCall != nil || len(drop) == 0 {
 		return body, res, nil

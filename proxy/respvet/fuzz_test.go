@@ -62,28 +62,21 @@ func visibleCalls(t *testing.T, out []byte) []call {
 
 func FuzzStream(f *testing.F) {
 	for _, tc := range streamCases {
-		mode := relaytest.ModeByte(tc.mode)
-		f.Add([]byte(tc.in), mode, tc.atomic, uint8(0), uint64(1))
-		f.Add([]byte(tc.in), (mode+1)%3, !tc.atomic, uint8(5), uint64(2))
+		relaytest.AddSeeds(f, tc.in, tc.mode, tc.atomic)
 	}
 	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
-		m := relaytest.FuzzModes[int(mode)%len(relaytest.FuzzModes)]
+		m := relaytest.FuzzMode(mode)
 		out, ds, blocked := runStream(t, string(input), policy(m, atomic), int(split%16), seed)
-		nBlocked := 0
+		relaytest.CheckBlocked(t, ds, blocked)
 		passed := map[call]bool{} // by call id and name
 		for _, d := range ds {
-			if d.Blocked() {
-				nBlocked++
-			} else if d.Reason != vet.ReasonAfterRelease {
+			if !d.Blocked() && d.Reason != vet.ReasonAfterRelease {
 				passed[call{CallID: d.CallID, Name: d.Tool}] = true
 				if m == vet.ModeAudit {
 					// An audited call that changed between events passes as it came, whatever its name.
 					passed[call{CallID: d.CallID}] = true
 				}
 			}
-		}
-		if nBlocked != blocked {
-			t.Fatalf("Blocked() = %d, %d blocked decisions", blocked, nBlocked)
 		}
 		check := policy(m, atomic)
 		for _, c := range visibleCalls(t, out) {

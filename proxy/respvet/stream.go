@@ -15,10 +15,6 @@ import (
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
-// MaxCallBytes caps what is held for one streamed call (its raw events plus its arguments); a call that grows
-// beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
-const MaxCallBytes = relay.MaxCallBytes
-
 // Event types of the Responses stream this package reads.
 const (
 	evItemAdded    = "response.output_item.added"
@@ -74,9 +70,8 @@ const (
 // Read returns whatever output it has before it reads upstream again, so each event reaches a caller that
 // flushes after every Read at once. A Stream is not safe for concurrent use.
 type Stream struct {
-	rl  relay.Relay
-	c   *vet.Checker
-	rec Recorder
+	rl relay.Relay
+	c  *vet.Checker
 
 	items   map[int]*item  // by upstream output_index
 	byID    map[string]int // item id -> upstream output_index
@@ -85,7 +80,6 @@ type Stream struct {
 	// shift is added to upstream sequence numbers; last is the last sequence number written (-1: none).
 	shift, last int64
 
-	blocked  int
 	finished bool // a terminal event (or an upstream error event) went out
 
 	// OnResponseID, when set before the first Read, is called once with the response's id, from the first
@@ -129,12 +123,12 @@ type meta struct {
 
 // NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for every vetted
 // call.
-func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
-	s := &Stream{c: c, rec: rec, items: map[int]*item{}, byID: map[string]int{}, last: -1}
-	s.rl = relay.New(upstream, relay.Surface{
+func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
+	s := &Stream{c: c, items: map[int]*item{}, byID: map[string]int{}, last: -1}
+	s.rl = relay.New(upstream, rec, relay.Surface{
 		Finished: func() bool { return s.finished && len(s.open) == 0 },
 		Truncated: func() {
-			s.end(ErrorJSON(s.last+1, "upstream stream ended before the response was complete", "server_error", CodeTruncated))
+			s.end(ErrorJSON(s.last+1, "upstream stream ended before the response was complete", "server_error", relay.CodeTruncated))
 		},
 		Done:      s.completeAll,
 		Malformed: s.malformed,
@@ -146,7 +140,7 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec Recorder) *Stream {
 }
 
 // Blocked is the number of calls blocked so far.
-func (s *Stream) Blocked() int { return s.blocked }
+func (s *Stream) Blocked() int { return s.rl.Blocked() }
 
 // Err is the upstream's read error, if the upstream failed (other than by ending early).
 func (s *Stream) Err() error { return s.rl.Err() }
@@ -453,16 +447,9 @@ func (s *Stream) completeAll() {
 // complete vets calls together, then releases or replaces each.
 func (s *Stream) complete(ps []*pending) {
 	s.open = slices.DeleteFunc(s.open, func(p *pending) bool { return slices.Contains(ps, p) })
-	ds, culprit := relay.Verdicts[meta](s.c, ps)
-	if culprit >= 0 {
-		s.fatal(ds, culprit)
-		return
-	}
-	for i, d := range ds {
-		p := ps[i]
+	relay.Settle[meta](&s.rl, s.c, ps, s.fatal, func(p *pending, d vet.Decision) {
 		p.vetted = true
 		p.sum = sha256.Sum256(p.Call.Args)
-		s.record(d)
 		st := s.items[p.oi]
 		st.client = s.nextOut
 		s.nextOut++
@@ -472,12 +459,9 @@ func (s *Stream) complete(ps []*pending) {
 				s.write(raw, nil, p.Meta[j], st.client)
 			}
 		} else {
-			s.blocked++
 			s.notice(p, st.client, vet.Notice(d))
 		}
-		p.Drop()
-		p.Call.Args = nil
-	}
+	})
 }
 
 // notice writes the events of a message item with the notice at output_index oi.
@@ -518,23 +502,14 @@ func (s *Stream) notice(p *pending, oi int, text string) {
 // released call cannot take back what the client has: its late events are dropped and recorded (in error mode
 // the stream ends; in audit mode they are passed on).
 func (s *Stream) late(st *item, raw []byte, m meta) {
-	p := st.call
-	if !p.released {
+	if !st.call.released {
 		return
 	}
-	d := vet.Decision{Kind: vet.KindToolCall, CallID: p.Call.ID, Tool: p.Call.Name, Verdict: vet.VerdictBlocked, Reason: vet.ReasonAfterRelease}
-	if s.c.Mode() == vet.ModeAudit {
-		d.Verdict = vet.VerdictAudited
-	}
-	s.record(d)
-	switch {
-	case d.Verdict == vet.VerdictAudited:
+	switch d := s.rl.AfterRelease(s.c, st.call.Call); {
+	case !d.Blocked():
 		s.write(raw, nil, m, st.client)
 	case s.c.Mode() == vet.ModeError:
-		s.blocked++
 		s.end(blockedJSON(s.last+1, d))
-	default:
-		s.blocked++
 	}
 }
 
@@ -588,13 +563,15 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	if len(fresh) > 0 {
 		ds := s.c.VetBatch(fresh)
 		if culprit := relay.Culprit(s.c, ds); culprit >= 0 {
-			s.fatal(ds, culprit)
+			for _, d := range ds {
+				s.rl.Record(d)
+			}
+			s.fatal(ds[culprit])
 			return nil, false
 		}
 		for i, d := range ds {
-			s.record(d)
+			s.rl.Record(d)
 			if d.Blocked() {
-				s.blocked++
 				rest[freshAt[i]] = string(noticeItem(newNoticeID(), vet.Notice(d), true))
 				changed = true
 			}
@@ -719,22 +696,9 @@ func (s *Stream) write(raw, data []byte, m meta, oi int) {
 	s.rl.Out = sse.AppendEvent(s.rl.Out, m.name, data)
 }
 
-func (s *Stream) record(d vet.Decision) {
-	if s.rec != nil {
-		s.rec(d)
-	}
-}
-
-// fatal records the decisions of calls vetted together and ends the stream with the error of the culprit's
-// (error mode).
-func (s *Stream) fatal(ds []vet.Decision, culprit int) {
-	for _, d := range ds {
-		s.record(d)
-		if d.Blocked() {
-			s.blocked++
-		}
-	}
-	s.end(blockedJSON(s.last+1, ds[culprit]))
+// fatal ends the stream with the error of a call blocked in error mode.
+func (s *Stream) fatal(culprit vet.Decision) {
+	s.end(blockedJSON(s.last+1, culprit))
 }
 
 // dropOpen lets go of every open call without vetting it (the upstream failed).
@@ -756,5 +720,5 @@ func (s *Stream) end(errJSON []byte) {
 
 // blockedJSON is the error event for a call blocked in error mode.
 func blockedJSON(seq int64, d vet.Decision) []byte {
-	return ErrorJSON(seq, vet.Notice(d), "permission_error", CodeToolCallBlocked)
+	return ErrorJSON(seq, vet.Notice(d), "permission_error", relay.CodeToolCallBlocked)
 }

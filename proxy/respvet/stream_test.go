@@ -1,15 +1,14 @@
 package respvet
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
@@ -58,7 +57,7 @@ var streamCases = []streamCase{
 		name: "error mode ends the stream",
 		in: (&rs{}).created().message(0, "msg_1", "Checking.", 3).
 			call(1, "fc_b", "call_b", "web_fetch", fetchBad, 2).completed().String(),
-		mode: vet.ModeError, types: []string{"message"}, text: "Checking.", errCode: CodeToolCallBlocked,
+		mode: vet.ModeError, types: []string{"message"}, text: "Checking.", errCode: relay.CodeToolCallBlocked,
 		blocked: 1, leaks: []string{`"fc_b"`, `"call_b"`, "evil", "SECRET123"},
 	},
 	{
@@ -177,7 +176,7 @@ var streamCases = []streamCase{
 			r.ev("response.function_call_arguments.delta", `{"item_id":"fc_a","output_index":1,"delta":`+jstr(fetchGood)+`}`)
 			return r.String()
 		}(),
-		mode: vet.ModeRefuse, types: []string{"message"}, text: "Hi.", errCode: CodeTruncated,
+		mode: vet.ModeRefuse, types: []string{"message"}, text: "Hi.", errCode: relay.CodeTruncated,
 		leaks: []string{`"fc_a"`, `"call_a"`},
 	},
 	{
@@ -250,18 +249,10 @@ var streamCases = []streamCase{
 func TestStream(t *testing.T) {
 	for _, tc := range streamCases {
 		t.Run(tc.name, func(t *testing.T) {
-			whole, ds, blocked := runStream(t, tc.in, policy(tc.mode, tc.atomic), 0, 0)
-			check(t, tc, whole, ds, blocked)
 			// The same stream split into 1..7-byte reads (and 1-byte reads) gives the same output, notice ids aside.
-			for _, split := range []int{1, 7} {
-				for seed := range uint64(3) {
-					out, ds, blocked := runStream(t, tc.in, policy(tc.mode, tc.atomic), split, seed)
-					check(t, tc, out, ds, blocked)
-					if !bytes.Equal(normalizeIDs(out), normalizeIDs(whole)) {
-						t.Fatalf("split %d seed %d: output differs:\n%s\n---\n%s", split, seed, out, whole)
-					}
-				}
-			}
+			relaytest.CheckSplits(t, func(split int, seed uint64) ([]byte, []vet.Decision, int) {
+				return runStream(t, tc.in, policy(tc.mode, tc.atomic), split, seed)
+			}, normalizeIDs, func(out []byte, ds []vet.Decision, blocked int) { check(t, tc, out, ds, blocked) })
 		})
 	}
 }
@@ -315,59 +306,17 @@ func check(t *testing.T, tc streamCase, out []byte, ds []vet.Decision, blocked i
 	if blocked != tc.blocked {
 		t.Errorf("blocked %d, want %d", blocked, tc.blocked)
 	}
-	n := 0
-	for _, d := range ds {
-		if d.Blocked() {
-			n++
-		}
-	}
-	if n != tc.blocked {
-		t.Errorf("%d blocked decisions, want %d: %+v", n, tc.blocked, ds)
-	}
-	for _, leak := range tc.leaks {
-		if bytes.Contains(out, []byte(leak)) {
-			t.Errorf("output holds %q of a blocked call:\n%s", leak, out)
-		}
-	}
+	relaytest.CheckBlocked(t, ds, blocked)
+	relaytest.CheckNoLeak(t, out, tc.leaks)
 }
 
 // TestTextNotDelayed: text before a call reaches the client before the upstream sends the call.
 func TestTextNotDelayed(t *testing.T) {
-	pr, pw := io.Pipe()
-	s := NewStream(pr, policy(vet.ModeRefuse, false), nil)
-	r := bufio.NewReader(s)
 	head := (&rs{}).created().message(0, "msg_1", "Hello there", 2)
-	got := make(chan string, 1)
-	go func() {
-		var b strings.Builder
-		for !strings.Contains(b.String(), "response.output_item.done") {
-			line, err := r.ReadString('\n')
-			b.WriteString(line)
-			if err != nil {
-				break
-			}
-		}
-		got <- b.String()
-	}()
-	go func() { _, _ = io.WriteString(pw, head.String()) }()
-	select {
-	case out := <-got:
-		if !strings.Contains(out, `"delta":"He"`) {
-			t.Fatalf("text not forwarded: %s", out)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("text was held back while the upstream had not sent the call yet")
-	}
 	rest := &rs{seq: head.seq, output: head.output}
 	rest.call(1, "fc_b", "call_b", "web_fetch", fetchBad, 3).completed()
-	go func() {
-		_, _ = io.WriteString(pw, rest.String())
-		_ = pw.Close()
-	}()
-	tail, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tail := relaytest.TextFirst(t, relaytest.Opener(NewStream, policy(vet.ModeRefuse, false)),
+		head.String(), "response.output_item.done", `"delta":"He"`, rest.String())
 	if bytes.Contains(tail, []byte("SECRET123")) || !bytes.Contains(tail, []byte("blocked tool call web_fetch")) {
 		t.Fatalf("tail: %s", tail)
 	}

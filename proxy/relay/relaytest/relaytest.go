@@ -1,12 +1,14 @@
 // Package relaytest holds what the tests and benchmarks of the stream vetters (proxy/chatvet,
 // proxy/respvet, proxy/anthvet) share: an upstream that splits a stream into random reads, a
 // driver that pipes a stream through a vetter the way the proxy does, a reader of clean SSE
-// output, the policy most tests vet against, and a benchmark of a relay beside a plain copy.
+// output, the policy most tests vet against, the checks and fuzz seeds every surface's stream
+// tests make, and a benchmark of a relay beside a plain copy.
 //
 // It is imported by tests only. It knows nothing of any surface's wire format.
 package relaytest
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -31,6 +34,18 @@ func ModeByte(m vet.Mode) byte {
 		}
 	}
 	return 0
+}
+
+// FuzzMode is the mode a fuzz input's mode byte picks from FuzzModes.
+func FuzzMode(b byte) vet.Mode { return FuzzModes[int(b)%len(FuzzModes)] }
+
+// AddSeeds adds the seeds of one stream case to a fuzz target that takes (input []byte, mode byte, atomic
+// bool, split uint8, seed uint64): the case as it is, read whole, and in the next mode with the other
+// atomicity, read 1..5 bytes at a time.
+func AddSeeds(f *testing.F, input string, m vet.Mode, atomic bool) {
+	mode := ModeByte(m)
+	f.Add([]byte(input), mode, atomic, uint8(0), uint64(1))
+	f.Add([]byte(input), (mode+1)%byte(len(FuzzModes)), !atomic, uint8(5), uint64(2))
 }
 
 // Policy is the checker most tests use: get_weather, web_fetch and search are allowed, get_weather's
@@ -220,4 +235,91 @@ func CheckTextAllocs(t testing.TB, open Open, text func(n int) []byte) {
 	if per := (run(text(2*n)) - run(text(n))) / n; per > 0.02 {
 		t.Fatalf("%.3f allocations per text event", per)
 	}
+}
+
+// CheckBlocked fails the test unless blocked, a stream's count of blocked calls, is the number of blocked
+// decisions it recorded.
+func CheckBlocked(t testing.TB, ds []vet.Decision, blocked int) {
+	t.Helper()
+	n := 0
+	for _, d := range ds {
+		if d.Blocked() {
+			n++
+		}
+	}
+	if n != blocked {
+		t.Fatalf("Blocked() = %d, %d blocked decisions: %+v", blocked, n, ds)
+	}
+}
+
+// CheckNoLeak fails the test when out holds one of leaks (an id or argument bytes of a blocked call).
+func CheckNoLeak(t testing.TB, out []byte, leaks []string) {
+	t.Helper()
+	for _, leak := range leaks {
+		if bytes.Contains(out, []byte(leak)) {
+			t.Errorf("output holds %q of a blocked call:\n%s", leak, out)
+		}
+	}
+}
+
+// CheckSplits runs a stream case whole (run(0, 0)) and then split into reads of 1 byte and of 1..7 bytes,
+// three seeds each: check sees every output, and every split output must be the whole one (after norm, when
+// not nil, has made both comparable).
+func CheckSplits(t testing.TB, run func(split int, seed uint64) ([]byte, []vet.Decision, int), norm func([]byte) []byte,
+	check func(out []byte, ds []vet.Decision, blocked int)) {
+	t.Helper()
+	if norm == nil {
+		norm = func(b []byte) []byte { return b }
+	}
+	whole, ds, blocked := run(0, 0)
+	check(whole, ds, blocked)
+	for _, split := range []int{1, 7} {
+		for seed := range uint64(3) {
+			out, ds, blocked := run(split, seed)
+			check(out, ds, blocked)
+			if !bytes.Equal(norm(out), norm(whole)) {
+				t.Fatalf("split %d seed %d: output differs:\n%s\n---\n%s", split, seed, out, whole)
+			}
+		}
+	}
+}
+
+// TextFirst checks that a stream hands out what it has before the upstream sends more: it writes head to the
+// stream that open returns (no recorder) and reads until a line holds until, which must come, with want in
+// what was read, before the upstream sends anything else. It then writes tail, ends the upstream and returns
+// the rest of the output.
+func TextFirst(t testing.TB, open Open, head, until, want, tail string) []byte {
+	t.Helper()
+	pr, pw := io.Pipe()
+	r := bufio.NewReader(open(pr, nil))
+	got := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		for !strings.Contains(b.String(), until) {
+			line, err := r.ReadString('\n')
+			b.WriteString(line)
+			if err != nil {
+				break
+			}
+		}
+		got <- b.String()
+	}()
+	go func() { _, _ = io.WriteString(pw, head) }()
+	select {
+	case out := <-got:
+		if !strings.Contains(out, want) {
+			t.Fatalf("text not forwarded: %s", out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("text was held back while the upstream had not sent the call yet")
+	}
+	go func() {
+		_, _ = io.WriteString(pw, tail)
+		_ = pw.Close()
+	}()
+	rest, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rest
 }
