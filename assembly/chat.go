@@ -43,7 +43,9 @@ func invalid(param, format string, args ...any) *policy.Error {
 // wrong type are errors, so that a typo never silently weakens a request's policy.
 func ParseExtension(body []byte) (Extension, error) {
 	var x Extension
-	f := get(body, PathExtension)
+	var m [1]gjson.Result
+	members(body, m[:], PathExtension)
+	f := m[0]
 	if !f.Exists() {
 		return x, nil
 	}
@@ -51,8 +53,7 @@ func ParseExtension(body []byte) (Extension, error) {
 		return x, invalid(PathExtension, "promptgate must be an object")
 	}
 	var err error
-	f.ForEach(func(k, v gjson.Result) bool {
-		key := k.String()
+	fields(body, f, func(key string, v gjson.Result) bool {
 		str := func(dst *string) {
 			if v.Type != gjson.String {
 				err = invalid(PathExtension+"."+key, "promptgate.%s must be a string", key)
