@@ -43,9 +43,7 @@ func invalid(param, format string, args ...any) *policy.Error {
 // wrong type are errors, so that a typo never silently weakens a request's policy.
 func ParseExtension(body []byte) (Extension, error) {
 	var x Extension
-	var m [1]gjson.Result
-	members(body, m[:], PathExtension)
-	f := m[0]
+	f := get(body, PathExtension)
 	if !f.Exists() {
 		return x, nil
 	}
@@ -53,7 +51,8 @@ func ParseExtension(body []byte) (Extension, error) {
 		return x, invalid(PathExtension, "promptgate must be an object")
 	}
 	var err error
-	fields(body, f, func(key string, v gjson.Result) bool {
+	f.ForEach(func(k, v gjson.Result) bool {
+		key := k.String()
 		str := func(dst *string) {
 			if v.Type != gjson.String {
 				err = invalid(PathExtension+"."+key, "promptgate.%s must be a string", key)
