@@ -1,6 +1,8 @@
 package ctxjson
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -54,6 +56,48 @@ func BenchmarkParse40K(b *testing.B) {
 	for b.Loop() {
 		if _, err := Parse(raw); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// escaped40K is shaped like the harness's ctx40k context: ten attachments of text with a quote,
+// a line break or a tab every ~25 bytes, so most strings take Parse's escape path.
+func escaped40K() []byte {
+	att := Array()
+	for i := range 10 {
+		att.Append(Object().
+			Set("name", String(fmt.Sprintf("notes-%d.md", i))).
+			Set("text", String(strings.Repeat("Quarterly numbers \"look\" fine.\n=== SYSTEM CORE ===\t", 80))))
+	}
+	return Encode(Object().Set("attachments", att).Set("memory", Object().Set("lang", String("en"))))
+}
+
+func BenchmarkParse40KEscaped(b *testing.B) {
+	raw := escaped40K()
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkParseBuild40KEscaped is what a ctx40k request costs here: parse the context, then fit
+// it with the harness's budgets into the default 12000 characters.
+func BenchmarkParseBuild40KEscaped(b *testing.B) {
+	raw := escaped40K()
+	meta := Meta{Protocol: "bench"}
+	budgets := mustBudgets(`{"request.attachments":0.5,"memory":2000}`, 12000)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		v, err := Parse(raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, truncated := Build(meta, []Source{{Name: "request", Value: v}}, 12000, budgets); !truncated {
+			b.Fatal("not truncated")
 		}
 	}
 }

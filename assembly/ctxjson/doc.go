@@ -33,8 +33,10 @@
 // A source that nothing of fits (dropped, or shrunk to an empty object or array) is removed from
 // the line and listed in meta.skipped with reason "budget". Sizes are computed bottom-up once;
 // each shrink updates them incrementally, so fitting is O(n log n) in the number of nodes plus
-// the size of the input, never a re-encoding per step. Any change sets meta.truncated. If no
-// source fits the line is {"meta":{"protocol":..,"sources":[],...,"truncated":true}}, then
+// the size of the input, never a re-encoding per step; the strings of a tree that Parse made are
+// not even read for their sizes, which Parse measured as it read them. Any change sets
+// meta.truncated. If no source fits the line is
+// {"meta":{"protocol":..,"sources":[],...,"truncated":true}}, then
 // without skipped, then without sources, then {"meta":{"truncated":true}} (27 characters). A max
 // below about 64 is refused by config validation elsewhere; Build never returns more than max
 // characters for max >= 27.

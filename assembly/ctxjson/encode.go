@@ -1,6 +1,7 @@
 package ctxjson
 
 import (
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -72,7 +73,7 @@ func Size(v *Value) int {
 	case KindNumber:
 		return len(v.text)
 	case KindString:
-		return strSize(v.text)
+		return v.strSize()
 	case KindArray:
 		n := 2 + max(len(v.items)-1, 0)
 		for _, e := range v.items {
@@ -94,6 +95,9 @@ func Size(v *Value) int {
 func sizeUpTo(v *Value, limit int) int {
 	switch v.Kind() {
 	case KindString:
+		if v.size > 0 {
+			return v.size
+		}
 		return strSizeUpTo(v.text, limit)
 	case KindArray, KindObject:
 		n := 2 + max(len(v.items)-1, 0)
@@ -151,26 +155,47 @@ func plainASCII(c byte) bool { return c >= 0x20 && c < 0x7F && c != '"' && c != 
 func char(s string, i int) (width, enc int) {
 	c := s[i]
 	if c < utf8.RuneSelf {
-		switch {
-		case plainASCII(c):
+		if plainASCII(c) {
 			return 1, 1
-		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
-			return 1, 2
-		default:
-			return 1, 6
 		}
+		return 1, runeSize(rune(c))
 	}
 	r, size := utf8.DecodeRuneInString(s[i:])
-	switch {
-	case r == utf8.RuneError && size == 1:
+	if r == utf8.RuneError && size == 1 {
 		return 1, 1 // written as U+FFFD
-	case !escapeRune(r):
-		return size, 1
-	case r > 0xFFFF:
-		return size, 12
-	default:
-		return size, 6
 	}
+	return size, runeSize(r)
+}
+
+// runeSize returns the number of characters the encoding of r takes; r is a valid rune or
+// utf8.RuneError.
+func runeSize(r rune) int {
+	switch {
+	case r < utf8.RuneSelf:
+		switch c := byte(r); {
+		case plainASCII(c):
+			return 1
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			return 2
+		default:
+			return 6
+		}
+	case !escapeRune(r):
+		return 1
+	case r > 0xFFFF:
+		return 12
+	default:
+		return 6
+	}
+}
+
+// strSize returns the number of characters of the encoding of the string v, quotes included:
+// what Parse measured, else strSize(v.text).
+func (v *Value) strSize() int {
+	if v.size > 0 {
+		return v.size
+	}
+	return strSize(v.text)
 }
 
 // strSize returns the number of characters of the encoding of s, quotes included.
@@ -199,13 +224,15 @@ const (
 // plainRun returns the index of the first byte at or after i that is not plain ASCII, or len(s).
 // It tests 8 bytes at a time: with every byte below 0x80 (else x has a high bit set), x+ones
 // sets a high bit exactly where a byte is 0x7F, and each subtraction borrows into a high bit
-// exactly when some byte is below the bound, so the word test is exact.
+// exactly when some byte is below the bound, so the word test is exact. A carry or borrow only
+// moves to higher bytes, from a byte that is itself flagged, so the lowest flagged byte is the
+// first one that is not plain.
 func plainRun(s string, i int) int {
 	for ; i+8 <= len(s); i += 8 {
 		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
 			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		if (x|(x+ones)|(x-0x20*ones)|((x^('"'*ones))-ones)|((x^('\\'*ones))-ones))&highs != 0 {
-			break
+		if m := (x | (x + ones) | (x - 0x20*ones) | ((x ^ ('"' * ones)) - ones) | ((x ^ ('\\' * ones)) - ones)) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
 		}
 	}
 	for i < len(s) && plainASCII(s[i]) {

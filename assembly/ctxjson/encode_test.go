@@ -167,6 +167,40 @@ func TestPlainRun(t *testing.T) {
 			}
 		}
 	}
+	// Two bytes that are not plain in one word: the first is found, whatever the second (a carry
+	// or borrow out of the first must not matter).
+	for c := 0; c < 256; c++ {
+		if plainASCII(byte(c)) {
+			continue
+		}
+		for d := 0; d < 256; d++ {
+			for lane := 0; lane < 8; lane++ {
+				for later := lane + 1; later < 8; later++ {
+					b := []byte(strings.Repeat("a", 19))
+					b[8+lane], b[8+later] = byte(c), byte(d)
+					if got := plainRun(string(b), 0); got != 8+lane {
+						t.Fatalf("bytes %#x, %#x in lanes %d, %d: got %d", c, d, lane, later, got)
+					}
+				}
+			}
+		}
+	}
+}
+
+// FuzzPlainRun checks the word-at-a-time scan against the byte-wise rule.
+func FuzzPlainRun(f *testing.F) {
+	f.Add([]byte("plain text \"quoted\"\n\x7f\x80"), uint8(0))
+	f.Add([]byte("\x00\x1f\xff abcdefgh ijklmnop"), uint8(3))
+	f.Fuzz(func(t *testing.T, b []byte, start uint8) {
+		i := min(int(start), len(b))
+		want := i
+		for want < len(b) && plainASCII(b[want]) {
+			want++
+		}
+		if got := plainRun(string(b), i); got != want {
+			t.Fatalf("plainRun(%q, %d) = %d, want %d", b, i, got, want)
+		}
+	})
 }
 
 // TestEscapeDefaultIgnorable checks escapeRune against the unicode package's tables rather than a hand list:

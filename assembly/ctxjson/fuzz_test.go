@@ -43,8 +43,53 @@ func FuzzBuild(f *testing.F) {
 		}
 		b, _ := ParseBudgets(budgets, max)
 		meta := Meta{Protocol: protocol, Skipped: []Skip{{Source: "plugin", Reason: protocol}}}
-		checkBuild(t, meta, sources, max, b)
+		line, truncated, _ := checkBuild(t, meta, sources, max, b)
+		// The same tree built without the sizes Parse measured: each string measured by Build.
+		plain := make([]Source, len(sources))
+		for i, s := range sources {
+			plain[i] = Source{Name: s.Name, Value: unmeasured(s.Value)}
+		}
+		if line2, truncated2 := Build(meta, plain, max, b); !bytes.Equal(line, line2) || truncated != truncated2 {
+			t.Fatalf("the sizes Parse measured change the line:\n parsed   %s\n measured %s", line, line2)
+		}
 	})
+}
+
+// unmeasured returns a copy of v made with the constructors, so that no string carries the size
+// Parse measured.
+func unmeasured(v *Value) *Value {
+	switch v.Kind() {
+	case KindString:
+		return String(v.Text())
+	case KindArray:
+		a := Array()
+		for _, e := range v.Elems() {
+			a.Append(unmeasured(e))
+		}
+		return a
+	case KindObject:
+		o := Object()
+		for k, e := range v.Fields() {
+			o.Set(k, unmeasured(e))
+		}
+		return o
+	}
+	return v
+}
+
+// checkMeasured fails unless every string of v that Parse measured has the size strSize gives.
+func checkMeasured(t *testing.T, v *Value) {
+	t.Helper()
+	switch v.Kind() {
+	case KindString:
+		if want := strSize(v.text); v.size != want {
+			t.Fatalf("Parse measured %q as %d characters, strSize says %d", v.text, v.size, want)
+		}
+	case KindArray, KindObject:
+		for _, e := range v.items {
+			checkMeasured(t, e)
+		}
+	}
 }
 
 // FuzzEncode checks that Encode(Parse(x)) is valid, safe JSON that decodes to the same value as x.
@@ -53,6 +98,7 @@ func FuzzEncode(f *testing.F) {
 		`null`, `{"a":[1,2.5e-3,"x\n\u2028\u0085",true,false,null,{}]}`, `"\ud800\udc00\ud800"`, "\"\xff\xc0\xaf\"",
 		`{"z":1,"a":{"y":[],"b":"\u202e\u200b\ufeff"}}`, `[-0,1E+2,0.1]`, `"<&>/\\\""`, `{"a":1,"a":2}`,
 		"\"\U000E0041\U000E0100\u00ad\"", `[[[[[[[[[[]]]]]]]]]]`,
+		`"\/\b\f\n\r\t\"\\\u0000\u007f\u00e9\ud83d\ude00\u2028\udb40\udc41\u0041\ud800x"`, "\"a\xe2\\u0041\x80\xa8\x7f\"",
 	} {
 		f.Add([]byte(s))
 	}
@@ -68,6 +114,7 @@ func FuzzEncode(f *testing.F) {
 		if !valid {
 			t.Fatalf("Parse accepted invalid JSON %q", x)
 		}
+		checkMeasured(t, v)
 		enc := Encode(v)
 		assertSafeLine(t, enc)
 		if n := utf8.RuneCount(enc); Size(v) != n {

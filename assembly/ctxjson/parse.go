@@ -2,10 +2,10 @@ package ctxjson
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
-
-	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"unsafe"
 )
 
 // MaxParseDepth is the deepest nesting of objects and arrays Parse accepts. Request bodies are
@@ -22,8 +22,13 @@ const linearKeys = 16
 // decoding escapes and repairing invalid UTF-8) and nesting deeper than MaxParseDepth. It is lenient where the encoder
 // repairs: invalid UTF-8 is kept and encoded as U+FFFD, and a \u escape of a lone surrogate
 // decodes to U+FFFD, as encoding/json does.
+//
+// Parse measures the encoding of each string as it reads it, so that Size and Build do not read
+// the strings of a parsed tree again. raw must not change during Parse; the tree holds copies.
 func Parse(raw []byte) (*Value, error) {
-	p := parser{b: raw}
+	// A read-only view of raw, so that the scanning code is the encoder's: every string or number
+	// that goes into the tree is copied out of it (strings.Clone, or p.buf).
+	p := parser{b: unsafe.String(unsafe.SliceData(raw), len(raw))}
 	i := p.ws(0)
 	v, i, err := p.value(i, 0)
 	if err != nil {
@@ -36,7 +41,7 @@ func Parse(raw []byte) (*Value, error) {
 }
 
 type parser struct {
-	b   []byte
+	b   string // the input, a view of Parse's raw: never let a slice of it into the tree
 	buf []byte // scratch for decoding escaped strings
 }
 
@@ -76,11 +81,11 @@ func (p *parser) value(i, depth int) (*Value, int, error) {
 	case '[':
 		return p.array(i, depth+1)
 	case '"':
-		s, j, err := p.str(i)
+		s, size, j, err := p.str(i)
 		if err != nil {
 			return nil, j, err
 		}
-		return &Value{kind: KindString, text: s}, j, nil
+		return &Value{kind: KindString, text: s, size: size}, j, nil
 	case 't':
 		j, err := p.lit(i, "true")
 		return &Value{kind: KindBool, truth: true}, j, err
@@ -96,7 +101,7 @@ func (p *parser) value(i, depth int) (*Value, int, error) {
 			for j < len(p.b) && (isDigit(p.b[j]) || p.b[j] == '.' || p.b[j] == 'e' || p.b[j] == 'E' || p.b[j] == '+' || p.b[j] == '-') {
 				j++
 			}
-			text := string(p.b[i:j])
+			text := strings.Clone(p.b[i:j])
 			if !validNumber(text) {
 				return nil, i, p.errf(i, "invalid number %q", text)
 			}
@@ -107,7 +112,7 @@ func (p *parser) value(i, depth int) (*Value, int, error) {
 }
 
 func (p *parser) lit(i int, lit string) (int, error) {
-	if len(p.b)-i < len(lit) || string(p.b[i:i+len(lit)]) != lit {
+	if len(p.b)-i < len(lit) || p.b[i:i+len(lit)] != lit {
 		return i, p.errf(i, "invalid literal, expected %s", lit)
 	}
 	return i + len(lit), nil
@@ -130,7 +135,7 @@ func (p *parser) object(i, depth int) (*Value, int, error) {
 		if p.b[i] != '"' {
 			return nil, i, p.errf(i, "unexpected %q, expected an object key", p.b[i])
 		}
-		k, j, err := p.str(i)
+		k, _, j, err := p.str(i)
 		if err != nil {
 			return nil, j, err
 		}
@@ -222,63 +227,85 @@ func validKey(k string) string {
 	return string(b)
 }
 
-// str decodes the string at p.b[i] == '"' and returns it and the offset after its closing quote.
-func (p *parser) str(i int) (string, int, error) {
+// str decodes the string at p.b[i] == '"' and returns it, the characters of its encoding (quotes
+// included, what strSize returns for it) and the offset after its closing quote.
+//
+// The encoding is measured on the input: a raw byte of the input is measured as char measures it,
+// an escape by what it decodes to. That equals measuring the decoded string, since a UTF-8
+// sequence never spans an escape (what an escape decodes to starts with an ASCII or a lead byte,
+// and a raw run of bytes ends before a quote, backslash or control byte).
+func (p *parser) str(i int) (string, int, int, error) {
 	start := i
 	i++
-	j := i
-	for j < len(p.b) && p.b[j] != '"' && p.b[j] != '\\' && p.b[j] >= 0x20 {
-		j++
-	}
+	j := plainRun(p.b, i)
 	if j < len(p.b) && p.b[j] == '"' {
-		return string(p.b[i:j]), j + 1, nil // common case: no escapes
+		return strings.Clone(p.b[i:j]), j - i + 2, j + 1, nil // common case: plain ASCII, nothing to escape
 	}
-	p.buf = append(p.buf[:0], p.b[i:j]...)
+	n := 2 + j - i // characters of the encoding so far
+	seg := i       // the raw bytes from seg on are not yet in p.buf
+	escaped := false
+	p.buf = p.buf[:0]
 	for i = j; ; {
 		if i >= len(p.b) {
-			return "", i, p.errf(start, "unterminated string")
+			return "", 0, i, p.errf(start, "unterminated string")
 		}
 		c := p.b[i]
 		switch {
 		case c == '"':
-			return string(p.buf), i + 1, nil
-		case c < 0x20:
-			return "", i, p.errf(i, "raw control character in string")
-		case c != '\\':
-			// A run of plain bytes up to the next quote, escape or control character, copied at once.
-			j := i + 1
-			for j < len(p.b) && p.b[j] != '"' && p.b[j] != '\\' && p.b[j] >= 0x20 {
-				j++
+			if !escaped {
+				return strings.Clone(p.b[seg:i]), n, i + 1, nil
 			}
-			p.buf = append(p.buf, p.b[i:j]...)
+			p.buf = append(p.buf, p.b[seg:i]...)
+			return string(p.buf), n, i + 1, nil
+		case c < 0x20:
+			return "", 0, i, p.errf(i, "raw control character in string")
+		case plainASCII(c):
+			j := plainRun(p.b, i+1)
+			n += j - i
 			i = j
+			continue
+		case c != '\\':
+			w, e := char(p.b, i) // DEL or a UTF-8 sequence, valid or not
+			n += e
+			i += w
 			continue
 		}
 		if i+1 >= len(p.b) {
-			return "", i, p.errf(start, "unterminated string")
+			return "", 0, i, p.errf(start, "unterminated string")
 		}
+		p.buf = append(p.buf, p.b[seg:i]...)
+		escaped = true
 		switch e := p.b[i+1]; e {
-		case '"', '\\', '/':
+		case '"', '\\':
 			p.buf = append(p.buf, e)
+			n += 2
+		case '/':
+			p.buf = append(p.buf, e)
+			n++
 		case 'b':
 			p.buf = append(p.buf, '\b')
+			n += 6
 		case 'f':
 			p.buf = append(p.buf, '\f')
+			n += 6
 		case 'n':
 			p.buf = append(p.buf, '\n')
+			n += 2
 		case 'r':
 			p.buf = append(p.buf, '\r')
+			n += 2
 		case 't':
 			p.buf = append(p.buf, '\t')
+			n += 2
 		case 'u':
-			r, ok := jsoncheck.Hex4(p.b, i+2)
+			r, ok := hex4(p.b, i+2)
 			if !ok {
-				return "", i, p.errf(i, "invalid \\u escape")
+				return "", 0, i, p.errf(i, "invalid \\u escape")
 			}
 			i += 6
 			if utf16.IsSurrogate(r) {
 				// A pair decodes to one rune; anything else to U+FFFD, like encoding/json.
-				if r2, ok := jsoncheck.Hex4(p.b, i+2); ok && i+1 < len(p.b) && p.b[i] == '\\' && p.b[i+1] == 'u' {
+				if r2, ok := hex4(p.b, i+2); ok && i+1 < len(p.b) && p.b[i] == '\\' && p.b[i+1] == 'u' {
 					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
 						r = d
 						i += 6
@@ -290,10 +317,35 @@ func (p *parser) str(i int) (string, int, error) {
 				}
 			}
 			p.buf = utf8.AppendRune(p.buf, r)
+			n += runeSize(r)
+			seg = i
 			continue
 		default:
-			return "", i, p.errf(i, "invalid escape %q", e)
+			return "", 0, i, p.errf(i, "invalid escape %q", e)
 		}
 		i += 2
+		seg = i
 	}
+}
+
+// hex4 decodes the four hex digits at s[i:i+4].
+func hex4(s string, i int) (rune, bool) {
+	if i < 0 || i+4 > len(s) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range []byte(s[i : i+4]) {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }

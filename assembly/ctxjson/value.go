@@ -46,6 +46,7 @@ type Value struct {
 	kind  Kind
 	truth bool
 	text  string   // the string, or the number's JSON text
+	size  int      // strings: characters of the encoding, quotes included, when Parse measured it; else 0
 	keys  []string // object keys, parallel to items
 	items []*Value // array elements or object values
 }

@@ -123,13 +123,18 @@ func (r *Relay) Read(p []byte) (int, error) {
 		}
 		r.step()
 	}
-	// Events already buffered whole go out in the same Read (one write and flush for a burst), as far
-	// as p has room; the relay never waits for more input while it has output.
-	for !r.Ended && len(r.Out)-r.off < len(p) && r.rd.Buffered() {
-		r.step()
-	}
 	n := copy(p, r.Out[r.off:])
 	r.off += n
+	// Events already buffered whole go out in the same Read (one write and flush for a burst), as far
+	// as p has room; the relay never waits for more input while it has output. Each step's output is
+	// moved to p at once, so that Out holds about one event's output, not a whole burst's (it grew to
+	// the size of p, by doubling, on every stream).
+	for n < len(p) && !r.Ended && r.rd.Buffered() {
+		r.Out, r.off = r.Out[:0], 0 // n < len(p): all of Out is in p
+		r.step()
+		r.off = copy(p[n:], r.Out)
+		n += r.off
+	}
 	return n, nil
 }
 

@@ -2,7 +2,10 @@ package relay
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -190,4 +193,74 @@ func TestRelayTyped(t *testing.T) {
 			t.Errorf("typed %v: calls\n%s\nwant\n%s", typed, got, want)
 		}
 	}
+}
+
+// readBefore is Read as it was before each step's output went to p at once (Out then grew to the
+// size of p on every burst): the reference of FuzzRead.
+func readBefore(r *Relay, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for r.off == len(r.Out) {
+		r.Out, r.off = r.Out[:0], 0
+		if r.Ended {
+			return 0, io.EOF
+		}
+		r.step()
+	}
+	for !r.Ended && len(r.Out)-r.off < len(p) && r.rd.Buffered() {
+		r.step()
+	}
+	n := copy(p, r.Out[r.off:])
+	r.off += n
+	return n, nil
+}
+
+// chunks returns 1..max bytes per Read, in an order fixed by its seed.
+type chunks struct {
+	data []byte
+	rnd  *rand.Rand
+	max  int
+}
+
+func (c *chunks) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	n := min(1+c.rnd.IntN(c.max), len(p), len(c.data))
+	copy(p, c.data[:n])
+	c.data = c.data[n:]
+	return n, nil
+}
+
+// FuzzRead checks that Read hands out the same bytes, Read by Read, and asks the surface the same
+// things in the same order as readBefore, for any input, any split of it and any sizes of p.
+func FuzzRead(f *testing.F) {
+	in := ": keep-alive\n\ndata: not json\n\ndata: {\"a\":1}\n\ndata: {\"a\":1,\"a\":2}\n\nevent: x\ndata: {\"b\":[1,2]}\n\ndata: {\"end\":true}\n\ndata: [DONE]\n\n"
+	f.Add([]byte(in), uint64(1), uint8(7), uint8(16), false)
+	f.Add([]byte(in), uint64(2), uint8(200), uint8(255), true)
+	f.Add([]byte(in), uint64(3), uint8(0), uint8(0), false)
+	f.Add([]byte(strings.Repeat("data: {\"t\":\"0123456789\"}\r\n\r\n", 40)+"data: {\"end\":true}\n\n"), uint64(4), uint8(90), uint8(60), false)
+	f.Add([]byte("data: {\"a\":1}\n\ndata: {\"a\""), uint64(5), uint8(3), uint8(5), true)
+	f.Fuzz(func(t *testing.T, input []byte, seed uint64, split, size uint8, pass bool) {
+		run := func(read func(*Relay, []byte) (int, error)) (string, []string) {
+			rc := newRecorder(&chunks{data: input, rnd: rand.New(rand.NewPCG(seed, 1)), max: 1 + int(split)}, true, pass)
+			sizes := rand.New(rand.NewPCG(seed, 2))
+			var trace strings.Builder
+			for range 1 << 16 {
+				p := make([]byte, 1+sizes.IntN(1+int(size)))
+				n, err := read(&rc.r, p)
+				fmt.Fprintf(&trace, "%d %q %v\n", n, p[:n], err)
+				if err != nil {
+					break
+				}
+			}
+			return trace.String(), rc.log
+		}
+		got, gotLog := run((*Relay).Read)
+		want, wantLog := run(readBefore)
+		if got != want || !slices.Equal(gotLog, wantLog) {
+			t.Fatalf("reads:\n%s\nwant:\n%s\nsurface asked %q, want %q", got, want, gotLog, wantLog)
+		}
+	})
 }
