@@ -167,6 +167,11 @@ func (s *Stream) malformed() {
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
+	if foldedKeys(relay.Get(data, "@this")) {
+		// A client might read a call here that this package does not see: dropped, as a malformed event.
+		s.malformed()
+		return
+	}
 	typ := relay.Get(data, pathType).String()
 	if s.OnResponseID != nil && !s.sawID {
 		if id := relay.Get(data, pathRespID); id.Type == gjson.String && id.Str != "" {
