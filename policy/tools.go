@@ -26,6 +26,11 @@ type Tool struct {
 	Description string
 	// Schema is the raw JSON Schema of its arguments, nil when none was declared.
 	Schema []byte
+	// Aliases are other names of the same tool (the versions of a built-in tool type, such as web_search and
+	// web_search_preview). The tool is kept only under its Name's allowlist entry, and is removed when any of
+	// them is denied, switched off, or restricted by its access policy: a client cannot get around an
+	// operator's removal by picking another version of the tool.
+	Aliases []string
 }
 
 // Removal is a tool taken out of a request, and why.
@@ -58,6 +63,14 @@ func (e *Effective) Filter(tools []Tool, access ToolAccess) (kept []Tool, remove
 			reason = ReasonDuplicateName
 		default:
 			reason = e.why(t.Name, access)
+			for _, a := range t.Aliases {
+				if reason != "" {
+					break
+				}
+				if r := e.removes(a, access); r != "" {
+					reason = fmt.Sprintf("%s (as %s)", r, a)
+				}
+			}
 		}
 		if t.Name != "" {
 			seen[t.Name] = true
@@ -86,6 +99,12 @@ func (e *Effective) why(name string, access ToolAccess) string {
 			return ReasonNotAllowlisted
 		}
 	}
+	return e.removes(name, access)
+}
+
+// removes is why the operator removes a tool name whatever the allowlist says: the protocol's deny list, the
+// runtime enablement, the tool's access policy; "" when none does.
+func (e *Effective) removes(name string, access ToolAccess) string {
 	if anyGlob(e.deny, name) {
 		return ReasonDenied
 	}
