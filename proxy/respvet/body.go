@@ -69,8 +69,12 @@ const (
 	maxDepth = 128
 )
 
-// vetted reports whether an output item type is a call this package vets.
-func vetted(typ string) bool { return typ == typeFunction || typ == typeCustomTool }
+// vetted reports whether an output item type is a call this package vets: also a type that differs from a call
+// type in case only, which clients that read enums without regard to case take for it (such a call is blocked as
+// an unsupported type).
+func vetted(typ string) bool {
+	return strings.EqualFold(typ, typeFunction) || strings.EqualFold(typ, typeCustomTool)
+}
 
 // clientTools maps the output item types of built-in tools that the client acts on (runs a command, applies
 // a patch, performs a computer action, answers an approval request) to the tool types that allow them.
@@ -88,6 +92,11 @@ var clientTools = map[string][]string{
 // that produces its items anyway is not trusted.
 func refusedBuiltin(c *vet.Checker, typ string) string {
 	tools, ok := clientTools[typ]
+	for it, ts := range clientTools {
+		if !ok && strings.EqualFold(typ, it) { // a case variant, as for vetted
+			tools, ok = ts, true
+		}
+	}
 	if !ok {
 		return ""
 	}
@@ -236,7 +245,7 @@ func itemCall(c *vet.Checker, index int, it gjson.Result) *vet.Call {
 	if name := it.Get(pathName); name.Type == gjson.String {
 		call.AddName(name.Str)
 	}
-	if typ.Str == typeCustomTool {
+	if typ.Str != typeFunction { // custom_tool_call, or a case variant of a call type
 		call.Fail(vet.ReasonUnsupportedType)
 		return call
 	}

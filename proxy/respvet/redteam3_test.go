@@ -95,3 +95,37 @@ func TestCaseVariantKeysElsewhere(t *testing.T) {
 		t.Fatalf("blocked %d %+v\n%s", blocked, ds, out2)
 	}
 }
+
+// TestCaseVariantTypes: an item whose type differs from a call type in case only is a call to a client that reads
+// enums without regard to case (System.Text.Json's JsonStringEnumConverter does): it is vetted as a call, and
+// blocked, since a client that reads types exactly would not run it as one.
+func TestCaseVariantTypes(t *testing.T) {
+	for _, typ := range []string{"FUNCTION_CALL", "Function_Call", "function_caLL", "CUSTOM_TOOL_CALL", "Local_Shell_Call"} {
+		item := `{"id":"fc_EVIL","type":"` + typ + `","status":"completed","arguments":"{\"k\":\"SECRET\"}","call_id":"call_EVIL","name":"get_weather","action":{"type":"exec","command":["SECRET"]}}`
+		t.Run(typ, func(t *testing.T) {
+			body := `{"id":"resp_1","object":"response","status":"completed","output":[` + item + `]}`
+			got, res, err := Body([]byte(body), policy(vet.ModeRefuse, false), nil)
+			if err != nil || res.Blocked != 1 || bytes.Contains(got, []byte("EVIL")) || bytes.Contains(got, []byte("SECRET")) {
+				t.Fatalf("body: %v %+v\n%s", err, res, got)
+			}
+			r := (&rs{}).created().message(0, "msg_1", "Hi.", 4)
+			r.ev("response.output_item.added", `{"output_index":1,"item":`+strings.Replace(item, `"completed"`, `"in_progress"`, 1)+`}`)
+			r.ev("response.output_item.done", `{"output_index":1,"item":`+item+`}`)
+			r.output = append(r.output, item)
+			r.completed()
+			for _, split := range []int{0, 3} {
+				out, _, blocked := runStream(t, r.String(), policy(vet.ModeRefuse, false), split, 5)
+				if blocked != 1 || bytes.Contains(out, []byte("EVIL")) || bytes.Contains(out, []byte("SECRET")) {
+					t.Fatalf("split %d: blocked %d\n%s", split, blocked, out)
+				}
+			}
+			// In a snapshot that is not final.
+			r2 := (&rs{}).created()
+			r2.ev("response.in_progress", `{"response":{"id":"resp_1","object":"response","status":"in_progress","output":[`+item+`]}}`)
+			r2.completed()
+			if out, _, _ := runStream(t, r2.String(), policy(vet.ModeRefuse, false), 0, 1); bytes.Contains(out, []byte("EVIL")) {
+				t.Fatalf("snapshot:\n%s", out)
+			}
+		})
+	}
+}

@@ -332,7 +332,7 @@ func (s *Stream) start(oi int, it gjson.Result) *pending {
 	if name := it.Get(pathName); name.Type == gjson.String {
 		p.Call.AddName(name.Str)
 	}
-	if typ == typeCustomTool {
+	if typ != typeFunction { // custom_tool_call, or a case variant of a call type
 		p.Call.Fail(vet.ReasonUnsupportedType)
 	}
 	switch args := it.Get(pathArguments); {
@@ -666,7 +666,8 @@ func (s *Stream) clean(ev *sse.Event, data []byte) []byte {
 // response.in_progress, ...): its calls are vetted when they stream, or in the final response. It returns nil
 // when there is nothing to change.
 func (s *Stream) snapshot(data []byte) []byte {
-	if !bytes.Contains(data, []byte("_call")) && !bytes.Contains(data, []byte("_request")) && !bytes.Contains(data, []byte(`\u`)) {
+	// Call types in any case (see vetted), or spelt with escapes.
+	if !relay.ContainsFold(data, "_call") && !relay.ContainsFold(data, "_reque") && !bytes.Contains(data, []byte(`\u`)) {
 		return nil
 	}
 	output := gjson.GetBytes(data, pathRespOutput)
