@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// TestToolGlobSlash: '/' is an ordinary character in a tool name, so a deny glob catches names that hold one
-// (path.Match's '*' and '?' stop at '/', which let "delete_/all" past "delete_*").
+// TestToolGlobSlash: '/' is an ordinary character in a tool name for a deny list, so a deny glob catches names
+// that hold one
+// (path.Match's '*' and '?' stop at '/', which let "delete_/all" past "delete_*"); an allowlist keeps path.Match.
 func TestToolGlobSlash(t *testing.T) {
 	for _, tc := range []struct {
 		pattern, name string
@@ -35,8 +36,11 @@ func TestToolGlobSlash(t *testing.T) {
 			t.Errorf("toolGlobMatch(%q, %q) = %v, want %v", tc.pattern, tc.name, got, tc.want)
 		}
 	}
-	if !anyGlob([]string{"delete_*"}, "delete_/all") {
+	if !anyDenied([]string{"delete_*"}, "delete_/all") {
 		t.Error("deny list misses delete_/all")
+	}
+	if anyGlob([]string{"search_*"}, "search_a/b") {
+		t.Error("allowlist admits search_a/b")
 	}
 }
 

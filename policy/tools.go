@@ -107,7 +107,7 @@ func (e *Effective) why(name string, access ToolAccess) string {
 // removes is why the operator removes a tool name whatever the allowlist says: the protocol's deny list, the
 // runtime enablement, the tool's access policy; "" when none does.
 func (e *Effective) removes(name string, access ToolAccess) string {
-	if anyGlob(e.deny, name) {
+	if anyDenied(e.deny, name) {
 		return ReasonDenied
 	}
 	enabled := true
@@ -133,8 +133,22 @@ func (e *Effective) removes(name string, access ToolAccess) string {
 	return ""
 }
 
-// anyGlob reports whether name matches one of the names or globs; "*" matches every name.
+// anyGlob reports whether name matches one of the names or globs of an allowlist; "*" matches every name. It
+// uses path.Match, whose '*' and '?' stop at '/': an allowlist admits no more than it says (search_* does not
+// admit search_a/b).
 func anyGlob(globs []string, name string) bool {
+	for _, g := range globs {
+		if g == "*" || globMatch(g, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// anyDenied reports whether name matches one of the names or globs of a deny list. Unlike anyGlob, '/' is an
+// ordinary character here (toolGlobMatch): a deny list removes no less than it says (delete_* removes
+// delete_/all too). Both ways the ambiguity falls on the side of removing the tool.
+func anyDenied(globs []string, name string) bool {
 	for _, g := range globs {
 		if g == "*" || toolGlobMatch(g, name) {
 			return true
@@ -145,7 +159,7 @@ func anyGlob(globs []string, name string) bool {
 
 // toolGlobMatch matches a tool name against a glob of path.Match's syntax (*, ?, [class], \ escapes), except
 // that '/' is an ordinary character: a tool name is not a path, and "delete_*" in a deny list must also catch
-// "delete_/x" (path.Match's '*' stops at '/'). A malformed pattern (refused when the protocol is stored) never
+// "delete_/x" (path.Match's '*' stops at '/'). It is used for deny lists only (see anyDenied). A malformed pattern (refused when the protocol is stored) never
 // matches. It runs in O(len(pattern) × len(name)).
 func toolGlobMatch(pattern, name string) bool {
 	if pattern == name {
