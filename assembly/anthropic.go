@@ -10,8 +10,17 @@ import (
 	"github.com/promptgate/promptgate/policy"
 )
 
-// JSON paths of Anthropic Messages bodies (/v1/messages).
-const pathSystem = "system"
+// JSON paths and names of Anthropic Messages bodies (/v1/messages).
+const (
+	pathSystem     = "system"
+	pathMCPServers = "mcp_servers"
+	typeMCPToolset = "mcp_toolset"
+	// ToolMCP is the tool name under which Anthropic's MCP connector is governed: the request's mcp_servers and
+	// the mcp_toolset entries of its tools, whatever the servers are called (as the Responses API's built-in
+	// "mcp" type). The model calls such a server's tools through Anthropic, with no tool_use block to vet, so
+	// the connector is allowed or removed as a whole.
+	ToolMCP = "mcp"
+)
 
 // Messages is what assembly and policy need of an Anthropic /v1/messages request, read with gjson.
 type Messages struct {
@@ -20,7 +29,8 @@ type Messages struct {
 	// Application is the client's own system: the string, or the text of each text block, in order.
 	Application []string
 	// Tools are the declared tools, each by its name (a client tool, or an Anthropic tool such as
-	// {"type":"web_search_20250305","name":"web_search"}), or by its type when it has no name.
+	// {"type":"web_search_20250305","name":"web_search"}), or by its type when it has no name; the MCP
+	// connector (mcp_servers, mcp_toolset entries) is one tool, ToolMCP.
 	Tools []policy.Tool
 	// NativeTools is true when the client declared tools.
 	NativeTools bool
@@ -74,28 +84,47 @@ func ParseMessages(body []byte) (*Messages, error) {
 	case sys.Exists() && sys.Type != gjson.Null:
 		return nil, invalid(pathSystem, "system must be a string or an array of text blocks")
 	}
+	hasMCP := false
 	if t := get(body, pathTools); t.Exists() && t.Type != gjson.Null {
 		if !t.IsArray() {
 			return nil, invalid(pathTools, "tools must be an array")
 		}
 		t.ForEach(func(_, v gjson.Result) bool {
-			m.Tools = append(m.Tools, messagesTool(v))
 			m.NativeTools = true
+			tool, mcp := messagesTool(v)
+			if mcp {
+				if hasMCP {
+					return true
+				}
+				hasMCP = true
+			}
+			m.Tools = append(m.Tools, tool)
 			return true
 		})
+	}
+	switch srv := get(body, pathMCPServers); {
+	case srv.IsArray():
+		if len(srv.Array()) > 0 && !hasMCP {
+			m.Tools = append(m.Tools, policy.Tool{Name: ToolMCP})
+		}
+	case srv.Exists() && srv.Type != gjson.Null:
+		return nil, invalid(pathMCPServers, "mcp_servers must be an array")
 	}
 	return m, nil
 }
 
 // messagesTool reads one "tools" entry: a client tool {"name","description","input_schema"}, or an Anthropic
 // tool ({"type":"bash_20250124","name":"bash"}, {"type":"web_search_20250305","name":"web_search"}), named by
-// its name, else by its type.
-func messagesTool(v gjson.Result) policy.Tool {
+// its name, else by its type. An mcp_toolset entry is ToolMCP whatever else it says (mcp is true).
+func messagesTool(v gjson.Result) (t policy.Tool, mcp bool) {
+	if v.Get("type").String() == typeMCPToolset {
+		return policy.Tool{Name: ToolMCP}, true
+	}
 	name := v.Get("name").String()
 	if name == "" {
 		name = v.Get("type").String()
 	}
-	return policy.Tool{Name: name, Description: v.Get("description").String(), Schema: rawOrNil(v.Get("input_schema"))}
+	return policy.Tool{Name: name, Description: v.Get("description").String(), Schema: rawOrNil(v.Get("input_schema"))}, false
 }
 
 // MessagesToolChoice checks tool_choice against the kept tools: {"type":"tool","name":X} naming a tool that is
@@ -141,9 +170,19 @@ func RewriteMessages(body []byte, p Prompt, kept []policy.Tool, removedAny bool)
 		return nil, fmt.Errorf("assembly: set system: %w", err)
 	}
 	if removedAny {
-		name := func(v gjson.Result) (string, bool) { return messagesTool(v).Name, false }
+		name := func(v gjson.Result) (string, bool) {
+			t, mcp := messagesTool(v)
+			return t.Name, mcp
+		}
 		if out, err = filterTools(out, pathTools, kept, name, pathToolChoice); err != nil {
 			return nil, err
+		}
+	}
+	// The MCP connector reaches the upstream only where ToolMCP is kept (checked whether or not a removal was
+	// reported: it must never pass by default).
+	if srv := get(out, pathMCPServers); srv.IsArray() && len(srv.Array()) > 0 && !nameSet(kept)[ToolMCP] {
+		if out, err = sjson.DeleteBytes(out, pathMCPServers); err != nil {
+			return nil, fmt.Errorf("assembly: remove mcp_servers: %w", err)
 		}
 	}
 	if p.DatamarkToolOutput {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -95,8 +96,47 @@ func responsesTool(v gjson.Result) (t policy.Tool, builtin bool) {
 	case "custom":
 		return policy.Tool{Name: v.Get("name").String(), Description: v.Get("description").String()}, false
 	default:
-		return policy.Tool{Name: typ}, true
+		return policy.Tool{Name: typ, Aliases: builtinAliases(typ)}, true
 	}
+}
+
+// builtinAliases are the other type names of a built-in tool's versions: without a date suffix
+// (web_search_preview_2025_03_11), with and without _preview (web_search, web_search_preview), and the computer
+// tool's names (computer_use_preview, computer_use, computer), as respvet knows them for computer_call items.
+func builtinAliases(typ string) []string {
+	base := typ
+	if n := len(base) - len("_2006_01_02"); n > 0 && isDateSuffix(base[n:]) {
+		base = base[:n]
+	}
+	base = strings.TrimSuffix(base, "_preview")
+	names := []string{base, base + "_preview"}
+	if base == "computer" || base == "computer_use" {
+		names = []string{"computer", "computer_use", "computer_use_preview"}
+	}
+	var out []string
+	for _, n := range names {
+		if n != typ && n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// isDateSuffix reports whether s is "_YYYY_MM_DD".
+func isDateSuffix(s string) bool {
+	for i, c := range []byte(s) {
+		switch i {
+		case 0, 5, 8:
+			if c != '_' {
+				return false
+			}
+		default:
+			if c < '0' || c > '9' {
+				return false
+			}
+		}
+	}
+	return len(s) == len("_2006_01_02")
 }
 
 // toolChoiceError is the 400 for a tool_choice that names a tool the request may not use.

@@ -2,7 +2,9 @@ package policy
 
 import (
 	"fmt"
+	"path"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/promptgate/promptgate/proxy/config"
 )
@@ -26,6 +28,11 @@ type Tool struct {
 	Description string
 	// Schema is the raw JSON Schema of its arguments, nil when none was declared.
 	Schema []byte
+	// Aliases are other names of the same tool (the versions of a built-in tool type, such as web_search and
+	// web_search_preview). The tool is kept only under its Name's allowlist entry, and is removed when any of
+	// them is denied, switched off, or restricted by its access policy: a client cannot get around an
+	// operator's removal by picking another version of the tool.
+	Aliases []string
 }
 
 // Removal is a tool taken out of a request, and why.
@@ -58,6 +65,14 @@ func (e *Effective) Filter(tools []Tool, access ToolAccess) (kept []Tool, remove
 			reason = ReasonDuplicateName
 		default:
 			reason = e.why(t.Name, access)
+			for _, a := range t.Aliases {
+				if reason != "" {
+					break
+				}
+				if r := e.removes(a, access); r != "" {
+					reason = fmt.Sprintf("%s (as %s)", r, a)
+				}
+			}
 		}
 		if t.Name != "" {
 			seen[t.Name] = true
@@ -86,7 +101,13 @@ func (e *Effective) why(name string, access ToolAccess) string {
 			return ReasonNotAllowlisted
 		}
 	}
-	if anyGlob(e.deny, name) {
+	return e.removes(name, access)
+}
+
+// removes is why the operator removes a tool name whatever the allowlist says: the protocol's deny list, the
+// runtime enablement, the tool's access policy; "" when none does.
+func (e *Effective) removes(name string, access ToolAccess) string {
+	if anyDenied(e.deny, name) {
 		return ReasonDenied
 	}
 	enabled := true
@@ -112,7 +133,9 @@ func (e *Effective) why(name string, access ToolAccess) string {
 	return ""
 }
 
-// anyGlob reports whether name matches one of the names or globs; "*" matches every name.
+// anyGlob reports whether name matches one of the names or globs of an allowlist; "*" matches every name. It
+// uses path.Match, whose '*' and '?' stop at '/': an allowlist admits no more than it says (search_* does not
+// admit search_a/b).
 func anyGlob(globs []string, name string) bool {
 	for _, g := range globs {
 		if g == "*" || globMatch(g, name) {
@@ -120,4 +143,103 @@ func anyGlob(globs []string, name string) bool {
 		}
 	}
 	return false
+}
+
+// anyDenied reports whether name matches one of the names or globs of a deny list. Unlike anyGlob, '/' is an
+// ordinary character here (toolGlobMatch): a deny list removes no less than it says (delete_* removes
+// delete_/all too). Both ways the ambiguity falls on the side of removing the tool.
+func anyDenied(globs []string, name string) bool {
+	for _, g := range globs {
+		if g == "*" || toolGlobMatch(g, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// toolGlobMatch matches a tool name against a glob of path.Match's syntax (*, ?, [class], \ escapes), except
+// that '/' is an ordinary character: a tool name is not a path, and "delete_*" in a deny list must also catch
+// "delete_/x" (path.Match's '*' stops at '/'). It is used for deny lists only (see anyDenied). A malformed pattern (refused when the protocol is stored) never
+// matches. It runs in O(len(pattern) × len(name)).
+func toolGlobMatch(pattern, name string) bool {
+	if pattern == name {
+		return true
+	}
+	if _, err := path.Match(pattern, ""); err != nil {
+		return false
+	}
+	// The classic two-pointer match: on a mismatch, go back to just after the last '*' and let it take one
+	// more rune of the name.
+	p, n := 0, 0
+	starP, starN := -1, -1
+	for n < len(name) {
+		if p < len(pattern) && pattern[p] == '*' {
+			starP, starN = p, n
+			p++
+			continue
+		}
+		if p < len(pattern) {
+			if w, ok := matchOne(pattern[p:], name[n:]); ok {
+				p += w
+				_, size := utf8.DecodeRuneInString(name[n:])
+				n += size
+				continue
+			}
+		}
+		if starP < 0 {
+			return false
+		}
+		_, size := utf8.DecodeRuneInString(name[starN:])
+		starN += size
+		p, n = starP+1, starN
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}
+
+// matchOne matches the first element of pattern ('?', a class, an escaped or a plain rune; not '*') against
+// the first rune of name, and returns the element's width in bytes.
+func matchOne(pattern, name string) (width int, ok bool) {
+	r, _ := utf8.DecodeRuneInString(name)
+	switch pattern[0] {
+	case '?':
+		return 1, true
+	case '[':
+		end := classEnd(pattern)
+		if end < 0 {
+			return 0, false
+		}
+		// A class on its own: path.Match's '[' takes any rune, '/' included.
+		m, err := path.Match(pattern[:end], string(r))
+		return end, err == nil && m
+	case '\\':
+		pr, size := utf8.DecodeRuneInString(pattern[1:])
+		return 1 + size, size > 0 && pr == r
+	}
+	pr, size := utf8.DecodeRuneInString(pattern)
+	return size, pr == r
+}
+
+// classEnd is the length of the class that starts pattern ("[...]", escapes inside it skipped), or -1.
+func classEnd(pattern string) int {
+	i := 1
+	if i < len(pattern) && pattern[i] == '^' {
+		i++
+	}
+	for first := true; i < len(pattern); first = false {
+		switch pattern[i] {
+		case ']':
+			if !first {
+				return i + 1
+			}
+			i++
+		case '\\':
+			i += 2
+		default:
+			i++
+		}
+	}
+	return -1
 }

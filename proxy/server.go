@@ -530,6 +530,9 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	if resp.StatusCode >= 400 {
 		return checkErrorBody(resp, ct)
 	}
+	if err := plainBody(resp); err != nil {
+		return err
+	}
 	checker := s.checker(x)
 	rec := x.trace.count(s.recorder(resp.Request.Context(), x))
 	if ct == "text/event-stream" {
@@ -567,6 +570,22 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	resp.Body = io.NopCloser(bytes.NewReader(out))
 	resp.ContentLength = int64(len(out))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	return nil
+}
+
+// plainBody refuses a success answer in a content coding: the transport asks for gzip and decodes it itself, so
+// any coding left (br, deflate, zstd, "gzip, br" ...) was not asked for, and its bytes cannot be vetted — the
+// client would decode them into something the relay never read.
+func plainBody(resp *http.Response) error {
+	for _, v := range resp.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				resp.Body.Close()
+				return fmt.Errorf("%w: a body in content coding %q, which was not asked for", errUpstreamMalformed, v)
+			}
+		}
+	}
+	resp.Header.Del("Content-Encoding")
 	return nil
 }
 

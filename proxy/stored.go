@@ -439,6 +439,9 @@ func (s *Server) vetStored(resp *http.Response, id string, bg *bgPolicy) error {
 		resp.Body.Close()
 		return fmt.Errorf("%w: status %d for the retrieval of background response %s", errUpstreamMalformed, resp.StatusCode, id)
 	}
+	if err := plainBody(resp); err != nil {
+		return err
+	}
 	resp.Header.Set(HeaderProtocol, bg.protocol)
 	checker := vet.NewChecker(bg.policy)
 	rec := func(d vet.Decision) {

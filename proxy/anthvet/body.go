@@ -85,10 +85,16 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 	var calls []*vet.Call
 	var at []int
 	for i, b := range blocks {
-		if b.Get(pathType).String() != typeToolUse {
+		bt := b.Get(pathType).String()
+		if bt != typeToolUse && !strings.EqualFold(bt, typeToolUse) {
 			continue
 		}
 		call := &vet.Call{Index: i}
+		if bt != typeToolUse {
+			// A case variant: a client that reads enums without regard to case runs it, one that reads exactly
+			// does not; it is blocked.
+			call.Fail(vet.ReasonUnsupportedType)
+		}
 		if id := b.Get(pathID); id.Type == gjson.String {
 			call.ID = id.Str
 		}

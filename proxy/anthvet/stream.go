@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -132,6 +133,10 @@ func (s *Stream) event(ev sse.Event) {
 		return
 	}
 	typ := relay.Get(data, pathType).String()
+	if foldedType(typ) || foldedType(relay.Get(data, "content_block.type").String()) || foldedType(relay.Get(data, "delta.type").String()) {
+		s.malformed() // dropped: a client that reads enums without regard to case would read it differently
+		return
+	}
 	idx, hasIdx := relay.IntField(relay.Get(data, pathIndex))
 	switch typ {
 	case evMessageStart:
@@ -225,7 +230,8 @@ func (s *Stream) event(ev sse.Event) {
 // messageStart vets the (normally empty) content of message_start and counts its blocks.
 func (s *Stream) messageStart(ev sse.Event) {
 	msg := gjson.GetBytes(ev.Data, "message")
-	if !msg.IsObject() || !bytes.Contains([]byte(msg.Raw), []byte(typeToolUse)) {
+	// Only an empty content is passed unread: a block's type may be spelt with escapes ("tool\u005fuse").
+	if !msg.IsObject() || len(msg.Get(pathContent).Array()) == 0 {
 		s.nextOut += len(msg.Get(pathContent).Array())
 		s.write(ev, nil, -1)
 		return
@@ -248,6 +254,21 @@ func (s *Stream) messageStart(ev sse.Event) {
 }
 
 // start begins a tool_use call at a block index.
+// knownTypes are the type values of the events and blocks a client assembles a tool_use block from.
+var knownTypes = []string{evMessageStart, evBlockStart, evBlockDelta, evBlockStop, evMessageDelta, evMessageStop,
+	evError, typeToolUse, deltaInputJSON}
+
+// foldedType reports whether a type value differs from one of knownTypes in case only: a client that reads enums
+// without regard to case (System.Text.Json's JsonStringEnumConverter) takes it for that type, this package not.
+func foldedType(typ string) bool {
+	for _, k := range knownTypes {
+		if len(typ) >= len(k) && typ != k && strings.EqualFold(typ, k) {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Stream) start(idx int, cb gjson.Result) *pending {
 	p := &pending{Pending: relay.Pending[held]{Call: &vet.Call{Index: idx}}, idx: idx}
 	if id := cb.Get(pathID); id.Type == gjson.String {

@@ -51,8 +51,12 @@ const (
 	maxDepth = 128
 )
 
-// vetted reports whether an output item type is a call this package vets.
-func vetted(typ string) bool { return typ == typeFunction || typ == typeCustomTool }
+// vetted reports whether an output item type is a call this package vets: also a type that differs from a call
+// type in case only, which clients that read enums without regard to case take for it (such a call is blocked as
+// an unsupported type).
+func vetted(typ string) bool {
+	return strings.EqualFold(typ, typeFunction) || strings.EqualFold(typ, typeCustomTool)
+}
 
 // clientTools maps the output item types of built-in tools that the client acts on (runs a command, applies
 // a patch, performs a computer action, answers an approval request) to the tool types that allow them.
@@ -70,6 +74,11 @@ var clientTools = map[string][]string{
 // that produces its items anyway is not trusted.
 func refusedBuiltin(c *vet.Checker, typ string) string {
 	tools, ok := clientTools[typ]
+	for it, ts := range clientTools {
+		if !ok && strings.EqualFold(typ, it) { // a case variant, as for vetted
+			tools, ok = ts, true
+		}
+	}
 	if !ok {
 		return ""
 	}
@@ -94,6 +103,9 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 	var res relay.Result
 	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
 		return body, res, fmt.Errorf("respvet: response body: %w", err)
+	}
+	if foldedKeys(gjson.ParseBytes(body)) {
+		return body, res, fmt.Errorf("respvet: response body: a key differs from a known one in case only")
 	}
 	output := gjson.GetBytes(body, pathOutput)
 	if !output.IsArray() {
@@ -138,6 +150,55 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 	return out, res, nil
 }
 
+// respKeys are the keys a client reads a call from: of a stream event, of the item or response it carries, of a
+// response, and of an output item.
+var respKeys = []string{pathType, pathItem, pathOutputIdx, pathItemID, "delta", pathArguments, pathResponse, pathOutput,
+	pathName, pathCallID, pathID, "input", "action", "operation", "status", pathSeq}
+
+// foldedKeys reports whether an object a client reads a call from — v (an event or a response), its item, its
+// response, and each output item of either — has a key that is not one of respKeys but equals one under Unicode
+// case folding. Case-insensitive JSON readers (Go's encoding/json, System.Text.Json with the web defaults) take
+// such a key for the known one, the later of the two winning, while this package reads keys exactly: such data
+// is malformed. The keys inside those objects (an action, a snapshot's tools and metadata) are the tool's or the
+// app's own and are not looked at.
+func foldedKeys(v gjson.Result) bool {
+	for _, o := range []gjson.Result{v, v.Get(pathItem), v.Get(pathResponse)} {
+		if foldedKey(o) {
+			return true
+		}
+	}
+	found := false
+	for _, out := range []gjson.Result{v.Get(pathOutput), v.Get(pathRespOutput)} {
+		out.ForEach(func(_, it gjson.Result) bool {
+			found = foldedKey(it)
+			return !found
+		})
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
+// foldedKey reports whether an object has a key that differs from one of respKeys in case only.
+func foldedKey(o gjson.Result) bool {
+	if !o.IsObject() {
+		return false
+	}
+	found := false
+	o.ForEach(func(k, _ gjson.Result) bool {
+		for _, n := range respKeys {
+			// A variant of an ASCII name is never shorter than it (ſ and K, which fold to s and k, are longer).
+			if len(k.Str) >= len(n) && k.Str != n && strings.EqualFold(k.Str, n) {
+				found = true
+				return false
+			}
+		}
+		return true
+	})
+	return found
+}
+
 // itemCall reads an output item into a call, or returns nil when the item is not a call this package vets.
 func itemCall(c *vet.Checker, index int, it gjson.Result) *vet.Call {
 	typ := it.Get(pathType)
@@ -156,7 +217,7 @@ func itemCall(c *vet.Checker, index int, it gjson.Result) *vet.Call {
 	if name := it.Get(pathName); name.Type == gjson.String {
 		call.AddName(name.Str)
 	}
-	if typ.Str == typeCustomTool {
+	if typ.Str != typeFunction { // custom_tool_call, or a case variant of a call type
 		call.Fail(vet.ReasonUnsupportedType)
 		return call
 	}

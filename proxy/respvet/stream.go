@@ -161,6 +161,11 @@ func (s *Stream) malformed() {
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
+	if foldedKeys(relay.Get(data, "@this")) {
+		// A client might read a call here that this package does not see: dropped, as a malformed event.
+		s.malformed()
+		return
+	}
 	typ := relay.Get(data, pathType).String()
 	if s.OnResponseID != nil && !s.sawID {
 		if id := relay.Get(data, pathRespID); id.Type == gjson.String && id.Str != "" {
@@ -321,7 +326,7 @@ func (s *Stream) start(oi int, it gjson.Result) *pending {
 	if name := it.Get(pathName); name.Type == gjson.String {
 		p.Call.AddName(name.Str)
 	}
-	if typ == typeCustomTool {
+	if typ != typeFunction { // custom_tool_call, or a case variant of a call type
 		p.Call.Fail(vet.ReasonUnsupportedType)
 	}
 	switch args := it.Get(pathArguments); {
@@ -638,7 +643,8 @@ func (s *Stream) clean(ev *sse.Event, data []byte) []byte {
 // response.in_progress, ...): its calls are vetted when they stream, or in the final response. It returns nil
 // when there is nothing to change.
 func (s *Stream) snapshot(data []byte) []byte {
-	if !bytes.Contains(data, []byte("_call")) && !bytes.Contains(data, []byte("_request")) && !bytes.Contains(data, []byte(`\u`)) {
+	// Call types in any case (see vetted), or spelt with escapes.
+	if !relay.ContainsFold(data, "_call") && !relay.ContainsFold(data, "_reque") && !bytes.Contains(data, []byte(`\u`)) {
 		return nil
 	}
 	output := gjson.GetBytes(data, pathRespOutput)
