@@ -6,6 +6,8 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
 // MaxParseDepth is the deepest nesting of objects and arrays Parse accepts. Request bodies are
@@ -298,14 +300,14 @@ func (p *parser) str(i int) (string, int, int, error) {
 			p.buf = append(p.buf, '\t')
 			n += 2
 		case 'u':
-			r, ok := hex4(p.b, i+2)
+			r, ok := jsoncheck.Hex4(p.b, i+2)
 			if !ok {
 				return "", 0, i, p.errf(i, "invalid \\u escape")
 			}
 			i += 6
 			if utf16.IsSurrogate(r) {
 				// A pair decodes to one rune; anything else to U+FFFD, like encoding/json.
-				if r2, ok := hex4(p.b, i+2); ok && i+1 < len(p.b) && p.b[i] == '\\' && p.b[i+1] == 'u' {
+				if r2, ok := jsoncheck.Hex4(p.b, i+2); ok && i+1 < len(p.b) && p.b[i] == '\\' && p.b[i+1] == 'u' {
 					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
 						r = d
 						i += 6
@@ -326,26 +328,4 @@ func (p *parser) str(i int) (string, int, int, error) {
 		i += 2
 		seg = i
 	}
-}
-
-// hex4 decodes the four hex digits at s[i:i+4].
-func hex4(s string, i int) (rune, bool) {
-	if i < 0 || i+4 > len(s) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range []byte(s[i : i+4]) {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
 }

@@ -391,13 +391,15 @@ func (s *scanner) escape(i int) (int, *Error) {
 	}
 }
 
-// Hex4 decodes the 4 hex digits of a \uXXXX escape at b[i:]; false when they are not all there.
-func Hex4(b []byte, i int) (rune, bool) {
+// Hex4 decodes the 4 hex digits of a \uXXXX escape at b[i:] (bytes or a string); false when they are not
+// all there.
+func Hex4[T ~string | ~[]byte](b T, i int) (rune, bool) {
 	if i < 0 || i+4 > len(b) {
 		return 0, false
 	}
 	var r rune
-	for _, c := range b[i : i+4] {
+	for j := i; j < i+4; j++ {
+		c := b[j]
 		switch {
 		case c >= '0' && c <= '9':
 			c -= '0'
