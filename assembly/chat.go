@@ -158,7 +158,7 @@ func withWebSearch(tools []policy.Tool) []policy.Tool {
 			return tools
 		}
 	}
-	return append(tools, policy.Tool{Name: ToolWebSearch, Aliases: aliases})
+	return append(tools, policy.Tool{Name: ToolWebSearch, Aliases: aliases, UpstreamOnly: true})
 }
 
 // chatTool reads one "tools" entry: {"type":"function","function":{...}}, {"type":"custom","custom":{...}},

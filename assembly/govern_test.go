@@ -18,14 +18,14 @@ func TestChatWebSearchOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Tools) != 1 || c.Tools[0].Name != ToolWebSearch || !slices.Contains(c.Tools[0].Aliases, "web_search_preview") || c.NativeTools {
+	if len(c.Tools) != 1 || c.Tools[0].Name != ToolWebSearch || !slices.Contains(c.Tools[0].Aliases, "web_search_preview") || !c.Tools[0].UpstreamOnly || c.NativeTools {
 		t.Errorf("tools %+v native %v", c.Tools, c.NativeTools)
 	}
 	c, err = ParseChat([]byte(`{` + msgs + `,"tools":[{"type":"function","function":{"name":"web_search"}},{"type":"function","function":{"name":"f"}}],"web_search_options":{"search_context_size":"high"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := toolNames(c.Tools); !slices.Equal(got, []string{ToolWebSearch, "f"}) || !slices.Contains(c.Tools[0].Aliases, "web_search_preview") {
+	if got := toolNames(c.Tools); !slices.Equal(got, []string{ToolWebSearch, "f"}) || !slices.Contains(c.Tools[0].Aliases, "web_search_preview") || c.Tools[0].UpstreamOnly {
 		t.Errorf("tools %q %+v", got, c.Tools)
 	}
 	for _, body := range []string{`{` + msgs + `}`, `{` + msgs + `,"web_search_options":null}`} {

@@ -35,6 +35,10 @@ type Tool struct {
 	// them is denied, switched off, or restricted by its access policy: a client cannot get around an
 	// operator's removal by picking another version of the tool.
 	Aliases []string
+	// UpstreamOnly marks a tool the upstream runs itself and that the request declares no function for (Chat
+	// Completions' web_search_options): it is kept or removed like any tool, but its name admits no tool call
+	// in the response, since the model cannot call it through the client.
+	UpstreamOnly bool
 }
 
 // OverrideLister is an Enablement that can list the tools it has an override for (set or not); Restriction

@@ -319,3 +319,27 @@ func TestGovernResponsesStoredPrompt(t *testing.T) {
 		}
 	})
 }
+
+// TestGovernChatWebSearchNotACallableTool: an allowed web_search_options lets the upstream search, but it
+// declares no function: a tool call named web_search in the response is a call of an undeclared tool, blocked.
+// A function the client declared under that name stays callable.
+func TestGovernChatWebSearchNotACallableTool(t *testing.T) {
+	call := `{"id":"call_ws","type":"function","function":{"name":"web_search","arguments":"{\"q\":\"SECRET\"}"}}`
+	up := jsonUpstream(t, completionWithCalls(call))
+	ts, rec := governProxy(t, up.URL, toolsProtocol("searcher", `{"allow":["web_search","get_weather"]}`), "")
+	msgs := `"model":"m","messages":[{"role":"user","content":"x"}],"web_search_options":{}`
+	resp, b := postJSON(t, ts, `{`+msgs+`}`, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	if strings.Contains(string(b), "call_ws") || strings.Contains(string(b), "SECRET") || resp.Header.Get(HeaderBlocked) != "1" {
+		t.Errorf("the call reached the client (%q): %s", resp.Header.Get(HeaderBlocked), b)
+	}
+	if v := rec.verdicts(); v[audit.KindToolCall+"/web_search"] != audit.VerdictBlocked {
+		t.Errorf("decisions %v", v)
+	}
+	resp, b = postJSON(t, ts, `{`+msgs+`,"tools":[{"type":"function","function":{"name":"web_search","parameters":{"type":"object"}}}]}`, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "call_ws") || resp.Header.Get(HeaderBlocked) != "" {
+		t.Errorf("the declared function's call was not released (%d %q): %s", resp.StatusCode, resp.Header.Get(HeaderBlocked), b)
+	}
+}

@@ -620,6 +620,9 @@ func (s *Server) policy(x *exchange) vet.Policy {
 	allowed := make(map[string]bool, len(p.Kept))
 	schemas := make(map[string][]byte, len(p.Kept))
 	for _, t := range p.Kept {
+		if t.UpstreamOnly {
+			continue // the upstream runs it: a call of that name is a call of an undeclared tool
+		}
 		allowed[t.Name] = true
 		if len(t.Schema) > 0 {
 			schemas[t.Name] = t.Schema
