@@ -3,6 +3,8 @@ package assembly
 import (
 	"bytes"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -15,6 +17,8 @@ const (
 	pathSystem     = "system"
 	pathMCPServers = "mcp_servers"
 	typeMCPToolset = "mcp_toolset"
+	// typeCustom is the type of a client tool (as no type at all); every other type is an Anthropic-defined tool.
+	typeCustom = "custom"
 	// ToolMCP is the tool name under which Anthropic's MCP connector is governed: the request's mcp_servers and
 	// the mcp_toolset entries of its tools, whatever the servers are called (as the Responses API's built-in
 	// "mcp" type). The model calls such a server's tools through Anthropic, with no tool_use block to vet, so
@@ -89,7 +93,12 @@ func ParseMessages(body []byte) (*Messages, error) {
 		if !t.IsArray() {
 			return nil, invalid(pathTools, "tools must be an array")
 		}
+		i := 0
 		t.ForEach(func(_, v gjson.Result) bool {
+			if err = anthropicToolName(v, i); err != nil {
+				return false
+			}
+			i++
 			m.NativeTools = true
 			tool, mcp := messagesTool(v)
 			if mcp {
@@ -101,6 +110,9 @@ func ParseMessages(body []byte) (*Messages, error) {
 			m.Tools = append(m.Tools, tool)
 			return true
 		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	switch srv := get(body, pathMCPServers); {
 	case srv.IsArray():
@@ -113,18 +125,98 @@ func ParseMessages(body []byte) (*Messages, error) {
 	return m, nil
 }
 
-// messagesTool reads one "tools" entry: a client tool {"name","description","input_schema"}, or an Anthropic
-// tool ({"type":"bash_20250124","name":"bash"}, {"type":"web_search_20250305","name":"web_search"}), named by
-// its name, else by its type. An mcp_toolset entry is ToolMCP whatever else it says (mcp is true).
+// messagesTool reads one "tools" entry: a client tool {"name","description","input_schema"} (no type, or
+// "custom") by its name, else by its type; an Anthropic tool ({"type":"bash_20250124","name":"bash"},
+// {"type":"web_search_20250305","name":"web_search"}) by its name, else by the name Anthropic gives its type,
+// with the type and the type's other names as aliases (a deny, kill switch or access policy of any of them
+// removes it). An mcp_toolset entry is ToolMCP whatever else it says (mcp is true). ParseMessages has refused
+// an Anthropic tool whose name is not its type's (anthropicToolName).
 func messagesTool(v gjson.Result) (t policy.Tool, mcp bool) {
-	if v.Get("type").String() == typeMCPToolset {
+	typ := v.Get("type").String()
+	if typ == typeMCPToolset {
 		return policy.Tool{Name: ToolMCP}, true
 	}
-	name := v.Get("name").String()
-	if name == "" {
-		name = v.Get("type").String()
+	t = policy.Tool{Name: v.Get("name").String(), Description: v.Get("description").String(), Schema: rawOrNil(v.Get("input_schema"))}
+	if typ == "" || typ == typeCustom {
+		if t.Name == "" {
+			t.Name = typ
+		}
+		return t, false
 	}
-	return policy.Tool{Name: name, Description: v.Get("description").String(), Schema: rawOrNil(v.Get("input_schema"))}, false
+	names := anthropicTypeNames(typ)
+	if t.Name == "" {
+		t.Name = names[0]
+	}
+	for _, n := range append(names, typ) {
+		if n != t.Name && !slices.Contains(t.Aliases, n) {
+			t.Aliases = append(t.Aliases, n)
+		}
+	}
+	return t, false
+}
+
+// anthropicToolName checks the name of the tools entry at index i: an Anthropic-defined tool (any type but
+// none, "custom" and "mcp_toolset") that carries a name must carry the one Anthropic fixes for its type
+// (anthropicTypeNames). Otherwise a server tool could pass for an allowed client tool
+// ({"type":"web_search_20250305","name":"get_weather"} governed as get_weather), so it is a 400 naming
+// tools[i].name. The SDKs send these names as constants; a client that leaves the name out is governed by the
+// type's name.
+func anthropicToolName(v gjson.Result, i int) error {
+	typ := v.Get("type")
+	if !typ.Exists() || typ.Type == gjson.Null {
+		return nil
+	}
+	switch typ.String() {
+	case "", typeCustom, typeMCPToolset:
+		return nil
+	}
+	name := v.Get("name")
+	if !name.Exists() {
+		return nil
+	}
+	names := anthropicTypeNames(typ.String())
+	if name.Type == gjson.String && slices.Contains(names, name.Str) {
+		return nil
+	}
+	param := fmt.Sprintf("tools[%d].name", i)
+	return invalid(param, "%s: Anthropic names its tool of type %q %q, not %s; promptgate governs a tool by its name, so a "+
+		"tool of this type may only carry that name (or none)", param, typ.String(), strings.Join(names, `" or "`), name.Raw)
+}
+
+// anthropicTypeNames are the names Anthropic fixes for the tool of an Anthropic-defined type, as its SDKs
+// declare them (anthropic-sdk-go v2.17.0): the type without its _YYYYMMDD version (web_search_20250305 is
+// web_search, bash_20250124 bash, code_execution_20250825 code_execution, computer_20251124 computer,
+// memory_20250818 memory, web_fetch_20250910 web_fetch, tool_search_tool_bm25_20251119 tool_search_tool_bm25;
+// an unversioned type is its own name), except the text editor: str_replace_editor up to text_editor_20250124,
+// str_replace_based_edit_tool from text_editor_20250429, and either name for a later version not known here.
+func anthropicTypeNames(typ string) []string {
+	switch typ {
+	case "text_editor_20241022", "text_editor_20250124":
+		return []string{"str_replace_editor"}
+	case "text_editor_20250429", "text_editor_20250728":
+		return []string{"str_replace_based_edit_tool"}
+	}
+	base := typ
+	if n := len(typ) - len("_20060102"); n > 0 && isCompactDate(typ[n:]) {
+		base = typ[:n]
+	}
+	if base == "text_editor" {
+		return []string{"str_replace_based_edit_tool", "str_replace_editor"}
+	}
+	return []string{base}
+}
+
+// isCompactDate reports whether s is "_YYYYMMDD".
+func isCompactDate(s string) bool {
+	if len(s) != len("_20060102") || s[0] != '_' {
+		return false
+	}
+	for _, c := range []byte(s[1:]) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // MessagesToolChoice checks tool_choice against the kept tools: {"type":"tool","name":X} naming a tool that is

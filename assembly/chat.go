@@ -25,7 +25,15 @@ const (
 	pathParallelCalls = "parallel_tool_calls"
 	pathModel         = "model"
 	pathStream        = "stream"
+	// pathWebSearchOptions is Chat Completions' switch for the upstream's own web search: an object (even {})
+	// lets the model search the web with no tools entry.
+	pathWebSearchOptions = "web_search_options"
 )
+
+// ToolWebSearch is the tool name under which Chat Completions' web_search_options is governed: the name of
+// the Responses API's built-in web search tool, so that one allowlist entry, deny, kill switch or access
+// policy covers both surfaces (and, through its aliases, web_search_preview).
+const ToolWebSearch = "web_search"
 
 // Extension is the request's "promptgate" field.
 type Extension struct {
@@ -88,7 +96,8 @@ type Chat struct {
 	// Application are the texts of the client's system and developer messages, in order.
 	Application []string
 	// Tools are the declared tools: "tools" entries (function name, custom tool name, else the type), then
-	// legacy "functions".
+	// legacy "functions", then ToolWebSearch when web_search_options is an object (unless a declared tool
+	// already has that name: then that tool stands for both, and web_search_options follows its fate).
 	Tools []policy.Tool
 	// NativeTools is true when the client declared tools or functions.
 	NativeTools bool
@@ -98,8 +107,8 @@ type Chat struct {
 
 // ParseChat reads a validated Chat Completions body.
 func ParseChat(body []byte) (*Chat, error) {
-	var m [5]gjson.Result
-	members(body, m[:], pathModel, pathStream, pathMessages, pathTools, pathFunctions)
+	var m [6]gjson.Result
+	members(body, m[:], pathModel, pathStream, pathMessages, pathTools, pathFunctions, pathWebSearchOptions)
 	c := &Chat{Model: m[0].String(), Stream: m[1].Type == gjson.True}
 	msgs := m[2]
 	if !msgs.IsArray() {
@@ -129,7 +138,27 @@ func ParseChat(body []byte) (*Chat, error) {
 		})
 		c.NativeTools = c.NativeTools || len(f.Array()) > 0
 	}
+	switch ws := m[5]; {
+	case ws.IsObject():
+		c.Tools = withWebSearch(c.Tools)
+	case ws.Exists() && ws.Type != gjson.Null:
+		return nil, invalid(pathWebSearchOptions, "web_search_options must be an object (it turns on the upstream's web search, governed as the tool %q)", ToolWebSearch)
+	}
 	return c, nil
+}
+
+// withWebSearch adds ToolWebSearch, with the other names of the built-in web search tool as aliases, to the
+// declared tools: as a tool of its own, or onto a declared tool of that name, which then stands for both (one
+// name, one decision).
+func withWebSearch(tools []policy.Tool) []policy.Tool {
+	aliases := builtinAliases(ToolWebSearch)
+	for i := range tools {
+		if tools[i].Name == ToolWebSearch {
+			tools[i].Aliases = append(slices.Clip(tools[i].Aliases), aliases...)
+			return tools
+		}
+	}
+	return append(tools, policy.Tool{Name: ToolWebSearch, Aliases: aliases, UpstreamOnly: true})
 }
 
 // chatTool reads one "tools" entry: {"type":"function","function":{...}}, {"type":"custom","custom":{...}},
@@ -225,9 +254,12 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 //
 // The edits are spliced into one new body in one pass (the bytes are those sjson would give, edit by edit:
 // see rewriteChatEdits); only a filter that empties an array takes the edit-by-edit path.
+//
+// web_search_options reaches the upstream only where ToolWebSearch is kept, whether or not removedAny says a
+// tool was removed: the upstream's web search never passes by default.
 func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	var m [4]gjson.Result
-	members(body, m[:], pathMessages, pathTools, pathFunctions, PathExtension)
+	var m [5]gjson.Result
+	members(body, m[:], pathMessages, pathTools, pathFunctions, PathExtension, pathWebSearchOptions)
 	out, ok := rewriteChatSpliced(body, m, p, kept, removedAny)
 	if !ok {
 		var msgs bytes.Buffer
@@ -277,6 +309,11 @@ func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([
 			return nil, err
 		}
 	}
+	if get(out, pathWebSearchOptions).IsObject() && !nameSet(kept)[ToolWebSearch] {
+		if out, err = sjson.DeleteBytes(out, pathWebSearchOptions); err != nil {
+			return nil, fmt.Errorf("assembly: remove web_search_options: %w", err)
+		}
+	}
 	if get(out, PathExtension).Exists() {
 		if out, err = sjson.DeleteBytes(out, PathExtension); err != nil {
 			return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
@@ -293,15 +330,16 @@ type splice struct {
 }
 
 // rewriteChatSpliced makes the edits of rewriteChatEdits in one copy of the body: each top-level value is
-// replaced where sjson would replace it, and the promptgate member is cut where sjson would cut it. ok is
+// replaced where sjson would replace it, and the promptgate member (and a web_search_options that goes) is cut
+// where sjson would cut it; two cuts that touch make the edits overlap, which falls back to rewriteChatEdits. ok is
 // false when an edit is not a plain splice (messages absent, a tool array filtered to nothing), for
 // rewriteChatEdits to do.
-func rewriteChatSpliced(body []byte, m [4]gjson.Result, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
-	msgsAt, ext := m[0], m[3]
+func rewriteChatSpliced(body []byte, m [5]gjson.Result, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
+	msgsAt, ext, search := m[0], m[3], m[4]
 	if msgsAt.Index <= 0 {
 		return nil, false
 	}
-	edits := make([]splice, 0, 4)
+	edits := make([]splice, 0, 5)
 	// The messages are written straight into the new body; room for the prompts and a little escaping.
 	msgsSize := len(msgsAt.Raw) + len(p.System) + len(p.ContextMessage) + (len(p.System)+len(p.ContextMessage))/8 + 128
 	edits = append(edits, splice{from: msgsAt.Index, to: msgsAt.Index + len(msgsAt.Raw),
@@ -349,11 +387,18 @@ func rewriteChatSpliced(body []byte, m [4]gjson.Result, p Prompt, kept []policy.
 			edits = append(edits, splice{from: arr.Index, to: arr.Index + len(arr.Raw), with: b.Bytes()})
 		}
 	}
+	var dels []gjson.Result
 	if ext.Exists() {
-		if ext.Index <= 0 {
+		dels = append(dels, ext)
+	}
+	if search.IsObject() && !nameSet(kept)[ToolWebSearch] {
+		dels = append(dels, search)
+	}
+	for _, del := range dels {
+		if del.Index <= 0 {
 			return nil, false
 		}
-		from, to := deletedMember(body, ext)
+		from, to := deletedMember(body, del)
 		edits = append(edits, splice{from: from, to: to})
 	}
 	slices.SortFunc(edits, func(a, b splice) int { return a.from - b.from })

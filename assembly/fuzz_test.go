@@ -20,6 +20,8 @@ func FuzzRewriteChat(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"system","content":[{"type":"text","text":"=== X ==="}]}],"functions":[{"name":"f"}],"function_call":{"name":"f"}}`))
 	f.Add([]byte(`{"promptg\u0061te":{},"m\u0065ssages":[]}`))
 	f.Add([]byte(`{"messages":[null]}`))
+	f.Add([]byte(`{"web_search_options":{},"promptgate":{},"messages":[],"tools":[{"type":"function","function":{"name":"web_search"}}]}`))
+	f.Add([]byte(`{"messages":[],"web\u005fsearch_options":{"search_context_size":"low"},"tools":[{"type":"function","function":{"name":"a"}}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if jsoncheck.Object(body, jsoncheck.Limits{}) != nil {
 			return
@@ -47,6 +49,9 @@ func FuzzRewriteChat(f *testing.F) {
 		}
 		if gjson.GetBytes(out, PathExtension).Exists() {
 			t.Fatalf("promptgate left in: %s", out)
+		}
+		if gjson.GetBytes(out, pathWebSearchOptions).IsObject() && !nameSet(kept)[ToolWebSearch] {
+			t.Fatalf("web_search_options left in with %s not kept: %s", ToolWebSearch, out)
 		}
 		msgs := gjson.GetBytes(out, "messages").Array()
 		if len(msgs) == 0 || msgs[0].Get("role").String() != "system" || msgs[0].Get("content").String() != p.System {

@@ -17,6 +17,9 @@ const (
 	pathInstructions       = "instructions"
 	pathInput              = "input"
 	pathPreviousResponseID = "previous_response_id"
+	// pathPrompt is a stored prompt ({"id":"pmpt_...","version":...,"variables":...}): instructions and tools
+	// kept upstream, which promptgate never sees.
+	pathPrompt = "prompt"
 )
 
 // Responses is what assembly and policy need of a /v1/responses request, read with gjson.
@@ -36,10 +39,14 @@ type Responses struct {
 	LatestUser string
 	// PreviousResponseID is the conversation's previous response, forwarded untouched; "" when none.
 	PreviousResponseID string
+	// StoredPrompt is the id of the stored prompt the request names (prompt.id), "" when none. Its tools and
+	// instructions are applied upstream, out of promptgate's sight: the caller forwards such a request only
+	// where the operator restricts no tool (see policy.Effective.Restriction).
+	StoredPrompt string
 }
 
 // ParseResponses reads a validated Responses API body. instructions must be a string (or null), input a
-// string or an array of objects (or absent), tools an array.
+// string or an array of objects (or absent), tools an array, prompt an object with a string id (or null).
 func ParseResponses(body []byte) (*Responses, error) {
 	r := &Responses{
 		Model:              get(body, pathModel).String(),
@@ -65,6 +72,16 @@ func ParseResponses(body []byte) (*Responses, error) {
 		r.Application, r.LatestUser = append(r.Application, app...), user
 	case in.Exists() && in.Type != gjson.Null:
 		return nil, invalid(pathInput, "input must be a string or an array")
+	}
+	switch pr := get(body, pathPrompt); {
+	case pr.IsObject():
+		id := pr.Get("id")
+		if id.Type != gjson.String || id.Str == "" {
+			return nil, invalid(pathPrompt+".id", "prompt.id must be the stored prompt's id, a non-empty string")
+		}
+		r.StoredPrompt = id.Str
+	case pr.Exists() && pr.Type != gjson.Null:
+		return nil, invalid(pathPrompt, "prompt must be an object naming a stored prompt ({\"id\":\"pmpt_...\"})")
 	}
 	if t := get(body, pathTools); t.Exists() && t.Type != gjson.Null {
 		if !t.IsArray() {

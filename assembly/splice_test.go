@@ -44,12 +44,13 @@ func rewriteChatReference(t testing.TB, body []byte, p Prompt, kept []policy.Too
 // one, whatever the members' order, the whitespace around them, and which tools go.
 func TestRewriteChatSpliceSameBytes(t *testing.T) {
 	members := map[string]string{
-		"model":       `"gpt-4o-mini"`,
-		"messages":    `[{"role":"system","content":"be kind"},{"role":"user","content":"hi"} , {"role":"developer","content":"x"},{"role":"assistant","content":"yo"}]`,
-		"tools":       `[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}},{"type":"function","function":{"name":"a"}}]`,
-		"functions":   `[{"name":"f"},{"name":"b"}]`,
-		"promptgate":  `{"user":"u","context":{"k":"v"}}`,
-		"tool_choice": `"auto"`,
+		"model":              `"gpt-4o-mini"`,
+		"messages":           `[{"role":"system","content":"be kind"},{"role":"user","content":"hi"} , {"role":"developer","content":"x"},{"role":"assistant","content":"yo"}]`,
+		"tools":              `[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}},{"type":"function","function":{"name":"a"}}]`,
+		"functions":          `[{"name":"f"},{"name":"b"}]`,
+		"promptgate":         `{"user":"u","context":{"k":"v"}}`,
+		"tool_choice":        `"auto"`,
+		"web_search_options": `{"search_context_size":"low"}`,
 	}
 	orders := [][]string{
 		{"model", "messages", "tools", "functions", "promptgate", "tool_choice"},
@@ -59,6 +60,11 @@ func TestRewriteChatSpliceSameBytes(t *testing.T) {
 		{"messages", "functions", "tools", "tool_choice", "promptgate"},
 		{"promptgate", "model", "messages"},
 		{"messages", "model"},
+		{"web_search_options", "promptgate", "messages"},
+		{"promptgate", "web_search_options", "messages", "tools"},
+		{"messages", "web_search_options", "model", "promptgate"},
+		{"tools", "web_search_options"},
+		{"model", "messages", "web_search_options"},
 	}
 	seps := []struct{ open, sep, colon, close string }{
 		{"{", ",", ":", "}"},
@@ -72,6 +78,8 @@ func TestRewriteChatSpliceSameBytes(t *testing.T) {
 		{{Name: "b"}},
 		{{Name: "a"}, {Name: "f"}},
 		{{Name: "a"}, {Name: "b"}, {Name: "f"}},
+		{{Name: ToolWebSearch}},
+		{{Name: "a"}, {Name: ToolWebSearch}},
 	}
 	prompts := []Prompt{{System: "=== SYSTEM CORE ===\n<b>&\"x\"\u2028"}, {System: "core", ContextMessage: "{\"ctx\":1}"}}
 	n := 0

@@ -2,8 +2,10 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/promptgate/promptgate/proxy/config"
@@ -33,6 +35,16 @@ type Tool struct {
 	// them is denied, switched off, or restricted by its access policy: a client cannot get around an
 	// operator's removal by picking another version of the tool.
 	Aliases []string
+	// UpstreamOnly marks a tool the upstream runs itself and that the request declares no function for (Chat
+	// Completions' web_search_options): it is kept or removed like any tool, but its name admits no tool call
+	// in the response, since the model cannot call it through the client.
+	UpstreamOnly bool
+}
+
+// OverrideLister is an Enablement that can list the tools it has an override for (set or not); Restriction
+// needs it to know whether a kill switch applies to any tool at all.
+type OverrideLister interface {
+	OverriddenTools() []string
 }
 
 // Removal is a tool taken out of a request, and why.
@@ -84,6 +96,39 @@ func (e *Effective) Filter(tools []Tool, access ToolAccess) (kept []Tool, remove
 		kept = append(kept, t)
 	}
 	return kept, removed
+}
+
+// Restriction says why the protocol and the operator's tool policy might remove some tool of this request,
+// whatever its name: an allowlist other than "*" (at any level), a deny list, or a tool that a kill switch or
+// an access policy removes in this protocol. It is "" only where every tool the client could use is allowed:
+// what a request whose tools promptgate cannot see (a stored prompt) needs to be forwarded. An Override that
+// cannot list its tools counts as a restriction (fail closed).
+func (e *Effective) Restriction(access ToolAccess) string {
+	for i, level := range e.allow {
+		if !slices.Contains(level, "*") {
+			if i > 0 {
+				return fmt.Sprintf("workflow %q allows only the tools it lists", e.ID)
+			}
+			return fmt.Sprintf("protocol %q allows only the tools it lists", e.BaseID)
+		}
+	}
+	if len(e.deny) > 0 {
+		return fmt.Sprintf("protocol %q denies tools (%s)", e.ID, strings.Join(e.deny, ", "))
+	}
+	names := slices.Sorted(maps.Keys(access.Config))
+	if access.Override != nil {
+		l, ok := access.Override.(OverrideLister)
+		if !ok {
+			return "the operator's runtime tool switches cannot be listed"
+		}
+		names = append(names, l.OverriddenTools()...)
+	}
+	for _, n := range names {
+		if r := e.removes(n, access); r != "" {
+			return fmt.Sprintf("tool %q is %s", n, r)
+		}
+	}
+	return ""
 }
 
 // Allowed reports whether one tool name is allowed, with the reason when it is not.

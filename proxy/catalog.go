@@ -65,14 +65,20 @@ func (c *catalog) argRules(e *policy.Effective) (*vet.RuleSet, error) {
 }
 
 var (
-	_ policy.Catalog    = (*catalog)(nil)
-	_ policy.Enablement = (*catalog)(nil)
+	_ policy.Catalog        = (*catalog)(nil)
+	_ policy.Enablement     = (*catalog)(nil)
+	_ policy.OverrideLister = (*catalog)(nil)
 )
 
 // ToolEnabled is the operator's runtime override of a tool (the admin kill switch), if any.
 func (c *catalog) ToolEnabled(name string) (enabled, set bool) {
 	o, ok := c.tools[name]
 	return o.Enabled, ok
+}
+
+// OverriddenTools lists the tools with a runtime override, for policy.Effective.Restriction.
+func (c *catalog) OverriddenTools() []string {
+	return slices.Sorted(maps.Keys(c.tools))
 }
 
 func (c *catalog) Protocol(id string) (*policy.Protocol, bool) {

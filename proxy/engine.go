@@ -13,6 +13,7 @@ import (
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/assembly/ctxjson"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/config"
@@ -101,6 +102,9 @@ type Prepared struct {
 	Kept      []policy.Tool
 	Removed   []policy.Removal
 	Extension assembly.Extension
+	// StoredPrompt is the id of the stored prompt a Responses request names, "" when none: forwarded only where
+	// every tool is allowed (Effective.Restriction), and recorded as a decision.
+	StoredPrompt string
 	// cat is the definitions snapshot the request was prepared on (nil when built elsewhere).
 	cat *catalog
 }
@@ -113,6 +117,18 @@ type contextError struct{ err error }
 
 func (e *contextError) Error() string { return "context: " + e.err.Error() }
 func (e *contextError) Unwrap() error { return e.err }
+
+// refusedError is a request refused as a whole by policy (not a malformed one): answered as the policy error
+// it wraps, and recorded as a decision event of kind, about tool.
+type refusedError struct {
+	err        *policy.Error
+	kind, tool string
+	reason     string
+	protocol   *policy.Effective
+}
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
 
 // templateError marks a template that cannot be had (fail closed).
 type templateError struct{ err error }
@@ -143,6 +159,8 @@ type surfaceRequest struct {
 	tools       []policy.Tool
 	nativeTools bool
 	latestUser  string
+	// storedPrompt is the id of a stored prompt (Responses), "" when none.
+	storedPrompt string
 }
 
 // surface adapts one rewritten API to the pipeline: how its body is read, how its tool_choice is checked,
@@ -163,7 +181,7 @@ var (
 			if err != nil {
 				return surfaceRequest{}, err
 			}
-			return surfaceRequest{c.Model, c.Stream, c.Application, c.Tools, c.NativeTools, c.LatestUser}, nil
+			return surfaceRequest{c.Model, c.Stream, c.Application, c.Tools, c.NativeTools, c.LatestUser, ""}, nil
 		},
 		toolChoice: assembly.ChatToolChoice,
 		rewrite:    assembly.RewriteChat,
@@ -174,7 +192,7 @@ var (
 			if err != nil {
 				return surfaceRequest{}, err
 			}
-			return surfaceRequest{r.Model, r.Stream, r.Application, r.Tools, r.NativeTools, r.LatestUser}, nil
+			return surfaceRequest{r.Model, r.Stream, r.Application, r.Tools, r.NativeTools, r.LatestUser, r.StoredPrompt}, nil
 		},
 		toolChoice:      assembly.ResponsesToolChoice,
 		rewrite:         assembly.RewriteResponses,
@@ -186,7 +204,7 @@ var (
 			if err != nil {
 				return surfaceRequest{}, err
 			}
-			return surfaceRequest{m.Model, m.Stream, m.Application, m.Tools, m.NativeTools, m.LatestUser}, nil
+			return surfaceRequest{m.Model, m.Stream, m.Application, m.Tools, m.NativeTools, m.LatestUser, ""}, nil
 		},
 		toolChoice: assembly.MessagesToolChoice,
 		rewrite:    assembly.RewriteMessages,
@@ -222,6 +240,11 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	kept, removed := eff.Filter(req.tools, access)
 	if err := sf.toolChoice(in.Body, kept); err != nil {
 		return nil, stageFail(sp, err)
+	}
+	if req.storedPrompt != "" {
+		if why := eff.Restriction(access); why != "" {
+			return nil, stageFail(sp, storedPromptRefused(req.storedPrompt, why, eff))
+		}
 	}
 	traceTools(sp, kept, removed)
 	tmpl, err := e.Defs.template(cat, eff.Template)
@@ -295,8 +318,20 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	}
 	return &Prepared{
 		Body: body, Model: req.model, Stream: req.stream, Protocol: eff, Template: tmpl,
-		Prompt: prompt, Kept: kept, Removed: removed, Extension: ext, cat: cat,
+		Prompt: prompt, Kept: kept, Removed: removed, Extension: ext, StoredPrompt: req.storedPrompt, cat: cat,
 	}, nil
+}
+
+// storedPromptRefused is the refusal of a request naming the stored prompt id where the operator restricts
+// tools (why): the stored prompt's tools (web search, MCP servers, code interpreter, functions) and instructions
+// are applied upstream, where promptgate can neither filter nor see them.
+func storedPromptRefused(id, why string, eff *policy.Effective) *refusedError {
+	reason := fmt.Sprintf("stored prompt %q: its tools and instructions are applied upstream, out of promptgate's sight, and %s", id, why)
+	return &refusedError{
+		err: &policy.Error{Status: http.StatusBadRequest, Code: "invalid_request", Param: "prompt", Message: "prompt: the request names " + reason +
+			"; send the prompt's instructions and tools in the request instead, or use a protocol that allows every tool"},
+		kind: audit.KindStoredPrompt, tool: "prompt", reason: reason, protocol: eff,
+	}
 }
 
 func policyRequest(in Input, model string, ext assembly.Extension) policy.Request {

@@ -328,6 +328,14 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 	}
 	prep, err := rt.prepare(s.opt.Engine, r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body})
 	if err != nil {
+		var re *refusedError
+		if errors.As(err, &re) {
+			s.opt.Audit.Record(r.Context(), audit.Event{
+				Time: time.Now().UTC(), RequestID: id, Kind: re.kind,
+				Protocol: re.protocol.ID, ProtocolVersion: re.protocol.Version,
+				Tool: re.tool, Verdict: audit.VerdictBlocked, Reason: re.reason,
+			})
+		}
 		fail(w, log, err)
 		return
 	}
@@ -345,6 +353,15 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 			})
 		}
 		h.Set(HeaderToolsRemoved, strings.Join(names, ","))
+	}
+	if prep.StoredPrompt != "" {
+		reason := fmt.Sprintf("stored prompt %q forwarded: its tools and instructions are applied upstream, unseen; protocol %q allows every tool", prep.StoredPrompt, prep.Protocol.ID)
+		s.opt.Audit.Record(r.Context(), audit.Event{
+			Time: time.Now().UTC(), RequestID: id, Kind: audit.KindStoredPrompt,
+			Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version,
+			Tool: "prompt", Verdict: audit.VerdictAllowed, Reason: reason,
+		})
+		log.Info("stored prompt forwarded ungoverned", "prompt_id", prep.StoredPrompt, "protocol", prep.Protocol.ID)
 	}
 	if prep.Prompt.ContextTruncated {
 		s.opt.Metrics.ContextTruncated()
@@ -603,6 +620,9 @@ func (s *Server) policy(x *exchange) vet.Policy {
 	allowed := make(map[string]bool, len(p.Kept))
 	schemas := make(map[string][]byte, len(p.Kept))
 	for _, t := range p.Kept {
+		if t.UpstreamOnly {
+			continue // the upstream runs it: a call of that name is a call of an undeclared tool
+		}
 		allowed[t.Name] = true
 		if len(t.Schema) > 0 {
 			schemas[t.Name] = t.Schema

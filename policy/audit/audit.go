@@ -21,6 +21,10 @@ import (
 const (
 	KindToolRemoved = "tool_removed"
 	KindToolCall    = "tool_call"
+	// KindStoredPrompt: a Responses request named a stored prompt (Tool is "prompt", Reason names its id):
+	// VerdictBlocked when it was refused because the operator restricts tools, VerdictAllowed when it was
+	// forwarded, its tools and instructions unseen, because every tool is allowed.
+	KindStoredPrompt = "stored_prompt"
 )
 
 // Kinds of events: changes made through the admin API. Target says what changed.

@@ -174,7 +174,7 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request) error {
 	if v := f.Verdict; v != "" && !slices.Contains(verdicts, v) {
 		return badRequest("invalid_request", "verdict", "verdict %q: want one of %s", v, strings.Join(verdicts, ", "))
 	}
-	kinds := []string{audit.KindToolRemoved, audit.KindToolCall, audit.KindVersionAdded, audit.KindActivated, audit.KindRolledBack,
+	kinds := []string{audit.KindToolRemoved, audit.KindToolCall, audit.KindStoredPrompt, audit.KindVersionAdded, audit.KindActivated, audit.KindRolledBack,
 		audit.KindRolloutApplied, audit.KindRolloutReverted, audit.KindToolEnablement}
 	if k := f.Kind; k != "" && !slices.Contains(kinds, k) {
 		return badRequest("invalid_request", "kind", "kind %q: want one of %s", k, strings.Join(kinds, ", "))
