@@ -40,13 +40,16 @@ type Responses struct {
 
 // ParseResponses reads a validated Responses API body. instructions must be a string (or null), input a
 // string or an array of objects (or absent), tools an array.
-func ParseResponses(body []byte) (*Responses, error) {
+func ParseResponses(body []byte) (*Responses, error) { return NewBody(body).Responses() }
+
+// Responses is ParseResponses of b.
+func (b *Body) Responses() (*Responses, error) {
 	r := &Responses{
-		Model:              get(body, pathModel).String(),
-		Stream:             get(body, pathStream).Type == gjson.True,
-		PreviousResponseID: get(body, pathPreviousResponseID).String(),
+		Model:              b.get(pathModel).String(),
+		Stream:             b.get(pathStream).Type == gjson.True,
+		PreviousResponseID: b.get(pathPreviousResponseID).String(),
 	}
-	switch ins := get(body, pathInstructions); {
+	switch ins := b.get(pathInstructions); {
 	case ins.Type == gjson.String:
 		if ins.Str != "" {
 			r.Application = append(r.Application, ins.Str)
@@ -54,7 +57,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	case ins.Exists() && ins.Type != gjson.Null:
 		return nil, invalid(pathInstructions, "instructions must be a string")
 	}
-	switch in := get(body, pathInput); {
+	switch in := b.get(pathInput); {
 	case in.Type == gjson.String:
 		r.LatestUser = in.Str
 	case in.IsArray():
@@ -66,7 +69,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	case in.Exists() && in.Type != gjson.Null:
 		return nil, invalid(pathInput, "input must be a string or an array")
 	}
-	if t := get(body, pathTools); t.Exists() && t.Type != gjson.Null {
+	if t := b.get(pathTools); t.Exists() && t.Type != gjson.Null {
 		if !t.IsArray() {
 			return nil, invalid(pathTools, "tools must be an array")
 		}
@@ -149,8 +152,13 @@ func toolChoiceError(param, format string, args ...any) error {
 // such as {"type":"web_search_preview"} or {"type":"mcp",...}, or an entry of {"type":"allowed_tools",
 // "tools":[...]}), is a 400 tool_choice_not_allowed.
 func ResponsesToolChoice(body []byte, kept []policy.Tool) error {
+	return NewBody(body).ResponsesToolChoice(kept)
+}
+
+// ResponsesToolChoice is ResponsesToolChoice of b.
+func (b *Body) ResponsesToolChoice(kept []policy.Tool) error {
 	keptSet := nameSet(kept)
-	tc := get(body, pathToolChoice)
+	tc := b.get(pathToolChoice)
 	switch {
 	case tc.Type == gjson.String:
 		if tc.Str == "required" && len(kept) == 0 {

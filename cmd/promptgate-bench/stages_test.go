@@ -339,7 +339,7 @@ func BenchmarkRelay(b *testing.B) {
 
 // BenchmarkPrepare: the whole request side of the engine on the 8 KB request (validate, route, filter,
 // template from the cache, assemble, rewrite), and on the 40 KB runtime context that must be cut to its
-// budget; the baseline is the 8 KB body copy a bare proxy makes.
+// budget, and on the harness's small chat; the baseline is the 8 KB body copy a bare proxy makes.
 func BenchmarkPrepare(b *testing.B) {
 	f := newStageFixture(b)
 	ctx := context.Background()
@@ -363,6 +363,16 @@ func BenchmarkPrepare(b *testing.B) {
 			}
 			if !p.Prompt.ContextTruncated {
 				b.Fatal("the context was not truncated")
+			}
+		}
+	})
+	small := smallBody()
+	b.Run("prepare-small", func(b *testing.B) {
+		b.SetBytes(int64(len(small)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := f.p.engine.PrepareChat(ctx, proxy.Input{Path: proxy.PathChat, Header: f.header, Body: small}); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})
