@@ -31,7 +31,7 @@ type Body struct {
 	top []member
 	// ext are the members of the first "promptgate" member's value, when that is an object.
 	ext []member
-	buf [16]member
+	buf [12]member
 }
 
 // member is one member of an object: its key, unescaped, and its value as gjson.Get would give it.
@@ -43,8 +43,8 @@ type member struct {
 // NewBody locates raw's top-level members. raw must not be written to while the Body is in use.
 func NewBody(raw []byte) *Body {
 	b := &Body{raw: raw}
-	b.top = b.buf[:0:8]
-	b.ext = b.buf[8:8]
+	b.top = b.buf[:0:7] // a request's own members, usually; more make top grow on the heap
+	b.ext = b.buf[7:7]  // the five promptgate keys
 	s := unsafe.String(unsafe.SliceData(raw), len(raw))
 	i := skipWS(s, 0)
 	if i < len(s) && s[i] == '{' {
