@@ -161,6 +161,25 @@ func (b *Body) MessagesToolChoice(kept []policy.Tool) error {
 // and the context block; tools filtered to the kept ones; the promptgate field removed. Messages and every
 // other byte stay as the client sent them.
 func RewriteMessages(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	out, err := rewriteMessages(body, p, kept, removedAny)
+	if err != nil {
+		return nil, err
+	}
+	return removeExtension(out)
+}
+
+// RewriteMessages is RewriteMessages of b. The promptgate member is cut first (where sjson cuts it at the end of
+// RewriteMessages), so that the edits, each reading the body again, no longer read past the runtime context.
+func (b *Body) RewriteMessages(p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	body, err := b.withoutExtension()
+	if err != nil {
+		return nil, err
+	}
+	return rewriteMessages(body, p, kept, removedAny)
+}
+
+// rewriteMessages makes the edits of RewriteMessages but the removal of the promptgate field.
+func rewriteMessages(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	var sys []byte
 	if p.ContextMessage == "" {
 		sys = JSONString(p.System)
@@ -198,5 +217,5 @@ func RewriteMessages(body []byte, p Prompt, kept []policy.Tool, removedAny bool)
 			return nil, err
 		}
 	}
-	return removeExtension(out)
+	return out, nil
 }

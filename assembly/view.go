@@ -83,6 +83,21 @@ func (b *Body) extension(ext gjson.Result, f func(k string, v gjson.Result) bool
 	}
 }
 
+// withoutExtension is a copy of the body without its first promptgate member, cut as sjson.DeleteBytes cuts
+// it, or the body itself when it has none.
+func (b *Body) withoutExtension() ([]byte, error) {
+	ext := b.get(PathExtension)
+	if !ext.Exists() {
+		return b.raw, nil
+	}
+	if ext.Index <= 0 { // not located in the body (never for a member read from it): sjson finds it again
+		return removeExtension(b.raw)
+	}
+	from, to := deletedMember(b.raw, ext)
+	out := make([]byte, 0, len(b.raw)-(to-from))
+	return append(append(out, b.raw[:from]...), b.raw[to:]...), nil
+}
+
 // object walks the object whose '{' is s[i], appends its members to out, and returns the offset after its
 // '}'. Each value is read by valueAt, but for the first "promptgate" member of the top level (top), whose
 // members are walked in turn into b.ext. ok is false where the body is not what jsoncheck.Object accepts.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/promptgate/promptgate/assembly/ctxjson"
 	"github.com/promptgate/promptgate/policy"
 )
 
@@ -121,6 +122,11 @@ func FuzzBodyEqual(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"system","content":[{"type":"text","text":"=== X ==="}]}],"functions":[{"name":"f"}],"function_call":{"name":"f"}}`))
 	f.Add([]byte(`{"model":"m","instructions":"i","input":[{"role":"developer","content":"d"},{"role":"user","content":"u"}],"tools":[{"type":"function","name":"f"},{"type":"mcp"},{"type":"mcp"}],"tool_choice":"required","promptgate":{}}`))
 	f.Add([]byte(`{"system":[{"type":"text","text":"=== X ==="}],"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f"},{"type":"bash_20250124","name":"bash"}],"tool_choice":{"type":"tool","name":"f"}}`))
+	f.Add([]byte(`{ "promptgate" : {"user":"u"} , "input":"hi" }`))
+	f.Add([]byte(`{"input":[{"role":"system","content":"s"},{"type":"function_call_output","output":"o"}],"instructions":null,"promptgate":{"context":{"a":1}}  }`))
+	f.Add([]byte(`{"messages":[],"promptgate":{},"promptgate":{"user":"x"}}`))
+	f.Add([]byte(`{"promptgate":{},"messages":[{"role":"user","content":[{"type":"tool_result","content":"r"}]}],"mcp_servers":[{"name":"a"}],"tools":[{"name":"f"},{"type":"mcp_toolset"}],"tool_choice":{"type":"any"}}`))
+	f.Add([]byte(`{"tools":[{"type":"function","name":"f"}],"tool_choice":"required","promptgate":{"user":"u"},"input":[{"role":"user","content":"x"}]}`))
 	tmpl := ParseTemplate("t", 1, layeredText)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if !gjson.ValidBytes(body) {
@@ -168,6 +174,10 @@ func FuzzBodyEqual(f *testing.F) {
 			same("ResponsesToolChoice", b.ResponsesToolChoice(kept), oldResponsesToolChoice(body, kept))
 		}
 
+		if err == nil {
+			rewriteSame(t, "RewriteResponses", body, r.Tools, r.Application, r.NativeTools, b.RewriteResponses, RewriteResponses)
+		}
+
 		m, err := b.Messages()
 		om, oerr := oldParseMessages(body)
 		same("Messages", []any{m, err}, []any{om, oerr})
@@ -178,7 +188,32 @@ func FuzzBodyEqual(f *testing.F) {
 		for _, kept := range [][]policy.Tool{tools, nil, dropFirst(tools)} {
 			same("MessagesToolChoice", b.MessagesToolChoice(kept), oldMessagesToolChoice(body, kept))
 		}
+		if err == nil {
+			rewriteSame(t, "RewriteMessages", body, m.Tools, m.Application, m.NativeTools, b.RewriteMessages, RewriteMessages)
+		}
 	})
+}
+
+// rewriteSame checks that a Body's rewrite (the promptgate member cut first) gives the bytes and error of the
+// rewrite of the body's bytes (cut last, as before Body), with and without a tool removed, datamarking and the
+// structured channel.
+func rewriteSame(t *testing.T, what string, body []byte, tools []policy.Tool, app []string, native bool,
+	byBody func(Prompt, []policy.Tool, bool) ([]byte, error), byBytes func([]byte, Prompt, []policy.Tool, bool) ([]byte, error)) {
+	t.Helper()
+	tmpl := ParseTemplate("t", 1, layeredText)
+	for _, kept := range [][]policy.Tool{tools, dropFirst(tools), nil} {
+		for _, structured := range []bool{false, true} {
+			s := DefaultSettings()
+			s.StructuredChannel = structured
+			s.DatamarkToolOutput = !structured
+			p := Build(tmpl, Layers{Application: app, Tools: kept, NativeTools: native, Sources: []ctxjson.Source{{Name: "request", Value: ctxjson.String("c")}}}, s)
+			out, err := byBody(p, kept, len(kept) < len(tools))
+			want, werr := byBytes(body, p, kept, len(kept) < len(tools))
+			if string(out) != string(want) || !reflect.DeepEqual(err, werr) {
+				t.Fatalf("%s of %s:\nBody   %s, %v\nbefore %s, %v", what, body, out, err, want, werr)
+			}
+		}
+	}
 }
 
 // dropFirst is tools without its first entry.

@@ -177,10 +177,8 @@ var (
 			}
 			return surfaceRequest{r.Model, r.Stream, r.Application, r.Tools, r.NativeTools, r.LatestUser}, nil
 		},
-		toolChoice: (*assembly.Body).ResponsesToolChoice,
-		rewrite: func(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-			return assembly.RewriteResponses(b.Raw(), p, kept, removedAny)
-		},
+		toolChoice:      (*assembly.Body).ResponsesToolChoice,
+		rewrite:         (*assembly.Body).RewriteResponses,
 		contextInPrompt: true,
 	}
 	messagesSurface = surface{
@@ -192,9 +190,7 @@ var (
 			return surfaceRequest{m.Model, m.Stream, m.Application, m.Tools, m.NativeTools, m.LatestUser}, nil
 		},
 		toolChoice: (*assembly.Body).MessagesToolChoice,
-		rewrite: func(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-			return assembly.RewriteMessages(b.Raw(), p, kept, removedAny)
-		},
+		rewrite:    (*assembly.Body).RewriteMessages,
 	}
 )
 
