@@ -100,7 +100,8 @@ func (b *Body) withoutExtension() ([]byte, error) {
 
 // object walks the object whose '{' is s[i], appends its members to out, and returns the offset after its
 // '}'. Each value is read by valueAt, but for the first "promptgate" member of the top level (top), whose
-// members are walked in turn into b.ext. ok is false where the body is not what jsoncheck.Object accepts.
+// members are walked in turn into b.ext. ok is false where the walk cannot follow the body, which is never
+// for a body jsoncheck.Object accepts.
 func (b *Body) object(s string, i int, out *[]member, top bool) (end int, ok bool) {
 	i = skipWS(s, i+1)
 	if i < len(s) && s[i] == '}' {
