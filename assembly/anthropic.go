@@ -161,25 +161,6 @@ func (b *Body) MessagesToolChoice(kept []policy.Tool) error {
 // and the context block; tools filtered to the kept ones; the promptgate field removed. Messages and every
 // other byte stay as the client sent them.
 func RewriteMessages(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	out, err := rewriteMessages(body, p, kept, removedAny)
-	if err != nil {
-		return nil, err
-	}
-	return removeExtension(out)
-}
-
-// RewriteMessages is RewriteMessages of b. The promptgate member is cut first (where sjson cuts it at the end of
-// RewriteMessages), so that the edits, each reading the body again, no longer read past the runtime context.
-func (b *Body) RewriteMessages(p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	body, err := b.withoutExtension()
-	if err != nil {
-		return nil, err
-	}
-	return rewriteMessages(body, p, kept, removedAny)
-}
-
-// rewriteMessages makes the edits of RewriteMessages but the removal of the promptgate field.
-func rewriteMessages(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	var sys []byte
 	if p.ContextMessage == "" {
 		sys = JSONString(p.System)
@@ -217,5 +198,11 @@ func rewriteMessages(body []byte, p Prompt, kept []policy.Tool, removedAny bool)
 			return nil, err
 		}
 	}
-	return out, nil
+	return removeExtension(out)
+}
+
+// RewriteMessages is RewriteMessages of b, on a copy of the body whose promptgate value is cut down to 0 (see
+// withoutContext), so that the edits, each reading the body again, no longer read past the runtime context.
+func (b *Body) RewriteMessages(p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	return RewriteMessages(b.withoutContext(), p, kept, removedAny)
 }

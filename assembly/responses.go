@@ -199,25 +199,6 @@ func (b *Body) ResponsesToolChoice(kept []policy.Tool) error {
 // (previous_response_id), so a per-turn context item there would pile up in later turns. Callers build p
 // without the structured channel.
 func RewriteResponses(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	out, err := rewriteResponses(body, p, kept, removedAny)
-	if err != nil {
-		return nil, err
-	}
-	return removeExtension(out)
-}
-
-// RewriteResponses is RewriteResponses of b. The promptgate member is cut first (where sjson cuts it at the end of
-// RewriteResponses), so that the edits, each reading the body again, no longer read past the runtime context.
-func (b *Body) RewriteResponses(p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	body, err := b.withoutExtension()
-	if err != nil {
-		return nil, err
-	}
-	return rewriteResponses(body, p, kept, removedAny)
-}
-
-// rewriteResponses makes the edits of RewriteResponses but the removal of the promptgate field.
-func rewriteResponses(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	out, err := sjson.SetBytes(body, pathInstructions, p.System)
 	if err != nil {
 		return nil, fmt.Errorf("assembly: set instructions: %w", err)
@@ -261,7 +242,13 @@ func rewriteResponses(body []byte, p Prompt, kept []policy.Tool, removedAny bool
 			return nil, err
 		}
 	}
-	return out, nil
+	return removeExtension(out)
+}
+
+// RewriteResponses is RewriteResponses of b, on a copy of the body whose promptgate value is cut down to 0 (see
+// withoutContext), so that the edits, each reading the body again, no longer read past the runtime context.
+func (b *Body) RewriteResponses(p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	return RewriteResponses(b.withoutContext(), p, kept, removedAny)
 }
 
 // nameSet is the set of the tools' names.

@@ -123,6 +123,9 @@ func FuzzBodyEqual(f *testing.F) {
 	f.Add([]byte(`{"model":"m","instructions":"i","input":[{"role":"developer","content":"d"},{"role":"user","content":"u"}],"tools":[{"type":"function","name":"f"},{"type":"mcp"},{"type":"mcp"}],"tool_choice":"required","promptgate":{}}`))
 	f.Add([]byte(`{"system":[{"type":"text","text":"=== X ==="}],"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f"},{"type":"bash_20250124","name":"bash"}],"tool_choice":{"type":"tool","name":"f"}}`))
 	f.Add([]byte(`{ "promptgate" : {"user":"u"} , "input":"hi" }`))
+	f.Add([]byte(`{ "promptgate":"" }`))
+	f.Add([]byte(`{ "tools":[{"type":"function","name":"f"}] , "promptgate":{} }`))
+	f.Add([]byte(`{ "tools":[{"name":"f"}] ,"promptgate":{"context":{"instructions":"x","system":"y"}}, "messages":[] }`))
 	f.Add([]byte(`{"input":[{"role":"system","content":"s"},{"type":"function_call_output","output":"o"}],"instructions":null,"promptgate":{"context":{"a":1}}  }`))
 	f.Add([]byte(`{"messages":[],"promptgate":{},"promptgate":{"user":"x"}}`))
 	f.Add([]byte(`{"promptgate":{},"messages":[{"role":"user","content":[{"type":"tool_result","content":"r"}]}],"mcp_servers":[{"name":"a"}],"tools":[{"name":"f"},{"type":"mcp_toolset"}],"tool_choice":{"type":"any"}}`))
@@ -194,9 +197,9 @@ func FuzzBodyEqual(f *testing.F) {
 	})
 }
 
-// rewriteSame checks that a Body's rewrite (the promptgate member cut first) gives the bytes and error of the
-// rewrite of the body's bytes (cut last, as before Body), with and without a tool removed, datamarking and the
-// structured channel.
+// rewriteSame checks that a Body's rewrite (on a copy with the promptgate value cut down) gives the bytes and
+// error of the rewrite of the body's bytes, with and without a tool removed, datamarking and the structured
+// channel.
 func rewriteSame(t *testing.T, what string, body []byte, tools []policy.Tool, app []string, native bool,
 	byBody func(Prompt, []policy.Tool, bool) ([]byte, error), byBytes func([]byte, Prompt, []policy.Tool, bool) ([]byte, error)) {
 	t.Helper()
