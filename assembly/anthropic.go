@@ -44,9 +44,12 @@ type Messages struct {
 
 // ParseMessages reads a validated Anthropic Messages body: messages must be an array of objects, system a
 // string or an array of text blocks (or absent), tools an array.
-func ParseMessages(body []byte) (*Messages, error) {
-	m := &Messages{Model: get(body, pathModel).String(), Stream: get(body, pathStream).Type == gjson.True}
-	msgs := get(body, pathMessages)
+func ParseMessages(body []byte) (*Messages, error) { return NewBody(body).Messages() }
+
+// Messages is ParseMessages of b.
+func (b *Body) Messages() (*Messages, error) {
+	m := &Messages{Model: b.get(pathModel).String(), Stream: b.get(pathStream).Type == gjson.True}
+	msgs := b.get(pathMessages)
 	if !msgs.IsArray() {
 		return nil, invalid(pathMessages, "messages must be an array")
 	}
@@ -66,19 +69,19 @@ func ParseMessages(body []byte) (*Messages, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch sys := get(body, pathSystem); {
+	switch sys := b.get(pathSystem); {
 	case sys.Type == gjson.String:
 		if sys.Str != "" {
 			m.Application = append(m.Application, sys.Str)
 		}
 	case sys.IsArray():
 		i := 0
-		sys.ForEach(func(_, b gjson.Result) bool {
-			if !b.IsObject() || b.Get("type").String() != "text" || b.Get("text").Type != gjson.String {
+		sys.ForEach(func(_, blk gjson.Result) bool {
+			if !blk.IsObject() || blk.Get("type").String() != "text" || blk.Get("text").Type != gjson.String {
 				err = invalid(fmt.Sprintf("system[%d]", i), "system[%d] must be a text block", i)
 				return false
 			}
-			m.Application = append(m.Application, b.Get("text").Str)
+			m.Application = append(m.Application, blk.Get("text").Str)
 			i++
 			return true
 		})
@@ -89,7 +92,7 @@ func ParseMessages(body []byte) (*Messages, error) {
 		return nil, invalid(pathSystem, "system must be a string or an array of text blocks")
 	}
 	hasMCP := false
-	if t := get(body, pathTools); t.Exists() && t.Type != gjson.Null {
+	if t := b.get(pathTools); t.Exists() && t.Type != gjson.Null {
 		if !t.IsArray() {
 			return nil, invalid(pathTools, "tools must be an array")
 		}
@@ -114,7 +117,7 @@ func ParseMessages(body []byte) (*Messages, error) {
 			return nil, err
 		}
 	}
-	switch srv := get(body, pathMCPServers); {
+	switch srv := b.get(pathMCPServers); {
 	case srv.IsArray():
 		if len(srv.Array()) > 0 && !hasMCP {
 			m.Tools = append(m.Tools, policy.Tool{Name: ToolMCP})
@@ -222,7 +225,12 @@ func isCompactDate(s string) bool {
 // MessagesToolChoice checks tool_choice against the kept tools: {"type":"tool","name":X} naming a tool that is
 // not kept, or {"type":"any"} with nothing kept, is a 400 tool_choice_not_allowed.
 func MessagesToolChoice(body []byte, kept []policy.Tool) error {
-	tc := get(body, pathToolChoice)
+	return NewBody(body).MessagesToolChoice(kept)
+}
+
+// MessagesToolChoice is MessagesToolChoice of b.
+func (b *Body) MessagesToolChoice(kept []policy.Tool) error {
+	tc := b.get(pathToolChoice)
 	if !tc.IsObject() {
 		return nil
 	}
@@ -283,4 +291,10 @@ func RewriteMessages(body []byte, p Prompt, kept []policy.Tool, removedAny bool)
 		}
 	}
 	return removeExtension(out)
+}
+
+// RewriteMessages is RewriteMessages of b, on a copy of the body whose promptgate value is cut down to 0 (see
+// withoutContext), so that the edits, each reading the body again, no longer read past the runtime context.
+func (b *Body) RewriteMessages(p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	return RewriteMessages(b.withoutContext(), p, kept, removedAny)
 }

@@ -49,9 +49,12 @@ func invalid(param, format string, args ...any) *policy.Error {
 
 // ParseExtension reads the top-level "promptgate" field of any surface's body. Unknown keys and values of the
 // wrong type are errors, so that a typo never silently weakens a request's policy.
-func ParseExtension(body []byte) (Extension, error) {
+func ParseExtension(body []byte) (Extension, error) { return NewBody(body).Extension() }
+
+// Extension is ParseExtension of b.
+func (b *Body) Extension() (Extension, error) {
 	var x Extension
-	f := get(body, PathExtension)
+	f := b.get(PathExtension)
 	if !f.Exists() {
 		return x, nil
 	}
@@ -59,8 +62,7 @@ func ParseExtension(body []byte) (Extension, error) {
 		return x, invalid(PathExtension, "promptgate must be an object")
 	}
 	var err error
-	f.ForEach(func(k, v gjson.Result) bool {
-		key := k.String()
+	b.extension(f, func(key string, v gjson.Result) bool {
 		str := func(dst *string) {
 			if v.Type != gjson.String {
 				err = invalid(PathExtension+"."+key, "promptgate.%s must be a string", key)
@@ -79,7 +81,7 @@ func ParseExtension(body []byte) (Extension, error) {
 			str(&x.Conversation)
 		case "context":
 			if v.Type != gjson.Null {
-				x.Context = rawOf(body, v)
+				x.Context = rawOf(b.raw, v)
 			}
 		default:
 			err = invalid(PathExtension+"."+key, "unknown field promptgate.%s; known: protocol, workflow, user, conversation, context", key)
@@ -106,9 +108,11 @@ type Chat struct {
 }
 
 // ParseChat reads a validated Chat Completions body.
-func ParseChat(body []byte) (*Chat, error) {
-	var m [6]gjson.Result
-	members(body, m[:], pathModel, pathStream, pathMessages, pathTools, pathFunctions, pathWebSearchOptions)
+func ParseChat(body []byte) (*Chat, error) { return NewBody(body).Chat() }
+
+// Chat is ParseChat of b.
+func (b *Body) Chat() (*Chat, error) {
+	m := [6]gjson.Result{b.get(pathModel), b.get(pathStream), b.get(pathMessages), b.get(pathTools), b.get(pathFunctions), b.get(pathWebSearchOptions)}
 	c := &Chat{Model: m[0].String(), Stream: m[1].Type == gjson.True}
 	msgs := m[2]
 	if !msgs.IsArray() {
@@ -203,7 +207,10 @@ func contentText(c gjson.Result) string {
 
 // ChatToolChoice checks tool_choice and legacy function_call against the kept tools. A choice naming a tool
 // that is not kept, or "required" with nothing kept, is a 400 tool_choice_not_allowed.
-func ChatToolChoice(body []byte, kept []policy.Tool) error {
+func ChatToolChoice(body []byte, kept []policy.Tool) error { return NewBody(body).ChatToolChoice(kept) }
+
+// ChatToolChoice is ChatToolChoice of b.
+func (b *Body) ChatToolChoice(kept []policy.Tool) error {
 	keptSet := make(map[string]bool, len(kept))
 	for _, t := range kept {
 		keptSet[t.Name] = true
@@ -211,8 +218,7 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 	notAllowed := func(param, format string, args ...any) error {
 		return &policy.Error{Status: http.StatusBadRequest, Code: "tool_choice_not_allowed", Param: param, Message: fmt.Sprintf(format, args...)}
 	}
-	var choice [2]gjson.Result
-	members(body, choice[:], pathToolChoice, pathFunctionCall)
+	choice := [2]gjson.Result{b.get(pathToolChoice), b.get(pathFunctionCall)}
 	tc := choice[0]
 	switch {
 	case tc.Type == gjson.String:
@@ -258,8 +264,13 @@ func ChatToolChoice(body []byte, kept []policy.Tool) error {
 // web_search_options reaches the upstream only where ToolWebSearch is kept, whether or not removedAny says a
 // tool was removed: the upstream's web search never passes by default.
 func RewriteChat(body []byte, p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	var m [5]gjson.Result
-	members(body, m[:], pathMessages, pathTools, pathFunctions, PathExtension, pathWebSearchOptions)
+	return NewBody(body).RewriteChat(p, kept, removedAny)
+}
+
+// RewriteChat is RewriteChat of b.
+func (b *Body) RewriteChat(p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	body := b.raw
+	m := [5]gjson.Result{b.get(pathMessages), b.get(pathTools), b.get(pathFunctions), b.get(PathExtension), b.get(pathWebSearchOptions)}
 	out, ok := rewriteChatSpliced(body, m, p, kept, removedAny)
 	if !ok {
 		var msgs bytes.Buffer

@@ -47,13 +47,16 @@ type Responses struct {
 
 // ParseResponses reads a validated Responses API body. instructions must be a string (or null), input a
 // string or an array of objects (or absent), tools an array, prompt an object with a string id (or null).
-func ParseResponses(body []byte) (*Responses, error) {
+func ParseResponses(body []byte) (*Responses, error) { return NewBody(body).Responses() }
+
+// Responses is ParseResponses of b.
+func (b *Body) Responses() (*Responses, error) {
 	r := &Responses{
-		Model:              get(body, pathModel).String(),
-		Stream:             get(body, pathStream).Type == gjson.True,
-		PreviousResponseID: get(body, pathPreviousResponseID).String(),
+		Model:              b.get(pathModel).String(),
+		Stream:             b.get(pathStream).Type == gjson.True,
+		PreviousResponseID: b.get(pathPreviousResponseID).String(),
 	}
-	switch ins := get(body, pathInstructions); {
+	switch ins := b.get(pathInstructions); {
 	case ins.Type == gjson.String:
 		if ins.Str != "" {
 			r.Application = append(r.Application, ins.Str)
@@ -61,7 +64,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	case ins.Exists() && ins.Type != gjson.Null:
 		return nil, invalid(pathInstructions, "instructions must be a string")
 	}
-	switch in := get(body, pathInput); {
+	switch in := b.get(pathInput); {
 	case in.Type == gjson.String:
 		r.LatestUser = in.Str
 	case in.IsArray():
@@ -73,7 +76,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	case in.Exists() && in.Type != gjson.Null:
 		return nil, invalid(pathInput, "input must be a string or an array")
 	}
-	switch pr := get(body, pathPrompt); {
+	switch pr := b.get(pathPrompt); {
 	case pr.IsObject():
 		id := pr.Get("id")
 		if id.Type != gjson.String || id.Str == "" {
@@ -83,7 +86,7 @@ func ParseResponses(body []byte) (*Responses, error) {
 	case pr.Exists() && pr.Type != gjson.Null:
 		return nil, invalid(pathPrompt, "prompt must be an object naming a stored prompt ({\"id\":\"pmpt_...\"})")
 	}
-	if t := get(body, pathTools); t.Exists() && t.Type != gjson.Null {
+	if t := b.get(pathTools); t.Exists() && t.Type != gjson.Null {
 		if !t.IsArray() {
 			return nil, invalid(pathTools, "tools must be an array")
 		}
@@ -166,8 +169,13 @@ func toolChoiceError(param, format string, args ...any) error {
 // such as {"type":"web_search_preview"} or {"type":"mcp",...}, or an entry of {"type":"allowed_tools",
 // "tools":[...]}), is a 400 tool_choice_not_allowed.
 func ResponsesToolChoice(body []byte, kept []policy.Tool) error {
+	return NewBody(body).ResponsesToolChoice(kept)
+}
+
+// ResponsesToolChoice is ResponsesToolChoice of b.
+func (b *Body) ResponsesToolChoice(kept []policy.Tool) error {
 	keptSet := nameSet(kept)
-	tc := get(body, pathToolChoice)
+	tc := b.get(pathToolChoice)
 	switch {
 	case tc.Type == gjson.String:
 		if tc.Str == "required" && len(kept) == 0 {
@@ -252,6 +260,12 @@ func RewriteResponses(body []byte, p Prompt, kept []policy.Tool, removedAny bool
 		}
 	}
 	return removeExtension(out)
+}
+
+// RewriteResponses is RewriteResponses of b, on a copy of the body whose promptgate value is cut down to 0 (see
+// withoutContext), so that the edits, each reading the body again, no longer read past the runtime context.
+func (b *Body) RewriteResponses(p Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	return RewriteResponses(b.withoutContext(), p, kept, removedAny)
 }
 
 // nameSet is the set of the tools' names.

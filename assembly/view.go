@@ -15,30 +15,169 @@ func get(body []byte, path string) gjson.Result {
 	return gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), path)
 }
 
-// members finds the top-level members named by keys in one pass over body, where a gjson.Get per key
-// would scan the body once each (all of it for an absent key): out[i] is the value of keys[i], or a Result
-// that does not exist. The first member of a name wins and keys are compared unescaped, as gjson.Get does.
-// The results share body's memory, as get's do.
-func members(body []byte, out []gjson.Result, keys ...string) {
-	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body)))
-	if !root.IsObject() {
+// Body is a request body whose top-level members, and the members of its "promptgate" object, were
+// located by one walk over it, for every function that reads the body to share. Looking each key up with
+// gjson.Get walks the body again, all of it for a key the body does not have: a 40 KB promptgate.context
+// used to be skipped five times per request. The walk skips each value once, with gjson.
+//
+// A Body answers as gjson.Get does on the body (the first member of a name wins, keys are compared
+// unescaped, values share the body's memory as get's do), for any body that passed jsoncheck.Object, as
+// every request body has when the proxy reads it. On a body the walk cannot follow it asks gjson, key by
+// key, as before.
+type Body struct {
+	raw []byte
+	// ok is false when the walk did not follow the body; get and extension then ask gjson.
+	ok  bool
+	top []member
+	// ext are the members of the first "promptgate" member's value, when that is an object.
+	ext []member
+	buf [12]member
+}
+
+// member is one member of an object: its key, unescaped, and its value as gjson.Get would give it.
+type member struct {
+	key string
+	val gjson.Result
+}
+
+// NewBody locates raw's top-level members. raw must not be written to while the Body is in use.
+func NewBody(raw []byte) *Body {
+	b := &Body{raw: raw}
+	b.top = b.buf[:0:7] // a request's own members, usually; more make top grow on the heap
+	b.ext = b.buf[7:7]  // the five promptgate keys
+	s := unsafe.String(unsafe.SliceData(raw), len(raw))
+	i := skipWS(s, 0)
+	if i < len(s) && s[i] == '{' {
+		_, b.ok = b.object(s, i, &b.top, true)
+	}
+	return b
+}
+
+// Raw is the body's bytes.
+func (b *Body) Raw() []byte { return b.raw }
+
+// get is the value of the first top-level member named key, or a Result that does not exist.
+func (b *Body) get(key string) gjson.Result {
+	if !b.ok {
+		return get(b.raw, key)
+	}
+	for _, m := range b.top {
+		if m.key == key {
+			return m.val
+		}
+	}
+	return gjson.Result{}
+}
+
+// extension calls f for each member of the "promptgate" object in order, as gjson's ForEach on ext would;
+// ext is b.get(PathExtension).
+func (b *Body) extension(ext gjson.Result, f func(k string, v gjson.Result) bool) {
+	if !b.ok {
+		ext.ForEach(func(k, v gjson.Result) bool { return f(k.Str, v) })
 		return
 	}
-	found := 0
-	root.ForEach(func(k, v gjson.Result) bool {
-		for i, key := range keys {
-			if key == k.Str && !out[i].Exists() {
-				out[i] = v
-				found++
-				break
-			}
+	for _, m := range b.ext {
+		if !f(m.key, m.val) {
+			return
 		}
-		return found < len(keys)
-	})
+	}
+}
+
+// withoutContext is a copy of the body in which the value of its first promptgate member is replaced by 0, or
+// the body itself when it has none. The rewrites read and edit other members only and cut the promptgate
+// member whole (key, value and a comma, found from the key and the value's ends), so on this copy they give
+// the bytes they give on the body, without reading or copying the runtime context once per edit.
+func (b *Body) withoutContext() []byte {
+	ext := b.get(PathExtension)
+	if !ext.Exists() || ext.Index <= 0 {
+		return b.raw
+	}
+	out := make([]byte, 0, len(b.raw)-len(ext.Raw)+1)
+	out = append(append(out, b.raw[:ext.Index]...), '0')
+	return append(out, b.raw[ext.Index+len(ext.Raw):]...)
+}
+
+// object walks the object whose '{' is s[i], appends its members to out, and returns the offset after its
+// '}'. Each value is read by valueAt, but for the first "promptgate" member of the top level (top), whose
+// members are walked in turn into b.ext. ok is false where the walk cannot follow the body, which is never
+// for a body jsoncheck.Object accepts.
+func (b *Body) object(s string, i int, out *[]member, top bool) (end int, ok bool) {
+	i = skipWS(s, i+1)
+	if i < len(s) && s[i] == '}' {
+		return i + 1, true
+	}
+	extSeen := false
+	for {
+		if i >= len(s) || s[i] != '"' {
+			return i, false
+		}
+		k := valueAt(s, i)
+		if k.Type != gjson.String {
+			return i, false
+		}
+		i = skipWS(s, i+len(k.Raw))
+		if i >= len(s) || s[i] != ':' {
+			return i, false
+		}
+		if i = skipWS(s, i+1); i >= len(s) {
+			return i, false
+		}
+		var v gjson.Result
+		if top && !extSeen && k.Str == PathExtension && s[i] == '{' {
+			extSeen = true
+			e, ok := b.object(s, i, &b.ext, false)
+			if !ok {
+				return e, false
+			}
+			v = gjson.Result{Type: gjson.JSON, Raw: s[i:e], Index: i}
+		} else if v = valueAt(s, i); !v.Exists() {
+			return i, false
+		}
+		extSeen = extSeen || (top && k.Str == PathExtension)
+		*out = append(*out, member{key: k.Str, val: v})
+		if i = skipWS(s, i+len(v.Raw)); i >= len(s) {
+			return i, false
+		}
+		switch s[i] {
+		case ',':
+			i = skipWS(s, i+1)
+		case '}':
+			return i + 1, true
+		default:
+			return i, false
+		}
+	}
+}
+
+// valueAt is the JSON value that starts at s[i], read by gjson as gjson.Get reads a member's value (a nested
+// object or array is skipped with its squash), with its Index in s. The path "..0" is the first value of
+// JSON Lines: the value at the start of s[i:], and nothing after it is read.
+func valueAt(s string, i int) gjson.Result {
+	v := gjson.Get(s[i:], "..0")
+	if v.Exists() {
+		if v.Index != 0 {
+			return gjson.Result{} // not at s[i]: never for a valid body
+		}
+		v.Index = i
+	}
+	return v
+}
+
+// skipWS is the offset of the first byte at or after i that is not JSON whitespace.
+func skipWS(s string, i int) int {
+	for i < len(s) {
+		switch s[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
 }
 
 // rawOf is v's raw bytes: a slice of body, capped so that an append cannot write into body, when v was
-// read from body by get or members; else a copy.
+// read from body by get or a Body; else a copy.
 func rawOf(body []byte, v gjson.Result) []byte {
 	if end := v.Index + len(v.Raw); v.Index > 0 && end <= len(body) && string(body[v.Index:end]) == v.Raw {
 		return body[v.Index:end:end]

@@ -164,11 +164,12 @@ type surfaceRequest struct {
 }
 
 // surface adapts one rewritten API to the pipeline: how its body is read, how its tool_choice is checked,
-// and how the layered prompt and the kept tools are written back. Everything else is shared.
+// and how the layered prompt and the kept tools are written back. Everything else is shared. Each reads the
+// body through the one assembly.Body of the request, whose members are located once.
 type surface struct {
-	parse      func(body []byte) (surfaceRequest, error)
-	toolChoice func(body []byte, kept []policy.Tool) error
-	rewrite    func(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error)
+	parse      func(b *assembly.Body) (surfaceRequest, error)
+	toolChoice func(b *assembly.Body, kept []policy.Tool) error
+	rewrite    func(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error)
 	// contextInPrompt keeps the runtime context JSON in the layered prompt even with the structured channel
 	// on (the Responses API stores input items with the conversation).
 	contextInPrompt bool
@@ -176,38 +177,38 @@ type surface struct {
 
 var (
 	chatSurface = surface{
-		parse: func(body []byte) (surfaceRequest, error) {
-			c, err := assembly.ParseChat(body)
+		parse: func(b *assembly.Body) (surfaceRequest, error) {
+			c, err := b.Chat()
 			if err != nil {
 				return surfaceRequest{}, err
 			}
 			return surfaceRequest{c.Model, c.Stream, c.Application, c.Tools, c.NativeTools, c.LatestUser, ""}, nil
 		},
-		toolChoice: assembly.ChatToolChoice,
-		rewrite:    assembly.RewriteChat,
+		toolChoice: (*assembly.Body).ChatToolChoice,
+		rewrite:    (*assembly.Body).RewriteChat,
 	}
 	responsesSurface = surface{
-		parse: func(body []byte) (surfaceRequest, error) {
-			r, err := assembly.ParseResponses(body)
+		parse: func(b *assembly.Body) (surfaceRequest, error) {
+			r, err := b.Responses()
 			if err != nil {
 				return surfaceRequest{}, err
 			}
 			return surfaceRequest{r.Model, r.Stream, r.Application, r.Tools, r.NativeTools, r.LatestUser, r.StoredPrompt}, nil
 		},
-		toolChoice:      assembly.ResponsesToolChoice,
-		rewrite:         assembly.RewriteResponses,
+		toolChoice:      (*assembly.Body).ResponsesToolChoice,
+		rewrite:         (*assembly.Body).RewriteResponses,
 		contextInPrompt: true,
 	}
 	messagesSurface = surface{
-		parse: func(body []byte) (surfaceRequest, error) {
-			m, err := assembly.ParseMessages(body)
+		parse: func(b *assembly.Body) (surfaceRequest, error) {
+			m, err := b.Messages()
 			if err != nil {
 				return surfaceRequest{}, err
 			}
 			return surfaceRequest{m.Model, m.Stream, m.Application, m.Tools, m.NativeTools, m.LatestUser, ""}, nil
 		},
-		toolChoice: assembly.MessagesToolChoice,
-		rewrite:    assembly.RewriteMessages,
+		toolChoice: (*assembly.Body).MessagesToolChoice,
+		rewrite:    (*assembly.Body).RewriteMessages,
 	}
 )
 
@@ -218,11 +219,12 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	if err := jsoncheck.Object(in.Body, jsoncheck.Limits{MaxDepth: e.Limits.MaxJSONDepth}); err != nil {
 		return nil, stageFail(sp, err)
 	}
-	ext, err := assembly.ParseExtension(in.Body)
+	body := assembly.NewBody(in.Body)
+	ext, err := body.Extension()
 	if err != nil {
 		return nil, stageFail(sp, err)
 	}
-	req, err := sf.parse(in.Body)
+	req, err := sf.parse(body)
 	if err != nil {
 		return nil, stageFail(sp, err)
 	}
@@ -238,7 +240,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	access := e.Access
 	access.Override = cat // the kill switches of this snapshot
 	kept, removed := eff.Filter(req.tools, access)
-	if err := sf.toolChoice(in.Body, kept); err != nil {
+	if err := sf.toolChoice(body, kept); err != nil {
 		return nil, stageFail(sp, err)
 	}
 	if req.storedPrompt != "" {
@@ -308,16 +310,16 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 		settings.StructuredChannel = false
 	}
 	prompt := assembly.Build(tmpl, layers, settings)
-	body, err := sf.rewrite(in.Body, prompt, kept, len(removed) > 0)
+	out, err := sf.rewrite(body, prompt, kept, len(removed) > 0)
 	if err != nil {
 		return nil, stageFail(sp, err)
 	}
-	traceAssembled(sp, tmpl, prompt, len(body))
+	traceAssembled(sp, tmpl, prompt, len(out))
 	if prompt.ContextTruncated {
 		e.Log.Debug("runtime context truncated to fit", "protocol", eff.ID, "max_chars", e.Settings.ContextMaxChars)
 	}
 	return &Prepared{
-		Body: body, Model: req.model, Stream: req.stream, Protocol: eff, Template: tmpl,
+		Body: out, Model: req.model, Stream: req.stream, Protocol: eff, Template: tmpl,
 		Prompt: prompt, Kept: kept, Removed: removed, Extension: ext, StoredPrompt: req.storedPrompt, cat: cat,
 	}, nil
 }

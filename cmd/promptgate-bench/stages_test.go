@@ -339,7 +339,7 @@ func BenchmarkRelay(b *testing.B) {
 
 // BenchmarkPrepare: the whole request side of the engine on the 8 KB request (validate, route, filter,
 // template from the cache, assemble, rewrite), and on the 40 KB runtime context that must be cut to its
-// budget; the baseline is the 8 KB body copy a bare proxy makes.
+// budget, and on the harness's small chat; the baseline is the 8 KB body copy a bare proxy makes.
 func BenchmarkPrepare(b *testing.B) {
 	f := newStageFixture(b)
 	ctx := context.Background()
@@ -366,6 +366,38 @@ func BenchmarkPrepare(b *testing.B) {
 			}
 		}
 	})
+	for _, sf := range []struct {
+		name, path string
+		prepare    func(*proxy.Engine, context.Context, proxy.Input) (*proxy.Prepared, error)
+		body       []byte
+	}{
+		{"prepare-responses-ctx40k", proxy.PathResponses, (*proxy.Engine).PrepareResponses, ctx40KSurface(b, "input", "")},
+		{"prepare-messages-ctx40k", proxy.PathMessages, (*proxy.Engine).PrepareMessages, ctx40KSurface(b, "messages", "system")},
+	} {
+		b.Run(sf.name, func(b *testing.B) {
+			b.SetBytes(int64(len(sf.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := sf.prepare(f.p.engine, ctx, proxy.Input{Path: sf.path, Header: f.header, Body: sf.body})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !p.Prompt.ContextTruncated {
+					b.Fatal("the context was not truncated")
+				}
+			}
+		})
+	}
+	small := smallBody()
+	b.Run("prepare-small", func(b *testing.B) {
+		b.SetBytes(int64(len(small)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := f.p.engine.PrepareChat(ctx, proxy.Input{Path: proxy.PathChat, Header: f.header, Body: small}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("baseline-copy", func(b *testing.B) {
 		b.SetBytes(int64(len(f.body)))
 		b.ReportAllocs()
@@ -376,4 +408,27 @@ func BenchmarkPrepare(b *testing.B) {
 			}
 		}
 	})
+}
+
+// ctx40KSurface is the ctx40k request for the Responses API (the messages become "input") or Anthropic's
+// Messages API (the system message becomes "system"): the same 40 KB context on another surface.
+func ctx40KSurface(tb testing.TB, messagesKey, systemKey string) []byte {
+	tb.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(ctx40KBody(), &m); err != nil {
+		tb.Fatal(err)
+	}
+	msgs := m["messages"].([]any)
+	delete(m, "messages")
+	if systemKey != "" {
+		m[systemKey] = msgs[0].(map[string]any)["content"]
+		msgs = msgs[1:]
+		m["max_tokens"] = 256
+	}
+	m[messagesKey] = msgs
+	out, err := json.Marshal(m)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
 }
