@@ -90,30 +90,23 @@ func New(versions func() []Version) *Metrics {
 // for the bbolt file), 0 while a fleet store (etcd) is not and the last snapshot is served. connected is
 // asked at every scrape. Call it once.
 func (m *Metrics) StoreConnected(connected func() bool) {
-	if m == nil {
-		return
-	}
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "promptgate_store_connected", Help: "1 while the definition store is reachable, 0 while the last snapshot is served (etcd unreachable).",
-	}, func() float64 {
-		if connected() {
-			return 1
-		}
-		return 0
-	}))
+	m.flag("promptgate_store_connected", "1 while the definition store is reachable, 0 while the last snapshot is served (etcd unreachable).", connected)
 }
 
 // DefinitionsStale registers promptgate_definitions_stale: 1 while the last reload of the definitions
 // failed and the previous snapshot is served (it is retried), else 0. stale is asked at every scrape. Call
 // it once.
 func (m *Metrics) DefinitionsStale(stale func() bool) {
+	m.flag("promptgate_definitions_stale", "1 while the definitions could not be reloaded after a change and the previous snapshot is served (retried with backoff).", stale)
+}
+
+// flag registers a gauge that is 1 while on() holds, else 0, asked at every scrape.
+func (m *Metrics) flag(name, help string, on func() bool) {
 	if m == nil {
 		return
 	}
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "promptgate_definitions_stale", Help: "1 while the definitions could not be reloaded after a change and the previous snapshot is served (retried with backoff).",
-	}, func() float64 {
-		if stale() {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+		if on() {
 			return 1
 		}
 		return 0
