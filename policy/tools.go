@@ -6,7 +6,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/promptgate/promptgate/proxy/config"
 )
@@ -204,87 +203,15 @@ func anyDenied(globs []string, name string) bool {
 
 // toolGlobMatch matches a tool name against a glob of path.Match's syntax (*, ?, [class], \ escapes), except
 // that '/' is an ordinary character: a tool name is not a path, and "delete_*" in a deny list must also catch
-// "delete_/x" (path.Match's '*' stops at '/'). It is used for deny lists only (see anyDenied). A malformed pattern (refused when the protocol is stored) never
-// matches. It runs in O(len(pattern) × len(name)).
+// "delete_/x" (path.Match's '*' stops at '/'). It is used for deny lists only (see anyDenied). '/' is handed to
+// path.Match as a private-use rune in both the pattern and the name; a name that holds that rune itself can
+// only be matched more often (removed), never less. A malformed pattern (refused when the protocol is
+// stored) never matches.
 func toolGlobMatch(pattern, name string) bool {
 	if pattern == name {
 		return true
 	}
-	if _, err := path.Match(pattern, ""); err != nil {
-		return false
-	}
-	// The classic two-pointer match: on a mismatch, go back to just after the last '*' and let it take one
-	// more rune of the name.
-	p, n := 0, 0
-	starP, starN := -1, -1
-	for n < len(name) {
-		if p < len(pattern) && pattern[p] == '*' {
-			starP, starN = p, n
-			p++
-			continue
-		}
-		if p < len(pattern) {
-			if w, ok := matchOne(pattern[p:], name[n:]); ok {
-				p += w
-				_, size := utf8.DecodeRuneInString(name[n:])
-				n += size
-				continue
-			}
-		}
-		if starP < 0 {
-			return false
-		}
-		_, size := utf8.DecodeRuneInString(name[starN:])
-		starN += size
-		p, n = starP+1, starN
-	}
-	for p < len(pattern) && pattern[p] == '*' {
-		p++
-	}
-	return p == len(pattern)
-}
-
-// matchOne matches the first element of pattern ('?', a class, an escaped or a plain rune; not '*') against
-// the first rune of name, and returns the element's width in bytes.
-func matchOne(pattern, name string) (width int, ok bool) {
-	r, _ := utf8.DecodeRuneInString(name)
-	switch pattern[0] {
-	case '?':
-		return 1, true
-	case '[':
-		end := classEnd(pattern)
-		if end < 0 {
-			return 0, false
-		}
-		// A class on its own: path.Match's '[' takes any rune, '/' included.
-		m, err := path.Match(pattern[:end], string(r))
-		return end, err == nil && m
-	case '\\':
-		pr, size := utf8.DecodeRuneInString(pattern[1:])
-		return 1 + size, size > 0 && pr == r
-	}
-	pr, size := utf8.DecodeRuneInString(pattern)
-	return size, pr == r
-}
-
-// classEnd is the length of the class that starts pattern ("[...]", escapes inside it skipped), or -1.
-func classEnd(pattern string) int {
-	i := 1
-	if i < len(pattern) && pattern[i] == '^' {
-		i++
-	}
-	for first := true; i < len(pattern); first = false {
-		switch pattern[i] {
-		case ']':
-			if !first {
-				return i + 1
-			}
-			i++
-		case '\\':
-			i += 2
-		default:
-			i++
-		}
-	}
-	return -1
+	const slash = "\uE000"
+	m, err := path.Match(strings.ReplaceAll(pattern, "/", slash), strings.ReplaceAll(name, "/", slash))
+	return err == nil && m
 }
