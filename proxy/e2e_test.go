@@ -512,7 +512,7 @@ func TestUpstreamKeyReplacesAuthorization(t *testing.T) {
 	up := newUpstream(t, okCompletion)
 	e := testEngine(t, "", nil, nil, nil)
 	u, _ := url.Parse(up.URL + "/v1")
-	s, err := New(Options{Engine: e, Upstream: u, UpstreamAPIKey: "sk-operator"})
+	s, err := New(Options{Engine: e, Upstream: u, UpstreamAPIKey: bindKey(t, "sk-operator", u)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func newAnthProxy(t *testing.T, anthUp string, mode string, anthKey string) (*ht
 	ou, _ := url.Parse(openaiUp.URL + "/v1")
 	au, _ := url.Parse(anthUp + "/v1")
 	rec := &memAudit{}
-	s, err := New(Options{Engine: e, Upstream: ou, UpstreamAPIKey: "sk-openai-operator", AnthropicUpstream: au, AnthropicAPIKey: anthKey, Audit: rec})
+	s, err := New(Options{Engine: e, Upstream: ou, UpstreamAPIKey: bindKey(t, "sk-openai-operator", ou), AnthropicUpstream: au, AnthropicAPIKey: bindKey(t, anthKey, au), Audit: rec})
 	if err != nil {
 		t.Fatal(err)
 	}

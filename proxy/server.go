@@ -54,17 +54,17 @@ type Options struct {
 	Engine *Engine
 	// Upstream is the OpenAI-compatible base URL; /v1/X goes to Upstream + "/X".
 	Upstream *url.URL
-	// UpstreamAPIKey, when set, replaces the client's Authorization header on requests to Upstream. It is
-	// never sent to the Anthropic upstream.
-	UpstreamAPIKey string
+	// UpstreamAPIKey, when it has a secret, replaces the client's Authorization header ("Bearer <secret>")
+	// on requests of the OpenAI-compatible routes whose URL has the key's origin, and on no other request.
+	UpstreamAPIKey Key
 	// AnthropicUpstream is the Anthropic Messages base URL: POST /v1/messages (rewritten) and every other
 	// /v1/messages/... path (passed through) go to AnthropicUpstream + "/messages...". nil means
 	// DefaultAnthropicUpstream.
 	AnthropicUpstream *url.URL
-	// AnthropicAPIKey, when set, is sent as x-api-key to the Anthropic upstream, replacing the client's
-	// x-api-key and Authorization headers; when empty they are forwarded as the client sent them, as is
-	// anthropic-version (and anthropic-beta).
-	AnthropicAPIKey string
+	// AnthropicAPIKey, when it has a secret, is sent as x-api-key on requests of the Anthropic routes whose
+	// URL has the key's origin, replacing the client's x-api-key and Authorization headers; on every other
+	// request they are forwarded as the client sent them, as is anthropic-version (and anthropic-beta).
+	AnthropicAPIKey Key
 	// Transport reaches the upstream; nil means NewTransport().
 	Transport http.RoundTripper
 	// Audit receives every policy decision; nil logs them.
@@ -120,6 +120,11 @@ type exchangeKey struct{}
 func New(o Options) (*Server, error) {
 	if o.Engine == nil || o.Upstream == nil {
 		return nil, errors.New("proxy: engine and upstream are required")
+	}
+	for _, k := range []Key{o.UpstreamAPIKey, o.AnthropicAPIKey} {
+		if k.Secret != "" && k.Origin == "" {
+			return nil, errors.New("proxy: an API key without an origin: bind it with BindKey")
+		}
 	}
 	if o.AnthropicUpstream == nil {
 		u, err := url.Parse(DefaultAnthropicUpstream)
@@ -421,20 +426,21 @@ func upstreamURL(base *url.URL, in *url.URL) *url.URL {
 	return &u
 }
 
-// outboundHeaders removes promptgate's own headers and applies the upstream's key: the OpenAI-compatible
-// upstream's as Authorization, the Anthropic upstream's as x-api-key.
-func (s *Server) outboundHeaders(h http.Header, anthropic bool) {
+// outboundHeaders removes promptgate's own headers and applies an operator key where the request's URL, as
+// it goes out, has that key's origin: the OpenAI-compatible key as Authorization, the Anthropic key as
+// x-api-key. Anywhere else the client's credentials pass unchanged.
+func (s *Server) outboundHeaders(h http.Header, out *url.URL, anthropic bool) {
 	for k := range h {
 		if strings.HasPrefix(k, "X-Promptgate-") {
 			delete(h, k)
 		}
 	}
 	switch {
-	case anthropic && s.opt.AnthropicAPIKey != "":
+	case anthropic && s.opt.AnthropicAPIKey.sendsTo(out):
 		h.Del("Authorization")
-		h.Set("X-Api-Key", s.opt.AnthropicAPIKey)
-	case !anthropic && s.opt.UpstreamAPIKey != "":
-		h.Set("Authorization", "Bearer "+s.opt.UpstreamAPIKey)
+		h.Set("X-Api-Key", s.opt.AnthropicAPIKey.Secret)
+	case !anthropic && s.opt.UpstreamAPIKey.sendsTo(out):
+		h.Set("Authorization", "Bearer "+s.opt.UpstreamAPIKey.Secret)
 	}
 }
 
@@ -454,7 +460,7 @@ func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
 	}
 	pr.Out.URL = upstreamURL(base, pr.In.URL)
 	pr.Out.Host = ""
-	s.outboundHeaders(pr.Out.Header, anthropic)
+	s.outboundHeaders(pr.Out.Header, pr.Out.URL, anthropic)
 	// The response is parsed to vet it: let the transport negotiate and decode compression itself.
 	pr.Out.Header.Del("Accept-Encoding")
 	pr.Out.Body = io.NopCloser(bytes.NewReader(x.prep.Body))
@@ -469,7 +475,7 @@ func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
 	base, anthropic := s.target(pr.In.URL.Path)
 	pr.Out.URL = upstreamURL(base, pr.In.URL)
 	pr.Out.Host = ""
-	s.outboundHeaders(pr.Out.Header, anthropic)
+	s.outboundHeaders(pr.Out.Header, pr.Out.URL, anthropic)
 	if storedResponseID(pr.In) != "" {
 		// A stored response may need calls removed: let the transport decode compression.
 		pr.Out.Header.Del("Accept-Encoding")

@@ -25,6 +25,7 @@ const (
 	EnvAdminListen       = "PROMPTGATE_ADMIN_LISTEN"
 	EnvAdminToken        = "PROMPTGATE_ADMIN_TOKEN"
 	EnvProxyListen       = "PROMPTGATE_PROXY_LISTEN"
+	EnvProxyToken        = "PROMPTGATE_PROXY_TOKEN"
 	EnvAnthropicUpstream = "PROMPTGATE_ANTHROPIC_UPSTREAM"
 	EnvUpstreamKey       = "PROMPTGATE_UPSTREAM_API_KEY"
 	EnvAnthropicKey      = "PROMPTGATE_ANTHROPIC_API_KEY"

@@ -10,9 +10,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +25,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/mitm"
+	"github.com/promptgate/promptgate/proxy/origin"
 	"github.com/promptgate/promptgate/proxy/tracing"
 )
 
@@ -60,9 +64,31 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err := checkAdminListen(f.adminListen, getenv(EnvAdminToken)); err != nil {
 		return err
 	}
+	if f.proxyListen != "" {
+		if err := checkProxyListen(f.proxyListen, getenv(EnvProxyToken)); err != nil {
+			return err
+		}
+	}
+	upstreamKey, err := bindKey("--upstream", upstream, EnvUpstreamKey, getenv(EnvUpstreamKey))
+	if err != nil {
+		return err
+	}
+	anthropicKey, err := bindKey("--anthropic-upstream", anthropicUpstream, EnvAnthropicKey, getenv(EnvAnthropicKey))
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, getenv)
 	if err != nil {
 		return err
+	}
+	for _, k := range []struct {
+		flag, env string
+		u         *url.URL
+		key       proxy.Key
+	}{{"--upstream", EnvUpstreamKey, upstream, upstreamKey}, {"--anthropic-upstream", EnvAnthropicKey, anthropicUpstream, anthropicKey}} {
+		if k.key.Secret != "" && k.u.Scheme == "http" {
+			log.Warn(k.flag+" is plain HTTP on loopback: "+k.env+" is sent unencrypted, on this machine only", "upstream", k.u.Redacted())
+		}
 	}
 
 	p, err := openPipelineSnapshot(ctx, f.store, false, getenv, log, f.snapshot)
@@ -119,8 +145,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	base := proxy.Options{
 		Engine:          p.engine,
-		UpstreamAPIKey:  getenv(EnvUpstreamKey),
-		AnthropicAPIKey: getenv(EnvAnthropicKey),
+		UpstreamAPIKey:  upstreamKey,
+		AnthropicAPIKey: anthropicKey,
 		Audit:           recorder,
 		AuditArguments:  p.cfg.Audit.IncludeArguments,
 		Metrics:         m,
@@ -151,9 +177,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	// The HTTPS-proxy door is built before any listener is bound, so that a config error is reported as
 	// such, whatever the state of the ports.
+	var own ownAddrs // every listener's address, for the door to refuse
 	var door *mitm.Door
 	if f.proxyListen != "" {
-		if door, err = newDoor(p.cfg, base, log); err != nil {
+		if door, err = newDoor(p.cfg, base, log, getenv(EnvProxyToken), own.list); err != nil {
 			return err
 		}
 	}
@@ -164,6 +191,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		if err != nil {
 			return nil, fmt.Errorf("%s: listen %s: %w", name, addr, err)
 		}
+		own.add(ln.Addr())
 		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		servers = append(servers, hs)
@@ -212,7 +240,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		if err != nil {
 			return err
 		}
-		log.Info("HTTPS-proxy door open", "listen", daddr.String(), "intercepted_hosts", p.cfg.MITM.Hosts, "passthrough", *p.cfg.MITM.Passthrough)
+		log.Info("HTTPS-proxy door open", "listen", daddr.String(), "intercepted_hosts", p.cfg.MITM.Hosts, "passthrough", *p.cfg.MITM.Passthrough,
+			"allow_private_destinations", p.cfg.MITM.AllowPrivateDestinations, "proxy_token", getenv(EnvProxyToken) != "")
 		lines = append(lines, fmt.Sprintf("promptgate HTTPS-proxy door on %s (HTTPS_PROXY=http://%s)", daddr, daddr))
 	} else if p.cfg.MITM != nil {
 		// The config asks for interception but no door is open: say so rather than ignore the key.
@@ -234,8 +263,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 }
 
 // newDoor builds the HTTPS-proxy door from the config's mitm section; intercepted origins run the same
-// pipeline as the base-URL listener, with the origin the client asked for as the upstream.
-func newDoor(cfg *config.File, base proxy.Options, log *slog.Logger) (*mitm.Door, error) {
+// pipeline as the base-URL listener, with the origin the client asked for as both upstreams. The operator
+// keys in base stay bound to the configured upstreams' origins, so an origin gets a key only if it is the
+// key's own. Passthrough never reaches the addresses own returns.
+func newDoor(cfg *config.File, base proxy.Options, log *slog.Logger, token string, own func() []net.Addr) (*mitm.Door, error) {
 	if cfg.MITM == nil {
 		return nil, usageError{"--proxy-listen needs a mitm: section in the config (caCert, caKey, hosts); create the CA with `promptgate ca init`"}
 	}
@@ -247,18 +278,51 @@ func newDoor(cfg *config.File, base proxy.Options, log *slog.Logger) (*mitm.Door
 	if err != nil {
 		return nil, err
 	}
+	tr := proxy.NewTransport()
+	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	return mitm.New(mitm.Options{
 		CA: ca, Hosts: cfg.MITM.Hosts, Passthrough: *cfg.MITM.Passthrough, Log: log,
-		Handler: func(scheme, hostport string) (http.Handler, error) {
-			o := base
-			o.Upstream = &url.URL{Scheme: scheme, Host: hostport, Path: "/v1"}
-			o.AnthropicUpstream = &url.URL{Scheme: scheme, Host: hostport, Path: "/v1"}
-			tr := proxy.NewTransport()
-			tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-			o.Transport = tr
-			return proxy.New(o)
+		HandshakeTimeout: cfg.MITM.HandshakeTimeout, AllowPrivate: cfg.MITM.AllowPrivateDestinations,
+		Own: own, Token: token,
+		Handler: func(o origin.Origin) (http.Handler, error) {
+			opts := base
+			opts.Upstream = o.URL("/v1")
+			opts.AnthropicUpstream = o.URL("/v1")
+			opts.Transport = tr
+			return proxy.New(opts)
 		},
 	})
+}
+
+// ownAddrs collects the addresses promptgate listens on, as they are bound.
+type ownAddrs struct {
+	mu    sync.Mutex
+	addrs []net.Addr
+}
+
+func (o *ownAddrs) add(a net.Addr) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.addrs = append(o.addrs, a)
+}
+
+func (o *ownAddrs) list() []net.Addr {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.addrs)
+}
+
+// bindKey binds an operator key to its upstream's origin. A key goes over plain HTTP only to a loopback
+// upstream (serve logs it); any other http:// upstream with a key is refused.
+func bindKey(flagName string, u *url.URL, envName, secret string) (proxy.Key, error) {
+	if secret != "" && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		return proxy.Key{}, usageError{fmt.Sprintf("%s %q is plain HTTP and %s is set: the key would cross the network in cleartext; use an https:// URL (http:// is accepted only for a loopback upstream, e.g. http://127.0.0.1:11434/v1)", flagName, u.Redacted(), envName)}
+	}
+	k, err := proxy.BindKey(secret, u)
+	if err != nil {
+		return proxy.Key{}, usageError{fmt.Sprintf("%s %q: %v", flagName, u.Redacted(), err)}
+	}
+	return k, nil
 }
 
 // parseBaseURL checks an upstream base URL: http or https, with a host.
@@ -279,16 +343,31 @@ func checkAdminListen(addr, token string) error {
 	if err != nil {
 		return usageError{fmt.Sprintf("--admin-listen %q: use HOST:PORT, e.g. %s", addr, DefaultAdminListen)}
 	}
-	if token != "" {
-		return nil
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+	if token != "" || loopbackHost(host) {
 		return nil
 	}
 	return usageError{fmt.Sprintf("--admin-listen %q is not a loopback address: set %s to expose the admin API beyond this machine", addr, EnvAdminToken)}
+}
+
+// checkProxyListen refuses a non-loopback HTTPS-proxy door unless proxy authentication is on.
+func checkProxyListen(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usageError{fmt.Sprintf("--proxy-listen %q: use HOST:PORT, e.g. 127.0.0.1:8789", addr)}
+	}
+	if token != "" || loopbackHost(host) {
+		return nil
+	}
+	return usageError{fmt.Sprintf("--proxy-listen %q is not a loopback address: set %s so that clients must authenticate (Proxy-Authorization), or listen on 127.0.0.1", addr, EnvProxyToken)}
+}
+
+// loopbackHost reports whether host is localhost or a loopback IP address.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // defaultAuditPath is the audit ring file when the config sets no audit.path. It lives with the instance's

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/promptgate/promptgate/proxy/origin"
 )
 
 // Defaults for the values a config file may leave out.
@@ -28,6 +30,9 @@ const (
 	DefaultPluginCacheTTL  = 30 * time.Second
 	DefaultPluginMinMode   = "minimal"
 	DefaultAuditRingSize   = 10000
+	// DefaultMITMHandshakeTimeout is how long the HTTPS-proxy door waits for an intercepted client's TLS
+	// handshake after its CONNECT.
+	DefaultMITMHandshakeTimeout = 10 * time.Second
 )
 
 // File is the whole deployment config. The zero value (no --config) is valid and means: default
@@ -137,6 +142,13 @@ type MITM struct {
 	Hosts       []string `yaml:"hosts"`
 	Passthrough *bool    `yaml:"passthrough"`
 	UpstreamCA  string   `yaml:"upstreamCA"`
+	// AllowPrivateDestinations lists host names and IP addresses that passthrough may reach although they
+	// are loopback, link-local or private (e.g. a local model server). Empty: passthrough reaches only
+	// public addresses. promptgate's own listeners are never reached, listed or not.
+	AllowPrivateDestinations []string `yaml:"allowPrivateDestinations"`
+	// HandshakeTimeout closes an intercepted CONNECT whose client has not completed its TLS handshake in
+	// time. 0 means DefaultMITMHandshakeTimeout.
+	HandshakeTimeout time.Duration `yaml:"handshakeTimeout"`
 }
 
 // Load reads and validates a config file. An empty path returns the defaults.
@@ -343,7 +355,7 @@ var knownKeys = map[string][]string{
 	"Tool":     {"enabled", "scope", "allowedProtocols"},
 	"Plugin":   {"name", "path", "sha256", "module", "minMode", "timeout", "required", "cacheTTL", "config", "receiveUserMessage", "trustedDirectives"},
 	"Limits":   {"maxBodyBytes", "maxJSONDepth", "upstreamTimeout"},
-	"MITM":     {"caCert", "caKey", "hosts", "passthrough", "upstreamCA"},
+	"MITM":     {"caCert", "caKey", "hosts", "passthrough", "upstreamCA", "allowPrivateDestinations", "handshakeTimeout"},
 }
 
 // ApplyDefaults fills every zero value that has a default.
@@ -378,6 +390,9 @@ func (f *File) ApplyDefaults() {
 	if f.MITM != nil && f.MITM.Passthrough == nil {
 		t := true
 		f.MITM.Passthrough = &t
+	}
+	if f.MITM != nil && f.MITM.HandshakeTimeout == 0 {
+		f.MITM.HandshakeTimeout = DefaultMITMHandshakeTimeout
 	}
 }
 
@@ -489,6 +504,14 @@ func (f *File) Validate() error {
 			if h == "" || strings.ContainsAny(h, "/: ") {
 				bad(fmt.Sprintf("mitm.hosts[%d]", j), "%q: give a host name only, e.g. api.openai.com", h)
 			}
+		}
+		for j, h := range m.AllowPrivateDestinations {
+			if _, err := origin.Host(h); err != nil {
+				bad(fmt.Sprintf("mitm.allowPrivateDestinations[%d]", j), "%q: give a host name or an IP address without a port, e.g. 127.0.0.1 or models.internal", h)
+			}
+		}
+		if m.HandshakeTimeout < 0 {
+			bad("mitm.handshakeTimeout", "must be positive, e.g. 10s")
 		}
 	}
 	return errors.Join(errs...)

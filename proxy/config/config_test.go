@@ -47,6 +47,9 @@ func defaults() *File {
 
 func TestDefaultConstants(t *testing.T) {
 	// The contract and the seed fix these values; a change here is a change of observable behaviour.
+	if DefaultMITMHandshakeTimeout != 10*time.Second {
+		t.Errorf("DefaultMITMHandshakeTimeout %v, want 10s", DefaultMITMHandshakeTimeout)
+	}
 	if DefaultProtocol != "neutral" || DefaultMaxBodyBytes != 10485760 || DefaultMaxJSONDepth != 64 ||
 		DefaultUpstreamTimeout != 120*time.Second || DefaultPluginTimeout != 150*time.Millisecond ||
 		DefaultPluginCacheTTL != 30*time.Second || DefaultPluginMinMode != "minimal" {
@@ -84,7 +87,7 @@ func TestParseContractExample(t *testing.T) {
 		Audit:  Audit{RingSize: 10000},
 		MITM: &MITM{
 			CACert: "DIR/ca.crt", CAKey: "DIR/ca.key", Hosts: []string{"api.openai.com"},
-			Passthrough: ptr(true), UpstreamCA: "extra-roots.pem",
+			Passthrough: ptr(true), UpstreamCA: "extra-roots.pem", HandshakeTimeout: 10 * time.Second,
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -154,7 +157,7 @@ func TestParseDefaults(t *testing.T) {
 			"mitm passthrough defaults to true", "mitm: {caCert: c.crt, caKey: c.key, hosts: [api.openai.com]}\n",
 			func() *File {
 				f := defaults()
-				f.MITM = &MITM{CACert: "c.crt", CAKey: "c.key", Hosts: []string{"api.openai.com"}, Passthrough: ptr(true)}
+				f.MITM = &MITM{CACert: "c.crt", CAKey: "c.key", Hosts: []string{"api.openai.com"}, Passthrough: ptr(true), HandshakeTimeout: 10 * time.Second}
 				return f
 			}(),
 		},
@@ -162,7 +165,17 @@ func TestParseDefaults(t *testing.T) {
 			"mitm passthrough false is kept", "mitm: {caCert: c.crt, caKey: c.key, passthrough: false}\n",
 			func() *File {
 				f := defaults()
-				f.MITM = &MITM{CACert: "c.crt", CAKey: "c.key", Passthrough: ptr(false)}
+				f.MITM = &MITM{CACert: "c.crt", CAKey: "c.key", Passthrough: ptr(false), HandshakeTimeout: 10 * time.Second}
+				return f
+			}(),
+		},
+		{
+			"mitm door hardening given is kept",
+			"mitm: {caCert: c.crt, caKey: c.key, allowPrivateDestinations: [127.0.0.1, '::1', models.internal, Local-Model.], handshakeTimeout: 2s}\n",
+			func() *File {
+				f := defaults()
+				f.MITM = &MITM{CACert: "c.crt", CAKey: "c.key", Passthrough: ptr(true), HandshakeTimeout: 2 * time.Second,
+					AllowPrivateDestinations: []string{"127.0.0.1", "::1", "models.internal", "Local-Model."}}
 				return f
 			}(),
 		},
@@ -246,7 +259,7 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			"unknown key in mitm", "mitm: {caCert: a, caKey: b, host: [api.openai.com]}\n",
-			[]string{`line 1: unknown key "host" in mitm; valid keys: caCert, caKey, hosts, passthrough, upstreamCA`},
+			[]string{`line 1: unknown key "host" in mitm; valid keys: caCert, caKey, hosts, passthrough, upstreamCA, allowPrivateDestinations, handshakeTimeout`},
 		},
 		{
 			"unknown key in a tool entry", "tools:\n  web_fetch: {enable: false}\n",
@@ -265,7 +278,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{
 				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit, security`,
 				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout`,
-				`line 3: unknown key "x" in mitm; valid keys: caCert, caKey, hosts, passthrough, upstreamCA`,
+				`line 3: unknown key "x" in mitm; valid keys: caCert, caKey, hosts, passthrough, upstreamCA, allowPrivateDestinations, handshakeTimeout`,
 			},
 		},
 
@@ -281,6 +294,14 @@ func TestParseErrors(t *testing.T) {
 		{
 			"duration without a unit", "limits:\n  upstreamTimeout: 120\n",
 			[]string{`line 2: limits.upstreamTimeout: got a number "120", want a duration with a unit, e.g. 150ms or 30s`},
+		},
+		{
+			"mitm handshakeTimeout without a unit", "mitm:\n  handshakeTimeout: 10\n",
+			[]string{`line 2: mitm.handshakeTimeout: got a number "10", want a duration with a unit, e.g. 150ms or 30s`},
+		},
+		{
+			"mitm allowPrivateDestinations not a list", "mitm:\n  allowPrivateDestinations: 127.0.0.1\n",
+			[]string{`line 2: mitm.allowPrivateDestinations: got a string "127.0.0.1", want a list, e.g. [a, b]`},
 		},
 		{
 			"two bad durations on one line", "plugins:\n  - {name: m, path: ./m, sha256: " + binHash + ", timeout: 5, cacheTTL: 5}\n",
@@ -452,6 +473,22 @@ func TestParseErrors(t *testing.T) {
 				`mitm.hosts[1]: "api.anthropic.com:443": give a host name only, e.g. api.openai.com`,
 				`mitm.hosts[2]: "": give a host name only, e.g. api.openai.com`,
 			},
+		},
+		{
+			"mitm allowPrivateDestinations not a host or IP",
+			"mitm: {caCert: a, caKey: b, allowPrivateDestinations: ['127.0.0.1:11434', 'http://models.internal', '', 'fe80::1%eth0', 'a b', 10.0.0.0/8]}\n",
+			[]string{
+				`mitm.allowPrivateDestinations[0]: "127.0.0.1:11434": give a host name or an IP address without a port, e.g. 127.0.0.1 or models.internal`,
+				`mitm.allowPrivateDestinations[1]: "http://models.internal": give a host name or an IP address without a port, e.g. 127.0.0.1 or models.internal`,
+				`mitm.allowPrivateDestinations[2]: "": give a host name or an IP address without a port, e.g. 127.0.0.1 or models.internal`,
+				`mitm.allowPrivateDestinations[3]: "fe80::1%eth0": give a host name or an IP address without a port, e.g. 127.0.0.1 or models.internal`,
+				`mitm.allowPrivateDestinations[4]: "a b": give a host name or an IP address without a port, e.g. 127.0.0.1 or models.internal`,
+				`mitm.allowPrivateDestinations[5]: "10.0.0.0/8": give a host name or an IP address without a port, e.g. 127.0.0.1 or models.internal`,
+			},
+		},
+		{
+			"mitm negative handshakeTimeout", "mitm: {caCert: a, caKey: b, handshakeTimeout: -1s}\n",
+			[]string{`mitm.handshakeTimeout: must be positive, e.g. 10s`},
 		},
 		{
 			"several problems at once",

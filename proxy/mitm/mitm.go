@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -15,43 +16,78 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/elazarl/goproxy"
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/origin"
 )
 
 // leafValidity is how long a leaf certificate is used before a new one is made.
 const leafValidity = 24 * time.Hour
 
+// DefaultMaxPipelines bounds the pipelines the door keeps, one per intercepted origin, when
+// Options.MaxPipelines is 0.
+const DefaultMaxPipelines = 256
+
+// Timeouts of the HTTP server on an intercepted connection, as on promptgate's listeners: a request's
+// header must come within innerReadHeaderTimeout, and a connection idle between requests longer than
+// innerIdleTimeout is closed. Neither bounds a response, so long streams are never cut.
+const (
+	innerReadHeaderTimeout = 10 * time.Second
+	innerIdleTimeout       = 120 * time.Second
+)
+
 // Options configure the door.
 type Options struct {
 	// CA signs the leaf certificates of intercepted hosts (LoadCA).
 	CA tls.Certificate
-	// Hosts are the host names to intercept (exact, case-insensitive), on any port.
+	// Hosts are the host names to intercept (case-insensitive, a trailing dot ignored), on any port.
 	Hosts []string
 	// Passthrough tunnels every other CONNECT untouched; false answers them 403.
 	Passthrough bool
-	// Handler returns the pipeline for an intercepted origin, e.g. ("https", "api.openai.com:443").
-	// It is called once per origin and cached.
-	Handler func(scheme, hostport string) (http.Handler, error)
-	// Dial opens tunnels and plain-HTTP connections to other hosts; nil dials directly.
-	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// Transport forwards plain-HTTP requests to hosts that are not intercepted; nil makes one with Dial.
-	Transport *http.Transport
-	Log       *slog.Logger
+	// Handler returns the pipeline of an intercepted origin, e.g. https://api.openai.com:443 (always https).
+	// It is called when an origin is first used, and again after its pipeline was dropped (MaxPipelines).
+	Handler func(o origin.Origin) (http.Handler, error)
+	// MaxPipelines bounds the pipelines kept, the least recently used dropped first; 0 means
+	// DefaultMaxPipelines.
+	MaxPipelines int
+	// HandshakeTimeout closes an intercepted CONNECT whose client has not completed its TLS handshake in
+	// time; 0 means config.DefaultMITMHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// AllowPrivate lists the host names and IP addresses that passthrough may reach although they are
+	// loopback, link-local or private (the config's mitm.allowPrivateDestinations).
+	AllowPrivate []string
+	// Own returns promptgate's own listener addresses: passthrough never reaches them, listed or not. nil
+	// means none.
+	Own func() []net.Addr
+	// Token, when set, must come with every proxy request (CONNECT or absolute-form) in
+	// Proxy-Authorization; it is never forwarded.
+	Token string
+	// Resolve looks up the addresses of a passthrough host; nil means the system resolver. The door dials
+	// only addresses it resolved and checked.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	Log     *slog.Logger
 }
 
 // Door is the HTTPS-proxy listener's handler.
 type Door struct {
 	opt      Options
-	hosts    map[string]bool
+	hosts    map[string]bool // intercepted, in origin.Host form
 	gp       *goproxy.ProxyHttpServer
+	tokenSum *[sha256.Size]byte
 	leafKey  *ecdsa.PrivateKey
-	mu       sync.Mutex
-	leaves   map[string]*tls.Certificate
-	handlers map[string]http.Handler
+	// leaves holds a certificate per intercepted host name: at most len(hosts) entries.
+	leafMu sync.Mutex
+	leaves map[string]*tls.Certificate
+	// pipelines holds a handler per intercepted origin, bounded; pipeMu makes each one built once.
+	pipeMu    sync.Mutex
+	pipelines *lru.Cache[origin.Origin, http.Handler]
 }
 
 // New builds the door.
@@ -62,23 +98,43 @@ func New(o Options) (*Door, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if o.Dial == nil {
-		o.Dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	if o.MaxPipelines <= 0 {
+		o.MaxPipelines = DefaultMaxPipelines
 	}
-	if o.Transport == nil {
-		o.Transport = &http.Transport{Proxy: nil, DialContext: o.Dial, ForceAttemptHTTP2: false, IdleConnTimeout: 90 * time.Second}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = config.DefaultMITMHandshakeTimeout
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("mitm: leaf key: %w", err)
 	}
-	d := &Door{opt: o, hosts: map[string]bool{}, leafKey: key, leaves: map[string]*tls.Certificate{}, handlers: map[string]http.Handler{}}
+	pipelines, err := lru.New[origin.Origin, http.Handler](o.MaxPipelines)
+	if err != nil {
+		return nil, fmt.Errorf("mitm: %w", err)
+	}
+	eg, err := newEgress(o.AllowPrivate, o.Own, o.Resolve)
+	if err != nil {
+		return nil, err
+	}
+	d := &Door{opt: o, hosts: map[string]bool{}, leafKey: key, leaves: map[string]*tls.Certificate{}, pipelines: pipelines}
 	for _, h := range o.Hosts {
-		d.hosts[strings.ToLower(strings.TrimSuffix(h, "."))] = true
+		n, err := origin.Host(h)
+		if err != nil {
+			return nil, fmt.Errorf("mitm: hosts: %w", err)
+		}
+		d.hosts[n] = true
+	}
+	if o.Token != "" {
+		sum := sha256.Sum256([]byte(o.Token))
+		d.tokenSum = &sum
 	}
 	gp := goproxy.NewProxyHttpServer()
-	gp.Tr = o.Transport
-	gp.ConnectDial = func(network, addr string) (net.Conn, error) { return o.Dial(context.Background(), network, addr) }
+	gp.Tr = &http.Transport{Proxy: nil, DialContext: eg.dial, ForceAttemptHTTP2: false, IdleConnTimeout: 90 * time.Second}
+	gp.ConnectDial = nil // goproxy's default follows HTTPS_PROXY of promptgate's own environment
+	gp.ConnectDialWithReq = func(req *http.Request, network, addr string) (net.Conn, error) {
+		return eg.dial(req.Context(), network, addr)
+	}
+	gp.ConnectionErrHandler = d.tunnelFailed
 	gp.Logger = slogPrintf{o.Log}
 	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
@@ -90,6 +146,7 @@ func New(o Options) (*Door, error) {
 	})
 	gp.OnRequest().HandleConnectFunc(d.connect)
 	gp.OnRequest().DoFunc(d.plain)
+	gp.OnResponse().DoFunc(d.plainFailed)
 	d.gp = gp
 	return d, nil
 }
@@ -100,28 +157,24 @@ func (d *Door) intercepted(hostport string) bool {
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		host = h
 	}
-	return d.hosts[strings.ToLower(strings.TrimSuffix(host, "."))]
+	n, err := origin.Host(strings.Trim(host, "[]"))
+	return err == nil && d.hosts[n]
 }
 
-// ServeHTTP implements http.Handler: plain-HTTP proxy requests to intercepted hosts go to the pipeline,
-// everything else to goproxy.
+// ServeHTTP implements http.Handler: proxy requests are authenticated (when a token is set), plain-HTTP
+// requests to intercepted hosts are refused, and everything else goes to goproxy.
 func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect || r.URL.IsAbs() {
+		if !d.authorized(r) {
+			challenge(w)
+			return
+		}
+		r.Header.Del("Proxy-Authorization")
+	}
 	if r.Method != http.MethodConnect && r.URL.IsAbs() && d.intercepted(r.URL.Host) {
-		if r.URL.Scheme != "http" {
-			http.Error(w, "only http:// URLs may be sent to a proxy in plain HTTP; use CONNECT for https", http.StatusBadRequest)
-			return
-		}
-		h, err := d.handler("http", hostPort(r.URL.Host, "80"))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		r2 := r.Clone(r.Context())
-		r2.URL.Scheme, r2.URL.Host = "", ""
-		r2.RequestURI = r.URL.RequestURI()
-		r2.Header.Del("Proxy-Connection")
-		r2.Header.Del("Proxy-Authorization")
-		h.ServeHTTP(w, r2)
+		// Their requests would carry credentials; promptgate sends them only over HTTPS.
+		d.opt.Log.Info("plain-HTTP request to an intercepted host refused", "host", r.URL.Host)
+		http.Error(w, "promptgate: "+r.URL.Host+" is intercepted and is only reached over HTTPS: use an https:// URL (the client then sends CONNECT)", http.StatusForbidden)
 		return
 	}
 	d.gp.ServeHTTP(w, r)
@@ -135,10 +188,44 @@ func (d *Door) plain(r *http.Request, _ *goproxy.ProxyCtx) (*http.Request, *http
 	return r, goproxy.NewResponse(r, "text/plain", http.StatusForbidden, "promptgate: "+r.URL.Host+" is not an allowlisted host and passthrough is off\n")
 }
 
+// plainFailed turns a passthrough request whose destination was refused into a 403 that says why.
+func (d *Door) plainFailed(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Response {
+	var rf *refusal
+	if resp != nil || !errors.As(ctx.Error, &rf) {
+		return resp
+	}
+	d.opt.Log.Info("passthrough destination refused", "dest", rf.dest, "reason", rf.reason)
+	return goproxy.NewResponse(ctx.Req, "text/plain", http.StatusForbidden, rf.Error()+"\n")
+}
+
+// tunnelFailed answers a CONNECT whose tunnel could not be opened: 403 for a refused destination, else 502.
+func (d *Door) tunnelFailed(w io.Writer, _ *goproxy.ProxyCtx, err error) {
+	status := http.StatusBadGateway
+	var rf *refusal
+	if errors.As(err, &rf) {
+		status = http.StatusForbidden
+		d.opt.Log.Info("passthrough destination refused", "dest", rf.dest, "reason", rf.reason)
+	}
+	msg := err.Error() + "\n"
+	if rw, ok := w.(http.ResponseWriter); ok {
+		http.Error(rw, msg, status)
+		return
+	}
+	_, _ = fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, http.StatusText(status), len(msg), msg)
+}
+
 // connect decides a CONNECT: intercept, tunnel untouched, or refuse.
 func (d *Door) connect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
 	if d.intercepted(host) {
-		return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: d.hijack}, host
+		o, err := origin.New("https", host)
+		if err != nil {
+			ctx.Resp = goproxy.NewResponse(ctx.Req, "text/plain", http.StatusBadRequest, "promptgate: CONNECT "+host+": "+err.Error()+"\n")
+			return &goproxy.ConnectAction{Action: goproxy.ConnectReject}, host
+		}
+		return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(_ *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+			d.hijack(o, client)
+		}}, host
 	}
 	if d.opt.Passthrough {
 		return &goproxy.ConnectAction{Action: goproxy.ConnectAccept}, host
@@ -148,60 +235,67 @@ func (d *Door) connect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectActi
 	return &goproxy.ConnectAction{Action: goproxy.ConnectReject}, host
 }
 
-// hijack terminates TLS for an intercepted host with a leaf of our CA and serves HTTP/1.1 on the tunnel
-// with the pipeline of that origin.
-func (d *Door) hijack(req *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+// hijack terminates TLS for an intercepted origin with a leaf of our CA and serves HTTP/1.1 on the tunnel
+// with the pipeline of that origin. A client that does not complete its handshake within HandshakeTimeout
+// is closed.
+func (d *Door) hijack(o origin.Origin, client net.Conn) {
 	defer client.Close()
-	hostport := hostPort(req.URL.Host, "443")
+	if err := client.SetDeadline(time.Now().Add(d.opt.HandshakeTimeout)); err != nil {
+		return
+	}
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	h, err := d.handler("https", hostport)
-	if err != nil {
-		d.opt.Log.Error("no pipeline for intercepted host", "host", hostport, "err", err)
-		return
-	}
-	host, _, _ := net.SplitHostPort(hostport)
+	host, _, _ := net.SplitHostPort(o.HostPort())
+	host = strings.Trim(host, "[]")
 	tlsConn := tls.Server(client, &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"http/1.1"},
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			name := host
-			if hello.ServerName != "" && d.intercepted(hello.ServerName) {
-				name = hello.ServerName
+			if sni, err := origin.Host(hello.ServerName); err == nil && d.hosts[sni] {
+				name = sni
 			}
 			return d.leaf(name)
 		},
 	})
-	if err := tlsConn.HandshakeContext(req.Context()); err != nil {
-		d.opt.Log.Info("TLS handshake with client failed (does it trust promptgate's CA?)", "host", hostport, "err", err)
+	if err := tlsConn.Handshake(); err != nil {
+		d.opt.Log.Info("TLS handshake with client failed (does it trust promptgate's CA?)", "origin", string(o), "err", err)
 		return
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(d.opt.Log.Handler(), slog.LevelDebug)}
+	if err := client.SetDeadline(time.Time{}); err != nil {
+		return
+	}
+	h, err := d.pipeline(o)
+	if err != nil {
+		d.opt.Log.Error("no pipeline for intercepted origin", "origin", string(o), "err", err)
+		return
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: innerReadHeaderTimeout, IdleTimeout: innerIdleTimeout,
+		ErrorLog: slog.NewLogLogger(d.opt.Log.Handler(), slog.LevelDebug)}
 	_ = srv.Serve(newOneConnListener(tlsConn))
 }
 
-// handler returns the cached pipeline for an origin.
-func (d *Door) handler(scheme, hostport string) (http.Handler, error) {
-	key := scheme + "://" + hostport
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if h, ok := d.handlers[key]; ok {
+// pipeline returns the pipeline of an origin, building it on first use; at most MaxPipelines are kept.
+func (d *Door) pipeline(o origin.Origin) (http.Handler, error) {
+	d.pipeMu.Lock()
+	defer d.pipeMu.Unlock()
+	if h, ok := d.pipelines.Get(o); ok {
 		return h, nil
 	}
-	h, err := d.opt.Handler(scheme, hostport)
+	h, err := d.opt.Handler(o)
 	if err != nil {
 		return nil, err
 	}
-	d.handlers[key] = h
+	d.pipelines.Add(o, h)
 	return h, nil
 }
 
 // leaf returns a cached certificate for host, signed by the CA.
+// host is an intercepted name in origin.Host form, so the cache holds at most one entry per host.
 func (d *Door) leaf(host string) (*tls.Certificate, error) {
-	host = strings.ToLower(host)
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.leafMu.Lock()
+	defer d.leafMu.Unlock()
 	if c, ok := d.leaves[host]; ok && time.Now().Before(c.Leaf.NotAfter.Add(-time.Hour)) {
 		return c, nil
 	}
@@ -237,13 +331,6 @@ func (d *Door) leaf(host string) (*tls.Certificate, error) {
 	c := &tls.Certificate{Certificate: [][]byte{der, d.opt.CA.Certificate[0]}, PrivateKey: d.leafKey, Leaf: leaf}
 	d.leaves[host] = c
 	return c, nil
-}
-
-func hostPort(h, defPort string) string {
-	if _, _, err := net.SplitHostPort(h); err == nil {
-		return h
-	}
-	return net.JoinHostPort(strings.Trim(h, "[]"), defPort)
 }
 
 // oneConnListener serves exactly one connection, then reports closed once that connection is closed.

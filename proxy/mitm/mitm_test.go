@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -34,6 +35,7 @@ import (
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/mitm"
+	"github.com/promptgate/promptgate/proxy/origin"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -82,12 +84,21 @@ type fixture struct {
 	pgCAPEM    []byte
 	proxyURL   string
 	dialToTest func(ctx context.Context, network, addr string) (net.Conn, error)
+	pipelines  int // pipelines built by the door's Handler
 }
 
 const streamReply = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"streamed\"},\"finish_reason\":null}]}\n\n" +
 	"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
 
-func newFixture(t *testing.T, upstreamCA bool, passthrough bool) *fixture {
+// resolveTest resolves the names *.test to 127.0.0.1.
+func resolveTest(_ context.Context, host string) ([]netip.Addr, error) {
+	if !strings.HasSuffix(host, ".test") {
+		return nil, fmt.Errorf("test resolver: %q is not a test host", host)
+	}
+	return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+}
+
+func newFixture(t *testing.T, upstreamCA bool, passthrough bool, opts ...func(*mitm.Options)) *fixture {
 	t.Helper()
 	f := &fixture{upCA: newTestCA(t, "upstream test CA")}
 	f.upstream = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -143,16 +154,24 @@ func newFixture(t *testing.T, upstreamCA bool, passthrough bool) *fixture {
 		t.Fatal(err)
 	}
 	engine := newEngine(t)
-	door, err := mitm.New(mitm.Options{
-		CA: f.pgCA, Hosts: []string{"api.openai.test"}, Passthrough: passthrough, Dial: f.dialToTest,
-		Handler: func(scheme, hostport string) (http.Handler, error) {
-			u, _ := url.Parse(scheme + "://" + hostport + "/v1")
-			tr := proxy.NewTransport()
-			tr.DialContext = f.dialToTest
-			tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-			return proxy.New(proxy.Options{Engine: engine, Upstream: u, Transport: tr})
+	tr := proxy.NewTransport()
+	tr.DialContext = f.dialToTest
+	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	o := mitm.Options{
+		CA: f.pgCA, Hosts: []string{"api.openai.test"}, Passthrough: passthrough, Resolve: resolveTest,
+		// The fake upstream is on loopback: passthrough reaches it only because it is listed.
+		AllowPrivate: []string{"other.test"},
+		Handler: func(o origin.Origin) (http.Handler, error) {
+			f.mu.Lock()
+			f.pipelines++
+			f.mu.Unlock()
+			return proxy.New(proxy.Options{Engine: engine, Upstream: o.URL("/v1"), Transport: tr})
 		},
-	})
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	door, err := mitm.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,18 +263,27 @@ func TestInterceptedOfficialClient(t *testing.T) {
 	}
 }
 
-func TestPlainHTTPProxyRequestIntercepted(t *testing.T) {
+// TestPlainHTTPProxyRequestToInterceptedHostRefused: a plain-HTTP proxy request to an intercepted host would
+// carry credentials in cleartext; the door refuses it, and neither the pipeline nor the upstream sees it.
+func TestPlainHTTPProxyRequestToInterceptedHostRefused(t *testing.T) {
 	f := newFixture(t, true, true)
-	// A plain-HTTP proxy request to an intercepted host runs the pipeline too; the fake upstream only speaks
-	// TLS, so the pipeline's answer is an upstream error in the OpenAI shape (not a tunnel).
-	resp, err := f.client(t).Post("http://api.openai.test:"+f.port+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
-	if err != nil {
-		t.Fatal(err)
+	for _, host := range []string{"api.openai.test", "API.OpenAI.test.", "api.openai.test:" + f.port} {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+host+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer sk-client")
+		resp, err := f.client(t).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "only reached over HTTPS") {
+			t.Errorf("%s: %d %s", host, resp.StatusCode, b)
+		}
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.Header.Get("X-Promptgate-Protocol") != "neutral" || gjson.GetBytes(b, "error.code").String() != "upstream_error" {
-		t.Errorf("%d %v %s", resp.StatusCode, resp.Header, b)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.bodies) != 0 || f.pipelines != 0 {
+		t.Errorf("a plain-HTTP request went on: upstream got %d, pipelines built %d", len(f.bodies), f.pipelines)
 	}
 }
 
