@@ -157,7 +157,9 @@ func (u *keyedUpstream) count() int {
 	return len(u.seen)
 }
 
-func (u *keyedUpstream) hostPort() string { return strings.TrimPrefix(strings.TrimPrefix(u.URL, "https://"), "http://") }
+func (u *keyedUpstream) hostPort() string {
+	return strings.TrimPrefix(strings.TrimPrefix(u.URL, "https://"), "http://")
+}
 
 const (
 	chatBody     = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`

@@ -166,7 +166,9 @@ func TestProxyToken(t *testing.T) {
 		o.Token = "s3cret-proxy-token"
 	})
 	target := "127.0.0.1:" + svc.port()
-	basic := func(user, pass string) string { return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass)) }
+	basic := func(user, pass string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	}
 	for _, bad := range []string{"", "Bearer wrong", "Bearer s3cret-proxy-tokenX", basic("promptgate", "wrong"), basic("s3cret-proxy-token", ""), "Basic !!!", "s3cret-proxy-token"} {
 		h := http.Header{}
 		if bad != "" {
