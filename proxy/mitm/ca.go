@@ -1,9 +1,10 @@
 // Package mitm is promptgate's HTTPS-proxy door (HTTPS_PROXY=): a forward proxy built on goproxy that
 // intercepts CONNECTs to the allowlisted hosts with leaf certificates signed by the operator's own CA and
 // hands their requests to the same pipeline as the base-URL listener; every other CONNECT is tunnelled
-// untouched (or refused). It owns the CA files, leaf certificates and the CONNECT dispatch; it never uses
-// goproxy's built-in CA nor skips verification of the real upstream. It does not rewrite or vet anything
-// itself: the handler it is given does.
+// untouched (or refused). It owns the CA files, leaf certificates, the CONNECT dispatch, proxy
+// authentication and where passthrough may connect (never loopback, private or promptgate's own listeners
+// unless allowed); it never uses goproxy's built-in CA nor skips verification of the real upstream. It does
+// not rewrite, vet or add credentials itself: the handler it is given per origin does.
 package mitm
 
 import (
