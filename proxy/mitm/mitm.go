@@ -174,7 +174,7 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodConnect && r.URL.IsAbs() && d.intercepted(r.URL.Host) {
 		// Their requests would carry credentials; promptgate sends them only over HTTPS.
 		d.opt.Log.Info("plain-HTTP request to an intercepted host refused", "host", r.URL.Host)
-		http.Error(w, "promptgate: "+r.URL.Host+" is intercepted and is only reached over HTTPS: use an https:// URL (the client then sends CONNECT)", http.StatusForbidden)
+		http.Error(w, "promptgate: "+r.URL.Host+" is intercepted and is only reached over HTTPS, never by a plain-HTTP proxy request, whose credentials would travel in cleartext: use an https:// URL (the client then sends CONNECT)", http.StatusForbidden)
 		return
 	}
 	d.gp.ServeHTTP(w, r)
