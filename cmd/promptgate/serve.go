@@ -81,15 +81,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return err
 	}
-	for _, k := range []struct {
-		flag, env string
-		u         *url.URL
-		key       proxy.Key
-	}{{"--upstream", EnvUpstreamKey, upstream, upstreamKey}, {"--anthropic-upstream", EnvAnthropicKey, anthropicUpstream, anthropicKey}} {
-		if k.key.Secret != "" && k.u.Scheme == "http" {
-			log.Warn(k.flag+" is plain HTTP on loopback: "+k.env+" is sent unencrypted, on this machine only", "upstream", k.u.Redacted())
-		}
-	}
+	logCleartextKey(log, "--upstream", upstream, EnvUpstreamKey, upstreamKey)
+	logCleartextKey(log, "--anthropic-upstream", anthropicUpstream, EnvAnthropicKey, anthropicKey)
 
 	p, err := openPipelineSnapshot(ctx, f.store, false, getenv, log, f.snapshot)
 	if err != nil {
@@ -323,6 +316,13 @@ func bindKey(flagName string, u *url.URL, envName, secret string) (proxy.Key, er
 		return proxy.Key{}, usageError{fmt.Sprintf("%s %q: %v", flagName, u.Redacted(), err)}
 	}
 	return k, nil
+}
+
+// logCleartextKey says at start that a key goes to a (loopback) upstream over plain HTTP.
+func logCleartextKey(log *slog.Logger, flagName string, u *url.URL, envName string, k proxy.Key) {
+	if k.Secret != "" && u.Scheme == "http" {
+		log.Warn(flagName+" is plain HTTP on loopback: "+envName+" is sent unencrypted, on this machine only", "upstream", u.Redacted())
+	}
 }
 
 // parseBaseURL checks an upstream base URL: http or https, with a host.
