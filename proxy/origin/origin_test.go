@@ -80,3 +80,28 @@ func TestBadOrigins(t *testing.T) {
 		t.Error("Of(nil) gave no error")
 	}
 }
+
+// FuzzNew: any scheme and host:port (a CONNECT line, a URL's host) either is refused or gives an origin in
+// normal form, which New gives back unchanged from its own parts.
+func FuzzNew(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"https", "api.openai.com"}, {"HTTPS", "API.OpenAI.COM.:0443"}, {"http", "127.0.0.1:80"}, {"https", "[::1]:8443"},
+		{"https", "[::ffff:127.0.0.1]"}, {"https", "example.com:"}, {"https", "a..b"}, {"ftp", "x"}, {"https", "[fe80::1%eth0]:1"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	f.Fuzz(func(t *testing.T, scheme, hostport string) {
+		o, err := New(scheme, hostport)
+		if err != nil {
+			return
+		}
+		again, err := New(o.Scheme(), o.HostPort())
+		if err != nil || again != o {
+			t.Fatalf("New(%q, %q) = %q, but its parts give %q, %v", scheme, hostport, o, again, err)
+		}
+		u := o.URL("/v1")
+		if back, err := Of(u); err != nil || back != o {
+			t.Fatalf("Of(%s) = %q, %v; want %q", u, back, err, o)
+		}
+	})
+}
