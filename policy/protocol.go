@@ -141,6 +141,10 @@ var (
 // ParseProtocol decodes a definition strictly (unknown fields are errors) and validates it.
 func ParseProtocol(body []byte) (*Protocol, error) {
 	if err := jsoncheck.Object(body, jsoncheck.Limits{}); err != nil {
+		var je *jsoncheck.Error
+		if errors.As(err, &je) { // the operator's own definition: name the key
+			return nil, errors.New("policy: protocol definition: " + je.QuotedError())
+		}
 		return nil, fmt.Errorf("policy: protocol definition: %w", err)
 	}
 	// encoding/json matches field names case-insensitively; a definition must spell them exactly.

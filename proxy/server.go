@@ -349,7 +349,7 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 			s.opt.Audit.Record(r.Context(), audit.Event{
 				Time: time.Now().UTC(), RequestID: id, Kind: audit.KindToolRemoved,
 				Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version,
-				Tool: rm.Name, Verdict: audit.VerdictRemoved, Reason: rm.Reason,
+				Tool: vet.DisplayName(rm.Name), Verdict: audit.VerdictRemoved, Reason: rm.Reason,
 			})
 		}
 		h.Set(HeaderToolsRemoved, strings.Join(names, ","))
@@ -649,7 +649,7 @@ func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 		s.opt.Audit.Record(ctx, audit.Event{
 			Time: time.Now().UTC(), RequestID: x.id, Kind: audit.KindToolCall,
 			Protocol: x.prep.Protocol.ID, ProtocolVersion: x.prep.Protocol.Version,
-			Tool: d.Tool, Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
+			Tool: vet.DisplayName(d.Tool), Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
 		}.WithArguments(d.Args, s.opt.AuditArguments))
 	}
 }
