@@ -30,6 +30,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/anthvet"
 	"github.com/promptgate/promptgate/proxy/chatvet"
 	"github.com/promptgate/promptgate/proxy/metrics"
+	"github.com/promptgate/promptgate/proxy/redact"
 	"github.com/promptgate/promptgate/proxy/respvet"
 	"github.com/promptgate/promptgate/proxy/tracing"
 )
@@ -686,6 +687,7 @@ func readUpstream(resp *http.Response) ([]byte, error) {
 
 // upstreamFailed answers when the upstream could not be reached, timed out, or answered malformed.
 func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	err = redact.Error(err) // the log and the client's message show no user info or query of a URL
 	traceUpstreamFailed(r, err)
 	log := s.log
 	if id, ok := r.Context().Value(requestIDKey{}).(string); ok {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/promptgate/promptgate/proxy/redact"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -51,7 +52,10 @@ type adminStore struct {
 func newAdminStore(base, token string) (*adminStore, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usageError{fmt.Sprintf("--admin %q: give the admin listener's URL, e.g. http://127.0.0.1:8788", base)}
+		return nil, usageError{fmt.Sprintf("--admin %q: give the admin listener's URL, e.g. http://127.0.0.1:8788", redact.URL(base))}
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, usageError{fmt.Sprintf("--admin %q: give the admin listener's URL without user info, query or fragment; the token goes in %s", redact.Parsed(u), EnvAdminToken)}
 	}
 	return &adminStore{base: strings.TrimRight(base, "/"), token: token, client: &http.Client{Timeout: 30 * time.Second}}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/redact"
 	"github.com/promptgate/promptgate/store"
 	"github.com/promptgate/promptgate/store/etcdstore"
 )
@@ -55,7 +56,7 @@ func (s storeSpec) String() string {
 // parseStoreSpec reads a store value of flag flagName; empty means the bbolt file db.
 func parseStoreSpec(flagName, v, db string) (storeSpec, error) {
 	bad := func(why string) error {
-		return usageError{fmt.Sprintf("%s %q: %s; %s", flagName, v, why, storeForms)}
+		return usageError{fmt.Sprintf("%s %q: %s; %s", flagName, redact.URL(v), why, storeForms)}
 	}
 	switch {
 	case v == "":
@@ -172,7 +173,7 @@ var errStoreEmpty = errors.New("the source store is empty")
 func storeName(sf *storeFlags) string {
 	spec, err := parseStoreSpec("--store", sf.store, sf.db)
 	if err != nil {
-		return sf.store
+		return redact.URL(sf.store)
 	}
 	return spec.String()
 }
