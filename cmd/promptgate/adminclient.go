@@ -75,7 +75,7 @@ func openCLIStore(sf *storeFlags, admin string, getenv env, stderr io.Writer) (c
 		return nil, err
 	}
 	admin = fallbackAdminURL(getenv)
-	fmt.Fprintf(stderr, "promptgate: %s is held by a running server; using its admin API at %s\n", sf.db, admin)
+	fmt.Fprintf(stderr, "promptgate: %s is held by a running server; using its admin API at %s\n", sf.db, redact.URL(admin))
 	return newAdminStore(admin, token)
 }
 
