@@ -94,7 +94,7 @@ func parseStoreSpec(flagName, v, db string) (storeSpec, error) {
 
 // etcdOptions builds the client options of spec from the environment (TLS, auth).
 func etcdOptions(spec storeSpec, getenv env) (etcdstore.Options, error) {
-	o := etcdstore.Options{Prefix: spec.prefix, Validate: proxy.ValidateDefinition}
+	o := etcdstore.Options{Prefix: spec.prefix, Validate: proxy.ValidateDefinition, Links: proxy.CheckLinks}
 	ca, cert, key := getenv(EnvEtcdCACert), getenv(EnvEtcdCert), getenv(EnvEtcdKey)
 	if (cert == "") != (key == "") {
 		return o, usageError{fmt.Sprintf("%s and %s go together (the client certificate and its key)", EnvEtcdCert, EnvEtcdKey)}
