@@ -8,14 +8,6 @@ import (
 	"github.com/promptgate/promptgate/policy"
 )
 
-// Headers of the blocks a legacy template gets appended.
-const (
-	headerRules       = "=== PROTOCOL RULES ==="
-	headerApplication = "=== APPLICATION INSTRUCTIONS ==="
-	headerDirectives  = "=== RUNTIME DIRECTIVES ==="
-	headerTools       = "=== AVAILABLE TOOLS ==="
-)
-
 // Layers are the per-request contents of the layered prompt.
 type Layers struct {
 	// Rules are the protocol's rules (trusted, operator-written).

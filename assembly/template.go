@@ -33,12 +33,22 @@ const (
 	BlockOther       = "other"
 )
 
-var placeholders = []struct{ ph, block string }{
-	{PhRules, BlockRules},
-	{PhApplication, BlockApplication},
-	{PhDirectives, BlockDirectives},
-	{PhContext, BlockContext},
-	{PhTools, BlockTools},
+// Header lines of the blocks: a layered template holds each placeholder under its own, and a legacy
+// template gets the blocks appended under them.
+const (
+	headerRules       = "=== PROTOCOL RULES ==="
+	headerApplication = "=== APPLICATION INSTRUCTIONS ==="
+	headerDirectives  = "=== RUNTIME DIRECTIVES ==="
+	headerTools       = "=== AVAILABLE TOOLS ==="
+)
+
+// placeholders lists each layer placeholder with its block and the header line it must sit under.
+var placeholders = []struct{ ph, block, header string }{
+	{PhRules, BlockRules, headerRules},
+	{PhApplication, BlockApplication, headerApplication},
+	{PhDirectives, BlockDirectives, headerDirectives},
+	{PhContext, BlockContext, ContextHeader},
+	{PhTools, BlockTools, headerTools},
 }
 
 // Template is a parsed template. It is immutable once parsed, so it may be cached and shared.
@@ -125,8 +135,10 @@ func blockOfHeader(s string) string {
 
 // ValidateTemplate refuses a template text whose placeholders could not be filled as the contract says:
 // an unknown {{placeholder}}, a placeholder that is not alone on its line, used twice, or sharing a section
-// with another one, a {{runtime_context}} whose header does not mark the block UNTRUSTED, and a layered
-// template without {{runtime_context}}.
+// with another one, a placeholder whose section header is not exactly its own block's header line
+// ({{tools}} under "=== AVAILABLE TOOLS ===", ...), a {{runtime_context}} that is not on the line right
+// after the RUNTIME CONTEXT header, and a layered template without {{runtime_context}}. Errors name the
+// field (text) and the fix.
 func ValidateTemplate(text string) error {
 	t := ParseTemplate("", 0, text)
 	known := map[string]bool{}
@@ -172,14 +184,36 @@ func ValidateTemplate(text string) error {
 			}
 		}
 		if n > 1 {
-			return fmt.Errorf("assembly: template: a section holds %d placeholders; give each its own \"=== ... ===\" header", n)
+			return fmt.Errorf("assembly: template: text: a section holds %d placeholders; give each its own header line", n)
 		}
-		if s.ph == PhContext {
-			header, _, _ := strings.Cut(s.text, "\n")
-			if !strings.HasPrefix(strings.TrimSpace(header), headerPrefix) || !strings.Contains(header, "UNTRUSTED") {
-				return fmt.Errorf("assembly: template: {{runtime_context}} must sit under a header that marks it untrusted, e.g. %q", ContextHeader)
-			}
+		if s.ph == "" {
+			continue
+		}
+		want := headerOf(s.ph)
+		lines := strings.SplitN(s.text, "\n", 3)
+		header := lines[0]
+		if !strings.HasPrefix(strings.TrimLeft(header, " \t"), headerPrefix) {
+			header = "" // the text before the first header
+		}
+		switch {
+		case header != want && header == "":
+			return fmt.Errorf("assembly: template: text: %s is under no header: put it alone on the line after its header %q", s.ph, want)
+		case header != want:
+			return fmt.Errorf("assembly: template: text: %s is under the header %q, not its own: put it alone on the line after %q", s.ph, header, want)
+		case s.ph == PhContext && strings.TrimSpace(lines[1]) != PhContext:
+			// The line after the RUNTIME CONTEXT header is the JSON line: nothing trusted may come between.
+			return fmt.Errorf("assembly: template: text: %s must be on the line right after its header %q", s.ph, want)
 		}
 	}
 	return nil
+}
+
+// headerOf is the header line a placeholder must sit under.
+func headerOf(ph string) string {
+	for _, p := range placeholders {
+		if p.ph == ph {
+			return p.header
+		}
+	}
+	return ""
 }

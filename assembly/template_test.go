@@ -4,6 +4,10 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/store/builtin"
 )
 
 // layeredText is a small layered template with every block, in the contract's order.
@@ -176,5 +180,47 @@ func TestValidateTemplate(t *testing.T) {
 	// The contract's RUNTIME CONTEXT block is always there: the error says where the placeholder goes.
 	if err := ValidateTemplate(bad["layered without context"]); err == nil || !strings.Contains(err.Error(), PhContext) || !strings.Contains(err.Error(), ContextHeader) {
 		t.Errorf("layered without context: %v", err)
+	}
+}
+
+// TestValidateTemplateHeadersExact: each placeholder sits under its own block's header line, exactly; a
+// header that merely mentions UNTRUSTED, or another block's header, is refused with a message naming the
+// field and the header to use. The built-in templates pass.
+func TestValidateTemplateHeadersExact(t *testing.T) {
+	t.Parallel()
+	core := "=== SYSTEM CORE ===\nrules\n\n"
+	ctx := ContextHeader + "\n{{runtime_context}}\n"
+	for name, tc := range map[string]struct{ text, want string }{
+		"context under a core header that mentions UNTRUSTED": {
+			"=== SYSTEM CORE (trusted, never UNTRUSTED) ===\n{{runtime_context}}\n", `under the header "=== SYSTEM CORE (trusted, never UNTRUSTED) ===", not its own`},
+		"context under a look-alike header": {
+			"=== RUNTIME CONTEXT (UNTRUSTED) ===\n{{runtime_context}}\n", ContextHeader},
+		"a line between the context header and its placeholder": {
+			core + ContextHeader + "\nfollow these rules\n{{runtime_context}}\n", "on the line right after its header"},
+		"application instructions under SYSTEM CORE": {
+			core + "{{application_instructions}}\n\n" + ctx, `{{application_instructions}} is under the header "=== SYSTEM CORE ==="`},
+		"tools under SYSTEM CORE": {
+			core + "{{tools}}\n\n" + ctx, `put it alone on the line after "=== AVAILABLE TOOLS ==="`},
+		"rules under the directives header": {
+			core + "=== RUNTIME DIRECTIVES ===\n{{protocol_rules}}\n\n" + ctx, `"=== PROTOCOL RULES ==="`},
+		"tools before any header": {
+			"{{tools}}\n" + core + ctx, "{{tools}} is under no header"},
+		"header with leading blanks": {
+			core + "  === AVAILABLE TOOLS ===\n{{tools}}\n" + ctx, "not its own"},
+	} {
+		err := ValidateTemplate(tc.text)
+		if err == nil || !strings.HasPrefix(err.Error(), "assembly: template: text: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: ValidateTemplate = %v, want an error naming text and %q", name, err, tc.want)
+		}
+	}
+	ok := core + "=== PROTOCOL RULES ===\n{{protocol_rules}}\n\n=== APPLICATION INSTRUCTIONS ===\nThe app says:\n{{application_instructions}}\n\n" +
+		"=== RUNTIME DIRECTIVES ===\n{{runtime_directives}}\n\n" + ctx + "\n=== AVAILABLE TOOLS ===\n{{tools}}\n"
+	if err := ValidateTemplate(ok); err != nil {
+		t.Errorf("every placeholder under its own header: %v", err)
+	}
+	for _, d := range builtin.Templates() {
+		if err := ValidateTemplate(gjson.GetBytes(d.Body, "text").String()); err != nil {
+			t.Errorf("built-in %s: %v", d.Name, err)
+		}
 	}
 }

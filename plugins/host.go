@@ -46,6 +46,24 @@ const (
 // maxErrorChars caps the plugin's own message in an "error: ..." reason.
 const maxErrorChars = 120
 
+// Classes of a source call that gave no answer: a small fixed set, whatever the plugin said, for metric
+// labels and trace attributes (the reason's text, which may quote the plugin's own message, goes to
+// meta.skipped and the log only).
+const (
+	// ClassTimeout: the source did not answer within its timeout.
+	ClassTimeout = "timeout"
+	// ClassUnavailable: the plugin process is down.
+	ClassUnavailable = "unavailable"
+	// ClassCanceled: the request went away before the source answered.
+	ClassCanceled = "canceled"
+	// ClassError: the plugin answered with an error of its own.
+	ClassError = "error"
+	// ClassTooLarge: the answer was over the size cap.
+	ClassTooLarge = "too_large"
+	// ClassBadAnswer: the answer was not a valid answer (not JSON, invalid UTF-8, fields not an object, ...).
+	ClassBadAnswer = "bad_answer"
+)
+
 // Defaults of HostOptions.
 const (
 	DefaultMaxAnswerBytes    = sdk.DefaultMaxAnswerBytes
@@ -152,8 +170,9 @@ type Host struct {
 }
 
 // Observer is told of every source call made for a request (not of answers from the cache): the source's
-// name, how long it took and, when it was skipped, why ("" for an answer). It must be quick and safe for concurrent use.
-type Observer func(source string, took time.Duration, reason string)
+// name, how long it took and, when it gave no answer, the class of the failure (one of the Class
+// constants; "" for an answer). It must be quick and safe for concurrent use.
+type Observer func(source string, took time.Duration, class string)
 
 // Observe sets the observer of every later source call (metrics, typically); nil removes it.
 func (h *Host) Observe(o Observer) {
@@ -263,7 +282,8 @@ func (h *Host) Close() error {
 type outcome struct {
 	ran    bool
 	answer *sdk.Answer
-	reason string // why there is no answer
+	reason string // why there is no answer, for meta.skipped
+	class  string // the reason's Class constant ("" for module off)
 	cached bool   // the answer came from the cache
 }
 
@@ -299,7 +319,7 @@ func (h *Host) Gather(ctx context.Context, q Query) (Result, error) {
 		start := time.Now()
 		outs[i] = h.tracedAsk(ctx, s, q)
 		if o := h.observer.Load(); o != nil && !outs[i].cached {
-			(*o)(s.cfg.Name, time.Since(start), outs[i].reason)
+			(*o)(s.cfg.Name, time.Since(start), outs[i].class)
 		}
 	}
 	if n := len(calls); n > 0 {
@@ -371,15 +391,15 @@ func (h *Host) ask(ctx context.Context, s *slot, q Query) outcome {
 	req := request(s, q)
 	src := s.source()
 	if src == nil {
-		return outcome{ran: true, reason: ReasonUnavailable}
+		return outcome{ran: true, reason: ReasonUnavailable, class: ClassUnavailable}
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	a, err := src.Gather(cctx, req)
 	if err != nil {
-		reason := h.reason(ctx, cctx, s, err)
-		h.log.Warn("context source skipped", "plugin", s.cfg.Name, "reason", reason)
-		return outcome{ran: true, reason: reason}
+		reason, class := h.reason(ctx, cctx, s, err)
+		h.log.Warn("context source skipped", "plugin", s.cfg.Name, "class", class, "reason", reason)
+		return outcome{ran: true, reason: reason, class: class}
 	}
 	if h.caches(s) {
 		h.cache.set(cacheKey(s.cfg.Name, req), &a, s.cfg.CacheTTL)
@@ -387,24 +407,27 @@ func (h *Host) ask(ctx context.Context, s *slot, q Query) outcome {
 	return outcome{ran: true, answer: &a}
 }
 
-// reason turns a failed call into the text for meta.skipped. It never includes host-side details
-// (paths, addresses, TLS errors); only the plugin's own error message, cut short.
-func (h *Host) reason(ctx, cctx context.Context, s *slot, err error) string {
+// reason turns a failed call into the text for meta.skipped and its class. The text never includes
+// host-side details (paths, addresses, TLS errors); only the plugin's own error message, cut short.
+func (h *Host) reason(ctx, cctx context.Context, s *slot, err error) (reason, class string) {
 	var ae *sdk.AnswerError
 	if errors.As(err, &ae) {
-		return ae.Reason()
+		if ae.TooLarge {
+			return ae.Reason(), ClassTooLarge
+		}
+		return ae.Reason(), ClassBadAnswer
 	}
 	if ctx.Err() != nil {
-		return ReasonCanceled
+		return ReasonCanceled, ClassCanceled
 	}
 	st, _ := status.FromError(err)
 	switch {
 	case errors.Is(cctx.Err(), context.DeadlineExceeded), st.Code() == codes.DeadlineExceeded:
-		return ReasonTimeout
+		return ReasonTimeout, ClassTimeout
 	case st.Code() == codes.Unavailable, st.Code() == codes.Canceled:
 		// The connection broke: most likely the process died. Let the supervisor look now.
 		s.pokeSupervisor()
-		return ReasonUnavailable
+		return ReasonUnavailable, ClassUnavailable
 	}
 	msg := strings.TrimSpace(strings.ToValidUTF8(st.Message(), "\uFFFD"))
 	if utf8.RuneCountInString(msg) > maxErrorChars {
@@ -413,7 +436,7 @@ func (h *Host) reason(ctx, cctx context.Context, s *slot, err error) string {
 	if msg == "" {
 		msg = strings.ToLower(st.Code().String())
 	}
-	return "error: " + msg
+	return "error: " + msg, ClassError
 }
 
 func moduleOff(module string, off []string) bool {

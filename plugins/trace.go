@@ -22,7 +22,8 @@ func (h *Host) tracedHit(ctx context.Context, s *slot, q Query) *sdk.Answer {
 }
 
 // tracedAsk is ask inside a span of its own (promptgate.context.source) when the request is traced: the
-// source's name and, when it was skipped, why. Never the query or the answer.
+// source's name and, when it was skipped, the class of the failure (never the plugin's message). Never the
+// query or the answer.
 func (h *Host) tracedAsk(ctx context.Context, s *slot, q Query) outcome {
 	ctx, sp := tracing.Stage(ctx, tracing.SpanContextSource)
 	if sp == nil {
@@ -31,7 +32,7 @@ func (h *Host) tracedAsk(ctx context.Context, s *slot, q Query) outcome {
 	sp.String("promptgate.source", s.cfg.Name)
 	o := h.ask(ctx, s, q)
 	if o.answer == nil {
-		sp.String("promptgate.context.skip_reason", o.reason)
+		sp.String("promptgate.context.skip_reason", o.class)
 		if s.cfg.Required {
 			sp.Error("context_unavailable")
 		}

@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -141,6 +143,10 @@ var (
 // ParseProtocol decodes a definition strictly (unknown fields are errors) and validates it.
 func ParseProtocol(body []byte) (*Protocol, error) {
 	if err := jsoncheck.Object(body, jsoncheck.Limits{}); err != nil {
+		var je *jsoncheck.Error
+		if errors.As(err, &je) { // the operator's own definition: name the key
+			return nil, errors.New("policy: protocol definition: " + je.QuotedError())
+		}
 		return nil, fmt.Errorf("policy: protocol definition: %w", err)
 	}
 	// encoding/json matches field names case-insensitively; a definition must spell them exactly.
@@ -222,6 +228,45 @@ func (p *Protocol) Validate() error {
 	}
 	if _, err := vet.CompileRules(p.ToolCalls.Rules); err != nil {
 		bad("toolCalls", "%v", err)
+	}
+	return errors.Join(errs...)
+}
+
+// CheckExtends checks the workflow links that a change of the protocols in changed leaves among the active
+// protocol definitions (id → body, the state after the change): a changed workflow may not extend a
+// protocol that is itself a workflow (one level of extends; this also rules out cycles), and a changed
+// protocol that is a workflow may not be the base of another active protocol, whose requests would then
+// fail. Problems that involve no changed protocol are not reported. Errors name the protocol, the field and
+// the fix, one per problem, sorted and joined.
+func CheckExtends(active map[string][]byte, changed []string) error {
+	extends := make(map[string]string, len(active))
+	for id, body := range active {
+		if e := gjson.GetBytes(body, "extends").String(); e != "" {
+			extends[id] = e
+		}
+	}
+	var msgs []string
+	for _, id := range changed {
+		base, ok := extends[id]
+		if !ok {
+			continue
+		}
+		switch next, isWorkflow := extends[base]; {
+		case next == id:
+			msgs = append(msgs, fmt.Sprintf("policy: protocol %q: extends: %q extends %q in turn, a cycle; one level of extends is supported: leave extends out of one of them", id, base, id))
+		case isWorkflow:
+			msgs = append(msgs, fmt.Sprintf("policy: protocol %q: extends: %q is itself a workflow (it extends %q); one level of extends is supported: extend %q instead", id, base, next, next))
+		}
+		for _, other := range slices.Sorted(maps.Keys(extends)) {
+			if other != id && extends[other] == id && extends[id] != other {
+				msgs = append(msgs, fmt.Sprintf("policy: protocol %q: extends: protocol %q extends %q, and a workflow's base cannot be a workflow itself (one level of extends): point %q's extends at another protocol first, or leave extends out of %q", id, other, id, other, id))
+			}
+		}
+	}
+	slices.Sort(msgs)
+	errs := make([]error, 0, len(msgs))
+	for _, m := range slices.Compact(msgs) {
+		errs = append(errs, errors.New(m))
 	}
 	return errors.Join(errs...)
 }

@@ -331,3 +331,46 @@ func TestBuiltinDefinitions(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckExtends(t *testing.T) {
+	t.Parallel()
+	p := func(id, extends string) []byte {
+		return []byte(`{"id":"` + id + `","extends":"` + extends + `","promptTemplate":{"base":"b"}}`)
+	}
+	active := map[string][]byte{
+		"base": p("base", ""), "wf": p("wf", "base"), "other": p("other", ""),
+		"a": p("a", "b"), "b": p("b", "a"), // an old cycle: reported only when a or b changes
+	}
+	for _, tc := range []struct {
+		name    string
+		changed []string
+		want    []string
+	}{
+		{"unchanged workflows are not looked at", []string{"base", "other"}, nil},
+		{"a workflow of a protocol", []string{"wf"}, nil},
+		{"cycle", []string{"a"}, []string{`policy: protocol "a": extends: "b" extends "a" in turn, a cycle`}},
+	} {
+		err := CheckExtends(active, tc.changed)
+		if (err == nil) != (len(tc.want) == 0) {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v, want %q", tc.name, err, w)
+			}
+		}
+	}
+	// base gains extends while wf extends it; wf2 extends wf, a workflow.
+	active["base"] = p("base", "other")
+	active["wf2"] = p("wf2", "wf")
+	err := CheckExtends(active, []string{"base", "wf2"})
+	for _, w := range []string{
+		`policy: protocol "base": extends: protocol "wf" extends "base", and a workflow's base cannot be a workflow itself (one level of extends): point "wf"'s extends at another protocol first, or leave extends out of "base"`,
+		`policy: protocol "wf2": extends: "wf" is itself a workflow (it extends "base"); one level of extends is supported: extend "base" instead`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("got %v, want %q", err, w)
+		}
+	}
+}

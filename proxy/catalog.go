@@ -33,6 +33,10 @@ type catalog struct {
 	// rules holds the compiled argument rules of each effective protocol (ruleKey) this snapshot has
 	// served, so that their regexps are compiled once per snapshot, not once per response.
 	rules sync.Map // ruleKey -> *compiledRules
+	// fallbacks holds the names of the templates this snapshot lacks whose embedded copy has been used
+	// (and logged); names still missing are carried over to the next snapshot, so the fallback is logged
+	// once each time it starts, not on every request.
+	fallbacks sync.Map // template name -> struct{}
 }
 
 // ruleKey names an effective protocol of one snapshot: its base and, for a workflow, the workflow.
@@ -240,6 +244,16 @@ func (d *Definitions) Reload(ctx context.Context) error {
 		p.Version = rec.Version
 		c.protocols[id] = p
 	}
+	if prev := d.cur.Load(); prev != nil {
+		prev.fallbacks.Range(func(name, _ any) bool {
+			if _, back := c.templates[name.(string)]; back {
+				d.log.Info("template found in the DB again; the copy embedded in the binary is no longer used", "template", name)
+			} else {
+				c.fallbacks.Store(name, struct{}{})
+			}
+			return true
+		})
+	}
 	d.cur.Store(c)
 	d.stale.Store(nil)
 	return nil
@@ -251,7 +265,7 @@ func (d *Definitions) snapshot() *catalog { return d.cur.Load() }
 var errNoTemplate = errors.New("template not found")
 
 // template returns the parsed active template of the snapshot; when the DB lacks it, the copy embedded in
-// the binary (version 0) is used and the fallback logged.
+// the binary (version 0) is used, and logged when it starts being used (not on every request).
 func (d *Definitions) template(c *catalog, name string) (*assembly.Template, error) {
 	rec, ok := c.templates[name]
 	if !ok {
@@ -259,7 +273,9 @@ func (d *Definitions) template(c *catalog, name string) (*assembly.Template, err
 		if !ok {
 			return nil, fmt.Errorf("proxy: template %q: %w", name, errNoTemplate)
 		}
-		d.log.Warn("template not in the DB; using the copy embedded in the binary", "template", name)
+		if _, logged := c.fallbacks.LoadOrStore(name, struct{}{}); !logged {
+			d.log.Warn("template not in the DB; using the copy embedded in the binary until it is added", "template", name)
+		}
 		rec = b
 		rec.Version = 0
 	}

@@ -86,3 +86,75 @@ func TestDefinitionsFirstLoadFails(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// lackingStore is a real store whose snapshots lack the template named by lack (when set), as a DB that
+// never had it would.
+type lackingStore struct {
+	store.Store
+	lack atomic.Pointer[string]
+}
+
+func (l *lackingStore) Snapshot(ctx context.Context) (store.Snapshot, error) {
+	snap, err := l.Store.Snapshot(ctx)
+	if name := l.lack.Load(); name != nil && err == nil {
+		delete(snap.Templates, *name)
+	}
+	return snap, err
+}
+
+// TestTemplateFallbackLoggedOnce: the embedded copy of a template the DB lacks is logged when it starts being
+// used, not on every request, across reloads that change nothing about it; once the DB has the template
+// again that is logged too, and a later lack is logged anew.
+func TestTemplateFallbackLoggedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const name = "base_tool_call_v2"
+	st := &lackingStore{Store: testStore(t)}
+	missing := name
+	st.lack.Store(&missing)
+	var logs syncBuffer
+	defs, err := NewDefinitions(ctx, st, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(defs.Close)
+	requests := func(n int) {
+		t.Helper()
+		for range n {
+			tm, err := defs.template(defs.snapshot(), name)
+			if err != nil || tm.Version != 0 {
+				t.Fatalf("template %v %v", tm, err)
+			}
+		}
+	}
+	count := func(msg string) int { return strings.Count(logs.String(), msg) }
+	const warn, back = "using the copy embedded in the binary", "found in the DB again"
+
+	requests(50)
+	if n := count(warn); n != 1 {
+		t.Fatalf("%d warnings after 50 requests, want 1:\n%s", n, logs.String())
+	}
+	// A reload for an unrelated change: still missing, nothing new to say.
+	if err := st.SetToolEnabled(ctx, "web_fetch", false, "test"); err != nil {
+		t.Fatal(err)
+	}
+	requests(50)
+	if n := count(warn); n != 1 {
+		t.Fatalf("%d warnings after a reload that changed nothing about the template, want 1", n)
+	}
+	st.lack.Store(nil)
+	if err := st.ClearToolEnabled(ctx, "web_fetch"); err != nil {
+		t.Fatal(err)
+	}
+	if tm, err := defs.template(defs.snapshot(), name); err != nil || tm.Version != 1 || count(back) != 1 {
+		t.Fatalf("back in the DB: %v %v, %d info lines", tm, err, count(back))
+	}
+	st.lack.Store(&missing)
+	if err := st.SetToolEnabled(ctx, "web_fetch", true, "test"); err != nil {
+		t.Fatal(err)
+	}
+	requests(10)
+	if n := count(warn); n != 2 {
+		t.Fatalf("%d warnings after the template went missing again, want 2", n)
+	}
+}

@@ -47,7 +47,8 @@ func toAPIError(err error) apiError {
 	case errors.As(err, &pe):
 		return apiError{Status: pe.Status, Code: pe.Code, Message: pe.Message, Param: contractParam(pe.Code, pe.Param)}
 	case errors.As(err, &je):
-		return apiError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "request body: " + je.Error()}
+		// The client sees the key of its own body; the log (fail) gets only err, which never quotes it.
+		return apiError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "request body: " + je.QuotedError()}
 	case errors.As(err, &mbe):
 		return apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large", Message: "request body is larger than the configured limit"}
 	case errors.As(err, &ce):

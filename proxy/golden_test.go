@@ -33,11 +33,12 @@ type goldenCase struct {
 	Request       json.RawMessage   `json:"request"`
 }
 
-// testStore opens a real bbolt file in a temp dir, seeded with the built-ins, with the protocol validation hook.
+// testStore opens a real bbolt file in a temp dir, seeded with the built-ins, with the validation and links
+// hooks serve uses.
 func testStore(t testing.TB) *store.Bolt {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "promptgate.db"), store.Options{
-		Validate: ValidateDefinition,
+		Validate: ValidateDefinition, Links: CheckLinks,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/anthvet"
 	"github.com/promptgate/promptgate/proxy/chatvet"
 	"github.com/promptgate/promptgate/proxy/metrics"
+	"github.com/promptgate/promptgate/proxy/redact"
 	"github.com/promptgate/promptgate/proxy/respvet"
 	"github.com/promptgate/promptgate/proxy/tracing"
 )
@@ -354,7 +355,7 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 			s.opt.Audit.Record(r.Context(), audit.Event{
 				Time: time.Now().UTC(), RequestID: id, Kind: audit.KindToolRemoved,
 				Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version,
-				Tool: rm.Name, Verdict: audit.VerdictRemoved, Reason: rm.Reason,
+				Tool: vet.DisplayName(rm.Name), Verdict: audit.VerdictRemoved, Reason: rm.Reason,
 			})
 		}
 		h.Set(HeaderToolsRemoved, strings.Join(names, ","))
@@ -655,7 +656,7 @@ func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 		s.opt.Audit.Record(ctx, audit.Event{
 			Time: time.Now().UTC(), RequestID: x.id, Kind: audit.KindToolCall,
 			Protocol: x.prep.Protocol.ID, ProtocolVersion: x.prep.Protocol.Version,
-			Tool: d.Tool, Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
+			Tool: vet.DisplayName(d.Tool), Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
 		}.WithArguments(d.Args, s.opt.AuditArguments))
 	}
 }
@@ -692,6 +693,7 @@ func readUpstream(resp *http.Response) ([]byte, error) {
 
 // upstreamFailed answers when the upstream could not be reached, timed out, or answered malformed.
 func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	err = redact.Error(err) // the log and the client's message show no user info or query of a URL
 	traceUpstreamFailed(r, err)
 	log := s.log
 	if id, ok := r.Context().Value(requestIDKey{}).(string); ok {

@@ -454,7 +454,7 @@ func (s *Server) vetStored(resp *http.Response, id string, bg *bgPolicy) error {
 		s.opt.Audit.Record(ctx, audit.Event{
 			Time: time.Now().UTC(), RequestID: reqID, Kind: audit.KindToolCall,
 			Protocol: bg.protocol, ProtocolVersion: bg.protocolVersion,
-			Tool: d.Tool, Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
+			Tool: vet.DisplayName(d.Tool), Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
 		}.WithArguments(d.Args, s.opt.AuditArguments))
 	}
 	if ct == "text/event-stream" {

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"strings"
+
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/assembly"
@@ -19,4 +21,20 @@ func ValidateDefinition(kind store.Kind, _ string, body []byte) error {
 		return assembly.ValidateTemplate(gjson.GetBytes(body, "text").String())
 	}
 	return nil
+}
+
+// CheckLinks is the store's Links hook: the protocols a change touches must leave the active workflows
+// one level deep (policy.CheckExtends).
+func CheckLinks(active store.Snapshot, changed []string) error {
+	bodies := make(map[string][]byte, len(active.Protocols))
+	for id, rec := range active.Protocols {
+		bodies[id] = rec.Body
+	}
+	var ids []string
+	for _, key := range changed {
+		if id, ok := strings.CutPrefix(key, string(store.KindProtocol)+"/"); ok {
+			ids = append(ids, id)
+		}
+	}
+	return policy.CheckExtends(bodies, ids)
 }

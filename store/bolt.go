@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -71,6 +73,9 @@ type Options struct {
 	// seeding a new file), after the structural checks passed and outside any transaction. A non-nil
 	// error refuses the body and nothing is stored. It must not modify body.
 	Validate func(kind Kind, name string, body []byte) error
+	// Links, if not nil, checks how the definitions that a change leaves active refer to each other
+	// (see LinksFunc). It runs inside the change's write transaction: a refused change stores nothing.
+	Links LinksFunc
 	// LockTimeout is how long Open waits for the file lock; zero or negative means DefaultLockTimeout.
 	// On timeout Open returns an error wrapping ErrLocked that names the file.
 	LockTimeout time.Duration
@@ -85,6 +90,7 @@ type Bolt struct {
 	path     string
 	log      *slog.Logger
 	validate func(Kind, string, []byte) error
+	links    LinksFunc
 
 	watchers Watchers
 }
@@ -120,6 +126,7 @@ func Open(path string, opts Options) (*Bolt, error) {
 		path:     path,
 		log:      opts.Logger,
 		validate: opts.Validate,
+		links:    opts.Links,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -349,6 +356,9 @@ func (s *Bolt) AddVersion(ctx context.Context, kind Kind, body []byte, author, n
 	body = bytes.Clone(body) // bbolt needs the value to stay put until commit; the caller may reuse theirs
 	var v int
 	err = s.db.Update(func(tx *bolt.Tx) error {
+		if err := s.checkLinks(tx, map[string][]byte{Key(kind, name): body}); err != nil {
+			return err
+		}
 		nb, err := nameBucket(tx, kind, name, true)
 		if err != nil {
 			return err
@@ -384,7 +394,10 @@ func (s *Bolt) Activate(ctx context.Context, kind Kind, name string, version int
 			return nil
 		}
 		changed = true
-		return moveActive(nb, version)
+		if err := moveActive(nb, version); err != nil {
+			return err
+		}
+		return s.checkLinks(tx, nil, Key(kind, name))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("store: activate: %w", err)
@@ -421,7 +434,10 @@ func (s *Bolt) Rollback(ctx context.Context, kind Kind, name string) (int, int, 
 		if err := setHistory(nb, hist[:len(hist)-1]); err != nil {
 			return err
 		}
-		return setActive(nb, to)
+		if err := setActive(nb, to); err != nil {
+			return err
+		}
+		return s.checkLinks(tx, nil, Key(kind, name))
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("store: rollback: %w", err)
@@ -436,8 +452,12 @@ func (s *Bolt) Snapshot(ctx context.Context) (Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return Snapshot{}, fmt.Errorf("store: %w", err)
 	}
-	snap := Snapshot{Templates: map[string]Record{}, Protocols: map[string]Record{}, Tools: map[string]ToolOverride{}}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	var snap Snapshot
+	err := s.db.View(func(tx *bolt.Tx) (err error) {
+		if snap, err = readActive(tx); err != nil {
+			return err
+		}
+		snap.Tools = map[string]ToolOverride{}
 		if tb := tx.Bucket([]byte(bucketTools)); tb != nil {
 			if err := tb.ForEach(func(k, v []byte) error {
 				var o ToolOverride
@@ -450,35 +470,54 @@ func (s *Bolt) Snapshot(ctx context.Context) (Snapshot, error) {
 				return err
 			}
 		}
-		for _, kind := range Kinds() {
-			kb := tx.Bucket([]byte(kind))
-			if kb == nil {
-				continue
-			}
-			m := snap.Of(kind)
-			err := kb.ForEachBucket(func(k []byte) error {
-				nb := kb.Bucket(k)
-				v := activeOf(nb)
-				if v == 0 {
-					return nil
-				}
-				rec, err := readRecord(nb, kind, string(k), v)
-				if err != nil {
-					return err
-				}
-				m[rec.Name] = rec
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-		}
 		return nil
 	})
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("store: snapshot: %w", err)
 	}
 	return snap, nil
+}
+
+// readActive reads every active record of tx (Tools is left nil).
+func readActive(tx *bolt.Tx) (Snapshot, error) {
+	snap := Snapshot{Templates: map[string]Record{}, Protocols: map[string]Record{}}
+	for _, kind := range Kinds() {
+		kb := tx.Bucket([]byte(kind))
+		if kb == nil {
+			continue
+		}
+		m := snap.Of(kind)
+		err := kb.ForEachBucket(func(k []byte) error {
+			nb := kb.Bucket(k)
+			v := activeOf(nb)
+			if v == 0 {
+				return nil
+			}
+			rec, err := readRecord(nb, kind, string(k), v)
+			if err != nil {
+				return err
+			}
+			m[rec.Name] = rec
+			return nil
+		})
+		if err != nil {
+			return Snapshot{}, err
+		}
+	}
+	return snap, nil
+}
+
+// checkLinks runs the Links hook on what tx leaves active, with the bodies of proposed ("KIND/NAME" →
+// body) taken as active too; changed and the keys of proposed are what the change touches.
+func (s *Bolt) checkLinks(tx *bolt.Tx, proposed map[string][]byte, changed ...string) error {
+	if s.links == nil {
+		return nil
+	}
+	snap, err := readActive(tx)
+	if err != nil {
+		return err
+	}
+	return s.links.Check(snap, proposed, changed)
 }
 
 // rolloutItem is one definition of a rollout, checked.
@@ -556,6 +595,9 @@ func (s *Bolt) ApplyRollout(ctx context.Context, r Rollout) error {
 			}
 			applied.Previous[Key(it.kind, it.name)] = prev
 			applied.Activated[Key(it.kind, it.name)] = v
+		}
+		if err := s.checkLinks(tx, nil, slices.Sorted(maps.Keys(applied.Activated))...); err != nil {
+			return err
 		}
 		seq, err := rb.NextSequence()
 		if err != nil {
@@ -640,6 +682,9 @@ func (s *Bolt) RevertLast(ctx context.Context) (AppliedRollout, error) {
 			if err := moveActive(nb, prev); err != nil {
 				return err
 			}
+		}
+		if err := s.checkLinks(tx, nil, keys...); err != nil {
+			return err
 		}
 		if err := rb.Delete(k); err != nil {
 			return err

@@ -3,6 +3,8 @@ package store
 import (
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -117,4 +119,34 @@ func jsonType(r gjson.Result) string {
 		return "null"
 	}
 	return "an unknown value"
+}
+
+// LinksFunc checks how active definitions refer to each other (a workflow protocol and its base, say).
+// active holds every record a change leaves active (for AddVersion: with the new body as if it were
+// active, version 0) and changed the keys ("KIND/NAME") of the definitions the change touches, sorted.
+// Its error refuses the change; the store wraps it in ErrInvalid. It should report only problems that
+// involve a changed definition, so that an older inconsistency does not block every change.
+type LinksFunc func(active Snapshot, changed []string) error
+
+// Check calls f, when it is not nil, on snap (which it changes) with the bodies of proposed ("KIND/NAME" →
+// body) taking the place of the active ones, the keys of proposed counting as changed; an error wraps
+// ErrInvalid. Backends call it with what a change would leave active.
+func (f LinksFunc) Check(snap Snapshot, proposed map[string][]byte, changed []string) error {
+	if f == nil {
+		return nil
+	}
+	for key, body := range proposed {
+		kind, name, _ := strings.Cut(key, "/")
+		m := snap.Of(Kind(kind))
+		if m == nil {
+			continue
+		}
+		m[name] = Record{Kind: Kind(kind), Name: name, Body: body}
+		changed = append(changed, key)
+	}
+	slices.Sort(changed)
+	if err := f(snap, slices.Compact(changed)); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
 }

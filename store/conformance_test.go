@@ -9,8 +9,8 @@ import (
 )
 
 func TestBoltConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, validate func(store.Kind, string, []byte) error) store.Store {
-		s, err := store.Open(filepath.Join(t.TempDir(), "s.db"), store.Options{Validate: validate})
+	storetest.Run(t, func(t *testing.T, h storetest.Hooks) store.Store {
+		s, err := store.Open(filepath.Join(t.TempDir(), "s.db"), store.Options{Validate: h.Validate, Links: h.Links})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -109,7 +109,7 @@ func openPipeline(ctx context.Context, dir string, nPlugins int) (_ *pipeline, e
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(filepath.Join(dir, "promptgate.db"), store.Options{Logger: p.log, Validate: proxy.ValidateDefinition})
+	st, err := store.Open(filepath.Join(dir, "promptgate.db"), store.Options{Logger: p.log, Validate: proxy.ValidateDefinition, Links: proxy.CheckLinks})
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/promptgate/promptgate/proxy/redact"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -51,7 +52,10 @@ type adminStore struct {
 func newAdminStore(base, token string) (*adminStore, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usageError{fmt.Sprintf("--admin %q: give the admin listener's URL, e.g. http://127.0.0.1:8788", base)}
+		return nil, usageError{fmt.Sprintf("--admin %q: give the admin listener's URL, e.g. http://127.0.0.1:8788", redact.URL(base))}
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, usageError{fmt.Sprintf("--admin %q: give the admin listener's URL without user info, query or fragment; the token goes in %s", redact.Parsed(u), EnvAdminToken)}
 	}
 	return &adminStore{base: strings.TrimRight(base, "/"), token: token, client: &http.Client{Timeout: 30 * time.Second}}, nil
 }
@@ -71,7 +75,7 @@ func openCLIStore(sf *storeFlags, admin string, getenv env, stderr io.Writer) (c
 		return nil, err
 	}
 	admin = fallbackAdminURL(getenv)
-	fmt.Fprintf(stderr, "promptgate: %s is held by a running server; using its admin API at %s\n", sf.db, admin)
+	fmt.Fprintf(stderr, "promptgate: %s is held by a running server; using its admin API at %s\n", sf.db, redact.URL(admin))
 	return newAdminStore(admin, token)
 }
 

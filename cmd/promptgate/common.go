@@ -88,7 +88,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, er
 
 // openStore opens the bbolt file with the validation hook.
 func openStore(path string, readOnly bool, log *slog.Logger) (*store.Bolt, error) {
-	return store.Open(path, store.Options{Logger: log, Validate: proxy.ValidateDefinition, ReadOnly: readOnly})
+	return store.Open(path, store.Options{Logger: log, Validate: proxy.ValidateDefinition, Links: proxy.CheckLinks, ReadOnly: readOnly})
 }
 
 // newLogger writes JSON lines to stderr at the level of PROMPTGATE_LOG_LEVEL (debug|info|warn|error).

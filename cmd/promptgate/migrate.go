@@ -110,7 +110,8 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 // checkRolloutReferences refuses a rollout whose protocol names, in promptTemplate.base or extends, a
 // template or protocol that exists neither in the rollout itself, nor in the store (any version), nor in the
 // binary, as the admin API's POST /admin/rollouts does: such a protocol would fail every request it serves.
-// Through the admin API the server makes this check itself.
+// Through the admin API the server makes this check itself. The links between workflows and their bases
+// are the store's to check, in the rollout's own transaction.
 func checkRolloutReferences(ctx context.Context, st cliStore, r store.Rollout) error {
 	if _, viaAdmin := st.(*adminStore); viaAdmin {
 		return nil
@@ -142,14 +143,6 @@ func checkRolloutReferences(ctx context.Context, st cliStore, r store.Rollout) e
 			}
 			if err != nil {
 				return err
-			}
-			if ref.kind == store.KindProtocol {
-				if base, err := st.Active(ctx, store.KindProtocol, v.Str); err == nil {
-					if ext := gjson.GetBytes(base.Body, "extends").Str; ext != "" {
-						return fmt.Errorf("protocols[%d] (%s): extends: %q is itself a workflow (it extends %q); one level of extends is supported: extend %q instead",
-							i, gjson.GetBytes(p, "id").String(), v.Str, ext, ext)
-					}
-				}
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/redact"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -66,7 +67,7 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		url := *admin
 		if url == "" {
 			url = fallbackAdminURL(getenv)
-			fmt.Fprintf(stderr, "promptgate: %s is held by a running server; using its admin API at %s\n", sf.db, url)
+			fmt.Fprintf(stderr, "promptgate: %s is held by a running server; using its admin API at %s\n", sf.db, redact.URL(url))
 		}
 		a, aerr := newAdminStore(url, getenv(EnvAdminToken))
 		if aerr != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/mitm"
 	"github.com/promptgate/promptgate/proxy/origin"
+	"github.com/promptgate/promptgate/proxy/redact"
 	"github.com/promptgate/promptgate/proxy/tracing"
 )
 
@@ -53,11 +54,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if len(args) > 0 {
 		return usageError{fmt.Sprintf("serve takes no arguments, got %q", args)}
 	}
-	upstream, err := parseBaseURL("--upstream", f.upstream)
+	upstream, err := parseBaseURL("--upstream", f.upstream, EnvUpstreamKey)
 	if err != nil {
 		return err
 	}
-	anthropicUpstream, err := parseBaseURL("--anthropic-upstream", f.anthropicUpstream)
+	anthropicUpstream, err := parseBaseURL("--anthropic-upstream", f.anthropicUpstream, EnvAnthropicKey)
 	if err != nil {
 		return err
 	}
@@ -209,7 +210,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	// The lines on stdout are printed once every listener is up and /readyz answers 200, so whoever
 	// waits for them (a supervisor, a test) can send traffic at once.
-	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, upstream)}
+	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, redact.Parsed(upstream))}
 	adminHandler, err := admin.New(admin.Options{
 		Token: getenv(EnvAdminToken), Store: p.store, Audit: ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
 		Preview: func(ctx context.Context, in proxy.Input) ([]byte, error) {
@@ -244,7 +245,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	for _, l := range lines {
 		fmt.Fprintln(stdout, l)
 	}
-	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", upstream.String(), "store", storeName(f.store))
+	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", redact.Parsed(upstream), "store", storeName(f.store))
 
 	select {
 	case err := <-errc:
@@ -309,11 +310,11 @@ func (o *ownAddrs) list() []net.Addr {
 // upstream (serve logs it); any other http:// upstream with a key is refused.
 func bindKey(flagName string, u *url.URL, envName, secret string) (proxy.Key, error) {
 	if secret != "" && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
-		return proxy.Key{}, usageError{fmt.Sprintf("%s %q is plain HTTP and %s is set: the key would cross the network in cleartext; use an https:// URL (http:// is accepted only for a loopback upstream, e.g. http://127.0.0.1:11434/v1)", flagName, u.Redacted(), envName)}
+		return proxy.Key{}, usageError{fmt.Sprintf("%s %q is plain HTTP and %s is set: the key would cross the network in cleartext; use an https:// URL (http:// is accepted only for a loopback upstream, e.g. http://127.0.0.1:11434/v1)", flagName, redact.Parsed(u), envName)}
 	}
 	k, err := proxy.BindKey(secret, u)
 	if err != nil {
-		return proxy.Key{}, usageError{fmt.Sprintf("%s %q: %v", flagName, u.Redacted(), err)}
+		return proxy.Key{}, usageError{fmt.Sprintf("%s %q: %v", flagName, redact.Parsed(u), err)}
 	}
 	return k, nil
 }
@@ -321,18 +322,23 @@ func bindKey(flagName string, u *url.URL, envName, secret string) (proxy.Key, er
 // logCleartextKey says at start that a key goes to a (loopback) upstream over plain HTTP.
 func logCleartextKey(log *slog.Logger, flagName string, u *url.URL, envName string, k proxy.Key) {
 	if k.Secret != "" && u.Scheme == "http" {
-		log.Warn(flagName+" is plain HTTP on loopback: "+envName+" is sent unencrypted, on this machine only", "upstream", u.Redacted())
+		log.Warn(flagName+" is plain HTTP on loopback: "+envName+" is sent unencrypted, on this machine only", "upstream", redact.Parsed(u))
 	}
 }
 
-// parseBaseURL checks an upstream base URL: http or https, with a host.
-func parseBaseURL(flagName, s string) (*url.URL, error) {
+// parseBaseURL checks an upstream base URL: http or https, with a host, without user info, query or
+// fragment. keyEnv names the variable that carries the upstream's key instead. An error never shows what
+// the URL held as user info or query.
+func parseBaseURL(flagName, s, keyEnv string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usageError{fmt.Sprintf("%s %q: give a base URL such as https://api.openai.com/v1", flagName, s)}
+		return nil, usageError{fmt.Sprintf("%s %q: give a base URL such as https://api.openai.com/v1", flagName, redact.URL(s))}
+	}
+	if u.User != nil {
+		return nil, usageError{fmt.Sprintf("%s %q: a base URL carries no user info (user:password@), which would reach logs and error messages; give the upstream's key in %s", flagName, redact.Parsed(u), keyEnv)}
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, usageError{fmt.Sprintf("%s %q: a base URL has no query or fragment", flagName, s)}
+		return nil, usageError{fmt.Sprintf("%s %q: a base URL has no query or fragment; give the upstream's key in %s", flagName, redact.Parsed(u), keyEnv)}
 	}
 	return u, nil
 }

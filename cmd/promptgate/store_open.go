@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/redact"
 	"github.com/promptgate/promptgate/store"
 	"github.com/promptgate/promptgate/store/etcdstore"
 )
@@ -55,7 +56,7 @@ func (s storeSpec) String() string {
 // parseStoreSpec reads a store value of flag flagName; empty means the bbolt file db.
 func parseStoreSpec(flagName, v, db string) (storeSpec, error) {
 	bad := func(why string) error {
-		return usageError{fmt.Sprintf("%s %q: %s; %s", flagName, v, why, storeForms)}
+		return usageError{fmt.Sprintf("%s %q: %s; %s", flagName, redact.URL(v), why, storeForms)}
 	}
 	switch {
 	case v == "":
@@ -93,7 +94,7 @@ func parseStoreSpec(flagName, v, db string) (storeSpec, error) {
 
 // etcdOptions builds the client options of spec from the environment (TLS, auth).
 func etcdOptions(spec storeSpec, getenv env) (etcdstore.Options, error) {
-	o := etcdstore.Options{Prefix: spec.prefix, Validate: proxy.ValidateDefinition}
+	o := etcdstore.Options{Prefix: spec.prefix, Validate: proxy.ValidateDefinition, Links: proxy.CheckLinks}
 	ca, cert, key := getenv(EnvEtcdCACert), getenv(EnvEtcdCert), getenv(EnvEtcdKey)
 	if (cert == "") != (key == "") {
 		return o, usageError{fmt.Sprintf("%s and %s go together (the client certificate and its key)", EnvEtcdCert, EnvEtcdKey)}
@@ -172,7 +173,7 @@ var errStoreEmpty = errors.New("the source store is empty")
 func storeName(sf *storeFlags) string {
 	spec, err := parseStoreSpec("--store", sf.store, sf.db)
 	if err != nil {
-		return sf.store
+		return redact.URL(sf.store)
 	}
 	return spec.String()
 }

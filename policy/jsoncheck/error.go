@@ -57,27 +57,35 @@ type Error struct {
 	detail string
 }
 
-// maxKeyInMessage bounds how much of a duplicate key Error() quotes.
+// maxKeyInMessage bounds how much of a duplicate key QuotedError quotes.
 const maxKeyInMessage = 64
 
-// Error reads like `jsoncheck: duplicate key "a" at offset 17` or
-// `jsoncheck: syntax error at offset 3: invalid escape character`.
+// Error reads like `jsoncheck: duplicate key at offset 17` or
+// `jsoncheck: syntax error at offset 3: invalid escape character`. It never quotes a key or a value of the
+// input (which may be a model's tool arguments or a client's prompt), so it may be logged; a syntax
+// error's detail names at most the one byte or rune that is out of place.
 func (e *Error) Error() string {
-	if e.Kind == DuplicateKey {
-		k := e.Key
-		if len(k) > maxKeyInMessage {
-			cut := maxKeyInMessage
-			for cut > 0 && !utf8.RuneStart(k[cut]) {
-				cut--
-			}
-			k = k[:cut] + "…"
-		}
-		return fmt.Sprintf("jsoncheck: duplicate key %q at offset %d", k, e.Offset)
-	}
 	if e.detail == "" {
 		return fmt.Sprintf("jsoncheck: %s at offset %d", e.Kind.String(), e.Offset)
 	}
 	return fmt.Sprintf("jsoncheck: %s at offset %d: %s", e.Kind.String(), e.Offset, e.detail)
+}
+
+// QuotedError is Error with the duplicate key quoted (cut to 64 bytes), `jsoncheck: duplicate key "a" at
+// offset 17`: for telling the author of the input what is wrong with it, never for a log.
+func (e *Error) QuotedError() string {
+	if e.Kind != DuplicateKey {
+		return e.Error()
+	}
+	k := e.Key
+	if len(k) > maxKeyInMessage {
+		cut := maxKeyInMessage
+		for cut > 0 && !utf8.RuneStart(k[cut]) {
+			cut--
+		}
+		k = k[:cut] + "…"
+	}
+	return fmt.Sprintf("jsoncheck: duplicate key %q at offset %d", k, e.Offset)
 }
 
 // Unwrap returns the Kind, so that errors.Is(err, jsoncheck.Syntax) and friends work.

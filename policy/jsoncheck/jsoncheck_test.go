@@ -265,12 +265,15 @@ func TestDepthLimit(t *testing.T) {
 
 func TestErrorMessage(t *testing.T) {
 	err := Object([]byte(`{"a":1,"b":2,"\u0061":2}`), Limits{})
-	if got, want := err.Error(), `jsoncheck: duplicate key "a" at offset 13`; got != want {
-		t.Errorf("got %q, want %q", got, want)
+	if got, want := err.Error(), `jsoncheck: duplicate key at offset 13`; got != want {
+		t.Errorf("got %q, want %q: Error never quotes the input", got, want)
 	}
 	var e *Error
 	if !errors.As(err, &e) || e.Key != "a" {
 		t.Errorf("Key = %q", e.Key)
+	}
+	if got, want := e.QuotedError(), `jsoncheck: duplicate key "a" at offset 13`; got != want {
+		t.Errorf("QuotedError %q, want %q", got, want)
 	}
 	err = Object([]byte(`{"a":1,}`), Limits{})
 	if got, want := err.Error(), `jsoncheck: syntax error at offset 7: unexpected '}' looking for an object key`; got != want {
@@ -278,11 +281,12 @@ func TestErrorMessage(t *testing.T) {
 	}
 	long := strings.Repeat("é", 100)
 	err = Object([]byte(`{"`+long+`":1,"`+long+`":2}`), Limits{})
-	if msg := err.Error(); len(msg) > 150 || !strings.Contains(msg, "…") {
-		t.Errorf("long key not shortened: %q", msg)
-	}
-	if e := new(Error); errors.As(err, &e) && e.Key != long {
+	e = new(Error)
+	if !errors.As(err, &e) || e.Key != long {
 		t.Errorf("Key must hold the whole key")
+	}
+	if msg := e.QuotedError(); len(msg) > 150 || !strings.Contains(msg, "…") {
+		t.Errorf("long key not shortened: %q", msg)
 	}
 	err = Value([]byte(nest("[", "]", 3)), Limits{MaxDepth: 2})
 	if got, want := err.Error(), `jsoncheck: nesting too deep at offset 2: more than 2 levels`; got != want {

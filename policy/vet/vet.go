@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/promptgate/promptgate/policy/jsoncheck"
@@ -63,9 +64,10 @@ const (
 // KindToolCall is the Kind of every Decision of this package.
 const KindToolCall = "tool_call"
 
-// Stable reasons. Reasons never hold argument values; a tool name or a key may appear. Reasons
-// built at run time start "arguments are not valid json: ", "arguments do not match schema: ",
-// "duplicate key " or "rule ".
+// Stable reasons. A reason never holds a key or a value of the arguments: it names the check and a
+// position (a byte offset in the arguments, or a location in the tool's declared schema). Reasons built
+// at run time are a stable head, a colon and the detail: "arguments are not valid json: ...",
+// "arguments do not match schema: ..." and "rule NAME: ..."; the head alone is what metrics count.
 const (
 	ReasonNotAllowed      = "tool not allowed"
 	ReasonNotObject       = "arguments must be a json object"
@@ -225,26 +227,11 @@ func argsReason(err error) string {
 	if !errors.As(err, &je) {
 		return reasonInvalidJSON + "syntax error"
 	}
-	switch je.Kind {
-	case jsoncheck.NotObject:
+	if je.Kind == jsoncheck.NotObject {
 		return ReasonNotObject
-	case jsoncheck.DuplicateKey:
-		return "duplicate key " + quoteKey(je.Key) + " in arguments"
 	}
+	// The offset, never the key: a duplicate key is the model's text.
 	return reasonInvalidJSON + je.Kind.String() + " at offset " + strconv.Itoa(je.Offset)
-}
-
-// quoteKey quotes a key for a reason, cut to a readable length.
-func quoteKey(k string) string {
-	const maxKey = 64
-	if len(k) > maxKey {
-		cut := maxKey
-		for cut > 0 && !utf8.RuneStart(k[cut]) {
-			cut--
-		}
-		return strconv.Quote(k[:cut]) + "…"
-	}
-	return strconv.Quote(k)
 }
 
 // Vet decides one assembled call: a problem found while assembling it, a missing call id or one
@@ -377,32 +364,31 @@ func compileSchema(raw []byte) (*jsonschema.Schema, error) {
 	return s, nil
 }
 
-// schemaDetail describes the first leaf error: where, and which keyword failed. Messages that
-// could echo the instance (pattern, bounds, formats, ...) are reduced to the keyword.
+// schemaDetail describes the first leaf error by what the client declared, never by what the model wrote:
+// where, as the location of the failing keyword in the tool's schema ("#/properties/city"), and which
+// keyword failed, with the schema's own words for the keywords whose message holds only what the schema
+// says (types, required and dependent property names, enum and const values). The instance location
+// and every message that could echo the instance (additional property names, pattern, bounds, formats,
+// property names, ...) are left out.
 func schemaDetail(ve *jsonschema.ValidationError) string {
 	for len(ve.Causes) > 0 {
 		ve = ve.Causes[0]
 	}
-	var loc strings.Builder
-	for _, seg := range ve.InstanceLocation {
-		loc.WriteByte('/')
-		loc.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(seg))
-	}
-	where := loc.String()
-	if where == "" {
-		where = "/"
+	where := "#"
+	if _, frag, ok := strings.Cut(ve.SchemaURL, "#"); ok {
+		where += frag
 	}
 	what := strings.Join(ve.ErrorKind.KeywordPath(), "/")
 	switch ve.ErrorKind.(type) {
-	// These messages hold only what the schema says, type names and property names.
-	case *kind.Type, *kind.Required, *kind.AdditionalProperties, *kind.Enum, *kind.Const,
-		*kind.FalseSchema, *kind.Dependency, *kind.DependentRequired:
+	case *kind.Type, *kind.Required, *kind.Enum, *kind.Const, *kind.FalseSchema, *kind.Not, *kind.Dependency, *kind.DependentRequired:
 		what = ve.ErrorKind.LocalizedString(message.NewPrinter(language.English))
+	case *kind.AdditionalProperties:
+		what = "additional properties not allowed"
 	}
 	if what == "" {
 		what = "invalid"
 	}
-	out := "at " + where + ": " + what
+	out := strings.Map(visible, "at "+where+": "+what)
 	if len(out) > maxSchemaDetail {
 		cut := maxSchemaDetail
 		for cut > 0 && !utf8.RuneStart(out[cut]) {
@@ -411,4 +397,13 @@ func schemaDetail(ve *jsonschema.ValidationError) string {
 		out = out[:cut] + "…"
 	}
 	return out
+}
+
+// visible replaces control and format characters (line breaks, bidi controls) of a schema's words with
+// U+FFFD, so that a reason stays one plain line.
+func visible(r rune) rune {
+	if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+		return utf8.RuneError
+	}
+	return r
 }

@@ -199,17 +199,17 @@ func TestCheckNamesAndArguments(t *testing.T) {
 		{"trailing garbage", "free", `{"a":1} x`, "arguments are not valid json: syntax error at offset 8"},
 		{"bad utf8", "free", "{\"a\":\"\xff\"}", "arguments are not valid json: invalid UTF-8 at offset 6"},
 		{"lone surrogate", "free", `{"a":"\ud800"}`, "arguments are not valid json: invalid UTF-8 at offset 6"},
-		{"duplicate key", "free", `{"a":1,"a":2}`, `duplicate key "a" in arguments`},
-		{"duplicate escaped key", "free", `{"path":"/ok","p\u0061th":"/etc"}`, `duplicate key "path" in arguments`},
-		{"duplicate nested key", "free", `{"x":{"b":1,"b":1}}`, `duplicate key "b" in arguments`},
+		{"duplicate key", "free", `{"a":1,"a":2}`, "arguments are not valid json: duplicate key at offset 7"},
+		{"duplicate escaped key", "free", `{"path":"/ok","p\u0061th":"/etc"}`, "arguments are not valid json: duplicate key at offset 14"},
+		{"duplicate nested key", "free", `{"x":{"b":1,"b":1}}`, "arguments are not valid json: duplicate key at offset 12"},
 		{"too deep", "deep", `{"a":{"b":{"c":{}}}}`, "arguments are not valid json: nesting too deep at offset 15"},
-		{"missing required", "get_weather", `{"unit":"c"}`, "arguments do not match schema: at /: missing property 'city'"},
-		{"wrong type", "get_weather", `{"city":5}`, "arguments do not match schema: at /city: got number, want string"},
-		{"pattern", "get_weather", `{"city":"hunter2"}`, "arguments do not match schema: at /city: pattern"},
-		{"enum", "get_weather", `{"city":"Bern","unit":"k"}`, "arguments do not match schema: at /unit: value must be one of 'c', 'f'"},
-		{"maximum", "get_weather", `{"city":"Bern","days":99}`, "arguments do not match schema: at /days: maximum"},
-		{"maxLength", "get_weather", `{"city":"Bern","secret":"hunter2"}`, "arguments do not match schema: at /secret: maxLength"},
-		{"additional", "get_weather", `{"city":"Bern","x":1}`, "arguments do not match schema: at /: additional properties 'x' not allowed"},
+		{"missing required", "get_weather", `{"unit":"c"}`, "arguments do not match schema: at #: missing property 'city'"},
+		{"wrong type", "get_weather", `{"city":5}`, "arguments do not match schema: at #/properties/city: got number, want string"},
+		{"pattern", "get_weather", `{"city":"hunter2"}`, "arguments do not match schema: at #/properties/city: pattern"},
+		{"enum", "get_weather", `{"city":"Bern","unit":"k"}`, "arguments do not match schema: at #/properties/unit: value must be one of 'c', 'f'"},
+		{"maximum", "get_weather", `{"city":"Bern","days":99}`, "arguments do not match schema: at #/properties/days: maximum"},
+		{"maxLength", "get_weather", `{"city":"Bern","secret":"hunter2"}`, "arguments do not match schema: at #/properties/secret: maxLength"},
+		{"additional", "get_weather", `{"city":"Bern","x":1}`, "arguments do not match schema: at #: additional properties not allowed"},
 		{"schema does not compile", "broken", `{"a":"x"}`, ReasonSchemaCompile},
 		{"schema ref to a file", "reffile", `{}`, ReasonSchemaCompile},
 	} {
@@ -443,4 +443,44 @@ func FuzzCheck(f *testing.F) {
 			t.Fatal("blocked without a reason")
 		}
 	})
+}
+
+// TestReasonsHoldNoArgumentContent: whatever check fails, the reason names the check and a position, never a
+// key or a value the model wrote; the schema's own words (its property names, enum values) may appear.
+func TestReasonsHoldNoArgumentContent(t *testing.T) {
+	t.Parallel()
+	const key, val = "SECRETKEY_4f9a", "SECRETVAL_4f9a"
+	schema := `{"type":"object","properties":{
+	    "s":{"type":"string","pattern":"^x","minLength":40,"format":"email"},
+	    "e":{"enum":["a","b"]}, "c":{"const":"k"}, "n":{"type":"integer","multipleOf":7},
+	    "arr":{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true},
+	    "tup":{"type":"array","prefixItems":[{"const":"p"}]},
+	    "one":{"oneOf":[{"type":"string"},{"type":"string"}]}, "no":{"not":{"type":"string"}},
+	    "ref":{"$ref":"#/$defs/short"}, "m":{"type":"object","additionalProperties":{"type":"integer"}},
+	    "pp":{"type":"object","patternProperties":{"^S":{"type":"integer"}}},
+	    "pn":{"type":"object","propertyNames":{"maxLength":3}},
+	    "dep":{"type":"object","dependentRequired":{"a":["b"]}},
+	    "cond":{"if":{"type":"string"},"then":{"maxLength":1}}},
+	  "$defs":{"short":{"type":"string","maxLength":2}},
+	  "additionalProperties":false}`
+	c := NewChecker(Policy{Allowed: map[string]bool{"t": true}, Schemas: map[string][]byte{"t": []byte(schema)}, MaxDepth: 4})
+	for _, args := range []string{
+		`{"` + key + `":1}`,
+		`{"s":"` + val + `"}`, `{"s":"x` + val + `@"}`, `{"e":"` + val + `"}`, `{"c":"` + val + `"}`, `{"n":8}`,
+		`{"arr":["` + val + `"]}`, `{"arr":["ab","ab"]}`, `{"tup":["` + val + `"]}`, `{"one":"` + val + `"}`,
+		`{"no":"` + val + `"}`, `{"ref":"` + val + `"}`, `{"m":{"` + key + `":"` + val + `"}}`,
+		`{"pp":{"S` + key + `":"` + val + `"}}`, `{"pn":{"` + key + `":1}}`, `{"dep":{"a":"` + val + `"}}`,
+		`{"cond":"` + val + `"}`,
+		`{"` + key + `":1,"` + key + `":2}`, `{"s":"` + val, `{"s":"` + val + `"} ` + key, `{"` + key + `":[[[[1]]]]}`,
+		`["` + val + `"]`,
+	} {
+		reason, _, ok := c.Check("t", []byte(args))
+		if ok {
+			t.Errorf("%s: passed", args)
+			continue
+		}
+		if strings.Contains(reason, "SECRET") || strings.Contains(reason, "4f9a") {
+			t.Errorf("%s: reason %q holds argument content", args, reason)
+		}
+	}
 }

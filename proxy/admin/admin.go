@@ -363,6 +363,10 @@ func decodeStrict(body []byte, v any, fields ...string) error {
 		body = []byte("{}")
 	}
 	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxBodyDepth}); err != nil {
+		var je *jsoncheck.Error
+		if errors.As(err, &je) { // the operator's own request: name the key
+			return badRequest("invalid_json", "", "request body: %s", je.QuotedError())
+		}
 		return badRequest("invalid_json", "", "request body: %v", err)
 	}
 	var bad string

@@ -167,7 +167,8 @@ func singular(k store.Kind) string {
 // checkReferences refuses a protocol definition whose promptTemplate.base names a template that exists
 // neither in the store (any version) nor in the binary, or whose extends names such a protocol. Names in
 // newTemplates and newProtocols (a rollout's own definitions) count as existing. A field of the wrong type
-// is left to the store's validation, which names it.
+// is left to the store's validation, which names it; so are the links between workflows and their bases
+// (the store's Links hook, run in the change's own transaction).
 func (s *server) checkReferences(ctx context.Context, body []byte, newTemplates, newProtocols map[string]bool) error {
 	id := gjson.GetBytes(body, "id").String()
 	for _, ref := range []struct {
@@ -187,17 +188,6 @@ func (s *server) checkReferences(ctx context.Context, body []byte, newTemplates,
 			return badRequest("invalid_definition", ref.field,
 				"protocol %q: %s: %s %q exists neither in the store nor built into the binary: add it first (POST /admin/%s/%s/versions), or name another",
 				id, ref.field, singular(ref.kind), v.String(), ref.kind, v.String())
-		}
-		if ref.kind == store.KindProtocol {
-			// One level of extends: the base of a workflow is not a workflow itself (a request would be
-			// refused as naming two workflows).
-			if base, err := s.o.Store.Active(ctx, store.KindProtocol, v.String()); err == nil {
-				if ext := gjson.GetBytes(base.Body, "extends").String(); ext != "" {
-					return badRequest("invalid_definition", ref.field,
-						"protocol %q: %s: %q is itself a workflow (it extends %q); one level of extends is supported: extend %q instead",
-						id, ref.field, v.String(), ext, ext)
-				}
-			}
 		}
 	}
 	return nil

@@ -82,7 +82,7 @@ var streamCases = []streamCase{
 		name: "schema violation",
 		in:   (&as{}).start().tool(0, "toolu_w", "get_weather", `{"town":"Oslo"}`, 3).end("tool_use").String(),
 		mode: vet.ModeRefuse, types: []string{"text"}, stop: "end_turn", blocked: 1,
-		text:  "[promptgate] blocked tool call get_weather: arguments do not match schema: at /: missing property 'city'",
+		text:  "[promptgate] blocked tool call get_weather: arguments do not match schema: at #: missing property 'city'",
 		leaks: []string{"toolu_w", "town"},
 	},
 	{

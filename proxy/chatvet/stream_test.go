@@ -150,13 +150,13 @@ var streamCases = []struct {
 			toolEv(0, tc(4, "c5", "search", `{"q":"tru`)), finish(0, "tool_calls"), done},
 		want: view{Content: map[int]string{0: strings.Join([]string{
 			"[promptgate] blocked tool call search: arguments must be a json object",
-			`[promptgate] blocked tool call search: duplicate key "q" in arguments`,
-			"[promptgate] blocked tool call get_weather: arguments do not match schema: at /: missing property 'city'",
+			"[promptgate] blocked tool call search: arguments are not valid json: duplicate key at offset 7",
+			"[promptgate] blocked tool call get_weather: arguments do not match schema: at #: missing property 'city'",
 			"[promptgate] blocked tool call search: arguments must be a json object",
 			"[promptgate] blocked tool call search: arguments are not valid json: syntax error at offset 5",
 		}, "\n")}, Finish: map[int]string{0: "stop"}, Done: true},
 		blocked: 5,
-		reasons: []string{vet.ReasonNotObject, `duplicate key "q" in arguments`, "arguments do not match schema: at /: missing property 'city'",
+		reasons: []string{vet.ReasonNotObject, "arguments are not valid json: duplicate key at offset 7", "arguments do not match schema: at #: missing property 'city'",
 			vet.ReasonNotObject, "arguments are not valid json: syntax error at offset 5"},
 	},
 	{

@@ -73,7 +73,7 @@ func New(versions func() []Version) *Metrics {
 		Name: "promptgate_plugin_seconds", Help: "Context source call latency (cache hits excluded).", Buckets: latencyBuckets,
 	}, []string{"source"})
 	m.pluginErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "promptgate_plugin_errors_total", Help: "Context source failures, by source and reason (timeout, error, unavailable, ...).",
+		Name: "promptgate_plugin_errors_total", Help: "Context source failures, by source and reason class (timeout, unavailable, canceled, error, too_large, bad_answer).",
 	}, []string{"source", "reason"})
 	m.reg.MustRegister(m.requests, m.overhead, m.upstream, m.toolsRemoved, m.callsBlocked, m.contextTruncations,
 		m.pluginLatency, m.pluginErrors, m.audit,
@@ -153,14 +153,16 @@ func (m *Metrics) ContextTruncated() {
 	}
 }
 
-// Plugin observes one context source call; reason is "" on success.
-func (m *Metrics) Plugin(source string, d time.Duration, reason string) {
+// Plugin observes one context source call (a plugins.Observer). source is a plugin entry's name from the
+// config; class is "" on success, else one of the plugins package's fixed Class constants, never the
+// plugin's own message.
+func (m *Metrics) Plugin(source string, d time.Duration, class string) {
 	if m == nil {
 		return
 	}
 	m.pluginLatency.WithLabelValues(source).Observe(d.Seconds())
-	if reason != "" {
-		m.pluginErrors.WithLabelValues(source, reason).Inc()
+	if class != "" {
+		m.pluginErrors.WithLabelValues(source, class).Inc()
 	}
 }
 
@@ -171,7 +173,7 @@ func (m *Metrics) Record(_ context.Context, e audit.Event) {
 	}
 	switch {
 	case e.Kind == audit.KindToolRemoved:
-		m.toolsRemoved.WithLabelValues(e.Reason).Inc()
+		m.toolsRemoved.WithLabelValues(reasonLabel(e.Reason)).Inc()
 	case e.Kind == audit.KindToolCall && e.Verdict != audit.VerdictAllowed:
 		m.callsBlocked.WithLabelValues(e.Verdict, reasonLabel(e.Reason)).Inc()
 	}
@@ -179,8 +181,10 @@ func (m *Metrics) Record(_ context.Context, e audit.Event) {
 
 var _ audit.Recorder = (*Metrics)(nil)
 
-// reasonLabel keeps a reason's stable head ("arguments do not match schema", "rule docs-only") so that the
-// label's cardinality stays bounded by the rules, not by what a model writes.
+// reasonLabel keeps a reason's stable head, the part before its first colon ("arguments do not match
+// schema", "rule docs-only"): the policy packages write every reason as a constant or as a constant head,
+// a colon and the detail, so the label's values are bounded by the code and the operator's rules, never
+// by what a model or a client writes.
 func reasonLabel(r string) string {
 	head, _, _ := strings.Cut(r, ":")
 	if len(head) > 64 {

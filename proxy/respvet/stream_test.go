@@ -80,7 +80,7 @@ var streamCases = []streamCase{
 		name: "schema violation",
 		in:   (&rs{}).created().call(0, "fc_w", "call_w", "get_weather", `{"town":"Oslo"}`, 3).completed().String(),
 		mode: vet.ModeRefuse, types: []string{"message"}, final: []string{"message"}, blocked: 1,
-		text:  "[promptgate] blocked tool call get_weather: arguments do not match schema: at /: missing property 'city'",
+		text:  "[promptgate] blocked tool call get_weather: arguments do not match schema: at #: missing property 'city'",
 		leaks: []string{`"fc_w"`, `"call_w"`, "town"},
 	},
 	{
@@ -94,7 +94,7 @@ var streamCases = []streamCase{
 		name: "duplicate key",
 		in:   (&rs{}).created().call(0, "fc_d", "call_d", "search", `{"q":"a","q":"b"}`, 3).completed().String(),
 		mode: vet.ModeRefuse, types: []string{"message"}, final: []string{"message"}, blocked: 1,
-		text:  `[promptgate] blocked tool call search: duplicate key "q" in arguments`,
+		text:  "[promptgate] blocked tool call search: arguments are not valid json: duplicate key at offset 9",
 		leaks: []string{`"fc_d"`, `"call_d"`},
 	},
 	{

@@ -24,6 +24,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/promptgate/promptgate/proxy/redact"
 )
 
 // The standard environment variables read by FromEnv.
@@ -34,6 +36,8 @@ const (
 	EnvTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 	EnvServiceName    = "OTEL_SERVICE_NAME"
 	EnvSDKDisabled    = "OTEL_SDK_DISABLED"
+	// EnvHeaders is read by the exporter itself: the headers (credentials) of every export.
+	EnvHeaders = "OTEL_EXPORTER_OTLP_HEADERS"
 )
 
 // Defaults and names.
@@ -119,7 +123,10 @@ func ConfigFromEnv(getenv func(string) string) (c Config, ok bool, err error) {
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return Config{}, false, fmt.Errorf("tracing: %s=%q: give a URL such as http://127.0.0.1:4318 (OTLP/HTTP) or http://127.0.0.1:4317 (gRPC)", endpointVar, endpoint)
+		return Config{}, false, fmt.Errorf("tracing: %s=%q: give a URL such as http://127.0.0.1:4318 (OTLP/HTTP) or http://127.0.0.1:4317 (gRPC)", endpointVar, redact.URL(endpoint))
+	}
+	if u.User != nil {
+		return Config{}, false, fmt.Errorf("tracing: %s=%q: the endpoint carries no user info (user:password@), which would reach logs; give credentials in %s (e.g. Authorization=Bearer ...)", endpointVar, redact.Parsed(u), EnvHeaders)
 	}
 	if c.Protocol == ProtocolHTTP && !signal {
 		// The base endpoint gets the signal's path; the traces endpoint is used as it is.

@@ -117,6 +117,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Validate is the hook of store.Options.Validate: called for every body before it is stored.
 	Validate func(kind store.Kind, name string, body []byte) error
+	// Links is the hook of store.Options.Links: run against the active set that a change compare-and-swaps
+	// (for AddVersion, the one it reads first), before anything of the change is written.
+	Links store.LinksFunc
 	// SnapshotFile, when not empty, receives every successful Snapshot (written atomically); Open serves
 	// it when etcd is unreachable at start.
 	SnapshotFile string
@@ -139,6 +142,7 @@ type Etcd struct {
 	endpoints string
 	log       *slog.Logger
 	validate  func(store.Kind, string, []byte) error
+	links     store.LinksFunc
 	snapFile  string
 	probe     time.Duration
 	timeout   time.Duration
@@ -185,6 +189,7 @@ func Open(ctx context.Context, opts Options) (*Etcd, error) {
 		tls:       opts.TLS,
 		log:       opts.Logger,
 		validate:  opts.Validate,
+		links:     opts.Links,
 		snapFile:  opts.SnapshotFile,
 		probe:     opts.ProbeInterval,
 		timeout:   opts.DialTimeout,

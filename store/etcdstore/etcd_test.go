@@ -21,11 +21,12 @@ import (
 func TestEtcdConformance(t *testing.T) {
 	srv := etcdtest.Start(t)
 	var n atomic.Int32
-	storetest.Run(t, func(t *testing.T, validate func(store.Kind, string, []byte) error) store.Store {
+	storetest.Run(t, func(t *testing.T, h storetest.Hooks) store.Store {
 		s, err := etcdstore.Open(context.Background(), etcdstore.Options{
 			Endpoints: []string{srv.Endpoint()},
 			Prefix:    fmt.Sprintf("/conformance/%d", n.Add(1)),
-			Validate:  validate,
+			Validate:  h.Validate,
+			Links:     h.Links,
 		})
 		if err != nil {
 			t.Fatal(err)

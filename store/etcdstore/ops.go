@@ -203,6 +203,19 @@ func (s *Etcd) AddVersion(ctx context.Context, kind store.Kind, body []byte, aut
 	if err != nil {
 		return 0, err
 	}
+	if s.links != nil {
+		r, err := s.client().Get(ctx, s.p+keyActiveSet)
+		if err != nil {
+			return 0, fmt.Errorf("store: add version of %s/%s: %w", kind, name, err)
+		}
+		set, _, err := decodeSet(r.Kvs)
+		if err != nil {
+			return 0, fmt.Errorf("store: add version of %s/%s: %w", kind, name, err)
+		}
+		if err := s.checkLinks(ctx, set, map[string][]byte{store.Key(kind, name): body}); err != nil {
+			return 0, fmt.Errorf("store: add version of %s/%s: %w", kind, name, err)
+		}
+	}
 	body = bytes.Clone(body)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -290,6 +303,9 @@ func (s *Etcd) Activate(ctx context.Context, kind store.Kind, name string, versi
 		if prev == version {
 			return prev, nil
 		}
+		if err := s.checkLinks(ctx, set, nil, store.Key(kind, name)); err != nil {
+			return 0, fmt.Errorf("store: activate: %s/%s: %w", kind, name, err)
+		}
 		put, err := s.setOp(set)
 		if err != nil {
 			return 0, fmt.Errorf("store: activate: %s/%s: %w", kind, name, err)
@@ -338,6 +354,9 @@ func (s *Etcd) Rollback(ctx context.Context, kind store.Kind, name string) (int,
 		}
 		to := hist[len(hist)-1]
 		set.set(kind, name, pointer{Active: to, History: append([]int(nil), hist[:len(hist)-1]...)})
+		if err := s.checkLinks(ctx, set, nil, store.Key(kind, name)); err != nil {
+			return 0, 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, err)
+		}
 		put, err := s.setOp(set)
 		if err != nil {
 			return 0, 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, err)
@@ -581,6 +600,24 @@ func (s *Etcd) ApplyRollout(ctx context.Context, r store.Rollout) error {
 	if head.Count > 0 {
 		return fmt.Errorf("store: rollout %q: %w", r.ID, store.ErrAlreadyApplied)
 	}
+	proposed := make(map[string][]byte, len(items))
+	for _, it := range items {
+		proposed[store.Key(it.kind, it.name)] = it.body
+	}
+	if s.links != nil {
+		// Checked before any version is stored, and again on the active set the rollout swaps in.
+		gr, err := s.client().Get(ctx, s.p+keyActiveSet)
+		if err != nil {
+			return fmt.Errorf("store: rollout %q: %w", r.ID, err)
+		}
+		set, _, err := decodeSet(gr.Kvs)
+		if err != nil {
+			return fmt.Errorf("store: rollout %q: %w", r.ID, err)
+		}
+		if err := s.checkLinks(ctx, set, proposed); err != nil {
+			return fmt.Errorf("store: rollout %q: %w", r.ID, err)
+		}
+	}
 	now := time.Now().UTC()
 	vs, err := s.storeVersions(ctx, items, store.RolloutAuthor, r.ID, now)
 	if err != nil {
@@ -613,6 +650,9 @@ func (s *Etcd) ApplyRollout(ctx context.Context, r store.Rollout) error {
 		for i, it := range items {
 			applied.Previous[store.Key(it.kind, it.name)] = set.move(it.kind, it.name, vs[i])
 			applied.Activated[store.Key(it.kind, it.name)] = vs[i]
+		}
+		if err := s.checkLinks(ctx, set, proposed); err != nil {
+			return fmt.Errorf("store: rollout %q: %w (its versions are stored, inactive)", r.ID, err)
 		}
 		rec, err := json.Marshal(applied)
 		if err != nil {
@@ -744,6 +784,9 @@ func (s *Etcd) RevertLast(ctx context.Context) (store.AppliedRollout, error) {
 			moved = append(moved, key)
 			set.move(kind, name, prev)
 		}
+		if err := s.checkLinks(ctx, set, nil, keys...); err != nil {
+			return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout %q: %w", ar.ID, err)
+		}
 		put, err := s.setOp(set)
 		if err != nil {
 			return store.AppliedRollout{}, fmt.Errorf("store: revert last rollout: %w", err)
@@ -842,4 +885,30 @@ func (s *Etcd) boundFor(ctx context.Context, d time.Duration) (context.Context, 
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, d)
+}
+
+// checkLinks runs the Links hook on set, the active set a change would write: it reads the bodies of the
+// active versions (immutable, so the latest revision serves), with the bodies of proposed ("KIND/NAME" →
+// body) in their place; changed and the keys of proposed are what the change touches.
+func (s *Etcd) checkLinks(ctx context.Context, set activeSet, proposed map[string][]byte, changed ...string) error {
+	if s.links == nil {
+		return nil
+	}
+	var want []store.Record
+	for _, kind := range store.Kinds() {
+		for _, name := range set.sortedNames(kind) {
+			if v := set.get(kind, name).Active; v > 0 && proposed[store.Key(kind, name)] == nil {
+				want = append(want, store.Record{Kind: kind, Name: name, Version: v})
+			}
+		}
+	}
+	recs, err := s.readRecords(ctx, want, 0)
+	if err != nil {
+		return err
+	}
+	snap := store.Snapshot{Templates: map[string]store.Record{}, Protocols: map[string]store.Record{}}
+	for _, rec := range recs {
+		snap.Of(rec.Kind)[rec.Name] = rec
+	}
+	return s.links.Check(snap, proposed, changed)
 }

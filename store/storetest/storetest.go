@@ -20,9 +20,17 @@ import (
 	"github.com/promptgate/promptgate/store/builtin"
 )
 
-// Open returns a new, empty (freshly seeded) store, closed by the caller's test cleanup. validate is the
-// Validate hook to install (nil: none).
-type Open func(t *testing.T, validate func(store.Kind, string, []byte) error) store.Store
+// Open returns a new, empty (freshly seeded) store with the hooks installed, closed by the caller's test
+// cleanup.
+type Open func(t *testing.T, h Hooks) store.Store
+
+// Hooks are the store's hooks a sub-test installs; nil ones are left out.
+type Hooks struct {
+	// Validate is store.Options.Validate.
+	Validate func(store.Kind, string, []byte) error
+	// Links is store.Options.Links.
+	Links store.LinksFunc
+}
 
 // Dumper is what a backend offers to `store copy`.
 type Dumper interface {
@@ -39,7 +47,7 @@ func tpl(name, text string) []byte {
 func Run(t *testing.T, open Open) {
 	ctx := context.Background()
 	t.Run("Seeded", func(t *testing.T) {
-		s := open(t, nil)
+		s := open(t, Hooks{})
 		for kind, defs := range map[store.Kind][]builtin.Definition{store.KindTemplate: builtin.Templates(), store.KindProtocol: builtin.Protocols()} {
 			entries, err := s.List(ctx, kind)
 			if err != nil {
@@ -68,7 +76,7 @@ func Run(t *testing.T, open Open) {
 	})
 
 	t.Run("VersionsImmutableAndIncreasing", func(t *testing.T) {
-		s := open(t, nil)
+		s := open(t, Hooks{})
 		body1 := []byte(`{"name":"x_tpl","text":"one",  "extra": [1, 2]}`)
 		v1, err := s.AddVersion(ctx, store.KindTemplate, body1, "ann", "first")
 		if err != nil || v1 != 1 {
@@ -107,7 +115,7 @@ func Run(t *testing.T, open Open) {
 	})
 
 	t.Run("ActivateAndRollback", func(t *testing.T) {
-		s := open(t, nil)
+		s := open(t, Hooks{})
 		for i := 1; i <= 3; i++ {
 			if _, err := s.AddVersion(ctx, store.KindTemplate, tpl("r", fmt.Sprint(i)), "", ""); err != nil {
 				t.Fatal(err)
@@ -144,12 +152,12 @@ func Run(t *testing.T, open Open) {
 
 	t.Run("StructuralChecksAndValidateHook", func(t *testing.T) {
 		refuse := errors.New("hook says no")
-		s := open(t, func(kind store.Kind, name string, body []byte) error {
+		s := open(t, Hooks{Validate: func(kind store.Kind, name string, body []byte) error {
 			if strings.Contains(string(body), "forbidden") {
 				return refuse
 			}
 			return nil
-		})
+		}})
 		for _, body := range []string{``, `[]`, `{"name":"a"}`, `{"name":"a b","text":""}`, `{"name":"a","text":1}`, `{"name":"a","name":"b","text":""}`, "{\"name\":\"a\",\"text\":\"\xff\"}"} {
 			if _, err := s.AddVersion(ctx, store.KindTemplate, []byte(body), "", ""); !errors.Is(err, store.ErrInvalid) {
 				t.Errorf("%q: %v", body, err)
@@ -177,8 +185,10 @@ func Run(t *testing.T, open Open) {
 		}
 	})
 
+	t.Run("LinksHook", func(t *testing.T) { linksHook(t, open) })
+
 	t.Run("RolloutUpAndDown", func(t *testing.T) {
-		s := open(t, nil)
+		s := open(t, Hooks{})
 		before, err := s.Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -247,7 +257,7 @@ func Run(t *testing.T, open Open) {
 	})
 
 	t.Run("WatchAndTools", func(t *testing.T) {
-		s := open(t, nil)
+		s := open(t, Hooks{})
 		var n atomic.Int32
 		cancel := s.Watch(func() { n.Add(1) })
 		if _, err := s.AddVersion(ctx, store.KindTemplate, tpl("w", "1"), "", ""); err != nil {
@@ -291,7 +301,7 @@ func Run(t *testing.T, open Open) {
 	})
 
 	t.Run("ConcurrentWritersLoseNothing", func(t *testing.T) {
-		s := open(t, nil)
+		s := open(t, Hooks{})
 		const n = 8
 		var wg sync.WaitGroup
 		vs := make([]int, n)
@@ -338,7 +348,7 @@ func Run(t *testing.T, open Open) {
 	})
 
 	t.Run("ConcurrentActivationsReturnChainedPrevious", func(t *testing.T) {
-		s := open(t, nil)
+		s := open(t, Hooks{})
 		const n = 8
 		for i := 1; i <= n+1; i++ {
 			if _, err := s.AddVersion(ctx, store.KindTemplate, tpl("chain", fmt.Sprint(i)), "", ""); err != nil {
@@ -414,7 +424,7 @@ func Run(t *testing.T, open Open) {
 	})
 
 	t.Run("LargeRolloutIsAtomic", func(t *testing.T) {
-		s := open(t, nil)
+		s := open(t, Hooks{})
 		const n = 60 // 5 keys each: far over etcd's 128 operations per transaction
 		r := store.Rollout{ID: "big"}
 		for i := range n {
@@ -507,7 +517,7 @@ func Run(t *testing.T, open Open) {
 	})
 
 	t.Run("ExportImportRoundTrip", func(t *testing.T) {
-		a, b := open(t, nil), open(t, nil)
+		a, b := open(t, Hooks{}), open(t, Hooks{})
 		da, okA := a.(Dumper)
 		db, okB := b.(Dumper)
 		if !okA || !okB {
@@ -554,4 +564,121 @@ func versions(s store.Snapshot) map[string]int {
 		}
 	}
 	return out
+}
+
+// linksHook checks that every change runs the Links hook on what it would leave active, before anything is
+// written: a protocol "a" whose active body holds "X" and a protocol "b" whose active body holds "Y" may not
+// be active together.
+func linksHook(t *testing.T, open Open) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var calls [][]string
+	conflict := errors.New("a holds X while b holds Y")
+	s := open(t, Hooks{Links: func(active store.Snapshot, changed []string) error {
+		mu.Lock()
+		calls = append(calls, changed)
+		mu.Unlock()
+		if strings.Contains(string(active.Protocols["a"].Body), "X") && strings.Contains(string(active.Protocols["b"].Body), "Y") {
+			return conflict
+		}
+		return nil
+	}})
+	lastCall := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(calls) == 0 {
+			return nil
+		}
+		return calls[len(calls)-1]
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, store.ErrInvalid) || !errors.Is(err, conflict) {
+			t.Fatalf("%s: %v, want ErrInvalid wrapping the hook's error", what, err)
+		}
+	}
+	active := func(name string) int {
+		t.Helper()
+		e, err := s.Entry(ctx, store.KindProtocol, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Active
+	}
+	proto := func(id, marker string) []byte { return []byte(`{"id":"` + id + `","marker":"` + marker + `"}`) }
+
+	// A new version is checked as if it were active, with its own key as the change.
+	if _, err := s.AddVersion(ctx, store.KindProtocol, proto("a", "X"), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastCall(); !reflect.DeepEqual(got, []string{"protocols/a"}) {
+		t.Errorf("AddVersion: changed %v", got)
+	}
+	if _, err := s.AddVersion(ctx, store.KindProtocol, proto("b", "Y"), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Activate(ctx, store.KindProtocol, "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.AddVersion(ctx, store.KindProtocol, proto("b", "Y again"), "", "")
+	refused("AddVersion", err)
+	if e, _ := s.Entry(ctx, store.KindProtocol, "b"); len(e.Versions) != 1 {
+		t.Fatalf("a refused version was stored: %+v", e)
+	}
+	_, err = s.Activate(ctx, store.KindProtocol, "b", 1)
+	refused("Activate", err)
+	if got := lastCall(); !reflect.DeepEqual(got, []string{"protocols/b"}) {
+		t.Errorf("Activate: changed %v", got)
+	}
+	if active("b") != 0 {
+		t.Fatal("a refused activation moved the pointer")
+	}
+
+	// A rollout is checked as a whole: it may fix what a single change could not.
+	err = s.ApplyRollout(ctx, store.Rollout{ID: "r-conflict", Protocols: []json.RawMessage{proto("b", "Y")}})
+	refused("ApplyRollout", err)
+	if rs, _ := s.Rollouts(ctx); len(rs) != 0 {
+		t.Fatalf("a refused rollout was recorded: %v", rs)
+	}
+	if e, _ := s.Entry(ctx, store.KindProtocol, "b"); len(e.Versions) != 1 || e.Active != 0 {
+		t.Fatalf("a refused rollout stored or activated a version: %+v", e)
+	}
+	if err := s.ApplyRollout(ctx, store.Rollout{ID: "r-fix", Protocols: []json.RawMessage{proto("a", "plain"), proto("b", "Y")}}); err != nil {
+		t.Fatalf("a rollout that changes both: %v", err)
+	}
+	if got := lastCall(); !reflect.DeepEqual(got, []string{"protocols/a", "protocols/b"}) {
+		t.Errorf("ApplyRollout: changed %v", got)
+	}
+
+	// Rollback of a to its X version, and reverting the rollout, would bring X and Y back together.
+	_, _, err = s.Rollback(ctx, store.KindProtocol, "a")
+	refused("Rollback", err)
+	if active("a") == 1 {
+		t.Fatal("a refused rollback moved the pointer")
+	}
+	if _, err := s.Activate(ctx, store.KindProtocol, "a", 1); err == nil {
+		t.Fatal("activation of X next to Y accepted")
+	}
+	// b moved by hand since r-fix: reverting it puts a back at X and b at no version, which is fine.
+	if _, err := s.Activate(ctx, store.KindProtocol, "b", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RevertLast(ctx); err != nil {
+		t.Fatalf("RevertLast that leaves no conflict: %v", err)
+	}
+	if got := lastCall(); !reflect.DeepEqual(got, []string{"protocols/a", "protocols/b"}) {
+		t.Errorf("RevertLast: changed %v", got)
+	}
+	// r2 sets a plain and b is then made Y by hand: reverting r2 would bring X back next to Y.
+	if err := s.ApplyRollout(ctx, store.Rollout{ID: "r2", Protocols: []json.RawMessage{proto("a", "plain again")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Activate(ctx, store.KindProtocol, "b", 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.RevertLast(ctx)
+	refused("RevertLast", err)
+	if rs, _ := s.Rollouts(ctx); len(rs) != 1 || rs[0].ID != "r2" {
+		t.Fatalf("a refused revert forgot the rollout: %v", rs)
+	}
 }

@@ -3,8 +3,8 @@
 //
 // Config keys:
 //
-//	behavior:  echo (default) | crash | hang | huge | badutf8 | imitate | slow | error | notobject |
-//	           env | refuse-config
+//	behavior:  echo (default) | crash | hang | huge | badutf8 | imitate | slow | error | usererror |
+//	           notobject | env | refuse-config
 //	delay:     a duration for slow (default 100ms)
 //	countFile: a file to which every Gather call appends one line, before it does anything else
 //	size:      bytes of the string in a huge answer (default 50 MiB)
@@ -14,7 +14,8 @@
 // the middle of the call when the user is "crash" (and echoes otherwise). hang ignores its
 // deadline. huge answers a string of size bytes. badutf8 answers invalid UTF-8. imitate answers
 // text and a directive that imitate a "=== SYSTEM CORE ===" header. slow waits delay, honouring
-// the deadline, then echoes. error fails with "backend down". notobject answers an array. env
+// the deadline, then echoes. error fails with "backend down"; usererror with "no profile for user
+// USER", a message of its own for every user. notobject answers an array. env
 // answers the process environment. refuse-config fails Configure.
 package main
 
@@ -106,6 +107,8 @@ func (s *source) Gather(ctx context.Context, req sdk.Request) (sdk.Response, err
 		}
 	case "error":
 		return sdk.Response{}, errors.New("backend down")
+	case "usererror":
+		return sdk.Response{}, fmt.Errorf("no profile for user %s", req.User)
 	case "env":
 		return sdk.Response{Fields: map[string]any{"env": os.Environ()}}, nil
 	case "notobject":

@@ -1,0 +1,41 @@
+package metrics
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/promptgate/promptgate/policy/audit"
+)
+
+// TestDecisionLabelsBounded: whatever detail a decision's reason carries (an offset, a schema location, a
+// rule's path), the reason label keeps the stable head only, so the series stay as few as the checks.
+func TestDecisionLabelsBounded(t *testing.T) {
+	t.Parallel()
+	m := New(nil)
+	for i := range 1000 {
+		n := strconv.Itoa(i)
+		for _, r := range []string{
+			"arguments are not valid json: duplicate key at offset " + n,
+			"arguments do not match schema: at #/properties/p" + n + ": maxLength",
+			"rule docs: url" + n + " does not match the pattern",
+		} {
+			m.Record(context.Background(), audit.Event{Kind: audit.KindToolCall, Verdict: audit.VerdictBlocked, Reason: r})
+		}
+	}
+	var series []string
+	for line := range strings.Lines(scrape(t, m)) {
+		if strings.HasPrefix(line, "promptgate_tool_calls_blocked_total{") {
+			series = append(series, strings.TrimSpace(line))
+		}
+	}
+	want := []string{
+		`promptgate_tool_calls_blocked_total{reason="arguments are not valid json",verdict="blocked"} 1000`,
+		`promptgate_tool_calls_blocked_total{reason="arguments do not match schema",verdict="blocked"} 1000`,
+		`promptgate_tool_calls_blocked_total{reason="rule docs",verdict="blocked"} 1000`,
+	}
+	if strings.Join(series, "\n") != strings.Join(want, "\n") {
+		t.Errorf("series:\n%s\nwant\n%s", strings.Join(series[:min(len(series), 5)], "\n"), strings.Join(want, "\n"))
+	}
+}
