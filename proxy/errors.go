@@ -28,7 +28,7 @@ func typeFor(status int) string {
 		return "permission_error"
 	case status == http.StatusNotFound:
 		return "not_found_error"
-	case status == http.StatusRequestEntityTooLarge:
+	case status == http.StatusRequestEntityTooLarge, status == http.StatusRequestTimeout:
 		return "invalid_request_error"
 	case status >= 500:
 		return "api_error"
@@ -54,6 +54,8 @@ func toAPIError(err error) apiError {
 		return apiError{Status: http.StatusServiceUnavailable, Code: "context_unavailable", Message: "a required context source failed: " + ce.err.Error()}
 	case errors.As(err, &te):
 		return apiError{Status: http.StatusInternalServerError, Code: "template_unavailable", Message: "the protocol's template is not available: " + te.err.Error()}
+	case errors.Is(err, errBodyTimeout):
+		return apiError{Status: http.StatusRequestTimeout, Code: "request_timeout", Message: "the request body did not arrive within limits.bodyReadTimeout"}
 	case errors.Is(err, errUpstreamTimeout):
 		return apiError{Status: http.StatusGatewayTimeout, Code: "upstream_timeout", Message: "the upstream did not answer in time"}
 	case errors.Is(err, errUpstreamMalformed):

@@ -238,16 +238,6 @@ func TestNoTokenLoopbackOnly(t *testing.T) {
 	assertError(t, resp, b, http.StatusForbidden, "host_not_allowed")
 	// Metrics are still not configured: a JSON 404.
 	f.fails(http.StatusNotFound, "not_found", "GET", "/metrics", "")
-	for _, h := range []string{"127.0.0.1", "127.0.0.1:1", "[::1]:8788", "localhost", "LOCALHOST:1", "a.localhost:1"} {
-		if !loopbackHost(h) {
-			t.Errorf("%s not loopback", h)
-		}
-	}
-	for _, h := range []string{"", "example.com", "10.0.0.1:80", "localhost.example.com", "[::2]:1"} {
-		if loopbackHost(h) {
-			t.Errorf("%s loopback", h)
-		}
-	}
 }
 
 // The compare helper works on fixed-length SHA-256 digests with crypto/subtle.
