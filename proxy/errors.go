@@ -98,12 +98,16 @@ func errorBody(e apiError) []byte {
 	return b
 }
 
-// writeError answers with the OpenAI error JSON.
+// writeError answers with the OpenAI error JSON. A 408 closes the connection: what is left of the request on
+// the wire must not be read as the next one.
 func writeError(w http.ResponseWriter, e apiError) {
 	body := errorBody(e)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Del("Content-Length")
+	if e.Status == http.StatusRequestTimeout {
+		h.Set("Connection", "close")
+	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(body)
 }

@@ -238,7 +238,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	body = s.limitBodyRead(w, r)
-	s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, requestIDKey{}, id)))
+	ctx = context.WithValue(context.WithValue(ctx, requestIDKey{}, id), writerKey{}, sw)
+	if body != nil {
+		ctx = context.WithValue(ctx, bodyKey{}, body)
+	}
+	s.mux.ServeHTTP(sw, r.WithContext(ctx))
 }
 
 // admit answers, and returns false for, a request the listener does not serve: a Host that is neither
@@ -269,12 +273,12 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, id string, health
 }
 
 // served records the outcome of a request in the metrics and ends its server span. A client that went away
-// before its answer was complete — nothing written yet, the answer aborted or a write failed — counts as 499,
-// not as the status its answer began with.
+// before its answer was complete — nothing written yet, the answer aborted, a write failed, a stream cut —
+// counts as 499, not as the status its answer began with.
 func (s *Server) served(r *http.Request, sw *statusWriter, span *tracing.Span, aborted bool) {
 	status := sw.status
 	switch {
-	case r.Context().Err() != nil && (status == 0 || aborted || sw.failed):
+	case r.Context().Err() != nil && (status == 0 || aborted || sw.failed || sw.gone.Load()):
 		status = statusClientGone
 	case status == 0:
 		status = http.StatusOK
@@ -291,12 +295,22 @@ func (s *Server) served(r *http.Request, sw *statusWriter, span *tracing.Span, a
 	}
 }
 
-// statusWriter remembers the status code and whether a write failed; Unwrap lets http.ResponseController
-// reach Flush and the deadlines.
+// statusWriter remembers the status code, whether a write failed and whether a stage saw the client go
+// away; Unwrap lets http.ResponseController reach Flush and the deadlines.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 	failed bool
+	gone   atomic.Bool
+}
+
+// writerKey carries a request's statusWriter in its context.
+type writerKey struct{}
+
+// writerOf is the statusWriter of the request of ctx, or nil.
+func writerOf(ctx context.Context) *statusWriter {
+	sw, _ := ctx.Value(writerKey{}).(*statusWriter)
+	return sw
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -380,9 +394,12 @@ func (b *deadlineBody) handlerDone() {
 	b.mu.Unlock()
 }
 
+// bodyKey carries a request's deadlineBody in its context: the reverse proxy wraps the body it forwards.
+type bodyKey struct{}
+
 // bodyTimedOut reports whether r's body went past the body-read deadline.
 func bodyTimedOut(r *http.Request) bool {
-	b, ok := r.Body.(*deadlineBody)
+	b, ok := r.Context().Value(bodyKey{}).(*deadlineBody)
 	return ok && b.timedOut.Load()
 }
 
@@ -713,7 +730,7 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	checker := s.checker(x)
 	rec := x.trace.count(s.recorder(resp.Request.Context(), x))
 	if ct == "text/event-stream" {
-		streamBody(resp, x.trace.relay(resp.Request.Context(), &loggedStream{ReadCloser: x.route.stream(resp.Body, checker, rec, x), log: x.log}))
+		streamBody(resp, x.trace.relay(resp.Request.Context(), &loggedStream{ReadCloser: x.route.stream(resp.Body, checker, rec, x), log: x.log, out: writerOf(resp.Request.Context())}))
 		return nil
 	}
 	body, err := readUpstream(resp)
@@ -967,10 +984,12 @@ func (b *bufferPool) Put(buf []byte) {
 }
 
 // loggedStream logs, when the relay is closed, why an upstream stream broke off: the client was sent
-// upstream_stream_truncated then, and the operator should see the cause.
+// upstream_stream_truncated then, and the operator should see the cause. A stream cut because the client went
+// away marks out (may be nil) so that the request counts as 499.
 type loggedStream struct {
 	io.ReadCloser
 	log *slog.Logger
+	out *statusWriter
 }
 
 func (l *loggedStream) Close() error {
@@ -979,6 +998,9 @@ func (l *loggedStream) Close() error {
 		case err == nil:
 		case errors.Is(err, context.Canceled):
 			l.log.Debug("stream ended: the client went away", "err", err)
+			if l.out != nil {
+				l.out.gone.Store(true)
+			}
 		default:
 			l.log.Warn("upstream stream broke off; the client got upstream_stream_truncated", "err", err)
 		}

@@ -458,7 +458,7 @@ func (s *Server) vetStored(resp *http.Response, id string, bg *bgPolicy) error {
 		}.WithArguments(d.Args, s.opt.AuditArguments))
 	}
 	if ct == "text/event-stream" {
-		streamBody(resp, &loggedStream{ReadCloser: respvet.NewStream(resp.Body, checker, rec), log: log})
+		streamBody(resp, &loggedStream{ReadCloser: respvet.NewStream(resp.Body, checker, rec), log: log, out: writerOf(ctx)})
 		return nil
 	}
 	body, err := readUpstream(resp)
