@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3"
 
 	"github.com/promptgate/promptgate/proxy/guard"
 	"github.com/promptgate/promptgate/proxy/metrics"
@@ -535,4 +538,67 @@ func grepMetric(text, name string) string {
 		}
 	}
 	return fmt.Sprint(out)
+}
+
+// The official SDK's multipart uploads (the files API, audio transcriptions) pass through the listener's
+// checks unchanged, byte for byte, under the default guard.
+func TestSDKMultipartUploadsPassThrough(t *testing.T) {
+	t.Parallel()
+	content := bytes.Repeat([]byte("{\"prompt\":\"p\",\"completion\":\"c\"}\n"), 8000)
+	type part struct{ name, filename, value string }
+	got := make(chan []part, 2)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mr, err := r.MultipartReader()
+		if err != nil {
+			http.Error(w, `{"error":{"message":"not multipart"}}`, http.StatusBadRequest)
+			return
+		}
+		var parts []part
+		for {
+			p, err := mr.NextPart()
+			if err != nil {
+				break
+			}
+			b, _ := io.ReadAll(p)
+			parts = append(parts, part{p.FormName(), p.FileName(), string(b)})
+		}
+		got <- parts
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/files":
+			_, _ = io.WriteString(w, `{"id":"file-1","object":"file","bytes":1,"created_at":1,"filename":"train.jsonl","purpose":"fine-tune","status":"uploaded"}`)
+		default:
+			_, _ = io.WriteString(w, `{"text":"hello"}`)
+		}
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL + "/v1")
+	s, err := New(Options{Engine: testEngine(t, "", nil, nil, nil), Upstream: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	client := newClient(ts)
+	f, err := client.Files.New(context.Background(), openai.FileNewParams{File: openai.File(bytes.NewReader(content), "train.jsonl", "application/jsonl"), Purpose: openai.FilePurposeFineTune})
+	if err != nil || f.ID != "file-1" {
+		t.Fatalf("files upload: %v %+v", err, f)
+	}
+	parts := <-got
+	fileOK := false
+	for _, p := range parts {
+		if p.name == "file" && p.filename == "train.jsonl" && p.value == string(content) {
+			fileOK = true
+		}
+	}
+	if !fileOK {
+		t.Fatalf("the uploaded file did not arrive whole: %d parts", len(parts))
+	}
+	tr, err := client.Audio.Transcriptions.New(context.Background(), openai.AudioTranscriptionNewParams{File: openai.File(bytes.NewReader([]byte("RIFF....WAVE")), "a.wav", "audio/wav"), Model: openai.AudioModelWhisper1})
+	if err != nil || tr.Text != "hello" {
+		t.Fatalf("transcription: %v %+v", err, tr)
+	}
+	if parts := <-got; len(parts) < 2 {
+		t.Fatalf("transcription parts %v", parts)
+	}
 }
