@@ -100,6 +100,23 @@ func TestListenerRefusesForeignHost(t *testing.T) {
 			t.Errorf("%s on the pod IP: %d %s", p, resp.StatusCode, b)
 		}
 	}
+	// The upstreams' own host names are answered: the HTTPS-proxy door serves an intercepted origin under
+	// its name, and no rebinding page controls that name's DNS.
+	u, _ := url.Parse("http://api.upstream.test:1/v1")
+	a, _ := url.Parse("https://api.anthropic.test/v1")
+	s, err := New(Options{Engine: testEngine(t, "", nil, nil, nil), Upstream: u, AnthropicUpstream: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"API.upstream.test", "api.anthropic.test:443", "upstream.test"} {
+		req := httptest.NewRequest("POST", "http://127.0.0.1"+PathChat, strings.NewReader("{"))
+		req.Host = host
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, req)
+		if want := map[bool]int{true: http.StatusBadRequest, false: http.StatusMisdirectedRequest}[host != "upstream.test"]; w.Code != want {
+			t.Errorf("Host %s: %d, want %d: %s", host, w.Code, want, w.Body)
+		}
+	}
 }
 
 // A page of another site cannot use the listener: a foreign Origin, Sec-Fetch-Site cross-site (or same-site)

@@ -90,13 +90,10 @@ type Options struct {
 	// Tracing, when not nil, records a server span per /v1/ request and a span per stage, and sends
 	// promptgate's traceparent upstream; nil turns tracing off (the client's traceparent passes unchanged).
 	Tracing *tracing.Tracing
-	// Guard says which Hosts and browser origins are answered; nil answers loopback Hosts and no cross-site
-	// browser request.
+	// Guard says which Hosts and browser origins are answered besides the loopback Hosts, the upstreams'
+	// own host names (see admit) and same-origin or non-browser requests; nil adds none.
 	Guard *guard.Policy
-	// AnyHost answers requests whatever their Host (the browser checks still apply): for the HTTPS-proxy
-	// door, whose requests carry the host the client connected to.
-	AnyHost bool
-	Log     *slog.Logger
+	Log   *slog.Logger
 }
 
 // Server is the proxy listener's handler.
@@ -246,13 +243,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // admit answers, and returns false for, a request the listener does not serve: a Host that is neither
-// loopback nor listed (DNS rebinding; health checks are answered on any Host: probes address the pod's IP
-// and carry nothing), an OPTIONS (answered here, never forwarded: a CORS preflight for an opted-in origin,
-// else a refusal), a cross-site browser request. An opted-in origin's answer gets its CORS headers here.
+// loopback, nor listed, nor the host name of an upstream (DNS rebinding: a page cannot borrow the name of a
+// host whose DNS it does not control; the HTTPS-proxy door serves an intercepted origin under its own name;
+// health checks are answered on any Host: probes address the pod's IP and carry nothing), an OPTIONS
+// (answered here, never forwarded: a CORS preflight for an opted-in origin, else a refusal), a cross-site
+// browser request. An opted-in origin's answer gets its CORS headers here.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, id string, health bool) bool {
 	g := s.opt.Guard
 	var ref *guard.Refusal
-	if !s.opt.AnyHost && !health {
+	if !health && !guard.SameHost(r.Host, s.opt.Upstream.Host) && !guard.SameHost(r.Host, s.opt.AnthropicUpstream.Host) {
 		ref = g.CheckHost(r)
 	}
 	if ref == nil && r.Method == http.MethodOptions {

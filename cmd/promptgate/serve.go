@@ -270,7 +270,6 @@ func newDoor(cfg *config.File, base proxy.Options, log *slog.Logger) (*mitm.Door
 		CA: ca, Hosts: cfg.MITM.Hosts, Passthrough: *cfg.MITM.Passthrough, Log: log,
 		Handler: func(scheme, hostport string) (http.Handler, error) {
 			o := base
-			o.AnyHost = true // the Host is the intercepted origin the client connected to
 			o.Upstream = &url.URL{Scheme: scheme, Host: hostport, Path: "/v1"}
 			o.AnthropicUpstream = &url.URL{Scheme: scheme, Host: hostport, Path: "/v1"}
 			tr := proxy.NewTransport()

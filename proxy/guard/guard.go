@@ -151,6 +151,11 @@ func LoopbackHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// SameHost reports whether two Host values (host or host:port) name the same host, ports aside.
+func SameHost(a, b string) bool {
+	return a != "" && hostOf(a) == hostOf(b)
+}
+
 // HostAllowed reports whether the listener answers a request with this Host header: a loopback one or one the
 // operator listed.
 func (p *Policy) HostAllowed(hostport string) bool {

@@ -43,6 +43,15 @@ func TestHostAllowed(t *testing.T) {
 			t.Errorf("%s allowed", h)
 		}
 	}
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{{"api.openai.com", "api.openai.com:443", true}, {"API.openai.com.:8443", "api.openai.com", true}, {"[::1]:1", "::1", true},
+		{"", "", false}, {"api.openai.com.evil", "api.openai.com", false}, {"openai.com", "api.openai.com", false}} {
+		if SameHost(c.a, c.b) != c.same {
+			t.Errorf("SameHost(%q, %q) = %v", c.a, c.b, !c.same)
+		}
+	}
 	r := httptest.NewRequest("GET", "http://attacker.example/v1/models", nil)
 	ref := p.CheckHost(r)
 	if ref == nil || ref.Status != http.StatusMisdirectedRequest || ref.Code != "host_not_allowed" {
