@@ -251,8 +251,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, id string, health bool) bool {
 	g := s.opt.Guard
 	var ref *guard.Refusal
-	if !health && !guard.SameHost(r.Host, s.opt.Upstream.Host) && !guard.SameHost(r.Host, s.opt.AnthropicUpstream.Host) {
-		ref = g.CheckHost(r)
+	if !health {
+		if ref = g.CheckHost(r); ref != nil && (guard.SameHost(r.Host, s.opt.Upstream.Host) || guard.SameHost(r.Host, s.opt.AnthropicUpstream.Host)) {
+			ref = nil
+		}
 	}
 	if ref == nil && r.Method == http.MethodOptions {
 		if ref = g.Preflight(w, r); ref == nil {

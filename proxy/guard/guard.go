@@ -11,7 +11,6 @@ package guard
 import (
 	"errors"
 	"fmt"
-	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -207,10 +206,6 @@ func sameOrigin(origin string, r *http.Request) bool {
 		stripDefaultPort(strings.ToLower(u.Scheme), strings.ToLower(r.Host)))
 }
 
-// simpleTypes are the request content types a page can send to another site without a CORS preflight
-// (multipart/form-data aside: SDK file uploads use it, and a browser sends Origin with every POST).
-var simpleTypes = map[string]bool{"text/plain": true, "application/x-www-form-urlencoded": true}
-
 // CheckBrowser refuses a request a browser sends on behalf of a page of another site, unless that site's
 // origin is opted in: an Origin header that is neither the listener's own origin nor an opted-in one, a
 // Sec-Fetch-Site of cross-site or same-site without an opted-in Origin, and a body in a content type a page
@@ -230,17 +225,21 @@ func (p *Policy) CheckBrowser(r *http.Request) *Refusal {
 				Message: fmt.Sprintf("a %s browser request is not answered: web pages cannot use this listener%s", site, p.optIn)}
 		}
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil {
-			mt = strings.ToLower(strings.TrimSpace(strings.Split(ct, ";")[0]))
-		}
-		if simpleTypes[mt] {
-			return &Refusal{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
-				Message: fmt.Sprintf("a body of type %s is not answered (a web page can send it to any site without asking): send Content-Type: application/json", mt)}
-		}
+	// The content types a page can send to another site without a preflight, multipart/form-data aside: SDK
+	// file uploads use it, and a browser sends Origin with every POST.
+	switch mt := strings.ToLower(mediaType(r.Header.Get("Content-Type"))); mt {
+	case "text/plain", "application/x-www-form-urlencoded":
+		return &Refusal{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			Message: fmt.Sprintf("a body of type %s is not answered (a web page can send it to any site without asking): send Content-Type: application/json", mt)}
 	}
 	return nil
+}
+
+// mediaType is the type/subtype of a Content-Type value, as a browser's CORS check reads it: what comes
+// before the first ";", blanks trimmed, parameters (well-formed or not) ignored.
+func mediaType(ct string) string {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.TrimSpace(mt)
 }
 
 // Preflight answers an OPTIONS request, which is never forwarded: for an opted-in origin that asks with

@@ -168,3 +168,34 @@ func TestAllowAndDropCORS(t *testing.T) {
 		t.Fatalf("left %v", up)
 	}
 }
+
+// Any Host the policy answers is loopback or listed; any Origin it lets through is the listener's own or
+// opted in; nothing panics.
+func FuzzGuard(f *testing.F) {
+	for _, s := range []string{"localhost:8787", "gateway.internal", "a.svc.cluster.local", "10.0.0.5:1", "[::1]:1", "evil.example",
+		"https://app.example.com", "http://127.0.0.1:8787", "null", "HTTPS://APP.EXAMPLE.COM:443", "http://[::1]:8787", "%zz", ""} {
+		f.Add(s, s)
+	}
+	p, err := New(Config{Hosts: []string{"gateway.internal", "*.svc.cluster.local", "10.0.0.5"}, AllowedOrigins: []string{"https://app.example.com"}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, host, origin string) {
+		if p.HostAllowed(host) {
+			h := hostOf(host)
+			if !LoopbackHost(host) && h != "gateway.internal" && !strings.HasSuffix(h, ".svc.cluster.local") && h != "10.0.0.5" {
+				t.Fatalf("Host %q answered", host)
+			}
+		}
+		r := httptest.NewRequest("POST", "http://127.0.0.1:8787/v1/chat/completions", nil)
+		r.Host = "127.0.0.1:8787"
+		r.Header.Set("Origin", origin)
+		if origin != "" && p.CheckBrowser(r) == nil {
+			canon, err := ParseOrigin(origin)
+			if err != nil || (canon != "https://app.example.com" && !strings.HasSuffix(canon, "://127.0.0.1:8787")) {
+				t.Fatalf("Origin %q let through", origin)
+			}
+		}
+		_ = p.Preflight(httptest.NewRecorder(), r)
+	})
+}
