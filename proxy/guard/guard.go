@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sort"
 	"strings"
@@ -34,7 +35,8 @@ type Config struct {
 
 // Policy is a checked Config.
 type Policy struct {
-	hosts    map[string]bool // exact names and addresses, lower case, without brackets or a final dot
+	hosts    map[string]bool // exact names, lower case, without a final dot
+	addrs    map[netip.Addr]bool
 	suffixes []string        // ".example.com" for "*.example.com"
 	origins  map[string]bool // canonical origins
 	// optIn and hostFix end refusals: how to allow the request, when it can be.
@@ -50,7 +52,7 @@ type Refusal struct {
 
 // New checks c.
 func New(c Config) (*Policy, error) {
-	p := &Policy{hosts: map[string]bool{}, origins: map[string]bool{}}
+	p := &Policy{hosts: map[string]bool{}, addrs: map[netip.Addr]bool{}, origins: map[string]bool{}}
 	if c.Section != "" {
 		p.optIn = " unless the operator lists their origin in " + c.Section + ".allowedOrigins"
 		p.hostFix = ": add the name to " + c.Section + ".hosts in the config"
@@ -64,6 +66,8 @@ func New(c Config) (*Policy, error) {
 		}
 		if suffix, ok := strings.CutPrefix(name, "*"); ok {
 			p.suffixes = append(p.suffixes, suffix)
+		} else if ip, err := netip.ParseAddr(name); err == nil {
+			p.addrs[ip] = true
 		} else {
 			p.hosts[name] = true
 		}
@@ -85,8 +89,8 @@ func New(c Config) (*Policy, error) {
 // ParseHost checks one entry of Config.Hosts and returns it in the form it is matched in.
 func ParseHost(s string) (string, error) {
 	h := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(s), "."))
-	if ip := net.ParseIP(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")); ip != nil {
-		return ip.String(), nil
+	if ip, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")); err == nil {
+		return ip.Unmap().WithZone("").String(), nil
 	}
 	name := strings.TrimPrefix(h, "*.")
 	if name == "" || strings.Contains(name, "*") {
@@ -146,8 +150,8 @@ func LoopbackHost(hostport string) bool {
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return true
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // SameHost reports whether two Host values (host or host:port) name the same host, ports aside.
@@ -162,8 +166,8 @@ func (p *Policy) HostAllowed(hostport string) bool {
 		return true
 	}
 	host := hostOf(hostport)
-	if ip := net.ParseIP(host); ip != nil {
-		return p.hosts[ip.String()]
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return p.addrs[ip.Unmap().WithZone("")]
 	}
 	if p.hosts[host] {
 		return true

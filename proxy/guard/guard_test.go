@@ -3,6 +3,7 @@ package guard
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -176,6 +177,7 @@ func FuzzGuard(f *testing.F) {
 		"https://app.example.com", "http://127.0.0.1:8787", "null", "HTTPS://APP.EXAMPLE.COM:443", "http://[::1]:8787", "%zz", ""} {
 		f.Add(s, s)
 	}
+	f.Add("[::ffff:10.0.0.5]:1", "https://app.example.com/")
 	p, err := New(Config{Hosts: []string{"gateway.internal", "*.svc.cluster.local", "10.0.0.5"}, AllowedOrigins: []string{"https://app.example.com"}})
 	if err != nil {
 		f.Fatal(err)
@@ -183,7 +185,9 @@ func FuzzGuard(f *testing.F) {
 	f.Fuzz(func(t *testing.T, host, origin string) {
 		if p.HostAllowed(host) {
 			h := hostOf(host)
-			if !LoopbackHost(host) && h != "gateway.internal" && !strings.HasSuffix(h, ".svc.cluster.local") && h != "10.0.0.5" {
+			a, err := netip.ParseAddr(h)
+			listedAddr := err == nil && a.Unmap().WithZone("") == netip.MustParseAddr("10.0.0.5")
+			if !LoopbackHost(host) && h != "gateway.internal" && !strings.HasSuffix(h, ".svc.cluster.local") && !listedAddr {
 				t.Fatalf("Host %q answered", host)
 			}
 		}
@@ -198,4 +202,20 @@ func FuzzGuard(f *testing.F) {
 		}
 		_ = p.Preflight(httptest.NewRecorder(), r)
 	})
+}
+
+// Addresses are compared as addresses: IPv4 inside IPv6, zones and spellings aside.
+func TestHostAddresses(t *testing.T) {
+	t.Parallel()
+	p := policy(t, Config{Hosts: []string{"10.0.0.5", "FD00::0:1"}})
+	for _, h := range []string{"[::ffff:10.0.0.5]:8787", "[fd00::1]", "[::ffff:127.0.0.1]:1"} {
+		if !p.HostAllowed(h) {
+			t.Errorf("%s refused", h)
+		}
+	}
+	for _, h := range []string{"10.0.0.50", "[fd00::2]", "010.0.0.5"} {
+		if p.HostAllowed(h) {
+			t.Errorf("%s allowed", h)
+		}
+	}
 }
