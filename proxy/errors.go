@@ -28,7 +28,7 @@ func typeFor(status int) string {
 		return "permission_error"
 	case status == http.StatusNotFound:
 		return "not_found_error"
-	case status == http.StatusRequestEntityTooLarge:
+	case status == http.StatusRequestEntityTooLarge, status == http.StatusRequestTimeout:
 		return "invalid_request_error"
 	case status >= 500:
 		return "api_error"
@@ -55,6 +55,8 @@ func toAPIError(err error) apiError {
 		return apiError{Status: http.StatusServiceUnavailable, Code: "context_unavailable", Message: "a required context source failed: " + ce.err.Error()}
 	case errors.As(err, &te):
 		return apiError{Status: http.StatusInternalServerError, Code: "template_unavailable", Message: "the protocol's template is not available: " + te.err.Error()}
+	case errors.Is(err, errBodyTimeout):
+		return apiError{Status: http.StatusRequestTimeout, Code: "request_timeout", Message: "the request body did not arrive within limits.bodyReadTimeout"}
 	case errors.Is(err, errUpstreamTimeout):
 		return apiError{Status: http.StatusGatewayTimeout, Code: "upstream_timeout", Message: "the upstream did not answer in time"}
 	case errors.Is(err, errUpstreamMalformed):
@@ -97,12 +99,16 @@ func errorBody(e apiError) []byte {
 	return b
 }
 
-// writeError answers with the OpenAI error JSON.
+// writeError answers with the OpenAI error JSON. A 408 closes the connection: what is left of the request on
+// the wire must not be read as the next one.
 func writeError(w http.ResponseWriter, e apiError) {
 	body := errorBody(e)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Del("Content-Length")
+	if e.Status == http.StatusRequestTimeout {
+		h.Set("Connection", "close")
+	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(body)
 }

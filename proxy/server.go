@@ -17,9 +17,12 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -29,6 +32,8 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/anthvet"
 	"github.com/promptgate/promptgate/proxy/chatvet"
+	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/guard"
 	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/redact"
 	"github.com/promptgate/promptgate/proxy/respvet"
@@ -86,7 +91,10 @@ type Options struct {
 	// Tracing, when not nil, records a server span per /v1/ request and a span per stage, and sends
 	// promptgate's traceparent upstream; nil turns tracing off (the client's traceparent passes unchanged).
 	Tracing *tracing.Tracing
-	Log     *slog.Logger
+	// Guard says which Hosts and browser origins are answered besides the loopback Hosts, the upstreams'
+	// own host names (see admit) and same-origin or non-browser requests; nil adds none.
+	Guard *guard.Policy
+	Log   *slog.Logger
 }
 
 // Server is the proxy listener's handler.
@@ -101,6 +109,10 @@ type Server struct {
 	blocked *blockedMemory
 	// schemas keeps the compiled tool schemas that clients declare, shared by every response's checker.
 	schemas *vet.SchemaCache
+	// limits are the engine's, with the listener's defaults filled in.
+	limits config.Limits
+	// inFlight counts the requests being served, against limits.MaxInFlight.
+	inFlight atomic.Int64
 }
 
 // exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
@@ -146,7 +158,16 @@ func New(o Options) (*Server, error) {
 	if o.Ready == nil {
 		o.Ready = func() (bool, string) { return true, "" }
 	}
-	s := &Server{opt: o, log: o.Log, blocked: newBlockedMemory(o.StoredResponses), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize)}
+	if o.Guard == nil {
+		g, err := guard.New(guard.Config{})
+		if err != nil {
+			return nil, fmt.Errorf("proxy: %w", err)
+		}
+		o.Guard = g
+	}
+	limits := o.Engine.Limits
+	limits.ApplyDefaults()
+	s := &Server{opt: o, log: o.Log, limits: limits, blocked: newBlockedMemory(o.StoredResponses), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize)}
 	tr := timeoutTransport{next: o.Transport, timeout: o.Engine.Limits.UpstreamTimeout}
 	buffers := newBufferPool()
 	s.rewritten = &httputil.ReverseProxy{
@@ -183,14 +204,93 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler.
+// statusClientGone is the status recorded (never sent) for a request whose client went away before its
+// answer was complete, as nginx and Traefik record it.
+const statusClientGone = 499
+
+// ServeHTTP implements http.Handler: it refuses what the listener does not serve (see admit), holds the
+// reading of the body to limits.bodyReadTimeout, routes the request, and records its outcome in the metrics
+// and the server span.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := requestID(r)
 	w.Header().Set(HeaderRequestID, id)
 	sw := &statusWriter{ResponseWriter: w}
 	ctx, span := s.startRequestSpan(r, id)
-	s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, requestIDKey{}, id)))
-	endRequestSpan(span, sw.status, w.Header())
+	var body *deadlineBody
+	defer func() {
+		// The reverse proxy aborts the handler with a panic when it cannot finish copying an answer.
+		v := recover()
+		body.handlerDone()
+		s.served(r, sw, span, v != nil)
+		if v != nil {
+			panic(v)
+		}
+	}()
+	health := r.URL.Path == PathHealthz || r.URL.Path == PathReadyz
+	if !s.admit(sw, r, id, health) {
+		return
+	}
+	if !health {
+		n := s.inFlight.Add(1)
+		defer s.inFlight.Add(-1)
+		if n > int64(s.limits.MaxInFlight) {
+			sw.Header().Set("Retry-After", "1")
+			writeError(sw, apiError{Status: http.StatusServiceUnavailable, Code: "overloaded",
+				Message: fmt.Sprintf("promptgate is serving %d requests, its limit (limits.maxInFlight): retry shortly", s.limits.MaxInFlight)})
+			return
+		}
+	}
+	body = s.limitBodyRead(w, r)
+	ctx = context.WithValue(context.WithValue(ctx, requestIDKey{}, id), writerKey{}, sw)
+	if body != nil {
+		ctx = context.WithValue(ctx, bodyKey{}, body)
+	}
+	s.mux.ServeHTTP(sw, r.WithContext(ctx))
+}
+
+// admit answers, and returns false for, a request the listener does not serve: a Host that is neither
+// loopback, nor listed, nor the host name of an upstream (DNS rebinding: a page cannot borrow the name of a
+// host whose DNS it does not control; the HTTPS-proxy door serves an intercepted origin under its own name;
+// health checks are answered on any Host: probes address the pod's IP and carry nothing), an OPTIONS
+// (answered here, never forwarded: a CORS preflight for an opted-in origin, else a refusal), a cross-site
+// browser request. An opted-in origin's answer gets its CORS headers here.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, id string, health bool) bool {
+	g := s.opt.Guard
+	var ref *guard.Refusal
+	if !health {
+		if ref = g.CheckHost(r); ref != nil && (guard.SameHost(r.Host, s.opt.Upstream.Host) || guard.SameHost(r.Host, s.opt.AnthropicUpstream.Host)) {
+			ref = nil
+		}
+	}
+	if ref == nil && r.Method == http.MethodOptions {
+		if ref = g.Preflight(w, r); ref == nil {
+			return false
+		}
+	}
+	if ref == nil {
+		ref = g.CheckBrowser(r)
+	}
+	if ref != nil {
+		s.log.Debug("request refused by the listener", "request_id", id, "status", ref.Status, "code", ref.Code)
+		writeError(w, apiError{Status: ref.Status, Code: ref.Code, Message: ref.Message})
+		return false
+	}
+	g.Allow(w.Header(), r)
+	return true
+}
+
+// served records the outcome of a request in the metrics and ends its server span. A client that went away
+// before its answer was complete — nothing written yet, the answer aborted, a write failed, a stream cut —
+// counts as 499, not as the status its answer began with.
+func (s *Server) served(r *http.Request, sw *statusWriter, span *tracing.Span, aborted bool) {
+	status := sw.status
+	switch {
+	case r.Context().Err() != nil && (status == 0 || aborted || sw.failed || sw.gone.Load()):
+		status = statusClientGone
+	case status == 0:
+		status = http.StatusOK
+	}
+	endRequestSpan(span, status, sw.Header())
 	if s.opt.Metrics != nil {
 		route := "passthrough"
 		if rt := routeOf(r); rt != nil {
@@ -198,18 +298,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} else if !strings.HasPrefix(r.URL.Path, "/v1/") {
 			route = "other"
 		}
-		status := sw.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		s.opt.Metrics.Request(w.Header().Get(HeaderProtocol), route, status)
+		s.opt.Metrics.Request(sw.Header().Get(HeaderProtocol), route, status)
 	}
 }
 
-// statusWriter remembers the status code; Unwrap lets http.ResponseController reach Flush.
+// statusWriter remembers the status code, whether a write failed and whether a stage saw the client go
+// away; Unwrap lets http.ResponseController reach Flush and the deadlines.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	failed bool
+	gone   atomic.Bool
+}
+
+// writerKey carries a request's statusWriter in its context.
+type writerKey struct{}
+
+// writerOf is the statusWriter of the request of ctx, or nil.
+func writerOf(ctx context.Context) *statusWriter {
+	sw, _ := ctx.Value(writerKey{}).(*statusWriter)
+	return sw
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -223,7 +331,11 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	if err != nil {
+		w.failed = true
+	}
+	return n, err
 }
 
 func (w *statusWriter) Flush() {
@@ -233,6 +345,70 @@ func (w *statusWriter) Flush() {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// limitBodyRead puts a request's body under limits.bodyReadTimeout: all of it must arrive within that time
+// (408 request_timeout past it). The deadline is on reading the request only: it is cleared at the body's
+// end, so that it never cuts an answer short. nil when the request has no body, or the ResponseWriter has no
+// deadlines.
+func (s *Server) limitBodyRead(w http.ResponseWriter, r *http.Request) *deadlineBody {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil
+	}
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(s.limits.BodyReadTimeout)) != nil {
+		return nil
+	}
+	b := &deadlineBody{ReadCloser: r.Body, rc: rc}
+	r.Body = b
+	return b
+}
+
+// deadlineBody is a request body read under the body-read deadline.
+type deadlineBody struct {
+	io.ReadCloser
+	rc *http.ResponseController
+	mu sync.Mutex
+	// done: the deadline was cleared, or the handler returned (the controller may no longer be used).
+	done     bool
+	timedOut atomic.Bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF:
+		b.mu.Lock()
+		if !b.done {
+			_ = b.rc.SetReadDeadline(time.Time{})
+			b.done = true
+		}
+		b.mu.Unlock()
+	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+		b.timedOut.Store(true)
+		err = fmt.Errorf("%w: %w", errBodyTimeout, err)
+	}
+	return n, err
+}
+
+// handlerDone stops b from touching the connection's deadline once the handler has returned (the upstream
+// transport may still read the body then); a nil b does nothing.
+func (b *deadlineBody) handlerDone() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.done = true
+	b.mu.Unlock()
+}
+
+// bodyKey carries a request's deadlineBody in its context: the reverse proxy wraps the body it forwards.
+type bodyKey struct{}
+
+// bodyTimedOut reports whether r's body went past the body-read deadline.
+func bodyTimedOut(r *http.Request) bool {
+	b, ok := r.Context().Value(bodyKey{}).(*deadlineBody)
+	return ok && b.timedOut.Load()
+}
 
 type requestIDKey struct{}
 
@@ -327,8 +503,12 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 	start := time.Now()
 	id, _ := r.Context().Value(requestIDKey{}).(string)
 	log := requestLogger(s.log, id)
-	body, err := readBody(w, r, s.opt.Engine.Limits.MaxBodyBytes)
+	body, err := readBody(w, r, s.limits.MaxBodyBytes)
 	if err != nil {
+		if r.Context().Err() != nil && !errors.Is(err, errBodyTimeout) {
+			log.Debug("client went away while sending its body", "err", err)
+			return
+		}
 		fail(w, log, err)
 		return
 	}
@@ -431,11 +611,7 @@ func upstreamURL(base *url.URL, in *url.URL) *url.URL {
 // it goes out, has that key's origin: the OpenAI-compatible key as Authorization, the Anthropic key as
 // x-api-key. Anywhere else the client's credentials pass unchanged.
 func (s *Server) outboundHeaders(h http.Header, out *url.URL, anthropic bool) {
-	for k := range h {
-		if strings.HasPrefix(k, "X-Promptgate-") {
-			delete(h, k)
-		}
-	}
+	dropOwnHeaders(h)
 	switch {
 	case anthropic && s.opt.AnthropicAPIKey.sendsTo(out):
 		h.Del("Authorization")
@@ -485,17 +661,19 @@ func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
 }
 
 // upstreamHeaders keeps the upstream's request id under another name and drops headers that only
-// promptgate may set.
+// promptgate may set: its own, and the CORS headers (the listener alone decides which pages may read it).
 func upstreamHeaders(h http.Header) {
 	if v := h.Get(HeaderRequestID); v != "" {
 		h.Set(HeaderUpstreamReqID, v)
 		h.Del(HeaderRequestID)
 	}
 	dropOwnHeaders(h)
+	guard.DropCORS(h)
 }
 
-// dropOwnHeaders deletes the X-Promptgate-* fields of h, also spelt with underscores (gateways and CGI-style
-// readers fold "_" and "-" together).
+// dropOwnHeaders deletes the X-Promptgate-* fields of h in any letter case, also spelt with underscores
+// (gateways and CGI-style readers fold "_" and "-" together): a client's going upstream, an upstream's
+// coming back.
 func dropOwnHeaders(h http.Header) {
 	for k := range h {
 		if len(k) >= len("X-Promptgate-") && strings.EqualFold(strings.ReplaceAll(k[:len("X-Promptgate-")], "_", "-"), "X-Promptgate-") {
@@ -560,7 +738,7 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	checker := s.checker(x)
 	rec := x.trace.count(s.recorder(resp.Request.Context(), x))
 	if ct == "text/event-stream" {
-		streamBody(resp, x.trace.relay(resp.Request.Context(), &loggedStream{ReadCloser: x.route.stream(resp.Body, checker, rec, x), log: x.log}))
+		streamBody(resp, x.trace.relay(resp.Request.Context(), &loggedStream{ReadCloser: x.route.stream(resp.Body, checker, rec, x), log: x.log, out: writerOf(resp.Request.Context())}))
 		return nil
 	}
 	body, err := readUpstream(resp)
@@ -699,7 +877,9 @@ func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, err erro
 	if id, ok := r.Context().Value(requestIDKey{}).(string); ok {
 		log = log.With("request_id", id)
 	}
-	if r.Context().Err() != nil {
+	if bodyTimedOut(r) {
+		err = errBodyTimeout
+	} else if r.Context().Err() != nil {
 		log.Info("client went away; upstream call cancelled", "err", err)
 		return
 	}
@@ -711,23 +891,42 @@ func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, err erro
 	writeError(w, e)
 }
 
-// readBody reads the whole request body under the size cap.
+// errBodyTimeout: the request body did not arrive within limits.bodyReadTimeout.
+var errBodyTimeout = errors.New("request body timeout")
+
+// firstBodyBuffer is the buffer readBody starts with: an announced length is not trusted beyond it.
+const firstBodyBuffer = 64 << 10
+
+// readBody reads the whole request body under the size cap. Its buffer costs what was sent, not what was
+// announced: it starts at firstBodyBuffer (or the announced length, when smaller) and doubles as bytes
+// arrive, never past the announced length or the cap (plus one byte, which sees the end without growing).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, &http.MaxBytesError{Limit: limit}
 	}
 	rd := http.MaxBytesReader(w, r.Body, limit)
-	// Room for the announced body and the bytes.MinRead that ReadFrom wants free before each read, so
-	// that the body lands in one allocation, without a copy.
-	size := 4096
-	if r.ContentLength > 0 {
-		size = int(r.ContentLength) + bytes.MinRead
+	most := limit + 1
+	if r.ContentLength >= 0 {
+		most = r.ContentLength + 1
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	if _, err := buf.ReadFrom(rd); err != nil {
-		return nil, err
+	buf := make([]byte, 0, min(most, firstBodyBuffer))
+	for {
+		if len(buf) == cap(buf) {
+			ceiling := most
+			if int64(len(buf)) >= ceiling {
+				ceiling = limit + 1 // longer than announced: only the cap holds
+			}
+			buf = slices.Grow(buf, int(max(min(int64(cap(buf)), ceiling-int64(len(buf))), 1)))
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	return buf.Bytes(), nil
 }
 
 // requestLogger is log.With("request_id", id), except that the attribute is formatted only when a record
@@ -794,10 +993,12 @@ func (b *bufferPool) Put(buf []byte) {
 }
 
 // loggedStream logs, when the relay is closed, why an upstream stream broke off: the client was sent
-// upstream_stream_truncated then, and the operator should see the cause.
+// upstream_stream_truncated then, and the operator should see the cause. A stream cut because the client went
+// away marks out (may be nil) so that the request counts as 499.
 type loggedStream struct {
 	io.ReadCloser
 	log *slog.Logger
+	out *statusWriter
 }
 
 func (l *loggedStream) Close() error {
@@ -806,6 +1007,9 @@ func (l *loggedStream) Close() error {
 		case err == nil:
 		case errors.Is(err, context.Canceled):
 			l.log.Debug("stream ended: the client went away", "err", err)
+			if l.out != nil {
+				l.out.gone.Store(true)
+			}
 		default:
 			l.log.Warn("upstream stream broke off; the client got upstream_stream_truncated", "err", err)
 		}

@@ -290,7 +290,7 @@ func (s *Server) stripStored(resp *http.Response, id string) error {
 	if len(calls) == 0 || resp.StatusCode != http.StatusOK {
 		return nil
 	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
 		resp.Body.Close()
 		out := errorBody(apiError{Status: http.StatusForbidden, Code: "tool_call_blocked",
 			Message: "this stored response holds a tool call that promptgate blocked; retrieve it without stream=true"})
@@ -458,7 +458,7 @@ func (s *Server) vetStored(resp *http.Response, id string, bg *bgPolicy) error {
 		}.WithArguments(d.Args, s.opt.AuditArguments))
 	}
 	if ct == "text/event-stream" {
-		streamBody(resp, &loggedStream{ReadCloser: respvet.NewStream(resp.Body, checker, rec), log: log})
+		streamBody(resp, &loggedStream{ReadCloser: respvet.NewStream(resp.Body, checker, rec), log: log, out: writerOf(ctx)})
 		return nil
 	}
 	body, err := readUpstream(resp)

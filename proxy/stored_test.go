@@ -283,6 +283,16 @@ func TestStoredResponseStreamRetrievalRefused(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	assertAPIError(t, resp, b, http.StatusForbidden, "tool_call_blocked")
+	// The content type is parsed as everywhere else: letter case and parameters do not hide a stream.
+	for _, ct := range []string{"Text/Event-Stream; charset=utf-8", " text/event-stream;charset=UTF-8"} {
+		resp = mk("resp_1")
+		resp.Header.Set("Content-Type", ct)
+		if err := s.stripStored(resp, "resp_1"); err != nil {
+			t.Fatalf("%q: %v", ct, err)
+		}
+		b, _ = io.ReadAll(resp.Body)
+		assertAPIError(t, resp, b, http.StatusForbidden, "tool_call_blocked")
+	}
 	resp = mk("resp_2")
 	if err := s.stripStored(resp, "resp_2"); err != nil {
 		t.Fatal(err)

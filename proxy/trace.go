@@ -107,14 +107,11 @@ func (s *Server) startRequestSpan(r *http.Request, id string) (context.Context, 
 	return ctx, sp
 }
 
-// endRequestSpan ends the server span with the answer: status, protocol, template and the decisions the
-// response headers report.
+// endRequestSpan ends the server span with the answer: status (499 for a client that went away), protocol,
+// template and the decisions the response headers report.
 func endRequestSpan(sp *tracing.Span, status int, h http.Header) {
 	if sp == nil {
 		return
-	}
-	if status == 0 {
-		status = http.StatusOK
 	}
 	sp.Int("http.response.status_code", status)
 	if v := h.Get(HeaderProtocol); v != "" {

@@ -289,3 +289,32 @@ func TestTracingOffPassesTraceparent(t *testing.T) {
 		t.Errorf("traceparent %q, want the client's %q", got, clientParent)
 	}
 }
+
+// A client that goes away while the upstream thinks ends its server span with status 499, not 200; the
+// upstream span says the call was cancelled because the client went away.
+func TestTracingClientGoneIs499(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	ts, exp := tracedProxy(t, up.URL)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+PathChat, strings.NewReader(vetRequest))
+	req.Header.Set("Content-Type", "application/json")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := http.DefaultClient.Do(req)
+		errc <- err
+	}()
+	<-up.received
+	cancel()
+	<-errc
+	spans := spansByName(t, exp)
+	server, ok := spans["POST /v1/chat/completions"]
+	if !ok {
+		t.Fatalf("no server span; spans: %v", spans)
+	}
+	if got := attrs(server)["http.response.status_code"].AsInt64(); got != 499 {
+		t.Errorf("server span status %d, want 499", got)
+	}
+	if u := spans[tracing.SpanUpstream]; u.Status.Code != codes.Error || u.Status.Description != "client_gone" {
+		t.Errorf("upstream span status %v", u.Status)
+	}
+}

@@ -50,7 +50,7 @@ func TestPassthroughUpgrade(t *testing.T) {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	_, err = io.WriteString(conn, "GET /v1/realtime?model=m HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-client\r\n"+
+	_, err = io.WriteString(conn, "GET /v1/realtime?model=m HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk-client\r\n"+
 		"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
 	if err != nil {
 		t.Fatal(err)

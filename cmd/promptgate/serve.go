@@ -23,6 +23,7 @@ import (
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/admin"
 	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/guard"
 	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/mitm"
 	"github.com/promptgate/promptgate/proxy/origin"
@@ -137,8 +138,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		m.AuditSink("file", jl.Stats)
 		recorder = append(recorder, jl)
 	}
+	listenGuard, err := guard.New(guard.Config{Hosts: p.cfg.Listen.Hosts, AllowedOrigins: p.cfg.Listen.AllowedOrigins, Section: "listen"})
+	if err != nil {
+		return err
+	}
 	base := proxy.Options{
 		Engine:          p.engine,
+		Guard:           listenGuard,
 		UpstreamAPIKey:  upstreamKey,
 		AnthropicAPIKey: anthropicKey,
 		Audit:           recorder,
@@ -180,14 +186,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	var servers []*http.Server
 	errc := make(chan error, 3)
-	start := func(name, addr string, h http.Handler) (net.Addr, error) {
+	start := func(name, addr string, h http.Handler, wholeRequest bool) (net.Addr, error) {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return nil, fmt.Errorf("%s: listen %s: %w", name, addr, err)
 		}
 		own.add(ln.Addr())
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		hs := httpServer(h, p.cfg.Limits, wholeRequest, log)
 		servers = append(servers, hs)
 		go func() {
 			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -204,7 +209,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		}
 	}()
 
-	addr, err := start("proxy listener", f.listen, srv)
+	addr, err := start("proxy listener", f.listen, srv, false)
 	if err != nil {
 		return err
 	}
@@ -223,14 +228,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return err
 	}
-	aaddr, err := start("admin listener", f.adminListen, adminHandler)
+	aaddr, err := start("admin listener", f.adminListen, adminHandler, true)
 	if err != nil {
 		return err
 	}
 	log.Info("admin API", "listen", aaddr.String(), "token", getenv(EnvAdminToken) != "")
 	lines = append(lines, fmt.Sprintf("promptgate admin API on http://%s", aaddr))
 	if door != nil {
-		daddr, err := start("HTTPS-proxy listener", f.proxyListen, door)
+		daddr, err := start("HTTPS-proxy listener", f.proxyListen, door, false)
 		if err != nil {
 			return err
 		}
@@ -254,6 +259,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	log.Info("shutting down: finishing requests in flight")
 	return nil
+}
+
+// httpServer is the HTTP server of a listener, with the config's header-read and idle timeouts. The proxy
+// listener bounds the reading of each request's body itself (limits.bodyReadTimeout, cleared once the body is
+// in, so that a long stream is never cut); with wholeRequest (the admin listener, whose answers are short) the
+// server bounds headers and body together instead. The door's tunnels must not inherit a whole-request
+// deadline either.
+func httpServer(h http.Handler, l config.Limits, wholeRequest bool, log *slog.Logger) *http.Server {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: l.HeaderReadTimeout, IdleTimeout: l.IdleTimeout,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	if wholeRequest {
+		hs.ReadTimeout = l.HeaderReadTimeout + l.BodyReadTimeout
+	}
+	return hs
 }
 
 // newDoor builds the HTTPS-proxy door from the config's mitm section; intercepted origins run the same

@@ -4,10 +4,11 @@
 //
 // Every /admin/ request needs `Authorization: Bearer <token>` when a token is configured; the token is
 // compared in constant time, and a token in the query string is refused (400 token_in_query) even when it
-// is right, because query strings end up in logs. No CORS header is ever sent and OPTIONS is 405, so a web
-// page cannot drive the API from a browser; POST and PUT must send Content-Type: application/json, and
-// without a token only requests addressed to a loopback host are answered (no DNS rebinding). Every error is
-// OpenAI-shaped JSON. GET /metrics needs no token: it holds no secrets.
+// is right, because query strings end up in logs. No CORS header is ever sent, OPTIONS is 405, and a browser
+// request from another origin (Origin, or Sec-Fetch-Site cross-site or same-site) is 403 origin_not_allowed,
+// so a web page cannot drive the API from a browser; POST and PUT must send Content-Type: application/json,
+// and without a token only requests addressed to a loopback host are answered (no DNS rebinding). Every
+// error is OpenAI-shaped JSON. GET /metrics needs no token: it holds no secrets.
 //
 // Every change is recorded as an audit event (Options.Recorder), with the actor from the
 // X-Promptgate-Actor header ("admin" when absent).
@@ -29,7 +30,6 @@ import (
 	"fmt"
 	"log/slog"
 	"mime"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -42,6 +42,7 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/guard"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -93,6 +94,8 @@ type server struct {
 	log      *slog.Logger
 	tokenSum [sha256.Size]byte
 	mux      *http.ServeMux
+	// browser refuses cross-site browser requests; no origin is opted in.
+	browser *guard.Policy
 }
 
 var _ http.Handler = (*server)(nil)
@@ -108,7 +111,11 @@ func New(o Options) (http.Handler, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{o: o, log: o.Log, mux: http.NewServeMux()}
+	browser, err := guard.New(guard.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	s := &server{o: o, log: o.Log, mux: http.NewServeMux(), browser: browser}
 	if o.Token != "" {
 		s.tokenSum = sha256.Sum256([]byte(o.Token))
 	}
@@ -176,9 +183,13 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		proxy.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", "OPTIONS is not served: the admin API does not take cross-origin requests", "")
 		return
 	}
+	if ref := s.browser.CheckBrowser(r); ref != nil {
+		proxy.WriteError(w, ref.Status, ref.Code, ref.Message, "")
+		return
+	}
 	if r.URL.Path != PathMetrics {
 		if s.o.Token == "" {
-			if !loopbackHost(r.Host) {
+			if !guard.LoopbackHost(r.Host) {
 				proxy.WriteError(w, http.StatusForbidden, "host_not_allowed",
 					fmt.Sprintf("without an admin token only requests addressed to localhost, 127.0.0.1 or [::1] are answered, not %q: set PROMPTGATE_ADMIN_TOKEN to use another name", r.Host), "")
 				return
@@ -263,20 +274,6 @@ func tokenInQuery(raw string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// loopbackHost reports whether a Host header names this machine: localhost or a loopback address.
-func loopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // requestID takes a well-formed client X-Request-Id, else makes one.

@@ -17,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/promptgate/promptgate/proxy/guard"
 	"github.com/promptgate/promptgate/proxy/origin"
 )
 
@@ -33,6 +34,15 @@ const (
 	// DefaultMITMHandshakeTimeout is how long the HTTPS-proxy door waits for an intercepted client's TLS
 	// handshake after its CONNECT.
 	DefaultMITMHandshakeTimeout = 10 * time.Second
+	// DefaultBodyReadTimeout bounds the arrival of a whole request body.
+	DefaultBodyReadTimeout = 60 * time.Second
+	// DefaultHeaderReadTimeout bounds the arrival of a request's headers, from its first byte (or from the
+	// connection's opening).
+	DefaultHeaderReadTimeout = 10 * time.Second
+	// DefaultIdleTimeout closes a keep-alive connection that sends no new request for that long.
+	DefaultIdleTimeout = 120 * time.Second
+	// DefaultMaxInFlight caps the requests a listener serves at once.
+	DefaultMaxInFlight = 1024
 )
 
 // File is the whole deployment config. The zero value (no --config) is valid and means: default
@@ -48,6 +58,9 @@ type File struct {
 	Plugins []Plugin `yaml:"plugins"`
 	// Limits bound what one request may cost.
 	Limits Limits `yaml:"limits"`
+	// Listen says which requests the base-URL listener (--listen) answers besides loopback, same-origin and
+	// non-browser ones.
+	Listen Listen `yaml:"listen"`
 	// MITM configures the HTTPS-proxy door (--proxy-listen).
 	MITM *MITM `yaml:"mitm"`
 	// Audit configures the decision log.
@@ -133,6 +146,28 @@ type Limits struct {
 	// UpstreamTimeout bounds the wait for the upstream's response headers, and each silent gap in a
 	// streamed body. 0 means DefaultUpstreamTimeout.
 	UpstreamTimeout time.Duration `yaml:"upstreamTimeout"`
+	// BodyReadTimeout bounds the arrival of a whole request body, from the end of its headers (408
+	// request_timeout past it); it never bounds the answer. 0 means DefaultBodyReadTimeout.
+	BodyReadTimeout time.Duration `yaml:"bodyReadTimeout"`
+	// HeaderReadTimeout bounds the arrival of a request's headers; the connection is closed past it. 0 means
+	// DefaultHeaderReadTimeout.
+	HeaderReadTimeout time.Duration `yaml:"headerReadTimeout"`
+	// IdleTimeout closes a keep-alive connection that sends no new request for that long. 0 means
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration `yaml:"idleTimeout"`
+	// MaxInFlight caps the requests a listener serves at once (streams included, health checks not); past it
+	// a request gets 503 overloaded with Retry-After. 0 means DefaultMaxInFlight.
+	MaxInFlight int `yaml:"maxInFlight"`
+}
+
+// Listen says which requests the base-URL listener answers (guard.Config).
+type Listen struct {
+	// Hosts are the Host names answered besides loopback ones (localhost, *.localhost, 127.0.0.0/8, ::1): a
+	// name or an IP address, exact, or "*.example.com" for every name under example.com.
+	Hosts []string `yaml:"hosts"`
+	// AllowedOrigins are the browser origins (scheme://host[:port]) whose pages may call the listener
+	// cross-site; they get CORS answers. Empty: no web page may.
+	AllowedOrigins []string `yaml:"allowedOrigins"`
 }
 
 // MITM configures interception in the HTTPS-proxy mode.
@@ -336,6 +371,8 @@ func sectionName(typ string) string {
 		return "a plugin entry"
 	case "Limits":
 		return "limits"
+	case "Listen":
+		return "listen"
 	case "MITM":
 		return "mitm"
 	case "Audit":
@@ -347,14 +384,15 @@ func sectionName(typ string) string {
 }
 
 var knownKeys = map[string][]string{
-	"File":     {"defaultProtocol", "routes", "tools", "plugins", "limits", "mitm", "audit", "security"},
+	"File":     {"defaultProtocol", "routes", "tools", "plugins", "limits", "listen", "mitm", "audit", "security"},
+	"Listen":   {"hosts", "allowedOrigins"},
 	"Security": {"datamarkToolOutput"},
 	"Audit":    {"path", "ringSize", "file", "includeArguments"},
 	"Route":    {"match", "protocol", "allowClientProtocol"},
 	"Match":    {"apiKeySha256", "header", "model", "path"},
 	"Tool":     {"enabled", "scope", "allowedProtocols"},
 	"Plugin":   {"name", "path", "sha256", "module", "minMode", "timeout", "required", "cacheTTL", "config", "receiveUserMessage", "trustedDirectives"},
-	"Limits":   {"maxBodyBytes", "maxJSONDepth", "upstreamTimeout"},
+	"Limits":   {"maxBodyBytes", "maxJSONDepth", "upstreamTimeout", "bodyReadTimeout", "headerReadTimeout", "idleTimeout", "maxInFlight"},
 	"MITM":     {"caCert", "caKey", "hosts", "passthrough", "upstreamCA", "allowPrivateDestinations", "handshakeTimeout"},
 }
 
@@ -372,6 +410,7 @@ func (f *File) ApplyDefaults() {
 	if f.Limits.UpstreamTimeout == 0 {
 		f.Limits.UpstreamTimeout = DefaultUpstreamTimeout
 	}
+	f.Limits.ApplyDefaults()
 	for i := range f.Plugins {
 		p := &f.Plugins[i]
 		if p.Timeout == 0 {
@@ -393,6 +432,23 @@ func (f *File) ApplyDefaults() {
 	}
 	if f.MITM != nil && f.MITM.HandshakeTimeout == 0 {
 		f.MITM.HandshakeTimeout = DefaultMITMHandshakeTimeout
+	}
+}
+
+// ApplyDefaults fills the zero listener limits (body-read, header-read and idle timeouts, in-flight cap)
+// with their defaults.
+func (l *Limits) ApplyDefaults() {
+	if l.BodyReadTimeout == 0 {
+		l.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if l.HeaderReadTimeout == 0 {
+		l.HeaderReadTimeout = DefaultHeaderReadTimeout
+	}
+	if l.IdleTimeout == 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	if l.MaxInFlight == 0 {
+		l.MaxInFlight = DefaultMaxInFlight
 	}
 }
 
@@ -489,6 +545,32 @@ func (f *File) Validate() error {
 	}
 	if f.Limits.UpstreamTimeout < 0 {
 		bad("limits.upstreamTimeout", "must be positive, e.g. 120s")
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+		eg  string
+	}{
+		{"bodyReadTimeout", f.Limits.BodyReadTimeout, "60s"},
+		{"headerReadTimeout", f.Limits.HeaderReadTimeout, "10s"},
+		{"idleTimeout", f.Limits.IdleTimeout, "120s"},
+	} {
+		if d.v < 0 {
+			bad("limits."+d.key, "must be positive, e.g. %s", d.eg)
+		}
+	}
+	if f.Limits.MaxInFlight < 0 {
+		bad("limits.maxInFlight", "must be positive, e.g. 1024")
+	}
+	for i, h := range f.Listen.Hosts {
+		if _, err := guard.ParseHost(h); err != nil {
+			bad(fmt.Sprintf("listen.hosts[%d]", i), "%v", err)
+		}
+	}
+	for i, o := range f.Listen.AllowedOrigins {
+		if _, err := guard.ParseOrigin(o); err != nil {
+			bad(fmt.Sprintf("listen.allowedOrigins[%d]", i), "%v", err)
+		}
 	}
 	if f.Audit.RingSize < 0 || f.Audit.RingSize > 10_000_000 {
 		bad("audit.ringSize", "must be between 1 and 10000000, e.g. 10000")

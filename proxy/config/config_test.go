@@ -40,7 +40,7 @@ func ptr[T any](v T) *T { return &v }
 func defaults() *File {
 	return &File{
 		DefaultProtocol: "neutral",
-		Limits:          Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second},
+		Limits:          Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second, BodyReadTimeout: 60 * time.Second, HeaderReadTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxInFlight: 1024},
 		Audit:           Audit{RingSize: 10000},
 	}
 }
@@ -83,7 +83,7 @@ func TestParseContractExample(t *testing.T) {
 			Name: "memory", Path: "./bin/memory-source", SHA256: binHash, Module: "memory", MinMode: "standard",
 			Timeout: 150 * time.Millisecond, Required: false, CacheTTL: 30 * time.Second,
 		}},
-		Limits: Limits{MaxBodyBytes: 10485760, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second},
+		Limits: Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second, BodyReadTimeout: 60 * time.Second, HeaderReadTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxInFlight: 1024},
 		Audit:  Audit{RingSize: 10000},
 		MITM: &MITM{
 			CACert: "DIR/ca.crt", CAKey: "DIR/ca.key", Hosts: []string{"api.openai.com"},
@@ -118,7 +118,16 @@ func TestParseDefaults(t *testing.T) {
 			"limits given are kept", "limits: {maxBodyBytes: 1024, maxJSONDepth: 8, upstreamTimeout: 2m}\n",
 			func() *File {
 				f := defaults()
-				f.Limits = Limits{MaxBodyBytes: 1024, MaxJSONDepth: 8, UpstreamTimeout: 2 * time.Minute}
+				f.Limits.MaxBodyBytes, f.Limits.MaxJSONDepth, f.Limits.UpstreamTimeout = 1024, 8, 2*time.Minute
+				return f
+			}(),
+		},
+		{
+			"listener limits and listen section", "limits: {bodyReadTimeout: 5m, headerReadTimeout: 2s, idleTimeout: 30s, maxInFlight: 64}\nlisten: {hosts: [gateway.internal, '*.svc.cluster.local'], allowedOrigins: ['https://app.example.com']}\n",
+			func() *File {
+				f := defaults()
+				f.Limits.BodyReadTimeout, f.Limits.HeaderReadTimeout, f.Limits.IdleTimeout, f.Limits.MaxInFlight = 5*time.Minute, 2*time.Second, 30*time.Second, 64
+				f.Listen = Listen{Hosts: []string{"gateway.internal", "*.svc.cluster.local"}, AllowedOrigins: []string{"https://app.example.com"}}
 				return f
 			}(),
 		},
@@ -239,7 +248,7 @@ func TestParseErrors(t *testing.T) {
 		// Unknown keys, at every level, with the line and the valid keys.
 		{
 			"unknown top-level key", "defaultProtocol: tech\nroute: []\n",
-			[]string{`line 2: unknown key "route" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit, security`},
+			[]string{`line 2: unknown key "route" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`},
 		},
 		{
 			"unknown key in a route's match", "routes:\n  - protocol: tech\n    match: {modle: gpt-4o}\n",
@@ -255,7 +264,7 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			"unknown key in limits", "# limits\nlimits:\n  maxBodyBytes: 10\n  maxBodySize: 10\n",
-			[]string{`line 4: unknown key "maxBodySize" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout`},
+			[]string{`line 4: unknown key "maxBodySize" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout, bodyReadTimeout, headerReadTimeout, idleTimeout, maxInFlight`},
 		},
 		{
 			"unknown key in mitm", "mitm: {caCert: a, caKey: b, host: [api.openai.com]}\n",
@@ -267,17 +276,17 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			"unknown key with a space", "default protocol: tech\n",
-			[]string{`line 1: unknown key "default protocol" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit, security`},
+			[]string{`line 1: unknown key "default protocol" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`},
 		},
 		{
 			"keys are case-sensitive", "DefaultProtocol: tech\n",
-			[]string{`line 1: unknown key "DefaultProtocol" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit, security`},
+			[]string{`line 1: unknown key "DefaultProtocol" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`},
 		},
 		{
 			"several unknown keys", "bogus: 1\nlimits: {maxBodyBytes: 1, nope: 2}\nmitm: {caCert: a, caKey: b, x: 1}\n",
 			[]string{
-				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit, security`,
-				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout`,
+				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`,
+				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout, bodyReadTimeout, headerReadTimeout, idleTimeout, maxInFlight`,
 				`line 3: unknown key "x" in mitm; valid keys: caCert, caKey, hosts, passthrough, upstreamCA, allowPrivateDestinations, handshakeTimeout`,
 			},
 		},
@@ -341,9 +350,9 @@ func TestParseErrors(t *testing.T) {
 		{
 			"unknown key and a wrong type are both reported", "bogus: 1\nlimits: {maxBodyBytes: ten, nope: 2}\n",
 			[]string{
-				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, mitm, audit, security`,
+				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`,
 				`line 2: limits.maxBodyBytes: got a string "ten", want a whole number`,
-				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout`,
+				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout, bodyReadTimeout, headerReadTimeout, idleTimeout, maxInFlight`,
 			},
 		},
 
@@ -459,6 +468,25 @@ func TestParseErrors(t *testing.T) {
 		{
 			"maxJSONDepth too large", "limits: {maxJSONDepth: 10001}\n",
 			[]string{`limits.maxJSONDepth: must be between 1 and 10000, e.g. 64`},
+		},
+		{
+			"negative listener limits", "limits: {bodyReadTimeout: -1s, headerReadTimeout: -1s, idleTimeout: -1s, maxInFlight: -1}\n",
+			[]string{
+				`limits.bodyReadTimeout: must be positive, e.g. 60s`,
+				`limits.headerReadTimeout: must be positive, e.g. 10s`,
+				`limits.idleTimeout: must be positive, e.g. 120s`,
+				`limits.maxInFlight: must be positive, e.g. 1024`,
+			},
+		},
+		{
+			"bad listen hosts and origins", "listen: {hosts: [gateway.internal, 'http://x.example', '*', 'x.example:8787'], allowedOrigins: ['https://app.example.com', '*', 'https://app.example.com/path']}\n",
+			[]string{
+				`listen.hosts[1]: "http://x.example": give a host name only, without a scheme, port or path, e.g. gateway.internal`,
+				`listen.hosts[2]: "*": give a host name or an IP address, or *.example.com for the names under example.com`,
+				`listen.hosts[3]: "x.example:8787": give a host name only, without a scheme, port or path, e.g. gateway.internal`,
+				`listen.allowedOrigins[1]: "*": give an origin as a browser sends it, scheme://host[:port], e.g. https://app.example.com (no wildcard, no path)`,
+				`listen.allowedOrigins[2]: "https://app.example.com/path": give an origin as a browser sends it, scheme://host[:port], e.g. https://app.example.com (no wildcard, no path)`,
+			},
 		},
 		{
 			"mitm without CA", "mitm: {hosts: [api.openai.com]}\n",
