@@ -22,6 +22,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/mitm"
+	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/proxy/tracing"
 )
 
@@ -117,8 +118,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		m.AuditSink("file", jl.Stats)
 		recorder = append(recorder, jl)
 	}
+	seen := toolseen.New(0)
 	base := proxy.Options{
 		Engine:          p.engine,
+		Tools:           seen,
 		UpstreamAPIKey:  getenv(EnvUpstreamKey),
 		AnthropicAPIKey: getenv(EnvAnthropicKey),
 		Audit:           recorder,
@@ -191,6 +194,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, upstream)}
 	adminHandler, err := admin.New(admin.Options{
 		Token: getenv(EnvAdminToken), Store: p.store, Audit: ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
+		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
 		Preview: func(ctx context.Context, in proxy.Input) ([]byte, error) {
 			if int64(len(in.Body)) > p.cfg.Limits.MaxBodyBytes {
 				return nil, &http.MaxBytesError{Limit: p.cfg.Limits.MaxBodyBytes}
@@ -206,7 +210,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		return err
 	}
 	log.Info("admin API", "listen", aaddr.String(), "token", getenv(EnvAdminToken) != "")
-	lines = append(lines, fmt.Sprintf("promptgate admin API on http://%s", aaddr))
+	lines = append(lines, fmt.Sprintf("promptgate admin API on http://%s (console: http://%s%s)", aaddr, aaddr, admin.PathConsole))
 	if door != nil {
 		daddr, err := start("HTTPS-proxy listener", f.proxyListen, door)
 		if err != nil {

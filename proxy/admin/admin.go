@@ -2,12 +2,18 @@
 // versioned templates and protocols (list, show, new version, activate, rollback, diff), rollouts, the tool
 // kill switch, the audit log and the Prometheus metrics.
 //
+// It also serves the web console (package console) under /console/, and the read-mostly endpoints its
+// pages need: the audit summary, the tool inventory and the health report.
+//
 // Every /admin/ request needs `Authorization: Bearer <token>` when a token is configured; the token is
 // compared in constant time, and a token in the query string is refused (400 token_in_query) even when it
 // is right, because query strings end up in logs. No CORS header is ever sent and OPTIONS is 405, so a web
 // page cannot drive the API from a browser; POST and PUT must send Content-Type: application/json, and
-// without a token only requests addressed to a loopback host are answered (no DNS rebinding). Every error is
-// OpenAI-shaped JSON. GET /metrics needs no token: it holds no secrets.
+// without a token only requests addressed to a loopback host are answered (no DNS rebinding). A browser's
+// cross-site request (Sec-Fetch-Site other than same-origin or none, or an Origin that is not the
+// listener's own) is refused on every path, and every answer carries a strict Content-Security-Policy and
+// forbids framing. Every error is OpenAI-shaped JSON. GET /metrics and the console's static pages need no
+// token: they hold no secrets.
 //
 // Every change is recorded as an audit event (Options.Recorder), with the actor from the
 // X-Promptgate-Actor header ("admin" when absent).
@@ -37,11 +43,16 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 
+	"github.com/promptgate/promptgate/plugins"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/console"
+	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -55,6 +66,9 @@ const (
 	DefaultActor = "admin"
 	// PathMetrics is served without a token.
 	PathMetrics = "/metrics"
+	// PathConsole is the web console's folder: its pages and static files need no token (every data call
+	// they make goes to /admin/ with one), but keep the Host and cross-site rules.
+	PathConsole = console.Prefix
 
 	maxActorLen = 128
 	maxNoteLen  = 1000
@@ -85,6 +99,19 @@ type Options struct {
 	Metrics http.Handler
 	// Log receives one line per change and per failure (never a body or a token); nil discards.
 	Log *slog.Logger
+
+	// Tools is the proxy listener's memory of the tools requests declared (GET /admin/tools/inventory);
+	// nil lists none as seen.
+	Tools *toolseen.Memory
+	// ToolPolicy is the config's tools section: each tool's access policy and configured enablement.
+	ToolPolicy map[string]config.Tool
+	// Plugins reports the context sources for GET /admin/health; nil means none are configured.
+	Plugins func() []plugins.SourceStatus
+	// Stale says why the definitions served are not the store's latest ("" while they are); nil: never.
+	Stale func() string
+	// Gatherer is the metrics registry GET /admin/health reads (requests, overhead, plugin latency and
+	// errors, the definitions served); nil leaves those parts out.
+	Gatherer prometheus.Gatherer
 }
 
 // server is the admin handler.
@@ -93,6 +120,7 @@ type server struct {
 	log      *slog.Logger
 	tokenSum [sha256.Size]byte
 	mux      *http.ServeMux
+	console  http.Handler
 }
 
 var _ http.Handler = (*server)(nil)
@@ -108,7 +136,11 @@ func New(o Options) (http.Handler, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{o: o, log: o.Log, mux: http.NewServeMux()}
+	c, err := console.New()
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	s := &server{o: o, log: o.Log, mux: http.NewServeMux(), console: c}
 	if o.Token != "" {
 		s.tokenSum = sha256.Sum256([]byte(o.Token))
 	}
@@ -129,12 +161,16 @@ func (s *server) routes() {
 		s.handle("GET "+base+"/{name}/diff", s.diff(k))
 	}
 	s.handle("GET /admin/tools", s.listTools)
+	s.handle("GET /admin/tools/inventory", s.toolInventory)
+	s.handle("GET /admin/health", s.health)
+	s.handle("GET /admin/audit/summary", s.auditSummary)
 	s.handle("PUT /admin/tools/{name}/enabled", s.setTool)
 	s.handle("DELETE /admin/tools/{name}/enabled", s.clearTool)
 	s.handle("GET /admin/audit", s.audit)
 	s.handle("GET /admin/rollouts", s.listRollouts)
 	s.handle("POST /admin/rollouts", s.applyRollout)
 	s.handle("POST /admin/rollouts/revert", s.revertRollout)
+	s.mux.Handle("GET "+PathConsole, s.console)
 	s.mux.HandleFunc("GET "+PathMetrics, func(w http.ResponseWriter, r *http.Request) {
 		if s.o.Metrics == nil {
 			proxy.WriteError(w, http.StatusNotFound, "not_found", "metrics are not enabled on this listener", "")
@@ -161,7 +197,7 @@ type requestIDKey struct{}
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
+	setSecurityHeaders(h)
 	id := requestID(r)
 	h.Set(proxy.HeaderRequestID, id)
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
@@ -176,14 +212,20 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		proxy.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", "OPTIONS is not served: the admin API does not take cross-origin requests", "")
 		return
 	}
-	if r.URL.Path != PathMetrics {
+	if why := crossSite(r); why != "" {
+		s.log.Warn("admin: refused a cross-site request", "request_id", id, "path", r.URL.Path, "why", why)
+		proxy.WriteError(w, http.StatusForbidden, "cross_site_request",
+			"cross-site requests are refused ("+why+"): open the console from its own address, http://"+r.Host+PathConsole, "")
+		return
+	}
+	if console := strings.HasPrefix(r.URL.Path, PathConsole); r.URL.Path != PathMetrics {
 		if s.o.Token == "" {
 			if !loopbackHost(r.Host) {
 				proxy.WriteError(w, http.StatusForbidden, "host_not_allowed",
 					fmt.Sprintf("without an admin token only requests addressed to localhost, 127.0.0.1 or [::1] are answered, not %q: set PROMPTGATE_ADMIN_TOKEN to use another name", r.Host), "")
 				return
 			}
-		} else if !s.authorized(r) {
+		} else if !console && !s.authorized(r) {
 			h.Set("WWW-Authenticate", "Bearer")
 			proxy.WriteError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong admin token: send Authorization: Bearer <PROMPTGATE_ADMIN_TOKEN>", "")
 			return
