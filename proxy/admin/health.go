@@ -32,7 +32,7 @@ type healthReply struct {
 	// two reports over their time.
 	Requests requestsHealth `json:"requests"`
 	// Overhead is promptgate's own time per request since the start, from its histogram (seconds).
-	Overhead latency     `json:"overhead"`
+	Overhead latency      `json:"overhead"`
 	Audit    *audit.Stats `json:"audit,omitempty"`
 }
 

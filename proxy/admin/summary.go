@@ -26,10 +26,10 @@ type summaryReply struct {
 	// Covered is false when the audit ring holds fewer events than the window: its oldest are newer.
 	Covered bool `json:"covered"`
 	// Total counts the blocked and removed decisions in the window.
-	Total   int             `json:"total"`
-	Reasons []reasonCount   `json:"reasons"`
-	Buckets []bucketCount   `json:"buckets"`
-	Filters summaryFilters  `json:"filters"`
+	Total   int            `json:"total"`
+	Reasons []reasonCount  `json:"reasons"`
+	Buckets []bucketCount  `json:"buckets"`
+	Filters summaryFilters `json:"filters"`
 }
 
 type reasonCount struct {
