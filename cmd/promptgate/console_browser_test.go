@@ -253,7 +253,9 @@ func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 }
 
 // script runs JavaScript for its effect.
-func script(expr string) chromedp.Action[chromedp.Void] { return chromedp.Evaluate[chromedp.Void](expr) }
+func script(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Evaluate[chromedp.Void](expr)
+}
 
 // waitFor polls a JavaScript condition until it holds; it fails the test after within.
 func waitFor(t *testing.T, ctx context.Context, within time.Duration, what, cond string) time.Duration {
@@ -456,7 +458,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		screenshot(t, ctx, "definitions")
 
 		body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
-		hasRule := func() bool { return strings.Contains(gjson.GetBytes(s.up.last(), "messages.0.content").String(), ruleMarker) }
+		hasRule := func() bool {
+			return strings.Contains(gjson.GetBytes(s.up.last(), "messages.0.content").String(), ruleMarker)
+		}
 		s.chat(body)
 		if hasRule() {
 			t.Fatal("the rule is served before activation")
