@@ -334,10 +334,10 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	t.Run("a wrong token shows a clear error", func(t *testing.T) {
 		ctx := s.tab(t, bctx)
-		runIn(t, ctx, chromedp.Navigate(s.admin+"/console/health"),
-			script(`sessionStorage.setItem('promptgate.console.token', 'not-the-token')`),
-			chromedp.Reload())
-		waitFor(t, ctx, 10*time.Second, "login form with the refusal", `!document.getElementById('login').hidden && document.getElementById('main').hidden`)
+		runIn(t, ctx, chromedp.Navigate(s.admin+"/console/health"))
+		waitFor(t, ctx, 10*time.Second, "login form", `!document.getElementById('login').hidden`)
+		runIn(t, ctx, script(`sessionStorage.setItem('promptgate.console.token', 'not-the-token')`), chromedp.Reload())
+		waitFor(t, ctx, 10*time.Second, "login form with the refusal", `!document.getElementById('login').hidden && document.getElementById('main').hidden && document.getElementById('login-why').textContent.includes('refused')`)
 		if got := eval[string](t, ctx, `document.getElementById('login-why').textContent`); !strings.Contains(got, "refused the token") || !strings.Contains(got, "401") {
 			t.Fatalf("message %q", got)
 		}
@@ -429,7 +429,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if got := string(s.up.last()); got != shown {
 			t.Fatalf("the preview's upstream body differs from what the upstream received:\npreview:  %s\nupstream: %s", shown, got)
 		}
-		runIn(t, ctx, script(`document.getElementById('pv-prompt-title').scrollIntoView()`))
+		runIn(t, ctx, script(`document.querySelector('#pv-blocks section[data-trust=untrusted]').scrollIntoView({block: 'center'})`))
 		screenshot(t, ctx, "preview")
 	})
 

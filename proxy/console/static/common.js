@@ -79,7 +79,7 @@
     if (!resp.ok) {
       const err = data && data.error ? data.error : {};
       const e = new APIError(resp.status, err.code || 'http_' + resp.status, err.message || ('HTTP ' + resp.status));
-      if (resp.status === 401 && !(opts && opts.probe)) showLogin(refusedText(Boolean(token)));
+      if (resp.status === 401 && !(opts && opts.probe)) showLogin(refusedText(Boolean(token)), token);
       throw e;
     }
     return opts && opts.raw ? { data, text } : data;
@@ -91,9 +91,10 @@
       : 'This admin listener has a token (PROMPTGATE_ADMIN_TOKEN): enter it to use the console.';
   }
 
-  function showLogin(why) {
+  // showLogin shows the sign-in form; the token that was refused, if any, is forgotten.
+  function showLogin(why, refused) {
     locked = true;
-    if (sessionStorage.getItem(TOKEN)) sessionStorage.removeItem(TOKEN);
+    if (refused && sessionStorage.getItem(TOKEN) === refused) sessionStorage.removeItem(TOKEN);
     $('main').hidden = true;
     $('login').hidden = false;
     $('logout').hidden = true;
@@ -104,11 +105,12 @@
 
   // probe checks the credentials with a cheap call, then shows the page.
   async function probe() {
-    const hadToken = Boolean(sessionStorage.getItem(TOKEN));
+    const token = sessionStorage.getItem(TOKEN);
+    const hadToken = Boolean(token);
     try {
       await api('GET', '/admin/tools', undefined, { probe: true });
     } catch (e) {
-      if (e.status === 401) showLogin(refusedText(hadToken));
+      if (e.status === 401) showLogin(refusedText(hadToken), token);
       else banner('The admin API answered ' + (e.status || 'nothing') + ' (' + e.code + '): ' + e.message);
       return;
     }
@@ -195,13 +197,16 @@
     }
     let l = 0, r = 0, dels = [], adds = [];
     const row = (ln, lt, lc, rn, rt, rc) => body.append(el('tr', {},
-      el('td', { class: 'ln', text: ln }), el('td', { class: lc, text: lt }),
-      el('td', { class: 'ln', text: rn }), el('td', { class: rc, text: rt })));
+      el('td', { class: 'ln', text: ln }), el('td', { class: lc }, lt),
+      el('td', { class: 'ln', text: rn }), el('td', { class: rc }, rt)));
     const flush = () => {
       for (let i = 0; i < Math.max(dels.length, adds.length); i++) {
         const d = dels[i], a = adds[i];
-        row(d === undefined ? '' : ++l, d === undefined ? '' : d, d === undefined ? '' : 'del',
-          a === undefined ? '' : ++r, a === undefined ? '' : a, a === undefined ? '' : 'add');
+        let dt = d === undefined ? '' : d, at = a === undefined ? '' : a;
+        // A changed line pair marks what differs between the common head and tail.
+        if (d !== undefined && a !== undefined) [dt, at] = marked(d, a);
+        row(d === undefined ? '' : ++l, dt, d === undefined ? '' : 'del',
+          a === undefined ? '' : ++r, at, a === undefined ? '' : 'add');
       }
       dels = []; adds = [];
     };
@@ -226,6 +231,17 @@
     }
     flush();
     return table;
+  }
+
+  // marked returns both lines as nodes with the part that differs (after the common head, before the
+  // common tail) in a <mark>.
+  function marked(a, b) {
+    let head = 0;
+    while (head < a.length && head < b.length && a[head] === b[head]) head++;
+    let tail = 0;
+    while (tail < a.length - head && tail < b.length - head && a[a.length - 1 - tail] === b[b.length - 1 - tail]) tail++;
+    const part = (s) => [s.slice(0, head), s.length - tail > head ? el('mark', { text: s.slice(head, s.length - tail) }) : '', s.slice(s.length - tail)];
+    return [part(a), part(b)];
   }
 
   function start(fn) { pageStart = fn; }
