@@ -215,7 +215,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if why := crossSite(r); why != "" {
 		s.log.Warn("admin: refused a cross-site request", "request_id", id, "path", r.URL.Path, "why", why)
 		proxy.WriteError(w, http.StatusForbidden, "cross_site_request",
-			"cross-site requests are refused ("+why+"): open the console from its own address, http://"+r.Host+PathConsole, "")
+			"cross-site requests are refused ("+why+"): open the console by its own address ("+PathConsole+" on this listener), not from another site", "")
 		return
 	}
 	if console := strings.HasPrefix(r.URL.Path, PathConsole); r.URL.Path != PathMetrics {

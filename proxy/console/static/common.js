@@ -251,6 +251,11 @@
       ev.preventDefault();
       const tok = $('login-token').value.trim();
       const actor = $('login-actor').value.trim();
+      // Header values are Latin-1: a browser refuses to send others.
+      if (!/^[\x20-\x7e\xa0-\xff]*$/.test(actor) || !/^[\x21-\x7e]*$/.test(tok)) {
+        $('login-why').textContent = 'The token and the name must be plain Latin-1 text (a browser sends no other in a header).';
+        return;
+      }
       if (tok) sessionStorage.setItem(TOKEN, tok);
       if (actor) sessionStorage.setItem(ACTOR, actor); else sessionStorage.removeItem(ACTOR);
       $('login-token').value = '';
