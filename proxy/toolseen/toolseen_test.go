@@ -99,3 +99,16 @@ func TestConcurrentSaw(t *testing.T) {
 }
 
 var _ proxy.ToolWatcher = (*Memory)(nil)
+
+// The cost the proxy pays per request: three declared tools, requests in parallel.
+func BenchmarkSaw(b *testing.B) {
+	m := New(0)
+	kept := tools("web_fetch", "search_docs")
+	removed := []policy.Removal{{Name: "shell", Reason: policy.ReasonDisabled}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Saw("tech", kept, removed)
+		}
+	})
+}
