@@ -260,6 +260,35 @@ func (h *Host) Ready() (bool, string) {
 	return true, ""
 }
 
+// SourceStatus is the state of one configured context source, for the admin API's health report.
+type SourceStatus struct {
+	Name     string `json:"name"`
+	Module   string `json:"module"`
+	Required bool   `json:"required"`
+	// Up is true while a process serves the source; Down then is "", else it says why it is down.
+	Up   bool   `json:"up"`
+	Down string `json:"down,omitempty"`
+	// UpSince is when the current process started (zero while down).
+	UpSince time.Time `json:"upSince,omitzero"`
+	// Restarts counts the processes started after the first one (crashes recovered).
+	Restarts int `json:"restarts"`
+}
+
+// Status reports every configured source, in config order.
+func (h *Host) Status() []SourceStatus {
+	out := make([]SourceStatus, len(h.slots))
+	for i, s := range h.slots {
+		s.mu.RLock()
+		out[i] = SourceStatus{Name: s.cfg.Name, Module: s.cfg.Module, Required: s.cfg.Required,
+			Up: s.src != nil, Down: s.down, Restarts: s.restarts}
+		if s.src != nil {
+			out[i].UpSince = s.upSince
+		}
+		s.mu.RUnlock()
+	}
+	return out
+}
+
 // Close stops every plugin process (gracefully, then by force after two seconds) and waits for
 // the host's goroutines. Gather keeps working after Close, every source then being unavailable.
 func (h *Host) Close() error {

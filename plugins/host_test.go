@@ -419,6 +419,10 @@ func TestCrashMidCallRestarts(t *testing.T) {
 	if ok, why := h.Ready(); !ok {
 		t.Fatalf("not ready: %s", why)
 	}
+	if st := h.Status(); len(st) != 2 || st[0].Name != "crashy" || !st[0].Up || !st[0].Required || st[0].Restarts != 0 ||
+		st[0].UpSince.IsZero() || st[1].Name != "echo" || !st[1].Up || st[1].Required {
+		t.Fatalf("status at start: %+v", st)
+	}
 	pid := fields(t, gather(t, h, plugins.Query{Mode: policy.ModeMinimal, User: "alice"}), "crashy")["pid"]
 
 	r, err := h.Gather(context.Background(), plugins.Query{Mode: policy.ModeMinimal, User: "crash"})
@@ -429,6 +433,9 @@ func TestCrashMidCallRestarts(t *testing.T) {
 
 	// While it restarts the host is not ready and calls fail fast.
 	waitFor(t, 30*time.Second, "unready after the crash", func() bool { ok, _ := h.Ready(); return !ok })
+	if st := h.Status()[0]; st.Up || st.Down == "" || !st.UpSince.IsZero() {
+		t.Errorf("status while down: %+v", st)
+	}
 	start := time.Now()
 	if r, _ := h.Gather(context.Background(), plugins.Query{Mode: policy.ModeMinimal, User: "alice"}); skipReason(r, "crashy") == "unavailable" && time.Since(start) > 30*time.Second {
 		t.Errorf("a call to a plugin that is down took %v (its timeout is %v)", time.Since(start), crashy.Timeout)
@@ -437,6 +444,9 @@ func TestCrashMidCallRestarts(t *testing.T) {
 	got := fields(t, gather(t, h, plugins.Query{Mode: policy.ModeMinimal, User: "alice"}), "crashy")["pid"]
 	if got == pid {
 		t.Errorf("same pid %v after a crash", pid)
+	}
+	if st := h.Status(); !st[0].Up || st[0].Down != "" || st[0].Restarts != 1 || st[1].Restarts != 0 {
+		t.Errorf("status after the restart: %+v", st)
 	}
 
 	// A process that dies between requests is noticed and restarted too.

@@ -40,6 +40,8 @@ type slot struct {
 	src     *sdk.Client
 	upSince time.Time
 	down    string // why it is down; "" while up
+	// restarts counts the successful starts after the first one.
+	restarts int
 }
 
 // newSlot checks one plugin entry and its binary, without starting anything.
@@ -208,6 +210,9 @@ func (h *Host) supervise(s *slot) {
 			s.log.Error("context source restart failed", "err", err, "next_in", backoff)
 			continue
 		}
+		s.mu.Lock()
+		s.restarts++
+		s.mu.Unlock()
 		s.log.Info("context source restarted")
 	}
 }

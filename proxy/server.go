@@ -28,6 +28,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/anthvet"
@@ -86,6 +87,9 @@ type Options struct {
 	// StoredResponses bounds the per-instance memory of Responses answers that had a blocked call or were
 	// created in the background (0 means 10,000); see stored.go.
 	StoredResponses int
+	// Tools, when not nil, is told the tools each rewritten request declared, kept and removed (the admin
+	// API's list of tools seen).
+	Tools ToolWatcher
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 	// Tracing, when not nil, records a server span per /v1/ request and a span per stage, and sends
@@ -95,6 +99,12 @@ type Options struct {
 	// own host names (see admit) and same-origin or non-browser requests; nil adds none.
 	Guard *guard.Policy
 	Log   *slog.Logger
+}
+
+// ToolWatcher is told, for every rewritten request, which declared tools were kept and which removed. It
+// must be quick and safe for concurrent use (proxy/toolseen implements it).
+type ToolWatcher interface {
+	Saw(protocol string, kept []policy.Tool, removed []policy.Removal)
 }
 
 // Server is the proxy listener's handler.
@@ -524,6 +534,9 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 		}
 		fail(w, log, err)
 		return
+	}
+	if s.opt.Tools != nil {
+		s.opt.Tools.Saw(prep.Protocol.ID, prep.Kept, prep.Removed)
 	}
 	h := w.Header()
 	h.Set(HeaderProtocol, prep.Protocol.ID)

@@ -917,6 +917,7 @@ func readRecord(nb *bolt.Bucket, kind Kind, name string, v int) (Record, error) 
 
 func readEntry(nb *bolt.Bucket, name string) (Entry, error) {
 	e := Entry{Name: name, Active: activeOf(nb), Versions: []VersionInfo{}}
+	e.RollbackTo = RollbackTarget(e.Active, historyOf(nb))
 	ib := nb.Bucket([]byte(bucketInfo))
 	if ib == nil {
 		return e, nil

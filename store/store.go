@@ -97,11 +97,24 @@ type VersionInfo struct {
 	Note      string    `json:"note"`
 }
 
-// Entry describes one name: its active version (0 = none) and every version, oldest first.
+// Entry describes one name: its active version (0 = none), the version Rollback would make active now
+// (0 = none: Rollback answers ErrNoPreviousVersion) and every version, oldest first.
 type Entry struct {
-	Name     string        `json:"name"`
-	Active   int           `json:"active"`
-	Versions []VersionInfo `json:"versions"`
+	Name       string        `json:"name"`
+	Active     int           `json:"active"`
+	RollbackTo int           `json:"rollbackTo"`
+	Versions   []VersionInfo `json:"versions"`
+}
+
+// RollbackTarget is the version Rollback re-activates given the active version and the activation history
+// (most recent last): the last entry that differs from active, 0 when there is none.
+func RollbackTarget(active int, history []int) int {
+	for i := len(history) - 1; i >= 0; i-- {
+		if history[i] != active {
+			return history[i]
+		}
+	}
+	return 0
 }
 
 // Snapshot is every active record, read in one read transaction, keyed by name.

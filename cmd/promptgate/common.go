@@ -111,6 +111,14 @@ type pipeline struct {
 	host   *plugins.Host // nil without plugins
 }
 
+// pluginStatus reports the context sources (none without plugins).
+func (p *pipeline) pluginStatus() []plugins.SourceStatus {
+	if p.host == nil {
+		return nil
+	}
+	return p.host.Status()
+}
+
 func (p *pipeline) Close() {
 	if p.host != nil {
 		_ = p.host.Close()

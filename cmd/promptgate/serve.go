@@ -28,6 +28,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/mitm"
 	"github.com/promptgate/promptgate/proxy/origin"
 	"github.com/promptgate/promptgate/proxy/redact"
+	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/proxy/tracing"
 )
 
@@ -142,9 +143,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return err
 	}
+	seen := toolseen.New(0)
 	base := proxy.Options{
 		Engine:          p.engine,
 		Guard:           listenGuard,
+		Tools:           seen,
 		UpstreamAPIKey:  upstreamKey,
 		AnthropicAPIKey: anthropicKey,
 		Audit:           recorder,
@@ -218,6 +221,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, redact.Parsed(upstream))}
 	adminHandler, err := admin.New(admin.Options{
 		Token: getenv(EnvAdminToken), Store: p.store, Audit: ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
+		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
 		Preview: func(ctx context.Context, in proxy.Input) ([]byte, error) {
 			if int64(len(in.Body)) > p.cfg.Limits.MaxBodyBytes {
 				return nil, &http.MaxBytesError{Limit: p.cfg.Limits.MaxBodyBytes}
@@ -233,7 +237,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		return err
 	}
 	log.Info("admin API", "listen", aaddr.String(), "token", getenv(EnvAdminToken) != "")
-	lines = append(lines, fmt.Sprintf("promptgate admin API on http://%s", aaddr))
+	lines = append(lines, fmt.Sprintf("promptgate admin API on http://%s (console: http://%s%s)", aaddr, aaddr, admin.PathConsole))
 	if door != nil {
 		daddr, err := start("HTTPS-proxy listener", f.proxyListen, door, false)
 		if err != nil {

@@ -45,6 +45,8 @@ type Filter struct {
 	Tool      string
 	// Since, when not zero, keeps events at or after it.
 	Since time.Time
+	// Until, when not zero, keeps events before it.
+	Until time.Time
 }
 
 // Ring keeps the most recent events in its own bbolt file, bounded to a number of events (oldest dropped
@@ -227,6 +229,57 @@ func (r *Ring) Query(ctx context.Context, f Filter) ([]Event, error) {
 	return out, nil
 }
 
+// Scan calls fn with every written event at or after since, newest first, with no limit (the ring's size
+// bounds it), until fn returns false. covered reports whether the ring reaches back to since: it held an
+// event older than since, or it has never dropped an event. Events still in the buffer are not seen.
+func (r *Ring) Scan(ctx context.Context, since time.Time, fn func(Event) bool) (covered bool, err error) {
+	f := Filter{Since: since}
+	stopBefore := since.Add(-sinceSlack)
+	err = r.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		if b == nil {
+			covered = true
+			return nil
+		}
+		c := b.Cursor()
+		n := 0
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			if n++; n%1024 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			ok, older := f.match(v, stopBefore)
+			if older {
+				covered = true
+				return nil
+			}
+			if !ok {
+				if t := gjson.GetBytes(v, "time").Time(); t.Before(since) {
+					covered = true
+				}
+				continue
+			}
+			var e Event
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("decode event %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			if !fn(e) {
+				return nil
+			}
+		}
+		// The oldest key is sequence 1 when nothing was ever trimmed.
+		if k, _ := c.First(); k == nil || binary.BigEndian.Uint64(k) == 1 {
+			covered = true
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("audit: scan ring %s: %w", r.path, err)
+	}
+	return covered, nil
+}
+
 // eventPaths are the fields Filter looks at, in the order match reads them.
 var eventPaths = []string{"requestId", "verdict", "protocol", "kind", "tool", "time"}
 
@@ -234,13 +287,16 @@ var eventPaths = []string{"requestId", "verdict", "protocol", "kind", "tool", "t
 // scan (newest to oldest) can stop.
 func (f Filter) match(v []byte, stopBefore time.Time) (ok, older bool) {
 	got := gjson.GetManyBytes(v, eventPaths...)
-	if !f.Since.IsZero() {
+	if !f.Since.IsZero() || !f.Until.IsZero() {
 		t, err := time.Parse(time.RFC3339Nano, got[5].String())
 		if err != nil {
 			return false, false
 		}
-		if t.Before(f.Since) {
+		if !f.Since.IsZero() && t.Before(f.Since) {
 			return false, t.Before(stopBefore)
+		}
+		if !f.Until.IsZero() && !t.Before(f.Until) {
+			return false, false
 		}
 	}
 	for i, want := range []string{f.RequestID, f.Verdict, f.Protocol, f.Kind, f.Tool} {

@@ -136,6 +136,9 @@ func TestRingFilters(t *testing.T) {
 		{"since exact match is kept", Filter{Since: base.Add(3 * time.Second)}, "activated"},
 		{"since and protocol", Filter{Since: base.Add(time.Second), Protocol: "tech"}, "activated,tool_call"},
 		{"since in the future", Filter{Since: base.Add(time.Hour)}, ""},
+		{"until is exclusive", Filter{Until: base.Add(2 * time.Second)}, "tool_call,tool_removed"},
+		{"since and until", Filter{Since: base.Add(time.Second), Until: base.Add(3 * time.Second)}, "tool_call,tool_call"},
+		{"until before everything", Filter{Until: base}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := query(t, r, c.f)
@@ -162,6 +165,58 @@ func TestRingSinceStopsEarlyButToleratesDisorder(t *testing.T) {
 	if got := ids(query(t, r, Filter{Since: base})); got != "new2,new1" {
 		t.Fatalf("got %s", got)
 	}
+}
+
+func TestRingScan(t *testing.T) {
+	ctx := context.Background()
+	base := time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
+	t.Run("every event since, newest first, and covered when an older one is held", func(t *testing.T) {
+		r := openTestRing(t, 5000)
+		r.Record(ctx, Event{Time: base.Add(-2 * time.Hour), RequestID: "old"})
+		for i := range 1500 { // more than MaxQueryLimit: Scan has no limit
+			r.Record(ctx, Event{Time: base.Add(time.Duration(i) * time.Millisecond), RequestID: fmt.Sprint(i)})
+		}
+		_ = r.Flush()
+		var got []string
+		covered, err := r.Scan(ctx, base, func(e Event) bool { got = append(got, e.RequestID); return true })
+		if err != nil || !covered || len(got) != 1500 || got[0] != "1499" || got[1499] != "0" {
+			t.Fatalf("covered %v err %v, %d events, first %v", covered, err, len(got), got[:1])
+		}
+	})
+	t.Run("a ring that dropped events and holds none older is not covered", func(t *testing.T) {
+		r := openTestRing(t, 3)
+		for i := range 6 {
+			r.Record(ctx, Event{Time: base.Add(time.Duration(i) * time.Second), RequestID: fmt.Sprint(i)})
+		}
+		_ = r.Flush()
+		n := 0
+		covered, err := r.Scan(ctx, base, func(Event) bool { n++; return true })
+		if err != nil || covered || n != 3 {
+			t.Fatalf("covered %v err %v n %d", covered, err, n)
+		}
+		// From a time the ring still holds, it is covered.
+		covered, _ = r.Scan(ctx, base.Add(4*time.Second), func(Event) bool { return true })
+		if !covered {
+			t.Fatal("scan from the held range is not covered")
+		}
+	})
+	t.Run("a ring that never dropped is covered; fn can stop the scan", func(t *testing.T) {
+		r := openTestRing(t, 10)
+		for i := range 4 {
+			r.Record(ctx, Event{Time: base.Add(time.Duration(i) * time.Second), RequestID: fmt.Sprint(i)})
+		}
+		_ = r.Flush()
+		n := 0
+		covered, _ := r.Scan(ctx, base.Add(-time.Hour), func(Event) bool { n++; return true })
+		if !covered || n != 4 {
+			t.Fatalf("covered %v n %d", covered, n)
+		}
+		n = 0
+		_, _ = r.Scan(ctx, base.Add(-time.Hour), func(Event) bool { n++; return n < 2 })
+		if n != 2 {
+			t.Fatalf("fn returned false after 2, called %d times", n)
+		}
+	})
 }
 
 func TestRingReopenKeepsEvents(t *testing.T) {

@@ -2,13 +2,17 @@
 // versioned templates and protocols (list, show, new version, activate, rollback, diff), rollouts, the tool
 // kill switch, the audit log and the Prometheus metrics.
 //
+// It also serves the web console (package console) under /console/, and the read-mostly endpoints its
+// pages need: the audit summary, the tool inventory and the health report.
+//
 // Every /admin/ request needs `Authorization: Bearer <token>` when a token is configured; the token is
 // compared in constant time, and a token in the query string is refused (400 token_in_query) even when it
 // is right, because query strings end up in logs. No CORS header is ever sent, OPTIONS is 405, and a browser
-// request from another origin (Origin, or Sec-Fetch-Site cross-site or same-site) is 403 origin_not_allowed,
-// so a web page cannot drive the API from a browser; POST and PUT must send Content-Type: application/json,
-// and without a token only requests addressed to a loopback host are answered (no DNS rebinding). Every
-// error is OpenAI-shaped JSON. GET /metrics needs no token: it holds no secrets.
+// request from another origin (Origin, or Sec-Fetch-Site other than same-origin or none) is 403
+// origin_not_allowed on every path, so a web page cannot drive the API from a browser; POST and PUT must send
+// Content-Type: application/json, and without a token only requests addressed to a loopback host are answered
+// (no DNS rebinding). Every answer carries a strict Content-Security-Policy and forbids framing. Every error is
+// OpenAI-shaped JSON. GET /metrics and the console's static pages need no token: they hold no secrets.
 //
 // Every change is recorded as an audit event (Options.Recorder), with the actor from the
 // X-Promptgate-Actor header ("admin" when absent).
@@ -37,12 +41,17 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 
+	"github.com/promptgate/promptgate/plugins"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/console"
 	"github.com/promptgate/promptgate/proxy/guard"
+	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -56,6 +65,9 @@ const (
 	DefaultActor = "admin"
 	// PathMetrics is served without a token.
 	PathMetrics = "/metrics"
+	// PathConsole is the web console's folder: its pages and static files need no token (every data call
+	// they make goes to /admin/ with one), but keep the Host and cross-site rules.
+	PathConsole = console.Prefix
 
 	maxActorLen = 128
 	maxNoteLen  = 1000
@@ -86,6 +98,19 @@ type Options struct {
 	Metrics http.Handler
 	// Log receives one line per change and per failure (never a body or a token); nil discards.
 	Log *slog.Logger
+
+	// Tools is the proxy listener's memory of the tools requests declared (GET /admin/tools/inventory);
+	// nil lists none as seen.
+	Tools *toolseen.Memory
+	// ToolPolicy is the config's tools section: each tool's access policy and configured enablement.
+	ToolPolicy map[string]config.Tool
+	// Plugins reports the context sources for GET /admin/health; nil means none are configured.
+	Plugins func() []plugins.SourceStatus
+	// Stale says why the definitions served are not the store's latest ("" while they are); nil: never.
+	Stale func() string
+	// Gatherer is the metrics registry GET /admin/health reads (requests, overhead, plugin latency and
+	// errors, the definitions served); nil leaves those parts out.
+	Gatherer prometheus.Gatherer
 }
 
 // server is the admin handler.
@@ -96,6 +121,7 @@ type server struct {
 	mux      *http.ServeMux
 	// browser refuses cross-site browser requests; no origin is opted in.
 	browser *guard.Policy
+	console http.Handler
 }
 
 var _ http.Handler = (*server)(nil)
@@ -115,7 +141,11 @@ func New(o Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin: %w", err)
 	}
-	s := &server{o: o, log: o.Log, mux: http.NewServeMux(), browser: browser}
+	c, err := console.New()
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	s := &server{o: o, log: o.Log, mux: http.NewServeMux(), browser: browser, console: c}
 	if o.Token != "" {
 		s.tokenSum = sha256.Sum256([]byte(o.Token))
 	}
@@ -136,12 +166,16 @@ func (s *server) routes() {
 		s.handle("GET "+base+"/{name}/diff", s.diff(k))
 	}
 	s.handle("GET /admin/tools", s.listTools)
+	s.handle("GET /admin/tools/inventory", s.toolInventory)
+	s.handle("GET /admin/health", s.health)
+	s.handle("GET /admin/audit/summary", s.auditSummary)
 	s.handle("PUT /admin/tools/{name}/enabled", s.setTool)
 	s.handle("DELETE /admin/tools/{name}/enabled", s.clearTool)
 	s.handle("GET /admin/audit", s.audit)
 	s.handle("GET /admin/rollouts", s.listRollouts)
 	s.handle("POST /admin/rollouts", s.applyRollout)
 	s.handle("POST /admin/rollouts/revert", s.revertRollout)
+	s.mux.Handle("GET "+PathConsole, s.console)
 	s.mux.HandleFunc("GET "+PathMetrics, func(w http.ResponseWriter, r *http.Request) {
 		if s.o.Metrics == nil {
 			proxy.WriteError(w, http.StatusNotFound, "not_found", "metrics are not enabled on this listener", "")
@@ -168,7 +202,7 @@ type requestIDKey struct{}
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
+	setSecurityHeaders(h)
 	id := requestID(r)
 	h.Set(proxy.HeaderRequestID, id)
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
@@ -184,17 +218,18 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ref := s.browser.CheckBrowser(r); ref != nil {
-		proxy.WriteError(w, ref.Status, ref.Code, ref.Message, "")
+		s.log.Warn("admin: refused a cross-site browser request", "request_id", id, "path", r.URL.Path, "code", ref.Code)
+		proxy.WriteError(w, ref.Status, ref.Code, ref.Message+" (open the console by its own address, "+PathConsole+" on this listener)", "")
 		return
 	}
-	if r.URL.Path != PathMetrics {
+	if console := strings.HasPrefix(r.URL.Path, PathConsole); r.URL.Path != PathMetrics {
 		if s.o.Token == "" {
 			if !guard.LoopbackHost(r.Host) {
 				proxy.WriteError(w, http.StatusForbidden, "host_not_allowed",
 					fmt.Sprintf("without an admin token only requests addressed to localhost, 127.0.0.1 or [::1] are answered, not %q: set PROMPTGATE_ADMIN_TOKEN to use another name", r.Host), "")
 				return
 			}
-		} else if !s.authorized(r) {
+		} else if !console && !s.authorized(r) {
 			h.Set("WWW-Authenticate", "Bearer")
 			proxy.WriteError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong admin token: send Authorization: Bearer <PROMPTGATE_ADMIN_TOKEN>", "")
 			return

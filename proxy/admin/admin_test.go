@@ -21,6 +21,8 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/metrics"
+	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -29,16 +31,26 @@ import (
 type fixture struct {
 	t      *testing.T
 	st     *store.Bolt
+	defs   *proxy.Definitions
 	engine *proxy.Engine
 	ring   *audit.Ring
 	srv    *httptest.Server
 	token  string
+	// seen and metrics, when set, are given to the proxy listener of proxyFor too.
+	seen    *toolseen.Memory
+	metrics *metrics.Metrics
 }
 
 type fixtureOpts struct {
 	token   string
 	noAudit bool
 	metrics http.Handler
+	// observed wires a tool memory and a metrics registry into the admin API and proxyFor.
+	observed bool
+	// options changes the admin Options before the handler is built.
+	options func(*Options)
+	// toolPolicy is the config's tools section, for the engine and the admin API.
+	toolPolicy map[string]config.Tool
 }
 
 func newFixture(t *testing.T, fo fixtureOpts) *fixture {
@@ -59,12 +71,19 @@ func newFixture(t *testing.T, fo fixtureOpts) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if fo.toolPolicy != nil {
+		cfg.Tools = fo.toolPolicy
+	}
 	engine := &proxy.Engine{
 		Defs: defs, Router: policy.NewRouter(cfg), Access: policy.ToolAccess{Config: cfg.Tools},
 		Settings: assembly.DefaultSettings(), Limits: cfg.Limits, Log: log,
 	}
-	f := &fixture{t: t, st: st, engine: engine, token: fo.token}
-	o := Options{Token: fo.token, Store: st, Preview: engine.Preview, Metrics: fo.metrics, Log: log}
+	f := &fixture{t: t, st: st, defs: defs, engine: engine, token: fo.token}
+	o := Options{Token: fo.token, Store: st, Preview: engine.Preview, Metrics: fo.metrics, Log: log, ToolPolicy: cfg.Tools}
+	if fo.observed {
+		f.seen, f.metrics = toolseen.New(0), metrics.New(defs.Versions)
+		o.Tools, o.Gatherer, o.Metrics = f.seen, f.metrics.Registry(), f.metrics.Handler()
+	}
 	if !fo.noAudit {
 		f.ring, err = audit.OpenRing(filepath.Join(dir, "promptgate.audit.db"), 1000, log)
 		if err != nil {
@@ -72,6 +91,9 @@ func newFixture(t *testing.T, fo fixtureOpts) *fixture {
 		}
 		t.Cleanup(func() { _ = f.ring.Close() })
 		o.Audit, o.Recorder = f.ring, f.ring
+	}
+	if fo.options != nil {
+		fo.options(&o)
 	}
 	h, err := New(o)
 	if err != nil {

@@ -54,7 +54,14 @@ func (f *fixture) proxyFor(up *recordingUpstream) *httptest.Server {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	s, err := proxy.New(proxy.Options{Engine: f.engine, Upstream: u, Audit: f.ring})
+	o := proxy.Options{Engine: f.engine, Upstream: u, Metrics: f.metrics}
+	if f.ring != nil {
+		o.Audit = f.ring
+	}
+	if f.seen != nil {
+		o.Tools = f.seen
+	}
+	s, err := proxy.New(o)
 	if err != nil {
 		f.t.Fatal(err)
 	}

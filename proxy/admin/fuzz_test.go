@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -41,6 +42,39 @@ func FuzzUnifiedDiff(f *testing.F) {
 		if d != "" {
 			if got := applyDiff(t, a, d); got != b {
 				t.Fatalf("patch gives %q, want %q\n%s", got, b, d)
+			}
+		}
+	})
+}
+
+// Whatever the Origin, Host and Sec-Fetch-Site, a request passes only when the browser says it is from this
+// origin: Sec-Fetch-Site absent, same-origin or none, and no Origin or one whose host is the Host header.
+func FuzzCrossSite(f *testing.F) {
+	for _, s := range [][3]string{
+		{"http://127.0.0.1:8788", "127.0.0.1:8788", "same-origin"}, {"http://127.0.0.1:8787", "127.0.0.1:8788", ""},
+		{"null", "localhost", ""}, {"", "localhost", "cross-site"}, {"HTTP://LOCALHOST", "localhost", "none"},
+		{"http://a@127.0.0.1:8788", "127.0.0.1:8788", ""}, {"http://127.0.0.1:8788/x?y#z", "127.0.0.1:8788", ""},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, origin, host, site string) {
+		r := &http.Request{Host: host, Header: http.Header{}}
+		if origin != "" {
+			r.Header.Set("Origin", origin)
+		}
+		if site != "" {
+			r.Header.Set("Sec-Fetch-Site", site)
+		}
+		if crossSite(t, r) != nil {
+			return
+		}
+		if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
+			t.Fatalf("Sec-Fetch-Site %q passed", s)
+		}
+		if o := r.Header.Get("Origin"); o != "" {
+			u, err := url.Parse(o)
+			if err != nil || !strings.EqualFold(u.Host, host) || host == "" {
+				t.Fatalf("Origin %q passed for Host %q", o, host)
 			}
 		}
 	})

@@ -158,9 +158,21 @@ func (s *server) clearTool(w http.ResponseWriter, r *http.Request) error {
 	}{name, true})
 }
 
-// GET /admin/audit?limit=&requestId=&verdict=&protocol=&kind=&tool=&since= → {"events":[...]}, newest first.
+// auditVerdicts and auditKinds are the values an event can have: a filter with another is a typo.
+func auditVerdicts() []string {
+	return []string{audit.VerdictRemoved, audit.VerdictAllowed, audit.VerdictBlocked, audit.VerdictAudited,
+		audit.VerdictChanged, audit.VerdictEnabled, audit.VerdictDisabled, audit.VerdictCleared}
+}
+
+func auditKinds() []string {
+	return []string{audit.KindToolRemoved, audit.KindToolCall, audit.KindStoredPrompt, audit.KindVersionAdded, audit.KindActivated, audit.KindRolledBack,
+		audit.KindRolloutApplied, audit.KindRolloutReverted, audit.KindToolEnablement}
+}
+
+// GET /admin/audit?limit=&requestId=&verdict=&protocol=&kind=&tool=&since=&until= → {"events":[...]}, newest
+// first; since is inclusive, until exclusive.
 func (s *server) audit(w http.ResponseWriter, r *http.Request) error {
-	q, err := params(r, "limit", "requestId", "verdict", "protocol", "kind", "tool", "since")
+	q, err := params(r, "limit", "requestId", "verdict", "protocol", "kind", "tool", "since", "until")
 	if err != nil {
 		return err
 	}
@@ -169,15 +181,11 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request) error {
 		Kind: q.Get("kind"), Tool: q.Get("tool"),
 	}
 	// A verdict or kind no event can have is a typo (verdict=block): say so rather than answer an empty list.
-	verdicts := []string{audit.VerdictRemoved, audit.VerdictAllowed, audit.VerdictBlocked, audit.VerdictAudited,
-		audit.VerdictChanged, audit.VerdictEnabled, audit.VerdictDisabled, audit.VerdictCleared}
-	if v := f.Verdict; v != "" && !slices.Contains(verdicts, v) {
-		return badRequest("invalid_request", "verdict", "verdict %q: want one of %s", v, strings.Join(verdicts, ", "))
+	if v := f.Verdict; v != "" && !slices.Contains(auditVerdicts(), v) {
+		return badRequest("invalid_request", "verdict", "verdict %q: want one of %s", v, strings.Join(auditVerdicts(), ", "))
 	}
-	kinds := []string{audit.KindToolRemoved, audit.KindToolCall, audit.KindStoredPrompt, audit.KindVersionAdded, audit.KindActivated, audit.KindRolledBack,
-		audit.KindRolloutApplied, audit.KindRolloutReverted, audit.KindToolEnablement}
-	if k := f.Kind; k != "" && !slices.Contains(kinds, k) {
-		return badRequest("invalid_request", "kind", "kind %q: want one of %s", k, strings.Join(kinds, ", "))
+	if k := f.Kind; k != "" && !slices.Contains(auditKinds(), k) {
+		return badRequest("invalid_request", "kind", "kind %q: want one of %s", k, strings.Join(auditKinds(), ", "))
 	}
 	if q.Has("limit") {
 		n, err := strconv.Atoi(q.Get("limit"))
@@ -186,25 +194,39 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request) error {
 		}
 		f.Limit = n
 	}
-	if q.Has("since") {
-		t, err := time.Parse(time.RFC3339Nano, q.Get("since"))
-		if err != nil {
-			return badRequest("invalid_request", "since", "since %q: want an RFC 3339 time, e.g. 2026-02-24T10:00:00Z", q.Get("since"))
+	for _, t := range []struct {
+		param string
+		to    *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		if !q.Has(t.param) {
+			continue
 		}
-		f.Since = t
+		v, err := time.Parse(time.RFC3339Nano, q.Get(t.param))
+		if err != nil {
+			return badRequest("invalid_request", t.param, "%s %q: want an RFC 3339 time, e.g. 2026-02-24T10:00:00Z", t.param, q.Get(t.param))
+		}
+		*t.to = v
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		return badRequest("invalid_request", "until", "until %s is not after since %s: the range is empty", q.Get("until"), q.Get("since"))
 	}
 	if s.o.Audit == nil {
 		return writeJSON(w, http.StatusOK, map[string][]audit.Event{"events": {}})
 	}
-	// Include what was recorded just before (such as this operator's last change), without waiting long.
-	ctx, cancel := context.WithTimeout(r.Context(), auditFlushWait)
-	_ = s.o.Audit.FlushContext(ctx)
-	cancel()
+	s.flushAudit(r.Context())
 	events, err := s.o.Audit.Query(r.Context(), f)
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, map[string][]audit.Event{"events": events})
+}
+
+// flushAudit lets the ring write what was recorded just before (such as this operator's last change),
+// without waiting long.
+func (s *server) flushAudit(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, auditFlushWait)
+	_ = s.o.Audit.FlushContext(ctx)
+	cancel()
 }
 
 // GET /admin/rollouts → {"applied":[AppliedRollout...]}, oldest first.

@@ -212,7 +212,7 @@ func sameOrigin(origin string, r *http.Request) bool {
 
 // CheckBrowser refuses a request a browser sends on behalf of a page of another site, unless that site's
 // origin is opted in: an Origin header that is neither the listener's own origin nor an opted-in one, a
-// Sec-Fetch-Site of cross-site or same-site without an opted-in Origin, and a body in a content type a page
+// Sec-Fetch-Site other than same-origin or none without an opted-in Origin, and a body in a content type a page
 // can send without a preflight (text/plain, application/x-www-form-urlencoded), which no API client sends.
 // OPTIONS is answered by Preflight, not here.
 func (p *Policy) CheckBrowser(r *http.Request) *Refusal {
@@ -223,7 +223,8 @@ func (p *Policy) CheckBrowser(r *http.Request) *Refusal {
 			Message: fmt.Sprintf("a browser request from origin %q is not answered: web pages cannot use this listener%s", origin, p.optIn)}
 	}
 	switch site := strings.ToLower(strings.TrimSpace(r.Header.Get("Sec-Fetch-Site"))); site {
-	case "cross-site", "same-site":
+	case "", "same-origin", "none":
+	default: // cross-site, same-site (another port of this host), or a value this check does not know
 		if !allowed {
 			return &Refusal{Status: http.StatusForbidden, Code: "origin_not_allowed",
 				Message: fmt.Sprintf("a %s browser request is not answered: web pages cannot use this listener%s", site, p.optIn)}

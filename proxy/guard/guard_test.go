@@ -103,6 +103,7 @@ func TestCheckBrowser(t *testing.T) {
 		{"same host other port", "POST", map[string]string{"Origin": "http://127.0.0.1:9999"}, 403},
 		{"cross-site fetch without origin", "GET", map[string]string{"Sec-Fetch-Site": "cross-site"}, 403},
 		{"same-site without opt-in", "GET", map[string]string{"Sec-Fetch-Site": "Same-Site"}, 403},
+		{"unknown Sec-Fetch-Site value", "GET", map[string]string{"Sec-Fetch-Site": "something-new"}, 403},
 		{"text/plain", "POST", map[string]string{"Content-Type": "text/plain;charset=UTF-8"}, 415},
 		{"form", "POST", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415},
 		{"text/plain unparsable", "POST", map[string]string{"Content-Type": "Text/Plain; ="}, 415},

@@ -123,7 +123,8 @@ func (s *Etcd) List(ctx context.Context, kind store.Kind) ([]store.Entry, error)
 		return nil, fmt.Errorf("store: list %s: %w", kind, err)
 	}
 	for n, e := range byName {
-		e.Active = set.get(kind, n).Active
+		p := set.get(kind, n)
+		e.Active, e.RollbackTo = p.Active, store.RollbackTarget(p.Active, p.History)
 	}
 	infoDir := s.p + dirInfo + string(kind) + "/"
 	for _, kv := range tr.Responses[2].GetResponseRange().Kvs {
@@ -176,7 +177,8 @@ func (s *Etcd) Entry(ctx context.Context, kind store.Kind, name string) (store.E
 	if err != nil {
 		return store.Entry{}, fmt.Errorf("store: %w", err)
 	}
-	e.Active = set.get(kind, name).Active
+	p := set.get(kind, name)
+	e.Active, e.RollbackTo = p.Active, store.RollbackTarget(p.Active, p.History)
 	for _, kv := range tr.Responses[2].GetResponseRange().Kvs {
 		v, err := versionOfKey(kv.Key)
 		if err != nil {

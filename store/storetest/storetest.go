@@ -132,7 +132,29 @@ func Run(t *testing.T, open Open) {
 		if _, err := s.Activate(ctx, store.KindTemplate, "nope", 1); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("activate missing name: %v", err)
 		}
+		// Entry and List name the version Rollback is about to re-activate, and 0 once there is none.
+		rollbackTo := func() (int, int) {
+			t.Helper()
+			e, err := s.Entry(ctx, store.KindTemplate, "r")
+			if err != nil {
+				t.Fatal(err)
+			}
+			all, err := s.List(ctx, store.KindTemplate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range all {
+				if l.Name == "r" {
+					return e.RollbackTo, l.RollbackTo
+				}
+			}
+			t.Fatal("r is not listed")
+			return 0, 0
+		}
 		for _, want := range []int{2, 1} {
+			if e, l := rollbackTo(); e != want || l != want {
+				t.Fatalf("before rollback: Entry.RollbackTo %d, List %d, want %d", e, l, want)
+			}
 			v, _, err := s.Rollback(ctx, store.KindTemplate, "r")
 			if err != nil || v != want {
 				t.Fatalf("rollback: %d %v, want %d", v, err, want)
@@ -141,6 +163,9 @@ func Run(t *testing.T, open Open) {
 			if rec.Version != want {
 				t.Fatalf("active %d after rollback, want %d", rec.Version, want)
 			}
+		}
+		if e, l := rollbackTo(); e != 0 || l != 0 {
+			t.Fatalf("at the start: Entry.RollbackTo %d, List %d, want 0", e, l)
 		}
 		if _, _, err := s.Rollback(ctx, store.KindTemplate, "r"); !errors.Is(err, store.ErrNoPreviousVersion) {
 			t.Fatalf("rollback past the start: %v", err)

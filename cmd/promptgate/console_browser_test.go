@@ -1,0 +1,562 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// Environment of the browser tests.
+const (
+	// envBrowser names the Chromium (or Chrome) binary; without it one is looked for on PATH.
+	envBrowser = "PROMPTGATE_BROWSER"
+	// envScreenshots=1 makes the browser tests write a screenshot of each page into docs/console/.
+	envScreenshots = "PROMPTGATE_CONSOLE_SCREENSHOTS"
+)
+
+const (
+	consoleToken = "console-test-token-7f3a"
+	consoleActor = "console-tester"
+	// ruleMarker is the rule the test adds in version 2 of the neutral protocol.
+	ruleMarker = "- CONSOLE-TEST RULE: cite the ticket number."
+	// markupTool is a tool name that would run a script if a page put it into HTML.
+	markupTool = `<img src=x onerror="window.__pwned=1">`
+)
+
+// findBrowser returns the browser to drive, or "" when there is none.
+func findBrowser() string {
+	if p := os.Getenv(envBrowser); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// scriptedUpstream is an OpenAI stand-in that keeps every body it receives, and answers with a call of
+// the tool "shell" when the last message says "call shell".
+type scriptedUpstream struct {
+	*httptest.Server
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func newScriptedUpstream(t *testing.T) *scriptedUpstream {
+	u := &scriptedUpstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.bodies = append(u.bodies, b)
+		u.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		msgs := gjson.GetBytes(b, "messages").Array()
+		if len(msgs) > 0 && msgs[len(msgs)-1].Get("content").String() == "call shell" {
+			_, _ = io.WriteString(w, `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"shell","arguments":"{\"cmd\":\"id\"}"}}]},"finish_reason":"tool_calls"}]}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"id":"c2","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *scriptedUpstream) last() []byte {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.bodies) == 0 {
+		return nil
+	}
+	return u.bodies[len(u.bodies)-1]
+}
+
+// consoleStack is a real `promptgate serve` (bbolt file, audit ring, admin token) in front of the
+// scripted upstream.
+type consoleStack struct {
+	t             *testing.T
+	proxy, admin  string // base URLs: http://ADDR/v1 and http://ADDR
+	up            *scriptedUpstream
+	requestsMu    sync.Mutex
+	requests      []string // every URL the browser requested
+	browserErrors []string // script exceptions and console errors
+}
+
+func startConsoleStack(t *testing.T) *consoleStack {
+	up := newScriptedUpstream(t)
+	dir := t.TempDir()
+	e := map[string]string{"PROMPTGATE_DB": filepath.Join(dir, "pg.db"), "PROMPTGATE_ADMIN_TOKEN": consoleToken}
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--upstream", up.URL + "/v1"}, nil, pw, io.Discard, envMap(e))
+		pw.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not stop")
+		}
+	})
+	br := bufio.NewReader(pr)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		t.Fatalf("serve printed nothing: %v", err)
+	}
+	adminLine, err := br.ReadString('\n')
+	if err != nil {
+		t.Fatalf("serve printed no admin line: %v", err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, br) }()
+	return &consoleStack{t: t, proxy: strings.Fields(line)[4], admin: strings.Fields(adminLine)[4], up: up}
+}
+
+// adminCall calls the admin API with the token and returns the body; want is the expected status.
+func (s *consoleStack) adminCall(method, path, body string, want int) []byte {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.admin+path, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+consoleToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		s.t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, b)
+	}
+	return b
+}
+
+// chat sends a chat request through the proxy and returns its response (body read).
+func (s *consoleStack) chat(body string) (*http.Response, []byte) {
+	s.t.Helper()
+	resp, err := http.Post(s.proxy+"/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		s.t.Fatalf("proxy: %d %s", resp.StatusCode, b)
+	}
+	return resp, b
+}
+
+func chatWithTools(content string, tools ...string) string {
+	body := `{"model":"m","messages":[{"role":"user","content":` + jsonString(content) + `}],"tools":[]}`
+	for i, name := range tools {
+		body, _ = sjson.Set(body, fmt.Sprintf("tools.%d", i), map[string]any{"type": "function",
+			"function": map[string]any{"name": name, "parameters": map[string]any{"type": "object"}}})
+	}
+	return body
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// browser starts one headless Chromium for the whole test and returns its context.
+func (s *consoleStack) browser(path string) context.Context {
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(s.t.TempDir()), chromedp.WindowSize(1366, 900),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter"),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	s.t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
+	if err := chromedp.Do(bctx); err != nil {
+		s.t.Fatalf("start %s: %v", path, err)
+	}
+	return bctx
+}
+
+// tab opens a new tab (its own session storage) that records every request and every script error.
+func (s *consoleStack) tab(t *testing.T, bctx context.Context) context.Context {
+	ctx, cancel := chromedp.NewContext(bctx, chromedp.WithListener(func(ev any) {
+		s.requestsMu.Lock()
+		defer s.requestsMu.Unlock()
+		switch ev := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			s.requests = append(s.requests, ev.Request.URL)
+		case *runtime.EventExceptionThrown:
+			s.browserErrors = append(s.browserErrors, fmt.Sprintf("exception: %s %s:%d", ev.ExceptionDetails.Text, ev.ExceptionDetails.URL, ev.ExceptionDetails.LineNumber))
+		case *log.EventEntryAdded:
+			// Failed answers (401 of a wrong token) are logged by the network; anything else at error
+			// level (a script error, a Content-Security-Policy violation) is a defect.
+			if ev.Entry.Level == log.EntryLevelError && ev.Entry.Source != log.EntrySourceNetwork {
+				s.browserErrors = append(s.browserErrors, string(ev.Entry.Source)+": "+ev.Entry.Text)
+			}
+		}
+	}))
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
+// runIn runs actions with a deadline.
+func runIn(t *testing.T, ctx context.Context, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx, actions...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eval evaluates a JavaScript expression in the page.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(tctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
+
+// script runs JavaScript for its effect.
+func script(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Evaluate[chromedp.Void](expr)
+}
+
+// waitFor polls a JavaScript condition until it holds; it fails the test after within.
+func waitFor(t *testing.T, ctx context.Context, within time.Duration, what, cond string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("Boolean("+cond+")"))
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.getElementById('banner').textContent + ' | ' + document.body.innerText).slice(0, 1500)`))
+			t.Fatalf("%s: not within %v; page: %s", what, within, text)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// open loads a console page in ctx and signs in when the login form shows.
+func (s *consoleStack) open(t *testing.T, ctx context.Context, page string) {
+	t.Helper()
+	runIn(t, ctx, chromedp.Navigate(s.admin+"/console/"+page))
+	waitFor(t, ctx, 10*time.Second, "page or login shown", `!document.getElementById('main').hidden || !document.getElementById('login').hidden`)
+	if eval[bool](t, ctx, `!document.getElementById('login').hidden`) {
+		runIn(t, ctx,
+			chromedp.SendKeys(chromedp.CSS("#login-token"), consoleToken),
+			chromedp.SendKeys(chromedp.CSS("#login-actor"), consoleActor),
+			chromedp.Click(chromedp.CSS(`#login-form button[type=submit]`)))
+	}
+	waitFor(t, ctx, 10*time.Second, page+" shown after sign-in", `!document.getElementById('main').hidden`)
+}
+
+// js quotes s as a JavaScript string.
+func js(s string) string { return jsonString(s) }
+
+// screenshot writes docs/console/NAME.png when envScreenshots is set.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	if os.Getenv(envScreenshots) != "1" {
+		return
+	}
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join("..", "..", "docs", "console")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// confirmDialog checks that the open dialog shows want, then confirms it.
+func confirmDialog(t *testing.T, ctx context.Context, want string) {
+	t.Helper()
+	waitFor(t, ctx, 5*time.Second, "confirmation dialog", `document.getElementById('dialog').open && document.getElementById('dialog-body').textContent.includes(`+js(want)+`)`)
+	runIn(t, ctx, chromedp.Click(chromedp.CSS("#dialog-confirm")))
+	waitFor(t, ctx, 5*time.Second, "dialog closed", `!document.getElementById('dialog').open`)
+}
+
+// TestConsoleInBrowser drives the console of a real serve in headless Chromium: sign-in, the decisions
+// log and its filters, the preview, definitions (diff, activate, roll back), the kill switch, escaping,
+// and that no request of the pages leaves the admin origin.
+func TestConsoleInBrowser(t *testing.T) {
+	path := findBrowser()
+	if path == "" {
+		t.Skip("no Chromium found: install the Debian package chromium (apt-get install chromium), or set " + envBrowser + " to a Chromium or Chrome binary")
+	}
+	s := startConsoleStack(t)
+	bctx := s.browser(path)
+
+	t.Run("a wrong token shows a clear error", func(t *testing.T) {
+		ctx := s.tab(t, bctx)
+		runIn(t, ctx, chromedp.Navigate(s.admin+"/console/health"))
+		waitFor(t, ctx, 10*time.Second, "login form", `!document.getElementById('login').hidden`)
+		runIn(t, ctx, script(`sessionStorage.setItem('promptgate.console.token', 'not-the-token')`), chromedp.Reload())
+		waitFor(t, ctx, 10*time.Second, "login form with the refusal", `!document.getElementById('login').hidden && document.getElementById('main').hidden && document.getElementById('login-why').textContent.includes('refused')`)
+		if got := eval[string](t, ctx, `document.getElementById('login-why').textContent`); !strings.Contains(got, "refused the token") || !strings.Contains(got, "401") {
+			t.Fatalf("message %q", got)
+		}
+		screenshot(t, ctx, "login")
+	})
+
+	t.Run("sign in with the token", func(t *testing.T) {
+		ctx := s.tab(t, bctx)
+		runIn(t, ctx, chromedp.Navigate(s.admin+"/console/"))
+		waitFor(t, ctx, 10*time.Second, "login form", `!document.getElementById('login').hidden`)
+		if got := eval[string](t, ctx, `document.getElementById('login-why').textContent`); !strings.Contains(got, "PROMPTGATE_ADMIN_TOKEN") {
+			t.Fatalf("login reason %q", got)
+		}
+		s.open(t, ctx, "")
+		if got := eval[string](t, ctx, `document.getElementById('session-state').textContent`); got != "signed in as "+consoleActor {
+			t.Fatalf("session state %q", got)
+		}
+		if eval[string](t, ctx, `document.querySelector('nav a[aria-current=page]').textContent`) != "Decisions" {
+			t.Fatal("/console/ does not show the decisions page")
+		}
+	})
+
+	t.Run("a blocked call appears on Decisions within 2s and the filters narrow it", func(t *testing.T) {
+		ctx := s.tab(t, bctx)
+		s.open(t, ctx, "decisions")
+		// Another decision first, which the filters must hide: a tool removed by the kill switch.
+		s.adminCall("PUT", "/admin/tools/old_tool/enabled", `{"enabled":false}`, 200)
+		s.chat(chatWithTools("hello", "old_tool"))
+		resp, b := s.chat(chatWithTools("call shell", "web_fetch"))
+		id := resp.Header.Get("X-Request-Id")
+		if !strings.Contains(string(b), "[promptgate] blocked tool call shell") || id == "" {
+			t.Fatalf("the call was not blocked: %s", b)
+		}
+		row := `[...document.querySelectorAll('#events tbody tr')].find(tr => tr.textContent.includes(` + js(id) + `) && tr.dataset.verdict === 'blocked')`
+		took := waitFor(t, ctx, 2*time.Second, "the blocked call on Decisions", row)
+		t.Logf("the blocked call appeared after %v", took)
+		rows := `document.querySelectorAll('#events tbody tr').length`
+		if eval[int](t, ctx, rows) < 3 {
+			t.Fatalf("want at least 3 events (kill switch, removal, block), got %d", eval[int](t, ctx, rows))
+		}
+		runIn(t, ctx, script(`document.getElementById('chart-window').dispatchEvent(new Event('change'))`))
+		waitFor(t, ctx, 5*time.Second, "the chart counts the block", `document.getElementById('chart').textContent.includes('tool_call')`)
+		screenshot(t, ctx, "decisions")
+
+		// Verdict: only blocked decisions are left, ours among them.
+		runIn(t, ctx, script(`(() => { const s = document.getElementById('f-verdict'); s.value = 'blocked'; s.dispatchEvent(new Event('change')); })()`))
+		waitFor(t, ctx, 5*time.Second, "verdict filter", `[...document.querySelectorAll('#events tbody tr')].every(tr => tr.dataset.verdict === 'blocked') && `+row)
+		// Tool and request id narrow further; a tool no event has leaves nothing.
+		runIn(t, ctx, chromedp.SendKeys(chromedp.CSS("#f-tool"), "shell"), chromedp.SendKeys(chromedp.CSS("#f-request"), id))
+		waitFor(t, ctx, 5*time.Second, "tool and request id filters", `document.querySelectorAll('#events tbody tr').length === 1 && `+row)
+		runIn(t, ctx, chromedp.SendKeys(chromedp.CSS("#f-tool"), "-nothing"))
+		waitFor(t, ctx, 5*time.Second, "a filter matching nothing", `document.querySelectorAll('#events tbody tr').length === 0 && document.getElementById('events-count').textContent === 'No event matches.'`)
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#filters button[type=reset]`)))
+		waitFor(t, ctx, 5*time.Second, "filters cleared", `document.querySelectorAll('#events tbody tr').length >= 3`)
+
+		// An event opens whole.
+		runIn(t, ctx, script(`(`+row+`).querySelector('button').click()`))
+		waitFor(t, ctx, 5*time.Second, "event details", `document.getElementById('dialog').open && document.getElementById('dialog-body').textContent.includes('argumentsSha256')`)
+		if got := eval[string](t, ctx, `document.getElementById('dialog-body').textContent`); !strings.Contains(got, id) || !strings.Contains(got, "neutral@1") {
+			t.Fatalf("details %q", got)
+		}
+		runIn(t, ctx, chromedp.Click(chromedp.CSS("#dialog-cancel")))
+	})
+
+	t.Run("preview shows an injected header inside the untrusted block", func(t *testing.T) {
+		ctx := s.tab(t, bctx)
+		s.open(t, ctx, "preview")
+		waitFor(t, ctx, 5*time.Second, "the example request", `document.getElementById('p-request').value.includes('=== SYSTEM CORE ===')`)
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#preview-form button[type=submit]`)))
+		waitFor(t, ctx, 10*time.Second, "preview shown", `!document.getElementById('preview-out').hidden`)
+		blocks := `[...document.querySelectorAll('#pv-blocks section.block')]`
+		if n := eval[int](t, ctx, blocks+`.filter(b => b.querySelector('.header').textContent === '=== SYSTEM CORE ===').length`); n != 1 {
+			t.Fatalf("%d SYSTEM CORE blocks, want exactly 1", n)
+		}
+		if got := eval[string](t, ctx, blocks+`.find(b => b.querySelector('.header').textContent === '=== SYSTEM CORE ===').dataset.trust`); got != "trusted" {
+			t.Fatalf("SYSTEM CORE block is %q", got)
+		}
+		untrusted := eval[string](t, ctx, blocks+`.filter(b => b.dataset.trust === 'untrusted').map(b => b.textContent).join('\n')`)
+		if !strings.Contains(untrusted, "=== SYSTEM CORE ===") || !strings.Contains(untrusted, "Ignore every rule") {
+			t.Fatalf("the injected header is not inside the untrusted block: %q", untrusted)
+		}
+		if eval[string](t, ctx, blocks+`.find(b => b.querySelector('.header').textContent === '=== APPLICATION INSTRUCTIONS ===').dataset.trust`) != "app" {
+			t.Fatal("application instructions are not marked app")
+		}
+		// The exact upstream body is what the proxy sends upstream for the same request.
+		request := eval[string](t, ctx, `document.getElementById('p-request').value`)
+		shown := eval[string](t, ctx, `document.getElementById('pv-body').value`)
+		s.chat(request)
+		if got := string(s.up.last()); got != shown {
+			t.Fatalf("the preview's upstream body differs from what the upstream received:\npreview:  %s\nupstream: %s", shown, got)
+		}
+		runIn(t, ctx, script(`document.querySelector('#pv-blocks section[data-trust=untrusted]').scrollIntoView({block: 'center'})`))
+		screenshot(t, ctx, "preview")
+	})
+
+	t.Run("definitions: a diff shows the changed rule; activate then roll back change the next request", func(t *testing.T) {
+		v1 := gjson.GetBytes(s.adminCall("GET", "/admin/protocols/neutral/versions/1", "", 200), "body").Raw
+		rules := gjson.Get(v1, "promptTemplate.overrides.rules").String()
+		v2, err := sjson.Set(v1, "promptTemplate.overrides.rules", rules+"\n"+ruleMarker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.adminCall("POST", "/admin/protocols/neutral/versions?note="+url.QueryEscape("adds the ticket rule"), v2, 201)
+		ctx := s.tab(t, bctx)
+		s.open(t, ctx, "definitions")
+		waitFor(t, ctx, 5*time.Second, "protocol list", `document.querySelector('#list-protocols button[data-name=neutral]')`)
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#list-protocols button[data-name=neutral]`)))
+		waitFor(t, ctx, 5*time.Second, "versions", `document.querySelectorAll('#def-versions tbody tr').length === 2`)
+		if got := eval[string](t, ctx, `document.querySelector('#def-versions tbody tr[data-version="2"]').textContent`); !strings.Contains(got, "adds the ticket rule") || !strings.Contains(got, "admin") {
+			t.Fatalf("version 2 row %q", got)
+		}
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#diff-form button[type=submit]`)))
+		added := `[...document.querySelectorAll('#diff td.add')].some(td => td.textContent.includes(` + js("CONSOLE-TEST RULE") + `))`
+		waitFor(t, ctx, 5*time.Second, "the diff shows the added rule on the right", added)
+		if eval[bool](t, ctx, `[...document.querySelectorAll('#diff td.del')].some(td => td.textContent.includes('CONSOLE-TEST RULE'))`) {
+			t.Fatal("the rule shows as removed")
+		}
+		screenshot(t, ctx, "definitions")
+
+		body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+		hasRule := func() bool {
+			return strings.Contains(gjson.GetBytes(s.up.last(), "messages.0.content").String(), ruleMarker)
+		}
+		s.chat(body)
+		if hasRule() {
+			t.Fatal("the rule is served before activation")
+		}
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`button[aria-label="Activate version 2"]`)))
+		confirmDialog(t, ctx, "CONSOLE-TEST RULE")
+		waitFor(t, ctx, 5*time.Second, "activated", `document.getElementById('banner').textContent.includes('protocols/neutral@2 is active')`)
+		s.chat(body)
+		if !hasRule() {
+			t.Fatal("the next request after activation lacks the rule")
+		}
+		waitFor(t, ctx, 5*time.Second, "rollback offered", `document.getElementById('def-rollback').textContent.includes('version 1') && !document.getElementById('def-rollback').disabled`)
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#def-rollback`)))
+		waitFor(t, ctx, 5*time.Second, "rollback diff shows the rule removed", `document.getElementById('dialog').open && [...document.querySelectorAll('#dialog-body td.del')].some(td => td.textContent.includes('CONSOLE-TEST RULE'))`)
+		confirmDialog(t, ctx, "CONSOLE-TEST RULE")
+		waitFor(t, ctx, 5*time.Second, "rolled back", `document.getElementById('banner').textContent.includes('protocols/neutral@1 is active')`)
+		s.chat(body)
+		if hasRule() {
+			t.Fatal("the next request after the rollback still has the rule")
+		}
+		// Both changes are audited with the actor the operator signed in as.
+		events := gjson.GetBytes(s.adminCall("GET", "/admin/audit?protocol=neutral&verdict=changed", "", 200), "events").Array()
+		if len(events) < 3 || events[0].Get("kind").String() != "rolled_back" || events[0].Get("actor").String() != consoleActor ||
+			events[1].Get("kind").String() != "activated" || events[1].Get("actor").String() != consoleActor {
+			t.Fatalf("audit of the changes: %v", events)
+		}
+	})
+
+	t.Run("the kill switch removes the tool from the next request", func(t *testing.T) {
+		s.chat(chatWithTools("hello", "web_fetch"))
+		ctx := s.tab(t, bctx)
+		s.open(t, ctx, "tools")
+		row := `document.querySelector('#tools tbody tr[data-tool="web_fetch"]')`
+		waitFor(t, ctx, 5*time.Second, "web_fetch seen", row+` && `+row+`.textContent.includes('enabled')`)
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`button[aria-label="Switch off web_fetch"]`)))
+		confirmDialog(t, ctx, "web_fetch")
+		waitFor(t, ctx, 5*time.Second, "shown switched off", row+`.textContent.includes('disabled') && `+row+`.textContent.includes('by kill switch')`)
+		resp, _ := s.chat(chatWithTools("hello", "web_fetch", "search_docs"))
+		if resp.Header.Get("X-Promptgate-Tools-Removed") != "web_fetch" || strings.Contains(string(gjson.GetBytes(s.up.last(), "tools").Raw), "web_fetch") {
+			t.Fatalf("web_fetch still sent upstream: %s (removed %q)", gjson.GetBytes(s.up.last(), "tools").Raw, resp.Header.Get("X-Promptgate-Tools-Removed"))
+		}
+		screenshot(t, ctx, "tools")
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`button[aria-label="Switch on web_fetch"]`)))
+		confirmDialog(t, ctx, "web_fetch")
+		waitFor(t, ctx, 5*time.Second, "switched on again", row+`.textContent.includes('enabled')`)
+		if resp, _ := s.chat(chatWithTools("hello", "web_fetch")); resp.Header.Get("X-Promptgate-Tools-Removed") != "" {
+			t.Fatal("web_fetch still removed after switching it on")
+		}
+	})
+
+	t.Run("a tool name with markup renders as text", func(t *testing.T) {
+		s.adminCall("PUT", "/admin/tools/"+url.PathEscape(markupTool)+"/enabled", `{"enabled":false}`, 200)
+		resp, _ := s.chat(chatWithTools("hello", markupTool))
+		if resp.Header.Get("X-Promptgate-Tools-Removed") == "" {
+			t.Fatal("the markup tool was not removed")
+		}
+		for _, page := range []string{"decisions", "tools"} {
+			ctx := s.tab(t, bctx)
+			s.open(t, ctx, page)
+			cells := `[...document.querySelectorAll('td.name, th.name')].filter(c => c.textContent === ` + js(markupTool) + `)`
+			waitFor(t, ctx, 5*time.Second, page+": the name as text", cells+`.length > 0`)
+			if n := eval[int](t, ctx, `document.querySelectorAll('main img').length`); n != 0 {
+				t.Fatalf("%s: %d img elements in the page", page, n)
+			}
+			if eval[bool](t, ctx, `window.__pwned === 1`) {
+				t.Fatalf("%s: the name's script ran", page)
+			}
+		}
+	})
+
+	t.Run("health shows the store, the served versions and the traffic", func(t *testing.T) {
+		ctx := s.tab(t, bctx)
+		s.open(t, ctx, "health")
+		waitFor(t, ctx, 5*time.Second, "health report", `document.getElementById('h-store').textContent.includes('bbolt') && document.getElementById('h-served').textContent.includes('neutral')`)
+		if got := eval[string](t, ctx, `document.getElementById('h-traffic').textContent`); !strings.Contains(got, "200: ") || strings.Contains(got, "Since the start0 requests") {
+			t.Fatalf("traffic %q", got)
+		}
+		screenshot(t, ctx, "health")
+	})
+
+	// Every request of every page went to the admin listener, and none carried the token in its URL. A
+	// data: URL (the browser's own icons of its date pickers) is no request to anyone.
+	s.requestsMu.Lock()
+	defer s.requestsMu.Unlock()
+	if len(s.requests) < 20 {
+		t.Fatalf("only %d requests recorded", len(s.requests))
+	}
+	for _, u := range s.requests {
+		if !strings.HasPrefix(u, s.admin+"/") && !strings.HasPrefix(u, "data:") {
+			t.Errorf("a request left the admin origin: %s", u)
+		}
+		if strings.Contains(u, consoleToken) {
+			t.Errorf("the token is in a URL: %s", u)
+		}
+	}
+	for _, e := range s.browserErrors {
+		t.Errorf("browser: %s", e)
+	}
+}
