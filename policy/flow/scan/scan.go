@@ -7,6 +7,7 @@
 package scan
 
 import (
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -82,13 +83,14 @@ func Whole(s string, k Kind) (Item, bool) {
 	return Item{}, false
 }
 
-// sortItems sorts by (Start, End) with an insertion sort over runs that are nearly sorted already.
+// sortItems sorts by (Start, End), keeping the order of equal items.
 func sortItems(items []Item) {
-	for i := 1; i < len(items); i++ {
-		for j := i; j > 0 && less(items[j], items[j-1]); j-- {
-			items[j], items[j-1] = items[j-1], items[j]
+	slices.SortStableFunc(items, func(a, b Item) int {
+		if a.Start != b.Start {
+			return a.Start - b.Start
 		}
-	}
+		return a.End - b.End
+	})
 }
 
 func less(a, b Item) bool {
@@ -101,6 +103,9 @@ func less(a, b Item) bool {
 // isDelim reports whether r separates tokens: white space, control characters, quotes, angle
 // brackets and the characters that never appear unescaped in a link.
 func isDelim(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r <= ' ' || r == 0x7f || r == '"' || r == '\'' || r == '<' || r == '>' || r == '`' || r == '{' || r == '}' || r == '|' || r == '^'
+	}
 	switch r {
 	case '"', '\'', '<', '>', '`', '{', '}', '|', '^', utf8.RuneError:
 		return true
@@ -112,7 +117,10 @@ func isDelim(r rune) bool {
 func forTokens(text string, fn func(start, end int)) {
 	start := -1
 	for i := 0; i < len(text); {
-		r, n := utf8.DecodeRuneInString(text[i:])
+		r, n := rune(text[i]), 1
+		if r >= utf8.RuneSelf {
+			r, n = utf8.DecodeRuneInString(text[i:])
+		}
 		if r == utf8.RuneError && n <= 1 || isDelim(r) {
 			if start >= 0 {
 				fn(start, i)
@@ -231,7 +239,7 @@ func (t *tokenEnds) end(s int) int {
 // findInToken appends the URLs and emails of text[start:end], a token.
 func findInToken(items []Item, text string, start, end int, kinds Kind) []Item {
 	tok := text[start:end]
-	if !strings.ContainsAny(tok, ":@./\\。．｡") {
+	if !mayHoldLink(tok) {
 		return items
 	}
 	var ends *tokenEnds
@@ -304,6 +312,18 @@ func findInToken(items []Item, text string, start, end int, kinds Kind) []Item {
 		}
 	}
 	return items
+}
+
+// mayHoldLink reports whether a token holds a byte that every URL or email needs one of: a colon,
+// an at sign, a full stop or slash of any kind (the non-ASCII ones start with a byte >= 0x80).
+func mayHoldLink(tok string) bool {
+	for i := 0; i < len(tok); i++ {
+		switch c := tok[i]; {
+		case c == ':', c == '@', c == '.', c == '/', c == '\\', c >= utf8.RuneSelf:
+			return true
+		}
+	}
+	return false
 }
 
 // schemeURL reads a URL whose scheme ends at the colon at c, within the token [start, end); the
@@ -586,12 +606,17 @@ func findIBANs(items []Item, text string) []Item {
 	return items
 }
 
-const maxIBAN = 34
+// The bounds of an IBAN's length.
+const (
+	minIBAN = 15
+	maxIBAN = 34
+)
 
 // iban reads the longest valid IBAN made of whole groups starting at s.
 func iban(text string, s int) (Item, bool) {
 	var buf [maxIBAN]byte
 	n, best, bestEnd := 0, 0, 0
+	want := ibanLength(upper(text[s]), upper(text[s+1]))
 	i := s
 	for {
 		g := i
@@ -611,7 +636,7 @@ func iban(text string, s int) (Item, bool) {
 				break // the group runs on into other letters: not a whole token
 			}
 		}
-		if ValidIBAN(string(buf[:n])) {
+		if (want == 0 || n == want) && n >= minIBAN && checksum(buf[:n]) {
 			best, bestEnd = n, i
 		}
 		sep := separatorLen(text[i:])
@@ -650,23 +675,36 @@ const ibanLengths = "AD24AE23AL28AT20AZ28BA20BE16BG22BH22BI27BR29BY28CH21CR22CY2
 	"LU20LV21LY25MC27MD24ME22MK19MN20MR27MT31MU30NI28NL18NO15OM23PK24PL28PS29PT25QA29RO24RS22RU33SA24SC31" +
 	"SD18SE24SI19SK24SM27SO23ST25SV28TL23TN24TR26UA29VA22VG24XK20YE30"
 
+// ibanLength is the IBAN length of a country (upper-case letters), 0 when this package does not know it.
+func ibanLength(c0, c1 byte) int {
+	for k := 0; k+4 <= len(ibanLengths); k += 4 {
+		if ibanLengths[k] == c0 && ibanLengths[k+1] == c1 {
+			return int(ibanLengths[k+2]-'0')*10 + int(ibanLengths[k+3]-'0')
+		}
+	}
+	return 0
+}
+
 // ValidIBAN reports whether s, in upper case without separators, is an IBAN: a country code, check
 // digits 02 to 98, 15 to 34 letters and digits in all (the country's length where it is known), and
 // a mod-97 remainder of 1.
 func ValidIBAN(s string) bool {
-	if len(s) < 15 || len(s) > maxIBAN || !isLetterByte(s[0]) || !isLetterByte(s[1]) || !isDigitByte(s[2]) || !isDigitByte(s[3]) {
+	if len(s) < minIBAN || len(s) > maxIBAN || !isLetterByte(s[0]) || !isLetterByte(s[1]) {
 		return false
 	}
-	if s[2:4] == "00" || s[2:4] == "01" || s[2:4] == "99" {
+	if want := ibanLength(s[0], s[1]); want != 0 && len(s) != want {
 		return false
 	}
-	for k := 0; k+4 <= len(ibanLengths); k += 4 {
-		if ibanLengths[k:k+2] == s[:2] {
-			if want := int(ibanLengths[k+2]-'0')*10 + int(ibanLengths[k+3]-'0'); len(s) != want {
-				return false
-			}
-			break
-		}
+	return checksum([]byte(s))
+}
+
+// checksum checks the check digits (02 to 98) and the mod-97 remainder of an upper-case IBAN.
+func checksum(s []byte) bool {
+	if len(s) < 4 || !isDigitByte(s[2]) || !isDigitByte(s[3]) {
+		return false
+	}
+	if cd := string(s[2:4]); cd == "00" || cd == "01" || cd == "99" {
+		return false
 	}
 	r := 0
 	for k := 0; k < len(s); k++ {
