@@ -139,11 +139,11 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return errors.New(`must be a duration string such as "10m"`)
+		return errors.New(`toolCalls.confirm.ttl: must be a duration string such as "10m"`)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf(`%q is not a duration: write one such as "10m"`, s)
+		return fmt.Errorf(`toolCalls.confirm.ttl: %q is not a duration: write one such as "10m"`, s)
 	}
 	*d = Duration(v)
 	return nil

@@ -39,6 +39,20 @@ const (
 // All is every kind.
 const All = URL | Email | IBAN
 
+// String lists the kinds: "url, email, iban".
+func (k Kind) String() string {
+	var names []string
+	for _, n := range []struct {
+		k    Kind
+		name string
+	}{{URL, "url"}, {Email, "email"}, {IBAN, "iban"}} {
+		if k&n.k != 0 {
+			names = append(names, n.name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
 // Item is one thing found in a text.
 type Item struct {
 	Kind Kind
