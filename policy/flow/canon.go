@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 )
@@ -16,9 +17,12 @@ import (
 // ArgsDigest is the SHA-256 of a call's arguments in canonical JSON: object keys sorted (by their
 // bytes), no white space, strings re-encoded (escapes resolved, HTML characters not escaped),
 // integers as written (-0 as 0), other numbers as their float64 value ("1.0" and "1" and "1e0" are
-// one). It does not depend on key order or white space. Arguments with a duplicate key (which
-// vetting refuses) or that are not valid JSON are an error.
+// one). It does not depend on key order or white space. Arguments that are not one JSON object, or
+// hold a duplicate key (which vetting refuses), are an error.
 func ArgsDigest(args gjson.Result) ([32]byte, error) {
+	if !args.IsObject() {
+		return [32]byte{}, errors.New("flow: canonical json: the arguments are not an object")
+	}
 	var b bytes.Buffer
 	if err := canonical(&b, args, 0); err != nil {
 		return [32]byte{}, err
@@ -111,10 +115,18 @@ func canonicalNumber(raw string) string {
 	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
-// writeString writes s as a JSON string without HTML escaping.
+// writeString writes s as a JSON string without HTML escaping; invalid UTF-8 becomes U+FFFD, as
+// JSON decoders read it.
 func writeString(b *bytes.Buffer, s string) {
 	enc := json.NewEncoder(b)
 	enc.SetEscapeHTML(false)
+	if !utf8.ValidString(s) {
+		var v strings.Builder
+		for _, r := range s { // each invalid byte is one utf8.RuneError, as encoding/json reads it
+			v.WriteRune(r)
+		}
+		s = v.String()
+	}
 	_ = enc.Encode(s) // a string always encodes
 	b.Truncate(b.Len() - 1)
 }
