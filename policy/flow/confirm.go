@@ -174,7 +174,7 @@ func (c *Conversation) confirm(call Call, args gjson.Result, vs []violation) con
 		return confirmOutcome{verdict: VerdictBlocked, decisions: []Decision{dec(VerdictBlocked, "confirmation is not available")}}
 	case c.binding == "":
 		return confirmOutcome{verdict: VerdictBlocked, decisions: []Decision{dec(VerdictBlocked,
-			"confirmation needs a conversation id when part of the history is not visible (" + c.unseen + ")")}}
+			"confirmation needs a conversation id when part of the history is not visible ("+c.unseen+")")}}
 	}
 	digest, err := ArgsDigest(args)
 	if err != nil {
