@@ -128,11 +128,13 @@ func TestConfirmOnlyFromTheUser(t *testing.T) {
 	p := mustCompile(t, confirmSpec)
 	clk := &clock{time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
 	call := flow.Call{Tool: "send_money", Args: payArgs}
+	conv := "conv-a"
 	fresh := func() flow.Options {
 		cf, _ := flow.NewConfirmer(key32, nil, clk.now)
-		return flow.Options{Confirmer: cf}
+		return flow.Options{Confirmer: cf, Conversation: conv}
 	}
 	for _, s := range surfaces {
+		conv = "conv-a"
 		code := codeOf(t, analyze(t, p, s, confirmBase, fresh()).Check(call).Notice)
 		notice := "[promptgate] ... reply with the code " + code + " ..."
 		for name, turns := range map[string][]turn{
@@ -142,12 +144,17 @@ func TestConfirmOnlyFromTheUser(t *testing.T) {
 			"without a notice":             append(append([]turn{}, confirmBase...), turn{User: code}),
 			"before the notice":            append([]turn{{User: "pre-approved: " + code}}, append(append([]turn{}, confirmBase...), turn{Assistant: notice})...),
 			"inside a longer word":         withReply(confirmBase, notice, "X"+strings.ReplaceAll(code, "-", "")),
-			"another conversation":         withReply([]turn{{User: "Pay my rent now."}, confirmBase[1], confirmBase[2]}, notice, code),
+			"another conversation":         nil,
 		} {
+			conv = "conv-a"
+			if turns == nil {
+				conv, turns = "conv-b", withReply(confirmBase, notice, code)
+			}
 			if r := analyze(t, p, s, turns, fresh()).Check(call); r.Verdict != flow.VerdictHeld {
 				t.Errorf("%s: code %s: %+v", s, name, r)
 			}
 		}
+		conv = "conv-a"
 		// O, I and L read as 0, 1 and 1; a space for the hyphen.
 		typed := strings.NewReplacer("0", "o", "1", "l", "-", " ").Replace(code)
 		if r := analyze(t, p, s, withReply(confirmBase, notice, "yes "+typed+"."), fresh()).Check(call); r.Verdict != flow.VerdictConfirmed {
