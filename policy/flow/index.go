@@ -189,12 +189,18 @@ func splitWords(s string) []string {
 }
 
 // forIDTokens calls fn for each id token of s: the runs between white space, quotes, brackets,
-// commas, semicolons and pipes, without leading and trailing '.', ':', '!' and '?'.
+// commas, semicolons and pipes, without leading and trailing '.', ':', '!' and '?'; a token that
+// starts with '#' or '@' (a channel, a mention) is given without it too.
 func forIDTokens(s string, fn func(string)) {
 	start := -1
 	emit := func(end int) {
-		if tok := strings.Trim(s[start:end], ".:!?"); tok != "" {
-			fn(tok)
+		tok := strings.Trim(s[start:end], ".:!?")
+		if tok == "" {
+			return
+		}
+		fn(tok)
+		if bare := strings.TrimLeft(tok, "#@"); bare != tok && bare != "" {
+			fn(bare)
 		}
 	}
 	for i, r := range s {
