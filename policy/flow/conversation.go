@@ -78,7 +78,7 @@ type Conversation struct {
 	made []string // tools of this response's calls that were let through, in order
 
 	indexOnce sync.Once
-	index     *index
+	index     *index // see idx
 }
 
 // Segments returns the conversation's segments in order.

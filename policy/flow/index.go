@@ -3,6 +3,7 @@ package flow
 import (
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -22,16 +23,21 @@ import (
 
 // index maps each normalised key to the sources it occurs in, as a bit mask over the distinct
 // sources of the conversation (bit i for labels[i], bit 63 for every source after the 63rd). It
-// covers the segments that some from list of the policy covers, and is built once per
-// conversation, when a rule first needs it.
+// covers the segments that some from list of the policy covers. It is built once per conversation,
+// each part when a rule first needs it: the scanned items (addresses, hosts, URLs, IBANs), the id
+// tokens, the words.
 type index struct {
+	c      *Conversation
 	labels []Source
-	// emails, hosts, urls, ibans and ids map keys to masks.
-	emails, hosts, urls, ibans, ids map[string]uint64
-	// words maps a lowercased word to where it occurs; segWords are each indexed segment's words.
-	words    map[string][]wordPos
-	segWords [][]string
-	segBit   []uint64
+	segBit []uint64 // per segment: its source's bit, 0 when the segment is not indexed
+
+	itemsOnce                  sync.Once
+	emails, hosts, urls, ibans map[string]uint64
+	idsOnce                    sync.Once
+	ids                        map[string]uint64
+	wordsOnce                  sync.Once
+	words                      map[string][]wordPos // lowercased word -> where it occurs
+	segWords                   [][]string           // each indexed segment's words
 }
 
 type wordPos struct{ seg, at int32 }
@@ -49,60 +55,87 @@ func (ix *index) bitOf(s Source) uint64 {
 	return 1 << min(len(ix.labels)-1, overflowBit)
 }
 
-// idx returns the conversation's index, building it on first use.
+// idx returns the conversation's index, its sources numbered on first use.
 func (c *Conversation) idx() *index {
-	c.indexOnce.Do(func() { c.index = c.buildIndex() })
+	c.indexOnce.Do(func() {
+		ix := &index{c: c, segBit: make([]uint64, len(c.segments))}
+		for si, seg := range c.segments {
+			if seg.Text == "" {
+				continue
+			}
+			for _, pat := range c.p.indexed {
+				if pat.matches(seg.Source, c.trusted[si]) {
+					ix.segBit[si] = ix.bitOf(seg.Source)
+					break
+				}
+			}
+		}
+		c.index = ix
+	})
 	return c.index
 }
 
-func (c *Conversation) buildIndex() *index {
-	ix := &index{
-		emails: map[string]uint64{}, hosts: map[string]uint64{}, urls: map[string]uint64{},
-		ibans: map[string]uint64{}, ids: map[string]uint64{}, words: map[string][]wordPos{},
-		segWords: make([][]string, len(c.segments)), segBit: make([]uint64, len(c.segments)),
-	}
-	for si, seg := range c.segments {
-		covered := false
-		for _, pat := range c.p.indexed {
-			if pat.matches(seg.Source, c.trusted[si]) {
-				covered = true
-				break
+// items builds the maps of scanned items.
+func (ix *index) items() {
+	ix.itemsOnce.Do(func() {
+		ix.emails, ix.hosts, ix.urls, ix.ibans = map[string]uint64{}, map[string]uint64{}, map[string]uint64{}, map[string]uint64{}
+		for si, seg := range ix.c.segments {
+			bit := ix.segBit[si]
+			if bit == 0 {
+				continue
 			}
-		}
-		if !covered || seg.Text == "" {
-			continue
-		}
-		bit := ix.bitOf(seg.Source)
-		ix.segBit[si] = bit
-		for _, it := range scan.Find(seg.Text, scan.All) {
-			switch it.Kind {
-			case scan.URL:
-				if h, ok := itemHost(it); ok {
-					ix.hosts[h] |= bit
-				}
-				if u, ok := canonicalURL(seg.Text[it.Start:it.End]); ok {
-					ix.urls[u] |= bit
-				}
-			case scan.Email:
-				if k, ok := emailKey(seg.Text[it.Start:it.End]); ok {
-					ix.emails[k] |= bit
-					if h, err := vet.NormHost(it.Host); err == nil {
+			for _, it := range scan.Find(seg.Text, scan.All) {
+				switch it.Kind {
+				case scan.URL:
+					if h, ok := itemHost(it); ok {
 						ix.hosts[h] |= bit
 					}
+					if u, ok := canonicalURL(seg.Text[it.Start:it.End]); ok {
+						ix.urls[u] |= bit
+					}
+				case scan.Email:
+					if k, ok := emailKey(seg.Text[it.Start:it.End]); ok {
+						ix.emails[k] |= bit
+						if h, err := vet.NormHost(it.Host); err == nil {
+							ix.hosts[h] |= bit
+						}
+					}
+				case scan.IBAN:
+					ix.ibans[it.Value] |= bit
 				}
-			case scan.IBAN:
-				ix.ibans[it.Value] |= bit
 			}
 		}
-		forIDTokens(seg.Text, func(tok string) { ix.ids[tok] |= bit })
-		lower := strings.ToLower(seg.Text)
-		words := splitWords(lower)
-		ix.segWords[si] = words
-		for at, w := range words {
-			ix.words[w] = append(ix.words[w], wordPos{int32(si), int32(at)})
+	})
+}
+
+// idTokens builds the map of id tokens.
+func (ix *index) idTokens() {
+	ix.idsOnce.Do(func() {
+		ix.ids = map[string]uint64{}
+		for si, seg := range ix.c.segments {
+			if bit := ix.segBit[si]; bit != 0 {
+				forIDTokens(seg.Text, func(tok string) { ix.ids[tok] |= bit })
+			}
 		}
-	}
-	return ix
+	})
+}
+
+// wordIndex builds the word positions.
+func (ix *index) wordIndex() {
+	ix.wordsOnce.Do(func() {
+		ix.words = map[string][]wordPos{}
+		ix.segWords = make([][]string, len(ix.c.segments))
+		for si, seg := range ix.c.segments {
+			if ix.segBit[si] == 0 {
+				continue
+			}
+			words := splitWords(strings.ToLower(seg.Text))
+			ix.segWords[si] = words
+			for at, w := range words {
+				ix.words[w] = append(ix.words[w], wordPos{int32(si), int32(at)})
+			}
+		}
+	})
 }
 
 // mask returns the bits of the sources that the patterns cover. With all set, the overflow bit is
@@ -415,16 +448,22 @@ func isIBANValue(s string) bool {
 func (ix *index) lookup(kind valueKind, key string, words []string) uint64 {
 	switch kind {
 	case vkEmail:
+		ix.items()
 		return ix.emails[key]
 	case vkHost:
+		ix.items()
 		return ix.hosts[key]
 	case vkURL:
+		ix.items()
 		return ix.urls[key]
 	case vkIBAN:
+		ix.items()
 		return ix.ibans[key]
 	case vkID:
+		ix.idTokens()
 		return ix.ids[key]
 	case vkText:
+		ix.wordIndex()
 		return ix.lookupPhrase(words)
 	}
 	return 0
