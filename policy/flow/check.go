@@ -345,7 +345,7 @@ func (c *Conversation) checkFlow(r *flowRule) string {
 				if c.trusted[i] {
 					trust = "trusted"
 				}
-				return fmt.Sprintf("%s output (%s) is in the conversation", trust, seg.Source)
+				return fmt.Sprintf("%s output (%s) is in the conversation", trust, seg.Source.label())
 			}
 		}
 	}

@@ -352,3 +352,15 @@ func TestCompileWorkflow(t *testing.T) {
 		t.Error("a workflow widened trust")
 	}
 }
+
+// TestReasonsEscapeToolNames: a tool name from the conversation appears in a reason quoted, so it
+// cannot break a line of the audit log or the notice.
+func TestReasonsEscapeToolNames(t *testing.T) {
+	t.Parallel()
+	p := mustCompile(t, `{"flows":[{"id":"f","after":["untrusted"],"tools":["pay"]}]}`)
+	c := analyze(t, p, flow.SurfaceChat, []turn{{User: "x"}, {Calls: []neutralCall{{ID: "a", Tool: "web\nfetch"}}}, {Tool: "a", Output: "page"}}, flow.Options{})
+	r := c.Check(flow.Call{Tool: "pay", Args: []byte(`{}`)})
+	if r.Reason != `rule f: untrusted output (tool:"web\nfetch") is in the conversation` {
+		t.Fatalf("%q", r.Reason)
+	}
+}

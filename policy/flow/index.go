@@ -172,7 +172,7 @@ func (ix *index) labelsOf(m uint64) string {
 	var out []string
 	for i, l := range ix.labels {
 		if m&(1<<min(i, overflowBit)) != 0 {
-			out = append(out, l.String())
+			out = append(out, l.label())
 		}
 	}
 	return strings.Join(out, ", ")

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"github.com/promptgate/promptgate/policy/vet"
 )
 
 // SourceKind is where a piece of the conversation came from.
@@ -50,6 +52,15 @@ func (s Source) String() string {
 		return "tool:" + s.Tool
 	}
 	return "unknown"
+}
+
+// label is the source's label for a reason or a notice: its tool name shown as vet.DisplayName
+// shows names (quoted with escapes unless plain), so a name cannot break a line or pass for text.
+func (s Source) label() string {
+	if s.Kind == SourceTool && s.Tool != "" {
+		return "tool:" + vet.DisplayName(s.Tool)
+	}
+	return s.String()
 }
 
 // patKind is a kind of source pattern.
