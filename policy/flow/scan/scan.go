@@ -287,12 +287,24 @@ func findInToken(items []Item, text string, start, end int, kinds Kind) []Item {
 			firstURL = min(firstURL, it.Start)
 		}
 	}
-	if kinds&Email != 0 && strings.IndexByte(tok, '@') >= 0 {
+	if kinds&(Email|URL) != 0 && strings.IndexByte(tok, '@') >= 0 {
 		for i := start; i < end; i++ {
-			if text[i] == '@' {
-				if it, ok := email(text, start, i, end); ok {
-					items = append(items, it)
+			if text[i] != '@' {
+				continue
+			}
+			it, ok := email(text, start, i, end)
+			if !ok {
+				continue
+			}
+			if kinds&Email != 0 {
+				items = append(items, it)
+			}
+			// "ok.com@evil.net/login" is a link to evil.net with user info, if no scheme URL covers it.
+			if kinds&URL != 0 && it.End < end && strings.IndexByte("/\\?#", text[it.End]) >= 0 && it.Start < firstURL {
+				if ends == nil {
+					ends = newTokenEnds(text, start, end)
 				}
+				items = append(items, Item{Kind: URL, Start: it.Start, End: max(ends.end(it.Start), it.End), Host: it.Host, UserInfo: true})
 			}
 		}
 	}

@@ -78,6 +78,7 @@ var scanCases = []struct {
 	{"bob@localhost, a@b.c, @x.com, x@.com", nil},
 	{"ops@corp.internal", []string{"email:ops@corp.internal domain=corp.internal"}},
 	{"a@b@c.com", []string{"email:b@c.com domain=c.com"}},
+	{"visit ok.com@evil.net/login.", []string{"email:ok.com@evil.net domain=evil.net", "url:ok.com@evil.net/login host=evil.net userinfo"}},
 	// IBANs
 	{"pay DE89 3704 0044 0532 0130 00 today", []string{"iban:DE89 3704 0044 0532 0130 00 value=DE89370400440532013000"}},
 	{"IBAN:DE89370400440532013000.", []string{"iban:DE89370400440532013000 value=DE89370400440532013000"}},
