@@ -341,6 +341,9 @@ func TestCompileWorkflow(t *testing.T) {
 			t.Errorf("ToolTrusted(%q) = %v", tool, got)
 		}
 	}
+	if p.Empty() || !mustCompile(t, `{"toolOutputs":{"trusted":["x"]}}`).Empty() {
+		t.Error("Empty: a policy with a rule is not empty, one with trust labels alone is")
+	}
 	if p.ConfirmTTL().Minutes() != 5 || p.Explain().Rules[0].Rule != "workflow.budgets[0]" {
 		t.Errorf("%+v", p.Explain())
 	}

@@ -181,12 +181,6 @@ const (
 	MatchURL  = "url"
 )
 
-// IsZero reports whether the spec sets nothing.
-func (s Spec) IsZero() bool {
-	return len(s.ToolOutputs.Trusted) == 0 && len(s.Provenance) == 0 && len(s.Scan) == 0 &&
-		len(s.Budgets) == 0 && len(s.Flows) == 0 && s.Confirm.TTL == 0 && s.ContinueRounds == 0
-}
-
 // Validate returns every problem of the spec, joined and sorted, each naming the field path
 // (relative to toolCalls) and the fix.
 func (s Spec) Validate() error {
