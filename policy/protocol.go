@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 )
@@ -41,8 +42,29 @@ var protocolKeys = &keySpec{fields: map[string]*keySpec{
 		"onViolation": leaf(), "atomicParallelCalls": leaf(),
 		"rules": {array: true, fields: map[string]*keySpec{
 			"id": leaf(), "tool": leaf(), "path": leaf(), "pattern": leaf(), "oneOf": leaf(), "max": leaf(), "min": leaf(),
-			"pathPrefix": leaf(), "hosts": leaf(), "schemes": leaf(), "optional": leaf(),
+			"pathPrefix": leaf(), "hosts": leaf(), "schemes": leaf(), "optional": leaf(), "notPattern": leaf(),
+			"not": {fields: map[string]*keySpec{
+				"pattern": leaf(), "oneOf": leaf(), "max": leaf(), "min": leaf(), "pathPrefix": leaf(), "hosts": leaf(), "schemes": leaf(),
+			}},
 		}},
+		"toolOutputs": {fields: map[string]*keySpec{"trusted": leaf()}},
+		"provenance": {array: true, fields: map[string]*keySpec{
+			"id": leaf(), "tool": leaf(), "path": leaf(), "as": leaf(), "match": leaf(), "from": leaf(),
+			"not": {fields: map[string]*keySpec{"from": leaf()}}, "optional": leaf(), "verdict": leaf(), "keyArgs": leaf(),
+		}},
+		"scan": {array: true, fields: map[string]*keySpec{
+			"id": leaf(), "tool": leaf(), "path": leaf(), "find": leaf(), "hosts": leaf(), "schemes": leaf(), "from": leaf(),
+			"match": leaf(), "not": {fields: map[string]*keySpec{"hosts": leaf(), "from": leaf()}}, "optional": leaf(),
+			"verdict": leaf(), "keyArgs": leaf(),
+		}},
+		"budgets": {array: true, fields: map[string]*keySpec{
+			"id": leaf(), "tool": leaf(), "maxCalls": leaf(), "verdict": leaf(), "keyArgs": leaf(),
+		}},
+		"flows": {array: true, fields: map[string]*keySpec{
+			"id": leaf(), "after": leaf(), "tools": leaf(), "verdict": leaf(), "keyArgs": leaf(),
+		}},
+		"confirm":        {fields: map[string]*keySpec{"ttl": leaf()}},
+		"continueRounds": leaf(),
 	}},
 }}
 
@@ -128,11 +150,13 @@ type ToolList struct {
 	Deny  []string `json:"deny"`
 }
 
-// ToolCalls is the response-side policy.
+// ToolCalls is the response-side policy: the argument rules of each call, and the
+// information-flow rules (flow.Spec, whose fields sit beside these in the JSON).
 type ToolCalls struct {
 	OnViolation         vet.Mode   `json:"onViolation,omitempty"`
 	AtomicParallelCalls bool       `json:"atomicParallelCalls,omitempty"`
 	Rules               []vet.Rule `json:"rules,omitempty"`
+	flow.Spec
 }
 
 var (
@@ -222,12 +246,22 @@ func (p *Protocol) Validate() error {
 		}
 	}
 	switch p.ToolCalls.OnViolation {
-	case "", vet.ModeRefuse, vet.ModeError, vet.ModeAudit:
+	case "", vet.ModeRefuse, vet.ModeError, vet.ModeAudit, vet.ModeContinue:
 	default:
-		bad("toolCalls.onViolation", "%q: use refuse, error or audit", p.ToolCalls.OnViolation)
+		bad("toolCalls.onViolation", "%q: use refuse, error, audit or continue", p.ToolCalls.OnViolation)
 	}
 	if _, err := vet.CompileRules(p.ToolCalls.Rules); err != nil {
 		bad("toolCalls", "%v", err)
+	}
+	if err := p.ToolCalls.Spec.Validate(); err != nil {
+		var each interface{ Unwrap() []error }
+		if errors.As(err, &each) {
+			for _, e := range each.Unwrap() {
+				bad("toolCalls."+strings.SplitN(e.Error(), ": ", 2)[0], "%s", strings.SplitN(e.Error(), ": ", 2)[1])
+			}
+		} else {
+			bad("toolCalls", "%v", err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -6,7 +6,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
@@ -39,6 +41,37 @@ func TestParseProtocolContractExample(t *testing.T) {
 	}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("ParseProtocol(contract example)\n got %#v\nwant %#v", p, want)
+	}
+}
+
+// TestParseProtocolInformationFlow: the information-flow rules sit beside onViolation and rules in
+// toolCalls, and "continue" is a mode.
+func TestParseProtocolInformationFlow(t *testing.T) {
+	p, err := ParseProtocol([]byte(`{"id": "bank", "promptTemplate": {"base": "b"}, "toolCalls": {
+	  "onViolation": "continue", "continueRounds": 3,
+	  "rules": [{"tool": "send_email", "path": "body", "notPattern": "\\b\\d{16}\\b"},
+	            {"tool": "fetch", "path": "url", "not": {"hosts": ["evil.net"]}}],
+	  "toolOutputs": {"trusted": ["get_contacts", "list_*"]},
+	  "provenance": [{"id": "payee", "tool": "send_money", "path": "iban", "as": "iban", "from": ["user", "tool:get_iban"], "keyArgs": ["iban", "amount"], "verdict": "confirm"}],
+	  "scan": [{"id": "links", "tool": "send_*", "path": "body", "find": ["url"], "hosts": ["*.example.com"], "not": {"from": ["tool:read_inbox"]}}],
+	  "budgets": [{"tool": "send_email", "maxCalls": 3}],
+	  "flows": [{"after": ["untrusted"], "tools": ["delete_*"], "verdict": "block"}],
+	  "confirm": {"ttl": "5m"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := p.ToolCalls
+	if tc.OnViolation != vet.ModeContinue || tc.ContinueRounds != 3 || len(tc.Rules) != 2 || tc.Rules[1].Not == nil ||
+		len(tc.ToolOutputs.Trusted) != 2 || tc.Provenance[0].Verdict != "confirm" || tc.Scan[0].Not == nil ||
+		*tc.Budgets[0].MaxCalls != 3 || tc.Flows[0].Tools[0] != "delete_*" || time.Duration(tc.Confirm.TTL) != 5*time.Minute {
+		t.Fatalf("decoded %+v", tc)
+	}
+	pol, err := flow.Compile(tc.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pol.ToolTrusted("list_files") || pol.ToolTrusted("read_inbox") || pol.ConfirmTTL() != 5*time.Minute || pol.ContinueRounds() != 3 {
+		t.Fatalf("compiled %+v", pol.Explain())
 	}
 }
 
@@ -95,6 +128,10 @@ func TestParseProtocolRefusesMalformed(t *testing.T) {
 		{"unknown field in overrides", `{"id": "p", "promptTemplate": {"base": "b", "overrides": {"rule": "x"}}}`, `policy: protocol definition: unknown field "rule" in promptTemplate.overrides`},
 		{"unknown field in tools", `{"id": "p", "promptTemplate": {"base": "b"}, "tools": {"allowed": ["*"]}}`, `policy: protocol definition: unknown field "allowed" in tools`},
 		{"unknown field in toolCalls", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"mode": "error"}}`, `policy: protocol definition: unknown field "mode" in toolCalls`},
+		{"unknown field in a provenance rule", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"provenance": [{"tool": "t", "path": "p", "sources": ["user"]}]}}`, `policy: protocol definition: unknown field "sources" in toolCalls.provenance[0]`},
+		{"key of a flow rule in another case", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"flows": [{"After": ["untrusted"], "tools": ["x"]}]}}`, `policy: protocol definition: unknown field "After" in toolCalls.flows[0]`},
+		{"unknown field in not", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"rules": [{"tool": "t", "path": "p", "not": {"regex": "a"}}]}}`, `policy: protocol definition: unknown field "regex" in toolCalls.rules[0].not`},
+		{"ttl not a duration", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"confirm": {"ttl": 600}}}`, `policy: protocol definition: toolCalls.confirm.ttl: must be a duration string such as "10m"`},
 		{"unknown field in a rule", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"rules": [{"tool": "t", "path": "p", "regex": "a"}]}}`, `policy: protocol definition: unknown field "regex" in toolCalls.rules[0]`},
 		{"version is not part of the JSON", `{"id": "p", "promptTemplate": {"base": "b"}, "Version": 3}`, `policy: protocol definition: unknown field "Version"`},
 		{"wrong type", `{"id": "p", "promptTemplate": {"base": "b"}, "scope": "observer"}`, `policy: protocol definition: json: cannot unmarshal string into Go struct field Protocol.scope of type []string`},
@@ -150,11 +187,32 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"bad allow glob", `{"id": "p", "promptTemplate": {"base": "b"}, "tools": {"allow": ["search_*", "web_[fetch"]}}`, []string{`policy: protocol "p": tools.allow[1]: bad glob "web_[fetch": syntax error in pattern`}},
 		{"bad deny glob", `{"id": "p", "promptTemplate": {"base": "b"}, "tools": {"allow": ["*"], "deny": ["x\\"]}}`, []string{`policy: protocol "p": tools.deny[0]: bad glob "x\\": syntax error in pattern`}},
 		{"empty allow entry", `{"id": "p", "promptTemplate": {"base": "b"}, "tools": {"allow": [""]}}`, []string{`policy: protocol "p": tools.allow[0]: empty name`}},
-		{"bad onViolation", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"onViolation": "block"}}`, []string{`policy: protocol "p": toolCalls.onViolation: "block": use refuse, error or audit`}},
-		{"onViolation is case-sensitive", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"onViolation": "Refuse"}}`, []string{`policy: protocol "p": toolCalls.onViolation: "Refuse": use refuse, error or audit`}},
+		{"bad onViolation", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"onViolation": "block"}}`, []string{`policy: protocol "p": toolCalls.onViolation: "block": use refuse, error, audit or continue`}},
+		{"onViolation is case-sensitive", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"onViolation": "Refuse"}}`, []string{`policy: protocol "p": toolCalls.onViolation: "Refuse": use refuse, error, audit or continue`}},
 		{
 			"bad rule regex", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"rules": [{"tool": "web_fetch", "path": "url", "pattern": "^https://("}]}}`,
 			[]string{"policy: protocol \"p\": toolCalls: rules[0].pattern: error parsing regexp: missing closing ): `^https://(`"},
+		},
+		{
+			"information-flow rules name their field",
+			`{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {
+			  "toolOutputs": {"trusted": ["list_["]},
+			  "provenance": [{"tool": "pay", "path": "iban", "as": "bank", "from": ["assistant"]}],
+			  "scan": [{"tool": "mail", "path": "body"}],
+			  "budgets": [{"tool": "send_*"}],
+			  "flows": [{"after": ["user"], "tools": ["pay"], "verdict": "ask"}],
+			  "confirm": {"ttl": "10s"}, "continueRounds": 9}}`,
+			[]string{
+				`policy: protocol "p": toolCalls.budgets[0].maxCalls: required: the most calls allowed per conversation, such as 3`,
+				`policy: protocol "p": toolCalls.confirm.ttl: 10s is out of range: give 1m0s to 24h0m0s`,
+				`policy: protocol "p": toolCalls.continueRounds: 9 is out of range: give 1 to 8`,
+				`policy: protocol "p": toolCalls.flows[0].after[0]: "user" is trusted text, which a flow rule does not react to: use untrusted, context or tool:NAME`,
+				`policy: protocol "p": toolCalls.flows[0].verdict: "ask" is not a verdict: use block or confirm`,
+				`policy: protocol "p": toolCalls.provenance[0].as: "bank" is not a value kind: use auto, email, host, url, iban, id or text`,
+				`policy: protocol "p": toolCalls.provenance[0].from[0]: "assistant" is not a source: the model can copy an attacker's text into its own words; list user, app, trusted or tool:NAME`,
+				`policy: protocol "p": toolCalls.scan[0]: needs a check: hosts, from, not.hosts or not.from`,
+				`policy: protocol "p": toolCalls.toolOutputs.trusted[0]: "list_[" is not a valid glob (syntax error in pattern): use *, ? and [class] as in tools.allow`,
+			},
 		},
 		{
 			"several problems at once",
@@ -169,7 +227,7 @@ func TestValidateNamesTheField(t *testing.T) {
 				`policy: protocol "w w": clientSystem: "Keep": use keep or drop`,
 				`policy: protocol "w w": tools.allow[0]: bad glob "[": syntax error in pattern`,
 				`policy: protocol "w w": tools.deny[0]: empty name`,
-				`policy: protocol "w w": toolCalls.onViolation: "deny": use refuse, error or audit`,
+				`policy: protocol "w w": toolCalls.onViolation: "deny": use refuse, error, audit or continue`,
 			},
 		},
 	} {

@@ -283,13 +283,15 @@ func intersectScope(base, wf []string) []string {
 	return out
 }
 
-// stricter reports whether mode a is stricter than b (error > refuse > audit).
+// stricter reports whether mode a is stricter than b (error > refuse > continue > audit).
 func stricter(a, b vet.Mode) bool {
 	rank := func(m vet.Mode) int {
 		switch m {
 		case vet.ModeError:
-			return 3
+			return 4
 		case vet.ModeRefuse:
+			return 3
+		case vet.ModeContinue:
 			return 2
 		case vet.ModeAudit:
 			return 1

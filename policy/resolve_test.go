@@ -631,3 +631,16 @@ func TestMergeRenamesClashingRuleIDs(t *testing.T) {
 		t.Fatalf("merged rules do not compile: %v", err)
 	}
 }
+
+// TestStricterModes: a workflow can make onViolation stricter, never weaker; continue blocks the call
+// as refuse does, so audit is weaker than it and refuse and error are stricter.
+func TestStricterModes(t *testing.T) {
+	order := []vet.Mode{vet.ModeAudit, vet.ModeContinue, vet.ModeRefuse, vet.ModeError}
+	for i, a := range order {
+		for j, b := range order {
+			if got := stricter(a, b); got != (i > j) {
+				t.Errorf("stricter(%s, %s) = %v", a, b, got)
+			}
+		}
+	}
+}

@@ -17,27 +17,15 @@ import (
 
 // Rule is one argument rule of a protocol (in its definition: "toolCalls":{"rules":[...]}).
 //
-// Path is a gjson path into the call's arguments. A component that is exactly "#" walks every
-// element of the array there ("files.#.path": the path of every file; "urls.#": every url); an
-// element that lacks the rest of the path counts as missing, and a value that is not an array
-// is taken as a one-element list. A value that is an array where no "#" asks for one is checked
-// element by element too. A missing value, or a JSON null, is a violation unless Optional is set;
-// an empty array has nothing to check.
+// Path is a gjson path into the call's arguments, walked as Walk describes. A missing value, or a
+// JSON null, is a violation unless Optional is set; an empty array has nothing to check.
 //
-// Exactly one kind of check is set:
-//   - Pattern: an RE2 regular expression the string value must match (unanchored, as
-//     regexp.MatchString; write ^ and $ to anchor it).
-//   - OneOf: the allowed JSON values (strings, numbers, booleans); numbers compare by value.
-//   - Max and/or Min: inclusive numeric bounds of a number value.
-//   - PathPrefix: the value is a file path. NUL bytes are refused, backslashes count as
-//     separators, the path is cleaned (path.Clean) and may not climb above its start with "..";
-//     it must then be one of the prefixes or lie under one: "/data/x" is under "/data",
-//     "/database" is not.
-//   - Hosts: the value is an absolute URL (net/url). Its scheme must be http or https, or one of
-//     Schemes when given; it may not carry user info; its host, lowercased, without a trailing
-//     dot and in IDNA ASCII (punycode) form, must equal a listed host or, for a listed
-//     "*.example.com", be a subdomain of example.com (not example.com itself). Ports are not
-//     checked.
+// Exactly one kind of check is set: one of Check's (pattern, oneOf, max/min, pathPrefix, hosts),
+// NotPattern, or Not. NotPattern is an RE2 expression the string value must not match ("no card
+// numbers in a mail body"); Not holds one check that the value must fail. A negated check still
+// refuses a value it cannot judge: a value of the wrong type, a path with a NUL byte or climbing
+// out of its start, a URL that does not parse, has user info, an invalid host or a scheme outside
+// Schemes.
 //
 // Tool is "*" (every tool) or one exact tool name.
 type Rule struct {
@@ -51,7 +39,32 @@ type Rule struct {
 	PathPrefix []string `json:"pathPrefix,omitempty"`
 	Hosts      []string `json:"hosts,omitempty"`
 	Schemes    []string `json:"schemes,omitempty"`
+	NotPattern string   `json:"notPattern,omitempty"`
+	Not        *Check   `json:"not,omitempty"`
 	Optional   bool     `json:"optional,omitempty"`
+}
+
+// Check is one value check of a Rule, the part that Not negates. Exactly one kind is set:
+//   - Pattern: an RE2 regular expression the string value must match (unanchored, as
+//     regexp.MatchString; write ^ and $ to anchor it).
+//   - OneOf: the allowed JSON values (strings, numbers, booleans); numbers compare by value.
+//   - Max and/or Min: inclusive numeric bounds of a number value.
+//   - PathPrefix: the value is a file path. NUL bytes are refused, backslashes count as
+//     separators, the path is cleaned (path.Clean) and may not climb above its start with "..";
+//     it must then be one of the prefixes or lie under one: "/data/x" is under "/data",
+//     "/database" is not.
+//   - Hosts: the value is a URL (see ParseURL: without a scheme it is read as https). Its scheme
+//     must be http or https, or one of Schemes when given; it may not carry user info; its host,
+//     lowercased, without a trailing dot and in IDNA ASCII (punycode) form, must match the list
+//     (see HostList). Ports are not checked.
+type Check struct {
+	Pattern    string   `json:"pattern,omitempty"`
+	OneOf      []any    `json:"oneOf,omitempty"`
+	Max        *float64 `json:"max,omitempty"`
+	Min        *float64 `json:"min,omitempty"`
+	PathPrefix []string `json:"pathPrefix,omitempty"`
+	Hosts      []string `json:"hosts,omitempty"`
+	Schemes    []string `json:"schemes,omitempty"`
 }
 
 // RuleSet is a compiled, immutable list of rules, safe for concurrent use.
@@ -82,13 +95,17 @@ type compiledRule struct {
 	tool     string
 	path     string
 	optional bool
-	kind     ruleKind
+	negate   bool // the value must fail check (notPattern, not)
+	check    compiledCheck
+}
 
+type compiledCheck struct {
+	kind     ruleKind
 	re       *regexp.Regexp
 	oneOf    []any // string, float64 or bool
 	max, min float64
 	prefixes []string // cleaned
-	hosts    []string // normalised; "*.x" kept as ".x"
+	hosts    HostList
 	schemes  map[string]bool
 }
 
@@ -96,134 +113,57 @@ type compiledRule struct {
 // field: `rules[2].pattern: error parsing regexp: ...`.
 func CompileRules(rules []Rule) (*RuleSet, error) {
 	var errs []error
-	bad := func(i int, field, format string, args ...any) {
-		where := fmt.Sprintf("rules[%d]", i)
-		if field != "" {
-			where += "." + field
-		}
-		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{where}, args...)...))
-	}
 	set := &RuleSet{rules: make([]compiledRule, 0, len(rules))}
 	ids := map[string]int{}
 	for i, r := range rules {
+		bad := func(field, format string, args ...any) {
+			where := fmt.Sprintf("rules[%d]", i)
+			if field != "" {
+				where += "." + field
+			}
+			errs = append(errs, fmt.Errorf("%s: "+format, append([]any{where}, args...)...))
+		}
 		c := compiledRule{name: r.ID, tool: r.Tool, path: r.Path, optional: r.Optional}
 		if c.name == "" {
 			c.name = fmt.Sprintf("rules[%d]", i)
 		} else if j, dup := ids[r.ID]; dup {
-			bad(i, "id", "%q is already the id of rules[%d]", r.ID, j)
+			bad("id", "%q is already the id of rules[%d]", r.ID, j)
 		} else {
 			ids[r.ID] = i
 		}
 		if r.Tool == "" {
-			bad(i, "tool", `required: a tool name, or "*" for every tool`)
+			bad("tool", `required: a tool name, or "*" for every tool`)
 		}
 		if r.Path == "" {
-			bad(i, "path", "required: a gjson path into the arguments, such as url or files.#.path")
+			bad("path", "required: a gjson path into the arguments, such as url or files.#.path")
 		} else if strings.ContainsRune(r.Path, 0) {
-			bad(i, "path", "must not contain NUL")
+			bad("path", "must not contain NUL")
 		}
+		own := Check{Pattern: r.Pattern, OneOf: r.OneOf, Max: r.Max, Min: r.Min, PathPrefix: r.PathPrefix, Hosts: r.Hosts, Schemes: r.Schemes}
 		var kinds []string
-		if r.Pattern != "" {
-			kinds = append(kinds, "pattern")
-			c.kind = kindPattern
-			re, err := regexp.Compile(r.Pattern)
-			if err != nil {
-				bad(i, "pattern", "%w", err)
-			}
-			c.re = re
+		c.check, kinds = compileCheck(own, "", bad)
+		if r.NotPattern != "" {
+			kinds = append(kinds, "notPattern")
+			c.negate = true
+			c.check, _ = compileCheck(Check{Pattern: r.NotPattern}, "", func(_, format string, args ...any) {
+				bad("notPattern", format, args...)
+			})
 		}
-		if r.OneOf != nil {
-			kinds = append(kinds, "oneOf")
-			c.kind = kindOneOf
-			if len(r.OneOf) == 0 {
-				bad(i, "oneOf", "must list at least one value")
+		if r.Not != nil {
+			kinds = append(kinds, "not")
+			c.negate = true
+			var inner []string
+			c.check, inner = compileCheck(*r.Not, "not.", bad)
+			if len(inner) != 1 {
+				bad("not", "must hold exactly one check: pattern, oneOf, max/min, pathPrefix or hosts")
 			}
-			for j, v := range r.OneOf {
-				nv, ok := normValue(v)
-				if !ok {
-					bad(i, fmt.Sprintf("oneOf[%d]", j), "must be a string, a number or a boolean, not %T", v)
-				}
-				c.oneOf = append(c.oneOf, nv)
-			}
-		}
-		if r.Max != nil || r.Min != nil {
-			kinds = append(kinds, "max/min")
-			c.kind = kindRange
-			c.max, c.min = math.Inf(1), math.Inf(-1)
-			if r.Max != nil {
-				c.max = *r.Max
-				if math.IsNaN(c.max) {
-					bad(i, "max", "must be a number")
-				}
-			}
-			if r.Min != nil {
-				c.min = *r.Min
-				if math.IsNaN(c.min) {
-					bad(i, "min", "must be a number")
-				}
-			}
-			if c.min > c.max {
-				bad(i, "min", "must not be greater than max")
-			}
-		}
-		if r.PathPrefix != nil {
-			kinds = append(kinds, "pathPrefix")
-			c.kind = kindPathPrefix
-			if len(r.PathPrefix) == 0 {
-				bad(i, "pathPrefix", "must list at least one prefix")
-			}
-			for j, p := range r.PathPrefix {
-				cp, why := cleanPath(p)
-				if why != "" || p == "" {
-					if p == "" {
-						why = "is empty"
-					}
-					bad(i, fmt.Sprintf("pathPrefix[%d]", j), "%q %s: give a directory such as /data", p, why)
-					continue
-				}
-				c.prefixes = append(c.prefixes, cp)
-			}
-		}
-		if r.Hosts != nil {
-			kinds = append(kinds, "hosts")
-			c.kind = kindHosts
-			if len(r.Hosts) == 0 {
-				bad(i, "hosts", "must list at least one host")
-			}
-			for j, h := range r.Hosts {
-				wild := strings.HasPrefix(h, "*.")
-				n, err := normHost(strings.TrimPrefix(h, "*."))
-				if err != nil || strings.Contains(n, "*") {
-					bad(i, fmt.Sprintf("hosts[%d]", j), "%q is not a host name: give one such as docs.example.com or *.example.com", h)
-					continue
-				}
-				if wild {
-					n = "." + n
-				}
-				c.hosts = append(c.hosts, n)
-			}
-			c.schemes = map[string]bool{"http": true, "https": true}
-			if r.Schemes != nil {
-				c.schemes = map[string]bool{}
-				if len(r.Schemes) == 0 {
-					bad(i, "schemes", "must list at least one scheme, or be left out for http and https")
-				}
-				for j, s := range r.Schemes {
-					if !validScheme(s) {
-						bad(i, fmt.Sprintf("schemes[%d]", j), "%q is not a URL scheme", s)
-					}
-					c.schemes[strings.ToLower(s)] = true
-				}
-			}
-		} else if r.Schemes != nil {
-			bad(i, "schemes", "only applies to a hosts rule")
 		}
 		switch len(kinds) {
 		case 0:
-			bad(i, "", "needs one check: pattern, oneOf, max/min, pathPrefix or hosts")
+			bad("", "needs one check: pattern, oneOf, max/min, pathPrefix, hosts, notPattern or not")
 		case 1:
 		default:
-			bad(i, "", "has %s: give exactly one check per rule", strings.Join(kinds, " and "))
+			bad("", "has %s: give exactly one check per rule", strings.Join(kinds, " and "))
 		}
 		set.rules = append(set.rules, c)
 	}
@@ -231,6 +171,136 @@ func CompileRules(rules []Rule) (*RuleSet, error) {
 		return nil, errors.Join(errs...)
 	}
 	return set, nil
+}
+
+// compileCheck compiles the checks set in k (more than one is the caller's error to report: kinds
+// names them), reporting problems through bad with field names under prefix.
+func compileCheck(k Check, prefix string, bad func(field, format string, args ...any)) (compiledCheck, []string) {
+	var c compiledCheck
+	var kinds []string
+	if k.Pattern != "" {
+		kinds = append(kinds, "pattern")
+		c.kind = kindPattern
+		re, err := regexp.Compile(k.Pattern)
+		if err != nil {
+			bad(prefix+"pattern", "%w", err)
+		}
+		c.re = re
+	}
+	if k.OneOf != nil {
+		kinds = append(kinds, "oneOf")
+		c.kind = kindOneOf
+		if len(k.OneOf) == 0 {
+			bad(prefix+"oneOf", "must list at least one value")
+		}
+		for j, v := range k.OneOf {
+			nv, ok := normValue(v)
+			if !ok {
+				bad(fmt.Sprintf("%soneOf[%d]", prefix, j), "must be a string, a number or a boolean, not %T", v)
+			}
+			c.oneOf = append(c.oneOf, nv)
+		}
+	}
+	if k.Max != nil || k.Min != nil {
+		kinds = append(kinds, "max/min")
+		c.kind = kindRange
+		c.max, c.min = math.Inf(1), math.Inf(-1)
+		if k.Max != nil {
+			c.max = *k.Max
+			if math.IsNaN(c.max) {
+				bad(prefix+"max", "must be a number")
+			}
+		}
+		if k.Min != nil {
+			c.min = *k.Min
+			if math.IsNaN(c.min) {
+				bad(prefix+"min", "must be a number")
+			}
+		}
+		if c.min > c.max {
+			bad(prefix+"min", "must not be greater than max")
+		}
+	}
+	if k.PathPrefix != nil {
+		kinds = append(kinds, "pathPrefix")
+		c.kind = kindPathPrefix
+		if len(k.PathPrefix) == 0 {
+			bad(prefix+"pathPrefix", "must list at least one prefix")
+		}
+		for j, p := range k.PathPrefix {
+			cp, why := cleanPath(p)
+			if why != "" || p == "" {
+				if p == "" {
+					why = "is empty"
+				}
+				bad(fmt.Sprintf("%spathPrefix[%d]", prefix, j), "%q %s: give a directory such as /data", p, why)
+				continue
+			}
+			c.prefixes = append(c.prefixes, cp)
+		}
+	}
+	if k.Hosts != nil {
+		kinds = append(kinds, "hosts")
+		c.kind = kindHosts
+		if len(k.Hosts) == 0 {
+			bad(prefix+"hosts", "must list at least one host")
+		}
+		var badHosts []int
+		c.hosts, badHosts = NewHostList(k.Hosts)
+		for _, j := range badHosts {
+			bad(fmt.Sprintf("%shosts[%d]", prefix, j), "%q is not a host name: give one such as docs.example.com or *.example.com", k.Hosts[j])
+		}
+		c.schemes = map[string]bool{"http": true, "https": true}
+		if k.Schemes != nil {
+			c.schemes = map[string]bool{}
+			if len(k.Schemes) == 0 {
+				bad(prefix+"schemes", "must list at least one scheme, or be left out for http and https")
+			}
+			for j, s := range k.Schemes {
+				if !validScheme(s) {
+					bad(fmt.Sprintf("%sschemes[%d]", prefix, j), "%q is not a URL scheme", s)
+				}
+				c.schemes[strings.ToLower(s)] = true
+			}
+		}
+	} else if k.Schemes != nil {
+		bad(prefix+"schemes", "only applies to a hosts rule")
+	}
+	return c, kinds
+}
+
+// HostList is a compiled list of allowed hosts: exact names, and "*.example.com" for every
+// subdomain of example.com (not example.com itself). Entries are normalised as NormHost does.
+type HostList struct {
+	hosts []string // normalised; "*.x" kept as ".x"
+}
+
+// NewHostList compiles hosts; bad lists the indexes of the entries that are not host names
+// (they are left out of the list).
+func NewHostList(hosts []string) (l HostList, bad []int) {
+	for j, h := range hosts {
+		wild := strings.HasPrefix(h, "*.")
+		n, err := NormHost(strings.TrimPrefix(h, "*."))
+		if err != nil || strings.Contains(n, "*") {
+			bad = append(bad, j)
+			continue
+		}
+		if wild {
+			n = "." + n
+		}
+		l.hosts = append(l.hosts, n)
+	}
+	return l, bad
+}
+
+// Match reports whether a host, already normalised by NormHost, is in the list.
+func (l HostList) Match(h string) bool {
+	for _, want := range l.hosts {
+		if h == want || (want[0] == '.' && strings.HasSuffix(h, want) && len(h) > len(want)) {
+			return true
+		}
+	}
+	return false
 }
 
 // normValue turns a oneOf entry into a string, float64 or bool.
@@ -294,7 +364,7 @@ func (s *RuleSet) check(tool string, args []byte) (reason, rule string) {
 // run returns why the arguments break the rule, or "".
 func (r *compiledRule) run(doc string) string {
 	why := ""
-	r.walk(gjson.Parse(doc), r.path, func(v gjson.Result, found bool) bool {
+	Walk(gjson.Parse(doc), r.path, func(v gjson.Result, found bool) bool {
 		switch {
 		case !found:
 			if !r.optional {
@@ -308,12 +378,18 @@ func (r *compiledRule) run(doc string) string {
 	return why
 }
 
-// walk calls visit for every value the path selects in v (see Rule), with found false for a
-// missing one; it stops when visit returns false.
-func (r *compiledRule) walk(v gjson.Result, p string, visit func(gjson.Result, bool) bool) bool {
-	prefix, rest, split := splitHash(p)
+// Walk calls visit for every value path selects in v, with found false for a missing one; it
+// stops, returning false, when visit returns false.
+//
+// A path component that is exactly "#" walks every element of the array there ("files.#.path":
+// the path of every file; "urls.#": every url); an element that lacks the rest of the path counts
+// as missing, and a value that is not an array is taken as a one-element list. A value that is an
+// array where no "#" asks for one is visited element by element too (recursively). A JSON null is
+// missing. Paths with pipes or modifiers are left to gjson whole.
+func Walk(v gjson.Result, path string, visit func(v gjson.Result, found bool) bool) bool {
+	prefix, rest, split := splitHash(path)
 	if !split {
-		return leaves(v.Get(p), visit)
+		return leaves(v.Get(path), visit)
 	}
 	arr := v
 	if prefix != "" {
@@ -331,7 +407,7 @@ func (r *compiledRule) walk(v gjson.Result, p string, visit func(gjson.Result, b
 		if rest == "" {
 			ok = leaves(e, visit)
 		} else {
-			ok = r.walk(e, rest, visit)
+			ok = Walk(e, rest, visit)
 		}
 		if !ok {
 			return false
@@ -389,63 +465,92 @@ func splitHash(p string) (prefix, rest string, ok bool) {
 
 // value checks one present, non-null value.
 func (r *compiledRule) value(v gjson.Result) string {
-	switch r.kind {
+	pass, why, invalid := r.check.test(v)
+	switch {
+	case invalid:
+		return why
+	case !r.negate:
+		if pass {
+			return ""
+		}
+		return why
+	case !pass:
+		return ""
+	}
+	switch r.check.kind {
+	case kindPattern:
+		return "matches the excluded pattern"
+	case kindOneOf:
+		return "is one of the excluded values"
+	case kindRange:
+		return "is within the excluded range"
+	case kindPathPrefix:
+		return "is under an excluded path"
+	}
+	return "has an excluded host"
+}
+
+// test runs the check on one present, non-null value. When it does not pass, why says so;
+// invalid is set when the value cannot be judged at all (wrong type, malformed path or URL), which
+// a negated check refuses too.
+func (c *compiledCheck) test(v gjson.Result) (pass bool, why string, invalid bool) {
+	switch c.kind {
 	case kindPattern:
 		if v.Type != gjson.String {
-			return "is not a string"
+			return false, "is not a string", true
 		}
-		if !r.re.MatchString(v.Str) {
-			return "does not match the pattern"
+		if !c.re.MatchString(v.Str) {
+			return false, "does not match the pattern", false
 		}
 	case kindOneOf:
-		for _, want := range r.oneOf {
+		for _, want := range c.oneOf {
 			switch want := want.(type) {
 			case string:
 				if v.Type == gjson.String && v.Str == want {
-					return ""
+					return true, "", false
 				}
 			case float64:
 				if v.Type == gjson.Number && v.Num == want {
-					return ""
+					return true, "", false
 				}
 			case bool:
 				if (v.Type == gjson.True && want) || (v.Type == gjson.False && !want) {
-					return ""
+					return true, "", false
 				}
 			}
 		}
-		return "is not one of the allowed values"
+		return false, "is not one of the allowed values", false
 	case kindRange:
 		if v.Type != gjson.Number {
-			return "is not a number"
+			return false, "is not a number", true
 		}
-		if v.Num > r.max {
-			return "is above the maximum"
+		if v.Num > c.max {
+			return false, "is above the maximum", false
 		}
-		if v.Num < r.min {
-			return "is below the minimum"
+		if v.Num < c.min {
+			return false, "is below the minimum", false
 		}
 	case kindPathPrefix:
 		if v.Type != gjson.String {
-			return "is not a string"
+			return false, "is not a string", true
 		}
 		cp, why := cleanPath(v.Str)
 		if why != "" {
-			return why
+			return false, why, true
 		}
-		for _, p := range r.prefixes {
+		for _, p := range c.prefixes {
 			if underPrefix(cp, p) {
-				return ""
+				return true, "", false
 			}
 		}
-		return "is not under an allowed path"
+		return false, "is not under an allowed path", false
 	case kindHosts:
 		if v.Type != gjson.String {
-			return "is not a string"
+			return false, "is not a string", true
 		}
-		return r.checkURL(v.Str)
+		return c.checkURL(v.Str)
 	}
-	return ""
+	return true, "", false
 }
 
 // cleanPath cleans a file path; why is set when it must be refused.
@@ -472,35 +577,70 @@ func underPrefix(p, prefix string) bool {
 }
 
 // checkURL checks a URL value of a hosts rule.
-func (r *compiledRule) checkURL(s string) string {
-	u, err := url.Parse(s)
+func (c *compiledCheck) checkURL(s string) (pass bool, why string, invalid bool) {
+	u, schemeless, err := ParseURL(s)
 	if err != nil {
-		return "is not a valid url"
+		return false, "is not a valid url", true
 	}
-	if !r.schemes[strings.ToLower(u.Scheme)] {
-		return "has a scheme that is not allowed"
+	if !c.schemes[strings.ToLower(u.Scheme)] {
+		if schemeless {
+			return false, "has no scheme, and https is not an allowed scheme", true
+		}
+		return false, "has a scheme that is not allowed", true
 	}
 	if u.Opaque != "" || u.Host == "" {
-		return "has no host"
+		return false, "has no host", true
 	}
 	if u.User != nil {
-		return "has user info"
+		return false, "has user info", true
 	}
-	h, err := normHost(u.Hostname())
+	h, err := NormHost(u.Hostname())
 	if err != nil {
-		return "has an invalid host"
+		return false, "has an invalid host", true
 	}
-	for _, want := range r.hosts {
-		if h == want || (want[0] == '.' && strings.HasSuffix(h, want) && len(h) > len(want)) {
-			return ""
-		}
+	if !c.hosts.Match(h) {
+		return false, "has a host that is not allowed", false
 	}
-	return "has a host that is not allowed"
+	return true, "", false
 }
 
-// normHost lowercases a host, removes one trailing dot and converts it to IDNA ASCII form; an IP
-// address is returned in its canonical form.
-func normHost(h string) (string, error) {
+// ParseURL parses a URL value as a hosts rule reads it. A value with a scheme ("https://x.com",
+// "mailto:a@x.com", "javascript:...") is parsed as it is. A value without one is read as https
+// (schemeless is true): "www.x.com/login", "x.com", "x.com:8443/a", "//x.com/a". A leading
+// "name:" counts as a scheme unless a port follows it ("localhost:8080"), and never when the name
+// holds a dot ("x.com:8080"). The URL's host is not normalised; see NormHost.
+func ParseURL(s string) (u *url.URL, schemeless bool, err error) {
+	if hasScheme(s) {
+		u, err = url.Parse(s)
+		return u, false, err
+	}
+	if !strings.HasPrefix(s, "//") {
+		s = "//" + s
+	}
+	u, err = url.Parse("https:" + s)
+	return u, true, err
+}
+
+// hasScheme reports whether s starts with "scheme:" that is a scheme rather than a host and port.
+func hasScheme(s string) bool {
+	colon := strings.IndexByte(s, ':')
+	if colon <= 0 || !validScheme(s[:colon]) {
+		return false
+	}
+	if strings.HasPrefix(s[colon:], "://") {
+		return true
+	}
+	if strings.Contains(s[:colon], ".") {
+		return false
+	}
+	rest := s[colon+1:]
+	return rest == "" || rest[0] < '0' || rest[0] > '9'
+}
+
+// NormHost lowercases a host, removes one trailing dot and converts it to IDNA ASCII form (the
+// lookup profile, which also maps full-width letters and ideographic full stops); an IP address is
+// returned in its canonical form.
+func NormHost(h string) (string, error) {
 	h = strings.TrimSuffix(strings.ToLower(h), ".")
 	if h == "" {
 		return "", errors.New("empty host")

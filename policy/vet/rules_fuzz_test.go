@@ -17,6 +17,10 @@ func FuzzRulesConsistent(f *testing.F) {
 	f.Add(`[{"tool":"t","path":"n","max":3,"min":1},{"tool":"t","path":"m","oneOf":["a",1,true]},{"id":"opt","tool":"t","path":"z","pattern":"^q","optional":true}]`, []byte(`{"n":4,"m":"b","z":"x"}`))
 	f.Add(`[{"tool":"t","path":"a.#.b.#","pattern":"^x"},{"tool":"t","path":"u","schemes":["https"]}]`, []byte(`{"a":[{"b":["x",["y"]]}],"u":"http://x"}`))
 	f.Add(`[{"tool":"other","path":"a","pattern":"^$"}]`, []byte(`{"a":"SECRET-ARG"}`))
+	f.Add(`[{"tool":"t","path":"body","notPattern":"\\d{13,16}"},{"tool":"t","path":"u","not":{"hosts":["*.evil.net"]}}]`,
+		[]byte(`{"body":"card 4111111111111111","u":"www.a.evil.net/login"}`))
+	f.Add(`[{"tool":"t","path":"p","not":{"pathPrefix":["/etc"]}},{"tool":"t","path":"n","not":{"oneOf":[1,"x"]}}]`,
+		[]byte(`{"p":"../etc","n":1}`))
 	f.Fuzz(func(t *testing.T, rulesJSON string, args []byte) {
 		var rs []Rule
 		if json.Unmarshal([]byte(rulesJSON), &rs) != nil || len(rs) > 8 {

@@ -38,6 +38,9 @@ const (
 	ModeError Mode = "error"
 	// ModeAudit lets the call through and records the violation.
 	ModeAudit Mode = "audit"
+	// ModeContinue blocks the call as refuse does; the proxy then answers it itself with a refusal
+	// tool result and asks the upstream again (policy/flow builds both), where it supports that.
+	ModeContinue Mode = "continue"
 )
 
 // ParseMode reads a mode; "" is ModeRefuse.
@@ -45,10 +48,10 @@ func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
 	case "":
 		return ModeRefuse, nil
-	case ModeRefuse, ModeError, ModeAudit:
+	case ModeRefuse, ModeError, ModeAudit, ModeContinue:
 		return m, nil
 	}
-	return "", fmt.Errorf("vet: unknown mode %q: use refuse, error or audit", s)
+	return "", fmt.Errorf("vet: unknown mode %q: use refuse, error, audit or continue", s)
 }
 
 // Verdict is the outcome of vetting one call.
@@ -181,7 +184,7 @@ func NewChecker(p Policy) *Checker {
 	switch p.Mode {
 	case "":
 		p.Mode = ModeRefuse
-	case ModeRefuse, ModeError, ModeAudit:
+	case ModeRefuse, ModeError, ModeAudit, ModeContinue:
 	default:
 		p.Mode = ModeError // fail closed on a mode this code does not know
 	}

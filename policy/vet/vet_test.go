@@ -39,7 +39,13 @@ func TestRules(t *testing.T) {
 	  {"id":"opt","tool":"opt","path":"limit","max":5,"optional":true},
 	  {"tool":"*","path":"urls.#","hosts":["ok.example.com"],"optional":true},
 	  {"id":"nested","tool":"nested","path":"a.#.b.#.c","oneOf":["x"]},
-	  {"id":"arr","tool":"arr","path":"tags","pattern":"^[a-z]+$"}
+	  {"id":"arr","tool":"arr","path":"tags","pattern":"^[a-z]+$"},
+	  {"id":"nocard","tool":"mail","path":"body","notPattern":"\\b(?:\\d[ -]?){13,16}\\b"},
+	  {"id":"notregion","tool":"deploy","path":"region","not":{"oneOf":["us-east-1"]}},
+	  {"id":"notbig","tool":"pay","path":"amount","not":{"min":1000}},
+	  {"id":"notetc","tool":"read","path":"path","not":{"pathPrefix":["/etc"]}},
+	  {"id":"notevil","tool":"get","path":"url","not":{"hosts":["evil.net","*.evil.net"]}},
+	  {"id":"plainhttp","tool":"plain","path":"url","hosts":["www.example.com"],"schemes":["http"]}
 	]`)
 	set := mustRules(t, rules)
 	allowed := map[string]bool{}
@@ -123,8 +129,21 @@ func TestRules(t *testing.T) {
 		{"fetch", `{"url":"https://evil.net\\@api.example.com/"}`, "rule hosts: url is not a valid url"},
 		{"fetch", `{"url":"ftp://api.example.com/"}`, "rule hosts: url has a scheme that is not allowed"},
 		{"fetch", `{"url":"javascript:alert(1)"}`, "rule hosts: url has a scheme that is not allowed"},
-		{"fetch", `{"url":"//api.example.com/"}`, "rule hosts: url has a scheme that is not allowed"},
-		{"fetch", `{"url":"api.example.com"}`, "rule hosts: url has a scheme that is not allowed"},
+		// without a scheme: read as https, refused for the real reason
+		{"fetch", `{"url":"//api.example.com/"}`, ""},
+		{"fetch", `{"url":"api.example.com"}`, ""},
+		{"fetch", `{"url":"api.example.com/v1?x=1"}`, ""},
+		{"fetch", `{"url":"api.example.com:8443/v1"}`, ""},
+		{"fetch", `{"url":"www.example.com/login"}`, "rule hosts: url has a host that is not allowed"},
+		{"fetch", `{"url":"evil.net"}`, "rule hosts: url has a host that is not allowed"},
+		{"fetch", `{"url":"localhost:8080/x"}`, "rule hosts: url has a host that is not allowed"},
+		{"fetch", `{"url":"evil.net@api.example.com"}`, "rule hosts: url has user info"},
+		{"fetch", `{"url":"api.example.com@evil.net/"}`, "rule hosts: url has user info"},
+		{"fetch", `{"url":"mailto:a@api.example.com"}`, "rule hosts: url has a scheme that is not allowed"},
+		{"fetch", `{"url":""}`, "rule hosts: url has no host"},
+		{"fetch", `{"url":"bad host.com"}`, "rule hosts: url is not a valid url"},
+		{"plain", `{"url":"http://www.example.com/"}`, ""},
+		{"plain", `{"url":"www.example.com/login"}`, "rule plainhttp: url has no scheme, and https is not an allowed scheme"},
 		{"fetch", `{"url":"https:api.example.com"}`, "rule hosts: url has no host"},
 		{"fetch", `{"url":"https:///x"}`, "rule hosts: url has no host"},
 		{"fetch", `{"url":"https://api.exa mple.com/"}`, "rule hosts: url is not a valid url"},
@@ -143,6 +162,30 @@ func TestRules(t *testing.T) {
 		{"b", `{"urls":["https://ok.example.com/","https://evil.net/"]}`, "rule rules[8]: urls.# has a host that is not allowed"},
 		{"b", `{"urls":"https://evil.net/"}`, "rule rules[8]: urls.# has a host that is not allowed"},
 		{"b", `{}`, ""},
+		// notPattern and not: the value must fail the check; a value the check cannot judge is refused
+		{"mail", `{"body":"invoice 2024-77 attached"}`, ""},
+		{"mail", `{"body":"card 4111 1111 1111 1111 exp 12/29"}`, "rule nocard: body matches the excluded pattern"},
+		{"mail", `{"body":["ok","4111111111111111"]}`, "rule nocard: body matches the excluded pattern"},
+		{"mail", `{"body":4111111111111111}`, "rule nocard: body is not a string"},
+		{"mail", `{}`, "rule nocard: body is missing"},
+		{"deploy", `{"region":"eu-west-1"}`, ""},
+		{"deploy", `{"region":7}`, ""},
+		{"deploy", `{"region":"us-east-1"}`, "rule notregion: region is one of the excluded values"},
+		{"pay", `{"amount":999.5}`, ""},
+		{"pay", `{"amount":1000}`, "rule notbig: amount is within the excluded range"},
+		{"pay", `{"amount":"5"}`, "rule notbig: amount is not a number"},
+		{"read", `{"path":"/srv/x"}`, ""},
+		{"read", `{"path":"/etc/passwd"}`, "rule notetc: path is under an excluded path"},
+		{"read", `{"path":"/srv/../etc/passwd"}`, "rule notetc: path is under an excluded path"},
+		{"read", `{"path":"../../etc/passwd"}`, "rule notetc: path climbs out of its directory"},
+		{"read", `{"path":"/srv/\u0000"}`, "rule notetc: path contains a NUL byte"},
+		{"get", `{"url":"https://docs.example.com/"}`, ""},
+		{"get", `{"url":"docs.example.com/a"}`, ""},
+		{"get", `{"url":"https://a.evil.net/"}`, "rule notevil: url has an excluded host"},
+		{"get", `{"url":"EVIL.NET./x"}`, "rule notevil: url has an excluded host"},
+		{"get", `{"url":"ftp://docs.example.com/"}`, "rule notevil: url has a scheme that is not allowed"},
+		{"get", `{"url":"https://x@docs.example.com/"}`, "rule notevil: url has user info"},
+		{"get", `{"url":"https://ex%61mple.org/"}`, "rule notevil: url is not a valid url"},
 	} {
 		reason, rule, ok := c.Check(tc.tool, []byte(tc.args))
 		if reason != tc.reason || ok != (tc.reason == "") {
@@ -232,7 +275,7 @@ func TestCompileRulesErrors(t *testing.T) {
 	}{
 		{`[{"tool":"a","path":"x","pattern":"("}]`, []string{"rules[0].pattern: error parsing regexp: missing closing ): `(`"}},
 		{`[{"tool":"a","path":"x"},{"tool":"a","path":"x","pattern":"[z-a]"}]`, []string{
-			"rules[0]: needs one check: pattern, oneOf, max/min, pathPrefix or hosts",
+			"rules[0]: needs one check: pattern, oneOf, max/min, pathPrefix, hosts, notPattern or not",
 			"rules[1].pattern: error parsing regexp: invalid character class range: `z-a`"}},
 		{`[{"path":"x","max":1}]`, []string{`rules[0].tool: required: a tool name, or "*" for every tool`}},
 		{`[{"tool":"a","max":1}]`, []string{"rules[0].path: required"}},
@@ -251,6 +294,14 @@ func TestCompileRulesErrors(t *testing.T) {
 		{`[{"tool":"a","path":"x","hosts":["ok.com"],"schemes":["1http",""]}]`, []string{
 			`rules[0].schemes[0]: "1http" is not a URL scheme`, `rules[0].schemes[1]: "" is not a URL scheme`}},
 		{`[{"tool":"a","path":"x","pattern":"a","schemes":["ftp"]}]`, []string{"rules[0].schemes: only applies to a hosts rule"}},
+		{`[{"tool":"a","path":"x","notPattern":"("}]`, []string{"rules[0].notPattern: error parsing regexp: missing closing ): `(`"}},
+		{`[{"tool":"a","path":"x","notPattern":"a","pattern":"b"}]`, []string{"rules[0]: has pattern and notPattern: give exactly one check per rule"}},
+		{`[{"tool":"a","path":"x","not":{}}]`, []string{"rules[0].not: must hold exactly one check"}},
+		{`[{"tool":"a","path":"x","not":{"pattern":"a","oneOf":["b"]}}]`, []string{"rules[0].not: must hold exactly one check"}},
+		{`[{"tool":"a","path":"x","not":{"hosts":["bad host"],"schemes":[]}}]`, []string{
+			`rules[0].not.hosts[0]: "bad host" is not a host name`, "rules[0].not.schemes: must list at least one scheme"}},
+		{`[{"tool":"a","path":"x","not":{"max":1,"min":2}}]`, []string{"rules[0].not.min: must not be greater than max"}},
+		{`[{"tool":"a","path":"x","hosts":["a.com"],"not":{"pattern":"x"}}]`, []string{"rules[0]: has hosts and not: give exactly one check per rule"}},
 		{`[{"id":"r","tool":"a","path":"x","pattern":"a"},{"id":"r","tool":"a","path":"y","pattern":"a"}]`, []string{
 			`rules[1].id: "r" is already the id of rules[0]`}},
 	} {

@@ -1,0 +1,360 @@
+package flow
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/flow/scan"
+	"github.com/promptgate/promptgate/policy/vet"
+)
+
+// Decision kinds: the audit log's kind of each Decision.
+const (
+	KindProvenance = "provenance" // a provenance rule, or a scan rule's from check
+	KindBudget     = "budget"
+	KindFlow       = "flow"
+	KindConfirm    = "confirm"
+	// KindToolCall is a scan rule's hosts check: an argument check like vet's hosts rules.
+	KindToolCall = vet.KindToolCall
+)
+
+// Verdicts of Decisions and Results.
+const (
+	VerdictAllowed   = "allowed"
+	VerdictBlocked   = "blocked"
+	VerdictHeld      = "held"      // waiting for the user's confirmation; the Notice replaces the call
+	VerdictConfirmed = "confirmed" // released by the user's code, once
+	VerdictExpired   = "expired"   // the user gave a code that has expired (the call is held again)
+	VerdictReused    = "reused"    // the user gave a code already used (the call is held again)
+)
+
+// Call is one tool call of the response, already vetted (name allowed, arguments one JSON object
+// that passed the schema and the argument rules).
+type Call struct {
+	Tool string
+	Args []byte
+}
+
+// Decision is one outcome for the decision log. Reason never holds argument keys or values: it
+// names the rule, the rule's path, a value's ordinal or a byte offset, and sources.
+type Decision struct {
+	Kind    string
+	Verdict string
+	Tool    string
+	Rule    string
+	Reason  string
+}
+
+// Result is the outcome of checking one call.
+type Result struct {
+	// Verdict is VerdictAllowed, VerdictBlocked, VerdictHeld or VerdictConfirmed.
+	Verdict string
+	// Decisions are the rules the call broke, in the order provenance, scan, budgets, flows, then
+	// the confirmation's; none for an allowed call.
+	Decisions []Decision
+	// Reason is the first blocking decision's reason (VerdictBlocked).
+	Reason string
+	// Notice replaces a held call (VerdictHeld): it names the tool and its key arguments and gives
+	// the confirmation code. It holds argument values (vetted ones), so it goes to the client only.
+	Notice string
+}
+
+// Released reports whether the call may reach the client.
+func (r Result) Released() bool { return r.Verdict == VerdictAllowed || r.Verdict == VerdictConfirmed }
+
+// violation is one broken rule.
+type violation struct {
+	kind   string
+	rule   *ruleBase
+	reason string
+}
+
+// Check judges one call of the response. Calls must be checked in the order of the response:
+// budgets count the calls already released in it. A released call (allowed or confirmed) counts;
+// a blocked or held one does not.
+func (c *Conversation) Check(call Call) Result {
+	var vs []violation
+	if !gjson.Valid(string(call.Args)) || !gjson.Parse(string(call.Args)).IsObject() {
+		return Result{Verdict: VerdictBlocked, Reason: "arguments are not a JSON object", Decisions: []Decision{{
+			Kind: KindToolCall, Verdict: VerdictBlocked, Tool: call.Tool, Reason: "arguments are not a JSON object"}}}
+	}
+	args := gjson.Parse(string(call.Args))
+	for i := range c.p.provenance {
+		if r := &c.p.provenance[i]; matchCover(r.tool, call.Tool) {
+			if why := c.checkProvenance(r, args); why != "" {
+				vs = append(vs, violation{KindProvenance, &r.ruleBase, why})
+			}
+		}
+	}
+	for i := range c.p.scan {
+		if r := &c.p.scan[i]; matchCover(r.tool, call.Tool) {
+			if kind, why := c.checkScan(r, args); why != "" {
+				vs = append(vs, violation{kind, &r.ruleBase, why})
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.p.budgets {
+		if r := &c.p.budgets[i]; matchCover(r.tool, call.Tool) {
+			if why := c.checkBudget(r); why != "" {
+				vs = append(vs, violation{KindBudget, &r.ruleBase, why})
+			}
+		}
+	}
+	for i := range c.p.flows {
+		r := &c.p.flows[i]
+		if !coversTool(r.tools, call.Tool) {
+			continue
+		}
+		if why := c.checkFlow(r); why != "" {
+			vs = append(vs, violation{KindFlow, &r.ruleBase, why})
+		}
+	}
+	res := c.decide(call, args, vs)
+	if res.Released() {
+		c.made = append(c.made, call.Tool)
+	}
+	return res
+}
+
+// decide turns violations into a Result, running the confirmation when every violation asks for one.
+func (c *Conversation) decide(call Call, args gjson.Result, vs []violation) Result {
+	if len(vs) == 0 {
+		return Result{Verdict: VerdictAllowed}
+	}
+	res := Result{}
+	blocked := false
+	for _, v := range vs {
+		d := Decision{Kind: v.kind, Verdict: VerdictHeld, Tool: call.Tool, Rule: v.rule.name, Reason: "rule " + v.rule.name + ": " + v.reason}
+		if !v.rule.confirm {
+			d.Verdict = VerdictBlocked
+			if !blocked {
+				res.Reason = d.Reason
+			}
+			blocked = true
+		}
+		res.Decisions = append(res.Decisions, d)
+	}
+	if blocked {
+		res.Verdict = VerdictBlocked
+		return res
+	}
+	out := c.confirm(call, args, vs)
+	res.Decisions = append(res.Decisions, out.decisions...)
+	res.Verdict, res.Notice = out.verdict, out.notice
+	if out.verdict != VerdictHeld {
+		for i := range res.Decisions[:len(vs)] {
+			res.Decisions[i].Verdict = out.verdict
+		}
+	}
+	if out.verdict == VerdictBlocked {
+		res.Reason = out.decisions[len(out.decisions)-1].Reason
+	}
+	return res
+}
+
+// coversTool reports whether a rule's tool list covers a tool.
+func coversTool(globs []string, tool string) bool {
+	for _, g := range globs {
+		if matchCover(g, tool) {
+			return true
+		}
+	}
+	return false
+}
+
+// unseenNote is added to a reason when part of the history is not visible.
+func (c *Conversation) unseenNote() string {
+	if c.unseen == "" {
+		return ""
+	}
+	return "; part of the history is not visible (" + c.unseen + ")"
+}
+
+// checkProvenance returns why the values at the rule's path break it, or "".
+func (c *Conversation) checkProvenance(r *provRule, args gjson.Result) string {
+	why := ""
+	n := 0
+	vet.Walk(args, r.path, func(v gjson.Result, found bool) bool {
+		n++
+		at := r.path
+		if n > 1 {
+			at += " (value " + strconv.Itoa(n) + ")"
+		}
+		if !found {
+			if !r.optional {
+				why = at + " is missing"
+			}
+			return why == ""
+		}
+		kind, key, words, bad := normalise(v, r.as, r.matchURL)
+		if bad != "" {
+			why = at + " " + bad
+			return false
+		}
+		ix := c.idx()
+		where := ix.lookup(kind, key, words)
+		if r.negate {
+			if hit := where & c.mask(ix, r.from, false); hit != 0 {
+				why = at + " occurs in an excluded source (" + ix.labelsOf(hit) + ")"
+			}
+		} else if where&c.mask(ix, r.from, true) == 0 {
+			why = at + " does not occur in " + patterns(r.from) + c.unseenNote()
+		}
+		return why == ""
+	})
+	return why
+}
+
+// patterns lists source patterns as written.
+func patterns(ps []srcPattern) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// checkScan returns the kind and reason of the first item that breaks the rule, or "".
+func (c *Conversation) checkScan(r *scanRule, args gjson.Result) (kind, why string) {
+	n := 0
+	vet.Walk(args, r.path, func(v gjson.Result, found bool) bool {
+		n++
+		at := r.path
+		if n > 1 {
+			at += " (value " + strconv.Itoa(n) + ")"
+		}
+		switch {
+		case !found:
+			if !r.optional {
+				kind, why = KindToolCall, at+" is missing"
+			}
+		case v.Type == gjson.String:
+			kind, why = c.scanText(r, at, v.Str)
+		case v.IsObject():
+			kind, why = c.scanText(r, at, collectText(v, 0, true))
+		}
+		return why == ""
+	})
+	return kind, why
+}
+
+// scanText checks every item of the rule's kinds found in one string.
+func (c *Conversation) scanText(r *scanRule, at, text string) (kind, why string) {
+	counts := map[scan.Kind]int{}
+	for _, it := range scan.Find(text, r.kinds) {
+		counts[it.Kind]++
+		name := at + ": " + itemName(it, counts[it.Kind])
+		if r.hostsNeeded && it.Kind != scan.IBAN {
+			if bad := r.checkHost(it); bad != "" {
+				return KindToolCall, name + " " + bad
+			}
+		}
+		if r.from == nil && r.notFrom == nil {
+			continue
+		}
+		vk, key, ok := itemKey(text, it, r.matchURL)
+		if !ok {
+			return KindProvenance, name + " cannot be read"
+		}
+		ix := c.idx()
+		where := ix.lookup(vk, key, nil)
+		if r.from != nil && where&c.mask(ix, r.from, true) == 0 {
+			return KindProvenance, name + " does not occur in " + patterns(r.from) + c.unseenNote()
+		}
+		if r.notFrom != nil {
+			if hit := where & c.mask(ix, r.notFrom, false); hit != 0 {
+				return KindProvenance, name + " occurs in an excluded source (" + ix.labelsOf(hit) + ")"
+			}
+		}
+	}
+	return "", ""
+}
+
+// checkHost checks a found URL's scheme, user info and host, or an address's domain, against the
+// rule's hosts and not.hosts.
+func (r *scanRule) checkHost(it scan.Item) string {
+	if it.Kind == scan.URL {
+		scheme := it.Scheme
+		if scheme == "" {
+			scheme = "https"
+		}
+		switch {
+		case !r.schemes[scheme]:
+			return "has a scheme that is not allowed"
+		case it.Malformed:
+			return "has a host that cannot be read"
+		case it.Host == "":
+			return "has no host"
+		case it.UserInfo:
+			return "has user info"
+		}
+	}
+	h, err := vet.NormHost(it.Host)
+	if err != nil {
+		return "has an invalid host"
+	}
+	if r.hosts != nil && !r.hosts.Match(h) {
+		if it.Kind == scan.Email {
+			return "is at a domain that is not allowed"
+		}
+		return "has a host that is not allowed"
+	}
+	if r.notHosts != nil && r.notHosts.Match(h) {
+		if it.Kind == scan.Email {
+			return "is at an excluded domain"
+		}
+		return "has an excluded host"
+	}
+	return ""
+}
+
+// checkBudget counts the calls of the rule's tools: in the conversation, and released in this
+// response. Called with c.mu held.
+func (c *Conversation) checkBudget(r *budgetRule) string {
+	if c.unseen != "" {
+		return "the conversation's earlier calls are not visible (" + c.unseen + "), so its budget cannot be counted"
+	}
+	used := 0
+	for _, h := range c.calls {
+		if matchCover(r.tool, h.Tool) {
+			used++
+		}
+	}
+	for _, t := range c.made {
+		if matchCover(r.tool, t) {
+			used++
+		}
+	}
+	if used+1 > r.max {
+		return fmt.Sprintf("call %d of %s in this conversation is over the budget of %d", used+1, r.tool, r.max)
+	}
+	return ""
+}
+
+// checkFlow reports what in the conversation triggers the rule, or "".
+func (c *Conversation) checkFlow(r *flowRule) string {
+	for i, seg := range c.segments {
+		for _, p := range r.after {
+			if p.matches(seg.Source, c.trusted[i]) {
+				trust := "untrusted"
+				if c.trusted[i] {
+					trust = "trusted"
+				}
+				return fmt.Sprintf("%s output (%s) is in the conversation", trust, seg.Source.label())
+			}
+		}
+	}
+	if c.unseen != "" {
+		for _, p := range r.after {
+			if p.kind == patUntrusted {
+				return "part of the history is not visible (" + c.unseen + ") and counts as untrusted output"
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,188 @@
+package flow
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Explanation describes a policy for the admin preview.
+type Explanation struct {
+	// TrustedSources are the sources provenance trusts: user, app, and tool:GLOB per trusted tool
+	// output (a tool must match a glob of every list; a workflow's list is marked as narrowing).
+	TrustedSources []string   `json:"trustedSources"`
+	Rules          []RuleInfo `json:"rules"`
+	ConfirmTTL     string     `json:"confirmTTL"`
+	ContinueRounds int        `json:"continueRounds"`
+}
+
+// RuleInfo describes one rule.
+type RuleInfo struct {
+	Kind    string   `json:"kind"` // provenance, scan, budget or flow
+	Rule    string   `json:"rule"`
+	Tools   []string `json:"tools"`
+	Verdict string   `json:"verdict"` // block or confirm
+	Summary string   `json:"summary"`
+}
+
+// Explain describes the policy.
+func (p *Policy) Explain() Explanation {
+	e := Explanation{TrustedSources: []string{"user", "app"}, ConfirmTTL: p.ttl.String(), ContinueRounds: p.rounds, Rules: []RuleInfo{}}
+	for i, globs := range p.trusted {
+		for _, g := range globs {
+			s := "tool:" + g
+			if i > 0 {
+				s += " (narrowing)"
+			}
+			e.TrustedSources = append(e.TrustedSources, s)
+		}
+	}
+	verdict := func(r ruleBase) string {
+		if r.confirm {
+			return VerdictConfirm
+		}
+		return VerdictBlock
+	}
+	for _, r := range p.provenance {
+		as := r.as
+		if r.matchURL {
+			as += ", whole URL"
+		}
+		s := fmt.Sprintf("%s (%s) must occur in %s", r.path, as, patterns(r.from))
+		if r.negate {
+			s = fmt.Sprintf("%s (%s) must not occur in %s", r.path, as, patterns(r.from))
+		}
+		e.Rules = append(e.Rules, RuleInfo{"provenance", r.name, []string{r.tool}, verdict(r.ruleBase), s})
+	}
+	for _, r := range p.scan {
+		var checks []string
+		if r.hosts != nil {
+			checks = append(checks, "hosts listed")
+		}
+		if r.notHosts != nil {
+			checks = append(checks, "no excluded host")
+		}
+		if r.from != nil {
+			checks = append(checks, "occur in "+patterns(r.from))
+		}
+		if r.notFrom != nil {
+			checks = append(checks, "not occur in "+patterns(r.notFrom))
+		}
+		s := fmt.Sprintf("%s found in %s must have: %s", r.kinds, r.path, strings.Join(checks, "; "))
+		e.Rules = append(e.Rules, RuleInfo{"scan", r.name, []string{r.tool}, verdict(r.ruleBase), s})
+	}
+	for _, r := range p.budgets {
+		e.Rules = append(e.Rules, RuleInfo{"budget", r.name, []string{r.tool}, verdict(r.ruleBase),
+			fmt.Sprintf("at most %d calls per conversation", r.max)})
+	}
+	for _, r := range p.flows {
+		e.Rules = append(e.Rules, RuleInfo{"flow", r.name, slices.Clone(r.tools), verdict(r.ruleBase),
+			"after output of " + patterns(r.after) + " is in the conversation"})
+	}
+	return e
+}
+
+// Summary describes one request's conversation for the admin preview.
+type Summary struct {
+	Sources []SourceInfo `json:"sources"`
+	// Unseen says why part of the history is not visible; "" when all of it is.
+	Unseen string `json:"unseen,omitempty"`
+	// Calls counts the calls already in the conversation per tool.
+	Calls map[string]int `json:"calls"`
+	// Rules are the rules that apply to the given tools, with their state in this conversation.
+	Rules []RuleState `json:"rules"`
+}
+
+// SourceInfo is one source of the conversation.
+type SourceInfo struct {
+	Source   string `json:"source"`
+	Trusted  bool   `json:"trusted"`
+	Segments int    `json:"segments"`
+	Chars    int    `json:"chars"`
+}
+
+// RuleState is a rule that applies to some of the tools, and what it would do now.
+type RuleState struct {
+	Kind  string   `json:"kind"`
+	Rule  string   `json:"rule"`
+	Tools []string `json:"tools"`
+	State string   `json:"state"`
+}
+
+// Summary describes the conversation: its sources and whether each is trusted, the calls so far,
+// and the rules that apply to tools (e.g. the request's kept tools), a flow rule as triggered or
+// not, a budget with its count.
+func (c *Conversation) Summary(tools []string) Summary {
+	s := Summary{Unseen: c.unseen, Calls: map[string]int{}, Sources: []SourceInfo{}, Rules: []RuleState{}}
+	at := map[Source]int{}
+	for i, seg := range c.segments {
+		j, ok := at[seg.Source]
+		if !ok {
+			j = len(s.Sources)
+			at[seg.Source] = j
+			s.Sources = append(s.Sources, SourceInfo{Source: seg.Source.String(), Trusted: c.trusted[i]})
+		}
+		s.Sources[j].Segments++
+		s.Sources[j].Chars += len(seg.Text)
+	}
+	for _, h := range c.calls {
+		s.Calls[h.Tool]++
+	}
+	covered := func(glob string) []string {
+		var out []string
+		for _, t := range tools {
+			if matchCover(glob, t) && !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+	for _, r := range c.p.provenance {
+		if ts := covered(r.tool); len(ts) > 0 {
+			s.Rules = append(s.Rules, RuleState{KindProvenance, r.name, ts, "checks " + r.path + " against " + patterns(r.from)})
+		}
+	}
+	for _, r := range c.p.scan {
+		if ts := covered(r.tool); len(ts) > 0 {
+			s.Rules = append(s.Rules, RuleState{"scan", r.name, ts, "scans " + r.path})
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.p.budgets {
+		r := &c.p.budgets[i]
+		if ts := covered(r.tool); len(ts) > 0 {
+			state := c.checkBudget(r)
+			if state == "" {
+				used := 0
+				for _, h := range c.calls {
+					if matchCover(r.tool, h.Tool) {
+						used++
+					}
+				}
+				state = fmt.Sprintf("%d of %d calls used", used, r.max)
+			}
+			s.Rules = append(s.Rules, RuleState{KindBudget, r.name, ts, state})
+		}
+	}
+	for i := range c.p.flows {
+		r := &c.p.flows[i]
+		var ts []string
+		for _, g := range r.tools {
+			for _, t := range covered(g) {
+				if !slices.Contains(ts, t) {
+					ts = append(ts, t)
+				}
+			}
+		}
+		if len(ts) == 0 {
+			continue
+		}
+		state := "not triggered"
+		if why := c.checkFlow(r); why != "" {
+			state = "triggered: " + why
+		}
+		s.Rules = append(s.Rules, RuleState{KindFlow, r.name, ts, state})
+	}
+	return s
+}

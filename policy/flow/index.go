@@ -1,0 +1,500 @@
+package flow
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/flow/scan"
+	"github.com/promptgate/promptgate/policy/vet"
+)
+
+// Provenance compares values after a normalisation per kind (see README, "Information-flow
+// policy"): an email address and a host case-insensitively (hosts in IDNA ASCII form), a URL by its
+// host or, with match "url", whole (scheme and host lowercased, default port and fragment dropped),
+// an IBAN without separators in upper case, an id exactly, a text by its words, case-insensitively.
+// Every comparison is of whole tokens: an item the scanners find whole, or a word sequence between
+// non-word characters, so "bob@x.com" never matches inside "bob@x.com.evil.net", nor "x.com" inside
+// "evilx.com", nor "77" inside "INV-77".
+
+// index maps each normalised key to the sources it occurs in, as a bit mask over the distinct
+// sources of the conversation (bit i for labels[i], bit 63 for every source after the 63rd). It
+// covers the segments that some from list of the policy covers. It is built once per conversation,
+// each part when a rule first needs it: the scanned items (addresses, hosts, URLs, IBANs), the id
+// tokens, the words.
+type index struct {
+	c      *Conversation
+	labels []Source
+	segBit []uint64 // per segment: its source's bit, 0 when the segment is not indexed
+
+	itemsOnce                  sync.Once
+	emails, hosts, urls, ibans map[string]uint64
+	idsOnce                    sync.Once
+	ids                        map[string]uint64
+	wordsOnce                  sync.Once
+	words                      map[string][]wordPos // lowercased word -> where it occurs
+	segWords                   [][]string           // each indexed segment's words
+}
+
+type wordPos struct{ seg, at int32 }
+
+const overflowBit = 63
+
+// bitOf returns the bit of a source, adding it to labels.
+func (ix *index) bitOf(s Source) uint64 {
+	for i, l := range ix.labels {
+		if l == s {
+			return 1 << min(i, overflowBit)
+		}
+	}
+	ix.labels = append(ix.labels, s)
+	return 1 << min(len(ix.labels)-1, overflowBit)
+}
+
+// idx returns the conversation's index, its sources numbered on first use.
+func (c *Conversation) idx() *index {
+	c.indexOnce.Do(func() {
+		ix := &index{c: c, segBit: make([]uint64, len(c.segments))}
+		for si, seg := range c.segments {
+			if seg.Text == "" {
+				continue
+			}
+			for _, pat := range c.p.indexed {
+				if pat.matches(seg.Source, c.trusted[si]) {
+					ix.segBit[si] = ix.bitOf(seg.Source)
+					break
+				}
+			}
+		}
+		c.index = ix
+	})
+	return c.index
+}
+
+// items builds the maps of scanned items.
+func (ix *index) items() {
+	ix.itemsOnce.Do(func() {
+		ix.emails, ix.hosts, ix.urls, ix.ibans = map[string]uint64{}, map[string]uint64{}, map[string]uint64{}, map[string]uint64{}
+		for si, seg := range ix.c.segments {
+			bit := ix.segBit[si]
+			if bit == 0 {
+				continue
+			}
+			for _, it := range scan.Find(seg.Text, scan.All) {
+				switch it.Kind {
+				case scan.URL:
+					if h, ok := itemHost(it); ok {
+						ix.hosts[h] |= bit
+					}
+					if u, ok := canonicalURL(seg.Text[it.Start:it.End]); ok {
+						ix.urls[u] |= bit
+					}
+				case scan.Email:
+					if k, ok := emailKey(seg.Text[it.Start:it.End]); ok {
+						ix.emails[k] |= bit
+						if h, err := vet.NormHost(it.Host); err == nil {
+							ix.hosts[h] |= bit
+						}
+					}
+				case scan.IBAN:
+					ix.ibans[it.Value] |= bit
+				}
+			}
+		}
+	})
+}
+
+// idTokens builds the map of id tokens.
+func (ix *index) idTokens() {
+	ix.idsOnce.Do(func() {
+		ix.ids = map[string]uint64{}
+		for si, seg := range ix.c.segments {
+			if bit := ix.segBit[si]; bit != 0 {
+				forIDTokens(seg.Text, func(tok string) { ix.ids[tok] |= bit })
+			}
+		}
+	})
+}
+
+// wordIndex builds the word positions.
+func (ix *index) wordIndex() {
+	ix.wordsOnce.Do(func() {
+		ix.words = map[string][]wordPos{}
+		ix.segWords = make([][]string, len(ix.c.segments))
+		for si, seg := range ix.c.segments {
+			if ix.segBit[si] == 0 {
+				continue
+			}
+			words := splitWords(strings.ToLower(seg.Text))
+			ix.segWords[si] = words
+			for at, w := range words {
+				ix.words[w] = append(ix.words[w], wordPos{int32(si), int32(at)})
+			}
+		}
+	})
+}
+
+// mask returns the bits of the sources that the patterns cover. With all set, the overflow bit is
+// set only when every source past the 63rd is covered (an allowed set errs on the side of less);
+// otherwise when any is (an excluded set errs on the side of more).
+func (c *Conversation) mask(ix *index, pats []srcPattern, all bool) uint64 {
+	var m uint64
+	overflowAll, overflowAny := true, false
+	for i, l := range ix.labels {
+		hit := false
+		for _, p := range pats {
+			if p.matches(l, c.p.trustedSource(l)) {
+				hit = true
+				break
+			}
+		}
+		if i < overflowBit {
+			if hit {
+				m |= 1 << i
+			}
+			continue
+		}
+		overflowAll = overflowAll && hit
+		overflowAny = overflowAny || hit
+	}
+	if len(ix.labels) > overflowBit && (all && overflowAll || !all && overflowAny) {
+		m |= 1 << overflowBit
+	}
+	return m
+}
+
+// labelsOf names the sources of a mask, for a reason.
+func (ix *index) labelsOf(m uint64) string {
+	var out []string
+	for i, l := range ix.labels {
+		if m&(1<<min(i, overflowBit)) != 0 {
+			out = append(out, l.label())
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// lookupPhrase returns the sources whose text holds the words in sequence.
+func (ix *index) lookupPhrase(words []string) uint64 {
+	if len(words) == 0 {
+		return 0
+	}
+	var m uint64
+	for _, p := range ix.words[words[0]] {
+		seg := ix.segWords[p.seg]
+		if int(p.at)+len(words) > len(seg) {
+			continue
+		}
+		ok := true
+		for k := 1; k < len(words) && ok; k++ {
+			ok = seg[int(p.at)+k] == words[k]
+		}
+		if ok {
+			m |= ix.segBit[p.seg]
+		}
+	}
+	return m
+}
+
+// splitWords returns the maximal runs of letters, digits and marks of s.
+func splitWords(s string) []string {
+	var words []string
+	start := -1
+	for i, r := range s {
+		word := r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') ||
+			r >= utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r))
+		switch {
+		case word && start < 0:
+			start = i
+		case !word && start >= 0:
+			words = append(words, s[start:i])
+			start = -1
+		}
+	}
+	if start >= 0 {
+		words = append(words, s[start:])
+	}
+	return words
+}
+
+// forIDTokens calls fn for each id token of s: the runs between white space, quotes, brackets,
+// commas, semicolons and pipes, without leading and trailing '.', ':', '!' and '?'; a token that
+// starts with '#' or '@' (a channel, a mention) is given without it too.
+func forIDTokens(s string, fn func(string)) {
+	start := -1
+	emit := func(end int) {
+		tok := strings.Trim(s[start:end], ".:!?")
+		if tok == "" {
+			return
+		}
+		fn(tok)
+		if bare := strings.TrimLeft(tok, "#@"); bare != tok && bare != "" {
+			fn(bare)
+		}
+	}
+	for i, r := range s {
+		sep := unicode.IsSpace(r) || strings.ContainsRune("\"'`<>()[]{},;|", r) || unicode.IsControl(r)
+		switch {
+		case !sep && start < 0:
+			start = i
+		case sep && start >= 0:
+			emit(i)
+			start = -1
+		}
+	}
+	if start >= 0 {
+		emit(len(s))
+	}
+}
+
+// itemHost is the normalised host of a URL item.
+func itemHost(it scan.Item) (string, bool) {
+	if it.Malformed || it.Host == "" {
+		return "", false
+	}
+	h, err := vet.NormHost(it.Host)
+	return h, err == nil
+}
+
+// emailKey normalises an address: the local part lowercased, the domain as NormHost makes it.
+func emailKey(s string) (string, bool) {
+	at := strings.LastIndexByte(s, '@')
+	if at <= 0 {
+		return "", false
+	}
+	h, err := vet.NormHost(s[at+1:])
+	if err != nil {
+		return "", false
+	}
+	return strings.ToLower(s[:at]) + "@" + h, true
+}
+
+// canonicalURL is a URL's form for match "url": scheme (https when none is written) and host
+// lowercased, host in IDNA ASCII form, a default port dropped, the path ("/" when empty) and query
+// as written, the fragment dropped. A URL with user info has none.
+func canonicalURL(s string) (string, bool) {
+	u, _, err := vet.ParseURL(s)
+	if err != nil || u.User != nil || u.Opaque != "" || u.Host == "" {
+		return "", false
+	}
+	h, err := vet.NormHost(u.Hostname())
+	if err != nil {
+		return "", false
+	}
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	if scheme == "https" && port == "443" || scheme == "http" && port == "80" {
+		port = ""
+	}
+	var b strings.Builder
+	b.WriteString(scheme)
+	b.WriteString("://")
+	if strings.Contains(h, ":") {
+		b.WriteString("[" + h + "]")
+	} else {
+		b.WriteString(h)
+	}
+	if port != "" {
+		b.WriteString(":" + port)
+	}
+	p := u.EscapedPath()
+	if p == "" {
+		p = "/"
+	}
+	b.WriteString(p)
+	if u.RawQuery != "" || u.ForceQuery {
+		b.WriteString("?" + u.RawQuery)
+	}
+	return b.String(), true
+}
+
+// valueKind is the normalised form of an argument value: which index to look in, and the key.
+type valueKind uint8
+
+const (
+	vkEmail valueKind = iota + 1
+	vkHost
+	vkURL
+	vkIBAN
+	vkID
+	vkText
+)
+
+// normalise reads one argument value as kind as (auto chooses by its shape); why is set when the
+// value is not of that kind. Reasons hold no part of the value.
+func normalise(v gjson.Result, as string, matchURL bool) (kind valueKind, key string, words []string, why string) {
+	if v.Type == gjson.Number {
+		switch as {
+		case AsAuto, AsID:
+			return vkID, v.Raw, nil, ""
+		case AsText:
+			return vkText, "", []string{v.Raw}, ""
+		}
+		return 0, "", nil, "is a number, not " + article(as)
+	}
+	if v.Type != gjson.String {
+		return 0, "", nil, "is not a string or a number"
+	}
+	s := v.Str
+	if as == AsAuto {
+		switch {
+		case isIBANValue(s):
+			as = AsIBAN
+		case isWhole(s, scan.Email):
+			as = AsEmail
+		case isWhole(s, scan.URL):
+			as = AsURL
+		case strings.IndexFunc(s, unicode.IsSpace) < 0:
+			as = AsID
+		default:
+			as = AsText
+		}
+	}
+	switch as {
+	case AsEmail:
+		if !isWhole(s, scan.Email) {
+			return 0, "", nil, "is not an email address"
+		}
+		if k, ok := emailKey(s); ok {
+			return vkEmail, k, nil, ""
+		}
+		return 0, "", nil, "has an invalid domain"
+	case AsHost:
+		h, err := vet.NormHost(s)
+		if err != nil || strings.ContainsAny(h, "/@: ") && !strings.Contains(h, "::") {
+			return 0, "", nil, "is not a host name"
+		}
+		return vkHost, h, nil, ""
+	case AsURL:
+		u, _, err := vet.ParseURL(s)
+		if err != nil || u.Host == "" || u.Opaque != "" {
+			return 0, "", nil, "is not a URL"
+		}
+		if u.User != nil {
+			return 0, "", nil, "has user info"
+		}
+		if matchURL {
+			if c, ok := canonicalURL(s); ok {
+				return vkURL, c, nil, ""
+			}
+			return 0, "", nil, "is not a URL"
+		}
+		h, err := vet.NormHost(u.Hostname())
+		if err != nil {
+			return 0, "", nil, "has an invalid host"
+		}
+		return vkHost, h, nil, ""
+	case AsIBAN:
+		if !isIBANValue(s) {
+			return 0, "", nil, "is not a valid IBAN"
+		}
+		return vkIBAN, compactIBAN(s), nil, ""
+	case AsID:
+		if s == "" || strings.IndexFunc(s, unicode.IsSpace) >= 0 {
+			return 0, "", nil, "is not an id (empty, or holds white space)"
+		}
+		return vkID, s, nil, ""
+	}
+	words = splitWords(strings.ToLower(s))
+	if len(words) == 0 {
+		return 0, "", nil, "holds no words"
+	}
+	return vkText, "", words, ""
+}
+
+func article(as string) string {
+	switch as {
+	case AsEmail:
+		return "an email address"
+	case AsIBAN:
+		return "an IBAN"
+	case AsURL:
+		return "a URL"
+	}
+	return "a " + as
+}
+
+func isWhole(s string, k scan.Kind) bool {
+	_, ok := scan.Whole(s, k)
+	return ok
+}
+
+// compactIBAN removes separators and upper-cases an IBAN as written.
+func compactIBAN(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z':
+			b.WriteByte(c - 'a' + 'A')
+		case c >= 'A' && c <= 'Z' || c >= '0' && c <= '9':
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// isIBANValue reports whether a whole value is one IBAN (grouped or not).
+func isIBANValue(s string) bool {
+	it, ok := scan.Whole(s, scan.IBAN)
+	return ok && it.Value != ""
+}
+
+// lookup returns the sources where a normalised value occurs.
+func (ix *index) lookup(kind valueKind, key string, words []string) uint64 {
+	switch kind {
+	case vkEmail:
+		ix.items()
+		return ix.emails[key]
+	case vkHost:
+		ix.items()
+		return ix.hosts[key]
+	case vkURL:
+		ix.items()
+		return ix.urls[key]
+	case vkIBAN:
+		ix.items()
+		return ix.ibans[key]
+	case vkID:
+		ix.idTokens()
+		return ix.ids[key]
+	case vkText:
+		ix.wordIndex()
+		return ix.lookupPhrase(words)
+	}
+	return 0
+}
+
+// itemKey normalises an item a scan rule found, for a lookup: an address, an IBAN, a URL by its
+// host or whole.
+func itemKey(text string, it scan.Item, matchURL bool) (valueKind, string, bool) {
+	switch it.Kind {
+	case scan.Email:
+		k, ok := emailKey(text[it.Start:it.End])
+		return vkEmail, k, ok
+	case scan.IBAN:
+		return vkIBAN, it.Value, true
+	}
+	if matchURL {
+		u, ok := canonicalURL(text[it.Start:it.End])
+		return vkURL, u, ok
+	}
+	h, ok := itemHost(it)
+	return vkHost, h, ok
+}
+
+// itemName names a found item for a reason: "link 2 at offset 14".
+func itemName(it scan.Item, n int) string {
+	name := "link"
+	switch it.Kind {
+	case scan.Email:
+		name = "address"
+	case scan.IBAN:
+		name = "IBAN"
+	}
+	return name + " " + strconv.Itoa(n) + " at offset " + strconv.Itoa(it.Start)
+}

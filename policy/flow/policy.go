@@ -1,0 +1,369 @@
+// Package flow judges a model's tool call by the conversation around it: where its argument values
+// came from (provenance), what the links, addresses and IBANs inside its free text point to (scan),
+// how often the tool has been called (budgets), and what the conversation has read before it
+// (flows). A call that breaks a rule is blocked, or held until the user confirms it with a one-time
+// code typed in their own message.
+//
+// Analyze reads a request body of any of the three surfaces (Chat Completions, Responses, Anthropic
+// Messages) once, with gjson on the raw bytes, into a Conversation: ordered segments labelled by
+// source (user, app, assistant, tool:NAME, context) and the tool calls already made. Check then
+// judges each vetted call of the response, in order.
+//
+// It owns the information-flow rules, their JSON syntax and validation, the trust labels, the
+// confirmation codes and the texts that go back to the client (notice, refusal). It does not read
+// responses or streams, choose the protocol, apply onViolation or record decisions (proxy/ and
+// policy/audit do), and it keeps no state between requests except what a Confirmer holds.
+package flow
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/promptgate/promptgate/policy/flow/scan"
+	"github.com/promptgate/promptgate/policy/vet"
+)
+
+// Policy is a compiled Spec: immutable and safe for concurrent use.
+type Policy struct {
+	// trusted are glob lists; a tool's output is trusted when the tool matches a glob of every list
+	// (the protocol's, then each workflow's that sets one).
+	trusted    [][]string
+	provenance []provRule
+	scan       []scanRule
+	budgets    []budgetRule
+	flows      []flowRule
+	ttl        time.Duration
+	rounds     int
+	// indexed are the patterns of every from list: a segment they cover is indexed for provenance.
+	indexed []srcPattern
+}
+
+// ruleBase is what every rule kind has.
+type ruleBase struct {
+	name    string // ID, or kind[i]
+	confirm bool
+	keyArgs []string
+}
+
+type provRule struct {
+	ruleBase
+	tool     string
+	path     string
+	as       string
+	matchURL bool
+	from     []srcPattern
+	negate   bool
+	optional bool
+}
+
+type scanRule struct {
+	ruleBase
+	tool, path  string
+	kinds       scan.Kind
+	hosts       *vet.HostList
+	notHosts    *vet.HostList
+	schemes     map[string]bool
+	from        []srcPattern
+	notFrom     []srcPattern
+	matchURL    bool
+	optional    bool
+	hostsNeeded bool
+}
+
+type budgetRule struct {
+	ruleBase
+	tool string
+	max  int
+}
+
+type flowRule struct {
+	ruleBase
+	after []srcPattern
+	tools []string
+}
+
+// Compile checks and compiles specs: the protocol's, then those of the workflows that extend it.
+// A workflow adds rules and can only narrow trust: a tool's output is trusted only where the
+// protocol and every workflow that lists toolOutputs.trusted trust it. The shortest TTL and the
+// fewest continue rounds win. Rules of a workflow without an id are named "workflow.KIND[i]".
+func Compile(specs ...Spec) (*Policy, error) {
+	return compile(specs)
+}
+
+func compile(specs []Spec) (*Policy, error) {
+	p := &Policy{ttl: DefaultConfirmTTL, rounds: DefaultContinueRounds}
+	var probs problems
+	ttlSet, roundsSet := false, false
+	for k, s := range specs {
+		prefix := ""
+		if k > 0 {
+			prefix = "workflow."
+		}
+		if k == 0 || s.ToolOutputs.Trusted != nil {
+			for i, g := range s.ToolOutputs.Trusted {
+				probs.checkGlob(fmt.Sprintf("toolOutputs.trusted[%d]", i), g)
+			}
+			p.trusted = append(p.trusted, s.ToolOutputs.Trusted)
+		}
+		ids := map[string]string{}
+		name := func(kind string, i int, id string) string {
+			field := fmt.Sprintf("%s[%d]", kind, i)
+			if id == "" {
+				return prefix + field
+			}
+			if prev, dup := ids[id]; dup {
+				probs.add(field+".id", "%q is already the id of %s: give each rule its own id", id, prev)
+			}
+			ids[id] = field
+			return id
+		}
+		for i, r := range s.Provenance {
+			p.provenance = append(p.provenance, compileProvenance(&probs, i, r, name("provenance", i, r.ID)))
+		}
+		for i, r := range s.Scan {
+			p.scan = append(p.scan, compileScan(&probs, i, r, name("scan", i, r.ID)))
+		}
+		for i, r := range s.Budgets {
+			at := fmt.Sprintf("budgets[%d]", i)
+			b := budgetRule{ruleBase: ruleBase{name: name("budgets", i, r.ID), keyArgs: r.KeyArgs}, tool: r.Tool}
+			b.confirm = probs.checkVerdict(at+".verdict", r.Verdict)
+			probs.checkGlob(at+".tool", r.Tool)
+			probs.checkKeyArgs(at+".keyArgs", r.KeyArgs)
+			switch {
+			case r.MaxCalls == nil:
+				probs.add(at+".maxCalls", "required: the most calls allowed per conversation, such as 3")
+			case *r.MaxCalls < 0:
+				probs.add(at+".maxCalls", "must be 0 or more")
+			default:
+				b.max = *r.MaxCalls
+			}
+			p.budgets = append(p.budgets, b)
+		}
+		for i, r := range s.Flows {
+			at := fmt.Sprintf("flows[%d]", i)
+			f := flowRule{ruleBase: ruleBase{name: name("flows", i, r.ID), keyArgs: r.KeyArgs}, tools: r.Tools}
+			f.confirm = probs.checkVerdict(at+".verdict", r.Verdict)
+			probs.checkKeyArgs(at+".keyArgs", r.KeyArgs)
+			if len(r.After) == 0 {
+				probs.add(at+".after", "required: the sources that trigger the rule, such as untrusted or tool:web_fetch")
+			}
+			f.after = parseSources(&probs, at+".after", r.After, false)
+			if len(r.Tools) == 0 {
+				probs.add(at+".tools", "required: the tools the rule blocks or holds, names or globs")
+			}
+			for j, g := range r.Tools {
+				probs.checkGlob(fmt.Sprintf("%s.tools[%d]", at, j), g)
+			}
+			p.flows = append(p.flows, f)
+		}
+		if d := time.Duration(s.Confirm.TTL); d != 0 {
+			if d < MinConfirmTTL || d > MaxConfirmTTL {
+				probs.add("confirm.ttl", "%s is out of range: give %s to %s", d, MinConfirmTTL, MaxConfirmTTL)
+			} else if !ttlSet || d < p.ttl {
+				p.ttl, ttlSet = d, true
+			}
+		}
+		if n := s.ContinueRounds; n != 0 {
+			if n < 1 || n > MaxContinueRounds {
+				probs.add("continueRounds", "%d is out of range: give 1 to %d", n, MaxContinueRounds)
+			} else if !roundsSet || n < p.rounds {
+				p.rounds, roundsSet = n, true
+			}
+		}
+	}
+	if err := probs.err(); err != nil {
+		return nil, err
+	}
+	for _, r := range p.provenance {
+		p.indexed = append(p.indexed, r.from...)
+	}
+	for _, r := range p.scan {
+		p.indexed = append(p.indexed, r.from...)
+		p.indexed = append(p.indexed, r.notFrom...)
+	}
+	return p, nil
+}
+
+func compileProvenance(probs *problems, i int, r ProvenanceRule, name string) provRule {
+	at := fmt.Sprintf("provenance[%d]", i)
+	c := provRule{ruleBase: ruleBase{name: name, keyArgs: r.KeyArgs}, tool: r.Tool, path: r.Path, optional: r.Optional}
+	c.confirm = probs.checkVerdict(at+".verdict", r.Verdict)
+	probs.checkGlob(at+".tool", r.Tool)
+	probs.checkPath(at+".path", r.Path)
+	probs.checkKeyArgs(at+".keyArgs", r.KeyArgs)
+	switch r.As {
+	case "", AsAuto:
+		c.as = AsAuto
+	case AsEmail, AsHost, AsURL, AsIBAN, AsID, AsText:
+		c.as = r.As
+	default:
+		probs.add(at+".as", "%q is not a value kind: use auto, email, host, url, iban, id or text", r.As)
+	}
+	c.matchURL = probs.checkMatch(at+".match", r.Match, c.as == AsURL || c.as == AsAuto)
+	switch {
+	case r.Not != nil && r.From != nil:
+		probs.add(at, "has from and not: give one of them")
+	case r.Not != nil:
+		c.negate = true
+		if len(r.Not.From) == 0 {
+			probs.add(at+".not.from", "required: the sources the value must not come from")
+		}
+		c.from = parseSources(probs, at+".not.from", r.Not.From, true)
+	case r.From != nil && len(r.From) == 0:
+		probs.add(at+".from", `must list at least one source, or be left out for ["trusted"]`)
+	case r.From != nil:
+		c.from = parseSources(probs, at+".from", r.From, true)
+	default:
+		c.from = []srcPattern{{kind: patTrusted, widen: true}}
+	}
+	return c
+}
+
+// checkMatch reads a match field; it applies to URL values only.
+func (p *problems) checkMatch(field, m string, urls bool) bool {
+	switch m {
+	case "", MatchHost:
+		return false
+	case MatchURL:
+		if !urls {
+			p.add(field, `only applies to URLs: use it with as "url" or "auto", or leave it out`)
+		}
+		return true
+	}
+	p.add(field, `%q: use "host" (compare a URL's host) or "url" (the whole URL)`, m)
+	return false
+}
+
+func compileScan(probs *problems, i int, r ScanRule, name string) scanRule {
+	at := fmt.Sprintf("scan[%d]", i)
+	c := scanRule{ruleBase: ruleBase{name: name, keyArgs: r.KeyArgs}, tool: r.Tool, path: r.Path, optional: r.Optional}
+	c.confirm = probs.checkVerdict(at+".verdict", r.Verdict)
+	probs.checkGlob(at+".tool", r.Tool)
+	probs.checkPath(at+".path", r.Path)
+	probs.checkKeyArgs(at+".keyArgs", r.KeyArgs)
+	if len(r.Find) == 0 && r.Find != nil {
+		probs.add(at+".find", "must list at least one of url, email, iban, or be left out for all three")
+	}
+	for j, f := range r.Find {
+		switch f {
+		case "url":
+			c.kinds |= scan.URL
+		case "email":
+			c.kinds |= scan.Email
+		case "iban":
+			c.kinds |= scan.IBAN
+		default:
+			probs.add(fmt.Sprintf("%s.find[%d]", at, j), "%q: use url, email or iban", f)
+		}
+	}
+	if r.Find == nil {
+		c.kinds = scan.All
+	}
+	c.matchURL = probs.checkMatch(at+".match", r.Match, c.kinds&scan.URL != 0)
+	if r.Hosts != nil {
+		l := probs.compileHosts(at+".hosts", r.Hosts)
+		c.hosts = &l
+	}
+	if r.From != nil {
+		if len(r.From) == 0 {
+			probs.add(at+".from", "must list at least one source")
+		}
+		c.from = parseSources(probs, at+".from", r.From, true)
+	}
+	if r.Not != nil {
+		if r.Not.Hosts == nil && r.Not.From == nil {
+			probs.add(at+".not", "must hold hosts or from")
+		}
+		if r.Not.Hosts != nil {
+			l := probs.compileHosts(at+".not.hosts", r.Not.Hosts)
+			c.notHosts = &l
+		}
+		if r.Not.From != nil {
+			if len(r.Not.From) == 0 {
+				probs.add(at+".not.from", "must list at least one source")
+			}
+			c.notFrom = parseSources(probs, at+".not.from", r.Not.From, true)
+		}
+	}
+	c.hostsNeeded = c.hosts != nil || c.notHosts != nil
+	if !c.hostsNeeded && r.From == nil && (r.Not == nil || r.Not.From == nil) {
+		probs.add(at, "needs a check: hosts, from, not.hosts or not.from")
+	}
+	if c.hostsNeeded && r.From == nil && (r.Not == nil || r.Not.From == nil) && c.kinds&scan.IBAN != 0 && r.Find != nil {
+		probs.add(at+".find", "iban items have no host: add from, or leave iban out of find")
+	}
+	c.schemes = map[string]bool{"http": true, "https": true}
+	if r.Schemes != nil {
+		if !c.hostsNeeded {
+			probs.add(at+".schemes", "only applies with hosts or not.hosts")
+		}
+		if len(r.Schemes) == 0 {
+			probs.add(at+".schemes", "must list at least one scheme, or be left out for http and https")
+		}
+		c.schemes = map[string]bool{}
+		for j, s := range r.Schemes {
+			if !validScheme(s) {
+				probs.add(fmt.Sprintf("%s.schemes[%d]", at, j), "%q is not a URL scheme", s)
+			}
+			c.schemes[strings.ToLower(s)] = true
+		}
+	}
+	return c
+}
+
+// ToolTrusted reports whether the policy trusts the output of a tool.
+func (p *Policy) ToolTrusted(tool string) bool {
+	if tool == "" {
+		return false
+	}
+	for _, globs := range p.trusted {
+		ok := false
+		for _, g := range globs {
+			if matchAllow(g, tool) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return len(p.trusted) > 0
+}
+
+// trusted reports whether a segment's source is trusted.
+func (p *Policy) trustedSource(s Source) bool {
+	switch s.Kind {
+	case SourceUser, SourceApp:
+		return true
+	case SourceTool:
+		return p.ToolTrusted(s.Tool)
+	}
+	return false
+}
+
+// ConfirmTTL is how long a confirmation code stays valid.
+func (p *Policy) ConfirmTTL() time.Duration { return p.ttl }
+
+// ContinueRounds is the most rounds promptgate answers refused calls itself in one request.
+func (p *Policy) ContinueRounds() int { return p.rounds }
+
+// Empty reports whether the policy has no rule (trust labels alone decide nothing).
+func (p *Policy) Empty() bool {
+	return p == nil || len(p.provenance)+len(p.scan)+len(p.budgets)+len(p.flows) == 0
+}
+
+// validScheme reports whether s is a URL scheme: a letter, then letters, digits, '+', '-' or '.'.
+func validScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case i > 0 && (c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return s != ""
+}

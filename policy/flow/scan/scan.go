@@ -1,0 +1,748 @@
+// Package scan finds the URLs, email addresses and IBANs written inside free text (a mail body, a
+// chat message, a tool's output), in time linear in the text and without regular expressions. It
+// reports where each item is written and its parts as written.
+//
+// It owns what counts as an item and where one ends. It does not normalise hosts (policy/vet's
+// NormHost does) nor decide anything about the items (policy/flow does).
+package scan
+
+import (
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/net/idna"
+	"golang.org/x/net/publicsuffix"
+)
+
+// Kind is a kind of item; kinds combine as a bit set.
+type Kind uint8
+
+// The kinds of item.
+const (
+	// URL is a link: "scheme://host/..." for any scheme (and "http:host" without slashes, as
+	// browsers read it), or a host without a scheme ("www.x.com/login", "x.com", "//x.com") whose
+	// name starts with "www.", is an IPv4 address, or ends in a top-level domain of the public
+	// suffix list's ICANN section (so "readme.md" is a link, as chat clients link it, and
+	// "notes.txt" is not).
+	URL Kind = 1 << iota
+	// Email is an address local@domain, the domain holding a dot and ending in a label of two or
+	// more letters (or punycode). Quoted local parts and IP-literal domains are not found.
+	Email
+	// IBAN is two letters, two check digits and 11 to 30 letters or digits, in one piece or in groups
+	// separated by single spaces or hyphens, whose mod-97 checksum holds (ISO 13616) and, for a
+	// country this package knows, whose length is that country's.
+	IBAN
+)
+
+// All is every kind.
+const All = URL | Email | IBAN
+
+// String lists the kinds: "url, email, iban".
+func (k Kind) String() string {
+	var names []string
+	for _, n := range []struct {
+		k    Kind
+		name string
+	}{{URL, "url"}, {Email, "email"}, {IBAN, "iban"}} {
+		if k&n.k != 0 {
+			names = append(names, n.name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// Item is one thing found in a text.
+type Item struct {
+	Kind Kind
+	// Start and End are byte offsets: text[Start:End] is the item as written, trailing punctuation
+	// left out. Items of different kinds may overlap (an email inside a URL's path).
+	Start, End int
+	// Scheme is a URL's scheme in lower case; "" for a URL written without one.
+	Scheme string
+	// Host is a URL's host (without port, brackets kept for IPv6) or an email's domain, as written:
+	// not lowercased, not converted to ASCII. It is "" for a URL with an empty host ("file:///x").
+	Host string
+	// UserInfo is set for a URL that carries user info before its host ("https://bank.com@evil.net").
+	UserInfo bool
+	// Malformed is set for a URL whose host cannot be read: its authority runs over 1 KiB.
+	Malformed bool
+	// Value is an IBAN without separators, in upper case; "" for other kinds.
+	Value string
+}
+
+// Find returns the items of the given kinds in text, ordered by Start (then by End).
+func Find(text string, kinds Kind) []Item {
+	var items []Item
+	if kinds&(URL|Email) != 0 {
+		forTokens(text, func(start, end int) {
+			items = findInToken(items, text, start, end, kinds)
+		})
+	}
+	if kinds&IBAN != 0 {
+		items = findIBANs(items, text)
+	}
+	sortItems(items)
+	return items
+}
+
+// Whole returns the one item of kind k that spans all of s, if s is exactly one such item.
+func Whole(s string, k Kind) (Item, bool) {
+	for _, it := range Find(s, k) {
+		if it.Kind == k && it.Start == 0 && it.End == len(s) {
+			return it, true
+		}
+	}
+	return Item{}, false
+}
+
+// sortItems sorts by (Start, End), keeping the order of equal items.
+func sortItems(items []Item) {
+	slices.SortStableFunc(items, func(a, b Item) int {
+		if a.Start != b.Start {
+			return a.Start - b.Start
+		}
+		return a.End - b.End
+	})
+}
+
+func less(a, b Item) bool {
+	if a.Start != b.Start {
+		return a.Start < b.Start
+	}
+	return a.End < b.End
+}
+
+// isDelim reports whether r separates tokens: white space, control characters, quotes, angle
+// brackets and the characters that never appear unescaped in a link.
+func isDelim(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r <= ' ' || r == 0x7f || r == '"' || r == '\'' || r == '<' || r == '>' || r == '`' || r == '{' || r == '}' || r == '|' || r == '^'
+	}
+	switch r {
+	case '"', '\'', '<', '>', '`', '{', '}', '|', '^', utf8.RuneError:
+		return true
+	}
+	return unicode.IsSpace(r) || unicode.IsControl(r)
+}
+
+// forTokens calls fn for every maximal run of non-delimiters in text.
+func forTokens(text string, fn func(start, end int)) {
+	start := -1
+	for i := 0; i < len(text); {
+		r, n := rune(text[i]), 1
+		if r >= utf8.RuneSelf {
+			r, n = utf8.DecodeRuneInString(text[i:])
+		}
+		if r == utf8.RuneError && n <= 1 || isDelim(r) {
+			if start >= 0 {
+				fn(start, i)
+				start = -1
+			}
+		} else if start < 0 {
+			start = i
+		}
+		i += n
+	}
+	if start >= 0 {
+		fn(start, len(text))
+	}
+}
+
+// isDot reports whether r is a full stop that IDNA reads as the label separator.
+func isDot(r rune) bool {
+	return r == '.' || r == '\u3002' || r == '\uff0e' || r == '\uff61'
+}
+
+// isHostRune reports whether r may be part of a host name as written: letters, digits, marks,
+// '-', '_', full stops, and invisible format characters (which IDNA drops, so they must not split
+// a name: "evil\u200b.com" is evil.com).
+func isHostRune(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
+	}
+	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r) || isDot(r) || unicode.Is(unicode.Cf, r)
+}
+
+// isLocalRune reports whether r may be part of an email's local part.
+func isLocalRune(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._%+-", r)
+	}
+	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)
+}
+
+func isSchemeByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.'
+}
+
+func isLetterByte(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// specialScheme reports whether browsers read "scheme:" followed by any number of slashes and
+// backslashes (none included) as the start of a host.
+func specialScheme(s string) bool {
+	switch s {
+	case "http", "https", "ws", "wss", "ftp":
+		return true
+	}
+	return false
+}
+
+// tokenEnds holds what findInToken needs to end a URL in O(1): the token's end with trailing
+// punctuation stripped, and counts of opening and closing brackets before each offset.
+type tokenEnds struct {
+	base             int // offset of the token in the text
+	stripped         int // end of the token without its trailing punctuation (closing brackets too)
+	open, close      []int32
+	closersAfterStem int // closing brackets ")" "]" directly after stripped
+}
+
+func newTokenEnds(text string, start, end int) *tokenEnds {
+	t := &tokenEnds{base: start, open: make([]int32, end-start+1), close: make([]int32, end-start+1)}
+	for i := start; i < end; i++ {
+		o, c := t.open[i-start], t.close[i-start]
+		switch text[i] {
+		case '(', '[':
+			o++
+		case ')', ']':
+			c++
+		}
+		t.open[i-start+1], t.close[i-start+1] = o, c
+	}
+	e := end
+	for e > start {
+		r, n := utf8.DecodeLastRuneInString(text[start:e])
+		if !isTrailingPunct(r) {
+			break
+		}
+		e -= n
+	}
+	t.stripped = e
+	for i := e; i < end && (text[i] == ')' || text[i] == ']'); i++ {
+		t.closersAfterStem++
+	}
+	return t
+}
+
+// isTrailingPunct reports whether r, at the end of a token, is punctuation around a link rather
+// than part of it.
+func isTrailingPunct(r rune) bool {
+	if strings.ContainsRune(".,:;!?*~_)]", r) {
+		return true
+	}
+	return strings.ContainsRune("。、，：；！？）」』】》〉", r)
+}
+
+// end returns where an item that starts at s and runs to the end of the token ends: trailing
+// punctuation left out, except closing brackets balanced by opening ones inside the item
+// ("https://en.wikipedia.org/wiki/Go_(language)").
+func (t *tokenEnds) end(s int) int {
+	e := t.stripped
+	if e <= s {
+		return s
+	}
+	opens := int(t.open[e-t.base] - t.open[s-t.base])
+	closes := int(t.close[e-t.base] - t.close[s-t.base])
+	if extra := opens - closes; extra > 0 {
+		e += min(extra, t.closersAfterStem)
+	}
+	return e
+}
+
+// findInToken appends the URLs and emails of text[start:end], a token.
+func findInToken(items []Item, text string, start, end int, kinds Kind) []Item {
+	tok := text[start:end]
+	if !mayHoldLink(tok) {
+		return items
+	}
+	var ends *tokenEnds
+	firstURL := end // where the first scheme URL of the token starts
+	if kinds&URL != 0 && strings.IndexByte(tok, ':') >= 0 {
+		authEnd := start // a colon inside an authority already read starts no URL ("http:http:...")
+		for i := start; i < end; i++ {
+			if text[i] != ':' || i < authEnd {
+				continue
+			}
+			it, hs, he, ae, ok := schemeURL(text, start, i, end)
+			if !ok {
+				continue
+			}
+			authEnd = ae
+			if ends == nil {
+				ends = newTokenEnds(text, start, end)
+			}
+			it.End = max(ends.end(it.Start), i+1)
+			// Trailing punctuation left out of the URL is left out of its host too: "(x https://a.com)."
+			he = max(hs, min(he, it.End))
+			for he > hs && text[hs] != '[' {
+				r, n := utf8.DecodeLastRuneInString(text[hs:he])
+				if !isTrailingPunct(r) || isDot(r) {
+					break
+				}
+				he -= n
+			}
+			it.Host = text[hs:he]
+			items = append(items, it)
+			firstURL = min(firstURL, it.Start)
+		}
+	}
+	if kinds&(Email|URL) != 0 && strings.IndexByte(tok, '@') >= 0 {
+		for i := start; i < end; i++ {
+			if text[i] != '@' {
+				continue
+			}
+			it, ok := email(text, start, i, end)
+			if !ok {
+				continue
+			}
+			if kinds&Email != 0 {
+				items = append(items, it)
+			}
+			// "ok.com@evil.net/login" is a link to evil.net with user info, if no scheme URL covers it.
+			if kinds&URL != 0 && it.End < end && strings.IndexByte("/\\?#", text[it.End]) >= 0 && it.Start < firstURL {
+				if ends == nil {
+					ends = newTokenEnds(text, start, end)
+				}
+				items = append(items, Item{Kind: URL, Start: it.Start, End: max(ends.end(it.Start), it.End), Host: it.Host, UserInfo: true})
+			}
+		}
+	}
+	if kinds&URL != 0 {
+		for i := start; i < firstURL; {
+			r, n := utf8.DecodeRuneInString(text[i:])
+			if !isHostRune(r) {
+				i += n
+				continue
+			}
+			j := i
+			for j < end {
+				r, n := utf8.DecodeRuneInString(text[j:])
+				if !isHostRune(r) {
+					break
+				}
+				j += n
+			}
+			if it, ok := bareHost(text, start, i, j, end); ok {
+				if it.End > j {
+					if ends == nil {
+						ends = newTokenEnds(text, start, end)
+					}
+					it.End = max(ends.end(it.Start), j)
+				}
+				if it.Start < firstURL {
+					items = append(items, it)
+				}
+			}
+			i = j
+		}
+	}
+	return items
+}
+
+// mayHoldLink reports whether a token holds a byte that every URL or email needs one of: a colon,
+// an at sign, a full stop or slash of any kind (the non-ASCII ones start with a byte >= 0x80).
+func mayHoldLink(tok string) bool {
+	for i := 0; i < len(tok); i++ {
+		switch c := tok[i]; {
+		case c == ':', c == '@', c == '.', c == '/', c == '\\', c >= utf8.RuneSelf:
+			return true
+		}
+	}
+	return false
+}
+
+// schemeURL reads a URL whose scheme ends at the colon at c, within the token [start, end); the
+// host is text[hs:he] and the authority ends at ae.
+func schemeURL(text string, start, c, end int) (it Item, hs, he, ae int, ok bool) {
+	s := c
+	for s > start && isSchemeByte(text[s-1]) {
+		s--
+	}
+	for s < c && !isLetterByte(text[s]) { // a scheme starts with a letter
+		s++
+	}
+	if s == c {
+		return Item{}, 0, 0, 0, false
+	}
+	scheme := strings.ToLower(text[s:c])
+	a := c + 1
+	slashes := 0
+	for a < end && (text[a] == '/' || text[a] == '\\') {
+		a++
+		slashes++
+	}
+	switch {
+	case specialScheme(scheme):
+		if slashes == 0 && (a == end || !isHostStart(text, a)) {
+			return Item{}, 0, 0, 0, false
+		}
+	case slashes >= 2:
+		a = c + 3 // "file:///x": the host is empty, the rest is the path
+	default:
+		return Item{}, 0, 0, 0, false // "mailto:", "note:" and other schemes without a host
+	}
+	ae = a
+	for ae < end && ae-a <= maxAuthority {
+		ch := text[ae]
+		if ch == '/' || ch == '\\' || ch == '?' || ch == '#' {
+			break
+		}
+		r, n := utf8.DecodeRuneInString(text[ae:])
+		if !isHostRune(r) && !strings.ContainsRune(":@[]%!$&()*+,;=~", r) {
+			break
+		}
+		ae += n
+	}
+	host, userInfo := hostOf(text[a:ae])
+	hs = a + strings.LastIndexByte(text[a:ae], '@') + 1
+	it = Item{Kind: URL, Start: s, Scheme: scheme, UserInfo: userInfo, Malformed: ae-a > maxAuthority}
+	return it, hs, hs + len(host), ae, true
+}
+
+// maxAuthority bounds the bytes read for one URL's authority (user info, host and port).
+const maxAuthority = 1024
+
+// isHostStart reports whether text[i:] starts with a host rune.
+func isHostStart(text string, i int) bool {
+	r, _ := utf8.DecodeRuneInString(text[i:])
+	return isHostRune(r) || r == '['
+}
+
+// hostOf splits an authority into its host (as written, port removed) and whether it has user info.
+func hostOf(auth string) (host string, userInfo bool) {
+	at := strings.LastIndexByte(auth, '@')
+	host = auth[at+1:]
+	if strings.HasPrefix(host, "[") {
+		if k := strings.IndexByte(host, ']'); k >= 0 {
+			return host[:k+1], at >= 0
+		}
+		return host, at >= 0
+	}
+	if k := strings.LastIndexByte(host, ':'); k >= 0 && allDigits(host[k+1:]) {
+		host = host[:k]
+	}
+	return host, at >= 0
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// email reads the address around the '@' at at, within the token [start, end).
+func email(text string, start, at, end int) (Item, bool) {
+	s := at
+	for s > start {
+		r, n := utf8.DecodeLastRuneInString(text[start:s])
+		if !isLocalRune(r) {
+			break
+		}
+		s -= n
+	}
+	for s < at && text[s] == '.' {
+		s++
+	}
+	if s == at {
+		return Item{}, false
+	}
+	e := at + 1
+	for e < end {
+		r, n := utf8.DecodeRuneInString(text[e:])
+		if !isHostRune(r) {
+			break
+		}
+		e += n
+	}
+	e = trimHostEnd(text, at+1, e)
+	domain := text[at+1 : e]
+	labels := splitLabels(domain)
+	if len(labels) < 2 {
+		return Item{}, false
+	}
+	for _, l := range labels {
+		if l == "" {
+			return Item{}, false
+		}
+	}
+	if !plausibleTLD(labels[len(labels)-1]) {
+		return Item{}, false
+	}
+	return Item{Kind: Email, Start: s, End: e, Host: domain}, true
+}
+
+// trimHostEnd leaves trailing full stops, hyphens and underscores out of a host run [s, e).
+func trimHostEnd(text string, s, e int) int {
+	for e > s {
+		r, n := utf8.DecodeLastRuneInString(text[s:e])
+		if !isDot(r) && r != '-' && r != '_' {
+			break
+		}
+		e -= n
+	}
+	return e
+}
+
+// splitLabels splits a host as written at its full stops of any kind.
+func splitLabels(h string) []string {
+	var labels []string
+	from := 0
+	for i, r := range h {
+		if isDot(r) {
+			labels = append(labels, h[from:i])
+			from = i + utf8.RuneLen(r)
+		}
+	}
+	return append(labels, h[from:])
+}
+
+// bareHost reads a host written without a scheme: the run of host runes [i, j) within the token
+// [start, end). A path, query, fragment or port right after the host makes the rest of the token
+// part of the URL (End is then end, for the caller to trim).
+func bareHost(text string, start, i, j, end int) (Item, bool) {
+	if i > start {
+		switch prev, _ := utf8.DecodeLastRuneInString(text[start:i]); prev {
+		case '@':
+			return Item{}, false // an email's domain
+		case '/', '\\':
+			// A path segment, unless the run follows "//" that no scheme precedes ("//x.com/a").
+			rel := i-2 >= start && (text[i-2] == '/' || text[i-2] == '\\') && (i-3 < start || text[i-3] != ':')
+			if !rel {
+				return Item{}, false
+			}
+		}
+	}
+	if j < end && text[j] == '@' {
+		return Item{}, false // an email's local part
+	}
+	for i < j {
+		r, n := utf8.DecodeRuneInString(text[i:])
+		if !isDot(r) && r != '-' && r != '_' {
+			break
+		}
+		i += n
+	}
+	e := trimHostEnd(text, i, j)
+	if e <= i {
+		return Item{}, false
+	}
+	labels := splitLabels(text[i:e])
+	if len(labels) < 2 {
+		return Item{}, false
+	}
+	for _, l := range labels {
+		if l == "" {
+			return Item{}, false
+		}
+	}
+	last := labels[len(labels)-1]
+	switch {
+	case strings.EqualFold(labels[0], "www"), isIPv4(labels), icannTLD(last):
+	default:
+		// A top-level domain run into letters of another script: "evil.com立即".
+		k := 0
+		for k < len(last) && isLetterByte(last[k]) {
+			k++
+		}
+		if k < 2 || k == len(last) || !icannTLD(last[:k]) {
+			return Item{}, false
+		}
+		e -= len(last) - k
+	}
+	it := Item{Kind: URL, Start: i, End: e, Host: text[i:e]}
+	if e == j && e < end && strings.IndexByte("/\\?#:", text[e]) >= 0 {
+		it.End = end
+	}
+	return it, true
+}
+
+// isIPv4 reports whether labels are the four decimal octets of an IPv4 address.
+func isIPv4(labels []string) bool {
+	if len(labels) != 4 {
+		return false
+	}
+	for _, l := range labels {
+		if len(l) == 0 || len(l) > 3 || !allDigits(l) || len(l) == 3 && l > "255" {
+			return false
+		}
+	}
+	return true
+}
+
+// icannTLD reports whether label is a top-level domain of the ICANN section of the public suffix
+// list.
+func icannTLD(label string) bool {
+	a, err := idna.Lookup.ToASCII(label)
+	if err != nil || a == "" || strings.Contains(a, ".") {
+		return false
+	}
+	ps, icann := publicsuffix.PublicSuffix(a)
+	return icann && ps == a
+}
+
+// plausibleTLD reports whether an email domain's last label can be a top-level domain: two or more
+// letters, or punycode.
+func plausibleTLD(label string) bool {
+	if strings.HasPrefix(strings.ToLower(label), "xn--") {
+		return len(label) > 4
+	}
+	n := 0
+	for _, r := range label {
+		if !unicode.IsLetter(r) && !unicode.IsMark(r) {
+			return false
+		}
+		n++
+	}
+	return n >= 2
+}
+
+func isDigitByte(c byte) bool { return c >= '0' && c <= '9' }
+
+func isAlnumByte(c byte) bool { return isLetterByte(c) || isDigitByte(c) }
+
+func upper(c byte) byte {
+	if c >= 'a' && c <= 'z' {
+		return c - 'a' + 'A'
+	}
+	return c
+}
+
+// findIBANs appends the IBANs of text. A candidate starts where two letters and two digits follow
+// something other than a letter or digit; it reads groups of letters and digits joined by single
+// separators, and the longest run of whole groups that is a valid IBAN is the item.
+func findIBANs(items []Item, text string) []Item {
+	for i := 0; i+4 <= len(text); i++ {
+		if !isLetterByte(text[i]) || !isLetterByte(text[i+1]) || !isDigitByte(text[i+2]) || !isDigitByte(text[i+3]) {
+			continue
+		}
+		if i > 0 {
+			if r, _ := utf8.DecodeLastRuneInString(text[:i]); unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r) {
+				continue
+			}
+		}
+		if it, ok := iban(text, i); ok {
+			items = append(items, it)
+			i = it.End - 1
+		}
+	}
+	return items
+}
+
+// The bounds of an IBAN's length.
+const (
+	minIBAN = 15
+	maxIBAN = 34
+)
+
+// iban reads the longest valid IBAN made of whole groups starting at s.
+func iban(text string, s int) (Item, bool) {
+	var buf [maxIBAN]byte
+	n, best, bestEnd := 0, 0, 0
+	want := ibanLength(upper(text[s]), upper(text[s+1]))
+	i := s
+	for {
+		g := i
+		for i < len(text) && isAlnumByte(text[i]) {
+			if n == maxIBAN {
+				return ibanItem(s, bestEnd, buf[:best])
+			}
+			buf[n] = upper(text[i])
+			n++
+			i++
+		}
+		if i == g {
+			break
+		}
+		if i < len(text) {
+			if r, _ := utf8.DecodeRuneInString(text[i:]); unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r) {
+				break // the group runs on into other letters: not a whole token
+			}
+		}
+		if (want == 0 || n == want) && n >= minIBAN && checksum(buf[:n]) {
+			best, bestEnd = n, i
+		}
+		sep := separatorLen(text[i:])
+		if sep == 0 || i+sep >= len(text) || !isAlnumByte(text[i+sep]) {
+			break
+		}
+		i += sep
+	}
+	return ibanItem(s, bestEnd, buf[:best])
+}
+
+func ibanItem(s, end int, v []byte) (Item, bool) {
+	if len(v) == 0 {
+		return Item{}, false
+	}
+	return Item{Kind: IBAN, Start: s, End: end, Value: string(v)}, true
+}
+
+// separatorLen is the length of the group separator at the start of s: a space, a no-break space,
+// a narrow no-break space or a hyphen; 0 when there is none.
+func separatorLen(s string) int {
+	switch {
+	case strings.HasPrefix(s, " "), strings.HasPrefix(s, "-"):
+		return 1
+	case strings.HasPrefix(s, "\u00a0"):
+		return 2
+	case strings.HasPrefix(s, "\u202f"):
+		return 3
+	}
+	return 0
+}
+
+// ibanLengths lists IBAN lengths per country (the SWIFT IBAN registry), four characters each.
+const ibanLengths = "AD24AE23AL28AT20AZ28BA20BE16BG22BH22BI27BR29BY28CH21CR22CY28CZ24DE22DJ27DK18DO28EE20EG29ES24" +
+	"FI18FK18FO18FR27GB22GE22GI23GL18GR27GT28HN28HR21HU28IE22IL23IQ23IS26IT27JO30KW30KZ20LB28LC32LI21LT20" +
+	"LU20LV21LY25MC27MD24ME22MK19MN20MR27MT31MU30NI28NL18NO15OM23PK24PL28PS29PT25QA29RO24RS22RU33SA24SC31" +
+	"SD18SE24SI19SK24SM27SO23ST25SV28TL23TN24TR26UA29VA22VG24XK20YE30"
+
+// ibanLength is the IBAN length of a country (upper-case letters), 0 when this package does not know it.
+func ibanLength(c0, c1 byte) int {
+	for k := 0; k+4 <= len(ibanLengths); k += 4 {
+		if ibanLengths[k] == c0 && ibanLengths[k+1] == c1 {
+			return int(ibanLengths[k+2]-'0')*10 + int(ibanLengths[k+3]-'0')
+		}
+	}
+	return 0
+}
+
+// ValidIBAN reports whether s, in upper case without separators, is an IBAN: a country code, check
+// digits 02 to 98, 15 to 34 letters and digits in all (the country's length where it is known), and
+// a mod-97 remainder of 1.
+func ValidIBAN(s string) bool {
+	if len(s) < minIBAN || len(s) > maxIBAN || !isLetterByte(s[0]) || !isLetterByte(s[1]) {
+		return false
+	}
+	if want := ibanLength(s[0], s[1]); want != 0 && len(s) != want {
+		return false
+	}
+	return checksum([]byte(s))
+}
+
+// checksum checks the check digits (02 to 98) and the mod-97 remainder of an upper-case IBAN.
+func checksum(s []byte) bool {
+	if len(s) < 4 || !isDigitByte(s[2]) || !isDigitByte(s[3]) {
+		return false
+	}
+	if cd := string(s[2:4]); cd == "00" || cd == "01" || cd == "99" {
+		return false
+	}
+	r := 0
+	for k := 0; k < len(s); k++ {
+		c := s[(k+4)%len(s)]
+		switch {
+		case isDigitByte(c):
+			r = (r*10 + int(c-'0')) % 97
+		case c >= 'A' && c <= 'Z':
+			r = (r*100 + int(c-'A') + 10) % 97
+		default:
+			return false
+		}
+	}
+	return r == 1
+}

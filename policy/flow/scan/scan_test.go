@@ -1,0 +1,292 @@
+package scan
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// show renders an item as "kind:text" plus its parts, for the tables.
+func show(text string, it Item) string {
+	w := text[it.Start:it.End]
+	switch it.Kind {
+	case URL:
+		s := fmt.Sprintf("url:%s host=%s", w, it.Host)
+		if it.Scheme != "" {
+			s += " scheme=" + it.Scheme
+		}
+		if it.UserInfo {
+			s += " userinfo"
+		}
+		if it.Malformed {
+			s += " malformed"
+		}
+		return s
+	case Email:
+		return fmt.Sprintf("email:%s domain=%s", w, it.Host)
+	}
+	return fmt.Sprintf("iban:%s value=%s", w, it.Value)
+}
+
+// scanCases are the table of Find, shared with the fuzz seeds.
+var scanCases = []struct {
+	text string
+	want []string
+}{
+	{"", nil},
+	{"no links here, just words. e.g. this; version 1.2.3", nil},
+	{"notes.txt and main.js and v1.2", nil},
+	// URLs with a scheme
+	{"see https://x.com", []string{"url:https://x.com host=x.com scheme=https"}},
+	{"(see https://en.wikipedia.org/wiki/Go_(language)).", []string{"url:https://en.wikipedia.org/wiki/Go_(language) host=en.wikipedia.org scheme=https"}},
+	{"go to https://x.com/login.", []string{"url:https://x.com/login host=x.com scheme=https"}},
+	{"[click](https://evil.net/a?b=c)", []string{"url:https://evil.net/a?b=c host=evil.net scheme=https"}},
+	{"HTTPS://X.COM:8443/a", []string{"url:HTTPS://X.COM:8443/a host=X.COM scheme=https"}},
+	{"https://bank.com@evil.net/pay", []string{"url:https://bank.com@evil.net/pay host=evil.net scheme=https userinfo", "email:bank.com@evil.net domain=evil.net"}},
+	{"https:evil.net/x", []string{"url:https:evil.net/x host=evil.net scheme=https"}},
+	{`https:\\evil.net\x`, []string{`url:https:\\evil.net\x host=evil.net scheme=https`}},
+	{"https:///evil.net/x", []string{"url:https:///evil.net/x host=evil.net scheme=https"}},
+	{"ftp://files.example.org/a", []string{"url:ftp://files.example.org/a host=files.example.org scheme=ftp"}},
+	{"file:///etc/passwd", []string{"url:file:///etc/passwd host= scheme=file"}},
+	{"http://[::1]:8080/x", []string{"url:http://[::1]:8080/x host=[::1] scheme=http"}},
+	{"https://xn--bcher-kva.de/ and https://bücher.de/", []string{
+		"url:https://xn--bcher-kva.de/ host=xn--bcher-kva.de scheme=https", "url:https://bücher.de/ host=bücher.de scheme=https"}},
+	{"https://ok.com/r?u=https://evil.net/x", []string{
+		"url:https://ok.com/r?u=https://evil.net/x host=ok.com scheme=https", "url:https://evil.net/x host=evil.net scheme=https"}},
+	{"mailto:bob@x.com and note: this", []string{"email:bob@x.com domain=x.com"}},
+	{"javascript:alert(1)", nil},
+	// without a scheme
+	{"www.x.com/login", []string{"url:www.x.com/login host=www.x.com"}},
+	{"visit x.com/path?q=1, then y.org.", []string{"url:x.com/path?q=1 host=x.com", "url:y.org host=y.org"}},
+	{"www.intranet/login", []string{"url:www.intranet/login host=www.intranet"}},
+	{"evilx.com and x.com.evil.net", []string{"url:evilx.com host=evilx.com", "url:x.com.evil.net host=x.com.evil.net"}},
+	{"10.0.0.1/admin", []string{"url:10.0.0.1/admin host=10.0.0.1"}},
+	{"read readme.md", []string{"url:readme.md host=readme.md"}},
+	{"//evil.net/x", []string{"url:evil.net/x host=evil.net"}},
+	{"x.com:8080/a", []string{"url:x.com:8080/a host=x.com"}},
+	{"пример.рф", []string{"url:пример.рф host=пример.рф"}},
+	{"evil。com", []string{"url:evil。com host=evil。com"}},
+	{"evil\u200b.com", []string{"url:evil\u200b.com host=evil\u200b.com"}},
+	{"请访问evil.com立即", []string{"url:请访问evil.com host=请访问evil.com"}},
+	{"EXAMPLE.COM.", []string{"url:EXAMPLE.COM host=EXAMPLE.COM"}},
+	{"a.b.c", nil},
+	// emails
+	{"write to bob@x.com.", []string{"email:bob@x.com domain=x.com"}},
+	{"bob@x.com.evil.net", []string{"email:bob@x.com.evil.net domain=x.com.evil.net"}},
+	{"<Bob.Smith+tag@Mail.Example.co.uk>", []string{"email:Bob.Smith+tag@Mail.Example.co.uk domain=Mail.Example.co.uk"}},
+	{"bob@localhost, a@b.c, @x.com, x@.com", nil},
+	{"ops@corp.internal", []string{"email:ops@corp.internal domain=corp.internal"}},
+	{"a@b@c.com", []string{"email:b@c.com domain=c.com"}},
+	{"visit ok.com@evil.net/login.", []string{"email:ok.com@evil.net domain=evil.net", "url:ok.com@evil.net/login host=evil.net userinfo"}},
+	// IBANs
+	{"pay DE89 3704 0044 0532 0130 00 today", []string{"iban:DE89 3704 0044 0532 0130 00 value=DE89370400440532013000"}},
+	{"IBAN:DE89370400440532013000.", []string{"iban:DE89370400440532013000 value=DE89370400440532013000"}},
+	{"gb82 west 1234 5698 7654 32", []string{"iban:gb82 west 1234 5698 7654 32 value=GB82WEST12345698765432"}},
+	{"FR14-2004-1010-0505-0001-3M02-606", []string{"iban:FR14-2004-1010-0505-0001-3M02-606 value=FR1420041010050500013M02606"}},
+	{"DE89 3704 0044 0532 0130 01", nil},
+	{"DE89370400440532013000123", nil},
+	{"XDE89370400440532013000", nil},
+	{"DE89 3704 0044 0532 0130 00 1234", []string{"iban:DE89 3704 0044 0532 0130 00 value=DE89370400440532013000"}},
+	{"NL91ABNA0417164300 and CH9300762011623852957", []string{
+		"iban:NL91ABNA0417164300 value=NL91ABNA0417164300", "iban:CH9300762011623852957 value=CH9300762011623852957"}},
+}
+
+func TestFind(t *testing.T) {
+	t.Parallel()
+	for _, tc := range scanCases {
+		var got []string
+		for _, it := range Find(tc.text, All) {
+			got = append(got, show(tc.text, it))
+		}
+		if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+			t.Errorf("Find(%q):\n got %q\nwant %q", tc.text, got, tc.want)
+		}
+	}
+}
+
+// TestFindLongAuthority: an authority too long to read is reported malformed, not cut to a harmless
+// host.
+func TestFindLongAuthority(t *testing.T) {
+	t.Parallel()
+	text := "https://" + strings.Repeat("a.", 600) + "@evil.net/"
+	var url *Item
+	for _, it := range Find(text, URL) {
+		url = &it
+	}
+	if url == nil || !url.Malformed || strings.Contains(url.Host, "evil") {
+		t.Fatalf("got %+v", url)
+	}
+	if it := Find("https://"+strings.Repeat("a", 1000)+"@evil.net/", URL); len(it) != 1 || it[0].Malformed || it[0].Host != "evil.net" {
+		t.Fatalf("an authority within the bound: %+v", it)
+	}
+}
+
+func TestFindKinds(t *testing.T) {
+	t.Parallel()
+	text := "bob@x.com https://y.org DE89 3704 0044 0532 0130 00"
+	for _, tc := range []struct {
+		k    Kind
+		want int
+	}{{URL, 1}, {Email, 1}, {IBAN, 1}, {URL | Email, 2}, {All, 3}, {0, 0}} {
+		if got := Find(text, tc.k); len(got) != tc.want {
+			t.Errorf("kinds %b: %d items, want %d", tc.k, len(got), tc.want)
+		}
+		for _, it := range Find(text, tc.k) {
+			if it.Kind&tc.k == 0 {
+				t.Errorf("kinds %b: found a %b", tc.k, it.Kind)
+			}
+		}
+	}
+}
+
+func TestWhole(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		s    string
+		k    Kind
+		want bool
+	}{
+		{"bob@x.com", Email, true},
+		{"bob@x.com ", Email, false},
+		{"bob@x.com.", Email, false},
+		{"see bob@x.com", Email, false},
+		{"DE89 3704 0044 0532 0130 00", IBAN, true},
+		{"de89370400440532013000", IBAN, true},
+		{"DE89370400440532013001", IBAN, false},
+		{"https://x.com/a", URL, true},
+		{"www.x.com/login", URL, true},
+		{"x.com", URL, true},
+		{"x.com and more", URL, false},
+		{"hello", URL, false},
+	} {
+		if _, ok := Whole(tc.s, tc.k); ok != tc.want {
+			t.Errorf("Whole(%q, %b) = %v, want %v", tc.s, tc.k, ok, tc.want)
+		}
+	}
+}
+
+func TestValidIBAN(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		s    string
+		want bool
+	}{
+		{"DE89370400440532013000", true},
+		{"GB82WEST12345698765432", true},
+		{"FR1420041010050500013M02606", true},
+		{"NO9386011117947", true},
+		{"DE8937040044053201300", false},   // DE is 22 long
+		{"DE00370400440532013000", false},  // check digits 00
+		{"ZZ11370400440532013000", false},  // unknown country: checksum alone, which fails
+		{"de89370400440532013000", false},  // upper case only
+		{"DE89 370400440532013000", false}, // no separators
+		{"DE89", false},
+	} {
+		if got := ValidIBAN(tc.s); got != tc.want {
+			t.Errorf("ValidIBAN(%q) = %v, want %v", tc.s, got, tc.want)
+		}
+	}
+}
+
+// TestFindLinear feeds inputs built to make a careless scanner quadratic; the go test timeout is the
+// bound, the benchmark the figure.
+func TestFindLinear(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{
+		strings.Repeat("http:", 200000),
+		strings.Repeat("a@", 200000),
+		strings.Repeat("a.", 200000) + "com",
+		strings.Repeat("https://a.com/", 100000) + strings.Repeat(")", 100000),
+		strings.Repeat("(", 100000) + "https://a.com/" + strings.Repeat(")", 100000),
+		strings.Repeat("AB12 ", 200000),
+		strings.Repeat("x", 1<<20),
+	} {
+		_ = Find(s, All)
+	}
+}
+
+func BenchmarkFind(b *testing.B) {
+	text := strings.Repeat("Hello Bob, the invoice for March is attached; pay DE89 3704 0044 0532 0130 00 "+
+		"by Friday or see https://billing.example.com/inv?id=77 and write to accounts@example.com. ", 40)
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = Find(text, All)
+	}
+}
+
+func FuzzFind(f *testing.F) {
+	for _, tc := range scanCases {
+		f.Add(tc.text)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		items := Find(text, All)
+		for i, it := range items {
+			if it.Start < 0 || it.End > len(text) || it.Start >= it.End {
+				t.Fatalf("item %d out of range: %+v (len %d)", i, it, len(text))
+			}
+			if i > 0 && less(it, items[i-1]) {
+				t.Fatalf("items out of order at %d", i)
+			}
+			w := text[it.Start:it.End]
+			if !utf8.ValidString(w) {
+				t.Fatalf("item %q is not valid UTF-8", w)
+			}
+			// An item is a whole token: it does not start in the middle of a word.
+			if it.Start > 0 {
+				prev, _ := utf8.DecodeLastRuneInString(text[:it.Start])
+				switch it.Kind {
+				case Email:
+					if isLocalRune(prev) && prev != '.' {
+						t.Fatalf("email %q starts inside a word (after %q) in %q", w, prev, text)
+					}
+				case IBAN:
+					if isAlnumByte(byte(prev)) && prev < utf8.RuneSelf {
+						t.Fatalf("iban %q starts inside a word in %q", w, text)
+					}
+				}
+			}
+			switch it.Kind {
+			case URL:
+				if it.Host != "" && !strings.Contains(w, it.Host) {
+					t.Fatalf("url %q does not hold its host %q", w, it.Host)
+				}
+			case Email:
+				if !strings.HasSuffix(w, "@"+it.Host) {
+					t.Fatalf("email %q does not end in its domain %q", w, it.Host)
+				}
+				if it.End < len(text) {
+					next, _ := utf8.DecodeRuneInString(text[it.End:])
+					if isHostRune(next) && !isDot(next) && next != '-' && next != '_' {
+						t.Fatalf("email %q ends inside a word in %q", w, text)
+					}
+				}
+			case IBAN:
+				if !ValidIBAN(it.Value) {
+					t.Fatalf("iban %q has an invalid value %q", w, it.Value)
+				}
+				var compact strings.Builder
+				for i := 0; i < len(w); i++ {
+					if isAlnumByte(w[i]) {
+						compact.WriteByte(upper(w[i]))
+					}
+				}
+				if compact.String() != it.Value {
+					t.Fatalf("iban %q has value %q", w, it.Value)
+				}
+				if it.End < len(text) {
+					if next, _ := utf8.DecodeRuneInString(text[it.End:]); next < utf8.RuneSelf && isAlnumByte(byte(next)) {
+						t.Fatalf("iban %q ends inside a word in %q", w, text)
+					}
+				}
+			}
+			// An item found in a text is found again, whole, when it stands alone.
+			if it.Kind != URL || it.Scheme != "" {
+				if _, ok := Whole(w, it.Kind); !ok && it.Kind != URL {
+					t.Fatalf("%q found in %q is not found alone", w, text)
+				}
+			}
+		}
+	})
+}

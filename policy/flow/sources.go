@@ -1,0 +1,203 @@
+package flow
+
+import (
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/promptgate/promptgate/policy/vet"
+)
+
+// SourceKind is where a piece of the conversation came from.
+type SourceKind uint8
+
+// The kinds of source.
+const (
+	// SourceUser: the user's messages. Trusted.
+	SourceUser SourceKind = iota + 1
+	// SourceApp: the app's system and developer messages, Responses instructions. Trusted.
+	SourceApp
+	// SourceAssistant: the model's own text. Never a source for provenance: the model can copy an
+	// attacker's text into its own words, so its text proves nothing about where a value came from.
+	SourceAssistant
+	// SourceTool: a tool's output. Untrusted unless toolOutputs.trusted names the tool.
+	SourceTool
+	// SourceContext: promptgate.context, plugin answers and attachments (images, files, documents).
+	// Untrusted.
+	SourceContext
+)
+
+// Source labels a segment: its kind and, for a tool output, the tool's name ("" when the call the
+// output answers cannot be found: "tool:?").
+type Source struct {
+	Kind SourceKind
+	Tool string
+}
+
+// String is the source's label: user, app, assistant, context, tool:NAME or tool:?.
+func (s Source) String() string {
+	switch s.Kind {
+	case SourceUser:
+		return "user"
+	case SourceApp:
+		return "app"
+	case SourceAssistant:
+		return "assistant"
+	case SourceContext:
+		return "context"
+	case SourceTool:
+		if s.Tool == "" {
+			return "tool:?"
+		}
+		return "tool:" + s.Tool
+	}
+	return "unknown"
+}
+
+// label is the source's label for a reason or a notice: its tool name shown as vet.DisplayName
+// shows names (quoted with escapes unless plain), so a name cannot break a line or pass for text.
+func (s Source) label() string {
+	if s.Kind == SourceTool && s.Tool != "" {
+		return "tool:" + vet.DisplayName(s.Tool)
+	}
+	return s.String()
+}
+
+// patKind is a kind of source pattern.
+type patKind uint8
+
+const (
+	patUser patKind = iota + 1
+	patApp
+	patTrusted
+	patUntrusted
+	patContext
+	patTool
+	patUnknownTool
+)
+
+// srcPattern is one entry of a from or after list.
+type srcPattern struct {
+	kind patKind
+	glob string // patTool
+	// widen: the list widens what counts as a source ('*' stops at '/', as in tools.allow);
+	// otherwise it restricts ('/' is an ordinary character, as in tools.deny).
+	widen bool
+}
+
+// String is the pattern as written.
+func (p srcPattern) String() string {
+	switch p.kind {
+	case patUser:
+		return "user"
+	case patApp:
+		return "app"
+	case patTrusted:
+		return "trusted"
+	case patUntrusted:
+		return "untrusted"
+	case patContext:
+		return "context"
+	case patUnknownTool:
+		return "tool:?"
+	}
+	return "tool:" + p.glob
+}
+
+// parseSources reads a from list (widen) or an after list (!widen), reporting problems under field.
+func parseSources(p *problems, field string, list []string, widen bool) []srcPattern {
+	var out []srcPattern
+	for i, s := range list {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		sp := srcPattern{widen: widen}
+		switch {
+		case s == "user", s == "app", s == "trusted":
+			if !widen {
+				p.add(at, "%q is trusted text, which a flow rule does not react to: use untrusted, context or tool:NAME", s)
+				continue
+			}
+			sp.kind = map[string]patKind{"user": patUser, "app": patApp, "trusted": patTrusted}[s]
+		case s == "untrusted":
+			if widen {
+				p.add(at, `"untrusted" cannot be an allowed source: list the sources you accept, such as user, app or tool:get_contacts`)
+				continue
+			}
+			sp.kind = patUntrusted
+		case s == "context":
+			sp.kind = patContext
+		case s == "tool:?":
+			sp.kind = patUnknownTool
+		case strings.HasPrefix(s, "tool:"):
+			sp.kind, sp.glob = patTool, strings.TrimPrefix(s, "tool:")
+			if sp.glob == "" {
+				p.add(at, "names no tool: write tool:NAME or tool:GLOB such as tool:list_*")
+				continue
+			}
+			if _, err := path.Match(sp.glob, ""); err != nil {
+				p.add(at, "%q is not a valid glob (%v)", sp.glob, err)
+				continue
+			}
+		case s == "assistant":
+			p.add(at, `"assistant" is not a source: the model can copy an attacker's text into its own words; list user, app, trusted or tool:NAME`)
+			continue
+		default:
+			if widen {
+				p.add(at, "%q is not a source: use user, app, trusted, context, tool:NAME, tool:GLOB or tool:?", s)
+			} else {
+				p.add(at, "%q is not a source: use untrusted, context, tool:NAME, tool:GLOB or tool:?", s)
+			}
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+// matches reports whether a segment of source src (trusted or not under the policy) is covered.
+func (p srcPattern) matches(src Source, trusted bool) bool {
+	switch p.kind {
+	case patUser:
+		return src.Kind == SourceUser
+	case patApp:
+		return src.Kind == SourceApp
+	case patTrusted:
+		return trusted
+	case patUntrusted:
+		return !trusted && src.Kind != SourceAssistant
+	case patContext:
+		return src.Kind == SourceContext
+	case patUnknownTool:
+		return src.Kind == SourceTool && src.Tool == ""
+	case patTool:
+		if src.Kind != SourceTool || src.Tool == "" {
+			return false
+		}
+		if p.widen {
+			return matchAllow(p.glob, src.Tool)
+		}
+		return matchCover(p.glob, src.Tool)
+	}
+	return false
+}
+
+// matchAllow matches a name against a glob of a list that widens what is allowed or trusted:
+// path.Match's syntax, whose '*' and '?' stop at '/', so the list admits no more than it says.
+func matchAllow(glob, name string) bool {
+	if glob == name {
+		return true
+	}
+	ok, err := path.Match(glob, name)
+	return err == nil && ok
+}
+
+// matchCover matches a name against a glob of a list that restricts (a rule's tools): '/' is an
+// ordinary character, so "send_*" covers "send_/x" too and the rule applies to no fewer tools than
+// it says. '/' is handed to path.Match as a private-use rune, as policy's deny lists do.
+func matchCover(glob, name string) bool {
+	if glob == name {
+		return true
+	}
+	const slash = "\uE000"
+	ok, err := path.Match(strings.ReplaceAll(glob, "/", slash), strings.ReplaceAll(name, "/", slash))
+	return err == nil && ok
+}
