@@ -8,8 +8,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
-
-	"github.com/promptgate/promptgate/proxy"
 )
 
 // baselineMaxBody is the baseline's request size cap, promptgate's default.
@@ -23,13 +21,14 @@ type baseline struct {
 	rp *httputil.ReverseProxy
 }
 
-func newBaseline(upstream *url.URL) *baseline {
+// newBaseline is the bare proxy to upstream over tr (promptgate's upstream transport).
+func newBaseline(upstream *url.URL, tr http.RoundTripper) *baseline {
 	return &baseline{rp: &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			pr.Out.Host = ""
 		},
-		Transport:     proxy.NewTransport(),
+		Transport:     tr,
 		FlushInterval: -1,
 		ErrorLog:      log.New(io.Discard, "", 0),
 	}}

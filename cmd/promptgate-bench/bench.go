@@ -18,8 +18,9 @@ import (
 
 // Modes and targets of a phase.
 const (
-	modeRate       = "rate"
-	modeSaturation = "saturation"
+	modeRate        = "rate"
+	modeSaturation  = "saturation"
+	modeConcurrency = "concurrency"
 
 	targetDirect     = "direct"
 	targetBaseline   = "baseline"
@@ -39,6 +40,8 @@ type runState struct {
 
 	upstream, baseline *child
 	promptgate         map[int]*child // by plugin count
+	// instrument is the timeline's stamping and profiling, given to every child.
+	instrument childSpec
 	stats              *http.Client
 }
 
@@ -56,6 +59,11 @@ func bench(ctx context.Context, cfg Config, progress io.Writer) (*Report, error)
 	nPhases := len(wls) * len(modes) * len(targets) * cfg.Repeat
 	perPhase := cfg.Warmup + max(cfg.Duration, cfg.SatDuration) + 500*time.Millisecond
 	budget := time.Duration(nPhases)*perPhase + cfg.Soak + 2*time.Minute
+	if cfg.Timeline > 0 {
+		nPhases = 0
+		perRequest := time.Second/time.Duration(cfg.Rate) + time.Millisecond
+		budget = time.Duration(len(wls)*len(targets)*(cfg.Timeline+timelineWarmup))*perRequest + 2*time.Minute
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*budget)
 	defer cancel()
 
@@ -69,7 +77,8 @@ func bench(ctx context.Context, cfg Config, progress io.Writer) (*Report, error)
 	}
 	defer os.RemoveAll(dir)
 	r := &runState{cfg: cfg, progress: progress, exe: exe, dir: dir, promptgate: map[int]*child{},
-		stats: &http.Client{Timeout: 10 * time.Second}}
+		stats:      &http.Client{Timeout: 10 * time.Second},
+		instrument: childSpec{Timeline: cfg.Timeline > 0, Profile: cfg.TraceDir != ""}}
 	defer r.stopAll()
 	fmt.Fprintf(progress, "starting servers (%d workloads, %d phases, at most %s)\n", len(wls), nPhases, (2 * budget).Round(time.Second))
 	if err := r.startServers(ctx, wls, 2*budget+time.Minute); err != nil {
@@ -89,6 +98,13 @@ func bench(ctx context.Context, cfg Config, progress io.Writer) (*Report, error)
 		}
 	}
 	fmt.Fprintf(progress, "pipeline checked on every workload\n")
+	if cfg.Timeline > 0 {
+		if rep.Timelines, err = r.timelinePass(ctx, wls); err != nil {
+			return nil, err
+		}
+		rep.LoadAvgEnd = loadAvg()
+		return rep, nil
+	}
 
 	runs := map[string][]Result{} // key workload/mode/target
 	i := 0
@@ -152,11 +168,13 @@ func selectWorkloads(cfg Config) []*workload {
 func (r *runState) startServers(ctx context.Context, wls []*workload, lifetime time.Duration) error {
 	var err error
 	r.upstream, err = startChild(ctx, r.exe, "upstream", childSpec{Role: roleUpstream, Dir: r.dir,
-		RespBytes: r.cfg.RespBytes, Chunks: r.cfg.Chunks, ChunkDelay: r.cfg.ChunkDelay, Lifetime: lifetime}, nil, r.progress)
+		RespBytes: r.cfg.RespBytes, Chunks: r.cfg.Chunks, ChunkDelay: r.cfg.ChunkDelay, Lifetime: lifetime,
+		Timeline: r.instrument.Timeline}, nil, r.progress)
 	if err != nil {
 		return err
 	}
-	r.baseline, err = startChild(ctx, r.exe, "baseline", childSpec{Role: roleBaseline, Dir: r.dir, Upstream: r.upstream.URL(), Lifetime: lifetime}, nil, r.progress)
+	r.baseline, err = startChild(ctx, r.exe, "baseline", childSpec{Role: roleBaseline, Dir: r.dir, Upstream: r.upstream.URL(), Lifetime: lifetime,
+		Timeline: r.instrument.Timeline, Profile: r.instrument.Profile}, nil, r.progress)
 	if err != nil {
 		return err
 	}
@@ -172,7 +190,8 @@ func (r *runState) startServers(ctx context.Context, wls []*workload, lifetime t
 		if err := os.Mkdir(d, 0o700); err != nil {
 			return err
 		}
-		c, err := startChild(ctx, r.exe, name, childSpec{Role: rolePromptgate, Dir: d, Upstream: r.upstream.URL(), Plugins: w.Plugins, Lifetime: lifetime}, r.cfg.PromptgateEnv, r.progress)
+		c, err := startChild(ctx, r.exe, name, childSpec{Role: rolePromptgate, Dir: d, Upstream: r.upstream.URL(), Plugins: w.Plugins, Lifetime: lifetime,
+			Timeline: r.instrument.Timeline, Profile: r.instrument.Profile}, r.cfg.PromptgateEnv, r.progress)
 		if err != nil {
 			return err
 		}
@@ -234,8 +253,11 @@ func (r *runState) check(ctx context.Context, w *workload) error {
 func (r *runState) phase(ctx context.Context, w *workload, mode, target string, round int) (Result, error) {
 	srv := r.server(w, target)
 	conns := r.cfg.Conns
-	if mode == modeRate {
+	switch mode {
+	case modeRate:
 		conns = r.cfg.OpenWorkers
+	case modeConcurrency:
+		conns = r.cfg.Concurrency
 	}
 	g := newGenerator(srv.URL(), w, conns)
 	defer g.close()
@@ -243,7 +265,7 @@ func (r *runState) phase(ctx context.Context, w *workload, mode, target string, 
 		if mode == modeRate {
 			return g.openLoop(ctx, r.cfg.Rate, d, r.cfg.OpenWorkers)
 		}
-		return g.closedLoop(ctx, r.cfg.Conns, d)
+		return g.closedLoop(ctx, conns, d, maxPhaseRequests)
 	}
 	if r.cfg.Warmup > 0 {
 		load(r.cfg.Warmup)
@@ -390,7 +412,7 @@ func (r *runState) soak(ctx context.Context) (*SoakReport, error) {
 	defer g.close()
 	s := &SoakReport{Workload: w.Name, Conns: r.cfg.Conns, Duration: r.cfg.Soak.String()}
 	done := make(chan loadResult, 1)
-	go func() { done <- g.closedLoop(ctx, r.cfg.Conns, r.cfg.Soak) }()
+	go func() { done <- g.closedLoop(ctx, r.cfg.Conns, r.cfg.Soak, maxPhaseRequests) }()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	start := time.Now()

@@ -14,10 +14,13 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/promptgate/promptgate/proxy"
 )
 
 // envChild holds the JSON childSpec of a child process of the run.
@@ -45,6 +48,10 @@ type childSpec struct {
 	ChunkDelay time.Duration `json:"chunkDelay,omitempty"`
 	// Lifetime bounds the child's life: it exits by itself after it, or as soon as its stdin closes.
 	Lifetime time.Duration `json:"lifetime"`
+	// Timeline stamps the requests that carry HeaderSeq (see timeline.go); Profile also records blocking
+	// and mutex contention for the block and mutex profiles.
+	Timeline bool `json:"timeline,omitempty"`
+	Profile  bool `json:"profile,omitempty"`
 }
 
 // readyLine is the one line a child prints on stdout once it serves.
@@ -91,21 +98,36 @@ func serveChild(spec childSpec, stdin io.Reader, stdout io.Writer) error {
 	})
 	control.HandleFunc("/debug/pprof/", pprof.Index)
 	control.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	control.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if spec.Profile {
+		runtime.SetBlockProfileRate(1)
+		runtime.SetMutexProfileFraction(1)
+	}
+	book := newMarkBook()
+	control.HandleFunc("GET /marks", book.serve)
 
+	// The upstream transport of both proxies; stamped on a timeline run.
+	var transport http.RoundTripper = proxy.NewTransport()
+	if spec.Timeline {
+		transport = markedTransport{next: transport}
+	}
 	var h http.Handler
 	switch spec.Role {
 	case roleUpstream:
 		u := newFakeUpstream(spec.RespBytes, spec.Chunks, spec.ChunkDelay)
 		control.HandleFunc("GET /last", u.lastBody)
 		h = u
+		if spec.Timeline {
+			h = book.wrapUpstream(h)
+		}
 	case roleBaseline:
 		u, err := parseRoot(spec.Upstream)
 		if err != nil {
 			return err
 		}
-		h = newBaseline(u)
+		h = newBaseline(u, transport)
 	case rolePromptgate:
-		srv, pg, err := newPromptgate(ctx, spec.Dir, spec.Upstream, spec.Plugins)
+		srv, pg, err := newPromptgate(ctx, spec.Dir, spec.Upstream, spec.Plugins, transport)
 		if err != nil {
 			return err
 		}
@@ -113,6 +135,9 @@ func serveChild(spec childSpec, stdin io.Reader, stdout io.Writer) error {
 		h = srv
 	default:
 		return fmt.Errorf("unknown role %q", spec.Role)
+	}
+	if spec.Timeline && spec.Role != roleUpstream {
+		h = book.wrapProxy(h)
 	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -149,7 +174,8 @@ func serveChild(spec childSpec, stdin io.Reader, stdout io.Writer) error {
 	return err
 }
 
-// serverStats is what a child says about itself: Go runtime counters and its resident memory.
+// serverStats is what a child says about itself: Go runtime counters, its CPU time and context switches,
+// and its resident memory.
 type serverStats struct {
 	Mallocs    uint64 `json:"mallocs"`
 	TotalAlloc uint64 `json:"totalAlloc"`
@@ -157,6 +183,14 @@ type serverStats struct {
 	Sys        uint64 `json:"sys"`
 	NumGC      uint32 `json:"numGC"`
 	Goroutines int    `json:"goroutines"`
+	// GoroutinesCreated counts the goroutines started so far (runtime/metrics).
+	GoroutinesCreated uint64 `json:"goroutinesCreated"`
+	// CPUNs is the user and system CPU time so far; VolSwitches and InvolSwitches the voluntary (a thread
+	// blocked: a wait) and involuntary (preempted) context switches so far (getrusage); 0 where there is
+	// none.
+	CPUNs         int64 `json:"cpuNs"`
+	VolSwitches   int64 `json:"volSwitches"`
+	InvolSwitches int64 `json:"involSwitches"`
 	// RSS and PeakRSS are VmRSS and VmHWM of /proc/self/status, in bytes; 0 where there is no /proc.
 	RSS     uint64 `json:"rss"`
 	PeakRSS uint64 `json:"peakRSS"`
@@ -171,6 +205,12 @@ func readServerStats() serverStats {
 	runtime.ReadMemStats(&m)
 	s := serverStats{Mallocs: m.Mallocs, TotalAlloc: m.TotalAlloc, HeapInuse: m.HeapInuse, Sys: m.Sys,
 		NumGC: m.NumGC, Goroutines: runtime.NumGoroutine()}
+	created := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(created)
+	if created[0].Value.Kind() == metrics.KindUint64 {
+		s.GoroutinesCreated = created[0].Value.Uint64()
+	}
+	s.CPUNs, s.VolSwitches, s.InvolSwitches = selfUsage()
 	s.RSS, s.PeakRSS = procRSS(os.Getpid())
 	return s
 }

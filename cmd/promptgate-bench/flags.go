@@ -17,6 +17,7 @@ const (
 	DefaultSatDuration = 3 * time.Second
 	DefaultWarmup      = 500 * time.Millisecond
 	DefaultConns       = 16
+	DefaultConcurrency = 8
 	DefaultOpenWorkers = 128
 	DefaultRespBytes   = 1024
 	DefaultChunks      = 200
@@ -29,12 +30,16 @@ const (
 type Config struct {
 	// Rate is the open-loop send rate, requests per second.
 	Rate int
-	// Duration is the measured part of an open-loop phase; SatDuration that of a closed-loop phase.
+	// Duration is the measured part of a fixed-rate or fixed-concurrency phase; SatDuration that of a
+	// saturation phase.
 	Duration, SatDuration time.Duration
 	// Warmup runs before each phase, unmeasured (connections, caches).
 	Warmup time.Duration
-	// Conns is the number of connections (and workers) of a closed-loop phase.
+	// Conns is the number of connections (and workers) of a saturation phase.
 	Conns int
+	// Concurrency is the number of clients of a fixed-concurrency phase: each sends its next request once
+	// the answer to its last one is complete.
+	Concurrency int
 	// OpenWorkers caps the requests in flight of an open-loop phase; sends that find every worker busy
 	// wait, and their latency still counts from their scheduled time.
 	OpenWorkers int
@@ -42,7 +47,7 @@ type Config struct {
 	Repeat int
 	// Workloads to run, by name; all when empty.
 	Workloads []string
-	// Modes to run: "rate", "saturation"; both when empty.
+	// Modes to run: "rate", "saturation", "concurrency"; all three when empty.
 	Modes []string
 	// Plugins runs the workloads with 1 and 3 context-source plugins, when the plugin host is available.
 	Plugins bool
@@ -61,11 +66,17 @@ type Config struct {
 	// PromptgateEnv are extra KEY=VALUE environment variables of the promptgate processes only (GOGC,
 	// GOMEMLIMIT, GODEBUG...), to measure a runtime setting against the same baseline.
 	PromptgateEnv []string
+	// Timeline, when positive, replaces the load phases by the timeline pass: this many requests of each
+	// workload sent one at a time to each target, every step of each timed (see timeline.go).
+	Timeline int
+	// TraceDir, with Timeline, receives an execution trace and the block and mutex profiles of both proxies
+	// taken during the timeline pass.
+	TraceDir string
 	// Quick is the short pass used by the test: tiny phases, no repeat.
 	Quick bool
 }
 
-var allModes = []string{modeRate, modeSaturation}
+var allModes = []string{modeRate, modeSaturation, modeConcurrency}
 
 // parseFlags reads the command line.
 func parseFlags(args []string, stderr io.Writer) (Config, error) {
@@ -74,14 +85,15 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	c := Config{}
 	var workloads, modes string
 	fs.IntVar(&c.Rate, "rate", DefaultRate, "open-loop send rate, requests per second")
-	fs.DurationVar(&c.Duration, "duration", DefaultDuration, "measured length of an open-loop (fixed rate) phase")
+	fs.DurationVar(&c.Duration, "duration", DefaultDuration, "measured length of a fixed-rate (open-loop) or fixed-concurrency phase")
 	fs.DurationVar(&c.SatDuration, "sat-duration", DefaultSatDuration, "measured length of a closed-loop (saturation) phase")
 	fs.DurationVar(&c.Warmup, "warmup", DefaultWarmup, "unmeasured warm-up before each phase")
 	fs.IntVar(&c.Conns, "conns", DefaultConns, "connections of a saturation phase")
+	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "clients of a fixed-concurrency phase, each sending its next request once its last answer is complete")
 	fs.IntVar(&c.OpenWorkers, "open-workers", DefaultOpenWorkers, "most requests in flight in an open-loop phase")
 	fs.IntVar(&c.Repeat, "repeat", DefaultRepeat, "run every phase this many times (interleaved) and report medians")
 	fs.StringVar(&workloads, "workloads", "", "comma-separated workloads to run (default all): "+strings.Join(workloadNames(), ","))
-	fs.StringVar(&modes, "modes", "", "comma-separated modes: rate,saturation (default both)")
+	fs.StringVar(&modes, "modes", "", "comma-separated modes: rate,saturation,concurrency (default all three)")
 	fs.BoolVar(&c.Plugins, "plugins", true, "also run the workloads with 1 and 3 context-source plugins (when the plugin host is available)")
 	fs.IntVar(&c.RespBytes, "resp-bytes", DefaultRespBytes, "size of a non-stream upstream answer, bytes")
 	fs.IntVar(&c.Chunks, "chunks", DefaultChunks, "chunks of an upstream stream")
@@ -97,6 +109,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 		c.PromptgateEnv = append(c.PromptgateEnv, v)
 		return nil
 	})
+	fs.IntVar(&c.Timeline, "timeline", 0, "instead of the load phases, send this many requests of each workload one at a time to each target and time every step of each")
+	fs.StringVar(&c.TraceDir, "trace", "", "with --timeline: write an execution trace and the block and mutex profiles of both proxies to this folder")
 	fs.BoolVar(&c.Quick, "quick", false, "a short pass of a few seconds (figures are not meaningful; used by the test)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -109,6 +123,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	if c.Quick {
 		c.Duration, c.SatDuration, c.Warmup, c.Repeat = 100*time.Millisecond, 100*time.Millisecond, 20*time.Millisecond, 1
 		c.Conns = min(c.Conns, 4)
+		c.Concurrency = min(c.Concurrency, 2)
+		c.Timeline = min(c.Timeline, 20)
 	}
 	return c, c.validate()
 }
@@ -136,6 +152,15 @@ func (c Config) validate() error {
 	if c.Conns < 1 || c.Conns > 1024 {
 		bad("conns", "%d: use 1 to 1024", c.Conns)
 	}
+	if c.Concurrency < 1 || c.Concurrency > 1024 {
+		bad("concurrency", "%d: use 1 to 1024", c.Concurrency)
+	}
+	if c.Timeline < 0 || c.Timeline > 100_000 {
+		bad("timeline", "%d: use 0 (off) to 100000 requests", c.Timeline)
+	}
+	if c.TraceDir != "" && c.Timeline == 0 {
+		bad("trace", "%q: traces are taken during the timeline pass; add --timeline N", c.TraceDir)
+	}
 	if c.OpenWorkers < 1 || c.OpenWorkers > 4096 {
 		bad("open-workers", "%d: use 1 to 4096", c.OpenWorkers)
 	}
@@ -152,7 +177,7 @@ func (c Config) validate() error {
 	}
 	for _, m := range c.Modes {
 		if !slices.Contains(allModes, m) {
-			bad("modes", "unknown mode %q; use rate or saturation", m)
+			bad("modes", "unknown mode %q; use rate, saturation or concurrency", m)
 		}
 	}
 	if c.RespBytes < 64 || c.RespBytes > 16<<20 {

@@ -160,13 +160,13 @@ func (g *generator) openLoop(ctx context.Context, rate int, d time.Duration, wor
 	return merge(ws, time.Since(start))
 }
 
-// closedLoop keeps conns requests in flight, each worker sending its next request as soon as the last one
-// is answered, for d (and at most maxPhaseRequests requests).
-func (g *generator) closedLoop(ctx context.Context, conns int, d time.Duration) loadResult {
+// closedLoop keeps conns requests in flight, each worker sending its next request as soon as the answer to
+// its last one is complete (read to its end), for d and at most budget requests. Latency counts from each
+// request's send.
+func (g *generator) closedLoop(ctx context.Context, conns int, d time.Duration, budget int) loadResult {
 	ws := make([]*worker, conns)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	budget := maxPhaseRequests
 	take := func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -13,12 +13,13 @@ import (
 	"time"
 )
 
-// The goals of issue 8, measured against the bare reverse proxy of the same run.
+// The goals of issues 8 and 18, measured against the bare reverse proxy of the same run, at the fixed rate
+// and again at the fixed concurrency.
 const (
 	goalP50Ratio        = 1.5  // p50 overhead at most 1.5x the baseline's
 	goalP99Ratio        = 2.0  // p99 overhead at most 2x the baseline's
 	goalTTFBDeltaMs     = 0.3  // a stream's first byte within 0.3 ms of the baseline's
-	goalThroughputRatio = 0.7  // throughput at saturation at least 70% of the baseline's
+	goalThroughputRatio = 0.8  // throughput at least 80% of the baseline's (saturation, fixed concurrency)
 	goalRSSMB           = 64.0 // resident memory under 64 MB (at 16 connections)
 )
 
@@ -39,6 +40,8 @@ type Report struct {
 	// Workloads holds, per workload, a Result per mode and target, each the median over the repeats.
 	Workloads []WorkloadReport `json:"workloads"`
 	Soak      *SoakReport      `json:"soak,omitempty"`
+	// Timelines is the timeline pass (--timeline), which replaces the load phases.
+	Timelines []TimelineReport `json:"timelines,omitempty"`
 }
 
 // ReportSettings are the flags of the run.
@@ -48,6 +51,7 @@ type ReportSettings struct {
 	SatDuration   string `json:"satDuration"`
 	Warmup        string `json:"warmup"`
 	Conns         int    `json:"conns"`
+	Concurrency   int    `json:"concurrency"`
 	OpenWorkers   int    `json:"openWorkers"`
 	Repeat        int    `json:"repeat"`
 	RespBytes     int    `json:"respBytes"`
@@ -85,8 +89,8 @@ type Result struct {
 	Requests int    `json:"requests"`
 	Errors   int    `json:"errors"`
 	FirstErr string `json:"firstError,omitempty"`
-	// Rate is the offered rate of an open-loop phase; Conns the connections of a closed-loop one (the
-	// most requests in flight of an open-loop one).
+	// Rate is the offered rate of an open-loop phase; Conns the connections (clients) of a closed-loop one
+	// (the most requests in flight of an open-loop one).
 	Rate  int `json:"rate,omitempty"`
 	Conns int `json:"conns"`
 	// Latencies in milliseconds; in an open loop they count from the scheduled send time.
@@ -108,6 +112,12 @@ type Result struct {
 	// (network I/O: a stream relayed one flush per event shows here).
 	ReadsPerReq  float64 `json:"readsPerReq"`
 	WritesPerReq float64 `json:"writesPerReq"`
+	// CPUUsPerReq is the server process's CPU time (user and system) per request, in microseconds;
+	// SwitchesPerReq its voluntary context switches per request (a thread that went to sleep waiting);
+	// GoroutinesPerReq the goroutines it started per request.
+	CPUUsPerReq      float64 `json:"cpuUsPerReq"`
+	SwitchesPerReq   float64 `json:"switchesPerReq"`
+	GoroutinesPerReq float64 `json:"goroutinesPerReq"`
 	// PeakRSSMB is the highest resident set of the server process seen during the phase.
 	PeakRSSMB float64 `json:"peakRSSMB"`
 }
@@ -131,7 +141,23 @@ type Overhead struct {
 	ThroughputRatio *float64 `json:"throughputRatio"`
 	// PeakRSSMB is promptgate's peak RSS over the workload's phases.
 	PeakRSSMB float64 `json:"peakRSSMB"`
-	Goals     []Goal  `json:"goals"`
+	// Concurrency is the same comparison in the fixed-concurrency phase; nil when it did not run.
+	Concurrency *ConcurrencyOverhead `json:"concurrency,omitempty"`
+	Goals       []Goal               `json:"goals"`
+}
+
+// ConcurrencyOverhead compares promptgate with the baseline at a fixed number of closed-loop clients:
+// the same ratios as at the fixed rate, and the throughput ratio at that concurrency.
+type ConcurrencyOverhead struct {
+	Clients            int      `json:"clients"`
+	AddedP50Ms         float64  `json:"addedP50Ms"`
+	AddedP99Ms         float64  `json:"addedP99Ms"`
+	BaselineAddedP50Ms float64  `json:"baselineAddedP50Ms"`
+	BaselineAddedP99Ms float64  `json:"baselineAddedP99Ms"`
+	P50Ratio           *float64 `json:"p50Ratio"`
+	P99Ratio           *float64 `json:"p99Ratio"`
+	TTFBDeltaMs        *float64 `json:"ttfbDeltaMs,omitempty"`
+	ThroughputRatio    *float64 `json:"throughputRatio"`
 }
 
 // Goal is one of the issue's goals checked on one workload.
@@ -160,7 +186,7 @@ func newReport(cfg Config) *Report {
 		CPUs: runtime.NumCPU(), Command: strings.Join(os.Args, " "), LoadAvgStart: loadAvg(),
 		Settings: ReportSettings{
 			Rate: cfg.Rate, Duration: cfg.Duration.String(), SatDuration: cfg.SatDuration.String(), Warmup: cfg.Warmup.String(),
-			Conns: cfg.Conns, OpenWorkers: cfg.OpenWorkers, Repeat: cfg.Repeat, RespBytes: cfg.RespBytes, Chunks: cfg.Chunks,
+			Conns: cfg.Conns, Concurrency: cfg.Concurrency, OpenWorkers: cfg.OpenWorkers, Repeat: cfg.Repeat, RespBytes: cfg.RespBytes, Chunks: cfg.Chunks,
 			ChunkDelay: cfg.ChunkDelay.String(), Quick: cfg.Quick, ContextBudget: benchBudgets, PromptgateEnv: cfg.PromptgateEnv,
 		},
 	}
@@ -215,6 +241,9 @@ func newResult(mode, target string, conns, rate int, lr loadResult, before, afte
 		r.AllocsPerReq = float64(after.Mallocs-before.Mallocs) / float64(total)
 		r.BytesPerReq = float64(after.TotalAlloc-before.TotalAlloc) / float64(total)
 		r.GCs = float64(after.NumGC - before.NumGC)
+		r.CPUUsPerReq = round1(float64(after.CPUNs-before.CPUNs) / 1e3 / float64(total))
+		r.SwitchesPerReq = round1(float64(after.VolSwitches-before.VolSwitches) / float64(total))
+		r.GoroutinesPerReq = round1(float64(after.GoroutinesCreated-before.GoroutinesCreated) / float64(total))
 		if after.SysWrites > 0 {
 			r.ReadsPerReq = round1(float64(after.SysReads-before.SysReads) / float64(total))
 			r.WritesPerReq = round1(float64(after.SysWrites-before.SysWrites) / float64(total))
@@ -272,6 +301,9 @@ func medianResult(rs []Result) Result {
 	out.GCs = med(func(r Result) float64 { return r.GCs })
 	out.ReadsPerReq = med(func(r Result) float64 { return r.ReadsPerReq })
 	out.WritesPerReq = med(func(r Result) float64 { return r.WritesPerReq })
+	out.CPUUsPerReq = med(func(r Result) float64 { return r.CPUUsPerReq })
+	out.SwitchesPerReq = med(func(r Result) float64 { return r.SwitchesPerReq })
+	out.GoroutinesPerReq = med(func(r Result) float64 { return r.GoroutinesPerReq })
 	out.Requests, out.Errors = 0, 0
 	for _, r := range rs {
 		out.Requests += r.Requests
@@ -337,7 +369,27 @@ func overhead(wr WorkloadReport, cfg Config) *Overhead {
 	ps, okPS := find(wr.Results, modeSaturation, targetPromptgate)
 	if okBS && okPS && bs.Throughput > 0 {
 		o.ThroughputRatio = ptr(ps.Throughput / bs.Throughput)
-		goal("throughput ratio >= 0.7", o.ThroughputRatio, goalThroughputRatio, false)
+		goal("throughput ratio >= 0.8", o.ThroughputRatio, goalThroughputRatio, false)
+	}
+	dc, okDC := find(wr.Results, modeConcurrency, targetDirect)
+	bc, okBC := find(wr.Results, modeConcurrency, targetBaseline)
+	pc, okPC := find(wr.Results, modeConcurrency, targetPromptgate)
+	if okDC && okBC && okPC {
+		c := &ConcurrencyOverhead{Clients: pc.Conns,
+			AddedP50Ms: round3(pc.P50Ms - dc.P50Ms), AddedP99Ms: round3(pc.P99Ms - dc.P99Ms),
+			BaselineAddedP50Ms: round3(bc.P50Ms - dc.P50Ms), BaselineAddedP99Ms: round3(bc.P99Ms - dc.P99Ms),
+			P50Ratio: ratio(pc.P50Ms, bc.P50Ms, dc.P50Ms), P99Ratio: ratio(pc.P99Ms, bc.P99Ms, dc.P99Ms)}
+		goal("concurrency p50 overhead ratio <= 1.5", c.P50Ratio, goalP50Ratio, true)
+		goal("concurrency p99 overhead ratio <= 2", c.P99Ratio, goalP99Ratio, true)
+		if wr.Stream {
+			c.TTFBDeltaMs = ptr(pc.TTFBP50Ms - bc.TTFBP50Ms)
+			goal("concurrency stream TTFB delta <= 0.3 ms", c.TTFBDeltaMs, goalTTFBDeltaMs, true)
+		}
+		if bc.Throughput > 0 {
+			c.ThroughputRatio = ptr(pc.Throughput / bc.Throughput)
+			goal("concurrency throughput ratio >= 0.8", c.ThroughputRatio, goalThroughputRatio, false)
+		}
+		o.Concurrency = c
 	}
 	if o.PeakRSSMB > 0 {
 		goal(fmt.Sprintf("peak RSS < 64 MB (%d conns)", cfg.Conns), ptr(o.PeakRSSMB), goalRSSMB, true)
@@ -347,8 +399,9 @@ func overhead(wr WorkloadReport, cfg Config) *Overhead {
 
 // printReport writes the tables.
 func printReport(w io.Writer, rep *Report) {
-	fmt.Fprintf(w, "\npromptgate-bench  %s  %s/%s  %d CPUs  rate %d req/s for %s, saturation %d conns for %s, repeat %d\n",
-		rep.Go, rep.OS, rep.Arch, rep.CPUs, rep.Settings.Rate, rep.Settings.Duration, rep.Settings.Conns, rep.Settings.SatDuration, rep.Settings.Repeat)
+	fmt.Fprintf(w, "\npromptgate-bench  %s  %s/%s  %d CPUs  rate %d req/s for %s, %d clients for %s, saturation %d conns for %s, repeat %d\n",
+		rep.Go, rep.OS, rep.Arch, rep.CPUs, rep.Settings.Rate, rep.Settings.Duration, rep.Settings.Concurrency, rep.Settings.Duration,
+		rep.Settings.Conns, rep.Settings.SatDuration, rep.Settings.Repeat)
 	if rep.LoadAvgStart != "" {
 		fmt.Fprintf(w, "load average at start %s, at end %s (other work on the machine skews every target alike, but adds noise)\n", rep.LoadAvgStart, rep.LoadAvgEnd)
 	}
@@ -358,24 +411,28 @@ func printReport(w io.Writer, rep *Report) {
 	if !rep.Plugins.Enabled {
 		fmt.Fprintf(w, "plugin workloads: off (%s)\n", rep.Plugins.Note)
 	}
+	if len(rep.Timelines) > 0 {
+		printTimelines(w, rep.Timelines)
+		return
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tmode\ttarget\tp50 ms\tp99 ms\treq/s\tTTFB p50\tallocs/req\tKB/req\twrites/req\tRSS MB\terrors\t")
+	fmt.Fprintln(tw, "workload\tmode\ttarget\tp50 ms\tp99 ms\treq/s\tTTFB p50\tallocs/req\tKB/req\twrites/req\tCPU µs/req\tswitches/req\tRSS MB\terrors\t")
 	for _, wr := range rep.Workloads {
 		for _, r := range wr.Results {
 			ttfb := "-"
 			if wr.Stream {
 				ttfb = fmt.Sprintf("%.3f", r.TTFBP50Ms)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%.3f\t%.0f\t%s\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t\n", wr.Name, r.Mode, r.Target,
-				r.P50Ms, r.P99Ms, r.Throughput, ttfb, r.AllocsPerReq, r.BytesPerReq/1024, r.WritesPerReq, r.PeakRSSMB, r.Errors)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t%.3f\t%.0f\t%s\t%.0f\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%d\t\n", wr.Name, r.Mode, r.Target,
+				r.P50Ms, r.P99Ms, r.Throughput, ttfb, r.AllocsPerReq, r.BytesPerReq/1024, r.WritesPerReq, r.CPUUsPerReq, r.SwitchesPerReq, r.PeakRSSMB, r.Errors)
 		}
 	}
 	tw.Flush()
 
 	fmt.Fprintf(w, "\noverhead vs the bare reverse proxy (ratio = (promptgate - direct) / (baseline - direct); goal in brackets)\n\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tadded p50 ms\tbase p50 ms\tp50 ratio [<=1.5]\tadded p99 ms\tbase p99 ms\tp99 ratio [<=2]\tTTFB delta ms [<=0.3]\tthroughput ratio [>=0.7]\tRSS MB [<64]\tgoals met\t")
+	fmt.Fprintln(tw, "workload\tadded p50 ms\tbase p50 ms\tp50 ratio [<=1.5]\tadded p99 ms\tbase p99 ms\tp99 ratio [<=2]\tTTFB delta ms [<=0.3]\tthroughput ratio [>=0.8]\tRSS MB [<64]\tgoals met\t")
 	for _, wr := range rep.Workloads {
 		o := wr.Overhead
 		if o == nil {
@@ -393,10 +450,44 @@ func printReport(w io.Writer, rep *Report) {
 			o.PeakRSSMB, met, len(o.Goals))
 	}
 	tw.Flush()
+	printConcurrency(w, rep)
 	if s := rep.Soak; s != nil && len(s.RSSMB) > 0 {
 		fmt.Fprintf(w, "\nsoak: %s of %s at %d conns, %d requests (%d errors): RSS first %.1f MB, last %.1f MB, peak %.1f MB, heap in use %.1f MB\n",
 			s.Duration, s.Workload, s.Conns, s.Requests, s.Errors, s.RSSMB[0], s.RSSMB[len(s.RSSMB)-1], s.PeakRSSMB, s.HeapInuseMB)
 	}
+}
+
+// printConcurrency writes the fixed-concurrency comparison, when that mode ran.
+func printConcurrency(w io.Writer, rep *Report) {
+	header := false
+	var tw *tabwriter.Writer
+	for _, wr := range rep.Workloads {
+		c := wr.Overhead.concurrency()
+		if c == nil {
+			continue
+		}
+		if !header {
+			header = true
+			fmt.Fprintf(w, "\nat %d concurrent clients (closed loop), the same ratios\n\n", c.Clients)
+			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "workload\tadded p50 ms\tbase p50 ms\tp50 ratio [<=1.5]\tadded p99 ms\tbase p99 ms\tp99 ratio [<=2]\tTTFB delta ms [<=0.3]\tthroughput ratio [>=0.8]\t")
+		}
+		g := wr.Overhead.Goals
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%s\t%s\t%s\t\n", wr.Name, c.AddedP50Ms, c.BaselineAddedP50Ms,
+			fmtPtr(c.P50Ratio, g, "concurrency p50"), c.AddedP99Ms, c.BaselineAddedP99Ms, fmtPtr(c.P99Ratio, g, "concurrency p99"),
+			fmtPtr(c.TTFBDeltaMs, g, "concurrency stream"), fmtPtr(c.ThroughputRatio, g, "concurrency throughput"))
+	}
+	if tw != nil {
+		tw.Flush()
+	}
+}
+
+// concurrency is o's fixed-concurrency comparison, nil when there is none.
+func (o *Overhead) concurrency() *ConcurrencyOverhead {
+	if o == nil {
+		return nil
+	}
+	return o.Concurrency
 }
 
 // fmtPtr prints a ratio to 3 decimals (so that 0.696 does not read as a met 0.70), with a * when its goal (the goal whose name starts with prefix) is missed.

@@ -17,6 +17,7 @@ import (
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/metrics"
+	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -140,9 +141,10 @@ func openPipeline(ctx context.Context, dir string, nPlugins int) (_ *pipeline, e
 	return p, nil
 }
 
-// newPromptgate is the handler of serve's proxy listener on the pipeline: metrics, the audit recorders
-// (log and metrics) and proxy.New, as serve builds them.
-func newPromptgate(ctx context.Context, dir, upstream string, nPlugins int) (http.Handler, *pipeline, error) {
+// newPromptgate is the handler of serve's proxy listener on the pipeline, as serve builds it: metrics, the
+// audit recorders (log, metrics and the audit ring file), the memory of tools seen and proxy.New, with tr as
+// the upstream transport.
+func newPromptgate(ctx context.Context, dir, upstream string, nPlugins int, tr http.RoundTripper) (http.Handler, *pipeline, error) {
 	p, err := openPipeline(ctx, dir, nPlugins)
 	if err != nil {
 		return nil, nil, err
@@ -153,13 +155,22 @@ func newPromptgate(ctx context.Context, dir, upstream string, nPlugins int) (htt
 		p.Close()
 		return nil, nil, err
 	}
+	ring, err := audit.OpenRing(filepath.Join(dir, "audit.db"), config.DefaultAuditRingSize, p.log)
+	if err != nil {
+		p.Close()
+		return nil, nil, err
+	}
+	p.closers = append(p.closers, func() { _ = ring.Close() })
+	m.AuditSink("ring", ring.Stats)
 	srv, err := proxy.New(proxy.Options{
-		Engine:   p.engine,
-		Upstream: u,
-		Audit:    audit.Multi{audit.Log{Logger: p.log}, m},
-		Metrics:  m,
-		Log:      p.log,
-		Ready:    p.ready,
+		Engine:    p.engine,
+		Upstream:  u,
+		Transport: tr,
+		Audit:     audit.Multi{audit.Log{Logger: p.log}, m, ring},
+		Tools:     toolseen.New(0),
+		Metrics:   m,
+		Log:       p.log,
+		Ready:     p.ready,
 	})
 	if err != nil {
 		p.Close()

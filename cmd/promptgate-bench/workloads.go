@@ -29,6 +29,7 @@ const (
 	wlSmall      = "small"
 	wlChat8K     = "chat8k"
 	wlCtx40K     = "ctx40k"
+	wlChat2K     = "chat2k"
 	wlStream     = "stream"
 	wlStreamTool = "stream-tool"
 	wlPlugins1   = "plugins1"
@@ -51,7 +52,7 @@ type workload struct {
 func (w *workload) Stream() bool { return w.Shape != shapeJSON }
 
 func workloadNames() []string {
-	return []string{wlSmall, wlChat8K, wlCtx40K, wlStream, wlStreamTool, wlPlugins1, wlPlugins3}
+	return []string{wlSmall, wlChat8K, wlCtx40K, wlChat2K, wlStream, wlStreamTool, wlPlugins1, wlPlugins3}
 }
 
 // The tools every tool-carrying request declares. The bench protocol denies create_note, so promptgate
@@ -177,10 +178,11 @@ func ctx40KBody() []byte {
 	return out
 }
 
-// streamBody is about 2 KB with the three tools, streamed.
-func streamBody() []byte {
+// chat2KBody is about 2 KB with the three tools: the request of the stream workloads, and, not streamed,
+// that of chat2k.
+func chat2KBody(stream bool) []byte {
 	return conversation(chatBody{
-		Model: "gpt-4o-mini", Stream: true, Tools: benchTools,
+		Model: "gpt-4o-mini", Stream: stream, Tools: benchTools,
 		Messages:   []message{{"system", "You are the support desk's assistant."}},
 		Promptgate: map[string]any{"user": "u-1", "conversation": "c-9"},
 	}, 2<<10)
@@ -193,8 +195,9 @@ func workloads() []*workload {
 		{Name: wlSmall, Desc: "small chat, no tools", Body: smallBody(), Shape: shapeJSON, check: checkLayered},
 		{Name: wlChat8K, Desc: "8 KB chat, 3 tools (1 removed)", Body: chat8K, Shape: shapeJSON, check: checkTools},
 		{Name: wlCtx40K, Desc: "40 KB runtime context, truncated", Body: ctx40KBody(), Shape: shapeJSON, check: checkTruncated},
-		{Name: wlStream, Desc: "2 KB chat, stream of text chunks", Body: streamBody(), Shape: shapeSSE, check: checkStream},
-		{Name: wlStreamTool, Desc: "2 KB chat, stream with a tool call (held, vetted, released)", Body: streamBody(), Shape: shapeSSETool, check: checkStreamTool},
+		{Name: wlChat2K, Desc: "2 KB chat, 3 tools (1 removed)", Body: chat2KBody(false), Shape: shapeJSON, check: checkTools},
+		{Name: wlStream, Desc: "2 KB chat, stream of text chunks", Body: chat2KBody(true), Shape: shapeSSE, check: checkStream},
+		{Name: wlStreamTool, Desc: "2 KB chat, stream with a tool call (held, vetted, released)", Body: chat2KBody(true), Shape: shapeSSETool, check: checkStreamTool},
 		{Name: wlPlugins1, Desc: "8 KB chat, 1 plugin (cached)", Body: chat8K, Shape: shapeJSON, Plugins: 1, check: checkSources("memory")},
 		{Name: wlPlugins3, Desc: "8 KB chat, 3 plugins (1 cached)", Body: chat8K, Shape: shapeJSON, Plugins: 3, check: checkSources("memory", "profile", "tickets")},
 	}
