@@ -42,7 +42,7 @@ type runState struct {
 	promptgate         map[int]*child // by plugin count
 	// instrument is the timeline's stamping and profiling, given to every child.
 	instrument childSpec
-	stats              *http.Client
+	stats      *http.Client
 }
 
 // bench starts the servers, checks promptgate's pipeline on every workload, runs every phase and returns
