@@ -95,11 +95,12 @@ func TestQuick(t *testing.T) {
 // TestFlags checks that bad settings are all reported, each naming its flag.
 func TestFlags(t *testing.T) {
 	var stderr bytes.Buffer
-	_, err := parseFlags([]string{"--rate", "0", "--conns", "0", "--workloads", "nope", "--chunks", "3"}, &stderr)
+	_, err := parseFlags([]string{"--rate", "0", "--conns", "0", "--workloads", "nope", "--chunks", "3", "--concurrency", "0",
+		"--modes", "rate,fixed", "--trace", "x"}, &stderr)
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{"--rate", "--conns", "--workloads", `"nope"`, "--chunks"} {
+	for _, want := range []string{"--rate", "--conns", "--workloads", `"nope"`, "--chunks", "--concurrency", `"fixed"`, "--trace", "--timeline N"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}

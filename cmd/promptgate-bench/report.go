@@ -438,6 +438,11 @@ func printReport(w io.Writer, rep *Report) {
 		if o == nil {
 			continue
 		}
+		if _, ok := find(wr.Results, modeRate, targetBaseline); !ok {
+			// Only the closed-loop phases ran: no fixed-rate figures to show.
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t%s\t%.1f\t\t\n", wr.Name, fmtPtr(o.ThroughputRatio, o.Goals, "throughput"), o.PeakRSSMB)
+			continue
+		}
 		met := 0
 		for _, g := range o.Goals {
 			if g.Met {
