@@ -58,20 +58,36 @@ var markNames = [nMarks]string{"handler", "body-read-start", "body-in", "upstrea
 	"client-first-write", "client-last-write", "handler-returned"}
 
 // reqMarks are one request's stamps in one server (UnixNano, 0 when not reached) and its writes and flushes
-// to the client. They may be set from more than one goroutine (a delayed flush).
+// to the client. They may be set from more than one goroutine (a delayed flush). While an execution trace
+// runs, each stamp is also logged in the request's task (category "mark"), so that the trace can be cut at
+// the same points.
 type reqMarks struct {
 	t       [nMarks]atomic.Int64
 	writes  atomic.Int64
 	flushes atomic.Int64
+	ctx     context.Context // the request's task; nil outside a proxy
 }
 
 func stampNow() int64 { return time.Now().UnixNano() }
 
 // first stamps m if it is not stamped yet.
-func (r *reqMarks) first(m mark) { r.t[m].CompareAndSwap(0, stampNow()) }
+func (r *reqMarks) first(m mark) {
+	if r.t[m].CompareAndSwap(0, stampNow()) {
+		r.log(m)
+	}
+}
 
 // last stamps m, over any earlier stamp.
-func (r *reqMarks) last(m mark) { r.t[m].Store(stampNow()) }
+func (r *reqMarks) last(m mark) {
+	r.t[m].Store(stampNow())
+	r.log(m)
+}
+
+func (r *reqMarks) log(m mark) {
+	if r.ctx != nil && trace.IsEnabled() {
+		trace.Log(r.ctx, "mark", markNames[m])
+	}
+}
 
 // serverMarks is reqMarks as a server hands them to the harness.
 type serverMarks struct {
@@ -160,10 +176,11 @@ func (b *markBook) wrapProxy(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		m.first(mStart)
 		ctx, task := trace.NewTask(r.Context(), "request")
 		trace.Log(ctx, "seq", strconv.FormatInt(seq, 10))
 		defer task.End()
+		m.ctx = ctx
+		m.first(mStart)
 		defer m.last(mEnd)
 		r = r.WithContext(context.WithValue(ctx, marksKey{}, m))
 		if r.Body != nil && r.Body != http.NoBody {
