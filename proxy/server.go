@@ -695,17 +695,25 @@ func dropOwnHeaders(h http.Header) {
 	}
 }
 
-// guardTrailers keeps the upstream from sending promptgate's headers as trailers: they are dropped from the
-// announced trailers now and, since the transport fills trailers in only when the body ends, again then.
+// guardTrailers keeps the upstream from sending as trailers the headers only promptgate may set (its own,
+// the CORS headers): they are dropped from the announced trailers now and, since the transport fills
+// trailers in only when the body ends, again then.
 func guardTrailers(resp *http.Response) {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return // an upgraded connection has no trailers, and its body must stay writable
 	}
-	dropOwnHeaders(resp.Trailer)
+	dropTrailers(resp.Trailer)
 	resp.Body = &trailerGuard{ReadCloser: resp.Body, resp: resp}
 }
 
-// trailerGuard is a response body that drops promptgate's headers from the trailers once it ends.
+// dropTrailers deletes from trailers the fields only promptgate may set.
+func dropTrailers(h http.Header) {
+	dropOwnHeaders(h)
+	guard.DropCORS(h)
+}
+
+// trailerGuard is a response body that drops the fields only promptgate may set from the trailers once it
+// ends.
 type trailerGuard struct {
 	io.ReadCloser
 	resp *http.Response
@@ -714,7 +722,7 @@ type trailerGuard struct {
 func (g *trailerGuard) Read(p []byte) (int, error) {
 	n, err := g.ReadCloser.Read(p)
 	if err != nil {
-		dropOwnHeaders(g.resp.Trailer)
+		dropTrailers(g.resp.Trailer)
 	}
 	return n, err
 }

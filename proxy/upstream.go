@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"time"
 )
@@ -39,6 +40,7 @@ type timeoutTransport struct {
 }
 
 func (t timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	dropInformational(req)
 	if t.timeout <= 0 {
 		return t.next.RoundTrip(req)
 	}
@@ -62,6 +64,17 @@ func (t timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	timer.Reset(t.timeout)
 	resp.Body = &idleBody{body: resp.Body, timer: timer, timeout: t.timeout, ctx: ctx, cancel: cancel}
 	return resp, nil
+}
+
+// dropInformational keeps the upstream's 1xx informational answers (103 Early Hints) from the client: the
+// reverse proxy relays one through the hook it puts in the request's trace, with the upstream's headers
+// unfiltered (Access-Control-*, X-Promptgate-*), and then clears the header map of the client's answer,
+// promptgate's own headers included. Only the final answer is relayed; 100 Continue and 101 are not
+// informational answers to the hook.
+func dropInformational(req *http.Request) {
+	if tr := httptrace.ContextClientTrace(req.Context()); tr != nil {
+		tr.Got1xxResponse = nil
+	}
 }
 
 // idleBody restarts the silence timer on every read; when it fires, reads fail with errUpstreamTimeout.
