@@ -373,15 +373,13 @@ func storeMessage(err error) string {
 
 // --- request helpers ---
 
-// readBody reads the whole body under MaxBodyBytes.
+// readBody reads the whole body under MaxBodyBytes. Its buffer grows as bytes arrive, never by the announced
+// length: a request that announces 10 MiB and sends one byte costs a small buffer.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > MaxBodyBytes {
 		return nil, &http.MaxBytesError{Limit: MaxBodyBytes}
 	}
 	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
 		return nil, err
 	}
