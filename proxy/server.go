@@ -98,7 +98,10 @@ type Options struct {
 	// Guard says which Hosts and browser origins are answered besides the loopback Hosts, the upstreams'
 	// own host names (see admit) and same-origin or non-browser requests; nil adds none.
 	Guard *guard.Policy
-	Log   *slog.Logger
+	// InFlight counts the requests being served, against limits.maxInFlight: Servers given the same counter
+	// (the HTTPS-proxy door's, one per origin) share one cap. nil gives the Server its own.
+	InFlight *atomic.Int64
+	Log      *slog.Logger
 }
 
 // ToolWatcher is told, for every rewritten request, which declared tools were kept and which removed. It
@@ -121,8 +124,8 @@ type Server struct {
 	schemas *vet.SchemaCache
 	// limits are the engine's, with the listener's defaults filled in.
 	limits config.Limits
-	// inFlight counts the requests being served, against limits.MaxInFlight.
-	inFlight atomic.Int64
+	// inFlight counts the requests being served, against limits.MaxInFlight (Options.InFlight).
+	inFlight *atomic.Int64
 }
 
 // exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
@@ -168,6 +171,9 @@ func New(o Options) (*Server, error) {
 	if o.Ready == nil {
 		o.Ready = func() (bool, string) { return true, "" }
 	}
+	if o.InFlight == nil {
+		o.InFlight = new(atomic.Int64)
+	}
 	if o.Guard == nil {
 		g, err := guard.New(guard.Config{})
 		if err != nil {
@@ -177,7 +183,7 @@ func New(o Options) (*Server, error) {
 	}
 	limits := o.Engine.Limits
 	limits.ApplyDefaults()
-	s := &Server{opt: o, log: o.Log, limits: limits, blocked: newBlockedMemory(o.StoredResponses), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize)}
+	s := &Server{opt: o, log: o.Log, limits: limits, inFlight: o.InFlight, blocked: newBlockedMemory(o.StoredResponses), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize)}
 	tr := timeoutTransport{next: o.Transport, timeout: o.Engine.Limits.UpstreamTimeout}
 	buffers := newBufferPool()
 	s.rewritten = &httputil.ReverseProxy{
