@@ -657,7 +657,7 @@ func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
 	pr.Out.URL = upstreamURL(base, pr.In.URL)
 	pr.Out.Host = ""
 	s.outboundHeaders(pr.Out.Header, pr.Out.URL, anthropic)
-	// The response is parsed to vet it: let the transport negotiate and decode compression itself.
+	// The response is parsed to vet it: it is asked for uncompressed (NewTransport).
 	pr.Out.Header.Del("Accept-Encoding")
 	pr.Out.Body = io.NopCloser(bytes.NewReader(x.prep.Body))
 	pr.Out.ContentLength = int64(len(x.prep.Body))
@@ -673,7 +673,7 @@ func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
 	pr.Out.Host = ""
 	s.outboundHeaders(pr.Out.Header, pr.Out.URL, anthropic)
 	if storedResponseID(pr.In) != "" {
-		// A stored response may need calls removed: let the transport decode compression.
+		// A stored response may need calls removed: it is asked for uncompressed (NewTransport).
 		pr.Out.Header.Del("Accept-Encoding")
 	}
 	s.injectTrace(pr)
@@ -802,8 +802,8 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	return nil
 }
 
-// plainBody refuses a success answer in a content coding: the transport asks for gzip and decodes it itself, so
-// any coding left (br, deflate, zstd, "gzip, br" ...) was not asked for, and its bytes cannot be vetted — the
+// plainBody refuses a success answer in a content coding: the transport asks for none (NewTransport), so any
+// coding (gzip, br, deflate, zstd, "gzip, br" ...) was not asked for, and its bytes cannot be vetted — the
 // client would decode them into something the relay never read.
 func plainBody(resp *http.Response) error {
 	for _, v := range resp.Header.Values("Content-Encoding") {

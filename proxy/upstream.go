@@ -19,9 +19,13 @@ var (
 	errUpstreamMalformed = errors.New("upstream answered a malformed response")
 )
 
-// NewTransport is the HTTP transport to the upstream: its own, never the global one.
+// NewTransport is the HTTP transport to the upstream: its own, never the global one. It never asks for a
+// compressed answer itself: the answers the proxy reads to vet them then cost what the upstream sent (a gzip
+// answer decodes to a thousand times its size), and one compressed anyway is refused (plainBody). A
+// passed-through request keeps the client's own Accept-Encoding, and its answer is relayed as it comes.
 func NewTransport() *http.Transport {
 	return &http.Transport{
+		DisableCompression:    true,
 		Proxy:                 nil, // the upstream is reached directly; HTTPS_PROXY is for clients of promptgate
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		ForceAttemptHTTP2:     true,
