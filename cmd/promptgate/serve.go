@@ -301,6 +301,7 @@ func newDoor(cfg *config.File, base proxy.Options, log *slog.Logger, token strin
 	return mitm.New(mitm.Options{
 		CA: ca, Hosts: cfg.MITM.Hosts, Passthrough: *cfg.MITM.Passthrough, Log: log,
 		HandshakeTimeout: cfg.MITM.HandshakeTimeout, AllowPrivate: cfg.MITM.AllowPrivateDestinations,
+		HeaderReadTimeout: cfg.Limits.HeaderReadTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
 		Own: own, Token: token,
 		Handler: func(o origin.Origin) (http.Handler, error) {
 			opts := base
