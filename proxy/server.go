@@ -734,6 +734,7 @@ func (g *trailerGuard) Read(p []byte) (int, error) {
 }
 
 func (s *Server) passResponse(resp *http.Response) error {
+	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)
 	guardTrailers(resp)
 	if id := storedResponseID(resp.Request); id != "" {
@@ -747,6 +748,7 @@ func (s *Server) passResponse(resp *http.Response) error {
 
 // vetResponse checks every tool call of a rewritten request's response before any byte of it is sent.
 func (s *Server) vetResponse(resp *http.Response) error {
+	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)
 	guardTrailers(resp)
 	x, _ := resp.Request.Context().Value(exchangeKey{}).(*exchange)
