@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -227,6 +228,11 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	req, err := sf.parse(body)
 	if err != nil {
 		return nil, stageFail(sp, err)
+	}
+	if n, most := len(req.tools), cmp.Or(e.Limits.MaxTools, config.DefaultMaxTools); n > most {
+		// Each declared tool can be a decision event: one request must not flood the audit log.
+		return nil, stageFail(sp, &policy.Error{Status: http.StatusBadRequest, Code: "invalid_request", Param: "tools",
+			Message: fmt.Sprintf("tools: %d declared, more than the %d this gateway takes (limits.maxTools)", n, most)})
 	}
 	sp.End()
 	_, sp = tracing.Stage(ctx, tracing.SpanRoute)

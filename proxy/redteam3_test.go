@@ -144,7 +144,7 @@ func TestRedteamBuiltinToolVersions(t *testing.T) {
 }
 
 // TestRedteamEncodedUpstreamBody: an answer to a rewritten request in a content coding the proxy did not ask for
-// (the transport asks for gzip and decodes it itself) cannot be vetted: the relay would read compressed bytes
+// (the transport asks for none) cannot be vetted: the relay would read compressed bytes
 // while the client decodes them (undici and browsers decode br and deflate unasked) into events the relay never
 // saw — an upstream that is not trusted could hide a call in comment lines. It is a 502, stream or not.
 func TestRedteamEncodedUpstreamBody(t *testing.T) {

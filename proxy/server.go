@@ -98,7 +98,10 @@ type Options struct {
 	// Guard says which Hosts and browser origins are answered besides the loopback Hosts, the upstreams'
 	// own host names (see admit) and same-origin or non-browser requests; nil adds none.
 	Guard *guard.Policy
-	Log   *slog.Logger
+	// InFlight counts the requests being served, against limits.maxInFlight: Servers given the same counter
+	// (the HTTPS-proxy door's, one per origin) share one cap. nil gives the Server its own.
+	InFlight *atomic.Int64
+	Log      *slog.Logger
 }
 
 // ToolWatcher is told, for every rewritten request, which declared tools were kept and which removed. It
@@ -121,8 +124,8 @@ type Server struct {
 	schemas *vet.SchemaCache
 	// limits are the engine's, with the listener's defaults filled in.
 	limits config.Limits
-	// inFlight counts the requests being served, against limits.MaxInFlight.
-	inFlight atomic.Int64
+	// inFlight counts the requests being served, against limits.MaxInFlight (Options.InFlight).
+	inFlight *atomic.Int64
 }
 
 // exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
@@ -168,6 +171,9 @@ func New(o Options) (*Server, error) {
 	if o.Ready == nil {
 		o.Ready = func() (bool, string) { return true, "" }
 	}
+	if o.InFlight == nil {
+		o.InFlight = new(atomic.Int64)
+	}
 	if o.Guard == nil {
 		g, err := guard.New(guard.Config{})
 		if err != nil {
@@ -177,7 +183,7 @@ func New(o Options) (*Server, error) {
 	}
 	limits := o.Engine.Limits
 	limits.ApplyDefaults()
-	s := &Server{opt: o, log: o.Log, limits: limits, blocked: newBlockedMemory(o.StoredResponses), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize)}
+	s := &Server{opt: o, log: o.Log, limits: limits, inFlight: o.InFlight, blocked: newBlockedMemory(o.StoredResponses), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize)}
 	tr := timeoutTransport{next: o.Transport, timeout: o.Engine.Limits.UpstreamTimeout}
 	buffers := newBufferPool()
 	s.rewritten = &httputil.ReverseProxy{
@@ -651,7 +657,7 @@ func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
 	pr.Out.URL = upstreamURL(base, pr.In.URL)
 	pr.Out.Host = ""
 	s.outboundHeaders(pr.Out.Header, pr.Out.URL, anthropic)
-	// The response is parsed to vet it: let the transport negotiate and decode compression itself.
+	// The response is parsed to vet it: it is asked for uncompressed (NewTransport).
 	pr.Out.Header.Del("Accept-Encoding")
 	pr.Out.Body = io.NopCloser(bytes.NewReader(x.prep.Body))
 	pr.Out.ContentLength = int64(len(x.prep.Body))
@@ -667,7 +673,7 @@ func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
 	pr.Out.Host = ""
 	s.outboundHeaders(pr.Out.Header, pr.Out.URL, anthropic)
 	if storedResponseID(pr.In) != "" {
-		// A stored response may need calls removed: let the transport decode compression.
+		// A stored response may need calls removed: it is asked for uncompressed (NewTransport).
 		pr.Out.Header.Del("Accept-Encoding")
 	}
 	s.injectTrace(pr)
@@ -695,17 +701,25 @@ func dropOwnHeaders(h http.Header) {
 	}
 }
 
-// guardTrailers keeps the upstream from sending promptgate's headers as trailers: they are dropped from the
-// announced trailers now and, since the transport fills trailers in only when the body ends, again then.
+// guardTrailers keeps the upstream from sending as trailers the headers only promptgate may set (its own,
+// the CORS headers): they are dropped from the announced trailers now and, since the transport fills
+// trailers in only when the body ends, again then.
 func guardTrailers(resp *http.Response) {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return // an upgraded connection has no trailers, and its body must stay writable
 	}
-	dropOwnHeaders(resp.Trailer)
+	dropTrailers(resp.Trailer)
 	resp.Body = &trailerGuard{ReadCloser: resp.Body, resp: resp}
 }
 
-// trailerGuard is a response body that drops promptgate's headers from the trailers once it ends.
+// dropTrailers deletes from trailers the fields only promptgate may set.
+func dropTrailers(h http.Header) {
+	dropOwnHeaders(h)
+	guard.DropCORS(h)
+}
+
+// trailerGuard is a response body that drops the fields only promptgate may set from the trailers once it
+// ends.
 type trailerGuard struct {
 	io.ReadCloser
 	resp *http.Response
@@ -714,12 +728,13 @@ type trailerGuard struct {
 func (g *trailerGuard) Read(p []byte) (int, error) {
 	n, err := g.ReadCloser.Read(p)
 	if err != nil {
-		dropOwnHeaders(g.resp.Trailer)
+		dropTrailers(g.resp.Trailer)
 	}
 	return n, err
 }
 
 func (s *Server) passResponse(resp *http.Response) error {
+	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)
 	guardTrailers(resp)
 	if id := storedResponseID(resp.Request); id != "" {
@@ -733,6 +748,7 @@ func (s *Server) passResponse(resp *http.Response) error {
 
 // vetResponse checks every tool call of a rewritten request's response before any byte of it is sent.
 func (s *Server) vetResponse(resp *http.Response) error {
+	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)
 	guardTrailers(resp)
 	x, _ := resp.Request.Context().Value(exchangeKey{}).(*exchange)
@@ -788,8 +804,8 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	return nil
 }
 
-// plainBody refuses a success answer in a content coding: the transport asks for gzip and decodes it itself, so
-// any coding left (br, deflate, zstd, "gzip, br" ...) was not asked for, and its bytes cannot be vetted — the
+// plainBody refuses a success answer in a content coding: the transport asks for none (NewTransport), so any
+// coding (gzip, br, deflate, zstd, "gzip, br" ...) was not asked for, and its bytes cannot be vetted — the
 // client would decode them into something the relay never read.
 func plainBody(resp *http.Response) error {
 	for _, v := range resp.Header.Values("Content-Encoding") {

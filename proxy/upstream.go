@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"time"
 )
@@ -18,9 +19,13 @@ var (
 	errUpstreamMalformed = errors.New("upstream answered a malformed response")
 )
 
-// NewTransport is the HTTP transport to the upstream: its own, never the global one.
+// NewTransport is the HTTP transport to the upstream: its own, never the global one. It never asks for a
+// compressed answer itself: the answers the proxy reads to vet them then cost what the upstream sent (a gzip
+// answer decodes to a thousand times its size), and one compressed anyway is refused (plainBody). A
+// passed-through request keeps the client's own Accept-Encoding, and its answer is relayed as it comes.
 func NewTransport() *http.Transport {
 	return &http.Transport{
+		DisableCompression:    true,
 		Proxy:                 nil, // the upstream is reached directly; HTTPS_PROXY is for clients of promptgate
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		ForceAttemptHTTP2:     true,
@@ -39,6 +44,7 @@ type timeoutTransport struct {
 }
 
 func (t timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	dropInformational(req)
 	if t.timeout <= 0 {
 		return t.next.RoundTrip(req)
 	}
@@ -62,6 +68,17 @@ func (t timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	timer.Reset(t.timeout)
 	resp.Body = &idleBody{body: resp.Body, timer: timer, timeout: t.timeout, ctx: ctx, cancel: cancel}
 	return resp, nil
+}
+
+// dropInformational keeps the upstream's 1xx informational answers (103 Early Hints) from the client: the
+// reverse proxy relays one through the hook it puts in the request's trace, with the upstream's headers
+// unfiltered (Access-Control-*, X-Promptgate-*), and then clears the header map of the client's answer,
+// promptgate's own headers included. Only the final answer is relayed; 100 Continue and 101 are not
+// informational answers to the hook.
+func dropInformational(req *http.Request) {
+	if tr := httptrace.ContextClientTrace(req.Context()); tr != nil {
+		tr.Got1xxResponse = nil
+	}
 }
 
 // idleBody restarts the silence timer on every read; when it fires, reads fail with errUpstreamTimeout.

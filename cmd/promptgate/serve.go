@@ -282,7 +282,7 @@ func httpServer(h http.Handler, l config.Limits, wholeRequest bool, log *slog.Lo
 // newDoor builds the HTTPS-proxy door from the config's mitm section; intercepted origins run the same
 // pipeline as the base-URL listener, with the origin the client asked for as both upstreams. The operator
 // keys in base stay bound to the configured upstreams' origins, so an origin gets a key only if it is the
-// key's own. Passthrough never reaches the addresses own returns.
+// key's own. The pipelines share one in-flight cap. Passthrough never reaches the addresses own returns.
 func newDoor(cfg *config.File, base proxy.Options, log *slog.Logger, token string, own func() []net.Addr) (*mitm.Door, error) {
 	if cfg.MITM == nil {
 		return nil, usageError{"--proxy-listen needs a mitm: section in the config (caCert, caKey, hosts); create the CA with `promptgate ca init`"}
@@ -297,15 +297,18 @@ func newDoor(cfg *config.File, base proxy.Options, log *slog.Logger, token strin
 	}
 	tr := proxy.NewTransport()
 	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	inFlight := new(atomic.Int64) // the door's requests, whatever their origin, under one limits.maxInFlight
 	return mitm.New(mitm.Options{
 		CA: ca, Hosts: cfg.MITM.Hosts, Passthrough: *cfg.MITM.Passthrough, Log: log,
 		HandshakeTimeout: cfg.MITM.HandshakeTimeout, AllowPrivate: cfg.MITM.AllowPrivateDestinations,
+		HeaderReadTimeout: cfg.Limits.HeaderReadTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
 		Own: own, Token: token,
 		Handler: func(o origin.Origin) (http.Handler, error) {
 			opts := base
 			opts.Upstream = o.URL("/v1")
 			opts.AnthropicUpstream = o.URL("/v1")
 			opts.Transport = tr
+			opts.InFlight = inFlight
 			return proxy.New(opts)
 		},
 	})

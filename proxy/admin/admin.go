@@ -12,7 +12,8 @@
 // origin_not_allowed on every path, so a web page cannot drive the API from a browser; POST and PUT must send
 // Content-Type: application/json, and without a token only requests addressed to a loopback host are answered
 // (no DNS rebinding). Every answer carries a strict Content-Security-Policy and forbids framing. Every error is
-// OpenAI-shaped JSON. GET /metrics and the console's static pages need no token: they hold no secrets.
+// OpenAI-shaped JSON. GET /metrics and the console's static pages need no token: they hold no secrets (without
+// a token they too are answered only on a loopback Host).
 //
 // Every change is recorded as an audit event (Options.Recorder), with the actor from the
 // X-Promptgate-Actor header ("admin" when absent).
@@ -222,18 +223,18 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		proxy.WriteError(w, ref.Status, ref.Code, ref.Message+" (open the console by its own address, "+PathConsole+" on this listener)", "")
 		return
 	}
-	if console := strings.HasPrefix(r.URL.Path, PathConsole); r.URL.Path != PathMetrics {
-		if s.o.Token == "" {
-			if !guard.LoopbackHost(r.Host) {
-				proxy.WriteError(w, http.StatusForbidden, "host_not_allowed",
-					fmt.Sprintf("without an admin token only requests addressed to localhost, 127.0.0.1 or [::1] are answered, not %q: set PROMPTGATE_ADMIN_TOKEN to use another name", r.Host), "")
-				return
-			}
-		} else if !console && !s.authorized(r) {
-			h.Set("WWW-Authenticate", "Bearer")
-			proxy.WriteError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong admin token: send Authorization: Bearer <PROMPTGATE_ADMIN_TOKEN>", "")
+	// Without a token, every path (metrics included) is answered only on a loopback Host; with one, every
+	// path but the metrics and the console's pages needs it.
+	if s.o.Token == "" {
+		if !guard.LoopbackHost(r.Host) {
+			proxy.WriteError(w, http.StatusForbidden, "host_not_allowed",
+				fmt.Sprintf("without an admin token only requests addressed to localhost, 127.0.0.1 or [::1] are answered, not %q: set PROMPTGATE_ADMIN_TOKEN to use another name", r.Host), "")
 			return
 		}
+	} else if r.URL.Path != PathMetrics && !strings.HasPrefix(r.URL.Path, PathConsole) && !s.authorized(r) {
+		h.Set("WWW-Authenticate", "Bearer")
+		proxy.WriteError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong admin token: send Authorization: Bearer <PROMPTGATE_ADMIN_TOKEN>", "")
+		return
 	}
 	if r.Method == http.MethodPost || r.Method == http.MethodPut {
 		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
@@ -373,15 +374,13 @@ func storeMessage(err error) string {
 
 // --- request helpers ---
 
-// readBody reads the whole body under MaxBodyBytes.
+// readBody reads the whole body under MaxBodyBytes. Its buffer grows as bytes arrive, never by the announced
+// length: a request that announces 10 MiB and sends one byte costs a small buffer.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > MaxBodyBytes {
 		return nil, &http.MaxBytesError{Limit: MaxBodyBytes}
 	}
 	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
 		return nil, err
 	}

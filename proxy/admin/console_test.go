@@ -244,7 +244,7 @@ func TestAuditSummary(t *testing.T) {
 			long = r.Reason
 		}
 	}
-	if len(long) > maxReasonLabel || !strings.HasPrefix(long, "éé") || !utf8Valid(long) {
+	if len(long) > audit.MaxReasonHead || !strings.HasPrefix(long, "éé") || !utf8Valid(long) {
 		t.Errorf("a long reason is not cut to a valid head: %q", long)
 	}
 	if !slicesContain(hour.Filters.Kinds, audit.KindToolEnablement) || !slicesContain(hour.Filters.Verdicts, audit.VerdictBlocked) {

@@ -15,9 +15,6 @@ var summaryWindows = map[string]struct{ span, bucket time.Duration }{
 	"24h": {24 * time.Hour, time.Hour},
 }
 
-// maxReasonLabel bounds a reason in the summary: its stable head, as in the metrics' reason label.
-const maxReasonLabel = 64
-
 // summaryReply is the answer of GET /admin/audit/summary.
 type summaryReply struct {
 	Window string    `json:"window"`
@@ -51,7 +48,7 @@ type summaryFilters struct {
 }
 
 // GET /admin/audit/summary?window=1h|24h → the blocked and removed decisions of the window counted by
-// kind, verdict and reason (its head, before any ":"), most frequent first, and by time bucket (5 minutes
+// kind, verdict and reason (audit.ReasonHead), most frequent first, and by time bucket (5 minutes
 // over 1h, 1 hour over 24h), oldest first.
 func (s *server) auditSummary(w http.ResponseWriter, r *http.Request) error {
 	q, err := params(r, "window")
@@ -94,7 +91,7 @@ func (s *server) auditSummary(w http.ResponseWriter, r *http.Request) error {
 		}
 		out.Total++
 		out.Buckets[i].Count++
-		counts[key{e.Kind, e.Verdict, reasonHead(e.Reason)}]++
+		counts[key{e.Kind, e.Verdict, audit.ReasonHead(e.Reason)}]++
 		return true
 	})
 	if err != nil {
@@ -111,19 +108,3 @@ func (s *server) auditSummary(w http.ResponseWriter, r *http.Request) error {
 	})
 	return writeJSON(w, http.StatusOK, out)
 }
-
-// reasonHead is the stable head of a reason: up to its first ":", at most maxReasonLabel bytes (cut on a
-// character boundary), so that what a model wrote does not split the counts.
-func reasonHead(r string) string {
-	head, _, _ := strings.Cut(r, ":")
-	if len(head) <= maxReasonLabel {
-		return head
-	}
-	cut := maxReasonLabel
-	for cut > 0 && !utf8RuneStart(head[cut]) {
-		cut--
-	}
-	return head[:cut]
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -270,7 +270,7 @@ func foldedType(typ string) bool {
 }
 
 func (s *Stream) start(idx int, cb gjson.Result) *pending {
-	p := &pending{Pending: relay.Pending[held]{Call: &vet.Call{Index: idx}}, idx: idx}
+	p := &pending{Pending: relay.Pending[held]{Call: &vet.Call{Index: idx}, Stream: s.rl.Held()}, idx: idx}
 	if id := cb.Get(pathID); id.Type == gjson.String {
 		p.Call.ID = id.Str
 	}

@@ -612,7 +612,7 @@ func (s *Stream) start(ch *choiceState, choice, index int, data []byte) *pending
 	if !s.c.Atomic() {
 		s.complete(choice, ch)
 	}
-	p := &pending{Pending: relay.Pending[int]{Call: &vet.Call{Choice: choice, Index: index}}, tmpl: slices.Clone(data)}
+	p := &pending{Pending: relay.Pending[int]{Call: &vet.Call{Choice: choice, Index: index}, Stream: s.rl.Held()}, tmpl: slices.Clone(data)}
 	ch.cur[index] = p
 	ch.open = append(ch.open, p)
 	return p

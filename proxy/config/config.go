@@ -43,6 +43,8 @@ const (
 	DefaultIdleTimeout = 120 * time.Second
 	// DefaultMaxInFlight caps the requests a listener serves at once.
 	DefaultMaxInFlight = 1024
+	// DefaultMaxTools caps the tools one request declares (OpenAI takes at most 128).
+	DefaultMaxTools = 1024
 )
 
 // File is the whole deployment config. The zero value (no --config) is valid and means: default
@@ -158,6 +160,9 @@ type Limits struct {
 	// MaxInFlight caps the requests a listener serves at once (streams included, health checks not); past it
 	// a request gets 503 overloaded with Retry-After. 0 means DefaultMaxInFlight.
 	MaxInFlight int `yaml:"maxInFlight"`
+	// MaxTools caps the tools one request declares (each can be a decision event); past it the request gets
+	// 400 invalid_request. 0 means DefaultMaxTools.
+	MaxTools int `yaml:"maxTools"`
 }
 
 // Listen says which requests the base-URL listener answers (guard.Config).
@@ -407,6 +412,9 @@ func (f *File) ApplyDefaults() {
 	if f.Limits.MaxJSONDepth == 0 {
 		f.Limits.MaxJSONDepth = DefaultMaxJSONDepth
 	}
+	if f.Limits.MaxTools == 0 {
+		f.Limits.MaxTools = DefaultMaxTools
+	}
 	if f.Limits.UpstreamTimeout == 0 {
 		f.Limits.UpstreamTimeout = DefaultUpstreamTimeout
 	}
@@ -561,6 +569,9 @@ func (f *File) Validate() error {
 	}
 	if f.Limits.MaxInFlight < 0 {
 		bad("limits.maxInFlight", "must be positive, e.g. 1024")
+	}
+	if f.Limits.MaxTools < 0 {
+		bad("limits.maxTools", "must be positive, e.g. 1024")
 	}
 	for i, h := range f.Listen.Hosts {
 		if _, err := guard.ParseHost(h); err != nil {

@@ -40,7 +40,7 @@ func ptr[T any](v T) *T { return &v }
 func defaults() *File {
 	return &File{
 		DefaultProtocol: "neutral",
-		Limits:          Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second, BodyReadTimeout: 60 * time.Second, HeaderReadTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxInFlight: 1024},
+		Limits:          Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second, BodyReadTimeout: 60 * time.Second, HeaderReadTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxInFlight: 1024, MaxTools: 1024},
 		Audit:           Audit{RingSize: 10000},
 	}
 }
@@ -83,7 +83,7 @@ func TestParseContractExample(t *testing.T) {
 			Name: "memory", Path: "./bin/memory-source", SHA256: binHash, Module: "memory", MinMode: "standard",
 			Timeout: 150 * time.Millisecond, Required: false, CacheTTL: 30 * time.Second,
 		}},
-		Limits: Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second, BodyReadTimeout: 60 * time.Second, HeaderReadTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxInFlight: 1024},
+		Limits: Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second, BodyReadTimeout: 60 * time.Second, HeaderReadTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxInFlight: 1024, MaxTools: 1024},
 		Audit:  Audit{RingSize: 10000},
 		MITM: &MITM{
 			CACert: "DIR/ca.crt", CAKey: "DIR/ca.key", Hosts: []string{"api.openai.com"},
@@ -477,6 +477,10 @@ func TestParseErrors(t *testing.T) {
 				`limits.idleTimeout: must be positive, e.g. 120s`,
 				`limits.maxInFlight: must be positive, e.g. 1024`,
 			},
+		},
+		{
+			"negative tools cap", "limits: {maxTools: -1}\n",
+			[]string{`limits.maxTools: must be positive, e.g. 1024`},
 		},
 		{
 			"bad listen hosts and origins", "listen: {hosts: [gateway.internal, 'http://x.example', '*', 'x.example:8787'], allowedOrigins: ['https://app.example.com', '*', 'https://app.example.com/path']}\n",

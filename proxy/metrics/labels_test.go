@@ -39,3 +39,25 @@ func TestDecisionLabelsBounded(t *testing.T) {
 		t.Errorf("series:\n%s\nwant\n%s", strings.Join(series[:min(len(series), 5)], "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestDecisionLabelsHoldNoClientText: a tool removed under one of its aliases is recorded with the alias in
+// parentheses after the reason ("denied by the protocol (as web_search_20990101)"), and an Anthropic tool's
+// dated type, one of its aliases, is the client's to choose; the label keeps the head only, so many distinct
+// types still make one series.
+func TestDecisionLabelsHoldNoClientText(t *testing.T) {
+	t.Parallel()
+	m := New(nil)
+	for i := range 500 {
+		alias := "web_search_" + strconv.Itoa(20990000+i)
+		m.Record(context.Background(), audit.Event{Kind: audit.KindToolRemoved, Verdict: audit.VerdictRemoved, Reason: "denied by the protocol (as " + alias + ")"})
+	}
+	var series []string
+	for line := range strings.Lines(scrape(t, m)) {
+		if strings.HasPrefix(line, "promptgate_tools_removed_total{") {
+			series = append(series, strings.TrimSpace(line))
+		}
+	}
+	if want := `promptgate_tools_removed_total{reason="denied by the protocol"} 500`; len(series) != 1 || series[0] != want {
+		t.Errorf("%d series, first: %q; want %s", len(series), series[:min(len(series), 3)], want)
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -173,25 +172,13 @@ func (m *Metrics) Record(_ context.Context, e audit.Event) {
 	}
 	switch {
 	case e.Kind == audit.KindToolRemoved:
-		m.toolsRemoved.WithLabelValues(reasonLabel(e.Reason)).Inc()
+		m.toolsRemoved.WithLabelValues(audit.ReasonHead(e.Reason)).Inc()
 	case e.Kind == audit.KindToolCall && e.Verdict != audit.VerdictAllowed:
-		m.callsBlocked.WithLabelValues(e.Verdict, reasonLabel(e.Reason)).Inc()
+		m.callsBlocked.WithLabelValues(e.Verdict, audit.ReasonHead(e.Reason)).Inc()
 	}
 }
 
 var _ audit.Recorder = (*Metrics)(nil)
-
-// reasonLabel keeps a reason's stable head, the part before its first colon ("arguments do not match
-// schema", "rule docs-only"): the policy packages write every reason as a constant or as a constant head,
-// a colon and the detail, so the label's values are bounded by the code and the operator's rules, never
-// by what a model or a client writes.
-func reasonLabel(r string) string {
-	head, _, _ := strings.Cut(r, ":")
-	if len(head) > 64 {
-		head = head[:64]
-	}
-	return head
-}
 
 // infoCollector reports the active versions at scrape time.
 type infoCollector struct {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
@@ -21,7 +22,9 @@ type egress struct {
 	ips     map[netip.Addr]bool // listed addresses, unmapped
 	own     func() []net.Addr
 	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
-	dialer  net.Dialer
+	// local lists this machine's addresses: passthrough treats them as loopback.
+	local  func() ([]netip.Addr, error)
+	dialer net.Dialer
 }
 
 // refusal is the error of a destination the door does not reach.
@@ -35,7 +38,7 @@ func (e *refusal) Error() string {
 }
 
 func newEgress(allow []string, own func() []net.Addr, resolve func(ctx context.Context, host string) ([]netip.Addr, error)) (*egress, error) {
-	g := &egress{hosts: map[string]bool{}, ips: map[netip.Addr]bool{}, own: own, resolve: resolve,
+	g := &egress{hosts: map[string]bool{}, ips: map[netip.Addr]bool{}, own: own, resolve: resolve, local: interfaceAddrs,
 		dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
 	for _, a := range allow {
 		h, err := origin.Host(a)
@@ -100,22 +103,62 @@ func (g *egress) dial(ctx context.Context, network, addr string) (net.Conn, erro
 	return nil, errors.Join(errs...)
 }
 
-// check refuses promptgate's own listeners always, and a non-public address unless name or ip is listed.
+// check refuses promptgate's own listeners always, and a non-public address or one of this machine's (which
+// reaches every service bound to all its interfaces) unless name or ip is listed.
 func (g *egress) check(name string, ip netip.Addr, port uint16) *refusal {
 	for _, a := range g.own() {
-		if isOwn(a, ip, port) {
+		if isOwn(a, ip, port, g.local) {
 			return &refusal{reason: netip.AddrPortFrom(ip, port).String() + " is one of promptgate's own listeners"}
 		}
 	}
-	if class := nonPublic(ip); class != "" && !g.hosts[name] && !g.ips[ip] {
-		return &refusal{reason: fmt.Sprintf("%s is a %s address; list the host or the address in mitm.allowPrivateDestinations to reach it", ip, class)}
+	if g.hosts[name] || g.ips[ip] {
+		return nil
+	}
+	const fix = "; list the host or the address in mitm.allowPrivateDestinations to reach it"
+	if class := nonPublic(ip); class != "" {
+		return &refusal{reason: fmt.Sprintf("%s is a %s address%s", ip, class, fix)}
+	}
+	if g.isLocal(ip) {
+		return &refusal{reason: fmt.Sprintf("%s is an address of this machine%s", ip, fix)}
 	}
 	return nil
 }
 
+// isLocal reports whether ip is one of this machine's addresses; when they cannot be listed, every address
+// is taken for one (refused rather than risk reaching this machine).
+func (g *egress) isLocal(ip netip.Addr) bool {
+	addrs, err := g.local()
+	if err != nil {
+		return true
+	}
+	for _, a := range addrs {
+		if a.Unmap().WithZone("") == ip.WithZone("") {
+			return true
+		}
+	}
+	return false
+}
+
+// interfaceAddrs lists the addresses of this machine's interfaces.
+func interfaceAddrs() ([]netip.Addr, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out, nil
+}
+
 // isOwn reports whether ip:port reaches the listener at a: the same address, or a wildcard listener's port on
-// loopback, the unspecified address or an address of this machine.
-func isOwn(a net.Addr, ip netip.Addr, port uint16) bool {
+// loopback, the unspecified address or an address of this machine (local lists them).
+func isOwn(a net.Addr, ip netip.Addr, port uint16, local func() ([]netip.Addr, error)) bool {
 	ta, ok := a.(*net.TCPAddr)
 	if !ok || ta.Port != int(port) {
 		return false
@@ -135,25 +178,17 @@ func isOwn(a net.Addr, ip netip.Addr, port uint16) bool {
 	case ip.IsLoopback():
 		return true
 	}
-	addrs, err := net.InterfaceAddrs()
+	addrs, err := local()
 	if err != nil {
 		return true // unknown: refuse rather than risk reaching ourselves
 	}
-	for _, ia := range addrs {
-		if n, ok := ia.(*net.IPNet); ok {
-			if local, ok := netip.AddrFromSlice(n.IP); ok && local.Unmap() == ip {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.Contains(addrs, ip)
 }
 
 // Address ranges that are not the public internet, beyond those netip names.
 var (
 	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
 	sharedCGNAT = netip.MustParsePrefix("100.64.0.0/10")
-	broadcast   = netip.MustParseAddr("255.255.255.255")
 	ipv4Compat  = netip.MustParsePrefix("::/96")
 	siteLocal6  = netip.MustParsePrefix("fec0::/10")
 	nat64Prefix = netip.MustParsePrefix("64:ff9b::/96")
@@ -180,7 +215,7 @@ func nonPublic(ip netip.Addr) string {
 		return "private"
 	case sharedCGNAT.Contains(ip):
 		return "shared (CGNAT, RFC 6598)"
-	case thisNetwork.Contains(ip) || ip == broadcast:
+	case thisNetwork.Contains(ip):
 		return "reserved"
 	case ipv4Compat.Contains(ip):
 		return "IPv4-compatible"
@@ -195,5 +230,29 @@ func nonPublic(ip netip.Addr) string {
 			return c + " (6to4)"
 		}
 	}
+	for _, r := range specialPurpose {
+		if r.prefix.Contains(ip) {
+			return r.class
+		}
+	}
 	return ""
+}
+
+// specialPurpose are the IANA special-purpose ranges (RFC 6890 and later) that are not globally reachable and
+// that netip does not name: a network may still route them internally (as the documentation ranges on some
+// hosts' own interfaces).
+var specialPurpose = []struct {
+	prefix netip.Prefix
+	class  string
+}{
+	{netip.MustParsePrefix("192.0.0.0/24"), "reserved"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"}, // and 255.255.255.255
+	{netip.MustParsePrefix("100::/64"), "reserved"},    // discard-only
+	{netip.MustParsePrefix("192.0.2.0/24"), "documentation"},
+	{netip.MustParsePrefix("198.51.100.0/24"), "documentation"},
+	{netip.MustParsePrefix("203.0.113.0/24"), "documentation"},
+	{netip.MustParsePrefix("2001:db8::/32"), "documentation"},
+	{netip.MustParsePrefix("3fff::/20"), "documentation"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
+	{netip.MustParsePrefix("2001:2::/48"), "benchmarking"},
 }

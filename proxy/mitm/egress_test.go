@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -41,8 +42,25 @@ func TestNonPublicAddresses(t *testing.T) {
 		{"64:ff9b:1::1", "private"},
 		{"2002:7f00:1::1", "loopback (6to4)"},
 		{"2002:c0a8:101::1", "private (6to4)"},
+		{"192.0.2.2", "documentation"},
+		{"198.51.100.7", "documentation"},
+		{"203.0.113.9", "documentation"},
+		{"2001:db8::1", "documentation"},
+		{"3fff::1", "documentation"},
+		{"198.18.0.1", "benchmarking"},
+		{"198.19.255.254", "benchmarking"},
+		{"2001:2::1", "benchmarking"},
+		{"192.0.0.8", "reserved"},
+		{"240.0.0.1", "reserved"},
+		{"255.255.255.254", "reserved"},
+		{"100::1", "reserved"},
+		{"64:ff9b::c000:202", "documentation (NAT64)"},
 		// public
 		{"8.8.8.8", ""},
+		{"192.0.3.1", ""},
+		{"198.20.0.1", ""},
+		{"203.0.114.1", ""},
+		{"2001:db9::1", ""},
 		{"1.1.1.1", ""},
 		{"100.128.0.1", ""},
 		{"172.32.0.1", ""},
@@ -82,7 +100,7 @@ func TestOwnListenerMatch(t *testing.T) {
 		{"0.0.0.0:8788", "8.8.8.8:53", false},
 	} {
 		d := netip.MustParseAddrPort(tc.dest)
-		if got := isOwn(tcp(tc.listener), d.Addr().Unmap(), d.Port()); got != tc.own {
+		if got := isOwn(tcp(tc.listener), d.Addr().Unmap(), d.Port(), interfaceAddrs); got != tc.own {
 			t.Errorf("listener %s, destination %s: own %v, want %v", tc.listener, tc.dest, got, tc.own)
 		}
 	}
@@ -112,6 +130,56 @@ func TestEgressChecksEveryAddress(t *testing.T) {
 	for _, addr := range []string{"example.com:99999", "exa mple.com:80"} {
 		if _, err := g.dial(context.Background(), "tcp", addr); !errors.As(err, &rf) {
 			t.Errorf("dial %s: %v, want a refusal", addr, err)
+		}
+	}
+}
+
+// TestEgressRefusesThisMachine: passthrough never reaches this machine by one of its own addresses, whatever
+// range it is in (a public address of a cloud VM reaches every service bound to all interfaces), unless the
+// address is listed; its own listeners stay refused, listed or not.
+func TestEgressRefusesThisMachine(t *testing.T) {
+	t.Parallel()
+	mine := netip.MustParseAddr("93.184.215.14")
+	local := func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("127.0.0.1"), mine}, nil }
+	g, err := newEgress(nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.local = local
+	if rf := g.check("93.184.215.14", mine, 8080); rf == nil || !strings.Contains(rf.reason, "this machine") {
+		t.Fatalf("an address of this machine: %v", rf)
+	}
+	if rf := g.check("example.com", netip.MustParseAddr("93.184.215.15"), 443); rf != nil {
+		t.Fatalf("another public address: %v", rf)
+	}
+	g, err = newEgress([]string{"93.184.215.14"}, func() []net.Addr { return []net.Addr{&net.TCPAddr{IP: net.IPv4zero, Port: 8788}} }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.local = local
+	if rf := g.check("93.184.215.14", mine, 8080); rf != nil {
+		t.Fatalf("a listed address of this machine: %v", rf)
+	}
+	if rf := g.check("93.184.215.14", mine, 8788); rf == nil {
+		t.Fatal("an own listener by a listed address of this machine was not refused")
+	}
+	// The real interfaces: every address of this machine is refused.
+	g, err = newEgress(nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, _ := netip.AddrFromSlice(n.IP)
+		if rf := g.check(ip.Unmap().String(), ip.Unmap(), 9); rf == nil {
+			t.Errorf("%s, an address of this machine, is not refused", ip)
 		}
 	}
 }

@@ -35,14 +35,6 @@ const leafValidity = 24 * time.Hour
 // Options.MaxPipelines is 0.
 const DefaultMaxPipelines = 256
 
-// Timeouts of the HTTP server on an intercepted connection, as on promptgate's listeners: a request's
-// header must come within innerReadHeaderTimeout, and a connection idle between requests longer than
-// innerIdleTimeout is closed. Neither bounds a response, so long streams are never cut.
-const (
-	innerReadHeaderTimeout = 10 * time.Second
-	innerIdleTimeout       = 120 * time.Second
-)
-
 // Options configure the door.
 type Options struct {
 	// CA signs the leaf certificates of intercepted hosts (LoadCA).
@@ -60,6 +52,11 @@ type Options struct {
 	// HandshakeTimeout closes an intercepted CONNECT whose client has not completed its TLS handshake in
 	// time; 0 means config.DefaultMITMHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// HeaderReadTimeout and IdleTimeout are those of the listeners (limits.headerReadTimeout, idleTimeout),
+	// kept by the HTTP server inside an intercepted tunnel: a request's headers must come within the one, and
+	// a tunnel idle between requests longer than the other is closed. Neither bounds a response. 0 means
+	// config.DefaultHeaderReadTimeout, config.DefaultIdleTimeout.
+	HeaderReadTimeout, IdleTimeout time.Duration
 	// AllowPrivate lists the host names and IP addresses that passthrough may reach although they are
 	// loopback, link-local or private (the config's mitm.allowPrivateDestinations).
 	AllowPrivate []string
@@ -103,6 +100,12 @@ func New(o Options) (*Door, error) {
 	}
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = config.DefaultMITMHandshakeTimeout
+	}
+	if o.HeaderReadTimeout <= 0 {
+		o.HeaderReadTimeout = config.DefaultHeaderReadTimeout
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = config.DefaultIdleTimeout
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -271,7 +274,7 @@ func (d *Door) hijack(o origin.Origin, client net.Conn) {
 		d.opt.Log.Error("no pipeline for intercepted origin", "origin", string(o), "err", err)
 		return
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: innerReadHeaderTimeout, IdleTimeout: innerIdleTimeout,
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: d.opt.HeaderReadTimeout, IdleTimeout: d.opt.IdleTimeout,
 		ErrorLog: slog.NewLogLogger(d.opt.Log.Handler(), slog.LevelDebug)}
 	_ = srv.Serve(newOneConnListener(tlsConn))
 }

@@ -30,6 +30,10 @@ import (
 // that grows beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
 const MaxCallBytes = 16 << 20
 
+// MaxStreamBytes caps what the calls of one stream hold together (Held): the call that would grow them past
+// it is blocked with vet.ReasonTooLarge and let go at once, as one past MaxCallBytes is.
+const MaxStreamBytes = 4 * MaxCallBytes
+
 // MaxEventBytes caps one upstream event: a bigger one (a line the upstream never ends, say) ends the stream
 // as truncated instead of being buffered without bound.
 const MaxEventBytes = MaxCallBytes
@@ -92,6 +96,7 @@ type Relay struct {
 
 	rec     Recorder
 	blocked int
+	held    Held
 }
 
 // New returns a Relay of upstream for s. rec, which may be nil, is called for every decision the surface
@@ -102,6 +107,9 @@ func New(upstream io.ReadCloser, rec Recorder, s Surface) Relay {
 
 // Err is the upstream's read error, if the upstream failed (other than by ending early).
 func (r *Relay) Err() error { return r.err }
+
+// Held is what the calls of this stream hold together: every Pending of the stream takes it.
+func (r *Relay) Held() *Held { return &r.held }
 
 // Close closes the upstream body; Read returns io.EOF once its output is read.
 func (r *Relay) Close() error {
@@ -347,37 +355,57 @@ type Pending[M any] struct {
 	Meta []M
 	// Lost is why the held events were let go before the call was vetted ("" while they are held).
 	Lost string
+	// Stream is what the calls of the stream hold together (Relay.Held); nil bounds the call alone.
+	Stream *Held
+	// counted is what this call adds to Stream.
+	counted int
 }
 
+// Held counts the bytes that the calls of one stream hold together, against MaxStreamBytes.
+type Held struct{ bytes int }
+
 // Hold keeps a raw event of the call and its meta, or lets go of everything once the call would
-// hold more than MaxCallBytes (the call fails with vet.ReasonTooLarge and its arguments are
-// dropped). A call that lost its events holds nothing more.
+// hold more than MaxCallBytes, or its stream's calls more than MaxStreamBytes together (the call fails
+// with vet.ReasonTooLarge). A call that lost its events holds nothing more, its arguments included.
 func (p *Pending[M]) Hold(raw []byte, m M) {
 	if p.Lost != "" {
+		p.Call.Args = nil
 		return
 	}
-	if p.Call.HeldBytes()+len(raw) > MaxCallBytes {
+	size := p.Call.HeldBytes() + len(raw)
+	if size > MaxCallBytes || (p.Stream != nil && p.Stream.bytes-p.counted+size > MaxStreamBytes) {
 		p.Fail(vet.ReasonTooLarge)
-		p.Call.Args = nil
 		return
 	}
 	p.Call.Hold(raw)
 	p.Meta = append(p.Meta, m)
+	p.count(size)
 }
 
-// Fail fails the call for reason and lets go of its held events: it can never be released.
+// count records that the call now holds size bytes.
+func (p *Pending[M]) count(size int) {
+	if p.Stream != nil {
+		p.Stream.bytes += size - p.counted
+	}
+	p.counted = size
+}
+
+// Fail fails the call for reason and lets go of its held events and arguments: it can never be released.
 func (p *Pending[M]) Fail(reason string) {
 	p.Call.Fail(reason)
 	if p.Lost == "" {
 		p.Lost = reason
 	}
 	p.Drop()
+	p.Call.Args = nil
 }
 
-// Drop lets go of the held events.
+// Drop lets go of the held events; the arguments no longer count against the stream's bound (whoever
+// drops them keeps them only to vet the call).
 func (p *Pending[M]) Drop() {
 	p.Call.Drop()
 	p.Meta = nil
+	p.count(0)
 }
 
 // Call is a surface's own call type: one that embeds a Pending.

@@ -307,7 +307,7 @@ func (s *Stream) itemAdded(ev sse.Event, m meta, callItem bool) {
 // start begins a call at an output_index from its first item.
 func (s *Stream) start(oi int, it gjson.Result) *pending {
 	typ := it.Get(pathType).Str
-	p := &pending{Pending: relay.Pending[meta]{Call: &vet.Call{Index: oi}}, oi: oi, typ: typ}
+	p := &pending{Pending: relay.Pending[meta]{Call: &vet.Call{Index: oi}, Stream: s.rl.Held()}, oi: oi, typ: typ}
 	if id := it.Get(pathID); id.Type == gjson.String {
 		p.itemID = id.Str
 		s.byID[id.Str] = oi
