@@ -19,9 +19,9 @@ import (
 
 // The marker of argument content: a key and a value no reason, log line or stored event may hold.
 const (
-	secretKey = "SECRETKEY_4f9a"
-	secretVal = "SECRETVAL_4f9a"
-	secretTag = "4f9a"
+	secretKey = "SECRETKEY_q7zx"
+	secretVal = "SECRETVAL_q7zx"
+	secretTag = "q7zx" // never in a hex request id, hash or time
 )
 
 // privacyProtocol lets lookup through only when its q starts with "ok"; onViolation is mode.

@@ -117,6 +117,8 @@ type Server struct {
 	// blocked remembers the calls blocked in Responses answers, and the policy of background responses
 	// (see stored.go).
 	blocked *blockedMemory
+	// echoes remembers the instructions each Responses client sent (see echo.go).
+	echoes *instructionMemory
 	// schemas keeps the compiled tool schemas that clients declare, shared by every response's checker.
 	schemas *vet.SchemaCache
 	// limits are the engine's, with the listener's defaults filled in.
@@ -177,7 +179,7 @@ func New(o Options) (*Server, error) {
 	}
 	limits := o.Engine.Limits
 	limits.ApplyDefaults()
-	s := &Server{opt: o, log: o.Log, limits: limits, blocked: newBlockedMemory(o.StoredResponses), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize)}
+	s := &Server{opt: o, log: o.Log, limits: limits, blocked: newBlockedMemory(o.StoredResponses), echoes: newInstructionMemory(o.StoredResponses), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize)}
 	tr := timeoutTransport{next: o.Transport, timeout: o.Engine.Limits.UpstreamTimeout}
 	buffers := newBufferPool()
 	s.rewritten = &httputil.ReverseProxy{
@@ -474,6 +476,8 @@ var routes = []*route{
 			s := respvet.NewStream(up, c, rec)
 			if x.resp != nil {
 				s.OnResponseID = x.resp.setID
+				s.Instructions = x.resp.instructions
+				s.OnShown = x.resp.show
 			}
 			return s
 		},
@@ -569,7 +573,7 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 	log.Debug("forwarding", "route", rt.name, "protocol", prep.Protocol.ID, "template", prep.Template.Name, "stream", prep.Stream, "tools_kept", len(prep.Kept), "tools_removed", len(prep.Removed))
 	x := &exchange{id: id, route: rt, prep: prep, log: log}
 	if rt.path == PathResponses {
-		x.resp = &respTrack{mem: s.blocked}
+		x.resp = &respTrack{mem: s.blocked, echoes: s.echoes, instructions: clientInstructions(body)}
 		if isBackground(prep.Body) {
 			x.resp.bg = newBgPolicy(s.policy(x), prep.Protocol.ID, prep.Protocol.Version)
 		}
@@ -666,8 +670,9 @@ func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
 	pr.Out.URL = upstreamURL(base, pr.In.URL)
 	pr.Out.Host = ""
 	s.outboundHeaders(pr.Out.Header, pr.Out.URL, anthropic)
-	if storedResponseID(pr.In) != "" {
-		// A stored response may need calls removed: let the transport decode compression.
+	if storedResponseID(pr.In) != "" || cancelledResponseID(pr.In) != "" {
+		// A stored response may need calls removed and its instructions replaced: let the transport decode
+		// compression.
 		pr.Out.Header.Del("Accept-Encoding")
 	}
 	s.injectTrace(pr)
@@ -728,6 +733,9 @@ func (s *Server) passResponse(resp *http.Response) error {
 		}
 		return s.stripStored(resp, id)
 	}
+	if id := cancelledResponseID(resp.Request); id != "" {
+		return s.echoCancelled(resp, id)
+	}
 	return nil
 }
 
@@ -778,6 +786,13 @@ func (s *Server) vetResponse(resp *http.Response) error {
 		out = chatvet.BlockedErrorJSON(*errorCall)
 		resp.StatusCode, resp.Status = http.StatusForbidden, fmt.Sprintf("%d %s", http.StatusForbidden, http.StatusText(http.StatusForbidden))
 		resp.Header.Set("Content-Type", "application/json")
+	} else if x.resp != nil {
+		if blocked > 0 {
+			x.resp.show([]byte(gjson.GetBytes(out, "output").Raw))
+		}
+		if out, err = echoInstructions(out, "", x.resp.instructions); err != nil {
+			return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
+		}
 	}
 	if blocked > 0 {
 		resp.Header.Set(HeaderBlocked, strconv.Itoa(blocked))

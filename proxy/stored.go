@@ -64,6 +64,8 @@ type memEntry struct {
 	id    string
 	calls []blockedCall
 	bg    *bgPolicy // nil unless the response was created in the background
+	// shown is the output the client was shown where a call was blocked: a retrieval shows it again.
+	shown []byte
 }
 
 // bgPolicy is what a background response's retrievals are vetted with: the policy of the request that
@@ -148,6 +150,7 @@ func (m *blockedMemory) forgetOldest() {
 	if e.bg != nil {
 		m.bytes -= e.bg.size
 	}
+	m.bytes -= len(e.shown)
 	delete(m.byID, e.id)
 	m.order.Remove(oldest)
 }
@@ -185,6 +188,34 @@ func (m *blockedMemory) rememberBackground(id string, p *bgPolicy) {
 	}
 	m.entry(id).bg = p
 	m.bytes += p.size
+}
+
+// rememberShown keeps the output the client was shown of response id, where a call in it was blocked. The
+// first one kept for an id stays.
+func (m *blockedMemory) rememberShown(id string, output []byte) {
+	if id == "" || len(output) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.byID[id]; ok && el.Value.(*memEntry).shown != nil {
+		return
+	}
+	for m.bytes+len(output) > m.maxBytes && m.order.Len() > 0 && m.order.Front().Value.(*memEntry).id != id {
+		m.forgetOldest()
+	}
+	m.entry(id).shown = bytes.Clone(output)
+	m.bytes += len(output)
+}
+
+// shown returns the output the client was shown of response id, or nil.
+func (m *blockedMemory) shown(id string) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.byID[id]; ok {
+		return el.Value.(*memEntry).shown
+	}
+	return nil
 }
 
 // background returns the policy kept for background response id, or nil.
@@ -282,19 +313,46 @@ func storedResponseID(r *http.Request) string {
 	return id
 }
 
-// stripStored removes the calls this proxy blocked from a retrieved stored response. A streamed retrieval
-// of such a response cannot be edited call by call here: it is refused (403 tool_call_blocked) rather than
-// shown.
+// cancelledResponseID is the id of a POST /v1/responses/{id}/cancel request, or "": its answer is the response
+// object, with instructions.
+func cancelledResponseID(r *http.Request) string {
+	if r.Method != http.MethodPost {
+		return ""
+	}
+	p := loosePath(r)
+	prefix := PathResponses + "/"
+	if len(p) <= len(prefix) || !strings.EqualFold(p[:len(prefix)], prefix) {
+		return ""
+	}
+	id, ok := strings.CutSuffix(p[len(prefix):], "/cancel")
+	if !ok || id == "" || strings.Contains(id, "/") {
+		return ""
+	}
+	return id
+}
+
+// stripStored shows a retrieved stored response as its create showed it: the calls this proxy blocked
+// removed (the output the client was shown, notices included, where the memory still has it), and the
+// client's own instructions. A streamed retrieval of a response with a blocked call cannot be edited call by
+// call here: it is refused (403 tool_call_blocked) rather than shown.
 func (s *Server) stripStored(resp *http.Response, id string) error {
-	calls := s.blocked.lookup(id)
-	if len(calls) == 0 || resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK {
 		return nil
 	}
+	calls := s.blocked.lookup(id)
+	instructions := s.echoes.lookup(id)
+	if err := plainBody(resp); err != nil {
+		return err
+	}
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
-		resp.Body.Close()
-		out := errorBody(apiError{Status: http.StatusForbidden, Code: "tool_call_blocked",
-			Message: "this stored response holds a tool call that promptgate blocked; retrieve it without stream=true"})
-		setBody(resp, http.StatusForbidden, out)
+		if len(calls) > 0 {
+			resp.Body.Close()
+			out := errorBody(apiError{Status: http.StatusForbidden, Code: "tool_call_blocked",
+				Message: "this stored response holds a tool call that promptgate blocked; retrieve it without stream=true"})
+			setBody(resp, http.StatusForbidden, out)
+			return nil
+		}
+		streamBody(resp, newEchoStream(resp.Body, instructions))
 		return nil
 	}
 	body, err := readUpstream(resp)
@@ -304,30 +362,49 @@ func (s *Server) stripStored(resp *http.Response, id string) error {
 	if !gjson.ValidBytes(body) {
 		return fmt.Errorf("%w: the stored response is not valid JSON", errUpstreamMalformed)
 	}
-	drop := map[string]bool{}
-	for _, c := range calls {
-		drop[c.CallID] = true
-	}
-	output := gjson.GetBytes(body, "output")
-	if !output.IsArray() {
-		setBody(resp, resp.StatusCode, body)
-		return nil
-	}
-	var kept []string
-	removed := 0
-	output.ForEach(func(_, it gjson.Result) bool {
-		if it.Get("type").Str == "function_call" && drop[it.Get("call_id").Str] {
-			removed++
+	if len(calls) > 0 && gjson.GetBytes(body, "output").IsArray() {
+		removed := len(calls)
+		if shown := s.blocked.shown(id); shown != nil {
+			body, err = sjson.SetRawBytes(body, "output", shown)
 		} else {
-			kept = append(kept, it.Raw)
+			drop := map[string]bool{}
+			for _, c := range calls {
+				drop[c.CallID] = true
+			}
+			body, removed, err = respvet.WithoutCalls(body, drop)
 		}
-		return true
-	})
-	if removed > 0 {
-		if body, err = sjson.SetRawBytes(body, "output", []byte("["+strings.Join(kept, ",")+"]")); err != nil {
+		if err != nil {
 			return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
 		}
-		resp.Header.Set(HeaderBlocked, strconv.Itoa(removed))
+		if removed > 0 {
+			resp.Header.Set(HeaderBlocked, strconv.Itoa(removed))
+		}
+	}
+	if body, err = echoInstructions(body, "", instructions); err != nil {
+		return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
+	}
+	setBody(resp, resp.StatusCode, body)
+	return nil
+}
+
+// echoCancelled gives a cancelled response (the answer of POST /v1/responses/{id}/cancel) the client's own
+// instructions.
+func (s *Server) echoCancelled(resp *http.Response, id string) error {
+	if resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	if err := plainBody(resp); err != nil {
+		return err
+	}
+	body, err := readUpstream(resp)
+	if err != nil {
+		return err
+	}
+	if !gjson.ValidBytes(body) {
+		return fmt.Errorf("%w: the cancelled response is not valid JSON", errUpstreamMalformed)
+	}
+	if body, err = echoInstructions(body, "", s.echoes.lookup(id)); err != nil {
+		return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
 	}
 	setBody(resp, resp.StatusCode, body)
 	return nil
@@ -345,14 +422,19 @@ func setBody(resp *http.Response, status int, b []byte) {
 	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
 }
 
-// respTrack collects what one Responses exchange needs to remember: its response id and its blocked calls.
+// respTrack collects what one Responses exchange needs to remember: its response id, its blocked calls, the
+// output the client was shown where a call was blocked, and the client's own instructions.
 type respTrack struct {
-	mem *blockedMemory
+	mem    *blockedMemory
+	echoes *instructionMemory
+	// instructions is the client's own instructions value (raw JSON, null when none).
+	instructions []byte
 	// bg is set for a background request: the policy kept for its response id.
 	bg      *bgPolicy
 	mu      sync.Mutex
 	id      string
 	pending []blockedCall
+	shown   []byte // the output shown, until the id is known
 }
 
 func (t *respTrack) setID(id string) {
@@ -363,10 +445,23 @@ func (t *respTrack) setID(id string) {
 	}
 	t.id = id
 	t.mem.rememberBackground(id, t.bg)
+	t.echoes.remember(id, t.instructions)
 	for _, c := range t.pending {
 		t.mem.remember(id, c)
 	}
-	t.pending = nil
+	t.mem.rememberShown(id, t.shown)
+	t.pending, t.shown = nil, nil
+}
+
+// show keeps the output the client was shown of a response in which a call was blocked.
+func (t *respTrack) show(output []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.id == "" {
+		t.shown = output
+		return
+	}
+	t.mem.rememberShown(t.id, output)
 }
 
 func (t *respTrack) decision(d vet.Decision) {
@@ -443,6 +538,7 @@ func (s *Server) vetStored(resp *http.Response, id string, bg *bgPolicy) error {
 		return err
 	}
 	resp.Header.Set(HeaderProtocol, bg.protocol)
+	instructions := s.echoes.lookup(id)
 	checker := vet.NewChecker(bg.policy)
 	rec := func(d vet.Decision) {
 		if d.Blocked() {
@@ -458,7 +554,9 @@ func (s *Server) vetStored(resp *http.Response, id string, bg *bgPolicy) error {
 		}.WithArguments(d.Args, s.opt.AuditArguments))
 	}
 	if ct == "text/event-stream" {
-		streamBody(resp, &loggedStream{ReadCloser: respvet.NewStream(resp.Body, checker, rec), log: log, out: writerOf(ctx)})
+		st := respvet.NewStream(resp.Body, checker, rec)
+		st.Instructions = instructions
+		streamBody(resp, &loggedStream{ReadCloser: st, log: log, out: writerOf(ctx)})
 		return nil
 	}
 	body, err := readUpstream(resp)
@@ -478,6 +576,8 @@ func (s *Server) vetStored(resp *http.Response, id string, bg *bgPolicy) error {
 	status := http.StatusOK
 	if res.ErrorCall != nil {
 		out, status = chatvet.BlockedErrorJSON(*res.ErrorCall), http.StatusForbidden
+	} else if out, err = echoInstructions(out, "", instructions); err != nil {
+		return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
 	}
 	if res.Blocked > 0 {
 		resp.Header.Set(HeaderBlocked, strconv.Itoa(res.Blocked))

@@ -270,7 +270,7 @@ func TestResponsesContinuationAfterBlockedCall(t *testing.T) {
 // TestStoredResponseStreamRetrievalRefused: a streamed retrieval of a response with a blocked call is
 // refused rather than shown; one without is passed as it is.
 func TestStoredResponseStreamRetrievalRefused(t *testing.T) {
-	s := &Server{blocked: newBlockedMemory(0)}
+	s := &Server{blocked: newBlockedMemory(0), echoes: newInstructionMemory(0)}
 	s.blocked.remember("resp_1", blockedCall{CallID: "call_evil", Tool: "web_fetch", Reason: "r"})
 	mk := func(id string) *http.Response {
 		req, _ := http.NewRequest(http.MethodGet, "http://h/v1/responses/"+id+"?stream=true", nil)

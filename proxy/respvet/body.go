@@ -47,6 +47,7 @@ const (
 	pathArguments  = "arguments"
 	typeFunction   = "function_call"
 	typeCustomTool = "custom_tool_call"
+	typeReasoning  = "reasoning"
 	// maxDepth caps the nesting of response JSON (bodies and stream events).
 	maxDepth = 128
 )
@@ -134,13 +135,15 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 	if res.ErrorCall != nil || len(drop) == 0 {
 		return body, res, nil
 	}
+	blocked := len(drop)
+	dropLeads(items, drop)
 	kept := make([]string, 0, len(items))
 	for i, it := range items {
 		if !drop[i] {
 			kept = append(kept, it.Raw)
 		}
 	}
-	if len(drop) == len(calls) {
+	if blocked == len(calls) {
 		kept = append(kept, string(noticeItem(newNoticeID(), strings.Join(notices, "\n"), true)))
 	}
 	out, err := sjson.SetRawBytes(body, pathOutput, relay.JoinArray(kept))
@@ -148,6 +151,48 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 		return body, res, fmt.Errorf("respvet: edit output: %w", err)
 	}
 	return out, res, nil
+}
+
+// dropLeads adds to drop the reasoning items right before each item in it: a stateless client replays the
+// output as its next input, and the API refuses a reasoning item without the item that followed it.
+func dropLeads(items []gjson.Result, drop map[int]bool) {
+	for i := len(items) - 1; i > 0; i-- {
+		if drop[i] && items[i-1].Get(pathType).Str == typeReasoning {
+			drop[i-1] = true
+		}
+	}
+}
+
+// WithoutCalls removes from a response body (a retrieval of a stored response) the function calls whose
+// call_id is in ids, and the reasoning items right before them. It returns how many calls it removed.
+func WithoutCalls(body []byte, ids map[string]bool) ([]byte, int, error) {
+	output := gjson.GetBytes(body, pathOutput)
+	if !output.IsArray() {
+		return body, 0, nil
+	}
+	items := output.Array()
+	drop := map[int]bool{}
+	for i, it := range items {
+		if it.Get(pathType).Str == typeFunction && ids[it.Get(pathCallID).Str] {
+			drop[i] = true
+		}
+	}
+	removed := len(drop)
+	if removed == 0 {
+		return body, 0, nil
+	}
+	dropLeads(items, drop)
+	kept := make([]string, 0, len(items))
+	for i, it := range items {
+		if !drop[i] {
+			kept = append(kept, it.Raw)
+		}
+	}
+	out, err := sjson.SetRawBytes(body, pathOutput, relay.JoinArray(kept))
+	if err != nil {
+		return body, 0, fmt.Errorf("respvet: edit output: %w", err)
+	}
+	return out, removed, nil
 }
 
 // respKeys are the keys a client reads a call from: of a stream event, of the item or response it carries, of a

@@ -34,13 +34,18 @@ const (
 	pathResponse   = "response"
 	pathRespOutput = "response.output"
 	pathRespID     = "response.id"
+	// pathRespInstructions is the instructions of the response an event carries.
+	pathRespInstructions = "response.instructions"
 )
 
 // Stream vets a streamed Responses API answer. Read yields the upstream SSE stream with every call held until
 // it is complete and vetted:
 //
-//   - Events of other output items (text, reasoning, built-in tool items) and of the response as a whole go
-//     out byte for byte as soon as they are complete.
+//   - Events of other output items (text, built-in tool items) and of the response as a whole go out byte
+//     for byte as soon as they are complete. A reasoning item's events are held until the item after it is
+//     known: a stateless client replays its output as the next input, and the API refuses a reasoning item
+//     without the item that followed it. They go out as soon as that item is not a call, or is an allowed
+//     call; a reasoning item right before a blocked call (on refuse) is withheld with it.
 //   - The events of a function_call (or custom_tool_call) item — its response.output_item.added, the
 //     argument deltas and .done, its response.output_item.done — are held, keyed by output_index. At the
 //     item's output_item.done the call is vetted (with atomicParallelCalls: every call waits for the end of
@@ -82,10 +87,19 @@ type Stream struct {
 
 	finished bool // a terminal event (or an upstream error event) went out
 
+	// lead are the reasoning items whose follower is not known yet, in order: held until it is.
+	lead []*item
+
 	// OnResponseID, when set before the first Read, is called once with the response's id, from the first
 	// event that carries it (response.created), before any call of the response is vetted.
 	OnResponseID func(id string)
 	sawID        bool
+	// Instructions, when not nil, is the JSON value (the client's own instructions, or null) that replaces
+	// the instructions of every response object an event carries.
+	Instructions []byte
+	// OnShown, when set before the first Read, is called with the output of the terminal event as it went
+	// out, when a call of the response was blocked: what a later retrieval must show.
+	OnShown func(output []byte)
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -94,6 +108,17 @@ var _ io.ReadCloser = (*Stream)(nil)
 type item struct {
 	client int      // the output_index the client sees; -1 until the item goes out
 	call   *pending // nil for an item that is not vetted
+	// held are the events of a reasoning item whose follower is not known yet (reasoning is true); nil once
+	// they went out or were dropped.
+	held      []heldEvent
+	reasoning bool
+	dropped   bool // a reasoning item withheld with the blocked call after it
+}
+
+// heldEvent is an event held with what is needed to write it again.
+type heldEvent struct {
+	raw []byte
+	m   meta
 }
 
 // pending is one call item being assembled.
@@ -110,6 +135,8 @@ type pending struct {
 	released bool
 	sum      [sha256.Size]byte // of the arguments, once vetted
 	notice   []byte            // the notice item that took its place (refuse)
+	// lead are the reasoning items right before the call: they go out before it, or are dropped with it.
+	lead []*item
 }
 
 // meta is what the stream needs of a held event to write it again.
@@ -166,6 +193,13 @@ func (s *Stream) event(ev sse.Event) {
 		s.malformed()
 		return
 	}
+	if s.Instructions != nil {
+		if ins := relay.Get(data, pathRespInstructions); ins.Exists() && ins.Raw != string(s.Instructions) {
+			if out, err := sjson.SetRawBytes(slices.Clone(data), pathRespInstructions, s.Instructions); err == nil {
+				data = s.clean(&ev, out)
+			}
+		}
+	}
 	typ := relay.Get(data, pathType).String()
 	if s.OnResponseID != nil && !s.sawID {
 		if id := relay.Get(data, pathRespID); id.Type == gjson.String && id.Str != "" {
@@ -221,11 +255,20 @@ func (s *Stream) event(ev sse.Event) {
 		if !ok {
 			return
 		}
+		s.release(s.lead)
 		s.finished = true
 		s.write(ev.Raw, out, m, -1)
+		if s.OnShown != nil && s.rl.Blocked() > 0 {
+			final := data
+			if out != nil {
+				final = out
+			}
+			s.OnShown([]byte(gjson.GetBytes(final, pathRespOutput).Raw))
+		}
 		return
 	case evError:
 		s.dropOpen()
+		s.release(s.lead)
 		s.finished = true
 		s.write(ev.Raw, nil, m, -1)
 		return
@@ -258,7 +301,11 @@ func (s *Stream) event(ev sse.Event) {
 			s.write(ev.Raw, nil, m, -1)
 		}
 	case st.call == nil:
-		if !argsEvent {
+		switch {
+		case argsEvent || st.dropped:
+		case st.held != nil:
+			st.held = append(st.held, heldEvent{bytes.Clone(ev.Raw), m})
+		default:
 			s.write(ev.Raw, nil, m, st.client)
 		}
 	case !st.call.vetted:
@@ -292,16 +339,51 @@ func (s *Stream) itemAdded(ev sse.Event, m meta, callItem bool) {
 	it := gjson.GetBytes(ev.Data, pathItem)
 	if callItem {
 		p := s.start(m.oi, it)
+		p.lead, s.lead = s.lead, nil
 		p.Hold(ev.Raw, m)
 		return
 	}
-	st := &item{client: s.nextOut}
-	s.nextOut++
+	st := &item{client: -1}
 	s.items[m.oi] = st
 	if id := it.Get(pathID); id.Type == gjson.String {
 		s.byID[id.Str] = m.oi
 	}
+	if it.Get(pathType).Str == typeReasoning {
+		// Its follower decides whether it goes out: held until that is known.
+		st.reasoning = true
+		st.held = []heldEvent{{bytes.Clone(ev.Raw), m}}
+		s.lead = append(s.lead, st)
+		return
+	}
+	s.release(s.lead)
+	s.lead = nil
+	st.client = s.nextOut
+	s.nextOut++
 	s.write(ev.Raw, nil, m, st.client)
+}
+
+// release writes the held events of reasoning items whose follower went out (or that have none), in order.
+func (s *Stream) release(lead []*item) {
+	for _, st := range lead {
+		if st.dropped || st.client >= 0 {
+			continue
+		}
+		st.client = s.nextOut
+		s.nextOut++
+		for _, h := range st.held {
+			s.write(h.raw, nil, h.m, st.client)
+		}
+		st.held = nil
+	}
+}
+
+// drop withholds reasoning items with the blocked call that followed them: their events never go out.
+func drop(lead []*item) {
+	for _, st := range lead {
+		if st.client < 0 {
+			st.dropped, st.held = true, nil
+		}
+	}
 }
 
 // start begins a call at an output_index from its first item.
@@ -455,6 +537,11 @@ func (s *Stream) complete(ps []*pending) {
 	relay.Settle[meta](&s.rl, s.c, ps, s.fatal, func(p *pending, d vet.Decision) {
 		p.vetted = true
 		p.sum = sha256.Sum256(p.Call.Args)
+		if d.Blocked() && s.c.Mode() == vet.ModeRefuse {
+			drop(p.lead)
+		} else {
+			s.release(p.lead)
+		}
 		st := s.items[p.oi]
 		st.client = s.nextOut
 		s.nextOut++
@@ -520,50 +607,57 @@ func (s *Stream) late(st *item, raw []byte, m meta) {
 
 // finalOutput rewrites the output of a terminal event to what the client was shown, in the client's order:
 // a call the stream vetted as it was streamed, a blocked one's notice item in its place, and a call the
-// stream never showed vetted now. ok is false when the stream ended (error mode).
+// stream never showed vetted now; a reasoning item withheld with a blocked call is left out (also one that
+// only now turns out to precede a blocked call). ok is false when the stream ended (error mode).
 func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	output := gjson.GetBytes(data, pathRespOutput)
 	if !output.IsArray() {
 		return nil, true
 	}
-	type slot struct {
-		client int
+	type entry struct {
+		client int // the client's output_index; -1 for an entry the stream did not show
 		raw    string
+		gone   bool
 	}
-	var known []slot
-	var rest []string
+	items := output.Array()
+	entries := make([]entry, len(items))
 	var fresh []*vet.Call
-	var freshAt []int // position in rest of each fresh call
+	var freshAt []int // position of each fresh call
 	changed := false
-	for pos, entry := range output.Array() {
+	for pos, it := range items {
+		e := &entries[pos]
+		e.client, e.raw = -1, it.Raw
 		st := s.items[pos]
-		if call := itemCall(s.c, pos, entry); call != nil {
+		if call := itemCall(s.c, pos, it); call != nil {
 			if st != nil && st.call != nil && st.call.vetted {
 				p := st.call
 				switch {
-				case p.released && p.matches(entry, true):
-					known = append(known, slot{st.client, entry.Raw})
+				case p.released && p.matches(it, true):
+					e.client = st.client
 					continue
-				case !p.released && p.matches(entry, false):
+				case !p.released && p.matches(it, false):
 					// The blocked call: its notice item (if it had one) takes its place here too.
 					if p.notice != nil {
-						known = append(known, slot{st.client, string(p.notice)})
+						e.client, e.raw = st.client, string(p.notice)
+					} else {
+						e.gone = true
 					}
 					changed = true
 					continue
 				}
 			}
 			fresh = append(fresh, call)
-			freshAt = append(freshAt, len(rest))
-			rest = append(rest, entry.Raw)
+			freshAt = append(freshAt, pos)
 			continue
 		}
-		if st != nil && st.call == nil && st.client >= 0 {
-			known = append(known, slot{st.client, entry.Raw})
+		switch {
+		case st == nil || st.call != nil:
+		case st.dropped:
+			e.gone, changed = true, true
+		case st.client >= 0:
+			e.client = st.client
 			changed = changed || st.client != pos
-			continue
 		}
-		rest = append(rest, entry.Raw)
 	}
 	if len(fresh) > 0 {
 		ds := s.c.VetBatch(fresh)
@@ -576,26 +670,54 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 		}
 		for i, d := range ds {
 			s.rl.Record(d)
-			if d.Blocked() {
-				rest[freshAt[i]] = string(noticeItem(newNoticeID(), vet.Notice(d), true))
-				changed = true
+			if !d.Blocked() {
+				continue
+			}
+			pos := freshAt[i]
+			entries[pos].raw = string(noticeItem(newNoticeID(), vet.Notice(d), true))
+			changed = true
+			if s.c.Mode() != vet.ModeRefuse {
+				continue
+			}
+			// The reasoning right before it goes with it, if the client has not been shown it yet.
+			for j := pos - 1; j >= 0 && items[j].Get(pathType).Str == typeReasoning; j-- {
+				if st := s.items[j]; st == nil || st.client < 0 {
+					if st != nil {
+						drop([]*item{st})
+					}
+					entries[j].gone = true
+				}
 			}
 		}
 	}
 	if !changed {
-		for i := 1; i < len(known); i++ {
-			changed = changed || known[i].client < known[i-1].client
+		last := -1
+		for _, e := range entries {
+			if e.client >= 0 {
+				changed = changed || e.client < last
+				last = e.client
+			}
 		}
 	}
 	if !changed {
 		return nil, true
 	}
-	slices.SortStableFunc(known, func(a, b slot) int { return a.client - b.client })
-	raws := make([]string, 0, len(known)+len(rest))
-	for _, k := range known {
-		raws = append(raws, k.raw)
+	// Entries the client was shown in its order, then the others in the upstream's.
+	var known, rest []entry
+	for _, e := range entries {
+		switch {
+		case e.gone:
+		case e.client >= 0:
+			known = append(known, e)
+		default:
+			rest = append(rest, e)
+		}
 	}
-	raws = append(raws, rest...)
+	slices.SortStableFunc(known, func(a, b entry) int { return a.client - b.client })
+	raws := make([]string, 0, len(known)+len(rest))
+	for _, e := range append(known, rest...) {
+		raws = append(raws, e.raw)
+	}
 	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, relay.JoinArray(raws))
 	if err != nil {
 		return nil, true
