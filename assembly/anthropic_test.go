@@ -1,7 +1,6 @@
 package assembly
 
 import (
-	"net/http"
 	"slices"
 	"testing"
 
@@ -39,7 +38,7 @@ func TestParseMessages(t *testing.T) {
 		{`{"messages":[],"tools":{}}`, "tools"},
 	} {
 		_, err := ParseMessages([]byte(bad.body))
-		wantPolicyError(t, err, http.StatusBadRequest, "invalid_request", bad.param)
+		wantPolicyError(t, err, "invalid_request", bad.param)
 	}
 }
 
@@ -51,9 +50,9 @@ func TestMessagesToolChoice(t *testing.T) {
 		}
 	}
 	err := MessagesToolChoice([]byte(`{"tool_choice":{"type":"tool","name":"g"}}`), kept)
-	wantPolicyError(t, err, http.StatusBadRequest, "tool_choice_not_allowed", "tool_choice")
+	wantPolicyError(t, err, "tool_choice_not_allowed", "tool_choice")
 	err = MessagesToolChoice([]byte(`{"tool_choice":{"type":"any"}}`), nil)
-	wantPolicyError(t, err, http.StatusBadRequest, "tool_choice_not_allowed", "tool_choice")
+	wantPolicyError(t, err, "tool_choice_not_allowed", "tool_choice")
 }
 
 func TestRewriteMessages(t *testing.T) {

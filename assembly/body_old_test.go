@@ -6,7 +6,6 @@ package assembly
 import (
 	"bytes"
 	"fmt"
-	"net/http"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -119,7 +118,7 @@ func oldChatToolChoice(body []byte, kept []policy.Tool) error {
 		keptSet[t.Name] = true
 	}
 	notAllowed := func(param, format string, args ...any) error {
-		return &policy.Error{Status: http.StatusBadRequest, Code: "tool_choice_not_allowed", Param: param, Message: fmt.Sprintf(format, args...)}
+		return &policy.Error{Code: "tool_choice_not_allowed", Param: param, Message: fmt.Sprintf(format, args...)}
 	}
 	var choice [2]gjson.Result
 	oldMembers(body, choice[:], pathToolChoice, pathFunctionCall)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 
@@ -44,7 +43,7 @@ type Extension struct {
 
 // invalid returns a 400 for a request whose shape is wrong.
 func invalid(param, format string, args ...any) *policy.Error {
-	return &policy.Error{Status: http.StatusBadRequest, Code: "invalid_request", Param: param, Message: fmt.Sprintf(format, args...)}
+	return &policy.Error{Code: policy.CodeInvalidRequest, Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
 // ParseExtension reads the top-level "promptgate" field of any surface's body. Unknown keys and values of the
@@ -216,7 +215,7 @@ func (b *Body) ChatToolChoice(kept []policy.Tool) error {
 		keptSet[t.Name] = true
 	}
 	notAllowed := func(param, format string, args ...any) error {
-		return &policy.Error{Status: http.StatusBadRequest, Code: "tool_choice_not_allowed", Param: param, Message: fmt.Sprintf(format, args...)}
+		return toolChoiceError(param, format, args...)
 	}
 	choice := [2]gjson.Result{b.get(pathToolChoice), b.get(pathFunctionCall)}
 	tc := choice[0]

@@ -3,7 +3,6 @@ package assembly
 import (
 	"encoding/json"
 	"errors"
-	"net/http"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,15 +13,15 @@ import (
 	"github.com/promptgate/promptgate/policy"
 )
 
-// wantPolicyError checks that err is a *policy.Error with the status, code and param.
-func wantPolicyError(t *testing.T, err error, status int, code, param string) {
+// wantPolicyError checks that err is a *policy.Error with the code and param.
+func wantPolicyError(t *testing.T, err error, code, param string) {
 	t.Helper()
 	var pe *policy.Error
 	if !errors.As(err, &pe) {
 		t.Fatalf("error = %v (%T), want a *policy.Error", err, err)
 	}
-	if pe.Status != status || pe.Code != code || pe.Param != param {
-		t.Errorf("error = {%d %s %q} %q, want {%d %s %q}", pe.Status, pe.Code, pe.Param, pe.Message, status, code, param)
+	if pe.Code != code || pe.Param != param {
+		t.Errorf("error = {%s %q} %q, want {%s %q}", pe.Code, pe.Param, pe.Message, code, param)
 	}
 }
 
@@ -77,7 +76,7 @@ func TestParseExtension(t *testing.T) {
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseExtension([]byte(tt.body))
-			wantPolicyError(t, err, http.StatusBadRequest, "invalid_request", tt.param)
+			wantPolicyError(t, err, "invalid_request", tt.param)
 		})
 	}
 }
@@ -154,7 +153,7 @@ func TestParseChat(t *testing.T) {
 			if c != nil {
 				t.Errorf("Chat = %+v, want nil", c)
 			}
-			wantPolicyError(t, err, http.StatusBadRequest, "invalid_request", tt.param)
+			wantPolicyError(t, err, "invalid_request", tt.param)
 		})
 	}
 }
@@ -203,7 +202,7 @@ func TestChatToolChoice(t *testing.T) {
 				}
 				return
 			}
-			wantPolicyError(t, err, http.StatusBadRequest, "tool_choice_not_allowed", tt.param)
+			wantPolicyError(t, err, "tool_choice_not_allowed", tt.param)
 		})
 	}
 	// The message names the tool.

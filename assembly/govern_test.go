@@ -1,7 +1,6 @@
 package assembly
 
 import (
-	"net/http"
 	"slices"
 	"testing"
 
@@ -35,7 +34,7 @@ func TestChatWebSearchOptions(t *testing.T) {
 	}
 	for _, bad := range []string{`"on"`, `[]`, `false`, `0`} {
 		_, err := ParseChat([]byte(`{` + msgs + `,"web_search_options":` + bad + `}`))
-		wantPolicyError(t, err, http.StatusBadRequest, "invalid_request", "web_search_options")
+		wantPolicyError(t, err, "invalid_request", "web_search_options")
 	}
 
 	body := []byte(`{` + msgs + `,"web_search_options":{"search_context_size":"low"},"tools":[{"type":"function","function":{"name":"f"}}]}`)
@@ -103,7 +102,7 @@ func TestMessagesAnthropicToolNames(t *testing.T) {
 		`{"type":"web_search_2025030","name":"web_search"}`,
 	} {
 		_, err := ParseMessages([]byte(`{"messages":[],"tools":[{"name":"f"},` + bad + `]}`))
-		wantPolicyError(t, err, http.StatusBadRequest, "invalid_request", "tools[1].name")
+		wantPolicyError(t, err, "invalid_request", "tools[1].name")
 	}
 }
 
@@ -123,6 +122,6 @@ func TestResponsesStoredPrompt(t *testing.T) {
 		{`{}`, "prompt.id"}, {`{"id":""}`, "prompt.id"}, {`{"id":1}`, "prompt.id"}, {`{"id":null}`, "prompt.id"},
 	} {
 		_, err := ParseResponses([]byte(`{"input":"x","prompt":` + bad.prompt + `}`))
-		wantPolicyError(t, err, http.StatusBadRequest, "invalid_request", bad.param)
+		wantPolicyError(t, err, "invalid_request", bad.param)
 	}
 }

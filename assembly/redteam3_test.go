@@ -30,7 +30,7 @@ func TestMessagesMCPConnector(t *testing.T) {
 		t.Errorf("empty mcp_servers: %v %+v", err, m)
 	}
 	_, err = ParseMessages([]byte(`{"messages":[],"mcp_servers":{"name":"a"}}`))
-	wantPolicyError(t, err, 400, "invalid_request", "mcp_servers")
+	wantPolicyError(t, err, "invalid_request", "mcp_servers")
 
 	out, err := RewriteMessages([]byte(body), Prompt{}, []policy.Tool{{Name: "f"}}, true)
 	if err != nil {

@@ -3,7 +3,6 @@ package assembly
 import (
 	"bytes"
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -161,7 +160,7 @@ func isDateSuffix(s string) bool {
 
 // toolChoiceError is the 400 for a tool_choice that names a tool the request may not use.
 func toolChoiceError(param, format string, args ...any) error {
-	return &policy.Error{Status: http.StatusBadRequest, Code: "tool_choice_not_allowed", Param: param, Message: fmt.Sprintf(format, args...)}
+	return &policy.Error{Code: policy.CodeToolChoiceNotAllowed, Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
 // ResponsesToolChoice checks tool_choice against the kept tools: "required" with nothing kept, or a choice

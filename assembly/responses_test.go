@@ -1,7 +1,6 @@
 package assembly
 
 import (
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -55,7 +54,7 @@ func TestParseResponses(t *testing.T) {
 		{`{"tools":{}}`, "tools"},
 	} {
 		_, err := ParseResponses([]byte(bad.body))
-		wantPolicyError(t, err, http.StatusBadRequest, "invalid_request", bad.param)
+		wantPolicyError(t, err, "invalid_request", bad.param)
 	}
 }
 
@@ -72,11 +71,11 @@ func TestResponsesToolChoice(t *testing.T) {
 		`{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"f"},{"type":"function","name":"g"}]}`}
 	for _, tc := range bad {
 		err := ResponsesToolChoice([]byte(`{"tool_choice":`+tc+`}`), kept)
-		wantPolicyError(t, err, http.StatusBadRequest, "tool_choice_not_allowed", "tool_choice")
+		wantPolicyError(t, err, "tool_choice_not_allowed", "tool_choice")
 	}
 	for _, tc := range []string{`"required"`, `{"type":"allowed_tools","mode":"required","tools":[]}`} {
 		err := ResponsesToolChoice([]byte(`{"tool_choice":`+tc+`}`), nil)
-		wantPolicyError(t, err, http.StatusBadRequest, "tool_choice_not_allowed", "tool_choice")
+		wantPolicyError(t, err, "tool_choice_not_allowed", "tool_choice")
 	}
 }
 

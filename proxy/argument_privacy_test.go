@@ -113,7 +113,7 @@ func TestNoArgumentContentInAuditOrLog(t *testing.T) {
 		t.Cleanup(up.Close)
 		e := testEngine(t, "defaultProtocol: p_refuse\n", nil, nil,
 			[]json.RawMessage{privacyProtocol("refuse"), privacyProtocol("error"), privacyProtocol("audit")})
-		e.Log = log
+		e.log = log
 		u := mustURL(t, up.URL+"/v1")
 		ts := serveProxy(t, Options{Engine: e, Upstream: u, AnthropicUpstream: u, Log: log,
 			Audit: audit.Multi{audit.Log{Logger: log}, ring, jl}, AuditArguments: include})

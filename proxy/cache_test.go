@@ -55,10 +55,10 @@ func TestArgRulesOncePerSnapshot(t *testing.T) {
 	if !check(a, "T-1") || check(a, "X-1") {
 		t.Error("v1 rules not applied")
 	}
-	if err := e.Defs.store.ApplyRollout(context.Background(), store.Rollout{ID: "v2", Protocols: []json.RawMessage{json.RawMessage(cacheProtocolV2)}}); err != nil {
+	if err := e.defs.store.ApplyRollout(context.Background(), store.Rollout{ID: "v2", Protocols: []json.RawMessage{json.RawMessage(cacheProtocolV2)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Defs.Reload(context.Background()); err != nil {
+	if err := e.defs.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	c := prep()

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -21,7 +22,7 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/plugins"
-	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/policy/modules"
 )
 
 // corpusEntry is one line of the published injection corpus (../shared/corpus/injections.jsonl).
@@ -64,17 +65,6 @@ func loadCorpus(t *testing.T) []corpusEntry {
 	return out
 }
 
-// hostContext is the proxy's adapter from the plugin host to ContextSource (cmd/promptgate has its own).
-type hostContext struct{ h *plugins.Host }
-
-func (a hostContext) Gather(ctx context.Context, q GatherQuery) (Gathered, error) {
-	r, err := a.h.Gather(ctx, plugins.Query{
-		Protocol: q.Protocol, BaseProtocol: q.BaseProtocol, Workflow: q.Workflow, Mode: q.Mode, ModulesOff: q.ModulesOff,
-		User: q.User, Conversation: q.Conversation, Model: q.Model, LatestUser: q.LatestUser,
-	})
-	return Gathered{Sources: r.Sources, Skipped: r.Skipped, Directives: r.Directives}, err
-}
-
 // startFileMemory builds the example plugin filememory with the go command and starts it, named "memory",
 // serving the users' files in dir.
 func startFileMemory(t *testing.T, dir string) *plugins.Host {
@@ -92,12 +82,9 @@ func startFileMemory(t *testing.T, dir string) *plugins.Host {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(raw)
-	cfg, err := config.Parse(fmt.Appendf(nil, "plugins:\n  - {name: memory, path: %q, sha256: %q, module: memory, minMode: minimal, timeout: 10s, required: true, cacheTTL: 0s, config: {dir: %q}}\n",
-		bin, hex.EncodeToString(sum[:]), dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := plugins.NewHost(context.Background(), cfg.Plugins, plugins.HostOptions{})
+	spec := plugins.Spec{Name: "memory", Path: bin, SHA256: hex.EncodeToString(sum[:]), Module: "memory", MinMode: modules.Minimal,
+		Timeout: 10 * time.Second, Required: true, Config: map[string]any{"dir": dir}}
+	h, err := plugins.NewHost(context.Background(), []plugins.Spec{spec}, plugins.HostOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,8 +209,8 @@ func TestInjectionCorpus(t *testing.T) {
 		{"datamark", nil, true},
 	} {
 		e := testEngine(t, "", variant.env, nil, nil)
-		e.Context = hostContext{host}
-		e.Settings.DatamarkToolOutput = variant.datamark
+		e.context = host
+		e.settings.DatamarkToolOutput = variant.datamark
 		for _, sf := range corpusSurfaces {
 			clean := renderOf(t, sf, e, sf.body("clean data", "clean output", "clean"))
 			if !strings.Contains(clean.ctxMsg, `"memory":{"doc":"clean data"}`) {

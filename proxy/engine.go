@@ -12,12 +12,12 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/assembly/ctxjson"
+	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/config"
-	"github.com/promptgate/promptgate/proxy/tracing"
+	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
 // Request headers of promptgate; they are read here and never sent upstream.
@@ -37,50 +37,58 @@ const (
 	HeaderBlocked       = "X-Promptgate-Blocked"
 )
 
-// GatherQuery is what a context source is told about a request.
-type GatherQuery struct {
-	// Protocol is the effective protocol (the workflow when one applies), BaseProtocol its base, and
-	// Workflow the workflow id or "".
-	Protocol, BaseProtocol, Workflow string
-	Mode                             policy.ModuleMode
-	ModulesOff                       []string
-	User, Conversation               string
-	Model                            string
-	// LatestUser is the text of the latest user message; sources see it only where their config allows.
-	LatestUser string
-}
-
-// Gathered is what the context sources returned for one request.
-type Gathered struct {
-	Sources    []ctxjson.Source
-	Skipped    []ctxjson.Skip
-	Directives []string
-	// Notes are the sources' debug notes by source name; they reach the model only with
-	// PROMPT_INCLUDE_COGNITIVE_NOTES=true, as the untrusted context key "debugNotes".
-	Notes map[string][]string
-}
-
-// NotesSource is the context key of the sources' debug notes.
-const NotesSource = "debugNotes"
-
-// ContextSource gathers runtime context (plugins/ implements it). An error means a required source failed:
-// the request is answered 503 context_unavailable.
+// ContextSource gathers runtime context (the plugin host implements it). An error means a required source
+// failed: the request is answered 503 context_unavailable.
 type ContextSource interface {
-	Gather(ctx context.Context, q GatherQuery) (Gathered, error)
+	Gather(ctx context.Context, q gather.Query) (gather.Result, error)
 }
 
 // Engine turns a client request into the upstream request. The proxy listener, the admin preview and the
-// `promptgate preview` command all run this same code.
+// `promptgate preview` command all run this same code. It is immutable once built, and safe for concurrent
+// use.
 type Engine struct {
-	Defs     *Definitions
-	Router   *policy.Router
-	Access   policy.ToolAccess
-	Settings assembly.Settings
-	Limits   config.Limits
-	// Context may be nil: then only the request's own promptgate.context is used.
-	Context ContextSource
-	Log     *slog.Logger
+	defs     *Definitions
+	router   *policy.Router
+	access   policy.ToolAccess
+	settings assembly.Settings
+	limits   Limits
+	context  ContextSource // nil: only the request's own promptgate.context
+	log      *slog.Logger
 }
+
+// EngineOptions configure NewEngine.
+type EngineOptions struct {
+	// Defs are the definitions the engine serves. Required.
+	Defs *Definitions
+	// Policy is the routing and tool-access part of the deployment config.
+	Policy policy.Config
+	// Settings are the assembly settings (the PROMPT_* environment and the config's security section).
+	Settings assembly.Settings
+	// Limits bound a request; zero values mean the defaults.
+	Limits Limits
+	// Context gathers runtime context; nil means only the request's own promptgate.context is used.
+	Context ContextSource
+	// Log receives the engine's debug lines; nil discards.
+	Log *slog.Logger
+}
+
+// NewEngine builds the engine of o.
+func NewEngine(o EngineOptions) (*Engine, error) {
+	if o.Defs == nil {
+		return nil, errors.New("proxy: NewEngine needs the definitions")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	o.Limits.ApplyDefaults()
+	return &Engine{
+		defs: o.Defs, router: policy.NewRouter(o.Policy), access: policy.ToolAccess{Config: o.Policy.Tools},
+		settings: o.Settings, limits: o.Limits, context: o.Context, log: o.Log,
+	}, nil
+}
+
+// Limits are the engine's limits, defaults filled in.
+func (e *Engine) Limits() Limits { return e.limits }
 
 // Input is one client request.
 type Input struct {
@@ -216,7 +224,7 @@ var (
 // tool_choice, gather the context, build the layered prompt, rewrite the body.
 func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, error) {
 	_, sp := tracing.Stage(ctx, tracing.SpanValidate)
-	if err := jsoncheck.Object(in.Body, jsoncheck.Limits{MaxDepth: e.Limits.MaxJSONDepth}); err != nil {
+	if err := jsoncheck.Object(in.Body, jsoncheck.Limits{MaxDepth: e.limits.MaxJSONDepth}); err != nil {
 		return nil, stageFail(sp, err)
 	}
 	body := assembly.NewBody(in.Body)
@@ -230,14 +238,14 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	}
 	sp.End()
 	_, sp = tracing.Stage(ctx, tracing.SpanRoute)
-	cat := e.Defs.snapshot()
-	eff, err := e.Router.Resolve(policyRequest(in, req.model, ext), cat)
+	cat := e.defs.snapshot()
+	eff, err := e.router.Resolve(policyRequest(in, req.model, ext), cat)
 	if err != nil {
 		return nil, stageFail(sp, err)
 	}
 	traceRoute(sp, eff)
 	_, sp = tracing.Stage(ctx, tracing.SpanFilterTools)
-	access := e.Access
+	access := e.access
 	access.Override = cat // the kill switches of this snapshot
 	kept, removed := eff.Filter(req.tools, access)
 	if err := sf.toolChoice(body, kept); err != nil {
@@ -249,7 +257,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 		}
 	}
 	traceTools(sp, kept, removed)
-	tmpl, err := e.Defs.template(cat, eff.Template)
+	tmpl, err := e.defs.template(cat, eff.Template)
 	if err != nil {
 		return nil, &templateError{err}
 	}
@@ -272,9 +280,9 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 		}
 		layers.Sources = append(layers.Sources, ctxjson.Source{Name: "request", Value: v})
 	}
-	if e.Context != nil {
+	if e.context != nil {
 		gctx, sp := tracing.Stage(ctx, tracing.SpanContext)
-		g, err := e.Context.Gather(gctx, GatherQuery{
+		g, err := e.context.Gather(gctx, gather.Query{
 			Protocol: eff.ID, BaseProtocol: eff.BaseID, Workflow: workflowOf(eff), Mode: eff.Modules.Mode, ModulesOff: eff.Modules.Off,
 			User: user, Conversation: conv, Model: req.model, LatestUser: req.latestUser,
 		})
@@ -285,7 +293,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 		layers.Sources = append(layers.Sources, g.Sources...)
 		layers.Meta.Skipped = append(layers.Meta.Skipped, g.Skipped...)
 		layers.Directives = append(layers.Directives, g.Directives...)
-		if e.Settings.IncludeCognitiveNotes && len(g.Notes) > 0 {
+		if e.settings.IncludeCognitiveNotes && len(g.Notes) > 0 {
 			notes := ctxjson.Object()
 			for _, src := range g.Sources {
 				if ns := g.Notes[src.Name]; len(ns) > 0 {
@@ -297,7 +305,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 				}
 			}
 			if notes.Len() > 0 {
-				layers.Sources = append(layers.Sources, ctxjson.Source{Name: NotesSource, Value: notes})
+				layers.Sources = append(layers.Sources, ctxjson.Source{Name: gather.NotesSource, Value: notes})
 			}
 		}
 	}
@@ -305,7 +313,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 		layers.Meta.Sources = append(layers.Meta.Sources, s.Name)
 	}
 	_, sp = tracing.Stage(ctx, tracing.SpanAssemble)
-	settings := e.Settings
+	settings := e.settings
 	if sf.contextInPrompt {
 		settings.StructuredChannel = false
 	}
@@ -316,7 +324,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	}
 	traceAssembled(sp, tmpl, prompt, len(out))
 	if prompt.ContextTruncated {
-		e.Log.Debug("runtime context truncated to fit", "protocol", eff.ID, "max_chars", e.Settings.ContextMaxChars)
+		e.log.Debug("runtime context truncated to fit", "protocol", eff.ID, "max_chars", e.settings.ContextMaxChars)
 	}
 	return &Prepared{
 		Body: out, Model: req.model, Stream: req.stream, Protocol: eff, Template: tmpl,
@@ -330,7 +338,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 func storedPromptRefused(id, why string, eff *policy.Effective) *refusedError {
 	reason := fmt.Sprintf("stored prompt %q: its tools and instructions are applied upstream, out of promptgate's sight, and %s", id, why)
 	return &refusedError{
-		err: &policy.Error{Status: http.StatusBadRequest, Code: "invalid_request", Param: "prompt", Message: "prompt: the request names " + reason +
+		err: &policy.Error{Code: policy.CodeInvalidRequest, Param: "prompt", Message: "prompt: the request names " + reason +
 			"; send the prompt's instructions and tools in the request instead, or use a protocol that allows every tool"},
 		kind: audit.KindStoredPrompt, tool: "prompt", reason: reason, protocol: eff,
 	}

@@ -45,7 +45,7 @@ func toAPIError(err error) apiError {
 	var te *templateError
 	switch {
 	case errors.As(err, &pe):
-		return apiError{Status: pe.Status, Code: pe.Code, Message: pe.Message, Param: contractParam(pe.Code, pe.Param)}
+		return apiError{Status: refusalStatus(pe.Code), Code: pe.Code, Message: pe.Message, Param: contractParam(pe.Code, pe.Param)}
 	case errors.As(err, &je):
 		// The client sees the key of its own body; the log (fail) gets only err, which never quotes it.
 		return apiError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "request body: " + je.QuotedError()}
@@ -63,6 +63,15 @@ func toAPIError(err error) apiError {
 		return apiError{Status: http.StatusBadGateway, Code: "upstream_error", Message: err.Error()}
 	}
 	return apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
+}
+
+// refusalStatus is the HTTP status of a policy refusal by its code: 403 where the client may not do what it
+// asks, else 400 (the request itself is wrong).
+func refusalStatus(code string) int {
+	if code == policy.CodeProtocolNotAllowed {
+		return http.StatusForbidden
+	}
+	return http.StatusBadRequest
 }
 
 // contractParam is the param of an error with the given code: the codes of the contract's error table

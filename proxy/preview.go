@@ -65,6 +65,9 @@ func (e *Engine) Preview(ctx context.Context, in Input) ([]byte, error) {
 	if in.Path == "" {
 		in.Path = PathChat
 	}
+	if int64(len(in.Body)) > e.limits.MaxBodyBytes {
+		return nil, &http.MaxBytesError{Limit: e.limits.MaxBodyBytes}
+	}
 	var rt *route
 	for _, r := range routes {
 		if r.path == in.Path {
@@ -72,7 +75,7 @@ func (e *Engine) Preview(ctx context.Context, in Input) ([]byte, error) {
 		}
 	}
 	if rt == nil {
-		return nil, &policy.Error{Status: http.StatusBadRequest, Code: "invalid_request", Param: "path",
+		return nil, &policy.Error{Code: policy.CodeInvalidRequest, Param: "path",
 			Message: fmt.Sprintf("preview: path %q is not a rewritten surface: use one of %s", in.Path, strings.Join(PreviewPaths(), ", "))}
 	}
 	p, err := rt.prepare(e, ctx, in)
@@ -95,7 +98,7 @@ func marshalReport(path string, p *Prepared) ([]byte, error) {
 		ProtocolID:        p.Protocol.ID,
 		ProtocolVersion:   p.Protocol.Version,
 		BaseProtocolID:    p.Protocol.BaseID,
-		Modules:           ReportModules{Mode: p.Protocol.Modules.Mode.String(), Off: nonNil(p.Protocol.Modules.Off)},
+		Modules:           ReportModules{Mode: string(p.Protocol.Modules.Mode), Off: nonNil(p.Protocol.Modules.Off)},
 		Tools:             ReportTools{Kept: make([]string, 0, len(p.Kept)), Removed: p.Removed},
 		Sizes:             p.Prompt.Sizes,
 		Context:           ReportContext{Truncated: p.Prompt.ContextTruncated, DirectivesTruncated: p.Prompt.DirectivesTruncated},

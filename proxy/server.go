@@ -33,12 +33,11 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/anthvet"
 	"github.com/promptgate/promptgate/proxy/chatvet"
-	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/guard"
-	"github.com/promptgate/promptgate/proxy/metrics"
-	"github.com/promptgate/promptgate/proxy/redact"
 	"github.com/promptgate/promptgate/proxy/respvet"
-	"github.com/promptgate/promptgate/proxy/tracing"
+	"github.com/promptgate/promptgate/telemetry/metrics"
+	"github.com/promptgate/promptgate/telemetry/redact"
+	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
 // Paths served by the proxy listener.
@@ -122,7 +121,7 @@ type Server struct {
 	// schemas keeps the compiled tool schemas that clients declare, shared by every response's checker.
 	schemas *vet.SchemaCache
 	// limits are the engine's, with the listener's defaults filled in.
-	limits config.Limits
+	limits Limits
 	// inFlight counts the requests being served, against limits.MaxInFlight.
 	inFlight atomic.Int64
 }
@@ -177,10 +176,9 @@ func New(o Options) (*Server, error) {
 		}
 		o.Guard = g
 	}
-	limits := o.Engine.Limits
-	limits.ApplyDefaults()
+	limits := o.Engine.Limits()
 	s := &Server{opt: o, log: o.Log, limits: limits, blocked: newBlockedMemory(o.StoredResponses), echoes: newInstructionMemory(o.StoredResponses), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize)}
-	tr := timeoutTransport{next: o.Transport, timeout: o.Engine.Limits.UpstreamTimeout}
+	tr := timeoutTransport{next: o.Transport, timeout: limits.UpstreamTimeout}
 	buffers := newBufferPool()
 	s.rewritten = &httputil.ReverseProxy{
 		Rewrite:        s.rewriteRequest,
@@ -530,11 +528,7 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 	if err != nil {
 		var re *refusedError
 		if errors.As(err, &re) {
-			s.opt.Audit.Record(r.Context(), audit.Event{
-				Time: time.Now().UTC(), RequestID: id, Kind: re.kind,
-				Protocol: re.protocol.ID, ProtocolVersion: re.protocol.Version,
-				Tool: re.tool, Verdict: audit.VerdictBlocked, Reason: re.reason,
-			})
+			s.opt.Audit.Record(r.Context(), eventsOf(id, re.protocol).refused(re))
 		}
 		fail(w, log, err)
 		return
@@ -545,25 +539,18 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 	h := w.Header()
 	h.Set(HeaderProtocol, prep.Protocol.ID)
 	h.Set(HeaderTemplate, prep.Template.Name+"@"+strconv.Itoa(prep.Template.Version))
+	evs := eventsOf(id, prep.Protocol)
 	if len(prep.Removed) > 0 {
 		names := make([]string, len(prep.Removed))
 		for i, rm := range prep.Removed {
 			names[i] = rm.Name
-			s.opt.Audit.Record(r.Context(), audit.Event{
-				Time: time.Now().UTC(), RequestID: id, Kind: audit.KindToolRemoved,
-				Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version,
-				Tool: vet.DisplayName(rm.Name), Verdict: audit.VerdictRemoved, Reason: rm.Reason,
-			})
+			s.opt.Audit.Record(r.Context(), evs.removed(rm))
 		}
 		h.Set(HeaderToolsRemoved, strings.Join(names, ","))
 	}
 	if prep.StoredPrompt != "" {
 		reason := fmt.Sprintf("stored prompt %q forwarded: its tools and instructions are applied upstream, unseen; protocol %q allows every tool", prep.StoredPrompt, prep.Protocol.ID)
-		s.opt.Audit.Record(r.Context(), audit.Event{
-			Time: time.Now().UTC(), RequestID: id, Kind: audit.KindStoredPrompt,
-			Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version,
-			Tool: "prompt", Verdict: audit.VerdictAllowed, Reason: reason,
-		})
+		s.opt.Audit.Record(r.Context(), evs.storedPromptForwarded(reason))
 		log.Info("stored prompt forwarded ungoverned", "prompt_id", prep.StoredPrompt, "protocol", prep.Protocol.ID)
 	}
 	if prep.Prompt.ContextTruncated {
@@ -849,21 +836,18 @@ func (s *Server) policy(x *exchange) vet.Policy {
 	}
 	return vet.Policy{
 		Allowed: allowed, Schemas: schemas, Rules: rules,
-		Mode: p.Protocol.OnViolation, Atomic: p.Protocol.Atomic, MaxDepth: s.opt.Engine.Limits.MaxJSONDepth,
+		Mode: p.Protocol.OnViolation, Atomic: p.Protocol.Atomic, MaxDepth: s.limits.MaxJSONDepth,
 		SchemaCache: s.schemas,
 	}
 }
 
 func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
+	evs := eventsOf(x.id, x.prep.Protocol)
 	return func(d vet.Decision) {
 		if x.resp != nil {
 			x.resp.decision(d)
 		}
-		s.opt.Audit.Record(ctx, audit.Event{
-			Time: time.Now().UTC(), RequestID: x.id, Kind: audit.KindToolCall,
-			Protocol: x.prep.Protocol.ID, ProtocolVersion: x.prep.Protocol.Version,
-			Tool: vet.DisplayName(d.Tool), Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
-		}.WithArguments(d.Args, s.opt.AuditArguments))
+		s.opt.Audit.Record(ctx, evs.toolCall(d, s.opt.AuditArguments))
 	}
 }
 

@@ -12,12 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/chatvet"
 	"github.com/promptgate/promptgate/proxy/respvet"
@@ -540,6 +538,7 @@ func (s *Server) vetStored(resp *http.Response, id string, bg *bgPolicy) error {
 	resp.Header.Set(HeaderProtocol, bg.protocol)
 	instructions := s.echoes.lookup(id)
 	checker := vet.NewChecker(bg.policy)
+	evs := events{requestID: reqID, protocol: bg.protocol, protocolVersion: bg.protocolVersion}
 	rec := func(d vet.Decision) {
 		if d.Blocked() {
 			s.blocked.remember(id, blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason})
@@ -547,11 +546,7 @@ func (s *Server) vetStored(resp *http.Response, id string, bg *bgPolicy) error {
 		if !bg.firstTime(d) {
 			return
 		}
-		s.opt.Audit.Record(ctx, audit.Event{
-			Time: time.Now().UTC(), RequestID: reqID, Kind: audit.KindToolCall,
-			Protocol: bg.protocol, ProtocolVersion: bg.protocolVersion,
-			Tool: vet.DisplayName(d.Tool), Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
-		}.WithArguments(d.Args, s.opt.AuditArguments))
+		s.opt.Audit.Record(ctx, evs.toolCall(d, s.opt.AuditArguments))
 	}
 	if ct == "text/event-stream" {
 		st := respvet.NewStream(resp.Body, checker, rec)

@@ -13,9 +13,10 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/tracing"
+	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
 // The span attributes of promptgate. Only names, versions, counts and codes: never prompt text, tool
@@ -68,7 +69,7 @@ func traceTools(sp *tracing.Span, kept []policy.Tool, removed []policy.Removal) 
 }
 
 // traceGathered ends the context span with the counts of sources answered and skipped.
-func traceGathered(sp *tracing.Span, g Gathered) {
+func traceGathered(sp *tracing.Span, g gather.Result) {
 	if sp == nil {
 		return
 	}

@@ -57,7 +57,7 @@ func newStageFixture(b *testing.B) *stageFixture {
 	if f.chat, err = assembly.ParseChat(f.body); err != nil {
 		b.Fatal(err)
 	}
-	if f.eff, err = policy.NewRouter(f.cfg).Resolve(policy.Request{Path: proxy.PathChat, Model: f.chat.Model, Header: f.header}, f.cat); err != nil {
+	if f.eff, err = policy.NewRouter(f.cfg.Policy()).Resolve(policy.Request{Path: proxy.PathChat, Model: f.chat.Model, Header: f.header}, f.cat); err != nil {
 		b.Fatal(err)
 	}
 	if f.prep, err = p.engine.PrepareChat(context.Background(), proxy.Input{Path: proxy.PathChat, Header: f.header, Body: f.body}); err != nil {
@@ -79,7 +79,7 @@ func BenchmarkValidate(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: config.DefaultMaxJSONDepth}); err != nil {
+			if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: proxy.DefaultMaxJSONDepth}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -100,13 +100,13 @@ func BenchmarkValidate(b *testing.B) {
 func BenchmarkRoute(b *testing.B) {
 	f := newStageFixture(b)
 	yes := true
-	cfg := *f.cfg
-	cfg.Routes = []config.Route{
-		{Match: config.Match{Header: map[string]string{"X-Team": "payments-*"}}, Protocol: "bench"},
-		{Match: config.Match{Model: "o1*"}, Protocol: "bench"},
-		{Match: config.Match{Path: "/v1/chat/completions"}, Protocol: "bench", AllowClientProtocol: &yes},
+	cfg := f.cfg.Policy()
+	cfg.Routes = []policy.Route{
+		{Match: policy.Match{Header: map[string]string{"X-Team": "payments-*"}}, Protocol: "bench"},
+		{Match: policy.Match{Model: "o1*"}, Protocol: "bench"},
+		{Match: policy.Match{Path: "/v1/chat/completions"}, Protocol: "bench", AllowClientProtocol: &yes},
 	}
-	router := policy.NewRouter(&cfg)
+	router := policy.NewRouter(cfg)
 	req := policy.Request{Path: proxy.PathChat, Model: "gpt-4o-mini", Header: f.header}
 	b.Run("resolve", func(b *testing.B) {
 		b.ReportAllocs()
@@ -132,7 +132,7 @@ func BenchmarkRoute(b *testing.B) {
 func BenchmarkAssemble(b *testing.B) {
 	f := newStageFixture(b)
 	tmpl := f.prep.Template
-	settings := f.p.engine.Settings
+	settings := f.p.settings
 	b.Run("assemble", func(b *testing.B) {
 		b.SetBytes(int64(len(f.body)))
 		b.ReportAllocs()
@@ -222,7 +222,7 @@ func newChecker(prep *proxy.Prepared, rules *vet.RuleSet, schemas *vet.SchemaCac
 		}
 	}
 	return vet.NewChecker(vet.Policy{Allowed: allowed, Schemas: schemaOf, Rules: rules,
-		Mode: prep.Protocol.OnViolation, Atomic: prep.Protocol.Atomic, MaxDepth: config.DefaultMaxJSONDepth,
+		Mode: prep.Protocol.OnViolation, Atomic: prep.Protocol.Atomic, MaxDepth: proxy.DefaultMaxJSONDepth,
 		SchemaCache: schemas})
 }
 
@@ -273,7 +273,7 @@ func BenchmarkVet(b *testing.B) {
 	b.Run("baseline-jsoncheck", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := jsoncheck.Object(args, jsoncheck.Limits{MaxDepth: config.DefaultMaxJSONDepth}); err != nil {
+			if err := jsoncheck.Object(args, jsoncheck.Limits{MaxDepth: proxy.DefaultMaxJSONDepth}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -22,14 +22,13 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/admin"
-	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/guard"
-	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/mitm"
 	"github.com/promptgate/promptgate/proxy/origin"
-	"github.com/promptgate/promptgate/proxy/redact"
 	"github.com/promptgate/promptgate/proxy/toolseen"
-	"github.com/promptgate/promptgate/proxy/tracing"
+	"github.com/promptgate/promptgate/telemetry/metrics"
+	"github.com/promptgate/promptgate/telemetry/redact"
+	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
 // serveFlags are the flags of `promptgate serve`.
@@ -99,14 +98,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	if tr != nil {
 		log.Info("tracing on", "endpoint", trCfg.Endpoint, "protocol", trCfg.Protocol, "service", trCfg.ServiceName)
-		defer func() {
-			// After the listeners' shutdown (deferred later, so run first): the last spans are sent.
-			flush, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := tr.Shutdown(flush); err != nil {
-				log.Warn("tracing: spans not sent at shutdown", "err", err)
-			}
-		}()
+		// Deferred before the listeners' shutdown, so run after it: the last spans are sent.
+		defer shutdownTracing(tr, log)
 	}
 
 	var ready atomic.Bool
@@ -123,38 +116,24 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if spec, err := parseStoreSpec("--store", f.store.store, f.store.db); err == nil && spec.etcd() && dbSet(fs, getenv) {
 		log.Warn("--db is not used with an etcd --store: the definitions are in etcd, and the audit ring defaults to a file next to --store-snapshot", "db", f.store.db, "auditRing", ringPath)
 	}
-	ring, err := audit.OpenRing(ringPath, p.cfg.Audit.RingSize, log)
+	sinks, err := p.cfg.Audit.Open(ringPath, log)
 	if err != nil {
 		return err
 	}
-	defer ring.Close()
-	m.AuditSink("ring", ring.Stats)
-	recorder := audit.Multi{audit.Log{Logger: log}, m, ring}
-	if p.cfg.Audit.File != "" {
-		jl, err := audit.OpenJSONL(p.cfg.Audit.File, log)
-		if err != nil {
-			return err
-		}
-		defer jl.Close()
-		m.AuditSink("file", jl.Stats)
-		recorder = append(recorder, jl)
+	defer sinks.Close()
+	m.AuditSink("ring", sinks.Ring.Stats)
+	if sinks.File != nil {
+		m.AuditSink("file", sinks.File.Stats)
 	}
-	listenGuard, err := guard.New(guard.Config{Hosts: p.cfg.Listen.Hosts, AllowedOrigins: p.cfg.Listen.AllowedOrigins, Section: "listen"})
+	recorder := append(audit.Multi{audit.Log{Logger: log}, m}, sinks.Recorders()...)
+	listenGuard, err := guard.New(p.cfg.Listen)
 	if err != nil {
 		return err
 	}
 	seen := toolseen.New(0)
 	base := proxy.Options{
-		Engine:          p.engine,
-		Guard:           listenGuard,
-		Tools:           seen,
-		UpstreamAPIKey:  upstreamKey,
-		AnthropicAPIKey: anthropicKey,
-		Audit:           recorder,
-		AuditArguments:  p.cfg.Audit.IncludeArguments,
-		Metrics:         m,
-		Tracing:         tr,
-		Log:             log,
+		Engine: p.engine, Guard: listenGuard, Tools: seen, UpstreamAPIKey: upstreamKey, AnthropicAPIKey: anthropicKey,
+		Audit: recorder, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
 		Degraded: func() string {
 			if ok, reason := storeConnected(p.store); !ok {
 				return reason
@@ -172,47 +151,23 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		},
 	}
 	opts := base
-	opts.Upstream = upstream
-	opts.AnthropicUpstream = anthropicUpstream
+	opts.Upstream, opts.AnthropicUpstream = upstream, anthropicUpstream
 	srv, err := proxy.New(opts)
 	if err != nil {
 		return err
 	}
 	// The HTTPS-proxy door is built before any listener is bound, so that a config error is reported as
 	// such, whatever the state of the ports.
-	var own ownAddrs // every listener's address, for the door to refuse
+	ls := &listeners{limits: p.cfg.Limits, log: log, errc: make(chan error, 3)}
+	defer ls.shutdown()
 	var door *mitm.Door
 	if f.proxyListen != "" {
-		if door, err = newDoor(p.cfg, base, log, getenv(EnvProxyToken), own.list); err != nil {
+		if door, err = newDoor(p.cfg.MITM, base, log, getenv(EnvProxyToken), ls.own.list); err != nil {
 			return err
 		}
 	}
-	var servers []*http.Server
-	errc := make(chan error, 3)
-	start := func(name, addr string, h http.Handler, wholeRequest bool) (net.Addr, error) {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("%s: listen %s: %w", name, addr, err)
-		}
-		own.add(ln.Addr())
-		hs := httpServer(h, p.cfg.Limits, wholeRequest, log)
-		servers = append(servers, hs)
-		go func() {
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
-		return ln.Addr(), nil
-	}
-	defer func() {
-		shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for _, hs := range servers {
-			_ = hs.Shutdown(shutdown)
-		}
-	}()
 
-	addr, err := start("proxy listener", f.listen, srv, false)
+	addr, err := ls.start("proxy listener", f.listen, srv, false)
 	if err != nil {
 		return err
 	}
@@ -220,26 +175,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	// waits for them (a supervisor, a test) can send traffic at once.
 	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, redact.Parsed(upstream))}
 	adminHandler, err := admin.New(admin.Options{
-		Token: getenv(EnvAdminToken), Store: p.store, Audit: ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
+		Token: getenv(EnvAdminToken), Store: p.store, Audit: sinks.Ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
 		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
-		Preview: func(ctx context.Context, in proxy.Input) ([]byte, error) {
-			if int64(len(in.Body)) > p.cfg.Limits.MaxBodyBytes {
-				return nil, &http.MaxBytesError{Limit: p.cfg.Limits.MaxBodyBytes}
-			}
-			return p.engine.Preview(ctx, in)
-		},
+		Preview: p.engine.Preview,
 	})
 	if err != nil {
 		return err
 	}
-	aaddr, err := start("admin listener", f.adminListen, adminHandler, true)
+	aaddr, err := ls.start("admin listener", f.adminListen, adminHandler, true)
 	if err != nil {
 		return err
 	}
 	log.Info("admin API", "listen", aaddr.String(), "token", getenv(EnvAdminToken) != "")
 	lines = append(lines, fmt.Sprintf("promptgate admin API on http://%s (console: http://%s%s)", aaddr, aaddr, admin.PathConsole))
 	if door != nil {
-		daddr, err := start("HTTPS-proxy listener", f.proxyListen, door, false)
+		daddr, err := ls.start("HTTPS-proxy listener", f.proxyListen, door, false)
 		if err != nil {
 			return err
 		}
@@ -257,7 +207,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", redact.Parsed(upstream), "store", storeName(f.store))
 
 	select {
-	case err := <-errc:
+	case err := <-ls.errc:
 		return err
 	case <-ctx.Done():
 	}
@@ -265,41 +215,67 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	return nil
 }
 
-// httpServer is the HTTP server of a listener, with the config's header-read and idle timeouts. The proxy
-// listener bounds the reading of each request's body itself (limits.bodyReadTimeout, cleared once the body is
-// in, so that a long stream is never cut); with wholeRequest (the admin listener, whose answers are short) the
-// server bounds headers and body together instead. The door's tunnels must not inherit a whole-request
-// deadline either.
-func httpServer(h http.Handler, l config.Limits, wholeRequest bool, log *slog.Logger) *http.Server {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: l.HeaderReadTimeout, IdleTimeout: l.IdleTimeout,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	if wholeRequest {
-		hs.ReadTimeout = l.HeaderReadTimeout + l.BodyReadTimeout
+// shutdownTracing sends the last spans.
+func shutdownTracing(tr *tracing.Tracing, log *slog.Logger) {
+	flush, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tr.Shutdown(flush); err != nil {
+		log.Warn("tracing: spans not sent at shutdown", "err", err)
 	}
-	return hs
+}
+
+// listeners are serve's HTTP servers, started one by one and shut down together.
+type listeners struct {
+	limits  proxy.Limits
+	log     *slog.Logger
+	servers []*http.Server
+	own     ownAddrs // every listener's address, for the door to refuse
+	errc    chan error
+}
+
+// start binds addr and serves h on it (see proxy.Limits.HTTPServer for wholeRequest).
+func (l *listeners) start(name, addr string, h http.Handler, wholeRequest bool) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listen %s: %w", name, addr, err)
+	}
+	l.own.add(ln.Addr())
+	hs := l.limits.HTTPServer(h, wholeRequest, l.log)
+	l.servers = append(l.servers, hs)
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			l.errc <- fmt.Errorf("%s: %w", name, err)
+		}
+	}()
+	return ln.Addr(), nil
+}
+
+// shutdown finishes the requests in flight, for 30 s at most.
+func (l *listeners) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, hs := range l.servers {
+		_ = hs.Shutdown(ctx)
+	}
 }
 
 // newDoor builds the HTTPS-proxy door from the config's mitm section; intercepted origins run the same
 // pipeline as the base-URL listener, with the origin the client asked for as both upstreams. The operator
 // keys in base stay bound to the configured upstreams' origins, so an origin gets a key only if it is the
 // key's own. Passthrough never reaches the addresses own returns.
-func newDoor(cfg *config.File, base proxy.Options, log *slog.Logger, token string, own func() []net.Addr) (*mitm.Door, error) {
-	if cfg.MITM == nil {
+func newDoor(c *mitm.Config, base proxy.Options, log *slog.Logger, token string, own func() []net.Addr) (*mitm.Door, error) {
+	if c == nil {
 		return nil, usageError{"--proxy-listen needs a mitm: section in the config (caCert, caKey, hosts); create the CA with `promptgate ca init`"}
 	}
-	ca, err := mitm.LoadCA(cfg.MITM.CACert, cfg.MITM.CAKey)
-	if err != nil {
-		return nil, err
-	}
-	roots, err := mitm.Roots(cfg.MITM.UpstreamCA)
+	ca, roots, err := c.Load()
 	if err != nil {
 		return nil, err
 	}
 	tr := proxy.NewTransport()
 	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	return mitm.New(mitm.Options{
-		CA: ca, Hosts: cfg.MITM.Hosts, Passthrough: *cfg.MITM.Passthrough, Log: log,
-		HandshakeTimeout: cfg.MITM.HandshakeTimeout, AllowPrivate: cfg.MITM.AllowPrivateDestinations,
+		CA: ca, Hosts: c.Hosts, Passthrough: *c.Passthrough, Log: log,
+		HandshakeTimeout: c.HandshakeTimeout, AllowPrivate: c.AllowPrivateDestinations,
 		Own: own, Token: token,
 		Handler: func(o origin.Origin) (http.Handler, error) {
 			opts := base

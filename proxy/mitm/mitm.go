@@ -24,7 +24,6 @@ import (
 	"github.com/elazarl/goproxy"
 	lru "github.com/hashicorp/golang-lru/v2"
 
-	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/origin"
 )
 
@@ -58,7 +57,7 @@ type Options struct {
 	// DefaultMaxPipelines.
 	MaxPipelines int
 	// HandshakeTimeout closes an intercepted CONNECT whose client has not completed its TLS handshake in
-	// time; 0 means config.DefaultMITMHandshakeTimeout.
+	// time; 0 means DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
 	// AllowPrivate lists the host names and IP addresses that passthrough may reach although they are
 	// loopback, link-local or private (the config's mitm.allowPrivateDestinations).
@@ -102,7 +101,7 @@ func New(o Options) (*Door, error) {
 		o.MaxPipelines = DefaultMaxPipelines
 	}
 	if o.HandshakeTimeout <= 0 {
-		o.HandshakeTimeout = config.DefaultMITMHandshakeTimeout
+		o.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
