@@ -132,12 +132,12 @@ routes:
 `
 
 type resolveCase struct {
-	name       string
-	req        Request
-	wantID     string
-	wantBase   string
-	wantCode   string // "": no error
-	wantMsg    string // checked when set
+	name     string
+	req      Request
+	wantID   string
+	wantBase string
+	wantCode string // "": no error
+	wantMsg  string // checked when set
 }
 
 func runResolve(t *testing.T, r *Router, cat Catalog, tests []resolveCase) {
@@ -200,7 +200,7 @@ func TestResolveWithoutRoutes(t *testing.T) {
 		{
 			name: "workflow on another base", req: Request{ClientProtocol: "public", ClientWorkflow: "code_review"},
 			wantCode: "protocol_not_allowed",
-			wantMsg: `workflow "code_review" extends "tech", not the request's protocol "public"`,
+			wantMsg:  `workflow "code_review" extends "tech", not the request's protocol "public"`,
 		},
 		{
 			name: "unknown workflow", req: Request{ClientWorkflow: "nope"},
@@ -240,7 +240,7 @@ func TestResolveWithoutRoutes(t *testing.T) {
 		{
 			name: "workflow of a workflow", req: Request{ClientProtocol: "nested"},
 			wantCode: "unknown_protocol",
-			wantMsg: `workflow "nested" extends "code_review", itself a workflow; only one level of extends is supported`,
+			wantMsg:  `workflow "nested" extends "code_review", itself a workflow; only one level of extends is supported`,
 		},
 		{name: "forced system", req: Request{Forced: "system"}, wantID: "system", wantBase: "system"},
 		{name: "forced beats the client", req: Request{Forced: "system", ClientProtocol: "tech"}, wantID: "system", wantBase: "system"},
@@ -296,7 +296,7 @@ func TestResolveRoutes(t *testing.T) {
 		{
 			name: "pinned route refuses another protocol", req: Request{APIKeySHA256: keyHash, ClientProtocol: "tech"},
 			wantCode: "protocol_not_allowed",
-			wantMsg: `protocol "tech" may not be chosen by the client on this route`,
+			wantMsg:  `protocol "tech" may not be chosen by the client on this route`,
 		},
 		{name: "pinned route accepts its own protocol", req: Request{APIKeySHA256: keyHash, ClientProtocol: "private"}, wantID: "private", wantBase: "private"},
 		{
@@ -307,7 +307,7 @@ func TestResolveRoutes(t *testing.T) {
 		{
 			name: "pinned route: workflow on another base", req: Request{APIKeySHA256: keyHash, ClientWorkflow: "code_review"},
 			wantCode: "protocol_not_allowed",
-			wantMsg: `workflow "code_review" extends "tech", not the request's protocol "private"`,
+			wantMsg:  `workflow "code_review" extends "tech", not the request's protocol "private"`,
 		},
 
 		// By header glob; this route lets the client choose.
@@ -342,7 +342,7 @@ func TestResolveRoutes(t *testing.T) {
 		{
 			name: "pinned model route: workflow of another base", req: Request{Model: "gpt-4o", ClientWorkflow: "ops"},
 			wantCode: "protocol_not_allowed",
-			wantMsg: `workflow "ops" extends "system", not the request's protocol "tech"`,
+			wantMsg:  `workflow "ops" extends "system", not the request's protocol "tech"`,
 		},
 		{
 			name: "pinned model route: its workflow named as protocol", req: Request{Model: "gpt-4o", ClientProtocol: "code_review"},

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-
 )
 
 // overrides is a fake Enablement: the operator's runtime switches by tool name.
