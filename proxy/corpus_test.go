@@ -114,21 +114,21 @@ func jsonOf(v any) string {
 }
 
 var corpusSurfaces = []corpusSurface{
-	{PathChat, (*Engine).PrepareChat, func(doc, tool, user string) []byte {
+	{PathChat, (*Engine).Prepare, func(doc, tool, user string) []byte {
 		return []byte(`{"model":"m","messages":[{"role":"system","content":"You help with banking."},{"role":"user","content":"check my balance"},` +
 			`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"read_page","arguments":"{}"}}]},` +
 			`{"role":"tool","tool_call_id":"call_1","content":` + jsonOf(tool) + `},{"role":"user","content":"and?"}],` +
 			`"tools":[{"type":"function","function":{"name":"read_page","description":"Read a page."}},{"type":"function","function":{"name":"send_money","description":"Send money."}}],` +
 			`"promptgate":{"user":` + jsonOf(user) + `,"context":{"doc":` + jsonOf(doc) + `}}}`)
 	}, "messages", 2, "content"},
-	{PathResponses, (*Engine).PrepareResponses, func(doc, tool, user string) []byte {
+	{PathResponses, (*Engine).Prepare, func(doc, tool, user string) []byte {
 		return []byte(`{"model":"m","instructions":"You help with banking.","input":[{"role":"user","content":"check my balance"},` +
 			`{"type":"function_call","call_id":"call_1","name":"read_page","arguments":"{}"},` +
 			`{"type":"function_call_output","call_id":"call_1","output":` + jsonOf(tool) + `},{"role":"user","content":"and?"}],` +
 			`"tools":[{"type":"function","name":"read_page","description":"Read a page."},{"type":"function","name":"send_money","description":"Send money."}],` +
 			`"promptgate":{"user":` + jsonOf(user) + `,"context":{"doc":` + jsonOf(doc) + `}}}`)
 	}, "input", 2, "output"},
-	{PathMessages, (*Engine).PrepareMessages, func(doc, tool, user string) []byte {
+	{PathMessages, (*Engine).Prepare, func(doc, tool, user string) []byte {
 		return []byte(`{"model":"m","max_tokens":100,"system":"You help with banking.","messages":[{"role":"user","content":"check my balance"},` +
 			`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"read_page","input":{}}]},` +
 			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":` + jsonOf(tool) + `},{"type":"text","text":"and?"}]}],` +

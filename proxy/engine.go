@@ -17,12 +17,16 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/surface"
+	"github.com/promptgate/promptgate/proxy/surface/chat"
+	"github.com/promptgate/promptgate/proxy/surface/messages"
+	"github.com/promptgate/promptgate/proxy/surface/responses"
 	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
 // Request headers of promptgate; they are read here and never sent upstream.
 const (
-	HeaderProtocol     = "X-Promptgate-Protocol"
+	HeaderProtocol     = surface.HeaderProtocol
 	HeaderWorkflow     = "X-Promptgate-Workflow"
 	HeaderUser         = "X-Promptgate-User"
 	HeaderConversation = "X-Promptgate-Conversation"
@@ -34,7 +38,7 @@ const (
 	HeaderUpstreamReqID = "X-Upstream-Request-Id"
 	HeaderTemplate      = "X-Promptgate-Template"
 	HeaderToolsRemoved  = "X-Promptgate-Tools-Removed"
-	HeaderBlocked       = "X-Promptgate-Blocked"
+	HeaderBlocked       = surface.HeaderBlocked
 )
 
 // ContextSource gathers runtime context (the plugin host implements it). An error means a required source
@@ -54,6 +58,10 @@ type Engine struct {
 	limits   Limits
 	context  ContextSource // nil: only the request's own promptgate.context
 	log      *slog.Logger
+	// surfaces are the rewritten APIs (see surfaces).
+	surfaces []surface.Surface
+	// schemas keeps the compiled tool schemas that clients declare, shared by every response's checker.
+	schemas *vet.SchemaCache
 }
 
 // EngineOptions configure NewEngine.
@@ -70,6 +78,9 @@ type EngineOptions struct {
 	Context ContextSource
 	// Log receives the engine's debug lines; nil discards.
 	Log *slog.Logger
+	// StoredResponses bounds the per-instance memory of Responses answers (see surface/responses); 0 means
+	// 10,000.
+	StoredResponses int
 }
 
 // NewEngine builds the engine of o.
@@ -84,7 +95,37 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	return &Engine{
 		defs: o.Defs, router: policy.NewRouter(o.Policy), access: policy.ToolAccess{Config: o.Policy.Tools},
 		settings: o.Settings, limits: o.Limits, context: o.Context, log: o.Log,
+		surfaces: surfaces(o), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize),
 	}, nil
+}
+
+// surfaces is the table of the rewritten APIs, in the order their routes are listed. A new surface is one
+// package under proxy/surface and one line here.
+func surfaces(o EngineOptions) []surface.Surface {
+	return []surface.Surface{
+		chat.Surface{},
+		responses.New(responses.Options{Remember: o.StoredResponses}),
+		messages.Surface{},
+	}
+}
+
+// surfaceOf is the surface whose rewritten route is path, or nil.
+func (e *Engine) surfaceOf(path string) surface.Surface {
+	for _, sf := range e.surfaces {
+		if sf.Path() == path {
+			return sf
+		}
+	}
+	return nil
+}
+
+// Paths are the rewritten routes, one per surface.
+func (e *Engine) Paths() []string {
+	out := make([]string, len(e.surfaces))
+	for i, sf := range e.surfaces {
+		out[i] = sf.Path()
+	}
+	return out
 }
 
 // Limits are the engine's limits, defaults filled in.
@@ -113,12 +154,43 @@ type Prepared struct {
 	// StoredPrompt is the id of the stored prompt a Responses request names, "" when none: forwarded only where
 	// every tool is allowed (Effective.Restriction), and recorded as a decision.
 	StoredPrompt string
+	// Notes say what the surface did to continue the conversation (for the log); nil when nothing.
+	Notes []string
+	// Surface is the API of the request.
+	Surface surface.Surface
+	// client is the body the client sent.
+	client []byte
 	// cat is the definitions snapshot the request was prepared on (nil when built elsewhere).
 	cat *catalog
+	// schemas is the engine's cache of compiled tool schemas.
+	schemas *vet.SchemaCache
 }
 
-// argRules is the protocol's compiled argument rules, compiled once per snapshot.
-func (p *Prepared) argRules() (*vet.RuleSet, error) { return p.cat.argRules(p.Protocol) }
+// Policy is the tool-call policy of the request: the kept tools (not those the upstream runs itself, whose
+// name admits no call), their schemas, the protocol's argument rules and mode. Where the rules do not compile
+// (they were validated when the protocol was stored), no call may pass; err says why.
+func (p *Prepared) Policy(maxDepth int) (pol vet.Policy, err error) {
+	allowed := make(map[string]bool, len(p.Kept))
+	schemas := make(map[string][]byte, len(p.Kept))
+	for _, t := range p.Kept {
+		if t.UpstreamOnly {
+			continue
+		}
+		allowed[t.Name] = true
+		if len(t.Schema) > 0 {
+			schemas[t.Name] = t.Schema
+		}
+	}
+	rules, err := p.cat.argRules(p.Protocol)
+	if err != nil {
+		allowed = map[string]bool{}
+	}
+	return vet.Policy{
+		Allowed: allowed, Schemas: schemas, Rules: rules,
+		Mode: p.Protocol.OnViolation, Atomic: p.Protocol.Atomic, MaxDepth: maxDepth,
+		SchemaCache: p.schemas,
+	}, err
+}
 
 // contextError marks a failure of a required context source.
 type contextError struct{ err error }
@@ -144,85 +216,19 @@ type templateError struct{ err error }
 func (e *templateError) Error() string { return e.err.Error() }
 func (e *templateError) Unwrap() error { return e.err }
 
-// PrepareChat validates and rewrites a /v1/chat/completions request.
-func (e *Engine) PrepareChat(ctx context.Context, in Input) (*Prepared, error) {
-	return e.prepare(ctx, in, chatSurface)
-}
-
-// PrepareResponses validates and rewrites an OpenAI Responses API request (/v1/responses).
-func (e *Engine) PrepareResponses(ctx context.Context, in Input) (*Prepared, error) {
-	return e.prepare(ctx, in, responsesSurface)
-}
-
-// PrepareMessages validates and rewrites an Anthropic Messages request (/v1/messages).
-func (e *Engine) PrepareMessages(ctx context.Context, in Input) (*Prepared, error) {
-	return e.prepare(ctx, in, messagesSurface)
-}
-
-// surfaceRequest is what the pipeline needs of a request, on any surface.
-type surfaceRequest struct {
-	model       string
-	stream      bool
-	application []string // the client's own system texts
-	tools       []policy.Tool
-	nativeTools bool
-	latestUser  string
-	// storedPrompt is the id of a stored prompt (Responses), "" when none.
-	storedPrompt string
-}
-
-// surface adapts one rewritten API to the pipeline: how its body is read, how its tool_choice is checked,
-// and how the layered prompt and the kept tools are written back. Everything else is shared. Each reads the
-// body through the one assembly.Body of the request, whose members are located once.
-type surface struct {
-	parse      func(b *assembly.Body) (surfaceRequest, error)
-	toolChoice func(b *assembly.Body, kept []policy.Tool) error
-	rewrite    func(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error)
-	// contextInPrompt keeps the runtime context JSON in the layered prompt even with the structured channel
-	// on (the Responses API stores input items with the conversation).
-	contextInPrompt bool
-}
-
-var (
-	chatSurface = surface{
-		parse: func(b *assembly.Body) (surfaceRequest, error) {
-			c, err := b.Chat()
-			if err != nil {
-				return surfaceRequest{}, err
-			}
-			return surfaceRequest{c.Model, c.Stream, c.Application, c.Tools, c.NativeTools, c.LatestUser, ""}, nil
-		},
-		toolChoice: (*assembly.Body).ChatToolChoice,
-		rewrite:    (*assembly.Body).RewriteChat,
+// Prepare validates and rewrites a request to one of the rewritten routes (in.Path).
+func (e *Engine) Prepare(ctx context.Context, in Input) (*Prepared, error) {
+	sf := e.surfaceOf(in.Path)
+	if sf == nil {
+		return nil, &policy.Error{Code: policy.CodeInvalidRequest, Param: "path",
+			Message: fmt.Sprintf("path %q is not a rewritten surface: use one of %s", in.Path, strings.Join(e.Paths(), ", "))}
 	}
-	responsesSurface = surface{
-		parse: func(b *assembly.Body) (surfaceRequest, error) {
-			r, err := b.Responses()
-			if err != nil {
-				return surfaceRequest{}, err
-			}
-			return surfaceRequest{r.Model, r.Stream, r.Application, r.Tools, r.NativeTools, r.LatestUser, r.StoredPrompt}, nil
-		},
-		toolChoice:      (*assembly.Body).ResponsesToolChoice,
-		rewrite:         (*assembly.Body).RewriteResponses,
-		contextInPrompt: true,
-	}
-	messagesSurface = surface{
-		parse: func(b *assembly.Body) (surfaceRequest, error) {
-			m, err := b.Messages()
-			if err != nil {
-				return surfaceRequest{}, err
-			}
-			return surfaceRequest{m.Model, m.Stream, m.Application, m.Tools, m.NativeTools, m.LatestUser, ""}, nil
-		},
-		toolChoice: (*assembly.Body).MessagesToolChoice,
-		rewrite:    (*assembly.Body).RewriteMessages,
-	}
-)
+	return e.prepare(ctx, in, sf)
+}
 
 // prepare is the pipeline of every surface: validate, resolve the protocol, filter the tools, check
 // tool_choice, gather the context, build the layered prompt, rewrite the body.
-func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, error) {
+func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface) (*Prepared, error) {
 	_, sp := tracing.Stage(ctx, tracing.SpanValidate)
 	if err := jsoncheck.Object(in.Body, jsoncheck.Limits{MaxDepth: e.limits.MaxJSONDepth}); err != nil {
 		return nil, stageFail(sp, err)
@@ -232,14 +238,14 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	if err != nil {
 		return nil, stageFail(sp, err)
 	}
-	req, err := sf.parse(body)
+	req, err := sf.Parse(body)
 	if err != nil {
 		return nil, stageFail(sp, err)
 	}
 	sp.End()
 	_, sp = tracing.Stage(ctx, tracing.SpanRoute)
 	cat := e.defs.snapshot()
-	eff, err := e.router.Resolve(policyRequest(in, req.model, ext), cat)
+	eff, err := e.router.Resolve(policyRequest(in, req.Model, ext), cat)
 	if err != nil {
 		return nil, stageFail(sp, err)
 	}
@@ -247,13 +253,13 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	_, sp = tracing.Stage(ctx, tracing.SpanFilterTools)
 	access := e.access
 	access.Override = cat // the kill switches of this snapshot
-	kept, removed := eff.Filter(req.tools, access)
-	if err := sf.toolChoice(body, kept); err != nil {
+	kept, removed := eff.Filter(req.Tools, access)
+	if err := sf.CheckToolChoice(body, kept); err != nil {
 		return nil, stageFail(sp, err)
 	}
-	if req.storedPrompt != "" {
+	if req.StoredPrompt != "" {
 		if why := eff.Restriction(access); why != "" {
-			return nil, stageFail(sp, storedPromptRefused(req.storedPrompt, why, eff))
+			return nil, stageFail(sp, storedPromptRefused(req.StoredPrompt, why, eff))
 		}
 	}
 	traceTools(sp, kept, removed)
@@ -267,11 +273,11 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 		Rules:       eff.Rules,
 		Directives:  eff.Directives,
 		Tools:       kept,
-		NativeTools: req.nativeTools,
+		NativeTools: req.NativeTools,
 		Meta:        ctxjson.Meta{Protocol: eff.ID},
 	}
 	if eff.ClientSystem != policy.ClientSystemDrop {
-		layers.Application = req.application
+		layers.Application = req.Application
 	}
 	if ext.Context != nil {
 		v, err := ctxjson.Parse(ext.Context)
@@ -284,7 +290,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 		gctx, sp := tracing.Stage(ctx, tracing.SpanContext)
 		g, err := e.context.Gather(gctx, gather.Query{
 			Protocol: eff.ID, BaseProtocol: eff.BaseID, Workflow: workflowOf(eff), Mode: eff.Modules.Mode, ModulesOff: eff.Modules.Off,
-			User: user, Conversation: conv, Model: req.model, LatestUser: req.latestUser,
+			User: user, Conversation: conv, Model: req.Model, LatestUser: req.LatestUser,
 		})
 		if err != nil {
 			return nil, stageFail(sp, &contextError{err})
@@ -314,21 +320,30 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 	}
 	_, sp = tracing.Stage(ctx, tracing.SpanAssemble)
 	settings := e.settings
-	if sf.contextInPrompt {
+	if sf.ContextInPrompt() {
 		settings.StructuredChannel = false
 	}
 	prompt := assembly.Build(tmpl, layers, settings)
-	out, err := sf.rewrite(body, prompt, kept, len(removed) > 0)
+	out, err := sf.Rewrite(body, prompt, kept, len(removed) > 0)
 	if err != nil {
 		return nil, stageFail(sp, err)
+	}
+	var notes []string
+	out, note, err := sf.Continue(body, out)
+	if err != nil {
+		return nil, stageFail(sp, err)
+	}
+	if note != "" {
+		notes = append(notes, note)
 	}
 	traceAssembled(sp, tmpl, prompt, len(out))
 	if prompt.ContextTruncated {
 		e.log.Debug("runtime context truncated to fit", "protocol", eff.ID, "max_chars", e.settings.ContextMaxChars)
 	}
 	return &Prepared{
-		Body: out, Model: req.model, Stream: req.stream, Protocol: eff, Template: tmpl,
-		Prompt: prompt, Kept: kept, Removed: removed, Extension: ext, StoredPrompt: req.storedPrompt, cat: cat,
+		Body: out, Model: req.Model, Stream: req.Stream, Protocol: eff, Template: tmpl,
+		Prompt: prompt, Kept: kept, Removed: removed, Extension: ext, StoredPrompt: req.StoredPrompt, Notes: notes,
+		Surface: sf, client: in.Body, cat: cat, schemas: e.schemas,
 	}, nil
 }
 

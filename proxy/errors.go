@@ -8,6 +8,7 @@ import (
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/proxy/surface"
 )
 
 // apiError is an error answered in the OpenAI shape.
@@ -57,9 +58,9 @@ func toAPIError(err error) apiError {
 		return apiError{Status: http.StatusInternalServerError, Code: "template_unavailable", Message: "the protocol's template is not available: " + te.err.Error()}
 	case errors.Is(err, errBodyTimeout):
 		return apiError{Status: http.StatusRequestTimeout, Code: "request_timeout", Message: "the request body did not arrive within limits.bodyReadTimeout"}
-	case errors.Is(err, errUpstreamTimeout):
+	case errors.Is(err, surface.ErrUpstreamTimeout):
 		return apiError{Status: http.StatusGatewayTimeout, Code: "upstream_timeout", Message: "the upstream did not answer in time"}
-	case errors.Is(err, errUpstreamMalformed):
+	case errors.Is(err, surface.ErrUpstreamMalformed):
 		return apiError{Status: http.StatusBadGateway, Code: "upstream_error", Message: err.Error()}
 	}
 	return apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}

@@ -97,8 +97,8 @@ func (s *Server) startRequestSpan(r *http.Request, id string) (context.Context, 
 		return r.Context(), nil
 	}
 	route, name := "passthrough", r.Method+" /v1/*"
-	if rt := routeOf(r); rt != nil {
-		route, name = rt.name, r.Method+" "+rt.path
+	if sf := s.routeOf(r); sf != nil {
+		route, name = sf.Name(), r.Method+" "+sf.Path()
 	}
 	ctx, sp := t.StartServer(t.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), name)
 	sp.String("http.request.method", r.Method)

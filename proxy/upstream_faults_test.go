@@ -29,6 +29,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/promptgate/promptgate/policy/audit"
+	"github.com/promptgate/promptgate/proxy/surface"
 )
 
 const (
@@ -560,13 +561,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// A non-stream answer larger than maxUpstreamBody is refused after reading one byte more than the cap.
+// A non-stream answer larger than surface.MaxBody is refused after reading one byte more than the cap.
 func TestFaultHugeNonStreamAnswer(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"`)
 		block := strings.Repeat("a", 1<<20)
-		for range maxUpstreamBody/len(block) + 1 {
+		for range surface.MaxBody/len(block) + 1 {
 			if _, err := io.WriteString(w, block); err != nil {
 				return
 			}

@@ -153,9 +153,9 @@ func FuzzPrepare(f *testing.F) {
 		prepare func(*proxy.Engine, context.Context, proxy.Input) (*proxy.Prepared, error)
 		clean   string
 	}{
-		{proxy.PathChat, (*proxy.Engine).PrepareChat, `{"model":"m","messages":[{"role":"user","content":"x"}]}`},
-		{proxy.PathResponses, (*proxy.Engine).PrepareResponses, `{"model":"m","input":"x"}`},
-		{proxy.PathMessages, (*proxy.Engine).PrepareMessages, `{"model":"m","messages":[{"role":"user","content":"x"}]}`},
+		{proxy.PathChat, (*proxy.Engine).Prepare, `{"model":"m","messages":[{"role":"user","content":"x"}]}`},
+		{proxy.PathResponses, (*proxy.Engine).Prepare, `{"model":"m","input":"x"}`},
+		{proxy.PathMessages, (*proxy.Engine).Prepare, `{"model":"m","messages":[{"role":"user","content":"x"}]}`},
 	}
 	cleanSys := map[*proxy.Engine]map[string]string{}
 	for _, e := range engines {
