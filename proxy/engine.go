@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/promptgate/promptgate/assembly"
-	"github.com/promptgate/promptgate/assembly/ctxjson"
 	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
@@ -21,7 +20,6 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface/chat"
 	"github.com/promptgate/promptgate/proxy/surface/messages"
 	"github.com/promptgate/promptgate/proxy/surface/responses"
-	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
 // Request headers of promptgate; they are read here and never sent upstream.
@@ -224,127 +222,6 @@ func (e *Engine) Prepare(ctx context.Context, in Input) (*Prepared, error) {
 			Message: fmt.Sprintf("path %q is not a rewritten surface: use one of %s", in.Path, strings.Join(e.Paths(), ", "))}
 	}
 	return e.prepare(ctx, in, sf)
-}
-
-// prepare is the pipeline of every surface: validate, resolve the protocol, filter the tools, check
-// tool_choice, gather the context, build the layered prompt, rewrite the body.
-func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface) (*Prepared, error) {
-	_, sp := tracing.Stage(ctx, tracing.SpanValidate)
-	if err := jsoncheck.Object(in.Body, jsoncheck.Limits{MaxDepth: e.limits.MaxJSONDepth}); err != nil {
-		return nil, stageFail(sp, err)
-	}
-	body := assembly.NewBody(in.Body)
-	ext, err := body.Extension()
-	if err != nil {
-		return nil, stageFail(sp, err)
-	}
-	req, err := sf.Parse(body)
-	if err != nil {
-		return nil, stageFail(sp, err)
-	}
-	sp.End()
-	_, sp = tracing.Stage(ctx, tracing.SpanRoute)
-	cat := e.defs.snapshot()
-	eff, err := e.router.Resolve(policyRequest(in, req.Model, ext), cat)
-	if err != nil {
-		return nil, stageFail(sp, err)
-	}
-	traceRoute(sp, eff)
-	_, sp = tracing.Stage(ctx, tracing.SpanFilterTools)
-	access := e.access
-	access.Override = cat // the kill switches of this snapshot
-	kept, removed := eff.Filter(req.Tools, access)
-	if err := sf.CheckToolChoice(body, kept); err != nil {
-		return nil, stageFail(sp, err)
-	}
-	if req.StoredPrompt != "" {
-		if why := eff.Restriction(access); why != "" {
-			return nil, stageFail(sp, storedPromptRefused(req.StoredPrompt, why, eff))
-		}
-	}
-	traceTools(sp, kept, removed)
-	tmpl, err := e.defs.template(cat, eff.Template)
-	if err != nil {
-		return nil, &templateError{err}
-	}
-	user := firstNonEmpty(in.Header.Get(HeaderUser), ext.User)
-	conv := firstNonEmpty(in.Header.Get(HeaderConversation), ext.Conversation)
-	layers := assembly.Layers{
-		Rules:       eff.Rules,
-		Directives:  eff.Directives,
-		Tools:       kept,
-		NativeTools: req.NativeTools,
-		Meta:        ctxjson.Meta{Protocol: eff.ID},
-	}
-	if eff.ClientSystem != policy.ClientSystemDrop {
-		layers.Application = req.Application
-	}
-	if ext.Context != nil {
-		v, err := ctxjson.Parse(ext.Context)
-		if err != nil {
-			return nil, fmt.Errorf("proxy: promptgate.context: %w", err)
-		}
-		layers.Sources = append(layers.Sources, ctxjson.Source{Name: "request", Value: v})
-	}
-	if e.context != nil {
-		gctx, sp := tracing.Stage(ctx, tracing.SpanContext)
-		g, err := e.context.Gather(gctx, gather.Query{
-			Protocol: eff.ID, BaseProtocol: eff.BaseID, Workflow: workflowOf(eff), Mode: eff.Modules.Mode, ModulesOff: eff.Modules.Off,
-			User: user, Conversation: conv, Model: req.Model, LatestUser: req.LatestUser,
-		})
-		if err != nil {
-			return nil, stageFail(sp, &contextError{err})
-		}
-		traceGathered(sp, g)
-		layers.Sources = append(layers.Sources, g.Sources...)
-		layers.Meta.Skipped = append(layers.Meta.Skipped, g.Skipped...)
-		layers.Directives = append(layers.Directives, g.Directives...)
-		if e.settings.IncludeCognitiveNotes && len(g.Notes) > 0 {
-			notes := ctxjson.Object()
-			for _, src := range g.Sources {
-				if ns := g.Notes[src.Name]; len(ns) > 0 {
-					arr := ctxjson.Array()
-					for _, n := range ns {
-						arr.Append(ctxjson.String(n))
-					}
-					notes.Set(src.Name, arr)
-				}
-			}
-			if notes.Len() > 0 {
-				layers.Sources = append(layers.Sources, ctxjson.Source{Name: gather.NotesSource, Value: notes})
-			}
-		}
-	}
-	for _, s := range layers.Sources {
-		layers.Meta.Sources = append(layers.Meta.Sources, s.Name)
-	}
-	_, sp = tracing.Stage(ctx, tracing.SpanAssemble)
-	settings := e.settings
-	if sf.ContextInPrompt() {
-		settings.StructuredChannel = false
-	}
-	prompt := assembly.Build(tmpl, layers, settings)
-	out, err := sf.Rewrite(body, prompt, kept, len(removed) > 0)
-	if err != nil {
-		return nil, stageFail(sp, err)
-	}
-	var notes []string
-	out, note, err := sf.Continue(body, out)
-	if err != nil {
-		return nil, stageFail(sp, err)
-	}
-	if note != "" {
-		notes = append(notes, note)
-	}
-	traceAssembled(sp, tmpl, prompt, len(out))
-	if prompt.ContextTruncated {
-		e.log.Debug("runtime context truncated to fit", "protocol", eff.ID, "max_chars", e.settings.ContextMaxChars)
-	}
-	return &Prepared{
-		Body: out, Model: req.Model, Stream: req.Stream, Protocol: eff, Template: tmpl,
-		Prompt: prompt, Kept: kept, Removed: removed, Extension: ext, StoredPrompt: req.StoredPrompt, Notes: notes,
-		Surface: sf, client: in.Body, cat: cat, schemas: e.schemas,
-	}, nil
 }
 
 // storedPromptRefused is the refusal of a request naming the stored prompt id where the operator restricts

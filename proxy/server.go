@@ -432,7 +432,10 @@ func (s *Server) routeOf(r *http.Request) surface.Surface {
 	return s.opt.Engine.surfaceOf(r.URL.Path)
 }
 
-// rewrite runs the pipeline for a rewritten route and forwards the result.
+// rewrite serves a rewritten route, top to bottom: the body is read under the size cap; the request side of
+// the pipeline prepares it (Engine.prepare); its decisions go to the response headers, the decision log and the
+// metrics; the surface starts the response side; the prepared body goes upstream (rewriteRequest) and the
+// answer comes back through the response side (vetResponse).
 func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surface) {
 	start := time.Now()
 	id, _ := r.Context().Value(requestIDKey{}).(string)
@@ -455,10 +458,18 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 		fail(w, log, err)
 		return
 	}
+	s.announce(r.Context(), w.Header(), id, log, prep)
+	s.opt.Metrics.Overhead(sf.Name(), time.Since(start))
+	x := s.begin(id, log, body, prep)
+	s.rewritten.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
+}
+
+// announce makes a prepared request's decisions known: the response headers, the decision log (tools removed,
+// a stored prompt forwarded), the memory of tools seen, the metrics and the log.
+func (s *Server) announce(ctx context.Context, h http.Header, id string, log *slog.Logger, prep *Prepared) {
 	if s.opt.Tools != nil {
 		s.opt.Tools.Saw(prep.Protocol.ID, prep.Kept, prep.Removed)
 	}
-	h := w.Header()
 	h.Set(HeaderProtocol, prep.Protocol.ID)
 	h.Set(HeaderTemplate, prep.Template.Name+"@"+strconv.Itoa(prep.Template.Version))
 	evs := eventsOf(id, prep.Protocol)
@@ -466,32 +477,35 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 		names := make([]string, len(prep.Removed))
 		for i, rm := range prep.Removed {
 			names[i] = rm.Name
-			s.opt.Audit.Record(r.Context(), evs.removed(rm))
+			s.opt.Audit.Record(ctx, evs.removed(rm))
 		}
 		h.Set(HeaderToolsRemoved, strings.Join(names, ","))
 	}
 	if prep.StoredPrompt != "" {
 		reason := fmt.Sprintf("stored prompt %q forwarded: its tools and instructions are applied upstream, unseen; protocol %q allows every tool", prep.StoredPrompt, prep.Protocol.ID)
-		s.opt.Audit.Record(r.Context(), evs.storedPromptForwarded(reason))
+		s.opt.Audit.Record(ctx, evs.storedPromptForwarded(reason))
 		log.Info("stored prompt forwarded ungoverned", "prompt_id", prep.StoredPrompt, "protocol", prep.Protocol.ID)
 	}
 	if prep.Prompt.ContextTruncated {
 		s.opt.Metrics.ContextTruncated()
 	}
-	s.opt.Metrics.Overhead(sf.Name(), time.Since(start))
 	for _, n := range prep.Notes {
 		log.Info(n)
 	}
-	log.Debug("forwarding", "route", sf.Name(), "protocol", prep.Protocol.ID, "template", prep.Template.Name, "stream", prep.Stream, "tools_kept", len(prep.Kept), "tools_removed", len(prep.Removed))
+	log.Debug("forwarding", "route", prep.Surface.Name(), "protocol", prep.Protocol.ID, "template", prep.Template.Name, "stream", prep.Stream, "tools_kept", len(prep.Kept), "tools_removed", len(prep.Removed))
+}
+
+// begin starts the response side of a prepared request: its tool-call policy and the surface's exchange.
+func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepared) *exchange {
 	pol, err := prep.Policy(s.limits.MaxJSONDepth)
 	if err != nil {
 		// Validated when the protocol was stored; if it still fails, no call may pass.
 		log.Error("argument rules do not compile; every tool call is refused", "protocol", prep.Protocol.ID, "err", err)
 	}
 	x := &exchange{id: id, prep: prep, log: log, policy: pol}
-	x.ex = sf.Begin(surface.Start{Client: body, Upstream: prep.Body, Policy: pol, Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version})
-	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
-	s.rewritten.ServeHTTP(w, r.WithContext(ctx))
+	x.ex = prep.Surface.Begin(surface.Start{Client: client, Upstream: prep.Body, Policy: pol,
+		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version})
+	return x
 }
 
 // pass forwards every other /v1/* request unchanged.
@@ -643,7 +657,16 @@ func (s *Server) interceptor(r *http.Request) surface.Passthrough {
 	return nil
 }
 
-// vetResponse checks every tool call of a rewritten request's response before any byte of it is sent.
+// vetResponse is the response side of the pipeline (the reverse proxy's ModifyResponse), top to bottom:
+// promptgate's own and CORS headers from upstream are dropped; an error answer passes when it is JSON; an
+// answer in a content coding is refused; a stream is relayed with every call held until it is vetted (span
+// relay), a body is read whole and vetted (span vet); a call blocked in error mode makes the answer a 403. No
+// byte of a call reaches the client before its decision.
+//
+// The information-flow check (issue 16) joins here, after vet, for every call of a stream or a body, through
+// the Vetting the surface is given; its "continue" verdict needs a second upstream request within this
+// exchange (x holds the prepared request and its policy), sent through s.rewritten's transport before the
+// client's answer is written.
 func (s *Server) vetResponse(resp *http.Response) error {
 	upstreamHeaders(resp.Header)
 	guardTrailers(resp)
