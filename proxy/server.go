@@ -123,7 +123,7 @@ type exchange struct {
 	ex surface.Exchange
 	// policy vets the calls of the answer.
 	policy vet.Policy
-	trace   exchangeTrace
+	trace  exchangeTrace
 }
 
 type exchangeKey struct{}
