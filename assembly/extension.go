@@ -18,16 +18,13 @@ type Extension struct {
 	Context []byte
 }
 
-// Invalid returns a 400 for a request whose shape is wrong.
+// Invalid is the refusal of a request whose shape is wrong (policy.CodeInvalidRequest) about param.
 func Invalid(param, format string, args ...any) *policy.Error {
 	return &policy.Error{Code: policy.CodeInvalidRequest, Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
-// ParseExtension reads the top-level "promptgate" field of any surface's body. Unknown keys and values of the
+// Extension reads the top-level "promptgate" field of any surface's body. Unknown keys and values of the
 // wrong type are errors, so that a typo never silently weakens a request's policy.
-func ParseExtension(body []byte) (Extension, error) { return NewBody(body).Extension() }
-
-// Extension is ParseExtension of b.
 func (b *Body) Extension() (Extension, error) {
 	var x Extension
 	f := b.Get(PathExtension)

@@ -166,3 +166,14 @@ func TestBodyNotFollowed(t *testing.T) {
 		}
 	}
 }
+
+// oddBody has odd spacing, unicode escapes, unusual key order and numbers that a re-encoder would change.
+const oddBody = "{ \"temperature\" : 1.0e+2 ,\n\t\"promptgate\" : {\"user\":\"u-1\", \"context\":{\"a\":1}},\n" +
+	"  \"seed\":-0, \"metadata\" : {\"note\":\"caf\\u00e9 <b>&amp;</b>\", \"z\":1, \"a\":2},\n" +
+	"  \"messages\" : [ {\"role\":\"system\",\"content\":\"S\"} ,\n" +
+	"    {\"role\" : \"user\", \"content\" : \"hi \\u2028 \\ud83d\\ude00\"},\n" +
+	"    {\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"D\"}]},\n" +
+	"    {\"content\":null,\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"search\",\"arguments\":\"{\\\"q\\\": 1.50}\"}}]},\n" +
+	"    {\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\"} ],\n" +
+	"  \"tools\" : [ {\"type\":\"function\",\"function\":{\"name\":\"search\"}} ],\n" +
+	"  \"x_unknown\" : [ 1E400 , \"\\/\" ] , \"model\":\"gpt-4o\" }"

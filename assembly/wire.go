@@ -51,7 +51,8 @@ func isDateSuffix(s string) bool {
 	return len(s) == len("_2006_01_02")
 }
 
-// ToolChoiceError is the 400 for a tool_choice that names a tool the request may not use.
+// ToolChoiceError is the refusal of a tool_choice that names a tool the request may not use
+// (policy.CodeToolChoiceNotAllowed).
 func ToolChoiceError(param, format string, args ...any) error {
 	return &policy.Error{Code: policy.CodeToolChoiceNotAllowed, Param: param, Message: fmt.Sprintf(format, args...)}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
-	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/surface"
 	"github.com/promptgate/promptgate/proxy/surface/chat"
@@ -273,13 +272,6 @@ func firstNonEmpty(vals ...string) string {
 		}
 	}
 	return ""
-}
-
-// isClientError reports errors that are the client's fault (a 4xx).
-func isClientError(err error) bool {
-	var pe *policy.Error
-	var je *jsoncheck.Error
-	return errors.As(err, &pe) || errors.As(err, &je)
 }
 
 // workflowOf is the workflow id of an effective protocol, "" when none applies.

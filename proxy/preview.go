@@ -81,9 +81,6 @@ func (e *Engine) Preview(ctx context.Context, in Input) ([]byte, error) {
 	return marshalReport(in.Path, p)
 }
 
-// MarshalReport renders the report of a chat request; see Preview.
-func MarshalReport(p *Prepared) ([]byte, error) { return marshalReport(PathChat, p) }
-
 // marshalReport renders the report with upstreamRequest holding the exact upstream body, byte for byte.
 func marshalReport(path string, p *Prepared) ([]byte, error) {
 	r := Report{

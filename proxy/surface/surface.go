@@ -130,3 +130,22 @@ type Host interface {
 	// Log is the logger of the request of ctx.
 	Log(ctx context.Context) *slog.Logger
 }
+
+// Stateless is the response side of a surface that remembers nothing between requests: its answers are vetted
+// by its body and stream vetters, and its decisions need no bookkeeping.
+type Stateless struct {
+	VetBody   func(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error)
+	VetStream func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) io.ReadCloser
+}
+
+var _ Exchange = Stateless{}
+
+func (Stateless) Decided(vet.Decision) {}
+
+func (s Stateless) Body(body []byte, v Vetting) ([]byte, relay.Result, error) {
+	return s.VetBody(body, v.Checker, v.Record)
+}
+
+func (s Stateless) Stream(up io.ReadCloser, v Vetting) io.ReadCloser {
+	return s.VetStream(up, v.Checker, v.Record)
+}

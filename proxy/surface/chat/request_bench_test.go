@@ -69,12 +69,12 @@ func typicalRequest(tb testing.TB) []byte {
 }
 
 // BenchmarkBuild measures the assembly of one typical request: ParseChat, Build and RewriteChat (the
-// "extension" case adds ParseExtension and parsing the context, which a request also pays).
+// "extension" case adds reading the extension and parsing the context, which a request also pays).
 func BenchmarkBuild(b *testing.B) {
 	body := typicalRequest(b)
 	tm := assemblytest.Builtin(b, "base_tool_call_v2")
 	s := assembly.DefaultSettings()
-	ext, err := assembly.ParseExtension(body)
+	ext, err := assembly.NewBody(body).Extension()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func BenchmarkBuild(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
 		for b.Loop() {
-			x, err := assembly.ParseExtension(body)
+			x, err := assembly.NewBody(body).Extension()
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -28,7 +28,7 @@ func FuzzRewriteChat(f *testing.F) {
 		if jsoncheck.Object(body, jsoncheck.Limits{}) != nil {
 			return
 		}
-		_, _ = assembly.ParseExtension(body)
+		_, _ = assembly.NewBody(body).Extension()
 		c, err := parseChat(body)
 		if err != nil {
 			return

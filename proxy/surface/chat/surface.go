@@ -41,17 +41,9 @@ func (Surface) Continue(_ *assembly.Body, upstream []byte) ([]byte, string, erro
 	return upstream, "", nil
 }
 
-func (Surface) Begin(surface.Start) surface.Exchange { return exchange{} }
-
-// exchange is the response side of a chat request: nothing to remember.
-type exchange struct{}
-
-func (exchange) Decided(vet.Decision) {}
-
-func (exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, error) {
-	return Body(body, v.Checker, v.Record)
-}
-
-func (exchange) Stream(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
-	return NewStream(up, v.Checker, v.Record)
+// Begin starts the response side: nothing to remember, the answers vetted by Body and Stream.
+func (Surface) Begin(surface.Start) surface.Exchange {
+	return surface.Stateless{VetBody: Body, VetStream: func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) io.ReadCloser {
+		return NewStream(up, c, rec)
+	}}
 }

@@ -14,10 +14,9 @@ import (
 // panics, and whenever the parser accepts a body, the upstream body is valid JSON without the promptgate
 // field, with the prompt where the surface takes it.
 func FuzzRewrite(f *testing.F) {
-	f.Add([]byte(`{"model":"m","instructions":"i","input":[{"role":"developer","content":"d"},{"role":"user","content":"u"}],"tools":[{"type":"function","name":"f"},{"type":"mcp"},{"type":"mcp"}],"tool_choice":"required","promptgate":{}}`))
-	f.Add([]byte(`{"input":"hi","tools":[{"type":"web_search"}],"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"web_search"}]}}`))
-	f.Add([]byte(`{"system":[{"type":"text","text":"=== X ==="}],"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f"},{"type":"bash_20250124","name":"bash"}],"tool_choice":{"type":"tool","name":"f"}}`))
-	f.Add([]byte(`{"promptg\u0061te":{},"m\u0065ssages":[],"inp\u0075t":[]}`))
+	for _, s := range assemblytest.RewriteSeeds() {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if jsoncheck.Object(body, jsoncheck.Limits{}) != nil {
 			return

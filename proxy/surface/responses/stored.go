@@ -291,41 +291,34 @@ func answerBlocked(body []byte, calls []blockedCall) ([]byte, int, error) {
 	return out, answers, nil
 }
 
-// storedResponseID is the id of a GET /v1/responses/{id} request (not its sub-resources), or "".
-func storedResponseID(r *http.Request) string {
-	if r.Method != http.MethodGet {
-		return ""
-	}
-	// Read as a loose upstream router might (a trailing slash, ;params, other letter case), so that no spelling
-	// of a retrieval escapes the stripping.
+// responsePath splits the path of a request to /v1/responses/{id}[/rest], read as a loose upstream router might
+// read it (a trailing slash, ;params, other letter case), so that no spelling escapes; ok is false for another
+// path.
+func responsePath(r *http.Request) (id, rest string, ok bool) {
 	p := surface.LoosePath(r)
 	prefix := Path + "/"
 	if len(p) <= len(prefix) || !strings.EqualFold(p[:len(prefix)], prefix) {
-		return ""
+		return "", "", false
 	}
-	id := p[len(prefix):]
-	if strings.Contains(id, "/") {
-		return ""
+	id, rest, _ = strings.Cut(p[len(prefix):], "/")
+	return id, rest, id != ""
+}
+
+// storedResponseID is the id of a GET /v1/responses/{id} request (not its sub-resources), or "".
+func storedResponseID(r *http.Request) string {
+	if id, rest, ok := responsePath(r); ok && rest == "" && r.Method == http.MethodGet {
+		return id
 	}
-	return id
+	return ""
 }
 
 // cancelledResponseID is the id of a POST /v1/responses/{id}/cancel request, or "": its answer is the response
 // object, with instructions.
 func cancelledResponseID(r *http.Request) string {
-	if r.Method != http.MethodPost {
-		return ""
+	if id, rest, ok := responsePath(r); ok && rest == "cancel" && r.Method == http.MethodPost {
+		return id
 	}
-	p := surface.LoosePath(r)
-	prefix := Path + "/"
-	if len(p) <= len(prefix) || !strings.EqualFold(p[:len(prefix)], prefix) {
-		return ""
-	}
-	id, ok := strings.CutSuffix(p[len(prefix):], "/cancel")
-	if !ok || id == "" || strings.Contains(id, "/") {
-		return ""
-	}
-	return id
+	return ""
 }
 
 // stripStored shows a retrieved stored response as its create showed it: the calls this proxy blocked

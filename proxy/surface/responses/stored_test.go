@@ -221,3 +221,24 @@ func wantBlockedError(t *testing.T, resp *http.Response, b []byte) {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 }
+
+// TestCancelledResponseID: a cancel is POST /v1/responses/{id}/cancel, in any spelling a loose router reads as
+// it; nothing else is.
+func TestCancelledResponseID(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ method, path, want string }{
+		{http.MethodPost, "/v1/responses/resp_1/cancel", "resp_1"},
+		{http.MethodPost, "/v1/Responses/resp_1/cancel/", "resp_1"},
+		{http.MethodPost, "/v1/responses/resp_1/cancel;x", "resp_1"},
+		{http.MethodGet, "/v1/responses/resp_1/cancel", ""},
+		{http.MethodPost, "/v1/responses/resp_1", ""},
+		{http.MethodPost, "/v1/responses/resp_1/cancel/more", ""},
+		{http.MethodPost, "/v1/responses//cancel", ""},
+		{http.MethodPost, "/v1/responses/resp_1/input_items", ""},
+	} {
+		r, _ := http.NewRequest(tc.method, "http://h"+tc.path, nil)
+		if got := cancelledResponseID(r); got != tc.want {
+			t.Errorf("%s %s: %q, want %q", tc.method, tc.path, got, tc.want)
+		}
+	}
+}

@@ -43,10 +43,10 @@ func jsonUpstream(t *testing.T, body string) *upstream {
 	})
 }
 
-// TestGovernChatWebSearchOptions: Chat Completions' web_search_options lets the upstream search the web with no
+// TestChatWebSearchOptions: Chat Completions' web_search_options lets the upstream search the web with no
 // tools entry. It is the built-in tool web_search (the Responses API's name): removed, reported and recorded
 // where web_search is not allowed; kept byte for byte where it is.
-func TestGovernChatWebSearchOptions(t *testing.T) {
+func TestChatWebSearchOptions(t *testing.T) {
 	up := jsonUpstream(t, completionJSON)
 	const opts = `{"search_context_size":"low","user_location":{"type":"approximate","approximate":{"city":"Oslo"}}}`
 	msgs := `"model":"gpt-4o-search-preview","messages":[{"role":"user","content":"news?"}]`
@@ -145,11 +145,11 @@ func TestGovernChatWebSearchOptions(t *testing.T) {
 	})
 }
 
-// TestGovernAnthropicToolNames: an Anthropic-defined tool is governed by its name, and Anthropic fixes the name
+// TestAnthropicToolNames: an Anthropic-defined tool is governed by its name, and Anthropic fixes the name
 // of each tool type (web_search_20250305 is web_search, text_editor_20250728 is str_replace_based_edit_tool,
 // ...). A name other than the type's is refused, so that a server tool can never pass as an allowed client tool;
 // a nameless one is governed by the type's name; the names real clients send keep working byte for byte.
-func TestGovernAnthropicToolNames(t *testing.T) {
+func TestAnthropicToolNames(t *testing.T) {
 	up := jsonUpstream(t, anthMessage("end_turn"))
 	msgs := `"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"x"}]`
 	weather := `{"name":"get_weather","input_schema":{"type":"object"}}`
@@ -241,11 +241,11 @@ func TestGovernAnthropicToolNames(t *testing.T) {
 	})
 }
 
-// TestGovernResponsesStoredPrompt: a Responses request's prompt names a stored prompt, whose tools and
+// TestResponsesStoredPrompt: a Responses request's prompt names a stored prompt, whose tools and
 // instructions live upstream, out of promptgate's sight. Where the operator restricts tools at all (an explicit
 // allowlist, a deny list, a kill switch or an access policy), such a request is refused with a decision event;
 // where every declared tool is allowed, it is forwarded byte for byte.
-func TestGovernResponsesStoredPrompt(t *testing.T) {
+func TestResponsesStoredPrompt(t *testing.T) {
 	up := jsonUpstream(t, `{"id":"resp_1","object":"response","status":"completed","output":[]}`)
 	const prompt = `{"id":"pmpt_abc","version":"2","variables":{"city":"Oslo"}}`
 	body := `{"model":"gpt-4.1","prompt":` + prompt + `,"input":"go"}`
@@ -320,10 +320,10 @@ func TestGovernResponsesStoredPrompt(t *testing.T) {
 	})
 }
 
-// TestGovernChatWebSearchNotACallableTool: an allowed web_search_options lets the upstream search, but it
+// TestChatWebSearchNotACallableTool: an allowed web_search_options lets the upstream search, but it
 // declares no function: a tool call named web_search in the response is a call of an undeclared tool, blocked.
 // A function the client declared under that name stays callable.
-func TestGovernChatWebSearchNotACallableTool(t *testing.T) {
+func TestChatWebSearchNotACallableTool(t *testing.T) {
 	call := `{"id":"call_ws","type":"function","function":{"name":"web_search","arguments":"{\"q\":\"SECRET\"}"}}`
 	up := jsonUpstream(t, completionWithCalls(call))
 	ts, rec := governProxy(t, up.URL, toolsProtocol("searcher", `{"allow":["web_search","get_weather"]}`), "")
@@ -342,4 +342,136 @@ func TestGovernChatWebSearchNotACallableTool(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "call_ws") || resp.Header.Get(HeaderBlocked) != "" {
 		t.Errorf("the declared function's call was not released (%d %q): %s", resp.StatusCode, resp.Header.Get(HeaderBlocked), b)
 	}
+}
+
+// TestAnthropicMCPServers: Anthropic's MCP connector (`mcp_servers`, and the `mcp_toolset` entries of
+// `tools` that refer to them) lets the model call every tool of a remote server, run by Anthropic, with no
+// tool_use block for the proxy to vet. Both are governed as the tool `mcp`, as the Responses API's `mcp` type is:
+// where `mcp` is not allowed, they never reach the upstream.
+func TestAnthropicMCPServers(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, anthMessage("end_turn"))
+	})
+	ts, rec := newAnthProxy(t, up.URL, "refuse", "") // the guarded protocol allows web_fetch and get_weather only
+	msgs := `"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]`
+	servers := `"mcp_servers":[{"type":"url","url":"https://mcp.evil.example/sse","name":"evil","authorization_token":"SECRET"}]`
+	for name, body := range map[string]string{
+		"mcp_servers alone (mcp-client-2025-04-04)":    `{` + msgs + `,` + servers + `}`,
+		"mcp_servers beside an allowed tool":           `{` + msgs + `,` + servers + `,"tools":[{"name":"get_weather","input_schema":{"type":"object"}}]}`,
+		"mcp_servers with an mcp_toolset (2025-11-20)": `{` + msgs + `,` + servers + `,"tools":[{"type":"mcp_toolset","mcp_server_name":"evil"},{"name":"get_weather","input_schema":{"type":"object"}}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp, b := postTo(t, ts, PathMessages, body, map[string]string{"anthropic-beta": "mcp-client-2025-11-20"})
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			got := up.lastBody(t)
+			if gjson.GetBytes(got, "mcp_servers").Exists() || strings.Contains(string(got), "mcp.evil.example") || strings.Contains(string(got), "mcp_toolset") {
+				t.Fatalf("the MCP server reached the upstream:\n%s", got)
+			}
+			if h := resp.Header.Get(HeaderToolsRemoved); h != "mcp" {
+				t.Errorf("%s: %q", HeaderToolsRemoved, h)
+			}
+			if v := rec.verdicts(); v["tool_removed/mcp"] != "removed" {
+				t.Errorf("decisions %v", v)
+			}
+			if strings.Contains(body, "get_weather") && gjson.GetBytes(got, `tools.#(name=="get_weather")`).Raw == "" {
+				t.Errorf("the allowed tool was lost:\n%s", got)
+			}
+		})
+	}
+	t.Run("tool_choice cannot name it", func(t *testing.T) {
+		before := up.count()
+		resp, b := postTo(t, ts, PathMessages, `{`+msgs+`,`+servers+`,"tools":[{"type":"mcp_toolset","mcp_server_name":"evil"}],"tool_choice":{"type":"any"}}`, nil)
+		assertAPIError(t, resp, b, 400, "tool_choice_not_allowed")
+		if up.count() != before {
+			t.Error("a refused request reached the upstream")
+		}
+	})
+	t.Run("not an array", func(t *testing.T) {
+		resp, b := postTo(t, ts, PathMessages, `{`+msgs+`,"mcp_servers":{"type":"url","url":"https://mcp.evil.example/sse","name":"evil"}}`, nil)
+		assertAPIError(t, resp, b, 400, "invalid_request")
+	})
+}
+
+// TestAnthropicMCPAllowed: where `mcp` is allowed (built-in protocols allow every declared tool), the MCP
+// connector works as before, byte for byte.
+func TestAnthropicMCPAllowed(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, anthMessage("end_turn"))
+	})
+	ts := newAnthNeutralProxy(t, up.URL)
+	body := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],"mcp_servers":[{"type":"url","url":"https://mcp.example.com/sse","name":"a"},{"type":"url","url":"https://mcp2.example.com/sse","name":"b"}],"tools":[{"type":"mcp_toolset","mcp_server_name":"a"},{"type":"mcp_toolset","mcp_server_name":"b"}]}`
+	resp, b := postTo(t, ts, PathMessages, body, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	got := up.lastBody(t)
+	if g := gjson.GetBytes(got, "mcp_servers").Raw; g != gjson.Get(body, "mcp_servers").Raw {
+		t.Errorf("mcp_servers %s", g)
+	}
+	if g := gjson.GetBytes(got, "tools").Raw; g != gjson.Get(body, "tools").Raw {
+		t.Errorf("tools %s", g)
+	}
+	if h := resp.Header.Get(HeaderToolsRemoved); h != "" {
+		t.Errorf("%s: %q", HeaderToolsRemoved, h)
+	}
+}
+
+// TestBuiltinToolVersions: a built-in Responses tool that the operator switched off, denied or restricted
+// by one of its names stays out under its other names (versions with and without _preview or a date, the
+// computer tool's three names): a client cannot pick another version to get around the removal.
+func TestBuiltinToolVersions(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"resp_1","object":"response","status":"completed","output":[]}`)
+	})
+	cfg := "tools:\n  web_search: {enabled: false}\n  computer_use_preview: {allowedProtocols: [system]}\n"
+	e := testEngine(t, cfg, nil, nil, nil)
+	u, _ := url.Parse(up.URL + "/v1")
+	s, err := New(Options{Engine: e, Upstream: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	for _, typ := range []string{"web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11", "computer", "computer_use", "computer_use_preview"} {
+		t.Run(typ, func(t *testing.T) {
+			body := `{"model":"m","input":"x","tools":[{"type":"` + typ + `"},{"type":"function","name":"get_weather","parameters":{"type":"object"}}]}`
+			resp, b := postTo(t, ts, PathResponses, body, nil)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			if got := gjson.GetBytes(up.lastBody(t), "tools").Raw; got != `[{"type":"function","name":"get_weather","parameters":{"type":"object"}}]` {
+				t.Fatalf("tools upstream %s", got)
+			}
+			if h := resp.Header.Get(HeaderToolsRemoved); h != typ {
+				t.Errorf("%s: %q", HeaderToolsRemoved, h)
+			}
+		})
+	}
+	// Other built-in tools are untouched.
+	body := `{"model":"m","input":"x","tools":[{"type":"file_search","vector_store_ids":["vs_1"]},{"type":"image_generation"}]}`
+	resp, b := postTo(t, ts, PathResponses, body, nil)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderToolsRemoved) != "" || gjson.GetBytes(up.lastBody(t), "tools").Raw != gjson.Get(body, "tools").Raw {
+		t.Fatalf("status %d %q: %s\n%s", resp.StatusCode, resp.Header.Get(HeaderToolsRemoved), b, up.lastBody(t))
+	}
+}
+
+// newAnthNeutralProxy serves promptgate with its built-in defaults (protocol neutral: every declared tool
+// allowed) in front of an Anthropic stand-in.
+func newAnthNeutralProxy(t *testing.T, anthUp string) *httptest.Server {
+	t.Helper()
+	e := testEngine(t, "", nil, nil, nil)
+	ou, _ := url.Parse("http://127.0.0.1:1/v1")
+	au, _ := url.Parse(anthUp + "/v1")
+	s, err := New(Options{Engine: e, Upstream: ou, AnthropicUpstream: au})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	return ts
 }

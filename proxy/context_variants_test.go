@@ -29,10 +29,10 @@ var redteamVariants = []string{
 	"\ud7ff\ue000\U0010ffff end",
 }
 
-// TestRedteamContextVariants: each variant, as request context, as the user header the plugin gets and as a
+// TestContextVariants: each variant, as request context, as the user header the plugin gets and as a
 // tool output, leaves the trusted text of every surface exactly as a clean render, and the context line is
 // one valid JSON line without any raw line break.
-func TestRedteamContextVariants(t *testing.T) {
+func TestContextVariants(t *testing.T) {
 	e := testEngine(t, "", nil, nil, nil)
 	for _, sf := range corpusSurfaces {
 		clean := renderOf(t, sf, e, sf.body("clean data", "clean output", "clean"))

@@ -18,10 +18,10 @@ func writeSplit(w http.ResponseWriter, body string, n int) {
 	}
 }
 
-// TestRedteamOddUpstreamBodies sends, through the real proxy, upstream answers whose framing some client reads
+// TestOddUpstreamBodies sends, through the real proxy, upstream answers whose framing some client reads
 // as a call of a tool that is not allowed (or that breaks a rule): none of the call's bytes may reach the
 // client, whatever the upstream's Content-Type says.
-func TestRedteamOddUpstreamBodies(t *testing.T) {
+func TestOddUpstreamBodies(t *testing.T) {
 	evilEntry := `{"index":0,"id":"call_EVIL","type":"function","function":{"name":"delete_all","arguments":"{\"k\":\"SECRET\"}"}}`
 	evilChunk := `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[` + evilEntry + `]},"finish_reason":null}]}`
 	evilBody := `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","tool_calls":[` + evilEntry + `]},"finish_reason":"tool_calls"}]}`
@@ -63,9 +63,9 @@ func TestRedteamOddUpstreamBodies(t *testing.T) {
 	}
 }
 
-// TestRedteamRequestBodies: request bodies that two JSON readers would read differently are 400 invalid_json on
+// TestRequestBodies: request bodies that two JSON readers would read differently are 400 invalid_json on
 // every rewritten surface, and the upstream is not called.
-func TestRedteamRequestBodies(t *testing.T) {
+func TestRequestBodies(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("upstream called with %s", r.URL)
 	})
@@ -101,9 +101,9 @@ func TestRedteamRequestBodies(t *testing.T) {
 	}
 }
 
-// TestRedteamUpstreamHeaders: the upstream cannot forge promptgate's headers, in spellings a client or a
+// TestUpstreamHeaders: the upstream cannot forge promptgate's headers, in spellings a client or a
 // gateway might fold to them (underscores), or as trailers.
-func TestRedteamUpstreamHeaders(t *testing.T) {
+func TestUpstreamHeaders(t *testing.T) {
 	const text = `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -142,9 +142,9 @@ func TestRedteamUpstreamHeaders(t *testing.T) {
 	}
 }
 
-// TestRedteamRewrittenPathSpellings: a path that an upstream may route to a rewritten endpoint (percent-encoded
+// TestRewrittenPathSpellings: a path that an upstream may route to a rewritten endpoint (percent-encoded
 // letters or slashes, a trailing slash, other case) is never passed through unvetted.
-func TestRedteamRewrittenPathSpellings(t *testing.T) {
+func TestRewrittenPathSpellings(t *testing.T) {
 	evil := `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","tool_calls":[{"id":"call_EVIL","type":"function","function":{"name":"delete_all","arguments":"{\"k\":\"SECRET\"}"}}]},"finish_reason":"tool_calls"}]}`
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -178,9 +178,9 @@ func TestRedteamRewrittenPathSpellings(t *testing.T) {
 	}
 }
 
-// TestRedteamMethodOverride: a request to a rewritten path that asks for another method is refused; the
+// TestMethodOverride: a request to a rewritten path that asks for another method is refused; the
 // passthrough of the same paths with their own methods, and of the paths below them, still works.
-func TestRedteamMethodOverride(t *testing.T) {
+func TestMethodOverride(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"ok":true}`)
