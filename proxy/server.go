@@ -1,7 +1,9 @@
-// Package proxy is promptgate's listener: it reads and validates each request once, runs the pipeline
-// (policy → context → assembly) through the Engine, forwards the rewritten request upstream, and vets the
-// response — stream or not — before the client sees it. The order of the stages lives here, in one place.
-// It does not build prompts, pick protocols or check tool calls itself (assembly/, policy/, policy/vet do).
+// Package proxy is promptgate's listener and its engine: it reads each request once, runs the stages of the
+// pipeline in their one order (Engine.prepare in pipeline.go: validate, route, filter tools, context,
+// assemble), forwards the prepared request upstream, and vets the response — stream or not — before the
+// client sees it (Server.vetResponse). It holds the table of surfaces (proxy/surface/...) and iterates it. It
+// does not build prompts, pick protocols, check tool calls or know an API's wire shape itself (assembly/,
+// policy/, policy/vet and the surfaces do).
 package proxy
 
 import (

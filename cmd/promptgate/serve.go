@@ -31,51 +31,21 @@ import (
 	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
-// serveFlags are the flags of `promptgate serve`.
+// serveFlags are the flags of `promptgate serve`, checked: the upstreams parsed, their keys bound.
 type serveFlags struct {
-	listen, upstream, adminListen, proxyListen, anthropicUpstream string
-	snapshot                                                      string
-	store                                                         *storeFlags
+	listen, adminListen, proxyListen string
+	snapshot                         string
+	store                            *storeFlags
+	upstream, anthropicUpstream      *url.URL
+	upstreamKey, anthropicKey        proxy.Key
+	// fs is the flag set, for what was given on the command line.
+	fs *flag.FlagSet
 }
 
+// serve wires promptgate's parts together and serves until ctx ends: the pipeline, telemetry, the decision
+// log, the proxy listener, the admin listener and the HTTPS-proxy door.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv env) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	f := serveFlags{}
-	fs.StringVar(&f.listen, "listen", orEnv(getenv, EnvListen, DefaultListen), "OpenAI-compatible listener; clients use base URL http://ADDR/v1 (env "+EnvListen+")")
-	fs.StringVar(&f.upstream, "upstream", orEnv(getenv, EnvUpstream, DefaultUpstream), "upstream base URL; /v1/X goes to <upstream>/X (env "+EnvUpstream+")")
-	fs.StringVar(&f.adminListen, "admin-listen", orEnv(getenv, EnvAdminListen, DefaultAdminListen), "admin listener; a non-loopback address needs "+EnvAdminToken+" (env "+EnvAdminListen+")")
-	fs.StringVar(&f.proxyListen, "proxy-listen", getenv(EnvProxyListen), "HTTPS-proxy (HTTPS_PROXY=) listener, off when empty (env "+EnvProxyListen+")")
-	fs.StringVar(&f.anthropicUpstream, "anthropic-upstream", orEnv(getenv, EnvAnthropicUpstream, DefaultAnthropicUpstream), "base URL for /v1/messages (env "+EnvAnthropicUpstream+")")
-	f.store = addStoreFlags(fs, getenv)
-	fs.StringVar(&f.snapshot, "store-snapshot", orEnv(getenv, EnvStoreSnapshot, DefaultStoreSnapshot), "with an etcd --store: file that keeps the last snapshot read, served at start while etcd is unreachable (env "+EnvStoreSnapshot+")")
-	args, err := parseFlags(fs, args, stderr)
-	if err != nil {
-		return err
-	}
-	if len(args) > 0 {
-		return usageError{fmt.Sprintf("serve takes no arguments, got %q", args)}
-	}
-	upstream, err := parseBaseURL("--upstream", f.upstream, EnvUpstreamKey)
-	if err != nil {
-		return err
-	}
-	anthropicUpstream, err := parseBaseURL("--anthropic-upstream", f.anthropicUpstream, EnvAnthropicKey)
-	if err != nil {
-		return err
-	}
-	if err := checkAdminListen(f.adminListen, getenv(EnvAdminToken)); err != nil {
-		return err
-	}
-	if f.proxyListen != "" {
-		if err := checkProxyListen(f.proxyListen, getenv(EnvProxyToken)); err != nil {
-			return err
-		}
-	}
-	upstreamKey, err := bindKey("--upstream", upstream, EnvUpstreamKey, getenv(EnvUpstreamKey))
-	if err != nil {
-		return err
-	}
-	anthropicKey, err := bindKey("--anthropic-upstream", anthropicUpstream, EnvAnthropicKey, getenv(EnvAnthropicKey))
+	f, err := parseServeFlags(args, stderr, getenv)
 	if err != nil {
 		return err
 	}
@@ -83,8 +53,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return err
 	}
-	logCleartextKey(log, "--upstream", upstream, EnvUpstreamKey, upstreamKey)
-	logCleartextKey(log, "--anthropic-upstream", anthropicUpstream, EnvAnthropicKey, anthropicKey)
+	logCleartextKey(log, "--upstream", f.upstream, EnvUpstreamKey, f.upstreamKey)
+	logCleartextKey(log, "--anthropic-upstream", f.anthropicUpstream, EnvAnthropicKey, f.anthropicKey)
 
 	p, err := openPipelineSnapshot(ctx, f.store, false, getenv, log, f.snapshot)
 	if err != nil {
@@ -101,57 +71,26 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 		// Deferred before the listeners' shutdown, so run after it: the last spans are sent.
 		defer shutdownTracing(tr, log)
 	}
-
-	var ready atomic.Bool
 	m := metrics.New(p.defs.Versions)
 	if p.host != nil {
 		p.host.Observe(m.Plugin)
 	}
 	m.StoreConnected(func() bool { ok, _ := storeConnected(p.store); return ok })
 	m.DefinitionsStale(func() bool { return p.defs.Stale() != "" })
-	ringPath := p.cfg.Audit.Path
-	if ringPath == "" {
-		ringPath = defaultAuditPath(f.store, f.snapshot)
-	}
-	if spec, err := parseStoreSpec("--store", f.store.store, f.store.db); err == nil && spec.etcd() && dbSet(fs, getenv) {
-		log.Warn("--db is not used with an etcd --store: the definitions are in etcd, and the audit ring defaults to a file next to --store-snapshot", "db", f.store.db, "auditRing", ringPath)
-	}
-	sinks, err := p.cfg.Audit.Open(ringPath, log)
+	sinks, recorder, err := openAudit(f, p, m, getenv, log)
 	if err != nil {
 		return err
 	}
 	defer sinks.Close()
-	m.AuditSink("ring", sinks.Ring.Stats)
-	if sinks.File != nil {
-		m.AuditSink("file", sinks.File.Stats)
-	}
-	recorder := append(audit.Multi{audit.Log{Logger: log}, m}, sinks.Recorders()...)
-	listenGuard, err := guard.New(p.cfg.Listen)
+
+	var ready atomic.Bool
+	seen := toolseen.New(0)
+	base, err := proxyOptions(f, p, &ready, seen, recorder, m, tr, log)
 	if err != nil {
 		return err
 	}
-	seen := toolseen.New(0)
-	base := proxy.Options{
-		Engine: p.engine, Guard: listenGuard, Tools: seen, UpstreamAPIKey: upstreamKey, AnthropicAPIKey: anthropicKey,
-		Audit: recorder, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
-		Degraded: func() string {
-			if ok, reason := storeConnected(p.store); !ok {
-				return reason
-			}
-			return p.defs.Stale()
-		},
-		Ready: func() (bool, string) {
-			if !ready.Load() {
-				return false, "starting"
-			}
-			if p.host != nil {
-				return p.host.Ready()
-			}
-			return true, ""
-		},
-	}
 	opts := base
-	opts.Upstream, opts.AnthropicUpstream = upstream, anthropicUpstream
+	opts.Upstream, opts.AnthropicUpstream = f.upstream, f.anthropicUpstream
 	srv, err := proxy.New(opts)
 	if err != nil {
 		return err
@@ -173,7 +112,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	// The lines on stdout are printed once every listener is up and /readyz answers 200, so whoever
 	// waits for them (a supervisor, a test) can send traffic at once.
-	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, redact.Parsed(upstream))}
+	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, redact.Parsed(f.upstream))}
 	adminHandler, err := admin.New(admin.Options{
 		Token: getenv(EnvAdminToken), Store: p.store, Audit: sinks.Ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
 		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
@@ -204,7 +143,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	for _, l := range lines {
 		fmt.Fprintln(stdout, l)
 	}
-	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", redact.Parsed(upstream), "store", storeName(f.store))
+	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", redact.Parsed(f.upstream), "store", storeName(f.store))
 
 	select {
 	case err := <-ls.errc:
@@ -213,6 +152,99 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	log.Info("shutting down: finishing requests in flight")
 	return nil
+}
+
+// parseServeFlags reads serve's flags and checks them: the upstream URLs, the listen addresses against their
+// tokens, the operator keys bound to their upstreams.
+func parseServeFlags(args []string, stderr io.Writer, getenv env) (*serveFlags, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	f := &serveFlags{fs: fs}
+	var upstream, anthropicUpstream string
+	fs.StringVar(&f.listen, "listen", orEnv(getenv, EnvListen, DefaultListen), "OpenAI-compatible listener; clients use base URL http://ADDR/v1 (env "+EnvListen+")")
+	fs.StringVar(&upstream, "upstream", orEnv(getenv, EnvUpstream, DefaultUpstream), "upstream base URL; /v1/X goes to <upstream>/X (env "+EnvUpstream+")")
+	fs.StringVar(&f.adminListen, "admin-listen", orEnv(getenv, EnvAdminListen, DefaultAdminListen), "admin listener; a non-loopback address needs "+EnvAdminToken+" (env "+EnvAdminListen+")")
+	fs.StringVar(&f.proxyListen, "proxy-listen", getenv(EnvProxyListen), "HTTPS-proxy (HTTPS_PROXY=) listener, off when empty (env "+EnvProxyListen+")")
+	fs.StringVar(&anthropicUpstream, "anthropic-upstream", orEnv(getenv, EnvAnthropicUpstream, DefaultAnthropicUpstream), "base URL for /v1/messages (env "+EnvAnthropicUpstream+")")
+	f.store = addStoreFlags(fs, getenv)
+	fs.StringVar(&f.snapshot, "store-snapshot", orEnv(getenv, EnvStoreSnapshot, DefaultStoreSnapshot), "with an etcd --store: file that keeps the last snapshot read, served at start while etcd is unreachable (env "+EnvStoreSnapshot+")")
+	args, err := parseFlags(fs, args, stderr)
+	if err != nil {
+		return nil, err
+	}
+	if len(args) > 0 {
+		return nil, usageError{fmt.Sprintf("serve takes no arguments, got %q", args)}
+	}
+	if f.upstream, err = parseBaseURL("--upstream", upstream, EnvUpstreamKey); err != nil {
+		return nil, err
+	}
+	if f.anthropicUpstream, err = parseBaseURL("--anthropic-upstream", anthropicUpstream, EnvAnthropicKey); err != nil {
+		return nil, err
+	}
+	if err := checkAdminListen(f.adminListen, getenv(EnvAdminToken)); err != nil {
+		return nil, err
+	}
+	if f.proxyListen != "" {
+		if err := checkProxyListen(f.proxyListen, getenv(EnvProxyToken)); err != nil {
+			return nil, err
+		}
+	}
+	if f.upstreamKey, err = bindKey("--upstream", f.upstream, EnvUpstreamKey, getenv(EnvUpstreamKey)); err != nil {
+		return nil, err
+	}
+	if f.anthropicKey, err = bindKey("--anthropic-upstream", f.anthropicUpstream, EnvAnthropicKey, getenv(EnvAnthropicKey)); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// openAudit opens the decision log's sinks (the ring, next to the instance's own state unless audit.path
+// says, and audit.file) and returns the recorder every decision goes to: the log, the metrics and the sinks.
+func openAudit(f *serveFlags, p *pipeline, m *metrics.Metrics, getenv env, log *slog.Logger) (*audit.Sinks, audit.Multi, error) {
+	ringPath := p.cfg.Audit.Path
+	if ringPath == "" {
+		ringPath = defaultAuditPath(f.store, f.snapshot)
+	}
+	if spec, err := parseStoreSpec("--store", f.store.store, f.store.db); err == nil && spec.etcd() && dbSet(f.fs, getenv) {
+		log.Warn("--db is not used with an etcd --store: the definitions are in etcd, and the audit ring defaults to a file next to --store-snapshot", "db", f.store.db, "auditRing", ringPath)
+	}
+	sinks, err := p.cfg.Audit.Open(ringPath, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.AuditSink("ring", sinks.Ring.Stats)
+	if sinks.File != nil {
+		m.AuditSink("file", sinks.File.Stats)
+	}
+	return sinks, append(audit.Multi{audit.Log{Logger: log}, m}, sinks.Recorders()...), nil
+}
+
+// proxyOptions are the options of every proxy handler serve builds (the listener's and each door
+// pipeline's), without their upstreams: readiness, degradation, the listen guard, keys, audit, telemetry.
+func proxyOptions(f *serveFlags, p *pipeline, ready *atomic.Bool, seen *toolseen.Memory, rec audit.Recorder,
+	m *metrics.Metrics, tr *tracing.Tracing, log *slog.Logger) (proxy.Options, error) {
+	listenGuard, err := guard.New(p.cfg.Listen)
+	if err != nil {
+		return proxy.Options{}, err
+	}
+	return proxy.Options{
+		Engine: p.engine, Guard: listenGuard, Tools: seen, UpstreamAPIKey: f.upstreamKey, AnthropicAPIKey: f.anthropicKey,
+		Audit: rec, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
+		Degraded: func() string {
+			if ok, reason := storeConnected(p.store); !ok {
+				return reason
+			}
+			return p.defs.Stale()
+		},
+		Ready: func() (bool, string) {
+			if !ready.Load() {
+				return false, "starting"
+			}
+			if p.host != nil {
+				return p.host.Ready()
+			}
+			return true, ""
+		},
+	}, nil
 }
 
 // shutdownTracing sends the last spans.
