@@ -85,6 +85,21 @@ func (r *rs) call(oi int, id, callID, name, args string, n int) *rs {
 	return r
 }
 
+// reasoning streams a reasoning item at output_index oi with a one-part summary, and its encrypted content in
+// the done item.
+func (r *rs) reasoning(oi int, id, summary string) *rs {
+	at := `"item_id":"` + id + `","output_index":` + itoa(oi) + `,"summary_index":0`
+	r.ev("response.output_item.added", `{"output_index":`+itoa(oi)+`,"item":{"id":"`+id+`","type":"reasoning","summary":[]}}`)
+	r.ev("response.reasoning_summary_part.added", `{`+at+`,"part":{"type":"summary_text","text":""}}`)
+	r.ev("response.reasoning_summary_text.delta", `{`+at+`,"delta":`+jstr(summary)+`}`)
+	r.ev("response.reasoning_summary_text.done", `{`+at+`,"text":`+jstr(summary)+`}`)
+	r.ev("response.reasoning_summary_part.done", `{`+at+`,"part":{"type":"summary_text","text":`+jstr(summary)+`}}`)
+	done := `{"id":"` + id + `","type":"reasoning","summary":[{"type":"summary_text","text":` + jstr(summary) + `}],"encrypted_content":"gAAA` + id + `"}`
+	r.ev("response.output_item.done", `{"output_index":`+itoa(oi)+`,"item":`+done+`}`)
+	r.output = append(r.output, done)
+	return r
+}
+
 func (r *rs) completed() *rs {
 	return r.ev("response.completed", `{"response":{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"gpt-4.1","output":[`+strings.Join(r.output, ",")+`],"tools":[],"usage":{"input_tokens":1,"output_tokens":2,"total_tokens":3}}}`)
 }

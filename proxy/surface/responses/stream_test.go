@@ -54,6 +54,43 @@ var streamCases = []streamCase{
 		blocked: 1, leaks: []string{`"fc_b"`, `"call_b"`, "evil", "SECRET123"},
 	},
 	{
+		name: "a reasoning item goes with the blocked call after it",
+		in: (&rs{}).created().reasoning(0, "rs_1", "Fetching.").call(1, "fc_b", "call_b", "web_fetch", fetchBad, 2).
+			message(2, "msg_1", "Done.", 2).completed().String(),
+		mode:    vet.ModeRefuse,
+		types:   []string{"message", "message"},
+		text:    noticeBadFetch + "Done.",
+		final:   []string{"message", "message"},
+		blocked: 1, leaks: []string{`"rs_1"`, "gAAArs_1", "Fetching.", `"call_b"`, "SECRET123"},
+	},
+	{
+		name: "a reasoning item before an allowed call, or before text, passes byte for byte",
+		in: (&rs{}).created().reasoning(0, "rs_1", "Fetching.").call(1, "fc_a", "call_a", "web_fetch", fetchGood, 3).
+			reasoning(2, "rs_2", "Writing.").message(3, "msg_1", "Done.", 2).completed().String(),
+		mode: vet.ModeRefuse, identical: true,
+		types: []string{"reasoning", "function_call", "reasoning", "message"},
+		calls: []call{{"call_a", "web_fetch", fetchGood}},
+		text:  "Done.", final: []string{"reasoning", "function_call", "reasoning", "message"},
+	},
+	{
+		name: "two reasoning items before a blocked call go with it; atomic calls wait for the end",
+		in: (&rs{}).created().reasoning(0, "rs_1", "A.").reasoning(1, "rs_2", "B.").call(2, "fc_b", "call_b", "web_fetch", fetchBad, 2).
+			message(3, "msg_1", "Done.", 2).completed().String(),
+		mode: vet.ModeRefuse, atomic: true,
+		types:   []string{"message", "message"},
+		text:    "Done." + noticeBadFetch,
+		final:   []string{"message", "message"},
+		blocked: 1, leaks: []string{`"rs_1"`, `"rs_2"`, "gAAArs_", `"call_b"`, "SECRET123"},
+	},
+	{
+		name: "audit passes a reasoning item with the call after it, byte for byte",
+		in: (&rs{}).created().reasoning(0, "rs_1", "Fetching.").call(1, "fc_b", "call_b", "web_fetch", fetchBad, 2).completed().String(),
+		mode: vet.ModeAudit, identical: true,
+		types: []string{"reasoning", "function_call"},
+		calls: []call{{"call_b", "web_fetch", fetchBad}},
+		final: []string{"reasoning", "function_call"},
+	},
+	{
 		name: "error mode ends the stream",
 		in: (&rs{}).created().message(0, "msg_1", "Checking.", 3).
 			call(1, "fc_b", "call_b", "web_fetch", fetchBad, 2).completed().String(),
