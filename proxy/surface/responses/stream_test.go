@@ -84,7 +84,7 @@ var streamCases = []streamCase{
 	},
 	{
 		name: "audit passes a reasoning item with the call after it, byte for byte",
-		in: (&rs{}).created().reasoning(0, "rs_1", "Fetching.").call(1, "fc_b", "call_b", "web_fetch", fetchBad, 2).completed().String(),
+		in:   (&rs{}).created().reasoning(0, "rs_1", "Fetching.").call(1, "fc_b", "call_b", "web_fetch", fetchBad, 2).completed().String(),
 		mode: vet.ModeAudit, identical: true,
 		types: []string{"reasoning", "function_call"},
 		calls: []call{{"call_b", "web_fetch", fetchBad}},
