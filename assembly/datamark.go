@@ -55,100 +55,48 @@ func Datamark(s string) string {
 	return b.String()
 }
 
-// markEdit is one string of a body to datamark, by its sjson path.
+// Marks collects the tool outputs of a body to datamark, by sjson path; a surface finds them in its wire
+// shape and applies them.
+type Marks struct {
+	edits []markEdit
+}
+
 type markEdit struct {
 	path string
 	text string
 }
 
-// markContent adds the edits for a tool output's content at path: a string, or an array whose parts' field
-// text (a text part, an input_text part) are marked; anything else (null, images, files) is left as it is.
-func markContent(edits []markEdit, path string, c gjson.Result) []markEdit {
+// Content adds the tool output content at path: a string, or an array whose parts' field text (a text part,
+// an input_text part) are marked; anything else (null, images, files) is left as it is.
+func (m *Marks) Content(path string, c gjson.Result) {
 	switch {
 	case c.Type == gjson.String:
-		if m := Datamark(c.String()); m != c.String() {
-			edits = append(edits, markEdit{path, m})
+		if d := Datamark(c.String()); d != c.String() {
+			m.edits = append(m.edits, markEdit{path, d})
 		}
 	case c.IsArray():
 		i := 0
 		c.ForEach(func(_, part gjson.Result) bool {
 			if t := part.Get("text"); t.Type == gjson.String && part.IsObject() {
-				if m := Datamark(t.String()); m != t.String() {
-					edits = append(edits, markEdit{path + "." + strconv.Itoa(i) + ".text", m})
+				if d := Datamark(t.String()); d != t.String() {
+					m.edits = append(m.edits, markEdit{path + "." + strconv.Itoa(i) + ".text", d})
 				}
 			}
 			i++
 			return true
 		})
 	}
-	return edits
 }
 
-// applyMarks writes the edits into body.
-func applyMarks(body []byte, edits []markEdit) ([]byte, error) {
+// Apply writes the marks into body.
+func (m *Marks) Apply(body []byte) ([]byte, error) {
 	var err error
-	for _, e := range edits {
+	for _, e := range m.edits {
 		if body, err = sjson.SetBytes(body, e.path, e.text); err != nil {
 			return nil, fmt.Errorf("assembly: datamark %s: %w", e.path, err)
 		}
 	}
 	return body, nil
-}
-
-// DatamarkChat datamarks the content of every message with role "tool" or "function" of a chat body.
-func DatamarkChat(body []byte) ([]byte, error) {
-	var edits []markEdit
-	i := 0
-	gjson.GetBytes(body, pathMessages).ForEach(func(_, m gjson.Result) bool {
-		switch m.Get("role").String() {
-		case "tool", "function":
-			edits = markContent(edits, pathMessages+"."+strconv.Itoa(i)+".content", m.Get("content"))
-		}
-		i++
-		return true
-	})
-	return applyMarks(body, edits)
-}
-
-// DatamarkResponses datamarks the output of every function_call_output and custom_tool_call_output input
-// item of a Responses body (a string input holds none).
-func DatamarkResponses(body []byte) ([]byte, error) {
-	var edits []markEdit
-	i := 0
-	in := gjson.GetBytes(body, pathInput)
-	if !in.IsArray() {
-		return body, nil
-	}
-	in.ForEach(func(_, item gjson.Result) bool {
-		switch item.Get("type").String() {
-		case "function_call_output", "custom_tool_call_output":
-			edits = markContent(edits, pathInput+"."+strconv.Itoa(i)+".output", item.Get("output"))
-		}
-		i++
-		return true
-	})
-	return applyMarks(body, edits)
-}
-
-// DatamarkMessages datamarks the content of every tool_result block of an Anthropic Messages body.
-func DatamarkMessages(body []byte) ([]byte, error) {
-	var edits []markEdit
-	i := 0
-	gjson.GetBytes(body, pathMessages).ForEach(func(_, m gjson.Result) bool {
-		if c := m.Get("content"); c.IsArray() {
-			j := 0
-			c.ForEach(func(_, block gjson.Result) bool {
-				if block.Get("type").String() == "tool_result" {
-					edits = markContent(edits, pathMessages+"."+strconv.Itoa(i)+".content."+strconv.Itoa(j)+".content", block.Get("content"))
-				}
-				j++
-				return true
-			})
-		}
-		i++
-		return true
-	})
-	return applyMarks(body, edits)
 }
 
 // rulesWithDatamark returns the PROTOCOL RULES block: the protocol's rules, then DatamarkRule when

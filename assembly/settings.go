@@ -114,3 +114,14 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 	}
 	return s, errors.Join(errs...)
 }
+
+// Security is the config file's security section: optional prompt-injection hardening of the assembly. Its
+// zero value keeps the default rendering.
+type Security struct {
+	// DatamarkToolOutput datamarks tool output (Spotlighting): the white space of every tool result in the
+	// conversation is replaced by "ˆ" (U+02C6) and the protocol rules tell the model what that means.
+	DatamarkToolOutput bool `yaml:"datamarkToolOutput"`
+}
+
+// Apply sets the settings that the security section decides.
+func (s Security) Apply(st *Settings) { st.DatamarkToolOutput = s.DatamarkToolOutput }

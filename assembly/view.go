@@ -6,12 +6,12 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// get is gjson.GetBytes without its copy of the result: the result's Raw and Str share body's memory.
+// Get is gjson.GetBytes without its copy of the result: the result's Raw and Str share body's memory.
 // gjson.GetBytes copies every result, so that reading an 8 KB messages array costs an 8 KB allocation,
 // once per read. The sharing is safe here because no body this package reads is ever written to: request
 // bodies are read once and kept as they are, and every edit (sjson, the splices) makes a new slice. A
 // result must not be kept past a write to its body.
-func get(body []byte, path string) gjson.Result {
+func Get(body []byte, path string) gjson.Result {
 	return gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), path)
 }
 
@@ -56,10 +56,10 @@ func NewBody(raw []byte) *Body {
 // Raw is the body's bytes.
 func (b *Body) Raw() []byte { return b.raw }
 
-// get is the value of the first top-level member named key, or a Result that does not exist.
-func (b *Body) get(key string) gjson.Result {
+// Get is the value of the first top-level member named key, or a Result that does not exist.
+func (b *Body) Get(key string) gjson.Result {
 	if !b.ok {
-		return get(b.raw, key)
+		return Get(b.raw, key)
 	}
 	for _, m := range b.top {
 		if m.key == key {
@@ -70,7 +70,7 @@ func (b *Body) get(key string) gjson.Result {
 }
 
 // extension calls f for each member of the "promptgate" object in order, as gjson's ForEach on ext would;
-// ext is b.get(PathExtension).
+// ext is b.Get(PathExtension).
 func (b *Body) extension(ext gjson.Result, f func(k string, v gjson.Result) bool) {
 	if !b.ok {
 		ext.ForEach(func(k, v gjson.Result) bool { return f(k.Str, v) })
@@ -83,12 +83,12 @@ func (b *Body) extension(ext gjson.Result, f func(k string, v gjson.Result) bool
 	}
 }
 
-// withoutContext is a copy of the body in which the value of its first promptgate member is replaced by 0, or
+// WithoutContext is a copy of the body in which the value of its first promptgate member is replaced by 0, or
 // the body itself when it has none. The rewrites read and edit other members only and cut the promptgate
 // member whole (key, value and a comma, found from the key and the value's ends), so on this copy they give
 // the bytes they give on the body, without reading or copying the runtime context once per edit.
-func (b *Body) withoutContext() []byte {
-	ext := b.get(PathExtension)
+func (b *Body) WithoutContext() []byte {
+	ext := b.Get(PathExtension)
 	if !ext.Exists() || ext.Index <= 0 {
 		return b.raw
 	}

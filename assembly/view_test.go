@@ -7,9 +7,6 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
-
-	"github.com/promptgate/promptgate/assembly/ctxjson"
-	"github.com/promptgate/promptgate/policy"
 )
 
 // bodySeeds are bodies for the Body fuzz targets: odd spacing, escaped keys, a key given twice (the first
@@ -34,6 +31,18 @@ var bodySeeds = []string{
 	`{"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"t"}]}],"instructions":"i","input":[{"role":"developer","content":"d"}],"previous_response_id":"r","system":[{"type":"text","text":"x"}],"mcp_servers":[{"name":"a"}],"tools":[{"type":"mcp"},{"name":"f"}],"tool_choice":{"type":"any"}}`,
 	`{"\u0070romptgate":{"\u0063ontext":{"k":"v"}},"n":null,"t":true,"f":false,"num":0,"s":"\ud83d\ude00"}`,
 	"{\"a\":1}  \n",
+	`{"promptgate":{"user":"u"},"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"a"}}],"tool_choice":"required"}`,
+	`{"messages":[{"role":"system","content":[{"type":"text","text":"=== X ==="}]}],"functions":[{"name":"f"}],"function_call":{"name":"f"}}`,
+	`{"model":"m","instructions":"i","input":[{"role":"developer","content":"d"},{"role":"user","content":"u"}],"tools":[{"type":"function","name":"f"},{"type":"mcp"},{"type":"mcp"}],"tool_choice":"required","promptgate":{}}`,
+	`{"system":[{"type":"text","text":"=== X ==="}],"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f"},{"type":"bash_20250124","name":"bash"}],"tool_choice":{"type":"tool","name":"f"}}`,
+	`{ "promptgate" : {"user":"u"} , "input":"hi" }`,
+	`{ "promptgate":"" }`,
+	`{ "tools":[{"type":"function","name":"f"}] , "promptgate":{} }`,
+	`{ "tools":[{"name":"f"}] ,"promptgate":{"context":{"instructions":"x","system":"y"}}, "messages":[] }`,
+	`{"input":[{"role":"system","content":"s"},{"type":"function_call_output","output":"o"}],"instructions":null,"promptgate":{"context":{"a":1}}  }`,
+	`{"messages":[],"promptgate":{},"promptgate":{"user":"x"}}`,
+	`{"promptgate":{},"messages":[{"role":"user","content":[{"type":"tool_result","content":"r"}]}],"mcp_servers":[{"name":"a"}],"tools":[{"name":"f"},{"type":"mcp_toolset"}],"tool_choice":{"type":"any"}}`,
+	`{"tools":[{"type":"function","name":"f"}],"tool_choice":"required","promptgate":{"user":"u"},"input":[{"role":"user","content":"x"}]}`,
 }
 
 // sameResult reports whether two gjson results are the same in every field.
@@ -50,8 +59,9 @@ func FuzzMembers(f *testing.F) {
 	for _, s := range bodySeeds {
 		f.Add([]byte(s))
 	}
-	keys := []string{pathModel, pathStream, pathMessages, pathTools, pathFunctions, pathToolChoice, pathFunctionCall,
-		PathExtension, pathInstructions, pathInput, pathPreviousResponseID, pathSystem, pathMCPServers, ""}
+	// The top-level keys the surfaces read, and the empty key.
+	keys := []string{"model", "stream", "messages", "tools", "functions", "tool_choice", "function_call",
+		PathExtension, "instructions", "input", "previous_response_id", "system", "mcp_servers", "web_search_options", "prompt", ""}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if !gjson.ValidBytes(body) {
 			return
@@ -70,11 +80,11 @@ func FuzzMembers(f *testing.F) {
 			if isPathSyntax(k) {
 				continue // gjson.Get would read k as a path, not as a key
 			}
-			if got, want := b.get(k), get(body, k); !sameResult(got, want) {
+			if got, want := b.Get(k), Get(body, k); !sameResult(got, want) {
 				t.Fatalf("%q in %s: Body %#v, gjson.Get %#v", k, body, got, want)
 			}
 		}
-		ext := get(body, PathExtension)
+		ext := Get(body, PathExtension)
 		var got, want []member
 		b.extension(ext, func(k string, v gjson.Result) bool {
 			got = append(got, member{k, v})
@@ -111,124 +121,8 @@ func isPathSyntax(k string) bool {
 	return false
 }
 
-// FuzzBodyEqual checks, for any valid JSON body, that every function reading a Body gives exactly what the
-// function did before Body (body_old_test.go, each looking its keys up again): the same results and errors,
-// and byte for byte the same rewritten chat body.
-func FuzzBodyEqual(f *testing.F) {
-	for _, s := range bodySeeds {
-		f.Add([]byte(s))
-	}
-	f.Add([]byte(`{"promptgate":{"user":"u"},"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"a"}}],"tool_choice":"required"}`))
-	f.Add([]byte(`{"messages":[{"role":"system","content":[{"type":"text","text":"=== X ==="}]}],"functions":[{"name":"f"}],"function_call":{"name":"f"}}`))
-	f.Add([]byte(`{"model":"m","instructions":"i","input":[{"role":"developer","content":"d"},{"role":"user","content":"u"}],"tools":[{"type":"function","name":"f"},{"type":"mcp"},{"type":"mcp"}],"tool_choice":"required","promptgate":{}}`))
-	f.Add([]byte(`{"system":[{"type":"text","text":"=== X ==="}],"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f"},{"type":"bash_20250124","name":"bash"}],"tool_choice":{"type":"tool","name":"f"}}`))
-	f.Add([]byte(`{ "promptgate" : {"user":"u"} , "input":"hi" }`))
-	f.Add([]byte(`{ "promptgate":"" }`))
-	f.Add([]byte(`{ "tools":[{"type":"function","name":"f"}] , "promptgate":{} }`))
-	f.Add([]byte(`{ "tools":[{"name":"f"}] ,"promptgate":{"context":{"instructions":"x","system":"y"}}, "messages":[] }`))
-	f.Add([]byte(`{"input":[{"role":"system","content":"s"},{"type":"function_call_output","output":"o"}],"instructions":null,"promptgate":{"context":{"a":1}}  }`))
-	f.Add([]byte(`{"messages":[],"promptgate":{},"promptgate":{"user":"x"}}`))
-	f.Add([]byte(`{"promptgate":{},"messages":[{"role":"user","content":[{"type":"tool_result","content":"r"}]}],"mcp_servers":[{"name":"a"}],"tools":[{"name":"f"},{"type":"mcp_toolset"}],"tool_choice":{"type":"any"}}`))
-	f.Add([]byte(`{"tools":[{"type":"function","name":"f"}],"tool_choice":"required","promptgate":{"user":"u"},"input":[{"role":"user","content":"x"}]}`))
-	tmpl := ParseTemplate("t", 1, layeredText)
-	f.Fuzz(func(t *testing.T, body []byte) {
-		if !gjson.ValidBytes(body) {
-			return
-		}
-		same := func(what string, got, want any) {
-			t.Helper()
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("%s of %s:\nBody   %#v\nbefore %#v", what, body, got, want)
-			}
-		}
-		b := NewBody(body)
-		x, err := b.Extension()
-		ox, oerr := oldParseExtension(body)
-		same("Extension", []any{x, err}, []any{ox, oerr})
-
-		c, err := b.Chat()
-		oc, oerr := oldParseChat(body)
-		same("Chat", []any{c, err}, []any{oc, oerr})
-		var tools []policy.Tool
-		if c != nil {
-			tools = c.Tools
-		}
-		for _, kept := range [][]policy.Tool{tools, nil, dropFirst(tools)} {
-			same("ChatToolChoice", b.ChatToolChoice(kept), oldChatToolChoice(body, kept))
-		}
-		if err == nil {
-			kept := dropFirst(c.Tools)
-			p := Build(tmpl, Layers{Application: c.Application, Tools: kept, NativeTools: c.NativeTools}, DefaultSettings())
-			for _, removed := range []bool{false, true} {
-				out, err := b.RewriteChat(p, kept, removed)
-				oout, oerr := oldRewriteChat(body, p, kept, removed)
-				same("RewriteChat", []any{string(out), err}, []any{string(oout), oerr})
-			}
-		}
-
-		r, err := b.Responses()
-		or, oerr := oldParseResponses(body)
-		same("Responses", []any{r, err}, []any{or, oerr})
-		tools = nil
-		if r != nil {
-			tools = r.Tools
-		}
-		for _, kept := range [][]policy.Tool{tools, nil, dropFirst(tools)} {
-			same("ResponsesToolChoice", b.ResponsesToolChoice(kept), oldResponsesToolChoice(body, kept))
-		}
-
-		if err == nil {
-			rewriteSame(t, "RewriteResponses", body, r.Tools, r.Application, r.NativeTools, b.RewriteResponses, RewriteResponses)
-		}
-
-		m, err := b.Messages()
-		om, oerr := oldParseMessages(body)
-		same("Messages", []any{m, err}, []any{om, oerr})
-		tools = nil
-		if m != nil {
-			tools = m.Tools
-		}
-		for _, kept := range [][]policy.Tool{tools, nil, dropFirst(tools)} {
-			same("MessagesToolChoice", b.MessagesToolChoice(kept), oldMessagesToolChoice(body, kept))
-		}
-		if err == nil {
-			rewriteSame(t, "RewriteMessages", body, m.Tools, m.Application, m.NativeTools, b.RewriteMessages, RewriteMessages)
-		}
-	})
-}
-
-// rewriteSame checks that a Body's rewrite (on a copy with the promptgate value cut down) gives the bytes and
-// error of the rewrite of the body's bytes, with and without a tool removed, datamarking and the structured
-// channel.
-func rewriteSame(t *testing.T, what string, body []byte, tools []policy.Tool, app []string, native bool,
-	byBody func(Prompt, []policy.Tool, bool) ([]byte, error), byBytes func([]byte, Prompt, []policy.Tool, bool) ([]byte, error)) {
-	t.Helper()
-	tmpl := ParseTemplate("t", 1, layeredText)
-	for _, kept := range [][]policy.Tool{tools, dropFirst(tools), nil} {
-		for _, structured := range []bool{false, true} {
-			s := DefaultSettings()
-			s.StructuredChannel = structured
-			s.DatamarkToolOutput = !structured
-			p := Build(tmpl, Layers{Application: app, Tools: kept, NativeTools: native, Sources: []ctxjson.Source{{Name: "request", Value: ctxjson.String("c")}}}, s)
-			out, err := byBody(p, kept, len(kept) < len(tools))
-			want, werr := byBytes(body, p, kept, len(kept) < len(tools))
-			if string(out) != string(want) || !reflect.DeepEqual(err, werr) {
-				t.Fatalf("%s of %s:\nBody   %s, %v\nbefore %s, %v", what, body, out, err, want, werr)
-			}
-		}
-	}
-}
-
-// dropFirst is tools without its first entry.
-func dropFirst(tools []policy.Tool) []policy.Tool {
-	if len(tools) == 0 {
-		return tools
-	}
-	return tools[1:]
-}
-
-// TestBodyWalksOnce checks what Body is for: once the walk has located the members, the functions that read the
-// body do not walk it again. The test breaks the rule that a Body's bytes stay as they are: after the walk, the
+// TestBodyWalksOnce checks what Body is for: once the walk has located the members, reading them does not walk
+// the body again. The test breaks the rule that a Body's bytes stay as they are: after the walk, the
 // context's text becomes unbalanced brackets, so that gjson, reading the body again from the start, no longer
 // finds the members after promptgate. The Body still answers from what its one walk found.
 func TestBodyWalksOnce(t *testing.T) {
@@ -239,19 +133,21 @@ func TestBodyWalksOnce(t *testing.T) {
 	}
 	at := bytes.Index(body, []byte("xxxxxxxx"))
 	copy(body[at-1:], `[[[[[[[[[[`) // the quotes too: {"a":[[[[[[[[[[}
-	if get(body, pathTools).Exists() {
+	if Get(body, "tools").Exists() {
 		t.Fatal("gjson still finds tools: the test proves nothing")
 	}
 	x, err := b.Extension()
 	if err != nil || x.User != "u" || x.Workflow != "w" {
 		t.Errorf("Extension: %+v, %v", x, err)
 	}
-	c, err := b.Chat()
-	if err != nil || len(c.Tools) != 1 || c.Tools[0].Name != "f" || c.LatestUser != "hi" {
-		t.Errorf("Chat: %+v, %v", c, err)
+	if tools := b.Get("tools"); !tools.IsArray() || tools.Get("0.function.name").Str != "f" {
+		t.Errorf("tools: %s", tools.Raw)
 	}
-	if err := b.ChatToolChoice(nil); err == nil {
-		t.Error("ChatToolChoice: tool_choice required with nothing kept passed")
+	if msgs := b.Get("messages"); msgs.Get("0.content").Str != "hi" {
+		t.Errorf("messages: %s", msgs.Raw)
+	}
+	if tc := b.Get("tool_choice"); tc.Str != "required" {
+		t.Errorf("tool_choice: %s", tc.Raw)
 	}
 }
 
@@ -263,10 +159,21 @@ func TestBodyNotFollowed(t *testing.T) {
 		if b.ok {
 			t.Errorf("%q: the walk followed it", body)
 		}
-		for _, k := range []string{pathModel, PathExtension, "x"} {
-			if got, want := b.get(k), get([]byte(body), k); !sameResult(got, want) {
+		for _, k := range []string{"model", PathExtension, "x"} {
+			if got, want := b.Get(k), Get([]byte(body), k); !sameResult(got, want) {
 				t.Errorf("%q, %s: %#v, gjson %#v", body, k, got, want)
 			}
 		}
 	}
 }
+
+// oddBody has odd spacing, unicode escapes, unusual key order and numbers that a re-encoder would change.
+const oddBody = "{ \"temperature\" : 1.0e+2 ,\n\t\"promptgate\" : {\"user\":\"u-1\", \"context\":{\"a\":1}},\n" +
+	"  \"seed\":-0, \"metadata\" : {\"note\":\"caf\\u00e9 <b>&amp;</b>\", \"z\":1, \"a\":2},\n" +
+	"  \"messages\" : [ {\"role\":\"system\",\"content\":\"S\"} ,\n" +
+	"    {\"role\" : \"user\", \"content\" : \"hi \\u2028 \\ud83d\\ude00\"},\n" +
+	"    {\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"D\"}]},\n" +
+	"    {\"content\":null,\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"search\",\"arguments\":\"{\\\"q\\\": 1.50}\"}}]},\n" +
+	"    {\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\"} ],\n" +
+	"  \"tools\" : [ {\"type\":\"function\",\"function\":{\"name\":\"search\"}} ],\n" +
+	"  \"x_unknown\" : [ 1E400 , \"\\/\" ] , \"model\":\"gpt-4o\" }"

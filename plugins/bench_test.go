@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/promptgate/promptgate/plugins"
-	"github.com/promptgate/promptgate/policy"
-	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/plugins/gather"
+	"github.com/promptgate/promptgate/policy/modules"
 )
 
 // slowHost runs three sources that each take 100ms, uncached, each in its own module.
 func slowHost(b *testing.B) *plugins.Host {
-	var entries []config.Plugin
+	var entries []plugins.Spec
 	for _, name := range []string{"one", "two", "three"} {
 		e := entry(name, "testsource", map[string]any{"behavior": "slow", "delay": "100ms"})
 		e.Timeout = 2 * time.Second
@@ -29,7 +29,7 @@ func BenchmarkGatherParallel(b *testing.B) {
 	ctx := context.Background()
 	start := time.Now()
 	for b.Loop() {
-		r, err := h.Gather(ctx, plugins.Query{Mode: policy.ModeFull})
+		r, err := h.Gather(ctx, gather.Query{Mode: modules.Full})
 		if err != nil || len(r.Sources) != 3 {
 			b.Fatalf("sources %d, skipped %v, err %v", len(r.Sources), r.Skipped, err)
 		}
@@ -51,7 +51,7 @@ func BenchmarkGatherSequential(b *testing.B) {
 					off = append(off, m)
 				}
 			}
-			r, err := h.Gather(ctx, plugins.Query{Mode: policy.ModeFull, ModulesOff: off})
+			r, err := h.Gather(ctx, gather.Query{Mode: modules.Full, ModulesOff: off})
 			if err != nil || len(r.Sources) != 1 {
 				b.Fatalf("sources %d, skipped %v, err %v", len(r.Sources), r.Skipped, err)
 			}
@@ -68,7 +68,7 @@ func BenchmarkGatherCached(b *testing.B) {
 	e.CacheTTL = time.Hour
 	h := startHost(b, plugins.HostOptions{Logger: slog.New(slog.DiscardHandler)}, e)
 	ctx := context.Background()
-	q := plugins.Query{Protocol: "bench", Mode: policy.ModeFull, User: "u-1", Conversation: "c-1", LatestUser: "hello"}
+	q := gather.Query{Protocol: "bench", Mode: modules.Full, User: "u-1", Conversation: "c-1", LatestUser: "hello"}
 	if _, err := h.Gather(ctx, q); err != nil {
 		b.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func BenchmarkGatherNone(b *testing.B) {
 	e.MinMode = "full"
 	h := startHost(b, plugins.HostOptions{Logger: slog.New(slog.DiscardHandler)}, e)
 	ctx := context.Background()
-	q := plugins.Query{Protocol: "bench", Mode: policy.ModeMinimal, User: "u-1", Conversation: "c-1", LatestUser: "hello"}
+	q := gather.Query{Protocol: "bench", Mode: modules.Minimal, User: "u-1", Conversation: "c-1", LatestUser: "hello"}
 	b.ReportAllocs()
 	for b.Loop() {
 		r, err := h.Gather(ctx, q)

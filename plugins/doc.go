@@ -7,9 +7,10 @@
 // the binary's sha256 checked before each start, a minimal environment); choosing the sources of
 // a request by module mode and prompt_modules:<module>_off toggles; calling them in parallel, each
 // under its own deadline; capping and checking each answer (sdk.DecodeAnswer); caching answers in
-// ristretto; restarting crashed plugins with backoff; readiness and shutdown.
+// ristretto; restarting crashed plugins with backoff; readiness and shutdown; and the config file's
+// plugins: entries (Spec, their defaults and validation).
 //
-// It does not own: the YAML (proxy/config parses and validates the plugins: entries), where the
+// It does not own: reading the config file (proxy/config composes and decodes it), where the
 // answers go (the assembly stage builds the RUNTIME CONTEXT line and its budgets), or the HTTP
 // answer to a failed required source (the proxy turns ErrRequiredFailed into a 503
 // context_unavailable).

@@ -6,7 +6,8 @@ import (
 
 	"github.com/promptgate/promptgate/assembly/ctxjson"
 	"github.com/promptgate/promptgate/plugins"
-	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/plugins/gather"
+	"github.com/promptgate/promptgate/policy/modules"
 )
 
 // TestDocsExample runs the example of docs/plugins.md ("write and run a context source in under
@@ -18,7 +19,7 @@ func TestDocsExample(t *testing.T) {
 	e := entry("team", "docexample", map[string]any{"team": "payments"})
 	e.Module, e.MinMode = "team", "standard"
 	h := startHost(t, plugins.HostOptions{}, e)
-	r := gather(t, h, plugins.Query{Protocol: "neutral", Mode: policy.ModeStandard, User: "u-1"})
+	r := collect(t, h, gather.Query{Protocol: "neutral", Mode: modules.Standard, User: "u-1"})
 	got := fields(t, r, "team")
 	if got["team"] != "payments" || got["day"] == nil || got["user"] != nil {
 		t.Errorf("standard: %s", ctxjson.Encode(r.Sources[0].Value))
@@ -26,10 +27,10 @@ func TestDocsExample(t *testing.T) {
 	if r.Notes["team"][0] != "greeting ran" {
 		t.Errorf("notes %v", r.Notes)
 	}
-	if got := fields(t, gather(t, h, plugins.Query{Mode: policy.ModeFull, User: "u-1"}), "team"); got["user"] != "u-1" {
+	if got := fields(t, collect(t, h, gather.Query{Mode: modules.Full, User: "u-1"}), "team"); got["user"] != "u-1" {
 		t.Errorf("full: %v", got)
 	}
-	if r := gather(t, h, plugins.Query{Mode: policy.ModeMinimal}); len(r.Sources)+len(r.Skipped) != 0 {
+	if r := collect(t, h, gather.Query{Mode: modules.Minimal}); len(r.Sources)+len(r.Skipped) != 0 {
 		t.Errorf("minimal: %+v", r)
 	}
 }

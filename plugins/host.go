@@ -20,9 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/promptgate/promptgate/assembly/ctxjson"
+	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/plugins/sdk"
-	"github.com/promptgate/promptgate/policy"
-	"github.com/promptgate/promptgate/proxy/config"
 )
 
 // ErrRequiredFailed is wrapped by the error of Gather when a source with required: true failed;
@@ -124,36 +123,6 @@ func (o *HostOptions) applyDefaults() {
 	}
 }
 
-// Query is what the proxy knows about one request.
-type Query struct {
-	Protocol, BaseProtocol, Workflow string
-	// Mode is the protocol's module mode; a source runs only when its minMode is at most Mode
-	// (so a zero Mode runs nothing).
-	Mode policy.ModuleMode
-	// ModulesOff are the modules switched off by prompt_modules:<module>_off.
-	ModulesOff                []string
-	User, Conversation, Model string
-	// LatestUser is the text of the latest user message; only sources with
-	// receiveUserMessage: true are sent it.
-	LatestUser string
-}
-
-// Result is what the sources of one request returned.
-type Result struct {
-	// Sources holds one entry per source that answered, named by its plugin entry's name, in
-	// config order. Values are shared with the cache: never mutate them.
-	Sources []ctxjson.Source
-	// Skipped lists, in config order, the sources switched off ("module off") or failed
-	// ("timeout", "unavailable", "error: ...", ...). Sources below the request's mode are
-	// simply absent.
-	Skipped []ctxjson.Skip
-	// Directives of sources whose entry sets trustedDirectives: true, in config order.
-	Directives []string
-	// Notes holds each source's debug notes, by source name (only sources that sent some). The
-	// proxy shows them only with PROMPT_INCLUDE_COGNITIVE_NOTES=true.
-	Notes map[string][]string
-}
-
 // Host runs the configured context sources. Its methods are safe for concurrent use.
 type Host struct {
 	log   *slog.Logger
@@ -191,7 +160,7 @@ func (h *Host) Observe(o Observer) {
 // the background with backoff; until then it is skipped as "unavailable".
 //
 // ctx bounds the first start only; the plugins run until Close.
-func NewHost(ctx context.Context, cfg []config.Plugin, opts HostOptions) (*Host, error) {
+func NewHost(ctx context.Context, cfg []Spec, opts HostOptions) (*Host, error) {
 	opts.applyDefaults()
 	h := &Host{log: opts.Logger, opts: opts}
 	var errs []error
@@ -325,11 +294,11 @@ type outcome struct {
 // must be called, all but one are called on goroutines of their own and the last on the caller's,
 // so that a request whose sources are all cached (or that calls just one) starts no goroutine and
 // waits for no other.
-func (h *Host) Gather(ctx context.Context, q Query) (Result, error) {
+func (h *Host) Gather(ctx context.Context, q gather.Query) (gather.Result, error) {
 	outs := make([]outcome, len(h.slots))
 	var calls []int
 	for i, s := range h.slots {
-		if s.minMode > q.Mode {
+		if !q.Mode.AtLeast(s.cfg.MinMode) {
 			continue // below the request's mode: absent, not skipped
 		}
 		outs[i].ran = true
@@ -360,7 +329,7 @@ func (h *Host) Gather(ctx context.Context, q Query) (Result, error) {
 		wg.Wait()
 	}
 
-	var res Result
+	var res gather.Result
 	var errs []error
 	for i, s := range h.slots {
 		o := outs[i]
@@ -389,10 +358,10 @@ func (h *Host) Gather(ctx context.Context, q Query) (Result, error) {
 }
 
 // request is what a source is told about q.
-func request(s *slot, q Query) sdk.Request {
+func request(s *slot, q gather.Query) sdk.Request {
 	req := sdk.Request{
 		Protocol: q.Protocol, BaseProtocol: q.BaseProtocol, Workflow: q.Workflow,
-		Mode: sdk.Mode(q.Mode.String()), User: q.User, Conversation: q.Conversation, Model: q.Model,
+		Mode: q.Mode, User: q.User, Conversation: q.Conversation, Model: q.Model,
 	}
 	if s.cfg.ReceiveUserMessage {
 		req.LatestUser = q.LatestUser
@@ -404,7 +373,7 @@ func request(s *slot, q Query) sdk.Request {
 func (h *Host) caches(s *slot) bool { return h.cache != nil && s.cfg.CacheTTL > 0 }
 
 // hit is the source's cached answer for q, or nil.
-func (h *Host) hit(s *slot, q Query) *sdk.Answer {
+func (h *Host) hit(s *slot, q gather.Query) *sdk.Answer {
 	if !h.caches(s) {
 		return nil
 	}
@@ -416,7 +385,7 @@ func (h *Host) hit(s *slot, q Query) *sdk.Answer {
 
 // ask gets one source's answer from the plugin under the source's timeout (Gather has looked in the
 // cache already), and caches it when the source's answers are cached.
-func (h *Host) ask(ctx context.Context, s *slot, q Query) outcome {
+func (h *Host) ask(ctx context.Context, s *slot, q gather.Query) outcome {
 	req := request(s, q)
 	src := s.source()
 	if src == nil {

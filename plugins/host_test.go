@@ -16,12 +16,12 @@ import (
 
 	"github.com/promptgate/promptgate/assembly/ctxjson"
 	"github.com/promptgate/promptgate/plugins"
-	"github.com/promptgate/promptgate/policy"
-	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/plugins/gather"
+	"github.com/promptgate/promptgate/policy/modules"
 )
 
 // fields decodes the answer of the named source, or fails.
-func fields(t *testing.T, r plugins.Result, name string) map[string]any {
+func fields(t *testing.T, r gather.Result, name string) map[string]any {
 	t.Helper()
 	for _, s := range r.Sources {
 		if s.Name == name {
@@ -36,7 +36,7 @@ func fields(t *testing.T, r plugins.Result, name string) map[string]any {
 	return nil
 }
 
-func names(r plugins.Result) []string {
+func names(r gather.Result) []string {
 	var out []string
 	for _, s := range r.Sources {
 		out = append(out, s.Name)
@@ -45,7 +45,7 @@ func names(r plugins.Result) []string {
 }
 
 // skipReason returns the meta.skipped reason of the named source, "" when it is not skipped.
-func skipReason(r plugins.Result, name string) string {
+func skipReason(r gather.Result, name string) string {
 	for _, s := range r.Skipped {
 		if s.Source == name {
 			return s.Reason
@@ -54,7 +54,7 @@ func skipReason(r plugins.Result, name string) string {
 	return ""
 }
 
-func gather(t *testing.T, h *plugins.Host, q plugins.Query) plugins.Result {
+func collect(t *testing.T, h *plugins.Host, q gather.Query) gather.Result {
 	t.Helper()
 	r, err := h.Gather(context.Background(), q)
 	if err != nil {
@@ -66,7 +66,7 @@ func gather(t *testing.T, h *plugins.Host, q plugins.Query) plugins.Result {
 func TestWrongChecksumRefusedAtStart(t *testing.T) {
 	e := entry("memory", "filememory", map[string]any{"dir": t.TempDir()})
 	e.SHA256 = built["profilegraph"].sha256
-	_, err := plugins.NewHost(context.Background(), []config.Plugin{e}, plugins.HostOptions{Logger: testLogger(t)})
+	_, err := plugins.NewHost(context.Background(), []plugins.Spec{e}, plugins.HostOptions{Logger: testLogger(t)})
 	if err == nil {
 		t.Fatal("NewHost accepted a binary whose sha256 differs from the config")
 	}
@@ -87,12 +87,12 @@ func TestWrongChecksumRefusedAtStart(t *testing.T) {
 	}
 	e = entry("memory", "filememory", map[string]any{"dir": t.TempDir()})
 	e.Path = tampered
-	if _, err := plugins.NewHost(context.Background(), []config.Plugin{e}, plugins.HostOptions{}); err == nil || !strings.Contains(err.Error(), "sha256 mismatch") {
+	if _, err := plugins.NewHost(context.Background(), []plugins.Spec{e}, plugins.HostOptions{}); err == nil || !strings.Contains(err.Error(), "sha256 mismatch") {
 		t.Fatalf("tampered binary: err = %v", err)
 	}
 
 	e.Path = filepath.Join(t.TempDir(), "missing")
-	if _, err := plugins.NewHost(context.Background(), []config.Plugin{e}, plugins.HostOptions{}); err == nil || !strings.Contains(err.Error(), `"memory"`) {
+	if _, err := plugins.NewHost(context.Background(), []plugins.Spec{e}, plugins.HostOptions{}); err == nil || !strings.Contains(err.Error(), `"memory"`) {
 		t.Fatalf("missing binary: err = %v", err)
 	}
 }
@@ -107,7 +107,7 @@ func TestFileMemoryThroughHost(t *testing.T) {
 	write(t, filepath.Join(base, "secret.json"), `{"secret":"outside the memory dir"}`)
 	h := startHost(t, plugins.HostOptions{}, entry("memory", "filememory", map[string]any{"dir": dir}))
 
-	r := gather(t, h, plugins.Query{Protocol: "neutral", Mode: policy.ModeStandard, User: "alice"})
+	r := collect(t, h, gather.Query{Protocol: "neutral", Mode: modules.Standard, User: "alice"})
 	if got := string(ctxjson.Encode(r.Sources[0].Value)); got != `{"likes":["tea"],"z":1,"a":{"deep":true}}` {
 		t.Errorf("alice: %s (keys must keep the file's order)", got)
 	}
@@ -115,7 +115,7 @@ func TestFileMemoryThroughHost(t *testing.T) {
 		t.Errorf("notes = %v", r.Notes)
 	}
 	for _, user := range []string{"bob", "../secret", "..", "/etc/passwd", "", "a/../../secret"} {
-		r := gather(t, h, plugins.Query{Mode: policy.ModeStandard, User: user})
+		r := collect(t, h, gather.Query{Mode: modules.Standard, User: user})
 		if got := string(ctxjson.Encode(r.Sources[0].Value)); got != `{}` {
 			t.Errorf("user %q: %s, want {}", user, got)
 		}
@@ -132,22 +132,22 @@ func TestProfileGraphModes(t *testing.T) {
 		"relationship": {"trusted": true, "mentor": false, "colleague": true, "stage": "peer"}}}`)
 	h := startHost(t, plugins.HostOptions{}, entry("profile", "profilegraph", map[string]any{"file": file, "limit": 2, "maxChars": 10}))
 
-	r := gather(t, h, plugins.Query{Mode: policy.ModeMinimal, User: "u-1"})
+	r := collect(t, h, gather.Query{Mode: modules.Minimal, User: "u-1"})
 	if got := string(ctxjson.Encode(r.Sources[0].Value)); got != `{}` {
 		t.Errorf("minimal: %s, want {}", got)
 	}
-	r = gather(t, h, plugins.Query{Mode: policy.ModeStandard, User: "u-1"})
+	r = collect(t, h, gather.Query{Mode: modules.Standard, User: "u-1"})
 	want := `{"interests":["distribut…","chess"],"projects":["promptgate","ppppppppp…"],"goals":["ship v1"],` +
 		`"tools":["go","vim"],"boundaries":["no medica…","no politi…"],"relationship":["trusted","colleague"]}`
 	if got := string(ctxjson.Encode(r.Sources[0].Value)); got != want {
 		t.Errorf("standard:\n got %s\nwant %s", got, want)
 	}
-	r = gather(t, h, plugins.Query{Mode: policy.ModeFull, User: "u-1"})
+	r = collect(t, h, gather.Query{Mode: modules.Full, User: "u-1"})
 	flags := fields(t, r, "profile")["relationshipFlags"]
 	if !reflect.DeepEqual(flags, map[string]any{"trusted": true, "mentor": false, "colleague": true, "stage": "peer"}) {
 		t.Errorf("full: relationshipFlags = %v", flags)
 	}
-	r = gather(t, h, plugins.Query{Mode: policy.ModeFull, User: "nobody"})
+	r = collect(t, h, gather.Query{Mode: modules.Full, User: "nobody"})
 	if got := string(ctxjson.Encode(r.Sources[0].Value)); got != `{}` {
 		t.Errorf("unknown user: %s", got)
 	}
@@ -162,29 +162,29 @@ func TestModuleModesAndToggles(t *testing.T) {
 	c.Required = true
 	h := startHost(t, plugins.HostOptions{}, a, b, c)
 	for _, tc := range []struct {
-		mode    policy.ModuleMode
+		mode    modules.Mode
 		off     []string
 		sources []string
 		skipped []ctxjson.Skip
 	}{
-		{policy.ModeMinimal, nil, []string{"a"}, nil},
-		{policy.ModeStandard, nil, []string{"a", "b"}, nil},
-		{policy.ModeFull, nil, []string{"a", "b", "c"}, nil},
-		{policy.ModeFull, []string{"b"}, []string{"a", "c"}, []ctxjson.Skip{{Source: "b", Reason: "module off"}}},
+		{modules.Minimal, nil, []string{"a"}, nil},
+		{modules.Standard, nil, []string{"a", "b"}, nil},
+		{modules.Full, nil, []string{"a", "b", "c"}, nil},
+		{modules.Full, []string{"b"}, []string{"a", "c"}, []ctxjson.Skip{{Source: "b", Reason: "module off"}}},
 		// c is below the mode: absent, not listed as switched off.
-		{policy.ModeStandard, []string{"c", "a"}, []string{"b"}, []ctxjson.Skip{{Source: "a", Reason: "module off"}}},
+		{modules.Standard, []string{"c", "a"}, []string{"b"}, []ctxjson.Skip{{Source: "a", Reason: "module off"}}},
 		// A required source switched off is not a failure.
-		{policy.ModeFull, []string{"c"}, []string{"a", "b"}, []ctxjson.Skip{{Source: "c", Reason: "module off"}}},
-		{0, nil, nil, nil},
+		{modules.Full, []string{"c"}, []string{"a", "b"}, []ctxjson.Skip{{Source: "c", Reason: "module off"}}},
+		{"", nil, nil, nil},
 	} {
-		r, err := h.Gather(context.Background(), plugins.Query{Mode: tc.mode, ModulesOff: tc.off})
+		r, err := h.Gather(context.Background(), gather.Query{Mode: tc.mode, ModulesOff: tc.off})
 		if err != nil {
 			t.Fatalf("mode %v off %v: %v", tc.mode, tc.off, err)
 		}
 		if !reflect.DeepEqual(names(r), tc.sources) || !reflect.DeepEqual(r.Skipped, tc.skipped) {
 			t.Errorf("mode %v off %v: sources %v skipped %v; want %v %v", tc.mode, tc.off, names(r), r.Skipped, tc.sources, tc.skipped)
 		}
-		if tc.mode > 0 && fields(t, r, tc.sources[0])["mode"] != tc.mode.String() {
+		if tc.mode != "" && fields(t, r, tc.sources[0])["mode"] != string(tc.mode) {
 			t.Errorf("mode %v: the plugin was told %v", tc.mode, fields(t, r, tc.sources[0])["mode"])
 		}
 	}
@@ -203,9 +203,9 @@ func TestCaching(t *testing.T) {
 	asks.CacheTTL, asks.ReceiveUserMessage = time.Minute, true
 	h := startHost(t, plugins.HostOptions{}, cached, short, failing, asks)
 
-	q := plugins.Query{Protocol: "neutral", Mode: policy.ModeStandard, User: "u-1", Conversation: "c-1", LatestUser: "hello"}
-	first := gather(t, h, q)
-	second := gather(t, h, q)
+	q := gather.Query{Protocol: "neutral", Mode: modules.Standard, User: "u-1", Conversation: "c-1", LatestUser: "hello"}
+	first := collect(t, h, q)
+	second := collect(t, h, q)
 	if lines(t, count) != 1 {
 		t.Fatalf("a second request within the TTL called the plugin: %d calls", lines(t, count))
 	}
@@ -216,27 +216,27 @@ func TestCaching(t *testing.T) {
 		t.Errorf("a failure was cached: %d calls", lines(t, filepath.Join(dir, "failing")))
 	}
 	// Every part of the key makes its own entry.
-	for _, q2 := range []plugins.Query{
-		{Protocol: "neutral", Mode: policy.ModeStandard, User: "u-2", Conversation: "c-1"},
-		{Protocol: "neutral", Mode: policy.ModeStandard, User: "u-1", Conversation: "c-2"},
-		{Protocol: "private", Mode: policy.ModeStandard, User: "u-1", Conversation: "c-1"},
-		{Protocol: "neutral", Mode: policy.ModeFull, User: "u-1", Conversation: "c-1"},
+	for _, q2 := range []gather.Query{
+		{Protocol: "neutral", Mode: modules.Standard, User: "u-2", Conversation: "c-1"},
+		{Protocol: "neutral", Mode: modules.Standard, User: "u-1", Conversation: "c-2"},
+		{Protocol: "private", Mode: modules.Standard, User: "u-1", Conversation: "c-1"},
+		{Protocol: "neutral", Mode: modules.Full, User: "u-1", Conversation: "c-1"},
 	} {
-		gather(t, h, q2)
+		collect(t, h, q2)
 	}
 	if lines(t, count) != 5 {
 		t.Errorf("%d calls after 4 distinct keys, want 5", lines(t, count))
 	}
 	// The latest user message is part of the key only for a source that receives it.
 	q.LatestUser = "another question"
-	gather(t, h, q)
+	collect(t, h, q)
 	if lines(t, count) != 5 || lines(t, filepath.Join(dir, "asks")) != 6 { // asks: 1 + 4 distinct keys + 1 new message
 		t.Errorf("new message: cached %d calls (want 5), asks %d calls (want 6)", lines(t, count), lines(t, filepath.Join(dir, "asks")))
 	}
 	// After the TTL the plugin is called again.
 	before := lines(t, filepath.Join(dir, "short"))
 	time.Sleep(400 * time.Millisecond)
-	gather(t, h, q)
+	collect(t, h, q)
 	if n := lines(t, filepath.Join(dir, "short")); n != before+1 {
 		t.Errorf("after its 300ms TTL: %d calls, want %d", n, before+1)
 	}
@@ -250,8 +250,8 @@ func TestCacheOff(t *testing.T) {
 	e := entry("c", "testsource", map[string]any{"countFile": count})
 	e.CacheTTL = time.Minute
 	h := startHost(t, plugins.HostOptions{CacheMaxBytes: -1}, e)
-	gather(t, h, plugins.Query{Mode: policy.ModeFull})
-	gather(t, h, plugins.Query{Mode: policy.ModeFull})
+	collect(t, h, gather.Query{Mode: modules.Full})
+	collect(t, h, gather.Query{Mode: modules.Full})
 	if lines(t, count) != 2 {
 		t.Errorf("CacheMaxBytes -1: %d calls, want 2", lines(t, count))
 	}
@@ -263,7 +263,7 @@ func TestUserMessageAndDirectivesOnlyWhereAllowed(t *testing.T) {
 	plain := entry("plain", "testsource", nil)
 	imitate := entry("imitate", "testsource", map[string]any{"behavior": "imitate"})
 	h := startHost(t, plugins.HostOptions{}, trusted, plain, imitate)
-	r := gather(t, h, plugins.Query{Mode: policy.ModeFull, User: "u", LatestUser: "what is my name?"})
+	r := collect(t, h, gather.Query{Mode: modules.Full, User: "u", LatestUser: "what is my name?"})
 	if got := fields(t, r, "trusted")["latestUser"]; got != "what is my name?" {
 		t.Errorf("receiveUserMessage: latestUser = %q", got)
 	}
@@ -287,7 +287,7 @@ func TestPluginEnvironmentHoldsNoSecrets(t *testing.T) {
 	t.Setenv("PROMPTGATE_ADMIN_TOKEN", "s3cret-admin")
 	t.Setenv("OPENAI_API_KEY", "sk-s3cret")
 	h := startHost(t, plugins.HostOptions{}, entry("env", "testsource", map[string]any{"behavior": "env"}))
-	r := gather(t, h, plugins.Query{Mode: policy.ModeMinimal})
+	r := collect(t, h, gather.Query{Mode: modules.Minimal})
 	env := string(ctxjson.Encode(r.Sources[0].Value))
 	if strings.Contains(env, "s3cret") || !strings.Contains(env, "PATH=") {
 		t.Errorf("plugin environment: %s", env)
@@ -313,7 +313,7 @@ func TestTimeoutHangingPlugin(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	r := gather(t, h, plugins.Query{Mode: policy.ModeMinimal})
+	r := collect(t, h, gather.Query{Mode: modules.Minimal})
 	mu.Lock()
 	if len(observed) != 2 || observed["hang"] != "timeout" || observed["echo"] != "" {
 		t.Errorf("observer saw %v", observed)
@@ -342,7 +342,7 @@ func TestHugeAnswerRefusedWithoutReadingIt(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	start := time.Now()
-	r := gather(t, h, plugins.Query{Mode: policy.ModeMinimal})
+	r := collect(t, h, gather.Query{Mode: modules.Minimal})
 	runtime.ReadMemStats(&after)
 	if got := skipReason(r, "huge"); got != "answer too large (over 262144 bytes)" {
 		t.Errorf("huge: reason %q", got)
@@ -355,7 +355,7 @@ func TestHugeAnswerRefusedWithoutReadingIt(t *testing.T) {
 
 	small := entry("small", "testsource", map[string]any{"behavior": "huge", "size": 2048})
 	h = startHost(t, plugins.HostOptions{MaxAnswerBytes: 1024}, small)
-	if got := skipReason(gather(t, h, plugins.Query{Mode: policy.ModeMinimal}), "small"); got != "answer too large (over 1024 bytes)" {
+	if got := skipReason(collect(t, h, gather.Query{Mode: modules.Minimal}), "small"); got != "answer too large (over 1024 bytes)" {
 		t.Errorf("MaxAnswerBytes 1024: reason %q", got)
 	}
 }
@@ -367,7 +367,7 @@ func TestInvalidAnswersSkipped(t *testing.T) {
 		entry("failing", "testsource", map[string]any{"behavior": "error"}),
 		entry("echo", "testsource", nil),
 	)
-	r := gather(t, h, plugins.Query{Mode: policy.ModeMinimal})
+	r := collect(t, h, gather.Query{Mode: modules.Minimal})
 	want := []ctxjson.Skip{
 		{Source: "badutf8", Reason: "invalid answer: invalid UTF-8"},
 		{Source: "notobject", Reason: "invalid answer: fields is an array, not a JSON object"},
@@ -382,7 +382,7 @@ func TestRequiredFailure(t *testing.T) {
 	req := entry("profile", "testsource", map[string]any{"behavior": "error"})
 	req.Required = true
 	h := startHost(t, plugins.HostOptions{}, req, entry("echo", "testsource", nil))
-	r, err := h.Gather(context.Background(), plugins.Query{Mode: policy.ModeMinimal})
+	r, err := h.Gather(context.Background(), gather.Query{Mode: modules.Minimal})
 	if !errors.Is(err, plugins.ErrRequiredFailed) || !strings.Contains(err.Error(), `"profile"`) || !strings.Contains(err.Error(), "backend down") {
 		t.Fatalf("err = %v; want ErrRequiredFailed naming the source and why", err)
 	}
@@ -393,7 +393,7 @@ func TestRequiredFailure(t *testing.T) {
 	// A required plugin that cannot start keeps the host from starting; an optional one does not.
 	bad := entry("strict", "testsource", map[string]any{"behavior": "refuse-config"})
 	bad.Required = true
-	_, err = plugins.NewHost(context.Background(), []config.Plugin{bad}, plugins.HostOptions{Logger: testLogger(t)})
+	_, err = plugins.NewHost(context.Background(), []plugins.Spec{bad}, plugins.HostOptions{Logger: testLogger(t)})
 	if err == nil || !strings.Contains(err.Error(), `"strict"`) || !strings.Contains(err.Error(), "refuses every config") {
 		t.Fatalf("required plugin failing Configure: err = %v", err)
 	}
@@ -402,7 +402,7 @@ func TestRequiredFailure(t *testing.T) {
 	if ok, why := h.Ready(); !ok {
 		t.Errorf("an optional plugin that failed to start made the host unready: %s", why)
 	}
-	if got := skipReason(gather(t, h, plugins.Query{Mode: policy.ModeMinimal}), "strict"); got != "unavailable" {
+	if got := skipReason(collect(t, h, gather.Query{Mode: modules.Minimal}), "strict"); got != "unavailable" {
 		t.Errorf("optional plugin down: reason %q", got)
 	}
 }
@@ -423,9 +423,9 @@ func TestCrashMidCallRestarts(t *testing.T) {
 		st[0].UpSince.IsZero() || st[1].Name != "echo" || !st[1].Up || st[1].Required {
 		t.Fatalf("status at start: %+v", st)
 	}
-	pid := fields(t, gather(t, h, plugins.Query{Mode: policy.ModeMinimal, User: "alice"}), "crashy")["pid"]
+	pid := fields(t, collect(t, h, gather.Query{Mode: modules.Minimal, User: "alice"}), "crashy")["pid"]
 
-	r, err := h.Gather(context.Background(), plugins.Query{Mode: policy.ModeMinimal, User: "crash"})
+	r, err := h.Gather(context.Background(), gather.Query{Mode: modules.Minimal, User: "crash"})
 	if !errors.Is(err, plugins.ErrRequiredFailed) || skipReason(r, "crashy") != "unavailable" {
 		t.Fatalf("crash mid-call: err %v, skipped %v", err, r.Skipped)
 	}
@@ -437,11 +437,11 @@ func TestCrashMidCallRestarts(t *testing.T) {
 		t.Errorf("status while down: %+v", st)
 	}
 	start := time.Now()
-	if r, _ := h.Gather(context.Background(), plugins.Query{Mode: policy.ModeMinimal, User: "alice"}); skipReason(r, "crashy") == "unavailable" && time.Since(start) > 30*time.Second {
+	if r, _ := h.Gather(context.Background(), gather.Query{Mode: modules.Minimal, User: "alice"}); skipReason(r, "crashy") == "unavailable" && time.Since(start) > 30*time.Second {
 		t.Errorf("a call to a plugin that is down took %v (its timeout is %v)", time.Since(start), crashy.Timeout)
 	}
 	waitFor(t, 60*time.Second, "ready after the restart", func() bool { ok, _ := h.Ready(); return ok })
-	got := fields(t, gather(t, h, plugins.Query{Mode: policy.ModeMinimal, User: "alice"}), "crashy")["pid"]
+	got := fields(t, collect(t, h, gather.Query{Mode: modules.Minimal, User: "alice"}), "crashy")["pid"]
 	if got == pid {
 		t.Errorf("same pid %v after a crash", pid)
 	}
@@ -458,7 +458,7 @@ func TestCrashMidCallRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, "a new process after kill", func() bool {
-		r, _ := h.Gather(context.Background(), plugins.Query{Mode: policy.ModeMinimal, User: "alice"})
+		r, _ := h.Gather(context.Background(), gather.Query{Mode: modules.Minimal, User: "alice"})
 		for _, s := range r.Sources {
 			if s.Name == "crashy" {
 				return s.Value.Get("pid").Text() != ctxjson.Int(int64(got.(float64))).Text()
@@ -473,17 +473,17 @@ func TestCloseStopsEveryProcess(t *testing.T) {
 	calls := filepath.Join(t.TempDir(), "calls")
 	hang := entry("hang", "testsource", map[string]any{"behavior": "hang", "countFile": calls})
 	hang.Timeout = 5 * time.Minute
-	h, err := plugins.NewHost(context.Background(), []config.Plugin{entry("a", "testsource", nil), hang},
+	h, err := plugins.NewHost(context.Background(), []plugins.Spec{entry("a", "testsource", nil), hang},
 		plugins.HostOptions{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := gather(t, h, plugins.Query{Mode: policy.ModeMinimal, ModulesOff: []string{"hang"}})
+	r := collect(t, h, gather.Query{Mode: modules.Minimal, ModulesOff: []string{"hang"}})
 	pid := int(fields(t, r, "a")["pid"].(float64))
 	done := make(chan time.Duration)
 	go func() { // a call in flight, hanging
 		start := time.Now()
-		_, _ = h.Gather(context.Background(), plugins.Query{Mode: policy.ModeMinimal})
+		_, _ = h.Gather(context.Background(), gather.Query{Mode: modules.Minimal})
 		done <- time.Since(start)
 	}()
 	waitFor(t, 30*time.Second, "the hanging call in flight", func() bool { return lines(t, calls) == 1 })
@@ -496,7 +496,7 @@ func TestCloseStopsEveryProcess(t *testing.T) {
 	if ok, _ := h.Ready(); ok {
 		t.Error("ready after Close")
 	}
-	if got := skipReason(gather(t, h, plugins.Query{Mode: policy.ModeMinimal}), "a"); got != "unavailable" {
+	if got := skipReason(collect(t, h, gather.Query{Mode: modules.Minimal}), "a"); got != "unavailable" {
 		t.Errorf("after Close: reason %q", got)
 	}
 	if runtime.GOOS != "windows" {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/promptgate/promptgate/plugins"
-	"github.com/promptgate/promptgate/proxy/config"
 )
 
 // programs are the plugin programs the tests build, by binary name.
@@ -126,11 +125,11 @@ func fileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// entry is a plugin entry for one of the built programs, as config.Load would leave it (defaults
+// entry is a plugin entry for one of the built programs, as the config file leaves it (defaults
 // applied), except that the cache is off unless the test sets CacheTTL.
-func entry(name, program string, cfg map[string]any) config.Plugin {
+func entry(name, program string, cfg map[string]any) plugins.Spec {
 	b := built[program]
-	return config.Plugin{
+	return plugins.Spec{
 		Name: name, Path: b.path, SHA256: b.sha256, Module: name, MinMode: "minimal",
 		Timeout: 5 * time.Second, Config: cfg,
 	}
@@ -149,7 +148,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 }
 
 // startHost starts a host on the entries and closes it when the test ends.
-func startHost(t testing.TB, opts plugins.HostOptions, entries ...config.Plugin) *plugins.Host {
+func startHost(t testing.TB, opts plugins.HostOptions, entries ...plugins.Spec) *plugins.Host {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)

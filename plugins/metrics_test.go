@@ -11,8 +11,9 @@ import (
 	"testing"
 
 	"github.com/promptgate/promptgate/plugins"
-	"github.com/promptgate/promptgate/policy"
-	"github.com/promptgate/promptgate/proxy/metrics"
+	"github.com/promptgate/promptgate/plugins/gather"
+	"github.com/promptgate/promptgate/policy/modules"
+	"github.com/promptgate/promptgate/telemetry/metrics"
 )
 
 // TestPluginErrorSeriesBounded: a plugin that fails with a message of its own for every user adds one
@@ -27,7 +28,7 @@ func TestPluginErrorSeriesBounded(t *testing.T) {
 	h.Observe(m.Plugin)
 	const users = 1000
 	for i := range users {
-		r := gather(t, h, plugins.Query{Mode: policy.ModeMinimal, User: fmt.Sprintf("user-%04d", i)})
+		r := collect(t, h, gather.Query{Mode: modules.Minimal, User: fmt.Sprintf("user-%04d", i)})
 		if i == 0 && skipReason(r, "profile") != "error: no profile for user user-0000" {
 			t.Fatalf("meta.skipped reason %q, want the plugin's message", skipReason(r, "profile"))
 		}

@@ -13,24 +13,13 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/plugins"
-	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/store"
 )
 
-// hostSource is the adapter the proxy uses: proxy.ContextSource on top of the host.
-type hostSource struct{ h *plugins.Host }
-
-var _ proxy.ContextSource = hostSource{}
-
-func (a hostSource) Gather(ctx context.Context, q proxy.GatherQuery) (proxy.Gathered, error) {
-	r, err := a.h.Gather(ctx, plugins.Query{
-		Protocol: q.Protocol, BaseProtocol: q.BaseProtocol, Mode: q.Mode, ModulesOff: q.ModulesOff,
-		User: q.User, Conversation: q.Conversation, Model: q.Model, LatestUser: q.LatestUser,
-	})
-	return proxy.Gathered{Sources: r.Sources, Skipped: r.Skipped, Directives: r.Directives}, err
-}
+// The host is the engine's context source, as serve wires it.
+var _ proxy.ContextSource = (*plugins.Host)(nil)
 
 // proxyEngine builds the real engine on a real bbolt store, with the config's plugins started by
 // a real host.
@@ -61,10 +50,13 @@ func proxyEngine(t *testing.T, cfgYAML string, protocols ...string) *proxy.Engin
 	}
 	t.Cleanup(defs.Close)
 	h := startHost(t, plugins.HostOptions{}, cfg.Plugins...)
-	return &proxy.Engine{
-		Defs: defs, Router: policy.NewRouter(cfg), Access: policy.ToolAccess{Config: cfg.Tools},
-		Settings: assembly.DefaultSettings(), Limits: cfg.Limits, Context: hostSource{h}, Log: log,
+	e, err := proxy.NewEngine(proxy.EngineOptions{
+		Defs: defs, Policy: cfg.Policy(), Settings: assembly.DefaultSettings(), Limits: cfg.Limits, Context: h, Log: log,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return e
 }
 
 // runtimeContext previews a chat request and returns the system message and its RUNTIME CONTEXT

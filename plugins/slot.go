@@ -19,8 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/promptgate/promptgate/plugins/sdk"
-	"github.com/promptgate/promptgate/policy"
-	"github.com/promptgate/promptgate/proxy/config"
 )
 
 // healthTimeout bounds the health check the supervisor makes after a failed call.
@@ -28,12 +26,11 @@ const healthTimeout = 2 * time.Second
 
 // slot is one configured plugin and the process currently serving it.
 type slot struct {
-	cfg     config.Plugin
-	minMode policy.ModuleMode
-	path    string // absolute
-	sum     []byte // expected sha256
-	log     *slog.Logger
-	poke    chan struct{} // a failed call asks the supervisor to look now
+	cfg  Spec
+	path string // absolute
+	sum  []byte // expected sha256
+	log  *slog.Logger
+	poke chan struct{} // a failed call asks the supervisor to look now
 
 	mu      sync.RWMutex
 	client  *plugin.Client // nil while down
@@ -45,12 +42,11 @@ type slot struct {
 }
 
 // newSlot checks one plugin entry and its binary, without starting anything.
-func newSlot(p config.Plugin, log *slog.Logger) (*slot, error) {
-	mode, ok := policy.ParseModuleMode(p.MinMode)
+func newSlot(p Spec, log *slog.Logger) (*slot, error) {
 	if p.MinMode == "" {
-		mode, ok = policy.ModeMinimal, true
+		p.MinMode = DefaultMinMode
 	}
-	if !ok {
+	if !p.MinMode.Valid() {
 		return nil, fmt.Errorf("plugins: plugin %q: minMode %q: use minimal, standard or full", p.Name, p.MinMode)
 	}
 	if p.Name == "" || p.Path == "" {
@@ -61,10 +57,10 @@ func newSlot(p config.Plugin, log *slog.Logger) (*slot, error) {
 		return nil, fmt.Errorf("plugins: plugin %q: sha256 must be 64 hex characters (sha256sum %s)", p.Name, p.Path)
 	}
 	if p.Timeout <= 0 {
-		p.Timeout = config.DefaultPluginTimeout
+		p.Timeout = DefaultTimeout
 	}
 	s := &slot{
-		cfg: p, minMode: mode, path: absPath(p.Path), sum: want,
+		cfg: p, path: absPath(p.Path), sum: want,
 		log:  log.With("plugin", p.Name),
 		poke: make(chan struct{}, 1),
 		down: "starting",

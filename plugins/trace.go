@@ -3,13 +3,14 @@ package plugins
 import (
 	"context"
 
+	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/plugins/sdk"
-	"github.com/promptgate/promptgate/proxy/tracing"
+	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
 // tracedHit is hit inside a span of its own (promptgate.context.source) when the request is traced and
 // the answer is in the cache: the source's name. A miss leaves no span (tracedAsk makes the source's).
-func (h *Host) tracedHit(ctx context.Context, s *slot, q Query) *sdk.Answer {
+func (h *Host) tracedHit(ctx context.Context, s *slot, q gather.Query) *sdk.Answer {
 	a := h.hit(s, q)
 	if a == nil {
 		return nil
@@ -24,7 +25,7 @@ func (h *Host) tracedHit(ctx context.Context, s *slot, q Query) *sdk.Answer {
 // tracedAsk is ask inside a span of its own (promptgate.context.source) when the request is traced: the
 // source's name and, when it was skipped, the class of the failure (never the plugin's message). Never the
 // query or the answer.
-func (h *Host) tracedAsk(ctx context.Context, s *slot, q Query) outcome {
+func (h *Host) tracedAsk(ctx context.Context, s *slot, q gather.Query) outcome {
 	ctx, sp := tracing.Stage(ctx, tracing.SpanContextSource)
 	if sp == nil {
 		return h.ask(ctx, s, q)

@@ -10,8 +10,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/promptgate/promptgate/plugins"
-	"github.com/promptgate/promptgate/policy"
-	"github.com/promptgate/promptgate/proxy/tracing"
+	"github.com/promptgate/promptgate/plugins/gather"
+	"github.com/promptgate/promptgate/policy/modules"
+	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
 // In a traced request every source asked gets a span of its own under the context span, naming the
@@ -26,7 +27,7 @@ func TestGatherSpanPerSource(t *testing.T) {
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	ctx, server := tracing.New(tp).StartServer(context.Background(), "POST /v1/chat/completions")
 	gctx, gsp := tracing.Stage(ctx, tracing.SpanContext)
-	if _, err := h.Gather(gctx, plugins.Query{Mode: policy.ModeMinimal}); err != nil {
+	if _, err := h.Gather(gctx, gather.Query{Mode: modules.Minimal}); err != nil {
 		t.Fatal(err)
 	}
 	gsp.End()
@@ -70,7 +71,7 @@ func TestGatherSpanPerSource(t *testing.T) {
 
 	// Untraced: no span, same answer.
 	exp.Reset()
-	if _, err := h.Gather(context.Background(), plugins.Query{Mode: policy.ModeMinimal}); err != nil {
+	if _, err := h.Gather(context.Background(), gather.Query{Mode: modules.Minimal}); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(exp.GetSpans()); n != 0 {

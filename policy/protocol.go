@@ -19,6 +19,7 @@ import (
 
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/modules"
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
@@ -305,55 +306,20 @@ func CheckExtends(active map[string][]byte, changed []string) error {
 	return errors.Join(errs...)
 }
 
-// ModuleMode is how much runtime context a protocol takes in.
-type ModuleMode int
-
-// Module modes, in increasing order.
-const (
-	ModeMinimal ModuleMode = iota + 1
-	ModeStandard
-	ModeFull
-)
-
-func (m ModuleMode) String() string {
-	switch m {
-	case ModeMinimal:
-		return "minimal"
-	case ModeStandard:
-		return "standard"
-	case ModeFull:
-		return "full"
-	}
-	return "unknown"
-}
-
-// ParseModuleMode reads "minimal", "standard" or "full".
-func ParseModuleMode(s string) (ModuleMode, bool) {
-	switch s {
-	case "minimal":
-		return ModeMinimal, true
-	case "standard":
-		return ModeStandard, true
-	case "full":
-		return ModeFull, true
-	}
-	return 0, false
-}
-
 // defaultMode is the seed's default per built-in protocol id.
-func defaultMode(id string) ModuleMode {
+func defaultMode(id string) modules.Mode {
 	switch id {
 	case "public", "tech":
-		return ModeMinimal
+		return modules.Minimal
 	case "private", "system":
-		return ModeFull
+		return modules.Full
 	}
-	return ModeStandard
+	return modules.Standard
 }
 
 // Modules is the module mode and the switched-off modules of a protocol.
 type Modules struct {
-	Mode ModuleMode
+	Mode modules.Mode
 	Off  []string // module names switched off by prompt_modules:<module>_off, sorted as written
 }
 
@@ -375,13 +341,13 @@ func modulesOf(scope []string, fallbackID string) Modules {
 		if !ok {
 			continue
 		}
-		if mode, ok := ParseModuleMode(v); ok {
+		if mode, ok := modules.Parse(v); ok {
 			m.Mode = mode
 		} else if mod, ok := strings.CutSuffix(v, "_off"); ok {
 			m.Off = append(m.Off, mod)
 		}
 	}
-	if m.Mode == 0 {
+	if m.Mode == "" {
 		m.Mode = defaultMode(fallbackID)
 	}
 	return m

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/policy/modules"
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
@@ -258,31 +259,6 @@ func problems(err error) []string {
 	return []string{err.Error()}
 }
 
-func TestModuleModes(t *testing.T) {
-	for _, tc := range []struct {
-		s    string
-		want ModuleMode
-		ok   bool
-	}{
-		{"minimal", ModeMinimal, true}, {"standard", ModeStandard, true}, {"full", ModeFull, true},
-		{"", 0, false}, {"Full", 0, false}, {"max", 0, false}, {" full", 0, false},
-	} {
-		got, ok := ParseModuleMode(tc.s)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("ParseModuleMode(%q) = %v, %v; want %v, %v", tc.s, got, ok, tc.want, tc.ok)
-		}
-		if ok && got.String() != tc.s {
-			t.Errorf("%v.String() = %q, want %q", got, got.String(), tc.s)
-		}
-	}
-	if !(ModeMinimal < ModeStandard && ModeStandard < ModeFull) {
-		t.Error("modes must be ordered minimal < standard < full")
-	}
-	if ModuleMode(0).String() != "unknown" || ModuleMode(9).String() != "unknown" {
-		t.Error("an invalid mode must print as unknown")
-	}
-}
-
 func TestModulesOfScope(t *testing.T) {
 	for _, tc := range []struct {
 		id    string
@@ -290,25 +266,25 @@ func TestModulesOfScope(t *testing.T) {
 		want  Modules
 	}{
 		// Defaults per built-in id when the scope names no mode.
-		{"public", nil, Modules{Mode: ModeMinimal}},
-		{"tech", nil, Modules{Mode: ModeMinimal}},
-		{"neutral", nil, Modules{Mode: ModeStandard}},
-		{"private", []string{"observer"}, Modules{Mode: ModeFull}},
-		{"system", nil, Modules{Mode: ModeFull}},
-		{"my_app", nil, Modules{Mode: ModeStandard}},
-		{"Tech", nil, Modules{Mode: ModeStandard}},
+		{"public", nil, Modules{Mode: modules.Minimal}},
+		{"tech", nil, Modules{Mode: modules.Minimal}},
+		{"neutral", nil, Modules{Mode: modules.Standard}},
+		{"private", []string{"observer"}, Modules{Mode: modules.Full}},
+		{"system", nil, Modules{Mode: modules.Full}},
+		{"my_app", nil, Modules{Mode: modules.Standard}},
+		{"Tech", nil, Modules{Mode: modules.Standard}},
 		// The scope names the mode.
-		{"public", []string{"prompt_modules:full"}, Modules{Mode: ModeFull}},
-		{"system", []string{"prompt_modules:minimal"}, Modules{Mode: ModeMinimal}},
-		{"my_app", []string{"observer", "prompt_modules:minimal"}, Modules{Mode: ModeMinimal}},
-		{"neutral", []string{"prompt_modules:minimal", "prompt_modules:full"}, Modules{Mode: ModeFull}},
+		{"public", []string{"prompt_modules:full"}, Modules{Mode: modules.Full}},
+		{"system", []string{"prompt_modules:minimal"}, Modules{Mode: modules.Minimal}},
+		{"my_app", []string{"observer", "prompt_modules:minimal"}, Modules{Mode: modules.Minimal}},
+		{"neutral", []string{"prompt_modules:minimal", "prompt_modules:full"}, Modules{Mode: modules.Full}},
 		// Toggles, in the order written, with or without a mode.
-		{"tech", []string{"prompt_modules:memory_off"}, Modules{Mode: ModeMinimal, Off: []string{"memory"}}},
+		{"tech", []string{"prompt_modules:memory_off"}, Modules{Mode: modules.Minimal, Off: []string{"memory"}}},
 		{
 			"neutral", []string{"prompt_modules:profile_off", "prompt_modules:standard", "prompt_modules:memory_off", "memory_off"},
-			Modules{Mode: ModeStandard, Off: []string{"profile", "memory"}},
+			Modules{Mode: modules.Standard, Off: []string{"profile", "memory"}},
 		},
-		{"private", []string{"prompt_modules:full_off"}, Modules{Mode: ModeFull, Off: []string{"full"}}},
+		{"private", []string{"prompt_modules:full_off"}, Modules{Mode: modules.Full, Off: []string{"full"}}},
 	} {
 		got := modulesOf(tc.scope, tc.id)
 		if !reflect.DeepEqual(got, tc.want) {
@@ -324,12 +300,12 @@ func TestModulesThroughResolve(t *testing.T) {
 		"scope": ["prompt_modules:minimal", "prompt_modules:memory_off", "prompt_modules:notes_off"]}`)
 	r := NewRouter(mustConfig(t, ""))
 	for id, want := range map[string]Modules{
-		"public":  {Mode: ModeMinimal},
-		"tech":    {Mode: ModeMinimal},
-		"neutral": {Mode: ModeStandard},
-		"private": {Mode: ModeFull},
-		"system":  {Mode: ModeFull},
-		"custom":  {Mode: ModeMinimal, Off: []string{"memory", "notes"}},
+		"public":  {Mode: modules.Minimal},
+		"tech":    {Mode: modules.Minimal},
+		"neutral": {Mode: modules.Standard},
+		"private": {Mode: modules.Full},
+		"system":  {Mode: modules.Full},
+		"custom":  {Mode: modules.Minimal, Off: []string{"memory", "notes"}},
 	} {
 		eff, err := r.Resolve(Request{Forced: id}, cat)
 		if err != nil {
@@ -342,7 +318,7 @@ func TestModulesThroughResolve(t *testing.T) {
 }
 
 func TestModulesIsOff(t *testing.T) {
-	m := Modules{Mode: ModeFull, Off: []string{"memory", "profile"}}
+	m := Modules{Mode: modules.Full, Off: []string{"memory", "profile"}}
 	for mod, want := range map[string]bool{"memory": true, "profile": true, "Memory": false, "": false, "notes": false, "memory_off": false} {
 		if got := m.IsOff(mod); got != want {
 			t.Errorf("IsOff(%q) = %v, want %v", mod, got, want)
@@ -358,7 +334,7 @@ func TestModulesIsOff(t *testing.T) {
 // have the module modes of their id, and only system refuses client selection.
 func TestBuiltinDefinitions(t *testing.T) {
 	dir := filepath.Join("..", "store", "builtin", "protocols")
-	modes := map[string]ModuleMode{"public": ModeMinimal, "tech": ModeMinimal, "neutral": ModeStandard, "private": ModeFull, "system": ModeFull}
+	modes := map[string]modules.Mode{"public": modules.Minimal, "tech": modules.Minimal, "neutral": modules.Standard, "private": modules.Full, "system": modules.Full}
 	for id, mode := range modes {
 		body, err := os.ReadFile(filepath.Join(dir, id+".json"))
 		if os.IsNotExist(err) {

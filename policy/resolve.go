@@ -6,13 +6,13 @@ import (
 	"path"
 	"strings"
 
+	"github.com/promptgate/promptgate/policy/modules"
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/config"
 )
 
-// Error is a policy decision that ends the request with an OpenAI-shaped error.
+// Error is a decision that refuses the request: a code (one of the Code constants), the message for the
+// client and the request field it is about. The proxy decides the HTTP answer of each code.
 type Error struct {
-	Status  int
 	Code    string
 	Message string
 	Param   string
@@ -20,8 +20,20 @@ type Error struct {
 
 func (e *Error) Error() string { return "policy: " + e.Message }
 
-func errorf(status int, code, format string, args ...any) *Error {
-	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+// Codes of Error.
+const (
+	// CodeInvalidRequest: the request's shape is wrong (a field of the wrong type, an unknown extension key).
+	CodeInvalidRequest = "invalid_request"
+	// CodeUnknownProtocol: the request names a protocol or workflow that is not defined.
+	CodeUnknownProtocol = "unknown_protocol"
+	// CodeProtocolNotAllowed: the client may not choose the protocol it names.
+	CodeProtocolNotAllowed = "protocol_not_allowed"
+	// CodeToolChoiceNotAllowed: tool_choice names a tool the request may not use.
+	CodeToolChoiceNotAllowed = "tool_choice_not_allowed"
+)
+
+func errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
 // Catalog gives the active protocol definitions of one snapshot.
@@ -68,15 +80,15 @@ type Effective struct {
 
 // Router picks the protocol of a request. It is immutable and safe for concurrent use.
 type Router struct {
-	routes []config.Route
+	routes []Route
 	def    string
 }
 
-// NewRouter builds a router from the deployment config.
-func NewRouter(cfg *config.File) *Router {
+// NewRouter builds a router from the policy part of the deployment config.
+func NewRouter(cfg Config) *Router {
 	def := cfg.DefaultProtocol
 	if def == "" {
-		def = config.DefaultProtocol
+		def = DefaultProtocol
 	}
 	return &Router{routes: cfg.Routes, def: def}
 }
@@ -95,16 +107,16 @@ func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 	choose := func(want string) (*Protocol, error) {
 		p, ok := cat.Protocol(want)
 		if !ok {
-			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "unknown protocol %q", want)
+			return nil, errorf(CodeUnknownProtocol, "unknown protocol %q", want)
 		}
 		if want == id {
 			return p, nil // the client asks for what it would get anyway
 		}
 		if !clientMayChoose {
-			return nil, errorf(http.StatusForbidden, "protocol_not_allowed", "protocol %q may not be chosen by the client on this route", want)
+			return nil, errorf(CodeProtocolNotAllowed, "protocol %q may not be chosen by the client on this route", want)
 		}
 		if !p.AllowClientSelection {
-			return nil, errorf(http.StatusForbidden, "protocol_not_allowed", "protocol %q does not allow client selection", want)
+			return nil, errorf(CodeProtocolNotAllowed, "protocol %q does not allow client selection", want)
 		}
 		return p, nil
 	}
@@ -115,7 +127,7 @@ func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 	case req.Forced != "":
 		p, ok := cat.Protocol(req.Forced)
 		if !ok {
-			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "unknown protocol %q", req.Forced)
+			return nil, errorf(CodeUnknownProtocol, "unknown protocol %q", req.Forced)
 		}
 		sel = p
 	case req.ClientProtocol != "":
@@ -132,10 +144,10 @@ func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 		// A workflow alone implies its base, as if the client had chosen the base.
 		w, ok := cat.Protocol(req.ClientWorkflow)
 		if !ok {
-			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "unknown workflow %q", req.ClientWorkflow)
+			return nil, errorf(CodeUnknownProtocol, "unknown workflow %q", req.ClientWorkflow)
 		}
 		if w.Extends == "" {
-			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "%q is not a workflow protocol (it has no extends)", w.ID)
+			return nil, errorf(CodeUnknownProtocol, "%q is not a workflow protocol (it has no extends)", w.ID)
 		}
 		if sel, err = choose(w.Extends); err != nil {
 			return nil, err
@@ -147,7 +159,7 @@ func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 			if routed {
 				where = "the protocol of the matching route"
 			}
-			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "%s %q is not defined", where, id)
+			return nil, errorf(CodeUnknownProtocol, "%s %q is not defined", where, id)
 		}
 		sel = p
 	}
@@ -157,28 +169,28 @@ func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 		wf = sel
 		base, ok := cat.Protocol(sel.Extends)
 		if !ok {
-			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "workflow %q extends unknown protocol %q", sel.ID, sel.Extends)
+			return nil, errorf(CodeUnknownProtocol, "workflow %q extends unknown protocol %q", sel.ID, sel.Extends)
 		}
 		sel = base
 	}
 	if req.ClientWorkflow != "" && wf != nil && wf.ID != req.ClientWorkflow {
-		return nil, errorf(http.StatusBadRequest, "unknown_protocol", "the request names two workflows, %q as its protocol and %q as its workflow; name one", wf.ID, req.ClientWorkflow)
+		return nil, errorf(CodeUnknownProtocol, "the request names two workflows, %q as its protocol and %q as its workflow; name one", wf.ID, req.ClientWorkflow)
 	}
 	if req.ClientWorkflow != "" && wf == nil {
 		w, ok := cat.Protocol(req.ClientWorkflow)
 		if !ok {
-			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "unknown workflow %q", req.ClientWorkflow)
+			return nil, errorf(CodeUnknownProtocol, "unknown workflow %q", req.ClientWorkflow)
 		}
 		if w.Extends == "" {
-			return nil, errorf(http.StatusBadRequest, "unknown_protocol", "%q is not a workflow protocol (it has no extends)", w.ID)
+			return nil, errorf(CodeUnknownProtocol, "%q is not a workflow protocol (it has no extends)", w.ID)
 		}
 		if w.Extends != sel.ID {
-			return nil, errorf(http.StatusForbidden, "protocol_not_allowed", "workflow %q extends %q, not the request's protocol %q", w.ID, w.Extends, sel.ID)
+			return nil, errorf(CodeProtocolNotAllowed, "workflow %q extends %q, not the request's protocol %q", w.ID, w.Extends, sel.ID)
 		}
 		wf = w
 	}
 	if sel.Extends != "" {
-		return nil, errorf(http.StatusBadRequest, "unknown_protocol", "workflow %q extends %q, itself a workflow; only one level of extends is supported", wf.ID, sel.ID)
+		return nil, errorf(CodeUnknownProtocol, "workflow %q extends %q, itself a workflow; only one level of extends is supported", wf.ID, sel.ID)
 	}
 	return merge(sel, wf), nil
 }
@@ -224,7 +236,7 @@ func merge(base, wf *Protocol) *Effective {
 	e.Directives = append(e.Directives, wf.Directives...)
 	// A workflow can narrow the module mode, never widen it; toggles add up.
 	wm := modulesOf(wf.Scope, base.ID)
-	if hasModeScope(wf.Scope) && wm.Mode < e.Modules.Mode {
+	if hasModeScope(wf.Scope) && !wm.Mode.AtLeast(e.Modules.Mode) {
 		e.Modules.Mode = wm.Mode
 	}
 	e.Modules.Off = append(e.Modules.Off, wm.Off...)
@@ -255,7 +267,7 @@ func merge(base, wf *Protocol) *Effective {
 func hasModeScope(scope []string) bool {
 	for _, s := range scope {
 		v, ok := strings.CutPrefix(s, "prompt_modules:")
-		if _, isMode := ParseModuleMode(v); ok && isMode {
+		if _, isMode := modules.Parse(v); ok && isMode {
 			return true
 		}
 	}
@@ -301,7 +313,7 @@ func stricter(a, b vet.Mode) bool {
 	return rank(a) > rank(b)
 }
 
-func matches(m config.Match, req Request) bool {
+func matches(m Match, req Request) bool {
 	if m.APIKeySha256 != "" && m.APIKeySha256 != req.APIKeySHA256 {
 		return false
 	}

@@ -2,13 +2,16 @@ package policy
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
+	"github.com/promptgate/promptgate/policy/modules"
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/config"
 )
 
 // catalog is a fake Catalog: the active definitions by id.
@@ -89,13 +92,19 @@ func testCatalog(t testing.TB) catalog {
 	return c
 }
 
-func mustConfig(t testing.TB, yaml string) *config.File {
+// mustConfig decodes the policy part of a config file, strictly, and validates it.
+func mustConfig(t testing.TB, src string) Config {
 	t.Helper()
-	f, err := config.Parse([]byte(yaml))
-	if err != nil {
-		t.Fatalf("config.Parse: %v", err)
+	var c Config
+	dec := yaml.NewDecoder(strings.NewReader(src))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("decode config: %v", err)
 	}
-	return f
+	if errs := c.Validate(); len(errs) > 0 {
+		t.Fatalf("config: %v", errors.Join(errs...))
+	}
+	return c
 }
 
 // keyHash is sha256("test").
@@ -123,13 +132,12 @@ routes:
 `
 
 type resolveCase struct {
-	name       string
-	req        Request
-	wantID     string
-	wantBase   string
-	wantStatus int // 0: no error
-	wantCode   string
-	wantMsg    string // checked when set
+	name     string
+	req      Request
+	wantID   string
+	wantBase string
+	wantCode string // "": no error
+	wantMsg  string // checked when set
 }
 
 func runResolve(t *testing.T, r *Router, cat Catalog, tests []resolveCase) {
@@ -137,13 +145,13 @@ func runResolve(t *testing.T, r *Router, cat Catalog, tests []resolveCase) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			eff, err := r.Resolve(tc.req, cat)
-			if tc.wantStatus != 0 {
+			if tc.wantCode != "" {
 				var pe *Error
 				if !errors.As(err, &pe) {
-					t.Fatalf("Resolve(%+v) = %+v, %v; want *Error %d %s", tc.req, eff, err, tc.wantStatus, tc.wantCode)
+					t.Fatalf("Resolve(%+v) = %+v, %v; want *Error %s", tc.req, eff, err, tc.wantCode)
 				}
-				if pe.Status != tc.wantStatus || pe.Code != tc.wantCode {
-					t.Errorf("Resolve(%+v) error = %d %s (%s), want %d %s", tc.req, pe.Status, pe.Code, pe.Message, tc.wantStatus, tc.wantCode)
+				if pe.Code != tc.wantCode {
+					t.Errorf("Resolve(%+v) error = %s (%s), want %s", tc.req, pe.Code, pe.Message, tc.wantCode)
 				}
 				if tc.wantMsg != "" && pe.Message != tc.wantMsg {
 					t.Errorf("message = %q, want %q", pe.Message, tc.wantMsg)
@@ -179,50 +187,50 @@ func TestResolveWithoutRoutes(t *testing.T) {
 		{name: "client chooses private", req: Request{ClientProtocol: "private"}, wantID: "private", wantBase: "private"},
 		{
 			name: "unknown protocol", req: Request{ClientProtocol: "nope"},
-			wantStatus: 400, wantCode: "unknown_protocol", wantMsg: `unknown protocol "nope"`,
+			wantCode: "unknown_protocol", wantMsg: `unknown protocol "nope"`,
 		},
-		{name: "ids are case-sensitive", req: Request{ClientProtocol: "Tech"}, wantStatus: 400, wantCode: "unknown_protocol"},
-		{name: "id with trailing space", req: Request{ClientProtocol: "tech "}, wantStatus: 400, wantCode: "unknown_protocol"},
+		{name: "ids are case-sensitive", req: Request{ClientProtocol: "Tech"}, wantCode: "unknown_protocol"},
+		{name: "id with trailing space", req: Request{ClientProtocol: "tech "}, wantCode: "unknown_protocol"},
 		{
 			name: "system is not client-selectable", req: Request{ClientProtocol: "system"},
-			wantStatus: 403, wantCode: "protocol_not_allowed", wantMsg: `protocol "system" does not allow client selection`,
+			wantCode: "protocol_not_allowed", wantMsg: `protocol "system" does not allow client selection`,
 		},
 		{name: "workflow via the field only runs on its base", req: Request{ClientWorkflow: "code_review"}, wantID: "code_review", wantBase: "tech"},
 		{name: "workflow with its base", req: Request{ClientProtocol: "tech", ClientWorkflow: "code_review"}, wantID: "code_review", wantBase: "tech"},
 		{
 			name: "workflow on another base", req: Request{ClientProtocol: "public", ClientWorkflow: "code_review"},
-			wantStatus: 403, wantCode: "protocol_not_allowed",
-			wantMsg: `workflow "code_review" extends "tech", not the request's protocol "public"`,
+			wantCode: "protocol_not_allowed",
+			wantMsg:  `workflow "code_review" extends "tech", not the request's protocol "public"`,
 		},
 		{
 			name: "unknown workflow", req: Request{ClientWorkflow: "nope"},
-			wantStatus: 400, wantCode: "unknown_protocol", wantMsg: `unknown workflow "nope"`,
+			wantCode: "unknown_protocol", wantMsg: `unknown workflow "nope"`,
 		},
 		{
 			name: "unknown workflow with a protocol", req: Request{ClientProtocol: "tech", ClientWorkflow: "nope"},
-			wantStatus: 400, wantCode: "unknown_protocol", wantMsg: `unknown workflow "nope"`,
+			wantCode: "unknown_protocol", wantMsg: `unknown workflow "nope"`,
 		},
 		{
 			name: "a protocol named as workflow", req: Request{ClientWorkflow: "tech"},
-			wantStatus: 400, wantCode: "unknown_protocol", wantMsg: `"tech" is not a workflow protocol (it has no extends)`,
+			wantCode: "unknown_protocol", wantMsg: `"tech" is not a workflow protocol (it has no extends)`,
 		},
 		{
 			name: "a protocol named as workflow, with it as protocol", req: Request{ClientProtocol: "tech", ClientWorkflow: "tech"},
-			wantStatus: 400, wantCode: "unknown_protocol", wantMsg: `"tech" is not a workflow protocol (it has no extends)`,
+			wantCode: "unknown_protocol", wantMsg: `"tech" is not a workflow protocol (it has no extends)`,
 		},
 		{
 			// The answer must not depend on whether the named protocol is client-selectable.
 			name: "a non-selectable protocol named as workflow", req: Request{ClientWorkflow: "system"},
-			wantStatus: 400, wantCode: "unknown_protocol", wantMsg: `"system" is not a workflow protocol (it has no extends)`,
+			wantCode: "unknown_protocol", wantMsg: `"system" is not a workflow protocol (it has no extends)`,
 		},
 		{
 			name: "workflow on system cannot be chosen by the client", req: Request{ClientWorkflow: "ops"},
-			wantStatus: 403, wantCode: "protocol_not_allowed", wantMsg: `protocol "system" does not allow client selection`,
+			wantCode: "protocol_not_allowed", wantMsg: `protocol "system" does not allow client selection`,
 		},
 		{
 			// ops itself allows selection; naming it as the protocol must not reach system either.
 			name: "workflow on system named as protocol", req: Request{ClientProtocol: "ops"},
-			wantStatus: 403, wantCode: "protocol_not_allowed", wantMsg: `protocol "system" does not allow client selection`,
+			wantCode: "protocol_not_allowed", wantMsg: `protocol "system" does not allow client selection`,
 		},
 		{name: "workflow named as protocol", req: Request{ClientProtocol: "code_review"}, wantID: "code_review", wantBase: "tech"},
 		{
@@ -231,8 +239,8 @@ func TestResolveWithoutRoutes(t *testing.T) {
 		},
 		{
 			name: "workflow of a workflow", req: Request{ClientProtocol: "nested"},
-			wantStatus: 400, wantCode: "unknown_protocol",
-			wantMsg: `workflow "nested" extends "code_review", itself a workflow; only one level of extends is supported`,
+			wantCode: "unknown_protocol",
+			wantMsg:  `workflow "nested" extends "code_review", itself a workflow; only one level of extends is supported`,
 		},
 		{name: "forced system", req: Request{Forced: "system"}, wantID: "system", wantBase: "system"},
 		{name: "forced beats the client", req: Request{Forced: "system", ClientProtocol: "tech"}, wantID: "system", wantBase: "system"},
@@ -240,7 +248,7 @@ func TestResolveWithoutRoutes(t *testing.T) {
 		{name: "forced system with its workflow", req: Request{Forced: "system", ClientWorkflow: "ops"}, wantID: "ops", wantBase: "system"},
 		{
 			name: "forced unknown", req: Request{Forced: "ghost"},
-			wantStatus: 400, wantCode: "unknown_protocol", wantMsg: `unknown protocol "ghost"`,
+			wantCode: "unknown_protocol", wantMsg: `unknown protocol "ghost"`,
 		},
 	})
 }
@@ -257,12 +265,12 @@ func TestResolveConfiguredDefault(t *testing.T) {
 	runResolve(t, NewRouter(mustConfig(t, "defaultProtocol: ghost\n")), cat, []resolveCase{
 		{
 			name: "undefined default", req: Request{},
-			wantStatus: 400, wantCode: "unknown_protocol", wantMsg: `the default protocol "ghost" is not defined`,
+			wantCode: "unknown_protocol", wantMsg: `the default protocol "ghost" is not defined`,
 		},
 		{name: "client choice avoids it", req: Request{ClientProtocol: "tech"}, wantID: "tech", wantBase: "tech"},
 	})
 	// A File built in code, without defaults applied, still means neutral.
-	runResolve(t, NewRouter(&config.File{}), cat, []resolveCase{
+	runResolve(t, NewRouter(Config{}), cat, []resolveCase{
 		{name: "zero config", req: Request{}, wantID: "neutral", wantBase: "neutral"},
 	})
 }
@@ -287,19 +295,19 @@ func TestResolveRoutes(t *testing.T) {
 		{name: "other api key", req: Request{APIKeySHA256: keyHash[:63] + "9", Path: chat}, wantID: "public", wantBase: "public"},
 		{
 			name: "pinned route refuses another protocol", req: Request{APIKeySHA256: keyHash, ClientProtocol: "tech"},
-			wantStatus: 403, wantCode: "protocol_not_allowed",
-			wantMsg: `protocol "tech" may not be chosen by the client on this route`,
+			wantCode: "protocol_not_allowed",
+			wantMsg:  `protocol "tech" may not be chosen by the client on this route`,
 		},
 		{name: "pinned route accepts its own protocol", req: Request{APIKeySHA256: keyHash, ClientProtocol: "private"}, wantID: "private", wantBase: "private"},
 		{
 			name: "pinned route: unknown protocol is still 400", req: Request{APIKeySHA256: keyHash, ClientProtocol: "nope"},
-			wantStatus: 400, wantCode: "unknown_protocol",
+			wantCode: "unknown_protocol",
 		},
 		{name: "pinned route: workflow on its protocol", req: Request{APIKeySHA256: keyHash, ClientWorkflow: "diary"}, wantID: "diary", wantBase: "private"},
 		{
 			name: "pinned route: workflow on another base", req: Request{APIKeySHA256: keyHash, ClientWorkflow: "code_review"},
-			wantStatus: 403, wantCode: "protocol_not_allowed",
-			wantMsg: `workflow "code_review" extends "tech", not the request's protocol "private"`,
+			wantCode: "protocol_not_allowed",
+			wantMsg:  `workflow "code_review" extends "tech", not the request's protocol "private"`,
 		},
 
 		// By header glob; this route lets the client choose.
@@ -311,7 +319,7 @@ func TestResolveRoutes(t *testing.T) {
 		{name: "open route honours the client", req: Request{Header: h("X-Team", "payments"), ClientProtocol: "tech"}, wantID: "tech", wantBase: "tech"},
 		{
 			name: "open route still refuses system", req: Request{Header: h("X-Team", "payments"), ClientProtocol: "system"},
-			wantStatus: 403, wantCode: "protocol_not_allowed", wantMsg: `protocol "system" does not allow client selection`,
+			wantCode: "protocol_not_allowed", wantMsg: `protocol "system" does not allow client selection`,
 		},
 		{
 			name: "open route: workflow via the field only", req: Request{Header: h("X-Team", "payments"), ClientWorkflow: "code_review"},
@@ -319,11 +327,11 @@ func TestResolveRoutes(t *testing.T) {
 		},
 		{
 			name: "open route: workflow on system", req: Request{Header: h("X-Team", "payments"), ClientWorkflow: "ops"},
-			wantStatus: 403, wantCode: "protocol_not_allowed",
+			wantCode: "protocol_not_allowed",
 		},
 		{
 			name: "open route: workflow on system as protocol", req: Request{Header: h("X-Team", "payments"), ClientProtocol: "ops"},
-			wantStatus: 403, wantCode: "protocol_not_allowed", wantMsg: `protocol "system" does not allow client selection`,
+			wantCode: "protocol_not_allowed", wantMsg: `protocol "system" does not allow client selection`,
 		},
 
 		// By model glob.
@@ -333,12 +341,12 @@ func TestResolveRoutes(t *testing.T) {
 		{name: "pinned model route: its workflow", req: Request{Model: "gpt-4o", ClientWorkflow: "code_review"}, wantID: "code_review", wantBase: "tech"},
 		{
 			name: "pinned model route: workflow of another base", req: Request{Model: "gpt-4o", ClientWorkflow: "ops"},
-			wantStatus: 403, wantCode: "protocol_not_allowed",
-			wantMsg: `workflow "ops" extends "system", not the request's protocol "tech"`,
+			wantCode: "protocol_not_allowed",
+			wantMsg:  `workflow "ops" extends "system", not the request's protocol "tech"`,
 		},
 		{
 			name: "pinned model route: its workflow named as protocol", req: Request{Model: "gpt-4o", ClientProtocol: "code_review"},
-			wantStatus: 403, wantCode: "protocol_not_allowed",
+			wantCode: "protocol_not_allowed",
 		},
 
 		// By path.
@@ -346,7 +354,7 @@ func TestResolveRoutes(t *testing.T) {
 		{name: "path is exact", req: Request{Path: "/v1/responses/abc"}, wantID: "public", wantBase: "public"},
 		{
 			name: "allowClientProtocol false pins", req: Request{Path: "/v1/responses", ClientProtocol: "public"},
-			wantStatus: 403, wantCode: "protocol_not_allowed",
+			wantCode: "protocol_not_allowed",
 		},
 
 		// First match wins.
@@ -368,7 +376,7 @@ func TestResolveRoutes(t *testing.T) {
 		{name: "workflow route: same workflow by name", req: Request{Header: h("X-Review", "yes"), ClientWorkflow: "code_review"}, wantID: "code_review", wantBase: "tech"},
 		{
 			name: "route to an undefined protocol", req: Request{Header: h("X-Ghost", "yes")},
-			wantStatus: 400, wantCode: "unknown_protocol", wantMsg: `the protocol of the matching route "ghost" is not defined`,
+			wantCode: "unknown_protocol", wantMsg: `the protocol of the matching route "ghost" is not defined`,
 		},
 
 		// The operator's choice skips routes and checks.
@@ -418,7 +426,7 @@ func TestEffectiveOfProtocol(t *testing.T) {
 		Rules:        "- cite sources\n- be exact",
 		ClientSystem: ClientSystemKeep,
 		Directives:   []string{"Answer in the user's language."},
-		Modules:      Modules{Mode: ModeMinimal},
+		Modules:      Modules{Mode: modules.Minimal},
 		OnViolation:  vet.ModeRefuse,
 		ArgRules:     []vet.Rule{{Tool: "web_fetch", Path: "url", Pattern: `^https://docs\.example\.com/`}},
 		allow:        [][]string{{"search_*", "web_fetch", "read_file", "run_shell"}},
@@ -443,7 +451,7 @@ func TestEffectiveOfWorkflow(t *testing.T) {
 		ClientSystem: ClientSystemKeep,
 		Directives:   []string{"Answer in the user's language.", "Quote the line you comment on."},
 		// prompt_modules:full does not widen tech's minimal; the toggle adds up.
-		Modules: Modules{Mode: ModeMinimal, Off: []string{"memory"}},
+		Modules: Modules{Mode: modules.Minimal, Off: []string{"memory"}},
 		// audit does not weaken tech's refuse.
 		OnViolation: vet.ModeRefuse,
 		Atomic:      true,
@@ -510,7 +518,7 @@ func TestEffectiveMerge(t *testing.T) {
 			t.Error("Atomic = false; the base's atomicParallelCalls must stay on")
 		}
 		// audited is not a built-in id (default standard) but names full; a workflow naming no mode keeps full.
-		if eff.Modules.Mode != ModeFull {
+		if eff.Modules.Mode != modules.Full {
 			t.Errorf("Modules.Mode = %v, want the base's full", eff.Modules.Mode)
 		}
 		if got := resolve(Request{ClientProtocol: "audited"}).OnViolation; got != vet.ModeAudit {
@@ -522,11 +530,11 @@ func TestEffectiveMerge(t *testing.T) {
 	})
 	t.Run("workflow narrows modules, keeps base mode when it names none", func(t *testing.T) {
 		eff := resolve(Request{ClientWorkflow: "diary"})
-		if want := (Modules{Mode: ModeStandard, Off: []string{"profile"}}); !reflect.DeepEqual(eff.Modules, want) {
+		if want := (Modules{Mode: modules.Standard, Off: []string{"profile"}}); !reflect.DeepEqual(eff.Modules, want) {
 			t.Errorf("diary Modules = %+v, want %+v", eff.Modules, want)
 		}
 		eff = resolve(Request{ClientWorkflow: "billing_only"})
-		if want := (Modules{Mode: ModeFull}); !reflect.DeepEqual(eff.Modules, want) {
+		if want := (Modules{Mode: modules.Full}); !reflect.DeepEqual(eff.Modules, want) {
 			t.Errorf("billing_only Modules = %+v, want %+v (the workflow names no mode)", eff.Modules, want)
 		}
 		if eff.Rules != "PRIVATE RULES" || eff.Template != "base_tool_call_v2" {
@@ -546,7 +554,7 @@ func TestEffectiveMerge(t *testing.T) {
 		want := &Effective{
 			ID: "ops", BaseID: "system", Version: 4, BaseVersion: 5, Workflow: true,
 			Template: "base_tool_call_v2", Rules: "SYSTEM RULES\n- Page the on-call.", ClientSystem: ClientSystemKeep,
-			Modules: Modules{Mode: ModeFull}, Scope: []string{"observer"}, OnViolation: vet.ModeRefuse,
+			Modules: Modules{Mode: modules.Full}, Scope: []string{"observer"}, OnViolation: vet.ModeRefuse,
 			allow: [][]string{{"*"}, {"*"}},
 		}
 		if !reflect.DeepEqual(eff, want) {
@@ -610,7 +618,7 @@ func TestResolveTwoWorkflowsRefused(t *testing.T) {
 	cat["style_review"] = mustProtocol(t, 1, `{"id": "style_review", "extends": "tech", "allowClientSelection": true}`)
 	runResolve(t, NewRouter(mustConfig(t, "")), cat, []resolveCase{
 		{name: "same workflow twice is fine", req: Request{ClientProtocol: "code_review", ClientWorkflow: "code_review"}, wantID: "code_review", wantBase: "tech"},
-		{name: "two different workflows", req: Request{ClientProtocol: "code_review", ClientWorkflow: "style_review"}, wantStatus: 400, wantCode: "unknown_protocol"},
+		{name: "two different workflows", req: Request{ClientProtocol: "code_review", ClientWorkflow: "style_review"}, wantCode: "unknown_protocol"},
 	})
 }
 

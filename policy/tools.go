@@ -6,8 +6,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-
-	"github.com/promptgate/promptgate/proxy/config"
 )
 
 // Removal reasons, stable strings shown in X-Promptgate-Tools-Removed decisions, the preview and audit.
@@ -59,7 +57,7 @@ type Enablement interface {
 
 // ToolAccess is the deployment's tool policy: the config's tools section plus runtime overrides.
 type ToolAccess struct {
-	Config   map[string]config.Tool
+	Config   map[string]ToolConfig
 	Override Enablement // may be nil
 }
 

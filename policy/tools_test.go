@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-
-	"github.com/promptgate/promptgate/proxy/config"
 )
 
 // overrides is a fake Enablement: the operator's runtime switches by tool name.
@@ -36,7 +34,7 @@ func names(ts []Tool) []string {
 }
 
 // toolsConfig is the tools section of a deployment config.
-func toolsConfig(t testing.TB, yaml string) map[string]config.Tool {
+func toolsConfig(t testing.TB, yaml string) map[string]ToolConfig {
 	t.Helper()
 	if yaml == "" {
 		return nil

@@ -19,9 +19,9 @@ import (
 
 // The marker of argument content: a key and a value no reason, log line or stored event may hold.
 const (
-	secretKey = "SECRETKEY_4f9a"
-	secretVal = "SECRETVAL_4f9a"
-	secretTag = "4f9a"
+	secretKey = "SECRETKEY_q7zx"
+	secretVal = "SECRETVAL_q7zx"
+	secretTag = "q7zx" // never in a hex request id, hash or time
 )
 
 // privacyProtocol lets lookup through only when its q starts with "ok"; onViolation is mode.
@@ -113,7 +113,7 @@ func TestNoArgumentContentInAuditOrLog(t *testing.T) {
 		t.Cleanup(up.Close)
 		e := testEngine(t, "defaultProtocol: p_refuse\n", nil, nil,
 			[]json.RawMessage{privacyProtocol("refuse"), privacyProtocol("error"), privacyProtocol("audit")})
-		e.Log = log
+		e.log = log
 		u := mustURL(t, up.URL+"/v1")
 		ts := serveProxy(t, Options{Engine: e, Upstream: u, AnthropicUpstream: u, Log: log,
 			Audit: audit.Multi{audit.Log{Logger: log}, ring, jl}, AuditArguments: include})

@@ -14,8 +14,6 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
-
-	"github.com/promptgate/promptgate/policy/vet"
 )
 
 // bgUpstream imitates the Responses API's background mode: a POST with "background": true is answered at
@@ -367,7 +365,7 @@ func TestBackgroundNotRememberedPassesThrough(t *testing.T) {
 	}}
 	up := newUpstream(t, u.ServeHTTP)
 	o, _ := vetOptions(t, up.URL, "refuse", "")
-	o.StoredResponses = 1
+	o.Engine.surfaces = surfaces(EngineOptions{StoredResponses: 1})
 	ts := serveProxy(t, o)
 
 	// Not background: the POST is vetted as always (no call here) and its retrieval is passed.
@@ -513,47 +511,6 @@ func TestBackgroundPolicyIsTheRequests(t *testing.T) {
 	}
 }
 
-func TestBgPolicyFirstTime(t *testing.T) {
-	var b bgPolicy
-	d := vet.Decision{CallID: "c1", Tool: "t", Verdict: vet.VerdictAllowed, Args: []byte(`{}`)}
-	if !b.firstTime(d) || b.firstTime(d) {
-		t.Fatal("the same decision was not recognised")
-	}
-	changed := d
-	changed.Args = []byte(`{"a":1}`)
-	if !b.firstTime(changed) {
-		t.Fatal("a call whose arguments changed was taken for the same decision")
-	}
-	noID := vet.Decision{Choice: 3, Tool: "t", Verdict: vet.VerdictBlocked}
-	other := noID
-	other.Choice = 4
-	if !b.firstTime(noID) || !b.firstTime(other) || b.firstTime(noID) {
-		t.Fatal("calls without an id are not known by their place")
-	}
-}
-
-func TestBlockedMemoryBackground(t *testing.T) {
-	m := newBlockedMemory(2)
-	p1, p2 := &bgPolicy{protocol: "a"}, &bgPolicy{protocol: "b"}
-	m.rememberBackground("resp_a", p1)
-	m.rememberBackground("resp_a", p2)
-	m.rememberBackground("", p1)
-	m.rememberBackground("resp_n", nil)
-	if m.background("resp_a") != p1 || m.background("") != nil || m.background("resp_n") != nil {
-		t.Fatal("background policy")
-	}
-	// One entry per response: a blocked call of a background response does not take a second place.
-	m.remember("resp_a", blockedCall{CallID: "c1"})
-	m.rememberBackground("resp_b", p2)
-	if m.background("resp_a") != p1 || len(m.lookup("resp_a")) != 1 || m.lookup("resp_b") != nil {
-		t.Fatal("entries")
-	}
-	m.remember("resp_c", blockedCall{CallID: "c2"})
-	if m.background("resp_a") != nil || m.lookup("resp_a") != nil || m.background("resp_b") != p2 {
-		t.Fatal("the oldest response was not the one forgotten")
-	}
-}
-
 // TestBackgroundResumedStream: a streamed retrieval resumed mid-response (starting_after) begins inside the
 // disallowed call, without its output_item.added: the call is still blocked, and the allowed call, which only
 // the final response holds, is vetted there.
@@ -572,39 +529,6 @@ func TestBackgroundResumedStream(t *testing.T) {
 	}
 	if got := strings.Join(toolEvents(rec), ","); got != "web_fetch/blocked,get_weather/allowed" {
 		t.Fatalf("decision log %q", got)
-	}
-}
-
-// TestBlockedMemoryBackgroundBytes: the policies kept are bounded in bytes too (oldest forgotten first, the
-// newest always kept), and they hold copies, not the request's bytes.
-func TestBlockedMemoryBackgroundBytes(t *testing.T) {
-	schema := []byte(`{"type":"object"}`)
-	pol := newBgPolicy(vet.Policy{Allowed: map[string]bool{"t": true}, Schemas: map[string][]byte{"t": schema}}, "p", 1)
-	schema[0] = 'X'
-	if string(pol.policy.Schemas["t"]) != `{"type":"object"}` {
-		t.Fatal("the policy shares the request's bytes")
-	}
-	m := newBlockedMemory(100)
-	m.maxBytes = 2*pol.size + 1
-	m.remember("resp_0", blockedCall{CallID: "c"})
-	m.rememberBackground("resp_a", pol)
-	m.rememberBackground("resp_b", newBgPolicy(vet.Policy{}, "p", 1))
-	if m.lookup("resp_0") == nil || m.background("resp_a") == nil || m.background("resp_b") == nil {
-		t.Fatal("forgotten within the bound")
-	}
-	m.rememberBackground("resp_c", pol)
-	if m.background("resp_a") != nil || m.lookup("resp_0") != nil || m.background("resp_b") == nil || m.background("resp_c") == nil {
-		t.Fatal("the oldest were not the ones forgotten")
-	}
-	big := newBgPolicy(vet.Policy{Schemas: map[string][]byte{"t": make([]byte, 10*m.maxBytes)}}, "p", 1)
-	m.rememberBackground("resp_big", big)
-	if m.background("resp_big") != big || m.order.Len() != 1 || m.bytes != big.size {
-		t.Fatalf("the newest policy was not kept alone: %d entries, %d bytes", m.order.Len(), m.bytes)
-	}
-	m.remember("resp_x", blockedCall{CallID: "c"})
-	m.rememberBackground("resp_y", pol)
-	if m.background("resp_big") != nil || m.bytes != pol.size {
-		t.Fatalf("bytes %d after forgetting, want %d", m.bytes, pol.size)
 	}
 }
 

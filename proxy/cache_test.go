@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -30,7 +31,7 @@ func TestArgRulesOncePerSnapshot(t *testing.T) {
 	}
 	prep := func() *Prepared {
 		t.Helper()
-		p, err := e.PrepareChat(context.Background(), Input{Path: PathChat, Header: http.Header{}, Body: []byte(cacheRequest)})
+		p, err := e.Prepare(context.Background(), Input{Path: PathChat, Header: http.Header{}, Body: []byte(cacheRequest)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,14 +39,16 @@ func TestArgRulesOncePerSnapshot(t *testing.T) {
 	}
 	rules := func(p *Prepared) any {
 		t.Helper()
-		set, err := p.argRules()
+		pol, err := p.Policy(0)
+		set := pol.Rules
 		if err != nil || set.Len() != 1 {
 			t.Fatalf("rules %v, %v", set, err)
 		}
 		return set
 	}
 	check := func(p *Prepared, id string) bool {
-		_, _, ok := s.checker(&exchange{prep: p, log: s.log}).Check("get_ticket", []byte(`{"id":"`+id+`"}`))
+		pol, _ := p.Policy(s.limits.MaxJSONDepth)
+		_, _, ok := vet.NewChecker(pol).Check("get_ticket", []byte(`{"id":"`+id+`"}`))
 		return ok
 	}
 	a, b := prep(), prep()
@@ -55,10 +58,10 @@ func TestArgRulesOncePerSnapshot(t *testing.T) {
 	if !check(a, "T-1") || check(a, "X-1") {
 		t.Error("v1 rules not applied")
 	}
-	if err := e.Defs.store.ApplyRollout(context.Background(), store.Rollout{ID: "v2", Protocols: []json.RawMessage{json.RawMessage(cacheProtocolV2)}}); err != nil {
+	if err := e.defs.store.ApplyRollout(context.Background(), store.Rollout{ID: "v2", Protocols: []json.RawMessage{json.RawMessage(cacheProtocolV2)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Defs.Reload(context.Background()); err != nil {
+	if err := e.defs.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	c := prep()

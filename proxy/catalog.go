@@ -19,9 +19,8 @@ import (
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/config"
-	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/store"
+	"github.com/promptgate/promptgate/telemetry/metrics"
 )
 
 // catalog is one immutable snapshot of the active definitions. A request takes one snapshot when it starts
@@ -93,7 +92,7 @@ func (c *catalog) Protocol(id string) (*policy.Protocol, bool) {
 // CheckProtocols returns an error naming the config key (defaultProtocol, routes[i].protocol) of the first
 // protocol the config names that has no active version in the current catalog: every request sent to it
 // would fail with unknown_protocol, so serve refuses to start instead.
-func (d *Definitions) CheckProtocols(cfg *config.File) error {
+func (d *Definitions) CheckProtocols(cfg policy.Config) error {
 	c := d.snapshot()
 	known := func() string { return strings.Join(slices.Sorted(maps.Keys(c.protocols)), ", ") }
 	if _, ok := c.protocols[cfg.DefaultProtocol]; cfg.DefaultProtocol != "" && !ok {

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -21,7 +22,7 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/plugins"
-	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/policy/modules"
 )
 
 // corpusEntry is one line of the published injection corpus (../shared/corpus/injections.jsonl).
@@ -64,17 +65,6 @@ func loadCorpus(t *testing.T) []corpusEntry {
 	return out
 }
 
-// hostContext is the proxy's adapter from the plugin host to ContextSource (cmd/promptgate has its own).
-type hostContext struct{ h *plugins.Host }
-
-func (a hostContext) Gather(ctx context.Context, q GatherQuery) (Gathered, error) {
-	r, err := a.h.Gather(ctx, plugins.Query{
-		Protocol: q.Protocol, BaseProtocol: q.BaseProtocol, Workflow: q.Workflow, Mode: q.Mode, ModulesOff: q.ModulesOff,
-		User: q.User, Conversation: q.Conversation, Model: q.Model, LatestUser: q.LatestUser,
-	})
-	return Gathered{Sources: r.Sources, Skipped: r.Skipped, Directives: r.Directives}, err
-}
-
 // startFileMemory builds the example plugin filememory with the go command and starts it, named "memory",
 // serving the users' files in dir.
 func startFileMemory(t *testing.T, dir string) *plugins.Host {
@@ -92,12 +82,9 @@ func startFileMemory(t *testing.T, dir string) *plugins.Host {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(raw)
-	cfg, err := config.Parse(fmt.Appendf(nil, "plugins:\n  - {name: memory, path: %q, sha256: %q, module: memory, minMode: minimal, timeout: 10s, required: true, cacheTTL: 0s, config: {dir: %q}}\n",
-		bin, hex.EncodeToString(sum[:]), dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := plugins.NewHost(context.Background(), cfg.Plugins, plugins.HostOptions{})
+	spec := plugins.Spec{Name: "memory", Path: bin, SHA256: hex.EncodeToString(sum[:]), Module: "memory", MinMode: modules.Minimal,
+		Timeout: 10 * time.Second, Required: true, Config: map[string]any{"dir": dir}}
+	h, err := plugins.NewHost(context.Background(), []plugins.Spec{spec}, plugins.HostOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,21 +114,21 @@ func jsonOf(v any) string {
 }
 
 var corpusSurfaces = []corpusSurface{
-	{PathChat, (*Engine).PrepareChat, func(doc, tool, user string) []byte {
+	{PathChat, (*Engine).Prepare, func(doc, tool, user string) []byte {
 		return []byte(`{"model":"m","messages":[{"role":"system","content":"You help with banking."},{"role":"user","content":"check my balance"},` +
 			`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"read_page","arguments":"{}"}}]},` +
 			`{"role":"tool","tool_call_id":"call_1","content":` + jsonOf(tool) + `},{"role":"user","content":"and?"}],` +
 			`"tools":[{"type":"function","function":{"name":"read_page","description":"Read a page."}},{"type":"function","function":{"name":"send_money","description":"Send money."}}],` +
 			`"promptgate":{"user":` + jsonOf(user) + `,"context":{"doc":` + jsonOf(doc) + `}}}`)
 	}, "messages", 2, "content"},
-	{PathResponses, (*Engine).PrepareResponses, func(doc, tool, user string) []byte {
+	{PathResponses, (*Engine).Prepare, func(doc, tool, user string) []byte {
 		return []byte(`{"model":"m","instructions":"You help with banking.","input":[{"role":"user","content":"check my balance"},` +
 			`{"type":"function_call","call_id":"call_1","name":"read_page","arguments":"{}"},` +
 			`{"type":"function_call_output","call_id":"call_1","output":` + jsonOf(tool) + `},{"role":"user","content":"and?"}],` +
 			`"tools":[{"type":"function","name":"read_page","description":"Read a page."},{"type":"function","name":"send_money","description":"Send money."}],` +
 			`"promptgate":{"user":` + jsonOf(user) + `,"context":{"doc":` + jsonOf(doc) + `}}}`)
 	}, "input", 2, "output"},
-	{PathMessages, (*Engine).PrepareMessages, func(doc, tool, user string) []byte {
+	{PathMessages, (*Engine).Prepare, func(doc, tool, user string) []byte {
 		return []byte(`{"model":"m","max_tokens":100,"system":"You help with banking.","messages":[{"role":"user","content":"check my balance"},` +
 			`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"read_page","input":{}}]},` +
 			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":` + jsonOf(tool) + `},{"type":"text","text":"and?"}]}],` +
@@ -222,8 +209,8 @@ func TestInjectionCorpus(t *testing.T) {
 		{"datamark", nil, true},
 	} {
 		e := testEngine(t, "", variant.env, nil, nil)
-		e.Context = hostContext{host}
-		e.Settings.DatamarkToolOutput = variant.datamark
+		e.context = host
+		e.settings.DatamarkToolOutput = variant.datamark
 		for _, sf := range corpusSurfaces {
 			clean := renderOf(t, sf, e, sf.body("clean data", "clean output", "clean"))
 			if !strings.Contains(clean.ctxMsg, `"memory":{"doc":"clean data"}`) {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,18 +11,19 @@ import (
 	"strings"
 
 	"github.com/promptgate/promptgate/assembly"
-	"github.com/promptgate/promptgate/assembly/ctxjson"
+	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
-	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/config"
-	"github.com/promptgate/promptgate/proxy/tracing"
+	"github.com/promptgate/promptgate/proxy/surface"
+	"github.com/promptgate/promptgate/proxy/surface/chat"
+	"github.com/promptgate/promptgate/proxy/surface/messages"
+	"github.com/promptgate/promptgate/proxy/surface/responses"
 )
 
 // Request headers of promptgate; they are read here and never sent upstream.
 const (
-	HeaderProtocol     = "X-Promptgate-Protocol"
+	HeaderProtocol     = surface.HeaderProtocol
 	HeaderWorkflow     = "X-Promptgate-Workflow"
 	HeaderUser         = "X-Promptgate-User"
 	HeaderConversation = "X-Promptgate-Conversation"
@@ -35,53 +35,98 @@ const (
 	HeaderUpstreamReqID = "X-Upstream-Request-Id"
 	HeaderTemplate      = "X-Promptgate-Template"
 	HeaderToolsRemoved  = "X-Promptgate-Tools-Removed"
-	HeaderBlocked       = "X-Promptgate-Blocked"
+	HeaderBlocked       = surface.HeaderBlocked
 )
 
-// GatherQuery is what a context source is told about a request.
-type GatherQuery struct {
-	// Protocol is the effective protocol (the workflow when one applies), BaseProtocol its base, and
-	// Workflow the workflow id or "".
-	Protocol, BaseProtocol, Workflow string
-	Mode                             policy.ModuleMode
-	ModulesOff                       []string
-	User, Conversation               string
-	Model                            string
-	// LatestUser is the text of the latest user message; sources see it only where their config allows.
-	LatestUser string
-}
-
-// Gathered is what the context sources returned for one request.
-type Gathered struct {
-	Sources    []ctxjson.Source
-	Skipped    []ctxjson.Skip
-	Directives []string
-	// Notes are the sources' debug notes by source name; they reach the model only with
-	// PROMPT_INCLUDE_COGNITIVE_NOTES=true, as the untrusted context key "debugNotes".
-	Notes map[string][]string
-}
-
-// NotesSource is the context key of the sources' debug notes.
-const NotesSource = "debugNotes"
-
-// ContextSource gathers runtime context (plugins/ implements it). An error means a required source failed:
-// the request is answered 503 context_unavailable.
+// ContextSource gathers runtime context (the plugin host implements it). An error means a required source
+// failed: the request is answered 503 context_unavailable.
 type ContextSource interface {
-	Gather(ctx context.Context, q GatherQuery) (Gathered, error)
+	Gather(ctx context.Context, q gather.Query) (gather.Result, error)
 }
 
 // Engine turns a client request into the upstream request. The proxy listener, the admin preview and the
-// `promptgate preview` command all run this same code.
+// `promptgate preview` command all run this same code. It is immutable once built, and safe for concurrent
+// use.
 type Engine struct {
-	Defs     *Definitions
-	Router   *policy.Router
-	Access   policy.ToolAccess
-	Settings assembly.Settings
-	Limits   config.Limits
-	// Context may be nil: then only the request's own promptgate.context is used.
-	Context ContextSource
-	Log     *slog.Logger
+	defs     *Definitions
+	router   *policy.Router
+	access   policy.ToolAccess
+	settings assembly.Settings
+	limits   Limits
+	context  ContextSource // nil: only the request's own promptgate.context
+	log      *slog.Logger
+	// surfaces are the rewritten APIs (see surfaces).
+	surfaces []surface.Surface
+	// schemas keeps the compiled tool schemas that clients declare, shared by every response's checker.
+	schemas *vet.SchemaCache
 }
+
+// EngineOptions configure NewEngine.
+type EngineOptions struct {
+	// Defs are the definitions the engine serves. Required.
+	Defs *Definitions
+	// Policy is the routing and tool-access part of the deployment config.
+	Policy policy.Config
+	// Settings are the assembly settings (the PROMPT_* environment and the config's security section).
+	Settings assembly.Settings
+	// Limits bound a request; zero values mean the defaults.
+	Limits Limits
+	// Context gathers runtime context; nil means only the request's own promptgate.context is used.
+	Context ContextSource
+	// Log receives the engine's debug lines; nil discards.
+	Log *slog.Logger
+	// StoredResponses bounds the per-instance memory of Responses answers (see surface/responses); 0 means
+	// 10,000.
+	StoredResponses int
+}
+
+// NewEngine builds the engine of o.
+func NewEngine(o EngineOptions) (*Engine, error) {
+	if o.Defs == nil {
+		return nil, errors.New("proxy: NewEngine needs the definitions")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	o.Limits.ApplyDefaults()
+	return &Engine{
+		defs: o.Defs, router: policy.NewRouter(o.Policy), access: policy.ToolAccess{Config: o.Policy.Tools},
+		settings: o.Settings, limits: o.Limits, context: o.Context, log: o.Log,
+		surfaces: surfaces(o), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize),
+	}, nil
+}
+
+// surfaces is the table of the rewritten APIs, in the order their routes are listed. A new surface is one
+// package under proxy/surface and one line here.
+func surfaces(o EngineOptions) []surface.Surface {
+	return []surface.Surface{
+		chat.Surface{},
+		responses.New(responses.Options{Remember: o.StoredResponses}),
+		messages.Surface{},
+	}
+}
+
+// surfaceOf is the surface whose rewritten route is path, or nil.
+func (e *Engine) surfaceOf(path string) surface.Surface {
+	for _, sf := range e.surfaces {
+		if sf.Path() == path {
+			return sf
+		}
+	}
+	return nil
+}
+
+// Paths are the rewritten routes, one per surface.
+func (e *Engine) Paths() []string {
+	out := make([]string, len(e.surfaces))
+	for i, sf := range e.surfaces {
+		out[i] = sf.Path()
+	}
+	return out
+}
+
+// Limits are the engine's limits, defaults filled in.
+func (e *Engine) Limits() Limits { return e.limits }
 
 // Input is one client request.
 type Input struct {
@@ -106,12 +151,43 @@ type Prepared struct {
 	// StoredPrompt is the id of the stored prompt a Responses request names, "" when none: forwarded only where
 	// every tool is allowed (Effective.Restriction), and recorded as a decision.
 	StoredPrompt string
+	// Notes say what the surface did to continue the conversation (for the log); nil when nothing.
+	Notes []string
+	// Surface is the API of the request.
+	Surface surface.Surface
+	// client is the body the client sent.
+	client []byte
 	// cat is the definitions snapshot the request was prepared on (nil when built elsewhere).
 	cat *catalog
+	// schemas is the engine's cache of compiled tool schemas.
+	schemas *vet.SchemaCache
 }
 
-// argRules is the protocol's compiled argument rules, compiled once per snapshot.
-func (p *Prepared) argRules() (*vet.RuleSet, error) { return p.cat.argRules(p.Protocol) }
+// Policy is the tool-call policy of the request: the kept tools (not those the upstream runs itself, whose
+// name admits no call), their schemas, the protocol's argument rules and mode. Where the rules do not compile
+// (they were validated when the protocol was stored), no call may pass; err says why.
+func (p *Prepared) Policy(maxDepth int) (pol vet.Policy, err error) {
+	allowed := make(map[string]bool, len(p.Kept))
+	schemas := make(map[string][]byte, len(p.Kept))
+	for _, t := range p.Kept {
+		if t.UpstreamOnly {
+			continue
+		}
+		allowed[t.Name] = true
+		if len(t.Schema) > 0 {
+			schemas[t.Name] = t.Schema
+		}
+	}
+	rules, err := p.cat.argRules(p.Protocol)
+	if err != nil {
+		allowed = map[string]bool{}
+	}
+	return vet.Policy{
+		Allowed: allowed, Schemas: schemas, Rules: rules,
+		Mode: p.Protocol.OnViolation, Atomic: p.Protocol.Atomic, MaxDepth: maxDepth,
+		SchemaCache: p.schemas,
+	}, err
+}
 
 // contextError marks a failure of a required context source.
 type contextError struct{ err error }
@@ -137,197 +213,14 @@ type templateError struct{ err error }
 func (e *templateError) Error() string { return e.err.Error() }
 func (e *templateError) Unwrap() error { return e.err }
 
-// PrepareChat validates and rewrites a /v1/chat/completions request.
-func (e *Engine) PrepareChat(ctx context.Context, in Input) (*Prepared, error) {
-	return e.prepare(ctx, in, chatSurface)
-}
-
-// PrepareResponses validates and rewrites an OpenAI Responses API request (/v1/responses).
-func (e *Engine) PrepareResponses(ctx context.Context, in Input) (*Prepared, error) {
-	return e.prepare(ctx, in, responsesSurface)
-}
-
-// PrepareMessages validates and rewrites an Anthropic Messages request (/v1/messages).
-func (e *Engine) PrepareMessages(ctx context.Context, in Input) (*Prepared, error) {
-	return e.prepare(ctx, in, messagesSurface)
-}
-
-// surfaceRequest is what the pipeline needs of a request, on any surface.
-type surfaceRequest struct {
-	model       string
-	stream      bool
-	application []string // the client's own system texts
-	tools       []policy.Tool
-	nativeTools bool
-	latestUser  string
-	// storedPrompt is the id of a stored prompt (Responses), "" when none.
-	storedPrompt string
-}
-
-// surface adapts one rewritten API to the pipeline: how its body is read, how its tool_choice is checked,
-// and how the layered prompt and the kept tools are written back. Everything else is shared. Each reads the
-// body through the one assembly.Body of the request, whose members are located once.
-type surface struct {
-	parse      func(b *assembly.Body) (surfaceRequest, error)
-	toolChoice func(b *assembly.Body, kept []policy.Tool) error
-	rewrite    func(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error)
-	// contextInPrompt keeps the runtime context JSON in the layered prompt even with the structured channel
-	// on (the Responses API stores input items with the conversation).
-	contextInPrompt bool
-}
-
-var (
-	chatSurface = surface{
-		parse: func(b *assembly.Body) (surfaceRequest, error) {
-			c, err := b.Chat()
-			if err != nil {
-				return surfaceRequest{}, err
-			}
-			return surfaceRequest{c.Model, c.Stream, c.Application, c.Tools, c.NativeTools, c.LatestUser, ""}, nil
-		},
-		toolChoice: (*assembly.Body).ChatToolChoice,
-		rewrite:    (*assembly.Body).RewriteChat,
+// Prepare validates and rewrites a request to one of the rewritten routes (in.Path).
+func (e *Engine) Prepare(ctx context.Context, in Input) (*Prepared, error) {
+	sf := e.surfaceOf(in.Path)
+	if sf == nil {
+		return nil, &policy.Error{Code: policy.CodeInvalidRequest, Param: "path",
+			Message: fmt.Sprintf("path %q is not a rewritten surface: use one of %s", in.Path, strings.Join(e.Paths(), ", "))}
 	}
-	responsesSurface = surface{
-		parse: func(b *assembly.Body) (surfaceRequest, error) {
-			r, err := b.Responses()
-			if err != nil {
-				return surfaceRequest{}, err
-			}
-			return surfaceRequest{r.Model, r.Stream, r.Application, r.Tools, r.NativeTools, r.LatestUser, r.StoredPrompt}, nil
-		},
-		toolChoice:      (*assembly.Body).ResponsesToolChoice,
-		rewrite:         (*assembly.Body).RewriteResponses,
-		contextInPrompt: true,
-	}
-	messagesSurface = surface{
-		parse: func(b *assembly.Body) (surfaceRequest, error) {
-			m, err := b.Messages()
-			if err != nil {
-				return surfaceRequest{}, err
-			}
-			return surfaceRequest{m.Model, m.Stream, m.Application, m.Tools, m.NativeTools, m.LatestUser, ""}, nil
-		},
-		toolChoice: (*assembly.Body).MessagesToolChoice,
-		rewrite:    (*assembly.Body).RewriteMessages,
-	}
-)
-
-// prepare is the pipeline of every surface: validate, resolve the protocol, filter the tools, check
-// tool_choice, gather the context, build the layered prompt, rewrite the body.
-func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, error) {
-	_, sp := tracing.Stage(ctx, tracing.SpanValidate)
-	if err := jsoncheck.Object(in.Body, jsoncheck.Limits{MaxDepth: e.Limits.MaxJSONDepth}); err != nil {
-		return nil, stageFail(sp, err)
-	}
-	body := assembly.NewBody(in.Body)
-	ext, err := body.Extension()
-	if err != nil {
-		return nil, stageFail(sp, err)
-	}
-	req, err := sf.parse(body)
-	if err != nil {
-		return nil, stageFail(sp, err)
-	}
-	if n, most := len(req.tools), cmp.Or(e.Limits.MaxTools, config.DefaultMaxTools); n > most {
-		// Each declared tool can be a decision event: one request must not flood the audit log.
-		return nil, stageFail(sp, &policy.Error{Status: http.StatusBadRequest, Code: "invalid_request", Param: "tools",
-			Message: fmt.Sprintf("tools: %d declared, more than the %d this gateway takes (limits.maxTools)", n, most)})
-	}
-	sp.End()
-	_, sp = tracing.Stage(ctx, tracing.SpanRoute)
-	cat := e.Defs.snapshot()
-	eff, err := e.Router.Resolve(policyRequest(in, req.model, ext), cat)
-	if err != nil {
-		return nil, stageFail(sp, err)
-	}
-	traceRoute(sp, eff)
-	_, sp = tracing.Stage(ctx, tracing.SpanFilterTools)
-	access := e.Access
-	access.Override = cat // the kill switches of this snapshot
-	kept, removed := eff.Filter(req.tools, access)
-	if err := sf.toolChoice(body, kept); err != nil {
-		return nil, stageFail(sp, err)
-	}
-	if req.storedPrompt != "" {
-		if why := eff.Restriction(access); why != "" {
-			return nil, stageFail(sp, storedPromptRefused(req.storedPrompt, why, eff))
-		}
-	}
-	traceTools(sp, kept, removed)
-	tmpl, err := e.Defs.template(cat, eff.Template)
-	if err != nil {
-		return nil, &templateError{err}
-	}
-	user := firstNonEmpty(in.Header.Get(HeaderUser), ext.User)
-	conv := firstNonEmpty(in.Header.Get(HeaderConversation), ext.Conversation)
-	layers := assembly.Layers{
-		Rules:       eff.Rules,
-		Directives:  eff.Directives,
-		Tools:       kept,
-		NativeTools: req.nativeTools,
-		Meta:        ctxjson.Meta{Protocol: eff.ID},
-	}
-	if eff.ClientSystem != policy.ClientSystemDrop {
-		layers.Application = req.application
-	}
-	if ext.Context != nil {
-		v, err := ctxjson.Parse(ext.Context)
-		if err != nil {
-			return nil, fmt.Errorf("proxy: promptgate.context: %w", err)
-		}
-		layers.Sources = append(layers.Sources, ctxjson.Source{Name: "request", Value: v})
-	}
-	if e.Context != nil {
-		gctx, sp := tracing.Stage(ctx, tracing.SpanContext)
-		g, err := e.Context.Gather(gctx, GatherQuery{
-			Protocol: eff.ID, BaseProtocol: eff.BaseID, Workflow: workflowOf(eff), Mode: eff.Modules.Mode, ModulesOff: eff.Modules.Off,
-			User: user, Conversation: conv, Model: req.model, LatestUser: req.latestUser,
-		})
-		if err != nil {
-			return nil, stageFail(sp, &contextError{err})
-		}
-		traceGathered(sp, g)
-		layers.Sources = append(layers.Sources, g.Sources...)
-		layers.Meta.Skipped = append(layers.Meta.Skipped, g.Skipped...)
-		layers.Directives = append(layers.Directives, g.Directives...)
-		if e.Settings.IncludeCognitiveNotes && len(g.Notes) > 0 {
-			notes := ctxjson.Object()
-			for _, src := range g.Sources {
-				if ns := g.Notes[src.Name]; len(ns) > 0 {
-					arr := ctxjson.Array()
-					for _, n := range ns {
-						arr.Append(ctxjson.String(n))
-					}
-					notes.Set(src.Name, arr)
-				}
-			}
-			if notes.Len() > 0 {
-				layers.Sources = append(layers.Sources, ctxjson.Source{Name: NotesSource, Value: notes})
-			}
-		}
-	}
-	for _, s := range layers.Sources {
-		layers.Meta.Sources = append(layers.Meta.Sources, s.Name)
-	}
-	_, sp = tracing.Stage(ctx, tracing.SpanAssemble)
-	settings := e.Settings
-	if sf.contextInPrompt {
-		settings.StructuredChannel = false
-	}
-	prompt := assembly.Build(tmpl, layers, settings)
-	out, err := sf.rewrite(body, prompt, kept, len(removed) > 0)
-	if err != nil {
-		return nil, stageFail(sp, err)
-	}
-	traceAssembled(sp, tmpl, prompt, len(out))
-	if prompt.ContextTruncated {
-		e.Log.Debug("runtime context truncated to fit", "protocol", eff.ID, "max_chars", e.Settings.ContextMaxChars)
-	}
-	return &Prepared{
-		Body: out, Model: req.model, Stream: req.stream, Protocol: eff, Template: tmpl,
-		Prompt: prompt, Kept: kept, Removed: removed, Extension: ext, StoredPrompt: req.storedPrompt, cat: cat,
-	}, nil
+	return e.prepare(ctx, in, sf)
 }
 
 // storedPromptRefused is the refusal of a request naming the stored prompt id where the operator restricts
@@ -336,7 +229,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface) (*Prepared, 
 func storedPromptRefused(id, why string, eff *policy.Effective) *refusedError {
 	reason := fmt.Sprintf("stored prompt %q: its tools and instructions are applied upstream, out of promptgate's sight, and %s", id, why)
 	return &refusedError{
-		err: &policy.Error{Status: http.StatusBadRequest, Code: "invalid_request", Param: "prompt", Message: "prompt: the request names " + reason +
+		err: &policy.Error{Code: policy.CodeInvalidRequest, Param: "prompt", Message: "prompt: the request names " + reason +
 			"; send the prompt's instructions and tools in the request instead, or use a protocol that allows every tool"},
 		kind: audit.KindStoredPrompt, tool: "prompt", reason: reason, protocol: eff,
 	}
@@ -379,13 +272,6 @@ func firstNonEmpty(vals ...string) string {
 		}
 	}
 	return ""
-}
-
-// isClientError reports errors that are the client's fault (a 4xx).
-func isClientError(err error) bool {
-	var pe *policy.Error
-	var je *jsoncheck.Error
-	return errors.As(err, &pe) || errors.As(err, &je)
 }
 
 // workflowOf is the workflow id of an effective protocol, "" when none applies.

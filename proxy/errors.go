@@ -8,6 +8,7 @@ import (
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/proxy/surface"
 )
 
 // apiError is an error answered in the OpenAI shape.
@@ -45,7 +46,7 @@ func toAPIError(err error) apiError {
 	var te *templateError
 	switch {
 	case errors.As(err, &pe):
-		return apiError{Status: pe.Status, Code: pe.Code, Message: pe.Message, Param: contractParam(pe.Code, pe.Param)}
+		return apiError{Status: refusalStatus(pe.Code), Code: pe.Code, Message: pe.Message, Param: contractParam(pe.Code, pe.Param)}
 	case errors.As(err, &je):
 		// The client sees the key of its own body; the log (fail) gets only err, which never quotes it.
 		return apiError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "request body: " + je.QuotedError()}
@@ -57,12 +58,21 @@ func toAPIError(err error) apiError {
 		return apiError{Status: http.StatusInternalServerError, Code: "template_unavailable", Message: "the protocol's template is not available: " + te.err.Error()}
 	case errors.Is(err, errBodyTimeout):
 		return apiError{Status: http.StatusRequestTimeout, Code: "request_timeout", Message: "the request body did not arrive within limits.bodyReadTimeout"}
-	case errors.Is(err, errUpstreamTimeout):
+	case errors.Is(err, surface.ErrUpstreamTimeout):
 		return apiError{Status: http.StatusGatewayTimeout, Code: "upstream_timeout", Message: "the upstream did not answer in time"}
-	case errors.Is(err, errUpstreamMalformed):
+	case errors.Is(err, surface.ErrUpstreamMalformed):
 		return apiError{Status: http.StatusBadGateway, Code: "upstream_error", Message: err.Error()}
 	}
 	return apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
+}
+
+// refusalStatus is the HTTP status of a policy refusal by its code: 403 where the client may not do what it
+// asks, else 400 (the request itself is wrong).
+func refusalStatus(code string) int {
+	if code == policy.CodeProtocolNotAllowed {
+		return http.StatusForbidden
+	}
+	return http.StatusBadRequest
 }
 
 // contractParam is the param of an error with the given code: the codes of the contract's error table

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -13,9 +15,10 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
-	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -56,24 +59,46 @@ func testEngine(t testing.TB, cfgYAML string, env map[string]string, templates, 
 			t.Fatal(err)
 		}
 	}
-	cfg, err := config.Parse([]byte(cfgYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := parseTestConfig(t, cfgYAML)
 	settings, err := assembly.SettingsFromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.Security.Apply(&settings)
 	log := slog.New(slog.DiscardHandler)
 	defs, err := NewDefinitions(context.Background(), st, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(defs.Close)
-	return &Engine{
-		Defs: defs, Router: policy.NewRouter(cfg), Access: policy.ToolAccess{Config: cfg.Tools},
-		Settings: settings, Limits: cfg.Limits, Log: log,
+	e, err := NewEngine(EngineOptions{Defs: defs, Policy: cfg.Config, Settings: settings, Limits: cfg.Limits, Log: log})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return e
+}
+
+// testConfig is the part of the config file the engine reads: proxy/config, which composes the whole file,
+// imports this package, so the tests here decode these sections themselves, as strictly.
+type testConfig struct {
+	policy.Config `yaml:",inline"`
+	Limits        Limits            `yaml:"limits"`
+	Security      assembly.Security `yaml:"security"`
+}
+
+func parseTestConfig(t testing.TB, src string) testConfig {
+	t.Helper()
+	var c testConfig
+	dec := yaml.NewDecoder(strings.NewReader(src))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("config: %v", err)
+	}
+	errs := append(c.Config.Validate(), c.Limits.Validate("limits")...)
+	if len(errs) > 0 {
+		t.Fatalf("config: %v", errors.Join(errs...))
+	}
+	return c
 }
 
 func TestGolden(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/promptgate/promptgate/proxy/guard"
-	"github.com/promptgate/promptgate/proxy/metrics"
+	"github.com/promptgate/promptgate/telemetry/metrics"
 )
 
 // guardedProxy serves promptgate in front of up with the given config and listener policy.
@@ -483,7 +483,7 @@ func TestClientGoneCountedAs499(t *testing.T) {
 		gone <- struct{}{}
 	})
 	e := testEngine(t, "", nil, nil, nil)
-	m := metrics.New(e.Defs.Versions)
+	m := metrics.New(e.defs.Versions)
 	u, _ := url.Parse(up.URL + "/v1")
 	s, err := New(Options{Engine: e, Upstream: u, Metrics: m})
 	if err != nil {

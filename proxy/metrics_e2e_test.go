@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/promptgate/promptgate/policy/audit"
-	"github.com/promptgate/promptgate/proxy/metrics"
+	"github.com/promptgate/promptgate/telemetry/metrics"
 )
 
 func TestMetricsAfterTraffic(t *testing.T) {
@@ -19,7 +19,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		_, _ = io.WriteString(w, completionWithCalls(badHost))
 	})
 	e := testEngine(t, "defaultProtocol: guarded\ntools:\n  delete_all: {enabled: false}\n", map[string]string{"PROMPT_RUNTIME_CONTEXT_MAX_CHARS": "100"}, nil, []json.RawMessage{vetProtocol("refuse")})
-	m := metrics.New(e.Defs.Versions)
+	m := metrics.New(e.defs.Versions)
 	u, _ := url.Parse(up.URL + "/v1")
 	s, err := New(Options{Engine: e, Upstream: u, Metrics: m, Audit: audit.Multi{m}})
 	if err != nil {

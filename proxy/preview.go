@@ -51,39 +51,35 @@ type ReportContext struct {
 
 // PreviewPaths are the paths Preview takes, one per rewritten surface: the proxy listener's rewritten routes.
 func PreviewPaths() []string {
-	out := make([]string, len(routes))
-	for i, rt := range routes {
-		out[i] = rt.path
+	var out []string
+	for _, sf := range surfaces(EngineOptions{}) {
+		out = append(out, sf.Path())
 	}
 	return out
 }
 
-// Preview prepares a request exactly as the proxy listener would for a POST to in.Path — PathChat (also
-// when in.Path is ""), PathResponses or PathMessages — through the same Engine method, and reports it. It
-// calls no upstream. Another path is a 400 invalid_request naming the param "path".
+// Preview prepares a request exactly as the proxy listener would for a POST to in.Path — one of Paths
+// (PathChat when in.Path is "") — through the same Engine code, continuation included, and reports it. It
+// calls no upstream. Another path is a 400 invalid_request naming the param "path"; a body over
+// limits.maxBodyBytes a 413.
 func (e *Engine) Preview(ctx context.Context, in Input) ([]byte, error) {
 	if in.Path == "" {
 		in.Path = PathChat
 	}
-	var rt *route
-	for _, r := range routes {
-		if r.path == in.Path {
-			rt = r
-		}
+	if int64(len(in.Body)) > e.limits.MaxBodyBytes {
+		return nil, &http.MaxBytesError{Limit: e.limits.MaxBodyBytes}
 	}
-	if rt == nil {
-		return nil, &policy.Error{Status: http.StatusBadRequest, Code: "invalid_request", Param: "path",
-			Message: fmt.Sprintf("preview: path %q is not a rewritten surface: use one of %s", in.Path, strings.Join(PreviewPaths(), ", "))}
+	sf := e.surfaceOf(in.Path)
+	if sf == nil {
+		return nil, &policy.Error{Code: policy.CodeInvalidRequest, Param: "path",
+			Message: fmt.Sprintf("preview: path %q is not a rewritten surface: use one of %s", in.Path, strings.Join(e.Paths(), ", "))}
 	}
-	p, err := rt.prepare(e, ctx, in)
+	p, err := e.prepare(ctx, in, sf)
 	if err != nil {
 		return nil, err
 	}
 	return marshalReport(in.Path, p)
 }
-
-// MarshalReport renders the report of a chat request; see Preview.
-func MarshalReport(p *Prepared) ([]byte, error) { return marshalReport(PathChat, p) }
 
 // marshalReport renders the report with upstreamRequest holding the exact upstream body, byte for byte.
 func marshalReport(path string, p *Prepared) ([]byte, error) {
@@ -95,7 +91,7 @@ func marshalReport(path string, p *Prepared) ([]byte, error) {
 		ProtocolID:        p.Protocol.ID,
 		ProtocolVersion:   p.Protocol.Version,
 		BaseProtocolID:    p.Protocol.BaseID,
-		Modules:           ReportModules{Mode: p.Protocol.Modules.Mode.String(), Off: nonNil(p.Protocol.Modules.Off)},
+		Modules:           ReportModules{Mode: string(p.Protocol.Modules.Mode), Off: nonNil(p.Protocol.Modules.Off)},
 		Tools:             ReportTools{Kept: make([]string, 0, len(p.Kept)), Removed: p.Removed},
 		Sizes:             p.Prompt.Sizes,
 		Context:           ReportContext{Truncated: p.Prompt.ContextTruncated, DirectivesTruncated: p.Prompt.DirectivesTruncated},

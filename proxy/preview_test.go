@@ -43,3 +43,36 @@ func TestPreviewPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestPreviewResponsesContinuationExact: the preview of a Responses continuation whose previous response had a
+// blocked call is, byte for byte, the body the upstream receives — the answer to the blocked call included.
+func TestPreviewResponsesContinuationExact(t *testing.T) {
+	u := newAPIUpstream(func(n int) []string {
+		if n == 1 {
+			return []string{fcItem("fc_evil", "call_evil", "web_fetch", respBadArgs, "completed")}
+		}
+		return []string{messageItem("msg_2", "ok")}
+	})
+	up := newUpstream(t, u.ServeHTTP)
+	o, _ := vetOptions(t, up.URL, "refuse", "")
+	ts := serveProxy(t, o)
+	tools := `"tools":[{"type":"function","name":"web_fetch","parameters":{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}}]`
+	if resp, b := postTo(t, ts, PathResponses, `{"model":"m","input":"go",`+tools+`}`, nil); resp.StatusCode != 200 || resp.Header.Get(HeaderBlocked) != "1" {
+		t.Fatalf("first turn: %d %v %s", resp.StatusCode, resp.Header, b)
+	}
+	next := `{"model":"m","previous_response_id":"resp_1","input":"and now?",` + tools + `}`
+	report, err := o.Engine.Preview(context.Background(), Input{Path: PathResponses, Header: http.Header{}, Body: []byte(next)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, b := postTo(t, ts, PathResponses, next, nil); resp.StatusCode != 200 {
+		t.Fatalf("continuation: %d %s", resp.StatusCode, b)
+	}
+	sent := up.lastBody(t)
+	if got := gjson.GetBytes(report, "upstreamRequest").Raw; got != string(sent) {
+		t.Fatalf("the preview is not the body the upstream received:\npreview  %s\nupstream %s", got, sent)
+	}
+	if gjson.GetBytes(sent, `input.#(call_id=="call_evil").type`).Str != "function_call_output" {
+		t.Fatalf("the blocked call was not answered: %s", sent)
+	}
+}

@@ -1,7 +1,9 @@
-// Package proxy is promptgate's listener: it reads and validates each request once, runs the pipeline
-// (policy → context → assembly) through the Engine, forwards the rewritten request upstream, and vets the
-// response — stream or not — before the client sees it. The order of the stages lives here, in one place.
-// It does not build prompts, pick protocols or check tool calls itself (assembly/, policy/, policy/vet do).
+// Package proxy is promptgate's listener and its engine: it reads each request once, runs the stages of the
+// pipeline in their one order (Engine.prepare in pipeline.go: validate, route, filter tools, context,
+// assemble), forwards the prepared request upstream, and vets the response — stream or not — before the
+// client sees it (Server.vetResponse). It holds the table of surfaces (proxy/surface/...) and iterates it. It
+// does not build prompts, pick protocols, check tool calls or know an API's wire shape itself (assembly/,
+// policy/, policy/vet and the surfaces do).
 package proxy
 
 import (
@@ -25,36 +27,32 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/anthvet"
-	"github.com/promptgate/promptgate/proxy/chatvet"
-	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/guard"
-	"github.com/promptgate/promptgate/proxy/metrics"
-	"github.com/promptgate/promptgate/proxy/redact"
-	"github.com/promptgate/promptgate/proxy/respvet"
-	"github.com/promptgate/promptgate/proxy/tracing"
+	"github.com/promptgate/promptgate/proxy/relay"
+	"github.com/promptgate/promptgate/proxy/surface"
+	"github.com/promptgate/promptgate/proxy/surface/chat"
+	"github.com/promptgate/promptgate/proxy/surface/messages"
+	"github.com/promptgate/promptgate/proxy/surface/responses"
+	"github.com/promptgate/promptgate/telemetry/metrics"
+	"github.com/promptgate/promptgate/telemetry/redact"
+	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
 // Paths served by the proxy listener.
 const (
-	PathChat      = "/v1/chat/completions"
-	PathResponses = "/v1/responses"
-	PathMessages  = "/v1/messages"
+	PathChat      = chat.Path
+	PathResponses = responses.Path
+	PathMessages  = messages.Path
 	PathHealthz   = "/healthz"
 	PathReadyz    = "/readyz"
 )
 
 // DefaultAnthropicUpstream is the Anthropic base URL used when Options.AnthropicUpstream is nil.
 const DefaultAnthropicUpstream = "https://api.anthropic.com/v1"
-
-// maxUpstreamBody caps a non-stream upstream answer that is read whole to be vetted.
-const maxUpstreamBody = 64 << 20
 
 // Options configure a Server.
 type Options struct {
@@ -84,9 +82,6 @@ type Options struct {
 	Degraded func() string
 	// Ready reports readiness for /readyz: false with a reason while not ready.
 	Ready func() (bool, string)
-	// StoredResponses bounds the per-instance memory of Responses answers that had a blocked call or were
-	// created in the background (0 means 10,000); see stored.go.
-	StoredResponses int
 	// Tools, when not nil, is told the tools each rewritten request declared, kept and removed (the admin
 	// API's list of tools seen).
 	Tools ToolWatcher
@@ -117,27 +112,23 @@ type Server struct {
 	rewritten   *httputil.ReverseProxy
 	passthrough *httputil.ReverseProxy
 	mux         *http.ServeMux
-	// blocked remembers the calls blocked in Responses answers, and the policy of background responses
-	// (see stored.go).
-	blocked *blockedMemory
-	// schemas keeps the compiled tool schemas that clients declare, shared by every response's checker.
-	schemas *vet.SchemaCache
 	// limits are the engine's, with the listener's defaults filled in.
-	limits config.Limits
+	limits Limits
 	// inFlight counts the requests being served, against limits.MaxInFlight (Options.InFlight).
 	inFlight *atomic.Int64
 }
 
 // exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
 type exchange struct {
-	id    string
-	route *route
-	prep  *Prepared
-	log   *slog.Logger
-	sent  time.Time // when the request went upstream
-	// resp tracks the response id and blocked calls of a /v1/responses exchange; nil on other routes.
-	resp  *respTrack
-	trace exchangeTrace
+	id   string
+	prep *Prepared
+	log  *slog.Logger
+	sent time.Time // when the request went upstream
+	// ex is the surface's side of the exchange.
+	ex surface.Exchange
+	// policy vets the calls of the answer.
+	policy vet.Policy
+	trace  exchangeTrace
 }
 
 type exchangeKey struct{}
@@ -181,10 +172,9 @@ func New(o Options) (*Server, error) {
 		}
 		o.Guard = g
 	}
-	limits := o.Engine.Limits
-	limits.ApplyDefaults()
-	s := &Server{opt: o, log: o.Log, limits: limits, inFlight: o.InFlight, blocked: newBlockedMemory(o.StoredResponses), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize)}
-	tr := timeoutTransport{next: o.Transport, timeout: o.Engine.Limits.UpstreamTimeout}
+	limits := o.Engine.Limits()
+	s := &Server{opt: o, log: o.Log, limits: limits, inFlight: o.InFlight}
+	tr := timeoutTransport{next: o.Transport, timeout: limits.UpstreamTimeout}
 	buffers := newBufferPool()
 	s.rewritten = &httputil.ReverseProxy{
 		Rewrite:        s.rewriteRequest,
@@ -209,8 +199,8 @@ func New(o Options) (*Server, error) {
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 	})
 	mux.HandleFunc("GET "+PathReadyz, s.readyz)
-	for _, rt := range routes {
-		mux.HandleFunc("POST "+rt.path, func(w http.ResponseWriter, r *http.Request) { s.rewrite(w, r, rt) })
+	for _, sf := range o.Engine.surfaces {
+		mux.HandleFunc("POST "+sf.Path(), func(w http.ResponseWriter, r *http.Request) { s.rewrite(w, r, sf) })
 	}
 	mux.HandleFunc("/v1/", s.pass)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -309,8 +299,8 @@ func (s *Server) served(r *http.Request, sw *statusWriter, span *tracing.Span, a
 	endRequestSpan(span, status, sw.Header())
 	if s.opt.Metrics != nil {
 		route := "passthrough"
-		if rt := routeOf(r); rt != nil {
-			route = rt.name
+		if sf := s.routeOf(r); sf != nil {
+			route = sf.Name()
 		} else if !strings.HasPrefix(r.URL.Path, "/v1/") {
 			route = "other"
 		}
@@ -442,80 +432,19 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 }
 
-// route is one rewritten endpoint: the engine's surface, the upstream it goes to, and the vetting of its
-// response. The pipeline around it is the same for every route.
-type route struct {
-	path string
-	name string // metrics label and log tag
-	// prepare is the Engine's method for the surface.
-	prepare func(e *Engine, ctx context.Context, in Input) (*Prepared, error)
-	// anthropic routes go to Options.AnthropicUpstream with Anthropic's credentials.
-	anthropic bool
-	// body vets a non-stream response: the edited body, the number of blocked calls, and in error mode the
-	// call that makes the answer a 403.
-	body func(body []byte, c *vet.Checker, rec func(vet.Decision)) ([]byte, int, *vet.Decision, error)
-	// stream vets a streamed response.
-	stream func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision), x *exchange) io.ReadCloser
-}
-
-// routes are the rewritten endpoints.
-var routes = []*route{
-	{
-		path: PathChat, name: "chat", prepare: (*Engine).PrepareChat,
-		body: func(b []byte, c *vet.Checker, rec func(vet.Decision)) ([]byte, int, *vet.Decision, error) {
-			out, res, err := chatvet.Body(b, c, rec)
-			return out, res.Blocked, res.ErrorCall, err
-		},
-		stream: func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision), x *exchange) io.ReadCloser {
-			return chatvet.NewStream(up, c, rec)
-		},
-	},
-	{
-		path: PathResponses, name: "responses", prepare: (*Engine).PrepareResponses,
-		body: func(b []byte, c *vet.Checker, rec func(vet.Decision)) ([]byte, int, *vet.Decision, error) {
-			out, res, err := respvet.Body(b, c, rec)
-			return out, res.Blocked, res.ErrorCall, err
-		},
-		stream: func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision), x *exchange) io.ReadCloser {
-			s := respvet.NewStream(up, c, rec)
-			if x.resp != nil {
-				s.OnResponseID = x.resp.setID
-			}
-			return s
-		},
-	},
-	{
-		path: PathMessages, name: "messages", prepare: (*Engine).PrepareMessages, anthropic: true,
-		body: func(b []byte, c *vet.Checker, rec func(vet.Decision)) ([]byte, int, *vet.Decision, error) {
-			out, res, err := anthvet.Body(b, c, rec)
-			return out, res.Blocked, res.ErrorCall, err
-		},
-		stream: func(up io.ReadCloser, c *vet.Checker, rec func(vet.Decision), x *exchange) io.ReadCloser {
-			return anthvet.NewStream(up, c, rec)
-		},
-	},
-}
-
-// routeOf is the rewritten route of a request, or nil.
-func routeOf(r *http.Request) *route {
+// routeOf is the surface of a request to a rewritten route, or nil.
+func (s *Server) routeOf(r *http.Request) surface.Surface {
 	if r.Method != http.MethodPost {
 		return nil
 	}
-	for _, rt := range routes {
-		if r.URL.Path == rt.path {
-			return rt
-		}
-	}
-	return nil
+	return s.opt.Engine.surfaceOf(r.URL.Path)
 }
 
-// isAnthropicPath reports the paths that belong to the Anthropic upstream: /v1/messages and below it.
-func isAnthropicPath(p string) bool {
-	return p == PathMessages || strings.HasPrefix(p, PathMessages+"/")
-}
-
-// rewrite runs the pipeline for a rewritten route and forwards the result.
-func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
+// rewrite serves a rewritten route, top to bottom: the body is read under the size cap; the request side of
+// the pipeline prepares it (Engine.prepare); its decisions go to the response headers, the decision log and the
+// metrics; the surface starts the response side; the prepared body goes upstream (rewriteRequest) and the
+// answer comes back through the response side (vetResponse).
+func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surface) {
 	start := time.Now()
 	id, _ := r.Context().Value(requestIDKey{}).(string)
 	log := requestLogger(s.log, id)
@@ -528,78 +457,68 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, rt *route) {
 		fail(w, log, err)
 		return
 	}
-	prep, err := rt.prepare(s.opt.Engine, r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body})
+	prep, err := s.opt.Engine.prepare(r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body}, sf)
 	if err != nil {
 		var re *refusedError
 		if errors.As(err, &re) {
-			s.opt.Audit.Record(r.Context(), audit.Event{
-				Time: time.Now().UTC(), RequestID: id, Kind: re.kind,
-				Protocol: re.protocol.ID, ProtocolVersion: re.protocol.Version,
-				Tool: re.tool, Verdict: audit.VerdictBlocked, Reason: re.reason,
-			})
+			s.opt.Audit.Record(r.Context(), eventsOf(id, re.protocol).refused(re))
 		}
 		fail(w, log, err)
 		return
 	}
+	s.announce(r.Context(), w.Header(), id, log, prep)
+	s.opt.Metrics.Overhead(sf.Name(), time.Since(start))
+	x := s.begin(id, log, body, prep)
+	s.rewritten.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
+}
+
+// announce makes a prepared request's decisions known: the response headers, the decision log (tools removed,
+// a stored prompt forwarded), the memory of tools seen, the metrics and the log.
+func (s *Server) announce(ctx context.Context, h http.Header, id string, log *slog.Logger, prep *Prepared) {
 	if s.opt.Tools != nil {
 		s.opt.Tools.Saw(prep.Protocol.ID, prep.Kept, prep.Removed)
 	}
-	h := w.Header()
 	h.Set(HeaderProtocol, prep.Protocol.ID)
 	h.Set(HeaderTemplate, prep.Template.Name+"@"+strconv.Itoa(prep.Template.Version))
+	evs := eventsOf(id, prep.Protocol)
 	if len(prep.Removed) > 0 {
 		names := make([]string, len(prep.Removed))
 		for i, rm := range prep.Removed {
 			names[i] = rm.Name
-			s.opt.Audit.Record(r.Context(), audit.Event{
-				Time: time.Now().UTC(), RequestID: id, Kind: audit.KindToolRemoved,
-				Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version,
-				Tool: vet.DisplayName(rm.Name), Verdict: audit.VerdictRemoved, Reason: rm.Reason,
-			})
+			s.opt.Audit.Record(ctx, evs.removed(rm))
 		}
 		h.Set(HeaderToolsRemoved, strings.Join(names, ","))
 	}
 	if prep.StoredPrompt != "" {
 		reason := fmt.Sprintf("stored prompt %q forwarded: its tools and instructions are applied upstream, unseen; protocol %q allows every tool", prep.StoredPrompt, prep.Protocol.ID)
-		s.opt.Audit.Record(r.Context(), audit.Event{
-			Time: time.Now().UTC(), RequestID: id, Kind: audit.KindStoredPrompt,
-			Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version,
-			Tool: "prompt", Verdict: audit.VerdictAllowed, Reason: reason,
-		})
+		s.opt.Audit.Record(ctx, evs.storedPromptForwarded(reason))
 		log.Info("stored prompt forwarded ungoverned", "prompt_id", prep.StoredPrompt, "protocol", prep.Protocol.ID)
 	}
 	if prep.Prompt.ContextTruncated {
 		s.opt.Metrics.ContextTruncated()
 	}
-	s.opt.Metrics.Overhead(rt.name, time.Since(start))
-	log.Debug("forwarding", "route", rt.name, "protocol", prep.Protocol.ID, "template", prep.Template.Name, "stream", prep.Stream, "tools_kept", len(prep.Kept), "tools_removed", len(prep.Removed))
-	x := &exchange{id: id, route: rt, prep: prep, log: log}
-	if rt.path == PathResponses {
-		x.resp = &respTrack{mem: s.blocked}
-		if isBackground(prep.Body) {
-			x.resp.bg = newBgPolicy(s.policy(x), prep.Protocol.ID, prep.Protocol.Version)
-		}
-		if prev := gjson.GetBytes(body, "previous_response_id"); prev.Type == gjson.String {
-			if calls := s.blocked.lookup(prev.Str); len(calls) > 0 {
-				out, n, err := answerBlocked(prep.Body, calls)
-				if err != nil {
-					fail(w, log, err)
-					return
-				}
-				if n > 0 {
-					log.Info("answered blocked calls of the previous response", "previous_response_id", prev.Str, "calls", n)
-				}
-				prep.Body = out
-			}
-		}
+	for _, n := range prep.Notes {
+		log.Info(n)
 	}
-	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
-	s.rewritten.ServeHTTP(w, r.WithContext(ctx))
+	log.Debug("forwarding", "route", prep.Surface.Name(), "protocol", prep.Protocol.ID, "template", prep.Template.Name, "stream", prep.Stream, "tools_kept", len(prep.Kept), "tools_removed", len(prep.Removed))
+}
+
+// begin starts the response side of a prepared request: its tool-call policy and the surface's exchange.
+func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepared) *exchange {
+	pol, err := prep.Policy(s.limits.MaxJSONDepth)
+	if err != nil {
+		// Validated when the protocol was stored; if it still fails, no call may pass.
+		log.Error("argument rules do not compile; every tool call is refused", "protocol", prep.Protocol.ID, "err", err)
+	}
+	x := &exchange{id: id, prep: prep, log: log, policy: pol}
+	x.ex = prep.Surface.Begin(surface.Start{Client: client, Upstream: prep.Body, Policy: pol,
+		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version})
+	return x
 }
 
 // pass forwards every other /v1/* request unchanged.
 func (s *Server) pass(w http.ResponseWriter, r *http.Request) {
-	if p := disguisedRoute(r); p != "" {
+	if p := s.disguisedRoute(r); p != "" {
 		writeError(w, apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no route for %s %s on the proxy listener: it spells %s, which is only served as POST %s", r.Method, r.URL.EscapedPath(), p, p)})
 		return
 	}
@@ -640,17 +559,19 @@ func (s *Server) outboundHeaders(h http.Header, out *url.URL, anthropic bool) {
 	}
 }
 
-// target is the upstream base URL of a request path.
+// target is the upstream base URL of a request path: Anthropic's for a path of a surface that goes there.
 func (s *Server) target(path string) (*url.URL, bool) {
-	if isAnthropicPath(path) {
-		return s.opt.AnthropicUpstream, true
+	for _, sf := range s.opt.Engine.surfaces {
+		if sf.Upstream() == surface.Anthropic && sf.Owns(path) {
+			return s.opt.AnthropicUpstream, true
+		}
 	}
 	return s.opt.Upstream, false
 }
 
 func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
 	x, _ := pr.In.Context().Value(exchangeKey{}).(*exchange)
-	base, anthropic := s.opt.Upstream, x.route.anthropic
+	base, anthropic := s.opt.Upstream, x.prep.Surface.Upstream() == surface.Anthropic
 	if anthropic {
 		base = s.opt.AnthropicUpstream
 	}
@@ -672,8 +593,8 @@ func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
 	pr.Out.URL = upstreamURL(base, pr.In.URL)
 	pr.Out.Host = ""
 	s.outboundHeaders(pr.Out.Header, pr.Out.URL, anthropic)
-	if storedResponseID(pr.In) != "" {
-		// A stored response may need calls removed: it is asked for uncompressed (NewTransport).
+	if s.interceptor(pr.In) != nil {
+		// The answer is edited: it is asked for uncompressed (NewTransport), and read as the upstream sent it.
 		pr.Out.Header.Del("Accept-Encoding")
 	}
 	s.injectTrace(pr)
@@ -737,16 +658,32 @@ func (s *Server) passResponse(resp *http.Response) error {
 	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)
 	guardTrailers(resp)
-	if id := storedResponseID(resp.Request); id != "" {
-		if bg := s.blocked.background(id); bg != nil {
-			return s.vetStored(resp, id, bg)
-		}
-		return s.stripStored(resp, id)
+	if pt := s.interceptor(resp.Request); pt != nil {
+		return pt.Passed(resp, host{s})
 	}
 	return nil
 }
 
-// vetResponse checks every tool call of a rewritten request's response before any byte of it is sent.
+// interceptor is the surface that must see the answer to a passed-through request, or nil.
+func (s *Server) interceptor(r *http.Request) surface.Passthrough {
+	for _, sf := range s.opt.Engine.surfaces {
+		if pt, ok := sf.(surface.Passthrough); ok && pt.Intercepts(r) {
+			return pt
+		}
+	}
+	return nil
+}
+
+// vetResponse is the response side of the pipeline (the reverse proxy's ModifyResponse), top to bottom:
+// promptgate's own and CORS headers from upstream are dropped; an error answer passes when it is JSON; an
+// answer in a content coding is refused; a stream is relayed with every call held until it is vetted (span
+// relay), a body is read whole and vetted (span vet); a call blocked in error mode makes the answer a 403. No
+// byte of a call reaches the client before its decision.
+//
+// The information-flow check (issue 16) joins here, after vet, for every call of a stream or a body, through
+// the Vetting the surface is given; its "continue" verdict needs a second upstream request within this
+// exchange (x holds the prepared request and its policy), sent through s.rewritten's transport before the
+// client's answer is written.
 func (s *Server) vetResponse(resp *http.Response) error {
 	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)
@@ -755,147 +692,74 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	if x == nil {
 		return errors.New("proxy: response without its exchange")
 	}
-	s.opt.Metrics.Upstream(x.route.name, time.Since(x.sent))
+	ctx := resp.Request.Context()
+	s.opt.Metrics.Upstream(x.prep.Surface.Name(), time.Since(x.sent))
 	x.trace.upstreamDone(resp.StatusCode)
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode >= 400 {
-		return checkErrorBody(resp, ct)
+		return surface.CheckErrorBody(resp, ct)
 	}
-	if err := plainBody(resp); err != nil {
+	if err := surface.PlainBody(resp); err != nil {
 		return err
 	}
-	checker := s.checker(x)
-	rec := x.trace.count(s.recorder(resp.Request.Context(), x))
+	v := surface.Vetting{Checker: vet.NewChecker(x.policy), Record: x.trace.count(s.recorder(ctx, x))}
 	if ct == "text/event-stream" {
-		streamBody(resp, x.trace.relay(resp.Request.Context(), &loggedStream{ReadCloser: x.route.stream(resp.Body, checker, rec, x), log: x.log, out: writerOf(resp.Request.Context())}))
+		surface.StreamBody(resp, x.trace.relay(ctx, s.relayed(ctx, x.log, x.ex.Stream(resp.Body, v))))
 		return nil
 	}
-	body, err := readUpstream(resp)
+	body, err := surface.ReadBody(resp)
 	if err != nil {
 		return err
 	}
-	if x.resp != nil {
-		id := gjson.GetBytes(body, "id")
-		if x.resp.bg != nil && (id.Type != gjson.String || id.Str == "") {
-			// Its retrievals could not be tied to the policy that must vet them.
-			return fmt.Errorf("%w: the background response has no id", errUpstreamMalformed)
-		}
-		if id.Type == gjson.String {
-			x.resp.setID(id.Str)
-		}
-	}
-	_, vsp := tracing.Stage(resp.Request.Context(), tracing.SpanVet)
-	out, blocked, errorCall, err := x.route.body(body, checker, rec)
+	_, vsp := tracing.Stage(ctx, tracing.SpanVet)
+	out, res, err := x.ex.Body(body, v)
 	x.trace.vetDone(vsp, err)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUpstreamMalformed, err)
+		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
 	}
-	if errorCall != nil {
-		out = chatvet.BlockedErrorJSON(*errorCall)
-		resp.StatusCode, resp.Status = http.StatusForbidden, fmt.Sprintf("%d %s", http.StatusForbidden, http.StatusText(http.StatusForbidden))
-		resp.Header.Set("Content-Type", "application/json")
+	status := resp.StatusCode
+	if res.ErrorCall != nil {
+		out, status = x.prep.Surface.BlockedError(*res.ErrorCall), http.StatusForbidden
 	}
-	if blocked > 0 {
-		resp.Header.Set(HeaderBlocked, strconv.Itoa(blocked))
+	if res.Blocked > 0 {
+		resp.Header.Set(HeaderBlocked, strconv.Itoa(res.Blocked))
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(out))
-	resp.ContentLength = int64(len(out))
-	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	surface.SetBody(resp, status, out)
 	return nil
 }
 
-// plainBody refuses a success answer in a content coding: the transport asks for none (NewTransport), so any
-// coding (gzip, br, deflate, zstd, "gzip, br" ...) was not asked for, and its bytes cannot be vetted — the
-// client would decode them into something the relay never read.
-func plainBody(resp *http.Response) error {
-	for _, v := range resp.Header.Values("Content-Encoding") {
-		for _, c := range strings.Split(v, ",") {
-			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
-				resp.Body.Close()
-				return fmt.Errorf("%w: a body in content coding %q, which was not asked for", errUpstreamMalformed, v)
-			}
-		}
-	}
-	resp.Header.Del("Content-Encoding")
-	return nil
-}
-
-// checker builds the per-request tool-call checker from the prepared request.
-func (s *Server) checker(x *exchange) *vet.Checker {
-	if x.resp != nil && x.resp.bg != nil {
-		return vet.NewChecker(x.resp.bg.policy)
-	}
-	return vet.NewChecker(s.policy(x))
-}
-
-// policy is the tool-call policy of the prepared request.
-func (s *Server) policy(x *exchange) vet.Policy {
-	p := x.prep
-	allowed := make(map[string]bool, len(p.Kept))
-	schemas := make(map[string][]byte, len(p.Kept))
-	for _, t := range p.Kept {
-		if t.UpstreamOnly {
-			continue // the upstream runs it: a call of that name is a call of an undeclared tool
-		}
-		allowed[t.Name] = true
-		if len(t.Schema) > 0 {
-			schemas[t.Name] = t.Schema
-		}
-	}
-	rules, err := p.argRules()
-	if err != nil {
-		// Validated when the protocol was stored; if it still fails, no call may pass.
-		x.log.Error("argument rules do not compile; every tool call is refused", "protocol", p.Protocol.ID, "err", err)
-		allowed = map[string]bool{}
-	}
-	return vet.Policy{
-		Allowed: allowed, Schemas: schemas, Rules: rules,
-		Mode: p.Protocol.OnViolation, Atomic: p.Protocol.Atomic, MaxDepth: s.opt.Engine.Limits.MaxJSONDepth,
-		SchemaCache: s.schemas,
-	}
-}
-
+// recorder records the decisions on the calls of an exchange's answer, after the surface has seen them.
 func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
+	evs := eventsOf(x.id, x.prep.Protocol)
 	return func(d vet.Decision) {
-		if x.resp != nil {
-			x.resp.decision(d)
-		}
-		s.opt.Audit.Record(ctx, audit.Event{
-			Time: time.Now().UTC(), RequestID: x.id, Kind: audit.KindToolCall,
-			Protocol: x.prep.Protocol.ID, ProtocolVersion: x.prep.Protocol.Version,
-			Tool: vet.DisplayName(d.Tool), Verdict: string(d.Verdict), Reason: d.Reason, Rule: d.Rule,
-		}.WithArguments(d.Args, s.opt.AuditArguments))
+		x.ex.Decided(d)
+		s.opt.Audit.Record(ctx, evs.toolCall(d, s.opt.AuditArguments))
 	}
 }
 
-// checkErrorBody passes an upstream error with a JSON body through; any other error body is malformed.
-func checkErrorBody(resp *http.Response, ct string) error {
-	body, err := readUpstream(resp)
-	if err != nil {
-		return err
-	}
-	if !gjson.ValidBytes(body) {
-		return fmt.Errorf("%w: status %d with a non-JSON body (%s)", errUpstreamMalformed, resp.StatusCode, ct)
-	}
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	resp.ContentLength = int64(len(body))
-	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	return nil
+// relayed wraps a vetted stream so that its end is logged and a client gone counts as 499.
+func (s *Server) relayed(ctx context.Context, log *slog.Logger, body io.ReadCloser) io.ReadCloser {
+	return &loggedStream{ReadCloser: body, log: log, out: writerOf(ctx)}
 }
 
-func readUpstream(resp *http.Response) ([]byte, error) {
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody+1))
-	if err != nil {
-		if errors.Is(err, errUpstreamTimeout) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: reading body: %v", errUpstreamMalformed, err)
-	}
-	if len(body) > maxUpstreamBody {
-		return nil, fmt.Errorf("%w: body larger than %d bytes", errUpstreamMalformed, maxUpstreamBody)
-	}
-	return body, nil
+// host is what the server gives a surface on the passthrough path.
+type host struct{ s *Server }
+
+var _ surface.Host = host{}
+
+func (h host) Recorder(ctx context.Context, protocol string, protocolVersion int) relay.Recorder {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	evs := events{requestID: id, protocol: protocol, protocolVersion: protocolVersion}
+	return func(d vet.Decision) { h.s.opt.Audit.Record(ctx, evs.toolCall(d, h.s.opt.AuditArguments)) }
+}
+
+func (h host) Relayed(ctx context.Context, body io.ReadCloser) io.ReadCloser {
+	return h.s.relayed(ctx, h.Log(ctx), body)
+}
+
+func (h host) Log(ctx context.Context) *slog.Logger {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return requestLogger(h.s.log, id)
 }
 
 // upstreamFailed answers when the upstream could not be reached, timed out, or answered malformed.
@@ -1044,11 +908,4 @@ func (l *loggedStream) Close() error {
 		}
 	}
 	return l.ReadCloser.Close()
-}
-
-// streamBody makes body, a vetted stream of unknown length, the response's body.
-func streamBody(resp *http.Response, body io.ReadCloser) {
-	resp.Body = body
-	resp.Header.Del("Content-Length")
-	resp.ContentLength = -1
 }

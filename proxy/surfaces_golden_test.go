@@ -25,13 +25,10 @@ type surfaceCase struct {
 func TestSurfaceGolden(t *testing.T) {
 	runGolden(t, filepath.Join("testdata", "surfaces"), "TestSurfaceGolden", func(t *testing.T, c surfaceCase) []byte {
 		e := testEngine(t, c.Config, c.Env, nil, c.Protocols)
-		prepare := map[string]func(context.Context, Input) (*Prepared, error){
-			"responses": e.PrepareResponses, "messages": e.PrepareMessages,
-		}[c.Surface]
-		if prepare == nil {
+		if c.Surface != "responses" && c.Surface != "messages" {
 			t.Fatalf("surface %q", c.Surface)
 		}
-		p, err := prepare(context.Background(), Input{Path: "/v1/" + c.Surface, Header: headerOf(c.Headers), Body: c.Request})
+		p, err := e.Prepare(context.Background(), Input{Path: "/v1/" + c.Surface, Header: headerOf(c.Headers), Body: c.Request})
 		if err != nil {
 			t.Fatalf("prepare: %v", err)
 		}

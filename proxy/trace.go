@@ -12,10 +12,8 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/promptgate/promptgate/assembly"
-	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/tracing"
+	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
 // The span attributes of promptgate. Only names, versions, counts and codes: never prompt text, tool
@@ -46,46 +44,30 @@ func stageFail(sp *tracing.Span, err error) error {
 	return err
 }
 
-// traceRoute ends the route span with the protocol chosen.
-func traceRoute(sp *tracing.Span, eff *policy.Effective) {
-	if sp == nil {
-		return
-	}
-	sp.String(attrProtocol, eff.ID)
-	sp.Int(attrProtocolVersion, eff.Version)
-	sp.String(attrBaseProtocol, eff.BaseID)
-	sp.End()
+// traceRoute: the protocol chosen.
+func traceRoute(sp *tracing.Span, j *job) {
+	sp.String(attrProtocol, j.eff.ID)
+	sp.Int(attrProtocolVersion, j.eff.Version)
+	sp.String(attrBaseProtocol, j.eff.BaseID)
 }
 
-// traceTools ends the tool-filter span with the counts of kept and removed tools.
-func traceTools(sp *tracing.Span, kept []policy.Tool, removed []policy.Removal) {
-	if sp == nil {
-		return
-	}
-	sp.Int(attrToolsKept, len(kept))
-	sp.Int(attrToolsRemoved, len(removed))
-	sp.End()
+// traceTools: the counts of kept and removed tools.
+func traceTools(sp *tracing.Span, j *job) {
+	sp.Int(attrToolsKept, len(j.kept))
+	sp.Int(attrToolsRemoved, len(j.removed))
 }
 
-// traceGathered ends the context span with the counts of sources answered and skipped.
-func traceGathered(sp *tracing.Span, g Gathered) {
-	if sp == nil {
-		return
-	}
-	sp.Int(attrSources, len(g.Sources))
-	sp.Int(attrSkipped, len(g.Skipped))
-	sp.End()
+// traceGathered: the counts of sources answered and skipped.
+func traceGathered(sp *tracing.Span, j *job) {
+	sp.Int(attrSources, len(j.gathered.Sources))
+	sp.Int(attrSkipped, len(j.gathered.Skipped))
 }
 
-// traceAssembled ends the assembly span with the template and the sizes (not the text).
-func traceAssembled(sp *tracing.Span, tmpl *assembly.Template, p assembly.Prompt, bodyBytes int) {
-	if sp == nil {
-		return
-	}
-	sp.String(attrTemplate, tmpl.Name+"@"+strconv.Itoa(tmpl.Version))
-	sp.Bool(attrTruncated, p.ContextTruncated)
-	sp.Int(attrBodyBytes, bodyBytes)
-	sp.End()
+// traceAssembled: the template and the sizes (not the text).
+func traceAssembled(sp *tracing.Span, j *job) {
+	sp.String(attrTemplate, j.tmpl.Name+"@"+strconv.Itoa(j.tmpl.Version))
+	sp.Bool(attrTruncated, j.prompt.ContextTruncated)
+	sp.Int(attrBodyBytes, len(j.out))
 }
 
 // startRequestSpan starts the server span of a /v1/ request, a child of the client's traceparent. Health
@@ -96,8 +78,8 @@ func (s *Server) startRequestSpan(r *http.Request, id string) (context.Context, 
 		return r.Context(), nil
 	}
 	route, name := "passthrough", r.Method+" /v1/*"
-	if rt := routeOf(r); rt != nil {
-		route, name = rt.name, r.Method+" "+rt.path
+	if sf := s.routeOf(r); sf != nil {
+		route, name = sf.Name(), r.Method+" "+sf.Path()
 	}
 	ctx, sp := t.StartServer(t.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), name)
 	sp.String("http.request.method", r.Method)

@@ -17,15 +17,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/promptgate/promptgate/assembly/ctxjson"
-	"github.com/promptgate/promptgate/proxy/tracing"
+	"github.com/promptgate/promptgate/plugins/gather"
+	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
 // fakeSource is a context source that answers one source and skips another.
 type fakeSource struct{}
 
-func (fakeSource) Gather(ctx context.Context, q GatherQuery) (Gathered, error) {
+func (fakeSource) Gather(ctx context.Context, q gather.Query) (gather.Result, error) {
 	v, _ := ctxjson.Parse([]byte(`{"note":"MEMORY-TEXT"}`))
-	return Gathered{Sources: []ctxjson.Source{{Name: "memory", Value: v}}, Skipped: []ctxjson.Skip{{Source: "profile", Reason: "timeout"}}}, nil
+	return gather.Result{Sources: []ctxjson.Source{{Name: "memory", Value: v}}, Skipped: []ctxjson.Skip{{Source: "profile", Reason: "timeout"}}}, nil
 }
 
 const (
@@ -51,7 +52,7 @@ func (e *tracedExporter) GetSpans() tracetest.SpanStubs {
 func tracedProxy(t *testing.T, up string) (*httptest.Server, *tracedExporter) {
 	t.Helper()
 	e := testEngine(t, "defaultProtocol: guarded\n", nil, nil, []json.RawMessage{vetProtocol("refuse")})
-	e.Context = fakeSource{}
+	e.context = fakeSource{}
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })

@@ -2,21 +2,14 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
 	"time"
-)
 
-var (
-	// errUpstreamTimeout: the upstream sent no response headers, or a streamed body went silent, for
-	// longer than limits.upstreamTimeout.
-	errUpstreamTimeout = errors.New("upstream timeout")
-	// errUpstreamMalformed: the upstream answered with something that is not the API's shape.
-	errUpstreamMalformed = errors.New("upstream answered a malformed response")
+	"github.com/promptgate/promptgate/proxy/surface"
 )
 
 // NewTransport is the HTTP transport to the upstream: its own, never the global one. It never asks for a
@@ -49,12 +42,12 @@ func (t timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.next.RoundTrip(req)
 	}
 	ctx, cancel := context.WithCancelCause(req.Context())
-	timer := time.AfterFunc(t.timeout, func() { cancel(errUpstreamTimeout) })
+	timer := time.AfterFunc(t.timeout, func() { cancel(surface.ErrUpstreamTimeout) })
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))
 	if err != nil {
 		timer.Stop()
-		if context.Cause(ctx) == errUpstreamTimeout {
-			err = errUpstreamTimeout
+		if context.Cause(ctx) == surface.ErrUpstreamTimeout {
+			err = surface.ErrUpstreamTimeout
 		}
 		cancel(nil)
 		return nil, err
@@ -81,7 +74,7 @@ func dropInformational(req *http.Request) {
 	}
 }
 
-// idleBody restarts the silence timer on every read; when it fires, reads fail with errUpstreamTimeout.
+// idleBody restarts the silence timer on every read; when it fires, reads fail with surface.ErrUpstreamTimeout.
 type idleBody struct {
 	body    io.ReadCloser
 	timer   *time.Timer
@@ -96,8 +89,8 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	if n > 0 {
 		b.timer.Reset(b.timeout)
 	}
-	if err != nil && err != io.EOF && context.Cause(b.ctx) == errUpstreamTimeout {
-		err = errUpstreamTimeout
+	if err != nil && err != io.EOF && context.Cause(b.ctx) == surface.ErrUpstreamTimeout {
+		err = surface.ErrUpstreamTimeout
 	}
 	return n, err
 }

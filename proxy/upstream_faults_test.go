@@ -29,6 +29,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/promptgate/promptgate/policy/audit"
+	"github.com/promptgate/promptgate/proxy/surface"
 )
 
 const (
@@ -560,13 +561,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// A non-stream answer larger than maxUpstreamBody is refused after reading one byte more than the cap.
+// A non-stream answer larger than surface.MaxBody is refused after reading one byte more than the cap.
 func TestFaultHugeNonStreamAnswer(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"`)
 		block := strings.Repeat("a", 1<<20)
-		for range maxUpstreamBody/len(block) + 1 {
+		for range surface.MaxBody/len(block) + 1 {
 			if _, err := io.WriteString(w, block); err != nil {
 				return
 			}
@@ -621,5 +622,45 @@ func goroutinesGone(opts ...goleak.Option) error {
 			return err
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestEncodedUpstreamBody: an answer to a rewritten request in a content coding the proxy did not ask for
+// (the transport asks for none) cannot be vetted: the relay would read compressed bytes
+// while the client decodes them (undici and browsers decode br and deflate unasked) into events the relay never
+// saw — an upstream that is not trusted could hide a call in comment lines. It is a 502, stream or not.
+func TestEncodedUpstreamBody(t *testing.T) {
+	for _, tc := range []struct{ name, ct, body, encoding string }{
+		{"stream, br", "text/event-stream", ":\x1b\x02\x00\xf8\xa5TOOL_CALLS\n\n", "br"},
+		{"stream, deflate", "text/event-stream", ": x\n\n", "deflate"},
+		{"stream, two codings", "text/event-stream", ": x\n\n", "gzip, br"},
+		{"non-stream, zstd", "application/json", `{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`, "zstd"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", tc.ct)
+				w.Header().Set("Content-Encoding", tc.encoding)
+				_, _ = io.WriteString(w, tc.body)
+			})
+			ts, _ := newVetProxy(t, up.URL, "refuse")
+			stream := tc.ct == "text/event-stream"
+			body := `{"model":"m","stream":` + map[bool]string{true: "true", false: "false"}[stream] + `,"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}`
+			resp, b := postTo(t, ts, PathChat, body, map[string]string{"Accept-Encoding": "br, deflate, zstd"})
+			assertAPIError(t, resp, b, http.StatusBadGateway, "upstream_error")
+			if resp.Header.Get("Content-Encoding") != "" {
+				t.Errorf("Content-Encoding %q", resp.Header.Get("Content-Encoding"))
+			}
+		})
+	}
+	// identity is no coding at all.
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "identity")
+		_, _ = io.WriteString(w, `{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)
+	})
+	ts, _ := newVetProxy(t, up.URL, "refuse")
+	resp, b := postTo(t, ts, PathChat, `{"model":"m","messages":[{"role":"user","content":"x"}]}`, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"hi"`) {
+		t.Fatalf("identity: %d %s", resp.StatusCode, b)
 	}
 }

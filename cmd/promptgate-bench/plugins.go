@@ -13,8 +13,6 @@ import (
 
 	"github.com/promptgate/promptgate/plugins"
 	"github.com/promptgate/promptgate/plugins/sdk"
-	"github.com/promptgate/promptgate/proxy"
-	"github.com/promptgate/promptgate/proxy/config"
 )
 
 // Everything the run knows about context-source plugins is in this file, so that the plugin workloads can
@@ -56,9 +54,8 @@ func pluginEntries(n int) (string, error) {
 	return b.String(), nil
 }
 
-// uncache turns the answer cache off for the entries that are not cached: in the YAML, a cacheTTL of 0
-// means the 30s default, so this is done after loading.
-func uncache(entries []config.Plugin) {
+// uncache turns the answer cache off for the entries that are not cached.
+func uncache(entries []plugins.Spec) {
 	for i := range entries {
 		if i < len(benchPlugins) && !benchPlugins[i].cached {
 			entries[i].CacheTTL = 0
@@ -79,31 +76,10 @@ func fileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// pluginSource is proxy.ContextSource on top of the plugin host: the adapter serve uses.
-type pluginSource struct{ h *plugins.Host }
-
-var _ proxy.ContextSource = pluginSource{}
-
-func startPlugins(ctx context.Context, entries []config.Plugin, log *slog.Logger) (pluginSource, error) {
+func startPlugins(ctx context.Context, entries []plugins.Spec, log *slog.Logger) (*plugins.Host, error) {
 	uncache(entries)
-	h, err := plugins.NewHost(ctx, entries, plugins.HostOptions{Logger: log})
-	if err != nil {
-		return pluginSource{}, err
-	}
-	return pluginSource{h}, nil
+	return plugins.NewHost(ctx, entries, plugins.HostOptions{Logger: log})
 }
-
-func (a pluginSource) Gather(ctx context.Context, q proxy.GatherQuery) (proxy.Gathered, error) {
-	r, err := a.h.Gather(ctx, plugins.Query{
-		Protocol: q.Protocol, BaseProtocol: q.BaseProtocol, Mode: q.Mode, ModulesOff: q.ModulesOff,
-		User: q.User, Conversation: q.Conversation, Model: q.Model, LatestUser: q.LatestUser,
-	})
-	return proxy.Gathered{Sources: r.Sources, Skipped: r.Skipped, Directives: r.Directives}, err
-}
-
-func (a pluginSource) Ready() (bool, string) { return a.h.Ready() }
-
-func (a pluginSource) Close() { _ = a.h.Close() }
 
 // isPluginProcess reports whether the plugin host started this process.
 func isPluginProcess() bool {

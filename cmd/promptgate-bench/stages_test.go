@@ -2,7 +2,7 @@ package main
 
 // Per-stage benchmarks of promptgate's request path, on the harness's own 8 KB request and 200-chunk
 // stream, each next to a baseline: the floor the stage is compared with. The packages have their own
-// benchmarks too (policy/jsoncheck, assembly, proxy/chatvet, plugins); these add the stages that had none
+// benchmarks too (policy/jsoncheck, assembly, proxy/surface/chat, plugins); these add the stages that had none
 // (route, filter, vet, the per-request checker, the whole request side) and put all six on one input.
 //
 //	go test -run '^$' -bench . -benchmem ./cmd/promptgate-bench/
@@ -21,8 +21,9 @@ import (
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy"
-	"github.com/promptgate/promptgate/proxy/chatvet"
 	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/surface"
+	"github.com/promptgate/promptgate/proxy/surface/chat"
 )
 
 // stageFixture is the bench pipeline (real bbolt store, bench protocol, config) and one prepared 8 KB
@@ -33,7 +34,7 @@ type stageFixture struct {
 	header http.Header
 	eff    *policy.Effective
 	cat    policy.Catalog
-	chat   *assembly.Chat
+	chat   surface.Request
 	prep   *proxy.Prepared
 	cfg    *config.File
 }
@@ -54,13 +55,13 @@ func newStageFixture(b *testing.B) *stageFixture {
 		b.Fatal(err)
 	}
 	f.cat = catalogOf{"bench": prot}
-	if f.chat, err = assembly.ParseChat(f.body); err != nil {
+	if f.chat, err = (chat.Surface{}).Parse(assembly.NewBody(f.body)); err != nil {
 		b.Fatal(err)
 	}
-	if f.eff, err = policy.NewRouter(f.cfg).Resolve(policy.Request{Path: proxy.PathChat, Model: f.chat.Model, Header: f.header}, f.cat); err != nil {
+	if f.eff, err = policy.NewRouter(f.cfg.Policy()).Resolve(policy.Request{Path: proxy.PathChat, Model: f.chat.Model, Header: f.header}, f.cat); err != nil {
 		b.Fatal(err)
 	}
-	if f.prep, err = p.engine.PrepareChat(context.Background(), proxy.Input{Path: proxy.PathChat, Header: f.header, Body: f.body}); err != nil {
+	if f.prep, err = p.engine.Prepare(context.Background(), proxy.Input{Path: proxy.PathChat, Header: f.header, Body: f.body}); err != nil {
 		b.Fatal(err)
 	}
 	return f
@@ -79,7 +80,7 @@ func BenchmarkValidate(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: config.DefaultMaxJSONDepth}); err != nil {
+			if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: proxy.DefaultMaxJSONDepth}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -100,13 +101,13 @@ func BenchmarkValidate(b *testing.B) {
 func BenchmarkRoute(b *testing.B) {
 	f := newStageFixture(b)
 	yes := true
-	cfg := *f.cfg
-	cfg.Routes = []config.Route{
-		{Match: config.Match{Header: map[string]string{"X-Team": "payments-*"}}, Protocol: "bench"},
-		{Match: config.Match{Model: "o1*"}, Protocol: "bench"},
-		{Match: config.Match{Path: "/v1/chat/completions"}, Protocol: "bench", AllowClientProtocol: &yes},
+	cfg := f.cfg.Policy()
+	cfg.Routes = []policy.Route{
+		{Match: policy.Match{Header: map[string]string{"X-Team": "payments-*"}}, Protocol: "bench"},
+		{Match: policy.Match{Model: "o1*"}, Protocol: "bench"},
+		{Match: policy.Match{Path: "/v1/chat/completions"}, Protocol: "bench", AllowClientProtocol: &yes},
 	}
-	router := policy.NewRouter(&cfg)
+	router := policy.NewRouter(cfg)
 	req := policy.Request{Path: proxy.PathChat, Model: "gpt-4o-mini", Header: f.header}
 	b.Run("resolve", func(b *testing.B) {
 		b.ReportAllocs()
@@ -127,17 +128,19 @@ func BenchmarkRoute(b *testing.B) {
 }
 
 // BenchmarkAssemble: what the engine does to build the upstream body of the 8 KB request (extension,
-// context parse, chat parse, Build with budgets, RewriteChat); the baseline decodes the body into a map and
+// context parse, chat parse, Build with budgets, the chat rewrite, on one Body); the baseline decodes the body into a map and
 // encodes it again, the naive rewrite.
 func BenchmarkAssemble(b *testing.B) {
 	f := newStageFixture(b)
 	tmpl := f.prep.Template
-	settings := f.p.engine.Settings
+	settings := f.p.settings
+	sf := chat.Surface{}
 	b.Run("assemble", func(b *testing.B) {
 		b.SetBytes(int64(len(f.body)))
 		b.ReportAllocs()
 		for b.Loop() {
-			ext, err := assembly.ParseExtension(f.body)
+			body := assembly.NewBody(f.body)
+			ext, err := body.Extension()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -145,7 +148,7 @@ func BenchmarkAssemble(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			c, err := assembly.ParseChat(f.body)
+			c, err := sf.Parse(body)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -154,7 +157,7 @@ func BenchmarkAssemble(b *testing.B) {
 				Meta: ctxjson.Meta{Protocol: f.eff.ID, Sources: []string{"request"}}, Sources: []ctxjson.Source{{Name: "request", Value: v}},
 				Tools: f.prep.Kept, NativeTools: c.NativeTools,
 			}, settings)
-			if _, err := assembly.RewriteChat(f.body, p, f.prep.Kept, true); err != nil {
+			if _, err := sf.Rewrite(body, p, f.prep.Kept, true); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -222,7 +225,7 @@ func newChecker(prep *proxy.Prepared, rules *vet.RuleSet, schemas *vet.SchemaCac
 		}
 	}
 	return vet.NewChecker(vet.Policy{Allowed: allowed, Schemas: schemaOf, Rules: rules,
-		Mode: prep.Protocol.OnViolation, Atomic: prep.Protocol.Atomic, MaxDepth: config.DefaultMaxJSONDepth,
+		Mode: prep.Protocol.OnViolation, Atomic: prep.Protocol.Atomic, MaxDepth: proxy.DefaultMaxJSONDepth,
 		SchemaCache: schemas})
 }
 
@@ -273,7 +276,7 @@ func BenchmarkVet(b *testing.B) {
 	b.Run("baseline-jsoncheck", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := jsoncheck.Object(args, jsoncheck.Limits{MaxDepth: config.DefaultMaxJSONDepth}); err != nil {
+			if err := jsoncheck.Object(args, jsoncheck.Limits{MaxDepth: proxy.DefaultMaxJSONDepth}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -299,7 +302,7 @@ func (r *eventReader) Read(p []byte) (int, error) {
 // onlyReader hides io.WriterTo, so that the baseline copies through the buffer too.
 type onlyReader struct{ io.Reader }
 
-// BenchmarkRelay: chatvet.Stream over the harness's 200-chunk streams, text only and with the get_ticket
+// BenchmarkRelay: chat.Stream over the harness's 200-chunk streams, text only and with the get_ticket
 // call (held, vetted, released), read as httputil.ReverseProxy reads (32 KiB buffer); the baseline copies
 // the same events through the same buffer.
 func BenchmarkRelay(b *testing.B) {
@@ -316,7 +319,7 @@ func BenchmarkRelay(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			for b.Loop() {
-				st := chatvet.NewStream(io.NopCloser(&eventReader{evs: append([][]byte(nil), evs...)}), mk(), nil)
+				st := chat.NewStream(io.NopCloser(&eventReader{evs: append([][]byte(nil), evs...)}), mk(), nil)
 				if _, err := io.CopyBuffer(io.Discard, st, buf); err != nil {
 					b.Fatal(err)
 				}
@@ -347,7 +350,7 @@ func BenchmarkPrepare(b *testing.B) {
 		b.SetBytes(int64(len(f.body)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := f.p.engine.PrepareChat(ctx, proxy.Input{Path: proxy.PathChat, Header: f.header, Body: f.body}); err != nil {
+			if _, err := f.p.engine.Prepare(ctx, proxy.Input{Path: proxy.PathChat, Header: f.header, Body: f.body}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -357,7 +360,7 @@ func BenchmarkPrepare(b *testing.B) {
 		b.SetBytes(int64(len(ctx40K)))
 		b.ReportAllocs()
 		for b.Loop() {
-			p, err := f.p.engine.PrepareChat(ctx, proxy.Input{Path: proxy.PathChat, Header: f.header, Body: ctx40K})
+			p, err := f.p.engine.Prepare(ctx, proxy.Input{Path: proxy.PathChat, Header: f.header, Body: ctx40K})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -371,8 +374,8 @@ func BenchmarkPrepare(b *testing.B) {
 		prepare    func(*proxy.Engine, context.Context, proxy.Input) (*proxy.Prepared, error)
 		body       []byte
 	}{
-		{"prepare-responses-ctx40k", proxy.PathResponses, (*proxy.Engine).PrepareResponses, ctx40KSurface(b, "input", "")},
-		{"prepare-messages-ctx40k", proxy.PathMessages, (*proxy.Engine).PrepareMessages, ctx40KSurface(b, "messages", "system")},
+		{"prepare-responses-ctx40k", proxy.PathResponses, (*proxy.Engine).Prepare, ctx40KSurface(b, "input", "")},
+		{"prepare-messages-ctx40k", proxy.PathMessages, (*proxy.Engine).Prepare, ctx40KSurface(b, "messages", "system")},
 	} {
 		b.Run(sf.name, func(b *testing.B) {
 			b.SetBytes(int64(len(sf.body)))
@@ -393,7 +396,7 @@ func BenchmarkPrepare(b *testing.B) {
 		b.SetBytes(int64(len(small)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := f.p.engine.PrepareChat(ctx, proxy.Input{Path: proxy.PathChat, Header: f.header, Body: small}); err != nil {
+			if _, err := f.p.engine.Prepare(ctx, proxy.Input{Path: proxy.PathChat, Header: f.header, Body: small}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -12,13 +12,12 @@ import (
 	"strings"
 
 	"github.com/promptgate/promptgate/assembly"
-	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/config"
-	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/store"
+	"github.com/promptgate/promptgate/telemetry/metrics"
 )
 
 // benchProtocol is the protocol every promptgate request of the run gets (the config's default): the
@@ -54,11 +53,13 @@ tools:
 // engine. The only additions are a rollout that stores the bench protocol (what `promptgate migrate up`
 // would do) and, with plugins, the context-source host.
 type pipeline struct {
-	engine  *proxy.Engine
-	defs    *proxy.Definitions
-	ready   func() (bool, string)
-	log     *slog.Logger
-	closers []func()
+	engine *proxy.Engine
+	// settings are the engine's assembly settings.
+	settings assembly.Settings
+	defs     *proxy.Definitions
+	ready    func() (bool, string)
+	log      *slog.Logger
+	closers  []func()
 }
 
 // Close releases everything, in the reverse order of opening.
@@ -122,21 +123,20 @@ func openPipeline(ctx context.Context, dir string, nPlugins int) (_ *pipeline, e
 		return nil, err
 	}
 	p.closers = append(p.closers, p.defs.Close)
-	p.engine = &proxy.Engine{
-		Defs:     p.defs,
-		Router:   policy.NewRouter(cfg),
-		Access:   policy.ToolAccess{Config: cfg.Tools},
-		Settings: settings,
-		Limits:   cfg.Limits,
-		Log:      p.log,
-	}
+	var src proxy.ContextSource
 	if len(cfg.Plugins) > 0 {
-		src, err := startPlugins(ctx, cfg.Plugins, p.log)
+		h, err := startPlugins(ctx, cfg.Plugins, p.log)
 		if err != nil {
 			return nil, err
 		}
-		p.closers = append(p.closers, src.Close)
-		p.engine.Context, p.ready = src, src.Ready
+		p.closers = append(p.closers, func() { _ = h.Close() })
+		src, p.ready = h, h.Ready
+	}
+	p.settings = settings
+	if p.engine, err = proxy.NewEngine(proxy.EngineOptions{
+		Defs: p.defs, Policy: cfg.Policy(), Settings: settings, Limits: cfg.Limits, Context: src, Log: p.log,
+	}); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
@@ -155,7 +155,7 @@ func newPromptgate(ctx context.Context, dir, upstream string, nPlugins int, tr h
 		p.Close()
 		return nil, nil, err
 	}
-	ring, err := audit.OpenRing(filepath.Join(dir, "audit.db"), config.DefaultAuditRingSize, p.log)
+	ring, err := audit.OpenRing(filepath.Join(dir, "audit.db"), audit.DefaultRingSize, p.log)
 	if err != nil {
 		p.Close()
 		return nil, nil, err

@@ -10,7 +10,6 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/plugins"
-	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/store"
@@ -146,7 +145,7 @@ func openPipelineSnapshot(ctx context.Context, sf *storeFlags, readOnly bool, ge
 	if err != nil {
 		return nil, err
 	}
-	settings.DatamarkToolOutput = cfg.Security.DatamarkToolOutput
+	cfg.Security.Apply(&settings)
 	p := &pipeline{cfg: cfg}
 	if p.store, err = openStoreFlags(ctx, sf, readOnly, getenv, log, snapshot); err != nil {
 		return nil, err
@@ -155,7 +154,7 @@ func openPipelineSnapshot(ctx context.Context, sf *storeFlags, readOnly bool, ge
 		p.Close()
 		return nil, err
 	}
-	if err := p.defs.CheckProtocols(cfg); err != nil {
+	if err := p.defs.CheckProtocols(cfg.Policy()); err != nil {
 		p.Close()
 		name := sf.config
 		if name == "" {
@@ -163,20 +162,19 @@ func openPipelineSnapshot(ctx context.Context, sf *storeFlags, readOnly bool, ge
 		}
 		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
-	p.engine = &proxy.Engine{
-		Defs:     p.defs,
-		Router:   policy.NewRouter(cfg),
-		Access:   policy.ToolAccess{Config: cfg.Tools},
-		Settings: settings,
-		Limits:   cfg.Limits,
-		Log:      log,
-	}
+	var src proxy.ContextSource
 	if len(cfg.Plugins) > 0 {
 		if p.host, err = plugins.NewHost(ctx, cfg.Plugins, plugins.HostOptions{Logger: log}); err != nil {
 			p.Close()
 			return nil, err
 		}
-		p.engine.Context = pluginSource{p.host}
+		src = p.host
+	}
+	if p.engine, err = proxy.NewEngine(proxy.EngineOptions{
+		Defs: p.defs, Policy: cfg.Policy(), Settings: settings, Limits: cfg.Limits, Context: src, Log: log,
+	}); err != nil {
+		p.Close()
+		return nil, err
 	}
 	return p, nil
 }

@@ -22,61 +22,30 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/admin"
-	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/guard"
-	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/mitm"
 	"github.com/promptgate/promptgate/proxy/origin"
-	"github.com/promptgate/promptgate/proxy/redact"
 	"github.com/promptgate/promptgate/proxy/toolseen"
-	"github.com/promptgate/promptgate/proxy/tracing"
+	"github.com/promptgate/promptgate/telemetry/metrics"
+	"github.com/promptgate/promptgate/telemetry/redact"
+	"github.com/promptgate/promptgate/telemetry/tracing"
 )
 
-// serveFlags are the flags of `promptgate serve`.
+// serveFlags are the flags of `promptgate serve`, checked: the upstreams parsed, their keys bound.
 type serveFlags struct {
-	listen, upstream, adminListen, proxyListen, anthropicUpstream string
-	snapshot                                                      string
-	store                                                         *storeFlags
+	listen, adminListen, proxyListen string
+	snapshot                         string
+	store                            *storeFlags
+	upstream, anthropicUpstream      *url.URL
+	upstreamKey, anthropicKey        proxy.Key
+	// fs is the flag set, for what was given on the command line.
+	fs *flag.FlagSet
 }
 
+// serve wires promptgate's parts together and serves until ctx ends: the pipeline, telemetry, the decision
+// log, the proxy listener, the admin listener and the HTTPS-proxy door.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv env) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	f := serveFlags{}
-	fs.StringVar(&f.listen, "listen", orEnv(getenv, EnvListen, DefaultListen), "OpenAI-compatible listener; clients use base URL http://ADDR/v1 (env "+EnvListen+")")
-	fs.StringVar(&f.upstream, "upstream", orEnv(getenv, EnvUpstream, DefaultUpstream), "upstream base URL; /v1/X goes to <upstream>/X (env "+EnvUpstream+")")
-	fs.StringVar(&f.adminListen, "admin-listen", orEnv(getenv, EnvAdminListen, DefaultAdminListen), "admin listener; a non-loopback address needs "+EnvAdminToken+" (env "+EnvAdminListen+")")
-	fs.StringVar(&f.proxyListen, "proxy-listen", getenv(EnvProxyListen), "HTTPS-proxy (HTTPS_PROXY=) listener, off when empty (env "+EnvProxyListen+")")
-	fs.StringVar(&f.anthropicUpstream, "anthropic-upstream", orEnv(getenv, EnvAnthropicUpstream, DefaultAnthropicUpstream), "base URL for /v1/messages (env "+EnvAnthropicUpstream+")")
-	f.store = addStoreFlags(fs, getenv)
-	fs.StringVar(&f.snapshot, "store-snapshot", orEnv(getenv, EnvStoreSnapshot, DefaultStoreSnapshot), "with an etcd --store: file that keeps the last snapshot read, served at start while etcd is unreachable (env "+EnvStoreSnapshot+")")
-	args, err := parseFlags(fs, args, stderr)
-	if err != nil {
-		return err
-	}
-	if len(args) > 0 {
-		return usageError{fmt.Sprintf("serve takes no arguments, got %q", args)}
-	}
-	upstream, err := parseBaseURL("--upstream", f.upstream, EnvUpstreamKey)
-	if err != nil {
-		return err
-	}
-	anthropicUpstream, err := parseBaseURL("--anthropic-upstream", f.anthropicUpstream, EnvAnthropicKey)
-	if err != nil {
-		return err
-	}
-	if err := checkAdminListen(f.adminListen, getenv(EnvAdminToken)); err != nil {
-		return err
-	}
-	if f.proxyListen != "" {
-		if err := checkProxyListen(f.proxyListen, getenv(EnvProxyToken)); err != nil {
-			return err
-		}
-	}
-	upstreamKey, err := bindKey("--upstream", upstream, EnvUpstreamKey, getenv(EnvUpstreamKey))
-	if err != nil {
-		return err
-	}
-	anthropicKey, err := bindKey("--anthropic-upstream", anthropicUpstream, EnvAnthropicKey, getenv(EnvAnthropicKey))
+	f, err := parseServeFlags(args, stderr, getenv)
 	if err != nil {
 		return err
 	}
@@ -84,8 +53,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return err
 	}
-	logCleartextKey(log, "--upstream", upstream, EnvUpstreamKey, upstreamKey)
-	logCleartextKey(log, "--anthropic-upstream", anthropicUpstream, EnvAnthropicKey, anthropicKey)
+	logCleartextKey(log, "--upstream", f.upstream, EnvUpstreamKey, f.upstreamKey)
+	logCleartextKey(log, "--anthropic-upstream", f.anthropicUpstream, EnvAnthropicKey, f.anthropicKey)
 
 	p, err := openPipelineSnapshot(ctx, f.store, false, getenv, log, f.snapshot)
 	if err != nil {
@@ -99,62 +68,167 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	if tr != nil {
 		log.Info("tracing on", "endpoint", trCfg.Endpoint, "protocol", trCfg.Protocol, "service", trCfg.ServiceName)
-		defer func() {
-			// After the listeners' shutdown (deferred later, so run first): the last spans are sent.
-			flush, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := tr.Shutdown(flush); err != nil {
-				log.Warn("tracing: spans not sent at shutdown", "err", err)
-			}
-		}()
+		// Deferred before the listeners' shutdown, so run after it: the last spans are sent.
+		defer shutdownTracing(tr, log)
 	}
-
-	var ready atomic.Bool
 	m := metrics.New(p.defs.Versions)
 	if p.host != nil {
 		p.host.Observe(m.Plugin)
 	}
 	m.StoreConnected(func() bool { ok, _ := storeConnected(p.store); return ok })
 	m.DefinitionsStale(func() bool { return p.defs.Stale() != "" })
+	sinks, recorder, err := openAudit(f, p, m, getenv, log)
+	if err != nil {
+		return err
+	}
+	defer sinks.Close()
+
+	var ready atomic.Bool
+	seen := toolseen.New(0)
+	base, err := proxyOptions(f, p, &ready, seen, recorder, m, tr, log)
+	if err != nil {
+		return err
+	}
+	opts := base
+	opts.Upstream, opts.AnthropicUpstream = f.upstream, f.anthropicUpstream
+	srv, err := proxy.New(opts)
+	if err != nil {
+		return err
+	}
+	// The HTTPS-proxy door is built before any listener is bound, so that a config error is reported as
+	// such, whatever the state of the ports.
+	ls := &listeners{limits: p.cfg.Limits, log: log, errc: make(chan error, 3)}
+	defer ls.shutdown()
+	var door *mitm.Door
+	if f.proxyListen != "" {
+		if door, err = newDoor(p.cfg.MITM, base, log, getenv(EnvProxyToken), ls.own.list); err != nil {
+			return err
+		}
+	}
+
+	addr, err := ls.start("proxy listener", f.listen, srv, false)
+	if err != nil {
+		return err
+	}
+	// The lines on stdout are printed once every listener is up and /readyz answers 200, so whoever
+	// waits for them (a supervisor, a test) can send traffic at once.
+	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, redact.Parsed(f.upstream))}
+	adminHandler, err := admin.New(admin.Options{
+		Token: getenv(EnvAdminToken), Store: p.store, Audit: sinks.Ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
+		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
+		Preview: p.engine.Preview,
+	})
+	if err != nil {
+		return err
+	}
+	aaddr, err := ls.start("admin listener", f.adminListen, adminHandler, true)
+	if err != nil {
+		return err
+	}
+	log.Info("admin API", "listen", aaddr.String(), "token", getenv(EnvAdminToken) != "")
+	lines = append(lines, fmt.Sprintf("promptgate admin API on http://%s (console: http://%s%s)", aaddr, aaddr, admin.PathConsole))
+	if door != nil {
+		daddr, err := ls.start("HTTPS-proxy listener", f.proxyListen, door, false)
+		if err != nil {
+			return err
+		}
+		log.Info("HTTPS-proxy door open", "listen", daddr.String(), "intercepted_hosts", p.cfg.MITM.Hosts, "passthrough", *p.cfg.MITM.Passthrough,
+			"allow_private_destinations", p.cfg.MITM.AllowPrivateDestinations, "proxy_token", getenv(EnvProxyToken) != "")
+		lines = append(lines, fmt.Sprintf("promptgate HTTPS-proxy door on %s (HTTPS_PROXY=http://%s)", daddr, daddr))
+	} else if p.cfg.MITM != nil {
+		// The config asks for interception but no door is open: say so rather than ignore the key.
+		log.Warn("config has mitm: but the HTTPS-proxy door is off; give --proxy-listen (or " + EnvProxyListen + ") to open it")
+	}
+	ready.Store(true)
+	for _, l := range lines {
+		fmt.Fprintln(stdout, l)
+	}
+	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", redact.Parsed(f.upstream), "store", storeName(f.store))
+
+	select {
+	case err := <-ls.errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing requests in flight")
+	return nil
+}
+
+// parseServeFlags reads serve's flags and checks them: the upstream URLs, the listen addresses against their
+// tokens, the operator keys bound to their upstreams.
+func parseServeFlags(args []string, stderr io.Writer, getenv env) (*serveFlags, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	f := &serveFlags{fs: fs}
+	var upstream, anthropicUpstream string
+	fs.StringVar(&f.listen, "listen", orEnv(getenv, EnvListen, DefaultListen), "OpenAI-compatible listener; clients use base URL http://ADDR/v1 (env "+EnvListen+")")
+	fs.StringVar(&upstream, "upstream", orEnv(getenv, EnvUpstream, DefaultUpstream), "upstream base URL; /v1/X goes to <upstream>/X (env "+EnvUpstream+")")
+	fs.StringVar(&f.adminListen, "admin-listen", orEnv(getenv, EnvAdminListen, DefaultAdminListen), "admin listener; a non-loopback address needs "+EnvAdminToken+" (env "+EnvAdminListen+")")
+	fs.StringVar(&f.proxyListen, "proxy-listen", getenv(EnvProxyListen), "HTTPS-proxy (HTTPS_PROXY=) listener, off when empty (env "+EnvProxyListen+")")
+	fs.StringVar(&anthropicUpstream, "anthropic-upstream", orEnv(getenv, EnvAnthropicUpstream, DefaultAnthropicUpstream), "base URL for /v1/messages (env "+EnvAnthropicUpstream+")")
+	f.store = addStoreFlags(fs, getenv)
+	fs.StringVar(&f.snapshot, "store-snapshot", orEnv(getenv, EnvStoreSnapshot, DefaultStoreSnapshot), "with an etcd --store: file that keeps the last snapshot read, served at start while etcd is unreachable (env "+EnvStoreSnapshot+")")
+	args, err := parseFlags(fs, args, stderr)
+	if err != nil {
+		return nil, err
+	}
+	if len(args) > 0 {
+		return nil, usageError{fmt.Sprintf("serve takes no arguments, got %q", args)}
+	}
+	if f.upstream, err = parseBaseURL("--upstream", upstream, EnvUpstreamKey); err != nil {
+		return nil, err
+	}
+	if f.anthropicUpstream, err = parseBaseURL("--anthropic-upstream", anthropicUpstream, EnvAnthropicKey); err != nil {
+		return nil, err
+	}
+	if err := checkAdminListen(f.adminListen, getenv(EnvAdminToken)); err != nil {
+		return nil, err
+	}
+	if f.proxyListen != "" {
+		if err := checkProxyListen(f.proxyListen, getenv(EnvProxyToken)); err != nil {
+			return nil, err
+		}
+	}
+	if f.upstreamKey, err = bindKey("--upstream", f.upstream, EnvUpstreamKey, getenv(EnvUpstreamKey)); err != nil {
+		return nil, err
+	}
+	if f.anthropicKey, err = bindKey("--anthropic-upstream", f.anthropicUpstream, EnvAnthropicKey, getenv(EnvAnthropicKey)); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// openAudit opens the decision log's sinks (the ring, next to the instance's own state unless audit.path
+// says, and audit.file) and returns the recorder every decision goes to: the log, the metrics and the sinks.
+func openAudit(f *serveFlags, p *pipeline, m *metrics.Metrics, getenv env, log *slog.Logger) (*audit.Sinks, audit.Multi, error) {
 	ringPath := p.cfg.Audit.Path
 	if ringPath == "" {
 		ringPath = defaultAuditPath(f.store, f.snapshot)
 	}
-	if spec, err := parseStoreSpec("--store", f.store.store, f.store.db); err == nil && spec.etcd() && dbSet(fs, getenv) {
+	if spec, err := parseStoreSpec("--store", f.store.store, f.store.db); err == nil && spec.etcd() && dbSet(f.fs, getenv) {
 		log.Warn("--db is not used with an etcd --store: the definitions are in etcd, and the audit ring defaults to a file next to --store-snapshot", "db", f.store.db, "auditRing", ringPath)
 	}
-	ring, err := audit.OpenRing(ringPath, p.cfg.Audit.RingSize, log)
+	sinks, err := p.cfg.Audit.Open(ringPath, log)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer ring.Close()
-	m.AuditSink("ring", ring.Stats)
-	recorder := audit.Multi{audit.Log{Logger: log}, m, ring}
-	if p.cfg.Audit.File != "" {
-		jl, err := audit.OpenJSONL(p.cfg.Audit.File, log)
-		if err != nil {
-			return err
-		}
-		defer jl.Close()
-		m.AuditSink("file", jl.Stats)
-		recorder = append(recorder, jl)
+	m.AuditSink("ring", sinks.Ring.Stats)
+	if sinks.File != nil {
+		m.AuditSink("file", sinks.File.Stats)
 	}
-	listenGuard, err := guard.New(guard.Config{Hosts: p.cfg.Listen.Hosts, AllowedOrigins: p.cfg.Listen.AllowedOrigins, Section: "listen"})
+	return sinks, append(audit.Multi{audit.Log{Logger: log}, m}, sinks.Recorders()...), nil
+}
+
+// proxyOptions are the options of every proxy handler serve builds (the listener's and each door
+// pipeline's), without their upstreams: readiness, degradation, the listen guard, keys, audit, telemetry.
+func proxyOptions(f *serveFlags, p *pipeline, ready *atomic.Bool, seen *toolseen.Memory, rec audit.Recorder,
+	m *metrics.Metrics, tr *tracing.Tracing, log *slog.Logger) (proxy.Options, error) {
+	listenGuard, err := guard.New(p.cfg.Listen)
 	if err != nil {
-		return err
+		return proxy.Options{}, err
 	}
-	seen := toolseen.New(0)
-	base := proxy.Options{
-		Engine:          p.engine,
-		Guard:           listenGuard,
-		Tools:           seen,
-		UpstreamAPIKey:  upstreamKey,
-		AnthropicAPIKey: anthropicKey,
-		Audit:           recorder,
-		AuditArguments:  p.cfg.Audit.IncludeArguments,
-		Metrics:         m,
-		Tracing:         tr,
-		Log:             log,
+	return proxy.Options{
+		Engine: p.engine, Guard: listenGuard, Tools: seen, UpstreamAPIKey: f.upstreamKey, AnthropicAPIKey: f.anthropicKey,
+		Audit: rec, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
 		Degraded: func() string {
 			if ok, reason := storeConnected(p.store); !ok {
 				return reason
@@ -170,128 +244,62 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 			}
 			return true, ""
 		},
-	}
-	opts := base
-	opts.Upstream = upstream
-	opts.AnthropicUpstream = anthropicUpstream
-	srv, err := proxy.New(opts)
-	if err != nil {
-		return err
-	}
-	// The HTTPS-proxy door is built before any listener is bound, so that a config error is reported as
-	// such, whatever the state of the ports.
-	var own ownAddrs // every listener's address, for the door to refuse
-	var door *mitm.Door
-	if f.proxyListen != "" {
-		if door, err = newDoor(p.cfg, base, log, getenv(EnvProxyToken), own.list); err != nil {
-			return err
-		}
-	}
-	var servers []*http.Server
-	errc := make(chan error, 3)
-	start := func(name, addr string, h http.Handler, wholeRequest bool) (net.Addr, error) {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("%s: listen %s: %w", name, addr, err)
-		}
-		own.add(ln.Addr())
-		hs := httpServer(h, p.cfg.Limits, wholeRequest, log)
-		servers = append(servers, hs)
-		go func() {
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
-		return ln.Addr(), nil
-	}
-	defer func() {
-		shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for _, hs := range servers {
-			_ = hs.Shutdown(shutdown)
-		}
-	}()
-
-	addr, err := start("proxy listener", f.listen, srv, false)
-	if err != nil {
-		return err
-	}
-	// The lines on stdout are printed once every listener is up and /readyz answers 200, so whoever
-	// waits for them (a supervisor, a test) can send traffic at once.
-	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, redact.Parsed(upstream))}
-	adminHandler, err := admin.New(admin.Options{
-		Token: getenv(EnvAdminToken), Store: p.store, Audit: ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
-		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
-		Preview: func(ctx context.Context, in proxy.Input) ([]byte, error) {
-			if int64(len(in.Body)) > p.cfg.Limits.MaxBodyBytes {
-				return nil, &http.MaxBytesError{Limit: p.cfg.Limits.MaxBodyBytes}
-			}
-			return p.engine.Preview(ctx, in)
-		},
-	})
-	if err != nil {
-		return err
-	}
-	aaddr, err := start("admin listener", f.adminListen, adminHandler, true)
-	if err != nil {
-		return err
-	}
-	log.Info("admin API", "listen", aaddr.String(), "token", getenv(EnvAdminToken) != "")
-	lines = append(lines, fmt.Sprintf("promptgate admin API on http://%s (console: http://%s%s)", aaddr, aaddr, admin.PathConsole))
-	if door != nil {
-		daddr, err := start("HTTPS-proxy listener", f.proxyListen, door, false)
-		if err != nil {
-			return err
-		}
-		log.Info("HTTPS-proxy door open", "listen", daddr.String(), "intercepted_hosts", p.cfg.MITM.Hosts, "passthrough", *p.cfg.MITM.Passthrough,
-			"allow_private_destinations", p.cfg.MITM.AllowPrivateDestinations, "proxy_token", getenv(EnvProxyToken) != "")
-		lines = append(lines, fmt.Sprintf("promptgate HTTPS-proxy door on %s (HTTPS_PROXY=http://%s)", daddr, daddr))
-	} else if p.cfg.MITM != nil {
-		// The config asks for interception but no door is open: say so rather than ignore the key.
-		log.Warn("config has mitm: but the HTTPS-proxy door is off; give --proxy-listen (or " + EnvProxyListen + ") to open it")
-	}
-	ready.Store(true)
-	for _, l := range lines {
-		fmt.Fprintln(stdout, l)
-	}
-	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", redact.Parsed(upstream), "store", storeName(f.store))
-
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down: finishing requests in flight")
-	return nil
+	}, nil
 }
 
-// httpServer is the HTTP server of a listener, with the config's header-read and idle timeouts. The proxy
-// listener bounds the reading of each request's body itself (limits.bodyReadTimeout, cleared once the body is
-// in, so that a long stream is never cut); with wholeRequest (the admin listener, whose answers are short) the
-// server bounds headers and body together instead. The door's tunnels must not inherit a whole-request
-// deadline either.
-func httpServer(h http.Handler, l config.Limits, wholeRequest bool, log *slog.Logger) *http.Server {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: l.HeaderReadTimeout, IdleTimeout: l.IdleTimeout,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	if wholeRequest {
-		hs.ReadTimeout = l.HeaderReadTimeout + l.BodyReadTimeout
+// shutdownTracing sends the last spans.
+func shutdownTracing(tr *tracing.Tracing, log *slog.Logger) {
+	flush, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tr.Shutdown(flush); err != nil {
+		log.Warn("tracing: spans not sent at shutdown", "err", err)
 	}
-	return hs
+}
+
+// listeners are serve's HTTP servers, started one by one and shut down together.
+type listeners struct {
+	limits  proxy.Limits
+	log     *slog.Logger
+	servers []*http.Server
+	own     ownAddrs // every listener's address, for the door to refuse
+	errc    chan error
+}
+
+// start binds addr and serves h on it (see proxy.Limits.HTTPServer for wholeRequest).
+func (l *listeners) start(name, addr string, h http.Handler, wholeRequest bool) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listen %s: %w", name, addr, err)
+	}
+	l.own.add(ln.Addr())
+	hs := l.limits.HTTPServer(h, wholeRequest, l.log)
+	l.servers = append(l.servers, hs)
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			l.errc <- fmt.Errorf("%s: %w", name, err)
+		}
+	}()
+	return ln.Addr(), nil
+}
+
+// shutdown finishes the requests in flight, for 30 s at most.
+func (l *listeners) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, hs := range l.servers {
+		_ = hs.Shutdown(ctx)
+	}
 }
 
 // newDoor builds the HTTPS-proxy door from the config's mitm section; intercepted origins run the same
 // pipeline as the base-URL listener, with the origin the client asked for as both upstreams. The operator
 // keys in base stay bound to the configured upstreams' origins, so an origin gets a key only if it is the
 // key's own. The pipelines share one in-flight cap. Passthrough never reaches the addresses own returns.
-func newDoor(cfg *config.File, base proxy.Options, log *slog.Logger, token string, own func() []net.Addr) (*mitm.Door, error) {
-	if cfg.MITM == nil {
+func newDoor(c *mitm.Config, base proxy.Options, log *slog.Logger, token string, own func() []net.Addr) (*mitm.Door, error) {
+	if c == nil {
 		return nil, usageError{"--proxy-listen needs a mitm: section in the config (caCert, caKey, hosts); create the CA with `promptgate ca init`"}
 	}
-	ca, err := mitm.LoadCA(cfg.MITM.CACert, cfg.MITM.CAKey)
-	if err != nil {
-		return nil, err
-	}
-	roots, err := mitm.Roots(cfg.MITM.UpstreamCA)
+	ca, roots, err := c.Load()
 	if err != nil {
 		return nil, err
 	}
@@ -299,9 +307,9 @@ func newDoor(cfg *config.File, base proxy.Options, log *slog.Logger, token strin
 	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	inFlight := new(atomic.Int64) // the door's requests, whatever their origin, under one limits.maxInFlight
 	return mitm.New(mitm.Options{
-		CA: ca, Hosts: cfg.MITM.Hosts, Passthrough: *cfg.MITM.Passthrough, Log: log,
-		HandshakeTimeout: cfg.MITM.HandshakeTimeout, AllowPrivate: cfg.MITM.AllowPrivateDestinations,
-		HeaderReadTimeout: cfg.Limits.HeaderReadTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
+		CA: ca, Hosts: c.Hosts, Passthrough: *c.Passthrough, Log: log,
+		HandshakeTimeout: c.HandshakeTimeout, AllowPrivate: c.AllowPrivateDestinations,
+		HeaderReadTimeout: base.Engine.Limits().HeaderReadTimeout, IdleTimeout: base.Engine.Limits().IdleTimeout,
 		Own: own, Token: token,
 		Handler: func(o origin.Origin) (http.Handler, error) {
 			opts := base

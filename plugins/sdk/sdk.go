@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/promptgate/promptgate/policy/modules"
 )
 
 // Source is what a context source implements. The host calls Describe and Configure once, after
@@ -38,30 +40,16 @@ type Description struct {
 	Fields []string `json:"fields,omitempty"`
 }
 
-// Mode is how much runtime context the request's protocol takes in.
-type Mode string
+// Mode is how much runtime context the request's protocol takes in: the module mode of the whole of
+// promptgate (policy/modules), named here for plugin authors.
+type Mode = modules.Mode
 
-// The module modes, in increasing order.
+// The module modes, in increasing order; Mode.AtLeast compares them.
 const (
-	ModeMinimal  Mode = "minimal"
-	ModeStandard Mode = "standard"
-	ModeFull     Mode = "full"
+	ModeMinimal  = modules.Minimal
+	ModeStandard = modules.Standard
+	ModeFull     = modules.Full
 )
-
-// AtLeast reports whether m is min or a larger mode. An unknown mode is below every mode.
-func (m Mode) AtLeast(min Mode) bool { return m.rank() >= min.rank() && m.rank() > 0 }
-
-func (m Mode) rank() int {
-	switch m {
-	case ModeMinimal:
-		return 1
-	case ModeStandard:
-		return 2
-	case ModeFull:
-		return 3
-	}
-	return 0
-}
 
 // Request is what Gather is told about one request. Every field is data from the client or the
 // operator's routing; none of it is authenticated beyond what the proxy's routes enforce.

@@ -6,7 +6,7 @@
 // Messages surfaces vet the same way.
 //
 // It owns the checks, the stable reason strings and the notice text. It does not read or rewrite
-// responses or streams (proxy/chatvet and its siblings do), does not choose the allowed set or the
+// responses or streams (the surfaces under proxy/surface do), does not choose the allowed set or the
 // mode (policy/ does), and does not store decisions (policy/audit does).
 package vet
 

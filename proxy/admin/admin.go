@@ -46,10 +46,10 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/plugins"
+	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/proxy"
-	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/console"
 	"github.com/promptgate/promptgate/proxy/guard"
 	"github.com/promptgate/promptgate/proxy/toolseen"
@@ -104,7 +104,7 @@ type Options struct {
 	// nil lists none as seen.
 	Tools *toolseen.Memory
 	// ToolPolicy is the config's tools section: each tool's access policy and configured enablement.
-	ToolPolicy map[string]config.Tool
+	ToolPolicy map[string]policy.ToolConfig
 	// Plugins reports the context sources for GET /admin/health; nil means none are configured.
 	Plugins func() []plugins.SourceStatus
 	// Stale says why the definitions served are not the store's latest ("" while they are); nil: never.

@@ -20,10 +20,9 @@ import (
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
-	"github.com/promptgate/promptgate/proxy/config"
-	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/store"
+	"github.com/promptgate/promptgate/telemetry/metrics"
 )
 
 // fixture is a real store file, a real engine over it (reloading on Store.Watch), a real audit ring file,
@@ -50,7 +49,7 @@ type fixtureOpts struct {
 	// options changes the admin Options before the handler is built.
 	options func(*Options)
 	// toolPolicy is the config's tools section, for the engine and the admin API.
-	toolPolicy map[string]config.Tool
+	toolPolicy map[string]policy.ToolConfig
 }
 
 func newFixture(t *testing.T, fo fixtureOpts) *fixture {
@@ -67,19 +66,13 @@ func newFixture(t *testing.T, fo fixtureOpts) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(defs.Close)
-	cfg, err := config.Load("")
+	pol := policy.Config{Tools: fo.toolPolicy}
+	engine, err := proxy.NewEngine(proxy.EngineOptions{Defs: defs, Policy: pol, Settings: assembly.DefaultSettings(), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fo.toolPolicy != nil {
-		cfg.Tools = fo.toolPolicy
-	}
-	engine := &proxy.Engine{
-		Defs: defs, Router: policy.NewRouter(cfg), Access: policy.ToolAccess{Config: cfg.Tools},
-		Settings: assembly.DefaultSettings(), Limits: cfg.Limits, Log: log,
-	}
 	f := &fixture{t: t, st: st, defs: defs, engine: engine, token: fo.token}
-	o := Options{Token: fo.token, Store: st, Preview: engine.Preview, Metrics: fo.metrics, Log: log, ToolPolicy: cfg.Tools}
+	o := Options{Token: fo.token, Store: st, Preview: engine.Preview, Metrics: fo.metrics, Log: log, ToolPolicy: pol.Tools}
 	if fo.observed {
 		f.seen, f.metrics = toolseen.New(0), metrics.New(defs.Versions)
 		o.Tools, o.Gatherer, o.Metrics = f.seen, f.metrics.Registry(), f.metrics.Handler()

@@ -15,13 +15,13 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/plugins"
+	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
-	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/guard"
-	"github.com/promptgate/promptgate/proxy/metrics"
 	"github.com/promptgate/promptgate/store/etcdstore"
 	"github.com/promptgate/promptgate/store/etcdstore/etcdtest"
+	"github.com/promptgate/promptgate/telemetry/metrics"
 )
 
 // --- the console's pages and the listener's browser rules ---
@@ -280,7 +280,7 @@ func slicesContain(s []string, v string) bool {
 func TestToolInventory(t *testing.T) {
 	t.Parallel()
 	off := false
-	f := newFixture(t, fixtureOpts{token: "t", observed: true, toolPolicy: map[string]config.Tool{
+	f := newFixture(t, fixtureOpts{token: "t", observed: true, toolPolicy: map[string]policy.ToolConfig{
 		"observe_user": {Scope: "observer", AllowedProtocols: []string{"private", "system"}},
 		"web_fetch":    {Enabled: &off},
 	}})

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"sort"
 
-	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/store"
 )
@@ -31,7 +31,7 @@ type inventoryTool struct {
 	Seen *toolseen.Sighting `json:"seen,omitempty"`
 }
 
-// configTool is config.Tool as JSON.
+// configTool is policy.ToolConfig as JSON.
 type configTool struct {
 	Enabled          *bool    `json:"enabled"`
 	Scope            string   `json:"scope"`
@@ -82,7 +82,7 @@ func (s *server) toolInventory(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string][]inventoryTool{"tools": out})
 }
 
-func fromConfig(c config.Tool) *configTool {
+func fromConfig(c policy.ToolConfig) *configTool {
 	p := c.AllowedProtocols
 	if p == nil {
 		p = []string{}

@@ -9,6 +9,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/promptgate/promptgate/plugins"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/audit"
+	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/guard"
+	"github.com/promptgate/promptgate/proxy/mitm"
 )
 
 // keyHash is sha256("test"), the value the contract's example abbreviates as "9f86d0...".
@@ -39,22 +46,23 @@ func ptr[T any](v T) *T { return &v }
 // defaults is what a file that sets nothing means.
 func defaults() *File {
 	return &File{
-		DefaultProtocol: "neutral",
-		Limits:          Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second, BodyReadTimeout: 60 * time.Second, HeaderReadTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxInFlight: 1024, MaxTools: 1024},
-		Audit:           Audit{RingSize: 10000},
+		Config: policy.Config{DefaultProtocol: "neutral"},
+		Limits: proxy.Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second, BodyReadTimeout: 60 * time.Second, HeaderReadTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxInFlight: 1024, MaxTools: 1024},
+		Listen: guard.Config{Section: "listen"},
+		Audit:  audit.Config{RingSize: 10000},
 	}
 }
 
 func TestDefaultConstants(t *testing.T) {
 	// The contract and the seed fix these values; a change here is a change of observable behaviour.
-	if DefaultMITMHandshakeTimeout != 10*time.Second {
-		t.Errorf("DefaultMITMHandshakeTimeout %v, want 10s", DefaultMITMHandshakeTimeout)
+	if mitm.DefaultHandshakeTimeout != 10*time.Second {
+		t.Errorf("mitm.DefaultHandshakeTimeout %v, want 10s", mitm.DefaultHandshakeTimeout)
 	}
-	if DefaultProtocol != "neutral" || DefaultMaxBodyBytes != 10485760 || DefaultMaxJSONDepth != 64 ||
-		DefaultUpstreamTimeout != 120*time.Second || DefaultPluginTimeout != 150*time.Millisecond ||
-		DefaultPluginCacheTTL != 30*time.Second || DefaultPluginMinMode != "minimal" {
-		t.Fatalf("defaults changed: %q %d %d %v %v %v %q", DefaultProtocol, DefaultMaxBodyBytes, DefaultMaxJSONDepth,
-			DefaultUpstreamTimeout, DefaultPluginTimeout, DefaultPluginCacheTTL, DefaultPluginMinMode)
+	if policy.DefaultProtocol != "neutral" || proxy.DefaultMaxBodyBytes != 10485760 || proxy.DefaultMaxJSONDepth != 64 ||
+		proxy.DefaultUpstreamTimeout != 120*time.Second || plugins.DefaultTimeout != 150*time.Millisecond ||
+		plugins.DefaultCacheTTL != 30*time.Second || plugins.DefaultMinMode != "minimal" || audit.DefaultRingSize != 10000 {
+		t.Fatalf("defaults changed: %q %d %d %v %v %v %q", policy.DefaultProtocol, proxy.DefaultMaxBodyBytes, proxy.DefaultMaxJSONDepth,
+			proxy.DefaultUpstreamTimeout, plugins.DefaultTimeout, plugins.DefaultCacheTTL, plugins.DefaultMinMode)
 	}
 }
 
@@ -64,28 +72,31 @@ func TestParseContractExample(t *testing.T) {
 		t.Fatalf("Parse: %v", err)
 	}
 	want := &File{
-		DefaultProtocol: "neutral",
-		Routes: []Route{{
-			Match: Match{
-				APIKeySha256: keyHash,
-				Header:       map[string]string{"X-Team": "payments"},
-				Model:        "gpt-4o*",
-				Path:         "/v1/chat/completions",
+		Config: policy.Config{
+			DefaultProtocol: "neutral",
+			Routes: []policy.Route{{
+				Match: policy.Match{
+					APIKeySha256: keyHash,
+					Header:       map[string]string{"X-Team": "payments"},
+					Model:        "gpt-4o*",
+					Path:         "/v1/chat/completions",
+				},
+				Protocol:            "private",
+				AllowClientProtocol: ptr(false),
+			}},
+			Tools: map[string]policy.ToolConfig{
+				"observe_user": {Scope: "observer", AllowedProtocols: []string{"private", "system"}},
+				"web_fetch":    {Enabled: ptr(true)},
 			},
-			Protocol:            "private",
-			AllowClientProtocol: ptr(false),
-		}},
-		Tools: map[string]Tool{
-			"observe_user": {Scope: "observer", AllowedProtocols: []string{"private", "system"}},
-			"web_fetch":    {Enabled: ptr(true)},
 		},
-		Plugins: []Plugin{{
+		Plugins: []plugins.Spec{{
 			Name: "memory", Path: "./bin/memory-source", SHA256: binHash, Module: "memory", MinMode: "standard",
 			Timeout: 150 * time.Millisecond, Required: false, CacheTTL: 30 * time.Second,
 		}},
-		Limits: Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second, BodyReadTimeout: 60 * time.Second, HeaderReadTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxInFlight: 1024, MaxTools: 1024},
-		Audit:  Audit{RingSize: 10000},
-		MITM: &MITM{
+		Limits: proxy.Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second, BodyReadTimeout: 60 * time.Second, HeaderReadTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxInFlight: 1024, MaxTools: 1024},
+		Listen: guard.Config{Section: "listen"},
+		Audit:  audit.Config{RingSize: 10000},
+		MITM: &mitm.Config{
 			CACert: "DIR/ca.crt", CAKey: "DIR/ca.key", Hosts: []string{"api.openai.com"},
 			Passthrough: ptr(true), UpstreamCA: "extra-roots.pem", HandshakeTimeout: 10 * time.Second,
 		},
@@ -127,7 +138,7 @@ func TestParseDefaults(t *testing.T) {
 			func() *File {
 				f := defaults()
 				f.Limits.BodyReadTimeout, f.Limits.HeaderReadTimeout, f.Limits.IdleTimeout, f.Limits.MaxInFlight = 5*time.Minute, 2*time.Second, 30*time.Second, 64
-				f.Listen = Listen{Hosts: []string{"gateway.internal", "*.svc.cluster.local"}, AllowedOrigins: []string{"https://app.example.com"}}
+				f.Listen = guard.Config{Hosts: []string{"gateway.internal", "*.svc.cluster.local"}, AllowedOrigins: []string{"https://app.example.com"}, Section: "listen"}
 				return f
 			}(),
 		},
@@ -139,7 +150,7 @@ func TestParseDefaults(t *testing.T) {
 			"plugin defaults", "plugins:\n  - {name: memory, path: ./m, sha256: " + binHash + "}\n",
 			func() *File {
 				f := defaults()
-				f.Plugins = []Plugin{{
+				f.Plugins = []plugins.Spec{{
 					Name: "memory", Path: "./m", SHA256: binHash,
 					MinMode: "minimal", Timeout: 150 * time.Millisecond, CacheTTL: 30 * time.Second,
 				}}
@@ -153,7 +164,7 @@ func TestParseDefaults(t *testing.T) {
 				"    config: {dir: /var/notes, n: 3}\n",
 			func() *File {
 				f := defaults()
-				f.Plugins = []Plugin{{
+				f.Plugins = []plugins.Spec{{
 					Name: "notes", Path: "./n", SHA256: strings.ToUpper(binHash), MinMode: "full",
 					Timeout: 2 * time.Second, CacheTTL: time.Minute, Required: true,
 					ReceiveUserMessage: true, TrustedDirectives: true,
@@ -166,7 +177,7 @@ func TestParseDefaults(t *testing.T) {
 			"mitm passthrough defaults to true", "mitm: {caCert: c.crt, caKey: c.key, hosts: [api.openai.com]}\n",
 			func() *File {
 				f := defaults()
-				f.MITM = &MITM{CACert: "c.crt", CAKey: "c.key", Hosts: []string{"api.openai.com"}, Passthrough: ptr(true), HandshakeTimeout: 10 * time.Second}
+				f.MITM = &mitm.Config{CACert: "c.crt", CAKey: "c.key", Hosts: []string{"api.openai.com"}, Passthrough: ptr(true), HandshakeTimeout: 10 * time.Second}
 				return f
 			}(),
 		},
@@ -174,7 +185,7 @@ func TestParseDefaults(t *testing.T) {
 			"mitm passthrough false is kept", "mitm: {caCert: c.crt, caKey: c.key, passthrough: false}\n",
 			func() *File {
 				f := defaults()
-				f.MITM = &MITM{CACert: "c.crt", CAKey: "c.key", Passthrough: ptr(false), HandshakeTimeout: 10 * time.Second}
+				f.MITM = &mitm.Config{CACert: "c.crt", CAKey: "c.key", Passthrough: ptr(false), HandshakeTimeout: 10 * time.Second}
 				return f
 			}(),
 		},
@@ -183,26 +194,30 @@ func TestParseDefaults(t *testing.T) {
 			"mitm: {caCert: c.crt, caKey: c.key, allowPrivateDestinations: [127.0.0.1, '::1', models.internal, Local-Model.], handshakeTimeout: 2s}\n",
 			func() *File {
 				f := defaults()
-				f.MITM = &MITM{CACert: "c.crt", CAKey: "c.key", Passthrough: ptr(true), HandshakeTimeout: 2 * time.Second,
+				f.MITM = &mitm.Config{CACert: "c.crt", CAKey: "c.key", Passthrough: ptr(true), HandshakeTimeout: 2 * time.Second,
 					AllowPrivateDestinations: []string{"127.0.0.1", "::1", "models.internal", "Local-Model."}}
 				return f
 			}(),
 		},
 		{
 			"route defaults: allowClientProtocol unset, empty match", "routes:\n  - protocol: public\n",
-			func() *File { f := defaults(); f.Routes = []Route{{Protocol: "public"}}; return f }(),
+			func() *File { f := defaults(); f.Routes = []policy.Route{{Protocol: "public"}}; return f }(),
 		},
 		{
 			"route allowClientProtocol true", "routes:\n  - {protocol: tech, allowClientProtocol: true, match: {model: 'o*'}}\n",
 			func() *File {
 				f := defaults()
-				f.Routes = []Route{{Protocol: "tech", AllowClientProtocol: ptr(true), Match: Match{Model: "o*"}}}
+				f.Routes = []policy.Route{{Protocol: "tech", AllowClientProtocol: ptr(true), Match: policy.Match{Model: "o*"}}}
 				return f
 			}(),
 		},
 		{
 			"tool kill switch", "tools:\n  web_fetch: {enabled: false}\n",
-			func() *File { f := defaults(); f.Tools = map[string]Tool{"web_fetch": {Enabled: ptr(false)}}; return f }(),
+			func() *File {
+				f := defaults()
+				f.Tools = map[string]policy.ToolConfig{"web_fetch": {Enabled: ptr(false)}}
+				return f
+			}(),
 		},
 	}
 	for _, tc := range tests {
@@ -264,7 +279,7 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			"unknown key in limits", "# limits\nlimits:\n  maxBodyBytes: 10\n  maxBodySize: 10\n",
-			[]string{`line 4: unknown key "maxBodySize" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout, bodyReadTimeout, headerReadTimeout, idleTimeout, maxInFlight`},
+			[]string{`line 4: unknown key "maxBodySize" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout, bodyReadTimeout, headerReadTimeout, idleTimeout, maxInFlight, maxTools`},
 		},
 		{
 			"unknown key in mitm", "mitm: {caCert: a, caKey: b, host: [api.openai.com]}\n",
@@ -286,7 +301,7 @@ func TestParseErrors(t *testing.T) {
 			"several unknown keys", "bogus: 1\nlimits: {maxBodyBytes: 1, nope: 2}\nmitm: {caCert: a, caKey: b, x: 1}\n",
 			[]string{
 				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`,
-				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout, bodyReadTimeout, headerReadTimeout, idleTimeout, maxInFlight`,
+				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout, bodyReadTimeout, headerReadTimeout, idleTimeout, maxInFlight, maxTools`,
 				`line 3: unknown key "x" in mitm; valid keys: caCert, caKey, hosts, passthrough, upstreamCA, allowPrivateDestinations, handshakeTimeout`,
 			},
 		},
@@ -352,7 +367,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{
 				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`,
 				`line 2: limits.maxBodyBytes: got a string "ten", want a whole number`,
-				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout, bodyReadTimeout, headerReadTimeout, idleTimeout, maxInFlight`,
+				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout, bodyReadTimeout, headerReadTimeout, idleTimeout, maxInFlight, maxTools`,
 			},
 		},
 
@@ -484,12 +499,24 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			"bad listen hosts and origins", "listen: {hosts: [gateway.internal, 'http://x.example', '*', 'x.example:8787'], allowedOrigins: ['https://app.example.com', '*', 'https://app.example.com/path']}\n",
-			[]string{
+			[]string{ // sorted by key path
+				`listen.allowedOrigins[1]: "*": give an origin as a browser sends it, scheme://host[:port], e.g. https://app.example.com (no wildcard, no path)`,
+				`listen.allowedOrigins[2]: "https://app.example.com/path": give an origin as a browser sends it, scheme://host[:port], e.g. https://app.example.com (no wildcard, no path)`,
 				`listen.hosts[1]: "http://x.example": give a host name only, without a scheme, port or path, e.g. gateway.internal`,
 				`listen.hosts[2]: "*": give a host name or an IP address, or *.example.com for the names under example.com`,
 				`listen.hosts[3]: "x.example:8787": give a host name only, without a scheme, port or path, e.g. gateway.internal`,
-				`listen.allowedOrigins[1]: "*": give an origin as a browser sends it, scheme://host[:port], e.g. https://app.example.com (no wildcard, no path)`,
-				`listen.allowedOrigins[2]: "https://app.example.com/path": give an origin as a browser sends it, scheme://host[:port], e.g. https://app.example.com (no wildcard, no path)`,
+			},
+		},
+		{
+			"problems of map entries come sorted, not in map order",
+			"tools:\n  zeta: {allowedProtocols: ['z z']}\n  alpha: {allowedProtocols: ['a a']}\n  mid: {allowedProtocols: ['m m']}\n" +
+				"routes:\n" + strings.Repeat("  - {protocol: tech}\n", 10) + "  - {protocol: 'te ch'}\n  - {protocol: 'x y'}\n",
+			[]string{
+				`routes[10].protocol: "te ch" is not a protocol id`,
+				`routes[11].protocol: "x y" is not a protocol id`,
+				`tools.alpha.allowedProtocols[0]: "a a" is not a protocol id`,
+				`tools.mid.allowedProtocols[0]: "m m" is not a protocol id`,
+				`tools.zeta.allowedProtocols[0]: "z z" is not a protocol id`,
 			},
 		},
 		{
@@ -523,7 +550,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{`mitm.handshakeTimeout: must be positive, e.g. 10s`},
 		},
 		{
-			"several problems at once",
+			"several problems at once, sorted by key path",
 			"defaultProtocol: 'a b'\n" +
 				"routes:\n  - match: {apiKeySha256: abc, model: '['}\n" +
 				"plugins:\n  - {name: meta, sha256: nope, minMode: huge, timeout: -1s, cacheTTL: -1s}\n  - {name: x, path: ./x, sha256: " + binHash + "}\n  - {name: x, path: ./x, sha256: " + binHash + "}\n" +
@@ -531,20 +558,20 @@ func TestParseErrors(t *testing.T) {
 				"mitm: {caKey: k}\n",
 			[]string{
 				`defaultProtocol: "a b" is not a protocol id (letters, digits, _ . -)`,
-				`routes[0].protocol: missing: name the protocol this route selects`,
-				`routes[0].match.apiKeySha256: ` + hexHelp,
-				`routes[0].match.model: bad glob "[": syntax error in pattern`,
-				`plugins[0] (meta).name: "meta" is reserved in the runtime context JSON; choose another name`,
-				`plugins[0] (meta).path: missing: the plugin binary`,
-				`plugins[0] (meta).sha256: required: the binary's sha256 as 64 hex characters (sha256sum )`,
-				`plugins[0] (meta).minMode: "huge": use minimal, standard or full`,
-				`plugins[0] (meta).timeout: must be positive, e.g. 150ms`,
-				`plugins[0] (meta).cacheTTL: must be zero or positive, e.g. 30s`,
-				`plugins[2] (x).name: duplicate plugin name "x"`,
 				`limits.maxBodyBytes: must be positive, e.g. 10485760`,
 				`limits.maxJSONDepth: must be between 1 and 10000, e.g. 64`,
 				`limits.upstreamTimeout: must be positive, e.g. 120s`,
 				"mitm.caCert: missing: the CA certificate written by `promptgate ca init`",
+				`plugins[0] (meta).cacheTTL: must be zero or positive, e.g. 30s`,
+				`plugins[0] (meta).minMode: "huge": use minimal, standard or full`,
+				`plugins[0] (meta).name: "meta" is reserved in the runtime context JSON; choose another name`,
+				`plugins[0] (meta).path: missing: the plugin binary`,
+				`plugins[0] (meta).sha256: required: the binary's sha256 as 64 hex characters (sha256sum )`,
+				`plugins[0] (meta).timeout: must be positive, e.g. 150ms`,
+				`plugins[2] (x).name: duplicate plugin name "x"`,
+				`routes[0].match.apiKeySha256: ` + hexHelp,
+				`routes[0].match.model: bad glob "[": syntax error in pattern`,
+				`routes[0].protocol: missing: name the protocol this route selects`,
 			},
 		},
 	}
@@ -687,7 +714,7 @@ func TestPluginCacheTTLZeroSwitchesTheCacheOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := []time.Duration{f.Plugins[0].CacheTTL, f.Plugins[1].CacheTTL, f.Plugins[2].CacheTTL, f.Plugins[3].CacheTTL}
-	if got[0] != 0 || got[1] != DefaultPluginCacheTTL || got[2] != 0 || got[3] != 5*time.Second {
+	if got[0] != 0 || got[1] != plugins.DefaultCacheTTL || got[2] != 0 || got[3] != 5*time.Second {
 		t.Fatalf("cacheTTLs %v", got)
 	}
 	if _, err := Parse([]byte("plugins:\n  - {name: a, path: ./a, sha256: " + sum + ", cacheTTL: -1s}\n")); err == nil || !strings.Contains(err.Error(), "cacheTTL") {

@@ -24,13 +24,30 @@ import (
 type Config struct {
 	// Hosts are the Host names answered besides loopback ones: a name or an IP address, matched exactly (any
 	// port, any letter case), or "*.example.com" for every name under example.com (not example.com itself).
-	Hosts []string
+	Hosts []string `yaml:"hosts"`
 	// AllowedOrigins are browser origins ("https://app.example.com", scheme://host[:port]) whose cross-site
 	// requests are answered, with CORS headers, and whose preflights are answered.
-	AllowedOrigins []string
+	AllowedOrigins []string `yaml:"allowedOrigins"`
 	// Section is the config section that holds Hosts and AllowedOrigins ("listen"), named in refusals; ""
 	// when they cannot be configured.
-	Section string
+	Section string `yaml:"-"`
+}
+
+// Validate returns every problem of the hosts and origins, each naming its key path under key (the section,
+// e.g. "listen") and the fix.
+func (c *Config) Validate(key string) []error {
+	var errs []error
+	for i, h := range c.Hosts {
+		if _, err := ParseHost(h); err != nil {
+			errs = append(errs, fmt.Errorf("%s.hosts[%d]: %w", key, i, err))
+		}
+	}
+	for i, o := range c.AllowedOrigins {
+		if _, err := ParseOrigin(o); err != nil {
+			errs = append(errs, fmt.Errorf("%s.allowedOrigins[%d]: %w", key, i, err))
+		}
+	}
+	return errs
 }
 
 // Policy is a checked Config.

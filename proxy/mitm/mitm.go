@@ -24,7 +24,6 @@ import (
 	"github.com/elazarl/goproxy"
 	lru "github.com/hashicorp/golang-lru/v2"
 
-	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/origin"
 )
 
@@ -50,12 +49,12 @@ type Options struct {
 	// DefaultMaxPipelines.
 	MaxPipelines int
 	// HandshakeTimeout closes an intercepted CONNECT whose client has not completed its TLS handshake in
-	// time; 0 means config.DefaultMITMHandshakeTimeout.
+	// time; 0 means DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
 	// HeaderReadTimeout and IdleTimeout are those of the listeners (limits.headerReadTimeout, idleTimeout),
 	// kept by the HTTP server inside an intercepted tunnel: a request's headers must come within the one, and
 	// a tunnel idle between requests longer than the other is closed. Neither bounds a response. 0 means
-	// config.DefaultHeaderReadTimeout, config.DefaultIdleTimeout.
+	// defaultHeaderReadTimeout, defaultIdleTimeout.
 	HeaderReadTimeout, IdleTimeout time.Duration
 	// AllowPrivate lists the host names and IP addresses that passthrough may reach although they are
 	// loopback, link-local or private (the config's mitm.allowPrivateDestinations).
@@ -99,13 +98,13 @@ func New(o Options) (*Door, error) {
 		o.MaxPipelines = DefaultMaxPipelines
 	}
 	if o.HandshakeTimeout <= 0 {
-		o.HandshakeTimeout = config.DefaultMITMHandshakeTimeout
+		o.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	if o.HeaderReadTimeout <= 0 {
-		o.HeaderReadTimeout = config.DefaultHeaderReadTimeout
+		o.HeaderReadTimeout = defaultHeaderReadTimeout
 	}
 	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = config.DefaultIdleTimeout
+		o.IdleTimeout = defaultIdleTimeout
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -31,9 +31,7 @@ import (
 	"golang.org/x/net/http/httpproxy"
 
 	"github.com/promptgate/promptgate/assembly"
-	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/proxy"
-	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/mitm"
 	"github.com/promptgate/promptgate/proxy/origin"
 	"github.com/promptgate/promptgate/store"
@@ -194,9 +192,11 @@ func newEngine(t *testing.T) *proxy.Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(defs.Close)
-	cfg, _ := config.Parse(nil)
-	return &proxy.Engine{Defs: defs, Router: policy.NewRouter(cfg), Access: policy.ToolAccess{Config: cfg.Tools},
-		Settings: assembly.DefaultSettings(), Limits: cfg.Limits, Log: log}
+	e, err := proxy.NewEngine(proxy.EngineOptions{Defs: defs, Settings: assembly.DefaultSettings(), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 // client is configured only through HTTPS_PROXY, with a cert pool holding promptgate's CA (and extra roots).

@@ -16,37 +16,35 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/promptgate/promptgate/assembly"
-	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/proxy"
-	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/store"
 )
 
 // engine builds the real engine on a real bbolt store with the built-in definitions, the default config and
 // the given environment settings.
-func engine(t testing.TB, env map[string]string) *proxy.Engine {
+func engine(t testing.TB, env map[string]string, sec assembly.Security) *proxy.Engine {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "promptgate.db"), store.Options{Validate: proxy.ValidateDefinition})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	cfg, err := config.Parse(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	settings, err := assembly.SettingsFromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
+	sec.Apply(&settings)
 	log := slog.New(slog.DiscardHandler)
 	defs, err := proxy.NewDefinitions(context.Background(), st, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(defs.Close)
-	return &proxy.Engine{Defs: defs, Router: policy.NewRouter(cfg), Access: policy.ToolAccess{Config: cfg.Tools},
-		Settings: settings, Limits: cfg.Limits, Log: log}
+	e, err := proxy.NewEngine(proxy.EngineOptions{Defs: defs, Settings: settings, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 // headerOrder is the contract's order of the layered prompt's headers.
@@ -144,20 +142,20 @@ func FuzzPrepare(f *testing.F) {
 	f.Add([]byte(`{"promptgate":{"context":[1,{"a":{"b":null}}],"user":"\n"},"messages":[{"role":"system","content":null}],"input":"x","system":"y"}`))
 
 	engines := []*proxy.Engine{
-		engine(f, nil),
-		engine(f, map[string]string{"PROMPT_STRUCTURED_RUNTIME_CONTEXT_CHANNEL": "system_message", "PROMPT_RUNTIME_CONTEXT_MAX_CHARS": "200"}),
-		engine(f, map[string]string{"PROMPT_TOOL_DEFS_MODE": "minimal"}),
-		engine(f, nil),
+		engine(f, nil, assembly.Security{}),
+		engine(f, map[string]string{"PROMPT_STRUCTURED_RUNTIME_CONTEXT_CHANNEL": "system_message", "PROMPT_RUNTIME_CONTEXT_MAX_CHARS": "200"}, assembly.Security{}),
+		engine(f, map[string]string{"PROMPT_TOOL_DEFS_MODE": "minimal"}, assembly.Security{}),
+		engine(f, nil, assembly.Security{DatamarkToolOutput: true}),
 	}
-	engines[3].Settings.DatamarkToolOutput = true // security.datamarkToolOutput
+	const datamarked = 3 // the engine with security.datamarkToolOutput
 	surfaces := []struct {
 		path    string
 		prepare func(*proxy.Engine, context.Context, proxy.Input) (*proxy.Prepared, error)
 		clean   string
 	}{
-		{proxy.PathChat, (*proxy.Engine).PrepareChat, `{"model":"m","messages":[{"role":"user","content":"x"}]}`},
-		{proxy.PathResponses, (*proxy.Engine).PrepareResponses, `{"model":"m","input":"x"}`},
-		{proxy.PathMessages, (*proxy.Engine).PrepareMessages, `{"model":"m","messages":[{"role":"user","content":"x"}]}`},
+		{proxy.PathChat, (*proxy.Engine).Prepare, `{"model":"m","messages":[{"role":"user","content":"x"}]}`},
+		{proxy.PathResponses, (*proxy.Engine).Prepare, `{"model":"m","input":"x"}`},
+		{proxy.PathMessages, (*proxy.Engine).Prepare, `{"model":"m","messages":[{"role":"user","content":"x"}]}`},
 	}
 	cleanSys := map[*proxy.Engine]map[string]string{}
 	for _, e := range engines {
@@ -171,7 +169,7 @@ func FuzzPrepare(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, e := range engines {
+		for ei, e := range engines {
 			for _, s := range surfaces {
 				p, err := s.prepare(e, context.Background(), proxy.Input{Path: s.path, Header: http.Header{}, Body: body})
 				if err != nil {
@@ -190,7 +188,7 @@ func FuzzPrepare(f *testing.F) {
 				if gjson.GetBytes(p.Body, assembly.PathExtension).Exists() {
 					t.Fatalf("%s: the promptgate field reached upstream: %s", s.path, p.Body)
 				}
-				if e.Settings.DatamarkToolOutput {
+				if ei == datamarked {
 					// Datamarking changes only tool output: the conversation keeps its items, their order and roles.
 					items := "messages"
 					if s.path == proxy.PathResponses {

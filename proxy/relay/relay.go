@@ -1,9 +1,9 @@
-// Package relay is what the stream vetters of the three surfaces (proxy/chatvet for Chat
-// Completions, proxy/respvet for the Responses API, proxy/anthvet for Anthropic Messages) share:
-// the loop that reads upstream events and hands out the output they produce (Relay), the one
-// representation of a tool call being assembled from a stream (Pending), whose raw events are held
-// until the call is complete and vetted, and the bookkeeping of decisions that a stream and a
-// non-stream body share (Recorder, Result, Relay.Record).
+// Package relay is what the stream vetters of the surfaces (proxy/surface/chat, proxy/surface/responses,
+// proxy/surface/messages) share: the loop that reads upstream events and hands out the output they produce
+// (Relay, which each surface's Stream embeds: it is the Stream's Read, Close, Err and Blocked), the one
+// representation of a tool call being assembled from a stream (Pending), whose raw events are held until the
+// call is complete and vetted, and the bookkeeping of decisions that a stream and a non-stream body share
+// (Recorder, Result, Relay.Record).
 //
 // A surface package translates its wire format only: which events belong to which call, what a
 // fragment adds, how a released event is renumbered and how a refusal is written. It does not

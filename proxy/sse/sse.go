@@ -7,7 +7,7 @@
 // more than the event being read plus whatever bytes the last read returned beyond it.
 //
 // The package owns the wire format only. It does not know what the data of an event means (the
-// proxy's surface packages, such as proxy/chatvet, do), and it does not flush or buffer output.
+// proxy's surface packages, such as proxy/surface/chat, do), and it does not flush or buffer output.
 package sse
 
 import (

@@ -1,5 +1,5 @@
-// Package relaytest holds what the tests and benchmarks of the stream vetters (proxy/chatvet,
-// proxy/respvet, proxy/anthvet) share: an upstream that splits a stream into random reads, a
+// Package relaytest holds what the tests and benchmarks of the stream vetters (proxy/surface/chat,
+// proxy/surface/responses, proxy/surface/messages) share: an upstream that splits a stream into random reads, a
 // driver that pipes a stream through a vetter the way the proxy does, a reader of clean SSE
 // output, the policy most tests vet against, the checks and fuzz seeds every surface's stream
 // tests make, and a benchmark of a relay beside a plain copy.

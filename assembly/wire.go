@@ -1,0 +1,187 @@
+package assembly
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/promptgate/promptgate/policy"
+)
+
+// BuiltinAliases are the other type names of a built-in tool's versions: without a date suffix
+// (web_search_preview_2025_03_11), with and without _preview (web_search, web_search_preview), and the computer
+// tool's names (computer_use_preview, computer_use, computer), as the Responses surface knows them for computer_call items.
+func BuiltinAliases(typ string) []string {
+	base := typ
+	if n := len(base) - len("_2006_01_02"); n > 0 && isDateSuffix(base[n:]) {
+		base = base[:n]
+	}
+	base = strings.TrimSuffix(base, "_preview")
+	names := []string{base, base + "_preview"}
+	if base == "computer" || base == "computer_use" {
+		names = []string{"computer", "computer_use", "computer_use_preview"}
+	}
+	var out []string
+	for _, n := range names {
+		if n != typ && n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// isDateSuffix reports whether s is "_YYYY_MM_DD".
+func isDateSuffix(s string) bool {
+	for i, c := range []byte(s) {
+		switch i {
+		case 0, 5, 8:
+			if c != '_' {
+				return false
+			}
+		default:
+			if c < '0' || c > '9' {
+				return false
+			}
+		}
+	}
+	return len(s) == len("_2006_01_02")
+}
+
+// ToolChoiceError is the refusal of a tool_choice that names a tool the request may not use
+// (policy.CodeToolChoiceNotAllowed).
+func ToolChoiceError(param, format string, args ...any) error {
+	return &policy.Error{Code: policy.CodeToolChoiceNotAllowed, Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// NameSet is the set of the tools' names.
+func NameSet(tools []policy.Tool) map[string]bool {
+	s := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		s[t.Name] = true
+	}
+	return s
+}
+
+// FilterTools keeps, in the array at path, the entries whose name is kept: the first entry of each name, and
+// every entry of a name whose first entry is shared (several entries of one built-in tool type). An array left
+// empty is removed together with deps (tool_choice), which the APIs only accept alongside tools.
+func FilterTools(body []byte, path string, kept []policy.Tool, name func(gjson.Result) (n string, shared bool), deps ...string) ([]byte, error) {
+	arr := Get(body, path)
+	if !arr.IsArray() {
+		return body, nil
+	}
+	keptSet := NameSet(kept)
+	first := map[string]bool{} // name -> whether its first entry is shared
+	var b bytes.Buffer
+	b.WriteByte('[')
+	n := 0
+	arr.ForEach(func(_, v gjson.Result) bool {
+		nm, shared := name(v)
+		firstShared, seen := first[nm]
+		if !seen {
+			first[nm] = shared
+		}
+		if !keptSet[nm] || (seen && !(shared && firstShared)) {
+			return true
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(v.Raw)
+		n++
+		return true
+	})
+	b.WriteByte(']')
+	var err error
+	if n > 0 {
+		if body, err = sjson.SetRawBytes(body, path, b.Bytes()); err != nil {
+			return nil, fmt.Errorf("assembly: filter tools: %w", err)
+		}
+		return body, nil
+	}
+	for _, p := range append([]string{path}, deps...) {
+		if Get(body, p).Exists() {
+			if body, err = sjson.DeleteBytes(body, p); err != nil {
+				return nil, fmt.Errorf("assembly: filter tools: %w", err)
+			}
+		}
+	}
+	return body, nil
+}
+
+// RemoveExtension deletes the top-level promptgate field, if any.
+func RemoveExtension(body []byte) ([]byte, error) {
+	if !Get(body, PathExtension).Exists() {
+		return body, nil
+	}
+	out, err := sjson.DeleteBytes(body, PathExtension)
+	if err != nil {
+		return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
+	}
+	return out, nil
+}
+func RawOrNil(r gjson.Result) []byte {
+	if !r.Exists() || r.Type == gjson.Null {
+		return nil
+	}
+	return []byte(r.Raw)
+}
+
+// ContentText is the text of a message content: a string, or the "text" of its text parts.
+func ContentText(c gjson.Result) string {
+	if c.Type == gjson.String {
+		return c.String()
+	}
+	if !c.IsArray() {
+		return ""
+	}
+	var parts []string
+	c.ForEach(func(_, p gjson.Result) bool {
+		if t := p.Get("text"); t.Type == gjson.String {
+			parts = append(parts, t.String())
+		}
+		return true
+	})
+	return strings.Join(parts, "\n")
+}
+
+// JSONString encodes s as a JSON string without HTML escaping.
+func JSONString(s string) []byte {
+	var b bytes.Buffer
+	WriteJSONString(&b, s)
+	return b.Bytes()
+}
+
+// WriteJSONString writes s to b as JSON string, without HTML escaping, as encoding/json would.
+func WriteJSONString(b *bytes.Buffer, s string) {
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)       // a string always encodes
+	b.Truncate(b.Len() - 1) // Encode's newline
+}
+
+// RoleTexts reads an array of role-tagged messages (chat messages, Responses input items): the texts of
+// its system and developer messages in order, and the text of its last user message. An element that is
+// not an object is an invalid_request naming it as field[i].
+func RoleTexts(arr gjson.Result, field string) (application []string, latestUser string, err error) {
+	i := 0
+	arr.ForEach(func(_, m gjson.Result) bool {
+		if !m.IsObject() {
+			err = Invalid(fmt.Sprintf("%s[%d]", field, i), "%s[%d] must be an object", field, i)
+			return false
+		}
+		switch m.Get("role").String() {
+		case "system", "developer":
+			application = append(application, ContentText(m.Get("content")))
+		case "user":
+			latestUser = ContentText(m.Get("content"))
+		}
+		i++
+		return true
+	})
+	return application, latestUser, err
+}

@@ -1,0 +1,458 @@
+package chat
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/proxy/surface"
+)
+
+// JSON paths of Chat Completions requests.
+const (
+	reqMessages      = "messages"
+	reqTools         = "tools"
+	reqFunctions     = "functions"
+	reqToolChoice    = "tool_choice"
+	reqFunctionCall  = "function_call"
+	reqParallelCalls = "parallel_tool_calls"
+	reqModel         = "model"
+	reqStream        = "stream"
+	// reqWebSearchOptions is Chat Completions' switch for the upstream's own web search: an object (even {})
+	// lets the model search the web with no tools entry.
+	reqWebSearchOptions = "web_search_options"
+)
+
+// ToolWebSearch is the tool name under which Chat Completions' web_search_options is governed: the name of
+// the Responses API's built-in web search tool, so that one allowlist entry, deny, kill switch or access
+// policy covers both surfaces (and, through its aliases, web_search_preview).
+const ToolWebSearch = "web_search"
+
+// parse reads a validated Chat Completions body. Application are the texts of the client's system and
+// developer messages, in order; the declared tools are the "tools" entries (function name, custom tool name,
+// else the type), then legacy "functions", then ToolWebSearch when web_search_options is an object (unless a
+// declared tool already has that name: then that tool stands for both, and web_search_options follows its
+// fate); LatestUser is the text of the last user message.
+func parse(b *assembly.Body) (surface.Request, error) {
+	m := [6]gjson.Result{b.Get(reqModel), b.Get(reqStream), b.Get(reqMessages), b.Get(reqTools), b.Get(reqFunctions), b.Get(reqWebSearchOptions)}
+	c := surface.Request{Model: m[0].String(), Stream: m[1].Type == gjson.True}
+	msgs := m[2]
+	if !msgs.IsArray() {
+		return surface.Request{}, assembly.Invalid(reqMessages, "messages must be an array")
+	}
+	var err error
+	if c.Application, c.LatestUser, err = assembly.RoleTexts(msgs, reqMessages); err != nil {
+		return surface.Request{}, err
+	}
+	if t := m[3]; t.Exists() && t.Type != gjson.Null {
+		if !t.IsArray() {
+			return surface.Request{}, assembly.Invalid(reqTools, "tools must be an array")
+		}
+		t.ForEach(func(_, v gjson.Result) bool {
+			c.Tools = append(c.Tools, chatTool(v))
+			return true
+		})
+		c.NativeTools = c.NativeTools || len(t.Array()) > 0
+	}
+	if f := m[4]; f.Exists() && f.Type != gjson.Null {
+		if !f.IsArray() {
+			return surface.Request{}, assembly.Invalid(reqFunctions, "functions must be an array")
+		}
+		f.ForEach(func(_, v gjson.Result) bool {
+			c.Tools = append(c.Tools, policy.Tool{Name: v.Get("name").String(), Description: v.Get("description").String(), Schema: assembly.RawOrNil(v.Get("parameters"))})
+			return true
+		})
+		c.NativeTools = c.NativeTools || len(f.Array()) > 0
+	}
+	switch ws := m[5]; {
+	case ws.IsObject():
+		c.Tools = withWebSearch(c.Tools)
+	case ws.Exists() && ws.Type != gjson.Null:
+		return surface.Request{}, assembly.Invalid(reqWebSearchOptions, "web_search_options must be an object (it turns on the upstream's web search, governed as the tool %q)", ToolWebSearch)
+	}
+	return c, nil
+}
+
+// withWebSearch adds ToolWebSearch, with the other names of the built-in web search tool as aliases, to the
+// declared tools: as a tool of its own, or onto a declared tool of that name, which then stands for both (one
+// name, one decision).
+func withWebSearch(tools []policy.Tool) []policy.Tool {
+	aliases := assembly.BuiltinAliases(ToolWebSearch)
+	for i := range tools {
+		if tools[i].Name == ToolWebSearch {
+			tools[i].Aliases = append(slices.Clip(tools[i].Aliases), aliases...)
+			return tools
+		}
+	}
+	return append(tools, policy.Tool{Name: ToolWebSearch, Aliases: aliases, UpstreamOnly: true})
+}
+
+// chatTool reads one "tools" entry: {"type":"function","function":{...}}, {"type":"custom","custom":{...}},
+// or another type, which is governed by its type name.
+func chatTool(v gjson.Result) policy.Tool {
+	typ := v.Get("type").String()
+	switch typ {
+	case "function", "":
+		fn := v.Get("function")
+		return policy.Tool{Name: fn.Get("name").String(), Description: fn.Get("description").String(), Schema: assembly.RawOrNil(fn.Get("parameters"))}
+	case "custom":
+		c := v.Get("custom")
+		return policy.Tool{Name: c.Get("name").String(), Description: c.Get("description").String()}
+	}
+	return policy.Tool{Name: typ}
+}
+
+// checkToolChoice checks tool_choice and legacy function_call against the kept tools. A choice naming a tool
+// that is not kept, or "required" with nothing kept, is a 400 tool_choice_not_allowed.
+func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
+	keptSet := make(map[string]bool, len(kept))
+	for _, t := range kept {
+		keptSet[t.Name] = true
+	}
+	notAllowed := func(param, format string, args ...any) error {
+		return assembly.ToolChoiceError(param, format, args...)
+	}
+	choice := [2]gjson.Result{b.Get(reqToolChoice), b.Get(reqFunctionCall)}
+	tc := choice[0]
+	switch {
+	case tc.Type == gjson.String:
+		if tc.String() == "required" && len(kept) == 0 {
+			return notAllowed(reqToolChoice, "tool_choice is \"required\" but no tool is allowed for this request")
+		}
+	case tc.IsObject():
+		var names []string
+		switch tc.Get("type").String() {
+		case "allowed_tools":
+			tc.Get("allowed_tools.tools").ForEach(func(_, t gjson.Result) bool {
+				names = append(names, chatTool(t).Name)
+				return true
+			})
+			if tc.Get("allowed_tools.mode").String() == "required" && len(kept) == 0 {
+				return notAllowed(reqToolChoice, "tool_choice requires a tool but no tool is allowed for this request")
+			}
+		default:
+			names = append(names, chatTool(tc).Name)
+		}
+		for _, n := range names {
+			if !keptSet[n] {
+				return notAllowed(reqToolChoice, "tool_choice names tool %q, which is not allowed for this request", n)
+			}
+		}
+	}
+	fc := choice[1]
+	if fc.IsObject() {
+		if n := fc.Get("name").String(); !keptSet[n] {
+			return notAllowed(reqFunctionCall, "function_call names function %q, which is not allowed for this request", n)
+		}
+	}
+	return nil
+}
+
+// rewrite returns the upstream body: messages replaced by the layered system message (plus the context
+// message in the structured channel) and the client's non-system messages in order; tools and functions
+// filtered to the kept ones; the promptgate field removed. Every other byte stays as the client sent it.
+//
+// The edits are spliced into one new body in one pass (the bytes are those sjson would give, edit by edit:
+// see rewriteChatEdits); only a filter that empties an array takes the edit-by-edit path.
+//
+// web_search_options reaches the upstream only where ToolWebSearch is kept, whether or not removedAny says a
+// tool was removed: the upstream's web search never passes by default.
+func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	body := b.Raw()
+	m := [5]gjson.Result{b.Get(reqMessages), b.Get(reqTools), b.Get(reqFunctions), b.Get(assembly.PathExtension), b.Get(reqWebSearchOptions)}
+	out, ok := rewriteChatSpliced(body, m, p, kept, removedAny)
+	if !ok {
+		var msgs bytes.Buffer
+		writeMessages(&msgs, m[0], p)
+		var err error
+		if out, err = rewriteChatEdits(body, msgs.Bytes(), kept, removedAny); err != nil {
+			return nil, err
+		}
+	}
+	if p.DatamarkToolOutput {
+		return datamark(out)
+	}
+	return out, nil
+}
+
+// writeMessages writes the upstream messages array: the layered system message (plus the context message
+// in the structured channel), then the client's messages other than system and developer, in order.
+func writeMessages(b *bytes.Buffer, msgsAt gjson.Result, p assembly.Prompt) {
+	b.WriteString(`[{"role":"system","content":`)
+	assembly.WriteJSONString(b, p.System)
+	b.WriteByte('}')
+	if p.ContextMessage != "" {
+		b.WriteString(`,{"role":"system","content":`)
+		assembly.WriteJSONString(b, p.ContextMessage)
+		b.WriteByte('}')
+	}
+	msgsAt.ForEach(func(_, m gjson.Result) bool {
+		switch m.Get("role").String() {
+		case "system", "developer":
+			return true
+		}
+		b.WriteByte(',')
+		b.WriteString(m.Raw)
+		return true
+	})
+	b.WriteByte(']')
+}
+
+// rewriteChatEdits applies the edits of rewrite one after the other with sjson, each copying the body.
+func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	out, err := sjson.SetRawBytes(body, reqMessages, msgs)
+	if err != nil {
+		return nil, fmt.Errorf("assembly: set messages: %w", err)
+	}
+	if removedAny {
+		if out, err = filterToolArrays(out, kept); err != nil {
+			return nil, err
+		}
+	}
+	if assembly.Get(out, reqWebSearchOptions).IsObject() && !assembly.NameSet(kept)[ToolWebSearch] {
+		if out, err = sjson.DeleteBytes(out, reqWebSearchOptions); err != nil {
+			return nil, fmt.Errorf("assembly: remove web_search_options: %w", err)
+		}
+	}
+	if assembly.Get(out, assembly.PathExtension).Exists() {
+		if out, err = sjson.DeleteBytes(out, assembly.PathExtension); err != nil {
+			return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// splice is one edit of a body: bytes [from, to) replaced by with, or by what write writes.
+type splice struct {
+	from, to int
+	with     []byte
+	write    func(*bytes.Buffer)
+}
+
+// rewriteChatSpliced makes the edits of rewriteChatEdits in one copy of the body: each top-level value is
+// replaced where sjson would replace it, and the promptgate member (and a web_search_options that goes) is cut
+// where sjson would cut it; two cuts that touch make the edits overlap, which falls back to rewriteChatEdits. ok is
+// false when an edit is not a plain splice (messages absent, a tool array filtered to nothing), for
+// rewriteChatEdits to do.
+func rewriteChatSpliced(body []byte, m [5]gjson.Result, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
+	msgsAt, ext, search := m[0], m[3], m[4]
+	if msgsAt.Index <= 0 {
+		return nil, false
+	}
+	edits := make([]splice, 0, 5)
+	// The messages are written straight into the new body; room for the prompts and a little escaping.
+	msgsSize := len(msgsAt.Raw) + len(p.System) + len(p.ContextMessage) + (len(p.System)+len(p.ContextMessage))/8 + 128
+	edits = append(edits, splice{from: msgsAt.Index, to: msgsAt.Index + len(msgsAt.Raw),
+		write: func(b *bytes.Buffer) { writeMessages(b, msgsAt, p) }})
+	if removedAny {
+		keptSet := make(map[string]bool, len(kept))
+		for _, t := range kept {
+			keptSet[t.Name] = true
+		}
+		used := map[string]bool{}
+		for _, a := range []struct {
+			arr  gjson.Result
+			name func(gjson.Result) string
+		}{
+			{m[1], func(v gjson.Result) string { return chatTool(v).Name }},
+			{m[2], func(v gjson.Result) string { return v.Get("name").String() }},
+		} {
+			arr := a.arr
+			if !arr.IsArray() {
+				continue
+			}
+			if arr.Index <= 0 {
+				return nil, false
+			}
+			var b bytes.Buffer
+			b.Grow(len(arr.Raw))
+			b.WriteByte('[')
+			n := 0
+			arr.ForEach(func(_, v gjson.Result) bool {
+				nm := a.name(v)
+				if keptSet[nm] && !used[nm] {
+					used[nm] = true
+					if n > 0 {
+						b.WriteByte(',')
+					}
+					b.WriteString(v.Raw)
+					n++
+				}
+				return true
+			})
+			if n == 0 {
+				return nil, false // the array goes, with its companions: edit by edit
+			}
+			b.WriteByte(']')
+			edits = append(edits, splice{from: arr.Index, to: arr.Index + len(arr.Raw), with: b.Bytes()})
+		}
+	}
+	var dels []gjson.Result
+	if ext.Exists() {
+		dels = append(dels, ext)
+	}
+	if search.IsObject() && !assembly.NameSet(kept)[ToolWebSearch] {
+		dels = append(dels, search)
+	}
+	for _, del := range dels {
+		if del.Index <= 0 {
+			return nil, false
+		}
+		from, to := deletedMember(body, del)
+		edits = append(edits, splice{from: from, to: to})
+	}
+	slices.SortFunc(edits, func(a, b splice) int { return a.from - b.from })
+	size := len(body) + msgsSize
+	for i, e := range edits {
+		if i > 0 && e.from < edits[i-1].to {
+			return nil, false // overlapping edits cannot happen on distinct members; be safe
+		}
+		size += len(e.with) - (e.to - e.from)
+	}
+	out := bytes.NewBuffer(make([]byte, 0, size))
+	at := 0
+	for _, e := range edits {
+		out.Write(body[at:e.from])
+		if e.write != nil {
+			e.write(out)
+		} else {
+			out.Write(e.with)
+		}
+		at = e.to
+	}
+	out.Write(body[at:])
+	return out.Bytes(), true
+}
+
+// deletedMember is the span sjson.DeleteBytes removes for the top-level member whose value is v: back from
+// the value over its key to the comma before it (or to just after the opening brace, and then on over the
+// comma after the value).
+func deletedMember(body []byte, v gjson.Result) (from, to int) {
+	from, to = v.Index, v.Index+len(v.Raw)
+	keepFrom, delNextComma := deleteTailItem(body[:v.Index])
+	from = keepFrom
+	if delNextComma {
+		for i := to; i < len(body); i++ {
+			if body[i] <= ' ' {
+				continue
+			}
+			if body[i] == ',' {
+				to = i + 1
+			}
+			break
+		}
+	}
+	return from, to
+}
+
+// deleteTailItem is sjson's (v1.2.10) search back from a value for the start of its member: it returns
+// the length of the prefix that stays, and whether the comma after the value must go too.
+func deleteTailItem(buf []byte) (int, bool) {
+loop:
+	for i := len(buf) - 1; i >= 0; i-- {
+		switch buf[i] {
+		case '[':
+			return len(buf), true
+		case ',':
+			return i, false
+		case ':':
+			i--
+			for ; i >= 0; i-- {
+				if buf[i] == '"' {
+					i--
+					for ; i >= 0; i-- {
+						if buf[i] == '"' {
+							i--
+							if i >= 0 && buf[i] == '\\' {
+								continue
+							}
+							for ; i >= 0; i-- {
+								switch buf[i] {
+								case '{':
+									return i + 1, true
+								case ',':
+									return i, false
+								}
+							}
+						}
+					}
+					break
+				}
+			}
+			break loop
+		}
+	}
+	return len(buf), false
+}
+
+// filterToolArrays keeps, in "tools" and "functions", the first entry of each kept name. An array left
+// empty is removed together with tool_choice / function_call and parallel_tool_calls, which the API only
+// accepts alongside tools.
+func filterToolArrays(body []byte, kept []policy.Tool) ([]byte, error) {
+	keptSet := make(map[string]bool, len(kept))
+	for _, t := range kept {
+		keptSet[t.Name] = true
+	}
+	used := map[string]bool{}
+	var err error
+	filter := func(path string, name func(gjson.Result) string, deps ...string) {
+		arr := assembly.Get(body, path)
+		if err != nil || !arr.IsArray() {
+			return
+		}
+		var b bytes.Buffer
+		b.WriteByte('[')
+		n := 0
+		arr.ForEach(func(_, v gjson.Result) bool {
+			nm := name(v)
+			if keptSet[nm] && !used[nm] {
+				used[nm] = true
+				if n > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString(v.Raw)
+				n++
+			}
+			return true
+		})
+		b.WriteByte(']')
+		if n == 0 {
+			for _, p := range append([]string{path}, deps...) {
+				if assembly.Get(body, p).Exists() {
+					if body, err = sjson.DeleteBytes(body, p); err != nil {
+						return
+					}
+				}
+			}
+			return
+		}
+		body, err = sjson.SetRawBytes(body, path, b.Bytes())
+	}
+	filter(reqTools, func(v gjson.Result) string { return chatTool(v).Name }, reqToolChoice, reqParallelCalls)
+	filter(reqFunctions, func(v gjson.Result) string { return v.Get("name").String() }, reqFunctionCall)
+	if err != nil {
+		return nil, fmt.Errorf("assembly: filter tools: %w", err)
+	}
+	return body, nil
+}
+
+// datamark datamarks the content of every message with role "tool" or "function" of a chat body.
+func datamark(body []byte) ([]byte, error) {
+	var marks assembly.Marks
+	i := 0
+	gjson.GetBytes(body, reqMessages).ForEach(func(_, m gjson.Result) bool {
+		switch m.Get("role").String() {
+		case "tool", "function":
+			marks.Content(reqMessages+"."+strconv.Itoa(i)+".content", m.Get("content"))
+		}
+		i++
+		return true
+	})
+	return marks.Apply(body)
+}

@@ -1,0 +1,561 @@
+package responses
+
+import (
+	"bytes"
+	"container/list"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
+	"github.com/promptgate/promptgate/proxy/surface"
+)
+
+// The OpenAI Responses API stores a response upstream (store defaults to true), blocked calls included:
+// promptgate removed them from what the client saw, not from what OpenAI kept. Two things then go wrong
+// without help: a conversation continued with previous_response_id is refused upstream, because every
+// function_call of the previous response needs a function_call_output; and GET /v1/responses/{id} would show
+// the client the call it was refused. The proxy therefore remembers, per response id, the calls it blocked
+// (a bounded, per-instance memory), answers them on the next turn with a function_call_output that says the
+// call was blocked and not run, and removes them from a retrieved stored response.
+//
+// A background response (POST /v1/responses with "background": true) is answered at once, queued, without
+// output; its calls only appear when the app retrieves it (GET /v1/responses/{id}, or streamed with
+// ?stream=true). For such a response the same memory keeps the policy of the request that created it, and
+// every retrieval is vetted with that policy exactly like a synchronous answer (vetStored).
+
+// defaultStoredResponses is how many responses the memory keeps (oldest forgotten first): those with a
+// blocked call and background responses.
+const defaultStoredResponses = 10000
+
+// defaultBackgroundBytes bounds what the policies kept for background responses hold (tool names and schemas,
+// copied out of their requests): past it, the oldest responses are forgotten first.
+const defaultBackgroundBytes = 256 << 20
+
+// blockedCall is one call the proxy refused in a Responses answer.
+type blockedCall struct {
+	CallID, Tool, Reason string
+}
+
+// blockedMemory maps a Responses response id to what the proxy must remember of it: the calls blocked in it
+// and, for a background response, the policy its retrievals are vetted with. Safe for concurrent use.
+type blockedMemory struct {
+	mu    sync.Mutex
+	max   int
+	byID  map[string]*list.Element
+	order *list.List // of *memEntry, oldest at the front
+	// bytes is the size of the background policies kept; maxBytes bounds it.
+	bytes, maxBytes int
+}
+
+type memEntry struct {
+	id    string
+	calls []blockedCall
+	bg    *bgPolicy // nil unless the response was created in the background
+	// shown is the output the client was shown where a call was blocked: a retrieval shows it again.
+	shown []byte
+}
+
+// bgPolicy is what a background response's retrievals are vetted with: the policy of the request that
+// created it (a fresh vet.Checker is built from it per retrieval, since a Checker remembers the call ids it
+// has seen) and the protocol, for the decision log. It also keeps which decisions were recorded, so that a
+// response polled many times logs each call's decision once.
+type bgPolicy struct {
+	policy          vet.Policy
+	protocol        string
+	protocolVersion int
+	size            int // bytes held, for the memory's bound
+
+	mu      sync.Mutex
+	decided map[string]bool
+}
+
+// newBgPolicy keeps p for a background response. The tool names and schemas are copied, so that the memory
+// does not keep the whole request body they were read from.
+func newBgPolicy(p vet.Policy, protocol string, protocolVersion int) *bgPolicy {
+	size := 256
+	allowed := make(map[string]bool, len(p.Allowed))
+	for name, ok := range p.Allowed {
+		allowed[strings.Clone(name)] = ok
+		size += len(name) + 16
+	}
+	schemas := make(map[string][]byte, len(p.Schemas))
+	for name, schema := range p.Schemas {
+		schemas[strings.Clone(name)] = bytes.Clone(schema)
+		size += len(name) + len(schema) + 16
+	}
+	p.Allowed, p.Schemas = allowed, schemas
+	return &bgPolicy{policy: p, protocol: protocol, protocolVersion: protocolVersion, size: size}
+}
+
+// firstTime reports whether d was not recorded before for this response (and marks it recorded). A decision
+// is the same when its call id, tool, verdict, reason, rule and argument bytes are; a call without an id is
+// known by its place in the output.
+func (b *bgPolicy) firstTime(d vet.Decision) bool {
+	sum := sha256.Sum256(d.Args)
+	call := d.CallID
+	if call == "" {
+		call = "#" + strconv.Itoa(d.Choice)
+	}
+	key := strings.Join([]string{call, d.Tool, d.Verdict, d.Reason, d.Rule, string(sum[:])}, "\x00")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.decided[key] {
+		return false
+	}
+	if b.decided == nil {
+		b.decided = map[string]bool{}
+	}
+	b.decided[key] = true
+	return true
+}
+
+func newBlockedMemory(max int) *blockedMemory {
+	if max <= 0 {
+		max = defaultStoredResponses
+	}
+	return &blockedMemory{max: max, maxBytes: defaultBackgroundBytes, byID: map[string]*list.Element{}, order: list.New()}
+}
+
+// entry returns the entry of response id, adding it (and forgetting the oldest) when there is none. The
+// caller holds m.mu.
+func (m *blockedMemory) entry(id string) *memEntry {
+	if el, ok := m.byID[id]; ok {
+		return el.Value.(*memEntry)
+	}
+	for m.order.Len() >= m.max {
+		m.forgetOldest()
+	}
+	e := &memEntry{id: id}
+	m.byID[id] = m.order.PushBack(e)
+	return e
+}
+
+// forgetOldest drops the oldest entry. The caller holds m.mu.
+func (m *blockedMemory) forgetOldest() {
+	oldest := m.order.Front()
+	e := oldest.Value.(*memEntry)
+	if e.bg != nil {
+		m.bytes -= e.bg.size
+	}
+	m.bytes -= len(e.shown)
+	delete(m.byID, e.id)
+	m.order.Remove(oldest)
+}
+
+// remember adds a blocked call of response id. A call without an id cannot be answered and is not kept.
+func (m *blockedMemory) remember(id string, c blockedCall) {
+	if id == "" || c.CallID == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.entry(id)
+	for _, have := range e.calls {
+		if have.CallID == c.CallID {
+			return
+		}
+	}
+	e.calls = append(e.calls, c)
+}
+
+// rememberBackground keeps the policy that the retrievals of background response id are vetted with. The
+// first one kept for an id stays.
+func (m *blockedMemory) rememberBackground(id string, p *bgPolicy) {
+	if id == "" || p == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.byID[id]; ok && el.Value.(*memEntry).bg != nil {
+		return
+	}
+	// Room for its bytes: the oldest responses go first (never the newest policy itself, whatever its size).
+	for m.bytes+p.size > m.maxBytes && m.order.Len() > 0 && m.order.Front().Value.(*memEntry).id != id {
+		m.forgetOldest()
+	}
+	m.entry(id).bg = p
+	m.bytes += p.size
+}
+
+// rememberShown keeps the output the client was shown of response id, where a call in it was blocked. The
+// first one kept for an id stays.
+func (m *blockedMemory) rememberShown(id string, output []byte) {
+	if id == "" || len(output) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.byID[id]; ok && el.Value.(*memEntry).shown != nil {
+		return
+	}
+	for m.bytes+len(output) > m.maxBytes && m.order.Len() > 0 && m.order.Front().Value.(*memEntry).id != id {
+		m.forgetOldest()
+	}
+	m.entry(id).shown = bytes.Clone(output)
+	m.bytes += len(output)
+}
+
+// shown returns the output the client was shown of response id, or nil.
+func (m *blockedMemory) shown(id string) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.byID[id]; ok {
+		return el.Value.(*memEntry).shown
+	}
+	return nil
+}
+
+// background returns the policy kept for background response id, or nil.
+func (m *blockedMemory) background(id string) *bgPolicy {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if el, ok := m.byID[id]; ok {
+		return el.Value.(*memEntry).bg
+	}
+	return nil
+}
+
+// lookup returns a copy of the calls blocked in response id, or nil.
+func (m *blockedMemory) lookup(id string) []blockedCall {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	el, ok := m.byID[id]
+	if !ok || len(el.Value.(*memEntry).calls) == 0 {
+		return nil
+	}
+	return append([]blockedCall(nil), el.Value.(*memEntry).calls...)
+}
+
+// blockedOutput is the function_call_output text that answers a blocked call on the next turn.
+func blockedOutput(c blockedCall) string {
+	return vet.Notice(vet.Decision{Tool: c.Tool, Reason: c.Reason}) + " (the call was not run)"
+}
+
+// answerBlocked puts a function_call_output for every blocked call of the previous response that the
+// request does not answer itself at the front of the request's input, so that the upstream accepts the
+// continuation. A string input becomes a user message after them.
+func answerBlocked(body []byte, calls []blockedCall) ([]byte, int, error) {
+	input := gjson.GetBytes(body, "input")
+	answered := map[string]bool{}
+	if input.IsArray() {
+		for _, it := range input.Array() {
+			if it.Get("type").Str == "function_call_output" {
+				answered[it.Get("call_id").Str] = true
+			}
+		}
+	}
+	var items []string
+	for _, c := range calls {
+		if answered[c.CallID] {
+			continue
+		}
+		it, err := sjson.Set(`{"type":"function_call_output","call_id":"","output":""}`, "call_id", c.CallID)
+		if err == nil {
+			it, err = sjson.Set(it, "output", blockedOutput(c))
+		}
+		if err != nil {
+			return body, 0, fmt.Errorf("responses: answer blocked call: %w", err)
+		}
+		items = append(items, it)
+	}
+	answers := len(items)
+	if answers == 0 {
+		return body, 0, nil
+	}
+	switch {
+	case !input.Exists():
+	case input.Type == gjson.String:
+		items = append(items, `{"role":"user","content":`+input.Raw+`}`)
+	case input.IsArray():
+		input.ForEach(func(_, it gjson.Result) bool {
+			items = append(items, it.Raw)
+			return true
+		})
+	default:
+		return body, 0, errors.New("responses: input is neither a string nor an array")
+	}
+	out, err := sjson.SetRawBytes(body, "input", []byte("["+strings.Join(items, ",")+"]"))
+	if err != nil {
+		return body, 0, fmt.Errorf("responses: answer blocked calls: %w", err)
+	}
+	return out, answers, nil
+}
+
+// responsePath splits the path of a request to /v1/responses/{id}[/rest], read as a loose upstream router might
+// read it (a trailing slash, ;params, other letter case), so that no spelling escapes; ok is false for another
+// path.
+func responsePath(r *http.Request) (id, rest string, ok bool) {
+	p := surface.LoosePath(r)
+	prefix := Path + "/"
+	if len(p) <= len(prefix) || !strings.EqualFold(p[:len(prefix)], prefix) {
+		return "", "", false
+	}
+	id, rest, _ = strings.Cut(p[len(prefix):], "/")
+	return id, rest, id != ""
+}
+
+// storedResponseID is the id of a GET /v1/responses/{id} request (not its sub-resources), or "".
+func storedResponseID(r *http.Request) string {
+	if id, rest, ok := responsePath(r); ok && rest == "" && r.Method == http.MethodGet {
+		return id
+	}
+	return ""
+}
+
+// cancelledResponseID is the id of a POST /v1/responses/{id}/cancel request, or "": its answer is the response
+// object, with instructions.
+func cancelledResponseID(r *http.Request) string {
+	if id, rest, ok := responsePath(r); ok && rest == "cancel" && r.Method == http.MethodPost {
+		return id
+	}
+	return ""
+}
+
+// stripStored shows a retrieved stored response as its create showed it: the calls this proxy blocked
+// removed (the output the client was shown, notices included, where the memory still has it), and the
+// client's own instructions. A streamed retrieval of a response with a blocked call cannot be edited call by
+// call here: it is refused (403 tool_call_blocked) rather than shown.
+func (s *Surface) stripStored(resp *http.Response, id string) error {
+	if resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	calls := s.blocked.lookup(id)
+	instructions := s.echoes.lookup(id)
+	if err := surface.PlainBody(resp); err != nil {
+		return err
+	}
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
+		if len(calls) > 0 {
+			resp.Body.Close()
+			out := surface.ErrorJSON("this stored response holds a tool call that promptgate blocked; retrieve it without stream=true",
+				"permission_error", relay.CodeToolCallBlocked)
+			surface.SetBody(resp, http.StatusForbidden, out)
+			return nil
+		}
+		surface.StreamBody(resp, newEchoStream(resp.Body, instructions))
+		return nil
+	}
+	body, err := surface.ReadBody(resp)
+	if err != nil {
+		return err
+	}
+	if !gjson.ValidBytes(body) {
+		return fmt.Errorf("%w: the stored response is not valid JSON", surface.ErrUpstreamMalformed)
+	}
+	if len(calls) > 0 && gjson.GetBytes(body, pathOutput).IsArray() {
+		removed := len(calls)
+		if shown := s.blocked.shown(id); shown != nil {
+			body, err = sjson.SetRawBytes(body, pathOutput, shown)
+		} else {
+			drop := map[string]bool{}
+			for _, c := range calls {
+				drop[c.CallID] = true
+			}
+			body, removed, err = WithoutCalls(body, drop)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
+		}
+		if removed > 0 {
+			resp.Header.Set(surface.HeaderBlocked, strconv.Itoa(removed))
+		}
+	}
+	if body, err = echoInstructions(body, "", instructions); err != nil {
+		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
+	}
+	surface.SetBody(resp, resp.StatusCode, body)
+	return nil
+}
+
+// echoCancelled gives a cancelled response (the answer of POST /v1/responses/{id}/cancel) the client's own
+// instructions.
+func (s *Surface) echoCancelled(resp *http.Response, id string) error {
+	if resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	if err := surface.PlainBody(resp); err != nil {
+		return err
+	}
+	body, err := surface.ReadBody(resp)
+	if err != nil {
+		return err
+	}
+	if !gjson.ValidBytes(body) {
+		return fmt.Errorf("%w: the cancelled response is not valid JSON", surface.ErrUpstreamMalformed)
+	}
+	if body, err = echoInstructions(body, "", s.echoes.lookup(id)); err != nil {
+		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
+	}
+	surface.SetBody(resp, resp.StatusCode, body)
+	return nil
+}
+
+// respTrack collects what one Responses exchange needs to remember: its response id, its blocked calls, the
+// output the client was shown where a call was blocked, and the client's own instructions.
+type respTrack struct {
+	mem    *blockedMemory
+	echoes *instructionMemory
+	// instructions is the client's own instructions value (raw JSON, null when none).
+	instructions []byte
+	// bg is set for a background request: the policy kept for its response id.
+	bg      *bgPolicy
+	mu      sync.Mutex
+	id      string
+	pending []blockedCall
+	shown   []byte // the output shown, until the id is known
+}
+
+func (t *respTrack) setID(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.id != "" {
+		return
+	}
+	t.id = id
+	t.mem.rememberBackground(id, t.bg)
+	t.echoes.remember(id, t.instructions)
+	for _, c := range t.pending {
+		t.mem.remember(id, c)
+	}
+	t.mem.rememberShown(id, t.shown)
+	t.pending, t.shown = nil, nil
+}
+
+// show keeps the output the client was shown of a response in which a call was blocked.
+func (t *respTrack) show(output []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.id == "" {
+		t.shown = output
+		return
+	}
+	t.mem.rememberShown(t.id, output)
+}
+
+func (t *respTrack) decision(d vet.Decision) {
+	if t.bg != nil {
+		t.bg.firstTime(d) // decided here: a retrieval does not record it again
+	}
+	if !d.Blocked() {
+		return
+	}
+	c := blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.id == "" {
+		t.pending = append(t.pending, c)
+		return
+	}
+	t.mem.remember(t.id, c)
+}
+
+// isBackground reports whether a rewritten Responses request asks for a background response. Any value
+// other than false or null counts: an upstream that reads a loose value as true must not leave the response
+// unvetted.
+func isBackground(body []byte) bool {
+	v := gjson.GetBytes(body, "background")
+	return v.Exists() && v.Type != gjson.False && v.Type != gjson.Null
+}
+
+// withholdInProgress removes from a retrieved response the call items that are still being generated
+// (status in_progress): their arguments are not complete, so they are neither vetted nor shown until a later
+// retrieval has them whole.
+func withholdInProgress(body []byte) ([]byte, error) {
+	output := gjson.GetBytes(body, "output")
+	if !output.IsArray() {
+		return body, nil
+	}
+	var kept []string
+	withheld := 0
+	output.ForEach(func(_, it gjson.Result) bool {
+		switch it.Get("type").Str {
+		case "function_call", "custom_tool_call":
+			if it.Get("status").Str == "in_progress" {
+				withheld++
+				return true
+			}
+		}
+		kept = append(kept, it.Raw)
+		return true
+	})
+	if withheld == 0 {
+		return body, nil
+	}
+	return sjson.SetRawBytes(body, "output", []byte("["+strings.Join(kept, ",")+"]"))
+}
+
+// vetStored vets a retrieval of background response id with the policy of the request that created it,
+// exactly like a synchronous answer: refuse removes a blocked call (with the notice where no call is left),
+// error answers 403 tool_call_blocked, audit passes it; a streamed retrieval goes through Stream. Each
+// decision is recorded in the decision log once per response, not on every poll; a blocked call is
+// remembered so that the next turn answers it. A retrieval that cannot be vetted (not JSON, an unexpected
+// status) fails as a malformed upstream answer (502 upstream_error).
+func (s *Surface) vetStored(resp *http.Response, h surface.Host, id string, bg *bgPolicy) error {
+	ctx := resp.Request.Context()
+	log := h.Log(ctx)
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode >= 400 {
+		return surface.CheckErrorBody(resp, ct)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return fmt.Errorf("%w: status %d for the retrieval of background response %s", surface.ErrUpstreamMalformed, resp.StatusCode, id)
+	}
+	if err := surface.PlainBody(resp); err != nil {
+		return err
+	}
+	resp.Header.Set(surface.HeaderProtocol, bg.protocol)
+	instructions := s.echoes.lookup(id)
+	checker := vet.NewChecker(bg.policy)
+	record := h.Recorder(ctx, bg.protocol, bg.protocolVersion)
+	rec := func(d vet.Decision) {
+		if d.Blocked() {
+			s.blocked.remember(id, blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason})
+		}
+		if bg.firstTime(d) {
+			record(d)
+		}
+	}
+	if ct == "text/event-stream" {
+		st := NewStream(resp.Body, checker, rec)
+		st.Instructions = instructions
+		surface.StreamBody(resp, h.Relayed(ctx, st))
+		return nil
+	}
+	body, err := surface.ReadBody(resp)
+	if err != nil {
+		return err
+	}
+	if !gjson.ValidBytes(body) {
+		return fmt.Errorf("%w: the retrieved background response %s is not valid JSON", surface.ErrUpstreamMalformed, id)
+	}
+	if body, err = withholdInProgress(body); err != nil {
+		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
+	}
+	out, res, err := Body(body, checker, rec)
+	if err != nil {
+		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
+	}
+	status := http.StatusOK
+	if res.ErrorCall != nil {
+		out, status = surface.BlockedErrorJSON(*res.ErrorCall), http.StatusForbidden
+	} else if out, err = echoInstructions(out, "", instructions); err != nil {
+		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
+	}
+	if res.Blocked > 0 {
+		resp.Header.Set(surface.HeaderBlocked, strconv.Itoa(res.Blocked))
+		log.Info("vetted a retrieved background response", "response_id", id, "blocked", res.Blocked)
+	}
+	surface.SetBody(resp, status, out)
+	return nil
+}

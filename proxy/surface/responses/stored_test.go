@@ -1,0 +1,244 @@
+package responses
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/vet"
+)
+
+func TestBlockedMemoryBoundedAndDeduplicated(t *testing.T) {
+	m := newBlockedMemory(2)
+	m.remember("resp_a", blockedCall{CallID: "c1", Tool: "t"})
+	m.remember("resp_a", blockedCall{CallID: "c1", Tool: "t"})
+	m.remember("resp_a", blockedCall{CallID: "c2", Tool: "t"})
+	m.remember("", blockedCall{CallID: "c3"})
+	m.remember("resp_b", blockedCall{CallID: ""})
+	if got := m.lookup("resp_a"); len(got) != 2 || got[0].CallID != "c1" || got[1].CallID != "c2" {
+		t.Fatalf("resp_a: %+v", got)
+	}
+	if m.lookup("resp_b") != nil || m.lookup("") != nil {
+		t.Fatal("a call without an id or a response without an id was kept")
+	}
+	m.remember("resp_b", blockedCall{CallID: "c4"})
+	m.remember("resp_c", blockedCall{CallID: "c5"})
+	if m.lookup("resp_a") != nil || m.lookup("resp_b") == nil || m.lookup("resp_c") == nil {
+		t.Fatal("the oldest response was not the one forgotten")
+	}
+	got := m.lookup("resp_c")
+	got[0].CallID = "changed"
+	if m.lookup("resp_c")[0].CallID != "c5" {
+		t.Fatal("lookup hands out the memory's own slice")
+	}
+}
+
+func TestAnswerBlocked(t *testing.T) {
+	calls := []blockedCall{{CallID: "call_1", Tool: "web_fetch", Reason: "not allowed"}, {CallID: "call_2", Tool: "x\ny", Reason: "r"}}
+	out1 := `{"type":"function_call_output","call_id":"call_1","output":"[promptgate] blocked tool call web_fetch: not allowed (the call was not run)"}`
+	for _, tc := range []struct{ name, in, want string }{
+		{"string", `{"model":"m","input":"hi \"there\"","z":1}`,
+			`{"model":"m","input":[` + out1 + `,{"type":"function_call_output","call_id":"call_2","output":"[promptgate] blocked tool call \"x\\ny\": r (the call was not run)"},{"role":"user","content":"hi \"there\""}],"z":1}`},
+		{"array, one answered by the client", `{"input":[{"type":"function_call_output","call_id":"call_2","output":"mine"},{"role":"user","content":"u"}]}`,
+			`{"input":[` + out1 + `,{"type":"function_call_output","call_id":"call_2","output":"mine"},{"role":"user","content":"u"}]}`},
+		{"no input", `{"model":"m"}`, ``},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, n, err := answerBlocked([]byte(tc.in), calls)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want != "" && string(got) != tc.want {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+			if !gjson.ValidBytes(got) || gjson.GetBytes(got, "input.#").Int() < 1 || n < 1 {
+				t.Fatalf("%d %s", n, got)
+			}
+		})
+	}
+	// All answered: untouched.
+	in := `{"input":[{"type":"function_call_output","call_id":"call_1","output":"a"},{"type":"function_call_output","call_id":"call_2","output":"b"}]}`
+	if got, n, err := answerBlocked([]byte(in), calls); err != nil || n != 0 || string(got) != in {
+		t.Fatalf("%d %v %s", n, err, got)
+	}
+	// The bad form: an input that is neither a string nor an array is an error, not a silent pass.
+	if _, _, err := answerBlocked([]byte(`{"input":{"role":"user"}}`), calls); err == nil {
+		t.Fatal("an object input was accepted")
+	}
+}
+
+func TestStoredResponseID(t *testing.T) {
+	for path, want := range map[string]string{
+		"/v1/responses/resp_1":             "resp_1",
+		"/v1/responses/resp_1/input_items": "",
+		"/v1/responses/":                   "",
+		"/v1/responses":                    "",
+		"/v1/chat/completions/x":           "",
+		// Spellings a loose upstream router takes for the same retrieval.
+		"/v1/responses/resp_1/":     "resp_1",
+		"/v1/Responses/resp_1":      "resp_1",
+		"/v1/responses/resp_1;x":    "resp_1",
+		"/v1/responses//resp_1":     "resp_1",
+		"/v1/responses/resp_1%2F":   "resp_1",
+		"/v1/responses/resp%5F1":    "resp_1",
+		"/v1/responses/resp_1%20":   "resp_1",
+		"/v1/responses/resp_1/../x": "x",
+	} {
+		r, _ := http.NewRequest(http.MethodGet, "http://h"+path, nil)
+		if got := storedResponseID(r); got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+	r, _ := http.NewRequest(http.MethodDelete, "http://h/v1/responses/resp_1", nil)
+	if storedResponseID(r) != "" {
+		t.Error("DELETE taken for a retrieval")
+	}
+}
+
+// TestStoredResponseStreamRetrievalRefused: a streamed retrieval of a response with a blocked call is
+// refused rather than shown; one without is passed as it is.
+func TestStoredResponseStreamRetrievalRefused(t *testing.T) {
+	s := New(Options{})
+	s.blocked.remember("resp_1", blockedCall{CallID: "call_evil", Tool: "web_fetch", Reason: "r"})
+	mk := func(id string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, "http://h/v1/responses/"+id+"?stream=true", nil)
+		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+			Body: io.NopCloser(strings.NewReader("data: {\"item\":{\"call_id\":\"call_evil\"}}\n\n")), Request: req}
+	}
+	resp := mk("resp_1")
+	if err := s.stripStored(resp, "resp_1"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	wantBlockedError(t, resp, b)
+	// The content type is parsed as everywhere else: letter case and parameters do not hide a stream.
+	for _, ct := range []string{"Text/Event-Stream; charset=utf-8", " text/event-stream;charset=UTF-8"} {
+		resp = mk("resp_1")
+		resp.Header.Set("Content-Type", ct)
+		if err := s.stripStored(resp, "resp_1"); err != nil {
+			t.Fatalf("%q: %v", ct, err)
+		}
+		b, _ = io.ReadAll(resp.Body)
+		wantBlockedError(t, resp, b)
+	}
+	resp = mk("resp_2")
+	if err := s.stripStored(resp, "resp_2"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || !strings.Contains(string(b), "call_evil") {
+		t.Fatalf("an unrelated stream was changed: %d %s", resp.StatusCode, b)
+	}
+	// A malformed stored body of a response with blocked calls fails as a malformed upstream answer.
+	req, _ := http.NewRequest(http.MethodGet, "http://h/v1/responses/resp_1", nil)
+	resp = &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(`{"output":[{"type":"function_call","call_id":"call_evil"}`)), Request: req}
+	if err := s.stripStored(resp, "resp_1"); err == nil {
+		t.Fatal("a truncated stored response was passed")
+	}
+}
+
+func TestBgPolicyFirstTime(t *testing.T) {
+	var b bgPolicy
+	d := vet.Decision{CallID: "c1", Tool: "t", Verdict: vet.VerdictAllowed, Args: []byte(`{}`)}
+	if !b.firstTime(d) || b.firstTime(d) {
+		t.Fatal("the same decision was not recognised")
+	}
+	changed := d
+	changed.Args = []byte(`{"a":1}`)
+	if !b.firstTime(changed) {
+		t.Fatal("a call whose arguments changed was taken for the same decision")
+	}
+	noID := vet.Decision{Choice: 3, Tool: "t", Verdict: vet.VerdictBlocked}
+	other := noID
+	other.Choice = 4
+	if !b.firstTime(noID) || !b.firstTime(other) || b.firstTime(noID) {
+		t.Fatal("calls without an id are not known by their place")
+	}
+}
+
+func TestBlockedMemoryBackground(t *testing.T) {
+	m := newBlockedMemory(2)
+	p1, p2 := &bgPolicy{protocol: "a"}, &bgPolicy{protocol: "b"}
+	m.rememberBackground("resp_a", p1)
+	m.rememberBackground("resp_a", p2)
+	m.rememberBackground("", p1)
+	m.rememberBackground("resp_n", nil)
+	if m.background("resp_a") != p1 || m.background("") != nil || m.background("resp_n") != nil {
+		t.Fatal("background policy")
+	}
+	// One entry per response: a blocked call of a background response does not take a second place.
+	m.remember("resp_a", blockedCall{CallID: "c1"})
+	m.rememberBackground("resp_b", p2)
+	if m.background("resp_a") != p1 || len(m.lookup("resp_a")) != 1 || m.lookup("resp_b") != nil {
+		t.Fatal("entries")
+	}
+	m.remember("resp_c", blockedCall{CallID: "c2"})
+	if m.background("resp_a") != nil || m.lookup("resp_a") != nil || m.background("resp_b") != p2 {
+		t.Fatal("the oldest response was not the one forgotten")
+	}
+}
+
+// TestBlockedMemoryBackgroundBytes: the policies kept are bounded in bytes too (oldest forgotten first, the
+// newest always kept), and they hold copies, not the request's bytes.
+func TestBlockedMemoryBackgroundBytes(t *testing.T) {
+	schema := []byte(`{"type":"object"}`)
+	pol := newBgPolicy(vet.Policy{Allowed: map[string]bool{"t": true}, Schemas: map[string][]byte{"t": schema}}, "p", 1)
+	schema[0] = 'X'
+	if string(pol.policy.Schemas["t"]) != `{"type":"object"}` {
+		t.Fatal("the policy shares the request's bytes")
+	}
+	m := newBlockedMemory(100)
+	m.maxBytes = 2*pol.size + 1
+	m.remember("resp_0", blockedCall{CallID: "c"})
+	m.rememberBackground("resp_a", pol)
+	m.rememberBackground("resp_b", newBgPolicy(vet.Policy{}, "p", 1))
+	if m.lookup("resp_0") == nil || m.background("resp_a") == nil || m.background("resp_b") == nil {
+		t.Fatal("forgotten within the bound")
+	}
+	m.rememberBackground("resp_c", pol)
+	if m.background("resp_a") != nil || m.lookup("resp_0") != nil || m.background("resp_b") == nil || m.background("resp_c") == nil {
+		t.Fatal("the oldest were not the ones forgotten")
+	}
+	big := newBgPolicy(vet.Policy{Schemas: map[string][]byte{"t": make([]byte, 10*m.maxBytes)}}, "p", 1)
+	m.rememberBackground("resp_big", big)
+	if m.background("resp_big") != big || m.order.Len() != 1 || m.bytes != big.size {
+		t.Fatalf("the newest policy was not kept alone: %d entries, %d bytes", m.order.Len(), m.bytes)
+	}
+	m.remember("resp_x", blockedCall{CallID: "c"})
+	m.rememberBackground("resp_y", pol)
+	if m.background("resp_big") != nil || m.bytes != pol.size {
+		t.Fatalf("bytes %d after forgetting, want %d", m.bytes, pol.size)
+	}
+}
+
+// wantBlockedError checks a 403 tool_call_blocked answer in the OpenAI error shape.
+func wantBlockedError(t *testing.T, resp *http.Response, b []byte) {
+	t.Helper()
+	if resp.StatusCode != http.StatusForbidden || gjson.GetBytes(b, "error.code").Str != "tool_call_blocked" || gjson.GetBytes(b, "error.type").Str != "permission_error" {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+}
+
+// TestCancelledResponseID: a cancel is POST /v1/responses/{id}/cancel, in any spelling a loose router reads as
+// it; nothing else is.
+func TestCancelledResponseID(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ method, path, want string }{
+		{http.MethodPost, "/v1/responses/resp_1/cancel", "resp_1"},
+		{http.MethodPost, "/v1/Responses/resp_1/cancel/", "resp_1"},
+		{http.MethodPost, "/v1/responses/resp_1/cancel;x", "resp_1"},
+		{http.MethodGet, "/v1/responses/resp_1/cancel", ""},
+		{http.MethodPost, "/v1/responses/resp_1", ""},
+		{http.MethodPost, "/v1/responses/resp_1/cancel/more", ""},
+		{http.MethodPost, "/v1/responses//cancel", ""},
+		{http.MethodPost, "/v1/responses/resp_1/input_items", ""},
+	} {
+		r, _ := http.NewRequest(tc.method, "http://h"+tc.path, nil)
+		if got := cancelledResponseID(r); got != tc.want {
+			t.Errorf("%s %s: %q, want %q", tc.method, tc.path, got, tc.want)
+		}
+	}
+}

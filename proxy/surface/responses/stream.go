@@ -1,0 +1,840 @@
+package responses
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
+	"github.com/promptgate/promptgate/proxy/sse"
+)
+
+// Event types of the Responses stream this package reads.
+const (
+	evItemAdded    = "response.output_item.added"
+	evItemDone     = "response.output_item.done"
+	evArgsDelta    = "response.function_call_arguments.delta"
+	evArgsDone     = "response.function_call_arguments.done"
+	evCustomDelta  = "response.custom_tool_call_input.delta"
+	evCustomDone   = "response.custom_tool_call_input.done"
+	evCompleted    = "response.completed"
+	evIncomplete   = "response.incomplete"
+	evFailed       = "response.failed"
+	evError        = "error"
+	pathSeq        = "sequence_number"
+	pathOutputIdx  = "output_index"
+	pathItemID     = "item_id"
+	pathItem       = "item"
+	pathResponse   = "response"
+	pathRespOutput = "response.output"
+	pathRespID     = "response.id"
+	// pathRespInstructions is the instructions of the response an event carries.
+	pathRespInstructions = "response.instructions"
+)
+
+// Stream vets a streamed Responses API answer. Read yields the upstream SSE stream with every call held until
+// it is complete and vetted:
+//
+//   - Events of other output items (text, built-in tool items) and of the response as a whole go out byte
+//     for byte as soon as they are complete. A reasoning item's events are held until the item after it is
+//     known: a stateless client replays its output as the next input, and the API refuses a reasoning item
+//     without the item that followed it. They go out as soon as that item is not a call, or is an allowed
+//     call; a reasoning item right before a blocked call (on refuse) is withheld with it.
+//   - The events of a function_call (or custom_tool_call) item — its response.output_item.added, the
+//     argument deltas and .done, its response.output_item.done — are held, keyed by output_index. At the
+//     item's output_item.done the call is vetted (with atomicParallelCalls: every call waits for the end of
+//     the response and they are vetted together). The sources of its name, call id and arguments must agree
+//     (the added item plus the deltas, the .done event, the done item), else the call is blocked
+//     (ReasonChanged).
+//   - An allowed call's held events are then released unchanged. On refuse a blocked call's events are
+//     dropped and a message item with the notice takes its place (output_item.added, content_part.added,
+//     output_text.delta, output_text.done, content_part.done, output_item.done); on error the stream ends
+//     with an error event (code tool_call_blocked).
+//   - response.completed (and .incomplete, .failed) is rewritten so that its output is what the client was
+//     shown: an allowed call as streamed, a blocked call's notice item in its place; a call it holds that the
+//     stream never showed is vetted there. Call items in every other response snapshot (response.created,
+//     ..., any event that carries a response) are removed; any other event that carries a call item (other
+//     than the item's output_item.added and .done) is dropped.
+//   - output_index is renumbered where a call was released later than items after it (atomic mode), so the
+//     client sees items numbered in the order they reach it; sequence_number is renumbered where events were
+//     added or reordered, so it keeps increasing. Where nothing was blocked or reordered, both stay as sent.
+//   - Nothing of a blocked call (item id, call id, name, argument bytes) is ever written. An event whose data
+//     looks like JSON but is not one valid object with unique keys, or whose event: line names another type
+//     than its data, is dropped, and every call still held fails closed. A call's argument events must carry
+//     both its output_index and its item_id (clients place fragments by one or the other): one that lacks
+//     either blocks the call.
+//   - If the upstream ends (or fails) before a terminal event, held calls are dropped and the stream ends with
+//     an error event (code upstream_stream_truncated).
+//
+// Read returns whatever output it has before it reads upstream again, so each event reaches a caller that
+// flushes after every Read at once. A Stream is not safe for concurrent use.
+type Stream struct {
+	relay.Relay
+	c *vet.Checker
+
+	items   map[int]*item  // by upstream output_index
+	byID    map[string]int // item id -> upstream output_index
+	open    []*pending     // calls not yet vetted, in the order they started
+	nextOut int            // the output_index the next item that goes out gets
+	// shift is added to upstream sequence numbers; last is the last sequence number written (-1: none).
+	shift, last int64
+
+	finished bool // a terminal event (or an upstream error event) went out
+
+	// lead are the reasoning items whose follower is not known yet, in order: held until it is.
+	lead []*item
+
+	// OnResponseID, when set before the first Read, is called once with the response's id, from the first
+	// event that carries it (response.created), before any call of the response is vetted.
+	OnResponseID func(id string)
+	sawID        bool
+	// Instructions, when not nil, is the JSON value (the client's own instructions, or null) that replaces
+	// the instructions of every response object an event carries.
+	Instructions []byte
+	// OnShown, when set before the first Read, is called with the output of the terminal event as it went
+	// out, when a call of the response was blocked: what a later retrieval must show.
+	OnShown func(output []byte)
+}
+
+var _ io.ReadCloser = (*Stream)(nil)
+
+// item is one output item of the response.
+type item struct {
+	client int      // the output_index the client sees; -1 until the item goes out
+	call   *pending // nil for an item that is not vetted
+	// held are the events of a reasoning item whose follower is not known yet (reasoning is true); nil once
+	// they went out or were dropped.
+	held      []heldEvent
+	reasoning bool
+	dropped   bool // a reasoning item withheld with the blocked call after it
+}
+
+// heldEvent is an event held with what is needed to write it again.
+type heldEvent struct {
+	raw []byte
+	m   meta
+}
+
+// pending is one call item being assembled.
+type pending struct {
+	relay.Pending[meta]
+	oi      int    // upstream output_index
+	typ     string // function_call or custom_tool_call (or an item type of refusedBuiltin)
+	builtin bool   // an item of refusedBuiltin: blocked from the start, its name is the tool type
+	itemID  string
+	hasArgs bool // the arguments were given (by the added item, a delta or a .done)
+	done    bool // its output_item.done arrived
+
+	vetted   bool
+	released bool
+	sum      [sha256.Size]byte // of the arguments, once vetted
+	notice   []byte            // the notice item that took its place (refuse)
+	// lead are the reasoning items right before the call: they go out before it, or are dropped with it.
+	lead []*item
+}
+
+// meta is what the stream needs of a held event to write it again.
+type meta struct {
+	name   string // the event: line
+	seq    int64
+	hasSeq bool
+	oi     int
+	hasOI  bool
+}
+
+// NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for every vetted
+// call.
+func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
+	s := &Stream{c: c, items: map[int]*item{}, byID: map[string]int{}, last: -1}
+	s.Relay = relay.New(upstream, rec, relay.Surface{
+		Finished: func() bool { return s.finished && len(s.open) == 0 },
+		Truncated: func() {
+			s.end(ErrorJSON(s.last+1, "upstream stream ended before the response was complete", "server_error", relay.CodeTruncated))
+		},
+		Done:      s.completeAll,
+		Malformed: s.malformed,
+		Event:     s.event,
+		MaxDepth:  maxDepth,
+		Typed:     true,
+	})
+	return s
+}
+
+// malformed fails every held call: an event that a client might read differently from us was dropped.
+func (s *Stream) malformed() {
+	for _, p := range s.open {
+		p.Fail(vet.ReasonMalformedStream)
+	}
+}
+
+// event handles one event whose data is a valid JSON object.
+func (s *Stream) event(ev sse.Event) {
+	data := ev.Data
+	if foldedKeys(relay.Get(data, "@this")) {
+		// A client might read a call here that this package does not see: dropped, as a malformed event.
+		s.malformed()
+		return
+	}
+	if s.Instructions != nil {
+		if ins := relay.Get(data, pathRespInstructions); ins.Exists() && ins.Raw != string(s.Instructions) {
+			if out, err := sjson.SetRawBytes(slices.Clone(data), pathRespInstructions, s.Instructions); err == nil {
+				data = s.clean(&ev, out)
+			}
+		}
+	}
+	typ := relay.Get(data, pathType).String()
+	if s.OnResponseID != nil && !s.sawID {
+		if id := relay.Get(data, pathRespID); id.Type == gjson.String && id.Str != "" {
+			s.sawID = true
+			s.OnResponseID(strings.Clone(id.Str)) // relay.Get aliases the read buffer
+		}
+	}
+	if typ != evItemAdded && typ != evItemDone && isCall(s.c, relay.Get(data, pathItem+"."+pathType).String()) {
+		// A call item in an event that is neither its added nor its done: it cannot be vetted as a call
+		// there, and no client should take it from there either. Dropped.
+		return
+	}
+	switch typ {
+	case evCompleted, evIncomplete, evFailed:
+	default:
+		// Any other event that carries a response snapshot (not only response.created and .in_progress, also
+		// one that names an output_index or item_id) has its call items removed: calls are vetted as they
+		// stream, or in the final response.
+		if snap := s.snapshot(data); snap != nil {
+			data = s.clean(&ev, snap)
+		}
+	}
+	m := meta{name: ev.Event}
+	if v := relay.Get(data, pathSeq); v.Exists() {
+		if n, ok := relay.IntField(v); ok {
+			m.seq, m.hasSeq = int64(n), true
+		}
+	}
+	argsEvent := false // the event carries a call's argument (or input) fragment
+	callItem := false  // the event carries a call item
+	switch typ {
+	case evArgsDelta, evArgsDone, evCustomDelta, evCustomDone:
+		argsEvent = true
+	case evItemAdded, evItemDone:
+		callItem = isCall(s.c, relay.Get(data, pathItem+"."+pathType).String())
+	}
+	if v := relay.Get(data, pathOutputIdx); v.Exists() {
+		m.oi, m.hasOI = relay.IntField(v)
+	} else if id := relay.Get(data, pathItemID); id.Type == gjson.String && !argsEvent && !callItem {
+		// Only an event that adds nothing to a call is placed by its item id. Clients place a call's
+		// events by output_index (the official SDKs; a Go client reads a missing one as 0) or by item id:
+		// an event of a call must name both, and agree, or clients would assemble different calls.
+		m.oi, m.hasOI = s.byID[id.Str]
+	}
+
+	switch typ {
+	case evCompleted, evIncomplete, evFailed:
+		s.completeAll()
+		if s.Ended {
+			return
+		}
+		out, ok := s.finalOutput(data)
+		if !ok {
+			return
+		}
+		s.release(s.lead)
+		s.finished = true
+		s.write(ev.Raw, out, m, -1)
+		if s.OnShown != nil && s.Blocked() > 0 {
+			final := data
+			if out != nil {
+				final = out
+			}
+			s.OnShown([]byte(gjson.GetBytes(final, pathRespOutput).Raw))
+		}
+		return
+	case evError:
+		s.dropOpen()
+		s.release(s.lead)
+		s.finished = true
+		s.write(ev.Raw, nil, m, -1)
+		return
+	}
+	if !m.hasOI {
+		if argsEvent || callItem {
+			// A call event that cannot be placed is dropped; a client might still place it somewhere (by its
+			// item id, or at output_index 0), so every call still held fails closed.
+			for _, p := range s.open {
+				p.Fail(vet.ReasonInvalidIndex)
+			}
+			return
+		}
+		s.write(ev.Raw, s.snapshot(data), m, -1)
+		return
+	}
+	if typ == evItemAdded {
+		s.itemAdded(ev, m, callItem)
+		return
+	}
+	st := s.items[m.oi]
+	switch {
+	case callItem && typ == evItemDone && (st == nil || st.call == nil):
+		// A call item that was never announced: it is whole in this event.
+		p := s.start(m.oi, gjson.GetBytes(data, pathItem))
+		p.Hold(ev.Raw, m)
+		s.itemDone(p, gjson.GetBytes(data, pathItem))
+	case st == nil:
+		if !argsEvent {
+			s.write(ev.Raw, nil, m, -1)
+		}
+	case st.call == nil:
+		switch {
+		case argsEvent || st.dropped:
+		case st.held != nil:
+			st.held = append(st.held, heldEvent{bytes.Clone(ev.Raw), m})
+		default:
+			s.write(ev.Raw, nil, m, st.client)
+		}
+	case !st.call.vetted:
+		p := st.call
+		switch typ {
+		case evArgsDelta, evCustomDelta:
+			s.argsDelta(p, data)
+		case evArgsDone, evCustomDone:
+			s.argsDone(p, data)
+		case evItemDone:
+			p.Hold(ev.Raw, m)
+			s.itemDone(p, gjson.GetBytes(data, pathItem))
+			return
+		}
+		p.Hold(ev.Raw, m)
+	default:
+		s.late(st, ev.Raw, m)
+	}
+}
+
+// itemAdded starts an output item: a call is held, any other item goes out with the next output_index.
+func (s *Stream) itemAdded(ev sse.Event, m meta, callItem bool) {
+	if old := s.items[m.oi]; old != nil && old.call != nil && !old.call.vetted {
+		// A new item at the place of a call that did not finish.
+		old.call.Call.Fail(ReasonIncomplete)
+		s.complete([]*pending{old.call})
+		if s.Ended {
+			return
+		}
+	}
+	it := gjson.GetBytes(ev.Data, pathItem)
+	if callItem {
+		p := s.start(m.oi, it)
+		p.lead, s.lead = s.lead, nil
+		p.Hold(ev.Raw, m)
+		return
+	}
+	st := &item{client: -1}
+	s.items[m.oi] = st
+	if id := it.Get(pathID); id.Type == gjson.String {
+		s.byID[id.Str] = m.oi
+	}
+	if it.Get(pathType).Str == typeReasoning {
+		// Its follower decides whether it goes out: held until that is known.
+		st.reasoning = true
+		st.held = []heldEvent{{bytes.Clone(ev.Raw), m}}
+		s.lead = append(s.lead, st)
+		return
+	}
+	s.release(s.lead)
+	s.lead = nil
+	st.client = s.nextOut
+	s.nextOut++
+	s.write(ev.Raw, nil, m, st.client)
+}
+
+// release writes the held events of reasoning items whose follower went out (or that have none), in order.
+func (s *Stream) release(lead []*item) {
+	for _, st := range lead {
+		if st.dropped || st.client >= 0 {
+			continue
+		}
+		st.client = s.nextOut
+		s.nextOut++
+		for _, h := range st.held {
+			s.write(h.raw, nil, h.m, st.client)
+		}
+		st.held = nil
+	}
+}
+
+// drop withholds reasoning items with the blocked call that followed them: their events never go out.
+func drop(lead []*item) {
+	for _, st := range lead {
+		if st.client < 0 {
+			st.dropped, st.held = true, nil
+		}
+	}
+}
+
+// start begins a call at an output_index from its first item.
+func (s *Stream) start(oi int, it gjson.Result) *pending {
+	typ := it.Get(pathType).Str
+	p := &pending{Pending: relay.Pending[meta]{Call: &vet.Call{Index: oi}, Stream: s.Held()}, oi: oi, typ: typ}
+	if id := it.Get(pathID); id.Type == gjson.String {
+		p.itemID = id.Str
+		s.byID[id.Str] = oi
+	}
+	if id := it.Get(pathCallID); id.Type == gjson.String {
+		p.Call.ID = id.Str
+	}
+	s.items[oi] = &item{client: -1, call: p}
+	s.open = append(s.open, p)
+	if tool := refusedBuiltin(s.c, typ); tool != "" {
+		p.builtin = true
+		p.Call.AddName(tool)
+		p.Call.Fail(vet.ReasonNotAllowed)
+		return p
+	}
+	if name := it.Get(pathName); name.Type == gjson.String {
+		p.Call.AddName(name.Str)
+	}
+	if typ != typeFunction { // custom_tool_call, or a case variant of a call type
+		p.Call.Fail(vet.ReasonUnsupportedType)
+	}
+	switch args := it.Get(pathArguments); {
+	case args.Type == gjson.String:
+		p.Call.AppendArgs(args.Str)
+		p.hasArgs = args.Str != ""
+	case args.Exists() && args.Type != gjson.Null:
+		p.Call.Fail(vet.ReasonNotString)
+	}
+	return p
+}
+
+// argsDelta appends an argument fragment.
+func (s *Stream) argsDelta(p *pending, data []byte) {
+	if p.done {
+		p.Call.Fail(ReasonChanged)
+		return
+	}
+	s.sameItem(p, data)
+	switch d := gjson.GetBytes(data, "delta"); {
+	case d.Type == gjson.String:
+		p.Call.AppendArgs(d.Str)
+		p.hasArgs = p.hasArgs || d.Str != ""
+	default:
+		p.Call.Fail(vet.ReasonNotString)
+	}
+}
+
+// argsDone checks the final arguments (and name, where given) against what was assembled.
+func (s *Stream) argsDone(p *pending, data []byte) {
+	s.sameItem(p, data)
+	if p.typ == typeFunction {
+		s.sameArgs(p, gjson.GetBytes(data, pathArguments))
+	}
+	s.sameName(p, gjson.GetBytes(data, pathName))
+}
+
+// itemDone checks the finished item against what was assembled and, unless the calls of the response are
+// vetted together, vets the call.
+func (s *Stream) itemDone(p *pending, it gjson.Result) {
+	if p.done || it.Get(pathType).String() != p.typ {
+		p.Call.Fail(ReasonChanged)
+	}
+	p.done = true
+	if id := it.Get(pathID); id.Exists() && (id.Type != gjson.String || id.Str != p.itemID) {
+		p.Call.Fail(ReasonChanged)
+	}
+	// The finished item is what many clients keep: it must be the whole call, as assembled.
+	if id := it.Get(pathCallID); id.Type != gjson.String || id.Str != p.Call.ID {
+		p.Call.Fail(ReasonChanged)
+	}
+	if name := it.Get(pathName); p.builtin {
+	} else if name.Exists() {
+		s.sameName(p, name)
+	} else {
+		p.Call.Fail(ReasonChanged)
+	}
+	if p.typ == typeFunction {
+		if args := it.Get(pathArguments); args.Exists() {
+			s.sameArgs(p, args)
+		} else {
+			p.Call.Fail(ReasonChanged)
+		}
+	}
+	if !s.c.Atomic() {
+		s.complete([]*pending{p})
+	}
+}
+
+// sameItem checks the item_id of an argument event against the call's item id. It must be there when the
+// call's item has an id: a client that places events by item id would not add a fragment without one.
+func (s *Stream) sameItem(p *pending, data []byte) {
+	id := gjson.GetBytes(data, pathItemID)
+	switch {
+	case !id.Exists():
+		if p.itemID != "" {
+			p.Call.Fail(ReasonChanged)
+		}
+	case id.Type != gjson.String || id.Str != p.itemID:
+		p.Call.Fail(ReasonChanged)
+	}
+}
+
+func (s *Stream) sameName(p *pending, name gjson.Result) {
+	switch {
+	case !name.Exists():
+	case name.Type != gjson.String:
+		p.Call.Fail(ReasonChanged)
+	case name.Str != p.Call.Name:
+		// Also a name that the added item did not have: a client reading that item has no name for the call.
+		p.Call.Fail(vet.ReasonNameChanged)
+	}
+}
+
+// sameArgs compares a final arguments field with the assembled arguments; when none were assembled, the
+// final ones are taken.
+func (s *Stream) sameArgs(p *pending, args gjson.Result) {
+	switch {
+	case !args.Exists():
+	case args.Type != gjson.String:
+		p.Call.Fail(vet.ReasonNotString)
+	case !p.hasArgs && len(p.Call.Args) == 0:
+		p.Call.AppendArgs(args.Str)
+		p.hasArgs = args.Str != ""
+	case args.Str != string(p.Call.Args):
+		p.Call.Fail(ReasonChanged)
+	}
+}
+
+// completeAll vets every open call, at the end of the response: a call that did not finish is blocked.
+func (s *Stream) completeAll() {
+	if len(s.open) == 0 {
+		return
+	}
+	for _, p := range s.open {
+		if !p.done {
+			p.Call.Fail(ReasonIncomplete)
+		}
+	}
+	s.complete(slices.Clone(s.open))
+}
+
+// complete vets calls together, then releases or replaces each.
+func (s *Stream) complete(ps []*pending) {
+	s.open = slices.DeleteFunc(s.open, func(p *pending) bool { return slices.Contains(ps, p) })
+	relay.Settle[meta](&s.Relay, s.c, ps, s.fatal, func(p *pending, d vet.Decision) {
+		p.vetted = true
+		p.sum = sha256.Sum256(p.Call.Args)
+		if d.Blocked() && s.c.Mode() == vet.ModeRefuse {
+			drop(p.lead)
+		} else {
+			s.release(p.lead)
+		}
+		st := s.items[p.oi]
+		st.client = s.nextOut
+		s.nextOut++
+		if !d.Blocked() {
+			p.released = true
+			for j, raw := range p.Call.Held() {
+				s.write(raw, nil, p.Meta[j], st.client)
+			}
+		} else {
+			s.notice(p, st.client, vet.Notice(d))
+		}
+	})
+}
+
+// notice writes the events of a message item with the notice at output_index oi.
+func (s *Stream) notice(p *pending, oi int, text string) {
+	id := newNoticeID()
+	p.notice = noticeItem(id, text, true)
+	part := textPart(text)
+	empty, _ := sjson.SetBytes(slices.Clone(part), "text", "")
+	evs := []struct {
+		name, data string
+	}{
+		{evItemAdded, `{"type":"` + evItemAdded + `","sequence_number":0,"output_index":0,"item":` + string(noticeItem(id, text, false)) + `}`},
+		{"response.content_part.added", `{"type":"response.content_part.added","sequence_number":0,"item_id":"","output_index":0,"content_index":0,"part":` + string(empty) + `}`},
+		{"response.output_text.delta", `{"type":"response.output_text.delta","sequence_number":0,"item_id":"","output_index":0,"content_index":0,"delta":"","logprobs":[]}`},
+		{"response.output_text.done", `{"type":"response.output_text.done","sequence_number":0,"item_id":"","output_index":0,"content_index":0,"text":"","logprobs":[]}`},
+		{"response.content_part.done", `{"type":"response.content_part.done","sequence_number":0,"item_id":"","output_index":0,"content_index":0,"part":` + string(part) + `}`},
+		{evItemDone, `{"type":"` + evItemDone + `","sequence_number":0,"output_index":0,"item":` + string(p.notice) + `}`},
+	}
+	for _, e := range evs {
+		d := []byte(e.data)
+		s.last++
+		d, _ = sjson.SetBytes(d, pathSeq, s.last)
+		d, _ = sjson.SetBytes(d, pathOutputIdx, oi)
+		if gjson.GetBytes(d, pathItemID).Exists() {
+			d, _ = sjson.SetBytes(d, pathItemID, id)
+		}
+		switch e.name {
+		case "response.output_text.delta":
+			d, _ = sjson.SetBytes(d, "delta", text)
+		case "response.output_text.done":
+			d, _ = sjson.SetBytes(d, "text", text)
+		}
+		s.Out = sse.AppendEvent(s.Out, e.name, d)
+	}
+}
+
+// late handles an event for a call that was already vetted. A blocked call's events are dropped quietly. A
+// released call cannot take back what the client has: its late events are dropped and recorded (in error mode
+// the stream ends; in audit mode they are passed on).
+func (s *Stream) late(st *item, raw []byte, m meta) {
+	if !st.call.released {
+		return
+	}
+	switch d := s.AfterRelease(s.c, st.call.Call); {
+	case !d.Blocked():
+		s.write(raw, nil, m, st.client)
+	case s.c.Mode() == vet.ModeError:
+		s.end(blockedJSON(s.last+1, d))
+	}
+}
+
+// finalOutput rewrites the output of a terminal event to what the client was shown, in the client's order:
+// a call the stream vetted as it was streamed, a blocked one's notice item in its place, and a call the
+// stream never showed vetted now; a reasoning item withheld with a blocked call is left out (also one that
+// only now turns out to precede a blocked call). ok is false when the stream ended (error mode).
+func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
+	output := gjson.GetBytes(data, pathRespOutput)
+	if !output.IsArray() {
+		return nil, true
+	}
+	type entry struct {
+		client int // the client's output_index; -1 for an entry the stream did not show
+		raw    string
+		gone   bool
+	}
+	items := output.Array()
+	entries := make([]entry, len(items))
+	var fresh []*vet.Call
+	var freshAt []int // position of each fresh call
+	changed := false
+	for pos, it := range items {
+		e := &entries[pos]
+		e.client, e.raw = -1, it.Raw
+		st := s.items[pos]
+		if call := itemCall(s.c, pos, it); call != nil {
+			if st != nil && st.call != nil && st.call.vetted {
+				p := st.call
+				switch {
+				case p.released && p.matches(it, true):
+					e.client = st.client
+					continue
+				case !p.released && p.matches(it, false):
+					// The blocked call: its notice item (if it had one) takes its place here too.
+					if p.notice != nil {
+						e.client, e.raw = st.client, string(p.notice)
+					} else {
+						e.gone = true
+					}
+					changed = true
+					continue
+				}
+			}
+			fresh = append(fresh, call)
+			freshAt = append(freshAt, pos)
+			continue
+		}
+		switch {
+		case st == nil || st.call != nil:
+		case st.dropped:
+			e.gone, changed = true, true
+		case st.client >= 0:
+			e.client = st.client
+			changed = changed || st.client != pos
+		}
+	}
+	if len(fresh) > 0 {
+		ds := s.c.VetBatch(fresh)
+		if culprit := relay.Culprit(s.c, ds); culprit >= 0 {
+			for _, d := range ds {
+				s.Record(d)
+			}
+			s.fatal(ds[culprit])
+			return nil, false
+		}
+		for i, d := range ds {
+			s.Record(d)
+			if !d.Blocked() {
+				continue
+			}
+			pos := freshAt[i]
+			entries[pos].raw = string(noticeItem(newNoticeID(), vet.Notice(d), true))
+			changed = true
+			if s.c.Mode() != vet.ModeRefuse {
+				continue
+			}
+			// The reasoning right before it goes with it, if the client has not been shown it yet.
+			for j := pos - 1; j >= 0 && items[j].Get(pathType).Str == typeReasoning; j-- {
+				if st := s.items[j]; st == nil || st.client < 0 {
+					if st != nil {
+						drop([]*item{st})
+					}
+					entries[j].gone = true
+				}
+			}
+		}
+	}
+	if !changed {
+		last := -1
+		for _, e := range entries {
+			if e.client >= 0 {
+				changed = changed || e.client < last
+				last = e.client
+			}
+		}
+	}
+	if !changed {
+		return nil, true
+	}
+	// Entries the client was shown in its order, then the others in the upstream's.
+	var known, rest []entry
+	for _, e := range entries {
+		switch {
+		case e.gone:
+		case e.client >= 0:
+			known = append(known, e)
+		default:
+			rest = append(rest, e)
+		}
+	}
+	slices.SortStableFunc(known, func(a, b entry) int { return a.client - b.client })
+	raws := make([]string, 0, len(known)+len(rest))
+	for _, e := range append(known, rest...) {
+		raws = append(raws, e.raw)
+	}
+	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, relay.JoinArray(raws))
+	if err != nil {
+		return nil, true
+	}
+	return out, true
+}
+
+// matches reports whether an output entry is the item of the call (same type, item id and call id) and, with
+// exact, the call as it was vetted (same name and arguments too).
+func (p *pending) matches(entry gjson.Result, exact bool) bool {
+	str := func(path, want string) bool {
+		v := entry.Get(path)
+		return v.Type == gjson.String && v.Str == want
+	}
+	if !str(pathType, p.typ) || (!p.builtin || p.Call.ID != "") && !str(pathCallID, p.Call.ID) {
+		return false
+	}
+	if id := entry.Get(pathID); id.Exists() && !str(pathID, p.itemID) {
+		return false
+	}
+	if !exact {
+		return true
+	}
+	if p.builtin {
+		return false // never released
+	}
+	if !str(pathName, p.Call.Name) {
+		return false
+	}
+	if p.typ == typeFunction {
+		args := entry.Get(pathArguments)
+		return args.Type == gjson.String && sha256.Sum256([]byte(args.Str)) == p.sum
+	}
+	return true
+}
+
+// clean replaces the data of ev by data (its raw bytes too) and returns data.
+func (s *Stream) clean(ev *sse.Event, data []byte) []byte {
+	ev.Data = data
+	ev.Raw = sse.AppendEvent(nil, ev.Event, data)
+	return data
+}
+
+// snapshot removes call items from the output of a response snapshot that is not final (response.created,
+// response.in_progress, ...): its calls are vetted when they stream, or in the final response. It returns nil
+// when there is nothing to change.
+func (s *Stream) snapshot(data []byte) []byte {
+	// Call types in any case (see vetted), or spelt with escapes.
+	if !relay.ContainsFold(data, "_call") && !relay.ContainsFold(data, "_reque") && !bytes.Contains(data, []byte(`\u`)) {
+		return nil
+	}
+	output := gjson.GetBytes(data, pathRespOutput)
+	if !output.IsArray() {
+		return nil
+	}
+	var kept []string
+	changed := false
+	output.ForEach(func(_, entry gjson.Result) bool {
+		if isCall(s.c, entry.Get(pathType).String()) {
+			changed = true
+			return true
+		}
+		kept = append(kept, entry.Raw)
+		return true
+	})
+	if !changed {
+		return nil
+	}
+	out, err := sjson.SetRawBytes(slices.Clone(data), pathRespOutput, relay.JoinArray(kept))
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// write puts an event out: byte for byte when its sequence number and output_index stay, else rewritten.
+// data, when not nil, replaces the event's data. oi is the output_index the client sees (-1: as sent).
+func (s *Stream) write(raw, data []byte, m meta, oi int) {
+	seq := m.seq
+	if m.hasSeq {
+		seq = max(m.seq+s.shift, s.last+1)
+		s.shift = seq - m.seq
+		s.last = seq
+	}
+	reseq := m.hasSeq && seq != m.seq
+	reindex := m.hasOI && oi >= 0 && oi != m.oi
+	if data == nil && !reseq && !reindex {
+		s.Out = append(s.Out, raw...)
+		return
+	}
+	if data == nil {
+		ev, err := sse.NewReader(bytes.NewReader(raw)).Next()
+		if err != nil {
+			return // cannot happen: held and live events are whole
+		}
+		data = slices.Clone(ev.Data)
+	}
+	if reseq {
+		data, _ = sjson.SetBytes(data, pathSeq, seq)
+	}
+	if reindex {
+		data, _ = sjson.SetBytes(data, pathOutputIdx, oi)
+	}
+	s.Out = sse.AppendEvent(s.Out, m.name, data)
+}
+
+// fatal ends the stream with the error of a call blocked in error mode.
+func (s *Stream) fatal(culprit vet.Decision) {
+	s.end(blockedJSON(s.last+1, culprit))
+}
+
+// dropOpen lets go of every open call without vetting it (the upstream failed).
+func (s *Stream) dropOpen() {
+	for _, p := range s.open {
+		p.Drop()
+		p.vetted = true // what comes for it later is dropped
+	}
+	s.open = nil
+}
+
+// end writes a final error event and stops reading upstream.
+func (s *Stream) end(errJSON []byte) {
+	s.dropOpen()
+	s.last++
+	s.Out = sse.AppendEvent(s.Out, evError, errJSON)
+	s.Ended = true
+}
+
+// blockedJSON is the error event for a call blocked in error mode.
+func blockedJSON(seq int64, d vet.Decision) []byte {
+	return ErrorJSON(seq, vet.Notice(d), "permission_error", relay.CodeToolCallBlocked)
+}

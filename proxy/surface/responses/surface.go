@@ -1,0 +1,149 @@
+package responses
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
+	"github.com/promptgate/promptgate/proxy/surface"
+)
+
+// Path is the Responses API's rewritten route.
+const Path = "/v1/responses"
+
+// Options configure the surface.
+type Options struct {
+	// Remember bounds the responses remembered (those with a blocked call, background ones, and the
+	// instructions of every response); 0 means 10,000. See stored.go.
+	Remember int
+}
+
+// Surface is the OpenAI Responses API (POST /v1/responses), with the memory of this instance: the calls it
+// blocked per response, the output it showed, the policy of background responses and each response's
+// instructions. Safe for concurrent use.
+type Surface struct {
+	blocked *blockedMemory
+	echoes  *instructionMemory
+}
+
+var (
+	_ surface.Surface     = (*Surface)(nil)
+	_ surface.Passthrough = (*Surface)(nil)
+)
+
+// New returns the surface with an empty memory.
+func New(o Options) *Surface {
+	return &Surface{blocked: newBlockedMemory(o.Remember), echoes: newInstructionMemory(o.Remember)}
+}
+
+func (*Surface) Name() string                       { return "responses" }
+func (*Surface) Path() string                       { return Path }
+func (*Surface) Upstream() surface.Upstream         { return surface.OpenAI }
+func (*Surface) Owns(p string) bool                 { return p == Path || strings.HasPrefix(p, Path+"/") }
+func (*Surface) ContextInPrompt() bool              { return true }
+func (*Surface) BlockedError(d vet.Decision) []byte { return surface.BlockedErrorJSON(d) }
+
+func (*Surface) Parse(b *assembly.Body) (surface.Request, error) { return parse(b) }
+
+func (*Surface) CheckToolChoice(b *assembly.Body, kept []policy.Tool) error {
+	return checkToolChoice(b, kept)
+}
+
+// Rewrite rewrites a copy of the body whose promptgate value is cut down to 0 (see Body.WithoutContext), so
+// that the edits, each reading the body again, do not read past the runtime context.
+func (*Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	return rewrite(b.WithoutContext(), p, kept, removedAny)
+}
+
+// Continue answers, at the front of the input, every call that this instance blocked in the response the
+// request continues (previous_response_id) and that the request does not answer itself: the upstream refuses
+// a turn that leaves a call unanswered, and the client never saw it.
+func (s *Surface) Continue(b *assembly.Body, upstream []byte) ([]byte, string, error) {
+	prev := b.Get(reqPreviousResponseID)
+	if prev.Type != gjson.String {
+		return upstream, "", nil
+	}
+	calls := s.blocked.lookup(prev.Str)
+	if len(calls) == 0 {
+		return upstream, "", nil
+	}
+	out, n, err := answerBlocked(upstream, calls)
+	if err != nil || n == 0 {
+		return upstream, "", err
+	}
+	return out, "answered the blocked calls of the previous response " + prev.Str, nil
+}
+
+// Begin starts tracking the response: its id, its blocked calls and the output shown, the client's own
+// instructions and, for a background request, the policy its retrievals are vetted with.
+func (s *Surface) Begin(st surface.Start) surface.Exchange {
+	t := &respTrack{mem: s.blocked, echoes: s.echoes, instructions: clientInstructions(st.Client)}
+	if isBackground(st.Upstream) {
+		t.bg = newBgPolicy(st.Policy, st.Protocol, st.ProtocolVersion)
+	}
+	return exchange{t}
+}
+
+// exchange is the response side of one Responses request.
+type exchange struct{ t *respTrack }
+
+func (x exchange) Decided(d vet.Decision) { x.t.decision(d) }
+
+// Body vets a created response: its id is remembered (a background response must have one, or its retrievals
+// could not be tied to the policy that must vet them), the output shown where a call was blocked, and the
+// client's own instructions replace the layered prompt.
+func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, error) {
+	id := gjson.GetBytes(body, pathID)
+	if x.t.bg != nil && (id.Type != gjson.String || id.Str == "") {
+		return nil, relay.Result{}, errors.New("the background response has no id")
+	}
+	if id.Type == gjson.String {
+		x.t.setID(id.Str)
+	}
+	out, res, err := Body(body, v.Checker, v.Record)
+	if err != nil || res.ErrorCall != nil {
+		return out, res, err
+	}
+	if res.Blocked > 0 {
+		x.t.show([]byte(gjson.GetBytes(out, pathOutput).Raw))
+	}
+	out, err = echoInstructions(out, "", x.t.instructions)
+	return out, res, err
+}
+
+// Stream vets a created response's stream, with the same memory as Body.
+func (x exchange) Stream(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
+	s := NewStream(up, v.Checker, v.Record)
+	s.OnResponseID = x.t.setID
+	s.Instructions = x.t.instructions
+	s.OnShown = x.t.show
+	return s
+}
+
+// Intercepts reports the retrievals (GET /v1/responses/{id}) and cancels (POST /v1/responses/{id}/cancel):
+// their answers are response objects to edit.
+func (*Surface) Intercepts(r *http.Request) bool {
+	return storedResponseID(r) != "" || cancelledResponseID(r) != ""
+}
+
+// Passed edits a retrieval (vetted with the creating request's policy for a background response, else shown
+// as its create showed it) or a cancel.
+func (s *Surface) Passed(resp *http.Response, h surface.Host) error {
+	if id := storedResponseID(resp.Request); id != "" {
+		if bg := s.blocked.background(id); bg != nil {
+			return s.vetStored(resp, h, id, bg)
+		}
+		return s.stripStored(resp, id)
+	}
+	if id := cancelledResponseID(resp.Request); id != "" {
+		return s.echoCancelled(resp, id)
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+// Package surface defines what the proxy needs of each API it rewrites — Chat Completions, the Responses API,
+// Anthropic Messages — so that everything that differs between them lives in one package per surface
+// (surface/chat, surface/responses, surface/messages) and nowhere else: its routes and upstream, how its
+// request is read and its tool_choice checked, how the layered prompt and the kept tools are written back, how
+// a conversation continues across requests, how its answers are vetted (body and stream) and how a refusal
+// is written. The proxy holds the table of surfaces and iterates it; it never asks which surface a request is
+// on.
+//
+// It also holds what surfaces share on the response side: the errors an answer can fail with and the edits of
+// an http.Response. It does not decide policy (policy/), build the prompt (assembly/) or judge a call
+// (policy/vet).
+package surface
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
+)
+
+// Upstream is the upstream a surface's requests go to.
+type Upstream int
+
+const (
+	// OpenAI is the OpenAI-compatible upstream (--upstream), with PROMPTGATE_UPSTREAM_API_KEY.
+	OpenAI Upstream = iota
+	// Anthropic is the Anthropic upstream (--anthropic-upstream), with PROMPTGATE_ANTHROPIC_API_KEY.
+	Anthropic
+)
+
+// Request is what the pipeline needs of a client request, on any surface.
+type Request struct {
+	Model  string
+	Stream bool
+	// Application are the client's own system texts (system and developer messages, instructions), in order.
+	Application []string
+	// Tools are the declared tools, each by the name it is governed by.
+	Tools []policy.Tool
+	// NativeTools is true when the client declared tools.
+	NativeTools bool
+	// LatestUser is the text of the latest user message.
+	LatestUser string
+	// StoredPrompt is the id of a stored prompt the request names (Responses), "" when none: its tools and
+	// instructions are applied upstream, out of promptgate's sight.
+	StoredPrompt string
+}
+
+// Surface is one rewritten API. Its methods are safe for concurrent use.
+type Surface interface {
+	// Name is the surface's short name: the route label of metrics and logs ("chat").
+	Name() string
+	// Path is the rewritten route (POST Path, e.g. /v1/chat/completions).
+	Path() string
+	// Upstream is where the surface's requests go.
+	Upstream() Upstream
+	// Owns reports whether a passed-through path belongs to the surface's upstream (Anthropic's
+	// /v1/messages/... go to the Anthropic upstream).
+	Owns(path string) bool
+
+	// Parse reads a validated client body.
+	Parse(b *assembly.Body) (Request, error)
+	// CheckToolChoice refuses a tool_choice that names a tool not kept (policy.CodeToolChoiceNotAllowed).
+	CheckToolChoice(b *assembly.Body, kept []policy.Tool) error
+	// ContextInPrompt keeps the runtime context JSON in the layered prompt even with the structured channel
+	// on (the Responses API stores input items with the conversation).
+	ContextInPrompt() bool
+	// Rewrite writes the upstream body: the layered prompt in its place, the kept tools, the extension
+	// removed; every other byte as the client sent it. removedAny says whether a tool was removed.
+	Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error)
+	// Continue edits the rewritten body for the conversation it continues upstream (the Responses API
+	// answers the calls that promptgate blocked in the previous response); note, when not "", says what it
+	// did, for the log.
+	Continue(b *assembly.Body, upstream []byte) (out []byte, note string, err error)
+
+	// Begin starts the response side of a prepared request.
+	Begin(s Start) Exchange
+	// BlockedError is the body of the 403 tool_call_blocked that answers a non-stream response in error mode.
+	BlockedError(d vet.Decision) []byte
+}
+
+// Start is what the response side of a request starts from.
+type Start struct {
+	// Client is the body the client sent; Upstream the body sent upstream.
+	Client, Upstream []byte
+	// Policy vets the request's calls.
+	Policy vet.Policy
+	// Protocol and ProtocolVersion name the request's protocol.
+	Protocol        string
+	ProtocolVersion int
+}
+
+// Exchange is the response side of one request on a surface.
+type Exchange interface {
+	// Decided is told every decision on the answer's calls, before it is recorded.
+	Decided(d vet.Decision)
+	// Body vets a non-stream answer, read whole, and returns the body the client gets. An error means the
+	// answer is not the API's shape (wrap it in ErrUpstreamMalformed).
+	Body(body []byte, v Vetting) ([]byte, relay.Result, error)
+	// Stream vets a streamed answer as it is relayed.
+	Stream(up io.ReadCloser, v Vetting) io.ReadCloser
+}
+
+// Vetting is how an answer's calls are judged and recorded.
+type Vetting struct {
+	Checker *vet.Checker
+	Record  relay.Recorder
+}
+
+// Passthrough is implemented by a surface that must see some answers of the passthrough path (the Responses
+// API's retrievals and cancels).
+type Passthrough interface {
+	// Intercepts reports whether the answer to r goes through Passed; its body is then read decoded.
+	Intercepts(r *http.Request) bool
+	// Passed edits the answer to such a request, with what the host gives.
+	Passed(resp *http.Response, h Host) error
+}
+
+// Host is what the proxy gives a surface on the passthrough path.
+type Host interface {
+	// Recorder records decisions of protocol (at protocolVersion) in the decision log, with the id of the
+	// request of ctx.
+	Recorder(ctx context.Context, protocol string, protocolVersion int) relay.Recorder
+	// Relayed wraps a vetted stream of the request of ctx: its end is logged, and a client gone counts as 499.
+	Relayed(ctx context.Context, body io.ReadCloser) io.ReadCloser
+	// Log is the logger of the request of ctx.
+	Log(ctx context.Context) *slog.Logger
+}
+
+// Stateless is the response side of a surface that remembers nothing between requests: its answers are vetted
+// by its body and stream vetters, and its decisions need no bookkeeping.
+type Stateless struct {
+	VetBody   func(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error)
+	VetStream func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) io.ReadCloser
+}
+
+var _ Exchange = Stateless{}
+
+func (Stateless) Decided(vet.Decision) {}
+
+func (s Stateless) Body(body []byte, v Vetting) ([]byte, relay.Result, error) {
+	return s.VetBody(body, v.Checker, v.Record)
+}
+
+func (s Stateless) Stream(up io.ReadCloser, v Vetting) io.ReadCloser {
+	return s.VetStream(up, v.Checker, v.Record)
+}
