@@ -13,7 +13,7 @@ import (
 	"github.com/promptgate/promptgate/plugins"
 	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/policy/modules"
-	"github.com/promptgate/promptgate/telemetry/metrics"
+	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 )
 
 // TestPluginErrorSeriesBounded: a plugin that fails with a message of its own for every user adds one

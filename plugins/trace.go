@@ -5,7 +5,7 @@ import (
 
 	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/plugins/sdk"
-	"github.com/promptgate/promptgate/telemetry/tracing"
+	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
 // tracedHit is hit inside a span of its own (promptgate.context.source) when the request is traced and

@@ -12,7 +12,7 @@ import (
 	"github.com/promptgate/promptgate/plugins"
 	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/policy/modules"
-	"github.com/promptgate/promptgate/telemetry/tracing"
+	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
 // In a traced request every source asked gets a span of its own under the context span, naming the

@@ -20,7 +20,7 @@ import (
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/store"
-	"github.com/promptgate/promptgate/telemetry/metrics"
+	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 )
 
 // catalog is one immutable snapshot of the active definitions. A request takes one snapshot when it starts

@@ -21,7 +21,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/promptgate/promptgate/proxy/guard"
-	"github.com/promptgate/promptgate/telemetry/metrics"
+	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 )
 
 // guardedProxy serves promptgate in front of up with the given config and listener policy.

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/promptgate/promptgate/policy/audit"
-	"github.com/promptgate/promptgate/telemetry/metrics"
+	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 )
 
 func TestMetricsAfterTraffic(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/proxy/surface"
-	"github.com/promptgate/promptgate/telemetry/tracing"
+	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
 // stage is one step of the request side of the pipeline; the pipeline runs it in a span of its own.

@@ -37,9 +37,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface/chat"
 	"github.com/promptgate/promptgate/proxy/surface/messages"
 	"github.com/promptgate/promptgate/proxy/surface/responses"
-	"github.com/promptgate/promptgate/telemetry/metrics"
-	"github.com/promptgate/promptgate/telemetry/redact"
-	"github.com/promptgate/promptgate/telemetry/tracing"
+	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
+	"github.com/promptgate/promptgate/proxy/telemetry/redact"
+	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
 // Paths served by the proxy listener.

@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/telemetry/tracing"
+	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
 // The span attributes of promptgate. Only names, versions, counts and codes: never prompt text, tool

@@ -18,7 +18,7 @@ import (
 
 	"github.com/promptgate/promptgate/assembly/ctxjson"
 	"github.com/promptgate/promptgate/plugins/gather"
-	"github.com/promptgate/promptgate/telemetry/tracing"
+	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
 // fakeSource is a context source that answers one source and skips another.

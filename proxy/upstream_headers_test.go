@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/promptgate/promptgate/proxy/guard"
-	"github.com/promptgate/promptgate/telemetry/metrics"
+	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 )
 
 // upstreamOnly reports whether k is a header only promptgate may send a client: X-Promptgate-* or

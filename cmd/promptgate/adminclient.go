@@ -16,7 +16,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/store"
-	"github.com/promptgate/promptgate/telemetry/redact"
+	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 )
 
 // EnvAdminURL names the admin API the CLI uses when --admin is not given and the DB is held by serve.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/store"
-	"github.com/promptgate/promptgate/telemetry/redact"
+	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 )
 
 // preview prints the preview report of a request read from FILE or stdin — a chat completion, or with

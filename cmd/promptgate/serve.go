@@ -26,9 +26,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/mitm"
 	"github.com/promptgate/promptgate/proxy/origin"
 	"github.com/promptgate/promptgate/proxy/toolseen"
-	"github.com/promptgate/promptgate/telemetry/metrics"
-	"github.com/promptgate/promptgate/telemetry/redact"
-	"github.com/promptgate/promptgate/telemetry/tracing"
+	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
+	"github.com/promptgate/promptgate/proxy/telemetry/redact"
+	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
 // serveFlags are the flags of `promptgate serve`, checked: the upstreams parsed, their keys bound.

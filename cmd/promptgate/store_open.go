@@ -16,7 +16,7 @@ import (
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/store"
 	"github.com/promptgate/promptgate/store/etcdstore"
-	"github.com/promptgate/promptgate/telemetry/redact"
+	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 )
 
 // Environment of the fleet store.

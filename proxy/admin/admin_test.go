@@ -22,7 +22,7 @@ import (
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/store"
-	"github.com/promptgate/promptgate/telemetry/metrics"
+	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 )
 
 // fixture is a real store file, a real engine over it (reloading on Store.Watch), a real audit ring file,

@@ -21,7 +21,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/guard"
 	"github.com/promptgate/promptgate/store/etcdstore"
 	"github.com/promptgate/promptgate/store/etcdstore/etcdtest"
-	"github.com/promptgate/promptgate/telemetry/metrics"
+	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 )
 
 // --- the console's pages and the listener's browser rules ---

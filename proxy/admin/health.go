@@ -13,7 +13,7 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 )
 
-// Metric names GET /admin/health reads (package telemetry/metrics defines them).
+// Metric names GET /admin/health reads (package proxy/telemetry/metrics defines them).
 const (
 	metricRequests   = "promptgate_requests_total"
 	metricOverhead   = "promptgate_proxy_overhead_seconds"

@@ -25,7 +25,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/promptgate/promptgate/telemetry/redact"
+	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 )
 
 // The standard environment variables read by FromEnv.
