@@ -19,8 +19,8 @@ import (
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/store"
 	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
+	"github.com/promptgate/promptgate/store"
 )
 
 // catalog is one immutable snapshot of the active definitions. A request takes one snapshot when it starts

@@ -15,9 +15,9 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/store"
-	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 )
 
 // benchProtocol is the protocol every promptgate request of the run gets (the config's default): the

@@ -15,8 +15,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/promptgate/promptgate/store"
 	"github.com/promptgate/promptgate/proxy/telemetry/redact"
+	"github.com/promptgate/promptgate/store"
 )
 
 // EnvAdminURL names the admin API the CLI uses when --admin is not given and the DB is held by serve.

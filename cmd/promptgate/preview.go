@@ -14,8 +14,8 @@ import (
 	"strings"
 
 	"github.com/promptgate/promptgate/proxy"
-	"github.com/promptgate/promptgate/store"
 	"github.com/promptgate/promptgate/proxy/telemetry/redact"
+	"github.com/promptgate/promptgate/store"
 )
 
 // preview prints the preview report of a request read from FILE or stdin — a chat completion, or with

@@ -25,10 +25,10 @@ import (
 	"github.com/promptgate/promptgate/proxy/guard"
 	"github.com/promptgate/promptgate/proxy/mitm"
 	"github.com/promptgate/promptgate/proxy/origin"
-	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
+	"github.com/promptgate/promptgate/proxy/toolseen"
 )
 
 // serveFlags are the flags of `promptgate serve`, checked: the upstreams parsed, their keys bound.

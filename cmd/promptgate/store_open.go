@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 	"github.com/promptgate/promptgate/store"
 	"github.com/promptgate/promptgate/store/etcdstore"
-	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 )
 
 // Environment of the fleet store.

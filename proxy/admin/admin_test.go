@@ -20,9 +20,9 @@ import (
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/store"
-	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 )
 
 // fixture is a real store file, a real engine over it (reloading on Store.Watch), a real audit ring file,

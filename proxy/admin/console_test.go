@@ -19,9 +19,9 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/guard"
+	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 	"github.com/promptgate/promptgate/store/etcdstore"
 	"github.com/promptgate/promptgate/store/etcdstore/etcdtest"
-	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 )
 
 // --- the console's pages and the listener's browser rules ---
