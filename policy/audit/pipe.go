@@ -84,9 +84,12 @@ type pipe[T any] struct {
 	closed bool
 	ch     chan item[T]
 	kick   chan struct{} // ends the open window at once (Flush, a full batch); holds one wake-up at most
-	stop   chan struct{} // closed by close: every window ends at once from then on
-	done   chan struct{}
-	once   sync.Once
+	// pending counts the values queued and not yet taken into a write, the one that opened the window
+	// included: a full batch of them ends the window.
+	pending atomic.Int64
+	stop    chan struct{} // closed by close: every window ends at once from then on
+	done    chan struct{}
+	once    sync.Once
 
 	written, dropped, failed, writeErrors atomic.Uint64
 	lastLog                               time.Time // writer goroutine only
@@ -117,7 +120,7 @@ func (p *pipe[T]) offer(v T) {
 		p.dropped.Add(1)
 		return
 	}
-	if len(p.ch) >= p.batch {
+	if p.pending.Add(1) >= int64(p.batch) {
 		p.wake()
 	}
 }
@@ -135,7 +138,7 @@ func (p *pipe[T]) put(v T) bool {
 		p.wake()
 		p.ch <- item[T]{v: v}
 	}
-	if len(p.ch) >= p.batch {
+	if p.pending.Add(1) >= int64(p.batch) {
 		p.wake()
 	}
 	return true
@@ -210,6 +213,7 @@ func (p *pipe[T]) run() {
 			close(it.flush)
 			return
 		}
+		p.pending.Add(-1)
 		if batch = append(batch, it.v); len(batch) == p.batch {
 			commit()
 		}
