@@ -129,7 +129,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	defer ring.Close()
 	m.AuditSink("ring", ring.Stats)
-	recorder := audit.Multi{audit.Log{Logger: log}, m, ring}
+	decisions := audit.NewLogQueue(audit.Log{Logger: log}, audit.Options{}) // the decision lines, off the request path
+	defer decisions.Close()
+	recorder := audit.Multi{decisions, m, ring}
 	if p.cfg.Audit.File != "" {
 		jl, err := audit.OpenJSONL(p.cfg.Audit.File, log)
 		if err != nil {
