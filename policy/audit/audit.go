@@ -1,9 +1,10 @@
 // Package audit defines the decision event of promptgate — one record per tool removed from a request, per
 // tool call vetted in a response, and per change an operator makes through the admin API — the Recorder
 // interface that receives them, and the recorders that keep them: Ring, a bounded ring in its own bbolt file
-// that the admin API queries, and JSONL, an append-only file of JSON lines. Both take events without ever
-// blocking the request path: a full buffer drops (and counts) instead of waiting, and a disk error is logged
-// and counted, never returned to the request.
+// that the admin API queries, JSONL, an append-only file of JSON lines, and Log (LogQueue off the request
+// path), the log lines. Ring and JSONL take events without ever blocking the request path: a full buffer
+// drops (and counts) instead of waiting, and a disk error is logged and counted, never returned to the
+// request. Each writes in windows (Options): one transaction or write call for what arrived within one.
 //
 // It owns the event's shape and its storage. It does not decide anything (policy/ and policy/vet do) nor
 // serve the events (the admin API, proxy/admin, does).
