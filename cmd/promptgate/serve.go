@@ -309,6 +309,7 @@ func newDoor(c *mitm.Config, base proxy.Options, log *slog.Logger, token string,
 	return mitm.New(mitm.Options{
 		CA: ca, Hosts: c.Hosts, Passthrough: *c.Passthrough, Log: log,
 		HandshakeTimeout: c.HandshakeTimeout, AllowPrivate: c.AllowPrivateDestinations,
+		MaxTunnels: c.MaxTunnels, TunnelIdleTimeout: c.TunnelIdleTimeout,
 		HeaderReadTimeout: base.Engine.Limits().HeaderReadTimeout, IdleTimeout: base.Engine.Limits().IdleTimeout,
 		Own: own, Token: token,
 		Handler: func(o origin.Origin) (http.Handler, error) {

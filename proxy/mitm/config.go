@@ -40,9 +40,15 @@ type Config struct {
 	// HandshakeTimeout closes an intercepted CONNECT whose client has not completed its TLS handshake in
 	// time. 0 means DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration `yaml:"handshakeTimeout"`
+	// MaxTunnels bounds the passthrough tunnels open at once; a CONNECT past it gets 503. 0 means
+	// DefaultMaxTunnels.
+	MaxTunnels int `yaml:"maxTunnels"`
+	// TunnelIdleTimeout closes a passthrough tunnel that carried no byte either way for this long. 0 means
+	// DefaultTunnelIdleTimeout.
+	TunnelIdleTimeout time.Duration `yaml:"tunnelIdleTimeout"`
 }
 
-// ApplyDefaults fills passthrough and the handshake timeout.
+// ApplyDefaults fills passthrough, the handshake timeout and the tunnels' limits.
 func (c *Config) ApplyDefaults() {
 	if c.Passthrough == nil {
 		t := true
@@ -50,6 +56,12 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.MaxTunnels == 0 {
+		c.MaxTunnels = DefaultMaxTunnels
+	}
+	if c.TunnelIdleTimeout == 0 {
+		c.TunnelIdleTimeout = DefaultTunnelIdleTimeout
 	}
 }
 
@@ -78,6 +90,12 @@ func (c *Config) Validate(key string) []error {
 	}
 	if c.HandshakeTimeout < 0 {
 		bad("handshakeTimeout", "must be positive, e.g. 10s")
+	}
+	if c.MaxTunnels < 0 {
+		bad("maxTunnels", "must be positive, e.g. 1024")
+	}
+	if c.TunnelIdleTimeout < 0 {
+		bad("tunnelIdleTimeout", "must be positive, e.g. 15m")
 	}
 	return errs
 }

@@ -56,6 +56,12 @@ type Options struct {
 	// a tunnel idle between requests longer than the other is closed. Neither bounds a response. 0 means
 	// defaultHeaderReadTimeout, defaultIdleTimeout.
 	HeaderReadTimeout, IdleTimeout time.Duration
+	// MaxTunnels bounds the passthrough tunnels open at once; a CONNECT past it gets 503. 0 means
+	// DefaultMaxTunnels.
+	MaxTunnels int
+	// TunnelIdleTimeout closes a passthrough tunnel that carried no byte either way for this long. 0 means
+	// DefaultTunnelIdleTimeout.
+	TunnelIdleTimeout time.Duration
 	// AllowPrivate lists the host names and IP addresses that passthrough may reach although they are
 	// loopback, link-local or private (the config's mitm.allowPrivateDestinations).
 	AllowPrivate []string
@@ -84,6 +90,7 @@ type Door struct {
 	// pipelines holds a handler per intercepted origin, bounded; pipeMu makes each one built once.
 	pipeMu    sync.Mutex
 	pipelines *lru.Cache[origin.Origin, http.Handler]
+	tunnels   *tunnels
 }
 
 // New builds the door.
@@ -99,6 +106,12 @@ func New(o Options) (*Door, error) {
 	}
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if o.MaxTunnels <= 0 {
+		o.MaxTunnels = DefaultMaxTunnels
+	}
+	if o.TunnelIdleTimeout <= 0 {
+		o.TunnelIdleTimeout = DefaultTunnelIdleTimeout
 	}
 	if o.HeaderReadTimeout <= 0 {
 		o.HeaderReadTimeout = defaultHeaderReadTimeout
@@ -118,7 +131,8 @@ func New(o Options) (*Door, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Door{opt: o, hosts: map[string]bool{}, leafKey: key, leaves: map[string]*tls.Certificate{}, pipelines: pipelines}
+	d := &Door{opt: o, hosts: map[string]bool{}, leafKey: key, leaves: map[string]*tls.Certificate{}, pipelines: pipelines,
+		tunnels: &tunnels{max: int64(o.MaxTunnels), idle: o.TunnelIdleTimeout}}
 	for _, h := range o.Hosts {
 		n, err := origin.Host(h)
 		if err != nil {
@@ -134,7 +148,11 @@ func New(o Options) (*Door, error) {
 	gp.Tr = &http.Transport{Proxy: nil, DialContext: eg.dial, ForceAttemptHTTP2: false, IdleConnTimeout: 90 * time.Second}
 	gp.ConnectDial = nil // goproxy's default follows HTTPS_PROXY of promptgate's own environment
 	gp.ConnectDialWithReq = func(req *http.Request, network, addr string) (net.Conn, error) {
-		return eg.dial(req.Context(), network, addr)
+		c, err := eg.dial(req.Context(), network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return d.tunnels.wrap(c)
 	}
 	gp.ConnectionErrHandler = d.tunnelFailed
 	gp.Logger = slogPrintf{o.Log}
@@ -200,11 +218,15 @@ func (d *Door) plainFailed(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Res
 	return goproxy.NewResponse(ctx.Req, "text/plain", http.StatusForbidden, rf.Error()+"\n")
 }
 
-// tunnelFailed answers a CONNECT whose tunnel could not be opened: 403 for a refused destination, else 502.
+// tunnelFailed answers a CONNECT whose tunnel could not be opened: 403 for a refused destination, 503 past
+// MaxTunnels, else 502.
 func (d *Door) tunnelFailed(w io.Writer, _ *goproxy.ProxyCtx, err error) {
 	status := http.StatusBadGateway
 	var rf *refusal
-	if errors.As(err, &rf) {
+	if errors.Is(err, errTunnelsFull) {
+		status = http.StatusServiceUnavailable
+		d.opt.Log.Warn("passthrough CONNECT refused: mitm.maxTunnels tunnels are open", "max", d.opt.MaxTunnels)
+	} else if errors.As(err, &rf) {
 		status = http.StatusForbidden
 		d.opt.Log.Info("passthrough destination refused", "dest", rf.dest, "reason", rf.reason)
 	}
