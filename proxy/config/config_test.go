@@ -99,6 +99,7 @@ func TestParseContractExample(t *testing.T) {
 		MITM: &mitm.Config{
 			CACert: "DIR/ca.crt", CAKey: "DIR/ca.key", Hosts: []string{"api.openai.com"},
 			Passthrough: ptr(true), UpstreamCA: "extra-roots.pem", HandshakeTimeout: 10 * time.Second,
+			MaxTunnels: mitm.DefaultMaxTunnels, TunnelIdleTimeout: mitm.DefaultTunnelIdleTimeout,
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -177,7 +178,8 @@ func TestParseDefaults(t *testing.T) {
 			"mitm passthrough defaults to true", "mitm: {caCert: c.crt, caKey: c.key, hosts: [api.openai.com]}\n",
 			func() *File {
 				f := defaults()
-				f.MITM = &mitm.Config{CACert: "c.crt", CAKey: "c.key", Hosts: []string{"api.openai.com"}, Passthrough: ptr(true), HandshakeTimeout: 10 * time.Second}
+				f.MITM = &mitm.Config{CACert: "c.crt", CAKey: "c.key", Hosts: []string{"api.openai.com"}, Passthrough: ptr(true), HandshakeTimeout: 10 * time.Second,
+					MaxTunnels: mitm.DefaultMaxTunnels, TunnelIdleTimeout: mitm.DefaultTunnelIdleTimeout}
 				return f
 			}(),
 		},
@@ -185,17 +187,19 @@ func TestParseDefaults(t *testing.T) {
 			"mitm passthrough false is kept", "mitm: {caCert: c.crt, caKey: c.key, passthrough: false}\n",
 			func() *File {
 				f := defaults()
-				f.MITM = &mitm.Config{CACert: "c.crt", CAKey: "c.key", Passthrough: ptr(false), HandshakeTimeout: 10 * time.Second}
+				f.MITM = &mitm.Config{CACert: "c.crt", CAKey: "c.key", Passthrough: ptr(false), HandshakeTimeout: 10 * time.Second,
+					MaxTunnels: mitm.DefaultMaxTunnels, TunnelIdleTimeout: mitm.DefaultTunnelIdleTimeout}
 				return f
 			}(),
 		},
 		{
 			"mitm door hardening given is kept",
-			"mitm: {caCert: c.crt, caKey: c.key, allowPrivateDestinations: [127.0.0.1, '::1', models.internal, Local-Model.], handshakeTimeout: 2s}\n",
+			"mitm: {caCert: c.crt, caKey: c.key, allowPrivateDestinations: [127.0.0.1, '::1', models.internal, Local-Model.], handshakeTimeout: 2s, maxTunnels: 16, tunnelIdleTimeout: 1m}\n",
 			func() *File {
 				f := defaults()
 				f.MITM = &mitm.Config{CACert: "c.crt", CAKey: "c.key", Passthrough: ptr(true), HandshakeTimeout: 2 * time.Second,
-					AllowPrivateDestinations: []string{"127.0.0.1", "::1", "models.internal", "Local-Model."}}
+					AllowPrivateDestinations: []string{"127.0.0.1", "::1", "models.internal", "Local-Model."},
+					MaxTunnels:               16, TunnelIdleTimeout: time.Minute}
 				return f
 			}(),
 		},
@@ -283,7 +287,7 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			"unknown key in mitm", "mitm: {caCert: a, caKey: b, host: [api.openai.com]}\n",
-			[]string{`line 1: unknown key "host" in mitm; valid keys: caCert, caKey, hosts, passthrough, upstreamCA, allowPrivateDestinations, handshakeTimeout`},
+			[]string{`line 1: unknown key "host" in mitm; valid keys: caCert, caKey, hosts, passthrough, upstreamCA, allowPrivateDestinations, handshakeTimeout, maxTunnels, tunnelIdleTimeout`},
 		},
 		{
 			"unknown key in a tool entry", "tools:\n  web_fetch: {enable: false}\n",
@@ -302,7 +306,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{
 				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`,
 				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout, bodyReadTimeout, headerReadTimeout, idleTimeout, maxInFlight, maxTools`,
-				`line 3: unknown key "x" in mitm; valid keys: caCert, caKey, hosts, passthrough, upstreamCA, allowPrivateDestinations, handshakeTimeout`,
+				`line 3: unknown key "x" in mitm; valid keys: caCert, caKey, hosts, passthrough, upstreamCA, allowPrivateDestinations, handshakeTimeout, maxTunnels, tunnelIdleTimeout`,
 			},
 		},
 
