@@ -10,7 +10,7 @@ import (
 type Sinks struct {
 	// Lines writes the decision lines to the log that Open was given, from its own goroutine.
 	Lines *LogQueue
-	Ring *Ring
+	Ring  *Ring
 	// File is nil when the section names no file.
 	File *JSONL
 }
