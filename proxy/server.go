@@ -30,6 +30,7 @@ import (
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/guard"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -85,6 +86,10 @@ type Options struct {
 	// Tools, when not nil, is told the tools each rewritten request declared, kept and removed (the admin
 	// API's list of tools seen).
 	Tools ToolWatcher
+	// Confirmer issues and checks the confirmation codes of calls held by information-flow rules. Servers
+	// that must accept each other's codes share one (the HTTPS-proxy door's, one per origin, share the
+	// listener's); nil gives the Server its own, under a random key.
+	Confirmer *flow.Confirmer
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 	// Tracing, when not nil, records a server span per /v1/ request and a span per stage, and sends
@@ -129,6 +134,9 @@ type exchange struct {
 	// policy vets the calls of the answer.
 	policy vet.Policy
 	trace  exchangeTrace
+	// round is the continuation round of the answer being vetted (onViolation "continue"): 0 for the
+	// upstream's first answer.
+	round atomic.Int32
 }
 
 type exchangeKey struct{}
@@ -164,6 +172,13 @@ func New(o Options) (*Server, error) {
 	}
 	if o.InFlight == nil {
 		o.InFlight = new(atomic.Int64)
+	}
+	if o.Confirmer == nil {
+		cf, err := NewConfirmer("")
+		if err != nil {
+			return nil, err
+		}
+		o.Confirmer = cf
 	}
 	if o.Guard == nil {
 		g, err := guard.New(guard.Config{})
@@ -457,7 +472,7 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 		fail(w, log, err)
 		return
 	}
-	prep, err := s.opt.Engine.prepare(r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body}, sf)
+	prep, err := s.opt.Engine.prepare(r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body, Confirmer: s.opt.Confirmer}, sf)
 	if err != nil {
 		var re *refusedError
 		if errors.As(err, &re) {
@@ -510,9 +525,12 @@ func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepare
 		// Validated when the protocol was stored; if it still fails, no call may pass.
 		log.Error("argument rules do not compile; every tool call is refused", "protocol", prep.Protocol.ID, "err", err)
 	}
+	if prep.Flow != nil {
+		pol.Judge = newFlowJudge(prep.Flow, len(client))
+	}
 	x := &exchange{id: id, prep: prep, log: log, policy: pol}
 	x.ex = prep.Surface.Begin(surface.Start{Client: client, Upstream: prep.Body, Policy: pol,
-		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version})
+		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version, Record: prep.Flow != nil})
 	return x
 }
 
@@ -728,12 +746,18 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	return nil
 }
 
-// recorder records the decisions on the calls of an exchange's answer, after the surface has seen them.
+// recorder records the decisions on the calls of an exchange's answer, after the surface has seen them: the
+// call's decision, then the further ones on it (the other information-flow rules it broke, a confirmation's),
+// each with the continuation round it was taken in.
 func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 	evs := eventsOf(x.id, x.prep.Protocol)
 	return func(d vet.Decision) {
 		x.ex.Decided(d)
-		s.opt.Audit.Record(ctx, evs.toolCall(d, s.opt.AuditArguments))
+		round := int(x.round.Load())
+		s.opt.Audit.Record(ctx, evs.toolCall(d, s.opt.AuditArguments, round))
+		for _, m := range d.More {
+			s.opt.Audit.Record(ctx, evs.toolCall(m, false, round))
+		}
 	}
 }
 
@@ -750,7 +774,12 @@ var _ surface.Host = host{}
 func (h host) Recorder(ctx context.Context, protocol string, protocolVersion int) relay.Recorder {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	evs := events{requestID: id, protocol: protocol, protocolVersion: protocolVersion}
-	return func(d vet.Decision) { h.s.opt.Audit.Record(ctx, evs.toolCall(d, h.s.opt.AuditArguments)) }
+	return func(d vet.Decision) {
+		h.s.opt.Audit.Record(ctx, evs.toolCall(d, h.s.opt.AuditArguments, 0))
+		for _, m := range d.More {
+			h.s.opt.Audit.Record(ctx, evs.toolCall(m, false, 0))
+		}
+	}
 }
 
 func (h host) Relayed(ctx context.Context, body io.ReadCloser) io.ReadCloser {

@@ -423,25 +423,26 @@ func Verdicts[M any, P Call[M]](c *vet.Checker, ps []P) (ds []vet.Decision, culp
 	ds = c.VetBatch(calls)
 	for i, p := range ps {
 		if lost := p.pending().Lost; lost != "" {
-			ds[i].Verdict, ds[i].Reason, ds[i].Rule = vet.VerdictBlocked, lost, ""
+			ds[i].Kind, ds[i].Verdict, ds[i].Reason, ds[i].Rule = vet.KindToolCall, vet.VerdictBlocked, lost, ""
+			ds[i].Notice, ds[i].More = "", nil
 		}
 	}
 	return ds, Culprit(c, ds)
 }
 
-// Culprit is, in error mode, the decision whose block ends the stream (one blocked for itself
-// rather than for the batch, where there is one); -1 when none is blocked or the mode is not error.
+// Culprit is, in error mode, the decision whose block ends the stream: the first call blocked for itself
+// (not for its batch, nor held for confirmation: a held call's notice goes to the client in every mode,
+// and so do the notices of its batch); -1 when there is none or the mode is not error.
 func Culprit(c *vet.Checker, ds []vet.Decision) int {
 	if c.Mode() != vet.ModeError {
 		return -1
 	}
-	culprit := -1
 	for i, d := range ds {
-		if d.Blocked() && (culprit < 0 || ds[culprit].Reason == vet.ReasonBatch) {
-			culprit = i
+		if d.Verdict == vet.VerdictBlocked && d.Reason != vet.ReasonBatch {
+			return i
 		}
 	}
-	return culprit
+	return -1
 }
 
 // Get is gjson.GetBytes without its copies: the strings of the result alias data, so nothing of

@@ -19,6 +19,7 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 )
@@ -76,6 +77,13 @@ type Surface interface {
 	// answers the calls that promptgate blocked in the previous response); note, when not "", says what it
 	// did, for the log.
 	Continue(b *assembly.Body, upstream []byte) (out []byte, note string, err error)
+	// Flow is how policy/flow reads the surface's request bodies and appends a turn to them.
+	Flow() flow.Surface
+	// History is the part of the conversation the request continues out of the body's sight, as policy/flow
+	// reads it (flow.Options.History: Responses items, oldest first): the Responses API's record of what this
+	// instance relayed, for previous_response_id. nil when the body carries its whole conversation, or when
+	// the history is not known (policy/flow then counts it as unseen).
+	History(b *assembly.Body) []byte
 
 	// Begin starts the response side of a prepared request.
 	Begin(s Start) Exchange
@@ -92,6 +100,9 @@ type Start struct {
 	// Protocol and ProtocolVersion name the request's protocol.
 	Protocol        string
 	ProtocolVersion int
+	// Record asks the surface to keep what History needs to show a later request that continues this one:
+	// the protocol has information-flow rules.
+	Record bool
 }
 
 // Exchange is the response side of one request on a surface.

@@ -50,7 +50,8 @@ const (
 // refuse: bad calls are removed from message.tool_calls (or message.function_call). Where no call
 // is left in a choice, tool_calls is removed, the content becomes the notices (one line per
 // blocked call, after the existing text and a line break if there was text) and finish_reason
-// "tool_calls"/"function_call" becomes "stop"; where a good call is left, finish_reason stays.
+// "tool_calls"/"function_call" becomes "stop"; where a good call is left, finish_reason stays, and
+// only the notices of calls held for confirmation are added to the content.
 // error: the body is returned unchanged and Result.ErrorCall is set. audit: the body is returned
 // unchanged; violations are recorded as audited.
 //
@@ -114,11 +115,14 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 		}
 		var kept []string
 		keptLegacy := false
-		var notices []string
+		var notices, held []string
 		for i, d := range ds {
 			switch {
 			case d.Blocked():
 				notices = append(notices, vet.Notice(d))
+				if d.Verdict == vet.VerdictHeld {
+					held = append(held, vet.Notice(d))
+				}
 			case i < nTools:
 				kept = append(kept, raws[i])
 			default:
@@ -146,6 +150,12 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 			}
 		}
 		if len(kept) > 0 || keptLegacy {
+			// A held call's notice goes to the client in any case: it carries the code that releases the call.
+			if len(held) > 0 {
+				if out, err = setNotice(out, base, msg.Get(pathContent), held); err != nil {
+					return body, res, fmt.Errorf("chat: edit choice %d: %w", pos, err)
+				}
+			}
 			continue
 		}
 		if out, err = setNotice(out, base, msg.Get(pathContent), notices); err != nil {

@@ -53,7 +53,8 @@ const (
 //
 // refuse: blocked tool_use blocks are removed from content; where no tool_use block is left, a text block with
 // the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended and stop_reason
-// "tool_use" becomes "end_turn". error: the body is returned unchanged and Result.ErrorCall is set. audit:
+// "tool_use" becomes "end_turn"; where one is left, a text block with its notice takes the place of a call held
+// for confirmation. error: the body is returned unchanged and Result.ErrorCall is set. audit:
 // unchanged; violations recorded as audited. A body that is not one valid JSON object with unique keys is an
 // error.
 func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
@@ -112,11 +113,15 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 		return msg, res, info, nil
 	}
 	drop := map[int]bool{}
+	held := map[int]string{} // block index -> the notice of a call held for confirmation
 	var notices []string
 	for i, d := range res.Vet(c, rec, calls) {
 		if d.Blocked() {
 			drop[at[i]] = true
 			notices = append(notices, vet.Notice(d))
+			if d.Verdict == vet.VerdictHeld {
+				held[at[i]] = vet.Notice(d)
+			}
 		}
 	}
 	info.toolUse = len(drop) < len(calls)
@@ -125,8 +130,12 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 	}
 	kept := make([]string, 0, len(blocks))
 	for i, b := range blocks {
-		if !drop[i] {
+		switch {
+		case !drop[i]:
 			kept = append(kept, b.Raw)
+		case info.toolUse && held[i] != "":
+			// A held call's notice takes its place in any case: it carries the code that releases the call.
+			kept = append(kept, string(textBlock(held[i])))
 		}
 	}
 	out := msg

@@ -6,6 +6,7 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
@@ -43,6 +44,12 @@ func (Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, 
 func (Surface) Continue(_ *assembly.Body, upstream []byte) ([]byte, string, error) {
 	return upstream, "", nil
 }
+
+// Flow reads the body as a Messages request.
+func (Surface) Flow() flow.Surface { return flow.SurfaceMessages }
+
+// History is nil: the request carries its whole conversation.
+func (Surface) History(*assembly.Body) []byte { return nil }
 
 // Begin starts the response side: nothing to remember, the answers vetted by Body and Stream.
 func (Surface) Begin(surface.Start) surface.Exchange {

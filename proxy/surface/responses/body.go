@@ -102,7 +102,8 @@ func isCall(c *vet.Checker, typ string) bool { return vetted(typ) || refusedBuil
 // Body vets a non-stream Responses body (raw bytes) and returns it, edited with sjson where needed.
 //
 // refuse: blocked function_call items are removed from output; where no call item is left, one message item
-// with the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended. error: the
+// with the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended; where one is
+// left, a message item with its notice takes the place of a call held for confirmation. error: the
 // body is returned unchanged and Result.ErrorCall is set. audit: unchanged; violations recorded as audited.
 // A body that is not one valid JSON object with unique keys is an error.
 func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
@@ -130,11 +131,15 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 		return body, res, nil
 	}
 	drop := map[int]bool{}
+	held := map[int]string{} // output position -> the notice of a call held for confirmation
 	var notices []string
 	for i, d := range res.Vet(c, rec, calls) {
 		if d.Blocked() {
 			drop[at[i]] = true
 			notices = append(notices, vet.Notice(d))
+			if d.Verdict == vet.VerdictHeld {
+				held[at[i]] = vet.Notice(d)
+			}
 		}
 	}
 	if res.ErrorCall != nil || len(drop) == 0 {
@@ -144,8 +149,12 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 	dropLeads(items, drop)
 	kept := make([]string, 0, len(items))
 	for i, it := range items {
-		if !drop[i] {
+		switch {
+		case !drop[i]:
 			kept = append(kept, it.Raw)
+		case blocked < len(calls) && held[i] != "":
+			// A held call's notice takes its place in any case: it carries the code that releases the call.
+			kept = append(kept, string(noticeItem(newNoticeID(), held[i], true)))
 		}
 	}
 	if blocked == len(calls) {

@@ -45,7 +45,8 @@ const (
 //     for byte as soon as they are complete. A reasoning item's events are held until the item after it is
 //     known: a stateless client replays its output as the next input, and the API refuses a reasoning item
 //     without the item that followed it. They go out as soon as that item is not a call, or is an allowed
-//     call; a reasoning item right before a blocked call (on refuse) is withheld with it.
+//     call; a reasoning item right before a call that does not reach the client (blocked or held) is
+//     withheld with it.
 //   - The events of a function_call (or custom_tool_call) item — its response.output_item.added, the
 //     argument deltas and .done, its response.output_item.done — are held, keyed by output_index. At the
 //     item's output_item.done the call is vetted (with atomicParallelCalls: every call waits for the end of
@@ -100,6 +101,9 @@ type Stream struct {
 	// OnShown, when set before the first Read, is called with the output of the terminal event as it went
 	// out, when a call of the response was blocked: what a later retrieval must show.
 	OnShown func(output []byte)
+	// OnFinal, when set before the first Read, is called with the output of the terminal event as it went
+	// out (response.completed, .incomplete or .failed).
+	OnFinal func(output []byte)
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -246,12 +250,15 @@ func (s *Stream) event(ev sse.Event) {
 		s.release(s.lead)
 		s.finished = true
 		s.write(ev.Raw, out, m, -1)
+		final := data
+		if out != nil {
+			final = out
+		}
 		if s.OnShown != nil && s.Blocked() > 0 {
-			final := data
-			if out != nil {
-				final = out
-			}
 			s.OnShown([]byte(gjson.GetBytes(final, pathRespOutput).Raw))
+		}
+		if s.OnFinal != nil {
+			s.OnFinal([]byte(gjson.GetBytes(final, pathRespOutput).Raw))
 		}
 		return
 	case evError:
@@ -525,7 +532,7 @@ func (s *Stream) complete(ps []*pending) {
 	relay.Settle[meta](&s.Relay, s.c, ps, s.fatal, func(p *pending, d vet.Decision) {
 		p.vetted = true
 		p.sum = sha256.Sum256(p.Call.Args)
-		if d.Blocked() && s.c.Mode() == vet.ModeRefuse {
+		if d.Blocked() {
 			drop(p.lead)
 		} else {
 			s.release(p.lead)
@@ -664,9 +671,6 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 			pos := freshAt[i]
 			entries[pos].raw = string(noticeItem(newNoticeID(), vet.Notice(d), true))
 			changed = true
-			if s.c.Mode() != vet.ModeRefuse {
-				continue
-			}
 			// The reasoning right before it goes with it, if the client has not been shown it yet.
 			for j := pos - 1; j >= 0 && items[j].Get(pathType).Str == typeReasoning; j-- {
 				if st := s.items[j]; st == nil || st.client < 0 {

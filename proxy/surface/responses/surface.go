@@ -10,6 +10,7 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
@@ -31,6 +32,7 @@ type Options struct {
 type Surface struct {
 	blocked *blockedMemory
 	echoes  *instructionMemory
+	history *historyMemory
 }
 
 var (
@@ -40,7 +42,7 @@ var (
 
 // New returns the surface with an empty memory.
 func New(o Options) *Surface {
-	return &Surface{blocked: newBlockedMemory(o.Remember), echoes: newInstructionMemory(o.Remember)}
+	return &Surface{blocked: newBlockedMemory(o.Remember), echoes: newInstructionMemory(o.Remember), history: newHistoryMemory(o.Remember)}
 }
 
 func (*Surface) Name() string                       { return "responses" }
@@ -81,10 +83,29 @@ func (s *Surface) Continue(b *assembly.Body, upstream []byte) ([]byte, string, e
 	return out, "answered the blocked calls of the previous response " + prev.Str, nil
 }
 
+// Flow reads the body as a Responses request.
+func (*Surface) Flow() flow.Surface { return flow.SurfaceResponses }
+
+// History is, for a request that continues with previous_response_id, the conversation this instance
+// relayed up to that response (see history.go); nil when it does not know all of it, or the request does
+// not continue one.
+func (s *Surface) History(b *assembly.Body) []byte {
+	prev := b.Get(reqPreviousResponseID)
+	if prev.Type != gjson.String || prev.Str == "" {
+		return nil
+	}
+	return s.history.chain(prev.Str)
+}
+
 // Begin starts tracking the response: its id, its blocked calls and the output shown, the client's own
 // instructions and, for a background request, the policy its retrievals are vetted with.
 func (s *Surface) Begin(st surface.Start) surface.Exchange {
 	t := &respTrack{mem: s.blocked, echoes: s.echoes, instructions: clientInstructions(st.Client)}
+	if st.Record && gjson.GetBytes(st.Upstream, "store").Type != gjson.False {
+		t.history = s.history
+		t.prev = gjson.GetBytes(st.Client, reqPreviousResponseID).String()
+		t.input = gjson.GetBytes(st.Client, "input")
+	}
 	if isBackground(st.Upstream) {
 		t.bg = newBgPolicy(st.Policy, st.Protocol, st.ProtocolVersion)
 	}
@@ -111,9 +132,11 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 	if err != nil || res.ErrorCall != nil {
 		return out, res, err
 	}
+	output := []byte(gjson.GetBytes(out, pathOutput).Raw)
 	if res.Blocked > 0 {
-		x.t.show([]byte(gjson.GetBytes(out, pathOutput).Raw))
+		x.t.show(output)
 	}
+	x.t.final(output)
 	out, err = echoInstructions(out, "", x.t.instructions)
 	return out, res, err
 }
@@ -124,6 +147,7 @@ func (x exchange) Stream(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
 	s.OnResponseID = x.t.setID
 	s.Instructions = x.t.instructions
 	s.OnShown = x.t.show
+	s.OnFinal = x.t.final
 	return s
 }
 
