@@ -238,13 +238,13 @@ func proxyOptions(f *serveFlags, p *pipeline, ready *atomic.Bool, seen *toolseen
 		return proxy.Options{}, err
 	}
 	if f.confirmKey == "" {
-		log.Info(EnvConfirmKey+" is not set: confirmation codes of held calls are signed with a random key of this start, "+
+		log.Info(EnvConfirmKey + " is not set: confirmation codes of held calls are signed with a random key of this start, " +
 			"so a code holds on this instance only, until it restarts; set the same key on every instance of a fleet")
 	}
 	return proxy.Options{
 		Engine: p.engine, Guard: listenGuard, Tools: seen, UpstreamAPIKey: f.upstreamKey, AnthropicAPIKey: f.anthropicKey,
 		Confirmer: confirmer,
-		Audit: rec, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
+		Audit:     rec, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
 		Degraded: func() string {
 			if ok, reason := storeConnected(p.store); !ok {
 				return reason
