@@ -77,6 +77,10 @@ type Surface struct {
 	// names another type is malformed, since clients that go by the line and clients that go by the
 	// field would read it differently.
 	Typed bool
+	// End, when not nil, is called when the upstream ends cleanly (at [DONE] once Done has run, or at the
+	// end of its body once Finished): it returns true when the stream goes on, the surface having
+	// continued it in place of the upstream (Relay.EndRound); [DONE] is then not written.
+	End func() bool
 }
 
 // Relay reads an upstream SSE stream event by event and hands out what its Surface writes to Out.
@@ -97,6 +101,7 @@ type Relay struct {
 	rec     Recorder
 	blocked int
 	held    Held
+	round   rounds
 }
 
 // New returns a Relay of upstream for s. rec, which may be nil, is called for every decision the surface
@@ -146,10 +151,29 @@ func (r *Relay) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// step reads one upstream event and has it handled.
+// step reads one upstream event and has it handled. While a round waits to be continued (see Refuse), what
+// the event writes is parked instead of handed out.
 func (r *Relay) step() {
+	if r.round.parking {
+		r.round.mark = len(r.Out)
+	}
+	r.handle()
+	if r.round.parking {
+		r.round.parked = append(r.round.parked, r.Out[r.round.mark:]...)
+		r.Out = r.Out[:r.round.mark]
+		if r.Ended {
+			r.flushRound() // the stream ends: what waited goes out
+		}
+	}
+}
+
+// handle reads one upstream event and has it handled.
+func (r *Relay) handle() {
 	ev, err := r.rd.Next()
 	if errors.Is(err, io.EOF) && !ev.Truncated && r.s.Finished() {
+		if r.s.End != nil && r.s.End() {
+			return
+		}
 		r.Ended = true
 		return
 	}
@@ -176,6 +200,9 @@ func (r *Relay) step() {
 	}
 	if r.s.Done != nil && bytes.HasPrefix(ev.Data, doneData) {
 		r.s.Done()
+		if !r.Ended && r.s.End != nil && r.s.End() {
+			return
+		}
 		if !r.Ended {
 			// What follows [DONE] in its data (a client may read it) is not forwarded.
 			if bytes.Equal(ev.Data, doneData) {

@@ -116,10 +116,14 @@ type Exchange interface {
 	Stream(up io.ReadCloser, v Vetting) io.ReadCloser
 }
 
-// Vetting is how an answer's calls are judged and recorded.
+// Vetting is how an answer's calls are judged and recorded, and, in onViolation "continue", how the answer goes
+// on once promptgate has answered its calls itself.
 type Vetting struct {
 	Checker *vet.Checker
 	Record  relay.Recorder
+	// Next asks the upstream again (see relay.Next); nil when the answer cannot be continued (another mode, a
+	// retrieval), whose refusals are then written as refuse writes them.
+	Next relay.Next
 }
 
 // Passthrough is implemented by a surface that must see some answers of the passthrough path (the Responses
@@ -143,10 +147,12 @@ type Host interface {
 }
 
 // Stateless is the response side of a surface that remembers nothing between requests: its answers are vetted
-// by its body and stream vetters, and its decisions need no bookkeeping.
+// by its body and stream vetters (continued as Rounds and the stream vetter do, joined by Join), and its
+// decisions need no bookkeeping.
 type Stateless struct {
 	VetBody   func(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error)
-	VetStream func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) io.ReadCloser
+	VetStream func(up io.ReadCloser, v Vetting) io.ReadCloser
+	Join      func(Joined) ([]byte, error)
 }
 
 var _ Exchange = Stateless{}
@@ -154,9 +160,9 @@ var _ Exchange = Stateless{}
 func (Stateless) Decided(vet.Decision) {}
 
 func (s Stateless) Body(body []byte, v Vetting) ([]byte, relay.Result, error) {
-	return s.VetBody(body, v.Checker, v.Record)
+	return Rounds(body, v, func(b []byte) ([]byte, relay.Result, error) { return s.VetBody(b, v.Checker, v.Record) }, s.Join)
 }
 
 func (s Stateless) Stream(up io.ReadCloser, v Vetting) io.ReadCloser {
-	return s.VetStream(up, v.Checker, v.Record)
+	return s.VetStream(up, v)
 }

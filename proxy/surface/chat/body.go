@@ -18,6 +18,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -113,6 +114,9 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 			// The caller answers with an error; the rest of the body does not matter.
 			return body, res, nil
 		}
+		if len(choices.Array()) == 1 {
+			res.Continue = continuation(c, msg, calls, ds)
+		}
 		var kept []string
 		keptLegacy := false
 		var notices, held []string
@@ -168,6 +172,27 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 		}
 	}
 	return out, res, nil
+}
+
+// continuation is the answer's one turn for promptgate to answer itself (onViolation "continue"), when every
+// call of it was blocked and can be answered; nil otherwise. What the client keeps of it is its text.
+func continuation(c *vet.Checker, msg gjson.Result, calls []*vet.Call, ds []vet.Decision) *relay.Continuation {
+	t := flow.Turn{}
+	for i, call := range calls {
+		if !relay.Answerable(c, call, ds[i]) {
+			return nil
+		}
+		t.Calls = append(t.Calls, relay.Answer(call, ds[i], false))
+	}
+	content := msg.Get(pathContent)
+	if content.Type == gjson.String {
+		t.Text = content.Str
+	}
+	kept := []byte(content.Raw)
+	if !content.Exists() {
+		kept = []byte("null")
+	}
+	return &relay.Continuation{Turn: t, Kept: kept}
 }
 
 // bodyCall reads one entry of message.tool_calls.

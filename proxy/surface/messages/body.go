@@ -19,6 +19,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -115,7 +116,8 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 	drop := map[int]bool{}
 	held := map[int]string{} // block index -> the notice of a call held for confirmation
 	var notices []string
-	for i, d := range res.Vet(c, rec, calls) {
+	ds := res.Vet(c, rec, calls)
+	for i, d := range ds {
 		if d.Blocked() {
 			drop[at[i]] = true
 			notices = append(notices, vet.Notice(d))
@@ -128,6 +130,7 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 	if res.ErrorCall != nil || len(drop) == 0 {
 		return msg, res, info, nil
 	}
+	res.Continue = continuation(c, content, blocks, calls, ds, drop)
 	kept := make([]string, 0, len(blocks))
 	for i, b := range blocks {
 		switch {
@@ -153,6 +156,25 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 		return msg, res, info, fmt.Errorf("messages: edit content: %w", err)
 	}
 	return out, res, info, nil
+}
+
+// continuation is the message's turn for promptgate to answer itself (onViolation "continue"), when every
+// call of it was blocked and can be answered; nil otherwise. What the client keeps of it is its other blocks.
+func continuation(c *vet.Checker, content gjson.Result, blocks []gjson.Result, calls []*vet.Call, ds []vet.Decision, drop map[int]bool) *relay.Continuation {
+	t := flow.Turn{Raw: []byte(content.Raw)}
+	for i, call := range calls {
+		if !relay.Answerable(c, call, ds[i]) {
+			return nil
+		}
+		t.Calls = append(t.Calls, relay.Answer(call, ds[i], false))
+	}
+	var kept []string
+	for i, b := range blocks {
+		if !drop[i] {
+			kept = append(kept, b.Raw)
+		}
+	}
+	return &relay.Continuation{Turn: t, Kept: relay.JoinArray(kept)}
 }
 
 // keptInfo describes a vetted message's content.

@@ -27,6 +27,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -133,7 +134,8 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 	drop := map[int]bool{}
 	held := map[int]string{} // output position -> the notice of a call held for confirmation
 	var notices []string
-	for i, d := range res.Vet(c, rec, calls) {
+	ds := res.Vet(c, rec, calls)
+	for i, d := range ds {
 		if d.Blocked() {
 			drop[at[i]] = true
 			notices = append(notices, vet.Notice(d))
@@ -147,6 +149,7 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 	}
 	blocked := len(drop)
 	dropLeads(items, drop)
+	res.Continue = continuation(c, body, output, items, calls, at, ds, drop)
 	kept := make([]string, 0, len(items))
 	for i, it := range items {
 		switch {
@@ -165,6 +168,27 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 		return body, res, fmt.Errorf("responses: edit output: %w", err)
 	}
 	return out, res, nil
+}
+
+// continuation is the response's turn for promptgate to answer itself (onViolation "continue"), when every
+// call of it was blocked and is a function (or custom tool) call it can answer; nil otherwise. What the client
+// keeps of it is its other items (without the reasoning right before a refused call).
+func continuation(c *vet.Checker, body []byte, output gjson.Result, items []gjson.Result, calls []*vet.Call, at []int, ds []vet.Decision, drop map[int]bool) *relay.Continuation {
+	t := flow.Turn{Raw: []byte(output.Raw), ResponseID: gjson.GetBytes(body, pathID).String()}
+	for i, call := range calls {
+		typ := items[at[i]].Get(pathType).Str
+		if !relay.Answerable(c, call, ds[i]) || typ != typeFunction && typ != typeCustomTool {
+			return nil
+		}
+		t.Calls = append(t.Calls, relay.Answer(call, ds[i], typ == typeCustomTool))
+	}
+	var kept []string
+	for i, it := range items {
+		if !drop[i] {
+			kept = append(kept, it.Raw)
+		}
+	}
+	return &relay.Continuation{Turn: t, Kept: relay.JoinArray(kept)}
 }
 
 // dropLeads adds to drop the reasoning items right before each item in it: a stateless client replays the

@@ -439,7 +439,14 @@ func (t *respTrack) final(output []byte) {
 func (t *respTrack) setID(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.id != "" {
+	switch {
+	case t.id == id:
+		return
+	case t.id != "":
+		// A continued response (onViolation "continue"): the upstream's next answer is a response of its
+		// own, the one the client continues from, and the decisions from here on are on its calls.
+		t.id = id
+		t.echoes.remember(id, t.instructions)
 		return
 	}
 	t.id = id

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
@@ -125,10 +126,14 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 	if x.t.bg != nil && (id.Type != gjson.String || id.Str == "") {
 		return nil, relay.Result{}, errors.New("the background response has no id")
 	}
-	if id.Type == gjson.String {
-		x.t.setID(id.Str)
-	}
-	out, res, err := Body(body, v.Checker, v.Record)
+	out, res, err := surface.Rounds(body, v, func(b []byte) ([]byte, relay.Result, error) {
+		// Each answer of a continued response is a response of its own upstream: the decisions on its
+		// calls belong to it, and the client continues from the last one.
+		if id := gjson.GetBytes(b, pathID); id.Type == gjson.String {
+			x.t.setID(id.Str)
+		}
+		return Body(b, v.Checker, v.Record)
+	}, join)
 	if err != nil || res.ErrorCall != nil {
 		return out, res, err
 	}
@@ -141,9 +146,33 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 	return out, res, err
 }
 
+// join writes a continued response: the last one (whose id the client continues from), with the output items
+// of every answer in order and the usage of all of them.
+func join(j surface.Joined) ([]byte, error) {
+	out := j.Last
+	var items []string
+	for _, k := range append(j.Kept, []byte(gjson.GetBytes(out, pathOutput).Raw)) {
+		gjson.ParseBytes(k).ForEach(func(_, it gjson.Result) bool {
+			items = append(items, it.Raw)
+			return true
+		})
+	}
+	var err error
+	if out, err = sjson.SetRawBytes(out, pathOutput, relay.JoinArray(items)); err != nil {
+		return nil, err
+	}
+	if j.Usage != nil {
+		if out, err = sjson.SetRawBytes(out, "usage", j.Usage); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // Stream vets a created response's stream, with the same memory as Body.
 func (x exchange) Stream(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
 	s := NewStream(up, v.Checker, v.Record)
+	s.SetNext(v.Next)
 	s.OnResponseID = x.t.setID
 	s.Instructions = x.t.instructions
 	s.OnShown = x.t.show
