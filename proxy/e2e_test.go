@@ -530,3 +530,48 @@ func TestUpstreamKeyReplacesAuthorization(t *testing.T) {
 		t.Error("promptgate headers reached upstream")
 	}
 }
+
+// A vetted answer of known length is written whole, with no flush of its own (one write to the client's
+// connection when the handler returns); a stream is flushed as it is relayed, so its text is not delayed.
+func TestFlushOnlyStreams(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(string(mustRead(t, r.Body)), `"stream":true`) {
+			sseUpstream([]string{chunk("hi", ""), chunk("", "stop"), "[DONE]"}, 0)(w, r)
+			return
+		}
+		okCompletion(w, r)
+	})
+	u, err := url.Parse(up.URL + "/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Engine: testEngine(t, "", nil, nil, nil), Upstream: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		body    string
+		flushed bool
+	}{
+		{`{"model":"m","messages":[{"role":"user","content":"hi"}]}`, false},
+		{`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`, true},
+	} {
+		req := httptest.NewRequest("POST", "http://127.0.0.1"+PathChat, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, req)
+		if w.Code != http.StatusOK || w.Flushed != c.flushed {
+			t.Errorf("%s: status %d, flushed %v, want %v: %s", c.body, w.Code, w.Flushed, c.flushed, w.Body)
+		}
+	}
+}
+
+func mustRead(t *testing.T, r io.Reader) []byte {
+	t.Helper()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Error(err)
+	}
+	return b
+}

@@ -192,9 +192,12 @@ func New(o Options) (*Server, error) {
 	tr := timeoutTransport{next: o.Transport, timeout: limits.UpstreamTimeout}
 	buffers := newBufferPool()
 	s.rewritten = &httputil.ReverseProxy{
-		Rewrite:        s.rewriteRequest,
-		Transport:      tr,
-		FlushInterval:  -1,
+		Rewrite:   s.rewriteRequest,
+		Transport: tr,
+		// 0, not -1: net/http still flushes every write of a stream (text/event-stream, or a body of unknown
+		// length); a vetted body of known length goes out in one write when the handler returns, with no
+		// flush of its own.
+		FlushInterval:  0,
 		BufferPool:     buffers,
 		ModifyResponse: s.vetResponse,
 		ErrorHandler:   s.upstreamFailed,

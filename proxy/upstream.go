@@ -27,6 +27,8 @@ func NewTransport() *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
+		// A rewritten request body (an 8 KB chat is common, a 40 KB context too) goes out in one write.
+		WriteBufferSize: 64 << 10,
 	}
 }
 

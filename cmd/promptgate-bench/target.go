@@ -142,7 +142,7 @@ func openPipeline(ctx context.Context, dir string, nPlugins int) (_ *pipeline, e
 }
 
 // newPromptgate is the handler of serve's proxy listener on the pipeline, as serve builds it: metrics, the
-// audit recorders (log, metrics and the audit ring file), the memory of tools seen and proxy.New, with tr as
+// audit recorders (the log's queue, metrics and the audit ring file), the memory of tools seen and proxy.New, with tr as
 // the upstream transport.
 func newPromptgate(ctx context.Context, dir, upstream string, nPlugins int, tr http.RoundTripper) (http.Handler, *pipeline, error) {
 	p, err := openPipeline(ctx, dir, nPlugins)
@@ -162,11 +162,13 @@ func newPromptgate(ctx context.Context, dir, upstream string, nPlugins int, tr h
 	}
 	p.closers = append(p.closers, func() { _ = ring.Close() })
 	m.AuditSink("ring", ring.Stats)
+	decisions := audit.NewLogQueue(audit.Log{Logger: p.log}, audit.Options{})
+	p.closers = append(p.closers, func() { _ = decisions.Close() })
 	srv, err := proxy.New(proxy.Options{
 		Engine:    p.engine,
 		Upstream:  u,
 		Transport: tr,
-		Audit:     audit.Multi{audit.Log{Logger: p.log}, m, ring},
+		Audit:     audit.Multi{decisions, m, ring},
 		Tools:     toolseen.New(0),
 		Metrics:   m,
 		Log:       p.log,

@@ -222,7 +222,7 @@ func openAudit(f *serveFlags, p *pipeline, m *metrics.Metrics, getenv env, log *
 	if sinks.File != nil {
 		m.AuditSink("file", sinks.File.Stats)
 	}
-	return sinks, append(audit.Multi{audit.Log{Logger: log}, m}, sinks.Recorders()...), nil
+	return sinks, append(audit.Multi{sinks.Lines, m}, sinks.Recorders()...), nil
 }
 
 // proxyOptions are the options of every proxy handler serve builds (the listener's and each door

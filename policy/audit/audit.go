@@ -1,9 +1,10 @@
 // Package audit defines the decision event of promptgate — one record per tool removed from a request, per
 // tool call vetted in a response, and per change an operator makes through the admin API — the Recorder
 // interface that receives them, and the recorders that keep them: Ring, a bounded ring in its own bbolt file
-// that the admin API queries, and JSONL, an append-only file of JSON lines. Both take events without ever
-// blocking the request path: a full buffer drops (and counts) instead of waiting, and a disk error is logged
-// and counted, never returned to the request.
+// that the admin API queries, JSONL, an append-only file of JSON lines, and Log (LogQueue off the request
+// path), the log lines. Ring and JSONL take events without ever blocking the request path: a full buffer
+// drops (and counts) instead of waiting, and a disk error is logged and counted, never returned to the
+// request. Each writes in windows (Options): one transaction or write call for what arrived within one.
 //
 // It owns the event's shape and its storage. It does not decide anything (policy/ and policy/vet do) nor
 // serve the events (the admin API, proxy/admin, does).
@@ -143,18 +144,30 @@ type Recorder interface {
 	Record(ctx context.Context, e Event)
 }
 
-// Log records events as structured log lines. Tool arguments are never logged, not even when the event
-// carries them; their digest is.
+// Log records events as structured log lines, on the caller's goroutine (LogQueue writes them from its
+// own). Tool arguments are never logged, not even when the event carries them; their digest is.
 type Log struct{ Logger *slog.Logger }
 
 var _ Recorder = Log{}
 
+// logMessage is the message of every decision line.
+const logMessage = "policy decision"
+
 // Record logs the event at Info for blocks, removals and admin changes, Debug otherwise.
 func (l Log) Record(ctx context.Context, e Event) {
-	level := slog.LevelDebug
-	if e.Verdict != VerdictAllowed {
-		level = slog.LevelInfo
+	l.Logger.LogAttrs(ctx, logLevel(e), logMessage, logAttrs(e)...)
+}
+
+// logLevel is the level of e's line: Debug for an allowed call, Info for everything else.
+func logLevel(e Event) slog.Level {
+	if e.Verdict == VerdictAllowed {
+		return slog.LevelDebug
 	}
+	return slog.LevelInfo
+}
+
+// logAttrs are the attributes of e's line.
+func logAttrs(e Event) []slog.Attr {
 	attrs := []slog.Attr{
 		slog.String("request_id", e.RequestID), slog.String("kind", e.Kind),
 		slog.String("protocol", e.Protocol), slog.Int("protocol_version", e.ProtocolVersion),
@@ -170,7 +183,65 @@ func (l Log) Record(ctx context.Context, e Event) {
 	if e.Round > 0 {
 		attrs = append(attrs, slog.Int("round", e.Round))
 	}
-	l.Logger.LogAttrs(ctx, level, "policy decision", attrs...)
+	return attrs
+}
+
+// LogQueue writes Log's lines from its own goroutine, one run of lines per window (Options.Window), so
+// that a request does not wait for the log's write. Every line is written, in the order Record was
+// called, with the time of that call; while the buffer is full, Record waits for room (as it waited for
+// the write before), and after Close it writes on the caller's goroutine. Lines below the logger's level
+// cost the caller only the level check. The handler gets a background context. Create it with
+// NewLogQueue; Close it to write what is buffered.
+type LogQueue struct {
+	log Log
+	p   *pipe[logLine]
+}
+
+var _ Recorder = (*LogQueue)(nil)
+
+// logLine is a line waiting in a LogQueue.
+type logLine struct {
+	at    time.Time
+	level slog.Level
+	e     Event
+}
+
+// NewLogQueue starts the goroutine that writes l's lines.
+func NewLogQueue(l Log, o Options) *LogQueue {
+	q := &LogQueue{log: l}
+	q.p = newPipe(logMessage, o, slog.New(slog.DiscardHandler), q.write)
+	return q
+}
+
+// Record queues e's line, if its level is enabled.
+func (q *LogQueue) Record(ctx context.Context, e Event) {
+	level := logLevel(e)
+	if !q.log.Logger.Enabled(ctx, level) {
+		return
+	}
+	if !q.p.put(logLine{at: time.Now(), level: level, e: e}) {
+		q.log.Record(ctx, e)
+	}
+}
+
+// Flush ends the open window and waits until every line queued before the call is written.
+func (q *LogQueue) Flush() error { return q.p.flush(context.Background()) }
+
+// Close writes the queued lines and stops the goroutine. Lines recorded after it are written at once.
+func (q *LogQueue) Close() error {
+	q.p.close()
+	return nil
+}
+
+// write hands the lines to the logger's handler; like slog.Logger, it ignores the handler's errors.
+func (q *LogQueue) write(lines []logLine) error {
+	h := q.log.Logger.Handler()
+	for _, l := range lines {
+		r := slog.NewRecord(l.at, l.level, logMessage, 0)
+		r.AddAttrs(logAttrs(l.e)...)
+		_ = h.Handle(context.Background(), r)
+	}
+	return nil
 }
 
 // Multi sends every event to each recorder in turn.

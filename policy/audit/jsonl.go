@@ -10,14 +10,15 @@ import (
 )
 
 // JSONL appends every event as one JSON line to a file (audit.file in the config), for log shippers.
-// Like Ring, Record never blocks: events are buffered and written in batches by one goroutine; a full
-// buffer drops and counts them, and a write error is logged and counted. The file is opened for appending
+// Like Ring, Record never blocks: events are buffered and written by one goroutine, in the order recorded,
+// one write call per window (Options.Window); a full buffer drops and counts them, and a write error is
+// logged and counted. The file is opened for appending
 // (created with mode 0600), so it can be rotated by moving it away and restarting, or shared with tail -f;
 // it may also be a pipe or a device such as /dev/stdout.
 type JSONL struct {
 	f      *os.File
 	path   string
-	p      *pipe
+	p      *pipe[Event]
 	broken bool // writer goroutine only: the last write stopped in the middle of a line
 	// regular is false for a pipe or a device such as /dev/stdout, which cannot be synced.
 	regular bool
@@ -27,10 +28,11 @@ var _ Recorder = (*JSONL)(nil)
 
 // OpenJSONL opens (or creates) path for appending.
 func OpenJSONL(path string, log *slog.Logger) (*JSONL, error) {
-	return openJSONL(path, log, DefaultBuffer)
+	return OpenJSONLWith(path, log, Options{})
 }
 
-func openJSONL(path string, log *slog.Logger, buffer int) (*JSONL, error) {
+// OpenJSONLWith is OpenJSONL with the writer's window and buffer set by o.
+func OpenJSONLWith(path string, log *slog.Logger, o Options) (*JSONL, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -42,7 +44,7 @@ func openJSONL(path string, log *slog.Logger, buffer int) (*JSONL, error) {
 	if info, err := f.Stat(); err == nil {
 		j.regular = info.Mode().IsRegular()
 	}
-	j.p = newPipe(path, buffer, log, j.write)
+	j.p = newPipe(path, o, log, j.write)
 	return j, nil
 }
 
@@ -50,7 +52,7 @@ func openJSONL(path string, log *slog.Logger, buffer int) (*JSONL, error) {
 func (j *JSONL) Path() string { return j.path }
 
 // Record queues e for writing and returns at once; a zero Time is set to now.
-func (j *JSONL) Record(_ context.Context, e Event) { j.p.record(e) }
+func (j *JSONL) Record(_ context.Context, e Event) { j.p.offer(stamped(e)) }
 
 // Dropped returns how many events were dropped because the buffer was full.
 func (j *JSONL) Dropped() uint64 { return j.p.dropped.Load() }
@@ -58,7 +60,7 @@ func (j *JSONL) Dropped() uint64 { return j.p.dropped.Load() }
 // Stats returns the counts of written, dropped and failed events.
 func (j *JSONL) Stats() Stats { return j.p.stats() }
 
-// Flush waits until every event recorded before the call is written (or failed).
+// Flush ends the open window and waits until every event recorded before the call is written (or failed).
 func (j *JSONL) Flush() error { return j.p.flush(context.Background()) }
 
 // Close writes what is buffered, syncs and closes the file.

@@ -25,7 +25,7 @@ func TestJSONLFullBufferDrops(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rd.Close()
-	j, err := openJSONL(path, nil, 4)
+	j, err := OpenJSONLWith(path, nil, Options{Buffer: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

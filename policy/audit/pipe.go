@@ -9,11 +9,17 @@ import (
 	"time"
 )
 
-// DefaultBuffer is how many events a Ring or JSONL holds in memory while its writer is busy; beyond it,
-// events are dropped (and counted) rather than making a request wait.
+// DefaultBuffer is how many events a Ring, a JSONL or a LogQueue holds in memory while its writer is busy
+// or its window is open; beyond it, Ring and JSONL drop (and count) events rather than make a request wait.
 const DefaultBuffer = 4096
 
-// maxBatch is the most events written in one transaction (Ring) or one write call (JSONL).
+// DefaultWindow is how long a recorder's writer collects events, from the first one, before it writes them
+// together: one bbolt transaction (Ring), one write call (JSONL), one run of log lines (LogQueue). A crash
+// loses at most the events of the open window.
+const DefaultWindow = 100 * time.Millisecond
+
+// maxBatch is the most events written in one transaction (Ring) or one write call (JSONL); that many
+// events waiting also ends a window early.
 const maxBatch = 512
 
 // errorLogEvery spaces out the log lines about failed writes: a full disk fails every batch.
@@ -21,6 +27,30 @@ const errorLogEvery = time.Minute
 
 // ErrClosed is returned by Flush after Close.
 var ErrClosed = errors.New("audit: recorder is closed")
+
+// Options tunes how a recorder buffers and writes. The zero value gives the defaults.
+type Options struct {
+	// Window is how long the writer collects events, from the first one, before it writes them together.
+	// 0 means DefaultWindow; a negative window writes whatever is queued as soon as the writer is free.
+	// Flush, Close and a full batch end a window at once.
+	Window time.Duration
+	// Buffer is the most events held in memory, waiting to be written; below 1 means DefaultBuffer.
+	Buffer int
+}
+
+func (o Options) window() time.Duration {
+	if o.Window == 0 {
+		return DefaultWindow
+	}
+	return o.Window
+}
+
+func (o Options) buffer() int {
+	if o.Buffer < 1 {
+		return DefaultBuffer
+	}
+	return o.Buffer
+}
 
 // Stats counts what happened to the events given to a Ring or a JSONL.
 type Stats struct {
@@ -34,44 +64,50 @@ type Stats struct {
 	WriteErrors uint64 `json:"writeErrors"`
 }
 
-// item is an event, or a flush marker: a channel closed once every event queued before it is written.
-type item struct {
-	ev    Event
+// item is a value to write, or a flush marker: a channel closed once every value queued before it is written.
+type item[T any] struct {
+	v     T
 	flush chan struct{}
 }
 
-// pipe hands events from many goroutines to one writer goroutine through a bounded channel. Sends never
-// block: a full channel drops the event. The writer batches what is queued into one write.
-type pipe struct {
-	name  string // for logs: the file
-	log   *slog.Logger
-	write func([]Event) error
+// pipe hands values from many goroutines to one writer goroutine through a bounded channel, in the order
+// they were queued. The writer wakes for the first value of a window, sleeps out the window while more
+// queue up without waking it, then writes them all, in batches of at most maxBatch.
+type pipe[T any] struct {
+	name   string // for logs: the file
+	log    *slog.Logger
+	write  func([]T) error
+	window time.Duration
+	batch  int // the most values per write, and the count that ends a window early
 
 	mu     sync.RWMutex // guards closed and the close of ch against concurrent sends
 	closed bool
-	ch     chan item
-	done   chan struct{}
-	once   sync.Once
+	ch     chan item[T]
+	kick   chan struct{} // ends the open window at once (Flush, a full batch); holds one wake-up at most
+	// pending counts the values queued and not yet taken into a write, the one that opened the window
+	// included: a full batch of them ends the window.
+	pending atomic.Int64
+	stop    chan struct{} // closed by close: every window ends at once from then on
+	done    chan struct{}
+	once    sync.Once
 
 	written, dropped, failed, writeErrors atomic.Uint64
 	lastLog                               time.Time // writer goroutine only
 	unlogged                              uint64    // writer goroutine only: failures since the last log line
 }
 
-func newPipe(name string, buffer int, log *slog.Logger, write func([]Event) error) *pipe {
-	if buffer < 1 {
-		buffer = DefaultBuffer
+func newPipe[T any](name string, o Options, log *slog.Logger, write func([]T) error) *pipe[T] {
+	buffer := o.buffer()
+	p := &pipe[T]{
+		name: name, log: log, write: write, window: o.window(), batch: min(maxBatch, buffer),
+		ch: make(chan item[T], buffer), kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	p := &pipe{name: name, log: log, write: write, ch: make(chan item, buffer), done: make(chan struct{})}
 	go p.run()
 	return p
 }
 
-// record queues e without blocking; it fills in a zero Time.
-func (p *pipe) record(e Event) {
-	if e.Time.IsZero() {
-		e.Time = time.Now().UTC()
-	}
+// offer queues v without blocking; when the buffer is full or the pipe closed, v is dropped and counted.
+func (p *pipe[T]) offer(v T) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
@@ -79,14 +115,46 @@ func (p *pipe) record(e Event) {
 		return
 	}
 	select {
-	case p.ch <- item{ev: e}:
+	case p.ch <- item[T]{v: v}:
 	default:
 		p.dropped.Add(1)
+		return
+	}
+	if p.pending.Add(1) >= int64(p.batch) {
+		p.wake()
 	}
 }
 
-// flush waits until every event queued before the call is written (or failed), or ctx ends.
-func (p *pipe) flush(ctx context.Context) error {
+// put queues v, waiting for room while the buffer is full. It reports false when the pipe is closed.
+func (p *pipe[T]) put(v T) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return false
+	}
+	select {
+	case p.ch <- item[T]{v: v}:
+	default:
+		p.wake()
+		p.ch <- item[T]{v: v}
+	}
+	if p.pending.Add(1) >= int64(p.batch) {
+		p.wake()
+	}
+	return true
+}
+
+// wake ends the open window, or the next one if none is open.
+func (p *pipe[T]) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flush waits until every value queued before the call is written (or failed), or ctx ends. It ends the
+// open window at once.
+func (p *pipe[T]) flush(ctx context.Context) error {
 	done := make(chan struct{})
 	p.mu.RLock()
 	if p.closed {
@@ -94,11 +162,12 @@ func (p *pipe) flush(ctx context.Context) error {
 		return ErrClosed
 	}
 	select {
-	case p.ch <- item{flush: done}:
+	case p.ch <- item[T]{flush: done}:
 	case <-ctx.Done():
 		p.mu.RUnlock()
 		return ctx.Err()
 	}
+	p.wake()
 	p.mu.RUnlock()
 	select {
 	case <-done:
@@ -108,60 +177,75 @@ func (p *pipe) flush(ctx context.Context) error {
 	}
 }
 
-// close stops taking events and waits until the writer has written everything queued.
-func (p *pipe) close() {
+// close stops taking values and waits until the writer has written everything queued.
+func (p *pipe[T]) close() {
 	p.once.Do(func() {
 		p.mu.Lock()
 		p.closed = true
 		close(p.ch)
+		close(p.stop)
 		p.mu.Unlock()
 	})
 	<-p.done
 }
 
-func (p *pipe) stats() Stats {
+func (p *pipe[T]) stats() Stats {
 	return Stats{Written: p.written.Load(), Dropped: p.dropped.Load(), Failed: p.failed.Load(), WriteErrors: p.writeErrors.Load()}
 }
 
-// run is the writer goroutine: it takes what is queued, up to maxBatch events, and writes it at once.
-func (p *pipe) run() {
+// run is the writer goroutine. A window opens with the first value queued; when it ends (its time is up,
+// a batch is full, a flush or the close asks), what is queued at that moment is written.
+func (p *pipe[T]) run() {
 	defer close(p.done)
-	batch := make([]Event, 0, maxBatch)
-	var waiters []chan struct{}
-	take := func(it item) {
-		if it.flush != nil {
-			waiters = append(waiters, it.flush)
-		} else {
-			batch = append(batch, it.ev)
-		}
-	}
-	for it := range p.ch {
-		take(it)
-	drain:
-		for len(batch) < maxBatch {
-			select {
-			case it, ok := <-p.ch:
-				if !ok {
-					break drain
-				}
-				take(it)
-			default:
-				break drain
-			}
-		}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	batch := make([]T, 0, p.batch)
+	commit := func() {
 		if len(batch) > 0 {
 			p.commit(batch)
 			clear(batch) // let the strings go
 			batch = batch[:0]
 		}
-		for _, w := range waiters {
-			close(w)
+	}
+	take := func(it item[T]) {
+		if it.flush != nil {
+			commit()
+			close(it.flush)
+			return
 		}
-		waiters = waiters[:0]
+		p.pending.Add(-1)
+		if batch = append(batch, it.v); len(batch) == p.batch {
+			commit()
+		}
+	}
+	for {
+		it, ok := <-p.ch
+		if !ok {
+			return
+		}
+		if it.flush == nil && p.window > 0 {
+			timer.Reset(p.window)
+			select {
+			case <-timer.C:
+			case <-p.kick:
+				timer.Stop()
+			case <-p.stop:
+				timer.Stop()
+			}
+		}
+		take(it)
+		for n := len(p.ch); n > 0; n-- {
+			it, ok := <-p.ch
+			if !ok {
+				break
+			}
+			take(it)
+		}
+		commit()
 	}
 }
 
-func (p *pipe) commit(batch []Event) {
+func (p *pipe[T]) commit(batch []T) {
 	err := p.write(batch)
 	if err == nil {
 		p.written.Add(uint64(len(batch)))

@@ -50,14 +50,15 @@ type Filter struct {
 }
 
 // Ring keeps the most recent events in its own bbolt file, bounded to a number of events (oldest dropped
-// first). Record never blocks: events are buffered and written in batches, one transaction per batch, by
-// one goroutine; a full buffer drops events and counts them (Dropped). Write errors are logged and counted
-// (Stats), never returned to the caller. Create it with OpenRing; Close it to write what is buffered.
+// first). Record never blocks: events are buffered and written by one goroutine, in the order recorded,
+// one transaction per window (Options.Window); a full buffer drops events and counts them (Dropped). Write
+// errors are logged and counted (Stats), never returned to the caller. A crash loses the events of the
+// open window; every committed window is whole. Create it with OpenRing; Close it to write what is buffered.
 type Ring struct {
 	db   *bolt.DB
 	path string
 	size int
-	p    *pipe
+	p    *pipe[Event]
 }
 
 var _ Recorder = (*Ring)(nil)
@@ -66,10 +67,11 @@ var _ Recorder = (*Ring)(nil)
 // locked while open; if another process holds it, OpenRing fails after DefaultLockTimeout with an error
 // naming the file. An existing file keeps its events; if it holds more than size, the oldest are dropped.
 func OpenRing(path string, size int, log *slog.Logger) (*Ring, error) {
-	return openRing(path, size, log, DefaultBuffer)
+	return OpenRingWith(path, size, log, Options{})
 }
 
-func openRing(path string, size int, log *slog.Logger, buffer int) (*Ring, error) {
+// OpenRingWith is OpenRing with the writer's window and buffer set by o.
+func OpenRingWith(path string, size int, log *slog.Logger, o Options) (*Ring, error) {
 	if size < 1 {
 		return nil, fmt.Errorf("audit: ring %s: size %d: must be at least 1", path, size)
 	}
@@ -97,7 +99,7 @@ func openRing(path string, size int, log *slog.Logger, buffer int) (*Ring, error
 		_ = db.Close()
 		return nil, fmt.Errorf("audit: open ring %s: %w", path, err)
 	}
-	r.p = newPipe(path, buffer, log, r.write)
+	r.p = newPipe(path, o, log, r.write)
 	return r, nil
 }
 
@@ -106,7 +108,7 @@ func (r *Ring) Path() string { return r.path }
 
 // Record queues e for writing and returns at once; a zero Time is set to now. If the buffer is full the
 // event is dropped and counted.
-func (r *Ring) Record(_ context.Context, e Event) { r.p.record(e) }
+func (r *Ring) Record(_ context.Context, e Event) { r.p.offer(stamped(e)) }
 
 // Dropped returns how many events were dropped because the buffer was full.
 func (r *Ring) Dropped() uint64 { return r.p.dropped.Load() }
@@ -114,7 +116,8 @@ func (r *Ring) Dropped() uint64 { return r.p.dropped.Load() }
 // Stats returns the counts of written, dropped and failed events.
 func (r *Ring) Stats() Stats { return r.p.stats() }
 
-// Flush waits until every event recorded before the call is written (or failed).
+// Flush ends the open window and waits until every event recorded before the call is written (or failed),
+// so that a Query after it sees them.
 func (r *Ring) Flush() error { return r.p.flush(context.Background()) }
 
 // FlushContext is Flush that gives up when ctx ends.
@@ -127,6 +130,14 @@ func (r *Ring) Close() error {
 		return fmt.Errorf("audit: close ring %s: %w", r.path, err)
 	}
 	return nil
+}
+
+// stamped returns e with a zero Time set to now.
+func stamped(e Event) Event {
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	return e
 }
 
 // write stores one batch in one transaction and trims the ring.

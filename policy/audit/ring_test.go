@@ -321,7 +321,7 @@ func TestRingConcurrentRecord(t *testing.T) {
 // A writer that cannot write (another transaction holds the file's write lock) must not slow Record:
 // the buffer fills, further events are dropped and counted, and nothing blocks.
 func TestRingFullBufferDropsInsteadOfBlocking(t *testing.T) {
-	r, err := openRing(filepath.Join(t.TempDir(), "audit.db"), 1000, nil, 8)
+	r, err := OpenRingWith(filepath.Join(t.TempDir(), "audit.db"), 1000, nil, Options{Buffer: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,10 @@ import (
 )
 
 // Sinks are the stores of decision events that the audit section configures: the ring, and the JSON lines
-// file when the section names one.
+// file when the section names one; and the queue that writes each decision's log line off the request path.
 type Sinks struct {
+	// Lines writes the decision lines to the log that Open was given, from its own goroutine.
+	Lines *LogQueue
 	Ring *Ring
 	// File is nil when the section names no file.
 	File *JSONL
@@ -27,9 +29,10 @@ func (c *Config) Open(defaultRing string, log *slog.Logger) (*Sinks, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sinks{Ring: ring}
+	s := &Sinks{Ring: ring, Lines: NewLogQueue(Log{Logger: log}, Options{})}
 	if c.File != "" {
 		if s.File, err = OpenJSONL(c.File, log); err != nil {
+			_ = s.Lines.Close()
 			_ = ring.Close()
 			return nil, err
 		}
@@ -46,9 +49,9 @@ func (s *Sinks) Recorders() Multi {
 	return m
 }
 
-// Close closes every sink.
+// Close closes every sink; the lines queue writes what it holds first.
 func (s *Sinks) Close() error {
-	err := s.Ring.Close()
+	err := errors.Join(s.Lines.Close(), s.Ring.Close())
 	if s.File != nil {
 		err = errors.Join(err, s.File.Close())
 	}

@@ -35,10 +35,21 @@ var (
 // MaxBody caps an upstream answer that is read whole to be vetted or edited.
 const MaxBody = 64 << 20
 
+// maxPresize bounds the buffer ReadBody sets aside for an answer's announced length before it arrives.
+const maxPresize = 1 << 20
+
 // ReadBody reads a whole upstream answer, at most MaxBody bytes, and closes it.
 func ReadBody(resp *http.Response) ([]byte, error) {
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody+1))
+	// Room for the announced length, within a bound (the upstream is not trusted to announce what it sends),
+	// and the bytes.MinRead that ReadFrom wants free, so that a typical answer lands in one allocation.
+	size := bytes.MinRead
+	if n := resp.ContentLength; n > 0 && n <= maxPresize {
+		size = int(n) + bytes.MinRead
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	_, err := buf.ReadFrom(io.LimitReader(resp.Body, MaxBody+1))
+	body := buf.Bytes()
 	if err != nil {
 		if errors.Is(err, ErrUpstreamTimeout) {
 			return nil, err
