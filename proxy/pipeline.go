@@ -229,3 +229,24 @@ func (e *Engine) notes(g gather.Result) *ctxjson.Value {
 	}
 	return notes
 }
+
+// continued is the upstream body of a continued answer's next round (onViolation "continue"): sent, the body
+// of the round before, with the model's turn t and promptgate's answers to its calls appended
+// (flow.AppendTurn). The first round's body is prepare's, which a preview shows; the next rounds exist only
+// once an answer's calls were refused.
+func (p *Prepared) continued(sent []byte, t flow.Turn) ([]byte, error) {
+	out, err := flow.AppendTurn(p.Surface.Flow(), sent, t)
+	if err != nil {
+		return nil, fmt.Errorf("continue: %w", err)
+	}
+	return out, nil
+}
+
+// continueRounds is how many times an answer may be continued: the protocol's continueRounds, or
+// flow.DefaultContinueRounds.
+func (p *Prepared) continueRounds() int {
+	if p.FlowPolicy == nil {
+		return flow.DefaultContinueRounds
+	}
+	return p.FlowPolicy.ContinueRounds()
+}

@@ -121,6 +121,8 @@ type Server struct {
 	limits Limits
 	// inFlight counts the requests being served, against limits.MaxInFlight (Options.InFlight).
 	inFlight *atomic.Int64
+	// upstream is the reverse proxies' transport, which the next rounds of a continued answer also go through.
+	upstream http.RoundTripper
 }
 
 // exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
@@ -134,6 +136,9 @@ type exchange struct {
 	// policy vets the calls of the answer.
 	policy vet.Policy
 	trace  exchangeTrace
+	// ctx is the client's request's context: a next round of a continued answer goes upstream under it (the
+	// first round's request context ends with that round's body).
+	ctx context.Context
 	// round is the continuation round of the answer being vetted (onViolation "continue"): 0 for the
 	// upstream's first answer.
 	round atomic.Int32
@@ -190,6 +195,7 @@ func New(o Options) (*Server, error) {
 	limits := o.Engine.Limits()
 	s := &Server{opt: o, log: o.Log, limits: limits, inFlight: o.InFlight}
 	tr := timeoutTransport{next: o.Transport, timeout: limits.UpstreamTimeout}
+	s.upstream = tr
 	buffers := newBufferPool()
 	s.rewritten = &httputil.ReverseProxy{
 		Rewrite:   s.rewriteRequest,
@@ -487,7 +493,8 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 	s.announce(r.Context(), w.Header(), id, log, prep)
 	s.opt.Metrics.Overhead(sf.Name(), time.Since(start))
 	x := s.begin(id, log, body, prep)
-	s.rewritten.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
+	x.ctx = context.WithValue(r.Context(), exchangeKey{}, x)
+	s.rewritten.ServeHTTP(w, r.WithContext(x.ctx))
 }
 
 // announce makes a prepared request's decisions known: the response headers, the decision log (tools removed,
@@ -701,10 +708,9 @@ func (s *Server) interceptor(r *http.Request) surface.Passthrough {
 // relay), a body is read whole and vetted (span vet); a call blocked in error mode makes the answer a 403. No
 // byte of a call reaches the client before its decision.
 //
-// The information-flow check (issue 16) joins here, after vet, for every call of a stream or a body, through
-// the Vetting the surface is given; its "continue" verdict needs a second upstream request within this
-// exchange (x holds the prepared request and its policy), sent through s.rewritten's transport before the
-// client's answer is written.
+// The information-flow check joins after vet, for every call of a stream or a body, through the Vetting the
+// surface is given (the policy's Judge). In onViolation "continue", the Vetting's Next asks the upstream again
+// within this exchange (see next), before the client's answer ends.
 func (s *Server) vetResponse(resp *http.Response) error {
 	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)
@@ -723,8 +729,10 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	if err := surface.PlainBody(resp); err != nil {
 		return err
 	}
-	v := surface.Vetting{Checker: vet.NewChecker(x.policy), Record: x.trace.count(s.recorder(ctx, x))}
-	if ct == "text/event-stream" {
+	stream := ct == "text/event-stream"
+	v := surface.Vetting{Checker: vet.NewChecker(x.policy), Record: x.trace.count(s.recorder(ctx, x)),
+		Next: s.next(resp.Request, x, stream)}
+	if stream {
 		surface.StreamBody(resp, x.trace.relay(ctx, s.relayed(ctx, x.log, x.ex.Stream(resp.Body, v))))
 		return nil
 	}

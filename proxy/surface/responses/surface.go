@@ -126,6 +126,9 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 	if x.t.bg != nil && (id.Type != gjson.String || id.Str == "") {
 		return nil, relay.Result{}, errors.New("the background response has no id")
 	}
+	if x.t.bg != nil {
+		v.Next = nil // a background response is retrieved later, from the upstream's one response
+	}
 	out, res, err := surface.Rounds(body, v, func(b []byte) ([]byte, relay.Result, error) {
 		// Each answer of a continued response is a response of its own upstream: the decisions on its
 		// calls belong to it, and the client continues from the last one.
@@ -172,7 +175,9 @@ func join(j surface.Joined) ([]byte, error) {
 // Stream vets a created response's stream, with the same memory as Body.
 func (x exchange) Stream(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
 	s := NewStream(up, v.Checker, v.Record)
-	s.SetNext(v.Next)
+	if x.t.bg == nil {
+		s.SetNext(v.Next) // a background response is retrieved later, from the upstream's one response
+	}
 	s.OnResponseID = x.t.setID
 	s.Instructions = x.t.instructions
 	s.OnShown = x.t.show
