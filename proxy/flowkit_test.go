@@ -47,7 +47,7 @@ type flowUpstream struct {
 // headerScript names the script a request is answered from.
 const headerScript = "X-Test-Script"
 
-func newFlowUpstream(t *testing.T, turns ...scriptedTurn) *flowUpstream {
+func newFlowUpstream(t testing.TB, turns ...scriptedTurn) *flowUpstream {
 	t.Helper()
 	u := &flowUpstream{scripts: map[string][]scriptedTurn{"": turns}, served: map[string]int{}}
 	u.Server = httptest.NewServer(http.HandlerFunc(u.serve))
