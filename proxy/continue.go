@@ -14,6 +14,7 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
+	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 )
 
 // errNoRoundLeft: the answer was continued as often as continueRounds allows; its refusals stand.
@@ -50,7 +51,7 @@ func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
 		start := time.Now()
 		resp, err := s.upstream.RoundTrip(req)
 		if err != nil {
-			x.log.Warn("continue: upstream failed; the refusals stand", "round", round, "err", err)
+			x.log.Warn("continue: upstream failed; the refusals stand", "round", round, "err", redact.Error(err))
 			return nil, fmt.Errorf("continue: round %d: %w", round, err)
 		}
 		s.opt.Metrics.Upstream(x.prep.Surface.Name(), time.Since(start))
@@ -75,7 +76,7 @@ func nextAnswer(resp *http.Response, stream bool) error {
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if (ct == "text/event-stream") != stream {
-		return fmt.Errorf("content type %q where the first answer was %s", ct, map[bool]string{true: "a stream", false: "a body"}[stream])
+		return fmt.Errorf("content type %q, where the first answer was a stream: %v", ct, stream)
 	}
 	return surface.PlainBody(resp)
 }

@@ -30,8 +30,8 @@ type Report struct {
 	Tools             ReportTools    `json:"tools"`
 	Sizes             assembly.Sizes `json:"sizes"`
 	Context           ReportContext  `json:"context"`
-	// Flow is the information-flow view of the request; nil (null) when its protocol has no such rule.
-	Flow            *ReportFlow      `json:"flow"`
+	// Flow is the information-flow view of the request; nil (left out) when its protocol has no such rule.
+	Flow            *ReportFlow      `json:"flow,omitempty"`
 	UpstreamRequest *json.RawMessage `json:"upstreamRequest"`
 }
 
