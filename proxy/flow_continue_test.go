@@ -413,10 +413,12 @@ func TestContinueOfficialClients(t *testing.T) {
 
 // TestContinueAgentFlows: every scenario whose attacked calls are all refused, in continue mode, on every
 // surface, stream and non-stream, with a model that gives up the attacker's calls once refused: the client
-// gets the first round's text and the continuation's, and nothing of the refused calls, not even a notice.
+// gets the first round's text and the continuation's, and nothing of the refused calls, not even a notice. A
+// scenario whose attacked call is held for confirmation is not continued (the confirmation is the user's): the
+// held notice reaches the client, and the upstream is asked once.
 func TestContinueAgentFlows(t *testing.T) {
 	t.Parallel()
-	n := 0
+	n, held := 0, 0
 	for _, su := range flowtest.LoadSuites(t, agentflowsDir) {
 		protocol, err := sjson.SetBytes(su.Protocol, "toolCalls.onViolation", "continue")
 		if err != nil {
@@ -425,10 +427,9 @@ func TestContinueAgentFlows(t *testing.T) {
 		up := newFlowUpstream(t)
 		ts, _ := flowServer(t, up.URL, protocol)
 		for i, c := range scenarioCases(t, su) {
-			if !strings.Contains(c.name, "/attacked/") || countWithheld(c.calls) != len(c.calls) || slices.ContainsFunc(c.calls, func(e flowtest.Expected) bool { return e.Expect != "blocked" }) {
+			if !strings.Contains(c.name, "/attacked/") || countWithheld(c.calls) != len(c.calls) {
 				continue
 			}
-			n++
 			script := strconv.Itoa(i)
 			calls := c.modelCalls("call" + script)
 			up.script(script, scriptedTurn{text: "On it. ", calls: calls, in: 3, out: 4}, scriptedTurn{text: "Done as you asked.", in: 5, out: 6})
@@ -438,6 +439,17 @@ func TestContinueAgentFlows(t *testing.T) {
 				t.Fatalf("%s: status %d: %s", c.name, status, b)
 			}
 			got := read(t, c.sf, c.stream, b)
+			if slices.ContainsFunc(c.calls, func(e flowtest.Expected) bool { return e.Expect == "held" }) {
+				held++
+				up.mu.Lock()
+				asked := up.served[script]
+				up.mu.Unlock()
+				if asked != 1 || !strings.Contains(got.text, "for your confirmation") || strings.Contains(got.text, "Done as you asked.") {
+					t.Errorf("%s: a held call's answer was continued (%d upstream requests): %q", c.name, asked, got.text)
+				}
+				continue
+			}
+			n++
 			if got.text != "On it. Done as you asked." || len(got.calls) != 0 {
 				t.Errorf("%s: shown %+v", c.name, got)
 			}
@@ -448,7 +460,7 @@ func TestContinueAgentFlows(t *testing.T) {
 			}
 		}
 	}
-	if n < 6*10 {
-		t.Errorf("only %d cases", n)
+	if n < 6*10 || held < 6 {
+		t.Errorf("only %d refused cases and %d held ones", n, held)
 	}
 }
