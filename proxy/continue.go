@@ -10,11 +10,14 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
 	"github.com/promptgate/promptgate/proxy/telemetry/redact"
+	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
 // errNoRoundLeft: the answer was continued as often as continueRounds allows; its refusals stand.
@@ -23,7 +26,7 @@ var errNoRoundLeft = errors.New("continue: no round left")
 // next is how an answer in onViolation "continue" asks the upstream again (relay.Next). The body sent last,
 // with the model's turn and promptgate's refusals appended (Prepared.continued), goes to the same URL with the
 // same headers as the first request (so the operator's key only where that one had it: its origin), through
-// the upstream transport and its timeouts. The answer must be a success of the same kind (an SSE stream for a
+// the upstream transport and its timeouts, in an upstream span of its own (with the round). The answer must be a success of the same kind (an SSE stream for a
 // stream, JSON otherwise) in no content coding, else the round is not taken and the refusals stand, as refuse
 // writes them. nil outside continue mode.
 func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
@@ -42,7 +45,10 @@ func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
 			x.log.Warn("continue: the next round's request could not be built; the refusals stand", "err", err)
 			return nil, err
 		}
-		req := sent.Clone(x.ctx)
+		ctx, sp := s.opt.Tracing.Client(x.ctx, tracing.SpanUpstream)
+		sp.Int(attrRound, round)
+		req := sent.Clone(ctx)
+		s.opt.Tracing.Inject(ctx, propagation.HeaderCarrier(req.Header))
 		req.Body, req.GetBody = io.NopCloser(bytes.NewReader(nb)), func() (io.ReadCloser, error) {
 			return io.NopCloser(bytes.NewReader(nb)), nil
 		}
@@ -51,9 +57,12 @@ func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
 		start := time.Now()
 		resp, err := s.upstream.RoundTrip(req)
 		if err != nil {
+			_ = sp.Fail(err, "upstream_error")
 			x.log.Warn("continue: upstream failed; the refusals stand", "round", round, "err", redact.Error(err))
 			return nil, fmt.Errorf("continue: round %d: %w", round, err)
 		}
+		sp.Int("http.response.status_code", resp.StatusCode)
+		sp.End()
 		s.opt.Metrics.Upstream(x.prep.Surface.Name(), time.Since(start))
 		s.maskKeys(resp)
 		if err := nextAnswer(resp, stream); err != nil {

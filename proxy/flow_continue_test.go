@@ -18,10 +18,13 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
+	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
 // continueCase is the banking suite's first scenario in continue mode: the model first makes the attacker's
@@ -462,5 +465,65 @@ func TestContinueAgentFlows(t *testing.T) {
 	}
 	if n < 6*10 || held < 6 {
 		t.Errorf("only %d refused cases and %d held ones", n, held)
+	}
+}
+
+// TestContinueTraced: each next round goes upstream in an upstream span of its own, in the request's trace,
+// with its round, and the upstream gets that span as the parent of its request.
+func TestContinueTraced(t *testing.T) {
+	t.Parallel()
+	cc := newContinueCase(t)
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			t.Parallel()
+			exp := tracetest.NewInMemoryExporter()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			up := newFlowUpstream(t,
+				scriptedTurn{text: continueText1, calls: []flowtest.Call{cc.evil}, in: 10, out: 5},
+				scriptedTurn{text: continueText2, calls: []flowtest.Call{cc.good}, in: 20, out: 7})
+			var parents []string
+			ts, _ := flowServer(t, up.URL, cc.protocol, func(o *Options) {
+				o.Tracing = tracing.New(tp)
+				o.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					parents = append(parents, r.Header.Get("Traceparent"))
+					return http.DefaultTransport.RoundTrip(r)
+				})
+			})
+			if status, _, b := post(t, ts, flow.SurfaceChat, flowRequest(t, flow.SurfaceChat, cc.turns, cc.tools, stream, nil), nil); status != http.StatusOK {
+				t.Fatalf("status %d: %s", status, b)
+			}
+			var rounds []int64
+			var ids []string
+			var trace string
+			for _, s := range exp.GetSpans() {
+				if s.Name != tracing.SpanUpstream {
+					continue
+				}
+				round := int64(0)
+				for _, kv := range s.Attributes {
+					if kv.Key == attrRound {
+						round = kv.Value.AsInt64()
+					}
+				}
+				if trace == "" {
+					trace = s.SpanContext.TraceID().String()
+				}
+				if s.SpanContext.TraceID().String() != trace {
+					t.Errorf("the rounds' spans are in different traces")
+				}
+				rounds = append(rounds, round)
+				ids = append(ids, s.SpanContext.SpanID().String())
+			}
+			slices.Sort(rounds)
+			if !slices.Equal(rounds, []int64{0, 1}) || len(parents) != 2 {
+				t.Fatalf("upstream spans of rounds %v; %d upstream requests", rounds, len(parents))
+			}
+			for _, p := range parents {
+				if !slices.ContainsFunc(ids, func(id string) bool { return strings.Contains(p, id) }) {
+					t.Errorf("traceparent %q is none of the upstream spans %v", p, ids)
+				}
+			}
+		})
 	}
 }
