@@ -6,6 +6,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/modules"
 	"github.com/promptgate/promptgate/policy/vet"
 )
@@ -72,6 +73,9 @@ type Effective struct {
 	OnViolation          vet.Mode
 	Atomic               bool
 	ArgRules             []vet.Rule
+	// Flow are the information-flow parts of the definitions: the base's, then the workflow's (compile
+	// them together with flow.Compile).
+	Flow []flow.Spec
 
 	// allow holds one allowlist per level (base, then workflow); a tool must pass every level.
 	allow [][]string
@@ -208,6 +212,7 @@ func merge(base, wf *Protocol) *Effective {
 		OnViolation:  base.ToolCalls.OnViolation,
 		Atomic:       base.ToolCalls.AtomicParallelCalls,
 		ArgRules:     append([]vet.Rule(nil), base.ToolCalls.Rules...),
+		Flow:         []flow.Spec{base.ToolCalls.Spec},
 		allow:        [][]string{base.Tools.Allow},
 		deny:         append([]string(nil), base.Tools.Deny...),
 	}
@@ -245,6 +250,7 @@ func merge(base, wf *Protocol) *Effective {
 		e.OnViolation = wf.ToolCalls.OnViolation
 	}
 	e.Atomic = e.Atomic || wf.ToolCalls.AtomicParallelCalls
+	e.Flow = append(e.Flow, wf.ToolCalls.Spec)
 	// Rule ids are unique per definition; a workflow rule whose id the base already uses is renamed
 	// "WORKFLOW/ID" so that both rules apply.
 	ids := make(map[string]bool, len(e.ArgRules))

@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/modules"
 	"github.com/promptgate/promptgate/policy/vet"
 )
@@ -429,6 +430,7 @@ func TestEffectiveOfProtocol(t *testing.T) {
 		Modules:      Modules{Mode: modules.Minimal},
 		OnViolation:  vet.ModeRefuse,
 		ArgRules:     []vet.Rule{{Tool: "web_fetch", Path: "url", Pattern: `^https://docs\.example\.com/`}},
+		Flow:         []flow.Spec{{}},
 		allow:        [][]string{{"search_*", "web_fetch", "read_file", "run_shell"}},
 		deny:         []string{"search_internal"},
 	}
@@ -459,6 +461,7 @@ func TestEffectiveOfWorkflow(t *testing.T) {
 			{Tool: "web_fetch", Path: "url", Pattern: `^https://docs\.example\.com/`},
 			{Tool: "read_file", Path: "path", Pattern: `^src/`},
 		},
+		Flow:  []flow.Spec{{}, {}},
 		allow: [][]string{{"search_*", "web_fetch", "read_file", "run_shell"}, {"search_*", "read_file", "write_file"}},
 		deny:  []string{"search_internal", "search_web"},
 	}
@@ -555,6 +558,7 @@ func TestEffectiveMerge(t *testing.T) {
 			ID: "ops", BaseID: "system", Version: 4, BaseVersion: 5, Workflow: true,
 			Template: "base_tool_call_v2", Rules: "SYSTEM RULES\n- Page the on-call.", ClientSystem: ClientSystemKeep,
 			Modules: Modules{Mode: modules.Full}, Scope: []string{"observer"}, OnViolation: vet.ModeRefuse,
+			Flow:  []flow.Spec{{}, {}},
 			allow: [][]string{{"*"}, {"*"}},
 		}
 		if !reflect.DeepEqual(eff, want) {
@@ -650,5 +654,30 @@ func TestStricterModes(t *testing.T) {
 				t.Errorf("stricter(%s, %s) = %v", a, b, got)
 			}
 		}
+	}
+}
+
+// TestEffectiveFlowOfWorkflow: a workflow's information-flow rules follow its base's, and together they
+// compile to the rules of both, the workflow narrowing which tool outputs are trusted.
+func TestEffectiveFlowOfWorkflow(t *testing.T) {
+	t.Parallel()
+	base := mustProtocol(t, 1, `{"id":"bank","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},"allowClientSelection":true,
+	  "toolCalls":{"toolOutputs":{"trusted":["get_payees","get_balance"]},"provenance":[{"id":"payee","tool":"send_money","path":"to","as":"iban"}]}}`)
+	wf := mustProtocol(t, 1, `{"id":"bank_small","extends":"bank",
+	  "toolCalls":{"toolOutputs":{"trusted":["get_payees"]},"budgets":[{"id":"one","tool":"send_money","maxCalls":1}]}}`)
+	eff, err := NewRouter(mustConfig(t, "defaultProtocol: bank\n")).Resolve(Request{ClientWorkflow: "bank_small"}, catalog{"bank": base, "bank_small": wf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(eff.Flow) != 2 || len(eff.Flow[0].Provenance) != 1 || len(eff.Flow[1].Budgets) != 1 {
+		t.Fatalf("Flow = %+v", eff.Flow)
+	}
+	p, err := flow.Compile(eff.Flow...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := p.Explain()
+	if len(ex.Rules) != 2 || !p.ToolTrusted("get_payees") || p.ToolTrusted("get_balance") {
+		t.Errorf("compiled: %+v; get_payees trusted %v, get_balance trusted %v", ex, p.ToolTrusted("get_payees"), p.ToolTrusted("get_balance"))
 	}
 }

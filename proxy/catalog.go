@@ -32,6 +32,8 @@ type catalog struct {
 	// rules holds the compiled argument rules of each effective protocol (ruleKey) this snapshot has
 	// served, so that their regexps are compiled once per snapshot, not once per response.
 	rules sync.Map // ruleKey -> *compiledRules
+	// flows holds the compiled information-flow rules of each effective protocol, as rules does.
+	flows sync.Map // ruleKey -> *compiledFlow
 	// fallbacks holds the names of the templates this snapshot lacks whose embedded copy has been used
 	// (and logged); names still missing are carried over to the next snapshot, so the fallback is logged
 	// once each time it starts, not on every request.

@@ -14,6 +14,7 @@ import (
 	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/surface"
 	"github.com/promptgate/promptgate/proxy/surface/chat"
@@ -135,6 +136,9 @@ type Input struct {
 	Body   []byte
 	// ForceProtocol selects the protocol with the operator's authority (preview --protocol).
 	ForceProtocol string
+	// Confirmer issues and checks the confirmation codes of the request's held calls (the server's); nil
+	// blocks every call that would need one (a preview checks no call).
+	Confirmer *flow.Confirmer
 }
 
 // Prepared is everything decided for one request, and the exact upstream body.
@@ -155,6 +159,10 @@ type Prepared struct {
 	Notes []string
 	// Surface is the API of the request.
 	Surface surface.Surface
+	// FlowPolicy is the protocol's information-flow rules; Flow is the request's conversation as they read
+	// it, nil when there is no rule.
+	FlowPolicy *flow.Policy
+	Flow       *flow.Conversation
 	// client is the body the client sent.
 	client []byte
 	// cat is the definitions snapshot the request was prepared on (nil when built elsewhere).

@@ -32,10 +32,16 @@ func (e events) removed(rm policy.Removal) audit.Event {
 	return e.event(audit.KindToolRemoved, vet.DisplayName(rm.Name), audit.VerdictRemoved, rm.Reason)
 }
 
-// toolCall is the event of a vetted call; withArgs puts its arguments in (else only their hash).
-func (e events) toolCall(d vet.Decision, withArgs bool) audit.Event {
-	ev := e.event(audit.KindToolCall, vet.DisplayName(d.Tool), string(d.Verdict), d.Reason)
-	ev.Rule = d.Rule
+// toolCall is the event of a vetted call, of the kind of the rule that decided it (tool_call for vetting,
+// provenance, flow, budget or confirm for the information-flow rules); withArgs puts its arguments in
+// (else only their hash). round is the continuation round of the answer (0 for the first).
+func (e events) toolCall(d vet.Decision, withArgs bool, round int) audit.Event {
+	kind := d.Kind
+	if kind == "" {
+		kind = audit.KindToolCall
+	}
+	ev := e.event(kind, vet.DisplayName(d.Tool), string(d.Verdict), d.Reason)
+	ev.Rule, ev.Round = d.Rule, round
 	return ev.WithArguments(d.Args, withArgs)
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/promptgate/promptgate/assembly/ctxjson"
 	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/proxy/surface"
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
@@ -33,8 +34,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface) (*Pr
 		{span: tracing.SpanRoute, run: e.route, traced: traceRoute},
 		{span: tracing.SpanFilterTools, run: e.filterTools, traced: traceTools},
 		{span: tracing.SpanContext, run: e.gatherContext, traced: traceGathered, skip: e.context == nil},
-		// The information-flow stage (issue 16) goes here: it analyzes the conversation once per request,
-		// through the surface, for the response side to check each call against.
+		{span: tracing.SpanFlow, run: e.analyzeFlow, traced: traceFlow},
 		{span: tracing.SpanAssemble, run: e.assemble, traced: traceAssembled},
 	} {
 		if st.skip {
@@ -52,7 +52,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface) (*Pr
 	return &Prepared{
 		Body: j.out, Model: j.req.Model, Stream: j.req.Stream, Protocol: j.eff, Template: j.tmpl,
 		Prompt: j.prompt, Kept: j.kept, Removed: j.removed, Extension: j.ext, StoredPrompt: j.req.StoredPrompt,
-		Notes: j.notes, Surface: sf, client: in.Body, cat: j.cat, schemas: e.schemas,
+		Notes: j.notes, Surface: sf, Flow: j.flow, FlowPolicy: j.flowPolicy, client: in.Body, cat: j.cat, schemas: e.schemas,
 	}, nil
 }
 
@@ -74,6 +74,9 @@ type job struct {
 	removed []policy.Removal
 	// gatherContext
 	gathered gather.Result
+	// analyzeFlow
+	flowPolicy *flow.Policy
+	flow       *flow.Conversation // nil when the protocol has no information-flow rule
 	// assemble
 	tmpl   *assembly.Template
 	prompt assembly.Prompt
@@ -225,4 +228,25 @@ func (e *Engine) notes(g gather.Result) *ctxjson.Value {
 		return nil
 	}
 	return notes
+}
+
+// continued is the upstream body of a continued answer's next round (onViolation "continue"): sent, the body
+// of the round before, with the model's turn t and promptgate's answers to its calls appended
+// (flow.AppendTurn). The first round's body is prepare's, which a preview shows; the next rounds exist only
+// once an answer's calls were refused.
+func (p *Prepared) continued(sent []byte, t flow.Turn) ([]byte, error) {
+	out, err := flow.AppendTurn(p.Surface.Flow(), sent, t)
+	if err != nil {
+		return nil, fmt.Errorf("continue: %w", err)
+	}
+	return out, nil
+}
+
+// continueRounds is how many times an answer may be continued: the protocol's continueRounds, or
+// flow.DefaultContinueRounds.
+func (p *Prepared) continueRounds() int {
+	if p.FlowPolicy == nil {
+		return flow.DefaultContinueRounds
+	}
+	return p.FlowPolicy.ContinueRounds()
 }

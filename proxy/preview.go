@@ -11,24 +11,38 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/policy/vet"
 )
 
 // Report is the preview of one request: what would be sent upstream and why. The admin endpoint and the
 // `promptgate preview` command print it.
 type Report struct {
 	// Path is the surface previewed: PathChat, PathResponses or PathMessages.
-	Path              string           `json:"path"`
-	TemplateName      string           `json:"templateName"`
-	TemplateVersion   int              `json:"templateVersion"`
-	UsesLayeredBlocks bool             `json:"usesLayeredBlocks"`
-	ProtocolID        string           `json:"protocolId"`
-	ProtocolVersion   int              `json:"protocolVersion"`
-	BaseProtocolID    string           `json:"baseProtocolId"`
-	Modules           ReportModules    `json:"modules"`
-	Tools             ReportTools      `json:"tools"`
-	Sizes             assembly.Sizes   `json:"sizes"`
-	Context           ReportContext    `json:"context"`
-	UpstreamRequest   *json.RawMessage `json:"upstreamRequest"`
+	Path              string         `json:"path"`
+	TemplateName      string         `json:"templateName"`
+	TemplateVersion   int            `json:"templateVersion"`
+	UsesLayeredBlocks bool           `json:"usesLayeredBlocks"`
+	ProtocolID        string         `json:"protocolId"`
+	ProtocolVersion   int            `json:"protocolVersion"`
+	BaseProtocolID    string         `json:"baseProtocolId"`
+	Modules           ReportModules  `json:"modules"`
+	Tools             ReportTools    `json:"tools"`
+	Sizes             assembly.Sizes `json:"sizes"`
+	Context           ReportContext  `json:"context"`
+	// Flow is the information-flow view of the request; nil (left out) when its protocol has no such rule.
+	Flow            *ReportFlow      `json:"flow,omitempty"`
+	UpstreamRequest *json.RawMessage `json:"upstreamRequest"`
+}
+
+// ReportFlow is what the information-flow rules make of a request: the protocol's rules and which sources they
+// trust, and the conversation as they read it (its sources, trusted or not, the history unseen, the calls so far,
+// the rules that apply to the kept tools and their state now). UpstreamRequest is the first round's body; in
+// onViolation "continue", a next round is that body with the model's turn and promptgate's refusals appended.
+type ReportFlow struct {
+	OnViolation  string           `json:"onViolation"`
+	Policy       flow.Explanation `json:"policy"`
+	Conversation flow.Summary     `json:"conversation"`
 }
 
 // ReportModules is the module mode and switched-off modules.
@@ -101,6 +115,13 @@ func marshalReport(path string, p *Prepared) ([]byte, error) {
 	}
 	for _, t := range p.Kept {
 		r.Tools.Kept = append(r.Tools.Kept, t.Name)
+	}
+	if p.Flow != nil {
+		mode := string(p.Protocol.OnViolation)
+		if mode == "" {
+			mode = string(vet.ModeRefuse)
+		}
+		r.Flow = &ReportFlow{OnViolation: mode, Policy: p.FlowPolicy.Explain(), Conversation: p.Flow.Summary(r.Tools.Kept)}
 	}
 	b, err := json.Marshal(r)
 	if err != nil {

@@ -2,10 +2,15 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
 // Preview runs the surface of the path it is given, and refuses a path that is not a rewritten surface.
@@ -75,4 +80,65 @@ func TestPreviewResponsesContinuationExact(t *testing.T) {
 	if gjson.GetBytes(sent, `input.#(call_id=="call_evil").type`).Str != "function_call_output" {
 		t.Fatalf("the blocked call was not answered: %s", sent)
 	}
+}
+
+// TestPreviewFlow: for a protocol with information-flow rules, the preview says, on every surface, which sources
+// of the request's conversation are trusted (the user's and the app's, not the document the model read), which
+// rules apply to the kept tools and what they would do now, and the protocol's rules and trusted sources; a
+// Responses request that continues a response this instance never relayed has its history marked unseen. A
+// protocol without such rules has no flow section.
+func TestPreviewFlow(t *testing.T) {
+	t.Parallel()
+	cc := newContinueCase(t)
+	e := testEngine(t, "defaultProtocol: banking\n", nil, nil, []json.RawMessage{cc.protocol})
+	ctx := context.Background()
+	for _, sf := range flowtest.Surfaces {
+		rep, err := e.Preview(ctx, Input{Path: flowPaths[sf], Header: http.Header{}, Body: flowRequest(t, sf, cc.turns, cc.tools, false, nil)})
+		if err != nil {
+			t.Fatalf("%s: %v", sf, err)
+		}
+		f := gjson.GetBytes(rep, "flow")
+		trusted := map[string]bool{}
+		f.Get("conversation.sources").ForEach(func(_, s gjson.Result) bool {
+			trusted[s.Get("source").Str] = s.Get("trusted").Bool()
+			return true
+		})
+		if f.Get("onViolation").Str != "continue" || !trusted["user"] || !trusted["app"] || trusted["tool:read_file"] ||
+			trusted["assistant"] || f.Get("conversation.unseen").Exists() || f.Get("conversation.calls.read_file").Int() != 1 {
+			t.Errorf("%s: conversation %s", sf, f.Raw)
+		}
+		rules := map[string]string{}
+		f.Get("conversation.rules").ForEach(func(_, r gjson.Result) bool {
+			rules[r.Get("rule").Str] = r.Get("state").Str
+			return true
+		})
+		if rules["payee"] == "" || rules["payments"] != "0 of 3 calls used" || rules["password"] != "" {
+			t.Errorf("%s: rules applied to the kept tools %v", sf, rules)
+		}
+		if !slices.Contains(stringsOf(f.Get("policy.trustedSources")), "tool:get_payees") || f.Get("policy.continueRounds").Int() != flow.DefaultContinueRounds ||
+			len(f.Get("policy.rules").Array()) != 7 {
+			t.Errorf("%s: policy %s", sf, f.Get("policy").Raw)
+		}
+	}
+	rep, err := e.Preview(ctx, Input{Path: PathResponses, Header: http.Header{}, Body: []byte(`{"model":"m","previous_response_id":"resp_elsewhere","input":"pay it"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !gjson.GetBytes(rep, "flow.conversation.unseen").Exists() {
+		t.Errorf("a continuation out of sight: %s", gjson.GetBytes(rep, "flow").Raw)
+	}
+	plain := testEngine(t, "", nil, nil, nil)
+	rep, err = plain.Preview(ctx, Input{Path: PathChat, Header: http.Header{}, Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)})
+	if err != nil || gjson.GetBytes(rep, "flow").Exists() {
+		t.Errorf("without rules: %v %s", err, gjson.GetBytes(rep, "flow").Raw)
+	}
+}
+
+func stringsOf(v gjson.Result) []string {
+	var out []string
+	v.ForEach(func(_, s gjson.Result) bool {
+		out = append(out, s.Str)
+		return true
+	})
+	return out
 }

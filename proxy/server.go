@@ -30,6 +30,7 @@ import (
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/guard"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -85,6 +86,10 @@ type Options struct {
 	// Tools, when not nil, is told the tools each rewritten request declared, kept and removed (the admin
 	// API's list of tools seen).
 	Tools ToolWatcher
+	// Confirmer issues and checks the confirmation codes of calls held by information-flow rules. Servers
+	// that must accept each other's codes share one (the HTTPS-proxy door's, one per origin, share the
+	// listener's); nil gives the Server its own, under a random key.
+	Confirmer *flow.Confirmer
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 	// Tracing, when not nil, records a server span per /v1/ request and a span per stage, and sends
@@ -116,6 +121,8 @@ type Server struct {
 	limits Limits
 	// inFlight counts the requests being served, against limits.MaxInFlight (Options.InFlight).
 	inFlight *atomic.Int64
+	// upstream is the reverse proxies' transport, which the next rounds of a continued answer also go through.
+	upstream http.RoundTripper
 }
 
 // exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
@@ -129,6 +136,12 @@ type exchange struct {
 	// policy vets the calls of the answer.
 	policy vet.Policy
 	trace  exchangeTrace
+	// ctx is the client's request's context: a next round of a continued answer goes upstream under it (the
+	// first round's request context ends with that round's body).
+	ctx context.Context
+	// round is the continuation round of the answer being vetted (onViolation "continue"): 0 for the
+	// upstream's first answer.
+	round atomic.Int32
 }
 
 type exchangeKey struct{}
@@ -165,6 +178,13 @@ func New(o Options) (*Server, error) {
 	if o.InFlight == nil {
 		o.InFlight = new(atomic.Int64)
 	}
+	if o.Confirmer == nil {
+		cf, err := NewConfirmer("")
+		if err != nil {
+			return nil, err
+		}
+		o.Confirmer = cf
+	}
 	if o.Guard == nil {
 		g, err := guard.New(guard.Config{})
 		if err != nil {
@@ -175,6 +195,7 @@ func New(o Options) (*Server, error) {
 	limits := o.Engine.Limits()
 	s := &Server{opt: o, log: o.Log, limits: limits, inFlight: o.InFlight}
 	tr := timeoutTransport{next: o.Transport, timeout: limits.UpstreamTimeout}
+	s.upstream = tr
 	buffers := newBufferPool()
 	s.rewritten = &httputil.ReverseProxy{
 		Rewrite:   s.rewriteRequest,
@@ -460,7 +481,7 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 		fail(w, log, err)
 		return
 	}
-	prep, err := s.opt.Engine.prepare(r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body}, sf)
+	prep, err := s.opt.Engine.prepare(r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body, Confirmer: s.opt.Confirmer}, sf)
 	if err != nil {
 		var re *refusedError
 		if errors.As(err, &re) {
@@ -472,7 +493,8 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 	s.announce(r.Context(), w.Header(), id, log, prep)
 	s.opt.Metrics.Overhead(sf.Name(), time.Since(start))
 	x := s.begin(id, log, body, prep)
-	s.rewritten.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
+	x.ctx = context.WithValue(r.Context(), exchangeKey{}, x)
+	s.rewritten.ServeHTTP(w, r.WithContext(x.ctx))
 }
 
 // announce makes a prepared request's decisions known: the response headers, the decision log (tools removed,
@@ -513,9 +535,12 @@ func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepare
 		// Validated when the protocol was stored; if it still fails, no call may pass.
 		log.Error("argument rules do not compile; every tool call is refused", "protocol", prep.Protocol.ID, "err", err)
 	}
+	if prep.Flow != nil {
+		pol.Judge = newFlowJudge(prep.Flow, len(client))
+	}
 	x := &exchange{id: id, prep: prep, log: log, policy: pol}
 	x.ex = prep.Surface.Begin(surface.Start{Client: client, Upstream: prep.Body, Policy: pol,
-		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version})
+		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version, Record: prep.Flow != nil})
 	return x
 }
 
@@ -683,10 +708,9 @@ func (s *Server) interceptor(r *http.Request) surface.Passthrough {
 // relay), a body is read whole and vetted (span vet); a call blocked in error mode makes the answer a 403. No
 // byte of a call reaches the client before its decision.
 //
-// The information-flow check (issue 16) joins here, after vet, for every call of a stream or a body, through
-// the Vetting the surface is given; its "continue" verdict needs a second upstream request within this
-// exchange (x holds the prepared request and its policy), sent through s.rewritten's transport before the
-// client's answer is written.
+// The information-flow check joins after vet, for every call of a stream or a body, through the Vetting the
+// surface is given (the policy's Judge). In onViolation "continue", the Vetting's Next asks the upstream again
+// within this exchange (see next), before the client's answer ends.
 func (s *Server) vetResponse(resp *http.Response) error {
 	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)
@@ -705,8 +729,10 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	if err := surface.PlainBody(resp); err != nil {
 		return err
 	}
-	v := surface.Vetting{Checker: vet.NewChecker(x.policy), Record: x.trace.count(s.recorder(ctx, x))}
-	if ct == "text/event-stream" {
+	stream := ct == "text/event-stream"
+	v := surface.Vetting{Checker: vet.NewChecker(x.policy), Record: x.trace.count(s.recorder(ctx, x)),
+		Next: s.next(resp.Request, x, stream)}
+	if stream {
 		surface.StreamBody(resp, x.trace.relay(ctx, s.relayed(ctx, x.log, x.ex.Stream(resp.Body, v))))
 		return nil
 	}
@@ -731,12 +757,18 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	return nil
 }
 
-// recorder records the decisions on the calls of an exchange's answer, after the surface has seen them.
+// recorder records the decisions on the calls of an exchange's answer, after the surface has seen them: the
+// call's decision, then the further ones on it (the other information-flow rules it broke, a confirmation's),
+// each with the continuation round it was taken in.
 func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 	evs := eventsOf(x.id, x.prep.Protocol)
 	return func(d vet.Decision) {
 		x.ex.Decided(d)
-		s.opt.Audit.Record(ctx, evs.toolCall(d, s.opt.AuditArguments))
+		round := int(x.round.Load())
+		s.opt.Audit.Record(ctx, evs.toolCall(d, s.opt.AuditArguments, round))
+		for _, m := range d.More {
+			s.opt.Audit.Record(ctx, evs.toolCall(m, false, round))
+		}
 	}
 }
 
@@ -753,7 +785,12 @@ var _ surface.Host = host{}
 func (h host) Recorder(ctx context.Context, protocol string, protocolVersion int) relay.Recorder {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	evs := events{requestID: id, protocol: protocol, protocolVersion: protocolVersion}
-	return func(d vet.Decision) { h.s.opt.Audit.Record(ctx, evs.toolCall(d, h.s.opt.AuditArguments)) }
+	return func(d vet.Decision) {
+		h.s.opt.Audit.Record(ctx, evs.toolCall(d, h.s.opt.AuditArguments, 0))
+		for _, m := range d.More {
+			h.s.opt.Audit.Record(ctx, evs.toolCall(m, false, 0))
+		}
+	}
 }
 
 func (h host) Relayed(ctx context.Context, body io.ReadCloser) io.ReadCloser {

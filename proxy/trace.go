@@ -34,6 +34,10 @@ const (
 	attrCallsAllowed    = "promptgate.tool_calls.allowed"
 	attrCallsBlocked    = "promptgate.tool_calls.blocked"
 	attrCallsAudited    = "promptgate.tool_calls.audited"
+	attrFlowSegments    = "promptgate.flow.segments"
+	attrFlowCalls       = "promptgate.flow.calls"
+	attrFlowUnseen      = "promptgate.flow.unseen_history"
+	attrRound           = "promptgate.continue.round"
 )
 
 // stageFail ends a stage's span as failed with the error's API code, and returns err.
@@ -171,7 +175,7 @@ func (t *exchangeTrace) count(rec func(vet.Decision)) func(vet.Decision) {
 	}
 	return func(d vet.Decision) {
 		switch d.Verdict {
-		case vet.VerdictAllowed:
+		case vet.VerdictAllowed, vet.VerdictConfirmed:
 			t.allowed.Add(1)
 		case vet.VerdictAudited:
 			t.audited.Add(1)

@@ -29,6 +29,9 @@ const (
 	EnvUpstreamKey       = "PROMPTGATE_UPSTREAM_API_KEY"
 	EnvAnthropicKey      = "PROMPTGATE_ANTHROPIC_API_KEY"
 	EnvLogLevel          = "PROMPTGATE_LOG_LEVEL"
+	// EnvConfirmKey is the HMAC key of the confirmation codes of held calls (at least 32 bytes); every
+	// instance that must accept another's codes needs the same. Unset, each start takes a random one.
+	EnvConfirmKey = "PROMPTGATE_CONFIRM_KEY"
 )
 
 // Defaults of the flags.

@@ -86,6 +86,7 @@ func TestServeRefusesBadStart(t *testing.T) {
 		{"bad log level", map[string]string{"PROMPTGATE_LOG_LEVEL": "loud"}, []string{"--db", db}, "PROMPTGATE_LOG_LEVEL"},
 		{"unknown flag", nil, []string{"--nope"}, "nope"},
 		{"bad listen", nil, []string{"--db", db, "--listen", "nohost"}, "listen"},
+		{"short confirm key", map[string]string{"PROMPTGATE_CONFIRM_KEY": "too-short"}, []string{"--db", db, "--listen", "127.0.0.1:0"}, "PROMPTGATE_CONFIRM_KEY is 9 bytes: give at least 32"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

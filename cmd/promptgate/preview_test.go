@@ -20,7 +20,7 @@ func TestPreviewCommandSurfaces(t *testing.T) {
 		}
 		if gjson.Get(out, "path").String() != c.path || gjson.Get(out, "protocolId").String() != "tech" ||
 			!strings.Contains(gjson.Get(out, c.prompt).String(), "=== SYSTEM CORE ===") ||
-			gjson.Get(out, "upstreamRequest.x_new").Raw != "[1.50]" {
+			gjson.Get(out, "upstreamRequest.x_new").Raw != "[1.50]" || gjson.Get(out, "flow").Exists() {
 			t.Errorf("%s: %s", c.path, out)
 		}
 	}

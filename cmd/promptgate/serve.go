@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/promptgate/promptgate/policy/audit"
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/admin"
 	"github.com/promptgate/promptgate/proxy/guard"
@@ -38,6 +39,8 @@ type serveFlags struct {
 	store                            *storeFlags
 	upstream, anthropicUpstream      *url.URL
 	upstreamKey, anthropicKey        proxy.Key
+	// confirmKey is the HMAC key of confirmation codes (EnvConfirmKey), "" for a random one.
+	confirmKey string
 	// fs is the flag set, for what was given on the command line.
 	fs *flag.FlagSet
 }
@@ -194,6 +197,10 @@ func parseServeFlags(args []string, stderr io.Writer, getenv env) (*serveFlags, 
 	if f.anthropicKey, err = bindKey("--anthropic-upstream", f.anthropicUpstream, EnvAnthropicKey, getenv(EnvAnthropicKey)); err != nil {
 		return nil, err
 	}
+	f.confirmKey = getenv(EnvConfirmKey)
+	if n := len(f.confirmKey); n > 0 && n < flow.MinConfirmKey {
+		return nil, usageError{fmt.Sprintf("%s is %d bytes: give at least %d random bytes (e.g. the output of `openssl rand -base64 48`), the same on every instance that must accept another's confirmation codes", EnvConfirmKey, n, flow.MinConfirmKey)}
+	}
 	return f, nil
 }
 
@@ -226,9 +233,18 @@ func proxyOptions(f *serveFlags, p *pipeline, ready *atomic.Bool, seen *toolseen
 	if err != nil {
 		return proxy.Options{}, err
 	}
+	confirmer, err := proxy.NewConfirmer(f.confirmKey)
+	if err != nil {
+		return proxy.Options{}, err
+	}
+	if f.confirmKey == "" {
+		log.Info(EnvConfirmKey + " is not set: confirmation codes of held calls are signed with a random key of this start, " +
+			"so a code holds on this instance only, until it restarts; set the same key on every instance of a fleet")
+	}
 	return proxy.Options{
 		Engine: p.engine, Guard: listenGuard, Tools: seen, UpstreamAPIKey: f.upstreamKey, AnthropicAPIKey: f.anthropicKey,
-		Audit: rec, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
+		Confirmer: confirmer,
+		Audit:     rec, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
 		Degraded: func() string {
 			if ok, reason := storeConnected(p.store); !ok {
 				return reason

@@ -28,6 +28,20 @@ const (
 	KindStoredPrompt = "stored_prompt"
 )
 
+// Kinds of events: information-flow decisions on a response's calls (policy/flow; README,
+// "Information-flow policy"). A scan rule's hosts check is KindToolCall.
+const (
+	// KindProvenance: a provenance rule, or a scan rule's from check, on an argument's value.
+	KindProvenance = "provenance"
+	// KindFlow: a flow rule (a tool blocked or held once some output is in the conversation).
+	KindFlow = "flow"
+	// KindBudget: a budget rule (calls of a tool per conversation).
+	KindBudget = "budget"
+	// KindConfirm: a held call's confirmation (held, confirmed, expired, reused, or blocked when it cannot
+	// be had).
+	KindConfirm = "confirm"
+)
+
 // Kinds of events: changes made through the admin API. Target says what changed.
 const (
 	// KindVersionAdded: a new, not yet active, version of a template or protocol was stored.
@@ -50,6 +64,18 @@ const (
 	VerdictAllowed = "allowed"
 	VerdictBlocked = "blocked"
 	VerdictAudited = "audited"
+)
+
+// Verdicts of information-flow decisions, besides allowed, blocked and audited.
+const (
+	// VerdictHeld: the call was withheld until the user confirms it; a notice with a code took its place.
+	VerdictHeld = "held"
+	// VerdictConfirmed: the user's code released the call, once.
+	VerdictConfirmed = "confirmed"
+	// VerdictExpired: the user gave the call's code after it expired (the call is held again).
+	VerdictExpired = "expired"
+	// VerdictReused: the user gave a code that was already used (the call is held again).
+	VerdictReused = "reused"
 )
 
 // Verdicts of admin changes.
@@ -88,6 +114,9 @@ type Event struct {
 	ArgsSHA256 string `json:"argumentsSha256,omitempty"`
 	// Args holds those argument bytes, only when the operator opted in (audit.includeArguments).
 	Args string `json:"arguments,omitempty"`
+	// Round is, for a decision on a call of an answer that promptgate continued (onViolation "continue"),
+	// the round it was taken in: 1 for the upstream's second answer, and so on; 0 (left out) for the first.
+	Round int `json:"round,omitempty"`
 }
 
 // ArgsDigest returns the lowercase hex SHA-256 of a tool call's raw arguments, the form events keep.
@@ -150,6 +179,9 @@ func logAttrs(e Event) []slog.Attr {
 	}
 	if e.ArgsSHA256 != "" {
 		attrs = append(attrs, slog.String("args_sha256", e.ArgsSHA256))
+	}
+	if e.Round > 0 {
+		attrs = append(attrs, slog.Int("round", e.Round))
 	}
 	return attrs
 }

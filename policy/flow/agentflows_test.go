@@ -1,8 +1,6 @@
 package flow_test
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,54 +8,14 @@ import (
 
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// A suite of testdata/agentflows: a protocol definition and scenarios modelled on public agent
-// prompt-injection attack classes. Each scenario is a benign task and its attacked variant: the
-// same conversation with an injection appended to one tool output (or a conversation of its own),
-// and the calls the model then makes, each with the verdict expected.
-type agentSuite struct {
-	Suite     string          `json:"suite"`
-	Protocol  json.RawMessage `json:"protocol"`
-	Scenarios []struct {
-		Name          string         `json:"name"`
-		Class         string         `json:"class"`
-		Turns         []turn         `json:"turns"`
-		Benign        []expectedCall `json:"benign"`
-		Inject        *struct{ Into, Text string }
-		AttackedTurns []turn         `json:"attacked_turns"`
-		Attacked      []expectedCall `json:"attacked"`
-	} `json:"scenarios"`
-}
+type expectedCall = flowtest.Expected
 
-type expectedCall struct {
-	Tool   string          `json:"tool"`
-	Args   json.RawMessage `json:"args"`
-	Expect string          `json:"expect"` // allowed, blocked or held
-	Kind   string          `json:"kind"`   // the first decision's kind
-}
-
-func loadSuites(t *testing.T) []agentSuite {
+func loadSuites(t *testing.T) []flowtest.Suite {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("testdata", "agentflows", "*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no suites: %v", err)
-	}
-	var out []agentSuite
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s agentSuite
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		out = append(out, s)
-	}
-	return out
+	return flowtest.LoadSuites(t, filepath.Join("testdata", "agentflows"))
 }
 
 // TestAgentFlows: on every scenario of every suite, on the three surfaces, the benign calls pass
@@ -81,13 +39,7 @@ func TestAgentFlows(t *testing.T) {
 		for _, sc := range su.Scenarios {
 			total++
 			classes[sc.Class]++
-			attacked := sc.AttackedTurns
-			if attacked == nil {
-				if sc.Inject == nil {
-					t.Fatalf("%s/%s: no attacked variant", su.Suite, sc.Name)
-				}
-				attacked = inject(t, sc.Turns, sc.Inject.Into, sc.Inject.Text)
-			}
+			attacked := sc.AttackedConversation(t)
 			if len(sc.Benign) == 0 || len(sc.Attacked) == 0 || last(sc.Attacked).Expect == "allowed" {
 				t.Fatalf("%s/%s: a scenario needs benign calls and an attacker's call that is stopped", su.Suite, sc.Name)
 			}
@@ -109,20 +61,6 @@ func TestAgentFlows(t *testing.T) {
 }
 
 func last(c []expectedCall) expectedCall { return c[len(c)-1] }
-
-// inject appends text to the output of the call with the given id.
-func inject(t *testing.T, turns []turn, id, text string) []turn {
-	t.Helper()
-	out := append([]turn(nil), turns...)
-	for i := range out {
-		if out[i].Tool == id {
-			out[i].Output += "\n" + text
-			return out
-		}
-	}
-	t.Fatalf("no output of call %q to inject into", id)
-	return nil
-}
 
 func runVariant(t *testing.T, pol *flow.Policy, s flow.Surface, name string, turns []turn, calls []expectedCall) {
 	t.Helper()

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,7 +22,8 @@ import (
 // same code within a minute, and a code is good for the policy's TTL after its minute. The only
 // place a code counts is a user message that comes after the assistant message holding its notice
 // (after the visible history when part of it is unseen); tool output, context and the model's own
-// text never count. Reading is forgiving: case, a missing hyphen, and O, I, L for 0, 1, 1.
+// text never count. An app with a confirm button may give a code beside the conversation instead
+// (Options.Codes: a request header, which neither the model nor the content it reads can set). Reading is forgiving: case, a missing hyphen, and O, I, L for 0, 1, 1.
 //
 // 40 bits is enough because a code cannot be tried online: the only way to present one is a user
 // message, which an injected instruction cannot write, and each try costs a human turn; a code
@@ -239,11 +241,12 @@ func usedKey(binding, code string) string {
 	return string(sum[:16])
 }
 
-// codeCandidates returns the codes typed in user messages that come after an assistant message
-// holding the same code (its notice), latest first; with part of the history unseen, a code in a
-// visible user message counts without its notice (the notice went out in the unseen part).
+// codeCandidates returns the codes the app gave beside the conversation (Options.Codes), then those
+// typed in user messages that come after an assistant message holding the same code (its notice),
+// latest first; with part of the history unseen, a code in a visible user message counts without its
+// notice (the notice went out in the unseen part).
 func (c *Conversation) codeCandidates() []string {
-	var out []string
+	out := slices.Clone(c.codes)
 	for i := len(c.segments) - 1; i >= 0 && len(out) < maxCandidates; i-- {
 		seg := c.segments[i]
 		if seg.Source.Kind != SourceUser {

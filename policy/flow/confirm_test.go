@@ -337,3 +337,34 @@ func hasBigNumber(s string) bool {
 	}
 	return false
 }
+
+// TestConfirmByAppCodes: a code the app gives beside the conversation (Options.Codes) releases the call
+// without a user message that holds it, once; a code of another call, or text that is no code, does nothing.
+func TestConfirmByAppCodes(t *testing.T) {
+	t.Parallel()
+	p := mustCompile(t, confirmSpec)
+	for _, s := range surfaces {
+		clk := &clock{time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)}
+		cf, err := flow.NewConfirmer(key32, nil, clk.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := flow.Call{Tool: "send_money", Args: payArgs}
+		held := analyze(t, p, s, confirmBase, flow.Options{Confirmer: cf}).Check(call)
+		code := codeOf(t, held.Notice)
+		other := analyze(t, p, s, confirmBase, flow.Options{Confirmer: cf}).Check(flow.Call{Tool: "send_money", Args: []byte(`{"iban":"DE89370400440532013000","amount":999}`)})
+		turns := withReply(confirmBase, held.Notice, "go ahead")
+		for _, codes := range [][]string{nil, {"go ahead"}, {codeOf(t, other.Notice)}, {strings.Repeat("x", 1<<12)}} {
+			if r := analyze(t, p, s, turns, flow.Options{Confirmer: cf, Codes: codes}).Check(call); r.Verdict != flow.VerdictHeld {
+				t.Errorf("%s: codes %.40q: %s, want held", s, codes, r.Verdict)
+			}
+		}
+		// The app's code counts without a notice before it and without the code in any message.
+		if r := analyze(t, p, s, confirmBase, flow.Options{Confirmer: cf, Codes: []string{"  " + strings.ToLower(code) + " "}}).Check(call); r.Verdict != flow.VerdictConfirmed {
+			t.Fatalf("%s: with the app's code: %+v", s, r)
+		}
+		if r := analyze(t, p, s, confirmBase, flow.Options{Confirmer: cf, Codes: []string{code}}).Check(call); r.Verdict != flow.VerdictHeld || !strings.Contains(kinds(r.Decisions), "confirm/reused") {
+			t.Errorf("%s: the app's code again: %+v, want held and reused", s, r)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -61,6 +62,10 @@ type Options struct {
 	Conversation string
 	// Confirmer issues and verifies confirmation codes; nil blocks every call that needs one.
 	Confirmer *Confirmer
+	// Codes are confirmation codes the app gives for this request beside the conversation (the proxy's
+	// X-Promptgate-Confirm header, for apps with a button): each counts as a user's reply to its notice.
+	// Text that is not a code is ignored; at most maxCandidates are read.
+	Codes []string
 }
 
 // Conversation is one request's conversation under a policy. Check is safe for concurrent use;
@@ -73,6 +78,7 @@ type Conversation struct {
 	unseen    string // why part of the history is not visible; "" when all of it is
 	binding   string
 	confirmer *Confirmer
+	codes     []string // the app's codes (Options.Codes), normalised
 
 	mu   sync.Mutex
 	made []string // tools of this response's calls that were let through, in order
@@ -138,6 +144,13 @@ func (p *Policy) Analyze(s Surface, body []byte, opt Options) (*Conversation, er
 		c.trusted[i] = p.trustedSource(seg.Source)
 	}
 	c.binding = c.bind(opt.Conversation, ext.Get("conversation"))
+	for _, raw := range opt.Codes {
+		for _, k := range codesIn(raw) {
+			if len(c.codes) < maxCandidates && !slices.Contains(c.codes, k) {
+				c.codes = append(c.codes, k)
+			}
+		}
+	}
 	return c, nil
 }
 

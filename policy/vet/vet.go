@@ -62,6 +62,10 @@ const (
 	VerdictAllowed Verdict = "allowed"
 	VerdictBlocked Verdict = "blocked"
 	VerdictAudited Verdict = "audited" // broke the policy, let through in audit mode
+	// VerdictHeld: withheld until the user confirms it (a Judge's verdict); the Notice takes its place.
+	VerdictHeld Verdict = "held"
+	// VerdictConfirmed: released by the user's confirmation (a Judge's verdict).
+	VerdictConfirmed Verdict = "confirmed"
 )
 
 // KindToolCall is the Kind of every Decision of this package.
@@ -113,6 +117,20 @@ type Policy struct {
 	// SchemaCache, when set, shares compiled schemas between checkers (by their bytes); nil compiles
 	// each tool's schema once per checker.
 	SchemaCache *SchemaCache
+	// Judge, when not nil, judges every call that passed the checks above, in the order the calls are
+	// vetted (the information-flow check of policy/flow, through the proxy).
+	Judge Judge
+}
+
+// Judge is a second check of the calls that pass vetting: it judges a call by what lies outside it (the
+// conversation around it). It must be safe for concurrent use.
+type Judge interface {
+	// Judge decides an allowed call (d holds its tool, id and arguments) and returns its decision: d as it
+	// is, or with the Kind, Verdict (allowed, blocked, held or confirmed), Reason, Rule, Notice and More of
+	// the rules it broke. The mode is applied after it: in audit mode a blocked or held call is audited.
+	Judge(d Decision) Decision
+	// Size is about how many bytes the judge holds (a policy kept for later counts it).
+	Size() int
 }
 
 // Decision is the outcome of vetting one call, for the decision log.
@@ -128,15 +146,25 @@ type Decision struct {
 	// a call given up on before it completed). They are the caller's: the decision log keeps only their
 	// digest unless the operator opted in, and they must not be changed or kept past the record callback.
 	Args []byte
+	// Notice, when not "", is the text that replaces a held call (a Judge's, with its confirmation code).
+	// It may quote argument values: it goes to the client only, never to a log.
+	Notice string
+	// More are further decisions on the same call (the other rules it broke, a confirmation's), recorded
+	// after it; nil for most calls.
+	More []Decision
 }
 
-// Blocked reports whether the call must not reach the client.
-func (d Decision) Blocked() bool { return d.Verdict == VerdictBlocked }
+// Blocked reports whether the call must not reach the client: blocked, or held for confirmation.
+func (d Decision) Blocked() bool { return d.Verdict == VerdictBlocked || d.Verdict == VerdictHeld }
 
-// Notice is the text that replaces a blocked call: `[promptgate] blocked tool call NAME: REASON`.
-// A name that is not a plain tool name (letters, digits, _ and -, at most 64 bytes) is shown
-// quoted with Go escapes, so that look-alikes are visible and no control character gets through.
+// Notice is the text that replaces a call that does not reach the client: a held call's own notice, else
+// `[promptgate] blocked tool call NAME: REASON`. A name that is not a plain tool name (letters, digits, _
+// and -, at most 64 bytes) is shown quoted with Go escapes, so that look-alikes are visible and no
+// control character gets through.
 func Notice(d Decision) string {
+	if d.Notice != "" {
+		return d.Notice
+	}
 	return "[promptgate] blocked tool call " + DisplayName(d.Tool) + ": " + d.Reason
 }
 
@@ -254,6 +282,19 @@ func (c *Checker) Vet(call *Call) Decision {
 		d.Reason, d.Rule, _ = c.Check(call.Name, call.Args)
 	}
 	switch {
+	case d.Reason == "" && c.p.Judge != nil:
+		d.Verdict = VerdictAllowed
+		j := c.p.Judge.Judge(d)
+		j.Choice, j.CallID, j.Tool, j.Args = d.Choice, d.CallID, d.Tool, d.Args
+		if c.p.Mode == ModeAudit && j.Blocked() {
+			j.Verdict, j.Notice = VerdictAudited, ""
+			for i := range j.More {
+				if j.More[i].Blocked() {
+					j.More[i].Verdict = VerdictAudited
+				}
+			}
+		}
+		return j
 	case d.Reason == "":
 		d.Verdict = VerdictAllowed
 	case c.p.Mode == ModeAudit:
@@ -262,6 +303,14 @@ func (c *Checker) Vet(call *Call) Decision {
 		d.Verdict = VerdictBlocked
 	}
 	return d
+}
+
+// NewRound forgets the call ids seen: promptgate answered every call of the answer so far itself
+// (onViolation "continue"), none reached the client, and the upstream is asked again.
+func (c *Checker) NewRound() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ids = map[int]map[string]bool{}
 }
 
 // VetBatch vets the calls of one choice together, in order. With Atomic set and a call blocked,
@@ -276,7 +325,8 @@ func (c *Checker) VetBatch(calls []*Call) []Decision {
 	if blocked && c.p.Atomic {
 		for i := range ds {
 			if !ds[i].Blocked() {
-				ds[i].Verdict, ds[i].Reason, ds[i].Rule = VerdictBlocked, ReasonBatch, ""
+				ds[i].Kind, ds[i].Verdict, ds[i].Reason, ds[i].Rule = KindToolCall, VerdictBlocked, ReasonBatch, ""
+				ds[i].Notice, ds[i].More = "", nil
 			}
 		}
 	}

@@ -696,6 +696,7 @@ func TestAuditEndpoint(t *testing.T) {
 		"?limit=2":                            "change-1/tool_enablement r2/tool_call",
 		"?requestId=r1":                       "r1/tool_call r1/tool_removed",
 		"?verdict=blocked":                    "r1/tool_call",
+		"?kind=provenance&verdict=held":       "",
 		"?protocol=tech":                      "r1/tool_call r1/tool_removed",
 		"?protocol=tech&tool=shell":           "r1/tool_removed",
 		"?kind=tool_call":                     "r2/tool_call r1/tool_call",

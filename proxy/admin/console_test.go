@@ -250,6 +250,17 @@ func TestAuditSummary(t *testing.T) {
 	if !slicesContain(hour.Filters.Kinds, audit.KindToolEnablement) || !slicesContain(hour.Filters.Verdicts, audit.VerdictBlocked) {
 		t.Errorf("filters %+v", hour.Filters)
 	}
+	// The information-flow decisions are listed too, for the console's menus.
+	for _, k := range []string{audit.KindProvenance, audit.KindFlow, audit.KindBudget, audit.KindConfirm} {
+		if !slicesContain(hour.Filters.Kinds, k) {
+			t.Errorf("filters: no kind %s in %v", k, hour.Filters.Kinds)
+		}
+	}
+	for _, v := range []string{audit.VerdictHeld, audit.VerdictConfirmed, audit.VerdictExpired, audit.VerdictReused} {
+		if !slicesContain(hour.Filters.Verdicts, v) {
+			t.Errorf("filters: no verdict %s in %v", v, hour.Filters.Verdicts)
+		}
+	}
 	day := gjson.ParseBytes(f.ok(200, "GET", "/admin/audit/summary?window=24h", ""))
 	if day.Get("total").Int() != 5 || len(day.Get("buckets").Array()) != 24 {
 		t.Errorf("day: %s", day.Raw)

@@ -161,11 +161,13 @@ func (s *server) clearTool(w http.ResponseWriter, r *http.Request) error {
 // auditVerdicts and auditKinds are the values an event can have: a filter with another is a typo.
 func auditVerdicts() []string {
 	return []string{audit.VerdictRemoved, audit.VerdictAllowed, audit.VerdictBlocked, audit.VerdictAudited,
+		audit.VerdictHeld, audit.VerdictConfirmed, audit.VerdictExpired, audit.VerdictReused,
 		audit.VerdictChanged, audit.VerdictEnabled, audit.VerdictDisabled, audit.VerdictCleared}
 }
 
 func auditKinds() []string {
-	return []string{audit.KindToolRemoved, audit.KindToolCall, audit.KindStoredPrompt, audit.KindVersionAdded, audit.KindActivated, audit.KindRolledBack,
+	return []string{audit.KindToolRemoved, audit.KindToolCall, audit.KindProvenance, audit.KindFlow, audit.KindBudget, audit.KindConfirm,
+		audit.KindStoredPrompt, audit.KindVersionAdded, audit.KindActivated, audit.KindRolledBack,
 		audit.KindRolloutApplied, audit.KindRolloutReverted, audit.KindToolEnablement}
 }
 

@@ -20,6 +20,9 @@ type Result struct {
 	// ErrorCall is set in error mode when a call was blocked: the caller answers 403 tool_call_blocked
 	// instead of sending the body.
 	ErrorCall *vet.Decision
+	// Continue is set in continue mode when every call of the answer (one turn) was blocked and promptgate
+	// can answer each itself; the body is written as refuse writes it, for when the answer is not continued.
+	Continue *Continuation
 }
 
 // Vet vets the calls of a non-stream body together, hands every decision to rec (which may be nil) and

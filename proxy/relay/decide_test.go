@@ -126,3 +126,30 @@ func TestSettle(t *testing.T) {
 		}
 	}
 }
+
+// TestCulprit: in error mode the stream ends for the first call blocked for itself — not for one blocked
+// with its batch, nor for one held for confirmation, whose notice goes to the client in every mode.
+func TestCulprit(t *testing.T) {
+	t.Parallel()
+	errMode := vet.NewChecker(vet.Policy{Mode: vet.ModeError})
+	held := vet.Decision{Verdict: vet.VerdictHeld, Reason: "rule r: held"}
+	batch := vet.Decision{Verdict: vet.VerdictBlocked, Reason: vet.ReasonBatch}
+	bad := vet.Decision{Verdict: vet.VerdictBlocked, Reason: "tool not allowed"}
+	ok := vet.Decision{Verdict: vet.VerdictAllowed}
+	for _, c := range []struct {
+		ds   []vet.Decision
+		want int
+	}{
+		{[]vet.Decision{ok, held, batch}, -1},
+		{[]vet.Decision{batch, held, bad}, 2},
+		{[]vet.Decision{ok, bad, bad}, 1},
+		{[]vet.Decision{ok}, -1},
+	} {
+		if got := Culprit(errMode, c.ds); got != c.want {
+			t.Errorf("Culprit(%+v) = %d, want %d", c.ds, got, c.want)
+		}
+	}
+	if got := Culprit(vet.NewChecker(vet.Policy{Mode: vet.ModeRefuse}), []vet.Decision{bad}); got != -1 {
+		t.Errorf("refuse mode: %d", got)
+	}
+}

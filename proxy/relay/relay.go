@@ -77,6 +77,10 @@ type Surface struct {
 	// names another type is malformed, since clients that go by the line and clients that go by the
 	// field would read it differently.
 	Typed bool
+	// End, when not nil, is called when the upstream ends cleanly (at [DONE] once Done has run, or at the
+	// end of its body once Finished): it returns true when the stream goes on, the surface having
+	// continued it in place of the upstream (Relay.EndRound); [DONE] is then not written.
+	End func() bool
 }
 
 // Relay reads an upstream SSE stream event by event and hands out what its Surface writes to Out.
@@ -97,6 +101,7 @@ type Relay struct {
 	rec     Recorder
 	blocked int
 	held    Held
+	round   rounds
 }
 
 // New returns a Relay of upstream for s. rec, which may be nil, is called for every decision the surface
@@ -146,10 +151,29 @@ func (r *Relay) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// step reads one upstream event and has it handled.
+// step reads one upstream event and has it handled. While a round waits to be continued (see Refuse), what
+// the event writes is parked instead of handed out.
 func (r *Relay) step() {
+	if r.round.parking {
+		r.round.mark = len(r.Out)
+	}
+	r.handle()
+	if r.round.parking {
+		r.round.parked = append(r.round.parked, r.Out[r.round.mark:]...)
+		r.Out = r.Out[:r.round.mark]
+		if r.Ended {
+			r.flushRound() // the stream ends: what waited goes out
+		}
+	}
+}
+
+// handle reads one upstream event and has it handled.
+func (r *Relay) handle() {
 	ev, err := r.rd.Next()
 	if errors.Is(err, io.EOF) && !ev.Truncated && r.s.Finished() {
+		if r.s.End != nil && r.s.End() {
+			return
+		}
 		r.Ended = true
 		return
 	}
@@ -176,6 +200,9 @@ func (r *Relay) step() {
 	}
 	if r.s.Done != nil && bytes.HasPrefix(ev.Data, doneData) {
 		r.s.Done()
+		if !r.Ended && r.s.End != nil && r.s.End() {
+			return
+		}
 		if !r.Ended {
 			// What follows [DONE] in its data (a client may read it) is not forwarded.
 			if bytes.Equal(ev.Data, doneData) {
@@ -423,25 +450,26 @@ func Verdicts[M any, P Call[M]](c *vet.Checker, ps []P) (ds []vet.Decision, culp
 	ds = c.VetBatch(calls)
 	for i, p := range ps {
 		if lost := p.pending().Lost; lost != "" {
-			ds[i].Verdict, ds[i].Reason, ds[i].Rule = vet.VerdictBlocked, lost, ""
+			ds[i].Kind, ds[i].Verdict, ds[i].Reason, ds[i].Rule = vet.KindToolCall, vet.VerdictBlocked, lost, ""
+			ds[i].Notice, ds[i].More = "", nil
 		}
 	}
 	return ds, Culprit(c, ds)
 }
 
-// Culprit is, in error mode, the decision whose block ends the stream (one blocked for itself
-// rather than for the batch, where there is one); -1 when none is blocked or the mode is not error.
+// Culprit is, in error mode, the decision whose block ends the stream: the first call blocked for itself
+// (not for its batch, nor held for confirmation: a held call's notice goes to the client in every mode,
+// and so do the notices of its batch); -1 when there is none or the mode is not error.
 func Culprit(c *vet.Checker, ds []vet.Decision) int {
 	if c.Mode() != vet.ModeError {
 		return -1
 	}
-	culprit := -1
 	for i, d := range ds {
-		if d.Blocked() && (culprit < 0 || ds[culprit].Reason == vet.ReasonBatch) {
-			culprit = i
+		if d.Verdict == vet.VerdictBlocked && d.Reason != vet.ReasonBatch {
+			return i
 		}
 	}
-	return culprit
+	return -1
 }
 
 // Get is gjson.GetBytes without its copies: the strings of the result alias data, so nothing of

@@ -19,6 +19,7 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 )
@@ -76,6 +77,13 @@ type Surface interface {
 	// answers the calls that promptgate blocked in the previous response); note, when not "", says what it
 	// did, for the log.
 	Continue(b *assembly.Body, upstream []byte) (out []byte, note string, err error)
+	// Flow is how policy/flow reads the surface's request bodies and appends a turn to them.
+	Flow() flow.Surface
+	// History is the part of the conversation the request continues out of the body's sight, as policy/flow
+	// reads it (flow.Options.History: Responses items, oldest first): the Responses API's record of what this
+	// instance relayed, for previous_response_id. nil when the body carries its whole conversation, or when
+	// the history is not known (policy/flow then counts it as unseen).
+	History(b *assembly.Body) []byte
 
 	// Begin starts the response side of a prepared request.
 	Begin(s Start) Exchange
@@ -92,6 +100,9 @@ type Start struct {
 	// Protocol and ProtocolVersion name the request's protocol.
 	Protocol        string
 	ProtocolVersion int
+	// Record asks the surface to keep what History needs to show a later request that continues this one:
+	// the protocol has information-flow rules.
+	Record bool
 }
 
 // Exchange is the response side of one request on a surface.
@@ -105,10 +116,14 @@ type Exchange interface {
 	Stream(up io.ReadCloser, v Vetting) io.ReadCloser
 }
 
-// Vetting is how an answer's calls are judged and recorded.
+// Vetting is how an answer's calls are judged and recorded, and, in onViolation "continue", how the answer goes
+// on once promptgate has answered its calls itself.
 type Vetting struct {
 	Checker *vet.Checker
 	Record  relay.Recorder
+	// Next asks the upstream again (see relay.Next); nil when the answer cannot be continued (another mode, a
+	// retrieval), whose refusals are then written as refuse writes them.
+	Next relay.Next
 }
 
 // Passthrough is implemented by a surface that must see some answers of the passthrough path (the Responses
@@ -132,10 +147,12 @@ type Host interface {
 }
 
 // Stateless is the response side of a surface that remembers nothing between requests: its answers are vetted
-// by its body and stream vetters, and its decisions need no bookkeeping.
+// by its body and stream vetters (continued as Rounds and the stream vetter do, joined by Join), and its
+// decisions need no bookkeeping.
 type Stateless struct {
 	VetBody   func(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error)
-	VetStream func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) io.ReadCloser
+	VetStream func(up io.ReadCloser, v Vetting) io.ReadCloser
+	Join      func(Joined) ([]byte, error)
 }
 
 var _ Exchange = Stateless{}
@@ -143,9 +160,9 @@ var _ Exchange = Stateless{}
 func (Stateless) Decided(vet.Decision) {}
 
 func (s Stateless) Body(body []byte, v Vetting) ([]byte, relay.Result, error) {
-	return s.VetBody(body, v.Checker, v.Record)
+	return Rounds(body, v, func(b []byte) ([]byte, relay.Result, error) { return s.VetBody(b, v.Checker, v.Record) }, s.Join)
 }
 
 func (s Stateless) Stream(up io.ReadCloser, v Vetting) io.ReadCloser {
-	return s.VetStream(up, v.Checker, v.Record)
+	return s.VetStream(up, v)
 }

@@ -1,6 +1,6 @@
 // Preview: POST /admin/prompts/preview, then the layered prompt block by block with each block's trust,
-// the tools kept and removed, the runtime context pretty-printed with its cuts marked, and the exact
-// upstream body.
+// the tools kept and removed, the information-flow view of the conversation (where the protocol has such
+// rules), the runtime context pretty-printed with its cuts marked, and the exact upstream body.
 'use strict';
 (function () {
   const { el, clear, api, facts, chars, report, banner, announce } = window.PG;
@@ -106,6 +106,29 @@
     } else box.append(el('p', { class: 'muted', text: 'No tool removed.' }));
   }
 
+  // renderFlow shows what the information-flow rules make of the request: each source of the conversation,
+  // trusted or not, the history they cannot see, and the rules that apply to the kept tools with their state.
+  function renderFlow(f) {
+    $('pv-flow-card').hidden = !f;
+    const box = clear($('pv-flow'));
+    if (!f) return;
+    const c = f.conversation;
+    box.append(el('p', {}, el('strong', { text: 'On violation: ' }), f.onViolation +
+      (f.onViolation === 'continue' ? ' (at most ' + f.policy.continueRounds + ' rounds; the body below is the first)' : '')));
+    box.append(el('table', {}, el('thead', {}, el('tr', {}, el('th', { scope: 'col', text: 'Source' }), el('th', { scope: 'col', text: 'Trusted' }),
+      el('th', { scope: 'col', text: 'Segments' }), el('th', { scope: 'col', text: 'Chars' }))),
+    el('tbody', {}, c.sources.map((s) => el('tr', { dataset: { trusted: String(s.trusted) } }, el('td', { class: 'name', text: s.source }),
+      el('td', {}, el('span', { class: 'trust trust-' + (s.trusted ? 'trusted' : 'untrusted'), text: s.trusted ? 'trusted' : 'untrusted' })),
+      el('td', { text: String(s.segments) }), el('td', { text: String(s.chars) }))))));
+    if (c.unseen) box.append(el('p', { class: 'trunc-note', text: 'Unseen history: ' + c.unseen }));
+    if (c.rules.length) {
+      box.append(el('table', {}, el('thead', {}, el('tr', {}, el('th', { scope: 'col', text: 'Rule' }), el('th', { scope: 'col', text: 'Kind' }),
+        el('th', { scope: 'col', text: 'Tools' }), el('th', { scope: 'col', text: 'Now' }))),
+      el('tbody', {}, c.rules.map((r) => el('tr', {}, el('td', { class: 'name', text: r.rule }), el('td', { text: r.kind }),
+        el('td', { text: r.tools.join(', ') }), el('td', { text: r.state }))))));
+    } else box.append(el('p', { class: 'muted', text: 'No rule applies to the kept tools.' }));
+  }
+
   async function run(ev) {
     ev.preventDefault();
     banner('');
@@ -137,6 +160,7 @@
       ['Directives', r.context.directivesTruncated ? 'shortened to fit' : 'whole'],
     ]);
     renderTools(r.tools);
+    renderFlow(r.flow);
     renderBlocks(r, systemTexts(r.path, r.upstreamRequest || {}));
     $('pv-body').value = exact;
     $('pv-body-size').textContent = new TextEncoder().encode(exact).length + ' bytes, exactly as the upstream would receive them.';

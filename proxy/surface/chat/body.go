@@ -18,6 +18,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -50,7 +51,8 @@ const (
 // refuse: bad calls are removed from message.tool_calls (or message.function_call). Where no call
 // is left in a choice, tool_calls is removed, the content becomes the notices (one line per
 // blocked call, after the existing text and a line break if there was text) and finish_reason
-// "tool_calls"/"function_call" becomes "stop"; where a good call is left, finish_reason stays.
+// "tool_calls"/"function_call" becomes "stop"; where a good call is left, finish_reason stays, and
+// only the notices of calls held for confirmation are added to the content.
 // error: the body is returned unchanged and Result.ErrorCall is set. audit: the body is returned
 // unchanged; violations are recorded as audited.
 //
@@ -112,13 +114,19 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 			// The caller answers with an error; the rest of the body does not matter.
 			return body, res, nil
 		}
+		if len(choices.Array()) == 1 {
+			res.Continue = continuation(c, msg, calls, ds)
+		}
 		var kept []string
 		keptLegacy := false
-		var notices []string
+		var notices, held []string
 		for i, d := range ds {
 			switch {
 			case d.Blocked():
 				notices = append(notices, vet.Notice(d))
+				if d.Verdict == vet.VerdictHeld {
+					held = append(held, vet.Notice(d))
+				}
 			case i < nTools:
 				kept = append(kept, raws[i])
 			default:
@@ -146,6 +154,12 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 			}
 		}
 		if len(kept) > 0 || keptLegacy {
+			// A held call's notice goes to the client in any case: it carries the code that releases the call.
+			if len(held) > 0 {
+				if out, err = setNotice(out, base, msg.Get(pathContent), held); err != nil {
+					return body, res, fmt.Errorf("chat: edit choice %d: %w", pos, err)
+				}
+			}
 			continue
 		}
 		if out, err = setNotice(out, base, msg.Get(pathContent), notices); err != nil {
@@ -158,6 +172,27 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 		}
 	}
 	return out, res, nil
+}
+
+// continuation is the answer's one turn for promptgate to answer itself (onViolation "continue"), when every
+// call of it was blocked and can be answered; nil otherwise. What the client keeps of it is its text.
+func continuation(c *vet.Checker, msg gjson.Result, calls []*vet.Call, ds []vet.Decision) *relay.Continuation {
+	t := flow.Turn{}
+	for i, call := range calls {
+		if !relay.Answerable(c, call, ds[i]) {
+			return nil
+		}
+		t.Calls = append(t.Calls, relay.Answer(call, ds[i], false))
+	}
+	content := msg.Get(pathContent)
+	if content.Type == gjson.String {
+		t.Text = content.Str
+	}
+	kept := []byte(content.Raw)
+	if !content.Exists() {
+		kept = []byte("null")
+	}
+	return &relay.Continuation{Turn: t, Kept: kept}
 }
 
 // bodyCall reads one entry of message.tool_calls.

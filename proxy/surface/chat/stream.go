@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -56,6 +57,13 @@ type Stream struct {
 	finished bool
 	// tpl lets noteText skip the events that can only mark choices already marked.
 	tpl textTemplate
+
+	// In continue mode (SetNext): the first round's id and created, which the chunks of the next rounds
+	// carry too (one completion to the client); the round's text and usage, for the turn promptgate answers;
+	// the usage of the rounds continued, summed into the last round's.
+	firstID, firstCreated []byte
+	roundText             []byte
+	roundUsage, usage     []byte
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -92,14 +100,97 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stre
 		Truncated: func() {
 			s.end(surface.ErrorJSON("upstream stream ended before [DONE]", "server_error", relay.CodeTruncated))
 		},
-		Done:      s.finishAll,
-		Observe:   s.noteFinish,
-		Pass:      s.pass,
+		Done: s.finishAll,
+		Observe: func(data []byte) {
+			s.noteFinish(data)
+			if s.Continuing() {
+				s.noteRound(data)
+			}
+		},
+		Pass: func(ev sse.Event) bool {
+			if s.Round() > 0 {
+				ev = s.asFirst(ev)
+			}
+			return s.pass(ev)
+		},
 		Malformed: s.malformed,
-		Event:     s.event,
-		MaxDepth:  maxEventDepth,
+		Event: func(ev sse.Event) {
+			if s.Round() > 0 {
+				ev = s.asFirst(ev)
+			}
+			s.event(ev)
+		},
+		MaxDepth: maxEventDepth,
+		End:      s.endRound,
 	})
 	return s
+}
+
+// noteRound remembers, in continue mode, the first round's id and created, and the round's text (of choice
+// 0) and usage.
+func (s *Stream) noteRound(data []byte) {
+	root := gjson.ParseBytes(data)
+	if s.firstID == nil {
+		if id := root.Get(pathID); id.Type == gjson.String {
+			s.firstID, s.firstCreated = []byte(id.Raw), []byte(root.Get("created").Raw)
+		}
+	}
+	if u := root.Get("usage"); u.IsObject() {
+		s.roundUsage = []byte(u.Raw)
+	}
+	root.Get(pathChoices).ForEach(func(_, c gjson.Result) bool {
+		if c.Get(pathIndex).Raw == "0" {
+			if t := c.Get(pathDelta + "." + pathContent); t.Type == gjson.String {
+				s.roundText = append(s.roundText, t.Str...)
+			}
+		}
+		return true
+	})
+}
+
+// asFirst gives an event of a continued round the first round's id and created, and its usage the rounds'
+// before it added.
+func (s *Stream) asFirst(ev sse.Event) sse.Event {
+	if !bytes.HasPrefix(bytes.TrimSpace(ev.Data), []byte("{")) {
+		return ev
+	}
+	root := gjson.ParseBytes(ev.Data)
+	data := ev.Data
+	changed := false
+	set := func(path string, want []byte) {
+		if v := root.Get(path); v.Exists() && want != nil && v.Raw != string(want) {
+			data, _ = sjson.SetRawBytes(slices.Clone(data), path, want)
+			changed = true
+		}
+	}
+	set(pathID, s.firstID)
+	set("created", s.firstCreated)
+	if u := root.Get("usage"); u.IsObject() && s.usage != nil {
+		set("usage", relay.AddUsage(s.usage, []byte(u.Raw)))
+	}
+	if !changed {
+		return ev
+	}
+	ev.Data = data
+	ev.Raw = sse.AppendData(nil, data)
+	return ev
+}
+
+// endRound, at the clean end of a round, continues the stream when promptgate answered every call of the
+// round itself (onViolation "continue"); the next round starts with the choices' text marks kept.
+func (s *Stream) endRound() bool {
+	if !s.EndRound(flow.Turn{Text: string(s.roundText)}) {
+		return false
+	}
+	s.usage = relay.AddUsage(s.usage, s.roundUsage)
+	s.roundText, s.roundUsage = s.roundText[:0], nil
+	fresh := map[int]*choiceState{}
+	for k, ch := range s.choices {
+		fresh[k] = &choiceState{cur: map[int]*pending{}, text: ch.text}
+	}
+	s.choices, s.finished = fresh, false
+	s.c.NewRound()
+	return true
 }
 
 // pass forwards an event in which nothing can be read as a call while nothing waits for a
@@ -665,6 +756,12 @@ func (s *Stream) complete(choice int, ch *choiceState) {
 	ch.open = nil
 	relay.Settle[int](&s.Relay, s.c, open, func(d vet.Decision) { s.end(surface.BlockedErrorJSON(d)) }, func(p *pending, d vet.Decision) {
 		p.done = true
+		switch {
+		case d.Blocked() && choice == 0 && relay.Answerable(s.c, p.Call, d):
+			s.Refuse(relay.Answer(p.Call, d, false))
+		default:
+			s.Spoil()
+		}
 		if !d.Blocked() {
 			s.release(ch, p)
 		} else {

@@ -4,8 +4,12 @@ import (
 	"io"
 	"strings"
 
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
@@ -41,9 +45,68 @@ func (Surface) Continue(_ *assembly.Body, upstream []byte) ([]byte, string, erro
 	return upstream, "", nil
 }
 
-// Begin starts the response side: nothing to remember, the answers vetted by Body and Stream.
-func (Surface) Begin(surface.Start) surface.Exchange {
-	return surface.Stateless{VetBody: Body, VetStream: func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) io.ReadCloser {
-		return NewStream(up, c, rec)
+// Flow reads the body as a Chat Completions request.
+func (Surface) Flow() flow.Surface { return flow.SurfaceChat }
+
+// History is nil: the request carries its whole conversation.
+func (Surface) History(*assembly.Body) []byte { return nil }
+
+// Begin starts the response side: nothing to remember, the answers vetted by Body and Stream. An answer with
+// several choices (n above 1) is not continued in continue mode: promptgate cannot answer the calls of
+// choices the client has to choose between.
+func (Surface) Begin(st surface.Start) surface.Exchange {
+	several := gjson.GetBytes(st.Upstream, "n").Int() > 1
+	return surface.Stateless{VetBody: Body, Join: join, VetStream: func(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
+		s := NewStream(up, v.Checker, v.Record)
+		if !several {
+			s.SetNext(v.Next)
+		}
+		return s
 	}}
+}
+
+// join writes a continued answer: the last one, with the first's id and created (one completion to the
+// client), the text of every answer in order, and the usage of all of them.
+func join(j surface.Joined) ([]byte, error) {
+	out := j.Last
+	first := gjson.ParseBytes(j.First)
+	var err error
+	for _, k := range []string{pathID, "created"} {
+		if v := first.Get(k); v.Exists() {
+			if out, err = sjson.SetRawBytes(out, k, []byte(v.Raw)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var text strings.Builder
+	for _, k := range j.Kept {
+		if v := gjson.ParseBytes(k); v.Type == gjson.String {
+			text.WriteString(v.Str)
+		}
+	}
+	path := pathChoices + ".0." + pathMessage + "." + pathContent
+	if text.Len() > 0 && gjson.GetBytes(out, pathChoices+".0."+pathMessage).IsObject() {
+		switch last := gjson.GetBytes(out, path); {
+		case last.Type == gjson.String:
+			out, err = sjson.SetBytes(out, path, text.String()+last.Str)
+		case last.IsArray():
+			part, _ := sjson.SetBytes([]byte(`{"type":"text","text":""}`), "text", text.String())
+			parts := []string{string(part)}
+			for _, p := range last.Array() {
+				parts = append(parts, p.Raw)
+			}
+			out, err = sjson.SetRawBytes(out, path, relay.JoinArray(parts))
+		default:
+			out, err = sjson.SetBytes(out, path, text.String())
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if j.Usage != nil {
+		if out, err = sjson.SetRawBytes(out, "usage", j.Usage); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -53,7 +54,8 @@ const (
 //
 // refuse: blocked tool_use blocks are removed from content; where no tool_use block is left, a text block with
 // the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended and stop_reason
-// "tool_use" becomes "end_turn". error: the body is returned unchanged and Result.ErrorCall is set. audit:
+// "tool_use" becomes "end_turn"; where one is left, a text block with its notice takes the place of a call held
+// for confirmation. error: the body is returned unchanged and Result.ErrorCall is set. audit:
 // unchanged; violations recorded as audited. A body that is not one valid JSON object with unique keys is an
 // error.
 func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
@@ -112,21 +114,31 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 		return msg, res, info, nil
 	}
 	drop := map[int]bool{}
+	held := map[int]string{} // block index -> the notice of a call held for confirmation
 	var notices []string
-	for i, d := range res.Vet(c, rec, calls) {
+	ds := res.Vet(c, rec, calls)
+	for i, d := range ds {
 		if d.Blocked() {
 			drop[at[i]] = true
 			notices = append(notices, vet.Notice(d))
+			if d.Verdict == vet.VerdictHeld {
+				held[at[i]] = vet.Notice(d)
+			}
 		}
 	}
 	info.toolUse = len(drop) < len(calls)
 	if res.ErrorCall != nil || len(drop) == 0 {
 		return msg, res, info, nil
 	}
+	res.Continue = continuation(c, content, blocks, calls, ds, drop)
 	kept := make([]string, 0, len(blocks))
 	for i, b := range blocks {
-		if !drop[i] {
+		switch {
+		case !drop[i]:
 			kept = append(kept, b.Raw)
+		case info.toolUse && held[i] != "":
+			// A held call's notice takes its place in any case: it carries the code that releases the call.
+			kept = append(kept, string(textBlock(held[i])))
 		}
 	}
 	out := msg
@@ -144,6 +156,25 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 		return msg, res, info, fmt.Errorf("messages: edit content: %w", err)
 	}
 	return out, res, info, nil
+}
+
+// continuation is the message's turn for promptgate to answer itself (onViolation "continue"), when every
+// call of it was blocked and can be answered; nil otherwise. What the client keeps of it is its other blocks.
+func continuation(c *vet.Checker, content gjson.Result, blocks []gjson.Result, calls []*vet.Call, ds []vet.Decision, drop map[int]bool) *relay.Continuation {
+	t := flow.Turn{Raw: []byte(content.Raw)}
+	for i, call := range calls {
+		if !relay.Answerable(c, call, ds[i]) {
+			return nil
+		}
+		t.Calls = append(t.Calls, relay.Answer(call, ds[i], false))
+	}
+	var kept []string
+	for i, b := range blocks {
+		if !drop[i] {
+			kept = append(kept, b.Raw)
+		}
+	}
+	return &relay.Continuation{Turn: t, Kept: relay.JoinArray(kept)}
 }
 
 // keptInfo describes a vetted message's content.

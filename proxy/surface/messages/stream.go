@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
@@ -61,6 +62,13 @@ type Stream struct {
 	nextOut  int            // the index the next block that goes out gets
 	released bool           // a tool_use block went out
 	finished bool           // message_stop (or an upstream error event) went out
+
+	// In continue mode (SetNext): the round's blocks as sent, for the turn promptgate answers; the index the
+	// next block gets back if the round is continued (taken at its first refusal); the round's usage
+	// (message_start's, then message_delta's members over it) and that of the rounds continued, summed.
+	turn                    turnBlocks
+	rollback                int
+	roundUsage, roundsUsage []byte
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -126,8 +134,17 @@ func (s *Stream) event(ev sse.Event) {
 		return
 	}
 	idx, hasIdx := relay.IntField(relay.Get(data, pathIndex))
+	if s.Continuing() {
+		s.turn.note(typ, data)
+	}
 	switch typ {
 	case evMessageStart:
+		if s.Continuing() {
+			s.roundUsage = []byte(gjson.GetBytes(data, "message.usage").Raw)
+		}
+		if s.Round() > 0 {
+			return // one message to the client: its message_start went out in the first round
+		}
 		s.messageStart(ev)
 		return
 	case evMessageDelta:
@@ -139,11 +156,25 @@ func (s *Stream) event(ev sse.Event) {
 		if relay.Get(data, "delta.stop_reason").String() == stopToolUse && !s.released {
 			out, _ = sjson.SetBytes(slices.Clone(data), "delta.stop_reason", stopEndTurn)
 		}
+		if s.Continuing() {
+			u := gjson.GetBytes(data, "usage")
+			s.roundUsage = overUsage(s.roundUsage, u)
+			if s.roundsUsage != nil && u.IsObject() {
+				if out == nil {
+					out = slices.Clone(data)
+				}
+				out, _ = sjson.SetRawBytes(out, "usage", relay.AddUsage(s.roundsUsage, s.roundUsage))
+			}
+		}
 		s.write(ev, out, -1)
 		return
 	case evMessageStop:
 		s.completeAll()
 		if s.Ended {
+			return
+		}
+		if s.Continuing() && s.EndRound(flow.Turn{Raw: s.turn.content()}) {
+			s.nextRound()
 			return
 		}
 		s.finished = true
@@ -213,6 +244,35 @@ func (s *Stream) event(ev sse.Event) {
 	default:
 		s.late(st, ev)
 	}
+}
+
+// nextRound starts the next round of a continued message: its blocks are numbered on from what the client
+// has, and its usage adds to the rounds' before it.
+func (s *Stream) nextRound() {
+	s.roundsUsage = relay.AddUsage(s.roundsUsage, s.roundUsage)
+	s.roundUsage = nil
+	s.blocks, s.open, s.turn = map[int]*block{}, nil, turnBlocks{}
+	s.nextOut = s.rollback
+	s.c.NewRound()
+}
+
+// overUsage is a message's usage once a message_delta's usage members are read over it (each is the
+// message's total so far).
+func overUsage(start []byte, delta gjson.Result) []byte {
+	if !delta.IsObject() {
+		return start
+	}
+	if !gjson.ValidBytes(start) || !gjson.ParseBytes(start).IsObject() {
+		start = []byte("{}")
+	}
+	out := slices.Clone(start)
+	delta.ForEach(func(k, v gjson.Result) bool {
+		if v.Type != gjson.Null {
+			out, _ = sjson.SetRawBytes(out, gjson.Escape(k.Str), []byte(v.Raw))
+		}
+		return true
+	})
+	return out
 }
 
 // messageStart vets the (normally empty) content of message_start and counts its blocks.
@@ -313,6 +373,15 @@ func (s *Stream) complete(ps []*pending) {
 	}
 	relay.Settle[held](&s.Relay, s.c, ps, func(d vet.Decision) { s.end(blockedJSON(d)) }, func(p *pending, d vet.Decision) {
 		p.vetted = true
+		switch {
+		case d.Blocked() && relay.Answerable(s.c, p.Call, d):
+			if !s.Parking() {
+				s.rollback = s.nextOut
+			}
+			s.Refuse(relay.Answer(p.Call, d, false))
+		default:
+			s.Spoil()
+		}
 		st := s.blocks[p.idx]
 		st.client = s.nextOut
 		s.nextOut++

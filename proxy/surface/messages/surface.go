@@ -4,8 +4,12 @@ import (
 	"io"
 	"strings"
 
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
@@ -44,9 +48,45 @@ func (Surface) Continue(_ *assembly.Body, upstream []byte) ([]byte, string, erro
 	return upstream, "", nil
 }
 
+// Flow reads the body as a Messages request.
+func (Surface) Flow() flow.Surface { return flow.SurfaceMessages }
+
+// History is nil: the request carries its whole conversation.
+func (Surface) History(*assembly.Body) []byte { return nil }
+
 // Begin starts the response side: nothing to remember, the answers vetted by Body and Stream.
 func (Surface) Begin(surface.Start) surface.Exchange {
-	return surface.Stateless{VetBody: Body, VetStream: func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) io.ReadCloser {
-		return NewStream(up, c, rec)
+	return surface.Stateless{VetBody: Body, Join: join, VetStream: func(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
+		s := NewStream(up, v.Checker, v.Record)
+		s.SetNext(v.Next)
+		return s
 	}}
+}
+
+// join writes a continued answer: the last one, with the first's id (one message to the client), the content
+// blocks of every answer in order, and the usage of all of them.
+func join(j surface.Joined) ([]byte, error) {
+	out := j.Last
+	var err error
+	if id := gjson.GetBytes(j.First, pathID); id.Exists() {
+		if out, err = sjson.SetRawBytes(out, pathID, []byte(id.Raw)); err != nil {
+			return nil, err
+		}
+	}
+	var blocks []string
+	for _, k := range append(j.Kept, []byte(gjson.GetBytes(out, pathContent).Raw)) {
+		gjson.ParseBytes(k).ForEach(func(_, b gjson.Result) bool {
+			blocks = append(blocks, b.Raw)
+			return true
+		})
+	}
+	if out, err = sjson.SetRawBytes(out, pathContent, relay.JoinArray(blocks)); err != nil {
+		return nil, err
+	}
+	if j.Usage != nil {
+		if out, err = sjson.SetRawBytes(out, "usage", j.Usage); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

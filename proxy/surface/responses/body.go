@@ -27,6 +27,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -102,7 +103,8 @@ func isCall(c *vet.Checker, typ string) bool { return vetted(typ) || refusedBuil
 // Body vets a non-stream Responses body (raw bytes) and returns it, edited with sjson where needed.
 //
 // refuse: blocked function_call items are removed from output; where no call item is left, one message item
-// with the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended. error: the
+// with the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended; where one is
+// left, a message item with its notice takes the place of a call held for confirmation. error: the
 // body is returned unchanged and Result.ErrorCall is set. audit: unchanged; violations recorded as audited.
 // A body that is not one valid JSON object with unique keys is an error.
 func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
@@ -130,11 +132,16 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 		return body, res, nil
 	}
 	drop := map[int]bool{}
+	held := map[int]string{} // output position -> the notice of a call held for confirmation
 	var notices []string
-	for i, d := range res.Vet(c, rec, calls) {
+	ds := res.Vet(c, rec, calls)
+	for i, d := range ds {
 		if d.Blocked() {
 			drop[at[i]] = true
 			notices = append(notices, vet.Notice(d))
+			if d.Verdict == vet.VerdictHeld {
+				held[at[i]] = vet.Notice(d)
+			}
 		}
 	}
 	if res.ErrorCall != nil || len(drop) == 0 {
@@ -142,10 +149,15 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 	}
 	blocked := len(drop)
 	dropLeads(items, drop)
+	res.Continue = continuation(c, body, output, items, calls, at, ds, drop)
 	kept := make([]string, 0, len(items))
 	for i, it := range items {
-		if !drop[i] {
+		switch {
+		case !drop[i]:
 			kept = append(kept, it.Raw)
+		case blocked < len(calls) && held[i] != "":
+			// A held call's notice takes its place in any case: it carries the code that releases the call.
+			kept = append(kept, string(noticeItem(newNoticeID(), held[i], true)))
 		}
 	}
 	if blocked == len(calls) {
@@ -156,6 +168,27 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 		return body, res, fmt.Errorf("responses: edit output: %w", err)
 	}
 	return out, res, nil
+}
+
+// continuation is the response's turn for promptgate to answer itself (onViolation "continue"), when every
+// call of it was blocked and is a function (or custom tool) call it can answer; nil otherwise. What the client
+// keeps of it is its other items (without the reasoning right before a refused call).
+func continuation(c *vet.Checker, body []byte, output gjson.Result, items []gjson.Result, calls []*vet.Call, at []int, ds []vet.Decision, drop map[int]bool) *relay.Continuation {
+	t := flow.Turn{Raw: []byte(output.Raw), ResponseID: gjson.GetBytes(body, pathID).String()}
+	for i, call := range calls {
+		typ := items[at[i]].Get(pathType).Str
+		if !relay.Answerable(c, call, ds[i]) || typ != typeFunction && typ != typeCustomTool {
+			return nil
+		}
+		t.Calls = append(t.Calls, relay.Answer(call, ds[i], typ == typeCustomTool))
+	}
+	var kept []string
+	for i, it := range items {
+		if !drop[i] {
+			kept = append(kept, it.Raw)
+		}
+	}
+	return &relay.Continuation{Turn: t, Kept: relay.JoinArray(kept)}
 }
 
 // dropLeads adds to drop the reasoning items right before each item in it: a stateless client replays the

@@ -94,6 +94,9 @@ func newBgPolicy(p vet.Policy, protocol string, protocolVersion int) *bgPolicy {
 		size += len(name) + len(schema) + 16
 	}
 	p.Allowed, p.Schemas = allowed, schemas
+	if p.Judge != nil {
+		size += p.Judge.Size() // the conversation its calls are judged by
+	}
 	return &bgPolicy{policy: p, protocol: protocol, protocolVersion: protocolVersion, size: size}
 }
 
@@ -408,17 +411,42 @@ type respTrack struct {
 	// instructions is the client's own instructions value (raw JSON, null when none).
 	instructions []byte
 	// bg is set for a background request: the policy kept for its response id.
-	bg      *bgPolicy
+	bg *bgPolicy
+	// history, when set, records the conversation for requests that continue this one: the client's
+	// previous_response_id (prev) and input, and the output shown (final).
+	history *historyMemory
+	prev    string
+	input   gjson.Result
 	mu      sync.Mutex
 	id      string
 	pending []blockedCall
 	shown   []byte // the output shown, until the id is known
 }
 
+// final records what the response added to its conversation, once its output as shown is known.
+func (t *respTrack) final(output []byte) {
+	if t.history == nil {
+		return
+	}
+	t.mu.Lock()
+	id := t.id
+	t.mu.Unlock()
+	if items := turnItems(t.input, output); items != nil {
+		t.history.record(id, t.prev, items)
+	}
+}
+
 func (t *respTrack) setID(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.id != "" {
+	switch {
+	case t.id == id:
+		return
+	case t.id != "":
+		// A continued response (onViolation "continue"): the upstream's next answer is a response of its
+		// own, the one the client continues from, and the decisions from here on are on its calls.
+		t.id = id
+		t.echoes.remember(id, t.instructions)
 		return
 	}
 	t.id = id

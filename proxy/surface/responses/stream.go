@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
@@ -45,7 +46,8 @@ const (
 //     for byte as soon as they are complete. A reasoning item's events are held until the item after it is
 //     known: a stateless client replays its output as the next input, and the API refuses a reasoning item
 //     without the item that followed it. They go out as soon as that item is not a call, or is an allowed
-//     call; a reasoning item right before a blocked call (on refuse) is withheld with it.
+//     call; a reasoning item right before a call that does not reach the client (blocked or held) is
+//     withheld with it.
 //   - The events of a function_call (or custom_tool_call) item — its response.output_item.added, the
 //     argument deltas and .done, its response.output_item.done — are held, keyed by output_index. At the
 //     item's output_item.done the call is vetted (with atomicParallelCalls: every call waits for the end of
@@ -100,6 +102,23 @@ type Stream struct {
 	// OnShown, when set before the first Read, is called with the output of the terminal event as it went
 	// out, when a call of the response was blocked: what a later retrieval must show.
 	OnShown func(output []byte)
+	// OnFinal, when set before the first Read, is called with the output of the terminal event as it went
+	// out (response.completed, .incomplete or .failed).
+	OnFinal func(output []byte)
+
+	// In continue mode (SetNext): the client's output_index and sequence numbers to go back to if the round is
+	// continued (taken at its first refusal); the ids of the notice items of refused calls, which the client
+	// does not keep then; the output items the client keeps of the rounds continued, and their usage, summed.
+	rollback      streamMark
+	refusedNotice map[string]bool
+	kept          []string
+	roundsUsage   []byte
+}
+
+// streamMark is where the client's numbering of a stream stands.
+type streamMark struct {
+	nextOut     int
+	shift, last int64
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -133,6 +152,7 @@ type pending struct {
 
 	vetted   bool
 	released bool
+	refused  bool              // blocked in continue mode, answered by promptgate if the round is continued
 	sum      [sha256.Size]byte // of the arguments, once vetted
 	notice   []byte            // the notice item that took its place (refuse)
 	// lead are the reasoning items right before the call: they go out before it, or are dropped with it.
@@ -195,6 +215,9 @@ func (s *Stream) event(ev sse.Event) {
 			s.OnResponseID(strings.Clone(id.Str)) // relay.Get aliases the read buffer
 		}
 	}
+	if s.Round() > 0 && (typ == "response.created" || typ == "response.in_progress" || typ == "response.queued") {
+		return // one response to the client: its created and in_progress went out in the first round
+	}
 	if typ != evItemAdded && typ != evItemDone && isCall(s.c, relay.Get(data, pathItem+"."+pathType).String()) {
 		// A call item in an event that is neither its added nor its done: it cannot be vetted as a call
 		// there, and no client should take it from there either. Dropped.
@@ -243,15 +266,24 @@ func (s *Stream) event(ev sse.Event) {
 		if !ok {
 			return
 		}
+		if typ == evCompleted && s.Parking() && s.continueRound(data, out) {
+			return
+		}
+		if len(s.kept) > 0 {
+			out = s.joined(data, out)
+		}
 		s.release(s.lead)
 		s.finished = true
 		s.write(ev.Raw, out, m, -1)
+		final := data
+		if out != nil {
+			final = out
+		}
 		if s.OnShown != nil && s.Blocked() > 0 {
-			final := data
-			if out != nil {
-				final = out
-			}
 			s.OnShown([]byte(gjson.GetBytes(final, pathRespOutput).Raw))
+		}
+		if s.OnFinal != nil {
+			s.OnFinal([]byte(gjson.GetBytes(final, pathRespOutput).Raw))
 		}
 		return
 	case evError:
@@ -312,6 +344,68 @@ func (s *Stream) event(ev sse.Event) {
 	default:
 		s.late(st, ev.Raw, m)
 	}
+}
+
+// continueRound, at the end of a round whose every call promptgate refused and can answer, asks the upstream
+// again; when its next answer comes, the output the client keeps of this round is remembered and the next
+// round starts, its items and sequence numbers following what the client has. out is the round's final
+// output as finalOutput wrote it (nil: as the event has it).
+func (s *Stream) continueRound(data, out []byte) bool {
+	final := data
+	if out != nil {
+		final = out
+	}
+	resp := gjson.GetBytes(data, pathResponse)
+	t := flow.Turn{Raw: []byte(resp.Get(pathOutput).Raw), ResponseID: resp.Get(pathID).String()}
+	if !s.EndRound(t) {
+		return false
+	}
+	gjson.GetBytes(final, pathRespOutput).ForEach(func(_, it gjson.Result) bool {
+		if !s.refusedNotice[it.Get(pathID).Str] {
+			s.kept = append(s.kept, it.Raw)
+		}
+		return true
+	})
+	s.roundsUsage = relay.AddUsage(s.roundsUsage, []byte(resp.Get("usage").Raw))
+	s.items, s.byID, s.open, s.lead = map[int]*item{}, map[string]int{}, nil, nil
+	s.refusedNotice, s.sawID = nil, false
+	s.nextOut, s.shift, s.last = s.rollback.nextOut, s.rollback.shift, s.rollback.last
+	s.c.NewRound()
+	return true
+}
+
+// joined is a continued response's terminal event: its output after the output the client kept of the rounds
+// before, and its usage added to theirs.
+func (s *Stream) joined(data, out []byte) []byte {
+	if out == nil {
+		out = slices.Clone(data)
+	}
+	items := slices.Clone(s.kept)
+	gjson.GetBytes(out, pathRespOutput).ForEach(func(_, it gjson.Result) bool {
+		items = append(items, it.Raw)
+		return true
+	})
+	out, _ = sjson.SetRawBytes(out, pathRespOutput, relay.JoinArray(items))
+	if u := gjson.GetBytes(out, "response.usage"); u.IsObject() {
+		out, _ = sjson.SetRawBytes(out, "response.usage", relay.AddUsage(s.roundsUsage, []byte(u.Raw)))
+	}
+	return out
+}
+
+// refuse settles a call blocked in continue mode that promptgate can answer itself: the client's numbering
+// is kept to go back to, should the round be continued.
+func (s *Stream) refuse(p *pending, d vet.Decision) {
+	if !s.Parking() {
+		s.rollback = streamMark{nextOut: s.nextOut, shift: s.shift, last: s.last}
+	}
+	p.refused = true
+	s.Refuse(relay.Answer(p.Call, d, p.typ == typeCustomTool))
+}
+
+// answerable reports whether promptgate may answer a call of the stream itself: a function or custom tool call
+// (a built-in tool's item is not answered by a function output), blocked and with an id.
+func (s *Stream) answerable(p *pending, d vet.Decision) bool {
+	return !p.builtin && (p.typ == typeFunction || p.typ == typeCustomTool) && relay.Answerable(s.c, p.Call, d)
 }
 
 // itemAdded starts an output item: a call is held, any other item goes out with the next output_index.
@@ -525,7 +619,12 @@ func (s *Stream) complete(ps []*pending) {
 	relay.Settle[meta](&s.Relay, s.c, ps, s.fatal, func(p *pending, d vet.Decision) {
 		p.vetted = true
 		p.sum = sha256.Sum256(p.Call.Args)
-		if d.Blocked() && s.c.Mode() == vet.ModeRefuse {
+		if s.answerable(p, d) {
+			s.refuse(p, d)
+		} else {
+			s.Spoil()
+		}
+		if d.Blocked() {
 			drop(p.lead)
 		} else {
 			s.release(p.lead)
@@ -548,6 +647,12 @@ func (s *Stream) complete(ps []*pending) {
 func (s *Stream) notice(p *pending, oi int, text string) {
 	id := newNoticeID()
 	p.notice = noticeItem(id, text, true)
+	if p.refused {
+		if s.refusedNotice == nil {
+			s.refusedNotice = map[string]bool{}
+		}
+		s.refusedNotice[id] = true
+	}
 	part := textPart(text)
 	empty, _ := sjson.SetBytes(slices.Clone(part), "text", "")
 	evs := []struct {
@@ -649,6 +754,7 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	}
 	if len(fresh) > 0 {
 		ds := s.c.VetBatch(fresh)
+		s.Spoil() // calls the stream never showed are not answered by promptgate: the round is not continued
 		if culprit := relay.Culprit(s.c, ds); culprit >= 0 {
 			for _, d := range ds {
 				s.Record(d)
@@ -664,9 +770,6 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 			pos := freshAt[i]
 			entries[pos].raw = string(noticeItem(newNoticeID(), vet.Notice(d), true))
 			changed = true
-			if s.c.Mode() != vet.ModeRefuse {
-				continue
-			}
 			// The reasoning right before it goes with it, if the client has not been shown it yet.
 			for j := pos - 1; j >= 0 && items[j].Get(pathType).Str == typeReasoning; j-- {
 				if st := s.items[j]; st == nil || st.client < 0 {

@@ -7,9 +7,11 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
@@ -31,6 +33,7 @@ type Options struct {
 type Surface struct {
 	blocked *blockedMemory
 	echoes  *instructionMemory
+	history *historyMemory
 }
 
 var (
@@ -40,7 +43,7 @@ var (
 
 // New returns the surface with an empty memory.
 func New(o Options) *Surface {
-	return &Surface{blocked: newBlockedMemory(o.Remember), echoes: newInstructionMemory(o.Remember)}
+	return &Surface{blocked: newBlockedMemory(o.Remember), echoes: newInstructionMemory(o.Remember), history: newHistoryMemory(o.Remember)}
 }
 
 func (*Surface) Name() string                       { return "responses" }
@@ -81,10 +84,29 @@ func (s *Surface) Continue(b *assembly.Body, upstream []byte) ([]byte, string, e
 	return out, "answered the blocked calls of the previous response " + prev.Str, nil
 }
 
+// Flow reads the body as a Responses request.
+func (*Surface) Flow() flow.Surface { return flow.SurfaceResponses }
+
+// History is, for a request that continues with previous_response_id, the conversation this instance
+// relayed up to that response (see history.go); nil when it does not know all of it, or the request does
+// not continue one.
+func (s *Surface) History(b *assembly.Body) []byte {
+	prev := b.Get(reqPreviousResponseID)
+	if prev.Type != gjson.String || prev.Str == "" {
+		return nil
+	}
+	return s.history.chain(prev.Str)
+}
+
 // Begin starts tracking the response: its id, its blocked calls and the output shown, the client's own
 // instructions and, for a background request, the policy its retrievals are vetted with.
 func (s *Surface) Begin(st surface.Start) surface.Exchange {
 	t := &respTrack{mem: s.blocked, echoes: s.echoes, instructions: clientInstructions(st.Client)}
+	if st.Record && gjson.GetBytes(st.Upstream, "store").Type != gjson.False {
+		t.history = s.history
+		t.prev = gjson.GetBytes(st.Client, reqPreviousResponseID).String()
+		t.input = gjson.GetBytes(st.Client, "input")
+	}
 	if isBackground(st.Upstream) {
 		t.bg = newBgPolicy(st.Policy, st.Protocol, st.ProtocolVersion)
 	}
@@ -104,26 +126,62 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 	if x.t.bg != nil && (id.Type != gjson.String || id.Str == "") {
 		return nil, relay.Result{}, errors.New("the background response has no id")
 	}
-	if id.Type == gjson.String {
-		x.t.setID(id.Str)
+	if x.t.bg != nil {
+		v.Next = nil // a background response is retrieved later, from the upstream's one response
 	}
-	out, res, err := Body(body, v.Checker, v.Record)
+	out, res, err := surface.Rounds(body, v, func(b []byte) ([]byte, relay.Result, error) {
+		// Each answer of a continued response is a response of its own upstream: the decisions on its
+		// calls belong to it, and the client continues from the last one.
+		if id := gjson.GetBytes(b, pathID); id.Type == gjson.String {
+			x.t.setID(id.Str)
+		}
+		return Body(b, v.Checker, v.Record)
+	}, join)
 	if err != nil || res.ErrorCall != nil {
 		return out, res, err
 	}
+	output := []byte(gjson.GetBytes(out, pathOutput).Raw)
 	if res.Blocked > 0 {
-		x.t.show([]byte(gjson.GetBytes(out, pathOutput).Raw))
+		x.t.show(output)
 	}
+	x.t.final(output)
 	out, err = echoInstructions(out, "", x.t.instructions)
 	return out, res, err
+}
+
+// join writes a continued response: the last one (whose id the client continues from), with the output items
+// of every answer in order and the usage of all of them.
+func join(j surface.Joined) ([]byte, error) {
+	out := j.Last
+	var items []string
+	for _, k := range append(j.Kept, []byte(gjson.GetBytes(out, pathOutput).Raw)) {
+		gjson.ParseBytes(k).ForEach(func(_, it gjson.Result) bool {
+			items = append(items, it.Raw)
+			return true
+		})
+	}
+	var err error
+	if out, err = sjson.SetRawBytes(out, pathOutput, relay.JoinArray(items)); err != nil {
+		return nil, err
+	}
+	if j.Usage != nil {
+		if out, err = sjson.SetRawBytes(out, "usage", j.Usage); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Stream vets a created response's stream, with the same memory as Body.
 func (x exchange) Stream(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
 	s := NewStream(up, v.Checker, v.Record)
+	if x.t.bg == nil {
+		s.SetNext(v.Next) // a background response is retrieved later, from the upstream's one response
+	}
 	s.OnResponseID = x.t.setID
 	s.Instructions = x.t.instructions
 	s.OnShown = x.t.show
+	s.OnFinal = x.t.final
 	return s
 }
 

@@ -61,3 +61,32 @@ func TestDecisionLabelsHoldNoClientText(t *testing.T) {
 		t.Errorf("%d series, first: %q; want %s", len(series), series[:min(len(series), 3)], want)
 	}
 }
+
+// TestFlowDecisionLabels: information-flow decisions are counted by kind and verdict, both from fixed sets (an
+// unknown verdict is "other"), never by their reasons, which name the operator's rules and paths.
+func TestFlowDecisionLabels(t *testing.T) {
+	t.Parallel()
+	m := New(nil)
+	for i := range 100 {
+		r := "rule payee: recipient (value " + strconv.Itoa(i) + ") does not occur in user"
+		m.Record(context.Background(), audit.Event{Kind: audit.KindProvenance, Verdict: audit.VerdictBlocked, Reason: r})
+		m.Record(context.Background(), audit.Event{Kind: audit.KindConfirm, Verdict: audit.VerdictHeld, Reason: r})
+		m.Record(context.Background(), audit.Event{Kind: audit.KindBudget, Verdict: "verdict-" + strconv.Itoa(i)})
+	}
+	m.Record(context.Background(), audit.Event{Kind: audit.KindFlow, Verdict: audit.VerdictConfirmed})
+	var series []string
+	for line := range strings.Lines(scrape(t, m)) {
+		if strings.HasPrefix(line, "promptgate_flow_decisions_total{") {
+			series = append(series, strings.TrimSpace(line))
+		}
+	}
+	want := []string{
+		`promptgate_flow_decisions_total{kind="budget",verdict="other"} 100`,
+		`promptgate_flow_decisions_total{kind="confirm",verdict="held"} 100`,
+		`promptgate_flow_decisions_total{kind="flow",verdict="confirmed"} 1`,
+		`promptgate_flow_decisions_total{kind="provenance",verdict="blocked"} 100`,
+	}
+	if strings.Join(series, "\n") != strings.Join(want, "\n") {
+		t.Errorf("series:\n%s\nwant\n%s", strings.Join(series, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -35,6 +35,7 @@ type Metrics struct {
 	upstream           *prometheus.HistogramVec
 	toolsRemoved       *prometheus.CounterVec
 	callsBlocked       *prometheus.CounterVec
+	flowDecisions      *prometheus.CounterVec
 	contextTruncations prometheus.Counter
 	pluginLatency      *prometheus.HistogramVec
 	pluginErrors       *prometheus.CounterVec
@@ -65,6 +66,9 @@ func New(versions func() []Version) *Metrics {
 	m.callsBlocked = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "promptgate_tool_calls_blocked_total", Help: "Tool calls blocked (or audited) in responses, by verdict and reason.",
 	}, []string{"verdict", "reason"})
+	m.flowDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "promptgate_flow_decisions_total", Help: "Information-flow decisions on tool calls, by kind (provenance, flow, budget, confirm) and verdict (blocked, held, confirmed, expired, reused, audited).",
+	}, []string{"kind", "verdict"})
 	m.contextTruncations = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "promptgate_context_truncations_total", Help: "Requests whose runtime context JSON was shortened to fit its budget.",
 	})
@@ -74,7 +78,7 @@ func New(versions func() []Version) *Metrics {
 	m.pluginErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "promptgate_plugin_errors_total", Help: "Context source failures, by source and reason class (timeout, unavailable, canceled, error, too_large, bad_answer).",
 	}, []string{"source", "reason"})
-	m.reg.MustRegister(m.requests, m.overhead, m.upstream, m.toolsRemoved, m.callsBlocked, m.contextTruncations,
+	m.reg.MustRegister(m.requests, m.overhead, m.upstream, m.toolsRemoved, m.callsBlocked, m.flowDecisions, m.contextTruncations,
 		m.pluginLatency, m.pluginErrors, m.audit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if versions != nil {
@@ -175,8 +179,22 @@ func (m *Metrics) Record(_ context.Context, e audit.Event) {
 		m.toolsRemoved.WithLabelValues(audit.ReasonHead(e.Reason)).Inc()
 	case e.Kind == audit.KindToolCall && e.Verdict != audit.VerdictAllowed:
 		m.callsBlocked.WithLabelValues(e.Verdict, audit.ReasonHead(e.Reason)).Inc()
+	case slices.Contains(flowKinds, e.Kind):
+		verdict := e.Verdict
+		if !slices.Contains(flowVerdicts, verdict) {
+			verdict = "other"
+		}
+		m.flowDecisions.WithLabelValues(e.Kind, verdict).Inc()
 	}
 }
+
+// flowKinds and flowVerdicts are the label values of promptgate_flow_decisions_total (a verdict outside
+// the list counts as "other").
+var (
+	flowKinds    = []string{audit.KindProvenance, audit.KindFlow, audit.KindBudget, audit.KindConfirm}
+	flowVerdicts = []string{audit.VerdictBlocked, audit.VerdictHeld, audit.VerdictConfirmed, audit.VerdictExpired,
+		audit.VerdictReused, audit.VerdictAudited}
+)
 
 var _ audit.Recorder = (*Metrics)(nil)
 

@@ -65,6 +65,11 @@ const (
 	// SpanContext: the context sources are asked, in parallel; SpanContextSource is one source.
 	SpanContext       = "promptgate.context"
 	SpanContextSource = "promptgate.context.source"
+	// SpanFlow: the conversation is analyzed for the information-flow rules (when the protocol has some).
+	SpanFlow = "promptgate.flow"
+	// SpanContinue: promptgate answered the refused calls of an answer itself and asks the upstream again
+	// (onViolation "continue"), one span per round.
+	SpanContinue = "promptgate.continue"
 	// SpanAssemble: the template, the layered prompt and the rewritten body.
 	SpanAssemble = "promptgate.assemble"
 	// SpanUpstream: from sending the request upstream to its response headers.

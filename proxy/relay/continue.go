@@ -1,0 +1,176 @@
+package relay
+
+import (
+	"bytes"
+	"io"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/sse"
+)
+
+// Next asks the upstream again in onViolation "continue": promptgate answered every call of the model's turn
+// t itself, with a refusal as each call's result, and the upstream's new answer follows in the same client
+// exchange. It returns the new answer's body (an SSE stream for a stream, JSON otherwise), or an error when
+// there is no round left or the upstream failed: the turn's calls are then refused as in refuse mode.
+type Next func(t flow.Turn) (io.ReadCloser, error)
+
+// Continuation is an answer whose every call was blocked in continue mode, each one promptgate can answer
+// itself: the model's turn with the refusals, and what the client keeps of the answer when it is continued.
+type Continuation struct {
+	Turn flow.Turn
+	// Kept is the answer without its refused calls and without notices, in the surface's form (the text of
+	// a chat message, a Messages content array, a Responses output array).
+	Kept []byte
+}
+
+// Answer is promptgate's answer to a call blocked in continue mode: the refusal, which names the tool and the
+// reason (never the arguments), as the call's result. custom marks a custom tool's call (free-form input).
+func Answer(call *vet.Call, d vet.Decision, custom bool) flow.Answered {
+	return flow.Answered{ID: call.ID, Tool: call.Name, Args: bytes.Clone(call.Args), Custom: custom,
+		Result: flow.RefusalText(call.Name, d.Reason)}
+}
+
+// Answerable reports whether promptgate may answer a call itself in continue mode: it was blocked (not held
+// for confirmation, which is the user's to give) and has an id to answer by (legacy Chat function calls
+// have none, and are answered by name).
+func Answerable(c *vet.Checker, call *vet.Call, d vet.Decision) bool {
+	return c.Mode() == vet.ModeContinue && d.Verdict == vet.VerdictBlocked && (call.ID != "" || call.Legacy)
+}
+
+// A stream in continue mode goes in rounds. When a call of a round is blocked and promptgate can answer it
+// (Refuse), the round may end up continued: then nothing the round writes from there on reaches the client —
+// the refusal's notice, the calls and text after it, the round's end — since the upstream is asked again and
+// its next answer follows in the same stream. That output is parked, not handed out, until the round's fate is
+// known: a call of the round that reaches the client, or is held for confirmation, or cannot be answered
+// (Spoil) sends the parked output on at once and the round goes on as in refuse mode; at the round's end
+// (EndRound), the upstream is asked again and the parked output dropped, or, when that fails, sent on.
+
+// rounds is a stream's state in continue mode.
+type rounds struct {
+	next    Next
+	parking bool
+	mark    int // where the parked part of Out starts in the current step
+	parked  []byte
+	answers []flow.Answered
+	spoiled bool
+	n       int
+}
+
+// SetNext puts the stream in continue mode; nil (the default) refuses as refuse mode does.
+func (r *Relay) SetNext(next Next) { r.round.next = next }
+
+// Continuing reports whether the stream is in continue mode.
+func (r *Relay) Continuing() bool { return r.round.next != nil }
+
+// Round is how many rounds the stream has been continued: 0 in the upstream's first answer.
+func (r *Relay) Round() int { return r.round.n }
+
+// Parking reports whether the round waits to be continued: a refused call's answer is pending and what is
+// written is parked.
+func (r *Relay) Parking() bool { return r.round.parking }
+
+// Refuse records promptgate's answer to a call blocked in continue mode, before the surface writes the call's
+// notice (which is then parked with what follows). It does nothing outside continue mode or once the round
+// cannot be continued: the notice goes out as in refuse mode.
+func (r *Relay) Refuse(a flow.Answered) {
+	if r.round.next == nil || r.round.spoiled {
+		return
+	}
+	r.round.answers = append(r.round.answers, a)
+	if !r.round.parking {
+		r.round.parking, r.round.mark = true, len(r.Out)
+	}
+}
+
+// Spoil says that the round cannot be continued (a call of it reaches the client, is held, or cannot be
+// answered): what was parked goes out now.
+func (r *Relay) Spoil() {
+	if r.round.next == nil {
+		return
+	}
+	r.round.spoiled = true
+	r.flushRound()
+}
+
+// flushRound sends on what was parked.
+func (r *Relay) flushRound() {
+	if r.round.parking {
+		r.round.parked = append(r.round.parked, r.Out[r.round.mark:]...)
+		r.Out = append(r.Out[:r.round.mark], r.round.parked...)
+	}
+	r.round.parking, r.round.parked = false, r.round.parked[:0]
+}
+
+// EndRound is called at the clean end of a round: when refused calls wait and the round can be continued, it
+// asks for the next round with t (its Calls are the refused calls' answers) and, when it comes, reads it in
+// place of the upstream, which is closed, drops what was parked and reports true; the surface then starts its
+// next round, keeping what the client was shown. Otherwise what was parked goes out, the round state is
+// cleared for the stream's end, and it reports false.
+func (r *Relay) EndRound(t flow.Turn) bool {
+	defer func() {
+		r.round.answers, r.round.spoiled = nil, false
+	}()
+	if r.round.next == nil || r.round.spoiled || len(r.round.answers) == 0 {
+		r.flushRound()
+		return false
+	}
+	t.Calls = r.round.answers
+	up, err := r.round.next(t)
+	if err != nil {
+		r.flushRound()
+		return false
+	}
+	_ = r.up.Close()
+	r.up = up
+	r.rd = sse.NewReaderMax(up, MaxEventBytes)
+	if r.round.parking {
+		r.Out = r.Out[:r.round.mark]
+	}
+	r.round.parking, r.round.parked = false, r.round.parked[:0]
+	r.round.n++
+	return true
+}
+
+// AddUsage adds the numbers of usage object b to those of a, member by member at any depth (a member of one
+// only is kept as it is; a value that is not a number is b's): the usage of every round of an answer summed
+// into what the client is shown. Either may be empty; the result is a JSON object, or nil when both are.
+func AddUsage(a, b []byte) []byte {
+	ua, ub := gjson.ParseBytes(a), gjson.ParseBytes(b)
+	switch {
+	case !ub.IsObject():
+		if ua.IsObject() {
+			return a
+		}
+		return nil
+	case !ua.IsObject():
+		return b
+	}
+	out := bytes.Clone(a)
+	ub.ForEach(func(k, vb gjson.Result) bool {
+		va := ua.Get(gjson.Escape(k.Str))
+		key := gjson.Escape(k.Str)
+		var err error
+		switch {
+		case vb.Type == gjson.Number && va.Type == gjson.Number:
+			if va.Raw == "0" || vb.Raw == "0" || isInt(va.Raw) && isInt(vb.Raw) {
+				out, err = sjson.SetBytes(out, key, va.Int()+vb.Int())
+			} else {
+				out, err = sjson.SetBytes(out, key, va.Float()+vb.Float())
+			}
+		case vb.IsObject() && va.IsObject():
+			out, err = sjson.SetRawBytes(out, key, AddUsage([]byte(va.Raw), []byte(vb.Raw)))
+		case vb.Type == gjson.Null && va.Exists():
+		default:
+			out, err = sjson.SetRawBytes(out, key, []byte(vb.Raw))
+		}
+		return err == nil
+	})
+	return out
+}
+
+// isInt reports whether a JSON number is written as an integer.
+func isInt(raw string) bool { return !bytes.ContainsAny([]byte(raw), ".eE") }
