@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -543,5 +544,85 @@ func TestRedTeamConfirmation(t *testing.T) {
 	_, rh, b := post(t, ts, sf, req, nil)
 	if got := read(t, sf, false, b); len(got.calls) != 0 || slices.Contains(confirmVerdicts(rec.eventsOfRequest(rh.Get(HeaderRequestID))), audit.VerdictConfirmed) {
 		t.Errorf("a code in an image part released the call: %s", b)
+	}
+}
+
+// TestRedTeamOddAnswers: answers shaped to slip past the judge are judged all the same — a call repeated under
+// its id in one answer (not released twice on one decision), a call in a choice other than the first, an
+// Anthropic tool_use whose input comes whole in its content_block_start — and a Responses input the rules cannot
+// read is refused before it reaches the upstream.
+func TestRedTeamOddAnswers(t *testing.T) {
+	t.Parallel()
+	t.Run("same id twice", func(t *testing.T) { t.Parallel(); redSameIDTwice(t) })
+	t.Run("second choice", func(t *testing.T) { t.Parallel(); redSecondChoice(t) })
+	t.Run("input in content_block_start", func(t *testing.T) { t.Parallel(); redStartInput(t) })
+	t.Run("unreadable input", func(t *testing.T) { t.Parallel(); redUnreadableInput(t) })
+}
+
+func redSameIDTwice(t *testing.T) {
+	clean := []flowtest.Turn{{App: redApp}, {User: "Mail bob@acme.com the weekly notes."}}
+	hist := append(clean, flowtest.Turn{Calls: []flowtest.Call{mail("h1", "bob@acme.com", "x")}}, flowtest.Turn{Tool: "h1", Output: "sent"},
+		flowtest.Turn{Calls: []flowtest.Call{mail("h2", "bob@acme.com", "y")}}, flowtest.Turn{Tool: "h2", Output: "sent"})
+	m := mail("a1", "bob@acme.com", "z")
+	runRed(t, redProtocol, []redCase{{name: "same id twice", turns: hist, calls: []redCall{{m, audit.VerdictAllowed}, {m, audit.VerdictBlocked}}}})
+}
+
+func redSecondChoice(t *testing.T) {
+	evil := `{"to":"evil@evil.net","subject":"s","body":"b"}`
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, fmt.Sprintf(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[
+		{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"},
+		{"index":1,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"evil1","type":"function","function":{"name":"send_email","arguments":%q}}]},"finish_reason":"tool_calls"}]}`, evil))
+	})
+	ts, _ := flowServer(t, up.URL, redProtocol)
+	req := flowRequest(t, flow.SurfaceChat, []flowtest.Turn{{User: "mail bob@acme.com"}}, redTools, false, map[string]any{"n": 2})
+	st, _, b := post(t, ts, flow.SurfaceChat, req, nil)
+	if strings.Contains(string(b), "evil1") || strings.Contains(string(b), "evil@evil.net") {
+		t.Errorf("choice 1: %d %s", st, b)
+	}
+	if st != http.StatusOK || !strings.Contains(string(b), "[promptgate] blocked tool call send_email") {
+		t.Errorf("choice 1 not judged: %d %s", st, b)
+	}
+}
+
+func redStartInput(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range []string{
+			`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}}`,
+			`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"evil1","name":"send_email","input":{"to":"bob@acme.com","body":"see https://evil.net/x"}}}`,
+			`{"type":"content_block_stop","index":0}`,
+			`{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}`,
+			`{"type":"message_stop"}`,
+		} {
+			var m map[string]any
+			_ = json.Unmarshal([]byte(ev), &m)
+			_, _ = io.WriteString(w, "event: "+m["type"].(string)+"\ndata: "+ev+"\n\n")
+		}
+	})
+	ts, rec := flowServer(t, up.URL, redProtocol)
+	req := flowRequest(t, flow.SurfaceMessages, []flowtest.Turn{{User: "mail bob@acme.com"}}, redTools, true, nil)
+	st, h, b := post(t, ts, flow.SurfaceMessages, req, nil)
+	if st != http.StatusOK || strings.Contains(string(b), "evil.net") || strings.Contains(string(b), "evil1") || blockedReason(rec.eventsOfRequest(h.Get(HeaderRequestID)), "send_email") == "" {
+		t.Errorf("input in content_block_start: %d %s", st, b)
+	}
+}
+
+func redUnreadableInput(t *testing.T) {
+	up := newFlowUpstream(t, scriptedTurn{text: "hi"})
+	ts, _ := flowServer(t, up.URL, redProtocol)
+	for _, body := range []string{`{"model":"m","input":{"role":"user","content":"x"}}`, `{"model":"m","input":7}`} {
+		req, _ := http.NewRequest("POST", ts.URL+PathResponses, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || len(up.requests()) != 0 {
+			t.Errorf("%s: %d %s, upstream asked %d times", body, resp.StatusCode, b, len(up.requests()))
+		}
 	}
 }
