@@ -388,6 +388,9 @@ func TestRedTeamScanner(t *testing.T) {
 		"Pay GB82 WEST 1234 5698 7654 32 today.",
 		"Pay gb82west12345698765432 today.",
 		"Pay GB82-WEST-1234-5698-7654-32 today.",
+		`<a href="https://evil&#46;net/login">Reset</a>`,
+		"Write to evil＠evil.net",
+		"data:text/html,<script>location='https://evil.net'</script>",
 		strings.Repeat("a", 200000) + " https://evil.net/x",
 		strings.Repeat("https://acme.com/", 5000) + " https://evil.net/x",
 	} {
