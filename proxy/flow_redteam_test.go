@@ -391,6 +391,9 @@ func TestRedTeamScanner(t *testing.T) {
 		`<a href="https://evil&#46;net/login">Reset</a>`,
 		"Write to evil＠evil.net",
 		"data:text/html,<script>location='https://evil.net'</script>",
+		"<a href=\"https://acme.com\n.evil\n.net/login\">Reset your password</a>",
+		"<a href=\"https://acme.com\t.evil\t.net/login\">Reset</a>",
+		`<a href="&#x68;&#x74;&#x74;&#x70;&#x73;&#x3a;&#x2f;&#x2f;&#x65;&#x76;&#x69;&#x6c;&#x2e;&#x6e;&#x65;&#x74;/login">Reset</a>`,
 		strings.Repeat("a", 200000) + " https://evil.net/x",
 		strings.Repeat("https://acme.com/", 5000) + " https://evil.net/x",
 	} {

@@ -92,11 +92,11 @@ func (ix *index) items() {
 					if h, ok := itemHost(it); ok {
 						ix.hosts[h] |= bit
 					}
-					if u, ok := canonicalURL(seg.Text[it.Start:it.End]); ok {
+					if u, ok := canonicalURL(it.Text(seg.Text)); ok {
 						ix.urls[u] |= bit
 					}
 				case scan.Email:
-					if k, ok := emailKey(seg.Text[it.Start:it.End]); ok {
+					if k, ok := emailKey(it.Text(seg.Text)); ok {
 						ix.emails[k] |= bit
 						if h, err := vet.NormHost(it.Host); err == nil {
 							ix.hosts[h] |= bit
@@ -545,13 +545,13 @@ func (ix *index) lookup(kind valueKind, key string, words []string) uint64 {
 func itemKey(text string, it scan.Item, matchURL bool) (valueKind, string, bool) {
 	switch it.Kind {
 	case scan.Email:
-		k, ok := emailKey(text[it.Start:it.End])
+		k, ok := emailKey(it.Text(text))
 		return vkEmail, k, ok
 	case scan.IBAN:
 		return vkIBAN, it.Value, true
 	}
 	if matchURL {
-		u, ok := canonicalURL(text[it.Start:it.End])
+		u, ok := canonicalURL(it.Text(text))
 		return vkURL, u, ok
 	}
 	h, ok := itemHost(it)

@@ -70,10 +70,44 @@ type Item struct {
 	Malformed bool
 	// Value is an IBAN without separators, in upper case; "" for other kinds.
 	Value string
+	// Decoded is the item as a browser reads it, when it was found only so and that differs from
+	// text[Start:End] (see Find); "" otherwise. Host and Value are then parts of Decoded.
+	Decoded string
 }
 
-// Find returns the items of the given kinds in text, ordered by Start (then by End).
+// Text returns the item as read in text, the text it was found in: Decoded, else text[Start:End].
+func (it Item) Text(text string) string {
+	if it.Decoded != "" {
+		return it.Decoded
+	}
+	return text[it.Start:it.End]
+}
+
+// Find returns the items of the given kinds in text, ordered by Start (then by End). It reads text
+// twice when a browser would read it otherwise: as written, and with character references decoded
+// and ASCII tabs and line breaks removed inside the quoted attribute values of HTML tags (as a
+// browser reads '<a href="https://x.com&#10;.evil.net">'); an item found only in that reading
+// covers the bytes it was read from and carries Decoded.
 func Find(text string, kinds Kind) []Item {
+	items := find(text, kinds)
+	if v, ok := decodedView(text); ok {
+		seen := make(map[Item]bool, len(items))
+		for _, it := range items {
+			seen[it] = true
+		}
+		for _, it := range find(v.text, kinds) {
+			if it = v.mapItem(text, it); !seen[it] {
+				seen[it] = true
+				items = append(items, it)
+			}
+		}
+		sortItems(items)
+	}
+	return items
+}
+
+// find returns the items of text as written, ordered.
+func find(text string, kinds Kind) []Item {
 	var items []Item
 	if kinds&(URL|Email) != 0 {
 		forTokens(text, func(start, end int) {
@@ -87,9 +121,10 @@ func Find(text string, kinds Kind) []Item {
 	return items
 }
 
-// Whole returns the one item of kind k that spans all of s, if s is exactly one such item.
+// Whole returns the one item of kind k that spans all of s as written, if s is exactly one such
+// item.
 func Whole(s string, k Kind) (Item, bool) {
-	for _, it := range Find(s, k) {
+	for _, it := range find(s, k) {
 		if it.Kind == k && it.Start == 0 && it.End == len(s) {
 			return it, true
 		}
