@@ -394,6 +394,13 @@ func TestRedTeamScanner(t *testing.T) {
 		"<a href=\"https://acme.com\n.evil\n.net/login\">Reset your password</a>",
 		"<a href=\"https://acme.com\t.evil\t.net/login\">Reset</a>",
 		`<a href="&#x68;&#x74;&#x74;&#x70;&#x73;&#x3a;&#x2f;&#x2f;&#x65;&#x76;&#x69;&#x6c;&#x2e;&#x6e;&#x65;&#x74;/login">Reset</a>`,
+		"Our new account: GB82  WEST  1234  5698  7654  32",
+		"Our new account: GB 82 WEST 1234 5698 7654 32",
+		"Our new account: GB82\nWEST12345698765432",
+		"Our new account: GB82WEST1234\u200b5698765432",
+		// The stream's fragments split the arguments at their middle byte; the IBAN stays clear of it.
+		"Please update your records: our bank has changed and the old account closes at the end of the month. " +
+			"Our new account: ＧＢ８２ＷＥＳＴ１２３４５６９８７６５４３２",
 		strings.Repeat("a", 200000) + " https://evil.net/x",
 		strings.Repeat("https://acme.com/", 5000) + " https://evil.net/x",
 	} {

@@ -460,10 +460,11 @@ func normalise(v gjson.Result, as string, matchURL bool) (kind valueKind, key st
 		}
 		return vkHost, h, nil, ""
 	case AsIBAN:
-		if !isIBANValue(s) {
+		it, ok := scan.Whole(s, scan.IBAN)
+		if !ok {
 			return 0, "", nil, "is not a valid IBAN"
 		}
-		return vkIBAN, compactIBAN(s), nil, ""
+		return vkIBAN, it.Value, nil, ""
 	case AsID:
 		if s == "" || strings.IndexFunc(s, unicode.IsSpace) >= 0 {
 			return 0, "", nil, "is not an id (empty, or holds white space)"
@@ -494,25 +495,10 @@ func isWhole(s string, k scan.Kind) bool {
 	return ok
 }
 
-// compactIBAN removes separators and upper-cases an IBAN as written.
-func compactIBAN(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z':
-			b.WriteByte(c - 'a' + 'A')
-		case c >= 'A' && c <= 'Z' || c >= '0' && c <= '9':
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
 // isIBANValue reports whether a whole value is one IBAN (grouped or not).
 func isIBANValue(s string) bool {
-	it, ok := scan.Whole(s, scan.IBAN)
-	return ok && it.Value != ""
+	_, ok := scan.Whole(s, scan.IBAN)
+	return ok
 }
 
 // lookup returns the sources where a normalised value occurs.

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/idna"
 	"golang.org/x/net/publicsuffix"
+	"golang.org/x/text/unicode/norm"
 )
 
 // Kind is a kind of item; kinds combine as a bit set.
@@ -31,8 +32,11 @@ const (
 	// more letters (or punycode). Quoted local parts and IP-literal domains are not found.
 	Email
 	// IBAN is two letters, two check digits and 11 to 30 letters or digits, in one piece or in groups
-	// separated by single spaces or hyphens, whose mod-97 checksum holds (ISO 13616) and, for a
-	// country this package knows, whose length is that country's.
+	// separated by white space (line breaks too), invisible format characters or a hyphen, the
+	// country code possibly apart ("GB 82 WEST …", a country this package knows), letters and
+	// digits in full-width or other compatibility forms read as NFKC reads them, whose mod-97
+	// checksum holds (ISO 13616) and, for a country this package knows, whose length is that
+	// country's.
 	IBAN
 )
 
@@ -646,23 +650,23 @@ func upper(c byte) byte {
 	return c
 }
 
-// findIBANs appends the IBANs of text. A candidate starts where two letters and two digits follow
-// something other than a letter or digit; it reads groups of letters and digits joined by single
-// separators, and the longest run of whole groups that is a valid IBAN is the item.
+// findIBANs appends the IBANs of text. A candidate starts where two letters follow something other
+// than a letter, digit or mark; it reads groups of letters and digits joined by separators, and the
+// longest run of whole groups that is a valid IBAN is the item.
 func findIBANs(items []Item, text string) []Item {
-	for i := 0; i+4 <= len(text); i++ {
-		if !isLetterByte(text[i]) || !isLetterByte(text[i+1]) || !isDigitByte(text[i+2]) || !isDigitByte(text[i+3]) {
-			continue
-		}
-		if i > 0 {
-			if r, _ := utf8.DecodeLastRuneInString(text[:i]); unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r) {
+	var prev rune = ' '
+	for i := 0; i < len(text); {
+		r, n := utf8.DecodeRuneInString(text[i:])
+		if !unicode.IsLetter(prev) && !unicode.IsDigit(prev) && !unicode.IsMark(prev) && isLetterByte(ibanChar(r)) {
+			if it, ok := iban(text, i); ok {
+				items = append(items, it)
+				prev, _ = utf8.DecodeLastRuneInString(text[:it.End])
+				i = it.End
 				continue
 			}
 		}
-		if it, ok := iban(text, i); ok {
-			items = append(items, it)
-			i = it.End - 1
-		}
+		prev = r
+		i += n
 	}
 	return items
 }
@@ -673,23 +677,29 @@ const (
 	maxIBAN = 34
 )
 
-// iban reads the longest valid IBAN made of whole groups starting at s.
+// iban reads the longest valid IBAN made of whole groups starting at s. The first group is the
+// country code alone (then the country must be one this package knows, and the next group starts
+// with the check digits) or the country code and the check digits followed by more.
 func iban(text string, s int) (Item, bool) {
 	var buf [maxIBAN]byte
-	n, best, bestEnd := 0, 0, 0
-	want := ibanLength(upper(text[s]), upper(text[s+1]))
+	n, best, bestEnd, want := 0, 0, 0, 0
 	i := s
-	for {
-		g := i
-		for i < len(text) && isAlnumByte(text[i]) {
+	for groups := 0; ; groups++ {
+		g := n
+		for i < len(text) {
+			r, size := utf8.DecodeRuneInString(text[i:])
+			c := ibanChar(r)
+			if c == 0 {
+				break
+			}
 			if n == maxIBAN {
 				return ibanItem(s, bestEnd, buf[:best])
 			}
-			buf[n] = upper(text[i])
+			buf[n] = c
 			n++
-			i++
+			i += size
 		}
-		if i == g {
+		if n == g {
 			break
 		}
 		if i < len(text) {
@@ -697,11 +707,22 @@ func iban(text string, s int) (Item, bool) {
 				break // the group runs on into other letters: not a whole token
 			}
 		}
+		switch {
+		case groups == 0 && (n < 2 || !isLetterByte(buf[0]) || !isLetterByte(buf[1])):
+			return Item{}, false
+		case groups == 0:
+			want = ibanLength(buf[0], buf[1])
+			if n == 2 && want == 0 || n == 3 || n > 3 && !isDigitByte(buf[2]) {
+				return Item{}, false
+			}
+		case groups == 1 && g == 2 && (n < 4 || !isDigitByte(buf[2]) || !isDigitByte(buf[3])):
+			return Item{}, false
+		}
 		if (want == 0 || n == want) && n >= minIBAN && checksum(buf[:n]) {
 			best, bestEnd = n, i
 		}
 		sep := separatorLen(text[i:])
-		if sep == 0 || i+sep >= len(text) || !isAlnumByte(text[i+sep]) {
+		if sep == 0 || i+sep >= len(text) {
 			break
 		}
 		i += sep
@@ -716,18 +737,47 @@ func ibanItem(s, end int, v []byte) (Item, bool) {
 	return Item{Kind: IBAN, Start: s, End: end, Value: string(v)}, true
 }
 
-// separatorLen is the length of the group separator at the start of s: a space, a no-break space,
-// a narrow no-break space or a hyphen; 0 when there is none.
-func separatorLen(s string) int {
+// ibanChar is the letter (in upper case) or digit of the ASCII alphabet that r is, or is a
+// compatibility form of (full-width "Ｇ", mathematical "𝐆"), as a bank form reads it after NFKC;
+// 0 for any other rune.
+func ibanChar(r rune) byte {
 	switch {
-	case strings.HasPrefix(s, " "), strings.HasPrefix(s, "-"):
-		return 1
-	case strings.HasPrefix(s, "\u00a0"):
-		return 2
-	case strings.HasPrefix(s, "\u202f"):
-		return 3
+	case r < utf8.RuneSelf:
+		if isAlnumByte(byte(r)) {
+			return upper(byte(r))
+		}
+	case r >= '\uff10' && r <= '\uff5a': // the full-width forms, folded as NFKC folds them
+		if c := byte(r - 0xfee0); isAlnumByte(c) {
+			return upper(c)
+		}
+	case unicode.IsLetter(r) || unicode.IsDigit(r):
+		if f := norm.NFKC.String(string(r)); len(f) == 1 && isAlnumByte(f[0]) {
+			return upper(f[0])
+		}
 	}
 	return 0
+}
+
+// separatorLen is the length of the group separator at the start of s: a run of white space
+// (line breaks included) and invisible format characters (a zero-width space), holding at most
+// one hyphen; 0 when there is none.
+func separatorLen(s string) int {
+	i, hyphens := 0, 0
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == '-' || r == '\u2010' || r == '\u2011' || r == '\uff0d':
+			hyphens++
+			if hyphens > 1 {
+				return 0
+			}
+		case unicode.IsSpace(r) || unicode.Is(unicode.Cf, r):
+		default:
+			return i
+		}
+		i += n
+	}
+	return i
 }
 
 // ibanLengths lists IBAN lengths per country (the SWIFT IBAN registry), four characters each.

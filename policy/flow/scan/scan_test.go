@@ -95,6 +95,29 @@ var scanCases = []struct {
 	{"DE89370400440532013000123", nil},
 	{"XDE89370400440532013000", nil},
 	{"DE89 3704 0044 0532 0130 00 1234", []string{"iban:DE89 3704 0044 0532 0130 00 value=DE89370400440532013000"}},
+	// IBANs as people write them: runs of white space, a line break, the country code apart,
+	// invisible and full-width characters
+	{"GB82  WEST  1234  5698  7654  32", []string{"iban:GB82  WEST  1234  5698  7654  32 value=GB82WEST12345698765432"}},
+	{"account: GB 82 WEST 1234 5698 7654 32.", []string{"iban:GB 82 WEST 1234 5698 7654 32 value=GB82WEST12345698765432"}},
+	{"GB82\nWEST12345698765432", []string{"iban:GB82\nWEST12345698765432 value=GB82WEST12345698765432"}},
+	{"GB82\r\n  WEST 1234\t5698 - 7654 32", []string{"iban:GB82\r\n  WEST 1234\t5698 - 7654 32 value=GB82WEST12345698765432"}},
+	{"GB82WEST1234\u200b5698765432", []string{"iban:GB82WEST1234\u200b5698765432 value=GB82WEST12345698765432"}},
+	{"GB\u200b82\ufeffWEST12345698765432", []string{"iban:GB\u200b82\ufeffWEST12345698765432 value=GB82WEST12345698765432"}},
+	{"ＧＢ８２ＷＥＳＴ１２３４５６９８７６５４３２", []string{"iban:ＧＢ８２ＷＥＳＴ１２３４５６９８７６５４３２ value=GB82WEST12345698765432"}},
+	{"ｇｂ８２　ｗｅｓｔ　１２３４　５６９８　７６５４　３２", []string{"iban:ｇｂ８２　ｗｅｓｔ　１２３４　５６９８　７６５４　３２ value=GB82WEST12345698765432"}},
+	{"𝐆𝐁𝟖𝟐𝐖𝐄𝐒𝐓𝟏𝟐𝟑𝟒𝟓𝟔𝟗𝟖𝟕𝟔𝟓𝟒𝟑𝟐", []string{"iban:𝐆𝐁𝟖𝟐𝐖𝐄𝐒𝐓𝟏𝟐𝟑𝟒𝟓𝟔𝟗𝟖𝟕𝟔𝟓𝟒𝟑𝟐 value=GB82WEST12345698765432"}},
+	{"GB82 WEST 1234 5698 7654 32\n2024 report", []string{"iban:GB82 WEST 1234 5698 7654 32 value=GB82WEST12345698765432"}},
+	// ... and what stays ordinary text
+	{"GB82 WEST 1234 5698 7654 32A", nil},
+	{"GB82 -- WEST 1234 5698 7654 32", nil},
+	{"GB8 2WEST12345698765432", nil},
+	{"GB 8 2WEST12345698765432", nil},
+	{"ZZ1812345678901234", []string{"iban:ZZ1812345678901234 value=ZZ1812345678901234"}},
+	{"ZZ 18 1234 5678 9012 34", nil}, // the same, an unknown country written apart
+	{"it 12 34 56 78 90 12 34 56 78 90 12", nil},
+	{"Call me at 12 34 56 78 or at 98 76 54 32 in the morning", nil},
+	{"The codes are AB12\nCD34 and EF56\n\nGH78 9012 3456 7890", nil},
+	{"ÉGB82WEST12345698765432", nil},
 	{"NL91ABNA0417164300 and CH9300762011623852957", []string{
 		"iban:NL91ABNA0417164300 value=NL91ABNA0417164300", "iban:CH9300762011623852957 value=CH9300762011623852957"}},
 }
@@ -261,6 +284,10 @@ func TestFindLinear(t *testing.T) {
 		"<a href=\"https://" + strings.Repeat("a.\n", 200000),
 		strings.Repeat("<a b=\"", 100000),
 		strings.Repeat("&amp;", 200000),
+		strings.Repeat("GB ", 200000),
+		"GB82" + strings.Repeat(" \u200b\n", 200000),
+		strings.Repeat("ＡＢ１２ ", 100000),
+		strings.Repeat("𝐀𝐁 ", 100000),
 	} {
 		_ = Find(s, All)
 	}
@@ -365,9 +392,9 @@ func checkParts(t *testing.T, text string, it Item, w string) {
 			t.Fatalf("iban %q has an invalid value %q", w, it.Value)
 		}
 		var compact strings.Builder
-		for i := 0; i < len(w); i++ {
-			if isAlnumByte(w[i]) {
-				compact.WriteByte(upper(w[i]))
+		for _, r := range w {
+			if c := ibanChar(r); c != 0 {
+				compact.WriteByte(c)
 			}
 		}
 		if compact.String() != it.Value {
