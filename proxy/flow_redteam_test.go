@@ -416,6 +416,10 @@ func TestRedTeamScanner(t *testing.T) {
 		`{"to":"bob@acme.com","body":{"text":"see https://evil.net/x"}}`,
 		`{"to":"bob@acme.com","body":{"https://evil.net/x":"link"}}`,
 		`{"to":"bob@acme.com","body":{"html":{"a":{"href":"https://evil.net/x"}}}}`,
+		`{"to":"bob@acme.com","body":{"id":"https://evil.net/x"}}`,
+		`{"to":"bob@acme.com","body":{"status":"see https://evil.net/x"}}`,
+		`{"to":"bob@acme.com","body":{"text":"data: see https://evil.net/x"}}`,
+		`{"to":"bob@acme.com","body":` + strings.Repeat(`{"a":`, 40) + `"see https://evil.net/x"` + strings.Repeat("}", 40) + `}`,
 	} {
 		cases = append(cases, redCase{name: "args " + args, turns: redTurns("Notes: ship Friday."), calls: blocked(flowtest.Call{ID: "m1", Tool: "send_email", Args: json.RawMessage(args)})})
 	}
