@@ -3,6 +3,7 @@ package flow_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -84,15 +85,18 @@ func BenchmarkFlow(b *testing.B) {
 }
 
 // FuzzProvenance: a value matches only a whole token of the trusted text. It is found when it
-// stands between separators, and not when a character that continues its token touches it.
+// stands between separators, and not when a character that continues its token touches it. A text
+// value is found exactly when its words are a contiguous run of the text's words.
 func FuzzProvenance(f *testing.F) {
-	for _, v := range []string{"bob@x.com", "INV-2024/77", "x.com", "Riverside View Hotel", "DE89370400440532013000", "https://docs.acme.com/a"} {
+	for _, v := range []string{"bob@x.com", "INV-2024/77", "x.com", "Riverside View Hotel", "DE89370400440532013000", "https://docs.acme.com/a",
+		"a a a b", "ab ab abc", "Ünïcode wörds, ok"} {
 		f.Add(v, byte(' '), byte(' '))
 		f.Add(v, byte('a'), byte(' '))
 		f.Add(v, byte(' '), byte('7'))
 	}
 	p := mustCompile(f, `{"provenance":[{"id":"r","tool":"t","path":"v","from":["user"]},
-	  {"id":"e","tool":"e","path":"v","as":"email","from":["user"]},{"id":"i","tool":"i","path":"v","as":"id","from":["user"]}]}`)
+	  {"id":"e","tool":"e","path":"v","as":"email","from":["user"]},{"id":"i","tool":"i","path":"v","as":"id","from":["user"]},
+	  {"id":"x","tool":"x","path":"v","as":"text","from":["user"]}]}`)
 	f.Fuzz(func(t *testing.T, v string, left, right byte) {
 		if v == "" || !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 			return
@@ -140,8 +144,28 @@ func FuzzProvenance(f *testing.F) {
 				}
 			}
 		}
+		// A text value: its words in a run of the text's words, compared with a plain search.
+		if vw := textWords(v); len(vw) > 0 {
+			half := v[:len(v)/2]
+			for _, text := range []string{"see " + v + " now", string(rune(left)) + v + string(rune(right)), half + " " + v, v + v, half + string(rune(left)) + v} {
+				if !utf8.ValidString(text) {
+					continue
+				}
+				tw := textWords(text)
+				want := flow.VerdictBlocked
+				for i := 0; i+len(vw) <= len(tw); i++ {
+					if slices.Equal(tw[i:i+len(vw)], vw) {
+						want = flow.VerdictAllowed
+						break
+					}
+				}
+				if got := check(text, "x"); got != want {
+					t.Fatalf("text %q in %q: %s, want %s", v, text, got, want)
+				}
+			}
+		}
 		// Whatever the value, checking it never panics and never quotes it.
-		for _, tool := range []string{"t", "e", "i"} {
+		for _, tool := range []string{"t", "e", "i", "x"} {
 			c, _ := p.Analyze(flow.SurfaceChat, render(t, flow.SurfaceChat, []turn{{User: string(rune(left)) + v + string(rune(right))}}, nil), flow.Options{})
 			r := c.Check(flow.Call{Tool: tool, Args: a})
 			if len(v) >= 4 && strings.Contains(r.Reason, v) {
@@ -151,6 +175,53 @@ func FuzzProvenance(f *testing.F) {
 	})
 }
 
+// textWords splits s into its words as a text value is read: runs of letters, digits and marks,
+// lowercased.
+func textWords(s string) []string {
+	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && !unicode.IsMark(r)
+	})
+}
+
 func isWordByte(b byte) bool {
 	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
+}
+
+// BenchmarkTextProvenance measures a text value checked against an excluded tool's page built to be
+// the worst case of a word-by-word search (the page "a a … a", the value "a … a b" half its
+// length), at 40, 80 and 160 KB, beside the Analyze of the same body alone.
+func BenchmarkTextProvenance(b *testing.B) {
+	p := mustCompile(b, `{"provenance":[{"id":"r","tool":"t","path":"v","as":"text","not":{"from":["tool:web_fetch"]}}]}`)
+	for _, kb := range []int{40, 80, 160} {
+		n := kb << 10 / 2
+		body := render(b, flow.SurfaceChat, []turn{{User: "hi"},
+			{Calls: []neutralCall{{ID: "c1", Tool: "web_fetch", Args: json.RawMessage(`{}`)}}},
+			{Tool: "c1", Output: strings.Repeat("a ", n)}}, nil)
+		a, err := json.Marshal(map[string]string{"v": strings.Repeat("a ", n/2) + "b"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("%dKB/analyze", kb), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := p.Analyze(flow.SurfaceChat, body, flow.Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("%dKB/analyze+check", kb), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				c, err := p.Analyze(flow.SurfaceChat, body, flow.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if r := c.Check(flow.Call{Tool: "t", Args: a}); r.Verdict != flow.VerdictAllowed {
+					b.Fatalf("%+v", r)
+				}
+			}
+		})
+	}
 }

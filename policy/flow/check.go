@@ -236,11 +236,52 @@ func (c *Conversation) checkScan(r *scanRule, args gjson.Result) (kind, why stri
 		case v.Type == gjson.String:
 			kind, why = c.scanText(r, at, v.Str)
 		case v.IsObject():
-			kind, why = c.scanText(r, at, collectText(v, 0, true))
+			text, ok := argText(v)
+			if !ok {
+				kind, why = KindToolCall, at+" is nested too deep to scan"
+			} else {
+				kind, why = c.scanText(r, at, text)
+			}
 		}
 		return why == ""
 	})
 	return kind, why
+}
+
+// argText gathers what a scan rule reads of an object argument: every key and every string value,
+// under any key, joined by line breaks. It reports false when the object nests deeper than
+// maxCollectDepth, for the scan to refuse rather than read it in part.
+func argText(v gjson.Result) (string, bool) {
+	var b strings.Builder
+	add := func(s string) {
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(s)
+	}
+	ok := true
+	var walk func(v gjson.Result, depth int)
+	walk = func(v gjson.Result, depth int) {
+		switch {
+		case depth > maxCollectDepth:
+			ok = false
+		case v.Type == gjson.String:
+			add(v.Str)
+		case v.IsObject():
+			v.ForEach(func(k, e gjson.Result) bool {
+				add(k.Str)
+				walk(e, depth+1)
+				return ok
+			})
+		case v.IsArray():
+			v.ForEach(func(_, e gjson.Result) bool {
+				walk(e, depth+1)
+				return ok
+			})
+		}
+	}
+	walk(v, 0)
+	return b.String(), ok
 }
 
 // scanText checks every item of the rule's kinds found in one string.

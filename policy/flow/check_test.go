@@ -179,6 +179,16 @@ func TestScanRules(t *testing.T) {
 		{"chat2", `{"msg":"bob@x.com DE89370400440532013000"}`, "", ""},
 		{"chat2", `{"msg":"go to www.evil.net/login"}`, "notread", "occurs in an excluded source (tool:read_file)"},
 		{"form", `{"fields":{"a":"https://acme.com","b":{"c":"https://evil.net"}}}`, "obj", "has a host that is not allowed"},
+		{"form", `{"fields":{"a":"https://acme.com","b":[{"c":["https://acme.com/docs"]}]}}`, "", ""},
+		// An object is read whole: keys that name ids, types and status, data: strings, every key.
+		{"form", `{"fields":{"id":"https://evil.net/x"}}`, "obj", "has a host that is not allowed"},
+		{"form", `{"fields":{"status":"see https://evil.net/x"}}`, "obj", "has a host that is not allowed"},
+		{"form", `{"fields":{"type":"base64","data":"https://evil.net/x"}}`, "obj", "has a host that is not allowed"},
+		{"form", `{"fields":{"text":"data: see https://evil.net/x"}}`, "obj", "has a host that is not allowed"},
+		{"form", `{"fields":{"https://evil.net/x":1}}`, "obj", "has a host that is not allowed"},
+		{"form", `{"fields":` + strings.Repeat(`{"a":`, 32) + `"https://acme.com"` + strings.Repeat("}", 32) + `}`, "", ""},
+		{"form", `{"fields":` + strings.Repeat(`{"a":`, 33) + `"https://acme.com"` + strings.Repeat("}", 33) + `}`, "obj", "rule obj: fields is nested too deep to scan"},
+		{"form", `{"fields":{"a":` + strings.Repeat(`[`, 40) + `"https://evil.net"` + strings.Repeat("]", 40) + `}}`, "obj", "fields is nested too deep to scan"},
 		{"share", `{"msg":"docs: https://docs.acme.com/pay?x=1"}`, "", ""},
 		{"share", `{"msg":"docs: https://docs.acme.com/pay?x=1&y"}`, "full", "does not occur in app"},
 	})

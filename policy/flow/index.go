@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -36,11 +37,12 @@ type index struct {
 	idsOnce                    sync.Once
 	ids                        map[string]uint64
 	wordsOnce                  sync.Once
-	words                      map[string][]wordPos // lowercased word -> where it occurs
-	segWords                   [][]string           // each indexed segment's words
+	wordIDs                    map[string]int32 // lowercased word -> its number
+	wordSegs                   [][]int32        // per word number: the indexed segments that hold it, each once
+	segWords                   [][]int32        // each indexed segment's words, as numbers
+	// phraseSteps counts the word comparisons of text lookups, so tests can bound their work.
+	phraseSteps atomic.Int64
 }
-
-type wordPos struct{ seg, at int32 }
 
 const overflowBit = 63
 
@@ -90,11 +92,11 @@ func (ix *index) items() {
 					if h, ok := itemHost(it); ok {
 						ix.hosts[h] |= bit
 					}
-					if u, ok := canonicalURL(seg.Text[it.Start:it.End]); ok {
+					if u, ok := canonicalURL(it.Text(seg.Text)); ok {
 						ix.urls[u] |= bit
 					}
 				case scan.Email:
-					if k, ok := emailKey(seg.Text[it.Start:it.End]); ok {
+					if k, ok := emailKey(it.Text(seg.Text)); ok {
 						ix.emails[k] |= bit
 						if h, err := vet.NormHost(it.Host); err == nil {
 							ix.hosts[h] |= bit
@@ -123,17 +125,27 @@ func (ix *index) idTokens() {
 // wordIndex builds the word positions.
 func (ix *index) wordIndex() {
 	ix.wordsOnce.Do(func() {
-		ix.words = map[string][]wordPos{}
-		ix.segWords = make([][]string, len(ix.c.segments))
+		ix.wordIDs = map[string]int32{}
+		ix.segWords = make([][]int32, len(ix.c.segments))
 		for si, seg := range ix.c.segments {
 			if ix.segBit[si] == 0 {
 				continue
 			}
 			words := splitWords(strings.ToLower(seg.Text))
-			ix.segWords[si] = words
+			ids := make([]int32, len(words))
 			for at, w := range words {
-				ix.words[w] = append(ix.words[w], wordPos{int32(si), int32(at)})
+				id, ok := ix.wordIDs[w]
+				if !ok {
+					id = int32(len(ix.wordSegs))
+					ix.wordIDs[w] = id
+					ix.wordSegs = append(ix.wordSegs, nil)
+				}
+				ids[at] = id
+				if segs := ix.wordSegs[id]; len(segs) == 0 || segs[len(segs)-1] != int32(si) {
+					ix.wordSegs[id] = append(segs, int32(si))
+				}
 			}
+			ix.segWords[si] = ids
 		}
 	})
 }
@@ -178,26 +190,85 @@ func (ix *index) labelsOf(m uint64) string {
 	return strings.Join(out, ", ")
 }
 
-// lookupPhrase returns the sources whose text holds the words in sequence.
+// lookupPhrase returns the sources whose text holds the words in sequence. It reads only the
+// segments that hold the value's rarest word, each in one Knuth-Morris-Pratt pass, so its work is
+// linear in those segments' words plus the value's, whatever either repeats.
 func (ix *index) lookupPhrase(words []string) uint64 {
 	if len(words) == 0 {
 		return 0
 	}
-	var m uint64
-	for _, p := range ix.words[words[0]] {
-		seg := ix.segWords[p.seg]
-		if int(p.at)+len(words) > len(seg) {
-			continue
+	pat := make([]int32, len(words))
+	rare := int32(-1)
+	for i, w := range words {
+		id, ok := ix.wordIDs[w]
+		if !ok {
+			return 0
 		}
-		ok := true
-		for k := 1; k < len(words) && ok; k++ {
-			ok = seg[int(p.at)+k] == words[k]
-		}
-		if ok {
-			m |= ix.segBit[p.seg]
+		pat[i] = id
+		if rare < 0 || len(ix.wordSegs[id]) < len(ix.wordSegs[rare]) {
+			rare = id
 		}
 	}
+	fail, steps := kmpTable(pat)
+	var m uint64
+	for _, si := range ix.wordSegs[rare] {
+		bit := ix.segBit[si]
+		if m&bit != 0 {
+			continue // this source already holds the phrase
+		}
+		found, n := holdsPhrase(ix.segWords[si], pat, fail)
+		steps += n
+		if found {
+			m |= bit
+		}
+	}
+	ix.phraseSteps.Add(int64(steps))
 	return m
+}
+
+// kmpTable is the Knuth-Morris-Pratt failure table of pat: fail[k] is the length of the longest
+// proper prefix of pat[:k+1] that is also its suffix. steps counts its comparisons.
+func kmpTable(pat []int32) (fail []int, steps int) {
+	fail = make([]int, len(pat))
+	k := 0
+	for i := 1; i < len(pat); i++ {
+		for {
+			steps++
+			if pat[i] == pat[k] {
+				k++
+				break
+			}
+			if k == 0 {
+				break
+			}
+			k = fail[k-1]
+		}
+		fail[i] = k
+	}
+	return fail, steps
+}
+
+// holdsPhrase reports whether text holds pat as a contiguous run, with pat's failure table; steps
+// counts its comparisons (at most twice len(text)).
+func holdsPhrase(text, pat []int32, fail []int) (found bool, steps int) {
+	k := 0
+	for _, w := range text {
+		for {
+			steps++
+			if w == pat[k] {
+				k++
+				break
+			}
+			if k == 0 {
+				break
+			}
+			k = fail[k-1]
+		}
+		if k == len(pat) {
+			return true, steps
+		}
+	}
+	return false, steps
 }
 
 // splitWords returns the maximal runs of letters, digits and marks of s.
@@ -389,10 +460,11 @@ func normalise(v gjson.Result, as string, matchURL bool) (kind valueKind, key st
 		}
 		return vkHost, h, nil, ""
 	case AsIBAN:
-		if !isIBANValue(s) {
+		it, ok := scan.Whole(s, scan.IBAN)
+		if !ok {
 			return 0, "", nil, "is not a valid IBAN"
 		}
-		return vkIBAN, compactIBAN(s), nil, ""
+		return vkIBAN, it.Value, nil, ""
 	case AsID:
 		if s == "" || strings.IndexFunc(s, unicode.IsSpace) >= 0 {
 			return 0, "", nil, "is not an id (empty, or holds white space)"
@@ -423,25 +495,10 @@ func isWhole(s string, k scan.Kind) bool {
 	return ok
 }
 
-// compactIBAN removes separators and upper-cases an IBAN as written.
-func compactIBAN(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z':
-			b.WriteByte(c - 'a' + 'A')
-		case c >= 'A' && c <= 'Z' || c >= '0' && c <= '9':
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
 // isIBANValue reports whether a whole value is one IBAN (grouped or not).
 func isIBANValue(s string) bool {
-	it, ok := scan.Whole(s, scan.IBAN)
-	return ok && it.Value != ""
+	_, ok := scan.Whole(s, scan.IBAN)
+	return ok
 }
 
 // lookup returns the sources where a normalised value occurs.
@@ -474,13 +531,13 @@ func (ix *index) lookup(kind valueKind, key string, words []string) uint64 {
 func itemKey(text string, it scan.Item, matchURL bool) (valueKind, string, bool) {
 	switch it.Kind {
 	case scan.Email:
-		k, ok := emailKey(text[it.Start:it.End])
+		k, ok := emailKey(it.Text(text))
 		return vkEmail, k, ok
 	case scan.IBAN:
 		return vkIBAN, it.Value, true
 	}
 	if matchURL {
-		u, ok := canonicalURL(text[it.Start:it.End])
+		u, ok := canonicalURL(it.Text(text))
 		return vkURL, u, ok
 	}
 	h, ok := itemHost(it)

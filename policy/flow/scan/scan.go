@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/idna"
 	"golang.org/x/net/publicsuffix"
+	"golang.org/x/text/unicode/norm"
 )
 
 // Kind is a kind of item; kinds combine as a bit set.
@@ -31,8 +32,11 @@ const (
 	// more letters (or punycode). Quoted local parts and IP-literal domains are not found.
 	Email
 	// IBAN is two letters, two check digits and 11 to 30 letters or digits, in one piece or in groups
-	// separated by single spaces or hyphens, whose mod-97 checksum holds (ISO 13616) and, for a
-	// country this package knows, whose length is that country's.
+	// separated by white space (line breaks too), invisible format characters or a hyphen, the
+	// country code possibly apart ("GB 82 WEST …", a country this package knows), letters and
+	// digits in full-width or other compatibility forms read as NFKC reads them, whose mod-97
+	// checksum holds (ISO 13616) and, for a country this package knows, whose length is that
+	// country's.
 	IBAN
 )
 
@@ -70,10 +74,44 @@ type Item struct {
 	Malformed bool
 	// Value is an IBAN without separators, in upper case; "" for other kinds.
 	Value string
+	// Decoded is the item as a browser reads it, when it was found only so and that differs from
+	// text[Start:End] (see Find); "" otherwise. Host and Value are then parts of Decoded.
+	Decoded string
 }
 
-// Find returns the items of the given kinds in text, ordered by Start (then by End).
+// Text returns the item as read in text, the text it was found in: Decoded, else text[Start:End].
+func (it Item) Text(text string) string {
+	if it.Decoded != "" {
+		return it.Decoded
+	}
+	return text[it.Start:it.End]
+}
+
+// Find returns the items of the given kinds in text, ordered by Start (then by End). It reads text
+// twice when a browser would read it otherwise: as written, and with character references decoded
+// and ASCII tabs and line breaks removed inside the quoted attribute values of HTML tags (as a
+// browser reads '<a href="https://x.com&#10;.evil.net">'); an item found only in that reading
+// covers the bytes it was read from and carries Decoded.
 func Find(text string, kinds Kind) []Item {
+	items := find(text, kinds)
+	if v, ok := decodedView(text); ok {
+		seen := make(map[Item]bool, len(items))
+		for _, it := range items {
+			seen[it] = true
+		}
+		for _, it := range find(v.text, kinds) {
+			if it = v.mapItem(text, it); !seen[it] {
+				seen[it] = true
+				items = append(items, it)
+			}
+		}
+		sortItems(items)
+	}
+	return items
+}
+
+// find returns the items of text as written, ordered.
+func find(text string, kinds Kind) []Item {
 	var items []Item
 	if kinds&(URL|Email) != 0 {
 		forTokens(text, func(start, end int) {
@@ -87,9 +125,10 @@ func Find(text string, kinds Kind) []Item {
 	return items
 }
 
-// Whole returns the one item of kind k that spans all of s, if s is exactly one such item.
+// Whole returns the one item of kind k that spans all of s as written, if s is exactly one such
+// item.
 func Whole(s string, k Kind) (Item, bool) {
-	for _, it := range Find(s, k) {
+	for _, it := range find(s, k) {
 		if it.Kind == k && it.Start == 0 && it.End == len(s) {
 			return it, true
 		}
@@ -611,23 +650,23 @@ func upper(c byte) byte {
 	return c
 }
 
-// findIBANs appends the IBANs of text. A candidate starts where two letters and two digits follow
-// something other than a letter or digit; it reads groups of letters and digits joined by single
-// separators, and the longest run of whole groups that is a valid IBAN is the item.
+// findIBANs appends the IBANs of text. A candidate starts where two letters follow something other
+// than a letter, digit or mark; it reads groups of letters and digits joined by separators, and the
+// longest run of whole groups that is a valid IBAN is the item.
 func findIBANs(items []Item, text string) []Item {
-	for i := 0; i+4 <= len(text); i++ {
-		if !isLetterByte(text[i]) || !isLetterByte(text[i+1]) || !isDigitByte(text[i+2]) || !isDigitByte(text[i+3]) {
-			continue
-		}
-		if i > 0 {
-			if r, _ := utf8.DecodeLastRuneInString(text[:i]); unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r) {
+	var prev rune = ' '
+	for i := 0; i < len(text); {
+		r, n := utf8.DecodeRuneInString(text[i:])
+		if !unicode.IsLetter(prev) && !unicode.IsDigit(prev) && !unicode.IsMark(prev) && isLetterByte(ibanChar(r)) {
+			if it, ok := iban(text, i); ok {
+				items = append(items, it)
+				prev, _ = utf8.DecodeLastRuneInString(text[:it.End])
+				i = it.End
 				continue
 			}
 		}
-		if it, ok := iban(text, i); ok {
-			items = append(items, it)
-			i = it.End - 1
-		}
+		prev = r
+		i += n
 	}
 	return items
 }
@@ -638,23 +677,29 @@ const (
 	maxIBAN = 34
 )
 
-// iban reads the longest valid IBAN made of whole groups starting at s.
+// iban reads the longest valid IBAN made of whole groups starting at s. The first group is the
+// country code alone (then the country must be one this package knows, and the next group starts
+// with the check digits) or the country code and the check digits followed by more.
 func iban(text string, s int) (Item, bool) {
 	var buf [maxIBAN]byte
-	n, best, bestEnd := 0, 0, 0
-	want := ibanLength(upper(text[s]), upper(text[s+1]))
+	n, best, bestEnd, want := 0, 0, 0, 0
 	i := s
-	for {
-		g := i
-		for i < len(text) && isAlnumByte(text[i]) {
+	for groups := 0; ; groups++ {
+		g := n
+		for i < len(text) {
+			r, size := utf8.DecodeRuneInString(text[i:])
+			c := ibanChar(r)
+			if c == 0 {
+				break
+			}
 			if n == maxIBAN {
 				return ibanItem(s, bestEnd, buf[:best])
 			}
-			buf[n] = upper(text[i])
+			buf[n] = c
 			n++
-			i++
+			i += size
 		}
-		if i == g {
+		if n == g {
 			break
 		}
 		if i < len(text) {
@@ -662,11 +707,22 @@ func iban(text string, s int) (Item, bool) {
 				break // the group runs on into other letters: not a whole token
 			}
 		}
+		switch {
+		case groups == 0 && (n < 2 || !isLetterByte(buf[0]) || !isLetterByte(buf[1])):
+			return Item{}, false
+		case groups == 0:
+			want = ibanLength(buf[0], buf[1])
+			if n == 2 && want == 0 || n == 3 || n > 3 && !isDigitByte(buf[2]) {
+				return Item{}, false
+			}
+		case groups == 1 && g == 2 && (n < 4 || !isDigitByte(buf[2]) || !isDigitByte(buf[3])):
+			return Item{}, false
+		}
 		if (want == 0 || n == want) && n >= minIBAN && checksum(buf[:n]) {
 			best, bestEnd = n, i
 		}
 		sep := separatorLen(text[i:])
-		if sep == 0 || i+sep >= len(text) || !isAlnumByte(text[i+sep]) {
+		if sep == 0 || i+sep >= len(text) {
 			break
 		}
 		i += sep
@@ -681,18 +737,47 @@ func ibanItem(s, end int, v []byte) (Item, bool) {
 	return Item{Kind: IBAN, Start: s, End: end, Value: string(v)}, true
 }
 
-// separatorLen is the length of the group separator at the start of s: a space, a no-break space,
-// a narrow no-break space or a hyphen; 0 when there is none.
-func separatorLen(s string) int {
+// ibanChar is the letter (in upper case) or digit of the ASCII alphabet that r is, or is a
+// compatibility form of (full-width "Ｇ", mathematical "𝐆"), as a bank form reads it after NFKC;
+// 0 for any other rune.
+func ibanChar(r rune) byte {
 	switch {
-	case strings.HasPrefix(s, " "), strings.HasPrefix(s, "-"):
-		return 1
-	case strings.HasPrefix(s, "\u00a0"):
-		return 2
-	case strings.HasPrefix(s, "\u202f"):
-		return 3
+	case r < utf8.RuneSelf:
+		if isAlnumByte(byte(r)) {
+			return upper(byte(r))
+		}
+	case r >= '\uff10' && r <= '\uff5a': // the full-width forms, folded as NFKC folds them
+		if c := byte(r - 0xfee0); isAlnumByte(c) {
+			return upper(c)
+		}
+	case unicode.IsLetter(r) || unicode.IsDigit(r):
+		if f := norm.NFKC.String(string(r)); len(f) == 1 && isAlnumByte(f[0]) {
+			return upper(f[0])
+		}
 	}
 	return 0
+}
+
+// separatorLen is the length of the group separator at the start of s: a run of white space
+// (line breaks included) and invisible format characters (a zero-width space), holding at most
+// one hyphen; 0 when there is none.
+func separatorLen(s string) int {
+	i, hyphens := 0, 0
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == '-' || r == '\u2010' || r == '\u2011' || r == '\uff0d':
+			hyphens++
+			if hyphens > 1 {
+				return 0
+			}
+		case unicode.IsSpace(r) || unicode.Is(unicode.Cf, r):
+		default:
+			return i
+		}
+		i += n
+	}
+	return i
 }
 
 // ibanLengths lists IBAN lengths per country (the SWIFT IBAN registry), four characters each.

@@ -9,7 +9,14 @@ import (
 
 // show renders an item as "kind:text" plus its parts, for the tables.
 func show(text string, it Item) string {
-	w := text[it.Start:it.End]
+	s := showParts(it.Text(text), it)
+	if it.Decoded != "" {
+		s += " from=" + text[it.Start:it.End]
+	}
+	return s
+}
+
+func showParts(w string, it Item) string {
 	switch it.Kind {
 	case URL:
 		s := fmt.Sprintf("url:%s host=%s", w, it.Host)
@@ -88,6 +95,29 @@ var scanCases = []struct {
 	{"DE89370400440532013000123", nil},
 	{"XDE89370400440532013000", nil},
 	{"DE89 3704 0044 0532 0130 00 1234", []string{"iban:DE89 3704 0044 0532 0130 00 value=DE89370400440532013000"}},
+	// IBANs as people write them: runs of white space, a line break, the country code apart,
+	// invisible and full-width characters
+	{"GB82  WEST  1234  5698  7654  32", []string{"iban:GB82  WEST  1234  5698  7654  32 value=GB82WEST12345698765432"}},
+	{"account: GB 82 WEST 1234 5698 7654 32.", []string{"iban:GB 82 WEST 1234 5698 7654 32 value=GB82WEST12345698765432"}},
+	{"GB82\nWEST12345698765432", []string{"iban:GB82\nWEST12345698765432 value=GB82WEST12345698765432"}},
+	{"GB82\r\n  WEST 1234\t5698 - 7654 32", []string{"iban:GB82\r\n  WEST 1234\t5698 - 7654 32 value=GB82WEST12345698765432"}},
+	{"GB82WEST1234\u200b5698765432", []string{"iban:GB82WEST1234\u200b5698765432 value=GB82WEST12345698765432"}},
+	{"GB\u200b82\ufeffWEST12345698765432", []string{"iban:GB\u200b82\ufeffWEST12345698765432 value=GB82WEST12345698765432"}},
+	{"ＧＢ８２ＷＥＳＴ１２３４５６９８７６５４３２", []string{"iban:ＧＢ８２ＷＥＳＴ１２３４５６９８７６５４３２ value=GB82WEST12345698765432"}},
+	{"ｇｂ８２　ｗｅｓｔ　１２３４　５６９８　７６５４　３２", []string{"iban:ｇｂ８２　ｗｅｓｔ　１２３４　５６９８　７６５４　３２ value=GB82WEST12345698765432"}},
+	{"𝐆𝐁𝟖𝟐𝐖𝐄𝐒𝐓𝟏𝟐𝟑𝟒𝟓𝟔𝟗𝟖𝟕𝟔𝟓𝟒𝟑𝟐", []string{"iban:𝐆𝐁𝟖𝟐𝐖𝐄𝐒𝐓𝟏𝟐𝟑𝟒𝟓𝟔𝟗𝟖𝟕𝟔𝟓𝟒𝟑𝟐 value=GB82WEST12345698765432"}},
+	{"GB82 WEST 1234 5698 7654 32\n2024 report", []string{"iban:GB82 WEST 1234 5698 7654 32 value=GB82WEST12345698765432"}},
+	// ... and what stays ordinary text
+	{"GB82 WEST 1234 5698 7654 32A", nil},
+	{"GB82 -- WEST 1234 5698 7654 32", nil},
+	{"GB8 2WEST12345698765432", nil},
+	{"GB 8 2WEST12345698765432", nil},
+	{"ZZ1812345678901234", []string{"iban:ZZ1812345678901234 value=ZZ1812345678901234"}},
+	{"ZZ 18 1234 5678 9012 34", nil}, // the same, an unknown country written apart
+	{"it 12 34 56 78 90 12 34 56 78 90 12", nil},
+	{"Call me at 12 34 56 78 or at 98 76 54 32 in the morning", nil},
+	{"The codes are AB12\nCD34 and EF56\n\nGH78 9012 3456 7890", nil},
+	{"ÉGB82WEST12345698765432", nil},
 	{"NL91ABNA0417164300 and CH9300762011623852957", []string{
 		"iban:NL91ABNA0417164300 value=NL91ABNA0417164300", "iban:CH9300762011623852957 value=CH9300762011623852957"}},
 }
@@ -107,6 +137,53 @@ func TestFind(t *testing.T) {
 
 // TestFindLongAuthority: an authority too long to read is reported malformed, not cut to a harmless
 // host.
+// TestFindAsBrowsersRead: a link written for a browser, with character references or with tabs and
+// line breaks inside an attribute value, is found as the browser reads it, beside what is written.
+func TestFindAsBrowsersRead(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		text string
+		want []string
+	}{
+		{"<a href=\"https://acme.com\n.evil\n.net/login\">Reset your password</a>", []string{
+			"url:https://acme.com host=acme.com scheme=https",
+			"url:https://acme.com.evil.net/login host=acme.com.evil.net scheme=https from=https://acme.com\n.evil\n.net/login"}},
+		{"<a href='https://acme.com\t.evil\r\n.net/login'>Reset</a>", []string{
+			"url:https://acme.com host=acme.com scheme=https",
+			"url:https://acme.com.evil.net/login host=acme.com.evil.net scheme=https from=https://acme.com\t.evil\r\n.net/login"}},
+		{"<A HREF = \"https://acme.com\n.evil.net\">x</A>", []string{
+			"url:https://acme.com host=acme.com scheme=https",
+			"url:https://acme.com.evil.net host=acme.com.evil.net scheme=https from=https://acme.com\n.evil.net",
+			"url:evil.net host=evil.net"}},
+		{`<a href="&#x68;&#x74;&#x74;&#x70;&#x73;&#x3a;&#x2f;&#x2f;&#x65;&#x76;&#x69;&#x6c;&#x2e;&#x6e;&#x65;&#x74;/login">Reset</a>`, []string{
+			"url:https://evil.net/login host=evil.net scheme=https from=&#x68;&#x74;&#x74;&#x70;&#x73;&#x3a;&#x2f;&#x2f;&#x65;&#x76;&#x69;&#x6c;&#x2e;&#x6e;&#x65;&#x74;/login"}},
+		{`<a href="https://acme.com&#10;.evil.net">x</a>`, []string{
+			"url:https://acme.com&#10;.evil.net host=acme.com& scheme=https",
+			"url:https://acme.com.evil.net host=acme.com.evil.net scheme=https from=https://acme.com&#10;.evil.net"}},
+		{"write to bob&#64;evil.net", []string{"email:bob@evil.net domain=evil.net from=bob&#64;evil.net", "url:evil.net host=evil.net"}},
+		{"https:&sol;&sol;evil&period;net", []string{"url:https://evil.net host=evil.net scheme=https from=https:&sol;&sol;evil&period;net"}},
+		{"&lt;https://evil.net&gt;", []string{
+			"url:https://evil.net host=evil.net scheme=https",
+			"url:https://evil.net&gt host=evil.net&gt scheme=https"}},
+		{`<a href="https://acme.com/a?x=1&amp;y=2">`, []string{
+			"url:https://acme.com/a?x=1&amp;y=2 host=acme.com scheme=https",
+			"url:https://acme.com/a?x=1&y=2 host=acme.com scheme=https from=https://acme.com/a?x=1&amp;y=2"}},
+		// Line breaks outside an attribute value, or in text that is not a tag, stay.
+		{"<p>see https://acme.com\nThanks</p>", []string{"url:https://acme.com host=acme.com scheme=https"}},
+		{"if a < b then x=\"https://acme.com\nThanks\"", []string{"url:https://acme.com host=acme.com scheme=https"}},
+		{"<a title=\"x\">https://acme.com\nThanks</a>", []string{"url:https://acme.com host=acme.com scheme=https"}},
+		{"AT&T and R&D, &unknown; and & alone: https://acme.com", []string{"url:https://acme.com host=acme.com scheme=https"}},
+	} {
+		var got []string
+		for _, it := range Find(tc.text, All) {
+			got = append(got, show(tc.text, it))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("Find(%q):\n got  %q\n want %q", tc.text, got, tc.want)
+		}
+	}
+}
+
 func TestFindLongAuthority(t *testing.T) {
 	t.Parallel()
 	text := "https://" + strings.Repeat("a.", 600) + "@evil.net/"
@@ -201,6 +278,16 @@ func TestFindLinear(t *testing.T) {
 		strings.Repeat("(", 100000) + "https://a.com/" + strings.Repeat(")", 100000),
 		strings.Repeat("AB12 ", 200000),
 		strings.Repeat("x", 1<<20),
+		strings.Repeat("&#x61;", 200000),
+		strings.Repeat("&#", 200000),
+		"<a href=\"" + strings.Repeat("\n", 200000),
+		"<a href=\"https://" + strings.Repeat("a.\n", 200000),
+		strings.Repeat("<a b=\"", 100000),
+		strings.Repeat("&amp;", 200000),
+		strings.Repeat("GB ", 200000),
+		"GB82" + strings.Repeat(" \u200b\n", 200000),
+		strings.Repeat("ＡＢ１２ ", 100000),
+		strings.Repeat("𝐀𝐁 ", 100000),
 	} {
 		_ = Find(s, All)
 	}
@@ -222,6 +309,10 @@ func FuzzFind(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, text string) {
 		items := Find(text, All)
+		asWritten := map[Item]bool{}
+		for _, it := range find(text, All) {
+			asWritten[it] = true
+		}
 		for i, it := range items {
 			if it.Start < 0 || it.End > len(text) || it.Start >= it.End {
 				t.Fatalf("item %d out of range: %+v (len %d)", i, it, len(text))
@@ -229,9 +320,20 @@ func FuzzFind(f *testing.F) {
 			if i > 0 && less(it, items[i-1]) {
 				t.Fatalf("items out of order at %d", i)
 			}
-			w := text[it.Start:it.End]
-			if !utf8.ValidString(w) {
-				t.Fatalf("item %q is not valid UTF-8", w)
+			if !utf8.ValidString(text[it.Start:it.End]) {
+				t.Fatalf("item %q is not valid UTF-8", text[it.Start:it.End])
+			}
+			w := it.Text(text)
+			if it.Decoded == text[it.Start:it.End] {
+				t.Fatalf("item %q carries a Decoded equal to its text", w)
+			}
+			if !asWritten[it] {
+				// Found only as a browser reads the text: its parts are those of what was read.
+				if _, ok := decodedView(text); !ok {
+					t.Fatalf("item %+v is not in %q as written, and the text has no other reading", it, text)
+				}
+				checkParts(t, text, it, w)
+				continue
 			}
 			// An item is a whole token: it does not start in the middle of a word.
 			if it.Start > 0 {
@@ -247,15 +349,9 @@ func FuzzFind(f *testing.F) {
 					}
 				}
 			}
+			checkParts(t, text, it, w)
 			switch it.Kind {
-			case URL:
-				if it.Host != "" && !strings.Contains(w, it.Host) {
-					t.Fatalf("url %q does not hold its host %q", w, it.Host)
-				}
 			case Email:
-				if !strings.HasSuffix(w, "@"+it.Host) {
-					t.Fatalf("email %q does not end in its domain %q", w, it.Host)
-				}
 				if it.End < len(text) {
 					next, _ := utf8.DecodeRuneInString(text[it.End:])
 					if isHostRune(next) && !isDot(next) && next != '-' && next != '_' {
@@ -263,18 +359,6 @@ func FuzzFind(f *testing.F) {
 					}
 				}
 			case IBAN:
-				if !ValidIBAN(it.Value) {
-					t.Fatalf("iban %q has an invalid value %q", w, it.Value)
-				}
-				var compact strings.Builder
-				for i := 0; i < len(w); i++ {
-					if isAlnumByte(w[i]) {
-						compact.WriteByte(upper(w[i]))
-					}
-				}
-				if compact.String() != it.Value {
-					t.Fatalf("iban %q has value %q", w, it.Value)
-				}
 				if it.End < len(text) {
 					if next, _ := utf8.DecodeRuneInString(text[it.End:]); next < utf8.RuneSelf && isAlnumByte(byte(next)) {
 						t.Fatalf("iban %q ends inside a word in %q", w, text)
@@ -289,4 +373,32 @@ func FuzzFind(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkParts checks that an item's host or value is part of w, the item as read.
+func checkParts(t *testing.T, text string, it Item, w string) {
+	t.Helper()
+	switch it.Kind {
+	case URL:
+		if it.Host != "" && !strings.Contains(w, it.Host) {
+			t.Fatalf("url %q does not hold its host %q (in %q)", w, it.Host, text)
+		}
+	case Email:
+		if !strings.HasSuffix(w, "@"+it.Host) {
+			t.Fatalf("email %q does not end in its domain %q (in %q)", w, it.Host, text)
+		}
+	case IBAN:
+		if !ValidIBAN(it.Value) {
+			t.Fatalf("iban %q has an invalid value %q", w, it.Value)
+		}
+		var compact strings.Builder
+		for _, r := range w {
+			if c := ibanChar(r); c != 0 {
+				compact.WriteByte(c)
+			}
+		}
+		if compact.String() != it.Value {
+			t.Fatalf("iban %q has value %q", w, it.Value)
+		}
+	}
 }

@@ -1,0 +1,156 @@
+package scan
+
+import (
+	"html"
+	"sort"
+	"strings"
+)
+
+// view is the text as a browser reads it: character references decoded, and ASCII tabs and line
+// breaks removed inside the quoted attribute values of tags (the URL parser drops them). pieces map
+// its bytes back to the text.
+type view struct {
+	text   string
+	pieces []piece
+}
+
+// piece is a run of the view from offset at: literal bytes of the text from from, or (ref) one
+// character reference, text[from:to].
+type piece struct {
+	at, from, to int
+	ref          bool
+}
+
+// decodedView returns the browser's view of text, false when it is the text itself.
+func decodedView(text string) (view, bool) {
+	if strings.IndexByte(text, '&') < 0 && (strings.IndexByte(text, '<') < 0 || !strings.ContainsAny(text, "\t\n\r")) {
+		return view{}, false
+	}
+	var b strings.Builder
+	var pieces []piece
+	changed := false
+	lit := -1 // start of the literal run being copied
+	flush := func(end int) {
+		if lit >= 0 && end > lit {
+			pieces = append(pieces, piece{at: b.Len(), from: lit, to: end})
+			b.WriteString(text[lit:end])
+		}
+		lit = -1
+	}
+	inTag := false
+	var quote byte // the quote of the attribute value being read, 0 outside one
+	var last byte  // the last byte of the tag outside white space
+	for i := 0; i < len(text); {
+		c := text[i]
+		switch {
+		case c == '&':
+			if n := refLen(text[i:]); n > 0 {
+				d := html.UnescapeString(text[i : i+n])
+				if quote != 0 {
+					d = strings.Map(dropURLSpace, d)
+				}
+				if d != text[i:i+n] {
+					flush(i)
+					pieces = append(pieces, piece{at: b.Len(), from: i, to: i + n, ref: true})
+					b.WriteString(d)
+					changed = true
+					i += n
+					continue
+				}
+			}
+		case quote != 0 && (c == '\t' || c == '\n' || c == '\r'):
+			flush(i)
+			changed = true
+			i++
+			continue
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '<':
+			inTag = i+1 < len(text) && isLetterByte(text[i+1])
+		case !inTag:
+		case c == '>':
+			inTag = false
+		case (c == '"' || c == '\'') && last == '=':
+			quote = c
+		}
+		if inTag && quote == 0 && c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\f' {
+			last = c
+		}
+		if lit < 0 {
+			lit = i
+		}
+		i++
+	}
+	flush(len(text))
+	if !changed {
+		return view{}, false
+	}
+	return view{text: b.String(), pieces: pieces}, true
+}
+
+// dropURLSpace removes the runes a URL parser drops: ASCII tab, line feed and carriage return.
+func dropURLSpace(r rune) rune {
+	if r == '\t' || r == '\n' || r == '\r' {
+		return -1
+	}
+	return r
+}
+
+// refLen is the length of the character reference at the start of s ("&#x68;", "&#104", "&amp;",
+// "&Tab;"), 0 when s does not start with one's form. Whether a named one exists is for
+// html.UnescapeString to say.
+func refLen(s string) int {
+	i := 1
+	if i < len(s) && s[i] == '#' {
+		i++
+		hex := i < len(s) && (s[i] == 'x' || s[i] == 'X')
+		if hex {
+			i++
+		}
+		d := i
+		for i < len(s) && (isDigitByte(s[i]) || hex && (s[i] >= 'a' && s[i] <= 'f' || s[i] >= 'A' && s[i] <= 'F')) {
+			i++
+		}
+		if i == d {
+			return 0
+		}
+	} else {
+		d := i
+		for i < len(s) && isAlnumByte(s[i]) {
+			i++
+		}
+		if i == d {
+			return 0
+		}
+	}
+	if i < len(s) && s[i] == ';' {
+		i++
+	}
+	return i
+}
+
+// piece returns the piece that holds view offset k.
+func (v view) piece(k int) piece {
+	return v.pieces[sort.Search(len(v.pieces), func(i int) bool { return v.pieces[i].at > k })-1]
+}
+
+// mapItem turns an item of the view into one of text: Start and End cover the bytes it was read
+// from, and Decoded holds it as read when that differs from them.
+func (v view) mapItem(text string, it Item) Item {
+	s, e := v.piece(it.Start), v.piece(it.End-1)
+	w := v.text[it.Start:it.End]
+	start, end := s.from, e.to
+	if !s.ref {
+		start += it.Start - s.at
+	}
+	if !e.ref {
+		end = e.from + it.End - e.at
+	}
+	it.Start, it.End = start, end
+	if w != text[start:end] {
+		it.Decoded = w
+	}
+	return it
+}
