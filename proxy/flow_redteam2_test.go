@@ -1,0 +1,397 @@
+package proxy
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/policy/flow/flowtest"
+)
+
+// The newest parts of the information-flow policy attacked from outside: onViolation "continue" (promptgate
+// answers a refused call itself and asks the upstream again) and confirmation codes. The attacker controls
+// tool outputs and the model; some attacks are a client's (headers, parallel requests, disconnects) or an
+// upstream's (odd next answers). Each attack drives the real proxy and asserts that it is contained.
+
+// evil2 and evil3 are further payments to IBANs that occur in no source of the banking conversation.
+var (
+	redEvil2 = flowtest.Call{ID: "call_evil2", Tool: "send_money", Args: json.RawMessage(`{"recipient":"FR1420041010050500013M02606","amount":5,"subject":"December bill"}`)}
+	redEvil3 = flowtest.Call{ID: "call_evil3", Tool: "send_money", Args: json.RawMessage(`{"recipient":"NL91ABNA0417164300","amount":7,"subject":"December bill"}`)}
+)
+
+// redLeaks are the bytes of the refused calls that must never reach a client.
+var redLeaks = []string{"call_evil", "GB82", "FR14", "NL91", "[promptgate]"}
+
+// checkNoLeak fails when any of leaks is in the answer's body or headers.
+func checkNoLeak(t *testing.T, name string, h http.Header, b []byte, leaks ...string) {
+	t.Helper()
+	headers := fmt.Sprint(h)
+	for _, l := range leaks {
+		if bytes.Contains(b, []byte(l)) || strings.Contains(headers, l) {
+			t.Errorf("%s: %q reached the client: %s %s", name, l, headers, b)
+		}
+	}
+}
+
+// TestRedTeam2ContinueLeaks: a model that makes a second refused payment in the continued round, and one
+// that makes three refused payments at once, never shows the client any of them (id, recipient, notice):
+// each round is one more upstream request (not one per call), it answers every refused call of the round
+// before, and the client gets the text of every round and the call of the last, with the usage of all.
+func TestRedTeam2ContinueLeaks(t *testing.T) {
+	t.Parallel()
+	cc := newContinueCase(t)
+	for _, tc := range []struct {
+		name  string
+		turns []scriptedTurn
+		// answered is how many refusals each next request adds.
+		answered []int
+	}{
+		{"refused again in round 1", []scriptedTurn{
+			{text: "A. ", calls: []flowtest.Call{cc.evil}, in: 1, out: 2},
+			{text: "B. ", calls: []flowtest.Call{redEvil2}, in: 3, out: 4},
+			{text: "C.", calls: []flowtest.Call{cc.good}, in: 5, out: 6}}, []int{1, 1}},
+		{"three refused at once", []scriptedTurn{
+			{text: "A. ", calls: []flowtest.Call{cc.evil, redEvil2, redEvil3}, in: 1, out: 2},
+			{text: "B. C.", calls: []flowtest.Call{cc.good}, in: 8, out: 10}}, []int{3}},
+	} {
+		for _, sf := range flowtest.Surfaces {
+			for _, stream := range []bool{false, true} {
+				name := fmt.Sprintf("%s/%s/stream=%v", tc.name, sf, stream)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					up := newFlowUpstream(t, tc.turns...)
+					ts, _ := flowServer(t, up.URL, cc.protocol)
+					status, h, b := post(t, ts, sf, flowRequest(t, sf, cc.turns, cc.tools, stream, nil), nil)
+					if status != http.StatusOK {
+						t.Fatalf("status %d: %s", status, b)
+					}
+					checkNoLeak(t, name, h, b, redLeaks...)
+					got := read(t, sf, stream, b)
+					if got.text != "A. B. C." || len(got.calls) != 1 || got.calls[0].ID != cc.good.ID {
+						t.Errorf("shown %+v", got)
+					}
+					in := "input_tokens"
+					if sf == flow.SurfaceChat {
+						in = "prompt_tokens"
+					}
+					if n := got.usage.Get(in).Int(); n != 9 {
+						t.Errorf("usage %s: %s, want every round's (9)", in, got.usage.Raw)
+					}
+					reqs := up.requests()
+					if len(reqs) != len(tc.answered)+1 {
+						t.Fatalf("%d upstream requests, want %d", len(reqs), len(tc.answered)+1)
+					}
+					refusal := "was refused by policy and was not run"
+					for i, n := range tc.answered {
+						added := bytes.Count(reqs[i+1], []byte(refusal)) - bytes.Count(reqs[i], []byte(refusal))
+						if sf == flow.SurfaceResponses {
+							// The upstream stores responses: the next request continues the last and sends only its results.
+							added = bytes.Count(reqs[i+1], []byte(refusal))
+						}
+						if added != n {
+							t.Errorf("request %d answers %d refused calls, want %d: %s", i+1, added, n, reqs[i+1])
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestRedTeam2ContinueNotAmplified: an answer that cannot be continued is not: several choices (n=2, each
+// with a refused call) and a background response are asked once upstream, and nothing of their refused
+// calls reaches the client.
+func TestRedTeam2ContinueNotAmplified(t *testing.T) {
+	t.Parallel()
+	cc := newContinueCase(t)
+	args := string(flowtest.Args(cc.evil.Args))
+	twoChoices := func(w http.ResponseWriter, r *http.Request) {
+		stream := gjson.GetBytes(readAll(r), "stream").Bool()
+		if !stream {
+			w.Header().Set("Content-Type", "application/json")
+			var choices []string
+			for i := range 2 {
+				choices = append(choices, fmt.Sprintf(`{"index":%d,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_evil%d","type":"function","function":{"name":"send_money","arguments":%s}}]},"finish_reason":"tool_calls"}`, i, i, js(args)))
+			}
+			_, _ = io.WriteString(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[`+strings.Join(choices, ",")+`]}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 2 {
+			for _, d := range []string{
+				js(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "id": fmt.Sprintf("call_evil%d", i), "type": "function", "function": map[string]any{"name": "send_money", "arguments": ""}}}}),
+				js(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": args}}}}),
+			} {
+				writeSplit(w, fmt.Sprintf(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":%d,"delta":%s,"finish_reason":null}]}`+"\n\n", i, d), 40)
+			}
+		}
+		for i := range 2 {
+			_, _ = fmt.Fprintf(w, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":%d,"delta":{},"finish_reason":"tool_calls"}]}`+"\n\n", i)
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("n=2/stream=%v", stream), func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, twoChoices)
+			ts, _ := flowServer(t, up.URL, cc.protocol)
+			req := flowRequest(t, flow.SurfaceChat, cc.turns, cc.tools, stream, map[string]any{"n": 2})
+			status, h, b := post(t, ts, flow.SurfaceChat, req, nil)
+			if status != http.StatusOK || up.count() != 1 {
+				t.Fatalf("status %d, %d upstream requests: %s", status, up.count(), b)
+			}
+			checkNoLeak(t, "n=2", h, b, "call_evil", "GB82")
+		})
+	}
+	t.Run("background", func(t *testing.T) {
+		t.Parallel()
+		up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{cc.evil}}, scriptedTurn{text: "continued"})
+		ts, _ := flowServer(t, up.URL, cc.protocol)
+		sf := flow.SurfaceResponses
+		status, h, b := post(t, ts, sf, flowRequest(t, sf, cc.turns, cc.tools, false, map[string]any{"background": true}), nil)
+		if status != http.StatusOK || len(up.requests()) != 1 {
+			t.Fatalf("status %d, %d upstream requests: %s", status, len(up.requests()), b)
+		}
+		checkNoLeak(t, "background", h, b, "call_evil", "GB82")
+	})
+}
+
+func readAll(r *http.Request) []byte {
+	b, _ := io.ReadAll(r.Body)
+	return b
+}
+
+// nthUpstream answers the first request of a continued answer from a scripted turn, and every later one
+// with next (n counts from 1 for the second request).
+type nthUpstream struct {
+	mu   sync.Mutex
+	n    int
+	reqs []*http.Request
+	body [][]byte
+}
+
+func (u *nthUpstream) handler(first scriptedTurn, next func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		n := u.n
+		u.n++
+		u.reqs = append(u.reqs, r.Clone(r.Context()))
+		u.body = append(u.body, b)
+		u.mu.Unlock()
+		sf := flow.SurfaceMessages
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/chat/completions"):
+			sf = flow.SurfaceChat
+		case strings.HasSuffix(r.URL.Path, "/responses"):
+			sf = flow.SurfaceResponses
+		}
+		stream := gjson.GetBytes(b, "stream").Bool()
+		if n > 0 {
+			next(w, r, sf, stream, n)
+			return
+		}
+		writeTurn(w, first, sf, stream, 1, 0)
+	}
+}
+
+func (u *nthUpstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.n
+}
+
+// writeTurn writes a scripted turn as an answer of sf, a stream split every split bytes (0: in halves).
+func writeTurn(w http.ResponseWriter, tu scriptedTurn, sf flow.Surface, stream bool, round, split int) {
+	if !stream {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, tu.body(sf, round))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, ev := range tu.events(sf, round) {
+		n := split
+		if n == 0 {
+			n = len(ev)/2 + 1
+		}
+		writeSplit(w, ev, n)
+	}
+}
+
+// TestRedTeam2ContinueOddNextAnswers: an upstream whose next answer is not one the client's answer can
+// continue with — another content type than the first, a content coding, an error quoting the request, a
+// second choice with another refused call, another model — gets nothing of it to the client; where the
+// round is not taken, the first round's refusal stands as its notice. An answer split a byte per write is
+// taken (control).
+func TestRedTeam2ContinueOddNextAnswers(t *testing.T) {
+	t.Parallel()
+	cc := newContinueCase(t)
+	leak := scriptedTurn{text: "LEAKME", calls: []flowtest.Call{redEvil2}, in: 1, out: 1}
+	gz := func(s string) []byte {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		_, _ = io.WriteString(zw, s)
+		_ = zw.Close()
+		return buf.Bytes()
+	}
+	cases := []struct {
+		name string
+		next func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int)
+		// taken: the next round is what the client gets (else the notice of the first round's refusal).
+		taken bool
+	}{
+		{"other content type", func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+			writeTurn(w, leak, sf, !stream, n+1, 0)
+		}, false},
+		{"gzip", func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+			ct, body := "application/json", leak.body(sf, n+1)
+			if stream {
+				ct, body = "text/event-stream", strings.Join(leak.events(sf, n+1), "")
+			}
+			w.Header().Set("Content-Type", ct)
+			w.Header().Set("Content-Encoding", "gzip")
+			_, _ = w.Write(gz(body))
+		}, false},
+		{"error quoting the request", func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"error":{"message":"LEAKME: tool_call_id call_evil with GB82WEST12345698765432 is invalid"}}`)
+		}, false},
+		{"no content type", func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+			// Read as JSON, as a first answer without a content type would be: a stream request does not take it.
+			w.Header()["Content-Type"] = nil
+			_, _ = io.WriteString(w, scriptedTurn{text: "untyped. ", calls: []flowtest.Call{redEvil2}}.body(sf, n+1))
+		}, false},
+		{"another refused call, another model", func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+			tu := scriptedTurn{text: "other model. ", calls: []flowtest.Call{redEvil2}, in: 1, out: 1}
+			if !stream {
+				w.Header().Set("Content-Type", "application/json")
+				body := strings.ReplaceAll(tu.body(sf, n+1), `"model":"m"`, `"model":"gpt-evil"`)
+				_, _ = io.WriteString(w, body)
+				return
+			}
+			writeTurn(w, tu, sf, stream, n+1, 0)
+		}, false},
+		{"a byte per write", func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+			writeTurn(w, scriptedTurn{text: continueText2, calls: []flowtest.Call{cc.good}, in: 1, out: 1}, sf, stream, n+1, 1)
+		}, true},
+	}
+	for _, c := range cases {
+		for _, sf := range flowtest.Surfaces {
+			for _, stream := range []bool{false, true} {
+				name := fmt.Sprintf("%s/%s/stream=%v", c.name, sf, stream)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					nu := &nthUpstream{}
+					rounds := 1
+					if c.name == "another refused call, another model" {
+						rounds = 2
+					}
+					protocol, _ := sjson.SetBytes(cc.protocol, "toolCalls.continueRounds", rounds)
+					up := newUpstream(t, nu.handler(scriptedTurn{text: "Paying. ", calls: []flowtest.Call{cc.evil}, in: 1, out: 1}, c.next))
+					ts, _ := flowServer(t, up.URL, protocol)
+					status, h, b := post(t, ts, sf, flowRequest(t, sf, cc.turns, cc.tools, stream, nil), nil)
+					if status != http.StatusOK {
+						t.Fatalf("status %d: %s", status, b)
+					}
+					if nu.count() != rounds+1 && c.name == "another refused call, another model" || nu.count() < 2 {
+						t.Errorf("%d upstream requests", nu.count())
+					}
+					checkNoLeak(t, name, h, b, "LEAKME", "call_evil", "GB82", "FR14")
+					got := read(t, sf, stream, b)
+					if c.taken {
+						if len(got.calls) != 1 || got.calls[0].ID != cc.good.ID || strings.Contains(got.text, "[promptgate]") {
+							t.Errorf("the next round was not taken: %+v", got)
+						}
+						return
+					}
+					if len(got.calls) != 0 || !strings.Contains(got.text, "[promptgate] blocked tool call send_money") {
+						t.Errorf("shown %+v", got)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestRedTeam2ContinueHeaders: the next round goes to the first's URL with the first's headers — the
+// operator's key where the first had it, never the client's own key beside it — and none of the client's
+// X-Promptgate-* headers in any spelling; its Content-Length is its body's.
+func TestRedTeam2ContinueHeaders(t *testing.T) {
+	t.Parallel()
+	cc := newContinueCase(t)
+	for _, sf := range flowtest.Surfaces {
+		for _, stream := range []bool{false, true} {
+			name := fmt.Sprintf("%s/stream=%v", sf, stream)
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				up := newFlowUpstream(t,
+					scriptedTurn{text: continueText1, calls: []flowtest.Call{cc.evil}, in: 1, out: 1},
+					scriptedTurn{text: continueText2, calls: []flowtest.Call{cc.good}, in: 1, out: 1})
+				type seen struct {
+					url    string
+					header http.Header
+					length int64
+					body   int
+				}
+				var mu sync.Mutex
+				var sent []seen
+				ts, _ := flowServer(t, up.URL, cc.protocol, func(o *Options) {
+					o.UpstreamAPIKey = bindKey(t, "sk-operator", o.Upstream)
+					o.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+						b, _ := io.ReadAll(r.Body)
+						r.Body = io.NopCloser(bytes.NewReader(b))
+						mu.Lock()
+						sent = append(sent, seen{r.URL.String(), r.Header.Clone(), r.ContentLength, len(b)})
+						mu.Unlock()
+						return http.DefaultTransport.RoundTrip(r)
+					})
+				})
+				h := http.Header{"Authorization": {"Bearer sk-client"}, "X-Api-Key": {"sk-client-anthropic"},
+					HeaderConversation: {"conv-1"}, HeaderConfirm: {"ABCD-EFGH"}, "X-Promptgate_user": {"u1"}, "X-App": {"kept"}}
+				status, rh, b := post(t, ts, sf, flowRequest(t, sf, cc.turns, cc.tools, stream, nil), h)
+				if status != http.StatusOK {
+					t.Fatalf("status %d: %s", status, b)
+				}
+				checkNoLeak(t, name, rh, b, "sk-operator", "call_evil")
+				mu.Lock()
+				defer mu.Unlock()
+				if len(sent) != 2 {
+					t.Fatalf("%d upstream requests", len(sent))
+				}
+				first, next := sent[0], sent[1]
+				if first.url != next.url {
+					t.Errorf("the next round went to %s, the first to %s", next.url, first.url)
+				}
+				for _, s := range sent {
+					if s.length != int64(s.body) {
+						t.Errorf("Content-Length %d, body %d bytes", s.length, s.body)
+					}
+					for k := range s.header {
+						if strings.HasPrefix(strings.ToLower(strings.ReplaceAll(k, "_", "-")), "x-promptgate-") {
+							t.Errorf("%s went upstream", k)
+						}
+					}
+				}
+				for _, k := range []string{"Authorization", "X-Api-Key", "X-App"} {
+					if a, b := first.header.Values(k), next.header.Values(k); fmt.Sprint(a) != fmt.Sprint(b) {
+						t.Errorf("%s: %v in the first round, %v in the next", k, a, b)
+					}
+				}
+				if sf != flow.SurfaceMessages && next.header.Get("Authorization") != "Bearer sk-operator" {
+					t.Errorf("the next round's Authorization %q", next.header.Get("Authorization"))
+				}
+			})
+		}
+	}
+}
