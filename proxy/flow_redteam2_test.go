@@ -3,16 +3,19 @@ package proxy
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+	"go.uber.org/goleak"
 
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
@@ -393,5 +396,126 @@ func TestRedTeam2ContinueHeaders(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRedTeam2ContinuedResponsesHistory: a continued Responses answer is recorded as the client was shown it,
+// so the record launders nothing: continued from its last response (whose round-2 text quotes the attacker's
+// IBAN) or from the first (the id response.created named), the refused payment made again is refused; a
+// stored response retrieved (GET /v1/responses/{id}, stream or not) shows none of the refused call.
+func TestRedTeam2ContinuedResponsesHistory(t *testing.T) {
+	t.Parallel()
+	cc := newContinueCase(t)
+	sf := flow.SurfaceResponses
+	quoting := "That account, GB82 WEST 1234 5698 7654 32, was refused."
+	for _, stream := range []bool{false, true} {
+		for _, from := range []string{"resp_2", "resp_1"} {
+			name := fmt.Sprintf("from %s/stream=%v", from, stream)
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				fu := newFlowUpstream(t)
+				fu.script("a", scriptedTurn{text: continueText1, calls: []flowtest.Call{cc.evil}, in: 1, out: 1}, scriptedTurn{text: quoting, in: 1, out: 1})
+				again := flowtest.Call{ID: "call_evil9", Tool: cc.evil.Tool, Args: cc.evil.Args}
+				fu.script("b", scriptedTurn{calls: []flowtest.Call{again}, in: 1, out: 1}, scriptedTurn{text: "Not possible.", in: 1, out: 1})
+				stored := map[string]string{
+					"/v1/responses/resp_1":             scriptedTurn{text: continueText1, calls: []flowtest.Call{cc.evil}}.body(sf, 1),
+					"/v1/responses/resp_2":             scriptedTurn{text: quoting}.body(sf, 2),
+					"/v1/responses/resp_1?stream=true": strings.Join(scriptedTurn{text: continueText1, calls: []flowtest.Call{cc.evil}}.events(sf, 1), ""),
+				}
+				up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodGet {
+						b, ok := stored[r.URL.RequestURI()]
+						if !ok {
+							http.NotFound(w, r)
+							return
+						}
+						w.Header().Set("Content-Type", "application/json")
+						if strings.HasSuffix(r.URL.RequestURI(), "stream=true") {
+							w.Header().Set("Content-Type", "text/event-stream")
+						}
+						_, _ = io.WriteString(w, b)
+						return
+					}
+					fu.serve(w, r)
+				})
+				ts, rec := flowServer(t, up.URL, cc.protocol)
+				status, h, b := post(t, ts, sf, flowRequest(t, sf, cc.turns, cc.tools, stream, nil), http.Header{headerScript: {"a"}})
+				if status != http.StatusOK {
+					t.Fatalf("status %d: %s", status, b)
+				}
+				checkNoLeak(t, name, h, b, "call_evil", "[promptgate]")
+				next := flowRequest(t, sf, []flowtest.Turn{{User: "Go on."}}, cc.tools, stream, map[string]any{"previous_response_id": from})
+				status, h, b = post(t, ts, sf, next, http.Header{headerScript: {"b"}})
+				if status != http.StatusOK {
+					t.Fatalf("status %d: %s", status, b)
+				}
+				checkNoLeak(t, name, h, b, "call_evil9")
+				if got := read(t, sf, stream, b); len(got.calls) != 0 {
+					t.Errorf("the refused payment passed on the record's history: %+v", got)
+				}
+				if r := blockedReason(rec.eventsOfRequest(h.Get(HeaderRequestID)), cc.evil.Tool); r == "" {
+					t.Errorf("the payment made again was not refused: %+v", rec.eventsOfRequest(h.Get(HeaderRequestID)))
+				}
+				for _, path := range []string{"/v1/responses/resp_1", "/v1/responses/resp_1?stream=true", "/v1/responses/resp_2"} {
+					req, _ := http.NewRequest(http.MethodGet, ts.URL+path, nil)
+					resp, err := ts.Client().Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					rb, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					checkNoLeak(t, "GET "+path, resp.Header, rb, "call_evil", "GB82WEST")
+				}
+			})
+		}
+	}
+}
+
+// TestRedTeam2ContinueClientGone: a client that goes away while a next round is asked cancels that round's
+// upstream request; no further round is asked, and nothing of the exchange is left running.
+func TestRedTeam2ContinueClientGone(t *testing.T) {
+	cc := newContinueCase(t)
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			gone := make(chan struct{}, 1)
+			asked := make(chan struct{}, 1)
+			nu := &nthUpstream{}
+			up := httptest.NewServer(nu.handler(scriptedTurn{text: continueText1, calls: []flowtest.Call{cc.evil}, in: 1, out: 1},
+				func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+					asked <- struct{}{}
+					stallUntil(r, gone)
+				}))
+			tr := NewTransport()
+			ts, _ := flowServer(t, up.URL, cc.protocol, func(o *Options) { o.Transport = tr })
+			// The engine's own goroutines (its caches, its definitions' retry loop) live as long as the test.
+			opts := []goleak.Option{goleak.IgnoreCurrent()}
+			client := &http.Client{Transport: &http.Transport{}}
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+PathChat, bytes.NewReader(flowRequest(t, flow.SurfaceChat, cc.turns, cc.tools, stream, nil)))
+			req.Header.Set("Content-Type", "application/json")
+			done := make(chan error, 1)
+			go func() {
+				resp, err := client.Do(req)
+				if err == nil {
+					_, _ = io.ReadAll(resp.Body)
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+			<-asked
+			cancel()
+			<-done
+			waitGone(t, gone)
+			if n := nu.count(); n != 2 {
+				t.Errorf("%d upstream requests, want 2", n)
+			}
+			ts.Close()
+			up.Close()
+			client.CloseIdleConnections()
+			tr.CloseIdleConnections()
+			if err := goroutinesGone(opts...); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }
