@@ -9,14 +9,17 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"go.uber.org/goleak"
 
+	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
@@ -517,5 +520,144 @@ func TestRedTeam2ContinueClientGone(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// TestRedTeam2ConfirmSingleUseUnderRace: twenty requests sent at once with the user's code (half in the
+// message, half in X-Promptgate-Confirm) release the held call once.
+func TestRedTeam2ConfirmSingleUseUnderRace(t *testing.T) {
+	t.Parallel()
+	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{{ID: "d1", Tool: "delete_file", Args: deleteArgs}}})
+	ts, rec, _ := confirmServer(t, up.URL)
+	sf, tools := flow.SurfaceChat, []string{"web_fetch", "delete_file"}
+	_, _, b := post(t, ts, sf, flowRequest(t, sf, readThenDelete, tools, false, nil), nil)
+	held := read(t, sf, false, b)
+	code := noticeCode(held.text)
+	if code == "" {
+		t.Fatalf("no code: %s", b)
+	}
+	reply := flowRequest(t, sf, append(slices.Clone(readThenDelete), flowtest.Turn{Assistant: held.text}, flowtest.Turn{User: "yes " + code}), tools, false, nil)
+	button := flowRequest(t, sf, append(slices.Clone(readThenDelete), flowtest.Turn{Assistant: held.text}, flowtest.Turn{User: "approved"}), tools, false, nil)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	released, confirmed := 0, 0
+	for i := range 20 {
+		wg.Go(func() {
+			body, h := reply, http.Header(nil)
+			if i%2 == 1 {
+				body, h = button, http.Header{HeaderConfirm: {code}}
+			}
+			_, rh, b := post(t, ts, sf, body, h)
+			got := read(t, sf, false, b)
+			v := confirmVerdicts(rec.eventsOfRequest(rh.Get(HeaderRequestID)))
+			mu.Lock()
+			defer mu.Unlock()
+			released += len(got.calls)
+			confirmed += strings.Count(strings.Join(v, ","), audit.VerdictConfirmed)
+		})
+	}
+	wg.Wait()
+	if released != 1 || confirmed != 1 {
+		t.Errorf("one code released %d calls (%d confirmed decisions)", released, confirmed)
+	}
+}
+
+// confirmTwoTools holds delete_file and archive_file for confirmation after untrusted output.
+var confirmTwoTools = json.RawMessage(`{"id":"files2","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},
+  "toolCalls":{"flows":[{"id":"confirm-files","after":["untrusted"],"tools":["delete_file","archive_file"],"verdict":"confirm","keyArgs":["file_id"]}]}}`)
+
+// TestRedTeam2ConfirmCodeBinding: a code is its call's and its key's only — the code of delete_file does not
+// release archive_file with the same arguments, nor a guess near the code (one character changed, its halves
+// swapped), nor many guesses beside it (at most 8 codes are read per request, so the real code after eight
+// others is not even read); a code issued under one confirmation key does nothing on an instance with another
+// (a key change voids the codes in flight), and holds on one with the same key (a fleet).
+func TestRedTeam2ConfirmCodeBinding(t *testing.T) {
+	t.Parallel()
+	sf, tools := flow.SurfaceChat, []string{"web_fetch", "delete_file", "archive_file"}
+	del := flowtest.Call{ID: "d1", Tool: "delete_file", Args: deleteArgs}
+	arch := flowtest.Call{ID: "a1", Tool: "archive_file", Args: deleteArgs}
+	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{del}})
+	up.script("archive", scriptedTurn{calls: []flowtest.Call{arch}})
+	clk := &testClock{t: time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)}
+	server := func(key string) *httptest.Server {
+		cf, err := flow.NewConfirmer(bytes.Repeat([]byte(key), flow.MinConfirmKey), nil, clk.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, _ := flowServer(t, up.URL, confirmTwoTools, func(o *Options) { o.Confirmer = cf })
+		return ts
+	}
+	a := server("k")
+	_, _, b := post(t, a, sf, flowRequest(t, sf, readThenDelete, tools, false, nil), nil)
+	held := read(t, sf, false, b)
+	code := noticeCode(held.text)
+	if code == "" {
+		t.Fatalf("no code: %s", b)
+	}
+	turns := func(user string) []byte {
+		return flowRequest(t, sf, append(slices.Clone(readThenDelete), flowtest.Turn{Assistant: held.text}, flowtest.Turn{User: user}), tools, false, nil)
+	}
+	released := func(ts *httptest.Server, body []byte, h http.Header) bool {
+		_, _, b := post(t, ts, sf, body, h)
+		return len(read(t, sf, false, b).calls) > 0
+	}
+	if released(a, turns("yes "+code), http.Header{headerScript: {"archive"}}) {
+		t.Error("the code of delete_file released archive_file")
+	}
+	flip := []byte(code)
+	flip[0] = "01"[map[bool]int{true: 1}[flip[0] == '0']]
+	near := []string{string(flip), code[5:] + "-" + code[:4], strings.ReplaceAll(code, "-", "")[1:] + "0"}
+	for _, guess := range near {
+		if released(a, turns("yes "+guess), nil) {
+			t.Errorf("the guess %s released the call (code %s)", guess, code)
+		}
+	}
+	var many []string
+	for i := range 8 {
+		many = append(many, fmt.Sprintf("%04d-%04d", i, i))
+	}
+	if released(a, turns("approved"), http.Header{HeaderConfirm: append(slices.Clone(many), code)}) {
+		t.Error("a ninth code was read")
+	}
+	if released(server("x"), turns("yes "+code), nil) {
+		t.Error("a code issued under another key released the call")
+	}
+	if !released(server("k"), turns("yes "+code), nil) {
+		t.Error("control: the code did not release the call on an instance with the same key")
+	}
+}
+
+// TestRedTeam2ConfirmCrossSite: a web page cannot confirm a held call through the listener: a request with
+// X-Promptgate-Confirm from another site's Origin or Sec-Fetch-Site, or with a body a page can post without a
+// preflight, is refused before anything goes upstream.
+func TestRedTeam2ConfirmCrossSite(t *testing.T) {
+	t.Parallel()
+	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{{ID: "d1", Tool: "delete_file", Args: deleteArgs}}})
+	ts, _, _ := confirmServer(t, up.URL)
+	body := flowRequest(t, flow.SurfaceChat, readThenDelete, []string{"web_fetch", "delete_file"}, false, nil)
+	for _, h := range []map[string]string{
+		{"Origin": "https://evil.example", "Content-Type": "application/json"},
+		{"Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"},
+		{"Sec-Fetch-Site": "same-site", "Content-Type": "application/json"},
+		{"Content-Type": "text/plain"},
+		{"Content-Type": "application/x-www-form-urlencoded"},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, ts.URL+PathChat, bytes.NewReader(body))
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		req.Header.Set(HeaderConfirm, "7KQM-3XPA")
+		resp, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusUnsupportedMediaType {
+			t.Errorf("%v: %d %s", h, resp.StatusCode, b)
+		}
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Errorf("%d cross-site requests went upstream", n)
 	}
 }
