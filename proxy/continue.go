@@ -54,6 +54,7 @@ func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
 		}
 		req.ContentLength = int64(len(nb))
 		req.Header.Set("Content-Length", strconv.Itoa(len(nb)))
+		roundIdempotencyKey(req.Header, round)
 		start := time.Now()
 		resp, err := s.upstream.RoundTrip(req)
 		if err != nil {
@@ -74,6 +75,17 @@ func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
 		x.round.Store(int32(round))
 		x.log.Debug("continue: promptgate answered the refused calls and asked the upstream again", "round", round)
 		return resp.Body, nil
+	}
+}
+
+// roundIdempotencyKey gives a next round an idempotency key of its own, derived from the client's: an upstream
+// that honours the key would otherwise answer the round with the first request's answer. A client that
+// retries the whole request sends the same key and gets the same rounds.
+func roundIdempotencyKey(h http.Header, round int) {
+	for _, name := range []string{"Idempotency-Key", "X-Idempotency-Key"} {
+		if k := h.Get(name); k != "" {
+			h.Set(name, k+"-promptgate-round-"+strconv.Itoa(round))
+		}
 	}
 }
 

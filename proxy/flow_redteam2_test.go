@@ -364,7 +364,7 @@ func TestRedTeam2ContinueHeaders(t *testing.T) {
 					})
 				})
 				h := http.Header{"Authorization": {"Bearer sk-client"}, "X-Api-Key": {"sk-client-anthropic"},
-					HeaderConversation: {"conv-1"}, HeaderConfirm: {"ABCD-EFGH"}, "X-Promptgate_user": {"u1"}, "X-App": {"kept"}}
+					HeaderConversation: {"conv-1"}, HeaderConfirm: {"ABCD-EFGH"}, "X-Promptgate_user": {"u1"}, "X-App": {"kept"}, "Idempotency-Key": {"idem-1"}}
 				status, rh, b := post(t, ts, sf, flowRequest(t, sf, cc.turns, cc.tools, stream, nil), h)
 				if status != http.StatusOK {
 					t.Fatalf("status %d: %s", status, b)
@@ -396,6 +396,10 @@ func TestRedTeam2ContinueHeaders(t *testing.T) {
 				}
 				if sf != flow.SurfaceMessages && next.header.Get("Authorization") != "Bearer sk-operator" {
 					t.Errorf("the next round's Authorization %q", next.header.Get("Authorization"))
+				}
+				// An upstream that honours idempotency keys must not answer the next round with the first answer.
+				if a, b := first.header.Get("Idempotency-Key"), next.header.Get("Idempotency-Key"); a != "idem-1" || b == a || b == "" {
+					t.Errorf("Idempotency-Key %q in the first round, %q in the next", a, b)
 				}
 			})
 		}
@@ -812,5 +816,48 @@ func TestRedTeam2ContinueRulesAcrossRounds(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRedTeam2InputItemsHideRefusedCalls: the input items of a continued response (GET
+// /v1/responses/{id}/input_items) show nothing of the call promptgate refused: neither the refusal it sent
+// in the call's place (which names the call's id) nor, where the upstream lists the chain, the call.
+func TestRedTeam2InputItemsHideRefusedCalls(t *testing.T) {
+	t.Parallel()
+	cc := newContinueCase(t)
+	sf := flow.SurfaceResponses
+	fu := newFlowUpstream(t, scriptedTurn{text: continueText1, calls: []flowtest.Call{cc.evil}, in: 1, out: 1}, scriptedTurn{text: "ok", in: 1, out: 1})
+	var mu sync.Mutex
+	var items string
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			mu.Lock()
+			defer mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"object":"list","data":`+items+`,"has_more":false}`)
+			return
+		}
+		fu.serve(w, r)
+	})
+	ts, _ := flowServer(t, up.URL, cc.protocol)
+	if status, _, b := post(t, ts, sf, flowRequest(t, sf, cc.turns, cc.tools, false, nil), nil); status != http.StatusOK {
+		t.Fatalf("status %d: %s", status, b)
+	}
+	reqs := fu.requests()
+	// What the upstream stored as resp_2's input: the refusal; and, as an upstream listing the chain would,
+	// resp_1's output with the refused call before it.
+	chain := []string{gjson.GetBytes(reqs[1], "input").Raw,
+		"[" + strings.Join(scriptedTurn{text: continueText1, calls: []flowtest.Call{cc.evil}}.respItems(1, "completed"), ",") + "," + gjson.GetBytes(reqs[1], "input.0").Raw + "]"}
+	for _, list := range chain {
+		mu.Lock()
+		items = list
+		mu.Unlock()
+		resp, err := ts.Client().Get(ts.URL + "/v1/responses/resp_2/input_items")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		checkNoLeak(t, "input_items", resp.Header, b, "call_evil", "GB82")
 	}
 }

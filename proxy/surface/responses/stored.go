@@ -55,6 +55,9 @@ type blockedMemory struct {
 	order *list.List // of *memEntry, oldest at the front
 	// bytes is the size of the background policies kept; maxBytes bounds it.
 	bytes, maxBytes int
+	// callIDs counts, per call id, the entries that hold a blocked call of that id: an input item listing
+	// drops the items of those calls whichever response lists them.
+	callIDs map[string]int
 }
 
 type memEntry struct {
@@ -126,7 +129,8 @@ func newBlockedMemory(max int) *blockedMemory {
 	if max <= 0 {
 		max = defaultStoredResponses
 	}
-	return &blockedMemory{max: max, maxBytes: defaultBackgroundBytes, byID: map[string]*list.Element{}, order: list.New()}
+	return &blockedMemory{max: max, maxBytes: defaultBackgroundBytes, byID: map[string]*list.Element{}, order: list.New(),
+		callIDs: map[string]int{}}
 }
 
 // entry returns the entry of response id, adding it (and forgetting the oldest) when there is none. The
@@ -151,6 +155,11 @@ func (m *blockedMemory) forgetOldest() {
 		m.bytes -= e.bg.size
 	}
 	m.bytes -= len(e.shown)
+	for _, c := range e.calls {
+		if m.callIDs[c.CallID]--; m.callIDs[c.CallID] <= 0 {
+			delete(m.callIDs, c.CallID)
+		}
+	}
 	delete(m.byID, e.id)
 	m.order.Remove(oldest)
 }
@@ -169,6 +178,23 @@ func (m *blockedMemory) remember(id string, c blockedCall) {
 		}
 	}
 	e.calls = append(e.calls, c)
+	m.callIDs[c.CallID]++
+}
+
+// blockedCallIDs reports which of ids are the call ids of calls this instance blocked.
+func (m *blockedMemory) blockedCallIDs(ids []string) map[string]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out map[string]bool
+	for _, id := range ids {
+		if m.callIDs[id] > 0 {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // rememberBackground keeps the policy that the retrievals of background response id are vetted with. The
@@ -315,6 +341,14 @@ func storedResponseID(r *http.Request) string {
 	return ""
 }
 
+// inputItemsResponseID is the id of a GET /v1/responses/{id}/input_items request, or "".
+func inputItemsResponseID(r *http.Request) string {
+	if id, rest, ok := responsePath(r); ok && strings.EqualFold(rest, "input_items") && r.Method == http.MethodGet {
+		return id
+	}
+	return ""
+}
+
 // cancelledResponseID is the id of a POST /v1/responses/{id}/cancel request, or "": its answer is the response
 // object, with instructions.
 func cancelledResponseID(r *http.Request) string {
@@ -378,6 +412,73 @@ func (s *Surface) stripStored(resp *http.Response, id string) error {
 	}
 	surface.SetBody(resp, resp.StatusCode, body)
 	return nil
+}
+
+// stripInputItems removes from an input item listing (GET /v1/responses/{id}/input_items) every item of a call
+// this instance blocked: the call itself, where the upstream lists a chain of responses, and the
+// function_call_output promptgate sent in its place on the next turn, which names the call's id. first_id and
+// last_id follow the items kept; has_more is the upstream's.
+func (s *Surface) stripInputItems(resp *http.Response) error {
+	if resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	if err := surface.PlainBody(resp); err != nil {
+		return err
+	}
+	body, err := surface.ReadBody(resp)
+	if err != nil {
+		return err
+	}
+	data := gjson.GetBytes(body, "data")
+	if !gjson.ValidBytes(body) || !data.IsArray() {
+		return fmt.Errorf("%w: the input item listing is not a JSON object with a data array", surface.ErrUpstreamMalformed)
+	}
+	items := data.Array()
+	ids := make([]string, 0, len(items))
+	for _, it := range items {
+		if id := it.Get(pathCallID).Str; id != "" {
+			ids = append(ids, id)
+		}
+	}
+	blocked := s.blocked.blockedCallIDs(ids)
+	if len(blocked) == 0 {
+		surface.SetBody(resp, resp.StatusCode, body)
+		return nil
+	}
+	kept := make([]string, 0, len(items))
+	var first, last gjson.Result
+	removed := 0
+	for _, it := range items {
+		if blocked[it.Get(pathCallID).Str] {
+			removed++
+			continue
+		}
+		if len(kept) == 0 {
+			first = it.Get(pathID)
+		}
+		last = it.Get(pathID)
+		kept = append(kept, it.Raw)
+	}
+	if body, err = sjson.SetRawBytes(body, "data", relay.JoinArray(kept)); err == nil && gjson.GetBytes(body, "first_id").Exists() {
+		body, err = sjson.SetRawBytes(body, "first_id", rawOrNull(first))
+	}
+	if err == nil && gjson.GetBytes(body, "last_id").Exists() {
+		body, err = sjson.SetRawBytes(body, "last_id", rawOrNull(last))
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
+	}
+	resp.Header.Set(surface.HeaderBlocked, strconv.Itoa(removed))
+	surface.SetBody(resp, resp.StatusCode, body)
+	return nil
+}
+
+// rawOrNull is r's JSON, or null when r does not exist.
+func rawOrNull(r gjson.Result) []byte {
+	if !r.Exists() {
+		return []byte("null")
+	}
+	return []byte(r.Raw)
 }
 
 // echoCancelled gives a cancelled response (the answer of POST /v1/responses/{id}/cancel) the client's own

@@ -242,3 +242,71 @@ func TestCancelledResponseID(t *testing.T) {
 		}
 	}
 }
+
+// TestInputItemsListing: an input item listing loses every item of a call this instance blocked (the call and
+// the answer promptgate sent for it), whichever response lists it; first_id and last_id follow; a listing
+// without them is passed unchanged; a malformed one fails; a call forgotten with its response is not dropped.
+func TestInputItemsListing(t *testing.T) {
+	s := New(Options{Remember: 1})
+	s.blocked.remember("resp_1", blockedCall{CallID: "call_evil", Tool: "send_money", Reason: "r"})
+	list := func(body string) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, "http://h/v1/Responses/resp_2/Input_Items/", nil)
+		if inputItemsResponseID(req) != "resp_2" || !s.Intercepts(req) {
+			t.Fatalf("the listing's path is not recognised")
+		}
+		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: io.NopCloser(strings.NewReader(body)), Request: req}
+		return resp, s.Passed(resp, nil)
+	}
+	resp, err := list(`{"object":"list","data":[` +
+		`{"id":"fc_1","type":"function_call","call_id":"call_evil","name":"send_money","arguments":"{\"iban\":\"GB82\"}"},` +
+		`{"id":"msg_1","type":"message","role":"user","content":[]},` +
+		`{"id":"fco_1","type":"function_call_output","call_id":"call_evil","output":"refused"},` +
+		`{"id":"fco_2","type":"function_call_output","call_id":"call_ok","output":"done"}],` +
+		`"first_id":"fc_1","last_id":"fco_2","has_more":true}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if strings.Contains(string(b), "call_evil") || strings.Contains(string(b), "GB82") {
+		t.Fatalf("the blocked call is listed: %s", b)
+	}
+	if ids := gjson.GetBytes(b, "data.#.id").Raw; ids != `["msg_1","fco_2"]` {
+		t.Errorf("items kept %s", ids)
+	}
+	if f, l := gjson.GetBytes(b, "first_id").Str, gjson.GetBytes(b, "last_id").Str; f != "msg_1" || l != "fco_2" || !gjson.GetBytes(b, "has_more").Bool() {
+		t.Errorf("first_id %q last_id %q has_more %s", f, l, gjson.GetBytes(b, "has_more").Raw)
+	}
+	if resp.Header.Get("X-Promptgate-Blocked") != "2" {
+		t.Errorf("X-Promptgate-Blocked %q", resp.Header.Get("X-Promptgate-Blocked"))
+	}
+	// Only blocked items: the ids become null.
+	resp, err = list(`{"object":"list","data":[{"id":"fc_1","type":"function_call","call_id":"call_evil"}],"first_id":"fc_1","last_id":"fc_1","has_more":false}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	if string(gjson.GetBytes(b, "data").Raw) != "[]" || gjson.GetBytes(b, "first_id").Type != gjson.Null || gjson.GetBytes(b, "last_id").Type != gjson.Null {
+		t.Errorf("only blocked items: %s", b)
+	}
+	// Nothing blocked in it: unchanged.
+	plain := `{"object":"list","data":[{"id":"fco_2","type":"function_call_output","call_id":"call_ok"}],"has_more":false}`
+	resp, err = list(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ = io.ReadAll(resp.Body); string(b) != plain || resp.Header.Get("X-Promptgate-Blocked") != "" {
+		t.Errorf("an unrelated listing changed: %s", b)
+	}
+	// Malformed: not passed.
+	for _, bad := range []string{`{"object":"list","data":[{"call_id":"call_evil"}`, `{"object":"list","data":{}}`, `[]`} {
+		if _, err := list(bad); err == nil {
+			t.Errorf("malformed listing %q passed", bad)
+		}
+	}
+	// The memory keeps one response: remembering another forgets resp_1 and its call.
+	s.blocked.remember("resp_3", blockedCall{CallID: "call_other", Tool: "t"})
+	if got := s.blocked.blockedCallIDs([]string{"call_evil", "call_other"}); got["call_evil"] || !got["call_other"] {
+		t.Errorf("after eviction: %v", got)
+	}
+}

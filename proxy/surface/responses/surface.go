@@ -185,14 +185,14 @@ func (x exchange) Stream(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
 	return s
 }
 
-// Intercepts reports the retrievals (GET /v1/responses/{id}) and cancels (POST /v1/responses/{id}/cancel):
-// their answers are response objects to edit.
+// Intercepts reports the retrievals (GET /v1/responses/{id}), cancels (POST /v1/responses/{id}/cancel) and
+// input item listings (GET /v1/responses/{id}/input_items): their answers are objects to edit.
 func (*Surface) Intercepts(r *http.Request) bool {
-	return storedResponseID(r) != "" || cancelledResponseID(r) != ""
+	return storedResponseID(r) != "" || cancelledResponseID(r) != "" || inputItemsResponseID(r) != ""
 }
 
 // Passed edits a retrieval (vetted with the creating request's policy for a background response, else shown
-// as its create showed it) or a cancel.
+// as its create showed it), a cancel, or an input item listing (the items of blocked calls removed).
 func (s *Surface) Passed(resp *http.Response, h surface.Host) error {
 	if id := storedResponseID(resp.Request); id != "" {
 		if bg := s.blocked.background(id); bg != nil {
@@ -202,6 +202,9 @@ func (s *Surface) Passed(resp *http.Response, h surface.Host) error {
 	}
 	if id := cancelledResponseID(resp.Request); id != "" {
 		return s.echoCancelled(resp, id)
+	}
+	if inputItemsResponseID(resp.Request) != "" {
+		return s.stripInputItems(resp)
 	}
 	return nil
 }
