@@ -187,7 +187,7 @@ func (e *Engine) assemble(_ context.Context, j *job) error {
 	if j.sf.ContextInPrompt() {
 		settings.StructuredChannel = false
 	}
-	j.prompt = assembly.Build(tmpl, layers, settings)
+	j.prompt = j.cat.frame(tmpl, layers, settings).Build(layers, settings)
 	if j.prompt.ContextTruncated {
 		e.log.Debug("runtime context truncated to fit", "protocol", j.eff.ID, "max_chars", e.settings.ContextMaxChars)
 	}
