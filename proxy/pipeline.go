@@ -113,7 +113,7 @@ func (e *Engine) validate(_ context.Context, j *job) error {
 func (e *Engine) route(_ context.Context, j *job) error {
 	j.cat = e.defs.snapshot()
 	var err error
-	j.eff, err = e.router.Resolve(policyRequest(j.in, j.req.Model, j.ext), j.cat)
+	j.eff, err = e.router.Resolve(policyRequest(j.in, j.req.Model, j.ext, e.router.KeyRouted()), j.cat)
 	return err
 }
 
