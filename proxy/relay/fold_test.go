@@ -40,7 +40,7 @@ func foldedKeyReference(v gjson.Result, names []string, skip string) bool {
 func FuzzFoldedKey(f *testing.F) {
 	for _, s := range []string{`{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}`, `{"TOOL_CALLS":1}`, `{"tool_callſ":1}`,
 		`{"\u0054ool_calls":1}`, `{"a":{"Input":{"TOOL_CALLS":1}}}`, `{"input":{"TOOL_CALLS":1}}`, `{"x":"TOOL_CALLS","K":1}`,
-		`{"kelvin":{"\u212aey":2}}`, `[{"Key":1}]`, `{"tool_calls":[{"Function":{"name":"a"}}]}`} {
+		`{"kelvin":{"\u212aey":2}}`, `[{"Key":1}]`, `{"tool\"calls":1,"v":"\"q\\\\u0041"}`, `{"args":"{\"City\":1}"}`, `{"tool_calls":[{"Function":{"name":"a"}}]}`} {
 		f.Add([]byte(s), "input")
 	}
 	f.Fuzz(func(t *testing.T, data []byte, skip string) {

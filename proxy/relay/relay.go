@@ -322,11 +322,11 @@ func lowerASCII(names []string) bool {
 }
 
 // mayFold reports whether s holds an uppercase ASCII letter, a byte of a non-ASCII character or, where
-// escapes count (s is raw JSON that an escape may spell a letter in), a backslash. A key without any is
+// escapes count (s is raw JSON), a \u escape, the only one that can spell a letter. A key without any is
 // ASCII without capitals: under case folding it equals a lowercase ASCII name only when it is that name.
 func mayFold[T ~string | ~[]byte](s T, escapes bool) bool {
 	for i := range len(s) {
-		if c := s[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' || escapes && c == '\\' {
+		if c := s[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' || escapes && c == '\\' && i+1 < len(s) && s[i+1] == 'u' {
 			return true
 		}
 	}

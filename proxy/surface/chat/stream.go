@@ -137,7 +137,7 @@ func (s *Stream) holding() bool {
 
 // noteText remembers which choices of an event that is passed on unread carry text.
 func (s *Stream) noteText(data []byte) {
-	if indexQuoted(data, contentKey) < 0 || s.tpl.covers(data) {
+	if s.tpl.covers(data) || indexQuoted(data, contentKey) < 0 { // the template first: it answers most events
 		return
 	}
 	marked := false
