@@ -1,10 +1,15 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -38,5 +43,27 @@ func TestKeyRoutes(t *testing.T) {
 	}
 	if testEngine(t, "defaultProtocol: neutral\n", nil, nil, nil).router.KeyRouted() || !e.router.KeyRouted() {
 		t.Error("KeyRouted does not say whether a route matches on the key")
+	}
+}
+
+// TestForwardingLine: the forwarding line is logged at debug, with its fields, and not at info.
+func TestForwardingLine(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)
+	}))
+	t.Cleanup(up.Close)
+	for _, level := range []slog.Level{slog.LevelDebug, slog.LevelInfo} {
+		var logs bytes.Buffer
+		log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: level}))
+		ts := serveProxy(t, Options{Engine: testEngine(t, "", nil, nil, nil), Upstream: mustURL(t, up.URL+"/v1"), Log: log})
+		if resp, b := postTo(t, ts, PathChat, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+		got := strings.Contains(logs.String(), `"msg":"forwarding","request_id":`) && strings.Contains(logs.String(), `"route":"chat","protocol":"neutral"`)
+		if got != (level == slog.LevelDebug) {
+			t.Errorf("level %v: forwarding line logged %v:\n%s", level, got, logs.String())
+		}
 	}
 }
