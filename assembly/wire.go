@@ -2,9 +2,9 @@ package assembly
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -151,17 +151,72 @@ func ContentText(c gjson.Result) string {
 
 // JSONString encodes s as a JSON string without HTML escaping.
 func JSONString(s string) []byte {
-	var b bytes.Buffer
-	WriteJSONString(&b, s)
-	return b.Bytes()
+	return AppendJSONString(make([]byte, 0, len(s)+len(s)/8+2), s)
 }
 
 // WriteJSONString writes s to b as JSON string, without HTML escaping, as encoding/json would.
 func WriteJSONString(b *bytes.Buffer, s string) {
-	enc := json.NewEncoder(b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)       // a string always encodes
-	b.Truncate(b.Len() - 1) // Encode's newline
+	b.Grow(len(s) + 2)
+	b.Write(AppendJSONString(b.AvailableBuffer(), s))
+}
+
+// AppendJSONString appends s as a JSON string, byte for byte as encoding/json's Encoder with
+// SetEscapeHTML(false) writes it: ", \ and control characters escaped (\b \f \n \r \t, else \u00XX),
+// U+2028 and U+2029 as \u2028 and \u2029, and each byte of invalid UTF-8 as \ufffd.
+func AppendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	dst = appendEscaped(dst, s)
+	return append(dst, '"')
+}
+
+// appendEscaped appends the inside of s's JSON string (AppendJSONString without the quotes). For strings
+// that are each valid UTF-8, the escaping of a concatenation is the concatenation of their escapings.
+func appendEscaped(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	return append(dst, s[start:]...)
 }
 
 // RoleTexts reads an array of role-tagged messages (chat messages, Responses input items): the texts of

@@ -97,6 +97,17 @@ func NewRouter(cfg Config) *Router {
 	return &Router{routes: cfg.Routes, def: def}
 }
 
+// KeyRouted reports whether a route matches on the API key, the only use of Request.APIKeySHA256: a caller
+// may leave the hash out where it is false.
+func (r *Router) KeyRouted() bool {
+	for _, rt := range r.routes {
+		if rt.Match.APIKeySha256 != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Resolve chooses the protocol: the first matching route, the client's choice where the route allows it,
 // else the default; then merges the workflow, if any. Errors are *Error.
 func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {

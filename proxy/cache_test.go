@@ -1,12 +1,18 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/assembly/ctxjson"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/store"
 )
@@ -78,6 +84,79 @@ func TestArgRulesOncePerSnapshot(t *testing.T) {
 	bare := &Prepared{Protocol: a.Protocol, Kept: a.Kept}
 	if rules(bare) == rules(a) || !check(bare, "T-1") {
 		t.Error("a Prepared without a snapshot")
+	}
+}
+
+// TestFramesPerSnapshot checks that a layered prompt's fixed part is made once per snapshot, template and
+// protocol, that the upstream body is the one assembly.Build gives, and that an activation (new rules, new
+// template text) is served from the next request on, while a request prepared before keeps its prompt.
+func TestFramesPerSnapshot(t *testing.T) {
+	const protoV1 = `{"id":"p","promptTemplate":{"base":"tpl","overrides":{"rules":"- rule of version one"}},"tools":{"allow":["*"]}}`
+	const protoV2 = `{"id":"p","promptTemplate":{"base":"tpl","overrides":{"rules":"- rule of version two"}},"tools":{"allow":["*"]}}`
+	tpl := func(core string) json.RawMessage {
+		b, err := json.Marshal(map[string]string{"name": "tpl", "text": "=== SYSTEM CORE ===\n" + core + "\n\n=== PROTOCOL RULES ===\n{{protocol_rules}}\n\n" +
+			assembly.ContextHeader + "\n{{runtime_context}}\n\n=== AVAILABLE TOOLS ===\n{{tools}}\n"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	e := testEngine(t, "defaultProtocol: p\n", nil, []json.RawMessage{tpl("Core of template one.")}, []json.RawMessage{json.RawMessage(protoV1)})
+	prep := func() *Prepared {
+		t.Helper()
+		p, err := e.Prepare(context.Background(), Input{Path: PathChat, Header: http.Header{}, Body: []byte(cacheRequest)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The upstream body holds the prompt Build gives without a frame, escaped as encoding/json does.
+		want := assembly.Build(p.Template, assembly.Layers{Rules: p.Protocol.Rules, Tools: p.Kept, NativeTools: true,
+			Meta: ctxjson.Meta{Protocol: p.Protocol.ID}}, e.settings)
+		if p.Prompt.System != want.System {
+			t.Fatalf("System\n got %q\nwant %q", p.Prompt.System, want.System)
+		}
+		var enc bytes.Buffer
+		je := json.NewEncoder(&enc)
+		je.SetEscapeHTML(false)
+		if err := je.Encode(want.System); err != nil {
+			t.Fatal(err)
+		}
+		if got := gjson.GetBytes(p.Body, "messages.0.content").Raw; got+"\n" != enc.String() {
+			t.Fatalf("upstream system message %s, want %s", got, enc.Bytes())
+		}
+		return p
+	}
+	frames := func() int {
+		n := 0
+		e.defs.snapshot().frames.Range(func(_, _ any) bool { n++; return true })
+		return n
+	}
+	a := prep()
+	prep()
+	if n := frames(); n != 1 {
+		t.Errorf("%d frames after two requests of one protocol, want 1", n)
+	}
+	if !strings.Contains(a.Prompt.System, "rule of version one") || !strings.Contains(a.Prompt.System, "Core of template one.") {
+		t.Fatalf("first prompt:\n%s", a.Prompt.System)
+	}
+	before := a.Prompt.System
+
+	if err := e.defs.store.ApplyRollout(context.Background(), store.Rollout{ID: "v2", Templates: []json.RawMessage{tpl("Core of template two.")},
+		Protocols: []json.RawMessage{json.RawMessage(protoV2)}}); err != nil {
+		t.Fatal(err)
+	}
+	b := prep()
+	for _, s := range []string{"rule of version one", "Core of template one."} {
+		if strings.Contains(b.Prompt.System, s) || strings.Contains(string(b.Body), s) {
+			t.Errorf("after the activation, the prompt still holds %q:\n%s", s, b.Body)
+		}
+	}
+	for _, s := range []string{"rule of version two", "Core of template two."} {
+		if !strings.Contains(string(b.Body), s) {
+			t.Errorf("after the activation, the upstream body lacks %q:\n%s", s, b.Body)
+		}
+	}
+	if a.Prompt.System != before || !strings.Contains(string(a.Body), "rule of version one") {
+		t.Error("a request prepared before the activation changed its prompt")
 	}
 }
 

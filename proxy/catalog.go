@@ -38,6 +38,23 @@ type catalog struct {
 	// (and logged); names still missing are carried over to the next snapshot, so the fallback is logged
 	// once each time it starts, not on every request.
 	fallbacks sync.Map // template name -> struct{}
+	// frames holds the fixed part of each layered prompt this snapshot has built (template text and
+	// protocol rules laid out and JSON-escaped), so that it is made once per snapshot, not once per request.
+	frames sync.Map // assembly.FrameKey -> *assembly.Frame
+}
+
+// frame returns the frame of t for the layers and settings of a request, making it on first use. A nil
+// catalog makes it every time.
+func (c *catalog) frame(t *assembly.Template, l assembly.Layers, s assembly.Settings) *assembly.Frame {
+	if c == nil {
+		return assembly.NewFrame(t, l, s)
+	}
+	k := assembly.FrameKeyOf(t, l, s)
+	if v, ok := c.frames.Load(k); ok {
+		return v.(*assembly.Frame)
+	}
+	v, _ := c.frames.LoadOrStore(k, assembly.NewFrame(t, l, s))
+	return v.(*assembly.Frame)
 }
 
 // ruleKey names an effective protocol of one snapshot: its base and, for a workflow, the workflow.

@@ -243,16 +243,21 @@ func storedPromptRefused(id, why string, eff *policy.Effective) *refusedError {
 	}
 }
 
-func policyRequest(in Input, model string, ext assembly.Extension) policy.Request {
-	return policy.Request{
+// policyRequest is what the router reads of a request; the API key is hashed only where a route needs it
+// (keyRouted).
+func policyRequest(in Input, model string, ext assembly.Extension, keyRouted bool) policy.Request {
+	req := policy.Request{
 		Path:           in.Path,
 		Model:          model,
 		Header:         in.Header,
-		APIKeySHA256:   apiKeyHash(in.Header),
 		ClientProtocol: firstNonEmpty(strings.TrimSpace(in.Header.Get(HeaderProtocol)), ext.Protocol),
 		ClientWorkflow: firstNonEmpty(strings.TrimSpace(in.Header.Get(HeaderWorkflow)), ext.Workflow),
 		Forced:         in.ForceProtocol,
 	}
+	if keyRouted {
+		req.APIKeySHA256 = apiKeyHash(in.Header)
+	}
+	return req
 }
 
 // apiKeyHash is the hex sha256 of the bearer token, or of x-api-key (Anthropic clients).

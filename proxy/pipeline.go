@@ -116,7 +116,7 @@ func (e *Engine) validate(_ context.Context, j *job) error {
 func (e *Engine) route(_ context.Context, j *job) error {
 	j.cat = e.defs.snapshot()
 	var err error
-	j.eff, err = e.router.Resolve(policyRequest(j.in, j.req.Model, j.ext), j.cat)
+	j.eff, err = e.router.Resolve(policyRequest(j.in, j.req.Model, j.ext, e.router.KeyRouted()), j.cat)
 	return err
 }
 
@@ -190,7 +190,7 @@ func (e *Engine) assemble(_ context.Context, j *job) error {
 	if j.sf.ContextInPrompt() {
 		settings.StructuredChannel = false
 	}
-	j.prompt = assembly.Build(tmpl, layers, settings)
+	j.prompt = j.cat.frame(tmpl, layers, settings).Build(layers, settings)
 	if j.prompt.ContextTruncated {
 		e.log.Debug("runtime context truncated to fit", "protocol", j.eff.ID, "max_chars", e.settings.ContextMaxChars)
 	}

@@ -144,7 +144,24 @@ type exchange struct {
 	round atomic.Int32
 }
 
-type exchangeKey struct{}
+// inflight is what the listener keeps of a request in flight, carried in its context under one key: its
+// id, its writer, its body under the read deadline, and, on a rewritten route, its exchange.
+type inflight struct {
+	id   string
+	sw   *statusWriter
+	body *deadlineBody // nil when the body has no read deadline
+	x    *exchange     // set by rewrite before the request goes upstream; nil on other routes
+}
+
+type inflightKey struct{}
+
+// inflightOf is the request of ctx as the listener keeps it; the zero value outside a request.
+func inflightOf(ctx context.Context) *inflight {
+	if in, ok := ctx.Value(inflightKey{}).(*inflight); ok {
+		return in
+	}
+	return &inflight{}
+}
 
 // New builds the handler.
 func New(o Options) (*Server, error) {
@@ -271,11 +288,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	body = s.limitBodyRead(w, r)
-	ctx = context.WithValue(context.WithValue(ctx, requestIDKey{}, id), writerKey{}, sw)
-	if body != nil {
-		ctx = context.WithValue(ctx, bodyKey{}, body)
-	}
-	s.mux.ServeHTTP(sw, r.WithContext(ctx))
+	s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, inflightKey{}, &inflight{id: id, sw: sw, body: body})))
 }
 
 // admit answers, and returns false for, a request the listener does not serve: a Host that is neither
@@ -339,15 +352,6 @@ type statusWriter struct {
 	status int
 	failed bool
 	gone   atomic.Bool
-}
-
-// writerKey carries a request's statusWriter in its context.
-type writerKey struct{}
-
-// writerOf is the statusWriter of the request of ctx, or nil.
-func writerOf(ctx context.Context) *statusWriter {
-	sw, _ := ctx.Value(writerKey{}).(*statusWriter)
-	return sw
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -431,16 +435,11 @@ func (b *deadlineBody) handlerDone() {
 	b.mu.Unlock()
 }
 
-// bodyKey carries a request's deadlineBody in its context: the reverse proxy wraps the body it forwards.
-type bodyKey struct{}
-
 // bodyTimedOut reports whether r's body went past the body-read deadline.
 func bodyTimedOut(r *http.Request) bool {
-	b, ok := r.Context().Value(bodyKey{}).(*deadlineBody)
-	return ok && b.timedOut.Load()
+	b := inflightOf(r.Context()).body
+	return b != nil && b.timedOut.Load()
 }
-
-type requestIDKey struct{}
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if ok, reason := s.opt.Ready(); !ok {
@@ -470,7 +469,8 @@ func (s *Server) routeOf(r *http.Request) surface.Surface {
 // answer comes back through the response side (vetResponse).
 func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surface) {
 	start := time.Now()
-	id, _ := r.Context().Value(requestIDKey{}).(string)
+	in := inflightOf(r.Context())
+	id := in.id
 	log := requestLogger(s.log, id)
 	body, err := readBody(w, r, s.limits.MaxBodyBytes)
 	if err != nil {
@@ -492,9 +492,9 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 	}
 	s.announce(r.Context(), w.Header(), id, log, prep)
 	s.opt.Metrics.Overhead(sf.Name(), time.Since(start))
-	x := s.begin(id, log, body, prep)
-	x.ctx = context.WithValue(r.Context(), exchangeKey{}, x)
-	s.rewritten.ServeHTTP(w, r.WithContext(x.ctx))
+	in.x = s.begin(id, log, body, prep)
+	in.x.ctx = r.Context()
+	s.rewritten.ServeHTTP(w, r)
 }
 
 // announce makes a prepared request's decisions known: the response headers, the decision log (tools removed,
@@ -525,7 +525,9 @@ func (s *Server) announce(ctx context.Context, h http.Header, id string, log *sl
 	for _, n := range prep.Notes {
 		log.Info(n)
 	}
-	log.Debug("forwarding", "route", prep.Surface.Name(), "protocol", prep.Protocol.ID, "template", prep.Template.Name, "stream", prep.Stream, "tools_kept", len(prep.Kept), "tools_removed", len(prep.Removed))
+	if log.Enabled(ctx, slog.LevelDebug) { // the arguments are built only for a line that is written
+		log.Debug("forwarding", "route", prep.Surface.Name(), "protocol", prep.Protocol.ID, "template", prep.Template.Name, "stream", prep.Stream, "tools_kept", len(prep.Kept), "tools_removed", len(prep.Removed))
+	}
 }
 
 // begin starts the response side of a prepared request: its tool-call policy and the surface's exchange.
@@ -598,7 +600,7 @@ func (s *Server) target(path string) (*url.URL, bool) {
 }
 
 func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
-	x, _ := pr.In.Context().Value(exchangeKey{}).(*exchange)
+	x := inflightOf(pr.In.Context()).x
 	base, anthropic := s.opt.Upstream, x.prep.Surface.Upstream() == surface.Anthropic
 	if anthropic {
 		base = s.opt.AnthropicUpstream
@@ -715,7 +717,7 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)
 	guardTrailers(resp)
-	x, _ := resp.Request.Context().Value(exchangeKey{}).(*exchange)
+	x := inflightOf(resp.Request.Context()).x
 	if x == nil {
 		return errors.New("proxy: response without its exchange")
 	}
@@ -774,7 +776,7 @@ func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 
 // relayed wraps a vetted stream so that its end is logged and a client gone counts as 499.
 func (s *Server) relayed(ctx context.Context, log *slog.Logger, body io.ReadCloser) io.ReadCloser {
-	return &loggedStream{ReadCloser: body, log: log, out: writerOf(ctx)}
+	return &loggedStream{ReadCloser: body, log: log, out: inflightOf(ctx).sw}
 }
 
 // host is what the server gives a surface on the passthrough path.
@@ -783,8 +785,7 @@ type host struct{ s *Server }
 var _ surface.Host = host{}
 
 func (h host) Recorder(ctx context.Context, protocol string, protocolVersion int) relay.Recorder {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	evs := events{requestID: id, protocol: protocol, protocolVersion: protocolVersion}
+	evs := events{requestID: inflightOf(ctx).id, protocol: protocol, protocolVersion: protocolVersion}
 	return func(d vet.Decision) {
 		h.s.opt.Audit.Record(ctx, evs.toolCall(d, h.s.opt.AuditArguments, 0))
 		for _, m := range d.More {
@@ -798,8 +799,7 @@ func (h host) Relayed(ctx context.Context, body io.ReadCloser) io.ReadCloser {
 }
 
 func (h host) Log(ctx context.Context) *slog.Logger {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return requestLogger(h.s.log, id)
+	return requestLogger(h.s.log, inflightOf(ctx).id)
 }
 
 // upstreamFailed answers when the upstream could not be reached, timed out, or answered malformed.
@@ -807,7 +807,7 @@ func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, err erro
 	err = redact.Error(err) // the log and the client's message show no user info or query of a URL
 	traceUpstreamFailed(r, err)
 	log := s.log
-	if id, ok := r.Context().Value(requestIDKey{}).(string); ok {
+	if id := inflightOf(r.Context()).id; id != "" {
 		log = log.With("request_id", id)
 	}
 	if bodyTimedOut(r) {

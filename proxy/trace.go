@@ -159,7 +159,7 @@ func (t *exchangeTrace) upstreamDone(status int) {
 // traceUpstreamFailed ends the upstream span of a request whose upstream call failed (or whose client went
 // away), with the API error code.
 func traceUpstreamFailed(r *http.Request, err error) {
-	if x, ok := r.Context().Value(exchangeKey{}).(*exchange); ok && x.trace.upstream != nil {
+	if x := inflightOf(r.Context()).x; x != nil && x.trace.upstream != nil {
 		code := toAPIError(err).Code
 		if r.Context().Err() != nil {
 			code = "client_gone"

@@ -14,9 +14,10 @@ import (
 const baselineMaxBody = 10 << 20
 
 // baseline is the bare reverse proxy promptgate is measured against: it reads the whole request body first
-// (as promptgate must, to rewrite it), then hands it to an httputil.ReverseProxy that flushes every write at
-// once (FlushInterval -1, as promptgate's does for streams). It uses the same upstream transport settings
-// as promptgate, so that only promptgate's own work differs.
+// (as promptgate must, to rewrite it), then hands it to an httputil.ReverseProxy as its zero value
+// configures it (FlushInterval 0: an answer of known length is written without flushes of its own, a stream
+// — text/event-stream or a body of unknown length — is still flushed at every write). It uses the same
+// upstream transport settings as promptgate, so that only promptgate's own work differs.
 type baseline struct {
 	rp *httputil.ReverseProxy
 }
@@ -28,9 +29,8 @@ func newBaseline(upstream *url.URL, tr http.RoundTripper) *baseline {
 			pr.SetURL(upstream)
 			pr.Out.Host = ""
 		},
-		Transport:     tr,
-		FlushInterval: -1,
-		ErrorLog:      log.New(io.Discard, "", 0),
+		Transport: tr,
+		ErrorLog:  log.New(io.Discard, "", 0),
 	}}
 }
 

@@ -270,7 +270,9 @@ func TestStampedProxy(t *testing.T) {
 		if p.T[mStart] < c.send || p.T[mEnd] > c.done {
 			t.Errorf("%s: the proxy's stamps are outside the client's", shape)
 		}
-		if p.Writes < 1 || p.Flushes < 1 {
+		// The bare proxy is a default ReverseProxy: a stream flushed at every write, an answer of known length
+		// written without a flush.
+		if p.Writes < 1 || (p.Flushes > 0) != (shape == shapeSSE) {
 			t.Errorf("%s: %d writes, %d flushes", shape, p.Writes, p.Flushes)
 		}
 		// A stream's headers come back before the upstream's handler returns; its end before the answer's end.

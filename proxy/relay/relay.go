@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -322,23 +323,51 @@ func Reframe(ev sse.Event) []byte {
 // "TOOL_CALLS" or "tool_callſ" as tool_calls, and the last of two such keys wins): such data is
 // malformed, since this relay reads keys exactly. data must be valid JSON.
 func FoldedKey(data []byte, names []string) bool {
-	return foldedKey(Get(data, "@this"), names, "")
+	return FoldedKeyOutside(data, names, "")
 }
 
 // FoldedKeyOutside is FoldedKey that does not look inside the values of the keys named skip (a tool's own
 // arguments, whose keys are the tool's).
 func FoldedKeyOutside(data []byte, names []string, skip string) bool {
-	return foldedKey(Get(data, "@this"), names, skip)
+	lower := lowerASCII(names)
+	if lower && !mayFold(data, true) {
+		return false // no key of data can fold to a name without being it (see mayFold)
+	}
+	return foldedKey(Get(data, "@this"), names, skip, lower)
 }
 
-func foldedKey(v gjson.Result, names []string, skip string) bool {
+// lowerASCII reports whether every name is lowercase ASCII.
+func lowerASCII(names []string) bool {
+	for _, n := range names {
+		for i := range len(n) {
+			if c := n[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// mayFold reports whether s holds an uppercase ASCII letter, a byte of a non-ASCII character or, where
+// escapes count (s is raw JSON), a \u escape, the only one that can spell a letter. A key without any is
+// ASCII without capitals: under case folding it equals a lowercase ASCII name only when it is that name.
+func mayFold[T ~string | ~[]byte](s T, escapes bool) bool {
+	for i := range len(s) {
+		if c := s[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' || escapes && c == '\\' && i+1 < len(s) && s[i+1] == 'u' {
+			return true
+		}
+	}
+	return false
+}
+
+func foldedKey(v gjson.Result, names []string, skip string, lower bool) bool {
 	found := false
 	isObj := v.IsObject()
 	if !isObj && !v.IsArray() {
 		return false
 	}
 	v.ForEach(func(k, val gjson.Result) bool {
-		if isObj {
+		if isObj && (!lower || mayFold(k.Str, false)) {
 			for _, n := range names {
 				if k.Str != n && strings.EqualFold(k.Str, n) {
 					found = true
@@ -349,7 +378,7 @@ func foldedKey(v gjson.Result, names []string, skip string) bool {
 		if isObj && skip != "" && k.Str == skip {
 			return true
 		}
-		found = foldedKey(val, names, skip)
+		found = foldedKey(val, names, skip, lower)
 		return !found
 	})
 	return found

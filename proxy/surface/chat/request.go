@@ -185,7 +185,7 @@ func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny
 // in the structured channel), then the client's messages other than system and developer, in order.
 func writeMessages(b *bytes.Buffer, msgsAt gjson.Result, p assembly.Prompt) {
 	b.WriteString(`[{"role":"system","content":`)
-	assembly.WriteJSONString(b, p.System)
+	b.Write(p.AppendSystemJSON(b.AvailableBuffer()))
 	b.WriteByte('}')
 	if p.ContextMessage != "" {
 		b.WriteString(`,{"role":"system","content":`)

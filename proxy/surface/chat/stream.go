@@ -228,7 +228,7 @@ func (s *Stream) holding() bool {
 
 // noteText remembers which choices of an event that is passed on unread carry text.
 func (s *Stream) noteText(data []byte) {
-	if !bytes.Contains(data, []byte(`"content"`)) || s.tpl.covers(data) {
+	if s.tpl.covers(data) || indexQuoted(data, contentKey) < 0 { // the template first: it answers most events
 		return
 	}
 	marked := false
@@ -815,6 +815,7 @@ func (s *Stream) end(errJSON []byte) {
 }
 
 var (
+	contentKey = []byte(`"content"`)
 	finishKey  = []byte(`"finish_reason"`)
 	finishNull = []byte(`"finish_reason":null`)
 )
@@ -825,7 +826,7 @@ var (
 // of such a match, so only from the first finishKey that is not followed by :null on are the counts taken.
 func allNull(data []byte) bool {
 	for {
-		i := bytes.Index(data, finishKey)
+		i := indexQuoted(data, finishKey)
 		if i < 0 {
 			return true
 		}

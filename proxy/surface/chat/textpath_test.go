@@ -121,3 +121,18 @@ func TestTextTemplateCovers(t *testing.T) {
 		t.Error("learnt a template from an event with a backslash")
 	}
 }
+
+// FuzzIndexQuoted: indexQuoted is bytes.Index for the needles the stream looks for.
+func FuzzIndexQuoted(f *testing.F) {
+	for _, s := range []string{``, `"`, `""content"`, `{"delta":{"content":"x"},"finish_reason":null}`, `content"`,
+		`"finish_reason"finish_reason"`, `x"content`, `"content""content"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, sep := range [][]byte{finishKey, finishNull, []byte(`"content"`), []byte(`""`), []byte(`"c"c`)} {
+			if got, want := indexQuoted(data, sep), bytes.Index(data, sep); got != want {
+				t.Fatalf("indexQuoted(%q, %q) = %d, bytes.Index says %d", data, sep, got, want)
+			}
+		}
+	})
+}

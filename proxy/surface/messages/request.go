@@ -242,11 +242,11 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 func rewrite(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	var sys []byte
 	if p.ContextMessage == "" {
-		sys = assembly.JSONString(p.System)
+		sys = p.AppendSystemJSON(nil)
 	} else {
 		var b bytes.Buffer
 		b.WriteString(`[{"type":"text","text":`)
-		b.Write(assembly.JSONString(p.System))
+		b.Write(p.AppendSystemJSON(b.AvailableBuffer()))
 		b.WriteString(`},{"type":"text","text":`)
 		b.Write(assembly.JSONString(p.ContextMessage))
 		b.WriteString(`}]`)
