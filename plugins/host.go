@@ -96,6 +96,16 @@ type HostOptions struct {
 	// CacheMaxBytes bounds the answer cache (the sum of cached answer sizes). Zero means
 	// DefaultCacheMaxBytes (32 MiB); negative turns caching off for every source.
 	CacheMaxBytes int64
+	// Trace opens the span of one source's call (promptgate.context.source) when the request in ctx is
+	// traced, and returns a nil span when it is not; nil means no spans. serve passes the proxy's tracing.
+	Trace func(ctx context.Context) (context.Context, SourceSpan)
+}
+
+// SourceSpan is the span of one context source's call: the source's name and, when skipped, why.
+type SourceSpan interface {
+	String(key, value string)
+	Error(code string)
+	End()
 }
 
 func (o *HostOptions) applyDefaults() {

@@ -20,7 +20,13 @@ import (
 func TestGatherSpanPerSource(t *testing.T) {
 	hang := entry("hang", "testsource", map[string]any{"behavior": "hang"})
 	hang.Timeout = 200 * time.Millisecond
-	h := startHost(t, plugins.HostOptions{}, hang, entry("echo", "testsource", nil))
+	h := startHost(t, plugins.HostOptions{Trace: func(ctx context.Context) (context.Context, plugins.SourceSpan) {
+		ctx, sp := tracing.Stage(ctx, tracing.SpanContextSource)
+		if sp == nil {
+			return ctx, nil
+		}
+		return ctx, sp
+	}}, hang, entry("echo", "testsource", nil))
 
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))

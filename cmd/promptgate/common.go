@@ -12,6 +12,7 @@ import (
 	"github.com/promptgate/promptgate/plugins"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -167,7 +168,7 @@ func openPipelineSnapshot(ctx context.Context, sf *storeFlags, readOnly bool, ge
 	}
 	var src proxy.ContextSource
 	if len(cfg.Plugins) > 0 {
-		if p.host, err = plugins.NewHost(ctx, cfg.Plugins, plugins.HostOptions{Logger: log}); err != nil {
+		if p.host, err = plugins.NewHost(ctx, cfg.Plugins, plugins.HostOptions{Logger: log, Trace: sourceSpan}); err != nil {
 			p.Close()
 			return nil, err
 		}
@@ -197,3 +198,12 @@ type headerList []string
 
 func (h *headerList) String() string     { return strings.Join(*h, ", ") }
 func (h *headerList) Set(s string) error { *h = append(*h, s); return nil }
+
+// sourceSpan opens the span of one context source's call in a traced request, for the plugin host.
+func sourceSpan(ctx context.Context) (context.Context, plugins.SourceSpan) {
+	ctx, sp := tracing.Stage(ctx, tracing.SpanContextSource)
+	if sp == nil {
+		return ctx, nil // no span: a nil *Span must not become a non-nil SourceSpan
+	}
+	return ctx, sp
+}
