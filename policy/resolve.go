@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/promptgate/promptgate/policy/flow"
@@ -111,6 +112,17 @@ func (r *Router) KeyRouted() bool {
 // Resolve chooses the protocol: the first matching route, the client's choice where the route allows it,
 // else the default; then merges the workflow, if any. Errors are *Error.
 func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
+	base, wf, err := r.Select(req, cat)
+	if err != nil {
+		return nil, err
+	}
+	return Merge(base, wf), nil
+}
+
+// Select is Resolve without the merge: the base protocol and the workflow (nil when none) that Merge
+// makes the effective protocol of. A caller that serves many requests on one catalog can keep Merge's
+// result per pair, as both are fixed by the catalog.
+func (r *Router) Select(req Request, cat Catalog) (base, wf *Protocol, err error) {
 	id, clientMayChoose, routed := r.def, true, false
 	for _, rt := range r.routes {
 		if matches(rt.Match, req) {
@@ -136,36 +148,35 @@ func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 		return p, nil
 	}
 
-	var sel, wf *Protocol
-	var err error
+	var sel *Protocol
 	switch {
 	case req.Forced != "":
 		p, ok := cat.Protocol(req.Forced)
 		if !ok {
-			return nil, errorf(CodeUnknownProtocol, "unknown protocol %q", req.Forced)
+			return nil, nil, errorf(CodeUnknownProtocol, "unknown protocol %q", req.Forced)
 		}
 		sel = p
 	case req.ClientProtocol != "":
 		if sel, err = choose(req.ClientProtocol); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		// A workflow runs on its base, so the client must be allowed to choose that base too.
 		if sel.Extends != "" && sel.ID != id {
 			if _, err = choose(sel.Extends); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	case req.ClientWorkflow != "" && clientMayChoose:
 		// A workflow alone implies its base, as if the client had chosen the base.
 		w, ok := cat.Protocol(req.ClientWorkflow)
 		if !ok {
-			return nil, errorf(CodeUnknownProtocol, "unknown workflow %q", req.ClientWorkflow)
+			return nil, nil, errorf(CodeUnknownProtocol, "unknown workflow %q", req.ClientWorkflow)
 		}
 		if w.Extends == "" {
-			return nil, errorf(CodeUnknownProtocol, "%q is not a workflow protocol (it has no extends)", w.ID)
+			return nil, nil, errorf(CodeUnknownProtocol, "%q is not a workflow protocol (it has no extends)", w.ID)
 		}
 		if sel, err = choose(w.Extends); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	default:
 		p, ok := cat.Protocol(id)
@@ -174,7 +185,7 @@ func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 			if routed {
 				where = "the protocol of the matching route"
 			}
-			return nil, errorf(CodeUnknownProtocol, "%s %q is not defined", where, id)
+			return nil, nil, errorf(CodeUnknownProtocol, "%s %q is not defined", where, id)
 		}
 		sel = p
 	}
@@ -184,33 +195,42 @@ func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 		wf = sel
 		base, ok := cat.Protocol(sel.Extends)
 		if !ok {
-			return nil, errorf(CodeUnknownProtocol, "workflow %q extends unknown protocol %q", sel.ID, sel.Extends)
+			return nil, nil, errorf(CodeUnknownProtocol, "workflow %q extends unknown protocol %q", sel.ID, sel.Extends)
 		}
 		sel = base
 	}
 	if req.ClientWorkflow != "" && wf != nil && wf.ID != req.ClientWorkflow {
-		return nil, errorf(CodeUnknownProtocol, "the request names two workflows, %q as its protocol and %q as its workflow; name one", wf.ID, req.ClientWorkflow)
+		return nil, nil, errorf(CodeUnknownProtocol, "the request names two workflows, %q as its protocol and %q as its workflow; name one", wf.ID, req.ClientWorkflow)
 	}
 	if req.ClientWorkflow != "" && wf == nil {
 		w, ok := cat.Protocol(req.ClientWorkflow)
 		if !ok {
-			return nil, errorf(CodeUnknownProtocol, "unknown workflow %q", req.ClientWorkflow)
+			return nil, nil, errorf(CodeUnknownProtocol, "unknown workflow %q", req.ClientWorkflow)
 		}
 		if w.Extends == "" {
-			return nil, errorf(CodeUnknownProtocol, "%q is not a workflow protocol (it has no extends)", w.ID)
+			return nil, nil, errorf(CodeUnknownProtocol, "%q is not a workflow protocol (it has no extends)", w.ID)
 		}
 		if w.Extends != sel.ID {
-			return nil, errorf(CodeProtocolNotAllowed, "workflow %q extends %q, not the request's protocol %q", w.ID, w.Extends, sel.ID)
+			return nil, nil, errorf(CodeProtocolNotAllowed, "workflow %q extends %q, not the request's protocol %q", w.ID, w.Extends, sel.ID)
 		}
 		wf = w
 	}
 	if sel.Extends != "" {
-		return nil, errorf(CodeUnknownProtocol, "workflow %q extends %q, itself a workflow; only one level of extends is supported", wf.ID, sel.ID)
+		return nil, nil, errorf(CodeUnknownProtocol, "workflow %q extends %q, itself a workflow; only one level of extends is supported", wf.ID, sel.ID)
 	}
-	return merge(sel, wf), nil
+	return sel, wf, nil
 }
 
-// merge builds the effective protocol; a workflow's rules follow the base's and it only narrows.
+// Merge builds the effective protocol of a base and its workflow (nil when none); a workflow's rules follow
+// the base's and it only narrows. The result shares no backing array a caller could append into, so one
+// Effective may serve many requests.
+func Merge(base, wf *Protocol) *Effective {
+	e := merge(base, wf)
+	e.Directives, e.Scope, e.ArgRules, e.Flow = slices.Clip(e.Directives), slices.Clip(e.Scope), slices.Clip(e.ArgRules), slices.Clip(e.Flow)
+	e.Modules.Off, e.allow, e.deny = slices.Clip(e.Modules.Off), slices.Clip(e.allow), slices.Clip(e.deny)
+	return e
+}
+
 func merge(base, wf *Protocol) *Effective {
 	e := &Effective{
 		ID: base.ID, BaseID: base.ID, Version: base.Version, BaseVersion: base.Version,

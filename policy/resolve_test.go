@@ -681,3 +681,44 @@ func TestEffectiveFlowOfWorkflow(t *testing.T) {
 		t.Errorf("compiled: %+v; get_payees trusted %v, get_balance trusted %v", ex, p.ToolTrusted("get_payees"), p.ToolTrusted("get_balance"))
 	}
 }
+
+// TestMergeSharesNoSpareCapacity checks that an Effective made once and kept for many requests cannot be
+// written through: appending to any of its slices copies, so two requests adding their own directives
+// (or rules) never see each other's.
+func TestMergeSharesNoSpareCapacity(t *testing.T) {
+	// Two base entries and one of the workflow: the plain append leaves room for a fourth in every list.
+	cat := catalog{
+		"b": mustProtocol(t, 1, `{"id": "b", "promptTemplate": {"base": "t"}, "directives": ["one", "two"],
+			"tools": {"allow": ["*"], "deny": ["x", "y"]},
+			"toolCalls": {"rules": [{"tool": "a", "path": "p", "pattern": "^a"}, {"tool": "b", "path": "p", "pattern": "^b"}]}}`),
+		"w": mustProtocol(t, 1, `{"id": "w", "extends": "b", "allowClientSelection": true, "directives": ["three"],
+			"tools": {"deny": ["z"]}, "toolCalls": {"rules": [{"tool": "c", "path": "p", "pattern": "^c"}]}}`),
+	}
+	base, wf, err := NewRouter(mustConfig(t, "defaultProtocol: b\n")).Select(Request{ClientWorkflow: "w"}, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.ID != "b" || wf == nil || wf.ID != "w" {
+		t.Fatalf("Select = %v, %v", base, wf)
+	}
+	if m := merge(base, wf); cap(m.Directives) == len(m.Directives) {
+		t.Fatal("the fixture no longer leaves spare capacity: the test below would prove nothing")
+	}
+	e := Merge(base, wf)
+	if !reflect.DeepEqual(e, merge(base, wf)) {
+		t.Error("Merge differs from the merge it clips")
+	}
+	a, b := append(e.Directives, "request A"), append(e.Directives, "request B")
+	if a[len(a)-1] != "request A" || b[len(b)-1] != "request B" {
+		t.Error("two appends to one Directives share a backing array")
+	}
+	for name, n := range map[string][2]int{
+		"Directives": {len(e.Directives), cap(e.Directives)}, "Scope": {len(e.Scope), cap(e.Scope)},
+		"ArgRules": {len(e.ArgRules), cap(e.ArgRules)}, "Flow": {len(e.Flow), cap(e.Flow)},
+		"Modules.Off": {len(e.Modules.Off), cap(e.Modules.Off)}, "allow": {len(e.allow), cap(e.allow)}, "deny": {len(e.deny), cap(e.deny)},
+	} {
+		if n[0] != n[1] {
+			t.Errorf("%s: len %d, cap %d: an append would write into the shared Effective", name, n[0], n[1])
+		}
+	}
+}

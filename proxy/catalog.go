@@ -18,7 +18,6 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
-	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 	"github.com/promptgate/promptgate/store"
 )
@@ -29,11 +28,9 @@ type catalog struct {
 	protocols map[string]*policy.Protocol
 	templates map[string]store.Record
 	tools     map[string]store.ToolOverride
-	// rules holds the compiled argument rules of each effective protocol (ruleKey) this snapshot has
-	// served, so that their regexps are compiled once per snapshot, not once per response.
-	rules sync.Map // ruleKey -> *compiledRules
-	// flows holds the compiled information-flow rules of each effective protocol, as rules does.
-	flows sync.Map // ruleKey -> *compiledFlow
+	// plans holds what this snapshot derived from each effective protocol it has served (the merge, the
+	// compiled rules, the template), so that it is made once per snapshot, not once per request.
+	plans sync.Map // planKey -> *plan
 	// fallbacks holds the names of the templates this snapshot lacks whose embedded copy has been used
 	// (and logged); names still missing are carried over to the next snapshot, so the fallback is logged
 	// once each time it starts, not on every request.
@@ -55,35 +52,6 @@ func (c *catalog) frame(t *assembly.Template, l assembly.Layers, s assembly.Sett
 	}
 	v, _ := c.frames.LoadOrStore(k, assembly.NewFrame(t, l, s))
 	return v.(*assembly.Frame)
-}
-
-// ruleKey names an effective protocol of one snapshot: its base and, for a workflow, the workflow.
-type ruleKey struct {
-	base, id             string
-	baseVersion, version int
-	workflow             bool
-}
-
-type compiledRules struct {
-	set *vet.RuleSet
-	err error
-}
-
-// argRules returns the compiled argument rules of e, an effective protocol resolved on this snapshot,
-// compiling them on first use. A nil catalog compiles them every time.
-func (c *catalog) argRules(e *policy.Effective) (*vet.RuleSet, error) {
-	if c == nil {
-		return vet.CompileRules(e.ArgRules)
-	}
-	k := ruleKey{base: e.BaseID, id: e.ID, baseVersion: e.BaseVersion, version: e.Version, workflow: e.Workflow}
-	if v, ok := c.rules.Load(k); ok {
-		cr := v.(*compiledRules)
-		return cr.set, cr.err
-	}
-	set, err := vet.CompileRules(e.ArgRules)
-	v, _ := c.rules.LoadOrStore(k, &compiledRules{set: set, err: err})
-	cr := v.(*compiledRules)
-	return cr.set, cr.err
 }
 
 var (

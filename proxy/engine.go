@@ -167,6 +167,8 @@ type Prepared struct {
 	client []byte
 	// cat is the definitions snapshot the request was prepared on (nil when built elsewhere).
 	cat *catalog
+	// plan is what the snapshot derived from the request's effective protocol (nil when built elsewhere).
+	plan *plan
 	// schemas is the engine's cache of compiled tool schemas.
 	schemas *vet.SchemaCache
 }
@@ -186,7 +188,11 @@ func (p *Prepared) Policy(maxDepth int) (pol vet.Policy, err error) {
 			schemas[t.Name] = t.Schema
 		}
 	}
-	rules, err := p.cat.argRules(p.Protocol)
+	pl := p.plan
+	if pl == nil {
+		pl = planOf(p.Protocol) // a Prepared made outside the engine
+	}
+	rules, err := pl.rules, pl.rulesErr
 	if err != nil {
 		allowed = map[string]bool{}
 	}

@@ -23,35 +23,13 @@ const HeaderConfirm = "X-Promptgate-Confirm"
 // maxConfirmHeader bounds what is read of X-Promptgate-Confirm.
 const maxConfirmHeader = 256
 
-// flowPolicy returns the compiled information-flow rules of e, an effective protocol resolved on this
-// snapshot, compiling them on first use (a nil catalog compiles them every time).
-func (c *catalog) flowPolicy(e *policy.Effective) (*flow.Policy, error) {
-	if c == nil {
-		return flow.Compile(e.Flow...)
-	}
-	k := ruleKey{base: e.BaseID, id: e.ID, baseVersion: e.BaseVersion, version: e.Version, workflow: e.Workflow}
-	if v, ok := c.flows.Load(k); ok {
-		cf := v.(*compiledFlow)
-		return cf.p, cf.err
-	}
-	p, err := flow.Compile(e.Flow...)
-	v, _ := c.flows.LoadOrStore(k, &compiledFlow{p: p, err: err})
-	cf := v.(*compiledFlow)
-	return cf.p, cf.err
-}
-
-type compiledFlow struct {
-	p   *flow.Policy
-	err error
-}
-
 // analyzeFlow: where the protocol has information-flow rules, the conversation is read once — the body's
 // messages, the history the surface knows of (a Responses request that continues out of the body's sight),
 // promptgate.context and the plugins' answers as untrusted context — for the response side to judge each
 // call against. Rules that do not compile (they were validated when the protocol was stored) refuse the
 // request: fail closed.
 func (e *Engine) analyzeFlow(_ context.Context, j *job) error {
-	pol, err := j.cat.flowPolicy(j.eff)
+	pol, err := j.plan.flow, j.plan.flowErr
 	if err != nil {
 		return fmt.Errorf("proxy: protocol %q: the information-flow rules do not compile: %w", j.eff.ID, err)
 	}

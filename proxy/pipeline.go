@@ -52,7 +52,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface) (*Pr
 	return &Prepared{
 		Body: j.out, Model: j.req.Model, Stream: j.req.Stream, Protocol: j.eff, Template: j.tmpl,
 		Prompt: j.prompt, Kept: j.kept, Removed: j.removed, Extension: j.ext, StoredPrompt: j.req.StoredPrompt,
-		Notes: j.notes, Surface: sf, Flow: j.flow, FlowPolicy: j.flowPolicy, client: in.Body, cat: j.cat, schemas: e.schemas,
+		Notes: j.notes, Surface: sf, Flow: j.flow, FlowPolicy: j.flowPolicy, client: in.Body, cat: j.cat, plan: j.plan, schemas: e.schemas,
 	}, nil
 }
 
@@ -67,8 +67,9 @@ type job struct {
 	req  surface.Request
 	own  *ctxjson.Value // the request's own promptgate.context, nil when none
 	// route
-	cat *catalog
-	eff *policy.Effective
+	cat  *catalog
+	plan *plan
+	eff  *policy.Effective
 	// filterTools
 	kept    []policy.Tool
 	removed []policy.Removal
@@ -115,9 +116,13 @@ func (e *Engine) validate(_ context.Context, j *job) error {
 // definitions snapshot the request keeps to its end.
 func (e *Engine) route(_ context.Context, j *job) error {
 	j.cat = e.defs.snapshot()
-	var err error
-	j.eff, err = e.router.Resolve(policyRequest(j.in, j.req.Model, j.ext, e.router.KeyRouted()), j.cat)
-	return err
+	base, wf, err := e.router.Select(policyRequest(j.in, j.req.Model, j.ext, e.router.KeyRouted()), j.cat)
+	if err != nil {
+		return err
+	}
+	j.plan = j.cat.plan(base, wf)
+	j.eff = j.plan.eff
+	return nil
 }
 
 // filterTools: the allowed set is applied to the declared tools, tool_choice is checked against what is
@@ -158,7 +163,7 @@ func (e *Engine) gatherContext(ctx context.Context, j *job) error {
 // conversation upstream — all of it in the prepared body, so that a preview shows exactly what goes
 // upstream.
 func (e *Engine) assemble(_ context.Context, j *job) error {
-	tmpl, err := e.defs.template(j.cat, j.eff.Template)
+	tmpl, err := j.plan.template(e.defs, j.cat)
 	if err != nil {
 		return &templateError{err}
 	}

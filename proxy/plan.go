@@ -1,0 +1,62 @@
+package proxy
+
+import (
+	"sync"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/policy/vet"
+)
+
+// plan is what one definitions snapshot derives, once, from one effective protocol for every request
+// routed to it: the merged protocol, its compiled argument and information-flow rules and its parsed
+// template. Everything in it is read-only once made, so requests share it.
+type plan struct {
+	eff      *policy.Effective
+	rules    *vet.RuleSet
+	rulesErr error
+	flow     *flow.Policy
+	flowErr  error
+
+	tmplOnce sync.Once
+	tmpl     *assembly.Template
+	tmplErr  error
+}
+
+// planKey names an effective protocol of one snapshot by the definitions it is merged from; the pointers
+// are the snapshot's own, so a new snapshot never finds an old plan.
+type planKey struct{ base, wf *policy.Protocol }
+
+// newPlan merges base and wf (nil when none) and compiles their rules; rules that do not compile are kept
+// as the error every request of the plan fails with.
+func newPlan(base, wf *policy.Protocol) *plan {
+	return planOf(policy.Merge(base, wf))
+}
+
+func planOf(eff *policy.Effective) *plan {
+	pl := &plan{eff: eff}
+	pl.rules, pl.rulesErr = vet.CompileRules(eff.ArgRules)
+	pl.flow, pl.flowErr = flow.Compile(eff.Flow...)
+	return pl
+}
+
+// plan returns the plan of base and wf on this snapshot, making it on first use. A nil catalog makes it
+// every time.
+func (c *catalog) plan(base, wf *policy.Protocol) *plan {
+	if c == nil {
+		return newPlan(base, wf)
+	}
+	k := planKey{base, wf}
+	if v, ok := c.plans.Load(k); ok {
+		return v.(*plan)
+	}
+	v, _ := c.plans.LoadOrStore(k, newPlan(base, wf))
+	return v.(*plan)
+}
+
+// template returns the plan's parsed template, looked up on the snapshot c once.
+func (pl *plan) template(d *Definitions, c *catalog) (*assembly.Template, error) {
+	pl.tmplOnce.Do(func() { pl.tmpl, pl.tmplErr = d.template(c, pl.eff.Template) })
+	return pl.tmpl, pl.tmplErr
+}
