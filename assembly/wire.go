@@ -224,6 +224,7 @@ func appendEscaped(dst []byte, s string) []byte {
 // not an object is an invalid_request naming it as field[i].
 func RoleTexts(arr gjson.Result, field string) (application []string, latestUser string, err error) {
 	i := 0
+	var last gjson.Result // the last user message: only its text is read (a conversation's earlier turns are not)
 	arr.ForEach(func(_, m gjson.Result) bool {
 		if !m.IsObject() {
 			err = Invalid(fmt.Sprintf("%s[%d]", field, i), "%s[%d] must be an object", field, i)
@@ -233,10 +234,13 @@ func RoleTexts(arr gjson.Result, field string) (application []string, latestUser
 		case "system", "developer":
 			application = append(application, ContentText(m.Get("content")))
 		case "user":
-			latestUser = ContentText(m.Get("content"))
+			last = m
 		}
 		i++
 		return true
 	})
+	if err == nil && last.Exists() {
+		latestUser = ContentText(last.Get("content"))
+	}
 	return application, latestUser, err
 }

@@ -54,21 +54,25 @@ func parse(b *assembly.Body) (surface.Request, error) {
 		if !t.IsArray() {
 			return surface.Request{}, assembly.Invalid(reqTools, "tools must be an array")
 		}
+		n := 0
 		t.ForEach(func(_, v gjson.Result) bool {
 			c.Tools = append(c.Tools, chatTool(v))
+			n++
 			return true
 		})
-		c.NativeTools = c.NativeTools || len(t.Array()) > 0
+		c.NativeTools = c.NativeTools || n > 0
 	}
 	if f := m[4]; f.Exists() && f.Type != gjson.Null {
 		if !f.IsArray() {
 			return surface.Request{}, assembly.Invalid(reqFunctions, "functions must be an array")
 		}
+		n := 0
 		f.ForEach(func(_, v gjson.Result) bool {
-			c.Tools = append(c.Tools, policy.Tool{Name: v.Get("name").String(), Description: v.Get("description").String(), Schema: assembly.RawOrNil(v.Get("parameters"))})
+			c.Tools = append(c.Tools, functionTool(v, true))
+			n++
 			return true
 		})
-		c.NativeTools = c.NativeTools || len(f.Array()) > 0
+		c.NativeTools = c.NativeTools || n > 0
 	}
 	switch ws := m[5]; {
 	case ws.IsObject():
@@ -96,16 +100,46 @@ func withWebSearch(tools []policy.Tool) []policy.Tool {
 // chatTool reads one "tools" entry: {"type":"function","function":{...}}, {"type":"custom","custom":{...}},
 // or another type, which is governed by its type name.
 func chatTool(v gjson.Result) policy.Tool {
-	typ := v.Get("type").String()
-	switch typ {
+	var typ, fn, custom gjson.Result
+	v.ForEach(func(k, val gjson.Result) bool {
+		switch k.Str {
+		case "type":
+			typ = val
+		case "function":
+			fn = val
+		case "custom":
+			custom = val
+		}
+		return true
+	})
+	switch t := typ.String(); t {
 	case "function", "":
-		fn := v.Get("function")
-		return policy.Tool{Name: fn.Get("name").String(), Description: fn.Get("description").String(), Schema: assembly.RawOrNil(fn.Get("parameters"))}
+		return functionTool(fn, true)
 	case "custom":
-		c := v.Get("custom")
-		return policy.Tool{Name: c.Get("name").String(), Description: c.Get("description").String()}
+		return functionTool(custom, false)
+	default:
+		return policy.Tool{Name: t}
 	}
-	return policy.Tool{Name: typ}
+}
+
+// functionTool reads a function's (or a custom tool's) name, description and, with schema, its
+// parameters, in one pass over the object.
+func functionTool(v gjson.Result, schema bool) policy.Tool {
+	var t policy.Tool
+	v.ForEach(func(k, val gjson.Result) bool {
+		switch k.Str {
+		case "name":
+			t.Name = val.String()
+		case "description":
+			t.Description = val.String()
+		case "parameters":
+			if schema {
+				t.Schema = assembly.RawOrNil(val)
+			}
+		}
+		return true
+	})
+	return t
 }
 
 // checkToolChoice checks tool_choice and legacy function_call against the kept tools. A choice naming a tool
