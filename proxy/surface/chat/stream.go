@@ -52,6 +52,8 @@ type Stream struct {
 	c *vet.Checker
 
 	choices map[int]*choiceState
+	// held counts the calls open in all choices (holding reads it on every event: no walk of choices).
+	held int
 	// finished is set once a choice's finish_reason has arrived; a clean EOF after it ends the stream
 	// quietly (no [DONE] is invented, no truncation error written).
 	finished bool
@@ -218,12 +220,7 @@ var chatKeys = []string{pathChoices, pathIndex, pathDelta, pathMessage, pathTool
 
 // holding reports whether some call waits to be vetted.
 func (s *Stream) holding() bool {
-	for _, ch := range s.choices {
-		if len(ch.open) > 0 {
-			return true
-		}
-	}
-	return false
+	return s.held > 0
 }
 
 // noteText remembers which choices of an event that is passed on unread carry text.
@@ -698,6 +695,7 @@ func (s *Stream) start(ch *choiceState, choice, index int, data []byte) *pending
 	p := &pending{Pending: relay.Pending[int]{Call: &vet.Call{Choice: choice, Index: index}, Stream: s.Held()}, tmpl: slices.Clone(data)}
 	ch.cur[index] = p
 	ch.open = append(ch.open, p)
+	s.held++
 	return p
 }
 
@@ -754,6 +752,7 @@ func (s *Stream) complete(choice int, ch *choiceState) {
 	}
 	open := ch.open
 	ch.open = nil
+	s.held -= len(open)
 	relay.Settle[int](&s.Relay, s.c, open, func(d vet.Decision) { s.end(surface.BlockedErrorJSON(d)) }, func(p *pending, d vet.Decision) {
 		p.done = true
 		switch {
@@ -808,6 +807,7 @@ func (s *Stream) end(errJSON []byte) {
 		for _, p := range ch.open {
 			p.Drop()
 		}
+		s.held -= len(ch.open)
 		ch.open = nil
 	}
 	s.Out = sse.AppendData(s.Out, errJSON)
