@@ -61,6 +61,9 @@ func TestArgRulesOncePerSnapshot(t *testing.T) {
 	if rules(a) != rules(b) {
 		t.Error("two requests on one snapshot compiled the rules twice")
 	}
+	if a.Protocol != b.Protocol {
+		t.Error("two requests on one snapshot merged the protocol twice")
+	}
 	if !check(a, "T-1") || check(a, "X-1") {
 		t.Error("v1 rules not applied")
 	}
@@ -73,6 +76,9 @@ func TestArgRulesOncePerSnapshot(t *testing.T) {
 	c := prep()
 	if rules(c) == rules(a) {
 		t.Error("a new snapshot reused the old snapshot's rules")
+	}
+	if c.Protocol == a.Protocol || c.Protocol.Version == a.Protocol.Version {
+		t.Errorf("a new snapshot reused the old snapshot's protocol (version %d, was %d)", c.Protocol.Version, a.Protocol.Version)
 	}
 	if check(c, "T-1") || !check(c, "X-1") {
 		t.Error("v2 rules not applied")
