@@ -4,6 +4,8 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
 // Get is gjson.GetBytes without its copy of the result: the result's Raw and Str share body's memory.
@@ -32,6 +34,13 @@ type Body struct {
 	// ext are the members of the first "promptgate" member's value, when that is an object.
 	ext []member
 	buf [12]member
+	// roles memoizes Roles: the surface reads its messages when it parses the request and again when it
+	// rewrites it.
+	roles      Roles
+	rolesErr   error
+	rolesField string
+	rolesRead  bool
+	others     [16]string // room for the Others of the first field read, in most conversations
 }
 
 // member is one member of an object: its key, unescaped, and its value as gjson.Get would give it.
@@ -53,6 +62,33 @@ func NewBody(raw []byte) *Body {
 	return b
 }
 
+// NewBodyOf is NewBody without the walk: m is where jsoncheck.ObjectMembers found raw's members, told
+// PathExtension as the inner member, on this very raw (which it accepted). The validation has located every
+// member already, so no value is skipped a second time.
+func NewBodyOf(raw []byte, m *jsoncheck.Members) *Body {
+	b := &Body{raw: raw, ok: true}
+	s := unsafe.String(unsafe.SliceData(raw), len(raw))
+	b.top = b.buf[:0:7]
+	b.ext = b.buf[7:7]
+	b.top = appendMembers(b.top, s, m.Top)
+	b.ext = appendMembers(b.ext, s, m.Inner)
+	return b
+}
+
+// appendMembers appends the members ms of s as a walk would have read them.
+func appendMembers(out []member, s string, ms []jsoncheck.Member) []member {
+	for _, m := range ms {
+		k := s[m.KeyStart:m.KeyEnd]
+		if m.KeyEscaped {
+			k = gjson.Parse(s[m.KeyStart-1 : m.KeyEnd+1]).Str
+		}
+		v := gjson.Parse(s[m.ValueStart:m.ValueEnd])
+		v.Index = m.ValueStart
+		out = append(out, member{key: k, val: v})
+	}
+	return out
+}
+
 // Raw is the body's bytes.
 func (b *Body) Raw() []byte { return b.raw }
 
@@ -67,6 +103,20 @@ func (b *Body) Get(key string) gjson.Result {
 		}
 	}
 	return gjson.Result{}
+}
+
+// Roles is ReadRoles of the top-level member field, read once per Body: a second call for the same field
+// answers from the first. Like the rest of Body, it is for one goroutine at a time.
+func (b *Body) Roles(field string) (Roles, error) {
+	if !b.rolesRead || b.rolesField != field {
+		var others []string
+		if !b.rolesRead { // the first read may use b.others: no earlier result shares them
+			others = b.others[:0]
+		}
+		b.roles, b.rolesErr = ReadRoles(b.Get(field), field, others)
+		b.rolesField, b.rolesRead = field, true
+	}
+	return b.roles, b.rolesErr
 }
 
 // extension calls f for each member of the "promptgate" object in order, as gjson's ForEach on ext would;

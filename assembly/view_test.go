@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"math"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
 // bodySeeds are bodies for the Body fuzz targets: odd spacing, escaped keys, a key given twice (the first
@@ -104,7 +109,84 @@ func FuzzMembers(f *testing.F) {
 				t.Fatalf("promptgate member %d of %s: Body %q %#v, gjson %q %#v", i, body, got[i].key, got[i].val, want[i].key, want[i].val)
 			}
 		}
+		// Where the validation accepts the body, the Body made from what it found is the walked one.
+		var m jsoncheck.Members
+		if jsoncheck.ObjectMembers(body, jsoncheck.Limits{}, PathExtension, &m) == nil {
+			of := NewBodyOf(body, &m)
+			sameMembers(t, "top-level", body, of.top, b.top)
+			sameMembers(t, "promptgate", body, of.ext, b.ext)
+		}
 	})
+}
+
+// sameMembers fails t unless got and want are the same members in the same order.
+func sameMembers(t *testing.T, what string, body []byte, got, want []member) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s members of %s: NewBodyOf %d, NewBody %d", what, body, len(got), len(want))
+	}
+	for i := range got {
+		if got[i].key != want[i].key || !sameResult(got[i].val, want[i].val) {
+			t.Fatalf("%s member %d of %s: NewBodyOf %q %#v, NewBody %q %#v", what, i, body, got[i].key, got[i].val, want[i].key, want[i].val)
+		}
+	}
+}
+
+// TestNewBodyOf checks the Body made from the validation's record on the members that need care: an escaped
+// key (also the promptgate key itself), every kind of value, a promptgate that is not an object.
+func TestNewBodyOf(t *testing.T) {
+	for _, body := range []string{
+		`{"a\u0062":1.5e3,"s":"x\ny","t":true,"f":false,"n":null,"o":{"k":[1,{"z":2}]},"arr":[],"promptgate":{"user":"u","w\u006frkflow":"w"}}`,
+		`{"promptg\u0061te":{"user":"u"}, "messages" : [ ] }`,
+		`{"promptgate":"not an object","x":-0}`,
+		`{"promptgate":[{"user":{}}],"x":{"promptgate":{"a":1}}}`,
+		`{}`,
+		` {"promptgate":{}} `,
+	} {
+		raw := []byte(body)
+		var m jsoncheck.Members
+		if err := jsoncheck.ObjectMembers(raw, jsoncheck.Limits{}, PathExtension, &m); err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		of, walked := NewBodyOf(raw, &m), NewBody(raw)
+		if !walked.ok {
+			t.Fatalf("%s: the walk did not follow it", body)
+		}
+		sameMembers(t, "top-level", raw, of.top, walked.top)
+		sameMembers(t, "promptgate", raw, of.ext, walked.ext)
+	}
+}
+
+// TestBodyRoles checks that Roles reads each field's array and answers a second call for it from the first.
+func TestBodyRoles(t *testing.T) {
+	body := []byte(`{"messages":[{"role":"system","content":"s1"},{"role":"user","content":"u1"},{"role":"assistant","content":"a"},{"role":"developer","content":[{"type":"text","text":"d"}]},{"role":"user","content":"u2"}],"input":[{"role":"user","content":"i"}],"bad":[1]}`)
+	b := NewBody(body)
+	r, err := b.Roles("messages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.Application, []string{"s1", "d"}) || r.LatestUser != "u2" || len(r.Others) != 3 ||
+		r.Others[0] != `{"role":"user","content":"u1"}` || r.Others[2] != `{"role":"user","content":"u2"}` {
+		t.Fatalf("messages: %+v", r)
+	}
+	if in, err := b.Roles("input"); err != nil || in.LatestUser != "i" || len(in.Application) != 0 {
+		t.Fatalf("input: %+v, %v", in, err)
+	}
+	if _, err := b.Roles("bad"); err == nil || !strings.Contains(err.Error(), "bad[0] must be an object") {
+		t.Fatalf("bad: %v", err)
+	}
+	// A second read of a field answers from the first (the same Others, not a new read), and another field
+	// in between makes the next read of the first a new one.
+	again := NewBody(body)
+	first, _ := again.Roles("messages")
+	second, _ := again.Roles("messages")
+	if unsafe.SliceData(first.Others) != unsafe.SliceData(second.Others) {
+		t.Fatal("a second call for the same field read the array again")
+	}
+	_, _ = again.Roles("input")
+	if third, _ := again.Roles("messages"); unsafe.SliceData(third.Others) == unsafe.SliceData(first.Others) || third.LatestUser != "u2" {
+		t.Fatal("after another field, the first field's read was not made again")
+	}
 }
 
 // isPathSyntax reports whether gjson.Get would read k as more than a plain key.

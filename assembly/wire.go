@@ -219,12 +219,27 @@ func appendEscaped(dst []byte, s string) []byte {
 	return append(dst, s[start:]...)
 }
 
-// RoleTexts reads an array of role-tagged messages (chat messages, Responses input items): the texts of
-// its system and developer messages in order, and the text of its last user message. An element that is
-// not an object is an invalid_request naming it as field[i].
-func RoleTexts(arr gjson.Result, field string) (application []string, latestUser string, err error) {
-	i := 0
-	var last gjson.Result // the last user message: only its text is read (a conversation's earlier turns are not)
+// Roles is what a role-tagged array (chat messages, Responses input items) says to the pipeline, read in
+// one pass over it.
+type Roles struct {
+	// Application are the texts of its system and developer messages, in order.
+	Application []string
+	// LatestUser is the text of its last user message.
+	LatestUser string
+	// Others are its other elements, in order, as raw JSON sharing the body's memory: what the rewrite keeps
+	// once the system and developer messages have become the layered prompt.
+	Others []string
+}
+
+// ReadRoles reads a role-tagged array, appending its Others to others. An element that is not an object is an
+// invalid_request naming it as field[i].
+func ReadRoles(arr gjson.Result, field string, others []string) (Roles, error) {
+	var (
+		r    = Roles{Others: others}
+		err  error
+		i    int
+		last gjson.Result // the last user message: only its text is read (a conversation's earlier turns are not)
+	)
 	arr.ForEach(func(_, m gjson.Result) bool {
 		if !m.IsObject() {
 			err = Invalid(fmt.Sprintf("%s[%d]", field, i), "%s[%d] must be an object", field, i)
@@ -232,15 +247,21 @@ func RoleTexts(arr gjson.Result, field string) (application []string, latestUser
 		}
 		switch m.Get("role").String() {
 		case "system", "developer":
-			application = append(application, ContentText(m.Get("content")))
+			r.Application = append(r.Application, ContentText(m.Get("content")))
 		case "user":
 			last = m
+			r.Others = append(r.Others, m.Raw)
+		default:
+			r.Others = append(r.Others, m.Raw)
 		}
 		i++
 		return true
 	})
-	if err == nil && last.Exists() {
-		latestUser = ContentText(last.Get("content"))
+	if err != nil {
+		return Roles{}, err
 	}
-	return application, latestUser, err
+	if last.Exists() {
+		r.LatestUser = ContentText(last.Get("content"))
+	}
+	return r, nil
 }

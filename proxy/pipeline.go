@@ -62,10 +62,11 @@ type job struct {
 	sf surface.Surface
 
 	// validate
-	body *assembly.Body
-	ext  assembly.Extension
-	req  surface.Request
-	own  *ctxjson.Value // the request's own promptgate.context, nil when none
+	body    *assembly.Body
+	members [16]jsoncheck.Member // where the validation found the body's members, for body
+	ext     assembly.Extension
+	req     surface.Request
+	own     *ctxjson.Value // the request's own promptgate.context, nil when none
 	// route
 	cat  *catalog
 	plan *plan
@@ -88,10 +89,11 @@ type job struct {
 // validate: the body is one valid JSON object (UTF-8, no duplicate keys, within the depth limit), its
 // promptgate extension is read, and the surface reads the request.
 func (e *Engine) validate(_ context.Context, j *job) error {
-	if err := jsoncheck.Object(j.in.Body, jsoncheck.Limits{MaxDepth: e.limits.MaxJSONDepth}); err != nil {
+	m := jsoncheck.Members{Top: j.members[:0:10], Inner: j.members[10:10]}
+	if err := jsoncheck.ObjectMembers(j.in.Body, jsoncheck.Limits{MaxDepth: e.limits.MaxJSONDepth}, assembly.PathExtension, &m); err != nil {
 		return err
 	}
-	j.body = assembly.NewBody(j.in.Body)
+	j.body = assembly.NewBodyOf(j.in.Body, &m)
 	var err error
 	if j.ext, err = j.body.Extension(); err != nil {
 		return err

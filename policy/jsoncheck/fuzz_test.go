@@ -17,6 +17,8 @@ func FuzzObject(f *testing.F) {
 	}
 	f.Add([]byte(`{"a":[[[1]]]}`), uint8(3))
 	f.Add([]byte(`{"a":{"b":{}}}`), uint8(2))
+	f.Add([]byte(`{"\u0061":{"b":1,"\u0063":"x"},"c":[{"a":{}}],"d":{"a":{"e":2}}}`), uint8(0))
+	f.Add([]byte(`{"b":"\u00e9","a":[{"x":1}]}`), uint8(0))
 	f.Fuzz(func(t *testing.T, b []byte, depth uint8) {
 		l := Limits{MaxDepth: int(depth % 80)}
 		limit := l.MaxDepth
@@ -84,11 +86,68 @@ func FuzzObject(f *testing.F) {
 				t.Fatalf("NotObject for an object: %q", b)
 			}
 		}
+		checkMembers(t, b, l, err)
 		// On valid JSON, an accepted Value means an accepted Object when the value is an object.
 		if valueErr == nil && first == '{' && err != nil {
 			t.Fatalf("Value accepts the object but Object refuses it: %v", err)
 		}
 	})
+}
+
+// checkMembers checks ObjectMembers against Object and encoding/json: the same verdict, and on an accepted
+// object, each top-level member (and each member of the object under the key "a") where encoding/json finds
+// it: its key decoded and its value's bytes, in order.
+func checkMembers(t *testing.T, b []byte, l Limits, objectErr error) {
+	t.Helper()
+	var m Members
+	err := ObjectMembers(b, l, "a", &m)
+	if (err == nil) != (objectErr == nil) || (err != nil && err.Error() != objectErr.Error()) {
+		t.Fatalf("ObjectMembers says %v where Object says %v: %q", err, objectErr, b)
+	}
+	if err != nil {
+		return
+	}
+	var inner []Member
+	sameAsDecoded(t, b, b, m.Top, func(key string, v []byte) {
+		if key == "a" && v[0] == '{' {
+			sameAsDecoded(t, b, v, m.Inner, nil)
+			inner = m.Inner
+		}
+	})
+	if inner == nil && len(m.Inner) > 0 {
+		t.Fatalf("members recorded for no object under \"a\": %+v in %q", m.Inner, b)
+	}
+}
+
+// sameAsDecoded checks that ms are the members of the object obj (a part of b), as encoding/json decodes
+// them, in order, calling each with each member's key and value.
+func sameAsDecoded(t *testing.T, b, obj []byte, ms []Member, each func(key string, v []byte)) {
+	t.Helper()
+	var want map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &want); err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != len(want) {
+		t.Fatalf("%d members recorded, %d decoded: %q", len(ms), len(want), obj)
+	}
+	last := -1
+	for _, m := range ms {
+		var key string
+		if err := json.Unmarshal(b[m.KeyStart-1:m.KeyEnd+1], &key); err != nil || b[m.KeyStart-1] != '"' || b[m.KeyEnd] != '"' {
+			t.Fatalf("key span [%d,%d) of %q is not a key: %v", m.KeyStart, m.KeyEnd, b, err)
+		}
+		if m.KeyEscaped != bytes.ContainsRune(b[m.KeyStart:m.KeyEnd], '\\') {
+			t.Fatalf("key %q: KeyEscaped %v", b[m.KeyStart:m.KeyEnd], m.KeyEscaped)
+		}
+		v := b[m.ValueStart:m.ValueEnd]
+		if !bytes.Equal(v, bytes.TrimSpace(want[key])) || m.KeyStart <= last || m.ValueStart < m.KeyEnd {
+			t.Fatalf("member %q: value %q recorded, %q decoded (or out of order) in %q", key, v, want[key], b)
+		}
+		last = m.ValueStart
+		if each != nil {
+			each(key, v)
+		}
+	}
 }
 
 // oracle walks b (json.Valid) with encoding/json's tokenizer and reports whether any object

@@ -44,6 +44,32 @@ func Object(b []byte, l Limits) error {
 	return check(b, l, true)
 }
 
+// Member is where one member of an object is in the checked input.
+type Member struct {
+	// KeyStart and KeyEnd bound the key's text between its quotes; KeyEscaped says it holds an escape.
+	KeyStart, KeyEnd int
+	KeyEscaped       bool
+	// ValueStart and ValueEnd bound the member's value.
+	ValueStart, ValueEnd int
+}
+
+// Members is where ObjectMembers found the members of the object it checked, for a caller that reads them
+// next and would otherwise walk the input again to find them.
+type Members struct {
+	// Top are the top-level object's members, in order.
+	Top []Member
+	// Inner are the members of the value of the top-level member named as ObjectMembers was told, when that
+	// value is an object; in order.
+	Inner []Member
+}
+
+// ObjectMembers is Object that also appends to m.Top the members of the top-level object, and to m.Inner
+// the members of the object that is the value of its member named inner (keys compared decoded). On an
+// error, m holds what was found before it.
+func ObjectMembers(b []byte, l Limits, inner string, m *Members) error {
+	return checkInto(b, l, true, m, inner)
+}
+
 // Value is Object for any single JSON value (object, array, string, number, true, false, null).
 func Value(b []byte, l Limits) error {
 	return check(b, l, false)
@@ -51,6 +77,9 @@ func Value(b []byte, l Limits) error {
 
 type scanner struct {
 	b       []byte
+	rec     *Members  // where ObjectMembers records members, or nil
+	inner   string    // the top-level member whose object's members go to rec.Inner
+	next    *[]Member // where the object about to be scanned records its members, or nil
 	max     int
 	scratch []byte // decoded escaped keys, only for objects with more than smallKeys keys
 	seed    maphash.Seed
@@ -65,7 +94,11 @@ type key struct {
 }
 
 func check(b []byte, l Limits, wantObject bool) error {
-	s := scanner{b: b, max: l.MaxDepth}
+	return checkInto(b, l, wantObject, nil, "")
+}
+
+func checkInto(b []byte, l Limits, wantObject bool, rec *Members, inner string) error {
+	s := scanner{b: b, max: l.MaxDepth, rec: rec, inner: inner}
 	if s.max <= 0 {
 		s.max = DefaultMaxDepth
 	}
@@ -80,6 +113,9 @@ func check(b []byte, l Limits, wantObject bool) error {
 		if kind := startKind(b[i]); kind != "" {
 			return s.fail(NotObject, i, "top-level value is "+kind)
 		}
+	}
+	if rec != nil {
+		s.next = &rec.Top
 	}
 	i, err := s.value(i, 0)
 	if err != nil {
@@ -148,6 +184,8 @@ func (s *scanner) value(i, depth int) (int, *Error) {
 }
 
 func (s *scanner) object(i, depth int) (int, *Error) {
+	out := s.next // nil but for the objects whose members ObjectMembers records
+	s.next = nil
 	if depth > s.max {
 		return i, s.tooDeep(i)
 	}
@@ -203,8 +241,16 @@ func (s *scanner) object(i, depth int) (int, *Error) {
 		if i = s.skipWS(i + 1); i >= len(b) {
 			return i, s.fail(Syntax, i, "unexpected end of input, expected object value")
 		}
+		if out != nil && out == &s.rec.Top && b[i] == '{' && string(s.decodeKey(k)) == s.inner {
+			s.next = &s.rec.Inner
+		}
+		v := i
 		if i, err = s.value(i, depth); err != nil {
 			return i, err
+		}
+		s.next = nil
+		if out != nil {
+			*out = append(*out, Member{KeyStart: k.start, KeyEnd: k.end, KeyEscaped: k.escaped, ValueStart: v, ValueEnd: i})
 		}
 		if i = s.skipWS(i); i >= len(b) {
 			return i, s.fail(Syntax, i, "unexpected end of input, expected ',' or '}'")

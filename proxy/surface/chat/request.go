@@ -46,10 +46,11 @@ func parse(b *assembly.Body) (surface.Request, error) {
 	if !msgs.IsArray() {
 		return surface.Request{}, assembly.Invalid(reqMessages, "messages must be an array")
 	}
-	var err error
-	if c.Application, c.LatestUser, err = assembly.RoleTexts(msgs, reqMessages); err != nil {
+	roles, err := b.Roles(reqMessages)
+	if err != nil {
 		return surface.Request{}, err
 	}
+	c.Application, c.LatestUser = roles.Application, roles.LatestUser
 	if t := m[3]; t.Exists() && t.Type != gjson.Null {
 		if !t.IsArray() {
 			return surface.Request{}, assembly.Invalid(reqTools, "tools must be an array")
@@ -200,11 +201,14 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	body := b.Raw()
 	m := [5]gjson.Result{b.Get(reqMessages), b.Get(reqTools), b.Get(reqFunctions), b.Get(assembly.PathExtension), b.Get(reqWebSearchOptions)}
-	out, ok := rewriteChatSpliced(body, m, p, kept, removedAny)
+	roles, err := b.Roles(reqMessages)
+	if err != nil {
+		return nil, err
+	}
+	out, ok := rewriteChatSpliced(body, m, roles.Others, p, kept, removedAny)
 	if !ok {
 		var msgs bytes.Buffer
-		writeMessages(&msgs, m[0], p)
-		var err error
+		writeMessages(&msgs, roles.Others, p)
 		if out, err = rewriteChatEdits(body, msgs.Bytes(), kept, removedAny); err != nil {
 			return nil, err
 		}
@@ -216,8 +220,8 @@ func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny
 }
 
 // writeMessages writes the upstream messages array: the layered system message (plus the context message
-// in the structured channel), then the client's messages other than system and developer, in order.
-func writeMessages(b *bytes.Buffer, msgsAt gjson.Result, p assembly.Prompt) {
+// in the structured channel), then the client's messages other than system and developer (others), in order.
+func writeMessages(b *bytes.Buffer, others []string, p assembly.Prompt) {
 	b.WriteString(`[{"role":"system","content":`)
 	b.Write(p.AppendSystemJSON(b.AvailableBuffer()))
 	b.WriteByte('}')
@@ -226,15 +230,10 @@ func writeMessages(b *bytes.Buffer, msgsAt gjson.Result, p assembly.Prompt) {
 		assembly.WriteJSONString(b, p.ContextMessage)
 		b.WriteByte('}')
 	}
-	msgsAt.ForEach(func(_, m gjson.Result) bool {
-		switch m.Get("role").String() {
-		case "system", "developer":
-			return true
-		}
+	for _, m := range others {
 		b.WriteByte(',')
-		b.WriteString(m.Raw)
-		return true
-	})
+		b.WriteString(m)
+	}
 	b.WriteByte(']')
 }
 
@@ -274,7 +273,7 @@ type splice struct {
 // where sjson would cut it; two cuts that touch make the edits overlap, which falls back to rewriteChatEdits. ok is
 // false when an edit is not a plain splice (messages absent, a tool array filtered to nothing), for
 // rewriteChatEdits to do.
-func rewriteChatSpliced(body []byte, m [5]gjson.Result, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
+func rewriteChatSpliced(body []byte, m [5]gjson.Result, others []string, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
 	msgsAt, ext, search := m[0], m[3], m[4]
 	if msgsAt.Index <= 0 {
 		return nil, false
@@ -283,7 +282,7 @@ func rewriteChatSpliced(body []byte, m [5]gjson.Result, p assembly.Prompt, kept 
 	// The messages are written straight into the new body; room for the prompts and a little escaping.
 	msgsSize := len(msgsAt.Raw) + len(p.System) + len(p.ContextMessage) + (len(p.System)+len(p.ContextMessage))/8 + 128
 	edits = append(edits, splice{from: msgsAt.Index, to: msgsAt.Index + len(msgsAt.Raw),
-		write: func(b *bytes.Buffer) { writeMessages(b, msgsAt, p) }})
+		write: func(b *bytes.Buffer) { writeMessages(b, others, p) }})
 	if removedAny {
 		keptSet := make(map[string]bool, len(kept))
 		for _, t := range kept {

@@ -51,11 +51,11 @@ func parse(b *assembly.Body) (surface.Request, error) {
 	case in.Type == gjson.String:
 		r.LatestUser = in.Str
 	case in.IsArray():
-		app, user, err := assembly.RoleTexts(in, reqInput)
+		roles, err := b.Roles(reqInput)
 		if err != nil {
 			return surface.Request{}, err
 		}
-		r.Application, r.LatestUser = append(r.Application, app...), user
+		r.Application, r.LatestUser = append(r.Application, roles.Application...), roles.LatestUser
 	case in.Exists() && in.Type != gjson.Null:
 		return surface.Request{}, assembly.Invalid(reqInput, "input must be a string or an array")
 	}
