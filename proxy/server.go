@@ -684,6 +684,14 @@ func (g *trailerGuard) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Finish finishes the guarded body (relay.Finisher), with the trailers that come at its end guarded too.
+func (g *trailerGuard) Finish() {
+	if f, ok := g.ReadCloser.(relay.Finisher); ok {
+		f.Finish()
+		dropTrailers(g.resp.Trailer)
+	}
+}
+
 func (s *Server) passResponse(resp *http.Response) error {
 	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)

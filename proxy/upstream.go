@@ -97,6 +97,24 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// finishBytes and finishWait bound Finish: an upstream that goes on sending after its stream's last event, or
+// is slow to end its body, loses its connection rather than delay the client's answer for longer.
+const (
+	finishBytes = 64 << 10
+	finishWait  = 50 * time.Millisecond
+)
+
+// Finish reads the rest of the body, at most finishBytes and for at most finishWait (the silence timer is set to
+// it, and cuts the read off), so that a stream ended by its last event still gives its connection back to the
+// transport: a body closed before its end takes its connection with it, and the next request dials anew.
+func (b *idleBody) Finish() {
+	if b.ctx.Err() != nil {
+		return
+	}
+	b.timer.Reset(finishWait)
+	_, _ = io.CopyN(io.Discard, b.body, finishBytes)
+}
+
 func (b *idleBody) Close() error {
 	err := b.body.Close()
 	b.once.Do(func() {

@@ -99,6 +99,9 @@ type Relay struct {
 	s   Surface
 	err error
 
+	// atDone is set when the stream ended at [DONE]: the upstream's body may still have its last bytes to send.
+	atDone bool
+
 	rec     Recorder
 	blocked int
 	held    Held
@@ -117,8 +120,19 @@ func (r *Relay) Err() error { return r.err }
 // Held is what the calls of this stream hold together: every Pending of the stream takes it.
 func (r *Relay) Held() *Held { return &r.held }
 
-// Close closes the upstream body; Read returns io.EOF once its output is read.
+// Finisher is an upstream body that can read what is left of it after the stream's last event (the end of a
+// chunked body), within bounds of its own, so that its connection goes back to the pool instead of being
+// dropped by a close before the body's end.
+type Finisher interface {
+	Finish()
+}
+
+// Close closes the upstream body; Read returns io.EOF once its output is read. A stream that ended at [DONE]
+// has its body finished first, when the body is a Finisher (nothing after [DONE] is relayed).
 func (r *Relay) Close() error {
+	if f, ok := r.up.(Finisher); ok && r.atDone && r.err == nil {
+		f.Finish()
+	}
 	r.Ended = true
 	return r.up.Close()
 }
@@ -211,7 +225,7 @@ func (r *Relay) handle() {
 			} else {
 				r.Out = append(r.Out, doneEvent...)
 			}
-			r.Ended = true
+			r.Ended, r.atDone = true, true
 		}
 		return
 	}
