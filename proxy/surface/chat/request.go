@@ -56,6 +56,7 @@ func parse(b *assembly.Body) (surface.Request, error) {
 			return surface.Request{}, assembly.Invalid(reqTools, "tools must be an array")
 		}
 		n := 0
+		c.Tools = make([]policy.Tool, 0, 4) // most requests declare a few tools: one allocation, not one per doubling
 		t.ForEach(func(_, v gjson.Result) bool {
 			c.Tools = append(c.Tools, chatTool(v))
 			n++
@@ -101,7 +102,33 @@ func withWebSearch(tools []policy.Tool) []policy.Tool {
 // chatTool reads one "tools" entry: {"type":"function","function":{...}}, {"type":"custom","custom":{...}},
 // or another type, which is governed by its type name.
 func chatTool(v gjson.Result) policy.Tool {
-	var typ, fn, custom gjson.Result
+	typ, fn, custom := toolParts(v)
+	switch t := typ.String(); t {
+	case "function", "":
+		return functionTool(fn, true)
+	case "custom":
+		return functionTool(custom, false)
+	default:
+		return policy.Tool{Name: t}
+	}
+}
+
+// chatToolName is the name chatTool gives a "tools" entry, read without its description and parameters: a
+// function's name usually comes before its schema, which is then not read at all.
+func chatToolName(v gjson.Result) string {
+	typ, fn, custom := toolParts(v)
+	switch t := typ.String(); t {
+	case "function", "":
+		return fn.Get("name").String()
+	case "custom":
+		return custom.Get("name").String()
+	default:
+		return t
+	}
+}
+
+// toolParts are the type, function and custom members of a "tools" entry, read in one pass.
+func toolParts(v gjson.Result) (typ, fn, custom gjson.Result) {
 	v.ForEach(func(k, val gjson.Result) bool {
 		switch k.Str {
 		case "type":
@@ -113,14 +140,7 @@ func chatTool(v gjson.Result) policy.Tool {
 		}
 		return true
 	})
-	switch t := typ.String(); t {
-	case "function", "":
-		return functionTool(fn, true)
-	case "custom":
-		return functionTool(custom, false)
-	default:
-		return policy.Tool{Name: t}
-	}
+	return typ, fn, custom
 }
 
 // functionTool reads a function's (or a custom tool's) name, description and, with schema, its
@@ -293,7 +313,7 @@ func rewriteChatSpliced(body []byte, m [5]gjson.Result, others []string, p assem
 			arr  gjson.Result
 			name func(gjson.Result) string
 		}{
-			{m[1], func(v gjson.Result) string { return chatTool(v).Name }},
+			{m[1], chatToolName},
 			{m[2], func(v gjson.Result) string { return v.Get("name").String() }},
 		} {
 			arr := a.arr
