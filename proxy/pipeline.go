@@ -63,7 +63,8 @@ type job struct {
 
 	// validate
 	body    *assembly.Body
-	members [16]jsoncheck.Member // where the validation found the body's members, for body
+	members jsoncheck.Members    // where the validation found the body's members, for body
+	memBuf  [16]jsoncheck.Member // their room, for most bodies
 	ext     assembly.Extension
 	req     surface.Request
 	own     *ctxjson.Value // the request's own promptgate.context, nil when none
@@ -89,11 +90,11 @@ type job struct {
 // validate: the body is one valid JSON object (UTF-8, no duplicate keys, within the depth limit), its
 // promptgate extension is read, and the surface reads the request.
 func (e *Engine) validate(_ context.Context, j *job) error {
-	m := jsoncheck.Members{Top: j.members[:0:10], Inner: j.members[10:10]}
-	if err := jsoncheck.ObjectMembers(j.in.Body, jsoncheck.Limits{MaxDepth: e.limits.MaxJSONDepth}, assembly.PathExtension, &m); err != nil {
+	j.members = jsoncheck.Members{Top: j.memBuf[:0:10], Inner: j.memBuf[10:10]}
+	if err := jsoncheck.ObjectMembers(j.in.Body, jsoncheck.Limits{MaxDepth: e.limits.MaxJSONDepth}, assembly.PathExtension, &j.members); err != nil {
 		return err
 	}
-	j.body = assembly.NewBodyOf(j.in.Body, &m)
+	j.body = assembly.NewBodyOf(j.in.Body, &j.members)
 	var err error
 	if j.ext, err = j.body.Extension(); err != nil {
 		return err
