@@ -105,13 +105,13 @@ const (
 )
 
 // Finish reads the rest of the body, at most finishBytes and for at most finishWait (the silence timer is set to
-// it, and cuts the read off), so that a stream ended by its last event still gives its connection back to the
+// it, or to the upstream timeout when that is shorter, and cuts the read off), so that a stream ended by its last event still gives its connection back to the
 // transport: a body closed before its end takes its connection with it, and the next request dials anew.
 func (b *idleBody) Finish() {
 	if b.ctx.Err() != nil {
 		return
 	}
-	b.timer.Reset(finishWait)
+	b.timer.Reset(min(finishWait, b.timeout))
 	_, _ = io.CopyN(io.Discard, b.body, finishBytes)
 }
 
