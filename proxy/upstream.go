@@ -104,9 +104,10 @@ const (
 	finishWait  = 50 * time.Millisecond
 )
 
-// Finish reads the rest of the body, at most finishBytes and for at most finishWait (the silence timer is set to
-// it, or to the upstream timeout when that is shorter, and cuts the read off), so that a stream ended by its last event still gives its connection back to the
-// transport: a body closed before its end takes its connection with it, and the next request dials anew.
+// Finish reads the rest of the body, at most finishBytes and for at most finishWait or the upstream timeout,
+// whichever is shorter (the silence timer is set to it and cuts the read off), so that a stream ended by its
+// last event still gives its connection back to the transport: a body closed before its end takes its
+// connection with it, and the next request dials anew.
 func (b *idleBody) Finish() {
 	if b.ctx.Err() != nil {
 		return
