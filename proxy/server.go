@@ -123,6 +123,8 @@ type Server struct {
 	inFlight *atomic.Int64
 	// upstream is the reverse proxies' transport, which the next rounds of a continued answer also go through.
 	upstream http.RoundTripper
+	// buffers are the reverse proxies' copy buffers, which also start each stream relay's event reader.
+	buffers *bufferPool
 }
 
 // exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
@@ -214,6 +216,7 @@ func New(o Options) (*Server, error) {
 	tr := timeoutTransport{next: o.Transport, timeout: limits.UpstreamTimeout}
 	s.upstream = tr
 	buffers := newBufferPool()
+	s.buffers = buffers
 	s.rewritten = &httputil.ReverseProxy{
 		Rewrite:   s.rewriteRequest,
 		Transport: tr,
@@ -655,12 +658,12 @@ func dropOwnHeaders(h http.Header) {
 // guardTrailers keeps the upstream from sending as trailers the headers only promptgate may set (its own,
 // the CORS headers): they are dropped from the announced trailers now and, since the transport fills
 // trailers in only when the body ends, again then.
-func guardTrailers(resp *http.Response) {
+func guardTrailers(resp *http.Response, buffers *bufferPool) {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return // an upgraded connection has no trailers, and its body must stay writable
 	}
 	dropTrailers(resp.Trailer)
-	resp.Body = &trailerGuard{ReadCloser: resp.Body, resp: resp}
+	resp.Body = &trailerGuard{ReadCloser: resp.Body, resp: resp, buffers: buffers}
 }
 
 // dropTrailers deletes from trailers the fields only promptgate may set.
@@ -674,6 +677,23 @@ func dropTrailers(h http.Header) {
 type trailerGuard struct {
 	io.ReadCloser
 	resp *http.Response
+	// buffers lends a stream's relay its event reader's buffer (relay.BufferLender).
+	buffers *bufferPool
+}
+
+// LendBuffer lends a relay of this body a copy buffer of the proxy's pool (relay.BufferLender).
+func (g *trailerGuard) LendBuffer() []byte {
+	if g.buffers == nil {
+		return nil
+	}
+	return g.buffers.Get()
+}
+
+// ReturnBuffer takes back a buffer LendBuffer lent.
+func (g *trailerGuard) ReturnBuffer(buf []byte) {
+	if g.buffers != nil {
+		g.buffers.Put(buf)
+	}
 }
 
 func (g *trailerGuard) Read(p []byte) (int, error) {
@@ -695,7 +715,7 @@ func (g *trailerGuard) Finish() {
 func (s *Server) passResponse(resp *http.Response) error {
 	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)
-	guardTrailers(resp)
+	guardTrailers(resp, s.buffers)
 	if pt := s.interceptor(resp.Request); pt != nil {
 		return pt.Passed(resp, host{s})
 	}
@@ -724,7 +744,7 @@ func (s *Server) interceptor(r *http.Request) surface.Passthrough {
 func (s *Server) vetResponse(resp *http.Response) error {
 	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)
-	guardTrailers(resp)
+	guardTrailers(resp, s.buffers)
 	x := inflightOf(resp.Request.Context()).x
 	if x == nil {
 		return errors.New("proxy: response without its exchange")

@@ -9,7 +9,6 @@ import (
 
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/sse"
 )
 
 // Next asks the upstream again in onViolation "continue": promptgate answered every call of the model's turn
@@ -124,9 +123,9 @@ func (r *Relay) EndRound(t flow.Turn) bool {
 		r.flushRound()
 		return false
 	}
-	_ = r.up.Close()
+	_ = r.closeUpstream()
 	r.up = up
-	r.rd = sse.NewReaderMax(up, MaxEventBytes)
+	r.rd = newReader(up)
 	if r.round.parking {
 		r.Out = r.Out[:r.round.mark]
 	}

@@ -34,18 +34,35 @@ func foldedKeyReference(v gjson.Result, names []string, skip string) bool {
 	return found
 }
 
+// anyKeyMayFold is keysMayFold as it reads: some key at any depth whose raw bytes may fold.
+func anyKeyMayFold(v gjson.Result) bool {
+	found := false
+	if !v.IsObject() && !v.IsArray() {
+		return false
+	}
+	v.ForEach(func(k, val gjson.Result) bool {
+		found = k.Type == gjson.String && mayFold(k.Raw, true) || anyKeyMayFold(val)
+		return !found
+	})
+	return found
+}
+
 // FuzzFoldedKey: the checks that spare FoldedKeyOutside the comparisons (a key, or the whole data, that
 // cannot fold to a name without being it) change no answer, for lowercase names and for names with
 // capitals or non-ASCII letters.
 func FuzzFoldedKey(f *testing.F) {
 	for _, s := range []string{`{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}`, `{"TOOL_CALLS":1}`, `{"tool_callſ":1}`,
 		`{"\u0054ool_calls":1}`, `{"a":{"Input":{"TOOL_CALLS":1}}}`, `{"input":{"TOOL_CALLS":1}}`, `{"x":"TOOL_CALLS","K":1}`,
-		`{"kelvin":{"\u212aey":2}}`, `[{"Key":1}]`, `{"tool\"calls":1,"v":"\"q\\\\u0041"}`, `{"args":"{\"City\":1}"}`, `{"tool_calls":[{"Function":{"name":"a"}}]}`} {
+		`{"kelvin":{"\u212aey":2}}`, `[{"Key":1}]`, `{"tool\"calls":1,"v":"\"q\\\\u0041"}`, `{"args":"{\"City\":1}"}`, `{"tool_calls":[{"Function":{"name":"a"}}]}`,
+		`{"a":"B\\","c":[1,"D\"",{"e\\":"F"}]}`, `{"a" : {"b\"C":0}}`, `["X",{"y":"Z"}]`, `{"\u0061":"\u0042"}`} {
 		f.Add([]byte(s), "input")
 	}
 	f.Fuzz(func(t *testing.T, data []byte, skip string) {
 		if !json.Valid(data) {
 			return
+		}
+		if got, want := keysMayFold(data), anyKeyMayFold(Get(data, "@this")); got != want {
+			t.Fatalf("keysMayFold(%s) = %v, want %v", data, got, want)
 		}
 		for _, names := range [][]string{{"tool_calls", "function", "key", "input"}, {"Key", "ſtop"}, {"kelvin", "K"}} {
 			want := foldedKeyReference(Get(data, "@this"), names, skip)

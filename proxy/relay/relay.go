@@ -111,7 +111,34 @@ type Relay struct {
 // New returns a Relay of upstream for s. rec, which may be nil, is called for every decision the surface
 // records (see Record).
 func New(upstream io.ReadCloser, rec Recorder, s Surface) Relay {
-	return Relay{up: upstream, rd: sse.NewReaderMax(upstream, MaxEventBytes), s: s, rec: rec}
+	return Relay{up: upstream, rd: newReader(upstream), s: s, rec: rec}
+}
+
+// BufferLender is an upstream body that lends the relay's event reader its first buffer (from a pool of the
+// proxy's, instead of one allocation per stream) and takes it back when the relay is done with that body.
+type BufferLender interface {
+	LendBuffer() []byte
+	ReturnBuffer([]byte)
+}
+
+// newReader is the event reader of an upstream body, on the body's lent buffer when it lends one.
+func newReader(up io.Reader) *sse.Reader {
+	rd := sse.NewReaderMax(up, MaxEventBytes)
+	if l, ok := up.(BufferLender); ok {
+		rd.Lend(l.LendBuffer())
+	}
+	return rd
+}
+
+// closeUpstream gives the reader's lent buffer back to the upstream body (no event of it is used after
+// this) and closes the body.
+func (r *Relay) closeUpstream() error {
+	if buf := r.rd.Release(); buf != nil {
+		if l, ok := r.up.(BufferLender); ok {
+			l.ReturnBuffer(buf)
+		}
+	}
+	return r.up.Close()
 }
 
 // Err is the upstream's read error, if the upstream failed (other than by ending early).
@@ -134,7 +161,7 @@ func (r *Relay) Close() error {
 		f.Finish()
 	}
 	r.Ended = true
-	return r.up.Close()
+	return r.closeUpstream()
 }
 
 // Read implements io.Reader. It reads the upstream only when it has no output left to give, so
@@ -344,7 +371,7 @@ func FoldedKey(data []byte, names []string) bool {
 // arguments, whose keys are the tool's).
 func FoldedKeyOutside(data []byte, names []string, skip string) bool {
 	lower := lowerASCII(names)
-	if lower && !mayFold(data, true) {
+	if lower && !keysMayFold(data) {
 		return false // no key of data can fold to a name without being it (see mayFold)
 	}
 	return foldedKey(Get(data, "@this"), names, skip, lower)
@@ -372,6 +399,50 @@ func mayFold[T ~string | ~[]byte](s T, escapes bool) bool {
 		}
 	}
 	return false
+}
+
+// keysMayFold reports whether some key of data, which is valid JSON, may fold (see mayFold), in one pass
+// over its bytes that reads the raw bytes of keys only: a value's capitals (text, a call's arguments) do
+// not cost the walk of every key.
+func keysMayFold(data []byte) bool {
+	for i := 0; ; {
+		q := bytes.IndexByte(data[i:], '"')
+		if q < 0 {
+			return false
+		}
+		start := i + q + 1
+		end := stringEnd(data, start)
+		if end < 0 {
+			return true // not valid JSON: the walk decides
+		}
+		k := end + 1
+		for k < len(data) && (data[k] == ' ' || data[k] == '\t' || data[k] == '\n' || data[k] == '\r') {
+			k++
+		}
+		if k < len(data) && data[k] == ':' && mayFold(data[start:end], true) {
+			return true
+		}
+		i = end + 1
+	}
+}
+
+// stringEnd returns the index of the quote that closes the JSON string whose contents start at start, or -1.
+func stringEnd(data []byte, start int) int {
+	for i := start; ; {
+		q := bytes.IndexByte(data[i:], '"')
+		if q < 0 {
+			return -1
+		}
+		end := i + q
+		n := 0 // backslashes right before the quote: an odd count escapes it
+		for j := end - 1; j >= start && data[j] == '\\'; j-- {
+			n++
+		}
+		if n%2 == 0 {
+			return end
+		}
+		i = end + 1
+	}
 }
 
 func foldedKey(v gjson.Result, names []string, skip string, lower bool) bool {

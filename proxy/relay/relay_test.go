@@ -264,3 +264,39 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// lender is an upstream body that lends a buffer full of events of its own and counts what comes back.
+type lender struct {
+	io.Reader
+	lent     []byte
+	returned [][]byte
+	closed   int
+}
+
+func (l *lender) LendBuffer() []byte    { return l.lent }
+func (l *lender) ReturnBuffer(b []byte) { l.returned = append(l.returned, b) }
+func (l *lender) Close() error          { l.closed++; return nil }
+
+func TestRelayLentBuffer(t *testing.T) {
+	// The reader starts on the lent buffer, whose old bytes never show; Close gives it back once, after which
+	// nothing is read.
+	in := "data: {\"a\":1}\n\n: note\n\ndata: [DONE]\n\n"
+	for _, size := range []int{8 << 10, 16} { // one the reader reads into, one too small that it outgrows
+		l := &lender{Reader: strings.NewReader(in), lent: []byte(strings.Repeat("data: {\"old\":1}\n\n", size/16))}
+		rc := &recorder{}
+		rc.r = New(l, nil, Surface{Finished: func() bool { return false }, Truncated: func() {}, Malformed: func() {},
+			Done:  func() {},
+			Event: func(ev sse.Event) { rc.r.Out = append(rc.r.Out, ev.Raw...) }})
+		if got := readAll(t, &rc.r); got != in {
+			t.Fatalf("lent %d bytes: output %q, want %q", size, got, in)
+		}
+		if len(l.returned) != 0 {
+			t.Fatalf("lent %d bytes: the buffer came back before Close", size)
+		}
+		_ = rc.r.Close()
+		_ = rc.r.Close()
+		if len(l.returned) != 1 || cap(l.returned[0]) != cap(l.lent) || &l.returned[0][:1][0] != &l.lent[0] || l.closed != 2 {
+			t.Fatalf("lent %d bytes: %d buffers back (want the lent one once), body closed %d times", size, len(l.returned), l.closed)
+		}
+	}
+}

@@ -57,6 +57,8 @@ const firstBuf = 32 << 10
 type Reader struct {
 	r   io.Reader
 	buf []byte // buf[start:] holds the bytes not yet returned as events
+	// lent is the buffer given to Lend, kept for Release (buf moves off it when an event outgrows it).
+	lent []byte
 	// start is where the current event begins in buf.
 	start int
 	// scan is how far buf has been scanned for the end of the current event.
@@ -97,6 +99,26 @@ func NewReader(r io.Reader) *Reader {
 func NewReaderMax(r io.Reader, max int) *Reader {
 	return &Reader{r: r, max: max}
 }
+
+// Lend makes buf (its capacity; its contents do not matter) the Reader's first buffer, before the first
+// Next: a buffer pool's instead of one allocated per stream. Release gives it back.
+func (r *Reader) Lend(buf []byte) {
+	if r.buf == nil && r.lent == nil {
+		r.buf, r.lent = buf[:0], buf[:0]
+	}
+}
+
+// Release ends the Reader's use of the buffer given to Lend and returns it (nil when none was lent): every
+// event it returned is invalid from then on, and Next reports ErrReleased.
+func (r *Reader) Release() []byte {
+	lent := r.lent
+	r.lent, r.buf, r.start, r.scan, r.lineStart, r.afterCR = nil, nil, 0, 0, 0, false
+	r.err = ErrReleased
+	return lent
+}
+
+// ErrReleased is returned by Next after Release.
+var ErrReleased = errors.New("sse: reader released")
 
 // Next returns the next event. At the end of the input it returns an event with Truncated set if
 // the input ended inside one, and io.EOF on the call after that (at once if nothing was left).

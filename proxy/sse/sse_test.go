@@ -336,6 +336,13 @@ func FuzzReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte, seed uint64) {
 		cr := &countingReader{r: &randomReader{data: in, rnd: rand.New(rand.NewPCG(seed, 0)), max: 9}}
 		r := NewReader(cr)
+		// Odd seeds lend the reader a buffer that holds events of its own (which must never be read), of a
+		// size from none to more than minRead.
+		var lent []byte
+		if seed%2 == 1 {
+			lent = bytes.Repeat([]byte("data: lent\n\n"), int(seed>>1%700))
+			r.Lend(lent)
+		}
 		var all []byte
 		var events []Event
 		for i := 0; ; i++ {
@@ -362,6 +369,12 @@ func FuzzReader(f *testing.F) {
 		}
 		if !bytes.Equal(all, bytes.TrimPrefix(in, bom)) {
 			t.Fatalf("raw bytes do not concatenate to the input:\n got %q\nwant %q", all, in)
+		}
+		if back := r.Release(); len(lent) > 0 && (cap(back) != cap(lent) || &back[:1][0] != &lent[0]) {
+			t.Fatalf("Release gave back %d bytes of capacity, not the lent buffer", cap(back))
+		}
+		if _, err := r.Next(); err != ErrReleased {
+			t.Fatalf("Next after Release: %v, want ErrReleased", err)
 		}
 		for i, ev := range events {
 			if ev.Truncated && i != len(events)-1 {

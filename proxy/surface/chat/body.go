@@ -14,6 +14,7 @@ package chat
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -212,18 +213,21 @@ func bodyCall(choice, index int, tc gjson.Result) *vet.Call {
 // "function", or it carries a custom tool's "custom" member (a client going by the member, not the type,
 // would read a custom call that the function beside it hides).
 func unsupported(e gjson.Result) bool {
-	t := e.Get(pathType)
+	return unsupportedType(e.Get(pathType), e.Get("custom"))
+}
+
+// unsupportedType is unsupported on a call's type and custom values.
+func unsupportedType(t, c gjson.Result) bool {
 	if t.Exists() && t.Type != gjson.Null && (t.Type != gjson.String || (t.Str != "function" && t.Str != "")) {
 		return true
 	}
-	c := e.Get("custom")
 	return c.Exists() && c.Type != gjson.Null
 }
 
 // fillFunction reads {"name":...,"arguments":...} into call.
 func fillFunction(call *vet.Call, fn gjson.Result) {
 	if name := fn.Get(pathName); name.Type == gjson.String {
-		call.AddName(name.Str)
+		call.AddName(strings.Clone(name.Str)) // a stream's event data is the reader's buffer
 	}
 	switch args := fn.Get(pathArgs); {
 	case args.Type == gjson.String:

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -394,9 +395,21 @@ func (s *Stream) event(ev sse.Event) {
 		s.malformed()
 		return
 	}
-	choices := gjson.GetBytes(data, pathChoices)
+	// One pass over the top-level keys (they are unique: the relay checked the object).
+	var choices, usage, errv gjson.Result
+	relay.Get(data, "@this").ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case pathChoices:
+			choices = v
+		case "usage":
+			usage = v
+		case "error":
+			errv = v
+		}
+		return true
+	})
 	if !choices.IsArray() {
-		if mayCall(data) && !gjson.GetBytes(data, "error").Exists() {
+		if mayCall(data) && !errv.Exists() {
 			// No client reads a call outside choices; nor is such an event passed on.
 			s.malformed()
 			return
@@ -407,7 +420,7 @@ func (s *Stream) event(ev sse.Event) {
 	var views []choiceView
 	tools := 0    // tool-call deltas in the event
 	finishes := 0 // choices that finish here with calls to vet or a finish_reason to rewrite
-	rest := meaningful(gjson.GetBytes(data, "usage"))
+	rest := meaningful(usage)
 	ok := true
 	choices.ForEach(func(_, c gjson.Result) bool {
 		var v choiceView
@@ -468,7 +481,7 @@ func (s *Stream) event(ev sse.Event) {
 	// content for the client, that goes out first and the finish_reason after the calls.
 	closing := map[int]bool{} // positions of choices that finish with calls to complete
 	rewrite := map[int]bool{} // positions whose finish_reason becomes "stop"
-	deltaRest := meaningful(gjson.GetBytes(data, "usage"))
+	deltaRest := meaningful(usage)
 	for _, v := range views {
 		deltaRest = deltaRest || v.delta
 		if v.finish == "" {
@@ -626,9 +639,26 @@ func (s *Stream) choiceKeys() []int {
 
 // toolDelta handles one entry of delta.tool_calls.
 func (s *Stream) toolDelta(ch *choiceState, choice int, e gjson.Result, data, held []byte) {
+	// One pass over the entry's keys (unique: the relay checked the event).
+	var ix, idv, typ, custom, fn gjson.Result
+	e.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case pathIndex:
+			ix = v
+		case pathID:
+			idv = v
+		case pathType:
+			typ = v
+		case "custom":
+			custom = v
+		case "function":
+			fn = v
+		}
+		return true
+	})
 	index, wire := 0, 0
 	invalid := false
-	if ix := e.Get(pathIndex); ix.Exists() {
+	if ix.Exists() {
 		var ok bool
 		if wire, ok = relay.IntField(ix); !ok {
 			invalid = true
@@ -638,9 +668,9 @@ func (s *Stream) toolDelta(ch *choiceState, choice int, e gjson.Result, data, he
 		}
 	}
 	id := ""
-	if v := e.Get(pathID); v.Type == gjson.String {
-		id = v.Str
-	} else if v.Exists() && v.Type != gjson.Null {
+	if idv.Type == gjson.String {
+		id = idv.Str // it may share the reader's buffer: cloned where the call keeps it
+	} else if idv.Exists() && idv.Type != gjson.Null {
 		invalid = true
 	}
 	p := ch.cur[index]
@@ -659,12 +689,12 @@ func (s *Stream) toolDelta(ch *choiceState, choice int, e gjson.Result, data, he
 		call.Fail(vet.ReasonInvalidIndex)
 	}
 	if id != "" && call.ID == "" {
-		call.ID = id
+		call.ID = strings.Clone(id)
 	}
-	if unsupported(e) {
+	if unsupportedType(typ, custom) {
 		call.Fail(vet.ReasonUnsupportedType)
 	}
-	fillFunction(call, e.Get("function"))
+	fillFunction(call, fn)
 	p.Hold(held, wire)
 }
 
