@@ -191,6 +191,9 @@ type serverStats struct {
 	CPUNs         int64 `json:"cpuNs"`
 	VolSwitches   int64 `json:"volSwitches"`
 	InvolSwitches int64 `json:"involSwitches"`
+	// MinorFaults counts the page faults served without I/O so far (getrusage): memory the runtime gave
+	// back to the system and touches again.
+	MinorFaults int64 `json:"minorFaults"`
 	// RSS and PeakRSS are VmRSS and VmHWM of /proc/self/status, in bytes; 0 where there is no /proc.
 	RSS     uint64 `json:"rss"`
 	PeakRSS uint64 `json:"peakRSS"`
@@ -210,7 +213,7 @@ func readServerStats() serverStats {
 	if created[0].Value.Kind() == metrics.KindUint64 {
 		s.GoroutinesCreated = created[0].Value.Uint64()
 	}
-	s.CPUNs, s.VolSwitches, s.InvolSwitches = selfUsage()
+	s.CPUNs, s.VolSwitches, s.InvolSwitches, s.MinorFaults = selfUsage()
 	s.RSS, s.PeakRSS = procRSS(os.Getpid())
 	return s
 }

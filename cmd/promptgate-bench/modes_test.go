@@ -71,8 +71,10 @@ func TestClosedLoopConcurrency(t *testing.T) {
 				t.Errorf("%d requests in flight at most, want %d", got, n)
 			}
 			// Each client keeps its connection: one more client, or a client that moved on before the end
-			// of an answer, would need a connection of its own.
-			if got := conns.Load(); got != int64(n) {
+			// of an answer, would need a connection of its own. Go's transport drops a connection whose
+			// request write it has not seen confirmed within 50 ms of the answer's end, which a machine under
+			// load (the race detector, parallel packages) can cause now and then: two such are allowed.
+			if got := conns.Load(); got < int64(n) || got > int64(n)+2 {
 				t.Errorf("%d connections, want one per client (%d)", got, n)
 			}
 			if barrierMissed.Load() > 0 {

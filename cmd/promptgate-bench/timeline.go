@@ -349,7 +349,8 @@ type TargetTimeline struct {
 	Steps   []Step `json:"steps"`
 	// Per request, over the pass, of the proxy process (not for the direct target): CPU time (user and
 	// system), voluntary and involuntary context switches (a voluntary one is a thread that went to sleep:
-	// a wait), goroutines created, read and write system calls, and writes and flushes to the client.
+	// a wait), goroutines created, read and write system calls, writes and flushes to the client, minor page
+	// faults and garbage collections (per 100 requests).
 	CPUUs         float64 `json:"cpuUs,omitempty"`
 	VolSwitches   float64 `json:"voluntarySwitches,omitempty"`
 	InvolSwitches float64 `json:"involuntarySwitches,omitempty"`
@@ -358,6 +359,8 @@ type TargetTimeline struct {
 	SysWrites     float64 `json:"sysWrites,omitempty"`
 	ClientWrites  float64 `json:"clientWrites,omitempty"`
 	Flushes       float64 `json:"flushes,omitempty"`
+	PageFaults    float64 `json:"pageFaults,omitempty"`
+	GCsPer100     float64 `json:"gcsPer100,omitempty"`
 }
 
 // Step is the time from one stamped point to the next, over the requests: median, 10th and 90th percentile.
@@ -628,6 +631,8 @@ func targetTimeline(target string, client map[int64]clientMarks, proxy, up map[i
 		tt.Goroutines = round1(float64(a.GoroutinesCreated-b.GoroutinesCreated) / n)
 		tt.SysReads = round1(float64(a.SysReads-b.SysReads) / n)
 		tt.SysWrites = round1(float64(a.SysWrites-b.SysWrites) / n)
+		tt.PageFaults = round1(float64(a.MinorFaults-b.MinorFaults) / n)
+		tt.GCsPer100 = round1(float64(a.NumGC-b.NumGC) * 100 / n)
 	}
 	if len(reqs) > 0 && proxy != nil {
 		tt.ClientWrites = round1(float64(writes) / float64(len(reqs)))
@@ -684,8 +689,8 @@ func printTimelines(w io.Writer, tls []TimelineReport) {
 			}
 			tw.Flush()
 			if t.Target != targetDirect {
-				fmt.Fprintf(w, "    per request: CPU %.1f µs, voluntary switches %.2f, involuntary %.2f, goroutines created %.2f, read syscalls %.1f, write syscalls %.1f, writes to the client %.1f, flushes %.1f\n",
-					t.CPUUs, t.VolSwitches, t.InvolSwitches, t.Goroutines, t.SysReads, t.SysWrites, t.ClientWrites, t.Flushes)
+				fmt.Fprintf(w, "    per request: CPU %.1f µs, voluntary switches %.2f, involuntary %.2f, goroutines created %.2f, read syscalls %.1f, write syscalls %.1f, writes to the client %.1f, flushes %.1f, page faults %.1f, GCs per 100 requests %.1f\n",
+					t.CPUUs, t.VolSwitches, t.InvolSwitches, t.Goroutines, t.SysReads, t.SysWrites, t.ClientWrites, t.Flushes, t.PageFaults, t.GCsPer100)
 			}
 		}
 	}
