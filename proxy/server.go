@@ -682,19 +682,10 @@ type trailerGuard struct {
 }
 
 // LendBuffer lends a relay of this body a copy buffer of the proxy's pool (relay.BufferLender).
-func (g *trailerGuard) LendBuffer() []byte {
-	if g.buffers == nil {
-		return nil
-	}
-	return g.buffers.Get()
-}
+func (g *trailerGuard) LendBuffer() []byte { return g.buffers.Get() }
 
 // ReturnBuffer takes back a buffer LendBuffer lent.
-func (g *trailerGuard) ReturnBuffer(buf []byte) {
-	if g.buffers != nil {
-		g.buffers.Put(buf)
-	}
-}
+func (g *trailerGuard) ReturnBuffer(buf []byte) { g.buffers.Put(buf) }
 
 func (g *trailerGuard) Read(p []byte) (int, error) {
 	n, err := g.ReadCloser.Read(p)
