@@ -27,8 +27,6 @@ type Layers struct {
 
 // Prompt is the result of Build.
 type Prompt struct {
-	// System is the content of the one layered system message.
-	System string
 	// ContextMessage is the content of the second system message in the structured channel, else "".
 	ContextMessage string
 	// ContextJSON is the runtime context line, whichever message it went into.
@@ -39,10 +37,45 @@ type Prompt struct {
 	// DatamarkToolOutput tells the rewrite to datamark the conversation's tool output (Settings).
 	DatamarkToolOutput bool
 	Sizes              Sizes
-	// systemJSON is System as a JSON string, made by Build from the frame's escaped text, for the System
-	// it was made of (systemOf; a System changed after Build is escaped anew).
-	systemJSON []byte
-	systemOf   string
+	// system is the one layered system message in pieces: the frame's, already escaped, and the request's.
+	// It is joined only when asked for (System): the rewrite writes the pieces' escaping straight into the
+	// upstream body (AppendSystemJSON).
+	system []chunk
+	// systemLen is the system message's length in bytes; systemValid, whether every piece is valid UTF-8.
+	systemLen   int
+	systemValid bool
+}
+
+// NewPrompt is a Prompt whose system message is system, for a caller that builds none from a template.
+func NewPrompt(system string) Prompt {
+	return Prompt{system: []chunk{requestChunk(system)}, systemLen: len(system), systemValid: utf8.ValidString(system)}
+}
+
+// System is the content of the one layered system message.
+func (p *Prompt) System() string {
+	if len(p.system) == 1 {
+		return p.system[0].text
+	}
+	var b strings.Builder
+	b.Grow(p.systemLen)
+	for _, c := range p.system {
+		b.WriteString(c.text)
+	}
+	return b.String()
+}
+
+// SystemJSONSize is about the length of AppendSystemJSON's bytes, to size a buffer for them: exact for the
+// frame's pieces, the request's with room for some escaping.
+func (p *Prompt) SystemJSONSize() int {
+	n := 2
+	for _, c := range p.system {
+		if c.esc != nil {
+			n += len(c.esc)
+		} else {
+			n += len(c.text) + len(c.text)/8
+		}
+	}
+	return n
 }
 
 // Sizes are counts of Unicode code points, as the preview reports them.
@@ -58,12 +91,23 @@ func Build(t *Template, l Layers, s Settings) Prompt {
 	return NewFrame(t, l, s).Build(l, s)
 }
 
-// AppendSystemJSON appends System as a JSON string, the bytes AppendJSONString gives; Build has them ready.
+// AppendSystemJSON appends System as a JSON string, the bytes AppendJSONString gives: the frame's pieces are
+// escaped already, the request's are escaped here.
 func (p *Prompt) AppendSystemJSON(dst []byte) []byte {
-	if p.systemJSON != nil && p.systemOf == p.System {
-		return append(dst, p.systemJSON...)
+	if !p.systemValid {
+		// A piece of invalid UTF-8 may end inside a sequence that the next piece completes: the whole text
+		// is escaped at once.
+		return AppendJSONString(dst, p.System())
 	}
-	return AppendJSONString(dst, p.System)
+	dst = append(dst, '"')
+	for _, c := range p.system {
+		if c.esc != nil {
+			dst = append(dst, c.esc...)
+		} else {
+			dst = appendEscaped(dst, c.text)
+		}
+	}
+	return append(dst, '"')
 }
 
 // renderApplication joins the client's system texts, each made safe to sit in the system message.

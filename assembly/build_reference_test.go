@@ -53,8 +53,9 @@ func buildReference(t *Template, l Layers, s Settings) Prompt {
 	if !t.Layered {
 		appendLegacyReference(&b, values, l, &p.Sizes)
 	}
-	p.System = strings.TrimRight(b.String(), " \t\r\n")
-	p.Sizes.FilledChars = utf8.RuneCountInString(p.System)
+	sys := NewPrompt(strings.TrimRight(b.String(), " \t\r\n"))
+	p.system, p.systemLen, p.systemValid = sys.system, sys.systemLen, sys.systemValid
+	p.Sizes.FilledChars = utf8.RuneCountInString(p.System())
 	return p
 }
 

@@ -47,8 +47,8 @@ func TestBuildFull(t *testing.T) {
 		"=== RUNTIME DIRECTIVES ===\n- d1\n- d2\n\n" +
 		ContextHeader + "\n" + ctxRequest + "\n\n" +
 		"=== AVAILABLE TOOLS ===\n- search: Find things.\n- calc"
-	if p.System != want {
-		t.Fatalf("System:\n got %q\nwant %q", p.System, want)
+	if p.System() != want {
+		t.Fatalf("System:\n got %q\nwant %q", p.System(), want)
 	}
 	if p.ContextMessage != "" || string(p.ContextJSON) != ctxRequest || p.ContextTruncated || p.DirectivesTruncated {
 		t.Errorf("ContextMessage %q, ContextJSON %s, truncated %v/%v", p.ContextMessage, p.ContextJSON, p.ContextTruncated, p.DirectivesTruncated)
@@ -97,26 +97,26 @@ func TestBuildLeavesOutEmptyBlocks(t *testing.T) {
 			tt.empty(&l)
 			p := Build(tm, l, DefaultSettings())
 			for block, h := range headers {
-				if got, want := strings.Contains(p.System, h), block != tt.block; got != want {
+				if got, want := strings.Contains(p.System(), h), block != tt.block; got != want {
 					t.Errorf("header %q present = %v, want %v", h, got, want)
 				}
 				if _, ok := p.Sizes.Blocks[block]; ok != (block != tt.block) {
 					t.Errorf("Blocks[%s] present = %v", block, ok)
 				}
 			}
-			if !strings.HasPrefix(p.System, coreSection) || !strings.Contains(p.System, "\n\n"+ContextHeader+"\n"+ctxRequest) {
-				t.Errorf("SYSTEM CORE or RUNTIME CONTEXT missing:\n%s", p.System)
+			if !strings.HasPrefix(p.System(), coreSection) || !strings.Contains(p.System(), "\n\n"+ContextHeader+"\n"+ctxRequest) {
+				t.Errorf("SYSTEM CORE or RUNTIME CONTEXT missing:\n%s", p.System())
 			}
-			if strings.Contains(p.System, "{{") || strings.Contains(p.System, "\n\n\n") {
-				t.Errorf("a placeholder or a double blank line is left:\n%q", p.System)
+			if strings.Contains(p.System(), "{{") || strings.Contains(p.System(), "\n\n\n") {
+				t.Errorf("a placeholder or a double blank line is left:\n%q", p.System())
 			}
 		})
 	}
 
 	t.Run("all", func(t *testing.T) {
 		p := Build(tm, Layers{Meta: ctxjson.Meta{Protocol: "tech"}}, DefaultSettings())
-		if want := coreSection + ContextHeader + "\n" + ctxEmpty; p.System != want {
-			t.Errorf("System:\n got %q\nwant %q", p.System, want)
+		if want := coreSection + ContextHeader + "\n" + ctxEmpty; p.System() != want {
+			t.Errorf("System:\n got %q\nwant %q", p.System(), want)
 		}
 		if want := map[string]int{BlockCore: 33, BlockContext: len(ctxEmpty)}; !maps.Equal(p.Sizes.Blocks, want) {
 			t.Errorf("Blocks = %v, want %v", p.Sizes.Blocks, want)
@@ -129,8 +129,8 @@ func TestBuildLeavesOutEmptyBlocks(t *testing.T) {
 func TestBuildOrder(t *testing.T) {
 	tm := ParseTemplate("t", 1, "=== SYSTEM CORE ===\nC\n=== AVAILABLE TOOLS ===\n{{tools}}\n=== NOTE ===\nN\n=== PROTOCOL RULES ===\n{{protocol_rules}}\n")
 	p := Build(tm, Layers{Rules: "R", Tools: []policy.Tool{{Name: "t"}}}, DefaultSettings())
-	if want := "=== SYSTEM CORE ===\nC\n=== AVAILABLE TOOLS ===\n- t\n=== NOTE ===\nN\n=== PROTOCOL RULES ===\nR"; p.System != want {
-		t.Errorf("System:\n got %q\nwant %q", p.System, want)
+	if want := "=== SYSTEM CORE ===\nC\n=== AVAILABLE TOOLS ===\n- t\n=== NOTE ===\nN\n=== PROTOCOL RULES ===\nR"; p.System() != want {
+		t.Errorf("System:\n got %q\nwant %q", p.System(), want)
 	}
 }
 
@@ -176,8 +176,8 @@ func TestBuildLegacy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := Build(tm, tt.layers, DefaultSettings())
-			if p.System != tt.want {
-				t.Errorf("System:\n got %q\nwant %q", p.System, tt.want)
+			if p.System() != tt.want {
+				t.Errorf("System:\n got %q\nwant %q", p.System(), tt.want)
 			}
 			if !maps.Equal(p.Sizes.Blocks, tt.blocks) {
 				t.Errorf("Blocks = %v, want %v", p.Sizes.Blocks, tt.blocks)
@@ -197,14 +197,14 @@ func TestBuildOutputFormat(t *testing.T) {
 	p := Build(tm, l, DefaultSettings())
 	want := "=== SYSTEM CORE ===\nCore.\n\n  OUTPUT FORMAT:\nUse TOOL_CALL.\n\n=== PROTOCOL RULES ===\nR\n\n" +
 		"=== NOTES ===\nKeep me.\nOUTPUT FORMAT: second\nDrop me too.\n" + ContextHeader + "\n" + ctxEmpty
-	if p.System != want {
-		t.Errorf("without native tools:\n got %q\nwant %q", p.System, want)
+	if p.System() != want {
+		t.Errorf("without native tools:\n got %q\nwant %q", p.System(), want)
 	}
 	l.NativeTools = true
 	p = Build(tm, l, DefaultSettings())
 	want = "=== SYSTEM CORE ===\nCore.\n\n=== PROTOCOL RULES ===\nR\n\n=== NOTES ===\nKeep me.\n" + ContextHeader + "\n" + ctxEmpty
-	if p.System != want {
-		t.Errorf("with native tools:\n got %q\nwant %q", p.System, want)
+	if p.System() != want {
+		t.Errorf("with native tools:\n got %q\nwant %q", p.System(), want)
 	}
 	// The core block's size is what is left of it.
 	if got := p.Sizes.Blocks[BlockCore]; got != len("=== SYSTEM CORE ===\nCore.\n\n") {
@@ -225,8 +225,8 @@ func TestBuildStructuredChannel(t *testing.T) {
 	if string(p.ContextJSON) != ctxRequest {
 		t.Errorf("ContextJSON = %s", p.ContextJSON)
 	}
-	if want := coreSection + ContextHeader + "\n(the runtime context JSON is in the next system message)"; p.System != want {
-		t.Errorf("redacted System:\n got %q\nwant %q", p.System, want)
+	if want := coreSection + ContextHeader + "\n(the runtime context JSON is in the next system message)"; p.System() != want {
+		t.Errorf("redacted System:\n got %q\nwant %q", p.System(), want)
 	}
 	if got := p.Sizes.Blocks[BlockContext]; got != utf8.RuneCountInString(contextPointer) {
 		t.Errorf("Blocks[context] = %d, want the pointer's length", got)
@@ -237,14 +237,14 @@ func TestBuildStructuredChannel(t *testing.T) {
 	if want := ContextHeader + "\n" + ctxRequest; p.ContextMessage != want {
 		t.Errorf("ContextMessage:\n got %q\nwant %q", p.ContextMessage, want)
 	}
-	if want := coreSection + ContextHeader + "\n" + ctxRequest; p.System != want {
-		t.Errorf("unredacted System:\n got %q\nwant %q", p.System, want)
+	if want := coreSection + ContextHeader + "\n" + ctxRequest; p.System() != want {
+		t.Errorf("unredacted System:\n got %q\nwant %q", p.System(), want)
 	}
 
 	s.StructuredChannel = false // RedactInSystem alone does nothing
 	s.RedactInSystem = true
-	if p = Build(tm, l, s); p.ContextMessage != "" || !strings.HasSuffix(p.System, ctxRequest) {
-		t.Errorf("without the channel: ContextMessage %q, System %q", p.ContextMessage, p.System)
+	if p = Build(tm, l, s); p.ContextMessage != "" || !strings.HasSuffix(p.System(), ctxRequest) {
+		t.Errorf("without the channel: ContextMessage %q, System %q", p.ContextMessage, p.System())
 	}
 }
 
@@ -259,8 +259,8 @@ func TestBuildContextTruncated(t *testing.T) {
 	if !p.ContextTruncated || utf8.RuneCount(p.ContextJSON) > 100 || !strings.Contains(string(p.ContextJSON), `"truncated":true`) {
 		t.Errorf("truncated %v, line %s", p.ContextTruncated, p.ContextJSON)
 	}
-	if !strings.HasSuffix(p.System, ContextHeader+"\n"+string(p.ContextJSON)) {
-		t.Errorf("System does not end with the truncated line: %q", p.System)
+	if !strings.HasSuffix(p.System(), ContextHeader+"\n"+string(p.ContextJSON)) {
+		t.Errorf("System does not end with the truncated line: %q", p.System())
 	}
 }
 
@@ -306,13 +306,13 @@ func TestBuildDirectivesCap(t *testing.T) {
 	s := DefaultSettings()
 	s.DirectivesMaxChars = 0
 	p := Build(tm, Layers{Directives: []string{"a"}}, s)
-	if strings.Contains(p.System, "RUNTIME DIRECTIVES") || !p.DirectivesTruncated {
-		t.Errorf("cap 0: truncated %v, System %q", p.DirectivesTruncated, p.System)
+	if strings.Contains(p.System(), "RUNTIME DIRECTIVES") || !p.DirectivesTruncated {
+		t.Errorf("cap 0: truncated %v, System %q", p.DirectivesTruncated, p.System())
 	}
 	s.DirectivesMaxChars = 14
 	p = Build(tm, Layers{Directives: []string{"abc", "defghij\nklm"}}, s)
-	if !strings.Contains(p.System, "=== RUNTIME DIRECTIVES ===\n- abc\n- defgh…\n\n") || !p.DirectivesTruncated || p.Sizes.Blocks[BlockDirectives] != 14 {
-		t.Errorf("cap 14: truncated %v, size %d, System %q", p.DirectivesTruncated, p.Sizes.Blocks[BlockDirectives], p.System)
+	if !strings.Contains(p.System(), "=== RUNTIME DIRECTIVES ===\n- abc\n- defgh…\n\n") || !p.DirectivesTruncated || p.Sizes.Blocks[BlockDirectives] != 14 {
+		t.Errorf("cap 14: truncated %v, size %d, System %q", p.DirectivesTruncated, p.Sizes.Blocks[BlockDirectives], p.System())
 	}
 }
 
@@ -334,8 +334,8 @@ func TestRenderTools(t *testing.T) {
 	s := DefaultSettings()
 	s.ToolDefsMode = ToolDefsMinimal
 	p := Build(ParseTemplate("t", 1, layeredText), Layers{Tools: tools[:1]}, s)
-	if !strings.HasSuffix(p.System, "=== AVAILABLE TOOLS ===\n- search") {
-		t.Errorf("minimal mode in Build: %q", p.System)
+	if !strings.HasSuffix(p.System(), "=== AVAILABLE TOOLS ===\n- search") {
+		t.Errorf("minimal mode in Build: %q", p.System())
 	}
 }
 

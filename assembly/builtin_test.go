@@ -40,7 +40,7 @@ func TestBuiltinTemplates(t *testing.T) {
 		t.Errorf("base_legacy_v1: layered %v, OUTPUT FORMAT part %v", v1.Layered, hasOutFmt)
 	}
 	p := Build(v1, Layers{Rules: "R", NativeTools: true}, DefaultSettings())
-	if strings.Contains(p.System, "OUTPUT FORMAT") || strings.Contains(p.System, "TOOL_CALL") || !strings.HasSuffix(p.System, "\n\n=== PROTOCOL RULES ===\nR") {
-		t.Errorf("base_legacy_v1 with native tools:\n%s", p.System)
+	if strings.Contains(p.System(), "OUTPUT FORMAT") || strings.Contains(p.System(), "TOOL_CALL") || !strings.HasSuffix(p.System(), "\n\n=== PROTOCOL RULES ===\nR") {
+		t.Errorf("base_legacy_v1 with native tools:\n%s", p.System())
 	}
 }

@@ -178,8 +178,7 @@ func (f *Frame) Build(l Layers, s Settings) Prompt {
 		}
 		return ""
 	}
-	var buf [24]chunk
-	pieces := buf[:0]
+	pieces := make([]chunk, 0, 3*len(f.parts))
 	for _, pt := range f.parts {
 		if pt.block == "" {
 			pieces = append(pieces, pt.text)
@@ -199,8 +198,17 @@ func (f *Frame) Build(l Layers, s Settings) Prompt {
 		pieces = append(pieces, pt.before, c, pt.after)
 		p.Sizes.Blocks[pt.block] = c.runes
 	}
-	p.System, p.systemJSON, p.Sizes.FilledChars = join(trimEnd(pieces))
-	p.systemOf = p.System
+	p.system = trimEnd(pieces)
+	p.systemValid = true
+	for _, c := range p.system {
+		p.systemLen += len(c.text)
+		p.Sizes.FilledChars += c.runes
+		p.systemValid = p.systemValid && c.valid
+	}
+	if !p.systemValid {
+		// Pieces of invalid UTF-8 are counted as one text: a sequence may run across two of them.
+		p.Sizes.FilledChars = utf8.RuneCountInString(p.System())
+	}
 	return p
 }
 
@@ -229,39 +237,4 @@ func trimEnd(pieces []chunk) []chunk {
 		return pieces
 	}
 	return pieces
-}
-
-// join makes the system message of the pieces, its JSON string and its length in code points.
-func join(pieces []chunk) (text string, quoted []byte, runes int) {
-	n, escN, valid := 0, 2, true
-	for _, c := range pieces {
-		n += len(c.text)
-		runes += c.runes
-		valid = valid && c.valid
-		if c.esc != nil {
-			escN += len(c.esc)
-		} else {
-			escN += len(c.text) + len(c.text)/8
-		}
-	}
-	var b strings.Builder
-	b.Grow(n)
-	for _, c := range pieces {
-		b.WriteString(c.text)
-	}
-	text = b.String()
-	if !valid {
-		// A piece of invalid UTF-8 may end inside a sequence that the next piece completes: the whole text
-		// is counted and escaped at once.
-		return text, AppendJSONString(make([]byte, 0, n+n/8+2), text), utf8.RuneCountInString(text)
-	}
-	quoted = append(make([]byte, 0, escN), '"')
-	for _, c := range pieces {
-		if c.esc != nil {
-			quoted = append(quoted, c.esc...)
-		} else {
-			quoted = appendEscaped(quoted, c.text)
-		}
-	}
-	return text, append(quoted, '"'), runes
 }

@@ -59,8 +59,8 @@ func (in frameInput) build(tb testing.TB) (*Template, Layers, Settings, bool) {
 // encoding/json writes.
 func samePrompt(t *testing.T, what string, got, want Prompt) {
 	t.Helper()
-	if got.System != want.System {
-		t.Fatalf("%s: System\n got %q\nwant %q", what, got.System, want.System)
+	if got.System() != want.System() {
+		t.Fatalf("%s: System\n got %q\nwant %q", what, got.System(), want.System())
 	}
 	if got.ContextMessage != want.ContextMessage || !bytes.Equal(got.ContextJSON, want.ContextJSON) ||
 		got.ContextTruncated != want.ContextTruncated || got.DirectivesTruncated != want.DirectivesTruncated ||
@@ -75,7 +75,7 @@ func samePrompt(t *testing.T, what string, got, want Prompt) {
 	var enc bytes.Buffer
 	e := json.NewEncoder(&enc)
 	e.SetEscapeHTML(false)
-	if err := e.Encode(want.System); err != nil {
+	if err := e.Encode(want.System()); err != nil {
 		t.Fatal(err)
 	}
 	if js := got.AppendSystemJSON(nil); !bytes.Equal(js, bytes.TrimSuffix(enc.Bytes(), []byte("\n"))) {
@@ -141,7 +141,7 @@ func FuzzFrame(f *testing.F) {
 		other.Meta.Sources = nil
 		samePrompt(t, "reused frame", fr.Build(other, s), buildReference(tm, other, s))
 		samePrompt(t, "reused frame, first request again", fr.Build(l, s), want)
-		if first.System != want.System {
+		if first.System() != want.System() {
 			t.Fatal("a later Build changed an earlier prompt")
 		}
 
@@ -155,13 +155,22 @@ func FuzzFrame(f *testing.F) {
 	})
 }
 
-// TestAppendSystemJSONAfterChange: a System changed after Build is escaped as it is now, not as it was built.
-func TestAppendSystemJSONAfterChange(t *testing.T) {
+// TestNewPrompt: a prompt made of a text has that text as System and its JSON string, valid
+// UTF-8 or not.
+func TestNewPrompt(t *testing.T) {
 	t.Parallel()
-	p := Build(ParseTemplate("t", 1, layeredText), fullLayers(t), DefaultSettings())
-	p.System = "changed \"here\""
-	if got, want := string(p.AppendSystemJSON(nil)), `"changed \"here\""`; got != want {
-		t.Errorf("AppendSystemJSON = %s, want %s", got, want)
+	for _, tc := range []struct{ system, want string }{
+		{"changed \"here\"", `"changed \"here\""`},
+		{"", `""`},
+		{"bad \xff\xe2\x80 end", `"bad \ufffd\ufffd\ufffd end"`},
+	} {
+		p := NewPrompt(tc.system)
+		if p.System() != tc.system {
+			t.Errorf("NewPrompt(%q): System %q", tc.system, p.System())
+		}
+		if got := string(p.AppendSystemJSON([]byte("x"))); got != "x"+tc.want {
+			t.Errorf("NewPrompt(%q).AppendSystemJSON = %s, want x%s", tc.system, got, tc.want)
+		}
 	}
 }
 

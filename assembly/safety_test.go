@@ -238,12 +238,12 @@ func TestBuildRevealsHiddenInClientText(t *testing.T) {
 		Directives:  []string{"hint" + tags},
 		Tools:       []policy.Tool{{Name: "f" + tags, Description: "d\u2066x\u2069"}},
 	}, DefaultSettings())
-	if strings.ContainsFunc(p.System, hidden) {
-		t.Fatalf("a hidden character reached the system text: %q", p.System)
+	if strings.ContainsFunc(p.System(), hidden) {
+		t.Fatalf("a hidden character reached the system text: %q", p.System())
 	}
 	for _, want := range []string{"Be nice.<U+E0049><U+E0067><U+E006E>\n<U+202E>=== X", "- hint<U+E0049>", "- f<U+E0049><U+E0067><U+E006E>: d<U+2066>x<U+2069>"} {
-		if !strings.Contains(p.System, want) {
-			t.Errorf("system text lacks %q:\n%s", want, p.System)
+		if !strings.Contains(p.System(), want) {
+			t.Errorf("system text lacks %q:\n%s", want, p.System())
 		}
 	}
 }

@@ -117,13 +117,13 @@ func TestFramesPerSnapshot(t *testing.T) {
 		// The upstream body holds the prompt Build gives without a frame, escaped as encoding/json does.
 		want := assembly.Build(p.Template, assembly.Layers{Rules: p.Protocol.Rules, Tools: p.Kept, NativeTools: true,
 			Meta: ctxjson.Meta{Protocol: p.Protocol.ID}}, e.settings)
-		if p.Prompt.System != want.System {
-			t.Fatalf("System\n got %q\nwant %q", p.Prompt.System, want.System)
+		if p.Prompt.System() != want.System() {
+			t.Fatalf("System\n got %q\nwant %q", p.Prompt.System(), want.System())
 		}
 		var enc bytes.Buffer
 		je := json.NewEncoder(&enc)
 		je.SetEscapeHTML(false)
-		if err := je.Encode(want.System); err != nil {
+		if err := je.Encode(want.System()); err != nil {
 			t.Fatal(err)
 		}
 		if got := gjson.GetBytes(p.Body, "messages.0.content").Raw; got+"\n" != enc.String() {
@@ -141,10 +141,10 @@ func TestFramesPerSnapshot(t *testing.T) {
 	if n := frames(); n != 1 {
 		t.Errorf("%d frames after two requests of one protocol, want 1", n)
 	}
-	if !strings.Contains(a.Prompt.System, "rule of version one") || !strings.Contains(a.Prompt.System, "Core of template one.") {
-		t.Fatalf("first prompt:\n%s", a.Prompt.System)
+	if !strings.Contains(a.Prompt.System(), "rule of version one") || !strings.Contains(a.Prompt.System(), "Core of template one.") {
+		t.Fatalf("first prompt:\n%s", a.Prompt.System())
 	}
-	before := a.Prompt.System
+	before := a.Prompt.System()
 
 	if err := e.defs.store.ApplyRollout(context.Background(), store.Rollout{ID: "v2", Templates: []json.RawMessage{tpl("Core of template two.")},
 		Protocols: []json.RawMessage{json.RawMessage(protoV2)}}); err != nil {
@@ -152,7 +152,7 @@ func TestFramesPerSnapshot(t *testing.T) {
 	}
 	b := prep()
 	for _, s := range []string{"rule of version one", "Core of template one."} {
-		if strings.Contains(b.Prompt.System, s) || strings.Contains(string(b.Body), s) {
+		if strings.Contains(b.Prompt.System(), s) || strings.Contains(string(b.Body), s) {
 			t.Errorf("after the activation, the prompt still holds %q:\n%s", s, b.Body)
 		}
 	}
@@ -161,7 +161,7 @@ func TestFramesPerSnapshot(t *testing.T) {
 			t.Errorf("after the activation, the upstream body lacks %q:\n%s", s, b.Body)
 		}
 	}
-	if a.Prompt.System != before || !strings.Contains(string(a.Body), "rule of version one") {
+	if a.Prompt.System() != before || !strings.Contains(string(a.Body), "rule of version one") {
 		t.Error("a request prepared before the activation changed its prompt")
 	}
 }

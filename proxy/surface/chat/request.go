@@ -281,11 +281,11 @@ func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([
 	return out, nil
 }
 
-// splice is one edit of a body: bytes [from, to) replaced by with, or by what write writes.
+// splice is one edit of a body: bytes [from, to) replaced by with, or by the messages (writeMessages).
 type splice struct {
 	from, to int
 	with     []byte
-	write    func(*bytes.Buffer)
+	messages bool
 }
 
 // rewriteChatSpliced makes the edits of rewriteChatEdits in one copy of the body: each top-level value is
@@ -300,9 +300,9 @@ func rewriteChatSpliced(body []byte, m [5]gjson.Result, others []string, p assem
 	}
 	edits := make([]splice, 0, 5)
 	// The messages are written straight into the new body; room for the prompts and a little escaping.
-	msgsSize := len(msgsAt.Raw) + len(p.System) + len(p.ContextMessage) + (len(p.System)+len(p.ContextMessage))/8 + 128
+	msgsSize := len(msgsAt.Raw) + p.SystemJSONSize() + len(p.ContextMessage) + len(p.ContextMessage)/8 + 128
 	edits = append(edits, splice{from: msgsAt.Index, to: msgsAt.Index + len(msgsAt.Raw),
-		write: func(b *bytes.Buffer) { writeMessages(b, others, p) }})
+		messages: true})
 	if removedAny {
 		keptSet := make(map[string]bool, len(kept))
 		for _, t := range kept {
@@ -372,8 +372,8 @@ func rewriteChatSpliced(body []byte, m [5]gjson.Result, others []string, p assem
 	at := 0
 	for _, e := range edits {
 		out.Write(body[at:e.from])
-		if e.write != nil {
-			e.write(out)
+		if e.messages {
+			writeMessages(out, others, p)
 		} else {
 			out.Write(e.with)
 		}

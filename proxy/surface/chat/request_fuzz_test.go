@@ -56,7 +56,7 @@ func FuzzRewriteChat(f *testing.F) {
 			t.Fatalf("web_search_options left in with %s not kept: %s", ToolWebSearch, out)
 		}
 		msgs := gjson.GetBytes(out, "messages").Array()
-		if len(msgs) == 0 || msgs[0].Get("role").String() != "system" || msgs[0].Get("content").String() != p.System {
+		if len(msgs) == 0 || msgs[0].Get("role").String() != "system" || msgs[0].Get("content").String() != p.System() {
 			t.Fatalf("first message is not the system prompt: %s", out)
 		}
 		var client []string

@@ -147,7 +147,8 @@ func TestChatToolChoice(t *testing.T) {
 }
 
 func TestRewriteChatKeepsOtherBytes(t *testing.T) {
-	p := assembly.Prompt{System: "SYS <&> \"q\"\n=== X ===", ContextMessage: assembly.ContextHeader + "\n{\"meta\":{}}"}
+	p := assembly.NewPrompt("SYS <&> \"q\"\n=== X ===")
+	p.ContextMessage = assembly.ContextHeader + "\n{\"meta\":{}}"
 	out, err := rewriteChat([]byte(oddBody), p, []policy.Tool{{Name: "search"}}, false)
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +187,7 @@ func TestRewriteChatKeepsOtherBytes(t *testing.T) {
 }
 
 func TestRewriteChatRemovesExtension(t *testing.T) {
-	p := assembly.Prompt{System: "S"}
+	p := assembly.NewPrompt("S")
 	for _, tt := range []struct{ name, in, want string }{
 		{"first", `{"promptgate":{"user":"u"},"model":"m","messages":[]}`, `{"model":"m","messages":[{"role":"system","content":"S"}]}`},
 		{"last", `{"model":"m","messages":[],"promptgate":{"user":"u"}}`, `{"model":"m","messages":[{"role":"system","content":"S"}]}`},
@@ -211,7 +212,7 @@ func TestRewriteChatFiltersTools(t *testing.T) {
 	const functions = `[{"name":"legacy"},{"name":"shell"},{"name":"legacy","description":"dup"}]`
 	body := `{"model":"m","messages":[{"role":"user","content":"u"}],"tools":` + tools +
 		`,"tool_choice":"auto","parallel_tool_calls":false,"functions":` + functions + `,"function_call":"auto","n":1}`
-	p := assembly.Prompt{System: "S"}
+	p := assembly.NewPrompt("S")
 
 	t.Run("some kept", func(t *testing.T) {
 		kept := []policy.Tool{{Name: "search"}, {Name: "grammar"}, {Name: "web_search_preview"}, {Name: "legacy"}}
@@ -321,7 +322,7 @@ func TestChatWebSearchOptions(t *testing.T) {
 		{"kept", []policy.Tool{{Name: "f"}, {Name: ToolWebSearch}}, false, true},
 		{"kept, f removed", []policy.Tool{{Name: ToolWebSearch}}, true, true},
 	} {
-		out, err := rewriteChat(body, assembly.Prompt{System: "s"}, tc.kept, tc.removedAny)
+		out, err := rewriteChat(body, assembly.NewPrompt("s"), tc.kept, tc.removedAny)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -340,18 +341,18 @@ func TestBuildDatamarkRule(t *testing.T) {
 	s := assembly.DefaultSettings()
 	s.DatamarkToolOutput = true
 	on := assembly.Build(tmpl, assembly.Layers{Rules: "- r"}, s)
-	if strings.Contains(off.System, assembly.DatamarkMarker) || off.DatamarkToolOutput {
-		t.Errorf("datamarking off, yet the rule is in the prompt: %q", off.System)
+	if strings.Contains(off.System(), assembly.DatamarkMarker) || off.DatamarkToolOutput {
+		t.Errorf("datamarking off, yet the rule is in the prompt: %q", off.System())
 	}
-	if !on.DatamarkToolOutput || !strings.Contains(on.System, "- r\n"+assembly.DatamarkRule) {
-		t.Errorf("datamarking on, the rule does not follow the protocol rules: %q", on.System)
+	if !on.DatamarkToolOutput || !strings.Contains(on.System(), "- r\n"+assembly.DatamarkRule) {
+		t.Errorf("datamarking on, the rule does not follow the protocol rules: %q", on.System())
 	}
 	// A protocol without rules gets the block for the rule alone; without datamarking it has none.
 	noRules := assembly.Build(tmpl, assembly.Layers{}, s)
-	if !strings.Contains(noRules.System, "=== PROTOCOL RULES ==="+"\n"+assembly.DatamarkRule) {
-		t.Errorf("no rules + datamarking: %q", noRules.System)
+	if !strings.Contains(noRules.System(), "=== PROTOCOL RULES ==="+"\n"+assembly.DatamarkRule) {
+		t.Errorf("no rules + datamarking: %q", noRules.System())
 	}
-	if strings.Contains(assembly.Build(tmpl, assembly.Layers{}, assembly.DefaultSettings()).System, "=== PROTOCOL RULES ===") {
+	if empty := assembly.Build(tmpl, assembly.Layers{}, assembly.DefaultSettings()); strings.Contains(empty.System(), "=== PROTOCOL RULES ===") {
 		t.Error("an empty rules block was rendered")
 	}
 	// The rewrite marks tool output only when the prompt says so.

@@ -17,7 +17,7 @@ func rewriteChatReference(t testing.TB, body []byte, p assembly.Prompt, kept []p
 	t.Helper()
 	var msgs bytes.Buffer
 	msgs.WriteString(`[{"role":"system","content":`)
-	msgs.Write(assembly.JSONString(p.System))
+	msgs.Write(assembly.JSONString(p.System()))
 	msgs.WriteByte('}')
 	if p.ContextMessage != "" {
 		msgs.WriteString(`,{"role":"system","content":`)
@@ -82,7 +82,9 @@ func TestRewriteChatSpliceSameBytes(t *testing.T) {
 		{{Name: ToolWebSearch}},
 		{{Name: "a"}, {Name: ToolWebSearch}},
 	}
-	prompts := []assembly.Prompt{{System: "=== SYSTEM CORE ===\n<b>&\"x\"\u2028"}, {System: "core", ContextMessage: "{\"ctx\":1}"}}
+	withContext := assembly.NewPrompt("core")
+	withContext.ContextMessage = "{\"ctx\":1}"
+	prompts := []assembly.Prompt{assembly.NewPrompt("=== SYSTEM CORE ===\n<b>&\"x\"\u2028"), withContext}
 	n := 0
 	for _, order := range orders {
 		for _, s := range seps {
@@ -122,7 +124,7 @@ func TestDeleteTailItemEscapedKey(t *testing.T) {
 		`{"a":"x\",\"y","promptgate" :{"user":"u"} ,"messages":[]}`,
 		`{"promptgate":null,"messages":[]}`,
 	} {
-		p := assembly.Prompt{System: "s"}
+		p := assembly.NewPrompt("s")
 		got, err := rewriteChat([]byte(body), p, nil, false)
 		if err != nil {
 			t.Fatal(err)

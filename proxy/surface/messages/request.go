@@ -242,7 +242,7 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 func rewrite(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	var sys []byte
 	if p.ContextMessage == "" {
-		sys = p.AppendSystemJSON(nil)
+		sys = p.AppendSystemJSON(make([]byte, 0, p.SystemJSONSize()))
 	} else {
 		var b bytes.Buffer
 		b.WriteString(`[{"type":"text","text":`)

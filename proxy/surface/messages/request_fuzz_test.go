@@ -33,7 +33,7 @@ func FuzzRewrite(f *testing.F) {
 			if err != nil {
 				t.Fatalf("RewriteMessages: %v", err)
 			}
-			if !gjson.ValidBytes(out) || gjson.GetBytes(out, assembly.PathExtension).Exists() || gjson.GetBytes(out, "system").String() != p.System {
+			if !gjson.ValidBytes(out) || gjson.GetBytes(out, assembly.PathExtension).Exists() || gjson.GetBytes(out, "system").String() != p.System() {
 				t.Fatalf("bad upstream body %s", out)
 			}
 		}

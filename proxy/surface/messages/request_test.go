@@ -101,7 +101,7 @@ func TestMessagesToolChoice(t *testing.T) {
 }
 
 func TestRewriteMessages(t *testing.T) {
-	p := assembly.Prompt{System: "=== SYSTEM CORE ===\nrules"}
+	p := assembly.NewPrompt("=== SYSTEM CORE ===\nrules")
 	in := `{"model":"m", "system" : [{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}],"messages":[ {"role":"user","content":"u"} ],"z":1.50,"promptgate":{}}`
 	out, err := rewrite([]byte(in), p, nil, false)
 	if err != nil {

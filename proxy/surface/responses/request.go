@@ -150,7 +150,7 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 // (previous_response_id), so a per-turn context item there would pile up in later turns. Callers build p
 // without the structured channel.
 func rewrite(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	out, err := sjson.SetBytes(body, reqInstructions, p.System)
+	out, err := sjson.SetBytes(body, reqInstructions, p.System())
 	if err != nil {
 		return nil, fmt.Errorf("assembly: set instructions: %w", err)
 	}

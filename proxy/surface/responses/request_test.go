@@ -94,7 +94,7 @@ func TestResponsesToolChoice(t *testing.T) {
 }
 
 func TestRewriteResponses(t *testing.T) {
-	p := assembly.Prompt{System: "=== SYSTEM CORE ===\nrules"}
+	p := assembly.NewPrompt("=== SYSTEM CORE ===\nrules")
 	t.Run("keeps every other byte", func(t *testing.T) {
 		in := `{"model":"m", "input" : [ {"role":"developer","content":"d"}, {"role":"user","content":"u", "x":1.50} ],"instructions":"old","previous_response_id":"resp_1","z":{"k":[1, 2]},"promptgate":{"user":"u"}}`
 		out, err := rewrite([]byte(in), p, nil, false)
