@@ -19,7 +19,7 @@ type stage struct {
 	span string
 	// skip, when true, leaves the stage (and its span) out for this engine.
 	skip bool
-	run  func(ctx context.Context, j *job) error
+	run  func(e *Engine, ctx context.Context, j *job) error
 	// traced sets the span's attributes once the stage succeeded; nil sets none.
 	traced func(sp *tracing.Span, j *job)
 }
@@ -30,18 +30,18 @@ type stage struct {
 func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface) (*Prepared, error) {
 	j := &job{in: in, sf: sf}
 	for _, st := range []stage{
-		{span: tracing.SpanValidate, run: e.validate},
-		{span: tracing.SpanRoute, run: e.route, traced: traceRoute},
-		{span: tracing.SpanFilterTools, run: e.filterTools, traced: traceTools},
-		{span: tracing.SpanContext, run: e.gatherContext, traced: traceGathered, skip: e.context == nil},
-		{span: tracing.SpanFlow, run: e.analyzeFlow, traced: traceFlow},
-		{span: tracing.SpanAssemble, run: e.assemble, traced: traceAssembled},
+		{span: tracing.SpanValidate, run: (*Engine).validate},
+		{span: tracing.SpanRoute, run: (*Engine).route, traced: traceRoute},
+		{span: tracing.SpanFilterTools, run: (*Engine).filterTools, traced: traceTools},
+		{span: tracing.SpanContext, run: (*Engine).gatherContext, traced: traceGathered, skip: e.context == nil},
+		{span: tracing.SpanFlow, run: (*Engine).analyzeFlow, traced: traceFlow},
+		{span: tracing.SpanAssemble, run: (*Engine).assemble, traced: traceAssembled},
 	} {
 		if st.skip {
 			continue
 		}
 		sctx, sp := tracing.Stage(ctx, st.span)
-		if err := st.run(sctx, j); err != nil {
+		if err := st.run(e, sctx, j); err != nil {
 			return nil, stageFail(sp, err)
 		}
 		if st.traced != nil && sp != nil {

@@ -65,7 +65,8 @@ func Build(meta Meta, sources []Source, max int, b Budgets) (line []byte, trunca
 
 	// Fast path: no budget binds and everything fits.
 	if !binds(root, b) {
-		mb := appendMeta(nil, meta.Protocol, root.keys, skipped, false, metaFull)
+		var room [256]byte // meta is short unless many sources are named: it is copied into the line
+		mb := appendMeta(room[:0], meta.Protocol, root.keys, skipped, false, metaFull)
 		metaSize := utf8.RuneCount(mb)
 		size := sizeUpTo(root, max-metaSize-len(`{"meta":`))
 		if lineSize(metaSize, size, len(root.items)) <= max {
