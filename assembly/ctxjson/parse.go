@@ -30,7 +30,7 @@ const linearKeys = 16
 func Parse(raw []byte) (*Value, error) {
 	// A read-only view of raw, so that the scanning code is the encoder's: every string or number
 	// that goes into the tree is copied out of it (strings.Clone, or p.buf).
-	p := parser{b: unsafe.String(unsafe.SliceData(raw), len(raw))}
+	p := parser{b: unsafe.String(unsafe.SliceData(raw), len(raw)), text: make([]byte, 0, len(raw))}
 	i := p.ws(0)
 	v, i, err := p.value(i, 0)
 	if err != nil {
@@ -45,6 +45,55 @@ func Parse(raw []byte) (*Value, error) {
 type parser struct {
 	b   string // the input, a view of Parse's raw: never let a slice of it into the tree
 	buf []byte // scratch for decoding escaped strings
+
+	// text holds the bytes of the tree's strings and numbers, each written once and never changed: a
+	// decoded string is never longer than its JSON text, so len(raw) bytes hold them all without a move.
+	text []byte
+	// The tree's values and its containers' keys and items are cut from larger allocations; the members of
+	// the containers being read wait on the stacks until their container ends.
+	values    slab[Value]
+	itemSlab  slab[*Value]
+	keySlab   slab[string]
+	itemStack []*Value
+	keyStack  []string
+}
+
+// slab hands out parts of larger allocations, so that a tree of many small values costs a few allocations.
+// What it hands out is never handed out again; a part's capacity is its length.
+type slab[T any] struct {
+	free []T
+	next int // the size of the next allocation
+}
+
+// take returns n zero values of T.
+func (s *slab[T]) take(n int) []T {
+	if n > len(s.free) {
+		s.next = min(max(2*s.next, 8), 256)
+		s.free = make([]T, max(n, s.next))
+	}
+	out := s.free[:n:n]
+	s.free = s.free[n:]
+	return out
+}
+
+// keep copies b into the parser's text and returns it as a string that aliases nothing else.
+func (p *parser) keep(b string) string {
+	if b == "" {
+		return ""
+	}
+	if len(p.text)+len(b) > cap(p.text) {
+		return strings.Clone(b) // cannot happen (see text); a copy of its own is as good
+	}
+	at := len(p.text)
+	p.text = append(p.text, b...)
+	return unsafe.String(unsafe.SliceData(p.text[at:]), len(b))
+}
+
+// newValue is a value of the tree.
+func (p *parser) newValue(v Value) *Value {
+	out := &p.values.take(1)[0]
+	*out = v
+	return out
 }
 
 // parseError is what Parse returns; Offset is the byte offset of the problem.
@@ -87,27 +136,27 @@ func (p *parser) value(i, depth int) (*Value, int, error) {
 		if err != nil {
 			return nil, j, err
 		}
-		return &Value{kind: KindString, text: s, size: size}, j, nil
+		return p.newValue(Value{kind: KindString, text: s, size: size}), j, nil
 	case 't':
 		j, err := p.lit(i, "true")
-		return &Value{kind: KindBool, truth: true}, j, err
+		return p.newValue(Value{kind: KindBool, truth: true}), j, err
 	case 'f':
 		j, err := p.lit(i, "false")
-		return &Value{kind: KindBool}, j, err
+		return p.newValue(Value{kind: KindBool}), j, err
 	case 'n':
 		j, err := p.lit(i, "null")
-		return &Value{kind: KindNull}, j, err
+		return p.newValue(Value{kind: KindNull}), j, err
 	default:
 		if c == '-' || isDigit(c) {
 			j := i + 1
 			for j < len(p.b) && (isDigit(p.b[j]) || p.b[j] == '.' || p.b[j] == 'e' || p.b[j] == 'E' || p.b[j] == '+' || p.b[j] == '-') {
 				j++
 			}
-			text := strings.Clone(p.b[i:j])
+			text := p.b[i:j]
 			if !validNumber(text) {
 				return nil, i, p.errf(i, "invalid number %q", text)
 			}
-			return &Value{kind: KindNumber, text: text}, j, nil
+			return p.newValue(Value{kind: KindNumber, text: p.keep(text)}), j, nil
 		}
 		return nil, i, p.errf(i, "unexpected %q, expected a value", c)
 	}
@@ -124,12 +173,14 @@ func (p *parser) object(i, depth int) (*Value, int, error) {
 	if depth > MaxParseDepth {
 		return nil, i, p.errf(i, "nesting deeper than %d", MaxParseDepth)
 	}
-	v := &Value{kind: KindObject}
+	v := p.newValue(Value{kind: KindObject})
 	var seen map[string]struct{}
 	i = p.ws(i + 1)
 	if i < len(p.b) && p.b[i] == '}' {
 		return v, i + 1, nil
 	}
+	// This object's keys and values are on the stacks from these marks on.
+	mark, itemMark := len(p.keyStack), len(p.itemStack)
 	for {
 		if i >= len(p.b) {
 			return nil, i, p.errf(i, "unexpected end of input, expected an object key")
@@ -150,14 +201,15 @@ func (p *parser) object(i, depth int) (*Value, int, error) {
 			}
 			seen[k] = struct{}{}
 		} else {
-			for _, old := range v.keys {
+			keys := p.keyStack[mark:]
+			for _, old := range keys {
 				if old == k {
 					return nil, i, p.errf(i, "duplicate key %q", k)
 				}
 			}
-			if len(v.keys) == linearKeys {
+			if len(keys) == linearKeys {
 				seen = make(map[string]struct{}, 4*linearKeys)
-				for _, old := range v.keys {
+				for _, old := range keys {
 					seen[old] = struct{}{}
 				}
 				seen[k] = struct{}{}
@@ -170,8 +222,8 @@ func (p *parser) object(i, depth int) (*Value, int, error) {
 		if val, i, err = p.value(p.ws(i+1), depth); err != nil {
 			return nil, i, err
 		}
-		v.keys = append(v.keys, k)
-		v.items = append(v.items, val)
+		p.keyStack = append(p.keyStack, k)
+		p.itemStack = append(p.itemStack, val)
 		if i = p.ws(i); i >= len(p.b) {
 			return nil, i, p.errf(i, "unexpected end of input, expected ',' or '}'")
 		}
@@ -179,6 +231,12 @@ func (p *parser) object(i, depth int) (*Value, int, error) {
 		case ',':
 			i = p.ws(i + 1)
 		case '}':
+			n := len(p.keyStack) - mark
+			v.keys = p.keySlab.take(n)
+			copy(v.keys, p.keyStack[mark:])
+			v.items = p.itemSlab.take(n)
+			copy(v.items, p.itemStack[itemMark:])
+			p.keyStack, p.itemStack = p.keyStack[:mark], p.itemStack[:itemMark]
 			return v, i + 1, nil
 		default:
 			return nil, i, p.errf(i, "unexpected %q, expected ',' or '}'", p.b[i])
@@ -190,17 +248,18 @@ func (p *parser) array(i, depth int) (*Value, int, error) {
 	if depth > MaxParseDepth {
 		return nil, i, p.errf(i, "nesting deeper than %d", MaxParseDepth)
 	}
-	v := &Value{kind: KindArray}
+	v := p.newValue(Value{kind: KindArray})
 	i = p.ws(i + 1)
 	if i < len(p.b) && p.b[i] == ']' {
 		return v, i + 1, nil
 	}
+	mark := len(p.itemStack) // this array's items are on the stack from mark on
 	for {
 		val, j, err := p.value(i, depth)
 		if err != nil {
 			return nil, j, err
 		}
-		v.items = append(v.items, val)
+		p.itemStack = append(p.itemStack, val)
 		if i = p.ws(j); i >= len(p.b) {
 			return nil, i, p.errf(i, "unexpected end of input, expected ',' or ']'")
 		}
@@ -208,6 +267,9 @@ func (p *parser) array(i, depth int) (*Value, int, error) {
 		case ',':
 			i = p.ws(i + 1)
 		case ']':
+			v.items = p.itemSlab.take(len(p.itemStack) - mark)
+			copy(v.items, p.itemStack[mark:])
+			p.itemStack = p.itemStack[:mark]
 			return v, i + 1, nil
 		default:
 			return nil, i, p.errf(i, "unexpected %q, expected ',' or ']'", p.b[i])
@@ -241,7 +303,7 @@ func (p *parser) str(i int) (string, int, int, error) {
 	i++
 	j := plainRun(p.b, i)
 	if j < len(p.b) && p.b[j] == '"' {
-		return strings.Clone(p.b[i:j]), j - i + 2, j + 1, nil // common case: plain ASCII, nothing to escape
+		return p.keep(p.b[i:j]), j - i + 2, j + 1, nil // common case: plain ASCII, nothing to escape
 	}
 	n := 2 + j - i // characters of the encoding so far
 	seg := i       // the raw bytes from seg on are not yet in p.buf
@@ -255,10 +317,10 @@ func (p *parser) str(i int) (string, int, int, error) {
 		switch {
 		case c == '"':
 			if !escaped {
-				return strings.Clone(p.b[seg:i]), n, i + 1, nil
+				return p.keep(p.b[seg:i]), n, i + 1, nil
 			}
 			p.buf = append(p.buf, p.b[seg:i]...)
-			return string(p.buf), n, i + 1, nil
+			return p.keep(unsafe.String(unsafe.SliceData(p.buf), len(p.buf))), n, i + 1, nil
 		case c < 0x20:
 			return "", 0, i, p.errf(i, "raw control character in string")
 		case plainASCII(c):

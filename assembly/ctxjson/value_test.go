@@ -21,6 +21,7 @@ func TestParseEncodeRoundTrip(t *testing.T) {
 		`null`, `true`, `false`, `0`, `-0`, `1.5e-7`, `-12E+3`, `""`, `"x"`,
 		`[]`, `{}`, `[1,"a",null,[true,{}]]`,
 		`{"z":1,"a":2,"m":{"y":[],"b":{}}}`, // order kept, not sorted
+		`[1,{"k":[2,{"m":3},"x"],"n":4},5,[6,{"o":{}}]]`, // containers nested after other members
 		`{"s":"<b>&amp;</b> / \\ \" é 日本 😀"}`,
 	} {
 		if got := string(Encode(mustParse(t, in))); got != in {
@@ -34,6 +35,29 @@ func TestParseEncodeRoundTrip(t *testing.T) {
 	got := string(Encode(mustParse(t, " { \"a\" : [ 1 , \"\\u0041\\/\\b\\f\\n\\r\\t\" ] } ")))
 	if want := `{"a":[1,"A/\u0008\u000c\n\r\t"]}`; got != want {
 		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
+// TestParsedTreeChanges: a parsed tree's values, keys and items share allocations; changing one container
+// (Set, Append, at every depth) leaves every other as it was, and the input may change after Parse.
+func TestParsedTreeChanges(t *testing.T) {
+	raw := []byte(`{"a":[1,"x",{"k":"v"}],"b":[2,3],"c":{"d":"e","f":[4]},"g":"h\u00e9"}`)
+	v := mustParse(t, string(raw))
+	a, _ := lookup(v, "a")
+	a.Append(Int(9))
+	inner := a.items[2]
+	inner.Set("k", String("w")).Set("k2", Null())
+	c, _ := lookup(v, "c")
+	c.Set("z", Bool(true))
+	f, _ := lookup(c, "f")
+	f.Append(String("5"))
+	v.Set("new", Int(1)).Set("b", Object())
+	for i := range raw {
+		raw[i] = 'X'
+	}
+	want := `{"a":[1,"x",{"k":"w","k2":null},9],"b":{},"c":{"d":"e","f":[4,"5"],"z":true},"g":"hé","new":1}`
+	if got := string(Encode(v)); got != want {
+		t.Errorf("after changes:\n got %s\nwant %s", got, want)
 	}
 }
 
