@@ -198,6 +198,7 @@ type Checker struct {
 	p Policy
 
 	mu      sync.Mutex
+	// schemas and ids are made at their first use: most answers carry no call.
 	schemas map[string]*compiledSchema
 	ids     map[int]map[string]bool // choice -> call ids seen
 }
@@ -216,7 +217,7 @@ func NewChecker(p Policy) *Checker {
 	default:
 		p.Mode = ModeError // fail closed on a mode this code does not know
 	}
-	return &Checker{p: p, schemas: map[string]*compiledSchema{}, ids: map[int]map[string]bool{}}
+	return &Checker{p: p}
 }
 
 // Mode is the effective mode.
@@ -310,7 +311,7 @@ func (c *Checker) Vet(call *Call) Decision {
 func (c *Checker) NewRound() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.ids = map[int]map[string]bool{}
+	c.ids = nil
 }
 
 // VetBatch vets the calls of one choice together, in order. With Atomic set and a call blocked,
@@ -337,6 +338,9 @@ func (c *Checker) VetBatch(calls []*Call) []Decision {
 func (c *Checker) seen(choice int, id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.ids == nil {
+		c.ids = map[int]map[string]bool{}
+	}
 	m := c.ids[choice]
 	if m == nil {
 		m = map[string]bool{}
@@ -381,6 +385,9 @@ func (c *Checker) schema(name string) *compiledSchema {
 		return cs
 	}
 	cs := c.p.SchemaCache.compile(c.p.Schemas[name])
+	if c.schemas == nil {
+		c.schemas = map[string]*compiledSchema{}
+	}
 	c.schemas[name] = cs
 	return cs
 }
