@@ -2,6 +2,8 @@ package chat
 
 import (
 	"bytes"
+	"io"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 	"github.com/promptgate/promptgate/proxy/sse"
 )
@@ -79,6 +82,17 @@ func FuzzStream(f *testing.F) {
 		m := relaytest.FuzzMode(mode)
 		out, ds, blocked := runStream(t, string(input), checkerFor(m, atomic), int(split%16), seed)
 		got := assemble(t, out) // also checks that the output is clean SSE
+
+		// The argument template changes nothing: without it, the same output and the same decisions.
+		plain := func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
+			s := NewStream(up, c, rec)
+			s.noArgsTemplate = true
+			return s
+		}
+		out2, ds2, blocked2 := relaytest.Run(t, string(input), int(split%16), seed, relaytest.Opener(plain, checkerFor(m, atomic)))
+		if !bytes.Equal(out, out2) || !reflect.DeepEqual(ds, ds2) || blocked != blocked2 {
+			t.Fatalf("the argument template changes the stream:\nwith    %q %+v\nwithout %q %+v", out, ds, out2, ds2)
+		}
 
 		// Decisions: every call vetted once; blocked count matches.
 		relaytest.CheckBlocked(t, ds, blocked)

@@ -60,6 +60,10 @@ type Stream struct {
 	finished bool
 	// tpl lets noteText skip the events that can only mark choices already marked.
 	tpl textTemplate
+	// args lets event skip the reading of a call's argument deltas that differ from an earlier one only in
+	// the arguments' text; noArgsTemplate turns it off (the tests hold both paths to the same output).
+	args           argsTemplate
+	noArgsTemplate bool
 
 	// In continue mode (SetNext): the first round's id and created, which the chunks of the next rounds
 	// carry too (one completion to the client); the round's text and usage, for the turn promptgate answers;
@@ -316,6 +320,89 @@ func (t *textTemplate) covers(data []byte) bool {
 	return bytes.Equal(a[i:], b[j:])
 }
 
+// argsTemplate spares event the reading of a call's argument deltas after the first of their shape. An
+// event that was read whole and did nothing but add to the arguments of a call still open (one choice, one
+// tool_calls entry of index and function alone, a function of arguments alone, no finish_reason, nothing
+// else for the client) becomes the template. The relay hands event only valid JSON objects with unique keys:
+// an event whose bytes are the template's but for the contents of the arguments string (their end found by
+// escapes, the bytes after it the same) has the template's keys and values but for that string, so event
+// would add its arguments to the same call and hold it, which is all that the template path does.
+type argsTemplate struct {
+	ev []byte
+	// from and to are the contents of the arguments string in ev (the quotes around them excluded).
+	from, to int
+	// p is the call the template added to, cur[index] of choice ch; wire is the entry's index as sent.
+	p           *pending
+	ch          *choiceState
+	index, wire int
+}
+
+// learn makes data, whose tool_calls entry e toolDelta has just read, the template when it has the template's
+// shape; otherwise the template is forgotten.
+func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
+	t.p = nil
+	var ix, fn gjson.Result
+	plain := true
+	e.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case pathIndex:
+			ix = v
+		case "function":
+			fn = v
+		default:
+			plain = false
+		}
+		return plain
+	})
+	wire, ok := relay.IntField(ix)
+	if !plain || !ok || !fn.IsObject() {
+		return
+	}
+	var args gjson.Result
+	fn.ForEach(func(k, v gjson.Result) bool {
+		if k.Str != pathArgs {
+			plain = false
+		}
+		args = v
+		return plain
+	})
+	at, end := args.Index, args.Index+len(args.Raw)
+	if !plain || args.Type != gjson.String || at <= 0 || end > len(data) || string(data[at:end]) != args.Raw {
+		return
+	}
+	index := wire
+	if wire == -1 {
+		index = 0
+	}
+	p := ch.cur[index]
+	if p == nil || p.done {
+		return
+	}
+	t.ev = append(t.ev[:0], data...)
+	t.from, t.to = at+1, end-1
+	t.p, t.ch, t.index, t.wire = p, ch, index, wire
+}
+
+// match returns data's arguments string, quotes included, when data is of the template's shape and the
+// template's call is still the open call at its index.
+func (t *argsTemplate) match(data []byte) ([]byte, bool) {
+	if t.p == nil || t.p.done || t.ch.cur[t.index] != t.p || len(data) < t.from || !bytes.Equal(data[:t.from], t.ev[:t.from]) {
+		return nil, false
+	}
+	for i := t.from; i < len(data); i++ {
+		switch data[i] {
+		case '\\':
+			i++ // the escaped byte
+		case '"':
+			if !bytes.Equal(data[i:], t.ev[t.to:]) {
+				return nil, false
+			}
+			return data[t.from-1 : i+1], true
+		}
+	}
+	return nil, false
+}
+
 // malformed drops an event that a client might read differently from us, and fails every held
 // call: one of its deltas may be in it.
 func (s *Stream) malformed() {
@@ -391,6 +478,13 @@ func scanChoice(pos int, c gjson.Result) (v choiceView, ok bool) {
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
+	if args, ok := s.args.match(data); ok && !s.noArgsTemplate && s.Round() == 0 {
+		// What toolDelta does with an event of the template's shape: the call goes on with these arguments.
+		p := s.args.p
+		p.Call.AppendArgs(gjson.ParseBytes(args).Str)
+		p.Hold(ev.Raw, s.args.wire)
+		return
+	}
 	if relay.FoldedKey(data, chatKeys) {
 		s.malformed()
 		return
@@ -463,6 +557,9 @@ func (s *Stream) event(ev sse.Event) {
 			s.toolDelta(ch, v.index, e, data, held)
 			if s.Ended {
 				return
+			}
+			if pure && v.finish == "" && s.Round() == 0 {
+				s.args.learn(data, ch, e)
 			}
 		}
 		if v.legacy.Exists() {

@@ -630,3 +630,37 @@ func TestStreamOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestArgsTemplate: after an argument delta of a call, an event that differs from it only in the arguments'
+// text (escapes included) takes the template path; one that differs anywhere else, or whose call is no longer
+// the open one at its index, does not. A first event with an id, a name or a type is never a template.
+func TestArgsTemplate(t *testing.T) {
+	delta := func(index int, args string) string { return toolEv(0, tc(index, "", "", args)) }
+	withObf := func(d, obf string) string { return strings.TrimSuffix(d, "}") + `,"obfuscation":` + jstr(obf) + "}" }
+	for _, tc := range []struct {
+		name   string
+		before []string
+		next   string
+		want   bool
+	}{
+		{"next piece", []string{delta(0, `{"id`)}, delta(0, `": "T-1`), true},
+		{"escapes and quotes in the text", []string{delta(0, `{"a`)}, delta(0, `\"}],\u0022x\":{"`), true},
+		{"empty text", []string{delta(0, `{"a`)}, delta(0, ``), true},
+		{"another index", []string{delta(0, `{"a`)}, delta(1, `b`), false},
+		{"bytes after the text differ", []string{withObf(delta(0, `{"a`), "xy")}, withObf(delta(0, `b`), "xz"), false},
+		{"first event with id and name", []string{toolEv(0, tc(0, "call_1", "get_weather", `{"a`))}, toolEv(0, tc(0, "call_1", "get_weather", `b`)), false},
+		{"a new call at the index since", []string{delta(0, `{"a`), toolEv(0, tc(0, "call_2", "get_weather", ``))}, delta(0, `b`), false},
+		{"the call was completed since", []string{delta(0, `{"a`), finish(0, "tool_calls")}, delta(0, `b`), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first := callEvents(0, 0, "call_1", "get_weather", "", 10)
+			s := NewStream(io.NopCloser(strings.NewReader(sseOf(append(first, tc.before...)...))), checkerFor(vet.ModeRefuse, false), nil)
+			if _, err := io.ReadAll(s); err != nil {
+				t.Fatal(err)
+			}
+			if _, got := s.args.match([]byte(tc.next)); got != tc.want {
+				t.Fatalf("match(%s) = %v, want %v", tc.next, got, tc.want)
+			}
+		})
+	}
+}
