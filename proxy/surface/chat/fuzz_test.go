@@ -78,6 +78,13 @@ func FuzzStream(f *testing.F) {
 	for _, tc := range differentialCases {
 		f.Add([]byte(tc.raw), byte(0), false, uint8(3), uint64(3))
 	}
+	// Argument deltas with OpenAI's obfuscation padding, of the argument template's shape.
+	var padded []string
+	for i, ev := range callEvents(0, 0, "call_1", "get_weather", `{"city":"Paris \"x\"\n"}`, 3) {
+		padded = append(padded, strings.TrimSuffix(ev, "}")+`,"obfuscation":"`+strings.Repeat("a", i%4)+`"}`)
+	}
+	f.Add([]byte(sseOf(append(padded, finish(0, "tool_calls"), done)...)), byte(0), false, uint8(0), uint64(1))
+	f.Add([]byte(sseOf(append(padded, finish(0, "tool_calls"), done)...)), byte(1), true, uint8(7), uint64(2))
 	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
 		m := relaytest.FuzzMode(mode)
 		out, ds, blocked := runStream(t, string(input), checkerFor(m, atomic), int(split%16), seed)

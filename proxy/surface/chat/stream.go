@@ -325,16 +325,23 @@ func (t *textTemplate) covers(data []byte) bool {
 // tool_calls entry of index and function alone, a function of arguments alone, no finish_reason, nothing
 // else for the client) becomes the template. The relay hands event only valid JSON objects with unique keys:
 // an event whose bytes are the template's but for the contents of the arguments string (their end found by
-// escapes, the bytes after it the same) has the template's keys and values but for that string, so event
-// would add its arguments to the same call and hold it, which is all that the template path does.
+// escapes) and of top-level strings that event does not read (an id, OpenAI's obfuscation padding: no
+// backslash in them, so their first quote ends them) has the template's keys and values but for those
+// strings, so event would add its arguments to the same call and hold it, which is all the template path does.
 type argsTemplate struct {
 	ev []byte
-	// from and to are the contents of the arguments string in ev (the quotes around them excluded).
-	from, to int
+	// slots are the contents of the strings that may differ, in order of their place in ev (quotes excluded).
+	slots []argsSlot
 	// p is the call the template added to, cur[index] of choice ch; wire is the entry's index as sent.
 	p           *pending
 	ch          *choiceState
 	index, wire int
+}
+
+// argsSlot is a string's contents in the template: the arguments, or a top-level string event does not read.
+type argsSlot struct {
+	from, to int
+	args     bool
 }
 
 // learn makes data, whose tool_calls entry e toolDelta has just read, the template when it has the template's
@@ -366,10 +373,33 @@ func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 		args = v
 		return plain
 	})
-	at, end := args.Index, args.Index+len(args.Raw)
-	if !plain || args.Type != gjson.String || at <= 0 || end > len(data) || string(data[at:end]) != args.Raw {
+	if !plain || args.Type != gjson.String {
 		return
 	}
+	slots := t.slots[:0]
+	if slot, ok := slotOf(data, args); ok {
+		slots = append(slots, argsSlot{from: slot.from, to: slot.to, args: true})
+	} else {
+		return
+	}
+	relay.Get(data, "@this").ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case pathChoices, "usage", "error":
+			return true
+		}
+		if v.Type == gjson.String && strings.IndexByte(v.Raw, '\\') < 0 {
+			if slot, ok := slotOf(data, v); ok {
+				slots = append(slots, slot)
+			} else {
+				plain = false
+			}
+		}
+		return plain
+	})
+	if !plain {
+		return
+	}
+	slices.SortFunc(slots, func(a, b argsSlot) int { return a.from - b.from })
 	index := wire
 	if wire == -1 {
 		index = 0
@@ -379,28 +409,54 @@ func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 		return
 	}
 	t.ev = append(t.ev[:0], data...)
-	t.from, t.to = at+1, end-1
+	t.slots = slots
 	t.p, t.ch, t.index, t.wire = p, ch, index, wire
+}
+
+// slotOf is the place of string v's contents in data, ok false when v's offset does not point at it.
+func slotOf(data []byte, v gjson.Result) (argsSlot, bool) {
+	at, end := v.Index, v.Index+len(v.Raw)
+	if at <= 0 || end > len(data) || len(v.Raw) < 2 || string(data[at:end]) != v.Raw {
+		return argsSlot{}, false
+	}
+	return argsSlot{from: at + 1, to: end - 1}, true
 }
 
 // match returns data's arguments string, quotes included, when data is of the template's shape and the
 // template's call is still the open call at its index.
 func (t *argsTemplate) match(data []byte) ([]byte, bool) {
-	if t.p == nil || t.p.done || t.ch.cur[t.index] != t.p || len(data) < t.from || !bytes.Equal(data[:t.from], t.ev[:t.from]) {
+	if t.p == nil || t.p.done || t.ch.cur[t.index] != t.p {
 		return nil, false
 	}
-	for i := t.from; i < len(data); i++ {
-		switch data[i] {
-		case '\\':
-			i++ // the escaped byte
-		case '"':
-			if !bytes.Equal(data[i:], t.ev[t.to:]) {
-				return nil, false
-			}
-			return data[t.from-1 : i+1], true
+	var args []byte
+	i, j := 0, 0 // the template's and data's offsets: the bytes before them are alike
+	for _, sl := range t.slots {
+		seg := t.ev[i:sl.from] // up to the slot's contents, its opening quote included
+		if len(data)-j < len(seg) || !bytes.Equal(data[j:j+len(seg)], seg) {
+			return nil, false
 		}
+		j += len(seg)
+		end := j
+		for ; end < len(data) && data[end] != '"'; end++ {
+			if data[end] == '\\' {
+				if !sl.args {
+					return nil, false
+				}
+				end++ // the escaped byte
+			}
+		}
+		if end >= len(data) {
+			return nil, false
+		}
+		if sl.args {
+			args = data[j-1 : end+1]
+		}
+		i, j = sl.to, end
 	}
-	return nil, false
+	if !bytes.Equal(data[j:], t.ev[i:]) {
+		return nil, false
+	}
+	return args, true
 }
 
 // malformed drops an event that a client might read differently from us, and fails every held
