@@ -29,7 +29,7 @@ const linearKeys = 16
 // the strings of a parsed tree again. raw must not change during Parse; the tree holds copies.
 func Parse(raw []byte) (*Value, error) {
 	// A read-only view of raw, so that the scanning code is the encoder's: every string or number
-	// that goes into the tree is copied out of it (strings.Clone, or p.buf).
+	// that goes into the tree is copied out of it (into p.text).
 	p := parser{b: unsafe.String(unsafe.SliceData(raw), len(raw)), text: make([]byte, 0, len(raw))}
 	i := p.ws(0)
 	v, i, err := p.value(i, 0)

@@ -20,7 +20,7 @@ func TestParseEncodeRoundTrip(t *testing.T) {
 	for _, in := range []string{
 		`null`, `true`, `false`, `0`, `-0`, `1.5e-7`, `-12E+3`, `""`, `"x"`,
 		`[]`, `{}`, `[1,"a",null,[true,{}]]`,
-		`{"z":1,"a":2,"m":{"y":[],"b":{}}}`, // order kept, not sorted
+		`{"z":1,"a":2,"m":{"y":[],"b":{}}}`,              // order kept, not sorted
 		`[1,{"k":[2,{"m":3},"x"],"n":4},5,[6,{"o":{}}]]`, // containers nested after other members
 		`{"s":"<b>&amp;</b> / \\ \" é 日本 😀"}`,
 	} {

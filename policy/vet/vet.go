@@ -197,7 +197,7 @@ func DisplayName(name string) string {
 type Checker struct {
 	p Policy
 
-	mu      sync.Mutex
+	mu sync.Mutex
 	// schemas and ids are made at their first use: most answers carry no call.
 	schemas map[string]*compiledSchema
 	ids     map[int]map[string]bool // choice -> call ids seen

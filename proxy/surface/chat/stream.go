@@ -413,6 +413,14 @@ func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 	t.p, t.ch, t.index, t.wire = p, ch, index, wire
 }
 
+// matchArgs is the argument template's match, when the template is on and the stream in its first round.
+func (s *Stream) matchArgs(data []byte) ([]byte, bool) {
+	if s.noArgsTemplate || s.Round() > 0 {
+		return nil, false
+	}
+	return s.args.match(data)
+}
+
 // slotOf is the place of string v's contents in data, ok false when v's offset does not point at it.
 func slotOf(data []byte, v gjson.Result) (argsSlot, bool) {
 	at, end := v.Index, v.Index+len(v.Raw)
@@ -534,7 +542,7 @@ func scanChoice(pos int, c gjson.Result) (v choiceView, ok bool) {
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
-	if args, ok := s.args.match(data); ok && !s.noArgsTemplate && s.Round() == 0 {
+	if args, ok := s.matchArgs(data); ok {
 		// What toolDelta does with an event of the template's shape: the call goes on with these arguments.
 		p := s.args.p
 		p.Call.AppendArgs(gjson.ParseBytes(args).Str)
