@@ -370,11 +370,17 @@ func FoldedKey(data []byte, names []string) bool {
 // FoldedKeyOutside is FoldedKey that does not look inside the values of the keys named skip (a tool's own
 // arguments, whose keys are the tool's).
 func FoldedKeyOutside(data []byte, names []string, skip string) bool {
-	lower := lowerASCII(names)
-	if lower && !keysMayFold(data) {
-		return false // no key of data can fold to a name without being it (see mayFold)
+	if !KeysMayFold(data, names) {
+		return false
 	}
-	return foldedKey(Get(data, "@this"), names, skip, lower)
+	return foldedKey(Get(data, "@this"), names, skip, lowerASCII(names))
+}
+
+// KeysMayFold reports whether some key of data, which must be valid JSON, may equal one of names under
+// case folding without being it: false is certain (no key holds a capital, a non-ASCII byte or a \u escape,
+// and every name is lowercase ASCII), true means a walk of the keys must decide.
+func KeysMayFold(data []byte, names []string) bool {
+	return !lowerASCII(names) || keysMayFold(data)
 }
 
 // lowerASCII reports whether every name is lowercase ASCII.

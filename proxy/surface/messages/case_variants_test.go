@@ -15,7 +15,7 @@ func TestCaseVariantTypes(t *testing.T) {
 	evilBlock := func(typ string) string {
 		return `{"type":"` + typ + `","id":"toolu_EVIL","name":"get_weather","input":{"city":"SECRET"}}`
 	}
-	for _, typ := range []string{"TOOL_USE", "Tool_Use", "tool_usE"} {
+	for _, typ := range []string{"TOOL_USE", "Tool_Use", "tool_usE", "tool_uſe"} {
 		t.Run("body "+typ, func(t *testing.T) {
 			body := `{"id":"msg_1","type":"message","role":"assistant","content":[` + evilBlock(typ) + `],"stop_reason":"tool_use"}`
 			out, res, err := Body([]byte(body), checkerFor(vet.ModeRefuse, false), nil)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -128,12 +129,27 @@ func (s *Stream) event(ev sse.Event) {
 		s.malformed() // dropped: a client on Go's encoding/json would read it differently
 		return
 	}
-	typ := relay.Get(data, pathType).String()
-	if foldedType(typ) || foldedType(relay.Get(data, "content_block.type").String()) || foldedType(relay.Get(data, "delta.type").String()) {
+	var typ, blockType, deltaType string
+	var index, delta gjson.Result
+	relay.Get(data, "@this").ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case pathType:
+			typ = v.String()
+		case pathIndex:
+			index = v
+		case "content_block":
+			blockType = v.Get(pathType).String()
+		case "delta":
+			delta = v
+			deltaType = v.Get(pathType).String()
+		}
+		return true
+	})
+	if foldedType(typ) || foldedType(blockType) || foldedType(deltaType) {
 		s.malformed() // dropped: a client that reads enums without regard to case would read it differently
 		return
 	}
-	idx, hasIdx := relay.IntField(relay.Get(data, pathIndex))
+	idx, hasIdx := relay.IntField(index)
 	if s.Continuing() {
 		s.turn.note(typ, data)
 	}
@@ -153,7 +169,7 @@ func (s *Stream) event(ev sse.Event) {
 			return
 		}
 		var out []byte
-		if relay.Get(data, "delta.stop_reason").String() == stopToolUse && !s.released {
+		if delta.Get("stop_reason").String() == stopToolUse && !s.released {
 			out, _ = sjson.SetBytes(slices.Clone(data), "delta.stop_reason", stopEndTurn)
 		}
 		if s.Continuing() {
@@ -166,7 +182,7 @@ func (s *Stream) event(ev sse.Event) {
 				out, _ = sjson.SetRawBytes(out, "usage", relay.AddUsage(s.roundsUsage, s.roundUsage))
 			}
 		}
-		s.write(ev, out, -1)
+		s.write(ev, out, -1, -1)
 		return
 	case evMessageStop:
 		s.completeAll()
@@ -178,24 +194,24 @@ func (s *Stream) event(ev sse.Event) {
 			return
 		}
 		s.finished = true
-		s.write(ev, nil, -1)
+		s.write(ev, nil, -1, -1)
 		return
 	case evError:
 		s.dropOpen()
 		s.finished = true
-		s.write(ev, nil, -1)
+		s.write(ev, nil, -1, -1)
 		return
 	case evBlockStart, evBlockDelta, evBlockStop:
 	default:
-		s.write(ev, nil, -1) // ping, and what this package does not know
+		s.write(ev, nil, -1, -1) // ping, and what this package does not know
 		return
 	}
 
-	inputFrag := typ == evBlockDelta && relay.Get(data, "delta.type").String() == deltaInputJSON
-	toolStart := typ == evBlockStart && relay.Get(data, "content_block.type").String() == typeToolUse
+	inputFrag := typ == evBlockDelta && deltaType == deltaInputJSON
+	toolStart := typ == evBlockStart && blockType == typeToolUse
 	if !hasIdx {
 		if !inputFrag && !toolStart {
-			s.write(ev, nil, -1)
+			s.write(ev, nil, -1, -1)
 		}
 		return // a call fragment that cannot be placed: no client may assemble it
 	}
@@ -216,7 +232,7 @@ func (s *Stream) event(ev sse.Event) {
 		st = &block{client: s.nextOut}
 		s.nextOut++
 		s.blocks[idx] = st
-		s.write(ev, nil, st.client)
+		s.write(ev, nil, idx, st.client)
 		return
 	}
 	switch {
@@ -224,7 +240,7 @@ func (s *Stream) event(ev sse.Event) {
 		// Events of a block that never started: a client cannot place them either.
 	case st.call == nil:
 		// Server tool blocks stream their input as input_json_delta too: they pass with their block.
-		s.write(ev, nil, st.client)
+		s.write(ev, nil, idx, st.client)
 	case !st.call.vetted:
 		p := st.call
 		if p.stopped {
@@ -232,7 +248,7 @@ func (s *Stream) event(ev sse.Event) {
 			return
 		}
 		if inputFrag {
-			s.fragment(p, data)
+			s.fragment(p, delta)
 		}
 		p.Hold(ev.Raw, held{idx, ev.Event})
 		if typ == evBlockStop {
@@ -242,7 +258,7 @@ func (s *Stream) event(ev sse.Event) {
 			}
 		}
 	default:
-		s.late(st, ev)
+		s.late(st, ev, idx)
 	}
 }
 
@@ -281,7 +297,7 @@ func (s *Stream) messageStart(ev sse.Event) {
 	// Only an empty content is passed unread: a block's type may be spelt with escapes ("tool\u005fuse").
 	if !msg.IsObject() || len(msg.Get(pathContent).Array()) == 0 {
 		s.nextOut += len(msg.Get(pathContent).Array())
-		s.write(ev, nil, -1)
+		s.write(ev, nil, -1, -1)
 		return
 	}
 	out, res, info, err := vetMessage([]byte(msg.Raw), s.c, s.Record)
@@ -298,7 +314,7 @@ func (s *Stream) messageStart(ev sse.Event) {
 	if err != nil {
 		return
 	}
-	s.write(ev, data, -1)
+	s.write(ev, data, -1, -1)
 }
 
 // start begins a tool_use call at a block index.
@@ -309,6 +325,10 @@ var knownTypes = []string{evMessageStart, evBlockStart, evBlockDelta, evBlockSto
 // foldedType reports whether a type value differs from one of knownTypes in case only: a client that reads enums
 // without regard to case (System.Text.Json's JsonStringEnumConverter) takes it for that type, this package not.
 func foldedType(typ string) bool {
+	// knownTypes are lowercase ASCII: a value without capitals or non-ASCII bytes is one of them or no variant.
+	if !strings.ContainsFunc(typ, func(r rune) bool { return r >= utf8.RuneSelf || 'A' <= r && r <= 'Z' }) {
+		return false
+	}
 	for _, k := range knownTypes {
 		if len(typ) >= len(k) && typ != k && strings.EqualFold(typ, k) {
 			return true
@@ -333,9 +353,9 @@ func (s *Stream) start(idx int, cb gjson.Result) *pending {
 	return p
 }
 
-// fragment appends an input_json_delta's partial_json.
-func (s *Stream) fragment(p *pending, data []byte) {
-	pj := gjson.GetBytes(data, "delta.partial_json")
+// fragment appends the partial_json of an input_json_delta's delta (which aliases the read buffer).
+func (s *Stream) fragment(p *pending, delta gjson.Result) {
+	pj := delta.Get("partial_json")
 	if pj.Type != gjson.String {
 		p.Call.Fail(vet.ReasonNotString)
 		return
@@ -412,30 +432,30 @@ func (s *Stream) notice(idx int, text string) {
 // late handles an event for a call that was already vetted. A blocked call's events are dropped quietly. A
 // released call cannot take back what the client has: its late events are dropped and recorded (in error mode
 // the stream ends; in audit mode they are passed on).
-func (s *Stream) late(st *block, ev sse.Event) {
+func (s *Stream) late(st *block, ev sse.Event, idx int) {
 	if !st.call.released {
 		return
 	}
 	switch d := s.AfterRelease(s.c, st.call.Call); {
 	case !d.Blocked():
-		s.write(ev, nil, st.client)
+		s.write(ev, nil, idx, st.client)
 	case s.c.Mode() == vet.ModeError:
 		s.end(blockedJSON(d))
 	}
 }
 
-// write puts a live event out: byte for byte unless data replaces its data or its index changes (client >= 0
-// is the index the client sees).
-func (s *Stream) write(ev sse.Event, data []byte, client int) {
-	idx, hasIdx := relay.IntField(relay.Get(ev.Data, pathIndex))
-	if data == nil && (client < 0 || !hasIdx || idx == client) {
+// write puts a live event out: byte for byte unless data replaces its data or its index changes. client >= 0
+// is the index the client sees of a block event whose index is idx; -1 leaves the event's index as it is.
+func (s *Stream) write(ev sse.Event, data []byte, idx, client int) {
+	reindex := client >= 0 && idx != client
+	if data == nil && !reindex {
 		s.Out = append(s.Out, ev.Raw...)
 		return
 	}
 	if data == nil {
 		data = slices.Clone(ev.Data)
 	}
-	if client >= 0 && hasIdx && idx != client {
+	if reindex {
 		data, _ = sjson.SetBytes(data, pathIndex, client)
 	}
 	s.Out = sse.AppendEvent(s.Out, ev.Event, data)

@@ -82,7 +82,10 @@ var clientTools = map[string][]string{
 func refusedBuiltin(c *vet.Checker, typ string) string {
 	tools, ok := clientTools[typ]
 	for it, ts := range clientTools {
-		if !ok && strings.EqualFold(typ, it) { // a case variant, as for vetted
+		if ok || typ == "" {
+			break
+		}
+		if strings.EqualFold(typ, it) { // a case variant, as for vetted
 			tools, ok = ts, true
 		}
 	}
@@ -112,7 +115,7 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
 		return body, res, fmt.Errorf("responses: response body: %w", err)
 	}
-	if foldedKeys(gjson.ParseBytes(body)) {
+	if foldedKeys(body) {
 		return body, res, fmt.Errorf("responses: response body: a key differs from a known one in case only")
 	}
 	output := gjson.GetBytes(body, pathOutput)
@@ -243,8 +246,12 @@ var respKeys = []string{pathType, pathItem, pathOutputIdx, pathItemID, "delta", 
 // case folding. Case-insensitive JSON readers (Go's encoding/json, System.Text.Json with the web defaults) take
 // such a key for the known one, the later of the two winning, while this package reads keys exactly: such data
 // is malformed. The keys inside those objects (an action, a snapshot's tools and metadata) are the tool's or the
-// app's own and are not looked at.
-func foldedKeys(v gjson.Result) bool {
+// app's own and are not looked at. data must be valid JSON.
+func foldedKeys(data []byte) bool {
+	if !relay.KeysMayFold(data, respKeys) {
+		return false
+	}
+	v := relay.Get(data, "@this")
 	for _, o := range []gjson.Result{v, v.Get(pathItem), v.Get(pathResponse)} {
 		if foldedKey(o) {
 			return true

@@ -34,7 +34,6 @@ const (
 	pathItem       = "item"
 	pathResponse   = "response"
 	pathRespOutput = "response.output"
-	pathRespID     = "response.id"
 	// pathRespInstructions is the instructions of the response an event carries.
 	pathRespInstructions = "response.instructions"
 )
@@ -196,21 +195,23 @@ func (s *Stream) malformed() {
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
-	if foldedKeys(relay.Get(data, "@this")) {
+	if foldedKeys(data) {
 		// A client might read a call here that this package does not see: dropped, as a malformed event.
 		s.malformed()
 		return
 	}
+	h := readHead(data)
 	if s.Instructions != nil {
-		if ins := relay.Get(data, pathRespInstructions); ins.Exists() && ins.Raw != string(s.Instructions) {
+		if ins := h.response.Get(pathInstructions); ins.Exists() && ins.Raw != string(s.Instructions) {
 			if out, err := sjson.SetRawBytes(slices.Clone(data), pathRespInstructions, s.Instructions); err == nil {
 				data = s.clean(&ev, out)
+				h = readHead(data)
 			}
 		}
 	}
-	typ := relay.Get(data, pathType).String()
+	typ := h.typ.String()
 	if s.OnResponseID != nil && !s.sawID {
-		if id := relay.Get(data, pathRespID); id.Type == gjson.String && id.Str != "" {
+		if id := h.response.Get(pathID); id.Type == gjson.String && id.Str != "" {
 			s.sawID = true
 			s.OnResponseID(strings.Clone(id.Str)) // relay.Get aliases the read buffer
 		}
@@ -218,7 +219,8 @@ func (s *Stream) event(ev sse.Event) {
 	if s.Round() > 0 && (typ == "response.created" || typ == "response.in_progress" || typ == "response.queued") {
 		return // one response to the client: its created and in_progress went out in the first round
 	}
-	if typ != evItemAdded && typ != evItemDone && isCall(s.c, relay.Get(data, pathItem+"."+pathType).String()) {
+	itemType := h.item.Get(pathType).String()
+	if typ != evItemAdded && typ != evItemDone && isCall(s.c, itemType) {
 		// A call item in an event that is neither its added nor its done: it cannot be vetted as a call
 		// there, and no client should take it from there either. Dropped.
 		return
@@ -231,11 +233,12 @@ func (s *Stream) event(ev sse.Event) {
 		// stream, or in the final response.
 		if snap := s.snapshot(data); snap != nil {
 			data = s.clean(&ev, snap)
+			h = readHead(data)
 		}
 	}
 	m := meta{name: ev.Event}
-	if v := relay.Get(data, pathSeq); v.Exists() {
-		if n, ok := relay.IntField(v); ok {
+	if h.seq.Exists() {
+		if n, ok := relay.IntField(h.seq); ok {
 			m.seq, m.hasSeq = int64(n), true
 		}
 	}
@@ -245,11 +248,11 @@ func (s *Stream) event(ev sse.Event) {
 	case evArgsDelta, evArgsDone, evCustomDelta, evCustomDone:
 		argsEvent = true
 	case evItemAdded, evItemDone:
-		callItem = isCall(s.c, relay.Get(data, pathItem+"."+pathType).String())
+		callItem = isCall(s.c, itemType)
 	}
-	if v := relay.Get(data, pathOutputIdx); v.Exists() {
-		m.oi, m.hasOI = relay.IntField(v)
-	} else if id := relay.Get(data, pathItemID); id.Type == gjson.String && !argsEvent && !callItem {
+	if h.oi.Exists() {
+		m.oi, m.hasOI = relay.IntField(h.oi)
+	} else if id := h.itemID; id.Type == gjson.String && !argsEvent && !callItem {
 		// Only an event that adds nothing to a call is placed by its item id. Clients place a call's
 		// events by output_index (the official SDKs; a Go client reads a missing one as 0) or by item id:
 		// an event of a call must name both, and agree, or clients would assemble different calls.
@@ -344,6 +347,35 @@ func (s *Stream) event(ev sse.Event) {
 	default:
 		s.late(st, ev.Raw, m)
 	}
+}
+
+// head is what event reads of an event's top level, taken in one walk over its keys. Its strings alias the
+// event's data (see relay.Get).
+type head struct {
+	typ, seq, oi, itemID, item, response gjson.Result
+}
+
+// readHead reads the head of data, a valid JSON object with unique keys.
+func readHead(data []byte) head {
+	var h head
+	relay.Get(data, "@this").ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case pathType:
+			h.typ = v
+		case pathSeq:
+			h.seq = v
+		case pathOutputIdx:
+			h.oi = v
+		case pathItemID:
+			h.itemID = v
+		case pathItem:
+			h.item = v
+		case pathResponse:
+			h.response = v
+		}
+		return true
+	})
+	return h
 }
 
 // continueRound, at the end of a round whose every call promptgate refused and can answer, asks the upstream
