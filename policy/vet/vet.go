@@ -362,11 +362,7 @@ func (c *Checker) checkSchema(name string, args []byte) string {
 	if cs.s == nil {
 		return ""
 	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
-	if err != nil {
-		return reasonInvalidJSON + "syntax error"
-	}
-	err = cs.s.Validate(doc)
+	err := cs.s.Validate(decodeArgs(args))
 	if err == nil {
 		return ""
 	}
