@@ -256,69 +256,40 @@ func (s *Stream) noteText(data []byte) {
 // one's was, so it marks a subset of the choices that event marked, which stay marked. Noting it changes
 // nothing.
 type textTemplate struct {
-	ev []byte
-	// slots are the byte ranges in ev of the contents of its non-empty value strings, in order.
-	slots [][2]int
+	relay.Template
+	slots []relay.Slot // reused by learn
 }
 
 // learn makes data, which has just been walked, the template when it can be one: one valid JSON object
-// with unique keys and no backslash anywhere (so no escape can hide a key or a quote).
+// with unique keys and no backslash anywhere (so no escape can hide a key or a quote). Its slots are the
+// contents of its non-empty value strings.
 func (t *textTemplate) learn(data []byte) {
 	if bytes.IndexByte(data, '\\') >= 0 || jsoncheck.Object(data, jsoncheck.Limits{MaxDepth: maxEventDepth}) != nil {
 		return
 	}
-	if t.slots == nil {
-		t.slots = make([][2]int, 0, 8)
-	}
-	t.ev, t.slots = append(t.ev[:0], data...), t.slots[:0]
+	t.slots = t.slots[:0]
 	for i := 0; ; {
-		q := bytes.IndexByte(t.ev[i:], '"')
+		q := bytes.IndexByte(data[i:], '"')
 		if q < 0 {
-			return
+			break
 		}
 		start := i + q + 1
-		end := start + bytes.IndexByte(t.ev[start:], '"') // valid JSON without escapes: found
+		end := start + bytes.IndexByte(data[start:], '"') // valid JSON without escapes: found
 		k := end + 1
-		for k < len(t.ev) && (t.ev[k] == ' ' || t.ev[k] == '\t' || t.ev[k] == '\n' || t.ev[k] == '\r') {
+		for k < len(data) && (data[k] == ' ' || data[k] == '\t' || data[k] == '\n' || data[k] == '\r') {
 			k++
 		}
-		if end > start && (k >= len(t.ev) || t.ev[k] != ':') {
-			t.slots = append(t.slots, [2]int{start, end})
+		if end > start && (k >= len(data) || data[k] != ':') {
+			t.slots = append(t.slots, relay.Slot{From: start, To: end, Kind: relay.Plain})
 		}
 		i = end + 1
 	}
+	t.Set(data, t.slots)
 }
 
 // covers reports whether data differs from the template only in the contents of its non-empty value
 // strings, which hold no '"', '\\' or control byte in data (see textTemplate).
-func (t *textTemplate) covers(data []byte) bool {
-	a, b := t.ev, data
-	if a == nil {
-		return false
-	}
-	i, j := 0, 0
-	for _, sl := range t.slots {
-		// The bytes up to the slot (opening quote included), the same in both.
-		seg := a[i:sl[0]]
-		if len(b)-j < len(seg) || !bytes.Equal(b[j:j+len(seg)], seg) {
-			return false
-		}
-		j += len(seg)
-		n := bytes.IndexByte(b[j:], '"')
-		if n < 0 {
-			return false
-		}
-		if s := b[j : j+n]; !bytes.Equal(s, a[sl[0]:sl[1]]) {
-			for _, c := range s {
-				if c == '\\' || c < 0x20 {
-					return false
-				}
-			}
-		}
-		i, j = sl[1], j+n
-	}
-	return bytes.Equal(a[i:], b[j:])
-}
+func (t *textTemplate) covers(data []byte) bool { return t.Match(data, nil) }
 
 // argsTemplate spares event the reading of a call's argument deltas after the first of their shape. An
 // event that was read whole and did nothing but add to the arguments of a call still open (one choice, one
@@ -329,25 +300,19 @@ func (t *textTemplate) covers(data []byte) bool {
 // backslash in them, so their first quote ends them) has the template's keys and values but for those
 // strings, so event would add its arguments to the same call and hold it, which is all the template path does.
 type argsTemplate struct {
-	ev []byte
-	// slots are the contents of the strings that may differ, in order of their place in ev (quotes excluded).
-	slots []argsSlot
+	relay.Template
+	slots []relay.Slot // reused by learn
 	// p is the call the template added to, cur[index] of choice ch; wire is the entry's index as sent.
 	p           *pending
 	ch          *choiceState
 	index, wire int
 }
 
-// argsSlot is a string's contents in the template: the arguments, or a top-level string event does not read.
-type argsSlot struct {
-	from, to int
-	args     bool
-}
-
 // learn makes data, whose tool_calls entry e toolDelta has just read, the template when it has the template's
 // shape; otherwise the template is forgotten.
 func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 	t.p = nil
+	t.Reset()
 	var ix, fn gjson.Result
 	plain := true
 	e.ForEach(func(k, v gjson.Result) bool {
@@ -377,8 +342,8 @@ func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 		return
 	}
 	slots := t.slots[:0]
-	if slot, ok := slotOf(data, args); ok {
-		slots = append(slots, argsSlot{from: slot.from, to: slot.to, args: true})
+	if slot, ok := slotOf(data, args, relay.Escaped); ok {
+		slots = append(slots, slot)
 	} else {
 		return
 	}
@@ -388,7 +353,7 @@ func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 			return true
 		}
 		if v.Type == gjson.String && strings.IndexByte(v.Raw, '\\') < 0 {
-			if slot, ok := slotOf(data, v); ok {
+			if slot, ok := slotOf(data, v, relay.Plain); ok {
 				slots = append(slots, slot)
 			} else {
 				plain = false
@@ -396,10 +361,11 @@ func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 		}
 		return plain
 	})
+	t.slots = slots
 	if !plain {
 		return
 	}
-	slices.SortFunc(slots, func(a, b argsSlot) int { return a.from - b.from })
+	slices.SortFunc(slots, func(a, b relay.Slot) int { return a.From - b.From })
 	index := wire
 	if wire == -1 {
 		index = 0
@@ -408,8 +374,7 @@ func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 	if p == nil || p.done {
 		return
 	}
-	t.ev = append(t.ev[:0], data...)
-	t.slots = slots
+	t.Set(data, slots)
 	t.p, t.ch, t.index, t.wire = p, ch, index, wire
 }
 
@@ -421,13 +386,13 @@ func (s *Stream) matchArgs(data []byte) ([]byte, bool) {
 	return s.args.match(data)
 }
 
-// slotOf is the place of string v's contents in data, ok false when v's offset does not point at it.
-func slotOf(data []byte, v gjson.Result) (argsSlot, bool) {
+// slotOf is the slot of kind k of string v's contents in data, ok false when v's offset does not point at it.
+func slotOf(data []byte, v gjson.Result, k relay.SlotKind) (relay.Slot, bool) {
 	at, end := v.Index, v.Index+len(v.Raw)
 	if at <= 0 || end > len(data) || len(v.Raw) < 2 || string(data[at:end]) != v.Raw {
-		return argsSlot{}, false
+		return relay.Slot{}, false
 	}
-	return argsSlot{from: at + 1, to: end - 1}, true
+	return relay.Slot{From: at + 1, To: end - 1, Kind: k}, true
 }
 
 // match returns data's arguments string, quotes included, when data is of the template's shape and the
@@ -436,35 +401,11 @@ func (t *argsTemplate) match(data []byte) ([]byte, bool) {
 	if t.p == nil || t.p.done || t.ch.cur[t.index] != t.p {
 		return nil, false
 	}
-	var args []byte
-	i, j := 0, 0 // the template's and data's offsets: the bytes before them are alike
-	for _, sl := range t.slots {
-		seg := t.ev[i:sl.from] // up to the slot's contents, its opening quote included
-		if len(data)-j < len(seg) || !bytes.Equal(data[j:j+len(seg)], seg) {
-			return nil, false
-		}
-		j += len(seg)
-		end := j
-		for ; end < len(data) && data[end] != '"'; end++ {
-			if data[end] == '\\' {
-				if !sl.args {
-					return nil, false
-				}
-				end++ // the escaped byte
-			}
-		}
-		if end >= len(data) {
-			return nil, false
-		}
-		if sl.args {
-			args = data[j-1 : end+1]
-		}
-		i, j = sl.to, end
-	}
-	if !bytes.Equal(data[j:], t.ev[i:]) {
+	var got [1][]byte
+	if !t.Match(data, got[:]) {
 		return nil, false
 	}
-	return args, true
+	return got[0], true
 }
 
 // malformed drops an event that a client might read differently from us, and fails every held

@@ -117,7 +117,7 @@ func TestTextTemplateCovers(t *testing.T) {
 	}
 	other := NewStream(nil, nil, nil)
 	other.noteText([]byte(pre + `a\nb` + suf)) // an escape: no template
-	if other.tpl.ev != nil {
+	if !other.tpl.Empty() {
 		t.Error("learnt a template from an event with a backslash")
 	}
 }
