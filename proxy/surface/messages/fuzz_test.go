@@ -1,11 +1,15 @@
 package messages
 
 import (
+	"bytes"
+	"io"
+	"reflect"
 	"testing"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
@@ -54,10 +58,31 @@ func FuzzStream(f *testing.F) {
 	for _, tc := range streamCases {
 		relaytest.AddSeeds(f, tc.in, tc.mode, tc.atomic)
 	}
+	// Input fragments of the argument template's shape, escapes in them.
+	esc := (&as{}).start().tool(0, "toolu_a", "get_weather", `{"city":"Pa\"ris\n","unit":"celsius"}`, 5).
+		tool(1, "toolu_b", "get_weather", `{"city":"Bern"}`, 3).end("tool_use").String()
+	f.Add([]byte(esc), byte(0), false, uint8(0), uint64(1))
+	frag := `{"index":0,"delta":{"type":"input_json_delta","partial_json":"x\"}"}}`
+	late := (&as{}).start().tool(0, "toolu_a", "get_weather", `{"city":"Bern"}`, 3).ev("content_block_delta", frag).
+		tool(0, "toolu_b", "get_weather", `{"city":`, 3).ev("content_block_delta", frag).end("tool_use").String()
+	f.Add([]byte(late), byte(0), false, uint8(0), uint64(1))
+	f.Add([]byte(late), byte(0), true, uint8(0), uint64(1)) // atomic: a stopped call waits for message_delta
+	f.Add([]byte(esc), byte(1), true, uint8(5), uint64(2))
 	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
 		m := relaytest.FuzzMode(mode)
 		out, ds, blocked := runStream(t, string(input), checkerFor(m, atomic), int(split%16), seed)
 		relaytest.CheckBlocked(t, ds, blocked)
+
+		// The argument template changes nothing: without it, the same output and the same decisions.
+		plain := func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
+			s := NewStream(up, c, rec)
+			s.noArgsTemplate = true
+			return s
+		}
+		out2, ds2, blocked2 := relaytest.Run(t, string(input), int(split%16), seed, relaytest.Opener(plain, checkerFor(m, atomic)))
+		if !bytes.Equal(out, out2) || !reflect.DeepEqual(ds, ds2) || blocked != blocked2 {
+			t.Fatalf("the argument template changes the stream:\nwith    %q %+v\nwithout %q %+v", out, ds, out2, ds2)
+		}
 		passed := map[[2]string]bool{}
 		for _, d := range ds {
 			if !d.Blocked() && d.Reason != vet.ReasonAfterRelease {

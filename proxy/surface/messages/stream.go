@@ -70,6 +70,11 @@ type Stream struct {
 	turn                    turnBlocks
 	rollback                int
 	roundUsage, roundsUsage []byte
+
+	// args reads the input_json_delta events of a held call after the first of their shape (see argsTemplate);
+	// noArgsTemplate turns it off (the tests hold both paths to the same output).
+	args           argsTemplate
+	noArgsTemplate bool
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -124,6 +129,9 @@ func (s *Stream) malformed() {
 
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
+	if s.argsByTemplate(ev) {
+		return
+	}
 	data := ev.Data
 	if relay.FoldedKeyOutside(data, anthKeys, pathInput) {
 		s.malformed() // dropped: a client on Go's encoding/json would read it differently
@@ -131,6 +139,7 @@ func (s *Stream) event(ev sse.Event) {
 	}
 	var typ, blockType, deltaType string
 	var index, delta gjson.Result
+	others := false // a top-level key besides type, index and delta
 	relay.Get(data, "@this").ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case pathType:
@@ -139,9 +148,12 @@ func (s *Stream) event(ev sse.Event) {
 			index = v
 		case "content_block":
 			blockType = v.Get(pathType).String()
+			others = true
 		case "delta":
 			delta = v
 			deltaType = v.Get(pathType).String()
+		default:
+			others = true
 		}
 		return true
 	})
@@ -248,9 +260,12 @@ func (s *Stream) event(ev sse.Event) {
 			return
 		}
 		if inputFrag {
-			s.fragment(p, delta)
+			s.fragment(p, delta.Get("partial_json"))
 		}
 		p.Hold(ev.Raw, held{idx, ev.Event})
+		if inputFrag && !others {
+			s.args.learn(ev, p, idx, delta)
+		}
 		if typ == evBlockStop {
 			p.stopped = true
 			if !s.c.Atomic() {
@@ -353,9 +368,8 @@ func (s *Stream) start(idx int, cb gjson.Result) *pending {
 	return p
 }
 
-// fragment appends the partial_json of an input_json_delta's delta (which aliases the read buffer).
-func (s *Stream) fragment(p *pending, delta gjson.Result) {
-	pj := delta.Get("partial_json")
+// fragment appends an input_json_delta's partial_json.
+func (s *Stream) fragment(p *pending, pj gjson.Result) {
 	if pj.Type != gjson.String {
 		p.Call.Fail(vet.ReasonNotString)
 		return
@@ -368,6 +382,64 @@ func (s *Stream) fragment(p *pending, delta gjson.Result) {
 	}
 	p.frags = true
 	p.Call.AppendArgs(pj.Str)
+}
+
+// argsTemplate spares event the reading of a held call's input_json_delta events after the first of their
+// shape. An event that was read whole and did nothing but add to the input of a held call (keys type, index and
+// delta alone; a delta of type and partial_json alone) becomes the template. The relay hands event only valid
+// JSON objects with unique keys: an event with the same event: line whose bytes are the template's but for the
+// contents of partial_json (their end found by escapes) is the same event for another fragment of the same
+// block, which event would append to the same call and hold, which is all the template path does — while that
+// call is still the held, unstopped call of its block, and outside continue mode (which notes every event).
+type argsTemplate struct {
+	relay.Template
+	p    *pending
+	idx  int
+	name string
+}
+
+// learn makes ev, an input_json_delta event of call p at block idx of the template's shape but for its delta,
+// the template when its delta has the shape too.
+func (t *argsTemplate) learn(ev sse.Event, p *pending, idx int, delta gjson.Result) {
+	t.p = nil
+	t.Reset()
+	var pj gjson.Result
+	plain := true
+	delta.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case pathType:
+		case "partial_json":
+			pj = v
+		default:
+			plain = false
+		}
+		return plain
+	})
+	at, end := pj.Index, pj.Index+len(pj.Raw)
+	if !plain || pj.Type != gjson.String || at <= 0 || end > len(ev.Data) || string(ev.Data[at:end]) != pj.Raw {
+		return
+	}
+	t.Set(ev.Data, []relay.Slot{{From: at + 1, To: end - 1, Kind: relay.Escaped}})
+	t.p, t.idx, t.name = p, idx, ev.Event
+}
+
+// argsByTemplate handles ev when it matches the argument template, as event would.
+func (s *Stream) argsByTemplate(ev sse.Event) bool {
+	t := &s.args
+	if s.noArgsTemplate || t.p == nil || s.Continuing() || ev.Event != t.name {
+		return false
+	}
+	p := t.p
+	if st := s.blocks[t.idx]; st == nil || st.call != p || p.vetted || p.stopped {
+		return false
+	}
+	var got [1][]byte
+	if !t.Match(ev.Data, got[:]) {
+		return false
+	}
+	s.fragment(p, relay.Get(got[0], "@this"))
+	p.Hold(ev.Raw, held{t.idx, ev.Event})
+	return true
 }
 
 // completeAll vets every open call, at the end of the message: a block that did not stop is blocked.

@@ -2,6 +2,7 @@ package messages
 
 import (
 	"bytes"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -286,4 +287,40 @@ func TestBody(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestArgsTemplate: after an input_json_delta read whole, a fragment of the same block and shape matches the
+// template (escapes and all); anything else is read whole.
+func TestArgsTemplate(t *testing.T) {
+	frag := func(idx int, pj string) string {
+		return `{"type":"content_block_delta","index":` + itoa(idx) + `,"delta":{"type":"input_json_delta","partial_json":` + jstr(pj) + `}}`
+	}
+	for _, tc := range []struct {
+		name, next string
+		want       bool
+	}{
+		{"next piece", frag(1, `": "T-1`), true},
+		{"escapes and quotes", frag(1, `\"}],\u0022x\":{"`), true},
+		{"empty", frag(1, ``), true},
+		{"another block", frag(2, `b`), false},
+		{"another delta type", strings.Replace(frag(1, `b`), "input_json_delta", "text_delta", 1), false},
+		{"another key", strings.Replace(frag(1, `b`), `"index"`, `"usage":{},"index"`, 1), false},
+		{"escaped key", strings.Replace(frag(1, `b`), `"partial_json"`, `"partial\u005fjson"`, 1), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := (&as{}).start().text(0, "hi", 2).ev("content_block_start", `{"index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}}`).
+				ev("content_block_delta", strings.TrimPrefix(frag(1, `{"ci`), `{"type":"content_block_delta",`)).String()
+			s := NewStream(io.NopCloser(strings.NewReader(in)), checkerFor(vet.ModeRefuse, false), nil)
+			if _, err := io.ReadAll(s); err != nil {
+				t.Fatal(err)
+			}
+			if s.args.p == nil || s.args.name != "content_block_delta" || s.args.idx != 1 {
+				t.Fatalf("no template learnt: %+v", s.args)
+			}
+			got := make([][]byte, 1)
+			if ok := s.args.Match([]byte(tc.next), got); ok != tc.want {
+				t.Fatalf("Match(%s) = %v, want %v", tc.next, ok, tc.want)
+			}
+		})
+	}
 }
