@@ -1,11 +1,17 @@
 package responses
 
 import (
+	"bytes"
+	"io"
+	"reflect"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
@@ -60,14 +66,49 @@ func visibleCalls(t *testing.T, out []byte) []call {
 	return calls
 }
 
+// noticeID matches the random id of a notice item.
+var noticeID = regexp.MustCompile(`msg_promptgate_[0-9a-f]+`)
+
 func FuzzStream(f *testing.F) {
 	for _, tc := range streamCases {
 		relaytest.AddSeeds(f, tc.in, tc.mode, tc.atomic)
 	}
+	// Argument deltas of the argument template's shape: escapes, OpenAI's obfuscation padding, the sequence
+	// number after the delta, a delta after the call is done.
+	esc := (&rs{}).created().call(0, "fc_1", "call_1", "get_weather", `{"city":"Pa\"ris\n","unit":"celsius"}`, 5).
+		call(1, "fc_2", "call_2", "get_weather", `{"city":"Bern"}`, 3).completed().String()
+	f.Add([]byte(esc), byte(0), false, uint8(0), uint64(1))
+	f.Add([]byte(esc), byte(1), true, uint8(5), uint64(2))
+	padded := strings.ReplaceAll(esc, `"}`+"\n\nevent: response.function_call_arguments.delta", `","obfuscation":"ab1"}`+"\n\nevent: response.function_call_arguments.delta")
+	f.Add([]byte(padded), byte(0), false, uint8(3), uint64(3))
+	r := (&rs{}).created().call(0, "fc_1", "call_1", "get_weather", `{"city":"Bern"}`, 4)
+	for range 2 {
+		r.ev("response.function_call_arguments.delta", `{"item_id":"fc_1","output_index":0,"delta":"x\""}`)
+	}
+	late := r.completed().String()
+	f.Add([]byte(late), byte(0), false, uint8(0), uint64(1))
+	f.Add([]byte(late), byte(0), true, uint8(0), uint64(1))
 	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64) {
 		m := relaytest.FuzzMode(mode)
 		out, ds, blocked := runStream(t, string(input), checkerFor(m, atomic), int(split%16), seed)
 		relaytest.CheckBlocked(t, ds, blocked)
+
+		// The argument template changes nothing: without it, the same output and the same decisions.
+		plain := func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
+			s := NewStream(up, c, rec)
+			s.noArgsTemplate = true
+			return s
+		}
+		out2, ds2, blocked2 := relaytest.Run(t, string(input), int(split%16), seed, relaytest.Opener(plain, checkerFor(m, atomic)))
+		// (Notice items get random ids.)
+		n1, n2 := noticeID.ReplaceAll(out, []byte("msg_promptgate_N")), noticeID.ReplaceAll(out2, []byte("msg_promptgate_N"))
+		if !bytes.Equal(n1, n2) || !reflect.DeepEqual(ds, ds2) || blocked != blocked2 {
+			i := 0
+			for i < min(len(n1), len(n2)) && n1[i] == n2[i] {
+				i++
+			}
+			t.Fatalf("the argument template changes the stream from byte %d:\nwith    %q %+v\nwithout %q %+v", i, n1[i:], ds, n2[i:], ds2)
+		}
 		passed := map[call]bool{} // by call id and name
 		for _, d := range ds {
 			if !d.Blocked() && d.Reason != vet.ReasonAfterRelease {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -112,6 +113,11 @@ type Stream struct {
 	refusedNotice map[string]bool
 	kept          []string
 	roundsUsage   []byte
+
+	// args reads the argument deltas of a held call after the first of their shape (see argsTemplate);
+	// noArgsTemplate turns it off (the tests hold both paths to the same output).
+	args           argsTemplate
+	noArgsTemplate bool
 }
 
 // streamMark is where the client's numbering of a stream stands.
@@ -194,6 +200,9 @@ func (s *Stream) malformed() {
 
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
+	if s.argsByTemplate(ev) {
+		return
+	}
 	data := ev.Data
 	if foldedKeys(data) {
 		// A client might read a call here that this package does not see: dropped, as a malformed event.
@@ -336,6 +345,9 @@ func (s *Stream) event(ev sse.Event) {
 		switch typ {
 		case evArgsDelta, evCustomDelta:
 			s.argsDelta(p, data)
+			p.Hold(ev.Raw, m)
+			s.args.learn(ev, p, m, h)
+			return
 		case evArgsDone, evCustomDone:
 			s.argsDone(p, data)
 		case evItemDone:
@@ -347,6 +359,100 @@ func (s *Stream) event(ev sse.Event) {
 	default:
 		s.late(st, ev.Raw, m)
 	}
+}
+
+// argsTemplate spares event the reading of a held call's argument (or input) deltas after the first of their
+// shape. A delta event that was read whole, added to a call that is held, not done and whose item id it names
+// rightly, and has no top-level key besides type, sequence_number (digits), item_id, output_index, delta and
+// strings this package does not read (OpenAI's obfuscation padding, without a backslash) becomes the template.
+// The relay hands event only valid JSON objects with unique keys: an event with the same event: line whose
+// bytes are the template's but for the contents of delta (their end found by escapes), the digits of its
+// sequence number and those unread strings (no backslash in them, so their first quote ends them) is a delta
+// of the same type for the same call, which event would append and hold with that sequence number, which is
+// all the template path does — while that call is still the held, unvetted call at its output_index and not
+// done.
+type argsTemplate struct {
+	relay.Template
+	slots []relay.Slot // reused by learn
+	p     *pending
+	m     meta // the template's, its sequence number aside
+}
+
+// learn makes ev, a delta that argsDelta has just added to call p and p held with m, the template when it
+// has the template's shape; h is its head.
+func (t *argsTemplate) learn(ev sse.Event, p *pending, m meta, h head) {
+	t.p = nil
+	t.Reset()
+	if p.done || p.Call.Problem() != "" || !m.hasOI {
+		return
+	}
+	data := ev.Data
+	slots := t.slots[:0]
+	plain := true
+	sawDelta := false
+	relay.Get(data, "@this").ForEach(func(k, v gjson.Result) bool {
+		at, end := v.Index, v.Index+len(v.Raw)
+		if at <= 0 || end > len(data) || string(data[at:end]) != v.Raw {
+			plain = false
+			return false
+		}
+		switch k.Str {
+		case pathType, pathOutputIdx:
+		case pathItemID:
+			plain = v.Type == gjson.String && v.Str == p.itemID
+		case pathSeq:
+			plain = m.hasSeq && strings.Trim(v.Raw, "0123456789") == ""
+			slots = append(slots, relay.Slot{From: at, To: end, Kind: relay.Digits})
+		case "delta":
+			plain, sawDelta = v.Type == gjson.String, true
+			slots = append(slots, relay.Slot{From: at + 1, To: end - 1, Kind: relay.Escaped})
+		default:
+			plain = v.Type == gjson.String && !slices.Contains(respKeys, k.Str) && strings.IndexByte(v.Raw, '\\') < 0
+			slots = append(slots, relay.Slot{From: at + 1, To: end - 1, Kind: relay.Plain})
+		}
+		return plain
+	})
+	t.slots = slots
+	if !plain || !sawDelta || !h.itemID.Exists() {
+		return
+	}
+	slices.SortFunc(slots, func(a, b relay.Slot) int { return a.From - b.From })
+	t.Set(data, slots)
+	t.p, t.m = p, m
+}
+
+// argsByTemplate handles ev when it matches the argument template, as event would.
+func (s *Stream) argsByTemplate(ev sse.Event) bool {
+	t := &s.args
+	if s.noArgsTemplate || t.p == nil || ev.Event != t.m.name {
+		return false
+	}
+	p := t.p
+	if st := s.items[t.m.oi]; st == nil || st.call != p || p.vetted || p.done {
+		return false
+	}
+	var got [2][]byte
+	if !t.Match(ev.Data, got[:]) {
+		return false
+	}
+	m := t.m
+	if m.hasSeq { // the slots in order: the sequence number comes before or after the delta
+		seq, delta := got[0], got[1]
+		if seq[0] == '"' {
+			seq, delta = delta, seq
+		}
+		n, err := strconv.Atoi(string(seq))
+		if err != nil {
+			return false
+		}
+		m.seq = int64(n)
+		got[0] = delta
+	}
+	d := relay.Get(got[0], "@this")
+	p.Call.AppendArgs(d.Str)
+	p.hasArgs = p.hasArgs || d.Str != ""
+	p.Hold(ev.Raw, m)
+	return true
 }
 
 // head is what event reads of an event's top level, taken in one walk over its keys. Its strings alias the

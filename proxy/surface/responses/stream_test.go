@@ -455,3 +455,42 @@ func TestOnResponseID(t *testing.T) {
 		}
 	}
 }
+
+// TestArgsTemplate: after an argument delta read whole, a delta of the same call and shape matches the template
+// (escapes, another sequence number and padding and all); anything else is read whole.
+func TestArgsTemplate(t *testing.T) {
+	delta := func(seq, oi int, id, d string) string {
+		return `{"type":"response.function_call_arguments.delta","sequence_number":` + itoa(seq) + `,"item_id":"` + id +
+			`","output_index":` + itoa(oi) + `,"delta":` + jstr(d) + `,"obfuscation":"ab"}`
+	}
+	for _, tc := range []struct {
+		name, next string
+		want       bool
+	}{
+		{"next piece", delta(7, 1, "fc_1", `": "T-1`), true},
+		{"escapes and quotes", delta(1234, 1, "fc_1", `\"}],\u0022x\":{"`), true},
+		{"other padding", strings.Replace(delta(8, 1, "fc_1", `x`), `"ab"`, `"zz9"`, 1), true},
+		{"a backslash in the padding", strings.Replace(delta(8, 1, "fc_1", `x`), `"ab"`, `"a\"b"`, 1), false},
+		{"a negative sequence number", delta(-8, 1, "fc_1", `x`), false},
+		{"another item", delta(8, 1, "fc_2", `x`), false},
+		{"another index", delta(8, 2, "fc_1", `x`), false},
+		{"another key", strings.Replace(delta(8, 1, "fc_1", `x`), `"obfuscation"`, `"item"`, 1), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := (&rs{}).created().message(0, "msg_1", "hi", 2)
+			r.ev("response.output_item.added", `{"output_index":1,"item":`+fnItem("fc_1", "call_1", "get_weather", "", "in_progress")+`}`)
+			in := r.String() + "event: response.function_call_arguments.delta\ndata: " + delta(r.seq, 1, "fc_1", `{"ci`) + "\n\n"
+			s := NewStream(io.NopCloser(strings.NewReader(in)), checkerFor(vet.ModeRefuse, false), nil)
+			if _, err := io.ReadAll(s); err != nil {
+				t.Fatal(err)
+			}
+			if s.args.p == nil || s.args.m.oi != 1 || !s.args.m.hasSeq {
+				t.Fatalf("no template learnt: %+v", s.args)
+			}
+			got := make([][]byte, 2)
+			if ok := s.args.Match([]byte(tc.next), got); ok != tc.want {
+				t.Fatalf("Match(%s) = %v, want %v", tc.next, ok, tc.want)
+			}
+		})
+	}
+}
