@@ -114,10 +114,12 @@ type Stream struct {
 	kept          []string
 	roundsUsage   []byte
 
-	// args reads the argument deltas of a held call after the first of their shape (see argsTemplate);
-	// noArgsTemplate turns it off (the tests hold both paths to the same output).
-	args           argsTemplate
-	noArgsTemplate bool
+	// args reads the argument deltas of a held call after the first of their shape (see argsTemplate), pass
+	// the events of an item that goes out as it comes (see passTemplate); noTemplates turns both off (the
+	// tests hold both paths to the same output).
+	args        argsTemplate
+	pass        passTemplate
+	noTemplates bool
 }
 
 // streamMark is where the client's numbering of a stream stands.
@@ -200,7 +202,7 @@ func (s *Stream) malformed() {
 
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
-	if s.argsByTemplate(ev) {
+	if s.passByTemplate(ev) || s.argsByTemplate(ev) {
 		return
 	}
 	data := ev.Data
@@ -339,6 +341,9 @@ func (s *Stream) event(ev sse.Event) {
 			st.held = append(st.held, heldEvent{bytes.Clone(ev.Raw), m})
 		default:
 			s.write(ev.Raw, nil, m, st.client)
+			if h.item.Type == gjson.Null && h.response.Type == gjson.Null {
+				s.pass.learn(ev, m)
+			}
 		}
 	case !st.call.vetted:
 		p := st.call
@@ -361,6 +366,71 @@ func (s *Stream) event(ev sse.Event) {
 	}
 }
 
+// maxSlots bounds the slots of a template that Match hands out.
+const maxSlots = 8
+
+// slotsOf reads the top-level members of data, an event just read whole, into the slots of a template: kind
+// says of each member whether it is fixed (its bytes are compared whole: no slot), a slot of some kind, or not
+// allowed in a template (ok false). Digits is given only for an integer of digits alone, a string slot only for
+// a string. seqAt and at are the places among the slots Match hands out of the sequence number and of the
+// member named at (-1: none).
+func slotsOf(data []byte, slots []relay.Slot, at string, kind func(k string, v gjson.Result) (relay.SlotKind, bool, bool)) (
+	_ []relay.Slot, seqAt, atAt int, ok bool) {
+	ok = true
+	type named struct {
+		relay.Slot
+		key string
+	}
+	var found [maxSlots + 1]named
+	n := 0
+	relay.Get(data, "@this").ForEach(func(k, v gjson.Result) bool {
+		sk, slot, allowed := kind(k.Str, v)
+		if !allowed {
+			ok = false
+			return false
+		}
+		if !slot {
+			return true
+		}
+		from, to := v.Index, v.Index+len(v.Raw)
+		switch {
+		case from <= 0 || to > len(data) || string(data[from:to]) != v.Raw || n == len(found):
+			ok = false
+		case sk == relay.Digits:
+			ok = v.Type == gjson.Number && strings.Trim(v.Raw, "0123456789") == ""
+		default:
+			ok = v.Type == gjson.String
+			from, to = from+1, to-1
+		}
+		if ok {
+			found[n] = named{relay.Slot{From: from, To: to, Kind: sk}, k.Str}
+			n++
+		}
+		return ok
+	})
+	if !ok {
+		return slots, -1, -1, false
+	}
+	slices.SortFunc(found[:n], func(a, b named) int { return a.From - b.From })
+	seqAt, atAt = -1, -1
+	out := 0 // slots handed out by Match
+	slots = slots[:0]
+	for _, f := range found[:n] {
+		slots = append(slots, f.Slot)
+		if f.Kind == relay.Plain {
+			continue
+		}
+		switch f.key {
+		case pathSeq:
+			seqAt = out
+		case at:
+			atAt = out
+		}
+		out++
+	}
+	return slots, seqAt, atAt, out <= maxSlots
+}
+
 // argsTemplate spares event the reading of a held call's argument (or input) deltas after the first of their
 // shape. A delta event that was read whole, added to a call that is held, not done and whose item id it names
 // rightly, and has no top-level key besides type, sequence_number (digits), item_id, output_index, delta and
@@ -373,9 +443,10 @@ func (s *Stream) event(ev sse.Event) {
 // done.
 type argsTemplate struct {
 	relay.Template
-	slots []relay.Slot // reused by learn
-	p     *pending
-	m     meta // the template's, its sequence number aside
+	slots          []relay.Slot // reused by learn
+	p              *pending
+	m              meta // the template's, its sequence number aside
+	seqAt, deltaAt int  // places of the sequence number and the delta among the slots Match hands out
 }
 
 // learn makes ev, a delta that argsDelta has just added to call p and p held with m, the template when it
@@ -383,75 +454,123 @@ type argsTemplate struct {
 func (t *argsTemplate) learn(ev sse.Event, p *pending, m meta, h head) {
 	t.p = nil
 	t.Reset()
-	if p.done || p.Call.Problem() != "" || !m.hasOI {
+	if p.done || p.Call.Problem() != "" || !m.hasOI || !h.itemID.Exists() {
 		return
 	}
-	data := ev.Data
-	slots := t.slots[:0]
-	plain := true
-	sawDelta := false
-	relay.Get(data, "@this").ForEach(func(k, v gjson.Result) bool {
-		at, end := v.Index, v.Index+len(v.Raw)
-		if at <= 0 || end > len(data) || string(data[at:end]) != v.Raw {
-			plain = false
-			return false
-		}
-		switch k.Str {
+	slots, seqAt, deltaAt, ok := slotsOf(ev.Data, t.slots, "delta", func(k string, v gjson.Result) (relay.SlotKind, bool, bool) {
+		switch k {
 		case pathType, pathOutputIdx:
+			return 0, false, true
 		case pathItemID:
-			plain = v.Type == gjson.String && v.Str == p.itemID
+			return 0, false, v.Type == gjson.String && v.Str == p.itemID
 		case pathSeq:
-			plain = m.hasSeq && strings.Trim(v.Raw, "0123456789") == ""
-			slots = append(slots, relay.Slot{From: at, To: end, Kind: relay.Digits})
+			return relay.Digits, true, m.hasSeq
 		case "delta":
-			plain, sawDelta = v.Type == gjson.String, true
-			slots = append(slots, relay.Slot{From: at + 1, To: end - 1, Kind: relay.Escaped})
-		default:
-			plain = v.Type == gjson.String && !slices.Contains(respKeys, k.Str) && strings.IndexByte(v.Raw, '\\') < 0
-			slots = append(slots, relay.Slot{From: at + 1, To: end - 1, Kind: relay.Plain})
+			return relay.Escaped, true, true
 		}
-		return plain
+		return relay.Plain, true, !slices.Contains(respKeys, k) && strings.IndexByte(v.Raw, '\\') < 0
 	})
 	t.slots = slots
-	if !plain || !sawDelta || !h.itemID.Exists() {
+	if !ok || deltaAt < 0 {
 		return
 	}
-	slices.SortFunc(slots, func(a, b relay.Slot) int { return a.From - b.From })
-	t.Set(data, slots)
-	t.p, t.m = p, m
+	t.Set(ev.Data, slots)
+	t.p, t.m, t.seqAt, t.deltaAt = p, m, seqAt, deltaAt
 }
 
 // argsByTemplate handles ev when it matches the argument template, as event would.
 func (s *Stream) argsByTemplate(ev sse.Event) bool {
 	t := &s.args
-	if s.noArgsTemplate || t.p == nil || ev.Event != t.m.name {
+	if s.noTemplates || t.p == nil || ev.Event != t.m.name {
 		return false
 	}
 	p := t.p
 	if st := s.items[t.m.oi]; st == nil || st.call != p || p.vetted || p.done {
 		return false
 	}
-	var got [2][]byte
-	if !t.Match(ev.Data, got[:]) {
+	var got [maxSlots][]byte
+	m, ok := matchTemplate(&t.Template, ev.Data, got[:], t.m, t.seqAt)
+	if !ok {
 		return false
 	}
-	m := t.m
-	if m.hasSeq { // the slots in order: the sequence number comes before or after the delta
-		seq, delta := got[0], got[1]
-		if seq[0] == '"' {
-			seq, delta = delta, seq
-		}
-		n, err := strconv.Atoi(string(seq))
-		if err != nil {
-			return false
-		}
-		m.seq = int64(n)
-		got[0] = delta
-	}
-	d := relay.Get(got[0], "@this")
+	d := relay.Get(got[t.deltaAt], "@this")
 	p.Call.AppendArgs(d.Str)
 	p.hasArgs = p.hasArgs || d.Str != ""
 	p.Hold(ev.Raw, m)
+	return true
+}
+
+// matchTemplate matches data against t and returns m with data's sequence number (slot seqAt of got, when
+// not -1).
+func matchTemplate(t *relay.Template, data []byte, got [][]byte, m meta, seqAt int) (meta, bool) {
+	if !t.Match(data, got) {
+		return m, false
+	}
+	if seqAt >= 0 {
+		n, err := strconv.Atoi(string(got[seqAt]))
+		if err != nil {
+			return m, false
+		}
+		m.seq = int64(n)
+	}
+	return m, true
+}
+
+// passTemplate spares event the reading of the events of an item that go out as they come (text deltas, a
+// reasoning summary's) after the first of their shape. Such an event that was read whole and written, with no
+// item, response or output member, becomes the template. An event with the same event: line whose bytes are
+// the template's but for its top-level strings other than type and item_id (their ends found by escapes: event
+// reads none of them) and the digits of its sequence number is one event reads the same way, and writes as it
+// comes with that sequence number, which is all the template path does — while the item at its output_index
+// goes out as it comes (the conditions under which event writes it).
+type passTemplate struct {
+	relay.Template
+	slots []relay.Slot // reused by learn
+	m     meta         // the template's, its sequence number aside
+	seqAt int
+}
+
+// learn makes ev, just written with m, the template when it has the template's shape.
+func (t *passTemplate) learn(ev sse.Event, m meta) {
+	t.Reset()
+	if !m.hasOI {
+		return
+	}
+	slots, seqAt, _, ok := slotsOf(ev.Data, t.slots, "", func(k string, v gjson.Result) (relay.SlotKind, bool, bool) {
+		switch k {
+		case pathType, pathItemID, pathOutputIdx:
+			return 0, false, true
+		case pathItem, pathResponse, pathOutput:
+			return 0, false, false
+		case pathSeq:
+			return relay.Digits, true, m.hasSeq
+		}
+		return relay.Escaped, v.Type == gjson.String, true
+	})
+	t.slots = slots
+	if !ok {
+		return
+	}
+	t.Set(ev.Data, slots)
+	t.m, t.seqAt = m, seqAt
+}
+
+// passByTemplate handles ev when it matches the pass template, as event would.
+func (s *Stream) passByTemplate(ev sse.Event) bool {
+	t := &s.pass
+	if s.noTemplates || t.Empty() || ev.Event != t.m.name {
+		return false
+	}
+	st := s.items[t.m.oi]
+	if st == nil || st.call != nil || st.dropped || st.held != nil {
+		return false
+	}
+	var got [maxSlots][]byte
+	m, ok := matchTemplate(&t.Template, ev.Data, got[:], t.m, t.seqAt)
+	if !ok {
+		return false
+	}
+	s.write(ev.Raw, nil, m, st.client)
 	return true
 }
 

@@ -494,3 +494,32 @@ func TestArgsTemplate(t *testing.T) {
 		})
 	}
 }
+
+// TestPassTemplate: after a text delta read whole and written, the next of its shape matches the template,
+// whatever its strings hold; its keys, numbers other than the sequence number, and item id are compared whole.
+func TestPassTemplate(t *testing.T) {
+	text := func(seq int, id, d string) string {
+		return `{"type":"response.output_text.delta","sequence_number":` + itoa(seq) + `,"item_id":"` + id +
+			`","output_index":0,"content_index":0,"delta":` + jstr(d) + `,"logprobs":[],"obfuscation":"ab"}`
+	}
+	in := "event: response.output_item.added\ndata: " + `{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"id":"msg_1","type":"message","status":"in_progress","content":[],"role":"assistant"}}` +
+		"\n\nevent: response.output_text.delta\ndata: " + text(2, "msg_1", "hi") + "\n\n"
+	s := NewStream(io.NopCloser(strings.NewReader(in)), checkerFor(vet.ModeRefuse, false), nil)
+	if _, err := io.ReadAll(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		next string
+		want bool
+	}{
+		{text(3, "msg_1", `there \"_call\u0022`), true},
+		{strings.Replace(text(4, "msg_1", "x"), `"ab"`, `"a\\b"`, 1), true},
+		{text(3, "msg_2", "x"), false},
+		{strings.Replace(text(4, "msg_1", "x"), `"content_index":0`, `"content_index":1`, 1), false},
+		{strings.Replace(text(4, "msg_1", "x"), `"logprobs":[]`, `"logprobs":[{}]`, 1), false},
+	} {
+		if ok := s.pass.Match([]byte(tc.next), make([][]byte, maxSlots)); ok != tc.want {
+			t.Errorf("Match(%s) = %v, want %v", tc.next, ok, tc.want)
+		}
+	}
+}
