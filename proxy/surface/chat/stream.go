@@ -257,7 +257,6 @@ func (s *Stream) noteText(data []byte) {
 // nothing.
 type textTemplate struct {
 	relay.Template
-	slots []relay.Slot // reused by learn
 }
 
 // learn makes data, which has just been walked, the template when it can be one: one valid JSON object
@@ -267,7 +266,8 @@ func (t *textTemplate) learn(data []byte) {
 	if bytes.IndexByte(data, '\\') >= 0 || jsoncheck.Object(data, jsoncheck.Limits{MaxDepth: maxEventDepth}) != nil {
 		return
 	}
-	t.slots = t.slots[:0]
+	var buf [16]relay.Slot
+	slots := buf[:0]
 	for i := 0; ; {
 		q := bytes.IndexByte(data[i:], '"')
 		if q < 0 {
@@ -280,11 +280,11 @@ func (t *textTemplate) learn(data []byte) {
 			k++
 		}
 		if end > start && (k >= len(data) || data[k] != ':') {
-			t.slots = append(t.slots, relay.Slot{From: start, To: end, Kind: relay.Plain})
+			slots = append(slots, relay.Slot{From: start, To: end, Kind: relay.Plain})
 		}
 		i = end + 1
 	}
-	t.Set(data, t.slots)
+	t.Set(data, slots)
 }
 
 // covers reports whether data differs from the template only in the contents of its non-empty value
@@ -301,7 +301,6 @@ func (t *textTemplate) covers(data []byte) bool { return t.Match(data, nil) }
 // strings, so event would add its arguments to the same call and hold it, which is all the template path does.
 type argsTemplate struct {
 	relay.Template
-	slots []relay.Slot // reused by learn
 	// p is the call the template added to, cur[index] of choice ch; wire is the entry's index as sent.
 	p           *pending
 	ch          *choiceState
@@ -341,7 +340,8 @@ func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 	if !plain || args.Type != gjson.String {
 		return
 	}
-	slots := t.slots[:0]
+	var buf [8]relay.Slot
+	slots := buf[:0]
 	if slot, ok := slotOf(data, args, relay.Escaped); ok {
 		slots = append(slots, slot)
 	} else {
@@ -361,7 +361,6 @@ func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 		}
 		return plain
 	})
-	t.slots = slots
 	if !plain {
 		return
 	}

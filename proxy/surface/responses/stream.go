@@ -443,7 +443,6 @@ func slotsOf(data []byte, slots []relay.Slot, at string, kind func(k string, v g
 // done.
 type argsTemplate struct {
 	relay.Template
-	slots          []relay.Slot // reused by learn
 	p              *pending
 	m              meta // the template's, its sequence number aside
 	seqAt, deltaAt int  // places of the sequence number and the delta among the slots Match hands out
@@ -457,7 +456,8 @@ func (t *argsTemplate) learn(ev sse.Event, p *pending, m meta, h head) {
 	if p.done || p.Call.Problem() != "" || !m.hasOI || !h.itemID.Exists() {
 		return
 	}
-	slots, seqAt, deltaAt, ok := slotsOf(ev.Data, t.slots, "delta", func(k string, v gjson.Result) (relay.SlotKind, bool, bool) {
+	var buf [maxSlots + 1]relay.Slot
+	slots, seqAt, deltaAt, ok := slotsOf(ev.Data, buf[:0], "delta", func(k string, v gjson.Result) (relay.SlotKind, bool, bool) {
 		switch k {
 		case pathType, pathOutputIdx:
 			return 0, false, true
@@ -470,7 +470,6 @@ func (t *argsTemplate) learn(ev sse.Event, p *pending, m meta, h head) {
 		}
 		return relay.Plain, true, !slices.Contains(respKeys, k) && strings.IndexByte(v.Raw, '\\') < 0
 	})
-	t.slots = slots
 	if !ok || deltaAt < 0 {
 		return
 	}
@@ -525,8 +524,7 @@ func matchTemplate(t *relay.Template, data []byte, got [][]byte, m meta, seqAt i
 // goes out as it comes (the conditions under which event writes it).
 type passTemplate struct {
 	relay.Template
-	slots []relay.Slot // reused by learn
-	m     meta         // the template's, its sequence number aside
+	m     meta // the template's, its sequence number aside
 	seqAt int
 }
 
@@ -536,7 +534,8 @@ func (t *passTemplate) learn(ev sse.Event, m meta) {
 	if !m.hasOI {
 		return
 	}
-	slots, seqAt, _, ok := slotsOf(ev.Data, t.slots, "", func(k string, v gjson.Result) (relay.SlotKind, bool, bool) {
+	var buf [maxSlots + 1]relay.Slot
+	slots, seqAt, _, ok := slotsOf(ev.Data, buf[:0], "", func(k string, v gjson.Result) (relay.SlotKind, bool, bool) {
 		switch k {
 		case pathType, pathItemID, pathOutputIdx:
 			return 0, false, true
@@ -547,7 +546,6 @@ func (t *passTemplate) learn(ev sse.Event, m meta) {
 		}
 		return relay.Escaped, v.Type == gjson.String, true
 	})
-	t.slots = slots
 	if !ok {
 		return
 	}
