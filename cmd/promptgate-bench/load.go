@@ -45,7 +45,7 @@ func newGenerator(url string, w *workload, conns int) *generator {
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 	}
-	return &generator{url: url + "/v1/chat/completions", w: w, tr: tr, client: &http.Client{Transport: tr, Timeout: requestTimeout}}
+	return &generator{url: url + w.path(), w: w, tr: tr, client: &http.Client{Transport: tr, Timeout: requestTimeout}}
 }
 
 func (g *generator) close() { g.tr.CloseIdleConnections() }

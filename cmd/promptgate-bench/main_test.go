@@ -35,7 +35,7 @@ func TestQuick(t *testing.T) {
 	args := []string{"--quick", "--json", filepath.Join(t.TempDir(), "bench.json")}
 	if raceEnabled {
 		// The race detector slows every process of the run several times: a smaller pass.
-		args = append(args, "--workloads", "chat8k,stream-tool,plugins1")
+		args = append(args, "--workloads", "chat8k,stream-tool,plugins1,messages-tool,responses-tool")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -60,7 +60,7 @@ func TestQuick(t *testing.T) {
 	}
 	wantWorkloads := len(workloadNames())
 	if raceEnabled {
-		wantWorkloads = 3
+		wantWorkloads = 5
 	}
 	if !pluginsAvailable {
 		wantWorkloads -= 2

@@ -15,9 +15,10 @@ import (
 // canned answer of the shape the HeaderShape header asks for; everything it sends is built before the first
 // request, so its own cost is as small as a Go HTTP server's can be.
 type fakeUpstream struct {
-	json       []byte
-	sse, tool  [][]byte
-	chunkDelay time.Duration
+	json                []byte
+	sse, tool           [][]byte
+	messages, responses [][]byte // tool streams of the other surfaces
+	chunkDelay          time.Duration
 
 	mu   sync.Mutex
 	last []byte // the last body received with HeaderCapture set
@@ -28,6 +29,8 @@ func newFakeUpstream(respBytes, chunks int, chunkDelay time.Duration) *fakeUpstr
 		json:       completionJSON(respBytes),
 		sse:        streamEvents(chunks, false),
 		tool:       streamEvents(chunks, true),
+		messages:   messagesEvents(chunks),
+		responses:  responsesEvents(chunks),
 		chunkDelay: chunkDelay,
 	}
 }
@@ -54,6 +57,10 @@ func (u *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u.stream(w, u.sse)
 	case shapeSSETool:
 		u.stream(w, u.tool)
+	case shapeMessagesTool:
+		u.stream(w, u.messages)
+	case shapeResponsesTool:
+		u.stream(w, u.responses)
 	default:
 		h.Set("Content-Type", "application/json")
 		h.Set("Content-Length", strconv.Itoa(len(u.json)))
@@ -107,7 +114,7 @@ func streamEvents(n int, tool bool) [][]byte {
 	finish := `"stop"`
 	if tool {
 		call = append(call, chunk(`{"tool_calls":[{"index":0,"id":"call_bench_1","type":"function","function":{"name":"get_ticket","arguments":""}}]}`, "null"))
-		for _, piece := range []string{`{\"`, `id`, `\":`, ` \"`, `T-`, `123`, `45`, `\"}`} {
+		for _, piece := range argPieces {
 			call = append(call, chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"`+piece+`"}}]}`, "null"))
 		}
 		finish = `"tool_calls"`
@@ -118,6 +125,79 @@ func streamEvents(n int, tool bool) [][]byte {
 	evs = append(evs, call...)
 	evs = append(evs, chunk(`{}`, finish))
 	return append(evs, []byte("data: [DONE]\n\n"))
+}
+
+// argPieces are the pieces of the get_ticket call's arguments, {"id": "T-12345"}, as JSON string contents.
+var argPieces = []string{`{\"`, `id`, `\":`, ` \"`, `T-`, `123`, `45`, `\"}`}
+
+// sseEvent is one event with an event: line.
+func sseEvent(name, data string) []byte { return []byte("event: " + name + "\ndata: " + data + "\n\n") }
+
+// messagesEvents is an Anthropic Messages stream of exactly n events: a text block, then a get_ticket tool_use
+// block whose input comes in pieces.
+func messagesEvents(n int) [][]byte {
+	head := [][]byte{
+		sseEvent("message_start", `{"type":"message_start","message":{"id":"msg_bench","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1900,"output_tokens":1}}}`),
+		sseEvent("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`),
+	}
+	tail := [][]byte{
+		sseEvent("content_block_stop", `{"type":"content_block_stop","index":0}`),
+		sseEvent("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_bench_1","name":"get_ticket","input":{}}}`),
+	}
+	for _, p := range argPieces {
+		tail = append(tail, sseEvent("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"`+p+`"}}`))
+	}
+	tail = append(tail, sseEvent("content_block_stop", `{"type":"content_block_stop","index":1}`),
+		sseEvent("message_delta", `{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":210}}`),
+		sseEvent("message_stop", `{"type":"message_stop"}`))
+	evs := head
+	for i := 0; len(evs) < n-len(tail); i++ {
+		evs = append(evs, sseEvent("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" word`+strconv.Itoa(i)+`"}}`))
+	}
+	return append(evs, tail...)
+}
+
+// responsesEvents is a Responses stream of exactly n events: a message item, then a get_ticket function_call
+// item whose arguments come in pieces, then response.completed with both.
+func responsesEvents(n int) [][]byte {
+	seq := 0
+	ev := func(typ, rest string) []byte {
+		b := sseEvent(typ, `{"type":"`+typ+`","sequence_number":`+strconv.Itoa(seq)+`,`+rest+`}`)
+		seq++
+		return b
+	}
+	const resp = `"id":"resp_bench","object":"response","created_at":1735689600,"model":"gpt-4.1","tools":[]`
+	const msg = `"id":"msg_bench","type":"message","role":"assistant"`
+	const call = `"id":"fc_bench","type":"function_call","call_id":"call_bench_1","name":"get_ticket"`
+	head := [][]byte{
+		ev("response.created", `"response":{`+resp+`,"status":"in_progress","output":[]}`),
+		ev("response.output_item.added", `"output_index":0,"item":{`+msg+`,"status":"in_progress","content":[]}`),
+		ev("response.content_part.added", `"item_id":"msg_bench","output_index":0,"content_index":0,"part":{"type":"output_text","annotations":[],"text":""}`),
+	}
+	const tailLen = 7 + 8 // the message's and the call's closing events, the call's pieces
+	var text strings.Builder
+	evs := head
+	for i := 0; len(evs) < n-tailLen; i++ {
+		w := " word" + strconv.Itoa(i)
+		text.WriteString(w)
+		evs = append(evs, ev("response.output_text.delta", `"item_id":"msg_bench","output_index":0,"content_index":0,"delta":"`+w+`","logprobs":[]`))
+	}
+	part := `{"type":"output_text","annotations":[],"text":"` + text.String() + `"}`
+	done := `{` + msg + `,"status":"completed","content":[` + part + `]}`
+	args := strings.Join(argPieces, "")
+	callDone := `{` + call + `,"arguments":"` + args + `","status":"completed"}`
+	evs = append(evs,
+		ev("response.output_text.done", `"item_id":"msg_bench","output_index":0,"content_index":0,"text":"`+text.String()+`","logprobs":[]`),
+		ev("response.content_part.done", `"item_id":"msg_bench","output_index":0,"content_index":0,"part":`+part),
+		ev("response.output_item.done", `"output_index":0,"item":`+done),
+		ev("response.output_item.added", `"output_index":1,"item":{`+call+`,"arguments":"","status":"in_progress"}`))
+	for _, p := range argPieces {
+		evs = append(evs, ev("response.function_call_arguments.delta", `"item_id":"fc_bench","output_index":1,"delta":"`+p+`"`))
+	}
+	return append(evs,
+		ev("response.function_call_arguments.done", `"item_id":"fc_bench","output_index":1,"arguments":"`+args+`"`),
+		ev("response.output_item.done", `"output_index":1,"item":`+callDone),
+		ev("response.completed", `"response":{`+resp+`,"status":"completed","output":[`+done+`,`+callDone+`],"usage":{"input_tokens":1900,"output_tokens":210,"total_tokens":2110}}`))
 }
 
 // completionJSON is a non-stream chat completion of about size bytes.

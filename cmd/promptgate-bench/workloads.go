@@ -15,6 +15,16 @@ const (
 	shapeJSON    = "json"     // a non-stream chat completion
 	shapeSSE     = "sse"      // a stream of text chunks
 	shapeSSETool = "sse-tool" // a stream of text chunks and one tool call (get_ticket, allowed)
+	// The same stream on the Anthropic Messages and the OpenAI Responses surfaces.
+	shapeMessagesTool  = "messages-tool"
+	shapeResponsesTool = "responses-tool"
+)
+
+// API paths of the surfaces.
+const (
+	pathChat      = "/v1/chat/completions"
+	pathMessages  = "/v1/messages"
+	pathResponses = "/v1/responses"
 )
 
 // Request headers the fake upstream reads.
@@ -34,6 +44,8 @@ const (
 	wlStreamTool = "stream-tool"
 	wlPlugins1   = "plugins1"
 	wlPlugins3   = "plugins3"
+	wlMessages   = "messages-tool"
+	wlResponses  = "responses-tool"
 )
 
 // workload is one kind of request, sent the same way to every target.
@@ -41,6 +53,8 @@ type workload struct {
 	Name, Desc string
 	Body       []byte
 	Shape      string
+	// Path is the API path the workload is sent to ("" is Chat Completions').
+	Path string
 	// Plugins is the number of context-source plugins of the promptgate instance that serves it.
 	Plugins int
 	// check verifies, on one request through promptgate, that the pipeline did its work: upstream is the
@@ -51,8 +65,16 @@ type workload struct {
 // Stream reports whether the upstream answers with SSE.
 func (w *workload) Stream() bool { return w.Shape != shapeJSON }
 
+// path is the API path of the workload's requests.
+func (w *workload) path() string {
+	if w.Path == "" {
+		return pathChat
+	}
+	return w.Path
+}
+
 func workloadNames() []string {
-	return []string{wlSmall, wlChat8K, wlCtx40K, wlChat2K, wlStream, wlStreamTool, wlPlugins1, wlPlugins3}
+	return []string{wlSmall, wlChat8K, wlCtx40K, wlChat2K, wlStream, wlStreamTool, wlPlugins1, wlPlugins3, wlMessages, wlResponses}
 }
 
 // The tools every tool-carrying request declares. The bench protocol denies create_note, so promptgate
@@ -200,7 +222,74 @@ func workloads() []*workload {
 		{Name: wlStreamTool, Desc: "2 KB chat, stream with a tool call (held, vetted, released)", Body: chat2KBody(true), Shape: shapeSSETool, check: checkStreamTool},
 		{Name: wlPlugins1, Desc: "8 KB chat, 1 plugin (cached)", Body: chat8K, Shape: shapeJSON, Plugins: 1, check: checkSources("memory")},
 		{Name: wlPlugins3, Desc: "8 KB chat, 3 plugins (1 cached)", Body: chat8K, Shape: shapeJSON, Plugins: 3, check: checkSources("memory", "profile", "tickets")},
+		{Name: wlMessages, Desc: "2 KB Anthropic Messages, stream with a tool_use block", Body: messages2KBody(), Shape: shapeMessagesTool,
+			Path: pathMessages, check: checkSurfaceTool("system", `"name":"get_ticket"`, `"stop_reason":"tool_use"`)},
+		{Name: wlResponses, Desc: "2 KB Responses, stream with a function call", Body: responses2KBody(), Shape: shapeResponsesTool,
+			Path: pathResponses, check: checkSurfaceTool("instructions", `"name":"get_ticket"`, `"type":"response.completed"`)},
 	}
+}
+
+// anthropicTool is a tool of an Anthropic Messages request.
+type anthropicTool struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	InputSchema map[string]any `json:"input_schema"`
+}
+
+// responsesTool is a function tool of a Responses request.
+type responsesTool struct {
+	Type        string         `json:"type"`
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	Parameters  map[string]any `json:"parameters"`
+}
+
+// turns is the user and assistant turns of chat2KBody, for the other surfaces.
+func turns() []message {
+	var b chatBody
+	if err := json.Unmarshal(chat2KBody(true), &b); err != nil {
+		panic("bench: " + err.Error()) // our own JSON
+	}
+	return b.Messages[1:]
+}
+
+// messages2KBody is chat2KBody as an Anthropic Messages request: the system message as system, the tools
+// with input_schema.
+func messages2KBody() []byte {
+	var tools []anthropicTool
+	for _, t := range benchTools {
+		tools = append(tools, anthropicTool{t.Function.Name, t.Function.Description, t.Function.Parameters})
+	}
+	out, _ := json.Marshal(struct {
+		Model      string          `json:"model"`
+		MaxTokens  int             `json:"max_tokens"`
+		Stream     bool            `json:"stream"`
+		System     string          `json:"system"`
+		Tools      []anthropicTool `json:"tools"`
+		Messages   []message       `json:"messages"`
+		Promptgate map[string]any  `json:"promptgate"`
+	}{"claude-sonnet-4-5", 1024, true, "You are the support desk's assistant.", tools, turns(),
+		map[string]any{"user": "u-1", "conversation": "c-9"}})
+	return out
+}
+
+// responses2KBody is chat2KBody as a Responses request: the system message as instructions, the turns as
+// input.
+func responses2KBody() []byte {
+	var tools []responsesTool
+	for _, t := range benchTools {
+		tools = append(tools, responsesTool{"function", t.Function.Name, t.Function.Description, t.Function.Parameters})
+	}
+	out, _ := json.Marshal(struct {
+		Model        string          `json:"model"`
+		Stream       bool            `json:"stream"`
+		Instructions string          `json:"instructions"`
+		Tools        []responsesTool `json:"tools"`
+		Input        []message       `json:"input"`
+		Promptgate   map[string]any  `json:"promptgate"`
+	}{"gpt-4.1", true, "You are the support desk's assistant.", tools, turns(),
+		map[string]any{"user": "u-1", "conversation": "c-9"}})
+	return out
 }
 
 // systemOf returns the first message of the body promptgate sent upstream, checking the layering.
@@ -267,6 +356,38 @@ func checkStreamTool(upstream []byte, h http.Header, body []byte) error {
 		return fmt.Errorf("the tool call was not released to the client")
 	}
 	return nil
+}
+
+// checkSurfaceTool checks a stream with a tool call on the Messages or Responses surface: the layered system
+// prompt in the upstream body's member system, the denied tool removed, and the answer holding every want.
+func checkSurfaceTool(system string, want ...string) func([]byte, http.Header, []byte) error {
+	return func(upstream []byte, h http.Header, body []byte) error {
+		if gjson.GetBytes(upstream, "promptgate").Exists() {
+			return fmt.Errorf("the promptgate field reached the upstream")
+		}
+		sys := gjson.GetBytes(upstream, system)
+		if sys.IsArray() {
+			sys = sys.Get("0.text")
+		}
+		if !strings.HasPrefix(sys.String(), "=== SYSTEM CORE ===") || !strings.Contains(sys.String(), "=== RUNTIME CONTEXT") {
+			return fmt.Errorf("the upstream's %s is not the layered system prompt: %.120q", system, sys.Raw)
+		}
+		if got := h.Get("X-Promptgate-Tools-Removed"); got != "create_note" {
+			return fmt.Errorf("X-Promptgate-Tools-Removed is %q, want create_note", got)
+		}
+		if n := gjson.GetBytes(upstream, "tools.#").Int(); n != 2 {
+			return fmt.Errorf("the upstream got %d tools, want 2", n)
+		}
+		for _, w := range want {
+			if !strings.Contains(string(body), w) {
+				return fmt.Errorf("the answer lacks %s: the tool call was not released", w)
+			}
+		}
+		if h.Get("X-Promptgate-Blocked") != "" {
+			return fmt.Errorf("a call was blocked")
+		}
+		return nil
+	}
 }
 
 func checkSources(names ...string) func([]byte, http.Header, []byte) error {
