@@ -150,7 +150,8 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 // (previous_response_id), so a per-turn context item there would pile up in later turns. Callers build p
 // without the structured channel.
 func rewrite(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	out, err := sjson.SetBytes(body, reqInstructions, p.System())
+	// The layered prompt is escaped from its pieces straight into the value (no joined copy of it).
+	out, err := sjson.SetRawBytes(body, reqInstructions, p.AppendSystemJSON(make([]byte, 0, p.SystemJSONSize())))
 	if err != nil {
 		return nil, fmt.Errorf("assembly: set instructions: %w", err)
 	}
