@@ -370,10 +370,11 @@ func FoldedKey(data []byte, names []string) bool {
 // FoldedKeyOutside is FoldedKey that does not look inside the values of the keys named skip (a tool's own
 // arguments, whose keys are the tool's).
 func FoldedKeyOutside(data []byte, names []string, skip string) bool {
-	if !KeysMayFold(data, names) {
-		return false
+	lower := lowerASCII(names)
+	if lower && !keysMayFold(data) {
+		return false // no key of data can fold to a name without being it (see mayFold)
 	}
-	return foldedKey(Get(data, "@this"), names, skip, lowerASCII(names))
+	return foldedKey(Get(data, "@this"), names, skip, lower)
 }
 
 // KeysMayFold reports whether some key of data, which must be valid JSON, may equal one of names under

@@ -1,6 +1,11 @@
 package relay
 
-import "bytes"
+import (
+	"bytes"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
 
 // Template is an earlier event of a stream that later events are compared with, so that a surface can skip
 // reading an event whose JSON differs from one it has read only in a few values. The template's bytes must be
@@ -30,6 +35,20 @@ const (
 type Slot struct {
 	From, To int
 	Kind     SlotKind
+}
+
+// SlotOf is the slot of kind k of value v, read by gjson from data: a string's contents for Plain and Escaped,
+// the digits of an integer written as digits alone for Digits. ok is false when v is not of that kind or its
+// offset does not point at its bytes in data.
+func SlotOf(data []byte, v gjson.Result, k SlotKind) (_ Slot, ok bool) {
+	from, to := v.Index, v.Index+len(v.Raw)
+	if from <= 0 || to > len(data) || string(data[from:to]) != v.Raw {
+		return Slot{}, false
+	}
+	if k == Digits {
+		return Slot{From: from, To: to, Kind: k}, v.Type == gjson.Number && strings.Trim(v.Raw, "0123456789") == ""
+	}
+	return Slot{From: from + 1, To: to - 1, Kind: k}, v.Type == gjson.String
 }
 
 // Set makes data the template, with slots in order of From, none overlapping another, each inside data.

@@ -140,3 +140,28 @@ func FuzzTemplate(f *testing.F) {
 }
 
 func validObject(s string) bool { return jsoncheck.Object([]byte(s), jsoncheck.Limits{}) == nil }
+
+func TestSlotOf(t *testing.T) {
+	data := []byte(`{"s":"a\"b","n":42,"neg":-1,"f":1.5,"o":{}}`)
+	v := Get(data, "@this")
+	for _, c := range []struct {
+		key  string
+		kind SlotKind
+		want string // the slot's bytes; "" for no slot
+	}{
+		{"s", Escaped, `a\"b`}, {"s", Plain, `a\"b`}, {"s", Digits, ""},
+		{"n", Digits, "42"}, {"n", Plain, ""}, {"neg", Digits, ""}, {"f", Digits, ""}, {"o", Escaped, ""},
+	} {
+		sl, ok := SlotOf(data, v.Get(c.key), c.kind)
+		if got := string(data[sl.From:sl.To]); ok != (c.want != "") || ok && (got != c.want || sl.Kind != c.kind) {
+			t.Errorf("SlotOf(%s, %d) = %+v %v (%q), want %q", c.key, c.kind, sl, ok, got, c.want)
+		}
+	}
+	// A value read from other bytes than data has no slot in data.
+	if _, ok := SlotOf([]byte(`{"s":"zzzz"}`), v.Get("s"), Escaped); ok {
+		t.Error("a value of other bytes has a slot")
+	}
+	if _, ok := SlotOf(data[:10], v.Get("n"), Digits); ok {
+		t.Error("a value past the data's end has a slot")
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"iter"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -242,6 +243,24 @@ func CheckTextAllocs(t testing.TB, open Open, text func(n int) []byte) {
 	const n = 200
 	if per := (run(text(2*n)) - run(text(n))) / n; per > 0.02 {
 		t.Fatalf("%.3f allocations per text event", per)
+	}
+}
+
+// CheckSameRun runs input through open as Run does, with the same split and seed, and fails the test unless
+// it gives out, ds and blocked again: open builds the stream without a shortcut (a template), which must change
+// nothing. norm, when not nil, is applied to both outputs first (to random ids).
+func CheckSameRun(t testing.TB, input string, split int, seed uint64, open Open, out []byte, ds []vet.Decision, blocked int, norm func([]byte) []byte) {
+	t.Helper()
+	out2, ds2, blocked2 := Run(t, input, split, seed, open)
+	if norm != nil {
+		out, out2 = norm(out), norm(out2)
+	}
+	if !bytes.Equal(out, out2) || !reflect.DeepEqual(ds, ds2) || blocked != blocked2 {
+		i := 0
+		for i < min(len(out), len(out2)) && out[i] == out2[i] {
+			i++
+		}
+		t.Fatalf("the shortcut changes the stream from byte %d:\nwith    %q %+v\nwithout %q %+v", i, out[i:], ds, out2[i:], ds2)
 	}
 }
 

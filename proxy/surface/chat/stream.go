@@ -342,7 +342,7 @@ func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 	}
 	var buf [8]relay.Slot
 	slots := buf[:0]
-	if slot, ok := slotOf(data, args, relay.Escaped); ok {
+	if slot, ok := relay.SlotOf(data, args, relay.Escaped); ok {
 		slots = append(slots, slot)
 	} else {
 		return
@@ -353,7 +353,7 @@ func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 			return true
 		}
 		if v.Type == gjson.String && strings.IndexByte(v.Raw, '\\') < 0 {
-			if slot, ok := slotOf(data, v, relay.Plain); ok {
+			if slot, ok := relay.SlotOf(data, v, relay.Plain); ok {
 				slots = append(slots, slot)
 			} else {
 				plain = false
@@ -383,15 +383,6 @@ func (s *Stream) matchArgs(data []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return s.args.match(data)
-}
-
-// slotOf is the slot of kind k of string v's contents in data, ok false when v's offset does not point at it.
-func slotOf(data []byte, v gjson.Result, k relay.SlotKind) (relay.Slot, bool) {
-	at, end := v.Index, v.Index+len(v.Raw)
-	if at <= 0 || end > len(data) || len(v.Raw) < 2 || string(data[at:end]) != v.Raw {
-		return relay.Slot{}, false
-	}
-	return relay.Slot{From: at + 1, To: end - 1, Kind: k}, true
 }
 
 // match returns data's arguments string, quotes included, when data is of the template's shape and the

@@ -415,11 +415,11 @@ func (t *argsTemplate) learn(ev sse.Event, p *pending, idx int, delta gjson.Resu
 		}
 		return plain
 	})
-	at, end := pj.Index, pj.Index+len(pj.Raw)
-	if !plain || pj.Type != gjson.String || at <= 0 || end > len(ev.Data) || string(ev.Data[at:end]) != pj.Raw {
+	slot, ok := relay.SlotOf(ev.Data, pj, relay.Escaped)
+	if !plain || !ok {
 		return
 	}
-	t.Set(ev.Data, []relay.Slot{{From: at + 1, To: end - 1, Kind: relay.Escaped}})
+	t.Set(ev.Data, []relay.Slot{slot})
 	t.p, t.idx, t.name = p, idx, ev.Event
 }
 

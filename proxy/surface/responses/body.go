@@ -81,12 +81,12 @@ var clientTools = map[string][]string{
 // that produces its items anyway is not trusted.
 func refusedBuiltin(c *vet.Checker, typ string) string {
 	tools, ok := clientTools[typ]
-	for it, ts := range clientTools {
-		if ok || typ == "" {
-			break
-		}
-		if strings.EqualFold(typ, it) { // a case variant, as for vetted
-			tools, ok = ts, true
+	if !ok && typ != "" {
+		for it, ts := range clientTools {
+			if strings.EqualFold(typ, it) { // a case variant, as for vetted
+				tools, ok = ts, true
+				break
+			}
 		}
 	}
 	if !ok {

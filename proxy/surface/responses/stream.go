@@ -366,69 +366,43 @@ func (s *Stream) event(ev sse.Event) {
 	}
 }
 
-// maxSlots bounds the slots of a template that Match hands out.
+// maxSlots bounds the slots of a template.
 const maxSlots = 8
 
-// slotsOf reads the top-level members of data, an event just read whole, into the slots of a template: kind
-// says of each member whether it is fixed (its bytes are compared whole: no slot), a slot of some kind, or not
-// allowed in a template (ok false). Digits is given only for an integer of digits alone, a string slot only for
-// a string. seqAt and at are the places among the slots Match hands out of the sequence number and of the
-// member named at (-1: none).
-func slotsOf(data []byte, slots []relay.Slot, at string, kind func(k string, v gjson.Result) (relay.SlotKind, bool, bool)) (
+// slotsOf reads the top-level members of data, an event just read whole, into the slots of a template, in
+// order: kind says of each member whether it is a slot (of which kind) or fixed (its bytes compared whole),
+// and whether it may be in a template at all (ok false otherwise). seqAt and at are the places, among the
+// slots Match hands out, of the sequence number and of the member named at (-1: none).
+func slotsOf(data []byte, slots []relay.Slot, at string, kind func(k string, v gjson.Result) (sk relay.SlotKind, slot, allowed bool)) (
 	_ []relay.Slot, seqAt, atAt int, ok bool) {
-	ok = true
-	type named struct {
-		relay.Slot
-		key string
-	}
-	var found [maxSlots + 1]named
-	n := 0
+	ok, seqAt, atAt = true, -1, -1
+	out := 0 // slots Match hands out
 	relay.Get(data, "@this").ForEach(func(k, v gjson.Result) bool {
 		sk, slot, allowed := kind(k.Str, v)
-		if !allowed {
+		switch {
+		case !allowed || slot && len(slots) == maxSlots:
 			ok = false
 			return false
-		}
-		if !slot {
+		case !slot:
 			return true
 		}
-		from, to := v.Index, v.Index+len(v.Raw)
-		switch {
-		case from <= 0 || to > len(data) || string(data[from:to]) != v.Raw || n == len(found):
-			ok = false
-		case sk == relay.Digits:
-			ok = v.Type == gjson.Number && strings.Trim(v.Raw, "0123456789") == ""
-		default:
-			ok = v.Type == gjson.String
-			from, to = from+1, to-1
+		var sl relay.Slot
+		if sl, ok = relay.SlotOf(data, v, sk); !ok {
+			return false
 		}
-		if ok {
-			found[n] = named{relay.Slot{From: from, To: to, Kind: sk}, k.Str}
-			n++
+		slots = append(slots, sl) // members come in order of their place
+		if sk != relay.Plain {
+			switch k.Str {
+			case pathSeq:
+				seqAt = out
+			case at:
+				atAt = out
+			}
+			out++
 		}
-		return ok
+		return true
 	})
-	if !ok {
-		return slots, -1, -1, false
-	}
-	slices.SortFunc(found[:n], func(a, b named) int { return a.From - b.From })
-	seqAt, atAt = -1, -1
-	out := 0 // slots handed out by Match
-	slots = slots[:0]
-	for _, f := range found[:n] {
-		slots = append(slots, f.Slot)
-		if f.Kind == relay.Plain {
-			continue
-		}
-		switch f.key {
-		case pathSeq:
-			seqAt = out
-		case at:
-			atAt = out
-		}
-		out++
-	}
-	return slots, seqAt, atAt, out <= maxSlots
+	return slots, seqAt, atAt, ok
 }
 
 // argsTemplate spares event the reading of a held call's argument (or input) deltas after the first of their
@@ -456,7 +430,7 @@ func (t *argsTemplate) learn(ev sse.Event, p *pending, m meta, h head) {
 	if p.done || p.Call.Problem() != "" || !m.hasOI || !h.itemID.Exists() {
 		return
 	}
-	var buf [maxSlots + 1]relay.Slot
+	var buf [maxSlots]relay.Slot
 	slots, seqAt, deltaAt, ok := slotsOf(ev.Data, buf[:0], "delta", func(k string, v gjson.Result) (relay.SlotKind, bool, bool) {
 		switch k {
 		case pathType, pathOutputIdx:
@@ -534,7 +508,7 @@ func (t *passTemplate) learn(ev sse.Event, m meta) {
 	if !m.hasOI {
 		return
 	}
-	var buf [maxSlots + 1]relay.Slot
+	var buf [maxSlots]relay.Slot
 	slots, seqAt, _, ok := slotsOf(ev.Data, buf[:0], "", func(k string, v gjson.Result) (relay.SlotKind, bool, bool) {
 		switch k {
 		case pathType, pathItemID, pathOutputIdx:
