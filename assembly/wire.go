@@ -66,19 +66,40 @@ func NameSet(tools []policy.Tool) map[string]bool {
 	return s
 }
 
-// FilterTools keeps, in the array at path, the entries whose name is kept: the first entry of each name, and
-// every entry of a name whose first entry is shared (several entries of one built-in tool type). An array left
-// empty is removed together with deps (tool_choice), which the APIs only accept alongside tools.
+// FilterTools keeps, in the array at path, the entries whose name is kept (KeptTools). An array left empty is
+// removed together with deps (tool_choice), which the APIs only accept alongside tools.
 func FilterTools(body []byte, path string, kept []policy.Tool, name func(gjson.Result) (n string, shared bool), deps ...string) ([]byte, error) {
 	arr := Get(body, path)
 	if !arr.IsArray() {
 		return body, nil
 	}
+	b, n := KeptTools(arr, kept, name)
+	var err error
+	if n > 0 {
+		if body, err = sjson.SetRawBytes(body, path, b); err != nil {
+			return nil, fmt.Errorf("assembly: filter tools: %w", err)
+		}
+		return body, nil
+	}
+	for _, p := range append([]string{path}, deps...) {
+		if Get(body, p).Exists() {
+			if body, err = sjson.DeleteBytes(body, p); err != nil {
+				return nil, fmt.Errorf("assembly: filter tools: %w", err)
+			}
+		}
+	}
+	return body, nil
+}
+
+// KeptTools is the tools array arr with only the entries whose name is kept: the first entry of each name,
+// and every entry of a name whose first entry is shared (several entries of one built-in tool type); n is
+// how many it holds.
+func KeptTools(arr gjson.Result, kept []policy.Tool, name func(gjson.Result) (n string, shared bool)) (tools []byte, n int) {
 	keptSet := NameSet(kept)
 	first := map[string]bool{} // name -> whether its first entry is shared
 	var b bytes.Buffer
+	b.Grow(len(arr.Raw))
 	b.WriteByte('[')
-	n := 0
 	arr.ForEach(func(_, v gjson.Result) bool {
 		nm, shared := name(v)
 		firstShared, seen := first[nm]
@@ -96,21 +117,7 @@ func FilterTools(body []byte, path string, kept []policy.Tool, name func(gjson.R
 		return true
 	})
 	b.WriteByte(']')
-	var err error
-	if n > 0 {
-		if body, err = sjson.SetRawBytes(body, path, b.Bytes()); err != nil {
-			return nil, fmt.Errorf("assembly: filter tools: %w", err)
-		}
-		return body, nil
-	}
-	for _, p := range append([]string{path}, deps...) {
-		if Get(body, p).Exists() {
-			if body, err = sjson.DeleteBytes(body, p); err != nil {
-				return nil, fmt.Errorf("assembly: filter tools: %w", err)
-			}
-		}
-	}
-	return body, nil
+	return b.Bytes(), n
 }
 
 // RemoveExtension deletes the top-level promptgate field, if any.

@@ -281,13 +281,6 @@ func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([
 	return out, nil
 }
 
-// splice is one edit of a body: bytes [from, to) replaced by with, or by the messages (writeMessages).
-type splice struct {
-	from, to int
-	with     []byte
-	messages bool
-}
-
 // rewriteChatSpliced makes the edits of rewriteChatEdits in one copy of the body: each top-level value is
 // replaced where sjson would replace it, and the promptgate member (and a web_search_options that goes) is cut
 // where sjson would cut it; two cuts that touch make the edits overlap, which falls back to rewriteChatEdits. ok is
@@ -298,11 +291,10 @@ func rewriteChatSpliced(body []byte, m [5]gjson.Result, others []string, p assem
 	if msgsAt.Index <= 0 {
 		return nil, false
 	}
-	edits := make([]splice, 0, 5)
+	edits := make([]assembly.Splice, 0, 5)
 	// The messages are written straight into the new body; room for the prompts and a little escaping.
 	msgsSize := len(msgsAt.Raw) + p.SystemJSONSize() + len(p.ContextMessage) + len(p.ContextMessage)/8 + 128
-	edits = append(edits, splice{from: msgsAt.Index, to: msgsAt.Index + len(msgsAt.Raw),
-		messages: true})
+	edits = append(edits, assembly.Splice{From: msgsAt.Index, To: msgsAt.Index + len(msgsAt.Raw), Own: 1})
 	if removedAny {
 		keptSet := make(map[string]bool, len(kept))
 		for _, t := range kept {
@@ -343,7 +335,7 @@ func rewriteChatSpliced(body []byte, m [5]gjson.Result, others []string, p assem
 				return nil, false // the array goes, with its companions: edit by edit
 			}
 			b.WriteByte(']')
-			edits = append(edits, splice{from: arr.Index, to: arr.Index + len(arr.Raw), with: b.Bytes()})
+			edits = append(edits, assembly.Splice{From: arr.Index, To: arr.Index + len(arr.Raw), With: b.Bytes()})
 		}
 	}
 	var dels []gjson.Result
@@ -354,94 +346,18 @@ func rewriteChatSpliced(body []byte, m [5]gjson.Result, others []string, p assem
 		dels = append(dels, search)
 	}
 	for _, del := range dels {
-		if del.Index <= 0 {
+		e, ok := assembly.Deletion(body, del, false)
+		if !ok {
 			return nil, false
 		}
-		from, to := deletedMember(body, del)
-		edits = append(edits, splice{from: from, to: to})
+		edits = append(edits, e)
 	}
-	slices.SortFunc(edits, func(a, b splice) int { return a.from - b.from })
-	size := len(body) + msgsSize
-	for i, e := range edits {
-		if i > 0 && e.from < edits[i-1].to {
-			return nil, false // overlapping edits cannot happen on distinct members; be safe
-		}
-		size += len(e.with) - (e.to - e.from)
-	}
-	out := bytes.NewBuffer(make([]byte, 0, size))
-	at := 0
-	for _, e := range edits {
-		out.Write(body[at:e.from])
-		if e.messages {
-			writeMessages(out, others, p)
-		} else {
-			out.Write(e.with)
-		}
-		at = e.to
-	}
-	out.Write(body[at:])
-	return out.Bytes(), true
-}
-
-// deletedMember is the span sjson.DeleteBytes removes for the top-level member whose value is v: back from
-// the value over its key to the comma before it (or to just after the opening brace, and then on over the
-// comma after the value).
-func deletedMember(body []byte, v gjson.Result) (from, to int) {
-	from, to = v.Index, v.Index+len(v.Raw)
-	keepFrom, delNextComma := deleteTailItem(body[:v.Index])
-	from = keepFrom
-	if delNextComma {
-		for i := to; i < len(body); i++ {
-			if body[i] <= ' ' {
-				continue
-			}
-			if body[i] == ',' {
-				to = i + 1
-			}
-			break
-		}
-	}
-	return from, to
-}
-
-// deleteTailItem is sjson's (v1.2.10) search back from a value for the start of its member: it returns
-// the length of the prefix that stays, and whether the comma after the value must go too.
-func deleteTailItem(buf []byte) (int, bool) {
-loop:
-	for i := len(buf) - 1; i >= 0; i-- {
-		switch buf[i] {
-		case '[':
-			return len(buf), true
-		case ',':
-			return i, false
-		case ':':
-			i--
-			for ; i >= 0; i-- {
-				if buf[i] == '"' {
-					i--
-					for ; i >= 0; i-- {
-						if buf[i] == '"' {
-							i--
-							if i >= 0 && buf[i] == '\\' {
-								continue
-							}
-							for ; i >= 0; i-- {
-								switch buf[i] {
-								case '{':
-									return i + 1, true
-								case ',':
-									return i, false
-								}
-							}
-						}
-					}
-					break
-				}
-			}
-			break loop
-		}
-	}
-	return len(buf), false
+	// overlapping edits cannot happen on distinct members; Spliced refuses them, to be safe
+	return assembly.Spliced(body, edits, msgsSize, func(dst []byte, _ assembly.Splice) []byte {
+		out := bytes.NewBuffer(dst)
+		writeMessages(out, others, p)
+		return out.Bytes()
+	})
 }
 
 // filterToolArrays keeps, in "tools" and "functions", the first entry of each kept name. An array left

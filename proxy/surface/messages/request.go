@@ -239,7 +239,101 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 // client's system blocks is not kept) — or, in the structured channel, by two text blocks, the layered prompt
 // and the context block; tools filtered to the kept ones; the promptgate field removed. Messages and every
 // other byte stay as the client sent them.
-func rewrite(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+//
+// The edits are spliced into one copy of the body (rewriteSpliced); what the splice leaves (datamarking, a
+// tools array filtered to nothing, ...) is made edit by edit, on the body without its runtime context
+// (rewriteEdits). Both give the same bytes.
+func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	if !p.DatamarkToolOutput {
+		if out, ok := rewriteSpliced(b, &p, kept, removedAny); ok {
+			return out, nil
+		}
+	}
+	return rewriteEdits(b.WithoutContext(), p, kept, removedAny)
+}
+
+// rewriteSpliced makes the edits of rewriteEdits (datamarking aside) in one copy of the body: system
+// written where sjson would set it (in place, or appended before the closing brace), the kept tools spliced
+// over the tools array, mcp_servers and the promptgate member cut where sjson would cut them. ok is false
+// where that would not give rewriteEdits' bytes (the tools filtered to nothing, which takes tool_choice
+// along; edits that overlap; a member sjson would append otherwise), for rewriteEdits to do.
+func rewriteSpliced(b *assembly.Body, p *assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
+	body := b.Raw()
+	edits := make([]assembly.Splice, 0, 4)
+	sys := b.Get(reqSystem)
+	appended := !sys.Exists()
+	switch {
+	case appended:
+		at, ok := assembly.AppendedMember(body)
+		if !ok {
+			return nil, false
+		}
+		edits = append(edits, assembly.Splice{From: at, To: at, Own: 1})
+	case sys.Index > 0:
+		edits = append(edits, assembly.Splice{From: sys.Index, To: sys.Index + len(sys.Raw), Own: 1})
+	default:
+		return nil, false
+	}
+	if removedAny {
+		if arr := b.Get(reqTools); arr.IsArray() {
+			tools, n := assembly.KeptTools(arr, kept, toolName)
+			if n == 0 || arr.Index <= 0 {
+				return nil, false // the array goes, with tool_choice: edit by edit
+			}
+			edits = append(edits, assembly.Splice{From: arr.Index, To: arr.Index + len(arr.Raw), With: tools})
+		}
+	}
+	dels := make([]gjson.Result, 0, 2)
+	if srv := b.Get(reqMCPServers); srv.IsArray() && len(srv.Array()) > 0 && !slices.ContainsFunc(kept, isMCP) {
+		dels = append(dels, srv)
+	}
+	if ext := b.Get(assembly.PathExtension); ext.Exists() {
+		dels = append(dels, ext)
+	}
+	for _, v := range dels {
+		e, ok := assembly.Deletion(body, v, appended)
+		if !ok {
+			return nil, false
+		}
+		edits = append(edits, e)
+	}
+	extra := len(`,"system":`) + p.SystemJSONSize()
+	if p.ContextMessage != "" {
+		extra += len(`[{"type":"text","text":},{"type":"text","text":}]`) + len(p.ContextMessage) + len(p.ContextMessage)/8 + 2
+	}
+	return assembly.Spliced(body, edits, extra, func(dst []byte, _ assembly.Splice) []byte {
+		if appended {
+			dst = append(dst, `,"system":`...)
+		}
+		return appendSystem(dst, p)
+	})
+}
+
+// appendSystem appends the upstream system value: the layered prompt as a string, or, in the structured
+// channel, the text blocks of the layered prompt and of the context.
+func appendSystem(dst []byte, p *assembly.Prompt) []byte {
+	if p.ContextMessage == "" {
+		return p.AppendSystemJSON(dst)
+	}
+	dst = append(dst, `[{"type":"text","text":`...)
+	dst = p.AppendSystemJSON(dst)
+	dst = append(dst, `},{"type":"text","text":`...)
+	dst = assembly.AppendJSONString(dst, p.ContextMessage)
+	return append(dst, `}]`...)
+}
+
+// toolName is the name a tools entry is governed by, and whether it is one of the shared mcp_toolset
+// entries (assembly.FilterTools).
+func toolName(v gjson.Result) (string, bool) {
+	t, mcp := messagesTool(v)
+	return t.Name, mcp
+}
+
+// isMCP reports whether t is the MCP connector.
+func isMCP(t policy.Tool) bool { return t.Name == ToolMCP }
+
+// rewriteEdits applies the edits of rewrite one after the other with sjson, each copying the body.
+func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	var sys []byte
 	if p.ContextMessage == "" {
 		sys = p.AppendSystemJSON(make([]byte, 0, p.SystemJSONSize()))
@@ -257,11 +351,7 @@ func rewrite(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool
 		return nil, fmt.Errorf("assembly: set system: %w", err)
 	}
 	if removedAny {
-		name := func(v gjson.Result) (string, bool) {
-			t, mcp := messagesTool(v)
-			return t.Name, mcp
-		}
-		if out, err = assembly.FilterTools(out, reqTools, kept, name, reqToolChoice); err != nil {
+		if out, err = assembly.FilterTools(out, reqTools, kept, toolName, reqToolChoice); err != nil {
 			return nil, err
 		}
 	}

@@ -7,35 +7,54 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/assembly/assemblytest"
+	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
 // FuzzRewrite feeds bodies that pass the proxy's JSON check through the surface's parser and rewrite: nothing
 // panics, and whenever the parser accepts a body, the upstream body is valid JSON without the promptgate
-// field, with the prompt where the surface takes it.
+// field, with the prompt where the surface takes it, and it is, byte for byte, the body the edit-by-edit
+// rewrite makes (sameAsEdits), whichever tools are kept and in either channel.
 func FuzzRewrite(f *testing.F) {
 	for _, s := range assemblytest.RewriteSeeds() {
 		f.Add(s)
+	}
+	for _, s := range spliceSeeds {
+		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if jsoncheck.Object(body, jsoncheck.Limits{}) != nil {
 			return
 		}
 		tmpl := assemblytest.Layered()
-		if m, err := parseMessages(body); err == nil {
-			kept := m.Tools
-			if len(kept) > 0 {
-				kept = kept[1:]
-			}
+		m, err := parseMessages(body)
+		if err != nil {
+			return
+		}
+		for _, kept := range keptVariants(m.Tools) {
 			_ = messagesToolChoice(body, kept)
-			p := assembly.Build(tmpl, assembly.Layers{Application: m.Application, Tools: kept, NativeTools: m.NativeTools}, assembly.DefaultSettings())
-			out, err := rewrite(body, p, kept, len(kept) < len(m.Tools))
-			if err != nil {
-				t.Fatalf("RewriteMessages: %v", err)
-			}
-			if !gjson.ValidBytes(out) || gjson.GetBytes(out, assembly.PathExtension).Exists() || gjson.GetBytes(out, "system").String() != p.System() {
-				t.Fatalf("bad upstream body %s", out)
+			for _, structured := range []bool{false, true} {
+				p := assembly.Build(tmpl, assembly.Layers{Application: m.Application, Tools: kept, NativeTools: m.NativeTools}, assembly.DefaultSettings())
+				if structured {
+					p.ContextMessage = "=== RUNTIME CONTEXT ===\n{\"k\":\"v\\u2028\u2028\"}"
+				}
+				out, _ := sameAsEdits(t, body, p, kept, len(kept) < len(m.Tools))
+				sys := gjson.GetBytes(out, "system")
+				if structured {
+					sys = gjson.GetBytes(out, "system.0.text")
+				}
+				if !gjson.ValidBytes(out) || gjson.GetBytes(out, assembly.PathExtension).Exists() || sys.String() != p.System() {
+					t.Fatalf("bad upstream body %s", out)
+				}
 			}
 		}
 	})
+}
+
+// keptVariants are the kept tools the fuzz tests try: all but the first, all but the last, none, all.
+func keptVariants(tools []policy.Tool) [][]policy.Tool {
+	if len(tools) == 0 {
+		return [][]policy.Tool{nil}
+	}
+	return [][]policy.Tool{tools[1:], tools[:len(tools)-1], nil, tools}
 }

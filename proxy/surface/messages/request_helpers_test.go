@@ -19,3 +19,7 @@ func parseMessages(body []byte) (*surface.Request, error) {
 func messagesToolChoice(body []byte, kept []policy.Tool) error {
 	return checkToolChoice(assembly.NewBody(body), kept)
 }
+
+func rewriteMessages(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	return rewrite(assembly.NewBody(body), p, kept, removedAny)
+}

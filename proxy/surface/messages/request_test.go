@@ -103,7 +103,7 @@ func TestMessagesToolChoice(t *testing.T) {
 func TestRewriteMessages(t *testing.T) {
 	p := assembly.NewPrompt("=== SYSTEM CORE ===\nrules")
 	in := `{"model":"m", "system" : [{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}],"messages":[ {"role":"user","content":"u"} ],"z":1.50,"promptgate":{}}`
-	out, err := rewrite([]byte(in), p, nil, false)
+	out, err := rewriteMessages([]byte(in), p, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,16 +111,16 @@ func TestRewriteMessages(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", out, want)
 	}
 	p.ContextMessage = "=== RUNTIME CONTEXT ===\n{}"
-	out, _ = rewrite([]byte(`{"messages":[]}`), p, nil, false)
+	out, _ = rewriteMessages([]byte(`{"messages":[]}`), p, nil, false)
 	if got := gjson.GetBytes(out, "system.#.text").Raw; got != `["=== SYSTEM CORE ===\nrules","=== RUNTIME CONTEXT ===\n{}"]` {
 		t.Errorf("structured channel: %s", out)
 	}
 	in = `{"messages":[],"tools":[{"name":"f"},{"name":"gone"},{"type":"web_search_20250305","name":"web_search"}],"tool_choice":{"type":"auto"}}`
-	out, _ = rewrite([]byte(in), assembly.Prompt{}, []policy.Tool{{Name: "f"}, {Name: "web_search"}}, true)
+	out, _ = rewriteMessages([]byte(in), assembly.Prompt{}, []policy.Tool{{Name: "f"}, {Name: "web_search"}}, true)
 	if got := gjson.GetBytes(out, "tools").Raw; got != `[{"name":"f"},{"type":"web_search_20250305","name":"web_search"}]` {
 		t.Errorf("tools %s", got)
 	}
-	out, _ = rewrite([]byte(in), assembly.Prompt{}, nil, true)
+	out, _ = rewriteMessages([]byte(in), assembly.Prompt{}, nil, true)
 	if gjson.GetBytes(out, "tools").Exists() || gjson.GetBytes(out, "tool_choice").Exists() {
 		t.Errorf("empty tools kept: %s", out)
 	}
@@ -149,7 +149,7 @@ func TestMessagesMCPConnector(t *testing.T) {
 	_, err = parseMessages([]byte(`{"messages":[],"mcp_servers":{"name":"a"}}`))
 	assemblytest.WantPolicyError(t, err, "invalid_request", "mcp_servers")
 
-	out, err := rewrite([]byte(body), assembly.Prompt{}, []policy.Tool{{Name: "f"}}, true)
+	out, err := rewriteMessages([]byte(body), assembly.Prompt{}, []policy.Tool{{Name: "f"}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,10 +157,10 @@ func TestMessagesMCPConnector(t *testing.T) {
 		t.Errorf("mcp not kept: %s", out)
 	}
 	// Even a caller that reports no removal cannot let it through.
-	if out, _ = rewrite([]byte(body), assembly.Prompt{}, nil, false); gjson.GetBytes(out, "mcp_servers").Exists() {
+	if out, _ = rewriteMessages([]byte(body), assembly.Prompt{}, nil, false); gjson.GetBytes(out, "mcp_servers").Exists() {
 		t.Errorf("no removal reported: %s", out)
 	}
-	out, _ = rewrite([]byte(body), assembly.Prompt{}, []policy.Tool{{Name: "f"}, {Name: ToolMCP}}, false)
+	out, _ = rewriteMessages([]byte(body), assembly.Prompt{}, []policy.Tool{{Name: "f"}, {Name: ToolMCP}}, false)
 	if gjson.GetBytes(out, "mcp_servers").Raw != gjson.Get(body, "mcp_servers").Raw || gjson.GetBytes(out, "tools").Raw != gjson.Get(body, "tools").Raw {
 		t.Errorf("mcp kept: %s", out)
 	}

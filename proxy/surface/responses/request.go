@@ -149,7 +149,104 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 // The runtime context always stays in instructions: input items are stored with the conversation
 // (previous_response_id), so a per-turn context item there would pile up in later turns. Callers build p
 // without the structured channel.
-func rewrite(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+//
+// The edits are spliced into one copy of the body (rewriteSpliced); what the splice leaves (datamarking, a
+// tools array filtered to nothing, ...) is made edit by edit, on the body without its runtime context
+// (rewriteEdits). Both give the same bytes.
+func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	if !p.DatamarkToolOutput {
+		if out, ok := rewriteSpliced(b, &p, kept, removedAny); ok {
+			return out, nil
+		}
+	}
+	return rewriteEdits(b.WithoutContext(), p, kept, removedAny)
+}
+
+// The values rewriteSpliced writes straight into the new body (assembly.Splice.Own).
+const (
+	ownInstructions = iota + 1
+	ownInput
+)
+
+// rewriteSpliced makes the edits of rewriteEdits (datamarking aside) in one copy of the body: instructions
+// written where sjson would set them (in place, or appended before the closing brace), an input array that
+// loses system or developer items written again without them, the kept tools spliced over the tools array,
+// the promptgate member cut where sjson would cut it. ok is false where that would not give rewriteEdits'
+// bytes (the tools filtered to nothing, which takes tool_choice along; edits that overlap; a member sjson
+// would append otherwise), for rewriteEdits to do.
+func rewriteSpliced(b *assembly.Body, p *assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
+	body := b.Raw()
+	edits := make([]assembly.Splice, 0, 4)
+	extra := len(`,"instructions":`) + p.SystemJSONSize()
+	ins := b.Get(reqInstructions)
+	appended := !ins.Exists()
+	switch {
+	case appended:
+		at, ok := assembly.AppendedMember(body)
+		if !ok {
+			return nil, false
+		}
+		edits = append(edits, assembly.Splice{From: at, To: at, Own: ownInstructions})
+	case ins.Index > 0:
+		edits = append(edits, assembly.Splice{From: ins.Index, To: ins.Index + len(ins.Raw), Own: ownInstructions})
+	default:
+		return nil, false
+	}
+	var others []string
+	if in := b.Get(reqInput); in.IsArray() {
+		roles, err := b.Roles(reqInput)
+		if err != nil || in.Index <= 0 {
+			return nil, false
+		}
+		if len(roles.Application) > 0 { // a system or developer item goes
+			others = roles.Others
+			edits = append(edits, assembly.Splice{From: in.Index, To: in.Index + len(in.Raw), Own: ownInput})
+			extra += len(in.Raw)
+		}
+	}
+	if removedAny {
+		if arr := b.Get(reqTools); arr.IsArray() {
+			tools, n := assembly.KeptTools(arr, kept, toolName)
+			if n == 0 || arr.Index <= 0 {
+				return nil, false // the array goes, with tool_choice: edit by edit
+			}
+			edits = append(edits, assembly.Splice{From: arr.Index, To: arr.Index + len(arr.Raw), With: tools})
+		}
+	}
+	if ext := b.Get(assembly.PathExtension); ext.Exists() {
+		e, ok := assembly.Deletion(body, ext, appended)
+		if !ok {
+			return nil, false
+		}
+		edits = append(edits, e)
+	}
+	return assembly.Spliced(body, edits, extra, func(dst []byte, e assembly.Splice) []byte {
+		if e.Own == ownInput {
+			dst = append(dst, '[')
+			for i, item := range others {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = append(dst, item...)
+			}
+			return append(dst, ']')
+		}
+		if appended {
+			dst = append(dst, `,"instructions":`...)
+		}
+		return p.AppendSystemJSON(dst)
+	})
+}
+
+// toolName is the name a tools entry is governed by, and whether it is a built-in tool, whose entries of one
+// type are shared (assembly.FilterTools).
+func toolName(v gjson.Result) (string, bool) {
+	t, builtin := responsesTool(v)
+	return t.Name, builtin
+}
+
+// rewriteEdits applies the edits of rewrite one after the other with sjson, each copying the body.
+func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	// The layered prompt is escaped from its pieces straight into the value (no joined copy of it).
 	out, err := sjson.SetRawBytes(body, reqInstructions, p.AppendSystemJSON(make([]byte, 0, p.SystemJSONSize())))
 	if err != nil {
@@ -181,11 +278,7 @@ func rewrite(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool
 		}
 	}
 	if removedAny {
-		name := func(v gjson.Result) (string, bool) {
-			t, builtin := responsesTool(v)
-			return t.Name, builtin
-		}
-		if out, err = assembly.FilterTools(out, reqTools, kept, name, reqToolChoice); err != nil {
+		if out, err = assembly.FilterTools(out, reqTools, kept, toolName, reqToolChoice); err != nil {
 			return nil, err
 		}
 	}

@@ -19,3 +19,7 @@ func parseResponses(body []byte) (*surface.Request, error) {
 func responsesToolChoice(body []byte, kept []policy.Tool) error {
 	return checkToolChoice(assembly.NewBody(body), kept)
 }
+
+func rewriteResponses(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	return rewrite(assembly.NewBody(body), p, kept, removedAny)
+}

@@ -97,7 +97,7 @@ func TestRewriteResponses(t *testing.T) {
 	p := assembly.NewPrompt("=== SYSTEM CORE ===\nrules")
 	t.Run("keeps every other byte", func(t *testing.T) {
 		in := `{"model":"m", "input" : [ {"role":"developer","content":"d"}, {"role":"user","content":"u", "x":1.50} ],"instructions":"old","previous_response_id":"resp_1","z":{"k":[1, 2]},"promptgate":{"user":"u"}}`
-		out, err := rewrite([]byte(in), p, nil, false)
+		out, err := rewriteResponses([]byte(in), p, nil, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,21 +107,21 @@ func TestRewriteResponses(t *testing.T) {
 		}
 	})
 	t.Run("string input and no instructions", func(t *testing.T) {
-		out, err := rewrite([]byte(`{"model":"m","input":"hi"}`), p, nil, false)
+		out, err := rewriteResponses([]byte(`{"model":"m","input":"hi"}`), p, nil, false)
 		if err != nil || string(out) != `{"model":"m","input":"hi","instructions":"=== SYSTEM CORE ===\nrules"}` {
 			t.Errorf("%s %v", out, err)
 		}
 	})
 	t.Run("input without system items is not rewritten", func(t *testing.T) {
 		in := `{"input":[ {"role":"user","content":"u"} ]}`
-		out, _ := rewrite([]byte(in), p, nil, false)
+		out, _ := rewriteResponses([]byte(in), p, nil, false)
 		if !strings.Contains(string(out), `"input":[ {"role":"user","content":"u"} ]`) {
 			t.Errorf("%s", out)
 		}
 	})
 	t.Run("filters tools; built-in entries of a kept type all stay", func(t *testing.T) {
 		in := `{"tools":[{"type":"function","name":"f"},{"type":"function","name":"gone"},{"type":"mcp","server_label":"a"},{"type":"function","name":"f","description":"dup"},{"type":"mcp","server_label":"b"},{"type":"file_search"}],"tool_choice":"auto"}`
-		out, err := rewrite([]byte(in), p, []policy.Tool{{Name: "f"}, {Name: "mcp"}}, true)
+		out, err := rewriteResponses([]byte(in), p, []policy.Tool{{Name: "f"}, {Name: "mcp"}}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func TestRewriteResponses(t *testing.T) {
 		if gjson.GetBytes(out, "tool_choice").String() != "auto" {
 			t.Errorf("tool_choice lost: %s", out)
 		}
-		out, _ = rewrite([]byte(in), p, nil, true)
+		out, _ = rewriteResponses([]byte(in), p, nil, true)
 		if gjson.GetBytes(out, "tools").Exists() || gjson.GetBytes(out, "tool_choice").Exists() {
 			t.Errorf("empty tools kept: %s", out)
 		}

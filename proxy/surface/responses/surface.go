@@ -59,10 +59,11 @@ func (*Surface) CheckToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return checkToolChoice(b, kept)
 }
 
-// Rewrite rewrites a copy of the body whose promptgate value is cut down to 0 (see Body.WithoutContext), so
-// that the edits, each reading the body again, do not read past the runtime context.
+// Rewrite splices the edits into one copy of the body, or, where it cannot, edits a copy whose promptgate
+// value is cut down to 0 (see Body.WithoutContext), so that the edits, each reading the body again, do not
+// read past the runtime context.
 func (*Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	return rewrite(b.WithoutContext(), p, kept, removedAny)
+	return rewrite(b, p, kept, removedAny)
 }
 
 // Continue answers, at the front of the input, every call that this instance blocked in the response the

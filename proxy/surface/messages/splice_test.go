@@ -1,0 +1,177 @@
+package messages
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+)
+
+// sameAsEdits runs body through rewrite (on a Body walked or made from the validation's record, as the
+// pipeline makes it), the splice alone and the edit-by-edit rewrite (on the body without its runtime
+// context, as rewrite falls back to it, and on the body itself), and fails unless all that answer give the
+// same bytes, or the same error. spliced tells whether rewrite's answer is the splice's.
+func sameAsEdits(t *testing.T, body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) (out []byte, spliced bool) {
+	t.Helper()
+	out, err := rewriteMessages(body, p, kept, removed)
+	ref, refErr := rewriteEdits(assembly.NewBody(body).WithoutContext(), p, kept, removed)
+	raw, rawErr := rewriteEdits(body, p, kept, removed)
+	if errText(err) != errText(refErr) || errText(rawErr) != errText(refErr) {
+		t.Fatalf("%s: errors differ: rewrite %v, edit by edit %v, on the whole body %v", body, err, refErr, rawErr)
+	}
+	if !bytes.Equal(out, ref) || !bytes.Equal(raw, ref) {
+		t.Fatalf("%s: bodies differ:\n rewrite      %s\n edit by edit %s\n whole body   %s", body, out, ref, raw)
+	}
+	var m jsoncheck.Members
+	if jsoncheck.ObjectMembers(body, jsoncheck.Limits{}, assembly.PathExtension, &m) == nil {
+		of, err := rewrite(assembly.NewBodyOf(body, &m), p, kept, removed)
+		if errText(err) != errText(refErr) || !bytes.Equal(of, ref) {
+			t.Fatalf("%s: on the validation's record: %v\n rewrite      %s\n edit by edit %s", body, err, of, ref)
+		}
+	}
+	marked := p.DatamarkToolOutput
+	if marked { // the splice does not datamark: it must give the bytes of the edits without it
+		p.DatamarkToolOutput = false
+		if ref, refErr = rewriteEdits(assembly.NewBody(body).WithoutContext(), p, kept, removed); refErr != nil {
+			return out, false
+		}
+	}
+	sp, spliced := rewriteSpliced(assembly.NewBody(body), &p, kept, removed)
+	if spliced && !bytes.Equal(sp, ref) {
+		t.Fatalf("%s: the splice differs from the edits:\n splice       %s\n edit by edit %s", body, sp, ref)
+	}
+	return out, spliced && !marked
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// spliceSeeds are bodies for the splice: system absent or not, promptgate first, in the middle, last, with
+// mcp_servers and tools, whitespace and escapes around keys, the body wrapped in whitespace.
+var spliceSeeds = []string{
+	`{"model":"m","messages":[{"role":"user","content":"hi"}],"promptgate":{"user":"u"}}`,
+	`{"promptgate":{"context":{"a":"}\""}},"system":"s","messages":[]}`,
+	`{"system":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"promptgate":{},"messages":[],"tools":[{"name":"f"},{"name":"g"}]}`,
+	`{"messages":[],"tools":[{"name":"f"},{"name":"g"},{"name":"f"}],"tool_choice":{"type":"auto"},"promptgate":{}}`,
+	`{"messages":[],"mcp_servers":[{"type":"url","url":"https://x","name":"a"}],"tools":[{"name":"f"},{"type":"mcp_toolset","mcp_server_name":"a"}],"promptgate":{"user":"u"}}`,
+	`{"mcp_servers":[{"name":"a"}],"promptgate":{},"messages":[],"system":"s"}`,
+	`{"messages":[],"mcp_servers":[{"name":"a"}],"promptgate":{}}`,
+	`{"messages":[],"mcp_servers":[],"tools":[{"type":"mcp_toolset","mcp_server_name":"a"},{"name":"f"}]}`,
+	"{ \"syst\\u0065m\" :\t\"s\" ,\n \"promptg\\u0061te\"\t:\t{\"context\":{\"a\":\"\\\"}\"}} , \"a\\\"b\":1,\"messages\":[ ] }",
+	" {\"messages\":[],\"promptgate\":{}} \n",
+	`{"messages":[],"tools":[{"type":"web_search_20250305","name":"web_search"},{"name":"f"}],"promptgate":{} ,"z":[1,2]}`,
+	`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"a b"}]}],"system":"x","promptgate":{}}`,
+}
+
+// TestRewriteSplicedFallbacks: the splice answers in the common case and leaves to the edit-by-edit rewrite
+// each case it does not make (datamarking, the tools filtered to nothing, edits that overlap, a member sjson
+// would append other than before the closing brace), and rewrite's bytes are the edits' every time.
+func TestRewriteSplicedFallbacks(t *testing.T) {
+	t.Parallel()
+	f, g := policy.Tool{Name: "f"}, policy.Tool{Name: "g"}
+	structured := assembly.NewPrompt("=== SYSTEM CORE ===\n\"x\"")
+	structured.ContextMessage = "ctx"
+	marked := assembly.NewPrompt("core")
+	marked.DatamarkToolOutput = true
+	for _, c := range []struct {
+		name    string
+		body    string
+		p       assembly.Prompt
+		kept    []policy.Tool
+		removed bool
+		spliced bool
+	}{
+		{"system set, promptgate first", `{"promptgate":{"user":"u"},"system":"s","messages":[]}`, assembly.Prompt{}, nil, false, true},
+		{"system set, promptgate in the middle", `{"system":"s","promptgate":{},"messages":[]}`, structured, nil, false, true},
+		{"system set, promptgate last", `{"system":"s" , "messages":[] ,"promptgate" : {} }`, structured, nil, false, true},
+		{"system appended", `{"messages":[],"promptgate":{}}`, structured, nil, false, true},
+		{"tools filtered", `{"system":"s","messages":[],"tools":[{"name":"f"},{"name":"g"}],"tool_choice":{"type":"auto"}}`, assembly.Prompt{}, []policy.Tool{g}, true, true},
+		{"mcp_servers cut", `{"messages":[],"mcp_servers":[{"name":"a"}],"system":"s"}`, assembly.Prompt{}, []policy.Tool{f}, false, true},
+		{"mcp_servers kept", `{"messages":[],"mcp_servers":[{"name":"a"}],"system":"s"}`, assembly.Prompt{}, []policy.Tool{{Name: ToolMCP}}, false, true},
+
+		{"datamarking", `{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"a b"}]}],"system":"s"}`, marked, nil, false, false},
+		{"tools filtered to nothing", `{"system":"s","messages":[],"tools":[{"name":"f"}],"tool_choice":{"type":"any"},"promptgate":{}}`, assembly.Prompt{}, nil, true, false},
+		{"cuts that overlap", `{"mcp_servers":[{"name":"a"}],"promptgate":{},"messages":[],"system":"s"}`, assembly.Prompt{}, nil, false, false},
+		{"system appended after whitespace", " {\"messages\":[],\"promptgate\":{}}\n", assembly.Prompt{}, nil, false, false},
+		{"system appended to an empty object", `{ }`, assembly.Prompt{}, nil, false, false},
+		{"system appended, promptgate the only member", `{"promptgate":{"user":"u"} }`, assembly.Prompt{}, nil, false, false},
+	} {
+		out, spliced := sameAsEdits(t, []byte(c.body), c.p, c.kept, c.removed)
+		if spliced != c.spliced {
+			t.Errorf("%s: spliced %v, want %v", c.name, spliced, c.spliced)
+		}
+		if gjson.GetBytes(out, assembly.PathExtension).Exists() || !gjson.ValidBytes(out) || c.p.DatamarkToolOutput != bytes.Contains(out, []byte("aˆb")) {
+			t.Errorf("%s: %s", c.name, out)
+		}
+	}
+}
+
+// TestRewriteSpliceSameBytes checks that rewrite gives the very bytes of the edit-by-edit rewrite, whatever
+// the members' order, the whitespace around them, which tools go, and the channel.
+func TestRewriteSpliceSameBytes(t *testing.T) {
+	t.Parallel()
+	members := map[string]string{
+		"model":       `"claude"`,
+		"system":      `[{"type":"text","text":"be kind","cache_control":{"type":"ephemeral"}}]`,
+		"messages":    `[{"role":"user","content":"hi"} , {"role":"assistant","content":"yo"}]`,
+		"tools":       `[{"name":"a"},{"type":"mcp_toolset","mcp_server_name":"s"},{"name":"b"},{"name":"a"}]`,
+		"mcp_servers": `[{"type":"url","url":"https://x","name":"s"}]`,
+		"promptgate":  `{"user":"u","context":{"k":"v"}}`,
+		"tool_choice": `{"type":"auto"}`,
+	}
+	orders := [][]string{
+		{"model", "system", "messages", "tools", "mcp_servers", "promptgate", "tool_choice"},
+		{"promptgate", "messages", "tools", "system"},
+		{"messages", "promptgate"},
+		{"promptgate", "messages"},
+		{"tools", "promptgate", "mcp_servers", "messages"},
+		{"mcp_servers", "promptgate", "messages", "system"},
+		{"messages", "mcp_servers", "promptgate"},
+		{"system", "messages", "mcp_servers"},
+		{"messages", "model"},
+	}
+	seps := []struct{ open, sep, colon, close string }{
+		{"{", ",", ":", "}"},
+		{"{ ", " , ", " : ", " }"},
+		{"{\n  ", ",\n  ", ": ", "\n}"},
+		{"\t{\t", "\t,\r\n", "\t:\t", "\t}\t"},
+	}
+	keptSets := [][]policy.Tool{nil, {{Name: "a"}}, {{Name: "b"}}, {{Name: "a"}, {Name: ToolMCP}}, {{Name: ToolMCP}}, {{Name: "a"}, {Name: "b"}, {Name: ToolMCP}}}
+	structured := assembly.NewPrompt("core")
+	structured.ContextMessage = "{\"ctx\":1}"
+	prompts := []assembly.Prompt{assembly.NewPrompt("=== SYSTEM CORE ===\n<b>&\"x\"\u2028"), structured}
+	n, spliced := 0, 0
+	for _, order := range orders {
+		for _, s := range seps {
+			var b strings.Builder
+			b.WriteString(s.open)
+			for i, k := range order {
+				if i > 0 {
+					b.WriteString(s.sep)
+				}
+				b.WriteString(`"` + k + `"` + s.colon + members[k])
+			}
+			b.WriteString(s.close)
+			for _, kept := range keptSets {
+				for _, removed := range []bool{false, true} {
+					for _, p := range prompts {
+						if _, ok := sameAsEdits(t, []byte(b.String()), p, kept, removed); ok {
+							spliced++
+						}
+						n++
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d cases, %d spliced", n, spliced)
+}

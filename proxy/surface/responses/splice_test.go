@@ -1,0 +1,179 @@
+package responses
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+)
+
+// sameAsEdits runs body through rewrite (on a Body walked or made from the validation's record, as the
+// pipeline makes it), the splice alone and the edit-by-edit rewrite (on the body without its runtime
+// context, as rewrite falls back to it, and on the body itself), and fails unless all that answer give the
+// same bytes, or the same error. spliced tells whether rewrite's answer is the splice's.
+func sameAsEdits(t *testing.T, body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) (out []byte, spliced bool) {
+	t.Helper()
+	out, err := rewriteResponses(body, p, kept, removed)
+	ref, refErr := rewriteEdits(assembly.NewBody(body).WithoutContext(), p, kept, removed)
+	raw, rawErr := rewriteEdits(body, p, kept, removed)
+	if errText(err) != errText(refErr) || errText(rawErr) != errText(refErr) {
+		t.Fatalf("%s: errors differ: rewrite %v, edit by edit %v, on the whole body %v", body, err, refErr, rawErr)
+	}
+	if !bytes.Equal(out, ref) || !bytes.Equal(raw, ref) {
+		t.Fatalf("%s: bodies differ:\n rewrite      %s\n edit by edit %s\n whole body   %s", body, out, ref, raw)
+	}
+	var m jsoncheck.Members
+	if jsoncheck.ObjectMembers(body, jsoncheck.Limits{}, assembly.PathExtension, &m) == nil {
+		of, err := rewrite(assembly.NewBodyOf(body, &m), p, kept, removed)
+		if errText(err) != errText(refErr) || !bytes.Equal(of, ref) {
+			t.Fatalf("%s: on the validation's record: %v\n rewrite      %s\n edit by edit %s", body, err, of, ref)
+		}
+	}
+	marked := p.DatamarkToolOutput
+	if marked { // the splice does not datamark: it must give the bytes of the edits without it
+		p.DatamarkToolOutput = false
+		if ref, refErr = rewriteEdits(assembly.NewBody(body).WithoutContext(), p, kept, removed); refErr != nil {
+			return out, false
+		}
+	}
+	sp, spliced := rewriteSpliced(assembly.NewBody(body), &p, kept, removed)
+	if spliced && !bytes.Equal(sp, ref) {
+		t.Fatalf("%s: the splice differs from the edits:\n splice       %s\n edit by edit %s", body, sp, ref)
+	}
+	return out, spliced && !marked
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// spliceSeeds are bodies for the splice: instructions absent or not, promptgate first, in the middle, last,
+// alone, system and developer input items, a string input, tools, whitespace and escapes around keys, the
+// body wrapped in whitespace.
+var spliceSeeds = []string{
+	`{"model":"m","input":[{"role":"user","content":"hi"}],"promptgate":{"user":"u"}}`,
+	`{"promptgate":{"context":{"a":"}\""}},"instructions":"i","input":"hi"}`,
+	`{"instructions":"i","promptgate":{},"input":[{"role":"system","content":"s"},{"role":"user","content":"u"},{"role":"developer","content":[{"type":"input_text","text":"d"}]}],"tools":[{"type":"function","name":"f"},{"type":"function","name":"g"}]}`,
+	`{"input":[{"role":"developer","content":"d"}],"tools":[{"type":"function","name":"f"},{"type":"mcp","server_label":"a"},{"type":"mcp","server_label":"b"},{"type":"function","name":"f"}],"tool_choice":"auto","promptgate":{}}`,
+	`{"promptgate":{"user":"u"}}`,
+	`{}`,
+	`{"input":"hi","instructions":null,"tools":[{"type":"web_search"}],"tool_choice":"required"}`,
+	"{ \"instructi\\u006fns\" :\t\"i\" ,\n \"promptg\\u0061te\"\t:\t{\"context\":{\"a\":\"\\\"}\"}} , \"a\\\"b\":1,\"inp\\u0075t\":[ {\"role\":\"system\",\"content\":\"s\"} ] }",
+	" {\"input\":[],\"promptgate\":{}} \n",
+	`{"input":[{"type":"function_call_output","call_id":"c","output":"a b"}],"instructions":"x","promptgate":{}}`,
+	`{"input":[{"role":"user","content":"u"}],"previous_response_id":"resp_1","store":true,"promptgate":{"conversation":"c"},"z":[1,{"promptgate":1}]}`,
+}
+
+// TestRewriteSplicedFallbacks: the splice answers in the common case and leaves to the edit-by-edit rewrite
+// each case it does not make (datamarking, the tools filtered to nothing, an input item that is not an object,
+// a member sjson would append other than before the closing brace), and rewrite's bytes are the edits' every
+// time.
+func TestRewriteSplicedFallbacks(t *testing.T) {
+	t.Parallel()
+	f, g := policy.Tool{Name: "f"}, policy.Tool{Name: "g"}
+	plain := assembly.NewPrompt("=== SYSTEM CORE ===\n\"x\"\u2028")
+	marked := assembly.NewPrompt("core")
+	marked.DatamarkToolOutput = true
+	tools := `"tools":[{"type":"function","name":"f"},{"type":"function","name":"g"}],"tool_choice":"auto"`
+	for _, c := range []struct {
+		name    string
+		body    string
+		p       assembly.Prompt
+		kept    []policy.Tool
+		removed bool
+		spliced bool
+	}{
+		{"instructions set, promptgate first", `{"promptgate":{"user":"u"},"instructions":"i","input":"hi"}`, plain, nil, false, true},
+		{"instructions set, promptgate in the middle", `{"instructions":"i","promptgate":{},"input":[]}`, plain, nil, false, true},
+		{"instructions set, promptgate last", `{"instructions":"i" , "input":[] ,"promptgate" : {} }`, plain, nil, false, true},
+		{"instructions appended", `{"input":[{"role":"user","content":"u"}],"promptgate":{}}`, plain, nil, false, true},
+		{"system and developer items dropped", `{"input":[{"role":"system","content":"s"},{"role":"user","content":"u"},{"role":"developer","content":"d"}]}`, plain, nil, false, true},
+		{"tools filtered", `{"input":"hi",` + tools + `}`, plain, []policy.Tool{g}, true, true},
+		{"tools kept", `{"input":"hi",` + tools + `}`, plain, []policy.Tool{f, g}, false, true},
+
+		{"datamarking", `{"input":[{"type":"function_call_output","call_id":"c","output":"a b"}],"instructions":"i"}`, marked, nil, false, false},
+		{"tools filtered to nothing", `{"input":"hi",` + tools + `,"promptgate":{}}`, plain, nil, true, false},
+		{"an input item that is not an object", `{"instructions":"i","input":[1,{"role":"system","content":"s"}]}`, plain, nil, false, false},
+		{"instructions appended after whitespace", " {\"input\":[],\"promptgate\":{}}\n", plain, nil, false, false},
+		{"instructions appended to an empty object", `{ }`, plain, nil, false, false},
+		{"instructions appended, promptgate the only member", `{"promptgate":{"user":"u"} }`, plain, nil, false, false},
+	} {
+		out, spliced := sameAsEdits(t, []byte(c.body), c.p, c.kept, c.removed)
+		if spliced != c.spliced {
+			t.Errorf("%s: spliced %v, want %v", c.name, spliced, c.spliced)
+		}
+		if gjson.GetBytes(out, assembly.PathExtension).Exists() || !gjson.ValidBytes(out) || c.p.DatamarkToolOutput != bytes.Contains(out, []byte("a\u02c6b")) {
+			t.Errorf("%s: %s", c.name, out)
+		}
+	}
+}
+
+// TestRewriteSpliceSameBytes checks that rewrite gives the very bytes of the edit-by-edit rewrite, whatever
+// the members' order, the whitespace around them, the input and which tools go.
+func TestRewriteSpliceSameBytes(t *testing.T) {
+	t.Parallel()
+	members := map[string]string{
+		"model":        `"gpt"`,
+		"instructions": `"be kind"`,
+		"input":        `[{"role":"developer","content":"d"} , {"role":"user","content":"hi"},{"role":"system","content":"s"},{"type":"function_call_output","call_id":"c","output":"o"}]`,
+		"tools":        `[{"type":"function","name":"a"},{"type":"mcp","server_label":"x"},{"type":"function","name":"b"},{"type":"mcp","server_label":"y"},{"type":"function","name":"a"}]`,
+		"promptgate":   `{"user":"u","context":{"k":"v"}}`,
+		"tool_choice":  `"auto"`,
+		"store":        `true`,
+	}
+	orders := [][]string{
+		{"model", "instructions", "input", "tools", "promptgate", "tool_choice"},
+		{"promptgate", "input", "tools", "instructions"},
+		{"input", "promptgate"},
+		{"promptgate", "input"},
+		{"promptgate"},
+		{"tools", "promptgate", "store", "input"},
+		{"instructions", "input", "store"},
+		{"input", "model"},
+	}
+	seps := []struct{ open, sep, colon, close string }{
+		{"{", ",", ":", "}"},
+		{"{ ", " , ", " : ", " }"},
+		{"{\n  ", ",\n  ", ": ", "\n}"},
+		{"\t{\t", "\t,\r\n", "\t:\t", "\t}\t"},
+	}
+	keptSets := [][]policy.Tool{nil, {{Name: "a"}}, {{Name: "b"}}, {{Name: "a"}, {Name: "mcp"}}, {{Name: "mcp"}}, {{Name: "a"}, {Name: "b"}, {Name: "mcp"}}}
+	inputs := []string{members["input"], `"hi"`, `[{"role":"user","content":"u"}]`}
+	n, spliced := 0, 0
+	for _, order := range orders {
+		for _, s := range seps {
+			for _, in := range inputs {
+				var b strings.Builder
+				b.WriteString(s.open)
+				for i, k := range order {
+					if i > 0 {
+						b.WriteString(s.sep)
+					}
+					v := members[k]
+					if k == "input" {
+						v = in
+					}
+					b.WriteString(`"` + k + `"` + s.colon + v)
+				}
+				b.WriteString(s.close)
+				for _, kept := range keptSets {
+					for _, removed := range []bool{false, true} {
+						if _, ok := sameAsEdits(t, []byte(b.String()), assembly.NewPrompt("=== SYSTEM CORE ===\n<b>&\"x\"\u2028"), kept, removed); ok {
+							spliced++
+						}
+						n++
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d cases, %d spliced", n, spliced)
+}
