@@ -30,10 +30,22 @@ func toolStream() []byte {
 	return []byte(frame(in))
 }
 
+// callStream is the bench harness's stream-tool answer in shape: text, then one call whose arguments come in
+// eight deltas, all held until the call is vetted and released together.
+func callStream() []byte {
+	in := []string{role()}
+	for i := range 20 {
+		in = append(in, text(fmt.Sprintf(" word%d", i)))
+	}
+	in = concat(in, callEvents(0, 0, "call_a", "get_weather", `{"city":"Zürich","unit":"celsius"}`, 8), []string{finish(0, "tool_calls"), done})
+	return []byte(frame(in))
+}
+
 func BenchmarkStream(b *testing.B) {
 	// One checker for every stream, as the proxy keeps one per policy version: the relay is measured.
 	relaytest.Bench(b, relaytest.Opener(NewStream, checkerFor(vet.ModeRefuse, false)),
-		relaytest.Named{Name: "text200", Data: textStream()}, relaytest.Named{Name: "tools3", Data: toolStream()})
+		relaytest.Named{Name: "text200", Data: textStream()}, relaytest.Named{Name: "tools3", Data: toolStream()},
+		relaytest.Named{Name: "call8", Data: callStream()})
 }
 
 func TestBenchStreams(t *testing.T) {
@@ -44,6 +56,9 @@ func TestBenchStreams(t *testing.T) {
 	}
 	out, _, blocked = runStream(t, string(toolStream()), checkerFor(vet.ModeRefuse, false), 0, 0)
 	got := assemble(t, out)
+	if call, _, n := runStream(t, string(callStream()), checkerFor(vet.ModeRefuse, false), 0, 0); n != 0 || len(assemble(t, call).Calls) != 1 {
+		t.Fatalf("call stream: blocked %d, %s", n, call)
+	}
 	if blocked != 1 || len(got.Calls) != 2 || got.Content[0] == "" {
 		t.Fatalf("tool stream: blocked %d, %+v", blocked, got)
 	}

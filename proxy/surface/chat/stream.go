@@ -829,7 +829,13 @@ func (s *Stream) release(ch *choiceState, p *pending) {
 		p.client = ch.next
 		ch.next++
 	}
-	for i, h := range p.Call.Held() {
+	held := p.Call.Held()
+	size := 0
+	for _, h := range held {
+		size += len(h) + 8 // room for a reindexed event's longer index
+	}
+	s.Out = slices.Grow(s.Out, size) // one allocation for the call's events, not one per doubling
+	for i, h := range held {
 		if !p.Call.Legacy && p.Meta[i] != p.client {
 			h = reindex(h, p.client)
 		}
