@@ -4,6 +4,8 @@ import (
 	"slices"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy"
 )
 
 // Splice is one edit of a body made in a single copy of it: the bytes [From, To) replaced by With, or, when
@@ -132,4 +134,31 @@ func AppendedMember(body []byte) (at int, ok bool) {
 		}
 	}
 	return 0, false
+}
+
+// SetSplice is the Splice that sets the top-level member whose value is v (gjson's result for its key on
+// body) as sjson.SetRawBytes does: over the value in place, or, when the member is absent (appended), as
+// `,"key":value` before the closing brace. own is the Splice's Own: the caller writes the value (and, when
+// appended, the `,"key":` before it). ok is false where sjson would write otherwise (see AppendedMember; a
+// value at offset 0 is not located).
+func SetSplice(body []byte, v gjson.Result, own int) (e Splice, appended, ok bool) {
+	if !v.Exists() {
+		at, ok := AppendedMember(body)
+		return Splice{From: at, To: at, Own: own}, true, ok
+	}
+	if v.Index <= 0 {
+		return Splice{}, false, false
+	}
+	return Splice{From: v.Index, To: v.Index + len(v.Raw), Own: own}, false, true
+}
+
+// ToolsSplice is the Splice that filters the tools array arr to the kept entries (KeptTools), as FilterTools
+// does when some entry stays. ok is false where FilterTools does more than replace the array (no entry
+// stays: the array goes with its companions) or the array is not located.
+func ToolsSplice(arr gjson.Result, kept []policy.Tool, name func(gjson.Result) (n string, shared bool)) (e Splice, ok bool) {
+	tools, n := KeptTools(arr, kept, name)
+	if n == 0 || arr.Index <= 0 {
+		return Splice{}, false
+	}
+	return Splice{From: arr.Index, To: arr.Index + len(arr.Raw), With: tools}, true
 }

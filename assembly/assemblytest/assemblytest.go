@@ -4,6 +4,7 @@
 package assemblytest
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -117,4 +118,55 @@ func RewriteSeeds() [][]byte {
 		[]byte(`{"system":[{"type":"text","text":"=== X ==="}],"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f"},{"type":"bash_20250124","name":"bash"}],"tool_choice":{"type":"tool","name":"f"}}`),
 		[]byte(`{"promptg\u0061te":{},"m\u0065ssages":[],"inp\u0075t":[]}`),
 	}
+}
+
+// Rewriters are a surface's three request rewrites: the one the proxy calls, the one-copy splice and the
+// edit-by-edit reference it falls back to.
+type Rewriters struct {
+	Rewrite func(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error)
+	Spliced func(b *assembly.Body, p *assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool)
+	Edits   func(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error)
+}
+
+// SameAsEdits runs body through r.Rewrite (on a Body walked, and on one made from the validation's record,
+// as the pipeline makes it), r.Spliced alone and r.Edits (on the body without its runtime context, as
+// Rewrite falls back to it, and on the body itself), and fails unless all that answer give the same bytes,
+// or the same error. spliced tells whether Rewrite's answer is the splice's.
+func SameAsEdits(t *testing.T, r Rewriters, body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) (out []byte, spliced bool) {
+	t.Helper()
+	out, err := r.Rewrite(assembly.NewBody(body), p, kept, removed)
+	ref, refErr := r.Edits(assembly.NewBody(body).WithoutContext(), p, kept, removed)
+	raw, rawErr := r.Edits(body, p, kept, removed)
+	if errText(err) != errText(refErr) || errText(rawErr) != errText(refErr) {
+		t.Fatalf("%s: errors differ: rewrite %v, edit by edit %v, on the whole body %v", body, err, refErr, rawErr)
+	}
+	if !bytes.Equal(out, ref) || !bytes.Equal(raw, ref) {
+		t.Fatalf("%s: bodies differ:\n rewrite      %s\n edit by edit %s\n whole body   %s", body, out, ref, raw)
+	}
+	var m jsoncheck.Members
+	if jsoncheck.ObjectMembers(body, jsoncheck.Limits{}, assembly.PathExtension, &m) == nil {
+		of, err := r.Rewrite(assembly.NewBodyOf(body, &m), p, kept, removed)
+		if errText(err) != errText(refErr) || !bytes.Equal(of, ref) {
+			t.Fatalf("%s: on the validation's record: %v\n rewrite      %s\n edit by edit %s", body, err, of, ref)
+		}
+	}
+	marked := p.DatamarkToolOutput
+	if marked { // the splice does not datamark: it must give the bytes of the edits without it
+		p.DatamarkToolOutput = false
+		if ref, refErr = r.Edits(assembly.NewBody(body).WithoutContext(), p, kept, removed); refErr != nil {
+			return out, false
+		}
+	}
+	sp, spliced := r.Spliced(assembly.NewBody(body), &p, kept, removed)
+	if spliced && !bytes.Equal(sp, ref) {
+		t.Fatalf("%s: the splice differs from the edits:\n splice       %s\n edit by edit %s", body, sp, ref)
+	}
+	return out, spliced && !marked
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

@@ -260,28 +260,17 @@ func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny
 func rewriteSpliced(b *assembly.Body, p *assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
 	body := b.Raw()
 	edits := make([]assembly.Splice, 0, 4)
-	sys := b.Get(reqSystem)
-	appended := !sys.Exists()
-	switch {
-	case appended:
-		at, ok := assembly.AppendedMember(body)
-		if !ok {
-			return nil, false
-		}
-		edits = append(edits, assembly.Splice{From: at, To: at, Own: 1})
-	case sys.Index > 0:
-		edits = append(edits, assembly.Splice{From: sys.Index, To: sys.Index + len(sys.Raw), Own: 1})
-	default:
+	set, appended, ok := assembly.SetSplice(body, b.Get(reqSystem), 1)
+	if !ok {
 		return nil, false
 	}
-	if removedAny {
-		if arr := b.Get(reqTools); arr.IsArray() {
-			tools, n := assembly.KeptTools(arr, kept, toolName)
-			if n == 0 || arr.Index <= 0 {
-				return nil, false // the array goes, with tool_choice: edit by edit
-			}
-			edits = append(edits, assembly.Splice{From: arr.Index, To: arr.Index + len(arr.Raw), With: tools})
+	edits = append(edits, set)
+	if arr := b.Get(reqTools); removedAny && arr.IsArray() {
+		e, ok := assembly.ToolsSplice(arr, kept, toolName)
+		if !ok {
+			return nil, false // the array goes, with tool_choice: edit by edit
 		}
+		edits = append(edits, e)
 	}
 	dels := make([]gjson.Result, 0, 2)
 	if srv := b.Get(reqMCPServers); srv.IsArray() && len(srv.Array()) > 0 && !slices.ContainsFunc(kept, isMCP) {

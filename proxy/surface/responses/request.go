@@ -178,20 +178,11 @@ func rewriteSpliced(b *assembly.Body, p *assembly.Prompt, kept []policy.Tool, re
 	body := b.Raw()
 	edits := make([]assembly.Splice, 0, 4)
 	extra := len(`,"instructions":`) + p.SystemJSONSize()
-	ins := b.Get(reqInstructions)
-	appended := !ins.Exists()
-	switch {
-	case appended:
-		at, ok := assembly.AppendedMember(body)
-		if !ok {
-			return nil, false
-		}
-		edits = append(edits, assembly.Splice{From: at, To: at, Own: ownInstructions})
-	case ins.Index > 0:
-		edits = append(edits, assembly.Splice{From: ins.Index, To: ins.Index + len(ins.Raw), Own: ownInstructions})
-	default:
+	set, appended, ok := assembly.SetSplice(body, b.Get(reqInstructions), ownInstructions)
+	if !ok {
 		return nil, false
 	}
+	edits = append(edits, set)
 	var others []string
 	if in := b.Get(reqInput); in.IsArray() {
 		roles, err := b.Roles(reqInput)
@@ -204,14 +195,12 @@ func rewriteSpliced(b *assembly.Body, p *assembly.Prompt, kept []policy.Tool, re
 			extra += len(in.Raw)
 		}
 	}
-	if removedAny {
-		if arr := b.Get(reqTools); arr.IsArray() {
-			tools, n := assembly.KeptTools(arr, kept, toolName)
-			if n == 0 || arr.Index <= 0 {
-				return nil, false // the array goes, with tool_choice: edit by edit
-			}
-			edits = append(edits, assembly.Splice{From: arr.Index, To: arr.Index + len(arr.Raw), With: tools})
+	if arr := b.Get(reqTools); removedAny && arr.IsArray() {
+		e, ok := assembly.ToolsSplice(arr, kept, toolName)
+		if !ok {
+			return nil, false // the array goes, with tool_choice: edit by edit
 		}
+		edits = append(edits, e)
 	}
 	if ext := b.Get(assembly.PathExtension); ext.Exists() {
 		e, ok := assembly.Deletion(body, ext, appended)

@@ -8,51 +8,14 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/assembly/assemblytest"
 	"github.com/promptgate/promptgate/policy"
-	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
-// sameAsEdits runs body through rewrite (on a Body walked or made from the validation's record, as the
-// pipeline makes it), the splice alone and the edit-by-edit rewrite (on the body without its runtime
-// context, as rewrite falls back to it, and on the body itself), and fails unless all that answer give the
-// same bytes, or the same error. spliced tells whether rewrite's answer is the splice's.
+// sameAsEdits is assemblytest.SameAsEdits of this surface's rewrites.
 func sameAsEdits(t *testing.T, body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) (out []byte, spliced bool) {
 	t.Helper()
-	out, err := rewriteResponses(body, p, kept, removed)
-	ref, refErr := rewriteEdits(assembly.NewBody(body).WithoutContext(), p, kept, removed)
-	raw, rawErr := rewriteEdits(body, p, kept, removed)
-	if errText(err) != errText(refErr) || errText(rawErr) != errText(refErr) {
-		t.Fatalf("%s: errors differ: rewrite %v, edit by edit %v, on the whole body %v", body, err, refErr, rawErr)
-	}
-	if !bytes.Equal(out, ref) || !bytes.Equal(raw, ref) {
-		t.Fatalf("%s: bodies differ:\n rewrite      %s\n edit by edit %s\n whole body   %s", body, out, ref, raw)
-	}
-	var m jsoncheck.Members
-	if jsoncheck.ObjectMembers(body, jsoncheck.Limits{}, assembly.PathExtension, &m) == nil {
-		of, err := rewrite(assembly.NewBodyOf(body, &m), p, kept, removed)
-		if errText(err) != errText(refErr) || !bytes.Equal(of, ref) {
-			t.Fatalf("%s: on the validation's record: %v\n rewrite      %s\n edit by edit %s", body, err, of, ref)
-		}
-	}
-	marked := p.DatamarkToolOutput
-	if marked { // the splice does not datamark: it must give the bytes of the edits without it
-		p.DatamarkToolOutput = false
-		if ref, refErr = rewriteEdits(assembly.NewBody(body).WithoutContext(), p, kept, removed); refErr != nil {
-			return out, false
-		}
-	}
-	sp, spliced := rewriteSpliced(assembly.NewBody(body), &p, kept, removed)
-	if spliced && !bytes.Equal(sp, ref) {
-		t.Fatalf("%s: the splice differs from the edits:\n splice       %s\n edit by edit %s", body, sp, ref)
-	}
-	return out, spliced && !marked
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
+	return assemblytest.SameAsEdits(t, assemblytest.Rewriters{Rewrite: rewrite, Spliced: rewriteSpliced, Edits: rewriteEdits}, body, p, kept, removed)
 }
 
 // spliceSeeds are bodies for the splice: instructions absent or not, promptgate first, in the middle, last,
