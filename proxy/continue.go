@@ -64,7 +64,7 @@ func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
 		}
 		sp.Int("http.response.status_code", resp.StatusCode)
 		sp.End()
-		s.opt.Metrics.Upstream(x.prep.Surface.Name(), time.Since(start))
+		x.metrics.Upstream(time.Since(start))
 		s.maskKeys(resp)
 		if err := nextAnswer(resp, stream); err != nil {
 			_ = resp.Body.Close()

@@ -3,6 +3,10 @@ package proxy
 import (
 	"bytes"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -42,4 +46,35 @@ func noTime(groups []string, a slog.Attr) slog.Attr {
 		return slog.Attr{}
 	}
 	return a
+}
+
+// RequestID keeps a well-formed client id and makes a fresh one for a missing or malformed one: the prefix and
+// 24 hex digits, never the same twice.
+func TestRequestID(t *testing.T) {
+	ask := func(id string) string {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+		if id != "" {
+			r.Header.Set(HeaderRequestID, id)
+		}
+		return RequestID(r, "pg-")
+	}
+	for _, id := range []string{"abc", "trace-1.2:3_x", strings.Repeat("a", 128)} {
+		if got := ask(id); got != id {
+			t.Errorf("client id %q: got %q, want it kept", id, got)
+		}
+	}
+	made := regexp.MustCompile(`^pg-[0-9a-f]{24}$`)
+	seen := map[string]bool{}
+	for _, id := range []string{"", strings.Repeat("a", 129), "a b", "id\x00", "<script>", "é", "a/b"} {
+		for range 500 {
+			got := ask(id)
+			if !made.MatchString(got) {
+				t.Fatalf("client id %q: got %q, want a made id", id, got)
+			}
+			if seen[got] {
+				t.Fatalf("made id %q twice", got)
+			}
+			seen[got] = true
+		}
+	}
 }

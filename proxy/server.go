@@ -9,12 +9,13 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"mime"
 	"net/http"
 	"net/http/httputil"
@@ -138,6 +139,8 @@ type exchange struct {
 	// policy vets the calls of the answer.
 	policy vet.Policy
 	trace  exchangeTrace
+	// metrics are the route's histograms (nil without metrics).
+	metrics *metrics.Route
 	// ctx is the client's request's context: a next round of a continued answer goes upstream under it (the
 	// first round's request context ends with that round's body).
 	ctx context.Context
@@ -244,7 +247,8 @@ func New(o Options) (*Server, error) {
 	})
 	mux.HandleFunc("GET "+PathReadyz, s.readyz)
 	for _, sf := range o.Engine.surfaces {
-		mux.HandleFunc("POST "+sf.Path(), func(w http.ResponseWriter, r *http.Request) { s.rewrite(w, r, sf) })
+		rm := o.Metrics.Route(sf.Name())
+		mux.HandleFunc("POST "+sf.Path(), func(w http.ResponseWriter, r *http.Request) { s.rewrite(w, r, sf, rm) })
 	}
 	mux.HandleFunc("/v1/", s.pass)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -262,7 +266,7 @@ const statusClientGone = 499
 // reading of the body to limits.bodyReadTimeout, routes the request, and records its outcome in the metrics
 // and the server span.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id := requestID(r)
+	id := RequestID(r, "pg-")
 	w.Header().Set(HeaderRequestID, id)
 	sw := &statusWriter{ResponseWriter: w}
 	ctx, span := s.startRequestSpan(r, id)
@@ -470,7 +474,7 @@ func (s *Server) routeOf(r *http.Request) surface.Surface {
 // the pipeline prepares it (Engine.prepare); its decisions go to the response headers, the decision log and the
 // metrics; the surface starts the response side; the prepared body goes upstream (rewriteRequest) and the
 // answer comes back through the response side (vetResponse).
-func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surface) {
+func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surface, rm *metrics.Route) {
 	start := time.Now()
 	in := inflightOf(r.Context())
 	id := in.id
@@ -494,8 +498,9 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 		return
 	}
 	s.announce(r.Context(), w.Header(), id, log, prep)
-	s.opt.Metrics.Overhead(sf.Name(), time.Since(start))
+	rm.Overhead(time.Since(start))
 	in.x = s.begin(id, log, body, prep)
+	in.x.metrics = rm
 	in.x.ctx = r.Context()
 	s.rewritten.ServeHTTP(w, r)
 }
@@ -741,7 +746,7 @@ func (s *Server) vetResponse(resp *http.Response) error {
 		return errors.New("proxy: response without its exchange")
 	}
 	ctx := resp.Request.Context()
-	s.opt.Metrics.Upstream(x.prep.Surface.Name(), time.Since(x.sent))
+	x.metrics.Upstream(time.Since(x.sent))
 	x.trace.upstreamDone(resp.StatusCode)
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode >= 400 {
@@ -908,14 +913,18 @@ func (h lazyAttr) WithGroup(name string) slog.Handler {
 	return h.next.WithAttrs([]slog.Attr{h.attr}).WithGroup(name)
 }
 
-// requestID takes a well-formed client X-Request-Id, else makes one.
-func requestID(r *http.Request) string {
+// RequestID takes a well-formed client X-Request-Id (at most 128 letters, digits and -_.:), else makes one:
+// prefix and 24 hex digits from the runtime's random source (math/rand/v2: ChaCha8 seeded by the OS, no system
+// call). An id must be unique, not secret: a client may choose its own.
+func RequestID(r *http.Request, prefix string) string {
 	if v := r.Header.Get(HeaderRequestID); v != "" && len(v) <= 128 && strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:") == "" {
 		return v
 	}
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "pg-" + hex.EncodeToString(b[:])
+	var raw [12]byte
+	binary.LittleEndian.PutUint64(raw[:8], rand.Uint64())
+	binary.LittleEndian.PutUint32(raw[8:], rand.Uint32())
+	var buf [64]byte
+	return string(hex.AppendEncode(append(buf[:0], prefix...), raw[:]))
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {

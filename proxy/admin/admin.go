@@ -26,10 +26,8 @@ package admin
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -204,7 +202,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	setSecurityHeaders(h)
-	id := requestID(r)
+	id := proxy.RequestID(r, "adm-")
 	h.Set(proxy.HeaderRequestID, id)
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 
@@ -310,16 +308,6 @@ func tokenInQuery(raw string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// requestID takes a well-formed client X-Request-Id, else makes one.
-func requestID(r *http.Request) string {
-	if v := r.Header.Get(proxy.HeaderRequestID); v != "" && len(v) <= 128 && strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:") == "" {
-		return v
-	}
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "adm-" + hex.EncodeToString(b[:])
 }
 
 // --- errors ---

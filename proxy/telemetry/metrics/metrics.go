@@ -135,17 +135,29 @@ func (m *Metrics) Request(protocol, route string, status int) {
 	m.requests.WithLabelValues(protocol, route, strconv.Itoa(status)).Inc()
 }
 
+// Route is one rewritten route's histograms, their labels resolved once: a request observes them without
+// looking its route up. A nil *Route records nothing.
+type Route struct{ overhead, upstream prometheus.Observer }
+
+// Route resolves the histograms of one route (nil when m is nil). Call it once per route, not per request.
+func (m *Metrics) Route(route string) *Route {
+	if m == nil {
+		return nil
+	}
+	return &Route{overhead: m.overhead.WithLabelValues(route), upstream: m.upstream.WithLabelValues(route)}
+}
+
 // Overhead observes promptgate's own time for one request.
-func (m *Metrics) Overhead(route string, d time.Duration) {
-	if m != nil {
-		m.overhead.WithLabelValues(route).Observe(d.Seconds())
+func (r *Route) Overhead(d time.Duration) {
+	if r != nil {
+		r.overhead.Observe(d.Seconds())
 	}
 }
 
 // Upstream observes the upstream's time to response headers.
-func (m *Metrics) Upstream(route string, d time.Duration) {
-	if m != nil {
-		m.upstream.WithLabelValues(route).Observe(d.Seconds())
+func (r *Route) Upstream(d time.Duration) {
+	if r != nil {
+		r.upstream.Observe(d.Seconds())
 	}
 }
 
