@@ -450,8 +450,9 @@ func TestHistogramQuantiles(t *testing.T) {
 // metricsWith observes each sample as the proxy's overhead, and returns the histogram's series.
 func metricsWith(t *testing.T, samples []float64) []*dto.Metric {
 	m := metrics.New(nil)
+	route := m.Route("chat")
 	for _, s := range samples {
-		m.Overhead("chat", time.Duration(s*float64(time.Second)))
+		route.Overhead(time.Duration(s*float64(time.Second)))
 	}
 	mfs, err := m.Registry().Gather()
 	if err != nil {
