@@ -452,7 +452,7 @@ func metricsWith(t *testing.T, samples []float64) []*dto.Metric {
 	m := metrics.New(nil)
 	route := m.Route("chat")
 	for _, s := range samples {
-		route.Overhead(time.Duration(s*float64(time.Second)))
+		route.Overhead(time.Duration(s * float64(time.Second)))
 	}
 	mfs, err := m.Registry().Gather()
 	if err != nil {
