@@ -499,8 +499,7 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 	}
 	s.announce(r.Context(), w.Header(), id, log, prep)
 	rm.Overhead(time.Since(start))
-	in.x = s.begin(id, log, body, prep)
-	in.x.metrics = rm
+	in.x = s.begin(id, log, body, prep, rm)
 	in.x.ctx = r.Context()
 	s.rewritten.ServeHTTP(w, r)
 }
@@ -538,8 +537,9 @@ func (s *Server) announce(ctx context.Context, h http.Header, id string, log *sl
 	}
 }
 
-// begin starts the response side of a prepared request: its tool-call policy and the surface's exchange.
-func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepared) *exchange {
+// begin starts the response side of a prepared request: its tool-call policy, the surface's exchange and the
+// route's histograms (rm).
+func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepared, rm *metrics.Route) *exchange {
 	pol, err := prep.Policy(s.limits.MaxJSONDepth)
 	if err != nil {
 		// Validated when the protocol was stored; if it still fails, no call may pass.
@@ -548,7 +548,7 @@ func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepare
 	if prep.Flow != nil {
 		pol.Judge = newFlowJudge(prep.Flow, len(client))
 	}
-	x := &exchange{id: id, prep: prep, log: log, policy: pol}
+	x := &exchange{id: id, prep: prep, log: log, policy: pol, metrics: rm}
 	x.ex = prep.Surface.Begin(surface.Start{Client: client, Upstream: prep.Body, Policy: pol,
 		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version, Record: prep.Flow != nil})
 	return x

@@ -265,12 +265,14 @@ func rewriteSpliced(b *assembly.Body, p *assembly.Prompt, kept []policy.Tool, re
 		return nil, false
 	}
 	edits = append(edits, set)
-	if arr := b.Get(reqTools); removedAny && arr.IsArray() {
-		e, ok := assembly.ToolsSplice(arr, kept, toolName)
-		if !ok {
-			return nil, false // the array goes, with tool_choice: edit by edit
+	if removedAny { // the tools are looked up only when some went
+		if arr := b.Get(reqTools); arr.IsArray() {
+			e, ok := assembly.ToolsSplice(arr, kept, toolName)
+			if !ok {
+				return nil, false // the array goes, with tool_choice: edit by edit
+			}
+			edits = append(edits, e)
 		}
-		edits = append(edits, e)
 	}
 	dels := make([]gjson.Result, 0, 2)
 	if srv := b.Get(reqMCPServers); srv.IsArray() && len(srv.Array()) > 0 && !slices.ContainsFunc(kept, isMCP) {

@@ -195,12 +195,14 @@ func rewriteSpliced(b *assembly.Body, p *assembly.Prompt, kept []policy.Tool, re
 			extra += len(in.Raw)
 		}
 	}
-	if arr := b.Get(reqTools); removedAny && arr.IsArray() {
-		e, ok := assembly.ToolsSplice(arr, kept, toolName)
-		if !ok {
-			return nil, false // the array goes, with tool_choice: edit by edit
+	if removedAny { // the tools are looked up only when some went
+		if arr := b.Get(reqTools); arr.IsArray() {
+			e, ok := assembly.ToolsSplice(arr, kept, toolName)
+			if !ok {
+				return nil, false // the array goes, with tool_choice: edit by edit
+			}
+			edits = append(edits, e)
 		}
-		edits = append(edits, e)
 	}
 	if ext := b.Get(assembly.PathExtension); ext.Exists() {
 		e, ok := assembly.Deletion(body, ext, appended)
