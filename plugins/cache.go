@@ -10,6 +10,7 @@ import (
 
 	"github.com/dgraph-io/ristretto/v2"
 
+	"github.com/promptgate/promptgate/plugins/internal/answer"
 	"github.com/promptgate/promptgate/plugins/sdk"
 )
 
@@ -18,12 +19,12 @@ import (
 // empty and ignores sets.
 type answerCache struct {
 	mu     sync.RWMutex
-	c      *ristretto.Cache[string, *sdk.Answer]
+	c      *ristretto.Cache[string, *answer.Answer]
 	closed bool
 }
 
 func newAnswerCache(maxBytes int64) (*answerCache, error) {
-	c, err := ristretto.NewCache(&ristretto.Config[string, *sdk.Answer]{
+	c, err := ristretto.NewCache(&ristretto.Config[string, *answer.Answer]{
 		NumCounters:        max(maxBytes/100, 1000), // ~10 counters per answer of ~1 KiB
 		MaxCost:            maxBytes,
 		BufferItems:        64,
@@ -35,7 +36,7 @@ func newAnswerCache(maxBytes int64) (*answerCache, error) {
 	return &answerCache{c: c}, nil
 }
 
-func (a *answerCache) get(key string) (*sdk.Answer, bool) {
+func (a *answerCache) get(key string) (*answer.Answer, bool) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	if a.closed {
@@ -46,7 +47,7 @@ func (a *answerCache) get(key string) (*sdk.Answer, bool) {
 
 // set stores an answer for ttl, costed at its size, and waits until a get can see it (ristretto
 // applies sets asynchronously). ristretto may still refuse it (admission policy) when full.
-func (a *answerCache) set(key string, v *sdk.Answer, ttl time.Duration) {
+func (a *answerCache) set(key string, v *answer.Answer, ttl time.Duration) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	if a.closed {

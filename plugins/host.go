@@ -21,6 +21,7 @@ import (
 
 	"github.com/promptgate/promptgate/assembly/ctxjson"
 	"github.com/promptgate/promptgate/plugins/gather"
+	"github.com/promptgate/promptgate/plugins/internal/answer"
 	"github.com/promptgate/promptgate/plugins/sdk"
 )
 
@@ -289,7 +290,7 @@ func (h *Host) Close() error {
 // outcome is what one source did for one request.
 type outcome struct {
 	ran    bool
-	answer *sdk.Answer
+	answer *answer.Answer
 	reason string // why there is no answer, for meta.skipped
 	class  string // the reason's Class constant ("" for module off)
 	cached bool   // the answer came from the cache
@@ -383,7 +384,7 @@ func request(s *slot, q gather.Query) sdk.Request {
 func (h *Host) caches(s *slot) bool { return h.cache != nil && s.cfg.CacheTTL > 0 }
 
 // hit is the source's cached answer for q, or nil.
-func (h *Host) hit(s *slot, q gather.Query) *sdk.Answer {
+func (h *Host) hit(s *slot, q gather.Query) *answer.Answer {
 	if !h.caches(s) {
 		return nil
 	}
@@ -403,7 +404,11 @@ func (h *Host) ask(ctx context.Context, s *slot, q gather.Query) outcome {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	a, err := src.Gather(cctx, req)
+	raw, err := src.Gather(cctx, req)
+	var a answer.Answer
+	if err == nil {
+		a, err = answer.Decode(raw, src.MaxAnswer())
+	}
 	if err != nil {
 		reason, class := h.reason(ctx, cctx, s, err)
 		h.log.Warn("context source skipped", "plugin", s.cfg.Name, "class", class, "reason", reason)

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/promptgate/promptgate/plugins/gather"
-	"github.com/promptgate/promptgate/plugins/sdk"
+	"github.com/promptgate/promptgate/plugins/internal/answer"
 )
 
 // span opens the span of a source's call through HostOptions.Trace; nil when the request is not traced.
@@ -17,7 +17,7 @@ func (h *Host) span(ctx context.Context) (context.Context, SourceSpan) {
 
 // tracedHit is hit inside a span of its own (promptgate.context.source) when the request is traced and
 // the answer is in the cache: the source's name. A miss leaves no span (tracedAsk makes the source's).
-func (h *Host) tracedHit(ctx context.Context, s *slot, q gather.Query) *sdk.Answer {
+func (h *Host) tracedHit(ctx context.Context, s *slot, q gather.Query) *answer.Answer {
 	a := h.hit(s, q)
 	if a == nil {
 		return nil

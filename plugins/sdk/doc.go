@@ -9,9 +9,10 @@
 //
 // The package is also the one place that holds what the host and the plugin share (the
 // go-plugin example layout): the handshake, the versioned plugin sets, the hand-written gRPC
-// service and both of its adapters, and the checks every answer must pass (DecodeAnswer). The
-// host in package plugins and the in-process test helper sdktest use the same code, so a plugin
-// that passes its sdktest tests is read the same way by the proxy.
+// service and both of its adapters. The host in package plugins and the in-process test helper
+// sdktest use the same code (and check answers with the same plugins/internal/answer), so a plugin
+// that passes its sdktest tests is read the same way by the proxy. It imports nothing of promptgate
+// but the module modes, so that a plugin's binary stays small.
 //
 // # Wire format (protocol version 1)
 //

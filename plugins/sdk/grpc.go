@@ -184,25 +184,34 @@ func (c *Client) Configure(ctx context.Context, config map[string]any) error {
 	return c.conn.Invoke(ctx, methodConfigure, wrapperspb.Bytes(b), new(emptypb.Empty))
 }
 
-// Gather asks the plugin for one request's context and checks the answer with DecodeAnswer. An
-// answer over the size cap is refused by gRPC as it arrives, from its length prefix, before it is
-// read into memory. Errors are gRPC status errors or *AnswerError.
-func (c *Client) Gather(ctx context.Context, req Request) (Answer, error) {
+// Gather asks the plugin for one request's context and returns its answer envelope as sent, for the
+// host to check (plugins/internal/answer). An answer over the size cap is refused by gRPC as it
+// arrives, from its length prefix, before it is read into memory. Errors are gRPC status errors or
+// an *AnswerError with TooLarge set.
+func (c *Client) Gather(ctx context.Context, req Request) ([]byte, error) {
 	in, err := json.Marshal(req)
 	if err != nil {
-		return Answer{}, fmt.Errorf("sdk: gather: %w", err)
+		return nil, fmt.Errorf("sdk: gather: %w", err)
 	}
-	max := c.maxAnswer
-	if max <= 0 {
-		max = DefaultMaxAnswerBytes
-	}
+	max := c.MaxAnswer()
 	out := new(wrapperspb.BytesValue)
 	err = c.conn.Invoke(ctx, methodGather, wrapperspb.Bytes(in), out, grpc.MaxCallRecvMsgSize(max+bytesValueOverhead))
 	if status.Code(err) == codes.ResourceExhausted && ctx.Err() == nil {
-		return Answer{}, &AnswerError{TooLarge: true, Max: max}
+		return nil, &AnswerError{TooLarge: true, Max: max}
 	}
 	if err != nil {
-		return Answer{}, err
+		return nil, err
 	}
-	return DecodeAnswer(out.GetValue(), max)
+	if v := out.GetValue(); len(v) <= max {
+		return v, nil
+	}
+	return nil, &AnswerError{TooLarge: true, Max: max}
+}
+
+// MaxAnswer is the cap on one answer envelope, in bytes.
+func (c *Client) MaxAnswer() int {
+	if c.maxAnswer <= 0 {
+		return DefaultMaxAnswerBytes
+	}
+	return c.maxAnswer
 }

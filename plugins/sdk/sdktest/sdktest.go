@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/promptgate/promptgate/assembly/ctxjson"
+	"github.com/promptgate/promptgate/plugins/internal/answer"
 	"github.com/promptgate/promptgate/plugins/sdk"
 )
 
@@ -77,7 +78,11 @@ func (p *Plugin) Configure(ctx context.Context, config map[string]any) error {
 // status error (the plugin's own error, or its deadline) or an *sdk.AnswerError (the answer would
 // be skipped: too large, invalid UTF-8, fields not an object, ...).
 func (p *Plugin) Gather(ctx context.Context, req sdk.Request) (Result, error) {
-	a, err := p.client.Gather(ctx, req)
+	raw, err := p.client.Gather(ctx, req)
+	if err != nil {
+		return Result{}, err
+	}
+	a, err := answer.Decode(raw, p.client.MaxAnswer())
 	if err != nil {
 		return Result{}, err
 	}
