@@ -138,22 +138,41 @@ func RawOrNil(r gjson.Result) []byte {
 	return []byte(r.Raw)
 }
 
-// ContentText is the text of a message content: a string, or the "text" of its text parts.
+// ContentText is the text of a message content (ContentParts' text).
 func ContentText(c gjson.Result) string {
 	if c.Type == gjson.String {
-		return c.String()
+		return c.Str
+	}
+	text, _ := ContentParts(c)
+	return text
+}
+
+// ContentParts reads a message content, the one reader of it for the prompt and the information-flow rules:
+// a string is all text; of an array of parts, the "text" strings of the text parts (type text, input_text,
+// output_text, or none) are the text, joined by line breaks, refusals are left out, and every other part is
+// an attachment (an image, a file, a document, a text part without a string).
+func ContentParts(c gjson.Result) (text string, attachments []gjson.Result) {
+	if c.Type == gjson.String {
+		return c.Str, nil
 	}
 	if !c.IsArray() {
-		return ""
+		return "", nil
 	}
 	var parts []string
 	c.ForEach(func(_, p gjson.Result) bool {
-		if t := p.Get("text"); t.Type == gjson.String {
-			parts = append(parts, t.String())
+		switch p.Get("type").String() {
+		case "text", "input_text", "output_text", "":
+			if t := p.Get("text"); t.Type == gjson.String {
+				parts = append(parts, t.Str)
+				return true
+			}
+		case "refusal":
+			return true
 		}
+		attachments = append(attachments, p)
 		return true
 	})
-	return strings.Join(parts, "\n")
+	return strings.Join(parts, "\n"), attachments
 }
 
 // JSONString encodes s as a JSON string without HTML escaping.

@@ -12,7 +12,6 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
@@ -34,7 +33,7 @@ func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
 		return nil
 	}
 	body, rounds := x.prep.Body, x.prep.continueRounds()
-	return func(t flow.Turn) (io.ReadCloser, error) {
+	return func(t relay.Turn) (io.ReadCloser, error) {
 		round := int(x.round.Load()) + 1
 		if round > rounds {
 			x.log.Info("continue: no round left; the refused calls' notices go to the client", "rounds", rounds)

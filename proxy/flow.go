@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/promptgate/promptgate/assembly/ctxjson"
 	"github.com/promptgate/promptgate/plugins/gather"
 	"github.com/promptgate/promptgate/policy"
@@ -37,10 +39,17 @@ func (e *Engine) analyzeFlow(_ context.Context, j *job) error {
 	if pol.Empty() {
 		return nil
 	}
-	conv, err := pol.Analyze(j.sf.Flow(), j.in.Body, flow.Options{
-		History:      j.sf.History(j.body),
-		Context:      contextTexts(j.gathered),
-		Conversation: strings.TrimSpace(j.in.Header.Get(HeaderConversation)),
+	t, err := j.sf.Transcript(j.body)
+	if err != nil {
+		return err
+	}
+	conversation := strings.TrimSpace(j.in.Header.Get(HeaderConversation))
+	if conversation == "" {
+		conversation = j.ext.Conversation
+	}
+	conv, err := pol.Analyze(t, flow.Options{
+		Context:      append(extensionText(j.ext.Context), contextTexts(j.gathered)...),
+		Conversation: conversation,
 		Confirmer:    j.in.Confirmer,
 		Codes:        confirmCodes(j.in.Header),
 	})
@@ -71,6 +80,15 @@ func confirmCodes(h map[string][]string) []string {
 		out = append(out, v)
 	}
 	return out
+}
+
+// extensionText is the text of the request's own promptgate.context (its keys and string and number values),
+// untrusted context for the flow rules; nil when there is none.
+func extensionText(raw []byte) []string {
+	if raw == nil {
+		return nil
+	}
+	return []string{flow.JSONText(gjson.ParseBytes(raw), true)}
 }
 
 // contextTexts are the gathered context's texts, one per source (its keys and string and number values,

@@ -179,7 +179,7 @@ func TestConfirmationBindingAndHeader(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{{ID: "d1", Tool: "delete_file", Args: deleteArgs}}})
 	ts, rec, _ := confirmServer(t, up.URL)
-	sf := flow.SurfaceChat
+	sf := flowtest.Chat
 	tools := []string{"web_fetch", "delete_file"}
 	convA := http.Header{HeaderConversation: {"conv-A"}}
 	_, _, b := post(t, ts, sf, flowRequest(t, sf, readThenDelete, tools, false, nil), convA)
@@ -218,7 +218,7 @@ func TestConfirmationAcrossResponsesTurns(t *testing.T) {
 		up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{{ID: "d1", Tool: "delete_file", Args: deleteArgs}}},
 			scriptedTurn{calls: []flowtest.Call{{ID: "d2", Tool: "delete_file", Args: deleteArgs}}})
 		ts, _, _ := confirmServer(t, up.URL)
-		sf := flow.SurfaceResponses
+		sf := flowtest.Responses
 		tools := []string{"web_fetch", "delete_file"}
 		_, _, b := post(t, ts, sf, flowRequest(t, sf, readThenDelete, tools, stream, nil), nil)
 		code := noticeCode(read(t, sf, stream, b).text)

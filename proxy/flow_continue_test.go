@@ -112,7 +112,7 @@ func TestContinueGetsTheTaskDone(t *testing.T) {
 				if !bytes.Contains(reqs[1], []byte(cc.evil.ID)) || !bytes.Contains(reqs[1], []byte(refusal)) {
 					t.Errorf("the second upstream request does not answer the refused call: %s", reqs[1])
 				}
-				if sf != flow.SurfaceResponses {
+				if sf != flowtest.Responses {
 					checkExtends(t, reqs[0], reqs[1], "messages", 2)
 				} else if prev, in := gjson.GetBytes(reqs[1], "previous_response_id").Str, gjson.GetBytes(reqs[1], "input"); prev != "resp_1" ||
 					len(in.Array()) != 1 || in.Get("0.type").Str != "function_call_output" || in.Get("0.call_id").Str != cc.evil.ID {
@@ -157,13 +157,13 @@ func hasEvent(evs []audit.Event, tool, kind, verdict string, round int) bool {
 }
 
 // checkSummedUsage: the usage the client ends with is both rounds' (10+20 in, 5+7 out).
-func checkSummedUsage(t *testing.T, sf flow.Surface, u gjson.Result) {
+func checkSummedUsage(t *testing.T, sf flowtest.Surface, u gjson.Result) {
 	t.Helper()
 	want := map[string]int64{"input_tokens": 30, "output_tokens": 12}
 	switch sf {
-	case flow.SurfaceChat:
+	case flowtest.Chat:
 		want = map[string]int64{"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}
-	case flow.SurfaceResponses:
+	case flowtest.Responses:
 		want["total_tokens"] = 42
 	}
 	for k, v := range want {
@@ -174,21 +174,21 @@ func checkSummedUsage(t *testing.T, sf flow.Surface, u gjson.Result) {
 }
 
 // checkOneAnswer: the client is shown one answer, numbered as one.
-func checkOneAnswer(t *testing.T, sf flow.Surface, stream bool, got shown, b []byte) {
+func checkOneAnswer(t *testing.T, sf flowtest.Surface, stream bool, got shown, b []byte) {
 	t.Helper()
 	if !stream {
-		want := map[flow.Surface]string{flow.SurfaceChat: "chatcmpl-1", flow.SurfaceMessages: "msg_1", flow.SurfaceResponses: "resp_2"}[sf]
+		want := map[flowtest.Surface]string{flowtest.Chat: "chatcmpl-1", flowtest.Messages: "msg_1", flowtest.Responses: "resp_2"}[sf]
 		if len(got.ids) != 1 || got.ids[0] != want {
 			t.Errorf("ids %v, want %s", got.ids, want)
 		}
-		if sf == flow.SurfaceChat && gjson.GetBytes(b, "created").Int() != 1001 {
+		if sf == flowtest.Chat && gjson.GetBytes(b, "created").Int() != 1001 {
 			t.Errorf("created %s, want the first round's", gjson.GetBytes(b, "created").Raw)
 		}
 		return
 	}
 	names, datas := sseData(t, b)
 	switch sf {
-	case flow.SurfaceChat:
+	case flowtest.Chat:
 		for _, id := range got.ids {
 			if id != "chatcmpl-1@1001" {
 				t.Errorf("chunk id@created %s, want the first round's on every chunk", id)
@@ -197,7 +197,7 @@ func checkOneAnswer(t *testing.T, sf flow.Surface, stream bool, got shown, b []b
 		if n := strings.Count(string(b), "data: [DONE]"); n != 1 {
 			t.Errorf("%d [DONE]", n)
 		}
-	case flow.SurfaceMessages:
+	case flowtest.Messages:
 		if len(got.ids) != 1 || got.ids[0] != "msg_1" || strings.Count(string(b), "event: message_stop") != 1 {
 			t.Errorf("message_start ids %v; message_stop %d", got.ids, strings.Count(string(b), "event: message_stop"))
 		}
@@ -210,7 +210,7 @@ func checkOneAnswer(t *testing.T, sf flow.Surface, stream bool, got shown, b []b
 				next++
 			}
 		}
-	case flow.SurfaceResponses:
+	case flowtest.Responses:
 		for i, d := range datas {
 			if seq := gjson.Get(d, "sequence_number").Int(); seq != int64(i) {
 				t.Errorf("event %d (%s) has sequence_number %d", i, names[i], seq)
@@ -333,7 +333,7 @@ func TestContinueOfficialClients(t *testing.T) {
 	t.Run("chat", func(t *testing.T) {
 		t.Parallel()
 		ts, _ := flowServer(t, script(t).URL, cc.protocol)
-		body := flowRequest(t, flow.SurfaceChat, cc.turns, cc.tools, true, nil)
+		body := flowRequest(t, flowtest.Chat, cc.turns, cc.tools, true, nil)
 		client := newClient(ts)
 		st := client.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{}, option.WithRequestBody("application/json", body))
 		acc := openai.ChatCompletionAccumulator{}
@@ -354,7 +354,7 @@ func TestContinueOfficialClients(t *testing.T) {
 	t.Run("responses", func(t *testing.T) {
 		t.Parallel()
 		ts, _ := flowServer(t, script(t).URL, cc.protocol)
-		body := flowRequest(t, flow.SurfaceResponses, cc.turns, cc.tools, true, nil)
+		body := flowRequest(t, flowtest.Responses, cc.turns, cc.tools, true, nil)
 		client := newClient(ts)
 		st := client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{}, option.WithRequestBody("application/json", body))
 		var done responses.Response
@@ -385,7 +385,7 @@ func TestContinueOfficialClients(t *testing.T) {
 	t.Run("messages", func(t *testing.T) {
 		t.Parallel()
 		ts, _ := flowServer(t, script(t).URL, cc.protocol)
-		body := flowRequest(t, flow.SurfaceMessages, cc.turns, cc.tools, true, nil)
+		body := flowRequest(t, flowtest.Messages, cc.turns, cc.tools, true, nil)
 		client := newAnthClient(ts)
 		st := client.Messages.NewStreaming(context.Background(), anthropic.MessageNewParams{}, aoption.WithRequestBody("application/json", body))
 		var msg anthropic.Message
@@ -490,7 +490,7 @@ func TestContinueTraced(t *testing.T) {
 					return http.DefaultTransport.RoundTrip(r)
 				})
 			})
-			if status, _, b := post(t, ts, flow.SurfaceChat, flowRequest(t, flow.SurfaceChat, cc.turns, cc.tools, stream, nil), nil); status != http.StatusOK {
+			if status, _, b := post(t, ts, flowtest.Chat, flowRequest(t, flowtest.Chat, cc.turns, cc.tools, stream, nil), nil); status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, b)
 			}
 			var rounds []int64

@@ -14,7 +14,6 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/policy/audit"
-	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
@@ -24,7 +23,7 @@ var agentflowsDir = filepath.Join("..", "policy", "flow", "testdata", "agentflow
 // flowCase is one variant of a scenario on one surface, stream or not.
 type flowCase struct {
 	name   string
-	sf     flow.Surface
+	sf     flowtest.Surface
 	stream bool
 	turns  []flowtest.Turn
 	calls  []flowtest.Expected

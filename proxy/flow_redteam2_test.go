@@ -87,7 +87,7 @@ func TestRedTeam2ContinueLeaks(t *testing.T) {
 						t.Errorf("shown %+v", got)
 					}
 					in := "input_tokens"
-					if sf == flow.SurfaceChat {
+					if sf == flowtest.Chat {
 						in = "prompt_tokens"
 					}
 					if n := got.usage.Get(in).Int(); n != 9 {
@@ -100,7 +100,7 @@ func TestRedTeam2ContinueLeaks(t *testing.T) {
 					refusal := "was refused by policy and was not run"
 					for i, n := range tc.answered {
 						added := bytes.Count(reqs[i+1], []byte(refusal)) - bytes.Count(reqs[i], []byte(refusal))
-						if sf == flow.SurfaceResponses {
+						if sf == flowtest.Responses {
 							// The upstream stores responses: the next request continues the last and sends only its results.
 							added = bytes.Count(reqs[i+1], []byte(refusal))
 						}
@@ -151,8 +151,8 @@ func TestRedTeam2ContinueNotAmplified(t *testing.T) {
 			t.Parallel()
 			up := newUpstream(t, twoChoices)
 			ts, _ := flowServer(t, up.URL, cc.protocol)
-			req := flowRequest(t, flow.SurfaceChat, cc.turns, cc.tools, stream, map[string]any{"n": 2})
-			status, h, b := post(t, ts, flow.SurfaceChat, req, nil)
+			req := flowRequest(t, flowtest.Chat, cc.turns, cc.tools, stream, map[string]any{"n": 2})
+			status, h, b := post(t, ts, flowtest.Chat, req, nil)
 			if status != http.StatusOK || up.count() != 1 {
 				t.Fatalf("status %d, %d upstream requests: %s", status, up.count(), b)
 			}
@@ -163,7 +163,7 @@ func TestRedTeam2ContinueNotAmplified(t *testing.T) {
 		t.Parallel()
 		up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{cc.evil}}, scriptedTurn{text: "continued"})
 		ts, _ := flowServer(t, up.URL, cc.protocol)
-		sf := flow.SurfaceResponses
+		sf := flowtest.Responses
 		status, h, b := post(t, ts, sf, flowRequest(t, sf, cc.turns, cc.tools, false, map[string]any{"background": true}), nil)
 		if status != http.StatusOK || len(up.requests()) != 1 {
 			t.Fatalf("status %d, %d upstream requests: %s", status, len(up.requests()), b)
@@ -186,7 +186,7 @@ type nthUpstream struct {
 	body [][]byte
 }
 
-func (u *nthUpstream) handler(first scriptedTurn, next func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int)) http.HandlerFunc {
+func (u *nthUpstream) handler(first scriptedTurn, next func(w http.ResponseWriter, r *http.Request, sf flowtest.Surface, stream bool, n int)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		u.mu.Lock()
@@ -195,12 +195,12 @@ func (u *nthUpstream) handler(first scriptedTurn, next func(w http.ResponseWrite
 		u.reqs = append(u.reqs, r.Clone(r.Context()))
 		u.body = append(u.body, b)
 		u.mu.Unlock()
-		sf := flow.SurfaceMessages
+		sf := flowtest.Messages
 		switch {
 		case strings.HasSuffix(r.URL.Path, "/chat/completions"):
-			sf = flow.SurfaceChat
+			sf = flowtest.Chat
 		case strings.HasSuffix(r.URL.Path, "/responses"):
-			sf = flow.SurfaceResponses
+			sf = flowtest.Responses
 		}
 		stream := gjson.GetBytes(b, "stream").Bool()
 		if n > 0 {
@@ -218,7 +218,7 @@ func (u *nthUpstream) count() int {
 }
 
 // writeTurn writes a scripted turn as an answer of sf, a stream split every split bytes (0: in halves).
-func writeTurn(w http.ResponseWriter, tu scriptedTurn, sf flow.Surface, stream bool, round, split int) {
+func writeTurn(w http.ResponseWriter, tu scriptedTurn, sf flowtest.Surface, stream bool, round, split int) {
 	if !stream {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, tu.body(sf, round))
@@ -252,14 +252,14 @@ func TestRedTeam2ContinueOddNextAnswers(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		next func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int)
+		next func(w http.ResponseWriter, r *http.Request, sf flowtest.Surface, stream bool, n int)
 		// taken: the next round is what the client gets (else the notice of the first round's refusal).
 		taken bool
 	}{
-		{"other content type", func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+		{"other content type", func(w http.ResponseWriter, r *http.Request, sf flowtest.Surface, stream bool, n int) {
 			writeTurn(w, leak, sf, !stream, n+1, 0)
 		}, false},
-		{"gzip", func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+		{"gzip", func(w http.ResponseWriter, r *http.Request, sf flowtest.Surface, stream bool, n int) {
 			ct, body := "application/json", leak.body(sf, n+1)
 			if stream {
 				ct, body = "text/event-stream", strings.Join(leak.events(sf, n+1), "")
@@ -268,17 +268,17 @@ func TestRedTeam2ContinueOddNextAnswers(t *testing.T) {
 			w.Header().Set("Content-Encoding", "gzip")
 			_, _ = w.Write(gz(body))
 		}, false},
-		{"error quoting the request", func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+		{"error quoting the request", func(w http.ResponseWriter, r *http.Request, sf flowtest.Surface, stream bool, n int) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadRequest)
 			_, _ = io.WriteString(w, `{"error":{"message":"LEAKME: tool_call_id call_evil with GB82WEST12345698765432 is invalid"}}`)
 		}, false},
-		{"no content type", func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+		{"no content type", func(w http.ResponseWriter, r *http.Request, sf flowtest.Surface, stream bool, n int) {
 			// Read as JSON, as a first answer without a content type would be: a stream request does not take it.
 			w.Header()["Content-Type"] = nil
 			_, _ = io.WriteString(w, scriptedTurn{text: "untyped. ", calls: []flowtest.Call{redEvil2}}.body(sf, n+1))
 		}, false},
-		{"another refused call, another model", func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+		{"another refused call, another model", func(w http.ResponseWriter, r *http.Request, sf flowtest.Surface, stream bool, n int) {
 			tu := scriptedTurn{text: "other model. ", calls: []flowtest.Call{redEvil2}, in: 1, out: 1}
 			if !stream {
 				w.Header().Set("Content-Type", "application/json")
@@ -288,7 +288,7 @@ func TestRedTeam2ContinueOddNextAnswers(t *testing.T) {
 			}
 			writeTurn(w, tu, sf, stream, n+1, 0)
 		}, false},
-		{"a byte per write", func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+		{"a byte per write", func(w http.ResponseWriter, r *http.Request, sf flowtest.Surface, stream bool, n int) {
 			writeTurn(w, scriptedTurn{text: continueText2, calls: []flowtest.Call{cc.good}, in: 1, out: 1}, sf, stream, n+1, 1)
 		}, true},
 	}
@@ -394,7 +394,7 @@ func TestRedTeam2ContinueHeaders(t *testing.T) {
 						t.Errorf("%s: %v in the first round, %v in the next", k, a, b)
 					}
 				}
-				if sf != flow.SurfaceMessages && next.header.Get("Authorization") != "Bearer sk-operator" {
+				if sf != flowtest.Messages && next.header.Get("Authorization") != "Bearer sk-operator" {
 					t.Errorf("the next round's Authorization %q", next.header.Get("Authorization"))
 				}
 				// An upstream that honours idempotency keys must not answer the next round with the first answer.
@@ -413,7 +413,7 @@ func TestRedTeam2ContinueHeaders(t *testing.T) {
 func TestRedTeam2ContinuedResponsesHistory(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
-	sf := flow.SurfaceResponses
+	sf := flowtest.Responses
 	quoting := "That account, GB82 WEST 1234 5698 7654 32, was refused."
 	for _, stream := range []bool{false, true} {
 		for _, from := range []string{"resp_2", "resp_1"} {
@@ -488,7 +488,7 @@ func TestRedTeam2ContinueClientGone(t *testing.T) {
 			asked := make(chan struct{}, 1)
 			nu := &nthUpstream{}
 			up := httptest.NewServer(nu.handler(scriptedTurn{text: continueText1, calls: []flowtest.Call{cc.evil}, in: 1, out: 1},
-				func(w http.ResponseWriter, r *http.Request, sf flow.Surface, stream bool, n int) {
+				func(w http.ResponseWriter, r *http.Request, sf flowtest.Surface, stream bool, n int) {
 					asked <- struct{}{}
 					stallUntil(r, gone)
 				}))
@@ -498,7 +498,7 @@ func TestRedTeam2ContinueClientGone(t *testing.T) {
 			opts := []goleak.Option{goleak.IgnoreCurrent()}
 			client := &http.Client{Transport: &http.Transport{}}
 			ctx, cancel := context.WithCancel(context.Background())
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+PathChat, bytes.NewReader(flowRequest(t, flow.SurfaceChat, cc.turns, cc.tools, stream, nil)))
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+PathChat, bytes.NewReader(flowRequest(t, flowtest.Chat, cc.turns, cc.tools, stream, nil)))
 			req.Header.Set("Content-Type", "application/json")
 			done := make(chan error, 1)
 			go func() {
@@ -533,7 +533,7 @@ func TestRedTeam2ConfirmSingleUseUnderRace(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{{ID: "d1", Tool: "delete_file", Args: deleteArgs}}})
 	ts, rec, _ := confirmServer(t, up.URL)
-	sf, tools := flow.SurfaceChat, []string{"web_fetch", "delete_file"}
+	sf, tools := flowtest.Chat, []string{"web_fetch", "delete_file"}
 	_, _, b := post(t, ts, sf, flowRequest(t, sf, readThenDelete, tools, false, nil), nil)
 	held := read(t, sf, false, b)
 	code := noticeCode(held.text)
@@ -577,7 +577,7 @@ var confirmTwoTools = json.RawMessage(`{"id":"files2","promptTemplate":{"base":"
 // (a key change voids the codes in flight), and holds on one with the same key (a fleet).
 func TestRedTeam2ConfirmCodeBinding(t *testing.T) {
 	t.Parallel()
-	sf, tools := flow.SurfaceChat, []string{"web_fetch", "delete_file", "archive_file"}
+	sf, tools := flowtest.Chat, []string{"web_fetch", "delete_file", "archive_file"}
 	del := flowtest.Call{ID: "d1", Tool: "delete_file", Args: deleteArgs}
 	arch := flowtest.Call{ID: "a1", Tool: "archive_file", Args: deleteArgs}
 	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{del}})
@@ -638,7 +638,7 @@ func TestRedTeam2ConfirmCrossSite(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{{ID: "d1", Tool: "delete_file", Args: deleteArgs}}})
 	ts, _, _ := confirmServer(t, up.URL)
-	body := flowRequest(t, flow.SurfaceChat, readThenDelete, []string{"web_fetch", "delete_file"}, false, nil)
+	body := flowRequest(t, flowtest.Chat, readThenDelete, []string{"web_fetch", "delete_file"}, false, nil)
 	for _, h := range []map[string]string{
 		{"Origin": "https://evil.example", "Content-Type": "application/json"},
 		{"Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"},
@@ -668,11 +668,11 @@ func TestRedTeam2ConfirmCrossSite(t *testing.T) {
 
 // redToolResult is the text of the last tool result of an upstream request of sf: promptgate's refusal in a
 // continued round's request.
-func redToolResult(sf flow.Surface, req []byte) string {
+func redToolResult(sf flowtest.Surface, req []byte) string {
 	switch sf {
-	case flow.SurfaceChat:
+	case flowtest.Chat:
 		return gjson.GetBytes(req, "messages.@reverse.0.content").String()
-	case flow.SurfaceResponses:
+	case flowtest.Responses:
 		return gjson.GetBytes(req, "input.@reverse.0.output").String()
 	}
 	return gjson.GetBytes(req, "messages.@reverse.0.content.@reverse.0.content").String()
@@ -717,12 +717,12 @@ func TestRedTeam2ContinueRefusalQuotesNothing(t *testing.T) {
 				req := flowRequest(t, sf, redTurns("Nothing to see."), tools, stream, nil)
 				for i, name := range tools {
 					if s, ok := schemas[name]; ok {
-						path := map[flow.Surface]string{flow.SurfaceChat: "tools.%d.function.parameters", flow.SurfaceResponses: "tools.%d.parameters", flow.SurfaceMessages: "tools.%d.input_schema"}[sf]
+						path := map[flowtest.Surface]string{flowtest.Chat: "tools.%d.function.parameters", flowtest.Responses: "tools.%d.parameters", flowtest.Messages: "tools.%d.input_schema"}[sf]
 						req, _ = sjson.SetRawBytes(req, fmt.Sprintf(path, i), []byte(s))
 					}
 				}
 				calls := calls
-				if sf == flow.SurfaceMessages && !stream {
+				if sf == flowtest.Messages && !stream {
 					// A Messages body with a duplicate key is malformed as a whole (502), before any call is vetted.
 					calls = calls[:len(calls)-1]
 				}
@@ -825,7 +825,7 @@ func TestRedTeam2ContinueRulesAcrossRounds(t *testing.T) {
 func TestRedTeam2InputItemsHideRefusedCalls(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
-	sf := flow.SurfaceResponses
+	sf := flowtest.Responses
 	fu := newFlowUpstream(t, scriptedTurn{text: continueText1, calls: []flowtest.Call{cc.evil}, in: 1, out: 1}, scriptedTurn{text: "ok", in: 1, out: 1})
 	var mu sync.Mutex
 	var items string

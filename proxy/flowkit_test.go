@@ -16,7 +16,6 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
@@ -77,14 +76,14 @@ func (u *flowUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	turn := turns[min(round, len(turns)-1)]
-	var sf flow.Surface
+	var sf flowtest.Surface
 	switch {
 	case strings.HasSuffix(r.URL.Path, "/chat/completions"):
-		sf = flow.SurfaceChat
+		sf = flowtest.Chat
 	case strings.HasSuffix(r.URL.Path, "/responses"):
-		sf = flow.SurfaceResponses
+		sf = flowtest.Responses
 	case strings.HasSuffix(r.URL.Path, "/messages"):
-		sf = flow.SurfaceMessages
+		sf = flowtest.Messages
 	default:
 		http.Error(w, `{"error":{"message":"no such path"}}`, http.StatusNotFound)
 		return
@@ -120,9 +119,9 @@ func js(v any) string {
 func halves(s string) [2]string { return [2]string{s[:len(s)/2], s[len(s)/2:]} }
 
 // body is the turn as a non-stream answer of surface sf; round numbers its ids.
-func (tu scriptedTurn) body(sf flow.Surface, round int) string {
+func (tu scriptedTurn) body(sf flowtest.Surface, round int) string {
 	switch sf {
-	case flow.SurfaceChat:
+	case flowtest.Chat:
 		msg := `{"role":"assistant","content":null,"refusal":null}`
 		if tu.text != "" {
 			msg, _ = sjson.Set(msg, "content", tu.text)
@@ -138,7 +137,7 @@ func (tu scriptedTurn) body(sf flow.Surface, round int) string {
 		}
 		return fmt.Sprintf(`{"id":"chatcmpl-%d","object":"chat.completion","created":%d,"model":"m","choices":[{"index":0,"message":%s,"logprobs":null,"finish_reason":%q}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
 			round, 1000+round, msg, finish, tu.in, tu.out, tu.in+tu.out)
-	case flow.SurfaceResponses:
+	case flowtest.Responses:
 		return fmt.Sprintf(`{"id":"resp_%d","object":"response","created_at":%d,"status":"completed","model":"m","instructions":null,"output":[%s],"usage":{"input_tokens":%d,"output_tokens":%d,"total_tokens":%d}}`,
 			round, 1000+round, strings.Join(tu.respItems(round, "completed"), ","), tu.in, tu.out, tu.in+tu.out)
 	default:
@@ -169,10 +168,10 @@ func (tu scriptedTurn) respItems(round int, status string) []string {
 }
 
 // events is the turn as a stream of surface sf, one SSE frame per element.
-func (tu scriptedTurn) events(sf flow.Surface, round int) []string {
+func (tu scriptedTurn) events(sf flowtest.Surface, round int) []string {
 	var out []string
 	switch sf {
-	case flow.SurfaceChat:
+	case flowtest.Chat:
 		chunk := func(delta, finish string) {
 			f := "null"
 			if finish != "" {
@@ -199,7 +198,7 @@ func (tu scriptedTurn) events(sf flow.Surface, round int) []string {
 		chunk(`{}`, finish)
 		out = append(out, fmt.Sprintf("data: {\"id\":\"chatcmpl-%d\",\"object\":\"chat.completion.chunk\",\"created\":%d,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", round, 1000+round, tu.in, tu.out, tu.in+tu.out))
 		out = append(out, "data: [DONE]\n\n")
-	case flow.SurfaceResponses:
+	case flowtest.Responses:
 		seq := 0
 		ev := func(typ, data string) {
 			data, _ = sjson.Set(data, "type", typ)
@@ -269,28 +268,28 @@ func (tu scriptedTurn) events(sf flow.Surface, round int) []string {
 }
 
 // flowPaths are the surfaces' rewritten routes.
-var flowPaths = map[flow.Surface]string{flow.SurfaceChat: PathChat, flow.SurfaceResponses: PathResponses, flow.SurfaceMessages: PathMessages}
+var flowPaths = map[flowtest.Surface]string{flowtest.Chat: PathChat, flowtest.Responses: PathResponses, flowtest.Messages: PathMessages}
 
 // flowRequest renders a client request of surface sf: the conversation, the tools it declares, stream.
-func flowRequest(t testing.TB, sf flow.Surface, turns []flowtest.Turn, tools []string, stream bool, extra map[string]any) []byte {
+func flowRequest(t testing.TB, sf flowtest.Surface, turns []flowtest.Turn, tools []string, stream bool, extra map[string]any) []byte {
 	t.Helper()
 	var decl []any
 	for _, name := range tools {
 		params := map[string]any{"type": "object"}
 		switch sf {
-		case flow.SurfaceChat:
+		case flowtest.Chat:
 			decl = append(decl, map[string]any{"type": "function", "function": map[string]any{"name": name, "parameters": params}})
-		case flow.SurfaceResponses:
+		case flowtest.Responses:
 			decl = append(decl, map[string]any{"type": "function", "name": name, "parameters": params})
 		default:
 			decl = append(decl, map[string]any{"name": name, "input_schema": params})
 		}
 	}
 	fields := map[string]any{"tools": decl, "stream": stream}
-	if sf == flow.SurfaceMessages {
+	if sf == flowtest.Messages {
 		fields["max_tokens"] = 1024
 	}
-	if stream && sf == flow.SurfaceChat {
+	if stream && sf == flowtest.Chat {
 		fields["stream_options"] = map[string]any{"include_usage": true}
 	}
 	for k, v := range extra {
@@ -323,7 +322,7 @@ func flowServer(t testing.TB, up string, protocol json.RawMessage, opts ...func(
 }
 
 // post sends a client request and returns the answer's status, headers and body (a stream read whole).
-func post(t testing.TB, ts *httptest.Server, sf flow.Surface, body []byte, header http.Header) (int, http.Header, []byte) {
+func post(t testing.TB, ts *httptest.Server, sf flowtest.Surface, body []byte, header http.Header) (int, http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, ts.URL+flowPaths[sf], bytes.NewReader(body))
 	if err != nil {
@@ -377,7 +376,7 @@ func sseData(t testing.TB, b []byte) (names []string, datas []string) {
 }
 
 // read assembles what the client was shown, as the official SDKs' accumulators do.
-func read(t testing.TB, sf flow.Surface, stream bool, b []byte) shown {
+func read(t testing.TB, sf flowtest.Surface, stream bool, b []byte) shown {
 	t.Helper()
 	var s shown
 	if !stream {
@@ -385,14 +384,14 @@ func read(t testing.TB, sf flow.Surface, stream bool, b []byte) shown {
 		s.ids = append(s.ids, root.Get("id").String())
 		s.usage = root.Get("usage")
 		switch sf {
-		case flow.SurfaceChat:
+		case flowtest.Chat:
 			m := root.Get("choices.0.message")
 			s.text = m.Get("content").String()
 			m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
 				s.calls = append(s.calls, flowtest.Call{ID: c.Get("id").String(), Tool: c.Get("function.name").String(), Args: json.RawMessage(c.Get("function.arguments").String())})
 				return true
 			})
-		case flow.SurfaceResponses:
+		case flowtest.Responses:
 			s.readResponsesOutput(root.Get("output"))
 		default:
 			root.Get("content").ForEach(func(_, c gjson.Result) bool {
@@ -409,7 +408,7 @@ func read(t testing.TB, sf flow.Surface, stream bool, b []byte) shown {
 	}
 	names, datas := sseData(t, b)
 	switch sf {
-	case flow.SurfaceChat:
+	case flowtest.Chat:
 		byIndex := map[int64]int{}
 		for _, d := range datas {
 			if d == "[DONE]" {
@@ -440,7 +439,7 @@ func read(t testing.TB, sf flow.Surface, stream bool, b []byte) shown {
 				return true
 			})
 		}
-	case flow.SurfaceResponses:
+	case flowtest.Responses:
 		for i, d := range datas {
 			root := gjson.Parse(d)
 			if id := root.Get("response.id"); id.Exists() {

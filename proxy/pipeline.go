@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/promptgate/promptgate/assembly"
@@ -10,6 +11,7 @@ import (
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
@@ -240,10 +242,13 @@ func (e *Engine) notes(g gather.Result) *ctxjson.Value {
 
 // continued is the upstream body of a continued answer's next round (onViolation "continue"): sent, the body
 // of the round before, with the model's turn t and promptgate's answers to its calls appended
-// (flow.AppendTurn). The first round's body is prepare's, which a preview shows; the next rounds exist only
+// (the surface's AppendTurn). The first round's body is prepare's, which a preview shows; the next rounds exist only
 // once an answer's calls were refused.
-func (p *Prepared) continued(sent []byte, t flow.Turn) ([]byte, error) {
-	out, err := flow.AppendTurn(p.Surface.Flow(), sent, t)
+func (p *Prepared) continued(sent []byte, t relay.Turn) ([]byte, error) {
+	if len(t.Calls) == 0 {
+		return nil, errors.New("continue: no call to answer")
+	}
+	out, err := p.Surface.AppendTurn(sent, t)
 	if err != nil {
 		return nil, fmt.Errorf("continue: %w", err)
 	}

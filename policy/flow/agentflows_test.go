@@ -18,7 +18,7 @@ func loadSuites(t *testing.T) []flowtest.Suite {
 	return flowtest.LoadSuites(t, filepath.Join("testdata", "agentflows"))
 }
 
-// TestAgentFlows: on every scenario of every suite, on the three surfaces, the benign calls pass
+// TestAgentFlows: on every scenario of every suite, the benign calls pass
 // and the attacker's call is blocked or held, with the decision kind expected; no reason quotes an
 // argument value.
 func TestAgentFlows(t *testing.T) {
@@ -43,14 +43,12 @@ func TestAgentFlows(t *testing.T) {
 			if len(sc.Benign) == 0 || len(sc.Attacked) == 0 || last(sc.Attacked).Expect == "allowed" {
 				t.Fatalf("%s/%s: a scenario needs benign calls and an attacker's call that is stopped", su.Suite, sc.Name)
 			}
-			for _, s := range surfaces {
-				name := su.Suite + "/" + sc.Name + "/" + string(s)
-				runVariant(t, pol, s, name+"/benign", sc.Turns, sc.Benign)
-				runVariant(t, pol, s, name+"/attacked", attacked, sc.Attacked)
-				// Without the suite's rules the attacker's call goes through: the rules stop it.
-				if r := analyze(t, empty, s, attacked, flow.Options{}).Check(flow.Call{Tool: last(sc.Attacked).Tool, Args: args(last(sc.Attacked).Args)}); r.Verdict != flow.VerdictAllowed {
-					t.Errorf("%s: the attacker's call is stopped without any rule: %+v", name, r)
-				}
+			name := su.Suite + "/" + sc.Name
+			runVariant(t, pol, name+"/benign", sc.Turns, sc.Benign)
+			runVariant(t, pol, name+"/attacked", attacked, sc.Attacked)
+			// Without the suite's rules the attacker's call goes through: the rules stop it.
+			if r := analyze(t, empty, attacked, flow.Options{}).Check(flow.Call{Tool: last(sc.Attacked).Tool, Args: args(last(sc.Attacked).Args)}); r.Verdict != flow.VerdictAllowed {
+				t.Errorf("%s: the attacker's call is stopped without any rule: %+v", name, r)
 			}
 		}
 	}
@@ -62,14 +60,14 @@ func TestAgentFlows(t *testing.T) {
 
 func last(c []expectedCall) expectedCall { return c[len(c)-1] }
 
-func runVariant(t *testing.T, pol *flow.Policy, s flow.Surface, name string, turns []turn, calls []expectedCall) {
+func runVariant(t *testing.T, pol *flow.Policy, name string, turns []turn, calls []expectedCall) {
 	t.Helper()
 	clk := &clock{time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)}
 	cf, err := flow.NewConfirmer(key32, nil, clk.now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conv := analyze(t, pol, s, turns, flow.Options{Confirmer: cf})
+	conv := analyze(t, pol, turns, flow.Options{Confirmer: cf})
 	for i, want := range calls {
 		res := conv.Check(flow.Call{Tool: want.Tool, Args: args(want.Args)})
 		got := map[string]string{flow.VerdictAllowed: "allowed", flow.VerdictBlocked: "blocked", flow.VerdictHeld: "held"}[res.Verdict]

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/policy/flow/flowtest"
 	"github.com/promptgate/promptgate/policy/flow/scan"
 	"github.com/promptgate/promptgate/policy/vet"
 )
@@ -47,26 +48,24 @@ const benchSpec = `{"toolOutputs":{"trusted":["get_contacts"]},
 
 var benchArgs = []byte(`{"recipients":["bob@acme.com"],"subject":"Summary","body":"Planning notes are in; agenda at https://intranet.acme.com/agenda/7. Questions to carol@partner.org."}`)
 
-// BenchmarkFlow measures Analyze and Check of one call on a 40-message conversation, beside the
+// BenchmarkFlow measures Analyze and Check of one call on a 40-message conversation (as a surface has read
+// it: the surfaces' own benchmarks measure their readers), beside the
 // vetting of the same call (name, JSON, schema, one hosts rule) that every call gets today.
 func BenchmarkFlow(b *testing.B) {
 	p := mustCompile(b, benchSpec)
-	for _, s := range surfaces {
-		body := render(b, s, benchConversation(), nil)
-		b.Run(string(s)+"/analyze+check", func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				c, err := p.Analyze(s, body, flow.Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if r := c.Check(flow.Call{Tool: "send_email", Args: benchArgs}); r.Verdict != flow.VerdictAllowed {
-					b.Fatalf("%+v", r)
-				}
+	tr := flowtest.Transcript(benchConversation())
+	b.Run("analyze+check", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			c, err := p.Analyze(tr, flow.Options{})
+			if err != nil {
+				b.Fatal(err)
 			}
-		})
-	}
+			if r := c.Check(flow.Call{Tool: "send_email", Args: benchArgs}); r.Verdict != flow.VerdictAllowed {
+				b.Fatalf("%+v", r)
+			}
+		}
+	})
 	rules, err := vet.CompileRules([]vet.Rule{{Tool: "send_email", Path: "body", NotPattern: `\b(?:\d[ -]?){13,16}\b`}})
 	if err != nil {
 		b.Fatal(err)
@@ -103,7 +102,7 @@ func FuzzProvenance(f *testing.F) {
 		}
 		a, _ := json.Marshal(map[string]string{"v": v})
 		check := func(text, tool string) string {
-			c, err := p.Analyze(flow.SurfaceChat, render(t, flow.SurfaceChat, []turn{{User: text}}, nil), flow.Options{})
+			c, err := p.Analyze(flowtest.Transcript([]turn{{User: text}}), flow.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +170,7 @@ func FuzzProvenance(f *testing.F) {
 		}
 		// Whatever the value, checking it never panics and never quotes it.
 		for _, tool := range []string{"t", "e", "i", "x"} {
-			c, _ := p.Analyze(flow.SurfaceChat, render(t, flow.SurfaceChat, []turn{{User: string(rune(left)) + v + string(rune(right))}}, nil), flow.Options{})
+			c, _ := p.Analyze(flowtest.Transcript([]turn{{User: string(rune(left)) + v + string(rune(right))}}), flow.Options{})
 			r := c.Check(flow.Call{Tool: tool, Args: a})
 			if len(v) >= 4 && strings.Contains(r.Reason, v) {
 				t.Fatalf("reason %q quotes the value", r.Reason)
@@ -194,32 +193,32 @@ func isWordByte(b byte) bool {
 
 // BenchmarkTextProvenance measures a text value checked against an excluded tool's page built to be
 // the worst case of a word-by-word search (the page "a a … a", the value "a … a b" half its
-// length), at 40, 80 and 160 KB, beside the Analyze of the same body alone.
+// length), at 40, 80 and 160 KB, beside the Analyze of the same conversation alone.
 func BenchmarkTextProvenance(b *testing.B) {
 	p := mustCompile(b, `{"provenance":[{"id":"r","tool":"t","path":"v","as":"text","not":{"from":["tool:web_fetch"]}}]}`)
 	for _, kb := range []int{40, 80, 160} {
 		n := kb << 10 / 2
-		body := render(b, flow.SurfaceChat, []turn{{User: "hi"},
+		tr := flowtest.Transcript([]turn{{User: "hi"},
 			{Calls: []neutralCall{{ID: "c1", Tool: "web_fetch", Args: json.RawMessage(`{}`)}}},
-			{Tool: "c1", Output: strings.Repeat("a ", n)}}, nil)
+			{Tool: "c1", Output: strings.Repeat("a ", n)}})
 		a, err := json.Marshal(map[string]string{"v": strings.Repeat("a ", n/2) + "b"})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("%dKB/analyze", kb), func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
+			b.SetBytes(int64(2 * n))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := p.Analyze(flow.SurfaceChat, body, flow.Options{}); err != nil {
+				if _, err := p.Analyze(tr, flow.Options{}); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 		b.Run(fmt.Sprintf("%dKB/analyze+check", kb), func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
+			b.SetBytes(int64(2 * n))
 			b.ReportAllocs()
 			for b.Loop() {
-				c, err := p.Analyze(flow.SurfaceChat, body, flow.Options{})
+				c, err := p.Analyze(tr, flow.Options{})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -29,26 +29,24 @@ type checkCase struct {
 
 func runChecks(t *testing.T, p *flow.Policy, turns []turn, cases []checkCase) {
 	t.Helper()
-	for _, s := range surfaces {
-		for _, tc := range cases {
-			c := analyze(t, p, s, turns, flow.Options{})
-			res := c.Check(flow.Call{Tool: tc.tool, Args: []byte(tc.args)})
-			if tc.rule == "" {
-				if res.Verdict != flow.VerdictAllowed {
-					t.Errorf("%s: %s %s: %s %+v, want allowed", s, tc.tool, tc.args, res.Verdict, res.Decisions)
-				}
-				continue
+	for _, tc := range cases {
+		c := analyze(t, p, turns, flow.Options{})
+		res := c.Check(flow.Call{Tool: tc.tool, Args: []byte(tc.args)})
+		if tc.rule == "" {
+			if res.Verdict != flow.VerdictAllowed {
+				t.Errorf("%s %s: %s %+v, want allowed", tc.tool, tc.args, res.Verdict, res.Decisions)
 			}
-			if res.Verdict != flow.VerdictBlocked || len(res.Decisions) == 0 {
-				t.Errorf("%s: %s %s: %s, want blocked by %s", s, tc.tool, tc.args, res.Verdict, tc.rule)
-				continue
-			}
-			d := res.Decisions[0]
-			if d.Rule != tc.rule || !strings.Contains(d.Reason, tc.reason) || res.Reason != d.Reason {
-				t.Errorf("%s: %s %s: rule %q reason %q, want %q with %q", s, tc.tool, tc.args, d.Rule, d.Reason, tc.rule, tc.reason)
-			}
-			assertNoValues(t, tc.args, d.Reason)
+			continue
 		}
+		if res.Verdict != flow.VerdictBlocked || len(res.Decisions) == 0 {
+			t.Errorf("%s %s: %s, want blocked by %s", tc.tool, tc.args, res.Verdict, tc.rule)
+			continue
+		}
+		d := res.Decisions[0]
+		if d.Rule != tc.rule || !strings.Contains(d.Reason, tc.reason) || res.Reason != d.Reason {
+			t.Errorf("%s %s: rule %q reason %q, want %q with %q", tc.tool, tc.args, d.Rule, d.Reason, tc.rule, tc.reason)
+		}
+		assertNoValues(t, tc.args, d.Reason)
 	}
 }
 
@@ -133,8 +131,7 @@ func TestProvenance(t *testing.T) {
 func TestProvenanceUnseenHistory(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, `{"provenance":[{"id":"to","tool":"send","path":"to","as":"email"}]}`)
-	body := `{"previous_response_id":"resp_1","input":[{"role":"user","content":"send it to him"}]}`
-	c, err := p.Analyze(flow.SurfaceResponses, []byte(body), flow.Options{})
+	c, err := p.Analyze(unseen([]turn{{User: "send it to him"}}, "previous_response_id"), flow.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +139,12 @@ func TestProvenanceUnseenHistory(t *testing.T) {
 	if res.Verdict != flow.VerdictBlocked || !strings.HasSuffix(res.Reason, "part of the history is not visible (previous_response_id)") {
 		t.Fatalf("%+v", res)
 	}
-	c, err = p.Analyze(flow.SurfaceResponses, []byte(body), flow.Options{History: []byte(`[{"role":"user","content":"mail bob@x.com"}]`)})
+	seen := flow.NewTranscript()
+	seen.History(true)
+	seen.Text(flow.RoleUser, "mail bob@x.com", 0)
+	seen.History(false)
+	seen.Text(flow.RoleUser, "send it to him", 0)
+	c, err = p.Analyze(seen, flow.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,24 +201,22 @@ func TestBudgets(t *testing.T) {
 	p := mustCompile(t, `{"budgets":[{"id":"mail","tool":"send_*","maxCalls":3},{"id":"never","tool":"wipe","maxCalls":0}]}`)
 	turns := []turn{{User: "mail the team"},
 		{Calls: []neutralCall{{ID: "a", Tool: "send_email"}, {ID: "b", Tool: "send_sms"}}}, {Tool: "a", Output: "ok"}, {Tool: "b", Output: "ok"}}
-	for _, s := range surfaces {
-		c := analyze(t, p, s, turns, flow.Options{})
-		if r := c.Check(flow.Call{Tool: "send_email", Args: []byte(`{}`)}); r.Verdict != flow.VerdictAllowed {
-			t.Fatalf("%s: third call: %+v", s, r)
-		}
-		r := c.Check(flow.Call{Tool: "send_/x", Args: []byte(`{}`)})
-		if r.Verdict != flow.VerdictBlocked || r.Decisions[0].Kind != flow.KindBudget ||
-			r.Reason != "rule mail: call 4 of send_* in this conversation is over the budget of 3" {
-			t.Fatalf("%s: fourth call: %+v", s, r)
-		}
-		if r := c.Check(flow.Call{Tool: "read", Args: []byte(`{}`)}); r.Verdict != flow.VerdictAllowed {
-			t.Fatalf("%s: other tool: %+v", s, r)
-		}
-		if r := c.Check(flow.Call{Tool: "wipe", Args: []byte(`{}`)}); r.Verdict != flow.VerdictBlocked {
-			t.Fatalf("%s: maxCalls 0: %+v", s, r)
-		}
+	c := analyze(t, p, turns, flow.Options{})
+	if r := c.Check(flow.Call{Tool: "send_email", Args: []byte(`{}`)}); r.Verdict != flow.VerdictAllowed {
+		t.Fatalf("third call: %+v", r)
 	}
-	c, err := p.Analyze(flow.SurfaceResponses, []byte(`{"previous_response_id":"r","input":"again"}`), flow.Options{})
+	r := c.Check(flow.Call{Tool: "send_/x", Args: []byte(`{}`)})
+	if r.Verdict != flow.VerdictBlocked || r.Decisions[0].Kind != flow.KindBudget ||
+		r.Reason != "rule mail: call 4 of send_* in this conversation is over the budget of 3" {
+		t.Fatalf("fourth call: %+v", r)
+	}
+	if r := c.Check(flow.Call{Tool: "read", Args: []byte(`{}`)}); r.Verdict != flow.VerdictAllowed {
+		t.Fatalf("other tool: %+v", r)
+	}
+	if r := c.Check(flow.Call{Tool: "wipe", Args: []byte(`{}`)}); r.Verdict != flow.VerdictBlocked {
+		t.Fatalf("maxCalls 0: %+v", r)
+	}
+	c, err := p.Analyze(unseen([]turn{{User: "again"}}, "previous_response_id"), flow.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,28 +233,26 @@ func TestFlows(t *testing.T) {
 	  {"id":"ctx","after":["context"],"tools":["share"]}]}`)
 	clean := []turn{{User: "pay rent"}, {Calls: []neutralCall{{ID: "a", Tool: "get_balance"}}}, {Tool: "a", Output: "100"}}
 	dirty := append(append([]turn{}, clean...), turn{Calls: []neutralCall{{ID: "b", Tool: "web_fetch"}}}, turn{Tool: "b", Output: "page"})
-	for _, s := range surfaces {
-		c := analyze(t, p, s, clean, flow.Options{})
-		for _, tool := range []string{"send_money", "schedule_payment", "post_message", "share"} {
-			if r := c.Check(flow.Call{Tool: tool, Args: []byte(`{}`)}); r.Verdict != flow.VerdictAllowed {
-				t.Errorf("%s: clean %s: %+v", s, tool, r)
-			}
-		}
-		c = analyze(t, p, s, dirty, flow.Options{})
-		r := c.Check(flow.Call{Tool: "schedule_payment", Args: []byte(`{}`)})
-		if r.Verdict != flow.VerdictBlocked || r.Decisions[0].Kind != flow.KindFlow ||
-			r.Reason != "rule no-pay-after-untrusted: untrusted output (tool:web_fetch) is in the conversation" {
-			t.Errorf("%s: %+v", s, r)
-		}
-		if r := c.Check(flow.Call{Tool: "post_message", Args: []byte(`{}`)}); r.Verdict != flow.VerdictBlocked || r.Decisions[0].Rule != "no-post-after-web" {
-			t.Errorf("%s: %+v", s, r)
-		}
-		c = analyze(t, p, s, clean, flow.Options{Context: []string{"memory"}})
-		if r := c.Check(flow.Call{Tool: "share", Args: []byte(`{}`)}); r.Verdict != flow.VerdictBlocked {
-			t.Errorf("%s: context: %+v", s, r)
+	c := analyze(t, p, clean, flow.Options{})
+	for _, tool := range []string{"send_money", "schedule_payment", "post_message", "share"} {
+		if r := c.Check(flow.Call{Tool: tool, Args: []byte(`{}`)}); r.Verdict != flow.VerdictAllowed {
+			t.Errorf("clean %s: %+v", tool, r)
 		}
 	}
-	c, err := p.Analyze(flow.SurfaceResponses, []byte(`{"previous_response_id":"r","input":"pay"}`), flow.Options{})
+	c = analyze(t, p, dirty, flow.Options{})
+	r := c.Check(flow.Call{Tool: "schedule_payment", Args: []byte(`{}`)})
+	if r.Verdict != flow.VerdictBlocked || r.Decisions[0].Kind != flow.KindFlow ||
+		r.Reason != "rule no-pay-after-untrusted: untrusted output (tool:web_fetch) is in the conversation" {
+		t.Errorf("%+v", r)
+	}
+	if r := c.Check(flow.Call{Tool: "post_message", Args: []byte(`{}`)}); r.Verdict != flow.VerdictBlocked || r.Decisions[0].Rule != "no-post-after-web" {
+		t.Errorf("%+v", r)
+	}
+	c = analyze(t, p, clean, flow.Options{Context: []string{"memory"}})
+	if r := c.Check(flow.Call{Tool: "share", Args: []byte(`{}`)}); r.Verdict != flow.VerdictBlocked {
+		t.Errorf("context: %+v", r)
+	}
+	c, err := p.Analyze(unseen([]turn{{User: "pay"}}, "previous_response_id"), flow.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +267,7 @@ func TestFlows(t *testing.T) {
 func TestCheckRefusesNonObjects(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, `{}`)
-	c := analyze(t, p, flow.SurfaceChat, []turn{{User: "x"}}, flow.Options{})
+	c := analyze(t, p, []turn{{User: "x"}}, flow.Options{})
 	for _, a := range []string{``, `[]`, `{"a":`, `"x"`} {
 		if r := c.Check(flow.Call{Tool: "t", Args: []byte(a)}); r.Verdict != flow.VerdictBlocked {
 			t.Errorf("%q: %+v", a, r)
@@ -296,7 +294,7 @@ func TestValidate(t *testing.T) {
 			`provenance[0].from[0]: "untrusted" cannot be an allowed source: list the sources you accept, such as user, app or tool:get_contacts`,
 			"provenance[0].from[1]: names no tool: write tool:NAME or tool:GLOB such as tool:list_*",
 			`provenance[0].from[2]: "[" is not a valid glob (syntax error in pattern)`,
-			`provenance[0].from[3]: "users" is not a source: use user, app, trusted, context, tool:NAME, tool:GLOB or tool:?`}},
+			`provenance[0].from[3]: "users" is not a source: use user, app, trusted, context, tool:NAME, tool:GLOB, tool:? or mcp:SERVER`}},
 		{`{"provenance":[{"tool":"t","path":"p","as":"iban","match":"url"}]}`, []string{
 			`provenance[0].match: only applies to URLs: use it with as "url" or "auto", or leave it out`}},
 		{`{"provenance":[{"id":"a","tool":"t","path":"p"},{"id":"a","tool":"t","path":"q"}]}`, []string{
@@ -371,7 +369,7 @@ func TestCompileWorkflow(t *testing.T) {
 func TestReasonsEscapeToolNames(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, `{"flows":[{"id":"f","after":["untrusted"],"tools":["pay"]}]}`)
-	c := analyze(t, p, flow.SurfaceChat, []turn{{User: "x"}, {Calls: []neutralCall{{ID: "a", Tool: "web\nfetch"}}}, {Tool: "a", Output: "page"}}, flow.Options{})
+	c := analyze(t, p, []turn{{User: "x"}, {Calls: []neutralCall{{ID: "a", Tool: "web\nfetch"}}}, {Tool: "a", Output: "page"}}, flow.Options{})
 	r := c.Check(flow.Call{Tool: "pay", Args: []byte(`{}`)})
 	if r.Reason != `rule f: untrusted output (tool:"web\nfetch") is in the conversation` {
 		t.Fatalf("%q", r.Reason)

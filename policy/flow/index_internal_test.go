@@ -38,21 +38,16 @@ func TestPhraseLookupLinear(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			msgs := []any{map[string]any{"role": "user", "content": "hi"}}
+			tr := NewTranscript()
+			tr.Text(RoleUser, "hi", 0)
 			words := 0
 			for i, page := range tc.pages {
 				id := "c" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-				msgs = append(msgs,
-					map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"id": id, "type": "function",
-						"function": map[string]any{"name": "web_fetch", "arguments": "{}"}}}},
-					map[string]any{"role": "tool", "tool_call_id": id, "content": page})
+				tr.Call("web_fetch", id, []byte("{}"), "", 2*i+1)
+				tr.Output(id, Output{Text: page, Doc: page}, 2*i+2)
 				words += len(splitWords(page))
 			}
-			body, err := json.Marshal(map[string]any{"model": "m", "messages": msgs})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := p.Analyze(SurfaceChat, body, Options{})
+			c, err := p.Analyze(tr, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

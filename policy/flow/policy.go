@@ -313,14 +313,19 @@ func compileScan(probs *problems, i int, r ScanRule, name string) scanRule {
 }
 
 // ToolTrusted reports whether the policy trusts the output of a tool.
-func (p *Policy) ToolTrusted(tool string) bool {
-	if tool == "" {
+func (p *Policy) ToolTrusted(tool string) bool { return p.outputTrusted(tool, false) }
+
+// outputTrusted reports whether the policy trusts the output of a tool or, with mcp, of an MCP server: the
+// entries mcp:GLOB of toolOutputs.trusted name servers, the others tools.
+func (p *Policy) outputTrusted(name string, mcp bool) bool {
+	if name == "" {
 		return false
 	}
 	for _, globs := range p.trusted {
 		ok := false
 		for _, g := range globs {
-			if matchAllow(g, tool) {
+			g, isMCP := strings.CutPrefix(g, "mcp:")
+			if isMCP == mcp && matchAllow(g, name) {
 				ok = true
 				break
 			}
@@ -338,7 +343,9 @@ func (p *Policy) trustedSource(s Source) bool {
 	case SourceUser, SourceApp:
 		return true
 	case SourceTool:
-		return p.ToolTrusted(s.Tool)
+		return p.outputTrusted(s.Tool, false)
+	case SourceMCP:
+		return p.outputTrusted(s.Tool, true)
 	}
 	return false
 }

@@ -14,15 +14,7 @@ type (
 	neutralCall = flowtest.Call
 )
 
-var surfaces = flowtest.Surfaces
-
 type obj = map[string]any
-
-// render writes a request body of surface s holding the conversation (extra top-level fields merged).
-func render(t testing.TB, s flow.Surface, turns []turn, extra obj) []byte {
-	t.Helper()
-	return flowtest.Render(t, s, turns, extra)
-}
 
 func args(a json.RawMessage) json.RawMessage { return flowtest.Args(a) }
 
@@ -40,12 +32,20 @@ func mustCompile(t testing.TB, spec string) *flow.Policy {
 	return p
 }
 
-// analyze renders and analyzes a conversation.
-func analyze(t testing.TB, p *flow.Policy, s flow.Surface, turns []turn, opt flow.Options) *flow.Conversation {
+// analyze analyzes a conversation written in the neutral form.
+func analyze(t testing.TB, p *flow.Policy, turns []turn, opt flow.Options) *flow.Conversation {
 	t.Helper()
-	c, err := p.Analyze(s, render(t, s, turns, nil), opt)
+	c, err := p.Analyze(flowtest.Transcript(turns), opt)
 	if err != nil {
-		t.Fatalf("%s: analyze: %v", s, err)
+		t.Fatalf("analyze: %v", err)
 	}
 	return c
+}
+
+// unseen is the transcript of a conversation that continues a history out of sight (why: previous_response_id,
+// conversation, item_reference).
+func unseen(turns []turn, why string) *flow.Transcript {
+	tr := flowtest.Transcript(turns)
+	tr.SetUnseen(why)
+	return tr
 }

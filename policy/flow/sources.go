@@ -25,10 +25,13 @@ const (
 	// SourceContext: promptgate.context, plugin answers and attachments (images, files, documents).
 	// Untrusted.
 	SourceContext
+	// SourceMCP: the output of an MCP server's tool, labelled by the server. Untrusted unless
+	// toolOutputs.trusted names mcp:SERVER.
+	SourceMCP
 )
 
 // Source labels a segment: its kind and, for a tool output, the tool's name ("" when the call the
-// output answers cannot be found: "tool:?").
+// output answers cannot be found: "tool:?"), for an MCP output the server's label.
 type Source struct {
 	Kind SourceKind
 	Tool string
@@ -50,6 +53,8 @@ func (s Source) String() string {
 			return "tool:?"
 		}
 		return "tool:" + s.Tool
+	case SourceMCP:
+		return "mcp:" + s.Tool
 	}
 	return "unknown"
 }
@@ -57,8 +62,11 @@ func (s Source) String() string {
 // label is the source's label for a reason or a notice: its tool name shown as vet.DisplayName
 // shows names (quoted with escapes unless plain), so a name cannot break a line or pass for text.
 func (s Source) label() string {
-	if s.Kind == SourceTool && s.Tool != "" {
+	switch {
+	case s.Kind == SourceTool && s.Tool != "":
 		return "tool:" + vet.DisplayName(s.Tool)
+	case s.Kind == SourceMCP:
+		return "mcp:" + vet.DisplayName(s.Tool)
 	}
 	return s.String()
 }
@@ -74,12 +82,13 @@ const (
 	patContext
 	patTool
 	patUnknownTool
+	patMCP
 )
 
 // srcPattern is one entry of a from or after list.
 type srcPattern struct {
 	kind patKind
-	glob string // patTool
+	glob string // patTool, patMCP
 	// widen: the list widens what counts as a source ('*' stops at '/', as in tools.allow);
 	// otherwise it restricts ('/' is an ordinary character, as in tools.deny).
 	widen bool
@@ -100,6 +109,8 @@ func (p srcPattern) String() string {
 		return "context"
 	case patUnknownTool:
 		return "tool:?"
+	case patMCP:
+		return "mcp:" + p.glob
 	}
 	return "tool:" + p.glob
 }
@@ -137,14 +148,24 @@ func parseSources(p *problems, field string, list []string, widen bool) []srcPat
 				p.add(at, "%q is not a valid glob (%v)", sp.glob, err)
 				continue
 			}
+		case strings.HasPrefix(s, "mcp:"):
+			sp.kind, sp.glob = patMCP, strings.TrimPrefix(s, "mcp:")
+			if sp.glob == "" {
+				p.add(at, "names no MCP server: write mcp:SERVER_LABEL or mcp:GLOB such as mcp:*")
+				continue
+			}
+			if _, err := path.Match(sp.glob, ""); err != nil {
+				p.add(at, "%q is not a valid glob (%v)", sp.glob, err)
+				continue
+			}
 		case s == "assistant":
 			p.add(at, `"assistant" is not a source: the model can copy an attacker's text into its own words; list user, app, trusted or tool:NAME`)
 			continue
 		default:
 			if widen {
-				p.add(at, "%q is not a source: use user, app, trusted, context, tool:NAME, tool:GLOB or tool:?", s)
+				p.add(at, "%q is not a source: use user, app, trusted, context, tool:NAME, tool:GLOB, tool:? or mcp:SERVER", s)
 			} else {
-				p.add(at, "%q is not a source: use untrusted, context, tool:NAME, tool:GLOB or tool:?", s)
+				p.add(at, "%q is not a source: use untrusted, context, tool:NAME, tool:GLOB, tool:? or mcp:SERVER", s)
 			}
 			continue
 		}
@@ -168,8 +189,12 @@ func (p srcPattern) matches(src Source, trusted bool) bool {
 		return src.Kind == SourceContext
 	case patUnknownTool:
 		return src.Kind == SourceTool && src.Tool == ""
-	case patTool:
-		if src.Kind != SourceTool || src.Tool == "" {
+	case patTool, patMCP:
+		want := SourceTool
+		if p.kind == patMCP {
+			want = SourceMCP
+		}
+		if src.Kind != want || src.Tool == "" {
 			return false
 		}
 		if p.widen {

@@ -15,12 +15,12 @@ import (
 // t itself, with a refusal as each call's result, and the upstream's new answer follows in the same client
 // exchange. It returns the new answer's body (an SSE stream for a stream, JSON otherwise), or an error when
 // there is no round left or the upstream failed: the turn's calls are then refused as in refuse mode.
-type Next func(t flow.Turn) (io.ReadCloser, error)
+type Next func(t Turn) (io.ReadCloser, error)
 
 // Continuation is an answer whose every call was blocked in continue mode, each one promptgate can answer
 // itself: the model's turn with the refusals, and what the client keeps of the answer when it is continued.
 type Continuation struct {
-	Turn flow.Turn
+	Turn Turn
 	// Kept is the answer without its refused calls and without notices, in the surface's form (the text of
 	// a chat message, a Messages content array, a Responses output array).
 	Kept []byte
@@ -28,8 +28,8 @@ type Continuation struct {
 
 // Answer is promptgate's answer to a call blocked in continue mode: the refusal, which names the tool and the
 // reason (never the arguments), as the call's result. custom marks a custom tool's call (free-form input).
-func Answer(call *vet.Call, d vet.Decision, custom bool) flow.Answered {
-	return flow.Answered{ID: call.ID, Tool: call.Name, Args: bytes.Clone(call.Args), Custom: custom,
+func Answer(call *vet.Call, d vet.Decision, custom bool) Answered {
+	return Answered{ID: call.ID, Tool: call.Name, Args: bytes.Clone(call.Args), Custom: custom,
 		Result: flow.RefusalText(call.Name, d.Reason)}
 }
 
@@ -54,7 +54,7 @@ type rounds struct {
 	parking bool
 	mark    int // where the parked part of Out starts in the current step
 	parked  []byte
-	answers []flow.Answered
+	answers []Answered
 	spoiled bool
 	n       int
 }
@@ -75,7 +75,7 @@ func (r *Relay) Parking() bool { return r.round.parking }
 // Refuse records promptgate's answer to a call blocked in continue mode, before the surface writes the call's
 // notice (which is then parked with what follows). It does nothing outside continue mode or once the round
 // cannot be continued: the notice goes out as in refuse mode.
-func (r *Relay) Refuse(a flow.Answered) {
+func (r *Relay) Refuse(a Answered) {
 	if r.round.next == nil || r.round.spoiled {
 		return
 	}
@@ -109,7 +109,7 @@ func (r *Relay) flushRound() {
 // place of the upstream, which is closed, drops what was parked and reports true; the surface then starts its
 // next round, keeping what the client was shown. Otherwise what was parked goes out, the round state is
 // cleared for the stream's end, and it reports false.
-func (r *Relay) EndRound(t flow.Turn) bool {
+func (r *Relay) EndRound(t Turn) bool {
 	defer func() {
 		r.round.answers, r.round.spoiled = nil, false
 	}()

@@ -77,13 +77,13 @@ type Surface interface {
 	// answers the calls that promptgate blocked in the previous response); note, when not "", says what it
 	// did, for the log.
 	Continue(b *assembly.Body, upstream []byte) (out []byte, note string, err error)
-	// Flow is how policy/flow reads the surface's request bodies and appends a turn to them.
-	Flow() flow.Surface
-	// History is the part of the conversation the request continues out of the body's sight, as policy/flow
-	// reads it (flow.Options.History: Responses items, oldest first): the Responses API's record of what this
-	// instance relayed, for previous_response_id. nil when the body carries its whole conversation, or when
-	// the history is not known (policy/flow then counts it as unseen).
-	History(b *assembly.Body) []byte
+	// Transcript reads the request's conversation for the information-flow rules (policy/flow): its texts by
+	// role, calls and outputs, with the history the request continues out of the body's sight where the
+	// surface keeps a record of it (else marked unseen).
+	Transcript(b *assembly.Body) (*flow.Transcript, error)
+	// AppendTurn returns an upstream body with the model's turn and promptgate's answers to its calls
+	// appended, for asking the upstream again in onViolation "continue".
+	AppendTurn(body []byte, t relay.Turn) ([]byte, error)
 
 	// Begin starts the response side of a prepared request.
 	Begin(s Start) Exchange

@@ -8,6 +8,7 @@
 package flowtest
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -35,17 +36,62 @@ type Call struct {
 	Args json.RawMessage `json:"args"`
 }
 
+// Surface names a request format a conversation renders to; its value is the surface's route label.
+type Surface string
+
+// The surfaces a conversation renders to.
+const (
+	Chat      Surface = "chat"      // POST /v1/chat/completions
+	Responses Surface = "responses" // POST /v1/responses
+	Messages  Surface = "messages"  // POST /v1/messages (Anthropic)
+)
+
 // Surfaces are the surfaces a conversation renders to.
-var Surfaces = []flow.Surface{flow.SurfaceChat, flow.SurfaceResponses, flow.SurfaceMessages}
+var Surfaces = []Surface{Chat, Responses, Messages}
+
+// Path is the surface's route.
+func (s Surface) Path() string {
+	switch s {
+	case Responses:
+		return "/v1/responses"
+	case Messages:
+		return "/v1/messages"
+	}
+	return "/v1/chat/completions"
+}
+
+// Transcript is the conversation as a surface reads it, written without a wire format: what each surface's
+// reader must give for the bodies Render writes.
+func Transcript(turns []Turn) *flow.Transcript {
+	tr := flow.NewTranscript()
+	for i, tu := range turns {
+		switch {
+		case tu.App != "":
+			tr.Text(flow.RoleApp, tu.App, i)
+		case tu.User != "":
+			tr.Text(flow.RoleUser, tu.User, i)
+		case tu.Assistant != "" || len(tu.Calls) > 0:
+			if tu.Assistant != "" {
+				tr.Text(flow.RoleAssistant, tu.Assistant, i)
+			}
+			for _, c := range tu.Calls {
+				tr.Call(c.Tool, c.ID, Args(c.Args), "", i)
+			}
+		default:
+			tr.Output(tu.Tool, flow.Output{Text: tu.Output, Doc: tu.Output}, i)
+		}
+	}
+	return tr
+}
 
 type obj = map[string]any
 
 // Render writes a request body of surface s holding the conversation, with extra top-level fields merged.
-func Render(t testing.TB, s flow.Surface, turns []Turn, extra map[string]any) []byte {
+func Render(t testing.TB, s Surface, turns []Turn, extra map[string]any) []byte {
 	t.Helper()
 	body := obj{"model": "m"}
 	switch s {
-	case flow.SurfaceChat:
+	case Chat:
 		var msgs []any
 		for _, tu := range turns {
 			switch {
@@ -71,7 +117,7 @@ func Render(t testing.TB, s flow.Surface, turns []Turn, extra map[string]any) []
 			}
 		}
 		body["messages"] = msgs
-	case flow.SurfaceResponses:
+	case Responses:
 		var items []any
 		instructions := false
 		for _, tu := range turns {
@@ -95,7 +141,7 @@ func Render(t testing.TB, s flow.Surface, turns []Turn, extra map[string]any) []
 			}
 		}
 		body["input"] = items
-	case flow.SurfaceMessages:
+	case Messages:
 		var msgs []any
 		var system []any
 		role := ""
@@ -233,4 +279,63 @@ func LoadSuites(t testing.TB, dir string) []Suite {
 		out = append(out, s)
 	}
 	return out
+}
+
+// Labels lists a conversation's segments as "source:text", trusted ones marked "+".
+func Labels(c *flow.Conversation) []string {
+	var out []string
+	for i, s := range c.Segments() {
+		mark := ""
+		if c.Trusted(i) {
+			mark = "+"
+		}
+		out = append(out, mark+s.Source.String()+":"+s.Text)
+	}
+	return out
+}
+
+// CallNames lists calls as "tool#id(args)".
+func CallNames(calls []flow.HistoryCall) []string {
+	var out []string
+	for _, h := range calls {
+		out = append(out, h.Tool+"#"+h.ID+"("+string(h.Args)+")")
+	}
+	return out
+}
+
+// SameTranscript fails the test when a surface's reading of a conversation differs from the neutral one:
+// its segments (empty assistant texts aside: an assistant message with calls only has one on some surfaces),
+// calls (arguments compared compact: Messages carries them as an object) and unseen history.
+func SameTranscript(t testing.TB, name string, got, want *flow.Transcript) {
+	t.Helper()
+	seg := func(tr *flow.Transcript) []string {
+		var out []string
+		for _, s := range tr.Segments() {
+			if s.Source.Kind == flow.SourceAssistant && s.Text == "" {
+				continue
+			}
+			out = append(out, s.Source.String()+":"+s.Text+"|"+s.Doc)
+		}
+		return out
+	}
+	if g, w := strings.Join(seg(got), "\n"), strings.Join(seg(want), "\n"); g != w {
+		t.Errorf("%s: segments\n got %q\nwant %q", name, seg(got), seg(want))
+	}
+	compactCalls := func(calls []flow.HistoryCall) string {
+		out := make([]flow.HistoryCall, len(calls))
+		for i, c := range calls {
+			out[i] = c
+			var b bytes.Buffer
+			if json.Compact(&b, c.Args) == nil {
+				out[i].Args = b.Bytes()
+			}
+		}
+		return strings.Join(CallNames(out), " ")
+	}
+	if g, w := compactCalls(got.Calls()), compactCalls(want.Calls()); g != w {
+		t.Errorf("%s: calls\n got %s\nwant %s", name, g, w)
+	}
+	if got.Unseen() != want.Unseen() {
+		t.Errorf("%s: unseen %q, want %q", name, got.Unseen(), want.Unseen())
+	}
 }

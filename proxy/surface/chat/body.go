@@ -19,7 +19,6 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -178,7 +177,7 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 // continuation is the answer's one turn for promptgate to answer itself (onViolation "continue"), when every
 // call of it was blocked and can be answered; nil otherwise. What the client keeps of it is its text.
 func continuation(c *vet.Checker, msg gjson.Result, calls []*vet.Call, ds []vet.Decision) *relay.Continuation {
-	t := flow.Turn{}
+	t := relay.Turn{}
 	for i, call := range calls {
 		if !relay.Answerable(c, call, ds[i]) {
 			return nil

@@ -10,7 +10,6 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -186,7 +185,7 @@ func (s *Stream) asFirst(ev sse.Event) sse.Event {
 // endRound, at the clean end of a round, continues the stream when promptgate answered every call of the
 // round itself (onViolation "continue"); the next round starts with the choices' text marks kept.
 func (s *Stream) endRound() bool {
-	if !s.EndRound(flow.Turn{Text: string(s.roundText)}) {
+	if !s.EndRound(relay.Turn{Text: string(s.roundText)}) {
 		return false
 	}
 	s.usage = relay.AddUsage(s.usage, s.roundUsage)

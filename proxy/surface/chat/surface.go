@@ -45,11 +45,10 @@ func (Surface) Continue(_ *assembly.Body, upstream []byte) ([]byte, string, erro
 	return upstream, "", nil
 }
 
-// Flow reads the body as a Chat Completions request.
-func (Surface) Flow() flow.Surface { return flow.SurfaceChat }
+// Transcript reads the conversation, which a chat request carries whole.
+func (Surface) Transcript(b *assembly.Body) (*flow.Transcript, error) { return transcript(b) }
 
-// History is nil: the request carries its whole conversation.
-func (Surface) History(*assembly.Body) []byte { return nil }
+func (Surface) AppendTurn(body []byte, t relay.Turn) ([]byte, error) { return appendTurn(body, t) }
 
 // Begin starts the response side: nothing to remember, the answers vetted by Body and Stream. An answer with
 // several choices (n above 1) is not continued in continue mode: promptgate cannot answer the calls of

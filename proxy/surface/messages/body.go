@@ -19,7 +19,6 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -161,7 +160,7 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 // continuation is the message's turn for promptgate to answer itself (onViolation "continue"), when every
 // call of it was blocked and can be answered; nil otherwise. What the client keeps of it is its other blocks.
 func continuation(c *vet.Checker, content gjson.Result, blocks []gjson.Result, calls []*vet.Call, ds []vet.Decision, drop map[int]bool) *relay.Continuation {
-	t := flow.Turn{Raw: []byte(content.Raw)}
+	t := relay.Turn{Raw: []byte(content.Raw)}
 	for i, call := range calls {
 		if !relay.Answerable(c, call, ds[i]) {
 			return nil

@@ -10,7 +10,6 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
@@ -201,7 +200,7 @@ func (s *Stream) event(ev sse.Event) {
 		if s.Ended {
 			return
 		}
-		if s.Continuing() && s.EndRound(flow.Turn{Raw: s.turn.content()}) {
+		if s.Continuing() && s.EndRound(relay.Turn{Raw: s.turn.content()}) {
 			s.nextRound()
 			return
 		}

@@ -1,10 +1,14 @@
 package messages
 
 import (
+	"bytes"
+	"errors"
+
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/proxy/relay"
+	"github.com/promptgate/promptgate/proxy/surface"
 )
 
 // turnBlocks assembles, in continue mode, the content blocks of a streamed round as the upstream sent them —
@@ -91,4 +95,42 @@ func (tb *turnBlocks) content() []byte {
 		blocks = append(blocks, string(out))
 	}
 	return relay.JoinArray(blocks)
+}
+
+// appendTurn returns body (an upstream request) with the model's turn and the results of its calls
+// appended, for asking the upstream again in onViolation "continue". It edits the raw bytes with sjson: every
+// other byte stays. An assistant message with the turn's content, then a user
+// message with one tool_result block per call (is_error true).
+func appendTurn(body []byte, t relay.Turn) ([]byte, error) {
+	if !gjson.GetBytes(body, "messages").IsArray() {
+		return nil, errors.New("messages must be an array")
+	}
+	content := t.Raw
+	if content == nil {
+		var b bytes.Buffer
+		b.WriteByte('[')
+		if t.Text != "" {
+			b.Write(surface.Object("type", "text", "text", t.Text))
+		}
+		for _, c := range t.Calls {
+			if b.Len() > 1 {
+				b.WriteByte(',')
+			}
+			b.Write(surface.Object("type", "tool_use", "id", c.ID, "name", c.Tool, "input", surface.ArgsOrEmpty(c.Args)))
+		}
+		b.WriteByte(']')
+		content = b.Bytes()
+	}
+	var results bytes.Buffer
+	results.WriteByte('[')
+	for i, c := range t.Calls {
+		if i > 0 {
+			results.WriteByte(',')
+		}
+		results.Write(surface.Object("type", "tool_result", "tool_use_id", c.ID, "content", c.Result, "is_error", true))
+	}
+	results.WriteByte(']')
+	return surface.AppendRaw(body, "messages",
+		surface.Object("role", "assistant", "content", content),
+		surface.Object("role", "user", "content", results.Bytes()))
 }

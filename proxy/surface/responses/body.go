@@ -27,7 +27,6 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -177,7 +176,7 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 // call of it was blocked and is a function (or custom tool) call it can answer; nil otherwise. What the client
 // keeps of it is its other items (without the reasoning right before a refused call).
 func continuation(c *vet.Checker, body []byte, output gjson.Result, items []gjson.Result, calls []*vet.Call, at []int, ds []vet.Decision, drop map[int]bool) *relay.Continuation {
-	t := flow.Turn{Raw: []byte(output.Raw), ResponseID: gjson.GetBytes(body, pathID).String()}
+	t := relay.Turn{Raw: []byte(output.Raw), ResponseID: gjson.GetBytes(body, pathID).String()}
 	for i, call := range calls {
 		typ := items[at[i]].Get(pathType).Str
 		if !relay.Answerable(c, call, ds[i]) || typ != typeFunction && typ != typeCustomTool {

@@ -11,7 +11,6 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
-	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
@@ -585,7 +584,7 @@ func (s *Stream) continueRound(data, out []byte) bool {
 		final = out
 	}
 	resp := gjson.GetBytes(data, pathResponse)
-	t := flow.Turn{Raw: []byte(resp.Get(pathOutput).Raw), ResponseID: resp.Get(pathID).String()}
+	t := relay.Turn{Raw: []byte(resp.Get(pathOutput).Raw), ResponseID: resp.Get(pathID).String()}
 	if !s.EndRound(t) {
 		return false
 	}

@@ -85,19 +85,11 @@ func (s *Surface) Continue(b *assembly.Body, upstream []byte) ([]byte, string, e
 	return out, "answered the blocked calls of the previous response " + prev.Str, nil
 }
 
-// Flow reads the body as a Responses request.
-func (*Surface) Flow() flow.Surface { return flow.SurfaceResponses }
+// Transcript reads the conversation: for a request that continues with previous_response_id, the conversation
+// this instance relayed up to that response first (see history.go), unseen when it does not know all of it.
+func (s *Surface) Transcript(b *assembly.Body) (*flow.Transcript, error) { return s.transcript(b) }
 
-// History is, for a request that continues with previous_response_id, the conversation this instance
-// relayed up to that response (see history.go); nil when it does not know all of it, or the request does
-// not continue one.
-func (s *Surface) History(b *assembly.Body) []byte {
-	prev := b.Get(reqPreviousResponseID)
-	if prev.Type != gjson.String || prev.Str == "" {
-		return nil
-	}
-	return s.history.chain(prev.Str)
-}
+func (*Surface) AppendTurn(body []byte, t relay.Turn) ([]byte, error) { return appendTurn(body, t) }
 
 // Begin starts tracking the response: its id, its blocked calls and the output shown, the client's own
 // instructions and, for a background request, the policy its retrievals are vetted with.

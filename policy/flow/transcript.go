@@ -1,0 +1,209 @@
+package flow
+
+import (
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// Role is who wrote a text of the conversation.
+type Role uint8
+
+// The roles of texts.
+const (
+	// RoleUser: a user message's text.
+	RoleUser Role = iota + 1
+	// RoleApp: the app's system and developer messages and instructions.
+	RoleApp
+	// RoleAssistant: the model's own text.
+	RoleAssistant
+)
+
+// Output is a tool's output as the conversation carries it.
+type Output struct {
+	// Text is every string of the output that a reader could take a value from, joined by line breaks
+	// (JSONText of the output's value).
+	Text string
+	// Doc is the document the tool returned: a string output as it is, or the text of its text parts
+	// joined; "" when the output has no text (an image). Paths of a tool's trusted fields are read in it
+	// (as JSON, else YAML).
+	Doc string
+	// Server is the label of the MCP server that answered ("" for other tools): the output's source is
+	// then mcp:Server.
+	Server string
+}
+
+// Transcript is a request's conversation in a form no wire format shapes: the texts, tool calls and
+// tool outputs in order, each labelled by who wrote it. A surface reads its request body into one
+// (outputs are matched to their calls by id here, the same for every surface); Policy.Analyze reads it.
+// A Transcript is built by one goroutine and then only read.
+type Transcript struct {
+	segments  []Segment
+	calls     []HistoryCall
+	ids       map[string]string // call id -> tool name
+	servers   map[string]string // call id -> MCP server label
+	dup       map[string]bool   // call ids given to more than one call
+	legacy    map[string]bool   // names of legacy function calls
+	unseen    string
+	inHistory bool
+}
+
+// NewTranscript returns an empty transcript.
+func NewTranscript() *Transcript {
+	return &Transcript{ids: map[string]string{}, servers: map[string]string{}, dup: map[string]bool{}, legacy: map[string]bool{}}
+}
+
+// History marks the parts added next as history the body does not carry (a Responses conversation continued
+// by id, from the surface's record), or, with false, as the body's own.
+func (t *Transcript) History(on bool) { t.inHistory = on }
+
+// SetUnseen records that part of the history is not visible, and why (previous_response_id, conversation,
+// item_reference); the first reason stays.
+func (t *Transcript) SetUnseen(why string) {
+	if t.unseen == "" {
+		t.unseen = why
+	}
+}
+
+// Unseen says why part of the history is not visible; "" when all of it is.
+func (t *Transcript) Unseen() string { return t.unseen }
+
+// Segments returns the transcript's texts and outputs in order.
+func (t *Transcript) Segments() []Segment { return t.segments }
+
+// Calls returns the transcript's tool calls in order.
+func (t *Transcript) Calls() []HistoryCall { return t.calls }
+
+// Text adds a text of message msg (-1 for instructions and top-level system prompts).
+func (t *Transcript) Text(r Role, text string, msg int) {
+	k := SourceUser
+	switch r {
+	case RoleApp:
+		k = SourceApp
+	case RoleAssistant:
+		k = SourceAssistant
+	}
+	t.add(Source{Kind: k}, text, msg)
+}
+
+// Attachment adds the text of an attachment of a user or app message (an image, a file, a document): the
+// runtime context's kind of source, never trusted.
+func (t *Transcript) Attachment(text string, msg int) { t.add(Source{Kind: SourceContext}, text, msg) }
+
+// Untrusted adds a part the surface cannot place (an unknown role or item type): an output whose call is
+// not known.
+func (t *Transcript) Untrusted(text string, msg int) { t.add(Source{Kind: SourceTool}, text, msg) }
+
+// Call adds a tool call with its id ("" for a built-in tool without one) and raw argument JSON text (nil
+// for a built-in tool); server is the MCP server's label for an MCP call, else "".
+func (t *Transcript) Call(tool, id string, args []byte, server string, msg int) {
+	t.calls = append(t.calls, HistoryCall{Tool: tool, ID: id, Args: args, Message: msg, InHistory: t.inHistory})
+	if id == "" {
+		return
+	}
+	if _, seen := t.ids[id]; seen {
+		t.dup[id] = true
+	}
+	t.ids[id], t.servers[id] = tool, server
+}
+
+// LegacyCall adds a legacy function call, which has no id: its output names the function (LegacyOutput).
+func (t *Transcript) LegacyCall(tool string, args []byte, msg int) {
+	t.calls = append(t.calls, HistoryCall{Tool: tool, Args: args, Message: msg, InHistory: t.inHistory})
+	t.legacy[tool] = true
+}
+
+// Output adds the output answering the call with the given id: tool:? when that call is not in the
+// transcript, or its id was given to more than one call; an MCP call's output is mcp:SERVER.
+func (t *Transcript) Output(id string, out Output, msg int) {
+	tool, server := "", out.Server
+	if id != "" && !t.dup[id] {
+		tool = t.ids[id]
+		if s := t.servers[id]; s != "" {
+			server = s
+		}
+	}
+	t.output(tool, server, out, msg)
+}
+
+// LegacyOutput adds the output of a legacy function call, which names its function: tool:? when no legacy
+// call of that name is in the transcript.
+func (t *Transcript) LegacyOutput(name string, out Output, msg int) {
+	if !t.legacy[name] {
+		name = ""
+	}
+	t.output(name, "", out, msg)
+}
+
+// ToolOutput adds output that a tool's own item carries (a built-in tool's results, an MCP call with its
+// output): its source is the named tool, or mcp:SERVER.
+func (t *Transcript) ToolOutput(tool string, out Output, msg int) {
+	t.output(tool, out.Server, out, msg)
+}
+
+func (t *Transcript) output(tool, server string, out Output, msg int) {
+	src := Source{Kind: SourceTool, Tool: tool}
+	if server != "" {
+		src = Source{Kind: SourceMCP, Tool: server}
+	}
+	t.segments = append(t.segments, Segment{Source: src, Text: out.Text, Doc: out.Doc, Message: msg, InHistory: t.inHistory})
+}
+
+func (t *Transcript) add(src Source, text string, msg int) {
+	t.segments = append(t.segments, Segment{Source: src, Text: text, Message: msg, InHistory: t.inHistory})
+}
+
+// JSONText gathers the strings of a JSON value (a tool output, an attachment, the runtime context), joined by
+// line breaks: every string and number except identifiers, media types and binary payloads (base64 data,
+// data: URLs, encrypted content). With keys set, object keys are gathered too (the context's keys are its
+// data). Nesting deeper than 32 levels is left out.
+func JSONText(v gjson.Result, keys bool) string {
+	var b strings.Builder
+	var walk func(v gjson.Result, depth int)
+	line := func(s string) {
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(s)
+	}
+	walk = func(v gjson.Result, depth int) {
+		if depth > maxCollectDepth {
+			return
+		}
+		switch {
+		case v.Type == gjson.String:
+			if !strings.HasPrefix(v.Str, "data:") {
+				line(v.Str)
+			}
+		case v.Type == gjson.Number:
+			line(v.Raw)
+		case v.IsArray():
+			v.ForEach(func(_, e gjson.Result) bool {
+				walk(e, depth+1)
+				return true
+			})
+		case v.IsObject():
+			binary := v.Get("type").String() == "base64"
+			v.ForEach(func(k, e gjson.Result) bool {
+				switch k.Str {
+				case "type", "id", "call_id", "tool_use_id", "media_type", "mime_type", "file_id", "signature",
+					"encrypted_content", "cache_control", "status", "file_data":
+					return true
+				case "data":
+					if binary {
+						return true
+					}
+				}
+				if keys {
+					line(k.Str)
+				}
+				walk(e, depth+1)
+				return true
+			})
+		}
+	}
+	walk(v, 0)
+	return b.String()
+}
+
+const maxCollectDepth = 32
