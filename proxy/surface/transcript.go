@@ -1,7 +1,12 @@
 package surface
 
 import (
+	"bytes"
+	"fmt"
+	"strconv"
+
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy/flow"
@@ -35,4 +40,46 @@ func RawJSON(v gjson.Result) []byte {
 		return nil
 	}
 	return []byte(v.Raw)
+}
+
+// MaskCodes masks the confirmation codes in the notices of held calls that the model's earlier turns carry
+// (flow.MaskCodes), in an upstream body: texts calls its function with each assistant text of the body and
+// its path. The code is the user's decision and never reaches the model. A body without a notice is returned
+// as it is, unread.
+func MaskCodes(body []byte, texts func(body []byte, each func(path string, text gjson.Result))) ([]byte, error) {
+	if !bytes.Contains(body, []byte(flow.NoticeMarker)) {
+		return body, nil
+	}
+	type edit struct{ path, text string }
+	var edits []edit
+	texts(body, func(path string, v gjson.Result) {
+		if v.Type != gjson.String {
+			return
+		}
+		if masked, ok := flow.MaskCodes(v.Str); ok {
+			edits = append(edits, edit{path, masked})
+		}
+	})
+	var err error
+	for _, e := range edits {
+		if body, err = sjson.SetBytes(body, e.path, e.text); err != nil {
+			return nil, fmt.Errorf("surface: mask codes: %w", err)
+		}
+	}
+	return body, nil
+}
+
+// ContentTexts calls each with the text strings of a message content at path: the content itself when it
+// is a string, else the "text" of each of its parts.
+func ContentTexts(content gjson.Result, path string, each func(path string, text gjson.Result)) {
+	if content.Type == gjson.String {
+		each(path, content)
+		return
+	}
+	i := 0
+	content.ForEach(func(_, p gjson.Result) bool {
+		each(path+"."+strconv.Itoa(i)+".text", p.Get("text"))
+		i++
+		return true
+	})
 }

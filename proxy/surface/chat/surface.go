@@ -36,8 +36,13 @@ func (Surface) CheckToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return checkToolChoice(b, kept)
 }
 
+// Rewrite writes the upstream body, with the codes of held calls masked in the model's earlier turns.
 func (Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	return rewrite(b, p, kept, removedAny)
+	out, err := rewrite(b, p, kept, removedAny)
+	if err != nil {
+		return nil, err
+	}
+	return surface.MaskCodes(out, assistantTexts)
 }
 
 // Continue leaves the body as it is: a chat request carries its whole conversation.

@@ -1,6 +1,8 @@
 package chat
 
 import (
+	"strconv"
+
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/assembly"
@@ -50,4 +52,16 @@ func transcript(b *assembly.Body) (*flow.Transcript, error) {
 		return true
 	})
 	return t, nil
+}
+
+// assistantTexts calls each with the texts of the assistant messages of a body, and their paths.
+func assistantTexts(body []byte, each func(path string, text gjson.Result)) {
+	i := 0
+	gjson.GetBytes(body, reqMessages).ForEach(func(_, m gjson.Result) bool {
+		if m.Get("role").String() == "assistant" {
+			surface.ContentTexts(m.Get("content"), reqMessages+"."+strconv.Itoa(i)+".content", each)
+		}
+		i++
+		return true
+	})
 }

@@ -39,9 +39,13 @@ func (Surface) CheckToolChoice(b *assembly.Body, kept []policy.Tool) error {
 
 // Rewrite splices the edits into one copy of the body, or, where it cannot, edits a copy whose promptgate
 // value is cut down to 0 (see Body.WithoutContext), so that the edits, each reading the body again, do not
-// read past the runtime context.
+// read past the runtime context. The codes of held calls are masked in the model's earlier turns.
 func (Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	return rewrite(b, p, kept, removedAny)
+	out, err := rewrite(b, p, kept, removedAny)
+	if err != nil {
+		return nil, err
+	}
+	return surface.MaskCodes(out, assistantTexts)
 }
 
 // Continue leaves the body as it is: a Messages request carries its whole conversation.

@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -85,4 +86,16 @@ func readMessage(t *flow.Transcript, m gjson.Result, i int) {
 		return true
 	})
 	flush()
+}
+
+// assistantTexts calls each with the texts of the assistant messages of a body, and their paths.
+func assistantTexts(body []byte, each func(path string, text gjson.Result)) {
+	i := 0
+	gjson.GetBytes(body, reqMessages).ForEach(func(_, m gjson.Result) bool {
+		if m.Get("role").String() == "assistant" {
+			surface.ContentTexts(m.Get("content"), reqMessages+"."+strconv.Itoa(i)+".content", each)
+		}
+		i++
+		return true
+	})
 }

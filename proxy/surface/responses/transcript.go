@@ -1,6 +1,7 @@
 package responses
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -155,4 +156,17 @@ func carried(it gjson.Result, keys ...string) flow.Output {
 		}
 	}
 	return flow.Output{Text: strings.Join(texts, "\n"), Doc: strings.Join(docs, "\n")}
+}
+
+// assistantTexts calls each with the texts of the assistant messages among a body's input items, and their
+// paths.
+func assistantTexts(body []byte, each func(path string, text gjson.Result)) {
+	i := 0
+	gjson.GetBytes(body, "input").ForEach(func(_, it gjson.Result) bool {
+		if typ := it.Get("type").String(); (typ == "" || typ == "message") && it.Get("role").String() == "assistant" {
+			surface.ContentTexts(it.Get("content"), "input."+strconv.Itoa(i)+".content", each)
+		}
+		i++
+		return true
+	})
 }
