@@ -167,12 +167,20 @@ func coversTool(globs []string, tool string) bool {
 	return false
 }
 
-// unseenNote is added to a reason when part of the history is not visible.
+// unseenNote is added to a reason when part of the history is not visible, or an output of a tool trusted in
+// part could not be split (the first such output named, and how many more).
 func (c *Conversation) unseenNote() string {
-	if c.unseen == "" {
-		return ""
+	note := ""
+	if c.unseen != "" {
+		note = "; part of the history is not visible (" + c.unseen + ")"
 	}
-	return "; part of the history is not visible (" + c.unseen + ")"
+	if n := len(c.unsplit); n > 0 {
+		note += "; " + c.unsplit[0]
+		if n > 1 {
+			note += fmt.Sprintf(" (and %d more)", n-1)
+		}
+	}
+	return note
 }
 
 // checkProvenance returns why the values at the rule's path break it, or "".

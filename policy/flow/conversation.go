@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -59,6 +61,8 @@ type Conversation struct {
 	trusted   []bool
 	calls     []HistoryCall
 	unseen    string // why part of the history is not visible; "" when all of it is
+	// unsplit says why outputs of tools trusted in part were left untrusted whole, one line each.
+	unsplit   []string
 	binding   string
 	confirmer *Confirmer
 	codes     []string // the app's codes (Options.Codes), normalised
@@ -90,7 +94,7 @@ func (p *Policy) Analyze(t *Transcript, opt Options) (*Conversation, error) {
 		return nil, errors.New("flow: analyze: no transcript")
 	}
 	c := &Conversation{p: p, confirmer: opt.Confirmer, unseen: t.unseen, calls: t.calls}
-	c.segments = slices.Clip(t.segments)
+	c.segments = c.splitOutputs(t.segments)
 	for _, text := range opt.Context {
 		c.segments = append(c.segments, Segment{Source: Source{Kind: SourceContext}, Text: text, Message: -1})
 	}
@@ -128,4 +132,45 @@ func (c *Conversation) bind(explicit string) string {
 		h.Write([]byte{0})
 	}
 	return "m:" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// splitOutputs returns the segments with each output of a tool trusted in part (toolOutputs.trustedPaths) split
+// in two: the values at its trusted paths, and the rest, untrusted. An output that cannot be split stays
+// whole and untrusted, and the conversation notes why (for the reasons of the rules it then fails).
+func (c *Conversation) splitOutputs(segs []Segment) []Segment {
+	var out []Segment // nil until an output is split, then a copy
+	for i, seg := range segs {
+		src := seg.Source
+		var tr outputTrust
+		if (src.Kind == SourceTool || src.Kind == SourceMCP) && src.Tool != "" && src.Part == PartWhole {
+			tr = c.p.trustOf(src.Tool, src.Kind == SourceMCP)
+		}
+		if tr.whole || len(tr.paths) == 0 {
+			if out != nil {
+				out = append(out, seg)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]Segment, 0, len(segs)+4), segs[:i]...)
+		}
+		sp := splitOutput(seg.Doc, tr.paths)
+		if sp.problem != "" {
+			c.unsplit = append(c.unsplit, fmt.Sprintf("the output of %s (message %d) is untrusted whole: %s", src.label(), seg.Message, sp.problem))
+			out = append(out, seg)
+			continue
+		}
+		rest := sp.rest
+		if seg.Text != seg.Doc {
+			rest += "\n" + seg.Text // what the output carries beside its document (attachments) is untrusted
+		}
+		trusted, untrusted := seg, seg
+		trusted.Source.Part, trusted.Text = PartTrusted, strings.Join(sp.trusted, "\n")
+		untrusted.Source.Part, untrusted.Text = PartRest, rest
+		out = append(out, trusted, untrusted)
+	}
+	if out == nil {
+		return slices.Clip(segs)
+	}
+	return out
 }

@@ -28,13 +28,27 @@ type RuleInfo struct {
 // Explain describes the policy.
 func (p *Policy) Explain() Explanation {
 	e := Explanation{TrustedSources: []string{"user", "app"}, ConfirmTTL: p.ttl.String(), ContinueRounds: p.rounds, Rules: []RuleInfo{}}
-	for i, globs := range p.trusted {
-		for _, g := range globs {
-			s := "tool:" + g
-			if i > 0 {
-				s += " (narrowing)"
+	for i, lv := range p.trust {
+		narrowing := ""
+		if i > 0 {
+			narrowing = " (narrowing)"
+		}
+		label := func(g string) string {
+			if strings.HasPrefix(g, "mcp:") {
+				return g
 			}
-			e.TrustedSources = append(e.TrustedSources, s)
+			return "tool:" + g
+		}
+		for _, g := range lv.globs {
+			e.TrustedSources = append(e.TrustedSources, label(g)+narrowing)
+		}
+		keys := make([]string, 0, len(lv.paths))
+		for k := range lv.paths {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			e.TrustedSources = append(e.TrustedSources, label(k)+" at "+strings.Join(lv.paths[k], ", ")+narrowing)
 		}
 	}
 	verdict := func(r ruleBase) string {
@@ -87,6 +101,9 @@ type Summary struct {
 	Sources []SourceInfo `json:"sources"`
 	// Unseen says why part of the history is not visible; "" when all of it is.
 	Unseen string `json:"unseen,omitempty"`
+	// UntrustedWhole says, for each output of a tool trusted in part that could not be split, why it is
+	// untrusted whole.
+	UntrustedWhole []string `json:"untrustedWhole,omitempty"`
 	// Calls counts the calls already in the conversation per tool.
 	Calls map[string]int `json:"calls"`
 	// Rules are the rules that apply to the given tools, with their state in this conversation.
@@ -113,7 +130,7 @@ type RuleState struct {
 // and the rules that apply to tools (e.g. the request's kept tools), a flow rule as triggered or
 // not, a budget with its count.
 func (c *Conversation) Summary(tools []string) Summary {
-	s := Summary{Unseen: c.unseen, Calls: map[string]int{}, Sources: []SourceInfo{}, Rules: []RuleState{}}
+	s := Summary{Unseen: c.unseen, UntrustedWhole: c.unsplit, Calls: map[string]int{}, Sources: []SourceInfo{}, Rules: []RuleState{}}
 	at := map[Source]int{}
 	for i, seg := range c.segments {
 		j, ok := at[seg.Source]

@@ -159,7 +159,8 @@ func (c *Conversation) mask(ix *index, pats []srcPattern, all bool) uint64 {
 	for i, l := range ix.labels {
 		hit := false
 		for _, p := range pats {
-			if p.matches(l, c.p.trustedSource(l)) {
+			// The rest of an output trusted in part is never an allowed source, whatever names its tool.
+			if p.matches(l, c.p.trustedSource(l)) && !(all && l.Part == PartRest) {
 				hit = true
 				break
 			}

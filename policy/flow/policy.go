@@ -26,9 +26,9 @@ import (
 
 // Policy is a compiled Spec: immutable and safe for concurrent use.
 type Policy struct {
-	// trusted are glob lists; a tool's output is trusted when the tool matches a glob of every list
-	// (the protocol's, then each workflow's that sets one).
-	trusted    [][]string
+	// trust is the toolOutputs of the protocol, then of each workflow that sets them; an output is
+	// trusted as far as every level trusts it (trustOf).
+	trust      []trustLevel
 	provenance []provRule
 	scan       []scanRule
 	budgets    []budgetRule
@@ -100,11 +100,8 @@ func compile(specs []Spec) (*Policy, error) {
 		if k > 0 {
 			prefix = "workflow."
 		}
-		if k == 0 || s.ToolOutputs.Trusted != nil {
-			for i, g := range s.ToolOutputs.Trusted {
-				probs.checkGlob(fmt.Sprintf("toolOutputs.trusted[%d]", i), g)
-			}
-			p.trusted = append(p.trusted, s.ToolOutputs.Trusted)
+		if k == 0 || s.ToolOutputs.Trusted != nil || s.ToolOutputs.TrustedPaths != nil {
+			p.trust = append(p.trust, probs.compileTrust(s.ToolOutputs))
 		}
 		ids := map[string]string{}
 		name := func(kind string, i int, id string) string {
@@ -312,40 +309,22 @@ func compileScan(probs *problems, i int, r ScanRule, name string) scanRule {
 	return c
 }
 
-// ToolTrusted reports whether the policy trusts the output of a tool.
-func (p *Policy) ToolTrusted(tool string) bool { return p.outputTrusted(tool, false) }
-
-// outputTrusted reports whether the policy trusts the output of a tool or, with mcp, of an MCP server: the
-// entries mcp:GLOB of toolOutputs.trusted name servers, the others tools.
-func (p *Policy) outputTrusted(name string, mcp bool) bool {
-	if name == "" {
-		return false
-	}
-	for _, globs := range p.trusted {
-		ok := false
-		for _, g := range globs {
-			g, isMCP := strings.CutPrefix(g, "mcp:")
-			if isMCP == mcp && matchAllow(g, name) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	return len(p.trusted) > 0
-}
+// ToolTrusted reports whether the policy trusts the whole output of a tool.
+func (p *Policy) ToolTrusted(tool string) bool { return p.trustOf(tool, false).whole }
 
 // trusted reports whether a segment's source is trusted.
 func (p *Policy) trustedSource(s Source) bool {
 	switch s.Kind {
 	case SourceUser, SourceApp:
 		return true
-	case SourceTool:
-		return p.outputTrusted(s.Tool, false)
-	case SourceMCP:
-		return p.outputTrusted(s.Tool, true)
+	case SourceTool, SourceMCP:
+		switch s.Part {
+		case PartTrusted:
+			return true
+		case PartRest:
+			return false
+		}
+		return p.trustOf(s.Tool, s.Kind == SourceMCP).whole
 	}
 	return false
 }

@@ -31,11 +31,26 @@ const (
 )
 
 // Source labels a segment: its kind and, for a tool output, the tool's name ("" when the call the
-// output answers cannot be found: "tool:?"), for an MCP output the server's label.
+// output answers cannot be found: "tool:?"), for an MCP output the server's label; and, for an output
+// trusted in part (toolOutputs.trustedPaths), which part.
 type Source struct {
 	Kind SourceKind
 	Tool string
+	Part Part
 }
+
+// Part is which part of an output trusted in part a segment holds.
+type Part uint8
+
+// The parts of an output.
+const (
+	// PartWhole: the whole output (the zero value).
+	PartWhole Part = iota
+	// PartTrusted: the values at the output's trusted paths.
+	PartTrusted
+	// PartRest: everything else of the output, untrusted.
+	PartRest
+)
 
 // String is the source's label: user, app, assistant, context, tool:NAME or tool:?.
 func (s Source) String() string {
@@ -52,11 +67,22 @@ func (s Source) String() string {
 		if s.Tool == "" {
 			return "tool:?"
 		}
-		return "tool:" + s.Tool
+		return "tool:" + s.Tool + s.Part.suffix()
 	case SourceMCP:
-		return "mcp:" + s.Tool
+		return "mcp:" + s.Tool + s.Part.suffix()
 	}
 	return "unknown"
+}
+
+// suffix marks a part of an output in a source's label.
+func (p Part) suffix() string {
+	switch p {
+	case PartTrusted:
+		return " (trusted paths)"
+	case PartRest:
+		return " (rest)"
+	}
+	return ""
 }
 
 // label is the source's label for a reason or a notice: its tool name shown as vet.DisplayName
@@ -64,9 +90,9 @@ func (s Source) String() string {
 func (s Source) label() string {
 	switch {
 	case s.Kind == SourceTool && s.Tool != "":
-		return "tool:" + vet.DisplayName(s.Tool)
+		return "tool:" + vet.DisplayName(s.Tool) + s.Part.suffix()
 	case s.Kind == SourceMCP:
-		return "mcp:" + vet.DisplayName(s.Tool)
+		return "mcp:" + vet.DisplayName(s.Tool) + s.Part.suffix()
 	}
 	return s.String()
 }

@@ -34,10 +34,15 @@ type Spec struct {
 }
 
 // ToolOutputs lists the tools whose output is trusted (names or globs, as tools.allow: '*' and '?'
-// stop at '/'). User and app messages are always trusted; other tool outputs, the runtime
-// context and assistant text never are.
+// stop at '/'; mcp:SERVER for an MCP server's), whole or in part. User and app messages are always
+// trusted; other tool outputs, the runtime context and assistant text never are.
 type ToolOutputs struct {
+	// Trusted are the outputs trusted whole.
 	Trusted []string `json:"trusted,omitempty"`
+	// TrustedPaths trusts parts of outputs: for each tool (name, glob or mcp:SERVER), gjson paths into the
+	// document it returned (JSON, else YAML), e.g. {"get_transactions": ["#.recipient", "#.amount"]}. The
+	// rest of such an output is untrusted, and all of it when it does not parse or a path finds nothing.
+	TrustedPaths map[string][]string `json:"trustedPaths,omitempty"`
 }
 
 // ProvenanceRule requires the value at Path of a call's arguments to occur in the sources From (or,
