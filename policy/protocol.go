@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -31,43 +32,48 @@ type keySpec struct {
 
 func leaf() *keySpec { return nil }
 
-var protocolKeys = &keySpec{fields: map[string]*keySpec{
-	"id": leaf(), "extends": leaf(), "description": leaf(), "scope": leaf(), "allowClientSelection": leaf(),
-	"clientSystem": leaf(), "directives": leaf(),
-	"promptTemplate": {fields: map[string]*keySpec{
-		"base":      leaf(),
-		"overrides": {fields: map[string]*keySpec{"rules": leaf()}},
-	}},
-	"tools": {fields: map[string]*keySpec{"allow": leaf(), "deny": leaf()}},
-	"toolCalls": {fields: map[string]*keySpec{
-		"onViolation": leaf(), "atomicParallelCalls": leaf(),
-		"rules": {array: true, fields: map[string]*keySpec{
-			"id": leaf(), "tool": leaf(), "path": leaf(), "pattern": leaf(), "oneOf": leaf(), "max": leaf(), "min": leaf(),
-			"pathPrefix": leaf(), "hosts": leaf(), "schemes": leaf(), "optional": leaf(), "notPattern": leaf(),
-			"not": {fields: map[string]*keySpec{
-				"pattern": leaf(), "oneOf": leaf(), "max": leaf(), "min": leaf(), "pathPrefix": leaf(), "hosts": leaf(), "schemes": leaf(),
-			}},
-		}},
-		"toolOutputs": {fields: map[string]*keySpec{"trusted": leaf()}},
-		"provenance": {array: true, fields: map[string]*keySpec{
-			"id": leaf(), "tool": leaf(), "path": leaf(), "as": leaf(), "match": leaf(), "from": leaf(),
-			"not": {fields: map[string]*keySpec{"from": leaf()}}, "optional": leaf(), "verdict": leaf(), "keyArgs": leaf(),
-		}},
-		"scan": {array: true, fields: map[string]*keySpec{
-			"id": leaf(), "tool": leaf(), "path": leaf(), "find": leaf(), "hosts": leaf(), "schemes": leaf(), "from": leaf(),
-			"match": leaf(), "not": {fields: map[string]*keySpec{"hosts": leaf(), "from": leaf()}}, "optional": leaf(),
-			"verdict": leaf(), "keyArgs": leaf(),
-		}},
-		"budgets": {array: true, fields: map[string]*keySpec{
-			"id": leaf(), "tool": leaf(), "maxCalls": leaf(), "verdict": leaf(), "keyArgs": leaf(),
-		}},
-		"flows": {array: true, fields: map[string]*keySpec{
-			"id": leaf(), "after": leaf(), "tools": leaf(), "verdict": leaf(), "keyArgs": leaf(),
-		}},
-		"confirm":        {fields: map[string]*keySpec{"ttl": leaf()}},
-		"continueRounds": leaf(),
-	}},
-}}
+// protocolKeys are the keys of a protocol definition, as the struct tags of Protocol spell them.
+var protocolKeys = keysOf(reflect.TypeFor[Protocol]())
+
+// keysOf is the key spec of the JSON that decodes into t: the json names of a struct's fields (those of an
+// embedded struct promoted), each with the spec of its type; a slice of structs is an array of them. Other
+// types, and types that decode themselves, are leaves (a map's keys are data, not field names).
+func keysOf(t reflect.Type) *keySpec {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	array := false
+	if t.Kind() == reflect.Slice {
+		array, t = true, t.Elem()
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+	}
+	if t.Kind() != reflect.Struct || reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+		return leaf()
+	}
+	spec := &keySpec{fields: map[string]*keySpec{}, array: array}
+	addKeys(spec, t)
+	return spec
+}
+
+// addKeys adds the json names of t's fields to spec.
+func addKeys(spec *keySpec, t reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-":
+		case f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct:
+			addKeys(spec, f.Type)
+		case f.IsExported():
+			if name == "" {
+				name = f.Name
+			}
+			spec.fields[name] = keysOf(f.Type)
+		}
+	}
+}
 
 // exactKeys reports the first key that is not spelled exactly as a field of spec.
 func exactKeys(v gjson.Result, spec *keySpec, at string) error {

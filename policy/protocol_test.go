@@ -135,6 +135,8 @@ func TestParseProtocolRefusesMalformed(t *testing.T) {
 		{"ttl not a duration", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"confirm": {"ttl": 600}}}`, `policy: protocol definition: toolCalls.confirm.ttl: must be a duration string such as "10m"`},
 		{"unknown field in a rule", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"rules": [{"tool": "t", "path": "p", "regex": "a"}]}}`, `policy: protocol definition: unknown field "regex" in toolCalls.rules[0]`},
 		{"version is not part of the JSON", `{"id": "p", "promptTemplate": {"base": "b"}, "Version": 3}`, `policy: protocol definition: unknown field "Version"`},
+		{"key of trusted paths in another case", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"toolOutputs": {"TrustedPaths": {"t": ["a"]}}}}`, `policy: protocol definition: unknown field "TrustedPaths" in toolCalls.toolOutputs`},
+		{"key of confirm in another case", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"confirm": {"TTL": "5m"}}}`, `policy: protocol definition: unknown field "TTL" in toolCalls.confirm`},
 		{"wrong type", `{"id": "p", "promptTemplate": {"base": "b"}, "scope": "observer"}`, `policy: protocol definition: json: cannot unmarshal string into Go struct field Protocol.scope of type []string`},
 		{"empty body", ``, `policy: protocol definition: jsoncheck: syntax error at offset 0: empty input`},
 		{"an array", `[]`, `policy: protocol definition: jsoncheck: not a JSON object at offset 0: top-level value is an array`},
