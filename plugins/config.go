@@ -42,6 +42,10 @@ type Spec struct {
 	ReceiveUserMessage bool `yaml:"receiveUserMessage"`
 	// TrustedDirectives lets the source's directives into the trusted RUNTIME DIRECTIVES block.
 	TrustedDirectives bool `yaml:"trustedDirectives"`
+	// Lists names top-level fields of the source's answer that are operator lists for the information-flow
+	// rules (list:NAME): the strings of each (an array, or one value) are trusted values such as known
+	// payees. They stay untrusted data in the runtime context the model reads.
+	Lists []string `yaml:"lists"`
 }
 
 // ApplyDefaults fills the zero timeout and minMode. The cache TTL is left as it is: 0 switches caching off.
@@ -100,6 +104,11 @@ func ValidateSpecs(key string, specs []Spec) []error {
 		}
 		if p.CacheTTL < 0 {
 			bad(k+".cacheTTL", "must be zero or positive, e.g. 30s")
+		}
+		for j, l := range p.Lists {
+			if !namePattern.MatchString(l) {
+				bad(fmt.Sprintf("%s.lists[%d]", k, j), "%q: name a top-level field of the answer: letters, digits, _ . -", l)
+			}
 		}
 	}
 	return errs

@@ -364,6 +364,14 @@ func (h *Host) Gather(ctx context.Context, q gather.Query) (gather.Result, error
 			}
 			res.Notes[s.cfg.Name] = o.answer.Notes
 		}
+		for _, l := range s.cfg.Lists {
+			if entries := listEntries(o.answer.Fields.Get(l)); len(entries) > 0 {
+				if res.Lists == nil {
+					res.Lists = map[string][]string{}
+				}
+				res.Lists[l] = append(res.Lists[l], entries...)
+			}
+		}
 	}
 	return res, errors.Join(errs...)
 }
@@ -489,4 +497,22 @@ func absPath(p string) string {
 		return a
 	}
 	return p
+}
+
+// listEntries are the values of a list field of an answer: its strings and numbers (an array's elements, or
+// the one value).
+func listEntries(v *ctxjson.Value) []string {
+	switch v.Kind() {
+	case ctxjson.KindString, ctxjson.KindNumber:
+		return []string{v.Text()}
+	case ctxjson.KindArray:
+		var out []string
+		for _, e := range v.Elems() {
+			if k := e.Kind(); k == ctxjson.KindString || k == ctxjson.KindNumber {
+				out = append(out, e.Text())
+			}
+		}
+		return out
+	}
+	return nil
 }

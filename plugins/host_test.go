@@ -283,6 +283,24 @@ func TestUserMessageAndDirectivesOnlyWhereAllowed(t *testing.T) {
 	}
 }
 
+// TestListsFromAnswers: the fields an entry names in lists become operator lists (list:NAME) of the request;
+// a field that is missing or not a value gives none; an entry without lists gives none.
+func TestListsFromAnswers(t *testing.T) {
+	directory := entry("directory", "testsource", nil)
+	directory.Lists = []string{"user", "mode", "missing", "pid"}
+	plain := entry("plain", "testsource", nil)
+	h := startHost(t, plugins.HostOptions{}, directory, plain)
+	r := collect(t, h, gather.Query{Mode: modules.Full, User: "payee-directory-user"})
+	if !reflect.DeepEqual(r.Lists["user"], []string{"payee-directory-user"}) || !reflect.DeepEqual(r.Lists["mode"], []string{"full"}) ||
+		r.Lists["missing"] != nil || len(r.Lists["pid"]) != 1 || len(r.Lists) != 3 {
+		t.Errorf("lists = %v", r.Lists)
+	}
+	if errs := plugins.ValidateSpecs("plugins", []plugins.Spec{{Name: "d", Path: "p", SHA256: strings.Repeat("a", 64), MinMode: "standard", Lists: []string{"a b"}}}); len(errs) != 1 ||
+		!strings.Contains(errs[0].Error(), "plugins[0] (d).lists[0]") {
+		t.Errorf("a bad list name: %v", errs)
+	}
+}
+
 func TestPluginEnvironmentHoldsNoSecrets(t *testing.T) {
 	t.Setenv("PROMPTGATE_ADMIN_TOKEN", "s3cret-admin")
 	t.Setenv("OPENAI_API_KEY", "sk-s3cret")

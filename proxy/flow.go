@@ -49,6 +49,7 @@ func (e *Engine) analyzeFlow(_ context.Context, j *job) error {
 	}
 	conv, err := pol.Analyze(t, flow.Options{
 		Context:      append(extensionText(j.ext.Context), contextTexts(j.gathered)...),
+		Lists:        j.gathered.Lists,
 		Conversation: conversation,
 		Confirmer:    j.in.Confirmer,
 		Codes:        confirmCodes(j.in.Header),

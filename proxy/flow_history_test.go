@@ -182,3 +182,32 @@ func TestBackgroundJudgedOnce(t *testing.T) {
 		t.Errorf("decisions on the calls of 3 polls: %v, want each call's once", calls)
 	}
 }
+
+// payeeDirectory is a context source the operator marks as the list of known payees.
+type payeeDirectory struct{}
+
+func (payeeDirectory) Gather(context.Context, gather.Query) (gather.Result, error) {
+	v, _ := ctxjson.Parse([]byte(`{"payees":["` + attackerIBAN + `"]}`))
+	return gather.Result{Sources: []ctxjson.Source{{Name: "directory", Value: v}}, Lists: map[string][]string{"payees": {userIBAN}}}, nil
+}
+
+// TestFlowListsFromContextSources: an operator list a context source brings (list:NAME) is a trusted source
+// of the request; the same value in the source's plain answer or in the client's promptgate.context is not.
+func TestFlowListsFromContextSources(t *testing.T) {
+	t.Parallel()
+	protocol := json.RawMessage(`{"id":"pay","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},
+	  "toolCalls":{"provenance":[{"id":"payee","tool":"send_money","path":"recipient","as":"iban","from":["user","list:payees"]}]}}`)
+	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{payCall("c1", userIBAN)}})
+	up.script("attacker", scriptedTurn{calls: []flowtest.Call{payCall("c1", attackerIBAN)}})
+	ts, rec := flowServer(t, up.URL, protocol, func(o *Options) { o.Engine.context = payeeDirectory{} })
+	ctxList := map[string]any{"promptgate": map[string]any{"context": map[string]any{"payees": []string{attackerIBAN}}}}
+	req := flowRequest(t, flowtest.Chat, []flowtest.Turn{{User: "Pay the landlord."}}, []string{"send_money"}, false, ctxList)
+	_, h, b := post(t, ts, flowtest.Chat, req, nil)
+	if got := read(t, flowtest.Chat, false, b); len(got.calls) != 1 {
+		t.Errorf("a payee of the directory's list was refused: %s (%q)", b, blockedReason(rec.eventsOfRequest(h.Get(HeaderRequestID)), "send_money"))
+	}
+	_, h, b = post(t, ts, flowtest.Chat, req, http.Header{headerScript: {"attacker"}})
+	if reason := blockedReason(rec.eventsOfRequest(h.Get(HeaderRequestID)), "send_money"); !strings.Contains(reason, "does not occur in user, list:payees") {
+		t.Errorf("a value of the source's plain answer or the client's context passed as the list's: %s (reason %q)", b, reason)
+	}
+}

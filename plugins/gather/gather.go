@@ -41,4 +41,7 @@ type Result struct {
 	Directives []string
 	// Notes holds each source's debug notes, by source name (only sources that sent some).
 	Notes map[string][]string
+	// Lists are the operator lists the sources' answers hold (their entries' lists fields), by list name:
+	// trusted values for the information-flow rules (list:NAME).
+	Lists map[string][]string
 }

@@ -294,7 +294,7 @@ func TestValidate(t *testing.T) {
 			`provenance[0].from[0]: "untrusted" cannot be an allowed source: list the sources you accept, such as user, app or tool:get_contacts`,
 			"provenance[0].from[1]: names no tool: write tool:NAME or tool:GLOB such as tool:list_*",
 			`provenance[0].from[2]: "[" is not a valid glob (syntax error in pattern)`,
-			`provenance[0].from[3]: "users" is not a source: use user, app, trusted, context, tool:NAME, tool:GLOB, tool:? or mcp:SERVER`}},
+			`provenance[0].from[3]: "users" is not a source: use user, app, trusted, context, tool:NAME, tool:GLOB, tool:?, mcp:SERVER or list:NAME`}},
 		{`{"provenance":[{"tool":"t","path":"p","as":"iban","match":"url"}]}`, []string{
 			`provenance[0].match: only applies to URLs: use it with as "url" or "auto", or leave it out`}},
 		{`{"provenance":[{"id":"a","tool":"t","path":"p"},{"id":"a","tool":"t","path":"q"}]}`, []string{

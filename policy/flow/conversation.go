@@ -47,6 +47,9 @@ type Options struct {
 	Conversation string
 	// Confirmer issues and verifies confirmation codes; nil blocks every call that needs one.
 	Confirmer *Confirmer
+	// Lists are operator lists the request brings beside the protocol's (list:NAME): what context sources
+	// the operator marked as lists answered. Never anything the client sends.
+	Lists map[string][]string
 	// Codes are confirmation codes the app gives for this request beside the conversation (the proxy's
 	// X-Promptgate-Confirm header, for apps with a button): each counts as a user's reply to its notice.
 	// Text that is not a code is ignored; at most maxCandidates are read.
@@ -94,7 +97,7 @@ func (p *Policy) Analyze(t *Transcript, opt Options) (*Conversation, error) {
 		return nil, errors.New("flow: analyze: no transcript")
 	}
 	c := &Conversation{p: p, confirmer: opt.Confirmer, unseen: t.unseen, calls: t.calls}
-	c.segments = c.splitOutputs(t.segments)
+	c.segments = append(c.splitOutputs(t.segments), listSegments(opt.Lists)...)
 	for _, text := range opt.Context {
 		c.segments = append(c.segments, Segment{Source: Source{Kind: SourceContext}, Text: text, Message: -1})
 	}

@@ -42,6 +42,14 @@ type index struct {
 	segWords                   [][]int32        // each indexed segment's words, as numbers
 	// phraseSteps counts the word comparisons of text lookups, so tests can bound their work.
 	phraseSteps atomic.Int64
+	// lists are the policy's operator lists, each with its source's bit.
+	lists []listRef
+}
+
+// listRef is an operator list as a source of one conversation.
+type listRef struct {
+	bit  uint64
+	list *compiledList
 }
 
 const overflowBit = 63
@@ -71,6 +79,9 @@ func (c *Conversation) idx() *index {
 					break
 				}
 			}
+		}
+		for _, l := range c.p.lists {
+			ix.lists = append(ix.lists, listRef{bit: ix.bitOf(Source{Kind: SourceList, Tool: l.name}), list: l})
 		}
 		c.index = ix
 	})
@@ -502,8 +513,19 @@ func isIBANValue(s string) bool {
 	return ok
 }
 
-// lookup returns the sources where a normalised value occurs.
+// lookup returns the sources where a normalised value occurs: the conversation's and the operator's lists.
 func (ix *index) lookup(kind valueKind, key string, words []string) uint64 {
+	m := ix.lookupOwn(kind, key, words)
+	for _, l := range ix.lists {
+		if m&l.bit == 0 && l.list.ix.lookupOwn(kind, key, words) != 0 {
+			m |= l.bit
+		}
+	}
+	return m
+}
+
+// lookupOwn returns the sources of the index's own segments where a normalised value occurs.
+func (ix *index) lookupOwn(kind valueKind, key string, words []string) uint64 {
 	switch kind {
 	case vkEmail:
 		ix.items()

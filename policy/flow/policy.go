@@ -37,6 +37,8 @@ type Policy struct {
 	rounds     int
 	// indexed are the patterns of every from list: a segment they cover is indexed for provenance.
 	indexed []srcPattern
+	// lists are the operator's lists (toolCalls.sources), indexed once, by name.
+	lists []*compiledList
 }
 
 // ruleBase is what every rule kind has.
@@ -103,6 +105,7 @@ func compile(specs []Spec) (*Policy, error) {
 		if k == 0 || s.ToolOutputs.Trusted != nil || s.ToolOutputs.TrustedPaths != nil {
 			p.trust = append(p.trust, probs.compileTrust(s.ToolOutputs))
 		}
+		p.lists = probs.compileLists(p.lists, s.Sources, k > 0)
 		ids := map[string]string{}
 		name := func(kind string, i int, id string) string {
 			field := fmt.Sprintf("%s[%d]", kind, i)
@@ -315,7 +318,7 @@ func (p *Policy) ToolTrusted(tool string) bool { return p.trustOf(tool, false).w
 // trusted reports whether a segment's source is trusted.
 func (p *Policy) trustedSource(s Source) bool {
 	switch s.Kind {
-	case SourceUser, SourceApp:
+	case SourceUser, SourceApp, SourceList:
 		return true
 	case SourceTool, SourceMCP:
 		switch s.Part {

@@ -28,6 +28,9 @@ const (
 	// SourceMCP: the output of an MCP server's tool, labelled by the server. Untrusted unless
 	// toolOutputs.trusted names mcp:SERVER.
 	SourceMCP
+	// SourceList: a list the operator wrote (the protocol's sources, or a context source's answer the
+	// operator marked as a list), labelled by its name. Trusted.
+	SourceList
 )
 
 // Source labels a segment: its kind and, for a tool output, the tool's name ("" when the call the
@@ -70,6 +73,8 @@ func (s Source) String() string {
 		return "tool:" + s.Tool + s.Part.suffix()
 	case SourceMCP:
 		return "mcp:" + s.Tool + s.Part.suffix()
+	case SourceList:
+		return "list:" + s.Tool
 	}
 	return "unknown"
 }
@@ -109,6 +114,7 @@ const (
 	patTool
 	patUnknownTool
 	patMCP
+	patList
 )
 
 // srcPattern is one entry of a from or after list.
@@ -137,6 +143,8 @@ func (p srcPattern) String() string {
 		return "tool:?"
 	case patMCP:
 		return "mcp:" + p.glob
+	case patList:
+		return "list:" + p.glob
 	}
 	return "tool:" + p.glob
 }
@@ -184,12 +192,22 @@ func parseSources(p *problems, field string, list []string, widen bool) []srcPat
 				p.add(at, "%q is not a valid glob (%v)", sp.glob, err)
 				continue
 			}
+		case strings.HasPrefix(s, "list:"):
+			sp.kind, sp.glob = patList, strings.TrimPrefix(s, "list:")
+			if !widen {
+				p.add(at, "%q is a list the operator wrote, which a flow rule does not react to: use untrusted, context or tool:NAME", s)
+				continue
+			}
+			if !validListName(sp.glob) {
+				p.add(at, "%q is not a list name: write list:NAME, NAME of letters, digits, _ . - as in toolCalls.sources", s)
+				continue
+			}
 		case s == "assistant":
 			p.add(at, `"assistant" is not a source: the model can copy an attacker's text into its own words; list user, app, trusted or tool:NAME`)
 			continue
 		default:
 			if widen {
-				p.add(at, "%q is not a source: use user, app, trusted, context, tool:NAME, tool:GLOB, tool:? or mcp:SERVER", s)
+				p.add(at, "%q is not a source: use user, app, trusted, context, tool:NAME, tool:GLOB, tool:?, mcp:SERVER or list:NAME", s)
 			} else {
 				p.add(at, "%q is not a source: use untrusted, context, tool:NAME, tool:GLOB, tool:? or mcp:SERVER", s)
 			}
@@ -215,6 +233,8 @@ func (p srcPattern) matches(src Source, trusted bool) bool {
 		return src.Kind == SourceContext
 	case patUnknownTool:
 		return src.Kind == SourceTool && src.Tool == ""
+	case patList:
+		return src.Kind == SourceList && src.Tool == p.glob
 	case patTool, patMCP:
 		want := SourceTool
 		if p.kind == patMCP {
@@ -251,4 +271,18 @@ func matchCover(glob, name string) bool {
 	const slash = "\uE000"
 	ok, err := path.Match(strings.ReplaceAll(glob, "/", slash), strings.ReplaceAll(name, "/", slash))
 	return err == nil && ok
+}
+
+// validListName reports whether s names a list: 1 to 64 letters, digits, '_', '.' and '-'.
+func validListName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

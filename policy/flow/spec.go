@@ -18,6 +18,9 @@ import (
 type Spec struct {
 	// ToolOutputs says whose output is a trusted source for provenance.
 	ToolOutputs ToolOutputs `json:"toolOutputs,omitzero"`
+	// Sources are lists the operator writes, by name (list:NAME in a from list): values as the user or the
+	// app would write them, such as known payees' IBANs. They are trusted.
+	Sources map[string][]string `json:"sources,omitempty"`
 	// Provenance rules require an argument's value to occur in the listed sources.
 	Provenance []ProvenanceRule `json:"provenance,omitempty"`
 	// Scan rules find the URLs, addresses and IBANs inside a string argument and check each.
