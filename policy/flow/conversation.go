@@ -59,11 +59,11 @@ type Options struct {
 // Conversation is one request's conversation under a policy. Check is safe for concurrent use;
 // everything else is read-only once Analyze returns.
 type Conversation struct {
-	p         *Policy
-	segments  []Segment
-	trusted   []bool
-	calls     []HistoryCall
-	unseen    string // why part of the history is not visible; "" when all of it is
+	p        *Policy
+	segments []Segment
+	trusted  []bool
+	calls    []HistoryCall
+	unseen   string // why part of the history is not visible; "" when all of it is
 	// unsplit says why outputs of tools trusted in part were left untrusted whole, one line each.
 	unsplit   []string
 	binding   string
