@@ -5,9 +5,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tidwall/gjson"
 )
@@ -58,7 +58,7 @@ type Options struct {
 	Context []string
 	// Conversation is the id that binds confirmation codes to the conversation (e.g. from
 	// X-Promptgate-Conversation). "" takes promptgate.conversation from the body, else a digest of
-	// the first app and user messages; with unseen history and neither, calls cannot be confirmed.
+	// the first user message; with unseen history and neither, calls cannot be confirmed.
 	Conversation string
 	// Confirmer issues and verifies confirmation codes; nil blocks every call that needs one.
 	Confirmer *Confirmer
@@ -78,7 +78,11 @@ type Conversation struct {
 	unseen    string // why part of the history is not visible; "" when all of it is
 	binding   string
 	confirmer *Confirmer
-	codes     []string // the app's codes (Options.Codes), normalised
+	codes     []code // the app's codes (Options.Codes)
+
+	typedOnce sync.Once
+	typed     []code       // see typedCodes
+	codeSteps atomic.Int64 // bytes and readings the code search went through, so tests can bound it
 
 	mu   sync.Mutex
 	made []string // tools of this response's calls that were let through, in order
@@ -144,17 +148,14 @@ func (p *Policy) Analyze(s Surface, body []byte, opt Options) (*Conversation, er
 		c.trusted[i] = p.trustedSource(seg.Source)
 	}
 	c.binding = c.bind(opt.Conversation, ext.Get("conversation"))
-	for _, raw := range opt.Codes {
-		for _, k := range codesIn(raw) {
-			if len(c.codes) < maxCandidates && !slices.Contains(c.codes, k) {
-				c.codes = append(c.codes, k)
-			}
-		}
-	}
+	c.codes = appCodes(opt.Codes)
 	return c, nil
 }
 
-// bind chooses the id that binds confirmation codes to the conversation.
+// bind chooses the id that binds confirmation codes to the conversation: the client's conversation
+// id, else a digest of the text of its first user message that has text. The app's messages are left
+// out: where they stand differs between the turns of one conversation (a Responses continuation's
+// replayed history puts a developer item before the instructions the client sends again).
 func (c *Conversation) bind(explicit string, inBody gjson.Result) string {
 	switch {
 	case explicit != "":
@@ -164,17 +165,15 @@ func (c *Conversation) bind(explicit string, inBody gjson.Result) string {
 	case c.unseen != "":
 		return ""
 	}
-	h := sha256.New()
-	for _, k := range []SourceKind{SourceApp, SourceUser} {
-		for _, seg := range c.segments {
-			if seg.Source.Kind == k {
-				h.Write([]byte(seg.Text))
-				break
-			}
+	first := ""
+	for _, seg := range c.segments {
+		if seg.Source.Kind == SourceUser && seg.Text != "" {
+			first = seg.Text
+			break
 		}
-		h.Write([]byte{0})
 	}
-	return "m:" + hex.EncodeToString(h.Sum(nil)[:16])
+	sum := sha256.Sum256([]byte(first))
+	return "u:" + hex.EncodeToString(sum[:16])
 }
 
 // extractor builds a Conversation's segments and calls.

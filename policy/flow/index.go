@@ -30,7 +30,8 @@ import (
 type index struct {
 	c      *Conversation
 	labels []Source
-	segBit []uint64 // per segment: its source's bit, 0 when the segment is not indexed
+	number map[Source]int // each label's position in labels
+	segBit []uint64       // per segment: its source's bit, 0 when the segment is not indexed
 
 	itemsOnce                  sync.Once
 	emails, hosts, urls, ibans map[string]uint64
@@ -48,19 +49,19 @@ const overflowBit = 63
 
 // bitOf returns the bit of a source, adding it to labels.
 func (ix *index) bitOf(s Source) uint64 {
-	for i, l := range ix.labels {
-		if l == s {
-			return 1 << min(i, overflowBit)
-		}
+	i, ok := ix.number[s]
+	if !ok {
+		i = len(ix.labels)
+		ix.labels = append(ix.labels, s)
+		ix.number[s] = i
 	}
-	ix.labels = append(ix.labels, s)
-	return 1 << min(len(ix.labels)-1, overflowBit)
+	return 1 << min(i, overflowBit)
 }
 
 // idx returns the conversation's index, its sources numbered on first use.
 func (c *Conversation) idx() *index {
 	c.indexOnce.Do(func() {
-		ix := &index{c: c, segBit: make([]uint64, len(c.segments))}
+		ix := &index{c: c, number: map[Source]int{}, segBit: make([]uint64, len(c.segments))}
 		for si, seg := range c.segments {
 			if seg.Text == "" {
 				continue
