@@ -43,6 +43,17 @@ type index struct {
 	segWords                   [][]int32        // each indexed segment's words, as numbers
 	// phraseSteps counts the word comparisons of text lookups, so tests can bound their work.
 	phraseSteps atomic.Int64
+
+	masksMu sync.Mutex
+	masks   map[maskKey]uint64 // see mask
+}
+
+// maskKey is a pattern list of the policy (by its first element and length: compiled lists never
+// change) and whether the mask is of an allowed set.
+type maskKey struct {
+	pats *srcPattern
+	n    int
+	all  bool
 }
 
 const overflowBit = 63
@@ -151,10 +162,30 @@ func (ix *index) wordIndex() {
 	})
 }
 
-// mask returns the bits of the sources that the patterns cover. With all set, the overflow bit is
+// mask returns the bits of the sources that the patterns cover, worked out once per pattern list
+// of the policy (the labels are many where many tools answered). With all set, the overflow bit is
 // set only when every source past the 63rd is covered (an allowed set errs on the side of less);
 // otherwise when any is (an excluded set errs on the side of more).
 func (c *Conversation) mask(ix *index, pats []srcPattern, all bool) uint64 {
+	if len(pats) == 0 {
+		return c.coverMask(ix, pats, all)
+	}
+	key := maskKey{&pats[0], len(pats), all}
+	ix.masksMu.Lock()
+	defer ix.masksMu.Unlock()
+	m, ok := ix.masks[key]
+	if !ok {
+		if ix.masks == nil {
+			ix.masks = map[maskKey]uint64{}
+		}
+		m = c.coverMask(ix, pats, all)
+		ix.masks[key] = m
+	}
+	return m
+}
+
+// coverMask works a mask out (see mask).
+func (c *Conversation) coverMask(ix *index, pats []srcPattern, all bool) uint64 {
 	var m uint64
 	overflowAll, overflowAny := true, false
 	for i, l := range ix.labels {
