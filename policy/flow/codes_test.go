@@ -154,7 +154,7 @@ func TestCodePerHold(t *testing.T) {
 		opt, otherOpt := flow.Options{Confirmer: cf}, flow.Options{Confirmer: other}
 		var codes []string
 		turns := confirmBase
-		for i := range 8 {
+		for i := range 6 {
 			r, code := held(t, analyze(t, p, s, turns, opt), call)
 			if slices.Contains(codes, code) {
 				t.Fatalf("%s: hold %d shows a code already used: %s", s, i+1, code)
@@ -176,7 +176,7 @@ func TestCodePerHold(t *testing.T) {
 		r := analyze(t, p, s, turns, opt).Check(call)
 		if r.Verdict != flow.VerdictBlocked || !strings.Contains(r.Reason, "every code of this call for this minute has been used") ||
 			kinds(r.Decisions) != "flow/blocked confirm/reused confirm/blocked" || r.Notice != "" {
-			t.Fatalf("%s: the ninth hold of the minute: %+v", s, r)
+			t.Fatalf("%s: the seventh hold of the minute: %+v", s, r)
 		}
 		clk.t = clk.t.Add(time.Minute)
 		if _, code := held(t, analyze(t, p, s, turns, opt), call); slices.Contains(codes, code) {

@@ -17,9 +17,9 @@ import (
 // Confirmation codes.
 //
 // A held call gets a code of 8 characters of Crockford's base32 (digits and capital letters without
-// I, L, O and U), shown as XXXX-XXXX: 40 bits of an HMAC-SHA256 of the minute the code was issued
-// and the hold's number n, under a key derived from the Confirmer's key, the conversation binding,
-// the tool name and the digest of the canonical arguments. It needs no state to check: a code is good
+// I, L, O and U), shown as XXXX-XXXX: 40 bits of an HMAC-SHA256 of the minute the code was issued,
+// under a key derived from the Confirmer's key, the conversation binding, the tool name and the
+// digest of the canonical arguments; the hold's number n picks which 40 bits of the 256. It needs no state to check: a code is good
 // for the policy's TTL after its minute. A hold shows the first n (of codesPerStep) whose code has not
 // been used (UsedCodes), so the same call held again in the same conversation and minute shows the
 // same code until it is used, then the next. The only place a code counts is a user message that
@@ -38,8 +38,8 @@ const (
 	// maxLookback is how far back a code that is no longer valid is still told apart as expired.
 	maxLookback = 24 * time.Hour
 	// codesPerStep is how many holds of one call in one conversation get a code of their own within
-	// a minute; past it, the call is blocked until the minute turns.
-	codesPerStep = 8
+	// a minute (40-bit slices of one HMAC); past it, the call is blocked until the minute turns.
+	codesPerStep = 6
 )
 
 // UseResult is what recording a used code found.
@@ -142,7 +142,7 @@ func NewConfirmer(key []byte, used UsedCodes, now func() time.Time) (*Confirmer,
 // callCodes are the codes of one call in one conversation: an HMAC under a key of their own.
 type callCodes struct {
 	mac hash.Hash
-	msg [16]byte
+	msg [8]byte
 	sum [sha256.Size]byte
 }
 
@@ -160,14 +160,18 @@ func (cf *Confirmer) callCodes(binding, tool string, digest [32]byte) *callCodes
 	return &callCodes{mac: hmac.New(sha256.New, mac.Sum(nil))}
 }
 
-// code is the code of hold n of the call in minute step.
-func (g *callCodes) code(step int64, n int) code {
+// step returns the codes of the call's holds in minute step, hold n's the n-th 40 bits of one HMAC.
+func (g *callCodes) step(step int64) [codesPerStep]code {
 	g.mac.Reset()
-	binary.BigEndian.PutUint64(g.msg[:8], uint64(step))
-	binary.BigEndian.PutUint64(g.msg[8:], uint64(n))
+	binary.BigEndian.PutUint64(g.msg[:], uint64(step))
 	g.mac.Write(g.msg[:])
 	sum := g.mac.Sum(g.sum[:0])
-	return code(sum[0])<<32 | code(sum[1])<<24 | code(sum[2])<<16 | code(sum[3])<<8 | code(sum[4])
+	var out [codesPerStep]code
+	for n := range out {
+		b := sum[5*n : 5*n+5]
+		out[n] = code(b[0])<<32 | code(b[1])<<24 | code(b[2])<<16 | code(b[3])<<8 | code(b[4])
+	}
+	return out
 }
 
 // confirmOutcome is the confirmation part of a Result.
@@ -231,8 +235,8 @@ func (c *Conversation) confirm(call Call, args gjson.Result, vs []violation) con
 func liveCodes(codes *callCodes, step, live int64) map[code]int64 {
 	m := make(map[code]int64, (live+1)*codesPerStep)
 	for s := step - live; s <= step; s++ {
-		for n := range codesPerStep {
-			m[codes.code(s, n)] = s
+		for _, k := range codes.step(s) {
+			m[k] = s
 		}
 	}
 	return m
@@ -277,8 +281,8 @@ func (c *Conversation) tryCodes(codes *callCodes, cands []code, step, live int64
 
 // unusedCode is the code of the first hold of this minute whose code has not been used.
 func (c *Conversation) unusedCode(codes *callCodes, step int64, now time.Time) (code, bool) {
-	for n := range codesPerStep {
-		if k := codes.code(step, n); !c.confirmer.used.Spent(usedKey(c.binding, k), now) {
+	for _, k := range codes.step(step) {
+		if !c.confirmer.used.Spent(usedKey(c.binding, k), now) {
 			return k, true
 		}
 	}
@@ -289,8 +293,8 @@ func (c *Conversation) unusedCode(codes *callCodes, step int64, now time.Time) (
 func expired(codes *callCodes, cands []code, step, live int64) bool {
 	oldest := step - int64(maxLookback/codeStep)
 	for s := step - live - 1; s >= oldest; s-- {
-		for n := range codesPerStep {
-			if slices.Contains(cands, codes.code(s, n)) {
+		for _, k := range codes.step(s) {
+			if slices.Contains(cands, k) {
 				return true
 			}
 		}
