@@ -19,14 +19,15 @@ import (
 // A held call gets a code of 8 characters of Crockford's base32 (digits and capital letters without
 // I, L, O and U), shown as XXXX-XXXX: 40 bits of an HMAC-SHA256 of the minute the code was issued,
 // under a key derived from the Confirmer's key, the conversation binding, the tool name and the
-// digest of the canonical arguments; the hold's number n picks which 40 bits of the 256. It needs no state to check: a code is good
-// for the policy's TTL after its minute. A hold shows the first n (of codesPerStep) whose code has not
-// been used (UsedCodes), so the same call held again in the same conversation and minute shows the
-// same code until it is used, then the next. The only place a code counts is a user message that
-// comes after the assistant message holding its notice (after the visible history when part of it
-// is unseen); tool output, context and the model's own text never count. An app with a confirm
-// button may give a code beside the conversation instead (Options.Codes: a request header, which
-// neither the model nor the content it reads can set). How typed codes are read: codes.go.
+// digest of the canonical arguments; the hold's number n picks which 40 bits of the 256. It needs
+// no state to check: a code is good for the policy's TTL after its minute. A hold shows the first n
+// (of codesPerStep) whose code has not been used (UsedCodes), so the same call held again in the
+// same conversation and minute shows the same code until it is used, then the next. The only place
+// a code counts is a user message that comes after the assistant message holding its notice (after
+// the visible history when part of it is unseen); tool output, context and the model's own text
+// never count. An app with a confirm button may give a code beside the conversation instead
+// (Options.Codes: a request header, which neither the model nor the content it reads can set). How
+// typed codes are read: codes.go.
 //
 // 40 bits is enough because a code cannot be tried online: the only way to present one is a user
 // message, which an injected instruction cannot write, and each try costs a human turn; a code
