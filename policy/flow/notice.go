@@ -82,8 +82,8 @@ func (c *Conversation) notice(tool string, args gjson.Result, vs []violation, k 
 }
 
 // writeBroken adds the values that broke the rules, each once, named as the reasons name them,
-// leaving out those the key arguments show whole already: " Values that broke the rule: to (value
-// 4)="eve@evil.example"." unshowable has checked that they fit.
+// leaving out those the key arguments show whole already:
+// ` Values that broke the rule: to (value 4)="eve@evil.example".` unshowable has checked that they fit.
 func writeBroken(b *strings.Builder, args gjson.Result, keys []string, vs []violation) {
 	whole := map[string]bool{} // name and text of each key argument value shown whole
 	for _, k := range keys {
@@ -122,8 +122,9 @@ func writeBroken(b *strings.Builder, args gjson.Result, keys []string, vs []viol
 }
 
 // unshowable says why a notice cannot show every value that broke the rules ("" when it can): one
-// that is an object or an array, or longer than maxNoticeBrokenRunes, or more than maxNoticeBroken
-// of them. The reason names the rule and the value, never quotes it.
+// that is an object or an array (a scan rule's object too deep to scan), or longer than
+// maxNoticeBrokenRunes, or more than maxNoticeBroken of them. The reason names the rule and the
+// value, never quotes it.
 func unshowable(vs []violation) string {
 	const cannot = ": a call the user cannot see cannot be confirmed"
 	seen := map[string]bool{}
@@ -142,7 +143,8 @@ func unshowable(vs []violation) string {
 			}
 			seen[bv.name(bv.path)+"\x00"+r] = true
 			if len(seen) > maxNoticeBroken {
-				return "rule " + v.rule.name + ": more values broke the rules than a notice shows (" + strconv.Itoa(maxNoticeBroken) + ")" + cannot
+				return "rule " + v.rule.name + ": more values broke the rules than a notice shows (" +
+					strconv.Itoa(maxNoticeBroken) + ")" + cannot
 			}
 		}
 	}
