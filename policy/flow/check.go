@@ -70,6 +70,45 @@ type violation struct {
 	kind   string
 	rule   *ruleBase
 	reason string
+	// bad are the values that broke a rule that asks for confirmation, for its notice to show; at most
+	// maxNoticeBroken+1 (enough to tell that they do not fit). Nil for a rule that blocks.
+	bad []badValue
+}
+
+// badValue is one value that broke a rule: an argument value (provenance), or an item found in one
+// (scan).
+type badValue struct {
+	path string
+	n    int          // the value's number at the path, from 1
+	item string       // the item's name in the value ("link 2 at offset 14"), "" for the value itself
+	v    gjson.Result // the value, or the item's text as a string
+}
+
+// name names the value as reasons do, with the path as given (quote it for a notice).
+func (b badValue) name(path string) string {
+	at := valueAt(path, b.n)
+	if b.item != "" {
+		at += ": " + b.item
+	}
+	return at
+}
+
+// valueAt names the n-th value at a rule's path, as reasons do.
+func valueAt(path string, n int) string {
+	if n > 1 {
+		return path + " (value " + strconv.Itoa(n) + ")"
+	}
+	return path
+}
+
+// collect adds a value that broke a rule asking for confirmation, and reports whether the rule's
+// check should go on to find the others (while they may still fit in a notice).
+func collect(r *ruleBase, bad *[]badValue, b badValue) bool {
+	if !r.confirm {
+		return false
+	}
+	*bad = append(*bad, b)
+	return len(*bad) <= maxNoticeBroken
 }
 
 // Check judges one call of the response. Calls must be checked in the order of the response:
@@ -84,15 +123,15 @@ func (c *Conversation) Check(call Call) Result {
 	args := gjson.Parse(string(call.Args))
 	for i := range c.p.provenance {
 		if r := &c.p.provenance[i]; matchCover(r.tool, call.Tool) {
-			if why := c.checkProvenance(r, args); why != "" {
-				vs = append(vs, violation{KindProvenance, &r.ruleBase, why})
+			if why, bad := c.checkProvenance(r, args); why != "" {
+				vs = append(vs, violation{KindProvenance, &r.ruleBase, why, bad})
 			}
 		}
 	}
 	for i := range c.p.scan {
 		if r := &c.p.scan[i]; matchCover(r.tool, call.Tool) {
-			if kind, why := c.checkScan(r, args); why != "" {
-				vs = append(vs, violation{kind, &r.ruleBase, why})
+			if kind, why, bad := c.checkScan(r, args); why != "" {
+				vs = append(vs, violation{kind, &r.ruleBase, why, bad})
 			}
 		}
 	}
@@ -101,7 +140,7 @@ func (c *Conversation) Check(call Call) Result {
 	for i := range c.p.budgets {
 		if r := &c.p.budgets[i]; matchCover(r.tool, call.Tool) {
 			if why := c.checkBudget(r); why != "" {
-				vs = append(vs, violation{KindBudget, &r.ruleBase, why})
+				vs = append(vs, violation{KindBudget, &r.ruleBase, why, nil})
 			}
 		}
 	}
@@ -111,7 +150,7 @@ func (c *Conversation) Check(call Call) Result {
 			continue
 		}
 		if why := c.checkFlow(r); why != "" {
-			vs = append(vs, violation{KindFlow, &r.ruleBase, why})
+			vs = append(vs, violation{KindFlow, &r.ruleBase, why, nil})
 		}
 	}
 	res := c.decide(call, args, vs)
@@ -183,39 +222,45 @@ func (c *Conversation) unseenNote() string {
 	return note
 }
 
-// checkProvenance returns why the values at the rule's path break it, or "".
-func (c *Conversation) checkProvenance(r *provRule, args gjson.Result) string {
-	why := ""
+// checkProvenance returns why the values at the rule's path break it, or "", and for a rule that
+// asks for confirmation the values that break it.
+func (c *Conversation) checkProvenance(r *provRule, args gjson.Result) (why string, bad []badValue) {
 	n := 0
 	vet.Walk(args, r.path, func(v gjson.Result, found bool) bool {
 		n++
-		at := r.path
-		if n > 1 {
-			at += " (value " + strconv.Itoa(n) + ")"
-		}
+		at := valueAt(r.path, n)
 		if !found {
-			if !r.optional {
+			if r.optional {
+				return true
+			}
+			if why == "" {
 				why = at + " is missing"
 			}
-			return why == ""
+			return r.confirm
 		}
-		kind, key, words, bad := normalise(v, r.as, r.matchURL)
-		if bad != "" {
-			why = at + " " + bad
-			return false
-		}
-		ix := c.idx()
-		where := ix.lookup(kind, key, words)
-		if r.negate {
-			if hit := where & c.mask(ix, r.from, false); hit != 0 {
-				why = at + " occurs in an excluded source (" + ix.labelsOf(hit) + ")"
+		wrong := ""
+		if kind, key, words, bad := normalise(v, r.as, r.matchURL); bad != "" {
+			wrong = at + " " + bad
+		} else {
+			ix := c.idx()
+			where := ix.lookup(kind, key, words)
+			if r.negate {
+				if hit := where & c.mask(ix, r.from, false); hit != 0 {
+					wrong = at + " occurs in an excluded source (" + ix.labelsOf(hit) + ")"
+				}
+			} else if where&c.mask(ix, r.from, true) == 0 {
+				wrong = at + " does not occur in " + patterns(r.from) + c.unseenNote()
 			}
-		} else if where&c.mask(ix, r.from, true) == 0 {
-			why = at + " does not occur in " + patterns(r.from) + c.unseenNote()
 		}
-		return why == ""
+		if wrong == "" {
+			return true
+		}
+		if why == "" {
+			why = wrong
+		}
+		return collect(&r.ruleBase, &bad, badValue{path: r.path, n: n, v: v})
 	})
-	return why
+	return why, bad
 }
 
 // patterns lists source patterns as written.
@@ -227,33 +272,36 @@ func patterns(ps []srcPattern) string {
 	return strings.Join(s, ", ")
 }
 
-// checkScan returns the kind and reason of the first item that breaks the rule, or "".
-func (c *Conversation) checkScan(r *scanRule, args gjson.Result) (kind, why string) {
+// checkScan returns the kind and reason of the first item that breaks the rule, or "", and for a
+// rule that asks for confirmation the items that break it.
+func (c *Conversation) checkScan(r *scanRule, args gjson.Result) (kind, why string, bad []badValue) {
 	n := 0
 	vet.Walk(args, r.path, func(v gjson.Result, found bool) bool {
 		n++
-		at := r.path
-		if n > 1 {
-			at += " (value " + strconv.Itoa(n) + ")"
-		}
+		at := valueAt(r.path, n)
+		k, w, more := "", "", true
 		switch {
 		case !found:
 			if !r.optional {
-				kind, why = KindToolCall, at+" is missing"
+				k, w = KindToolCall, at+" is missing"
 			}
 		case v.Type == gjson.String:
-			kind, why = c.scanText(r, at, v.Str)
+			k, w, more = c.scanText(r, n, v.Str, &bad)
 		case v.IsObject():
 			text, ok := argText(v)
 			if !ok {
-				kind, why = KindToolCall, at+" is nested too deep to scan"
+				k, w = KindToolCall, at+" is nested too deep to scan"
+				more = collect(&r.ruleBase, &bad, badValue{path: r.path, n: n, v: v})
 			} else {
-				kind, why = c.scanText(r, at, text)
+				k, w, more = c.scanText(r, n, text, &bad)
 			}
 		}
-		return why == ""
+		if why == "" {
+			kind, why = k, w
+		}
+		return why == "" || r.confirm && more
 	})
-	return kind, why
+	return kind, why, bad
 }
 
 // argText gathers what a scan rule reads of an object argument: every key and every string value,
@@ -292,33 +340,50 @@ func argText(v gjson.Result) (string, bool) {
 	return b.String(), ok
 }
 
-// scanText checks every item of the rule's kinds found in one string.
-func (c *Conversation) scanText(r *scanRule, at, text string) (kind, why string) {
+// scanText checks every item of the rule's kinds found in one string: the kind and reason of the
+// first that breaks the rule, each that does added to bad (collect), and whether to go on.
+func (c *Conversation) scanText(r *scanRule, n int, text string, bad *[]badValue) (kind, why string, more bool) {
 	counts := map[scan.Kind]int{}
 	for _, it := range scan.Find(text, r.kinds) {
 		counts[it.Kind]++
-		name := at + ": " + itemName(it, counts[it.Kind])
-		if r.hostsNeeded && it.Kind != scan.IBAN {
-			if bad := r.checkHost(it); bad != "" {
-				return KindToolCall, name + " " + bad
-			}
-		}
-		if r.from == nil && r.notFrom == nil {
+		k, w := c.scanItem(r, text, it)
+		if w == "" {
 			continue
 		}
-		vk, key, ok := itemKey(text, it, r.matchURL)
-		if !ok {
-			return KindProvenance, name + " cannot be read"
+		bv := badValue{path: r.path, n: n, item: itemName(it, counts[it.Kind]), v: gjson.Result{Type: gjson.String, Str: it.Text(text)}}
+		if why == "" {
+			kind, why = k, bv.name(r.path)+" "+w
 		}
-		ix := c.idx()
-		where := ix.lookup(vk, key, nil)
-		if r.from != nil && where&c.mask(ix, r.from, true) == 0 {
-			return KindProvenance, name + " does not occur in " + patterns(r.from) + c.unseenNote()
+		if !collect(&r.ruleBase, bad, bv) {
+			return kind, why, false
 		}
-		if r.notFrom != nil {
-			if hit := where & c.mask(ix, r.notFrom, false); hit != 0 {
-				return KindProvenance, name + " occurs in an excluded source (" + ix.labelsOf(hit) + ")"
-			}
+	}
+	return kind, why, true
+}
+
+// scanItem checks one found item: the kind and reason (to follow the item's name) when it breaks
+// the rule, or "".
+func (c *Conversation) scanItem(r *scanRule, text string, it scan.Item) (kind, why string) {
+	if r.hostsNeeded && it.Kind != scan.IBAN {
+		if bad := r.checkHost(it); bad != "" {
+			return KindToolCall, bad
+		}
+	}
+	if r.from == nil && r.notFrom == nil {
+		return "", ""
+	}
+	vk, key, ok := itemKey(text, it, r.matchURL)
+	if !ok {
+		return KindProvenance, "cannot be read"
+	}
+	ix := c.idx()
+	where := ix.lookup(vk, key, nil)
+	if r.from != nil && where&c.mask(ix, r.from, true) == 0 {
+		return KindProvenance, "does not occur in " + patterns(r.from) + c.unseenNote()
+	}
+	if r.notFrom != nil {
+		if hit := where & c.mask(ix, r.notFrom, false); hit != 0 {
+			return KindProvenance, "occurs in an excluded source (" + ix.labelsOf(hit) + ")"
 		}
 	}
 	return "", ""

@@ -5,8 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"hash"
 	"slices"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 
@@ -16,30 +17,30 @@ import (
 // Confirmation codes.
 //
 // A held call gets a code of 8 characters of Crockford's base32 (digits and capital letters without
-// I, L, O and U), shown as XXXX-XXXX: 40 bits from an HMAC-SHA256 under the Confirmer's key of the
-// conversation binding, the tool name, the digest of the canonical arguments and the minute the
-// code was issued. It needs no state to check: the same call in the same conversation gives the
-// same code within a minute, and a code is good for the policy's TTL after its minute. The only
-// place a code counts is a user message that comes after the assistant message holding its notice
-// (after the visible history when part of it is unseen); tool output, context and the model's own
-// text never count. An app with a confirm button may give a code beside the conversation instead
-// (Options.Codes: a request header, which neither the model nor the content it reads can set). Reading is forgiving: case, a missing hyphen, and O, I, L for 0, 1, 1.
+// I, L, O and U), shown as XXXX-XXXX: 40 bits of an HMAC-SHA256 of the minute the code was issued,
+// under a key derived from the Confirmer's key, the conversation binding, the tool name and the
+// digest of the canonical arguments; the hold's number n picks which 40 bits of the 256. It needs
+// no state to check: a code is good for the policy's TTL after its minute. A hold shows the first n
+// (of codesPerStep) whose code has not been used (UsedCodes), so the same call held again in the
+// same conversation and minute shows the same code until it is used, then the next. The only place
+// a code counts is a user message that comes after the assistant message holding its notice (after
+// the visible history when part of it is unseen); tool output, context and the model's own text
+// never count. An app with a confirm button may give a code beside the conversation instead
+// (Options.Codes: a request header, which neither the model nor the content it reads can set). How
+// typed codes are read: codes.go.
 //
 // 40 bits is enough because a code cannot be tried online: the only way to present one is a user
 // message, which an injected instruction cannot write, and each try costs a human turn; a code
 // also releases only the one call it was issued for. Single use is the one piece of state: a
 // bounded set of used codes (UsedCodes), kept until the code would have expired anyway.
 
-// codeAlphabet is Crockford's base32 alphabet.
-const codeAlphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
 const (
-	codeLen  = 8
 	codeStep = time.Minute
 	// maxLookback is how far back a code that is no longer valid is still told apart as expired.
 	maxLookback = 24 * time.Hour
-	// maxCandidates bounds the codes read from user messages per check.
-	maxCandidates = 8
+	// codesPerStep is how many holds of one call in one conversation get a code of their own within
+	// a minute (40-bit slices of one HMAC); past it, the call is blocked until the minute turns.
+	codesPerStep = 6
 )
 
 // UseResult is what recording a used code found.
@@ -57,6 +58,9 @@ const (
 type UsedCodes interface {
 	// Use records key as used until the given time and reports whether it was fresh.
 	Use(key string, until, now time.Time) UseResult
+	// Spent reports whether key is recorded as used and not yet expired at now; it records nothing.
+	// A hold asks it to show a code that has not been used.
+	Spent(key string, now time.Time) bool
 }
 
 // UsedSet is a bounded in-memory UsedCodes: it holds at most max unexpired keys and refuses more
@@ -101,6 +105,14 @@ func (s *UsedSet) Use(key string, until, now time.Time) UseResult {
 	return UseFresh
 }
 
+// Spent implements UsedCodes.
+func (s *UsedSet) Spent(key string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exp, ok := s.m[key]
+	return ok && now.Before(exp)
+}
+
 // Confirmer issues and checks confirmation codes. It is safe for concurrent use; one serves every
 // request of a process (or a fleet, with a shared key and UsedCodes).
 type Confirmer struct {
@@ -128,34 +140,39 @@ func NewConfirmer(key []byte, used UsedCodes, now func() time.Time) (*Confirmer,
 	return &Confirmer{key: append([]byte(nil), key...), used: used, now: now}, nil
 }
 
-// code is the code of a call issued in the given minute step.
-func (cf *Confirmer) code(binding, tool string, digest [32]byte, step int64) string {
+// callCodes are the codes of one call in one conversation: an HMAC under a key of their own.
+type callCodes struct {
+	mac hash.Hash
+	msg [8]byte
+	sum [sha256.Size]byte
+}
+
+// callCodes derives the key of a call's codes from the Confirmer's key, the binding, the tool and
+// the arguments' digest.
+func (cf *Confirmer) callCodes(binding, tool string, digest [32]byte) *callCodes {
 	mac := hmac.New(sha256.New, cf.key)
 	var n [8]byte
-	for _, s := range []string{"promptgate/flow/confirm/v1", binding, tool} {
+	for _, s := range []string{"promptgate/flow/confirm/v2", binding, tool} {
 		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
 		mac.Write(n[:])
 		mac.Write([]byte(s))
 	}
 	mac.Write(digest[:])
-	binary.BigEndian.PutUint64(n[:], uint64(step))
-	mac.Write(n[:])
-	sum := mac.Sum(nil)
-	bits := uint64(sum[0])<<32 | uint64(sum[1])<<24 | uint64(sum[2])<<16 | uint64(sum[3])<<8 | uint64(sum[4])
-	var out [codeLen]byte
-	for i := codeLen - 1; i >= 0; i-- {
-		out[i] = codeAlphabet[bits&31]
-		bits >>= 5
-	}
-	return string(out[:])
+	return &callCodes{mac: hmac.New(sha256.New, mac.Sum(nil))}
 }
 
-// DisplayCode writes a code as XXXX-XXXX.
-func DisplayCode(code string) string {
-	if len(code) != codeLen {
-		return code
+// step returns the codes of the call's holds in minute step, hold n's the n-th 40 bits of one HMAC.
+func (g *callCodes) step(step int64) [codesPerStep]code {
+	g.mac.Reset()
+	binary.BigEndian.PutUint64(g.msg[:], uint64(step))
+	g.mac.Write(g.msg[:])
+	sum := g.mac.Sum(g.sum[:0])
+	var out [codesPerStep]code
+	for n := range out {
+		b := sum[5*n : 5*n+5]
+		out[n] = code(b[0])<<32 | code(b[1])<<24 | code(b[2])<<16 | code(b[3])<<8 | code(b[4])
 	}
-	return code[:4] + "-" + code[4:]
+	return out
 }
 
 // confirmOutcome is the confirmation part of a Result.
@@ -166,69 +183,121 @@ type confirmOutcome struct {
 }
 
 // confirm settles a call whose every violation asks for confirmation: released by a fresh code
-// the user typed, or held with a notice and a new code.
+// the user typed, or held with a notice and a code not used yet; blocked when it cannot be
+// confirmed (no Confirmer, no binding, a notice that cannot show what broke the rules, every code
+// of the minute used).
 func (c *Conversation) confirm(call Call, args gjson.Result, vs []violation) confirmOutcome {
 	dec := func(verdict, reason string) Decision {
 		return Decision{Kind: KindConfirm, Verdict: verdict, Tool: call.Tool, Reason: reason}
 	}
+	blocked := func(reason string) confirmOutcome {
+		return confirmOutcome{verdict: VerdictBlocked, decisions: []Decision{dec(VerdictBlocked, reason)}}
+	}
 	switch {
 	case c.confirmer == nil:
-		return confirmOutcome{verdict: VerdictBlocked, decisions: []Decision{dec(VerdictBlocked, "confirmation is not available")}}
+		return blocked("confirmation is not available")
 	case c.binding == "":
-		return confirmOutcome{verdict: VerdictBlocked, decisions: []Decision{dec(VerdictBlocked,
-			"confirmation needs a conversation id when part of the history is not visible ("+c.unseen+")")}}
+		return blocked("confirmation needs a conversation id when part of the history is not visible (" + c.unseen + ")")
+	}
+	if why := unshowable(vs); why != "" {
+		return blocked(why)
 	}
 	digest, err := ArgsDigest(args)
 	if err != nil {
-		return confirmOutcome{verdict: VerdictBlocked, decisions: []Decision{dec(VerdictBlocked, "arguments cannot be digested")}}
+		return blocked("arguments cannot be digested")
 	}
 	cf := c.confirmer
 	now := cf.now()
 	step := now.Unix() / int64(codeStep/time.Second)
 	live := int64((c.p.ttl + codeStep - 1) / codeStep)
+	codes := cf.callCodes(c.binding, call.Tool, digest)
 	var out confirmOutcome
-	if cands := c.codeCandidates(); len(cands) > 0 {
-		codes := make(map[string]int64, live+1)
-		for s := step - live; s <= step; s++ {
-			codes[cf.code(c.binding, call.Tool, digest, s)] = s
+	if cands := append(slices.Clone(c.codes), c.typedCodes()...); len(cands) > 0 {
+		ok, why := c.tryCodes(codes, cands, step, live, now, dec)
+		if ok {
+			return confirmOutcome{verdict: VerdictConfirmed, decisions: []Decision{dec(VerdictConfirmed, "confirmed by the user's code")}}
 		}
-		for _, k := range cands {
-			s, ok := codes[k]
-			if !ok {
-				continue
-			}
-			until := time.Unix((s+live+1)*int64(codeStep/time.Second), 0)
-			switch cf.used.Use(usedKey(c.binding, k), until, now) {
-			case UseFresh:
-				return confirmOutcome{verdict: VerdictConfirmed, decisions: []Decision{dec(VerdictConfirmed, "confirmed by the user's code")}}
-			case UseAgain:
-				out.decisions = append(out.decisions, dec(VerdictReused, "the code the user gave was already used"))
-			case UseFull:
-				out.decisions = append(out.decisions, dec(VerdictHeld, "the code cannot be recorded as used: too many codes in use"))
-			}
-			break
-		}
-		if len(out.decisions) == 0 && c.expired(cands, call.Tool, digest, step, live) {
-			out.decisions = append(out.decisions, dec(VerdictExpired, "the code the user gave has expired"))
-		}
+		out.decisions = why
 	}
-	code := cf.code(c.binding, call.Tool, digest, step)
+	k, ok := c.unusedCode(codes, step, now)
+	if !ok {
+		out.verdict = VerdictBlocked
+		out.decisions = append(out.decisions, dec(VerdictBlocked, "every code of this call for this minute has been used ("+
+			strconv.Itoa(codesPerStep)+"): it can be held again when the minute turns"))
+		return out
+	}
 	out.verdict = VerdictHeld
 	out.decisions = append(out.decisions, dec(VerdictHeld, "held for the user's confirmation"))
-	out.notice = c.notice(call.Tool, args, vs, code)
+	out.notice = c.notice(call.Tool, args, vs, k)
 	return out
 }
 
-// expired reports whether a candidate is this call's code from a step that has passed.
-func (c *Conversation) expired(cands []string, tool string, digest [32]byte, step, live int64) bool {
-	want := make(map[string]bool, len(cands))
-	for _, k := range cands {
-		want[k] = true
+// liveCodes maps every code of the call still valid at step to the minute it was issued in.
+func liveCodes(codes *callCodes, step, live int64) map[code]int64 {
+	m := make(map[code]int64, (live+1)*codesPerStep)
+	for s := step - live; s <= step; s++ {
+		for _, k := range codes.step(s) {
+			m[k] = s
+		}
 	}
+	return m
+}
+
+// tryCodes releases the call when a candidate is one of its valid codes that has not been used
+// (and records it as used); otherwise it says why the candidates did not release it: a code used
+// before, one that cannot be recorded, one that has expired; nothing when none is a code of the call.
+func (c *Conversation) tryCodes(codes *callCodes, cands []code, step, live int64, now time.Time,
+	dec func(verdict, reason string) Decision) (bool, []Decision) {
+	valid := liveCodes(codes, step, live)
+	matched, reused, full := false, false, false
+	for _, k := range cands {
+		s, ok := valid[k]
+		if !ok {
+			continue
+		}
+		matched = true
+		until := time.Unix((s+live+1)*int64(codeStep/time.Second), 0)
+		r := c.confirmer.used.Use(usedKey(c.binding, k), until, now)
+		if r == UseFresh {
+			return true, nil
+		}
+		reused = reused || r == UseAgain
+		if r == UseFull {
+			full = true
+			break
+		}
+	}
+	var out []Decision
+	if reused {
+		out = append(out, dec(VerdictReused, "the code the user gave was already used"))
+	}
+	if full {
+		out = append(out, dec(VerdictHeld, "the code cannot be recorded as used: too many codes in use"))
+	}
+	if !matched && expired(codes, cands, step, live) {
+		out = append(out, dec(VerdictExpired, "the code the user gave has expired"))
+	}
+	return false, out
+}
+
+// unusedCode is the code of the first hold of this minute whose code has not been used.
+func (c *Conversation) unusedCode(codes *callCodes, step int64, now time.Time) (code, bool) {
+	for _, k := range codes.step(step) {
+		if !c.confirmer.used.Spent(usedKey(c.binding, k), now) {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// expired reports whether a candidate is a code of the call from a minute that has passed.
+func expired(codes *callCodes, cands []code, step, live int64) bool {
 	oldest := step - int64(maxLookback/codeStep)
 	for s := step - live - 1; s >= oldest; s-- {
-		if want[c.confirmer.code(c.binding, tool, digest, s)] {
-			return true
+		for _, k := range codes.step(s) {
+			if slices.Contains(cands, k) {
+				return true
+			}
 		}
 	}
 	return false
@@ -236,102 +305,7 @@ func (c *Conversation) expired(cands []string, tool string, digest [32]byte, ste
 
 // usedKey is a code's key in UsedCodes: bound to the conversation, so equal codes of two
 // conversations do not collide.
-func usedKey(binding, code string) string {
-	sum := sha256.Sum256([]byte(binding + "\x00" + code))
+func usedKey(binding string, k code) string {
+	sum := sha256.Sum256([]byte(binding + "\x00" + k.String()))
 	return string(sum[:16])
-}
-
-// codeCandidates returns the codes the app gave beside the conversation (Options.Codes), then those
-// typed in user messages that come after an assistant message holding the same code (its notice),
-// latest first; with part of the history unseen, a code in a visible user message counts without its
-// notice (the notice went out in the unseen part).
-func (c *Conversation) codeCandidates() []string {
-	out := slices.Clone(c.codes)
-	for i := len(c.segments) - 1; i >= 0 && len(out) < maxCandidates; i-- {
-		seg := c.segments[i]
-		if seg.Source.Kind != SourceUser {
-			continue
-		}
-		for _, k := range codesIn(seg.Text) {
-			if c.unseen != "" || c.noticeBefore(i, k) {
-				out = append(out, k)
-			}
-			if len(out) == maxCandidates {
-				break
-			}
-		}
-	}
-	return out
-}
-
-// noticeBefore reports whether an assistant segment before segment i shows the code.
-func (c *Conversation) noticeBefore(i int, code string) bool {
-	shown := DisplayCode(code)
-	for j := i - 1; j >= 0; j-- {
-		if seg := c.segments[j]; seg.Source.Kind == SourceAssistant && strings.Contains(seg.Text, shown) {
-			return true
-		}
-	}
-	return false
-}
-
-// codesIn returns the code-shaped tokens of a text, normalised: 8 letters and digits, or 4, a
-// hyphen or a space, and 4, standing alone; case-insensitive, with O read as 0 and I, L as 1.
-func codesIn(text string) []string {
-	var out []string
-	isAlnum := func(b byte) bool { return b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' }
-	runEnd := func(i int) int {
-		for i < len(text) && isAlnum(text[i]) {
-			i++
-		}
-		return i
-	}
-	for i := 0; i < len(text); {
-		if !isAlnum(text[i]) || i > 0 && isAlnum(text[i-1]) {
-			i++
-			continue
-		}
-		e := runEnd(i)
-		raw := ""
-		switch {
-		case e-i == codeLen:
-			raw = text[i:e]
-		case e-i == 4 && e+1 < len(text) && (text[e] == '-' || text[e] == ' '):
-			if e2 := runEnd(e + 1); e2-(e+1) == 4 {
-				raw = text[i:e] + text[e+1:e2]
-				e = e2
-			}
-		}
-		if k, ok := normCode(raw); ok {
-			out = append(out, k)
-		}
-		i = e
-	}
-	return out
-}
-
-// normCode reads a typed code: upper case, O as 0, I and L as 1; false when it holds a character
-// outside the alphabet.
-func normCode(raw string) (string, bool) {
-	if len(raw) != codeLen {
-		return "", false
-	}
-	var b [codeLen]byte
-	for i := 0; i < codeLen; i++ {
-		ch := raw[i]
-		if ch >= 'a' && ch <= 'z' {
-			ch -= 'a' - 'A'
-		}
-		switch ch {
-		case 'O':
-			ch = '0'
-		case 'I', 'L':
-			ch = '1'
-		}
-		if strings.IndexByte(codeAlphabet, ch) < 0 {
-			return "", false
-		}
-		b[i] = ch
-	}
-	return string(b[:]), true
 }

@@ -26,7 +26,7 @@ func (c *clock) now() time.Time { return c.t }
 
 var codeRE = regexp.MustCompile(`code ([0-9A-Z]{4}-[0-9A-Z]{4}) `)
 
-func codeOf(t *testing.T, notice string) string {
+func codeOf(t testing.TB, notice string) string {
 	t.Helper()
 	m := codeRE.FindStringSubmatch(notice)
 	if m == nil {

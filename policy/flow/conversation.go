@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Segment is one piece of text of the conversation and its source.
@@ -42,8 +43,8 @@ type Options struct {
 	// (JSONText of it, keys included) and the plugins' answers.
 	Context []string
 	// Conversation is the id that binds confirmation codes to the conversation (X-Promptgate-Conversation,
-	// else promptgate.conversation). "" binds them to a digest of the conversation's first messages;
-	// with unseen history and no id, calls cannot be confirmed.
+	// else promptgate.conversation). "" binds them to a digest of the first user message; with unseen
+	// history and no id, calls cannot be confirmed.
 	Conversation string
 	// Confirmer issues and verifies confirmation codes; nil blocks every call that needs one.
 	Confirmer *Confirmer
@@ -68,7 +69,11 @@ type Conversation struct {
 	unsplit   []string
 	binding   string
 	confirmer *Confirmer
-	codes     []string // the app's codes (Options.Codes), normalised
+	codes     []code // the app's codes (Options.Codes)
+
+	typedOnce sync.Once
+	typed     []code       // see typedCodes
+	codeSteps atomic.Int64 // bytes and readings the code search went through, so tests can bound it
 
 	mu   sync.Mutex
 	made []string // tools of this response's calls that were let through, in order
@@ -106,17 +111,14 @@ func (p *Policy) Analyze(t *Transcript, opt Options) (*Conversation, error) {
 		c.trusted[i] = p.trustedSource(seg.Source)
 	}
 	c.binding = c.bind(opt.Conversation)
-	for _, raw := range opt.Codes {
-		for _, k := range codesIn(raw) {
-			if len(c.codes) < maxCandidates && !slices.Contains(c.codes, k) {
-				c.codes = append(c.codes, k)
-			}
-		}
-	}
+	c.codes = appCodes(opt.Codes)
 	return c, nil
 }
 
-// bind chooses the id that binds confirmation codes to the conversation.
+// bind chooses the id that binds confirmation codes to the conversation: the client's conversation
+// id, else a digest of the text of its first user message that has text. The app's messages are left
+// out: where they stand differs between the turns of one conversation (a Responses continuation's
+// replayed history puts a developer item before the instructions the client sends again).
 func (c *Conversation) bind(explicit string) string {
 	switch {
 	case explicit != "":
@@ -124,17 +126,15 @@ func (c *Conversation) bind(explicit string) string {
 	case c.unseen != "":
 		return ""
 	}
-	h := sha256.New()
-	for _, k := range []SourceKind{SourceApp, SourceUser} {
-		for _, seg := range c.segments {
-			if seg.Source.Kind == k {
-				h.Write([]byte(seg.Text))
-				break
-			}
+	first := ""
+	for _, seg := range c.segments {
+		if seg.Source.Kind == SourceUser && seg.Text != "" {
+			first = seg.Text
+			break
 		}
-		h.Write([]byte{0})
 	}
-	return "m:" + hex.EncodeToString(h.Sum(nil)[:16])
+	sum := sha256.Sum256([]byte(first))
+	return "u:" + hex.EncodeToString(sum[:16])
 }
 
 // splitOutputs returns the segments with each output of a tool trusted in part (toolOutputs.trustedPaths) split

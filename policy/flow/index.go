@@ -30,7 +30,8 @@ import (
 type index struct {
 	c      *Conversation
 	labels []Source
-	segBit []uint64 // per segment: its source's bit, 0 when the segment is not indexed
+	number map[Source]int // each label's position in labels
+	segBit []uint64       // per segment: its source's bit, 0 when the segment is not indexed
 
 	itemsOnce                  sync.Once
 	emails, hosts, urls, ibans map[string]uint64
@@ -44,6 +45,9 @@ type index struct {
 	phraseSteps atomic.Int64
 	// lists are the policy's operator lists, each with its source's bit.
 	lists []listRef
+
+	masksMu sync.Mutex
+	masks   map[maskKey]uint64 // see mask
 }
 
 // listRef is an operator list as a source of one conversation.
@@ -52,23 +56,31 @@ type listRef struct {
 	list *compiledList
 }
 
+// maskKey is a pattern list of the policy (by its first element and length: compiled lists never
+// change) and whether the mask is of an allowed set.
+type maskKey struct {
+	pats *srcPattern
+	n    int
+	all  bool
+}
+
 const overflowBit = 63
 
 // bitOf returns the bit of a source, adding it to labels.
 func (ix *index) bitOf(s Source) uint64 {
-	for i, l := range ix.labels {
-		if l == s {
-			return 1 << min(i, overflowBit)
-		}
+	i, ok := ix.number[s]
+	if !ok {
+		i = len(ix.labels)
+		ix.labels = append(ix.labels, s)
+		ix.number[s] = i
 	}
-	ix.labels = append(ix.labels, s)
-	return 1 << min(len(ix.labels)-1, overflowBit)
+	return 1 << min(i, overflowBit)
 }
 
 // idx returns the conversation's index, its sources numbered on first use.
 func (c *Conversation) idx() *index {
 	c.indexOnce.Do(func() {
-		ix := &index{c: c, segBit: make([]uint64, len(c.segments))}
+		ix := &index{c: c, number: map[Source]int{}, segBit: make([]uint64, len(c.segments))}
 		for si, seg := range c.segments {
 			if seg.Text == "" {
 				continue
@@ -161,10 +173,30 @@ func (ix *index) wordIndex() {
 	})
 }
 
-// mask returns the bits of the sources that the patterns cover. With all set, the overflow bit is
+// mask returns the bits of the sources that the patterns cover, worked out once per pattern list
+// of the policy (the labels are many where many tools answered). With all set, the overflow bit is
 // set only when every source past the 63rd is covered (an allowed set errs on the side of less);
 // otherwise when any is (an excluded set errs on the side of more).
 func (c *Conversation) mask(ix *index, pats []srcPattern, all bool) uint64 {
+	if len(pats) == 0 {
+		return c.coverMask(ix, pats, all)
+	}
+	key := maskKey{&pats[0], len(pats), all}
+	ix.masksMu.Lock()
+	defer ix.masksMu.Unlock()
+	m, ok := ix.masks[key]
+	if !ok {
+		if ix.masks == nil {
+			ix.masks = map[maskKey]uint64{}
+		}
+		m = c.coverMask(ix, pats, all)
+		ix.masks[key] = m
+	}
+	return m
+}
+
+// coverMask works a mask out (see mask).
+func (c *Conversation) coverMask(ix *index, pats []srcPattern, all bool) uint64 {
 	var m uint64
 	overflowAll, overflowAny := true, false
 	for i, l := range ix.labels {

@@ -73,6 +73,6 @@ func isCodeToken(line string, i int) bool {
 	if i > 0 && alnum(line[i-1]) || i+9 < len(line) && alnum(line[i+9]) || line[i+4] != '-' {
 		return false
 	}
-	_, ok := normCode(line[i:i+4] + line[i+5:i+9])
+	_, ok := appendChars(0, line[i:i+4]+line[i+5:i+9], true)
 	return ok
 }

@@ -21,10 +21,18 @@ const (
 	maxNoticeKeyName = 64 // bytes of a key argument's path
 )
 
+// Limits of the values that broke the rules, which a notice shows whole: a call whose values do
+// not fit is blocked, never held (a user cannot confirm what they cannot see).
+const (
+	maxNoticeBroken      = 16  // values that broke the rules, in all
+	maxNoticeBrokenRunes = 256 // runes of one (bytes of a number)
+)
+
 // notice is the text that replaces a held call. It names the tool, the first rule's reason, the
 // key arguments of the rules that hold the call (values quoted with Go escapes and cut short, so
-// no line break or control character gets through), and the code.
-func (c *Conversation) notice(tool string, args gjson.Result, vs []violation, code string) string {
+// no line break or control character gets through), every value that broke a rule (whole; those the
+// key arguments do not already show whole), and the code.
+func (c *Conversation) notice(tool string, args gjson.Result, vs []violation, k code) string {
 	var b strings.Builder
 	b.WriteString("[promptgate] held tool call ")
 	b.WriteString(vet.DisplayName(tool))
@@ -64,12 +72,100 @@ func (c *Conversation) notice(tool string, args gjson.Result, vs []violation, co
 	if shown > 0 {
 		b.WriteString(".")
 	}
+	writeBroken(&b, args, keys, vs)
 	b.WriteString(" To run it once, reply with the code ")
-	b.WriteString(DisplayCode(code))
+	b.WriteString(k.display())
 	b.WriteString(" (valid for ")
 	b.WriteString(ttlText(c.p.ttl))
 	b.WriteString(").")
 	return b.String()
+}
+
+// writeBroken adds the values that broke the rules, each once, named as the reasons name them,
+// leaving out those the key arguments show whole already:
+// ` Values that broke the rule: to (value 4)="eve@evil.example".` unshowable has checked that they fit.
+func writeBroken(b *strings.Builder, args gjson.Result, keys []string, vs []violation) {
+	whole := map[string]bool{} // name and text of each key argument value shown whole
+	for _, k := range keys {
+		n := 0
+		vet.Walk(args, k, func(v gjson.Result, found bool) bool {
+			n++
+			if r, ok := brokenText(v); found && ok && r == keyValue(v) {
+				whole[valueAt(k, n)+"\x00"+r] = true
+			}
+			return n < maxNoticeValues
+		})
+	}
+	seen := map[string]bool{}
+	rules := map[*ruleBase]bool{}
+	var items []string
+	for _, v := range vs {
+		for _, bv := range v.bad {
+			r, _ := brokenText(bv.v)
+			if key := bv.name(bv.path) + "\x00" + r; !seen[key] {
+				seen[key] = true
+				rules[v.rule] = true
+				if !whole[key] {
+					items = append(items, bv.name(keyName(bv.path))+"="+r)
+				}
+			}
+		}
+	}
+	if len(items) == 0 {
+		return
+	}
+	b.WriteString(" Values that broke the rule")
+	if len(rules) > 1 {
+		b.WriteString("s")
+	}
+	b.WriteString(": " + strings.Join(items, ", ") + ".")
+}
+
+// unshowable says why a notice cannot show every value that broke the rules ("" when it can): one
+// that is an object or an array (a scan rule's object too deep to scan), or longer than
+// maxNoticeBrokenRunes, or more than maxNoticeBroken of them. The reason names the rule and the
+// value, never quotes it.
+func unshowable(vs []violation) string {
+	const cannot = ": a call the user cannot see cannot be confirmed"
+	seen := map[string]bool{}
+	for _, v := range vs {
+		for _, bv := range v.bad {
+			r, ok := brokenText(bv.v)
+			if !ok {
+				what := "is an object"
+				switch {
+				case bv.v.IsArray():
+					what = "is an array"
+				case bv.v.Type == gjson.String || bv.v.Type == gjson.Number:
+					what = "is longer than a notice shows (" + strconv.Itoa(maxNoticeBrokenRunes) + " characters)"
+				}
+				return "rule " + v.rule.name + ": " + bv.name(bv.path) + " " + what + cannot
+			}
+			seen[bv.name(bv.path)+"\x00"+r] = true
+			if len(seen) > maxNoticeBroken {
+				return "rule " + v.rule.name + ": more values broke the rules than a notice shows (" +
+					strconv.Itoa(maxNoticeBroken) + ")" + cannot
+			}
+		}
+	}
+	return ""
+}
+
+// brokenText renders a value that broke a rule, whole: a string quoted with Go escapes, a number,
+// true, false or null; false for an object, an array, or one longer than maxNoticeBrokenRunes.
+func brokenText(v gjson.Result) (string, bool) {
+	switch {
+	case v.Type == gjson.String:
+		if utf8.RuneCountInString(v.Str) > maxNoticeBrokenRunes {
+			return "", false
+		}
+		return strconv.QuoteToASCII(v.Str), true
+	case v.IsObject() || v.IsArray():
+		return "", false
+	case len(v.Raw) > maxNoticeBrokenRunes:
+		return "", false
+	}
+	return v.Raw, true
 }
 
 // keyName renders a key argument's path: as written when plain, else quoted.
@@ -96,28 +192,34 @@ func keyValues(args gjson.Result, path string) []string {
 			out = append(out, "…")
 			return false
 		}
-		switch {
-		case v.Type == gjson.String:
-			s := cutRunes(v.Str, maxNoticeRunes)
-			q := strconv.QuoteToASCII(s)
-			if s != v.Str {
-				q += "…"
-			}
-			out = append(out, q)
-		case v.Type == gjson.Number:
-			if len(v.Raw) > maxNoticeNumber {
-				out = append(out, v.Raw[:maxNoticeNumber]+"…")
-			} else {
-				out = append(out, v.Raw)
-			}
-		case v.IsObject():
-			out = append(out, "{…}")
-		default:
-			out = append(out, v.Raw) // true, false
-		}
+		out = append(out, keyValue(v))
 		return true
 	})
 	return out
+}
+
+// keyValue renders one value of a key argument: a string quoted with Go escapes, a number, both
+// cut short ("…" after); an object or an array as {…} or […]; true, false, null.
+func keyValue(v gjson.Result) string {
+	switch {
+	case v.Type == gjson.String:
+		s := cutRunes(v.Str, maxNoticeRunes)
+		q := strconv.QuoteToASCII(s)
+		if s != v.Str {
+			q += "…"
+		}
+		return q
+	case v.Type == gjson.Number:
+		if len(v.Raw) > maxNoticeNumber {
+			return v.Raw[:maxNoticeNumber] + "…"
+		}
+		return v.Raw
+	case v.IsObject():
+		return "{…}"
+	case v.IsArray():
+		return "[…]"
+	}
+	return v.Raw // true, false, null
 }
 
 // cutRunes cuts s to at most n runes.
