@@ -556,8 +556,8 @@ func sameFold(x, y rune) bool {
 	return foldRune(x) == foldRune(y)
 }
 
-// foldRune is the smallest rune of r's simple case folding orbit (unicode.SimpleFold), the one rune
-// that every rune strings.EqualFold takes for r maps to; encoding/json folds keys the same way.
+// foldRune is the smallest rune of r's orbit under unicode.SimpleFold: strings.EqualFold joins two
+// runes exactly when their foldRune is the same, and encoding/json folds keys to it too.
 func foldRune(r rune) rune {
 	for {
 		r2 := unicode.SimpleFold(r)

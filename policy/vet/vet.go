@@ -1,7 +1,7 @@
 // Package vet decides whether one tool call that a model returned may reach the client: its name is
 // in the request's allowed set (exact match), its arguments are one valid JSON object without
-// duplicate keys or keys that differ only in letter case, they satisfy the JSON Schema the client declared for the tool, and they pass the
-// protocol's argument rules. It also holds the surface-neutral shape of a call being assembled from
+// duplicate keys or keys that differ only in letter case, they satisfy the JSON Schema the client
+// declared for the tool, and they pass the protocol's argument rules. It also holds the surface-neutral shape of a call being assembled from
 // a response (Call) and of a decision (Decision), so the Chat Completions, Responses and Anthropic
 // Messages surfaces vet the same way.
 //
@@ -232,8 +232,8 @@ func (c *Checker) Allows(name string) bool { return c.p.Allowed[name] }
 func (c *Checker) Atomic() bool { return c.p.Atomic }
 
 // Check vets a call's name and arguments (the raw argument JSON text): allowed name, one JSON
-// object in which no object (at any depth) holds two keys that are equal or differ only in letter
-// case, the tool's schema, the argument rules, in that order. It returns the first violation's
+// object (no object in it, at any depth, holding two keys that are equal or differ only in letter
+// case), the tool's schema, the argument rules, in that order. It returns the first violation's
 // reason and, for an argument rule, the rule's name; ok is true when there is none.
 //
 // Keys that differ only in letter case are refused because the readers disagree on them: the
