@@ -99,14 +99,39 @@ func BenchmarkChat40K(b *testing.B) { benchValidators(b, chatRequest(40<<10)) }
 // BenchmarkManyKeys measures duplicate detection on one object with 5000 keys (the map path).
 func BenchmarkManyKeys(b *testing.B) { benchValidators(b, []byte(manyKeys(5000, -1, false))) }
 
-// BenchmarkToolArgs is a typical tool-call argument string.
+// toolArgs are typical tool-call arguments: a few keys, a nested object and an array.
+const toolArgs = `{"query":"refund policy for EU customers","limit":5,"filters":{"lang":"en","tags":["billing","refunds"]}}`
+
+// BenchmarkToolArgs checks typical tool-call arguments with only exact duplicates refused (as request
+// bodies are) and with FoldedKeys (as tool-call arguments are), side by side.
 func BenchmarkToolArgs(b *testing.B) {
-	body := []byte(`{"query":"refund policy for EU customers","limit":5,"filters":{"lang":"en","tags":["billing","refunds"]}}`)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := Object(body, Limits{}); err != nil {
-			b.Fatal(err)
-		}
+	benchLimits(b, []byte(toolArgs))
+}
+
+// BenchmarkToolArgsKeys checks arguments of one object with many keys (the hash-set path), ASCII and
+// Greek (every rune folded through its orbit), at two sizes: the cost per byte stays the same.
+func BenchmarkToolArgsKeys(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		ascii := manyKeys(n, -1, false)
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) { benchLimits(b, []byte(ascii)) })
+		greek := strings.ReplaceAll(ascii, `"k`, `"ςΣκ\u039a`)
+		b.Run(fmt.Sprintf("greek=%d", n), func(b *testing.B) { benchLimits(b, []byte(greek)) })
+	}
+}
+
+func benchLimits(b *testing.B, body []byte) {
+	for _, c := range []struct {
+		name string
+		l    Limits
+	}{{"exact", Limits{}}, {"folded", Limits{FoldedKeys: true}}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := Object(body, c.l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

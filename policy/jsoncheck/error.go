@@ -23,6 +23,9 @@ const (
 	TooDeep
 	// NotObject: Object was given a valid-looking value that is not an object.
 	NotObject
+	// CaseVariantKey: with Limits.FoldedKeys, an object holds two keys that differ only in letter
+	// case (equal under strings.EqualFold after decoding escapes, not equal without folding).
+	CaseVariantKey
 )
 
 // String returns a short lowercase name of the kind.
@@ -38,6 +41,8 @@ func (k Kind) String() string {
 		return "nesting too deep"
 	case NotObject:
 		return "not a JSON object"
+	case CaseVariantKey:
+		return "case-variant key"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -48,16 +53,16 @@ func (k Kind) Error() string { return "jsoncheck: " + k.String() }
 // Error describes why input was refused. errors.Is(err, k) holds for its Kind k.
 type Error struct {
 	Kind Kind
-	// Offset is the byte offset in the input where the problem was found; for DuplicateKey it
-	// is the opening quote of the second occurrence of the key.
+	// Offset is the byte offset in the input where the problem was found; for DuplicateKey and
+	// CaseVariantKey it is the opening quote of the second of the two keys.
 	Offset int
-	// Key is the decoded duplicate key (DuplicateKey only).
+	// Key is the second of the two keys, decoded (DuplicateKey and CaseVariantKey only).
 	Key string
 
 	detail string
 }
 
-// maxKeyInMessage bounds how much of a duplicate key QuotedError quotes.
+// maxKeyInMessage bounds how much of a key QuotedError quotes.
 const maxKeyInMessage = 64
 
 // Error reads like `jsoncheck: duplicate key at offset 17` or
@@ -71,10 +76,11 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("jsoncheck: %s at offset %d: %s", e.Kind.String(), e.Offset, e.detail)
 }
 
-// QuotedError is Error with the duplicate key quoted (cut to 64 bytes), `jsoncheck: duplicate key "a" at
-// offset 17`: for telling the author of the input what is wrong with it, never for a log.
+// QuotedError is Error with the duplicate (or case-variant) key quoted (cut to 64 bytes), `jsoncheck:
+// duplicate key "a" at offset 17`: for telling the author of the input what is wrong with it, never for a
+// log.
 func (e *Error) QuotedError() string {
-	if e.Kind != DuplicateKey {
+	if e.Kind != DuplicateKey && e.Kind != CaseVariantKey {
 		return e.Error()
 	}
 	k := e.Key
@@ -85,7 +91,7 @@ func (e *Error) QuotedError() string {
 		}
 		k = k[:cut] + "…"
 	}
-	return fmt.Sprintf("jsoncheck: duplicate key %q at offset %d", k, e.Offset)
+	return fmt.Sprintf("jsoncheck: %s %q at offset %d", e.Kind.String(), k, e.Offset)
 }
 
 // Unwrap returns the Kind, so that errors.Is(err, jsoncheck.Syntax) and friends work.
@@ -99,8 +105,14 @@ func (s *scanner) tooDeep(off int) *Error {
 	return s.fail(TooDeep, off, "more than "+strconv.Itoa(s.max)+" levels")
 }
 
-func (s *scanner) duplicate(off int, k key) *Error {
-	return &Error{Kind: DuplicateKey, Offset: off, Key: string(s.decodeKey(k))}
+// clash reports k, whose opening quote is at off, as the same key as the earlier key old: a
+// DuplicateKey when they are equal after decoding escapes, else a CaseVariantKey.
+func (s *scanner) clash(off int, old, k key) *Error {
+	kind := DuplicateKey
+	if s.fold && !s.keyEqual(old, k) {
+		kind = CaseVariantKey
+	}
+	return &Error{Kind: kind, Offset: off, Key: string(s.decodeKey(k))}
 }
 
 // unexpected reports the byte at s.b[i] as out of place; where names the grammar position.

@@ -5,7 +5,8 @@
 //
 // The check is stricter than encoding/json.Valid: RFC 8259 grammar exactly, valid UTF-8 everywhere
 // (including \u escapes: a lone surrogate such as "\ud800" is an error), no duplicate keys in any
-// object at any depth (keys are compared after decoding escapes), and a nesting limit.
+// object at any depth (keys are compared after decoding escapes), and a nesting limit. On request
+// (Limits.FoldedKeys) it also refuses two keys of one object that differ only in letter case.
 //
 // It owns validation only. It does not decode, build trees, apply schemas or policy rules (see
 // policy/vet and the proxy stages), and it does not turn errors into HTTP responses (the proxy's
@@ -16,6 +17,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/maphash"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -32,6 +34,12 @@ type Limits struct {
 	// MaxDepth is the deepest nesting of objects and arrays allowed: {} and [] are depth 1,
 	// {"a":[1]} is depth 2, a scalar is depth 0. Zero or negative means DefaultMaxDepth.
 	MaxDepth int
+	// FoldedKeys also refuses two keys of one object that are equal under Unicode simple case
+	// folding, as strings.EqualFold compares them ("to" and "To", "k" and the Kelvin sign "K", "s"
+	// and "ſ"), with CaseVariantKey: decoders that match keys to fields case-insensitively
+	// (encoding/json into a struct) give such a field the last of them, not the one an exact reader
+	// sees. Keys are compared after decoding escapes.
+	FoldedKeys bool
 }
 
 // Object checks that b is exactly one JSON object: leading and trailing JSON whitespace (space,
@@ -85,6 +93,7 @@ type scanner struct {
 	seed    maphash.Seed
 	seeded  bool
 	free    []*keySet // key sets of closed large objects, for reuse
+	fold    bool      // Limits.FoldedKeys
 }
 
 // key locates the raw text of an object key, between its quotes.
@@ -98,7 +107,7 @@ func check(b []byte, l Limits, wantObject bool) error {
 }
 
 func checkInto(b []byte, l Limits, wantObject bool, rec *Members, inner string) error {
-	s := scanner{b: b, max: l.MaxDepth, rec: rec, inner: inner}
+	s := scanner{b: b, max: l.MaxDepth, rec: rec, inner: inner, fold: l.FoldedKeys}
 	if s.max <= 0 {
 		s.max = DefaultMaxDepth
 	}
@@ -214,8 +223,8 @@ func (s *scanner) object(i, depth int) (int, *Error) {
 		k := key{start: start + 1, end: j - 1, escaped: escaped}
 		if big == nil {
 			for x := 0; x < n; x++ {
-				if s.keyEqual(small[x], k) {
-					return start, s.duplicate(start, k)
+				if s.sameKey(small[x], k) {
+					return start, s.clash(start, small[x], k)
 				}
 			}
 			if n < len(small) {
@@ -228,8 +237,8 @@ func (s *scanner) object(i, depth int) (int, *Error) {
 				}
 				s.add(big, k)
 			}
-		} else if !s.add(big, k) {
-			return start, s.duplicate(start, k)
+		} else if old, found := s.add(big, k); found {
+			return start, s.clash(start, old, k)
 		}
 		i = s.skipWS(j)
 		if i >= len(b) {
@@ -513,6 +522,74 @@ func (s *scanner) keyEqual(a, b key) bool {
 	return i == len(ra) && j == len(rb)
 }
 
+// sameKey reports whether two checked keys are one key: equal after decoding escapes or, with
+// Limits.FoldedKeys, equal under simple case folding.
+func (s *scanner) sameKey(a, b key) bool {
+	if s.fold {
+		return s.keyEqualFold(a, b)
+	}
+	return s.keyEqual(a, b)
+}
+
+// keyEqualFold is strings.EqualFold of two checked keys after decoding their escapes, without
+// allocating.
+func (s *scanner) keyEqualFold(a, b key) bool {
+	ra, rb := s.b[a.start:a.end], s.b[b.start:b.end]
+	i, j := 0, 0
+	for i < len(ra) && j < len(rb) {
+		var x, y rune
+		x, i = next(ra, i)
+		y, j = next(rb, j)
+		if x != y && !sameFold(x, y) {
+			return false
+		}
+	}
+	return i == len(ra) && j == len(rb)
+}
+
+// sameFold reports whether two different runes are one under simple case folding.
+func sameFold(x, y rune) bool {
+	if x < utf8.RuneSelf && y < utf8.RuneSelf {
+		x, y = x|0x20, y|0x20
+		return x == y && x >= 'a' && x <= 'z'
+	}
+	return foldRune(x) == foldRune(y)
+}
+
+// foldRune is the smallest rune of r's orbit under unicode.SimpleFold: strings.EqualFold joins two
+// runes exactly when their foldRune is the same, and encoding/json folds keys to it too.
+func foldRune(r rune) rune {
+	for {
+		r2 := unicode.SimpleFold(r)
+		if r2 <= r {
+			return r2
+		}
+		r = r2
+	}
+}
+
+// foldKey returns a checked key decoded and with every rune folded by foldRune, in s.scratch
+// (valid until the next call): two keys are equal under strings.EqualFold exactly when their
+// folded forms are equal.
+func (s *scanner) foldKey(k key) []byte {
+	raw := s.b[k.start:k.end]
+	s.scratch = s.scratch[:0]
+	for i := 0; i < len(raw); {
+		if c := raw[i]; c < utf8.RuneSelf && c != '\\' {
+			if c >= 'a' && c <= 'z' {
+				c -= 'a' - 'A' // the smallest of {A, a}, of {K, k, K} and of {S, s, ſ}
+			}
+			s.scratch = append(s.scratch, c)
+			i++
+			continue
+		}
+		var r rune
+		r, i = next(raw, i)
+		s.scratch = utf8.AppendRune(s.scratch, foldRune(r))
+	}
+	return s.scratch
+}
+
 // decodeKey returns the decoded bytes of a checked key. Without escapes it is the raw text
 // itself; with escapes it lives in s.scratch and is valid until the next call.
 func (s *scanner) decodeKey(k key) []byte {
@@ -563,7 +640,13 @@ func (s *scanner) putSet(ks *keySet) {
 	s.free = append(s.free, ks)
 }
 
-func (s *scanner) hash(k key) uint64 { return maphash.Bytes(s.seed, s.decodeKey(k)) }
+// hash hashes a key as sameKey compares it.
+func (s *scanner) hash(k key) uint64 {
+	if s.fold {
+		return maphash.Bytes(s.seed, s.foldKey(k))
+	}
+	return maphash.Bytes(s.seed, s.decodeKey(k))
+}
 
 // keyAt reads again the key whose text starts at offset start (just after its opening quote).
 func (s *scanner) keyAt(start int) key {
@@ -571,8 +654,8 @@ func (s *scanner) keyAt(start int) key {
 	return key{start: start, end: end - 1, escaped: escaped}
 }
 
-// add inserts k into ks and reports whether it was new.
-func (s *scanner) add(ks *keySet, k key) bool {
+// add inserts k into ks, or returns the key of ks that is the same key (sameKey) and true.
+func (s *scanner) add(ks *keySet, k key) (key, bool) {
 	if 2*(ks.n+1) > len(ks.slots) {
 		s.grow(ks)
 	}
@@ -584,10 +667,12 @@ func (s *scanner) add(ks *keySet, k key) bool {
 		if e == 0 {
 			ks.slots[i] = tag | uint64(k.start)
 			ks.n++
-			return true
+			return key{}, false
 		}
-		if e&^offMask == tag && s.keyEqual(s.keyAt(int(e&offMask)), k) {
-			return false
+		if e&^offMask == tag {
+			if old := s.keyAt(int(e & offMask)); s.sameKey(old, k) {
+				return old, true
+			}
 		}
 	}
 }

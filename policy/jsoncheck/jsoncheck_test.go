@@ -227,7 +227,7 @@ func assertKind(t *testing.T, fn string, err error, want Kind, off int) {
 	if e.Kind != want || !errors.Is(err, want) {
 		t.Fatalf("%s: got %v (%v), want kind %v", fn, e.Kind, err, want)
 	}
-	for _, k := range []Kind{Syntax, InvalidUTF8, DuplicateKey, TooDeep, NotObject} {
+	for _, k := range []Kind{Syntax, InvalidUTF8, DuplicateKey, TooDeep, NotObject, CaseVariantKey} {
 		if k != want && errors.Is(err, k) {
 			t.Errorf("%s: errors.Is(err, %v) is true for a %v error", fn, k, want)
 		}
@@ -323,12 +323,14 @@ func TestSpecial8(t *testing.T) {
 }
 
 func TestZeroAllocs(t *testing.T) {
-	for _, body := range [][]byte{chatRequest(2 << 10), chatRequest(40 << 10)} {
-		if err := Object(body, Limits{}); err != nil {
-			t.Fatal(err)
-		}
-		if n := testing.AllocsPerRun(20, func() { _ = Object(body, Limits{}) }); n != 0 {
-			t.Errorf("%d-byte body: %v allocs per run, want 0", len(body), n)
+	for _, body := range [][]byte{chatRequest(2 << 10), chatRequest(40 << 10), []byte(toolArgs)} {
+		for _, l := range []Limits{{}, {FoldedKeys: true}} {
+			if err := Object(body, l); err != nil {
+				t.Fatal(err)
+			}
+			if n := testing.AllocsPerRun(20, func() { _ = Object(body, l) }); n != 0 {
+				t.Errorf("%d-byte body, %+v: %v allocs per run, want 0", len(body), l, n)
+			}
 		}
 	}
 }

@@ -86,3 +86,31 @@ func TestNewRound(t *testing.T) {
 		t.Errorf("after NewRound: %+v", d)
 	}
 }
+
+// TestCaseVariantKeysStopBeforeRulesAndJudge: a call whose arguments hold two keys that differ only in letter
+// case is decided on that alone: neither the argument rules nor the judge (the information-flow rules) read
+// it, which read the exact key where the tool may read the other; audit mode lets it through as audited.
+func TestCaseVariantKeysStopBeforeRulesAndJudge(t *testing.T) {
+	t.Parallel()
+	rules, err := CompileRules([]Rule{{ID: "iban", Tool: "send_money", Path: "recipient", Pattern: "^DE"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := `{"recipient":"DE89370400440532013000","amount":120,"RECIPIENT":"GB82WEST12345698765432"}`
+	for _, m := range []Mode{ModeRefuse, ModeError, ModeAudit, ModeContinue} {
+		j := &fakeJudge{}
+		c := NewChecker(Policy{Allowed: map[string]bool{"send_money": true}, Rules: rules, Mode: m, Judge: j})
+		call := &Call{ID: "c1", Name: "send_money", Args: []byte(args)}
+		d := c.Vet(call)
+		want := VerdictBlocked
+		if m == ModeAudit {
+			want = VerdictAudited
+		}
+		if d.Verdict != want || d.Reason != reasonCaseVariant+"at offset 51" || d.Rule != "" || len(j.asked) != 0 {
+			t.Errorf("%s: %+v, judge asked %v", m, d, j.asked)
+		}
+		if strings.Contains(d.Reason, "RECIPIENT") || strings.Contains(d.Reason, "GB82") {
+			t.Errorf("%s: the reason quotes the arguments: %q", m, d.Reason)
+		}
+	}
+}

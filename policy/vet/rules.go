@@ -386,15 +386,38 @@ func (r *compiledRule) run(doc string) string {
 // as missing, and a value that is not an array is taken as a one-element list. A value that is an
 // array where no "#" asks for one is visited element by element too (recursively). A JSON null is
 // missing. Paths with pipes or modifiers are left to gjson whole.
+//
+// Where the arguments spell a key of the path only in another letter case ("URL" for "url", as
+// strings.EqualFold joins them), the readers of the tool disagree: an exact reader finds nothing, a
+// case-insensitive one (encoding/json into a struct) finds that key's value. Walk gives both: visit
+// is told the value is missing, then given the value the case-insensitive reader finds.
 func Walk(v gjson.Result, path string, visit func(v gjson.Result, found bool) bool) bool {
 	prefix, rest, split := splitHash(path)
 	if !split {
-		return leaves(v.Get(path), visit)
+		return at(v, path, visit, func(r gjson.Result) bool { return leaves(r, visit) })
 	}
-	arr := v
-	if prefix != "" {
-		arr = v.Get(prefix)
+	each := func(arr gjson.Result) bool { return elements(arr, rest, visit) }
+	if prefix == "" {
+		return each(v)
 	}
+	return at(v, prefix, visit, each)
+}
+
+// at calls each with the value at path in v (gjson's, an exact reader's). Where there is none but a
+// case-insensitive reader finds one (caseVariant), visit is first told the value is missing.
+func at(v gjson.Result, path string, visit func(gjson.Result, bool) bool, each func(gjson.Result) bool) bool {
+	r := v.Get(path)
+	if !r.Exists() {
+		if alt, ok := caseVariant(v, path); ok {
+			return visit(gjson.Result{}, false) && each(alt)
+		}
+	}
+	return each(r)
+}
+
+// elements walks rest in every element of arr (arr itself when it is not an array); a missing arr
+// is one missing value.
+func elements(arr gjson.Result, rest string, visit func(gjson.Result, bool) bool) bool {
 	if !arr.Exists() || arr.Type == gjson.Null {
 		return visit(gjson.Result{}, false)
 	}
@@ -414,6 +437,75 @@ func Walk(v gjson.Result, path string, visit func(v gjson.Result, found bool) bo
 		}
 	}
 	return true
+}
+
+// caseVariant finds the value at a plain path (components of keys and array indexes: no wildcard,
+// pipe, modifier or query) as a case-insensitive reader does: at each object, the component's key,
+// else the key strings.EqualFold joins with it. ok is false when the path is not plain, a component
+// is missing, or every key was found exactly.
+func caseVariant(v gjson.Result, path string) (r gjson.Result, ok bool) {
+	comps, plain := pathComponents(path)
+	if !plain {
+		return gjson.Result{}, false
+	}
+	folded := false
+	for _, c := range comps {
+		switch {
+		case v.IsObject():
+			var exact, fold gjson.Result
+			v.ForEach(func(k, e gjson.Result) bool {
+				if k.Str == c {
+					exact = e
+					return false
+				}
+				if !fold.Exists() && strings.EqualFold(k.Str, c) {
+					fold = e
+				}
+				return true
+			})
+			switch {
+			case exact.Exists():
+				v = exact
+			case fold.Exists():
+				v, folded = fold, true
+			default:
+				return gjson.Result{}, false
+			}
+		case v.IsArray() && c != "" && strings.Trim(c, "0123456789") == "":
+			if v = v.Get(c); !v.Exists() {
+				return gjson.Result{}, false
+			}
+		default:
+			return gjson.Result{}, false
+		}
+	}
+	return v, folded
+}
+
+// pathComponents splits a gjson path at its unescaped dots and removes its escapes; plain is false
+// for a path with a wildcard, pipe, modifier or query, or a JSON Lines prefix.
+func pathComponents(p string) (comps []string, plain bool) {
+	if p == "" || strings.HasPrefix(p, "..") {
+		return nil, false
+	}
+	var c strings.Builder
+	for i := 0; i < len(p); i++ {
+		switch ch := p[i]; ch {
+		case '\\':
+			if i+1 < len(p) {
+				i++
+				c.WriteByte(p[i])
+			}
+		case '.':
+			comps = append(comps, c.String())
+			c.Reset()
+		case '*', '?', '|', '@', '#', '!':
+			return nil, false
+		default:
+			c.WriteByte(ch)
+		}
+	}
+	return append(comps, c.String()), true
 }
 
 // leaves visits v, or every element of v (recursively) when it is an array.

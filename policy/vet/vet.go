@@ -1,7 +1,7 @@
 // Package vet decides whether one tool call that a model returned may reach the client: its name is
 // in the request's allowed set (exact match), its arguments are one valid JSON object without
-// duplicate keys, they satisfy the JSON Schema the client declared for the tool, and they pass the
-// protocol's argument rules. It also holds the surface-neutral shape of a call being assembled from
+// duplicate keys or keys that differ only in letter case, they satisfy the JSON Schema the client
+// declared for the tool, and they pass the protocol's argument rules. It also holds the surface-neutral shape of a call being assembled from
 // a response (Call) and of a decision (Decision), so the Chat Completions, Responses and Anthropic
 // Messages surfaces vet the same way.
 //
@@ -74,7 +74,8 @@ const KindToolCall = "tool_call"
 // Stable reasons. A reason never holds a key or a value of the arguments: it names the check and a
 // position (a byte offset in the arguments, or a location in the tool's declared schema). Reasons built
 // at run time are a stable head, a colon and the detail: "arguments are not valid json: ...",
-// "arguments do not match schema: ..." and "rule NAME: ..."; the head alone is what metrics count.
+// "arguments have two keys that differ only in letter case: ...", "arguments do not match schema: ..."
+// and "rule NAME: ..."; the head alone is what metrics count.
 const (
 	ReasonNotAllowed      = "tool not allowed"
 	ReasonNotObject       = "arguments must be a json object"
@@ -93,6 +94,7 @@ const (
 
 const (
 	reasonInvalidJSON    = "arguments are not valid json: "
+	reasonCaseVariant    = "arguments have two keys that differ only in letter case: "
 	reasonSchemaMismatch = "arguments do not match schema: "
 	maxNameInNotice      = 64
 	maxSchemaDetail      = 160
@@ -230,8 +232,13 @@ func (c *Checker) Allows(name string) bool { return c.p.Allowed[name] }
 func (c *Checker) Atomic() bool { return c.p.Atomic }
 
 // Check vets a call's name and arguments (the raw argument JSON text): allowed name, one JSON
-// object, the tool's schema, the argument rules, in that order. It returns the first violation's
+// object (no object in it, at any depth, holding two keys that are equal or differ only in letter
+// case), the tool's schema, the argument rules, in that order. It returns the first violation's
 // reason and, for an argument rule, the rule's name; ok is true when there is none.
+//
+// Keys that differ only in letter case are refused because the readers disagree on them: the
+// schema, the rules and policy/flow read the exact key, while a tool that decodes with
+// encoding/json into a struct (or .NET's web defaults) takes the last case-insensitive match.
 func (c *Checker) Check(name string, args []byte) (reason, rule string, ok bool) {
 	if !c.p.Allowed[name] {
 		return ReasonNotAllowed, "", false
@@ -239,7 +246,7 @@ func (c *Checker) Check(name string, args []byte) (reason, rule string, ok bool)
 	if len(bytes.TrimSpace(args)) == 0 {
 		return reasonInvalidJSON + "empty", "", false
 	}
-	if err := jsoncheck.Object(args, jsoncheck.Limits{MaxDepth: c.p.MaxDepth}); err != nil {
+	if err := jsoncheck.Object(args, jsoncheck.Limits{MaxDepth: c.p.MaxDepth, FoldedKeys: true}); err != nil {
 		return argsReason(err), "", false
 	}
 	if r := c.checkSchema(name, args); r != "" {
@@ -259,11 +266,15 @@ func argsReason(err error) string {
 	if !errors.As(err, &je) {
 		return reasonInvalidJSON + "syntax error"
 	}
-	if je.Kind == jsoncheck.NotObject {
+	at := "at offset " + strconv.Itoa(je.Offset)
+	switch je.Kind {
+	case jsoncheck.NotObject:
 		return ReasonNotObject
+	case jsoncheck.CaseVariantKey:
+		return reasonCaseVariant + at
 	}
 	// The offset, never the key: a duplicate key is the model's text.
-	return reasonInvalidJSON + je.Kind.String() + " at offset " + strconv.Itoa(je.Offset)
+	return reasonInvalidJSON + je.Kind.String() + " " + at
 }
 
 // Vet decides one assembled call: a problem found while assembling it, a missing call id or one

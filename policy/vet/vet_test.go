@@ -2,8 +2,11 @@ package vet
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tidwall/gjson"
 )
 
 func f(v float64) *float64 { return &v }
@@ -246,6 +249,15 @@ func TestCheckNamesAndArguments(t *testing.T) {
 		{"duplicate escaped key", "free", `{"path":"/ok","p\u0061th":"/etc"}`, "arguments are not valid json: duplicate key at offset 14"},
 		{"duplicate nested key", "free", `{"x":{"b":1,"b":1}}`, "arguments are not valid json: duplicate key at offset 12"},
 		{"too deep", "deep", `{"a":{"b":{"c":{}}}}`, "arguments are not valid json: nesting too deep at offset 15"},
+		{"case variant", "free", `{"recipient":"DE1","amount":120,"RECIPIENT":"GB2"}`, reasonCaseVariant + "at offset 32"},
+		{"case variant escaped", "free", `{"url":"/ok","\u0055RL":"/etc"}`, reasonCaseVariant + "at offset 13"},
+		{"kelvin sign", "free", `{"kind":"a","\u212aind":"b"}`, reasonCaseVariant + "at offset 12"},
+		{"long s", "free", `{"subject":"a","ſubject":"b"}`, reasonCaseVariant + "at offset 15"},
+		{"final sigma", "free", `{"σ":1,"ς":2}`, reasonCaseVariant + "at offset 8"},
+		{"case variant in an array", "free", `{"to":[{"x":1,"X":2}]}`, reasonCaseVariant + "at offset 14"},
+		{"case variant before the schema", "get_weather", `{"city":"Bern","City":"hunter2"}`, reasonCaseVariant + "at offset 15"},
+		{"dotless i is another letter", "free", `{"i":1,"ı":2,"İ":3}`, ""},
+		{"case variants in sibling objects", "free", `{"a":{"to":1},"b":{"TO":2}}`, ""},
 		{"missing required", "get_weather", `{"unit":"c"}`, "arguments do not match schema: at #: missing property 'city'"},
 		{"wrong type", "get_weather", `{"city":5}`, "arguments do not match schema: at #/properties/city: got number, want string"},
 		{"pattern", "get_weather", `{"city":"hunter2"}`, "arguments do not match schema: at #/properties/city: pattern"},
@@ -522,7 +534,7 @@ func TestReasonsHoldNoArgumentContent(t *testing.T) {
 		`{"no":"` + val + `"}`, `{"ref":"` + val + `"}`, `{"m":{"` + key + `":"` + val + `"}}`,
 		`{"pp":{"S` + key + `":"` + val + `"}}`, `{"pn":{"` + key + `":1}}`, `{"dep":{"a":"` + val + `"}}`,
 		`{"cond":"` + val + `"}`,
-		`{"` + key + `":1,"` + key + `":2}`, `{"s":"` + val, `{"s":"` + val + `"} ` + key, `{"` + key + `":[[[[1]]]]}`,
+		`{"` + key + `":1,"` + key + `":2}`, `{"` + key + `":1,"` + strings.ToLower(key) + `":2}`, `{"s":"` + val, `{"s":"` + val + `"} ` + key, `{"` + key + `":[[[[1]]]]}`,
 		`["` + val + `"]`,
 	} {
 		reason, _, ok := c.Check("t", []byte(args))
@@ -532,6 +544,78 @@ func TestReasonsHoldNoArgumentContent(t *testing.T) {
 		}
 		if strings.Contains(reason, "SECRET") || strings.Contains(reason, "4f9a") {
 			t.Errorf("%s: reason %q holds argument content", args, reason)
+		}
+	}
+}
+
+// TestWalkCaseVariants: where the arguments spell a key of the path only in another letter case, Walk
+// reports the value missing (an exact reader's view), then gives the value a case-insensitive reader takes;
+// keys found exactly, keys EqualFold does not join (ı for i) and paths that are not plain are read as before.
+func TestWalkCaseVariants(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		doc, path string
+		want      []string // each visit: the value's raw text, or "-" for missing
+	}{
+		{`{"to":"a"}`, "to", []string{`"a"`}},
+		{`{"To":"a"}`, "to", []string{"-", `"a"`}},
+		{`{"TO":["a","b"]}`, "to", []string{"-", `"a"`, `"b"`}},
+		{`{"To":null}`, "to", []string{"-", "-"}},
+		{`{"mail":{"TO":"a"}}`, "mail.to", []string{"-", `"a"`}},
+		{`{"Mail":{"to":"a"}}`, "mail.to", []string{"-", `"a"`}},
+		{`{"mail":{"cc":"a"}}`, "mail.to", []string{"-"}},
+		{`{"files":[{"Path":"/a"},{"path":"/b"}]}`, "files.#.path", []string{"-", `"/a"`, `"/b"`}},
+		{`{"URLs":["x","y"]}`, "urls.#", []string{"-", `"x"`, `"y"`}},
+		{`{"Items":[{"Url":"x"}]}`, "items.#.url", []string{"-", "-", `"x"`}},
+		{`{"a.b":{"C":1}}`, `a\.b.c`, []string{"-", "1"}},
+		{`{"list":[{"K":1}]}`, "list.0.k", []string{"-", "1"}},
+		{`{"\u212a":1}`, "k", []string{"-", "1"}},
+		{`{"ſ":1}`, "S", []string{"-", "1"}},
+		{`{"ς":1}`, "Σ", []string{"-", "1"}},
+		{`{"ı":1}`, "i", []string{"-"}},
+		{`{"İd":1}`, "id", []string{"-"}},
+		{`{"to":"a","x":{"To":"b"}}`, "x.to", []string{"-", `"b"`}},
+		{`{"To":"a"}`, "t*", []string{"-"}},
+		{`{"to":"a"}`, "t*", []string{`"a"`}},
+		{`{"To":"a"}`, "to|@this", []string{"-"}},
+		{`{"to":{"k":1}}`, "to.k.x", []string{"-"}},
+	} {
+		var got []string
+		Walk(gjson.Parse(tc.doc), tc.path, func(v gjson.Result, found bool) bool {
+			if found {
+				got = append(got, v.Raw)
+			} else {
+				got = append(got, "-")
+			}
+			return true
+		})
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("Walk(%s, %q) visits %q, want %q", tc.doc, tc.path, got, tc.want)
+		}
+	}
+}
+
+// TestRulesReadCaseVariants: an argument rule judges the value a case-insensitive reader takes for its key;
+// a rule that requires the key still finds it missing.
+func TestRulesReadCaseVariants(t *testing.T) {
+	t.Parallel()
+	rules, err := CompileRules([]Rule{
+		{ID: "docs", Tool: "fetch", Path: "url", Hosts: []string{"docs.acme.com"}, Optional: true},
+		{ID: "region", Tool: "deploy", Path: "region", OneOf: []any{"eu-west-1"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewChecker(Policy{Allowed: map[string]bool{"fetch": true, "deploy": true}, Rules: rules})
+	for _, tc := range []struct{ tool, args, reason string }{
+		{"fetch", `{"URL":"https://evil.net/x"}`, "rule docs: url has a host that is not allowed"},
+		{"fetch", `{"Url":"https://docs.acme.com/a"}`, ""},
+		{"fetch", `{}`, ""},
+		{"deploy", `{"Region":"eu-west-1"}`, "rule region: region is missing"},
+		{"deploy", `{"region":"eu-west-1"}`, ""},
+	} {
+		if reason, _, _ := c.Check(tc.tool, []byte(tc.args)); reason != tc.reason {
+			t.Errorf("%s %s: %q, want %q", tc.tool, tc.args, reason, tc.reason)
 		}
 	}
 }
