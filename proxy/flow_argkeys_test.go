@@ -118,7 +118,7 @@ func TestArgumentKeyCaseVariantsBlocked(t *testing.T) {
 // checkKeysBlocked: the client's notice and the decision log give the case's reason (for two keys in two
 // cases: an offset as its detail, the head alone counted by metrics); no byte of the call's id or its
 // attacker's value, raw or JSON-escaped, reached the client.
-func checkKeysBlocked(t *testing.T, name string, sf flow.Surface, stream bool, c argKeysCase, h http.Header, b []byte, events []audit.Event) {
+func checkKeysBlocked(t *testing.T, name string, sf flowtest.Surface, stream bool, c argKeysCase, h http.Header, b []byte, events []audit.Event) {
 	t.Helper()
 	reason := blockedReason(events, c.call.Tool)
 	if !strings.HasPrefix(reason, c.reason) {
