@@ -139,6 +139,8 @@ type Input struct {
 	// Confirmer issues and checks the confirmation codes of the request's held calls (the server's); nil
 	// blocks every call that would need one (a preview checks no call).
 	Confirmer *flow.Confirmer
+	// Violations remembers caught conversations (the server's); nil remembers nothing beyond the request.
+	Violations *flow.Violations
 }
 
 // Prepared is everything decided for one request, and the exact upstream body.

@@ -52,6 +52,7 @@ func (e *Engine) analyzeFlow(_ context.Context, j *job) error {
 		Lists:        j.gathered.Lists,
 		Conversation: conversation,
 		Confirmer:    j.in.Confirmer,
+		Violations:   j.in.Violations,
 		Codes:        confirmCodes(j.in.Header),
 	})
 	if err != nil {

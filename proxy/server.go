@@ -91,6 +91,9 @@ type Options struct {
 	// that must accept each other's codes share one (the HTTPS-proxy door's, one per origin, share the
 	// listener's); nil gives the Server its own, under a random key.
 	Confirmer *flow.Confirmer
+	// Violations remembers the conversations caught breaking a provenance, scan or flow rule (flow rules with
+	// after ["violation"]); servers of one instance share one, like the Confirmer; nil gives the Server its own.
+	Violations *flow.Violations
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 	// Tracing, when not nil, records a server span per /v1/ request and a span per stage, and sends
@@ -206,6 +209,9 @@ func New(o Options) (*Server, error) {
 			return nil, err
 		}
 		o.Confirmer = cf
+	}
+	if o.Violations == nil {
+		o.Violations = flow.NewViolations(0, 0, nil)
 	}
 	if o.Guard == nil {
 		g, err := guard.New(guard.Config{})
@@ -488,7 +494,8 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 		fail(w, log, err)
 		return
 	}
-	prep, err := s.opt.Engine.prepare(r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body, Confirmer: s.opt.Confirmer}, sf)
+	prep, err := s.opt.Engine.prepare(r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body, Confirmer: s.opt.Confirmer,
+		Violations: s.opt.Violations}, sf)
 	if err != nil {
 		var re *refusedError
 		if errors.As(err, &re) {

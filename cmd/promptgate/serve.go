@@ -243,8 +243,8 @@ func proxyOptions(f *serveFlags, p *pipeline, ready *atomic.Bool, seen *toolseen
 	}
 	return proxy.Options{
 		Engine: p.engine, Guard: listenGuard, Tools: seen, UpstreamAPIKey: f.upstreamKey, AnthropicAPIKey: f.anthropicKey,
-		Confirmer: confirmer,
-		Audit:     rec, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
+		Confirmer: confirmer, Violations: flow.NewViolations(0, 0, nil),
+		Audit: rec, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
 		Degraded: func() string {
 			if ok, reason := storeConnected(p.store); !ok {
 				return reason

@@ -157,6 +157,7 @@ func (c *Conversation) Check(call Call) Result {
 	if res.Released() {
 		c.made = append(c.made, call.Tool)
 	}
+	c.noteViolation(res)
 	return res
 }
 
@@ -460,6 +461,13 @@ func (c *Conversation) checkFlow(r *flowRule) string {
 					trust = "trusted"
 				}
 				return fmt.Sprintf("%s output (%s) is in the conversation", trust, seg.Source.label())
+			}
+		}
+	}
+	for _, p := range r.after {
+		if p.kind == patViolation {
+			if why := c.caughtReason(); why != "" {
+				return why
 			}
 		}
 	}

@@ -48,6 +48,9 @@ type Options struct {
 	Conversation string
 	// Confirmer issues and verifies confirmation codes; nil blocks every call that needs one.
 	Confirmer *Confirmer
+	// Violations remembers the conversations in which a call broke a provenance, scan or flow rule, for
+	// flow rules with after ["violation"]; nil remembers nothing beyond the request.
+	Violations *Violations
 	// Lists are operator lists the request brings beside the protocol's (list:NAME): what context sources
 	// the operator marked as lists answered. Never anything the client sends.
 	Lists map[string][]string
@@ -69,6 +72,10 @@ type Conversation struct {
 	unsplit   []string
 	binding   string
 	confirmer *Confirmer
+	// violations remembers caught conversations across requests; caught says why this one is ("" when
+	// it is not), from the memory or from a call of this request.
+	violations *Violations
+	caught     string
 	codes     []code // the app's codes (Options.Codes)
 
 	typedOnce sync.Once
@@ -112,6 +119,10 @@ func (p *Policy) Analyze(t *Transcript, opt Options) (*Conversation, error) {
 	}
 	c.binding = c.bind(opt.Conversation)
 	c.codes = appCodes(opt.Codes)
+	c.violations = opt.Violations
+	if opt.Violations.seen(c.binding) {
+		c.caught = "a call of this conversation was refused or held earlier"
+	}
 	return c, nil
 }
 

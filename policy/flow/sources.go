@@ -115,6 +115,7 @@ const (
 	patUnknownTool
 	patMCP
 	patList
+	patViolation
 )
 
 // srcPattern is one entry of a from or after list.
@@ -145,6 +146,8 @@ func (p srcPattern) String() string {
 		return "mcp:" + p.glob
 	case patList:
 		return "list:" + p.glob
+	case patViolation:
+		return "violation"
 	}
 	return "tool:" + p.glob
 }
@@ -168,6 +171,12 @@ func parseSources(p *problems, field string, list []string, widen bool) []srcPat
 				continue
 			}
 			sp.kind = patUntrusted
+		case s == "violation":
+			if widen {
+				p.add(at, `"violation" is not a source: it triggers flow rules (after), it is no value's origin`)
+				continue
+			}
+			sp.kind = patViolation
 		case s == "context":
 			sp.kind = patContext
 		case s == "tool:?":
@@ -209,7 +218,7 @@ func parseSources(p *problems, field string, list []string, widen bool) []srcPat
 			if widen {
 				p.add(at, "%q is not a source: use user, app, trusted, context, tool:NAME, tool:GLOB, tool:?, mcp:SERVER or list:NAME", s)
 			} else {
-				p.add(at, "%q is not a source: use untrusted, context, tool:NAME, tool:GLOB, tool:? or mcp:SERVER", s)
+				p.add(at, "%q is not a source: use untrusted, context, tool:NAME, tool:GLOB, tool:?, mcp:SERVER or violation", s)
 			}
 			continue
 		}
