@@ -181,24 +181,10 @@ func parseSources(p *problems, field string, list []string, widen bool) []srcPat
 			sp.kind = patContext
 		case s == "tool:?":
 			sp.kind = patUnknownTool
-		case strings.HasPrefix(s, "tool:"):
-			sp.kind, sp.glob = patTool, strings.TrimPrefix(s, "tool:")
-			if sp.glob == "" {
-				p.add(at, "names no tool: write tool:NAME or tool:GLOB such as tool:list_*")
-				continue
-			}
-			if _, err := path.Match(sp.glob, ""); err != nil {
-				p.add(at, "%q is not a valid glob (%v)", sp.glob, err)
-				continue
-			}
-		case strings.HasPrefix(s, "mcp:"):
-			sp.kind, sp.glob = patMCP, strings.TrimPrefix(s, "mcp:")
-			if sp.glob == "" {
-				p.add(at, "names no MCP server: write mcp:SERVER_LABEL or mcp:GLOB such as mcp:*")
-				continue
-			}
-			if _, err := path.Match(sp.glob, ""); err != nil {
-				p.add(at, "%q is not a valid glob (%v)", sp.glob, err)
+		case strings.HasPrefix(s, "tool:"), strings.HasPrefix(s, "mcp:"):
+			prefix, glob, _ := strings.Cut(s, ":")
+			sp.kind, sp.glob = map[string]patKind{"tool": patTool, "mcp": patMCP}[prefix], glob
+			if !p.checkSourceGlob(at, prefix, glob) {
 				continue
 			}
 		case strings.HasPrefix(s, "list:"):
@@ -292,6 +278,23 @@ func validListName(s string) bool {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
 			return false
 		}
+	}
+	return true
+}
+
+// checkSourceGlob reports the glob of a tool:GLOB or mcp:GLOB source that is empty or malformed.
+func (p *problems) checkSourceGlob(at, prefix, glob string) bool {
+	if glob == "" {
+		if prefix == "mcp" {
+			p.add(at, "names no MCP server: write mcp:SERVER_LABEL or mcp:GLOB such as mcp:*")
+		} else {
+			p.add(at, "names no tool: write tool:NAME or tool:GLOB such as tool:list_*")
+		}
+		return false
+	}
+	if _, err := path.Match(glob, ""); err != nil {
+		p.add(at, "%q is not a valid glob (%v)", glob, err)
+		return false
 	}
 	return true
 }
