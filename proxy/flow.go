@@ -53,6 +53,7 @@ func (e *Engine) analyzeFlow(_ context.Context, j *job) error {
 		Conversation: conversation,
 		Confirmer:    j.in.Confirmer,
 		Violations:   j.in.Violations,
+		User:         firstNonEmpty(j.in.Header.Get(HeaderUser), j.ext.User),
 		Codes:        confirmCodes(j.in.Header),
 	})
 	if err != nil {

@@ -437,7 +437,7 @@ func TestContinueAgentFlows(t *testing.T) {
 			calls := c.modelCalls("call" + script)
 			up.script(script, scriptedTurn{text: "On it. ", calls: calls, in: 3, out: 4}, scriptedTurn{text: "Done as you asked.", in: 5, out: 6})
 			req := flowRequest(t, c.sf, c.turns, c.tools(), c.stream, nil)
-			status, _, b := post(t, ts, c.sf, req, http.Header{headerScript: {script}})
+			status, _, b := post(t, ts, c.sf, req, http.Header{headerScript: {script}, HeaderConversation: {c.name}})
 			if status != http.StatusOK {
 				t.Fatalf("%s: status %d: %s", c.name, status, b)
 			}

@@ -98,7 +98,9 @@ func (m *memAudit) eventsOfRequest(id string) []audit.Event {
 // calls reach the client as the model made them; the attacker's call does not — it is blocked (its notice
 // shown) or held (a notice with a code) — and nothing of it reaches the client: not its id, not its
 // arguments, not a string value of them that the client sent or was shown elsewhere; the decision log
-// records it under the kind the suite expects, and no reason quotes an argument value.
+// records it under the kind the suite expects, and no reason quotes an argument value. Each case is a
+// conversation of its own (X-Promptgate-Conversation): the memory of caught conversations must not carry one
+// case into the next.
 func TestAgentFlowsThroughProxy(t *testing.T) {
 	t.Parallel()
 	suites := flowtest.LoadSuites(t, agentflowsDir)
@@ -116,7 +118,7 @@ func TestAgentFlowsThroughProxy(t *testing.T) {
 			calls := c.modelCalls("call" + script)
 			up.script(script, scriptedTurn{calls: calls, in: 10, out: 5})
 			req := flowRequest(t, c.sf, c.turns, c.tools(), c.stream, nil)
-			status, h, b := post(t, ts, c.sf, req, http.Header{headerScript: {script}})
+			status, h, b := post(t, ts, c.sf, req, http.Header{headerScript: {script}, HeaderConversation: {c.name}})
 			if status != http.StatusOK {
 				t.Fatalf("%s: status %d: %s", c.name, status, b)
 			}

@@ -51,6 +51,10 @@ type Options struct {
 	// Violations remembers the conversations in which a call broke a provenance, scan or flow rule, for
 	// flow rules with after ["violation"]; nil remembers nothing beyond the request.
 	Violations *Violations
+	// User is the end user the request is for (X-Promptgate-User, promptgate.user), "" when not known: without
+	// a conversation id, the memory of caught conversations tells conversations apart by it and by their
+	// first user message.
+	User string
 	// Lists are operator lists the request brings beside the protocol's (list:NAME): what context sources
 	// the operator marked as lists answered. Never anything the client sends.
 	Lists map[string][]string
@@ -75,6 +79,7 @@ type Conversation struct {
 	// violations remembers caught conversations across requests; caught says why this one is ("" when
 	// it is not), from the memory or from a call of this request.
 	violations *Violations
+	memKey     string // the conversation's key in violations: the binding, with the user where it is a digest
 	caught     string
 	codes     []code // the app's codes (Options.Codes)
 
@@ -120,7 +125,12 @@ func (p *Policy) Analyze(t *Transcript, opt Options) (*Conversation, error) {
 	c.binding = c.bind(opt.Conversation)
 	c.codes = appCodes(opt.Codes)
 	c.violations = opt.Violations
-	if opt.Violations.seen(c.binding) {
+	c.memKey = c.binding
+	if strings.HasPrefix(c.binding, "u:") {
+		sum := sha256.Sum256([]byte(c.binding + "\x00" + opt.User))
+		c.memKey = "m:" + hex.EncodeToString(sum[:16])
+	}
+	if opt.Violations.seen(c.memKey) {
 		c.caught = "a call of this conversation was refused or held earlier"
 	}
 	return c, nil
@@ -171,6 +181,7 @@ func (c *Conversation) splitOutputs(segs []Segment) []Segment {
 		sp := splitOutput(seg.Doc, tr.paths)
 		if sp.problem != "" {
 			c.unsplit = append(c.unsplit, fmt.Sprintf("the output of %s (message %d) is untrusted whole: %s", src.label(), seg.Message, sp.problem))
+			seg.Source.Part = PartRest // all of it is the untrusted rest, which no allowed set counts
 			out = append(out, seg)
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 const fieldsSpec = `{"toolOutputs":{"trusted":["get_payees"],"trustedPaths":{"get_transactions":["#.recipient","#.sender","#.amount"],
   "mcp:calendar":["events.#.participants"]}},
   "provenance":[{"id":"payee","tool":"send_money","path":"recipient","as":"iban"},
+    {"id":"payee-by-tool","tool":"repay","path":"recipient","as":"iban","from":["tool:get_transactions"]},
     {"id":"invitee","tool":"invite","path":"email","as":"email"},
     {"id":"no-subjects","tool":"post","path":"text","as":"iban","not":{"from":["tool:get_transactions"]}}],
   "flows":[{"id":"after-untrusted","after":["untrusted"],"tools":["wipe"]}]}`
@@ -42,6 +43,8 @@ func TestTrustedPaths(t *testing.T) {
 		for _, tc := range []struct{ tool, args, verdict, reason string }{
 			{"send_money", `{"recipient":"` + landlord + `"}`, flow.VerdictAllowed, ""},
 			{"send_money", `{"recipient":"` + attacker + `"}`, flow.VerdictBlocked, "does not occur in trusted"},
+			{"repay", `{"recipient":"` + landlord + `"}`, flow.VerdictAllowed, ""},
+			{"repay", `{"recipient":"` + attacker + `"}`, flow.VerdictBlocked, "does not occur in tool:get_transactions"},
 			{"post", `{"text":"` + attacker + `"}`, flow.VerdictBlocked, "excluded source (tool:get_transactions (rest))"},
 			{"wipe", `{}`, flow.VerdictBlocked, "untrusted output (tool:get_transactions (rest))"},
 		} {
@@ -80,6 +83,10 @@ func TestTrustedPathsFailClosed(t *testing.T) {
 		}
 		if strings.Contains(r.Reason, landlord) {
 			t.Errorf("%s: the reason quotes the output: %q", tc.name, r.Reason)
+		}
+		// A rule that names the tool itself does not count an output it could not split either.
+		if r := c.Check(flow.Call{Tool: "repay", Args: []byte(`{"recipient":"` + landlord + `"}`)}); r.Verdict != flow.VerdictBlocked {
+			t.Errorf("%s: from tool:get_transactions: %s %q", tc.name, r.Verdict, r.Reason)
 		}
 	}
 }

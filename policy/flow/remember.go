@@ -97,7 +97,7 @@ func (c *Conversation) caughtReason() string {
 	switch {
 	case c.caught != "":
 		return c.caught
-	case c.binding == "" && c.unseen != "":
+	case c.memKey == "" && c.unseen != "":
 		return "part of the history is not visible (" + c.unseen + ") and a refused call in it cannot be ruled out"
 	}
 	return ""
@@ -118,7 +118,7 @@ func (c *Conversation) noteViolation(res Result) {
 			if c.caught == "" {
 				c.caught = "a call of this conversation was refused or held by rule " + d.Rule
 			}
-			c.violations.record(c.binding)
+			c.violations.record(c.memKey)
 			return
 		}
 	}
