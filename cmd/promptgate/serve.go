@@ -117,7 +117,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	// waits for them (a supervisor, a test) can send traffic at once.
 	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, redact.Parsed(f.upstream))}
 	adminHandler, err := admin.New(admin.Options{
-		Token: getenv(EnvAdminToken), Store: p.store, Audit: sinks.Ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
+		Token: getenv(EnvAdminToken), Hosts: p.cfg.Listen.Hosts, Store: p.store, Audit: sinks.Ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
 		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
 		Preview: p.engine.Preview,
 	})

@@ -171,6 +171,14 @@ func LoopbackHost(hostport string) bool {
 	return err == nil && ip.Unmap().IsLoopback()
 }
 
+// AddressHost reports whether a Host header names an IP address rather than a name. Such a Host cannot come
+// from DNS rebinding: a page that reaches an address by a name it controls sends that name, and a page whose
+// own origin is the address is the listener's own.
+func AddressHost(hostport string) bool {
+	_, err := netip.ParseAddr(hostOf(hostport))
+	return err == nil
+}
+
 // SameHost reports whether two Host values (host or host:port) name the same host, ports aside.
 func SameHost(a, b string) bool {
 	return a != "" && hostOf(a) == hostOf(b)
