@@ -779,6 +779,9 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	if res.Blocked > 0 {
 		resp.Header.Set(HeaderBlocked, strconv.Itoa(res.Blocked))
 	}
+	if res.Rounds > 0 {
+		resp.Header.Set(HeaderContinued, strconv.Itoa(res.Rounds))
+	}
 	surface.SetBody(resp, status, out)
 	return nil
 }

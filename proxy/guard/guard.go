@@ -314,7 +314,7 @@ func requestedHeaders(values []string) string {
 }
 
 // exposed are the response headers an opted-in page may read besides the CORS-safelisted ones.
-const exposed = "X-Request-Id, X-Upstream-Request-Id, X-Promptgate-Protocol, X-Promptgate-Template, X-Promptgate-Tools-Removed, X-Promptgate-Blocked, Retry-After"
+const exposed = "X-Request-Id, X-Upstream-Request-Id, X-Promptgate-Protocol, X-Promptgate-Template, X-Promptgate-Tools-Removed, X-Promptgate-Blocked, X-Promptgate-Continued, Retry-After"
 
 // Allow sets the CORS headers of an answer to an opted-in origin on h; for any other request it sets none.
 func (p *Policy) Allow(h http.Header, r *http.Request) {

@@ -21,7 +21,11 @@ import (
 // Response headers of promptgate that surfaces set.
 const (
 	HeaderProtocol = "X-Promptgate-Protocol"
-	HeaderBlocked  = "X-Promptgate-Blocked"
+	// HeaderBlocked counts the model's calls that the client did not get: blocked or held (each with its
+	// notice) and, in onViolation "continue", refused calls promptgate answered itself, in every round.
+	HeaderBlocked = "X-Promptgate-Blocked"
+	// HeaderContinued counts the rounds an answer was continued (onViolation "continue"), when any.
+	HeaderContinued = "X-Promptgate-Continued"
 )
 
 var (

@@ -143,7 +143,7 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 	}
 	output := []byte(gjson.GetBytes(out, pathOutput).Raw)
 	if res.Blocked > 0 {
-		x.t.show(output)
+		x.t.show(Shown{Output: output, Usage: []byte(gjson.GetBytes(out, pathUsage).Raw), Blocked: res.Blocked, Rounds: res.Rounds})
 	}
 	x.t.final(output)
 	out, err = echoInstructions(out, "", x.t.instructions)
@@ -166,7 +166,7 @@ func join(j surface.Joined) ([]byte, error) {
 		return nil, err
 	}
 	if j.Usage != nil {
-		if out, err = sjson.SetRawBytes(out, "usage", j.Usage); err != nil {
+		if out, err = sjson.SetRawBytes(out, pathUsage, j.Usage); err != nil {
 			return nil, err
 		}
 	}
