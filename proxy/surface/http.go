@@ -110,6 +110,21 @@ func ErrorJSON(message, typ, code string) []byte {
 	return b
 }
 
+// ErrorParamJSON is ErrorJSON with the request field the error is about in param.
+func ErrorParamJSON(message, typ, param, code string) []byte {
+	b := ErrorJSON(message, typ, code)
+	b, _ = sjson.SetBytes(b, "error.param", param)
+	return b
+}
+
+// CodeListingNotAllowed refuses a listing of stored objects while the upstream key is shared (Stored).
+const CodeListingNotAllowed = "listing_not_allowed"
+
+// NoListingMessage is the message of the refusal of a listing of what (e.g. "responses").
+func NoListingMessage(what string) string {
+	return "listing stored " + what + " is not served: promptgate sends one upstream key for every client, so the upstream would list every client's; retrieve each by the id its create answered"
+}
+
 // BlockedErrorJSON is the OpenAI error body for a call blocked in error mode.
 func BlockedErrorJSON(d vet.Decision) []byte {
 	return ErrorJSON(vet.Notice(d), "permission_error", relay.CodeToolCallBlocked)

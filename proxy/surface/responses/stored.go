@@ -560,6 +560,8 @@ type respTrack struct {
 	instructions []byte
 	// bg is set for a background request: the policy kept for its response id.
 	bg *bgPolicy
+	// created, when set, binds each response id to the client's credential (surface.Start.Created).
+	created func(id string)
 	// history, when set, records the conversation for requests that continue this one: the client's
 	// previous_response_id (prev) and input, and the output shown (final).
 	history *historyMemory
@@ -594,10 +596,12 @@ func (t *respTrack) setID(id string) {
 		// A continued response (onViolation "continue"): the upstream's next answer is a response of its
 		// own, the one the client continues from, and the decisions from here on are on its calls.
 		t.id = id
+		t.bind(id)
 		t.echoes.remember(id, t.instructions)
 		return
 	}
 	t.id = id
+	t.bind(id)
 	t.mem.rememberBackground(id, t.bg)
 	t.echoes.remember(id, t.instructions)
 	for _, c := range t.pending {
@@ -605,6 +609,13 @@ func (t *respTrack) setID(id string) {
 	}
 	t.mem.rememberShown(id, t.shown)
 	t.pending, t.shown = nil, nil
+}
+
+// bind binds a response id to the client's credential, where the request went with a shared key.
+func (t *respTrack) bind(id string) {
+	if t.created != nil {
+		t.created(id)
+	}
 }
 
 // show keeps what the client was shown of a response in which a call did not reach it.

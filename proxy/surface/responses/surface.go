@@ -111,6 +111,9 @@ func (s *Surface) Begin(st surface.Start) surface.Exchange {
 	if isBackground(st.Upstream) {
 		t.bg = newBgPolicy(st.Policy, st.Protocol, st.ProtocolVersion)
 	}
+	if gjson.GetBytes(st.Upstream, "store").Type != gjson.False {
+		t.created = st.Created
+	}
 	return exchange{t}
 }
 

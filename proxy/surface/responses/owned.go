@@ -1,0 +1,75 @@
+package responses
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/proxy/surface"
+)
+
+var _ surface.Stored = (*Surface)(nil)
+
+// bodyNamingPaths are the passed-through POST /v1/responses/{name} endpoints whose body may name a response
+// (previous_response_id): not a response id in the path.
+var bodyNamingPaths = []string{"input_tokens", "compact"}
+
+// Names reads what a passed-through request names of the responses the upstream stores: GET (or any method
+// but POST) of /v1/responses lists them; /v1/responses/{id}[/...] names response id (retrieve, delete,
+// cancel, input_items), except POST /v1/responses/input_tokens and /compact, whose body may name one.
+func (*Surface) Names(r *http.Request) surface.Naming {
+	if strings.EqualFold(surface.LoosePath(r), Path) {
+		return surface.Naming{List: r.Method != http.MethodPost}
+	}
+	id, rest, ok := responsePath(r)
+	if !ok {
+		return surface.Naming{}
+	}
+	if r.Method == http.MethodPost && rest == "" {
+		for _, p := range bodyNamingPaths {
+			if strings.EqualFold(id, p) {
+				return surface.Naming{Body: true}
+			}
+		}
+	}
+	return surface.Naming{Name: surface.Name{ID: id}}
+}
+
+// BodyNames is the response a request body continues: previous_response_id, under every top-level key that
+// a case-insensitive reader (Go's encoding/json, strings.EqualFold's folding) takes for it. A value that is
+// not a string names none: the upstream refuses it.
+func (*Surface) BodyNames(body []byte) []surface.Name {
+	var out []surface.Name
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		if strings.EqualFold(k.Str, reqPreviousResponseID) && v.Type == gjson.String {
+			out = append(out, surface.Name{ID: v.Str, Param: reqPreviousResponseID})
+		}
+		return true
+	})
+	return out
+}
+
+// NotFound answers as the API answers a response id it does not have: 404 for one in the path, 400
+// previous_response_not_found for a continued one.
+func (*Surface) NotFound(n surface.Name) (int, []byte) {
+	if n.Param != "" {
+		return http.StatusBadRequest, surface.ErrorParamJSON(fmt.Sprintf("Previous response with id '%s' not found.", clip(n.ID)),
+			"invalid_request_error", n.Param, "previous_response_not_found")
+	}
+	return http.StatusNotFound, surface.ErrorJSON(fmt.Sprintf("Response with id '%s' not found.", clip(n.ID)), "invalid_request_error", "not_found")
+}
+
+// NoListing refuses a listing of responses while the upstream key is shared.
+func (*Surface) NoListing() (int, []byte) {
+	return http.StatusForbidden, surface.ErrorJSON(surface.NoListingMessage("responses"), "permission_error", surface.CodeListingNotAllowed)
+}
+
+// clip is an id as an answer shows it: at most 128 bytes.
+func clip(id string) string {
+	if len(id) > 128 {
+		return id[:128] + "…"
+	}
+	return id
+}
