@@ -73,15 +73,16 @@ func (s *Server) refusePassedForeign(w http.ResponseWriter, r *http.Request) boo
 			continue
 		}
 		n := st.Names(r)
-		switch {
-		case n.List:
+		if n.List {
 			log.Info("refused a listing of stored objects: the upstream key is shared", "path", r.URL.Path)
 			status, body := st.NoListing()
 			writeJSON(w, status, body)
 			return true
-		case n.Name.ID != "":
-			return s.refuseForeign(w, log, st, []surface.Name{n.Name}, s.owners.Credential(r.Header))
-		case n.Body:
+		}
+		if len(n.Names) > 0 && s.refuseForeign(w, log, st, n.Names, s.owners.Credential(r.Header)) {
+			return true
+		}
+		if n.Body {
 			body, err := readBody(w, r, s.limits.MaxBodyBytes)
 			if err != nil {
 				if r.Context().Err() != nil && !errors.Is(err, errBodyTimeout) {
@@ -91,7 +92,9 @@ func (s *Server) refusePassedForeign(w http.ResponseWriter, r *http.Request) boo
 				return true
 			}
 			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-			return s.refuseForeign(w, log, st, st.BodyNames(body), s.owners.Credential(r.Header))
+			if s.refuseForeign(w, log, st, st.BodyNames(body), s.owners.Credential(r.Header)) {
+				return true
+			}
 		}
 	}
 	return false

@@ -181,7 +181,6 @@ func foreignRequests(sf flow.Surface, id string) []struct{ method, path, body, c
 			{"DELETE", "/v1/chat/completions/" + id, "", "not_found"},
 			{"GET", "/v1/chat/completions/" + id + "/", "", "not_found"},
 			{"GET", "/v1/CHAT/Completions/" + id, "", "not_found"},
-			{"GET", "/v1/chat/completions/x/..%2F" + id, "", "not_found"},
 		}
 	}
 	continued := func(key string, stream bool) string {
@@ -197,7 +196,6 @@ func foreignRequests(sf flow.Surface, id string) []struct{ method, path, body, c
 		{"GET", "/v1/responses/" + id + "/input_items", "", "not_found"},
 		{"GET", "/v1/responses/" + id + "/", "", "not_found"},
 		{"GET", "/v1/RESPONSES/" + id, "", "not_found"},
-		{"GET", "/v1/responses/%72" + id[1:], "", "not_found"},
 		{"GET", "/v1/responses/other/../" + id, "", "not_found"},
 		{"POST", "/v1/responses", continued("previous_response_id", false), "previous_response_not_found"},
 		{"POST", "/v1/responses", continued("previous_response_id", true), "previous_response_not_found"},
@@ -247,7 +245,7 @@ func TestSharedKeyObjectsAreTheirCreators(t *testing.T) {
 					if up.count() != before+1 {
 						t.Errorf("%s %s as its creator did not reach the upstream: %d %s", rq.method, rq.path, status, b)
 					}
-					if exact := !strings.ContainsAny(rq.path, "%.") && rq.path == strings.ToLower(rq.path) && !strings.HasSuffix(rq.path, "/"); exact && status != http.StatusOK {
+					if exact := !strings.Contains(rq.path, ".") && rq.path == strings.ToLower(rq.path) && !strings.HasSuffix(rq.path, "/"); exact && status != http.StatusOK {
 						t.Errorf("%s %s as its creator: %d %s", rq.method, rq.path, status, b)
 					}
 				}
@@ -265,6 +263,47 @@ func TestSharedKeyObjectsAreTheirCreators(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSharedKeyPathReadingsDisagree: a path that one server reads as the client's own response and another as
+// someone else's (";params", escaped slashes and dots, backslashes, an escaped letter) is refused to
+// everyone, its own client included, before anything goes upstream: every reading must name what the client
+// owns.
+func TestSharedKeyPathReadingsDisagree(t *testing.T) {
+	t.Parallel()
+	for _, sf := range []flow.Surface{flow.SurfaceResponses, flow.SurfaceChat} {
+		t.Run(string(sf), func(t *testing.T) {
+			t.Parallel()
+			up := newStoreUpstream(t)
+			ts := keyedServer(t, up.URL, "sk-operator", nil)
+			victim := createdID(t, ts, sf, false, alice...)
+			own := createdID(t, ts, sf, false, bob...)
+			base := flowPaths[sf] + "/"
+			for _, path := range []string{
+				base + own + ";x/../" + victim,
+				base + own + "%3Bx/..%2F" + victim,
+				base + own + "%2F..%2F" + victim,
+				base + own + "%252F..%252F" + victim,
+				base + own + `\..\` + victim,
+				base + own + "%5C..%5C" + victim,
+				base + "%" + fmt.Sprintf("%02X", own[0]) + own[1:] + "/..%2F" + victim,
+			} {
+				for _, cred := range [][]string{bob, alice} {
+					if strings.Contains(path, "/../") && cred[1] == alice[1] {
+						continue // the listener's mux redirects to the clean path, which is hers
+					}
+					before := up.count()
+					status, b := sendAs(t, ts, http.MethodGet, path, "", cred...)
+					if status != http.StatusNotFound || gjson.GetBytes(b, "error.code").Str != "not_found" || up.count() != before {
+						t.Errorf("GET %s as %v: %d %s (reached the upstream: %v)", path, cred, status, b, up.count() != before)
+					}
+				}
+			}
+			if status, b := sendAs(t, ts, http.MethodGet, base+own, "", bob...); status != http.StatusOK {
+				t.Errorf("GET %s as its creator: %d %s", base+own, status, b)
+			}
+		})
 	}
 }
 

@@ -163,12 +163,13 @@ type Name struct {
 	ID, Param string
 }
 
-// Naming is what a passed-through request names of a surface's stored objects: the one in its path, whether
-// it lists them, and whether its body names some (Stored.BodyNames). The zero value names none.
+// Naming is what a passed-through request names of a surface's stored objects: those in its path (one per
+// reading of it that a server may make, LoosePaths), whether it lists them, and whether its body names some
+// (Stored.BodyNames). The zero value names none.
 type Naming struct {
-	Name Name
-	List bool
-	Body bool
+	Names []Name
+	List  bool
+	Body  bool
 }
 
 // Host is what the proxy gives a surface on the passthrough path.

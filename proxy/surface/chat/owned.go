@@ -15,20 +15,22 @@ import (
 
 var _ surface.Stored = Surface{}
 
-// Names reads what a passed-through request names of the completions the upstream stores (store: true):
-// GET (or any method but POST) of /v1/chat/completions lists them; /v1/chat/completions/{id}[/messages]
-// names completion id (retrieve, update, delete, its messages).
+// Names reads what a passed-through request names of the completions the upstream stores (store: true), under
+// every reading of its path (surface.LoosePaths): any method but POST on /v1/chat/completions lists them;
+// /v1/chat/completions/{id}[/messages] names completion id (retrieve, update, delete, its messages).
 func (Surface) Names(r *http.Request) surface.Naming {
-	p := surface.LoosePath(r)
-	if strings.EqualFold(p, Path) {
-		return surface.Naming{List: r.Method != http.MethodPost}
-	}
+	var n surface.Naming
 	prefix := Path + "/"
-	if len(p) <= len(prefix) || !strings.EqualFold(p[:len(prefix)], prefix) {
-		return surface.Naming{}
+	for _, p := range surface.LoosePaths(r) {
+		switch {
+		case strings.EqualFold(p, Path):
+			n.List = n.List || r.Method != http.MethodPost
+		case len(p) > len(prefix) && strings.EqualFold(p[:len(prefix)], prefix):
+			id, _, _ := strings.Cut(p[len(prefix):], "/")
+			n.Names = append(n.Names, surface.Name{ID: id})
+		}
 	}
-	id, _, _ := strings.Cut(p[len(prefix):], "/")
-	return surface.Naming{Name: surface.Name{ID: id}}
+	return n
 }
 
 // BodyNames is nil: a chat request names no stored completion.
@@ -36,11 +38,7 @@ func (Surface) BodyNames([]byte) []surface.Name { return nil }
 
 // NotFound answers as the API answers a stored completion id it does not have.
 func (Surface) NotFound(n surface.Name) (int, []byte) {
-	id := n.ID
-	if len(id) > 128 {
-		id = id[:128] + "…"
-	}
-	return http.StatusNotFound, surface.ErrorJSON(fmt.Sprintf("Chat completion with id '%s' not found.", id), "invalid_request_error", "not_found")
+	return http.StatusNotFound, surface.ErrorJSON(fmt.Sprintf("Chat completion with id '%s' not found.", surface.ClipID(n.ID)), "invalid_request_error", "not_found")
 }
 
 // NoListing refuses a listing of stored completions while the upstream key is shared.
