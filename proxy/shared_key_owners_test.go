@@ -146,7 +146,13 @@ func sendAs(t *testing.T, ts *httptest.Server, method, path, body string, cred .
 // returns its id as the client read it.
 func createdID(t *testing.T, ts *httptest.Server, sf flow.Surface, stream bool, cred ...string) string {
 	t.Helper()
-	body := flowRequest(t, sf, []flowtest.Turn{{User: "Remember this."}}, nil, stream, map[string]any{"store": true})
+	return createdWith(t, ts, sf, stream, map[string]any{"store": true}, cred...)
+}
+
+// createdWith is createdID with the request's extra fields.
+func createdWith(t *testing.T, ts *httptest.Server, sf flow.Surface, stream bool, extra map[string]any, cred ...string) string {
+	t.Helper()
+	body := flowRequest(t, sf, []flowtest.Turn{{User: "Remember this."}}, nil, stream, extra)
 	status, b := sendAs(t, ts, http.MethodPost, flowPaths[sf], string(body), cred...)
 	if status != http.StatusOK {
 		t.Fatalf("create: %d %s", status, b)
@@ -263,6 +269,39 @@ func TestSharedKeyObjectsAreTheirCreators(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSharedKeyBindsBackgroundAndDefaultStore: a background response (polled later) and a response created
+// without a store field (the API stores it by default) are their creator's; a stored chat completion is bound
+// whatever true-like value store has, and a completion that is not stored binds nothing.
+func TestSharedKeyBindsBackgroundAndDefaultStore(t *testing.T) {
+	t.Parallel()
+	up := newStoreUpstream(t)
+	rec := owners.New(0)
+	ts := keyedServer(t, up.URL, "sk-operator", rec)
+	for _, c := range []struct {
+		sf    flow.Surface
+		extra map[string]any
+	}{
+		{flow.SurfaceResponses, map[string]any{"background": true}},
+		{flow.SurfaceResponses, nil},
+		{flow.SurfaceChat, map[string]any{"store": true}},
+	} {
+		id := createdWith(t, ts, c.sf, false, c.extra, alice...)
+		path := flowPaths[c.sf] + "/" + id
+		if status, b := sendAs(t, ts, http.MethodGet, path, "", bob...); status != http.StatusNotFound {
+			t.Errorf("%v: GET %s as another: %d %s", c.extra, path, status, b)
+		}
+		if status, b := sendAs(t, ts, http.MethodGet, path, "", alice...); status != http.StatusOK {
+			t.Errorf("%v: GET %s as its creator: %d %s", c.extra, path, status, b)
+		}
+	}
+	n := rec.Len()
+	createdWith(t, ts, flow.SurfaceChat, false, nil, alice...)
+	createdWith(t, ts, flow.SurfaceResponses, false, map[string]any{"store": false}, alice...)
+	if rec.Len() != n {
+		t.Errorf("answers not stored upstream were bound: %d ids, then %d", n, rec.Len())
 	}
 }
 

@@ -57,8 +57,8 @@ func (Surface) History(*assembly.Body) []byte { return nil }
 // choices the client has to choose between.
 func (Surface) Begin(st surface.Start) surface.Exchange {
 	several := gjson.GetBytes(st.Upstream, "n").Int() > 1
-	if st.Created != nil && gjson.GetBytes(st.Upstream, "store").Type == gjson.True {
-		return stored(st, several)
+	if store := gjson.GetBytes(st.Upstream, "store"); st.Created != nil && store.Exists() && store.Type != gjson.False && store.Type != gjson.Null {
+		return stored(st, several) // a loose reader may take any other value for true: binding costs little
 	}
 	return surface.Stateless{VetBody: Body, Join: join, VetStream: func(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
 		return newStream(up, v, several)
