@@ -138,3 +138,41 @@ func TestContinuedResponseRetrievedAsCreated(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockedHeaderCountsCalls: X-Promptgate-Blocked counts calls, also on an input item listing, where a
+// refused call has two items (the call, where the upstream lists the chain, and the refusal promptgate sent
+// as its output): both are removed, and the count is one.
+func TestBlockedHeaderCountsCalls(t *testing.T) {
+	t.Parallel()
+	cc := newContinueCase(t)
+	sf := flow.SurfaceResponses
+	fu := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{cc.evil}, in: 1, out: 1}, scriptedTurn{text: continueText2, in: 1, out: 1})
+	listing := fmt.Sprintf(`{"object":"list","data":[{"type":"function_call_output","id":"fco_1","call_id":%q,"output":"refused"},`+
+		`{"type":"function_call","id":"fc_1","call_id":%q,"name":%q,"arguments":"{}"},`+
+		`{"type":"message","id":"msg_u","role":"user","content":[{"type":"input_text","text":"pay the bill"}]}],"first_id":"fco_1","last_id":"msg_u","has_more":false}`,
+		cc.evil.ID, cc.evil.ID, cc.evil.Tool)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			fu.serve(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, listing)
+	})
+	ts, _ := flowServer(t, up.URL, cc.protocol)
+	if status, _, b := post(t, ts, sf, flowRequest(t, sf, cc.turns, cc.tools, false, nil), nil); status != http.StatusOK {
+		t.Fatalf("status %d: %s", status, b)
+	}
+	resp, err := ts.Client().Get(ts.URL + "/v1/responses/resp_2/input_items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if n := len(gjson.GetBytes(b, "data").Array()); resp.StatusCode != http.StatusOK || n != 1 || gjson.GetBytes(b, "first_id").Str != "msg_u" {
+		t.Errorf("listing: %d, %d items: %s", resp.StatusCode, n, b)
+	}
+	if got := resp.Header.Get(HeaderBlocked); got != "1" {
+		t.Errorf("%s = %q, want 1 (one call)", HeaderBlocked, got)
+	}
+}

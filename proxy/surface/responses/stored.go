@@ -464,7 +464,8 @@ func asShown(body []byte, path string, s *Shown) ([]byte, error) {
 // stripInputItems removes from an input item listing (GET /v1/responses/{id}/input_items) every item of a call
 // this instance blocked: the call itself, where the upstream lists a chain of responses, and the
 // function_call_output promptgate sent in its place on the next turn, which names the call's id. first_id and
-// last_id follow the items kept; has_more is the upstream's.
+// last_id follow the items kept; has_more is the upstream's; X-Promptgate-Blocked counts the calls whose
+// items were removed.
 func (s *Surface) stripInputItems(resp *http.Response) error {
 	if resp.StatusCode != http.StatusOK {
 		return nil
@@ -494,10 +495,10 @@ func (s *Surface) stripInputItems(resp *http.Response) error {
 	}
 	kept := make([]string, 0, len(items))
 	var first, last gjson.Result
-	removed := 0
+	removed := map[string]bool{}
 	for _, it := range items {
-		if blocked[it.Get(pathCallID).Str] {
-			removed++
+		if id := it.Get(pathCallID).Str; blocked[id] {
+			removed[id] = true
 			continue
 		}
 		if len(kept) == 0 {
@@ -515,7 +516,7 @@ func (s *Surface) stripInputItems(resp *http.Response) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
 	}
-	resp.Header.Set(surface.HeaderBlocked, strconv.Itoa(removed))
+	resp.Header.Set(surface.HeaderBlocked, strconv.Itoa(len(removed)))
 	surface.SetBody(resp, resp.StatusCode, body)
 	return nil
 }
