@@ -168,7 +168,7 @@ func LoosePaths(r *http.Request) []string {
 		}
 	}
 	p := r.URL.EscapedPath()
-	for i := 0; i < 4; i++ {
+	for range 4 {
 		add(p)
 		add(strings.ReplaceAll(p, `\`, "/"))
 		if j := strings.IndexByte(p, ';'); j >= 0 {

@@ -51,11 +51,11 @@ func bodyNaming(name string) bool {
 
 // BodyNames is the response a request body continues: previous_response_id, under every top-level key that
 // a case-insensitive reader (Go's encoding/json, strings.EqualFold's folding) takes for it. A value that is
-// not a string names none: the upstream refuses it.
+// not a string, or is empty, names none: no stored response has it.
 func (*Surface) BodyNames(body []byte) []surface.Name {
 	var out []surface.Name
 	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
-		if strings.EqualFold(k.Str, reqPreviousResponseID) && v.Type == gjson.String {
+		if strings.EqualFold(k.Str, reqPreviousResponseID) && v.Type == gjson.String && v.Str != "" {
 			out = append(out, surface.Name{ID: v.Str, Param: reqPreviousResponseID})
 		}
 		return true
