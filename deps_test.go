@@ -92,7 +92,7 @@ type layer struct {
 var layers = []layer{
 	{name: "store", pkgs: []string{"store/..."}, self: true,
 		why: "store is a leaf: definitions and their versions know nothing of what uses them"},
-	{name: "base", pkgs: []string{"policy/jsoncheck", "policy/modules", "policy/flow/scan", "proxy/sse", "proxy/guard",
+	{name: "base", pkgs: []string{"policy/jsoncheck", "policy/modules", "policy/flow/scan", "proxy/sse", "proxy/guard", "proxy/owners",
 		"proxy/origin", "proxy/console", "proxy/telemetry/redact", "proxy/prepfuzz"},
 		why: "readers and small parts that know nothing else of promptgate"},
 	{name: "decisions", pkgs: []string{"policy/audit"}, may: []string{"store"},

@@ -22,12 +22,17 @@ import (
 // errNoRoundLeft: the answer was continued as often as continueRounds allows; its refusals stand.
 var errNoRoundLeft = errors.New("continue: no round left")
 
+// errRoundTooLarge: the next round's request would pass limits.maxBodyBytes; the refusals stand.
+var errRoundTooLarge = errors.New("continue: the next round's request is larger than limits.maxBodyBytes")
+
 // next is how an answer in onViolation "continue" asks the upstream again (relay.Next). The body sent last,
 // with the model's turn and promptgate's refusals appended (Prepared.continued), goes to the same URL with the
 // same headers as the first request (so the operator's key only where that one had it: its origin), through
-// the upstream transport and its timeouts, in an upstream span of its own (with the round). The answer must be a success of the same kind (an SSE stream for a
-// stream, JSON otherwise) in no content coding, else the round is not taken and the refusals stand, as refuse
-// writes them. nil outside continue mode.
+// the upstream transport and its timeouts, in an upstream span of its own (with the round). The answer must
+// be a success of the same kind (an SSE stream for a stream, JSON otherwise) in no content coding, else the
+// round is not taken and the refusals stand, as refuse writes them. A next request larger than
+// limits.maxBodyBytes is never sent: each round resends the turns before it, so the rounds end there, and the
+// refusals stand. nil outside continue mode.
 func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
 	if x.policy.Mode != vet.ModeContinue {
 		return nil
@@ -43,6 +48,11 @@ func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
 		if err != nil {
 			x.log.Warn("continue: the next round's request could not be built; the refusals stand", "err", err)
 			return nil, err
+		}
+		if int64(len(nb)) > s.limits.MaxBodyBytes {
+			x.log.Warn("continue: the next round's request would be larger than limits.maxBodyBytes; the rounds end and the refused calls' notices go to the client",
+				"round", round, "bytes", len(nb), "max_body_bytes", s.limits.MaxBodyBytes)
+			return nil, errRoundTooLarge
 		}
 		ctx, sp := s.opt.Tracing.Client(x.ctx, tracing.SpanUpstream)
 		sp.Int(attrRound, round)

@@ -37,6 +37,7 @@ const (
 	HeaderTemplate      = "X-Promptgate-Template"
 	HeaderToolsRemoved  = "X-Promptgate-Tools-Removed"
 	HeaderBlocked       = surface.HeaderBlocked
+	HeaderContinued     = surface.HeaderContinued
 )
 
 // ContextSource gathers runtime context (the plugin host implements it). An error means a required source

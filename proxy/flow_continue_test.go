@@ -37,7 +37,7 @@ type continueCase struct {
 	good     flowtest.Call
 }
 
-func newContinueCase(t *testing.T) continueCase {
+func newContinueCase(t testing.TB) continueCase {
 	t.Helper()
 	var su flowtest.Suite
 	for _, s := range flowtest.LoadSuites(t, agentflowsDir) {

@@ -34,6 +34,7 @@ import (
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/guard"
+	"github.com/promptgate/promptgate/proxy/owners"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
 	"github.com/promptgate/promptgate/proxy/surface/chat"
@@ -105,7 +106,11 @@ type Options struct {
 	// InFlight counts the requests being served, against limits.maxInFlight: Servers given the same counter
 	// (the HTTPS-proxy door's, one per origin) share one cap. nil gives the Server its own.
 	InFlight *atomic.Int64
-	Log      *slog.Logger
+	// Owners binds what the upstream stores from answers relayed with a shared key to the client's
+	// credential (see owned.go): Servers given the same record (the HTTPS-proxy door's pipelines and the
+	// listener) serve each other's clients their objects. nil gives the Server its own.
+	Owners *owners.Record
+	Log    *slog.Logger
 }
 
 // ToolWatcher is told, for every rewritten request, which declared tools were kept and which removed. It
@@ -129,6 +134,8 @@ type Server struct {
 	upstream http.RoundTripper
 	// buffers are the reverse proxies' copy buffers, which also start each stream relay's event reader.
 	buffers *bufferPool
+	// owners binds stored objects to the credentials that created them (Options.Owners).
+	owners *owners.Record
 }
 
 // exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
@@ -203,6 +210,9 @@ func New(o Options) (*Server, error) {
 	if o.InFlight == nil {
 		o.InFlight = new(atomic.Int64)
 	}
+	if o.Owners == nil {
+		o.Owners = owners.New(0)
+	}
 	if o.Confirmer == nil {
 		cf, err := NewConfirmer("")
 		if err != nil {
@@ -221,7 +231,7 @@ func New(o Options) (*Server, error) {
 		o.Guard = g
 	}
 	limits := o.Engine.Limits()
-	s := &Server{opt: o, log: o.Log, limits: limits, inFlight: o.InFlight}
+	s := &Server{opt: o, log: o.Log, limits: limits, inFlight: o.InFlight, owners: o.Owners}
 	tr := timeoutTransport{next: o.Transport, timeout: limits.UpstreamTimeout}
 	s.upstream = tr
 	buffers := newBufferPool()
@@ -504,9 +514,13 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 		fail(w, log, err)
 		return
 	}
+	created, cred, shared := s.bindsCreated(r, sf)
+	if st, ok := sf.(surface.Stored); shared && ok && s.refuseForeign(w, log, st, st.BodyNames(body), cred) {
+		return
+	}
 	s.announce(r.Context(), w.Header(), id, log, prep)
 	rm.Overhead(time.Since(start))
-	in.x = s.begin(id, log, body, prep, rm)
+	in.x = s.begin(id, log, body, prep, rm, created)
 	in.x.ctx = r.Context()
 	s.rewritten.ServeHTTP(w, r)
 }
@@ -545,8 +559,8 @@ func (s *Server) announce(ctx context.Context, h http.Header, id string, log *sl
 }
 
 // begin starts the response side of a prepared request: its tool-call policy, the surface's exchange and the
-// route's histograms (rm).
-func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepared, rm *metrics.Route) *exchange {
+// route's histograms (rm); created, when not nil, binds what the answer has the upstream store.
+func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepared, rm *metrics.Route, created func(string)) *exchange {
 	pol, err := prep.Policy(s.limits.MaxJSONDepth)
 	if err != nil {
 		// Validated when the protocol was stored; if it still fails, no call may pass.
@@ -557,7 +571,7 @@ func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepare
 	}
 	x := &exchange{id: id, prep: prep, log: log, policy: pol, metrics: rm}
 	x.ex = prep.Surface.Begin(surface.Start{Client: client, Upstream: prep.Body, Policy: pol,
-		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version, Record: prep.Flow != nil})
+		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version, Record: prep.Flow != nil, Created: created})
 	return x
 }
 
@@ -565,6 +579,9 @@ func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepare
 func (s *Server) pass(w http.ResponseWriter, r *http.Request) {
 	if p := s.disguisedRoute(r); p != "" {
 		writeError(w, apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no route for %s %s on the proxy listener: it spells %s, which is only served as POST %s", r.Method, r.URL.EscapedPath(), p, p)})
+		return
+	}
+	if s.refusePassedForeign(w, r) {
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
@@ -785,6 +802,9 @@ func (s *Server) vetResponse(resp *http.Response) error {
 	}
 	if res.Blocked > 0 {
 		resp.Header.Set(HeaderBlocked, strconv.Itoa(res.Blocked))
+	}
+	if res.Rounds > 0 {
+		resp.Header.Set(HeaderContinued, strconv.Itoa(res.Rounds))
 	}
 	surface.SetBody(resp, status, out)
 	return nil

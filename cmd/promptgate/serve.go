@@ -26,6 +26,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/guard"
 	"github.com/promptgate/promptgate/proxy/mitm"
 	"github.com/promptgate/promptgate/proxy/origin"
+	"github.com/promptgate/promptgate/proxy/owners"
 	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
@@ -117,7 +118,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	// waits for them (a supervisor, a test) can send traffic at once.
 	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, redact.Parsed(f.upstream))}
 	adminHandler, err := admin.New(admin.Options{
-		Token: getenv(EnvAdminToken), Store: p.store, Audit: sinks.Ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
+		Token: getenv(EnvAdminToken), Hosts: p.cfg.Listen.Hosts, Store: p.store, Audit: sinks.Ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
 		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
 		Preview: p.engine.Preview,
 	})
@@ -244,7 +245,10 @@ func proxyOptions(f *serveFlags, p *pipeline, ready *atomic.Bool, seen *toolseen
 	return proxy.Options{
 		Engine: p.engine, Guard: listenGuard, Tools: seen, UpstreamAPIKey: f.upstreamKey, AnthropicAPIKey: f.anthropicKey,
 		Confirmer: confirmer, Violations: flow.NewViolations(0, 0, nil),
-		Audit: rec, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
+		// One record for the listener and every door pipeline: a response created through one is its
+		// creator's through the other.
+		Owners: owners.New(0),
+		Audit:  rec, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
 		Degraded: func() string {
 			if ok, reason := storeConnected(p.store); !ok {
 				return reason

@@ -81,7 +81,7 @@ type Conversation struct {
 	violations *Violations
 	memKey     string // the conversation's key in violations: the binding, with the user where it is a digest
 	caught     string
-	codes     []code // the app's codes (Options.Codes)
+	codes      []code // the app's codes (Options.Codes)
 
 	typedOnce sync.Once
 	typed     []code       // see typedCodes

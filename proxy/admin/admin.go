@@ -11,9 +11,10 @@
 // request from another origin (Origin, or Sec-Fetch-Site other than same-origin or none) is 403
 // origin_not_allowed on every path, so a web page cannot drive the API from a browser; POST and PUT must send
 // Content-Type: application/json, and without a token only requests addressed to a loopback host are answered
-// (no DNS rebinding). Every answer carries a strict Content-Security-Policy and forbids framing. Every error is
-// OpenAI-shaped JSON. GET /metrics and the console's static pages need no token: they hold no secrets (without
-// a token they too are answered only on a loopback Host).
+// (no DNS rebinding); with a token, a Host that is an IP address or a listed name is answered too. The Host
+// rule holds on every path. Every answer carries a strict Content-Security-Policy and forbids framing. Every
+// error is OpenAI-shaped JSON. GET /metrics and the console's static pages need no token: they hold no
+// secrets, but they keep the Host and cross-site rules.
 //
 // Every change is recorded as an audit event (Options.Recorder), with the actor from the
 // X-Promptgate-Actor header ("admin" when absent).
@@ -85,6 +86,9 @@ type Options struct {
 	// Token is PROMPTGATE_ADMIN_TOKEN. "" means no authentication; serve allows that only on a loopback
 	// address, and the handler then answers only requests whose Host is a loopback name or address.
 	Token string
+	// Hosts are the names answered besides loopback ones and IP addresses when a token is set, on every path
+	// (the config's listen.hosts, in guard.Config.Hosts' form); a name not listed may be a DNS-rebinding page's.
+	Hosts []string
 	// Store holds the definitions. Required.
 	Store store.Store
 	// Preview is Engine.Preview: the same code path the proxy runs. Required.
@@ -118,7 +122,7 @@ type server struct {
 	log      *slog.Logger
 	tokenSum [sha256.Size]byte
 	mux      *http.ServeMux
-	// browser refuses cross-site browser requests; no origin is opted in.
+	// browser refuses cross-site browser requests (no origin is opted in) and knows the names of Hosts.
 	browser *guard.Policy
 	console http.Handler
 }
@@ -136,7 +140,7 @@ func New(o Options) (http.Handler, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	browser, err := guard.New(guard.Config{})
+	browser, err := guard.New(guard.Config{Hosts: o.Hosts, Section: "listen"})
 	if err != nil {
 		return nil, fmt.Errorf("admin: %w", err)
 	}
@@ -221,15 +225,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		proxy.WriteError(w, ref.Status, ref.Code, ref.Message+" (open the console by its own address, "+PathConsole+" on this listener)", "")
 		return
 	}
-	// Without a token, every path (metrics included) is answered only on a loopback Host; with one, every
-	// path but the metrics and the console's pages needs it.
-	if s.o.Token == "" {
-		if !guard.LoopbackHost(r.Host) {
-			proxy.WriteError(w, http.StatusForbidden, "host_not_allowed",
-				fmt.Sprintf("without an admin token only requests addressed to localhost, 127.0.0.1 or [::1] are answered, not %q: set PROMPTGATE_ADMIN_TOKEN to use another name", r.Host), "")
-			return
-		}
-	} else if r.URL.Path != PathMetrics && !strings.HasPrefix(r.URL.Path, PathConsole) && !s.authorized(r) {
+	// The Host rule holds on every path, the metrics and the console's pages included; with a token, every
+	// path but those two needs it.
+	if msg := s.hostRefusal(r.Host); msg != "" {
+		s.log.Warn("admin: refused a request addressed to another host", "request_id", id, "path", r.URL.Path)
+		proxy.WriteError(w, http.StatusForbidden, "host_not_allowed", msg, "")
+		return
+	}
+	if s.o.Token != "" && r.URL.Path != PathMetrics && !strings.HasPrefix(r.URL.Path, PathConsole) && !s.authorized(r) {
 		h.Set("WWW-Authenticate", "Bearer")
 		proxy.WriteError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong admin token: send Authorization: Bearer <PROMPTGATE_ADMIN_TOKEN>", "")
 		return
@@ -255,6 +258,21 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// hostRefusal says why a request addressed to host is not answered, "" when it is: a loopback Host always;
+// with a token, also an IP address (a rebinding page sends its own name, never an address) or a name in
+// Options.Hosts. Any other name may be a DNS-rebinding page's, which must read nothing, not even /metrics.
+func (s *server) hostRefusal(host string) string {
+	switch {
+	case guard.LoopbackHost(host):
+		return ""
+	case s.o.Token == "":
+		return fmt.Sprintf("without an admin token only requests addressed to localhost, 127.0.0.1 or [::1] are answered, not %q: set PROMPTGATE_ADMIN_TOKEN to use another name", host)
+	case guard.AddressHost(host) || s.browser.HostAllowed(host):
+		return ""
+	}
+	return fmt.Sprintf("only requests addressed to localhost, an IP address or a name in listen.hosts are answered, not %q: add the name to listen.hosts in the config", host)
 }
 
 // statusProbe records what the mux would answer for a request it has no route for.

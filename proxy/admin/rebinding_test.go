@@ -8,7 +8,8 @@ import (
 
 // Without a token, a DNS-rebound name gets nothing from any path of the admin listener, the token-less
 // /metrics included (it names the protocols, tools, plugins and their failures); a loopback Host still
-// reads it, and with a token /metrics is answered on any Host (scrapers address the pod).
+// reads it. With a token, an address Host (scrapers address the pod) reads it, another name does not
+// (TestHostRuleOnEveryPath has every path).
 func TestNoTokenMetricsLoopbackOnly(t *testing.T) {
 	t.Parallel()
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "promptgate_up 1\n") })
@@ -32,7 +33,9 @@ func TestNoTokenMetricsLoopbackOnly(t *testing.T) {
 		t.Fatalf("loopback Host: %d %s", resp.StatusCode, b)
 	}
 	f = newFixture(t, fixtureOpts{metrics: metrics, token: "s3cret"})
-	if resp, b := get(f, "prometheus.scrape:8788"); resp.StatusCode != http.StatusOK {
-		t.Fatalf("with a token, another Host: %d %s", resp.StatusCode, b)
+	if resp, b := get(f, "10.2.3.4:8788"); resp.StatusCode != http.StatusOK || string(b) != "promptgate_up 1\n" {
+		t.Fatalf("with a token, an address Host: %d %s", resp.StatusCode, b)
 	}
+	resp, b := get(f, "prometheus.scrape:8788")
+	assertError(t, resp, b, http.StatusForbidden, "host_not_allowed")
 }

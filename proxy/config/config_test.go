@@ -279,7 +279,7 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			"unknown key in a plugin", "plugins:\n  - name: memory\n    path: ./m\n    sha256: " + binHash + "\n    timeOut: 1s\n",
-			[]string{`line 5: unknown key "timeOut" in a plugin entry; valid keys: name, path, sha256, module, minMode, timeout, required, cacheTTL, config, receiveUserMessage, trustedDirectives`},
+			[]string{`line 5: unknown key "timeOut" in a plugin entry; valid keys: name, path, sha256, module, minMode, timeout, required, cacheTTL, config, receiveUserMessage, trustedDirectives, lists`},
 		},
 		{
 			"unknown key in limits", "# limits\nlimits:\n  maxBodyBytes: 10\n  maxBodySize: 10\n",

@@ -171,6 +171,14 @@ func LoopbackHost(hostport string) bool {
 	return err == nil && ip.Unmap().IsLoopback()
 }
 
+// AddressHost reports whether a Host header names an IP address rather than a name. Such a Host cannot come
+// from DNS rebinding: a page that reaches an address by a name it controls sends that name, and a page whose
+// own origin is the address is the listener's own.
+func AddressHost(hostport string) bool {
+	_, err := netip.ParseAddr(hostOf(hostport))
+	return err == nil
+}
+
 // SameHost reports whether two Host values (host or host:port) name the same host, ports aside.
 func SameHost(a, b string) bool {
 	return a != "" && hostOf(a) == hostOf(b)
@@ -306,7 +314,7 @@ func requestedHeaders(values []string) string {
 }
 
 // exposed are the response headers an opted-in page may read besides the CORS-safelisted ones.
-const exposed = "X-Request-Id, X-Upstream-Request-Id, X-Promptgate-Protocol, X-Promptgate-Template, X-Promptgate-Tools-Removed, X-Promptgate-Blocked, Retry-After"
+const exposed = "X-Request-Id, X-Upstream-Request-Id, X-Promptgate-Protocol, X-Promptgate-Template, X-Promptgate-Tools-Removed, X-Promptgate-Blocked, X-Promptgate-Continued, Retry-After"
 
 // Allow sets the CORS headers of an answer to an opted-in origin on h; for any other request it sets none.
 func (p *Policy) Allow(h http.Header, r *http.Request) {

@@ -23,6 +23,8 @@ type Result struct {
 	// Continue is set in continue mode when every call of the answer (one turn) was blocked and promptgate
 	// can answer each itself; the body is written as refuse writes it, for when the answer is not continued.
 	Continue *Continuation
+	// Rounds is how many times the answer was continued (surface.Rounds); Blocked counts every round's.
+	Rounds int
 }
 
 // Vet vets the calls of a non-stream body together, hands every decision to rec (which may be nil) and

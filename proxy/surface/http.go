@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,7 +22,11 @@ import (
 // Response headers of promptgate that surfaces set.
 const (
 	HeaderProtocol = "X-Promptgate-Protocol"
-	HeaderBlocked  = "X-Promptgate-Blocked"
+	// HeaderBlocked counts the model's calls that the client did not get: blocked or held (each with its
+	// notice) and, in onViolation "continue", refused calls promptgate answered itself, in every round.
+	HeaderBlocked = "X-Promptgate-Blocked"
+	// HeaderContinued counts the rounds an answer was continued (onViolation "continue"), when any.
+	HeaderContinued = "X-Promptgate-Continued"
 )
 
 var (
@@ -106,6 +111,29 @@ func ErrorJSON(message, typ, code string) []byte {
 	return b
 }
 
+// ErrorParamJSON is ErrorJSON with the request field the error is about in param.
+func ErrorParamJSON(message, typ, param, code string) []byte {
+	b := ErrorJSON(message, typ, code)
+	b, _ = sjson.SetBytes(b, "error.param", param)
+	return b
+}
+
+// ClipID is an id as an error message shows it: at most 128 bytes.
+func ClipID(id string) string {
+	if len(id) > 128 {
+		return id[:128] + "…"
+	}
+	return id
+}
+
+// CodeListingNotAllowed refuses a listing of stored objects while the upstream key is shared (Stored).
+const CodeListingNotAllowed = "listing_not_allowed"
+
+// NoListingMessage is the message of the refusal of a listing of what (e.g. "responses").
+func NoListingMessage(what string) string {
+	return "listing stored " + what + " is not served: promptgate sends one upstream key for every client, so the upstream would list every client's; retrieve each by the id its create answered"
+}
+
 // BlockedErrorJSON is the OpenAI error body for a call blocked in error mode.
 func BlockedErrorJSON(d vet.Decision) []byte {
 	return ErrorJSON(vet.Notice(d), "permission_error", relay.CodeToolCallBlocked)
@@ -124,6 +152,40 @@ func CheckErrorBody(resp *http.Response, ct string) error {
 	resp.ContentLength = int64(len(body))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	return nil
+}
+
+// LoosePaths are the readings of a request's path that servers and the proxies in front of them are known to
+// make, each resolved to a clean path: as sent, and percent-decoded once, twice and three times; each with
+// ";params" kept, cut per segment, or cut from the first ";" on, and with backslashes read as slashes; dot
+// segments and repeated slashes resolved, blanks and control characters at the end dropped; letter case kept.
+// A check of what a path names must hold for every one of them.
+func LoosePaths(r *http.Request) []string {
+	var out []string
+	add := func(p string) {
+		p = path.Clean("/" + strings.TrimRightFunc(p, func(c rune) bool { return c <= ' ' || c == 0x7f }))
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	p := r.URL.EscapedPath()
+	for range 4 {
+		add(p)
+		add(strings.ReplaceAll(p, `\`, "/"))
+		if j := strings.IndexByte(p, ';'); j >= 0 {
+			add(p[:j])
+			segs := strings.Split(p, "/")
+			for k, s := range segs {
+				segs[k], _, _ = strings.Cut(s, ";")
+			}
+			add(strings.Join(segs, "/"))
+		}
+		d, err := url.PathUnescape(p)
+		if err != nil || d == p {
+			break
+		}
+		p = d
+	}
+	return out
 }
 
 // LoosePath is a request's path as a loose upstream router might read it: percent escapes decoded (%2F and

@@ -60,7 +60,7 @@ func Rounds(body []byte, v Vetting, vetBody func([]byte) ([]byte, relay.Result, 
 	if out, err = join(j); err != nil {
 		return nil, relay.Result{}, fmt.Errorf("%w: joining the continued answers: %v", ErrUpstreamMalformed, err)
 	}
-	res.Blocked, res.Continue = total, nil
+	res.Blocked, res.Continue, res.Rounds = total, nil, len(j.Kept)
 	return out, res, nil
 }
 

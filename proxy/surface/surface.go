@@ -103,6 +103,10 @@ type Start struct {
 	// Record asks the surface to keep what History needs to show a later request that continues this one:
 	// the protocol has information-flow rules.
 	Record bool
+	// Created, when not nil, is told the id of every object the answer has the upstream store (each round's
+	// response; a stored chat completion), before the client can learn it: the request went with a shared
+	// upstream key, and the object is bound to the client's credential (see Stored).
+	Created func(id string)
 }
 
 // Exchange is the response side of one request on a surface.
@@ -133,6 +137,39 @@ type Passthrough interface {
 	Intercepts(r *http.Request) bool
 	// Passed edits the answer to such a request, with what the host gives.
 	Passed(resp *http.Response, h Host) error
+}
+
+// Stored is implemented by a surface whose upstream keeps what it answers under ids that later requests name
+// (the Responses API's responses, Chat Completions' stored completions). Where promptgate sends a shared
+// upstream key, every client reaches the upstream as the operator: the proxy binds each id it relayed to the
+// credential of the client that created it (Start.Created) and answers a request of another credential that
+// names it, or names an id it does not know, as the upstream answers an id that does not exist.
+type Stored interface {
+	// Names reads what a passed-through request names of the surface's stored objects.
+	Names(r *http.Request) Naming
+	// BodyNames are the stored objects a request body names (a Responses previous_response_id, under any
+	// spelling of its key that a reader could take for it): of the rewritten route, and of a passed-through
+	// request whose Naming has Body.
+	BodyNames(body []byte) []Name
+	// NotFound is the answer to a request that names n, as the upstream answers an id it does not have.
+	NotFound(n Name) (status int, body []byte)
+	// NoListing is the answer to a request that lists the stored objects (Naming.List): the upstream would
+	// list every client's.
+	NoListing() (status int, body []byte)
+}
+
+// Name is a stored object a request names: its id, and the body field that names it ("" for the path).
+type Name struct {
+	ID, Param string
+}
+
+// Naming is what a passed-through request names of a surface's stored objects: those in its path (one per
+// reading of it that a server may make, LoosePaths), whether it lists them, and whether its body names some
+// (Stored.BodyNames). The zero value names none.
+type Naming struct {
+	Names []Name
+	List  bool
+	Body  bool
 }
 
 // Host is what the proxy gives a surface on the passthrough path.

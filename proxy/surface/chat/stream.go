@@ -70,6 +70,11 @@ type Stream struct {
 	firstID, firstCreated []byte
 	roundText             []byte
 	roundUsage, usage     []byte
+
+	// OnID, when set before the first Read, is called with each id the upstream's chunks carry (each round's
+	// completion), when it first appears and before any event that carries it goes out.
+	OnID   func(id string)
+	lastID string
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -108,6 +113,9 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stre
 		},
 		Done: s.finishAll,
 		Observe: func(data []byte) {
+			if s.OnID != nil {
+				s.noteID(data)
+			}
 			s.noteFinish(data)
 			if s.Continuing() {
 				s.noteRound(data)
@@ -130,6 +138,14 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stre
 		End:      s.endRound,
 	})
 	return s
+}
+
+// noteID tells OnID of an id the first time a chunk carries it.
+func (s *Stream) noteID(data []byte) {
+	if id := gjson.GetBytes(data, pathID); id.Type == gjson.String && id.Str != s.lastID {
+		s.lastID = id.Str
+		s.OnID(id.Str)
+	}
 }
 
 // noteRound remembers, in continue mode, the first round's id and created, and the round's text (of choice

@@ -55,18 +55,27 @@ func (Surface) Transcript(b *assembly.Body) (*flow.Transcript, error) { return t
 
 func (Surface) AppendTurn(body []byte, t relay.Turn) ([]byte, error) { return appendTurn(body, t) }
 
-// Begin starts the response side: nothing to remember, the answers vetted by Body and Stream. An answer with
-// several choices (n above 1) is not continued in continue mode: promptgate cannot answer the calls of
+// Begin starts the response side: nothing to remember, the answers vetted by Body and Stream; where the
+// upstream stores the completion under a shared key, its ids are bound to the client (see stored). An answer
+// with several choices (n above 1) is not continued in continue mode: promptgate cannot answer the calls of
 // choices the client has to choose between.
 func (Surface) Begin(st surface.Start) surface.Exchange {
 	several := gjson.GetBytes(st.Upstream, "n").Int() > 1
+	if store := gjson.GetBytes(st.Upstream, "store"); st.Created != nil && store.Exists() && store.Type != gjson.False && store.Type != gjson.Null {
+		return stored(st, several) // a loose reader may take any other value for true: binding costs little
+	}
 	return surface.Stateless{VetBody: Body, Join: join, VetStream: func(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
-		s := NewStream(up, v.Checker, v.Record)
-		if !several {
-			s.SetNext(v.Next)
-		}
-		return s
+		return newStream(up, v, several)
 	}}
+}
+
+// newStream is the stream vetter of an answer, continued in continue mode unless it has several choices.
+func newStream(up io.ReadCloser, v surface.Vetting, several bool) *Stream {
+	s := NewStream(up, v.Checker, v.Record)
+	if !several {
+		s.SetNext(v.Next)
+	}
+	return s
 }
 
 // join writes a continued answer: the last one, with the first's id and created (one completion to the

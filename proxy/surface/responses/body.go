@@ -45,6 +45,7 @@ const (
 // Paths and values of the Responses wire format.
 const (
 	pathOutput     = "output"
+	pathUsage      = "usage"
 	pathType       = "type"
 	pathID         = "id"
 	pathCallID     = "call_id"

@@ -130,11 +130,13 @@ func (m *instructionMemory) lookup(id string) []byte {
 }
 
 // echoStream is a streamed retrieval passed on as the upstream sends it, but for the instructions of every
-// response object an event carries.
+// response object an event carries and, when final is set (a continued response), the output and usage of
+// the terminal event's response, which are the create's.
 type echoStream struct {
 	up           io.ReadCloser
 	rd           *sse.Reader
 	instructions []byte
+	final        *Shown
 	out          []byte
 	off          int
 	err          error
@@ -155,9 +157,9 @@ func (e *echoStream) Read(p []byte) (int, error) {
 			e.err = err
 			continue
 		}
-		if v := gjson.GetBytes(ev.Data, "response."+pathInstructions); ev.HasData && v.Exists() && v.Raw != string(e.instructions) {
+		if data, changed, err := e.edit(ev.Data); ev.HasData && changed {
 			// An event that cannot be rewritten, or that the stream ended inside, is dropped.
-			if data, err := echoInstructions(ev.Data, "response", e.instructions); err == nil && !ev.Truncated {
+			if err == nil && !ev.Truncated {
 				e.out = sse.AppendEvent(e.out, ev.Event, data)
 			}
 			continue
@@ -167,6 +169,28 @@ func (e *echoStream) Read(p []byte) (int, error) {
 	n := copy(p, e.out[e.off:])
 	e.off += n
 	return n, nil
+}
+
+// edit rewrites the response object an event's data carries: its instructions, and a terminal event's output
+// and usage where final is set. changed reports whether the data is to be rewritten.
+func (e *echoStream) edit(data []byte) (out []byte, changed bool, err error) {
+	out = data
+	if v := gjson.GetBytes(data, "response."+pathInstructions); v.Exists() && v.Raw != string(e.instructions) {
+		if out, err = echoInstructions(out, "response", e.instructions); err != nil {
+			return nil, true, err
+		}
+		changed = true
+	}
+	if e.final != nil {
+		switch gjson.GetBytes(data, pathType).Str {
+		case evCompleted, evIncomplete, evFailed:
+			if gjson.GetBytes(data, pathRespOutput).IsArray() {
+				out, err = asShown(out, pathResponse, e.final)
+				return out, true, err
+			}
+		}
+	}
+	return out, changed, nil
 }
 
 func (e *echoStream) Close() error { return e.up.Close() }

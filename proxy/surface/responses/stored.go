@@ -64,9 +64,26 @@ type memEntry struct {
 	id    string
 	calls []blockedCall
 	bg    *bgPolicy // nil unless the response was created in the background
-	// shown is the output the client was shown where a call was blocked: a retrieval shows it again.
-	shown []byte
+	// shown is what the client was shown where a call did not reach it: a retrieval shows it again.
+	shown *Shown
 }
+
+// Shown is what the client was shown of a response in which a call did not reach it (blocked, held, or
+// refused and answered by promptgate in continue mode), for a later retrieval to show again: the upstream
+// stores the response as it answered it.
+type Shown struct {
+	// Output is the response's output array as the client was shown it.
+	Output []byte
+	// Usage is the usage the client was shown; kept only for a continued response, whose usage is every
+	// round's, summed (the upstream stores the last round's).
+	Usage []byte
+	// Blocked counts the calls the client did not get, in every round; Rounds how many times the response
+	// was continued.
+	Blocked, Rounds int
+}
+
+// size is what the memory holds of s.
+func (s *Shown) size() int { return len(s.Output) + len(s.Usage) }
 
 // bgPolicy is what a background response's retrievals are vetted with: the policy of the request that
 // created it (a fresh vet.Checker is built from it per retrieval, since a Checker remembers the call ids it
@@ -154,7 +171,9 @@ func (m *blockedMemory) forgetOldest() {
 	if e.bg != nil {
 		m.bytes -= e.bg.size
 	}
-	m.bytes -= len(e.shown)
+	if e.shown != nil {
+		m.bytes -= e.shown.size()
+	}
 	for _, c := range e.calls {
 		if m.callIDs[c.CallID]--; m.callIDs[c.CallID] <= 0 {
 			delete(m.callIDs, c.CallID)
@@ -216,26 +235,30 @@ func (m *blockedMemory) rememberBackground(id string, p *bgPolicy) {
 	m.bytes += p.size
 }
 
-// rememberShown keeps the output the client was shown of response id, where a call in it was blocked. The
-// first one kept for an id stays.
-func (m *blockedMemory) rememberShown(id string, output []byte) {
-	if id == "" || len(output) == 0 {
+// rememberShown keeps what the client was shown of response id, where a call in it did not reach the client.
+// The first one kept for an id stays.
+func (m *blockedMemory) rememberShown(id string, s *Shown) {
+	if id == "" || s == nil || len(s.Output) == 0 {
 		return
+	}
+	kept := &Shown{Output: bytes.Clone(s.Output), Blocked: s.Blocked, Rounds: s.Rounds}
+	if s.Rounds > 0 && gjson.ValidBytes(s.Usage) {
+		kept.Usage = bytes.Clone(s.Usage)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if el, ok := m.byID[id]; ok && el.Value.(*memEntry).shown != nil {
 		return
 	}
-	for m.bytes+len(output) > m.maxBytes && m.order.Len() > 0 && m.order.Front().Value.(*memEntry).id != id {
+	for m.bytes+kept.size() > m.maxBytes && m.order.Len() > 0 && m.order.Front().Value.(*memEntry).id != id {
 		m.forgetOldest()
 	}
-	m.entry(id).shown = bytes.Clone(output)
-	m.bytes += len(output)
+	m.entry(id).shown = kept
+	m.bytes += kept.size()
 }
 
-// shown returns the output the client was shown of response id, or nil.
-func (m *blockedMemory) shown(id string) []byte {
+// shown returns what the client was shown of response id, or nil.
+func (m *blockedMemory) shown(id string) *Shown {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if el, ok := m.byID[id]; ok {
@@ -359,14 +382,17 @@ func cancelledResponseID(r *http.Request) string {
 }
 
 // stripStored shows a retrieved stored response as its create showed it: the calls this proxy blocked
-// removed (the output the client was shown, notices included, where the memory still has it), and the
-// client's own instructions. A streamed retrieval of a response with a blocked call cannot be edited call by
-// call here: it is refused (403 tool_call_blocked) rather than shown.
+// removed (the output the client was shown, notices included, where the memory still has it; for a continued
+// response, the output of every round and their usage, summed), and the client's own instructions, with the
+// create's X-Promptgate-Blocked and X-Promptgate-Continued. A streamed retrieval of a response with a blocked
+// call cannot be edited call by call here: it is refused (403 tool_call_blocked) rather than shown; that of a
+// continued response gets the create's output and usage in its terminal event.
 func (s *Surface) stripStored(resp *http.Response, id string) error {
 	if resp.StatusCode != http.StatusOK {
 		return nil
 	}
 	calls := s.blocked.lookup(id)
+	shown := s.blocked.shown(id)
 	instructions := s.echoes.lookup(id)
 	if err := surface.PlainBody(resp); err != nil {
 		return err
@@ -379,7 +405,11 @@ func (s *Surface) stripStored(resp *http.Response, id string) error {
 			surface.SetBody(resp, http.StatusForbidden, out)
 			return nil
 		}
-		surface.StreamBody(resp, newEchoStream(resp.Body, instructions))
+		es := newEchoStream(resp.Body, instructions)
+		if shown != nil && shown.Rounds > 0 {
+			es.final = shown
+		}
+		surface.StreamBody(resp, es)
 		return nil
 	}
 	body, err := surface.ReadBody(resp)
@@ -389,10 +419,11 @@ func (s *Surface) stripStored(resp *http.Response, id string) error {
 	if !gjson.ValidBytes(body) {
 		return fmt.Errorf("%w: the stored response is not valid JSON", surface.ErrUpstreamMalformed)
 	}
-	if len(calls) > 0 && gjson.GetBytes(body, pathOutput).IsArray() {
-		removed := len(calls)
-		if shown := s.blocked.shown(id); shown != nil {
-			body, err = sjson.SetRawBytes(body, pathOutput, shown)
+	if (len(calls) > 0 || shown != nil) && gjson.GetBytes(body, pathOutput).IsArray() {
+		removed, rounds := len(calls), 0
+		if shown != nil {
+			removed, rounds = shown.Blocked, shown.Rounds
+			body, err = asShown(body, "", shown)
 		} else {
 			drop := map[string]bool{}
 			for _, c := range calls {
@@ -406,6 +437,9 @@ func (s *Surface) stripStored(resp *http.Response, id string) error {
 		if removed > 0 {
 			resp.Header.Set(surface.HeaderBlocked, strconv.Itoa(removed))
 		}
+		if rounds > 0 {
+			resp.Header.Set(surface.HeaderContinued, strconv.Itoa(rounds))
+		}
 	}
 	if body, err = echoInstructions(body, "", instructions); err != nil {
 		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
@@ -414,10 +448,24 @@ func (s *Surface) stripStored(resp *http.Response, id string) error {
 	return nil
 }
 
+// asShown gives the response object at path ("" for the body itself) the output its create showed and, for a
+// continued response, the usage of every round.
+func asShown(body []byte, path string, s *Shown) ([]byte, error) {
+	if path != "" {
+		path += "."
+	}
+	body, err := sjson.SetRawBytes(body, path+pathOutput, s.Output)
+	if err == nil && s.Usage != nil {
+		body, err = sjson.SetRawBytes(body, path+pathUsage, s.Usage)
+	}
+	return body, err
+}
+
 // stripInputItems removes from an input item listing (GET /v1/responses/{id}/input_items) every item of a call
 // this instance blocked: the call itself, where the upstream lists a chain of responses, and the
 // function_call_output promptgate sent in its place on the next turn, which names the call's id. first_id and
-// last_id follow the items kept; has_more is the upstream's.
+// last_id follow the items kept; has_more is the upstream's; X-Promptgate-Blocked counts the calls whose
+// items were removed.
 func (s *Surface) stripInputItems(resp *http.Response) error {
 	if resp.StatusCode != http.StatusOK {
 		return nil
@@ -447,10 +495,10 @@ func (s *Surface) stripInputItems(resp *http.Response) error {
 	}
 	kept := make([]string, 0, len(items))
 	var first, last gjson.Result
-	removed := 0
+	removed := map[string]bool{}
 	for _, it := range items {
-		if blocked[it.Get(pathCallID).Str] {
-			removed++
+		if id := it.Get(pathCallID).Str; blocked[id] {
+			removed[id] = true
 			continue
 		}
 		if len(kept) == 0 {
@@ -468,7 +516,7 @@ func (s *Surface) stripInputItems(resp *http.Response) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
 	}
-	resp.Header.Set(surface.HeaderBlocked, strconv.Itoa(removed))
+	resp.Header.Set(surface.HeaderBlocked, strconv.Itoa(len(removed)))
 	surface.SetBody(resp, resp.StatusCode, body)
 	return nil
 }
@@ -513,6 +561,8 @@ type respTrack struct {
 	instructions []byte
 	// bg is set for a background request: the policy kept for its response id.
 	bg *bgPolicy
+	// created, when set, binds each response id to the client's credential (surface.Start.Created).
+	created func(id string)
 	// history, when set, records the conversation for requests that continue this one: the client's
 	// previous_response_id (prev) and input, and the output shown (final).
 	history *historyMemory
@@ -521,7 +571,7 @@ type respTrack struct {
 	mu      sync.Mutex
 	id      string
 	pending []blockedCall
-	shown   []byte // the output shown, until the id is known
+	shown   *Shown // what was shown, until the id is known
 }
 
 // final records what the response added to its conversation, once its output as shown is known.
@@ -547,10 +597,12 @@ func (t *respTrack) setID(id string) {
 		// A continued response (onViolation "continue"): the upstream's next answer is a response of its
 		// own, the one the client continues from, and the decisions from here on are on its calls.
 		t.id = id
+		t.bind(id)
 		t.echoes.remember(id, t.instructions)
 		return
 	}
 	t.id = id
+	t.bind(id)
 	t.mem.rememberBackground(id, t.bg)
 	t.echoes.remember(id, t.instructions)
 	for _, c := range t.pending {
@@ -560,15 +612,22 @@ func (t *respTrack) setID(id string) {
 	t.pending, t.shown = nil, nil
 }
 
-// show keeps the output the client was shown of a response in which a call was blocked.
-func (t *respTrack) show(output []byte) {
+// bind binds a response id to the client's credential, where the request went with a shared key.
+func (t *respTrack) bind(id string) {
+	if t.created != nil {
+		t.created(id)
+	}
+}
+
+// show keeps what the client was shown of a response in which a call did not reach it.
+func (t *respTrack) show(s Shown) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.id == "" {
-		t.shown = output
+		t.shown = &s
 		return
 	}
-	t.mem.rememberShown(t.id, output)
+	t.mem.rememberShown(t.id, &s)
 }
 
 func (t *respTrack) decision(d vet.Decision) {

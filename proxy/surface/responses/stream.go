@@ -34,6 +34,7 @@ const (
 	pathItem       = "item"
 	pathResponse   = "response"
 	pathRespOutput = "response.output"
+	pathRespUsage  = "response.usage"
 	// pathRespInstructions is the instructions of the response an event carries.
 	pathRespInstructions = "response.instructions"
 )
@@ -98,9 +99,10 @@ type Stream struct {
 	// Instructions, when not nil, is the JSON value (the client's own instructions, or null) that replaces
 	// the instructions of every response object an event carries.
 	Instructions []byte
-	// OnShown, when set before the first Read, is called with the output of the terminal event as it went
-	// out, when a call of the response was blocked: what a later retrieval must show.
-	OnShown func(output []byte)
+	// OnShown, when set before the first Read, is called with what the terminal event showed, when a call of
+	// the response did not reach the client (a continued response's included): what a later retrieval must
+	// show.
+	OnShown func(Shown)
 	// OnFinal, when set before the first Read, is called with the output of the terminal event as it went
 	// out (response.completed, .incomplete or .failed).
 	OnFinal func(output []byte)
@@ -282,7 +284,7 @@ func (s *Stream) event(ev sse.Event) {
 		if typ == evCompleted && s.Parking() && s.continueRound(data, out) {
 			return
 		}
-		if len(s.kept) > 0 {
+		if s.Round() > 0 {
 			out = s.joined(data, out)
 		}
 		s.release(s.lead)
@@ -293,7 +295,9 @@ func (s *Stream) event(ev sse.Event) {
 			final = out
 		}
 		if s.OnShown != nil && s.Blocked() > 0 {
-			s.OnShown([]byte(gjson.GetBytes(final, pathRespOutput).Raw))
+			resp := gjson.GetBytes(final, pathResponse)
+			s.OnShown(Shown{Output: []byte(resp.Get(pathOutput).Raw), Usage: []byte(resp.Get(pathUsage).Raw),
+				Blocked: s.Blocked(), Rounds: s.Round()})
 		}
 		if s.OnFinal != nil {
 			s.OnFinal([]byte(gjson.GetBytes(final, pathRespOutput).Raw))
@@ -594,7 +598,7 @@ func (s *Stream) continueRound(data, out []byte) bool {
 		}
 		return true
 	})
-	s.roundsUsage = relay.AddUsage(s.roundsUsage, []byte(resp.Get("usage").Raw))
+	s.roundsUsage = relay.AddUsage(s.roundsUsage, []byte(resp.Get(pathUsage).Raw))
 	s.items, s.byID, s.open, s.lead = map[int]*item{}, map[string]int{}, nil, nil
 	s.refusedNotice, s.sawID = nil, false
 	s.nextOut, s.shift, s.last = s.rollback.nextOut, s.rollback.shift, s.rollback.last
@@ -614,8 +618,8 @@ func (s *Stream) joined(data, out []byte) []byte {
 		return true
 	})
 	out, _ = sjson.SetRawBytes(out, pathRespOutput, relay.JoinArray(items))
-	if u := gjson.GetBytes(out, "response.usage"); u.IsObject() {
-		out, _ = sjson.SetRawBytes(out, "response.usage", relay.AddUsage(s.roundsUsage, []byte(u.Raw)))
+	if u := gjson.GetBytes(out, pathRespUsage); u.IsObject() {
+		out, _ = sjson.SetRawBytes(out, pathRespUsage, relay.AddUsage(s.roundsUsage, []byte(u.Raw)))
 	}
 	return out
 }

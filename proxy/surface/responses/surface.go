@@ -107,6 +107,9 @@ func (s *Surface) Begin(st surface.Start) surface.Exchange {
 	if isBackground(st.Upstream) {
 		t.bg = newBgPolicy(st.Policy, st.Protocol, st.ProtocolVersion)
 	}
+	if gjson.GetBytes(st.Upstream, "store").Type != gjson.False {
+		t.created = st.Created
+	}
 	return exchange{t}
 }
 
@@ -139,7 +142,7 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 	}
 	output := []byte(gjson.GetBytes(out, pathOutput).Raw)
 	if res.Blocked > 0 {
-		x.t.show(output)
+		x.t.show(Shown{Output: output, Usage: []byte(gjson.GetBytes(out, pathUsage).Raw), Blocked: res.Blocked, Rounds: res.Rounds})
 	}
 	x.t.final(output)
 	out, err = echoInstructions(out, "", x.t.instructions)
@@ -162,7 +165,7 @@ func join(j surface.Joined) ([]byte, error) {
 		return nil, err
 	}
 	if j.Usage != nil {
-		if out, err = sjson.SetRawBytes(out, "usage", j.Usage); err != nil {
+		if out, err = sjson.SetRawBytes(out, pathUsage, j.Usage); err != nil {
 			return nil, err
 		}
 	}
