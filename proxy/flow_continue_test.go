@@ -447,8 +447,15 @@ func TestContinueAgentFlows(t *testing.T) {
 				up.mu.Lock()
 				asked := up.served[script]
 				up.mu.Unlock()
-				if asked != 1 || !strings.Contains(got.text, "for your confirmation") || strings.Contains(got.text, "Done as you asked.") {
-					t.Errorf("%s: a held call's answer was continued (%d upstream requests): %q", c.name, asked, got.text)
+				// The agent goes on: the model is told the call waits for the user (never the code), and the client
+				// gets the notice with its code beside the continuation.
+				code := noticeCode(got.text)
+				if asked != 2 || code == "" || !strings.HasPrefix(got.text, "On it. ") || !strings.HasSuffix(got.text, "Done as you asked.") || len(got.calls) != 0 {
+					t.Errorf("%s: a held call's answer was not continued with its notice (%d upstream requests): %q", c.name, asked, got.text)
+				}
+				sent := up.requests()
+				if last := string(sent[len(sent)-1]); code != "" && strings.Contains(last, code) || !strings.Contains(last, "is waiting for the user") {
+					t.Errorf("%s: the continued request gave the model the code, or no word of the hold", c.name)
 				}
 				continue
 			}

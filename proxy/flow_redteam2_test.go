@@ -754,8 +754,9 @@ func TestRedTeam2ContinueRefusalQuotesNothing(t *testing.T) {
 
 // TestRedTeam2ContinueRulesAcrossRounds: the rules hold in every round of a continued answer — a budget
 // counts the calls the continuation makes (the refused ones of the round before spend nothing), a data-flow
-// rule still blocks in the next round, and a call held for confirmation in the next round ends the rounds:
-// its notice and code reach the client, and the code releases it on the user's next message.
+// rule still blocks in the next round, and a call held for confirmation in the next round is answered to the
+// model as waiting for the user (never with its code), the rounds go on, its notice and code reach the client
+// beside the continuation, and the code releases it on the user's next message.
 func TestRedTeam2ContinueRulesAcrossRounds(t *testing.T) {
 	t.Parallel()
 	protocol, _ := sjson.SetBytes(redProtocol, "toolCalls.onViolation", "continue")
@@ -776,7 +777,7 @@ func TestRedTeam2ContinueRulesAcrossRounds(t *testing.T) {
 				up := newFlowUpstream(t)
 				up.script("budget", scriptedTurn{calls: []flowtest.Call{badMail}}, scriptedTurn{calls: []flowtest.Call{okMail("a1"), okMail("a2")}})
 				up.script("flow", scriptedTurn{calls: []flowtest.Call{badMail}}, scriptedTurn{calls: []flowtest.Call{del}}, scriptedTurn{text: "I could not do it."})
-				up.script("held", scriptedTurn{calls: []flowtest.Call{badMail}}, scriptedTurn{calls: []flowtest.Call{arch}}, scriptedTurn{text: "never asked"})
+				up.script("held", scriptedTurn{calls: []flowtest.Call{badMail}}, scriptedTurn{calls: []flowtest.Call{arch}}, scriptedTurn{text: "Archiving waits for you."})
 				cf, err := flow.NewConfirmer(bytes.Repeat([]byte("k"), flow.MinConfirmKey), nil, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -800,14 +801,19 @@ func TestRedTeam2ContinueRulesAcrossRounds(t *testing.T) {
 				}
 				got := ask("held", history)
 				code := noticeCode(got.text)
-				if len(got.calls) != 0 || code == "" || strings.Contains(got.text, "never asked") {
+				if len(got.calls) != 0 || code == "" || !strings.HasSuffix(got.text, "Archiving waits for you.") {
 					t.Fatalf("held: shown %+v", got)
 				}
 				up.mu.Lock()
 				asked := up.served["held"]
 				up.mu.Unlock()
-				if asked != 2 {
-					t.Errorf("held: %d upstream requests, want 2 (the held call ends the rounds)", asked)
+				if asked != 3 {
+					t.Errorf("held: %d upstream requests, want 3 (the held call is answered as waiting, and the rounds go on)", asked)
+				}
+				for _, req := range up.requests() {
+					if strings.Contains(string(req), code) {
+						t.Errorf("held: the model was sent the code")
+					}
 				}
 				up.script("release", scriptedTurn{calls: []flowtest.Call{arch}})
 				reply := append(slices.Clone(history), flowtest.Turn{Assistant: got.text}, flowtest.Turn{User: "ok " + code})

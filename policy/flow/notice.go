@@ -260,3 +260,12 @@ func RefusalText(tool, reason string) string {
 		reason + ". It would be refused again with the same values. Go on with the user's request without it, " +
 		"or tell the user what could not be done."
 }
+
+// HoldText is the tool result promptgate gives the model for a call it holds for the user's confirmation
+// (onViolation "continue"): it names the tool and says the call waits for the user, without the code (the
+// user's decision, which no model may see), and asks the model to go on with the rest of the request.
+func HoldText(tool string) string {
+	return "[promptgate] The call of tool " + vet.DisplayName(tool) + " is waiting for the user's confirmation and " +
+		"was not run; the user has been asked. Do not make it again now. Go on with the rest of the user's request, " +
+		"and tell the user that this step waits for their confirmation."
+}

@@ -26,18 +26,25 @@ type Continuation struct {
 	Kept []byte
 }
 
-// Answer is promptgate's answer to a call blocked in continue mode: the refusal, which names the tool and the
-// reason (never the arguments), as the call's result. custom marks a custom tool's call (free-form input).
+// Answer is promptgate's answer to a call blocked or held in continue mode, as the call's result: the refusal,
+// which names the tool and the reason (never the arguments), or, for a held call, that it waits for the
+// user's confirmation (never the code), with the notice the client must still be shown. custom marks a
+// custom tool's call (free-form input).
 func Answer(call *vet.Call, d vet.Decision, custom bool) Answered {
-	return Answered{ID: call.ID, Tool: call.Name, Args: bytes.Clone(call.Args), Custom: custom,
+	a := Answered{ID: call.ID, Tool: call.Name, Args: bytes.Clone(call.Args), Custom: custom,
 		Result: flow.RefusalText(call.Name, d.Reason)}
+	if d.Verdict == vet.VerdictHeld {
+		a.Result, a.Notice = flow.HoldText(call.Name), vet.Notice(d)
+	}
+	return a
 }
 
-// Answerable reports whether promptgate may answer a call itself in continue mode: it was blocked (not held
-// for confirmation, which is the user's to give) and has an id to answer by (legacy Chat function calls
-// have none, and are answered by name).
+// Answerable reports whether promptgate may answer a call itself in continue mode: it was blocked, or held for
+// confirmation (the model is told it waits for the user, the client gets the notice with its code), and has
+// an id to answer by (legacy Chat function calls have none, and are answered by name).
 func Answerable(c *vet.Checker, call *vet.Call, d vet.Decision) bool {
-	return c.Mode() == vet.ModeContinue && d.Verdict == vet.VerdictBlocked && (call.ID != "" || call.Legacy)
+	return c.Mode() == vet.ModeContinue && (d.Verdict == vet.VerdictBlocked || d.Verdict == vet.VerdictHeld) &&
+		(call.ID != "" || call.Legacy)
 }
 
 // A stream in continue mode goes in rounds. When a call of a round is blocked and promptgate can answer it
@@ -57,6 +64,9 @@ type rounds struct {
 	answers []Answered
 	spoiled bool
 	n       int
+	// kept are the notices of the held calls of the last round continued, for the surface to show again in
+	// the next round (Kept): they went out with the parked output that the continuation dropped.
+	kept []string
 }
 
 // SetNext puts the stream in continue mode; nil (the default) refuses as refuse mode does.
@@ -131,7 +141,22 @@ func (r *Relay) EndRound(t Turn) bool {
 	}
 	r.round.parking, r.round.parked = false, r.round.parked[:0]
 	r.round.n++
+	r.round.kept = r.round.kept[:0]
+	for _, a := range t.Calls {
+		if a.Notice != "" {
+			r.round.kept = append(r.round.kept, a.Notice)
+		}
+	}
 	return true
+}
+
+// Kept returns, once a round was continued (EndRound reported true), the notices of the calls of that round
+// that are held for confirmation, which the surface writes again at the start of the next round: the client
+// must see each with its code. It empties the list.
+func (r *Relay) Kept() []string {
+	k := r.round.kept
+	r.round.kept = nil
+	return k
 }
 
 // AddUsage adds the numbers of usage object b to those of a, member by member at any depth (a member of one

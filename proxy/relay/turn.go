@@ -12,6 +12,9 @@ type Answered struct {
 	Custom bool
 	// Result is the tool result, such as flow.RefusalText's.
 	Result string
+	// Notice is, for a held call, the notice with its code that the client must still be shown when the answer
+	// is continued; "" for a refused call, whose notice is dropped.
+	Notice string
 }
 
 // Turn is one turn of the model that promptgate answers itself, for a surface's AppendTurn.

@@ -19,6 +19,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -175,14 +176,20 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 }
 
 // continuation is the answer's one turn for promptgate to answer itself (onViolation "continue"), when every
-// call of it was blocked and can be answered; nil otherwise. What the client keeps of it is its text.
+// call of it was blocked or held and can be answered; nil otherwise. What the client keeps of it is its text,
+// and the notices of its held calls (which carry the codes).
 func continuation(c *vet.Checker, msg gjson.Result, calls []*vet.Call, ds []vet.Decision) *relay.Continuation {
 	t := relay.Turn{}
+	var held []string
 	for i, call := range calls {
 		if !relay.Answerable(c, call, ds[i]) {
 			return nil
 		}
-		t.Calls = append(t.Calls, relay.Answer(call, ds[i], false))
+		a := relay.Answer(call, ds[i], false)
+		t.Calls = append(t.Calls, a)
+		if a.Notice != "" {
+			held = append(held, a.Notice)
+		}
 	}
 	content := msg.Get(pathContent)
 	if content.Type == gjson.String {
@@ -191,6 +198,13 @@ func continuation(c *vet.Checker, msg gjson.Result, calls []*vet.Call, ds []vet.
 	kept := []byte(content.Raw)
 	if !content.Exists() {
 		kept = []byte("null")
+	}
+	if len(held) > 0 {
+		text := strings.Join(held, "\n")
+		if t.Text != "" {
+			text = t.Text + "\n" + text
+		}
+		kept = assembly.JSONString(text + "\n")
 	}
 	return &relay.Continuation{Turn: t, Kept: kept}
 }

@@ -212,6 +212,9 @@ func (s *Stream) endRound() bool {
 	}
 	s.choices, s.finished = fresh, false
 	s.c.NewRound()
+	for _, n := range s.Kept() {
+		s.noticeText(0, s.choice(0), nil, n)
+	}
 	return true
 }
 
@@ -915,7 +918,12 @@ func (s *Stream) complete(choice int, ch *choiceState) {
 
 // notice writes the content delta that takes a blocked call's place.
 func (s *Stream) notice(choice int, ch *choiceState, p *pending, d vet.Decision) {
-	text := vet.Notice(d)
+	s.noticeText(choice, ch, p.tmpl, vet.Notice(d))
+}
+
+// noticeText writes a content delta with a notice, in the shape of the chunk tmpl (the call's first event;
+// nil for the first round's id and created alone).
+func (s *Stream) noticeText(choice int, ch *choiceState, tmpl []byte, text string) {
 	if ch.text {
 		text = "\n" + text
 	}
@@ -923,9 +931,12 @@ func (s *Stream) notice(choice int, ch *choiceState, p *pending, d vet.Decision)
 	c := []byte(`{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":null}`)
 	c, _ = sjson.SetBytes(c, pathIndex, choice)
 	c, _ = sjson.SetBytes(c, pathDelta+"."+pathContent, text)
-	tmpl := p.tmpl
 	if len(tmpl) == 0 {
-		tmpl = []byte(`{}`)
+		tmpl = []byte(`{"object":"chat.completion.chunk"}`)
+		if s.firstID != nil {
+			tmpl, _ = sjson.SetRawBytes(tmpl, pathID, s.firstID)
+			tmpl, _ = sjson.SetRawBytes(tmpl, "created", s.firstCreated)
+		}
 	}
 	out, _ := sjson.SetRawBytes(tmpl, pathChoices, append(append([]byte{'['}, c...), ']'))
 	if u := gjson.GetBytes(out, "usage"); u.Exists() && u.Type != gjson.Null {

@@ -161,11 +161,16 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 // call of it was blocked and can be answered; nil otherwise. What the client keeps of it is its other blocks.
 func continuation(c *vet.Checker, content gjson.Result, blocks []gjson.Result, calls []*vet.Call, ds []vet.Decision, drop map[int]bool) *relay.Continuation {
 	t := relay.Turn{Raw: []byte(content.Raw)}
+	var held []string
 	for i, call := range calls {
 		if !relay.Answerable(c, call, ds[i]) {
 			return nil
 		}
-		t.Calls = append(t.Calls, relay.Answer(call, ds[i], false))
+		a := relay.Answer(call, ds[i], false)
+		t.Calls = append(t.Calls, a)
+		if a.Notice != "" {
+			held = append(held, string(textBlock(a.Notice)))
+		}
 	}
 	var kept []string
 	for i, b := range blocks {
@@ -173,7 +178,7 @@ func continuation(c *vet.Checker, content gjson.Result, blocks []gjson.Result, c
 			kept = append(kept, b.Raw)
 		}
 	}
-	return &relay.Continuation{Turn: t, Kept: relay.JoinArray(kept)}
+	return &relay.Continuation{Turn: t, Kept: relay.JoinArray(append(kept, held...))}
 }
 
 // keptInfo describes a vetted message's content.

@@ -202,6 +202,10 @@ func (s *Stream) event(ev sse.Event) {
 		}
 		if s.Continuing() && s.EndRound(relay.Turn{Raw: s.turn.content()}) {
 			s.nextRound()
+			for _, n := range s.Kept() { // the held calls' notices, with their codes: the client must see them
+				s.notice(s.nextOut, n)
+				s.nextOut++
+			}
 			return
 		}
 		s.finished = true

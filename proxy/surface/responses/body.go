@@ -178,12 +178,17 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 // keeps of it is its other items (without the reasoning right before a refused call).
 func continuation(c *vet.Checker, body []byte, output gjson.Result, items []gjson.Result, calls []*vet.Call, at []int, ds []vet.Decision, drop map[int]bool) *relay.Continuation {
 	t := relay.Turn{Raw: []byte(output.Raw), ResponseID: gjson.GetBytes(body, pathID).String()}
+	var held []string
 	for i, call := range calls {
 		typ := items[at[i]].Get(pathType).Str
 		if !relay.Answerable(c, call, ds[i]) || typ != typeFunction && typ != typeCustomTool {
 			return nil
 		}
-		t.Calls = append(t.Calls, relay.Answer(call, ds[i], typ == typeCustomTool))
+		a := relay.Answer(call, ds[i], typ == typeCustomTool)
+		t.Calls = append(t.Calls, a)
+		if a.Notice != "" {
+			held = append(held, string(noticeItem(newNoticeID(), a.Notice, true)))
+		}
 	}
 	var kept []string
 	for i, it := range items {
@@ -191,7 +196,7 @@ func continuation(c *vet.Checker, body []byte, output gjson.Result, items []gjso
 			kept = append(kept, it.Raw)
 		}
 	}
-	return &relay.Continuation{Turn: t, Kept: relay.JoinArray(kept)}
+	return &relay.Continuation{Turn: t, Kept: relay.JoinArray(append(kept, held...))}
 }
 
 // dropLeads adds to drop the reasoning items right before each item in it: a stateless client replays the

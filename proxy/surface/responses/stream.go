@@ -603,6 +603,12 @@ func (s *Stream) continueRound(data, out []byte) bool {
 	s.refusedNotice, s.sawID = nil, false
 	s.nextOut, s.shift, s.last = s.rollback.nextOut, s.rollback.shift, s.rollback.last
 	s.c.NewRound()
+	for _, n := range s.Kept() { // the held calls' notices, with their codes: the client must see them
+		p := &pending{}
+		s.notice(p, s.nextOut, n)
+		s.nextOut++
+		s.kept = append(s.kept, string(p.notice))
+	}
 	return true
 }
 
