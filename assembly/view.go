@@ -43,10 +43,12 @@ type Body struct {
 	others     [16]string // room for the Others of the first field read, in most conversations
 }
 
-// member is one member of an object: its key, unescaped, and its value as gjson.Get would give it.
+// member is one member of an object: its key, unescaped, its value as gjson.Get would give it, and where
+// the member starts (its key's opening quote).
 type member struct {
-	key string
-	val gjson.Result
+	key   string
+	val   gjson.Result
+	start int
 }
 
 // NewBody locates raw's top-level members. raw must not be written to while the Body is in use.
@@ -84,7 +86,7 @@ func appendMembers(out []member, s string, ms []jsoncheck.Member) []member {
 		}
 		v := gjson.Parse(s[m.ValueStart:m.ValueEnd])
 		v.Index = m.ValueStart
-		out = append(out, member{key: k, val: v})
+		out = append(out, member{key: k, val: v, start: m.KeyStart - 1})
 	}
 	return out
 }
@@ -133,20 +135,6 @@ func (b *Body) extension(ext gjson.Result, f func(k string, v gjson.Result) bool
 	}
 }
 
-// WithoutContext is a copy of the body in which the value of its first promptgate member is replaced by 0, or
-// the body itself when it has none. The rewrites read and edit other members only and cut the promptgate
-// member whole (key, value and a comma, found from the key and the value's ends), so on this copy they give
-// the bytes they give on the body, without reading or copying the runtime context once per edit.
-func (b *Body) WithoutContext() []byte {
-	ext := b.Get(PathExtension)
-	if !ext.Exists() || ext.Index <= 0 {
-		return b.raw
-	}
-	out := make([]byte, 0, len(b.raw)-len(ext.Raw)+1)
-	out = append(append(out, b.raw[:ext.Index]...), '0')
-	return append(out, b.raw[ext.Index+len(ext.Raw):]...)
-}
-
 // object walks the object whose '{' is s[i], appends its members to out, and returns the offset after its
 // '}'. Each value is read by valueAt, but for the first "promptgate" member of the top level (top), whose
 // members are walked in turn into b.ext. ok is false where the walk cannot follow the body, which is never
@@ -165,6 +153,7 @@ func (b *Body) object(s string, i int, out *[]member, top bool) (end int, ok boo
 		if k.Type != gjson.String {
 			return i, false
 		}
+		start := i
 		i = skipWS(s, i+len(k.Raw))
 		if i >= len(s) || s[i] != ':' {
 			return i, false
@@ -184,7 +173,7 @@ func (b *Body) object(s string, i int, out *[]member, top bool) (end int, ok boo
 			return i, false
 		}
 		extSeen = extSeen || (top && k.Str == PathExtension)
-		*out = append(*out, member{key: k.Str, val: v})
+		*out = append(*out, member{key: k.Str, val: v, start: start})
 		if i = skipWS(s, i+len(v.Raw)); i >= len(s) {
 			return i, false
 		}

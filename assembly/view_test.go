@@ -92,12 +92,12 @@ func FuzzMembers(f *testing.F) {
 		ext := Get(body, PathExtension)
 		var got, want []member
 		b.extension(ext, func(k string, v gjson.Result) bool {
-			got = append(got, member{k, v})
+			got = append(got, member{key: k, val: v})
 			return true
 		})
 		if ext.IsObject() {
 			ext.ForEach(func(k, v gjson.Result) bool {
-				want = append(want, member{k.Str, v})
+				want = append(want, member{key: k.Str, val: v})
 				return true
 			})
 		}

@@ -7,7 +7,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/policy"
 )
@@ -66,31 +65,6 @@ func NameSet(tools []policy.Tool) map[string]bool {
 	return s
 }
 
-// FilterTools keeps, in the array at path, the entries whose name is kept (KeptTools). An array left empty is
-// removed together with deps (tool_choice), which the APIs only accept alongside tools.
-func FilterTools(body []byte, path string, kept []policy.Tool, name func(gjson.Result) (n string, shared bool), deps ...string) ([]byte, error) {
-	arr := Get(body, path)
-	if !arr.IsArray() {
-		return body, nil
-	}
-	b, n := KeptTools(arr, kept, name)
-	var err error
-	if n > 0 {
-		if body, err = sjson.SetRawBytes(body, path, b); err != nil {
-			return nil, fmt.Errorf("assembly: filter tools: %w", err)
-		}
-		return body, nil
-	}
-	for _, p := range append([]string{path}, deps...) {
-		if Get(body, p).Exists() {
-			if body, err = sjson.DeleteBytes(body, p); err != nil {
-				return nil, fmt.Errorf("assembly: filter tools: %w", err)
-			}
-		}
-	}
-	return body, nil
-}
-
 // KeptTools is the tools array arr with only the entries whose name is kept: the first entry of each name,
 // and every entry of a name whose first entry is shared (several entries of one built-in tool type); n is
 // how many it holds.
@@ -120,17 +94,6 @@ func KeptTools(arr gjson.Result, kept []policy.Tool, name func(gjson.Result) (n 
 	return b.Bytes(), n
 }
 
-// RemoveExtension deletes the top-level promptgate field, if any.
-func RemoveExtension(body []byte) ([]byte, error) {
-	if !Get(body, PathExtension).Exists() {
-		return body, nil
-	}
-	out, err := sjson.DeleteBytes(body, PathExtension)
-	if err != nil {
-		return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
-	}
-	return out, nil
-}
 func RawOrNil(r gjson.Result) []byte {
 	if !r.Exists() || r.Type == gjson.Null {
 		return nil

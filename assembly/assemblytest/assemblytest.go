@@ -6,9 +6,12 @@ package assemblytest
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
@@ -120,48 +123,47 @@ func RewriteSeeds() [][]byte {
 	}
 }
 
-// Rewriters are a surface's three request rewrites: the one the proxy calls, the one-copy splice and the
-// edit-by-edit reference it falls back to.
-type Rewriters struct {
-	Rewrite func(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error)
-	Spliced func(b *assembly.Body, p *assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool)
-	Edits   func(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error)
-}
-
-// SameAsEdits runs body through r.Rewrite (on a Body walked, and on one made from the validation's record,
-// as the pipeline makes it), r.Spliced alone and r.Edits (on the body without its runtime context, as
-// Rewrite falls back to it, and on the body itself), and fails unless all that answer give the same bytes,
-// or the same error. spliced tells whether Rewrite's answer is the splice's.
-func SameAsEdits(t *testing.T, r Rewriters, body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) (out []byte, spliced bool) {
+// SameAsReference runs body through rewrite (on a Body walked, and on one made from the validation's record,
+// as the pipeline makes it) and through reference, the same rewrite made edit by edit with sjson (a test's
+// own, from before the one executor: the behaviour rewrite keeps), and fails unless all three give the same
+// document — the same top-level members in the same order, each with the same value — or the same error.
+// Only the white space between members may differ.
+func SameAsReference(t *testing.T, rewrite func(*assembly.Body, assembly.Prompt, []policy.Tool, bool) ([]byte, error),
+	reference func([]byte, assembly.Prompt, []policy.Tool, bool) ([]byte, error), body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) []byte {
 	t.Helper()
-	out, err := r.Rewrite(assembly.NewBody(body), p, kept, removed)
-	ref, refErr := r.Edits(assembly.NewBody(body).WithoutContext(), p, kept, removed)
-	raw, rawErr := r.Edits(body, p, kept, removed)
-	if errText(err) != errText(refErr) || errText(rawErr) != errText(refErr) {
-		t.Fatalf("%s: errors differ: rewrite %v, edit by edit %v, on the whole body %v", body, err, refErr, rawErr)
+	out, err := rewrite(assembly.NewBody(body), p, kept, removed)
+	ref, refErr := reference(body, p, kept, removed)
+	if errText(err) != errText(refErr) {
+		t.Fatalf("%s: errors differ: rewrite %v, reference %v", body, err, refErr)
 	}
-	if !bytes.Equal(out, ref) || !bytes.Equal(raw, ref) {
-		t.Fatalf("%s: bodies differ:\n rewrite      %s\n edit by edit %s\n whole body   %s", body, out, ref, raw)
+	if err != nil {
+		return nil
+	}
+	if Members(out) != Members(ref) {
+		t.Fatalf("%s: documents differ:\n rewrite   %s\n reference %s", body, out, ref)
 	}
 	var m jsoncheck.Members
 	if jsoncheck.ObjectMembers(body, jsoncheck.Limits{}, assembly.PathExtension, &m) == nil {
-		of, err := r.Rewrite(assembly.NewBodyOf(body, &m), p, kept, removed)
-		if errText(err) != errText(refErr) || !bytes.Equal(of, ref) {
-			t.Fatalf("%s: on the validation's record: %v\n rewrite      %s\n edit by edit %s", body, err, of, ref)
+		of, err := rewrite(assembly.NewBodyOf(body, &m), p, kept, removed)
+		if err != nil || !bytes.Equal(of, out) {
+			t.Fatalf("%s: on the validation's record: %v\n %s\n %s", body, err, of, out)
 		}
 	}
-	marked := p.DatamarkToolOutput
-	if marked { // the splice does not datamark: it must give the bytes of the edits without it
-		p.DatamarkToolOutput = false
-		if ref, refErr = r.Edits(assembly.NewBody(body).WithoutContext(), p, kept, removed); refErr != nil {
-			return out, false
-		}
+	if jsoncheck.Object(out, jsoncheck.Limits{MaxDepth: 1000}) != nil {
+		t.Fatalf("%s: the rewrite is not one valid object: %s", body, out)
 	}
-	sp, spliced := r.Spliced(assembly.NewBody(body), &p, kept, removed)
-	if spliced && !bytes.Equal(sp, ref) {
-		t.Fatalf("%s: the splice differs from the edits:\n splice       %s\n edit by edit %s", body, sp, ref)
-	}
-	return out, spliced && !marked
+	return out
+}
+
+// Members lists a JSON object's top-level members in order, each key with its value's raw text, for
+// comparing two documents regardless of the white space between members.
+func Members(body []byte) string {
+	var b strings.Builder
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		b.WriteString(k.Raw + "=" + v.Raw + "\x00")
+		return true
+	})
+	return b.String()
 }
 
 func errText(err error) string {
@@ -169,4 +171,42 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// FilterTools is the reference rewrites' filter of a tools array, edit by edit with sjson: it keeps, in the
+// array at path, the entries whose name is kept (assembly.KeptTools). An array left empty is
+// removed together with deps (tool_choice), which the APIs only accept alongside tools.
+func FilterTools(body []byte, path string, kept []policy.Tool, name func(gjson.Result) (n string, shared bool), deps ...string) ([]byte, error) {
+	arr := assembly.Get(body, path)
+	if !arr.IsArray() {
+		return body, nil
+	}
+	b, n := assembly.KeptTools(arr, kept, name)
+	var err error
+	if n > 0 {
+		if body, err = sjson.SetRawBytes(body, path, b); err != nil {
+			return nil, fmt.Errorf("assembly: filter tools: %w", err)
+		}
+		return body, nil
+	}
+	for _, p := range append([]string{path}, deps...) {
+		if assembly.Get(body, p).Exists() {
+			if body, err = sjson.DeleteBytes(body, p); err != nil {
+				return nil, fmt.Errorf("assembly: filter tools: %w", err)
+			}
+		}
+	}
+	return body, nil
+}
+
+// RemoveExtension is the reference rewrites' removal of the top-level promptgate field, if any.
+func RemoveExtension(body []byte) ([]byte, error) {
+	if !assembly.Get(body, assembly.PathExtension).Exists() {
+		return body, nil
+	}
+	out, err := sjson.DeleteBytes(body, assembly.PathExtension)
+	if err != nil {
+		return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
+	}
+	return out, nil
 }

@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
@@ -211,27 +210,35 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 
 // rewrite returns the upstream body: messages replaced by the layered system message (plus the context
 // message in the structured channel) and the client's non-system messages in order; tools and functions
-// filtered to the kept ones; the promptgate field removed. Every other byte stays as the client sent it.
-//
-// The edits are spliced into one new body in one pass (the bytes are those sjson would give, edit by edit:
-// see rewriteChatEdits); only a filter that empties an array takes the edit-by-edit path.
+// filtered to the kept ones; the promptgate field removed. Every other byte stays as the client sent it: the
+// edits are made by one executor (Body.Apply), in one new body.
 //
 // web_search_options reaches the upstream only where ToolWebSearch is kept, whether or not removedAny says a
 // tool was removed: the upstream's web search never passes by default.
 func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	body := b.Raw()
-	m := [5]gjson.Result{b.Get(reqMessages), b.Get(reqTools), b.Get(reqFunctions), b.Get(assembly.PathExtension), b.Get(reqWebSearchOptions)}
 	roles, err := b.Roles(reqMessages)
 	if err != nil {
 		return nil, err
 	}
-	out, ok := rewriteChatSpliced(body, m, roles.Others, p, kept, removedAny)
-	if !ok {
-		var msgs bytes.Buffer
-		writeMessages(&msgs, roles.Others, p)
-		if out, err = rewriteChatEdits(body, msgs.Bytes(), kept, removedAny); err != nil {
-			return nil, err
-		}
+	msgs := b.Get(reqMessages)
+	edits := make([]assembly.MemberEdit, 0, 6)
+	edits = append(edits, assembly.MemberEdit{Key: reqMessages,
+		Size: len(msgs.Raw) + p.SystemJSONSize() + len(p.ContextMessage) + len(p.ContextMessage)/8 + 128,
+		Write: func(dst []byte) []byte {
+			out := bytes.NewBuffer(dst)
+			writeMessages(out, roles.Others, p)
+			return out.Bytes()
+		}})
+	if removedAny {
+		edits = append(edits, toolEdits(b, kept)...)
+	}
+	if b.Get(reqWebSearchOptions).IsObject() && !assembly.NameSet(kept)[ToolWebSearch] {
+		edits = append(edits, assembly.MemberEdit{Key: reqWebSearchOptions, Delete: true})
+	}
+	edits = append(edits, assembly.MemberEdit{Key: assembly.PathExtension, Delete: true})
+	out, err := b.Apply(edits)
+	if err != nil {
+		return nil, fmt.Errorf("chat: rewrite: %w", err)
 	}
 	if p.DatamarkToolOutput {
 		return datamark(out)
@@ -257,158 +264,50 @@ func writeMessages(b *bytes.Buffer, others []string, p assembly.Prompt) {
 	b.WriteByte(']')
 }
 
-// rewriteChatEdits applies the edits of rewrite one after the other with sjson, each copying the body.
-func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	out, err := sjson.SetRawBytes(body, reqMessages, msgs)
-	if err != nil {
-		return nil, fmt.Errorf("assembly: set messages: %w", err)
-	}
-	if removedAny {
-		if out, err = filterToolArrays(out, kept); err != nil {
-			return nil, err
-		}
-	}
-	if assembly.Get(out, reqWebSearchOptions).IsObject() && !assembly.NameSet(kept)[ToolWebSearch] {
-		if out, err = sjson.DeleteBytes(out, reqWebSearchOptions); err != nil {
-			return nil, fmt.Errorf("assembly: remove web_search_options: %w", err)
-		}
-	}
-	if assembly.Get(out, assembly.PathExtension).Exists() {
-		if out, err = sjson.DeleteBytes(out, assembly.PathExtension); err != nil {
-			return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
-		}
-	}
-	return out, nil
-}
-
-// rewriteChatSpliced makes the edits of rewriteChatEdits in one copy of the body: each top-level value is
-// replaced where sjson would replace it, and the promptgate member (and a web_search_options that goes) is cut
-// where sjson would cut it; two cuts that touch make the edits overlap, which falls back to rewriteChatEdits. ok is
-// false when an edit is not a plain splice (messages absent, a tool array filtered to nothing), for
-// rewriteChatEdits to do.
-func rewriteChatSpliced(body []byte, m [5]gjson.Result, others []string, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
-	msgsAt, ext, search := m[0], m[3], m[4]
-	if msgsAt.Index <= 0 {
-		return nil, false
-	}
-	edits := make([]assembly.Splice, 0, 5)
-	// The messages are written straight into the new body; room for the prompts and a little escaping.
-	msgsSize := len(msgsAt.Raw) + p.SystemJSONSize() + len(p.ContextMessage) + len(p.ContextMessage)/8 + 128
-	edits = append(edits, assembly.Splice{From: msgsAt.Index, To: msgsAt.Index + len(msgsAt.Raw), Own: 1})
-	if removedAny {
-		keptSet := make(map[string]bool, len(kept))
-		for _, t := range kept {
-			keptSet[t.Name] = true
-		}
-		used := map[string]bool{}
-		for _, a := range []struct {
-			arr  gjson.Result
-			name func(gjson.Result) string
-		}{
-			{m[1], chatToolName},
-			{m[2], func(v gjson.Result) string { return v.Get("name").String() }},
-		} {
-			arr := a.arr
-			if !arr.IsArray() {
-				continue
-			}
-			if arr.Index <= 0 {
-				return nil, false
-			}
-			var b bytes.Buffer
-			b.Grow(len(arr.Raw))
-			b.WriteByte('[')
-			n := 0
-			arr.ForEach(func(_, v gjson.Result) bool {
-				nm := a.name(v)
-				if keptSet[nm] && !used[nm] {
-					used[nm] = true
-					if n > 0 {
-						b.WriteByte(',')
-					}
-					b.WriteString(v.Raw)
-					n++
-				}
-				return true
-			})
-			if n == 0 {
-				return nil, false // the array goes, with its companions: edit by edit
-			}
-			b.WriteByte(']')
-			edits = append(edits, assembly.Splice{From: arr.Index, To: arr.Index + len(arr.Raw), With: b.Bytes()})
-		}
-	}
-	var dels []gjson.Result
-	if ext.Exists() {
-		dels = append(dels, ext)
-	}
-	if search.IsObject() && !assembly.NameSet(kept)[ToolWebSearch] {
-		dels = append(dels, search)
-	}
-	for _, del := range dels {
-		e, ok := assembly.Deletion(body, del, false)
-		if !ok {
-			return nil, false
-		}
-		edits = append(edits, e)
-	}
-	// overlapping edits cannot happen on distinct members; Spliced refuses them, to be safe
-	return assembly.Spliced(body, edits, msgsSize, func(dst []byte, _ assembly.Splice) []byte {
-		out := bytes.NewBuffer(dst)
-		writeMessages(out, others, p)
-		return out.Bytes()
-	})
-}
-
-// filterToolArrays keeps, in "tools" and "functions", the first entry of each kept name. An array left
-// empty is removed together with tool_choice / function_call and parallel_tool_calls, which the API only
-// accepts alongside tools.
-func filterToolArrays(body []byte, kept []policy.Tool) ([]byte, error) {
-	keptSet := make(map[string]bool, len(kept))
-	for _, t := range kept {
-		keptSet[t.Name] = true
-	}
+// toolEdits keeps, in "tools" and "functions", the first entry of each kept name (a name kept in both
+// arrays stays in the first). An array left empty goes, with tool_choice and parallel_tool_calls or with
+// function_call, which the API only accepts alongside it.
+func toolEdits(b *assembly.Body, kept []policy.Tool) []assembly.MemberEdit {
+	keptSet := assembly.NameSet(kept)
 	used := map[string]bool{}
-	var err error
-	filter := func(path string, name func(gjson.Result) string, deps ...string) {
-		arr := assembly.Get(body, path)
-		if err != nil || !arr.IsArray() {
-			return
+	var edits []assembly.MemberEdit
+	for _, a := range []struct {
+		key  string
+		name func(gjson.Result) string
+		deps []string
+	}{
+		{reqTools, chatToolName, []string{reqToolChoice, reqParallelCalls}},
+		{reqFunctions, func(v gjson.Result) string { return v.Get("name").String() }, []string{reqFunctionCall}},
+	} {
+		arr := b.Get(a.key)
+		if !arr.IsArray() {
+			continue
 		}
-		var b bytes.Buffer
-		b.WriteByte('[')
+		var out bytes.Buffer
+		out.Grow(len(arr.Raw))
+		out.WriteByte('[')
 		n := 0
 		arr.ForEach(func(_, v gjson.Result) bool {
-			nm := name(v)
-			if keptSet[nm] && !used[nm] {
+			if nm := a.name(v); keptSet[nm] && !used[nm] {
 				used[nm] = true
 				if n > 0 {
-					b.WriteByte(',')
+					out.WriteByte(',')
 				}
-				b.WriteString(v.Raw)
+				out.WriteString(v.Raw)
 				n++
 			}
 			return true
 		})
-		b.WriteByte(']')
-		if n == 0 {
-			for _, p := range append([]string{path}, deps...) {
-				if assembly.Get(body, p).Exists() {
-					if body, err = sjson.DeleteBytes(body, p); err != nil {
-						return
-					}
-				}
-			}
-			return
+		out.WriteByte(']')
+		if n > 0 {
+			edits = append(edits, assembly.MemberEdit{Key: a.key, Raw: out.Bytes()})
+			continue
 		}
-		body, err = sjson.SetRawBytes(body, path, b.Bytes())
+		for _, k := range append([]string{a.key}, a.deps...) {
+			edits = append(edits, assembly.MemberEdit{Key: k, Delete: true})
+		}
 	}
-	filter(reqTools, func(v gjson.Result) string { return chatTool(v).Name }, reqToolChoice, reqParallelCalls)
-	filter(reqFunctions, func(v gjson.Result) string { return v.Get("name").String() }, reqFunctionCall)
-	if err != nil {
-		return nil, fmt.Errorf("assembly: filter tools: %w", err)
-	}
-	return body, nil
+	return edits
 }
 
 // datamark datamarks the content of every message with role "tool" or "function" of a chat body.

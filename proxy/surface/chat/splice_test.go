@@ -2,17 +2,20 @@ package chat
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/assembly/assemblytest"
 	"github.com/promptgate/promptgate/policy"
 )
 
-// rewriteChatReference is RewriteChat made edit by edit with sjson, as it was before the one-pass splice:
-// the bytes RewriteChat must keep giving.
+// rewriteChatReference is the rewrite made edit by edit with sjson, as it was before the one executor: the
+// document the executor must keep giving.
 func rewriteChatReference(t testing.TB, body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) []byte {
 	t.Helper()
 	var msgs bytes.Buffer
@@ -41,9 +44,9 @@ func rewriteChatReference(t testing.TB, body []byte, p assembly.Prompt, kept []p
 	return out
 }
 
-// TestRewriteChatSpliceSameBytes checks that the one-pass rewrite gives the very bytes of the edit-by-edit
-// one, whatever the members' order, the whitespace around them, and which tools go.
-func TestRewriteChatSpliceSameBytes(t *testing.T) {
+// TestRewriteChatSameAsReference checks that the executor gives the document of the edit-by-edit rewrite,
+// whatever the members' order, the whitespace around them, and which tools go.
+func TestRewriteChatSameAsReference(t *testing.T) {
 	members := map[string]string{
 		"model":              `"gpt-4o-mini"`,
 		"messages":           `[{"role":"system","content":"be kind"},{"role":"user","content":"hi"} , {"role":"developer","content":"x"},{"role":"assistant","content":"yo"}]`,
@@ -105,7 +108,7 @@ func TestRewriteChatSpliceSameBytes(t *testing.T) {
 						if err != nil {
 							t.Fatalf("%s: %v", body, err)
 						}
-						if want := rewriteChatReference(t, body, p, kept, removed); !bytes.Equal(got, want) {
+						if want := rewriteChatReference(t, body, p, kept, removed); assemblytest.Members(got) != assemblytest.Members(want) {
 							t.Fatalf("%s, kept %v, removed %v:\n got %s\nwant %s", body, kept, removed, got, want)
 						}
 						n++
@@ -117,8 +120,8 @@ func TestRewriteChatSpliceSameBytes(t *testing.T) {
 	t.Logf("%d cases", n)
 }
 
-// TestDeleteTailItemEscapedKey covers the back-search over a key with escaped quotes, as sjson does it.
-func TestDeleteTailItemEscapedKey(t *testing.T) {
+// TestRewriteChatEscapedKeys covers members whose keys hold escaped quotes, and a null promptgate.
+func TestRewriteChatEscapedKeys(t *testing.T) {
 	for _, body := range []string{
 		`{"a\"b":1,"promptgate":{},"messages":[]}`,
 		`{"a":"x\",\"y","promptgate" :{"user":"u"} ,"messages":[]}`,
@@ -129,8 +132,84 @@ func TestDeleteTailItemEscapedKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := rewriteChatReference(t, []byte(body), p, nil, false); !bytes.Equal(got, want) {
+		if want := rewriteChatReference(t, []byte(body), p, nil, false); assemblytest.Members(got) != assemblytest.Members(want) {
 			t.Errorf("%s:\n got %s\nwant %s", body, got, want)
 		}
 	}
+}
+
+// rewriteChatEdits is the rewrite made edit by edit with sjson, each edit copying the body, as it was before
+// the one executor: the reference the executor's documents must equal.
+func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	out, err := sjson.SetRawBytes(body, reqMessages, msgs)
+	if err != nil {
+		return nil, fmt.Errorf("assembly: set messages: %w", err)
+	}
+	if removedAny {
+		if out, err = filterToolArrays(out, kept); err != nil {
+			return nil, err
+		}
+	}
+	if assembly.Get(out, reqWebSearchOptions).IsObject() && !assembly.NameSet(kept)[ToolWebSearch] {
+		if out, err = sjson.DeleteBytes(out, reqWebSearchOptions); err != nil {
+			return nil, fmt.Errorf("assembly: remove web_search_options: %w", err)
+		}
+	}
+	if assembly.Get(out, assembly.PathExtension).Exists() {
+		if out, err = sjson.DeleteBytes(out, assembly.PathExtension); err != nil {
+			return nil, fmt.Errorf("assembly: remove promptgate field: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// filterToolArrays keeps, in "tools" and "functions", the first entry of each kept name. An array left
+// empty is removed together with tool_choice / function_call and parallel_tool_calls, which the API only
+// accepts alongside tools.
+func filterToolArrays(body []byte, kept []policy.Tool) ([]byte, error) {
+	keptSet := make(map[string]bool, len(kept))
+	for _, t := range kept {
+		keptSet[t.Name] = true
+	}
+	used := map[string]bool{}
+	var err error
+	filter := func(path string, name func(gjson.Result) string, deps ...string) {
+		arr := assembly.Get(body, path)
+		if err != nil || !arr.IsArray() {
+			return
+		}
+		var b bytes.Buffer
+		b.WriteByte('[')
+		n := 0
+		arr.ForEach(func(_, v gjson.Result) bool {
+			nm := name(v)
+			if keptSet[nm] && !used[nm] {
+				used[nm] = true
+				if n > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString(v.Raw)
+				n++
+			}
+			return true
+		})
+		b.WriteByte(']')
+		if n == 0 {
+			for _, p := range append([]string{path}, deps...) {
+				if assembly.Get(body, p).Exists() {
+					if body, err = sjson.DeleteBytes(body, p); err != nil {
+						return
+					}
+				}
+			}
+			return
+		}
+		body, err = sjson.SetRawBytes(body, path, b.Bytes())
+	}
+	filter(reqTools, func(v gjson.Result) string { return chatTool(v).Name }, reqToolChoice, reqParallelCalls)
+	filter(reqFunctions, func(v gjson.Result) string { return v.Get("name").String() }, reqFunctionCall)
+	if err != nil {
+		return nil, fmt.Errorf("assembly: filter tools: %w", err)
+	}
+	return body, nil
 }

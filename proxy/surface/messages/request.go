@@ -1,14 +1,12 @@
 package messages
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
@@ -240,64 +238,31 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 // and the context block; tools filtered to the kept ones; the promptgate field removed. Messages and every
 // other byte stay as the client sent them.
 //
-// The edits are spliced into one copy of the body (rewriteSpliced); what the splice leaves (datamarking, a
-// tools array filtered to nothing, ...) is made edit by edit, on the body without its runtime context
-// (rewriteEdits). Both give the same bytes.
+// The edits are made by one executor (Body.Apply), in one new body. The MCP connector (mcp_servers) reaches
+// the upstream only where ToolMCP is kept (checked whether or not a removal was reported: it must never pass
+// by default).
 func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	if !p.DatamarkToolOutput {
-		if out, ok := rewriteSpliced(b, &p, kept, removedAny); ok {
-			return out, nil
-		}
-	}
-	return rewriteEdits(b.WithoutContext(), p, kept, removedAny)
-}
-
-// rewriteSpliced makes the edits of rewriteEdits (datamarking aside) in one copy of the body: system
-// written where sjson would set it (in place, or appended before the closing brace), the kept tools spliced
-// over the tools array, mcp_servers and the promptgate member cut where sjson would cut them. ok is false
-// where that would not give rewriteEdits' bytes (the tools filtered to nothing, which takes tool_choice
-// along; edits that overlap; a member sjson would append otherwise), for rewriteEdits to do.
-func rewriteSpliced(b *assembly.Body, p *assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
-	body := b.Raw()
-	edits := make([]assembly.Splice, 0, 4)
-	set, appended, ok := assembly.SetSplice(body, b.Get(reqSystem), 1)
-	if !ok {
-		return nil, false
-	}
-	edits = append(edits, set)
-	if removedAny { // the tools are looked up only when some went
-		if arr := b.Get(reqTools); arr.IsArray() {
-			e, ok := assembly.ToolsSplice(arr, kept, toolName)
-			if !ok {
-				return nil, false // the array goes, with tool_choice: edit by edit
-			}
-			edits = append(edits, e)
-		}
-	}
-	dels := make([]gjson.Result, 0, 2)
-	if srv := b.Get(reqMCPServers); srv.IsArray() && len(srv.Array()) > 0 && !slices.ContainsFunc(kept, isMCP) {
-		dels = append(dels, srv)
-	}
-	if ext := b.Get(assembly.PathExtension); ext.Exists() {
-		dels = append(dels, ext)
-	}
-	for _, v := range dels {
-		e, ok := assembly.Deletion(body, v, appended)
-		if !ok {
-			return nil, false
-		}
-		edits = append(edits, e)
-	}
-	extra := len(`,"system":`) + p.SystemJSONSize()
+	edits := make([]assembly.MemberEdit, 0, 5)
+	size := p.SystemJSONSize()
 	if p.ContextMessage != "" {
-		extra += len(`[{"type":"text","text":},{"type":"text","text":}]`) + len(p.ContextMessage) + len(p.ContextMessage)/8 + 2
+		size += len(`[{"type":"text","text":},{"type":"text","text":}]`) + len(p.ContextMessage) + len(p.ContextMessage)/8 + 2
 	}
-	return assembly.Spliced(body, edits, extra, func(dst []byte, _ assembly.Splice) []byte {
-		if appended {
-			dst = append(dst, `,"system":`...)
-		}
-		return appendSystem(dst, p)
-	})
+	edits = append(edits, assembly.MemberEdit{Key: reqSystem, Size: size, Write: func(dst []byte) []byte { return appendSystem(dst, &p) }})
+	if removedAny { // the tools are looked up only when some went
+		edits = append(edits, assembly.ToolsEdits(b, reqTools, kept, toolName, reqToolChoice)...)
+	}
+	if srv := b.Get(reqMCPServers); srv.IsArray() && len(srv.Array()) > 0 && !slices.ContainsFunc(kept, isMCP) {
+		edits = append(edits, assembly.MemberEdit{Key: reqMCPServers, Delete: true})
+	}
+	edits = append(edits, assembly.MemberEdit{Key: assembly.PathExtension, Delete: true})
+	out, err := b.Apply(edits)
+	if err != nil {
+		return nil, fmt.Errorf("messages: rewrite: %w", err)
+	}
+	if p.DatamarkToolOutput {
+		return datamark(out)
+	}
+	return out, nil
 }
 
 // appendSystem appends the upstream system value: the layered prompt as a string, or, in the structured
@@ -314,7 +279,7 @@ func appendSystem(dst []byte, p *assembly.Prompt) []byte {
 }
 
 // toolName is the name a tools entry is governed by, and whether it is one of the shared mcp_toolset
-// entries (assembly.FilterTools).
+// entries (assembly.KeptTools).
 func toolName(v gjson.Result) (string, bool) {
 	t, mcp := messagesTool(v)
 	return t.Name, mcp
@@ -322,44 +287,6 @@ func toolName(v gjson.Result) (string, bool) {
 
 // isMCP reports whether t is the MCP connector.
 func isMCP(t policy.Tool) bool { return t.Name == ToolMCP }
-
-// rewriteEdits applies the edits of rewrite one after the other with sjson, each copying the body.
-func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	var sys []byte
-	if p.ContextMessage == "" {
-		sys = p.AppendSystemJSON(make([]byte, 0, p.SystemJSONSize()))
-	} else {
-		var b bytes.Buffer
-		b.WriteString(`[{"type":"text","text":`)
-		b.Write(p.AppendSystemJSON(b.AvailableBuffer()))
-		b.WriteString(`},{"type":"text","text":`)
-		b.Write(assembly.JSONString(p.ContextMessage))
-		b.WriteString(`}]`)
-		sys = b.Bytes()
-	}
-	out, err := sjson.SetRawBytes(body, reqSystem, sys)
-	if err != nil {
-		return nil, fmt.Errorf("assembly: set system: %w", err)
-	}
-	if removedAny {
-		if out, err = assembly.FilterTools(out, reqTools, kept, toolName, reqToolChoice); err != nil {
-			return nil, err
-		}
-	}
-	// The MCP connector reaches the upstream only where ToolMCP is kept (checked whether or not a removal was
-	// reported: it must never pass by default).
-	if srv := assembly.Get(out, reqMCPServers); srv.IsArray() && len(srv.Array()) > 0 && !assembly.NameSet(kept)[ToolMCP] {
-		if out, err = sjson.DeleteBytes(out, reqMCPServers); err != nil {
-			return nil, fmt.Errorf("assembly: remove mcp_servers: %w", err)
-		}
-	}
-	if p.DatamarkToolOutput {
-		if out, err = datamark(out); err != nil {
-			return nil, err
-		}
-	}
-	return assembly.RemoveExtension(out)
-}
 
 // datamark datamarks the content of every tool_result block of an Anthropic Messages body.
 func datamark(body []byte) ([]byte, error) {

@@ -38,7 +38,7 @@ func FuzzRewrite(f *testing.F) {
 				if structured {
 					p.ContextMessage = "=== RUNTIME CONTEXT ===\n{\"k\":\"v\\u2028\u2028\"}"
 				}
-				out, _ := sameAsEdits(t, body, p, kept, len(kept) < len(m.Tools))
+				out := sameAsEdits(t, body, p, kept, len(kept) < len(m.Tools))
 				sys := gjson.GetBytes(out, "system")
 				if structured {
 					sys = gjson.GetBytes(out, "system.0.text")

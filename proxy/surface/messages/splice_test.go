@@ -2,21 +2,64 @@ package messages
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/assembly/assemblytest"
 	"github.com/promptgate/promptgate/policy"
 )
 
-// sameAsEdits is assemblytest.SameAsEdits of this surface's rewrites.
-func sameAsEdits(t *testing.T, body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) (out []byte, spliced bool) {
+// sameAsEdits is assemblytest.SameAsReference of this surface's rewrite, against the edit-by-edit reference.
+func sameAsEdits(t *testing.T, body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) []byte {
 	t.Helper()
-	return assemblytest.SameAsEdits(t, assemblytest.Rewriters{Rewrite: rewrite, Spliced: rewriteSpliced, Edits: rewriteEdits}, body, p, kept, removed)
+	return assemblytest.SameAsReference(t, rewrite, rewriteEdits, body, p, kept, removed)
 }
+
+// rewriteEdits is the rewrite made edit by edit with sjson, each edit copying the body, as it was before the
+// one executor: the reference the executor's documents must equal.
+func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	var sys []byte
+	if p.ContextMessage == "" {
+		sys = p.AppendSystemJSON(make([]byte, 0, p.SystemJSONSize()))
+	} else {
+		var b bytes.Buffer
+		b.WriteString(`[{"type":"text","text":`)
+		b.Write(p.AppendSystemJSON(b.AvailableBuffer()))
+		b.WriteString(`},{"type":"text","text":`)
+		b.Write(assembly.JSONString(p.ContextMessage))
+		b.WriteString(`}]`)
+		sys = b.Bytes()
+	}
+	out, err := sjson.SetRawBytes(body, reqSystem, sys)
+	if err != nil {
+		return nil, fmt.Errorf("assembly: set system: %w", err)
+	}
+	if removedAny {
+		if out, err = assemblytest.FilterTools(out, reqTools, kept, toolName, reqToolChoice); err != nil {
+			return nil, err
+		}
+	}
+	// The MCP connector reaches the upstream only where ToolMCP is kept (checked whether or not a removal was
+	// reported: it must never pass by default).
+	if srv := assembly.Get(out, reqMCPServers); srv.IsArray() && len(srv.Array()) > 0 && !assembly.NameSet(kept)[ToolMCP] {
+		if out, err = sjson.DeleteBytes(out, reqMCPServers); err != nil {
+			return nil, fmt.Errorf("assembly: remove mcp_servers: %w", err)
+		}
+	}
+	if p.DatamarkToolOutput {
+		if out, err = datamark(out); err != nil {
+			return nil, err
+		}
+	}
+	return assemblytest.RemoveExtension(out)
+}
+
+
 
 // spliceSeeds are bodies for the splice: system absent or not, promptgate first, in the middle, last, with
 // mcp_servers and tools, whitespace and escapes around keys, the body wrapped in whitespace.
@@ -38,7 +81,7 @@ var spliceSeeds = []string{
 // TestRewriteSplicedFallbacks: the splice answers in the common case and leaves to the edit-by-edit rewrite
 // each case it does not make (datamarking, the tools filtered to nothing, edits that overlap, a member sjson
 // would append other than before the closing brace), and rewrite's bytes are the edits' every time.
-func TestRewriteSplicedFallbacks(t *testing.T) {
+func TestRewriteShapes(t *testing.T) {
 	t.Parallel()
 	f, g := policy.Tool{Name: "f"}, policy.Tool{Name: "g"}
 	structured := assembly.NewPrompt("=== SYSTEM CORE ===\n\"x\"")
@@ -51,27 +94,23 @@ func TestRewriteSplicedFallbacks(t *testing.T) {
 		p       assembly.Prompt
 		kept    []policy.Tool
 		removed bool
-		spliced bool
 	}{
-		{"system set, promptgate first", `{"promptgate":{"user":"u"},"system":"s","messages":[]}`, assembly.Prompt{}, nil, false, true},
-		{"system set, promptgate in the middle", `{"system":"s","promptgate":{},"messages":[]}`, structured, nil, false, true},
-		{"system set, promptgate last", `{"system":"s" , "messages":[] ,"promptgate" : {} }`, structured, nil, false, true},
-		{"system appended", `{"messages":[],"promptgate":{}}`, structured, nil, false, true},
-		{"tools filtered", `{"system":"s","messages":[],"tools":[{"name":"f"},{"name":"g"}],"tool_choice":{"type":"auto"}}`, assembly.Prompt{}, []policy.Tool{g}, true, true},
-		{"mcp_servers cut", `{"messages":[],"mcp_servers":[{"name":"a"}],"system":"s"}`, assembly.Prompt{}, []policy.Tool{f}, false, true},
-		{"mcp_servers kept", `{"messages":[],"mcp_servers":[{"name":"a"}],"system":"s"}`, assembly.Prompt{}, []policy.Tool{{Name: ToolMCP}}, false, true},
+		{"system set, promptgate first", `{"promptgate":{"user":"u"},"system":"s","messages":[]}`, assembly.Prompt{}, nil, false},
+		{"system set, promptgate in the middle", `{"system":"s","promptgate":{},"messages":[]}`, structured, nil, false},
+		{"system set, promptgate last", `{"system":"s" , "messages":[] ,"promptgate" : {} }`, structured, nil, false},
+		{"system appended", `{"messages":[],"promptgate":{}}`, structured, nil, false},
+		{"tools filtered", `{"system":"s","messages":[],"tools":[{"name":"f"},{"name":"g"}],"tool_choice":{"type":"auto"}}`, assembly.Prompt{}, []policy.Tool{g}, true},
+		{"mcp_servers cut", `{"messages":[],"mcp_servers":[{"name":"a"}],"system":"s"}`, assembly.Prompt{}, []policy.Tool{f}, false},
+		{"mcp_servers kept", `{"messages":[],"mcp_servers":[{"name":"a"}],"system":"s"}`, assembly.Prompt{}, []policy.Tool{{Name: ToolMCP}}, false},
 
-		{"datamarking", `{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"a b"}]}],"system":"s"}`, marked, nil, false, false},
-		{"tools filtered to nothing", `{"system":"s","messages":[],"tools":[{"name":"f"}],"tool_choice":{"type":"any"},"promptgate":{}}`, assembly.Prompt{}, nil, true, false},
-		{"cuts that overlap", `{"mcp_servers":[{"name":"a"}],"promptgate":{},"messages":[],"system":"s"}`, assembly.Prompt{}, nil, false, false},
-		{"system appended after whitespace", " {\"messages\":[],\"promptgate\":{}}\n", assembly.Prompt{}, nil, false, false},
-		{"system appended to an empty object", `{ }`, assembly.Prompt{}, nil, false, false},
-		{"system appended, promptgate the only member", `{"promptgate":{"user":"u"} }`, assembly.Prompt{}, nil, false, false},
+		{"datamarking", `{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"a b"}]}],"system":"s"}`, marked, nil, false},
+		{"tools filtered to nothing", `{"system":"s","messages":[],"tools":[{"name":"f"}],"tool_choice":{"type":"any"},"promptgate":{}}`, assembly.Prompt{}, nil, true},
+		{"cuts that overlap", `{"mcp_servers":[{"name":"a"}],"promptgate":{},"messages":[],"system":"s"}`, assembly.Prompt{}, nil, false},
+		{"system appended after whitespace", " {\"messages\":[],\"promptgate\":{}}\n", assembly.Prompt{}, nil, false},
+		{"system appended to an empty object", `{ }`, assembly.Prompt{}, nil, false},
+		{"system appended, promptgate the only member", `{"promptgate":{"user":"u"} }`, assembly.Prompt{}, nil, false},
 	} {
-		out, spliced := sameAsEdits(t, []byte(c.body), c.p, c.kept, c.removed)
-		if spliced != c.spliced {
-			t.Errorf("%s: spliced %v, want %v", c.name, spliced, c.spliced)
-		}
+		out := sameAsEdits(t, []byte(c.body), c.p, c.kept, c.removed)
 		if gjson.GetBytes(out, assembly.PathExtension).Exists() || !gjson.ValidBytes(out) || c.p.DatamarkToolOutput != bytes.Contains(out, []byte("aˆb")) {
 			t.Errorf("%s: %s", c.name, out)
 		}
@@ -80,7 +119,7 @@ func TestRewriteSplicedFallbacks(t *testing.T) {
 
 // TestRewriteSpliceSameBytes checks that rewrite gives the very bytes of the edit-by-edit rewrite, whatever
 // the members' order, the whitespace around them, which tools go, and the channel.
-func TestRewriteSpliceSameBytes(t *testing.T) {
+func TestRewriteSameAsReference(t *testing.T) {
 	t.Parallel()
 	members := map[string]string{
 		"model":       `"claude"`,
@@ -112,7 +151,7 @@ func TestRewriteSpliceSameBytes(t *testing.T) {
 	structured := assembly.NewPrompt("core")
 	structured.ContextMessage = "{\"ctx\":1}"
 	prompts := []assembly.Prompt{assembly.NewPrompt("=== SYSTEM CORE ===\n<b>&\"x\"\u2028"), structured}
-	n, spliced := 0, 0
+	n := 0
 	for _, order := range orders {
 		for _, s := range seps {
 			var b strings.Builder
@@ -127,14 +166,12 @@ func TestRewriteSpliceSameBytes(t *testing.T) {
 			for _, kept := range keptSets {
 				for _, removed := range []bool{false, true} {
 					for _, p := range prompts {
-						if _, ok := sameAsEdits(t, []byte(b.String()), p, kept, removed); ok {
-							spliced++
-						}
+						sameAsEdits(t, []byte(b.String()), p, kept, removed)
 						n++
 					}
 				}
 			}
 		}
 	}
-	t.Logf("%d cases, %d spliced", n, spliced)
+	t.Logf("%d cases", n)
 }

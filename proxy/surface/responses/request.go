@@ -1,12 +1,10 @@
 package responses
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
@@ -150,135 +148,61 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 // (previous_response_id), so a per-turn context item there would pile up in later turns. Callers build p
 // without the structured channel.
 //
-// The edits are spliced into one copy of the body (rewriteSpliced); what the splice leaves (datamarking, a
-// tools array filtered to nothing, ...) is made edit by edit, on the body without its runtime context
-// (rewriteEdits). Both give the same bytes.
+// The edits are made by one executor (Body.Apply), in one new body.
 func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	if !p.DatamarkToolOutput {
-		if out, ok := rewriteSpliced(b, &p, kept, removedAny); ok {
-			return out, nil
-		}
-	}
-	return rewriteEdits(b.WithoutContext(), p, kept, removedAny)
-}
-
-// The values rewriteSpliced writes straight into the new body (assembly.Splice.Own).
-const (
-	ownInstructions = iota + 1
-	ownInput
-)
-
-// rewriteSpliced makes the edits of rewriteEdits (datamarking aside) in one copy of the body: instructions
-// written where sjson would set them (in place, or appended before the closing brace), an input array that
-// loses system or developer items written again without them, the kept tools spliced over the tools array,
-// the promptgate member cut where sjson would cut it. ok is false where that would not give rewriteEdits'
-// bytes (the tools filtered to nothing, which takes tool_choice along; edits that overlap; a member sjson
-// would append otherwise), for rewriteEdits to do.
-func rewriteSpliced(b *assembly.Body, p *assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, bool) {
-	body := b.Raw()
-	edits := make([]assembly.Splice, 0, 4)
-	extra := len(`,"instructions":`) + p.SystemJSONSize()
-	set, appended, ok := assembly.SetSplice(body, b.Get(reqInstructions), ownInstructions)
-	if !ok {
-		return nil, false
-	}
-	edits = append(edits, set)
-	var others []string
+	edits := make([]assembly.MemberEdit, 0, 5)
+	edits = append(edits, assembly.MemberEdit{Key: reqInstructions, Size: p.SystemJSONSize(), Write: p.AppendSystemJSON})
 	if in := b.Get(reqInput); in.IsArray() {
-		roles, err := b.Roles(reqInput)
-		if err != nil || in.Index <= 0 {
-			return nil, false
-		}
-		if len(roles.Application) > 0 { // a system or developer item goes
-			others = roles.Others
-			edits = append(edits, assembly.Splice{From: in.Index, To: in.Index + len(in.Raw), Own: ownInput})
-			extra += len(in.Raw)
+		if others, dropped := inputOthers(b, in); dropped { // a system or developer item goes
+			edits = append(edits, assembly.MemberEdit{Key: reqInput, Size: len(in.Raw), Write: func(dst []byte) []byte {
+				dst = append(dst, '[')
+				for i, item := range others {
+					if i > 0 {
+						dst = append(dst, ',')
+					}
+					dst = append(dst, item...)
+				}
+				return append(dst, ']')
+			}})
 		}
 	}
 	if removedAny { // the tools are looked up only when some went
-		if arr := b.Get(reqTools); arr.IsArray() {
-			e, ok := assembly.ToolsSplice(arr, kept, toolName)
-			if !ok {
-				return nil, false // the array goes, with tool_choice: edit by edit
-			}
-			edits = append(edits, e)
-		}
+		edits = append(edits, assembly.ToolsEdits(b, reqTools, kept, toolName, reqToolChoice)...)
 	}
-	if ext := b.Get(assembly.PathExtension); ext.Exists() {
-		e, ok := assembly.Deletion(body, ext, appended)
-		if !ok {
-			return nil, false
-		}
-		edits = append(edits, e)
+	edits = append(edits, assembly.MemberEdit{Key: assembly.PathExtension, Delete: true})
+	out, err := b.Apply(edits)
+	if err != nil {
+		return nil, fmt.Errorf("responses: rewrite: %w", err)
 	}
-	return assembly.Spliced(body, edits, extra, func(dst []byte, e assembly.Splice) []byte {
-		if e.Own == ownInput {
-			dst = append(dst, '[')
-			for i, item := range others {
-				if i > 0 {
-					dst = append(dst, ',')
-				}
-				dst = append(dst, item...)
-			}
-			return append(dst, ']')
+	if p.DatamarkToolOutput {
+		return datamark(out)
+	}
+	return out, nil
+}
+
+// inputOthers are the input items other than system and developer messages, and whether any was left out:
+// the roles parse read (Body.Roles), else, for items it does not take, each item's role.
+func inputOthers(b *assembly.Body, in gjson.Result) (others []string, dropped bool) {
+	if roles, err := b.Roles(reqInput); err == nil {
+		return roles.Others, len(roles.Application) > 0
+	}
+	in.ForEach(func(_, item gjson.Result) bool {
+		switch item.Get("role").String() {
+		case "system", "developer":
+			dropped = true
+		default:
+			others = append(others, item.Raw)
 		}
-		if appended {
-			dst = append(dst, `,"instructions":`...)
-		}
-		return p.AppendSystemJSON(dst)
+		return true
 	})
+	return others, dropped
 }
 
 // toolName is the name a tools entry is governed by, and whether it is a built-in tool, whose entries of one
-// type are shared (assembly.FilterTools).
+// type are shared (assembly.KeptTools).
 func toolName(v gjson.Result) (string, bool) {
 	t, builtin := responsesTool(v)
 	return t.Name, builtin
-}
-
-// rewriteEdits applies the edits of rewrite one after the other with sjson, each copying the body.
-func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
-	// The layered prompt is escaped from its pieces straight into the value (no joined copy of it).
-	out, err := sjson.SetRawBytes(body, reqInstructions, p.AppendSystemJSON(make([]byte, 0, p.SystemJSONSize())))
-	if err != nil {
-		return nil, fmt.Errorf("assembly: set instructions: %w", err)
-	}
-	if in := assembly.Get(out, reqInput); in.IsArray() {
-		var items bytes.Buffer
-		items.Grow(len(in.Raw))
-		items.WriteByte('[')
-		n, dropped := 0, false
-		in.ForEach(func(_, item gjson.Result) bool {
-			switch item.Get("role").String() {
-			case "system", "developer":
-				dropped = true
-				return true
-			}
-			if n > 0 {
-				items.WriteByte(',')
-			}
-			items.WriteString(item.Raw)
-			n++
-			return true
-		})
-		items.WriteByte(']')
-		if dropped {
-			if out, err = sjson.SetRawBytes(out, reqInput, items.Bytes()); err != nil {
-				return nil, fmt.Errorf("assembly: set input: %w", err)
-			}
-		}
-	}
-	if removedAny {
-		if out, err = assembly.FilterTools(out, reqTools, kept, toolName, reqToolChoice); err != nil {
-			return nil, err
-		}
-	}
-	if p.DatamarkToolOutput {
-		if out, err = datamark(out); err != nil {
-			return nil, err
-		}
-	}
-	return assembly.RemoveExtension(out)
 }
 
 // datamark datamarks the output of every function_call_output and custom_tool_call_output input

@@ -34,7 +34,7 @@ func FuzzRewrite(f *testing.F) {
 		for _, kept := range keptVariants(r.Tools) {
 			_ = responsesToolChoice(body, kept)
 			p := assembly.Build(tmpl, assembly.Layers{Application: r.Application, Tools: kept, NativeTools: r.NativeTools}, assembly.DefaultSettings())
-			out, _ := sameAsEdits(t, body, p, kept, len(kept) < len(r.Tools))
+			out := sameAsEdits(t, body, p, kept, len(kept) < len(r.Tools))
 			if !gjson.ValidBytes(out) || gjson.GetBytes(out, assembly.PathExtension).Exists() || gjson.GetBytes(out, "instructions").String() != p.System() {
 				t.Fatalf("bad upstream body %s", out)
 			}

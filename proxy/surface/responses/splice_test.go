@@ -2,21 +2,71 @@ package responses
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/assembly/assemblytest"
 	"github.com/promptgate/promptgate/policy"
 )
 
-// sameAsEdits is assemblytest.SameAsEdits of this surface's rewrites.
-func sameAsEdits(t *testing.T, body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) (out []byte, spliced bool) {
+// sameAsEdits is assemblytest.SameAsReference of this surface's rewrite, against the edit-by-edit reference.
+func sameAsEdits(t *testing.T, body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) []byte {
 	t.Helper()
-	return assemblytest.SameAsEdits(t, assemblytest.Rewriters{Rewrite: rewrite, Spliced: rewriteSpliced, Edits: rewriteEdits}, body, p, kept, removed)
+	return assemblytest.SameAsReference(t, rewrite, rewriteEdits, body, p, kept, removed)
 }
+
+// rewriteEdits is the rewrite made edit by edit with sjson, each edit copying the body, as it was before the
+// one executor: the reference the executor's documents must equal.
+func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
+	// The layered prompt is escaped from its pieces straight into the value (no joined copy of it).
+	out, err := sjson.SetRawBytes(body, reqInstructions, p.AppendSystemJSON(make([]byte, 0, p.SystemJSONSize())))
+	if err != nil {
+		return nil, fmt.Errorf("assembly: set instructions: %w", err)
+	}
+	if in := assembly.Get(out, reqInput); in.IsArray() {
+		var items bytes.Buffer
+		items.Grow(len(in.Raw))
+		items.WriteByte('[')
+		n, dropped := 0, false
+		in.ForEach(func(_, item gjson.Result) bool {
+			switch item.Get("role").String() {
+			case "system", "developer":
+				dropped = true
+				return true
+			}
+			if n > 0 {
+				items.WriteByte(',')
+			}
+			items.WriteString(item.Raw)
+			n++
+			return true
+		})
+		items.WriteByte(']')
+		if dropped {
+			if out, err = sjson.SetRawBytes(out, reqInput, items.Bytes()); err != nil {
+				return nil, fmt.Errorf("assembly: set input: %w", err)
+			}
+		}
+	}
+	if removedAny {
+		if out, err = assemblytest.FilterTools(out, reqTools, kept, toolName, reqToolChoice); err != nil {
+			return nil, err
+		}
+	}
+	if p.DatamarkToolOutput {
+		if out, err = datamark(out); err != nil {
+			return nil, err
+		}
+	}
+	return assemblytest.RemoveExtension(out)
+}
+
+
 
 // spliceSeeds are bodies for the splice: instructions absent or not, promptgate first, in the middle, last,
 // alone, system and developer input items, a string input, tools, whitespace and escapes around keys, the
@@ -39,7 +89,7 @@ var spliceSeeds = []string{
 // each case it does not make (datamarking, the tools filtered to nothing, an input item that is not an object,
 // a member sjson would append other than before the closing brace), and rewrite's bytes are the edits' every
 // time.
-func TestRewriteSplicedFallbacks(t *testing.T) {
+func TestRewriteShapes(t *testing.T) {
 	t.Parallel()
 	f, g := policy.Tool{Name: "f"}, policy.Tool{Name: "g"}
 	plain := assembly.NewPrompt("=== SYSTEM CORE ===\n\"x\"\u2028")
@@ -52,27 +102,23 @@ func TestRewriteSplicedFallbacks(t *testing.T) {
 		p       assembly.Prompt
 		kept    []policy.Tool
 		removed bool
-		spliced bool
 	}{
-		{"instructions set, promptgate first", `{"promptgate":{"user":"u"},"instructions":"i","input":"hi"}`, plain, nil, false, true},
-		{"instructions set, promptgate in the middle", `{"instructions":"i","promptgate":{},"input":[]}`, plain, nil, false, true},
-		{"instructions set, promptgate last", `{"instructions":"i" , "input":[] ,"promptgate" : {} }`, plain, nil, false, true},
-		{"instructions appended", `{"input":[{"role":"user","content":"u"}],"promptgate":{}}`, plain, nil, false, true},
-		{"system and developer items dropped", `{"input":[{"role":"system","content":"s"},{"role":"user","content":"u"},{"role":"developer","content":"d"}]}`, plain, nil, false, true},
-		{"tools filtered", `{"input":"hi",` + tools + `}`, plain, []policy.Tool{g}, true, true},
-		{"tools kept", `{"input":"hi",` + tools + `}`, plain, []policy.Tool{f, g}, false, true},
+		{"instructions set, promptgate first", `{"promptgate":{"user":"u"},"instructions":"i","input":"hi"}`, plain, nil, false},
+		{"instructions set, promptgate in the middle", `{"instructions":"i","promptgate":{},"input":[]}`, plain, nil, false},
+		{"instructions set, promptgate last", `{"instructions":"i" , "input":[] ,"promptgate" : {} }`, plain, nil, false},
+		{"instructions appended", `{"input":[{"role":"user","content":"u"}],"promptgate":{}}`, plain, nil, false},
+		{"system and developer items dropped", `{"input":[{"role":"system","content":"s"},{"role":"user","content":"u"},{"role":"developer","content":"d"}]}`, plain, nil, false},
+		{"tools filtered", `{"input":"hi",` + tools + `}`, plain, []policy.Tool{g}, true},
+		{"tools kept", `{"input":"hi",` + tools + `}`, plain, []policy.Tool{f, g}, false},
 
-		{"datamarking", `{"input":[{"type":"function_call_output","call_id":"c","output":"a b"}],"instructions":"i"}`, marked, nil, false, false},
-		{"tools filtered to nothing", `{"input":"hi",` + tools + `,"promptgate":{}}`, plain, nil, true, false},
-		{"an input item that is not an object", `{"instructions":"i","input":[1,{"role":"system","content":"s"}]}`, plain, nil, false, false},
-		{"instructions appended after whitespace", " {\"input\":[],\"promptgate\":{}}\n", plain, nil, false, false},
-		{"instructions appended to an empty object", `{ }`, plain, nil, false, false},
-		{"instructions appended, promptgate the only member", `{"promptgate":{"user":"u"} }`, plain, nil, false, false},
+		{"datamarking", `{"input":[{"type":"function_call_output","call_id":"c","output":"a b"}],"instructions":"i"}`, marked, nil, false},
+		{"tools filtered to nothing", `{"input":"hi",` + tools + `,"promptgate":{}}`, plain, nil, true},
+		{"an input item that is not an object", `{"instructions":"i","input":[1,{"role":"system","content":"s"}]}`, plain, nil, false},
+		{"instructions appended after whitespace", " {\"input\":[],\"promptgate\":{}}\n", plain, nil, false},
+		{"instructions appended to an empty object", `{ }`, plain, nil, false},
+		{"instructions appended, promptgate the only member", `{"promptgate":{"user":"u"} }`, plain, nil, false},
 	} {
-		out, spliced := sameAsEdits(t, []byte(c.body), c.p, c.kept, c.removed)
-		if spliced != c.spliced {
-			t.Errorf("%s: spliced %v, want %v", c.name, spliced, c.spliced)
-		}
+		out := sameAsEdits(t, []byte(c.body), c.p, c.kept, c.removed)
 		if gjson.GetBytes(out, assembly.PathExtension).Exists() || !gjson.ValidBytes(out) || c.p.DatamarkToolOutput != bytes.Contains(out, []byte("a\u02c6b")) {
 			t.Errorf("%s: %s", c.name, out)
 		}
@@ -81,7 +127,7 @@ func TestRewriteSplicedFallbacks(t *testing.T) {
 
 // TestRewriteSpliceSameBytes checks that rewrite gives the very bytes of the edit-by-edit rewrite, whatever
 // the members' order, the whitespace around them, the input and which tools go.
-func TestRewriteSpliceSameBytes(t *testing.T) {
+func TestRewriteSameAsReference(t *testing.T) {
 	t.Parallel()
 	members := map[string]string{
 		"model":        `"gpt"`,
@@ -110,7 +156,7 @@ func TestRewriteSpliceSameBytes(t *testing.T) {
 	}
 	keptSets := [][]policy.Tool{nil, {{Name: "a"}}, {{Name: "b"}}, {{Name: "a"}, {Name: "mcp"}}, {{Name: "mcp"}}, {{Name: "a"}, {Name: "b"}, {Name: "mcp"}}}
 	inputs := []string{members["input"], `"hi"`, `[{"role":"user","content":"u"}]`}
-	n, spliced := 0, 0
+	n := 0
 	for _, order := range orders {
 		for _, s := range seps {
 			for _, in := range inputs {
@@ -129,14 +175,12 @@ func TestRewriteSpliceSameBytes(t *testing.T) {
 				b.WriteString(s.close)
 				for _, kept := range keptSets {
 					for _, removed := range []bool{false, true} {
-						if _, ok := sameAsEdits(t, []byte(b.String()), assembly.NewPrompt("=== SYSTEM CORE ===\n<b>&\"x\"\u2028"), kept, removed); ok {
-							spliced++
-						}
+						sameAsEdits(t, []byte(b.String()), assembly.NewPrompt("=== SYSTEM CORE ===\n<b>&\"x\"\u2028"), kept, removed)
 						n++
 					}
 				}
 			}
 		}
 	}
-	t.Logf("%d cases, %d spliced", n, spliced)
+	t.Logf("%d cases", n)
 }

@@ -59,9 +59,7 @@ func (*Surface) CheckToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return checkToolChoice(b, kept)
 }
 
-// Rewrite splices the edits into one copy of the body, or, where it cannot, edits a copy whose promptgate
-// value is cut down to 0 (see Body.WithoutContext), so that the edits, each reading the body again, do not
-// read past the runtime context. The codes of held calls are masked in the model's earlier turns.
+// Rewrite writes the upstream body (rewrite), with the codes of held calls masked in the model's earlier turns.
 func (*Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	out, err := rewrite(b, p, kept, removedAny)
 	if err != nil {
