@@ -59,8 +59,6 @@ func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny
 	return assemblytest.RemoveExtension(out)
 }
 
-
-
 // spliceSeeds are bodies for the splice: system absent or not, promptgate first, in the middle, last, with
 // mcp_servers and tools, whitespace and escapes around keys, the body wrapped in whitespace.
 var spliceSeeds = []string{

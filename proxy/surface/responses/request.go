@@ -8,6 +8,7 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
 )
 
@@ -154,16 +155,7 @@ func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny
 	edits = append(edits, assembly.MemberEdit{Key: reqInstructions, Size: p.SystemJSONSize(), Write: p.AppendSystemJSON})
 	if in := b.Get(reqInput); in.IsArray() {
 		if others, dropped := inputOthers(b, in); dropped { // a system or developer item goes
-			edits = append(edits, assembly.MemberEdit{Key: reqInput, Size: len(in.Raw), Write: func(dst []byte) []byte {
-				dst = append(dst, '[')
-				for i, item := range others {
-					if i > 0 {
-						dst = append(dst, ',')
-					}
-					dst = append(dst, item...)
-				}
-				return append(dst, ']')
-			}})
+			edits = append(edits, assembly.MemberEdit{Key: reqInput, Raw: relay.JoinArray(others)})
 		}
 	}
 	if removedAny { // the tools are looked up only when some went

@@ -66,8 +66,6 @@ func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny
 	return assemblytest.RemoveExtension(out)
 }
 
-
-
 // spliceSeeds are bodies for the splice: instructions absent or not, promptgate first, in the middle, last,
 // alone, system and developer input items, a string input, tools, whitespace and escapes around keys, the
 // body wrapped in whitespace.
