@@ -174,6 +174,8 @@ func TestConsoleAccessibility(t *testing.T) {
 			})
 		})
 	}
+	s.requestsMu.Lock()
+	defer s.requestsMu.Unlock()
 	for _, e := range s.browserErrors {
 		t.Errorf("browser: %s", e)
 	}

@@ -48,8 +48,8 @@ func healthcheck(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	return nil
 }
 
-// healthURL is the /healthz URL of a listener bound to listen. A wildcard or empty host (0.0.0.0, ::, ":PORT")
-// is asked on loopback of the same family: the check runs beside the server, in its container.
+// healthURL is the /healthz URL of a listener bound to listen. A wildcard or empty host (0.0.0.0, ::,
+// ":PORT") is asked on loopback of the same family: the check runs beside the server, in its container.
 func healthURL(listen string) (string, error) {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package toolseen remembers the tools that recent requests declared — kept or removed, under which
-// protocol, when, and how many of the model's calls of them were blocked — in memory, bounded by a number of names (the least recently seen are forgotten first),
-// so that the admin API can list the tools an instance has seen.
+// protocol, when, and how many of the model's calls of them were blocked — in memory, bounded by a number
+// of names (the least recently seen are forgotten first), so that the admin API can list the tools an
+// instance has seen.
 //
 // It owns that memory only. It does not decide whether a tool is allowed (policy/), keep decisions (the
 // audit log) or serve the list (proxy/admin). It is per instance and starts empty at every start.
