@@ -113,10 +113,12 @@ type Options struct {
 	Log    *slog.Logger
 }
 
-// ToolWatcher is told, for every rewritten request, which declared tools were kept and which removed. It
-// must be quick and safe for concurrent use (proxy/toolseen implements it).
+// ToolWatcher is told, for every rewritten request, which declared tools were kept and which removed, and
+// of every call of an answer that was blocked. It must be quick and safe for concurrent use
+// (proxy/toolseen implements it).
 type ToolWatcher interface {
 	Saw(protocol string, kept []policy.Tool, removed []policy.Removal)
+	Blocked(tool string)
 }
 
 // Server is the proxy listener's handler.
@@ -822,6 +824,14 @@ func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 		for _, m := range d.More {
 			s.opt.Audit.Record(ctx, evs.toolCall(m, false, round))
 		}
+		s.sawBlocked(d)
+	}
+}
+
+// sawBlocked tells the tool watcher of a call that was blocked (once per call, whatever its More).
+func (s *Server) sawBlocked(d vet.Decision) {
+	if s.opt.Tools != nil && d.Verdict == vet.VerdictBlocked {
+		s.opt.Tools.Blocked(d.Tool)
 	}
 }
 
@@ -842,6 +852,7 @@ func (h host) Recorder(ctx context.Context, protocol string, protocolVersion int
 		for _, m := range d.More {
 			h.s.opt.Audit.Record(ctx, evs.toolCall(m, false, 0))
 		}
+		h.s.sawBlocked(d)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -281,14 +283,14 @@ func waitFor(t *testing.T, ctx context.Context, within time.Duration, what, cond
 func (s *consoleStack) open(t *testing.T, ctx context.Context, page string) {
 	t.Helper()
 	runIn(t, ctx, chromedp.Navigate(s.admin+"/console/"+page))
-	waitFor(t, ctx, 10*time.Second, "page or login shown", `!document.getElementById('main').hidden || !document.getElementById('login').hidden`)
+	waitFor(t, ctx, 10*time.Second, "page or login shown", `!document.getElementById('page').hidden || !document.getElementById('login').hidden`)
 	if eval[bool](t, ctx, `!document.getElementById('login').hidden`) {
 		runIn(t, ctx,
 			chromedp.SendKeys(chromedp.CSS("#login-token"), consoleToken),
 			chromedp.SendKeys(chromedp.CSS("#login-actor"), consoleActor),
 			chromedp.Click(chromedp.CSS(`#login-form button[type=submit]`)))
 	}
-	waitFor(t, ctx, 10*time.Second, page+" shown after sign-in", `!document.getElementById('main').hidden`)
+	waitFor(t, ctx, 10*time.Second, page+" shown after sign-in", `!document.getElementById('page').hidden`)
 }
 
 // js quotes s as a JavaScript string.
@@ -337,7 +339,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		runIn(t, ctx, chromedp.Navigate(s.admin+"/console/health"))
 		waitFor(t, ctx, 10*time.Second, "login form", `!document.getElementById('login').hidden`)
 		runIn(t, ctx, script(`sessionStorage.setItem('promptgate.console.token', 'not-the-token')`), chromedp.Reload())
-		waitFor(t, ctx, 10*time.Second, "login form with the refusal", `!document.getElementById('login').hidden && document.getElementById('main').hidden && document.getElementById('login-why').textContent.includes('refused')`)
+		waitFor(t, ctx, 10*time.Second, "login form with the refusal", `!document.getElementById('login').hidden && document.getElementById('page').hidden && document.getElementById('login-why').textContent.includes('refused')`)
 		if got := eval[string](t, ctx, `document.getElementById('login-why').textContent`); !strings.Contains(got, "refused the token") || !strings.Contains(got, "401") {
 			t.Fatalf("message %q", got)
 		}
@@ -400,6 +402,99 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("details %q", got)
 		}
 		runIn(t, ctx, chromedp.Click(chromedp.CSS("#dialog-cancel")))
+	})
+
+	t.Run("the chart's count is the sum of its bars, over time on an axis", func(t *testing.T) {
+		// More reasons than the chart has rows (six), so that the rest is one row that keeps the sum. Before
+		// this: disabled by the operator, tool not allowed (a call of an undeclared tool).
+		v1 := gjson.GetBytes(s.adminCall("GET", "/admin/protocols/neutral/versions/1", "", 200), "body").Raw
+		narrow, _ := sjson.Set(v1, "id", "narrow")
+		narrow, _ = sjson.SetRaw(narrow, "tools", `{"allow":["keep_*"],"deny":["keep_denied"]}`)
+		s.adminCall("POST", "/admin/protocols/narrow/versions", narrow, 201)
+		s.adminCall("POST", "/admin/protocols/narrow/activate", `{"version":1}`, 200)
+		for _, tools := range [][]string{{"elsewhere"}, {"keep_denied"}, {"keep_a", "keep_a"}, {""}} {
+			body, _ := sjson.Set(chatWithTools("hello", tools...), "promptgate.protocol", "narrow")
+			s.chat(body)
+		}
+		s.chat(blockedShellRequest) // arguments do not match schema
+		ctx := s.tab(t, bctx)
+		s.open(t, ctx, "decisions")
+		for _, window := range []string{"1h", "24h"} {
+			runIn(t, ctx, script(`(() => { const w = document.getElementById('chart-window'); w.value = `+js(window)+`; w.dispatchEvent(new Event('change')); })()`))
+			waitFor(t, ctx, 5*time.Second, window+" chart", `document.querySelectorAll('#chart-time rect[data-count]').length === `+map[string]string{"1h": "12", "24h": "24"}[window])
+			total := eval[int](t, ctx, `parseInt(document.getElementById('chart-total').textContent, 10)`)
+			rows := eval[int](t, ctx, `[...document.querySelectorAll('#chart-reasons tbody tr[data-count]')].reduce((n, r) => n + Number(r.dataset.count), 0)`)
+			columns := eval[int](t, ctx, `[...document.querySelectorAll('#chart-time rect[data-count]')].reduce((n, r) => n + Number(r.dataset.count), 0)`)
+			if total < 7 || rows != total || columns != total {
+				t.Errorf("%s: the header says %d, the reasons add up to %d, the columns to %d", window, total, rows, columns)
+			}
+			if got := eval[string](t, ctx, `document.querySelector('#chart-reasons tbody tr:last-child th').textContent`); !strings.HasPrefix(got, "other: ") {
+				t.Errorf("%s: last reason row %q, want the rest summed as other", window, got)
+			}
+			// A time axis: labelled ticks in time order under the columns, and a count axis from 0.
+			ticks := eval[[]string](t, ctx, `[...document.querySelectorAll('#chart-time text.tick')].map((t) => t.textContent)`)
+			times := 0
+			for _, tick := range ticks {
+				if len(tick) == 5 && tick[2] == ':' {
+					times++
+				}
+			}
+			if times < 3 || !slices.Contains(ticks, "0") {
+				t.Errorf("%s: axis labels %q", window, ticks)
+			}
+		}
+	})
+
+	t.Run("decisions: the table is one tab stop, the arrow keys move, an event links to its protocol version", func(t *testing.T) {
+		ctx := s.tab(t, bctx)
+		s.open(t, ctx, "decisions")
+		runIn(t, ctx, script(`document.getElementById('f-live').click()`))
+		waitFor(t, ctx, 5*time.Second, "events", `document.querySelectorAll('#events tbody tr').length >= 10`)
+		stops := `[...document.querySelectorAll('#events a[href], #events button, #events input, #events [tabindex]')].filter((e) => e.tabIndex >= 0).length`
+		if n := eval[int](t, ctx, stops); n != 1 {
+			t.Fatalf("%d tab stops in the table, want 1", n)
+		}
+		// Tab from the last filter button enters the table at its first event.
+		runIn(t, ctx, script(`document.querySelector('#filters button[type=reset]').focus()`), chromedp.KeyEvent(kb.Tab))
+		focusedRow := `[...document.querySelectorAll('#events tbody tr')].indexOf(document.activeElement.closest('#events tbody tr'))`
+		if i := eval[int](t, ctx, focusedRow); i != 0 {
+			t.Fatalf("Tab lands on row %d", i)
+		}
+		runIn(t, ctx, chromedp.KeyEvent(kb.ArrowDown), chromedp.KeyEvent(kb.ArrowDown))
+		if i := eval[int](t, ctx, focusedRow); i != 2 || eval[int](t, ctx, stops) != 1 {
+			t.Fatalf("after two arrows down: row %d, %d tab stops", i, eval[int](t, ctx, stops))
+		}
+		runIn(t, ctx, chromedp.KeyEvent(kb.End))
+		if i, n := eval[int](t, ctx, focusedRow), eval[int](t, ctx, `document.querySelectorAll('#events tbody tr').length`); i != n-1 {
+			t.Fatalf("End: row %d of %d", i, n)
+		}
+		// Enter shows the focused event; a decision's protocol links to the version that decided it.
+		row := `[...document.querySelectorAll('#events tbody tr')].find((tr) => tr.dataset.verdict === 'blocked' && tr.textContent.includes('neutral@1'))`
+		runIn(t, ctx, script(`(`+row+`).querySelector('button').focus()`), chromedp.KeyEvent(kb.Enter))
+		waitFor(t, ctx, 5*time.Second, "event details", `document.getElementById('dialog').open`)
+		link := `document.querySelector('#dialog-body a[href^="/console/definitions#"]')`
+		if got := eval[string](t, ctx, link+`.getAttribute('href') + ' ' + `+link+`.textContent`); got != "/console/definitions#protocols/neutral@1 neutral@1" {
+			t.Fatalf("protocol link %q", got)
+		}
+		runIn(t, ctx, script(link+`.click()`))
+		waitFor(t, ctx, 10*time.Second, "the linked version on Definitions", `location.pathname === '/console/definitions' && document.getElementById('page') && !document.getElementById('page').hidden && document.querySelector('#def-versions tr[data-version="1"][aria-current="true"]')`)
+		if got := eval[string](t, ctx, `document.getElementById('def-title').textContent + ' | ' + document.getElementById('def-state').textContent`); !strings.Contains(got, "protocols/neutral | ") || !strings.Contains(got, "Shown: version 1") {
+			t.Fatalf("definitions shows %q", got)
+		}
+	})
+
+	t.Run("a kept tool whose calls are blocked says so on Tools", func(t *testing.T) {
+		s.chat(blockedShellRequest)
+		s.chat(blockedShellRequest)
+		ctx := s.tab(t, bctx)
+		s.open(t, ctx, "tools")
+		row := `document.querySelector('#tools tbody tr[data-tool="shell"]')`
+		waitFor(t, ctx, 5*time.Second, "shell on Tools", row)
+		cells := eval[map[string]string](t, ctx, `Object.fromEntries([...`+row+`.cells].map((c, i) => [document.querySelectorAll('#tools thead th')[i].textContent, c.textContent]))`)
+		blocked := gjson.GetBytes(s.adminCall("GET", "/admin/tools/inventory", "", 200), `tools.#(name=="shell").seen.blocked`).Int()
+		if blocked < 2 || cells["Last request"] != "kept in the request" || !strings.HasPrefix(cells["Calls blocked"], fmt.Sprintf("%d calls blocked", blocked)) {
+			t.Fatalf("shell row %q", cells)
+		}
 	})
 
 	t.Run("preview shows an injected header inside the untrusted block", func(t *testing.T) {
@@ -495,6 +590,10 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatal("the rule is served before activation")
 		}
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`button[aria-label="Activate version 2"]`)))
+		waitFor(t, ctx, 5*time.Second, "activation dialog", `document.getElementById('dialog').open`)
+		if got := eval[string](t, ctx, `document.getElementById('dialog-title').textContent + ' | ' + document.getElementById('dialog-confirm').textContent`); got != "Activate protocols/neutral version 2 (now active: 1)? | Activate version 2" {
+			t.Fatalf("activation dialog %q", got)
+		}
 		confirmDialog(t, ctx, "CONSOLE-TEST RULE")
 		waitFor(t, ctx, 5*time.Second, "activated", `document.getElementById('banner').textContent.includes('protocols/neutral@2 is active')`)
 		s.chat(body)
@@ -504,7 +603,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		waitFor(t, ctx, 5*time.Second, "rollback offered", `document.getElementById('def-rollback').textContent.includes('version 1') && !document.getElementById('def-rollback').disabled`)
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#def-rollback`)))
 		waitFor(t, ctx, 5*time.Second, "rollback diff shows the rule removed", `document.getElementById('dialog').open && [...document.querySelectorAll('#dialog-body td.del')].some(td => td.textContent.includes('CONSOLE-TEST RULE'))`)
-		confirmDialog(t, ctx, "CONSOLE-TEST RULE")
+		// The dialog says what the rollback does: re-activate the previous version, keep the current one.
+		if got := eval[string](t, ctx, `document.getElementById('dialog-title').textContent + ' | ' + document.getElementById('dialog-confirm').textContent`); got != "Re-activate protocols/neutral version 1 (now active: 2)? | Re-activate version 1" {
+			t.Fatalf("rollback dialog %q", got)
+		}
+		confirmDialog(t, ctx, "Version 2 stays stored")
 		waitFor(t, ctx, 5*time.Second, "rolled back", `document.getElementById('banner').textContent.includes('protocols/neutral@1 is active')`)
 		s.chat(body)
 		if hasRule() {
@@ -587,5 +690,24 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	for _, e := range s.browserErrors {
 		t.Errorf("browser: %s", e)
+	}
+}
+
+// TestToolInventoryCountsBlockedCalls: a tool the requests keep, whose calls the answers have blocked, is
+// listed by the inventory with those calls counted; a blocked call of a name no request declared adds no
+// entry (the model, not the operator or the app, chose that name).
+func TestToolInventoryCountsBlockedCalls(t *testing.T) {
+	s := startConsoleStack(t)
+	inventory := func() []byte { return s.adminCall("GET", "/admin/tools/inventory", "", 200) }
+	s.chat(chatWithTools("call shell", "web_fetch"))
+	if inv := inventory(); gjson.GetBytes(inv, `tools.#(name=="shell")`).Exists() || gjson.GetBytes(inv, `tools.#(name=="web_fetch").seen.blocked`).Int() != 0 {
+		t.Fatalf("a call of an undeclared tool is counted: %s", inv)
+	}
+	for range 2 {
+		s.chat(blockedShellRequest)
+	}
+	shell := gjson.GetBytes(inventory(), `tools.#(name=="shell").seen`)
+	if !shell.Get("lastKept").Bool() || shell.Get("requests").Int() != 2 || shell.Get("blocked").Int() != 2 || !shell.Get("lastBlocked").Exists() {
+		t.Errorf("shell: %s", shell.Raw)
 	}
 }

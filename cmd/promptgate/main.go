@@ -1,6 +1,6 @@
 // Command promptgate is the sidecar proxy for LLM traffic: `serve` runs it; `preview`, `migrate`,
-// `templates`, `protocols`, `store`, `ca` and `version` are the operator's tools. main only wires: every command is
-// a function of (ctx, args, stdout, stderr) so tests run them in-process.
+// `templates`, `protocols`, `store`, `ca`, `healthcheck` and `version` are the operator's tools. main only
+// wires: every command is a function of (ctx, args, stdout, stderr) so tests run them in-process.
 package main
 
 import (
@@ -55,6 +55,9 @@ Usage:
   promptgate store copy --from SPEC --to SPEC [--force]
                                                copy every version, history, rollout and tool override
                                                between bbolt:PATH and etcd://HOST:PORT[,HOST:PORT]/PREFIX
+  promptgate healthcheck [--listen ADDR] [--timeout D]
+                                               exit 0 when the proxy listener's /healthz answers 200
+                                               (a container's health check), else 1
   promptgate version
 
 Run 'promptgate COMMAND -h' for a command's flags.
@@ -108,6 +111,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return ca(ctx, rest, stdout, stderr)
 	case "store":
 		return storeCmd(ctx, rest, stdout, stderr, getenv)
+	case "healthcheck":
+		return healthcheck(ctx, rest, stdout, stderr, getenv)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "promptgate %s\n", Version)
 		return nil

@@ -1,6 +1,7 @@
 // Package toolseen remembers the tools that recent requests declared — kept or removed, under which
-// protocol, when — in memory, bounded by a number of names (the least recently seen are forgotten first),
-// so that the admin API can list the tools an instance has seen.
+// protocol, when, and how many of the model's calls of them were blocked — in memory, bounded by a number
+// of names (the least recently seen are forgotten first), so that the admin API can list the tools an
+// instance has seen.
 //
 // It owns that memory only. It does not decide whether a tool is allowed (policy/), keep decisions (the
 // audit log) or serve the list (proxy/admin). It is per instance and starts empty at every start.
@@ -39,6 +40,10 @@ type Sighting struct {
 	// LastKept says whether that request kept it; LastReason is why it was removed when it was not.
 	LastKept   bool   `json:"lastKept"`
 	LastReason string `json:"lastReason,omitempty"`
+	// Blocked counts the calls of it that answers had blocked (a request kept it, the call broke a rule);
+	// LastBlocked is when the last one was.
+	Blocked     uint64    `json:"blocked"`
+	LastBlocked time.Time `json:"lastBlocked,omitzero"`
 }
 
 // Memory is the set of sightings; its methods are safe for concurrent use. A nil *Memory remembers nothing.
@@ -89,6 +94,21 @@ func (m *Memory) add(name, protocol string, now time.Time, kept bool, reason str
 	s.Requests++
 	if !kept {
 		s.Removed++
+	}
+}
+
+// Blocked records one call of name that an answer had blocked. Only a name a request declared is counted:
+// the model's answer, not the operator or the app, chooses the names of its calls, so they add no entry.
+func (m *Memory) Blocked(name string) {
+	if m == nil {
+		return
+	}
+	now := m.now().UTC()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.lru.Peek(name); ok {
+		s.Blocked++
+		s.LastBlocked = now
 	}
 }
 

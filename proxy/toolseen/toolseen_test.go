@@ -45,6 +45,37 @@ func TestSawCountsAndKeepsTheLastDecision(t *testing.T) {
 	}
 }
 
+// A blocked call counts on the tool's sighting, without making it the most recently seen; a name no request
+// declared (the model chose it) adds nothing.
+func TestBlockedCallsCountedOnDeclaredTools(t *testing.T) {
+	t.Parallel()
+	m := New(2)
+	clock := time.Date(2026, 2, 24, 10, 0, 0, 0, time.UTC)
+	m.now = func() time.Time { clock = clock.Add(time.Second); return clock }
+	m.Saw("tech", tools("shell"), nil)
+	m.Saw("tech", tools("web_fetch"), nil)
+	m.Blocked("shell")
+	m.Blocked("shell")
+	last := clock
+	m.Blocked("invented_by_the_model")
+	got := m.List()
+	if len(got) != 2 || got[0].Name != "web_fetch" || got[0].Blocked != 0 || !got[0].LastBlocked.IsZero() {
+		t.Fatalf("%+v", got)
+	}
+	if sh := got[1]; sh.Name != "shell" || sh.Blocked != 2 || !sh.LastBlocked.Equal(last) || !sh.LastKept || sh.Requests != 1 {
+		t.Errorf("shell %+v", sh)
+	}
+	// shell was seen least recently: a new name forgets it, blocked calls or not.
+	m.Saw("tech", tools("search_docs"), nil)
+	for _, s := range m.List() {
+		if s.Name == "shell" {
+			t.Errorf("shell kept: %+v", s)
+		}
+	}
+	var nilMem *Memory
+	nilMem.Blocked("shell")
+}
+
 func TestBoundedLeastRecentlySeenForgotten(t *testing.T) {
 	t.Parallel()
 	m := New(3)

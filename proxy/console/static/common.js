@@ -95,7 +95,7 @@
   function showLogin(why, refused) {
     locked = true;
     if (refused && sessionStorage.getItem(TOKEN) === refused) sessionStorage.removeItem(TOKEN);
-    $('main').hidden = true;
+    $('page').hidden = true;
     $('login').hidden = false;
     $('logout').hidden = true;
     $('session-state').textContent = 'not signed in';
@@ -116,7 +116,7 @@
     }
     locked = false;
     $('login').hidden = true;
-    $('main').hidden = false;
+    $('page').hidden = false;
     const actor = sessionStorage.getItem(ACTOR);
     $('session-state').textContent = hadToken ? 'signed in' + (actor ? ' as ' + actor : '') : 'no token configured (loopback only)';
     $('logout').hidden = !hadToken;
@@ -157,8 +157,34 @@
     return new Promise((resolve) => {
       d.addEventListener('close', () => resolve(d.returnValue === 'confirm'), { once: true });
       d.showModal();
-      (confirmLabel ? $('dialog-cancel') : $('dialog-cancel')).focus();
+      scrollable($('dialog-body'));
+      $('dialog-cancel').focus();
     });
+  }
+
+  // scrollable makes a box that scrolls a tab stop, so that a keyboard can scroll it too; one that does not
+  // scroll is none.
+  function scrollable(box) {
+    if (box.scrollHeight > box.clientHeight + 1 || box.scrollWidth > box.clientWidth + 1) box.tabIndex = 0;
+    else box.removeAttribute('tabindex');
+  }
+
+  // stacked labels each data cell of a table's body with its column's header (data-label), which the style
+  // sheet shows beside the value when a narrow screen stacks the rows into cards (table.stack); a row's
+  // header cell is the card's title. The cell's content moves into one span, the label's neighbour.
+  function stacked(table) {
+    const heads = [...table.tHead.rows[0].cells].map((c) => c.textContent);
+    for (const row of table.tBodies[0].rows) {
+      let col = 0;
+      for (const cell of row.cells) {
+        if (cell.tagName === 'TD' && cell.colSpan === 1 && heads[col] && !cell.dataset.label) {
+          cell.dataset.label = heads[col];
+          cell.append(el('span', { class: 'v' }, [...cell.childNodes]));
+        }
+        col += cell.colSpan;
+      }
+    }
+    return table;
   }
 
   function pad(n, w) { return String(n).padStart(w || 2, '0'); }
@@ -270,5 +296,5 @@
     probe();
   });
 
-  window.PG = { el, svg, clear, api, banner, announce, report, every, modal, fmtTime, fmtSeconds, chars, facts, diffTable, start, APIError };
+  window.PG = { el, svg, clear, api, banner, announce, report, every, modal, fmtTime, fmtSeconds, chars, facts, diffTable, stacked, start, APIError };
 })();

@@ -1,8 +1,9 @@
 // Definitions: templates and protocols, their versions, a side-by-side diff of any two, activation and
 // rollback after a confirmation that shows the diff against the active version, and the rollouts applied.
+// An address #protocols/ID@N (an event's link) shows that version and what it changed.
 'use strict';
 (function () {
-  const { el, clear, api, modal, fmtTime, diffTable, report, banner, announce } = window.PG;
+  const { el, clear, api, modal, fmtTime, diffTable, stacked, report, banner, announce } = window.PG;
   const $ = (id) => document.getElementById(id);
   const kinds = ['protocols', 'templates'];
   let current = null; // {kind, name, entry}
@@ -16,7 +17,7 @@
       for (const e of data[kind]) {
         const pressed = current && current.kind === kind && current.name === e.name;
         ul.append(el('li', {}, el('button', { type: 'button', 'aria-pressed': pressed ? 'true' : 'false', dataset: { kind, name: e.name },
-          on: { click: () => select(kind, e.name) } }, el('span', { text: e.name }), el('span', { class: 'muted', text: e.active ? 'v' + e.active : 'none' }))));
+          on: { click: () => select(kind, e.name).then(() => { if (matchMedia('(max-width: 900px)').matches) $('def').scrollIntoView(); }).catch(report) } }, el('span', { text: e.name }), el('span', { class: 'muted', text: e.active ? 'v' + e.active : 'none' }))));
       }
     }
   }
@@ -46,6 +47,7 @@
           el('button', { type: 'button', on: { click: () => view(v.version) }, 'aria-label': 'View version ' + v.version }, 'View'), ' ',
           v.version === entry.active ? '' : el('button', { type: 'button', class: 'primary', on: { click: () => activate(v.version) }, 'aria-label': 'Activate version ' + v.version }, 'Activate…'))));
     }
+    stacked($('def-versions'));
     for (const id of ['diff-from', 'diff-to']) {
       const s = clear($(id));
       for (const v of entry.versions.slice().reverse()) s.append(el('option', { value: v.version, text: 'v' + v.version + (v.version === entry.active ? ' (active)' : '') }));
@@ -70,19 +72,51 @@
     modal(label(current.kind, current.name, v) + ' by ' + (rec.author || '—') + ', ' + fmtTime(rec.createdAt), el('pre', { text }));
   }
 
-  async function change(what, v, path, body) {
+  // change asks, showing what the next request will get, then activates version v (rollback: through the
+  // rollback endpoint, which re-activates the version active before the current one and pops it from the
+  // activation history).
+  async function change(v, rollback) {
     const active = current.entry.active;
-    const intro = el('p', { text: active ? 'Differences from the active version ' + active + ' (left) to version ' + v + ' (right). The next request gets version ' + v + '.' : 'No version is active now.' });
-    const ok = await modal(what + ' ' + label(current.kind, current.name, v) + '?', el('div', {}, intro, active ? await diffBetween(active, v) : ''), what, false);
+    const verb = rollback ? 'Re-activate' : 'Activate';
+    const title = verb + ' ' + current.kind + '/' + current.name + ' version ' + v + ' (' + (active ? 'now active: ' + active : 'none active now') + ')?';
+    const what = [];
+    if (rollback) what.push(el('p', { text: 'Roll back re-activates the version that was active before the current one: version ' + v + '. Version ' + active + ' stays stored, and can be activated again.' }));
+    what.push(el('p', { text: 'The next request gets version ' + v + '.' + (active ? ' Differences from the active version ' + active + ' (left) to version ' + v + ' (right):' : '') }));
+    const ok = await modal(title, el('div', {}, what, active ? await diffBetween(active, v) : ''), verb + ' version ' + v, false);
     if (!ok) return;
-    const res = await api('POST', '/admin/' + current.kind + '/' + encodeURIComponent(current.name) + path, body);
-    banner(what + ': ' + label(current.kind, current.name, res.active) + ' is active (was ' + res.previous + ').', 'info');
-    announce(what + ' done.');
+    const path = rollback ? '/rollback' : '/activate';
+    const res = await api('POST', '/admin/' + current.kind + '/' + encodeURIComponent(current.name) + path, rollback ? {} : { version: v });
+    banner((rollback ? 'Rolled back' : 'Activated') + ': ' + label(current.kind, current.name, res.active) + ' is active (was ' + res.previous + ').', 'info');
+    announce(verb + 'd version ' + res.active + '.');
     await Promise.all([loadLists(), select(current.kind, current.name), loadRollouts()]);
   }
 
-  const activate = (v) => change('Activate', v, '/activate', { version: v }).catch(report);
-  const rollback = () => change('Roll back', current.entry.rollbackTo, '/rollback', {}).catch(report);
+  const activate = (v) => change(v, false).catch(report);
+  const rollback = () => change(current.entry.rollbackTo, true).catch(report);
+
+  // showLinked shows the version the page's address names (#protocols/ID@N, as an event links it): the
+  // definition selected, its row marked, and the diff of what that version changed from the one before.
+  async function showLinked() {
+    const m = /^#(protocols|templates)\/(.+)@(\d+)$/.exec(location.hash);
+    if (!m) return;
+    const kind = m[1], v = Number(m[3]);
+    let name;
+    try { name = decodeURIComponent(m[2]); } catch (e) { return; }
+    await select(kind, name);
+    const row = document.querySelector('#def-versions tbody tr[data-version="' + v + '"]');
+    if (!row) { banner(label(kind, name, v) + ' does not exist.'); return; }
+    row.classList.add('linked');
+    row.setAttribute('aria-current', 'true');
+    const prev = current.entry.versions.map((x) => x.version).filter((x) => x < v).pop();
+    $('diff-to').value = String(v);
+    if (prev) {
+      $('diff-from').value = String(prev);
+      clear($('diff')).append(await diffBetween(prev, v));
+    }
+    $('def-state').textContent += ' Shown: version ' + v + (prev ? ', and what it changed from version ' + prev + '.' : ', the first.');
+    $('def-title').tabIndex = -1;
+    $('def-title').focus();
+  }
 
   async function loadRollouts() {
     const data = await api('GET', '/admin/rollouts');
@@ -94,6 +128,7 @@
       el('th', { scope: 'row', class: 'mono', text: r.id }), el('td', { text: fmtTime(r.appliedAt) }),
       el('td', { text: fmt(r.activated) }), el('td', { text: fmt(r.previous) }),
       el('td', { text: i === 0 ? 'applied (latest: `promptgate migrate down` reverts it)' : 'applied' }))));
+    stacked($('rollouts'));
   }
 
   window.PG.start(async () => {
@@ -104,6 +139,8 @@
         clear($('diff')).append(await diffBetween($('diff-from').value, $('diff-to').value));
       } catch (e) { report(e); }
     });
+    window.addEventListener('hashchange', () => showLinked().catch(report));
     await Promise.all([loadLists(), loadRollouts()]);
+    await showLinked();
   });
 })();

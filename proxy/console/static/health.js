@@ -2,7 +2,7 @@
 // overhead and the audit ring, refreshed every 5 seconds. The request rate is the difference of two reports.
 'use strict';
 (function () {
-  const { el, clear, api, every, facts, fmtTime, fmtSeconds } = window.PG;
+  const { el, clear, api, every, facts, fmtTime, fmtSeconds, stacked } = window.PG;
   const $ = (id) => document.getElementById(id);
   let prev = null;
 
@@ -30,6 +30,7 @@
     const served = clear($('h-served').tBodies[0]);
     for (const d of h.served) served.append(el('tr', {}, el('td', { text: d.kind }), el('td', { text: d.name }), el('td', { text: d.version })));
     if (!h.served.length) served.append(el('tr', {}, el('td', { colspan: 3, class: 'muted', text: 'Not reported (no metrics registry).' })));
+    stacked($('h-served'));
 
     const plugins = clear($('h-plugins').tBodies[0]);
     for (const p of h.plugins) {
@@ -42,6 +43,7 @@
         el('td', { text: errs || 'none' })));
     }
     if (!h.plugins.length) plugins.append(el('tr', {}, el('td', { colspan: 8, class: 'muted', text: 'No context source is configured.' })));
+    stacked($('h-plugins'));
   }
 
   window.PG.start(async () => {

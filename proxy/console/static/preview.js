@@ -3,7 +3,7 @@
 // rules), the runtime context pretty-printed with its cuts marked, and the exact upstream body.
 'use strict';
 (function () {
-  const { el, clear, api, facts, chars, report, banner, announce } = window.PG;
+  const { el, clear, api, facts, chars, stacked, report, banner, announce } = window.PG;
   const $ = (id) => document.getElementById(id);
 
   const examples = [
@@ -101,8 +101,8 @@
     const box = clear($('pv-tools'));
     box.append(el('p', {}, el('strong', { text: 'Kept: ' }), t.kept.length ? t.kept.join(', ') : 'none'));
     if (t.removed.length) {
-      box.append(el('table', {}, el('thead', {}, el('tr', {}, el('th', { scope: 'col', text: 'Removed tool' }), el('th', { scope: 'col', text: 'Why' }))),
-        el('tbody', {}, t.removed.map((r) => el('tr', {}, el('td', { class: 'name', text: r.name }), el('td', { text: r.reason }))))));
+      box.append(stacked(el('table', { class: 'stack' }, el('thead', {}, el('tr', {}, el('th', { scope: 'col', text: 'Removed tool' }), el('th', { scope: 'col', text: 'Why' }))),
+        el('tbody', {}, t.removed.map((r) => el('tr', {}, el('td', { class: 'name', text: r.name }), el('td', { text: r.reason })))))));
     } else box.append(el('p', { class: 'muted', text: 'No tool removed.' }));
   }
 
@@ -115,17 +115,17 @@
     const c = f.conversation;
     box.append(el('p', {}, el('strong', { text: 'On violation: ' }), f.onViolation +
       (f.onViolation === 'continue' ? ' (at most ' + f.policy.continueRounds + ' rounds; the body below is the first)' : '')));
-    box.append(el('table', {}, el('thead', {}, el('tr', {}, el('th', { scope: 'col', text: 'Source' }), el('th', { scope: 'col', text: 'Trusted' }),
+    box.append(stacked(el('table', { class: 'stack' }, el('thead', {}, el('tr', {}, el('th', { scope: 'col', text: 'Source' }), el('th', { scope: 'col', text: 'Trusted' }),
       el('th', { scope: 'col', text: 'Segments' }), el('th', { scope: 'col', text: 'Chars' }))),
     el('tbody', {}, c.sources.map((s) => el('tr', { dataset: { trusted: String(s.trusted) } }, el('td', { class: 'name', text: s.source }),
       el('td', {}, el('span', { class: 'trust trust-' + (s.trusted ? 'trusted' : 'untrusted'), text: s.trusted ? 'trusted' : 'untrusted' })),
-      el('td', { text: String(s.segments) }), el('td', { text: String(s.chars) }))))));
+      el('td', { text: String(s.segments) }), el('td', { text: String(s.chars) })))))));
     if (c.unseen) box.append(el('p', { class: 'trunc-note', text: 'Unseen history: ' + c.unseen }));
     if (c.rules.length) {
-      box.append(el('table', {}, el('thead', {}, el('tr', {}, el('th', { scope: 'col', text: 'Rule' }), el('th', { scope: 'col', text: 'Kind' }),
+      box.append(stacked(el('table', { class: 'stack' }, el('thead', {}, el('tr', {}, el('th', { scope: 'col', text: 'Rule' }), el('th', { scope: 'col', text: 'Kind' }),
         el('th', { scope: 'col', text: 'Tools' }), el('th', { scope: 'col', text: 'Now' }))),
       el('tbody', {}, c.rules.map((r) => el('tr', {}, el('td', { class: 'name', text: r.rule }), el('td', { text: r.kind }),
-        el('td', { text: r.tools.join(', ') }), el('td', { text: r.state }))))));
+        el('td', { text: r.tools.join(', ') }), el('td', { text: r.state })))))));
     } else box.append(el('p', { class: 'muted', text: 'No rule applies to the kept tools.' }));
   }
 

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// axePath is axe-core's browser build, vendored with its licences (testdata/axe-core/README.md).
+const axePath = "testdata/axe-core/axe.min.js"
+
+// viewport is a window size the console must work at.
+type viewport struct {
+	name          string
+	width, height int64
+	phone         bool
+}
+
+var viewports = []viewport{{"desktop 1280x800", 1280, 800, false}, {"phone 390x844", 390, 844, true}}
+
+// axeFinding is one violation of an axe-core rule: the rule, its impact and the elements that break it.
+type axeFinding struct {
+	ID     string   `json:"id"`
+	Impact string   `json:"impact"`
+	Help   string   `json:"help"`
+	Nodes  []string `json:"nodes"`
+}
+
+// axeCheck runs axe-core (every rule, best practices included) on the page as it is now and fails the test
+// for each violation of impact moderate, serious or critical, naming the rule and the elements.
+func axeCheck(t *testing.T, ctx context.Context, axe, where string) {
+	t.Helper()
+	runIn(t, ctx, script("void (window.axe || (function () {"+axe+"\n}).call(window))"))
+	findings := evalAwait[[]axeFinding](t, ctx, `axe.run(document, {resultTypes: ['violations']}).then((r) => r.violations.map((v) => ({
+		id: v.id, impact: v.impact || '', help: v.help,
+		nodes: v.nodes.map((n) => n.target.join(' ') + ' — ' + (n.failureSummary || '').replace(/\s+/g, ' '))})))`)
+	for _, f := range findings {
+		if f.Impact == "minor" {
+			continue
+		}
+		t.Errorf("%s: axe %s (%s): %s\n\t%s", where, f.ID, f.Impact, f.Help, strings.Join(f.Nodes, "\n\t"))
+	}
+}
+
+// sidewaysScroll lists what scrolls sideways on the page: the page itself, or any element whose content is
+// wider than its box and may be scrolled (overflow auto or scroll).
+const sidewaysScroll = `(() => {
+	const out = [];
+	if (document.documentElement.scrollWidth > window.innerWidth + 1) out.push('the page: ' + document.documentElement.scrollWidth + ' px wide in ' + window.innerWidth);
+	for (const e of document.querySelectorAll('body *')) {
+		if (e.getClientRects().length === 0) continue;
+		const ox = getComputedStyle(e).overflowX;
+		if ((ox === 'auto' || ox === 'scroll') && e.scrollWidth > e.clientWidth + 1)
+			out.push(e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + '.' + e.className + ': ' + e.scrollWidth + ' px in ' + e.clientWidth);
+	}
+	return out;
+})()`
+
+// offScreen lists the elements of selector (at least one must be there) that are not wholly inside the
+// window's width.
+func offScreen(t *testing.T, ctx context.Context, selector string) []string {
+	t.Helper()
+	return eval[[]string](t, ctx, `(() => {
+		const els = [...document.querySelectorAll(`+js(selector)+`)].filter((e) => e.getClientRects().length);
+		if (!els.length) return ['nothing matches ' + `+js(selector)+`];
+		return els.filter((e) => { const r = e.getBoundingClientRect(); return r.left < 0 || r.right > window.innerWidth + 1; })
+			.map((e) => e.textContent.slice(0, 40) + ' at ' + Math.round(e.getBoundingClientRect().left) + '..' + Math.round(e.getBoundingClientRect().right));
+	})()`)
+}
+
+// TestConsoleAccessibility opens every page and dialog of the console at a desktop and a phone size and
+// runs axe-core on it; on the phone nothing may scroll sideways, the key columns (a decision's reason, a
+// tool's kill switch) must be on screen, and the chart's text as large as the page's.
+func TestConsoleAccessibility(t *testing.T) {
+	path := findBrowser()
+	if path == "" {
+		t.Skip("no Chromium found: install the Debian package chromium (apt-get install chromium), or set " + envBrowser + " to a Chromium or Chrome binary")
+	}
+	axeSrc, err := os.ReadFile(axePath)
+	if err != nil {
+		t.Fatalf("axe-core is vendored at %s: %v", axePath, err)
+	}
+	axe := string(axeSrc)
+	s := startConsoleStack(t)
+	seedConsole(t, s)
+	bctx := s.browser(path)
+
+	for _, vp := range viewports {
+		t.Run(vp.name, func(t *testing.T) {
+			tab := func(t *testing.T) context.Context {
+				ctx := s.tab(t, bctx)
+				runIn(t, ctx, chromedp.EmulateViewport(vp.width, vp.height, func(p *emulation.SetDeviceMetricsOverrideParams, touch *emulation.SetTouchEmulationEnabledParams) {
+					if vp.phone {
+						p.Mobile, p.DeviceScaleFactor, touch.Enabled = true, 3, true
+					}
+				}))
+				return ctx
+			}
+			check := func(t *testing.T, ctx context.Context, where string, keys ...string) {
+				t.Helper()
+				axeCheck(t, ctx, axe, where)
+				if !vp.phone {
+					return
+				}
+				for _, s := range eval[[]string](t, ctx, sidewaysScroll) {
+					t.Errorf("%s: scrolls sideways: %s", where, s)
+				}
+				for _, sel := range keys {
+					for _, s := range offScreen(t, ctx, sel) {
+						t.Errorf("%s: %s off screen: %s", where, sel, s)
+					}
+				}
+			}
+
+			t.Run("sign-in", func(t *testing.T) {
+				ctx := tab(t)
+				runIn(t, ctx, chromedp.Navigate(s.admin+"/console/decisions"))
+				waitFor(t, ctx, 10*time.Second, "login form", `!document.getElementById('login').hidden`)
+				check(t, ctx, "sign-in")
+			})
+			t.Run("decisions and an event's details", func(t *testing.T) {
+				ctx := tab(t)
+				s.open(t, ctx, "decisions")
+				waitFor(t, ctx, 5*time.Second, "events and chart", `document.querySelectorAll('#events tbody tr').length >= 3 && document.querySelector('#chart [data-count]')`)
+				check(t, ctx, "decisions", "#events td.reason")
+				small := eval[[]string](t, ctx, `[...document.querySelectorAll('#chart-card *')].filter((e) => [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim()))
+					.filter((e) => e.getClientRects().length && e.getBoundingClientRect().height < 11).map((e) => e.textContent.slice(0, 30) + ': ' + e.getBoundingClientRect().height.toFixed(1) + ' px')`)
+				for _, s := range small {
+					t.Errorf("chart text smaller than 11 px: %s", s)
+				}
+				runIn(t, ctx, script(`document.querySelector('#events tbody tr button').click()`))
+				waitFor(t, ctx, 5*time.Second, "event dialog", `document.getElementById('dialog').open`)
+				check(t, ctx, "event details")
+			})
+			t.Run("preview", func(t *testing.T) {
+				ctx := tab(t)
+				s.open(t, ctx, "preview")
+				waitFor(t, ctx, 5*time.Second, "example loaded", `document.getElementById('p-request').value.includes('messages')`)
+				runIn(t, ctx, script(`document.querySelector('#preview-form button[type=submit]').click()`))
+				waitFor(t, ctx, 10*time.Second, "preview shown", `!document.getElementById('preview-out').hidden`)
+				check(t, ctx, "preview")
+			})
+			t.Run("definitions and the rollback dialog", func(t *testing.T) {
+				ctx := tab(t)
+				s.open(t, ctx, "definitions")
+				waitFor(t, ctx, 5*time.Second, "protocol list", `document.querySelector('#list-protocols button[data-name=neutral]')`)
+				runIn(t, ctx, script(`document.querySelector('#list-protocols button[data-name=neutral]').click()`))
+				waitFor(t, ctx, 5*time.Second, "versions", `document.querySelectorAll('#def-versions tbody tr').length >= 2`)
+				runIn(t, ctx, script(`document.querySelector('#diff-form button[type=submit]').click()`))
+				waitFor(t, ctx, 5*time.Second, "diff", `document.querySelector('#diff td.add')`)
+				check(t, ctx, "definitions", "#def-versions tbody tr td:last-child button")
+				runIn(t, ctx, script(`document.getElementById('def-rollback').click()`))
+				waitFor(t, ctx, 5*time.Second, "rollback dialog", `document.getElementById('dialog').open && document.querySelector('#dialog-body table')`)
+				check(t, ctx, "rollback dialog")
+			})
+			t.Run("tools", func(t *testing.T) {
+				ctx := tab(t)
+				s.open(t, ctx, "tools")
+				waitFor(t, ctx, 5*time.Second, "tools with an override", `[...document.querySelectorAll('#tools button')].some((b) => b.textContent.startsWith('Clear'))`)
+				check(t, ctx, "tools", "#tools tbody td.kill button")
+			})
+			t.Run("health", func(t *testing.T) {
+				ctx := tab(t)
+				s.open(t, ctx, "health")
+				waitFor(t, ctx, 5*time.Second, "health report", `document.getElementById('h-store').textContent.includes('bbolt')`)
+				check(t, ctx, "health")
+			})
+		})
+	}
+	s.requestsMu.Lock()
+	defer s.requestsMu.Unlock()
+	for _, e := range s.browserErrors {
+		t.Errorf("browser: %s", e)
+	}
+}
+
+// seedConsole gives the console something on every page: a removal by the kill switch (whose override
+// stays set), a call blocked by its schema, a second version of the neutral protocol, active.
+func seedConsole(t *testing.T, s *consoleStack) {
+	t.Helper()
+	s.adminCall("PUT", "/admin/tools/old_tool/enabled", `{"enabled":false}`, 200)
+	s.chat(chatWithTools("hello", "old_tool", "web_fetch"))
+	s.chat(blockedShellRequest)
+	v1 := gjson.GetBytes(s.adminCall("GET", "/admin/protocols/neutral/versions/1", "", 200), "body").Raw
+	v2, err := sjson.Set(v1, "promptTemplate.overrides.rules", gjson.Get(v1, "promptTemplate.overrides.rules").String()+"\n"+ruleMarker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.adminCall("POST", "/admin/protocols/neutral/versions", v2, 201)
+	s.adminCall("POST", "/admin/protocols/neutral/activate", `{"version":2}`, 200)
+	s.chat(chatWithTools("hello"))
+	for range 3 {
+		s.chat(blockedShellRequest)
+	}
+}
+
+// blockedShellRequest declares the tool shell with a schema that the scripted upstream's call of it breaks:
+// the request keeps the tool, the answer has its call blocked.
+var blockedShellRequest = `{"model":"m","messages":[{"role":"user","content":"call shell"}],"tools":[{"type":"function",` +
+	`"function":{"name":"shell","parameters":{"type":"object","properties":{"cmd":{"type":"integer"}}}}}]}`
+
+// evalAwait evaluates a JavaScript expression whose value is a promise, and decodes what it resolves to.
+func evalAwait[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(tctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
