@@ -2,7 +2,6 @@ package chat
 
 import (
 	"bytes"
-	"io"
 	"strings"
 	"testing"
 
@@ -10,7 +9,6 @@ import (
 
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 	"github.com/promptgate/promptgate/proxy/sse"
 )
@@ -89,13 +87,8 @@ func FuzzStream(f *testing.F) {
 		out, ds, blocked := runStream(t, string(input), checkerFor(m, atomic), int(split%16), seed)
 		got := assemble(t, out) // also checks that the output is clean SSE
 
-		// The argument template changes nothing: without it, the same output and the same decisions.
-		plain := func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
-			s := NewStream(up, c, rec)
-			s.noArgsTemplate = true
-			return s
-		}
-		relaytest.CheckSameRun(t, string(input), int(split%16), seed, relaytest.Opener(plain, checkerFor(m, atomic)), out, ds, blocked, nil)
+		// The shortcuts (templates) change nothing: without them, the same output and the same decisions.
+		relaytest.CheckShortcutsChangeNothing(t, string(input), int(split%16), seed, relaytest.Opener(NewStream, checkerFor(m, atomic)), out, ds, blocked, nil)
 
 		// Decisions: every call vetted once; blocked count matches.
 		relaytest.CheckBlocked(t, ds, blocked)

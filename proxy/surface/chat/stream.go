@@ -60,9 +60,8 @@ type Stream struct {
 	// tpl lets noteText skip the events that can only mark choices already marked.
 	tpl textTemplate
 	// args lets event skip the reading of a call's argument deltas that differ from an earlier one only in
-	// the arguments' text; noArgsTemplate turns it off (the tests hold both paths to the same output).
-	args           argsTemplate
-	noArgsTemplate bool
+	// the arguments' text.
+	args argsTemplate
 
 	// In continue mode (SetNext): the first round's id and created, which the chunks of the next rounds
 	// carry too (one completion to the client); the round's text and usage, for the turn promptgate answers;
@@ -395,9 +394,9 @@ func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 	t.p, t.ch, t.index, t.wire = p, ch, index, wire
 }
 
-// matchArgs is the argument template's match, when the template is on and the stream in its first round.
+// matchArgs is the argument template's match, in the stream's first round.
 func (s *Stream) matchArgs(data []byte) ([]byte, bool) {
-	if s.noArgsTemplate || s.Round() > 0 {
+	if s.Round() > 0 {
 		return nil, false
 	}
 	return s.args.match(data)

@@ -1,13 +1,11 @@
 package messages
 
 import (
-	"io"
 	"testing"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
@@ -71,13 +69,8 @@ func FuzzStream(f *testing.F) {
 		out, ds, blocked := runStream(t, string(input), checkerFor(m, atomic), int(split%16), seed)
 		relaytest.CheckBlocked(t, ds, blocked)
 
-		// The argument template changes nothing: without it, the same output and the same decisions.
-		plain := func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
-			s := NewStream(up, c, rec)
-			s.noArgsTemplate = true
-			return s
-		}
-		relaytest.CheckSameRun(t, string(input), int(split%16), seed, relaytest.Opener(plain, checkerFor(m, atomic)), out, ds, blocked, nil)
+		// The shortcuts (templates) change nothing: without them, the same output and the same decisions.
+		relaytest.CheckShortcutsChangeNothing(t, string(input), int(split%16), seed, relaytest.Opener(NewStream, checkerFor(m, atomic)), out, ds, blocked, nil)
 		passed := map[[2]string]bool{}
 		for _, d := range ds {
 			if !d.Blocked() && d.Reason != vet.ReasonAfterRelease {

@@ -70,10 +70,8 @@ type Stream struct {
 	rollback                int
 	roundUsage, roundsUsage []byte
 
-	// args reads the input_json_delta events of a held call after the first of their shape (see argsTemplate);
-	// noArgsTemplate turns it off (the tests hold both paths to the same output).
-	args           argsTemplate
-	noArgsTemplate bool
+	// args reads the input_json_delta events of a held call after the first of their shape (see argsTemplate).
+	args argsTemplate
 }
 
 var _ io.ReadCloser = (*Stream)(nil)
@@ -429,7 +427,7 @@ func (t *argsTemplate) learn(ev sse.Event, p *pending, idx int, delta gjson.Resu
 // argsByTemplate handles ev when it matches the argument template, as event would.
 func (s *Stream) argsByTemplate(ev sse.Event) bool {
 	t := &s.args
-	if s.noArgsTemplate || t.p == nil || s.Continuing() || ev.Event != t.name {
+	if t.p == nil || s.Continuing() || ev.Event != t.name {
 		return false
 	}
 	p := t.p

@@ -1,7 +1,6 @@
 package responses
 
 import (
-	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -9,7 +8,6 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/policy/vet"
-	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
@@ -100,13 +98,8 @@ func FuzzStream(f *testing.F) {
 		out, ds, blocked := runStream(t, string(input), checkerFor(m, atomic), int(split%16), seed)
 		relaytest.CheckBlocked(t, ds, blocked)
 
-		// The templates change nothing: without them, the same output (notice ids aside) and the same decisions.
-		plain := func(up io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
-			s := NewStream(up, c, rec)
-			s.noTemplates = true
-			return s
-		}
-		relaytest.CheckSameRun(t, string(input), int(split%16), seed, relaytest.Opener(plain, checkerFor(m, atomic)), out, ds, blocked, normID)
+		// The shortcuts (templates) change nothing: without them, the same output and the same decisions.
+		relaytest.CheckShortcutsChangeNothing(t, string(input), int(split%16), seed, relaytest.Opener(NewStream, checkerFor(m, atomic)), out, ds, blocked, normID)
 
 		passed := map[call]bool{} // by call id and name
 		for _, d := range ds {

@@ -116,11 +116,9 @@ type Stream struct {
 	roundsUsage   []byte
 
 	// args reads the argument deltas of a held call after the first of their shape (see argsTemplate), pass
-	// the events of an item that goes out as it comes (see passTemplate); noTemplates turns both off (the
-	// tests hold both paths to the same output).
-	args        argsTemplate
-	pass        passTemplate
-	noTemplates bool
+	// the events of an item that goes out as it comes (see passTemplate).
+	args argsTemplate
+	pass passTemplate
 }
 
 // streamMark is where the client's numbering of a stream stands.
@@ -457,7 +455,7 @@ func (t *argsTemplate) learn(ev sse.Event, p *pending, m meta, h head) {
 // argsByTemplate handles ev when it matches the argument template, as event would.
 func (s *Stream) argsByTemplate(ev sse.Event) bool {
 	t := &s.args
-	if s.noTemplates || t.p == nil || ev.Event != t.m.name {
+	if t.p == nil || ev.Event != t.m.name {
 		return false
 	}
 	p := t.p
@@ -533,7 +531,7 @@ func (t *passTemplate) learn(ev sse.Event, m meta) {
 // passByTemplate handles ev when it matches the pass template, as event would.
 func (s *Stream) passByTemplate(ev sse.Event) bool {
 	t := &s.pass
-	if s.noTemplates || t.Empty() || ev.Event != t.m.name {
+	if t.Empty() || ev.Event != t.m.name {
 		return false
 	}
 	st := s.items[t.m.oi]
