@@ -2,13 +2,10 @@ package mcp
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
@@ -45,6 +42,7 @@ const (
 const (
 	reasonNoModelCall = "no model call released this call (mcp.requireModelCall)"
 	reasonDiffers     = "its arguments differ from those of the model's call (mcp.requireModelCall)"
+	reasonSpent       = "the model's call was executed already: a released call runs once (mcp.requireModelCall)"
 )
 
 // governance is what the request's protocol decides on the door.
@@ -81,7 +79,7 @@ func (x *exchange) call(m message) ([]byte, bool) {
 	span.String("promptgate.tool", vet.DisplayName(model))
 	def, why := x.d.definition(ctx, x, name)
 	if why == "" && stateless(x.version) {
-		if err := checkHeaders(x.r.Header, m, def.InputSchema); err != nil {
+		if err := checkCallParams(x.r.Header, m, def.InputSchema); err != nil {
 			x.refusedDifferential(m, err)
 			return x.errorFor(m, err), false
 		}
@@ -102,12 +100,14 @@ func (x *exchange) call(m message) ([]byte, bool) {
 	digest, _ := mcpjoin.Digest(argBytes) // the checker saw one JSON object
 	conversation := strings.TrimSpace(x.r.Header.Get(proxy.HeaderConversation))
 	match, rel := x.d.o.Calls.Claim(mcpjoin.Call{Tool: model, Digest: digest, Conversation: conversation})
-	span.String("promptgate.mcp.join", [...]string{"unmatched", "matched", "differs"}[match])
+	span.String("promptgate.mcp.join", [...]string{"unmatched", "matched", "differs", "spent"}[match])
 	switch {
 	case match == mcpjoin.Matched:
 		x.decided(model, argBytes, audit.VerdictAllowed, "matched the model's call released under protocol "+rel.Protocol, "", "")
 	case x.d.o.Config.RequireModelCall && match == mcpjoin.Differs:
 		return x.refuse(m, model, argBytes, reasonDiffers, "", audit.VerdictBlocked), false
+	case x.d.o.Config.RequireModelCall && match == mcpjoin.Spent:
+		return x.refuse(m, model, argBytes, reasonSpent, "", audit.VerdictBlocked), false
 	case x.d.o.Config.RequireModelCall:
 		return x.refuse(m, model, argBytes, reasonNoModelCall, "", audit.VerdictBlocked), false
 	default:
@@ -267,6 +267,3 @@ func (r *recentCalls) list() []recentCall {
 	}
 	return out
 }
-
-var _ = errors.New
-var _ = gjson.Result{}

@@ -317,7 +317,7 @@ func (x *exchange) decide(m message) (answer []byte, pass bool) {
 	if m.response || m.method == "" {
 		return nil, true
 	}
-	if stateless(x.version) && m.method != "tools/call" {
+	if stateless(x.version) {
 		if err := checkHeaders(x.r.Header, m, nil); err != nil {
 			x.refusedDifferential(m, err)
 			return x.errorFor(m, err), false

@@ -1,14 +1,12 @@
 package mcp_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -111,6 +109,12 @@ func newFixture(t *testing.T, cfg mcp.Config, limits proxy.Limits) *fixture {
 // answers are JSON (jsonResponse) or event streams.
 func crmServer(t *testing.T, jsonResponse bool) (*sdk.Server, string) {
 	t.Helper()
+	return crmServerWith(t, &sdk.StreamableHTTPOptions{JSONResponse: jsonResponse})
+}
+
+// crmServerWith is crmServer with the handler's options (Stateless for the 2026-07-28 version).
+func crmServerWith(t *testing.T, opts *sdk.StreamableHTTPOptions) (*sdk.Server, string) {
+	t.Helper()
 	s := sdk.NewServer(&sdk.Implementation{Name: "crm", Version: "1"}, nil)
 	type mail struct {
 		To   string `json:"to"`
@@ -128,7 +132,7 @@ func crmServer(t *testing.T, jsonResponse bool) (*sdk.Server, string) {
 	sdk.AddTool(s, &sdk.Tool{Name: "delete_all", Description: "Deletes every contact."}, func(context.Context, *sdk.CallToolRequest, query) (*sdk.CallToolResult, any, error) {
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "deleted"}}}, nil, nil
 	})
-	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, &sdk.StreamableHTTPOptions{JSONResponse: jsonResponse})
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, opts)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return s, srv.URL
@@ -195,10 +199,13 @@ func TestClientOnEachVersion(t *testing.T) {
 		for _, jsonResponse := range []bool{true, false} {
 			t.Run(version+map[bool]string{true: "/json", false: "/sse"}[jsonResponse], func(t *testing.T) {
 				t.Parallel()
-				_, up := crmServer(t, jsonResponse)
+				_, up := crmServerWith(t, &sdk.StreamableHTTPOptions{JSONResponse: jsonResponse, Stateless: version == mcp.Version20260728})
 				f := newFixture(t, mcp.Config{Servers: []mcp.Server{{Name: "crm", URL: up, ToolPrefix: "crm_"}}}, proxy.Limits{})
 				cs := connect(t, f, "crm", version, nil)
 				ctx := context.Background()
+				if got := cs.InitializeResult(); got != nil && got.ProtocolVersion != version {
+					t.Fatalf("the session speaks %s, want %s", got.ProtocolVersion, version)
+				}
 				list, err := cs.ListTools(ctx, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -286,7 +293,7 @@ func TestDescriptionChangedMidSession(t *testing.T) {
 			defer admin.Close()
 			var diff struct {
 				Pending struct{ Digest string } `json:"pending"`
-				Changed []string                 `json:"changed"`
+				Changed []string                `json:"changed"`
 			}
 			getJSON(t, admin.URL+"/admin/mcp/servers/crm/tools/lookup/diff", &diff)
 			if strings.Join(diff.Changed, ",") != "description,inputSchema" && strings.Join(diff.Changed, ",") != "description" {
@@ -339,6 +346,3 @@ func post(t *testing.T, u, body string, h map[string]string) (*http.Response, st
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
 }
-
-var _ = bytes.Equal
-var _ = url.Parse

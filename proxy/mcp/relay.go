@@ -387,7 +387,8 @@ func (x *exchange) ask(_ context.Context, body []byte, id string) (gjson.Result,
 	defer done()
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return gjson.Result{}, fmt.Errorf("mcp: tools/list answered HTTP %d", resp.StatusCode)
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return gjson.Result{}, fmt.Errorf("mcp: tools/list answered HTTP %d: %s", resp.StatusCode, gjson.GetBytes(msg, "error.message").String())
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if ct != "text/event-stream" {

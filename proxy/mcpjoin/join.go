@@ -60,6 +60,8 @@ const (
 	Matched
 	// Differs: model calls of the tool were released in the conversation, none with these arguments.
 	Differs
+	// Spent: the model call with these arguments was matched by an MCP call already (a call runs once).
+	Spent
 )
 
 // Released is a model call as the proxy released it.
@@ -162,19 +164,26 @@ func (r *Record) Claim(c Call) (Match, *Released) {
 	defer r.mu.Unlock()
 	now := r.now()
 	rs := r.released[relKey{c.Tool, c.Conversation}]
-	seen := false
+	seen, spent := false, false
 	for _, rel := range rs {
 		if now.Sub(rel.At) > r.window {
 			continue
 		}
 		seen = true
-		if !rel.used && rel.Digest == c.Digest {
+		if rel.Digest != c.Digest {
+			continue
+		}
+		if !rel.used {
 			rel.used = true
 			out := *rel
 			return Matched, &out
 		}
+		spent = true
 	}
-	if seen {
+	switch {
+	case spent:
+		return Spent, nil
+	case seen:
 		return Differs, nil
 	}
 	return Unmatched, nil
