@@ -117,6 +117,8 @@ var layers = []layer{
 		why: "the context query and result that the proxy and the host share"},
 	{name: "host", pkgs: []string{"plugins", "plugins/internal/answer", "plugins/sdk/sdktest"}, may: []string{"base", "assembly", "sdk", "gather"}, self: true,
 		why: "the plugin host never imports the proxy, its telemetry included (serve hands it a span opener)"},
+	{name: "join", pkgs: []string{"proxy/mcpjoin"}, may: []string{"base", "vet", "flow"},
+		why: "the join of the model's calls and the MCP door's knows calls and digests, not either path"},
 	{name: "relay", pkgs: []string{"proxy/relay", "proxy/relay/relaytest"}, may: []string{"base", "vet", "flow"}, self: true,
 		why: "the stream relay knows no surface"},
 	{name: "surface", pkgs: []string{"proxy/surface"}, may: []string{"base", "vet", "flow", "policy", "assembly", "relay"},
@@ -126,17 +128,19 @@ var layers = []layer{
 	{name: "parts", pkgs: []string{"proxy/toolseen"}, may: []string{"base", "policy"},
 		why: "the proxy's small parts do not import the proxy"},
 	{name: "proxy", pkgs: []string{"proxy"},
-		may: []string{"store", "base", "decisions", "vet", "flow", "policy", "assembly", "telemetry", "gather", "relay", "surface", "surfaces", "parts"},
+		may: []string{"store", "base", "decisions", "vet", "flow", "policy", "assembly", "telemetry", "gather", "relay", "surface", "surfaces", "parts", "join"},
 		why: "the proxy does not import what is built on it (admin, the door, config) nor the plugin host"},
+	{name: "mcp door", pkgs: []string{"proxy/mcp"}, may: []string{"base", "decisions", "vet", "flow", "policy", "telemetry", "proxy", "join"},
+		why: "the MCP door sits on the proxy's engine (its Governance) and shares the join; admin and config know it, not the reverse"},
 	{name: "door", pkgs: []string{"proxy/mitm"}, may: []string{"base"},
 		why: "the HTTPS-proxy door is handed its pipeline, it does not build one"},
 	{name: "admin", pkgs: []string{"proxy/admin"}, may: []string{"store", "base", "decisions", "policy", "host", "proxy", "parts"},
 		why: "the admin API sits on the proxy"},
-	{name: "config", pkgs: []string{"proxy/config"}, may: []string{"base", "decisions", "policy", "assembly", "host", "proxy", "door"},
+	{name: "config", pkgs: []string{"proxy/config"}, may: []string{"base", "decisions", "policy", "assembly", "host", "proxy", "door", "mcp door"},
 		why: "the config file is composed from the sections of the packages below it; only cmd imports it"},
 	{name: "cmd", pkgs: []string{"cmd/..."}, self: true, why: "cmd wires everything; nothing imports it",
 		may: []string{"store", "base", "decisions", "vet", "flow", "policy", "assembly", "assemblytest", "telemetry", "sdk",
-			"gather", "host", "relay", "surface", "surfaces", "parts", "proxy", "door", "admin", "config"}},
+			"gather", "host", "relay", "surface", "surfaces", "parts", "proxy", "door", "admin", "config", "join", "mcp door"}},
 }
 
 // matches reports whether dir is covered by a layer pattern.
@@ -298,7 +302,8 @@ func TestLayersCatchAnImport(t *testing.T) {
 		{"proxy", "proxy/config"}, {"proxy", "plugins"}, {"proxy/mitm", "proxy"}, {"proxy/mitm", "proxy/admin"},
 		{"proxy/admin", "proxy/config"}, {"proxy", "cmd/promptgate"}, {"proxy/toolseen", "proxy"}, {"proxy/guard", "proxy"},
 		{"proxy/sse", "proxy/relay"}, {"proxy/origin", "proxy/mitm"}, {"proxy/console", "proxy/admin"},
-		{"proxy/telemetry/metrics", "policy/flow"}, {"policy/audit", "policy"},
+		{"proxy/telemetry/metrics", "policy/flow"}, {"policy/audit", "policy"}, {"proxy", "proxy/mcp"}, {"proxy/mcpjoin", "proxy"},
+		{"proxy/mcp", "proxy/admin"}, {"proxy/mcp", "proxy/surface"},
 	} {
 		if check(c.from, c.to) {
 			t.Errorf("%s importing %s breaks no rule", c.from, c.to)

@@ -16,6 +16,7 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/mcpjoin"
 	"github.com/promptgate/promptgate/proxy/surface"
 	"github.com/promptgate/promptgate/proxy/surface/chat"
 	"github.com/promptgate/promptgate/proxy/surface/messages"
@@ -61,6 +62,8 @@ type Engine struct {
 	surfaces []surface.Surface
 	// schemas keeps the compiled tool schemas that clients declare, shared by every response's checker.
 	schemas *vet.SchemaCache
+	// calls joins the model's calls to the MCP door's (EngineOptions.Calls); nil when there is no door.
+	calls *mcpjoin.Record
 }
 
 // EngineOptions configure NewEngine.
@@ -80,6 +83,9 @@ type EngineOptions struct {
 	// StoredResponses bounds the per-instance memory of Responses answers (see surface/responses); 0 means
 	// 10,000.
 	StoredResponses int
+	// Calls, when not nil, is told every model call released to the client, for the MCP door to match its
+	// tools/call against, and names the MCP server that ran a call whose output the conversation carries.
+	Calls *mcpjoin.Record
 }
 
 // NewEngine builds the engine of o.
@@ -94,7 +100,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	return &Engine{
 		defs: o.Defs, router: policy.NewRouter(o.Policy), access: policy.ToolAccess{Config: o.Policy.Tools},
 		settings: o.Settings, limits: o.Limits, context: o.Context, log: o.Log,
-		surfaces: surfaces(o), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize),
+		surfaces: surfaces(o), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize), calls: o.Calls,
 	}, nil
 }
 

@@ -43,6 +43,9 @@ func (e *Engine) analyzeFlow(_ context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
+	if e.calls != nil {
+		t.LabelServers(e.calls.ServerOf) // outputs of calls the MCP door let through are their server's
+	}
 	conversation := strings.TrimSpace(j.in.Header.Get(HeaderConversation))
 	if conversation == "" {
 		conversation = j.ext.Conversation

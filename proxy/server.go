@@ -159,6 +159,8 @@ type exchange struct {
 	// round is the continuation round of the answer being vetted (onViolation "continue"): 0 for the
 	// upstream's first answer.
 	round atomic.Int32
+	// conversation is the conversation id the request named, "" when none (the MCP door's join).
+	conversation string
 }
 
 // inflight is what the listener keeps of a request in flight, carried in its context under one key: its
@@ -524,6 +526,7 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 	rm.Overhead(time.Since(start))
 	in.x = s.begin(id, log, body, prep, rm, created)
 	in.x.ctx = r.Context()
+	in.x.conversation = firstNonEmpty(strings.TrimSpace(r.Header.Get(HeaderConversation)), prep.Extension.Conversation)
 	s.rewritten.ServeHTTP(w, r)
 }
 
@@ -825,6 +828,7 @@ func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 			s.opt.Audit.Record(ctx, evs.toolCall(m, false, round))
 		}
 		s.sawBlocked(d)
+		s.released(x, d)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/promptgate/promptgate/plugins"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/config"
+	"github.com/promptgate/promptgate/proxy/mcpjoin"
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 	"github.com/promptgate/promptgate/store"
 )
@@ -26,6 +27,8 @@ const (
 	EnvAdminToken        = "PROMPTGATE_ADMIN_TOKEN"
 	EnvProxyListen       = "PROMPTGATE_PROXY_LISTEN"
 	EnvProxyToken        = "PROMPTGATE_PROXY_TOKEN"
+	EnvMCPListen         = "PROMPTGATE_MCP_LISTEN"
+	EnvMCPToken          = "PROMPTGATE_MCP_TOKEN"
 	EnvAnthropicUpstream = "PROMPTGATE_ANTHROPIC_UPSTREAM"
 	EnvUpstreamKey       = "PROMPTGATE_UPSTREAM_API_KEY"
 	EnvAnthropicKey      = "PROMPTGATE_ANTHROPIC_API_KEY"
@@ -112,6 +115,8 @@ type pipeline struct {
 	defs   *proxy.Definitions
 	engine *proxy.Engine
 	host   *plugins.Host // nil without plugins
+	// calls joins the model's calls to the MCP door's; nil when the config names no MCP server.
+	calls *mcpjoin.Record
 }
 
 // pluginStatus reports the context sources (none without plugins).
@@ -174,8 +179,11 @@ func openPipelineSnapshot(ctx context.Context, sf *storeFlags, readOnly bool, ge
 		}
 		src = p.host
 	}
+	if len(cfg.MCP.Servers) > 0 {
+		p.calls = mcpjoin.New(0, cfg.MCP.JoinWindow, nil)
+	}
 	if p.engine, err = proxy.NewEngine(proxy.EngineOptions{
-		Defs: p.defs, Policy: cfg.Policy(), Settings: settings, Limits: cfg.Limits, Context: src, Log: log,
+		Defs: p.defs, Policy: cfg.Policy(), Settings: settings, Limits: cfg.Limits, Context: src, Log: log, Calls: p.calls,
 	}); err != nil {
 		p.Close()
 		return nil, err

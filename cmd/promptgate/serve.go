@@ -24,6 +24,7 @@ import (
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/admin"
 	"github.com/promptgate/promptgate/proxy/guard"
+	"github.com/promptgate/promptgate/proxy/mcp"
 	"github.com/promptgate/promptgate/proxy/mitm"
 	"github.com/promptgate/promptgate/proxy/origin"
 	"github.com/promptgate/promptgate/proxy/owners"
@@ -36,10 +37,12 @@ import (
 // serveFlags are the flags of `promptgate serve`, checked: the upstreams parsed, their keys bound.
 type serveFlags struct {
 	listen, adminListen, proxyListen string
-	snapshot                         string
-	store                            *storeFlags
-	upstream, anthropicUpstream      *url.URL
-	upstreamKey, anthropicKey        proxy.Key
+	// mcpListen is the MCP door's address, "" when it is off; mcpToken is PROMPTGATE_MCP_TOKEN.
+	mcpListen, mcpToken         string
+	snapshot                    string
+	store                       *storeFlags
+	upstream, anthropicUpstream *url.URL
+	upstreamKey, anthropicKey   proxy.Key
 	// confirmKey is the HMAC key of confirmation codes (EnvConfirmKey), "" for a random one.
 	confirmKey string
 	// fs is the flag set, for what was given on the command line.
@@ -101,11 +104,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	// The HTTPS-proxy door is built before any listener is bound, so that a config error is reported as
 	// such, whatever the state of the ports.
-	ls := &listeners{limits: p.cfg.Limits, log: log, errc: make(chan error, 3)}
+	ls := &listeners{limits: p.cfg.Limits, log: log, errc: make(chan error, 4)}
 	defer ls.shutdown()
+	mcpDoor, err := newMCPDoor(f, p, base, log)
+	if err != nil {
+		return err
+	}
 	var door *mitm.Door
 	if f.proxyListen != "" {
-		if door, err = newDoor(p.cfg.MITM, base, log, getenv(EnvProxyToken), ls.own.list); err != nil {
+		if door, err = newDoor(p.cfg.MITM, base, log, getenv(EnvProxyToken), ls.own.list, mcpDoor); err != nil {
 			return err
 		}
 	}
@@ -120,7 +127,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	adminHandler, err := admin.New(admin.Options{
 		Token: getenv(EnvAdminToken), Hosts: p.cfg.Listen.Hosts, Store: p.store, Audit: sinks.Ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
 		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
-		Preview: p.engine.Preview,
+		Preview: p.engine.Preview, MCP: mcpAdmin(mcpDoor, recorder),
 	})
 	if err != nil {
 		return err
@@ -131,6 +138,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	log.Info("admin API", "listen", aaddr.String(), "token", getenv(EnvAdminToken) != "")
 	lines = append(lines, fmt.Sprintf("promptgate admin API on http://%s (console: http://%s%s)", aaddr, aaddr, admin.PathConsole))
+	if mcpDoor != nil && f.mcpListen != "" {
+		maddr, err := ls.start("MCP listener", f.mcpListen, mcpDoor, false)
+		if err != nil {
+			return err
+		}
+		log.Info("MCP door open", "listen", maddr.String(), "servers", len(p.cfg.MCP.Servers), "token", f.mcpToken != "")
+		lines = append(lines, fmt.Sprintf("promptgate MCP door on http://%s%s<server>", maddr, mcp.PathPrefix))
+	} else if f.mcpListen != "" {
+		log.Warn("--mcp-listen is set but the config names no MCP server (mcp.servers): the MCP door stays closed")
+	}
 	if door != nil {
 		daddr, err := ls.start("HTTPS-proxy listener", f.proxyListen, door, false)
 		if err != nil {
@@ -168,6 +185,7 @@ func parseServeFlags(args []string, stderr io.Writer, getenv env) (*serveFlags, 
 	fs.StringVar(&upstream, "upstream", orEnv(getenv, EnvUpstream, DefaultUpstream), "upstream base URL; /v1/X goes to <upstream>/X (env "+EnvUpstream+")")
 	fs.StringVar(&f.adminListen, "admin-listen", orEnv(getenv, EnvAdminListen, DefaultAdminListen), "admin listener; a non-loopback address needs "+EnvAdminToken+" (env "+EnvAdminListen+")")
 	fs.StringVar(&f.proxyListen, "proxy-listen", getenv(EnvProxyListen), "HTTPS-proxy (HTTPS_PROXY=) listener, off when empty (env "+EnvProxyListen+")")
+	fs.StringVar(&f.mcpListen, "mcp-listen", getenv(EnvMCPListen), "MCP door: the config's mcp.servers at /mcp/NAME, off when empty; a non-loopback address needs "+EnvMCPToken+" (env "+EnvMCPListen+")")
 	fs.StringVar(&anthropicUpstream, "anthropic-upstream", orEnv(getenv, EnvAnthropicUpstream, DefaultAnthropicUpstream), "base URL for /v1/messages (env "+EnvAnthropicUpstream+")")
 	f.store = addStoreFlags(fs, getenv)
 	fs.StringVar(&f.snapshot, "store-snapshot", orEnv(getenv, EnvStoreSnapshot, DefaultStoreSnapshot), "with an etcd --store: file that keeps the last snapshot read, served at start while etcd is unreachable (env "+EnvStoreSnapshot+")")
@@ -189,6 +207,12 @@ func parseServeFlags(args []string, stderr io.Writer, getenv env) (*serveFlags, 
 	}
 	if f.proxyListen != "" {
 		if err := checkProxyListen(f.proxyListen, getenv(EnvProxyToken)); err != nil {
+			return nil, err
+		}
+	}
+	f.mcpToken = getenv(EnvMCPToken)
+	if f.mcpListen != "" {
+		if err := checkMCPListen(f.mcpListen, f.mcpToken); err != nil {
 			return nil, err
 		}
 	}
@@ -315,7 +339,7 @@ func (l *listeners) shutdown() {
 // pipeline as the base-URL listener, with the origin the client asked for as both upstreams. The operator
 // keys in base stay bound to the configured upstreams' origins, so an origin gets a key only if it is the
 // key's own. The pipelines share one in-flight cap. Passthrough never reaches the addresses own returns.
-func newDoor(c *mitm.Config, base proxy.Options, log *slog.Logger, token string, own func() []net.Addr) (*mitm.Door, error) {
+func newDoor(c *mitm.Config, base proxy.Options, log *slog.Logger, token string, own func() []net.Addr, mcpDoor *mcp.Door) (*mitm.Door, error) {
 	if c == nil {
 		return nil, usageError{"--proxy-listen needs a mitm: section in the config (caCert, caKey, hosts); create the CA with `promptgate ca init`"}
 	}
@@ -333,6 +357,9 @@ func newDoor(c *mitm.Config, base proxy.Options, log *slog.Logger, token string,
 		HeaderReadTimeout: base.Engine.Limits().HeaderReadTimeout, IdleTimeout: base.Engine.Limits().IdleTimeout,
 		Own: own, Token: token,
 		Handler: func(o origin.Origin) (http.Handler, error) {
+			if h := mcpDoor.ForOrigin(string(o)); h != nil {
+				return h, nil // a configured MCP server's origin: the MCP door's policy
+			}
 			opts := base
 			opts.Upstream = o.URL("/v1")
 			opts.AnthropicUpstream = o.URL("/v1")
@@ -408,6 +435,37 @@ func checkAdminListen(addr, token string) error {
 		return nil
 	}
 	return usageError{fmt.Sprintf("--admin-listen %q is not a loopback address: set %s to expose the admin API beyond this machine", addr, EnvAdminToken)}
+}
+
+// checkMCPListen refuses a non-loopback MCP door unless PROMPTGATE_MCP_TOKEN is set.
+func checkMCPListen(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usageError{fmt.Sprintf("--mcp-listen %q: use HOST:PORT, e.g. 127.0.0.1:8790", addr)}
+	}
+	if token != "" || loopbackHost(host) {
+		return nil
+	}
+	return usageError{fmt.Sprintf("--mcp-listen %q is not a loopback address: set %s so that clients must send it (%s), or listen on 127.0.0.1", addr, EnvMCPToken, mcp.HeaderToken)}
+}
+
+// newMCPDoor builds the MCP door where the config names MCP servers (nil otherwise): it shares the
+// proxy listener's engine, join, confirmer, memory of caught conversations, decision log and listen guard.
+func newMCPDoor(f *serveFlags, p *pipeline, base proxy.Options, log *slog.Logger) (*mcp.Door, error) {
+	if len(p.cfg.MCP.Servers) == 0 {
+		return nil, nil
+	}
+	return mcp.New(mcp.Options{Config: p.cfg.MCP, Engine: p.engine, Calls: p.calls, Confirmer: base.Confirmer,
+		Violations: base.Violations, Audit: base.Audit, Guard: base.Guard, Token: f.mcpToken, Limits: p.cfg.Limits,
+		Tracing: base.Tracing, Log: log})
+}
+
+// mcpAdmin is the MCP door's admin routes, nil without a door.
+func mcpAdmin(d *mcp.Door, rec audit.Recorder) http.Handler {
+	if d == nil {
+		return nil
+	}
+	return d.Admin(rec)
 }
 
 // checkProxyListen refuses a non-loopback HTTPS-proxy door unless proxy authentication is on.

@@ -42,6 +42,16 @@ const (
 	KindConfirm = "confirm"
 )
 
+// Kinds of events: the MCP door's decisions (proxy/mcp).
+const (
+	// KindMCPCall: an MCP tools/call (or an MCP request refused as a whole) was decided.
+	KindMCPCall = "mcp_call"
+	// KindMCPList: a tool was held back from, or removed from, an MCP tools/list answer.
+	KindMCPList = "mcp_list"
+	// KindMCPDefinition: an MCP tool definition was pinned, changed, flagged by the scan, or approved.
+	KindMCPDefinition = "mcp_definition"
+)
+
 // Kinds of events: changes made through the admin API. Target says what changed.
 const (
 	// KindVersionAdded: a new, not yet active, version of a template or protocol was stored.

@@ -23,6 +23,9 @@ type Segment struct {
 	// counted in the history when InHistory is set; -1 for instructions, system and context.
 	Message   int
 	InHistory bool
+	// callID is the id of the call a tool output answers ("" for other segments): LabelServers finds the
+	// outputs of calls an MCP server ran by it.
+	callID string
 }
 
 // HistoryCall is a tool call already made in the conversation.

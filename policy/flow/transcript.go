@@ -124,6 +124,7 @@ func (t *Transcript) Output(id string, out Output, msg int) {
 		}
 	}
 	t.output(tool, server, out, msg)
+	t.segments[len(t.segments)-1].callID = id
 }
 
 // LegacyOutput adds the output of a legacy function call, which names its function: tool:? when no legacy
@@ -139,6 +140,32 @@ func (t *Transcript) LegacyOutput(name string, out Output, msg int) {
 // output): its source is the named tool, or mcp:SERVER.
 func (t *Transcript) ToolOutput(tool string, out Output, msg int) {
 	t.output(tool, out.Server, out, msg)
+}
+
+// LabelServers makes the outputs of calls that an MCP server ran the source mcp:SERVER: serverOf names the
+// server of a call by its tool and raw arguments ("" when no server ran it). It is how a call the model made
+// and the agent executed through promptgate's MCP door is known as that server's when its output comes
+// back. A call whose id two calls share, or whose output is already an MCP server's, is left as it is. Call
+// it once the transcript is complete.
+func (t *Transcript) LabelServers(serverOf func(tool string, args []byte) string) {
+	var label map[string]string
+	for _, c := range t.calls {
+		if c.ID == "" || t.dup[c.ID] || t.servers[c.ID] != "" {
+			continue
+		}
+		if s := serverOf(c.Tool, c.Args); s != "" {
+			if label == nil {
+				label = map[string]string{}
+			}
+			label[c.ID], t.servers[c.ID] = s, s
+		}
+	}
+	for i := range t.segments {
+		seg := &t.segments[i]
+		if s, ok := label[seg.callID]; ok && seg.callID != "" && seg.Source.Kind == SourceTool {
+			seg.Source = Source{Kind: SourceMCP, Tool: s}
+		}
+	}
 }
 
 func (t *Transcript) output(tool, server string, out Output, msg int) {

@@ -114,6 +114,9 @@ type Options struct {
 	// Gatherer is the metrics registry GET /admin/health reads (requests, overhead, plugin latency and
 	// errors, the definitions served); nil leaves those parts out.
 	Gatherer prometheus.Gatherer
+	// MCP, when not nil, serves /admin/mcp/ (the MCP door's pinned definitions), behind the same token and
+	// Host rules.
+	MCP http.Handler
 }
 
 // server is the admin handler.
@@ -178,6 +181,9 @@ func (s *server) routes() {
 	s.handle("GET /admin/rollouts", s.listRollouts)
 	s.handle("POST /admin/rollouts", s.applyRollout)
 	s.handle("POST /admin/rollouts/revert", s.revertRollout)
+	if s.o.MCP != nil {
+		s.mux.Handle("/admin/mcp/", s.o.MCP)
+	}
 	s.mux.Handle("GET "+PathConsole, s.console)
 	s.mux.HandleFunc("GET "+PathMetrics, func(w http.ResponseWriter, r *http.Request) {
 		if s.o.Metrics == nil {

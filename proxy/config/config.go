@@ -1,6 +1,6 @@
 // Package config composes the deployment file given with --config from the sections its users own —
 // policy (defaultProtocol, routes, tools), plugins (plugins), proxy (limits), proxy/guard (listen),
-// proxy/mitm (mitm), policy/audit (audit), assembly (security) — and decodes (strict YAML), fills the
+// proxy/mitm (mitm), policy/audit (audit), assembly (security), proxy/mcp (mcp) — and decodes (strict YAML), fills the
 // defaults of and validates the whole file, reporting every problem with its key path and the fix. It imports
 // only downward; what the values mean at run time belongs to the sections' packages.
 package config
@@ -26,6 +26,7 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/guard"
+	"github.com/promptgate/promptgate/proxy/mcp"
 	"github.com/promptgate/promptgate/proxy/mitm"
 )
 
@@ -47,6 +48,8 @@ type File struct {
 	Audit audit.Config `yaml:"audit"`
 	// Security holds the optional prompt-injection hardening; its zero value keeps the default rendering.
 	Security assembly.Security `yaml:"security"`
+	// MCP configures the MCP door (--mcp-listen): the servers it serves and how it governs them.
+	MCP mcp.Config `yaml:"mcp"`
 }
 
 // Load reads and validates a config file. An empty path returns the defaults.
@@ -108,6 +111,7 @@ func (f *File) ApplyDefaults() {
 		f.MITM.ApplyDefaults()
 	}
 	f.Audit.ApplyDefaults()
+	f.MCP.ApplyDefaults()
 }
 
 // Validate returns every problem of the file joined, sorted by key path, each naming the key path and the fix.
@@ -120,6 +124,7 @@ func (f *File) Validate() error {
 		errs = append(errs, f.MITM.Validate("mitm")...)
 	}
 	errs = append(errs, f.Audit.Validate("audit")...)
+	errs = append(errs, f.MCP.Validate("mcp")...)
 	slices.SortStableFunc(errs, func(a, b error) int { return naturalCompare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
 }
@@ -173,6 +178,8 @@ var sections = map[reflect.Type]string{
 	reflect.TypeFor[mitm.Config]():       "mitm",
 	reflect.TypeFor[audit.Config]():      "audit",
 	reflect.TypeFor[assembly.Security](): "security",
+	reflect.TypeFor[mcp.Config]():        "mcp",
+	reflect.TypeFor[mcp.Server]():        "an MCP server entry",
 }
 
 // section is the name and the valid keys of the struct type yaml.v3 names typ ("policy.Route").

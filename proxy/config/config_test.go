@@ -15,6 +15,7 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/guard"
+	"github.com/promptgate/promptgate/proxy/mcp"
 	"github.com/promptgate/promptgate/proxy/mitm"
 )
 
@@ -50,6 +51,7 @@ func defaults() *File {
 		Limits: proxy.Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second, BodyReadTimeout: 60 * time.Second, HeaderReadTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxInFlight: 1024, MaxTools: 1024},
 		Listen: guard.Config{Section: "listen"},
 		Audit:  audit.Config{RingSize: 10000},
+		MCP:    mcp.Config{OnDefinitionChange: "block", JoinWindow: 10 * time.Minute, UnknownMethods: "refuse"},
 	}
 }
 
@@ -96,6 +98,7 @@ func TestParseContractExample(t *testing.T) {
 		Limits: proxy.Limits{MaxBodyBytes: 10 << 20, MaxJSONDepth: 64, UpstreamTimeout: 120 * time.Second, BodyReadTimeout: 60 * time.Second, HeaderReadTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxInFlight: 1024, MaxTools: 1024},
 		Listen: guard.Config{Section: "listen"},
 		Audit:  audit.Config{RingSize: 10000},
+		MCP:    mcp.Config{OnDefinitionChange: "block", JoinWindow: 10 * time.Minute, UnknownMethods: "refuse"},
 		MITM: &mitm.Config{
 			CACert: "DIR/ca.crt", CAKey: "DIR/ca.key", Hosts: []string{"api.openai.com"},
 			Passthrough: ptr(true), UpstreamCA: "extra-roots.pem", HandshakeTimeout: 10 * time.Second,
@@ -267,7 +270,7 @@ func TestParseErrors(t *testing.T) {
 		// Unknown keys, at every level, with the line and the valid keys.
 		{
 			"unknown top-level key", "defaultProtocol: tech\nroute: []\n",
-			[]string{`line 2: unknown key "route" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`},
+			[]string{`line 2: unknown key "route" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security, mcp`},
 		},
 		{
 			"unknown key in a route's match", "routes:\n  - protocol: tech\n    match: {modle: gpt-4o}\n",
@@ -295,16 +298,16 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			"unknown key with a space", "default protocol: tech\n",
-			[]string{`line 1: unknown key "default protocol" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`},
+			[]string{`line 1: unknown key "default protocol" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security, mcp`},
 		},
 		{
 			"keys are case-sensitive", "DefaultProtocol: tech\n",
-			[]string{`line 1: unknown key "DefaultProtocol" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`},
+			[]string{`line 1: unknown key "DefaultProtocol" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security, mcp`},
 		},
 		{
 			"several unknown keys", "bogus: 1\nlimits: {maxBodyBytes: 1, nope: 2}\nmitm: {caCert: a, caKey: b, x: 1}\n",
 			[]string{
-				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`,
+				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security, mcp`,
 				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout, bodyReadTimeout, headerReadTimeout, idleTimeout, maxInFlight, maxTools`,
 				`line 3: unknown key "x" in mitm; valid keys: caCert, caKey, hosts, passthrough, upstreamCA, allowPrivateDestinations, handshakeTimeout, maxTunnels, tunnelIdleTimeout`,
 			},
@@ -369,7 +372,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			"unknown key and a wrong type are both reported", "bogus: 1\nlimits: {maxBodyBytes: ten, nope: 2}\n",
 			[]string{
-				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security`,
+				`line 1: unknown key "bogus" in the top level; valid keys: defaultProtocol, routes, tools, plugins, limits, listen, mitm, audit, security, mcp`,
 				`line 2: limits.maxBodyBytes: got a string "ten", want a whole number`,
 				`line 2: unknown key "nope" in limits; valid keys: maxBodyBytes, maxJSONDepth, upstreamTimeout, bodyReadTimeout, headerReadTimeout, idleTimeout, maxInFlight, maxTools`,
 			},

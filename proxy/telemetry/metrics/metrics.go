@@ -36,6 +36,7 @@ type Metrics struct {
 	toolsRemoved       *prometheus.CounterVec
 	callsBlocked       *prometheus.CounterVec
 	flowDecisions      *prometheus.CounterVec
+	mcpDecisions       *prometheus.CounterVec
 	contextTruncations prometheus.Counter
 	pluginLatency      *prometheus.HistogramVec
 	pluginErrors       *prometheus.CounterVec
@@ -69,6 +70,9 @@ func New(versions func() []Version) *Metrics {
 	m.flowDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "promptgate_flow_decisions_total", Help: "Information-flow decisions on tool calls, by kind (provenance, flow, budget, confirm) and verdict (blocked, held, confirmed, expired, reused, audited).",
 	}, []string{"kind", "verdict"})
+	m.mcpDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "promptgate_mcp_decisions_total", Help: "MCP door decisions, by kind (mcp_call, mcp_list, mcp_definition) and verdict (allowed, blocked, held, confirmed, audited, removed, pinned, changed, flagged, approved, other).",
+	}, []string{"kind", "verdict"})
 	m.contextTruncations = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "promptgate_context_truncations_total", Help: "Requests whose runtime context JSON was shortened to fit its budget.",
 	})
@@ -78,7 +82,7 @@ func New(versions func() []Version) *Metrics {
 	m.pluginErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "promptgate_plugin_errors_total", Help: "Context source failures, by source and reason class (timeout, unavailable, canceled, error, too_large, bad_answer).",
 	}, []string{"source", "reason"})
-	m.reg.MustRegister(m.requests, m.overhead, m.upstream, m.toolsRemoved, m.callsBlocked, m.flowDecisions, m.contextTruncations,
+	m.reg.MustRegister(m.requests, m.overhead, m.upstream, m.toolsRemoved, m.callsBlocked, m.flowDecisions, m.mcpDecisions, m.contextTruncations,
 		m.pluginLatency, m.pluginErrors, m.audit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if versions != nil {
@@ -191,6 +195,12 @@ func (m *Metrics) Record(_ context.Context, e audit.Event) {
 		m.toolsRemoved.WithLabelValues(audit.ReasonHead(e.Reason)).Inc()
 	case e.Kind == audit.KindToolCall && e.Verdict != audit.VerdictAllowed:
 		m.callsBlocked.WithLabelValues(e.Verdict, audit.ReasonHead(e.Reason)).Inc()
+	case slices.Contains(mcpKinds, e.Kind):
+		verdict := e.Verdict
+		if !slices.Contains(mcpVerdicts, verdict) {
+			verdict = "other"
+		}
+		m.mcpDecisions.WithLabelValues(e.Kind, verdict).Inc()
 	case slices.Contains(flowKinds, e.Kind):
 		verdict := e.Verdict
 		if !slices.Contains(flowVerdicts, verdict) {
@@ -199,6 +209,14 @@ func (m *Metrics) Record(_ context.Context, e audit.Event) {
 		m.flowDecisions.WithLabelValues(e.Kind, verdict).Inc()
 	}
 }
+
+// mcpKinds and mcpVerdicts are the label values of promptgate_mcp_decisions_total (a verdict outside the
+// list counts as "other").
+var (
+	mcpKinds    = []string{audit.KindMCPCall, audit.KindMCPList, audit.KindMCPDefinition}
+	mcpVerdicts = []string{audit.VerdictAllowed, audit.VerdictBlocked, audit.VerdictHeld, audit.VerdictConfirmed, audit.VerdictAudited,
+		audit.VerdictRemoved, "pinned", "changed", "flagged", "approved"}
+)
 
 // flowKinds and flowVerdicts are the label values of promptgate_flow_decisions_total (a verdict outside
 // the list counts as "other").

@@ -1,0 +1,411 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/audit"
+	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/guard"
+	"github.com/promptgate/promptgate/proxy/sse"
+	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
+)
+
+// maxPages bounds the pages of tools/list the door reads itself.
+const maxPages = 20
+
+// maxEvent caps one event of a server's stream.
+const maxEvent = 16 << 20
+
+// outbound is the request to the server: the client's headers, less hop-by-hop ones, promptgate's own and
+// the door's token, with the server's configured headers set (they go to that server only).
+func (x *exchange) outbound(ctx context.Context, method string, body []byte, header http.Header) (*http.Request, error) {
+	var rd io.Reader = http.NoBody
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, x.srv.Endpoint().String(), rd)
+	if err != nil {
+		return nil, fmt.Errorf("mcp: request to %s: %w", x.srv.Name, err)
+	}
+	for k, vs := range header {
+		if !dropped(k) {
+			req.Header[k] = vs
+		}
+	}
+	for k, v := range x.srv.Headers {
+		req.Header.Set(k, v)
+	}
+	x.d.o.Tracing.Inject(ctx, propagationCarrier(req.Header))
+	return req, nil
+}
+
+// dropped reports whether a client header stays with the door: hop-by-hop ones, the Host, the content
+// coding (the door reads answers), promptgate's own and the door's token.
+func dropped(k string) bool {
+	switch http.CanonicalHeaderKey(k) {
+	case "Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Proxy-Authorization",
+		"Proxy-Connection", "Host", "Accept-Encoding", "Content-Length", "Origin", "Referer", "Cookie":
+		return true
+	}
+	return strings.HasPrefix(strings.ToLower(strings.ReplaceAll(k, "_", "-")), "x-promptgate-")
+}
+
+// propagationCarrier is a header as the tracing package's carrier.
+type propagationCarrier http.Header
+
+func (c propagationCarrier) Get(k string) string { return http.Header(c).Get(k) }
+func (c propagationCarrier) Set(k, v string)     { http.Header(c).Set(k, v) }
+func (c propagationCarrier) Keys() []string {
+	out := make([]string, 0, len(c))
+	for k := range c {
+		out = append(out, k)
+	}
+	return out
+}
+
+// send sends a request and waits for its answer's headers at most limits.upstreamTimeout.
+func (x *exchange) send(method string, body []byte, header http.Header) (*http.Response, context.CancelFunc, error) {
+	ctx, cancel := context.WithCancel(x.ctx())
+	ctx, span := x.d.o.Tracing.Client(ctx, "promptgate.mcp.upstream")
+	req, err := x.outbound(ctx, method, body, header)
+	if err != nil {
+		span.End()
+		cancel()
+		return nil, nil, err
+	}
+	timer := time.AfterFunc(x.d.o.Limits.UpstreamTimeout, cancel)
+	resp, err := x.d.client.Do(req)
+	stopped := timer.Stop()
+	if err != nil {
+		span.End()
+		cancel()
+		if !stopped {
+			return nil, nil, errUpstreamTimeout
+		}
+		return nil, nil, fmt.Errorf("mcp: server %s: %w", x.srv.Name, err)
+	}
+	span.Int("http.response.status_code", resp.StatusCode)
+	return resp, func() { span.End(); cancel() }, nil
+}
+
+var errUpstreamTimeout = errors.New("mcp: the server did not answer within limits.upstreamTimeout")
+
+// forward sends the request (body nil: the client's own, as for GET and DELETE) and relays the answer:
+// tools/list results filtered, notifications/tools/list_changed noted, the door's own answers (local) joined.
+func (x *exchange) forward(body []byte, watch map[string]string, local [][]byte) {
+	if body == nil && x.r.Method != http.MethodGet {
+		b, err := x.readBody()
+		if err != nil {
+			x.rpcFail(http.StatusBadRequest, "", codeInvalidRequest, err.Error())
+			return
+		}
+		if len(b) > 0 {
+			body = b
+		}
+	}
+	resp, done, err := x.send(x.r.Method, body, x.r.Header)
+	if err != nil {
+		status := http.StatusBadGateway
+		if errors.Is(err, errUpstreamTimeout) {
+			status = http.StatusGatewayTimeout
+		}
+		x.log.Warn("MCP server failed", "err", err)
+		x.rpcFail(status, "", codeInvalidRequest, err.Error())
+		return
+	}
+	defer done()
+	defer resp.Body.Close()
+	h := x.w.Header()
+	for k, vs := range resp.Header {
+		if !dropped(k) && !strings.HasPrefix(http.CanonicalHeaderKey(k), "Access-Control-") && k != "Content-Length" {
+			h[k] = vs
+		}
+	}
+	guard.DropCORS(h)
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch {
+	case ct == "text/event-stream":
+		x.relayStream(resp, watch, local)
+	case ct == "application/json" && resp.StatusCode < 300:
+		x.relayJSON(resp, watch, local)
+	case len(local) > 0 && resp.StatusCode == http.StatusAccepted:
+		h.Del("Content-Type")
+		x.answerLocal(local, len(local) > 1)
+	default:
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			x.rpcFail(http.StatusBadGateway, "", codeInvalidRequest, "mcp: the server switched protocols")
+			return
+		}
+		x.w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(x.w, io.LimitReader(resp.Body, x.d.o.Limits.MaxBodyBytes))
+	}
+}
+
+// relayJSON relays a JSON answer (one message or a batch) with the door's edits and answers.
+func (x *exchange) relayJSON(resp *http.Response, watch map[string]string, local [][]byte) {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, x.d.o.Limits.MaxBodyBytes+1))
+	if err != nil || int64(len(b)) > x.d.o.Limits.MaxBodyBytes || !gjson.ValidBytes(b) {
+		x.rpcFail(http.StatusBadGateway, "", codeInvalidRequest, "mcp: the server's answer is not JSON within limits.maxBodyBytes")
+		return
+	}
+	v := gjson.ParseBytes(b)
+	var out []byte
+	if v.IsArray() {
+		msgs := append([][]byte(nil), local...)
+		v.ForEach(func(_, e gjson.Result) bool {
+			msgs = append(msgs, x.edit([]byte(e.Raw), watch))
+			return true
+		})
+		out = joinRaw(msgs)
+	} else {
+		out = x.edit(b, watch)
+		if len(local) > 0 {
+			out = joinRaw(append(local, out))
+		}
+	}
+	x.w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+	x.w.WriteHeader(resp.StatusCode)
+	_, _ = x.w.Write(out)
+}
+
+// relayStream relays an event stream as its events complete, each flushed, with the door's edits; the
+// door's own answers go first.
+func (x *exchange) relayStream(resp *http.Response, watch map[string]string, local [][]byte) {
+	_, span := tracing.Stage(x.ctx(), "promptgate.mcp.relay")
+	defer span.End()
+	x.w.Header().Del("Content-Length")
+	x.w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(x.w)
+	for _, m := range local {
+		_, _ = x.w.Write(sse.AppendEvent(nil, "message", m))
+	}
+	_ = rc.Flush()
+	rd := sse.NewReaderMax(resp.Body, maxEvent)
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				x.log.Debug("MCP stream ended", "err", err)
+			}
+			return
+		}
+		out := ev.Raw
+		if ev.HasData && !ev.Truncated {
+			if edited := x.edit(ev.Data, watch); !bytes.Equal(edited, ev.Data) {
+				out = rewriteEvent(ev, edited)
+			}
+		}
+		if _, err := x.w.Write(out); err != nil {
+			return
+		}
+		_ = rc.Flush()
+	}
+}
+
+// rewriteEvent writes an event again with new data, its id, name and retry kept.
+func rewriteEvent(ev sse.Event, data []byte) []byte {
+	var b []byte
+	if ev.HasID {
+		b = append(b, "id: "+ev.ID+"\n"...)
+	}
+	if ev.HasRetry {
+		b = append(b, "retry: "+strconv.FormatInt(ev.Retry, 10)+"\n"...)
+	}
+	return append(b, sse.AppendEvent(nil, ev.Event, data)...)
+}
+
+// edit applies the door's edits to one message of the server's: the tools of a watched tools/list answer
+// filtered; a change of the server's list noted for its next call.
+func (x *exchange) edit(msg []byte, watch map[string]string) []byte {
+	v := gjson.ParseBytes(msg)
+	if !v.IsObject() {
+		return msg
+	}
+	if m := v.Get("method").String(); m == "notifications/tools/list_changed" {
+		x.d.o.Pins.SetFresh(x.srv.Name, false)
+		x.log.Info("the MCP server's tool list changed; its definitions are read again before its next call")
+		return msg
+	}
+	id := v.Get("id")
+	if !id.Exists() || watch[id.Raw] != "tools/list" || !v.Get("result.tools").IsArray() {
+		return msg
+	}
+	kept := x.filterList(v.Get("result.tools"))
+	out, err := sjson.SetRawBytes(msg, "result.tools", kept)
+	if err != nil {
+		return msg
+	}
+	return out
+}
+
+// filterList observes every listed definition against its pin and keeps the tools the door lets the
+// client see: pinned (or, in report mode, changed) ones that the protocol allows under their model name.
+func (x *exchange) filterList(tools gjson.Result) []byte {
+	_, span := tracing.Stage(x.ctx(), "promptgate.mcp.list")
+	defer span.End()
+	var cands []policy.Tool
+	raw := map[string]string{}
+	tools.ForEach(func(_, t gjson.Result) bool {
+		def, ok := definitionOf(t)
+		if !ok {
+			x.record(audit.Event{Kind: KindList, Verdict: audit.VerdictRemoved, Reason: policy.ReasonNoName})
+			return true
+		}
+		if !x.observe(def) {
+			return true
+		}
+		model := x.srv.ToolPrefix + def.Name
+		cands = append(cands, policy.Tool{Name: model, Description: def.Description, Schema: def.InputSchema})
+		raw[model] = t.Raw
+		return true
+	})
+	x.d.o.Pins.SetFresh(x.srv.Name, true)
+	kept, removed := x.gov.g.Filter(cands)
+	for _, rm := range removed {
+		x.record(audit.Event{Kind: KindList, Tool: vet.DisplayName(rm.Name), Verdict: audit.VerdictRemoved, Reason: rm.Reason})
+	}
+	span.Int("promptgate.tools.kept", len(kept))
+	span.Int("promptgate.tools.removed", len(removed))
+	out := []byte{'['}
+	for i, t := range kept {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, raw[t.Name]...)
+	}
+	return append(out, ']')
+}
+
+// observe compares a listed definition with its pin, records what is new, and reports whether the tool may
+// be listed: not when its change or flagged description is held back (block mode).
+func (x *exchange) observe(def Definition) bool {
+	obs, news := x.d.o.Pins.Observe(x.srv.Name, def)
+	model := vet.DisplayName(x.srv.ToolPrefix + def.Name)
+	block := x.d.o.Config.OnDefinitionChange == ChangeBlock
+	if news {
+		x.recordDefinition(model, def, obs, block)
+	}
+	if obs == Same || obs == First || !block {
+		return true
+	}
+	x.record(audit.Event{Kind: KindList, Tool: model, Verdict: audit.VerdictHeld, Reason: "its definition waits for an operator's approval"})
+	return false
+}
+
+// recordDefinition records a definition seen for the first time, changed or flagged.
+func (x *exchange) recordDefinition(model string, def Definition, obs Observed, block bool) {
+	e := audit.Event{Kind: KindDefinition, Tool: model, Rule: "sha256:" + def.Digest[:16]}
+	switch obs {
+	case First:
+		e.Verdict, e.Reason = VerdictPinned, "first definition pinned"
+	case Held:
+		e.Verdict, e.Reason = VerdictFlagged, "description flagged: "+strings.Join(def.Findings, "; ")
+	case Changed:
+		e.Verdict, e.Reason = VerdictChanged, "the definition differs from the pinned one"
+		if block {
+			e.Reason += "; held back until an operator approves it"
+		} else {
+			e.Reason += "; reported (mcp.onDefinitionChange: report)"
+		}
+		if len(def.Findings) > 0 {
+			e.Reason += "; description flagged: " + strings.Join(def.Findings, "; ")
+		}
+	}
+	x.record(e)
+}
+
+// refreshList reads the server's tools/list itself (every page), with the client's session and version,
+// and observes each definition against its pin.
+func (x *exchange) refreshList(ctx context.Context) error {
+	cursor := ""
+	for page := 0; page < maxPages; page++ {
+		n := x.d.seq.Add(1)
+		id := `"promptgate-list-` + strconv.FormatInt(n, 10) + `"`
+		params := `{}`
+		if cursor != "" {
+			params, _ = sjson.Set(params, "cursor", cursor)
+		}
+		if stateless(x.version) {
+			params, _ = sjson.SetRaw(params, `_meta`, `{"io.modelcontextprotocol/protocolVersion":`+jsonString(x.version)+
+				`,"io.modelcontextprotocol/clientCapabilities":{}}`)
+		}
+		body := []byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/list","params":` + params + `}`)
+		res, err := x.ask(ctx, body, id)
+		if err != nil {
+			return err
+		}
+		tools := res.Get("result.tools")
+		if !tools.IsArray() {
+			return errors.New("mcp: tools/list answered no tools")
+		}
+		tools.ForEach(func(_, t gjson.Result) bool {
+			if def, ok := definitionOf(t); ok {
+				x.observe(def)
+			}
+			return true
+		})
+		if cursor = res.Get("result.nextCursor").String(); cursor == "" {
+			x.d.o.Pins.SetFresh(x.srv.Name, true)
+			return nil
+		}
+	}
+	return errors.New("mcp: tools/list has more pages than the door reads")
+}
+
+// ask sends one request of the door's own and returns the answer with its id, from a JSON or an event
+// stream answer.
+func (x *exchange) ask(_ context.Context, body []byte, id string) (gjson.Result, error) {
+	h := x.r.Header.Clone()
+	h.Set("Accept", "application/json, text/event-stream")
+	h.Set("Content-Type", "application/json")
+	if stateless(x.version) {
+		h.Set(headerMethod, "tools/list")
+		h.Del(headerName)
+		for k := range h {
+			if strings.HasPrefix(http.CanonicalHeaderKey(k), headerParam) {
+				h.Del(k)
+			}
+		}
+	}
+	resp, done, err := x.send(http.MethodPost, body, h)
+	if err != nil {
+		return gjson.Result{}, err
+	}
+	defer done()
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return gjson.Result{}, fmt.Errorf("mcp: tools/list answered HTTP %d: %s", resp.StatusCode, gjson.GetBytes(msg, "error.message").String())
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if ct != "text/event-stream" {
+		b, err := io.ReadAll(io.LimitReader(resp.Body, x.d.o.Limits.MaxBodyBytes))
+		if err != nil || !gjson.ValidBytes(b) {
+			return gjson.Result{}, errors.New("mcp: tools/list answered no JSON")
+		}
+		return gjson.ParseBytes(b), nil
+	}
+	rd := sse.NewReaderMax(resp.Body, maxEvent)
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return gjson.Result{}, fmt.Errorf("mcp: tools/list stream ended without its answer: %w", err)
+		}
+		if v := gjson.ParseBytes(ev.Data); ev.HasData && v.Get("id").Raw == id {
+			return gjson.Parse(string(ev.Data)), nil
+		}
+	}
+}

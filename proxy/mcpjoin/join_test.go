@@ -1,0 +1,53 @@
+package mcpjoin
+
+import (
+	"testing"
+	"time"
+)
+
+// TestClaim: a released call is matched once, by tool, arguments (key order and white space aside) and
+// conversation, within the window; the record holds at most its size.
+func TestClaim(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	r := New(2, time.Minute, func() time.Time { return now })
+	d1, _ := Digest([]byte(`{"to":"a@x","n":1}`))
+	d2, _ := Digest([]byte(` { "n" : 1.0, "to" : "a@x" } `))
+	if d1 != d2 {
+		t.Fatal("key order, white space and 1.0 change the digest")
+	}
+	other, _ := Digest([]byte(`{"to":"b@x","n":1}`))
+	r.Release(Call{Tool: "send", Digest: d1, Conversation: "c"}, "p")
+	for _, c := range []struct {
+		call Call
+		want Match
+	}{
+		{Call{Tool: "send", Digest: d1, Conversation: "d"}, Unmatched},
+		{Call{Tool: "send", Digest: other, Conversation: "c"}, Differs},
+		{Call{Tool: "mail", Digest: d1, Conversation: "c"}, Unmatched},
+		{Call{Tool: "send", Digest: d2, Conversation: "c"}, Matched},
+		{Call{Tool: "send", Digest: d2, Conversation: "c"}, Spent},
+	} {
+		if got, _ := r.Claim(c.call); got != c.want {
+			t.Errorf("Claim(%+v) = %d, want %d", c.call, got, c.want)
+		}
+	}
+	r.Release(Call{Tool: "send", Digest: other, Conversation: "c"}, "p")
+	now = now.Add(2 * time.Minute)
+	if got, _ := r.Claim(Call{Tool: "send", Digest: other, Conversation: "c"}); got != Unmatched {
+		t.Errorf("a call past the window matched: %d", got)
+	}
+	for i := 0; i < 5; i++ {
+		r.Release(Call{Tool: "t", Digest: d1}, "p")
+	}
+	if r.Len() != 2 {
+		t.Errorf("the record holds %d calls, its size is 2", r.Len())
+	}
+	r.Executed("send", d1, "crm")
+	if s := r.ServerOf("send", []byte(`{"n":1,"to":"a@x"}`)); s != "crm" {
+		t.Errorf("ServerOf = %q, want crm", s)
+	}
+	if s := r.ServerOf("send", []byte(`{"n":2}`)); s != "" {
+		t.Errorf("ServerOf of another call = %q", s)
+	}
+}
