@@ -308,7 +308,7 @@ func flowServer(t testing.TB, up string, protocol json.RawMessage, opts ...func(
 		t.Fatal(err)
 	}
 	rec := &memAudit{}
-	o := Options{Engine: e, Upstream: u, AnthropicUpstream: u, Audit: rec}
+	o := Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}, Audit: rec}
 	for _, f := range opts {
 		f(&o)
 	}
