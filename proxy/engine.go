@@ -19,6 +19,7 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/surface"
 	"github.com/promptgate/promptgate/proxy/surface/chat"
+	"github.com/promptgate/promptgate/proxy/surface/gemini"
 	"github.com/promptgate/promptgate/proxy/surface/messages"
 	"github.com/promptgate/promptgate/proxy/surface/responses"
 )
@@ -109,6 +110,7 @@ func surfaces(o EngineOptions) []surface.Surface {
 		chat.Surface{},
 		responses.New(responses.Options{Remember: o.StoredResponses}),
 		messages.Surface{},
+		gemini.Surface{},
 	}
 }
 

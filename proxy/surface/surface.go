@@ -140,6 +140,8 @@ type Stateless struct {
 	VetBody   func(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error)
 	VetStream func(up io.ReadCloser, v Vetting) io.ReadCloser
 	Join      func(Joined) ([]byte, error)
+	// Usage is the member of an answer that holds its usage ("" for "usage").
+	Usage string
 }
 
 var _ Exchange = Stateless{}
@@ -147,7 +149,11 @@ var _ Exchange = Stateless{}
 func (Stateless) Decided(vet.Decision) {}
 
 func (s Stateless) Body(body []byte, v Vetting) ([]byte, relay.Result, error) {
-	return Rounds(body, v, func(b []byte) ([]byte, relay.Result, error) { return s.VetBody(b, v.Checker, v.Record) }, s.Join)
+	usage := s.Usage
+	if usage == "" {
+		usage = "usage"
+	}
+	return RoundsUsage(usage, body, v, func(b []byte) ([]byte, relay.Result, error) { return s.VetBody(b, v.Checker, v.Record) }, s.Join)
 }
 
 func (s Stateless) Stream(up io.ReadCloser, v Vetting) io.ReadCloser {
