@@ -46,8 +46,12 @@ func resp(name, id, out string) string {
 	return `{"functionResponse":{"id":"` + id + `","name":"` + name + `","response":{"output":"` + out + `"}}}`
 }
 
-func model(parts ...string) string { return `{"role":"model","parts":[` + strings.Join(parts, ",") + `]}` }
-func user(parts ...string) string  { return `{"role":"user","parts":[` + strings.Join(parts, ",") + `]}` }
+func model(parts ...string) string {
+	return `{"role":"model","parts":[` + strings.Join(parts, ",") + `]}`
+}
+func user(parts ...string) string {
+	return `{"role":"user","parts":[` + strings.Join(parts, ",") + `]}`
+}
 
 // TestTranscriptMatchesByNameAndOrder checks how functionResponse parts are matched to their calls: by id
 // where both carry one, else by name and order within the model's turn; where the match cannot be told, the
