@@ -201,6 +201,9 @@ func (s *Stream) write(ev sse.Event, root gjson.Result, ccs []candidate, settled
 				continue
 			}
 			cc := ccs[cp.pos]
+			if sameParts(cc.parts, cp.parts) {
+				continue
+			}
 			edit(ck+"."+strconv.Itoa(cp.pos)+"."+cc.contentKey+"."+cc.partsKey, relay.JoinArray(cp.parts))
 		}
 	}
@@ -217,6 +220,19 @@ func (s *Stream) write(ev sse.Event, root gjson.Result, ccs []candidate, settled
 		return
 	}
 	s.Out = sse.AppendEvent(s.Out, ev.Event, data)
+}
+
+// sameParts reports whether parts are the raw parts of was, in order.
+func sameParts(was []gjson.Result, parts []string) bool {
+	if len(was) != len(parts) {
+		return false
+	}
+	for i, p := range was {
+		if p.Raw != parts[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // candidateParts are the parts a candidate gets in the event: of the event's candidate at pos, or of a new
