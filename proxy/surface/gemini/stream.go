@@ -1,6 +1,7 @@
 package gemini
 
 import (
+	"bytes"
 	"io"
 	"slices"
 	"strconv"
@@ -39,6 +40,11 @@ type Stream struct {
 	relay.Relay
 	c    *vet.Checker
 	keys []string
+
+	// crlf: the upstream ends its events with CRLF lines (as Google does); promptgate's own events follow it,
+	// since the official Go client splits a read at the first blank line of either kind, and a mix of both
+	// in one read joins two events.
+	crlf bool
 
 	held     []*pending   // calls not yet vetted (atomic mode), in order
 	finished map[int]bool // candidate index -> whether it has a finishReason
@@ -97,6 +103,7 @@ func (s *Stream) malformed() {
 
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
+	s.crlf = bytes.HasSuffix(ev.Raw, []byte("\r\n\r\n"))
 	data := ev.Data
 	if relay.FoldedKeyOutside(data, s.keys, fArgs.camel()) {
 		s.malformed()
@@ -219,7 +226,19 @@ func (s *Stream) write(ev sse.Event, root gjson.Result, ccs []candidate, settled
 		s.Out = append(s.Out, ev.Raw...)
 		return
 	}
-	s.Out = sse.AppendEvent(s.Out, ev.Event, data)
+	s.appendEvent(data)
+}
+
+// appendEvent writes an event of promptgate's with data, its lines ended as the upstream ends them.
+func (s *Stream) appendEvent(data []byte) {
+	if !s.crlf {
+		s.Out = sse.AppendData(s.Out, data)
+		return
+	}
+	start := len(s.Out)
+	s.Out = sse.AppendData(s.Out, data)
+	ev := bytes.ReplaceAll(s.Out[start:], []byte("\n"), []byte("\r\n"))
+	s.Out = append(s.Out[:start], ev...)
 }
 
 // sameParts reports whether parts are the raw parts of was, in order.
@@ -325,6 +344,6 @@ func (s *Stream) dropHeld() {
 // end writes a final error event and stops reading upstream.
 func (s *Stream) end(errJSON []byte) {
 	s.dropHeld()
-	s.Out = sse.AppendData(s.Out, errJSON)
+	s.appendEvent(errJSON)
 	s.Ended = true
 }
