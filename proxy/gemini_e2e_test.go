@@ -322,8 +322,8 @@ func TestGeminiPreview(t *testing.T) {
 		}
 	}
 	for path, param := range map[string]string{
-		"/v1beta/models/gemini-2.5-flash:countTokens":           "path",
-		"/v1beta/models":                                        "path",
+		"/v1beta/models/gemini-2.5-flash:countTokens": "path",
+		"/v1beta/models": "path",
 		"/v1beta/models/gemini-2.5-flash:streamGenerateContent": "alt",
 		"/v1beta/models/a:b:generateContent":                    "model",
 	} {
