@@ -17,7 +17,7 @@ import (
 // Report is the preview of one request: what would be sent upstream and why. The admin endpoint and the
 // `promptgate preview` command print it.
 type Report struct {
-	// Path is the surface previewed: PathChat, PathResponses or PathMessages.
+	// Path is the route previewed: PathChat, PathResponses, PathMessages or a Gemini model's path.
 	Path              string         `json:"path"`
 	TemplateName      string         `json:"templateName"`
 	TemplateVersion   int            `json:"templateVersion"`
@@ -29,6 +29,9 @@ type Report struct {
 	Tools             ReportTools    `json:"tools"`
 	Sizes             assembly.Sizes `json:"sizes"`
 	Context           ReportContext  `json:"context"`
+	// System are the system texts the upstream body carries, whatever its wire format: the layered prompt,
+	// then the context message in the structured channel.
+	System []string `json:"system"`
 	// Flow is the information-flow view of the request; nil (left out) when its protocol has no such rule.
 	Flow            *ReportFlow      `json:"flow,omitempty"`
 	UpstreamRequest *json.RawMessage `json:"upstreamRequest"`
@@ -120,6 +123,10 @@ func marshalReport(path string, p *Prepared) ([]byte, error) {
 		Tools:             ReportTools{Kept: make([]string, 0, len(p.Kept)), Removed: p.Removed},
 		Sizes:             p.Prompt.Sizes,
 		Context:           ReportContext{Truncated: p.Prompt.ContextTruncated, DirectivesTruncated: p.Prompt.DirectivesTruncated},
+		System:            []string{p.Prompt.System()},
+	}
+	if p.Prompt.ContextMessage != "" {
+		r.System = append(r.System, p.Prompt.ContextMessage)
 	}
 	if r.Tools.Removed == nil {
 		r.Tools.Removed = []policy.Removal{}

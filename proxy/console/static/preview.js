@@ -18,6 +18,9 @@
     { name: 'Messages (Anthropic) with a tool', path: '/v1/messages', body: {
       model: 'claude-sonnet-4-5', max_tokens: 512, system: 'Answer briefly.', messages: [{ role: 'user', content: 'hello' }],
       tools: [{ name: 'search_docs', description: 'Search the docs', input_schema: { type: 'object' } }] } },
+    { name: 'Gemini with a function', path: '/v1beta/models/gemini-2.5-flash:generateContent', body: {
+      systemInstruction: { parts: [{ text: 'Answer briefly.' }] }, contents: [{ role: 'user', parts: [{ text: 'hello' }] }],
+      tools: [{ functionDeclarations: [{ name: 'search_docs', description: 'Search the docs', parameters: { type: 'OBJECT' } }] }] } },
   ];
 
   // Block names of the report's sizes, by header.
@@ -161,7 +164,7 @@
     ]);
     renderTools(r.tools);
     renderFlow(r.flow);
-    renderBlocks(r, systemTexts(r.path, r.upstreamRequest || {}));
+    renderBlocks(r, Array.isArray(r.system) ? r.system : systemTexts(r.path, r.upstreamRequest || {}));
     $('pv-body').value = exact;
     $('pv-body-size').textContent = new TextEncoder().encode(exact).length + ' bytes, exactly as the upstream would receive them.';
     $('preview-out').hidden = false;
