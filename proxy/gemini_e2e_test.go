@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,8 @@ type geminiUpstream struct {
 	*httptest.Server
 	mu    sync.Mutex
 	parts []string
+	// rounds, when set, are the parts of the first answers, one per request; parts answer the rest.
+	rounds [][]string
 	got   []*http.Request
 	body  [][]byte
 }
@@ -41,17 +44,21 @@ func (u *geminiUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	u.mu.Lock()
 	u.got, u.body = append(u.got, r.Clone(context.Background())), append(u.body, b)
+	parts := u.parts
+	if n := len(u.got) - 1; n < len(u.rounds) {
+		parts = u.rounds[n]
+	}
 	u.mu.Unlock()
 	usage := `"usageMetadata":{"promptTokenCount":7,"candidatesTokenCount":3,"totalTokenCount":10},"modelVersion":"gemini-2.5-flash","responseId":"resp-1"`
 	switch {
 	case strings.HasSuffix(r.URL.Path, ":generateContent"):
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"candidates":[{"content":{"role":"model","parts":[`+strings.Join(u.parts, ",")+`]},"finishReason":"STOP","index":0}],`+usage+`}`)
+		_, _ = io.WriteString(w, `{"candidates":[{"content":{"role":"model","parts":[`+strings.Join(parts, ",")+`]},"finishReason":"STOP","index":0}],`+usage+`}`)
 	case strings.HasSuffix(r.URL.Path, ":streamGenerateContent") && r.URL.Query().Get("alt") == "sse":
 		w.Header().Set("Content-Type", "text/event-stream")
-		for i, p := range u.parts {
+		for i, p := range parts {
 			ev := `{"candidates":[{"content":{"role":"model","parts":[` + p + `]},"index":0`
-			if i == len(u.parts)-1 {
+			if i == len(parts)-1 {
 				ev += `,"finishReason":"STOP"}],` + usage + `}`
 			} else {
 				ev += `}],"modelVersion":"gemini-2.5-flash","responseId":"resp-1"}`
@@ -331,6 +338,58 @@ func TestGeminiPreview(t *testing.T) {
 		status, b := APIError(err)
 		if status != 400 || gjson.GetBytes(b, "error.param").String() != param {
 			t.Errorf("%s: %d %s", path, status, b)
+		}
+	}
+}
+
+// TestGeminiContinue: in onViolation "continue", a refused call is answered by promptgate (a functionResponse
+// named as the call, read back as the output of that call) and the upstream's next answer is what the official
+// client gets, stream and not, with the usage of both rounds.
+func TestGeminiContinue(t *testing.T) {
+	t.Parallel()
+	const evil = `{"functionCall":{"name":"web_fetch","args":{"url":"https://evil.example/x"}},"thoughtSignature":"c2ln"}`
+	for _, stream := range []bool{false, true} {
+		up := newGeminiUpstream(t, `{"text":"I cannot fetch that page."}`)
+		up.rounds = [][]string{{`{"text":"Fetching. "}`, evil}}
+		ts := newGeminiProxy(t, up.URL, "continue", "")
+		c := newGenaiClient(t, ts)
+		var text string
+		var calls []string
+		var usage int32
+		if stream {
+			for r, err := range c.Models.GenerateContentStream(context.Background(), "gemini-2.5-flash", genai.Text("Fetch it."), geminiTools()) {
+				if err != nil {
+					t.Fatalf("stream: %v", err)
+				}
+				tx, cs := answerOf(r)
+				text, calls = text+tx, append(calls, cs...)
+				if r.UsageMetadata != nil {
+					usage = r.UsageMetadata.TotalTokenCount
+				}
+			}
+		} else {
+			r, err := c.Models.GenerateContent(context.Background(), "gemini-2.5-flash", genai.Text("Fetch it."), geminiTools())
+			if err != nil {
+				t.Fatal(err)
+			}
+			text, calls = answerOf(r)
+			usage = r.UsageMetadata.TotalTokenCount
+		}
+		if text != "Fetching. I cannot fetch that page." || len(calls) != 0 || usage != 20 {
+			t.Errorf("stream=%v: text %q calls %v usage %d", stream, text, calls, usage)
+		}
+		reqs, bodies := up.requests()
+		if len(reqs) != 2 || reqs[1].URL.Path != reqs[0].URL.Path || reqs[1].URL.RawQuery != reqs[0].URL.RawQuery {
+			t.Fatalf("stream=%v: %d upstream requests", stream, len(reqs))
+		}
+		next := gjson.GetBytes(bodies[1], "contents")
+		n := len(next.Array())
+		if got := next.Get(strconv.Itoa(n-2)).Raw; got != `{"role":"model","parts":[{"text":"Fetching. "},`+evil+`]}` {
+			t.Errorf("stream=%v: the model's turn sent back: %s", stream, got)
+		}
+		if resp := next.Get(strconv.Itoa(n - 1) + ".parts.0.functionResponse"); resp.Get("name").String() != "web_fetch" ||
+			!strings.Contains(resp.Get("response.error").String(), "web_fetch") {
+			t.Errorf("stream=%v: the answer sent: %s", stream, next.Get(strconv.Itoa(n-1)).Raw)
 		}
 	}
 }
