@@ -28,8 +28,8 @@ type geminiUpstream struct {
 	parts []string
 	// rounds, when set, are the parts of the first answers, one per request; parts answer the rest.
 	rounds [][]string
-	got   []*http.Request
-	body  [][]byte
+	got    []*http.Request
+	body   [][]byte
 }
 
 func newGeminiUpstream(t *testing.T, parts ...string) *geminiUpstream {
@@ -384,10 +384,10 @@ func TestGeminiContinue(t *testing.T) {
 		}
 		next := gjson.GetBytes(bodies[1], "contents")
 		n := len(next.Array())
-		if got := next.Get(strconv.Itoa(n-2)).Raw; got != `{"role":"model","parts":[{"text":"Fetching. "},`+evil+`]}` {
+		if got := next.Get(strconv.Itoa(n - 2)).Raw; got != `{"role":"model","parts":[{"text":"Fetching. "},`+evil+`]}` {
 			t.Errorf("stream=%v: the model's turn sent back: %s", stream, got)
 		}
-		if resp := next.Get(strconv.Itoa(n - 1) + ".parts.0.functionResponse"); resp.Get("name").String() != "web_fetch" ||
+		if resp := next.Get(strconv.Itoa(n-1) + ".parts.0.functionResponse"); resp.Get("name").String() != "web_fetch" ||
 			!strings.Contains(resp.Get("response.error").String(), "web_fetch") {
 			t.Errorf("stream=%v: the answer sent: %s", stream, next.Get(strconv.Itoa(n-1)).Raw)
 		}
