@@ -29,9 +29,6 @@ type Report struct {
 	Tools             ReportTools    `json:"tools"`
 	Sizes             assembly.Sizes `json:"sizes"`
 	Context           ReportContext  `json:"context"`
-	// System are the system texts the upstream body carries, whatever its wire format: the layered prompt,
-	// then the context message in the structured channel.
-	System []string `json:"system"`
 	// Flow is the information-flow view of the request; nil (left out) when its protocol has no such rule.
 	Flow            *ReportFlow      `json:"flow,omitempty"`
 	UpstreamRequest *json.RawMessage `json:"upstreamRequest"`
@@ -123,10 +120,6 @@ func marshalReport(path string, p *Prepared) ([]byte, error) {
 		Tools:             ReportTools{Kept: make([]string, 0, len(p.Kept)), Removed: p.Removed},
 		Sizes:             p.Prompt.Sizes,
 		Context:           ReportContext{Truncated: p.Prompt.ContextTruncated, DirectivesTruncated: p.Prompt.DirectivesTruncated},
-		System:            []string{p.Prompt.System()},
-	}
-	if p.Prompt.ContextMessage != "" {
-		r.System = append(r.System, p.Prompt.ContextMessage)
 	}
 	if r.Tools.Removed == nil {
 		r.Tools.Removed = []policy.Removal{}

@@ -59,6 +59,7 @@
     const textOf = (c) => typeof c === 'string' ? c : Array.isArray(c) ? c.map((p) => p.text || '').join('') : '';
     if (path === '/v1/responses') return typeof body.instructions === 'string' ? [body.instructions] : [];
     if (path === '/v1/messages') return typeof body.system === 'string' ? [body.system] : Array.isArray(body.system) ? body.system.map((b) => b.text || '') : [];
+    if (path.startsWith('/v1beta/')) return ((body.systemInstruction || {}).parts || []).map((p) => p.text || '');
     return (body.messages || []).filter((m) => m.role === 'system').map((m) => textOf(m.content));
   }
 
@@ -164,7 +165,7 @@
     ]);
     renderTools(r.tools);
     renderFlow(r.flow);
-    renderBlocks(r, Array.isArray(r.system) ? r.system : systemTexts(r.path, r.upstreamRequest || {}));
+    renderBlocks(r, systemTexts(r.path, r.upstreamRequest || {}));
     $('pv-body').value = exact;
     $('pv-body-size').textContent = new TextEncoder().encode(exact).length + ' bytes, exactly as the upstream would receive them.';
     $('preview-out').hidden = false;
