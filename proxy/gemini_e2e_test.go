@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -429,5 +431,32 @@ func TestAgentFlowsGemini(t *testing.T) {
 	}
 	if n < 31*2*2 {
 		t.Errorf("%d cases, want every scenario's two variants, stream and not", n)
+	}
+}
+
+// TestGeminiQueryKeyNotLogged: a client's key= in the URL reaches neither the log nor the error it gets when
+// the upstream cannot be reached.
+func TestGeminiQueryKeyNotLogged(t *testing.T) {
+	t.Parallel()
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+	var logs bytes.Buffer
+	gu := mustURL(t, deadURL)
+	ts := serveProxy(t, Options{Engine: testEngine(t, "", nil, nil, nil), Log: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Upstreams: map[string]Upstream{"openai": {URL: mustURL(t, deadURL+"/v1")}, "gemini": {URL: gu}}})
+	for _, path := range []string{"/v1beta/models/m:generateContent?key=SECRET-QUERY-KEY", "/v1beta/models/m:countTokens?key=SECRET-QUERY-KEY"} {
+		resp, err := ts.Client().Post(ts.URL+path, "application/json", strings.NewReader(`{"contents":[]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway || strings.Contains(string(b), "SECRET-QUERY-KEY") {
+			t.Errorf("%s: %d %s", path, resp.StatusCode, b)
+		}
+	}
+	if strings.Contains(logs.String(), "SECRET-QUERY-KEY") || !strings.Contains(logs.String(), "upstream") {
+		t.Errorf("log:\n%s", logs.String())
 	}
 }
