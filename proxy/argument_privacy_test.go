@@ -115,7 +115,7 @@ func TestNoArgumentContentInAuditOrLog(t *testing.T) {
 			[]json.RawMessage{privacyProtocol("refuse"), privacyProtocol("error"), privacyProtocol("audit")})
 		e.log = log
 		u := mustURL(t, up.URL+"/v1")
-		ts := serveProxy(t, Options{Engine: e, Upstream: u, AnthropicUpstream: u, Log: log,
+		ts := serveProxy(t, Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}, Log: log,
 			Audit: audit.Multi{audit.Log{Logger: log}, ring, jl}, AuditArguments: include})
 
 		requests := 0

@@ -20,7 +20,7 @@ func argsProxy(t *testing.T, up string, include bool) (*httptest.Server, *memAud
 	e := testEngine(t, "defaultProtocol: guarded\n", nil, nil, []json.RawMessage{vetProtocol("refuse")})
 	u, _ := url.Parse(up + "/v1")
 	rec := &memAudit{}
-	s, err := New(Options{Engine: e, Upstream: u, AnthropicUpstream: u, Audit: rec, AuditArguments: include})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}, Audit: rec, AuditArguments: include})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestForwardingLine(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelDebug, slog.LevelInfo} {
 		var logs bytes.Buffer
 		log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: level}))
-		ts := serveProxy(t, Options{Engine: testEngine(t, "", nil, nil, nil), Upstream: mustURL(t, up.URL+"/v1"), Log: log})
+		ts := serveProxy(t, Options{Engine: testEngine(t, "", nil, nil, nil), Upstreams: map[string]Upstream{"openai": {URL: mustURL(t, up.URL+"/v1")}}, Log: log})
 		if resp, b := postTo(t, ts, PathChat, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d: %s", resp.StatusCode, b)
 		}

@@ -31,7 +31,7 @@ const cacheRequest = `{"model":"m","messages":[{"role":"user","content":"hi"}],
 // snapshot keeps the old rules.
 func TestArgRulesOncePerSnapshot(t *testing.T) {
 	e := testEngine(t, "defaultProtocol: p\n", nil, nil, []json.RawMessage{json.RawMessage(cacheProtocolV1)})
-	s, err := New(Options{Engine: e, Upstream: mustURL(t, "http://127.0.0.1:1/v1")})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: mustURL(t, "http://127.0.0.1:1/v1")}}})
 	if err != nil {
 		t.Fatal(err)
 	}

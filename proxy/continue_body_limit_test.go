@@ -36,7 +36,7 @@ func limitServer(t testing.TB, up string, protocol json.RawMessage, maxBody int,
 		t.Fatal(err)
 	}
 	rec := &memAudit{}
-	o := Options{Engine: e, Upstream: u, AnthropicUpstream: u, Audit: rec}
+	o := Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}, Audit: rec}
 	if logs != nil {
 		o.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}

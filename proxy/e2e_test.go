@@ -74,7 +74,7 @@ func newProxy(t *testing.T, up string, cfgYAML string, env map[string]string) *h
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Engine: e, Upstream: u})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +512,7 @@ func TestUpstreamKeyReplacesAuthorization(t *testing.T) {
 	up := newUpstream(t, okCompletion)
 	e := testEngine(t, "", nil, nil, nil)
 	u, _ := url.Parse(up.URL + "/v1")
-	s, err := New(Options{Engine: e, Upstream: u, UpstreamAPIKey: bindKey(t, "sk-operator", u)})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u, Key: bindKey(t, "sk-operator", u)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -546,7 +546,7 @@ func TestFlushOnlyStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Engine: testEngine(t, "", nil, nil, nil), Upstream: u})
+	s, err := New(Options{Engine: testEngine(t, "", nil, nil, nil), Upstreams: map[string]Upstream{"openai": {URL: u}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/promptgate/promptgate/assembly"
@@ -19,6 +20,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/mcpjoin"
 	"github.com/promptgate/promptgate/proxy/surface"
 	"github.com/promptgate/promptgate/proxy/surface/chat"
+	"github.com/promptgate/promptgate/proxy/surface/gemini"
 	"github.com/promptgate/promptgate/proxy/surface/messages"
 	"github.com/promptgate/promptgate/proxy/surface/responses"
 )
@@ -58,8 +60,10 @@ type Engine struct {
 	limits   Limits
 	context  ContextSource // nil: only the request's own promptgate.context
 	log      *slog.Logger
-	// surfaces are the rewritten APIs (see surfaces).
-	surfaces []surface.Surface
+	// surfaces are the rewritten APIs (see surfaces); routes matches their routes, folded their paths
+	// without regard to case (the disguised-route guard).
+	surfaces       []surface.Surface
+	routes, folded *routeTable
 	// schemas keeps the compiled tool schemas that clients declare, shared by every response's checker.
 	schemas *vet.SchemaCache
 	// calls joins the model's calls to the MCP door's (EngineOptions.Calls); nil when there is no door.
@@ -97,10 +101,12 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	o.Limits.ApplyDefaults()
+	sfs := surfaces(o)
 	return &Engine{
 		defs: o.Defs, router: policy.NewRouter(o.Policy), access: policy.ToolAccess{Config: o.Policy.Tools},
 		settings: o.Settings, limits: o.Limits, context: o.Context, log: o.Log,
-		surfaces: surfaces(o), schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize), calls: o.Calls,
+		surfaces: sfs, routes: newRouteTable(sfs, false), folded: newRouteTable(sfs, true),
+		schemas: vet.NewSchemaCache(vet.DefaultSchemaCacheSize), calls: o.Calls,
 	}, nil
 }
 
@@ -111,26 +117,8 @@ func surfaces(o EngineOptions) []surface.Surface {
 		chat.Surface{},
 		responses.New(responses.Options{Remember: o.StoredResponses}),
 		messages.Surface{},
+		gemini.Surface{},
 	}
-}
-
-// surfaceOf is the surface whose rewritten route is path, or nil.
-func (e *Engine) surfaceOf(path string) surface.Surface {
-	for _, sf := range e.surfaces {
-		if sf.Path() == path {
-			return sf
-		}
-	}
-	return nil
-}
-
-// Paths are the rewritten routes, one per surface.
-func (e *Engine) Paths() []string {
-	out := make([]string, len(e.surfaces))
-	for i, sf := range e.surfaces {
-		out[i] = sf.Path()
-	}
-	return out
 }
 
 // Limits are the engine's limits, defaults filled in.
@@ -138,7 +126,11 @@ func (e *Engine) Limits() Limits { return e.limits }
 
 // Input is one client request.
 type Input struct {
-	Path   string
+	// Path is the request's path; Prepare and Preview also take it with its query (a Gemini stream's
+	// ?alt=sse).
+	Path string
+	// Query is the request's query (nil for none).
+	Query  url.Values
 	Header http.Header
 	Body   []byte
 	// ForceProtocol selects the protocol with the operator's authority (preview --protocol).
@@ -238,12 +230,29 @@ func (e *templateError) Unwrap() error { return e.err }
 
 // Prepare validates and rewrites a request to one of the rewritten routes (in.Path).
 func (e *Engine) Prepare(ctx context.Context, in Input) (*Prepared, error) {
-	sf := e.surfaceOf(in.Path)
-	if sf == nil {
-		return nil, &policy.Error{Code: policy.CodeInvalidRequest, Param: "path",
-			Message: fmt.Sprintf("path %q is not a rewritten surface: use one of %s", in.Path, strings.Join(e.Paths(), ", "))}
+	sf, t, in, err := e.matchInput(in, "path")
+	if err != nil {
+		return nil, err
 	}
-	return e.prepare(ctx, in, sf)
+	return e.prepare(ctx, in, sf, t)
+}
+
+// matchInput is the surface and target of in's path (see match), with in's path and query split; a path that
+// is not a rewritten route is a 400 naming the param what.
+func (e *Engine) matchInput(in Input, what string) (surface.Surface, surface.Target, Input, error) {
+	sf, t, u, err := e.match(in.Path)
+	if err != nil {
+		return nil, t, in, err
+	}
+	if sf == nil {
+		return nil, t, in, &policy.Error{Code: policy.CodeInvalidRequest, Param: "path",
+			Message: fmt.Sprintf("%s %q is not a rewritten surface: use one of %s", what, in.Path, strings.Join(e.Paths(), ", "))}
+	}
+	in.Path = u.Path
+	if u.RawQuery != "" {
+		in.Query = u.Query()
+	}
+	return sf, t, in, nil
 }
 
 // storedPromptRefused is the refusal of a request naming the stored prompt id where the operator restricts
@@ -270,21 +279,24 @@ func policyRequest(in Input, model string, ext assembly.Extension, keyRouted boo
 		Forced:         in.ForceProtocol,
 	}
 	if keyRouted {
-		req.APIKeySHA256 = apiKeyHash(in.Header)
+		req.APIKeySHA256 = apiKeyHash(in.Header, in.Query)
 	}
 	return req
 }
 
-// apiKeyHash is the hex sha256 of the bearer token, or of x-api-key (Anthropic clients).
-func apiKeyHash(h http.Header) string {
+// apiKeyHash is the hex sha256 of the client's API key: the bearer token, else x-api-key (Anthropic clients),
+// else x-goog-api-key or the key query parameter (Gemini clients).
+func apiKeyHash(h http.Header, q url.Values) string {
 	key := ""
 	if a := h.Get("Authorization"); a != "" {
 		if k, ok := strings.CutPrefix(a, "Bearer "); ok {
 			key = strings.TrimSpace(k)
 		}
 	}
-	if key == "" {
-		key = strings.TrimSpace(h.Get("X-Api-Key"))
+	for _, k := range []string{h.Get("X-Api-Key"), h.Get("X-Goog-Api-Key"), q.Get("key")} {
+		if key == "" {
+			key = strings.TrimSpace(k)
+		}
 	}
 	if key == "" {
 		return ""

@@ -161,7 +161,8 @@ func checkFlowAnswer(t *testing.T, c flowCase, calls []flowtest.Call, req, b []b
 		if k >= 0 || bytes.Contains(b, []byte(call.ID)) {
 			t.Errorf("%s: the %s call %d (%s) reached the client: %s", c.name, e.Expect, i, call.Tool, b)
 		}
-		if compact := js(json.RawMessage(call.Args)); bytes.Contains(b, []byte(compact)) || bytes.Contains(b, []byte(js(compact))) {
+		sameAsReleased := slices.ContainsFunc(released, func(r []byte) bool { return sameJSON(r, call.Args) })
+		if compact := js(json.RawMessage(call.Args)); !sameAsReleased && (bytes.Contains(b, []byte(compact)) || bytes.Contains(b, []byte(js(compact)))) {
 			t.Errorf("%s: the arguments of the %s call %d reached the client", c.name, e.Expect, i)
 		}
 		switch e.Expect {

@@ -353,7 +353,9 @@ func TestRedTeam2ContinueHeaders(t *testing.T) {
 				var mu sync.Mutex
 				var sent []seen
 				ts, _ := flowServer(t, up.URL, cc.protocol, func(o *Options) {
-					o.UpstreamAPIKey = bindKey(t, "sk-operator", o.Upstream)
+					openai := o.Upstreams["openai"]
+					openai.Key = bindKey(t, "sk-operator", openai.URL)
+					o.Upstreams["openai"] = openai
 					o.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
 						b, _ := io.ReadAll(r.Body)
 						r.Body = io.NopCloser(bytes.NewReader(b))

@@ -84,11 +84,13 @@ func (u *flowUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		sf = flowtest.Responses
 	case strings.HasSuffix(r.URL.Path, "/messages"):
 		sf = flowtest.Messages
+	case strings.HasSuffix(r.URL.Path, ":generateContent"), strings.HasSuffix(r.URL.Path, ":streamGenerateContent"):
+		sf = flowtest.Gemini
 	default:
 		http.Error(w, `{"error":{"message":"no such path"}}`, http.StatusNotFound)
 		return
 	}
-	if !gjson.GetBytes(b, "stream").Bool() {
+	if !gjson.GetBytes(b, "stream").Bool() && !strings.HasSuffix(r.URL.Path, ":streamGenerateContent") {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, turn.body(sf, round+1))
 		return
@@ -140,6 +142,8 @@ func (tu scriptedTurn) body(sf flowtest.Surface, round int) string {
 	case flowtest.Responses:
 		return fmt.Sprintf(`{"id":"resp_%d","object":"response","created_at":%d,"status":"completed","model":"m","instructions":null,"output":[%s],"usage":{"input_tokens":%d,"output_tokens":%d,"total_tokens":%d}}`,
 			round, 1000+round, strings.Join(tu.respItems(round, "completed"), ","), tu.in, tu.out, tu.in+tu.out)
+	case flowtest.Gemini:
+		return tu.geminiAnswer(tu.geminiParts(), true, round)
 	default:
 		var blocks []string
 		if tu.text != "" {
@@ -153,6 +157,38 @@ func (tu scriptedTurn) body(sf flowtest.Surface, round int) string {
 		return fmt.Sprintf(`{"id":"msg_%d","type":"message","role":"assistant","model":"m","content":[%s],"stop_reason":%q,"stop_sequence":null,"usage":{"input_tokens":%d,"output_tokens":%d}}`,
 			round, strings.Join(blocks, ","), stop, tu.in, tu.out)
 	}
+}
+
+// geminiParts are the turn's Gemini parts: its text, then its calls (with their ids).
+func (tu scriptedTurn) geminiParts() []string {
+	var parts []string
+	if tu.text != "" {
+		parts = append(parts, js(map[string]any{"text": tu.text}))
+	}
+	for _, c := range tu.calls {
+		parts = append(parts, geminiCall(c))
+	}
+	return parts
+}
+
+// geminiCall is a functionCall part with the call's id.
+func geminiCall(c flowtest.Call) string {
+	var args bytes.Buffer
+	if err := json.Compact(&args, flowtest.Args(c.Args)); err != nil {
+		args.Write(flowtest.Args(c.Args))
+	}
+	return fmt.Sprintf(`{"functionCall":{"id":%q,"name":%q,"args":%s}}`, c.ID, c.Tool, args.Bytes())
+}
+
+// geminiAnswer is a GenerateContentResponse of the parts; last adds the finishReason and the usage.
+func (tu scriptedTurn) geminiAnswer(parts []string, last bool, round int) string {
+	end := ""
+	if last {
+		end = fmt.Sprintf(`,"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":%d,"candidatesTokenCount":%d,"totalTokenCount":%d}`, tu.in, tu.out, tu.in+tu.out)
+	} else {
+		end = "}]"
+	}
+	return fmt.Sprintf(`{"candidates":[{"content":{"role":"model","parts":[%s]},"index":0%s,"modelVersion":"m","responseId":"resp-%d"}`, strings.Join(parts, ","), end, round)
 }
 
 // respItems are the turn's Responses output items.
@@ -263,12 +299,30 @@ func (tu scriptedTurn) events(sf flowtest.Surface, round int) []string {
 		}
 		ev("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%q,"stop_sequence":null},"usage":{"output_tokens":%d}}`, stop, tu.out))
 		ev("message_stop", `{"type":"message_stop"}`)
+	case flowtest.Gemini:
+		// The text in two events, each call whole in one of its own, the last event with the finish and usage.
+		var parts [][]string
+		if tu.text != "" {
+			for _, h := range halves(tu.text) {
+				parts = append(parts, []string{js(map[string]any{"text": h})})
+			}
+		}
+		for _, c := range tu.calls {
+			parts = append(parts, []string{geminiCall(c)})
+		}
+		if len(parts) == 0 {
+			parts = append(parts, nil)
+		}
+		for i, p := range parts {
+			out = append(out, "data: "+tu.geminiAnswer(p, i == len(parts)-1, round)+"\r\n\r\n")
+		}
 	}
 	return out
 }
 
 // flowPaths are the surfaces' rewritten routes.
-var flowPaths = map[flowtest.Surface]string{flowtest.Chat: PathChat, flowtest.Responses: PathResponses, flowtest.Messages: PathMessages}
+var flowPaths = map[flowtest.Surface]string{flowtest.Chat: PathChat, flowtest.Responses: PathResponses, flowtest.Messages: PathMessages,
+	flowtest.Gemini: "/v1beta/models/m:generateContent"}
 
 // flowRequest renders a client request of surface sf: the conversation, the tools it declares, stream.
 func flowRequest(t testing.TB, sf flowtest.Surface, turns []flowtest.Turn, tools []string, stream bool, extra map[string]any) []byte {
@@ -281,11 +335,17 @@ func flowRequest(t testing.TB, sf flowtest.Surface, turns []flowtest.Turn, tools
 			decl = append(decl, map[string]any{"type": "function", "function": map[string]any{"name": name, "parameters": params}})
 		case flowtest.Responses:
 			decl = append(decl, map[string]any{"type": "function", "name": name, "parameters": params})
+		case flowtest.Gemini:
+			decl = append(decl, map[string]any{"name": name, "parameters": params})
 		default:
 			decl = append(decl, map[string]any{"name": name, "input_schema": params})
 		}
 	}
 	fields := map[string]any{"tools": decl, "stream": stream}
+	if sf == flowtest.Gemini {
+		// Gemini streams by its route (post picks it from this mark; the stand-in upstream ignores it).
+		fields["tools"] = []any{map[string]any{"functionDeclarations": decl}}
+	}
 	if sf == flowtest.Messages {
 		fields["max_tokens"] = 1024
 	}
@@ -307,8 +367,12 @@ func flowServer(t testing.TB, up string, protocol json.RawMessage, opts ...func(
 	if err != nil {
 		t.Fatal(err)
 	}
+	gu, err := url.Parse(up)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rec := &memAudit{}
-	o := Options{Engine: e, Upstream: u, AnthropicUpstream: u, Audit: rec}
+	o := Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}, "gemini": {URL: gu}}, Audit: rec}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -324,7 +388,11 @@ func flowServer(t testing.TB, up string, protocol json.RawMessage, opts ...func(
 // post sends a client request and returns the answer's status, headers and body (a stream read whole).
 func post(t testing.TB, ts *httptest.Server, sf flowtest.Surface, body []byte, header http.Header) (int, http.Header, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, ts.URL+flowPaths[sf], bytes.NewReader(body))
+	path := flowPaths[sf]
+	if sf == flowtest.Gemini && gjson.GetBytes(body, "stream").Bool() {
+		path = "/v1beta/models/m:streamGenerateContent?alt=sse"
+	}
+	req, err := http.NewRequest(http.MethodPost, ts.URL+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,6 +461,8 @@ func read(t testing.TB, sf flowtest.Surface, stream bool, b []byte) shown {
 			})
 		case flowtest.Responses:
 			s.readResponsesOutput(root.Get("output"))
+		case flowtest.Gemini:
+			s.readGemini(root)
 		default:
 			root.Get("content").ForEach(func(_, c gjson.Result) bool {
 				switch c.Get("type").String() {
@@ -438,6 +508,10 @@ func read(t testing.TB, sf flowtest.Surface, stream bool, b []byte) shown {
 				s.calls[at].Args = append(s.calls[at].Args, c.Get("function.arguments").String()...)
 				return true
 			})
+		}
+	case flowtest.Gemini:
+		for _, d := range datas {
+			s.readGemini(gjson.Parse(d))
 		}
 	case flowtest.Responses:
 		for i, d := range datas {
@@ -495,6 +569,21 @@ func read(t testing.TB, sf flowtest.Surface, stream bool, b []byte) shown {
 		}
 	}
 	return s
+}
+
+// readGemini adds a GenerateContentResponse (a body, or an event of a stream) to what the client was shown.
+func (s *shown) readGemini(root gjson.Result) {
+	s.ids = append(s.ids, root.Get("responseId").String())
+	if u := root.Get("usageMetadata"); u.IsObject() {
+		s.usage = u
+	}
+	root.Get("candidates.0.content.parts").ForEach(func(_, p gjson.Result) bool {
+		s.text += p.Get("text").String()
+		if fc := p.Get("functionCall"); fc.Exists() {
+			s.calls = append(s.calls, flowtest.Call{ID: fc.Get("id").String(), Tool: fc.Get("name").String(), Args: json.RawMessage(fc.Get("args").Raw)})
+		}
+		return true
+	})
 }
 
 func (s *shown) readResponsesOutput(out gjson.Result) {

@@ -36,8 +36,8 @@ func TestUpstreamEchoOfAKeyIsMasked(t *testing.T) {
 		}
 	})
 	u, _ := url.Parse(up.URL + "/v1")
-	ts := serveProxy(t, Options{Engine: testEngine(t, "", nil, nil, nil), Upstream: u, UpstreamAPIKey: bindKey(t, openaiKey, u),
-		AnthropicUpstream: u, AnthropicAPIKey: bindKey(t, anthKey, u)})
+	ts := serveProxy(t, Options{Engine: testEngine(t, "", nil, nil, nil), Upstreams: map[string]Upstream{
+		"openai": {URL: u, Key: bindKey(t, openaiKey, u)}, "anthropic": {URL: u, Key: bindKey(t, anthKey, u)}}})
 	for _, c := range []struct{ name, method, path, body, key string }{
 		{"chat error", "POST", PathChat, chatBody, openaiKey},
 		{"chat stream", "POST", PathChat, `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`, openaiKey},

@@ -48,8 +48,8 @@ func (k Key) sendsTo(u *url.URL) bool {
 func (s *Server) maskKeys(resp *http.Response) {
 	var keys [][]byte
 	sent := resp.Request.Header
-	for _, k := range []Key{s.opt.UpstreamAPIKey, s.opt.AnthropicAPIKey} {
-		if k.Secret != "" && (sent.Get("Authorization") == "Bearer "+k.Secret || sent.Get("X-Api-Key") == k.Secret) {
+	for _, up := range s.upstreams {
+		if k := up.key; k.Secret != "" && up.Auth.carries(sent, k.Secret) {
 			keys = append(keys, []byte(k.Secret))
 		}
 	}

@@ -73,7 +73,7 @@ func TestKeysGoToTheirOwnOriginOnly(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := New(Options{Engine: e, Upstream: tc.upstream, AnthropicUpstream: tc.anthropic, UpstreamAPIKey: openaiKey, AnthropicAPIKey: anthKey})
+			s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: tc.upstream, Key: openaiKey}, "anthropic": {URL: tc.anthropic, Key: anthKey}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,8 +112,8 @@ func TestKeyWithoutOriginRefused(t *testing.T) {
 	e := testEngine(t, "", nil, nil, nil)
 	u, _ := url.Parse("https://api.openai.com/v1")
 	for _, o := range []Options{
-		{Engine: e, Upstream: u, UpstreamAPIKey: Key{Secret: "sk-x"}},
-		{Engine: e, Upstream: u, AnthropicAPIKey: Key{Secret: "sk-x"}},
+		{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u, Key: Key{Secret: "sk-x"}}}},
+		{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {Key: Key{Secret: "sk-x"}}}},
 	} {
 		if _, err := New(o); err == nil || !strings.Contains(err.Error(), "BindKey") {
 			t.Errorf("a key without an origin: %v", err)

@@ -32,7 +32,7 @@ func guardedProxy(t *testing.T, up, cfgYAML string, g guard.Config) (*httptest.S
 		t.Fatal(err)
 	}
 	u, _ := url.Parse(up + "/v1")
-	s, err := New(Options{Engine: testEngine(t, cfgYAML, nil, nil, nil), Upstream: u, AnthropicUpstream: u, Guard: pol})
+	s, err := New(Options{Engine: testEngine(t, cfgYAML, nil, nil, nil), Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}, Guard: pol})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestListenerRefusesForeignHost(t *testing.T) {
 	// its name, and no rebinding page controls that name's DNS.
 	u, _ := url.Parse("http://api.upstream.test:1/v1")
 	a, _ := url.Parse("https://api.anthropic.test/v1")
-	s, err := New(Options{Engine: testEngine(t, "", nil, nil, nil), Upstream: u, AnthropicUpstream: a})
+	s, err := New(Options{Engine: testEngine(t, "", nil, nil, nil), Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: a}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestAnnouncedBodyLengthIsNotAllocated(t *testing.T) {
 	const conns = 100
 	up := newUpstream(t, okCompletion)
 	u, _ := url.Parse(up.URL + "/v1")
-	s, err := New(Options{Engine: testEngine(t, "", nil, nil, nil), Upstream: u})
+	s, err := New(Options{Engine: testEngine(t, "", nil, nil, nil), Upstreams: map[string]Upstream{"openai": {URL: u}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +485,7 @@ func TestClientGoneCountedAs499(t *testing.T) {
 	e := testEngine(t, "", nil, nil, nil)
 	m := metrics.New(e.defs.Versions)
 	u, _ := url.Parse(up.URL + "/v1")
-	s, err := New(Options{Engine: e, Upstream: u, Metrics: m})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}}, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -590,7 +590,7 @@ func TestSDKMultipartUploadsPassThrough(t *testing.T) {
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL + "/v1")
-	s, err := New(Options{Engine: testEngine(t, "", nil, nil, nil), Upstream: u})
+	s, err := New(Options{Engine: testEngine(t, "", nil, nil, nil), Upstreams: map[string]Upstream{"openai": {URL: u}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func newAnthProxy(t *testing.T, anthUp string, mode string, anthKey string) (*ht
 	ou, _ := url.Parse(openaiUp.URL + "/v1")
 	au, _ := url.Parse(anthUp + "/v1")
 	rec := &memAudit{}
-	s, err := New(Options{Engine: e, Upstream: ou, UpstreamAPIKey: bindKey(t, "sk-openai-operator", ou), AnthropicUpstream: au, AnthropicAPIKey: bindKey(t, anthKey, au), Audit: rec})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: ou, Key: bindKey(t, "sk-openai-operator", ou)}, "anthropic": {URL: au, Key: bindKey(t, anthKey, au)}}, Audit: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,11 +381,11 @@ func TestMessagesUpstreamErrorPassedThrough(t *testing.T) {
 func TestMessagesDefaultUpstream(t *testing.T) {
 	e := testEngine(t, "", nil, nil, nil)
 	u, _ := url.Parse("http://127.0.0.1:1/v1")
-	s, err := New(Options{Engine: e, Upstream: u})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s.opt.AnthropicUpstream.String(); got != DefaultAnthropicUpstream {
+	if got := s.upstreams["anthropic"].base.String(); got != DefaultAnthropicUpstream {
 		t.Errorf("default anthropic upstream %q", got)
 	}
 }

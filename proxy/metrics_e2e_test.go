@@ -21,7 +21,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	e := testEngine(t, "defaultProtocol: guarded\ntools:\n  delete_all: {enabled: false}\n", map[string]string{"PROMPT_RUNTIME_CONTEXT_MAX_CHARS": "100"}, nil, []json.RawMessage{vetProtocol("refuse")})
 	m := metrics.New(e.defs.Versions)
 	u, _ := url.Parse(up.URL + "/v1")
-	s, err := New(Options{Engine: e, Upstream: u, Metrics: m, Audit: audit.Multi{m}})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}}, Metrics: m, Audit: audit.Multi{m}})
 	if err != nil {
 		t.Fatal(err)
 	}

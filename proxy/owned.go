@@ -6,13 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 
 	"github.com/promptgate/promptgate/proxy/owners"
 	"github.com/promptgate/promptgate/proxy/surface"
 )
 
-// With a shared upstream key (Options.UpstreamAPIKey, Options.AnthropicAPIKey), every client reaches the
+// With a shared upstream key (an operator key of Options.Upstreams), every client reaches the
 // upstream as the operator: the upstream stores every client's responses and completions under one account,
 // and would hand any of them to any client that names its id. So, where the key goes with a request, the
 // objects the upstream stores from the answer are bound to the client's credential (Options.Owners), and a
@@ -21,22 +20,11 @@ import (
 // anything goes upstream; a listing of them is refused. Without a shared key, the upstream checks the
 // client's own key, and nothing is bound or refused.
 
-// sharedKey reports whether an operator key goes with a request to u, on the Anthropic routes or the others.
-func (s *Server) sharedKey(u *url.URL, anthropic bool) bool {
-	if anthropic {
-		return s.opt.AnthropicAPIKey.sendsTo(u)
-	}
-	return s.opt.UpstreamAPIKey.sendsTo(u)
-}
-
 // bindsCreated is, for a rewritten request that goes with a shared key, the binding of what its answer has
 // the upstream store to the client's credential (surface.Start.Created); nil otherwise.
 func (s *Server) bindsCreated(r *http.Request, sf surface.Surface) (func(id string), owners.Credential, bool) {
-	base, anthropic := s.opt.Upstream, sf.Upstream() == surface.Anthropic
-	if anthropic {
-		base = s.opt.AnthropicUpstream
-	}
-	if _, ok := sf.(surface.Stored); !ok || !s.sharedKey(upstreamURL(base, r.URL), anthropic) {
+	up := s.upstreams[sf.Upstream()]
+	if _, ok := sf.(surface.Stored); !ok || up == nil || !up.key.sendsTo(up.url(r.URL)) {
 		return nil, owners.Credential{}, false
 	}
 	cred := s.owners.Credential(r.Header)
@@ -62,8 +50,8 @@ func (s *Server) refuseForeign(w http.ResponseWriter, log *slog.Logger, st surfa
 // names a stored object not bound to the client's credential (in its path or its body), or lists them. A body
 // that may name one is read whole (limits.maxBodyBytes) and sent on as read.
 func (s *Server) refusePassedForeign(w http.ResponseWriter, r *http.Request) bool {
-	base, anthropic := s.target(r.URL.Path)
-	if !s.sharedKey(upstreamURL(base, r.URL), anthropic) {
+	up := inflightOf(r.Context()).up
+	if up == nil || !up.key.sendsTo(up.url(r.URL)) {
 		return false
 	}
 	log := requestLogger(s.log, inflightOf(r.Context()).id)

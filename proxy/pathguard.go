@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/promptgate/promptgate/proxy/surface"
 )
@@ -15,18 +14,16 @@ var methodOverrides = []string{"X-Http-Method-Override", "X-Http-Method", "X-Met
 // more loosely than the proxy does, or "" when it cannot. The path is read as such an upstream might: percent
 // escapes decoded (%2F and double escapes too), ";params" cut off, dot segments and repeated or trailing
 // slashes resolved, blanks and control characters at the end dropped, letters compared without regard to
-// case. A POST that spells a rewritten path so, or any request to one that asks for another method (an
-// override header or a _method parameter), would skip the rewriting and the vetting.
+// case (Engine.spelt: a route pattern's wildcards match as the listener's do, and its surface says whether it
+// would rewrite the request). A POST that spells a rewritten route so, or any request to one that asks for
+// another method (an override header or a _method parameter), would skip the rewriting and the vetting.
 func (s *Server) disguisedRoute(r *http.Request) string {
-	p := surface.LoosePath(r)
 	override := r.URL.Query().Has("_method")
 	for _, h := range methodOverrides {
 		override = override || r.Header.Get(h) != ""
 	}
-	for _, path := range s.opt.Engine.Paths() {
-		if strings.EqualFold(p, path) && (r.Method == http.MethodPost || override) {
-			return path
-		}
+	if r.Method != http.MethodPost && !override {
+		return ""
 	}
-	return ""
+	return s.opt.Engine.spelt(surface.LoosePath(r))
 }

@@ -29,8 +29,8 @@ type stage struct {
 // prepare is the pipeline of every request, on every surface: the stages in order, each in its span. The
 // proxy listener, the admin preview and `promptgate preview` all run it; the response side is
 // Server.vetResponse.
-func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface) (*Prepared, error) {
-	j := &job{in: in, sf: sf}
+func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface, t surface.Target) (*Prepared, error) {
+	j := &job{in: in, sf: sf, target: t}
 	for _, st := range []stage{
 		{span: tracing.SpanValidate, run: (*Engine).validate},
 		{span: tracing.SpanRoute, run: (*Engine).route, traced: traceRoute},
@@ -62,6 +62,8 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface) (*Pr
 type job struct {
 	in Input
 	sf surface.Surface
+	// target is what the request's route said of it (the model of a Gemini path).
+	target surface.Target
 
 	// validate
 	body    *assembly.Body
@@ -106,7 +108,7 @@ func (e *Engine) validate(_ context.Context, j *job) error {
 			return fmt.Errorf("proxy: promptgate.context: %w", err)
 		}
 	}
-	if j.req, err = j.sf.Parse(j.body); err != nil {
+	if j.req, err = j.sf.Parse(j.body, j.target); err != nil {
 		return err
 	}
 	if n, most := len(j.req.Tools), e.limits.MaxTools; most > 0 && n > most {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/tidwall/sjson"
 
@@ -18,7 +17,7 @@ import (
 // Report is the preview of one request: what would be sent upstream and why. The admin endpoint and the
 // `promptgate preview` command print it.
 type Report struct {
-	// Path is the surface previewed: PathChat, PathResponses or PathMessages.
+	// Path is the route previewed: PathChat, PathResponses, PathMessages or a Gemini model's path.
 	Path              string         `json:"path"`
 	TemplateName      string         `json:"templateName"`
 	TemplateVersion   int            `json:"templateVersion"`
@@ -63,13 +62,25 @@ type ReportContext struct {
 	DirectivesTruncated bool `json:"directivesTruncated"`
 }
 
-// PreviewPaths are the paths Preview takes, one per rewritten surface: the proxy listener's rewritten routes.
+// PreviewPaths are the rewritten routes' paths, as the help and errors of the preview list them (a wildcard
+// in braces); PreviewPath says whether a path is one Preview takes.
 func PreviewPaths() []string {
 	var out []string
 	for _, sf := range surfaces(EngineOptions{}) {
-		out = append(out, sf.Path())
+		for _, rt := range sf.Routes() {
+			out = append(out, rt.Path())
+		}
 	}
 	return out
+}
+
+// PreviewPath reports whether Preview takes path: one of the rewritten routes (with its query, where its
+// surface reads one).
+func PreviewPath(path string) bool {
+	sfs := surfaces(EngineOptions{})
+	e := &Engine{surfaces: sfs, routes: newRouteTable(sfs, false)}
+	sf, _, _, err := e.match(path)
+	return sf != nil || err != nil
 }
 
 // Preview prepares a request exactly as the proxy listener would for a POST to in.Path — one of Paths
@@ -83,16 +94,16 @@ func (e *Engine) Preview(ctx context.Context, in Input) ([]byte, error) {
 	if int64(len(in.Body)) > e.limits.MaxBodyBytes {
 		return nil, &http.MaxBytesError{Limit: e.limits.MaxBodyBytes}
 	}
-	sf := e.surfaceOf(in.Path)
-	if sf == nil {
-		return nil, &policy.Error{Code: policy.CodeInvalidRequest, Param: "path",
-			Message: fmt.Sprintf("preview: path %q is not a rewritten surface: use one of %s", in.Path, strings.Join(e.Paths(), ", "))}
-	}
-	p, err := e.prepare(ctx, in, sf)
+	path := in.Path
+	sf, t, in, err := e.matchInput(in, "preview: path")
 	if err != nil {
 		return nil, err
 	}
-	return marshalReport(in.Path, p)
+	p, err := e.prepare(ctx, in, sf, t)
+	if err != nil {
+		return nil, err
+	}
+	return marshalReport(path, p)
 }
 
 // marshalReport renders the report with upstreamRequest holding the exact upstream body, byte for byte.

@@ -54,25 +54,17 @@ const (
 	PathReadyz    = "/readyz"
 )
 
-// DefaultAnthropicUpstream is the Anthropic base URL used when Options.AnthropicUpstream is nil.
-const DefaultAnthropicUpstream = "https://api.anthropic.com/v1"
-
 // Options configure a Server.
 type Options struct {
 	Engine *Engine
-	// Upstream is the OpenAI-compatible base URL; /v1/X goes to Upstream + "/X".
-	Upstream *url.URL
-	// UpstreamAPIKey, when it has a secret, replaces the client's Authorization header ("Bearer <secret>")
-	// on requests of the OpenAI-compatible routes whose URL has the key's origin, and on no other request.
-	UpstreamAPIKey Key
-	// AnthropicUpstream is the Anthropic Messages base URL: POST /v1/messages (rewritten) and every other
-	// /v1/messages/... path (passed through) go to AnthropicUpstream + "/messages...". nil means
-	// DefaultAnthropicUpstream.
-	AnthropicUpstream *url.URL
-	// AnthropicAPIKey, when it has a secret, is sent as x-api-key on requests of the Anthropic routes whose
-	// URL has the key's origin, replacing the client's x-api-key and Authorization headers; on every other
-	// request they are forwarded as the client sent them, as is anthropic-version (and anthropic-beta).
-	AnthropicAPIKey Key
+	// Upstreams are the base URLs and operator keys of the upstream table's lines (upstreamTable), by name:
+	// "openai" (required: /v1/X goes to <its URL>/X), "anthropic" (POST /v1/messages and every other
+	// /v1/messages path go to <its URL>/messages...; default DefaultAnthropicUpstream) and "gemini" (every
+	// /v1beta/X goes to <its URL>/v1beta/X; default https://generativelanguage.googleapis.com). A key is sent
+	// as its line's Auth says on requests of that upstream whose URL has the key's origin, replacing the
+	// client's credentials; on every other request they are forwarded as the client sent them, as are
+	// anthropic-version and the like.
+	Upstreams map[string]Upstream
 	// Transport reaches the upstream; nil means NewTransport().
 	Transport http.RoundTripper
 	// Audit receives every policy decision; nil logs them.
@@ -123,8 +115,12 @@ type ToolWatcher interface {
 
 // Server is the proxy listener's handler.
 type Server struct {
-	opt         Options
-	log         *slog.Logger
+	opt       Options
+	log       *slog.Logger
+	upstreams map[string]*upstreamAt
+	// routes are the listener's patterns that go upstream (rewritten and passed through), for the metrics
+	// label and the span name of a request before it is routed.
+	routes      map[string]listenerRoute
 	rewritten   *httputil.ReverseProxy
 	passthrough *httputil.ReverseProxy
 	mux         *http.ServeMux
@@ -164,12 +160,22 @@ type exchange struct {
 }
 
 // inflight is what the listener keeps of a request in flight, carried in its context under one key: its
-// id, its writer, its body under the read deadline, and, on a rewritten route, its exchange.
+// id, its writer, its body under the read deadline, its route's label and, going upstream, its upstream
+// and, on a rewritten route, its exchange.
 type inflight struct {
-	id   string
-	sw   *statusWriter
-	body *deadlineBody // nil when the body has no read deadline
-	x    *exchange     // set by rewrite before the request goes upstream; nil on other routes
+	id    string
+	sw    *statusWriter
+	body  *deadlineBody // nil when the body has no read deadline
+	route string        // the metrics label: a surface's name, "passthrough" or "other"
+	up    *upstreamAt   // set by pass before the request goes upstream
+	x     *exchange     // set by rewrite before the request goes upstream; nil on other routes
+}
+
+// listenerRoute is a pattern of the listener that goes upstream: a surface's route (sf not nil) or an
+// upstream's passed-through paths.
+type listenerRoute struct {
+	sf surface.Surface
+	rt surface.Route
 }
 
 type inflightKey struct{}
@@ -184,20 +190,17 @@ func inflightOf(ctx context.Context) *inflight {
 
 // New builds the handler.
 func New(o Options) (*Server, error) {
-	if o.Engine == nil || o.Upstream == nil {
+	if o.Engine == nil {
 		return nil, errors.New("proxy: engine and upstream are required")
 	}
-	for _, k := range []Key{o.UpstreamAPIKey, o.AnthropicAPIKey} {
-		if k.Secret != "" && k.Origin == "" {
-			return nil, errors.New("proxy: an API key without an origin: bind it with BindKey")
-		}
+	ups, err := openUpstreams(o.Upstreams)
+	if err != nil {
+		return nil, err
 	}
-	if o.AnthropicUpstream == nil {
-		u, err := url.Parse(DefaultAnthropicUpstream)
-		if err != nil {
-			return nil, fmt.Errorf("proxy: default anthropic upstream: %w", err)
+	for _, sf := range o.Engine.surfaces {
+		if ups[sf.Upstream()] == nil {
+			return nil, fmt.Errorf("proxy: surface %s names upstream %q, which is not in the table", sf.Name(), sf.Upstream())
 		}
-		o.AnthropicUpstream = u
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -235,7 +238,7 @@ func New(o Options) (*Server, error) {
 		o.Guard = g
 	}
 	limits := o.Engine.Limits()
-	s := &Server{opt: o, log: o.Log, limits: limits, inFlight: o.InFlight, owners: o.Owners}
+	s := &Server{opt: o, log: o.Log, limits: limits, inFlight: o.InFlight, owners: o.Owners, upstreams: ups, routes: map[string]listenerRoute{}}
 	tr := timeoutTransport{next: o.Transport, timeout: limits.UpstreamTimeout}
 	s.upstream = tr
 	buffers := newBufferPool()
@@ -268,9 +271,18 @@ func New(o Options) (*Server, error) {
 	mux.HandleFunc("GET "+PathReadyz, s.readyz)
 	for _, sf := range o.Engine.surfaces {
 		rm := o.Metrics.Route(sf.Name())
-		mux.HandleFunc("POST "+sf.Path(), func(w http.ResponseWriter, r *http.Request) { s.rewrite(w, r, sf, rm) })
+		for _, rt := range sf.Routes() {
+			mux.HandleFunc(rt.Pattern, func(w http.ResponseWriter, r *http.Request) { s.rewrite(w, r, sf, rt, rm) })
+			s.routes[rt.Pattern] = listenerRoute{sf: sf, rt: rt}
+		}
 	}
-	mux.HandleFunc("/v1/", s.pass)
+	for _, l := range upstreamTable() {
+		up := ups[l.Name]
+		for _, p := range l.Paths {
+			mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) { s.pass(w, r, up) })
+			s.routes[p] = listenerRoute{}
+		}
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no route for %s %s on the proxy listener", r.Method, r.URL.Path)})
 	})
@@ -289,13 +301,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := RequestID(r, "pg-")
 	w.Header().Set(HeaderRequestID, id)
 	sw := &statusWriter{ResponseWriter: w}
-	ctx, span := s.startRequestSpan(r, id)
+	in := &inflight{id: id, sw: sw, route: "other"}
+	lr, routed := s.routeOf(r)
+	if routed {
+		in.route = "passthrough"
+		if lr.sf != nil {
+			in.route = lr.sf.Name()
+		}
+	}
+	ctx, span := s.startRequestSpan(r, id, lr, routed)
 	var body *deadlineBody
 	defer func() {
 		// The reverse proxy aborts the handler with a panic when it cannot finish copying an answer.
 		v := recover()
 		body.handlerDone()
-		s.served(r, sw, span, v != nil)
+		s.served(r, in, span, v != nil)
 		if v != nil {
 			panic(v)
 		}
@@ -315,7 +335,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	body = s.limitBodyRead(w, r)
-	s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, inflightKey{}, &inflight{id: id, sw: sw, body: body})))
+	in.body = body
+	s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, inflightKey{}, in)))
 }
 
 // admit answers, and returns false for, a request the listener does not serve: a Host that is neither
@@ -328,7 +349,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, id string, health
 	g := s.opt.Guard
 	var ref *guard.Refusal
 	if !health {
-		if ref = g.CheckHost(r); ref != nil && (guard.SameHost(r.Host, s.opt.Upstream.Host) || guard.SameHost(r.Host, s.opt.AnthropicUpstream.Host)) {
+		if ref = g.CheckHost(r); ref != nil && s.upstreamHost(r.Host) {
 			ref = nil
 		}
 	}
@@ -349,10 +370,21 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, id string, health
 	return true
 }
 
+// upstreamHost reports whether host is the host name of an upstream.
+func (s *Server) upstreamHost(host string) bool {
+	for _, up := range s.upstreams {
+		if guard.SameHost(host, up.base.Host) {
+			return true
+		}
+	}
+	return false
+}
+
 // served records the outcome of a request in the metrics and ends its server span. A client that went away
 // before its answer was complete — nothing written yet, the answer aborted, a write failed, a stream cut —
 // counts as 499, not as the status its answer began with.
-func (s *Server) served(r *http.Request, sw *statusWriter, span *tracing.Span, aborted bool) {
+func (s *Server) served(r *http.Request, in *inflight, span *tracing.Span, aborted bool) {
+	sw := in.sw
 	status := sw.status
 	switch {
 	case r.Context().Err() != nil && (status == 0 || aborted || sw.failed || sw.gone.Load()):
@@ -360,15 +392,9 @@ func (s *Server) served(r *http.Request, sw *statusWriter, span *tracing.Span, a
 	case status == 0:
 		status = http.StatusOK
 	}
-	endRequestSpan(span, status, sw.Header())
+	endRequestSpan(span, status, sw.Header(), in.route)
 	if s.opt.Metrics != nil {
-		route := "passthrough"
-		if sf := s.routeOf(r); sf != nil {
-			route = sf.Name()
-		} else if !strings.HasPrefix(r.URL.Path, "/v1/") {
-			route = "other"
-		}
-		s.opt.Metrics.Request(sw.Header().Get(HeaderProtocol), route, status)
+		s.opt.Metrics.Request(sw.Header().Get(HeaderProtocol), in.route, status)
 	}
 }
 
@@ -482,23 +508,34 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 }
 
-// routeOf is the surface of a request to a rewritten route, or nil.
-func (s *Server) routeOf(r *http.Request) surface.Surface {
-	if r.Method != http.MethodPost {
-		return nil
-	}
-	return s.opt.Engine.surfaceOf(r.URL.Path)
+// routeOf is the listener's route of a request that goes upstream (rewritten or passed through), by its
+// pattern; routed is false for any other request (health checks, unknown paths).
+func (s *Server) routeOf(r *http.Request) (lr listenerRoute, routed bool) {
+	_, pattern := s.mux.Handler(r)
+	lr, routed = s.routes[pattern]
+	return lr, routed
 }
 
 // rewrite serves a rewritten route, top to bottom: the body is read under the size cap; the request side of
 // the pipeline prepares it (Engine.prepare); its decisions go to the response headers, the decision log and the
 // metrics; the surface starts the response side; the prepared body goes upstream (rewriteRequest) and the
 // answer comes back through the response side (vetResponse).
-func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surface, rm *metrics.Route) {
+func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surface, rt surface.Route, rm *metrics.Route) {
 	start := time.Now()
 	in := inflightOf(r.Context())
 	id := in.id
 	log := requestLogger(s.log, id)
+	query := r.URL.Query()
+	t, ok, err := routeTarget(rt, r.PathValue, query)
+	if err == nil && !ok {
+		in.route = "passthrough"
+		s.pass(w, r, s.upstreams[sf.Upstream()])
+		return
+	}
+	if err != nil {
+		fail(w, log, err)
+		return
+	}
 	body, err := readBody(w, r, s.limits.MaxBodyBytes)
 	if err != nil {
 		if r.Context().Err() != nil && !errors.Is(err, errBodyTimeout) {
@@ -508,8 +545,8 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 		fail(w, log, err)
 		return
 	}
-	prep, err := s.opt.Engine.prepare(r.Context(), Input{Path: r.URL.Path, Header: r.Header, Body: body, Confirmer: s.opt.Confirmer,
-		Violations: s.opt.Violations}, sf)
+	prep, err := s.opt.Engine.prepare(r.Context(), Input{Path: r.URL.Path, Query: query, Header: r.Header, Body: body,
+		Confirmer: s.opt.Confirmer, Violations: s.opt.Violations}, sf, t)
 	if err != nil {
 		var re *refusedError
 		if errors.As(err, &re) {
@@ -580,8 +617,9 @@ func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepare
 	return x
 }
 
-// pass forwards every other /v1/* request unchanged.
-func (s *Server) pass(w http.ResponseWriter, r *http.Request) {
+// pass forwards a request of an upstream's paths (every other /v1/*, /v1beta/* request) to it unchanged.
+func (s *Server) pass(w http.ResponseWriter, r *http.Request, up *upstreamAt) {
+	inflightOf(r.Context()).up = up
 	if p := s.disguisedRoute(r); p != "" {
 		writeError(w, apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no route for %s %s on the proxy listener: it spells %s, which is only served as POST %s", r.Method, r.URL.EscapedPath(), p, p)})
 		return
@@ -599,52 +637,22 @@ func (s *Server) pass(w http.ResponseWriter, r *http.Request) {
 	s.passthrough.ServeHTTP(w, r)
 }
 
-// upstreamURL maps /v1/X to <upstream>/X.
-func upstreamURL(base *url.URL, in *url.URL) *url.URL {
-	u := *base
-	rest := strings.TrimPrefix(in.Path, "/v1")
-	u.Path = strings.TrimRight(base.Path, "/") + rest
-	u.RawPath = ""
-	if in.RawPath != "" {
-		u.RawPath = strings.TrimRight(base.EscapedPath(), "/") + strings.TrimPrefix(in.RawPath, "/v1")
-	}
-	u.RawQuery = in.RawQuery
-	return &u
-}
-
-// outboundHeaders removes promptgate's own headers and applies an operator key where the request's URL, as
-// it goes out, has that key's origin: the OpenAI-compatible key as Authorization, the Anthropic key as
-// x-api-key. Anywhere else the client's credentials pass unchanged.
-func (s *Server) outboundHeaders(h http.Header, out *url.URL, anthropic bool) {
+// outboundHeaders removes promptgate's own headers and applies the upstream's operator key where the
+// request's URL, as it goes out, has that key's origin, as the upstream's Auth says (the client's credentials
+// it replaces removed). Anywhere else the client's credentials pass unchanged.
+func outboundHeaders(h http.Header, out *url.URL, up *upstreamAt) {
 	dropOwnHeaders(h)
-	switch {
-	case anthropic && s.opt.AnthropicAPIKey.sendsTo(out):
-		h.Del("Authorization")
-		h.Set("X-Api-Key", s.opt.AnthropicAPIKey.Secret)
-	case !anthropic && s.opt.UpstreamAPIKey.sendsTo(out):
-		h.Set("Authorization", "Bearer "+s.opt.UpstreamAPIKey.Secret)
+	if up.key.sendsTo(out) {
+		up.Auth.apply(h, out, up.key.Secret)
 	}
-}
-
-// target is the upstream base URL of a request path: Anthropic's for a path of a surface that goes there.
-func (s *Server) target(path string) (*url.URL, bool) {
-	for _, sf := range s.opt.Engine.surfaces {
-		if sf.Upstream() == surface.Anthropic && sf.Owns(path) {
-			return s.opt.AnthropicUpstream, true
-		}
-	}
-	return s.opt.Upstream, false
 }
 
 func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
 	x := inflightOf(pr.In.Context()).x
-	base, anthropic := s.opt.Upstream, x.prep.Surface.Upstream() == surface.Anthropic
-	if anthropic {
-		base = s.opt.AnthropicUpstream
-	}
-	pr.Out.URL = upstreamURL(base, pr.In.URL)
+	up := s.upstreams[x.prep.Surface.Upstream()]
+	pr.Out.URL = up.url(pr.In.URL)
 	pr.Out.Host = ""
-	s.outboundHeaders(pr.Out.Header, pr.Out.URL, anthropic)
+	outboundHeaders(pr.Out.Header, pr.Out.URL, up)
 	// The response is parsed to vet it: it is asked for uncompressed (NewTransport).
 	pr.Out.Header.Del("Accept-Encoding")
 	pr.Out.Body = io.NopCloser(bytes.NewReader(x.prep.Body))
@@ -656,10 +664,10 @@ func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
 }
 
 func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
-	base, anthropic := s.target(pr.In.URL.Path)
-	pr.Out.URL = upstreamURL(base, pr.In.URL)
+	up := inflightOf(pr.In.Context()).up
+	pr.Out.URL = up.url(pr.In.URL)
 	pr.Out.Host = ""
-	s.outboundHeaders(pr.Out.Header, pr.Out.URL, anthropic)
+	outboundHeaders(pr.Out.Header, pr.Out.URL, up)
 	if s.interceptor(pr.In) != nil {
 		// The answer is edited: it is asked for uncompressed (NewTransport), and read as the upstream sent it.
 		pr.Out.Header.Del("Accept-Encoding")

@@ -105,10 +105,11 @@ func keyedServer(t *testing.T, up, key string, rec *owners.Record) *httptest.Ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Engine: e, Upstream: u, Owners: rec}
+	openai := Upstream{URL: u}
 	if key != "" {
-		o.UpstreamAPIKey = bindKey(t, key, u)
+		openai.Key = bindKey(t, key, u)
 	}
+	o := Options{Engine: e, Upstreams: map[string]Upstream{"openai": openai}, Owners: rec}
 	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -365,7 +366,11 @@ func TestSharedKeyBindsEveryRound(t *testing.T) {
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = fmt.Fprintf(w, `{"id":%q,"object":"response","instructions":null,"output":[],"usage":null}`, strings.TrimPrefix(r.URL.Path, "/v1/responses/"))
 			})
-			ts, _ := flowServer(t, up.URL, cc.protocol, func(o *Options) { o.UpstreamAPIKey = bindKey(t, "sk-operator", o.Upstream) })
+			ts, _ := flowServer(t, up.URL, cc.protocol, func(o *Options) {
+				openai := o.Upstreams["openai"]
+				openai.Key = bindKey(t, "sk-operator", openai.URL)
+				o.Upstreams["openai"] = openai
+			})
 			status, _, b := post(t, ts, sf, flowRequest(t, sf, cc.turns, cc.tools, stream, nil), http.Header{"Authorization": {"Bearer sk-alice"}})
 			if status != http.StatusOK || len(fu.requests()) != 2 {
 				t.Fatalf("status %d, %d upstream requests: %s", status, len(fu.requests()), b)

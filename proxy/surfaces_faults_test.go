@@ -47,7 +47,7 @@ func newFaultProxy(t *testing.T, timeout string, h http.HandlerFunc) *httptest.S
 	up := newUpstream(t, h)
 	e := testEngine(t, "defaultProtocol: guarded\nlimits: {upstreamTimeout: "+timeout+"}\n", nil, nil, []json.RawMessage{vetProtocol("refuse")})
 	u, _ := url.Parse(up.URL + "/v1")
-	s, err := New(Options{Engine: e, Upstream: u, AnthropicUpstream: u})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}})
 	if err != nil {
 		t.Fatal(err)
 	}

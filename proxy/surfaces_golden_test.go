@@ -10,11 +10,12 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// surfaceCase is one file testdata/surfaces/NAME.in.json: a /v1/responses or /v1/messages request and the
-// setup it runs under; NAME.out.json is the exact upstream body (compared as JSON; -update rewrites it).
+// surfaceCase is one file testdata/surfaces/NAME.in.json: a /v1/responses, /v1/messages or Gemini request and
+// the setup it runs under; NAME.out.json is the exact upstream body (compared as JSON; -update rewrites it).
 type surfaceCase struct {
 	Description string            `json:"description"`
-	Surface     string            `json:"surface"` // responses or messages
+	Surface     string            `json:"surface"` // responses, messages or gemini
+	Path        string            `json:"path"`    // the route, where it is not /v1/SURFACE
 	Env         map[string]string `json:"env"`
 	Config      string            `json:"config"`
 	Headers     map[string]string `json:"headers"`
@@ -25,10 +26,15 @@ type surfaceCase struct {
 func TestSurfaceGolden(t *testing.T) {
 	runGolden(t, filepath.Join("testdata", "surfaces"), "TestSurfaceGolden", func(t *testing.T, c surfaceCase) []byte {
 		e := testEngine(t, c.Config, c.Env, nil, c.Protocols)
-		if c.Surface != "responses" && c.Surface != "messages" {
-			t.Fatalf("surface %q", c.Surface)
+		path := c.Path
+		switch {
+		case c.Surface == "gemini" && path != "":
+		case c.Surface == "responses" || c.Surface == "messages":
+			path = "/v1/" + c.Surface
+		default:
+			t.Fatalf("surface %q path %q", c.Surface, c.Path)
 		}
-		p, err := e.Prepare(context.Background(), Input{Path: "/v1/" + c.Surface, Header: headerOf(c.Headers), Body: c.Request})
+		p, err := e.Prepare(context.Background(), Input{Path: path, Header: headerOf(c.Headers), Body: c.Request})
 		if err != nil {
 			t.Fatalf("prepare: %v", err)
 		}
@@ -53,6 +59,10 @@ func checkSurfaceInvariants(t *testing.T, c surfaceCase, body []byte) {
 			prompt = prompt.Get("0.text")
 		}
 		owned = map[string]bool{"system": true, "tools": true, "tool_choice": true, "promptgate": true}
+	}
+	if c.Surface == "gemini" {
+		prompt = gjson.GetBytes(body, "systemInstruction.parts.0.text")
+		owned = map[string]bool{"systemInstruction": true, "system_instruction": true, "tools": true, "toolConfig": true, "promptgate": true}
 	}
 	sys := prompt.String()
 	if !strings.HasPrefix(sys, "=== SYSTEM CORE ===\n") || !strings.Contains(sys, "=== RUNTIME CONTEXT") {

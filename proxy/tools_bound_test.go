@@ -22,7 +22,7 @@ func TestDeclaredToolsBounded(t *testing.T) {
 	up := newUpstream(t, okCompletion)
 	rec := &memAudit{}
 	u, _ := url.Parse(up.URL + "/v1")
-	ts := serveProxy(t, Options{Engine: testEngine(t, "limits: {maxTools: 4}\n", nil, nil, nil), Upstream: u, AnthropicUpstream: u, Audit: rec})
+	ts := serveProxy(t, Options{Engine: testEngine(t, "limits: {maxTools: 4}\n", nil, nil, nil), Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}, Audit: rec})
 	resp, b := sendTo(t, ts, "POST", PathChat, "", toolsBody(5), jsonType)
 	assertAPIError(t, resp, b, http.StatusBadRequest, "invalid_request")
 	if !strings.Contains(string(b), "limits.maxTools") {
@@ -38,7 +38,7 @@ func TestDeclaredToolsBounded(t *testing.T) {
 		t.Errorf("%d decisions for 3 duplicates", len(rec.events))
 	}
 	// The default holds without a config.
-	ts = serveProxy(t, Options{Engine: testEngine(t, "", nil, nil, nil), Upstream: u, AnthropicUpstream: u, Audit: &memAudit{}})
+	ts = serveProxy(t, Options{Engine: testEngine(t, "", nil, nil, nil), Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}, Audit: &memAudit{}})
 	resp, b = sendTo(t, ts, "POST", PathChat, "", toolsBody(5000), jsonType)
 	assertAPIError(t, resp, b, http.StatusBadRequest, "invalid_request")
 }

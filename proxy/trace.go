@@ -74,31 +74,34 @@ func traceAssembled(sp *tracing.Span, j *job) {
 	sp.Int(attrBodyBytes, len(j.out))
 }
 
-// startRequestSpan starts the server span of a /v1/ request, a child of the client's traceparent. Health
-// checks and other paths are not traced. It returns r's context and nil when tracing is off.
-func (s *Server) startRequestSpan(r *http.Request, id string) (context.Context, *tracing.Span) {
+// startRequestSpan starts the server span of a request that goes upstream (lr, routed: see routeOf), a child
+// of the client's traceparent: named after its rewritten route, or "METHOD /v1/*" (the path's first segment)
+// when passed through. Health checks and other paths are not traced. It returns r's context and nil when
+// tracing is off.
+func (s *Server) startRequestSpan(r *http.Request, id string, lr listenerRoute, routed bool) (context.Context, *tracing.Span) {
 	t := s.opt.Tracing
-	if t == nil || !strings.HasPrefix(r.URL.Path, "/v1/") {
+	if t == nil || !routed {
 		return r.Context(), nil
 	}
-	route, name := "passthrough", r.Method+" /v1/*"
-	if sf := s.routeOf(r); sf != nil {
-		route, name = sf.Name(), r.Method+" "+sf.Path()
+	first, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	name := r.Method + " /" + first + "/*"
+	if lr.sf != nil {
+		name = r.Method + " " + lr.rt.Path()
 	}
 	ctx, sp := t.StartServer(t.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), name)
 	sp.String("http.request.method", r.Method)
 	sp.String("url.path", r.URL.Path)
-	sp.String(attrRoute, route)
 	sp.String(attrRequestID, id)
 	return ctx, sp
 }
 
-// endRequestSpan ends the server span with the answer: status (499 for a client that went away), protocol,
-// template and the decisions the response headers report.
-func endRequestSpan(sp *tracing.Span, status int, h http.Header) {
+// endRequestSpan ends the server span with the answer: status (499 for a client that went away), its route's
+// label, protocol, template and the decisions the response headers report.
+func endRequestSpan(sp *tracing.Span, status int, h http.Header, route string) {
 	if sp == nil {
 		return
 	}
+	sp.String(attrRoute, route)
 	sp.Int("http.response.status_code", status)
 	if v := h.Get(HeaderProtocol); v != "" {
 		sp.String(attrProtocol, v)

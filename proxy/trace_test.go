@@ -57,7 +57,7 @@ func tracedProxy(t *testing.T, up string) (*httptest.Server, *tracedExporter) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	u, _ := url.Parse(up + "/v1")
-	s, err := New(Options{Engine: e, Upstream: u, AnthropicUpstream: u, Audit: &memAudit{}, Tracing: tracing.New(tp)})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}, Audit: &memAudit{}, Tracing: tracing.New(tp)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestTracingOffPassesTraceparent(t *testing.T) {
 	up := newUpstream(t, okCompletion)
 	e := testEngine(t, "", nil, nil, nil)
 	u, _ := url.Parse(up.URL + "/v1")
-	s, err := New(Options{Engine: e, Upstream: u})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}}})
 	if err != nil {
 		t.Fatal(err)
 	}

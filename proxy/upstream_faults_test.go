@@ -452,7 +452,7 @@ func TestFaultClientGoneNoGoroutineLeft(t *testing.T) {
 			}))
 			u, _ := url.Parse(up.URL + "/v1")
 			tr := NewTransport()
-			s, err := New(Options{Engine: e, Upstream: u, Transport: tr})
+			s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}}, Transport: tr})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -514,7 +514,7 @@ func TestFaultAuditDiskFull(t *testing.T) {
 	e := testEngine(t, "defaultProtocol: guarded\n", nil, nil, []json.RawMessage{vetProtocol("refuse")})
 	u, _ := url.Parse(up.URL + "/v1")
 	mem := &memAudit{}
-	s, err := New(Options{Engine: e, Upstream: u, Audit: audit.Multi{jl, mem}, Log: log})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}}, Audit: audit.Multi{jl, mem}, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -597,7 +597,7 @@ func TestFaultStreamBreakLogged(t *testing.T) {
 	var logs syncBuffer
 	e := testEngine(t, "defaultProtocol: guarded\n", nil, nil, []json.RawMessage{vetProtocol("refuse")})
 	u, _ := url.Parse(up.URL + "/v1")
-	s, err := New(Options{Engine: e, Upstream: u, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

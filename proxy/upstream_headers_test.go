@@ -106,7 +106,7 @@ func TestUpstreamHeadersNotRelayedInInformationalOrTrailers(t *testing.T) {
 func guardedProxyWith(t *testing.T, up string, o Options) (*httptest.Server, *Server) {
 	t.Helper()
 	u, _ := url.Parse(up + "/v1")
-	o.Engine, o.Upstream, o.AnthropicUpstream = testEngine(t, "", nil, nil, nil), u, u
+	o.Engine, o.Upstreams = testEngine(t, "", nil, nil, nil), map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}
 	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ func governProxy(t *testing.T, up string, protocol json.RawMessage, cfg string) 
 	e := testEngine(t, cfg, nil, nil, protos)
 	u, _ := url.Parse(up + "/v1")
 	rec := &memAudit{}
-	return serveProxy(t, Options{Engine: e, Upstream: u, AnthropicUpstream: u, Audit: rec}), rec
+	return serveProxy(t, Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}, Audit: rec}), rec
 }
 
 // toolsProtocol is a protocol named id with the given tools section.
@@ -431,7 +431,7 @@ func TestBuiltinToolVersions(t *testing.T) {
 	cfg := "tools:\n  web_search: {enabled: false}\n  computer_use_preview: {allowedProtocols: [system]}\n"
 	e := testEngine(t, cfg, nil, nil, nil)
 	u, _ := url.Parse(up.URL + "/v1")
-	s, err := New(Options{Engine: e, Upstream: u})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +467,7 @@ func newAnthNeutralProxy(t *testing.T, anthUp string) *httptest.Server {
 	e := testEngine(t, "", nil, nil, nil)
 	ou, _ := url.Parse("http://127.0.0.1:1/v1")
 	au, _ := url.Parse(anthUp + "/v1")
-	s, err := New(Options{Engine: e, Upstream: ou, AnthropicUpstream: au})
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: ou}, "anthropic": {URL: au}}})
 	if err != nil {
 		t.Fatal(err)
 	}

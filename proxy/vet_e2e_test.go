@@ -67,7 +67,7 @@ func vetOptions(t *testing.T, up, mode, cfg string) (Options, *memAudit) {
 	e := testEngine(t, "defaultProtocol: guarded\n"+cfg, nil, nil, []json.RawMessage{vetProtocol(mode)})
 	u, _ := url.Parse(up + "/v1")
 	rec := &memAudit{}
-	return Options{Engine: e, Upstream: u, Audit: rec}, rec
+	return Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}}, Audit: rec}, rec
 }
 
 // serveProxy runs a proxy with o on a test server, closed when the test ends.

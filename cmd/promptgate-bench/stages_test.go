@@ -55,7 +55,7 @@ func newStageFixture(b *testing.B) *stageFixture {
 		b.Fatal(err)
 	}
 	f.cat = catalogOf{"bench": prot}
-	if f.chat, err = (chat.Surface{}).Parse(assembly.NewBody(f.body)); err != nil {
+	if f.chat, err = (chat.Surface{}).Parse(assembly.NewBody(f.body), surface.Target{}); err != nil {
 		b.Fatal(err)
 	}
 	if f.eff, err = policy.NewRouter(f.cfg.Policy()).Resolve(policy.Request{Path: proxy.PathChat, Model: f.chat.Model, Header: f.header}, f.cat); err != nil {
@@ -148,7 +148,7 @@ func BenchmarkAssemble(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			c, err := sf.Parse(body)
+			c, err := sf.Parse(body, surface.Target{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -165,15 +165,14 @@ func newPromptgate(ctx context.Context, dir, upstream string, nPlugins int, tr h
 	decisions := audit.NewLogQueue(audit.Log{Logger: p.log}, audit.Options{})
 	p.closers = append(p.closers, func() { _ = decisions.Close() })
 	srv, err := proxy.New(proxy.Options{
-		Engine:            p.engine,
-		Upstream:          u,
-		AnthropicUpstream: u,
-		Transport:         tr,
-		Audit:             audit.Multi{decisions, m, ring},
-		Tools:             toolseen.New(0),
-		Metrics:           m,
-		Log:               p.log,
-		Ready:             p.ready,
+		Engine:    p.engine,
+		Upstreams: map[string]proxy.Upstream{"openai": {URL: u}, "anthropic": {URL: u}},
+		Transport: tr,
+		Audit:     audit.Multi{decisions, m, ring},
+		Tools:     toolseen.New(0),
+		Metrics:   m,
+		Log:       p.log,
+		Ready:     p.ready,
 	})
 	if err != nil {
 		p.Close()

@@ -32,6 +32,8 @@ const (
 	EnvAnthropicUpstream = "PROMPTGATE_ANTHROPIC_UPSTREAM"
 	EnvUpstreamKey       = "PROMPTGATE_UPSTREAM_API_KEY"
 	EnvAnthropicKey      = "PROMPTGATE_ANTHROPIC_API_KEY"
+	EnvGeminiUpstream    = "PROMPTGATE_GEMINI_UPSTREAM"
+	EnvGeminiKey         = "PROMPTGATE_GEMINI_API_KEY"
 	EnvLogLevel          = "PROMPTGATE_LOG_LEVEL"
 	// EnvConfirmKey is the HMAC key of the confirmation codes of held calls (at least 32 bytes); every
 	// instance that must accept another's codes needs the same. Unset, each start takes a random one.
@@ -45,6 +47,7 @@ const (
 	DefaultDB                = "promptgate.db"
 	DefaultAdminListen       = "127.0.0.1:8788"
 	DefaultAnthropicUpstream = "https://api.anthropic.com/v1"
+	DefaultGeminiUpstream    = "https://generativelanguage.googleapis.com"
 )
 
 // orEnv is the flag default: the environment variable when set, else def.

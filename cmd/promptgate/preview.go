@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/promptgate/promptgate/proxy"
@@ -19,7 +18,7 @@ import (
 )
 
 // preview prints the preview report of a request read from FILE or stdin — a chat completion, or with
-// --path a Responses or Anthropic Messages request; it calls no upstream.
+// --path a Responses, Anthropic Messages or Gemini request; it calls no upstream.
 func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv env) error {
 	fs := flag.NewFlagSet("preview", flag.ContinueOnError)
 	protocol := fs.String("protocol", "", "preview under this protocol (operator's choice: routes and client-selection checks are skipped)")
@@ -35,7 +34,7 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if len(args) > 1 {
 		return usageError{"preview takes at most one FILE"}
 	}
-	if !slices.Contains(proxy.PreviewPaths(), *path) {
+	if !proxy.PreviewPath(*path) {
 		return usageError{fmt.Sprintf("--path %q: use one of %s", *path, strings.Join(proxy.PreviewPaths(), ", "))}
 	}
 	h := http.Header{}

@@ -38,11 +38,11 @@ import (
 type serveFlags struct {
 	listen, adminListen, proxyListen string
 	// mcpListen is the MCP door's address, "" when it is off; mcpToken is PROMPTGATE_MCP_TOKEN.
-	mcpListen, mcpToken         string
-	snapshot                    string
-	store                       *storeFlags
-	upstream, anthropicUpstream *url.URL
-	upstreamKey, anthropicKey   proxy.Key
+	mcpListen, mcpToken string
+	snapshot            string
+	store               *storeFlags
+	// upstreams are the base URLs and bound keys of the upstream table's lines, by name.
+	upstreams map[string]proxy.Upstream
 	// confirmKey is the HMAC key of confirmation codes (EnvConfirmKey), "" for a random one.
 	confirmKey string
 	// fs is the flag set, for what was given on the command line.
@@ -60,8 +60,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return err
 	}
-	logCleartextKey(log, "--upstream", f.upstream, EnvUpstreamKey, f.upstreamKey)
-	logCleartextKey(log, "--anthropic-upstream", f.anthropicUpstream, EnvAnthropicKey, f.anthropicKey)
+	for _, uf := range upstreamFlags() {
+		logCleartextKey(log, "--"+uf.flag, f.upstreams[uf.name], uf.keyEnv)
+	}
 
 	p, err := openPipelineSnapshot(ctx, f.store, false, getenv, log, f.snapshot)
 	if err != nil {
@@ -96,9 +97,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return err
 	}
-	opts := base
-	opts.Upstream, opts.AnthropicUpstream = f.upstream, f.anthropicUpstream
-	srv, err := proxy.New(opts)
+	srv, err := proxy.New(base)
 	if err != nil {
 		return err
 	}
@@ -123,7 +122,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	}
 	// The lines on stdout are printed once every listener is up and /readyz answers 200, so whoever
 	// waits for them (a supervisor, a test) can send traffic at once.
-	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, redact.Parsed(f.upstream))}
+	lines := []string{fmt.Sprintf("promptgate %s listening on http://%s/v1 (upstream %s)", Version, addr, redact.Parsed(f.upstreams["openai"].URL))}
 	adminHandler, err := admin.New(admin.Options{
 		Token: getenv(EnvAdminToken), Hosts: p.cfg.Listen.Hosts, Store: p.store, Audit: sinks.Ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
 		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
@@ -164,7 +163,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	for _, l := range lines {
 		fmt.Fprintln(stdout, l)
 	}
-	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", redact.Parsed(f.upstream), "store", storeName(f.store))
+	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", redact.Parsed(f.upstreams["openai"].URL), "store", storeName(f.store))
 
 	select {
 	case err := <-ls.errc:
@@ -179,14 +178,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 // tokens, the operator keys bound to their upstreams.
 func parseServeFlags(args []string, stderr io.Writer, getenv env) (*serveFlags, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	f := &serveFlags{fs: fs}
-	var upstream, anthropicUpstream string
+	f := &serveFlags{fs: fs, upstreams: map[string]proxy.Upstream{}}
+	bases := map[string]*string{}
 	fs.StringVar(&f.listen, "listen", orEnv(getenv, EnvListen, DefaultListen), "OpenAI-compatible listener; clients use base URL http://ADDR/v1 (env "+EnvListen+")")
-	fs.StringVar(&upstream, "upstream", orEnv(getenv, EnvUpstream, DefaultUpstream), "upstream base URL; /v1/X goes to <upstream>/X (env "+EnvUpstream+")")
+	for _, uf := range upstreamFlags() {
+		bases[uf.name] = fs.String(uf.flag, orEnv(getenv, uf.env, uf.def), uf.help+" (env "+uf.env+")")
+	}
 	fs.StringVar(&f.adminListen, "admin-listen", orEnv(getenv, EnvAdminListen, DefaultAdminListen), "admin listener; a non-loopback address needs "+EnvAdminToken+" (env "+EnvAdminListen+")")
 	fs.StringVar(&f.proxyListen, "proxy-listen", getenv(EnvProxyListen), "HTTPS-proxy (HTTPS_PROXY=) listener, off when empty (env "+EnvProxyListen+")")
 	fs.StringVar(&f.mcpListen, "mcp-listen", getenv(EnvMCPListen), "MCP door: the config's mcp.servers at /mcp/NAME, off when empty; a non-loopback address needs "+EnvMCPToken+" (env "+EnvMCPListen+")")
-	fs.StringVar(&anthropicUpstream, "anthropic-upstream", orEnv(getenv, EnvAnthropicUpstream, DefaultAnthropicUpstream), "base URL for /v1/messages (env "+EnvAnthropicUpstream+")")
 	f.store = addStoreFlags(fs, getenv)
 	fs.StringVar(&f.snapshot, "store-snapshot", orEnv(getenv, EnvStoreSnapshot, DefaultStoreSnapshot), "with an etcd --store: file that keeps the last snapshot read, served at start while etcd is unreachable (env "+EnvStoreSnapshot+")")
 	args, err := parseFlags(fs, args, stderr)
@@ -196,11 +196,12 @@ func parseServeFlags(args []string, stderr io.Writer, getenv env) (*serveFlags, 
 	if len(args) > 0 {
 		return nil, usageError{fmt.Sprintf("serve takes no arguments, got %q", args)}
 	}
-	if f.upstream, err = parseBaseURL("--upstream", upstream, EnvUpstreamKey); err != nil {
-		return nil, err
-	}
-	if f.anthropicUpstream, err = parseBaseURL("--anthropic-upstream", anthropicUpstream, EnvAnthropicKey); err != nil {
-		return nil, err
+	for _, uf := range upstreamFlags() {
+		u, err := parseBaseURL("--"+uf.flag, *bases[uf.name], uf.keyEnv)
+		if err != nil {
+			return nil, err
+		}
+		f.upstreams[uf.name] = proxy.Upstream{URL: u}
 	}
 	if err := checkAdminListen(f.adminListen, getenv(EnvAdminToken)); err != nil {
 		return nil, err
@@ -216,11 +217,12 @@ func parseServeFlags(args []string, stderr io.Writer, getenv env) (*serveFlags, 
 			return nil, err
 		}
 	}
-	if f.upstreamKey, err = bindKey("--upstream", f.upstream, EnvUpstreamKey, getenv(EnvUpstreamKey)); err != nil {
-		return nil, err
-	}
-	if f.anthropicKey, err = bindKey("--anthropic-upstream", f.anthropicUpstream, EnvAnthropicKey, getenv(EnvAnthropicKey)); err != nil {
-		return nil, err
+	for _, uf := range upstreamFlags() {
+		up := f.upstreams[uf.name]
+		if up.Key, err = bindKey("--"+uf.flag, up.URL, uf.keyEnv, getenv(uf.keyEnv)); err != nil {
+			return nil, err
+		}
+		f.upstreams[uf.name] = up
 	}
 	f.confirmKey = getenv(EnvConfirmKey)
 	if n := len(f.confirmKey); n > 0 && n < flow.MinConfirmKey {
@@ -250,8 +252,9 @@ func openAudit(f *serveFlags, p *pipeline, m *metrics.Metrics, getenv env, log *
 	return sinks, append(audit.Multi{sinks.Lines, m}, sinks.Recorders()...), nil
 }
 
-// proxyOptions are the options of every proxy handler serve builds (the listener's and each door
-// pipeline's), without their upstreams: readiness, degradation, the listen guard, keys, audit, telemetry.
+// proxyOptions are the options of every proxy handler serve builds (the listener's, and each door pipeline's
+// with the upstreams at its origin): readiness, degradation, the listen guard, upstreams and keys, audit,
+// telemetry.
 func proxyOptions(f *serveFlags, p *pipeline, ready *atomic.Bool, seen *toolseen.Memory, rec audit.Recorder,
 	m *metrics.Metrics, tr *tracing.Tracing, log *slog.Logger) (proxy.Options, error) {
 	listenGuard, err := guard.New(p.cfg.Listen)
@@ -267,7 +270,7 @@ func proxyOptions(f *serveFlags, p *pipeline, ready *atomic.Bool, seen *toolseen
 			"so a code holds on this instance only, until it restarts; set the same key on every instance of a fleet")
 	}
 	return proxy.Options{
-		Engine: p.engine, Guard: listenGuard, Tools: seen, UpstreamAPIKey: f.upstreamKey, AnthropicAPIKey: f.anthropicKey,
+		Engine: p.engine, Guard: listenGuard, Tools: seen, Upstreams: f.upstreams,
 		Confirmer: confirmer, Violations: flow.NewViolations(0, 0, nil),
 		// One record for the listener and every door pipeline: a response created through one is its
 		// creator's through the other.
@@ -336,7 +339,7 @@ func (l *listeners) shutdown() {
 }
 
 // newDoor builds the HTTPS-proxy door from the config's mitm section; intercepted origins run the same
-// pipeline as the base-URL listener, with the origin the client asked for as both upstreams. The operator
+// pipeline as the base-URL listener, with the origin the client asked for as every upstream. The operator
 // keys in base stay bound to the configured upstreams' origins, so an origin gets a key only if it is the
 // key's own. The pipelines share one in-flight cap. Passthrough never reaches the addresses own returns.
 func newDoor(c *mitm.Config, base proxy.Options, log *slog.Logger, token string, own func() []net.Addr, mcpDoor *mcp.Door) (*mitm.Door, error) {
@@ -360,9 +363,7 @@ func newDoor(c *mitm.Config, base proxy.Options, log *slog.Logger, token string,
 			if h := mcpDoor.ForOrigin(string(o)); h != nil {
 				return h, nil // a configured MCP server's origin: the MCP door's policy
 			}
-			opts := base
-			opts.Upstream = o.URL("/v1")
-			opts.AnthropicUpstream = o.URL("/v1")
+			opts := base.ForOrigin(o)
 			opts.Transport = tr
 			opts.InFlight = inFlight
 			return proxy.New(opts)
@@ -402,9 +403,25 @@ func bindKey(flagName string, u *url.URL, envName, secret string) (proxy.Key, er
 }
 
 // logCleartextKey says at start that a key goes to a (loopback) upstream over plain HTTP.
-func logCleartextKey(log *slog.Logger, flagName string, u *url.URL, envName string, k proxy.Key) {
-	if k.Secret != "" && u.Scheme == "http" {
-		log.Warn(flagName+" is plain HTTP on loopback: "+envName+" is sent unencrypted, on this machine only", "upstream", redact.Parsed(u))
+func logCleartextKey(log *slog.Logger, flagName string, up proxy.Upstream, envName string) {
+	if up.Key.Secret != "" && up.URL.Scheme == "http" {
+		log.Warn(flagName+" is plain HTTP on loopback: "+envName+" is sent unencrypted, on this machine only", "upstream", redact.Parsed(up.URL))
+	}
+}
+
+// upstreamFlag is how serve takes the base URL and the key of a line of the upstream table.
+type upstreamFlag struct {
+	name                   string // the line (proxy.UpstreamLine.Name)
+	flag, env, keyEnv, def string
+	help                   string
+}
+
+// upstreamFlags are serve's flags of the upstream table's lines, one each.
+func upstreamFlags() []upstreamFlag {
+	return []upstreamFlag{
+		{name: "openai", flag: "upstream", env: EnvUpstream, keyEnv: EnvUpstreamKey, def: DefaultUpstream, help: "upstream base URL; /v1/X goes to <upstream>/X"},
+		{name: "anthropic", flag: "anthropic-upstream", env: EnvAnthropicUpstream, keyEnv: EnvAnthropicKey, def: DefaultAnthropicUpstream, help: "base URL for /v1/messages"},
+		{name: "gemini", flag: "gemini-upstream", env: EnvGeminiUpstream, keyEnv: EnvGeminiKey, def: DefaultGeminiUpstream, help: "base URL of the Gemini API; /v1beta/X goes to <it>/v1beta/X"},
 	}
 }
 

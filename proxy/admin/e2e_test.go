@@ -54,7 +54,7 @@ func (f *fixture) proxyFor(up *recordingUpstream) *httptest.Server {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	o := proxy.Options{Engine: f.engine, Upstream: u, Metrics: f.metrics}
+	o := proxy.Options{Engine: f.engine, Upstreams: map[string]proxy.Upstream{"openai": {URL: u}}, Metrics: f.metrics}
 	if f.ring != nil {
 		o.Audit = f.ring
 	}

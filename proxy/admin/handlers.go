@@ -46,7 +46,7 @@ func (s *server) preview(w http.ResponseWriter, r *http.Request) error {
 	path := proxy.PathChat
 	if req.Path != nil {
 		path = *req.Path
-		if !slices.Contains(proxy.PreviewPaths(), path) {
+		if !proxy.PreviewPath(path) {
 			return badRequest("invalid_request", "path", "path %q: preview one of %s (the path the client would POST the request to; default %s)",
 				path, strings.Join(proxy.PreviewPaths(), ", "), proxy.PathChat)
 		}

@@ -70,7 +70,7 @@ func TestPreviewEachSurfaceEqualsUpstreamBody(t *testing.T) {
 	up := newSurfaceUpstream(t)
 	ou, _ := url.Parse(up.URL + "/openai")
 	au, _ := url.Parse(up.URL + "/anthropic")
-	s, err := proxy.New(proxy.Options{Engine: f.engine, Upstream: ou, AnthropicUpstream: au, Audit: f.ring})
+	s, err := proxy.New(proxy.Options{Engine: f.engine, Upstreams: map[string]proxy.Upstream{"openai": {URL: ou}, "anthropic": {URL: au}}, Audit: f.ring})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestPreviewSurfaceBadForms(t *testing.T) {
 	// The same wrong body on the proxy listener gets the same answer.
 	up := newSurfaceUpstream(t)
 	ou, _ := url.Parse(up.URL + "/openai")
-	s, err := proxy.New(proxy.Options{Engine: f.engine, Upstream: ou, AnthropicUpstream: ou})
+	s, err := proxy.New(proxy.Options{Engine: f.engine, Upstreams: map[string]proxy.Upstream{"openai": {URL: ou}, "anthropic": {URL: ou}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestJoinModelCallToMCPCall(t *testing.T) {
 	t.Parallel()
 	_, up := crmServer(t, true)
 	f := newFixture(t, mcp.Config{Servers: []mcp.Server{{Name: "crm", URL: up, ToolPrefix: "crm_"}}, RequireModelCall: true}, proxy.Limits{})
-	srv, err := proxy.New(proxy.Options{Engine: f.engine, Upstream: chatUpstream(t, `{"to":"ann@acme.com","body":"hi"}`)})
+	srv, err := proxy.New(proxy.Options{Engine: f.engine, Upstreams: map[string]proxy.Upstream{"openai": {URL: chatUpstream(t, `{"to":"ann@acme.com","body":"hi"}`)}}})
 	if err != nil {
 		t.Fatal(err)
 	}

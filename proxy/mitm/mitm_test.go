@@ -163,7 +163,7 @@ func newFixture(t *testing.T, upstreamCA bool, passthrough bool, opts ...func(*m
 			f.mu.Lock()
 			f.pipelines++
 			f.mu.Unlock()
-			return proxy.New(proxy.Options{Engine: engine, Upstream: o.URL("/v1"), Transport: tr})
+			return proxy.New(proxy.Options{Engine: engine, Upstreams: map[string]proxy.Upstream{"openai": {URL: o.URL("/v1")}}, Transport: tr})
 		},
 	}
 	for _, opt := range opts {

@@ -1,10 +1,10 @@
 // Package surface defines what the proxy needs of each API it rewrites — Chat Completions, the Responses API,
-// Anthropic Messages — so that everything that differs between them lives in one package per surface
-// (surface/chat, surface/responses, surface/messages) and nowhere else: its routes and upstream, how its
-// request is read and its tool_choice checked, how the layered prompt and the kept tools are written back, how
-// a conversation continues across requests, how its answers are vetted (body and stream) and how a refusal
-// is written. The proxy holds the table of surfaces and iterates it; it never asks which surface a request is
-// on.
+// Anthropic Messages, Google's Gemini API — so that everything that differs between them lives in one package
+// per surface (surface/chat, surface/responses, surface/messages, surface/gemini) and nowhere else: its routes
+// and the name of its upstream, how its request is read and its tool_choice checked, how the layered prompt
+// and the kept tools are written back, how a conversation continues across requests, how its answers are
+// vetted (body and stream) and how a refusal is written. The proxy holds the table of surfaces and iterates
+// it; it never asks which surface a request is on.
 //
 // It also holds what surfaces share on the response side: the errors an answer can fail with and the edits of
 // an http.Response. It does not decide policy (policy/), build the prompt (assembly/) or judge a call
@@ -22,16 +22,6 @@ import (
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
-)
-
-// Upstream is the upstream a surface's requests go to.
-type Upstream int
-
-const (
-	// OpenAI is the OpenAI-compatible upstream (--upstream), with PROMPTGATE_UPSTREAM_API_KEY.
-	OpenAI Upstream = iota
-	// Anthropic is the Anthropic upstream (--anthropic-upstream), with PROMPTGATE_ANTHROPIC_API_KEY.
-	Anthropic
 )
 
 // Request is what the pipeline needs of a client request, on any surface.
@@ -55,16 +45,13 @@ type Request struct {
 type Surface interface {
 	// Name is the surface's short name: the route label of metrics and logs ("chat").
 	Name() string
-	// Path is the rewritten route (POST Path, e.g. /v1/chat/completions).
-	Path() string
-	// Upstream is where the surface's requests go.
-	Upstream() Upstream
-	// Owns reports whether a passed-through path belongs to the surface's upstream (Anthropic's
-	// /v1/messages/... go to the Anthropic upstream).
-	Owns(path string) bool
+	// Routes are the surface's rewritten routes (see Route).
+	Routes() []Route
+	// Upstream names the line of the proxy's upstream table that the surface's requests go to ("openai").
+	Upstream() string
 
-	// Parse reads a validated client body.
-	Parse(b *assembly.Body) (Request, error)
+	// Parse reads a validated client body; t is what its route's path says of it (see Route.Target).
+	Parse(b *assembly.Body, t Target) (Request, error)
 	// CheckToolChoice refuses a tool_choice that names a tool not kept (policy.CodeToolChoiceNotAllowed).
 	CheckToolChoice(b *assembly.Body, kept []policy.Tool) error
 	// ContextInPrompt keeps the runtime context JSON in the layered prompt even with the structured channel
@@ -190,6 +177,8 @@ type Stateless struct {
 	VetBody   func(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error)
 	VetStream func(up io.ReadCloser, v Vetting) io.ReadCloser
 	Join      func(Joined) ([]byte, error)
+	// Usage is the member of an answer that holds its usage ("" for "usage").
+	Usage string
 }
 
 var _ Exchange = Stateless{}
@@ -197,7 +186,11 @@ var _ Exchange = Stateless{}
 func (Stateless) Decided(vet.Decision) {}
 
 func (s Stateless) Body(body []byte, v Vetting) ([]byte, relay.Result, error) {
-	return Rounds(body, v, func(b []byte) ([]byte, relay.Result, error) { return s.VetBody(b, v.Checker, v.Record) }, s.Join)
+	usage := s.Usage
+	if usage == "" {
+		usage = "usage"
+	}
+	return RoundsUsage(usage, body, v, func(b []byte) ([]byte, relay.Result, error) { return s.VetBody(b, v.Checker, v.Record) }, s.Join)
 }
 
 func (s Stateless) Stream(up io.ReadCloser, v Vetting) io.ReadCloser {

@@ -44,6 +44,7 @@ const (
 	Chat      Surface = "chat"      // POST /v1/chat/completions
 	Responses Surface = "responses" // POST /v1/responses
 	Messages  Surface = "messages"  // POST /v1/messages (Anthropic)
+	Gemini    Surface = "gemini"    // POST /v1beta/models/{model}:generateContent (Google)
 )
 
 // Surfaces are the surfaces a conversation renders to.
@@ -56,6 +57,8 @@ func (s Surface) Path() string {
 		return "/v1/responses"
 	case Messages:
 		return "/v1/messages"
+	case Gemini:
+		return "/v1beta/models/m:generateContent"
 	}
 	return "/v1/chat/completions"
 }
@@ -181,6 +184,9 @@ func Render(t testing.TB, s Surface, turns []Turn, extra map[string]any) []byte 
 			body["system"] = system
 		}
 		body["messages"] = msgs
+	case Gemini:
+		delete(body, "model") // the model is in the path
+		renderGemini(body, turns)
 	}
 	for k, v := range extra {
 		body[k] = v
@@ -190,6 +196,42 @@ func Render(t testing.TB, s Surface, turns []Turn, extra map[string]any) []byte 
 		t.Fatal(err)
 	}
 	return b
+}
+
+// renderGemini writes the conversation as a generateContent body: app texts as systemInstruction's parts, a
+// content per turn, calls and their responses with the call's id (and the response named as its call).
+func renderGemini(body obj, turns []Turn) {
+	var contents, system []any
+	names := map[string]string{}
+	for _, tu := range turns {
+		switch {
+		case tu.App != "":
+			system = append(system, obj{"text": tu.App})
+		case tu.User != "":
+			contents = append(contents, obj{"role": "user", "parts": []any{obj{"text": tu.User}}})
+		case tu.Assistant != "" || len(tu.Calls) > 0:
+			var parts []any
+			if tu.Assistant != "" {
+				parts = append(parts, obj{"text": tu.Assistant})
+			}
+			for _, c := range tu.Calls {
+				names[c.ID] = c.Tool
+				parts = append(parts, obj{"functionCall": obj{"id": c.ID, "name": c.Tool, "args": json.RawMessage(Args(c.Args))}})
+			}
+			contents = append(contents, obj{"role": "model", "parts": parts})
+		default:
+			name := names[tu.Tool]
+			if name == "" {
+				name = "unknown"
+			}
+			contents = append(contents, obj{"role": "user", "parts": []any{obj{"functionResponse": obj{"id": tu.Tool, "name": name,
+				"response": obj{"output": tu.Output}}}}})
+		}
+	}
+	if system != nil {
+		body["systemInstruction"] = obj{"parts": system}
+	}
+	body["contents"] = contents
 }
 
 // Args is a call's arguments, {} when it has none.

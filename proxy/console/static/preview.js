@@ -18,6 +18,9 @@
     { name: 'Messages (Anthropic) with a tool', path: '/v1/messages', body: {
       model: 'claude-sonnet-4-5', max_tokens: 512, system: 'Answer briefly.', messages: [{ role: 'user', content: 'hello' }],
       tools: [{ name: 'search_docs', description: 'Search the docs', input_schema: { type: 'object' } }] } },
+    { name: 'Gemini with a function', path: '/v1beta/models/gemini-2.5-flash:generateContent', body: {
+      systemInstruction: { parts: [{ text: 'Answer briefly.' }] }, contents: [{ role: 'user', parts: [{ text: 'hello' }] }],
+      tools: [{ functionDeclarations: [{ name: 'search_docs', description: 'Search the docs', parameters: { type: 'OBJECT' } }] }] } },
   ];
 
   // Block names of the report's sizes, by header.
@@ -56,6 +59,7 @@
     const textOf = (c) => typeof c === 'string' ? c : Array.isArray(c) ? c.map((p) => p.text || '').join('') : '';
     if (path === '/v1/responses') return typeof body.instructions === 'string' ? [body.instructions] : [];
     if (path === '/v1/messages') return typeof body.system === 'string' ? [body.system] : Array.isArray(body.system) ? body.system.map((b) => b.text || '') : [];
+    if (path.startsWith('/v1beta/')) return ((body.systemInstruction || {}).parts || []).map((p) => p.text || '');
     return (body.messages || []).filter((m) => m.role === 'system').map((m) => textOf(m.content));
   }
 

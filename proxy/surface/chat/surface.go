@@ -24,13 +24,12 @@ type Surface struct{}
 var _ surface.Surface = Surface{}
 
 func (Surface) Name() string                       { return "chat" }
-func (Surface) Path() string                       { return Path }
-func (Surface) Upstream() surface.Upstream         { return surface.OpenAI }
-func (Surface) Owns(p string) bool                 { return p == Path || strings.HasPrefix(p, Path+"/") }
+func (Surface) Routes() []surface.Route            { return []surface.Route{{Pattern: "POST " + Path}} }
+func (Surface) Upstream() string                   { return "openai" }
 func (Surface) ContextInPrompt() bool              { return false }
 func (Surface) BlockedError(d vet.Decision) []byte { return surface.BlockedErrorJSON(d) }
 
-func (Surface) Parse(b *assembly.Body) (surface.Request, error) { return parse(b) }
+func (Surface) Parse(b *assembly.Body, _ surface.Target) (surface.Request, error) { return parse(b) }
 
 func (Surface) CheckToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return checkToolChoice(b, kept)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -47,13 +46,12 @@ func New(o Options) *Surface {
 }
 
 func (*Surface) Name() string                       { return "responses" }
-func (*Surface) Path() string                       { return Path }
-func (*Surface) Upstream() surface.Upstream         { return surface.OpenAI }
-func (*Surface) Owns(p string) bool                 { return p == Path || strings.HasPrefix(p, Path+"/") }
+func (*Surface) Routes() []surface.Route            { return []surface.Route{{Pattern: "POST " + Path}} }
+func (*Surface) Upstream() string                   { return "openai" }
 func (*Surface) ContextInPrompt() bool              { return true }
 func (*Surface) BlockedError(d vet.Decision) []byte { return surface.BlockedErrorJSON(d) }
 
-func (*Surface) Parse(b *assembly.Body) (surface.Request, error) { return parse(b) }
+func (*Surface) Parse(b *assembly.Body, _ surface.Target) (surface.Request, error) { return parse(b) }
 
 func (*Surface) CheckToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return checkToolChoice(b, kept)
