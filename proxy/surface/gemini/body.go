@@ -176,7 +176,8 @@ func held(ds []vet.Decision, at []int, j int) bool {
 }
 
 // continuation is the candidate's turn for promptgate to answer itself (onViolation "continue"), when every
-// call of it was blocked and can be answered; nil otherwise. What the client keeps of it is its other parts.
+// call of it was blocked or held and can be answered; nil otherwise. What the client keeps of it is its other
+// parts, and the notices of its held calls (which carry the codes).
 func continuation(c *vet.Checker, cc candidate, ds []vet.Decision) *relay.Continuation {
 	var raw []string
 	for _, p := range cc.parts {
@@ -184,12 +185,17 @@ func continuation(c *vet.Checker, cc candidate, ds []vet.Decision) *relay.Contin
 	}
 	t := relay.Turn{Raw: relay.JoinArray(raw)}
 	calls := map[int]bool{}
+	var held []string
 	for i, call := range cc.calls {
 		if !relay.Answerable(c, call, ds[i]) {
 			return nil
 		}
-		t.Calls = append(t.Calls, relay.Answer(call, ds[i], false))
+		a := relay.Answer(call, ds[i], false)
+		t.Calls = append(t.Calls, a)
 		calls[cc.at[i]] = true
+		if a.Notice != "" {
+			held = append(held, string(textPart(a.Notice)))
+		}
 	}
 	var kept []string
 	for j, p := range cc.parts {
@@ -197,5 +203,5 @@ func continuation(c *vet.Checker, cc candidate, ds []vet.Decision) *relay.Contin
 			kept = append(kept, p.Raw)
 		}
 	}
-	return &relay.Continuation{Turn: t, Kept: relay.JoinArray(kept)}
+	return &relay.Continuation{Turn: t, Kept: relay.JoinArray(append(kept, held...))}
 }

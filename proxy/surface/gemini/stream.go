@@ -330,6 +330,14 @@ func (s *Stream) endRound() bool {
 	s.roundUsage, s.turn = nil, nil
 	s.finished, s.ended = map[int]bool{}, false
 	s.c.NewRound()
+	if kept := s.Kept(); len(kept) > 0 { // the held calls' notices, with their codes: the client must see them
+		data := []byte(`{"candidates":[{"content":{"role":"model","parts":[]},"index":0}]}`)
+		data, _ = sjson.SetRawBytes(data, "candidates.0.content.parts", relay.JoinArray([]string{string(textPart(strings.Join(kept, "\n")))}))
+		if s.responseID != nil {
+			data, _ = sjson.SetRawBytes(data, fResponseID.camel(), s.responseID)
+		}
+		s.appendEvent(data)
+	}
 	return true
 }
 
