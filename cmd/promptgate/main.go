@@ -1,6 +1,7 @@
-// Command promptgate is the sidecar proxy for LLM traffic: `serve` runs it; `preview`, `migrate`,
-// `templates`, `protocols`, `store`, `ca` and `version` are the operator's tools. main only wires: every command is
-// a function of (ctx, args, stdout, stderr) so tests run them in-process.
+// Command promptgate is the sidecar proxy for LLM traffic: `serve` runs it, `demo` runs it in front of a
+// scripted model; `preview`, `migrate`, `templates`, `protocols`, `store`, `ca` and `version` are the
+// operator's tools. main only wires: every command is a function of (ctx, args, stdout, stderr) so tests
+// run them in-process.
 package main
 
 import (
@@ -46,6 +47,9 @@ const usage = `promptgate — a sidecar proxy that layers prompts and enforces t
 
 Usage:
   promptgate serve [flags]                     run the proxy
+  promptgate demo [--listen ADDR] [--admin-listen ADDR]
+                                               the proxy in front of a scripted model, with a demo
+                                               protocol and commands to try (no key; nothing leaves the machine)
   promptgate preview [--protocol ID] [--header 'K: V']... [--path /v1/responses|/v1/messages] [FILE]
                                                print the preview report of a request (no upstream call)
   promptgate migrate up|down|status [--dir DIR]
@@ -98,6 +102,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch cmd {
 	case "serve":
 		return serve(ctx, rest, stdout, stderr, getenv)
+	case "demo":
+		return demoCmd(ctx, rest, stdout, stderr, getenv)
 	case "preview":
 		return preview(ctx, rest, stdin, stdout, stderr, getenv)
 	case "migrate":
