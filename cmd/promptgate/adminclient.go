@@ -62,13 +62,24 @@ func newAdminStore(base, token string) (*adminStore, error) {
 
 // openCLIStore opens the DB file; when `serve` holds it, it goes through the admin API instead: --admin,
 // else PROMPTGATE_ADMIN_URL, else http:// + the admin listen address.
+// A DB file that does not exist is refused unless --create was given (checkNewDB). The store used is
+// named on stderr.
 func openCLIStore(sf *storeFlags, admin string, getenv env, stderr io.Writer) (cliStore, error) {
 	token := getenv(EnvAdminToken)
 	if admin != "" {
-		return newAdminStore(admin, token)
+		a, err := newAdminStore(admin, token)
+		if err == nil {
+			fmt.Fprintf(stderr, "promptgate: using the admin API at %s\n", redact.URL(admin))
+		}
+		return a, err
+	}
+	created, err := checkNewDB(sf, getenv)
+	if err != nil {
+		return nil, err
 	}
 	st, err := openStoreFlags(context.Background(), sf, false, getenv, nil, "")
 	if err == nil {
+		sayStore(stderr, sf, created)
 		return st, nil
 	}
 	if !errors.Is(err, store.ErrLocked) {

@@ -25,7 +25,7 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 	fs := flag.NewFlagSet(kindName+" "+sub, flag.ContinueOnError)
 	version := fs.Int("version", 0, "with show: this version instead of the active one")
 	admin := fs.String("admin", "", "admin API URL of a running server (token from "+EnvAdminToken+"); used by itself when serve holds the DB")
-	sf := addStoreFlags(fs, getenv)
+	sf := addCLIStoreFlags(fs, getenv)
 	pos, err := parseFlags(fs, args[1:], stderr)
 	if err != nil {
 		return err

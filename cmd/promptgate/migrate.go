@@ -26,7 +26,7 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	fs := flag.NewFlagSet("migrate "+sub, flag.ContinueOnError)
 	dir := fs.String("dir", DefaultMigrationsDir, "folder of rollout files (*.json), applied in name order")
 	admin := fs.String("admin", "", "admin API URL of a running server (token from "+EnvAdminToken+"); used by itself when serve holds the DB")
-	sf := addStoreFlags(fs, getenv)
+	sf := addCLIStoreFlags(fs, getenv)
 	pos, err := parseFlags(fs, args[1:], stderr)
 	if err != nil {
 		return err
