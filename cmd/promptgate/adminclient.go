@@ -29,6 +29,7 @@ type cliStore interface {
 	Get(ctx context.Context, kind store.Kind, name string, version int) (store.Record, error)
 	List(ctx context.Context, kind store.Kind) ([]store.Entry, error)
 	Entry(ctx context.Context, kind store.Kind, name string) (store.Entry, error)
+	AddVersion(ctx context.Context, kind store.Kind, body []byte, author, note string) (int, error)
 	Activate(ctx context.Context, kind store.Kind, name string, version int) (int, error)
 	Rollback(ctx context.Context, kind store.Kind, name string) (int, int, error)
 	ApplyRollout(ctx context.Context, r store.Rollout) error
@@ -225,6 +226,24 @@ func (a *adminStore) Entry(ctx context.Context, kind store.Kind, name string) (s
 	var e store.Entry
 	err := a.call(ctx, http.MethodGet, defsPath(kind, name), nil, &e)
 	return e, err
+}
+
+// AddVersion stores body as a new version through POST /admin/{kind}/{name}/versions; the server takes the
+// author from the caller (the CLI says it is the cli).
+func (a *adminStore) AddVersion(ctx context.Context, kind store.Kind, body []byte, _ string, note string) (int, error) {
+	name, err := store.CheckStructure(kind, body)
+	if err != nil {
+		return 0, err
+	}
+	path := defsPath(kind, name, "versions")
+	if note != "" {
+		path += "?note=" + url.QueryEscape(note)
+	}
+	var out struct {
+		Version int `json:"version"`
+	}
+	err = a.call(ctx, http.MethodPost, path, body, &out)
+	return out.Version, err
 }
 
 func (a *adminStore) Activate(ctx context.Context, kind store.Kind, name string, version int) (int, error) {
