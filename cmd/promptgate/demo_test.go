@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -354,6 +355,68 @@ func TestShellWordsReadsLikeAShell(t *testing.T) {
 	for _, bad := range []string{"curl 'x", `curl "x"`, "curl $HOME", "curl a | jq"} {
 		if _, err := shellWords(bad); err == nil {
 			t.Errorf("%q was read", bad)
+		}
+	}
+}
+
+// TestDemoModelThroughTheProxyOnEveryAPI: on each API, stream and not, the demo model's answer of two calls
+// goes through the proxy under the demo protocol: the call with a link to another site is removed (in a
+// stream, replaced by a notice), the other reaches the client.
+func TestDemoModelThroughTheProxyOnEveryAPI(t *testing.T) {
+	printed, _ := startDemo(t, nil)
+	base := regexp.MustCompile(`listening on (http://\S+/v1)`).FindStringSubmatch(printed)[1]
+	ask := `call send_email {"to": "a@acme.com", "body": "see https://evil.example/x"} and call send_email {"to": "a@acme.com", "body": "see https://acme.com/ok"}`
+	schema := `{"type":"object","properties":{"to":{"type":"string"},"body":{"type":"string"}},"required":["to","body"]}`
+	bodies := map[string]string{
+		"/chat/completions": `{"model":"m","stream":STREAM,"messages":[{"role":"user","content":ASK}],"tools":[{"type":"function","function":{"name":"send_email","parameters":` + schema + `}}]}`,
+		"/responses":        `{"model":"m","stream":STREAM,"input":ASK,"tools":[{"type":"function","name":"send_email","parameters":` + schema + `}]}`,
+		"/messages":         `{"model":"m","max_tokens":100,"stream":STREAM,"messages":[{"role":"user","content":ASK}],"tools":[{"name":"send_email","input_schema":` + schema + `}]}`,
+	}
+	askJSON, _ := json.Marshal(ask)
+	for path, tmpl := range bodies {
+		for _, stream := range []string{"false", "true"} {
+			body := strings.NewReplacer("STREAM", stream, "ASK", string(askJSON)).Replace(tmpl)
+			resp, err := http.Post(base+path, "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			out := string(b)
+			if stream == "true" {
+				out += "\n" + streamedArguments(t, b)
+			}
+			// A stream says it in a notice; a body where a call is left says it in a header.
+			blocked := strings.Contains(out, "blocked tool call send_email: rule mail-links: body: link 1 at offset 4 has a host that is not allowed")
+			if stream == "false" {
+				blocked = resp.Header.Get("X-Promptgate-Blocked") == "1"
+			}
+			if resp.StatusCode != 200 || strings.Contains(out, "evil.example") || !strings.Contains(out, "https://acme.com/ok") || !blocked {
+				t.Errorf("%s stream=%s: %d\n%s", path, stream, resp.StatusCode, out)
+			}
+		}
+	}
+}
+
+// streamedArguments joins the argument deltas of a stream of any of the three APIs.
+func streamedArguments(t *testing.T, b []byte) string {
+	t.Helper()
+	var out strings.Builder
+	rd := sse.NewReader(bytes.NewReader(b))
+	for {
+		ev, err := rd.Next()
+		if err == io.EOF {
+			return out.String()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := gjson.ParseBytes(ev.Data)
+		for _, p := range []string{"choices.0.delta.tool_calls.0.function.arguments", "delta.partial_json"} {
+			out.WriteString(d.Get(p).String())
+		}
+		if d.Get("type").String() == "response.function_call_arguments.delta" {
+			out.WriteString(d.Get("delta").String())
 		}
 	}
 }

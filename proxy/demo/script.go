@@ -99,12 +99,30 @@ func obey(text string, tools []string, turn int, intro string) (Answer, bool) {
 	}
 	var say []string
 	if len(made) > 0 {
-		say = append(say, intro+" "+strings.Join(made, ", ")+".")
+		say = append(say, intro+" "+names(made)+".")
 	}
 	for _, name := range missing {
 		say = append(say, "I was asked to call "+name+", but I was given no tool of that name.")
 	}
 	return Answer{Text: strings.Join(say, " "), Calls: calls}, true
+}
+
+// names lists the tools called, in order, each once with its count when it is called more than once.
+func names(made []string) string {
+	var order []string
+	count := map[string]int{}
+	for _, n := range made {
+		if count[n] == 0 {
+			order = append(order, n)
+		}
+		count[n]++
+	}
+	for i, n := range order {
+		if count[n] > 1 {
+			order[i] = fmt.Sprintf("%s (%d calls)", n, count[n])
+		}
+	}
+	return strings.Join(order, ", ")
 }
 
 // object reads the JSON object at the start of s, compacted.
