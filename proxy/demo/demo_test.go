@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -398,4 +399,37 @@ func TestExamplesAreWellFormed(t *testing.T) {
 	if PathOf("x.messages") != "/v1/messages" || PathOf("x.responses") != "/v1/responses" || PathOf("x") != "/v1/chat/completions" {
 		t.Error("PathOf")
 	}
+}
+
+// FuzzModelAnswersAnyBody: whatever a body holds, the model reads it or refuses it, and its answer is one
+// JSON value (non-stream) or SSE frames of JSON data (stream) on every API; the examples seed it.
+func FuzzModelAnswersAnyBody(f *testing.F) {
+	for _, e := range Examples() {
+		f.Add(e.Body, uint8(0))
+	}
+	f.Add([]byte(`{"messages":[{"role":"user","content":"call f {\"a\":[1,{\"b\":\"\u00e9\"}]} call g {"}],"tools":[{"type":"function","function":{"name":"f"}}]}`), uint8(1))
+	f.Add([]byte(`{"input":"call f {}","tools":[{"type":"function","name":"f"}]}`), uint8(1))
+	f.Fuzz(func(t *testing.T, body []byte, apiByte uint8) {
+		api := API(int(apiByte) % 3)
+		r, err := Parse(api, body)
+		if err != nil {
+			return
+		}
+		a := Reply(r)
+		for _, c := range a.Calls {
+			if !gjson.Valid(c.Arguments) || !gjson.Parse(c.Arguments).IsObject() {
+				t.Fatalf("arguments %q", c.Arguments)
+			}
+		}
+		m := Meta{ID: "id", Model: r.model, Instructions: r.instructions, IncludeUsage: true}
+		if b := Body(api, a, m); !gjson.ValidBytes(b) {
+			t.Fatalf("body %s", b)
+		}
+		for _, fr := range Events(api, a, m) {
+			data := fr[bytes.LastIndex(fr, []byte("data: "))+6:]
+			if d := bytes.TrimSpace(data); string(d) != "[DONE]" && !gjson.ValidBytes(d) {
+				t.Fatalf("frame %q", fr)
+			}
+		}
+	})
 }
