@@ -15,13 +15,13 @@ import (
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
-// repoRoot is the repository's root, seen from this package.
-const repoRoot = "../.."
+// inRepo is a path relative to the repository's top folder (the one examples/ is in), seen from this package.
+func inRepo(path string) string { return filepath.Join(filepath.Dir(examplesDir), path) }
 
 // readmeSection is the text of the README section under the heading "## title", up to the next "## ".
 func readmeSection(t *testing.T, title string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	b, err := os.ReadFile(inRepo("README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func readmeRequest(t *testing.T, cmd, addr string) *http.Request {
 	words := cmds[0]
 	for i, w := range words {
 		if file, ok := strings.CutPrefix(w, "@"); ok && i > 0 && words[i-1] == "-d" {
-			b, err := os.ReadFile(filepath.Join(repoRoot, file))
+			b, err := os.ReadFile(inRepo(file))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +107,7 @@ func TestReadmeWorkedExampleRuns(t *testing.T) {
 		t.Fatalf("preview command %q", cmd)
 	}
 	args := append([]string(nil), cmd[3:]...)
-	args[len(args)-1] = filepath.Join(repoRoot, args[len(args)-1])
+	args[len(args)-1] = inRepo(args[len(args)-1])
 	out, errOut, err := runCmd(t, nil, "", args...)
 	if err != nil || gjson.Get(out, "protocolId").String() != "demo" || !strings.Contains(gjson.Get(out, "upstreamRequest.messages.0.content").String(), blocks[2].text[:40]) {
 		t.Errorf("preview: %v %s %s", err, out, errOut)
