@@ -138,9 +138,11 @@ var layers = []layer{
 		why: "the admin API sits on the proxy"},
 	{name: "config", pkgs: []string{"proxy/config"}, may: []string{"base", "decisions", "policy", "assembly", "host", "proxy", "door", "mcp door"},
 		why: "the config file is composed from the sections of the packages below it; only cmd imports it"},
+	{name: "demo model", pkgs: []string{"proxy/demo"},
+		why: "the scripted upstream speaks the APIs from the far side of the wire: it imports nothing of promptgate, so what it checks is the proxy as a real upstream sees it"},
 	{name: "cmd", pkgs: []string{"cmd/..."}, self: true, why: "cmd wires everything; nothing imports it",
 		may: []string{"store", "base", "decisions", "vet", "flow", "policy", "assembly", "assemblytest", "telemetry", "sdk",
-			"gather", "host", "relay", "surface", "surfaces", "parts", "proxy", "door", "admin", "config", "join", "mcp door"}},
+			"gather", "host", "relay", "surface", "surfaces", "parts", "proxy", "door", "admin", "config", "join", "mcp door", "demo model"}},
 }
 
 // matches reports whether dir is covered by a layer pattern.
@@ -304,6 +306,8 @@ func TestLayersCatchAnImport(t *testing.T) {
 		{"proxy/sse", "proxy/relay"}, {"proxy/origin", "proxy/mitm"}, {"proxy/console", "proxy/admin"},
 		{"proxy/telemetry/metrics", "policy/flow"}, {"policy/audit", "policy"}, {"proxy", "proxy/mcp"}, {"proxy/mcpjoin", "proxy"},
 		{"proxy/mcp", "proxy/admin"}, {"proxy/mcp", "proxy/surface"},
+		{"proxy/telemetry/metrics", "policy/flow"}, {"policy/audit", "policy"}, {"proxy/demo", "proxy/sse"},
+		{"proxy/demo", "proxy/surface/chat"}, {"proxy", "proxy/demo"},
 	} {
 		if check(c.from, c.to) {
 			t.Errorf("%s importing %s breaks no rule", c.from, c.to)
@@ -313,6 +317,7 @@ func TestLayersCatchAnImport(t *testing.T) {
 		{"proxy/surface/chat", "proxy/surface"}, {"proxy/surface/chat", "proxy/relay"}, {"proxy", "proxy/surface/chat"},
 		{"cmd/promptgate", "proxy/config"}, {"policy/audit", "store/boltfile"}, {"proxy/telemetry/metrics", "policy/audit"},
 		{"plugins/examples/filememory", "plugins/sdk"}, {"plugins", "plugins/internal/answer"}, {"store/etcdstore", "store"},
+		{"cmd/promptgate", "proxy/demo"},
 	} {
 		if !check(c.from, c.to) {
 			t.Errorf("%s importing %s should be allowed", c.from, c.to)

@@ -188,7 +188,7 @@ func ParseProtocol(body []byte) (*Protocol, error) {
 	dec.DisallowUnknownFields()
 	var p Protocol
 	if err := dec.Decode(&p); err != nil {
-		return nil, fmt.Errorf("policy: protocol definition: %w", err)
+		return nil, fmt.Errorf("policy: protocol definition: %w", typeError(body, err))
 	}
 	if len(bytes.Trim(body[dec.InputOffset():], " \t\r\n")) > 0 { // dec.More misses a stray } or ]
 		return nil, errors.New("policy: protocol definition: trailing data after the object")

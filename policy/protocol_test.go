@@ -137,7 +137,7 @@ func TestParseProtocolRefusesMalformed(t *testing.T) {
 		{"version is not part of the JSON", `{"id": "p", "promptTemplate": {"base": "b"}, "Version": 3}`, `policy: protocol definition: unknown field "Version"`},
 		{"key of trusted paths in another case", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"toolOutputs": {"TrustedPaths": {"t": ["a"]}}}}`, `policy: protocol definition: unknown field "TrustedPaths" in toolCalls.toolOutputs`},
 		{"key of confirm in another case", `{"id": "p", "promptTemplate": {"base": "b"}, "toolCalls": {"confirm": {"TTL": "5m"}}}`, `policy: protocol definition: unknown field "TTL" in toolCalls.confirm`},
-		{"wrong type", `{"id": "p", "promptTemplate": {"base": "b"}, "scope": "observer"}`, `policy: protocol definition: json: cannot unmarshal string into Go struct field Protocol.scope of type []string`},
+		{"wrong type", `{"id": "p", "promptTemplate": {"base": "b"}, "scope": "observer"}`, `policy: protocol definition: scope: a string where a list of strings goes`},
 		{"empty body", ``, `policy: protocol definition: jsoncheck: syntax error at offset 0: empty input`},
 		{"an array", `[]`, `policy: protocol definition: jsoncheck: not a JSON object at offset 0: top-level value is an array`},
 		{"a second object", ok + ` {}`, `policy: protocol definition: jsoncheck: syntax error at offset 45: unexpected '{' after top-level value`},

@@ -29,6 +29,7 @@ type cliStore interface {
 	Get(ctx context.Context, kind store.Kind, name string, version int) (store.Record, error)
 	List(ctx context.Context, kind store.Kind) ([]store.Entry, error)
 	Entry(ctx context.Context, kind store.Kind, name string) (store.Entry, error)
+	AddVersion(ctx context.Context, kind store.Kind, body []byte, author, note string) (int, error)
 	Activate(ctx context.Context, kind store.Kind, name string, version int) (int, error)
 	Rollback(ctx context.Context, kind store.Kind, name string) (int, int, error)
 	ApplyRollout(ctx context.Context, r store.Rollout) error
@@ -62,13 +63,24 @@ func newAdminStore(base, token string) (*adminStore, error) {
 
 // openCLIStore opens the DB file; when `serve` holds it, it goes through the admin API instead: --admin,
 // else PROMPTGATE_ADMIN_URL, else http:// + the admin listen address.
+// A DB file that does not exist is refused unless --create was given (checkNewDB). The store used is
+// named on stderr.
 func openCLIStore(sf *storeFlags, admin string, getenv env, stderr io.Writer) (cliStore, error) {
 	token := getenv(EnvAdminToken)
 	if admin != "" {
-		return newAdminStore(admin, token)
+		a, err := newAdminStore(admin, token)
+		if err == nil {
+			fmt.Fprintf(stderr, "promptgate: using the admin API at %s\n", redact.URL(admin))
+		}
+		return a, err
+	}
+	created, err := checkNewDB(sf, getenv)
+	if err != nil {
+		return nil, err
 	}
 	st, err := openStoreFlags(context.Background(), sf, false, getenv, nil, "")
 	if err == nil {
+		sayStore(stderr, sf, created)
 		return st, nil
 	}
 	if !errors.Is(err, store.ErrLocked) {
@@ -214,6 +226,24 @@ func (a *adminStore) Entry(ctx context.Context, kind store.Kind, name string) (s
 	var e store.Entry
 	err := a.call(ctx, http.MethodGet, defsPath(kind, name), nil, &e)
 	return e, err
+}
+
+// AddVersion stores body as a new version through POST /admin/{kind}/{name}/versions; the server takes the
+// author from the caller (the CLI says it is the cli).
+func (a *adminStore) AddVersion(ctx context.Context, kind store.Kind, body []byte, _ string, note string) (int, error) {
+	name, err := store.CheckStructure(kind, body)
+	if err != nil {
+		return 0, err
+	}
+	path := defsPath(kind, name, "versions")
+	if note != "" {
+		path += "?note=" + url.QueryEscape(note)
+	}
+	var out struct {
+		Version int `json:"version"`
+	}
+	err = a.call(ctx, http.MethodPost, path, body, &out)
+	return out.Version, err
 }
 
 func (a *adminStore) Activate(ctx context.Context, kind store.Kind, name string, version int) (int, error) {

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/promptgate/promptgate/assembly"
@@ -61,14 +64,75 @@ func orEnv(getenv env, name, def string) string {
 // storeFlags are the flags every DB-reading command takes.
 type storeFlags struct {
 	db, config, store string
+	// create lets a command other than serve create a new DB file (--create); see checkNewDB.
+	create bool
 }
 
 func addStoreFlags(fs *flag.FlagSet, getenv env) *storeFlags {
 	f := &storeFlags{}
-	fs.StringVar(&f.db, "db", orEnv(getenv, EnvDB, DefaultDB), "bbolt file with templates and protocols (env "+EnvDB+"); created and seeded on first use")
+	fs.StringVar(&f.db, "db", orEnv(getenv, EnvDB, DefaultDB), "bbolt file with templates and protocols (env "+EnvDB+"); serve creates and seeds it on first start")
 	fs.StringVar(&f.store, "store", getenv(EnvStore), "where the definitions live: bbolt:PATH (default: the --db file) or etcd://HOST:PORT[,HOST:PORT]/PREFIX for a fleet (env "+EnvStore+")")
 	fs.StringVar(&f.config, "config", getenv(EnvConfig), "deployment YAML: routes, tool policy, plugins, limits (env "+EnvConfig+")")
 	return f
+}
+
+// addCLIStoreFlags are the store flags of the commands other than serve: they open an existing DB file, and
+// create one only when told (--create).
+func addCLIStoreFlags(fs *flag.FlagSet, getenv env) *storeFlags {
+	f := addStoreFlags(fs, getenv)
+	fs.BoolVar(&f.create, "create", false, "create and seed the DB file when it does not exist (without it, a missing file is an error)")
+	return f
+}
+
+// errNoDB is a DB file that a command other than serve would have created.
+var errNoDB = errors.New("no such DB")
+
+// checkNewDB refuses a bbolt store whose file does not exist unless --create was given, naming the path
+// and where it came from: a command run from another folder would otherwise work on a new, empty DB and
+// not on the server's. created reports that the file is about to be created.
+func checkNewDB(sf *storeFlags, getenv env) (created bool, err error) {
+	spec, err := parseStoreSpec("--store", sf.store, sf.db)
+	if err != nil || spec.etcd() {
+		return false, err
+	}
+	if _, err := os.Stat(spec.boltPath); !errors.Is(err, os.ErrNotExist) {
+		return false, nil // there, or unreadable: opening it says what is wrong
+	}
+	if sf.create {
+		return true, nil
+	}
+	from := "--db"
+	switch {
+	case sf.store != "":
+		from = "--store"
+	case sf.db == DefaultDB && getenv(EnvDB) == "":
+		from = "the default --db, in the working folder"
+	case sf.db == getenv(EnvDB):
+		from = EnvDB
+	}
+	return false, fmt.Errorf("%w: %s (%s) does not exist: give --db the DB your server uses (or --admin the URL of its admin API), or --create to create a new DB there, seeded with the built-in definitions",
+		errNoDB, absPath(spec.boltPath), from)
+}
+
+// absPath is p made absolute for messages (p itself when that fails).
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+// sayStore tells on stderr which store a command uses: the file (absolute) or the etcd prefix.
+func sayStore(stderr io.Writer, sf *storeFlags, created bool) {
+	name := storeName(sf)
+	if spec, err := parseStoreSpec("--store", sf.store, sf.db); err == nil && !spec.etcd() {
+		name = "bbolt:" + absPath(spec.boltPath)
+	}
+	if created {
+		fmt.Fprintf(stderr, "promptgate: created %s, seeded with the built-in definitions (--create)\n", name)
+		return
+	}
+	fmt.Fprintf(stderr, "promptgate: using %s\n", name)
 }
 
 // parseFlags parses args, flags and positional arguments in any order ("--" ends the flags), and returns

@@ -6,37 +6,55 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/store"
 )
 
-// definitions runs `promptgate templates|protocols list|show|history|activate|rollback`.
+// definitions runs `promptgate templates|protocols list|show|history|activate|rollback|push`.
 func definitions(ctx context.Context, kindName string, args []string, stdout, stderr io.Writer, getenv env) error {
 	kind := store.KindTemplate
 	if kindName == "protocols" {
 		kind = store.KindProtocol
 	}
 	if len(args) == 0 {
-		return usageError{kindName + ": give list, show NAME [--version N], history NAME, activate NAME VERSION or rollback NAME"}
+		return usageError{kindName + ": give list, show NAME [--version N], history NAME, activate NAME VERSION, rollback NAME or push FILE [--activate]"}
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet(kindName+" "+sub, flag.ContinueOnError)
 	version := fs.Int("version", 0, "with show: this version instead of the active one")
+	activate := fs.Bool("activate", false, "with push: make the new version active")
+	note := fs.String("note", "", "with push: a note stored with the new version")
 	admin := fs.String("admin", "", "admin API URL of a running server (token from "+EnvAdminToken+"); used by itself when serve holds the DB")
-	sf := addStoreFlags(fs, getenv)
+	sf := addCLIStoreFlags(fs, getenv)
 	pos, err := parseFlags(fs, args[1:], stderr)
 	if err != nil {
 		return err
 	}
-	want := map[string]int{"list": 0, "show": 1, "history": 1, "activate": 2, "rollback": 1}
+	want := map[string]int{"list": 0, "show": 1, "history": 1, "activate": 2, "rollback": 1, "push": 1}
 	n, ok := want[sub]
 	if !ok {
-		return usageError{fmt.Sprintf("%s: unknown subcommand %q: give list, show, history, activate or rollback", kindName, sub)}
+		return usageError{fmt.Sprintf("%s: unknown subcommand %q: give list, show, history, activate, rollback or push", kindName, sub)}
 	}
 	if len(pos) != n {
 		return usageError{fmt.Sprintf("%s %s takes %d argument(s), got %d", kindName, sub, n, len(pos))}
+	}
+	if err := onlyWith(fs, sub, map[string]string{"version": "show", "activate": "push", "note": "push"}); err != nil {
+		return err
+	}
+	var body []byte
+	if sub == "push" {
+		// The file is read and checked before any store is opened: a bad file changes nothing anywhere.
+		if body, err = readDefinition(kind, kindName, pos[0]); err != nil {
+			return err
+		}
 	}
 	st, err := openCLIStore(sf, *admin, getenv, stderr)
 	if err != nil {
@@ -79,6 +97,8 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 			fmt.Fprintf(stdout, "%s %-4d %s  %-10s %s\n", mark, v.Version, v.CreatedAt.Format(time.RFC3339), v.Author, v.Note)
 		}
 		return nil
+	case "push":
+		return push(ctx, st, kind, kindName, pos[0], body, *activate, *note, stdout)
 	case "activate":
 		v, err := strconv.Atoi(pos[1])
 		if err != nil || v < 1 {
@@ -105,4 +125,92 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 		fmt.Fprintf(stdout, "%s %s: rolled back to version %d (from %d)\n", kindName, pos[0], v, from)
 		return nil
 	}
+}
+
+// onlyWith refuses a flag given to a subcommand it does not belong to (flag name -> its subcommand).
+func onlyWith(fs *flag.FlagSet, sub string, owners map[string]string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if owner, ok := owners[f.Name]; ok && owner != sub && err == nil {
+			err = usageError{fmt.Sprintf("--%s goes with %s, not with %s", f.Name, owner, sub)}
+		}
+	})
+	return err
+}
+
+// maxDefinitionFile bounds a definition file that push reads.
+const maxDefinitionFile = 10 << 20
+
+// readDefinition reads a template or protocol definition from file and checks it as the store will: its
+// structure, then its meaning (every problem named by its key path). A definition of the other kind is
+// named as such.
+func readDefinition(kind store.Kind, kindName, file string) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s push: %w", kindName, err)
+	}
+	defer f.Close()
+	body, err := io.ReadAll(io.LimitReader(f, maxDefinitionFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s push: %s: %w", kindName, file, err)
+	}
+	if len(body) > maxDefinitionFile {
+		return nil, fmt.Errorf("%s push: %s is larger than %d bytes", kindName, file, maxDefinitionFile)
+	}
+	name, err := store.CheckStructure(kind, body)
+	if err != nil {
+		if other := otherKind(kind, body); other != "" {
+			return nil, fmt.Errorf("%s push: %s: %w (the file looks like a %s definition: use `promptgate %s push`)", kindName, file, err, strings.TrimSuffix(other, "s"), other)
+		}
+		return nil, fmt.Errorf("%s push: %s: %w", kindName, file, err)
+	}
+	if err := proxy.ValidateDefinition(kind, name, body); err != nil {
+		return nil, fmt.Errorf("%s push: %s: %w", kindName, file, err)
+	}
+	return body, nil
+}
+
+// otherKind is the kind a body that failed as kind looks like ("" when it looks like neither): a
+// template has name and text, a protocol an id.
+func otherKind(kind store.Kind, body []byte) string {
+	root := gjson.ParseBytes(body)
+	switch {
+	case kind == store.KindProtocol && root.Get("name").Exists() && root.Get("text").Exists():
+		return "templates"
+	case kind == store.KindTemplate && root.Get("id").Exists():
+		return "protocols"
+	}
+	return ""
+}
+
+// push stores body (read from file) as a new version and, with activate, makes it the active one.
+func push(ctx context.Context, st cliStore, kind store.Kind, kindName, file string, body []byte, activate bool, note string, stdout io.Writer) error {
+	name, _ := store.CheckStructure(kind, body) // checked by readDefinition
+	if kind == store.KindProtocol {
+		if err := checkReferences(ctx, st, body, nil, "", "push it first"); err != nil {
+			return fmt.Errorf("%s push: %s: %w", kindName, file, err)
+		}
+	}
+	if note == "" {
+		note = "pushed from " + filepath.Base(file)
+	}
+	v, err := st.AddVersion(ctx, kind, body, "cli", note)
+	if err != nil {
+		return fmt.Errorf("%s push: %s: %w", kindName, file, err)
+	}
+	if !activate {
+		fmt.Fprintf(stdout, "%s %s: version %d stored, not active (make it active with: promptgate %s activate %s %d)\n", kindName, name, v, kindName, name, v)
+		return nil
+	}
+	prev, err := st.Activate(ctx, kind, name, v)
+	if err != nil {
+		return fmt.Errorf("%s push: %s: version %d stored, but not activated: %w", kindName, file, v, err)
+	}
+	switch prev {
+	case 0:
+		fmt.Fprintf(stdout, "%s %s: version %d stored and active (none was)\n", kindName, name, v)
+	default:
+		fmt.Fprintf(stdout, "%s %s: version %d stored and active (was %d)\n", kindName, name, v, prev)
+	}
+	return nil
 }

@@ -27,7 +27,7 @@ func TestDefinitionChecksThroughMigrate(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(mig, "r.json"), []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, _, err := runCmd(t, nil, "", "migrate", "up", "--db", db, "--dir", mig)
+		_, _, err := runCmd(t, nil, "", "migrate", "up", "--create", "--db", db, "--dir", mig)
 		return err
 	}
 	rollout := func(id string, templates, protocols []string) string {

@@ -403,14 +403,20 @@ func TestFaultServeAuditDiskFull(t *testing.T) {
 // returns its path and checksum.
 func testsource(t *testing.T) (string, string) {
 	t.Helper()
+	return buildPlugin(t, "../../plugins/internal/testplugins/testsource")
+}
+
+// buildPlugin builds the plugin program in dir (relative to this package) and returns its path and checksum.
+func buildPlugin(t *testing.T, dir string) (string, string) {
+	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("the go command is needed to build the test plugin:", err)
+		t.Skip("the go command is needed to build the plugin:", err)
 	}
-	bin := filepath.Join(t.TempDir(), "testsource")
-	cmd := exec.Command(goTool, "build", "-o", bin, "../../plugins/internal/testplugins/testsource")
+	bin := filepath.Join(t.TempDir(), filepath.Base(dir))
+	cmd := exec.Command(goTool, "build", "-o", bin, dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build testsource: %v\n%s", err, out)
+		t.Fatalf("go build %s: %v\n%s", dir, err, out)
 	}
 	b, err := os.ReadFile(bin)
 	if err != nil {

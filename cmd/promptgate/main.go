@@ -1,6 +1,7 @@
-// Command promptgate is the sidecar proxy for LLM traffic: `serve` runs it; `preview`, `migrate`,
-// `templates`, `protocols`, `store`, `ca`, `healthcheck` and `version` are the operator's tools. main only
-// wires: every command is a function of (ctx, args, stdout, stderr) so tests run them in-process.
+// Command promptgate is the sidecar proxy for LLM traffic: `serve` runs it, `demo` runs it in front of a
+// scripted model; `preview`, `migrate`, `templates`, `protocols`, `store`, `ca`, `healthcheck` and `version`
+// are the operator's tools. main only wires: every command is a function of (ctx, args, stdout, stderr) so
+// tests run them in-process.
 package main
 
 import (
@@ -46,11 +47,15 @@ const usage = `promptgate — a sidecar proxy that layers prompts and enforces t
 
 Usage:
   promptgate serve [flags]                     run the proxy
+  promptgate demo [--listen ADDR] [--admin-listen ADDR]
+                                               the proxy in front of a scripted model, with a demo
+                                               protocol and commands to try (no key; nothing leaves the machine)
   promptgate preview [--protocol ID] [--header 'K: V']... [--path /v1/responses|/v1/messages] [FILE]
                                                print the preview report of a request (no upstream call)
   promptgate migrate up|down|status [--dir DIR]
-  promptgate templates list|show|history|activate|rollback ...
-  promptgate protocols list|show|history|activate|rollback ...
+  promptgate templates list|show|history|activate|rollback|push ...
+  promptgate protocols list|show|history|activate|rollback|push ...
+                                               push FILE [--activate] stores a definition file as a new version
   promptgate ca init [--out DIR] [--force]    write a CA for the HTTPS-proxy mode
   promptgate store copy --from SPEC --to SPEC [--force]
                                                copy every version, history, rollout and tool override
@@ -68,14 +73,16 @@ Run 'promptgate COMMAND -h' for a command's flags.
 func commandUsage(cmd string) string {
 	switch cmd {
 	case "migrate":
-		return "Usage: promptgate migrate up|down|status [--dir DIR] [--db FILE | --store SPEC | --admin URL]\n" +
+		return "Usage: promptgate migrate up|down|status [--dir DIR] [--db FILE [--create] | --store SPEC | --admin URL]\n" +
 			"Run 'promptgate migrate up -h' for the flags.\n"
 	case "templates":
 		return "Usage: promptgate templates list | show NAME [--version N] | history NAME | activate NAME VERSION | rollback NAME\n" +
-			"         [--db FILE | --store SPEC | --admin URL]\nRun 'promptgate templates list -h' for the flags.\n"
+			"         | push FILE [--activate] [--note TEXT]\n" +
+			"         [--db FILE [--create] | --store SPEC | --admin URL]\nRun 'promptgate templates list -h' for the flags.\n"
 	case "protocols":
 		return "Usage: promptgate protocols list | show ID [--version N] | history ID | activate ID VERSION | rollback ID\n" +
-			"         [--db FILE | --store SPEC | --admin URL]\nRun 'promptgate protocols list -h' for the flags.\n"
+			"         | push FILE [--activate] [--note TEXT]\n" +
+			"         [--db FILE [--create] | --store SPEC | --admin URL]\nRun 'promptgate protocols list -h' for the flags.\n"
 	case "ca":
 		return "Usage: promptgate ca init [--out DIR] [--force]\nRun 'promptgate ca init -h' for the flags.\n"
 	case "store":
@@ -101,6 +108,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch cmd {
 	case "serve":
 		return serve(ctx, rest, stdout, stderr, getenv)
+	case "demo":
+		return demoCmd(ctx, rest, stdout, stderr, getenv)
 	case "preview":
 		return preview(ctx, rest, stdin, stdout, stderr, getenv)
 	case "migrate":

@@ -26,7 +26,7 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	fs := flag.NewFlagSet("migrate "+sub, flag.ContinueOnError)
 	dir := fs.String("dir", DefaultMigrationsDir, "folder of rollout files (*.json), applied in name order")
 	admin := fs.String("admin", "", "admin API URL of a running server (token from "+EnvAdminToken+"); used by itself when serve holds the DB")
-	sf := addStoreFlags(fs, getenv)
+	sf := addCLIStoreFlags(fs, getenv)
 	pos, err := parseFlags(fs, args[1:], stderr)
 	if err != nil {
 		return err
@@ -113,9 +113,6 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 // Through the admin API the server makes this check itself. The links between workflows and their bases
 // are the store's to check, in the rollout's own transaction.
 func checkRolloutReferences(ctx context.Context, st cliStore, r store.Rollout) error {
-	if _, viaAdmin := st.(*adminStore); viaAdmin {
-		return nil
-	}
 	own := map[store.Kind]map[string]bool{store.KindTemplate: {}, store.KindProtocol: {}}
 	for _, t := range r.Templates {
 		own[store.KindTemplate][gjson.GetBytes(t, "name").String()] = true
@@ -124,26 +121,40 @@ func checkRolloutReferences(ctx context.Context, st cliStore, r store.Rollout) e
 		own[store.KindProtocol][gjson.GetBytes(p, "id").String()] = true
 	}
 	for i, p := range r.Protocols {
-		for _, ref := range []struct {
-			field string
-			kind  store.Kind
-			what  string
-		}{{"promptTemplate.base", store.KindTemplate, "template"}, {"extends", store.KindProtocol, "protocol"}} {
-			v := gjson.GetBytes(p, ref.field)
-			if v.Type != gjson.String || v.Str == "" || own[ref.kind][v.Str] {
-				continue // a wrong type or a missing base is named by the store's validation
+		if err := checkReferences(ctx, st, p, own, ", nor in this rollout", "an earlier rollout file, or the same one"); err != nil {
+			return fmt.Errorf("protocols[%d] (%s): %w", i, gjson.GetBytes(p, "id").String(), err)
+		}
+	}
+	return nil
+}
+
+// checkReferences refuses a protocol definition p whose promptTemplate.base or extends names a template or
+// protocol that exists neither among own (definitions stored with it), nor in the store, nor in the
+// binary; ownName ("", ", nor in this rollout") and addFirst (where to add it) word the message. Through
+// the admin API the server makes this check itself.
+func checkReferences(ctx context.Context, st cliStore, p []byte, own map[store.Kind]map[string]bool, ownName, addFirst string) error {
+	if _, viaAdmin := st.(*adminStore); viaAdmin {
+		return nil
+	}
+	for _, ref := range []struct {
+		field string
+		kind  store.Kind
+		what  string
+	}{{"promptTemplate.base", store.KindTemplate, "template"}, {"extends", store.KindProtocol, "protocol"}} {
+		v := gjson.GetBytes(p, ref.field)
+		if v.Type != gjson.String || v.Str == "" || own[ref.kind][v.Str] {
+			continue // a wrong type or a missing base is named by the store's validation
+		}
+		_, err := st.Entry(ctx, ref.kind, v.Str)
+		if errors.Is(err, store.ErrNotFound) {
+			if _, ok := store.Fallback(ref.kind, v.Str); ok {
+				continue
 			}
-			_, err := st.Entry(ctx, ref.kind, v.Str)
-			if errors.Is(err, store.ErrNotFound) {
-				if _, ok := store.Fallback(ref.kind, v.Str); ok {
-					continue
-				}
-				return fmt.Errorf("protocols[%d] (%s): %s: %s %q exists neither in the store, nor in this rollout, nor built into the binary: add it first (an earlier rollout file, or the same one), or name another",
-					i, gjson.GetBytes(p, "id").String(), ref.field, ref.what, v.Str)
-			}
-			if err != nil {
-				return err
-			}
+			return fmt.Errorf("%s: %s %q exists neither in the store%s, nor built into the binary: add it first (%s), or name another",
+				ref.field, ref.what, v.Str, ownName, addFirst)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -26,7 +26,7 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var headers headerList
 	fs.Var(&headers, "header", "a request header 'Name: value' as the client would send it (repeatable)")
 	admin := fs.String("admin", "", "admin API URL of a running server (token from "+EnvAdminToken+"); used by itself when serve holds the DB")
-	sf := addStoreFlags(fs, getenv)
+	sf := addCLIStoreFlags(fs, getenv)
 	args, err := parseFlags(fs, args, stderr)
 	if err != nil {
 		return err
@@ -60,13 +60,15 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	var report []byte
 	if *admin == "" {
-		report, err = previewLocal(ctx, sf, getenv, log, proxy.Input{Path: *path, Header: h, Body: body, ForceProtocol: *protocol})
+		report, err = previewLocal(ctx, sf, getenv, log, stderr, proxy.Input{Path: *path, Header: h, Body: body, ForceProtocol: *protocol})
 	}
 	if *admin != "" || errors.Is(err, store.ErrLocked) {
 		url := *admin
 		if url == "" {
 			url = fallbackAdminURL(getenv)
 			fmt.Fprintf(stderr, "promptgate: %s is held by a running server; using its admin API at %s\n", sf.db, redact.URL(url))
+		} else {
+			fmt.Fprintf(stderr, "promptgate: using the admin API at %s\n", redact.URL(url))
 		}
 		a, aerr := newAdminStore(url, getenv(EnvAdminToken))
 		if aerr != nil {
@@ -82,13 +84,18 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	return err
 }
 
-// previewLocal runs the engine on the DB file.
-func previewLocal(ctx context.Context, sf *storeFlags, getenv env, log *slog.Logger, in proxy.Input) ([]byte, error) {
+// previewLocal runs the engine on the DB file, and names the store it used on stderr.
+func previewLocal(ctx context.Context, sf *storeFlags, getenv env, log *slog.Logger, stderr io.Writer, in proxy.Input) ([]byte, error) {
+	created, err := checkNewDB(sf, getenv)
+	if err != nil {
+		return nil, err
+	}
 	p, err := openPipeline(ctx, sf, false, getenv, log)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Close()
+	sayStore(stderr, sf, created)
 	if int64(len(in.Body)) > p.cfg.Limits.MaxBodyBytes {
 		return nil, fmt.Errorf("request is %d bytes, over limits.maxBodyBytes (%d)", len(in.Body), p.cfg.Limits.MaxBodyBytes)
 	}

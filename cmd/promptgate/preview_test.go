@@ -14,7 +14,7 @@ func TestPreviewCommandSurfaces(t *testing.T) {
 		{"/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":9,"system":"app","messages":[{"role":"user","content":"hi"}],"x_new":[1.50]}`, "upstreamRequest.system"},
 		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"x_new":[1.50]}`, "upstreamRequest.messages.0.content"},
 	} {
-		out, errOut, err := runCmd(t, nil, c.req, "preview", "--db", db, "--path", c.path, "--header", "X-Promptgate-Protocol: tech")
+		out, errOut, err := runCmd(t, nil, c.req, "preview", "--create", "--db", db, "--path", c.path, "--header", "X-Promptgate-Protocol: tech")
 		if err != nil {
 			t.Fatalf("%s: %v %s", c.path, err, errOut)
 		}

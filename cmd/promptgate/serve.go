@@ -56,6 +56,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	if err != nil {
 		return err
 	}
+	return serveWith(ctx, f, stdout, stderr, getenv, nil)
+}
+
+// serveWith is serve with its flags read. started, when not nil, is called once every listener is up and
+// the start lines are printed, with the proxy and admin listeners' addresses.
+func serveWith(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, getenv env, started func(proxyAddr, adminAddr net.Addr)) error {
 	log, err := newLogger(stderr, getenv)
 	if err != nil {
 		return err
@@ -162,6 +168,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	ready.Store(true)
 	for _, l := range lines {
 		fmt.Fprintln(stdout, l)
+	}
+	if started != nil {
+		started(addr, aaddr)
 	}
 	log.Info("promptgate serving", "version", Version, "listen", addr.String(), "upstream", redact.Parsed(f.upstreams["openai"].URL), "store", storeName(f.store))
 

@@ -405,7 +405,7 @@ func TestSoak(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(migDir, "001-guarded.json"), []byte(`{"id":"001-guarded","protocols":[`+soakProtocol(rulesV1)+`]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, errOut, err := runCmd(t, nil, "", "migrate", "up", "--db", db, "--dir", migDir); err != nil {
+	if _, errOut, err := runCmd(t, nil, "", "migrate", "up", "--create", "--db", db, "--dir", migDir); err != nil {
 		t.Fatalf("migrate up: %v %s", err, errOut)
 	}
 	cfg := filepath.Join(dir, "pg.yaml")
