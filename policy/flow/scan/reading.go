@@ -2,7 +2,6 @@ package scan
 
 import (
 	"strings"
-	"unicode/utf8"
 
 	wurl "github.com/nlnwa/whatwg-url/url"
 )
@@ -111,17 +110,17 @@ func (f *finder) next(text string, p int) int {
 	return i
 }
 
-// trimmed returns where a link that runs to stop ends once its trailing punctuation is left out,
-// not before a.
+// trimmed returns where a link that runs to stop ends once the trailing punctuation GFM leaves out
+// of an autolink is left out ("?!.,:*_~" and ")"), not before a.
 func (r *readers) trimmed(a, stop int) int {
 	if r.trimStop != stop {
 		e := stop
 		for e > 0 {
-			c, n := utf8.DecodeLastRuneInString(r.text[:e])
-			if !isTrailingPunct(c) {
+			c := r.text[e-1]
+			if strings.IndexByte("?!.,:*_~)", c) < 0 {
 				break
 			}
-			e -= n
+			e--
 		}
 		r.trimStop, r.trimEnd = stop, e
 	}
@@ -245,7 +244,7 @@ func (r *readers) contextEnd(l link, stopSet string) int {
 		return r.next(stopSet+string(closer), l.a)
 	case ctxDest:
 		stop := r.next(stopSet+")"+asciiSpace, l.a)
-		if stop < len(text) && strings.IndexByte(asciiSpace, text[stop]) >= 0 && !titleFollows(text, stop) {
+		if stop < len(text) && strings.IndexByte(asciiSpace, text[stop]) >= 0 && !r.titleFollows(stop) {
 			return r.next(stopSet+")", stop)
 		}
 		return stop
@@ -268,18 +267,27 @@ func gfmStarts(text string, p int) bool {
 }
 
 // titleFollows reports whether the white space at i in a Markdown link destination is followed by
-// a link title ('"', "'" or "("), which ends the destination there.
-func titleFollows(text string, i int) bool {
-	for j := i; j < len(text) && j-i < maxLookahead; j++ {
-		switch c := text[j]; {
-		case strings.IndexByte(asciiSpace, c) >= 0:
-		case c == '"' || c == '\'' || c == '(':
-			return true
-		default:
-			return false
-		}
+// a whole link title ('"..."', "'...'" or "(...)") and ")", which ends the destination there.
+func (r *readers) titleFollows(i int) bool {
+	text := r.text
+	j := i
+	for j < len(text) && j-i < maxLookahead && strings.IndexByte(asciiSpace, text[j]) >= 0 {
+		j++
 	}
-	return false
+	if j == len(text) || strings.IndexByte(`"'(`, text[j]) < 0 {
+		return false
+	}
+	closer := text[j]
+	if closer == '(' {
+		closer = ')'
+	}
+	k := r.next(string(closer), j+1)
+	if k == len(text) {
+		return false
+	}
+	for k++; k < len(text) && k-i < maxLookahead && strings.IndexByte(asciiSpace, text[k]) >= 0; k++ {
+	}
+	return k < len(text) && text[k] == ')'
 }
 
 // ownReading is a reading and the length of the authority it read (after a sentence cut).

@@ -312,10 +312,10 @@ func newTokenEnds(text string, start, end int) *tokenEnds {
 // isTrailingPunct reports whether r, at the end of a token, is punctuation around a link rather
 // than part of it.
 func isTrailingPunct(r rune) bool {
-	if strings.ContainsRune(".,:;!?*~_)]", r) {
-		return true
+	if r < utf8.RuneSelf {
+		return strings.ContainsRune(".,:;!?*~_)]", r)
 	}
-	return strings.ContainsRune("。、，：；！？）」』】》〉", r)
+	return unicode.IsPunct(r) // "。", "」", "՟": punctuation of any script
 }
 
 // end returns where an item that starts at s and runs to the end of the token ends: trailing
@@ -349,7 +349,7 @@ func findInToken(r *readers, items []Item, start, end int, kinds Kind) []Item {
 			if text[i] != ':' || i < authEnd {
 				continue
 			}
-			it, l, ae, ok := schemeURL(text, start, i, end)
+			it, l, ae, ok := r.schemeURL(start, i, end)
 			if !ok {
 				continue
 			}
@@ -377,8 +377,11 @@ func findInToken(r *readers, items []Item, start, end int, kinds Kind) []Item {
 			if kinds&Email != 0 {
 				items = append(items, it)
 			}
-			// "ok.com@evil.net/login" is a link to evil.net with user info, if no scheme URL covers it.
-			if kinds&URL != 0 && it.Start >= start && it.End < end && strings.IndexByte("/\\?#", text[it.End]) >= 0 && it.Start < firstURL {
+			// "ok.com@evil.net/login" is a link to evil.net with user info, if no scheme URL covers it;
+			// so is "www.ok.com@evil.net", which GFM links as a www. host.
+			path := it.End < end && strings.IndexByte("/\\?#", text[it.End]) >= 0
+			www := len(text)-it.Start > 4 && strings.EqualFold(text[it.Start:it.Start+4], "www.")
+			if kinds&URL != 0 && it.Start >= start && (path || www) && it.Start < firstURL {
 				if ends == nil {
 					ends = newTokenEnds(text, start, end)
 				}
@@ -441,7 +444,8 @@ func mayHoldLink(tok string) bool {
 // schemeURL reads a URL whose scheme ends at the colon at c, within the token [start, end): the
 // item (Start and Scheme), how to read its host (l.a is -1 for a link without a host), and where
 // a tokenizer ends its authority (ae: a colon before it starts no other URL).
-func schemeURL(text string, start, c, end int) (it Item, l link, ae int, ok bool) {
+func (r *readers) schemeURL(start, c, end int) (it Item, l link, ae int, ok bool) {
+	text := r.text
 	s := c
 	for s > start && isSchemeByte(text[s-1]) {
 		s--
@@ -463,7 +467,7 @@ func schemeURL(text string, start, c, end int) (it Item, l link, ae int, ok bool
 	}
 	l = link{ctxStart: s, special: true, bare: true, scheme: true}
 	switch {
-	case HostlessScheme(scheme):
+	case HostlessScheme(scheme), scheme == "file" && slashes < 2:
 		if c+1 < end {
 			return it, hostless, c + 1, true
 		}
@@ -473,17 +477,11 @@ func schemeURL(text string, start, c, end int) (it Item, l link, ae int, ok bool
 		}
 		return Item{}, link{}, 0, false
 	case specialScheme(scheme):
-		if slashes == 0 && (a == end || !isHostStart(text, a)) {
-			return Item{}, link{}, 0, false
+		if slashes == 0 && (a == end && !r.readOn(s, a) || a < end && strings.IndexByte("?#", text[a]) >= 0) {
+			return Item{}, link{}, 0, false // "http:" alone, or a relative "http:?q" (no host)
 		}
 		l.plain = true
 	case scheme == "file":
-		if slashes < 2 {
-			if c+1 < end {
-				return it, hostless, c + 1, true
-			}
-			return Item{}, link{}, 0, false
-		}
 		a = c + 3
 	case strings.HasPrefix(text[c+1:end], "//"):
 		a = c + 3 // "foo://x": an opaque host
@@ -505,6 +503,23 @@ func schemeURL(text string, start, c, end int) (it Item, l link, ae int, ok bool
 		ae += n
 	}
 	return it, l, ae, true
+}
+
+// readOn reports whether a reader goes on past the end of the token at a, where a link that
+// starts at s has no authority in its token ('http:"@evil.net'): a value or destination that holds
+// the link, GFM's autolinks, or a linkifier that reads user info.
+func (r *readers) readOn(s, a int) bool {
+	text := r.text
+	if a == len(text) {
+		return false
+	}
+	if ctx, closer := contextAt(text, s); (ctx == ctxAttr || ctx == ctxDest || ctx == ctxAngle) && text[a] != closer {
+		return true // a value or destination runs on, spaces included
+	}
+	if r.next("@", a) < r.next(terms+asciiSpace+controls+"[]()", a) {
+		return true
+	}
+	return strings.IndexByte(asciiSpace+"<", text[a]) < 0 && gfmStarts(text, s)
 }
 
 // maxAuthority bounds the bytes read for one URL's authority (user info, host and port).
@@ -674,7 +689,9 @@ func bareHost(text string, start, i, j, end int) (Item, bool) {
 		}
 	}
 	if j < end && text[j] == '@' {
-		return Item{}, false // an email's local part
+		if _, _, ok := emailDomain(text, j, end); ok {
+			return Item{}, false // an email's local part
+		}
 	}
 	for i < j {
 		r, n := utf8.DecodeRuneInString(text[i:])
@@ -692,7 +709,7 @@ func bareHost(text string, start, i, j, end int) (Item, bool) {
 		return Item{}, false
 	}
 	for _, l := range labels {
-		if l == "" {
+		if l == "" && !strings.EqualFold(labels[0], "www") { // GFM links "www.x..y" whole
 			return Item{}, false
 		}
 	}
@@ -714,7 +731,7 @@ func bareHost(text string, start, i, j, end int) (Item, bool) {
 		e -= len(last) - k
 	}
 	it := Item{Kind: URL, Start: i, End: e, Host: text[i:e]}
-	if e == j && e < end && strings.IndexByte("/\\?#:", text[e]) >= 0 {
+	if e == j && e < end && strings.IndexByte("/\\?#:@", text[e]) >= 0 {
 		it.End = end
 	}
 	return it, true

@@ -183,7 +183,9 @@ func TestFindAsBrowsersRead(t *testing.T) {
 			"url:https://acme.com&#10;.evil.net host=acme.com& scheme=https",
 			"url:https://acme.com.evil.net host=acme.com.evil.net scheme=https from=https://acme.com&#10;.evil.net"}},
 		{"write to bob&#64;evil.net", []string{"email:bob@evil.net domain=evil.net from=bob&#64;evil.net", "url:evil.net host=evil.net"}},
-		{"https:&sol;&sol;evil&period;net", []string{"url:https://evil.net host=evil.net scheme=https from=https:&sol;&sol;evil&period;net"}},
+		{"https:&sol;&sol;evil&period;net", []string{
+			"url:https:&sol;&sol;evil&period;net host=&sol;&sol;evil&period;net scheme=https",
+			"url:https://evil.net host=evil.net scheme=https from=https:&sol;&sol;evil&period;net"}},
 		{"&lt;https://evil.net&gt;", []string{
 			"url:https://evil.net host=evil.net scheme=https",
 			"url:https://evil.net&gt host=evil.net&gt scheme=https"}},
