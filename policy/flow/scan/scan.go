@@ -560,6 +560,15 @@ func (r *readers) email(start, at, end int) (Item, bool) {
 	for s < at && text[s] == '.' {
 		s++
 	}
+	if s == at { // RFC 5322's (and 6532's) other atom characters: "!#$%&'*+-/=?^_`{|}~", any UTF-8
+		for s > 0 {
+			c, n := utf8.DecodeLastRuneInString(text[:s])
+			if c < utf8.RuneSelf && strings.IndexByte(atext, byte(c)) < 0 || c >= utf8.RuneSelf && (unicode.IsSpace(c) || unicode.IsControl(c) || c == utf8.RuneError) {
+				break
+			}
+			s -= n // some of them end tokens: "'", "|"
+		}
+	}
 	if s < at {
 		return Item{Kind: Email, Start: s, End: e, Host: host}, true
 	}
@@ -573,6 +582,9 @@ func (r *readers) email(start, at, end int) (Item, bool) {
 	r.quoteFloor = open
 	return Item{Kind: Email, Start: open, End: e, Host: host}, true
 }
+
+// atext are the characters of an RFC 5322 atom besides letters and digits.
+const atext = "!#$%&'*+-/=?^_`{|}~"
 
 // maxQuotedLocal bounds the bytes read back for a quoted local part (RFC 5321 allows 64 octets of
 // local part, twice that with escapes).
@@ -611,10 +623,34 @@ func escaped(text string, i int) bool {
 	return n%2 == 1
 }
 
+// skipCFWS returns where the white space and comments (unnested) that RFC 5322 allows after an
+// address's "@" end, from i; at most maxLookahead bytes are read.
+func skipCFWS(text string, i int) int {
+	p := i
+	for p < len(text) && p-i < maxLookahead {
+		switch c := text[p]; {
+		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
+			p++
+		case c == '(':
+			k := strings.IndexByte(text[p:min(len(text), i+maxLookahead)], ')')
+			if k < 0 {
+				return i
+			}
+			p += k + 1
+		default:
+			return p
+		}
+	}
+	return i
+}
+
 // emailDomain reads the domain after the '@' at at, within the token [start, end): a name whose
 // last label has two or more letters (or is punycode), an IPv4 address, or a bracketed address
 // literal. e is where the address ends.
 func emailDomain(text string, at, end int) (host string, e int, ok bool) {
+	if p := skipCFWS(text, at+1); p > at+1 {
+		at, end = p-1, len(text) // "bob@ acme.com": RFC 5322 allows white space and comments here
+	}
 	if at+1 < end && text[at+1] == '[' {
 		k := strings.IndexByte(text[at+1:end], ']')
 		if k < 0 || k > 64 {
@@ -625,7 +661,7 @@ func emailDomain(text string, at, end int) (host string, e int, ok bool) {
 	e = at + 1
 	for e < end {
 		c, n := utf8.DecodeRuneInString(text[e:])
-		if !isHostRune(c) {
+		if !isHostRune(c) && !(c >= utf8.RuneSelf && unicode.IsSymbol(c)) { // RFC 6532: any UTF-8
 			break
 		}
 		e += n
