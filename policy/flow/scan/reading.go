@@ -309,12 +309,14 @@ func (r *readers) read(l link, e int, stopSet string) ownReading {
 }
 
 // webHost is the reading of the URL prefix+auth, auth being its whole authority. A plain ASCII
-// name of a special scheme is read without the parser, as the parser reads it (see plainHost).
+// name of a special scheme after any user info is read without the parser, as the parser reads
+// it (see plainHost); user info never makes the parser fail.
 func webHost(prefix, auth string, plain bool) Reading {
-	userInfo := strings.IndexByte(auth, '@') >= 0
-	if plain && !userInfo {
-		if h, ok := plainHost(auth); ok {
-			return Reading{Host: h}
+	at := strings.LastIndexByte(auth, '@')
+	userInfo := at >= 0
+	if plain {
+		if h, ok := plainHost(auth[at+1:]); ok { // the host is what follows the last "@"
+			return Reading{Host: h, UserInfo: userInfo}
 		}
 	}
 	u, err := wurl.Parse(prefix + auth)

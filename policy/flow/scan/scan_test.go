@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"testing"
@@ -312,8 +313,47 @@ func TestFindLinear(t *testing.T) {
 		"GB82" + strings.Repeat(" \u200b\n", 200000),
 		strings.Repeat("ＡＢ１２ ", 100000),
 		strings.Repeat("𝐀𝐁 ", 100000),
+		strings.Repeat("http:a\u2022", 100000) + strings.Repeat("!", 100000),
+		strings.Repeat(`="http:a"`, 100000),
+		strings.Repeat("](http:a ", 100000) + strings.Repeat(" ", 100000),
+		strings.Repeat(`"@a.co`, 100000),
+		strings.Repeat("www.a..", 100000),
+		"https://" + strings.Repeat("a", 1<<20),
 	} {
 		_ = Find(s, All)
+	}
+}
+
+// worstCases are texts built to make the readers of links, addresses and IBANs work hard: every
+// link read by several readers with user info, addresses with quoted local parts, IBANs grouped
+// with marks that fail their checksum, hostless links, and long runs without a stop.
+var worstCases = []struct{ name, unit string }{
+	{"links", "see https://acme.com|@evil.net/x and <a href=\"https://acme.com @b.net/\">y</a> [z](https://a.com\"@b.net/) "},
+	{"ats", `"bob@acme.com"@evil.net a!b@c.co x@[1.2.3.4] `},
+	{"ibans", "GB82.WEST.1234.5698.7654.31 GB82/WEST/1234/5698/7654/33 "},
+	{"hostless", "javascript:x data:text/html,y about:blank "},
+	{"runs", "http:a\u2022http:b|"},
+}
+
+// BenchmarkFindLinear runs Find on 1 MiB and 10 MiB of each worst case, beside bytes.Count over the
+// same text (a linear baseline): the cost per byte must not grow with the size.
+func BenchmarkFindLinear(b *testing.B) {
+	for _, wc := range worstCases {
+		for _, size := range []int{1 << 20, 10 << 20} {
+			text := strings.Repeat(wc.unit, size/len(wc.unit)+1)[:size]
+			b.Run(fmt.Sprintf("%s/%dMiB/find", wc.name, size>>20), func(b *testing.B) {
+				b.SetBytes(int64(size))
+				for b.Loop() {
+					_ = Find(text, All)
+				}
+			})
+			b.Run(fmt.Sprintf("%s/%dMiB/count", wc.name, size>>20), func(b *testing.B) {
+				b.SetBytes(int64(size))
+				for b.Loop() {
+					_ = bytes.Count([]byte(text), []byte("@"))
+				}
+			})
+		}
 	}
 }
 
