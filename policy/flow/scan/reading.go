@@ -39,7 +39,20 @@ const (
 	asciiSpace   = " \t\n\f\r"
 	controls     = "\x00\x01\x02\x03\x04\x05\x06\x07\x08\x0b\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f\x7f"
 	maxLookahead = 64 // bytes of white space read around a link to find its context or a title
+
+	spaceLT    = asciiSpace + "<"                // where GFM ends an autolink
+	userStops  = asciiSpace + controls + "[]()" // where linkify-it ends user info
+	lineEnds   = "\n\r"
+	parenSpace = ")" + asciiSpace
 )
+
+// stopKey names a set of stop bytes: an authority's terminators (unless none), a group of other
+// stops and one more byte (0 for none).
+type stopKey struct {
+	opaque, noTerms bool // terminators without "\", or none
+	extra           string
+	b               byte
+}
 
 type linkContext uint8
 
@@ -55,7 +68,7 @@ const (
 // set of stop bytes, and the last answers of the searches that go backwards.
 type readers struct {
 	text    string
-	finders map[string]*finder
+	finders map[stopKey]*finder
 	// trimStop and trimEnd remember the last trailing-punctuation trim: a link that runs to
 	// trimStop ends at trimEnd (-1: none yet).
 	trimStop, trimEnd int
@@ -65,21 +78,35 @@ type readers struct {
 }
 
 func newReaders(text string) *readers {
-	return &readers{text: text, finders: map[string]*finder{}, trimStop: -1}
+	return &readers{text: text, finders: map[stopKey]*finder{}, trimStop: -1}
 }
 
-// next returns the offset of the first byte of stops at or after p, or len(text).
-func (r *readers) next(stops string, p int) int {
-	f := r.finders[stops]
+// next returns the offset of the first stop byte of k at or after p, or len(text).
+func (r *readers) next(k stopKey, p int) int {
+	f := r.finders[k]
 	if f == nil {
 		f = &finder{}
+		stops := k.extra
+		switch {
+		case k.noTerms:
+		case k.opaque:
+			stops += termsOpaque
+		default:
+			stops += terms
+		}
 		for i := 0; i < len(stops); i++ {
 			f.set[stops[i]] = true
 		}
-		r.finders[stops] = f
+		if k.b != 0 {
+			f.set[k.b] = true
+		}
+		r.finders[k] = f
 	}
 	return f.next(r.text, p)
 }
+
+// at is the key of a single stop byte.
+func at(b byte) stopKey { return stopKey{noTerms: true, b: b} }
 
 // finder finds the next byte of a set. It remembers its last answer, so queries that move forward
 // (or back within one run without a stop) cost one pass over the text in all.
@@ -191,10 +218,11 @@ func (r *readers) setReadings(it *Item, l link) {
 	if !l.special {
 		stopSet = termsOpaque
 	}
-	term := r.next(stopSet, l.a)
+	op := !l.special
+	term := r.next(stopKey{opaque: op}, l.a)
 	ends := [4]int{max(l.a, min(it.End, term)), -1, -1, -1}
 	if l.bare && gfmStarts(text, l.ctxStart) {
-		stop := r.next(stopSet+asciiSpace+"<", l.a)
+		stop := r.next(stopKey{opaque: op, extra: spaceLT}, l.a)
 		if stop < len(text) && strings.IndexByte(stopSet, text[stop]) >= 0 {
 			ends[1] = stop
 		} else {
@@ -202,7 +230,7 @@ func (r *readers) setReadings(it *Item, l link) {
 		}
 	}
 	if l.scheme {
-		if stop := r.next(stopSet+asciiSpace+controls+"[]()", l.a); r.next("@", l.a) < stop {
+		if stop := r.next(stopKey{opaque: op, extra: userStops}, l.a); r.next(at('@'), l.a) < stop {
 			ends[2] = stop
 		}
 	}
@@ -237,22 +265,23 @@ func containsReading(rs []Reading, r Reading) bool {
 func (r *readers) contextEnd(l link, stopSet string) int {
 	text := r.text
 	ctx, closer := contextAt(text, l.ctxStart)
+	op := !l.special
 	switch ctx {
 	case ctxAttr:
-		return r.next(stopSet+string(closer)+"\n\r", l.a)
+		return r.next(stopKey{opaque: op, extra: lineEnds, b: closer}, l.a)
 	case ctxAngle:
-		return r.next(stopSet+string(closer), l.a)
+		return r.next(stopKey{opaque: op, b: closer}, l.a)
 	case ctxDest:
-		stop := r.next(stopSet+")"+asciiSpace, l.a)
+		stop := r.next(stopKey{opaque: op, extra: parenSpace}, l.a)
 		if stop < len(text) && strings.IndexByte(asciiSpace, text[stop]) >= 0 && !r.titleFollows(stop) {
-			return r.next(stopSet+")", stop)
+			return r.next(stopKey{opaque: op, b: ')'}, stop)
 		}
 		return stop
 	case ctxProse:
 		if !l.bare {
 			return -1
 		}
-		stop := r.next(stopSet+asciiSpace+"<"+string(closer), l.a)
+		stop := r.next(stopKey{opaque: op, extra: spaceLT, b: closer}, l.a)
 		if stop < len(text) && text[stop] == closer {
 			return stop
 		}
@@ -281,7 +310,7 @@ func (r *readers) titleFollows(i int) bool {
 	if closer == '(' {
 		closer = ')'
 	}
-	k := r.next(string(closer), j+1)
+	k := r.next(at(closer), j+1)
 	if k == len(text) {
 		return false
 	}

@@ -516,7 +516,7 @@ func (r *readers) readOn(s, a int) bool {
 	if ctx, closer := contextAt(text, s); (ctx == ctxAttr || ctx == ctxDest || ctx == ctxAngle) && text[a] != closer {
 		return true // a value or destination runs on, spaces included
 	}
-	if r.next("@", a) < r.next(terms+asciiSpace+controls+"[]()", a) {
+	if r.next(at('@'), a) < r.next(stopKey{extra: userStops}, a) {
 		return true
 	}
 	return strings.IndexByte(asciiSpace+"<", text[a]) < 0 && gfmStarts(text, s)
