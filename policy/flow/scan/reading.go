@@ -40,7 +40,7 @@ const (
 	controls     = "\x00\x01\x02\x03\x04\x05\x06\x07\x08\x0b\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f\x7f"
 	maxLookahead = 64 // bytes of white space read around a link to find its context or a title
 
-	spaceLT    = asciiSpace + "<"                // where GFM ends an autolink
+	spaceLT    = asciiSpace + "<"               // where GFM ends an autolink
 	userStops  = asciiSpace + controls + "[]()" // where linkify-it ends user info
 	lineEnds   = "\n\r"
 	parenSpace = ")" + asciiSpace
