@@ -1,9 +1,10 @@
 // Package scan finds the URLs, email addresses and IBANs written inside free text (a mail body, a
 // chat message, a tool's output), in time linear in the text and without regular expressions. It
-// reports where each item is written and its parts as written.
+// reports where each item is written, a link's host as the WHATWG URL parser reads it in every way a
+// reader could end the link (see Reading), and the other parts as written.
 //
-// It owns what counts as an item and where one ends. It does not normalise hosts (policy/vet's
-// NormHost does) nor decide anything about the items (policy/flow does).
+// It owns what counts as an item and where one ends. It does not normalise hosts for comparison
+// (policy/vet's NormHost does) nor decide anything about the items (policy/flow does).
 package scan
 
 import (
