@@ -4,6 +4,8 @@ import (
 	"net/mail"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/promptgate/promptgate/policy/vet"
 )
@@ -39,10 +41,15 @@ func checkAddresses(t *testing.T, value string) int {
 }
 
 // mailDomain reports whether a domain is one the scanner looks for in free text: an address
-// literal, an IPv4 address, or a name that ends in a top-level domain.
+// literal, an IPv4 address, or a name that ends in a top-level domain and holds no punctuation
+// (IDNA2008 refuses punctuation in a name, so no registry hands out such a domain, and prose puts
+// punctuation around addresses).
 func mailDomain(d string) bool {
 	if strings.HasPrefix(d, "[") {
 		return true
+	}
+	if strings.ContainsFunc(d, func(r rune) bool { return r >= utf8.RuneSelf && unicode.IsPunct(r) }) {
+		return false
 	}
 	labels := strings.Split(d, ".")
 	return len(labels) >= 2 && (isIPv4(labels) || icannTLD(strings.ToLower(labels[len(labels)-1])))

@@ -109,11 +109,12 @@ func runTo(text string, p int, stop func(rune) bool) int {
 	return len(text)
 }
 
-// trimPunct leaves trailing punctuation of any script (but "/") out of text[p:e].
+// trimPunct leaves out of text[p:e] the trailing punctuation linkifiers leave out of a link: GFM's
+// ".,:!?*~_" and ")", also ";" and "]", and the punctuation of other scripts ("。", "」").
 func trimPunct(text string, p, e int) int {
 	for e > p {
 		r, n := utf8.DecodeLastRuneInString(text[p:e])
-		if r == '/' || !unicode.IsPunct(r) {
+		if r < utf8.RuneSelf && !strings.ContainsRune(".,:;!?*~_)]", r) || r >= utf8.RuneSelf && !unicode.IsPunct(r) {
 			return e
 		}
 		e -= n

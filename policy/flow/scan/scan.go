@@ -561,10 +561,10 @@ func (r *readers) email(start, at, end int) (Item, bool) {
 	for s < at && text[s] == '.' {
 		s++
 	}
-	if s == at { // RFC 5322's (and 6532's) other atom characters: "!#$%&'*+-/=?^_`{|}~", any UTF-8
+	if s == at { // an atom of RFC 5322 (and 6532) that ends in another of its characters: "!#$%&'*+-/=?^_`{|}~", any UTF-8
 		for s > 0 {
 			c, n := utf8.DecodeLastRuneInString(text[:s])
-			if c < utf8.RuneSelf && strings.IndexByte(atext, byte(c)) < 0 || c >= utf8.RuneSelf && (unicode.IsSpace(c) || unicode.IsControl(c) || c == utf8.RuneError) {
+			if c < utf8.RuneSelf && !isAlnumByte(byte(c)) && c != '.' && strings.IndexByte(atext, byte(c)) < 0 || c >= utf8.RuneSelf && (unicode.IsSpace(c) || unicode.IsControl(c) || c == utf8.RuneError) {
 				break
 			}
 			s -= n // some of them end tokens: "'", "|"
@@ -576,8 +576,11 @@ func (r *readers) email(start, at, end int) (Item, bool) {
 	if at == 0 || text[at-1] != '"' || escaped(text, at-1) {
 		return Item{}, false
 	}
-	open, ok := r.quotedLocal(at - 1)
-	if !ok {
+	open, st := r.quotedLocal(at - 1)
+	switch st {
+	case quoteNone:
+		return Item{}, false
+	case quoteTooLong:
 		return Item{Kind: Email, Start: at - 1, End: e, Host: host, Malformed: true}, true
 	}
 	r.quoteFloor = open
@@ -594,26 +597,41 @@ const maxQuotedLocal = 256
 // quotedLocal finds the opening quote of the quoted string whose closing quote is at q, and checks
 // what lies between as RFC 5322 reads a quoted string (printable characters and spaces, any
 // character escaped by a backslash). The search stops at the last quoted local part found, so all
-// searches of a text read it once.
-func (r *readers) quotedLocal(q int) (int, bool) {
+// searches of a text read it once, and after maxQuotedLocal bytes: a longer one cannot be read.
+func (r *readers) quotedLocal(q int) (open int, st quoted) {
 	text := r.text
 	floor := max(r.quoteFloor, q-maxQuotedLocal, 0)
 	for k := q - 1; k >= floor; k-- {
 		if text[k] != '"' || escaped(text, k) {
 			continue
 		}
+		if prev, _ := utf8.DecodeLastRuneInString(text[:k]); k > 0 && isLocalRune(prev) && prev != '.' || !utf8.ValidString(text[k+1:q]) {
+			return 0, quoteNone // 'x"y"@z' is no address; nor is a quoted string of invalid UTF-8
+		}
 		for i := k + 1; i < q; i++ {
 			switch c := text[i]; {
 			case c == '\\':
 				i++
 			case c < ' ' && c != '\t' || c == 0x7f:
-				return 0, false
+				return 0, quoteNone
 			}
 		}
-		return k, true
+		return k, quoteFound
 	}
-	return 0, false
+	if floor == q-maxQuotedLocal && floor > r.quoteFloor {
+		return 0, quoteTooLong
+	}
+	return 0, quoteNone
 }
+
+// quoted is what the search for a quoted local part found.
+type quoted uint8
+
+const (
+	quoteNone    quoted = iota // no quoted string ends there: no address
+	quoteFound                 // its opening quote
+	quoteTooLong               // none within maxQuotedLocal: an address that cannot be read
+)
 
 // escaped reports whether the byte at i follows an odd run of backslashes.
 func escaped(text string, i int) bool {
@@ -662,7 +680,7 @@ func emailDomain(text string, at, end int) (host string, e int, ok bool) {
 	e = at + 1
 	for e < end {
 		c, n := utf8.DecodeRuneInString(text[e:])
-		if !isHostRune(c) && !(c >= utf8.RuneSelf && unicode.IsSymbol(c)) { // RFC 6532: any UTF-8
+		if !isHostRune(c) && !(c >= utf8.RuneSelf && c != utf8.RuneError && unicode.IsSymbol(c)) { // RFC 6532: any UTF-8
 			break
 		}
 		e += n
@@ -732,8 +750,8 @@ func bareHost(text string, start, i, j, end int) (Item, bool) {
 	}
 	for i < j {
 		r, n := utf8.DecodeRuneInString(text[i:])
-		if !isDot(r) && r != '-' && r != '_' {
-			break
+		if !isDot(r) && r != '-' && r != '_' && !unicode.Is(unicode.Cf, r) {
+			break // leading dots, hyphens and invisible characters are not part of the host
 		}
 		i += n
 	}
