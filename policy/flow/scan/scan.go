@@ -561,13 +561,15 @@ func (r *readers) email(start, at, end int) (Item, bool) {
 	for s < at && text[s] == '.' {
 		s++
 	}
-	if s == at { // an atom of RFC 5322 (and 6532) that ends in another of its characters: "!#$%&'*+-/=?^_`{|}~", any UTF-8
+	if s == at {
+		// An atom of RFC 5322 (and 6532) that ends in one of its other characters ("!#$%&'*+-/=?^_`{|}~"
+		// and any UTF-8), some of which end tokens ("'", "|").
 		for s > 0 {
 			c, n := utf8.DecodeLastRuneInString(text[:s])
 			if c < utf8.RuneSelf && !isAlnumByte(byte(c)) && c != '.' && strings.IndexByte(atext, byte(c)) < 0 || c >= utf8.RuneSelf && (unicode.IsSpace(c) || unicode.IsControl(c) || c == utf8.RuneError) {
 				break
 			}
-			s -= n // some of them end tokens: "'", "|"
+			s -= n
 		}
 	}
 	if s < at {
@@ -680,7 +682,8 @@ func emailDomain(text string, at, end int) (host string, e int, ok bool) {
 	e = at + 1
 	for e < end {
 		c, n := utf8.DecodeRuneInString(text[e:])
-		if !isHostRune(c) && !(c >= utf8.RuneSelf && c != utf8.RuneError && unicode.IsSymbol(c)) { // RFC 6532: any UTF-8
+		symbol := c >= utf8.RuneSelf && c != utf8.RuneError && unicode.IsSymbol(c) // RFC 6532 takes any UTF-8
+		if !isHostRune(c) && !symbol {
 			break
 		}
 		e += n
