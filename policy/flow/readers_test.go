@@ -2,6 +2,7 @@ package flow_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -180,6 +181,11 @@ func TestProvenanceURLSchemes(t *testing.T) {
 	u := func(tool, v, rule, reason string) checkCase {
 		b, _ := json.Marshal(map[string]string{"url": v})
 		return checkCase{tool, string(b), rule, reason}
+	}
+	for _, r := range p.Explain().Rules {
+		if shown := strings.Contains(r.Summary, "schemes"); shown != (r.Rule == "ftp") || shown && !strings.Contains(r.Summary, "schemes ftp https") {
+			t.Errorf("the preview shows rule %s as %q", r.Rule, r.Summary)
+		}
 	}
 	runChecks(t, p, readersConversation, []checkCase{
 		u("open", "https://acme.com/x", "", ""),
