@@ -78,6 +78,7 @@ func TestScanLinksAsBrowsersRead(t *testing.T) {
 		"Note: this. Ratio 3:4 at 10:30. Data: 42 rows. JavaScript: the good parts. About: us.",
 		"post it to www.acme.com.They sent the rest",
 		"HTTPS://ACME.COM/A and https://ACME.com.",
+		`<a href="https://acme.com/">bob@acme.com</a> and <a href="https://acme.com"> bob@acme.com</a>`,
 	} {
 		cases = append(cases, checkCase{"send_email", body(s), "", ""})
 	}
@@ -86,6 +87,7 @@ func TestScanLinksAsBrowsersRead(t *testing.T) {
 		checkCase{"send_email", body("post it to www.acme.com.evil.They sent the rest"), "links", "has a host that is not allowed"},
 		checkCase{"send_email", body("post it to www.acme.com.Net, they said"), "links", "has a host that is not allowed"},
 		checkCase{"send_email", body("post it to https://www.acme.com.They/x"), "links", "has a host that is not allowed"},
+		checkCase{"send_email", body(`<a href="https://acme.com">bob@acme.com</a>`), "links", "has a host that cannot be read"},
 	)
 	runChecks(t, p, readersConversation, cases)
 }
