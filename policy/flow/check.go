@@ -240,17 +240,26 @@ func (c *Conversation) checkProvenance(r *provRule, args gjson.Result) (why stri
 			return r.confirm
 		}
 		wrong := ""
-		if kind, key, words, bad := normalise(v, r.as, r.matchURL); bad != "" {
+		if kind, keys, words, bad := normalise(v, r.as, r.matchURL, r.schemes); bad != "" {
 			wrong = at + " " + bad
 		} else {
 			ix := c.idx()
-			where := ix.lookup(kind, key, words)
-			if r.negate {
-				if hit := where & c.mask(ix, r.from, false); hit != 0 {
-					wrong = at + " occurs in an excluded source (" + ix.labelsOf(hit) + ")"
+			for i, key := range keys {
+				at := at
+				if len(keys) > 1 {
+					at += " (address " + strconv.Itoa(i+1) + ")"
 				}
-			} else if where&c.mask(ix, r.from, true) == 0 {
-				wrong = at + " does not occur in " + patterns(r.from) + c.unseenNote()
+				where := ix.lookup(kind, key, words)
+				if r.negate {
+					if hit := where & c.mask(ix, r.from, false); hit != 0 {
+						wrong = at + " occurs in an excluded source (" + ix.labelsOf(hit) + ")"
+					}
+				} else if where&c.mask(ix, r.from, true) == 0 {
+					wrong = at + " does not occur in " + patterns(r.from) + c.unseenNote()
+				}
+				if wrong != "" {
+					break
+				}
 			}
 		}
 		if wrong == "" {
@@ -343,6 +352,7 @@ func argText(v gjson.Result) (string, bool) {
 
 // scanText checks every item of the rule's kinds found in one string: the kind and reason of the
 // first that breaks the rule, each that does added to bad (collect), and whether to go on.
+// A link is checked in every reading (see scan.Reading): each must pass.
 func (c *Conversation) scanText(r *scanRule, n int, text string, bad *[]badValue) (kind, why string, more bool) {
 	counts := map[scan.Kind]int{}
 	for _, it := range scan.Find(text, r.kinds) {
@@ -373,54 +383,71 @@ func (c *Conversation) scanItem(r *scanRule, text string, it scan.Item) (kind, w
 	if r.from == nil && r.notFrom == nil {
 		return "", ""
 	}
-	vk, key, ok := itemKey(text, it, r.matchURL)
+	vk, keys, ok := itemKeys(text, it, r.matchURL)
 	if !ok {
 		return KindProvenance, "cannot be read"
 	}
 	ix := c.idx()
-	where := ix.lookup(vk, key, nil)
-	if r.from != nil && where&c.mask(ix, r.from, true) == 0 {
-		return KindProvenance, "does not occur in " + patterns(r.from) + c.unseenNote()
-	}
-	if r.notFrom != nil {
-		if hit := where & c.mask(ix, r.notFrom, false); hit != 0 {
-			return KindProvenance, "occurs in an excluded source (" + ix.labelsOf(hit) + ")"
+	for _, key := range keys {
+		where := ix.lookup(vk, key, nil)
+		if r.from != nil && where&c.mask(ix, r.from, true) == 0 {
+			return KindProvenance, "does not occur in " + patterns(r.from) + c.unseenNote()
+		}
+		if r.notFrom != nil {
+			if hit := where & c.mask(ix, r.notFrom, false); hit != 0 {
+				return KindProvenance, "occurs in an excluded source (" + ix.labelsOf(hit) + ")"
+			}
 		}
 	}
 	return "", ""
 }
 
-// checkHost checks a found URL's scheme, user info and host, or an address's domain, against the
-// rule's hosts and not.hosts.
+// checkHost checks a found URL's scheme, user info and host in every reading, or an address's
+// domain, against the rule's hosts and not.hosts. A link without a host, or whose host cannot be
+// read, fails both.
 func (r *scanRule) checkHost(it scan.Item) string {
-	if it.Kind == scan.URL {
-		scheme := it.Scheme
-		if scheme == "" {
-			scheme = "https"
+	if it.Kind == scan.Email {
+		if it.Malformed {
+			return "cannot be read"
 		}
+		return r.checkName(it.Kind, it.Host)
+	}
+	scheme := it.Scheme
+	if scheme == "" {
+		scheme = "https"
+	}
+	for _, rd := range it.Readings() {
 		switch {
+		case rd.Unreadable:
+			return "has a host that cannot be read"
+		case rd.Host == "":
+			return "has no host"
 		case !r.schemes[scheme]:
 			return "has a scheme that is not allowed"
-		case it.Malformed:
-			return "has a host that cannot be read"
-		case it.Host == "":
-			return "has no host"
-		case it.UserInfo:
+		case rd.UserInfo:
 			return "has user info"
 		}
+		if bad := r.checkName(it.Kind, rd.Host); bad != "" {
+			return bad
+		}
 	}
-	h, err := vet.NormHost(it.Host)
+	return ""
+}
+
+// checkName checks one host or domain against the rule's hosts and not.hosts.
+func (r *scanRule) checkName(kind scan.Kind, host string) string {
+	h, err := vet.NormHost(host)
 	if err != nil {
 		return "has an invalid host"
 	}
 	if r.hosts != nil && !r.hosts.Match(h) {
-		if it.Kind == scan.Email {
+		if kind == scan.Email {
 			return "is at a domain that is not allowed"
 		}
 		return "has a host that is not allowed"
 	}
 	if r.notHosts != nil && r.notHosts.Match(h) {
-		if it.Kind == scan.Email {
+		if kind == scan.Email {
 			return "is at an excluded domain"
 		}
 		return "has an excluded host"

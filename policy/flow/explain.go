@@ -2,6 +2,7 @@ package flow
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -61,6 +62,9 @@ func (p *Policy) Explain() Explanation {
 		as := r.as
 		if r.matchURL {
 			as += ", whole URL"
+		}
+		if schemes := slices.Sorted(maps.Keys(r.schemes)); (r.as == AsURL || r.as == AsAuto) && !slices.Equal(schemes, []string{"http", "https"}) {
+			as += ", schemes " + strings.Join(schemes, " ")
 		}
 		s := fmt.Sprintf("%s (%s) must occur in %s", r.path, as, patterns(r.from))
 		if r.negate {

@@ -1,6 +1,8 @@
 package flow
 
 import (
+	"net/mail"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,14 +114,16 @@ func (ix *index) items() {
 			for _, it := range scan.Find(seg.Text, scan.All) {
 				switch it.Kind {
 				case scan.URL:
-					if h, ok := itemHost(it); ok {
-						ix.hosts[h] |= bit
+					for _, rd := range it.Readings() {
+						if h, ok := readingHost(rd); ok {
+							ix.hosts[h] |= bit
+						}
 					}
-					if u, ok := canonicalURL(it.Text(seg.Text)); ok {
+					if u, ok := itemURL(seg.Text, it); ok {
 						ix.urls[u] |= bit
 					}
 				case scan.Email:
-					if k, ok := emailKey(it.Text(seg.Text)); ok {
+					if k, ok := itemEmailKey(seg.Text, it); ok {
 						ix.emails[k] |= bit
 						if h, err := vet.NormHost(it.Host); err == nil {
 							ix.hosts[h] |= bit
@@ -366,16 +370,17 @@ func forIDTokens(s string, fn func(string)) {
 	}
 }
 
-// itemHost is the normalised host of a URL item.
-func itemHost(it scan.Item) (string, bool) {
-	if it.Malformed || it.Host == "" {
+// readingHost is the normalised host of one reading of a URL item.
+func readingHost(rd scan.Reading) (string, bool) {
+	if rd.Unreadable || rd.Host == "" {
 		return "", false
 	}
-	h, err := vet.NormHost(it.Host)
+	h, err := vet.NormHost(rd.Host)
 	return h, err == nil
 }
 
-// emailKey normalises an address: the local part lowercased, the domain as NormHost makes it.
+// emailKey normalises an address as net/mail gives it (local@domain, the local part unquoted): the
+// local part lowercased, the domain as NormHost makes it.
 func emailKey(s string) (string, bool) {
 	at := strings.LastIndexByte(s, '@')
 	if at <= 0 {
@@ -388,19 +393,42 @@ func emailKey(s string) (string, bool) {
 	return strings.ToLower(s[:at]) + "@" + h, true
 }
 
+// itemEmailKey normalises an address found in text. A quoted local part is read by net/mail
+// ('"bob@acme.com"@evil.net' is the local part bob@acme.com at evil.net).
+func itemEmailKey(text string, it scan.Item) (string, bool) {
+	if it.Malformed {
+		return "", false
+	}
+	s := it.Text(text)
+	if strings.HasPrefix(s, `"`) {
+		a, err := mail.ParseAddress(s)
+		if err != nil {
+			return "", false
+		}
+		s = a.Address
+	}
+	return emailKey(s)
+}
+
+// itemURL is a URL item's form for match "url" (see canonicalURL), when every reader reads it
+// alike.
+func itemURL(text string, it scan.Item) (string, bool) {
+	if len(it.Alt) > 0 {
+		return "", false
+	}
+	return canonicalURL(it.Text(text))
+}
+
 // canonicalURL is a URL's form for match "url": scheme (https when none is written) and host
 // lowercased, host in IDNA ASCII form, a default port dropped, the path ("/" when empty) and query
-// as written, the fragment dropped. A URL with user info has none.
+// as written, the fragment dropped. A URL with user info, or one a browser reads with another host
+// (see vet.ReadURL), has none.
 func canonicalURL(s string) (string, bool) {
-	u, _, err := vet.ParseURL(s)
-	if err != nil || u.User != nil || u.Opaque != "" || u.Host == "" {
+	v, why := vet.ReadURL(s)
+	if why != "" {
 		return "", false
 	}
-	h, err := vet.NormHost(u.Hostname())
-	if err != nil {
-		return "", false
-	}
-	scheme := strings.ToLower(u.Scheme)
+	u, h, scheme := v.URL, v.Host, v.Scheme
 	port := u.Port()
 	if scheme == "https" && port == "443" || scheme == "http" && port == "80" {
 		port = ""
@@ -439,87 +467,144 @@ const (
 	vkText
 )
 
-// normalise reads one argument value as kind as (auto chooses by its shape); why is set when the
-// value is not of that kind. Reasons hold no part of the value.
-func normalise(v gjson.Result, as string, matchURL bool) (kind valueKind, key string, words []string, why string) {
+// normalise reads one argument value as kind as (auto chooses by its shape): the index to look
+// in and the keys to look up (several for a list of addresses, each of which must pass); why is set
+// when the value is not of that kind. URLs must have one of schemes. Reasons hold no part of the
+// value.
+func normalise(v gjson.Result, as string, matchURL bool, schemes map[string]bool) (kind valueKind, keys []string, words []string, why string) {
 	if v.Type == gjson.Number {
 		switch as {
 		case AsAuto, AsID:
-			return vkID, v.Raw, nil, ""
+			return vkID, []string{v.Raw}, nil, ""
 		case AsText:
-			return vkText, "", []string{v.Raw}, ""
+			return vkText, []string{""}, []string{v.Raw}, ""
 		}
-		return 0, "", nil, "is a number, not " + article(as)
+		return 0, nil, nil, "is a number, not " + article(as)
 	}
 	if v.Type != gjson.String {
-		return 0, "", nil, "is not a string or a number"
+		return 0, nil, nil, "is not a string or a number"
 	}
 	s := v.Str
 	if as == AsAuto {
-		switch {
-		case isIBANValue(s):
-			as = AsIBAN
-		case isWhole(s, scan.Email):
-			as = AsEmail
-		case isWhole(s, scan.URL):
-			as = AsURL
-		case strings.IndexFunc(s, unicode.IsSpace) < 0:
-			as = AsID
-		default:
-			as = AsText
-		}
+		as = autoKind(s)
 	}
 	switch as {
 	case AsEmail:
-		if !isWhole(s, scan.Email) {
-			return 0, "", nil, "is not an email address"
-		}
-		if k, ok := emailKey(s); ok {
-			return vkEmail, k, nil, ""
-		}
-		return 0, "", nil, "has an invalid domain"
+		keys, why := addressKeys(s)
+		return vkEmail, keys, nil, why
 	case AsHost:
 		h, err := vet.NormHost(s)
 		if err != nil || strings.ContainsAny(h, "/@: ") && !strings.Contains(h, "::") {
-			return 0, "", nil, "is not a host name"
+			return 0, nil, nil, "is not a host name"
 		}
-		return vkHost, h, nil, ""
+		return vkHost, []string{h}, nil, ""
 	case AsURL:
-		u, _, err := vet.ParseURL(s)
-		if err != nil || u.Host == "" || u.Opaque != "" {
-			return 0, "", nil, "is not a URL"
-		}
-		if u.User != nil {
-			return 0, "", nil, "has user info"
+		key, why := urlKey(s, matchURL, schemes)
+		if why != "" {
+			return 0, nil, nil, why
 		}
 		if matchURL {
-			if c, ok := canonicalURL(s); ok {
-				return vkURL, c, nil, ""
-			}
-			return 0, "", nil, "is not a URL"
+			return vkURL, []string{key}, nil, ""
 		}
-		h, err := vet.NormHost(u.Hostname())
-		if err != nil {
-			return 0, "", nil, "has an invalid host"
-		}
-		return vkHost, h, nil, ""
+		return vkHost, []string{key}, nil, ""
 	case AsIBAN:
 		it, ok := scan.Whole(s, scan.IBAN)
 		if !ok {
-			return 0, "", nil, "is not a valid IBAN"
+			return 0, nil, nil, "is not a valid IBAN"
 		}
-		return vkIBAN, it.Value, nil, ""
+		return vkIBAN, []string{it.Value}, nil, ""
 	case AsID:
 		if s == "" || strings.IndexFunc(s, unicode.IsSpace) >= 0 {
-			return 0, "", nil, "is not an id (empty, or holds white space)"
+			return 0, nil, nil, "is not an id (empty, or holds white space)"
 		}
-		return vkID, s, nil, ""
+		return vkID, []string{s}, nil, ""
 	}
 	words = splitWords(strings.ToLower(s))
 	if len(words) == 0 {
-		return 0, "", nil, "holds no words"
+		return 0, nil, nil, "holds no words"
 	}
-	return vkText, "", words, ""
+	return vkText, []string{""}, words, ""
+}
+
+// autoKind is the kind auto reads a string value as: the first kind the whole value is.
+func autoKind(s string) string {
+	switch {
+	case isIBANValue(s):
+		return AsIBAN
+	case isWhole(s, scan.Email), strings.IndexByte(s, '@') >= 0 && isAddressList(s):
+		return AsEmail
+	case isWhole(s, scan.URL):
+		return AsURL
+	case strings.IndexFunc(s, unicode.IsSpace) < 0:
+		return AsID
+	}
+	return AsText
+}
+
+// isAddressList reports whether net/mail reads s as a list of addresses and the scanner finds an
+// address in it ("Bob <bob@x.com>", "bob@x.com, carol@y.org"; not "ref@v2", which has no domain
+// the scanner takes for one).
+func isAddressList(s string) bool {
+	l, err := mail.ParseAddressList(s)
+	return err == nil && len(l) > 0 && len(scan.Find(s, scan.Email)) > 0
+}
+
+// addressKeys reads a value of addresses as RFC 5322 does (net/mail: display names, comments,
+// quoted local parts, a list of addresses) and checks that the scanner finds exactly the same
+// addresses in it: where the two readers disagree (an address hidden in a display name or a
+// comment, a domain the scanner does not read), the value is refused.
+func addressKeys(s string) ([]string, string) {
+	list, err := mail.ParseAddressList(s)
+	if err != nil || len(list) == 0 {
+		return nil, "is not an email address"
+	}
+	var keys []string
+	for _, a := range list {
+		k, ok := emailKey(a.Address)
+		if !ok {
+			return nil, "has an invalid domain"
+		}
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	var found []string
+	for _, it := range scan.Find(s, scan.Email) {
+		k, ok := itemEmailKey(s, it)
+		if !ok {
+			return nil, "holds an address that cannot be read"
+		}
+		if !slices.Contains(found, k) {
+			found = append(found, k)
+		}
+	}
+	slices.Sort(found)
+	sorted := slices.Sorted(slices.Values(keys))
+	if !slices.Equal(found, sorted) {
+		return nil, "is read as other addresses by a mail parser (readers disagree)"
+	}
+	return keys, ""
+}
+
+// urlKey reads a URL value: its host, or its canonical form with match "url" (see canonicalURL).
+func urlKey(s string, matchURL bool, schemes map[string]bool) (string, string) {
+	v, why := vet.ReadURL(s)
+	switch {
+	case v.URL == nil:
+		return "", "is not a URL"
+	case !schemes[v.Scheme]:
+		return "", "has a scheme that is not allowed"
+	case why == "has no host":
+		return "", "is not a URL"
+	case why != "":
+		return "", why
+	case matchURL:
+		if c, ok := canonicalURL(s); ok {
+			return c, ""
+		}
+		return "", "is not a URL"
+	}
+	return v.Host, ""
 }
 
 func article(as string) string {
@@ -581,22 +666,31 @@ func (ix *index) lookupOwn(kind valueKind, key string, words []string) uint64 {
 	return 0
 }
 
-// itemKey normalises an item a scan rule found, for a lookup: an address, an IBAN, a URL by its
-// host or whole.
-func itemKey(text string, it scan.Item, matchURL bool) (valueKind, string, bool) {
+// itemKeys normalises an item a scan rule found, for a lookup: an address, an IBAN, a URL by the
+// host of each of its readings, or whole.
+func itemKeys(text string, it scan.Item, matchURL bool) (valueKind, []string, bool) {
 	switch it.Kind {
 	case scan.Email:
-		k, ok := emailKey(it.Text(text))
-		return vkEmail, k, ok
+		k, ok := itemEmailKey(text, it)
+		return vkEmail, []string{k}, ok
 	case scan.IBAN:
-		return vkIBAN, it.Value, true
+		return vkIBAN, []string{it.Value}, true
 	}
 	if matchURL {
-		u, ok := canonicalURL(it.Text(text))
-		return vkURL, u, ok
+		u, ok := itemURL(text, it)
+		return vkURL, []string{u}, ok
 	}
-	h, ok := itemHost(it)
-	return vkHost, h, ok
+	var keys []string
+	for _, rd := range it.Readings() {
+		h, ok := readingHost(rd)
+		if !ok {
+			return vkHost, nil, false
+		}
+		if !slices.Contains(keys, h) {
+			keys = append(keys, h)
+		}
+	}
+	return vkHost, keys, true
 }
 
 // itemName names a found item for a reason: "link 2 at offset 14".

@@ -54,6 +54,7 @@ type provRule struct {
 	path     string
 	as       string
 	matchURL bool
+	schemes  map[string]bool // of URL values
 	from     []srcPattern
 	negate   bool
 	optional bool
@@ -201,6 +202,10 @@ func compileProvenance(probs *problems, i int, r ProvenanceRule, name string) pr
 		probs.add(at+".as", "%q is not a value kind: use auto, email, host, url, iban, id or text", r.As)
 	}
 	c.matchURL = probs.checkMatch(at+".match", r.Match, c.as == AsURL || c.as == AsAuto)
+	c.schemes = probs.compileSchemes(at+".schemes", r.Schemes)
+	if r.Schemes != nil && c.as != AsURL && c.as != AsAuto {
+		probs.add(at+".schemes", `only applies to URLs: use it with as "url" or "auto", or leave it out`)
+	}
 	switch {
 	case r.Not != nil && r.From != nil:
 		probs.add(at, "has from and not: give one of them")
@@ -293,23 +298,29 @@ func compileScan(probs *problems, i int, r ScanRule, name string) scanRule {
 	if c.hostsNeeded && r.From == nil && (r.Not == nil || r.Not.From == nil) && c.kinds&scan.IBAN != 0 && r.Find != nil {
 		probs.add(at+".find", "iban items have no host: add from, or leave iban out of find")
 	}
-	c.schemes = map[string]bool{"http": true, "https": true}
-	if r.Schemes != nil {
-		if !c.hostsNeeded {
-			probs.add(at+".schemes", "only applies with hosts or not.hosts")
-		}
-		if len(r.Schemes) == 0 {
-			probs.add(at+".schemes", "must list at least one scheme, or be left out for http and https")
-		}
-		c.schemes = map[string]bool{}
-		for j, s := range r.Schemes {
-			if !validScheme(s) {
-				probs.add(fmt.Sprintf("%s.schemes[%d]", at, j), "%q is not a URL scheme", s)
-			}
-			c.schemes[strings.ToLower(s)] = true
-		}
+	if r.Schemes != nil && !c.hostsNeeded {
+		probs.add(at+".schemes", "only applies with hosts or not.hosts")
 	}
+	c.schemes = probs.compileSchemes(at+".schemes", r.Schemes)
 	return c
+}
+
+// compileSchemes reads a schemes list: http and https when it is left out.
+func (p *problems) compileSchemes(field string, schemes []string) map[string]bool {
+	if schemes == nil {
+		return map[string]bool{"http": true, "https": true}
+	}
+	if len(schemes) == 0 {
+		p.add(field, "must list at least one scheme, or be left out for http and https")
+	}
+	m := map[string]bool{}
+	for j, s := range schemes {
+		if !validScheme(s) {
+			p.add(fmt.Sprintf("%s[%d]", field, j), "%q is not a URL scheme", s)
+		}
+		m[strings.ToLower(s)] = true
+	}
+	return m
 }
 
 // ToolTrusted reports whether the policy trusts the whole output of a tool.

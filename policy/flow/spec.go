@@ -60,6 +60,9 @@ type ProvenanceRule struct {
 	As string `json:"as,omitempty"`
 	// Match, for a URL, compares its host ("host", the default) or the whole URL ("url").
 	Match string `json:"match,omitempty"`
+	// Schemes are the schemes a URL value may have (as url, or auto read as a URL); default http
+	// and https, as a hosts rule (a URL written without a scheme counts as https).
+	Schemes []string `json:"schemes,omitempty"`
 	// From lists the allowed sources: user, app, trusted, context, tool:NAME or tool:GLOB, tool:?;
 	// empty means ["trusted"].
 	From []string `json:"from,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	wurl "github.com/nlnwa/whatwg-url/url"
 	"github.com/tidwall/gjson"
 	"golang.org/x/net/idna"
 )
@@ -56,7 +57,7 @@ type Rule struct {
 //   - Hosts: the value is a URL (see ParseURL: without a scheme it is read as https). Its scheme
 //     must be http or https, or one of Schemes when given; it may not carry user info; its host,
 //     lowercased, without a trailing dot and in IDNA ASCII (punycode) form, must match the list
-//     (see HostList). Ports are not checked.
+//     (see HostList), and a browser must read the same host (see ReadURL). Ports are not checked.
 type Check struct {
 	Pattern    string   `json:"pattern,omitempty"`
 	OneOf      []any    `json:"oneOf,omitempty"`
@@ -670,30 +671,77 @@ func underPrefix(p, prefix string) bool {
 
 // checkURL checks a URL value of a hosts rule.
 func (c *compiledCheck) checkURL(s string) (pass bool, why string, invalid bool) {
-	u, schemeless, err := ParseURL(s)
-	if err != nil {
-		return false, "is not a valid url", true
+	r, bad := ReadURL(s)
+	if r.URL == nil {
+		return false, bad, true
 	}
-	if !c.schemes[strings.ToLower(u.Scheme)] {
-		if schemeless {
+	if !c.schemes[r.Scheme] {
+		if r.Schemeless {
 			return false, "has no scheme, and https is not an allowed scheme", true
 		}
 		return false, "has a scheme that is not allowed", true
 	}
-	if u.Opaque != "" || u.Host == "" {
-		return false, "has no host", true
+	if bad != "" {
+		return false, bad, true
 	}
-	if u.User != nil {
-		return false, "has user info", true
-	}
-	h, err := NormHost(u.Hostname())
-	if err != nil {
-		return false, "has an invalid host", true
-	}
-	if !c.hosts.Match(h) {
+	if !c.hosts.Match(r.Host) {
 		return false, "has a host that is not allowed", false
 	}
 	return true, "", false
+}
+
+// URLValue is a URL value as ReadURL reads it.
+type URLValue struct {
+	URL        *url.URL // as net/url parses it (see ParseURL); nil when it does not parse
+	Schemeless bool     // written without a scheme, read as https
+	Scheme     string   // lower case
+	Host       string   // normalised by NormHost; "" when why is set
+}
+
+// ReadURL reads a URL value as a hosts rule does: with net/url (see ParseURL), the way an HTTP
+// client in Go or Python opens it, and with the WHATWG URL parser, the way a browser does. why
+// says what makes the value one a hosts rule cannot judge: "is not a valid url" (URL is nil then),
+// "has no host", "has user info", "has an invalid host", or that the two readers disagree on the
+// scheme, the user info or the host ("https://3232235777/" is 192.168.1.1 to a browser, a name to
+// net/url). Scheme is set whenever URL is.
+func ReadURL(s string) (v URLValue, why string) {
+	u, schemeless, err := ParseURL(s)
+	if err != nil {
+		return URLValue{}, "is not a valid url"
+	}
+	v = URLValue{URL: u, Schemeless: schemeless, Scheme: strings.ToLower(u.Scheme)}
+	switch {
+	case u.Opaque != "" || u.Host == "":
+		return v, "has no host"
+	case u.User != nil:
+		return v, "has user info"
+	}
+	h, err := NormHost(u.Hostname())
+	if err != nil {
+		return v, "has an invalid host"
+	}
+	if !browserAgrees(s, schemeless, v.Scheme, h) {
+		return v, "is read with another host by a browser (readers disagree)"
+	}
+	v.Host = h
+	return v, ""
+}
+
+// browserAgrees reports whether the WHATWG URL parser reads s (as https when schemeless) with the
+// same scheme, no user info, and the host h once normalised.
+func browserAgrees(s string, schemeless bool, scheme, h string) bool {
+	if schemeless {
+		if !strings.HasPrefix(s, "//") {
+			s = "//" + s
+		}
+		s = "https:" + s
+	}
+	w, err := wurl.Parse(s)
+	if err != nil || strings.TrimSuffix(w.Protocol(), ":") != scheme || w.Username() != "" || w.Password() != "" {
+		return false
+	}
+	wh, err := NormHost(w.Hostname())
+	return err == nil && wh == h
 }
 
 // ParseURL parses a URL value as a hosts rule reads it. A value with a scheme ("https://x.com",

@@ -153,7 +153,7 @@ func TestRules(t *testing.T) {
 		{"fetch", `{"url":"https://ex%61mple.org/"}`, "rule hosts: url is not a valid url"},
 		{"fetch", `{"url":"https://аpi.example.com/"}`, "rule hosts: url has a host that is not allowed"},
 		{"fetch", `{"url":"https://127.0.0.2/"}`, "rule hosts: url has a host that is not allowed"},
-		{"fetch", `{"url":"https://2130706433/"}`, "rule hosts: url has a host that is not allowed"},
+		{"fetch", `{"url":"https://2130706433/"}`, "rule hosts: url is read with another host by a browser (readers disagree)"},
 		{"fetch", `{"url":7}`, "rule hosts: url is not a string"},
 		{"ftp", `{"url":"FTP://ftp.example.com/a"}`, ""},
 		{"ftp", `{"url":"https://ftp.example.com/a"}`, "rule ftp: url has a scheme that is not allowed"},

@@ -7,7 +7,8 @@ import (
 )
 
 // view is the text as a browser reads it: character references decoded, and ASCII tabs and line
-// breaks removed inside the quoted attribute values of tags (the URL parser drops them). pieces map
+// breaks removed inside the quoted attribute values of tags and inside Markdown link destinations
+// (the URL parser drops them; a renderer decodes the references of a destination). pieces map
 // its bytes back to the text.
 type view struct {
 	text   string
@@ -40,13 +41,14 @@ func decodedView(text string) (view, bool) {
 	inTag := false
 	var quote byte // the quote of the attribute value being read, 0 outside one
 	var last byte  // the last byte of the tag outside white space
+	var dest byte  // the closer of the Markdown link destination being read ("]("), 0 outside one
 	for i := 0; i < len(text); {
 		c := text[i]
 		switch {
 		case c == '&':
 			if n := refLen(text[i:]); n > 0 {
 				d := html.UnescapeString(text[i : i+n])
-				if quote != 0 {
+				if quote != 0 || dest != 0 {
 					d = strings.Map(dropURLSpace, d)
 				}
 				if d != text[i:i+n] {
@@ -58,7 +60,7 @@ func decodedView(text string) (view, bool) {
 					continue
 				}
 			}
-		case quote != 0 && (c == '\t' || c == '\n' || c == '\r'):
+		case (quote != 0 || dest == '>') && (c == '\t' || c == '\n' || c == '\r'):
 			flush(i)
 			changed = true
 			i++
@@ -66,6 +68,15 @@ func decodedView(text string) (view, bool) {
 		case quote != 0:
 			if c == quote {
 				quote = 0
+			}
+		case dest != 0:
+			if c == dest || dest == ')' && (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+				dest = 0
+			}
+		case c == '(' && i > 0 && text[i-1] == ']' && !inTag:
+			dest = ')'
+			if i+1 < len(text) && text[i+1] == '<' {
+				dest = '>'
 			}
 		case c == '<':
 			inTag = i+1 < len(text) && isLetterByte(text[i+1])

@@ -1,12 +1,14 @@
 // Package scan finds the URLs, email addresses and IBANs written inside free text (a mail body, a
 // chat message, a tool's output), in time linear in the text and without regular expressions. It
-// reports where each item is written and its parts as written.
+// reports where each item is written, a link's host as the WHATWG URL parser reads it in every way a
+// reader could end the link (see Reading), and the other parts as written.
 //
-// It owns what counts as an item and where one ends. It does not normalise hosts (policy/vet's
-// NormHost does) nor decide anything about the items (policy/flow does).
+// It owns what counts as an item and where one ends. It does not normalise hosts for comparison
+// (policy/vet's NormHost does) nor decide anything about the items (policy/flow does).
 package scan
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"unicode"
@@ -23,13 +25,17 @@ type Kind uint8
 // The kinds of item.
 const (
 	// URL is a link: "scheme://host/..." for any scheme (and "http:host" without slashes, as
-	// browsers read it), or a host without a scheme ("www.x.com/login", "x.com", "//x.com") whose
-	// name starts with "www.", is an IPv4 address, or ends in a top-level domain of the public
-	// suffix list's ICANN section (so "readme.md" is a link, as chat clients link it, and
-	// "notes.txt" is not).
+	// browsers read it), a link of a scheme browsers act on without a host ("javascript:",
+	// "data:", "vbscript:", "blob:", "filesystem:", "view-source:", "about:", "file:" without
+	// "//"; see HostlessScheme), or a host without a scheme ("www.x.com/login", "x.com",
+	// "//x.com") whose name starts with "www.", is an IPv4 address, or ends in a top-level domain
+	// of the public suffix list's ICANN section (so "readme.md" is a link, as chat clients link
+	// it, and "notes.txt" is not).
 	URL Kind = 1 << iota
 	// Email is an address local@domain, the domain holding a dot and ending in a label of two or
-	// more letters (or punycode). Quoted local parts and IP-literal domains are not found.
+	// more letters (or punycode), or an IPv4 address, bare or in brackets ("bob@[192.0.2.1]"). A
+	// quoted local part is read as RFC 5322 reads it: '"bob@acme.com"@evil.net' is an address at
+	// evil.net (and bob@acme.com, as a linkifier reads it, is found too).
 	Email
 	// IBAN is two letters, two check digits and 11 to 30 letters or digits, in one piece or in groups
 	// separated by white space (line breaks too), invisible format characters or a hyphen, the
@@ -65,18 +71,27 @@ type Item struct {
 	Start, End int
 	// Scheme is a URL's scheme in lower case; "" for a URL written without one.
 	Scheme string
-	// Host is a URL's host (without port, brackets kept for IPv6) or an email's domain, as written:
-	// not lowercased, not converted to ASCII. It is "" for a URL with an empty host ("file:///x").
+	// Host is a URL's host as the WHATWG URL parser reads the item (see Reading), or an email's
+	// domain as written. It is "" for a URL without a host ("file:///x", "javascript:...").
 	Host string
 	// UserInfo is set for a URL that carries user info before its host ("https://bank.com@evil.net").
 	UserInfo bool
-	// Malformed is set for a URL whose host cannot be read: its authority runs over 1 KiB.
+	// Malformed is set for a URL whose host cannot be read (the parser refuses it, or its
+	// authority runs over 1 KiB), and for an address whose quoted local part cannot be read.
 	Malformed bool
+	// Alt holds the other readings of a URL where readers end it elsewhere than the item does
+	// (see Readings), each different from the item's own.
+	Alt []Reading
 	// Value is an IBAN without separators, in upper case; "" for other kinds.
 	Value string
 	// Decoded is the item as a browser reads it, when it was found only so and that differs from
 	// text[Start:End] (see Find); "" otherwise. Host and Value are then parts of Decoded.
 	Decoded string
+}
+
+// Readings returns every reading of a URL item: its own (Host, UserInfo, Malformed), then Alt.
+func (it Item) Readings() []Reading {
+	return append([]Reading{{Host: it.Host, UserInfo: it.UserInfo, Unreadable: it.Malformed}}, it.Alt...)
 }
 
 // Text returns the item as read in text, the text it was found in: Decoded, else text[Start:End].
@@ -95,13 +110,13 @@ func (it Item) Text(text string) string {
 func Find(text string, kinds Kind) []Item {
 	items := find(text, kinds)
 	if v, ok := decodedView(text); ok {
-		seen := make(map[Item]bool, len(items))
+		seen := make(map[itemKey]bool, len(items))
 		for _, it := range items {
-			seen[it] = true
+			seen[it.key()] = true
 		}
 		for _, it := range find(v.text, kinds) {
-			if it = v.mapItem(text, it); !seen[it] {
-				seen[it] = true
+			if it = v.mapItem(text, it); !seen[it.key()] {
+				seen[it.key()] = true
 				items = append(items, it)
 			}
 		}
@@ -110,12 +125,30 @@ func Find(text string, kinds Kind) []Item {
 	return items
 }
 
+// itemKey is an item as a comparable value.
+type itemKey struct {
+	kind                         Kind
+	start, end                   int
+	scheme, host, value, decoded string
+	userInfo, malformed          bool
+	alt                          string
+}
+
+func (it Item) key() itemKey {
+	var alt strings.Builder
+	for _, r := range it.Alt {
+		fmt.Fprintf(&alt, "%q %t %t;", r.Host, r.UserInfo, r.Unreadable)
+	}
+	return itemKey{it.Kind, it.Start, it.End, it.Scheme, it.Host, it.Value, it.Decoded, it.UserInfo, it.Malformed, alt.String()}
+}
+
 // find returns the items of text as written, ordered.
 func find(text string, kinds Kind) []Item {
 	var items []Item
 	if kinds&(URL|Email) != 0 {
+		r := newReaders(text)
 		forTokens(text, func(start, end int) {
-			items = findInToken(items, text, start, end, kinds)
+			items = findInToken(r, items, start, end, kinds)
 		})
 	}
 	if kinds&IBAN != 0 {
@@ -228,6 +261,19 @@ func specialScheme(s string) bool {
 	return false
 }
 
+// HostlessScheme reports whether a browser acts on a link of scheme s (lower case) without
+// opening a host named in it: it runs script (javascript, vbscript), shows content the link
+// carries or points into (data, blob, filesystem, view-source) or a page of its own (about). A
+// "file:" link without "//" is hostless too (see Find). Such a link has no host a hosts list can
+// allow. mailto, tel and sms hand the link to another program; their address is an Email item.
+func HostlessScheme(s string) bool {
+	switch s {
+	case "javascript", "vbscript", "data", "blob", "filesystem", "view-source", "about":
+		return true
+	}
+	return false
+}
+
 // tokenEnds holds what findInToken needs to end a URL in O(1): the token's end with trailing
 // punctuation stripped, and counts of opening and closing brackets before each offset.
 type tokenEnds struct {
@@ -267,10 +313,10 @@ func newTokenEnds(text string, start, end int) *tokenEnds {
 // isTrailingPunct reports whether r, at the end of a token, is punctuation around a link rather
 // than part of it.
 func isTrailingPunct(r rune) bool {
-	if strings.ContainsRune(".,:;!?*~_)]", r) {
-		return true
+	if r < utf8.RuneSelf {
+		return strings.ContainsRune(".,:;!?*~_)]", r)
 	}
-	return strings.ContainsRune("。、，：；！？）」』】》〉", r)
+	return unicode.IsPunct(r) // "。", "」", "՟": punctuation of any script
 }
 
 // end returns where an item that starts at s and runs to the end of the token ends: trailing
@@ -290,7 +336,8 @@ func (t *tokenEnds) end(s int) int {
 }
 
 // findInToken appends the URLs and emails of text[start:end], a token.
-func findInToken(items []Item, text string, start, end int, kinds Kind) []Item {
+func findInToken(r *readers, items []Item, start, end int, kinds Kind) []Item {
+	text := r.text
 	tok := text[start:end]
 	if !mayHoldLink(tok) {
 		return items
@@ -303,7 +350,7 @@ func findInToken(items []Item, text string, start, end int, kinds Kind) []Item {
 			if text[i] != ':' || i < authEnd {
 				continue
 			}
-			it, hs, he, ae, ok := schemeURL(text, start, i, end)
+			it, l, ae, ok := r.schemeURL(start, i, end)
 			if !ok {
 				continue
 			}
@@ -312,16 +359,9 @@ func findInToken(items []Item, text string, start, end int, kinds Kind) []Item {
 				ends = newTokenEnds(text, start, end)
 			}
 			it.End = max(ends.end(it.Start), i+1)
-			// Trailing punctuation left out of the URL is left out of its host too: "(x https://a.com)."
-			he = max(hs, min(he, it.End))
-			for he > hs && text[hs] != '[' {
-				r, n := utf8.DecodeLastRuneInString(text[hs:he])
-				if !isTrailingPunct(r) || isDot(r) {
-					break
-				}
-				he -= n
+			if l.a >= 0 {
+				r.setReadings(&it, l)
 			}
-			it.Host = text[hs:he]
 			items = append(items, it)
 			firstURL = min(firstURL, it.Start)
 		}
@@ -331,53 +371,64 @@ func findInToken(items []Item, text string, start, end int, kinds Kind) []Item {
 			if text[i] != '@' {
 				continue
 			}
-			it, ok := email(text, start, i, end)
+			it, ok := r.email(start, i, end)
 			if !ok {
 				continue
 			}
 			if kinds&Email != 0 {
 				items = append(items, it)
 			}
-			// "ok.com@evil.net/login" is a link to evil.net with user info, if no scheme URL covers it.
-			if kinds&URL != 0 && it.End < end && strings.IndexByte("/\\?#", text[it.End]) >= 0 && it.Start < firstURL {
+			// "ok.com@evil.net/login" is a link to evil.net with user info, if no scheme URL covers it;
+			// so is "www.ok.com@evil.net", which GFM links as a www. host.
+			path := it.End < end && strings.IndexByte("/\\?#", text[it.End]) >= 0
+			www := len(text)-it.Start > 4 && strings.EqualFold(text[it.Start:it.Start+4], "www.")
+			if kinds&URL != 0 && it.Start >= start && (path || www) && it.Start < firstURL {
 				if ends == nil {
 					ends = newTokenEnds(text, start, end)
 				}
-				items = append(items, Item{Kind: URL, Start: it.Start, End: max(ends.end(it.Start), it.End), Host: it.Host, UserInfo: true})
+				u := Item{Kind: URL, Start: it.Start, End: max(ends.end(it.Start), it.End)}
+				r.setReadings(&u, link{ctxStart: it.Start, a: it.Start, prefix: "https://", special: true, plain: true})
+				items = append(items, u)
 			}
 		}
 	}
 	if kinds&URL != 0 {
 		for i := start; i < firstURL; {
-			r, n := utf8.DecodeRuneInString(text[i:])
-			if !isHostRune(r) {
+			c, n := utf8.DecodeRuneInString(text[i:])
+			if !isHostRune(c) {
 				i += n
 				continue
 			}
 			j := i
 			for j < end {
-				r, n := utf8.DecodeRuneInString(text[j:])
-				if !isHostRune(r) {
+				c, n := utf8.DecodeRuneInString(text[j:])
+				if !isHostRune(c) {
 					break
 				}
 				j += n
 			}
-			if it, ok := bareHost(text, start, i, j, end); ok {
+			if it, ok := bareHost(text, start, i, j, end); ok && it.Start < firstURL {
 				if it.End > j {
 					if ends == nil {
 						ends = newTokenEnds(text, start, end)
 					}
 					it.End = max(ends.end(it.Start), j)
 				}
-				if it.Start < firstURL {
-					items = append(items, it)
+				ctxStart := it.Start
+				if i-2 >= start && isSlash(text[i-1]) && isSlash(text[i-2]) {
+					ctxStart = i - 2 // "//x.com": the link starts at its slashes
 				}
+				www := len(it.Host) > 4 && strings.EqualFold(it.Host[:4], "www.")
+				r.setReadings(&it, link{ctxStart: ctxStart, a: it.Start, prefix: "https://", special: true, plain: true, bare: www})
+				items = append(items, it)
 			}
 			i = j
 		}
 	}
 	return items
 }
+
+func isSlash(c byte) bool { return c == '/' || c == '\\' }
 
 // mayHoldLink reports whether a token holds a byte that every URL or email needs one of: a colon,
 // an at sign, a full stop or slash of any kind (the non-ASCII ones start with a byte >= 0x80).
@@ -391,9 +442,11 @@ func mayHoldLink(tok string) bool {
 	return false
 }
 
-// schemeURL reads a URL whose scheme ends at the colon at c, within the token [start, end); the
-// host is text[hs:he] and the authority ends at ae.
-func schemeURL(text string, start, c, end int) (it Item, hs, he, ae int, ok bool) {
+// schemeURL reads a URL whose scheme ends at the colon at c, within the token [start, end): the
+// item (Start and Scheme), how to read its host (l.a is -1 for a link without a host), and where
+// a tokenizer ends its authority (ae: a colon before it starts no other URL).
+func (r *readers) schemeURL(start, c, end int) (it Item, l link, ae int, ok bool) {
+	text := r.text
 	s := c
 	for s > start && isSchemeByte(text[s-1]) {
 		s--
@@ -402,25 +455,42 @@ func schemeURL(text string, start, c, end int) (it Item, hs, he, ae int, ok bool
 		s++
 	}
 	if s == c {
-		return Item{}, 0, 0, 0, false
+		return Item{}, link{}, 0, false
 	}
 	scheme := strings.ToLower(text[s:c])
+	it = Item{Kind: URL, Start: s, Scheme: scheme}
+	hostless := link{a: -1}
 	a := c + 1
 	slashes := 0
-	for a < end && (text[a] == '/' || text[a] == '\\') {
+	for a < end && isSlash(text[a]) {
 		a++
 		slashes++
 	}
+	l = link{ctxStart: s, special: true, bare: true, scheme: true}
 	switch {
-	case specialScheme(scheme):
-		if slashes == 0 && (a == end || !isHostStart(text, a)) {
-			return Item{}, 0, 0, 0, false
+	case HostlessScheme(scheme), scheme == "file" && slashes < 2:
+		if c+1 < end {
+			return it, hostless, c + 1, true
 		}
-	case slashes >= 2:
-		a = c + 3 // "file:///x": the host is empty, the rest is the path
+		// "javascript:" alone in its token: a link where a value or destination starts with it.
+		if ctx, _ := contextAt(text, s); ctx == ctxAttr || ctx == ctxDest || ctx == ctxAngle {
+			return it, hostless, c + 1, true
+		}
+		return Item{}, link{}, 0, false
+	case specialScheme(scheme):
+		if slashes == 0 && (a == end && !r.readOn(s, a) || a < end && strings.IndexByte("?#", text[a]) >= 0) {
+			return Item{}, link{}, 0, false // "http:" alone, or a relative "http:?q" (no host)
+		}
+		l.plain = true
+	case scheme == "file":
+		a = c + 3
+	case strings.HasPrefix(text[c+1:end], "//"):
+		a = c + 3 // "foo://x": an opaque host
+		l.special = false
 	default:
-		return Item{}, 0, 0, 0, false // "mailto:", "note:" and other schemes without a host
+		return Item{}, link{}, 0, false // "mailto:", "note:" and other schemes without a host
 	}
+	l.a, l.prefix = a, text[s:a]
 	ae = a
 	for ae < end && ae-a <= maxAuthority {
 		ch := text[ae]
@@ -433,10 +503,24 @@ func schemeURL(text string, start, c, end int) (it Item, hs, he, ae int, ok bool
 		}
 		ae += n
 	}
-	host, userInfo := hostOf(text[a:ae])
-	hs = a + strings.LastIndexByte(text[a:ae], '@') + 1
-	it = Item{Kind: URL, Start: s, Scheme: scheme, UserInfo: userInfo, Malformed: ae-a > maxAuthority}
-	return it, hs, hs + len(host), ae, true
+	return it, l, ae, true
+}
+
+// readOn reports whether a reader goes on past the end of the token at a, where a link that
+// starts at s has no authority in its token ('http:"@evil.net'): a value or destination that holds
+// the link, GFM's autolinks, or a linkifier that reads user info.
+func (r *readers) readOn(s, a int) bool {
+	text := r.text
+	if a == len(text) {
+		return false
+	}
+	if ctx, closer := contextAt(text, s); (ctx == ctxAttr || ctx == ctxDest || ctx == ctxAngle) && text[a] != closer {
+		return true // a value or destination runs on, spaces included
+	}
+	if r.next(at('@'), a) < r.next(stopKey{extra: userStops}, a) {
+		return true
+	}
+	return strings.IndexByte(asciiSpace+"<", text[a]) < 0 && gfmStarts(text, s)
 }
 
 // maxAuthority bounds the bytes read for one URL's authority (user info, host and port).
@@ -448,22 +532,6 @@ func isHostStart(text string, i int) bool {
 	return isHostRune(r) || r == '['
 }
 
-// hostOf splits an authority into its host (as written, port removed) and whether it has user info.
-func hostOf(auth string) (host string, userInfo bool) {
-	at := strings.LastIndexByte(auth, '@')
-	host = auth[at+1:]
-	if strings.HasPrefix(host, "[") {
-		if k := strings.IndexByte(host, ']'); k >= 0 {
-			return host[:k+1], at >= 0
-		}
-		return host, at >= 0
-	}
-	if k := strings.LastIndexByte(host, ':'); k >= 0 && allDigits(host[k+1:]) {
-		host = host[:k]
-	}
-	return host, at >= 0
-}
-
 func allDigits(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
@@ -473,12 +541,19 @@ func allDigits(s string) bool {
 	return true
 }
 
-// email reads the address around the '@' at at, within the token [start, end).
-func email(text string, start, at, end int) (Item, bool) {
+// email reads the address around the '@' at at, within the token [start, end): a dot-atom local
+// part inside the token, or a quoted one that ends right before the '@' (which may start before
+// the token: quotes end tokens).
+func (r *readers) email(start, at, end int) (Item, bool) {
+	text := r.text
+	host, e, ok := emailDomain(text, at, end)
+	if !ok {
+		return Item{}, false
+	}
 	s := at
 	for s > start {
-		r, n := utf8.DecodeLastRuneInString(text[start:s])
-		if !isLocalRune(r) {
+		c, n := utf8.DecodeLastRuneInString(text[start:s])
+		if !isLocalRune(c) {
 			break
 		}
 		s -= n
@@ -487,12 +562,128 @@ func email(text string, start, at, end int) (Item, bool) {
 		s++
 	}
 	if s == at {
+		// An atom of RFC 5322 (and 6532) that ends in one of its other characters ("!#$%&'*+-/=?^_`{|}~"
+		// and any UTF-8), some of which end tokens ("'", "|").
+		for s > 0 {
+			c, n := utf8.DecodeLastRuneInString(text[:s])
+			if c < utf8.RuneSelf && !isAlnumByte(byte(c)) && c != '.' && strings.IndexByte(atext, byte(c)) < 0 || c >= utf8.RuneSelf && (unicode.IsSpace(c) || unicode.IsControl(c) || c == utf8.RuneError) {
+				break
+			}
+			s -= n
+		}
+	}
+	if s < at {
+		return Item{Kind: Email, Start: s, End: e, Host: host}, true
+	}
+	if at == 0 || text[at-1] != '"' || escaped(text, at-1) {
 		return Item{}, false
 	}
-	e := at + 1
+	open, st := r.quotedLocal(at - 1)
+	switch st {
+	case quoteNone:
+		return Item{}, false
+	case quoteTooLong:
+		return Item{Kind: Email, Start: at - 1, End: e, Host: host, Malformed: true}, true
+	}
+	r.quoteFloor = open
+	return Item{Kind: Email, Start: open, End: e, Host: host}, true
+}
+
+// atext are the characters of an RFC 5322 atom besides letters and digits.
+const atext = "!#$%&'*+-/=?^_`{|}~"
+
+// maxQuotedLocal bounds the bytes read back for a quoted local part (RFC 5321 allows 64 octets of
+// local part, twice that with escapes).
+const maxQuotedLocal = 256
+
+// quotedLocal finds the opening quote of the quoted string whose closing quote is at q, and checks
+// what lies between as RFC 5322 reads a quoted string (printable characters and spaces, any
+// character escaped by a backslash). The search stops at the last quoted local part found, so all
+// searches of a text read it once, and after maxQuotedLocal bytes: a longer one cannot be read.
+func (r *readers) quotedLocal(q int) (open int, st quoted) {
+	text := r.text
+	floor := max(r.quoteFloor, q-maxQuotedLocal, 0)
+	for k := q - 1; k >= floor; k-- {
+		if text[k] != '"' || escaped(text, k) {
+			continue
+		}
+		if prev, _ := utf8.DecodeLastRuneInString(text[:k]); k > 0 && isLocalRune(prev) && prev != '.' || !utf8.ValidString(text[k+1:q]) {
+			return 0, quoteNone // 'x"y"@z' is no address; nor is a quoted string of invalid UTF-8
+		}
+		for i := k + 1; i < q; i++ {
+			switch c := text[i]; {
+			case c == '\\':
+				i++
+			case c < ' ' && c != '\t' || c == 0x7f:
+				return 0, quoteNone
+			}
+		}
+		return k, quoteFound
+	}
+	if floor == q-maxQuotedLocal && floor > r.quoteFloor {
+		return 0, quoteTooLong
+	}
+	return 0, quoteNone
+}
+
+// quoted is what the search for a quoted local part found.
+type quoted uint8
+
+const (
+	quoteNone    quoted = iota // no quoted string ends there: no address
+	quoteFound                 // its opening quote
+	quoteTooLong               // none within maxQuotedLocal: an address that cannot be read
+)
+
+// escaped reports whether the byte at i follows an odd run of backslashes.
+func escaped(text string, i int) bool {
+	n := 0
+	for k := i - 1; k >= 0 && text[k] == '\\' && n < maxQuotedLocal; k-- {
+		n++
+	}
+	return n%2 == 1
+}
+
+// skipCFWS returns where the white space and comments (unnested) that RFC 5322 allows after an
+// address's "@" end, from i; at most maxLookahead bytes are read.
+func skipCFWS(text string, i int) int {
+	p := i
+	for p < len(text) && p-i < maxLookahead {
+		switch c := text[p]; {
+		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
+			p++
+		case c == '(':
+			k := strings.IndexByte(text[p:min(len(text), i+maxLookahead)], ')')
+			if k < 0 {
+				return i
+			}
+			p += k + 1
+		default:
+			return p
+		}
+	}
+	return i
+}
+
+// emailDomain reads the domain after the '@' at at, within the token [start, end): a name whose
+// last label has two or more letters (or is punycode), an IPv4 address, or a bracketed address
+// literal. e is where the address ends.
+func emailDomain(text string, at, end int) (host string, e int, ok bool) {
+	if p := skipCFWS(text, at+1); p > at+1 {
+		at, end = p-1, len(text) // "bob@ acme.com": RFC 5322 allows white space and comments here
+	}
+	if at+1 < end && text[at+1] == '[' {
+		k := strings.IndexByte(text[at+1:end], ']')
+		if k < 0 || k > 64 {
+			return "", 0, false
+		}
+		return text[at+1 : at+2+k], at + 2 + k, true
+	}
+	e = at + 1
 	for e < end {
-		r, n := utf8.DecodeRuneInString(text[e:])
-		if !isHostRune(r) {
+		c, n := utf8.DecodeRuneInString(text[e:])
+		symbol := c >= utf8.RuneSelf && c != utf8.RuneError && unicode.IsSymbol(c) // RFC 6532 takes any UTF-8
+		if !isHostRune(c) && !symbol {
 			break
 		}
 		e += n
@@ -501,17 +692,17 @@ func email(text string, start, at, end int) (Item, bool) {
 	domain := text[at+1 : e]
 	labels := splitLabels(domain)
 	if len(labels) < 2 {
-		return Item{}, false
+		return "", 0, false
 	}
 	for _, l := range labels {
 		if l == "" {
-			return Item{}, false
+			return "", 0, false
 		}
 	}
-	if !plausibleTLD(labels[len(labels)-1]) {
-		return Item{}, false
+	if !plausibleTLD(labels[len(labels)-1]) && !isIPv4(labels) {
+		return "", 0, false
 	}
-	return Item{Kind: Email, Start: s, End: e, Host: domain}, true
+	return domain, e, true
 }
 
 // trimHostEnd leaves trailing full stops, hyphens and underscores out of a host run [s, e).
@@ -556,12 +747,14 @@ func bareHost(text string, start, i, j, end int) (Item, bool) {
 		}
 	}
 	if j < end && text[j] == '@' {
-		return Item{}, false // an email's local part
+		if _, _, ok := emailDomain(text, j, end); ok {
+			return Item{}, false // an email's local part
+		}
 	}
 	for i < j {
 		r, n := utf8.DecodeRuneInString(text[i:])
-		if !isDot(r) && r != '-' && r != '_' {
-			break
+		if !isDot(r) && r != '-' && r != '_' && !unicode.Is(unicode.Cf, r) {
+			break // leading dots, hyphens and invisible characters are not part of the host
 		}
 		i += n
 	}
@@ -574,13 +767,16 @@ func bareHost(text string, start, i, j, end int) (Item, bool) {
 		return Item{}, false
 	}
 	for _, l := range labels {
-		if l == "" {
+		if l == "" && !strings.EqualFold(labels[0], "www") { // GFM links "www.x..y" whole
 			return Item{}, false
 		}
 	}
 	last := labels[len(labels)-1]
-	switch {
+	followed := e == j && e < end && strings.IndexByte("/\\?#:", text[e]) >= 0
+	switch cut := sentenceCut(text[i:e]); {
 	case strings.EqualFold(labels[0], "www"), isIPv4(labels), icannTLD(last):
+	case len(cut) < e-i && !followed:
+		e = i + len(cut) // "acme.com.They said": the host ends before the sentence goes on
 	default:
 		// A top-level domain run into letters of another script: "evil.com立即".
 		k := 0
@@ -593,7 +789,7 @@ func bareHost(text string, start, i, j, end int) (Item, bool) {
 		e -= len(last) - k
 	}
 	it := Item{Kind: URL, Start: i, End: e, Host: text[i:e]}
-	if e == j && e < end && strings.IndexByte("/\\?#:", text[e]) >= 0 {
+	if e == j && e < end && strings.IndexByte("/\\?#:@", text[e]) >= 0 {
 		it.End = end
 	}
 	return it, true
@@ -758,20 +954,21 @@ func ibanChar(r rune) byte {
 	return 0
 }
 
-// separatorLen is the length of the group separator at the start of s: a run of white space
-// (line breaks included) and invisible format characters (a zero-width space), holding at most
-// one hyphen; 0 when there is none.
+// separatorLen is the length of the group separator at the start of s: a run of white space of
+// any kind (line breaks, no-break and thin spaces included), blank fillers and invisible format
+// characters (a zero-width space), holding at most one mark: a hyphen, a full stop, a slash, a low
+// line or a middle dot, in any of their width forms; 0 when there is none.
 func separatorLen(s string) int {
-	i, hyphens := 0, 0
+	i, marks := 0, 0
 	for i < len(s) {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
-		case r == '-' || r == '\u2010' || r == '\u2011' || r == '\uff0d':
-			hyphens++
-			if hyphens > 1 {
+		case strings.ContainsRune("-\u2010\u2011\uff0d./_\u00b7\u2027\u30fb\uff0e\uff0f\uff3f\uff65", r):
+			marks++
+			if marks > 1 {
 				return 0
 			}
-		case unicode.IsSpace(r) || unicode.Is(unicode.Cf, r):
+		case unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) || strings.ContainsRune("\u115f\u1160\u2800\u3164\uffa0", r):
 		default:
 			return i
 		}
