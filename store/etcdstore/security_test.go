@@ -80,22 +80,12 @@ func TestTLS(t *testing.T) {
 		srv.Stop()
 		defer srv.Restart()
 		ca, key := etcdtest.NewCA(t, filepath.Join(t.TempDir(), "imposter.pem"))
-		var ln net.Listener
-		eventually(t, "imposter listening", func() bool {
-			var err error
-			ln, err = tls.Listen("tcp", srv.HostPort(), &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{ca.Raw}, PrivateKey: key}}})
-			return err == nil
+		imposter := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{ca.Raw}, PrivateKey: key}}}
+		srv.WhileDown(func(c net.Conn) {
+			tc := tls.Server(c, imposter)
+			_ = tc.Handshake()
+			_ = tc.Close()
 		})
-		defer ln.Close()
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { _ = c.(*tls.Conn).Handshake(); _ = c.Close() }()
-			}
-		}()
 		deadline := time.After(10 * time.Second)
 		for {
 			select {

@@ -5,9 +5,12 @@
 // With StartWith it serves clients over TLS (optionally requiring client certificates) with certificates
 // made in the test, and/or with authentication enabled and users set up.
 //
-// Clients reach etcd through a small TCP forwarder on the advertised port: Stop cuts every client
+// Clients reach etcd through a small TCP forwarder on the advertised port, which stays bound for the
+// whole test so that no other socket can take it while etcd is down: Stop cuts every client
 // connection first, so that etcd's graceful shutdown does not wait its request timeout (7 s) for open
-// watch streams, then stops etcd; Restart starts etcd on the same data and ports and reopens the door.
+// watch streams, then stops etcd, and the forwarder closes every new connection at once; Restart
+// starts etcd on the same data (on new internal ports if another socket took the old ones meanwhile)
+// and reopens the door.
 package etcdtest
 
 import (
@@ -73,11 +76,15 @@ type Server struct {
 	ClientCertFile, ClientKeyFile string
 	serverCert, serverKey         string
 
+	ln    net.Listener   // the advertised port, bound from start to cleanup
+	done  chan struct{}  // closed when accept returns
+	pipes sync.WaitGroup // connections being forwarded
+
 	mu    sync.Mutex
 	e     *embed.Etcd
-	ln    net.Listener
+	up    bool           // the forwarder passes connections on
+	down  func(net.Conn) // takes connections while etcd is down (WhileDown), or nil to close them
 	conns map[net.Conn]bool
-	wg    sync.WaitGroup
 }
 
 // Start starts etcd (plain, no auth) and stops it when the test ends.
@@ -98,11 +105,21 @@ func StartWith(t testing.TB, o Options) *Server {
 		scheme = "https"
 		s.writeCerts()
 	}
-	s.public = url.URL{Scheme: scheme, Host: freeAddr(t)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ln, s.done = ln, make(chan struct{})
+	go s.accept()
+	s.public = url.URL{Scheme: scheme, Host: ln.Addr().String()}
 	s.clientURL = url.URL{Scheme: scheme, Host: freeAddr(t)}
 	s.peerURL = url.URL{Scheme: "http", Host: freeAddr(t)}
+	t.Cleanup(func() {
+		s.Stop()
+		_ = s.ln.Close()
+		<-s.done
+	})
 	s.Restart()
-	t.Cleanup(s.Stop)
 	if o.Auth {
 		s.enableAuth()
 	}
@@ -264,20 +281,18 @@ func (s *Server) Endpoint() string { return s.public.String() }
 // HostPort is the client address, "127.0.0.1:PORT".
 func (s *Server) HostPort() string { return s.public.Host }
 
-// Stop cuts every client connection and stops etcd (idempotent).
+// Stop cuts every client connection and stops etcd (idempotent); until Restart, the forwarder
+// closes every new connection.
 func (s *Server) Stop() {
 	s.mu.Lock()
-	if s.ln != nil {
-		_ = s.ln.Close()
-		s.ln = nil
-	}
+	s.up = false
 	for c := range s.conns {
 		_ = c.Close()
 	}
 	e := s.e
 	s.e = nil
 	s.mu.Unlock()
-	s.wg.Wait()
+	s.pipes.Wait()
 	if e != nil {
 		e.Close()
 	}
@@ -308,16 +323,14 @@ func (s *Server) Restart() {
 			cfg.ClientTLSInfo.TrustedCAFile, cfg.ClientTLSInfo.ClientCertAuth = s.CAFile, true
 		}
 	}
-	var (
-		e   *embed.Etcd
-		err error
-	)
-	// After Stop, the kernel may take a moment to release the ports.
-	for range 50 {
-		if e, err = embed.StartEtcd(cfg); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	e, err := startEtcd(cfg)
+	if err != nil {
+		// Another socket took an internal port while etcd was down: move etcd's own listeners; the
+		// advertised port, which clients use, stays.
+		s.clientURL.Host, s.peerURL.Host = freeAddr(s.t), freeAddr(s.t)
+		cfg.ListenClientUrls = []url.URL{s.clientURL}
+		cfg.ListenPeerUrls = []url.URL{s.peerURL}
+		e, err = startEtcd(cfg)
 	}
 	if err != nil {
 		s.t.Fatalf("etcdtest: start etcd: %v", err)
@@ -328,55 +341,79 @@ func (s *Server) Restart() {
 		e.Close()
 		s.t.Fatal("etcdtest: etcd did not become ready")
 	}
-	s.e = e
-	for range 50 {
-		if s.ln, err = net.Listen("tcp", s.public.Host); err == nil {
-			break
+	s.e, s.up, s.down = e, true, nil
+}
+
+// WhileDown hands every connection to the advertised port to fn until Restart (for a test to play
+// another server there); it is only for a stopped Server.
+func (s *Server) WhileDown(fn func(net.Conn)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.up {
+		s.t.Fatal("etcdtest: WhileDown on a running server")
+	}
+	s.down = fn
+}
+
+// startEtcd starts etcd, retrying for a while: after Stop, the kernel may take a moment to release
+// the ports.
+func startEtcd(cfg *embed.Config) (e *embed.Etcd, err error) {
+	for range 20 {
+		if e, err = embed.StartEtcd(cfg); err == nil {
+			return e, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err != nil {
-		s.t.Fatalf("etcdtest: listen %s: %v", s.public.Host, err)
-	}
-	s.wg.Add(1)
-	go s.accept(s.ln)
+	return nil, err
 }
 
-// accept forwards every connection of ln to etcd's client port.
-func (s *Server) accept(ln net.Listener) {
-	defer s.wg.Done()
+// accept forwards every connection of the advertised port to etcd's client port while etcd is up,
+// and closes it otherwise.
+func (s *Server) accept() {
+	defer close(s.done)
 	for {
-		c, err := ln.Accept()
+		c, err := s.ln.Accept()
 		if err != nil {
 			return
 		}
-		up, err := net.Dial("tcp", s.clientURL.Host)
+		s.mu.Lock()
+		up, down, target := s.up, s.down, s.clientURL.Host
+		s.mu.Unlock()
+		switch {
+		case !up && down != nil:
+			go down(c)
+			continue
+		case !up:
+			_ = c.Close()
+			continue
+		}
+		dst, err := net.Dial("tcp", target)
 		if err != nil {
 			_ = c.Close()
 			continue
 		}
 		s.mu.Lock()
-		if s.ln != ln {
+		if !s.up {
 			s.mu.Unlock()
 			_ = c.Close()
-			_ = up.Close()
-			return
-		}
-		s.conns[c], s.conns[up] = true, true
-		s.mu.Unlock()
-		s.wg.Add(2)
-		pipe := func(dst, src net.Conn) {
-			defer s.wg.Done()
-			_, _ = io.Copy(dst, src) // ends when either side closes
 			_ = dst.Close()
-			_ = src.Close()
+			continue
+		}
+		s.conns[c], s.conns[dst] = true, true
+		s.pipes.Add(2)
+		s.mu.Unlock()
+		pipe := func(to, from net.Conn) {
+			defer s.pipes.Done()
+			_, _ = io.Copy(to, from) // ends when either side closes
+			_ = to.Close()
+			_ = from.Close()
 			s.mu.Lock()
-			delete(s.conns, dst)
-			delete(s.conns, src)
+			delete(s.conns, to)
+			delete(s.conns, from)
 			s.mu.Unlock()
 		}
-		go pipe(up, c)
-		go pipe(c, up)
+		go pipe(dst, c)
+		go pipe(c, dst)
 	}
 }
 
