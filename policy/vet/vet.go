@@ -206,8 +206,20 @@ type Checker struct {
 }
 
 type compiledSchema struct {
-	s   *jsonschema.Schema // nil when any object is accepted
-	err error
+	s    *jsonschema.Schema // nil when any object is accepted
+	fast *subsetNode        // the subset validator of s; nil when s holds a keyword outside the subset
+	err  error
+}
+
+// newCompiledSchema compiles a client-declared schema for the general engine and, where its keywords allow,
+// for the subset validator.
+func newCompiledSchema(raw []byte) *compiledSchema {
+	s, err := compileSchema(raw)
+	cs := &compiledSchema{s: s, err: err}
+	if s != nil {
+		cs.fast = compileSubset(s)
+	}
+	return cs
 }
 
 // NewChecker returns a Checker for p. p's maps must not change while the Checker is in use.
@@ -373,8 +385,19 @@ func (c *Checker) checkSchema(name string, args []byte) string {
 	if cs.s == nil {
 		return ""
 	}
+	verdict := subsetUnsure
+	if cs.fast != nil {
+		verdict = cs.fast.validate(args)
+	}
+	if verdict == subsetAccept {
+		return ""
+	}
+	// The general engine decides what the subset validator cannot, and words every rejection.
 	err := cs.s.Validate(decodeArgs(args))
 	if err == nil {
+		if verdict == subsetReject {
+			return reasonSchemaMismatch + "invalid" // the engines disagree: block
+		}
 		return ""
 	}
 	var ve *jsonschema.ValidationError
