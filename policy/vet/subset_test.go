@@ -1,6 +1,7 @@
 package vet
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -30,8 +31,8 @@ type engines struct {
 	skip     bool          // the arguments are not what vetting passes on, or the schema does not compile
 	declined bool          // the subset validator does not take the schema
 	subset   subsetVerdict // its verdict
-	general  bool          // jsonschema accepts the arguments (false too when it panics)
-	panicked bool
+	general  bool          // jsonschema accepts the arguments
+	panicked bool          // jsonschema panicked (and does not accept them)
 }
 
 // runEngines validates args against schema with both validators, as checkSchema sees them: arguments that
@@ -44,15 +45,8 @@ func runEngines(schema, args []byte) engines {
 	if err != nil || s == nil {
 		return engines{skip: true}
 	}
-	e := engines{general: true}
-	func() {
-		defer func() {
-			if recover() != nil {
-				e.general, e.panicked = false, true
-			}
-		}()
-		e.general = s.Validate(decodeArgs(args)) == nil
-	}()
+	err = validateGeneral(s, args)
+	e := engines{general: err == nil, panicked: errors.Is(err, errValidatorFailed)}
 	fast := compileSubset(s)
 	if fast == nil {
 		e.declined = true
@@ -728,4 +722,27 @@ func (g *pairGen) object(b *strings.Builder, s *genSchema, depth int) {
 		member(g.pick(genKeys), s.extra)
 	}
 	b.WriteByte('}')
+}
+
+// TestSchemaBlocksWhatTheValidatorsCannotDecide: a number jsonschema cannot read where a bound applies (it
+// panics on it) blocks the call, whether the subset validator takes the schema (and is unsure) or not; and
+// a call the subset validator rejects is blocked even were jsonschema to accept it.
+func TestSchemaBlocksWhatTheValidatorsCannotDecide(t *testing.T) {
+	t.Parallel()
+	const want = reasonSchemaMismatch + "the validator failed"
+	for _, schema := range []string{`{"properties":{"n":{"minimum":0}}}`, `{"properties":{"n":{"multipleOf":2}}}`,
+		`{"properties":{"n":{"maximum":0,"anyOf":[true]}}}`} {
+		p := Policy{Allowed: map[string]bool{"t": true}, Schemas: map[string][]byte{"t": []byte(schema)}}
+		for _, c := range []*Checker{NewChecker(p), generalOnly(p)} {
+			if r, _, ok := c.Check("t", []byte(`{"n":1e1000001}`)); ok || r != want {
+				t.Errorf("%s: %q %v, want %q", schema, r, ok, want)
+			}
+		}
+	}
+	p := Policy{Allowed: map[string]bool{"t": true}, Schemas: map[string][]byte{"t": []byte(`{}`)}}
+	c := generalOnly(p)
+	c.schemas["t"].fast = &subsetNode{never: true}
+	if r, _, ok := c.Check("t", []byte(`{}`)); ok || r != reasonSchemaMismatch+"invalid" {
+		t.Errorf("the engines disagree: %q %v, want the call blocked", r, ok)
+	}
 }

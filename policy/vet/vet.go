@@ -393,7 +393,7 @@ func (c *Checker) checkSchema(name string, args []byte) string {
 		return ""
 	}
 	// The general engine decides what the subset validator cannot, and words every rejection.
-	err := cs.s.Validate(decodeArgs(args))
+	err := validateGeneral(cs.s, args)
 	if err == nil {
 		if verdict == subsetReject {
 			return reasonSchemaMismatch + "invalid" // the engines disagree: block
@@ -401,10 +401,27 @@ func (c *Checker) checkSchema(name string, args []byte) string {
 		return ""
 	}
 	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
+	switch {
+	case errors.Is(err, errValidatorFailed):
+		return reasonSchemaMismatch + "the validator failed"
+	case !errors.As(err, &ve):
 		return reasonSchemaMismatch + "invalid"
 	}
 	return reasonSchemaMismatch + schemaDetail(ve)
+}
+
+// errValidatorFailed: jsonschema panicked on the arguments, as it does on a number that big.Rat cannot read
+// (an exponent beyond a million) where a bound or multipleOf applies. The call is blocked.
+var errValidatorFailed = errors.New("vet: schema: the validator failed")
+
+// validateGeneral validates args with jsonschema; a panic of jsonschema's is errValidatorFailed.
+func validateGeneral(s *jsonschema.Schema, args []byte) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = errValidatorFailed
+		}
+	}()
+	return s.Validate(decodeArgs(args))
 }
 
 // schema returns the compiled schema of a tool, compiling it on first use.
