@@ -14,11 +14,11 @@ import (
 // (type, enum, const, properties, required, additionalProperties, min/maxProperties, items, prefixItems,
 // min/maxItems, min/maxLength, pattern, minimum, maximum, their exclusive forms, multipleOf, boolean schemas),
 // on the argument bytes, with gjson. It is built from the schema as jsonschema compiled it, so that every
-// keyword means what it means to jsonschema in the schema's draft (draft-04's boolean exclusiveMinimum, the
-// array form of items before 2020-12, format asserted before 2019-09), and each check is jsonschema's own:
-// the same regexp, the same code-point count, numbers compared as big.Rat read from the same text. A schema
-// with any other keyword gets no subset validator and is validated by jsonschema alone. FuzzSubsetAgrees holds
-// the two to the same accept or reject.
+// keyword means what it means to jsonschema in the schema's draft (draft-04's boolean exclusiveMinimum is a
+// bound; the array form of items before 2020-12, and format, asserted before 2019-09, decline), and each check
+// is jsonschema's own: the same regexp, the same code-point count, numbers compared as big.Rat read from the
+// same text. A schema with any other keyword gets no subset validator and is validated by jsonschema alone.
+// FuzzSubsetAgrees holds the two to the same accept or reject.
 
 // subsetVerdict is what the subset validator says of a value.
 type subsetVerdict uint8
