@@ -7,11 +7,11 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
-// SchemaCache keeps compiled tool schemas by the sha256 of their bytes, so that a schema a client sends
-// with every request is compiled once, not once per response. It holds at most its size in schemas (least
-// recently used first out) and never a schema larger than MaxCachedSchemaBytes. A compile error is kept
-// too: the same bytes always fail the same way. It is safe for concurrent use; the zero of *SchemaCache
-// (nil) caches nothing.
+// SchemaCache keeps compiled tool schemas (for the general engine and the subset validator) by the sha256
+// of their bytes, so that a schema a client sends with every request is compiled once, not once per
+// response. It holds at most its size in schemas (least recently used first out) and never a schema larger
+// than MaxCachedSchemaBytes. A compile error is kept too: the same bytes always fail the same way. It is
+// safe for concurrent use; the zero of *SchemaCache (nil) caches nothing.
 type SchemaCache struct {
 	c *lru.Cache[[sha256.Size]byte, *compiledSchema]
 }
@@ -47,15 +47,13 @@ func (s *SchemaCache) Len() int {
 // compile returns the compiled schema of raw, from the cache when it is there.
 func (s *SchemaCache) compile(raw []byte) *compiledSchema {
 	if s == nil || len(raw) > MaxCachedSchemaBytes || len(bytes.TrimSpace(raw)) == 0 {
-		sc, err := compileSchema(raw)
-		return &compiledSchema{s: sc, err: err}
+		return newCompiledSchema(raw)
 	}
 	key := sha256.Sum256(raw)
 	if cs, ok := s.c.Get(key); ok {
 		return cs
 	}
-	sc, err := compileSchema(raw)
-	cs := &compiledSchema{s: sc, err: err}
+	cs := newCompiledSchema(raw)
 	s.c.Add(key, cs)
 	return cs
 }

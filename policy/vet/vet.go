@@ -206,8 +206,20 @@ type Checker struct {
 }
 
 type compiledSchema struct {
-	s   *jsonschema.Schema // nil when any object is accepted
-	err error
+	s    *jsonschema.Schema // nil when any object is accepted
+	fast *subsetNode        // the subset validator of s; nil when s holds a keyword outside the subset
+	err  error
+}
+
+// newCompiledSchema compiles a client-declared schema for the general engine and, where its keywords allow,
+// for the subset validator.
+func newCompiledSchema(raw []byte) *compiledSchema {
+	s, err := compileSchema(raw)
+	cs := &compiledSchema{s: s, err: err}
+	if s != nil {
+		cs.fast = compileSubset(s)
+	}
+	return cs
 }
 
 // NewChecker returns a Checker for p. p's maps must not change while the Checker is in use.
@@ -373,15 +385,43 @@ func (c *Checker) checkSchema(name string, args []byte) string {
 	if cs.s == nil {
 		return ""
 	}
-	err := cs.s.Validate(decodeArgs(args))
+	verdict := subsetUnsure
+	if cs.fast != nil {
+		verdict = cs.fast.validate(args)
+	}
+	if verdict == subsetAccept {
+		return ""
+	}
+	// The general engine decides what the subset validator cannot, and words every rejection.
+	err := validateGeneral(cs.s, args)
 	if err == nil {
+		if verdict == subsetReject {
+			return reasonSchemaMismatch + "invalid" // the engines disagree: block
+		}
 		return ""
 	}
 	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
+	switch {
+	case errors.Is(err, errValidatorFailed):
+		return reasonSchemaMismatch + "the validator failed"
+	case !errors.As(err, &ve):
 		return reasonSchemaMismatch + "invalid"
 	}
 	return reasonSchemaMismatch + schemaDetail(ve)
+}
+
+// errValidatorFailed: jsonschema panicked on the arguments, as it does on a number that big.Rat cannot read
+// (an exponent beyond a million) where a bound or multipleOf applies. The call is blocked.
+var errValidatorFailed = errors.New("vet: schema: the validator failed")
+
+// validateGeneral validates args with jsonschema; a panic of jsonschema's is errValidatorFailed.
+func validateGeneral(s *jsonschema.Schema, args []byte) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = errValidatorFailed
+		}
+	}()
+	return s.Validate(decodeArgs(args))
 }
 
 // schema returns the compiled schema of a tool, compiling it on first use.
