@@ -26,6 +26,8 @@ const (
 	// CaseVariantKey: with Limits.FoldedKeys, an object holds two keys that differ only in letter
 	// case (equal under strings.EqualFold after decoding escapes, not equal without folding).
 	CaseVariantKey
+	// NumberRange: with Limits.Float64Numbers, a number a float64 cannot hold (see Limits).
+	NumberRange
 )
 
 // String returns a short lowercase name of the kind.
@@ -43,6 +45,8 @@ func (k Kind) String() string {
 		return "not a JSON object"
 	case CaseVariantKey:
 		return "case-variant key"
+	case NumberRange:
+		return "number out of float64 range"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }

@@ -17,6 +17,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/maphash"
+	"math"
+	"strconv"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -40,6 +42,11 @@ type Limits struct {
 	// (encoding/json into a struct) give such a field the last of them, not the one an exact reader
 	// sees. Keys are compared after decoding escapes.
 	FoldedKeys bool
+	// Float64Numbers also refuses, with NumberRange, a number that a float64 cannot hold: one that
+	// reads as an infinity (encoding/json refuses it, JavaScript reads Infinity, an exact reader a
+	// huge value) or as zero while its digits are not all zero (exact readers and float64 readers
+	// then compare it differently, and reading its exponent exactly costs time in its size).
+	Float64Numbers bool
 }
 
 // Object checks that b is exactly one JSON object: leading and trailing JSON whitespace (space,
@@ -94,6 +101,7 @@ type scanner struct {
 	seeded  bool
 	free    []*keySet // key sets of closed large objects, for reuse
 	fold    bool      // Limits.FoldedKeys
+	float   bool      // Limits.Float64Numbers
 }
 
 // key locates the raw text of an object key, between its quotes.
@@ -107,7 +115,7 @@ func check(b []byte, l Limits, wantObject bool) error {
 }
 
 func checkInto(b []byte, l Limits, wantObject bool, rec *Members, inner string) error {
-	s := scanner{b: b, max: l.MaxDepth, rec: rec, inner: inner, fold: l.FoldedKeys}
+	s := scanner{b: b, max: l.MaxDepth, rec: rec, inner: inner, fold: l.FoldedKeys, float: l.Float64Numbers}
 	if s.max <= 0 {
 		s.max = DefaultMaxDepth
 	}
@@ -346,7 +354,32 @@ func (s *scanner) number(i int) (int, *Error) {
 		}
 		i = digits(b, i)
 	}
+	if s.float && !fitsFloat64(b[start:i]) {
+		return i, s.fail(NumberRange, start, "number beyond what a float64 holds")
+	}
 	return i, nil
+}
+
+// fitsFloat64 reports whether a valid JSON number reads as a finite float64 that is zero only when
+// its digits are, and an exact reader can read it. Short numbers without an exponent always do.
+func fitsFloat64(n []byte) bool {
+	if len(n) <= 300 && bytes.IndexAny(n, "eE") < 0 {
+		return true
+	}
+	f, _ := strconv.ParseFloat(string(n), 64)
+	if math.IsInf(f, 0) {
+		return false
+	}
+	if f != 0 {
+		return true
+	}
+	mantissa, exp := n, "0"
+	if i := bytes.IndexAny(n, "eE"); i >= 0 {
+		mantissa, exp = n[:i], string(n[i+1:])
+	}
+	// A zero: exact readers (big.Rat) refuse an exponent beyond int64.
+	_, err := strconv.ParseInt(exp, 10, 64)
+	return len(bytes.Trim(mantissa, "-0.")) == 0 && err == nil
 }
 
 func digits(b []byte, i int) int {

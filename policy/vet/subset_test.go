@@ -725,8 +725,9 @@ func (g *pairGen) object(b *strings.Builder, s *genSchema, depth int) {
 }
 
 // TestSchemaBlocksWhatTheValidatorsCannotDecide: a number jsonschema cannot read where a bound applies (it
-// panics on it) blocks the call, whether the subset validator takes the schema (and is unsure) or not; and
-// a call the subset validator rejects is blocked even were jsonschema to accept it.
+// panics on it) blocks the call, whether the subset validator takes the schema (and is unsure) or not (the
+// schema step alone: Check refuses such a number before, see TestHugeNumbersRefusedBeforeTheSchema); and a
+// call the subset validator rejects is blocked even were jsonschema to accept it.
 func TestSchemaBlocksWhatTheValidatorsCannotDecide(t *testing.T) {
 	t.Parallel()
 	const want = reasonSchemaMismatch + "the validator failed"
@@ -734,8 +735,8 @@ func TestSchemaBlocksWhatTheValidatorsCannotDecide(t *testing.T) {
 		`{"properties":{"n":{"maximum":0,"anyOf":[true]}}}`} {
 		p := Policy{Allowed: map[string]bool{"t": true}, Schemas: map[string][]byte{"t": []byte(schema)}}
 		for _, c := range []*Checker{NewChecker(p), generalOnly(p)} {
-			if r, _, ok := c.Check("t", []byte(`{"n":1e1000001}`)); ok || r != want {
-				t.Errorf("%s: %q %v, want %q", schema, r, ok, want)
+			if r := c.checkSchema("t", []byte(`{"n":1e1000001}`)); r != want {
+				t.Errorf("%s: %q, want %q", schema, r, want)
 			}
 		}
 	}
@@ -744,5 +745,24 @@ func TestSchemaBlocksWhatTheValidatorsCannotDecide(t *testing.T) {
 	c.schemas["t"].fast = &subsetNode{never: true}
 	if r, _, ok := c.Check("t", []byte(`{}`)); ok || r != reasonSchemaMismatch+"invalid" {
 		t.Errorf("the engines disagree: %q %v, want the call blocked", r, ok)
+	}
+}
+
+// TestHugeNumbersRefusedBeforeTheSchema: a number no float64 holds (an infinity, or zero from non-zero
+// digits) blocks the call at the JSON check, naming its offset, before any schema engine reads it exactly.
+func TestHugeNumbersRefusedBeforeTheSchema(t *testing.T) {
+	t.Parallel()
+	p := Policy{Allowed: map[string]bool{"t": true}, Schemas: map[string][]byte{"t": []byte(`{"properties":{"n":{"minimum":0}}}`)}}
+	c := NewChecker(p)
+	for _, args := range []string{`{"n":1e1000001}`, `{"n":-1e309}`, `{"n":1e-999999}`, `{"n":0.0001e-400}`} {
+		r, _, ok := c.Check("t", []byte(args))
+		if ok || !strings.Contains(r, "float64") || !strings.Contains(r, "offset 5") {
+			t.Errorf("%s: %q %v, want blocked as out of float64 range at offset 5", args, r, ok)
+		}
+	}
+	for _, args := range []string{`{"n":1e308}`, `{"n":0e-999999}`, `{"n":-0.0e5}`, `{"n":5e-324}`} {
+		if r, _, ok := c.Check("t", []byte(args)); !ok {
+			t.Errorf("%s: blocked (%s), want released", args, r)
+		}
 	}
 }

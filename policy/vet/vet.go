@@ -258,7 +258,7 @@ func (c *Checker) Check(name string, args []byte) (reason, rule string, ok bool)
 	if len(bytes.TrimSpace(args)) == 0 {
 		return reasonInvalidJSON + "empty", "", false
 	}
-	if err := jsoncheck.Object(args, jsoncheck.Limits{MaxDepth: c.p.MaxDepth, FoldedKeys: true}); err != nil {
+	if err := jsoncheck.Object(args, jsoncheck.Limits{MaxDepth: c.p.MaxDepth, FoldedKeys: true, Float64Numbers: true}); err != nil {
 		return argsReason(err), "", false
 	}
 	if r := c.checkSchema(name, args); r != "" {
