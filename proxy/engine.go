@@ -84,8 +84,8 @@ type EngineOptions struct {
 	Context ContextSource
 	// Log receives the engine's debug lines; nil discards.
 	Log *slog.Logger
-	// StoredResponses bounds the per-instance memory of Responses answers (see surface/responses); 0 means
-	// 10,000.
+	// StoredResponses bounds the per-instance memory of Responses answers and of stored chat completions
+	// (see surface/responses and surface/chat); 0 means 10,000.
 	StoredResponses int
 	// Calls, when not nil, is told every model call released to the client, for the MCP door to match its
 	// tools/call against, and names the MCP server that ran a call whose output the conversation carries.
@@ -114,7 +114,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 // package under proxy/surface and one line here.
 func surfaces(o EngineOptions) []surface.Surface {
 	return []surface.Surface{
-		chat.Surface{},
+		chat.New(chat.Options{Remember: o.StoredResponses}),
 		responses.New(responses.Options{Remember: o.StoredResponses}),
 		messages.Surface{},
 		gemini.Surface{},

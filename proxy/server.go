@@ -169,6 +169,10 @@ type inflight struct {
 	route string        // the metrics label: a surface's name, "passthrough" or "other"
 	up    *upstreamAt   // set by pass before the request goes upstream
 	x     *exchange     // set by rewrite before the request goes upstream; nil on other routes
+	// pt is the surface that edits the answer of a passed-through request, and in that request as the
+	// client sent it (set by rewritePassthrough; nil otherwise).
+	pt surface.Passthrough
+	in *http.Request
 }
 
 // listenerRoute is a pattern of the listener that goes upstream: a surface's route (sf not nil) or an
@@ -668,9 +672,11 @@ func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
 	pr.Out.URL = up.url(pr.In.URL)
 	pr.Out.Host = ""
 	outboundHeaders(pr.Out.Header, pr.Out.URL, up)
-	if s.interceptor(pr.In) != nil {
+	if pt := s.interceptor(pr.In); pt != nil {
 		// The answer is edited: it is asked for uncompressed (NewTransport), and read as the upstream sent it.
 		pr.Out.Header.Del("Accept-Encoding")
+		in := inflightOf(pr.In.Context())
+		in.pt, in.in = pt, pr.In
 	}
 	s.injectTrace(pr)
 }
@@ -749,8 +755,8 @@ func (s *Server) passResponse(resp *http.Response) error {
 	s.maskKeys(resp)
 	upstreamHeaders(resp.Header)
 	guardTrailers(resp, s.buffers)
-	if pt := s.interceptor(resp.Request); pt != nil {
-		return pt.Passed(resp, host{s})
+	if in := inflightOf(resp.Request.Context()); in.pt != nil {
+		return in.pt.Passed(in.in, resp, host{s})
 	}
 	return nil
 }

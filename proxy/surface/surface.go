@@ -120,10 +120,12 @@ type Vetting struct {
 // Passthrough is implemented by a surface that must see some answers of the passthrough path (the Responses
 // API's retrievals and cancels).
 type Passthrough interface {
-	// Intercepts reports whether the answer to r goes through Passed; its body is then read decoded.
+	// Intercepts reports whether the answer to r (as the client sent it) goes through Passed; its body is
+	// then read decoded.
 	Intercepts(r *http.Request) bool
-	// Passed edits the answer to such a request, with what the host gives.
-	Passed(resp *http.Response, h Host) error
+	// Passed edits the answer to such a request in (as the client sent it: the upstream's base path is not
+	// in its path), with what the host gives.
+	Passed(in *http.Request, resp *http.Response, h Host) error
 }
 
 // Stored is implemented by a surface whose upstream keeps what it answers under ids that later requests name

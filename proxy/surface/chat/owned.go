@@ -46,19 +46,41 @@ func (Surface) NoListing() (int, []byte) {
 	return http.StatusForbidden, surface.ErrorJSON(surface.NoListingMessage("chat completions"), "permission_error", surface.CodeListingNotAllowed)
 }
 
-// stored is the response side of a request the upstream stores (store: true) under a shared key: each
-// round's completion id is bound to the client (created) before the client can learn it.
-func stored(st surface.Start, several bool) surface.Exchange {
-	created := st.Created
+// storedExchange is the response side of a request the upstream stores (store: true): each round's
+// completion id is remembered with what was released of it (see stored.go), and bound to the client
+// (Start.Created, under a shared key) before the client can learn it.
+type storedExchange struct {
+	surface.Stateless
+	mem     *storedMemory
+	system  []string
+	created func(string)
+	id      string // the round's completion id, as the answer's first bytes give it
+}
+
+func (s Surface) storedExchange(st surface.Start, several bool) *storedExchange {
+	x := &storedExchange{mem: s.stored, system: clientSystem(st.Client), created: st.Created}
 	vetBody := func(b []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
 		if id := gjson.GetBytes(b, pathID); id.Type == gjson.String {
-			created(id.Str)
+			x.onID(id.Str)
 		}
 		return Body(b, c, rec)
 	}
-	return surface.Stateless{VetBody: vetBody, Join: join, VetStream: func(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
-		s := newStream(up, v, several)
-		s.OnID = created
-		return s
+	x.Stateless = surface.Stateless{VetBody: vetBody, Join: join, VetStream: func(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
+		st := newStream(up, v, several)
+		st.OnID = x.onID
+		return st
 	}}
+	return x
 }
+
+// onID starts a round's completion.
+func (x *storedExchange) onID(id string) {
+	x.id = id
+	x.mem.begin(id, x.system)
+	if x.created != nil {
+		x.created(id)
+	}
+}
+
+// Decided remembers a decision on a call of the round's completion.
+func (x *storedExchange) Decided(d vet.Decision) { x.mem.decided(x.id, d) }

@@ -18,10 +18,16 @@ import (
 // Path is Chat Completions' rewritten route.
 const Path = "/v1/chat/completions"
 
-// Surface is Chat Completions (POST /v1/chat/completions). It holds no state.
-type Surface struct{}
+// Surface is Chat Completions (POST /v1/chat/completions). Its only state is the memory of the completions
+// it relayed with store: true (see stored.go); the zero value remembers none (New does).
+type Surface struct {
+	stored *storedMemory
+}
 
-var _ surface.Surface = Surface{}
+var (
+	_ surface.Surface     = Surface{}
+	_ surface.Passthrough = Surface{}
+)
 
 func (Surface) Name() string                       { return "chat" }
 func (Surface) Routes() []surface.Route            { return []surface.Route{{Pattern: "POST " + Path}} }
@@ -58,10 +64,10 @@ func (Surface) AppendTurn(body []byte, t relay.Turn) ([]byte, error) { return ap
 // upstream stores the completion under a shared key, its ids are bound to the client (see stored). An answer
 // with several choices (n above 1) is not continued in continue mode: promptgate cannot answer the calls of
 // choices the client has to choose between.
-func (Surface) Begin(st surface.Start) surface.Exchange {
+func (s Surface) Begin(st surface.Start) surface.Exchange {
 	several := gjson.GetBytes(st.Upstream, "n").Int() > 1
-	if store := gjson.GetBytes(st.Upstream, "store"); st.Created != nil && store.Exists() && store.Type != gjson.False && store.Type != gjson.Null {
-		return stored(st, several) // a loose reader may take any other value for true: binding costs little
+	if store := gjson.GetBytes(st.Upstream, "store"); store.Exists() && store.Type != gjson.False && store.Type != gjson.Null {
+		return s.storedExchange(st, several) // a loose reader may take any other value for true: remembering costs little
 	}
 	return surface.Stateless{VetBody: Body, Join: join, VetStream: func(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
 		return newStream(up, v, several)

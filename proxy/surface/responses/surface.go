@@ -189,17 +189,17 @@ func (*Surface) Intercepts(r *http.Request) bool {
 
 // Passed edits a retrieval (vetted with the creating request's policy for a background response, else shown
 // as its create showed it), a cancel, or an input item listing (the items of blocked calls removed).
-func (s *Surface) Passed(resp *http.Response, h surface.Host) error {
-	if id := storedResponseID(resp.Request); id != "" {
+func (s *Surface) Passed(in *http.Request, resp *http.Response, h surface.Host) error {
+	if id := storedResponseID(in); id != "" {
 		if bg := s.blocked.background(id); bg != nil {
 			return s.vetStored(resp, h, id, bg)
 		}
 		return s.stripStored(resp, id)
 	}
-	if id := cancelledResponseID(resp.Request); id != "" {
+	if id := cancelledResponseID(in); id != "" {
 		return s.echoCancelled(resp, id)
 	}
-	if inputItemsResponseID(resp.Request) != "" {
+	if inputItemsResponseID(in) != "" {
 		return s.stripInputItems(resp)
 	}
 	return nil
