@@ -37,7 +37,7 @@ func TestParseProtocolContractExample(t *testing.T) {
 		Tools:                ToolList{Allow: []string{"search_docs", "web_fetch"}, Deny: []string{}},
 		ToolCalls: ToolCalls{
 			OnViolation: vet.ModeRefuse,
-			Rules:       []vet.Rule{{Tool: "web_fetch", Path: "url", Pattern: `^https://docs\.example\.com/`}},
+			Rules:       []vet.Rule{{Tool: "web_fetch", Path: "url", Check: vet.Check{Pattern: `^https://docs\.example\.com/`}}},
 		},
 	}
 	if !reflect.DeepEqual(p, want) {

@@ -92,7 +92,7 @@ func TestNewRound(t *testing.T) {
 // it, which read the exact key where the tool may read the other; audit mode lets it through as audited.
 func TestCaseVariantKeysStopBeforeRulesAndJudge(t *testing.T) {
 	t.Parallel()
-	rules, err := CompileRules([]Rule{{ID: "iban", Tool: "send_money", Path: "recipient", Pattern: "^DE"}})
+	rules, err := CompileRules([]Rule{{ID: "iban", Tool: "send_money", Path: "recipient", Check: Check{Pattern: "^DE"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

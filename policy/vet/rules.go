@@ -30,19 +30,14 @@ import (
 //
 // Tool is "*" (every tool) or one exact tool name.
 type Rule struct {
-	ID         string   `json:"id,omitempty"`
-	Tool       string   `json:"tool"`
-	Path       string   `json:"path"`
-	Pattern    string   `json:"pattern,omitempty"`
-	OneOf      []any    `json:"oneOf,omitempty"`
-	Max        *float64 `json:"max,omitempty"`
-	Min        *float64 `json:"min,omitempty"`
-	PathPrefix []string `json:"pathPrefix,omitempty"`
-	Hosts      []string `json:"hosts,omitempty"`
-	Schemes    []string `json:"schemes,omitempty"`
-	NotPattern string   `json:"notPattern,omitempty"`
-	Not        *Check   `json:"not,omitempty"`
-	Optional   bool     `json:"optional,omitempty"`
+	ID   string `json:"id,omitempty"`
+	Tool string `json:"tool"`
+	Path string `json:"path"`
+	// Check is the rule's value check (its keys sit in the rule's object).
+	Check
+	NotPattern string `json:"notPattern,omitempty"`
+	Not        *Check `json:"not,omitempty"`
+	Optional   bool   `json:"optional,omitempty"`
 }
 
 // Check is one value check of a Rule, the part that Not negates. Exactly one kind is set:
@@ -140,9 +135,8 @@ func CompileRules(rules []Rule) (*RuleSet, error) {
 		} else if strings.ContainsRune(r.Path, 0) {
 			bad("path", "must not contain NUL")
 		}
-		own := Check{Pattern: r.Pattern, OneOf: r.OneOf, Max: r.Max, Min: r.Min, PathPrefix: r.PathPrefix, Hosts: r.Hosts, Schemes: r.Schemes}
 		var kinds []string
-		c.check, kinds = compileCheck(own, "", bad)
+		c.check, kinds = compileCheck(r.Check, "", bad)
 		if r.NotPattern != "" {
 			kinds = append(kinds, "notPattern")
 			c.negate = true

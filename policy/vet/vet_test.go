@@ -334,7 +334,7 @@ func TestCompileRulesErrors(t *testing.T) {
 		}
 	}
 	// Rules built in Go work too.
-	if _, err := CompileRules([]Rule{{Tool: "a", Path: "n", Max: f(3)}, {Tool: "a", Path: "m", OneOf: []any{1, "x", true}}}); err != nil {
+	if _, err := CompileRules([]Rule{{Tool: "a", Path: "n", Check: Check{Max: f(3)}}, {Tool: "a", Path: "m", Check: Check{OneOf: []any{1, "x", true}}}}); err != nil {
 		t.Fatal(err)
 	}
 	if set, err := CompileRules(nil); err != nil || set.Len() != 0 {
@@ -600,8 +600,8 @@ func TestWalkCaseVariants(t *testing.T) {
 func TestRulesReadCaseVariants(t *testing.T) {
 	t.Parallel()
 	rules, err := CompileRules([]Rule{
-		{ID: "docs", Tool: "fetch", Path: "url", Hosts: []string{"docs.acme.com"}, Optional: true},
-		{ID: "region", Tool: "deploy", Path: "region", OneOf: []any{"eu-west-1"}},
+		{ID: "docs", Tool: "fetch", Path: "url", Check: Check{Hosts: []string{"docs.acme.com"}}, Optional: true},
+		{ID: "region", Tool: "deploy", Path: "region", Check: Check{OneOf: []any{"eu-west-1"}}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -52,7 +52,7 @@ func AddSeeds(f *testing.F, input string, m vet.Mode, atomic bool) {
 // Policy is the checker most tests use: get_weather, web_fetch and search are allowed, get_weather's
 // arguments have a schema, and web_fetch may only fetch the docs site.
 func Policy(mode vet.Mode, atomic bool) *vet.Checker {
-	rules, err := vet.CompileRules([]vet.Rule{{ID: "docs", Tool: "web_fetch", Path: "url", Hosts: []string{"docs.example.com"}}})
+	rules, err := vet.CompileRules([]vet.Rule{{ID: "docs", Tool: "web_fetch", Path: "url", Check: vet.Check{Hosts: []string{"docs.example.com"}}}})
 	if err != nil {
 		panic(err)
 	}
