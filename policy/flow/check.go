@@ -121,36 +121,16 @@ func (c *Conversation) Check(call Call) Result {
 			Kind: KindToolCall, Verdict: VerdictBlocked, Tool: call.Tool, Reason: "arguments are not a JSON object"}}}
 	}
 	args := gjson.Parse(string(call.Args))
-	for i := range c.p.provenance {
-		if r := &c.p.provenance[i]; matchCover(r.tool, call.Tool) {
-			if why, bad := c.checkProvenance(r, args); why != "" {
-				vs = append(vs, violation{KindProvenance, &r.ruleBase, why, bad})
-			}
-		}
-	}
-	for i := range c.p.scan {
-		if r := &c.p.scan[i]; matchCover(r.tool, call.Tool) {
-			if kind, why, bad := c.checkScan(r, args); why != "" {
-				vs = append(vs, violation{kind, &r.ruleBase, why, bad})
-			}
-		}
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i := range c.p.budgets {
-		if r := &c.p.budgets[i]; matchCover(r.tool, call.Tool) {
-			if why := c.checkBudget(r); why != "" {
-				vs = append(vs, violation{KindBudget, &r.ruleBase, why, nil})
+	for _, k := range c.p.kinds {
+		for _, r := range k.rules {
+			if !coversTool(r.tools(), call.Tool) {
+				continue
 			}
-		}
-	}
-	for i := range c.p.flows {
-		r := &c.p.flows[i]
-		if !coversTool(r.tools, call.Tool) {
-			continue
-		}
-		if why := c.checkFlow(r); why != "" {
-			vs = append(vs, violation{KindFlow, &r.ruleBase, why, nil})
+			if kind, why, bad := r.check(c, args); why != "" {
+				vs = append(vs, violation{kind, r.base(), why, bad})
+			}
 		}
 	}
 	res := c.decide(call, args, vs)

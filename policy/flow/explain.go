@@ -1,8 +1,6 @@
 package flow
 
 import (
-	"fmt"
-	"maps"
 	"slices"
 	"strings"
 )
@@ -58,44 +56,10 @@ func (p *Policy) Explain() Explanation {
 		}
 		return VerdictBlock
 	}
-	for _, r := range p.provenance {
-		as := r.as
-		if r.matchURL {
-			as += ", whole URL"
+	for _, k := range p.kinds {
+		for _, r := range k.rules {
+			e.Rules = append(e.Rules, RuleInfo{k.name, r.base().name, slices.Clone(r.tools()), verdict(*r.base()), r.summary()})
 		}
-		if schemes := slices.Sorted(maps.Keys(r.schemes)); (r.as == AsURL || r.as == AsAuto) && !slices.Equal(schemes, []string{"http", "https"}) {
-			as += ", schemes " + strings.Join(schemes, " ")
-		}
-		s := fmt.Sprintf("%s (%s) must occur in %s", r.path, as, patterns(r.from))
-		if r.negate {
-			s = fmt.Sprintf("%s (%s) must not occur in %s", r.path, as, patterns(r.from))
-		}
-		e.Rules = append(e.Rules, RuleInfo{"provenance", r.name, []string{r.tool}, verdict(r.ruleBase), s})
-	}
-	for _, r := range p.scan {
-		var checks []string
-		if r.hosts != nil {
-			checks = append(checks, "hosts listed")
-		}
-		if r.notHosts != nil {
-			checks = append(checks, "no excluded host")
-		}
-		if r.from != nil {
-			checks = append(checks, "occur in "+patterns(r.from))
-		}
-		if r.notFrom != nil {
-			checks = append(checks, "not occur in "+patterns(r.notFrom))
-		}
-		s := fmt.Sprintf("%s found in %s must have: %s", r.kinds, r.path, strings.Join(checks, "; "))
-		e.Rules = append(e.Rules, RuleInfo{"scan", r.name, []string{r.tool}, verdict(r.ruleBase), s})
-	}
-	for _, r := range p.budgets {
-		e.Rules = append(e.Rules, RuleInfo{"budget", r.name, []string{r.tool}, verdict(r.ruleBase),
-			fmt.Sprintf("at most %d calls per conversation", r.max)})
-	}
-	for _, r := range p.flows {
-		e.Rules = append(e.Rules, RuleInfo{"flow", r.name, slices.Clone(r.tools), verdict(r.ruleBase),
-			"after output of " + patterns(r.after) + " is in the conversation"})
 	}
 	return e
 }
@@ -158,52 +122,22 @@ func (c *Conversation) Summary(tools []string) Summary {
 		}
 		return out
 	}
-	for _, r := range c.p.provenance {
-		if ts := covered(r.tool); len(ts) > 0 {
-			s.Rules = append(s.Rules, RuleState{KindProvenance, r.name, ts, "checks " + r.path + " against " + patterns(r.from)})
-		}
-	}
-	for _, r := range c.p.scan {
-		if ts := covered(r.tool); len(ts) > 0 {
-			s.Rules = append(s.Rules, RuleState{"scan", r.name, ts, "scans " + r.path})
-		}
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i := range c.p.budgets {
-		r := &c.p.budgets[i]
-		if ts := covered(r.tool); len(ts) > 0 {
-			state := c.checkBudget(r)
-			if state == "" {
-				used := 0
-				for _, h := range c.calls {
-					if matchCover(r.tool, h.Tool) {
-						used++
+	for _, k := range c.p.kinds {
+		for _, r := range k.rules {
+			var ts []string
+			for _, g := range r.tools() {
+				for _, t := range covered(g) {
+					if !slices.Contains(ts, t) {
+						ts = append(ts, t)
 					}
 				}
-				state = fmt.Sprintf("%d of %d calls used", used, r.max)
 			}
-			s.Rules = append(s.Rules, RuleState{KindBudget, r.name, ts, state})
-		}
-	}
-	for i := range c.p.flows {
-		r := &c.p.flows[i]
-		var ts []string
-		for _, g := range r.tools {
-			for _, t := range covered(g) {
-				if !slices.Contains(ts, t) {
-					ts = append(ts, t)
-				}
+			if len(ts) > 0 {
+				s.Rules = append(s.Rules, RuleState{k.name, r.base().name, ts, r.state(c)})
 			}
 		}
-		if len(ts) == 0 {
-			continue
-		}
-		state := "not triggered"
-		if why := c.checkFlow(r); why != "" {
-			state = "triggered: " + why
-		}
-		s.Rules = append(s.Rules, RuleState{KindFlow, r.name, ts, state})
 	}
 	return s
 }

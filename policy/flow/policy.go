@@ -28,13 +28,11 @@ import (
 type Policy struct {
 	// trust is the toolOutputs of the protocol, then of each workflow that sets them; an output is
 	// trusted as far as every level trusts it (trustOf).
-	trust      []trustLevel
-	provenance []provRule
-	scan       []scanRule
-	budgets    []budgetRule
-	flows      []flowRule
-	ttl        time.Duration
-	rounds     int
+	trust []trustLevel
+	// kinds hold the rules of each kind of ruleKinds, in its order: the protocol's, then each workflow's.
+	kinds  []kindRules
+	ttl    time.Duration
+	rounds int
 	// indexed are the patterns of every from list: a segment they cover is indexed for provenance.
 	indexed []srcPattern
 	// lists are the operator's lists (toolCalls.sources), indexed once, by name.
@@ -83,7 +81,13 @@ type budgetRule struct {
 type flowRule struct {
 	ruleBase
 	after []srcPattern
-	tools []string
+	globs []string // the tools it applies to
+}
+
+// kindRules are the rules of one kind.
+type kindRules struct {
+	name  string
+	rules []rule
 }
 
 // Compile checks and compiles specs: the protocol's, then those of the workflows that extend it.
@@ -95,7 +99,11 @@ func Compile(specs ...Spec) (*Policy, error) {
 }
 
 func compile(specs []Spec) (*Policy, error) {
-	p := &Policy{ttl: DefaultConfirmTTL, rounds: DefaultContinueRounds}
+	kinds := ruleKinds()
+	p := &Policy{ttl: DefaultConfirmTTL, rounds: DefaultContinueRounds, kinds: make([]kindRules, len(kinds))}
+	for i, k := range kinds {
+		p.kinds[i].name = k.name
+	}
 	var probs problems
 	ttlSet, roundsSet := false, false
 	for k, s := range specs {
@@ -108,55 +116,19 @@ func compile(specs []Spec) (*Policy, error) {
 		}
 		p.lists = probs.compileLists(p.lists, s.Sources, k > 0)
 		ids := map[string]string{}
-		name := func(kind string, i int, id string) string {
-			field := fmt.Sprintf("%s[%d]", kind, i)
-			if id == "" {
-				return prefix + field
+		for ki, kind := range kinds {
+			name := func(i int, id string) string {
+				field := fmt.Sprintf("%s[%d]", kind.key, i)
+				if id == "" {
+					return prefix + field
+				}
+				if prev, dup := ids[id]; dup {
+					probs.add(field+".id", "%q is already the id of %s: give each rule its own id", id, prev)
+				}
+				ids[id] = field
+				return id
 			}
-			if prev, dup := ids[id]; dup {
-				probs.add(field+".id", "%q is already the id of %s: give each rule its own id", id, prev)
-			}
-			ids[id] = field
-			return id
-		}
-		for i, r := range s.Provenance {
-			p.provenance = append(p.provenance, compileProvenance(&probs, i, r, name("provenance", i, r.ID)))
-		}
-		for i, r := range s.Scan {
-			p.scan = append(p.scan, compileScan(&probs, i, r, name("scan", i, r.ID)))
-		}
-		for i, r := range s.Budgets {
-			at := fmt.Sprintf("budgets[%d]", i)
-			b := budgetRule{ruleBase: ruleBase{name: name("budgets", i, r.ID), keyArgs: r.KeyArgs}, tool: r.Tool}
-			b.confirm = probs.checkVerdict(at+".verdict", r.Verdict)
-			probs.checkGlob(at+".tool", r.Tool)
-			probs.checkKeyArgs(at+".keyArgs", r.KeyArgs)
-			switch {
-			case r.MaxCalls == nil:
-				probs.add(at+".maxCalls", "required: the most calls allowed per conversation, such as 3")
-			case *r.MaxCalls < 0:
-				probs.add(at+".maxCalls", "must be 0 or more")
-			default:
-				b.max = *r.MaxCalls
-			}
-			p.budgets = append(p.budgets, b)
-		}
-		for i, r := range s.Flows {
-			at := fmt.Sprintf("flows[%d]", i)
-			f := flowRule{ruleBase: ruleBase{name: name("flows", i, r.ID), keyArgs: r.KeyArgs}, tools: r.Tools}
-			f.confirm = probs.checkVerdict(at+".verdict", r.Verdict)
-			probs.checkKeyArgs(at+".keyArgs", r.KeyArgs)
-			if len(r.After) == 0 {
-				probs.add(at+".after", "required: the sources that trigger the rule, such as untrusted or tool:web_fetch")
-			}
-			f.after = parseSources(&probs, at+".after", r.After, false)
-			if len(r.Tools) == 0 {
-				probs.add(at+".tools", "required: the tools the rule blocks or holds, names or globs")
-			}
-			for j, g := range r.Tools {
-				probs.checkGlob(fmt.Sprintf("%s.tools[%d]", at, j), g)
-			}
-			p.flows = append(p.flows, f)
+			p.kinds[ki].rules = append(p.kinds[ki].rules, kind.compile(&probs, s, name)...)
 		}
 		if d := time.Duration(s.Confirm.TTL); d != 0 {
 			if d < MinConfirmTTL || d > MaxConfirmTTL {
@@ -176,12 +148,10 @@ func compile(specs []Spec) (*Policy, error) {
 	if err := probs.err(); err != nil {
 		return nil, err
 	}
-	for _, r := range p.provenance {
-		p.indexed = append(p.indexed, r.from...)
-	}
-	for _, r := range p.scan {
-		p.indexed = append(p.indexed, r.from...)
-		p.indexed = append(p.indexed, r.notFrom...)
+	for _, k := range p.kinds {
+		for _, r := range k.rules {
+			p.indexed = append(p.indexed, r.indexed()...)
+		}
 	}
 	return p, nil
 }
@@ -351,7 +321,15 @@ func (p *Policy) ContinueRounds() int { return p.rounds }
 
 // Empty reports whether the policy has no rule (trust labels alone decide nothing).
 func (p *Policy) Empty() bool {
-	return p == nil || len(p.provenance)+len(p.scan)+len(p.budgets)+len(p.flows) == 0
+	if p == nil {
+		return true
+	}
+	for _, k := range p.kinds {
+		if len(k.rules) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // validScheme reports whether s is a URL scheme: a letter, then letters, digits, '+', '-' or '.'.
