@@ -49,11 +49,11 @@ func checkNoLeak(t *testing.T, name string, h http.Header, b []byte, leaks ...st
 	}
 }
 
-// TestRedTeam2ContinueLeaks: a model that makes a second refused payment in the continued round, and one
+// TestAttackContinueLeaks: a model that makes a second refused payment in the continued round, and one
 // that makes three refused payments at once, never shows the client any of them (id, recipient, notice):
 // each round is one more upstream request (not one per call), it answers every refused call of the round
 // before, and the client gets the text of every round and the call of the last, with the usage of all.
-func TestRedTeam2ContinueLeaks(t *testing.T) {
+func TestAttackContinueLeaks(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
 	for _, tc := range []struct {
@@ -114,10 +114,10 @@ func TestRedTeam2ContinueLeaks(t *testing.T) {
 	}
 }
 
-// TestRedTeam2ContinueNotAmplified: an answer that cannot be continued is not: several choices (n=2, each
+// TestAttackContinueNotAmplified: an answer that cannot be continued is not: several choices (n=2, each
 // with a refused call) and a background response are asked once upstream, and nothing of their refused
 // calls reaches the client.
-func TestRedTeam2ContinueNotAmplified(t *testing.T) {
+func TestAttackContinueNotAmplified(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
 	args := string(flowtest.Args(cc.evil.Args))
@@ -234,12 +234,12 @@ func writeTurn(w http.ResponseWriter, tu scriptedTurn, sf flowtest.Surface, stre
 	}
 }
 
-// TestRedTeam2ContinueOddNextAnswers: an upstream whose next answer is not one the client's answer can
+// TestAttackContinueOddNextAnswers: an upstream whose next answer is not one the client's answer can
 // continue with — another content type than the first, a content coding, an error quoting the request, a
 // second choice with another refused call, another model — gets nothing of it to the client; where the
 // round is not taken, the first round's refusal stands as its notice. An answer split a byte per write is
 // taken (control).
-func TestRedTeam2ContinueOddNextAnswers(t *testing.T) {
+func TestAttackContinueOddNextAnswers(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
 	leak := scriptedTurn{text: "LEAKME", calls: []flowtest.Call{redEvil2}, in: 1, out: 1}
@@ -330,10 +330,10 @@ func TestRedTeam2ContinueOddNextAnswers(t *testing.T) {
 	}
 }
 
-// TestRedTeam2ContinueHeaders: the next round goes to the first's URL with the first's headers — the
+// TestAttackContinueHeaders: the next round goes to the first's URL with the first's headers — the
 // operator's key where the first had it, never the client's own key beside it — and none of the client's
 // X-Promptgate-* headers in any spelling; its Content-Length is its body's.
-func TestRedTeam2ContinueHeaders(t *testing.T) {
+func TestAttackContinueHeaders(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
 	for _, sf := range flowtest.Surfaces {
@@ -408,11 +408,11 @@ func TestRedTeam2ContinueHeaders(t *testing.T) {
 	}
 }
 
-// TestRedTeam2ContinuedResponsesHistory: a continued Responses answer is recorded as the client was shown it,
+// TestAttackContinuedResponsesHistory: a continued Responses answer is recorded as the client was shown it,
 // so the record launders nothing: continued from its last response (whose round-2 text quotes the attacker's
 // IBAN) or from the first (the id response.created named), the refused payment made again is refused; a
 // stored response retrieved (GET /v1/responses/{id}, stream or not) shows none of the refused call.
-func TestRedTeam2ContinuedResponsesHistory(t *testing.T) {
+func TestAttackContinuedResponsesHistory(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
 	sf := flowtest.Responses
@@ -480,9 +480,9 @@ func TestRedTeam2ContinuedResponsesHistory(t *testing.T) {
 	}
 }
 
-// TestRedTeam2ContinueClientGone: a client that goes away while a next round is asked cancels that round's
+// TestAttackContinueClientGone: a client that goes away while a next round is asked cancels that round's
 // upstream request; no further round is asked, and nothing of the exchange is left running.
-func TestRedTeam2ContinueClientGone(t *testing.T) {
+func TestAttackContinueClientGone(t *testing.T) {
 	cc := newContinueCase(t)
 	for _, stream := range []bool{true, false} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
@@ -529,9 +529,9 @@ func TestRedTeam2ContinueClientGone(t *testing.T) {
 	}
 }
 
-// TestRedTeam2ConfirmSingleUseUnderRace: twenty requests sent at once with the user's code (half in the
+// TestAttackConfirmSingleUseUnderRace: twenty requests sent at once with the user's code (half in the
 // message, half in X-Promptgate-Confirm) release the held call once.
-func TestRedTeam2ConfirmSingleUseUnderRace(t *testing.T) {
+func TestAttackConfirmSingleUseUnderRace(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{{ID: "d1", Tool: "delete_file", Args: deleteArgs}}})
 	ts, rec, _ := confirmServer(t, up.URL)
@@ -572,12 +572,12 @@ func TestRedTeam2ConfirmSingleUseUnderRace(t *testing.T) {
 var confirmTwoTools = json.RawMessage(`{"id":"files2","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},
   "toolCalls":{"flows":[{"id":"confirm-files","after":["untrusted"],"tools":["delete_file","archive_file"],"verdict":"confirm","keyArgs":["file_id"]}]}}`)
 
-// TestRedTeam2ConfirmCodeBinding: a code is its call's and its key's only — the code of delete_file does not
+// TestAttackConfirmCodeBinding: a code is its call's and its key's only — the code of delete_file does not
 // release archive_file with the same arguments, nor a guess near the code (one character changed, its halves
 // swapped), nor many guesses beside it (at most 8 codes are read per request, so the real code after eight
 // others is not even read); a code issued under one confirmation key does nothing on an instance with another
 // (a key change voids the codes in flight), and holds on one with the same key (a fleet).
-func TestRedTeam2ConfirmCodeBinding(t *testing.T) {
+func TestAttackConfirmCodeBinding(t *testing.T) {
 	t.Parallel()
 	sf, tools := flowtest.Chat, []string{"web_fetch", "delete_file", "archive_file"}
 	del := flowtest.Call{ID: "d1", Tool: "delete_file", Args: deleteArgs}
@@ -633,10 +633,10 @@ func TestRedTeam2ConfirmCodeBinding(t *testing.T) {
 	}
 }
 
-// TestRedTeam2ConfirmCrossSite: a web page cannot confirm a held call through the listener: a request with
+// TestAttackConfirmCrossSite: a web page cannot confirm a held call through the listener: a request with
 // X-Promptgate-Confirm from another site's Origin or Sec-Fetch-Site, or with a body a page can post without a
 // preflight, is refused before anything goes upstream.
-func TestRedTeam2ConfirmCrossSite(t *testing.T) {
+func TestAttackConfirmCrossSite(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{{ID: "d1", Tool: "delete_file", Args: deleteArgs}}})
 	ts, _, _ := confirmServer(t, up.URL)
@@ -680,11 +680,11 @@ func redToolResult(sf flowtest.Surface, req []byte) string {
 	return gjson.GetBytes(req, "messages.@reverse.0.content.@reverse.0.content").String()
 }
 
-// TestRedTeam2ContinueRefusalQuotesNothing: the refusal promptgate sends upstream in place of a refused call's
+// TestAttackContinueRefusalQuotesNothing: the refusal promptgate sends upstream in place of a refused call's
 // result quotes none of its arguments whatever refused it — the client's schema (enum, pattern, maximum),
 // an argument rule's pattern or hosts, provenance, a scan, a budget, a data-flow rule — and a tool name
 // holding a line break and a header cannot start a line of its own in it.
-func TestRedTeam2ContinueRefusalQuotesNothing(t *testing.T) {
+func TestAttackContinueRefusalQuotesNothing(t *testing.T) {
 	t.Parallel()
 	const secret = "SECRETVALUE7731"
 	protocol := json.RawMessage(`{"id":"quote","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},
@@ -754,12 +754,12 @@ func TestRedTeam2ContinueRefusalQuotesNothing(t *testing.T) {
 	}
 }
 
-// TestRedTeam2ContinueRulesAcrossRounds: the rules hold in every round of a continued answer — a budget
+// TestAttackContinueRulesAcrossRounds: the rules hold in every round of a continued answer — a budget
 // counts the calls the continuation makes (the refused ones of the round before spend nothing), a data-flow
 // rule still blocks in the next round, and a call held for confirmation in the next round is answered to the
 // model as waiting for the user (never with its code), the rounds go on, its notice and code reach the client
 // beside the continuation, and the code releases it on the user's next message.
-func TestRedTeam2ContinueRulesAcrossRounds(t *testing.T) {
+func TestAttackContinueRulesAcrossRounds(t *testing.T) {
 	t.Parallel()
 	protocol, _ := sjson.SetBytes(redProtocol, "toolCalls.onViolation", "continue")
 	protocol, _ = sjson.SetRawBytes(protocol, "toolCalls.flows.-1", []byte(`{"id":"confirm-archive","after":["untrusted"],"tools":["archive_file"],"verdict":"confirm","keyArgs":["file_id"]}`))
@@ -827,10 +827,10 @@ func TestRedTeam2ContinueRulesAcrossRounds(t *testing.T) {
 	}
 }
 
-// TestRedTeam2InputItemsHideRefusedCalls: the input items of a continued response (GET
+// TestAttackInputItemsHideRefusedCalls: the input items of a continued response (GET
 // /v1/responses/{id}/input_items) show nothing of the call promptgate refused: neither the refusal it sent
 // in the call's place (which names the call's id) nor, where the upstream lists the chain, the call.
-func TestRedTeam2InputItemsHideRefusedCalls(t *testing.T) {
+func TestAttackInputItemsHideRefusedCalls(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
 	sf := flowtest.Responses
