@@ -18,14 +18,14 @@ func Get(body []byte, path string) gjson.Result {
 }
 
 // Body is a request body whose top-level members, and the members of its "promptgate" object, were
-// located by one walk over it, for every function that reads the body to share. Looking each key up with
-// gjson.Get walks the body again, all of it for a key the body does not have: a 40 KB promptgate.context
-// used to be skipped five times per request. The walk skips each value once, with gjson.
+// located by one walk over it, for every function that reads the body to share: looking each key up with
+// gjson.Get would walk the body again, all of it for a key the body does not have. The walk skips each
+// value once, with gjson.
 //
 // A Body answers as gjson.Get does on the body (the first member of a name wins, keys are compared
 // unescaped, values share the body's memory as get's do), for any body that passed jsoncheck.Object, as
 // every request body has when the proxy reads it. On a body the walk cannot follow it asks gjson, key by
-// key, as before.
+// key.
 type Body struct {
 	raw []byte
 	// ok is false when the walk did not follow the body; get and extension then ask gjson.
