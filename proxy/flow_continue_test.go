@@ -113,7 +113,7 @@ func TestContinueGetsTheTaskDone(t *testing.T) {
 					t.Errorf("the second upstream request does not answer the refused call: %s", reqs[1])
 				}
 				if sf != flowtest.Responses {
-					checkExtends(t, reqs[0], reqs[1], "messages", 2)
+					checkExtends(t, reqs[0], reqs[1], contentsPath(sf), 2)
 				} else if prev, in := gjson.GetBytes(reqs[1], "previous_response_id").Str, gjson.GetBytes(reqs[1], "input"); prev != "resp_1" ||
 					len(in.Array()) != 1 || in.Get("0.type").Str != "function_call_output" || in.Get("0.call_id").Str != cc.evil.ID {
 					// The upstream stores responses: the next round continues the first and sends only the results.
@@ -159,12 +159,10 @@ func hasEvent(evs []audit.Event, tool, kind, verdict string, round int) bool {
 // checkSummedUsage: the usage the client ends with is both rounds' (10+20 in, 5+7 out).
 func checkSummedUsage(t *testing.T, sf flowtest.Surface, u gjson.Result) {
 	t.Helper()
-	want := map[string]int64{"input_tokens": 30, "output_tokens": 12}
-	switch sf {
-	case flowtest.Chat:
-		want = map[string]int64{"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}
-	case flowtest.Responses:
-		want["total_tokens"] = 42
+	in, out, total := usageKeys(sf)
+	want := map[string]int64{in: 30, out: 12}
+	if total != "" {
+		want[total] = 42
 	}
 	for k, v := range want {
 		if got := u.Get(k); got.Int() != v {
@@ -177,7 +175,7 @@ func checkSummedUsage(t *testing.T, sf flowtest.Surface, u gjson.Result) {
 func checkOneAnswer(t *testing.T, sf flowtest.Surface, stream bool, got shown, b []byte) {
 	t.Helper()
 	if !stream {
-		want := map[flowtest.Surface]string{flowtest.Chat: "chatcmpl-1", flowtest.Messages: "msg_1", flowtest.Responses: "resp_2"}[sf]
+		want := map[flowtest.Surface]string{flowtest.Chat: "chatcmpl-1", flowtest.Messages: "msg_1", flowtest.Responses: "resp_2", flowtest.Gemini: "resp-1"}[sf]
 		if len(got.ids) != 1 || got.ids[0] != want {
 			t.Errorf("ids %v, want %s", got.ids, want)
 		}
@@ -229,6 +227,24 @@ func checkOneAnswer(t *testing.T, sf flowtest.Surface, stream bool, got shown, b
 		want := []string{"response.created:resp_1", "response.in_progress:resp_1", "response.completed:resp_2"}
 		if !slices.Equal(got.ids, want) {
 			t.Errorf("response ids %v, want %v", got.ids, want)
+		}
+	case flowtest.Gemini:
+		// Every event is one GenerateContentResponse: each carries the first round's responseId, and only the
+		// last one finishes the candidate.
+		finished := 0
+		for i, d := range datas {
+			if id := gjson.Get(d, "responseId").Str; id != "resp-1" {
+				t.Errorf("event %d has responseId %q, want the first round's", i, id)
+			}
+			if gjson.Get(d, "candidates.0.finishReason").Exists() {
+				finished++
+				if i != len(datas)-1 {
+					t.Errorf("event %d of %d finishes the candidate", i, len(datas))
+				}
+			}
+		}
+		if finished != 1 {
+			t.Errorf("%d events finish the candidate, want 1", finished)
 		}
 	}
 }

@@ -76,21 +76,12 @@ func (u *flowUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	turn := turns[min(round, len(turns)-1)]
-	var sf flowtest.Surface
-	switch {
-	case strings.HasSuffix(r.URL.Path, "/chat/completions"):
-		sf = flowtest.Chat
-	case strings.HasSuffix(r.URL.Path, "/responses"):
-		sf = flowtest.Responses
-	case strings.HasSuffix(r.URL.Path, "/messages"):
-		sf = flowtest.Messages
-	case strings.HasSuffix(r.URL.Path, ":generateContent"), strings.HasSuffix(r.URL.Path, ":streamGenerateContent"):
-		sf = flowtest.Gemini
-	default:
+	sf, ok := upstreamSurface(r.URL.Path)
+	if !ok {
 		http.Error(w, `{"error":{"message":"no such path"}}`, http.StatusNotFound)
 		return
 	}
-	if !gjson.GetBytes(b, "stream").Bool() && !strings.HasSuffix(r.URL.Path, ":streamGenerateContent") {
+	if !streamAsked(r.URL.Path, b) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, turn.body(sf, round+1))
 		return
@@ -99,6 +90,30 @@ func (u *flowUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	for _, ev := range turn.events(sf, round+1) {
 		writeSplit(w, ev, len(ev)/2+1)
 	}
+}
+
+// upstreamSurface is the surface of an upstream request's path; ok is false for a path of none.
+func upstreamSurface(path string) (sf flowtest.Surface, ok bool) {
+	switch {
+	case strings.HasSuffix(path, "/chat/completions"):
+		return flowtest.Chat, true
+	case strings.HasSuffix(path, "/responses"):
+		return flowtest.Responses, true
+	case strings.HasSuffix(path, "/messages"):
+		return flowtest.Messages, true
+	case strings.HasSuffix(path, ":generateContent"), strings.HasSuffix(path, ":streamGenerateContent"):
+		return flowtest.Gemini, true
+	}
+	return "", false
+}
+
+// streamAsked reports whether an upstream request asks for a stream: Gemini's by its method, the others' by
+// their body's stream.
+func streamAsked(path string, body []byte) bool {
+	if sf, _ := upstreamSurface(path); sf == flowtest.Gemini {
+		return strings.HasSuffix(path, ":streamGenerateContent")
+	}
+	return gjson.GetBytes(body, "stream").Bool()
 }
 
 // requests is what the upstream received, in order.
@@ -449,8 +464,10 @@ func read(t testing.TB, sf flowtest.Surface, stream bool, b []byte) shown {
 	var s shown
 	if !stream {
 		root := gjson.ParseBytes(b)
-		s.ids = append(s.ids, root.Get("id").String())
-		s.usage = root.Get("usage")
+		if sf != flowtest.Gemini { // readGemini reads its responseId and usageMetadata
+			s.ids = append(s.ids, root.Get("id").String())
+			s.usage = root.Get("usage")
+		}
 		switch sf {
 		case flowtest.Chat:
 			m := root.Get("choices.0.message")
@@ -599,6 +616,31 @@ func (s *shown) readResponsesOutput(out gjson.Result) {
 		}
 		return true
 	})
+}
+
+// usageKeys name a surface's usage members: the input tokens, the output tokens and their total ("" where
+// the surface has none).
+func usageKeys(sf flowtest.Surface) (in, out, total string) {
+	switch sf {
+	case flowtest.Chat:
+		return "prompt_tokens", "completion_tokens", "total_tokens"
+	case flowtest.Responses:
+		return "input_tokens", "output_tokens", "total_tokens"
+	case flowtest.Gemini:
+		return "promptTokenCount", "candidatesTokenCount", "totalTokenCount"
+	}
+	return "input_tokens", "output_tokens", ""
+}
+
+// contentsPath is the array of a surface's request body that holds the conversation.
+func contentsPath(sf flowtest.Surface) string {
+	switch sf {
+	case flowtest.Responses:
+		return "input"
+	case flowtest.Gemini:
+		return "contents"
+	}
+	return "messages"
 }
 
 // sameJSON reports whether two JSON texts are the same value.
