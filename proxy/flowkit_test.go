@@ -315,14 +315,20 @@ func (tu scriptedTurn) events(sf flowtest.Surface, round int) []string {
 		ev("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%q,"stop_sequence":null},"usage":{"output_tokens":%d}}`, stop, tu.out))
 		ev("message_stop", `{"type":"message_stop"}`)
 	case flowtest.Gemini:
-		// The text in two events, each call whole in one of its own, the last event with the finish and usage.
+		// The text in two events, the second with the first call (Gemini sends a call whole, often after the
+		// tail of the text in the same event), each further call in one of its own; the last event with the
+		// finish and usage.
 		var parts [][]string
 		if tu.text != "" {
 			for _, h := range halves(tu.text) {
 				parts = append(parts, []string{js(map[string]any{"text": h})})
 			}
 		}
-		for _, c := range tu.calls {
+		for i, c := range tu.calls {
+			if i == 0 && len(parts) > 0 {
+				parts[len(parts)-1] = append(parts[len(parts)-1], geminiCall(c))
+				continue
+			}
 			parts = append(parts, []string{geminiCall(c)})
 		}
 		if len(parts) == 0 {

@@ -3,6 +3,7 @@ package relay
 import (
 	"bytes"
 	"io"
+	"slices"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -103,6 +104,18 @@ func (r *Relay) Spoil() {
 	}
 	r.round.spoiled = true
 	r.flushRound()
+}
+
+// Deliver writes b out at once, ahead of what the round parks in the current step: output that the client
+// gets whatever becomes of the round (the text an event holds before a refused call, where one event holds
+// both). Outside a parked round it is an append to Out.
+func (r *Relay) Deliver(b []byte) {
+	if !r.round.parking {
+		r.Out = append(r.Out, b...)
+		return
+	}
+	r.Out = slices.Insert(r.Out, r.round.mark, b...)
+	r.round.mark += len(b)
 }
 
 // flushRound sends on what was parked.

@@ -2,6 +2,8 @@ package relay
 
 import (
 	"encoding/json"
+	"io"
+	"strings"
 	"testing"
 )
 
@@ -43,4 +45,22 @@ func sameValue(x, y any) bool {
 	a, _ := json.Marshal(x)
 	b, _ := json.Marshal(y)
 	return string(a) == string(b)
+}
+
+// TestDeliverGoesAheadOfTheParkedRound: what a surface delivers while a round is parked goes out whatever
+// becomes of the round, before the parked output; a continued round drops the parked output alone.
+func TestDeliverGoesAheadOfTheParkedRound(t *testing.T) {
+	t.Parallel()
+	r := New(io.NopCloser(strings.NewReader("")), nil, Surface{})
+	r.Deliver([]byte("a;"))
+	r.SetNext(func(Turn) (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("")), nil })
+	r.Refuse(Answered{ID: "c1", Tool: "t"})
+	r.Out = append(r.Out, "notice;"...)
+	r.Deliver([]byte("text;"))
+	if string(r.Out) != "a;text;notice;" {
+		t.Fatalf("out %q", r.Out)
+	}
+	if !r.EndRound(Turn{}) || string(r.Out) != "a;text;" {
+		t.Errorf("continued: out %q", r.Out)
+	}
 }
