@@ -274,6 +274,7 @@ func TestRedTeam2ContinueOddNextAnswers(t *testing.T) {
 			if !stream {
 				w.Header().Set("Content-Type", "application/json")
 				body := strings.ReplaceAll(tu.body(sf, n+1), `"model":"m"`, `"model":"gpt-evil"`)
+				body = strings.ReplaceAll(body, `"modelVersion":"m"`, `"modelVersion":"gpt-evil"`)
 				_, _ = io.WriteString(w, body)
 				return
 			}
