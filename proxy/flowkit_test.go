@@ -442,6 +442,25 @@ type shown struct {
 	usage gjson.Result
 	// ids are the answer's ids as the client sees them: a non-stream body's one, every chunk's or event's.
 	ids []string
+	// err is the contract's code of the error the answer carries (an error body's, a stream's error event's),
+	// "" when none; status is the HTTP status a Gemini error gives as its code (0 elsewhere).
+	err    string
+	status int64
+}
+
+// readError reads the error an answer's body or event carries, if any: the contract's code is error.code on
+// every surface but Gemini, whose error.code is the HTTP status and whose ErrorInfo detail gives the code as
+// its reason.
+func (s *shown) readError(sf flowtest.Surface, root gjson.Result) {
+	e := root.Get("error")
+	if !e.IsObject() {
+		return
+	}
+	if sf != flowtest.Gemini {
+		s.err = e.Get("code").String()
+		return
+	}
+	s.err, s.status = e.Get(`details.#(@type=="type.googleapis.com/google.rpc.ErrorInfo").reason`).String(), e.Get("code").Int()
 }
 
 // sseData returns the data of every event of a stream, with its event: line.
@@ -470,6 +489,7 @@ func read(t testing.TB, sf flowtest.Surface, stream bool, b []byte) shown {
 	var s shown
 	if !stream {
 		root := gjson.ParseBytes(b)
+		s.readError(sf, root)
 		if sf != flowtest.Gemini { // readGemini reads its responseId and usageMetadata
 			s.ids = append(s.ids, root.Get("id").String())
 			s.usage = root.Get("usage")
@@ -500,6 +520,9 @@ func read(t testing.TB, sf flowtest.Surface, stream bool, b []byte) shown {
 		return s
 	}
 	names, datas := sseData(t, b)
+	for _, d := range datas {
+		s.readError(sf, gjson.Parse(d))
+	}
 	switch sf {
 	case flowtest.Chat:
 		byIndex := map[int64]int{}
