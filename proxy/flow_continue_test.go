@@ -72,7 +72,8 @@ const (
 // continuation's payment to the landlord reaches the client in the same answer after the first round's text;
 // the usage is both rounds' summed; the client sees one answer (chat: one id and created; Messages: one
 // message_start and message_stop, block indexes 0, 1, …; Responses: sequence numbers and output indexes
-// counting on); the decision log records the refusal in round 0 and the payment in round 1.
+// counting on; Gemini: the first responseId on every event, one finishReason); the decision log records the
+// refusal in round 0 and the payment in round 1.
 func TestContinueGetsTheTaskDone(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
