@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/tidwall/sjson"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/genai"
 
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/flow"
@@ -338,7 +340,8 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 // TestContinueOfficialClients: the official SDKs parse a continued stream without error and assemble from it
 // the one answer: the text of both rounds and the continuation's call (openai-go's chat accumulator, its
-// Responses event stream, anthropic-sdk-go's message accumulator).
+// Responses event stream, anthropic-sdk-go's message accumulator, Google's genai stream: the summed usage
+// and the first responseId on every event).
 func TestContinueOfficialClients(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -429,6 +432,48 @@ func TestContinueOfficialClients(t *testing.T) {
 			t.Errorf("accumulated %s", msg.RawJSON())
 		}
 	})
+	t.Run("gemini", func(t *testing.T) {
+		t.Parallel()
+		ts, _ := flowServer(t, script(t).URL, cc.protocol)
+		text, calls, usage, ids := continueGeminiStream(t, ts, cc)
+		if text != continueText1+continueText2 || len(calls) != 1 || !strings.HasPrefix(calls[0], cc.good.Tool+"{") ||
+			usage == nil || usage.PromptTokenCount != 30 || usage.CandidatesTokenCount != 12 || usage.TotalTokenCount != 42 {
+			t.Errorf("text %q, calls %v, usage %+v", text, calls, usage)
+		}
+		for _, id := range ids {
+			if id != "resp-1" {
+				t.Errorf("responseIds %v, want the first round's on every event", ids)
+				break
+			}
+		}
+	})
+}
+
+// continueGeminiStream is what Google's Go client assembles from a continued stream of the banking case
+// (the conversation and tools as flowRequest renders them): the text, the calls, the last usage and every
+// event's responseId.
+func continueGeminiStream(t *testing.T, ts *httptest.Server, cc continueCase) (text string, calls []string, usage *genai.GenerateContentResponseUsageMetadata, ids []string) {
+	t.Helper()
+	var req struct {
+		Contents []*genai.Content `json:"contents"`
+		System   *genai.Content   `json:"systemInstruction"`
+		Tools    []*genai.Tool    `json:"tools"`
+	}
+	if err := json.Unmarshal(flowRequest(t, flowtest.Gemini, cc.turns, cc.tools, true, nil), &req); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &genai.GenerateContentConfig{SystemInstruction: req.System, Tools: req.Tools}
+	for r, err := range newGenaiClient(t, ts).Models.GenerateContentStream(context.Background(), "m", req.Contents, cfg) {
+		if err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+		tx, cs := answerOf(r)
+		text, calls, ids = text+tx, append(calls, cs...), append(ids, r.ResponseID)
+		if r.UsageMetadata != nil {
+			usage = r.UsageMetadata
+		}
+	}
+	return text, calls, usage, ids
 }
 
 // TestContinueAgentFlows: every scenario whose attacked calls are all refused, in continue mode, on every
