@@ -19,6 +19,12 @@ func TestAddUsage(t *testing.T) {
 		{`{"cost":0.5}`, `{"cost":0.25}`, `{"cost":0.75}`},
 		{`{"cache_creation_input_tokens":3}`, `{"cache_creation_input_tokens":null}`, `{"cache_creation_input_tokens":3}`},
 		{`{"service_tier":"standard"}`, `{"service_tier":"priority"}`, `{"service_tier":"priority"}`},
+		// Gemini's lists of counts, added by modality.
+		{`{"promptTokenCount":10,"promptTokensDetails":[{"modality":"TEXT","tokenCount":8},{"modality":"IMAGE","tokenCount":2}]}`,
+			`{"promptTokenCount":20,"promptTokensDetails":[{"modality":"TEXT","tokenCount":17},{"modality":"AUDIO","tokenCount":3}]}`,
+			`{"promptTokenCount":30,"promptTokensDetails":[{"modality":"TEXT","tokenCount":25},{"modality":"IMAGE","tokenCount":2},{"modality":"AUDIO","tokenCount":3}]}`},
+		{`{"l":[1,2]}`, `{"l":[{"modality":"TEXT","tokenCount":1}]}`, `{"l":[{"modality":"TEXT","tokenCount":1}]}`},
+		{`{"l":[{"modality":"TEXT","tokenCount":1}]}`, `{"l":["x"]}`, `{"l":["x"]}`},
 		{``, `{"a":1}`, `{"a":1}`},
 		{`{"a":1}`, ``, `{"a":1}`},
 		{`{"a":1}`, `null`, `{"a":1}`},
