@@ -742,6 +742,9 @@ func TestRedTeam2ContinueRefusalQuotesNothing(t *testing.T) {
 						t.Errorf("%s: the malformed answer was not refused: %s", dup.ID, b)
 					}
 					up.mu.Lock()
+					if len(up.bodies) != 1 {
+						t.Errorf("%s: the malformed answer was continued (%d upstream requests)", dup.ID, len(up.bodies))
+					}
 					up.bodies = nil
 					up.mu.Unlock()
 				}
