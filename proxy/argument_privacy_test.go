@@ -85,6 +85,21 @@ var privacySurfaces = []struct {
 		func(args string) (string, string) {
 			return "text/event-stream", (&anthEvents{}).start().tool(0, "toolu_1", "lookup", args).end("tool_use")
 		}},
+	// Gemini's args are a JSON value in the answer: arguments that are not JSON break the answer as a whole.
+	{"gemini", "/v1beta/models/m:generateContent", privacyGeminiRequest,
+		func(args string) (string, string) { return "application/json", privacyGeminiAnswer(args) }},
+	{"gemini stream", "/v1beta/models/m:streamGenerateContent?alt=sse", privacyGeminiRequest,
+		func(args string) (string, string) {
+			return "text/event-stream", "data: " + privacyGeminiAnswer(args) + "\r\n\r\n"
+		}},
+}
+
+// privacyGeminiRequest declares lookup with privacySchema as its parametersJsonSchema.
+const privacyGeminiRequest = `{"contents":[{"role":"user","parts":[{"text":"go"}]}],"tools":[{"functionDeclarations":[{"name":"lookup","parametersJsonSchema":` + privacySchema + `}]}]}`
+
+// privacyGeminiAnswer is a GenerateContentResponse with one call of lookup with args.
+func privacyGeminiAnswer(args string) string {
+	return `{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"lookup","args":` + args + `}}]},"finishReason":"STOP","index":0}],"responseId":"r1"}`
 }
 
 // TestNoArgumentContentInAuditOrLog: for every check a call can fail, on every surface, stream or not, and
@@ -115,7 +130,7 @@ func TestNoArgumentContentInAuditOrLog(t *testing.T) {
 			[]json.RawMessage{privacyProtocol("refuse"), privacyProtocol("error"), privacyProtocol("audit")})
 		e.log = log
 		u := mustURL(t, up.URL+"/v1")
-		ts := serveProxy(t, Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}, Log: log,
+		ts := serveProxy(t, Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}, "gemini": {URL: mustURL(t, up.URL)}}, Log: log,
 			Audit: audit.Multi{audit.Log{Logger: log}, ring, jl}, AuditArguments: include})
 
 		requests := 0

@@ -86,10 +86,7 @@ func TestAttackContinueLeaks(t *testing.T) {
 					if got.text != "A. B. C." || len(got.calls) != 1 || got.calls[0].ID != cc.good.ID {
 						t.Errorf("shown %+v", got)
 					}
-					in := "input_tokens"
-					if sf == flowtest.Chat {
-						in = "prompt_tokens"
-					}
+					in, _, _ := usageKeys(sf)
 					if n := got.usage.Get(in).Int(); n != 9 {
 						t.Errorf("usage %s: %s, want every round's (9)", in, got.usage.Raw)
 					}
@@ -195,14 +192,8 @@ func (u *nthUpstream) handler(first scriptedTurn, next func(w http.ResponseWrite
 		u.reqs = append(u.reqs, r.Clone(r.Context()))
 		u.body = append(u.body, b)
 		u.mu.Unlock()
-		sf := flowtest.Messages
-		switch {
-		case strings.HasSuffix(r.URL.Path, "/chat/completions"):
-			sf = flowtest.Chat
-		case strings.HasSuffix(r.URL.Path, "/responses"):
-			sf = flowtest.Responses
-		}
-		stream := gjson.GetBytes(b, "stream").Bool()
+		sf, _ := upstreamSurface(r.URL.Path)
+		stream := streamAsked(r.URL.Path, b)
 		if n > 0 {
 			next(w, r, sf, stream, n)
 			return
@@ -283,6 +274,7 @@ func TestAttackContinueOddNextAnswers(t *testing.T) {
 			if !stream {
 				w.Header().Set("Content-Type", "application/json")
 				body := strings.ReplaceAll(tu.body(sf, n+1), `"model":"m"`, `"model":"gpt-evil"`)
+				body = strings.ReplaceAll(body, `"modelVersion":"m"`, `"modelVersion":"gpt-evil"`)
 				_, _ = io.WriteString(w, body)
 				return
 			}
@@ -353,9 +345,11 @@ func TestAttackContinueHeaders(t *testing.T) {
 				var mu sync.Mutex
 				var sent []seen
 				ts, _ := flowServer(t, up.URL, cc.protocol, func(o *Options) {
-					openai := o.Upstreams["openai"]
-					openai.Key = bindKey(t, "sk-operator", openai.URL)
-					o.Upstreams["openai"] = openai
+					for _, name := range []string{"openai", "gemini"} {
+						u := o.Upstreams[name]
+						u.Key = bindKey(t, "sk-operator", u.URL)
+						o.Upstreams[name] = u
+					}
 					o.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
 						b, _ := io.ReadAll(r.Body)
 						r.Body = io.NopCloser(bytes.NewReader(b))
@@ -391,13 +385,21 @@ func TestAttackContinueHeaders(t *testing.T) {
 						}
 					}
 				}
-				for _, k := range []string{"Authorization", "X-Api-Key", "X-App"} {
+				for _, k := range []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "X-App"} {
 					if a, b := first.header.Values(k), next.header.Values(k); fmt.Sprint(a) != fmt.Sprint(b) {
 						t.Errorf("%s: %v in the first round, %v in the next", k, a, b)
 					}
 				}
-				if sf != flowtest.Messages && next.header.Get("Authorization") != "Bearer sk-operator" {
-					t.Errorf("the next round's Authorization %q", next.header.Get("Authorization"))
+				switch sf {
+				case flowtest.Messages: // no operator key on the Anthropic line: the client's passes
+				case flowtest.Gemini: // the operator's key goes as x-goog-api-key, the client's Authorization removed
+					if next.header.Get("X-Goog-Api-Key") != "sk-operator" || next.header.Get("Authorization") != "" {
+						t.Errorf("the next round's x-goog-api-key %q, Authorization %q", next.header.Get("X-Goog-Api-Key"), next.header.Get("Authorization"))
+					}
+				default:
+					if next.header.Get("Authorization") != "Bearer sk-operator" {
+						t.Errorf("the next round's Authorization %q", next.header.Get("Authorization"))
+					}
 				}
 				// An upstream that honours idempotency keys must not answer the next round with the first answer.
 				if a, b := first.header.Get("Idempotency-Key"), next.header.Get("Idempotency-Key"); a != "idem-1" || b == a || b == "" {
@@ -676,6 +678,8 @@ func redToolResult(sf flowtest.Surface, req []byte) string {
 		return gjson.GetBytes(req, "messages.@reverse.0.content").String()
 	case flowtest.Responses:
 		return gjson.GetBytes(req, "input.@reverse.0.output").String()
+	case flowtest.Gemini:
+		return gjson.GetBytes(req, "contents.@reverse.0.parts.@reverse.0.functionResponse.response.error").String()
 	}
 	return gjson.GetBytes(req, "messages.@reverse.0.content.@reverse.0.content").String()
 }
@@ -719,14 +723,30 @@ func TestAttackContinueRefusalQuotesNothing(t *testing.T) {
 				req := flowRequest(t, sf, redTurns("Nothing to see."), tools, stream, nil)
 				for i, name := range tools {
 					if s, ok := schemas[name]; ok {
-						path := map[flowtest.Surface]string{flowtest.Chat: "tools.%d.function.parameters", flowtest.Responses: "tools.%d.parameters", flowtest.Messages: "tools.%d.input_schema"}[sf]
+						path := map[flowtest.Surface]string{flowtest.Chat: "tools.%d.function.parameters", flowtest.Responses: "tools.%d.parameters",
+							flowtest.Messages: "tools.%d.input_schema", flowtest.Gemini: "tools.0.functionDeclarations.%d.parameters"}[sf]
 						req, _ = sjson.SetRawBytes(req, fmt.Sprintf(path, i), []byte(s))
 					}
 				}
 				calls := calls
-				if sf == flowtest.Messages && !stream {
-					// A Messages body with a duplicate key is malformed as a whole (502), before any call is vetted.
+				if sf == flowtest.Messages && !stream || sf == flowtest.Gemini {
+					// A Messages body with a duplicate key is malformed as a whole (502), before any call is vetted; so
+					// is a Gemini body or event, which holds the call whole (a stream ends as truncated): not continued,
+					// and nothing of it shown.
+					dup := calls[len(calls)-1]
 					calls = calls[:len(calls)-1]
+					up.script(dup.ID, scriptedTurn{calls: []flowtest.Call{dup}}, scriptedTurn{text: "ok"})
+					_, h, b := post(t, ts, sf, req, http.Header{headerScript: {dup.ID}})
+					checkNoLeak(t, dup.ID, h, b, secret, `"`+dup.ID+`"`)
+					if !bytes.Contains(b, []byte("malformed")) && !bytes.Contains(b, []byte(`"upstream_stream_truncated"`)) {
+						t.Errorf("%s: the malformed answer was not refused: %s", dup.ID, b)
+					}
+					up.mu.Lock()
+					if len(up.bodies) != 1 {
+						t.Errorf("%s: the malformed answer was continued (%d upstream requests)", dup.ID, len(up.bodies))
+					}
+					up.bodies = nil
+					up.mu.Unlock()
 				}
 				for _, c := range calls {
 					up.script(c.ID, scriptedTurn{calls: []flowtest.Call{c}}, scriptedTurn{text: "ok"})

@@ -35,8 +35,12 @@ func limitServer(t testing.TB, up string, protocol json.RawMessage, maxBody int,
 	if err != nil {
 		t.Fatal(err)
 	}
+	gu, err := url.Parse(up)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rec := &memAudit{}
-	o := Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}, Audit: rec}
+	o := Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}, "gemini": {URL: gu}}, Audit: rec}
 	if logs != nil {
 		o.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
@@ -158,14 +162,8 @@ func (u *sizeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.received += int64(len(b))
 	u.requests++
 	u.mu.Unlock()
-	sf := flowtest.Chat
-	switch {
-	case strings.HasSuffix(r.URL.Path, "/responses"):
-		sf = flowtest.Responses
-	case strings.HasSuffix(r.URL.Path, "/messages"):
-		sf = flowtest.Messages
-	}
-	if !gjson.GetBytes(b, "stream").Bool() {
+	sf, _ := upstreamSurface(r.URL.Path)
+	if !streamAsked(r.URL.Path, b) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, u.turn.body(sf, 1))
 		return

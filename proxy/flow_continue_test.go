@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/tidwall/sjson"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/genai"
 
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/flow"
@@ -72,7 +74,8 @@ const (
 // continuation's payment to the landlord reaches the client in the same answer after the first round's text;
 // the usage is both rounds' summed; the client sees one answer (chat: one id and created; Messages: one
 // message_start and message_stop, block indexes 0, 1, …; Responses: sequence numbers and output indexes
-// counting on); the decision log records the refusal in round 0 and the payment in round 1.
+// counting on; Gemini: the first responseId on every event, one finishReason); the decision log records the
+// refusal in round 0 and the payment in round 1.
 func TestContinueGetsTheTaskDone(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -113,7 +116,7 @@ func TestContinueGetsTheTaskDone(t *testing.T) {
 					t.Errorf("the second upstream request does not answer the refused call: %s", reqs[1])
 				}
 				if sf != flowtest.Responses {
-					checkExtends(t, reqs[0], reqs[1], "messages", 2)
+					checkExtends(t, reqs[0], reqs[1], contentsPath(sf), 2)
 				} else if prev, in := gjson.GetBytes(reqs[1], "previous_response_id").Str, gjson.GetBytes(reqs[1], "input"); prev != "resp_1" ||
 					len(in.Array()) != 1 || in.Get("0.type").Str != "function_call_output" || in.Get("0.call_id").Str != cc.evil.ID {
 					// The upstream stores responses: the next round continues the first and sends only the results.
@@ -159,12 +162,10 @@ func hasEvent(evs []audit.Event, tool, kind, verdict string, round int) bool {
 // checkSummedUsage: the usage the client ends with is both rounds' (10+20 in, 5+7 out).
 func checkSummedUsage(t *testing.T, sf flowtest.Surface, u gjson.Result) {
 	t.Helper()
-	want := map[string]int64{"input_tokens": 30, "output_tokens": 12}
-	switch sf {
-	case flowtest.Chat:
-		want = map[string]int64{"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}
-	case flowtest.Responses:
-		want["total_tokens"] = 42
+	in, out, total := usageKeys(sf)
+	want := map[string]int64{in: 30, out: 12}
+	if total != "" {
+		want[total] = 42
 	}
 	for k, v := range want {
 		if got := u.Get(k); got.Int() != v {
@@ -177,7 +178,7 @@ func checkSummedUsage(t *testing.T, sf flowtest.Surface, u gjson.Result) {
 func checkOneAnswer(t *testing.T, sf flowtest.Surface, stream bool, got shown, b []byte) {
 	t.Helper()
 	if !stream {
-		want := map[flowtest.Surface]string{flowtest.Chat: "chatcmpl-1", flowtest.Messages: "msg_1", flowtest.Responses: "resp_2"}[sf]
+		want := map[flowtest.Surface]string{flowtest.Chat: "chatcmpl-1", flowtest.Messages: "msg_1", flowtest.Responses: "resp_2", flowtest.Gemini: "resp-1"}[sf]
 		if len(got.ids) != 1 || got.ids[0] != want {
 			t.Errorf("ids %v, want %s", got.ids, want)
 		}
@@ -229,6 +230,24 @@ func checkOneAnswer(t *testing.T, sf flowtest.Surface, stream bool, got shown, b
 		want := []string{"response.created:resp_1", "response.in_progress:resp_1", "response.completed:resp_2"}
 		if !slices.Equal(got.ids, want) {
 			t.Errorf("response ids %v, want %v", got.ids, want)
+		}
+	case flowtest.Gemini:
+		// Every event is one GenerateContentResponse: each carries the first round's responseId, and only the
+		// last one finishes the candidate.
+		finished := 0
+		for i, d := range datas {
+			if id := gjson.Get(d, "responseId").Str; id != "resp-1" {
+				t.Errorf("event %d has responseId %q, want the first round's", i, id)
+			}
+			if gjson.Get(d, "candidates.0.finishReason").Exists() {
+				finished++
+				if i != len(datas)-1 {
+					t.Errorf("event %d of %d finishes the candidate", i, len(datas))
+				}
+			}
+		}
+		if finished != 1 {
+			t.Errorf("%d events finish the candidate, want 1", finished)
 		}
 	}
 }
@@ -321,7 +340,8 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 // TestContinueOfficialClients: the official SDKs parse a continued stream without error and assemble from it
 // the one answer: the text of both rounds and the continuation's call (openai-go's chat accumulator, its
-// Responses event stream, anthropic-sdk-go's message accumulator).
+// Responses event stream, anthropic-sdk-go's message accumulator, Google's genai stream: the summed usage
+// and the first responseId on every event).
 func TestContinueOfficialClients(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -412,6 +432,48 @@ func TestContinueOfficialClients(t *testing.T) {
 			t.Errorf("accumulated %s", msg.RawJSON())
 		}
 	})
+	t.Run("gemini", func(t *testing.T) {
+		t.Parallel()
+		ts, _ := flowServer(t, script(t).URL, cc.protocol)
+		text, calls, usage, ids := continueGeminiStream(t, ts, cc)
+		if text != continueText1+continueText2 || len(calls) != 1 || !strings.HasPrefix(calls[0], cc.good.Tool+"{") ||
+			usage == nil || usage.PromptTokenCount != 30 || usage.CandidatesTokenCount != 12 || usage.TotalTokenCount != 42 {
+			t.Errorf("text %q, calls %v, usage %+v", text, calls, usage)
+		}
+		for _, id := range ids {
+			if id != "resp-1" {
+				t.Errorf("responseIds %v, want the first round's on every event", ids)
+				break
+			}
+		}
+	})
+}
+
+// continueGeminiStream is what Google's Go client assembles from a continued stream of the banking case
+// (the conversation and tools as flowRequest renders them): the text, the calls, the last usage and every
+// event's responseId.
+func continueGeminiStream(t *testing.T, ts *httptest.Server, cc continueCase) (text string, calls []string, usage *genai.GenerateContentResponseUsageMetadata, ids []string) {
+	t.Helper()
+	var req struct {
+		Contents []*genai.Content `json:"contents"`
+		System   *genai.Content   `json:"systemInstruction"`
+		Tools    []*genai.Tool    `json:"tools"`
+	}
+	if err := json.Unmarshal(flowRequest(t, flowtest.Gemini, cc.turns, cc.tools, true, nil), &req); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &genai.GenerateContentConfig{SystemInstruction: req.System, Tools: req.Tools}
+	for r, err := range newGenaiClient(t, ts).Models.GenerateContentStream(context.Background(), "m", req.Contents, cfg) {
+		if err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+		tx, cs := answerOf(r)
+		text, calls, ids = text+tx, append(calls, cs...), append(ids, r.ResponseID)
+		if r.UsageMetadata != nil {
+			usage = r.UsageMetadata
+		}
+	}
+	return text, calls, usage, ids
 }
 
 // TestContinueAgentFlows: every scenario whose attacked calls are all refused, in continue mode, on every

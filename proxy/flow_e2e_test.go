@@ -93,7 +93,7 @@ func (m *memAudit) eventsOfRequest(id string) []audit.Event {
 }
 
 // TestAgentFlowsThroughProxy runs every scenario of policy/flow/testdata/agentflows through the real proxy,
-// on the three surfaces, stream and non-stream, with each suite's protocol in refuse mode and a scripted
+// on every surface, stream and non-stream, with each suite's protocol in refuse mode and a scripted
 // model that makes the scenario's calls (the attacked variant: the attacker's call) in one answer: the benign
 // calls reach the client as the model made them; the attacker's call does not — it is blocked (its notice
 // shown) or held (a notice with a code) — and nothing of it reaches the client: not its id, not its
@@ -128,8 +128,8 @@ func TestAgentFlowsThroughProxy(t *testing.T) {
 			}
 		}
 	}
-	if n < 31*2*3*2 {
-		t.Errorf("%d cases, want every scenario's two variants on three surfaces, stream and not", n)
+	if n < 31*2*len(flowtest.Surfaces)*2 || len(flowtest.Surfaces) < 4 {
+		t.Errorf("%d cases, want every scenario's two variants on the four surfaces, stream and not", n)
 	}
 }
 

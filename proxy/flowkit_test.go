@@ -76,21 +76,12 @@ func (u *flowUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	turn := turns[min(round, len(turns)-1)]
-	var sf flowtest.Surface
-	switch {
-	case strings.HasSuffix(r.URL.Path, "/chat/completions"):
-		sf = flowtest.Chat
-	case strings.HasSuffix(r.URL.Path, "/responses"):
-		sf = flowtest.Responses
-	case strings.HasSuffix(r.URL.Path, "/messages"):
-		sf = flowtest.Messages
-	case strings.HasSuffix(r.URL.Path, ":generateContent"), strings.HasSuffix(r.URL.Path, ":streamGenerateContent"):
-		sf = flowtest.Gemini
-	default:
+	sf, ok := upstreamSurface(r.URL.Path)
+	if !ok {
 		http.Error(w, `{"error":{"message":"no such path"}}`, http.StatusNotFound)
 		return
 	}
-	if !gjson.GetBytes(b, "stream").Bool() && !strings.HasSuffix(r.URL.Path, ":streamGenerateContent") {
+	if !streamAsked(r.URL.Path, b) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, turn.body(sf, round+1))
 		return
@@ -99,6 +90,30 @@ func (u *flowUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	for _, ev := range turn.events(sf, round+1) {
 		writeSplit(w, ev, len(ev)/2+1)
 	}
+}
+
+// upstreamSurface is the surface of an upstream request's path; ok is false for a path of none.
+func upstreamSurface(path string) (sf flowtest.Surface, ok bool) {
+	switch {
+	case strings.HasSuffix(path, "/chat/completions"):
+		return flowtest.Chat, true
+	case strings.HasSuffix(path, "/responses"):
+		return flowtest.Responses, true
+	case strings.HasSuffix(path, "/messages"):
+		return flowtest.Messages, true
+	case strings.HasSuffix(path, ":generateContent"), strings.HasSuffix(path, ":streamGenerateContent"):
+		return flowtest.Gemini, true
+	}
+	return "", false
+}
+
+// streamAsked reports whether an upstream request asks for a stream: Gemini's by its method, the others' by
+// their body's stream.
+func streamAsked(path string, body []byte) bool {
+	if sf, _ := upstreamSurface(path); sf == flowtest.Gemini {
+		return strings.HasSuffix(path, ":streamGenerateContent")
+	}
+	return gjson.GetBytes(body, "stream").Bool()
 }
 
 // requests is what the upstream received, in order.
@@ -300,14 +315,20 @@ func (tu scriptedTurn) events(sf flowtest.Surface, round int) []string {
 		ev("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%q,"stop_sequence":null},"usage":{"output_tokens":%d}}`, stop, tu.out))
 		ev("message_stop", `{"type":"message_stop"}`)
 	case flowtest.Gemini:
-		// The text in two events, each call whole in one of its own, the last event with the finish and usage.
+		// The text in two events, the second with the first call (Gemini sends a call whole, often after the
+		// tail of the text in the same event), each further call in one of its own; the last event with the
+		// finish and usage.
 		var parts [][]string
 		if tu.text != "" {
 			for _, h := range halves(tu.text) {
 				parts = append(parts, []string{js(map[string]any{"text": h})})
 			}
 		}
-		for _, c := range tu.calls {
+		for i, c := range tu.calls {
+			if i == 0 && len(parts) > 0 {
+				parts[len(parts)-1] = append(parts[len(parts)-1], geminiCall(c))
+				continue
+			}
 			parts = append(parts, []string{geminiCall(c)})
 		}
 		if len(parts) == 0 {
@@ -421,6 +442,25 @@ type shown struct {
 	usage gjson.Result
 	// ids are the answer's ids as the client sees them: a non-stream body's one, every chunk's or event's.
 	ids []string
+	// err is the contract's code of the error the answer carries (an error body's, a stream's error event's),
+	// "" when none; status is the HTTP status a Gemini error gives as its code (0 elsewhere).
+	err    string
+	status int64
+}
+
+// readError reads the error an answer's body or event carries, if any: the contract's code is error.code on
+// every surface but Gemini, whose error.code is the HTTP status and whose ErrorInfo detail gives the code as
+// its reason.
+func (s *shown) readError(sf flowtest.Surface, root gjson.Result) {
+	e := root.Get("error")
+	if !e.IsObject() {
+		return
+	}
+	if sf != flowtest.Gemini {
+		s.err = e.Get("code").String()
+		return
+	}
+	s.err, s.status = e.Get(`details.#(@type=="type.googleapis.com/google.rpc.ErrorInfo").reason`).String(), e.Get("code").Int()
 }
 
 // sseData returns the data of every event of a stream, with its event: line.
@@ -449,8 +489,11 @@ func read(t testing.TB, sf flowtest.Surface, stream bool, b []byte) shown {
 	var s shown
 	if !stream {
 		root := gjson.ParseBytes(b)
-		s.ids = append(s.ids, root.Get("id").String())
-		s.usage = root.Get("usage")
+		s.readError(sf, root)
+		if sf != flowtest.Gemini { // readGemini reads its responseId and usageMetadata
+			s.ids = append(s.ids, root.Get("id").String())
+			s.usage = root.Get("usage")
+		}
 		switch sf {
 		case flowtest.Chat:
 			m := root.Get("choices.0.message")
@@ -477,6 +520,9 @@ func read(t testing.TB, sf flowtest.Surface, stream bool, b []byte) shown {
 		return s
 	}
 	names, datas := sseData(t, b)
+	for _, d := range datas {
+		s.readError(sf, gjson.Parse(d))
+	}
 	switch sf {
 	case flowtest.Chat:
 		byIndex := map[int64]int{}
@@ -599,6 +645,31 @@ func (s *shown) readResponsesOutput(out gjson.Result) {
 		}
 		return true
 	})
+}
+
+// usageKeys name a surface's usage members: the input tokens, the output tokens and their total ("" where
+// the surface has none).
+func usageKeys(sf flowtest.Surface) (in, out, total string) {
+	switch sf {
+	case flowtest.Chat:
+		return "prompt_tokens", "completion_tokens", "total_tokens"
+	case flowtest.Responses:
+		return "input_tokens", "output_tokens", "total_tokens"
+	case flowtest.Gemini:
+		return "promptTokenCount", "candidatesTokenCount", "totalTokenCount"
+	}
+	return "input_tokens", "output_tokens", ""
+}
+
+// contentsPath is the array of a surface's request body that holds the conversation.
+func contentsPath(sf flowtest.Surface) string {
+	switch sf {
+	case flowtest.Responses:
+		return "input"
+	case flowtest.Gemini:
+		return "contents"
+	}
+	return "messages"
 }
 
 // sameJSON reports whether two JSON texts are the same value.

@@ -16,10 +16,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 	"google.golang.org/genai"
 
-	"github.com/promptgate/promptgate/policy/flow/flowtest"
 	"github.com/promptgate/promptgate/proxy/origin"
 )
 
@@ -395,42 +393,6 @@ func TestGeminiContinue(t *testing.T) {
 			!strings.Contains(resp.Get("response.error").String(), "web_fetch") {
 			t.Errorf("stream=%v: the answer sent: %s", stream, next.Get(strconv.Itoa(n-1)).Raw)
 		}
-	}
-}
-
-// TestAgentFlowsGemini runs every scenario of policy/flow/testdata/agentflows through the real proxy on the
-// Gemini surface, stream and not, as TestAgentFlowsThroughProxy does on the others: the conversation rendered
-// as a generateContent body (calls and responses with ids), the scripted model's calls answered in Gemini's
-// shape, the attacker's call blocked or held and nothing of it shown.
-func TestAgentFlowsGemini(t *testing.T) {
-	t.Parallel()
-	n := 0
-	for _, su := range flowtest.LoadSuites(t, agentflowsDir) {
-		protocol, err := sjson.SetBytes(su.Protocol, "toolCalls.onViolation", "refuse")
-		if err != nil {
-			t.Fatal(err)
-		}
-		up := newFlowUpstream(t)
-		ts, rec := flowServer(t, up.URL, protocol)
-		for i, c := range scenarioCases(t, su) {
-			if c.sf != flowtest.Messages { // one run per scenario variant and stream, on Gemini
-				continue
-			}
-			c.sf, c.name = flowtest.Gemini, strings.Replace(c.name, "/messages/", "/gemini/", 1)
-			n++
-			script := strconv.Itoa(i)
-			calls := c.modelCalls("call" + script)
-			up.script(script, scriptedTurn{calls: calls, in: 10, out: 5})
-			req := flowRequest(t, c.sf, c.turns, c.tools(), c.stream, nil)
-			status, h, b := post(t, ts, c.sf, req, http.Header{headerScript: {script}, HeaderConversation: {c.name}})
-			if status != http.StatusOK {
-				t.Fatalf("%s: status %d: %s", c.name, status, b)
-			}
-			checkFlowAnswer(t, c, calls, req, b, rec.eventsOfRequest(h.Get(HeaderRequestID)))
-		}
-	}
-	if n < 31*2*2 {
-		t.Errorf("%d cases, want every scenario's two variants, stream and not", n)
 	}
 }
 

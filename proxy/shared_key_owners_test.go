@@ -21,7 +21,8 @@ import (
 // With PROMPTGATE_UPSTREAM_API_KEY set every client reaches the upstream as the operator. These tests hold
 // that a stored response or chat completion created through promptgate is its creator's alone: another
 // credential naming it (in a path or as previous_response_id) gets the API's answer for an id that does not
-// exist, before anything goes upstream, and a listing is refused.
+// exist, before anything goes upstream, and a listing is refused. Gemini is not among their surfaces: its
+// rewritten routes store nothing (a responseId names no object a later request can reach).
 
 // storeUpstream is an OpenAI stand-in that stores what it creates: every create gets a new id (resp_N,
 // chatcmpl-N), streamed or not (each event split across two writes); any other request under a stored id

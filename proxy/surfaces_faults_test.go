@@ -30,6 +30,11 @@ func faultSurfaces() []faultSurface {
 		{"messages", PathMessages,
 			`{"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"go"}],"tools":[{"name":"get_weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}]}`,
 			anth[:strings.Index(anth, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1")]},
+		// Gemini sends a call whole, in one event: the fault cuts that event.
+		{"gemini", "/v1beta/models/m:streamGenerateContent?alt=sse",
+			`{"contents":[{"role":"user","parts":[{"text":"go"}]}],"tools":[{"functionDeclarations":[{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}]}]}`,
+			"data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"checking \"}]},\"index\":0}],\"responseId\":\"r1\"}\r\n\r\n" +
+				"data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"id\":\"call_secret\",\"name\":\"get_weather\",\"args\":{\"city\":\"Oslo\""},
 	}
 }
 
@@ -47,7 +52,8 @@ func newFaultProxy(t *testing.T, timeout string, h http.HandlerFunc) *httptest.S
 	up := newUpstream(t, h)
 	e := testEngine(t, "defaultProtocol: guarded\nlimits: {upstreamTimeout: "+timeout+"}\n", nil, nil, []json.RawMessage{vetProtocol("refuse")})
 	u, _ := url.Parse(up.URL + "/v1")
-	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}}})
+	gu, _ := url.Parse(up.URL)
+	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: u}, "gemini": {URL: gu}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +123,9 @@ func TestFaultBeforeAnswerOnEveryRoute(t *testing.T) {
 		{http.MethodPost, PathChat, chatRequest},
 		{http.MethodPost, PathResponses, `{"model":"m","input":"go"}`},
 		{http.MethodPost, PathMessages, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"go"}]}`},
+		{http.MethodPost, "/v1beta/models/m:generateContent", `{"contents":[{"role":"user","parts":[{"text":"go"}]}]}`},
 		{http.MethodGet, "/v1/models", ""},
+		{http.MethodGet, "/v1beta/models", ""},
 		{http.MethodPost, "/v1/embeddings", `{"model":"m","input":"x"}`},
 	}
 	faults := []struct {

@@ -3,6 +3,8 @@ package relay
 import (
 	"bytes"
 	"io"
+	"maps"
+	"slices"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -105,6 +107,18 @@ func (r *Relay) Spoil() {
 	r.flushRound()
 }
 
+// Deliver writes b out at once, ahead of what the round parks in the current step: output that the client
+// gets whatever becomes of the round (the text an event holds before a refused call, where one event holds
+// both). Outside a parked round it is an append to Out.
+func (r *Relay) Deliver(b []byte) {
+	if !r.round.parking {
+		r.Out = append(r.Out, b...)
+		return
+	}
+	r.Out = slices.Insert(r.Out, r.round.mark, b...)
+	r.round.mark += len(b)
+}
+
 // flushRound sends on what was parked.
 func (r *Relay) flushRound() {
 	if r.round.parking {
@@ -160,8 +174,9 @@ func (r *Relay) Kept() []string {
 }
 
 // AddUsage adds the numbers of usage object b to those of a, member by member at any depth (a member of one
-// only is kept as it is; a value that is not a number is b's): the usage of every round of an answer summed
-// into what the client is shown. Either may be empty; the result is a JSON object, or nil when both are.
+// only is kept as it is; lists of counts are added as addCounts says; any other value that is not a number is
+// b's): the usage of every round of an answer summed into what the client is shown. Either may be empty; the
+// result is a JSON object, or nil when both are.
 func AddUsage(a, b []byte) []byte {
 	ua, ub := gjson.ParseBytes(a), gjson.ParseBytes(b)
 	switch {
@@ -187,6 +202,8 @@ func AddUsage(a, b []byte) []byte {
 			}
 		case vb.IsObject() && va.IsObject():
 			out, err = sjson.SetRawBytes(out, key, AddUsage([]byte(va.Raw), []byte(vb.Raw)))
+		case vb.IsArray() && va.IsArray():
+			out, err = sjson.SetRawBytes(out, key, addCounts(va, vb))
 		case vb.Type == gjson.Null && va.Exists():
 		default:
 			out, err = sjson.SetRawBytes(out, key, []byte(vb.Raw))
@@ -194,6 +211,55 @@ func AddUsage(a, b []byte) []byte {
 		return err == nil
 	})
 	return out
+}
+
+// addCounts adds two lists of counts (Gemini's promptTokensDetails, [{"modality":"TEXT","tokenCount":7}]):
+// each object of b is added to the object of a whose members other than numbers are the same (its modality),
+// or appended. A list with an element that is not an object is not a list of counts: b's is kept whole.
+func addCounts(a, b gjson.Result) []byte {
+	var elems []gjson.Result
+	objects := true
+	a.ForEach(func(_, e gjson.Result) bool {
+		objects = e.IsObject()
+		elems = append(elems, e)
+		return objects
+	})
+	out := make([]string, len(elems))
+	for i, e := range elems {
+		out[i] = e.Raw
+	}
+	b.ForEach(func(_, e gjson.Result) bool {
+		if objects = objects && e.IsObject(); !objects {
+			return false
+		}
+		for i, ea := range elems {
+			if sameLabels(ea, e) {
+				out[i] = string(AddUsage([]byte(out[i]), []byte(e.Raw)))
+				return true
+			}
+		}
+		elems, out = append(elems, e), append(out, e.Raw)
+		return true
+	})
+	if !objects {
+		return []byte(b.Raw)
+	}
+	return JoinArray(out)
+}
+
+// sameLabels reports whether two objects have the same members other than numbers, with the same values.
+func sameLabels(a, b gjson.Result) bool {
+	labels := func(o gjson.Result) map[string]string {
+		m := map[string]string{}
+		o.ForEach(func(k, v gjson.Result) bool {
+			if v.Type != gjson.Number {
+				m[k.Str] = v.Raw
+			}
+			return true
+		})
+		return m
+	}
+	return maps.Equal(labels(a), labels(b))
 }
 
 // isInt reports whether a JSON number is written as an integer.

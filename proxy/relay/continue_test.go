@@ -2,6 +2,8 @@ package relay
 
 import (
 	"encoding/json"
+	"io"
+	"strings"
 	"testing"
 )
 
@@ -17,6 +19,12 @@ func TestAddUsage(t *testing.T) {
 		{`{"cost":0.5}`, `{"cost":0.25}`, `{"cost":0.75}`},
 		{`{"cache_creation_input_tokens":3}`, `{"cache_creation_input_tokens":null}`, `{"cache_creation_input_tokens":3}`},
 		{`{"service_tier":"standard"}`, `{"service_tier":"priority"}`, `{"service_tier":"priority"}`},
+		// Gemini's lists of counts, added by modality.
+		{`{"promptTokenCount":10,"promptTokensDetails":[{"modality":"TEXT","tokenCount":8},{"modality":"IMAGE","tokenCount":2}]}`,
+			`{"promptTokenCount":20,"promptTokensDetails":[{"modality":"TEXT","tokenCount":17},{"modality":"AUDIO","tokenCount":3}]}`,
+			`{"promptTokenCount":30,"promptTokensDetails":[{"modality":"TEXT","tokenCount":25},{"modality":"IMAGE","tokenCount":2},{"modality":"AUDIO","tokenCount":3}]}`},
+		{`{"l":[1,2]}`, `{"l":[{"modality":"TEXT","tokenCount":1}]}`, `{"l":[{"modality":"TEXT","tokenCount":1}]}`},
+		{`{"l":[{"modality":"TEXT","tokenCount":1}]}`, `{"l":["x"]}`, `{"l":["x"]}`},
 		{``, `{"a":1}`, `{"a":1}`},
 		{`{"a":1}`, ``, `{"a":1}`},
 		{`{"a":1}`, `null`, `{"a":1}`},
@@ -43,4 +51,22 @@ func sameValue(x, y any) bool {
 	a, _ := json.Marshal(x)
 	b, _ := json.Marshal(y)
 	return string(a) == string(b)
+}
+
+// TestDeliverGoesAheadOfTheParkedRound: what a surface delivers while a round is parked goes out whatever
+// becomes of the round, before the parked output; a continued round drops the parked output alone.
+func TestDeliverGoesAheadOfTheParkedRound(t *testing.T) {
+	t.Parallel()
+	r := New(io.NopCloser(strings.NewReader("")), nil, Surface{})
+	r.Deliver([]byte("a;"))
+	r.SetNext(func(Turn) (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("")), nil })
+	r.Refuse(Answered{ID: "c1", Tool: "t"})
+	r.Out = append(r.Out, "notice;"...)
+	r.Deliver([]byte("text;"))
+	if string(r.Out) != "a;text;notice;" {
+		t.Fatalf("out %q", r.Out)
+	}
+	if !r.EndRound(Turn{}) || string(r.Out) != "a;text;" {
+		t.Errorf("continued: out %q", r.Out)
+	}
 }

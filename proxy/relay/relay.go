@@ -1,5 +1,5 @@
 // Package relay is what the stream vetters of the surfaces (proxy/surface/chat, proxy/surface/responses,
-// proxy/surface/messages) share: the loop that reads upstream events and hands out the output they produce
+// proxy/surface/messages, proxy/surface/gemini) share: the loop that reads upstream events and hands out the output they produce
 // (Relay, which each surface's Stream embeds: it is the Stream's Read, Close, Err and Blocked), the one
 // representation of a tool call being assembled from a stream (Pending), whose raw events are held until the
 // call is complete and vetted, and the bookkeeping of decisions that a stream and a non-stream body share

@@ -30,17 +30,22 @@ type Joined struct {
 // vetBody's alone. The result counts the calls blocked in every round; a next answer that is not the API's
 // shape is an error, as the first would be.
 func Rounds(body []byte, v Vetting, vetBody func([]byte) ([]byte, relay.Result, error), join func(Joined) ([]byte, error)) ([]byte, relay.Result, error) {
-	return RoundsUsage("usage", body, v, vetBody, join)
+	return RoundsUsage(member("usage"), body, v, vetBody, join)
 }
 
-// RoundsUsage is Rounds for an API whose answers carry their usage in the member usage (Gemini's
-// usageMetadata).
-func RoundsUsage(usage string, body []byte, v Vetting, vetBody func([]byte) ([]byte, relay.Result, error), join func(Joined) ([]byte, error)) ([]byte, relay.Result, error) {
+// member reads an answer's member name, raw.
+func member(name string) func([]byte) []byte {
+	return func(answer []byte) []byte { return []byte(gjson.GetBytes(answer, name).Raw) }
+}
+
+// RoundsUsage is Rounds for an API whose answers carry their usage elsewhere: usage reads it (Gemini's
+// usageMetadata, by either of its names).
+func RoundsUsage(usage func(answer []byte) []byte, body []byte, v Vetting, vetBody func([]byte) ([]byte, relay.Result, error), join func(Joined) ([]byte, error)) ([]byte, relay.Result, error) {
 	out, res, err := vetBody(body)
 	if err != nil || res.Continue == nil || v.Next == nil {
 		return out, res, err
 	}
-	j := Joined{First: body, Usage: relay.AddUsage(nil, []byte(gjson.GetBytes(body, usage).Raw))}
+	j := Joined{First: body, Usage: relay.AddUsage(nil, usage(body))}
 	total := res.Blocked
 	for res.Continue != nil {
 		rc, err := v.Next(res.Continue.Turn)
@@ -52,7 +57,7 @@ func RoundsUsage(usage string, body []byte, v Vetting, vetBody func([]byte) ([]b
 			return nil, relay.Result{}, err
 		}
 		j.Kept = append(j.Kept, res.Continue.Kept)
-		j.Usage = relay.AddUsage(j.Usage, []byte(gjson.GetBytes(next, usage).Raw))
+		j.Usage = relay.AddUsage(j.Usage, usage(next))
 		v.Checker.NewRound()
 		if out, res, err = vetBody(next); err != nil {
 			return nil, relay.Result{}, err

@@ -179,8 +179,8 @@ type Stateless struct {
 	VetBody   func(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error)
 	VetStream func(up io.ReadCloser, v Vetting) io.ReadCloser
 	Join      func(Joined) ([]byte, error)
-	// Usage is the member of an answer that holds its usage ("" for "usage").
-	Usage string
+	// Usage reads an answer's usage object (nil: its member "usage").
+	Usage func(answer []byte) []byte
 }
 
 var _ Exchange = Stateless{}
@@ -189,8 +189,8 @@ func (Stateless) Decided(vet.Decision) {}
 
 func (s Stateless) Body(body []byte, v Vetting) ([]byte, relay.Result, error) {
 	usage := s.Usage
-	if usage == "" {
-		usage = "usage"
+	if usage == nil {
+		usage = member("usage")
 	}
 	return RoundsUsage(usage, body, v, func(b []byte) ([]byte, relay.Result, error) { return s.VetBody(b, v.Checker, v.Record) }, s.Join)
 }

@@ -48,7 +48,7 @@ const (
 )
 
 // Surfaces are the surfaces a conversation renders to.
-var Surfaces = []Surface{Chat, Responses, Messages}
+var Surfaces = []Surface{Chat, Responses, Messages, Gemini}
 
 // Path is the surface's route.
 func (s Surface) Path() string {

@@ -1,6 +1,7 @@
 package gemini
 
 import (
+	"io"
 	"strings"
 	"testing"
 
@@ -148,4 +149,27 @@ func TestBodyContinuation(t *testing.T) {
 func joined(first string, kept []byte, last string) surface.Joined {
 	u := relay.AddUsage([]byte(gjson.Get(first, "usageMetadata").Raw), []byte(gjson.Get(last, "usageMetadata").Raw))
 	return surface.Joined{First: []byte(first), Kept: [][]byte{kept}, Last: []byte(last), Usage: u}
+}
+
+// TestBodyContinuedSnakeCase: a continued answer whose rounds name usageMetadata and responseId by their
+// proto names (as proto3 JSON allows) gets every round's usage summed and the first responseId, each under
+// the name the answer gives it: never a member given both ways.
+func TestBodyContinuedSnakeCase(t *testing.T) {
+	t.Parallel()
+	snake := func(s string) string {
+		return strings.NewReplacer(`"usageMetadata"`, `"usage_metadata"`, `"responseId"`, `"response_id"`).Replace(s)
+	}
+	first := snake(answer(`{"text":"Fetching."}`, fcall("web_fetch", evil)))
+	next := strings.Replace(snake(answer(`{"text":"Done."}`)), `"r1"`, `"r2"`, 1)
+	x := Surface{}.Begin(surface.Start{Upstream: []byte(`{"contents":[]}`)})
+	out, res, err := x.Body([]byte(first), surface.Vetting{Checker: relaytest.Policy(vet.ModeContinue, false),
+		Next: func(relay.Turn) (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(next)), nil }})
+	if err != nil || res.Rounds != 1 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	root := gjson.ParseBytes(out)
+	if root.Get("usage_metadata.totalTokenCount").Int() != 30 || root.Get("response_id").Str != "r1" ||
+		root.Get("usageMetadata").Exists() || root.Get("responseId").Exists() {
+		t.Errorf("joined %s", out)
+	}
 }

@@ -35,7 +35,8 @@ import (
 //
 // In continue mode (SetNext) a round whose every call was refused is answered by promptgate and the
 // upstream's next answer follows in the same stream, with the first round's responseId and the usage of
-// every round summed into usageMetadata. A Stream is not safe for concurrent use.
+// every round summed into usageMetadata; the text an event holds before its refused call goes out at once
+// (see split). A Stream is not safe for concurrent use.
 type Stream struct {
 	relay.Relay
 	c    *vet.Checker
@@ -222,11 +223,63 @@ func (s *Stream) write(ev sse.Event, root gjson.Result, ccs []candidate, settled
 			edit(key(root, fUsage), relay.AddUsage(s.roundsUsage, []byte(u.Raw)))
 		}
 	}
+	if len(settled) > 0 && s.Parking() {
+		if data == nil {
+			data = slices.Clone(ev.Data)
+		}
+		data = s.split(ev.Data, data, root, ccs, own)
+	}
 	if data == nil {
 		s.Out = append(s.Out, ev.Raw...)
 		return
 	}
 	s.appendEvent(data)
+}
+
+// split is for an event whose calls were all refused in a round that waits to be continued (one event holds
+// a call whole, and often the text before it): what the client gets whatever becomes of the round — each
+// candidate's parts before its first call of the event, without its finishReason or the usage — goes out at
+// once as an event of its own; the rest of the event as written (written), which the round parks, is
+// returned: the notices, the finish, the usage. orig is the event as the upstream sent it.
+func (s *Stream) split(orig, written []byte, root gjson.Result, ccs []candidate, own []*pending) []byte {
+	first := map[int]int{} // candidate index -> the part of its first call in this event
+	for _, p := range own {
+		if j, ok := first[p.cand]; !ok || p.Call.Index < j {
+			first[p.cand] = p.Call.Index
+		}
+	}
+	lead, rest := slices.Clone(orig), written
+	ck := key(root, fCandidates)
+	delivered := false
+	for pos, cc := range ccs {
+		n := len(cc.parts)
+		if j, ok := first[cc.index]; ok {
+			n = j
+		}
+		delivered = delivered || n > 0
+		at := ck + "." + strconv.Itoa(pos)
+		path := at + "." + cc.contentKey + "." + cc.partsKey
+		var head, tail []string
+		for i, p := range gjson.GetBytes(written, path).Array() {
+			if i < n {
+				head = append(head, p.Raw)
+			} else {
+				tail = append(tail, p.Raw)
+			}
+		}
+		lead, _ = sjson.SetRawBytes(lead, path, relay.JoinArray(head))
+		lead, _ = sjson.DeleteBytes(lead, at+"."+key(root.Get(at), fFinish))
+		rest, _ = sjson.SetRawBytes(rest, path, relay.JoinArray(tail))
+	}
+	if !delivered {
+		return written
+	}
+	lead, _ = sjson.DeleteBytes(lead, key(root, fUsage))
+	if s.Round() > 0 && s.responseID != nil && root.Get(key(root, fResponseID)).Exists() {
+		lead, _ = sjson.SetRawBytes(lead, key(root, fResponseID), s.responseID)
+	}
+	s.Deliver(s.frame(lead))
+	return rest
 }
 
 // appendEvent writes an event of promptgate's with data, its lines ended as the upstream ends them.
@@ -235,10 +288,16 @@ func (s *Stream) appendEvent(data []byte) {
 		s.Out = sse.AppendData(s.Out, data)
 		return
 	}
-	start := len(s.Out)
-	s.Out = sse.AppendData(s.Out, data)
-	ev := bytes.ReplaceAll(s.Out[start:], []byte("\n"), []byte("\r\n"))
-	s.Out = append(s.Out[:start], ev...)
+	s.Out = append(s.Out, s.frame(data)...)
+}
+
+// frame is an event of promptgate's with data, its lines ended as the upstream ends them.
+func (s *Stream) frame(data []byte) []byte {
+	ev := sse.AppendData(nil, data)
+	if s.crlf {
+		ev = bytes.ReplaceAll(ev, []byte("\n"), []byte("\r\n"))
+	}
+	return ev
 }
 
 // sameParts reports whether parts are the raw parts of was, in order.

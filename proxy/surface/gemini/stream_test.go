@@ -1,9 +1,11 @@
 package gemini
 
 import (
+	"errors"
 	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/tidwall/gjson"
 
@@ -197,6 +199,68 @@ func TestStreamContinue(t *testing.T) {
 	}
 	if strings.Join(texts, "") != "Fetching. I cannot fetch that. Done." || last.Get("usageMetadata.totalTokenCount").Int() != 30 {
 		t.Errorf("texts %q, last %s", texts, last.Raw)
+	}
+}
+
+// continued runs a stream in continue mode whose first answer is first: next, when not "", is the upstream's
+// next answer (else asking again fails, and the refusals stand). The upstream gives a byte per read.
+func continued(t *testing.T, first, next string) (out []byte, turns []relay.Turn) {
+	t.Helper()
+	s := NewStream(io.NopCloser(iotest.OneByteReader(strings.NewReader(first))), relaytest.Policy(vet.ModeContinue, false), nil)
+	s.SetNext(func(tu relay.Turn) (io.ReadCloser, error) {
+		turns = append(turns, tu)
+		if next == "" {
+			return nil, errors.New("no round left")
+		}
+		return io.NopCloser(strings.NewReader(next)), nil
+	})
+	out, err := io.ReadAll(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, turns
+}
+
+// shownText is the text a client assembles from a stream, and the count of events that finish a candidate.
+func shownText(t *testing.T, out []byte) (text string, finished int) {
+	t.Helper()
+	for ev := range relaytest.Events(t, out) {
+		root := gjson.ParseBytes(ev.Data)
+		root.Get("candidates.0.content.parts").ForEach(func(_, p gjson.Result) bool {
+			text += p.Get("text").String()
+			return true
+		})
+		if root.Get("candidates.0.finishReason").Exists() {
+			finished++
+		}
+	}
+	return text, finished
+}
+
+// TestStreamContinueKeepsTheTextBeforeTheCall: where one event holds text and then the refused call (Gemini
+// sends a call whole, often after the tail of the text), the text reaches the client at once and the round
+// is continued: no notice, no finish of the first round, nothing of the call, and what the event held after
+// the call is the round's, dropped with it. When the upstream cannot be asked again, the client gets what
+// refuse mode writes.
+func TestStreamContinueKeepsTheTextBeforeTheCall(t *testing.T) {
+	t.Parallel()
+	first := chunk(false, text("Fetching. ")) + chunk(true, text("Now "), fcall("web_fetch", evil), text("after"))
+	second := strings.ReplaceAll(chunk(false, text("I cannot fetch that."))+chunk(true, text(" Done.")), `"r1"`, `"r2"`)
+	out, turns := continued(t, first, second)
+	relaytest.CheckNoLeak(t, out, []string{"evil.example", "[promptgate]", "after", `"r2"`})
+	if len(turns) != 1 || !strings.Contains(string(turns[0].Raw), `"Now "`) || !strings.Contains(string(turns[0].Raw), "web_fetch") {
+		t.Fatalf("turns %+v", turns)
+	}
+	if got, finished := shownText(t, out); got != "Fetching. Now I cannot fetch that. Done." || finished != 1 {
+		t.Errorf("text %q, %d finishes:\n%s", got, finished, out)
+	}
+
+	refused, _, _ := run(t, first, vet.ModeRefuse, false)
+	want, _ := shownText(t, refused)
+	out, _ = continued(t, first, "")
+	relaytest.CheckNoLeak(t, out, []string{"evil.example"})
+	if got, finished := shownText(t, out); got != want || finished != 1 || !strings.HasPrefix(got, "Fetching. Now after[promptgate] blocked tool call web_fetch: ") {
+		t.Errorf("not continued: text %q (refuse mode: %q), %d finishes:\n%s", got, want, finished, out)
 	}
 }
 

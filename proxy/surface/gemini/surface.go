@@ -128,7 +128,7 @@ func (Surface) Begin(st surface.Start) surface.Exchange {
 		n, ok := get(gc, fCandidateN)
 		several = !ok || n.Int() > 1
 	}
-	return surface.Stateless{VetBody: Body, Join: join, Usage: fUsage.camel(), VetStream: func(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
+	return surface.Stateless{VetBody: Body, Join: join, Usage: usageOf, VetStream: func(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
 		s := NewStream(up, v.Checker, v.Record)
 		if !several {
 			s.SetNext(v.Next)
@@ -137,13 +137,23 @@ func (Surface) Begin(st surface.Start) surface.Exchange {
 	}}
 }
 
+// usageOf is an answer's usageMetadata, by either of its names (nil when it gives both).
+func usageOf(answer []byte) []byte {
+	if u, ok := get(gjson.ParseBytes(answer), fUsage); ok {
+		return []byte(u.Raw)
+	}
+	return nil
+}
+
 // join writes a continued answer: the last one, with the first's responseId (one answer to the client), the
-// parts of every answer's candidate in order, and the usage of all of them.
+// parts of every answer's candidate in order, and the usage of all of them; each member under the name the
+// last answer gives it.
 func join(j surface.Joined) ([]byte, error) {
 	out := j.Last
+	last := gjson.ParseBytes(out)
 	var err error
-	if id := gjson.GetBytes(j.First, fResponseID.camel()); id.Exists() {
-		if out, err = sjson.SetRawBytes(out, fResponseID.camel(), []byte(id.Raw)); err != nil {
+	if id, _ := get(gjson.ParseBytes(j.First), fResponseID); id.Exists() {
+		if out, err = sjson.SetRawBytes(out, key(last, fResponseID), []byte(id.Raw)); err != nil {
 			return nil, err
 		}
 	}
@@ -161,7 +171,7 @@ func join(j surface.Joined) ([]byte, error) {
 		}
 	}
 	if j.Usage != nil {
-		if out, err = sjson.SetRawBytes(out, fUsage.camel(), j.Usage); err != nil {
+		if out, err = sjson.SetRawBytes(out, key(last, fUsage), j.Usage); err != nil {
 			return nil, err
 		}
 	}
