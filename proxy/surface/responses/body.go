@@ -27,6 +27,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
@@ -335,22 +336,18 @@ func newNoticeID() string {
 // noticeItem is a message output item with one output_text part holding text; completed says whether it is
 // the finished item (status completed, the text in) or the item as first announced (in_progress, no parts).
 func noticeItem(id, text string, completed bool) []byte {
+	b := assembly.AppendJSONString(append(make([]byte, 0, 128+len(text)), `{"id":`...), id)
 	if !completed {
-		b := []byte(`{"id":"","type":"message","status":"in_progress","content":[],"role":"assistant"}`)
-		b, _ = sjson.SetBytes(b, pathID, id)
-		return b
+		return append(b, `,"type":"message","status":"in_progress","content":[],"role":"assistant"}`...)
 	}
-	b := []byte(`{"id":"","type":"message","status":"completed","content":[],"role":"assistant"}`)
-	b, _ = sjson.SetBytes(b, pathID, id)
-	b, _ = sjson.SetRawBytes(b, "content", append(append([]byte{'['}, textPart(text)...), ']'))
-	return b
+	b = append(b, `,"type":"message","status":"completed","content":[`...)
+	return append(append(b, textPart(text)...), `],"role":"assistant"}`...)
 }
 
 // textPart is an output_text content part.
 func textPart(text string) []byte {
-	p := []byte(`{"type":"output_text","annotations":[],"logprobs":[],"text":""}`)
-	p, _ = sjson.SetBytes(p, "text", text)
-	return p
+	p := append(make([]byte, 0, 64+len(text)), `{"type":"output_text","annotations":[],"logprobs":[],"text":`...)
+	return append(assembly.AppendJSONString(p, text), '}')
 }
 
 // ErrorJSON is the data of an error event: OpenAI's Responses error event ({"type":"error","code","message",

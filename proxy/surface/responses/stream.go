@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
@@ -184,6 +185,7 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stre
 			s.end(ErrorJSON(s.last+1, "upstream stream ended before the response was complete", "server_error", relay.CodeTruncated))
 		},
 		Done:      s.completeAll,
+		Pass:      s.passByTemplate,
 		Malformed: s.malformed,
 		Event:     s.event,
 		MaxDepth:  maxDepth,
@@ -201,7 +203,7 @@ func (s *Stream) malformed() {
 
 // event handles one event whose data is a valid JSON object.
 func (s *Stream) event(ev sse.Event) {
-	if s.passByTemplate(ev) || s.argsByTemplate(ev) {
+	if s.argsByTemplate(ev) {
 		return
 	}
 	data := ev.Data
@@ -528,7 +530,11 @@ func (t *passTemplate) learn(ev sse.Event, m meta) {
 	t.m, t.seqAt = m, seqAt
 }
 
-// passByTemplate handles ev when it matches the pass template, as event would.
+// passByTemplate handles ev when it matches the pass template, as event would, before the relay checks its
+// JSON (relay.Surface.Pass): outside its string slots, whose ends the escape rules find, its bytes are the
+// template's, an event the relay checked, so its keys and structure are those of an event that carries no
+// call; what its slots hold (a text delta) is passed, never read, and could only make a client fail to parse
+// it. Argument deltas, which are read, go through argsByTemplate after the check.
 func (s *Stream) passByTemplate(ev sse.Event) bool {
 	t := &s.pass
 	if t.Empty() || ev.Event != t.m.name {
@@ -889,34 +895,28 @@ func (s *Stream) notice(p *pending, oi int, text string) {
 		}
 		s.refusedNotice[id] = true
 	}
-	part := textPart(text)
-	empty, _ := sjson.SetBytes(slices.Clone(part), "text", "")
-	evs := []struct {
-		name, data string
-	}{
-		{evItemAdded, `{"type":"` + evItemAdded + `","sequence_number":0,"output_index":0,"item":` + string(noticeItem(id, text, false)) + `}`},
-		{"response.content_part.added", `{"type":"response.content_part.added","sequence_number":0,"item_id":"","output_index":0,"content_index":0,"part":` + string(empty) + `}`},
-		{"response.output_text.delta", `{"type":"response.output_text.delta","sequence_number":0,"item_id":"","output_index":0,"content_index":0,"delta":"","logprobs":[]}`},
-		{"response.output_text.done", `{"type":"response.output_text.done","sequence_number":0,"item_id":"","output_index":0,"content_index":0,"text":"","logprobs":[]}`},
-		{"response.content_part.done", `{"type":"response.content_part.done","sequence_number":0,"item_id":"","output_index":0,"content_index":0,"part":` + string(part) + `}`},
-		{evItemDone, `{"type":"` + evItemDone + `","sequence_number":0,"output_index":0,"item":` + string(p.notice) + `}`},
-	}
-	for _, e := range evs {
-		d := []byte(e.data)
+	q, qid := assembly.AppendJSONString(nil, text), assembly.AppendJSONString(nil, id)
+	// Each event as the API writes it, keys in its order: type, sequence_number, item_id, output_index, ...
+	ev := func(name string, withID bool, rest ...[]byte) {
 		s.last++
-		d, _ = sjson.SetBytes(d, pathSeq, s.last)
-		d, _ = sjson.SetBytes(d, pathOutputIdx, oi)
-		if gjson.GetBytes(d, pathItemID).Exists() {
-			d, _ = sjson.SetBytes(d, pathItemID, id)
+		d := make([]byte, 0, 160+len(q)+len(p.notice))
+		d = append(append(append(d, `{"type":"`...), name...), `","sequence_number":`...)
+		d = strconv.AppendInt(d, s.last, 10)
+		if withID {
+			d = append(append(d, `,"item_id":`...), qid...)
 		}
-		switch e.name {
-		case "response.output_text.delta":
-			d, _ = sjson.SetBytes(d, "delta", text)
-		case "response.output_text.done":
-			d, _ = sjson.SetBytes(d, "text", text)
+		d = strconv.AppendInt(append(d, `,"output_index":`...), int64(oi), 10)
+		for _, r := range rest {
+			d = append(d, r...)
 		}
-		s.Out = sse.AppendEvent(s.Out, e.name, d)
+		s.Out = sse.AppendEvent(s.Out, name, append(d, '}'))
 	}
+	ev(evItemAdded, false, []byte(`,"item":`), noticeItem(id, text, false))
+	ev("response.content_part.added", true, []byte(`,"content_index":0,"part":`), textPart(""))
+	ev("response.output_text.delta", true, []byte(`,"content_index":0,"delta":`), q, []byte(`,"logprobs":[]`))
+	ev("response.output_text.done", true, []byte(`,"content_index":0,"text":`), q, []byte(`,"logprobs":[]`))
+	ev("response.content_part.done", true, []byte(`,"content_index":0,"part":`), textPart(text))
+	ev(evItemDone, false, []byte(`,"item":`), p.notice)
 }
 
 // late handles an event for a call that was already vetted. A blocked call's events are dropped quietly. A
