@@ -16,9 +16,10 @@ type Call struct {
 	// Args is the raw argument JSON text, the fragments concatenated.
 	Args []byte
 
-	held      [][]byte
-	heldBytes int
-	problem   string
+	// held are the held pieces, one after another; ends are where each ends in it.
+	held    []byte
+	ends    []int
+	problem string
 	named     bool
 }
 
@@ -55,17 +56,31 @@ func (c *Call) Problem() string { return c.problem }
 
 // Hold keeps a copy of b, a raw piece of the response to release if the call is allowed.
 func (c *Call) Hold(b []byte) {
-	c.held = append(c.held, append([]byte(nil), b...))
-	c.heldBytes += len(b)
+	if c.held == nil {
+		c.held = make([]byte, 0, max(4*len(b), 512)) // a call's events are many and alike in size
+	}
+	c.held = append(c.held, b...)
+	c.ends = append(c.ends, len(c.held))
 }
 
-// Held returns the held pieces in the order they were held.
-func (c *Call) Held() [][]byte { return c.held }
+// Held returns the held pieces in the order they were held; they share the call's memory until Drop.
+func (c *Call) Held() [][]byte {
+	if len(c.ends) == 0 {
+		return nil
+	}
+	out := make([][]byte, len(c.ends))
+	from := 0
+	for i, end := range c.ends {
+		out[i] = c.held[from:end:end]
+		from = end
+	}
+	return out
+}
 
 // HeldBytes is the total size of the held pieces and of the arguments.
-func (c *Call) HeldBytes() int { return c.heldBytes + len(c.Args) }
+func (c *Call) HeldBytes() int { return len(c.held) + len(c.Args) }
 
 // Drop forgets the held pieces.
 func (c *Call) Drop() {
-	c.held, c.heldBytes = nil, 0
+	c.held, c.ends = nil, nil
 }
