@@ -21,33 +21,7 @@ func inRepo(path string) string { return filepath.Join(filepath.Dir(examplesDir)
 // readmeSection is the text of the README section under the heading "## title", up to the next "## ".
 func readmeSection(t *testing.T, title string) string {
 	t.Helper()
-	b, err := os.ReadFile(inRepo("README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	i := strings.Index(s, "\n## "+title+"\n")
-	if i < 0 {
-		t.Fatalf("README has no section %q", title)
-	}
-	s = s[i+len(title)+5:]
-	if j := strings.Index(s, "\n## "); j >= 0 {
-		s = s[:j]
-	}
-	return s
-}
-
-// codeBlock is a fenced block of the README: its language and its text.
-type codeBlock struct{ lang, text string }
-
-var fence = regexp.MustCompile("(?ms)^```([a-z]*)\n(.*?)^```$")
-
-func codeBlocks(section string) []codeBlock {
-	var out []codeBlock
-	for _, m := range fence.FindAllStringSubmatch(section, -1) {
-		out = append(out, codeBlock{m[1], m[2]})
-	}
-	return out
+	return docSection(t, "README.md", title)
 }
 
 // readmeRequest is the request of a curl command of the README, sent to the demo at addr instead of the
@@ -71,10 +45,13 @@ func readmeRequest(t *testing.T, cmd, addr string) *http.Request {
 	return curlRequest(t, words)
 }
 
+// readmeDemo is the title of the README's section on the demo.
+const readmeDemo = "Try it without a key: the demo"
+
 // TestReadmeWorkedExampleRuns runs the README's worked example against `promptgate demo`: its commands
 // work as written (on the demo's ports), and what it shows of the answers is what the demo answers.
 func TestReadmeWorkedExampleRuns(t *testing.T) {
-	sec := readmeSection(t, "A worked example")
+	sec := readmeSection(t, readmeDemo)
 	blocks := codeBlocks(sec)
 	if len(blocks) != 5 || blocks[0].text != "go run ./cmd/promptgate demo\n" {
 		t.Fatalf("the section's code blocks changed: update this test (%d blocks)", len(blocks))
@@ -151,12 +128,71 @@ func TestReadmeWorkedExampleRuns(t *testing.T) {
 	}
 }
 
-// TestReadmeCommandsListTheCommands: the Commands section names every command of the usage text.
-func TestReadmeCommandsListTheCommands(t *testing.T) {
-	sec := readmeSection(t, "Commands")
-	for _, want := range []string{"`promptgate demo", "push FILE", "--create", "`promptgate serve`"} {
+// TestReadmeQuickStart: the two commands of the quick start are the serve command and exactly the test
+// command .ci/run runs; serve as written (its listeners moved to free ports) creates the files the README
+// names in the working folder and listens where it says, in front of the upstream it names.
+func TestReadmeQuickStart(t *testing.T) {
+	sec := readmeSection(t, "Quick start")
+	blocks := blocksOf(sec, "sh")
+	if len(blocks) != 2 || blocks[0] != "go run ./cmd/promptgate serve\n" {
+		t.Fatalf("the quick start's commands changed: update this test: %q", blocks)
+	}
+	ci := docPage(t, ".ci/run")
+	_, after, ok := strings.Cut(ci, "# The README's test command:\n")
+	if !ok || !strings.HasPrefix(after, blocks[1]) || blocks[1] != "go test -race -count=1 ./...\n" {
+		t.Errorf(".ci/run and the README disagree on the test command: README %q, .ci/run %q", blocks[1], strings.SplitN(after, "\n", 2)[0])
+	}
+	for _, want := range []string{"`127.0.0.1:8787`", "`http://127.0.0.1:8787/v1`", "`127.0.0.1:8788`",
+		"`" + DefaultUpstream + "`", "about 3 minutes on 2 cores", "about 15 minutes on 2 cores"} {
 		if !strings.Contains(sec, want) {
-			t.Errorf("the Commands section does not mention %q", want)
+			t.Errorf("the quick start no longer says %s", want)
 		}
+	}
+	if DefaultListen != "127.0.0.1:8787" || DefaultAdminListen != "127.0.0.1:8788" {
+		t.Errorf("defaults %s, %s: the README says 127.0.0.1:8787 and 127.0.0.1:8788", DefaultListen, DefaultAdminListen)
+	}
+	args, ok := cliArgs(strings.Fields(blocks[0]))
+	if !ok {
+		t.Fatal(blocks[0])
+	}
+	t.Chdir(t.TempDir())
+	s := startServe(t, nil, args[1:]...)
+	resp, err := http.Get(strings.TrimSuffix(s.base, "/v1") + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"promptgate.db", "promptgate.audit.db"} {
+		if _, err := os.Stat(f); err != nil || !strings.Contains(sec, "`"+f+"`") {
+			t.Errorf("%s in the working folder: %v", f, err)
+		}
+	}
+}
+
+// TestReadmeLayersPicture: the picture of the layers shows the built-in template's block headers, in its
+// order, so it cannot drift from what the model gets.
+func TestReadmeLayersPicture(t *testing.T) {
+	t.Parallel()
+	pic := blocksOf(readmeSection(t, "The layers"), "text")
+	if len(pic) != 1 {
+		t.Fatalf("the section's picture changed: update this test (%d text blocks)", len(pic))
+	}
+	var shown []string
+	for _, m := range regexp.MustCompile(`=== ([A-Z ]+)[^=]*===`).FindAllStringSubmatch(pic[0], -1) {
+		shown = append(shown, strings.TrimSpace(m[1]))
+	}
+	out, _, err := runCmd(t, nil, "", "templates", "show", "base_tool_call_v2", "--create", "--db", filepath.Join(t.TempDir(), "pg.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var real []string
+	for _, m := range regexp.MustCompile(`(?m)^=== ([A-Z ]+)[^=\n]*===$`).FindAllStringSubmatch(gjson.Get(out, "body.text").String(), -1) {
+		real = append(real, strings.TrimSpace(m[1]))
+	}
+	if strings.Join(shown, "|") != strings.Join(real, "|") {
+		t.Errorf("the picture shows the blocks %q; the template has %q", shown, real)
 	}
 }
