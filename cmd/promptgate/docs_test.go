@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,8 @@ import (
 	"unicode"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/proxy/demo"
 )
 
 // The documentation's pages: README.md and docs/*.md. The tests in docs_*_test.go run or validate every
@@ -503,7 +506,10 @@ func checkCLIWords(t *testing.T, page string, args []string) {
 		return
 	}
 	cmd := []string{args[0]}
-	if slices.Contains([]string{"templates", "protocols", "migrate", "ca", "store"}, args[0]) && len(args) > 1 {
+	if slices.Contains([]string{"templates", "protocols", "migrate", "ca", "store"}, args[0]) {
+		if len(args) == 1 {
+			return // the command named as a whole
+		}
 		cmd = append(cmd, args[1])
 	}
 	if slices.Contains([]string{"version"}, args[0]) {
@@ -592,3 +598,84 @@ func jsonObjects(s string) []string {
 // oneLine is s with every run of white space (line breaks of the page included) as one space.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
+
+// demoModel runs the demo's scripted model on a test server and returns its root URL (an OpenAI or
+// Anthropic upstream is ROOT/v1).
+func demoModel(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(demo.Handler(demo.Options{}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// inlineCommand is a command written in a code span of a page's text: `promptgate ...`,
+// `go run ./cmd/promptgate ...` or `go test ...` (after any VAR=value words).
+var inlineCommand = regexp.MustCompile("`((?:[A-Z_]+=\\S+ )*(?:promptgate |go run \\./cmd/promptgate |go test )[^`]*)`")
+
+// pageCommands are the promptgate and go test commands of a page, from its shell blocks and code spans,
+// each as words. Placeholders of the tables are read as a user would fill them: [optional] parts kept,
+// A|B alternatives as the first.
+func pageCommands(t *testing.T, page string) [][]string {
+	t.Helper()
+	text := docPage(t, page)
+	var out [][]string
+	for _, b := range codeBlocks(text) {
+		if b.lang != "sh" {
+			continue
+		}
+		for _, c := range mustShell(t, b.text) {
+			for _, st := range c.stages {
+				out = append(out, st)
+			}
+		}
+	}
+	fenced := fencedRanges(text)
+	for _, m := range inlineCommand.FindAllStringSubmatchIndex(text, -1) {
+		if inRanges(fenced, m[0]) {
+			continue
+		}
+		span := text[m[2]:m[3]]
+		if regexp.MustCompile(`^([A-Z_]+=\S+ )*go test `).MatchString(span) {
+			for _, c := range mustShell(t, span) {
+				out = append(out, c.stages...)
+			}
+			continue
+		}
+		span = strings.NewReplacer("[", " ", "]", " ", `\|`, "|", "...", " ").Replace(span)
+		words := strings.Fields(span)
+		for i, w := range words {
+			if a, _, ok := strings.Cut(w, "|"); ok && !strings.HasPrefix(w, "-") {
+				words[i] = a
+			}
+		}
+		out = append(out, words)
+	}
+	return out
+}
+
+// TestDocsCommandsAreReal: every promptgate command of every page names a command and flags promptgate has,
+// and every go test command names packages and tests that exist.
+func TestDocsCommandsAreReal(t *testing.T) {
+	t.Parallel()
+	n := 0
+	for _, page := range docPages(t) {
+		for _, w := range pageCommands(t, page) {
+			for len(w) > 0 && regexp.MustCompile(`^[A-Z_]+=`).MatchString(w[0]) {
+				w = w[1:]
+			}
+			if args, ok := cliArgs(w); ok {
+				if len(args) > 0 && args[0] != strings.ToLower(args[0]) {
+					continue // `promptgate COMMAND -h`
+				}
+				checkCLIWords(t, page, args)
+				n++
+			} else if len(w) > 1 && w[0] == "go" && w[1] == "test" {
+				checkGoTest(t, page, w)
+				n++
+			}
+		}
+	}
+	if n < 40 {
+		t.Errorf("only %d commands found on the pages", n)
+	}
+}
