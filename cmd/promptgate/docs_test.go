@@ -197,11 +197,11 @@ func TestDocsLinksResolve(t *testing.T) {
 func TestAnchorIsGitHubs(t *testing.T) {
 	t.Parallel()
 	for title, want := range map[string]string{
-		"The HTTPS-proxy door (`HTTPS_PROXY=`)":       "the-https-proxy-door-https_proxy",
-		"Vetting the model's tool calls":              "vetting-the-models-tool-calls",
+		"The HTTPS-proxy door (`HTTPS_PROXY=`)":      "the-https-proxy-door-https_proxy",
+		"Vetting the model's tool calls":             "vetting-the-models-tool-calls",
 		"Continue mode: `onViolation: \"continue\"`": "continue-mode-onviolation-continue",
-		"The config file (`--config`)":                "the-config-file---config",
-		"Google's Gemini API":                         "googles-gemini-api",
+		"The config file (`--config`)":               "the-config-file---config",
+		"Google's Gemini API":                        "googles-gemini-api",
 	} {
 		if got := anchor(title); got != want {
 			t.Errorf("anchor(%q) = %q, want %q", title, got, want)
@@ -597,7 +597,6 @@ func jsonObjects(s string) []string {
 
 // oneLine is s with every run of white space (line breaks of the page included) as one space.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
 
 // demoModel runs the demo's scripted model on a test server and returns its root URL (an OpenAI or
 // Anthropic upstream is ROOT/v1).
