@@ -105,7 +105,7 @@ func TestReferenceListsEveryCommandAndFlag(t *testing.T) {
 			t.Errorf("the serve flags table has no --%s", f)
 			continue
 		}
-		block := regexp.MustCompile(`(?m)^  -`+regexp.QuoteMeta(f)+`(?: \S+)?\n((?:    .*\n)*)`).FindStringSubmatch(help)
+		block := regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(f) + `(?: \S+)?\n((?:    .*\n)*)`).FindStringSubmatch(help)
 		if block == nil {
 			t.Fatalf("serve -h has no help for --%s", f)
 		}
