@@ -39,7 +39,7 @@ and start: promptgate serve --config FILE --proxy-listen 127.0.0.1:8789
 
 Make the clients trust it (only the processes that should go through promptgate):
   export HTTPS_PROXY=http://127.0.0.1:8789
-  export SSL_CERT_FILE=%s            # Go, curl, OpenSSL-based tools (replaces the system roots: see README)
+  export SSL_CERT_FILE=%s            # Go, curl, OpenSSL-based tools (replaces the system roots: see docs/apps.md)
   export NODE_EXTRA_CA_CERTS=%s      # Node.js
   export REQUESTS_CA_BUNDLE=%s       # Python requests / httpx (use a bundle that also holds the system roots)
   OS store: Debian/Ubuntu: sudo cp %s /usr/local/share/ca-certificates/promptgate.crt && sudo update-ca-certificates

@@ -28,7 +28,7 @@ const (
 	KindStoredPrompt = "stored_prompt"
 )
 
-// Kinds of events: information-flow decisions on a response's calls (policy/flow; README,
+// Kinds of events: information-flow decisions on a response's calls (policy/flow; docs/policy.md,
 // "Information-flow policy"). A scan rule's hosts check is KindToolCall.
 const (
 	// KindProvenance: a provenance rule, or a scan rule's from check, on an argument's value.

@@ -16,8 +16,8 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// Provenance compares values after a normalisation per kind (see README, "Information-flow
-// policy"): an email address and a host case-insensitively (hosts in IDNA ASCII form), a URL by its
+// Provenance compares values after a normalisation per kind (see docs/policy.md, "Provenance"): an
+// email address and a host case-insensitively (hosts in IDNA ASCII form), a URL by its
 // host or, with match "url", whole (scheme and host lowercased, default port and fragment dropped),
 // an IBAN without separators in upper case, an id exactly, a text by its words, case-insensitively.
 // Every comparison is of whole tokens: an item the scanners find whole, or a word sequence between

@@ -49,7 +49,7 @@ type ToolOutputs struct {
 }
 
 // ProvenanceRule requires the value at Path of a call's arguments to occur in the sources From (or,
-// with Not, not to occur in Not.From). See the README section "Information-flow policy".
+// with Not, not to occur in Not.From). See docs/policy.md, "Provenance".
 type ProvenanceRule struct {
 	ID string `json:"id,omitempty"`
 	// Tool is a tool name or glob ('/' is an ordinary character: a rule covers no less than it says).
