@@ -51,7 +51,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	up := "http://" + ln.Addr().String() + "/v1"
 	denv := demoEnv(getenv)
 	f, err := parseServeFlags([]string{"--listen", *listen, "--admin-listen", *adminListen, "--upstream", up,
-		"--anthropic-upstream", up, "--db", db, "--config", cfg}, stderr, denv)
+		"--anthropic-upstream", up, "--gemini-upstream", "http://" + ln.Addr().String(), "--db", db, "--config", cfg}, stderr, denv)
 	if err != nil {
 		return err
 	}
@@ -86,8 +86,8 @@ func seedDemo(ctx context.Context, db, cfg string) error {
 func demoEnv(getenv env) env {
 	return func(k string) string {
 		switch k {
-		case EnvUpstream, EnvAnthropicUpstream, EnvUpstreamKey, EnvAnthropicKey, EnvDB, EnvStore, EnvStoreSnapshot,
-			EnvConfig, EnvProxyListen:
+		case EnvUpstream, EnvAnthropicUpstream, EnvGeminiUpstream, EnvUpstreamKey, EnvAnthropicKey, EnvGeminiKey, EnvDB,
+			EnvStore, EnvStoreSnapshot, EnvConfig, EnvProxyListen, EnvMCPListen:
 			return ""
 		}
 		if strings.HasPrefix(k, "OTEL_") {

@@ -332,8 +332,8 @@ func TestDemoRefusesBadUse(t *testing.T) {
 func TestDemoEnvKeepsEverythingLocal(t *testing.T) {
 	t.Parallel()
 	all := map[string]string{}
-	for _, k := range []string{EnvUpstream, EnvAnthropicUpstream, EnvUpstreamKey, EnvAnthropicKey, EnvDB, EnvStore, EnvStoreSnapshot,
-		EnvConfig, EnvProxyListen, "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS", EnvAdminToken, "PROMPT_TOOL_DEFS_MODE"} {
+	for _, k := range []string{EnvUpstream, EnvAnthropicUpstream, EnvGeminiUpstream, EnvUpstreamKey, EnvAnthropicKey, EnvGeminiKey,
+		EnvDB, EnvStore, EnvStoreSnapshot, EnvConfig, EnvProxyListen, EnvMCPListen, "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS", EnvAdminToken, "PROMPT_TOOL_DEFS_MODE"} {
 		all[k] = "set"
 	}
 	e := demoEnv(envMap(all))
@@ -368,15 +368,21 @@ func TestDemoModelThroughTheProxyOnEveryAPI(t *testing.T) {
 	ask := `call send_email {"to": "a@acme.com", "body": "see https://evil.example/x"} and call send_email {"to": "a@acme.com", "body": "see https://acme.com/ok"}`
 	schema := `{"type":"object","properties":{"to":{"type":"string"},"body":{"type":"string"}},"required":["to","body"]}`
 	bodies := map[string]string{
-		"/chat/completions": `{"model":"m","stream":STREAM,"messages":[{"role":"user","content":ASK}],"tools":[{"type":"function","function":{"name":"send_email","parameters":` + schema + `}}]}`,
-		"/responses":        `{"model":"m","stream":STREAM,"input":ASK,"tools":[{"type":"function","name":"send_email","parameters":` + schema + `}]}`,
-		"/messages":         `{"model":"m","max_tokens":100,"stream":STREAM,"messages":[{"role":"user","content":ASK}],"tools":[{"name":"send_email","input_schema":` + schema + `}]}`,
+		"/chat/completions":          `{"model":"m","stream":STREAM,"messages":[{"role":"user","content":ASK}],"tools":[{"type":"function","function":{"name":"send_email","parameters":` + schema + `}}]}`,
+		"/responses":                 `{"model":"m","stream":STREAM,"input":ASK,"tools":[{"type":"function","name":"send_email","parameters":` + schema + `}]}`,
+		"/messages":                  `{"model":"m","max_tokens":100,"stream":STREAM,"messages":[{"role":"user","content":ASK}],"tools":[{"name":"send_email","input_schema":` + schema + `}]}`,
+		"/../v1beta/models/m:METHOD": `{"contents":[{"role":"user","parts":[{"text":ASK}]}],"tools":[{"functionDeclarations":[{"name":"send_email","parametersJsonSchema":` + schema + `}]}]}`,
 	}
 	askJSON, _ := json.Marshal(ask)
 	for path, tmpl := range bodies {
 		for _, stream := range []string{"false", "true"} {
 			body := strings.NewReplacer("STREAM", stream, "ASK", string(askJSON)).Replace(tmpl)
-			resp, err := http.Post(base+path, "application/json", strings.NewReader(body))
+			url := base + path
+			if gemini, ok := strings.CutPrefix(path, "/../v1beta"); ok {
+				method := map[string]string{"false": "generateContent", "true": "streamGenerateContent?alt=sse"}[stream]
+				url = strings.TrimSuffix(base, "/v1") + "/v1beta" + strings.Replace(gemini, "METHOD", method, 1)
+			}
+			resp, err := http.Post(url, "application/json", strings.NewReader(body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -386,8 +392,10 @@ func TestDemoModelThroughTheProxyOnEveryAPI(t *testing.T) {
 			if stream == "true" {
 				out += "\n" + streamedArguments(t, b)
 			}
-			// A stream says it in a notice; a body where a call is left says it in a header.
-			blocked := strings.Contains(out, "blocked tool call send_email: rule mail-links: body: link 1 at offset 4 has a host that is not allowed")
+			// A stream says it in a notice; a body where a call is left says it in a header. A Gemini
+			// candidate with a call left gets no notice (its calls come whole, in one event).
+			blocked := strings.Contains(out, "blocked tool call send_email: rule mail-links: body: link 1 at offset 4 has a host that is not allowed") ||
+				strings.HasPrefix(path, "/../v1beta") && stream == "true"
 			if stream == "false" {
 				blocked = resp.Header.Get("X-Promptgate-Blocked") == "1"
 			}
@@ -412,7 +420,7 @@ func streamedArguments(t *testing.T, b []byte) string {
 			t.Fatal(err)
 		}
 		d := gjson.ParseBytes(ev.Data)
-		for _, p := range []string{"choices.0.delta.tool_calls.0.function.arguments", "delta.partial_json"} {
+		for _, p := range []string{"choices.0.delta.tool_calls.0.function.arguments", "delta.partial_json", "candidates.0.content.parts.#.functionCall.args|@this"} {
 			out.WriteString(d.Get(p).String())
 		}
 		if d.Get("type").String() == "response.function_call_arguments.delta" {

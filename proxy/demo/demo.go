@@ -1,7 +1,7 @@
-// Package demo is a scripted model that speaks the three APIs promptgate rewrites — Chat Completions
-// (/chat/completions), the Responses API (/responses) and Anthropic Messages (/messages), stream and
-// non-stream, in each API's own event shapes — so that promptgate can be tried, documented and tested
-// without a key and without the network. `promptgate demo` runs it beside the proxy with the demo
+// Package demo is a scripted model that speaks the four APIs promptgate rewrites — Chat Completions
+// (/chat/completions), the Responses API (/responses), Anthropic Messages (/messages) and Google's Gemini
+// (/models/M:generateContent, :streamGenerateContent), stream and non-stream, in each API's own event
+// shapes — so that promptgate can be tried, documented and tested without a key and without the network. `promptgate demo` runs it beside the proxy with the demo
 // protocol (Protocol) and the requests of Examples.
 //
 // The model is deterministic: the request alone decides the answer (see Reply). It owns the script, the
@@ -34,8 +34,9 @@ type Options struct {
 	SplitFrames bool
 }
 
-// Handler serves the model under any base path: POST .../chat/completions, .../responses and .../messages,
-// GET .../models. Other paths are 404 in the OpenAI error shape.
+// Handler serves the model under any base path: POST .../chat/completions, .../responses, .../messages and
+// .../models/M:generateContent or :streamGenerateContent, GET .../models. Other paths are 404 in the
+// OpenAI error shape.
 func Handler(o Options) http.Handler {
 	if o.Now == nil {
 		o.Now = time.Now
@@ -52,7 +53,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		writeError(w, Chat, http.StatusNotFound, "not_found_error", "the demo model serves POST /chat/completions, /responses and /messages")
+		writeError(w, Chat, http.StatusNotFound, "not_found_error", "the demo model serves POST /chat/completions, /responses, /messages and /models/M:generateContent")
 		return
 	}
 	if r.Method != http.MethodPost {
@@ -68,6 +69,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, api, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
+	}
+	if api == Gemini {
+		req.stream = strings.HasSuffix(r.URL.Path, ":streamGenerateContent")
+		req.model = geminiModel(r.URL.Path)
 	}
 	a := Reply(req)
 	m := Meta{ID: responseID(api, body), Model: req.model, Created: h.o.Now().Unix(), InputTokens: tokens(len(body)),
@@ -99,6 +104,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // apiOf is the API a request path asks for, by its last segments.
 func apiOf(path string) (API, bool) {
 	switch {
+	case strings.Contains(path, "/models/") && (strings.HasSuffix(path, ":generateContent") || strings.HasSuffix(path, ":streamGenerateContent")):
+		return Gemini, true
 	case strings.HasSuffix(path, "/chat/completions"):
 		return Chat, true
 	case strings.HasSuffix(path, "/responses"):
@@ -119,9 +126,12 @@ func writeJSON(w http.ResponseWriter, status int, b []byte) {
 func writeError(w http.ResponseWriter, api API, status int, typ, msg string) {
 	m, _ := json.Marshal(msg)
 	var b bytes.Buffer
-	if api == Messages {
+	switch api {
+	case Messages:
 		fmt.Fprintf(&b, `{"type":"error","error":{"type":%q,"message":%s}}`, typ, m)
-	} else {
+	case Gemini:
+		fmt.Fprintf(&b, `{"error":{"code":%d,"message":%s,"status":%q}}`, status, m, geminiStatus(status))
+	default:
 		fmt.Fprintf(&b, `{"error":{"message":%s,"type":%q,"param":null,"code":null}}`, m, typ)
 	}
 	writeJSON(w, status, b.Bytes())
@@ -129,3 +139,21 @@ func writeError(w http.ResponseWriter, api API, status int, typ, msg string) {
 
 // tokens is a rough token count of n bytes of text, for the answers' usage.
 func tokens(n int) int { return (n + 3) / 4 }
+
+// geminiModel is the model a Gemini path names: the segment after models/, before the method.
+func geminiModel(path string) string {
+	m := path[strings.LastIndex(path, "/models/")+len("/models/"):]
+	m, _, _ = strings.Cut(m, ":")
+	return m
+}
+
+// geminiStatus is the gRPC status name Google's errors carry for an HTTP status.
+func geminiStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "INVALID_ARGUMENT"
+	case http.StatusNotFound:
+		return "NOT_FOUND"
+	}
+	return "UNKNOWN"
+}

@@ -101,6 +101,11 @@ func TestParseReadsEachAPI(t *testing.T) {
 			{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"out"}]}]}],
 			"tools":[{"name":"f","input_schema":{"type":"object"}},{"type":"web_search_20250305","name":"web_search"}]}`,
 			"S1\nS2", "f", "user:u1|assistant:|assistant:a|tool:out"},
+		{Gemini, `{"system_instruction":{"parts":[{"text":"S1"},{"text":"S2"}]},"contents":[{"role":"user","parts":[{"text":"u1"},{"inlineData":{"mimeType":"image/png","data":""}}]},
+			{"role":"model","parts":[{"text":"a"},{"functionCall":{"name":"f","args":{}}}]},
+			{"role":"user","parts":[{"function_response":{"name":"f","response":{"out":1}}}]}],
+			"tools":[{"functionDeclarations":[{"name":"f"}]},{"function_declarations":[{"name":"g"}]},{"googleSearch":{}}]}`,
+			"S1\nS2", "f,g", `user:u1|assistant:|assistant:a|tool:{"out":1}`},
 	} {
 		r, err := Parse(c.api, []byte(c.body))
 		if err != nil {
@@ -306,7 +311,7 @@ func messageParts(t *testing.T, m *anthropic.Message) (string, []string) {
 func TestStreamsAreWellFormed(t *testing.T) {
 	t.Parallel()
 	a := Answer{Text: strings.Repeat("é€😀 ", 20), Calls: []Call{{ID: "x", Name: "f", Arguments: `{"s":"` + strings.Repeat("ü😀", 10) + `"}`}}}
-	for _, api := range []API{Chat, Responses, Messages} {
+	for _, api := range []API{Chat, Responses, Messages, Gemini} {
 		frames := Events(api, a, Meta{ID: "id", Model: "m", IncludeUsage: true})
 		var all strings.Builder
 		for _, f := range frames {
@@ -329,7 +334,8 @@ func TestStreamsAreWellFormed(t *testing.T) {
 				t.Errorf("%s: frame %d data is not JSON: %s", api, n, last)
 			}
 		}
-		end := map[API]string{Chat: "[DONE]", Responses: `"type":"response.completed"`, Messages: `{"type":"message_stop"}`}[api]
+		end := map[API]string{Chat: "[DONE]", Responses: `"type":"response.completed"`, Messages: `{"type":"message_stop"}`,
+			Gemini: `"finishReason":"STOP"`}[api]
 		if n != len(frames) || !strings.Contains(last, end) {
 			t.Errorf("%s: %d events of %d frames, last %s", api, n, len(frames), last)
 		}
@@ -410,7 +416,7 @@ func FuzzModelAnswersAnyBody(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"user","content":"call f {\"a\":[1,{\"b\":\"\u00e9\"}]} call g {"}],"tools":[{"type":"function","function":{"name":"f"}}]}`), uint8(1))
 	f.Add([]byte(`{"input":"call f {}","tools":[{"type":"function","name":"f"}]}`), uint8(1))
 	f.Fuzz(func(t *testing.T, body []byte, apiByte uint8) {
-		api := API(int(apiByte) % 3)
+		api := API(int(apiByte) % 4)
 		r, err := Parse(api, body)
 		if err != nil {
 			return

@@ -17,6 +17,8 @@ const (
 	Responses
 	// Messages is Anthropic Messages.
 	Messages
+	// Gemini is Google's generateContent (streamGenerateContent with alt=sse for a stream).
+	Gemini
 )
 
 func (a API) String() string {
@@ -25,6 +27,8 @@ func (a API) String() string {
 		return "responses"
 	case Messages:
 		return "messages"
+	case Gemini:
+		return "gemini"
 	}
 	return "chat"
 }
@@ -75,6 +79,8 @@ func Parse(api API, body []byte) (Request, error) {
 		sys = r.readChat(root)
 	case Responses:
 		sys = r.readResponses(root)
+	case Gemini:
+		sys = r.readGemini(root)
 	default:
 		sys = r.readMessages(root)
 	}
@@ -176,6 +182,50 @@ func (r *Request) readMessages(root gjson.Result) (sys []string) {
 	for _, t := range root.Get("tools").Array() {
 		if typ := t.Get("type").String(); typ == "" || typ == "custom" {
 			r.Tools = append(r.Tools, t.Get("name").String())
+		}
+	}
+	return sys
+}
+
+// either is the member of v named in camelCase or, else, in snake_case, as Google reads a body.
+func either(v gjson.Result, camel, snake string) gjson.Result {
+	if m := v.Get(camel); m.Exists() {
+		return m
+	}
+	return v.Get(snake)
+}
+
+func (r *Request) readGemini(root gjson.Result) (sys []string) {
+	var si []string
+	for _, p := range either(root, "systemInstruction", "system_instruction").Get("parts").Array() {
+		si = append(si, p.Get("text").String())
+	}
+	if len(si) > 0 {
+		sys = append(sys, strings.Join(si, "\n"))
+	}
+	for _, c := range root.Get("contents").Array() {
+		role := RoleUser
+		if c.Get("role").String() == "model" {
+			role = RoleAssistant
+		}
+		var text []string
+		for _, p := range c.Get("parts").Array() {
+			switch {
+			case p.Get("text").Exists():
+				text = append(text, p.Get("text").String())
+			case either(p, "functionCall", "function_call").Exists():
+				r.add(RoleAssistant, "")
+			case either(p, "functionResponse", "function_response").Exists():
+				r.add(RoleTool, either(p, "functionResponse", "function_response").Get("response").Raw)
+			}
+		}
+		if len(text) > 0 {
+			r.add(role, strings.Join(text, "\n"))
+		}
+	}
+	for _, t := range root.Get("tools").Array() {
+		for _, f := range either(t, "functionDeclarations", "function_declarations").Array() {
+			r.Tools = append(r.Tools, f.Get("name").String())
 		}
 	}
 	return sys

@@ -31,7 +31,7 @@ const (
 // responseID is the id of the answer to body: the same request gets the same id.
 func responseID(api API, body []byte) string {
 	h := sha256.Sum256(body)
-	prefix := map[API]string{Chat: "chatcmpl-demo", Responses: "resp_demo", Messages: "msg_demo"}[api]
+	prefix := map[API]string{Chat: "chatcmpl-demo", Responses: "resp_demo", Messages: "msg_demo", Gemini: "demo"}[api]
 	return prefix + hex.EncodeToString(h[:8])
 }
 
@@ -72,6 +72,8 @@ func Body(api API, a Answer, m Meta) []byte {
 			m.ID, m.Created, js(m.Model), js(msg), finish, chatUsage(m.InputTokens, out))
 	case Responses:
 		return []byte(m.response("completed", a.items("completed"), m.InputTokens, out))
+	case Gemini:
+		return []byte(m.geminiEvent(a.geminiParts(a.Text), true, out))
 	default:
 		var blocks []string
 		if a.Text != "" {
@@ -159,8 +161,46 @@ func Events(api API, a Answer, m Meta) [][]byte {
 		return chatEvents(a, m)
 	case Responses:
 		return responsesEvents(a, m)
+	case Gemini:
+		return geminiEvents(a, m)
 	}
 	return messagesEvents(a, m)
+}
+
+// geminiParts are the parts of a Gemini candidate holding text (when not empty) and a's calls, each whole.
+func (a Answer) geminiParts(text string) []string {
+	var parts []string
+	if text != "" {
+		parts = append(parts, js(map[string]any{"text": text}))
+	}
+	for _, c := range a.Calls {
+		parts = append(parts, fmt.Sprintf(`{"functionCall":{"name":%s,"args":%s}}`, js(c.Name), c.Arguments))
+	}
+	return parts
+}
+
+// geminiEvent is a GenerateContentResponse with one candidate of parts; the last one carries its finish
+// reason and the usage.
+func (m Meta) geminiEvent(parts []string, last bool, out int) string {
+	finish, usage := "", ""
+	if last {
+		finish = `,"finishReason":"STOP"`
+		usage = fmt.Sprintf(`,"usageMetadata":{"promptTokenCount":%d,"candidatesTokenCount":%d,"totalTokenCount":%d}`, m.InputTokens, out, m.InputTokens+out)
+	}
+	return fmt.Sprintf(`{"candidates":[{"content":{"role":"model","parts":[%s]}%s,"index":0}]%s,"modelVersion":%s,"responseId":%q}`,
+		strings.Join(parts, ","), finish, usage, js(m.Model), m.ID)
+}
+
+// geminiEvents stream the text in pieces, then one last event with the calls, whole, as Gemini sends
+// them; frames end in CRLF, as Google's do.
+func geminiEvents(a Answer, m Meta) [][]byte {
+	var out [][]byte
+	frame := func(ev string) { out = append(out, []byte("data: "+ev+"\r\n\r\n")) }
+	for _, p := range pieces(a.Text, textPiece) {
+		frame(m.geminiEvent(Answer{}.geminiParts(p), false, 0))
+	}
+	frame(m.geminiEvent(Answer{Calls: a.Calls}.geminiParts(""), true, a.outTokens()))
+	return out
 }
 
 func chatEvents(a Answer, m Meta) [][]byte {
