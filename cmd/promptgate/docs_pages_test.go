@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,5 +43,37 @@ func TestPluginsEntryLoads(t *testing.T) {
 	p := f.Plugins
 	if len(p) != 1 || p[0].Name != "team" || p[0].Module != "team" || p[0].Config["team"] != "payments" {
 		t.Errorf("the entry read is not the one shown: %+v", p)
+	}
+}
+
+// TestPerformanceFiguresHaveCommands: every area of docs/performance.md gives the command that reproduces
+// its figures (the commands themselves are checked by TestDocsCommandsAreReal), and the areas other pages
+// and issues point at are there.
+func TestPerformanceFiguresHaveCommands(t *testing.T) {
+	t.Parallel()
+	const page = "docs/performance.md"
+	text := docPage(t, page)
+	var titles []string
+	for _, h := range headings(text) {
+		if h.level == 2 {
+			titles = append(titles, h.title)
+		}
+	}
+	for _, want := range []string{"The stream relay", "Tool calls checked by the schema subset validator (issue 34)", "Stage benchmarks"} {
+		if !slices.Contains(titles, want) {
+			t.Errorf("no section %q", want)
+		}
+	}
+	if !strings.Contains(docSection(t, page, "The stream relay"), "### The Gemini surface's stream relay") {
+		t.Error("the Gemini stream relay's figures are gone")
+	}
+	for _, title := range titles {
+		if title == "Machine and conditions" {
+			continue
+		}
+		sec := docSection(t, page, title)
+		if !strings.Contains(sec, "go test ") && !strings.Contains(sec, "go run ./cmd/promptgate-bench") && !strings.Contains(sec, "/tmp/pgb ") {
+			t.Errorf("the section %q gives no command that reproduces its figures", title)
+		}
 	}
 }

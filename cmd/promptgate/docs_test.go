@@ -671,10 +671,45 @@ func TestDocsCommandsAreReal(t *testing.T) {
 			} else if len(w) > 1 && w[0] == "go" && w[1] == "test" {
 				checkGoTest(t, page, w)
 				n++
+			} else if bench, ok := benchArgs(w); ok {
+				checkBenchFlags(t, page, bench)
+				n++
 			}
 		}
 	}
 	if n < 40 {
 		t.Errorf("only %d commands found on the pages", n)
+	}
+}
+
+// benchArgs are the arguments of a run of the benchmark harness on a page: `go run ./cmd/promptgate-bench ...`
+// or the binary the pages build from it, /tmp/pgb.
+func benchArgs(words []string) ([]string, bool) {
+	switch {
+	case len(words) >= 3 && words[0] == "go" && words[1] == "run" && words[2] == "./cmd/promptgate-bench":
+		return words[3:], true
+	case len(words) >= 1 && words[0] == "/tmp/pgb":
+		return words[1:], true
+	}
+	return nil, false
+}
+
+// checkBenchFlags fails when a run of the harness names a flag the harness does not define.
+func checkBenchFlags(t *testing.T, page string, args []string) {
+	t.Helper()
+	src := sourceFiles(t, "cmd/promptgate-bench")
+	known := literals(src, regexp.MustCompile(`\b(?:fs|flag)\.(?:String|Int|Bool|Duration|Float64|Var|StringVar|IntVar|BoolVar|DurationVar|Float64Var)\((?:&[^,]+, )?"([a-z-]+)"`))
+	if len(known) < 10 {
+		t.Fatalf("the harness defines only %d flags: %v", len(known), known)
+	}
+	for _, a := range args {
+		name, ok := strings.CutPrefix(a, "--")
+		if !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, "=")
+		if !slices.Contains(known, name) {
+			t.Errorf("%s: the harness has no flag --%s (it has %v)", page, name, known)
+		}
 	}
 }
