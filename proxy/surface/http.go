@@ -83,6 +83,25 @@ func PlainBody(resp *http.Response) error {
 	return nil
 }
 
+// PassedJSON reads a passed-through success answer that a surface edits (see Passthrough): ok is false for
+// an answer whose status is not 200, passed as it is; an answer in a content coding, or whose body is not
+// valid JSON, fails with ErrUpstreamMalformed (what names it in the error).
+func PassedJSON(resp *http.Response, what string) (body []byte, ok bool, err error) {
+	if resp.StatusCode != http.StatusOK {
+		return nil, false, nil
+	}
+	if err := PlainBody(resp); err != nil {
+		return nil, false, err
+	}
+	if body, err = ReadBody(resp); err != nil {
+		return nil, false, err
+	}
+	if !gjson.ValidBytes(body) {
+		return nil, false, fmt.Errorf("%w: %s is not valid JSON", ErrUpstreamMalformed, what)
+	}
+	return body, true, nil
+}
+
 // SetBody replaces a response's body (and status) with b; a changed status makes it JSON.
 func SetBody(resp *http.Response, status int, b []byte) {
 	if status != resp.StatusCode {

@@ -201,18 +201,9 @@ func (Surface) Intercepts(r *http.Request) bool {
 // Passed shows a stored completion, a listing of them or a completion's messages as promptgate released
 // them (see the top of this file). An answer that is not a success is passed as it is.
 func (s Surface) Passed(in *http.Request, resp *http.Response, _ surface.Host) error {
-	if resp.StatusCode != http.StatusOK {
-		return nil
-	}
-	if err := surface.PlainBody(resp); err != nil {
+	body, ok, err := surface.PassedJSON(resp, "the stored completion answer")
+	if !ok {
 		return err
-	}
-	body, err := surface.ReadBody(resp)
-	if err != nil {
-		return err
-	}
-	if !gjson.ValidBytes(body) {
-		return fmt.Errorf("%w: the stored completion answer is not valid JSON", surface.ErrUpstreamMalformed)
 	}
 	id, rest, _ := storedPath(in)
 	removed := 0

@@ -467,18 +467,12 @@ func asShown(body []byte, path string, s *Shown) ([]byte, error) {
 // last_id follow the items kept; has_more is the upstream's; X-Promptgate-Blocked counts the calls whose
 // items were removed.
 func (s *Surface) stripInputItems(resp *http.Response) error {
-	if resp.StatusCode != http.StatusOK {
-		return nil
-	}
-	if err := surface.PlainBody(resp); err != nil {
-		return err
-	}
-	body, err := surface.ReadBody(resp)
-	if err != nil {
+	body, ok, err := surface.PassedJSON(resp, "the input item listing")
+	if !ok {
 		return err
 	}
 	data := gjson.GetBytes(body, "data")
-	if !gjson.ValidBytes(body) || !data.IsArray() {
+	if !data.IsArray() {
 		return fmt.Errorf("%w: the input item listing is not a JSON object with a data array", surface.ErrUpstreamMalformed)
 	}
 	items := data.Array()
@@ -532,18 +526,9 @@ func rawOrNull(r gjson.Result) []byte {
 // echoCancelled gives a cancelled response (the answer of POST /v1/responses/{id}/cancel) the client's own
 // instructions.
 func (s *Surface) echoCancelled(resp *http.Response, id string) error {
-	if resp.StatusCode != http.StatusOK {
-		return nil
-	}
-	if err := surface.PlainBody(resp); err != nil {
+	body, ok, err := surface.PassedJSON(resp, "the cancelled response")
+	if !ok {
 		return err
-	}
-	body, err := surface.ReadBody(resp)
-	if err != nil {
-		return err
-	}
-	if !gjson.ValidBytes(body) {
-		return fmt.Errorf("%w: the cancelled response is not valid JSON", surface.ErrUpstreamMalformed)
 	}
 	if body, err = echoInstructions(body, "", s.echoes.lookup(id)); err != nil {
 		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
