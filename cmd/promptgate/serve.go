@@ -455,7 +455,7 @@ func newMCPDoor(f *serveFlags, p *pipeline, base proxy.Options, log *slog.Logger
 	if len(p.cfg.MCP.Servers) == 0 {
 		return nil, nil
 	}
-	return mcp.New(mcp.Options{Config: p.cfg.MCP, Engine: p.engine, Calls: p.calls, Confirmer: base.Confirmer,
+	return mcp.New(mcp.Options{Config: p.cfg.MCP, Engine: p.engine, Store: p.store, Calls: p.calls, Confirmer: base.Confirmer,
 		Violations: base.Violations, Audit: base.Audit, Guard: base.Guard, Token: f.mcpToken, Limits: p.cfg.Limits,
 		Tracing: base.Tracing, Log: log})
 }

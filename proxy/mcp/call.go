@@ -13,6 +13,7 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/mcpjoin"
+	"github.com/promptgate/promptgate/proxy/mcppin"
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
@@ -199,25 +200,25 @@ func (x *exchange) held(m message, model string, args []byte, res flow.Result) [
 
 // definition is the pinned definition of a server's tool, its list read first where it changed or was never
 // read; why says why there is none to call.
-func (d *Door) definition(ctx context.Context, x *exchange, tool string) (Definition, string) {
+func (d *Door) definition(ctx context.Context, x *exchange, tool string) (mcppin.Definition, string) {
 	if !d.o.Pins.Fresh(x.srv.Name) {
 		if err := x.refreshList(ctx); err != nil {
 			x.log.Warn("the server's tool definitions cannot be read; its calls are refused", "err", err)
-			return Definition{}, "the server's tool definitions cannot be read"
+			return mcppin.Definition{}, "the server's tool definitions cannot be read"
 		}
 	}
 	pin, ok := d.o.Pins.Tool(x.srv.Name, tool)
 	switch {
 	case !ok:
-		return Definition{}, "the server does not list this tool"
+		return mcppin.Definition{}, "the server does not list this tool"
 	case pin.Pending != nil && d.o.Config.OnDefinitionChange == ChangeBlock && pin.Pinned != nil:
-		return Definition{}, "its definition changed and waits for an operator's approval (mcp.onDefinitionChange: block)"
+		return mcppin.Definition{}, "its definition changed and waits for an operator's approval (mcp.onDefinitionChange: block)"
 	case pin.Pinned == nil && d.o.Config.OnDefinitionChange == ChangeBlock:
-		return Definition{}, "its description was flagged and waits for an operator's approval"
+		return mcppin.Definition{}, "its description was flagged and waits for an operator's approval"
 	case pin.Pending != nil:
 		return *pin.Pending, "" // report mode: the server's current definition
 	case pin.Pinned == nil:
-		return Definition{}, "the server does not list this tool"
+		return mcppin.Definition{}, "the server does not list this tool"
 	}
 	return *pin.Pinned, ""
 }

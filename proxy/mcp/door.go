@@ -52,7 +52,10 @@ type Options struct {
 	// Calls is the join with the model's calls; the proxy listener must be given the same. nil: no join
 	// (every call is unmatched).
 	Calls *mcpjoin.Record
-	// Pins holds the pinned definitions; nil gives the door its own.
+	// Store keeps the pinned definitions (the store's mcppins kind, versioned, shared by a fleet); nil
+	// keeps them in memory, per instance. It must be the store the Engine's definitions are read from.
+	Store PinStore
+	// Pins holds the pinned definitions; nil gives the door its own, over Store.
 	Pins *Pins
 	// Confirmer and Violations are the proxy listener's: codes shown on either path release calls on both.
 	Confirmer  *flow.Confirmer
@@ -102,7 +105,11 @@ func New(o Options) (*Door, error) {
 		o.Audit = audit.Log{Logger: o.Log}
 	}
 	if o.Pins == nil {
-		o.Pins = NewPins(nil)
+		names := make([]string, len(o.Config.Servers))
+		for i, s := range o.Config.Servers {
+			names[i] = s.Name
+		}
+		o.Pins = NewPins(PinsOptions{Store: o.Store, Active: o.Engine.PinSet, Log: o.Log}, names...)
 	}
 	if o.Transport == nil {
 		o.Transport = proxy.NewTransport()
