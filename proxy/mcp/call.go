@@ -41,9 +41,9 @@ const (
 
 // Reasons of calls the join refuses.
 const (
-	reasonNoModelCall = "no model call released this call (mcp.requireModelCall)"
-	reasonDiffers     = "its arguments differ from those of the model's call (mcp.requireModelCall)"
-	reasonSpent       = "the model's call was executed already: a released call runs once (mcp.requireModelCall)"
+	reasonNoModelCall = "no model call released this call (requireModelCall)"
+	reasonDiffers     = "its arguments differ from those of the model's call (requireModelCall)"
+	reasonSpent       = "the model's call was executed already: a released call runs once (requireModelCall)"
 )
 
 // governance is what the request's protocol decides on the door.
@@ -102,14 +102,15 @@ func (x *exchange) call(m message) ([]byte, bool) {
 	conversation := strings.TrimSpace(x.r.Header.Get(proxy.HeaderConversation))
 	match, rel := x.d.o.Calls.Claim(mcpjoin.Call{Tool: model, Digest: digest, Conversation: conversation})
 	span.String("promptgate.mcp.join", [...]string{"unmatched", "matched", "differs", "spent"}[match])
+	require := x.requireModelCall()
 	switch {
 	case match == mcpjoin.Matched:
 		x.decided(model, argBytes, audit.VerdictAllowed, "matched the model's call released under protocol "+rel.Protocol, "", "")
-	case x.d.o.Config.RequireModelCall && match == mcpjoin.Differs:
+	case require && match == mcpjoin.Differs:
 		return x.refuse(m, model, argBytes, reasonDiffers, "", audit.VerdictBlocked), false
-	case x.d.o.Config.RequireModelCall && match == mcpjoin.Spent:
+	case require && match == mcpjoin.Spent:
 		return x.refuse(m, model, argBytes, reasonSpent, "", audit.VerdictBlocked), false
-	case x.d.o.Config.RequireModelCall:
+	case require:
 		return x.refuse(m, model, argBytes, reasonNoModelCall, "", audit.VerdictBlocked), false
 	default:
 		if answer, ok := x.judgeUnmatched(m, model, argBytes, conversation); !ok {
@@ -118,6 +119,15 @@ func (x *exchange) call(m message) ([]byte, bool) {
 	}
 	x.d.o.Calls.Executed(model, digest, x.srv.Name)
 	return nil, true
+}
+
+// requireModelCall is whether a call must match a model's call: the protocol's mcp.requireModelCall, else
+// the config's.
+func (x *exchange) requireModelCall() bool {
+	if r := x.gov.eff.MCP.RequireModelCall; r != nil {
+		return *r
+	}
+	return x.d.o.Config.RequireModelCall
 }
 
 // judgeUnmatched judges a call that no model call released by the protocol's information-flow rules, on a
