@@ -30,13 +30,13 @@ const (
 // Verdicts of the door besides audit's allowed, blocked, removed, held, confirmed, audited.
 const (
 	// VerdictPinned: a first-seen definition was pinned.
-	VerdictPinned = "pinned"
+	VerdictPinned = audit.VerdictPinned
 	// VerdictChanged: a definition differs from its pin.
-	VerdictChanged = "changed"
+	VerdictChanged = audit.VerdictChanged
 	// VerdictFlagged: the scan found an injection in a description.
-	VerdictFlagged = "flagged"
+	VerdictFlagged = audit.VerdictFlagged
 	// VerdictApproved: an operator pinned a pending definition.
-	VerdictApproved = "approved"
+	VerdictApproved = audit.VerdictApproved
 )
 
 // Reasons of calls the join refuses.
