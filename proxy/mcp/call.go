@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/flow"
@@ -98,7 +100,10 @@ func (x *exchange) call(m message) ([]byte, bool) {
 		}
 		x.decided(model, argBytes, audit.VerdictAudited, reason, rule, "")
 	}
-	digest, _ := mcpjoin.Digest(argBytes) // the checker saw one JSON object
+	if !args.Exists() {
+		args = gjson.Parse("{}")
+	}
+	digest, _ := flow.ArgsDigest(args) // the body was read strict, the checker saw one object
 	conversation := strings.TrimSpace(x.r.Header.Get(proxy.HeaderConversation))
 	match, rel := x.d.o.Calls.Claim(mcpjoin.Call{Tool: model, Digest: digest, Conversation: conversation})
 	span.String("promptgate.mcp.join", [...]string{"unmatched", "matched", "differs", "spent"}[match])

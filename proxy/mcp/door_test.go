@@ -66,13 +66,13 @@ type fixture struct {
 	store  store.Store
 }
 
-func newFixture(t *testing.T, cfg mcp.Config, limits proxy.Limits) *fixture {
+func newFixture(t testing.TB, cfg mcp.Config, limits proxy.Limits) *fixture {
 	t.Helper()
 	return newFixtureOn(t, openStore(t), cfg, limits)
 }
 
 // openStore opens a bbolt store in the test's folder with the agent protocol active.
-func openStore(t *testing.T) *store.Bolt {
+func openStore(t testing.TB) *store.Bolt {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(filepath.Join(t.TempDir(), "pg.db"), store.Options{Validate: proxy.ValidateDefinition, Links: proxy.CheckLinks})
@@ -91,7 +91,7 @@ func openStore(t *testing.T) *store.Bolt {
 }
 
 // newFixtureOn is one instance (engine, join, door) on a store that other instances may share.
-func newFixtureOn(t *testing.T, st store.Store, cfg mcp.Config, limits proxy.Limits) *fixture {
+func newFixtureOn(t testing.TB, st store.Store, cfg mcp.Config, limits proxy.Limits) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
