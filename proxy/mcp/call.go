@@ -118,7 +118,7 @@ func (x *exchange) call(m message) ([]byte, bool) {
 	case require:
 		return x.refuse(m, model, argBytes, reasonNoModelCall, "", audit.VerdictBlocked), false
 	default:
-		if answer, ok := x.judgeUnmatched(m, model, argBytes, conversation); !ok {
+		if answer, ok := x.judgeUnmatched(m, model, argBytes, digest, conversation); !ok {
 			return answer, false
 		}
 	}
@@ -138,8 +138,9 @@ func (x *exchange) requireModelCall() bool {
 // judgeUnmatched judges a call that no model call released by the protocol's information-flow rules, on a
 // conversation of which nothing is in sight: provenance finds no source, budgets cannot be counted, and rules
 // after untrusted apply. A rule that asks for confirmation holds it, bound to the conversation id the request
-// names, the server and the protocol version; X-Promptgate-Confirm with the code releases it once.
-func (x *exchange) judgeUnmatched(m message, model string, args []byte, conversation string) ([]byte, bool) {
+// names (else, where the client can be asked, its session), the server and the protocol version; the user's
+// answer to the door's question (elicit.go), or X-Promptgate-Confirm with the code, releases it once.
+func (x *exchange) judgeUnmatched(m message, model string, args []byte, digest [32]byte, conversation string) ([]byte, bool) {
 	pol, err := x.gov.g.Flow()
 	if err != nil {
 		return x.refuse(m, model, args, "the protocol's information-flow rules do not compile", "", audit.VerdictBlocked), false
@@ -151,8 +152,11 @@ func (x *exchange) judgeUnmatched(m message, model string, args []byte, conversa
 	t := flow.NewTranscript()
 	t.SetUnseen("an MCP call that no model call released")
 	binding := ""
-	if conversation != "" {
+	switch ask := x.canAsk(m); {
+	case conversation != "":
 		binding = conversation + "\x00mcp:" + x.srv.Name + "@" + x.version
+	case ask:
+		binding = "\x00session:" + x.session().session + "\x00mcp:" + x.srv.Name + "@" + x.version
 	}
 	conv, err := pol.Analyze(t, flow.Options{Conversation: binding, Confirmer: x.d.o.Confirmer, Violations: x.d.o.Violations,
 		User: x.r.Header.Get(proxy.HeaderUser), Codes: x.r.Header.Values(proxy.HeaderConfirm)})
@@ -168,6 +172,11 @@ func (x *exchange) judgeUnmatched(m message, model string, args []byte, conversa
 		x.decided(model, args, res.Verdict, "no model call matched; the information-flow rules pass", "", "")
 		return nil, true
 	case flow.VerdictHeld:
+		if x.canAsk(m) {
+			x.decided(model, args, audit.VerdictHeld, "held for the user's confirmation, asked over MCP (elicitation)", "", "")
+			x.hold = &heldCall{m: m, model: model, args: args, digest: digest, res: res, ttl: pol.ConfirmTTL()}
+			return nil, false
+		}
 		return x.held(m, model, args, res), false
 	}
 	rule := ""

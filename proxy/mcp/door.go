@@ -84,6 +84,9 @@ type Door struct {
 	inFlight atomic.Int64
 	recent   *recentCalls
 	seq      atomic.Int64
+	// sessions and elicits are the confirmation over MCP (elicit.go).
+	sessions *sessionCaps
+	elicits  *elicitations
 }
 
 var _ http.Handler = (*Door)(nil)
@@ -121,7 +124,7 @@ func New(o Options) (*Door, error) {
 		}
 		o.Guard = g
 	}
-	d := &Door{o: o, log: o.Log, servers: map[string]*Server{}, recent: newRecentCalls(maxRecent),
+	d := &Door{o: o, log: o.Log, servers: map[string]*Server{}, recent: newRecentCalls(maxRecent), sessions: newSessionCaps(), elicits: newElicitations(),
 		client: &http.Client{Transport: o.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	for i := range d.o.Config.Servers {
 		s := &d.o.Config.Servers[i]
@@ -175,7 +178,10 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodPost:
 		x.post()
-	case http.MethodGet, http.MethodDelete:
+	case http.MethodDelete:
+		d.sessions.drop(x.session())
+		x.forward(nil, nil, nil)
+	case http.MethodGet:
 		x.forward(nil, nil, nil)
 	default:
 		w.Header().Set("Allow", "GET, POST, DELETE")
@@ -204,9 +210,14 @@ type exchange struct {
 	w   http.ResponseWriter
 	r   *http.Request
 	log *slog.Logger
-	// version is the protocol version the request speaks (POST only).
+	// version is the protocol version the request speaks (POST only); batch whether its body is one.
 	version string
+	batch   bool
 	gov     governance
+	// initForm is, for an initialize, whether its client declared form elicitation (nil otherwise).
+	initForm *bool
+	// hold is a call held for confirmation that the door puts to the user (elicit.go).
+	hold *heldCall
 }
 
 // readBody reads the request body under the body cap and the body-read deadline.
@@ -261,6 +272,11 @@ func (x *exchange) post() {
 		x.rpcRefuse(err)
 		return
 	}
+	x.batch = batch
+	if len(msgs) == 1 && msgs[0].method == "initialize" {
+		form := formElicitation(msgs[0].params.Get("capabilities"))
+		x.initForm = &form
+	}
 	if batch && !batchesAllowed(x.version) {
 		x.rpcFail(http.StatusBadRequest, "", codeInvalidRequest, "mcp: protocol version "+x.version+" does not allow batches")
 		return
@@ -284,6 +300,10 @@ func (x *exchange) post() {
 		if m.isRequest() && (m.method == "tools/list" || m.method == "tools/call") {
 			watch[m.id] = m.method
 		}
+	}
+	if x.hold != nil {
+		x.askUser(x.hold)
+		return
 	}
 	if len(forward) == 0 {
 		x.answerLocal(local, batch)
@@ -318,10 +338,14 @@ func joinBatch(msgs []message) []byte {
 	return append(out, ']')
 }
 
-// decide answers one message or lets it pass: a stateless request's headers must agree with it; tools/call
-// is judged; a method the door does not know is refused unless mcp.unknownMethods is pass.
+// decide answers one message or lets it pass: a client's answer to a question of the door's is the door's;
+// a stateless request's headers must agree with it; tools/call is judged; a method the door does not know
+// is refused unless mcp.unknownMethods is pass.
 func (x *exchange) decide(m message) (answer []byte, pass bool) {
-	if m.response || m.method == "" {
+	if m.response {
+		return nil, !x.answerElicitation(m)
+	}
+	if m.method == "" {
 		return nil, true
 	}
 	if stateless(x.version) {

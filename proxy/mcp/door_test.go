@@ -163,7 +163,7 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// connect is an SDK client of the door's server name on version, as the agent protocol.
+// connect is an SDK client of the door's server name on version, as the agent protocol unless h names one.
 func connect(t *testing.T, f *fixture, name, version string, h http.Header) *sdk.ClientSession {
 	return connectStream(t, f, name, version, h, false)
 }
@@ -174,7 +174,9 @@ func connectStream(t *testing.T, f *fixture, name, version string, h http.Header
 	if h == nil {
 		h = http.Header{}
 	}
-	h.Set("X-Promptgate-Protocol", "agent")
+	if h.Get("X-Promptgate-Protocol") == "" {
+		h.Set("X-Promptgate-Protocol", "agent")
+	}
 	c := sdk.NewClient(&sdk.Implementation{Name: "agent", Version: "1"}, nil)
 	cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: f.url + mcp.PathPrefix + name,
 		HTTPClient: &http.Client{Transport: headerTransport{h}}, DisableStandaloneSSE: !stream}, &sdk.ClientSessionOptions{ProtocolVersion: version})

@@ -118,6 +118,11 @@ func (x *exchange) forward(body []byte, watch map[string]string, local [][]byte)
 		}
 	}
 	resp, done, err := x.send(x.r.Method, body, x.r.Header)
+	if err == nil && x.initForm != nil && resp.StatusCode < 300 {
+		if sid := resp.Header.Get(headerSession); sid != "" {
+			x.d.sessions.set(sessionKey{x.srv.Name, sid}, *x.initForm)
+		}
+	}
 	if err != nil {
 		status := http.StatusBadGateway
 		if errors.Is(err, errUpstreamTimeout) {
@@ -194,26 +199,7 @@ func (x *exchange) relayStream(resp *http.Response, watch map[string]string, loc
 		_, _ = x.w.Write(sse.AppendEvent(nil, "message", m))
 	}
 	_ = rc.Flush()
-	rd := sse.NewReaderMax(resp.Body, maxEvent)
-	for {
-		ev, err := rd.Next()
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				x.log.Debug("MCP stream ended", "err", err)
-			}
-			return
-		}
-		out := ev.Raw
-		if ev.HasData && !ev.Truncated {
-			if edited := x.edit(ev.Data, watch); !bytes.Equal(edited, ev.Data) {
-				out = rewriteEvent(ev, edited)
-			}
-		}
-		if _, err := x.w.Write(out); err != nil {
-			return
-		}
-		_ = rc.Flush()
-	}
+	x.relayEvents(resp.Body, watch)
 }
 
 // rewriteEvent writes an event again with new data, its id, name and retry kept.
