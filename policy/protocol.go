@@ -173,6 +173,10 @@ type MCP struct {
 	// RequireModelCall refuses an MCP tools/call on the MCP door that no model call released (the same
 	// tool, arguments and conversation, within mcp.joinWindow); nil leaves it to mcp.requireModelCall.
 	RequireModelCall *bool `json:"requireModelCall,omitempty"`
+	// VetHostedCalls makes the MCP servers the upstream runs for a Responses request (tools of type mcp) ask
+	// for approval of every call (require_approval: "always"), and promptgate answer each approval request
+	// itself: approved where the call passes the protocol's rules as a call of tool "mcp", denied otherwise.
+	VetHostedCalls bool `json:"vetHostedCalls,omitempty"`
 }
 
 var (

@@ -140,6 +140,7 @@ func TestParseProtocolRefusesMalformed(t *testing.T) {
 		{"unknown field in mcp", `{"id": "p", "promptTemplate": {"base": "b"}, "mcp": {"requireModelCalls": true}}`, `policy: protocol definition: unknown field "requireModelCalls" in mcp`},
 		{"key of mcp in another case", `{"id": "p", "promptTemplate": {"base": "b"}, "mcp": {"RequireModelCall": true}}`, `policy: protocol definition: unknown field "RequireModelCall" in mcp`},
 		{"mcp of the wrong type", `{"id": "p", "promptTemplate": {"base": "b"}, "mcp": {"requireModelCall": "yes"}}`, `policy: protocol definition: json: cannot unmarshal string into Go struct field MCP.mcp.requireModelCall of type bool`},
+		{"vetHostedCalls of the wrong type", `{"id": "p", "promptTemplate": {"base": "b"}, "mcp": {"vetHostedCalls": "yes"}}`, `policy: protocol definition: json: cannot unmarshal string into Go struct field MCP.mcp.vetHostedCalls of type bool`},
 		{"wrong type", `{"id": "p", "promptTemplate": {"base": "b"}, "scope": "observer"}`, `policy: protocol definition: json: cannot unmarshal string into Go struct field Protocol.scope of type []string`},
 		{"empty body", ``, `policy: protocol definition: jsoncheck: syntax error at offset 0: empty input`},
 		{"an array", `[]`, `policy: protocol definition: jsoncheck: not a JSON object at offset 0: top-level value is an array`},

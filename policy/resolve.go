@@ -287,6 +287,7 @@ func merge(base, wf *Protocol) *Effective {
 	if r := wf.MCP.RequireModelCall; r != nil && *r {
 		e.MCP.RequireModelCall = r // a workflow can require the join, never waive it
 	}
+	e.MCP.VetHostedCalls = e.MCP.VetHostedCalls || wf.MCP.VetHostedCalls
 	e.Flow = append(e.Flow, wf.ToolCalls.Spec)
 	// Rule ids are unique per definition; a workflow rule whose id the base already uses is renamed
 	// "WORKFLOW/ID" so that both rules apply.

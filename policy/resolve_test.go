@@ -724,7 +724,7 @@ func TestMergeSharesNoSpareCapacity(t *testing.T) {
 }
 
 // TestMergeMCPOnlyStricter: a protocol's mcp.requireModelCall is the base's; a workflow can require the
-// join where the base does not say or waives it, never waive it.
+// join where the base does not say or waives it, never waive it; it can turn mcp.vetHostedCalls on, not off.
 func TestMergeMCPOnlyStricter(t *testing.T) {
 	t.Parallel()
 	yes, no := true, false
@@ -750,6 +750,12 @@ func TestMergeMCPOnlyStricter(t *testing.T) {
 		got := Merge(base, wf).MCP.RequireModelCall
 		if (got == nil) != (c.want == nil) || got != nil && *got != *c.want {
 			t.Errorf("%s: requireModelCall = %v, want %v", c.name, deref(got), deref(c.want))
+		}
+	}
+	for _, c := range []struct{ base, wf, want bool }{{false, false, false}, {true, false, true}, {false, true, true}} {
+		got := Merge(&Protocol{ID: "b", MCP: MCP{VetHostedCalls: c.base}}, &Protocol{ID: "w", Extends: "b", MCP: MCP{VetHostedCalls: c.wf}}).MCP.VetHostedCalls
+		if got != c.want {
+			t.Errorf("vetHostedCalls base %v, workflow %v: %v, want %v", c.base, c.wf, got, c.want)
 		}
 	}
 }
