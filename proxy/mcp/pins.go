@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -235,8 +236,9 @@ func addAbsent(tools []mcppin.Tool) func(mcppin.Set) mcppin.Set {
 	}
 }
 
-// maxWriteTries bounds how often a write is made again on the set another writer activated meanwhile.
-const maxWriteTries = 8
+// maxWriteTries bounds how often a write is made again on the set another writer activated meanwhile; each
+// try waits a little longer, at random, so that writers racing for one set take turns.
+const maxWriteTries = 32
 
 // write applies change to the server's active set and makes the result the active version, in the store
 // when there is one: the store activates it only over the version it was derived from, and where another
@@ -255,6 +257,13 @@ func (p *Pins) write(ctx context.Context, server, author, note string, change fu
 	}
 	var err error
 	for try := 0; try < maxWriteTries; try++ {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return mcppin.Set{}, fmt.Errorf("mcp: pins of %s: %w", server, ctx.Err())
+			case <-time.After(rand.N(time.Duration(try) * 2 * time.Millisecond)):
+			}
+		}
 		base, baseV := mcppin.Set{Server: server}, 0
 		rec, aerr := p.o.Store.Active(ctx, store.KindMCPPins, server)
 		switch {

@@ -119,9 +119,9 @@ func TestPinsStoredVersionedAndShared(t *testing.T) {
 	}
 }
 
-// TestPinWritesOfTwoInstancesBothKept: instances that pin first definitions of one server at the same time
+// TestPinWritesOfInstancesAllKept: instances that pin first definitions of one server at the same time
 // lose none of them: a write that finds the set moved under it is made again on the set that moved it.
-func TestPinWritesOfTwoInstancesBothKept(t *testing.T) {
+func TestPinWritesOfInstancesAllKept(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := openStore(t)
