@@ -1,4 +1,4 @@
-// Package store keeps promptgate's versioned template and protocol definitions.
+// Package store keeps promptgate's versioned definitions: templates, protocols and the MCP door's pin sets.
 //
 // It owns: immutable versions of each definition (raw JSON, byte for byte as given), one active
 // version per name moved in a single transaction, the activation history that rollback walks,
