@@ -119,6 +119,8 @@ var layers = []layer{
 		why: "the plugin host never imports the proxy, its telemetry included (serve hands it a span opener)"},
 	{name: "join", pkgs: []string{"proxy/mcpjoin"}, may: []string{"base", "vet", "flow"},
 		why: "the join of the model's calls and the MCP door's knows calls and digests, not either path"},
+	{name: "pins", pkgs: []string{"proxy/mcppin"}, may: []string{"base", "vet", "flow"},
+		why: "the stored format of an MCP server's pinned definitions: the store's validation and the door read it"},
 	{name: "relay", pkgs: []string{"proxy/relay", "proxy/relay/relaytest"}, may: []string{"base", "vet", "flow"}, self: true,
 		why: "the stream relay knows no surface"},
 	{name: "surface", pkgs: []string{"proxy/surface"}, may: []string{"base", "vet", "flow", "policy", "assembly", "relay"},
@@ -128,10 +130,10 @@ var layers = []layer{
 	{name: "parts", pkgs: []string{"proxy/toolseen"}, may: []string{"base", "policy"},
 		why: "the proxy's small parts do not import the proxy"},
 	{name: "proxy", pkgs: []string{"proxy"},
-		may: []string{"store", "base", "decisions", "vet", "flow", "policy", "assembly", "telemetry", "gather", "relay", "surface", "surfaces", "parts", "join"},
+		may: []string{"store", "base", "decisions", "vet", "flow", "policy", "assembly", "telemetry", "gather", "relay", "surface", "surfaces", "parts", "join", "pins"},
 		why: "the proxy does not import what is built on it (admin, the door, config) nor the plugin host"},
-	{name: "mcp door", pkgs: []string{"proxy/mcp"}, may: []string{"base", "decisions", "vet", "flow", "policy", "telemetry", "proxy", "join"},
-		why: "the MCP door sits on the proxy's engine (its Governance) and shares the join; admin and config know it, not the reverse"},
+	{name: "mcp door", pkgs: []string{"proxy/mcp"}, may: []string{"store", "base", "decisions", "vet", "flow", "policy", "telemetry", "proxy", "join", "pins"},
+		why: "the MCP door sits on the proxy's engine (its Governance), shares the join and keeps its pins in the store; admin and config know it, not the reverse"},
 	{name: "door", pkgs: []string{"proxy/mitm"}, may: []string{"base"},
 		why: "the HTTPS-proxy door is handed its pipeline, it does not build one"},
 	{name: "admin", pkgs: []string{"proxy/admin"}, may: []string{"store", "base", "decisions", "policy", "host", "proxy", "parts"},
@@ -142,7 +144,7 @@ var layers = []layer{
 		why: "the scripted upstream speaks the APIs from the far side of the wire: it imports nothing of promptgate, so what it checks is the proxy as a real upstream sees it"},
 	{name: "cmd", pkgs: []string{"cmd/..."}, self: true, why: "cmd wires everything; nothing imports it",
 		may: []string{"store", "base", "decisions", "vet", "flow", "policy", "assembly", "assemblytest", "telemetry", "sdk",
-			"gather", "host", "relay", "surface", "surfaces", "parts", "proxy", "door", "admin", "config", "join", "mcp door", "demo model"}},
+			"gather", "host", "relay", "surface", "surfaces", "parts", "proxy", "door", "admin", "config", "join", "pins", "mcp door", "demo model"}},
 }
 
 // matches reports whether dir is covered by a layer pattern.

@@ -36,7 +36,10 @@ type Prompt struct {
 	DirectivesTruncated bool
 	// DatamarkToolOutput tells the rewrite to datamark the conversation's tool output (Settings).
 	DatamarkToolOutput bool
-	Sizes              Sizes
+	// VetHostedMCP tells the rewrite to make the MCP servers the upstream runs ask for approval of every call
+	// (the protocol's mcp.vetHostedCalls), for promptgate to answer.
+	VetHostedMCP bool
+	Sizes        Sizes
 	// system is the one layered system message in pieces: the frame's, already escaped, and the request's.
 	// It is joined only when asked for (System): the rewrite writes the pieces' escaping straight into the
 	// upstream body (AppendSystemJSON).

@@ -28,6 +28,8 @@ type catalog struct {
 	protocols map[string]*policy.Protocol
 	templates map[string]store.Record
 	tools     map[string]store.ToolOverride
+	// pins are the active MCP pin sets, by server label.
+	pins map[string]store.Record
 	// plans holds what this snapshot derived from each effective protocol it has served (the merge, the
 	// compiled rules, the template), so that it is made once per snapshot, not once per request.
 	plans sync.Map // planKey -> *plan
@@ -220,7 +222,7 @@ func (d *Definitions) Reload(ctx context.Context) error {
 		}
 		return err
 	}
-	c := &catalog{protocols: make(map[string]*policy.Protocol, len(snap.Protocols)), templates: snap.Templates, tools: snap.Tools}
+	c := &catalog{protocols: make(map[string]*policy.Protocol, len(snap.Protocols)), templates: snap.Templates, tools: snap.Tools, pins: snap.MCPPins}
 	for id, rec := range snap.Protocols {
 		p, err := policy.ParseProtocol(rec.Body)
 		if err != nil {
@@ -246,6 +248,17 @@ func (d *Definitions) Reload(ctx context.Context) error {
 }
 
 func (d *Definitions) snapshot() *catalog { return d.cur.Load() }
+
+// PinSet is the active version of an MCP server's pinned tool definitions (store kind mcppins) in the
+// current snapshot; false when the server has none.
+func (d *Definitions) PinSet(server string) (store.Record, bool) {
+	c := d.cur.Load()
+	if c == nil {
+		return store.Record{}, false
+	}
+	rec, ok := c.pins[server]
+	return rec, ok
+}
 
 // errNoTemplate is returned when neither the DB nor the binary has a template.
 var errNoTemplate = errors.New("template not found")

@@ -203,6 +203,7 @@ func (e *Engine) assemble(_ context.Context, j *job) error {
 		settings.StructuredChannel = false
 	}
 	j.prompt = j.cat.frame(tmpl, layers, settings).Build(layers, settings)
+	j.prompt.VetHostedMCP = j.eff.MCP.VetHostedCalls
 	if j.prompt.ContextTruncated {
 		e.log.Debug("runtime context truncated to fit", "protocol", j.eff.ID, "max_chars", e.settings.ContextMaxChars)
 	}

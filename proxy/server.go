@@ -617,7 +617,8 @@ func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepare
 	}
 	x := &exchange{id: id, prep: prep, log: log, policy: pol, metrics: rm}
 	x.ex = prep.Surface.Begin(surface.Start{Client: client, Upstream: prep.Body, Policy: pol,
-		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version, Record: prep.Flow != nil, Created: created})
+		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version, Record: prep.Flow != nil, Created: created,
+		VetHostedMCP: prep.Protocol.MCP.VetHostedCalls})
 	return x
 }
 

@@ -376,6 +376,17 @@ func (s *Bolt) AddVersion(ctx context.Context, kind Kind, body []byte, author, n
 
 // Activate implements Store.
 func (s *Bolt) Activate(ctx context.Context, kind Kind, name string, version int) (int, error) {
+	return s.activate(ctx, kind, name, version, -1)
+}
+
+// ActivateIf implements Store.
+func (s *Bolt) ActivateIf(ctx context.Context, kind Kind, name string, version, expected int) error {
+	_, err := s.activate(ctx, kind, name, version, max(expected, 0))
+	return err
+}
+
+// activate moves the active pointer of kind/name to version, where expected is negative or the active one.
+func (s *Bolt) activate(ctx context.Context, kind Kind, name string, version, expected int) (int, error) {
 	if err := precheck(ctx, kind); err != nil {
 		return 0, err
 	}
@@ -390,6 +401,9 @@ func (s *Bolt) Activate(ctx context.Context, kind Kind, name string, version int
 			return fmt.Errorf("%s/%s@%d: %w", kind, name, version, ErrNotFound)
 		}
 		prev = activeOf(nb)
+		if expected >= 0 && prev != expected {
+			return fmt.Errorf("%s/%s: version %d is active, not %d: %w", kind, name, prev, expected, ErrConflict)
+		}
 		if prev == version {
 			return nil
 		}
@@ -480,7 +494,8 @@ func (s *Bolt) Snapshot(ctx context.Context) (Snapshot, error) {
 
 // readActive reads every active record of tx (Tools is left nil).
 func readActive(tx *bolt.Tx) (Snapshot, error) {
-	snap := Snapshot{Templates: map[string]Record{}, Protocols: map[string]Record{}}
+	snap := NewSnapshot()
+	snap.Tools = nil
 	for _, kind := range Kinds() {
 		kb := tx.Bucket([]byte(kind))
 		if kb == nil {
@@ -751,7 +766,7 @@ func precheck(ctx context.Context, kind Kind) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	if !kind.Valid() {
-		return fmt.Errorf("store: unknown kind %q (want %q or %q): %w", kind, KindTemplate, KindProtocol, ErrInvalid)
+		return UnknownKind(kind)
 	}
 	return nil
 }

@@ -15,30 +15,36 @@ const (
 	templateNameKey = "name"
 	templateTextKey = "text"
 	protocolIDKey   = "id"
+	pinServerKey    = "server"
 )
 
 // namePattern is what a template name or protocol id must match.
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
-// ValidName reports whether s is a valid template name or protocol id: 1 to 64 characters of
-// letters, digits, '_', '.' and '-'.
+// ValidName reports whether s is a valid template name, protocol id or MCP server label: 1 to 64
+// characters of letters, digits, '_', '.' and '-'.
 func ValidName(s string) bool { return namePattern.MatchString(s) }
 
-// nameKey returns the top-level key that carries the name of a definition of kind k.
-func nameKey(k Kind) string {
-	if k == KindProtocol {
+// NameKey returns the top-level key that carries the name of a definition of kind k: "name" (templates),
+// "id" (protocols) or "server" (MCP pin sets).
+func NameKey(k Kind) string {
+	switch k {
+	case KindProtocol:
 		return protocolIDKey
+	case KindMCPPins:
+		return pinServerKey
 	}
 	return templateNameKey
 }
 
 // CheckStructure runs the structural checks every stored body passes, and returns the name the body
 // carries: the body is one valid UTF-8 JSON object without duplicate top-level keys, with a string
-// "name" (templates) or "id" (protocols) matching ValidName, and, for templates, a string "text".
+// "name" (templates), "id" (protocols) or "server" (MCP pin sets) matching ValidName, and, for
+// templates, a string "text".
 // It does not run Options.Validate. Errors wrap ErrInvalid.
 func CheckStructure(kind Kind, body []byte) (string, error) {
 	if !kind.Valid() {
-		return "", fmt.Errorf("store: unknown kind %q (want %q or %q): %w", kind, KindTemplate, KindProtocol, ErrInvalid)
+		return "", UnknownKind(kind)
 	}
 	name, err := checkBody(kind, body)
 	if err != nil {
@@ -80,7 +86,7 @@ func checkBody(kind Kind, body []byte) (string, error) {
 	if dup != "" {
 		return "", fmt.Errorf("%w: duplicate key %q", ErrInvalid, dup)
 	}
-	key := nameKey(kind)
+	key := NameKey(kind)
 	n := root.Get(key) // the keys hold no gjson path syntax
 	switch {
 	case !n.Exists():

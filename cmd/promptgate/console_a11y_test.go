@@ -166,6 +166,20 @@ func TestConsoleAccessibility(t *testing.T) {
 				waitFor(t, ctx, 5*time.Second, "tools with an override", `[...document.querySelectorAll('#tools button')].some((b) => b.textContent.startsWith('Clear'))`)
 				check(t, ctx, "tools", "#tools tbody td.kill button")
 			})
+			t.Run("mcp and the review dialog", func(t *testing.T) {
+				ctx := tab(t)
+				s.open(t, ctx, "mcp")
+				waitFor(t, ctx, 5*time.Second, "a change to review", `document.querySelector('button[aria-label="Review change of lookup on crm"]') && document.querySelectorAll('#mcp-recent tbody tr').length >= 3`)
+				check(t, ctx, "mcp", "#mcp-pins tbody td:last-child button", "#mcp-recent td.reason")
+				runIn(t, ctx, script(`document.querySelector('button[aria-label="Review change of lookup on crm"]').click()`))
+				waitFor(t, ctx, 5*time.Second, "review dialog", `document.getElementById('dialog').open && document.querySelector('#dialog-body table')`)
+				check(t, ctx, "mcp review dialog")
+				runIn(t, ctx, chromedp.Click(chromedp.CSS("#dialog-cancel")))
+				waitFor(t, ctx, 5*time.Second, "review dialog closed", `!document.getElementById('dialog').open`)
+				runIn(t, ctx, script(`document.querySelector('button[aria-label="Versions of the pin set of crm"]').click()`))
+				waitFor(t, ctx, 5*time.Second, "versions dialog", `document.getElementById('dialog').open && document.querySelector('#dialog-body table')`)
+				check(t, ctx, "mcp versions dialog")
+			})
 			t.Run("health", func(t *testing.T) {
 				ctx := tab(t)
 				s.open(t, ctx, "health")
@@ -182,7 +196,8 @@ func TestConsoleAccessibility(t *testing.T) {
 }
 
 // seedConsole gives the console something on every page: a removal by the kill switch (whose override
-// stays set), a call blocked by its schema, a second version of the neutral protocol, active.
+// stays set), a call blocked by its schema, a second version of the neutral protocol, active, and an MCP
+// tool whose changed definition waits for approval.
 func seedConsole(t *testing.T, s *consoleStack) {
 	t.Helper()
 	s.adminCall("PUT", "/admin/tools/old_tool/enabled", `{"enabled":false}`, 200)
@@ -199,6 +214,7 @@ func seedConsole(t *testing.T, s *consoleStack) {
 	for range 3 {
 		s.chat(blockedShellRequest)
 	}
+	s.seedMCP(t)
 }
 
 // blockedShellRequest declares the tool shell with a schema that the scripted upstream's call of it breaks:

@@ -476,14 +476,24 @@ func checkMCPListen(addr, token string) error {
 }
 
 // newMCPDoor builds the MCP door where the config names MCP servers (nil otherwise): it shares the
-// proxy listener's engine, join, confirmer, memory of caught conversations, decision log and listen guard.
+// proxy listener's engine, join, confirmer, memory of caught conversations, decision log and listen guard,
+// and keeps its pins in the store. It trusts the roots of mitm.upstreamCA besides the system's, as the
+// HTTPS-proxy door does for the origins it intercepts (an MCP server's among them).
 func newMCPDoor(f *serveFlags, p *pipeline, base proxy.Options, log *slog.Logger) (*mcp.Door, error) {
 	if len(p.cfg.MCP.Servers) == 0 {
 		return nil, nil
 	}
-	return mcp.New(mcp.Options{Config: p.cfg.MCP, Engine: p.engine, Calls: p.calls, Confirmer: base.Confirmer,
+	tr := proxy.NewTransport()
+	if c := p.cfg.MITM; c != nil && c.UpstreamCA != "" {
+		roots, err := mitm.Roots(c.UpstreamCA)
+		if err != nil {
+			return nil, err
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
+	return mcp.New(mcp.Options{Config: p.cfg.MCP, Engine: p.engine, Store: p.store, Calls: p.calls, Confirmer: base.Confirmer,
 		Violations: base.Violations, Audit: base.Audit, Guard: base.Guard, Token: f.mcpToken, Limits: p.cfg.Limits,
-		Tracing: base.Tracing, Log: log})
+		Transport: tr, Tracing: base.Tracing, Log: log})
 }
 
 // mcpAdmin is the MCP door's admin routes, nil without a door.

@@ -98,6 +98,16 @@ const (
 	VerdictCleared  = "cleared"
 )
 
+// Verdicts of MCP tool definitions (kind mcp_definition), besides VerdictChanged.
+const (
+	// VerdictPinned: a first-seen definition was pinned.
+	VerdictPinned = "pinned"
+	// VerdictFlagged: the injection scan found something in a description.
+	VerdictFlagged = "flagged"
+	// VerdictApproved: an operator pinned a pending definition.
+	VerdictApproved = "approved"
+)
+
 // Event is one policy decision or one admin change. Its JSON shape is the admin API's audit event: the
 // fields up to Rule are always there (the contract's shape; "" when empty), the fields after Rule are
 // optional and left out of the JSON when empty. Nothing secret belongs in an event:

@@ -180,6 +180,7 @@ type confirmOutcome struct {
 	verdict   string
 	decisions []Decision
 	notice    string
+	question  string
 }
 
 // confirm settles a call whose every violation asks for confirmation: released by a fresh code
@@ -229,6 +230,7 @@ func (c *Conversation) confirm(call Call, args gjson.Result, vs []violation) con
 	out.verdict = VerdictHeld
 	out.decisions = append(out.decisions, dec(VerdictHeld, "held for the user's confirmation"))
 	out.notice = c.notice(call.Tool, args, vs, k)
+	out.question = question(call.Tool, args, vs)
 	return out
 }
 

@@ -1,5 +1,5 @@
 // Package console is promptgate's web console: the HTML pages (decisions, preview, definitions, tools,
-// health), their style sheet and scripts, embedded in the binary and served under /console/ on the admin
+// MCP, health), their style sheet and scripts, embedded in the binary and served under /console/ on the admin
 // listener. The pages hold no data: their scripts read and change everything through the admin API, with
 // the token the operator enters once (kept in the tab's session storage, never in a URL or cookie). No
 // script or style is inline, and nothing is loaded from another origin, so the admin listener's strict
@@ -40,6 +40,7 @@ func Pages() []Page {
 		{"preview", "Preview"},
 		{"definitions", "Definitions"},
 		{"tools", "Tools"},
+		{"mcp", "MCP"},
 		{"health", "Health"},
 	}
 }

@@ -38,7 +38,8 @@ type Config struct {
 	// Servers are the Streamable HTTP MCP servers, each at /mcp/NAME on the listener.
 	Servers []Server `yaml:"servers"`
 	// RequireModelCall refuses a tools/call that no model call released through promptgate (same tool,
-	// same arguments, same conversation, within JoinWindow).
+	// same arguments, same conversation, within JoinWindow); a protocol's own mcp.requireModelCall
+	// takes its place for that protocol's traffic.
 	RequireModelCall bool `yaml:"requireModelCall"`
 	// OnDefinitionChange is block (default) or report.
 	OnDefinitionChange string `yaml:"onDefinitionChange"`

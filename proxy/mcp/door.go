@@ -52,7 +52,10 @@ type Options struct {
 	// Calls is the join with the model's calls; the proxy listener must be given the same. nil: no join
 	// (every call is unmatched).
 	Calls *mcpjoin.Record
-	// Pins holds the pinned definitions; nil gives the door its own.
+	// Store keeps the pinned definitions (the store's mcppins kind, versioned, shared by a fleet); nil
+	// keeps them in memory, per instance. It must be the store the Engine's definitions are read from.
+	Store PinStore
+	// Pins holds the pinned definitions; nil gives the door its own, over Store.
 	Pins *Pins
 	// Confirmer and Violations are the proxy listener's: codes shown on either path release calls on both.
 	Confirmer  *flow.Confirmer
@@ -81,6 +84,9 @@ type Door struct {
 	inFlight atomic.Int64
 	recent   *recentCalls
 	seq      atomic.Int64
+	// sessions and elicits are the confirmation over MCP (elicit.go).
+	sessions *sessionCaps
+	elicits  *elicitations
 }
 
 var _ http.Handler = (*Door)(nil)
@@ -102,7 +108,11 @@ func New(o Options) (*Door, error) {
 		o.Audit = audit.Log{Logger: o.Log}
 	}
 	if o.Pins == nil {
-		o.Pins = NewPins(nil)
+		names := make([]string, len(o.Config.Servers))
+		for i, s := range o.Config.Servers {
+			names[i] = s.Name
+		}
+		o.Pins = NewPins(PinsOptions{Store: o.Store, Active: o.Engine.PinSet, Log: o.Log}, names...)
 	}
 	if o.Transport == nil {
 		o.Transport = proxy.NewTransport()
@@ -114,7 +124,7 @@ func New(o Options) (*Door, error) {
 		}
 		o.Guard = g
 	}
-	d := &Door{o: o, log: o.Log, servers: map[string]*Server{}, recent: newRecentCalls(maxRecent),
+	d := &Door{o: o, log: o.Log, servers: map[string]*Server{}, recent: newRecentCalls(maxRecent), sessions: newSessionCaps(), elicits: newElicitations(),
 		client: &http.Client{Transport: o.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	for i := range d.o.Config.Servers {
 		s := &d.o.Config.Servers[i]
@@ -168,7 +178,10 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodPost:
 		x.post()
-	case http.MethodGet, http.MethodDelete:
+	case http.MethodDelete:
+		d.sessions.drop(x.session())
+		x.forward(nil, nil, nil)
+	case http.MethodGet:
 		x.forward(nil, nil, nil)
 	default:
 		w.Header().Set("Allow", "GET, POST, DELETE")
@@ -197,9 +210,14 @@ type exchange struct {
 	w   http.ResponseWriter
 	r   *http.Request
 	log *slog.Logger
-	// version is the protocol version the request speaks (POST only).
+	// version is the protocol version the request speaks (POST only); batch whether its body is one.
 	version string
+	batch   bool
 	gov     governance
+	// initForm is, for an initialize, whether its client declared form elicitation (nil otherwise).
+	initForm *bool
+	// hold is a call held for confirmation that the door puts to the user (elicit.go).
+	hold *heldCall
 }
 
 // readBody reads the request body under the body cap and the body-read deadline.
@@ -254,6 +272,11 @@ func (x *exchange) post() {
 		x.rpcRefuse(err)
 		return
 	}
+	x.batch = batch
+	if len(msgs) == 1 && msgs[0].method == "initialize" {
+		form := formElicitation(msgs[0].params.Get("capabilities"))
+		x.initForm = &form
+	}
 	if batch && !batchesAllowed(x.version) {
 		x.rpcFail(http.StatusBadRequest, "", codeInvalidRequest, "mcp: protocol version "+x.version+" does not allow batches")
 		return
@@ -277,6 +300,10 @@ func (x *exchange) post() {
 		if m.isRequest() && (m.method == "tools/list" || m.method == "tools/call") {
 			watch[m.id] = m.method
 		}
+	}
+	if x.hold != nil {
+		x.askUser(x.hold)
+		return
 	}
 	if len(forward) == 0 {
 		x.answerLocal(local, batch)
@@ -311,10 +338,14 @@ func joinBatch(msgs []message) []byte {
 	return append(out, ']')
 }
 
-// decide answers one message or lets it pass: a stateless request's headers must agree with it; tools/call
-// is judged; a method the door does not know is refused unless mcp.unknownMethods is pass.
+// decide answers one message or lets it pass: a client's answer to a question of the door's is the door's;
+// a stateless request's headers must agree with it; tools/call is judged; a method the door does not know
+// is refused unless mcp.unknownMethods is pass.
 func (x *exchange) decide(m message) (answer []byte, pass bool) {
-	if m.response || m.method == "" {
+	if m.response {
+		return nil, !x.answerElicitation(m)
+	}
+	if m.method == "" {
 		return nil, true
 	}
 	if stateless(x.version) {

@@ -63,13 +63,19 @@ type fixture struct {
 	door   *mcp.Door
 	url    string
 	ev     *events
+	store  store.Store
 }
 
-func newFixture(t *testing.T, cfg mcp.Config, limits proxy.Limits) *fixture {
+func newFixture(t testing.TB, cfg mcp.Config, limits proxy.Limits) *fixture {
+	t.Helper()
+	return newFixtureOn(t, openStore(t), cfg, limits)
+}
+
+// openStore opens a bbolt store in the test's folder with the agent protocol active.
+func openStore(t testing.TB) *store.Bolt {
 	t.Helper()
 	ctx := context.Background()
-	log := slog.New(slog.DiscardHandler)
-	st, err := store.Open(filepath.Join(t.TempDir(), "pg.db"), store.Options{Validate: proxy.ValidateDefinition, Links: proxy.CheckLinks, Logger: log})
+	st, err := store.Open(filepath.Join(t.TempDir(), "pg.db"), store.Options{Validate: proxy.ValidateDefinition, Links: proxy.CheckLinks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +87,14 @@ func newFixture(t *testing.T, cfg mcp.Config, limits proxy.Limits) *fixture {
 	if _, err := st.Activate(ctx, store.KindProtocol, "agent", v); err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// newFixtureOn is one instance (engine, join, door) on a store that other instances may share.
+func newFixtureOn(t testing.TB, st store.Store, cfg mcp.Config, limits proxy.Limits) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
 	defs, err := proxy.NewDefinitions(ctx, st, log)
 	if err != nil {
 		t.Fatal(err)
@@ -96,13 +110,13 @@ func newFixture(t *testing.T, cfg mcp.Config, limits proxy.Limits) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	door, err := mcp.New(mcp.Options{Config: cfg, Engine: engine, Calls: calls, Audit: ev, Confirmer: cf, Limits: engine.Limits(), Log: log})
+	door, err := mcp.New(mcp.Options{Config: cfg, Engine: engine, Store: st, Calls: calls, Audit: ev, Confirmer: cf, Limits: engine.Limits(), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(door)
 	t.Cleanup(srv.Close)
-	return &fixture{engine: engine, calls: calls, door: door, url: srv.URL, ev: ev}
+	return &fixture{engine: engine, calls: calls, door: door, url: srv.URL, ev: ev, store: st}
 }
 
 // crmServer is an MCP server (the official SDK) with the tools lookup, send_email and delete_all; its
@@ -149,7 +163,7 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// connect is an SDK client of the door's server name on version, as the agent protocol.
+// connect is an SDK client of the door's server name on version, as the agent protocol unless h names one.
 func connect(t *testing.T, f *fixture, name, version string, h http.Header) *sdk.ClientSession {
 	return connectStream(t, f, name, version, h, false)
 }
@@ -160,7 +174,9 @@ func connectStream(t *testing.T, f *fixture, name, version string, h http.Header
 	if h == nil {
 		h = http.Header{}
 	}
-	h.Set("X-Promptgate-Protocol", "agent")
+	if h.Get("X-Promptgate-Protocol") == "" {
+		h.Set("X-Promptgate-Protocol", "agent")
+	}
 	c := sdk.NewClient(&sdk.Implementation{Name: "agent", Version: "1"}, nil)
 	cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: f.url + mcp.PathPrefix + name,
 		HTTPClient: &http.Client{Transport: headerTransport{h}}, DisableStandaloneSSE: !stream}, &sdk.ClientSessionOptions{ProtocolVersion: version})

@@ -3,6 +3,8 @@ package mcp
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
@@ -85,6 +87,9 @@ func parseMessage(v gjson.Result) (message, error) {
 	if !v.IsObject() {
 		return invalid("a message is an object")
 	}
+	if foldedMember(v, messageMembers) {
+		return message{}, errFoldedMember
+	}
 	if j := v.Get("jsonrpc"); j.Type != gjson.String || j.Str != "2.0" {
 		return invalid(`jsonrpc must be "2.0"`)
 	}
@@ -111,12 +116,45 @@ func parseMessage(v gjson.Result) (message, error) {
 		if m.params.Exists() && !m.params.IsObject() {
 			return invalid("params are an object")
 		}
+		if foldedMember(m.params, paramMembers) {
+			return message{}, errFoldedMember
+		}
 	case res.Exists() != rerr.Exists() && id.Exists():
 		m.response = true
 	default:
 		return invalid("neither a request, a notification nor a response")
 	}
 	return m, nil
+}
+
+// The members the door reads of a message and of its params. A server that decodes with encoding/json
+// matches member names without regard to case (as strings.EqualFold folds, "ſ" for "s" included), so a key
+// that differs from one of them in case only is that member to the server and not to the door.
+var (
+	messageMembers = []string{"jsonrpc", "id", "method", "params", "result", "error"}
+	paramMembers   = []string{"name", "arguments", "uri", "_meta", "protocolVersion", "capabilities", "cursor"}
+)
+
+var errFoldedMember = &rpcError{code: codeInvalidRequest,
+	msg: "mcp: a member's name differs from a JSON-RPC or MCP member in letter case only (a parser differential)"}
+
+// foldedMember reports whether obj has a key that is not one of names but equals one of them without
+// regard to case.
+func foldedMember(obj gjson.Result, names []string) bool {
+	found := false
+	obj.ForEach(func(k, _ gjson.Result) bool {
+		if slices.Contains(names, k.Str) {
+			return true
+		}
+		for _, n := range names {
+			if strings.EqualFold(k.Str, n) {
+				found = true
+				return false
+			}
+		}
+		return true
+	})
+	return found
 }
 
 // isInteger reports whether a JSON number is written as an integer.

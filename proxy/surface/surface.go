@@ -90,6 +90,9 @@ type Start struct {
 	// Record asks the surface to keep what History needs to show a later request that continues this one:
 	// the protocol has information-flow rules.
 	Record bool
+	// VetHostedMCP: the protocol has promptgate answer the approval requests of the calls the upstream runs
+	// (the Responses API's hosted MCP; policy's mcp.vetHostedCalls).
+	VetHostedMCP bool
 	// Created, when not nil, is told the id of every object the answer has the upstream store (each round's
 	// response; a stored chat completion), before the client can learn it: the request went with a shared
 	// upstream key, and the object is bound to the client's credential (see Stored).

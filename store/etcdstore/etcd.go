@@ -473,7 +473,7 @@ func precheck(ctx context.Context, kind store.Kind) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	if !kind.Valid() {
-		return fmt.Errorf("store: unknown kind %q (want %q or %q): %w", kind, store.KindTemplate, store.KindProtocol, store.ErrInvalid)
+		return store.UnknownKind(kind)
 	}
 	return nil
 }

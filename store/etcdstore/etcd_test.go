@@ -1,7 +1,9 @@
 package etcdstore_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -103,6 +105,12 @@ func TestDisconnectResyncAndSnapshotFile(t *testing.T) {
 			states = append(states, fmt.Sprintf("%v %s", ok, reason))
 		}
 	})
+	pins := []byte(`{"server":"crm","tools":[{"name":"lookup","description":"Looks up."}]}`)
+	if v, err := s.AddVersion(ctx, store.KindMCPPins, pins, "first-list", ""); err != nil {
+		t.Fatal(err)
+	} else if _, err := s.Activate(ctx, store.KindMCPPins, "crm", v); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Snapshot(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +153,10 @@ func TestDisconnectResyncAndSnapshotFile(t *testing.T) {
 	}
 	defer s2.Close()
 	snap, err := s2.Snapshot(ctx)
-	if err != nil || len(snap.Protocols) == 0 {
-		t.Fatalf("snapshot from file: %v %d", err, len(snap.Protocols))
+	var compact bytes.Buffer
+	_ = json.Compact(&compact, snap.MCPPins["crm"].Body)
+	if err != nil || len(snap.Protocols) == 0 || compact.String() != string(pins) {
+		t.Fatalf("snapshot from file: %v %d protocols, pins %+v", err, len(snap.Protocols), snap.MCPPins)
 	}
 	if ok, _ := s2.Connected(); ok {
 		t.Fatal("started from the file but says connected")
@@ -167,6 +177,8 @@ func TestDisconnectResyncAndSnapshotFile(t *testing.T) {
 		"empty":     `{"format":"promptgate-etcd-snapshot/1","prefix":"/p/","templates":[],"protocols":[]}`,
 		"bad body":  `{"format":"promptgate-etcd-snapshot/1","prefix":"/p/","templates":[{"name":"a","version":1,"body":{"name":"a"}}]}`,
 		"name skew": `{"format":"promptgate-etcd-snapshot/1","prefix":"/p/","templates":[{"name":"b","version":1,"body":{"name":"a","text":""}}]}`,
+		"pin set skew": `{"format":"promptgate-etcd-snapshot/1","prefix":"/p/","templates":[{"name":"a","version":1,"body":{"name":"a","text":""}}],` +
+			`"mcppins":[{"name":"crm","version":1,"body":{"server":"other","tools":[]}}]}`,
 	} {
 		bad := filepath.Join(t.TempDir(), "bad.json")
 		_ = os.WriteFile(bad, []byte(content), 0o600)

@@ -279,6 +279,17 @@ func (s *Etcd) readSet(ctx context.Context, kind store.Kind, name string, want i
 // change won the race, this one is applied on top of it (both stay in history), and the version returned
 // as previous is the one this transaction replaced.
 func (s *Etcd) Activate(ctx context.Context, kind store.Kind, name string, version int) (int, error) {
+	return s.activate(ctx, kind, name, version, -1)
+}
+
+// ActivateIf implements store.Store: Activate, compared with expected in the transaction's read.
+func (s *Etcd) ActivateIf(ctx context.Context, kind store.Kind, name string, version, expected int) error {
+	_, err := s.activate(ctx, kind, name, version, max(expected, 0))
+	return err
+}
+
+// activate moves the active pointer of kind/name to version, where expected is negative or the active one.
+func (s *Etcd) activate(ctx context.Context, kind store.Kind, name string, version, expected int) (int, error) {
 	if err := precheck(ctx, kind); err != nil {
 		return 0, err
 	}
@@ -300,6 +311,9 @@ func (s *Etcd) Activate(ctx context.Context, kind store.Kind, name string, versi
 		}
 		if !has {
 			return 0, fmt.Errorf("store: activate: %s/%s@%d: %w", kind, name, version, store.ErrNotFound)
+		}
+		if cur := set.get(kind, name).Active; expected >= 0 && cur != expected {
+			return 0, fmt.Errorf("store: activate: %s/%s: version %d is active, not %d: %w", kind, name, cur, expected, store.ErrConflict)
 		}
 		prev := set.move(kind, name, version)
 		if prev == version {
@@ -402,7 +416,7 @@ func (s *Etcd) Snapshot(ctx context.Context) (store.Snapshot, error) {
 }
 
 func (s *Etcd) readSnapshot(ctx context.Context) (store.Snapshot, int64, error) {
-	snap := store.Snapshot{Templates: map[string]store.Record{}, Protocols: map[string]store.Record{}, Tools: map[string]store.ToolOverride{}}
+	snap := store.NewSnapshot()
 	tr, err := s.client().Txn(ctx).Then(
 		clientv3.OpGet(s.p+keyActiveSet),
 		clientv3.OpGet(s.p+dirTools, clientv3.WithPrefix()),
@@ -908,7 +922,8 @@ func (s *Etcd) checkLinks(ctx context.Context, set activeSet, proposed map[strin
 	if err != nil {
 		return err
 	}
-	snap := store.Snapshot{Templates: map[string]store.Record{}, Protocols: map[string]store.Record{}}
+	snap := store.NewSnapshot()
+	snap.Tools = nil
 	for _, rec := range recs {
 		snap.Of(rec.Kind)[rec.Name] = rec
 	}

@@ -23,6 +23,7 @@ type snapshotFile struct {
 	Revision  int64                         `json:"revision"`
 	Templates []fileRecord                  `json:"templates"`
 	Protocols []fileRecord                  `json:"protocols"`
+	MCPPins   []fileRecord                  `json:"mcppins,omitempty"`
 	Tools     map[string]store.ToolOverride `json:"tools"`
 }
 
@@ -48,7 +49,7 @@ func toFile(m map[string]store.Record) []fileRecord {
 // one written.
 func (s *Etcd) writeSnapshotFile(snap store.Snapshot, rev int64) error {
 	data, err := json.MarshalIndent(snapshotFile{Format: snapshotFormat, Prefix: s.p, Revision: rev,
-		Templates: toFile(snap.Templates), Protocols: toFile(snap.Protocols), Tools: snap.Tools}, "", " ")
+		Templates: toFile(snap.Templates), Protocols: toFile(snap.Protocols), MCPPins: toFile(snap.MCPPins), Tools: snap.Tools}, "", " ")
 	if err != nil {
 		return err
 	}
@@ -98,8 +99,8 @@ func ReadSnapshotFile(path, prefix string, check func(store.Kind, []byte) (strin
 	if f.Prefix != prefix {
 		return store.Snapshot{}, fmt.Errorf("snapshot file %s: written for prefix %q, not %q", path, f.Prefix, prefix)
 	}
-	snap := store.Snapshot{Templates: map[string]store.Record{}, Protocols: map[string]store.Record{}, Tools: map[string]store.ToolOverride{}}
-	for kind, recs := range map[store.Kind][]fileRecord{store.KindTemplate: f.Templates, store.KindProtocol: f.Protocols} {
+	snap := store.NewSnapshot()
+	for kind, recs := range map[store.Kind][]fileRecord{store.KindTemplate: f.Templates, store.KindProtocol: f.Protocols, store.KindMCPPins: f.MCPPins} {
 		for i, r := range recs {
 			name, err := check(kind, r.Body)
 			if err != nil {

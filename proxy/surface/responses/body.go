@@ -113,11 +113,8 @@ func isCall(c *vet.Checker, typ string) bool { return vetted(typ) || refusedBuil
 // A body that is not one valid JSON object with unique keys is an error.
 func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
 	var res relay.Result
-	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
-		return body, res, fmt.Errorf("responses: response body: %w", err)
-	}
-	if foldedKeys(body) {
-		return body, res, fmt.Errorf("responses: response body: a key differs from a known one in case only")
+	if err := checkBody(body); err != nil {
+		return body, res, err
 	}
 	output := gjson.GetBytes(body, pathOutput)
 	if !output.IsArray() {
@@ -172,6 +169,18 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 		return body, res, fmt.Errorf("responses: edit output: %w", err)
 	}
 	return out, res, nil
+}
+
+// checkBody refuses a response body that is not one strict JSON object, or whose keys a case-insensitive
+// reader would read otherwise (foldedKeys).
+func checkBody(body []byte) error {
+	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
+		return fmt.Errorf("responses: response body: %w", err)
+	}
+	if foldedKeys(body) {
+		return fmt.Errorf("responses: response body: a key differs from a known one in case only")
+	}
+	return nil
 }
 
 // continuation is the response's turn for promptgate to answer itself (onViolation "continue"), when every

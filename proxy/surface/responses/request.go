@@ -3,8 +3,10 @@ package responses
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
@@ -166,10 +168,30 @@ func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny
 	if err != nil {
 		return nil, fmt.Errorf("responses: rewrite: %w", err)
 	}
+	if p.VetHostedMCP {
+		if out, err = approveAlways(out); err != nil {
+			return nil, fmt.Errorf("responses: rewrite: %w", err)
+		}
+	}
 	if p.DatamarkToolOutput {
 		return datamark(out)
 	}
 	return out, nil
+}
+
+// approveAlways makes every hosted MCP tool of an upstream body (tools entries of type mcp) ask for approval
+// of every call: require_approval "always", whatever the client sent.
+func approveAlways(body []byte) ([]byte, error) {
+	var err error
+	i := 0
+	gjson.GetBytes(body, reqTools).ForEach(func(_, v gjson.Result) bool {
+		if strings.EqualFold(v.Get("type").String(), hostedMCP) { // as a case-insensitive upstream reads it
+			body, err = sjson.SetBytes(body, reqTools+"."+strconv.Itoa(i)+".require_approval", "always")
+		}
+		i++
+		return err == nil
+	})
+	return body, err
 }
 
 // inputOthers are the input items other than system and developer messages, and whether any was left out:

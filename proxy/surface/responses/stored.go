@@ -44,6 +44,8 @@ const defaultBackgroundBytes = 256 << 20
 // blockedCall is one call the proxy refused in a Responses answer.
 type blockedCall struct {
 	CallID, Tool, Reason string
+	// Approval: the approval request of a hosted MCP call (hosted.go), answered by a denial.
+	Approval bool
 }
 
 // blockedMemory maps a Responses response id to what the proxy must remember of it: the calls blocked in it
@@ -93,7 +95,10 @@ type bgPolicy struct {
 	policy          vet.Policy
 	protocol        string
 	protocolVersion int
-	size            int // bytes held, for the memory's bound
+	// hosted: promptgate answers hosted MCP approval requests (vetHostedCalls); a retrieval cannot continue,
+	// so they are left unanswered, each replaced by a notice.
+	hosted bool
+	size   int // bytes held, for the memory's bound
 
 	mu      sync.Mutex
 	decided map[string]bool
@@ -295,15 +300,31 @@ func blockedOutput(c blockedCall) string {
 
 // answerBlocked puts a function_call_output for every blocked call of the previous response that the
 // request does not answer itself at the front of the request's input, so that the upstream accepts the
-// continuation. A string input becomes a user message after them.
+// continuation, and an mcp_approval_response denying every blocked approval request of a hosted MCP call: a
+// client's own answer to one of those is made a denial too (the approval is promptgate's). A string input
+// becomes a user message after them.
 func answerBlocked(body []byte, calls []blockedCall) ([]byte, int, error) {
 	input := gjson.GetBytes(body, "input")
 	answered := map[string]bool{}
+	denied := map[string]bool{}
+	for _, c := range calls {
+		denied[c.CallID] = c.Approval
+	}
+	var inputs []string // the input items, a client's approval of a denied request made a denial
 	if input.IsArray() {
 		for _, it := range input.Array() {
-			if it.Get("type").Str == "function_call_output" {
+			raw := it.Raw
+			switch it.Get("type").Str {
+			case "function_call_output":
 				answered[it.Get("call_id").Str] = true
+			case "mcp_approval_response":
+				id := it.Get("approval_request_id").Str
+				answered[id] = true
+				if denied[id] && it.Get("approve").Type != gjson.False {
+					raw, _ = sjson.Set(raw, "approve", false)
+				}
 			}
+			inputs = append(inputs, raw)
 		}
 	}
 	var items []string
@@ -315,13 +336,17 @@ func answerBlocked(body []byte, calls []blockedCall) ([]byte, int, error) {
 		if err == nil {
 			it, err = sjson.Set(it, "output", blockedOutput(c))
 		}
+		if c.Approval {
+			it = string(approvalResponse(relay.Answered{ID: c.CallID, Approval: true, Result: blockedOutput(c)}))
+		}
 		if err != nil {
 			return body, 0, fmt.Errorf("responses: answer blocked call: %w", err)
 		}
 		items = append(items, it)
 	}
 	answers := len(items)
-	if answers == 0 {
+	overridden := input.IsArray() && !sameItems(input, inputs)
+	if answers == 0 && !overridden {
 		return body, 0, nil
 	}
 	switch {
@@ -329,10 +354,7 @@ func answerBlocked(body []byte, calls []blockedCall) ([]byte, int, error) {
 	case input.Type == gjson.String:
 		items = append(items, `{"role":"user","content":`+input.Raw+`}`)
 	case input.IsArray():
-		input.ForEach(func(_, it gjson.Result) bool {
-			items = append(items, it.Raw)
-			return true
-		})
+		items = append(items, inputs...)
 	default:
 		return body, 0, errors.New("responses: input is neither a string nor an array")
 	}
@@ -340,7 +362,19 @@ func answerBlocked(body []byte, calls []blockedCall) ([]byte, int, error) {
 	if err != nil {
 		return body, 0, fmt.Errorf("responses: answer blocked calls: %w", err)
 	}
-	return out, answers, nil
+	return out, max(answers, 1), nil
+}
+
+// sameItems reports whether the items of an input array are raw, unchanged.
+func sameItems(input gjson.Result, raw []string) bool {
+	i := 0
+	same := true
+	input.ForEach(func(_, it gjson.Result) bool {
+		same = i < len(raw) && it.Raw == raw[i]
+		i++
+		return same
+	})
+	return same && i == len(raw)
 }
 
 // responsePath splits the path of a request to /v1/responses/{id}[/rest], read as a loose upstream router might
@@ -542,6 +576,8 @@ func (s *Surface) echoCancelled(resp *http.Response, id string) error {
 type respTrack struct {
 	mem    *blockedMemory
 	echoes *instructionMemory
+	// hosted: promptgate answers the approval requests of hosted MCP calls (vetHostedCalls; hosted.go).
+	hosted bool
 	// instructions is the client's own instructions value (raw JSON, null when none).
 	instructions []byte
 	// bg is set for a background request: the policy kept for its response id.
@@ -622,7 +658,7 @@ func (t *respTrack) decision(d vet.Decision) {
 	if !d.Blocked() {
 		return
 	}
-	c := blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason}
+	c := blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason, Approval: t.hosted && d.Tool == hostedMCP}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.id == "" {
@@ -693,7 +729,7 @@ func (s *Surface) vetStored(resp *http.Response, h surface.Host, id string, bg *
 	record := h.Recorder(ctx, bg.protocol, bg.protocolVersion)
 	rec := func(d vet.Decision) {
 		if d.Blocked() {
-			s.blocked.remember(id, blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason})
+			s.blocked.remember(id, blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason, Approval: bg.hosted && d.Tool == hostedMCP})
 		}
 		if bg.firstTime(d) {
 			record(d)
@@ -701,7 +737,7 @@ func (s *Surface) vetStored(resp *http.Response, h surface.Host, id string, bg *
 	}
 	if ct == "text/event-stream" {
 		st := NewStream(resp.Body, checker, rec)
-		st.Instructions = instructions
+		st.Instructions, st.Hosted = instructions, bg.hosted
 		surface.StreamBody(resp, h.Relayed(ctx, st))
 		return nil
 	}
@@ -715,7 +751,11 @@ func (s *Surface) vetStored(resp *http.Response, h surface.Host, id string, bg *
 	if body, err = withholdInProgress(body); err != nil {
 		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
 	}
-	out, res, err := Body(body, checker, rec)
+	vetBody := Body
+	if bg.hosted {
+		vetBody = hostedBody
+	}
+	out, res, err := vetBody(body, checker, rec)
 	if err != nil {
 		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
 	}

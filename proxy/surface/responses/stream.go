@@ -107,6 +107,9 @@ type Stream struct {
 	// OnFinal, when set before the first Read, is called with the output of the terminal event as it went
 	// out (response.completed, .incomplete or .failed).
 	OnFinal func(output []byte)
+	// Hosted, when set before the first Read, vets the approval requests of hosted MCP calls as calls
+	// (vetHostedCalls): in a stream promptgate does not answer them, so each is blocked (hosted.go).
+	Hosted bool
 
 	// In continue mode (SetNext): the client's output_index and sequence numbers to go back to if the round is
 	// continued (taken at its first refusal); the ids of the notice items of refused calls, which the client
@@ -194,6 +197,10 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stre
 	return s
 }
 
+// isCall reports whether an item type is a call the stream vets (an approval request of a hosted MCP call
+// too, with Hosted).
+func (s *Stream) isCall(typ string) bool { return isCall(s.c, typ) || s.Hosted && typ == typeApproval }
+
 // malformed fails every held call: an event that a client might read differently from us was dropped.
 func (s *Stream) malformed() {
 	for _, p := range s.open {
@@ -232,7 +239,7 @@ func (s *Stream) event(ev sse.Event) {
 		return // one response to the client: its created and in_progress went out in the first round
 	}
 	itemType := h.item.Get(pathType).String()
-	if typ != evItemAdded && typ != evItemDone && isCall(s.c, itemType) {
+	if typ != evItemAdded && typ != evItemDone && s.isCall(itemType) {
 		// A call item in an event that is neither its added nor its done: it cannot be vetted as a call
 		// there, and no client should take it from there either. Dropped.
 		return
@@ -260,7 +267,7 @@ func (s *Stream) event(ev sse.Event) {
 	case evArgsDelta, evArgsDone, evCustomDelta, evCustomDone:
 		argsEvent = true
 	case evItemAdded, evItemDone:
-		callItem = isCall(s.c, itemType)
+		callItem = s.isCall(itemType)
 	}
 	if h.oi.Exists() {
 		m.oi, m.hasOI = relay.IntField(h.oi)
@@ -723,6 +730,11 @@ func (s *Stream) start(oi int, it gjson.Result) *pending {
 	}
 	s.items[oi] = &item{client: -1, call: p}
 	s.open = append(s.open, p)
+	if s.Hosted && typ == typeApproval {
+		p.builtin, p.Call = true, approvalCall(oi, it)
+		p.Call.Fail(ReasonHostedStream)
+		return p
+	}
 	if tool := refusedBuiltin(s.c, typ); tool != "" {
 		p.builtin = true
 		p.Call.AddName(tool)
@@ -957,7 +969,12 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 		e := &entries[pos]
 		e.client, e.raw = -1, it.Raw
 		st := s.items[pos]
-		if call := itemCall(s.c, pos, it); call != nil {
+		call := itemCall(s.c, pos, it)
+		if s.Hosted && it.Get(pathType).Str == typeApproval {
+			call = approvalCall(pos, it)
+			call.Fail(ReasonHostedStream)
+		}
+		if call != nil {
 			if st != nil && st.call != nil && st.call.vetted {
 				p := st.call
 				switch {
@@ -1059,7 +1076,8 @@ func (p *pending) matches(entry gjson.Result, exact bool) bool {
 		v := entry.Get(path)
 		return v.Type == gjson.String && v.Str == want
 	}
-	if !str(pathType, p.typ) || (!p.builtin || p.Call.ID != "") && !str(pathCallID, p.Call.ID) {
+	// An approval request is known by its item id (its call's id); a call by its call_id.
+	if !str(pathType, p.typ) || (!p.builtin || p.Call.ID != "") && p.typ != typeApproval && !str(pathCallID, p.Call.ID) {
 		return false
 	}
 	if id := entry.Get(pathID); id.Exists() && !str(pathID, p.itemID) {
@@ -1103,7 +1121,7 @@ func (s *Stream) snapshot(data []byte) []byte {
 	var kept []string
 	changed := false
 	output.ForEach(func(_, entry gjson.Result) bool {
-		if isCall(s.c, entry.Get(pathType).String()) {
+		if s.isCall(entry.Get(pathType).String()) {
 			changed = true
 			return true
 		}

@@ -94,7 +94,7 @@ func (*Surface) AppendTurn(body []byte, t relay.Turn) ([]byte, error) { return a
 // Begin starts tracking the response: its id, its blocked calls and the output shown, the client's own
 // instructions and, for a background request, the policy its retrievals are vetted with.
 func (s *Surface) Begin(st surface.Start) surface.Exchange {
-	t := &respTrack{mem: s.blocked, echoes: s.echoes, instructions: clientInstructions(st.Client)}
+	t := &respTrack{mem: s.blocked, echoes: s.echoes, instructions: clientInstructions(st.Client), hosted: st.VetHostedMCP}
 	if st.Record && gjson.GetBytes(st.Upstream, "store").Type != gjson.False {
 		t.history = s.history
 		t.prev = gjson.GetBytes(st.Client, reqPreviousResponseID).String()
@@ -102,6 +102,7 @@ func (s *Surface) Begin(st surface.Start) surface.Exchange {
 	}
 	if isBackground(st.Upstream) {
 		t.bg = newBgPolicy(st.Policy, st.Protocol, st.ProtocolVersion)
+		t.bg.hosted = st.VetHostedMCP
 	}
 	if gjson.GetBytes(st.Upstream, "store").Type != gjson.False {
 		t.created = st.Created
@@ -130,6 +131,9 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 		// calls belong to it, and the client continues from the last one.
 		if id := gjson.GetBytes(b, pathID); id.Type == gjson.String {
 			x.t.setID(id.Str)
+		}
+		if x.t.hosted {
+			return hostedBody(b, v.Checker, v.Record)
 		}
 		return Body(b, v.Checker, v.Record)
 	}, join)
@@ -171,6 +175,7 @@ func join(j surface.Joined) ([]byte, error) {
 // Stream vets a created response's stream, with the same memory as Body.
 func (x exchange) Stream(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
 	s := NewStream(up, v.Checker, v.Record)
+	s.Hosted = x.t.hosted
 	if x.t.bg == nil {
 		s.SetNext(v.Next) // a background response is retrieved later, from the upstream's one response
 	}

@@ -20,6 +20,10 @@ import (
 func appendTurn(body []byte, t relay.Turn) ([]byte, error) {
 	var results [][]byte
 	for _, c := range t.Calls {
+		if c.Approval {
+			results = append(results, approvalResponse(c))
+			continue
+		}
 		typ := "function_call_output"
 		if c.Custom {
 			typ = "custom_tool_call_output"
@@ -66,6 +70,9 @@ func appendTurn(body []byte, t relay.Turn) ([]byte, error) {
 				"content", []byte("["+string(surface.Object("type", "output_text", "text", t.Text))+"]")))
 		}
 		for _, c := range t.Calls {
+			if c.Approval {
+				continue // an approval request is in Raw, never built
+			}
 			if c.Custom {
 				turn = append(turn, surface.Object("type", "custom_tool_call", "call_id", c.ID, "name", c.Tool, "input", surface.InputString(c.Args)))
 			} else {
