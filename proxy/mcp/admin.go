@@ -13,8 +13,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/mcppin"
 )
 
-// The admin routes of the door, served by the admin listener (behind its token and Host rules) under
-// AdminPrefix.
+// The admin routes of the door, served by the admin listener (behind its token and Host rules)
+// under AdminPrefix.
 const AdminPrefix = "/admin/mcp/"
 
 // Admin is the door's part of the admin API:
@@ -24,9 +24,9 @@ const AdminPrefix = "/admin/mcp/"
 //	GET  /admin/mcp/servers/{server}/tools/{tool}/diff   a tool's pinned and pending definitions, what differs
 //	POST /admin/mcp/servers/{server}/tools/{tool}/approve {"digest":"..."}: pin the pending definition
 //
-// A pin set is a definition of the store (kind mcppins): its versions are read, activated and rolled back
-// under /admin/mcppins/{server} like the other definitions. rec receives the approvals (with the actor of
-// the X-Promptgate-Actor header).
+// A pin set is a definition of the store (kind mcppins): its versions are read, activated and
+// rolled back under /admin/mcppins/{server} like the other definitions. rec receives the approvals
+// (with the actor of the X-Promptgate-Actor header).
 func (d *Door) Admin(rec audit.Recorder) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+AdminPrefix+"servers", d.adminServers)
@@ -45,8 +45,8 @@ type serverView struct {
 	Protocol   string `json:"protocol,omitempty"`
 	ToolPrefix string `json:"toolPrefix,omitempty"`
 	Fresh      bool   `json:"fresh"`
-	// Version is the active version of the server's pin set (0 before the first pin); Stored says whether
-	// the sets are kept in the store (else in this instance's memory).
+	// Version is the active version of the server's pin set (0 before the first pin); Stored says
+	// whether the sets are kept in the store (else in this instance's memory).
 	Version int   `json:"version"`
 	Stored  bool  `json:"stored"`
 	Tools   []Pin `json:"tools"`

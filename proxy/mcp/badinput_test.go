@@ -13,7 +13,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/mcp"
 )
 
-// TestBadInput: what the door refuses before anything reaches the server, each with its JSON-RPC error.
+// TestBadInput: what the door refuses before anything reaches the server, each with its JSON-RPC
+// error.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	_, up := crmServerWith(t, &sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true})

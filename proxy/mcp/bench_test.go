@@ -17,8 +17,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/mcp"
 )
 
-// fastServer is an MCP server that answers at once, in JSON: tools/list with the crm tools, tools/call with
-// one text result, anything else with an empty result. It keeps the benchmarks to what the door adds.
+// fastServer is an MCP server that answers at once, in JSON: tools/list with the crm tools,
+// tools/call with one text result, anything else with an empty result. It keeps the benchmarks to
+// what the door adds.
 func fastServer(tb testing.TB) string {
 	tb.Helper()
 	const list = `{"tools":[{"name":"send_email","description":"Sends an email.","inputSchema":{"type":"object",` +
@@ -41,9 +42,10 @@ func fastServer(tb testing.TB) string {
 	return srv.URL
 }
 
-// BenchmarkToolsCall: one vetted tools/call (the door reads and checks the body, vets the arguments against
-// the pinned schema and the argument rules, claims the join, forwards and relays the answer) beside the
-// same request through a bare httputil.ReverseProxy, with a mail body of 1 KiB and of 64 KiB.
+// BenchmarkToolsCall: one vetted tools/call (the door reads and checks the body, vets the arguments
+// against the pinned schema and the argument rules, claims the join, forwards and relays the
+// answer) beside the same request through a bare httputil.ReverseProxy, with a mail body of 1 KiB
+// and of 64 KiB.
 func BenchmarkToolsCall(b *testing.B) {
 	up := fastServer(b)
 	f := newFixture(b, mcp.Config{Servers: []mcp.Server{{Name: "crm", URL: up, ToolPrefix: "crm_"}}}, proxy.Limits{})

@@ -54,7 +54,8 @@ type governance struct {
 	g   *proxy.Governance
 }
 
-// govern chooses the protocol of a request: the server's configured one, else as for the model's requests.
+// govern chooses the protocol of a request: the server's configured one, else as for the model's
+// requests.
 func (d *Door) govern(r *http.Request, srv *Server) (governance, error) {
 	g, err := d.o.Engine.Govern(proxy.GovernInput{Path: r.URL.Path, Header: r.Header, Protocol: srv.Protocol})
 	if err != nil {
@@ -63,12 +64,12 @@ func (d *Door) govern(r *http.Request, srv *Server) (governance, error) {
 	return governance{eff: g.Protocol, g: g}, nil
 }
 
-// call judges a tools/call: the server's definitions are read when they changed or were never read; the
-// tool must be listed and its definition pinned (held changes refuse it); the model's name for it must be
-// allowed and its arguments must pass the pinned schema and the argument rules; the call is matched to the
-// model's call, which mcp.requireModelCall requires; one that no model call released is judged by the
-// information-flow rules with no conversation in sight. A refusal is a tool result with isError that names
-// the rule and never the arguments.
+// call judges a tools/call: the server's definitions are read when they changed or were never read;
+// the tool must be listed and its definition pinned (held changes refuse it); the model's name for
+// it must be allowed and its arguments must pass the pinned schema and the argument rules; the call
+// is matched to the model's call, which mcp.requireModelCall requires; one that no model call
+// released is judged by the information-flow rules with no conversation in sight. A refusal is a
+// tool result with isError that names the rule and never the arguments.
 func (x *exchange) call(m message) ([]byte, bool) {
 	ctx, span := tracing.Stage(x.ctx(), "promptgate.mcp.call")
 	defer span.End()
@@ -126,8 +127,8 @@ func (x *exchange) call(m message) ([]byte, bool) {
 	return nil, true
 }
 
-// requireModelCall is whether a call must match a model's call: the protocol's mcp.requireModelCall, else
-// the config's.
+// requireModelCall is whether a call must match a model's call: the protocol's
+// mcp.requireModelCall, else the config's.
 func (x *exchange) requireModelCall() bool {
 	if r := x.gov.eff.MCP.RequireModelCall; r != nil {
 		return *r
@@ -135,11 +136,12 @@ func (x *exchange) requireModelCall() bool {
 	return x.d.o.Config.RequireModelCall
 }
 
-// judgeUnmatched judges a call that no model call released by the protocol's information-flow rules, on a
-// conversation of which nothing is in sight: provenance finds no source, budgets cannot be counted, and rules
-// after untrusted apply. A rule that asks for confirmation holds it, bound to the conversation id the request
-// names (else, where the client can be asked, its session), the server and the protocol version; the user's
-// answer to the door's question (elicit.go), or X-Promptgate-Confirm with the code, releases it once.
+// judgeUnmatched judges a call that no model call released by the protocol's information-flow
+// rules, on a conversation of which nothing is in sight: provenance finds no source, budgets cannot
+// be counted, and rules after untrusted apply. A rule that asks for confirmation holds it, bound to
+// the conversation id the request names (else, where the client can be asked, its session), the
+// server and the protocol version; the user's answer to the door's question (elicit.go), or
+// X-Promptgate-Confirm with the code, releases it once.
 func (x *exchange) judgeUnmatched(m message, model string, args []byte, digest [32]byte, conversation string) ([]byte, bool) {
 	pol, err := x.gov.g.Flow()
 	if err != nil {
@@ -198,8 +200,8 @@ func (x *exchange) decided(model string, args []byte, verdict, reason, rule, _ s
 	x.d.recent.add(recentCall{Time: time.Now().UTC(), Server: x.srv.Name, Tool: vet.DisplayName(model), Verdict: verdict, Reason: reason, RequestID: x.id})
 }
 
-// refuse records a refused call and answers it with a tool result that says so (isError): the agent's
-// model reads why, never the arguments.
+// refuse records a refused call and answers it with a tool result that says so (isError): the
+// agent's model reads why, never the arguments.
 func (x *exchange) refuse(m message, model string, args []byte, reason, rule, verdict string) []byte {
 	x.decided(model, args, verdict, reason, rule, "")
 	if m.id == "" {
@@ -210,9 +212,10 @@ func (x *exchange) refuse(m message, model string, args []byte, reason, rule, ve
 	return resultMessage(m.id, []byte(`{"content":[{"type":"text","text":`+jsonString(text)+`}],"isError":true,"_meta":`+meta+`}`))
 }
 
-// held answers a call held for the user's confirmation: the model reads that it waits (flow.HoldText, never
-// the code); the notice with its code is in _meta for the app to show the user, who confirms it with the
-// code (X-Promptgate-Confirm on the call made again, or a user message on the model's path).
+// held answers a call held for the user's confirmation: the model reads that it waits
+// (flow.HoldText, never the code); the notice with its code is in _meta for the app to show the
+// user, who confirms it with the code (X-Promptgate-Confirm on the call made again, or a user
+// message on the model's path).
 func (x *exchange) held(m message, model string, args []byte, res flow.Result) []byte {
 	x.decided(model, args, audit.VerdictHeld, "held for the user's confirmation", "", "")
 	if m.id == "" {
@@ -222,8 +225,8 @@ func (x *exchange) held(m message, model string, args []byte, res flow.Result) [
 	return resultMessage(m.id, []byte(`{"content":[{"type":"text","text":`+jsonString(flow.HoldText(model))+`}],"isError":true,"_meta":`+meta+`}`))
 }
 
-// definition is the pinned definition of a server's tool, its list read first where it changed or was never
-// read; why says why there is none to call.
+// definition is the pinned definition of a server's tool, its list read first where it changed or
+// was never read; why says why there is none to call.
 func (d *Door) definition(ctx context.Context, x *exchange, tool string) (mcppin.Definition, string) {
 	if !d.o.Pins.Fresh(x.srv.Name) {
 		if err := x.refreshList(ctx); err != nil {

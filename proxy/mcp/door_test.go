@@ -24,8 +24,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// agentProtocol allows the crm server's tools under their model names, with an argument rule on the mail's
-// address, and is chosen by the header X-Promptgate-Protocol: agent.
+// agentProtocol allows the crm server's tools under their model names, with an argument rule on the
+// mail's address, and is chosen by the header X-Promptgate-Protocol: agent.
 const agentProtocol = `{"id":"agent","promptTemplate":{"base":"base_tool_call_v2"},"allowClientSelection":true,
  "tools":{"allow":["crm_lookup","crm_send_email"]},
  "toolCalls":{"rules":[{"id":"acme-only","tool":"crm_send_email","path":"to","pattern":"@acme\\.com$"}],
@@ -119,8 +119,8 @@ func newFixtureOn(t testing.TB, st store.Store, cfg mcp.Config, limits proxy.Lim
 	return &fixture{engine: engine, calls: calls, door: door, url: srv.URL, ev: ev, store: st}
 }
 
-// crmServer is an MCP server (the official SDK) with the tools lookup, send_email and delete_all; its
-// answers are JSON (jsonResponse) or event streams.
+// crmServer is an MCP server (the official SDK) with the tools lookup, send_email and delete_all;
+// its answers are JSON (jsonResponse) or event streams.
 func crmServer(t *testing.T, jsonResponse bool) (*sdk.Server, string) {
 	t.Helper()
 	return crmServerWith(t, &sdk.StreamableHTTPOptions{JSONResponse: jsonResponse})
@@ -163,7 +163,8 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// connect is an SDK client of the door's server name on version, as the agent protocol unless h names one.
+// connect is an SDK client of the door's server name on version, as the agent protocol unless h
+// names one.
 func connect(t *testing.T, f *fixture, name, version string, h http.Header) *sdk.ClientSession {
 	return connectStream(t, f, name, version, h, false)
 }
@@ -205,10 +206,10 @@ func resultText(r *sdk.CallToolResult) string {
 	return b.String()
 }
 
-// TestClientOnEachVersion: an SDK client on each protocol version, against an SDK server answering in JSON
-// and in event streams, gets the tools the protocol allows and calls them through the door; a call the
-// argument rules refuse, and a call of a tool the protocol removed, get a tool result with isError naming
-// the rule, never the arguments.
+// TestClientOnEachVersion: an SDK client on each protocol version, against an SDK server answering
+// in JSON and in event streams, gets the tools the protocol allows and calls them through the door;
+// a call the argument rules refuse, and a call of a tool the protocol removed, get a tool result
+// with isError naming the rule, never the arguments.
 func TestClientOnEachVersion(t *testing.T) {
 	t.Parallel()
 	for _, version := range []string{mcp.Version20250618, mcp.Version20251125, mcp.Version20260728} {
@@ -255,9 +256,10 @@ func TestClientOnEachVersion(t *testing.T) {
 	}
 }
 
-// TestDescriptionChangedMidSession: a server that changes a tool's description under a connected client
-// (notifications/tools/list_changed) has the tool held back and its calls refused until an operator approves
-// the new definition in the admin API; in report mode the change is recorded and passes.
+// TestDescriptionChangedMidSession: a server that changes a tool's description under a connected
+// client (notifications/tools/list_changed) has the tool held back and its calls refused until an
+// operator approves the new definition in the admin API; in report mode the change is recorded and
+// passes.
 func TestDescriptionChangedMidSession(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{mcp.ChangeBlock, mcp.ChangeReport} {
@@ -278,7 +280,8 @@ func TestDescriptionChangedMidSession(t *testing.T) {
 				func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 					return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "changed"}}}, nil
 				})
-			// notifications/tools/list_changed reaches the client on the session's GET stream, through the door.
+			// notifications/tools/list_changed reaches the client on the session's GET stream,
+			// through the door.
 			for deadline := time.Now().Add(5 * time.Second); f.door.Pins().Fresh("crm"); time.Sleep(10 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("the door did not see notifications/tools/list_changed")

@@ -20,16 +20,17 @@ import (
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
-// A call that a rule holds for the user's confirmation is put to the user over MCP where the client can ask
-// them: it declared form elicitation (capabilities.elicitation) when it opened the session, on a version
-// that has it (2025-06-18 and later, with sessions). The door answers the call's POST with an event stream,
-// sends elicitation/create on it — the question names the call's tool, rule and key arguments, never a
-// code — and waits for the client's answer, which the client POSTs with the elicitation's id. An answer that
-// accepts with confirm: true releases exactly the call that was held, once: the door sends its message,
-// byte for byte, to the server and relays the server's answer on the same stream. A decline, a cancel, the
-// end of the confirmation's time or the client going away refuses it. The elicitation is bound to the
-// server, the session, the protocol version and the call (tool and arguments digest), and expires with the
-// protocol's confirmation TTL. Where the client cannot be asked, the call gets the held result.
+// A call that a rule holds for the user's confirmation is put to the user over MCP where the client
+// can ask them: it declared form elicitation (capabilities.elicitation) when it opened the session,
+// on a version that has it (2025-06-18 and later, with sessions). The door answers the call's POST
+// with an event stream, sends elicitation/create on it — the question names the call's tool, rule
+// and key arguments, never a code — and waits for the client's answer, which the client POSTs with
+// the elicitation's id. An answer that accepts with confirm: true releases exactly the call that
+// was held, once: the door sends its message, byte for byte, to the server and relays the server's
+// answer on the same stream. A decline, a cancel, the end of the confirmation's time or the client
+// going away refuses it. The elicitation is bound to the server, the session, the protocol version
+// and the call (tool and arguments digest), and expires with the protocol's confirmation TTL. Where
+// the client cannot be asked, the call gets the held result.
 
 // elicitPrefix begins the id of every elicitation the door sends (a JSON string).
 const elicitPrefix = `"promptgate-confirm-`
@@ -43,8 +44,8 @@ const maxSessions = 10000
 // sessionKey names a session of a server.
 type sessionKey struct{ server, session string }
 
-// sessionCaps remembers which sessions' clients can be asked (form elicitation), bounded, oldest forgotten
-// first. Safe for concurrent use.
+// sessionCaps remembers which sessions' clients can be asked (form elicitation), bounded, oldest
+// forgotten first. Safe for concurrent use.
 type sessionCaps struct {
 	mu    sync.Mutex
 	form  map[sessionKey]bool
@@ -81,8 +82,8 @@ func (s *sessionCaps) canAsk(k sessionKey) bool {
 	return s.form[k]
 }
 
-// formElicitation reports whether an initialize's capabilities.elicitation offers form mode: an empty object
-// (the 2025-06-18 form) or one with a form member.
+// formElicitation reports whether an initialize's capabilities.elicitation offers form mode: an
+// empty object (the 2025-06-18 form) or one with a form member.
 func formElicitation(caps gjson.Result) bool {
 	el := caps.Get("elicitation")
 	if !el.IsObject() {
@@ -159,9 +160,9 @@ func (x *exchange) session() sessionKey {
 	return sessionKey{x.srv.Name, x.r.Header.Get(headerSession)}
 }
 
-// canAsk reports whether a held call of m can be put to the user: a request (with an id) of a session-based
-// version that has elicitation, whose client declared form elicitation for the session, alone in its POST,
-// whose client accepts an event stream.
+// canAsk reports whether a held call of m can be put to the user: a request (with an id) of a
+// session-based version that has elicitation, whose client declared form elicitation for the
+// session, alone in its POST, whose client accepts an event stream.
 func (x *exchange) canAsk(m message) bool {
 	k := x.session()
 	return m.id != "" && !x.batch && !stateless(x.version) && x.version >= versionElicitation && k.session != "" &&
@@ -180,9 +181,9 @@ func acceptsStream(h http.Header) bool {
 	return false
 }
 
-// answerElicitation takes a response the client POSTs to a question of the door's: it is the door's, never
-// the server's (handled). The answer reaches the waiting call only from the session, server and version the
-// question went to, before it expires.
+// answerElicitation takes a response the client POSTs to a question of the door's: it is the
+// door's, never the server's (handled). The answer reaches the waiting call only from the session,
+// server and version the question went to, before it expires.
 func (x *exchange) answerElicitation(m message) (handled bool) {
 	if !strings.HasPrefix(m.id, elicitPrefix) {
 		return false
@@ -235,8 +236,8 @@ func newElicitID() string {
 	return elicitPrefix + hex.EncodeToString(b[:]) + `"`
 }
 
-// askUser puts a held call to the user over the call's own POST, an event stream, and releases or refuses it by
-// the answer.
+// askUser puts a held call to the user over the call's own POST, an event stream, and releases or
+// refuses it by the answer.
 func (x *exchange) askUser(h *heldCall) {
 	id := newElicitID()
 	el := &elicitation{key: x.session(), version: x.version, tool: h.model, digest: h.digest,
@@ -275,8 +276,8 @@ func (x *exchange) askUser(h *heldCall) {
 	x.release(h.m)
 }
 
-// release sends a held message, byte for byte, to the server and relays the server's answer as events of
-// the stream the door opened.
+// release sends a held message, byte for byte, to the server and relays the server's answer as
+// events of the stream the door opened.
 func (x *exchange) release(m message) {
 	resp, done, err := x.send(http.MethodPost, m.raw, x.r.Header)
 	if err != nil {
@@ -312,7 +313,8 @@ func (x *exchange) writeEvent(msg []byte) {
 	_ = http.NewResponseController(x.w).Flush()
 }
 
-// relayEvents relays a server's event stream into the stream the door opened, each event edited and flushed.
+// relayEvents relays a server's event stream into the stream the door opened, each event edited and
+// flushed.
 func (x *exchange) relayEvents(body io.Reader, watch map[string]string) {
 	rc := http.NewResponseController(x.w)
 	rd := sse.NewReaderMax(body, maxEvent)

@@ -17,13 +17,14 @@ import (
 	"github.com/promptgate/promptgate/proxy/mcp"
 )
 
-// confirmProtocol holds every call of crm_send_email for the user's confirmation, its address shown.
+// confirmProtocol holds every call of crm_send_email for the user's confirmation, its address
+// shown.
 const confirmProtocol = `{"id":"confirming","promptTemplate":{"base":"base_tool_call_v2"},"allowClientSelection":true,
  "tools":{"allow":["crm_lookup","crm_send_email"]},
  "toolCalls":{"flows":[{"id":"confirm-mail","after":["untrusted"],"tools":["crm_send_email"],"verdict":"confirm","keyArgs":["to"]}]}}`
 
-// asker is an SDK client's elicitation handler that answers with action (and confirm) and remembers what
-// it was asked.
+// asker is an SDK client's elicitation handler that answers with action (and confirm) and remembers
+// what it was asked.
 type asker struct {
 	mu      sync.Mutex
 	asked   []string
@@ -55,11 +56,12 @@ func connectAsking(t *testing.T, f *fixture, version string, a *asker) *sdk.Clie
 	return cs
 }
 
-// TestHeldCallConfirmedOverMCP: a call that a rule holds is put to the user of a client that declared
-// elicitation (the official SDK's, on each session version that has it): the question names the tool and
-// its key argument and holds no code; accepting runs exactly that call on the server, once; declining,
-// cancelling or answering confirm: false refuses it and the server never runs it. A client without the
-// capability gets the held result: the model reads that the call waits, the code is in _meta.
+// TestHeldCallConfirmedOverMCP: a call that a rule holds is put to the user of a client that
+// declared elicitation (the official SDK's, on each session version that has it): the question
+// names the tool and its key argument and holds no code; accepting runs exactly that call on the
+// server, once; declining, cancelling or answering confirm: false refuses it and the server never
+// runs it. A client without the capability gets the held result: the model reads that the call
+// waits, the code is in _meta.
 func TestHeldCallConfirmedOverMCP(t *testing.T) {
 	t.Parallel()
 	for _, version := range []string{mcp.Version20250618, mcp.Version20251125} {
@@ -113,7 +115,8 @@ func TestHeldCallConfirmedOverMCP(t *testing.T) {
 				t.Errorf("%d confirm decisions confirmed, want 1", got)
 			}
 
-			// A client that cannot be asked gets the held result, the code beside the text the model reads.
+			// A client that cannot be asked gets the held result, the code beside the text the
+			// model reads.
 			cs := connectStream(t, f, "crm", version, http.Header{"X-Promptgate-Protocol": {"confirming"}, "X-Promptgate-Conversation": {"c-1"}}, false)
 			res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "send_email", Arguments: map[string]any{"to": "eve@acme.com"}})
 			if err != nil {
@@ -139,8 +142,8 @@ func serveSDK(t *testing.T, s *sdk.Server) string {
 	return srv.URL
 }
 
-// rawSession opens a session on the door with a hand-written client that declares form elicitation, and
-// returns its Mcp-Session-Id.
+// rawSession opens a session on the door with a hand-written client that declares form elicitation,
+// and returns its Mcp-Session-Id.
 func rawSession(t *testing.T, u string) string {
 	t.Helper()
 	resp, body := post(t, u, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",`+
@@ -157,10 +160,10 @@ func rawSession(t *testing.T, u string) string {
 	return sid
 }
 
-// TestElicitationAnswerBound: an answer to the door's question counts only from the session it was asked
-// in: one from another session, and one to an id the door never used, are the door's to refuse (202, an
-// audit decision) and neither reaches the server nor releases the call; the answer of the session it was
-// asked in does.
+// TestElicitationAnswerBound: an answer to the door's question counts only from the session it was
+// asked in: one from another session, and one to an id the door never used, are the door's to
+// refuse (202, an audit decision) and neither reaches the server nor releases the call; the answer
+// of the session it was asked in does.
 func TestElicitationAnswerBound(t *testing.T) {
 	t.Parallel()
 	_, up := crmServer(t, true)

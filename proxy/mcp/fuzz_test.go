@@ -9,7 +9,8 @@ import (
 )
 
 // sdkView is a message as an MCP server built on encoding/json reads it (the official Go SDK's
-// jsonrpc2 and its typed params do): field names matched without regard to case, as bytes.EqualFold does.
+// jsonrpc2 and its typed params do): field names matched without regard to case, as bytes.EqualFold
+// does.
 type sdkView struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id"`
@@ -35,11 +36,11 @@ func compact(raw []byte) string {
 	return b.String()
 }
 
-// FuzzReadMessages holds the door's reading of a POST — the JSON-RPC body (parseBody) and, for a stateless
-// request, its Mcp-Method and Mcp-Name headers (checkHeaders) — to the reading of the program that acts on
-// it, an MCP server decoding with encoding/json: what the door accepts, the server reads as the same
-// request or response, with the same method, id, tool name, uri and arguments; and the headers the door
-// accepts name what the server runs.
+// FuzzReadMessages holds the door's reading of a POST — the JSON-RPC body (parseBody) and, for a
+// stateless request, its Mcp-Method and Mcp-Name headers (checkHeaders) — to the reading of the
+// program that acts on it, an MCP server decoding with encoding/json: what the door accepts, the
+// server reads as the same request or response, with the same method, id, tool name, uri and
+// arguments; and the headers the door accepts name what the server runs.
 func FuzzReadMessages(f *testing.F) {
 	for _, seed := range []struct{ body, method, name string }{
 		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","arguments":{"name":"ann"}}}`, "tools/call", "lookup"},

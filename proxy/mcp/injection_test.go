@@ -22,8 +22,8 @@ func mailerProtocol(id, from string) string {
 	 "toolCalls":{"provenance":[{"id":"mail-to","tool":"crm_send_email","path":"to","from":` + from + `}]}}`
 }
 
-// injectingServer is an MCP server (the official SDK) whose lookup answers with an injection that names an
-// address the user never wrote.
+// injectingServer is an MCP server (the official SDK) whose lookup answers with an injection that
+// names an address the user never wrote.
 func injectingServer(t *testing.T) string {
 	t.Helper()
 	s := sdk.NewServer(&sdk.Implementation{Name: "crm", Version: "1"}, nil)
@@ -45,12 +45,13 @@ func injectingServer(t *testing.T) string {
 	return srv.URL
 }
 
-// TestInjectedMCPOutputCannotSteerAMail, end to end: the agent runs lookup through the door; the server's
-// answer carries an injection; the agent sends that answer back to the model as the tool's output, which
-// promptgate knows as mcp:crm; the model, steered, mails the injected address — and the provenance rule
-// blocks the call, because the address came from the crm server's output and not from the user. The same
-// call to an address the user wrote is released; a rule that trusts mcp:crm releases the injected one (the
-// output is the server's, not the tool's), and a rule that trusts tool:crm_lookup does not.
+// TestInjectedMCPOutputCannotSteerAMail, end to end: the agent runs lookup through the door; the
+// server's answer carries an injection; the agent sends that answer back to the model as the tool's
+// output, which promptgate knows as mcp:crm; the model, steered, mails the injected address — and
+// the provenance rule blocks the call, because the address came from the crm server's output and
+// not from the user. The same call to an address the user wrote is released; a rule that trusts
+// mcp:crm releases the injected one (the output is the server's, not the tool's), and a rule that
+// trusts tool:crm_lookup does not.
 func TestInjectedMCPOutputCannotSteerAMail(t *testing.T) {
 	t.Parallel()
 	st := openStore(t)

@@ -38,10 +38,11 @@ func jsonQuote(s string) string {
 const chatRequest = `{"model":"m","messages":[{"role":"user","content":"mail ann@acme.com hi"}],
  "tools":[{"type":"function","function":{"name":"crm_send_email","parameters":{"type":"object"}}}]}`
 
-// TestJoinModelCallToMCPCall: with mcp.requireModelCall, the MCP call that executes a call the model made
-// (released on the chat surface) passes once, in the conversation it was made in; a forged call no model
-// made, a call whose arguments differ, the same call again and the call in another conversation are refused.
-// The output of the executed call is mcp:crm when it comes back to the model.
+// TestJoinModelCallToMCPCall: with mcp.requireModelCall, the MCP call that executes a call the
+// model made (released on the chat surface) passes once, in the conversation it was made in; a
+// forged call no model made, a call whose arguments differ, the same call again and the call in
+// another conversation are refused. The output of the executed call is mcp:crm when it comes back
+// to the model.
 func TestJoinModelCallToMCPCall(t *testing.T) {
 	t.Parallel()
 	_, up := crmServer(t, true)
@@ -120,8 +121,8 @@ func addProtocol(t *testing.T, st store.Store, body string) {
 	}
 }
 
-// TestRequireModelCallPerProtocol: a protocol's mcp.requireModelCall decides for its traffic, the config's
-// mcp.requireModelCall where the protocol is silent.
+// TestRequireModelCallPerProtocol: a protocol's mcp.requireModelCall decides for its traffic, the
+// config's mcp.requireModelCall where the protocol is silent.
 func TestRequireModelCallPerProtocol(t *testing.T) {
 	t.Parallel()
 	_, up := crmServer(t, true)

@@ -32,8 +32,8 @@ func definitionOf(v gjson.Result) (mcppin.Definition, bool) {
 	return d, true
 }
 
-// Pin is one tool of one server as the door holds it: the definition pinned (by the first tools/list or an
-// operator), and a different one seen since and not approved.
+// Pin is one tool of one server as the door holds it: the definition pinned (by the first
+// tools/list or an operator), and a different one seen since and not approved.
 type Pin struct {
 	Server string `json:"server"`
 	Tool   string `json:"tool"`
@@ -44,16 +44,16 @@ type Pin struct {
 	// PinnedAt and PinnedBy say when and by whom (mcppin.FirstList for a first tools/list).
 	PinnedAt time.Time `json:"pinnedAt,omitzero"`
 	PinnedBy string    `json:"pinnedBy,omitempty"`
-	// Pending is the definition the server lists now, where it differs from Pinned (or was flagged on
-	// first sight); nil when there is none. Pending definitions are this instance's: each instance reads
-	// the server's list itself.
+	// Pending is the definition the server lists now, where it differs from Pinned (or was flagged
+	// on first sight); nil when there is none. Pending definitions are this instance's: each
+	// instance reads the server's list itself.
 	Pending *mcppin.Definition `json:"pending,omitempty"`
 	// SeenAt is when Pending was first seen.
 	SeenAt time.Time `json:"seenAt,omitzero"`
 }
 
-// PinStore keeps the door's pins as the store's mcppins kind: one versioned set per server, a first pin
-// and an approval each a new version (store.Store implements it).
+// PinStore keeps the door's pins as the store's mcppins kind: one versioned set per server, a first
+// pin and an approval each a new version (store.Store implements it).
 type PinStore interface {
 	AddVersion(ctx context.Context, kind store.Kind, body []byte, author, note string) (int, error)
 	ActivateIf(ctx context.Context, kind store.Kind, name string, version, expected int) error
@@ -61,10 +61,11 @@ type PinStore interface {
 	Entry(ctx context.Context, kind store.Kind, name string) (store.Entry, error)
 }
 
-// Pins holds the pinned definitions of every server: a cache over the store's active sets (read from
-// Active, which the definitions snapshot keeps current, so a restart and every instance of a fleet see
-// the same pins, an activation or rollback of a set included), and the pending definitions this instance
-// has seen. Without a store it keeps the sets in memory. Safe for concurrent use.
+// Pins holds the pinned definitions of every server: a cache over the store's active sets (read
+// from Active, which the definitions snapshot keeps current, so a restart and every instance of a
+// fleet see the same pins, an activation or rollback of a set included), and the pending
+// definitions this instance has seen. Without a store it keeps the sets in memory. Safe for
+// concurrent use.
 type Pins struct {
 	mu      sync.Mutex
 	servers map[string]*serverPins
@@ -87,10 +88,12 @@ type PinsOptions struct {
 // serverPins is one server's pins.
 type serverPins struct {
 	set mcppin.Set
-	// version is the set's version in the store (counted here without a store); 0 before the first pin.
+	// version is the set's version in the store (counted here without a store); 0 before the first
+	// pin.
 	version int
 	// seen is the version Active gave when last read: a set is taken from Active when Active gives
-	// another one (an activation elsewhere, a rollback), not while it lags behind this instance's write.
+	// another one (an activation elsewhere, a rollback), not while it lags behind this instance's
+	// write.
 	seen    int
 	pending map[string]pendingDef
 	// fresh is whether the server's list was read since it last changed (or its set was moved).
@@ -168,18 +171,18 @@ const (
 	Changed
 )
 
-// Seen is one listed definition as the door found it; News is true the first time a definition is seen
-// (pinned, or pending with this digest), for the decision log to record it once.
+// Seen is one listed definition as the door found it; News is true the first time a definition is
+// seen (pinned, or pending with this digest), for the decision log to record it once.
 type Seen struct {
 	Def     mcppin.Definition
 	Outcome Observed
 	News    bool
 }
 
-// Observe compares the definitions a server listed with its pins. The first-seen ones are pinned together,
-// as one new version of the server's set, unless the scan flagged their description (then they wait for
-// approval, as a changed one does). A store that cannot be written is logged; the pins hold in this
-// instance meanwhile.
+// Observe compares the definitions a server listed with its pins. The first-seen ones are pinned
+// together, as one new version of the server's set, unless the scan flagged their description (then
+// they wait for approval, as a changed one does). A store that cannot be written is logged; the
+// pins hold in this instance meanwhile.
 func (p *Pins) Observe(ctx context.Context, server string, defs []mcppin.Definition) []Seen {
 	out := make([]Seen, len(defs))
 	var first []mcppin.Tool
@@ -223,8 +226,8 @@ func (p *Pins) Observe(ctx context.Context, server string, defs []mcppin.Definit
 	return out
 }
 
-// addAbsent is the change that pins each of tools where the set has no definition of it yet (another
-// instance, or an operator, may have pinned it since it was seen).
+// addAbsent is the change that pins each of tools where the set has no definition of it yet
+// (another instance, or an operator, may have pinned it since it was seen).
 func addAbsent(tools []mcppin.Tool) func(mcppin.Set) mcppin.Set {
 	return func(s mcppin.Set) mcppin.Set {
 		for _, t := range tools {
@@ -236,14 +239,16 @@ func addAbsent(tools []mcppin.Tool) func(mcppin.Set) mcppin.Set {
 	}
 }
 
-// maxWriteTries bounds how often a write is made again on the set another writer activated meanwhile; each
-// try waits a little longer, at random, so that writers racing for one set take turns.
+// maxWriteTries bounds how often a write is made again on the set another writer activated
+// meanwhile; each try waits a little longer, at random, so that writers racing for one set take
+// turns.
 const maxWriteTries = 32
 
-// write applies change to the server's active set and makes the result the active version, in the store
-// when there is one: the store activates it only over the version it was derived from, and where another
-// writer moved the set meanwhile the change is applied again to the set that writer left, so that no write
-// is lost. Where the store fails, this instance's pins are left as they were.
+// write applies change to the server's active set and makes the result the active version, in the
+// store when there is one: the store activates it only over the version it was derived from, and
+// where another writer moved the set meanwhile the change is applied again to the set that writer
+// left, so that no write is lost. Where the store fails, this instance's pins are left as they
+// were.
 func (p *Pins) write(ctx context.Context, server, author, note string, change func(mcppin.Set) mcppin.Set) (mcppin.Set, error) {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
@@ -335,9 +340,9 @@ func (p *Pins) Tool(server, tool string) (Pin, bool) {
 	return view(server, p.server(server), tool)
 }
 
-// Approve pins the pending definition of a tool whose digest is digest (the one the operator reviewed), as
-// a new version of the server's set; false when there is no such pending definition. Where the store does
-// not take it, nothing is pinned and err says why.
+// Approve pins the pending definition of a tool whose digest is digest (the one the operator
+// reviewed), as a new version of the server's set; false when there is no such pending definition.
+// Where the store does not take it, nothing is pinned and err says why.
 func (p *Pins) Approve(ctx context.Context, server, tool, digest, by string) (Pin, bool, error) {
 	p.mu.Lock()
 	sp := p.server(server)
@@ -402,7 +407,8 @@ func (p *Pins) Versions(ctx context.Context, server string) (store.Entry, bool, 
 	return e, err == nil, err
 }
 
-// Fresh reports whether the server's list was read since it last changed (or its pin set was moved).
+// Fresh reports whether the server's list was read since it last changed (or its pin set was
+// moved).
 func (p *Pins) Fresh(server string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -38,10 +38,11 @@ func callText(t *testing.T, cs *sdk.ClientSession, tool string, args map[string]
 	return resultText(res), res.IsError
 }
 
-// TestPinsStoredVersionedAndShared: the first tools/list pins the definitions as version 1 of the server's
-// pin set in the store; an approval on one instance is version 2, which another instance on the same store
-// and a restarted one serve without approving again; a rollback of the set (the store's, as for any
-// definition) pins the earlier definition again, so the server's changed one is held back once more.
+// TestPinsStoredVersionedAndShared: the first tools/list pins the definitions as version 1 of the
+// server's pin set in the store; an approval on one instance is version 2, which another instance
+// on the same store and a restarted one serve without approving again; a rollback of the set (the
+// store's, as for any definition) pins the earlier definition again, so the server's changed one is
+// held back once more.
 func TestPinsStoredVersionedAndShared(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -119,8 +120,9 @@ func TestPinsStoredVersionedAndShared(t *testing.T) {
 	}
 }
 
-// TestPinWritesOfInstancesAllKept: instances that pin first definitions of one server at the same time
-// lose none of them: a write that finds the set moved under it is made again on the set that moved it.
+// TestPinWritesOfInstancesAllKept: instances that pin first definitions of one server at the same
+// time lose none of them: a write that finds the set moved under it is made again on the set that
+// moved it.
 func TestPinWritesOfInstancesAllKept(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -162,8 +164,8 @@ func TestPinWritesOfInstancesAllKept(t *testing.T) {
 	}
 }
 
-// TestPinsWithoutStore: a door without a store keeps its pins in memory, counts versions there, and says
-// it has no stored versions.
+// TestPinsWithoutStore: a door without a store keeps its pins in memory, counts versions there, and
+// says it has no stored versions.
 func TestPinsWithoutStore(t *testing.T) {
 	t.Parallel()
 	p := mcp.NewPins(mcp.PinsOptions{Now: func() time.Time { return time.Unix(0, 0) }}, "crm")

@@ -30,8 +30,8 @@ const maxPages = 20
 // maxEvent caps one event of a server's stream.
 const maxEvent = 16 << 20
 
-// outbound is the request to the server: the client's headers, less hop-by-hop ones, promptgate's own and
-// the door's token, with the server's configured headers set (they go to that server only).
+// outbound is the request to the server: the client's headers, less hop-by-hop ones, promptgate's
+// own and the door's token, with the server's configured headers set (they go to that server only).
 func (x *exchange) outbound(ctx context.Context, method string, body []byte, header http.Header) (*http.Request, error) {
 	var rd io.Reader = http.NoBody
 	if body != nil {
@@ -53,8 +53,8 @@ func (x *exchange) outbound(ctx context.Context, method string, body []byte, hea
 	return req, nil
 }
 
-// dropped reports whether a client header stays with the door: hop-by-hop ones, the Host, the content
-// coding (the door reads answers), promptgate's own and the door's token.
+// dropped reports whether a client header stays with the door: hop-by-hop ones, the Host, the
+// content coding (the door reads answers), promptgate's own and the door's token.
 func dropped(k string) bool {
 	switch http.CanonicalHeaderKey(k) {
 	case "Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Proxy-Authorization",
@@ -104,8 +104,9 @@ func (x *exchange) send(method string, body []byte, header http.Header) (*http.R
 
 var errUpstreamTimeout = errors.New("mcp: the server did not answer within limits.upstreamTimeout")
 
-// forward sends the request (body nil: the client's own, as for GET and DELETE) and relays the answer:
-// tools/list results filtered, notifications/tools/list_changed noted, the door's own answers (local) joined.
+// forward sends the request (body nil: the client's own, as for GET and DELETE) and relays the
+// answer: tools/list results filtered, notifications/tools/list_changed noted, the door's own
+// answers (local) joined.
 func (x *exchange) forward(body []byte, watch map[string]string, local [][]byte) {
 	if body == nil && x.r.Method != http.MethodGet {
 		b, err := x.readBody()
@@ -187,8 +188,8 @@ func (x *exchange) relayJSON(resp *http.Response, watch map[string]string, local
 	_, _ = x.w.Write(out)
 }
 
-// relayStream relays an event stream as its events complete, each flushed, with the door's edits; the
-// door's own answers go first.
+// relayStream relays an event stream as its events complete, each flushed, with the door's edits;
+// the door's own answers go first.
 func (x *exchange) relayStream(resp *http.Response, watch map[string]string, local [][]byte) {
 	_, span := tracing.Stage(x.ctx(), "promptgate.mcp.relay")
 	defer span.End()
@@ -214,8 +215,8 @@ func rewriteEvent(ev sse.Event, data []byte) []byte {
 	return append(b, sse.AppendEvent(nil, ev.Event, data)...)
 }
 
-// edit applies the door's edits to one message of the server's: the tools of a watched tools/list answer
-// filtered; a change of the server's list noted for its next call.
+// edit applies the door's edits to one message of the server's: the tools of a watched tools/list
+// answer filtered; a change of the server's list noted for its next call.
 func (x *exchange) edit(msg []byte, watch map[string]string) []byte {
 	v := gjson.ParseBytes(msg)
 	if !v.IsObject() {
@@ -239,7 +240,8 @@ func (x *exchange) edit(msg []byte, watch map[string]string) []byte {
 }
 
 // filterList observes every listed definition against its pin and keeps the tools the door lets the
-// client see: pinned (or, in report mode, changed) ones that the protocol allows under their model name.
+// client see: pinned (or, in report mode, changed) ones that the protocol allows under their model
+// name.
 func (x *exchange) filterList(tools gjson.Result) []byte {
 	ctx, span := tracing.Stage(x.ctx(), "promptgate.mcp.list")
 	defer span.End()
@@ -285,8 +287,8 @@ type observedDef struct {
 	listed bool
 }
 
-// observe compares listed definitions with their pins, records what is new, and reports whether each tool
-// may be listed: not when its change or flagged description is held back (block mode).
+// observe compares listed definitions with their pins, records what is new, and reports whether
+// each tool may be listed: not when its change or flagged description is held back (block mode).
 func (x *exchange) observe(ctx context.Context, defs []mcppin.Definition) []observedDef {
 	block := x.d.o.Config.OnDefinitionChange == ChangeBlock
 	var out []observedDef
@@ -326,8 +328,8 @@ func (x *exchange) recordDefinition(model string, def mcppin.Definition, obs Obs
 	x.record(e)
 }
 
-// refreshList reads the server's tools/list itself (every page), with the client's session and version,
-// and observes each definition against its pin.
+// refreshList reads the server's tools/list itself (every page), with the client's session and
+// version, and observes each definition against its pin.
 func (x *exchange) refreshList(ctx context.Context) error {
 	cursor := ""
 	for page := 0; page < maxPages; page++ {
@@ -366,8 +368,8 @@ func (x *exchange) refreshList(ctx context.Context) error {
 	return errors.New("mcp: tools/list has more pages than the door reads")
 }
 
-// ask sends one request of the door's own and returns the answer with its id, from a JSON or an event
-// stream answer.
+// ask sends one request of the door's own and returns the answer with its id, from a JSON or an
+// event stream answer.
 func (x *exchange) ask(_ context.Context, body []byte, id string) (gjson.Result, error) {
 	h := x.r.Header.Clone()
 	h.Set("Accept", "application/json, text/event-stream")

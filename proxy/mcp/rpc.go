@@ -33,10 +33,10 @@ type message struct {
 // isRequest reports whether m expects an answer.
 func (m message) isRequest() bool { return m.method != "" && m.id != "" }
 
-// parseBody reads a POST body: one JSON-RPC message, or a batch (a non-empty array of them). The body must be
-// one strict JSON value — no duplicate keys, no two keys that differ only in letter case, within maxDepth —
-// so that every reader of it (the door's, the server's encoding/json, a case-insensitive decoder) sees the
-// same message.
+// parseBody reads a POST body: one JSON-RPC message, or a batch (a non-empty array of them). The
+// body must be one strict JSON value — no duplicate keys, no two keys that differ only in letter
+// case, within maxDepth — so that every reader of it (the door's, the server's encoding/json, a
+// case-insensitive decoder) sees the same message.
 func parseBody(body []byte, maxDepth int) (msgs []message, batch bool, err error) {
 	if err := jsoncheck.Value(body, jsoncheck.Limits{MaxDepth: maxDepth, FoldedKeys: true}); err != nil {
 		return nil, false, &rpcError{code: codeParseError, msg: "mcp: the body is not one strict JSON value: " + reasonOf(err)}
@@ -77,9 +77,9 @@ func reasonOf(err error) string {
 	return "syntax error"
 }
 
-// parseMessage reads one message: jsonrpc "2.0"; a request or notification has a string method and params
-// that are an object when present; a request's id is a string or an integer; a response has an id and
-// exactly one of result and error.
+// parseMessage reads one message: jsonrpc "2.0"; a request or notification has a string method and
+// params that are an object when present; a request's id is a string or an integer; a response has
+// an id and exactly one of result and error.
 func parseMessage(v gjson.Result) (message, error) {
 	invalid := func(why string) (message, error) {
 		return message{}, &rpcError{code: codeInvalidRequest, msg: "mcp: not a JSON-RPC 2.0 message: " + why}
@@ -127,9 +127,10 @@ func parseMessage(v gjson.Result) (message, error) {
 	return m, nil
 }
 
-// The members the door reads of a message and of its params. A server that decodes with encoding/json
-// matches member names without regard to case (as strings.EqualFold folds, "ſ" for "s" included), so a key
-// that differs from one of them in case only is that member to the server and not to the door.
+// The members the door reads of a message and of its params. A server that decodes with
+// encoding/json matches member names without regard to case (as strings.EqualFold folds, "ſ" for
+// "s" included), so a key that differs from one of them in case only is that member to the server
+// and not to the door.
 var (
 	messageMembers = []string{"jsonrpc", "id", "method", "params", "result", "error"}
 	paramMembers   = []string{"name", "arguments", "uri", "_meta", "protocolVersion", "capabilities", "cursor"}
@@ -138,8 +139,8 @@ var (
 var errFoldedMember = &rpcError{code: codeInvalidRequest,
 	msg: "mcp: a member's name differs from a JSON-RPC or MCP member in letter case only (a parser differential)"}
 
-// foldedMember reports whether obj has a key that is not one of names but equals one of them without
-// regard to case.
+// foldedMember reports whether obj has a key that is not one of names but equals one of them
+// without regard to case.
 func foldedMember(obj gjson.Result, names []string) bool {
 	found := false
 	obj.ForEach(func(k, _ gjson.Result) bool {

@@ -1,9 +1,9 @@
-// Package mcppin is the format of an MCP server's pinned tool definitions as the store keeps them (kind
-// mcppins: one versioned set per server, named by the server's label): each tool's name, description and
-// input schema, and the digest that says whether two definitions are the same.
+// Package mcppin is the format of an MCP server's pinned tool definitions as the store keeps them
+// (kind mcppins: one versioned set per server, named by the server's label): each tool's name,
+// description and input schema, and the digest that says whether two definitions are the same.
 //
-// It owns the digest and the reading and writing of a set. It does not decide when a definition is pinned
-// or approved (the MCP door does), nor keep versions (store does).
+// It owns the digest and the reading and writing of a set. It does not decide when a definition is
+// pinned or approved (the MCP door does), nor keep versions (store does).
 package mcppin
 
 import (
@@ -24,14 +24,15 @@ import (
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
-// Definition is one tool as an MCP server lists it: what the model is told (name, description) and what
-// its calls are vetted against (the input schema).
+// Definition is one tool as an MCP server lists it: what the model is told (name, description) and
+// what its calls are vetted against (the input schema).
 type Definition struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
 	// InputSchema is the raw JSON of the tool's inputSchema; nil when the server gave none.
 	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
-	// Digest is the hex SHA-256 of the name, the description and the input schema in canonical JSON.
+	// Digest is the hex SHA-256 of the name, the description and the input schema in canonical
+	// JSON.
 	Digest string `json:"digest"`
 	// Findings are what the door's injection scan found in the description; never stored.
 	Findings []string `json:"findings,omitempty"`
@@ -137,10 +138,11 @@ var labelPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // toolKeys are the keys of one tool of a set, spelled exactly.
 var toolKeys = []string{"name", "description", "inputSchema", "digest", "pinnedAt", "pinnedBy"}
 
-// Parse reads and checks a set: one strict JSON object with exactly the keys server and tools; server a
-// label; each tool an object of the keys Marshal writes, with a name (each once), a string description,
-// an input schema that is an object when present, and a digest that is the definition's when present (a
-// missing one is computed). Errors name the field and the fix, never a description.
+// Parse reads and checks a set: one strict JSON object with exactly the keys server and tools;
+// server a label; each tool an object of the keys Marshal writes, with a name (each once), a string
+// description, an input schema that is an object when present, and a digest that is the
+// definition's when present (a missing one is computed). Errors name the field and the fix, never a
+// description.
 func Parse(body []byte) (Set, error) {
 	if err := jsoncheck.Object(body, jsoncheck.Limits{FoldedKeys: true}); err != nil {
 		return Set{}, fmt.Errorf("mcppin: the set is not one strict JSON object: %w", err)

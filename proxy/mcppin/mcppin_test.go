@@ -8,8 +8,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/mcppin"
 )
 
-// TestDigestIgnoresKeyOrderAndSpace: two listings of one definition that differ only in the order of the
-// schema's keys and its white space have one digest; a changed description, name or schema has another.
+// TestDigestIgnoresKeyOrderAndSpace: two listings of one definition that differ only in the order
+// of the schema's keys and its white space have one digest; a changed description, name or schema
+// has another.
 func TestDigestIgnoresKeyOrderAndSpace(t *testing.T) {
 	t.Parallel()
 	a := mcppin.Definition{Name: "lookup", Description: "Looks up.", InputSchema: []byte(`{"type":"object","properties":{"name":{"type":"string"}}}`)}
@@ -30,8 +31,8 @@ func TestDigestIgnoresKeyOrderAndSpace(t *testing.T) {
 	}
 }
 
-// TestSetRoundTrip: a set written by Marshal parses back to the same set, tools sorted by name, findings
-// left out; With replaces a tool's definition or inserts it in order.
+// TestSetRoundTrip: a set written by Marshal parses back to the same set, tools sorted by name,
+// findings left out; With replaces a tool's definition or inserts it in order.
 func TestSetRoundTrip(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
@@ -68,8 +69,8 @@ func TestSetRoundTrip(t *testing.T) {
 	}
 }
 
-// TestParseRefusesBadSets: what the store's validation refuses, each error naming the field, never the
-// description it read.
+// TestParseRefusesBadSets: what the store's validation refuses, each error naming the field, never
+// the description it read.
 func TestParseRefusesBadSets(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ name, body, want string }{

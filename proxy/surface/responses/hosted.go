@@ -11,30 +11,31 @@ import (
 	"github.com/promptgate/promptgate/proxy/relay"
 )
 
-// Hosted MCP (tools of type mcp, which the upstream runs) under a protocol with mcp.vetHostedCalls: the
-// rewrite makes every such tool ask for approval of every call (approveAlways), and promptgate answers the
-// upstream's approval requests itself. Each mcp_approval_request is vetted as a call of tool "mcp" with its
-// arguments — the allowlist, the argument rules and the information-flow rules of any call of "mcp" — and
-// answered with an mcp_approval_response (approve true where it passes, false with the reason otherwise);
-// the upstream is asked again with the answers and the client gets the answers joined, the approval
-// requests left out, a denied call's notice in its place. The client never sees an approval request, so it
-// cannot approve one: where promptgate cannot answer them (a stream, a call of the same turn that reaches
-// the client or is held, no round left), the requests are left unanswered, each replaced by a notice, and
-// their calls do not run.
+// Hosted MCP (tools of type mcp, which the upstream runs) under a protocol with mcp.vetHostedCalls:
+// the rewrite makes every such tool ask for approval of every call (approveAlways), and promptgate
+// answers the upstream's approval requests itself. Each mcp_approval_request is vetted as a call of
+// tool "mcp" with its arguments — the allowlist, the argument rules and the information-flow rules
+// of any call of "mcp" — and answered with an mcp_approval_response (approve true where it passes,
+// false with the reason otherwise); the upstream is asked again with the answers and the client
+// gets the answers joined, the approval requests left out, a denied call's notice in its place. The
+// client never sees an approval request, so it cannot approve one: where promptgate cannot answer
+// them (a stream, a call of the same turn that reaches the client or is held, no round left), the
+// requests are left unanswered, each replaced by a notice, and their calls do not run.
 
 const (
 	// hostedMCP is the tool type of hosted MCP servers, and the name their calls are vetted under.
 	hostedMCP = "mcp"
 	// typeApproval is the item the upstream asks for an approval with.
 	typeApproval = "mcp_approval_request"
-	// ReasonHostedStream: promptgate answers approval requests of hosted MCP calls in non-stream answers only.
+	// ReasonHostedStream: promptgate answers approval requests of hosted MCP calls in non-stream
+	// answers only.
 	ReasonHostedStream = "its approval request came in a stream, where promptgate does not answer them (send the request without stream)"
 	// reasonUnanswered: the approval request was not answered, for the turn could not be continued.
 	reasonUnanswered = "its approval request was not answered, as the turn could not be continued"
 )
 
-// approvalCall reads an mcp_approval_request item as the call it asks to run: tool "mcp", the item's id (the
-// approval_request_id to answer), its arguments (a JSON text).
+// approvalCall reads an mcp_approval_request item as the call it asks to run: tool "mcp", the
+// item's id (the approval_request_id to answer), its arguments (a JSON text).
 func approvalCall(index int, it gjson.Result) *vet.Call {
 	call := &vet.Call{Index: index}
 	if id := it.Get(pathID); id.Type == gjson.String {
@@ -53,9 +54,10 @@ func approvalCall(index int, it gjson.Result) *vet.Call {
 	return call
 }
 
-// approvalAnswer is promptgate's answer to an approval request: approve where the call passed, else deny with
-// the refusal (which names the rule, never the arguments), or, for a call held for the user's confirmation,
-// with the words that it waits (the notice with the code goes to the client, which a later call confirms).
+// approvalAnswer is promptgate's answer to an approval request: approve where the call passed, else
+// deny with the refusal (which names the rule, never the arguments), or, for a call held for the
+// user's confirmation, with the words that it waits (the notice with the code goes to the client,
+// which a later call confirms).
 func approvalAnswer(call *vet.Call, d vet.Decision) relay.Answered {
 	a := relay.Answer(call, d, false) // a held call: that it waits for the user, never the code
 	a.Approval, a.Approve = true, !d.Blocked()
@@ -76,16 +78,18 @@ func approvalResponse(a relay.Answered) []byte {
 	return b
 }
 
-// serverLabel names an approval request's call for a notice: the server's label and the MCP tool's name.
+// serverLabel names an approval request's call for a notice: the server's label and the MCP tool's
+// name.
 func serverLabel(it gjson.Result) string {
 	return strings.TrimSpace(it.Get("server_label").String() + "/" + it.Get(pathName).String())
 }
 
-// hostedBody vets a non-stream answer whose approval requests promptgate answers (vetHostedCalls): the
-// function calls as Body does, the approval requests as calls of "mcp". Where every function call of the
-// turn is one promptgate answers itself (none, or each blocked in continue mode), Result.Continue carries the
-// turn with every answer for Rounds to ask the upstream again; the body written is what the client gets when
-// the turn is not continued: the approval requests replaced by notices (their calls do not run).
+// hostedBody vets a non-stream answer whose approval requests promptgate answers (vetHostedCalls):
+// the function calls as Body does, the approval requests as calls of "mcp". Where every function
+// call of the turn is one promptgate answers itself (none, or each blocked in continue mode),
+// Result.Continue carries the turn with every answer for Rounds to ask the upstream again; the body
+// written is what the client gets when the turn is not continued: the approval requests replaced by
+// notices (their calls do not run).
 func hostedBody(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
 	var res relay.Result
 	if err := checkBody(body); err != nil {

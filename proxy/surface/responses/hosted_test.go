@@ -9,7 +9,8 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// hostedChecker allows get_weather (which needs a city) and hosted MCP, whose calls may mail acme.com only.
+// hostedChecker allows get_weather (which needs a city) and hosted MCP, whose calls may mail
+// acme.com only.
 func hostedChecker(t *testing.T, mode vet.Mode) *vet.Checker {
 	t.Helper()
 	rules, err := vet.CompileRules([]vet.Rule{{ID: "acme-only", Tool: hostedMCP, Path: "to", Check: vet.Check{Pattern: `@acme\.com$`}}})
@@ -29,11 +30,12 @@ func hostedResponse(items ...string) []byte {
 	return []byte(`{"id":"resp_1","object":"response","status":"completed","output":[` + strings.Join(items, ",") + `]}`)
 }
 
-// TestHostedBodyTurns: which turns promptgate answers itself. A turn of approval requests alone is continued
-// with an answer for each (approve for the call that passes, deny for the one the rule refuses); a turn where
-// a function call reaches the client is not, and every approval request is left unanswered, each replaced by a
-// notice, so that no call runs the client could approve; in continue mode, a turn whose function call is
-// refused is continued with the refusal and the approvals.
+// TestHostedBodyTurns: which turns promptgate answers itself. A turn of approval requests alone is
+// continued with an answer for each (approve for the call that passes, deny for the one the rule
+// refuses); a turn where a function call reaches the client is not, and every approval request is
+// left unanswered, each replaced by a notice, so that no call runs the client could approve; in
+// continue mode, a turn whose function call is refused is continued with the refusal and the
+// approvals.
 func TestHostedBodyTurns(t *testing.T) {
 	t.Parallel()
 	weather := fnItem("fc_1", "call_1", "get_weather", `{"city":"Paris"}`, "completed")
@@ -80,8 +82,8 @@ func TestHostedBodyTurns(t *testing.T) {
 }
 
 // TestHostedAnswersAppended: the continuation of a stored response sends the answers alone after
-// previous_response_id; a stateless one appends the turn (the approval requests) and the answers; a denial
-// carries the refusal, never the arguments.
+// previous_response_id; a stateless one appends the turn (the approval requests) and the answers; a
+// denial carries the refusal, never the arguments.
 func TestHostedAnswersAppended(t *testing.T) {
 	t.Parallel()
 	body := hostedResponse(approveAnn, approveEve)
@@ -129,8 +131,9 @@ func TestApproveAlways(t *testing.T) {
 	}
 }
 
-// TestAnswerBlockedDeniesApprovals: a request continuing a response whose approval requests promptgate
-// blocked denies them at the front of its input, and a client's own approval of one becomes a denial.
+// TestAnswerBlockedDeniesApprovals: a request continuing a response whose approval requests
+// promptgate blocked denies them at the front of its input, and a client's own approval of one
+// becomes a denial.
 func TestAnswerBlockedDeniesApprovals(t *testing.T) {
 	t.Parallel()
 	calls := []blockedCall{{CallID: "mcpr_ann", Tool: hostedMCP, Reason: ReasonHostedStream, Approval: true},
