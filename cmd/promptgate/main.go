@@ -56,6 +56,11 @@ Usage:
   promptgate templates list|show|history|activate|rollback|push ...
   promptgate protocols list|show|history|activate|rollback|push ...
                                                push FILE [--activate] stores a definition file as a new version
+  promptgate test [-v] [-run REGEXP] [--junit FILE] [DIR|FILE]...
+                                               run the policy test cases (*.test.yaml) offline, through
+                                               the proxy's own engine; exit 1 when a case fails
+  promptgate test --record REQUEST_ID [--path P] [--out FILE] [--events FILE]
+                                               write a case from the decisions the decision log keeps
   promptgate ca init [--out DIR] [--force]    write a CA for the HTTPS-proxy mode
   promptgate store copy --from SPEC --to SPEC [--force]
                                                copy every version, history, rollout and tool override
@@ -122,6 +127,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return storeCmd(ctx, rest, stdout, stderr, getenv)
 	case "healthcheck":
 		return healthcheck(ctx, rest, stdout, stderr, getenv)
+	case "test":
+		return testCmd(ctx, rest, stdout, stderr, getenv)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "promptgate %s\n", Version)
 		return nil
