@@ -145,7 +145,7 @@ type callExpect struct {
 	// argsSHA256 is the hex SHA-256 of the call's arguments (a recorded call's, as the decision log keeps it).
 	argsSHA256 string
 	field      string
-	line     int
+	line       int
 }
 
 // caseFile is one file of cases.
