@@ -18,6 +18,7 @@ import (
 
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/sse"
 	"github.com/promptgate/promptgate/store"
 )
 
@@ -278,6 +279,11 @@ func (r *yamlReader) testCase(n *yaml.Node, field string, defaults testCase) *te
 	}
 	c.request = r.request(m["request"], m["requestFile"], n, field, dir)
 	c.answers = r.answers(m["answer"], m["answers"], field)
+	for _, a := range c.answers {
+		if err := checkAnswerShape(c.path, a); err != nil {
+			r.errs = append(r.errs, fmt.Sprintf("%s:%d: %s: %v", r.file, a.line, a.field, err))
+		}
+	}
 	c.expect = r.expect(m["expect"], n, field+".expect")
 	return &c
 }
@@ -489,21 +495,13 @@ func (r *yamlReader) events(n *yaml.Node, field string) [][]byte {
 		if m == nil {
 			continue
 		}
-		var b bytes.Buffer
+		name := ""
 		if v := m["event"]; v != nil {
-			if name, ok := r.str(v, sub+".event"); ok {
-				if strings.ContainsAny(name, "\r\n") {
-					r.bad(v, sub+".event", "an event name is one line")
-				}
-				b.WriteString("event: " + name + "\n")
+			if name, _ = r.str(v, sub+".event"); strings.ContainsAny(name, "\r\n") {
+				r.bad(v, sub+".event", "an event name is one line")
 			}
 		}
-		data := r.eventData(m["data"], it, sub)
-		for _, line := range strings.Split(strings.ReplaceAll(data, "\r\n", "\n"), "\n") {
-			b.WriteString("data: " + line + "\n")
-		}
-		b.WriteString("\n")
-		out = append(out, b.Bytes())
+		out = append(out, sse.AppendEvent(nil, name, []byte(r.eventData(m["data"], it, sub))))
 	}
 	return out
 }

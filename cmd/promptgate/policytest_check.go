@@ -89,6 +89,10 @@ func errorSuffix(body []byte) string {
 // other way round). It reports false when the run says nothing more about the case.
 func checkAnswers(r *caseResult, out *outcome) bool {
 	c := r.c
+	if out.asked > 0 && out.prepared == nil {
+		r.problem(c.line, c.field+".path", "%s is not a route the proxy rewrites: it passed the request through unchanged, and nothing was decided", c.path)
+		return false
+	}
 	switch {
 	case out.asked > 0 && len(c.answers) == 0:
 		r.problem(c.line, c.field+".answer", "missing: the proxy sent the request upstream; give the upstream's answer")
