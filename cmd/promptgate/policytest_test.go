@@ -330,8 +330,8 @@ func TestAppendJSONReadsAsYAMLDoes(t *testing.T) {
 	r := &yamlReader{file: "f"}
 	for in, want := range map[string]string{
 		"{b: 1, a: [true, null, 1.5, '1.50', x, -0x10]}": `{"b":1,"a":[true,null,1.5,"1.50","x",-16]}`,
-		"{z: &v {k: v}, y: *v}":                         `{"z":{"k":"v"},"y":{"k":"v"}}`,
-		`{"quoted key": "é\n"}`:                         `{"quoted key":"é\n"}`,
+		"{z: &v {k: v}, y: *v}":                          `{"z":{"k":"v"},"y":{"k":"v"}}`,
+		`{"quoted key": "é\n"}`:                          `{"quoted key":"é\n"}`,
 	} {
 		var doc yaml.Node
 		if err := yaml.Unmarshal([]byte(in), &doc); err != nil {
