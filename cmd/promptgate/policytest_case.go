@@ -159,11 +159,16 @@ type caseFile struct {
 // readCaseFile reads and checks one case file; every problem found is returned, each naming the file, the
 // line and the field.
 func readCaseFile(path, name string) (*caseFile, []string) {
-	r := &yamlReader{file: path}
 	src, err := readLimited(path)
 	if err != nil {
 		return nil, []string{fmt.Sprintf("%s: %v", path, err)}
 	}
+	return parseCaseFile(path, name, src)
+}
+
+// parseCaseFile reads the case file path, whose bytes are src.
+func parseCaseFile(path, name string, src []byte) (*caseFile, []string) {
+	r := &yamlReader{file: path}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	if err := dec.Decode(&doc); err != nil {
