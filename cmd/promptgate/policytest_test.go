@@ -380,3 +380,27 @@ func TestCaseNamesAreFolderPaths(t *testing.T) {
 		t.Errorf("names %q", names)
 	}
 }
+
+// TestPolicyDocCaseFileRuns: the case file docs/policy.md shows passes, put beside the example tests as its
+// comment names it.
+func TestPolicyDocCaseFileRuns(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(inRepo("docs/policy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := string(b)[strings.Index(string(b), "### A case file"):]
+	blocks := codeBlocks(sec)
+	if len(blocks) == 0 || blocks[0].lang != "yaml" || !strings.HasPrefix(blocks[0].text, "# payments.test.yaml\n") {
+		t.Fatalf("the section's first block is not the case file: %+v", blocks)
+	}
+	abs, err := filepath.Abs(filepath.Join(examplesDir, "protocols", "payments.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(blocks[0].text, "{file: ../protocols/payments.json}", "{file: "+abs+"}", 1)
+	file := writeFile(t, t.TempDir(), "payments.test.yaml", text)
+	if out, errOut, err := runCmd(t, nil, "", "test", file); err != nil || !strings.Contains(out, "--- PASS: payments/new-payee-held") {
+		t.Fatalf("%v\n%s%s", err, out, errOut)
+	}
+}
