@@ -404,3 +404,41 @@ func TestPolicyDocCaseFileRuns(t *testing.T) {
 		t.Fatalf("%v\n%s%s", err, out, errOut)
 	}
 }
+
+// TestPolicyTestModes: the support protocol in each onViolation mode — error (the client gets 403
+// tool_call_blocked), audit (the call is released and marked audited), continue (promptgate asks the upstream
+// again and each answer of the case is played in turn; one answer too few fails the case).
+func TestPolicyTestModes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	support, err := os.ReadFile(supportFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"error", "audit", "continue"} {
+		writeFile(t, dir, mode+".json", strings.Replace(string(support), `"onViolation": "refuse"`, `"onViolation": "`+mode+`"`, 1))
+	}
+	answer := func(id, orderID string) string {
+		return `{body: {id: c, object: chat.completion, created: 1, model: m, choices: [{index: 0, finish_reason: tool_calls, message: {role: assistant, content: null, tool_calls: [{id: ` + id + `, type: function, function: {name: get_order, arguments: '{"order_id": "` + orderID + `"}'}}]}}]}}`
+	}
+	request := "    request: {model: m, messages: [{role: user, content: \"Where is A-123456?\"}], tools: [{type: function, function: {name: get_order, parameters: {type: object}}}]}\n"
+	file := writeFile(t, dir, "modes.test.yaml", "cases:\n"+
+		"  - name: error\n    protocol: {file: error.json}\n"+request+"    answer: "+answer("call_1", "123")+"\n"+
+		"    expect: {status: 403, error: tool_call_blocked, calls: [{id: call_1, outcome: blocked, rule: order-id}], client: {notContains: ['\"123\"']}}\n"+
+		"  - name: audit\n    protocol: {file: audit.json}\n"+request+"    answer: "+answer("call_1", "123")+"\n"+
+		"    expect: {calls: [{id: call_1, outcome: audited, rule: order-id}]}\n"+
+		"  - name: continue\n    protocol: {file: continue.json}\n"+request+"    answers: ["+answer("call_1", "123")+", "+answer("call_2", "A-123456")+"]\n"+
+		"    expect: {calls: [{id: call_1, outcome: blocked, rule: order-id}, {id: call_2, outcome: released}]}\n"+
+		"  - name: continue-one-answer-short\n    protocol: {file: continue.json}\n"+request+"    answer: "+answer("call_1", "123")+"\n"+
+		"    expect: {calls: [{id: call_1, outcome: blocked, rule: order-id}]}\n")
+	out, _, err := runCmd(t, nil, "", "test", file)
+	for _, want := range []string{"--- PASS: modes/error (", "--- PASS: modes/audit (", "--- PASS: modes/continue (",
+		"--- FAIL: modes/continue-one-answer-short (", "cases[3].answers: the proxy asked the upstream 2 times"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if exitCode(err) != 1 {
+		t.Errorf("exit %d (%v)", exitCode(err), err)
+	}
+}
