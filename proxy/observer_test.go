@@ -36,9 +36,9 @@ func (o *memObserver) Decided(_ context.Context, d vet.Decision) {
 	o.decisions = append(o.decisions, d)
 }
 
-// TestObserverSeesWhatWasDecided: the Observer is told the prepared request (its kept tools and layered
-// prompt) and every decision on the answer's calls, with the call's id, in the order of the calls — the same
-// decisions the decision log gets.
+// TestObserverSeesWhatWasDecided: the Observer is told the prepared request (its kept tools and
+// layered prompt) and every decision on the answer's calls, with the call's id, in the order of the
+// calls — the same decisions the decision log gets.
 func TestObserverSeesWhatWasDecided(t *testing.T) {
 	t.Parallel()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

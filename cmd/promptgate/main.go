@@ -52,15 +52,15 @@ Usage:
                                                protocol and commands to try (no key; nothing leaves the machine)
   promptgate preview [--protocol ID] [--header 'K: V']... [--path /v1/responses|/v1/messages] [FILE]
                                                print the preview report of a request (no upstream call)
-  promptgate migrate up|down|status [--dir DIR]
-  promptgate templates list|show|history|activate|rollback|push ...
-  promptgate protocols list|show|history|activate|rollback|push ...
-                                               push FILE [--activate] stores a definition file as a new version
   promptgate test [-v] [-run REGEXP] [--junit FILE] [DIR|FILE]...
                                                run the policy test cases (*.test.yaml) offline, through
                                                the proxy's own engine; exit 1 when a case fails
   promptgate test --record REQUEST_ID [--path P] [--out FILE] [--events FILE]
                                                write a case from the decisions the decision log keeps
+  promptgate migrate up|down|status [--dir DIR]
+  promptgate templates list|show|history|activate|rollback|push ...
+  promptgate protocols list|show|history|activate|rollback|push ...
+                                               push FILE [--activate] stores a definition file as a new version
   promptgate ca init [--out DIR] [--force]    write a CA for the HTTPS-proxy mode
   promptgate store copy --from SPEC --to SPEC [--force]
                                                copy every version, history, rollout and tool override

@@ -285,6 +285,9 @@ func (r *yamlReader) testCase(n *yaml.Node, field string, defaults testCase) *te
 	c.request = r.request(m["request"], m["requestFile"], n, field, dir)
 	c.answers = r.answers(m["answer"], m["answers"], field)
 	for _, a := range c.answers {
+		if !proxy.PreviewPath(c.path) {
+			break // the path is the mistake, named already
+		}
 		if err := checkAnswerShape(c.path, a); err != nil {
 			r.errs = append(r.errs, fmt.Sprintf("%s:%d: %s: %v", r.file, a.line, a.field, err))
 		}
@@ -406,8 +409,8 @@ func (r *yamlReader) request(inline, file, at *yaml.Node, field, dir string) []b
 	return nil
 }
 
-// answers reads answer (one) or answers (a list: the upstream's answer to each request promptgate sends it, in
-// order; more than one where onViolation "continue" asks again).
+// answers reads answer (one) or answers (a list: the upstream's answer to each request promptgate sends
+// it, in order; more than one where onViolation "continue" asks again).
 func (r *yamlReader) answers(one, list *yaml.Node, field string) []answer {
 	switch {
 	case one != nil && list != nil:
