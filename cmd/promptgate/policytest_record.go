@@ -222,18 +222,8 @@ func (r *recording) rounds() int {
 	return n
 }
 
-// surface names the API of the recording's path.
-func (r *recording) surface() string {
-	switch {
-	case r.path == proxy.PathChat:
-		return "chat"
-	case r.path == proxy.PathResponses:
-		return "responses"
-	case r.path == proxy.PathMessages:
-		return "messages"
-	}
-	return "gemini"
-}
+// surface is the API of the recording's path.
+func (r *recording) surface() string { return surfaceOf(r.path) }
 
 // tools are the tools the request must declare: the ones called and the ones removed, once each.
 func (r *recording) tools() []string {
@@ -255,9 +245,9 @@ func (r *recording) tools() []string {
 // may have none.
 func (r *recording) callID(i int) string {
 	switch r.surface() {
-	case "messages":
+	case surfaceMessages:
 		return "toolu_" + strconv.Itoa(i+1)
-	case "gemini":
+	case surfaceGemini:
 		return ""
 	}
 	return "call_" + strconv.Itoa(i+1)
@@ -277,11 +267,11 @@ func (r *recording) request() []byte {
 	for _, t := range r.tools() {
 		name := string(mustJSON(t))
 		switch r.surface() {
-		case "chat":
+		case surfaceChat:
 			tools = append(tools, `{"type":"function","function":{"name":`+name+`,"parameters":{"type":"object"}}}`)
-		case "responses":
+		case surfaceResponses:
 			tools = append(tools, `{"type":"function","name":`+name+`,"parameters":{"type":"object"}}`)
-		case "messages":
+		case surfaceMessages:
 			tools = append(tools, `{"name":`+name+`,"input_schema":{"type":"object"}}`)
 		default:
 			tools = append(tools, `{"name":`+name+`,"parameters":{"type":"object"}}`)
@@ -289,18 +279,19 @@ func (r *recording) request() []byte {
 	}
 	model, user := string(mustJSON(placeholderModel)), string(mustJSON(placeholderUser))
 	switch r.surface() {
-	case "chat":
+	case surfaceChat:
 		return []byte(`{"model":` + model + `,"messages":[{"role":"user","content":` + user + `}],"tools":[` + strings.Join(tools, ",") + `]}`)
-	case "responses":
+	case surfaceResponses:
 		return []byte(`{"model":` + model + `,"input":` + user + `,"tools":[` + strings.Join(tools, ",") + `]}`)
-	case "messages":
+	case surfaceMessages:
 		return []byte(`{"model":` + model + `,"max_tokens":1024,"messages":[{"role":"user","content":` + user + `}],"tools":[` + strings.Join(tools, ",") + `]}`)
 	}
 	return []byte(`{"contents":[{"role":"user","parts":[{"text":` + user + `}]}],"tools":[{"functionDeclarations":[` + strings.Join(tools, ",") + `]}]}`)
 }
 
-// answer is the upstream's answer of a round: its calls, with their arguments byte for byte as logged.
-func (r *recording) answer(round int) string {
+// answer is the upstream's answer of a round: its calls, with their arguments byte for byte as logged;
+// sep goes between the calls (a line break makes a body readable; none keeps an event on its line).
+func (r *recording) answer(round int, sep string) string {
 	var parts []string
 	for i, c := range r.calls {
 		if c.main.Round != round {
@@ -309,27 +300,27 @@ func (r *recording) answer(round int) string {
 		name, id := string(mustJSON(c.main.Tool)), string(mustJSON(r.callID(i)))
 		args, _ := c.args()
 		switch r.surface() {
-		case "chat":
+		case surfaceChat:
 			parts = append(parts, `{"id":`+id+`,"type":"function","function":{"name":`+name+`,"arguments":`+string(mustJSON(args))+`}}`)
-		case "responses":
+		case surfaceResponses:
 			parts = append(parts, `{"type":"function_call","id":"fc_`+strconv.Itoa(i+1)+`","call_id":`+id+`,"name":`+name+`,"arguments":`+string(mustJSON(args))+`,"status":"completed"}`)
-		case "messages":
+		case surfaceMessages:
 			parts = append(parts, `{"type":"tool_use","id":`+id+`,"name":`+name+`,"input":`+args+`}`)
 		default:
 			parts = append(parts, `{"functionCall":{"name":`+name+`,"args":`+args+`}}`)
 		}
 	}
-	list := "\n    " + strings.Join(parts, ",\n    ") + "\n  "
+	list := sep + strings.Join(parts, ","+sep) + sep
 	switch r.surface() {
-	case "chat":
+	case surfaceChat:
 		return `{"id":"chatcmpl-recorded","object":"chat.completion","created":0,"model":"` + placeholderModel + `","choices":[{"index":0,` +
-			"\n  " + `"message":{"role":"assistant","content":null,"tool_calls":[` + list + `]},"finish_reason":"tool_calls"}]}` + "\n"
-	case "responses":
-		return `{"id":"resp_recorded","object":"response","created_at":0,"status":"completed","model":"` + placeholderModel + `","output":[` + list + `]}` + "\n"
-	case "messages":
-		return `{"id":"msg_recorded","type":"message","role":"assistant","model":"` + placeholderModel + `","content":[` + list + `],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}` + "\n"
+			`"message":{"role":"assistant","content":null,"tool_calls":[` + list + `]},"finish_reason":"tool_calls"}]}`
+	case surfaceResponses:
+		return `{"id":"resp_recorded","object":"response","created_at":0,"status":"completed","model":"` + placeholderModel + `","output":[` + list + `]}`
+	case surfaceMessages:
+		return `{"id":"msg_recorded","type":"message","role":"assistant","model":"` + placeholderModel + `","content":[` + list + `],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}`
 	}
-	return `{"candidates":[{"content":{"role":"model","parts":[` + list + `]},"finishReason":"STOP","index":0}]}` + "\n"
+	return `{"candidates":[{"content":{"role":"model","parts":[` + list + `]},"finishReason":"STOP","index":0}]}`
 }
 
 func mustJSON(s string) []byte {
@@ -395,11 +386,11 @@ func (r *recording) yaml(source string, now time.Time) ([]byte, error) {
 	}
 	c.add("request", req)
 	if n := r.rounds(); n == 1 {
-		c.add("answer", answerNode(r.answer(0), r.path))
+		c.add("answer", r.answerNode(0))
 	} else {
 		list := &yaml.Node{Kind: yaml.SequenceNode}
 		for i := 0; i < n; i++ {
-			list.Content = append(list.Content, answerNode(r.answer(i), r.path))
+			list.Content = append(list.Content, r.answerNode(i))
 		}
 		c.add("answers", list)
 	}
@@ -461,16 +452,17 @@ func outcomeOfVerdict(v string) string {
 	return outcomeBlocked
 }
 
-// answerNode is an answer with its body as JSON text (its calls' arguments stay byte for byte as logged).
-func answerNode(body, path string) *yaml.Node {
+// answerNode is the answer of a round, its body as JSON text (the calls' arguments stay byte for byte as
+// logged): a body, or one event where the route is a Gemini stream.
+func (r *recording) answerNode(round int) *yaml.Node {
 	a := mapping()
-	if strings.Contains(path, ":streamGenerateContent") {
+	if strings.Contains(r.path, ":streamGenerateContent") {
 		ev := mapping()
-		ev.add("data", scalar(strings.Join(strings.Fields(body), " ")))
+		ev.add("data", scalar(r.answer(round, "")))
 		a.add("events", &yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{ev.Node}})
 		return a.Node
 	}
-	a.add("body", literal(body))
+	a.add("body", literal(r.answer(round, "\n  ")+"\n"))
 	return a.Node
 }
 

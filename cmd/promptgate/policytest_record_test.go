@@ -187,3 +187,38 @@ func TestRecordRefusesBadInput(t *testing.T) {
 		t.Errorf("--path /v1/messages: %v\n%s", err, out)
 	}
 }
+
+// TestRecordOnEverySurface: a recording written for each route (--path) is a case of that API that replays
+// the logged decisions: a body, or one event of a Gemini stream.
+func TestRecordOnEverySurface(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "pg.db")
+	if _, _, err := runCmd(t, nil, "", "protocols", "push", "--create", "--activate", "--db", db, supportFile(t)); err != nil {
+		t.Fatal(err)
+	}
+	event := func(kind, tool, verdict, rule, args string) string {
+		e := audit.Event{Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), RequestID: "pg-7", Kind: kind, Protocol: "support",
+			ProtocolVersion: 1, Tool: tool, Verdict: verdict, Rule: rule}
+		e = e.WithArguments([]byte(args), true)
+		b, _ := json.Marshal(e)
+		return string(b)
+	}
+	events := writeFile(t, dir, "e.jsonl", strings.Join([]string{
+		event(audit.KindToolRemoved, "issue_refund", audit.VerdictRemoved, "", ""),
+		event(audit.KindToolCall, "get_order", audit.VerdictBlocked, "order-id", `{"order_id": "12345"}`),
+		event(audit.KindToolCall, "create_ticket", audit.VerdictAllowed, "", `{"priority":"low",  "body":"two  spaces"}`),
+		event(audit.KindToolCall, "issue_refund", audit.VerdictBlocked, "", `{}`),
+	}, "\n")+"\n")
+	for _, path := range []string{"/v1/chat/completions", "/v1/responses", "/v1/messages",
+		"/v1beta/models/gemini-2.5-flash:generateContent", "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"} {
+		out, _, err := runCmd(t, nil, "", "test", "--record", "pg-7", "--events", events, "--path", path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		file := writeFile(t, t.TempDir(), "r.test.yaml", out)
+		if got, errOut, err := runCmd(t, nil, "", "test", "-v", "--db", db, file); err != nil || strings.Count(got, "\n    call ") != 3 {
+			t.Errorf("%s: %v\n%s%s\n%s", path, err, got, errOut, out)
+		}
+	}
+}
