@@ -99,7 +99,7 @@ func (d *Definitions) CheckProtocols(cfg policy.Config) error {
 // by name@version. A reload that fails (the store did not answer) keeps the previous snapshot in service and
 // is retried with backoff until one succeeds; meanwhile Stale says so.
 type Definitions struct {
-	store  store.Store
+	store  Snapshots
 	log    *slog.Logger
 	cur    atomic.Pointer[catalog]
 	cache  *ristretto.Cache[string, *assembly.Template]
@@ -125,9 +125,16 @@ const (
 	lastReloadRetry  = 30 * time.Second
 )
 
+// Snapshots is what Definitions reads of a store (store.Store has it): the active definitions, and word
+// of every change.
+type Snapshots interface {
+	Snapshot(ctx context.Context) (store.Snapshot, error)
+	Watch(fn func()) (cancel func())
+}
+
 // NewDefinitions loads the first snapshot and watches the store for changes. A snapshot that cannot be
 // read is an error: without definitions there is no policy to enforce.
-func NewDefinitions(ctx context.Context, st store.Store, log *slog.Logger) (*Definitions, error) {
+func NewDefinitions(ctx context.Context, st Snapshots, log *slog.Logger) (*Definitions, error) {
 	cache, err := ristretto.NewCache(&ristretto.Config[string, *assembly.Template]{
 		NumCounters: 10_000, MaxCost: 64 << 20, BufferItems: 64,
 	})

@@ -102,7 +102,18 @@ type Options struct {
 	// credential (see owned.go): Servers given the same record (the HTTPS-proxy door's pipelines and the
 	// listener) serve each other's clients their objects. nil gives the Server its own.
 	Owners *owners.Record
-	Log    *slog.Logger
+	// Observer, when not nil, is told what was decided for each rewritten request (`promptgate test`
+	// reads its cases' outcomes from it); nil tells no one.
+	Observer Observer
+	Log      *slog.Logger
+}
+
+// Observer is told, for every rewritten request, its prepared form before it goes upstream and every
+// decision on its answer's calls before it is recorded. It must be quick and safe for concurrent use, and
+// must neither change nor keep what it is given past the call (a decision's Args included).
+type Observer interface {
+	Prepared(ctx context.Context, p *Prepared)
+	Decided(ctx context.Context, d vet.Decision)
 }
 
 // ToolWatcher is told, for every rewritten request, which declared tools were kept and which removed, and
@@ -564,6 +575,9 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 		return
 	}
 	s.announce(r.Context(), w.Header(), id, log, prep)
+	if s.opt.Observer != nil {
+		s.opt.Observer.Prepared(r.Context(), prep)
+	}
 	rm.Overhead(time.Since(start))
 	in.x = s.begin(id, log, body, prep, rm, created)
 	in.x.ctx = r.Context()
@@ -837,6 +851,9 @@ func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 	evs := eventsOf(x.id, x.prep.Protocol)
 	return func(d vet.Decision) {
 		x.ex.Decided(d)
+		if s.opt.Observer != nil {
+			s.opt.Observer.Decided(ctx, d)
+		}
 		round := int(x.round.Load())
 		s.opt.Audit.Record(ctx, evs.toolCall(d, s.opt.AuditArguments, round))
 		for _, m := range d.More {

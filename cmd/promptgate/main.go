@@ -52,6 +52,11 @@ Usage:
                                                protocol and commands to try (no key; nothing leaves the machine)
   promptgate preview [--protocol ID] [--header 'K: V']... [--path /v1/responses|/v1/messages] [FILE]
                                                print the preview report of a request (no upstream call)
+  promptgate test [-v] [-run REGEXP] [--junit FILE] [DIR|FILE]...
+                                               run the policy test cases (*.test.yaml) offline, through
+                                               the proxy's own engine; exit 1 when a case fails
+  promptgate test --record REQUEST_ID [--path P] [--out FILE] [--events FILE]
+                                               write a case from the decisions the decision log keeps
   promptgate migrate up|down|status [--dir DIR]
   promptgate templates list|show|history|activate|rollback|push ...
   promptgate protocols list|show|history|activate|rollback|push ...
@@ -122,6 +127,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return storeCmd(ctx, rest, stdout, stderr, getenv)
 	case "healthcheck":
 		return healthcheck(ctx, rest, stdout, stderr, getenv)
+	case "test":
+		return testCmd(ctx, rest, stdout, stderr, getenv)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "promptgate %s\n", Version)
 		return nil
