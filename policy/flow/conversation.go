@@ -65,6 +65,10 @@ type Options struct {
 	// X-Promptgate-Confirm header, for apps with a button): each counts as a user's reply to its notice.
 	// Text that is not a code is ignored; at most maxCandidates are read.
 	Codes []string
+	// Shadow judges the conversation for the record only (a shadow version's rules): Check spends no
+	// confirmation code and writes nothing to Violations. A call whose rules ask for confirmation is
+	// confirmed when a code the user gave is one of its valid codes (used or not), else held.
+	Shadow bool
 }
 
 // Conversation is one request's conversation under a policy. Check is safe for concurrent use;
@@ -85,6 +89,7 @@ type Conversation struct {
 	memKey     string // the conversation's key in violations: the binding, with the user where it is a digest
 	caught     string
 	codes      []code // the app's codes (Options.Codes)
+	shadow     bool   // Options.Shadow
 
 	typedOnce sync.Once
 	typed     []code       // see typedCodes
@@ -128,6 +133,7 @@ func (p *Policy) Analyze(t *Transcript, opt Options) (*Conversation, error) {
 	c.binding = c.bind(opt.Conversation)
 	c.codes = appCodes(opt.Codes)
 	c.violations = opt.Violations
+	c.shadow = opt.Shadow
 	c.memKey = c.binding
 	if strings.HasPrefix(c.binding, "u:") {
 		sum := sha256.Sum256([]byte(c.binding + "\x00" + opt.User))
