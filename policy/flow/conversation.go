@@ -100,6 +100,8 @@ type Conversation struct {
 
 	indexOnce sync.Once
 	index     *index // see idx
+	// fields are the indexes of tool outputs' fields, for learn mode (see fieldOf).
+	fields fieldIndexes
 }
 
 // Segments returns the conversation's segments in order.
