@@ -71,6 +71,8 @@ const (
 	KindRolloutReverted = "rollout_reverted"
 	// KindToolEnablement: an operator's kill switch of a tool was set or cleared.
 	KindToolEnablement = "tool_enablement"
+	// KindShadowChanged: a protocol version was put in shadow (Version), or taken out of it (Version 0).
+	KindShadowChanged = "shadow_changed"
 )
 
 // Verdicts.
