@@ -102,6 +102,8 @@ type Conversation struct {
 	index     *index // see idx
 	// fields are the indexes of tool outputs' fields, for learn mode (see fieldOf).
 	fields fieldIndexes
+	// memo is the transcript's: what its texts read as, shared by the conversations read from it.
+	memo *textMemo
 }
 
 // Segments returns the conversation's segments in order.
@@ -123,7 +125,7 @@ func (p *Policy) Analyze(t *Transcript, opt Options) (*Conversation, error) {
 	if t == nil {
 		return nil, errors.New("flow: analyze: no transcript")
 	}
-	c := &Conversation{p: p, confirmer: opt.Confirmer, unseen: t.unseen, calls: t.calls}
+	c := &Conversation{p: p, confirmer: opt.Confirmer, unseen: t.unseen, calls: t.calls, memo: t.memo}
 	c.segments = append(c.splitOutputs(t.segments), listSegments(opt.Lists)...)
 	for _, text := range opt.Context {
 		c.segments = append(c.segments, Segment{Source: Source{Kind: SourceContext}, Text: text, Message: -1})

@@ -111,27 +111,18 @@ func (ix *index) items() {
 			if bit == 0 {
 				continue
 			}
-			for _, it := range scan.Find(seg.Text, scan.All) {
-				switch it.Kind {
-				case scan.URL:
-					for _, rd := range it.Readings() {
-						if h, ok := readingHost(rd); ok {
-							ix.hosts[h] |= bit
-						}
-					}
-					if u, ok := itemURL(seg.Text, it); ok {
-						ix.urls[u] |= bit
-					}
-				case scan.Email:
-					if k, ok := itemEmailKey(seg.Text, it); ok {
-						ix.emails[k] |= bit
-						if h, err := vet.NormHost(it.Host); err == nil {
-							ix.hosts[h] |= bit
-						}
-					}
-				case scan.IBAN:
-					ix.ibans[it.Value] |= bit
-				}
+			it := ix.c.memo.itemsOf(seg.Text)
+			for _, k := range it.hosts {
+				ix.hosts[k] |= bit
+			}
+			for _, k := range it.urls {
+				ix.urls[k] |= bit
+			}
+			for _, k := range it.emails {
+				ix.emails[k] |= bit
+			}
+			for _, k := range it.ibans {
+				ix.ibans[k] |= bit
 			}
 		}
 	})
@@ -143,7 +134,9 @@ func (ix *index) idTokens() {
 		ix.ids = map[string]uint64{}
 		for si, seg := range ix.c.segments {
 			if bit := ix.segBit[si]; bit != 0 {
-				forIDTokens(seg.Text, func(tok string) { ix.ids[tok] |= bit })
+				for _, tok := range ix.c.memo.idsOf(seg.Text) {
+					ix.ids[tok] |= bit
+				}
 			}
 		}
 	})
@@ -158,7 +151,7 @@ func (ix *index) wordIndex() {
 			if ix.segBit[si] == 0 {
 				continue
 			}
-			words := splitWords(strings.ToLower(seg.Text))
+			words := ix.c.memo.wordsOf(seg.Text)
 			ids := make([]int32, len(words))
 			for at, w := range words {
 				id, ok := ix.wordIDs[w]
