@@ -37,6 +37,7 @@ type index struct {
 
 	itemsOnce                  sync.Once
 	emails, hosts, urls, ibans map[string]uint64
+	urlsOnce                   sync.Once
 	idsOnce                    sync.Once
 	ids                        map[string]uint64
 	wordsOnce                  sync.Once
@@ -105,7 +106,7 @@ func (c *Conversation) idx() *index {
 // items builds the maps of scanned items.
 func (ix *index) items() {
 	ix.itemsOnce.Do(func() {
-		ix.emails, ix.hosts, ix.urls, ix.ibans = map[string]uint64{}, map[string]uint64{}, map[string]uint64{}, map[string]uint64{}
+		ix.emails, ix.hosts, ix.ibans = map[string]uint64{}, map[string]uint64{}, map[string]uint64{}
 		for si, seg := range ix.c.segments {
 			bit := ix.segBit[si]
 			if bit == 0 {
@@ -115,14 +116,25 @@ func (ix *index) items() {
 			for _, k := range it.hosts {
 				ix.hosts[k] |= bit
 			}
-			for _, k := range it.urls {
-				ix.urls[k] |= bit
-			}
 			for _, k := range it.emails {
 				ix.emails[k] |= bit
 			}
 			for _, k := range it.ibans {
 				ix.ibans[k] |= bit
+			}
+		}
+	})
+}
+
+// urlForms builds the map of the links' forms for match "url" (only a rule with match "url" needs them).
+func (ix *index) urlForms() {
+	ix.urlsOnce.Do(func() {
+		ix.urls = map[string]uint64{}
+		for si, seg := range ix.c.segments {
+			if bit := ix.segBit[si]; bit != 0 {
+				for _, k := range ix.c.memo.itemsOf(seg.Text).urlKeys() {
+					ix.urls[k] |= bit
+				}
 			}
 		}
 	})
@@ -644,7 +656,7 @@ func (ix *index) lookupOwn(kind valueKind, key string, words []string) uint64 {
 		ix.items()
 		return ix.hosts[key]
 	case vkURL:
-		ix.items()
+		ix.urlForms()
 		return ix.urls[key]
 	case vkIBAN:
 		ix.items()

@@ -19,9 +19,29 @@ type textMemo struct {
 	words map[string][]string
 }
 
-// textItems are the normalised keys of the items found in one text.
+// textItems are the normalised keys of the items found in one text; the URLs' forms for match "url" are
+// made when a lookup first needs them (urlKeys).
 type textItems struct {
-	emails, hosts, urls, ibans []string
+	text                 string
+	found                []scan.Item
+	emails, hosts, ibans []string
+	urlsOnce             sync.Once
+	urls                 []string
+}
+
+// urlKeys are the forms for match "url" of the text's links that every reader reads alike.
+func (t *textItems) urlKeys() []string {
+	t.urlsOnce.Do(func() {
+		for _, it := range t.found {
+			if it.Kind != scan.URL {
+				continue
+			}
+			if u, ok := itemURL(t.text, it); ok {
+				t.urls = append(t.urls, u)
+			}
+		}
+	})
+	return t.urls
 }
 
 // itemsOf returns the keys of the items found in text.
@@ -45,20 +65,16 @@ func (m *textMemo) itemsOf(text string) *textItems {
 	return it
 }
 
-// findItems scans text: every host a link's readings give, its form for match "url", every address and its
-// domain, every IBAN.
+// findItems scans text: every host a link's readings give, every address and its domain, every IBAN.
 func findItems(text string) *textItems {
-	out := &textItems{}
-	for _, it := range scan.Find(text, scan.All) {
+	out := &textItems{text: text, found: scan.Find(text, scan.All)}
+	for _, it := range out.found {
 		switch it.Kind {
 		case scan.URL:
 			for _, rd := range it.Readings() {
 				if h, ok := readingHost(rd); ok {
 					out.hosts = append(out.hosts, h)
 				}
-			}
-			if u, ok := itemURL(text, it); ok {
-				out.urls = append(out.urls, u)
 			}
 		case scan.Email:
 			if k, ok := itemEmailKey(text, it); ok {
