@@ -1,8 +1,8 @@
 // Package metrics defines promptgate's Prometheus metrics: requests by protocol, route and status; the
 // proxy's own overhead and the upstream's time as separate histograms; tools removed and calls blocked by
 // reason; context truncations; plugin latency and errors; the audit sinks' written, dropped and failed
-// events; the active definition versions; what versions in shadow judged and decided otherwise. It owns the names and the registry; the stages report into it
-// through small methods, and the admin listener serves it.
+// events; the active definition versions; what versions in shadow judged and decided otherwise. It owns the
+// names and the registry; the stages report into it through small methods, and the admin listener serves it.
 package metrics
 
 import (
