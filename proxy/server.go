@@ -874,30 +874,6 @@ func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 	}
 }
 
-// learn hands a vetted call of a request learned from to learn mode.
-func (s *Server) learn(x *exchange, d vet.Decision) {
-	conv := x.prep.learn
-	if conv == nil || s.opt.Learn == nil || len(d.Args) == 0 {
-		return
-	}
-	x.learnedMu.Lock()
-	if x.learned == nil {
-		x.learned = map[string]int{}
-	}
-	x.learned[d.Tool]++
-	nth := conv.HistoryCount(d.Tool) + x.learned[d.Tool]
-	x.learnedMu.Unlock()
-	var schema []byte
-	for _, t := range x.prep.Kept {
-		if t.Name == d.Tool {
-			schema = t.Schema
-			break
-		}
-	}
-	s.opt.Learn.Observe(learn.Observation{Protocol: x.prep.Protocol.ID, Tool: d.Tool, RequestID: x.id,
-		Conversation: conv, Args: d.Args, Schema: schema, Nth: nth})
-}
-
 // sawBlocked tells the tool watcher of a call that was blocked (once per call, whatever its More).
 func (s *Server) sawBlocked(d vet.Decision) {
 	if s.opt.Tools != nil && d.Verdict == vet.VerdictBlocked {

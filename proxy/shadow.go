@@ -189,7 +189,8 @@ func (c *shadowCheck) decide(active vet.Decision) (vet.Decision, bool) {
 	return d, d.Verdict != active.Verdict
 }
 
-// shadowToolEvents are the events of the tools the two versions keep differently.
+// shadowTools are the events of the tools the two versions keep differently, and of the request the shadow
+// would refuse.
 func (e events) shadowTools(prep *Prepared) []audit.Event {
 	sh := prep.Shadow
 	var out []audit.Event
@@ -235,23 +236,4 @@ func (e events) shadow(version int, tool, activeVerdict, shadowVerdict, rule, re
 	ev := e.event(audit.KindShadow, tool, shadowVerdict, reason)
 	ev.Rule, ev.ActiveVerdict, ev.ShadowVersion = rule, activeVerdict, version
 	return ev
-}
-
-// learning reads the conversation for learn mode, where the server learns and the protocol runs in audit
-// mode or has a version in shadow; nil otherwise.
-func (e *Engine) learning(j *job) *flow.Conversation {
-	if !j.in.Learn || j.plan.learning == nil || j.eff.OnViolation != vet.ModeAudit && j.shadowPlan == nil {
-		return nil
-	}
-	t, err := e.transcript(j)
-	if err != nil {
-		return nil
-	}
-	opt := e.flowOptions(j)
-	opt.Shadow, opt.Confirmer, opt.Codes = true, nil, nil
-	c, err := j.plan.learning.Analyze(t, opt)
-	if err != nil {
-		return nil
-	}
-	return c
 }

@@ -96,10 +96,12 @@ type Store struct {
 	o    Options
 	key  []byte // keys the digests of conversation ids
 
+	// inMu guards sending on in against Close closing it.
+	inMu    sync.RWMutex
 	in      chan job
+	closed  bool
 	done    chan struct{}
 	dropped atomic.Uint64
-	closed  atomic.Bool
 	once    sync.Once
 
 	mu      sync.Mutex // pending
@@ -211,7 +213,7 @@ func (s *Store) Dropped() uint64 { return s.dropped.Load() }
 
 // Observe queues a call to be learned from and returns at once.
 func (s *Store) Observe(o Observation) {
-	if s == nil || s.in == nil || s.closed.Load() {
+	if s == nil || s.in == nil {
 		return
 	}
 	o.Args = slices.Clone(o.Args)
@@ -223,14 +225,18 @@ func (s *Store) Observe(o Observation) {
 
 // Offered counts one request of protocol and the tools it kept (the tools it offered the model).
 func (s *Store) Offered(protocol string, tools []string) {
-	if s == nil || s.in == nil || s.closed.Load() {
+	if s == nil || s.in == nil {
 		return
 	}
 	s.offer(job{offered: &offered{protocol: protocol, at: s.o.Now(), tools: slices.Clone(tools)}})
 }
 
 func (s *Store) offer(j job) {
-	defer func() { _ = recover() }() // a send racing Close
+	s.inMu.RLock()
+	defer s.inMu.RUnlock()
+	if s.closed {
+		return
+	}
 	select {
 	case s.in <- j:
 	default:
@@ -240,13 +246,20 @@ func (s *Store) offer(j job) {
 
 // Flush waits until every call queued before it is read and written to the file.
 func (s *Store) Flush(ctx context.Context) error {
-	if s == nil || s.in == nil || s.closed.Load() {
+	if s == nil || s.in == nil {
 		return nil
 	}
 	ch := make(chan error, 1)
+	s.inMu.RLock()
+	if s.closed {
+		s.inMu.RUnlock()
+		return nil
+	}
 	select {
 	case s.in <- job{flushed: ch}:
+		s.inMu.RUnlock()
 	case <-ctx.Done():
+		s.inMu.RUnlock()
 		return ctx.Err()
 	}
 	select {
@@ -261,8 +274,10 @@ func (s *Store) Flush(ctx context.Context) error {
 func (s *Store) Close() error {
 	s.once.Do(func() {
 		if s.in != nil {
-			s.closed.Store(true)
+			s.inMu.Lock()
+			s.closed = true
 			close(s.in)
+			s.inMu.Unlock()
 			<-s.done
 		}
 	})
