@@ -87,8 +87,10 @@ func (e *Engine) judgeShadow(ctx context.Context, j *job) *Shadow {
 	access.Override = j.cat
 	sh.Kept, sh.Removed = pl.eff.Filter(j.req.Tools, access)
 	sh.Refused = refusal(j.sf.CheckToolChoice(j.body, sh.Kept))
-	if why := pl.eff.Restriction(access); sh.Refused == nil && j.req.StoredPrompt != "" && why != "" {
-		sh.Refused = storedPromptRefused(j.req.StoredPrompt, why, pl.eff).err
+	if sh.Refused == nil && j.req.StoredPrompt != "" {
+		if why := pl.eff.Restriction(access); why != "" {
+			sh.Refused = storedPromptRefused(j.req.StoredPrompt, why, pl.eff).err
+		}
 	}
 	if err := e.shadowPrompt(j, sh); err != nil {
 		sh.Err = err.Error()
