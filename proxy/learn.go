@@ -51,5 +51,5 @@ func (s *Server) learn(x *exchange, d vet.Decision) {
 		}
 	}
 	s.opt.Learn.Observe(learn.Observation{Protocol: x.prep.Protocol.ID, Tool: d.Tool, RequestID: x.id,
-		Conversation: conv, Args: d.Args, Schema: schema, Nth: nth})
+		Conversation: conv, Args: d.Args, Schema: schema, Nth: nth, Size: len(x.prep.client)})
 }

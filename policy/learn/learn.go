@@ -43,6 +43,9 @@ const (
 	DefaultFlushEvery = 5 * time.Second
 	// DefaultQueue is how many calls may wait to be read; more are dropped (and counted).
 	DefaultQueue = 4096
+	// DefaultQueueBytes bounds the bytes the calls waiting to be read hold (their conversations); past it they
+	// are dropped (and counted).
+	DefaultQueueBytes = 64 << 20
 	// lockTimeout is how long Open waits for the file lock.
 	lockTimeout = time.Second
 
@@ -70,6 +73,9 @@ type Observation struct {
 	// Nth is the call's number among the calls of its tool in the conversation (its history and the answer
 	// so far), from 1.
 	Nth int
+	// Size is about how many bytes the observation holds while it waits (the request body its conversation
+	// was read from), for the queue's bound.
+	Size int
 }
 
 // Options configure Open.
@@ -80,6 +86,8 @@ type Options struct {
 	FlushEvery time.Duration
 	// Queue bounds the calls waiting to be read; 0 is DefaultQueue.
 	Queue int
+	// QueueBytes bounds the bytes they hold (Observation.Size); 0 is DefaultQueueBytes.
+	QueueBytes int64
 	// ReadOnly opens an existing file to read it (the CLI while no serve holds it).
 	ReadOnly bool
 	// Now is the clock; nil is time.Now.
@@ -88,8 +96,8 @@ type Options struct {
 }
 
 // Store learns from calls and keeps the counters in its own bbolt file. Observe and Offered never block:
-// the work of reading a call happens on one goroutine of the Store's, and a full queue drops the call (and
-// counts it). Create it with Open; Close it to write what is pending.
+// the work of reading a call happens on one goroutine of the Store's, and a full queue (in calls or in the
+// bytes they hold) drops the call (and counts it). Create it with Open; Close it to write what is pending.
 type Store struct {
 	db   *bolt.DB
 	path string
@@ -102,6 +110,7 @@ type Store struct {
 	closed  bool
 	done    chan struct{}
 	dropped atomic.Uint64
+	queued  atomic.Int64 // bytes the observations waiting hold
 	once    sync.Once
 
 	mu      sync.Mutex // pending
@@ -145,6 +154,9 @@ func Open(path string, o Options) (*Store, error) {
 	}
 	if o.Queue <= 0 {
 		o.Queue = DefaultQueue
+	}
+	if o.QueueBytes <= 0 {
+		o.QueueBytes = DefaultQueueBytes
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -220,7 +232,15 @@ func (s *Store) Observe(o Observation) {
 	if o.Time.IsZero() {
 		o.Time = s.o.Now()
 	}
-	s.offer(job{obs: &o})
+	o.Size += len(o.Args)
+	if s.queued.Add(int64(o.Size)) > s.o.QueueBytes {
+		s.queued.Add(-int64(o.Size))
+		s.dropped.Add(1)
+		return
+	}
+	if !s.offer(job{obs: &o}) {
+		s.queued.Add(-int64(o.Size))
+	}
 }
 
 // Offered counts one request of protocol and the tools it kept (the tools it offered the model).
@@ -231,16 +251,19 @@ func (s *Store) Offered(protocol string, tools []string) {
 	s.offer(job{offered: &offered{protocol: protocol, at: s.o.Now(), tools: slices.Clone(tools)}})
 }
 
-func (s *Store) offer(j job) {
+// offer queues j without waiting; false when it was dropped.
+func (s *Store) offer(j job) bool {
 	s.inMu.RLock()
 	defer s.inMu.RUnlock()
 	if s.closed {
-		return
+		return false
 	}
 	select {
 	case s.in <- j:
+		return true
 	default:
 		s.dropped.Add(1)
+		return false
 	}
 }
 
@@ -304,6 +327,7 @@ func (s *Store) run() {
 			switch {
 			case j.obs != nil:
 				s.learn(j.obs)
+				s.queued.Add(-int64(j.obs.Size))
 			case j.offered != nil:
 				s.record(j.offered.protocol, j.offered.at).offer(j.offered.tools)
 			case j.flushed != nil:

@@ -257,3 +257,30 @@ func TestSuggestBadInput(t *testing.T) {
 		t.Fatal("a definition that does not load was taken")
 	}
 }
+
+// A call whose conversation would take the queue past its bytes is dropped and counted, never waited for.
+func TestQueueBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	st, err := learn.Open(filepath.Join(t.TempDir(), "l.db"), learn.Options{QueueBytes: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p, _ := flow.Compile()
+	c, err := p.Learning().Analyze(flowtest.Transcript([]flowtest.Turn{{User: "hi"}}), flow.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := learn.Observation{Protocol: "x", Tool: "t", Conversation: c, Schema: []byte(moneySchema), Args: []byte(`{"iban":"x"}`), Nth: 1}
+	big := obs
+	big.Size = 5000
+	st.Observe(big)
+	st.Observe(obs)
+	l, err := st.Window(context.Background(), "x", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Dropped() != 1 || len(l.Tools) != 1 || l.Tools[0].Calls != 1 {
+		t.Fatalf("dropped %d, learned %+v", st.Dropped(), l.Tools)
+	}
+}
