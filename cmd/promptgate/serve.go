@@ -102,6 +102,7 @@ func serveWith(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, get
 		return err
 	}
 	defer learned.Close()
+	m.LearnDropped(learned.Dropped)
 
 	var ready atomic.Bool
 	seen := toolseen.New(0)

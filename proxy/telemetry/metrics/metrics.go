@@ -106,6 +106,16 @@ func New(versions func() []Version) *Metrics {
 	return m
 }
 
+// LearnDropped registers promptgate_learn_calls_dropped_total: the calls learn mode dropped because its queue
+// was full (dropped is asked at every scrape). Call it once.
+func (m *Metrics) LearnDropped(dropped func() uint64) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "promptgate_learn_calls_dropped_total",
+		Help: "Calls learn mode did not read because its queue was full (in calls or bytes)."}, func() float64 { return float64(dropped()) }))
+}
+
 // StoreConnected registers promptgate_store_connected: 1 while the definition store is reachable (always
 // for the bbolt file), 0 while a fleet store (etcd) is not and the last snapshot is served. connected is
 // asked at every scrape. Call it once.
