@@ -26,6 +26,8 @@ import (
 // and keeps it to the end, so an activation never changes a request in flight.
 type catalog struct {
 	protocols map[string]*policy.Protocol
+	// shadows are the protocol versions in shadow, by id.
+	shadows   map[string]*policy.Protocol
 	templates map[string]store.Record
 	tools     map[string]store.ToolOverride
 	// pins are the active MCP pin sets, by server label.
@@ -238,6 +240,16 @@ func (d *Definitions) Reload(ctx context.Context) error {
 		}
 		p.Version = rec.Version
 		c.protocols[id] = p
+	}
+	c.shadows = make(map[string]*policy.Protocol, len(snap.Shadows))
+	for id, rec := range snap.Shadows {
+		p, err := policy.ParseProtocol(rec.Body)
+		if err != nil {
+			d.log.Error("protocol version in shadow does not parse; it judges nothing", "protocol", id, "version", rec.Version, "err", err)
+			continue
+		}
+		p.Version = rec.Version
+		c.shadows[id] = p
 	}
 	if prev := d.cur.Load(); prev != nil {
 		prev.fallbacks.Range(func(name, _ any) bool {

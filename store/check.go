@@ -156,3 +156,24 @@ func (f LinksFunc) Check(snap Snapshot, proposed map[string][]byte, changed []st
 	}
 	return nil
 }
+
+// CheckShadow says why version of kind/name cannot be put in shadow (version 0: taken out of it), given the
+// version in shadow now (prev), the active one and whether version exists; nil when it can. Every backend
+// applies it inside the transaction that moves the pointer.
+func CheckShadow(kind Kind, name string, version, prev, active int, exists bool) error {
+	switch {
+	case kind != KindProtocol:
+		return fmt.Errorf("%s/%s: only protocols have shadow versions: %w", kind, name, ErrInvalid)
+	case version < 0:
+		return fmt.Errorf("%s/%s@%d: %w", kind, name, version, ErrNotFound)
+	case version == 0 && prev == 0:
+		return fmt.Errorf("%s/%s: no version is in shadow: %w", kind, name, ErrNotFound)
+	case version == 0:
+		return nil
+	case !exists:
+		return fmt.Errorf("%s/%s@%d: %w", kind, name, version, ErrNotFound)
+	case version == active:
+		return fmt.Errorf("%s/%s@%d is the active version: %w: put another version in shadow, or activate a version to replace this one", kind, name, version, ErrInvalid)
+	}
+	return nil
+}

@@ -111,10 +111,12 @@ type VersionInfo struct {
 // Entry describes one name: its active version (0 = none), the version Rollback would make active now
 // (0 = none: Rollback answers ErrNoPreviousVersion) and every version, oldest first.
 type Entry struct {
-	Name       string        `json:"name"`
-	Active     int           `json:"active"`
-	RollbackTo int           `json:"rollbackTo"`
-	Versions   []VersionInfo `json:"versions"`
+	Name       string `json:"name"`
+	Active     int    `json:"active"`
+	RollbackTo int    `json:"rollbackTo"`
+	// Shadow is the protocol version in shadow (judged beside the active one, for the record only); 0 = none.
+	Shadow   int           `json:"shadow,omitempty"`
+	Versions []VersionInfo `json:"versions"`
 }
 
 // RollbackTarget is the version Rollback re-activates given the active version and the activation history
@@ -134,6 +136,8 @@ type Snapshot struct {
 	Templates, Protocols map[string]Record
 	// MCPPins are the active pin sets, by MCP server label.
 	MCPPins map[string]Record
+	// Shadows holds the protocol versions in shadow, by protocol id (see Store.SetShadow).
+	Shadows map[string]Record
 	// Tools holds the runtime enablement overrides by tool name.
 	Tools map[string]ToolOverride
 }
@@ -161,7 +165,7 @@ func (s Snapshot) Of(k Kind) map[string]Record {
 // NewSnapshot is an empty snapshot with every map made (Tools too).
 func NewSnapshot() Snapshot {
 	return Snapshot{Templates: map[string]Record{}, Protocols: map[string]Record{}, MCPPins: map[string]Record{},
-		Tools: map[string]ToolOverride{}}
+		Shadows: map[string]Record{}, Tools: map[string]ToolOverride{}}
 }
 
 // Rollout is one migration: definitions to store as new versions and activate, together.
@@ -225,6 +229,13 @@ type Store interface {
 	RevertLast(ctx context.Context) (AppliedRollout, error)
 	// Rollouts returns the applied rollouts, oldest first.
 	Rollouts(ctx context.Context) ([]AppliedRollout, error)
+	// SetShadow puts a version of protocol name in shadow — every request routed to the protocol is also
+	// judged by it, for the record only — or, with version 0, takes the protocol's shadow away, and returns the
+	// version that was in shadow before (0 = none), read in the transaction that moved the pointer.
+	// ErrNotFound: the name or version does not exist, or (version 0) no version is in shadow; ErrInvalid: the
+	// version is the active one. A change that activates the version in shadow (Activate, Rollback, a rollout
+	// or its revert) takes it out of shadow in the same transaction.
+	SetShadow(ctx context.Context, name string, version int) (previous int, err error)
 	// SetToolEnabled stores the operator's runtime enablement override of a tool (the kill switch).
 	SetToolEnabled(ctx context.Context, name string, enabled bool, author string) error
 	// ClearToolEnabled removes the override of a tool, so the config decides again.

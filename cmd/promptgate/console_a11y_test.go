@@ -160,6 +160,17 @@ func TestConsoleAccessibility(t *testing.T) {
 				waitFor(t, ctx, 5*time.Second, "rollback dialog", `document.getElementById('dialog').open && document.querySelector('#dialog-body table')`)
 				check(t, ctx, "rollback dialog")
 			})
+			t.Run("definitions: shadow, learned data and a proposal", func(t *testing.T) {
+				ctx := tab(t)
+				s.open(t, ctx, "definitions")
+				waitFor(t, ctx, 5*time.Second, "protocol list", `document.querySelector('#list-protocols button[data-name=shop]')`)
+				runIn(t, ctx, script(`document.querySelector('#list-protocols button[data-name=shop]').click()`))
+				waitFor(t, ctx, 5*time.Second, "shadow and learned", `document.querySelectorAll('#shadow-changes tbody tr th').length >= 1 && document.querySelectorAll('#learned tbody tr th').length >= 2`)
+				check(t, ctx, "definitions with a shadow", "#shadow-changes tbody td.reason")
+				runIn(t, ctx, script(`document.getElementById('learn-suggest').click()`))
+				waitFor(t, ctx, 5*time.Second, "proposal dialog", `document.getElementById('dialog').open && document.querySelector('#suggestions tbody')`)
+				check(t, ctx, "proposal dialog")
+			})
 			t.Run("tools", func(t *testing.T) {
 				ctx := tab(t)
 				s.open(t, ctx, "tools")
@@ -196,8 +207,9 @@ func TestConsoleAccessibility(t *testing.T) {
 }
 
 // seedConsole gives the console something on every page: a removal by the kill switch (whose override
-// stays set), a call blocked by its schema, a second version of the neutral protocol, active, and an MCP
-// tool whose changed definition waits for approval.
+// stays set), a call blocked by its schema, a second version of the neutral protocol, active, an MCP
+// tool whose changed definition waits for approval, and a protocol whose second version is in shadow, with
+// traffic it judged and learn mode learned from.
 func seedConsole(t *testing.T, s *consoleStack) {
 	t.Helper()
 	s.adminCall("PUT", "/admin/tools/old_tool/enabled", `{"enabled":false}`, 200)
@@ -215,6 +227,11 @@ func seedConsole(t *testing.T, s *consoleStack) {
 		s.chat(blockedShellRequest)
 	}
 	s.seedMCP(t)
+	shopVersions(t, s)
+	s.adminCall("POST", "/admin/protocols/shop/shadow", `{"version":2}`, 200)
+	for range 3 {
+		s.chat(shopShellRequest)
+	}
 }
 
 // blockedShellRequest declares the tool shell with a schema that the scripted upstream's call of it breaks:

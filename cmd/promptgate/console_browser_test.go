@@ -263,6 +263,22 @@ func chatWithTools(content string, tools ...string) string {
 	return body
 }
 
+// shopShellRequest asks the scripted model for a call of shell, under the protocol shop.
+const shopShellRequest = `{"model":"m","messages":[{"role":"user","content":"call shell"}],"promptgate":{"protocol":"shop"},` +
+	`"tools":[{"type":"function","function":{"name":"shell","parameters":{"type":"object","properties":{"cmd":{"type":"string"}}}}},` +
+	`{"type":"function","function":{"name":"web_fetch","parameters":{"type":"object"}}}]}`
+
+// shopVersions stores the protocol shop: version 1, active, lets shell and web_fetch through in audit mode
+// (learn mode runs); version 2 allows web_fetch alone and refuses what breaks the policy.
+func shopVersions(t *testing.T, s *consoleStack) {
+	t.Helper()
+	s.adminCall("POST", "/admin/protocols/shop/versions", `{"id":"shop","promptTemplate":{"base":"base_tool_call_v2"},"allowClientSelection":true,`+
+		`"tools":{"allow":["shell","web_fetch"]},"toolCalls":{"onViolation":"audit"}}`, 201)
+	s.adminCall("POST", "/admin/protocols/shop/activate", `{"version":1}`, 200)
+	s.adminCall("POST", "/admin/protocols/shop/versions", `{"id":"shop","promptTemplate":{"base":"base_tool_call_v2"},"allowClientSelection":true,`+
+		`"tools":{"allow":["web_fetch"]}}`, 201)
+}
+
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
@@ -779,6 +795,50 @@ func TestConsoleInBrowser(t *testing.T) {
 		if approved.Get("actor").String() != consoleActor || approved.Get("target").String() != "mcp/crm" ||
 			rolled.Get("actor").String() != consoleActor || rolled.Get("target").String() != "mcppins/crm" {
 			t.Fatalf("audit of the approval %s and of the rollback %s", approved.Raw, rolled.Raw)
+		}
+	})
+
+	t.Run("definitions: a version put in shadow shows what it would change, what was learned and a proposal", func(t *testing.T) {
+		shopVersions(t, s)
+		ctx := s.tab(t, bctx)
+		s.open(t, ctx, "definitions")
+		waitFor(t, ctx, 5*time.Second, "protocol list", `document.querySelector('#list-protocols button[data-name=shop]')`)
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#list-protocols button[data-name=shop]`)))
+		waitFor(t, ctx, 5*time.Second, "shadow card", `!document.getElementById('shadow-card').hidden && document.getElementById('shadow-state').textContent.includes('No version is in shadow')`)
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`button[aria-label="Put version 2 in shadow"]`)))
+		waitFor(t, ctx, 5*time.Second, "shadow dialog", `document.getElementById('dialog').open`)
+		if got := eval[string](t, ctx, `document.getElementById('dialog-title').textContent + ' | ' + document.getElementById('dialog-confirm').textContent`); got != "Put protocols/shop version 2 in shadow? | Shadow version 2" {
+			t.Fatalf("shadow dialog %q", got)
+		}
+		confirmDialog(t, ctx, "Nothing it decides reaches the upstream or the client")
+		waitFor(t, ctx, 5*time.Second, "in shadow", `document.getElementById('shadow-state').textContent.includes('Version 2 is in shadow') && document.querySelector('#def-versions tr[data-version="2"]').textContent.includes('in shadow')`)
+		for range 3 {
+			s.chat(shopShellRequest)
+		}
+		runIn(t, ctx, script(`document.getElementById('shadow-window').value = '1h'; document.getElementById('shadow-window').dispatchEvent(new Event('change'))`))
+		waitFor(t, ctx, 5*time.Second, "what would change", `[...document.querySelectorAll('#shadow-changes tbody tr')].some((r) => r.textContent.includes('shell') && r.textContent.includes('blocked (v2)'))`)
+		if got := eval[string](t, ctx, `[...document.querySelectorAll('#shadow-changes tbody tr')].map((r) => r.querySelector('th').textContent + ':' + r.cells[5].textContent.replace(/^.*?(\d+)$/, '$1')).sort().join(' ')`); got != "shell:3 shell:3" {
+			t.Fatalf("what would change: %q", got)
+		}
+		runIn(t, ctx, script(`document.getElementById('learn-since').value = '1h'; document.getElementById('learn-since').dispatchEvent(new Event('change'))`))
+		waitFor(t, ctx, 5*time.Second, "learned table", `[...document.querySelectorAll('#learned tbody th')].some((th) => th.textContent === 'shell · cmd')`)
+		if got := eval[string](t, ctx, `document.getElementById('learn-state').textContent`); !strings.Contains(got, "Learned from 3 requests") {
+			t.Fatalf("learn state %q", got)
+		}
+		screenshot(t, ctx, "definitions-shadow")
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#learn-suggest`)))
+		waitFor(t, ctx, 5*time.Second, "proposal", `document.getElementById('dialog').open && document.querySelector('#suggestions tbody')`)
+		if got := eval[string](t, ctx, `document.getElementById('dialog-body').textContent`); !strings.Contains(got, "remove web_fetch from tools.allow") || !strings.Contains(got, `"onViolation": "refuse"`) {
+			t.Fatalf("proposal dialog %q", got)
+		}
+		runIn(t, ctx, chromedp.Click(chromedp.CSS("#dialog-cancel")))
+		waitFor(t, ctx, 5*time.Second, "dialog closed", `!document.getElementById('dialog').open`)
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#shadow-clear`)))
+		confirmDialog(t, ctx, "no longer judged by version 2")
+		waitFor(t, ctx, 5*time.Second, "shadow stopped", `document.getElementById('shadow-state').textContent.includes('No version is in shadow')`)
+		events := gjson.GetBytes(s.adminCall("GET", "/admin/audit?kind=shadow_changed", "", 200), "events").Array()
+		if len(events) != 2 || events[0].Get("version").Int() != 0 || events[1].Get("version").Int() != 2 || events[1].Get("actor").String() != consoleActor {
+			t.Fatalf("audit of the shadow changes: %v", events)
 		}
 	})
 

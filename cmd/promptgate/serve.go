@@ -21,6 +21,7 @@ import (
 
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/policy/learn"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/admin"
 	"github.com/promptgate/promptgate/proxy/guard"
@@ -96,6 +97,12 @@ func serveWith(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, get
 		return err
 	}
 	defer sinks.Close()
+	learned, err := learn.Open(learnPath(sinks.Ring.Path()), learn.Options{Log: log})
+	if err != nil {
+		return err
+	}
+	defer learned.Close()
+	m.LearnDropped(learned.Dropped)
 
 	var ready atomic.Bool
 	seen := toolseen.New(0)
@@ -103,6 +110,7 @@ func serveWith(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, get
 	if err != nil {
 		return err
 	}
+	base.Learn = learned
 	srv, err := proxy.New(base)
 	if err != nil {
 		return err
@@ -132,7 +140,7 @@ func serveWith(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, get
 	adminHandler, err := admin.New(admin.Options{
 		Token: getenv(EnvAdminToken), Hosts: p.cfg.Listen.Hosts, Store: p.store, Audit: sinks.Ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
 		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
-		Preview: p.engine.Preview, MCP: mcpAdmin(mcpDoor, recorder),
+		Preview: p.engine.Preview, MCP: mcpAdmin(mcpDoor, recorder), Learn: learned,
 	})
 	if err != nil {
 		return err
@@ -548,6 +556,15 @@ func dbSet(fs *flag.FlagSet, getenv env) bool {
 	set := getenv(EnvDB) != ""
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "db" })
 	return set
+}
+
+// learnPath is learn mode's file, next to the audit ring ("pg.audit.db" -> "pg.learn.db").
+func learnPath(ring string) string {
+	if base, ok := strings.CutSuffix(ring, ".audit.db"); ok {
+		return base + ".learn.db"
+	}
+	ext := filepath.Ext(ring)
+	return strings.TrimSuffix(ring, ext) + ".learn" + ext
 }
 
 // auditPath is the default audit ring file: the DB path with ".audit" before its extension.

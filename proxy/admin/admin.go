@@ -1,6 +1,6 @@
 // Package admin is promptgate's admin API, served on the admin listener: the exact-request preview,
-// versioned templates and protocols (list, show, new version, activate, rollback, diff), rollouts, the tool
-// kill switch, the audit log and the Prometheus metrics.
+// versioned templates and protocols (list, show, new version, activate, rollback, diff, shadow), rollouts,
+// the tool kill switch, the audit log, learn mode's data and proposals, and the Prometheus metrics.
 //
 // It also serves the web console (package console) under /console/, and the read-mostly endpoints its
 // pages need: the audit summary, the tool inventory and the health report.
@@ -48,6 +48,7 @@ import (
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/learn"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/console"
 	"github.com/promptgate/promptgate/proxy/guard"
@@ -114,6 +115,9 @@ type Options struct {
 	// Gatherer is the metrics registry GET /admin/health reads (requests, overhead, plugin latency and
 	// errors, the definitions served); nil leaves those parts out.
 	Gatherer prometheus.Gatherer
+	// Learn is what learn mode learned (GET /admin/learn/{protocol}, GET /admin/protocols/{name}/suggest); nil
+	// answers those 404 learn_off.
+	Learn *learn.Store
 	// MCP, when not nil, serves /admin/mcp/ (the MCP door's pinned definitions), behind the same token and
 	// Host rules.
 	MCP http.Handler
@@ -171,6 +175,11 @@ func (s *server) routes() {
 		s.handle("POST "+base+"/{name}/rollback", s.rollback(k))
 		s.handle("GET "+base+"/{name}/diff", s.diff(k))
 	}
+	s.handle("POST /admin/protocols/{name}/shadow", s.setShadow)
+	s.handle("DELETE /admin/protocols/{name}/shadow", s.clearShadow)
+	s.handle("GET /admin/protocols/{name}/suggest", s.suggest)
+	s.handle("GET /admin/shadow", s.shadowSummary)
+	s.handle("GET /admin/learn/{protocol}", s.learnedOf)
 	s.handle("GET /admin/tools", s.listTools)
 	s.handle("GET /admin/tools/inventory", s.toolInventory)
 	s.handle("GET /admin/health", s.health)

@@ -170,7 +170,7 @@ func auditKinds() []string {
 	return []string{audit.KindToolRemoved, audit.KindToolCall, audit.KindProvenance, audit.KindFlow, audit.KindBudget, audit.KindConfirm,
 		audit.KindStoredPrompt, audit.KindVersionAdded, audit.KindActivated, audit.KindRolledBack,
 		audit.KindRolloutApplied, audit.KindRolloutReverted, audit.KindToolEnablement,
-		audit.KindMCPCall, audit.KindMCPList, audit.KindMCPDefinition}
+		audit.KindMCPCall, audit.KindMCPList, audit.KindMCPDefinition, audit.KindShadow, audit.KindShadowChanged}
 }
 
 // GET /admin/audit?limit=&requestId=&verdict=&protocol=&kind=&tool=&since=&until= → {"events":[...]}, newest

@@ -91,6 +91,33 @@ func TestRemoteChangesReachWatchers(t *testing.T) {
 	}
 }
 
+// A protocol version put in shadow on one instance reaches another's watchers and snapshot, and the snapshot
+// file keeps it for a start while etcd is down.
+func TestShadowReachesTheFleetAndTheSnapshotFile(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "snap.json")
+	a := open(t, srv.Endpoint(), "/fleet", nil)
+	b := open(t, srv.Endpoint(), "/fleet", func(o *etcdstore.Options) { o.SnapshotFile = file })
+	var nb atomic.Int32
+	b.Watch(func() { nb.Add(1) })
+	v, err := a.AddVersion(ctx, store.KindProtocol, []byte(`{"id":"tech","description":"stricter"}`), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SetShadow(ctx, "tech", v); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b's watcher and snapshot", func() bool {
+		snap, err := b.Snapshot(ctx)
+		return nb.Load() > 0 && err == nil && snap.Shadows["tech"].Version == v && snap.Protocols["tech"].Version == 1
+	})
+	got, err := etcdstore.ReadSnapshotFile(file, "/fleet/", func(k store.Kind, body []byte) (string, error) { return store.CheckStructure(k, body) })
+	if err != nil || got.Shadows["tech"].Version != v {
+		t.Fatalf("snapshot file: %+v %v", got.Shadows, err)
+	}
+}
+
 func TestDisconnectResyncAndSnapshotFile(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ctx := context.Background()

@@ -558,6 +558,12 @@ func Run(t *testing.T, open Open) {
 		_, _ = a.AddVersion(ctx, store.KindTemplate, []byte(`{"text":"spaces  kept", "name":"z"}`), "me", "n")
 		_, _ = a.Activate(ctx, store.KindTemplate, "base_tool_call_v2", 1)
 		_ = a.SetToolEnabled(ctx, "t", false, "ops")
+		if _, err := a.AddVersion(ctx, store.KindProtocol, []byte(`{"id":"tech","description":"shadowed"}`), "", ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.SetShadow(ctx, "tech", 2); err != nil {
+			t.Fatal(err)
+		}
 		d, err := da.Export(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -581,7 +587,128 @@ func Run(t *testing.T, open Open) {
 		if _, err := b.RevertLast(ctx); err != nil {
 			t.Fatalf("rollout not imported: %v", err)
 		}
+		if e, err := b.Entry(ctx, store.KindProtocol, "tech"); err != nil || e.Shadow != 2 {
+			t.Fatalf("shadow not imported: %+v %v", e, err)
+		}
 	})
+
+	t.Run("ShadowVersions", func(t *testing.T) { shadowVersions(t, open) })
+}
+
+// shadowVersions checks the shadow pointer: set, replaced and cleared in a transaction of its own, seen in
+// Entry, List and Snapshot, refused for a version that does not exist or is active, and taken away by every
+// change that activates the version in shadow (Activate, Rollback, RevertLast).
+func shadowVersions(t *testing.T, open Open) {
+	ctx := context.Background()
+	s := open(t, Hooks{})
+	var notified atomic.Int64
+	cancel := s.Watch(func() { notified.Add(1) })
+	defer cancel()
+	proto := func(d string) []byte { return []byte(`{"id":"sh","description":"` + d + `"}`) }
+	for i := 1; i <= 3; i++ {
+		if _, err := s.AddVersion(ctx, store.KindProtocol, proto(fmt.Sprint(i)), "", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Activate(ctx, store.KindProtocol, "sh", 1); err != nil {
+		t.Fatal(err)
+	}
+	shadow := func() (entry, list, snap int) {
+		t.Helper()
+		e, err := s.Entry(ctx, store.KindProtocol, "sh")
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := s.List(ctx, store.KindProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range all {
+			if l.Name == "sh" {
+				list = l.Shadow
+			}
+		}
+		sn, err := s.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, ok := sn.Shadows["sh"]; ok {
+			if string(rec.Body) != string(proto(fmt.Sprint(rec.Version))) {
+				t.Fatalf("snapshot shadow body %s", rec.Body)
+			}
+			snap = rec.Version
+		}
+		if sn.Protocols["sh"].Version == snap {
+			t.Fatalf("the active version %d is also in shadow", snap)
+		}
+		return e.Shadow, list, snap
+	}
+	before := notified.Load()
+	if prev, err := s.SetShadow(ctx, "sh", 2); err != nil || prev != 0 {
+		t.Fatalf("shadow 2: %d %v", prev, err)
+	}
+	if e, l, sn := shadow(); e != 2 || l != 2 || sn != 2 {
+		t.Fatalf("shadow seen as %d %d %d, want 2", e, l, sn)
+	}
+	if notified.Load() == before {
+		t.Fatal("watchers not told of the shadow")
+	}
+	for _, c := range []struct {
+		name    string
+		version int
+		want    error
+	}{{"sh", 1, store.ErrInvalid}, {"sh", 9, store.ErrNotFound}, {"nope", 1, store.ErrNotFound}, {"../x", 1, store.ErrNotFound}, {"sh", -1, store.ErrNotFound}} {
+		if _, err := s.SetShadow(ctx, c.name, c.version); !errors.Is(err, c.want) {
+			t.Errorf("shadow %s@%d: %v, want %v", c.name, c.version, err, c.want)
+		}
+	}
+	if prev, err := s.SetShadow(ctx, "sh", 3); err != nil || prev != 2 {
+		t.Fatalf("shadow 3: %d %v", prev, err)
+	}
+	if _, err := s.Activate(ctx, store.KindProtocol, "sh", 3); err != nil {
+		t.Fatal(err)
+	}
+	if e, l, sn := shadow(); e != 0 || l != 0 || sn != 0 {
+		t.Fatalf("activating the shadow left it in shadow: %d %d %d", e, l, sn)
+	}
+	if _, err := s.SetShadow(ctx, "sh", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("clearing no shadow: %v", err)
+	}
+	// Rollback onto the version in shadow (history [1], active 3).
+	if _, err := s.SetShadow(ctx, "sh", 1); err != nil {
+		t.Fatal(err)
+	}
+	if to, _, err := s.Rollback(ctx, store.KindProtocol, "sh"); err != nil || to != 1 {
+		t.Fatalf("rollback: %d %v", to, err)
+	}
+	if e, _, _ := shadow(); e != 0 {
+		t.Fatalf("rollback onto the shadow left it in shadow: %d", e)
+	}
+	// A rollout's revert onto the version in shadow.
+	if err := s.ApplyRollout(ctx, store.Rollout{ID: "sh-r", Protocols: []json.RawMessage{proto("r")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetShadow(ctx, "sh", 1); err != nil {
+		t.Fatal(err)
+	}
+	if e, _, _ := shadow(); e != 1 {
+		t.Fatalf("shadow after the rollout: %d", e)
+	}
+	if _, err := s.RevertLast(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e, _, sn := shadow(); e != 0 || sn != 0 {
+		t.Fatalf("revert onto the shadow left it in shadow: %d %d", e, sn)
+	}
+	if _, err := s.SetShadow(ctx, "sh", 2); err != nil {
+		t.Fatal(err)
+	}
+	if prev, err := s.SetShadow(ctx, "sh", 0); err != nil || prev != 2 {
+		t.Fatalf("clear: %d %v", prev, err)
+	}
+	if e, l, sn := shadow(); e != 0 || l != 0 || sn != 0 {
+		t.Fatalf("cleared shadow still seen: %d %d %d", e, l, sn)
+	}
 }
 
 // versions maps KIND/NAME to the active version of a snapshot.
