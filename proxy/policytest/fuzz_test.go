@@ -1,4 +1,4 @@
-package main
+package policytest
 
 import (
 	"encoding/json"
@@ -13,7 +13,7 @@ import (
 // FuzzParseCaseFile: any bytes as a case file give cases or problems, never a panic; a file read without a
 // problem has, in every case, a name, a rewritten route and a request.
 func FuzzParseCaseFile(f *testing.F) {
-	for _, dir := range []string{filepath.Join(examplesDir, "tests"), policyTestDir} {
+	for _, dir := range []string{examplesTests, filepath.Join("..", "..", "cmd", "promptgate", "testdata", "policytest")} {
 		paths, _ := filepath.Glob(filepath.Join(dir, "*.test.yaml"))
 		for _, p := range paths {
 			b, err := os.ReadFile(p)
@@ -25,12 +25,12 @@ func FuzzParseCaseFile(f *testing.F) {
 	}
 	f.Add([]byte("cases: [{name: a, request: '{}', expect: {status: 200}}]\nprotocol: x@1\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
-		cf, problems := parseCaseFile("f.test.yaml", "f", src)
-		if len(problems) > 0 || cf == nil {
+		cases, problems := Parse("f.test.yaml", "f", src, Options{})
+		if len(problems) > 0 {
 			return
 		}
-		for _, c := range cf.cases {
-			if c.name == "" || c.path == "" || c.request == nil || (c.protocol.id == "" && c.protocol.file == "") {
+		for _, c := range cases {
+			if c.Name == "" || c.Path == "" || c.request == nil || (c.Protocol.ID == "" && c.Protocol.File == "") {
 				t.Fatalf("a case read without a problem is incomplete: %+v", c)
 			}
 		}

@@ -1,4 +1,4 @@
-package main
+package policytest
 
 import (
 	"bytes"
@@ -12,11 +12,13 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// yamlReader reads a case file's YAML nodes strictly: every problem is kept as "FILE:LINE: FIELD: what is
-// wrong", unknown and repeated keys included, so that one run names every mistake of a file.
+// yamlReader reads a case file's YAML nodes strictly: every problem is kept with its line and field, unknown
+// and repeated keys included, so that one run names every mistake of a file.
 type yamlReader struct {
 	file string
-	errs []string
+	errs []Problem
+	// noFiles refuses the files a case names.
+	noFiles bool
 }
 
 // bad records a problem of the value n at field.
@@ -25,7 +27,7 @@ func (r *yamlReader) bad(n *yaml.Node, field, format string, args ...any) {
 	if n != nil {
 		line = n.Line
 	}
-	r.errs = append(r.errs, fmt.Sprintf("%s:%d: %s: %s", r.file, line, field, fmt.Sprintf(format, args...)))
+	r.errs = append(r.errs, Problem{File: r.file, Line: line, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
 // resolve follows an alias to the node it names.

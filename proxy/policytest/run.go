@@ -1,4 +1,4 @@
-package main
+package policytest
 
 import (
 	"bytes"
@@ -22,18 +22,130 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy"
-	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/store"
+	"github.com/promptgate/promptgate/store/builtin"
 )
 
-// testEnv is what every case of a run shares: the deployment config, the prompt settings and the
-// definitions the case's protocol joins (the store's, or the built-in ones).
-type testEnv struct {
-	cfg      *config.File
-	settings assembly.Settings
-	base     store.Snapshot
-	// protocols are the records of the cases' protocols, by protocolRef.String().
+// Config is the deployment's part of a run: the tool policy (its access and kill switches), the prompt
+// settings and the limits, as serve uses them. Routes and the default protocol are not used: each case runs
+// under its own protocol.
+type Config struct {
+	Policy   policy.Config
+	Settings assembly.Settings
+	Limits   proxy.Limits
+}
+
+// Env is what every case of a run shares: the deployment's config and the definitions the case's protocol
+// joins (a store's, or the built-in ones), with the records of the cases' protocols.
+type Env struct {
+	cfg  Config
+	base store.Snapshot
+	// protocols are the records of the cases' protocols, by ProtocolRef.String().
 	protocols map[string]store.Record
+}
+
+// NewEnv is an Env over the definitions base (BuiltinSnapshot, or a store's snapshot).
+func NewEnv(cfg Config, base store.Snapshot) *Env {
+	return &Env{cfg: cfg, base: base, protocols: map[string]store.Record{}}
+}
+
+// Versions reads the stored versions of protocols: a store, or a client of a server's admin API.
+type Versions interface {
+	Active(ctx context.Context, kind store.Kind, name string) (store.Record, error)
+	Get(ctx context.Context, kind store.Kind, name string, version int) (store.Record, error)
+}
+
+// LoadProtocols reads the protocols the cases name — definition files, checked as `protocols push` checks
+// them, and versions of st (nil when no case names one) — each checked against the definitions it joins.
+// A protocol that cannot be had is a problem at the field that names it.
+func (e *Env) LoadProtocols(ctx context.Context, cases []*Case, st Versions) []Problem {
+	var problems []Problem
+	for _, c := range cases {
+		key := c.Protocol.String()
+		if _, done := e.protocols[key]; done {
+			continue
+		}
+		rec, err := loadProtocol(ctx, c.Protocol, st)
+		if err == nil {
+			err = checkProtocolLinks(e.base, rec)
+		}
+		if err != nil {
+			problems = append(problems, Problem{File: c.File, Line: c.Protocol.Line, Field: c.Protocol.Field, Message: err.Error()})
+			e.protocols[key] = store.Record{}
+			continue
+		}
+		e.protocols[key] = rec
+	}
+	return problems
+}
+
+// BuiltinSnapshot is the definitions built into the binary, as a new DB holds them.
+func BuiltinSnapshot() store.Snapshot {
+	s := store.Snapshot{Templates: map[string]store.Record{}, Protocols: map[string]store.Record{}}
+	for _, d := range builtin.Templates() {
+		s.Templates[d.Name] = store.Record{Kind: store.KindTemplate, Name: d.Name, Version: 1, Author: store.BuiltinAuthor, Body: d.Body}
+	}
+	for _, d := range builtin.Protocols() {
+		s.Protocols[d.Name] = store.Record{Kind: store.KindProtocol, Name: d.Name, Version: 1, Author: store.BuiltinAuthor, Body: d.Body}
+	}
+	return s
+}
+
+// loadProtocol reads the protocol ref names: a definition file, checked as `protocols push` checks it, or a
+// version of the store.
+func loadProtocol(ctx context.Context, ref ProtocolRef, st Versions) (store.Record, error) {
+	if ref.File != "" {
+		body, err := readLimited(ref.File)
+		if err != nil {
+			return store.Record{}, err
+		}
+		name, err := store.CheckStructure(store.KindProtocol, body)
+		if err == nil {
+			err = proxy.ValidateDefinition(store.KindProtocol, name, body)
+		}
+		if err != nil {
+			return store.Record{}, fmt.Errorf("%s: %w", ref.File, err)
+		}
+		return store.Record{Kind: store.KindProtocol, Name: name, Note: "file " + ref.File, Body: body}, nil
+	}
+	if st == nil {
+		return store.Record{}, fmt.Errorf("protocol %s: no store to read it from", ref)
+	}
+	var rec store.Record
+	var err error
+	if ref.Version > 0 {
+		rec, err = st.Get(ctx, store.KindProtocol, ref.ID, ref.Version)
+	} else {
+		rec, err = st.Active(ctx, store.KindProtocol, ref.ID)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return rec, fmt.Errorf("protocol %s is not in the store (see `promptgate protocols history %s`), or give the definition file: {file: PATH}", ref, ref.ID)
+	}
+	return rec, err
+}
+
+// checkProtocolLinks checks rec against the definitions it joins, as the store checks a version it activates
+// (a workflow extends a protocol there, one level deep).
+func checkProtocolLinks(base store.Snapshot, rec store.Record) error {
+	snap := store.Snapshot{Templates: base.Templates, Protocols: map[string]store.Record{}}
+	for id, r := range base.Protocols {
+		snap.Protocols[id] = r
+	}
+	snap.Protocols[rec.Name] = rec
+	return proxy.CheckLinks(snap, []string{store.Key(store.KindProtocol, rec.Name)})
+}
+
+// Run runs c through the proxy's own handler and checks what came of it. The error is one of the run itself
+// (the engine could not be built), not of the case.
+func (e *Env) Run(ctx context.Context, c *Case) (*Result, error) {
+	start := time.Now()
+	out, err := e.runCase(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	r := check(c, out)
+	r.Took = time.Since(start)
+	return r, nil
 }
 
 // caseUpstream is the base URL the upstream table's "openai" line names in a case: the case's transport
@@ -71,18 +183,21 @@ type preparedView struct {
 
 // runCase runs c through the proxy's own handler, in process: the request goes in as a client's would, the
 // upstream is a transport that plays the case's answers, and an observer keeps what the proxy decided.
-func (te *testEnv) runCase(ctx context.Context, c *testCase) (*outcome, error) {
-	rec := te.protocols[c.protocol.String()]
-	snap := store.Snapshot{Templates: te.base.Templates, Protocols: maps.Clone(te.base.Protocols), Tools: te.base.Tools}
+func (e *Env) runCase(ctx context.Context, c *Case) (*outcome, error) {
+	rec, ok := e.protocols[c.Protocol.String()]
+	if !ok || rec.Name == "" {
+		return nil, fmt.Errorf("policytest: the protocol of %s is not loaded (see LoadProtocols)", c.Name)
+	}
+	snap := store.Snapshot{Templates: e.base.Templates, Protocols: maps.Clone(e.base.Protocols), Tools: e.base.Tools}
 	snap.Protocols[rec.Name] = rec
 	defs, err := proxy.NewDefinitions(ctx, snapshotStore{snap}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}
 	defer defs.Close()
-	pol := te.cfg.Policy()
+	pol := e.cfg.Policy
 	pol.Routes, pol.DefaultProtocol = nil, rec.Name
-	engine, err := proxy.NewEngine(proxy.EngineOptions{Defs: defs, Policy: pol, Settings: te.settings, Limits: te.cfg.Limits})
+	engine, err := proxy.NewEngine(proxy.EngineOptions{Defs: defs, Policy: pol, Settings: e.cfg.Settings, Limits: e.cfg.Limits})
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +210,7 @@ func (te *testEnv) runCase(ctx context.Context, c *testCase) (*outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+caseHost+c.path, bytes.NewReader(c.request))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+caseHost+c.Path, bytes.NewReader(c.request))
 	if err != nil {
 		return nil, err
 	}
@@ -275,6 +390,3 @@ func errorCode(body []byte) string {
 	}
 	return ""
 }
-
-// elapsed formats a case's time as go test does.
-func elapsed(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
