@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/promptgate/promptgate/policy/audit"
 )
 
@@ -34,7 +36,8 @@ func TestRecordReplaysALiveDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	jsonl := filepath.Join(dir, "events.jsonl")
-	cfg := writeFile(t, dir, "pg.yaml", "defaultProtocol: support\naudit: {includeArguments: true, file: "+jsonl+"}\n")
+	// search_kb is switched off by the config: serve's tool policy is what POST /admin/tests runs with.
+	cfg := writeFile(t, dir, "pg.yaml", "defaultProtocol: support\naudit: {includeArguments: true, file: "+jsonl+"}\ntools: {search_kb: {enabled: false}}\n")
 	var calls []string
 	for i, c := range recordedCalls {
 		calls = append(calls, `{"id":"call_`+strconv.Itoa(i+1)+`","type":"function","function":{"name":"`+c.tool+`","arguments":`+jsonString(c.args)+`}}`)
@@ -73,6 +76,7 @@ func TestRecordReplaysALiveDecision(t *testing.T) {
 	if !strings.Contains(errOut, "held by a running server; using its admin API at "+s.admin) {
 		t.Errorf("stderr: %s", errOut)
 	}
+	fromAPI := recordAndRunOverTheAPI(t, s.admin, id)
 	if err := s.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -101,8 +105,8 @@ func TestRecordReplaysALiveDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if withoutSource(fromRing) != withoutSource(text) || withoutSource(fromLines) != withoutSource(text) {
-		t.Errorf("the cases differ:\n%s\n%s\n%s", text, fromRing, fromLines)
+	if withoutSource(fromRing) != withoutSource(text) || withoutSource(fromLines) != withoutSource(text) || withoutSource(fromAPI) != withoutSource(text) {
+		t.Errorf("the cases differ:\n%s\n%s\n%s\n%s", text, fromRing, fromLines, fromAPI)
 	}
 
 	// The arguments' digest only (audit.includeArguments off): placeholders, which fail the case.
@@ -142,11 +146,45 @@ func TestRecordReplaysALiveDecision(t *testing.T) {
 	}
 }
 
+// recordAndRunOverTheAPI records the case of request id through the admin API of a running serve, runs it
+// there (it passes), runs a case of the config's kill switch (it passes: serve's tool policy is the run's),
+// and returns the recorded case.
+func recordAndRunOverTheAPI(t *testing.T, admin, id string) string {
+	t.Helper()
+	post := func(path, contentType, body string) []byte {
+		t.Helper()
+		resp, err := http.Post(admin+path, contentType, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
+		}
+		return b
+	}
+	text := gjson.GetBytes(post("/admin/tests/record", "application/json", `{"requestId":`+jsonString(id)+`}`), "caseFile").String()
+	if !strings.Contains(text, "Recorded by POST /admin/tests/record from the server's audit ring on ") {
+		t.Errorf("the case recorded over the API:\n%s", text)
+	}
+	if run := post("/admin/tests", "application/yaml", text); !gjson.GetBytes(run, "passed").Bool() {
+		t.Errorf("the case recorded over the API does not pass there: %s", run)
+	}
+	killed := "protocol: support\ncases:\n  - name: kb-off\n    request: {model: m, messages: [{role: user, content: hi}], tools: [{type: function, function: {name: search_kb}}]}\n" +
+		"    answer: {body: {id: c, object: chat.completion, created: 1, model: m, choices: [{index: 0, finish_reason: stop, message: {role: assistant, content: ok}}]}}\n" +
+		"    expect: {toolsRemoved: [search_kb], toolsKept: []}\n"
+	if run := post("/admin/tests", "application/yaml", killed); !gjson.GetBytes(run, "passed").Bool() {
+		t.Errorf("the config's kill switch is not in the API's run: %s", run)
+	}
+	return text
+}
+
 // withoutSource is a recorded case without the line that says where and when it was recorded.
 func withoutSource(s string) string {
 	var keep []string
 	for _, line := range strings.Split(s, "\n") {
-		if !strings.Contains(line, "Recorded by `promptgate test --record") {
+		if !strings.Contains(line, "Recorded by `promptgate test --record") && !strings.Contains(line, "Recorded by POST /admin/tests/record") {
 			keep = append(keep, line)
 		}
 	}
