@@ -687,7 +687,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		for file, want := range map[string]string{
 			"cases: [\n  - name: x\n": "The case file has 1 problem; nothing was run:not valid YAML: line ",
 			strings.Replace(policyTestFailing, "protocol: neutral", "protocol: {file: /etc/passwd}", 1): "line 1: protocol.file: the admin API reads no file",
-			strings.Replace(policyTestFailing, "    expect:", "    expct: {}\n    expect:", 1):     "line 7: cases[0].expct: unknown key",
+			strings.Replace(policyTestFailing, "    expect:", "    expct: {}\n    expect:", 1):          "line 7: cases[0].expct: unknown key",
 		} {
 			runCases(file)
 			if got := eval[string](t, ctx, `document.getElementById('pt-out').hidden + ' ' + document.getElementById('pt-error').textContent`); !strings.HasPrefix(got, "true ") || !strings.Contains(got, want) {

@@ -450,6 +450,9 @@ func (r *yamlReader) request(inline, file, at *yaml.Node, field, dir string) []b
 	case inline != nil:
 		n := resolve(inline)
 		if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+			if !r.spend(n, field+".request", len(n.Value)) {
+				return nil
+			}
 			return []byte(n.Value) // a body the proxy must refuse is a case too
 		}
 		if n.Kind != yaml.MappingNode {
@@ -470,6 +473,9 @@ func (r *yamlReader) request(inline, file, at *yaml.Node, field, dir string) []b
 		b, err := readLimited(fromCaseFile(dir, name))
 		if err != nil {
 			r.bad(file, field+".requestFile", "%v", err)
+		}
+		if !r.spend(file, field+".requestFile", len(b)) {
+			return nil
 		}
 		return b
 	default:
@@ -591,6 +597,7 @@ func (r *yamlReader) eventData(v, at *yaml.Node, field string) string {
 	}
 	n := resolve(v)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		r.spend(n, field+".data", len(n.Value))
 		return n.Value
 	}
 	if n.Kind == yaml.SequenceNode && len(n.Content) == 1 && resolve(n.Content[0]).Value == "DONE" {

@@ -11,7 +11,8 @@ import (
 )
 
 // FuzzParseCaseFile: any bytes as a case file give cases or problems, never a panic; a file read without a
-// problem has, in every case, a name, a rewritten route and a request.
+// problem has, in every case, a name, a rewritten route and a request; read without files (the admin API),
+// no case it gives names a file.
 func FuzzParseCaseFile(f *testing.F) {
 	for _, dir := range []string{examplesTests, filepath.Join("..", "..", "cmd", "promptgate", "testdata", "policytest")} {
 		paths, _ := filepath.Glob(filepath.Join(dir, "*.test.yaml"))
@@ -25,6 +26,13 @@ func FuzzParseCaseFile(f *testing.F) {
 	}
 	f.Add([]byte("cases: [{name: a, request: '{}', expect: {status: 200}}]\nprotocol: x@1\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
+		if cases, problems := Parse("", "", src, Options{NoFiles: true}); len(problems) == 0 {
+			for _, c := range cases {
+				if c.Protocol.File != "" {
+					t.Fatalf("a case read without files names the file %q", c.Protocol.File)
+				}
+			}
+		}
 		cases, problems := Parse("f.test.yaml", "f", src, Options{})
 		if len(problems) > 0 {
 			return

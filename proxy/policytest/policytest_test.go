@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -284,6 +285,43 @@ func TestRecordingReplays(t *testing.T) {
 		if _, err := NewRecording(bad.id, bad.path, bad.events); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s %s: %v, want %q", bad.id, bad.path, err, bad.want)
 		}
+	}
+}
+
+// TestAliasesCannotExpandAFile: a YAML alias repeats its anchor's value; a request named once by anchor and
+// then by alias is read in each case, but a small file whose aliases nest (a billion elements) or repeat a
+// large value is refused at the field where it goes over, without writing what it names.
+func TestAliasesCannotExpandAFile(t *testing.T) {
+	t.Parallel()
+	reuse := "protocol: x\ncases:\n  - name: a\n    request: &req {model: m, messages: [{role: user, content: hi}]}\n    expect: {status: 200}\n" +
+		"  - name: b\n    request: *req\n    expect: {status: 200}\n"
+	cases, problems := Parse("", "", []byte(reuse), Options{})
+	if len(problems) > 0 || len(cases) != 2 || string(cases[1].request) != `{"model":"m","messages":[{"role":"user","content":"hi"}]}` {
+		t.Fatalf("an alias of a request: %v %d cases", problems, len(cases))
+	}
+	nested := "protocol: x\ncases:\n  - name: a\n    expect: {status: 200}\n    request:\n      a: &a [x,x,x,x,x,x,x,x,x,x]\n"
+	for i, name := range []string{"b", "c", "d", "e", "f", "g", "h", "i", "j"} {
+		prev := string(rune('a' + i))
+		nested += "      " + name + ": &" + name + " [*" + prev + strings.Repeat(", *"+prev, 9) + "]\n"
+	}
+	big := strings.Repeat("x", 1<<20)
+	repeated := "protocol: x\nheaders: {X-Big: &big " + big + "}\ncases:\n"
+	for i := range 50 {
+		repeated += "  - {name: c" + strconv.Itoa(i) + ", request: *big, expect: {status: 200}}\n"
+	}
+	for name, src := range map[string]string{"nested aliases": nested, "a large value named again and again": repeated} {
+		start := time.Now()
+		_, problems := Parse("", "", []byte(src), Options{})
+		var over []string
+		for _, p := range problems {
+			if strings.Contains(p.Message, "a YAML alias (*name) repeats its anchor's value") {
+				over = append(over, p.String())
+			}
+		}
+		if len(over) != 1 {
+			t.Errorf("%s: problems %v", name, problems)
+		}
+		t.Logf("%s: %s, read in %v", name, over, time.Since(start))
 	}
 }
 

@@ -3,6 +3,7 @@ package policytest
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -19,6 +20,28 @@ type yamlReader struct {
 	errs []Problem
 	// noFiles refuses the files a case names.
 	noFiles bool
+	// read counts the bytes of the strings and JSON values read so far, against maxRead.
+	read int
+	// tooLarge is set once read went over maxRead (the problem is reported once).
+	tooLarge bool
+}
+
+// maxRead bounds what one case file may give, in bytes of strings and of JSON written from YAML: a file holds
+// at most MaxFileBytes, but a YAML alias repeats its anchor's value each time it is named, so that a small
+// file could name a value a billion times.
+const maxRead = 4 * MaxFileBytes
+
+// spend counts size bytes read at field; false, and a problem (the first time), when the file gives more
+// than maxRead.
+func (r *yamlReader) spend(n *yaml.Node, field string, size int) bool {
+	if r.read += size; r.read <= maxRead {
+		return true
+	}
+	if !r.tooLarge {
+		r.tooLarge = true
+		r.bad(n, field, "the case file gives more than %d bytes of values: a YAML alias (*name) repeats its anchor's value each time; repeat less", maxRead)
+	}
+	return false
 }
 
 // bad records a problem of the value n at field.
@@ -103,6 +126,9 @@ func (r *yamlReader) str(n *yaml.Node, field string) (string, bool) {
 		r.bad(n, field, "got %s, want a string (quote it)", kindName(n))
 		return "", false
 	}
+	if !r.spend(n, field, len(n.Value)) {
+		return "", false
+	}
 	return n.Value, true
 }
 
@@ -149,6 +175,9 @@ func (r *yamlReader) list(n *yaml.Node, field, what string) ([]*yaml.Node, bool)
 func (r *yamlReader) jsonValue(n *yaml.Node, field string) ([]byte, bool) {
 	n = resolve(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		if !r.spend(n, field, len(n.Value)) {
+			return nil, false
+		}
 		b := []byte(n.Value)
 		if !json.Valid(b) {
 			r.bad(n, field, "the string is not valid JSON (write the value as YAML, or as JSON in a block: %s: |)", lastKey(field))
@@ -157,8 +186,16 @@ func (r *yamlReader) jsonValue(n *yaml.Node, field string) ([]byte, bool) {
 		return b, true
 	}
 	var buf bytes.Buffer
-	if err := appendJSON(&buf, n); err != nil {
+	err := appendJSON(&buf, n, maxRead-r.read)
+	if errors.Is(err, errTooMuchJSON) {
+		r.spend(n, field, buf.Len())
+		return nil, false
+	}
+	if err != nil {
 		r.bad(n, field, "%v", err)
+		return nil, false
+	}
+	if !r.spend(n, field, buf.Len()) {
 		return nil, false
 	}
 	return buf.Bytes(), true
@@ -172,8 +209,15 @@ func lastKey(field string) string {
 	return field
 }
 
-// appendJSON writes the YAML value n as compact JSON, keys in the order written.
-func appendJSON(buf *bytes.Buffer, n *yaml.Node) error {
+// errTooMuchJSON: appendJSON wrote more than its limit.
+var errTooMuchJSON = errors.New("the value is too large as JSON")
+
+// appendJSON writes the YAML value n as compact JSON, keys in the order written; it stops with
+// errTooMuchJSON once buf holds more than limit bytes.
+func appendJSON(buf *bytes.Buffer, n *yaml.Node, limit int) error {
+	if buf.Len() > limit {
+		return errTooMuchJSON
+	}
 	n = resolve(n)
 	switch n.Kind {
 	case yaml.MappingNode:
@@ -194,7 +238,7 @@ func appendJSON(buf *bytes.Buffer, n *yaml.Node) error {
 			key, _ := json.Marshal(k.Value)
 			buf.Write(key)
 			buf.WriteByte(':')
-			if err := appendJSON(buf, n.Content[i+1]); err != nil {
+			if err := appendJSON(buf, n.Content[i+1], limit); err != nil {
 				return err
 			}
 		}
@@ -205,7 +249,7 @@ func appendJSON(buf *bytes.Buffer, n *yaml.Node) error {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			if err := appendJSON(buf, c); err != nil {
+			if err := appendJSON(buf, c, limit); err != nil {
 				return err
 			}
 		}
