@@ -98,6 +98,9 @@ func (s *server) runTests(w http.ResponseWriter, r *http.Request) error {
 	}
 	reply := testsReply{Passed: true, Total: len(cases), Cases: []caseReply{}}
 	for _, c := range cases {
+		if err := r.Context().Err(); err != nil {
+			return err // the client went away: the cases left are not run
+		}
 		res, err := env.Run(r.Context(), c)
 		if err != nil {
 			return fmt.Errorf("admin: tests: %s: %w", c.Name, err)
