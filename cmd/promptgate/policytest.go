@@ -29,9 +29,10 @@ type testFlags struct {
 	record  recordFlags
 }
 
-// testCmd runs `promptgate test [DIR|FILE]...`: the policy test cases of the case files found (*.test.yaml),
-// each through the proxy's own handler with no network; or, with --record, writes a case from the decision
-// log. Exit status: 0 when every case passed, 1 when one failed, 2 for a bad command line or a bad case.
+// testCmd runs `promptgate test [DIR|FILE]...`: the policy test cases of the case files found
+// (*.test.yaml), each through the proxy's own handler with no network; or, with --record, writes a
+// case from the decision log. Exit status: 0 when every case passed, 1 when one failed, 2 for a bad
+// command line or a bad case.
 func testCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv env) error {
 	f, pos, err := parseTestFlags(args, stderr, getenv)
 	if err != nil {
@@ -116,8 +117,9 @@ func caseName(root, path string) string {
 	return strings.TrimSuffix(rel, filepath.Ext(rel))
 }
 
-// findCaseFiles lists the case files of each argument: a file is taken as it is; a folder is searched, its
-// sub-folders too (but not those whose name starts with a dot), for *.test.yaml and *.test.yml.
+// findCaseFiles lists the case files of each argument: a file is taken as it is; a folder is
+// searched, its sub-folders too (but not those whose name starts with a dot), for *.test.yaml and
+// *.test.yml.
 func findCaseFiles(roots []string) ([]policytest.FileRef, error) {
 	var out []policytest.FileRef
 	for _, root := range roots {
@@ -159,8 +161,9 @@ func badCases(stderr io.Writer, problems []policytest.Problem) error {
 	return usageError{fmt.Sprintf("test: %d problem(s) in the case files; nothing was run", len(problems))}
 }
 
-// newTestEnv reads the config and the protocols the cases name: definition files, and stored versions (the
-// store is opened only when a case names one). Problems of the cases are returned, each naming its field.
+// newTestEnv reads the config and the protocols the cases name: definition files, and stored
+// versions (the store is opened only when a case names one). Problems of the cases are returned,
+// each naming its field.
 func newTestEnv(ctx context.Context, f *testFlags, cases []*policytest.Case, stderr io.Writer, getenv env) (*policytest.Env, []policytest.Problem, error) {
 	cfg, err := config.Load(f.store.config)
 	if err != nil {
@@ -193,8 +196,8 @@ func newTestEnv(ctx context.Context, f *testFlags, cases []*policytest.Case, std
 	return te, te.LoadProtocols(ctx, cases, versions), nil
 }
 
-// storeSnapshot reads the active definitions of st: in one read where st is a store, else (the admin API)
-// name by name.
+// storeSnapshot reads the active definitions of st: in one read where st is a store, else (the
+// admin API) name by name.
 func storeSnapshot(ctx context.Context, st cliStore) (store.Snapshot, error) {
 	if s, ok := st.(interface {
 		Snapshot(context.Context) (store.Snapshot, error)
@@ -221,8 +224,8 @@ func storeSnapshot(ctx context.Context, st cliStore) (store.Snapshot, error) {
 	return snap, nil
 }
 
-// runCases runs the cases in order and prints one line per case as go test does (-v: what was decided too);
-// with --junit, the results are also written as JUnit XML.
+// runCases runs the cases in order and prints one line per case as go test does (-v: what was
+// decided too); with --junit, the results are also written as JUnit XML.
 func runCases(ctx context.Context, te *policytest.Env, cases []*policytest.Case, f *testFlags, stdout io.Writer) error {
 	start := time.Now()
 	results := make([]*policytest.Result, 0, len(cases))
@@ -261,7 +264,8 @@ func runCases(ctx context.Context, te *policytest.Env, cases []*policytest.Case,
 	return fmt.Errorf("test: %d of %d cases failed", failed, len(cases))
 }
 
-// printResult prints a case's line, and under it why it failed (and, with verbose, what was decided).
+// printResult prints a case's line, and under it why it failed (and, with verbose, what was
+// decided).
 func printResult(w io.Writer, r *policytest.Result, verbose bool) {
 	status := "PASS"
 	if !r.Passed() {

@@ -11,8 +11,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/policytest"
 )
 
-// JUnit XML, as CI systems read it (Jenkins, GitLab, GitHub actions): one testsuite per case file, one
-// testcase per case; a failed expectation is a <failure>, a mistake of the case an <error>.
+// JUnit XML, as CI systems read it (Jenkins, GitLab, GitHub actions): one testsuite per case file,
+// one testcase per case; a failed expectation is a <failure>, a mistake of the case an <error>.
 type junitSuites struct {
 	XMLName  xml.Name     `xml:"testsuites"`
 	Name     string       `xml:"name,attr"`

@@ -39,9 +39,9 @@ func addRecordFlags(fs *flag.FlagSet, f *recordFlags) {
 	fs.StringVar(&f.events, "events", "", "with --record: read the decisions from this file — the JSON lines of the config's audit.file, or an answer of GET /admin/audit — instead of the audit ring")
 }
 
-// recordCase writes a case made from the decisions of one request: the protocol version, the tools removed
-// and, for each call, its tool, arguments (or their digest) and decision, as the decision log keeps them;
-// every other value is a placeholder, and the file says which.
+// recordCase writes a case made from the decisions of one request: the protocol version, the tools
+// removed and, for each call, its tool, arguments (or their digest) and decision, as the decision
+// log keeps them; every other value is a placeholder, and the file says which.
 func recordCase(ctx context.Context, f *testFlags, stdout, stderr io.Writer, getenv env) error {
 	rf := f.record
 	if !proxy.PreviewPath(rf.path) {
@@ -75,8 +75,9 @@ func recordCase(ctx context.Context, f *testFlags, stdout, stderr io.Writer, get
 	return nil
 }
 
-// recordedEvents are the events of the request, oldest first, and where they were read: --events, the admin
-// API (--admin, or the server that holds the ring), or the audit ring file next to the store.
+// recordedEvents are the events of the request, oldest first, and where they were read: --events,
+// the admin API (--admin, or the server that holds the ring), or the audit ring file next to the
+// store.
 func recordedEvents(ctx context.Context, f *testFlags, stderr io.Writer, getenv env) ([]audit.Event, string, error) {
 	id := f.record.id
 	if f.record.events != "" {
@@ -121,8 +122,8 @@ func recordedEvents(ctx context.Context, f *testFlags, stderr io.Writer, getenv 
 	return page.Events, "the admin API at " + redact.URL(admin), nil
 }
 
-// eventsFile reads the events of request id from a file: JSON lines (audit.file; oldest first), or the admin
-// API's {"events": [...]} (newest first).
+// eventsFile reads the events of request id from a file: JSON lines (audit.file; oldest first), or
+// the admin API's {"events": [...]} (newest first).
 func eventsFile(path, id string) ([]audit.Event, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

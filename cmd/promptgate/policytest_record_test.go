@@ -17,14 +17,15 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 )
 
-// TestRecordReplaysALiveDecision: serve decides a request; `test --record` writes a case from the decision
-// log — through the admin API while serve holds the ring, from the ring file once it stopped, and from the
-// JSON lines of audit.file, the same case each time — and the case passes. Where the log kept only the
-// arguments' digest, the arguments are placeholders: the case fails, saying so, until they are filled in.
+// TestRecordReplaysALiveDecision: serve decides a request; `test --record` writes a case from the
+// decision log — through the admin API while serve holds the ring, from the ring file once it
+// stopped, and from the JSON lines of audit.file, the same case each time — and the case passes.
+// Where the log kept only the arguments' digest, the arguments are placeholders: the case fails,
+// saying so, until they are filled in.
 func TestRecordReplaysALiveDecision(t *testing.T) {
 	t.Parallel()
-	// The upstream's calls, with their arguments as it sends them: the support protocol blocks the first
-	// (rule order-id), releases the second and blocks the third (not in the allowlist).
+	// The upstream's calls, with their arguments as it sends them: the support protocol blocks the
+	// first (rule order-id), releases the second and blocks the third (not in the allowlist).
 	recordedCalls := []struct{ tool, args string }{
 		{"get_order", `{"order_id":"12345"}`},
 		{"create_ticket", `{"priority":"low","body":"Parcel damaged"}`},
@@ -36,7 +37,8 @@ func TestRecordReplaysALiveDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	jsonl := filepath.Join(dir, "events.jsonl")
-	// search_kb is switched off by the config: serve's tool policy is what POST /admin/tests runs with.
+	// search_kb is switched off by the config: serve's tool policy is what POST /admin/tests runs
+	// with.
 	cfg := writeFile(t, dir, "pg.yaml", "defaultProtocol: support\naudit: {includeArguments: true, file: "+jsonl+"}\ntools: {search_kb: {enabled: false}}\n")
 	var calls []string
 	for i, c := range recordedCalls {
@@ -146,9 +148,9 @@ func TestRecordReplaysALiveDecision(t *testing.T) {
 	}
 }
 
-// recordAndRunOverTheAPI records the case of request id through the admin API of a running serve, runs it
-// there (it passes), runs a case of the config's kill switch (it passes: serve's tool policy is the run's),
-// and returns the recorded case.
+// recordAndRunOverTheAPI records the case of request id through the admin API of a running serve,
+// runs it there (it passes), runs a case of the config's kill switch (it passes: serve's tool
+// policy is the run's), and returns the recorded case.
 func recordAndRunOverTheAPI(t *testing.T, admin, id string) string {
 	t.Helper()
 	post := func(path, contentType, body string) []byte {
@@ -200,8 +202,8 @@ func readString(t *testing.T, path string) string {
 	return string(b)
 }
 
-// TestRecordRefusesBadInput: a request the log does not have, an --out that exists and a line that is not an
-// event are refused, each named.
+// TestRecordRefusesBadInput: a request the log does not have, an --out that exists and a line that
+// is not an event are refused, each named.
 func TestRecordRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -226,8 +228,8 @@ func TestRecordRefusesBadInput(t *testing.T) {
 	}
 }
 
-// TestRecordOnEverySurface: a recording written for each route (--path) is a case of that API that replays
-// the logged decisions: a body, or one event of a Gemini stream.
+// TestRecordOnEverySurface: a recording written for each route (--path) is a case of that API that
+// replays the logged decisions: a body, or one event of a Gemini stream.
 func TestRecordOnEverySurface(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

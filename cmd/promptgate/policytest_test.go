@@ -15,9 +15,9 @@ import (
 // policyTestDir is the folder of this package's case files.
 const policyTestDir = "testdata/policytest"
 
-// TestExamplesPolicyTestsPass runs `promptgate test` over examples/, as CI does: every case of the example
-// protocols passes, each is reported on a line of its own, and every example protocol has its case file.
-// (What the cases cover between them is policytest's TestExamplesCoverTheOutcomes.)
+// TestExamplesPolicyTestsPass runs `promptgate test` over examples/, as CI does: every case of the
+// example protocols passes, each is reported on a line of its own, and every example protocol has
+// its case file. (What the cases cover between them is policytest's TestExamplesCoverTheOutcomes.)
 func TestExamplesPolicyTestsPass(t *testing.T) {
 	t.Parallel()
 	out, errOut, err := runCmd(t, nil, "", "test", "-v", examplesDir)
@@ -54,9 +54,9 @@ func lastField(out string) string {
 	return f[len(f)-1]
 }
 
-// TestPolicyTestReportsAFailingCase: a case whose expectations the proxy does not meet is reported FAIL,
-// with each expectation not met named by file, line and field, the others still PASS, the exit status is 1,
-// and the JUnit file says the same.
+// TestPolicyTestReportsAFailingCase: a case whose expectations the proxy does not meet is reported
+// FAIL, with each expectation not met named by file, line and field, the others still PASS, the
+// exit status is 1, and the JUnit file says the same.
 func TestPolicyTestReportsAFailingCase(t *testing.T) {
 	t.Parallel()
 	junit := filepath.Join(t.TempDir(), "junit.xml")
@@ -95,8 +95,8 @@ func TestPolicyTestReportsAFailingCase(t *testing.T) {
 	}
 }
 
-// TestPolicyTestRunFilter: -run selects cases by their full name; a filter that matches nothing runs
-// nothing and says so; a bad regular expression is a usage error.
+// TestPolicyTestRunFilter: -run selects cases by their full name; a filter that matches nothing
+// runs nothing and says so; a bad regular expression is a usage error.
 func TestPolicyTestRunFilter(t *testing.T) {
 	t.Parallel()
 	out, _, err := runCmd(t, nil, "", "test", "-run", "^failing/passes$", policyTestDir)
@@ -117,7 +117,8 @@ func TestPolicyTestRunFilter(t *testing.T) {
 	}
 }
 
-// supportFile is the example support protocol, by an absolute path (case files in temporary folders name it).
+// supportFile is the example support protocol, by an absolute path (case files in temporary folders
+// name it).
 func supportFile(t *testing.T) string {
 	t.Helper()
 	p, err := filepath.Abs(filepath.Join(examplesDir, "protocols", "support.json"))
@@ -144,9 +145,9 @@ cases:
 `
 }
 
-// TestPolicyTestRefusesBadInput: every bad form of a case file is refused with exit status 2 and a message
-// that names the file, the line and the field — while reading (nothing is run) or, for what only running
-// shows, on the case's line.
+// TestPolicyTestRefusesBadInput: every bad form of a case file is refused with exit status 2 and a
+// message that names the file, the line and the field — while reading (nothing is run) or, for what
+// only running shows, on the case's line.
 func TestPolicyTestRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	proto := supportFile(t)
@@ -204,8 +205,9 @@ func TestPolicyTestRefusesBadInput(t *testing.T) {
 	}
 }
 
-// TestPolicyTestRefusesBadStreams: a stream the proxy cannot read as the route's — an event that is not
-// JSON, a stream that ends before its last event — is a mistake of the case (exit 2), named at its answer.
+// TestPolicyTestRefusesBadStreams: a stream the proxy cannot read as the route's — an event that is
+// not JSON, a stream that ends before its last event — is a mistake of the case (exit 2), named at
+// its answer.
 func TestPolicyTestRefusesBadStreams(t *testing.T) {
 	t.Parallel()
 	head := "protocol: {file: " + supportFile(t) + "}\ncases:\n  - name: s\n    request: {model: m, stream: true, messages: [{role: user, content: hi}], tools: [{type: function, function: {name: get_order}}]}\n    expect: {status: 200}\n    answer:\n      events:\n"
@@ -252,9 +254,9 @@ func TestPolicyTestCommandLine(t *testing.T) {
 	}
 }
 
-// TestPolicyTestProtocolFromTheStore: a case names a stored protocol by id (the active version) or by
-// id@version, read from the DB as the other commands read it; an id the store lacks is refused naming the
-// field; without --create no DB is made, and cases that name only files open none.
+// TestPolicyTestProtocolFromTheStore: a case names a stored protocol by id (the active version) or
+// by id@version, read from the DB as the other commands read it; an id the store lacks is refused
+// naming the field; without --create no DB is made, and cases that name only files open none.
 func TestPolicyTestProtocolFromTheStore(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -298,7 +300,8 @@ func TestPolicyTestProtocolFromTheStore(t *testing.T) {
 	}
 }
 
-// TestCaseNamesAreFolderPaths: a case's name is its file's path under the folder tested, without the suffix.
+// TestCaseNamesAreFolderPaths: a case's name is its file's path under the folder tested, without
+// the suffix.
 func TestCaseNamesAreFolderPaths(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -325,8 +328,8 @@ func TestCaseNamesAreFolderPaths(t *testing.T) {
 	}
 }
 
-// TestPolicyDocCaseFileRuns: the case file docs/policy.md shows passes, put beside the example tests as its
-// comment names it.
+// TestPolicyDocCaseFileRuns: the case file docs/policy.md shows passes, put beside the example
+// tests as its comment names it.
 func TestPolicyDocCaseFileRuns(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile(inRepo("docs/policy.md"))
@@ -350,8 +353,9 @@ func TestPolicyDocCaseFileRuns(t *testing.T) {
 }
 
 // TestPolicyTestModes: the support protocol in each onViolation mode — error (the client gets 403
-// tool_call_blocked), audit (the call is released and marked audited), continue (promptgate asks the upstream
-// again and each answer of the case is played in turn; one answer too few fails the case).
+// tool_call_blocked), audit (the call is released and marked audited), continue (promptgate asks
+// the upstream again and each answer of the case is played in turn; one answer too few fails the
+// case).
 func TestPolicyTestModes(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

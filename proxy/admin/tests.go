@@ -24,7 +24,8 @@ const (
 	mediaJSON       = "application/json"
 	// recordedBy is what a case recorded over the API says recorded it.
 	recordedBy = "POST " + pathTestsRecord
-	// maxRequestIDLen bounds the request id of POST /admin/tests/record (the proxy's own are far shorter).
+	// maxRequestIDLen bounds the request id of POST /admin/tests/record (the proxy's own are far
+	// shorter).
 	maxRequestIDLen = 256
 )
 
@@ -48,7 +49,8 @@ type testsReply struct {
 	Cases  []caseReply `json:"cases"`
 }
 
-// caseFileError is the 400 of a case file with problems: the OpenAI error, with every problem as data.
+// caseFileError is the 400 of a case file with problems: the OpenAI error, with every problem as
+// data.
 type caseFileError struct {
 	Error struct {
 		Message  string               `json:"message"`
@@ -59,9 +61,10 @@ type caseFileError struct {
 	} `json:"error"`
 }
 
-// POST /admin/tests[?run=REGEXP], body: one case file, as `promptgate test` reads it (application/yaml, or
-// application/json) → the verdict on each case the filter matches, run against the store's definitions. A
-// case file with problems, or one that names a file, is a 400 listing every problem; nothing is run.
+// POST /admin/tests[?run=REGEXP], body: one case file, as `promptgate test` reads it
+// (application/yaml, or application/json) → the verdict on each case the filter matches, run
+// against the store's definitions. A case file with problems, or one that names a file, is a 400
+// listing every problem; nothing is run.
 func (s *server) runTests(w http.ResponseWriter, r *http.Request) error {
 	if s.o.Tests == nil {
 		return &apiError{status: http.StatusNotFound, code: "not_found", msg: "policy tests are not enabled on this listener"}
@@ -133,8 +136,8 @@ func checkCaseFileBody(r *http.Request, body []byte) error {
 	return nil
 }
 
-// writeCaseFileError answers 400 invalid_case_file: every problem, as "LINE: FIELD: MESSAGE" lines in the
-// message and as data in problems.
+// writeCaseFileError answers 400 invalid_case_file: every problem, as "LINE: FIELD: MESSAGE" lines
+// in the message and as data in problems.
 func writeCaseFileError(w http.ResponseWriter, problems []policytest.Problem) error {
 	var e caseFileError
 	lines := make([]string, len(problems))
@@ -167,9 +170,10 @@ type recordReply struct {
 	CaseFile string `json:"caseFile"`
 }
 
-// POST /admin/tests/record {"requestId":"...","path":"optional"} → {"requestId","path","caseFile"}: a case
-// file written from what this server's audit ring kept of the request, as `promptgate test --record` writes
-// it (path is the route the request came on, which the log does not keep; default chat completions).
+// POST /admin/tests/record {"requestId":"...","path":"optional"} → {"requestId","path","caseFile"}:
+// a case file written from what this server's audit ring kept of the request, as `promptgate test
+// --record` writes it (path is the route the request came on, which the log does not keep; default
+// chat completions).
 func (s *server) recordTest(w http.ResponseWriter, r *http.Request) error {
 	if _, err := params(r); err != nil {
 		return err

@@ -22,8 +22,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// testsFixture is the admin API with policy tests on (the default deployment) and the example support
-// protocol stored and active.
+// testsFixture is the admin API with policy tests on (the default deployment) and the example
+// support protocol stored and active.
 func testsFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := newFixture(t, fixtureOpts{token: "t", options: func(o *Options) {
@@ -44,8 +44,8 @@ func testsFixture(t *testing.T) *fixture {
 	return f
 }
 
-// supportCases is a case file of the stored support protocol: lookup passes; wrong-expectation expects a
-// release of a call the protocol blocks (line 14).
+// supportCases is a case file of the stored support protocol: lookup passes; wrong-expectation
+// expects a release of a call the protocol blocks (line 14).
 const supportCases = `protocol: support
 cases:
   - name: lookup
@@ -76,9 +76,9 @@ func asJSON(t *testing.T, src string) string {
 	return string(b)
 }
 
-// TestPolicyTestsOverTheAPI: a case file posted as YAML or as JSON runs against the stored protocol; the
-// answer names each case, whether it passed, each failed expectation with its line and field, and what was
-// decided; run= picks cases by name.
+// TestPolicyTestsOverTheAPI: a case file posted as YAML or as JSON runs against the stored
+// protocol; the answer names each case, whether it passed, each failed expectation with its line
+// and field, and what was decided; run= picks cases by name.
 func TestPolicyTestsOverTheAPI(t *testing.T) {
 	t.Parallel()
 	f := testsFixture(t)
@@ -115,8 +115,9 @@ func TestPolicyTestsOverTheAPI(t *testing.T) {
 	}
 }
 
-// TestPolicyTestsRefuseBadInput: every bad form of a request to POST /admin/tests is refused with its status
-// and code, and nothing is run; a case file's problems are listed as the CLI names them, line and field.
+// TestPolicyTestsRefuseBadInput: every bad form of a request to POST /admin/tests is refused with
+// its status and code, and nothing is run; a case file's problems are listed as the CLI names them,
+// line and field.
 func TestPolicyTestsRefuseBadInput(t *testing.T) {
 	t.Parallel()
 	f := testsFixture(t)
@@ -153,8 +154,8 @@ func TestPolicyTestsRefuseBadInput(t *testing.T) {
 		t.Errorf("415 names the types: %s", e.Raw)
 	}
 
-	// The case file's own problems: 400 invalid_case_file, each "LINE: FIELD: MESSAGE" as the CLI prints it
-	// (without a file name), also as data.
+	// The case file's own problems: 400 invalid_case_file, each "LINE: FIELD: MESSAGE" as the CLI
+	// prints it (without a file name), also as data.
 	replace := func(old, new string) string {
 		if !strings.Contains(supportCases, old) {
 			t.Fatalf("the case file has no %q", old)
@@ -193,8 +194,8 @@ func TestPolicyTestsRefuseBadInput(t *testing.T) {
 	g.fails(404, "not_found", "POST", "/admin/tests", supportCases, "Content-Type", "application/yaml")
 }
 
-// toolCallsUpstream answers every request with calls of get_order (order id 12345, which the support protocol
-// blocks) and create_ticket (released).
+// toolCallsUpstream answers every request with calls of get_order (order id 12345, which the
+// support protocol blocks) and create_ticket (released).
 func toolCallsUpstream(t *testing.T) *recordingUpstream {
 	t.Helper()
 	u := &recordingUpstream{}
@@ -209,9 +210,9 @@ func toolCallsUpstream(t *testing.T) *recordingUpstream {
 	return u
 }
 
-// TestRecordOverTheAPIReplays: the proxy decides a request; POST /admin/tests/record writes a case from the
-// audit ring's events of it, as `promptgate test --record` does; posted back to POST /admin/tests, the case
-// passes; on another route the case is of that route's API.
+// TestRecordOverTheAPIReplays: the proxy decides a request; POST /admin/tests/record writes a case
+// from the audit ring's events of it, as `promptgate test --record` does; posted back to POST
+// /admin/tests, the case passes; on another route the case is of that route's API.
 func TestRecordOverTheAPIReplays(t *testing.T) {
 	t.Parallel()
 	f := testsFixture(t)
@@ -260,8 +261,8 @@ func jsonQuote(s string) string {
 	return string(b)
 }
 
-// TestRecordRefusesBadInput: every bad form of a request to POST /admin/tests/record is refused with its
-// status, code and param.
+// TestRecordRefusesBadInput: every bad form of a request to POST /admin/tests/record is refused
+// with its status, code and param.
 func TestRecordRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	f := testsFixture(t)

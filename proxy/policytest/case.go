@@ -28,17 +28,19 @@ func Suffixes() []string { return []string{".test.yaml", ".test.yml"} }
 // MaxFileBytes bounds a case file, and a file it names.
 const MaxFileBytes = 10 << 20
 
-// caseNamePattern is what a case's name may hold: it is a part of the name -run matches and CI shows.
+// caseNamePattern is what a case's name may hold: it is a part of the name -run matches and CI
+// shows.
 var caseNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$`)
 
-// Case is one policy test: a protocol, a request, the upstream's answers, and what must come of them.
+// Case is one policy test: a protocol, a request, the upstream's answers, and what must come of
+// them.
 type Case struct {
 	File string // the case file, as found ("" for one sent to the admin API)
 	Line int    // the line of the case in it
 	// Field is where the case is in its file ("cases[2]"), the prefix of its problems' fields.
 	Field string
-	// Name is the full name: the file's name, "/", the case's name (the case's name alone in a file without
-	// a name).
+	// Name is the full name: the file's name, "/", the case's name (the case's name alone in a file
+	// without a name).
 	Name string
 	Note string
 	// Protocol is the protocol the request runs under (the engine's default protocol).
@@ -51,7 +53,8 @@ type Case struct {
 	expect  expectations
 }
 
-// ProtocolRef names a protocol: by id (version 0: the active one) in the store, or by a definition file.
+// ProtocolRef names a protocol: by id (version 0: the active one) in the store, or by a definition
+// file.
 type ProtocolRef struct {
 	ID      string
 	Version int
@@ -78,8 +81,8 @@ type Problem struct {
 	Message string `json:"message"`
 }
 
-// String is "FILE:LINE: FIELD: MESSAGE", the parts not known left out ("FILE: MESSAGE" for a file that
-// cannot be read); without a file (a case file sent to the admin API) it starts at the line.
+// String is "FILE:LINE: FIELD: MESSAGE", the parts not known left out ("FILE: MESSAGE" for a file
+// that cannot be read); without a file (a case file sent to the admin API) it starts at the line.
 func (p Problem) String() string {
 	loc := p.File
 	if p.Line > 0 || p.Field != "" {
@@ -98,13 +101,15 @@ func (p Problem) String() string {
 	return strings.Join(append(parts, p.Message), ": ")
 }
 
-// answer is one answer of the upstream: a JSON body or an event stream, played to the proxy as it is.
+// answer is one answer of the upstream: a JSON body or an event stream, played to the proxy as it
+// is.
 type answer struct {
 	field  string
 	line   int
 	status int
 	header http.Header
-	// chunks are the answer's bytes in the pieces the proxy reads them in (one per event of a stream).
+	// chunks are the answer's bytes in the pieces the proxy reads them in (one per event of a
+	// stream).
 	chunks [][]byte
 	stream bool
 }
@@ -134,7 +139,8 @@ type fieldList struct {
 	line  int
 }
 
-// textChecks are checks on a text: substrings it must and must not hold, patterns it must and must not match.
+// textChecks are checks on a text: substrings it must and must not hold, patterns it must and must
+// not match.
 type textChecks struct {
 	contains, notContains []fieldText
 	matches, notMatches   []fieldPattern
@@ -169,15 +175,16 @@ func Outcomes() []string {
 	return []string{outcomeReleased, outcomeAudited, outcomeBlocked, outcomeHeld, outcomeConfirmed}
 }
 
-// callExpect is what must come of one call: it is named by its id, or by its tool (the calls of one tool
-// are taken in the order they were decided).
+// callExpect is what must come of one call: it is named by its id, or by its tool (the calls of one
+// tool are taken in the order they were decided).
 type callExpect struct {
 	id, tool string
 	outcome  string
 	rule     *string // nil: not checked; "" checks that no rule decided it
 	kind     string
 	reason   string // a substring of the decision's reason
-	// argsSHA256 is the hex SHA-256 of the call's arguments (a recorded call's, as the decision log keeps it).
+	// argsSHA256 is the hex SHA-256 of the call's arguments (a recorded call's, as the decision log
+	// keeps it).
 	argsSHA256 string
 	field      string
 	line       int
@@ -185,13 +192,13 @@ type callExpect struct {
 
 // Options say how a case file is read.
 type Options struct {
-	// NoFiles refuses every file a case names (a protocol's {file: PATH}, requestFile), each a problem at
-	// its field: the admin API reads no file of the server's.
+	// NoFiles refuses every file a case names (a protocol's {file: PATH}, requestFile), each a
+	// problem at its field: the admin API reads no file of the server's.
 	NoFiles bool
 }
 
-// ReadFile reads and checks the case file path; name is the prefix of its cases' names. Every problem
-// found is returned.
+// ReadFile reads and checks the case file path; name is the prefix of its cases' names. Every
+// problem found is returned.
 func ReadFile(path, name string) ([]*Case, []Problem) {
 	src, err := readLimited(path)
 	if err != nil {
@@ -200,8 +207,8 @@ func ReadFile(path, name string) ([]*Case, []Problem) {
 	return Parse(path, name, src, Options{})
 }
 
-// Parse reads the case file path, whose bytes are src; name is the prefix of its cases' names ("": none).
-// Every problem found is returned, each naming the file, the line and the field.
+// Parse reads the case file path, whose bytes are src; name is the prefix of its cases' names ("":
+// none). Every problem found is returned, each naming the file, the line and the field.
 func Parse(path, name string, src []byte, o Options) ([]*Case, []Problem) {
 	r := &yamlReader{file: path, noFiles: o.NoFiles}
 	var doc yaml.Node
@@ -258,8 +265,8 @@ func Parse(path, name string, src []byte, o Options) ([]*Case, []Problem) {
 // FileRef is a case file found, and the name its cases' names start with.
 type FileRef struct{ Path, Name string }
 
-// Load reads every case file, and keeps the cases filter matches (all of them when it is nil). Every
-// problem of every file is returned: a bad file is bad whether or not its cases are run.
+// Load reads every case file, and keeps the cases filter matches (all of them when it is nil).
+// Every problem of every file is returned: a bad file is bad whether or not its cases are run.
 func Load(files []FileRef, filter *regexp.Regexp) ([]*Case, []Problem) {
 	var cases []*Case
 	var problems []Problem
@@ -441,8 +448,8 @@ func (r *yamlReader) headers(n *yaml.Node, field string) http.Header {
 	return h
 }
 
-// request reads the client's body: request (a mapping, or a string taken byte for byte) or requestFile (a
-// path from the case file's folder).
+// request reads the client's body: request (a mapping, or a string taken byte for byte) or
+// requestFile (a path from the case file's folder).
 func (r *yamlReader) request(inline, file, at *yaml.Node, field, dir string) []byte {
 	switch {
 	case inline != nil && file != nil:
@@ -484,8 +491,8 @@ func (r *yamlReader) request(inline, file, at *yaml.Node, field, dir string) []b
 	return nil
 }
 
-// answers reads answer (one) or answers (a list: the upstream's answer to each request promptgate sends
-// it, in order; more than one where onViolation "continue" asks again).
+// answers reads answer (one) or answers (a list: the upstream's answer to each request promptgate
+// sends it, in order; more than one where onViolation "continue" asks again).
 func (r *yamlReader) answers(one, list *yaml.Node, field string) []answer {
 	switch {
 	case one != nil && list != nil:
@@ -510,8 +517,8 @@ func (r *yamlReader) answers(one, list *yaml.Node, field string) []answer {
 	return nil
 }
 
-// answer reads one answer: status, headers and one of body (JSON), events (a stream, event by event) or sse
-// (a stream as captured, byte for byte).
+// answer reads one answer: status, headers and one of body (JSON), events (a stream, event by
+// event) or sse (a stream as captured, byte for byte).
 func (r *yamlReader) answer(n *yaml.Node, field string) (answer, bool) {
 	a := answer{field: field, line: resolve(n).Line, status: http.StatusOK, header: http.Header{}}
 	m := r.fields(n, field, "status", "headers", "body", "events", "sse")
@@ -564,8 +571,8 @@ func (r *yamlReader) answer(n *yaml.Node, field string) (answer, bool) {
 	return a, len(r.errs) == before
 }
 
-// events reads a stream event by event: each item has data (a string as is, or a mapping written as JSON) and
-// an optional event name. Each event is played to the proxy as a read of its own.
+// events reads a stream event by event: each item has data (a string as is, or a mapping written as
+// JSON) and an optional event name. Each event is played to the proxy as a read of its own.
 func (r *yamlReader) events(n *yaml.Node, field string) [][]byte {
 	items, ok := r.list(n, field, "events ({data: ..., event: NAME})")
 	if ok && len(items) == 0 {
@@ -653,7 +660,8 @@ func (r *yamlReader) names(n *yaml.Node, field string) *fieldList {
 	return &fieldList{names: names, field: field, line: resolve(n).Line}
 }
 
-// textChecks reads contains, notContains (strings) and matches, notMatches (Go regular expressions).
+// textChecks reads contains, notContains (strings) and matches, notMatches (Go regular
+// expressions).
 func (r *yamlReader) textChecks(n *yaml.Node, field string) textChecks {
 	var t textChecks
 	if n == nil {

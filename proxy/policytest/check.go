@@ -19,11 +19,12 @@ import (
 type Result struct {
 	Case *Case
 	Took time.Duration
-	// Failures are the expectations the proxy did not meet; Problems are mistakes of the case itself found
-	// only by running it (an answer the surface cannot read, a call the answer does not hold).
+	// Failures are the expectations the proxy did not meet; Problems are mistakes of the case
+	// itself found only by running it (an answer the surface cannot read, a call the answer does
+	// not hold).
 	Failures, Problems []Problem
-	// Details say what was decided, a line each: the request's status, the protocol, the tools kept and
-	// removed, the layered prompt's size and every call's decision.
+	// Details say what was decided, a line each: the request's status, the protocol, the tools kept
+	// and removed, the layered prompt's size and every call's decision.
 	Details []string
 }
 
@@ -85,9 +86,9 @@ func errorSuffix(body []byte) string {
 	return ""
 }
 
-// checkAnswers finds the mistakes of the case's answers that only running it shows: no answer where the
-// proxy asked for one, an answer the surface cannot read, a stream for a request that asked for none (or the
-// other way round). It reports false when the run says nothing more about the case.
+// checkAnswers finds the mistakes of the case's answers that only running it shows: no answer where
+// the proxy asked for one, an answer the surface cannot read, a stream for a request that asked for
+// none (or the other way round). It reports false when the run says nothing more about the case.
 func checkAnswers(r *Result, out *outcome) bool {
 	c := r.Case
 	if out.asked > 0 && out.prepared == nil {
@@ -233,8 +234,8 @@ func outcomeOf(v vet.Verdict) string {
 	return outcomeBlocked
 }
 
-// checkCalls matches the expected calls to the decisions — by id, or by tool in the order decided — and
-// checks each; a call the case does not name fails it.
+// checkCalls matches the expected calls to the decisions — by id, or by tool in the order decided —
+// and checks each; a call the case does not name fails it.
 func checkCalls(r *Result, out *outcome, want []callExpect) {
 	taken := make([]bool, len(out.decisions))
 	var answers [][]byte

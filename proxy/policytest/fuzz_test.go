@@ -10,9 +10,9 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// FuzzParseCaseFile: any bytes as a case file give cases or problems, never a panic; a file read without a
-// problem has, in every case, a name, a rewritten route and a request; read without files (the admin API),
-// no case it gives names a file.
+// FuzzParseCaseFile: any bytes as a case file give cases or problems, never a panic; a file read
+// without a problem has, in every case, a name, a rewritten route and a request; read without files
+// (the admin API), no case it gives names a file.
 func FuzzParseCaseFile(f *testing.F) {
 	for _, dir := range []string{examplesTests, filepath.Join("..", "..", "cmd", "promptgate", "testdata", "policytest")} {
 		paths, _ := filepath.Glob(filepath.Join(dir, "*.test.yaml"))
@@ -45,8 +45,8 @@ func FuzzParseCaseFile(f *testing.F) {
 	})
 }
 
-// FuzzYAMLValueAsJSON: a YAML value that jsonValue writes as JSON is valid JSON, and encoding/json reads
-// it as the value YAML gives (through JSON: numbers are float64 to both).
+// FuzzYAMLValueAsJSON: a YAML value that jsonValue writes as JSON is valid JSON, and encoding/json
+// reads it as the value YAML gives (through JSON: numbers are float64 to both).
 func FuzzYAMLValueAsJSON(f *testing.F) {
 	for _, s := range []string{"{b: 1, a: [true, null, 1.5, '1.50', x, -0x10]}", "{z: &v {k: v}, y: *v}", "[1e3, 0o17, .5, ~]",
 		`{"k": "é\u2028\n"}`, "{a: {b: {c: [[]]}}}", "{1: a}", "{a: !!binary aGk=}"} {

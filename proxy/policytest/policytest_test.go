@@ -21,7 +21,8 @@ import (
 // examplesTests is the folder of the example protocols' case files.
 var examplesTests = filepath.Join("..", "..", "examples", "tests")
 
-// testConfig is a deployment with the defaults: no tool policy, the default prompt settings and limits.
+// testConfig is a deployment with the defaults: no tool policy, the default prompt settings and
+// limits.
 func testConfig() Config { return Config{Settings: assembly.DefaultSettings()} }
 
 // exampleCases reads every case file of examples/tests.
@@ -42,8 +43,9 @@ func exampleCases(t *testing.T) []*Case {
 	return cases
 }
 
-// TestExamplesCoverTheOutcomes runs every example case through Env.Run: each passes, and between them they
-// release, block and hold calls, check the layered prompt and the tools kept, on every surface, in streams too.
+// TestExamplesCoverTheOutcomes runs every example case through Env.Run: each passes, and between
+// them they release, block and hold calls, check the layered prompt and the tools kept, on every
+// surface, in streams too.
 func TestExamplesCoverTheOutcomes(t *testing.T) {
 	t.Parallel()
 	cases := exampleCases(t)
@@ -97,8 +99,8 @@ func supportBody(t *testing.T) []byte {
 	return b
 }
 
-// storedCase is a case file that names the support protocol of the store by PROTOCOL, with no file: its
-// first case passes, its second expects a release the protocol blocks.
+// storedCase is a case file that names the support protocol of the store by PROTOCOL, with no file:
+// its first case passes, its second expects a release the protocol blocks.
 const storedCase = `protocol: PROTOCOL
 cases:
   - name: lookup
@@ -134,9 +136,9 @@ func supportStore(t *testing.T) *store.Bolt {
 	return st
 }
 
-// TestRunFromBytesAgainstAStore: a case file given as bytes, with no name and no file, runs against a
-// store's protocol (the active one, or a version); each result names the case-file line of what failed, and
-// a version the store lacks is a problem at the protocol's line.
+// TestRunFromBytesAgainstAStore: a case file given as bytes, with no name and no file, runs against
+// a store's protocol (the active one, or a version); each result names the case-file line of what
+// failed, and a version the store lacks is a problem at the protocol's line.
 func TestRunFromBytesAgainstAStore(t *testing.T) {
 	t.Parallel()
 	st := supportStore(t)
@@ -183,8 +185,8 @@ func TestRunFromBytesAgainstAStore(t *testing.T) {
 	}
 }
 
-// TestParseWithoutFilesRefusesEveryFile: with NoFiles, a protocol file and a request file are each refused at
-// their field, and nothing is read (a path that exists is refused as one that does not).
+// TestParseWithoutFilesRefusesEveryFile: with NoFiles, a protocol file and a request file are each
+// refused at their field, and nothing is read (a path that exists is refused as one that does not).
 func TestParseWithoutFilesRefusesEveryFile(t *testing.T) {
 	t.Parallel()
 	exists, err := filepath.Abs(filepath.Join("..", "..", "examples", "protocols", "support.json"))
@@ -212,7 +214,8 @@ func TestParseWithoutFilesRefusesEveryFile(t *testing.T) {
 	}
 }
 
-// TestProblemString: a problem reads FILE:LINE: FIELD: MESSAGE, with the parts that are not known left out.
+// TestProblemString: a problem reads FILE:LINE: FIELD: MESSAGE, with the parts that are not known
+// left out.
 func TestProblemString(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -231,8 +234,8 @@ func TestProblemString(t *testing.T) {
 	}
 }
 
-// TestRecordingReplays: a recording of logged decisions is a case file that Parse reads without a problem and
-// that passes against the store that decided them.
+// TestRecordingReplays: a recording of logged decisions is a case file that Parse reads without a
+// problem and that passes against the store that decided them.
 func TestRecordingReplays(t *testing.T) {
 	t.Parallel()
 	st := supportStore(t)
@@ -288,9 +291,10 @@ func TestRecordingReplays(t *testing.T) {
 	}
 }
 
-// TestAliasesCannotExpandAFile: a YAML alias repeats its anchor's value; a request named once by anchor and
-// then by alias is read in each case, but a small file whose aliases nest (a billion elements) or repeat a
-// large value is refused at the field where it goes over, without writing what it names.
+// TestAliasesCannotExpandAFile: a YAML alias repeats its anchor's value; a request named once by
+// anchor and then by alias is read in each case, but a small file whose aliases nest (a billion
+// elements) or repeat a large value is refused at the field where it goes over, without writing
+// what it names.
 func TestAliasesCannotExpandAFile(t *testing.T) {
 	t.Parallel()
 	reuse := "protocol: x\ncases:\n  - name: a\n    request: &req {model: m, messages: [{role: user, content: hi}]}\n    expect: {status: 200}\n" +
@@ -325,8 +329,8 @@ func TestAliasesCannotExpandAFile(t *testing.T) {
 	}
 }
 
-// TestAppendJSONReadsAsYAMLDoes: a YAML value written as JSON keeps its keys in order and each scalar's
-// value as YAML reads it; what JSON cannot hold is refused.
+// TestAppendJSONReadsAsYAMLDoes: a YAML value written as JSON keeps its keys in order and each
+// scalar's value as YAML reads it; what JSON cannot hold is refused.
 func TestAppendJSONReadsAsYAMLDoes(t *testing.T) {
 	t.Parallel()
 	r := &yamlReader{file: "f"}

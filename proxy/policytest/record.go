@@ -29,7 +29,8 @@ type Recording struct {
 	protocolVersion int
 	removed         []string
 	calls           []recordedCall
-	// other are the events of other kinds (a request refused as a whole), which a case does not replay.
+	// other are the events of other kinds (a request refused as a whole), which a case does not
+	// replay.
 	other []audit.Event
 }
 
@@ -39,9 +40,9 @@ type recordedCall struct {
 	more []audit.Event
 }
 
-// NewRecording groups the events of request id, oldest first, that came on path (a rewritten route: the
-// log does not keep it). The log keeps no call id: a call's further decisions are the events that follow its
-// decision without arguments of their own, about the same tool, in the same round.
+// NewRecording groups the events of request id, oldest first, that came on path (a rewritten route:
+// the log does not keep it). The log keeps no call id: a call's further decisions are the events
+// that follow its decision without arguments of their own, about the same tool, in the same round.
 func NewRecording(id, path string, events []audit.Event) (*Recording, error) {
 	if len(events) == 0 {
 		return nil, fmt.Errorf("no decision of request %q: is the id right (the X-Request-Id of the answer), and is the event still in the log?", id)
@@ -101,8 +102,8 @@ func (r *Recording) tools() []string {
 	return out
 }
 
-// callID is the id a recorded call is given in the answer (the log keeps none); "" on Gemini, whose calls
-// may have none.
+// callID is the id a recorded call is given in the answer (the log keeps none); "" on Gemini, whose
+// calls may have none.
 func (r *Recording) callID(i int) string {
 	switch r.surface() {
 	case surfaceMessages:
@@ -113,7 +114,8 @@ func (r *Recording) callID(i int) string {
 	return "call_" + strconv.Itoa(i+1)
 }
 
-// args are a call's arguments: as kept, or a placeholder object that names the digest of the real ones.
+// args are a call's arguments: as kept, or a placeholder object that names the digest of the real
+// ones.
 func (c recordedCall) args() (raw string, kept bool) {
 	if c.main.Args != "" {
 		return c.main.Args, true
@@ -121,7 +123,8 @@ func (c recordedCall) args() (raw string, kept bool) {
 	return fmt.Sprintf(`{"PLACEHOLDER":"the arguments are not kept (audit.includeArguments is off); their SHA-256 is %s"}`, c.main.ArgsSHA256), false
 }
 
-// request is the recorded request's body: placeholders, with every tool declared with an open schema.
+// request is the recorded request's body: placeholders, with every tool declared with an open
+// schema.
 func (r *Recording) request() []byte {
 	var tools []string
 	for _, t := range r.tools() {
@@ -149,8 +152,9 @@ func (r *Recording) request() []byte {
 	return []byte(`{"contents":[{"role":"user","parts":[{"text":` + user + `}]}],"tools":[{"functionDeclarations":[` + strings.Join(tools, ",") + `]}]}`)
 }
 
-// answer is the upstream's answer of a round: its calls, with their arguments byte for byte as logged;
-// sep goes between the calls (a line break makes a body readable; none keeps an event on its line).
+// answer is the upstream's answer of a round: its calls, with their arguments byte for byte as
+// logged; sep goes between the calls (a line break makes a body readable; none keeps an event on
+// its line).
 func (r *Recording) answer(round int, sep string) string {
 	var parts []string
 	for i, c := range r.calls {
@@ -191,7 +195,8 @@ func mustJSON(s string) []byte {
 	return b
 }
 
-// note says who recorded the case (by), from what and when, and which of its values are placeholders.
+// note says who recorded the case (by), from what and when, and which of its values are
+// placeholders.
 func (r *Recording) note(by, source string, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Recorded by %s from %s on %s.\n", by, source, now.Format(time.RFC3339))
@@ -313,8 +318,8 @@ func outcomeOfVerdict(v string) string {
 	return outcomeBlocked
 }
 
-// answerNode is the answer of a round, its body as JSON text (the calls' arguments stay byte for byte as
-// logged): a body, or one event where the route is a Gemini stream.
+// answerNode is the answer of a round, its body as JSON text (the calls' arguments stay byte for
+// byte as logged): a body, or one event where the route is a Gemini stream.
 func (r *Recording) answerNode(round int) *yaml.Node {
 	a := mapping()
 	if strings.Contains(r.path, ":streamGenerateContent") {

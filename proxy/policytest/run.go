@@ -26,17 +26,17 @@ import (
 	"github.com/promptgate/promptgate/store/builtin"
 )
 
-// Config is the deployment's part of a run: the tool policy (its access and kill switches), the prompt
-// settings and the limits, as serve uses them. Routes and the default protocol are not used: each case runs
-// under its own protocol.
+// Config is the deployment's part of a run: the tool policy (its access and kill switches), the
+// prompt settings and the limits, as serve uses them. Routes and the default protocol are not used:
+// each case runs under its own protocol.
 type Config struct {
 	Policy   policy.Config
 	Settings assembly.Settings
 	Limits   proxy.Limits
 }
 
-// Env is what every case of a run shares: the deployment's config and the definitions the case's protocol
-// joins (a store's, or the built-in ones), with the records of the cases' protocols.
+// Env is what every case of a run shares: the deployment's config and the definitions the case's
+// protocol joins (a store's, or the built-in ones), with the records of the cases' protocols.
 type Env struct {
 	cfg  Config
 	base store.Snapshot
@@ -55,9 +55,9 @@ type Versions interface {
 	Get(ctx context.Context, kind store.Kind, name string, version int) (store.Record, error)
 }
 
-// LoadProtocols reads the protocols the cases name — definition files, checked as `protocols push` checks
-// them, and versions of st (nil when no case names one) — each checked against the definitions it joins.
-// A protocol that cannot be had is a problem at the field that names it.
+// LoadProtocols reads the protocols the cases name — definition files, checked as `protocols push`
+// checks them, and versions of st (nil when no case names one) — each checked against the
+// definitions it joins. A protocol that cannot be had is a problem at the field that names it.
 func (e *Env) LoadProtocols(ctx context.Context, cases []*Case, st Versions) []Problem {
 	var problems []Problem
 	for _, c := range cases {
@@ -91,8 +91,8 @@ func BuiltinSnapshot() store.Snapshot {
 	return s
 }
 
-// loadProtocol reads the protocol ref names: a definition file, checked as `protocols push` checks it, or a
-// version of the store.
+// loadProtocol reads the protocol ref names: a definition file, checked as `protocols push` checks
+// it, or a version of the store.
 func loadProtocol(ctx context.Context, ref ProtocolRef, st Versions) (store.Record, error) {
 	if ref.File != "" {
 		body, err := readLimited(ref.File)
@@ -124,8 +124,8 @@ func loadProtocol(ctx context.Context, ref ProtocolRef, st Versions) (store.Reco
 	return rec, err
 }
 
-// checkProtocolLinks checks rec against the definitions it joins, as the store checks a version it activates
-// (a workflow extends a protocol there, one level deep).
+// checkProtocolLinks checks rec against the definitions it joins, as the store checks a version it
+// activates (a workflow extends a protocol there, one level deep).
 func checkProtocolLinks(base store.Snapshot, rec store.Record) error {
 	snap := store.Snapshot{Templates: base.Templates, Protocols: map[string]store.Record{}}
 	for id, r := range base.Protocols {
@@ -135,8 +135,8 @@ func checkProtocolLinks(base store.Snapshot, rec store.Record) error {
 	return proxy.CheckLinks(snap, []string{store.Key(store.KindProtocol, rec.Name)})
 }
 
-// Run runs c through the proxy's own handler and checks what came of it. The error is one of the run itself
-// (the engine could not be built), not of the case.
+// Run runs c through the proxy's own handler and checks what came of it. The error is one of the
+// run itself (the engine could not be built), not of the case.
 func (e *Env) Run(ctx context.Context, c *Case) (*Result, error) {
 	start := time.Now()
 	out, err := e.runCase(ctx, c)
@@ -148,11 +148,12 @@ func (e *Env) Run(ctx context.Context, c *Case) (*Result, error) {
 	return r, nil
 }
 
-// caseUpstream is the base URL the upstream table's "openai" line names in a case: the case's transport
-// answers every request, and no connection is made.
+// caseUpstream is the base URL the upstream table's "openai" line names in a case: the case's
+// transport answers every request, and no connection is made.
 func caseUpstream() *url.URL { return &url.URL{Scheme: "https", Host: "api.openai.com", Path: "/v1"} }
 
-// caseHost is the proxy listener's address the cases' requests name (loopback: the listener answers it).
+// caseHost is the proxy listener's address the cases' requests name (loopback: the listener answers
+// it).
 const caseHost = "127.0.0.1:8787"
 
 // outcome is what came of running one case through the proxy.
@@ -167,7 +168,8 @@ type outcome struct {
 	// asked is how many answers the proxy asked the upstream for; sent the bodies it sent.
 	asked int
 	sent  [][]byte
-	// panicked is what the handler panicked with (the reverse proxy aborts an answer it cannot finish so).
+	// panicked is what the handler panicked with (the reverse proxy aborts an answer it cannot
+	// finish so).
 	panicked any
 }
 
@@ -181,8 +183,9 @@ type preparedView struct {
 	stream   bool
 }
 
-// runCase runs c through the proxy's own handler, in process: the request goes in as a client's would, the
-// upstream is a transport that plays the case's answers, and an observer keeps what the proxy decided.
+// runCase runs c through the proxy's own handler, in process: the request goes in as a client's
+// would, the upstream is a transport that plays the case's answers, and an observer keeps what the
+// proxy decided.
 func (e *Env) runCase(ctx context.Context, c *Case) (*outcome, error) {
 	rec, ok := e.protocols[c.Protocol.String()]
 	if !ok || rec.Name == "" {
@@ -276,8 +279,8 @@ func (o *caseObserver) result() (*preparedView, []vet.Decision) {
 	return o.prepared, o.decisions
 }
 
-// caseTransport is the upstream of a case: it answers the n-th request promptgate sends with the case's n-th
-// answer, and keeps what it was sent. It reaches no network.
+// caseTransport is the upstream of a case: it answers the n-th request promptgate sends with the
+// case's n-th answer, and keeps what it was sent. It reaches no network.
 type caseTransport struct {
 	mu      sync.Mutex
 	answers []answer
@@ -323,7 +326,8 @@ func (t *caseTransport) result() (int, [][]byte) {
 	return len(t.sent), t.sent
 }
 
-// chunkReader plays chunks, one per Read at most (a stream arrives event by event, as an upstream sends it).
+// chunkReader plays chunks, one per Read at most (a stream arrives event by event, as an upstream
+// sends it).
 type chunkReader struct {
 	chunks [][]byte
 	off    int
@@ -375,8 +379,8 @@ func (w *captureWriter) code() int {
 	return w.status
 }
 
-// errorCode is the code of the OpenAI-shaped error in a body, or of the error event of a stream ("" when
-// there is none).
+// errorCode is the code of the OpenAI-shaped error in a body, or of the error event of a stream (""
+// when there is none).
 func errorCode(body []byte) string {
 	if c := gjson.GetBytes(body, "error.code"); c.Exists() {
 		return c.String()

@@ -13,8 +13,8 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// yamlReader reads a case file's YAML nodes strictly: every problem is kept with its line and field, unknown
-// and repeated keys included, so that one run names every mistake of a file.
+// yamlReader reads a case file's YAML nodes strictly: every problem is kept with its line and
+// field, unknown and repeated keys included, so that one run names every mistake of a file.
 type yamlReader struct {
 	file string
 	errs []Problem
@@ -26,13 +26,13 @@ type yamlReader struct {
 	tooLarge bool
 }
 
-// maxRead bounds what one case file may give, in bytes of strings and of JSON written from YAML: a file holds
-// at most MaxFileBytes, but a YAML alias repeats its anchor's value each time it is named, so that a small
-// file could name a value a billion times.
+// maxRead bounds what one case file may give, in bytes of strings and of JSON written from YAML: a
+// file holds at most MaxFileBytes, but a YAML alias repeats its anchor's value each time it is
+// named, so that a small file could name a value a billion times.
 const maxRead = 4 * MaxFileBytes
 
-// spend counts size bytes read at field; false, and a problem (the first time), when the file gives more
-// than maxRead.
+// spend counts size bytes read at field; false, and a problem (the first time), when the file gives
+// more than maxRead.
 func (r *yamlReader) spend(n *yaml.Node, field string, size int) bool {
 	if r.read += size; r.read <= maxRead {
 		return true
@@ -82,9 +82,9 @@ func kindName(n *yaml.Node) string {
 	return "a document"
 }
 
-// fields reads the mapping n at field whose keys must be among known: the value of each key given, by key.
-// An unknown or repeated key, and a value that is not a mapping, are problems (nil is returned for the
-// latter).
+// fields reads the mapping n at field whose keys must be among known: the value of each key given,
+// by key. An unknown or repeated key, and a value that is not a mapping, are problems (nil is
+// returned for the latter).
 func (r *yamlReader) fields(n *yaml.Node, field string, known ...string) map[string]*yaml.Node {
 	n = resolve(n)
 	if n.Kind != yaml.MappingNode {
@@ -118,8 +118,8 @@ func joinField(field, key string) string {
 	return field + "." + key
 }
 
-// str reads a string scalar. Numbers and booleans written where a string goes are refused, so that `name:
-// 1.10` does not silently become "1.1".
+// str reads a string scalar. Numbers and booleans written where a string goes are refused, so that
+// `name: 1.10` does not silently become "1.1".
 func (r *yamlReader) str(n *yaml.Node, field string) (string, bool) {
 	n = resolve(n)
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
@@ -170,8 +170,8 @@ func (r *yamlReader) list(n *yaml.Node, field, what string) ([]*yaml.Node, bool)
 	return n.Content, true
 }
 
-// jsonValue reads a JSON value written in YAML: a mapping or a list becomes compact JSON with its keys in the
-// order written; a string is taken as JSON text, byte for byte, and must be valid JSON.
+// jsonValue reads a JSON value written in YAML: a mapping or a list becomes compact JSON with its
+// keys in the order written; a string is taken as JSON text, byte for byte, and must be valid JSON.
 func (r *yamlReader) jsonValue(n *yaml.Node, field string) ([]byte, bool) {
 	n = resolve(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
