@@ -138,6 +138,12 @@ func TestConsoleAccessibility(t *testing.T) {
 				runIn(t, ctx, script(`document.querySelector('#events tbody tr button').click()`))
 				waitFor(t, ctx, 5*time.Second, "event dialog", `document.getElementById('dialog').open`)
 				check(t, ctx, "event details")
+				// A call's details offer to record it as a policy test.
+				runIn(t, ctx, chromedp.Click(chromedp.CSS("#dialog-cancel")))
+				waitFor(t, ctx, 5*time.Second, "event dialog closed", `!document.getElementById('dialog').open`)
+				runIn(t, ctx, script(`[...document.querySelectorAll('#events tbody tr')].find((tr) => tr.dataset.kind === 'tool_call').querySelector('button').click()`))
+				waitFor(t, ctx, 5*time.Second, "a call's dialog with Record as a test", `document.getElementById('dialog').open && document.getElementById('record-test')`)
+				check(t, ctx, "a call's details")
 			})
 			t.Run("preview", func(t *testing.T) {
 				ctx := tab(t)
@@ -146,6 +152,18 @@ func TestConsoleAccessibility(t *testing.T) {
 				runIn(t, ctx, script(`document.querySelector('#preview-form button[type=submit]').click()`))
 				waitFor(t, ctx, 10*time.Second, "preview shown", `!document.getElementById('preview-out').hidden`)
 				check(t, ctx, "preview")
+				// The policy test's results, a failure and what was decided shown; then a bad case file's problems.
+				waitFor(t, ctx, 5*time.Second, "the example case", `document.getElementById('pt-file').value.includes('cases:')`)
+				for _, run := range []struct{ where, file, shown, key string }{
+					{"policy test results", policyTestFailing, `document.querySelector('#pt-cases li[data-passed="false"] .pt-failures')`, "#pt-cases .pt-failures li"},
+					{"policy test of a bad case file", strings.Replace(policyTestFailing, "    expect:", "    expct: {}\n    expect:", 1), `!document.getElementById('pt-error').hidden`, "#pt-error li"},
+				} {
+					runIn(t, ctx, script(`(() => { document.getElementById('pt-file').value = `+js(run.file)+`; document.getElementById('pt-out').hidden = true;
+						document.getElementById('pt-error').hidden = true; document.querySelector('#pt-form button[type=submit]').click(); })()`))
+					waitFor(t, ctx, 10*time.Second, run.where, run.shown)
+					runIn(t, ctx, script(`document.querySelectorAll('#pt-cases details').forEach((d) => { d.open = true; })`))
+					check(t, ctx, run.where, run.key)
+				}
 			})
 			t.Run("definitions and the rollback dialog", func(t *testing.T) {
 				ctx := tab(t)

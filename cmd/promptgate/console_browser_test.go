@@ -374,6 +374,23 @@ func waitFor(t *testing.T, ctx context.Context, within time.Duration, what, cond
 	}
 }
 
+// waitNavigated waits until the page has navigated to path and its document is loaded (an evaluation
+// while the old document goes away may fail: it is tried again).
+func waitNavigated(t *testing.T, ctx context.Context, path string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`location.pathname === `+js(path)+` && document.readyState === 'complete' && Boolean(document.getElementById('page'))`))
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no navigation to %s within 10s (%v)", path, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // open loads a console page in ctx and signs in when the login form shows.
 func (s *consoleStack) open(t *testing.T, ctx context.Context, page string) {
 	t.Helper()
@@ -652,6 +669,76 @@ func TestConsoleInBrowser(t *testing.T) {
 		screenshot(t, ctx, "preview-flow")
 	})
 
+	t.Run("policy test: a passing case, a failing one, a bad file, and a case recorded from an event", func(t *testing.T) {
+		ctx := s.tab(t, bctx)
+		s.open(t, ctx, "preview")
+		waitFor(t, ctx, 10*time.Second, "the example case", `document.getElementById('pt-file').value.includes('name: text-answer-no-call')`)
+		if got := eval[string](t, ctx, `document.getElementById('pt-file').value`); !strings.Contains(got, "\nprotocol: neutral\n") {
+			t.Fatalf("the example does not name the default protocol:\n%s", got)
+		}
+		runCases := func(file string) {
+			t.Helper()
+			if file != "" {
+				runIn(t, ctx, script(`document.getElementById('pt-file').value = `+js(file)))
+			}
+			runIn(t, ctx, script(`(() => { document.getElementById('pt-out').hidden = true; document.getElementById('pt-error').hidden = true;
+				document.querySelector('#pt-form button[type=submit]').click(); })()`))
+			waitFor(t, ctx, 10*time.Second, "the run's answer", `!document.getElementById('pt-out').hidden || !document.getElementById('pt-error').hidden`)
+		}
+		runCases("")
+		waitFor(t, ctx, time.Second, "the example passes", `document.querySelector('#pt-cases li[data-case="text-answer-no-call"][data-passed="true"]') && document.getElementById('pt-summary').textContent === 'PASS: 1 of 1 case passed.'`)
+
+		runCases(policyTestFailing)
+		if got := eval[string](t, ctx, `document.getElementById('pt-summary').textContent + ' | ' + document.querySelector('#pt-cases li[data-passed="false"] .pt-failures').textContent`); !strings.Contains(got,
+			"FAIL: 1 of 2 cases passed. | line 13: cases[1].expect.calls[0]: call shell id call_1: got blocked by tool_call: arguments do not match schema") || !strings.Contains(got, "want released") {
+			t.Fatalf("the failing case: %q", got)
+		}
+		if got := eval[string](t, ctx, `document.querySelector('#pt-cases li[data-passed="false"] details pre').textContent`); !strings.Contains(got, "call 1: shell id call_1: blocked") {
+			t.Fatalf("what was decided: %q", got)
+		}
+		runIn(t, ctx, script(`document.querySelector('#pt-cases li[data-passed="false"] details').open = true`),
+			script(`document.getElementById('policy-test').scrollIntoView({block: 'start'})`))
+		screenshot(t, ctx, "preview-policy-test")
+
+		for file, want := range map[string]string{
+			"cases: [\n  - name: x\n": "The case file has 1 problem; nothing was run:not valid YAML: line ",
+			strings.Replace(policyTestFailing, "protocol: neutral", "protocol: {file: /etc/passwd}", 1): "line 1: protocol.file: the admin API reads no file",
+			strings.Replace(policyTestFailing, "    expect:", "    expct: {}\n    expect:", 1):          "line 7: cases[0].expct: unknown key",
+		} {
+			runCases(file)
+			if got := eval[string](t, ctx, `document.getElementById('pt-out').hidden + ' ' + document.getElementById('pt-error').textContent`); !strings.HasPrefix(got, "true ") || !strings.Contains(got, want) {
+				t.Errorf("a bad case file: %q, want %q", got, want)
+			}
+		}
+
+		// A tool removed by the kill switch is a decision; its details record it as a case, which the panel
+		// opens with and which passes.
+		s.adminCall("PUT", "/admin/tools/legacy_report/enabled", `{"enabled":false}`, 200)
+		defer s.adminCall("DELETE", "/admin/tools/legacy_report/enabled", "", 200)
+		resp, _ := s.chat(chatWithTools("hello", "legacy_report"))
+		id := resp.Header.Get("X-Request-Id")
+		s.open(t, ctx, "decisions")
+		runIn(t, ctx, chromedp.SendKeys(chromedp.CSS("#f-request"), id))
+		row := `[...document.querySelectorAll('#events tbody tr')].find(tr => tr.textContent.includes(` + js(id) + `) && tr.dataset.kind === 'tool_removed')`
+		waitFor(t, ctx, 5*time.Second, "the removal on Decisions", `document.querySelectorAll('#events tbody tr').length === 1 && `+row)
+		runIn(t, ctx, script(`(`+row+`).querySelector('button').click()`))
+		waitFor(t, ctx, 5*time.Second, "the event's details offer to record it", `document.getElementById('dialog').open && document.getElementById('record-test')`)
+		runIn(t, ctx, chromedp.Click(chromedp.CSS("#record-test")))
+		waitNavigated(t, ctx, "/console/preview")
+		waitFor(t, ctx, 10*time.Second, "the recorded case in the policy test", `!document.getElementById('page').hidden && document.getElementById('pt-file').value.includes(`+js("name: "+id)+`)`)
+		file := eval[string](t, ctx, `document.getElementById('pt-file').value`)
+		for _, want := range []string{"protocol: neutral@", "toolsRemoved:\n        - legacy_report\n", "Recorded by POST /admin/tests/record"} {
+			if !strings.Contains(file, want) {
+				t.Errorf("the recorded case lacks %q:\n%s", want, file)
+			}
+		}
+		if eval[string](t, ctx, `document.activeElement.id`) != "pt-file" {
+			t.Error("the recorded case's text box does not have the focus")
+		}
+		runCases("")
+		waitFor(t, ctx, time.Second, "the recorded case passes", `document.querySelector('#pt-cases li[data-passed="true"]') && document.getElementById('pt-summary').textContent.startsWith('PASS')`)
+	})
+
 	t.Run("definitions: a diff shows the changed rule; activate then roll back change the next request", func(t *testing.T) {
 		v1 := gjson.GetBytes(s.adminCall("GET", "/admin/protocols/neutral/versions/1", "", 200), "body").Raw
 		rules := gjson.Get(v1, "promptTemplate.overrides.rules").String()
@@ -871,6 +958,23 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("browser: %s", e)
 	}
 }
+
+// policyTestFailing is a case file of the neutral protocol: its first case passes, its second expects a
+// release of the call the tool's schema blocks (line 13).
+const policyTestFailing = `protocol: neutral
+cases:
+  - name: answer-without-call
+    request: {model: m, messages: [{role: user, content: hello}]}
+    answer:
+      body: {id: c1, object: chat.completion, created: 1, model: m, choices: [{index: 0, finish_reason: stop, message: {role: assistant, content: ok}}]}
+    expect: {status: 200, calls: []}
+  - name: shell-expected-released
+    request: {model: m, messages: [{role: user, content: call shell}], tools: [{type: function, function: {name: shell, parameters: {type: object, properties: {cmd: {type: integer}}}}}]}
+    answer:
+      body: {id: c2, object: chat.completion, created: 1, model: m, choices: [{index: 0, finish_reason: tool_calls, message: {role: assistant, content: null, tool_calls: [{id: call_1, type: function, function: {name: shell, arguments: '{"cmd":"id"}'}}]}}]}
+    expect:
+      calls: [{id: call_1, outcome: released}]
+`
 
 // TestToolInventoryCountsBlockedCalls: a tool the requests keep, whose calls the answers have blocked, is
 // listed by the inventory with those calls counted; a blocked call of a name no request declared adds no

@@ -12,17 +12,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/promptgate/promptgate/policy/audit"
 )
 
-// TestRecordReplaysALiveDecision: serve decides a request; `test --record` writes a case from the decision
-// log — through the admin API while serve holds the ring, from the ring file once it stopped, and from the
-// JSON lines of audit.file, the same case each time — and the case passes. Where the log kept only the
-// arguments' digest, the arguments are placeholders: the case fails, saying so, until they are filled in.
+// TestRecordReplaysALiveDecision: serve decides a request; `test --record` writes a case from the
+// decision log — through the admin API while serve holds the ring, from the ring file once it
+// stopped, and from the JSON lines of audit.file, the same case each time — and the case passes.
+// Where the log kept only the arguments' digest, the arguments are placeholders: the case fails,
+// saying so, until they are filled in.
 func TestRecordReplaysALiveDecision(t *testing.T) {
 	t.Parallel()
-	// The upstream's calls, with their arguments as it sends them: the support protocol blocks the first
-	// (rule order-id), releases the second and blocks the third (not in the allowlist).
+	// The upstream's calls, with their arguments as it sends them: the support protocol blocks the
+	// first (rule order-id), releases the second and blocks the third (not in the allowlist).
 	recordedCalls := []struct{ tool, args string }{
 		{"get_order", `{"order_id":"12345"}`},
 		{"create_ticket", `{"priority":"low","body":"Parcel damaged"}`},
@@ -34,7 +37,9 @@ func TestRecordReplaysALiveDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	jsonl := filepath.Join(dir, "events.jsonl")
-	cfg := writeFile(t, dir, "pg.yaml", "defaultProtocol: support\naudit: {includeArguments: true, file: "+jsonl+"}\n")
+	// search_kb is switched off by the config: serve's tool policy is what POST /admin/tests runs
+	// with.
+	cfg := writeFile(t, dir, "pg.yaml", "defaultProtocol: support\naudit: {includeArguments: true, file: "+jsonl+"}\ntools: {search_kb: {enabled: false}}\n")
 	var calls []string
 	for i, c := range recordedCalls {
 		calls = append(calls, `{"id":"call_`+strconv.Itoa(i+1)+`","type":"function","function":{"name":"`+c.tool+`","arguments":`+jsonString(c.args)+`}}`)
@@ -73,6 +78,7 @@ func TestRecordReplaysALiveDecision(t *testing.T) {
 	if !strings.Contains(errOut, "held by a running server; using its admin API at "+s.admin) {
 		t.Errorf("stderr: %s", errOut)
 	}
+	fromAPI := recordAndRunOverTheAPI(t, s.admin, id)
 	if err := s.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -101,8 +107,8 @@ func TestRecordReplaysALiveDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if withoutSource(fromRing) != withoutSource(text) || withoutSource(fromLines) != withoutSource(text) {
-		t.Errorf("the cases differ:\n%s\n%s\n%s", text, fromRing, fromLines)
+	if withoutSource(fromRing) != withoutSource(text) || withoutSource(fromLines) != withoutSource(text) || withoutSource(fromAPI) != withoutSource(text) {
+		t.Errorf("the cases differ:\n%s\n%s\n%s\n%s", text, fromRing, fromLines, fromAPI)
 	}
 
 	// The arguments' digest only (audit.includeArguments off): placeholders, which fail the case.
@@ -142,11 +148,45 @@ func TestRecordReplaysALiveDecision(t *testing.T) {
 	}
 }
 
+// recordAndRunOverTheAPI records the case of request id through the admin API of a running serve,
+// runs it there (it passes), runs a case of the config's kill switch (it passes: serve's tool
+// policy is the run's), and returns the recorded case.
+func recordAndRunOverTheAPI(t *testing.T, admin, id string) string {
+	t.Helper()
+	post := func(path, contentType, body string) []byte {
+		t.Helper()
+		resp, err := http.Post(admin+path, contentType, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
+		}
+		return b
+	}
+	text := gjson.GetBytes(post("/admin/tests/record", "application/json", `{"requestId":`+jsonString(id)+`}`), "caseFile").String()
+	if !strings.Contains(text, "Recorded by POST /admin/tests/record from the server's audit ring on ") {
+		t.Errorf("the case recorded over the API:\n%s", text)
+	}
+	if run := post("/admin/tests", "application/yaml", text); !gjson.GetBytes(run, "passed").Bool() {
+		t.Errorf("the case recorded over the API does not pass there: %s", run)
+	}
+	killed := "protocol: support\ncases:\n  - name: kb-off\n    request: {model: m, messages: [{role: user, content: hi}], tools: [{type: function, function: {name: search_kb}}]}\n" +
+		"    answer: {body: {id: c, object: chat.completion, created: 1, model: m, choices: [{index: 0, finish_reason: stop, message: {role: assistant, content: ok}}]}}\n" +
+		"    expect: {toolsRemoved: [search_kb], toolsKept: []}\n"
+	if run := post("/admin/tests", "application/yaml", killed); !gjson.GetBytes(run, "passed").Bool() {
+		t.Errorf("the config's kill switch is not in the API's run: %s", run)
+	}
+	return text
+}
+
 // withoutSource is a recorded case without the line that says where and when it was recorded.
 func withoutSource(s string) string {
 	var keep []string
 	for _, line := range strings.Split(s, "\n") {
-		if !strings.Contains(line, "Recorded by `promptgate test --record") {
+		if !strings.Contains(line, "Recorded by `promptgate test --record") && !strings.Contains(line, "Recorded by POST /admin/tests/record") {
 			keep = append(keep, line)
 		}
 	}
@@ -162,8 +202,8 @@ func readString(t *testing.T, path string) string {
 	return string(b)
 }
 
-// TestRecordRefusesBadInput: a request the log does not have, an --out that exists and a line that is not an
-// event are refused, each named.
+// TestRecordRefusesBadInput: a request the log does not have, an --out that exists and a line that
+// is not an event are refused, each named.
 func TestRecordRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -188,8 +228,8 @@ func TestRecordRefusesBadInput(t *testing.T) {
 	}
 }
 
-// TestRecordOnEverySurface: a recording written for each route (--path) is a case of that API that replays
-// the logged decisions: a body, or one event of a Gemini stream.
+// TestRecordOnEverySurface: a recording written for each route (--path) is a case of that API that
+// replays the logged decisions: a body, or one event of a Gemini stream.
 func TestRecordOnEverySurface(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

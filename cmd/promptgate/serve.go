@@ -29,6 +29,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/mitm"
 	"github.com/promptgate/promptgate/proxy/origin"
 	"github.com/promptgate/promptgate/proxy/owners"
+	"github.com/promptgate/promptgate/proxy/policytest"
 	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
@@ -141,6 +142,7 @@ func serveWith(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, get
 		Token: getenv(EnvAdminToken), Hosts: p.cfg.Listen.Hosts, Store: p.store, Audit: sinks.Ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
 		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
 		Preview: p.engine.Preview, MCP: mcpAdmin(mcpDoor, recorder), Learn: learned,
+		Tests: &policytest.Config{Policy: p.cfg.Policy(), Settings: p.settings, Limits: p.cfg.Limits},
 	})
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package policytest
 
 import (
 	"bytes"
@@ -22,58 +22,94 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// caseSuffixes are the endings of the names of case files (`promptgate test` reads no other file).
-var caseSuffixes = []string{".test.yaml", ".test.yml"}
+// Suffixes are the endings of the names of case files (`promptgate test` reads no other file).
+func Suffixes() []string { return []string{".test.yaml", ".test.yml"} }
 
-// maxCaseFile bounds a case file, and a file it names.
-const maxCaseFile = 10 << 20
+// MaxFileBytes bounds a case file, and a file it names.
+const MaxFileBytes = 10 << 20
 
-// caseNamePattern is what a case's name may hold: it is a part of the name -run matches and CI shows.
+// caseNamePattern is what a case's name may hold: it is a part of the name -run matches and CI
+// shows.
 var caseNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$`)
 
-// testCase is one policy test: a protocol, a request, the upstream's answers, and what must come of them.
-type testCase struct {
-	file string // the case file, as found
-	line int    // the line of the case in it
-	// field is where the case is in its file ("cases[2]"), the prefix of its problems' fields.
-	field string
-	name  string // the full name: the file's name, "/", the case's name
-	note  string
-	// protocol is the protocol the request runs under (the engine's default protocol).
-	protocol protocolRef
-	path     string
-	header   http.Header
-	request  []byte
-	answers  []answer
-	expect   expectations
+// Case is one policy test: a protocol, a request, the upstream's answers, and what must come of
+// them.
+type Case struct {
+	File string // the case file, as found ("" for one sent to the admin API)
+	Line int    // the line of the case in it
+	// Field is where the case is in its file ("cases[2]"), the prefix of its problems' fields.
+	Field string
+	// Name is the full name: the file's name, "/", the case's name (the case's name alone in a file
+	// without a name).
+	Name string
+	Note string
+	// Protocol is the protocol the request runs under (the engine's default protocol).
+	Protocol ProtocolRef
+	// Path is the route the request is posted to.
+	Path    string
+	header  http.Header
+	request []byte
+	answers []answer
+	expect  expectations
 }
 
-// protocolRef names a protocol: by id (version 0: the active one) in the store, or by a definition file.
-type protocolRef struct {
-	id      string
-	version int
-	file    string // resolved against the case file's folder
-	field   string // where it was given
-	line    int
+// ProtocolRef names a protocol: by id (version 0: the active one) in the store, or by a definition
+// file.
+type ProtocolRef struct {
+	ID      string
+	Version int
+	File    string // resolved against the case file's folder
+	Field   string // where it was given
+	Line    int
 }
 
-func (p protocolRef) String() string {
+func (p ProtocolRef) String() string {
 	switch {
-	case p.file != "":
-		return "file " + p.file
-	case p.version > 0:
-		return p.id + "@" + strconv.Itoa(p.version)
+	case p.File != "":
+		return "file " + p.File
+	case p.Version > 0:
+		return p.ID + "@" + strconv.Itoa(p.Version)
 	}
-	return p.id + " (the active version)"
+	return p.ID + " (the active version)"
 }
 
-// answer is one answer of the upstream: a JSON body or an event stream, played to the proxy as it is.
+// Problem is a mistake of a case file: where it is and what is wrong.
+type Problem struct {
+	File    string `json:"-"`
+	Line    int    `json:"line,omitempty"`  // 0: the file as a whole
+	Field   string `json:"field,omitempty"` // the key path, "cases[0].expect.calls[1].id"
+	Message string `json:"message"`
+}
+
+// String is "FILE:LINE: FIELD: MESSAGE", the parts not known left out ("FILE: MESSAGE" for a file
+// that cannot be read); without a file (a case file sent to the admin API) it starts at the line.
+func (p Problem) String() string {
+	loc := p.File
+	if p.Line > 0 || p.Field != "" {
+		if loc != "" {
+			loc += ":"
+		}
+		loc += strconv.Itoa(p.Line)
+	}
+	var parts []string
+	if loc != "" {
+		parts = append(parts, loc)
+	}
+	if p.Field != "" {
+		parts = append(parts, p.Field)
+	}
+	return strings.Join(append(parts, p.Message), ": ")
+}
+
+// answer is one answer of the upstream: a JSON body or an event stream, played to the proxy as it
+// is.
 type answer struct {
 	field  string
 	line   int
 	status int
 	header http.Header
-	// chunks are the answer's bytes in the pieces the proxy reads them in (one per event of a stream).
+	// chunks are the answer's bytes in the pieces the proxy reads them in (one per event of a
+	// stream).
 	chunks [][]byte
 	stream bool
 }
@@ -103,7 +139,8 @@ type fieldList struct {
 	line  int
 }
 
-// textChecks are checks on a text: substrings it must and must not hold, patterns it must and must not match.
+// textChecks are checks on a text: substrings it must and must not hold, patterns it must and must
+// not match.
 type textChecks struct {
 	contains, notContains []fieldText
 	matches, notMatches   []fieldPattern
@@ -133,65 +170,69 @@ const (
 	outcomeConfirmed = "confirmed"
 )
 
-var outcomes = []string{outcomeReleased, outcomeAudited, outcomeBlocked, outcomeHeld, outcomeConfirmed}
+// Outcomes are the outcomes a case may expect of a call.
+func Outcomes() []string {
+	return []string{outcomeReleased, outcomeAudited, outcomeBlocked, outcomeHeld, outcomeConfirmed}
+}
 
-// callExpect is what must come of one call: it is named by its id, or by its tool (the calls of one tool
-// are taken in the order they were decided).
+// callExpect is what must come of one call: it is named by its id, or by its tool (the calls of one
+// tool are taken in the order they were decided).
 type callExpect struct {
 	id, tool string
 	outcome  string
 	rule     *string // nil: not checked; "" checks that no rule decided it
 	kind     string
 	reason   string // a substring of the decision's reason
-	// argsSHA256 is the hex SHA-256 of the call's arguments (a recorded call's, as the decision log keeps it).
+	// argsSHA256 is the hex SHA-256 of the call's arguments (a recorded call's, as the decision log
+	// keeps it).
 	argsSHA256 string
 	field      string
 	line       int
 }
 
-// caseFile is one file of cases.
-type caseFile struct {
-	path  string
-	name  string // the path under the folder tested, without the suffix: the prefix of its cases' names
-	cases []*testCase
+// Options say how a case file is read.
+type Options struct {
+	// NoFiles refuses every file a case names (a protocol's {file: PATH}, requestFile), each a
+	// problem at its field: the admin API reads no file of the server's.
+	NoFiles bool
 }
 
-// readCaseFile reads and checks one case file; every problem found is returned, each naming the file, the
-// line and the field.
-func readCaseFile(path, name string) (*caseFile, []string) {
+// ReadFile reads and checks the case file path; name is the prefix of its cases' names. Every
+// problem found is returned.
+func ReadFile(path, name string) ([]*Case, []Problem) {
 	src, err := readLimited(path)
 	if err != nil {
-		return nil, []string{fmt.Sprintf("%s: %v", path, err)}
+		return nil, []Problem{{File: path, Message: err.Error()}}
 	}
-	return parseCaseFile(path, name, src)
+	return Parse(path, name, src, Options{})
 }
 
-// parseCaseFile reads the case file path, whose bytes are src.
-func parseCaseFile(path, name string, src []byte) (*caseFile, []string) {
-	r := &yamlReader{file: path}
+// Parse reads the case file path, whose bytes are src; name is the prefix of its cases' names ("":
+// none). Every problem found is returned, each naming the file, the line and the field.
+func Parse(path, name string, src []byte, o Options) ([]*Case, []Problem) {
+	r := &yamlReader{file: path, noFiles: o.NoFiles}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, []string{fmt.Sprintf("%s: the file is empty: give protocol and cases", path)}
+			return nil, []Problem{{File: path, Message: "the file is empty: give protocol and cases"}}
 		}
-		return nil, []string{fmt.Sprintf("%s: not valid YAML: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))}
+		return nil, []Problem{{File: path, Message: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
 	}
 	var more yaml.Node
 	if dec.Decode(&more) == nil {
-		return nil, []string{fmt.Sprintf("%s:%d: the file holds more than one YAML document: give one, with its cases in cases", path, more.Line)}
+		return nil, []Problem{{File: path, Line: more.Line, Message: "the file holds more than one YAML document: give one, with its cases in cases"}}
 	}
-	f := &caseFile{path: path, name: name}
 	top := r.fields(doc.Content[0], "", "protocol", "path", "headers", "cases")
 	if top == nil {
 		return nil, r.errs
 	}
-	defaults := testCase{file: path, path: proxy.PathChat, header: http.Header{}}
+	defaults := Case{File: path, Path: proxy.PathChat, header: http.Header{}}
 	if n := top["protocol"]; n != nil {
-		defaults.protocol = r.protocol(n, "protocol", filepath.Dir(path))
+		defaults.Protocol = r.protocol(n, "protocol", filepath.Dir(path))
 	}
 	if n := top["path"]; n != nil {
-		defaults.path = r.path(n, "path")
+		defaults.Path = r.path(n, "path")
 	}
 	if n := top["headers"]; n != nil {
 		defaults.header = r.headers(n, "headers")
@@ -202,20 +243,49 @@ func parseCaseFile(path, name string, src []byte) (*caseFile, []string) {
 	} else if items, ok = r.list(top["cases"], "cases", "cases"); ok && len(items) == 0 {
 		r.bad(top["cases"], "cases", "the list is empty")
 	}
+	var cases []*Case
 	names := map[string]int{}
 	for i, n := range items {
 		c := r.testCase(n, fmt.Sprintf("cases[%d]", i), defaults)
 		if c == nil {
 			continue
 		}
-		if j, dup := names[c.name]; dup {
-			r.bad(n, c.field+".name", "cases[%d] has the same name", j)
+		if j, dup := names[c.Name]; dup {
+			r.bad(n, c.Field+".name", "cases[%d] has the same name", j)
 		}
-		names[c.name] = i
-		c.name = name + "/" + c.name
-		f.cases = append(f.cases, c)
+		names[c.Name] = i
+		if name != "" {
+			c.Name = name + "/" + c.Name
+		}
+		cases = append(cases, c)
 	}
-	return f, r.errs
+	return cases, r.errs
+}
+
+// FileRef is a case file found, and the name its cases' names start with.
+type FileRef struct{ Path, Name string }
+
+// Load reads every case file, and keeps the cases filter matches (all of them when it is nil).
+// Every problem of every file is returned: a bad file is bad whether or not its cases are run.
+func Load(files []FileRef, filter *regexp.Regexp) ([]*Case, []Problem) {
+	var cases []*Case
+	var problems []Problem
+	names := map[string]string{}
+	for _, ref := range files {
+		got, errs := ReadFile(ref.Path, ref.Name)
+		problems = append(problems, errs...)
+		for _, c := range got {
+			if other, dup := names[c.Name]; dup {
+				problems = append(problems, Problem{File: c.File, Line: c.Line, Field: c.Field + ".name",
+					Message: fmt.Sprintf("the case %s of %s has the same full name", c.Name, other)})
+			}
+			names[c.Name] = c.File
+			if filter == nil || filter.MatchString(c.Name) {
+				cases = append(cases, c)
+			}
+		}
+	}
+	return cases, problems
 }
 
 // fromCaseFile is the path of a file a case file names: relative to the case file's folder dir.
@@ -226,33 +296,33 @@ func fromCaseFile(dir, name string) string {
 	return filepath.Join(dir, filepath.FromSlash(name))
 }
 
-// readLimited reads a file of at most maxCaseFile bytes.
+// readLimited reads a file of at most MaxFileBytes bytes.
 func readLimited(path string) ([]byte, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close()
-	b, err := io.ReadAll(io.LimitReader(fh, maxCaseFile+1))
+	b, err := io.ReadAll(io.LimitReader(fh, MaxFileBytes+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxCaseFile {
-		return nil, fmt.Errorf("larger than %d bytes", maxCaseFile)
+	if len(b) > MaxFileBytes {
+		return nil, fmt.Errorf("larger than %d bytes", MaxFileBytes)
 	}
 	return b, nil
 }
 
 // testCase reads the case n at field, over the file's defaults; nil when it has no usable name.
-func (r *yamlReader) testCase(n *yaml.Node, field string, defaults testCase) *testCase {
+func (r *yamlReader) testCase(n *yaml.Node, field string, defaults Case) *Case {
 	m := r.fields(n, field, "name", "note", "protocol", "path", "headers", "request", "requestFile", "answer", "answers", "expect")
 	if m == nil {
 		return nil
 	}
 	c := defaults
-	c.field, c.line = field, resolve(n).Line
+	c.Field, c.Line = field, resolve(n).Line
 	c.header = defaults.header.Clone()
-	dir := filepath.Dir(defaults.file)
+	dir := filepath.Dir(defaults.File)
 	if m["name"] == nil {
 		r.bad(n, field+".name", "missing: give the case a name (letters, digits, _ . -)")
 		return nil
@@ -264,18 +334,18 @@ func (r *yamlReader) testCase(n *yaml.Node, field string, defaults testCase) *te
 	if !caseNamePattern.MatchString(name) {
 		r.bad(m["name"], field+".name", "%q: use 1 to 100 letters, digits, _ . - (starting with a letter or digit)", name)
 	}
-	c.name = name
+	c.Name = name
 	if v := m["note"]; v != nil {
-		c.note, _ = r.str(v, field+".note")
+		c.Note, _ = r.str(v, field+".note")
 	}
 	if v := m["protocol"]; v != nil {
-		c.protocol = r.protocol(v, field+".protocol", dir)
+		c.Protocol = r.protocol(v, field+".protocol", dir)
 	}
-	if c.protocol.id == "" && c.protocol.file == "" && m["protocol"] == nil && defaults.protocol.field == "" {
+	if c.Protocol.ID == "" && c.Protocol.File == "" && m["protocol"] == nil && defaults.Protocol.Field == "" {
 		r.bad(n, field+".protocol", "missing: give the protocol here or at the top of the file (protocol: ID, ID@VERSION or {file: PATH})")
 	}
 	if v := m["path"]; v != nil {
-		c.path = r.path(v, field+".path")
+		c.Path = r.path(v, field+".path")
 	}
 	if v := m["headers"]; v != nil {
 		for k, vs := range r.headers(v, field+".headers") {
@@ -285,11 +355,11 @@ func (r *yamlReader) testCase(n *yaml.Node, field string, defaults testCase) *te
 	c.request = r.request(m["request"], m["requestFile"], n, field, dir)
 	c.answers = r.answers(m["answer"], m["answers"], field)
 	for _, a := range c.answers {
-		if !proxy.PreviewPath(c.path) {
+		if !proxy.PreviewPath(c.Path) {
 			break // the path is the mistake, named already
 		}
-		if err := checkAnswerShape(c.path, a); err != nil {
-			r.errs = append(r.errs, fmt.Sprintf("%s:%d: %s: %v", r.file, a.line, a.field, err))
+		if err := checkAnswerShape(c.Path, a); err != nil {
+			r.errs = append(r.errs, Problem{File: r.file, Line: a.line, Field: a.field, Message: err.Error()})
 		}
 	}
 	c.expect = r.expect(m["expect"], n, field+".expect")
@@ -297,8 +367,8 @@ func (r *yamlReader) testCase(n *yaml.Node, field string, defaults testCase) *te
 }
 
 // protocol reads a protocol reference: "ID", "ID@VERSION", {id: ID, version: N} or {file: PATH}.
-func (r *yamlReader) protocol(n *yaml.Node, field, dir string) protocolRef {
-	ref := protocolRef{field: field, line: resolve(n).Line}
+func (r *yamlReader) protocol(n *yaml.Node, field, dir string) ProtocolRef {
+	ref := ProtocolRef{Field: field, Line: resolve(n).Line}
 	if resolve(n).Kind == yaml.MappingNode {
 		m := r.fields(n, field, "id", "version", "file")
 		if m == nil {
@@ -308,34 +378,36 @@ func (r *yamlReader) protocol(n *yaml.Node, field, dir string) protocolRef {
 		case m["file"] != nil && (m["id"] != nil || m["version"] != nil):
 			r.bad(n, field, "give file, or id (and version), not both")
 		case m["file"] != nil:
-			if f, ok := r.str(m["file"], field+".file"); ok {
-				ref.file = fromCaseFile(dir, f)
+			if f, ok := r.str(m["file"], field+".file"); ok && r.noFiles {
+				r.bad(m["file"], field+".file", "the admin API reads no file: name a stored protocol (ID or ID@VERSION); push the file first with `promptgate protocols push`")
+			} else if ok {
+				ref.File = fromCaseFile(dir, f)
 			}
 		case m["id"] != nil:
-			ref.id, _ = r.str(m["id"], field+".id")
+			ref.ID, _ = r.str(m["id"], field+".id")
 			if m["version"] != nil {
 				if v, ok := r.integer(m["version"], field+".version"); ok && v < 1 {
 					r.bad(m["version"], field+".version", "%d: versions count from 1", v)
 				} else {
-					ref.version = v
+					ref.Version = v
 				}
 			}
 		default:
 			r.bad(n, field, "give id (and version) or file")
 		}
 	} else if s, ok := r.str(n, field); ok {
-		ref.id = s
+		ref.ID = s
 		if id, v, found := strings.Cut(s, "@"); found {
-			ref.id = id
+			ref.ID = id
 			version, err := strconv.Atoi(v)
 			if err != nil || version < 1 {
 				r.bad(n, field, "%q: the version after @ must be a number from 1", s)
 			}
-			ref.version = version
+			ref.Version = version
 		}
 	}
-	if ref.id != "" && !store.ValidName(ref.id) {
-		r.bad(n, field, "%q is not a protocol id (1 to 64 of A-Z a-z 0-9 _ . -); a definition file goes in {file: PATH}", ref.id)
+	if ref.ID != "" && !store.ValidName(ref.ID) {
+		r.bad(n, field, "%q is not a protocol id (1 to 64 of A-Z a-z 0-9 _ . -); a definition file goes in {file: PATH}", ref.ID)
 	}
 	return ref
 }
@@ -376,8 +448,8 @@ func (r *yamlReader) headers(n *yaml.Node, field string) http.Header {
 	return h
 }
 
-// request reads the client's body: request (a mapping, or a string taken byte for byte) or requestFile (a
-// path from the case file's folder).
+// request reads the client's body: request (a mapping, or a string taken byte for byte) or
+// requestFile (a path from the case file's folder).
 func (r *yamlReader) request(inline, file, at *yaml.Node, field, dir string) []byte {
 	switch {
 	case inline != nil && file != nil:
@@ -385,6 +457,9 @@ func (r *yamlReader) request(inline, file, at *yaml.Node, field, dir string) []b
 	case inline != nil:
 		n := resolve(inline)
 		if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+			if !r.spend(n, field+".request", len(n.Value)) {
+				return nil
+			}
 			return []byte(n.Value) // a body the proxy must refuse is a case too
 		}
 		if n.Kind != yaml.MappingNode {
@@ -398,9 +473,16 @@ func (r *yamlReader) request(inline, file, at *yaml.Node, field, dir string) []b
 		if !ok {
 			return nil
 		}
+		if r.noFiles {
+			r.bad(file, field+".requestFile", "the admin API reads no file: put the body in request")
+			return nil
+		}
 		b, err := readLimited(fromCaseFile(dir, name))
 		if err != nil {
 			r.bad(file, field+".requestFile", "%v", err)
+		}
+		if !r.spend(file, field+".requestFile", len(b)) {
+			return nil
 		}
 		return b
 	default:
@@ -409,8 +491,8 @@ func (r *yamlReader) request(inline, file, at *yaml.Node, field, dir string) []b
 	return nil
 }
 
-// answers reads answer (one) or answers (a list: the upstream's answer to each request promptgate sends
-// it, in order; more than one where onViolation "continue" asks again).
+// answers reads answer (one) or answers (a list: the upstream's answer to each request promptgate
+// sends it, in order; more than one where onViolation "continue" asks again).
 func (r *yamlReader) answers(one, list *yaml.Node, field string) []answer {
 	switch {
 	case one != nil && list != nil:
@@ -435,8 +517,8 @@ func (r *yamlReader) answers(one, list *yaml.Node, field string) []answer {
 	return nil
 }
 
-// answer reads one answer: status, headers and one of body (JSON), events (a stream, event by event) or sse
-// (a stream as captured, byte for byte).
+// answer reads one answer: status, headers and one of body (JSON), events (a stream, event by
+// event) or sse (a stream as captured, byte for byte).
 func (r *yamlReader) answer(n *yaml.Node, field string) (answer, bool) {
 	a := answer{field: field, line: resolve(n).Line, status: http.StatusOK, header: http.Header{}}
 	m := r.fields(n, field, "status", "headers", "body", "events", "sse")
@@ -489,8 +571,8 @@ func (r *yamlReader) answer(n *yaml.Node, field string) (answer, bool) {
 	return a, len(r.errs) == before
 }
 
-// events reads a stream event by event: each item has data (a string as is, or a mapping written as JSON) and
-// an optional event name. Each event is played to the proxy as a read of its own.
+// events reads a stream event by event: each item has data (a string as is, or a mapping written as
+// JSON) and an optional event name. Each event is played to the proxy as a read of its own.
 func (r *yamlReader) events(n *yaml.Node, field string) [][]byte {
 	items, ok := r.list(n, field, "events ({data: ..., event: NAME})")
 	if ok && len(items) == 0 {
@@ -522,6 +604,7 @@ func (r *yamlReader) eventData(v, at *yaml.Node, field string) string {
 	}
 	n := resolve(v)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		r.spend(n, field+".data", len(n.Value))
 		return n.Value
 	}
 	if n.Kind == yaml.SequenceNode && len(n.Content) == 1 && resolve(n.Content[0]).Value == "DONE" {
@@ -577,7 +660,8 @@ func (r *yamlReader) names(n *yaml.Node, field string) *fieldList {
 	return &fieldList{names: names, field: field, line: resolve(n).Line}
 }
 
-// textChecks reads contains, notContains (strings) and matches, notMatches (Go regular expressions).
+// textChecks reads contains, notContains (strings) and matches, notMatches (Go regular
+// expressions).
 func (r *yamlReader) textChecks(n *yaml.Node, field string) textChecks {
 	var t textChecks
 	if n == nil {
@@ -606,7 +690,8 @@ func (r *yamlReader) textChecks(n *yaml.Node, field string) textChecks {
 		for _, ft := range texts(key) {
 			re, err := regexp.Compile(ft.text)
 			if err != nil {
-				r.errs = append(r.errs, fmt.Sprintf("%s:%d: %s: not a regular expression (Go RE2 syntax): %s", r.file, ft.line, ft.field, strings.TrimPrefix(err.Error(), "error parsing regexp: ")))
+				r.errs = append(r.errs, Problem{File: r.file, Line: ft.line, Field: ft.field,
+					Message: "not a regular expression (Go RE2 syntax): " + strings.TrimPrefix(err.Error(), "error parsing regexp: ")})
 				continue
 			}
 			out = append(out, fieldPattern{re: re, field: ft.field, line: ft.line})
@@ -643,10 +728,10 @@ func (r *yamlReader) calls(n *yaml.Node, field string) []callExpect {
 			c.tool, _ = r.str(v, sub+".tool")
 		}
 		if m["outcome"] == nil {
-			r.bad(it, sub+".outcome", "missing: give one of %s", strings.Join(outcomes, ", "))
+			r.bad(it, sub+".outcome", "missing: give one of %s", strings.Join(Outcomes(), ", "))
 		} else if o, ok := r.str(m["outcome"], sub+".outcome"); ok {
-			if !slices.Contains(outcomes, o) {
-				r.bad(m["outcome"], sub+".outcome", "%q: give one of %s", o, strings.Join(outcomes, ", "))
+			if !slices.Contains(Outcomes(), o) {
+				r.bad(m["outcome"], sub+".outcome", "%q: give one of %s", o, strings.Join(Outcomes(), ", "))
 			}
 			c.outcome = o
 		}
@@ -656,8 +741,8 @@ func (r *yamlReader) calls(n *yaml.Node, field string) []callExpect {
 		}
 		if v := m["kind"]; v != nil {
 			c.kind, _ = r.str(v, sub+".kind")
-			if !slices.Contains(callKinds, c.kind) {
-				r.bad(v, sub+".kind", "%q: give one of %s", c.kind, strings.Join(callKinds, ", "))
+			if !slices.Contains(callKinds(), c.kind) {
+				r.bad(v, sub+".kind", "%q: give one of %s", c.kind, strings.Join(callKinds(), ", "))
 			}
 		}
 		if v := m["reason"]; v != nil {
@@ -677,4 +762,6 @@ func (r *yamlReader) calls(n *yaml.Node, field string) []callExpect {
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // callKinds are the kinds of decision a call can have (the decision log's kinds of call events).
-var callKinds = []string{audit.KindToolCall, audit.KindProvenance, audit.KindFlow, audit.KindBudget, audit.KindConfirm}
+func callKinds() []string {
+	return []string{audit.KindToolCall, audit.KindProvenance, audit.KindFlow, audit.KindBudget, audit.KindConfirm}
+}

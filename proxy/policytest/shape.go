@@ -1,4 +1,4 @@
-package main
+package policytest
 
 import (
 	"bytes"
@@ -33,9 +33,10 @@ func surfaceOf(path string) string {
 	return surfaceGemini
 }
 
-// answerMarks are, by surface, the member every answer of the API has at its top (a body, or each event of
-// a stream), with what it is; a case's answer without it was written for another API. The proxy vets only
-// the calls it recognises and passes the rest, so a body of the wrong API would pass a case silently.
+// answerMarks are, by surface, the member every answer of the API has at its top (a body, or each
+// event of a stream), with what it is; a case's answer without it was written for another API. The
+// proxy vets only the calls it recognises and passes the rest, so a body of the wrong API would
+// pass a case silently.
 func answerMarks(surface string, stream bool) (path, what string) {
 	switch {
 	case surface == surfaceChat:
@@ -50,8 +51,9 @@ func answerMarks(surface string, stream bool) (path, what string) {
 	return "candidates", "a Gemini answer (candidates)"
 }
 
-// checkAnswerShape refuses an answer that is not of the API of path: a success body or event without the
-// member every answer of that API has. Error answers (status 400 and up) are the API's error objects.
+// checkAnswerShape refuses an answer that is not of the API of path: a success body or event
+// without the member every answer of that API has. Error answers (status 400 and up) are the API's
+// error objects.
 func checkAnswerShape(path string, a answer) error {
 	if a.status >= 400 {
 		return nil
@@ -76,7 +78,8 @@ func checkAnswerShape(path string, a answer) error {
 	return nil
 }
 
-// eventData is the data of each event of an SSE stream that has data, in order, read by the proxy's reader.
+// eventData is the data of each event of an SSE stream that has data, in order, read by the proxy's
+// reader.
 func eventData(stream []byte) [][]byte {
 	var out [][]byte
 	r := sse.NewReader(bytes.NewReader(stream))

@@ -1,4 +1,4 @@
-package main
+package policytest
 
 import (
 	"bytes"
@@ -15,34 +15,36 @@ import (
 	"github.com/promptgate/promptgate/proxy/relay"
 )
 
-// caseResult is the verdict on one case.
-type caseResult struct {
-	c    *testCase
-	took time.Duration
-	// failures are the expectations the proxy did not meet; problems are mistakes of the case itself found
-	// only by running it (an answer the surface cannot read, a call the answer does not hold). Each is
-	// "FILE:LINE: FIELD: what".
-	failures, problems []string
-	// details are what -v prints of the run.
-	details []string
+// Result is the verdict on one case.
+type Result struct {
+	Case *Case
+	Took time.Duration
+	// Failures are the expectations the proxy did not meet; Problems are mistakes of the case
+	// itself found only by running it (an answer the surface cannot read, a call the answer does
+	// not hold).
+	Failures, Problems []Problem
+	// Details say what was decided, a line each: the request's status, the protocol, the tools kept
+	// and removed, the layered prompt's size and every call's decision.
+	Details []string
 }
 
-func (r *caseResult) passed() bool { return len(r.failures)+len(r.problems) == 0 }
+// Passed reports whether the case passed: no failure, no problem.
+func (r *Result) Passed() bool { return len(r.Failures)+len(r.Problems) == 0 }
 
-func (r *caseResult) fail(line int, field, format string, args ...any) {
-	r.failures = append(r.failures, fmt.Sprintf("%s:%d: %s: %s", r.c.file, line, field, fmt.Sprintf(format, args...)))
+func (r *Result) fail(line int, field, format string, args ...any) {
+	r.Failures = append(r.Failures, Problem{File: r.Case.File, Line: line, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
-func (r *caseResult) problem(line int, field, format string, args ...any) {
-	r.problems = append(r.problems, fmt.Sprintf("%s:%d: %s: %s", r.c.file, line, field, fmt.Sprintf(format, args...)))
+func (r *Result) problem(line int, field, format string, args ...any) {
+	r.Problems = append(r.Problems, Problem{File: r.Case.File, Line: line, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
 // check compares what came of the case with what it expects.
-func check(c *testCase, out *outcome) *caseResult {
-	r := &caseResult{c: c}
-	r.details = describe(c, out)
+func check(c *Case, out *outcome) *Result {
+	r := &Result{Case: c}
+	r.Details = describe(c, out)
 	if out.panicked != nil {
-		r.fail(c.line, c.field, "the proxy aborted the answer: %v", out.panicked)
+		r.fail(c.Line, c.Field, "the proxy aborted the answer: %v", out.panicked)
 	}
 	if !checkAnswers(r, out) {
 		return r
@@ -84,21 +86,21 @@ func errorSuffix(body []byte) string {
 	return ""
 }
 
-// checkAnswers finds the mistakes of the case's answers that only running it shows: no answer where the
-// proxy asked for one, an answer the surface cannot read, a stream for a request that asked for none (or the
-// other way round). It reports false when the run says nothing more about the case.
-func checkAnswers(r *caseResult, out *outcome) bool {
-	c := r.c
+// checkAnswers finds the mistakes of the case's answers that only running it shows: no answer where
+// the proxy asked for one, an answer the surface cannot read, a stream for a request that asked for
+// none (or the other way round). It reports false when the run says nothing more about the case.
+func checkAnswers(r *Result, out *outcome) bool {
+	c := r.Case
 	if out.asked > 0 && out.prepared == nil {
-		r.problem(c.line, c.field+".path", "%s is not a route the proxy rewrites: it passed the request through unchanged, and nothing was decided", c.path)
+		r.problem(c.Line, c.Field+".path", "%s is not a route the proxy rewrites: it passed the request through unchanged, and nothing was decided", c.Path)
 		return false
 	}
 	switch {
 	case out.asked > 0 && len(c.answers) == 0:
-		r.problem(c.line, c.field+".answer", "missing: the proxy sent the request upstream; give the upstream's answer")
+		r.problem(c.Line, c.Field+".answer", "missing: the proxy sent the request upstream; give the upstream's answer")
 		return false
 	case out.asked > len(c.answers):
-		r.fail(c.line, c.field+".answers", "the proxy asked the upstream %d times (onViolation continue asks again after a blocked call); the case gives %d answers", out.asked, len(c.answers))
+		r.fail(c.Line, c.Field+".answers", "the proxy asked the upstream %d times (onViolation continue asks again after a blocked call); the case gives %d answers", out.asked, len(c.answers))
 	case out.asked > 0 && out.asked < len(c.answers):
 		a := c.answers[out.asked]
 		r.fail(a.line, a.field, "never asked for: the proxy asked the upstream %d times", out.asked)
@@ -117,7 +119,7 @@ func checkAnswers(r *caseResult, out *outcome) bool {
 		return false
 	}
 	if out.status == http.StatusBadGateway && errorCode(out.client) == "upstream_error" {
-		r.problem(last.line, last.field, "the proxy cannot read it as an answer of %s: %s", c.path, errorMessage(out.client))
+		r.problem(last.line, last.field, "the proxy cannot read it as an answer of %s: %s", c.Path, errorMessage(out.client))
 		return false
 	}
 	for _, d := range out.decisions {
@@ -127,7 +129,7 @@ func checkAnswers(r *caseResult, out *outcome) bool {
 		}
 	}
 	if errorCode(out.client) == relay.CodeTruncated {
-		r.problem(last.line, last.field, "the stream ends before the last event of a %s stream (the proxy ended it as truncated): %s", c.path, errorMessage(out.client))
+		r.problem(last.line, last.field, "the stream ends before the last event of a %s stream (the proxy ended it as truncated): %s", c.Path, errorMessage(out.client))
 		return false
 	}
 	return true
@@ -145,7 +147,7 @@ func errorMessage(body []byte) string {
 }
 
 // checkTools compares the tools kept or removed with the list the case expects (as sets).
-func checkTools(r *caseResult, out *outcome, want *fieldList, which string) {
+func checkTools(r *Result, out *outcome, want *fieldList, which string) {
 	if want == nil {
 		return
 	}
@@ -194,7 +196,7 @@ func listOrNone(s []string) string {
 }
 
 // checkText runs text checks on text (named what in messages).
-func checkText(r *caseResult, t textChecks, text, what string) {
+func checkText(r *Result, t textChecks, text, what string) {
 	for _, c := range t.contains {
 		if !strings.Contains(text, c.text) {
 			r.fail(c.line, c.field, "%s does not contain %q", what, c.text)
@@ -232,12 +234,12 @@ func outcomeOf(v vet.Verdict) string {
 	return outcomeBlocked
 }
 
-// checkCalls matches the expected calls to the decisions — by id, or by tool in the order decided — and
-// checks each; a call the case does not name fails it.
-func checkCalls(r *caseResult, out *outcome, want []callExpect) {
+// checkCalls matches the expected calls to the decisions — by id, or by tool in the order decided —
+// and checks each; a call the case does not name fails it.
+func checkCalls(r *Result, out *outcome, want []callExpect) {
 	taken := make([]bool, len(out.decisions))
 	var answers [][]byte
-	for _, a := range r.c.answers {
+	for _, a := range r.Case.answers {
 		answers = append(answers, a.bytes())
 	}
 	inAnswers := func(s string) bool { return bytes.Contains(bytes.Join(answers, nil), []byte(s)) }
@@ -266,13 +268,13 @@ func checkCalls(r *caseResult, out *outcome, want []callExpect) {
 	}
 	for j, d := range out.decisions {
 		if !taken[j] {
-			r.fail(r.c.expect.line, r.c.expect.field+".calls", "call %d (%s) was %s: the case names no expectation for it (expect.calls names every call)", j+1, callName(d), decisionText(d))
+			r.fail(r.Case.expect.line, r.Case.expect.field+".calls", "call %d (%s) was %s: the case names no expectation for it (expect.calls names every call)", j+1, callName(d), decisionText(d))
 		}
 	}
 }
 
 // checkCall compares one decision with what the case expects of it.
-func checkCall(r *caseResult, e callExpect, d vet.Decision) {
+func checkCall(r *Result, e callExpect, d vet.Decision) {
 	if e.id != "" && e.tool != "" && d.Tool != e.tool {
 		r.fail(e.line, e.field+".tool", "call %q is a call of %s, not of %s", e.id, d.Tool, e.tool)
 	}
@@ -361,8 +363,8 @@ func callList(ds []vet.Decision) string {
 }
 
 // describe is what -v prints of a run.
-func describe(c *testCase, out *outcome) []string {
-	lines := []string{fmt.Sprintf("POST %s under protocol %s: status %d%s, upstream asked %d time(s)", c.path, c.protocol, out.status, errorSuffix(out.client), out.asked)}
+func describe(c *Case, out *outcome) []string {
+	lines := []string{fmt.Sprintf("POST %s under protocol %s: status %d%s, upstream asked %d time(s)", c.Path, c.Protocol, out.status, errorSuffix(out.client), out.asked)}
 	if p := out.prepared; p != nil {
 		var removed []string
 		for _, rm := range p.removed {

@@ -1,4 +1,4 @@
-package main
+package policytest
 
 import (
 	"encoding/json"
@@ -10,10 +10,11 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// FuzzParseCaseFile: any bytes as a case file give cases or problems, never a panic; a file read without a
-// problem has, in every case, a name, a rewritten route and a request.
+// FuzzParseCaseFile: any bytes as a case file give cases or problems, never a panic; a file read
+// without a problem has, in every case, a name, a rewritten route and a request; read without files
+// (the admin API), no case it gives names a file.
 func FuzzParseCaseFile(f *testing.F) {
-	for _, dir := range []string{filepath.Join(examplesDir, "tests"), policyTestDir} {
+	for _, dir := range []string{examplesTests, filepath.Join("..", "..", "cmd", "promptgate", "testdata", "policytest")} {
 		paths, _ := filepath.Glob(filepath.Join(dir, "*.test.yaml"))
 		for _, p := range paths {
 			b, err := os.ReadFile(p)
@@ -25,20 +26,27 @@ func FuzzParseCaseFile(f *testing.F) {
 	}
 	f.Add([]byte("cases: [{name: a, request: '{}', expect: {status: 200}}]\nprotocol: x@1\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
-		cf, problems := parseCaseFile("f.test.yaml", "f", src)
-		if len(problems) > 0 || cf == nil {
+		if cases, problems := Parse("", "", src, Options{NoFiles: true}); len(problems) == 0 {
+			for _, c := range cases {
+				if c.Protocol.File != "" {
+					t.Fatalf("a case read without files names the file %q", c.Protocol.File)
+				}
+			}
+		}
+		cases, problems := Parse("f.test.yaml", "f", src, Options{})
+		if len(problems) > 0 {
 			return
 		}
-		for _, c := range cf.cases {
-			if c.name == "" || c.path == "" || c.request == nil || (c.protocol.id == "" && c.protocol.file == "") {
+		for _, c := range cases {
+			if c.Name == "" || c.Path == "" || c.request == nil || (c.Protocol.ID == "" && c.Protocol.File == "") {
 				t.Fatalf("a case read without a problem is incomplete: %+v", c)
 			}
 		}
 	})
 }
 
-// FuzzYAMLValueAsJSON: a YAML value that jsonValue writes as JSON is valid JSON, and encoding/json reads
-// it as the value YAML gives (through JSON: numbers are float64 to both).
+// FuzzYAMLValueAsJSON: a YAML value that jsonValue writes as JSON is valid JSON, and encoding/json
+// reads it as the value YAML gives (through JSON: numbers are float64 to both).
 func FuzzYAMLValueAsJSON(f *testing.F) {
 	for _, s := range []string{"{b: 1, a: [true, null, 1.5, '1.50', x, -0x10]}", "{z: &v {k: v}, y: *v}", "[1e3, 0o17, .5, ~]",
 		`{"k": "é\u2028\n"}`, "{a: {b: {c: [[]]}}}", "{1: a}", "{a: !!binary aGk=}"} {

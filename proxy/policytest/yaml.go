@@ -1,8 +1,9 @@
-package main
+package policytest
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -12,11 +13,35 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// yamlReader reads a case file's YAML nodes strictly: every problem is kept as "FILE:LINE: FIELD: what is
-// wrong", unknown and repeated keys included, so that one run names every mistake of a file.
+// yamlReader reads a case file's YAML nodes strictly: every problem is kept with its line and
+// field, unknown and repeated keys included, so that one run names every mistake of a file.
 type yamlReader struct {
 	file string
-	errs []string
+	errs []Problem
+	// noFiles refuses the files a case names.
+	noFiles bool
+	// read counts the bytes of the strings and JSON values read so far, against maxRead.
+	read int
+	// tooLarge is set once read went over maxRead (the problem is reported once).
+	tooLarge bool
+}
+
+// maxRead bounds what one case file may give, in bytes of strings and of JSON written from YAML: a
+// file holds at most MaxFileBytes, but a YAML alias repeats its anchor's value each time it is
+// named, so that a small file could name a value a billion times.
+const maxRead = 4 * MaxFileBytes
+
+// spend counts size bytes read at field; false, and a problem (the first time), when the file gives
+// more than maxRead.
+func (r *yamlReader) spend(n *yaml.Node, field string, size int) bool {
+	if r.read += size; r.read <= maxRead {
+		return true
+	}
+	if !r.tooLarge {
+		r.tooLarge = true
+		r.bad(n, field, "the case file gives more than %d bytes of values: a YAML alias (*name) repeats its anchor's value each time; repeat less", maxRead)
+	}
+	return false
 }
 
 // bad records a problem of the value n at field.
@@ -25,7 +50,7 @@ func (r *yamlReader) bad(n *yaml.Node, field, format string, args ...any) {
 	if n != nil {
 		line = n.Line
 	}
-	r.errs = append(r.errs, fmt.Sprintf("%s:%d: %s: %s", r.file, line, field, fmt.Sprintf(format, args...)))
+	r.errs = append(r.errs, Problem{File: r.file, Line: line, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
 // resolve follows an alias to the node it names.
@@ -57,9 +82,9 @@ func kindName(n *yaml.Node) string {
 	return "a document"
 }
 
-// fields reads the mapping n at field whose keys must be among known: the value of each key given, by key.
-// An unknown or repeated key, and a value that is not a mapping, are problems (nil is returned for the
-// latter).
+// fields reads the mapping n at field whose keys must be among known: the value of each key given,
+// by key. An unknown or repeated key, and a value that is not a mapping, are problems (nil is
+// returned for the latter).
 func (r *yamlReader) fields(n *yaml.Node, field string, known ...string) map[string]*yaml.Node {
 	n = resolve(n)
 	if n.Kind != yaml.MappingNode {
@@ -93,12 +118,15 @@ func joinField(field, key string) string {
 	return field + "." + key
 }
 
-// str reads a string scalar. Numbers and booleans written where a string goes are refused, so that `name:
-// 1.10` does not silently become "1.1".
+// str reads a string scalar. Numbers and booleans written where a string goes are refused, so that
+// `name: 1.10` does not silently become "1.1".
 func (r *yamlReader) str(n *yaml.Node, field string) (string, bool) {
 	n = resolve(n)
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
 		r.bad(n, field, "got %s, want a string (quote it)", kindName(n))
+		return "", false
+	}
+	if !r.spend(n, field, len(n.Value)) {
 		return "", false
 	}
 	return n.Value, true
@@ -142,11 +170,14 @@ func (r *yamlReader) list(n *yaml.Node, field, what string) ([]*yaml.Node, bool)
 	return n.Content, true
 }
 
-// jsonValue reads a JSON value written in YAML: a mapping or a list becomes compact JSON with its keys in the
-// order written; a string is taken as JSON text, byte for byte, and must be valid JSON.
+// jsonValue reads a JSON value written in YAML: a mapping or a list becomes compact JSON with its
+// keys in the order written; a string is taken as JSON text, byte for byte, and must be valid JSON.
 func (r *yamlReader) jsonValue(n *yaml.Node, field string) ([]byte, bool) {
 	n = resolve(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		if !r.spend(n, field, len(n.Value)) {
+			return nil, false
+		}
 		b := []byte(n.Value)
 		if !json.Valid(b) {
 			r.bad(n, field, "the string is not valid JSON (write the value as YAML, or as JSON in a block: %s: |)", lastKey(field))
@@ -155,8 +186,16 @@ func (r *yamlReader) jsonValue(n *yaml.Node, field string) ([]byte, bool) {
 		return b, true
 	}
 	var buf bytes.Buffer
-	if err := appendJSON(&buf, n); err != nil {
+	err := appendJSON(&buf, n, maxRead-r.read)
+	if errors.Is(err, errTooMuchJSON) {
+		r.spend(n, field, buf.Len())
+		return nil, false
+	}
+	if err != nil {
 		r.bad(n, field, "%v", err)
+		return nil, false
+	}
+	if !r.spend(n, field, buf.Len()) {
 		return nil, false
 	}
 	return buf.Bytes(), true
@@ -170,8 +209,15 @@ func lastKey(field string) string {
 	return field
 }
 
-// appendJSON writes the YAML value n as compact JSON, keys in the order written.
-func appendJSON(buf *bytes.Buffer, n *yaml.Node) error {
+// errTooMuchJSON: appendJSON wrote more than its limit.
+var errTooMuchJSON = errors.New("the value is too large as JSON")
+
+// appendJSON writes the YAML value n as compact JSON, keys in the order written; it stops with
+// errTooMuchJSON once buf holds more than limit bytes.
+func appendJSON(buf *bytes.Buffer, n *yaml.Node, limit int) error {
+	if buf.Len() > limit {
+		return errTooMuchJSON
+	}
 	n = resolve(n)
 	switch n.Kind {
 	case yaml.MappingNode:
@@ -192,7 +238,7 @@ func appendJSON(buf *bytes.Buffer, n *yaml.Node) error {
 			key, _ := json.Marshal(k.Value)
 			buf.Write(key)
 			buf.WriteByte(':')
-			if err := appendJSON(buf, n.Content[i+1]); err != nil {
+			if err := appendJSON(buf, n.Content[i+1], limit); err != nil {
 				return err
 			}
 		}
@@ -203,7 +249,7 @@ func appendJSON(buf *bytes.Buffer, n *yaml.Node) error {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			if err := appendJSON(buf, c); err != nil {
+			if err := appendJSON(buf, c, limit); err != nil {
 				return err
 			}
 		}
