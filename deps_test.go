@@ -103,6 +103,8 @@ var layers = []layer{
 		why: "information flow judges a surface-neutral transcript"},
 	{name: "policy", pkgs: []string{"policy"}, may: []string{"base", "vet", "flow"},
 		why: "protocols and routing compile the rules, they do not know the prompt"},
+	{name: "learn", pkgs: []string{"policy/learn"}, may: []string{"store", "base", "vet", "flow", "policy"},
+		why: "learn mode's counters read calls through flow and propose protocols that policy loads; its file is a bolt file"},
 	{name: "assembly", pkgs: []string{"assembly", "assembly/ctxjson"}, may: []string{"base", "policy"}, self: true,
 		why: "the layered prompt is built from policy's decisions"},
 	{name: "assemblytest", pkgs: []string{"assembly/assemblytest"}, may: []string{"base", "policy", "assembly", "store"},
@@ -119,6 +121,8 @@ var layers = []layer{
 		why: "the plugin host never imports the proxy, its telemetry included (serve hands it a span opener)"},
 	{name: "join", pkgs: []string{"proxy/mcpjoin"}, may: []string{"base", "vet", "flow"},
 		why: "the join of the model's calls and the MCP door's knows calls and digests, not either path"},
+	{name: "pins", pkgs: []string{"proxy/mcppin"}, may: []string{"base", "vet", "flow"},
+		why: "the stored format of an MCP server's pinned definitions: the store's validation and the door read it"},
 	{name: "relay", pkgs: []string{"proxy/relay", "proxy/relay/relaytest"}, may: []string{"base", "vet", "flow"}, self: true,
 		why: "the stream relay knows no surface"},
 	{name: "surface", pkgs: []string{"proxy/surface"}, may: []string{"base", "vet", "flow", "policy", "assembly", "relay"},
@@ -128,21 +132,24 @@ var layers = []layer{
 	{name: "parts", pkgs: []string{"proxy/toolseen"}, may: []string{"base", "policy"},
 		why: "the proxy's small parts do not import the proxy"},
 	{name: "proxy", pkgs: []string{"proxy"},
-		may: []string{"store", "base", "decisions", "vet", "flow", "policy", "assembly", "telemetry", "gather", "relay", "surface", "surfaces", "parts", "join"},
+		may: []string{"store", "base", "decisions", "vet", "flow", "policy", "learn", "assembly", "telemetry", "gather", "relay", "surface", "surfaces", "parts", "join", "pins"},
 		why: "the proxy does not import what is built on it (admin, the door, config) nor the plugin host"},
-	{name: "mcp door", pkgs: []string{"proxy/mcp"}, may: []string{"base", "decisions", "vet", "flow", "policy", "telemetry", "proxy", "join"},
-		why: "the MCP door sits on the proxy's engine (its Governance) and shares the join; admin and config know it, not the reverse"},
+	{name: "policytest", pkgs: []string{"proxy/policytest"}, may: []string{"store", "base", "decisions", "vet", "policy", "assembly", "relay", "proxy"},
+		why: "policy tests run cases through the proxy's own handler; the CLI and the admin API run them, the proxy does not know them"},
+	{name: "mcp door", pkgs: []string{"proxy/mcp"}, may: []string{"store", "base", "decisions", "vet", "flow", "policy", "telemetry", "proxy", "join", "pins"},
+		why: "the MCP door sits on the proxy's engine (its Governance), shares the join and keeps its pins in the store; admin and config know it, not the reverse"},
 	{name: "door", pkgs: []string{"proxy/mitm"}, may: []string{"base"},
 		why: "the HTTPS-proxy door is handed its pipeline, it does not build one"},
-	{name: "admin", pkgs: []string{"proxy/admin"}, may: []string{"store", "base", "decisions", "policy", "host", "proxy", "parts"},
+	{name: "admin", pkgs: []string{"proxy/admin"}, may: []string{"store", "base", "decisions", "policy", "learn", "host", "proxy", "parts", "policytest"},
 		why: "the admin API sits on the proxy"},
 	{name: "config", pkgs: []string{"proxy/config"}, may: []string{"base", "decisions", "policy", "assembly", "host", "proxy", "door", "mcp door"},
 		why: "the config file is composed from the sections of the packages below it; only cmd imports it"},
 	{name: "demo model", pkgs: []string{"proxy/demo"},
 		why: "the scripted upstream speaks the APIs from the far side of the wire: it imports nothing of promptgate, so what it checks is the proxy as a real upstream sees it"},
 	{name: "cmd", pkgs: []string{"cmd/..."}, self: true, why: "cmd wires everything; nothing imports it",
-		may: []string{"store", "base", "decisions", "vet", "flow", "policy", "assembly", "assemblytest", "telemetry", "sdk",
-			"gather", "host", "relay", "surface", "surfaces", "parts", "proxy", "door", "admin", "config", "join", "mcp door", "demo model"}},
+		may: []string{"store", "base", "decisions", "vet", "flow", "policy", "learn", "assembly", "assemblytest", "telemetry", "sdk",
+			"gather", "host", "relay", "surface", "surfaces", "parts", "proxy", "door", "admin", "config", "join", "pins", "mcp door", "demo model",
+			"policytest"}},
 }
 
 // matches reports whether dir is covered by a layer pattern.
@@ -308,6 +315,7 @@ func TestLayersCatchAnImport(t *testing.T) {
 		{"proxy/mcp", "proxy/admin"}, {"proxy/mcp", "proxy/surface"},
 		{"proxy/telemetry/metrics", "policy/flow"}, {"policy/audit", "policy"}, {"proxy/demo", "proxy/sse"},
 		{"proxy/demo", "proxy/surface/chat"}, {"proxy", "proxy/demo"},
+		{"proxy", "proxy/policytest"}, {"proxy/policytest", "proxy/admin"}, {"proxy/policytest", "proxy/config"},
 	} {
 		if check(c.from, c.to) {
 			t.Errorf("%s importing %s breaks no rule", c.from, c.to)
@@ -317,7 +325,7 @@ func TestLayersCatchAnImport(t *testing.T) {
 		{"proxy/surface/chat", "proxy/surface"}, {"proxy/surface/chat", "proxy/relay"}, {"proxy", "proxy/surface/chat"},
 		{"cmd/promptgate", "proxy/config"}, {"policy/audit", "store/boltfile"}, {"proxy/telemetry/metrics", "policy/audit"},
 		{"plugins/examples/filememory", "plugins/sdk"}, {"plugins", "plugins/internal/answer"}, {"store/etcdstore", "store"},
-		{"cmd/promptgate", "proxy/demo"},
+		{"cmd/promptgate", "proxy/demo"}, {"proxy/admin", "proxy/policytest"}, {"cmd/promptgate", "proxy/policytest"},
 	} {
 		if !check(c.from, c.to) {
 			t.Errorf("%s importing %s should be allowed", c.from, c.to)

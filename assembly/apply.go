@@ -9,27 +9,27 @@ import (
 	"github.com/promptgate/promptgate/policy"
 )
 
-// MemberEdit is what a surface's rewrite makes of one top-level member of a request body: its new value, or
-// its removal. Every rewrite is a list of these, made by one executor (Body.Apply).
+// MemberEdit is what a surface's rewrite makes of one top-level member of a request body: its new
+// value, or its removal. Every rewrite is a list of these, made by one executor (Body.Apply).
 type MemberEdit struct {
 	Key string
 	// Delete removes the member; nothing happens when the body lacks it.
 	Delete bool
-	// Raw is the member's new value as JSON text. Write, when set instead, appends the value to dst (a value
-	// written straight into the new body); Size is about how many bytes it appends.
+	// Raw is the member's new value as JSON text. Write, when set instead, appends the value to dst
+	// (a value written straight into the new body); Size is about how many bytes it appends.
 	Raw   []byte
 	Write func(dst []byte) []byte
 	Size  int
 }
 
-// errNotWalked is Apply's refusal of a body whose members the walk could not locate, which is never the case
-// for a body jsoncheck.Object accepted (every request body).
+// errNotWalked is Apply's refusal of a body whose members the walk could not locate, which is never
+// the case for a body jsoncheck.Object accepted (every request body).
 var errNotWalked = errors.New("assembly: the body's members could not be located")
 
-// Apply makes edits in one new body, in one pass: a member named by an edit is replaced in place (its key and
-// the bytes around it kept) or removed with one separating comma; a member the body lacks gets its value
-// appended as the last member; every other byte stays as the client sent it. Edits of one key after the
-// first are ignored.
+// Apply makes edits in one new body, in one pass: a member named by an edit is replaced in place
+// (its key and the bytes around it kept) or removed with one separating comma; a member the body
+// lacks gets its value appended as the last member; every other byte stays as the client sent it.
+// Edits of one key after the first are ignored.
 func (b *Body) Apply(edits []MemberEdit) ([]byte, error) {
 	if !b.ok {
 		return nil, errNotWalked
@@ -41,8 +41,9 @@ func (b *Body) Apply(edits []MemberEdit) ([]byte, error) {
 	}
 	out := make([]byte, 0, size)
 	done := make([]bool, len(edits))
-	// Each kept member is written with the separator that came before it in the body (none before the first
-	// one kept); the tail after the body's last member (white space and the closing brace) ends the object.
+	// Each kept member is written with the separator that came before it in the body (none before
+	// the first one kept); the tail after the body's last member (white space and the closing
+	// brace) ends the object.
 	if len(b.top) == 0 {
 		open := slices.Index(raw, '{')
 		out = append(out, raw[:open+1]...)
@@ -78,9 +79,9 @@ func (b *Body) Apply(edits []MemberEdit) ([]byte, error) {
 	return append(out, raw[last.val.Index+len(last.val.Raw):]...), nil
 }
 
-// separator is what goes between member k, written, and member i after it: the bytes between them in the
-// body, or, when the members between them went, the white space after k up to its comma and the separator
-// that came before i.
+// separator is what goes between member k, written, and member i after it: the bytes between them
+// in the body, or, when the members between them went, the white space after k up to its comma and
+// the separator that came before i.
 func (b *Body) separator(k, i int) []byte {
 	prevEnd := b.top[i-1].val.Index + len(b.top[i-1].val.Raw)
 	sep := b.raw[prevEnd:b.top[i].start]
@@ -100,8 +101,8 @@ func (b *Body) beforeComma(k int) []byte {
 	return b.raw[end:i]
 }
 
-// appendNew appends the members of the edits not yet made (keys the body lacks), each after a comma unless it
-// is the object's first.
+// appendNew appends the members of the edits not yet made (keys the body lacks), each after a comma
+// unless it is the object's first.
 func appendNew(out []byte, edits []MemberEdit, done []bool, first bool) []byte {
 	for i := range edits {
 		e := &edits[i]
@@ -128,9 +129,9 @@ func (e *MemberEdit) value(dst []byte) []byte {
 	return append(dst, e.Raw...)
 }
 
-// ToolsEdits are the edits that filter the tools array at key to the kept entries (KeptTools): the array
-// replaced, or, when no entry stays, removed with deps (tool_choice and the like, which the APIs only accept
-// alongside tools). None when the body has no such array.
+// ToolsEdits are the edits that filter the tools array at key to the kept entries (KeptTools): the
+// array replaced, or, when no entry stays, removed with deps (tool_choice and the like, which the
+// APIs only accept alongside tools). None when the body has no such array.
 func ToolsEdits(b *Body, key string, kept []policy.Tool, name func(gjson.Result) (n string, shared bool), deps ...string) []MemberEdit {
 	arr := b.Get(key)
 	if !arr.IsArray() {

@@ -46,9 +46,9 @@ func TestApply(t *testing.T) {
 	}
 }
 
-// FuzzApply: for any object and any edits, the result is one valid JSON object whose members are the body's,
-// in order, with each edited one replaced or gone, the new ones last, and every member not edited byte for
-// byte as it was.
+// FuzzApply: for any object and any edits, the result is one valid JSON object whose members are
+// the body's, in order, with each edited one replaced or gone, the new ones last, and every member
+// not edited byte for byte as it was.
 func FuzzApply(f *testing.F) {
 	for _, s := range []string{`{"a":1,"b":[2,3],"c":{"d":4}}`, "{\n \"a\" : 1 ,\n \"b\":2\n}", `{}`, `{"promptgate":{},"messages":[]}`} {
 		f.Add(s, "b", "a", "z", `[true]`)

@@ -12,7 +12,8 @@ import (
 type Layers struct {
 	// Rules are the protocol's rules (trusted, operator-written).
 	Rules string
-	// Application are the client's own system/developer texts, in order; empty when the protocol drops them.
+	// Application are the client's own system/developer texts, in order; empty when the protocol
+	// drops them.
 	Application []string
 	// Directives are per-turn hints (protocol directives, trusted plugin directives), in order.
 	Directives []string
@@ -21,13 +22,15 @@ type Layers struct {
 	Sources []ctxjson.Source
 	// Tools are the tools kept for the request, in declared order.
 	Tools []policy.Tool
-	// NativeTools is true when the client declared tools through the API: OUTPUT FORMAT blocks are stripped.
+	// NativeTools is true when the client declared tools through the API: OUTPUT FORMAT blocks are
+	// stripped.
 	NativeTools bool
 }
 
 // Prompt is the result of Build.
 type Prompt struct {
-	// ContextMessage is the content of the second system message in the structured channel, else "".
+	// ContextMessage is the content of the second system message in the structured channel, else
+	// "".
 	ContextMessage string
 	// ContextJSON is the runtime context line, whichever message it went into.
 	ContextJSON      []byte
@@ -36,17 +39,22 @@ type Prompt struct {
 	DirectivesTruncated bool
 	// DatamarkToolOutput tells the rewrite to datamark the conversation's tool output (Settings).
 	DatamarkToolOutput bool
-	Sizes              Sizes
-	// system is the one layered system message in pieces: the frame's, already escaped, and the request's.
-	// It is joined only when asked for (System): the rewrite writes the pieces' escaping straight into the
-	// upstream body (AppendSystemJSON).
+	// VetHostedMCP tells the rewrite to make the MCP servers the upstream runs ask for approval of
+	// every call (the protocol's mcp.vetHostedCalls), for promptgate to answer.
+	VetHostedMCP bool
+	Sizes        Sizes
+	// system is the one layered system message in pieces: the frame's, already escaped, and the
+	// request's. It is joined only when asked for (System): the rewrite writes the pieces' escaping
+	// straight into the upstream body (AppendSystemJSON).
 	system []chunk
-	// systemLen is the system message's length in bytes; systemValid, whether every piece is valid UTF-8.
+	// systemLen is the system message's length in bytes; systemValid, whether every piece is valid
+	// UTF-8.
 	systemLen   int
 	systemValid bool
 }
 
-// NewPrompt is a Prompt whose system message is system, for a caller that builds none from a template.
+// NewPrompt is a Prompt whose system message is system, for a caller that builds none from a
+// template.
 func NewPrompt(system string) Prompt {
 	return Prompt{system: []chunk{requestChunk(system)}, systemLen: len(system), systemValid: utf8.ValidString(system)}
 }
@@ -64,8 +72,8 @@ func (p *Prompt) System() string {
 	return b.String()
 }
 
-// SystemJSONSize is about the length of AppendSystemJSON's bytes, to size a buffer for them: exact for the
-// frame's pieces, the request's with room for some escaping.
+// SystemJSONSize is about the length of AppendSystemJSON's bytes, to size a buffer for them: exact
+// for the frame's pieces, the request's with room for some escaping.
 func (p *Prompt) SystemJSONSize() int {
 	n := 2
 	for _, c := range p.system {
@@ -85,18 +93,19 @@ type Sizes struct {
 	Blocks        map[string]int `json:"blocks"`
 }
 
-// Build fills a template with the layers. It never fails: every input has a defined rendering. A caller
-// that builds many prompts of one template and protocol keeps the Frame (NewFrame) and calls its Build.
+// Build fills a template with the layers. It never fails: every input has a defined rendering. A
+// caller that builds many prompts of one template and protocol keeps the Frame (NewFrame) and calls
+// its Build.
 func Build(t *Template, l Layers, s Settings) Prompt {
 	return NewFrame(t, l, s).Build(l, s)
 }
 
-// AppendSystemJSON appends System as a JSON string, the bytes AppendJSONString gives: the frame's pieces are
-// escaped already, the request's are escaped here.
+// AppendSystemJSON appends System as a JSON string, the bytes AppendJSONString gives: the frame's
+// pieces are escaped already, the request's are escaped here.
 func (p *Prompt) AppendSystemJSON(dst []byte) []byte {
 	if !p.systemValid {
-		// A piece of invalid UTF-8 may end inside a sequence that the next piece completes: the whole text
-		// is escaped at once.
+		// A piece of invalid UTF-8 may end inside a sequence that the next piece completes: the
+		// whole text is escaped at once.
 		return AppendJSONString(dst, p.System())
 	}
 	dst = append(dst, '"')
@@ -122,8 +131,8 @@ func renderApplication(texts []string) string {
 	return strings.Join(parts, "\n\n")
 }
 
-// renderDirectives puts each directive on a line of its own, under a cap of max code points; a directive
-// that does not fit whole is cut with "…" and the rest dropped.
+// renderDirectives puts each directive on a line of its own, under a cap of max code points; a
+// directive that does not fit whole is cut with "…" and the rest dropped.
 func renderDirectives(ds []string, max int) (string, bool) {
 	if max <= 0 {
 		return "", len(ds) > 0

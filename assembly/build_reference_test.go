@@ -7,8 +7,8 @@ import (
 	"github.com/promptgate/promptgate/assembly/ctxjson"
 )
 
-// buildReference is Build written straight, section by section, without a frame: the tests hold Build to
-// its bytes.
+// buildReference is Build written straight, section by section, without a frame: the tests hold
+// Build to its bytes.
 func buildReference(t *Template, l Layers, s Settings) Prompt {
 	var p Prompt
 	p.ContextJSON, p.ContextTruncated = ctxjson.Build(l.Meta, l.Sources, s.ContextMaxChars, s.Budgets)
@@ -59,9 +59,9 @@ func buildReference(t *Template, l Layers, s Settings) Prompt {
 	return p
 }
 
-// appendLegacyReference adds the layers a legacy template has no placeholders for: the protocol rules always (when
-// there are any), then the other non-empty blocks, so that nothing the client or operator gave is lost.
-// The runtime context is appended only when there is data in it.
+// appendLegacyReference adds the layers a legacy template has no placeholders for: the protocol
+// rules always (when there are any), then the other non-empty blocks, so that nothing the client or
+// operator gave is lost. The runtime context is appended only when there is data in it.
 func appendLegacyReference(b *strings.Builder, values map[string]string, l Layers, sz *Sizes) {
 	add := func(block, header string) {
 		v := values[block]

@@ -12,7 +12,8 @@ import (
 
 const (
 	coreSection = "=== SYSTEM CORE ===\nCore rules.\n\n"
-	// ctxEmpty and ctxRequest are the context lines of Meta{Protocol: "tech"} without and with the request source.
+	// ctxEmpty and ctxRequest are the context lines of Meta{Protocol: "tech"} without and with the
+	// request source.
 	ctxEmpty   = `{"meta":{"protocol":"tech","sources":[],"truncated":false}}`
 	ctxRequest = `{"meta":{"protocol":"tech","sources":["request"],"truncated":false},"request":{"a":"x\ny"}}`
 )
@@ -124,8 +125,8 @@ func TestBuildLeavesOutEmptyBlocks(t *testing.T) {
 	})
 }
 
-// TestBuildOrder checks that the blocks come in the template's order, whatever the order in which the layers
-// are filled, and that a header without a placeholder is kept as written.
+// TestBuildOrder checks that the blocks come in the template's order, whatever the order in which
+// the layers are filled, and that a header without a placeholder is kept as written.
 func TestBuildOrder(t *testing.T) {
 	tm := ParseTemplate("t", 1, "=== SYSTEM CORE ===\nC\n=== AVAILABLE TOOLS ===\n{{tools}}\n=== NOTE ===\nN\n=== PROTOCOL RULES ===\n{{protocol_rules}}\n")
 	p := Build(tm, Layers{Rules: "R", Tools: []policy.Tool{{Name: "t"}}}, DefaultSettings())

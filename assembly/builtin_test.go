@@ -16,8 +16,9 @@ func builtinTemplate(tb testing.TB, name string) *Template {
 	return ParseTemplate(d.Name, 0, d.Text)
 }
 
-// TestBuiltinTemplates checks that the shipped templates parse as the contract says: base_tool_call_v2 layered
-// with the six blocks in order, base_legacy_v1 legacy with an OUTPUT FORMAT part.
+// TestBuiltinTemplates checks that the shipped templates parse as the contract says:
+// base_tool_call_v2 layered with the six blocks in order, base_legacy_v1 legacy with an OUTPUT
+// FORMAT part.
 func TestBuiltinTemplates(t *testing.T) {
 	v2 := builtinTemplate(t, "base_tool_call_v2")
 	var blocks []string

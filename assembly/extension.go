@@ -23,8 +23,8 @@ func Invalid(param, format string, args ...any) *policy.Error {
 	return &policy.Error{Code: policy.CodeInvalidRequest, Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
-// Extension reads the top-level "promptgate" field of any surface's body. Unknown keys and values of the
-// wrong type are errors, so that a typo never silently weakens a request's policy.
+// Extension reads the top-level "promptgate" field of any surface's body. Unknown keys and values
+// of the wrong type are errors, so that a typo never silently weakens a request's policy.
 func (b *Body) Extension() (Extension, error) {
 	var x Extension
 	f := b.Get(PathExtension)

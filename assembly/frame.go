@@ -7,10 +7,11 @@ import (
 	"github.com/promptgate/promptgate/assembly/ctxjson"
 )
 
-// Frame is the part of a layered prompt that is the same for every request of one template, one set of
-// protocol rules and one tool mode: the template's text around the placeholders and the rules block, laid out
-// once with their code point counts and already JSON-escaped, so that Build only renders and escapes what a
-// request brings. It is immutable once made, so it may be cached (per definitions snapshot) and shared.
+// Frame is the part of a layered prompt that is the same for every request of one template, one set
+// of protocol rules and one tool mode: the template's text around the placeholders and the rules
+// block, laid out once with their code point counts and already JSON-escaped, so that Build only
+// renders and escapes what a request brings. It is immutable once made, so it may be cached (per
+// definitions snapshot) and shared.
 type Frame struct {
 	t     *Template
 	key   FrameKey
@@ -19,7 +20,8 @@ type Frame struct {
 	blocks map[string]int
 	// templateChars is the template's length in code points.
 	templateChars int
-	// context is the RUNTIME CONTEXT block's text where it is fixed (the structured channel's pointer), else "".
+	// context is the RUNTIME CONTEXT block's text where it is fixed (the structured channel's
+	// pointer), else "".
 	context string
 }
 
@@ -46,17 +48,18 @@ func FrameKeyOf(t *Template, l Layers, s Settings) FrameKey {
 type part struct {
 	text  chunk
 	block string
-	// before and after are the section's text around its placeholder; for a block appended to a legacy
-	// template, before is the block's header with its blank line, and after is empty.
+	// before and after are the section's text around its placeholder; for a block appended to a
+	// legacy template, before is the block's header with its blank line, and after is empty.
 	before, after chunk
 	// keepEmpty writes the section even when the block is empty (the runtime context).
 	keepEmpty bool
-	// legacy appends the block to a legacy template: trailing blanks of what comes before are cut first.
+	// legacy appends the block to a legacy template: trailing blanks of what comes before are cut
+	// first.
 	legacy bool
 }
 
-// chunk is a piece of the system message: its text, its length in code points, and its JSON escaping
-// (without quotes; nil: escaped when the message is finished).
+// chunk is a piece of the system message: its text, its length in code points, and its JSON
+// escaping (without quotes; nil: escaped when the message is finished).
 type chunk struct {
 	text  string
 	runes int
@@ -112,7 +115,8 @@ func NewFrame(t *Template, l Layers, s Settings) *Frame {
 		}
 	}
 	if !t.Layered {
-		// The rules come first and are fixed: appended here as appendLegacy does, the other blocks per request.
+		// The rules come first and are fixed: appended here as appendLegacy does, the other blocks
+		// per request.
 		if rules != "" {
 			text := strings.TrimRight(fixed.String(), " \t\r\n")
 			fixed.Reset()
@@ -131,8 +135,8 @@ func NewFrame(t *Template, l Layers, s Settings) *Frame {
 	return f
 }
 
-// fixedValue is the text of a block where the frame fixes it (the rules; the context pointer), ok false
-// for a block filled per request.
+// fixedValue is the text of a block where the frame fixes it (the rules; the context pointer), ok
+// false for a block filled per request.
 func (f *Frame) fixedValue(block, rules string) (string, bool) {
 	switch {
 	case block == BlockRules:
@@ -143,9 +147,9 @@ func (f *Frame) fixedValue(block, rules string) (string, bool) {
 	return "", false
 }
 
-// Build fills the frame with the layers of one request. l's rules and tool mode and s's channel settings
-// must be those the frame was made of; where they are not, a frame is made for them, so the prompt is always
-// that of l and s.
+// Build fills the frame with the layers of one request. l's rules and tool mode and s's channel
+// settings must be those the frame was made of; where they are not, a frame is made for them, so
+// the prompt is always that of l and s.
 func (f *Frame) Build(l Layers, s Settings) Prompt {
 	if FrameKeyOf(f.t, l, s) != f.key {
 		f = NewFrame(f.t, l, s)

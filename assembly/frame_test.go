@@ -55,8 +55,8 @@ func (in frameInput) build(tb testing.TB) (*Template, Layers, Settings, bool) {
 	return ParseTemplate("fuzz", 1, in.template), l, s, true
 }
 
-// samePrompt fails unless got is the reference prompt, field by field, and its JSON string is the one
-// encoding/json writes.
+// samePrompt fails unless got is the reference prompt, field by field, and its JSON string is the
+// one encoding/json writes.
 func samePrompt(t *testing.T, what string, got, want Prompt) {
 	t.Helper()
 	if got.System() != want.System() {
@@ -111,9 +111,9 @@ func frameSeeds(tb testing.TB) []frameInput {
 	return out
 }
 
-// FuzzFrame holds Build (through a frame) to the section-by-section reference, byte for byte, sizes and
-// JSON string included; and a frame reused for another request, and for layers it was not made of, to the
-// same.
+// FuzzFrame holds Build (through a frame) to the section-by-section reference, byte for byte, sizes
+// and JSON string included; and a frame reused for another request, and for layers it was not made
+// of, to the same.
 func FuzzFrame(f *testing.F) {
 	for _, in := range frameSeeds(f) {
 		f.Add(in.template, in.rules, in.app, in.directive, in.toolName, in.toolDesc, in.context, in.flags, in.directivesMax)

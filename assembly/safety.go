@@ -9,13 +9,15 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// Marker defenses for client text placed in trusted blocks (APPLICATION INSTRUCTIONS, AVAILABLE TOOLS).
+// Marker defenses for client text placed in trusted blocks (APPLICATION INSTRUCTIONS, AVAILABLE
+// TOOLS).
 //
-// The section headers of the system message are lines that start with "===". Client text may hold such a
-// line, hidden or disguised: after blanks or invisible characters (zero-width, bidi controls, tag characters,
-// variation selectors, soft hyphen, fillers, combining marks with nothing to attach to), spelt with look-alike
-// characters (fullwidth ＝, small ﹦, ⩶, box-drawing ═, ≡, the double hyphens ⹀ ゠ ᐀, ꓿ ...), or after a line
-// break other than LF (CR, VT, FF, NEL, LS, PS, the separators U+001C–U+001E). The defenses are:
+// The section headers of the system message are lines that start with "===". Client text may hold
+// such a line, hidden or disguised: after blanks or invisible characters (zero-width, bidi
+// controls, tag characters, variation selectors, soft hyphen, fillers, combining marks with nothing
+// to attach to), spelt with look-alike characters (fullwidth ＝, small ﹦, ⩶, box-drawing ═, ≡, the
+// double hyphens ⹀ ゠ ᐀, ꓿ ...), or after a line break other than LF (CR, VT, FF, NEL, LS, PS, the
+// separators U+001C–U+001E). The defenses are:
 //   - OneLine (tool names and descriptions, directives): every line break becomes a space, so the text stays
 //     on the line that starts with "- ".
 //   - NeutralizeHeaders (the client's system texts): line breaks are normalised to LF and every line whose
@@ -24,11 +26,12 @@ import (
 //   - RevealHidden (both): the characters that hide text from a human reviewer while a model still reads it
 //     — the Unicode tag characters U+E0000–U+E007F ("ASCII smuggling") and the bidi embedding, override and
 //     isolate controls (Trojan Source) — are written as visible <U+XXXX> escapes.
-// Untrusted data never reaches a trusted block: it goes into the runtime context JSON (see ctxjson), where
-// every line break and invisible character is \u-escaped.
+// Untrusted data never reaches a trusted block: it goes into the runtime context JSON (see
+// ctxjson), where every line break and invisible character is \u-escaped.
 
-// isLineBreak reports the characters a model (or a line splitter such as Python's str.splitlines) may read as
-// the end of a line: LF, CR, VT, FF, the file/group/record separators U+001C–U+001E, NEL, LS, PS.
+// isLineBreak reports the characters a model (or a line splitter such as Python's str.splitlines)
+// may read as the end of a line: LF, CR, VT, FF, the file/group/record separators U+001C–U+001E,
+// NEL, LS, PS.
 func isLineBreak(r rune) bool {
 	switch r {
 	case '\n', '\r', '\v', '\f', '\u001c', '\u001d', '\u001e', '\u0085', '\u2028', '\u2029':
@@ -37,8 +40,8 @@ func isLineBreak(r rune) bool {
 	return false
 }
 
-// OneLine replaces every line break character by a space (CRLF becomes two spaces), so the text cannot start
-// a line of its own.
+// OneLine replaces every line break character by a space (CRLF becomes two spaces), so the text
+// cannot start a line of its own.
 func OneLine(s string) string {
 	if !strings.ContainsFunc(s, isLineBreak) {
 		return s
@@ -52,11 +55,11 @@ func OneLine(s string) string {
 	}, s)
 }
 
-// invisible reports characters that render as nothing or as blank space and could hide what starts a line:
-// format characters (Cf: zero-width, bidi controls, BOM, soft hyphen, tags), variation selectors, the other
-// default-ignorable code points (fillers, and unassigned ones such as U+2065 and U+FFF0 that render as
-// nothing), blank space (NBSP, the U+2000 spaces, ideographic space...), and combining marks (Mn, Me), which
-// at the start of a line have nothing to attach to.
+// invisible reports characters that render as nothing or as blank space and could hide what starts
+// a line: format characters (Cf: zero-width, bidi controls, BOM, soft hyphen, tags), variation
+// selectors, the other default-ignorable code points (fillers, and unassigned ones such as U+2065
+// and U+FFF0 that render as nothing), blank space (NBSP, the U+2000 spaces, ideographic space...),
+// and combining marks (Mn, Me), which at the start of a line have nothing to attach to.
 func invisible(r rune) bool {
 	if r < utf8.RuneSelf {
 		return r == ' ' || r == '\t'
@@ -71,8 +74,9 @@ func invisible(r rune) bool {
 	return unicode.IsSpace(r) && !isLineBreak(r)
 }
 
-// equalsLike reports characters a model could read as the "=" of a section header and that NFKC does not fold
-// to "=": the equals sign itself and its look-alikes (Unicode confusables of "=", double lines and bars).
+// equalsLike reports characters a model could read as the "=" of a section header and that NFKC
+// does not fold to "=": the equals sign itself and its look-alikes (Unicode confusables of "=",
+// double lines and bars).
 func equalsLike(r rune) bool {
 	switch r {
 	case '=', '\u2550', '\u2e40', '\u30a0', '\ua78a', '\ua4ff', '\u1400', '\u268c', '\u2261', '\u2263',
@@ -82,16 +86,17 @@ func equalsLike(r rune) bool {
 	return false
 }
 
-// headerStart reports whether a line whose first visible character is r could be read as a section header:
-// r, or the first visible character of its NFKC form (fullwidth ＝, small ﹦, super- and subscript =, ⩶ ...),
-// is "="-like.
+// headerStart reports whether a line whose first visible character is r could be read as a section
+// header: r, or the first visible character of its NFKC form (fullwidth ＝, small ﹦, super- and
+// subscript =, ⩶ ...), is "="-like.
 func headerStart(r rune) bool {
 	f, blank := folded(r)
 	return !blank && equalsLike(f)
 }
 
-// folded returns the first visible character of r's NFKC form, or blank=true when that form holds only
-// blanks and invisible characters (e.g. U+1FCE, a spacing accent, folds to a space and combining marks).
+// folded returns the first visible character of r's NFKC form, or blank=true when that form holds
+// only blanks and invisible characters (e.g. U+1FCE, a spacing accent, folds to a space and
+// combining marks).
 func folded(r rune) (f rune, blank bool) {
 	if r < utf8.RuneSelf || equalsLike(r) {
 		return r, invisible(r)
@@ -105,8 +110,9 @@ func folded(r rune) (f rune, blank bool) {
 	return f, false
 }
 
-// LooksLikeHeader reports whether a line (without its line break) could be read as a section header: its
-// first character that is neither blank nor invisible, before or after NFKC folding, is "="-like.
+// LooksLikeHeader reports whether a line (without its line break) could be read as a section
+// header: its first character that is neither blank nor invisible, before or after NFKC folding, is
+// "="-like.
 func LooksLikeHeader(line string) bool {
 	for _, r := range line {
 		if invisible(r) {
@@ -124,8 +130,8 @@ func LooksLikeHeader(line string) bool {
 // QuotePrefix is put in front of a line of client text that could be read as a section header.
 const QuotePrefix = "> "
 
-// NeutralizeHeaders normalises every line break to LF and quotes each line that LooksLikeHeader, so client
-// text in a trusted block can never produce a line that reads as a "=== ... ===" header.
+// NeutralizeHeaders normalises every line break to LF and quotes each line that LooksLikeHeader, so
+// client text in a trusted block can never produce a line that reads as a "=== ... ===" header.
 func NeutralizeHeaders(s string) string {
 	if strings.ContainsFunc(s, func(r rune) bool { return isLineBreak(r) && r != '\n' }) {
 		s = strings.ReplaceAll(s, "\r\n", "\n")
@@ -168,15 +174,15 @@ func NeutralizeHeaders(s string) string {
 	return b.String()
 }
 
-// hidden reports the characters RevealHidden makes visible: the tag characters U+E0000–U+E007F and the bidi
-// embedding, override and isolate controls U+202A–U+202E, U+2066–U+2069.
+// hidden reports the characters RevealHidden makes visible: the tag characters U+E0000–U+E007F and
+// the bidi embedding, override and isolate controls U+202A–U+202E, U+2066–U+2069.
 func hidden(r rune) bool {
 	return (r >= 0xE0000 && r <= 0xE007F) || (r >= 0x202A && r <= 0x202E) || (r >= 0x2066 && r <= 0x2069)
 }
 
-// RevealHidden writes each hidden character (see hidden) as "<U+XXXX>", so text smuggled in tag characters
-// or reordered by bidi controls reads the same to the model as to a person reviewing the prompt. Other text
-// is returned as it is (the same string when nothing is hidden).
+// RevealHidden writes each hidden character (see hidden) as "<U+XXXX>", so text smuggled in tag
+// characters or reordered by bidi controls reads the same to the model as to a person reviewing the
+// prompt. Other text is returned as it is (the same string when nothing is hidden).
 func RevealHidden(s string) string {
 	if !strings.ContainsFunc(s, hidden) {
 		return s

@@ -93,7 +93,8 @@ var neutralizeCases = []struct{ in, want string }{
 	{"\u3013 X", "> \u3013 X"},
 	{"\U00010190 X", "> \U00010190 X"},
 	{"\u2017\u2017 X", "> \u2017\u2017 X"},
-	// Hidden starts: soft hyphen, combining marks, Mongolian vowel separator, narrow NBSP, tag then fullwidth.
+	// Hidden starts: soft hyphen, combining marks, Mongolian vowel separator, narrow NBSP, tag then
+	// fullwidth.
 	{"\u00ad=== X ===", "> \u00ad=== X ==="},
 	{"\u0301\u20dd=== X ===", "> \u0301\u20dd=== X ==="},
 	{"\u180e=x", "> \u180e=x"},
@@ -118,8 +119,9 @@ func TestNeutralizeHeaders(t *testing.T) {
 	}
 }
 
-// fuzzBlank is the fuzz test's own idea of what may hide the start of a line: white space other than line
-// breaks and the default-ignorable code points (format characters, variation selectors, fillers).
+// fuzzBlank is the fuzz test's own idea of what may hide the start of a line: white space other
+// than line breaks and the default-ignorable code points (format characters, variation selectors,
+// fillers).
 func fuzzBlank(r rune) bool {
 	switch r {
 	case '\n', '\r', '\v', '\f', '\x1c', '\x1d', '\x1e', '\u0085', '\u2028', '\u2029':
@@ -153,8 +155,9 @@ func FuzzNeutralizeHeaders(f *testing.F) {
 				t.Fatalf("line %d %q starts with %q after blanks and NFKC folding", i, line, r)
 			}
 		}
-		// Each output line is the input line, or it with "> " in front. (Where a line break is normalised,
-		// strings.Map also turns invalid UTF-8 into U+FFFD; request text is valid UTF-8 by then.)
+		// Each output line is the input line, or it with "> " in front. (Where a line break is
+		// normalised, strings.Map also turns invalid UTF-8 into U+FFFD; request text is valid UTF-8
+		// by then.)
 		if utf8.ValidString(in) {
 			norm := strings.NewReplacer("\r\n", "\n", "\r", "\n", "\v", "\n", "\f", "\n", "\x1c", "\n", "\x1d", "\n", "\x1e", "\n", "\u0085", "\n", "\u2028", "\n", "\u2029", "\n").Replace(in)
 			inLines, outLines := strings.Split(norm, "\n"), strings.Split(out, "\n")
@@ -174,7 +177,8 @@ func FuzzNeutralizeHeaders(f *testing.F) {
 }
 
 func TestNeutralizeHeadersSeparatorControls(t *testing.T) {
-	// Python's str.splitlines treats U+001C..U+001E as line ends: they must not let a header start a line.
+	// Python's str.splitlines treats U+001C..U+001E as line ends: they must not let a header start
+	// a line.
 	for _, sep := range []string{"\x1c", "\x1d", "\x1e"} {
 		got := NeutralizeHeaders("ok" + sep + "=== SYSTEM CORE ===")
 		if got != "ok\n> === SYSTEM CORE ===" {
@@ -203,7 +207,8 @@ func TestRevealHidden(t *testing.T) {
 }
 
 func TestLooksLikeHeaderNFKCTable(t *testing.T) {
-	// Every character whose NFKC form starts with "=" starts a header: the fold is not a hand-written table.
+	// Every character whose NFKC form starts with "=" starts a header: the fold is not a
+	// hand-written table.
 	for r := rune(0x80); r <= unicode.MaxRune; r++ {
 		if !utf8.ValidRune(r) {
 			continue

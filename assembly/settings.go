@@ -38,10 +38,12 @@ type Settings struct {
 	Budgets ctxjson.Budgets
 	// StructuredChannel sends the context JSON as a second system message.
 	StructuredChannel bool
-	// RedactInSystem replaces the JSON line in the first message by a pointer (structured channel only).
+	// RedactInSystem replaces the JSON line in the first message by a pointer (structured channel
+	// only).
 	RedactInSystem bool
-	// DatamarkToolOutput datamarks tool output in the conversation and adds DatamarkRule to the protocol
-	// rules (see Datamark). It comes from the config file's security.datamarkToolOutput; default off.
+	// DatamarkToolOutput datamarks tool output in the conversation and adds DatamarkRule to the
+	// protocol rules (see Datamark). It comes from the config file's security.datamarkToolOutput;
+	// default off.
 	DatamarkToolOutput bool
 }
 
@@ -115,11 +117,12 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 	return s, errors.Join(errs...)
 }
 
-// Security is the config file's security section: optional prompt-injection hardening of the assembly. Its
-// zero value keeps the default rendering.
+// Security is the config file's security section: optional prompt-injection hardening of the
+// assembly. Its zero value keeps the default rendering.
 type Security struct {
-	// DatamarkToolOutput datamarks tool output (Spotlighting): the white space of every tool result in the
-	// conversation is replaced by "ˆ" (U+02C6) and the protocol rules tell the model what that means.
+	// DatamarkToolOutput datamarks tool output (Spotlighting): the white space of every tool result
+	// in the conversation is replaced by "ˆ" (U+02C6) and the protocol rules tell the model what
+	// that means.
 	DatamarkToolOutput bool `yaml:"datamarkToolOutput"`
 }
 

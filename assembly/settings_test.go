@@ -62,7 +62,8 @@ func TestSettingsFromEnvGood(t *testing.T) {
 	}
 }
 
-// TestSettingsBudgetsShareOfMax checks that a share is taken of the configured maximum, not the default.
+// TestSettingsBudgetsShareOfMax checks that a share is taken of the configured maximum, not the
+// default.
 func TestSettingsBudgetsShareOfMax(t *testing.T) {
 	s, err := SettingsFromEnv(env(map[string]string{EnvContextMaxChars: "1000", EnvContextBudgets: `{"memory":0.25}`}))
 	if err != nil || !reflect.DeepEqual(s.Budgets, ctxjson.Budgets{"memory": 250}) {

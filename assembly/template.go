@@ -1,7 +1,8 @@
 // Package assembly builds the layered system prompt of one request: it composes a template with the
-// protocol's rules, fills application instructions, runtime directives, the runtime context JSON line and
-// the tools text, strips OUTPUT FORMAT blocks where native tools are used, and rewrites a request body's raw
-// bytes with the result. It does not choose protocols or tools (policy/) nor gather context (plugins/).
+// protocol's rules, fills application instructions, runtime directives, the runtime context JSON
+// line and the tools text, strips OUTPUT FORMAT blocks where native tools are used, and rewrites a
+// request body's raw bytes with the result. It does not choose protocols or tools (policy/) nor
+// gather context (plugins/).
 package assembly
 
 import (
@@ -71,9 +72,9 @@ type section struct {
 	outputFormat bool
 }
 
-// ParseTemplate splits a template into sections. It never fails: a text without placeholders is legacy.
-// CRLF and CR line ends are read as LF, so the sections (and the message built from them) use LF only;
-// Text keeps the template as written.
+// ParseTemplate splits a template into sections. It never fails: a text without placeholders is
+// legacy. CRLF and CR line ends are read as LF, so the sections (and the message built from them)
+// use LF only; Text keeps the template as written.
 func ParseTemplate(name string, version int, text string) *Template {
 	t := &Template{Name: name, Version: version, Text: text}
 	for _, p := range placeholders {
@@ -99,8 +100,9 @@ func ParseTemplate(name string, version int, text string) *Template {
 		t.sections = append(t.sections, s)
 		cur.Reset()
 	}
-	// A template saved with CRLF or CR line ends is read as LF: a lone CR would otherwise hide every header
-	// after it (one section, one placeholder filled), and CRLF would mix line ends in the message.
+	// A template saved with CRLF or CR line ends is read as LF: a lone CR would otherwise hide
+	// every header after it (one section, one placeholder filled), and CRLF would mix line ends in
+	// the message.
 	body := text
 	if strings.Contains(body, "\r") {
 		body = strings.ReplaceAll(strings.ReplaceAll(body, "\r\n", "\n"), "\r", "\n")
@@ -133,12 +135,12 @@ func blockOfHeader(s string) string {
 	return BlockOther
 }
 
-// ValidateTemplate refuses a template text whose placeholders could not be filled as the contract says:
-// an unknown {{placeholder}}, a placeholder that is not alone on its line, used twice, or sharing a section
-// with another one, a placeholder whose section header is not exactly its own block's header line
-// ({{tools}} under "=== AVAILABLE TOOLS ===", ...), a {{runtime_context}} that is not on the line right
-// after the RUNTIME CONTEXT header, and a layered template without {{runtime_context}}. Errors name the
-// field (text) and the fix.
+// ValidateTemplate refuses a template text whose placeholders could not be filled as the contract
+// says: an unknown {{placeholder}}, a placeholder that is not alone on its line, used twice, or
+// sharing a section with another one, a placeholder whose section header is not exactly its own
+// block's header line ({{tools}} under "=== AVAILABLE TOOLS ===", ...), a {{runtime_context}} that
+// is not on the line right after the RUNTIME CONTEXT header, and a layered template without
+// {{runtime_context}}. Errors name the field (text) and the fix.
 func ValidateTemplate(text string) error {
 	t := ParseTemplate("", 0, text)
 	known := map[string]bool{}
@@ -201,7 +203,8 @@ func ValidateTemplate(text string) error {
 		case header != want:
 			return fmt.Errorf("assembly: template: text: %s is under the header %q, not its own: put it alone on the line after %q", s.ph, header, want)
 		case s.ph == PhContext && strings.TrimSpace(lines[1]) != PhContext:
-			// The line after the RUNTIME CONTEXT header is the JSON line: nothing trusted may come between.
+			// The line after the RUNTIME CONTEXT header is the JSON line: nothing trusted may come
+			// between.
 			return fmt.Errorf("assembly: template: text: %s must be on the line right after its header %q", s.ph, want)
 		}
 	}

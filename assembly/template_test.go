@@ -74,7 +74,8 @@ func TestParseTemplate(t *testing.T) {
 			},
 		},
 		{
-			// The OUTPUT FORMAT part ends at the next header; text before it in the same block stays.
+			// The OUTPUT FORMAT part ends at the next header; text before it in the same block
+			// stays.
 			"output format inside a block",
 			"=== SYSTEM CORE ===\nA.\nOUTPUT FORMAT:\nB.\n=== X ===\nC.\n=== SYSTEM CORE 2 ===\n",
 			false,
@@ -103,7 +104,8 @@ func TestParseTemplate(t *testing.T) {
 			[]section{{text: "=== RUNTIME CONTEXT ===\nnone\n", block: BlockContext}},
 		},
 		{
-			// A header-less preamble is its own section; a placeholder in it still makes the template layered.
+			// A header-less preamble is its own section; a placeholder in it still makes the
+			// template layered.
 			"preamble with placeholder",
 			"Intro {{tools}}\n=== SYSTEM CORE ===\n",
 			true,
@@ -129,7 +131,8 @@ func TestParseTemplate(t *testing.T) {
 	}
 }
 
-// TestParseTemplateEachPlaceholder checks that any one placeholder makes a template layered and maps to its block.
+// TestParseTemplateEachPlaceholder checks that any one placeholder makes a template layered and
+// maps to its block.
 func TestParseTemplateEachPlaceholder(t *testing.T) {
 	for _, p := range []struct{ ph, block string }{
 		{"{{protocol_rules}}", BlockRules},
@@ -177,15 +180,16 @@ func TestValidateTemplate(t *testing.T) {
 			t.Errorf("%s: ValidateTemplate(%q) = %v, want an error", name, s, err)
 		}
 	}
-	// The contract's RUNTIME CONTEXT block is always there: the error says where the placeholder goes.
+	// The contract's RUNTIME CONTEXT block is always there: the error says where the placeholder
+	// goes.
 	if err := ValidateTemplate(bad["layered without context"]); err == nil || !strings.Contains(err.Error(), PhContext) || !strings.Contains(err.Error(), ContextHeader) {
 		t.Errorf("layered without context: %v", err)
 	}
 }
 
-// TestValidateTemplateHeadersExact: each placeholder sits under its own block's header line, exactly; a
-// header that merely mentions UNTRUSTED, or another block's header, is refused with a message naming the
-// field and the header to use. The built-in templates pass.
+// TestValidateTemplateHeadersExact: each placeholder sits under its own block's header line,
+// exactly; a header that merely mentions UNTRUSTED, or another block's header, is refused with a
+// message naming the field and the header to use. The built-in templates pass.
 func TestValidateTemplateHeadersExact(t *testing.T) {
 	t.Parallel()
 	core := "=== SYSTEM CORE ===\nrules\n\n"

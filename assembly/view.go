@@ -8,24 +8,24 @@ import (
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
-// Get is gjson.GetBytes without its copy of the result: the result's Raw and Str share body's memory.
-// gjson.GetBytes copies every result, so that reading an 8 KB messages array costs an 8 KB allocation,
-// once per read. The sharing is safe here because no body this package reads is ever written to: request
-// bodies are read once and kept as they are, and every edit (sjson, the splices) makes a new slice. A
-// result must not be kept past a write to its body.
+// Get is gjson.GetBytes without its copy of the result: the result's Raw and Str share body's
+// memory. gjson.GetBytes copies every result, so that reading an 8 KB messages array costs an 8 KB
+// allocation, once per read. The sharing is safe here because no body this package reads is ever
+// written to: request bodies are read once and kept as they are, and every edit (sjson, the
+// splices) makes a new slice. A result must not be kept past a write to its body.
 func Get(body []byte, path string) gjson.Result {
 	return gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), path)
 }
 
 // Body is a request body whose top-level members, and the members of its "promptgate" object, were
-// located by one walk over it, for every function that reads the body to share: looking each key up with
-// gjson.Get would walk the body again, all of it for a key the body does not have. The walk skips each
-// value once, with gjson.
+// located by one walk over it, for every function that reads the body to share: looking each key up
+// with gjson.Get would walk the body again, all of it for a key the body does not have. The walk
+// skips each value once, with gjson.
 //
 // A Body answers as gjson.Get does on the body (the first member of a name wins, keys are compared
-// unescaped, values share the body's memory as get's do), for any body that passed jsoncheck.Object, as
-// every request body has when the proxy reads it. On a body the walk cannot follow it asks gjson, key by
-// key.
+// unescaped, values share the body's memory as get's do), for any body that passed
+// jsoncheck.Object, as every request body has when the proxy reads it. On a body the walk cannot
+// follow it asks gjson, key by key.
 type Body struct {
 	raw []byte
 	// ok is false when the walk did not follow the body; get and extension then ask gjson.
@@ -34,8 +34,8 @@ type Body struct {
 	// ext are the members of the first "promptgate" member's value, when that is an object.
 	ext []member
 	buf [12]member
-	// roles memoizes Roles: the surface reads its messages when it parses the request and again when it
-	// rewrites it.
+	// roles memoizes Roles: the surface reads its messages when it parses the request and again
+	// when it rewrites it.
 	roles      Roles
 	rolesErr   error
 	rolesField string
@@ -43,8 +43,8 @@ type Body struct {
 	others     [16]string // room for the Others of the first field read, in most conversations
 }
 
-// member is one member of an object: its key, unescaped, its value as gjson.Get would give it, and where
-// the member starts (its key's opening quote).
+// member is one member of an object: its key, unescaped, its value as gjson.Get would give it, and
+// where the member starts (its key's opening quote).
 type member struct {
 	key   string
 	val   gjson.Result
@@ -64,9 +64,9 @@ func NewBody(raw []byte) *Body {
 	return b
 }
 
-// NewBodyOf is NewBody without the walk: m is where jsoncheck.ObjectMembers found raw's members, told
-// PathExtension as the inner member, on this very raw (which it accepted). The validation has located every
-// member already, so no value is skipped a second time.
+// NewBodyOf is NewBody without the walk: m is where jsoncheck.ObjectMembers found raw's members,
+// told PathExtension as the inner member, on this very raw (which it accepted). The validation has
+// located every member already, so no value is skipped a second time.
 func NewBodyOf(raw []byte, m *jsoncheck.Members) *Body {
 	b := &Body{raw: raw, ok: true}
 	s := unsafe.String(unsafe.SliceData(raw), len(raw))
@@ -107,8 +107,8 @@ func (b *Body) Get(key string) gjson.Result {
 	return gjson.Result{}
 }
 
-// Roles is ReadRoles of the top-level member field, read once per Body: a second call for the same field
-// answers from the first. Like the rest of Body, it is for one goroutine at a time.
+// Roles is ReadRoles of the top-level member field, read once per Body: a second call for the same
+// field answers from the first. Like the rest of Body, it is for one goroutine at a time.
 func (b *Body) Roles(field string) (Roles, error) {
 	if !b.rolesRead || b.rolesField != field {
 		var others []string
@@ -121,8 +121,8 @@ func (b *Body) Roles(field string) (Roles, error) {
 	return b.roles, b.rolesErr
 }
 
-// extension calls f for each member of the "promptgate" object in order, as gjson's ForEach on ext would;
-// ext is b.Get(PathExtension).
+// extension calls f for each member of the "promptgate" object in order, as gjson's ForEach on ext
+// would; ext is b.Get(PathExtension).
 func (b *Body) extension(ext gjson.Result, f func(k string, v gjson.Result) bool) {
 	if !b.ok {
 		ext.ForEach(func(k, v gjson.Result) bool { return f(k.Str, v) })
@@ -135,10 +135,10 @@ func (b *Body) extension(ext gjson.Result, f func(k string, v gjson.Result) bool
 	}
 }
 
-// object walks the object whose '{' is s[i], appends its members to out, and returns the offset after its
-// '}'. Each value is read by valueAt, but for the first "promptgate" member of the top level (top), whose
-// members are walked in turn into b.ext. ok is false where the walk cannot follow the body, which is never
-// for a body jsoncheck.Object accepts.
+// object walks the object whose '{' is s[i], appends its members to out, and returns the offset
+// after its '}'. Each value is read by valueAt, but for the first "promptgate" member of the top
+// level (top), whose members are walked in turn into b.ext. ok is false where the walk cannot
+// follow the body, which is never for a body jsoncheck.Object accepts.
 func (b *Body) object(s string, i int, out *[]member, top bool) (end int, ok bool) {
 	i = skipWS(s, i+1)
 	if i < len(s) && s[i] == '}' {
@@ -188,9 +188,9 @@ func (b *Body) object(s string, i int, out *[]member, top bool) (end int, ok boo
 	}
 }
 
-// valueAt is the JSON value that starts at s[i], read by gjson as gjson.Get reads a member's value (a nested
-// object or array is skipped with its squash), with its Index in s. The path "..0" is the first value of
-// JSON Lines: the value at the start of s[i:], and nothing after it is read.
+// valueAt is the JSON value that starts at s[i], read by gjson as gjson.Get reads a member's value
+// (a nested object or array is skipped with its squash), with its Index in s. The path "..0" is the
+// first value of JSON Lines: the value at the start of s[i:], and nothing after it is read.
 func valueAt(s string, i int) gjson.Result {
 	v := gjson.Get(s[i:], "..0")
 	if v.Exists() {
@@ -215,8 +215,8 @@ func skipWS(s string, i int) int {
 	return i
 }
 
-// rawOf is v's raw bytes: a slice of body, capped so that an append cannot write into body, when v was
-// read from body by get or a Body; else a copy.
+// rawOf is v's raw bytes: a slice of body, capped so that an append cannot write into body, when v
+// was read from body by get or a Body; else a copy.
 func rawOf(body []byte, v gjson.Result) []byte {
 	if end := v.Index + len(v.Raw); v.Index > 0 && end <= len(body) && string(body[v.Index:end]) == v.Raw {
 		return body[v.Index:end:end]

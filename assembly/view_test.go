@@ -14,8 +14,9 @@ import (
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
-// bodySeeds are bodies for the Body fuzz targets: odd spacing, escaped keys, a key given twice (the first
-// wins), a promptgate object of every shape, values of every type at the top level and in promptgate.
+// bodySeeds are bodies for the Body fuzz targets: odd spacing, escaped keys, a key given twice (the
+// first wins), a promptgate object of every shape, values of every type at the top level and in
+// promptgate.
 var bodySeeds = []string{
 	oddBody,
 	`{"model":"m","messages":[],"tools":null,"promptgate":{"user":"u"}}`,
@@ -56,10 +57,11 @@ func sameResult(a, b gjson.Result) bool {
 		(a.Num == b.Num || (math.IsNaN(a.Num) && math.IsNaN(b.Num))) && reflect.DeepEqual(a.Indexes, b.Indexes)
 }
 
-// FuzzMembers checks that a Body answers as gjson does for any valid JSON, duplicate keys included: each
-// top-level key (those the package reads, and every key of the body) has the value gjson.Get finds, the same
-// in every field, or nothing; the members of the promptgate object are those gjson's ForEach gives, in order.
-// A valid body is always walked by the Body itself, not handed back to gjson.
+// FuzzMembers checks that a Body answers as gjson does for any valid JSON, duplicate keys included:
+// each top-level key (those the package reads, and every key of the body) has the value gjson.Get
+// finds, the same in every field, or nothing; the members of the promptgate object are those
+// gjson's ForEach gives, in order. A valid body is always walked by the Body itself, not handed
+// back to gjson.
 func FuzzMembers(f *testing.F) {
 	for _, s := range bodySeeds {
 		f.Add([]byte(s))
@@ -109,7 +111,8 @@ func FuzzMembers(f *testing.F) {
 				t.Fatalf("promptgate member %d of %s: Body %q %#v, gjson %q %#v", i, body, got[i].key, got[i].val, want[i].key, want[i].val)
 			}
 		}
-		// Where the validation accepts the body, the Body made from what it found is the walked one.
+		// Where the validation accepts the body, the Body made from what it found is the walked
+		// one.
 		var m jsoncheck.Members
 		if jsoncheck.ObjectMembers(body, jsoncheck.Limits{}, PathExtension, &m) == nil {
 			of := NewBodyOf(body, &m)
@@ -132,8 +135,9 @@ func sameMembers(t *testing.T, what string, body []byte, got, want []member) {
 	}
 }
 
-// TestNewBodyOf checks the Body made from the validation's record on the members that need care: an escaped
-// key (also the promptgate key itself), every kind of value, a promptgate that is not an object.
+// TestNewBodyOf checks the Body made from the validation's record on the members that need care: an
+// escaped key (also the promptgate key itself), every kind of value, a promptgate that is not an
+// object.
 func TestNewBodyOf(t *testing.T) {
 	for _, body := range []string{
 		`{"a\u0062":1.5e3,"s":"x\ny","t":true,"f":false,"n":null,"o":{"k":[1,{"z":2}]},"arr":[],"promptgate":{"user":"u","w\u006frkflow":"w"}}`,
@@ -157,7 +161,8 @@ func TestNewBodyOf(t *testing.T) {
 	}
 }
 
-// TestBodyRoles checks that Roles reads each field's array and answers a second call for it from the first.
+// TestBodyRoles checks that Roles reads each field's array and answers a second call for it from
+// the first.
 func TestBodyRoles(t *testing.T) {
 	body := []byte(`{"messages":[{"role":"system","content":"s1"},{"role":"user","content":"u1"},{"role":"assistant","content":"a"},{"role":"developer","content":[{"type":"text","text":"d"}]},{"role":"user","content":"u2"}],"input":[{"role":"user","content":"i"}],"bad":[1]}`)
 	b := NewBody(body)
@@ -175,8 +180,8 @@ func TestBodyRoles(t *testing.T) {
 	if _, err := b.Roles("bad"); err == nil || !strings.Contains(err.Error(), "bad[0] must be an object") {
 		t.Fatalf("bad: %v", err)
 	}
-	// A second read of a field answers from the first (the same Others, not a new read), and another field
-	// in between makes the next read of the first a new one.
+	// A second read of a field answers from the first (the same Others, not a new read), and
+	// another field in between makes the next read of the first a new one.
 	again := NewBody(body)
 	first, _ := again.Roles("messages")
 	second, _ := again.Roles("messages")
@@ -203,10 +208,11 @@ func isPathSyntax(k string) bool {
 	return false
 }
 
-// TestBodyWalksOnce checks what Body is for: once the walk has located the members, reading them does not walk
-// the body again. The test breaks the rule that a Body's bytes stay as they are: after the walk, the
-// context's text becomes unbalanced brackets, so that gjson, reading the body again from the start, no longer
-// finds the members after promptgate. The Body still answers from what its one walk found.
+// TestBodyWalksOnce checks what Body is for: once the walk has located the members, reading them
+// does not walk the body again. The test breaks the rule that a Body's bytes stay as they are:
+// after the walk, the context's text becomes unbalanced brackets, so that gjson, reading the body
+// again from the start, no longer finds the members after promptgate. The Body still answers from
+// what its one walk found.
 func TestBodyWalksOnce(t *testing.T) {
 	body := []byte(`{"messages":[{"role":"user","content":"hi"}],"promptgate":{"user":"u","context":{"a":"xxxxxxxx"},"workflow":"w"},"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`)
 	b := NewBody(body)
@@ -233,8 +239,8 @@ func TestBodyWalksOnce(t *testing.T) {
 	}
 }
 
-// TestBodyNotFollowed checks that a body the walk cannot follow (not JSON, not an object, cut short) is read
-// by gjson key by key, as before Body.
+// TestBodyNotFollowed checks that a body the walk cannot follow (not JSON, not an object, cut
+// short) is read by gjson key by key, as before Body.
 func TestBodyNotFollowed(t *testing.T) {
 	for _, body := range []string{``, `   `, `[1]`, `{"model":"m"`, `{"model" "m"}`, `{"model":"m" "x":1}`, `{"model":`, `{model:"m"}`, `{"promptgate":{"user":"u",}}`} {
 		b := NewBody([]byte(body))
@@ -249,7 +255,8 @@ func TestBodyNotFollowed(t *testing.T) {
 	}
 }
 
-// oddBody has odd spacing, unicode escapes, unusual key order and numbers that a re-encoder would change.
+// oddBody has odd spacing, unicode escapes, unusual key order and numbers that a re-encoder would
+// change.
 const oddBody = "{ \"temperature\" : 1.0e+2 ,\n\t\"promptgate\" : {\"user\":\"u-1\", \"context\":{\"a\":1}},\n" +
 	"  \"seed\":-0, \"metadata\" : {\"note\":\"caf\\u00e9 <b>&amp;</b>\", \"z\":1, \"a\":2},\n" +
 	"  \"messages\" : [ {\"role\":\"system\",\"content\":\"S\"} ,\n" +

@@ -12,8 +12,9 @@ import (
 )
 
 // BuiltinAliases are the other type names of a built-in tool's versions: without a date suffix
-// (web_search_preview_2025_03_11), with and without _preview (web_search, web_search_preview), and the computer
-// tool's names (computer_use_preview, computer_use, computer), as the Responses surface knows them for computer_call items.
+// (web_search_preview_2025_03_11), with and without _preview (web_search, web_search_preview), and
+// the computer tool's names (computer_use_preview, computer_use, computer), as the Responses
+// surface knows them for computer_call items.
 func BuiltinAliases(typ string) []string {
 	base := typ
 	if n := len(base) - len("_2006_01_02"); n > 0 && isDateSuffix(base[n:]) {
@@ -65,9 +66,9 @@ func NameSet(tools []policy.Tool) map[string]bool {
 	return s
 }
 
-// KeptTools is the tools array arr with only the entries whose name is kept: the first entry of each name,
-// and every entry of a name whose first entry is shared (several entries of one built-in tool type); n is
-// how many it holds.
+// KeptTools is the tools array arr with only the entries whose name is kept: the first entry of
+// each name, and every entry of a name whose first entry is shared (several entries of one built-in
+// tool type); n is how many it holds.
 func KeptTools(arr gjson.Result, kept []policy.Tool, name func(gjson.Result) (n string, shared bool)) (tools []byte, n int) {
 	keptSet := NameSet(kept)
 	first := map[string]bool{} // name -> whether its first entry is shared
@@ -110,10 +111,11 @@ func ContentText(c gjson.Result) string {
 	return text
 }
 
-// ContentParts reads a message content, the one reader of it for the prompt and the information-flow rules:
-// a string is all text; of an array of parts, the "text" strings of the text parts (type text, input_text,
-// output_text, or none) are the text, joined by line breaks, refusals are left out, and every other part is
-// an attachment (an image, a file, a document, a text part without a string).
+// ContentParts reads a message content, the one reader of it for the prompt and the
+// information-flow rules: a string is all text; of an array of parts, the "text" strings of the
+// text parts (type text, input_text, output_text, or none) are the text, joined by line breaks,
+// refusals are left out, and every other part is an attachment (an image, a file, a document, a
+// text part without a string).
 func ContentParts(c gjson.Result) (text string, attachments []gjson.Result) {
 	if c.Type == gjson.String {
 		return c.Str, nil
@@ -150,16 +152,17 @@ func WriteJSONString(b *bytes.Buffer, s string) {
 }
 
 // AppendJSONString appends s as a JSON string, byte for byte as encoding/json's Encoder with
-// SetEscapeHTML(false) writes it: ", \ and control characters escaped (\b \f \n \r \t, else \u00XX),
-// U+2028 and U+2029 as \u2028 and \u2029, and each byte of invalid UTF-8 as \ufffd.
+// SetEscapeHTML(false) writes it: ", \ and control characters escaped (\b \f \n \r \t, else
+// \u00XX), U+2028 and U+2029 as \u2028 and \u2029, and each byte of invalid UTF-8 as \ufffd.
 func AppendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	dst = appendEscaped(dst, s)
 	return append(dst, '"')
 }
 
-// appendEscaped appends the inside of s's JSON string (AppendJSONString without the quotes). For strings
-// that are each valid UTF-8, the escaping of a concatenation is the concatenation of their escapings.
+// appendEscaped appends the inside of s's JSON string (AppendJSONString without the quotes). For
+// strings that are each valid UTF-8, the escaping of a concatenation is the concatenation of their
+// escapings.
 func appendEscaped(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	start := 0
@@ -208,20 +211,20 @@ func appendEscaped(dst []byte, s string) []byte {
 	return append(dst, s[start:]...)
 }
 
-// Roles is what a role-tagged array (chat messages, Responses input items) says to the pipeline, read in
-// one pass over it.
+// Roles is what a role-tagged array (chat messages, Responses input items) says to the pipeline,
+// read in one pass over it.
 type Roles struct {
 	// Application are the texts of its system and developer messages, in order.
 	Application []string
 	// LatestUser is the text of its last user message.
 	LatestUser string
-	// Others are its other elements, in order, as raw JSON sharing the body's memory: what the rewrite keeps
-	// once the system and developer messages have become the layered prompt.
+	// Others are its other elements, in order, as raw JSON sharing the body's memory: what the
+	// rewrite keeps once the system and developer messages have become the layered prompt.
 	Others []string
 }
 
-// ReadRoles reads a role-tagged array, appending its Others to others. An element that is not an object is an
-// invalid_request naming it as field[i].
+// ReadRoles reads a role-tagged array, appending its Others to others. An element that is not an
+// object is an invalid_request naming it as field[i].
 func ReadRoles(arr gjson.Result, field string, others []string) (Roles, error) {
 	var (
 		r    = Roles{Others: others}

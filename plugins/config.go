@@ -25,16 +25,18 @@ type Spec struct {
 	Path string `yaml:"path"`
 	// SHA256 is the binary's checksum (64 hex characters), checked before every start.
 	SHA256 string `yaml:"sha256"`
-	// Module is the prompt module the source belongs to; prompt_modules:<module>_off switches it off.
+	// Module is the prompt module the source belongs to; prompt_modules:<module>_off switches it
+	// off.
 	Module string `yaml:"module"`
-	// MinMode is the smallest module mode of a request the source is asked in. "" means DefaultMinMode.
+	// MinMode is the smallest module mode of a request the source is asked in. "" means
+	// DefaultMinMode.
 	MinMode modules.Mode `yaml:"minMode"`
 	// Timeout bounds one answer. 0 means DefaultTimeout.
 	Timeout time.Duration `yaml:"timeout"`
 	// Required makes a failure of the source fail the request (503 context_unavailable).
 	Required bool `yaml:"required"`
-	// CacheTTL is how long an answer is reused for the same user, conversation, protocol and mode; 0
-	// switches caching off (the config file gives DefaultCacheTTL where the key is missing).
+	// CacheTTL is how long an answer is reused for the same user, conversation, protocol and mode;
+	// 0 switches caching off (the config file gives DefaultCacheTTL where the key is missing).
 	CacheTTL time.Duration `yaml:"cacheTTL"`
 	// Config is handed to the plugin's Configure.
 	Config map[string]any `yaml:"config"`
@@ -42,13 +44,14 @@ type Spec struct {
 	ReceiveUserMessage bool `yaml:"receiveUserMessage"`
 	// TrustedDirectives lets the source's directives into the trusted RUNTIME DIRECTIVES block.
 	TrustedDirectives bool `yaml:"trustedDirectives"`
-	// Lists names top-level fields of the source's answer that are operator lists for the information-flow
-	// rules (list:NAME): the strings of each (an array, or one value) are trusted values such as known
-	// payees. They stay untrusted data in the runtime context the model reads.
+	// Lists names top-level fields of the source's answer that are operator lists for the
+	// information-flow rules (list:NAME): the strings of each (an array, or one value) are trusted
+	// values such as known payees. They stay untrusted data in the runtime context the model reads.
 	Lists []string `yaml:"lists"`
 }
 
-// ApplyDefaults fills the zero timeout and minMode. The cache TTL is left as it is: 0 switches caching off.
+// ApplyDefaults fills the zero timeout and minMode. The cache TTL is left as it is: 0 switches
+// caching off.
 func (s *Spec) ApplyDefaults() {
 	if s.Timeout == 0 {
 		s.Timeout = DefaultTimeout
@@ -66,8 +69,8 @@ var (
 // reservedNames are the keys of the runtime context JSON that are not a plugin's.
 var reservedNames = []string{"meta", "request", gather.NotesSource}
 
-// ValidateSpecs returns every problem of the plugin entries, each naming its key path under key (the
-// section's own key, e.g. "plugins") and the fix.
+// ValidateSpecs returns every problem of the plugin entries, each naming its key path under key
+// (the section's own key, e.g. "plugins") and the fix.
 func ValidateSpecs(key string, specs []Spec) []error {
 	var errs []error
 	bad := func(k, format string, args ...any) {

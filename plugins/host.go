@@ -46,9 +46,9 @@ const (
 // maxErrorChars caps the plugin's own message in an "error: ..." reason.
 const maxErrorChars = 120
 
-// Classes of a source call that gave no answer: a small fixed set, whatever the plugin said, for metric
-// labels and trace attributes (the reason's text, which may quote the plugin's own message, goes to
-// meta.skipped and the log only).
+// Classes of a source call that gave no answer: a small fixed set, whatever the plugin said, for
+// metric labels and trace attributes (the reason's text, which may quote the plugin's own message,
+// goes to meta.skipped and the log only).
 const (
 	// ClassTimeout: the source did not answer within its timeout.
 	ClassTimeout = "timeout"
@@ -60,7 +60,8 @@ const (
 	ClassError = "error"
 	// ClassTooLarge: the answer was over the size cap.
 	ClassTooLarge = "too_large"
-	// ClassBadAnswer: the answer was not a valid answer (not JSON, invalid UTF-8, fields not an object, ...).
+	// ClassBadAnswer: the answer was not a valid answer (not JSON, invalid UTF-8, fields not an
+	// object, ...).
 	ClassBadAnswer = "bad_answer"
 )
 
@@ -97,8 +98,9 @@ type HostOptions struct {
 	// CacheMaxBytes bounds the answer cache (the sum of cached answer sizes). Zero means
 	// DefaultCacheMaxBytes (32 MiB); negative turns caching off for every source.
 	CacheMaxBytes int64
-	// Trace opens the span of one source's call (promptgate.context.source) when the request in ctx is
-	// traced, and returns a nil span when it is not; nil means no spans. serve passes the proxy's tracing.
+	// Trace opens the span of one source's call (promptgate.context.source) when the request in ctx
+	// is traced, and returns a nil span when it is not; nil means no spans. serve passes the
+	// proxy's tracing.
 	Trace func(ctx context.Context) (context.Context, SourceSpan)
 }
 
@@ -149,9 +151,9 @@ type Host struct {
 	observer atomic.Pointer[Observer]
 }
 
-// Observer is told of every source call made for a request (not of answers from the cache): the source's
-// name, how long it took and, when it gave no answer, the class of the failure (one of the Class
-// constants; "" for an answer). It must be quick and safe for concurrent use.
+// Observer is told of every source call made for a request (not of answers from the cache): the
+// source's name, how long it took and, when it gave no answer, the class of the failure (one of the
+// Class constants; "" for an answer). It must be quick and safe for concurrent use.
 type Observer func(source string, took time.Duration, class string)
 
 // Observe sets the observer of every later source call (metrics, typically); nil removes it.
@@ -499,8 +501,8 @@ func absPath(p string) string {
 	return p
 }
 
-// listEntries are the values of a list field of an answer: its strings and numbers (an array's elements, or
-// the one value).
+// listEntries are the values of a list field of an answer: its strings and numbers (an array's
+// elements, or the one value).
 func listEntries(v *ctxjson.Value) []string {
 	switch v.Kind() {
 	case ctxjson.KindString, ctxjson.KindNumber:

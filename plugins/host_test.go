@@ -283,8 +283,8 @@ func TestUserMessageAndDirectivesOnlyWhereAllowed(t *testing.T) {
 	}
 }
 
-// TestListsFromAnswers: the fields an entry names in lists become operator lists (list:NAME) of the request;
-// a field that is missing or not a value gives none; an entry without lists gives none.
+// TestListsFromAnswers: the fields an entry names in lists become operator lists (list:NAME) of the
+// request; a field that is missing or not a value gives none; an entry without lists gives none.
 func TestListsFromAnswers(t *testing.T) {
 	directory := entry("directory", "testsource", nil)
 	directory.Lists = []string{"user", "mode", "missing", "pid"}
@@ -315,8 +315,8 @@ func TestPluginEnvironmentHoldsNoSecrets(t *testing.T) {
 func TestTimeoutHangingPlugin(t *testing.T) {
 	hang := entry("hang", "testsource", map[string]any{"behavior": "hang"})
 	hang.Timeout = 200 * time.Millisecond
-	// The echo's timeout is far beyond what a loaded machine needs: Gather ending well before it shows
-	// that the hang was cut by its own 200ms, not by the other source's timeout.
+	// The echo's timeout is far beyond what a loaded machine needs: Gather ending well before it
+	// shows that the hang was cut by its own 200ms, not by the other source's timeout.
 	echo := entry("echo", "testsource", nil)
 	echo.Timeout = 60 * time.Second
 	h := startHost(t, plugins.HostOptions{}, hang, echo)
@@ -352,8 +352,8 @@ func TestTimeoutHangingPlugin(t *testing.T) {
 
 func TestHugeAnswerRefusedWithoutReadingIt(t *testing.T) {
 	huge := entry("huge", "testsource", map[string]any{"behavior": "huge"})
-	// The plugin builds 50 MiB before it sends; under -race on a busy machine that alone has taken 5 s.
-	// What is tested is the refusal by size, not the timeout.
+	// The plugin builds 50 MiB before it sends; under -race on a busy machine that alone has taken
+	// 5 s. What is tested is the refusal by size, not the timeout.
 	huge.Timeout = 60 * time.Second
 	h := startHost(t, plugins.HostOptions{}, huge, entry("echo", "testsource", nil))
 	var before, after runtime.MemStats
@@ -428,9 +428,9 @@ func TestRequiredFailure(t *testing.T) {
 func TestCrashMidCallRestarts(t *testing.T) {
 	crashy := entry("crashy", "testsource", map[string]any{"behavior": "crash"})
 	crashy.Required = true
-	// The timeout is far beyond what a loaded machine needs, so that "fails fast" below means "did not
-	// wait for the timeout". The backoff keeps the plugin down long enough for the test to see it down
-	// even when the machine is slow to schedule the test.
+	// The timeout is far beyond what a loaded machine needs, so that "fails fast" below means "did
+	// not wait for the timeout". The backoff keeps the plugin down long enough for the test to see
+	// it down even when the machine is slow to schedule the test.
 	crashy.Timeout = 60 * time.Second
 	h := startHost(t, plugins.HostOptions{RestartBackoff: 2 * time.Second, HealthInterval: 50 * time.Millisecond},
 		crashy, entry("echo", "testsource", nil))

@@ -16,9 +16,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 )
 
-// TestPluginErrorSeriesBounded: a plugin that fails with a message of its own for every user adds one
-// series to promptgate_plugin_errors_total, labelled by class, whatever it says; no user id reaches the
-// token-less /metrics. The message itself goes to meta.skipped and the log.
+// TestPluginErrorSeriesBounded: a plugin that fails with a message of its own for every user adds
+// one series to promptgate_plugin_errors_total, labelled by class, whatever it says; no user id
+// reaches the token-less /metrics. The message itself goes to meta.skipped and the log.
 func TestPluginErrorSeriesBounded(t *testing.T) {
 	var logs bytes.Buffer
 	h := startHost(t, plugins.HostOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))},

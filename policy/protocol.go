@@ -134,6 +134,7 @@ type Protocol struct {
 	Directives           []string       `json:"directives,omitempty"`
 	Tools                ToolList       `json:"tools"`
 	ToolCalls            ToolCalls      `json:"toolCalls"`
+	MCP                  MCP            `json:"mcp,omitzero"`
 
 	// Version is the stored version this definition was read from (not part of the JSON).
 	Version int `json:"-"`
@@ -164,6 +165,18 @@ type ToolCalls struct {
 	AtomicParallelCalls bool       `json:"atomicParallelCalls,omitempty"`
 	Rules               []vet.Rule `json:"rules,omitempty"`
 	flow.Spec
+}
+
+// MCP is a protocol's own policy for MCP traffic; what it leaves out, the config's mcp section decides. A
+// workflow can only make it stricter.
+type MCP struct {
+	// RequireModelCall refuses an MCP tools/call on the MCP door that no model call released (the same
+	// tool, arguments and conversation, within mcp.joinWindow); nil leaves it to mcp.requireModelCall.
+	RequireModelCall *bool `json:"requireModelCall,omitempty"`
+	// VetHostedCalls makes the MCP servers the upstream runs for a Responses request (tools of type mcp) ask
+	// for approval of every call (require_approval: "always"), and promptgate answer each approval request
+	// itself: approved where the call passes the protocol's rules as a call of tool "mcp", denied otherwise.
+	VetHostedCalls bool `json:"vetHostedCalls,omitempty"`
 }
 
 var (

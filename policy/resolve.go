@@ -74,6 +74,8 @@ type Effective struct {
 	OnViolation          vet.Mode
 	Atomic               bool
 	ArgRules             []vet.Rule
+	// MCP is the protocol's policy for MCP traffic: the base's, made stricter by the workflow's.
+	MCP MCP
 	// Flow are the information-flow parts of the definitions: the base's, then the workflow's (compile
 	// them together with flow.Compile).
 	Flow []flow.Spec
@@ -242,6 +244,7 @@ func merge(base, wf *Protocol) *Effective {
 		Scope:        append([]string(nil), base.Scope...),
 		OnViolation:  base.ToolCalls.OnViolation,
 		Atomic:       base.ToolCalls.AtomicParallelCalls,
+		MCP:          base.MCP,
 		ArgRules:     append([]vet.Rule(nil), base.ToolCalls.Rules...),
 		Flow:         []flow.Spec{base.ToolCalls.Spec},
 		allow:        [][]string{base.Tools.Allow},
@@ -281,6 +284,10 @@ func merge(base, wf *Protocol) *Effective {
 		e.OnViolation = wf.ToolCalls.OnViolation
 	}
 	e.Atomic = e.Atomic || wf.ToolCalls.AtomicParallelCalls
+	if r := wf.MCP.RequireModelCall; r != nil && *r {
+		e.MCP.RequireModelCall = r // a workflow can require the join, never waive it
+	}
+	e.MCP.VetHostedCalls = e.MCP.VetHostedCalls || wf.MCP.VetHostedCalls
 	e.Flow = append(e.Flow, wf.ToolCalls.Spec)
 	// Rule ids are unique per definition; a workflow rule whose id the base already uses is renamed
 	// "WORKFLOW/ID" so that both rules apply.

@@ -722,3 +722,47 @@ func TestMergeSharesNoSpareCapacity(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeMCPOnlyStricter: a protocol's mcp.requireModelCall is the base's; a workflow can require the
+// join where the base does not say or waives it, never waive it; it can turn mcp.vetHostedCalls on, not off.
+func TestMergeMCPOnlyStricter(t *testing.T) {
+	t.Parallel()
+	yes, no := true, false
+	for _, c := range []struct {
+		name     string
+		base, wf *bool
+		noWF     bool
+		want     *bool
+	}{
+		{"base silent, no workflow", nil, nil, true, nil},
+		{"base requires", &yes, nil, true, &yes},
+		{"base waives", &no, nil, true, &no},
+		{"workflow requires over a silent base", nil, &yes, false, &yes},
+		{"workflow requires over a waiving base", &no, &yes, false, &yes},
+		{"workflow cannot waive", &yes, &no, false, &yes},
+		{"workflow waiving a silent base leaves it to the config", nil, &no, false, nil},
+	} {
+		base := &Protocol{ID: "b", MCP: MCP{RequireModelCall: c.base}}
+		var wf *Protocol
+		if !c.noWF {
+			wf = &Protocol{ID: "w", Extends: "b", MCP: MCP{RequireModelCall: c.wf}}
+		}
+		got := Merge(base, wf).MCP.RequireModelCall
+		if (got == nil) != (c.want == nil) || got != nil && *got != *c.want {
+			t.Errorf("%s: requireModelCall = %v, want %v", c.name, deref(got), deref(c.want))
+		}
+	}
+	for _, c := range []struct{ base, wf, want bool }{{false, false, false}, {true, false, true}, {false, true, true}} {
+		got := Merge(&Protocol{ID: "b", MCP: MCP{VetHostedCalls: c.base}}, &Protocol{ID: "w", Extends: "b", MCP: MCP{VetHostedCalls: c.wf}}).MCP.VetHostedCalls
+		if got != c.want {
+			t.Errorf("vetHostedCalls base %v, workflow %v: %v, want %v", c.base, c.wf, got, c.want)
+		}
+	}
+}
+
+func deref(b *bool) any {
+	if b == nil {
+		return nil
+	}
+	return *b
+}

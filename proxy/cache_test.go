@@ -67,7 +67,7 @@ func TestArgRulesOncePerSnapshot(t *testing.T) {
 	if !check(a, "T-1") || check(a, "X-1") {
 		t.Error("v1 rules not applied")
 	}
-	if err := e.defs.store.ApplyRollout(context.Background(), store.Rollout{ID: "v2", Protocols: []json.RawMessage{json.RawMessage(cacheProtocolV2)}}); err != nil {
+	if err := e.defs.store.(store.Store).ApplyRollout(context.Background(), store.Rollout{ID: "v2", Protocols: []json.RawMessage{json.RawMessage(cacheProtocolV2)}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.defs.Reload(context.Background()); err != nil {
@@ -146,7 +146,7 @@ func TestFramesPerSnapshot(t *testing.T) {
 	}
 	before := a.Prompt.System()
 
-	if err := e.defs.store.ApplyRollout(context.Background(), store.Rollout{ID: "v2", Templates: []json.RawMessage{tpl("Core of template two.")},
+	if err := e.defs.store.(store.Store).ApplyRollout(context.Background(), store.Rollout{ID: "v2", Templates: []json.RawMessage{tpl("Core of template two.")},
 		Protocols: []json.RawMessage{json.RawMessage(protoV2)}}); err != nil {
 		t.Fatal(err)
 	}

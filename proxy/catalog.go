@@ -26,8 +26,12 @@ import (
 // and keeps it to the end, so an activation never changes a request in flight.
 type catalog struct {
 	protocols map[string]*policy.Protocol
+	// shadows are the protocol versions in shadow, by id.
+	shadows   map[string]*policy.Protocol
 	templates map[string]store.Record
 	tools     map[string]store.ToolOverride
+	// pins are the active MCP pin sets, by server label.
+	pins map[string]store.Record
 	// plans holds what this snapshot derived from each effective protocol it has served (the merge, the
 	// compiled rules, the template), so that it is made once per snapshot, not once per request.
 	plans sync.Map // planKey -> *plan
@@ -97,7 +101,7 @@ func (d *Definitions) CheckProtocols(cfg policy.Config) error {
 // by name@version. A reload that fails (the store did not answer) keeps the previous snapshot in service and
 // is retried with backoff until one succeeds; meanwhile Stale says so.
 type Definitions struct {
-	store  store.Store
+	store  Snapshots
 	log    *slog.Logger
 	cur    atomic.Pointer[catalog]
 	cache  *ristretto.Cache[string, *assembly.Template]
@@ -123,9 +127,16 @@ const (
 	lastReloadRetry  = 30 * time.Second
 )
 
+// Snapshots is what Definitions reads of a store (store.Store has it): the active definitions, and word
+// of every change.
+type Snapshots interface {
+	Snapshot(ctx context.Context) (store.Snapshot, error)
+	Watch(fn func()) (cancel func())
+}
+
 // NewDefinitions loads the first snapshot and watches the store for changes. A snapshot that cannot be
 // read is an error: without definitions there is no policy to enforce.
-func NewDefinitions(ctx context.Context, st store.Store, log *slog.Logger) (*Definitions, error) {
+func NewDefinitions(ctx context.Context, st Snapshots, log *slog.Logger) (*Definitions, error) {
 	cache, err := ristretto.NewCache(&ristretto.Config[string, *assembly.Template]{
 		NumCounters: 10_000, MaxCost: 64 << 20, BufferItems: 64,
 	})
@@ -220,7 +231,7 @@ func (d *Definitions) Reload(ctx context.Context) error {
 		}
 		return err
 	}
-	c := &catalog{protocols: make(map[string]*policy.Protocol, len(snap.Protocols)), templates: snap.Templates, tools: snap.Tools}
+	c := &catalog{protocols: make(map[string]*policy.Protocol, len(snap.Protocols)), templates: snap.Templates, tools: snap.Tools, pins: snap.MCPPins}
 	for id, rec := range snap.Protocols {
 		p, err := policy.ParseProtocol(rec.Body)
 		if err != nil {
@@ -229,6 +240,16 @@ func (d *Definitions) Reload(ctx context.Context) error {
 		}
 		p.Version = rec.Version
 		c.protocols[id] = p
+	}
+	c.shadows = make(map[string]*policy.Protocol, len(snap.Shadows))
+	for id, rec := range snap.Shadows {
+		p, err := policy.ParseProtocol(rec.Body)
+		if err != nil {
+			d.log.Error("protocol version in shadow does not parse; it judges nothing", "protocol", id, "version", rec.Version, "err", err)
+			continue
+		}
+		p.Version = rec.Version
+		c.shadows[id] = p
 	}
 	if prev := d.cur.Load(); prev != nil {
 		prev.fallbacks.Range(func(name, _ any) bool {
@@ -246,6 +267,17 @@ func (d *Definitions) Reload(ctx context.Context) error {
 }
 
 func (d *Definitions) snapshot() *catalog { return d.cur.Load() }
+
+// PinSet is the active version of an MCP server's pinned tool definitions (store kind mcppins) in the
+// current snapshot; false when the server has none.
+func (d *Definitions) PinSet(server string) (store.Record, bool) {
+	c := d.cur.Load()
+	if c == nil {
+		return store.Record{}, false
+	}
+	rec, ok := c.pins[server]
+	return rec, ok
+}
 
 // errNoTemplate is returned when neither the DB nor the binary has a template.
 var errNoTemplate = errors.New("template not found")

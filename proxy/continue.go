@@ -32,9 +32,10 @@ var errRoundTooLarge = errors.New("continue: the next round's request is larger 
 // be a success of the same kind (an SSE stream for a stream, JSON otherwise) in no content coding, else the
 // round is not taken and the refusals stand, as refuse writes them. A next request larger than
 // limits.maxBodyBytes is never sent: each round resends the turns before it, so the rounds end there, and the
-// refusals stand. nil outside continue mode.
+// refusals stand. nil outside continue mode, except for a non-stream answer whose approval requests of hosted
+// MCP calls promptgate answers (mcp.vetHostedCalls), which it continues in any mode.
 func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
-	if x.policy.Mode != vet.ModeContinue {
+	if x.policy.Mode != vet.ModeContinue && (stream || !x.prep.Protocol.MCP.VetHostedCalls) {
 		return nil
 	}
 	body, rounds := x.prep.Body, x.prep.continueRounds()

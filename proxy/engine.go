@@ -140,6 +140,9 @@ type Input struct {
 	Confirmer *flow.Confirmer
 	// Violations remembers caught conversations (the server's); nil remembers nothing beyond the request.
 	Violations *flow.Violations
+	// Learn reads the conversation for learn mode where the protocol runs in audit mode or has a version
+	// in shadow (the server sets it when it keeps what it learns).
+	Learn bool
 }
 
 // Prepared is everything decided for one request, and the exact upstream body.
@@ -172,6 +175,10 @@ type Prepared struct {
 	plan *plan
 	// schemas is the engine's cache of compiled tool schemas.
 	schemas *vet.SchemaCache
+	// Shadow is what the protocol's version in shadow makes of the request; nil when none is in shadow.
+	Shadow *Shadow
+	// learn is the conversation as learn mode reads it; nil when the request is not learned from.
+	learn *flow.Conversation
 }
 
 // Policy is the tool-call policy of the request: the kept tools (not those the upstream runs itself, whose

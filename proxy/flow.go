@@ -39,18 +39,42 @@ func (e *Engine) analyzeFlow(_ context.Context, j *job) error {
 	if pol.Empty() {
 		return nil
 	}
-	t, err := j.sf.Transcript(j.body)
+	t, err := e.transcript(j)
 	if err != nil {
 		return err
+	}
+	conv, err := pol.Analyze(t, e.flowOptions(j))
+	if err != nil {
+		return &policy.Error{Code: policy.CodeInvalidRequest, Message: err.Error()}
+	}
+	j.flow = conv
+	return nil
+}
+
+// transcript is the request's conversation as the surface reads it, read once per request (the flow rules,
+// a shadow version's and learn mode share it).
+func (e *Engine) transcript(j *job) (*flow.Transcript, error) {
+	if j.transcript != nil {
+		return j.transcript, nil
+	}
+	t, err := j.sf.Transcript(j.body)
+	if err != nil {
+		return nil, err
 	}
 	if e.calls != nil {
 		t.LabelServers(e.calls.ServerOf) // outputs of calls the MCP door let through are their server's
 	}
+	j.transcript = t
+	return t, nil
+}
+
+// flowOptions are what the flow rules read of a request beside its transcript.
+func (e *Engine) flowOptions(j *job) flow.Options {
 	conversation := strings.TrimSpace(j.in.Header.Get(HeaderConversation))
 	if conversation == "" {
 		conversation = j.ext.Conversation
 	}
-	conv, err := pol.Analyze(t, flow.Options{
+	return flow.Options{
 		Context:      append(extensionText(j.ext.Context), contextTexts(j.gathered)...),
 		Lists:        j.gathered.Lists,
 		Conversation: conversation,
@@ -58,12 +82,7 @@ func (e *Engine) analyzeFlow(_ context.Context, j *job) error {
 		Violations:   j.in.Violations,
 		User:         firstNonEmpty(j.in.Header.Get(HeaderUser), j.ext.User),
 		Codes:        confirmCodes(j.in.Header),
-	})
-	if err != nil {
-		return &policy.Error{Code: policy.CodeInvalidRequest, Message: err.Error()}
 	}
-	j.flow = conv
-	return nil
 }
 
 // traceFlow: the conversation's size as the rules see it.

@@ -8,6 +8,7 @@ import (
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/mcpjoin"
+	"github.com/promptgate/promptgate/store"
 )
 
 // Governance is the policy that a request outside the rewritten APIs runs under (the MCP door's): the
@@ -70,6 +71,11 @@ func (g *Governance) Checker(tool string, schema []byte, judge vet.Judge) (*vet.
 
 // Flow is the protocol's compiled information-flow policy; an error where its rules do not compile.
 func (g *Governance) Flow() (*flow.Policy, error) { return g.plan.flow, g.plan.flowErr }
+
+// PinSet is the active version of an MCP server's pinned tool definitions in the engine's current
+// definitions snapshot (kept current by the store's watch, and served from the last snapshot while the
+// store is unreachable); false when the server has none.
+func (e *Engine) PinSet(server string) (store.Record, bool) { return e.defs.PinSet(server) }
 
 // released tells the MCP door's join of a call that reached the client (allowed, confirmed, or let through
 // in audit mode).

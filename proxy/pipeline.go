@@ -55,6 +55,7 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface, t su
 		Body: j.out, Model: j.req.Model, Stream: j.req.Stream, Protocol: j.eff, Template: j.tmpl,
 		Prompt: j.prompt, Kept: j.kept, Removed: j.removed, Extension: j.ext, StoredPrompt: j.req.StoredPrompt,
 		Notes: j.notes, Surface: sf, Flow: j.flow, FlowPolicy: j.flowPolicy, client: in.Body, cat: j.cat, plan: j.plan, schemas: e.schemas,
+		Shadow: e.judgeShadow(ctx, j), learn: e.learning(j),
 	}, nil
 }
 
@@ -76,6 +77,9 @@ type job struct {
 	cat  *catalog
 	plan *plan
 	eff  *policy.Effective
+	// shadowPlan is the plan of the protocol's version in shadow (shadowVersion), nil when none.
+	shadowPlan    *plan
+	shadowVersion int
 	// filterTools
 	kept    []policy.Tool
 	removed []policy.Removal
@@ -84,6 +88,7 @@ type job struct {
 	// analyzeFlow
 	flowPolicy *flow.Policy
 	flow       *flow.Conversation // nil when the protocol has no information-flow rule
+	transcript *flow.Transcript   // read at the first stage that needs it (see Engine.transcript)
 	// assemble
 	tmpl   *assembly.Template
 	prompt assembly.Prompt
@@ -129,6 +134,7 @@ func (e *Engine) route(_ context.Context, j *job) error {
 	}
 	j.plan = j.cat.plan(base, wf)
 	j.eff = j.plan.eff
+	j.shadowPlan, j.shadowVersion = j.cat.shadowOf(base, wf)
 	return nil
 }
 
@@ -175,14 +181,36 @@ func (e *Engine) assemble(_ context.Context, j *job) error {
 		return &templateError{err}
 	}
 	j.tmpl = tmpl
-	layers := assembly.Layers{
-		Rules:       j.eff.Rules,
-		Directives:  j.eff.Directives,
-		Tools:       j.kept,
-		NativeTools: j.req.NativeTools,
-		Meta:        ctxjson.Meta{Protocol: j.eff.ID},
+	j.prompt = e.build(j, tmpl, j.eff, j.kept)
+	if j.prompt.ContextTruncated {
+		e.log.Debug("runtime context truncated to fit", "protocol", j.eff.ID, "max_chars", e.settings.ContextMaxChars)
 	}
-	if j.eff.ClientSystem != policy.ClientSystemDrop {
+	if j.out, err = j.sf.Rewrite(j.body, j.prompt, j.kept, len(j.removed) > 0); err != nil {
+		return err
+	}
+	out, note, err := j.sf.Continue(j.body, j.out)
+	if err != nil {
+		return err
+	}
+	j.out = out
+	if note != "" {
+		j.notes = append(j.notes, note)
+	}
+	return nil
+}
+
+// build makes the layered prompt of a request under protocol eff with the kept tools: its rules and
+// directives, the client's application texts (unless eff drops them), the runtime context the request
+// gathered, the tools.
+func (e *Engine) build(j *job, tmpl *assembly.Template, eff *policy.Effective, kept []policy.Tool) assembly.Prompt {
+	layers := assembly.Layers{
+		Rules:       eff.Rules,
+		Directives:  eff.Directives,
+		Tools:       kept,
+		NativeTools: j.req.NativeTools,
+		Meta:        ctxjson.Meta{Protocol: eff.ID},
+	}
+	if eff.ClientSystem != policy.ClientSystemDrop {
 		layers.Application = j.req.Application
 	}
 	if j.own != nil {
@@ -202,22 +230,9 @@ func (e *Engine) assemble(_ context.Context, j *job) error {
 	if j.sf.ContextInPrompt() {
 		settings.StructuredChannel = false
 	}
-	j.prompt = j.cat.frame(tmpl, layers, settings).Build(layers, settings)
-	if j.prompt.ContextTruncated {
-		e.log.Debug("runtime context truncated to fit", "protocol", j.eff.ID, "max_chars", e.settings.ContextMaxChars)
-	}
-	if j.out, err = j.sf.Rewrite(j.body, j.prompt, j.kept, len(j.removed) > 0); err != nil {
-		return err
-	}
-	out, note, err := j.sf.Continue(j.body, j.out)
-	if err != nil {
-		return err
-	}
-	j.out = out
-	if note != "" {
-		j.notes = append(j.notes, note)
-	}
-	return nil
+	p := j.cat.frame(tmpl, layers, settings).Build(layers, settings)
+	p.VetHostedMCP = eff.MCP.VetHostedCalls
+	return p
 }
 
 // notes are the sources' debug notes as the untrusted context value gather.NotesSource, where

@@ -18,6 +18,9 @@ type plan struct {
 	rulesErr error
 	flow     *flow.Policy
 	flowErr  error
+	// learning reads conversations for learn mode (the flow rules' operator lists kept); nil where the flow
+	// rules do not compile.
+	learning *flow.Policy
 
 	tmplOnce sync.Once
 	tmpl     *assembly.Template
@@ -38,6 +41,9 @@ func planOf(eff *policy.Effective) *plan {
 	pl := &plan{eff: eff}
 	pl.rules, pl.rulesErr = vet.CompileRules(eff.ArgRules)
 	pl.flow, pl.flowErr = flow.Compile(eff.Flow...)
+	if pl.flowErr == nil {
+		pl.learning = pl.flow.Learning()
+	}
 	return pl
 }
 

@@ -30,8 +30,31 @@ type Report struct {
 	Sizes             assembly.Sizes `json:"sizes"`
 	Context           ReportContext  `json:"context"`
 	// Flow is the information-flow view of the request; nil (left out) when its protocol has no such rule.
-	Flow            *ReportFlow      `json:"flow,omitempty"`
+	Flow *ReportFlow `json:"flow,omitempty"`
+	// Shadow is what the protocol's version in shadow makes of the request; nil (left out) when none is in
+	// shadow. Nothing of it is in upstreamRequest.
+	Shadow          *ReportShadow    `json:"shadow,omitempty"`
 	UpstreamRequest *json.RawMessage `json:"upstreamRequest"`
+}
+
+// ReportShadow is the request side of the version in shadow beside the active one's: the tools it would
+// keep, the size of the prompt it would build, whether it would refuse the request, its information-flow
+// view.
+type ReportShadow struct {
+	ProtocolVersion int            `json:"protocolVersion"`
+	Tools           ReportTools    `json:"tools"`
+	Sizes           assembly.Sizes `json:"sizes"`
+	// Refused is the error the version in shadow would answer with; nil when it takes the request.
+	Refused *ReportRefusal `json:"refused"`
+	Flow    *ReportFlow    `json:"flow,omitempty"`
+	// Error says why the version in shadow could not judge the request ("" when it did).
+	Error string `json:"error,omitempty"`
+}
+
+// ReportRefusal is a refusal's code and message.
+type ReportRefusal struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
 }
 
 // ReportFlow is what the information-flow rules make of a request: the protocol's rules and which sources they
@@ -124,15 +147,19 @@ func marshalReport(path string, p *Prepared) ([]byte, error) {
 	if r.Tools.Removed == nil {
 		r.Tools.Removed = []policy.Removal{}
 	}
-	for _, t := range p.Kept {
-		r.Tools.Kept = append(r.Tools.Kept, t.Name)
-	}
-	if p.Flow != nil {
-		mode := string(p.Protocol.OnViolation)
-		if mode == "" {
-			mode = string(vet.ModeRefuse)
+	r.Tools.Kept = keptNames(p.Kept)
+	r.Flow = reportFlow(p.Protocol, p.FlowPolicy, p.Flow, r.Tools.Kept)
+	if sh := p.Shadow; sh != nil {
+		rs := &ReportShadow{ProtocolVersion: sh.Version, Tools: ReportTools{Kept: keptNames(sh.Kept), Removed: sh.Removed},
+			Sizes: sh.Sizes, Error: sh.Err}
+		if rs.Tools.Removed == nil {
+			rs.Tools.Removed = []policy.Removal{}
 		}
-		r.Flow = &ReportFlow{OnViolation: mode, Policy: p.FlowPolicy.Explain(), Conversation: p.Flow.Summary(r.Tools.Kept)}
+		if sh.Refused != nil {
+			rs.Refused = &ReportRefusal{Code: sh.Refused.Code, Message: sh.Refused.Message}
+		}
+		rs.Flow = reportFlow(sh.Protocol, sh.FlowPolicy, sh.Flow, rs.Tools.Kept)
+		r.Shadow = rs
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -142,6 +169,27 @@ func marshalReport(path string, p *Prepared) ([]byte, error) {
 		return nil, fmt.Errorf("proxy: preview report: %w", err)
 	}
 	return b, nil
+}
+
+// keptNames are the names of kept tools.
+func keptNames(kept []policy.Tool) []string {
+	out := make([]string, 0, len(kept))
+	for _, t := range kept {
+		out = append(out, t.Name)
+	}
+	return out
+}
+
+// reportFlow is the information-flow view under protocol eff; nil when it has no such rule.
+func reportFlow(eff *policy.Effective, pol *flow.Policy, conv *flow.Conversation, kept []string) *ReportFlow {
+	if conv == nil {
+		return nil
+	}
+	mode := string(eff.OnViolation)
+	if mode == "" {
+		mode = string(vet.ModeRefuse)
+	}
+	return &ReportFlow{OnViolation: mode, Policy: pol.Explain(), Conversation: conv.Summary(kept)}
 }
 
 func nonNil(s []string) []string {

@@ -32,6 +32,7 @@ import (
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/policy/learn"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/guard"
 	"github.com/promptgate/promptgate/proxy/owners"
@@ -98,11 +99,26 @@ type Options struct {
 	// InFlight counts the requests being served, against limits.maxInFlight: Servers given the same counter
 	// (the HTTPS-proxy door's, one per origin) share one cap. nil gives the Server its own.
 	InFlight *atomic.Int64
+	// Learn, when not nil, keeps what learn mode learns: of every request whose protocol runs in audit mode or
+	// has a version in shadow, the tools offered and, for each call of the answer, where its argument values
+	// came from (never a value). Servers of one instance share one.
+	Learn *learn.Store
 	// Owners binds what the upstream stores from answers relayed with a shared key to the client's
 	// credential (see owned.go): Servers given the same record (the HTTPS-proxy door's pipelines and the
 	// listener) serve each other's clients their objects. nil gives the Server its own.
 	Owners *owners.Record
-	Log    *slog.Logger
+	// Observer, when not nil, is told what was decided for each rewritten request (`promptgate test`
+	// reads its cases' outcomes from it); nil tells no one.
+	Observer Observer
+	Log      *slog.Logger
+}
+
+// Observer is told, for every rewritten request, its prepared form before it goes upstream and every
+// decision on its answer's calls before it is recorded. It must be quick and safe for concurrent use, and
+// must neither change nor keep what it is given past the call (a decision's Args included).
+type Observer interface {
+	Prepared(ctx context.Context, p *Prepared)
+	Decided(ctx context.Context, d vet.Decision)
 }
 
 // ToolWatcher is told, for every rewritten request, which declared tools were kept and which removed, and
@@ -157,6 +173,12 @@ type exchange struct {
 	round atomic.Int32
 	// conversation is the conversation id the request named, "" when none (the MCP door's join).
 	conversation string
+	// shadow judges each call again under the protocol's version in shadow; nil when none is in shadow.
+	shadow *shadowCheck
+	// learned counts, per tool, the calls of the answer learn mode has seen (their number in the
+	// conversation); nil when the request is not learned from.
+	learnedMu sync.Mutex
+	learned   map[string]int
 }
 
 // inflight is what the listener keeps of a request in flight, carried in its context under one key: its
@@ -550,7 +572,7 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 		return
 	}
 	prep, err := s.opt.Engine.prepare(r.Context(), Input{Path: r.URL.Path, Query: query, Header: r.Header, Body: body,
-		Confirmer: s.opt.Confirmer, Violations: s.opt.Violations}, sf, t)
+		Confirmer: s.opt.Confirmer, Violations: s.opt.Violations, Learn: s.opt.Learn != nil}, sf, t)
 	if err != nil {
 		var re *refusedError
 		if errors.As(err, &re) {
@@ -564,6 +586,9 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 		return
 	}
 	s.announce(r.Context(), w.Header(), id, log, prep)
+	if s.opt.Observer != nil {
+		s.opt.Observer.Prepared(r.Context(), prep)
+	}
 	rm.Overhead(time.Since(start))
 	in.x = s.begin(id, log, body, prep, rm, created)
 	in.x.ctx = r.Context()
@@ -596,6 +621,19 @@ func (s *Server) announce(ctx context.Context, h http.Header, id string, log *sl
 	if prep.Prompt.ContextTruncated {
 		s.opt.Metrics.ContextTruncated()
 	}
+	if prep.Shadow != nil {
+		s.opt.Metrics.ShadowRequest(prep.Prompt.Sizes.FilledChars, prep.Shadow.Sizes.FilledChars)
+		for _, ev := range evs.shadowTools(prep) {
+			s.opt.Audit.Record(ctx, ev)
+		}
+	}
+	if prep.learn != nil && s.opt.Learn != nil {
+		names := make([]string, len(prep.Kept))
+		for i, t := range prep.Kept {
+			names[i] = t.Name
+		}
+		s.opt.Learn.Offered(prep.Protocol.ID, names)
+	}
 	for _, n := range prep.Notes {
 		log.Info(n)
 	}
@@ -616,8 +654,12 @@ func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepare
 		pol.Judge = newFlowJudge(prep.Flow, len(client))
 	}
 	x := &exchange{id: id, prep: prep, log: log, policy: pol, metrics: rm}
+	if sh := prep.Shadow; sh != nil && sh.Err == "" {
+		x.shadow = &shadowCheck{sh: sh, judge: vet.NewShadow(sh.policy(s.limits.MaxJSONDepth, prep.schemas, len(client)))}
+	}
 	x.ex = prep.Surface.Begin(surface.Start{Client: client, Upstream: prep.Body, Policy: pol,
-		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version, Record: prep.Flow != nil, Created: created})
+		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version, Record: prep.Flow != nil, Created: created,
+		VetHostedMCP: prep.Protocol.MCP.VetHostedCalls})
 	return x
 }
 
@@ -836,6 +878,9 @@ func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 	evs := eventsOf(x.id, x.prep.Protocol)
 	return func(d vet.Decision) {
 		x.ex.Decided(d)
+		if s.opt.Observer != nil {
+			s.opt.Observer.Decided(ctx, d)
+		}
 		round := int(x.round.Load())
 		s.opt.Audit.Record(ctx, evs.toolCall(d, s.opt.AuditArguments, round))
 		for _, m := range d.More {
@@ -843,6 +888,13 @@ func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 		}
 		s.sawBlocked(d)
 		s.released(x, d)
+		if x.shadow != nil {
+			s.opt.Metrics.ShadowCall()
+			if sd, differs := x.shadow.decide(d); differs {
+				s.opt.Audit.Record(ctx, evs.shadowCall(x.shadow.sh.Version, d, sd, round))
+			}
+		}
+		s.learn(x, d)
 	}
 }
 

@@ -7,11 +7,13 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/proxy/mcppin"
 	"github.com/promptgate/promptgate/store"
 )
 
 // ValidateDefinition is the store's validation hook: nothing that the pipeline could not use is ever
-// stored. Protocols must parse and validate; templates must have well-placed placeholders.
+// stored. Protocols must parse and validate; templates must have well-placed placeholders; MCP pin sets
+// must be sets (mcppin.Parse).
 func ValidateDefinition(kind store.Kind, _ string, body []byte) error {
 	switch kind {
 	case store.KindProtocol:
@@ -19,6 +21,9 @@ func ValidateDefinition(kind store.Kind, _ string, body []byte) error {
 		return err
 	case store.KindTemplate:
 		return assembly.ValidateTemplate(gjson.GetBytes(body, "text").String())
+	case store.KindMCPPins:
+		_, err := mcppin.Parse(body)
+		return err
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ import (
 //	  NAME/                      one bucket per name
 //	    active                   version (absent = no active version)
 //	    history                  activation stack: versions, 8 bytes each, most recent last
+//	    shadow                   version in shadow (protocols only; absent = none)
 //	    versions/  VERSION -> body, byte for byte as given (never rewritten)
 //	    info/      VERSION -> JSON {"createdAt","author","note"}
 //	rollouts/    SEQ -> JSON AppliedRollout, in the order applied
@@ -48,6 +49,7 @@ const (
 	keyCreatedAt     = "createdAt"
 	keyActive        = "active"
 	keyHistory       = "history"
+	keyShadow        = "shadow"
 )
 
 const (
@@ -376,6 +378,17 @@ func (s *Bolt) AddVersion(ctx context.Context, kind Kind, body []byte, author, n
 
 // Activate implements Store.
 func (s *Bolt) Activate(ctx context.Context, kind Kind, name string, version int) (int, error) {
+	return s.activate(ctx, kind, name, version, -1)
+}
+
+// ActivateIf implements Store.
+func (s *Bolt) ActivateIf(ctx context.Context, kind Kind, name string, version, expected int) error {
+	_, err := s.activate(ctx, kind, name, version, max(expected, 0))
+	return err
+}
+
+// activate moves the active pointer of kind/name to version, where expected is negative or the active one.
+func (s *Bolt) activate(ctx context.Context, kind Kind, name string, version, expected int) (int, error) {
 	if err := precheck(ctx, kind); err != nil {
 		return 0, err
 	}
@@ -390,6 +403,9 @@ func (s *Bolt) Activate(ctx context.Context, kind Kind, name string, version int
 			return fmt.Errorf("%s/%s@%d: %w", kind, name, version, ErrNotFound)
 		}
 		prev = activeOf(nb)
+		if expected >= 0 && prev != expected {
+			return fmt.Errorf("%s/%s: version %d is active, not %d: %w", kind, name, prev, expected, ErrConflict)
+		}
 		if prev == version {
 			return nil
 		}
@@ -480,7 +496,8 @@ func (s *Bolt) Snapshot(ctx context.Context) (Snapshot, error) {
 
 // readActive reads every active record of tx (Tools is left nil).
 func readActive(tx *bolt.Tx) (Snapshot, error) {
-	snap := Snapshot{Templates: map[string]Record{}, Protocols: map[string]Record{}}
+	snap := NewSnapshot()
+	snap.Tools = nil
 	for _, kind := range Kinds() {
 		kb := tx.Bucket([]byte(kind))
 		if kb == nil {
@@ -489,6 +506,13 @@ func readActive(tx *bolt.Tx) (Snapshot, error) {
 		m := snap.Of(kind)
 		err := kb.ForEachBucket(func(k []byte) error {
 			nb := kb.Bucket(k)
+			if sv := shadowOf(nb); sv != 0 && kind == KindProtocol {
+				rec, err := readRecord(nb, kind, string(k), sv)
+				if err != nil {
+					return err
+				}
+				snap.Shadows[rec.Name] = rec
+			}
 			v := activeOf(nb)
 			if v == 0 {
 				return nil
@@ -751,7 +775,7 @@ func precheck(ctx context.Context, kind Kind) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	if !kind.Valid() {
-		return fmt.Errorf("store: unknown kind %q (want %q or %q): %w", kind, KindTemplate, KindProtocol, ErrInvalid)
+		return UnknownKind(kind)
 	}
 	return nil
 }
@@ -834,11 +858,25 @@ func activeOf(nb *bolt.Bucket) int {
 	return int(binary.BigEndian.Uint64(b))
 }
 
+// setActive makes v (0 = none) the active version; the version in shadow, when it is v, leaves the shadow.
 func setActive(nb *bolt.Bucket, v int) error {
 	if v == 0 {
 		return nb.Delete([]byte(keyActive))
 	}
+	if shadowOf(nb) == v {
+		if err := nb.Delete([]byte(keyShadow)); err != nil {
+			return err
+		}
+	}
 	return nb.Put([]byte(keyActive), versionKey(v))
+}
+
+func shadowOf(nb *bolt.Bucket) int {
+	b := nb.Get([]byte(keyShadow))
+	if len(b) != 8 {
+		return 0
+	}
+	return int(binary.BigEndian.Uint64(b))
 }
 
 func historyOf(nb *bolt.Bucket) []int {
@@ -916,7 +954,7 @@ func readRecord(nb *bolt.Bucket, kind Kind, name string, v int) (Record, error) 
 }
 
 func readEntry(nb *bolt.Bucket, name string) (Entry, error) {
-	e := Entry{Name: name, Active: activeOf(nb), Versions: []VersionInfo{}}
+	e := Entry{Name: name, Active: activeOf(nb), Shadow: shadowOf(nb), Versions: []VersionInfo{}}
 	e.RollbackTo = RollbackTarget(e.Active, historyOf(nb))
 	ib := nb.Bucket([]byte(bucketInfo))
 	if ib == nil {
@@ -931,6 +969,36 @@ func readEntry(nb *bolt.Bucket, name string) (Entry, error) {
 		return nil
 	})
 	return e, err
+}
+
+// SetShadow implements Store.
+func (s *Bolt) SetShadow(ctx context.Context, name string, version int) (int, error) {
+	if err := precheck(ctx, KindProtocol); err != nil {
+		return 0, err
+	}
+	var prev int
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		nb, err := nameBucket(tx, KindProtocol, name, false)
+		if err != nil {
+			return err
+		}
+		prev = shadowOf(nb)
+		if err := CheckShadow(KindProtocol, name, version, prev, activeOf(nb), hasVersion(nb, version)); err != nil {
+			return err
+		}
+		if version == 0 {
+			return nb.Delete([]byte(keyShadow))
+		}
+		return nb.Put([]byte(keyShadow), versionKey(version))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: shadow: %w", err)
+	}
+	if prev != version {
+		s.log.Info("store: shadow set", "kind", KindProtocol, "name", name, "version", version, "previous", prev)
+		s.notify()
+	}
+	return prev, nil
 }
 
 // bucketTools holds the runtime enablement overrides: tool name -> ToolOverride JSON.

@@ -15,30 +15,36 @@ const (
 	templateNameKey = "name"
 	templateTextKey = "text"
 	protocolIDKey   = "id"
+	pinServerKey    = "server"
 )
 
 // namePattern is what a template name or protocol id must match.
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
-// ValidName reports whether s is a valid template name or protocol id: 1 to 64 characters of
-// letters, digits, '_', '.' and '-'.
+// ValidName reports whether s is a valid template name, protocol id or MCP server label: 1 to 64
+// characters of letters, digits, '_', '.' and '-'.
 func ValidName(s string) bool { return namePattern.MatchString(s) }
 
-// nameKey returns the top-level key that carries the name of a definition of kind k.
-func nameKey(k Kind) string {
-	if k == KindProtocol {
+// NameKey returns the top-level key that carries the name of a definition of kind k: "name" (templates),
+// "id" (protocols) or "server" (MCP pin sets).
+func NameKey(k Kind) string {
+	switch k {
+	case KindProtocol:
 		return protocolIDKey
+	case KindMCPPins:
+		return pinServerKey
 	}
 	return templateNameKey
 }
 
 // CheckStructure runs the structural checks every stored body passes, and returns the name the body
 // carries: the body is one valid UTF-8 JSON object without duplicate top-level keys, with a string
-// "name" (templates) or "id" (protocols) matching ValidName, and, for templates, a string "text".
+// "name" (templates), "id" (protocols) or "server" (MCP pin sets) matching ValidName, and, for
+// templates, a string "text".
 // It does not run Options.Validate. Errors wrap ErrInvalid.
 func CheckStructure(kind Kind, body []byte) (string, error) {
 	if !kind.Valid() {
-		return "", fmt.Errorf("store: unknown kind %q (want %q or %q): %w", kind, KindTemplate, KindProtocol, ErrInvalid)
+		return "", UnknownKind(kind)
 	}
 	name, err := checkBody(kind, body)
 	if err != nil {
@@ -80,7 +86,7 @@ func checkBody(kind Kind, body []byte) (string, error) {
 	if dup != "" {
 		return "", fmt.Errorf("%w: duplicate key %q", ErrInvalid, dup)
 	}
-	key := nameKey(kind)
+	key := NameKey(kind)
 	n := root.Get(key) // the keys hold no gjson path syntax
 	switch {
 	case !n.Exists():
@@ -147,6 +153,27 @@ func (f LinksFunc) Check(snap Snapshot, proposed map[string][]byte, changed []st
 	slices.Sort(changed)
 	if err := f(snap, slices.Compact(changed)); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// CheckShadow says why version of kind/name cannot be put in shadow (version 0: taken out of it), given the
+// version in shadow now (prev), the active one and whether version exists; nil when it can. Every backend
+// applies it inside the transaction that moves the pointer.
+func CheckShadow(kind Kind, name string, version, prev, active int, exists bool) error {
+	switch {
+	case kind != KindProtocol:
+		return fmt.Errorf("%s/%s: only protocols have shadow versions: %w", kind, name, ErrInvalid)
+	case version < 0:
+		return fmt.Errorf("%s/%s@%d: %w", kind, name, version, ErrNotFound)
+	case version == 0 && prev == 0:
+		return fmt.Errorf("%s/%s: no version is in shadow: %w", kind, name, ErrNotFound)
+	case version == 0:
+		return nil
+	case !exists:
+		return fmt.Errorf("%s/%s@%d: %w", kind, name, version, ErrNotFound)
+	case version == active:
+		return fmt.Errorf("%s/%s@%d is the active version: %w: put another version in shadow, or activate a version to replace this one", kind, name, version, ErrInvalid)
 	}
 	return nil
 }

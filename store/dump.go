@@ -33,6 +33,8 @@ type DumpDef struct {
 	Seq     uint64
 	Active  int
 	History []int
+	// Shadow is the version in shadow (protocols; 0 = none).
+	Shadow int
 	// Versions, oldest first.
 	Versions []DumpVersion
 }
@@ -103,6 +105,9 @@ func (d *Dump) Check() error {
 		if def.Active != 0 && !have[def.Active] {
 			return fmt.Errorf("dump: %s: active version %d does not exist", key, def.Active)
 		}
+		if def.Shadow != 0 && (!have[def.Shadow] || def.Shadow == def.Active || def.Kind != KindProtocol) {
+			return fmt.Errorf("dump: %s: version %d in shadow does not exist, is active, or is not a protocol's", key, def.Shadow)
+		}
 	}
 	ids := map[string]bool{}
 	for _, r := range d.Rollouts {
@@ -131,7 +136,7 @@ func (s *Bolt) Export(ctx context.Context) (*Dump, error) {
 			}
 			if err := kb.ForEachBucket(func(k []byte) error {
 				nb := kb.Bucket(k)
-				def := DumpDef{Kind: kind, Name: string(k), Seq: nb.Sequence(), Active: activeOf(nb), History: historyOf(nb)}
+				def := DumpDef{Kind: kind, Name: string(k), Seq: nb.Sequence(), Active: activeOf(nb), History: historyOf(nb), Shadow: shadowOf(nb)}
 				vb, ib := nb.Bucket([]byte(bucketVersions)), nb.Bucket([]byte(bucketInfo))
 				if vb == nil || ib == nil {
 					return fmt.Errorf("%s/%s: buckets missing", kind, k)
@@ -234,6 +239,11 @@ func (s *Bolt) Import(ctx context.Context, d *Dump) error {
 			}
 			if err := setHistory(nb, def.History); err != nil {
 				return err
+			}
+			if def.Shadow != 0 {
+				if err := nb.Put([]byte(keyShadow), versionKey(def.Shadow)); err != nil {
+					return err
+				}
 			}
 		}
 		rb, ib := tx.Bucket([]byte(bucketRollouts)), tx.Bucket([]byte(bucketRolloutIDs))

@@ -1,4 +1,4 @@
-// Package store keeps promptgate's versioned template and protocol definitions.
+// Package store keeps promptgate's versioned definitions: templates, protocols and the MCP door's pin sets.
 //
 // It owns: immutable versions of each definition (raw JSON, byte for byte as given), one active
 // version per name moved in a single transaction, the activation history that rollback walks,
@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/promptgate/promptgate/store/builtin"
@@ -31,13 +32,21 @@ const (
 	KindTemplate Kind = "templates"
 	// KindProtocol is a protocol definition: a JSON object with an "id".
 	KindProtocol Kind = "protocols"
+	// KindMCPPins is the pinned tool definitions of one MCP server behind the MCP door: a JSON object
+	// with a "server" (its label) and its "tools"; a first pin and an approval are each a new version.
+	KindMCPPins Kind = "mcppins"
 )
 
 // Kinds lists every kind, in the order they are stored and reported.
-func Kinds() []Kind { return []Kind{KindTemplate, KindProtocol} }
+func Kinds() []Kind { return []Kind{KindTemplate, KindProtocol, KindMCPPins} }
 
 // Valid reports whether k is one of the known kinds.
-func (k Kind) Valid() bool { return k == KindTemplate || k == KindProtocol }
+func (k Kind) Valid() bool { return k == KindTemplate || k == KindProtocol || k == KindMCPPins }
+
+// UnknownKind is the error a backend returns for a kind that is not one of Kinds (wrapping ErrInvalid).
+func UnknownKind(k Kind) error {
+	return fmt.Errorf("store: unknown kind %q (want %q, %q or %q): %w", k, KindTemplate, KindProtocol, KindMCPPins, ErrInvalid)
+}
 
 // Sentinel errors. Store methods return them wrapped, with a "store: " prefix and the name concerned;
 // test with errors.Is.
@@ -55,6 +64,8 @@ var (
 	ErrLocked = errors.New("database file is locked")
 	// ErrInvalid: a definition or rollout failed the structural checks or the Validate hook.
 	ErrInvalid = errors.New("invalid")
+	// ErrConflict: ActivateIf found another version active than the one expected.
+	ErrConflict = errors.New("the active version moved")
 )
 
 // Record is one stored version of a definition.
@@ -100,10 +111,12 @@ type VersionInfo struct {
 // Entry describes one name: its active version (0 = none), the version Rollback would make active now
 // (0 = none: Rollback answers ErrNoPreviousVersion) and every version, oldest first.
 type Entry struct {
-	Name       string        `json:"name"`
-	Active     int           `json:"active"`
-	RollbackTo int           `json:"rollbackTo"`
-	Versions   []VersionInfo `json:"versions"`
+	Name       string `json:"name"`
+	Active     int    `json:"active"`
+	RollbackTo int    `json:"rollbackTo"`
+	// Shadow is the protocol version in shadow (judged beside the active one, for the record only); 0 = none.
+	Shadow   int           `json:"shadow,omitempty"`
+	Versions []VersionInfo `json:"versions"`
 }
 
 // RollbackTarget is the version Rollback re-activates given the active version and the activation history
@@ -121,6 +134,10 @@ func RollbackTarget(active int, history []int) int {
 // A name without an active version is absent.
 type Snapshot struct {
 	Templates, Protocols map[string]Record
+	// MCPPins are the active pin sets, by MCP server label.
+	MCPPins map[string]Record
+	// Shadows holds the protocol versions in shadow, by protocol id (see Store.SetShadow).
+	Shadows map[string]Record
 	// Tools holds the runtime enablement overrides by tool name.
 	Tools map[string]ToolOverride
 }
@@ -139,8 +156,16 @@ func (s Snapshot) Of(k Kind) map[string]Record {
 		return s.Templates
 	case KindProtocol:
 		return s.Protocols
+	case KindMCPPins:
+		return s.MCPPins
 	}
 	return nil
+}
+
+// NewSnapshot is an empty snapshot with every map made (Tools too).
+func NewSnapshot() Snapshot {
+	return Snapshot{Templates: map[string]Record{}, Protocols: map[string]Record{}, MCPPins: map[string]Record{},
+		Shadows: map[string]Record{}, Tools: map[string]ToolOverride{}}
 }
 
 // Rollout is one migration: definitions to store as new versions and activate, together.
@@ -184,6 +209,11 @@ type Store interface {
 	// each caller gets the version its own activation replaced, so the returned pairs chain into the
 	// history. Activating the version that is already active is a no-op and returns that version.
 	Activate(ctx context.Context, kind Kind, name string, version int) (previous int, err error)
+	// ActivateIf activates version as Activate does, but only while the active version is expected (0 =
+	// none), read in the transaction that moves the pointer: otherwise nothing changes and the error wraps
+	// ErrConflict. A writer that read the active version, derived a new one from it and stored it loses
+	// no concurrent change this way.
+	ActivateIf(ctx context.Context, kind Kind, name string, version, expected int) error
 	// Rollback re-activates the version that was active before the current one and returns it (to) and
 	// the version it replaced (from), both read in the transaction that moved the pointer;
 	// ErrNoPreviousVersion if there is none. Repeated rollbacks walk further back.
@@ -199,6 +229,13 @@ type Store interface {
 	RevertLast(ctx context.Context) (AppliedRollout, error)
 	// Rollouts returns the applied rollouts, oldest first.
 	Rollouts(ctx context.Context) ([]AppliedRollout, error)
+	// SetShadow puts a version of protocol name in shadow — every request routed to the protocol is also
+	// judged by it, for the record only — or, with version 0, takes the protocol's shadow away, and returns the
+	// version that was in shadow before (0 = none), read in the transaction that moved the pointer.
+	// ErrNotFound: the name or version does not exist, or (version 0) no version is in shadow; ErrInvalid: the
+	// version is the active one. A change that activates the version in shadow (Activate, Rollback, a rollout
+	// or its revert) takes it out of shadow in the same transaction.
+	SetShadow(ctx context.Context, name string, version int) (previous int, err error)
 	// SetToolEnabled stores the operator's runtime enablement override of a tool (the kill switch).
 	SetToolEnabled(ctx context.Context, name string, enabled bool, author string) error
 	// ClearToolEnabled removes the override of a tool, so the config decides again.

@@ -1,6 +1,6 @@
-// Package assemblytest holds what the tests of the request surfaces (proxy/surface/...) share: a small
-// layered template, a check of the policy errors a request parser returns, and the names of declared tools.
-// It is for tests only.
+// Package assemblytest holds what the tests of the request surfaces (proxy/surface/...) share: a
+// small layered template, a check of the policy errors a request parser returns, and the names of
+// declared tools. It is for tests only.
 package assemblytest
 
 import (
@@ -70,9 +70,9 @@ func DatamarkSeeds() [][]byte {
 	}
 }
 
-// CheckDatamark checks a surface's datamarking of a body that passes the proxy's JSON check: it never fails,
-// gives valid JSON, keeps every item of the conversation (messages, input) with its role and type, and is
-// idempotent.
+// CheckDatamark checks a surface's datamarking of a body that passes the proxy's JSON check: it
+// never fails, gives valid JSON, keeps every item of the conversation (messages, input) with its
+// role and type, and is idempotent.
 func CheckDatamark(t *testing.T, mark func([]byte) ([]byte, error), body []byte) {
 	t.Helper()
 	out, err := mark(body)
@@ -113,7 +113,8 @@ func Marked(t *testing.T, mark func([]byte) ([]byte, error), cases []struct{ Nam
 	}
 }
 
-// RewriteSeeds are request bodies of the Responses and Messages surfaces, for their rewrite fuzz targets.
+// RewriteSeeds are request bodies of the Responses and Messages surfaces, for their rewrite fuzz
+// targets.
 func RewriteSeeds() [][]byte {
 	return [][]byte{
 		[]byte(`{"model":"m","instructions":"i","input":[{"role":"developer","content":"d"},{"role":"user","content":"u"}],"tools":[{"type":"function","name":"f"},{"type":"mcp"},{"type":"mcp"}],"tool_choice":"required","promptgate":{}}`),
@@ -123,11 +124,11 @@ func RewriteSeeds() [][]byte {
 	}
 }
 
-// SameAsReference runs body through rewrite (on a Body walked, and on one made from the validation's record,
-// as the pipeline makes it) and through reference, the same rewrite made edit by edit with sjson (a test's
-// own, from before the one executor: the behaviour rewrite keeps), and fails unless all three give the same
-// document — the same top-level members in the same order, each with the same value — or the same error.
-// Only the white space between members may differ.
+// SameAsReference runs body through rewrite (on a Body walked, and on one made from the
+// validation's record, as the pipeline makes it) and through reference, the same rewrite made edit
+// by edit with sjson (a test's own, from before the one executor: the behaviour rewrite keeps), and
+// fails unless all three give the same document — the same top-level members in the same order,
+// each with the same value — or the same error. Only the white space between members may differ.
 func SameAsReference(t *testing.T, rewrite func(*assembly.Body, assembly.Prompt, []policy.Tool, bool) ([]byte, error),
 	reference func([]byte, assembly.Prompt, []policy.Tool, bool) ([]byte, error), body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) []byte {
 	t.Helper()
@@ -173,9 +174,9 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// FilterTools is the reference rewrites' filter of a tools array, edit by edit with sjson: it keeps, in the
-// array at path, the entries whose name is kept (assembly.KeptTools). An array left empty is
-// removed together with deps (tool_choice), which the APIs only accept alongside tools.
+// FilterTools is the reference rewrites' filter of a tools array, edit by edit with sjson: it
+// keeps, in the array at path, the entries whose name is kept (assembly.KeptTools). An array left
+// empty is removed together with deps (tool_choice), which the APIs only accept alongside tools.
 func FilterTools(body []byte, path string, kept []policy.Tool, name func(gjson.Result) (n string, shared bool), deps ...string) ([]byte, error) {
 	arr := assembly.Get(body, path)
 	if !arr.IsArray() {

@@ -203,9 +203,9 @@ func FuzzPlainRun(f *testing.F) {
 	})
 }
 
-// TestEscapeDefaultIgnorable checks escapeRune against the unicode package's tables rather than a hand list:
-// every code point that renders as nothing (format characters, variation selectors, the other
-// default-ignorables) and every line or paragraph separator is escaped.
+// TestEscapeDefaultIgnorable checks escapeRune against the unicode package's tables rather than a
+// hand list: every code point that renders as nothing (format characters, variation selectors, the
+// other default-ignorables) and every line or paragraph separator is escaped.
 func TestEscapeDefaultIgnorable(t *testing.T) {
 	for r := rune(0xA0); r <= unicode.MaxRune; r++ {
 		if !utf8.ValidRune(r) {
@@ -217,8 +217,9 @@ func TestEscapeDefaultIgnorable(t *testing.T) {
 	}
 }
 
-// Keys that differ only in invalid UTF-8 would both be written as U+FFFD: Parse refuses them as duplicates,
-// and a lone such key is kept repaired, so the encoding has no duplicate key and is stable.
+// Keys that differ only in invalid UTF-8 would both be written as U+FFFD: Parse refuses them as
+// duplicates, and a lone such key is kept repaired, so the encoding has no duplicate key and is
+// stable.
 func TestParseKeysComparedAsEncoded(t *testing.T) {
 	if _, err := Parse([]byte("{\"\xab\":1,\"\xa1\":2}")); err == nil || !strings.Contains(err.Error(), "duplicate key") {
 		t.Fatalf("keys that encode alike: %v", err)

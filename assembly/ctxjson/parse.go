@@ -18,12 +18,12 @@ const MaxParseDepth = 10000
 // linearKeys is how many keys of one object Parse checks for duplicates by a linear scan.
 const linearKeys = 16
 
-// Parse parses one JSON value (surrounding JSON whitespace allowed) into an ordered tree. Its
-// input is normally checked before (policy/jsoncheck); Parse still refuses, with an error and
-// never a panic, anything that is not RFC 8259 JSON, objects with a duplicate key (compared after
-// decoding escapes and repairing invalid UTF-8) and nesting deeper than MaxParseDepth. It is lenient where the encoder
-// repairs: invalid UTF-8 is kept and encoded as U+FFFD, and a \u escape of a lone surrogate
-// decodes to U+FFFD, as encoding/json does.
+// Parse parses one JSON value (surrounding JSON whitespace allowed) into an ordered tree. Its input
+// is normally checked before (policy/jsoncheck); Parse still refuses, with an error and never a
+// panic, anything that is not RFC 8259 JSON, objects with a duplicate key (compared after decoding
+// escapes and repairing invalid UTF-8) and nesting deeper than MaxParseDepth. It is lenient where
+// the encoder repairs: invalid UTF-8 is kept and encoded as U+FFFD, and a \u escape of a lone
+// surrogate decodes to U+FFFD, as encoding/json does.
 //
 // Parse measures the encoding of each string as it reads it, so that Size and Build do not read
 // the strings of a parsed tree again. raw must not change during Parse; the tree holds copies.
@@ -46,11 +46,12 @@ type parser struct {
 	b   string // the input, a view of Parse's raw: never let a slice of it into the tree
 	buf []byte // scratch for decoding escaped strings
 
-	// text holds the bytes of the tree's strings and numbers, each written once and never changed: a
-	// decoded string is never longer than its JSON text, so len(raw) bytes hold them all without a move.
+	// text holds the bytes of the tree's strings and numbers, each written once and never changed:
+	// a decoded string is never longer than its JSON text, so len(raw) bytes hold them all without
+	// a move.
 	text []byte
-	// The tree's values and its containers' keys and items are cut from larger allocations; the members of
-	// the containers being read wait on the stacks until their container ends.
+	// The tree's values and its containers' keys and items are cut from larger allocations; the
+	// members of the containers being read wait on the stacks until their container ends.
 	values    slab[Value]
 	itemSlab  slab[*Value]
 	keySlab   slab[string]
@@ -58,8 +59,8 @@ type parser struct {
 	keyStack  []string
 }
 
-// slab hands out parts of larger allocations, so that a tree of many small values costs a few allocations.
-// What it hands out is never handed out again; a part's capacity is its length.
+// slab hands out parts of larger allocations, so that a tree of many small values costs a few
+// allocations. What it hands out is never handed out again; a part's capacity is its length.
 type slab[T any] struct {
 	free []T
 	next int // the size of the next allocation
@@ -192,8 +193,8 @@ func (p *parser) object(i, depth int) (*Value, int, error) {
 		if err != nil {
 			return nil, j, err
 		}
-		// A key is compared as it will be encoded: two keys that differ only in invalid UTF-8 would both be
-		// written as U+FFFD, a duplicate in the output.
+		// A key is compared as it will be encoded: two keys that differ only in invalid UTF-8 would
+		// both be written as U+FFFD, a duplicate in the output.
 		k = validKey(k)
 		if seen != nil {
 			if _, dup := seen[k]; dup {

@@ -38,8 +38,9 @@ func TestParseEncodeRoundTrip(t *testing.T) {
 	}
 }
 
-// TestParsedTreeChanges: a parsed tree's values, keys and items share allocations; changing one container
-// (Set, Append, at every depth) leaves every other as it was, and the input may change after Parse.
+// TestParsedTreeChanges: a parsed tree's values, keys and items share allocations; changing one
+// container (Set, Append, at every depth) leaves every other as it was, and the input may change
+// after Parse.
 func TestParsedTreeChanges(t *testing.T) {
 	raw := []byte(`{"a":[1,"x",{"k":"v"}],"b":[2,3],"c":{"d":"e","f":[4]},"g":"h\u00e9"}`)
 	v := mustParse(t, string(raw))

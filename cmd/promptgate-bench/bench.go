@@ -45,8 +45,8 @@ type runState struct {
 	stats      *http.Client
 }
 
-// bench starts the servers, checks promptgate's pipeline on every workload, runs every phase and returns
-// the report.
+// bench starts the servers, checks promptgate's pipeline on every workload, runs every phase and
+// returns the report.
 func bench(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	wls := selectWorkloads(cfg)
 	if len(wls) == 0 {
@@ -248,8 +248,8 @@ func (r *runState) check(ctx context.Context, w *workload) error {
 	return nil
 }
 
-// phase runs one measured phase: a warm-up, then the load, with the server's runtime counters read before
-// and after and its RSS sampled during.
+// phase runs one measured phase: a warm-up, then the load, with the server's runtime counters read
+// before and after and its RSS sampled during.
 func (r *runState) phase(ctx context.Context, w *workload, mode, target string, round int) (Result, error) {
 	srv := r.server(w, target)
 	conns := r.cfg.Conns
@@ -386,7 +386,8 @@ func (r *runState) fetch(ctx context.Context, c *child, path, file string) error
 	return os.WriteFile(file, b, 0o644)
 }
 
-// soak runs the 8 KB workload at saturation against promptgate for cfg.Soak, sampling its RSS each second.
+// soak runs the 8 KB workload at saturation against promptgate for cfg.Soak, sampling its RSS each
+// second.
 func (r *runState) soak(ctx context.Context) (*SoakReport, error) {
 	var w *workload
 	for _, x := range workloads() {

@@ -46,10 +46,11 @@ type childSpec struct {
 	RespBytes  int           `json:"respBytes,omitempty"`
 	Chunks     int           `json:"chunks,omitempty"`
 	ChunkDelay time.Duration `json:"chunkDelay,omitempty"`
-	// Lifetime bounds the child's life: it exits by itself after it, or as soon as its stdin closes.
+	// Lifetime bounds the child's life: it exits by itself after it, or as soon as its stdin
+	// closes.
 	Lifetime time.Duration `json:"lifetime"`
-	// Timeline stamps the requests that carry HeaderSeq (see timeline.go); Profile also records blocking
-	// and mutex contention for the block and mutex profiles.
+	// Timeline stamps the requests that carry HeaderSeq (see timeline.go); Profile also records
+	// blocking and mutex contention for the block and mutex profiles.
 	Timeline bool `json:"timeline,omitempty"`
 	Profile  bool `json:"profile,omitempty"`
 }
@@ -61,8 +62,9 @@ type readyLine struct {
 	Pid     int    `json:"pid"`
 }
 
-// runChildRole runs this process as a child of the run when its environment says it is one: a server
-// (envChild) or a context-source plugin started by promptgate's plugin host. handled is false otherwise.
+// runChildRole runs this process as a child of the run when its environment says it is one: a
+// server (envChild) or a context-source plugin started by promptgate's plugin host. handled is
+// false otherwise.
 func runChildRole() (handled bool, err error) {
 	if isPluginProcess() {
 		servePlugin()
@@ -174,8 +176,8 @@ func serveChild(spec childSpec, stdin io.Reader, stdout io.Writer) error {
 	return err
 }
 
-// serverStats is what a child says about itself: Go runtime counters, its CPU time and context switches,
-// and its resident memory.
+// serverStats is what a child says about itself: Go runtime counters, its CPU time and context
+// switches, and its resident memory.
 type serverStats struct {
 	Mallocs    uint64 `json:"mallocs"`
 	TotalAlloc uint64 `json:"totalAlloc"`
@@ -185,20 +187,21 @@ type serverStats struct {
 	Goroutines int    `json:"goroutines"`
 	// GoroutinesCreated counts the goroutines started so far (runtime/metrics).
 	GoroutinesCreated uint64 `json:"goroutinesCreated"`
-	// CPUNs is the user and system CPU time so far; VolSwitches and InvolSwitches the voluntary (a thread
-	// blocked: a wait) and involuntary (preempted) context switches so far (getrusage); 0 where there is
-	// none.
+	// CPUNs is the user and system CPU time so far; VolSwitches and InvolSwitches the voluntary (a
+	// thread blocked: a wait) and involuntary (preempted) context switches so far (getrusage); 0
+	// where there is none.
 	CPUNs         int64 `json:"cpuNs"`
 	VolSwitches   int64 `json:"volSwitches"`
 	InvolSwitches int64 `json:"involSwitches"`
-	// MinorFaults counts the page faults served without I/O so far (getrusage): memory the runtime gave
-	// back to the system and touches again.
+	// MinorFaults counts the page faults served without I/O so far (getrusage): memory the runtime
+	// gave back to the system and touches again.
 	MinorFaults int64 `json:"minorFaults"`
-	// RSS and PeakRSS are VmRSS and VmHWM of /proc/self/status, in bytes; 0 where there is no /proc.
+	// RSS and PeakRSS are VmRSS and VmHWM of /proc/self/status, in bytes; 0 where there is no
+	// /proc.
 	RSS     uint64 `json:"rss"`
 	PeakRSS uint64 `json:"peakRSS"`
-	// SysReads and SysWrites are the process's read and write system calls so far (syscr and syscw of
-	// /proc/PID/io), read by the harness; 0 where there is no /proc.
+	// SysReads and SysWrites are the process's read and write system calls so far (syscr and syscw
+	// of /proc/PID/io), read by the harness; 0 where there is no /proc.
 	SysReads  uint64 `json:"-"`
 	SysWrites uint64 `json:"-"`
 }
@@ -244,7 +247,8 @@ func procRSS(pid int) (rss, hwm uint64) {
 	return rss, hwm
 }
 
-// procIO reads the read and write system call counts of a process from /proc (Linux); zeros elsewhere.
+// procIO reads the read and write system call counts of a process from /proc (Linux); zeros
+// elsewhere.
 func procIO(pid int) (reads, writes uint64) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
 	if err != nil {

@@ -30,47 +30,49 @@ const (
 type Config struct {
 	// Rate is the open-loop send rate, requests per second.
 	Rate int
-	// Duration is the measured part of a fixed-rate or fixed-concurrency phase; SatDuration that of a
-	// saturation phase.
+	// Duration is the measured part of a fixed-rate or fixed-concurrency phase; SatDuration that of
+	// a saturation phase.
 	Duration, SatDuration time.Duration
 	// Warmup runs before each phase, unmeasured (connections, caches).
 	Warmup time.Duration
 	// Conns is the number of connections (and workers) of a saturation phase.
 	Conns int
-	// Concurrency is the number of clients of a fixed-concurrency phase: each sends its next request once
-	// the answer to its last one is complete.
+	// Concurrency is the number of clients of a fixed-concurrency phase: each sends its next
+	// request once the answer to its last one is complete.
 	Concurrency int
-	// OpenWorkers caps the requests in flight of an open-loop phase; sends that find every worker busy
-	// wait, and their latency still counts from their scheduled time.
+	// OpenWorkers caps the requests in flight of an open-loop phase; sends that find every worker
+	// busy wait, and their latency still counts from their scheduled time.
 	OpenWorkers int
-	// Repeat runs every phase this many times, interleaved; the report gives the median of each figure.
+	// Repeat runs every phase this many times, interleaved; the report gives the median of each
+	// figure.
 	Repeat int
 	// Workloads to run, by name; all when empty.
 	Workloads []string
 	// Modes to run: "rate", "saturation", "concurrency"; all three when empty.
 	Modes []string
-	// Plugins runs the workloads with 1 and 3 context-source plugins, when the plugin host is available.
+	// Plugins runs the workloads with 1 and 3 context-source plugins, when the plugin host is
+	// available.
 	Plugins bool
-	// RespBytes is the size of a non-stream upstream answer; Chunks the number of chunks of a stream and
-	// ChunkDelay the pause between two of them.
+	// RespBytes is the size of a non-stream upstream answer; Chunks the number of chunks of a
+	// stream and ChunkDelay the pause between two of them.
 	RespBytes, Chunks int
 	ChunkDelay        time.Duration
 	// JSONPath, when set, receives the report as JSON.
 	JSONPath string
-	// PprofDir, when set, receives a CPU profile of promptgate for each workload's saturation phase and its
-	// allocation profile at the end.
+	// PprofDir, when set, receives a CPU profile of promptgate for each workload's saturation phase
+	// and its allocation profile at the end.
 	PprofDir string
-	// Soak, when positive, runs the 8 KB workload at saturation against promptgate for this long after
-	// everything else and samples its RSS.
+	// Soak, when positive, runs the 8 KB workload at saturation against promptgate for this long
+	// after everything else and samples its RSS.
 	Soak time.Duration
-	// PromptgateEnv are extra KEY=VALUE environment variables of the promptgate processes only (GOGC,
-	// GOMEMLIMIT, GODEBUG...), to measure a runtime setting against the same baseline.
+	// PromptgateEnv are extra KEY=VALUE environment variables of the promptgate processes only
+	// (GOGC, GOMEMLIMIT, GODEBUG...), to measure a runtime setting against the same baseline.
 	PromptgateEnv []string
-	// Timeline, when positive, replaces the load phases by the timeline pass: this many requests of each
-	// workload sent one at a time to each target, every step of each timed (see timeline.go).
+	// Timeline, when positive, replaces the load phases by the timeline pass: this many requests of
+	// each workload sent one at a time to each target, every step of each timed (see timeline.go).
 	Timeline int
-	// TraceDir, with Timeline, receives an execution trace and the block and mutex profiles of both proxies
-	// taken during the timeline pass.
+	// TraceDir, with Timeline, receives an execution trace and the block and mutex profiles of both
+	// proxies taken during the timeline pass.
 	TraceDir string
 	// Quick is the short pass used by the test: tiny phases, no repeat.
 	Quick bool

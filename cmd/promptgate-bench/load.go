@@ -14,8 +14,8 @@ import (
 // requestTimeout bounds one request of the load generator.
 const requestTimeout = 30 * time.Second
 
-// sample is one request's outcome: latency and time to first byte, both from the request's start (its
-// scheduled time in an open loop).
+// sample is one request's outcome: latency and time to first byte, both from the request's start
+// (its scheduled time in an open loop).
 type sample struct {
 	lat, ttfb time.Duration
 }
@@ -28,8 +28,8 @@ type loadResult struct {
 	elapsed  time.Duration
 }
 
-// generator sends one workload's requests to one target. It allocates little per request and nothing per
-// byte, so that it leaves the machine's cores to the servers.
+// generator sends one workload's requests to one target. It allocates little per request and
+// nothing per byte, so that it leaves the machine's cores to the servers.
 type generator struct {
 	url    string
 	w      *workload
@@ -50,8 +50,8 @@ func newGenerator(url string, w *workload, conns int) *generator {
 
 func (g *generator) close() { g.tr.CloseIdleConnections() }
 
-// do sends one request and reads the whole answer into buf, in pieces. t0 is when the request counts as
-// started.
+// do sends one request and reads the whole answer into buf, in pieces. t0 is when the request
+// counts as started.
 func (g *generator) do(ctx context.Context, t0 time.Time, buf []byte) (sample, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url, bytes.NewReader(g.w.Body))
 	if err != nil {
@@ -119,9 +119,10 @@ func merge(ws []*worker, elapsed time.Duration) loadResult {
 }
 
 // openLoop sends rate requests per second for d: request i is scheduled at start + i/rate, whatever
-// happened to the others, and its latency counts from that time, so a server that falls behind shows it in
-// the latency instead of slowing the sender down (no coordinated omission). At most workers requests are
-// in flight; a scheduled request that finds them all busy waits, and its wait counts.
+// happened to the others, and its latency counts from that time, so a server that falls behind
+// shows it in the latency instead of slowing the sender down (no coordinated omission). At most
+// workers requests are in flight; a scheduled request that finds them all busy waits, and its wait
+// counts.
 func (g *generator) openLoop(ctx context.Context, rate int, d time.Duration, workers int) loadResult {
 	n := max(1, int(float64(rate)*d.Seconds()))
 	interval := time.Second / time.Duration(rate)
@@ -160,9 +161,9 @@ func (g *generator) openLoop(ctx context.Context, rate int, d time.Duration, wor
 	return merge(ws, time.Since(start))
 }
 
-// closedLoop keeps conns requests in flight, each worker sending its next request as soon as the answer to
-// its last one is complete (read to its end), for d and at most budget requests. Latency counts from each
-// request's send.
+// closedLoop keeps conns requests in flight, each worker sending its next request as soon as the
+// answer to its last one is complete (read to its end), for d and at most budget requests. Latency
+// counts from each request's send.
 func (g *generator) closedLoop(ctx context.Context, conns int, d time.Duration, budget int) loadResult {
 	ws := make([]*worker, conns)
 	var wg sync.WaitGroup

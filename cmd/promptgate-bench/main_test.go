@@ -25,9 +25,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestQuick runs the whole harness once in --quick mode, so that it cannot rot: every server starts,
-// promptgate's pipeline passes the check on every workload, every phase answers without errors, and the
-// report has its ratios and its JSON.
+// TestQuick runs the whole harness once in --quick mode, so that it cannot rot: every server
+// starts, promptgate's pipeline passes the check on every workload, every phase answers without
+// errors, and the report has its ratios and its JSON.
 func TestQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts several processes; skipped in -short mode")
@@ -111,7 +111,8 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// TestStreamEvents checks the fake upstream's streams: exactly n chunks plus [DONE], the tool call whole.
+// TestStreamEvents checks the fake upstream's streams: exactly n chunks plus [DONE], the tool call
+// whole.
 func TestStreamEvents(t *testing.T) {
 	for _, tool := range []bool{false, true} {
 		evs := streamEvents(200, tool)

@@ -16,9 +16,9 @@ import (
 	"time"
 )
 
-// TestClosedLoopConcurrency checks the fixed-concurrency load: exactly n requests in flight (never more,
-// and all n at once), a client's next request only once its last answer is complete, every answer counted
-// once (a sample or an error), and the request budget kept.
+// TestClosedLoopConcurrency checks the fixed-concurrency load: exactly n requests in flight (never
+// more, and all n at once), a client's next request only once its last answer is complete, every
+// answer counted once (a sample or an error), and the request budget kept.
 func TestClosedLoopConcurrency(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{1, 3, 8} {
@@ -42,9 +42,9 @@ func TestClosedLoopConcurrency(t *testing.T) {
 					http.Error(w, "no", http.StatusInternalServerError)
 					return
 				}
-				// The first part of the answer, then the rest only once every client has a request in
-				// flight: a client that sent its next request before reading this answer's end would be
-				// one request too many.
+				// The first part of the answer, then the rest only once every client has a request
+				// in flight: a client that sent its next request before reading this answer's end
+				// would be one request too many.
 				_, _ = w.Write([]byte(`{"part":1,`))
 				http.NewResponseController(w).Flush()
 				select {
@@ -70,10 +70,11 @@ func TestClosedLoopConcurrency(t *testing.T) {
 			if got := most.Load(); got != int64(n) {
 				t.Errorf("%d requests in flight at most, want %d", got, n)
 			}
-			// Each client keeps its connection: one more client, or a client that moved on before the end
-			// of an answer, would need a connection of its own. Go's transport drops a connection whose
-			// request write it has not seen confirmed within 50 ms of the answer's end, which a machine under
-			// load (the race detector, parallel packages) can cause now and then: two such are allowed.
+			// Each client keeps its connection: one more client, or a client that moved on before
+			// the end of an answer, would need a connection of its own. Go's transport drops a
+			// connection whose request write it has not seen confirmed within 50 ms of the answer's
+			// end, which a machine under load (the race detector, parallel packages) can cause now
+			// and then: two such are allowed.
 			if got := conns.Load(); got < int64(n) || got > int64(n)+2 {
 				t.Errorf("%d connections, want one per client (%d)", got, n)
 			}
@@ -152,9 +153,9 @@ func TestConcurrencyOverhead(t *testing.T) {
 	}
 }
 
-// TestTimelineSteps checks how stamps from three processes become a timeline: requests joined by their
-// sequence number, those a server did not stamp left out, points ordered by their median offset, and the
-// per-request counters.
+// TestTimelineSteps checks how stamps from three processes become a timeline: requests joined by
+// their sequence number, those a server did not stamp left out, points ordered by their median
+// offset, and the per-request counters.
 func TestTimelineSteps(t *testing.T) {
 	t.Parallel()
 	const us = int64(time.Microsecond)
@@ -220,9 +221,9 @@ func TestTimelineSteps(t *testing.T) {
 	}
 }
 
-// TestStampedProxy runs the bare proxy between stamped wrappers, as a timeline run does, and checks that
-// every point is stamped once, in the order a request reaches it, that an unmarked request is not stamped,
-// and that the wrapped writer still reaches the connection's deadlines and flushes.
+// TestStampedProxy runs the bare proxy between stamped wrappers, as a timeline run does, and checks
+// that every point is stamped once, in the order a request reaches it, that an unmarked request is
+// not stamped, and that the wrapped writer still reaches the connection's deadlines and flushes.
 func TestStampedProxy(t *testing.T) {
 	t.Parallel()
 	upBook, pBook := newMarkBook(), newMarkBook()
@@ -272,12 +273,13 @@ func TestStampedProxy(t *testing.T) {
 		if p.T[mStart] < c.send || p.T[mEnd] > c.done {
 			t.Errorf("%s: the proxy's stamps are outside the client's", shape)
 		}
-		// The bare proxy is a default ReverseProxy: a stream flushed at every write, an answer of known length
-		// written without a flush.
+		// The bare proxy is a default ReverseProxy: a stream flushed at every write, an answer of
+		// known length written without a flush.
 		if p.Writes < 1 || (p.Flushes > 0) != (shape == shapeSSE) {
 			t.Errorf("%s: %d writes, %d flushes", shape, p.Writes, p.Flushes)
 		}
-		// A stream's headers come back before the upstream's handler returns; its end before the answer's end.
+		// A stream's headers come back before the upstream's handler returns; its end before the
+		// answer's end.
 		up, answered := um[7], p.T[mRTHeaders]
 		if shape != shapeJSON {
 			answered = p.T[mRespEOF]

@@ -15,24 +15,25 @@ import (
 	"github.com/promptgate/promptgate/plugins/sdk"
 )
 
-// Everything the run knows about context-source plugins is in this file, so that the plugin workloads can
-// be switched off in one place (pluginsAvailable) while the plugin host changes.
+// Everything the run knows about context-source plugins is in this file, so that the plugin
+// workloads can be switched off in one place (pluginsAvailable) while the plugin host changes.
 
-// pluginsAvailable says whether package plugins has a host (plugins.NewHost) to run the plugin workloads.
+// pluginsAvailable says whether package plugins has a host (plugins.NewHost) to run the plugin
+// workloads.
 const pluginsAvailable = true
 
 // pluginsNote explains, in the report, why the plugin workloads did not run when they did not.
 const pluginsNote = "pending plugins host: package plugins has no NewHost yet"
 
-// benchPlugins are the plugin entries of the run, in order: the first is cached (the config's default
-// cacheTTL), the others are asked on every request.
+// benchPlugins are the plugin entries of the run, in order: the first is cached (the config's
+// default cacheTTL), the others are asked on every request.
 var benchPlugins = []struct {
 	name   string
 	cached bool
 }{{"memory", true}, {"profile", false}, {"tickets", false}}
 
-// pluginEntries is the plugins: section of the YAML for the first n bench plugins. Each is this very
-// binary, which serves benchSource when the plugin host starts it (see runChildRole).
+// pluginEntries is the plugins: section of the YAML for the first n bench plugins. Each is this
+// very binary, which serves benchSource when the plugin host starts it (see runChildRole).
 func pluginEntries(n int) (string, error) {
 	if n > len(benchPlugins) {
 		return "", fmt.Errorf("at most %d plugins", len(benchPlugins))

@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// The goals of issues 8 and 18, measured against the bare reverse proxy of the same run, at the fixed rate
-// and again at the fixed concurrency.
+// The goals of issues 8 and 18, measured against the bare reverse proxy of the same run, at the
+// fixed rate and again at the fixed concurrency.
 const (
 	goalP50Ratio        = 1.5  // p50 overhead at most 1.5x the baseline's
 	goalP99Ratio        = 2.0  // p99 overhead at most 2x the baseline's
@@ -31,13 +31,14 @@ type Report struct {
 	Arch    string `json:"arch"`
 	CPUs    int    `json:"cpus"`
 	Command string `json:"command"`
-	// LoadAvg is the machine's load average (1, 5, 15 minutes) at the start and at the end of the run,
-	// from /proc/loadavg: a shared machine shows here.
+	// LoadAvg is the machine's load average (1, 5, 15 minutes) at the start and at the end of the
+	// run, from /proc/loadavg: a shared machine shows here.
 	LoadAvgStart string         `json:"loadAvgStart,omitempty"`
 	LoadAvgEnd   string         `json:"loadAvgEnd,omitempty"`
 	Settings     ReportSettings `json:"settings"`
 	Plugins      PluginStatus   `json:"plugins"`
-	// Workloads holds, per workload, a Result per mode and target, each the median over the repeats.
+	// Workloads holds, per workload, a Result per mode and target, each the median over the
+	// repeats.
 	Workloads []WorkloadReport `json:"workloads"`
 	Soak      *SoakReport      `json:"soak,omitempty"`
 	// Timelines is the timeline pass (--timeline), which replaces the load phases.
@@ -89,8 +90,8 @@ type Result struct {
 	Requests int    `json:"requests"`
 	Errors   int    `json:"errors"`
 	FirstErr string `json:"firstError,omitempty"`
-	// Rate is the offered rate of an open-loop phase; Conns the connections (clients) of a closed-loop one
-	// (the most requests in flight of an open-loop one).
+	// Rate is the offered rate of an open-loop phase; Conns the connections (clients) of a
+	// closed-loop one (the most requests in flight of an open-loop one).
 	Rate  int `json:"rate,omitempty"`
 	Conns int `json:"conns"`
 	// Latencies in milliseconds; in an open loop they count from the scheduled send time.
@@ -103,8 +104,8 @@ type Result struct {
 	// TTFB is the time to the first byte of the answer's body (streams: the first event).
 	TTFBP50Ms float64 `json:"ttfbP50Ms"`
 	TTFBP99Ms float64 `json:"ttfbP99Ms"`
-	// AllocsPerReq and BytesPerReq are the server process's Go heap allocations per request (runtime
-	// MemStats deltas over the phase); the server is the upstream for target direct.
+	// AllocsPerReq and BytesPerReq are the server process's Go heap allocations per request
+	// (runtime MemStats deltas over the phase); the server is the upstream for target direct.
 	AllocsPerReq float64 `json:"allocsPerReq"`
 	BytesPerReq  float64 `json:"bytesPerReq"`
 	GCs          float64 `json:"gcs"`
@@ -113,8 +114,8 @@ type Result struct {
 	ReadsPerReq  float64 `json:"readsPerReq"`
 	WritesPerReq float64 `json:"writesPerReq"`
 	// CPUUsPerReq is the server process's CPU time (user and system) per request, in microseconds;
-	// SwitchesPerReq its voluntary context switches per request (a thread that went to sleep waiting);
-	// GoroutinesPerReq the goroutines it started per request.
+	// SwitchesPerReq its voluntary context switches per request (a thread that went to sleep
+	// waiting); GoroutinesPerReq the goroutines it started per request.
 	CPUUsPerReq      float64 `json:"cpuUsPerReq"`
 	SwitchesPerReq   float64 `json:"switchesPerReq"`
 	GoroutinesPerReq float64 `json:"goroutinesPerReq"`
@@ -122,8 +123,8 @@ type Result struct {
 	PeakRSSMB float64 `json:"peakRSSMB"`
 }
 
-// Overhead compares promptgate with the baseline on one workload: the ratios of what each adds to the
-// upstream's own latency (measured directly), as the issue defines them.
+// Overhead compares promptgate with the baseline on one workload: the ratios of what each adds to
+// the upstream's own latency (measured directly), as the issue defines them.
 type Overhead struct {
 	// AddedP50Ms and AddedP99Ms are what promptgate adds to the direct latency (rate mode);
 	// BaselineAddedP50Ms and BaselineAddedP99Ms what the bare proxy adds.
@@ -131,8 +132,8 @@ type Overhead struct {
 	AddedP99Ms         float64 `json:"addedP99Ms"`
 	BaselineAddedP50Ms float64 `json:"baselineAddedP50Ms"`
 	BaselineAddedP99Ms float64 `json:"baselineAddedP99Ms"`
-	// P50Ratio = (promptgate p50 - direct p50) / (baseline p50 - direct p50); P99Ratio the same at p99.
-	// Null when the baseline adds nothing measurable.
+	// P50Ratio = (promptgate p50 - direct p50) / (baseline p50 - direct p50); P99Ratio the same at
+	// p99. Null when the baseline adds nothing measurable.
 	P50Ratio *float64 `json:"p50Ratio"`
 	P99Ratio *float64 `json:"p99Ratio"`
 	// TTFBDeltaMs is promptgate's p50 time to first byte minus the baseline's (streams, rate mode).
@@ -146,8 +147,8 @@ type Overhead struct {
 	Goals       []Goal               `json:"goals"`
 }
 
-// ConcurrencyOverhead compares promptgate with the baseline at a fixed number of closed-loop clients:
-// the same ratios as at the fixed rate, and the throughput ratio at that concurrency.
+// ConcurrencyOverhead compares promptgate with the baseline at a fixed number of closed-loop
+// clients: the same ratios as at the fixed rate, and the throughput ratio at that concurrency.
 type ConcurrencyOverhead struct {
 	Clients            int      `json:"clients"`
 	AddedP50Ms         float64  `json:"addedP50Ms"`
@@ -270,8 +271,8 @@ func (r Result) brief() string {
 	return s
 }
 
-// medianResult is the median of every figure over the repeats of one phase (errors are summed, peak RSS
-// is the highest).
+// medianResult is the median of every figure over the repeats of one phase (errors are summed, peak
+// RSS is the highest).
 func medianResult(rs []Result) Result {
 	if len(rs) == 0 {
 		return Result{}
@@ -495,7 +496,8 @@ func (o *Overhead) concurrency() *ConcurrencyOverhead {
 	return o.Concurrency
 }
 
-// fmtPtr prints a ratio to 3 decimals (so that 0.696 does not read as a met 0.70), with a * when its goal (the goal whose name starts with prefix) is missed.
+// fmtPtr prints a ratio to 3 decimals (so that 0.696 does not read as a met 0.70), with a * when
+// its goal (the goal whose name starts with prefix) is missed.
 func fmtPtr(v *float64, goals []Goal, prefix string) string {
 	if v == nil {
 		return "-"

@@ -1,9 +1,10 @@
 package main
 
-// Per-stage benchmarks of promptgate's request path, on the harness's own 8 KB request and 200-chunk
-// stream, each next to a baseline: the floor the stage is compared with. The packages have their own
-// benchmarks too (policy/jsoncheck, assembly, proxy/surface/chat, plugins); these add the stages that had none
-// (route, filter, vet, the per-request checker, the whole request side) and put all six on one input.
+// Per-stage benchmarks of promptgate's request path, on the harness's own 8 KB request and
+// 200-chunk stream, each next to a baseline: the floor the stage is compared with. The packages
+// have their own benchmarks too (policy/jsoncheck, assembly, proxy/surface/chat, plugins); these
+// add the stages that had none (route, filter, vet, the per-request checker, the whole request
+// side) and put all six on one input.
 //
 //	go test -run '^$' -bench . -benchmem ./cmd/promptgate-bench/
 
@@ -26,8 +27,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface/chat"
 )
 
-// stageFixture is the bench pipeline (real bbolt store, bench protocol, config) and one prepared 8 KB
-// request.
+// stageFixture is the bench pipeline (real bbolt store, bench protocol, config) and one prepared 8
+// KB request.
 type stageFixture struct {
 	p      *pipeline
 	body   []byte
@@ -72,8 +73,8 @@ type catalogOf map[string]*policy.Protocol
 
 func (c catalogOf) Protocol(id string) (*policy.Protocol, bool) { p, ok := c[id]; return p, ok }
 
-// BenchmarkValidate: jsoncheck.Object (one object, UTF-8, no duplicate keys, depth cap) on the 8 KB body;
-// the baseline is encoding/json's Valid.
+// BenchmarkValidate: jsoncheck.Object (one object, UTF-8, no duplicate keys, depth cap) on the 8 KB
+// body; the baseline is encoding/json's Valid.
 func BenchmarkValidate(b *testing.B) {
 	body := chat8KBody()
 	b.Run("jsoncheck", func(b *testing.B) {
@@ -96,8 +97,8 @@ func BenchmarkValidate(b *testing.B) {
 	})
 }
 
-// BenchmarkRoute: Router.Resolve with three routes ahead of the default (header, model glob, path); the
-// baseline is the catalog lookup alone.
+// BenchmarkRoute: Router.Resolve with three routes ahead of the default (header, model glob, path);
+// the baseline is the catalog lookup alone.
 func BenchmarkRoute(b *testing.B) {
 	f := newStageFixture(b)
 	yes := true
@@ -127,9 +128,9 @@ func BenchmarkRoute(b *testing.B) {
 	})
 }
 
-// BenchmarkAssemble: what the engine does to build the upstream body of the 8 KB request (extension,
-// context parse, chat parse, Build with budgets, the chat rewrite, on one Body); the baseline decodes the body into a map and
-// encodes it again, the naive rewrite.
+// BenchmarkAssemble: what the engine does to build the upstream body of the 8 KB request
+// (extension, context parse, chat parse, Build with budgets, the chat rewrite, on one Body); the
+// baseline decodes the body into a map and encodes it again, the naive rewrite.
 func BenchmarkAssemble(b *testing.B) {
 	f := newStageFixture(b)
 	tmpl := f.prep.Template
@@ -177,8 +178,8 @@ func BenchmarkAssemble(b *testing.B) {
 	})
 }
 
-// BenchmarkFilter: Effective.Filter on the three declared tools (allowlist, deny, the config's access
-// policy); the baseline copies the tools into a new slice.
+// BenchmarkFilter: Effective.Filter on the three declared tools (allowlist, deny, the config's
+// access policy); the baseline copies the tools into a new slice.
 func BenchmarkFilter(b *testing.B) {
 	f := newStageFixture(b)
 	access := policy.ToolAccess{Config: f.cfg.Tools}
@@ -202,9 +203,9 @@ func BenchmarkFilter(b *testing.B) {
 	})
 }
 
-// checkerFor builds the tool-call checker of a prepared request the way proxy.Server built it for every
-// response before the caches: allowed names and schemas of the kept tools, the protocol's argument rules
-// compiled again, each tool's schema compiled again on its first call.
+// checkerFor builds the tool-call checker of a prepared request the way proxy.Server built it for
+// every response before the caches: allowed names and schemas of the kept tools, the protocol's
+// argument rules compiled again, each tool's schema compiled again on its first call.
 func checkerFor(b *testing.B, prep *proxy.Prepared) *vet.Checker {
 	rules, err := vet.CompileRules(prep.Protocol.ArgRules)
 	if err != nil {
@@ -213,8 +214,8 @@ func checkerFor(b *testing.B, prep *proxy.Prepared) *vet.Checker {
 	return newChecker(prep, rules, nil)
 }
 
-// newChecker is the checker proxy.Server builds for each response (server.go, checker): rules compiled once
-// per definitions snapshot and the server's shared schema cache.
+// newChecker is the checker proxy.Server builds for each response (server.go, checker): rules
+// compiled once per definitions snapshot and the server's shared schema cache.
 func newChecker(prep *proxy.Prepared, rules *vet.RuleSet, schemas *vet.SchemaCache) *vet.Checker {
 	allowed := make(map[string]bool, len(prep.Kept))
 	schemaOf := make(map[string][]byte, len(prep.Kept))
@@ -229,7 +230,8 @@ func newChecker(prep *proxy.Prepared, rules *vet.RuleSet, schemas *vet.SchemaCac
 		SchemaCache: schemas})
 }
 
-// cachedChecker returns a function that builds checkers as the server does now: one rule set, one cache.
+// cachedChecker returns a function that builds checkers as the server does now: one rule set, one
+// cache.
 func cachedChecker(b *testing.B, prep *proxy.Prepared) func() *vet.Checker {
 	rules, err := vet.CompileRules(prep.Protocol.ArgRules)
 	if err != nil {
@@ -239,11 +241,11 @@ func cachedChecker(b *testing.B, prep *proxy.Prepared) func() *vet.Checker {
 	return func() *vet.Checker { return newChecker(prep, rules, cache) }
 }
 
-// BenchmarkVet: Checker.Check of one get_ticket call (allowed name, JSON object, the declared schema, the
-// ticket-id pattern rule). "uncached" is what every response paid before the caches: a new checker with
-// the rules' regexps and the tool's schema compiled again; "per-request" is what it pays now: a new checker
-// on the snapshot's compiled rules and the server's schema cache; "warm" reuses one checker. The baseline
-// is jsoncheck.Object on the arguments alone.
+// BenchmarkVet: Checker.Check of one get_ticket call (allowed name, JSON object, the declared
+// schema, the ticket-id pattern rule). "uncached" is what every response paid before the caches: a
+// new checker with the rules' regexps and the tool's schema compiled again; "per-request" is what
+// it pays now: a new checker on the snapshot's compiled rules and the server's schema cache; "warm"
+// reuses one checker. The baseline is jsoncheck.Object on the arguments alone.
 func BenchmarkVet(b *testing.B) {
 	f := newStageFixture(b)
 	args := []byte(`{"id": "T-12345"}`)
@@ -302,9 +304,9 @@ func (r *eventReader) Read(p []byte) (int, error) {
 // onlyReader hides io.WriterTo, so that the baseline copies through the buffer too.
 type onlyReader struct{ io.Reader }
 
-// BenchmarkRelay: chat.Stream over the harness's 200-chunk streams, text only and with the get_ticket
-// call (held, vetted, released), read as httputil.ReverseProxy reads (32 KiB buffer); the baseline copies
-// the same events through the same buffer.
+// BenchmarkRelay: chat.Stream over the harness's 200-chunk streams, text only and with the
+// get_ticket call (held, vetted, released), read as httputil.ReverseProxy reads (32 KiB buffer);
+// the baseline copies the same events through the same buffer.
 func BenchmarkRelay(b *testing.B) {
 	f := newStageFixture(b)
 	for _, s := range []struct {
@@ -340,9 +342,10 @@ func BenchmarkRelay(b *testing.B) {
 	}
 }
 
-// BenchmarkPrepare: the whole request side of the engine on the 8 KB request (validate, route, filter,
-// template from the cache, assemble, rewrite), and on the 40 KB runtime context that must be cut to its
-// budget, and on the harness's small chat; the baseline is the 8 KB body copy a bare proxy makes.
+// BenchmarkPrepare: the whole request side of the engine on the 8 KB request (validate, route,
+// filter, template from the cache, assemble, rewrite), and on the 40 KB runtime context that must
+// be cut to its budget, and on the harness's small chat; the baseline is the 8 KB body copy a bare
+// proxy makes.
 func BenchmarkPrepare(b *testing.B) {
 	f := newStageFixture(b)
 	ctx := context.Background()
@@ -413,10 +416,11 @@ func BenchmarkPrepare(b *testing.B) {
 	})
 }
 
-// BenchmarkPrepareCold: the request side as a request meets it at low load, its code and data out of the
-// caches: before each timed request a buffer larger than the last-level cache is written over. The
-// baseline is the bare proxy's body copy under the same eviction. At a steady 200 req/s the harness's
-// timeline pass finds prepare at about these figures, not at BenchmarkPrepare's (docs/performance.md).
+// BenchmarkPrepareCold: the request side as a request meets it at low load, its code and data out
+// of the caches: before each timed request a buffer larger than the last-level cache is written
+// over. The baseline is the bare proxy's body copy under the same eviction. At a steady 200 req/s
+// the harness's timeline pass finds prepare at about these figures, not at BenchmarkPrepare's
+// (docs/performance.md).
 func BenchmarkPrepareCold(b *testing.B) {
 	f := newStageFixture(b)
 	ctx := context.Background()
@@ -453,8 +457,9 @@ func BenchmarkPrepareCold(b *testing.B) {
 	}
 }
 
-// ctx40KSurface is the ctx40k request for the Responses API (the messages become "input") or Anthropic's
-// Messages API (the system message becomes "system"): the same 40 KB context on another surface.
+// ctx40KSurface is the ctx40k request for the Responses API (the messages become "input") or
+// Anthropic's Messages API (the system message becomes "system"): the same 40 KB context on another
+// surface.
 func ctx40KSurface(tb testing.TB, messagesKey, systemKey string) []byte {
 	tb.Helper()
 	var m map[string]any

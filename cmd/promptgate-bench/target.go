@@ -20,9 +20,9 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// benchProtocol is the protocol every promptgate request of the run gets (the config's default): the
-// layered template, rules and directives, tool filtering (create_note denied), and argument rules plus the
-// declared schemas for the calls of the stream.
+// benchProtocol is the protocol every promptgate request of the run gets (the config's default):
+// the layered template, rules and directives, tool filtering (create_note denied), and argument
+// rules plus the declared schemas for the calls of the stream.
 const benchProtocol = `{
   "id": "bench",
   "description": "promptgate-bench: the full pipeline",
@@ -49,9 +49,9 @@ tools:
 `
 
 // pipeline is promptgate's engine wired as `promptgate serve` wires it (openPipeline in
-// cmd/promptgate/common.go): config file, env settings, bbolt store with the validation hook, definitions,
-// engine. The only additions are a rollout that stores the bench protocol (what `promptgate migrate up`
-// would do) and, with plugins, the context-source host.
+// cmd/promptgate/common.go): config file, env settings, bbolt store with the validation hook,
+// definitions, engine. The only additions are a rollout that stores the bench protocol (what
+// `promptgate migrate up` would do) and, with plugins, the context-source host.
 type pipeline struct {
 	engine *proxy.Engine
 	// settings are the engine's assembly settings.
@@ -70,7 +70,8 @@ func (p *pipeline) Close() {
 	p.closers = nil
 }
 
-// openPipeline builds the engine in dir (its DB, config and log) with nPlugins context-source plugins.
+// openPipeline builds the engine in dir (its DB, config and log) with nPlugins context-source
+// plugins.
 func openPipeline(ctx context.Context, dir string, nPlugins int) (_ *pipeline, err error) {
 	p := &pipeline{ready: func() (bool, string) { return true, "" }}
 	defer func() {
@@ -141,9 +142,9 @@ func openPipeline(ctx context.Context, dir string, nPlugins int) (_ *pipeline, e
 	return p, nil
 }
 
-// newPromptgate is the handler of serve's proxy listener on the pipeline, as serve builds it: metrics, the
-// audit recorders (the log's queue, metrics and the audit ring file), the memory of tools seen and proxy.New, with tr as
-// the upstream transport.
+// newPromptgate is the handler of serve's proxy listener on the pipeline, as serve builds it:
+// metrics, the audit recorders (the log's queue, metrics and the audit ring file), the memory of
+// tools seen and proxy.New, with tr as the upstream transport.
 func newPromptgate(ctx context.Context, dir, upstream string, nPlugins int, tr http.RoundTripper) (http.Handler, *pipeline, error) {
 	p, err := openPipeline(ctx, dir, nPlugins)
 	if err != nil {

@@ -1,11 +1,11 @@
 package main
 
-// The timeline pass: requests sent one at a time, spaced as at the fixed rate, through each target, with
-// every step of each request stamped where it happens — in the client (the harness), in the proxy under test
-// and in the fake upstream. The stamps are wall-clock nanoseconds, one clock for every process of the run, and
-// are joined by a sequence number the client sends in HeaderSeq (both proxies pass it upstream unchanged).
-// The proxies are wrapped identically (handler, request body, response writer, upstream transport and the
-// answer's body), so the wrappers cost both the same.
+// The timeline pass: requests sent one at a time, spaced as at the fixed rate, through each target,
+// with every step of each request stamped where it happens — in the client (the harness), in the
+// proxy under test and in the fake upstream. The stamps are wall-clock nanoseconds, one clock for
+// every process of the run, and are joined by a sequence number the client sends in HeaderSeq (both
+// proxies pass it upstream unchanged). The proxies are wrapped identically (handler, request body,
+// response writer, upstream transport and the answer's body), so the wrappers cost both the same.
 
 import (
 	"bytes"
@@ -25,17 +25,19 @@ import (
 	"time"
 )
 
-// HeaderSeq carries a timeline request's sequence number from the client to the proxy and the upstream.
+// HeaderSeq carries a timeline request's sequence number from the client to the proxy and the
+// upstream.
 const HeaderSeq = "X-Bench-Seq"
 
-// timelineWarmup is the number of unrecorded requests sent to each target before a workload's timeline.
+// timelineWarmup is the number of unrecorded requests sent to each target before a workload's
+// timeline.
 const timelineWarmup = 50
 
 // mark is one stamped point of a request's life in a server of the run.
 type mark int
 
-// The marks, in the order a bare proxy reaches them. A proxy stamps all of them but uBodyEOF and uEnd; the
-// upstream stamps start, uBodyEOF and uEnd.
+// The marks, in the order a bare proxy reaches them. A proxy stamps all of them but uBodyEOF and
+// uEnd; the upstream stamps start, uBodyEOF and uEnd.
 const (
 	mStart       mark = iota // the handler is entered
 	mBodyFirst               // the request body's first Read is called: the work before the body is done
@@ -57,10 +59,10 @@ var markNames = [nMarks]string{"handler", "body-read-start", "body-in", "upstrea
 	"upstream-answered", "upstream-headers-back", "answer-first-bytes", "answer-in", "client-status",
 	"client-first-write", "client-last-write", "handler-returned"}
 
-// reqMarks are one request's stamps in one server (UnixNano, 0 when not reached) and its writes and flushes
-// to the client. They may be set from more than one goroutine (a delayed flush). While an execution trace
-// runs, each stamp is also logged in the request's task (category "mark"), so that the trace can be cut at
-// the same points.
+// reqMarks are one request's stamps in one server (UnixNano, 0 when not reached) and its writes and
+// flushes to the client. They may be set from more than one goroutine (a delayed flush). While an
+// execution trace runs, each stamp is also logged in the request's task (category "mark"), so that
+// the trace can be cut at the same points.
 type reqMarks struct {
 	t       [nMarks]atomic.Int64
 	writes  atomic.Int64
@@ -96,8 +98,8 @@ type serverMarks struct {
 	Flushes int64         `json:"flushes"`
 }
 
-// markBook keeps the marks of the requests that carry HeaderSeq, until the harness takes them. It holds at
-// most maxMarks requests; later ones are not stamped.
+// markBook keeps the marks of the requests that carry HeaderSeq, until the harness takes them. It
+// holds at most maxMarks requests; later ones are not stamped.
 type markBook struct {
 	mu sync.Mutex
 	m  map[int64]*reqMarks
@@ -162,9 +164,9 @@ func marksOf(ctx context.Context) *reqMarks {
 	return m
 }
 
-// wrapProxy stamps a proxy's requests: the handler, the request body and the writes to the client. Each
-// stamped request is also a runtime/trace task ("request", logged with its sequence number), so that an
-// execution trace of the pass shows which goroutines served it.
+// wrapProxy stamps a proxy's requests: the handler, the request body and the writes to the client.
+// Each stamped request is also a runtime/trace task ("request", logged with its sequence number),
+// so that an execution trace of the pass shows which goroutines served it.
 func (b *markBook) wrapProxy(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seq, ok := seqOf(r)
@@ -228,8 +230,8 @@ func (t markedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// markedBody stamps start at its first Read call, data at its first bytes and eof at io.EOF (a negative mark
-// is not stamped).
+// markedBody stamps start at its first Read call, data at its first bytes and eof at io.EOF (a
+// negative mark is not stamped).
 type markedBody struct {
 	io.ReadCloser
 	m                *reqMarks
@@ -257,9 +259,9 @@ func (b *markedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// markedWriter stamps and counts the writes and flushes to the client. Flush is its own method because
-// promptgate asserts http.Flusher on the writer it is given; Unwrap lets http.ResponseController reach the
-// deadlines and full duplex.
+// markedWriter stamps and counts the writes and flushes to the client. Flush is its own method
+// because promptgate asserts http.Flusher on the writer it is given; Unwrap lets
+// http.ResponseController reach the deadlines and full duplex.
 type markedWriter struct {
 	http.ResponseWriter
 	m *reqMarks
@@ -337,9 +339,9 @@ type TimelineReport struct {
 	Targets  []TargetTimeline `json:"targets"`
 }
 
-// TargetTimeline is where one target's requests spent their time: the stamped points in the order they
-// are reached (by median offset from the client's send), the time between each two, and what the server
-// process did per request over the pass.
+// TargetTimeline is where one target's requests spent their time: the stamped points in the order
+// they are reached (by median offset from the client's send), the time between each two, and what
+// the server process did per request over the pass.
 type TargetTimeline struct {
 	Target   string `json:"target"`
 	Requests int    `json:"requests"`
@@ -347,10 +349,10 @@ type TargetTimeline struct {
 	// TotalUs is the client's send to the answer's last byte.
 	TotalUs Spread `json:"totalUs"`
 	Steps   []Step `json:"steps"`
-	// Per request, over the pass, of the proxy process (not for the direct target): CPU time (user and
-	// system), voluntary and involuntary context switches (a voluntary one is a thread that went to sleep:
-	// a wait), goroutines created, read and write system calls, writes and flushes to the client, minor page
-	// faults and garbage collections (per 100 requests).
+	// Per request, over the pass, of the proxy process (not for the direct target): CPU time (user
+	// and system), voluntary and involuntary context switches (a voluntary one is a thread that
+	// went to sleep: a wait), goroutines created, read and write system calls, writes and flushes
+	// to the client, minor page faults and garbage collections (per 100 requests).
 	CPUUs         float64 `json:"cpuUs,omitempty"`
 	VolSwitches   float64 `json:"voluntarySwitches,omitempty"`
 	InvolSwitches float64 `json:"involuntarySwitches,omitempty"`
@@ -363,7 +365,8 @@ type TargetTimeline struct {
 	GCsPer100     float64 `json:"gcsPer100,omitempty"`
 }
 
-// Step is the time from one stamped point to the next, over the requests: median, 10th and 90th percentile.
+// Step is the time from one stamped point to the next, over the requests: median, 10th and 90th
+// percentile.
 type Step struct {
 	From string `json:"from"`
 	To   string `json:"to"`
@@ -388,8 +391,9 @@ const (
 	ptDone      = "client-done"
 )
 
-// join merges the stamps of one request: the client's, the proxy's (nil for the direct target) and the
-// upstream's (upstream points are prefixed "upstream-"; its handler entry is "upstream-handler").
+// join merges the stamps of one request: the client's, the proxy's (nil for the direct target) and
+// the upstream's (upstream points are prefixed "upstream-"; its handler entry is
+// "upstream-handler").
 func join(c clientMarks, proxy, up *serverMarks) joined {
 	j := joined{ptSend: c.send, ptHeaders: c.headers, ptDone: c.done}
 	if c.firstByte != 0 {
@@ -475,7 +479,8 @@ func steps(reqs []joined) []Step {
 	return out
 }
 
-// stepRank breaks ties between points stamped in the same microsecond, in the order a request reaches them.
+// stepRank breaks ties between points stamped in the same microsecond, in the order a request
+// reaches them.
 func stepRank(name string) int {
 	order := append([]string{ptSend, "upstream-handler"}, markNames[:]...)
 	order = append(order, ptHeaders, ptFirstByte, ptDone)
@@ -499,8 +504,8 @@ func (r *runState) timelinePass(ctx context.Context, wls []*workload) ([]Timelin
 	return out, nil
 }
 
-// timeline sends cfg.Timeline requests of w to each target, one at a time, one every 1/rate, the targets
-// taken in turn (their order rotating), and joins every process's stamps.
+// timeline sends cfg.Timeline requests of w to each target, one at a time, one every 1/rate, the
+// targets taken in turn (their order rotating), and joins every process's stamps.
 func (r *runState) timeline(ctx context.Context, w *workload, seq *int64) (TimelineReport, error) {
 	gens := map[string]*generator{}
 	for _, t := range targets {
@@ -595,8 +600,8 @@ func (r *runState) timeline(ctx context.Context, w *workload, seq *int64) (Timel
 	return rep, nil
 }
 
-// targetTimeline joins one target's stamps into its timeline; stats are its proxy's counters before and
-// after the pass (nil for the direct target).
+// targetTimeline joins one target's stamps into its timeline; stats are its proxy's counters before
+// and after the pass (nil for the direct target).
 func targetTimeline(target string, client map[int64]clientMarks, proxy, up map[int64]serverMarks, errs int, stats *[2]serverStats) TargetTimeline {
 	tt := TargetTimeline{Target: target, Errors: errs}
 	var reqs []joined
@@ -654,8 +659,8 @@ func (r *runState) marks(ctx context.Context, c *child) (map[int64]serverMarks, 
 	return m, nil
 }
 
-// capture takes, from both proxies, an execution trace and the block and mutex profiles over secs seconds
-// (the whole timeline of w), in the background; wg is done when all are written.
+// capture takes, from both proxies, an execution trace and the block and mutex profiles over secs
+// seconds (the whole timeline of w), in the background; wg is done when all are written.
 func (r *runState) capture(ctx context.Context, wg *sync.WaitGroup, w *workload, secs int) {
 	for _, t := range []string{targetBaseline, targetPromptgate} {
 		c := r.server(w, t)

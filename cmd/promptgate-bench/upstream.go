@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// fakeUpstream is the model API of the run. It reads the whole request body, then answers at once with a
-// canned answer of the shape the HeaderShape header asks for; everything it sends is built before the first
-// request, so its own cost is as small as a Go HTTP server's can be.
+// fakeUpstream is the model API of the run. It reads the whole request body, then answers at once
+// with a canned answer of the shape the HeaderShape header asks for; everything it sends is built
+// before the first request, so its own cost is as small as a Go HTTP server's can be.
 type fakeUpstream struct {
 	json                []byte
 	sse, tool           [][]byte
@@ -106,8 +106,8 @@ func chunk(delta, finish string) []byte {
 	return []byte("data: " + chunkHead + delta + fmt.Sprintf(chunkTail, finish) + "\n\n")
 }
 
-// streamEvents is a chat-completions stream of exactly n chunks plus [DONE]: the role, text, and (tool)
-// a get_ticket call whose arguments come in pieces, then the finish_reason.
+// streamEvents is a chat-completions stream of exactly n chunks plus [DONE]: the role, text, and
+// (tool) a get_ticket call whose arguments come in pieces, then the finish_reason.
 func streamEvents(n int, tool bool) [][]byte {
 	evs := [][]byte{chunk(`{"role":"assistant","content":"","refusal":null}`, "null")}
 	var call [][]byte
@@ -127,14 +127,15 @@ func streamEvents(n int, tool bool) [][]byte {
 	return append(evs, []byte("data: [DONE]\n\n"))
 }
 
-// argPieces are the pieces of the get_ticket call's arguments, {"id": "T-12345"}, as JSON string contents.
+// argPieces are the pieces of the get_ticket call's arguments, {"id": "T-12345"}, as JSON string
+// contents.
 var argPieces = []string{`{\"`, `id`, `\":`, ` \"`, `T-`, `123`, `45`, `\"}`}
 
 // sseEvent is one event with an event: line.
 func sseEvent(name, data string) []byte { return []byte("event: " + name + "\ndata: " + data + "\n\n") }
 
-// messagesEvents is an Anthropic Messages stream of exactly n events: a text block, then a get_ticket tool_use
-// block whose input comes in pieces.
+// messagesEvents is an Anthropic Messages stream of exactly n events: a text block, then a
+// get_ticket tool_use block whose input comes in pieces.
 func messagesEvents(n int) [][]byte {
 	head := [][]byte{
 		sseEvent("message_start", `{"type":"message_start","message":{"id":"msg_bench","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1900,"output_tokens":1}}}`),
@@ -157,8 +158,8 @@ func messagesEvents(n int) [][]byte {
 	return append(evs, tail...)
 }
 
-// responsesEvents is a Responses stream of exactly n events: a message item, then a get_ticket function_call
-// item whose arguments come in pieces, then response.completed with both.
+// responsesEvents is a Responses stream of exactly n events: a message item, then a get_ticket
+// function_call item whose arguments come in pieces, then response.completed with both.
 func responsesEvents(n int) [][]byte {
 	seq := 0
 	ev := func(typ, rest string) []byte {

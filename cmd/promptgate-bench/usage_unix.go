@@ -4,8 +4,8 @@ package main
 
 import "syscall"
 
-// selfUsage is this process's CPU time (user and system), its voluntary and involuntary context switches and
-// its minor page faults so far.
+// selfUsage is this process's CPU time (user and system), its voluntary and involuntary context
+// switches and its minor page faults so far.
 func selfUsage() (cpuNs, vol, invol, faults int64) {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {

@@ -57,8 +57,8 @@ type workload struct {
 	Path string
 	// Plugins is the number of context-source plugins of the promptgate instance that serves it.
 	Plugins int
-	// check verifies, on one request through promptgate, that the pipeline did its work: upstream is the
-	// body the upstream received, header and body the answer the client got.
+	// check verifies, on one request through promptgate, that the pipeline did its work: upstream
+	// is the body the upstream received, header and body the answer the client got.
 	check func(upstream []byte, header http.Header, body []byte) error
 }
 
@@ -77,8 +77,9 @@ func workloadNames() []string {
 	return []string{wlSmall, wlChat8K, wlCtx40K, wlChat2K, wlStream, wlStreamTool, wlPlugins1, wlPlugins3, wlMessages, wlResponses}
 }
 
-// The tools every tool-carrying request declares. The bench protocol denies create_note, so promptgate
-// removes it (tool filtering), and vets calls of the two others against their schemas and argument rules.
+// The tools every tool-carrying request declares. The bench protocol denies create_note, so
+// promptgate removes it (tool filtering), and vets calls of the two others against their schemas
+// and argument rules.
 var benchTools = []tool{
 	fnTool("search_docs", "Search the team's documentation; returns the best passages as JSON.", map[string]any{
 		"type": "object",
@@ -138,7 +139,8 @@ type chatBody struct {
 
 const prose = "The quick brown fox jumps over the lazy dog while the \"build\" pipeline runs its tests.\n\tThen it naps. "
 
-// conversation appends alternating user and assistant turns until the body marshals to at least size bytes.
+// conversation appends alternating user and assistant turns until the body marshals to at least
+// size bytes.
 func conversation(b chatBody, size int) []byte {
 	for i := 0; ; i++ {
 		out, err := json.Marshal(b)
@@ -165,8 +167,8 @@ func smallBody() []byte {
 	return out
 }
 
-// chat8KBody is about 8 KB: a client system message, the three tools, a small promptgate.context and
-// user/assistant turns.
+// chat8KBody is about 8 KB: a client system message, the three tools, a small promptgate.context
+// and user/assistant turns.
 func chat8KBody() []byte {
 	return conversation(chatBody{
 		Model: "gpt-4o-mini", Temperature: 0.2, Tools: benchTools,
@@ -200,8 +202,8 @@ func ctx40KBody() []byte {
 	return out
 }
 
-// chat2KBody is about 2 KB with the three tools: the request of the stream workloads, and, not streamed,
-// that of chat2k.
+// chat2KBody is about 2 KB with the three tools: the request of the stream workloads, and, not
+// streamed, that of chat2k.
 func chat2KBody(stream bool) []byte {
 	return conversation(chatBody{
 		Model: "gpt-4o-mini", Stream: stream, Tools: benchTools,
@@ -253,8 +255,8 @@ func turns() []message {
 	return b.Messages[1:]
 }
 
-// messages2KBody is chat2KBody as an Anthropic Messages request: the system message as system, the tools
-// with input_schema.
+// messages2KBody is chat2KBody as an Anthropic Messages request: the system message as system, the
+// tools with input_schema.
 func messages2KBody() []byte {
 	var tools []anthropicTool
 	for _, t := range benchTools {
@@ -273,8 +275,8 @@ func messages2KBody() []byte {
 	return out
 }
 
-// responses2KBody is chat2KBody as a Responses request: the system message as instructions, the turns as
-// input.
+// responses2KBody is chat2KBody as a Responses request: the system message as instructions, the
+// turns as input.
 func responses2KBody() []byte {
 	var tools []responsesTool
 	for _, t := range benchTools {
@@ -358,8 +360,9 @@ func checkStreamTool(upstream []byte, h http.Header, body []byte) error {
 	return nil
 }
 
-// checkSurfaceTool checks a stream with a tool call on the Messages or Responses surface: the layered system
-// prompt in the upstream body's member system, the denied tool removed, and the answer holding every want.
+// checkSurfaceTool checks a stream with a tool call on the Messages or Responses surface: the
+// layered system prompt in the upstream body's member system, the denied tool removed, and the
+// answer holding every want.
 func checkSurfaceTool(system string, want ...string) func([]byte, http.Header, []byte) error {
 	return func(upstream []byte, h http.Header, body []byte) error {
 		if gjson.GetBytes(upstream, "promptgate").Exists() {

@@ -32,6 +32,7 @@ type cliStore interface {
 	AddVersion(ctx context.Context, kind store.Kind, body []byte, author, note string) (int, error)
 	Activate(ctx context.Context, kind store.Kind, name string, version int) (int, error)
 	Rollback(ctx context.Context, kind store.Kind, name string) (int, int, error)
+	SetShadow(ctx context.Context, name string, version int) (int, error)
 	ApplyRollout(ctx context.Context, r store.Rollout) error
 	RevertLast(ctx context.Context) (store.AppliedRollout, error)
 	Rollouts(ctx context.Context) ([]store.AppliedRollout, error)
@@ -261,6 +262,19 @@ func (a *adminStore) Rollback(ctx context.Context, kind store.Kind, name string)
 	}
 	err := a.call(ctx, http.MethodPost, defsPath(kind, name, "rollback"), nil, &out)
 	return out.Active, out.Previous, err
+}
+
+// SetShadow puts a protocol version in shadow (POST .../shadow) or, with version 0, takes it away (DELETE).
+func (a *adminStore) SetShadow(ctx context.Context, name string, version int) (int, error) {
+	var out struct {
+		Previous int `json:"previous"`
+	}
+	if version == 0 {
+		err := a.call(ctx, http.MethodDelete, defsPath(store.KindProtocol, name, "shadow"), nil, &out)
+		return out.Previous, err
+	}
+	err := a.call(ctx, http.MethodPost, defsPath(store.KindProtocol, name, "shadow"), map[string]int{"version": version}, &out)
+	return out.Previous, err
 }
 
 func (a *adminStore) ApplyRollout(ctx context.Context, r store.Rollout) error {

@@ -177,11 +177,13 @@ func newLogger(stderr io.Writer, getenv env) (*slog.Logger, error) {
 
 // pipeline is what serve and preview share: the config, the definitions and the engine.
 type pipeline struct {
-	cfg    *config.File
-	store  store.Store
-	defs   *proxy.Definitions
-	engine *proxy.Engine
-	host   *plugins.Host // nil without plugins
+	cfg *config.File
+	// settings are the prompt settings of the engine: the PROMPT_* environment, the config's security.
+	settings assembly.Settings
+	store    store.Store
+	defs     *proxy.Definitions
+	engine   *proxy.Engine
+	host     *plugins.Host // nil without plugins
 	// calls joins the model's calls to the MCP door's; nil when the config names no MCP server.
 	calls *mcpjoin.Record
 }
@@ -222,7 +224,7 @@ func openPipelineSnapshot(ctx context.Context, sf *storeFlags, readOnly bool, ge
 		return nil, err
 	}
 	cfg.Security.Apply(&settings)
-	p := &pipeline{cfg: cfg}
+	p := &pipeline{cfg: cfg, settings: settings}
 	if p.store, err = openStoreFlags(ctx, sf, readOnly, getenv, log, snapshot); err != nil {
 		return nil, err
 	}

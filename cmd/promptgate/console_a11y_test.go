@@ -138,6 +138,12 @@ func TestConsoleAccessibility(t *testing.T) {
 				runIn(t, ctx, script(`document.querySelector('#events tbody tr button').click()`))
 				waitFor(t, ctx, 5*time.Second, "event dialog", `document.getElementById('dialog').open`)
 				check(t, ctx, "event details")
+				// A call's details offer to record it as a policy test.
+				runIn(t, ctx, chromedp.Click(chromedp.CSS("#dialog-cancel")))
+				waitFor(t, ctx, 5*time.Second, "event dialog closed", `!document.getElementById('dialog').open`)
+				runIn(t, ctx, script(`[...document.querySelectorAll('#events tbody tr')].find((tr) => tr.dataset.kind === 'tool_call').querySelector('button').click()`))
+				waitFor(t, ctx, 5*time.Second, "a call's dialog with Record as a test", `document.getElementById('dialog').open && document.getElementById('record-test')`)
+				check(t, ctx, "a call's details")
 			})
 			t.Run("preview", func(t *testing.T) {
 				ctx := tab(t)
@@ -146,6 +152,18 @@ func TestConsoleAccessibility(t *testing.T) {
 				runIn(t, ctx, script(`document.querySelector('#preview-form button[type=submit]').click()`))
 				waitFor(t, ctx, 10*time.Second, "preview shown", `!document.getElementById('preview-out').hidden`)
 				check(t, ctx, "preview")
+				// The policy test's results, a failure and what was decided shown; then a bad case file's problems.
+				waitFor(t, ctx, 5*time.Second, "the example case", `document.getElementById('pt-file').value.includes('cases:')`)
+				for _, run := range []struct{ where, file, shown, key string }{
+					{"policy test results", policyTestFailing, `document.querySelector('#pt-cases li[data-passed="false"] .pt-failures')`, "#pt-cases .pt-failures li"},
+					{"policy test of a bad case file", strings.Replace(policyTestFailing, "    expect:", "    expct: {}\n    expect:", 1), `!document.getElementById('pt-error').hidden`, "#pt-error li"},
+				} {
+					runIn(t, ctx, script(`(() => { document.getElementById('pt-file').value = `+js(run.file)+`; document.getElementById('pt-out').hidden = true;
+						document.getElementById('pt-error').hidden = true; document.querySelector('#pt-form button[type=submit]').click(); })()`))
+					waitFor(t, ctx, 10*time.Second, run.where, run.shown)
+					runIn(t, ctx, script(`document.querySelectorAll('#pt-cases details').forEach((d) => { d.open = true; })`))
+					check(t, ctx, run.where, run.key)
+				}
 			})
 			t.Run("definitions and the rollback dialog", func(t *testing.T) {
 				ctx := tab(t)
@@ -160,11 +178,36 @@ func TestConsoleAccessibility(t *testing.T) {
 				waitFor(t, ctx, 5*time.Second, "rollback dialog", `document.getElementById('dialog').open && document.querySelector('#dialog-body table')`)
 				check(t, ctx, "rollback dialog")
 			})
+			t.Run("definitions: shadow, learned data and a proposal", func(t *testing.T) {
+				ctx := tab(t)
+				s.open(t, ctx, "definitions")
+				waitFor(t, ctx, 5*time.Second, "protocol list", `document.querySelector('#list-protocols button[data-name=shop]')`)
+				runIn(t, ctx, script(`document.querySelector('#list-protocols button[data-name=shop]').click()`))
+				waitFor(t, ctx, 5*time.Second, "shadow and learned", `document.querySelectorAll('#shadow-changes tbody tr th').length >= 1 && document.querySelectorAll('#learned tbody tr th').length >= 2`)
+				check(t, ctx, "definitions with a shadow", "#shadow-changes tbody td.reason")
+				runIn(t, ctx, script(`document.getElementById('learn-suggest').click()`))
+				waitFor(t, ctx, 5*time.Second, "proposal dialog", `document.getElementById('dialog').open && document.querySelector('#suggestions tbody')`)
+				check(t, ctx, "proposal dialog")
+			})
 			t.Run("tools", func(t *testing.T) {
 				ctx := tab(t)
 				s.open(t, ctx, "tools")
 				waitFor(t, ctx, 5*time.Second, "tools with an override", `[...document.querySelectorAll('#tools button')].some((b) => b.textContent.startsWith('Clear'))`)
 				check(t, ctx, "tools", "#tools tbody td.kill button")
+			})
+			t.Run("mcp and the review dialog", func(t *testing.T) {
+				ctx := tab(t)
+				s.open(t, ctx, "mcp")
+				waitFor(t, ctx, 5*time.Second, "a change to review", `document.querySelector('button[aria-label="Review change of lookup on crm"]') && document.querySelectorAll('#mcp-recent tbody tr').length >= 3`)
+				check(t, ctx, "mcp", "#mcp-pins tbody td:last-child button", "#mcp-recent td.reason")
+				runIn(t, ctx, script(`document.querySelector('button[aria-label="Review change of lookup on crm"]').click()`))
+				waitFor(t, ctx, 5*time.Second, "review dialog", `document.getElementById('dialog').open && document.querySelector('#dialog-body table')`)
+				check(t, ctx, "mcp review dialog")
+				runIn(t, ctx, chromedp.Click(chromedp.CSS("#dialog-cancel")))
+				waitFor(t, ctx, 5*time.Second, "review dialog closed", `!document.getElementById('dialog').open`)
+				runIn(t, ctx, script(`document.querySelector('button[aria-label="Versions of the pin set of crm"]').click()`))
+				waitFor(t, ctx, 5*time.Second, "versions dialog", `document.getElementById('dialog').open && document.querySelector('#dialog-body table')`)
+				check(t, ctx, "mcp versions dialog")
 			})
 			t.Run("health", func(t *testing.T) {
 				ctx := tab(t)
@@ -182,7 +225,9 @@ func TestConsoleAccessibility(t *testing.T) {
 }
 
 // seedConsole gives the console something on every page: a removal by the kill switch (whose override
-// stays set), a call blocked by its schema, a second version of the neutral protocol, active.
+// stays set), a call blocked by its schema, a second version of the neutral protocol, active, an MCP
+// tool whose changed definition waits for approval, and a protocol whose second version is in shadow, with
+// traffic it judged and learn mode learned from.
 func seedConsole(t *testing.T, s *consoleStack) {
 	t.Helper()
 	s.adminCall("PUT", "/admin/tools/old_tool/enabled", `{"enabled":false}`, 200)
@@ -198,6 +243,12 @@ func seedConsole(t *testing.T, s *consoleStack) {
 	s.chat(chatWithTools("hello"))
 	for range 3 {
 		s.chat(blockedShellRequest)
+	}
+	s.seedMCP(t)
+	shopVersions(t, s)
+	s.adminCall("POST", "/admin/protocols/shop/shadow", `{"version":2}`, 200)
+	for range 3 {
+		s.chat(shopShellRequest)
 	}
 }
 

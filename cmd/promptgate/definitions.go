@@ -18,7 +18,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// definitions runs `promptgate templates|protocols list|show|history|activate|rollback|push`.
+// definitions runs `promptgate templates|protocols list|show|history|activate|rollback|push` and, for
+// protocols, `shadow NAME VERSION` and `unshadow NAME`.
 func definitions(ctx context.Context, kindName string, args []string, stdout, stderr io.Writer, getenv env) error {
 	kind := store.KindTemplate
 	if kindName == "protocols" {
@@ -39,9 +40,14 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 		return err
 	}
 	want := map[string]int{"list": 0, "show": 1, "history": 1, "activate": 2, "rollback": 1, "push": 1}
+	subs := "list, show, history, activate, rollback or push"
+	if kind == store.KindProtocol {
+		want["shadow"], want["unshadow"] = 2, 1
+		subs = "list, show, history, activate, rollback, push, shadow or unshadow"
+	}
 	n, ok := want[sub]
 	if !ok {
-		return usageError{fmt.Sprintf("%s: unknown subcommand %q: give list, show, history, activate, rollback or push", kindName, sub)}
+		return usageError{fmt.Sprintf("%s: unknown subcommand %q: give %s", kindName, sub, subs)}
 	}
 	if len(pos) != n {
 		return usageError{fmt.Sprintf("%s %s takes %d argument(s), got %d", kindName, sub, n, len(pos))}
@@ -70,7 +76,11 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 			return err
 		}
 		for _, e := range entries {
-			fmt.Fprintf(stdout, "%-32s active %-4d versions %d\n", e.Name, e.Active, len(e.Versions))
+			fmt.Fprintf(stdout, "%-32s active %-4d versions %d", e.Name, e.Active, len(e.Versions))
+			if e.Shadow != 0 {
+				fmt.Fprintf(stdout, " shadow %d", e.Shadow)
+			}
+			fmt.Fprintln(stdout)
 		}
 		return nil
 	case "show":
@@ -91,14 +101,19 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 		}
 		for _, v := range e.Versions {
 			mark := " "
-			if v.Version == e.Active {
+			switch v.Version {
+			case e.Active:
 				mark = "*"
+			case e.Shadow:
+				mark = "s" // in shadow
 			}
 			fmt.Fprintf(stdout, "%s %-4d %s  %-10s %s\n", mark, v.Version, v.CreatedAt.Format(time.RFC3339), v.Author, v.Note)
 		}
 		return nil
 	case "push":
 		return push(ctx, st, kind, kindName, pos[0], body, *activate, *note, stdout)
+	case "shadow", "unshadow":
+		return shadow(ctx, st, sub, pos, stdout)
 	case "activate":
 		v, err := strconv.Atoi(pos[1])
 		if err != nil || v < 1 {
@@ -125,6 +140,34 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 		fmt.Fprintf(stdout, "%s %s: rolled back to version %d (from %d)\n", kindName, pos[0], v, from)
 		return nil
 	}
+}
+
+// shadow runs `protocols shadow NAME VERSION` (the version judges every request of the protocol beside the
+// active one, for the record) and `protocols unshadow NAME`.
+func shadow(ctx context.Context, st cliStore, sub string, pos []string, stdout io.Writer) error {
+	v := 0
+	if sub == "shadow" {
+		n, err := strconv.Atoi(pos[1])
+		if err != nil || n < 1 {
+			return usageError{fmt.Sprintf("protocols shadow: version %q is not a positive number", pos[1])}
+		}
+		v = n
+	}
+	prev, err := st.SetShadow(ctx, pos[0], v)
+	if err != nil {
+		return fmt.Errorf("protocols %s: %w", sub, err)
+	}
+	switch {
+	case v == 0:
+		fmt.Fprintf(stdout, "protocols %s: version %d is no longer in shadow\n", pos[0], prev)
+	case prev == v:
+		fmt.Fprintf(stdout, "protocols %s: version %d in shadow (it already was)\n", pos[0], v)
+	case prev == 0:
+		fmt.Fprintf(stdout, "protocols %s: version %d in shadow: it judges every request beside the active version, for the record\n", pos[0], v)
+	default:
+		fmt.Fprintf(stdout, "protocols %s: version %d in shadow (was %d)\n", pos[0], v, prev)
+	}
+	return nil
 }
 
 // onlyWith refuses a flag given to a subcommand it does not belong to (flag name -> its subcommand).

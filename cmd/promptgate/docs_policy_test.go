@@ -124,6 +124,8 @@ func TestPolicyExamplesCompile(t *testing.T) {
 		def := b
 		if tc, ok := toolCallsOf(b); ok {
 			def = docProtocol(t, "doc", tc)
+		} else if isTestsAnswer(b) {
+			continue // an answer of POST /admin/tests: TestPolicyTestsAnswerShown
 		} else if !gjson.Get(b, "promptTemplate").Exists() {
 			t.Errorf("block %d is neither a protocol nor a part of toolCalls: say in this test how it is checked:\n%s", i, b)
 			continue
@@ -426,4 +428,103 @@ func TestPolicyCommandsRun(t *testing.T) {
 	if out, _, err := runCmd(t, cliEnv, "", "protocols", "show", "payments"); err != nil || gjson.Get(out, "body.id").String() != "payments" {
 		t.Errorf("the pushed protocol is not active: %v %s", err, out)
 	}
+}
+
+// isTestsAnswer: a JSON block of the page is an answer of POST /admin/tests.
+func isTestsAnswer(block string) bool {
+	return gjson.Get(block, "cases").IsArray() && gjson.Get(block, "passed").Exists() && gjson.Get(block, "total").Exists()
+}
+
+// docTestsCaseFile is the case file whose answer the page shows: a lookup the support protocol
+// releases, and a case that expects a malformed order id to be released (its call expectation on
+// line 14).
+const docTestsCaseFile = `protocol: support
+cases:
+  - name: lookup
+    request: {model: m, messages: [{role: user, content: "Where is A-123456?"}], tools: [{type: function, function: {name: get_order, parameters: {type: object}}}]}
+    answer: {body: {id: c, object: chat.completion, created: 1, model: m, choices: [{index: 0, finish_reason: tool_calls, message: {role: assistant, content: null, tool_calls: [{id: call_1, type: function, function: {name: get_order, arguments: '{"order_id": "A-123456"}'}}]}}]}}
+    expect:
+      calls:
+        - {id: call_1, outcome: released}
+  - name: wrong-expectation
+    request: {model: m, messages: [{role: user, content: "Where is 123?"}], tools: [{type: function, function: {name: get_order, parameters: {type: object}}}]}
+    answer: {body: {id: c, object: chat.completion, created: 1, model: m, choices: [{index: 0, finish_reason: tool_calls, message: {role: assistant, content: null, tool_calls: [{id: call_1, type: function, function: {name: get_order, arguments: '{"order_id": "123"}'}}]}}]}}
+    expect:
+      calls:
+        - {id: call_1, outcome: released}
+`
+
+// TestPolicyTestsAnswerShown: the answer of POST /admin/tests the page shows is the one a running
+// server gives for that case file — the same keys at every level, the same values but for the run's
+// time and the parts the page elides with "...".
+func TestPolicyTestsAnswerShown(t *testing.T) {
+	t.Parallel()
+	var shown []string
+	for _, b := range blocksOf(docSection(t, policyPage, "Over the admin API and in the console"), "json") {
+		if isTestsAnswer(b) {
+			shown = append(shown, b)
+		}
+	}
+	if len(shown) != 1 {
+		t.Fatalf("%d answers of POST /admin/tests on the page: update this test", len(shown))
+	}
+	d := newDemo(t)
+	d.push(t, docPage(t, "examples/protocols/support.json"))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+d.admin+"/admin/tests", strings.NewReader(docTestsCaseFile))
+	req.Header.Set("Content-Type", "application/yaml")
+	code, _, got := respBody(t, req)
+	if code != http.StatusOK {
+		t.Fatalf("POST /admin/tests: %d %s", code, got)
+	}
+	for _, problem := range sameAnswer(gjson.Parse(shown[0]), gjson.Parse(got), "") {
+		t.Errorf("the page's answer differs from the server's at %s\nserver: %s", problem, got)
+	}
+}
+
+// sameAnswer lists where the shown JSON value differs from the real one: an object must have the
+// same keys, an array the same elements up to a "..." element (which stands for the rest), a "..."
+// string stands for any value, and "seconds" for any number.
+func sameAnswer(shown, real gjson.Result, at string) []string {
+	switch {
+	case shown.Type == gjson.String && shown.Str == "...":
+		return nil
+	case strings.HasSuffix(at, ".seconds"):
+		if real.Type != gjson.Number {
+			return []string{at + ": not a number"}
+		}
+		return nil
+	case shown.IsObject():
+		if !real.IsObject() {
+			return []string{at + ": not an object"}
+		}
+		var out []string
+		for k, v := range shown.Map() {
+			out = append(out, sameAnswer(v, real.Get(gjson.Escape(k)), at+"."+k)...)
+		}
+		for k := range real.Map() {
+			if !shown.Get(gjson.Escape(k)).Exists() {
+				out = append(out, at+"."+k+": not shown")
+			}
+		}
+		return out
+	case shown.IsArray():
+		s, r := shown.Array(), real.Array()
+		var out []string
+		for i, v := range s {
+			if v.Type == gjson.String && v.Str == "..." {
+				return out
+			}
+			if i >= len(r) {
+				return append(out, fmt.Sprintf("%s[%d]: not in the answer", at, i))
+			}
+			out = append(out, sameAnswer(v, r[i], fmt.Sprintf("%s[%d]", at, i))...)
+		}
+		if len(r) != len(s) {
+			out = append(out, fmt.Sprintf("%s: %d elements, the page shows %d", at, len(r), len(s)))
+		}
+		return out
+	case shown.Type != real.Type || shown.Raw != real.Raw:
+		return []string{fmt.Sprintf("%s: %s, the page shows %s", at, real.Raw, shown.Raw)}
+	}
+	return nil
 }

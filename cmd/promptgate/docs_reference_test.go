@@ -83,8 +83,8 @@ func TestReferenceListsEveryCommandAndFlag(t *testing.T) {
 			t.Errorf("the commands table has no promptgate %s", m[1])
 		}
 	}
-	for _, cmd := range [][]string{{"serve"}, {"demo"}, {"preview"}, {"migrate", "up"}, {"protocols", "push"}, {"templates", "show"},
-		{"ca", "init"}, {"store", "copy"}, {"healthcheck"}} {
+	for _, cmd := range [][]string{{"serve"}, {"demo"}, {"preview"}, {"test"}, {"migrate", "up"}, {"protocols", "push"},
+		{"protocols", "shadow"}, {"templates", "show"}, {"policy", "suggest"}, {"ca", "init"}, {"store", "copy"}, {"healthcheck"}} {
 		for _, f := range flagsOf(t, cmd...) {
 			if !strings.Contains(page, "--"+f) {
 				t.Errorf("promptgate %s --%s is not on the page", strings.Join(cmd, " "), f)

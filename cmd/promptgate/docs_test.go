@@ -506,7 +506,7 @@ func checkCLIWords(t *testing.T, page string, args []string) {
 		return
 	}
 	cmd := []string{args[0]}
-	if slices.Contains([]string{"templates", "protocols", "migrate", "ca", "store"}, args[0]) {
+	if slices.Contains([]string{"templates", "protocols", "migrate", "ca", "store", "policy"}, args[0]) {
 		if len(args) == 1 {
 			return // the command named as a whole
 		}

@@ -32,12 +32,18 @@ type doorServe struct {
 // mapping after caCert and caKey, e.g. "hosts: [127.0.0.1]".
 func startDoorServe(t *testing.T, e map[string]string, mitm string, args ...string) *doorServe {
 	t.Helper()
+	return startDoorServeWith(t, e, mitm, "", args...)
+}
+
+// startDoorServeWith is startDoorServe with more of the config (YAML lines after the mitm section).
+func startDoorServeWith(t *testing.T, e map[string]string, mitm, config string, args ...string) *doorServe {
+	t.Helper()
 	dir := t.TempDir()
 	if _, _, err := runCmd(t, nil, "", "ca", "init", "--out", filepath.Join(dir, "ca")); err != nil {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "pg.yaml")
-	body := "mitm: {caCert: " + filepath.Join(dir, "ca", "ca.crt") + ", caKey: " + filepath.Join(dir, "ca", "ca.key") + ", " + mitm + "}\n"
+	body := "mitm: {caCert: " + filepath.Join(dir, "ca", "ca.crt") + ", caKey: " + filepath.Join(dir, "ca", "ca.key") + ", " + mitm + "}\n" + config
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -52,10 +52,18 @@ Usage:
                                                protocol and commands to try (no key; nothing leaves the machine)
   promptgate preview [--protocol ID] [--header 'K: V']... [--path /v1/responses|/v1/messages] [FILE]
                                                print the preview report of a request (no upstream call)
+  promptgate test [-v] [-run REGEXP] [--junit FILE] [DIR|FILE]...
+                                               run the policy test cases (*.test.yaml) offline, through
+                                               the proxy's own engine; exit 1 when a case fails
+  promptgate test --record REQUEST_ID [--path P] [--out FILE] [--events FILE]
+                                               write a case from the decisions the decision log keeps
   promptgate migrate up|down|status [--dir DIR]
   promptgate templates list|show|history|activate|rollback|push ...
-  promptgate protocols list|show|history|activate|rollback|push ...
-                                               push FILE [--activate] stores a definition file as a new version
+  promptgate protocols list|show|history|activate|rollback|push|shadow|unshadow ...
+                                               push FILE [--activate] stores a definition file as a new version;
+                                               shadow NAME VERSION judges traffic with that version too, for the record
+  promptgate policy suggest NAME [--since 24h] [--out FILE]
+                                               propose a protocol version from what learn mode learned
   promptgate ca init [--out DIR] [--force]    write a CA for the HTTPS-proxy mode
   promptgate store copy --from SPEC --to SPEC [--force]
                                                copy every version, history, rollout and tool override
@@ -81,10 +89,13 @@ func commandUsage(cmd string) string {
 			"         [--db FILE [--create] | --store SPEC | --admin URL]\nRun 'promptgate templates list -h' for the flags.\n"
 	case "protocols":
 		return "Usage: promptgate protocols list | show ID [--version N] | history ID | activate ID VERSION | rollback ID\n" +
-			"         | push FILE [--activate] [--note TEXT]\n" +
+			"         | push FILE [--activate] [--note TEXT] | shadow ID VERSION | unshadow ID\n" +
 			"         [--db FILE [--create] | --store SPEC | --admin URL]\nRun 'promptgate protocols list -h' for the flags.\n"
 	case "ca":
 		return "Usage: promptgate ca init [--out DIR] [--force]\nRun 'promptgate ca init -h' for the flags.\n"
+	case "policy":
+		return "Usage: promptgate policy suggest NAME [--since 24h] [--out FILE] [--report FILE] [--db FILE | --store SPEC | --admin URL]\n" +
+			"Run 'promptgate policy suggest -h' for the flags.\n"
 	case "store":
 		return "Usage: promptgate store copy --from SPEC --to SPEC [--force]\nRun 'promptgate store copy -h' for the flags.\n"
 	}
@@ -120,8 +131,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return ca(ctx, rest, stdout, stderr)
 	case "store":
 		return storeCmd(ctx, rest, stdout, stderr, getenv)
+	case "policy":
+		return policyCmd(ctx, rest, stdout, stderr, getenv)
 	case "healthcheck":
 		return healthcheck(ctx, rest, stdout, stderr, getenv)
+	case "test":
+		return testCmd(ctx, rest, stdout, stderr, getenv)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "promptgate %s\n", Version)
 		return nil

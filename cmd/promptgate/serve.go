@@ -21,6 +21,7 @@ import (
 
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/policy/learn"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/admin"
 	"github.com/promptgate/promptgate/proxy/guard"
@@ -28,6 +29,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/mitm"
 	"github.com/promptgate/promptgate/proxy/origin"
 	"github.com/promptgate/promptgate/proxy/owners"
+	"github.com/promptgate/promptgate/proxy/policytest"
 	"github.com/promptgate/promptgate/proxy/telemetry/metrics"
 	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
@@ -96,6 +98,12 @@ func serveWith(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, get
 		return err
 	}
 	defer sinks.Close()
+	learned, err := learn.Open(learnPath(sinks.Ring.Path()), learn.Options{Log: log})
+	if err != nil {
+		return err
+	}
+	defer learned.Close()
+	m.LearnDropped(learned.Dropped)
 
 	var ready atomic.Bool
 	seen := toolseen.New(0)
@@ -103,6 +111,7 @@ func serveWith(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, get
 	if err != nil {
 		return err
 	}
+	base.Learn = learned
 	srv, err := proxy.New(base)
 	if err != nil {
 		return err
@@ -132,7 +141,8 @@ func serveWith(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, get
 	adminHandler, err := admin.New(admin.Options{
 		Token: getenv(EnvAdminToken), Hosts: p.cfg.Listen.Hosts, Store: p.store, Audit: sinks.Ring, Recorder: recorder, Metrics: m.Handler(), Log: log,
 		Tools: seen, ToolPolicy: p.cfg.Tools, Stale: p.defs.Stale, Gatherer: m.Registry(), Plugins: p.pluginStatus,
-		Preview: p.engine.Preview, MCP: mcpAdmin(mcpDoor, recorder),
+		Preview: p.engine.Preview, MCP: mcpAdmin(mcpDoor, recorder), Learn: learned,
+		Tests: &policytest.Config{Policy: p.cfg.Policy(), Settings: p.settings, Limits: p.cfg.Limits},
 	})
 	if err != nil {
 		return err
@@ -476,14 +486,24 @@ func checkMCPListen(addr, token string) error {
 }
 
 // newMCPDoor builds the MCP door where the config names MCP servers (nil otherwise): it shares the
-// proxy listener's engine, join, confirmer, memory of caught conversations, decision log and listen guard.
+// proxy listener's engine, join, confirmer, memory of caught conversations, decision log and listen guard,
+// and keeps its pins in the store. It trusts the roots of mitm.upstreamCA besides the system's, as the
+// HTTPS-proxy door does for the origins it intercepts (an MCP server's among them).
 func newMCPDoor(f *serveFlags, p *pipeline, base proxy.Options, log *slog.Logger) (*mcp.Door, error) {
 	if len(p.cfg.MCP.Servers) == 0 {
 		return nil, nil
 	}
-	return mcp.New(mcp.Options{Config: p.cfg.MCP, Engine: p.engine, Calls: p.calls, Confirmer: base.Confirmer,
+	tr := proxy.NewTransport()
+	if c := p.cfg.MITM; c != nil && c.UpstreamCA != "" {
+		roots, err := mitm.Roots(c.UpstreamCA)
+		if err != nil {
+			return nil, err
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
+	return mcp.New(mcp.Options{Config: p.cfg.MCP, Engine: p.engine, Store: p.store, Calls: p.calls, Confirmer: base.Confirmer,
 		Violations: base.Violations, Audit: base.Audit, Guard: base.Guard, Token: f.mcpToken, Limits: p.cfg.Limits,
-		Tracing: base.Tracing, Log: log})
+		Transport: tr, Tracing: base.Tracing, Log: log})
 }
 
 // mcpAdmin is the MCP door's admin routes, nil without a door.
@@ -538,6 +558,15 @@ func dbSet(fs *flag.FlagSet, getenv env) bool {
 	set := getenv(EnvDB) != ""
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "db" })
 	return set
+}
+
+// learnPath is learn mode's file, next to the audit ring ("pg.audit.db" -> "pg.learn.db").
+func learnPath(ring string) string {
+	if base, ok := strings.CutSuffix(ring, ".audit.db"); ok {
+		return base + ".learn.db"
+	}
+	ext := filepath.Ext(ring)
+	return strings.TrimSuffix(ring, ext) + ".learn" + ext
 }
 
 // auditPath is the default audit ring file: the DB path with ".audit" before its extension.

@@ -42,6 +42,11 @@ const (
 	KindConfirm = "confirm"
 )
 
+// KindShadow: the protocol version in shadow decides a request's tool, the request itself, or a call of its
+// answer otherwise than the active version did (Verdict is the shadow's, ActiveVerdict the active
+// version's, ShadowVersion the version in shadow). Nothing of it reached the upstream or the client.
+const KindShadow = "shadow"
+
 // Kinds of events: the MCP door's decisions (proxy/mcp).
 const (
 	// KindMCPCall: an MCP tools/call (or an MCP request refused as a whole) was decided.
@@ -66,6 +71,8 @@ const (
 	KindRolloutReverted = "rollout_reverted"
 	// KindToolEnablement: an operator's kill switch of a tool was set or cleared.
 	KindToolEnablement = "tool_enablement"
+	// KindShadowChanged: a protocol version was put in shadow (Version), or taken out of it (Version 0).
+	KindShadowChanged = "shadow_changed"
 )
 
 // Verdicts.
@@ -98,6 +105,16 @@ const (
 	VerdictCleared  = "cleared"
 )
 
+// Verdicts of MCP tool definitions (kind mcp_definition), besides VerdictChanged.
+const (
+	// VerdictPinned: a first-seen definition was pinned.
+	VerdictPinned = "pinned"
+	// VerdictFlagged: the injection scan found something in a description.
+	VerdictFlagged = "flagged"
+	// VerdictApproved: an operator pinned a pending definition.
+	VerdictApproved = "approved"
+)
+
 // Event is one policy decision or one admin change. Its JSON shape is the admin API's audit event: the
 // fields up to Rule are always there (the contract's shape; "" when empty), the fields after Rule are
 // optional and left out of the JSON when empty. Nothing secret belongs in an event:
@@ -127,6 +144,9 @@ type Event struct {
 	// Round is, for a decision on a call of an answer that promptgate continued (onViolation "continue"),
 	// the round it was taken in: 1 for the upstream's second answer, and so on; 0 (left out) for the first.
 	Round int `json:"round,omitempty"`
+	// ActiveVerdict is, in a shadow event, the active version's verdict; ShadowVersion the version in shadow.
+	ActiveVerdict string `json:"activeVerdict,omitempty"`
+	ShadowVersion int    `json:"shadowVersion,omitempty"`
 }
 
 // ArgsDigest returns the lowercase hex SHA-256 of a tool call's raw arguments, the form events keep.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -101,6 +102,27 @@ func OpenRingWith(path string, size int, log *slog.Logger, o Options) (*Ring, er
 	}
 	r.p = newPipe(path, o, log, r.write)
 	return r, nil
+}
+
+// ErrLocked: the ring file is held by another process (a running promptgate writes it).
+var ErrLocked = errors.New("the ring file is locked by another process")
+
+// QueryFile returns the events of the ring file at path that match f, newest first, reading the file
+// without creating or changing it (under a shared lock). It fails with ErrLocked while another process (a
+// running serve) holds the file, and with an error wrapping fs.ErrNotExist when there is no such file.
+func QueryFile(ctx context.Context, path string, f Filter) ([]Event, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("audit: ring %s: %w", path, err)
+	}
+	db, err := boltfile.Open(path, &bolt.Options{Timeout: DefaultLockTimeout, ReadOnly: true})
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return nil, fmt.Errorf("audit: ring %s: %w", path, ErrLocked)
+	case err != nil:
+		return nil, fmt.Errorf("audit: open ring %s: %w", path, err)
+	}
+	defer db.Close()
+	return (&Ring{db: db, path: path}).Query(ctx, f)
 }
 
 // Path returns the ring's file.

@@ -2,9 +2,12 @@ package audit
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -506,5 +509,51 @@ func TestWithArguments(t *testing.T) {
 	b, _ = json.Marshal(Event{Time: time.Unix(0, 0).UTC()})
 	if want := `{"time":"1970-01-01T00:00:00Z","requestId":"","kind":"","protocol":"","protocolVersion":0,"tool":"","verdict":"","reason":"","rule":""}`; string(b) != want {
 		t.Fatalf("json %s\nwant %s", b, want)
+	}
+}
+
+// TestQueryFileReadsWithoutWriting: QueryFile reads a closed ring's events as Query does, leaves the file
+// byte for byte as it was, creates none where there is none (fs.ErrNotExist), and says ErrLocked while a
+// Ring holds the file.
+func TestQueryFileReadsWithoutWriting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.db")
+	r, err := OpenRing(path, 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		r.Record(context.Background(), ev(i))
+	}
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := QueryFile(context.Background(), path, Filter{}); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), path) {
+		t.Errorf("while the ring is open: %v", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := QueryFile(context.Background(), path, Filter{RequestID: "req-2"})
+	if err != nil || ids(got) != "req-2" {
+		t.Fatalf("%s %v", ids(got), err)
+	}
+	if all, err := QueryFile(context.Background(), path, Filter{}); err != nil || ids(all) != "req-3,req-2,req-1" {
+		t.Fatalf("%s %v", ids(all), err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Error("QueryFile changed the file")
+	}
+	missing := filepath.Join(dir, "none.db")
+	if _, err := QueryFile(context.Background(), missing, Filter{}); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("no file: %v", err)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Error("QueryFile created a file")
 	}
 }

@@ -60,6 +60,9 @@ type Result struct {
 	// Notice replaces a held call (VerdictHeld): it names the tool and its key arguments and gives
 	// the confirmation code. It holds argument values (vetted ones), so it goes to the client only.
 	Notice string
+	// Question is the Notice without its code: what a client that asks the user itself shows (an MCP
+	// elicitation), the user's answer being the confirmation. It goes to the client only.
+	Question string
 }
 
 // Released reports whether the call may reach the client.
@@ -165,7 +168,7 @@ func (c *Conversation) decide(call Call, args gjson.Result, vs []violation) Resu
 	}
 	out := c.confirm(call, args, vs)
 	res.Decisions = append(res.Decisions, out.decisions...)
-	res.Verdict, res.Notice = out.verdict, out.notice
+	res.Verdict, res.Notice, res.Question = out.verdict, out.notice, out.question
 	if out.verdict != VerdictHeld {
 		for i := range res.Decisions[:len(vs)] {
 			res.Decisions[i].Verdict = out.verdict

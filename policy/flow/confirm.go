@@ -180,6 +180,7 @@ type confirmOutcome struct {
 	verdict   string
 	decisions []Decision
 	notice    string
+	question  string
 }
 
 // confirm settles a call whose every violation asks for confirmation: released by a fresh code
@@ -211,6 +212,9 @@ func (c *Conversation) confirm(call Call, args gjson.Result, vs []violation) con
 	step := now.Unix() / int64(codeStep/time.Second)
 	live := int64((c.p.ttl + codeStep - 1) / codeStep)
 	codes := cf.callCodes(c.binding, call.Tool, digest)
+	if c.shadow {
+		return c.shadowConfirm(codes, step, live, dec)
+	}
 	var out confirmOutcome
 	if cands := append(slices.Clone(c.codes), c.typedCodes()...); len(cands) > 0 {
 		ok, why := c.tryCodes(codes, cands, step, live, now, dec)
@@ -229,7 +233,20 @@ func (c *Conversation) confirm(call Call, args gjson.Result, vs []violation) con
 	out.verdict = VerdictHeld
 	out.decisions = append(out.decisions, dec(VerdictHeld, "held for the user's confirmation"))
 	out.notice = c.notice(call.Tool, args, vs, k)
+	out.question = question(call.Tool, args, vs)
 	return out
+}
+
+// shadowConfirm is confirm for the record only: confirmed when a code the user gave is a valid code of the
+// call, used or not, else held; no code is spent and no notice is made.
+func (c *Conversation) shadowConfirm(codes *callCodes, step, live int64, dec func(verdict, reason string) Decision) confirmOutcome {
+	valid := liveCodes(codes, step, live)
+	for _, k := range append(slices.Clone(c.codes), c.typedCodes()...) {
+		if _, ok := valid[k]; ok {
+			return confirmOutcome{verdict: VerdictConfirmed, decisions: []Decision{dec(VerdictConfirmed, "confirmed by the user's code")}}
+		}
+	}
+	return confirmOutcome{verdict: VerdictHeld, decisions: []Decision{dec(VerdictHeld, "held for the user's confirmation")}}
 }
 
 // liveCodes maps every code of the call still valid at step to the minute it was issued in.

@@ -79,6 +79,9 @@ func TestConfirmCycle(t *testing.T) {
 	if held.Notice != wantNotice {
 		t.Fatalf("notice\n got %s\nwant %s", held.Notice, wantNotice)
 	}
+	if want, _, _ := strings.Cut(wantNotice, " To run it once"); held.Question != want {
+		t.Fatalf("question (the notice without its code)\n got %s\nwant %s", held.Question, want)
+	}
 	for _, d := range held.Decisions {
 		if strings.Contains(d.Reason, strings.ReplaceAll(code, "-", "")) || strings.Contains(d.Reason, code) {
 			t.Fatalf("a decision reason holds the code: %q", d.Reason)

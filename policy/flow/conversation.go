@@ -65,6 +65,10 @@ type Options struct {
 	// X-Promptgate-Confirm header, for apps with a button): each counts as a user's reply to its notice.
 	// Text that is not a code is ignored; at most maxCandidates are read.
 	Codes []string
+	// Shadow judges the conversation for the record only (a shadow version's rules): Check spends no
+	// confirmation code and writes nothing to Violations. A call whose rules ask for confirmation is
+	// confirmed when a code the user gave is one of its valid codes (used or not), else held.
+	Shadow bool
 }
 
 // Conversation is one request's conversation under a policy. Check is safe for concurrent use;
@@ -85,6 +89,7 @@ type Conversation struct {
 	memKey     string // the conversation's key in violations: the binding, with the user where it is a digest
 	caught     string
 	codes      []code // the app's codes (Options.Codes)
+	shadow     bool   // Options.Shadow
 
 	typedOnce sync.Once
 	typed     []code       // see typedCodes
@@ -95,6 +100,10 @@ type Conversation struct {
 
 	indexOnce sync.Once
 	index     *index // see idx
+	// fields are the indexes of tool outputs' fields, for learn mode (see fieldOf).
+	fields fieldIndexes
+	// memo is the transcript's: what its texts read as, shared by the conversations read from it.
+	memo *textMemo
 }
 
 // Segments returns the conversation's segments in order.
@@ -116,7 +125,7 @@ func (p *Policy) Analyze(t *Transcript, opt Options) (*Conversation, error) {
 	if t == nil {
 		return nil, errors.New("flow: analyze: no transcript")
 	}
-	c := &Conversation{p: p, confirmer: opt.Confirmer, unseen: t.unseen, calls: t.calls}
+	c := &Conversation{p: p, confirmer: opt.Confirmer, unseen: t.unseen, calls: t.calls, memo: t.memo}
 	c.segments = append(c.splitOutputs(t.segments), listSegments(opt.Lists)...)
 	for _, text := range opt.Context {
 		c.segments = append(c.segments, Segment{Source: Source{Kind: SourceContext}, Text: text, Message: -1})
@@ -128,6 +137,7 @@ func (p *Policy) Analyze(t *Transcript, opt Options) (*Conversation, error) {
 	c.binding = c.bind(opt.Conversation)
 	c.codes = appCodes(opt.Codes)
 	c.violations = opt.Violations
+	c.shadow = opt.Shadow
 	c.memKey = c.binding
 	if strings.HasPrefix(c.binding, "u:") {
 		sum := sha256.Sum256([]byte(c.binding + "\x00" + opt.User))

@@ -37,6 +37,7 @@ type index struct {
 
 	itemsOnce                  sync.Once
 	emails, hosts, urls, ibans map[string]uint64
+	urlsOnce                   sync.Once
 	idsOnce                    sync.Once
 	ids                        map[string]uint64
 	wordsOnce                  sync.Once
@@ -105,32 +106,34 @@ func (c *Conversation) idx() *index {
 // items builds the maps of scanned items.
 func (ix *index) items() {
 	ix.itemsOnce.Do(func() {
-		ix.emails, ix.hosts, ix.urls, ix.ibans = map[string]uint64{}, map[string]uint64{}, map[string]uint64{}, map[string]uint64{}
+		ix.emails, ix.hosts, ix.ibans = map[string]uint64{}, map[string]uint64{}, map[string]uint64{}
 		for si, seg := range ix.c.segments {
 			bit := ix.segBit[si]
 			if bit == 0 {
 				continue
 			}
-			for _, it := range scan.Find(seg.Text, scan.All) {
-				switch it.Kind {
-				case scan.URL:
-					for _, rd := range it.Readings() {
-						if h, ok := readingHost(rd); ok {
-							ix.hosts[h] |= bit
-						}
-					}
-					if u, ok := itemURL(seg.Text, it); ok {
-						ix.urls[u] |= bit
-					}
-				case scan.Email:
-					if k, ok := itemEmailKey(seg.Text, it); ok {
-						ix.emails[k] |= bit
-						if h, err := vet.NormHost(it.Host); err == nil {
-							ix.hosts[h] |= bit
-						}
-					}
-				case scan.IBAN:
-					ix.ibans[it.Value] |= bit
+			it := ix.c.memo.itemsOf(seg.Text)
+			for _, k := range it.hosts {
+				ix.hosts[k] |= bit
+			}
+			for _, k := range it.emails {
+				ix.emails[k] |= bit
+			}
+			for _, k := range it.ibans {
+				ix.ibans[k] |= bit
+			}
+		}
+	})
+}
+
+// urlForms builds the map of the links' forms for match "url" (only a rule with match "url" needs them).
+func (ix *index) urlForms() {
+	ix.urlsOnce.Do(func() {
+		ix.urls = map[string]uint64{}
+		for si, seg := range ix.c.segments {
+			if bit := ix.segBit[si]; bit != 0 {
+				for _, k := range ix.c.memo.itemsOf(seg.Text).urlKeys() {
+					ix.urls[k] |= bit
 				}
 			}
 		}
@@ -143,7 +146,9 @@ func (ix *index) idTokens() {
 		ix.ids = map[string]uint64{}
 		for si, seg := range ix.c.segments {
 			if bit := ix.segBit[si]; bit != 0 {
-				forIDTokens(seg.Text, func(tok string) { ix.ids[tok] |= bit })
+				for _, tok := range ix.c.memo.idsOf(seg.Text) {
+					ix.ids[tok] |= bit
+				}
 			}
 		}
 	})
@@ -158,7 +163,7 @@ func (ix *index) wordIndex() {
 			if ix.segBit[si] == 0 {
 				continue
 			}
-			words := splitWords(strings.ToLower(seg.Text))
+			words := ix.c.memo.wordsOf(seg.Text)
 			ids := make([]int32, len(words))
 			for at, w := range words {
 				id, ok := ix.wordIDs[w]
@@ -651,7 +656,7 @@ func (ix *index) lookupOwn(kind valueKind, key string, words []string) uint64 {
 		ix.items()
 		return ix.hosts[key]
 	case vkURL:
-		ix.items()
+		ix.urlForms()
 		return ix.urls[key]
 	case vkIBAN:
 		ix.items()

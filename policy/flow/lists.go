@@ -66,6 +66,7 @@ func compileList(name string, entries []string) *compiledList {
 		ix.segBit[i] = 1
 	}
 	ix.items()
+	ix.urlForms()
 	ix.idTokens()
 	ix.wordIndex()
 	return &compiledList{name: name, ix: ix}

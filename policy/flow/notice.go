@@ -28,11 +28,15 @@ const (
 	maxNoticeBrokenRunes = 256 // runes of one (bytes of a number)
 )
 
-// notice is the text that replaces a held call. It names the tool, the first rule's reason, the
-// key arguments of the rules that hold the call (values quoted with Go escapes and cut short, so
-// no line break or control character gets through), every value that broke a rule (whole; those the
-// key arguments do not already show whole), and the code.
+// notice is the text that replaces a held call: its question, and the code.
 func (c *Conversation) notice(tool string, args gjson.Result, vs []violation, k code) string {
+	return question(tool, args, vs) + " To run it once, reply with the code " + k.display() + " (valid for " + ttlText(c.p.ttl) + ")."
+}
+
+// question names the held call: the tool, the first rule's reason, the key arguments of the rules that
+// hold it (values quoted with Go escapes and cut short, so no line break or control character gets
+// through), and every value that broke a rule (whole; those the key arguments do not already show whole).
+func question(tool string, args gjson.Result, vs []violation) string {
 	var b strings.Builder
 	b.WriteString("[promptgate] held tool call ")
 	b.WriteString(vet.DisplayName(tool))
@@ -73,11 +77,6 @@ func (c *Conversation) notice(tool string, args gjson.Result, vs []violation, k 
 		b.WriteString(".")
 	}
 	writeBroken(&b, args, keys, vs)
-	b.WriteString(" To run it once, reply with the code ")
-	b.WriteString(k.display())
-	b.WriteString(" (valid for ")
-	b.WriteString(ttlText(c.p.ttl))
-	b.WriteString(").")
 	return b.String()
 }
 

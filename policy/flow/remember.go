@@ -118,7 +118,9 @@ func (c *Conversation) noteViolation(res Result) {
 			if c.caught == "" {
 				c.caught = "a call of this conversation was refused or held by rule " + d.Rule
 			}
-			c.violations.record(c.memKey)
+			if !c.shadow {
+				c.violations.record(c.memKey)
+			}
 			return
 		}
 	}

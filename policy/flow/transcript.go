@@ -36,7 +36,7 @@ type Output struct {
 // Transcript is a request's conversation in a form no wire format shapes: the texts, tool calls and
 // tool outputs in order, each labelled by who wrote it. A surface reads its request body into one
 // (outputs are matched to their calls by id here, the same for every surface); Policy.Analyze reads it.
-// A Transcript is built by one goroutine and then only read.
+// A Transcript is built by one goroutine and then only read (but for memo, which is safe for concurrent use).
 type Transcript struct {
 	segments  []Segment
 	calls     []HistoryCall
@@ -46,11 +46,13 @@ type Transcript struct {
 	legacy    map[string]bool   // names of legacy function calls
 	unseen    string
 	inHistory bool
+	// memo keeps what the indexes of the conversations read from this transcript read of its texts.
+	memo *textMemo
 }
 
 // NewTranscript returns an empty transcript.
 func NewTranscript() *Transcript {
-	return &Transcript{ids: map[string]string{}, servers: map[string]string{}, dup: map[string]bool{}, legacy: map[string]bool{}}
+	return &Transcript{ids: map[string]string{}, servers: map[string]string{}, dup: map[string]bool{}, legacy: map[string]bool{}, memo: &textMemo{}}
 }
 
 // History marks the parts added next as history the body does not carry (a Responses conversation continued

@@ -102,14 +102,14 @@ func BenchmarkManyKeys(b *testing.B) { benchValidators(b, []byte(manyKeys(5000, 
 // toolArgs are typical tool-call arguments: a few keys, a nested object and an array.
 const toolArgs = `{"query":"refund policy for EU customers","limit":5,"filters":{"lang":"en","tags":["billing","refunds"]}}`
 
-// BenchmarkToolArgs checks typical tool-call arguments with only exact duplicates refused (as request
-// bodies are) and with FoldedKeys (as tool-call arguments are), side by side.
+// BenchmarkToolArgs checks typical tool-call arguments with only exact duplicates refused (as
+// request bodies are) and with FoldedKeys (as tool-call arguments are), side by side.
 func BenchmarkToolArgs(b *testing.B) {
 	benchLimits(b, []byte(toolArgs))
 }
 
-// BenchmarkToolArgsKeys checks arguments of one object with many keys (the hash-set path), ASCII and
-// Greek (every rune folded through its orbit), at two sizes: the cost per byte stays the same.
+// BenchmarkToolArgsKeys checks arguments of one object with many keys (the hash-set path), ASCII
+// and Greek (every rune folded through its orbit), at two sizes: the cost per byte stays the same.
 func BenchmarkToolArgsKeys(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		ascii := manyKeys(n, -1, false)

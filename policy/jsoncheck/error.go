@@ -69,10 +69,10 @@ type Error struct {
 // maxKeyInMessage bounds how much of a key QuotedError quotes.
 const maxKeyInMessage = 64
 
-// Error reads like `jsoncheck: duplicate key at offset 17` or
-// `jsoncheck: syntax error at offset 3: invalid escape character`. It never quotes a key or a value of the
-// input (which may be a model's tool arguments or a client's prompt), so it may be logged; a syntax
-// error's detail names at most the one byte or rune that is out of place.
+// Error reads like `jsoncheck: duplicate key at offset 17` or `jsoncheck: syntax error at offset 3:
+// invalid escape character`. It never quotes a key or a value of the input (which may be a model's
+// tool arguments or a client's prompt), so it may be logged; a syntax error's detail names at most
+// the one byte or rune that is out of place.
 func (e *Error) Error() string {
 	if e.detail == "" {
 		return fmt.Sprintf("jsoncheck: %s at offset %d", e.Kind.String(), e.Offset)
@@ -80,9 +80,9 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("jsoncheck: %s at offset %d: %s", e.Kind.String(), e.Offset, e.detail)
 }
 
-// QuotedError is Error with the duplicate (or case-variant) key quoted (cut to 64 bytes), `jsoncheck:
-// duplicate key "a" at offset 17`: for telling the author of the input what is wrong with it, never for a
-// log.
+// QuotedError is Error with the duplicate (or case-variant) key quoted (cut to 64 bytes),
+// `jsoncheck: duplicate key "a" at offset 17`: for telling the author of the input what is wrong
+// with it, never for a log.
 func (e *Error) QuotedError() string {
 	if e.Kind != DuplicateKey && e.Kind != CaseVariantKey {
 		return e.Error()

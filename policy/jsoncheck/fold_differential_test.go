@@ -16,17 +16,17 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// The readers of a tool call's arguments disagree on keys that differ only in letter case: promptgate
-// reads a value with gjson at the exact key, a tool in Go decodes the arguments with encoding/json
-// into a struct, which gives a field the last key that matches its name case-insensitively. The
-// tests below prove against both readers that where Object with FoldedKeys accepts an object, the
-// two read the same value at every key of every object, and that where they would disagree, Object
-// refuses.
+// The readers of a tool call's arguments disagree on keys that differ only in letter case:
+// promptgate reads a value with gjson at the exact key, a tool in Go decodes the arguments with
+// encoding/json into a struct, which gives a field the last key that matches its name
+// case-insensitively. The tests below prove against both readers that where Object with FoldedKeys
+// accepts an object, the two read the same value at every key of every object, and that where they
+// would disagree, Object refuses.
 
 // FuzzFoldedKeys checks Object with FoldedKeys against two oracles. strings.EqualFold on every pair
 // of keys of every object: an object is refused as CaseVariantKey only when two of its keys differ
-// and EqualFold joins them, and never accepted when they exist. encoding/json decoding into structs:
-// on an accepted object, each key's field gets exactly the value gjson reads at the key.
+// and EqualFold joins them, and never accepted when they exist. encoding/json decoding into
+// structs: on an accepted object, each key's field gets exactly the value gjson reads at the key.
 func FuzzFoldedKeys(f *testing.F) {
 	for _, c := range foldCases {
 		f.Add([]byte(c.in))
@@ -100,13 +100,13 @@ func TestFoldedKeysAgreeWithDecoders(t *testing.T) {
 	}
 }
 
-// disagreement walks every object of b (a valid JSON value without duplicate keys) and returns where
-// a Go program that decodes it with encoding/json reads another value than gjson reads at the same
-// key, or "" when it never does. At each object it decodes into three shapes: a map (case-sensitive),
-// one struct whose fields are tagged with all the object's keys, and, per key, a struct with that one
-// field (a tool that knows one spelling of a name). In objects of more than maxOneFieldKeys keys, only
-// the keys that strings.EqualFold joins with another get a struct of their own: only another key can
-// give a one-field struct another value.
+// disagreement walks every object of b (a valid JSON value without duplicate keys) and returns
+// where a Go program that decodes it with encoding/json reads another value than gjson reads at the
+// same key, or "" when it never does. At each object it decodes into three shapes: a map
+// (case-sensitive), one struct whose fields are tagged with all the object's keys, and, per key, a
+// struct with that one field (a tool that knows one spelling of a name). In objects of more than
+// maxOneFieldKeys keys, only the keys that strings.EqualFold joins with another get a struct of
+// their own: only another key can give a one-field struct another value.
 func disagreement(b []byte) string {
 	v := bytes.TrimSpace(b)
 	switch {

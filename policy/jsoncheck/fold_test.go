@@ -41,7 +41,8 @@ var foldCases = []struct {
 	{"dz digraph title", `{"ǆ":1,"ǅ":2}`, CaseVariantKey, `"ǅ"`},
 	{"deseret (outside the BMP)", `{"𐐨":1,"𐐀":2}`, CaseVariantKey, `"𐐀"`},
 	{"deseret escaped pair", `{"𐐨":1,"\ud801\udc00":2}`, CaseVariantKey, `"\ud801`},
-	// Turkish i: strings.EqualFold does not join ı or İ with i (TestFoldCasesFollowEqualFold checks)
+	// Turkish i: strings.EqualFold does not join ı or İ with i (TestFoldCasesFollowEqualFold
+	// checks)
 	{"dotless i", `{"i":1,"ı":2}`, 0, ""},
 	{"dotted I", `{"i":1,"İ":2}`, 0, ""},
 	{"dotless i and I", `{"I":1,"ı":2}`, 0, ""},

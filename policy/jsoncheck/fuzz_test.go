@@ -94,9 +94,9 @@ func FuzzObject(f *testing.F) {
 	})
 }
 
-// checkMembers checks ObjectMembers against Object and encoding/json: the same verdict, and on an accepted
-// object, each top-level member (and each member of the object under the key "a") where encoding/json finds
-// it: its key decoded and its value's bytes, in order.
+// checkMembers checks ObjectMembers against Object and encoding/json: the same verdict, and on an
+// accepted object, each top-level member (and each member of the object under the key "a") where
+// encoding/json finds it: its key decoded and its value's bytes, in order.
 func checkMembers(t *testing.T, b []byte, l Limits, objectErr error) {
 	t.Helper()
 	var m Members
@@ -119,8 +119,8 @@ func checkMembers(t *testing.T, b []byte, l Limits, objectErr error) {
 	}
 }
 
-// sameAsDecoded checks that ms are the members of the object obj (a part of b), as encoding/json decodes
-// them, in order, calling each with each member's key and value.
+// sameAsDecoded checks that ms are the members of the object obj (a part of b), as encoding/json
+// decodes them, in order, calling each with each member's key and value.
 func sameAsDecoded(t *testing.T, b, obj []byte, ms []Member, each func(key string, v []byte)) {
 	t.Helper()
 	var want map[string]json.RawMessage

@@ -61,26 +61,27 @@ func Object(b []byte, l Limits) error {
 
 // Member is where one member of an object is in the checked input.
 type Member struct {
-	// KeyStart and KeyEnd bound the key's text between its quotes; KeyEscaped says it holds an escape.
+	// KeyStart and KeyEnd bound the key's text between its quotes; KeyEscaped says it holds an
+	// escape.
 	KeyStart, KeyEnd int
 	KeyEscaped       bool
 	// ValueStart and ValueEnd bound the member's value.
 	ValueStart, ValueEnd int
 }
 
-// Members is where ObjectMembers found the members of the object it checked, for a caller that reads them
-// next and would otherwise walk the input again to find them.
+// Members is where ObjectMembers found the members of the object it checked, for a caller that
+// reads them next and would otherwise walk the input again to find them.
 type Members struct {
 	// Top are the top-level object's members, in order.
 	Top []Member
-	// Inner are the members of the value of the top-level member named as ObjectMembers was told, when that
-	// value is an object; in order.
+	// Inner are the members of the value of the top-level member named as ObjectMembers was told,
+	// when that value is an object; in order.
 	Inner []Member
 }
 
-// ObjectMembers is Object that also appends to m.Top the members of the top-level object, and to m.Inner
-// the members of the object that is the value of its member named inner (keys compared decoded). On an
-// error, m holds what was found before it.
+// ObjectMembers is Object that also appends to m.Top the members of the top-level object, and to
+// m.Inner the members of the object that is the value of its member named inner (keys compared
+// decoded). On an error, m holds what was found before it.
 func ObjectMembers(b []byte, l Limits, inner string, m *Members) error {
 	return checkInto(b, l, true, m, inner)
 }
@@ -479,8 +480,8 @@ func (s *scanner) escape(i int) (int, *Error) {
 	}
 }
 
-// Hex4 decodes the 4 hex digits of a \uXXXX escape at b[i:] (bytes or a string); false when they are not
-// all there.
+// Hex4 decodes the 4 hex digits of a \uXXXX escape at b[i:] (bytes or a string); false when they
+// are not all there.
 func Hex4[T ~string | ~[]byte](b T, i int) (rune, bool) {
 	if i < 0 || i+4 > len(b) {
 		return 0, false

@@ -8,10 +8,10 @@ import (
 	"testing"
 )
 
-// A number in a tool call's arguments is read by the schema engine exactly (big.Rat) and by most tools
-// as a float64 (encoding/json into float64, JavaScript's JSON.parse). With Float64Numbers, Object
-// accepts a number only where the two agree on its sign and on whether it is zero, and encoding/json
-// decodes it into a float64 without error.
+// A number in a tool call's arguments is read by the schema engine exactly (big.Rat) and by most
+// tools as a float64 (encoding/json into float64, JavaScript's JSON.parse). With Float64Numbers,
+// Object accepts a number only where the two agree on its sign and on whether it is zero, and
+// encoding/json decodes it into a float64 without error.
 
 // numberOracle reports whether a valid JSON number is one a float64 holds faithfully: encoding/json
 // decodes it into a float64, and the float64 is zero exactly when the exact value is.
@@ -47,8 +47,8 @@ func FuzzFloat64Numbers(f *testing.F) {
 	})
 }
 
-// TestFloat64NumbersInObjects: a number out of range is found at any depth, with its offset; the limit
-// is off by default.
+// TestFloat64NumbersInObjects: a number out of range is found at any depth, with its offset; the
+// limit is off by default.
 func TestFloat64NumbersInObjects(t *testing.T) {
 	for _, tc := range []struct {
 		in     string

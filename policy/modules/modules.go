@@ -1,7 +1,7 @@
-// Package modules holds the module mode — how much runtime context a protocol takes in: minimal, standard
-// or full — as the one vocabulary that protocols (policy), the plugin host and its plugins (plugins,
-// plugins/sdk) and the config file share. It does not decide a protocol's mode (policy does) or which context
-// sources run in it (plugins does).
+// Package modules holds the module mode — how much runtime context a protocol takes in: minimal,
+// standard or full — as the one vocabulary that protocols (policy), the plugin host and its plugins
+// (plugins, plugins/sdk) and the config file share. It does not decide a protocol's mode (policy
+// does) or which context sources run in it (plugins does).
 package modules
 
 // Mode is a module mode. Its zero value is no mode: below every mode.

@@ -20,7 +20,7 @@ type Call struct {
 	held    []byte
 	ends    []int
 	problem string
-	named     bool
+	named   bool
 }
 
 // AddName records a name fragment. The first non-empty name is the call's name; any later

@@ -305,6 +305,12 @@ func (c *Checker) Vet(call *Call) Decision {
 	default:
 		d.Reason, d.Rule, _ = c.Check(call.Name, call.Args)
 	}
+	return c.decide(d)
+}
+
+// decide gives d, whose Reason (and Rule) the checks set, its verdict: the Judge's on a call that passed
+// them, then the mode's.
+func (c *Checker) decide(d Decision) Decision {
 	switch {
 	case d.Reason == "" && c.p.Judge != nil:
 		d.Verdict = VerdictAllowed
@@ -327,6 +333,68 @@ func (c *Checker) Vet(call *Call) Decision {
 		d.Verdict = VerdictBlocked
 	}
 	return d
+}
+
+// Shadow judges again, under a second policy (a shadow version's), each call a Checker of the active policy
+// decided, for the record only: it changes nothing of the active decision, and what it returns goes to no
+// client. It is safe for concurrent use.
+type Shadow struct{ c *Checker }
+
+// NewShadow returns the Shadow of p. Its Judge must be one that spends and remembers nothing.
+func NewShadow(p Policy) *Shadow { return &Shadow{c: NewChecker(p)} }
+
+// Judge returns the decision the shadow policy takes on the call that active decided (active holds its
+// tool, id and Args). The checks that do not depend on the policy (the call's assembly, its id, its
+// arguments' shape and the client's schema) are not run again where the active decision shows their
+// outcome; atomicParallelCalls is not applied (each call is judged alone).
+func (s *Shadow) Judge(active Decision) Decision {
+	d := Decision{Kind: KindToolCall, Choice: active.Choice, CallID: active.CallID, Tool: active.Tool, Args: active.Args}
+	switch stepOf(active) {
+	case stepCall:
+		d.Reason = active.Reason
+	case stepShape:
+		d.Reason = active.Reason
+		if !s.c.Allows(active.Tool) {
+			d.Reason = ReasonNotAllowed
+		}
+	case stepPassed:
+		switch {
+		case !s.c.Allows(active.Tool):
+			d.Reason = ReasonNotAllowed
+		case s.c.p.Rules != nil:
+			d.Reason, d.Rule = s.c.p.Rules.check(active.Tool, active.Args)
+		}
+	default:
+		d.Reason, d.Rule, _ = s.c.Check(active.Tool, active.Args)
+	}
+	return s.c.decide(d)
+}
+
+// step is how far an active decision shows that a call got through the checks.
+type step uint8
+
+const (
+	stepUnknown step = iota // not allowed, or refused with its batch: every check is run again
+	stepCall                // the call itself is bad (assembly, id, no arguments): so under any policy
+	stepShape               // allowed, its arguments' shape or the client's schema refused it
+	stepPassed              // the shape and the schema passed (the argument rules or the Judge decided)
+)
+
+// stepOf reads how far the active decision d got, from its kind and its reason.
+func stepOf(d Decision) step {
+	r := d.Reason
+	switch {
+	case d.Args == nil:
+		return stepCall
+	case d.Kind != "" && d.Kind != KindToolCall, r == "", d.Rule != "":
+		return stepPassed
+	case r == ReasonNotAllowed, r == ReasonBatch:
+		return stepUnknown
+	case r == ReasonNotObject, r == ReasonSchemaCompile, strings.HasPrefix(r, reasonInvalidJSON),
+		strings.HasPrefix(r, reasonCaseVariant), strings.HasPrefix(r, reasonSchemaMismatch):
+		return stepShape
+	}
+	return stepCall
 }
 
 // NewRound forgets the call ids seen: promptgate answered every call of the answer so far itself

@@ -1,6 +1,7 @@
 // Package admin is promptgate's admin API, served on the admin listener: the exact-request preview,
-// versioned templates and protocols (list, show, new version, activate, rollback, diff), rollouts, the tool
-// kill switch, the audit log and the Prometheus metrics.
+// versioned templates and protocols (list, show, new version, activate, rollback, diff, shadow), rollouts,
+// the tool kill switch, the audit log, policy tests (run a case file, record one from the audit ring),
+// learn mode's data and proposals, and the Prometheus metrics.
 //
 // It also serves the web console (package console) under /console/, and the read-mostly endpoints its
 // pages need: the audit summary, the tool inventory and the health report.
@@ -10,9 +11,9 @@
 // is right, because query strings end up in logs. No CORS header is ever sent, OPTIONS is 405, and a browser
 // request from another origin (Origin, or Sec-Fetch-Site other than same-origin or none) is 403
 // origin_not_allowed on every path, so a web page cannot drive the API from a browser; POST and PUT must send
-// Content-Type: application/json, and without a token only requests addressed to a loopback host are answered
-// (no DNS rebinding); with a token, a Host that is an IP address or a listed name is answered too. The Host
-// rule holds on every path. Every answer carries a strict Content-Security-Policy and forbids framing. Every
+// Content-Type: application/json (a policy test's case file may be application/yaml), and without a token
+// only requests addressed to a loopback host are answered (no DNS rebinding); with a token, a Host that is
+// an IP address or a listed name is answered too. The Host rule holds on every path. Every answer carries a strict Content-Security-Policy and forbids framing. Every
 // error is OpenAI-shaped JSON. GET /metrics and the console's static pages need no token: they hold no
 // secrets, but they keep the Host and cross-site rules.
 //
@@ -21,7 +22,7 @@
 //
 // It owns the HTTP surface only. It does not store definitions (store/), decide what a definition means
 // (policy/, assembly/, through the store's validation hook), build previews (proxy.Engine), keep the audit
-// log (policy/audit) or choose the listener address (cmd/promptgate).
+// log (policy/audit), run policy tests (proxy/policytest) or choose the listener address (cmd/promptgate).
 package admin
 
 import (
@@ -36,6 +37,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -48,9 +50,11 @@ import (
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/policy/learn"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/console"
 	"github.com/promptgate/promptgate/proxy/guard"
+	"github.com/promptgate/promptgate/proxy/policytest"
 	"github.com/promptgate/promptgate/proxy/toolseen"
 	"github.com/promptgate/promptgate/store"
 )
@@ -114,9 +118,15 @@ type Options struct {
 	// Gatherer is the metrics registry GET /admin/health reads (requests, overhead, plugin latency and
 	// errors, the definitions served); nil leaves those parts out.
 	Gatherer prometheus.Gatherer
+	// Learn is what learn mode learned (GET /admin/learn/{protocol}, GET /admin/protocols/{name}/suggest); nil
+	// answers those 404 learn_off.
+	Learn *learn.Store
 	// MCP, when not nil, serves /admin/mcp/ (the MCP door's pinned definitions), behind the same token and
 	// Host rules.
 	MCP http.Handler
+	// Tests is the deployment's part of a policy test run by POST /admin/tests (serve's tool policy, prompt
+	// settings and limits); nil answers that endpoint 404.
+	Tests *policytest.Config
 }
 
 // server is the admin handler.
@@ -171,6 +181,11 @@ func (s *server) routes() {
 		s.handle("POST "+base+"/{name}/rollback", s.rollback(k))
 		s.handle("GET "+base+"/{name}/diff", s.diff(k))
 	}
+	s.handle("POST /admin/protocols/{name}/shadow", s.setShadow)
+	s.handle("DELETE /admin/protocols/{name}/shadow", s.clearShadow)
+	s.handle("GET /admin/protocols/{name}/suggest", s.suggest)
+	s.handle("GET /admin/shadow", s.shadowSummary)
+	s.handle("GET /admin/learn/{protocol}", s.learnedOf)
 	s.handle("GET /admin/tools", s.listTools)
 	s.handle("GET /admin/tools/inventory", s.toolInventory)
 	s.handle("GET /admin/health", s.health)
@@ -181,6 +196,8 @@ func (s *server) routes() {
 	s.handle("GET /admin/rollouts", s.listRollouts)
 	s.handle("POST /admin/rollouts", s.applyRollout)
 	s.handle("POST /admin/rollouts/revert", s.revertRollout)
+	s.handle("POST "+pathTests, s.runTests)
+	s.handle("POST "+pathTestsRecord, s.recordTest)
 	if s.o.MCP != nil {
 		s.mux.Handle("/admin/mcp/", s.o.MCP)
 	}
@@ -244,8 +261,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodPost || r.Method == http.MethodPut {
-		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-			proxy.WriteError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "send Content-Type: application/json (also with an empty body)", "Content-Type")
+		types := bodyTypes(r.URL.Path)
+		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); !slices.Contains(types, mt) {
+			proxy.WriteError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "send Content-Type: "+strings.Join(types, " or ")+" (also with an empty body)", "Content-Type")
 			return
 		}
 	}

@@ -29,7 +29,7 @@ import (
 func TestConsoleServedWithoutTokenDataNeedsIt(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{token: "tok"})
-	for _, p := range []string{"/console/", "/console/decisions", "/console/preview", "/console/definitions", "/console/tools", "/console/health"} {
+	for _, p := range []string{"/console/", "/console/decisions", "/console/preview", "/console/definitions", "/console/tools", "/console/mcp", "/console/health"} {
 		resp, b := f.do("GET", p, "", "Authorization", "")
 		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/html; charset=utf-8" || !strings.Contains(string(b), `<script src="/console/static/common.js" defer></script>`) {
 			t.Errorf("%s: %d %s", p, resp.StatusCode, resp.Header.Get("Content-Type"))

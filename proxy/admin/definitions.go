@@ -21,14 +21,6 @@ const (
 	fieldExtends = "extends"
 )
 
-// nameKey is the body field that carries the name of a definition of kind k.
-func nameKey(k store.Kind) string {
-	if k == store.KindProtocol {
-		return "id"
-	}
-	return "name"
-}
-
 // target is the audit Target of a definition: "templates/NAME" or "protocols/ID".
 func target(k store.Kind, name string) string { return store.Key(k, name) }
 
@@ -136,8 +128,8 @@ func (s *server) addVersion(k store.Kind) handlerFunc {
 	}
 }
 
-// checkDefinitionName checks that body is a JSON object whose name (templates) or id (protocols) is the
-// name in the URL.
+// checkDefinitionName checks that body is a JSON object whose name (templates), id (protocols) or server
+// (MCP pin sets) is the name in the URL.
 func checkDefinitionName(k store.Kind, name string, body []byte) error {
 	if !gjson.ValidBytes(body) {
 		return badRequest("invalid_json", "", "request body: not valid JSON; send the %s definition", singular(k))
@@ -146,7 +138,7 @@ func checkDefinitionName(k store.Kind, name string, body []byte) error {
 	if !root.IsObject() {
 		return badRequest("invalid_definition", "", "request body: want the %s definition, a JSON object", singular(k))
 	}
-	key := nameKey(k)
+	key := store.NameKey(k)
 	got := root.Get(key)
 	if got.Type != gjson.String {
 		return badRequest("invalid_definition", key, "%s: missing: the definition must carry its %s, %q", key, key, name)
@@ -158,8 +150,11 @@ func checkDefinitionName(k store.Kind, name string, body []byte) error {
 }
 
 func singular(k store.Kind) string {
-	if k == store.KindProtocol {
+	switch k {
+	case store.KindProtocol:
 		return "protocol"
+	case store.KindMCPPins:
+		return "MCP pin set"
 	}
 	return "template"
 }

@@ -162,13 +162,15 @@ func (s *server) clearTool(w http.ResponseWriter, r *http.Request) error {
 func auditVerdicts() []string {
 	return []string{audit.VerdictRemoved, audit.VerdictAllowed, audit.VerdictBlocked, audit.VerdictAudited,
 		audit.VerdictHeld, audit.VerdictConfirmed, audit.VerdictExpired, audit.VerdictReused,
-		audit.VerdictChanged, audit.VerdictEnabled, audit.VerdictDisabled, audit.VerdictCleared}
+		audit.VerdictChanged, audit.VerdictEnabled, audit.VerdictDisabled, audit.VerdictCleared,
+		audit.VerdictPinned, audit.VerdictFlagged, audit.VerdictApproved}
 }
 
 func auditKinds() []string {
 	return []string{audit.KindToolRemoved, audit.KindToolCall, audit.KindProvenance, audit.KindFlow, audit.KindBudget, audit.KindConfirm,
 		audit.KindStoredPrompt, audit.KindVersionAdded, audit.KindActivated, audit.KindRolledBack,
-		audit.KindRolloutApplied, audit.KindRolloutReverted, audit.KindToolEnablement}
+		audit.KindRolloutApplied, audit.KindRolloutReverted, audit.KindToolEnablement,
+		audit.KindMCPCall, audit.KindMCPList, audit.KindMCPDefinition, audit.KindShadow, audit.KindShadowChanged}
 }
 
 // GET /admin/audit?limit=&requestId=&verdict=&protocol=&kind=&tool=&since=&until= → {"events":[...]}, newest

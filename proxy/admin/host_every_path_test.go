@@ -26,6 +26,7 @@ func TestHostRuleOnEveryPath(t *testing.T) {
 		"/admin/templates":                    http.StatusOK,
 		"/admin/health":                       http.StatusOK,
 		"/admin/audit?limit=1":                http.StatusOK,
+		"/admin/tests":                        http.StatusMethodNotAllowed,
 		"/no/such/path":                       http.StatusNotFound,
 	}
 	for _, p := range console.Pages() {

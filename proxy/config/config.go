@@ -1,8 +1,9 @@
 // Package config composes the deployment file given with --config from the sections its users own —
 // policy (defaultProtocol, routes, tools), plugins (plugins), proxy (limits), proxy/guard (listen),
-// proxy/mitm (mitm), policy/audit (audit), assembly (security), proxy/mcp (mcp) — and decodes (strict YAML), fills the
-// defaults of and validates the whole file, reporting every problem with its key path and the fix. It imports
-// only downward; what the values mean at run time belongs to the sections' packages.
+// proxy/mitm (mitm), policy/audit (audit), assembly (security), proxy/mcp (mcp) — and decodes
+// (strict YAML), fills the defaults of and validates the whole file, reporting every problem with
+// its key path and the fix. It imports only downward; what the values mean at run time belongs to
+// the sections' packages.
 package config
 
 import (
@@ -30,8 +31,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/mitm"
 )
 
-// File is the whole deployment config. The zero value (no --config) is valid and means: default protocol
-// neutral, no routes, every tool enabled, no plugins, default limits.
+// File is the whole deployment config. The zero value (no --config) is valid and means: default
+// protocol neutral, no routes, every tool enabled, no plugins, default limits.
 type File struct {
 	// Config is the policy part: defaultProtocol, routes, tools.
 	policy.Config `yaml:",inline"`
@@ -39,14 +40,15 @@ type File struct {
 	Plugins []plugins.Spec `yaml:"plugins"`
 	// Limits bound what one request may cost.
 	Limits proxy.Limits `yaml:"limits"`
-	// Listen says which requests the base-URL listener (--listen) answers besides loopback, same-origin and
-	// non-browser ones.
+	// Listen says which requests the base-URL listener (--listen) answers besides loopback,
+	// same-origin and non-browser ones.
 	Listen guard.Config `yaml:"listen"`
 	// MITM configures the HTTPS-proxy door (--proxy-listen).
 	MITM *mitm.Config `yaml:"mitm"`
 	// Audit configures the decision log.
 	Audit audit.Config `yaml:"audit"`
-	// Security holds the optional prompt-injection hardening; its zero value keeps the default rendering.
+	// Security holds the optional prompt-injection hardening; its zero value keeps the default
+	// rendering.
 	Security assembly.Security `yaml:"security"`
 	// MCP configures the MCP door (--mcp-listen): the servers it serves and how it governs them.
 	MCP mcp.Config `yaml:"mcp"`
@@ -79,7 +81,8 @@ func Parse(b []byte) (*File, error) {
 		return nil, explainYAML(err, b)
 	}
 	f.ApplyDefaults()
-	// A plugin's cacheTTL: 0 written out switches its cache off; only a missing key means the default.
+	// A plugin's cacheTTL: 0 written out switches its cache off; only a missing key means the
+	// default.
 	var ttls struct {
 		Plugins []struct {
 			CacheTTL *time.Duration `yaml:"cacheTTL"`
@@ -98,8 +101,8 @@ func Parse(b []byte) (*File, error) {
 	return f, nil
 }
 
-// ApplyDefaults fills every zero value that has a default (a plugin's cacheTTL excepted: Parse fills it
-// where the key is missing).
+// ApplyDefaults fills every zero value that has a default (a plugin's cacheTTL excepted: Parse
+// fills it where the key is missing).
 func (f *File) ApplyDefaults() {
 	f.Config.ApplyDefaults()
 	for i := range f.Plugins {
@@ -114,7 +117,8 @@ func (f *File) ApplyDefaults() {
 	f.MCP.ApplyDefaults()
 }
 
-// Validate returns every problem of the file joined, sorted by key path, each naming the key path and the fix.
+// Validate returns every problem of the file joined, sorted by key path, each naming the key path
+// and the fix.
 func (f *File) Validate() error {
 	errs := f.Config.Validate()
 	errs = append(errs, plugins.ValidateSpecs("plugins", f.Plugins)...)
@@ -129,7 +133,8 @@ func (f *File) Validate() error {
 	return errors.Join(errs...)
 }
 
-// naturalCompare orders strings as text, but runs of digits by their value (routes[2] before routes[10]).
+// naturalCompare orders strings as text, but runs of digits by their value (routes[2] before
+// routes[10]).
 func naturalCompare(a, b string) int {
 	for a != "" && b != "" {
 		da, db := digits(a), digits(b)
@@ -192,7 +197,8 @@ func section(typ string) (name string, keys []string) {
 	return typ, nil
 }
 
-// yamlKeys are the keys of a struct type in the file, in field order (an inline field's keys in its place).
+// yamlKeys are the keys of a struct type in the file, in field order (an inline field's keys in its
+// place).
 func yamlKeys(t reflect.Type) []string {
 	var keys []string
 	for i := range t.NumField() {
@@ -211,8 +217,9 @@ func yamlKeys(t reflect.Type) []string {
 	return keys
 }
 
-// explainYAML turns yaml.v3's messages about unknown keys and values of the wrong type into ones that
-// name the key and the fix; every problem the decoder found is kept, in the order of the document.
+// explainYAML turns yaml.v3's messages about unknown keys and values of the wrong type into ones
+// that name the key and the fix; every problem the decoder found is kept, in the order of the
+// document.
 func explainYAML(err error, src []byte) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
@@ -266,7 +273,8 @@ func wantOf(typ string) string {
 	return "a mapping of key: value"
 }
 
-// yamlSpot is one value node of the document and its key path, e.g. limits.maxBodyBytes, plugins[0].timeout.
+// yamlSpot is one value node of the document and its key path, e.g. limits.maxBodyBytes,
+// plugins[0].timeout.
 type yamlSpot struct {
 	key  string
 	node *yaml.Node
@@ -301,8 +309,9 @@ func spotsOf(src []byte) []yamlSpot {
 	return out
 }
 
-// keyAt names the key whose value yaml.v3 refused on line: a scalar equal to value (which yaml.v3 may
-// cut to 7 characters and "..."), else the innermost list or mapping, skipping spots already named.
+// keyAt names the key whose value yaml.v3 refused on line: a scalar equal to value (which yaml.v3
+// may cut to 7 characters and "..."), else the innermost list or mapping, skipping spots already
+// named.
 func keyAt(spots []yamlSpot, used map[*yaml.Node]bool, line int, tag, value string) string {
 	value, cut := strings.CutSuffix(value, "...")
 	fits := func(n *yaml.Node) bool {

@@ -25,8 +25,8 @@ const keyHash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a0
 // binHash stands for a plugin binary's checksum.
 const binHash = "e19866fcddb6bdb5ff2831b813c2a1cf28a5d15f6a7071b2b1e8a9f79c2178fa"
 
-// contractExample is the config of CONTRACT.md ("Definitions the operator writes") with real checksums,
-// plus its mitm key.
+// contractExample is the config of CONTRACT.md ("Definitions the operator writes") with real
+// checksums, plus its mitm key.
 const contractExample = `defaultProtocol: neutral
 routes:                       # first match wins
   - match: {apiKeySha256: "` + keyHash + `", header: {X-Team: payments}, model: "gpt-4o*", path: /v1/chat/completions}
@@ -56,7 +56,8 @@ func defaults() *File {
 }
 
 func TestDefaultConstants(t *testing.T) {
-	// The contract and the seed fix these values; a change here is a change of observable behaviour.
+	// The contract and the seed fix these values; a change here is a change of observable
+	// behaviour.
 	if mitm.DefaultHandshakeTimeout != 10*time.Second {
 		t.Errorf("mitm.DefaultHandshakeTimeout %v, want 10s", mitm.DefaultHandshakeTimeout)
 	}

@@ -1,12 +1,13 @@
-// Package console is promptgate's web console: the HTML pages (decisions, preview, definitions, tools,
-// health), their style sheet and scripts, embedded in the binary and served under /console/ on the admin
-// listener. The pages hold no data: their scripts read and change everything through the admin API, with
-// the token the operator enters once (kept in the tab's session storage, never in a URL or cookie). No
-// script or style is inline, and nothing is loaded from another origin, so the admin listener's strict
-// Content-Security-Policy applies unchanged.
+// Package console is promptgate's web console: the HTML pages (decisions, preview, definitions,
+// tools, MCP, health), their style sheet and scripts, embedded in the binary and served under
+// /console/ on the admin listener. The pages hold no data: their scripts read and change everything
+// through the admin API, with the token the operator enters once (kept in the tab's session
+// storage, never in a URL or cookie). No script or style is inline, and nothing is loaded from
+// another origin, so the admin listener's strict Content-Security-Policy applies unchanged.
 //
-// It owns the pages and their assets. It does not authenticate, set security headers or refuse cross-site
-// requests (package admin, which mounts it, does), nor hold any data or endpoint of its own.
+// It owns the pages and their assets. It does not authenticate, set security headers or refuse
+// cross-site requests (package admin, which mounts it, does), nor hold any data or endpoint of its
+// own.
 package console
 
 import (
@@ -33,13 +34,15 @@ type Page struct {
 	Title string
 }
 
-// Pages are the console's pages, in the order of its navigation; the first is also served at Prefix.
+// Pages are the console's pages, in the order of its navigation; the first is also served at
+// Prefix.
 func Pages() []Page {
 	return []Page{
 		{"decisions", "Decisions"},
 		{"preview", "Preview"},
 		{"definitions", "Definitions"},
 		{"tools", "Tools"},
+		{"mcp", "MCP"},
 		{"health", "Health"},
 	}
 }
@@ -56,8 +59,8 @@ type handler struct {
 	static fs.FS
 }
 
-// New renders every page once and returns the handler of everything under Prefix: GET and HEAD of a page
-// or a static file; anything else is 404.
+// New renders every page once and returns the handler of everything under Prefix: GET and HEAD of a
+// page or a static file; anything else is 404.
 func New() (http.Handler, error) {
 	static, err := fs.Sub(files, "static")
 	if err != nil {

@@ -65,8 +65,8 @@ func TestPagesRender(t *testing.T) {
 	}
 }
 
-// The pages must run under a Content-Security-Policy without 'unsafe-inline': no inline script, handler
-// or style in the HTML; and the scripts must put text into the page only as text.
+// The pages must run under a Content-Security-Policy without 'unsafe-inline': no inline script,
+// handler or style in the HTML; and the scripts must put text into the page only as text.
 func TestNoInlineCodeAndNoHTMLSinks(t *testing.T) {
 	t.Parallel()
 	h, err := New()

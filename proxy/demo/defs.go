@@ -17,7 +17,8 @@ func Protocol() []byte { return read("protocol") }
 
 // Example is one request of the demo, with the outcome the model and the demo protocol give it.
 type Example struct {
-	// Name is the request's file name without ".json" (".messages" or ".responses" before it marks the API).
+	// Name is the request's file name without ".json" (".messages" or ".responses" before it marks
+	// the API).
 	Name string
 	// Path is the proxy path the request goes to, e.g. /v1/chat/completions.
 	Path string
@@ -27,14 +28,14 @@ type Example struct {
 
 // The demo's requests.
 const (
-	// ExampleLayered asks for no call: the model answers with the layered system prompt it received. It
-	// declares run_shell, which the demo protocol does not allow.
+	// ExampleLayered asks for no call: the model answers with the layered system prompt it
+	// received. It declares run_shell, which the demo protocol does not allow.
 	ExampleLayered = "layered"
-	// ExampleBlockedStream streams a turn after a fetched page told the model to mail a link to a host
-	// the demo protocol does not allow: the text flows, the call is blocked.
+	// ExampleBlockedStream streams a turn after a fetched page told the model to mail a link to a
+	// host the demo protocol does not allow: the text flows, the call is blocked.
 	ExampleBlockedStream = "blocked-stream"
-	// ExampleHeld (Anthropic Messages) follows an invoice that names a new IBAN: the payment is held for
-	// the user's confirmation.
+	// ExampleHeld (Anthropic Messages) follows an invoice that names a new IBAN: the payment is
+	// held for the user's confirmation.
 	ExampleHeld = "held.messages"
 )
 
@@ -47,8 +48,8 @@ func Examples() []Example {
 	return out
 }
 
-// PathOf is the proxy path of a request file named name (without ".json"): ".messages" and ".responses"
-// at its end mark those APIs, anything else is a chat completion.
+// PathOf is the proxy path of a request file named name (without ".json"): ".messages" and
+// ".responses" at its end mark those APIs, anything else is a chat completion.
 func PathOf(name string) string {
 	switch {
 	case strings.HasSuffix(name, ".messages"):

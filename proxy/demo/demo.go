@@ -1,12 +1,13 @@
-// Package demo is a scripted model that speaks the four APIs promptgate rewrites — Chat Completions
-// (/chat/completions), the Responses API (/responses), Anthropic Messages (/messages) and Google's Gemini
-// (/models/M:generateContent, :streamGenerateContent), stream and non-stream, in each API's own event
-// shapes — so that promptgate can be tried, documented and tested without a key and without the network. `promptgate demo` runs it beside the proxy with the demo
-// protocol (Protocol) and the requests of Examples.
+// Package demo is a scripted model that speaks the four APIs promptgate rewrites — Chat
+// Completions (/chat/completions), the Responses API (/responses), Anthropic Messages (/messages)
+// and Google's Gemini (/models/M:generateContent, :streamGenerateContent), stream and non-stream,
+// in each API's own event shapes — so that promptgate can be tried, documented and tested without
+// a key and without the network. `promptgate demo` runs it beside the proxy with the demo protocol
+// (Protocol) and the requests of Examples.
 //
-// The model is deterministic: the request alone decides the answer (see Reply). It owns the script, the
-// wire shapes of its answers and the demo's definitions; it does not own anything of the proxy and
-// imports none of it, so what it checks is the proxy as a real upstream sees it.
+// The model is deterministic: the request alone decides the answer (see Reply). It owns the script,
+// the wire shapes of its answers and the demo's definitions; it does not own anything of the proxy
+// and imports none of it, so what it checks is the proxy as a real upstream sees it.
 package demo
 
 import (
@@ -29,14 +30,14 @@ const maxBody = 16 << 20
 type Options struct {
 	// Now stamps the answers' creation times; nil is time.Now.
 	Now func() time.Time
-	// SplitFrames writes each SSE frame in two writes, flushed apart, as networks deliver them; false
-	// writes (and flushes) one frame at a time.
+	// SplitFrames writes each SSE frame in two writes, flushed apart, as networks deliver them;
+	// false writes (and flushes) one frame at a time.
 	SplitFrames bool
 }
 
-// Handler serves the model under any base path: POST .../chat/completions, .../responses, .../messages and
-// .../models/M:generateContent or :streamGenerateContent, GET .../models. Other paths are 404 in the
-// OpenAI error shape.
+// Handler serves the model under any base path: POST .../chat/completions, .../responses,
+// .../messages and .../models/M:generateContent or :streamGenerateContent, GET .../models. Other
+// paths are 404 in the OpenAI error shape.
 func Handler(o Options) http.Handler {
 	if o.Now == nil {
 		o.Now = time.Now

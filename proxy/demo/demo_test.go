@@ -67,7 +67,8 @@ func TestReplyFollowsTheScript(t *testing.T) {
 			t.Errorf("%s: calls %q, want %q", c.name, got, c.wantCalls)
 		}
 	}
-	// The same request gives the same calls, ids included; a request without a system prompt says so.
+	// The same request gives the same calls, ids included; a request without a system prompt says
+	// so.
 	r := Request{Tools: tools, Turns: []Turn{user(`call read_file {"path":"a"}`)}}
 	if a, b := Reply(r), Reply(r); a.Calls[0].ID != b.Calls[0].ID {
 		t.Error("ids differ between two identical requests")
@@ -77,7 +78,8 @@ func TestReplyFollowsTheScript(t *testing.T) {
 	}
 }
 
-// TestParseReadsEachAPI: the system prompt, the declared tools and the conversation of each API's body.
+// TestParseReadsEachAPI: the system prompt, the declared tools and the conversation of each API's
+// body.
 func TestParseReadsEachAPI(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -137,8 +139,8 @@ func newModel(t *testing.T) *httptest.Server {
 // askTwoCalls is a user message that makes the model answer with text and two calls.
 const askTwoCalls = `call get_weather {"city": "Zürich"} and call lookup {"q": "a longer query with ünïcödé"}`
 
-// TestOfficialClientsReadTheModel: the OpenAI and Anthropic SDKs read the model's answers, stream and
-// non-stream, into the answer the script gives.
+// TestOfficialClientsReadTheModel: the OpenAI and Anthropic SDKs read the model's answers, stream
+// and non-stream, into the answer the script gives.
 func TestOfficialClientsReadTheModel(t *testing.T) {
 	t.Parallel()
 	ts := newModel(t)
@@ -305,9 +307,9 @@ func messageParts(t *testing.T, m *anthropic.Message) (string, []string) {
 	return text, calls
 }
 
-// TestStreamsAreWellFormed: every frame of every API's stream is one SSE event with JSON data (Chat's
-// [DONE] aside), each text and arguments delta is valid UTF-8 inside its JSON string, and the stream ends
-// as the API ends it.
+// TestStreamsAreWellFormed: every frame of every API's stream is one SSE event with JSON data
+// (Chat's [DONE] aside), each text and arguments delta is valid UTF-8 inside its JSON string, and
+// the stream ends as the API ends it.
 func TestStreamsAreWellFormed(t *testing.T) {
 	t.Parallel()
 	a := Answer{Text: strings.Repeat("é€😀 ", 20), Calls: []Call{{ID: "x", Name: "f", Arguments: `{"s":"` + strings.Repeat("ü😀", 10) + `"}`}}}
@@ -342,8 +344,8 @@ func TestStreamsAreWellFormed(t *testing.T) {
 	}
 }
 
-// TestModelRefusesBadRequests: a body that is not a JSON object, a path it does not serve and a method
-// other than POST get errors in the API's shape.
+// TestModelRefusesBadRequests: a body that is not a JSON object, a path it does not serve and a
+// method other than POST get errors in the API's shape.
 func TestModelRefusesBadRequests(t *testing.T) {
 	t.Parallel()
 	ts := newModel(t)
@@ -383,8 +385,8 @@ func TestModelRefusesBadRequests(t *testing.T) {
 	}
 }
 
-// TestExamplesAreWellFormed: the demo's definitions parse, and each example request is a JSON object
-// without a quote that would end the shell quoting the demo prints it in.
+// TestExamplesAreWellFormed: the demo's definitions parse, and each example request is a JSON
+// object without a quote that would end the shell quoting the demo prints it in.
 func TestExamplesAreWellFormed(t *testing.T) {
 	t.Parallel()
 	if !gjson.ValidBytes(Protocol()) || gjson.GetBytes(Protocol(), "id").String() != ProtocolID {
@@ -407,8 +409,9 @@ func TestExamplesAreWellFormed(t *testing.T) {
 	}
 }
 
-// FuzzModelAnswersAnyBody: whatever a body holds, the model reads it or refuses it, and its answer is one
-// JSON value (non-stream) or SSE frames of JSON data (stream) on every API; the examples seed it.
+// FuzzModelAnswersAnyBody: whatever a body holds, the model reads it or refuses it, and its answer
+// is one JSON value (non-stream) or SSE frames of JSON data (stream) on every API; the examples
+// seed it.
 func FuzzModelAnswersAnyBody(f *testing.F) {
 	for _, e := range Examples() {
 		f.Add(e.Body, uint8(0))

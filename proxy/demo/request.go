@@ -48,13 +48,16 @@ type Turn struct {
 	Text string
 }
 
-// Request is what the model reads of a request: the system prompt, the tools it may call, the conversation.
+// Request is what the model reads of a request: the system prompt, the tools it may call, the
+// conversation.
 type Request struct {
-	// System is the system prompt (system and developer messages, Responses instructions, Anthropic system).
+	// System is the system prompt (system and developer messages, Responses instructions, Anthropic
+	// system).
 	System string
 	// Tools are the names of the function tools the request declares.
 	Tools []string
-	// Turns are the conversation, in order; an assistant's tool calls are an assistant turn of their own.
+	// Turns are the conversation, in order; an assistant's tool calls are an assistant turn of
+	// their own.
 	Turns []Turn
 
 	stream, includeUsage bool
@@ -231,7 +234,8 @@ func (r *Request) readGemini(root gjson.Result) (sys []string) {
 	return sys
 }
 
-// texts is the text of a content value: a string, or the text of its parts of the given types, one per line.
+// texts is the text of a content value: a string, or the text of its parts of the given types, one
+// per line.
 func texts(v gjson.Result, partTypes ...string) string {
 	if v.Type == gjson.String {
 		return v.Str

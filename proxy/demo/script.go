@@ -26,13 +26,15 @@ type Answer struct {
 	Calls []Call
 }
 
-// heldNotice starts the notice with which the proxy replaces a call it holds for the user's confirmation.
+// heldNotice starts the notice with which the proxy replaces a call it holds for the user's
+// confirmation.
 const heldNotice = "[promptgate] held tool call"
 
 // maxCalls bounds the calls of one answer.
 const maxCalls = 16
 
-// directive is how the script is told to call a tool: `call NAME {JSON object}`, anywhere in a text.
+// directive is how the script is told to call a tool: `call NAME {JSON object}`, anywhere in a
+// text.
 var directive = regexp.MustCompile(`(?i:\bcall)\s+([A-Za-z0-9_.\-]{1,64})\s*\{`)
 
 // Reply is the script: what the model answers to r.
@@ -75,7 +77,8 @@ func Reply(r Request) Answer {
 	return Answer{Text: echo(r)}
 }
 
-// obey makes the calls text asks for; ok is false when it asks for none. turn numbers the calls' ids.
+// obey makes the calls text asks for; ok is false when it asks for none. turn numbers the calls'
+// ids.
 func obey(text string, tools []string, turn int, intro string) (Answer, bool) {
 	var calls []Call
 	var made, missing []string
@@ -108,7 +111,8 @@ func obey(text string, tools []string, turn int, intro string) (Answer, bool) {
 	return Answer{Text: strings.Join(say, " "), Calls: calls}, true
 }
 
-// names lists the tools called, in order, each once with its count when it is called more than once.
+// names lists the tools called, in order, each once with its count when it is called more than
+// once.
 func names(made []string) string {
 	var order []string
 	count := map[string]int{}
@@ -146,7 +150,8 @@ func callID(turn, i int, name, args string) string {
 	return hex.EncodeToString(h[:12])
 }
 
-// echo is the answer to a message that asks for no call: what the model is, and the system prompt it got.
+// echo is the answer to a message that asks for no call: what the model is, and the system prompt
+// it got.
 func echo(r Request) string {
 	var b strings.Builder
 	b.WriteString("I am promptgate's demo model: I answer from a script, not from a language model. ")

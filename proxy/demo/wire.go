@@ -16,13 +16,15 @@ type Meta struct {
 	Created int64 // Unix seconds
 	// InputTokens is the usage's input count.
 	InputTokens int
-	// Instructions are a Responses request's instructions as JSON, echoed in response objects ("" for null).
+	// Instructions are a Responses request's instructions as JSON, echoed in response objects (""
+	// for null).
 	Instructions string
 	// IncludeUsage is a Chat stream's stream_options.include_usage: a last chunk carries the usage.
 	IncludeUsage bool
 }
 
-// Piece sizes of a streamed answer: text and arguments arrive in deltas of at most these many bytes.
+// Piece sizes of a streamed answer: text and arguments arrive in deltas of at most these many
+// bytes.
 const (
 	textPiece = 24
 	argsPiece = 12
@@ -134,7 +136,8 @@ func textID(s string) string {
 	return hex.EncodeToString(h[:8])
 }
 
-// pieces splits s into parts of at most n bytes, never inside a character (each is sent as a JSON string).
+// pieces splits s into parts of at most n bytes, never inside a character (each is sent as a JSON
+// string).
 func pieces(s string, n int) []string {
 	var out []string
 	for len(s) > n {

@@ -1,11 +1,12 @@
-// Package guard decides, before anything else happens, whether a listener answers a request at all: a request
-// addressed to a Host that is neither this machine nor a name the operator listed (DNS rebinding), and a
-// request a browser sends on behalf of a page of another site (an Origin or Sec-Fetch-Site of another site, a
-// CORS preflight, a "simple" text or form POST that needs no preflight), are refused. It also answers the CORS
-// preflight of browser origins the operator opted in, and drops the Access-Control-* headers of an upstream.
+// Package guard decides, before anything else happens, whether a listener answers a request at all:
+// a request addressed to a Host that is neither this machine nor a name the operator listed (DNS
+// rebinding), and a request a browser sends on behalf of a page of another site (an Origin or
+// Sec-Fetch-Site of another site, a CORS preflight, a "simple" text or form POST that needs no
+// preflight), are refused. It also answers the CORS preflight of browser origins the operator opted
+// in, and drops the Access-Control-* headers of an upstream.
 //
-// It owns these checks only. It does not own the listeners (cmd/promptgate), the error JSON (its callers write
-// a Refusal in their own shape) nor what a request means (proxy/, proxy/admin/).
+// It owns these checks only. It does not own the listeners (cmd/promptgate), the error JSON (its
+// callers write a Refusal in their own shape) nor what a request means (proxy/, proxy/admin/).
 package guard
 
 import (
@@ -19,22 +20,23 @@ import (
 	"strings"
 )
 
-// Config lists what an operator opts in to; its zero value answers loopback Hosts and same-origin or
-// non-browser requests only.
+// Config lists what an operator opts in to; its zero value answers loopback Hosts and same-origin
+// or non-browser requests only.
 type Config struct {
-	// Hosts are the Host names answered besides loopback ones: a name or an IP address, matched exactly (any
-	// port, any letter case), or "*.example.com" for every name under example.com (not example.com itself).
+	// Hosts are the Host names answered besides loopback ones: a name or an IP address, matched
+	// exactly (any port, any letter case), or "*.example.com" for every name under example.com (not
+	// example.com itself).
 	Hosts []string `yaml:"hosts"`
-	// AllowedOrigins are browser origins ("https://app.example.com", scheme://host[:port]) whose cross-site
-	// requests are answered, with CORS headers, and whose preflights are answered.
+	// AllowedOrigins are browser origins ("https://app.example.com", scheme://host[:port]) whose
+	// cross-site requests are answered, with CORS headers, and whose preflights are answered.
 	AllowedOrigins []string `yaml:"allowedOrigins"`
-	// Section is the config section that holds Hosts and AllowedOrigins ("listen"), named in refusals; ""
-	// when they cannot be configured.
+	// Section is the config section that holds Hosts and AllowedOrigins ("listen"), named in
+	// refusals; "" when they cannot be configured.
 	Section string `yaml:"-"`
 }
 
-// Validate returns every problem of the hosts and origins, each naming its key path under key (the section,
-// e.g. "listen") and the fix.
+// Validate returns every problem of the hosts and origins, each naming its key path under key (the
+// section, e.g. "listen") and the fix.
 func (c *Config) Validate(key string) []error {
 	var errs []error
 	for i, h := range c.Hosts {
@@ -124,8 +126,8 @@ func ParseHost(s string) (string, error) {
 	return name, nil
 }
 
-// ParseOrigin checks one entry of Config.AllowedOrigins and returns it in canonical form (lower case, without
-// the scheme's default port).
+// ParseOrigin checks one entry of Config.AllowedOrigins and returns it in canonical form (lower
+// case, without the scheme's default port).
 func ParseOrigin(s string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(s))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
@@ -151,7 +153,8 @@ func stripDefaultPort(scheme, hostport string) string {
 	return hostport
 }
 
-// hostOf is the host of a Host header (host or host:port), lower case, without brackets or a final dot.
+// hostOf is the host of a Host header (host or host:port), lower case, without brackets or a final
+// dot.
 func hostOf(hostport string) string {
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
@@ -160,8 +163,8 @@ func hostOf(hostport string) string {
 	return strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
 }
 
-// LoopbackHost reports whether a Host header names this machine: localhost, a name under .localhost, an
-// address of 127.0.0.0/8 or ::1.
+// LoopbackHost reports whether a Host header names this machine: localhost, a name under
+// .localhost, an address of 127.0.0.0/8 or ::1.
 func LoopbackHost(hostport string) bool {
 	host := hostOf(hostport)
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
@@ -171,9 +174,9 @@ func LoopbackHost(hostport string) bool {
 	return err == nil && ip.Unmap().IsLoopback()
 }
 
-// AddressHost reports whether a Host header names an IP address rather than a name. Such a Host cannot come
-// from DNS rebinding: a page that reaches an address by a name it controls sends that name, and a page whose
-// own origin is the address is the listener's own.
+// AddressHost reports whether a Host header names an IP address rather than a name. Such a Host
+// cannot come from DNS rebinding: a page that reaches an address by a name it controls sends that
+// name, and a page whose own origin is the address is the listener's own.
 func AddressHost(hostport string) bool {
 	_, err := netip.ParseAddr(hostOf(hostport))
 	return err == nil
@@ -184,8 +187,8 @@ func SameHost(a, b string) bool {
 	return a != "" && hostOf(a) == hostOf(b)
 }
 
-// HostAllowed reports whether the listener answers a request with this Host header: a loopback one or one the
-// operator listed.
+// HostAllowed reports whether the listener answers a request with this Host header: a loopback one
+// or one the operator listed.
 func (p *Policy) HostAllowed(hostport string) bool {
 	if LoopbackHost(hostport) {
 		return true
@@ -205,8 +208,8 @@ func (p *Policy) HostAllowed(hostport string) bool {
 	return false
 }
 
-// CheckHost refuses a request whose Host is neither loopback nor listed (421: it was not meant for this
-// listener).
+// CheckHost refuses a request whose Host is neither loopback nor listed (421: it was not meant for
+// this listener).
 func (p *Policy) CheckHost(r *http.Request) *Refusal {
 	if p.HostAllowed(r.Host) {
 		return nil
@@ -224,8 +227,8 @@ func (p *Policy) originAllowed(origin string) bool {
 	return p.origins[canonicalOrigin(u.Scheme, u.Host)]
 }
 
-// sameOrigin reports whether origin names the host and port the request was sent to. The scheme is not
-// compared: a TLS-terminating proxy in front of the listener changes it.
+// sameOrigin reports whether origin names the host and port the request was sent to. The scheme is
+// not compared: a TLS-terminating proxy in front of the listener changes it.
 func sameOrigin(origin string, r *http.Request) bool {
 	u, err := url.Parse(origin)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || u.Path != "" {
@@ -235,11 +238,12 @@ func sameOrigin(origin string, r *http.Request) bool {
 		stripDefaultPort(strings.ToLower(u.Scheme), strings.ToLower(r.Host)))
 }
 
-// CheckBrowser refuses a request a browser sends on behalf of a page of another site, unless that site's
-// origin is opted in: an Origin header that is neither the listener's own origin nor an opted-in one, a
-// Sec-Fetch-Site other than same-origin or none without an opted-in Origin, and a body in a content type a page
-// can send without a preflight (text/plain, application/x-www-form-urlencoded), which no API client sends.
-// OPTIONS is answered by Preflight, not here.
+// CheckBrowser refuses a request a browser sends on behalf of a page of another site, unless that
+// site's origin is opted in: an Origin header that is neither the listener's own origin nor an
+// opted-in one, a Sec-Fetch-Site other than same-origin or none without an opted-in Origin, and a
+// body in a content type a page can send without a preflight (text/plain,
+// application/x-www-form-urlencoded), which no API client sends. OPTIONS is answered by Preflight,
+// not here.
 func (p *Policy) CheckBrowser(r *http.Request) *Refusal {
 	origin := r.Header.Get("Origin")
 	allowed := origin != "" && p.originAllowed(origin)
@@ -255,8 +259,8 @@ func (p *Policy) CheckBrowser(r *http.Request) *Refusal {
 				Message: fmt.Sprintf("a %s browser request is not answered: web pages cannot use this listener%s", site, p.optIn)}
 		}
 	}
-	// The content types a page can send to another site without a preflight, multipart/form-data aside: SDK
-	// file uploads use it, and a browser sends Origin with every POST.
+	// The content types a page can send to another site without a preflight, multipart/form-data
+	// aside: SDK file uploads use it, and a browser sends Origin with every POST.
 	switch mt := strings.ToLower(mediaType(r.Header.Get("Content-Type"))); mt {
 	case "text/plain", "application/x-www-form-urlencoded":
 		return &Refusal{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
@@ -265,16 +269,16 @@ func (p *Policy) CheckBrowser(r *http.Request) *Refusal {
 	return nil
 }
 
-// mediaType is the type/subtype of a Content-Type value, as a browser's CORS check reads it: what comes
-// before the first ";", blanks trimmed, parameters (well-formed or not) ignored.
+// mediaType is the type/subtype of a Content-Type value, as a browser's CORS check reads it: what
+// comes before the first ";", blanks trimmed, parameters (well-formed or not) ignored.
 func mediaType(ct string) string {
 	mt, _, _ := strings.Cut(ct, ";")
 	return strings.TrimSpace(mt)
 }
 
-// Preflight answers an OPTIONS request, which is never forwarded: for an opted-in origin that asks with
-// Access-Control-Request-Method, a CORS preflight answer (204; it returns nil and has written it); anything
-// else is refused.
+// Preflight answers an OPTIONS request, which is never forwarded: for an opted-in origin that asks
+// with Access-Control-Request-Method, a CORS preflight answer (204; it returns nil and has written
+// it); anything else is refused.
 func (p *Policy) Preflight(w http.ResponseWriter, r *http.Request) *Refusal {
 	origin := r.Header.Get("Origin")
 	method := r.Header.Get("Access-Control-Request-Method")
@@ -316,7 +320,8 @@ func requestedHeaders(values []string) string {
 // exposed are the response headers an opted-in page may read besides the CORS-safelisted ones.
 const exposed = "X-Request-Id, X-Upstream-Request-Id, X-Promptgate-Protocol, X-Promptgate-Template, X-Promptgate-Tools-Removed, X-Promptgate-Blocked, X-Promptgate-Continued, Retry-After"
 
-// Allow sets the CORS headers of an answer to an opted-in origin on h; for any other request it sets none.
+// Allow sets the CORS headers of an answer to an opted-in origin on h; for any other request it
+// sets none.
 func (p *Policy) Allow(h http.Header, r *http.Request) {
 	origin := r.Header.Get("Origin")
 	if origin == "" || !p.originAllowed(origin) {
@@ -327,7 +332,8 @@ func (p *Policy) Allow(h http.Header, r *http.Request) {
 	h.Add("Vary", "Origin")
 }
 
-// DropCORS deletes every Access-Control-* field of h (an upstream's: only the listener decides them).
+// DropCORS deletes every Access-Control-* field of h (an upstream's: only the listener decides
+// them).
 func DropCORS(h http.Header) {
 	for k := range h {
 		if len(k) >= len("Access-Control-") && strings.EqualFold(strings.ReplaceAll(k[:len("Access-Control-")], "_", "-"), "Access-Control-") {

@@ -171,8 +171,8 @@ func TestAllowAndDropCORS(t *testing.T) {
 	}
 }
 
-// Any Host the policy answers is loopback or listed; any Origin it lets through is the listener's own or
-// opted in; nothing panics.
+// Any Host the policy answers is loopback or listed; any Origin it lets through is the listener's
+// own or opted in; nothing panics.
 func FuzzGuard(f *testing.F) {
 	for _, s := range []string{"localhost:8787", "gateway.internal", "a.svc.cluster.local", "10.0.0.5:1", "[::1]:1", "evil.example",
 		"https://app.example.com", "http://127.0.0.1:8787", "null", "HTTPS://APP.EXAMPLE.COM:443", "http://[::1]:8787", "%zz", ""} {

@@ -10,22 +10,27 @@ import (
 
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/proxy"
+	"github.com/promptgate/promptgate/proxy/mcppin"
 )
 
-// The admin routes of the door, served by the admin listener (behind its token and Host rules) under
-// AdminPrefix.
+// The admin routes of the door, served by the admin listener (behind its token and Host rules)
+// under AdminPrefix.
 const AdminPrefix = "/admin/mcp/"
 
 // Admin is the door's part of the admin API:
 //
 //	GET  /admin/mcp/servers                              the servers, their pins and the recent calls
+//	GET  /admin/mcp/servers/{server}/versions            the versions of the server's pin set
 //	GET  /admin/mcp/servers/{server}/tools/{tool}/diff   a tool's pinned and pending definitions, what differs
 //	POST /admin/mcp/servers/{server}/tools/{tool}/approve {"digest":"..."}: pin the pending definition
 //
-// rec receives the approvals (with the actor of the X-Promptgate-Actor header).
+// A pin set is a definition of the store (kind mcppins): its versions are read, activated and
+// rolled back under /admin/mcppins/{server} like the other definitions. rec receives the approvals
+// (with the actor of the X-Promptgate-Actor header).
 func (d *Door) Admin(rec audit.Recorder) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+AdminPrefix+"servers", d.adminServers)
+	mux.HandleFunc("GET "+AdminPrefix+"servers/{server}/versions", d.adminVersions)
 	mux.HandleFunc("GET "+AdminPrefix+"servers/{server}/tools/{tool}/diff", d.adminDiff)
 	mux.HandleFunc("POST "+AdminPrefix+"servers/{server}/tools/{tool}/approve", func(w http.ResponseWriter, r *http.Request) {
 		d.adminApprove(w, r, rec)
@@ -40,7 +45,11 @@ type serverView struct {
 	Protocol   string `json:"protocol,omitempty"`
 	ToolPrefix string `json:"toolPrefix,omitempty"`
 	Fresh      bool   `json:"fresh"`
-	Tools      []Pin  `json:"tools"`
+	// Version is the active version of the server's pin set (0 before the first pin); Stored says
+	// whether the sets are kept in the store (else in this instance's memory).
+	Version int   `json:"version"`
+	Stored  bool  `json:"stored"`
+	Tools   []Pin `json:"tools"`
 }
 
 func (d *Door) adminServers(w http.ResponseWriter, _ *http.Request) {
@@ -54,7 +63,7 @@ func (d *Door) adminServers(w http.ResponseWriter, _ *http.Request) {
 	for _, s := range d.o.Config.Servers {
 		u := s.Endpoint()
 		v := serverView{Name: s.Name, Origin: u.Scheme + "://" + u.Host, Protocol: s.Protocol, ToolPrefix: s.ToolPrefix,
-			Fresh: d.o.Pins.Fresh(s.Name), Tools: []Pin{}}
+			Fresh: d.o.Pins.Fresh(s.Name), Version: d.o.Pins.Version(s.Name), Stored: d.o.Store != nil, Tools: []Pin{}}
 		for _, p := range pins {
 			if p.Server == s.Name {
 				v.Tools = append(v.Tools, p)
@@ -65,13 +74,31 @@ func (d *Door) adminServers(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+func (d *Door) adminVersions(w http.ResponseWriter, r *http.Request) {
+	server := r.PathValue("server")
+	if d.servers[server] == nil {
+		proxy.WriteError(w, http.StatusNotFound, "not_found", "no such MCP server in the config (mcp.servers)", "")
+		return
+	}
+	e, stored, err := d.o.Pins.Versions(r.Context(), server)
+	switch {
+	case err != nil:
+		d.log.Error("the versions of a pin set cannot be read", "server", server, "err", err)
+		proxy.WriteError(w, http.StatusServiceUnavailable, "store_unavailable", "the store does not answer: try again", "")
+	case !stored:
+		proxy.WriteError(w, http.StatusNotFound, "not_stored", "this door keeps its pins in memory (no store): there are no versions", "")
+	default:
+		writeJSON(w, http.StatusOK, e)
+	}
+}
+
 // diffView is what changed between a tool's pinned and pending definitions.
 type diffView struct {
-	Server  string      `json:"server"`
-	Tool    string      `json:"tool"`
-	Version int         `json:"version"`
-	Pinned  *Definition `json:"pinned"`
-	Pending *Definition `json:"pending"`
+	Server  string             `json:"server"`
+	Tool    string             `json:"tool"`
+	Version int                `json:"version"`
+	Pinned  *mcppin.Definition `json:"pinned"`
+	Pending *mcppin.Definition `json:"pending"`
 	// Changed names the fields that differ: description, inputSchema.
 	Changed []string `json:"changed"`
 	// Properties are the input schema's top-level properties added, removed or changed.
@@ -90,7 +117,7 @@ func (d *Door) adminDiff(w http.ResponseWriter, r *http.Request) {
 		if pin.Pinned.Description != pin.Pending.Description {
 			v.Changed = append(v.Changed, "description")
 		}
-		if digestOf(Definition{InputSchema: pin.Pinned.InputSchema}) != digestOf(Definition{InputSchema: pin.Pending.InputSchema}) {
+		if mcppin.Digest(mcppin.Definition{InputSchema: pin.Pinned.InputSchema}) != mcppin.Digest(mcppin.Definition{InputSchema: pin.Pending.InputSchema}) {
 			v.Changed = append(v.Changed, "inputSchema")
 		}
 		before := gjson.GetBytes(pin.Pinned.InputSchema, "properties")
@@ -99,7 +126,7 @@ func (d *Door) adminDiff(w http.ResponseWriter, r *http.Request) {
 			switch old := before.Get(escapePath(k.String())); {
 			case !old.Exists():
 				v.Properties["added"] = append(v.Properties["added"], k.String())
-			case digestOf(Definition{InputSchema: []byte(old.Raw)}) != digestOf(Definition{InputSchema: []byte(val.Raw)}):
+			case mcppin.Digest(mcppin.Definition{InputSchema: []byte(old.Raw)}) != mcppin.Digest(mcppin.Definition{InputSchema: []byte(val.Raw)}):
 				v.Properties["changed"] = append(v.Properties["changed"], k.String())
 			}
 			return true
@@ -129,9 +156,14 @@ func (d *Door) adminApprove(w http.ResponseWriter, r *http.Request, rec audit.Re
 		actor = "admin"
 	}
 	server, tool := r.PathValue("server"), r.PathValue("tool")
-	pin, ok := d.o.Pins.Approve(server, tool, body.Digest, actor)
+	pin, ok, err := d.o.Pins.Approve(r.Context(), server, tool, body.Digest, actor)
 	if !ok {
 		proxy.WriteError(w, http.StatusConflict, "not_pending", "that tool has no pending definition with this digest: read its diff again", "digest")
+		return
+	}
+	if err != nil {
+		d.log.Error("an approved definition could not be stored; it is not pinned", "server", server, "err", err)
+		proxy.WriteError(w, http.StatusServiceUnavailable, "store_unavailable", "the store did not take the approval, and nothing is pinned: approve it again once the store answers", "")
 		return
 	}
 	if rec != nil {

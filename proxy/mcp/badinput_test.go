@@ -13,7 +13,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/mcp"
 )
 
-// TestBadInput: what the door refuses before anything reaches the server, each with its JSON-RPC error.
+// TestBadInput: what the door refuses before anything reaches the server, each with its JSON-RPC
+// error.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	_, up := crmServerWith(t, &sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
@@ -48,6 +49,9 @@ func TestBadInput(t *testing.T) {
 		{"malformed json", `{"jsonrpc":"2.0","id":1,"method":"ping"`, nil, 400, "-32700"},
 		{"duplicate key", `{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"}`, nil, 400, "-32700"},
 		{"case-variant key", `{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call"}`, nil, 400, "-32700"},
+		{"case-variant member of params", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","Arguments":{"name":"ann"}}}`, nil, 400, "letter case only"},
+		{"member of params folded by Unicode", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","argumentſ":{"name":"ann"}}}`, nil, 400, "letter case only"},
+		{"a response with a case-variant method", `{"jsonrpc":"2.0","id":1,"result":{},"Method":"tools/call"}`, nil, 400, "letter case only"},
 		{"not json-rpc 2.0", `{"jsonrpc":"1.0","id":1,"method":"ping"}`, nil, 400, "-32600"},
 		{"id is an object", `{"jsonrpc":"2.0","id":{},"method":"ping"}`, nil, 400, "-32600"},
 		{"unknown version", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, map[string]string{"Mcp-Protocol-Version": "2024-01-01"}, 400, "not served"},

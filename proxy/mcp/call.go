@@ -7,12 +7,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/mcpjoin"
+	"github.com/promptgate/promptgate/proxy/mcppin"
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
@@ -29,20 +32,20 @@ const (
 // Verdicts of the door besides audit's allowed, blocked, removed, held, confirmed, audited.
 const (
 	// VerdictPinned: a first-seen definition was pinned.
-	VerdictPinned = "pinned"
+	VerdictPinned = audit.VerdictPinned
 	// VerdictChanged: a definition differs from its pin.
-	VerdictChanged = "changed"
+	VerdictChanged = audit.VerdictChanged
 	// VerdictFlagged: the scan found an injection in a description.
-	VerdictFlagged = "flagged"
+	VerdictFlagged = audit.VerdictFlagged
 	// VerdictApproved: an operator pinned a pending definition.
-	VerdictApproved = "approved"
+	VerdictApproved = audit.VerdictApproved
 )
 
 // Reasons of calls the join refuses.
 const (
-	reasonNoModelCall = "no model call released this call (mcp.requireModelCall)"
-	reasonDiffers     = "its arguments differ from those of the model's call (mcp.requireModelCall)"
-	reasonSpent       = "the model's call was executed already: a released call runs once (mcp.requireModelCall)"
+	reasonNoModelCall = "no model call released this call (requireModelCall)"
+	reasonDiffers     = "its arguments differ from those of the model's call (requireModelCall)"
+	reasonSpent       = "the model's call was executed already: a released call runs once (requireModelCall)"
 )
 
 // governance is what the request's protocol decides on the door.
@@ -51,7 +54,8 @@ type governance struct {
 	g   *proxy.Governance
 }
 
-// govern chooses the protocol of a request: the server's configured one, else as for the model's requests.
+// govern chooses the protocol of a request: the server's configured one, else as for the model's
+// requests.
 func (d *Door) govern(r *http.Request, srv *Server) (governance, error) {
 	g, err := d.o.Engine.Govern(proxy.GovernInput{Path: r.URL.Path, Header: r.Header, Protocol: srv.Protocol})
 	if err != nil {
@@ -60,12 +64,12 @@ func (d *Door) govern(r *http.Request, srv *Server) (governance, error) {
 	return governance{eff: g.Protocol, g: g}, nil
 }
 
-// call judges a tools/call: the server's definitions are read when they changed or were never read; the
-// tool must be listed and its definition pinned (held changes refuse it); the model's name for it must be
-// allowed and its arguments must pass the pinned schema and the argument rules; the call is matched to the
-// model's call, which mcp.requireModelCall requires; one that no model call released is judged by the
-// information-flow rules with no conversation in sight. A refusal is a tool result with isError that names
-// the rule and never the arguments.
+// call judges a tools/call: the server's definitions are read when they changed or were never read;
+// the tool must be listed and its definition pinned (held changes refuse it); the model's name for
+// it must be allowed and its arguments must pass the pinned schema and the argument rules; the call
+// is matched to the model's call, which mcp.requireModelCall requires; one that no model call
+// released is judged by the information-flow rules with no conversation in sight. A refusal is a
+// tool result with isError that names the rule and never the arguments.
 func (x *exchange) call(m message) ([]byte, bool) {
 	ctx, span := tracing.Stage(x.ctx(), "promptgate.mcp.call")
 	defer span.End()
@@ -97,21 +101,25 @@ func (x *exchange) call(m message) ([]byte, bool) {
 		}
 		x.decided(model, argBytes, audit.VerdictAudited, reason, rule, "")
 	}
-	digest, _ := mcpjoin.Digest(argBytes) // the checker saw one JSON object
+	if !args.Exists() {
+		args = gjson.Parse("{}")
+	}
+	digest, _ := flow.ArgsDigest(args) // the body was read strict, the checker saw one object
 	conversation := strings.TrimSpace(x.r.Header.Get(proxy.HeaderConversation))
 	match, rel := x.d.o.Calls.Claim(mcpjoin.Call{Tool: model, Digest: digest, Conversation: conversation})
 	span.String("promptgate.mcp.join", [...]string{"unmatched", "matched", "differs", "spent"}[match])
+	require := x.requireModelCall()
 	switch {
 	case match == mcpjoin.Matched:
 		x.decided(model, argBytes, audit.VerdictAllowed, "matched the model's call released under protocol "+rel.Protocol, "", "")
-	case x.d.o.Config.RequireModelCall && match == mcpjoin.Differs:
+	case require && match == mcpjoin.Differs:
 		return x.refuse(m, model, argBytes, reasonDiffers, "", audit.VerdictBlocked), false
-	case x.d.o.Config.RequireModelCall && match == mcpjoin.Spent:
+	case require && match == mcpjoin.Spent:
 		return x.refuse(m, model, argBytes, reasonSpent, "", audit.VerdictBlocked), false
-	case x.d.o.Config.RequireModelCall:
+	case require:
 		return x.refuse(m, model, argBytes, reasonNoModelCall, "", audit.VerdictBlocked), false
 	default:
-		if answer, ok := x.judgeUnmatched(m, model, argBytes, conversation); !ok {
+		if answer, ok := x.judgeUnmatched(m, model, argBytes, digest, conversation); !ok {
 			return answer, false
 		}
 	}
@@ -119,11 +127,22 @@ func (x *exchange) call(m message) ([]byte, bool) {
 	return nil, true
 }
 
-// judgeUnmatched judges a call that no model call released by the protocol's information-flow rules, on a
-// conversation of which nothing is in sight: provenance finds no source, budgets cannot be counted, and rules
-// after untrusted apply. A rule that asks for confirmation holds it, bound to the conversation id the request
-// names, the server and the protocol version; X-Promptgate-Confirm with the code releases it once.
-func (x *exchange) judgeUnmatched(m message, model string, args []byte, conversation string) ([]byte, bool) {
+// requireModelCall is whether a call must match a model's call: the protocol's
+// mcp.requireModelCall, else the config's.
+func (x *exchange) requireModelCall() bool {
+	if r := x.gov.eff.MCP.RequireModelCall; r != nil {
+		return *r
+	}
+	return x.d.o.Config.RequireModelCall
+}
+
+// judgeUnmatched judges a call that no model call released by the protocol's information-flow
+// rules, on a conversation of which nothing is in sight: provenance finds no source, budgets cannot
+// be counted, and rules after untrusted apply. A rule that asks for confirmation holds it, bound to
+// the conversation id the request names (else, where the client can be asked, its session), the
+// server and the protocol version; the user's answer to the door's question (elicit.go), or
+// X-Promptgate-Confirm with the code, releases it once.
+func (x *exchange) judgeUnmatched(m message, model string, args []byte, digest [32]byte, conversation string) ([]byte, bool) {
 	pol, err := x.gov.g.Flow()
 	if err != nil {
 		return x.refuse(m, model, args, "the protocol's information-flow rules do not compile", "", audit.VerdictBlocked), false
@@ -135,8 +154,11 @@ func (x *exchange) judgeUnmatched(m message, model string, args []byte, conversa
 	t := flow.NewTranscript()
 	t.SetUnseen("an MCP call that no model call released")
 	binding := ""
-	if conversation != "" {
+	switch ask := x.canAsk(m); {
+	case conversation != "":
 		binding = conversation + "\x00mcp:" + x.srv.Name + "@" + x.version
+	case ask:
+		binding = "\x00session:" + x.session().session + "\x00mcp:" + x.srv.Name + "@" + x.version
 	}
 	conv, err := pol.Analyze(t, flow.Options{Conversation: binding, Confirmer: x.d.o.Confirmer, Violations: x.d.o.Violations,
 		User: x.r.Header.Get(proxy.HeaderUser), Codes: x.r.Header.Values(proxy.HeaderConfirm)})
@@ -152,6 +174,11 @@ func (x *exchange) judgeUnmatched(m message, model string, args []byte, conversa
 		x.decided(model, args, res.Verdict, "no model call matched; the information-flow rules pass", "", "")
 		return nil, true
 	case flow.VerdictHeld:
+		if x.canAsk(m) {
+			x.decided(model, args, audit.VerdictHeld, "held for the user's confirmation, asked over MCP (elicitation)", "", "")
+			x.hold = &heldCall{m: m, model: model, args: args, digest: digest, res: res, ttl: pol.ConfirmTTL()}
+			return nil, false
+		}
 		return x.held(m, model, args, res), false
 	}
 	rule := ""
@@ -173,8 +200,8 @@ func (x *exchange) decided(model string, args []byte, verdict, reason, rule, _ s
 	x.d.recent.add(recentCall{Time: time.Now().UTC(), Server: x.srv.Name, Tool: vet.DisplayName(model), Verdict: verdict, Reason: reason, RequestID: x.id})
 }
 
-// refuse records a refused call and answers it with a tool result that says so (isError): the agent's
-// model reads why, never the arguments.
+// refuse records a refused call and answers it with a tool result that says so (isError): the
+// agent's model reads why, never the arguments.
 func (x *exchange) refuse(m message, model string, args []byte, reason, rule, verdict string) []byte {
 	x.decided(model, args, verdict, reason, rule, "")
 	if m.id == "" {
@@ -185,9 +212,10 @@ func (x *exchange) refuse(m message, model string, args []byte, reason, rule, ve
 	return resultMessage(m.id, []byte(`{"content":[{"type":"text","text":`+jsonString(text)+`}],"isError":true,"_meta":`+meta+`}`))
 }
 
-// held answers a call held for the user's confirmation: the model reads that it waits (flow.HoldText, never
-// the code); the notice with its code is in _meta for the app to show the user, who confirms it with the
-// code (X-Promptgate-Confirm on the call made again, or a user message on the model's path).
+// held answers a call held for the user's confirmation: the model reads that it waits
+// (flow.HoldText, never the code); the notice with its code is in _meta for the app to show the
+// user, who confirms it with the code (X-Promptgate-Confirm on the call made again, or a user
+// message on the model's path).
 func (x *exchange) held(m message, model string, args []byte, res flow.Result) []byte {
 	x.decided(model, args, audit.VerdictHeld, "held for the user's confirmation", "", "")
 	if m.id == "" {
@@ -197,27 +225,27 @@ func (x *exchange) held(m message, model string, args []byte, res flow.Result) [
 	return resultMessage(m.id, []byte(`{"content":[{"type":"text","text":`+jsonString(flow.HoldText(model))+`}],"isError":true,"_meta":`+meta+`}`))
 }
 
-// definition is the pinned definition of a server's tool, its list read first where it changed or was never
-// read; why says why there is none to call.
-func (d *Door) definition(ctx context.Context, x *exchange, tool string) (Definition, string) {
+// definition is the pinned definition of a server's tool, its list read first where it changed or
+// was never read; why says why there is none to call.
+func (d *Door) definition(ctx context.Context, x *exchange, tool string) (mcppin.Definition, string) {
 	if !d.o.Pins.Fresh(x.srv.Name) {
 		if err := x.refreshList(ctx); err != nil {
 			x.log.Warn("the server's tool definitions cannot be read; its calls are refused", "err", err)
-			return Definition{}, "the server's tool definitions cannot be read"
+			return mcppin.Definition{}, "the server's tool definitions cannot be read"
 		}
 	}
 	pin, ok := d.o.Pins.Tool(x.srv.Name, tool)
 	switch {
 	case !ok:
-		return Definition{}, "the server does not list this tool"
+		return mcppin.Definition{}, "the server does not list this tool"
 	case pin.Pending != nil && d.o.Config.OnDefinitionChange == ChangeBlock && pin.Pinned != nil:
-		return Definition{}, "its definition changed and waits for an operator's approval (mcp.onDefinitionChange: block)"
+		return mcppin.Definition{}, "its definition changed and waits for an operator's approval (mcp.onDefinitionChange: block)"
 	case pin.Pinned == nil && d.o.Config.OnDefinitionChange == ChangeBlock:
-		return Definition{}, "its description was flagged and waits for an operator's approval"
+		return mcppin.Definition{}, "its description was flagged and waits for an operator's approval"
 	case pin.Pending != nil:
 		return *pin.Pending, "" // report mode: the server's current definition
 	case pin.Pinned == nil:
-		return Definition{}, "the server does not list this tool"
+		return mcppin.Definition{}, "the server does not list this tool"
 	}
 	return *pin.Pinned, ""
 }

@@ -20,7 +20,8 @@ const (
 
 // What a changed tool definition does (mcp.onDefinitionChange).
 const (
-	// ChangeBlock holds the tool back from tools/list and refuses its calls until the change is approved.
+	// ChangeBlock holds the tool back from tools/list and refuses its calls until the change is
+	// approved.
 	ChangeBlock = "block"
 	// ChangeReport records the change and lets it through.
 	ChangeReport = "report"
@@ -32,13 +33,14 @@ const (
 	MethodsPass   = "pass"
 )
 
-// Config is the config file's mcp section: the MCP servers the door (--mcp-listen) serves, and how it
-// governs them. The zero value serves none.
+// Config is the config file's mcp section: the MCP servers the door (--mcp-listen) serves, and how
+// it governs them. The zero value serves none.
 type Config struct {
 	// Servers are the Streamable HTTP MCP servers, each at /mcp/NAME on the listener.
 	Servers []Server `yaml:"servers"`
-	// RequireModelCall refuses a tools/call that no model call released through promptgate (same tool,
-	// same arguments, same conversation, within JoinWindow).
+	// RequireModelCall refuses a tools/call that no model call released through promptgate (same
+	// tool, same arguments, same conversation, within JoinWindow); a protocol's own
+	// mcp.requireModelCall takes its place for that protocol's traffic.
 	RequireModelCall bool `yaml:"requireModelCall"`
 	// OnDefinitionChange is block (default) or report.
 	OnDefinitionChange string `yaml:"onDefinitionChange"`
@@ -54,14 +56,15 @@ type Server struct {
 	Name string `yaml:"name"`
 	// URL is the server's Streamable HTTP endpoint (http or https, no user info, no fragment).
 	URL string `yaml:"url"`
-	// Headers are sent with every request to the server (its credentials), and only to it; they replace
-	// the client's headers of the same name.
+	// Headers are sent with every request to the server (its credentials), and only to it; they
+	// replace the client's headers of the same name.
 	Headers map[string]string `yaml:"headers"`
-	// Protocol, when set, is the promptgate protocol the server's traffic runs under, as a route would
-	// choose it; otherwise the protocol is chosen as for the model's requests (routes, key, header).
+	// Protocol, when set, is the promptgate protocol the server's traffic runs under, as a route
+	// would choose it; otherwise the protocol is chosen as for the model's requests (routes, key,
+	// header).
 	Protocol string `yaml:"protocol"`
-	// ToolPrefix is put before the server's tool names to give the model's names of them (the names the
-	// protocol's allowlist, rules and the join use); "" means the names are the same.
+	// ToolPrefix is put before the server's tool names to give the model's names of them (the names
+	// the protocol's allowlist, rules and the join use); "" means the names are the same.
 	ToolPrefix string `yaml:"toolPrefix"`
 
 	url *url.URL

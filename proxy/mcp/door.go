@@ -1,17 +1,19 @@
-// Package mcp is promptgate's MCP door: a listener (--mcp-listen) that reverse-proxies the Streamable HTTP MCP
-// servers named in the config's mcp section, at /mcp/NAME, under the same policy as the model's calls. The
-// protocol chosen for the agent (by route, key or header) governs both paths: tools/list answers are filtered
-// by the protocol's allowlist ∩ enablement ∩ access policy; tools/call requests are vetted by the tool's
-// pinned input schema, the argument rules and, for a call no model call released, the information-flow rules,
-// before they reach the server. A tools/call is matched to the model's call that promptgate released on a
-// rewritten API (proxy/mcpjoin), and may be required to match. Each server's tool definitions are pinned
-// (name, description, input schema digest): a change is held back until an operator approves it in the admin
-// API, or only reported. Stateless requests (2026-07-28) whose Mcp-Method, Mcp-Name or Mcp-Param headers
-// disagree with their body are refused as parser differentials.
+// Package mcp is promptgate's MCP door: a listener (--mcp-listen) that reverse-proxies the
+// Streamable HTTP MCP servers named in the config's mcp section, at /mcp/NAME, under the same
+// policy as the model's calls. The protocol chosen for the agent (by route, key or header) governs
+// both paths: tools/list answers are filtered by the protocol's allowlist ∩ enablement ∩ access
+// policy; tools/call requests are vetted by the tool's pinned input schema, the argument rules and,
+// for a call no model call released, the information-flow rules, before they reach the server. A
+// tools/call is matched to the model's call that promptgate released on a rewritten API
+// (proxy/mcpjoin), and may be required to match. Each server's tool definitions are pinned (name,
+// description, input schema digest): a change is held back until an operator approves it in the
+// admin API, or only reported. Stateless requests (2026-07-28) whose Mcp-Method, Mcp-Name or
+// Mcp-Param headers disagree with their body are refused as parser differentials.
 //
-// It owns the door's HTTP handling, the JSON-RPC reading, the pins and the description scan, and the admin
-// routes under /admin/mcp/. It does not choose protocols, vet arguments or judge flows itself (proxy.Engine's
-// Governance, policy/vet and policy/flow do), nor keep the decision log (policy/audit).
+// It owns the door's HTTP handling, the JSON-RPC reading, the pins and the description scan, and
+// the admin routes under /admin/mcp/. It does not choose protocols, vet arguments or judge flows
+// itself (proxy.Engine's Governance, policy/vet and policy/flow do), nor keep the decision log
+// (policy/audit).
 package mcp
 
 import (
@@ -49,12 +51,17 @@ type Options struct {
 	Config Config
 	// Engine chooses the protocol of each request (Engine.Govern). Required.
 	Engine *proxy.Engine
-	// Calls is the join with the model's calls; the proxy listener must be given the same. nil: no join
-	// (every call is unmatched).
+	// Calls is the join with the model's calls; the proxy listener must be given the same. nil: no
+	// join (every call is unmatched).
 	Calls *mcpjoin.Record
-	// Pins holds the pinned definitions; nil gives the door its own.
+	// Store keeps the pinned definitions (the store's mcppins kind, versioned, shared by a fleet);
+	// nil keeps them in memory, per instance. It must be the store the Engine's definitions are
+	// read from.
+	Store PinStore
+	// Pins holds the pinned definitions; nil gives the door its own, over Store.
 	Pins *Pins
-	// Confirmer and Violations are the proxy listener's: codes shown on either path release calls on both.
+	// Confirmer and Violations are the proxy listener's: codes shown on either path release calls
+	// on both.
 	Confirmer  *flow.Confirmer
 	Violations *flow.Violations
 	// Audit receives every decision; nil logs them.
@@ -81,6 +88,9 @@ type Door struct {
 	inFlight atomic.Int64
 	recent   *recentCalls
 	seq      atomic.Int64
+	// sessions and elicits are the confirmation over MCP (elicit.go).
+	sessions *sessionCaps
+	elicits  *elicitations
 }
 
 var _ http.Handler = (*Door)(nil)
@@ -102,7 +112,11 @@ func New(o Options) (*Door, error) {
 		o.Audit = audit.Log{Logger: o.Log}
 	}
 	if o.Pins == nil {
-		o.Pins = NewPins(nil)
+		names := make([]string, len(o.Config.Servers))
+		for i, s := range o.Config.Servers {
+			names[i] = s.Name
+		}
+		o.Pins = NewPins(PinsOptions{Store: o.Store, Active: o.Engine.PinSet, Log: o.Log}, names...)
 	}
 	if o.Transport == nil {
 		o.Transport = proxy.NewTransport()
@@ -114,7 +128,7 @@ func New(o Options) (*Door, error) {
 		}
 		o.Guard = g
 	}
-	d := &Door{o: o, log: o.Log, servers: map[string]*Server{}, recent: newRecentCalls(maxRecent),
+	d := &Door{o: o, log: o.Log, servers: map[string]*Server{}, recent: newRecentCalls(maxRecent), sessions: newSessionCaps(), elicits: newElicitations(),
 		client: &http.Client{Transport: o.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	for i := range d.o.Config.Servers {
 		s := &d.o.Config.Servers[i]
@@ -126,8 +140,9 @@ func New(o Options) (*Door, error) {
 // Pins are the door's pinned definitions.
 func (d *Door) Pins() *Pins { return d.o.Pins }
 
-// ServeHTTP answers what the listener does not serve (a Host that is not loopback or listed, a cross-site
-// browser request, OPTIONS, a missing token, an unknown server), then serves the server's endpoint.
+// ServeHTTP answers what the listener does not serve (a Host that is not loopback or listed, a
+// cross-site browser request, OPTIONS, a missing token, an unknown server), then serves the
+// server's endpoint.
 func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := proxy.RequestID(r, "mcp-")
 	w.Header().Set(proxy.HeaderRequestID, id)
@@ -168,7 +183,10 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodPost:
 		x.post()
-	case http.MethodGet, http.MethodDelete:
+	case http.MethodDelete:
+		d.sessions.drop(x.session())
+		x.forward(nil, nil, nil)
+	case http.MethodGet:
 		x.forward(nil, nil, nil)
 	default:
 		w.Header().Set("Allow", "GET, POST, DELETE")
@@ -197,9 +215,15 @@ type exchange struct {
 	w   http.ResponseWriter
 	r   *http.Request
 	log *slog.Logger
-	// version is the protocol version the request speaks (POST only).
+	// version is the protocol version the request speaks (POST only); batch whether its body is
+	// one.
 	version string
+	batch   bool
 	gov     governance
+	// initForm is, for an initialize, whether its client declared form elicitation (nil otherwise).
+	initForm *bool
+	// hold is a call held for confirmation that the door puts to the user (elicit.go).
+	hold *heldCall
 }
 
 // readBody reads the request body under the body cap and the body-read deadline.
@@ -230,8 +254,8 @@ var (
 	errBodyTimeout = errors.New("mcp: the body did not arrive within limits.bodyReadTimeout")
 )
 
-// post serves a POST: each message of the body is read and decided, the ones that pass go to the server,
-// and the door's own answers join the server's.
+// post serves a POST: each message of the body is read and decided, the ones that pass go to the
+// server, and the door's own answers join the server's.
 func (x *exchange) post() {
 	body, err := x.readBody()
 	switch {
@@ -253,6 +277,11 @@ func (x *exchange) post() {
 	if x.version, err = versionOf(x.r.Header, msgs); err != nil {
 		x.rpcRefuse(err)
 		return
+	}
+	x.batch = batch
+	if len(msgs) == 1 && msgs[0].method == "initialize" {
+		form := formElicitation(msgs[0].params.Get("capabilities"))
+		x.initForm = &form
 	}
 	if batch && !batchesAllowed(x.version) {
 		x.rpcFail(http.StatusBadRequest, "", codeInvalidRequest, "mcp: protocol version "+x.version+" does not allow batches")
@@ -277,6 +306,10 @@ func (x *exchange) post() {
 		if m.isRequest() && (m.method == "tools/list" || m.method == "tools/call") {
 			watch[m.id] = m.method
 		}
+	}
+	if x.hold != nil {
+		x.askUser(x.hold)
+		return
 	}
 	if len(forward) == 0 {
 		x.answerLocal(local, batch)
@@ -311,10 +344,14 @@ func joinBatch(msgs []message) []byte {
 	return append(out, ']')
 }
 
-// decide answers one message or lets it pass: a stateless request's headers must agree with it; tools/call
-// is judged; a method the door does not know is refused unless mcp.unknownMethods is pass.
+// decide answers one message or lets it pass: a client's answer to a question of the door's is the
+// door's; a stateless request's headers must agree with it; tools/call is judged; a method the door
+// does not know is refused unless mcp.unknownMethods is pass.
 func (x *exchange) decide(m message) (answer []byte, pass bool) {
-	if m.response || m.method == "" {
+	if m.response {
+		return nil, !x.answerElicitation(m)
+	}
+	if m.method == "" {
 		return nil, true
 	}
 	if stateless(x.version) {
@@ -358,8 +395,8 @@ func toolOf(m message) string {
 	return m.params.Get("name").String()
 }
 
-// knownMethods are the MCP methods (requests and notifications) the door passes: those of the served
-// versions. Notifications pass whatever their name.
+// knownMethods are the MCP methods (requests and notifications) the door passes: those of the
+// served versions. Notifications pass whatever their name.
 var knownMethods = []string{"initialize", "ping", "server/discover", "subscriptions/listen", "tools/list", "tools/call",
 	"resources/list", "resources/read", "resources/templates/list", "resources/subscribe", "resources/unsubscribe",
 	"prompts/list", "prompts/get", "completion/complete", "logging/setLevel", "tasks/get", "tasks/list",
@@ -387,8 +424,8 @@ func (x *exchange) rpcFail(status int, id string, code int, msg string) {
 	_, _ = x.w.Write(errorMessage(id, code, msg))
 }
 
-// answerLocal answers a body the door answered whole: its answers (an array for a batch), or 202 when
-// there is nothing to answer (notifications and responses only).
+// answerLocal answers a body the door answered whole: its answers (an array for a batch), or 202
+// when there is nothing to answer (notifications and responses only).
 func (x *exchange) answerLocal(local [][]byte, batch bool) {
 	if len(local) == 0 {
 		x.w.WriteHeader(http.StatusAccepted)
@@ -428,9 +465,9 @@ func (x *exchange) record(e audit.Event) {
 // contextOf is the request's context.
 func (x *exchange) ctx() context.Context { return x.r.Context() }
 
-// ForOrigin is the handler of the HTTPS-proxy door for a request to origin (scheme://host:port): where a
-// configured server's URL has that origin, its requests to the server's path are served as /mcp/NAME here;
-// nil when no server has it (a nil door has none).
+// ForOrigin is the handler of the HTTPS-proxy door for a request to origin (scheme://host:port):
+// where a configured server's URL has that origin, its requests to the server's path are served as
+// /mcp/NAME here; nil when no server has it (a nil door has none).
 func (d *Door) ForOrigin(o string) http.Handler {
 	if d == nil {
 		return nil

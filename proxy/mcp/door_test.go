@@ -24,8 +24,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// agentProtocol allows the crm server's tools under their model names, with an argument rule on the mail's
-// address, and is chosen by the header X-Promptgate-Protocol: agent.
+// agentProtocol allows the crm server's tools under their model names, with an argument rule on the
+// mail's address, and is chosen by the header X-Promptgate-Protocol: agent.
 const agentProtocol = `{"id":"agent","promptTemplate":{"base":"base_tool_call_v2"},"allowClientSelection":true,
  "tools":{"allow":["crm_lookup","crm_send_email"]},
  "toolCalls":{"rules":[{"id":"acme-only","tool":"crm_send_email","path":"to","pattern":"@acme\\.com$"}],
@@ -63,13 +63,19 @@ type fixture struct {
 	door   *mcp.Door
 	url    string
 	ev     *events
+	store  store.Store
 }
 
-func newFixture(t *testing.T, cfg mcp.Config, limits proxy.Limits) *fixture {
+func newFixture(t testing.TB, cfg mcp.Config, limits proxy.Limits) *fixture {
+	t.Helper()
+	return newFixtureOn(t, openStore(t), cfg, limits)
+}
+
+// openStore opens a bbolt store in the test's folder with the agent protocol active.
+func openStore(t testing.TB) *store.Bolt {
 	t.Helper()
 	ctx := context.Background()
-	log := slog.New(slog.DiscardHandler)
-	st, err := store.Open(filepath.Join(t.TempDir(), "pg.db"), store.Options{Validate: proxy.ValidateDefinition, Links: proxy.CheckLinks, Logger: log})
+	st, err := store.Open(filepath.Join(t.TempDir(), "pg.db"), store.Options{Validate: proxy.ValidateDefinition, Links: proxy.CheckLinks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +87,14 @@ func newFixture(t *testing.T, cfg mcp.Config, limits proxy.Limits) *fixture {
 	if _, err := st.Activate(ctx, store.KindProtocol, "agent", v); err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// newFixtureOn is one instance (engine, join, door) on a store that other instances may share.
+func newFixtureOn(t testing.TB, st store.Store, cfg mcp.Config, limits proxy.Limits) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
 	defs, err := proxy.NewDefinitions(ctx, st, log)
 	if err != nil {
 		t.Fatal(err)
@@ -96,17 +110,17 @@ func newFixture(t *testing.T, cfg mcp.Config, limits proxy.Limits) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	door, err := mcp.New(mcp.Options{Config: cfg, Engine: engine, Calls: calls, Audit: ev, Confirmer: cf, Limits: engine.Limits(), Log: log})
+	door, err := mcp.New(mcp.Options{Config: cfg, Engine: engine, Store: st, Calls: calls, Audit: ev, Confirmer: cf, Limits: engine.Limits(), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(door)
 	t.Cleanup(srv.Close)
-	return &fixture{engine: engine, calls: calls, door: door, url: srv.URL, ev: ev}
+	return &fixture{engine: engine, calls: calls, door: door, url: srv.URL, ev: ev, store: st}
 }
 
-// crmServer is an MCP server (the official SDK) with the tools lookup, send_email and delete_all; its
-// answers are JSON (jsonResponse) or event streams.
+// crmServer is an MCP server (the official SDK) with the tools lookup, send_email and delete_all;
+// its answers are JSON (jsonResponse) or event streams.
 func crmServer(t *testing.T, jsonResponse bool) (*sdk.Server, string) {
 	t.Helper()
 	return crmServerWith(t, &sdk.StreamableHTTPOptions{JSONResponse: jsonResponse})
@@ -149,7 +163,8 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// connect is an SDK client of the door's server name on version, as the agent protocol.
+// connect is an SDK client of the door's server name on version, as the agent protocol unless h
+// names one.
 func connect(t *testing.T, f *fixture, name, version string, h http.Header) *sdk.ClientSession {
 	return connectStream(t, f, name, version, h, false)
 }
@@ -160,7 +175,9 @@ func connectStream(t *testing.T, f *fixture, name, version string, h http.Header
 	if h == nil {
 		h = http.Header{}
 	}
-	h.Set("X-Promptgate-Protocol", "agent")
+	if h.Get("X-Promptgate-Protocol") == "" {
+		h.Set("X-Promptgate-Protocol", "agent")
+	}
 	c := sdk.NewClient(&sdk.Implementation{Name: "agent", Version: "1"}, nil)
 	cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: f.url + mcp.PathPrefix + name,
 		HTTPClient: &http.Client{Transport: headerTransport{h}}, DisableStandaloneSSE: !stream}, &sdk.ClientSessionOptions{ProtocolVersion: version})
@@ -189,10 +206,10 @@ func resultText(r *sdk.CallToolResult) string {
 	return b.String()
 }
 
-// TestClientOnEachVersion: an SDK client on each protocol version, against an SDK server answering in JSON
-// and in event streams, gets the tools the protocol allows and calls them through the door; a call the
-// argument rules refuse, and a call of a tool the protocol removed, get a tool result with isError naming
-// the rule, never the arguments.
+// TestClientOnEachVersion: an SDK client on each protocol version, against an SDK server answering
+// in JSON and in event streams, gets the tools the protocol allows and calls them through the door;
+// a call the argument rules refuse, and a call of a tool the protocol removed, get a tool result
+// with isError naming the rule, never the arguments.
 func TestClientOnEachVersion(t *testing.T) {
 	t.Parallel()
 	for _, version := range []string{mcp.Version20250618, mcp.Version20251125, mcp.Version20260728} {
@@ -239,9 +256,10 @@ func TestClientOnEachVersion(t *testing.T) {
 	}
 }
 
-// TestDescriptionChangedMidSession: a server that changes a tool's description under a connected client
-// (notifications/tools/list_changed) has the tool held back and its calls refused until an operator approves
-// the new definition in the admin API; in report mode the change is recorded and passes.
+// TestDescriptionChangedMidSession: a server that changes a tool's description under a connected
+// client (notifications/tools/list_changed) has the tool held back and its calls refused until an
+// operator approves the new definition in the admin API; in report mode the change is recorded and
+// passes.
 func TestDescriptionChangedMidSession(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{mcp.ChangeBlock, mcp.ChangeReport} {
@@ -262,7 +280,8 @@ func TestDescriptionChangedMidSession(t *testing.T) {
 				func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 					return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "changed"}}}, nil
 				})
-			// notifications/tools/list_changed reaches the client on the session's GET stream, through the door.
+			// notifications/tools/list_changed reaches the client on the session's GET stream,
+			// through the door.
 			for deadline := time.Now().Add(5 * time.Second); f.door.Pins().Fresh("crm"); time.Sleep(10 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("the door did not see notifications/tools/list_changed")

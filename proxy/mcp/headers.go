@@ -17,7 +17,8 @@ const (
 	Version20250326 = "2025-03-26"
 	Version20250618 = "2025-06-18"
 	Version20251125 = "2025-11-25"
-	// Version20260728 is stateless: no session, every request names its method (and tool) in headers.
+	// Version20260728 is stateless: no session, every request names its method (and tool) in
+	// headers.
 	Version20260728 = "2026-07-28"
 )
 
@@ -34,9 +35,9 @@ const (
 	headerLastEvent = "Last-Event-Id"
 )
 
-// versionOf is the protocol version a POST speaks: its Mcp-Protocol-Version header; without one, the
-// version an initialize request asks for, else 2025-03-26 (what the specification tells a server to assume).
-// An unknown version is refused.
+// versionOf is the protocol version a POST speaks: its Mcp-Protocol-Version header; without one,
+// the version an initialize request asks for, else 2025-03-26 (what the specification tells a
+// server to assume). An unknown version is refused.
 func versionOf(h http.Header, msgs []message) (string, error) {
 	vs := h.Values(headerVersion)
 	if len(vs) > 1 {
@@ -66,11 +67,12 @@ func batchesAllowed(version string) bool { return version == Version20250326 }
 // stateless reports whether a version sends the method and name of each request in headers.
 func stateless(version string) bool { return version >= Version20260728 }
 
-// checkHeaders refuses a stateless request whose headers and body disagree — a parser differential: a
-// gateway that routes or authorizes on the headers would act on another request than the server runs. The
-// method must be in Mcp-Method; a tools/call's and prompts/get's name, a resources/read's uri in Mcp-Name;
-// each Mcp-Param-X must be the value of the argument the tool's schema marks x-mcp-header X (schema: the
-// pinned input schema, nil when not known: then no Mcp-Param header is accepted).
+// checkHeaders refuses a stateless request whose headers and body disagree — a parser differential:
+// a gateway that routes or authorizes on the headers would act on another request than the server
+// runs. The method must be in Mcp-Method; a tools/call's and prompts/get's name, a resources/read's
+// uri in Mcp-Name; each Mcp-Param-X must be the value of the argument the tool's schema marks
+// x-mcp-header X (schema: the pinned input schema, nil when not known: then no Mcp-Param header is
+// accepted).
 func checkHeaders(h http.Header, m message, schema []byte) error {
 	differ := func(format string, args ...any) error {
 		return &rpcError{code: codeInvalidRequest, msg: "mcp: headers and body disagree (a parser differential): " + fmt.Sprintf(format, args...)}
@@ -108,7 +110,8 @@ func checkCallParams(h http.Header, m message, schema []byte) error {
 	})
 }
 
-// checkParams checks the Mcp-Param-* headers of a tools/call against the arguments the schema binds them to.
+// checkParams checks the Mcp-Param-* headers of a tools/call against the arguments the schema binds
+// them to.
 func checkParams(h http.Header, m message, schema []byte, differ func(string, ...any) error) error {
 	bound := paramBindings(schema)
 	args := m.params.Get("arguments")
@@ -138,8 +141,8 @@ func checkParams(h http.Header, m message, schema []byte, differ func(string, ..
 	return nil
 }
 
-// paramBindings maps each lower-cased x-mcp-header name of a schema's properties (at any depth) to the
-// gjson path of its argument.
+// paramBindings maps each lower-cased x-mcp-header name of a schema's properties (at any depth) to
+// the gjson path of its argument.
 func paramBindings(schema []byte) map[string]string {
 	out := map[string]string{}
 	var walk func(props gjson.Result, prefix string, depth int)
@@ -174,8 +177,8 @@ func escapePath(k string) string {
 	return b.String()
 }
 
-// headerValue is an argument as an Mcp-Param header carries it (SEP-2243): a string as it is, an integer
-// within ±(2^53-1) in decimal, a boolean as true or false; false for anything else.
+// headerValue is an argument as an Mcp-Param header carries it (SEP-2243): a string as it is, an
+// integer within ±(2^53-1) in decimal, a boolean as true or false; false for anything else.
 func headerValue(v gjson.Result) (string, bool) {
 	switch v.Type {
 	case gjson.String:
@@ -192,8 +195,9 @@ func headerValue(v gjson.Result) (string, bool) {
 	return "", false
 }
 
-// decodeHeader reads a header value that may be wrapped as =?base64?...?= (how SEP-2243 sends values that
-// are not plain ASCII); a wrapper that does not decode stays as it is, and so matches no value.
+// decodeHeader reads a header value that may be wrapped as =?base64?...?= (how SEP-2243 sends
+// values that are not plain ASCII); a wrapper that does not decode stays as it is, and so matches
+// no value.
 func decodeHeader(v string) string {
 	inner, ok := strings.CutPrefix(v, "=?base64?")
 	if !ok {

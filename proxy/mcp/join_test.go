@@ -9,9 +9,11 @@ import (
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/proxy"
 	"github.com/promptgate/promptgate/proxy/mcp"
+	"github.com/promptgate/promptgate/store"
 )
 
 // chatUpstream answers every chat completion with one call of crm_send_email.
@@ -36,10 +38,11 @@ func jsonQuote(s string) string {
 const chatRequest = `{"model":"m","messages":[{"role":"user","content":"mail ann@acme.com hi"}],
  "tools":[{"type":"function","function":{"name":"crm_send_email","parameters":{"type":"object"}}}]}`
 
-// TestJoinModelCallToMCPCall: with mcp.requireModelCall, the MCP call that executes a call the model made
-// (released on the chat surface) passes once, in the conversation it was made in; a forged call no model
-// made, a call whose arguments differ, the same call again and the call in another conversation are refused.
-// The output of the executed call is mcp:crm when it comes back to the model.
+// TestJoinModelCallToMCPCall: with mcp.requireModelCall, the MCP call that executes a call the
+// model made (released on the chat surface) passes once, in the conversation it was made in; a
+// forged call no model made, a call whose arguments differ, the same call again and the call in
+// another conversation are refused. The output of the executed call is mcp:crm when it comes back
+// to the model.
 func TestJoinModelCallToMCPCall(t *testing.T) {
 	t.Parallel()
 	_, up := crmServer(t, true)
@@ -102,5 +105,49 @@ func TestJoinModelCallToMCPCall(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no segment of source mcp:crm in %+v", prep.Flow.Segments())
+	}
+}
+
+// addProtocol stores and activates a protocol definition.
+func addProtocol(t *testing.T, st store.Store, body string) {
+	t.Helper()
+	ctx := context.Background()
+	v, err := st.AddVersion(ctx, store.KindProtocol, []byte(body), "test", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Activate(ctx, store.KindProtocol, gjson.Get(body, "id").String(), v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRequireModelCallPerProtocol: a protocol's mcp.requireModelCall decides for its traffic, the
+// config's mcp.requireModelCall where the protocol is silent.
+func TestRequireModelCallPerProtocol(t *testing.T) {
+	t.Parallel()
+	_, up := crmServer(t, true)
+	st := openStore(t)
+	addProtocol(t, st, `{"id":"lax","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},"mcp":{"requireModelCall":false}}`)
+	addProtocol(t, st, `{"id":"strict","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},"mcp":{"requireModelCall":true}}`)
+	cfg := mcp.Config{RequireModelCall: true, Servers: []mcp.Server{
+		{Name: "lax", URL: up, Protocol: "lax"}, {Name: "strict", URL: up, Protocol: "strict"}, {Name: "silent", URL: up, Protocol: "agent", ToolPrefix: "crm_"}}}
+	f := newFixtureOn(t, st, cfg, proxy.Limits{})
+	for _, c := range []struct {
+		server string
+		refuse bool
+	}{{"lax", false}, {"strict", true}, {"silent", true}} {
+		cs := connect(t, f, c.server, mcp.Version20251125, nil)
+		text, isErr := callText(t, cs, "lookup", map[string]any{"name": "ann"})
+		if isErr != c.refuse || c.refuse && !strings.Contains(text, "no model call released this call (requireModelCall)") {
+			t.Errorf("%s: %q (error %v), want refused %v", c.server, text, isErr, c.refuse)
+		}
+	}
+	// Without the config's requirement, the strict protocol still requires the join.
+	g := newFixtureOn(t, st, mcp.Config{Servers: []mcp.Server{{Name: "strict", URL: up, Protocol: "strict"}, {Name: "silent", URL: up, Protocol: "agent", ToolPrefix: "crm_"}}}, proxy.Limits{})
+	if _, isErr := callText(t, connect(t, g, "strict", mcp.Version20251125, nil), "lookup", map[string]any{"name": "ann"}); !isErr {
+		t.Error("strict protocol, config silent: an unmatched call passed")
+	}
+	if text, isErr := callText(t, connect(t, g, "silent", mcp.Version20251125, nil), "lookup", map[string]any{"name": "ann"}); isErr {
+		t.Errorf("silent protocol, config silent: %q", text)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/guard"
+	"github.com/promptgate/promptgate/proxy/mcppin"
 	"github.com/promptgate/promptgate/proxy/sse"
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
@@ -29,8 +30,8 @@ const maxPages = 20
 // maxEvent caps one event of a server's stream.
 const maxEvent = 16 << 20
 
-// outbound is the request to the server: the client's headers, less hop-by-hop ones, promptgate's own and
-// the door's token, with the server's configured headers set (they go to that server only).
+// outbound is the request to the server: the client's headers, less hop-by-hop ones, promptgate's
+// own and the door's token, with the server's configured headers set (they go to that server only).
 func (x *exchange) outbound(ctx context.Context, method string, body []byte, header http.Header) (*http.Request, error) {
 	var rd io.Reader = http.NoBody
 	if body != nil {
@@ -52,8 +53,8 @@ func (x *exchange) outbound(ctx context.Context, method string, body []byte, hea
 	return req, nil
 }
 
-// dropped reports whether a client header stays with the door: hop-by-hop ones, the Host, the content
-// coding (the door reads answers), promptgate's own and the door's token.
+// dropped reports whether a client header stays with the door: hop-by-hop ones, the Host, the
+// content coding (the door reads answers), promptgate's own and the door's token.
 func dropped(k string) bool {
 	switch http.CanonicalHeaderKey(k) {
 	case "Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Proxy-Authorization",
@@ -103,8 +104,9 @@ func (x *exchange) send(method string, body []byte, header http.Header) (*http.R
 
 var errUpstreamTimeout = errors.New("mcp: the server did not answer within limits.upstreamTimeout")
 
-// forward sends the request (body nil: the client's own, as for GET and DELETE) and relays the answer:
-// tools/list results filtered, notifications/tools/list_changed noted, the door's own answers (local) joined.
+// forward sends the request (body nil: the client's own, as for GET and DELETE) and relays the
+// answer: tools/list results filtered, notifications/tools/list_changed noted, the door's own
+// answers (local) joined.
 func (x *exchange) forward(body []byte, watch map[string]string, local [][]byte) {
 	if body == nil && x.r.Method != http.MethodGet {
 		b, err := x.readBody()
@@ -117,6 +119,11 @@ func (x *exchange) forward(body []byte, watch map[string]string, local [][]byte)
 		}
 	}
 	resp, done, err := x.send(x.r.Method, body, x.r.Header)
+	if err == nil && x.initForm != nil && resp.StatusCode < 300 {
+		if sid := resp.Header.Get(headerSession); sid != "" {
+			x.d.sessions.set(sessionKey{x.srv.Name, sid}, *x.initForm)
+		}
+	}
 	if err != nil {
 		status := http.StatusBadGateway
 		if errors.Is(err, errUpstreamTimeout) {
@@ -181,8 +188,8 @@ func (x *exchange) relayJSON(resp *http.Response, watch map[string]string, local
 	_, _ = x.w.Write(out)
 }
 
-// relayStream relays an event stream as its events complete, each flushed, with the door's edits; the
-// door's own answers go first.
+// relayStream relays an event stream as its events complete, each flushed, with the door's edits;
+// the door's own answers go first.
 func (x *exchange) relayStream(resp *http.Response, watch map[string]string, local [][]byte) {
 	_, span := tracing.Stage(x.ctx(), "promptgate.mcp.relay")
 	defer span.End()
@@ -193,26 +200,7 @@ func (x *exchange) relayStream(resp *http.Response, watch map[string]string, loc
 		_, _ = x.w.Write(sse.AppendEvent(nil, "message", m))
 	}
 	_ = rc.Flush()
-	rd := sse.NewReaderMax(resp.Body, maxEvent)
-	for {
-		ev, err := rd.Next()
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				x.log.Debug("MCP stream ended", "err", err)
-			}
-			return
-		}
-		out := ev.Raw
-		if ev.HasData && !ev.Truncated {
-			if edited := x.edit(ev.Data, watch); !bytes.Equal(edited, ev.Data) {
-				out = rewriteEvent(ev, edited)
-			}
-		}
-		if _, err := x.w.Write(out); err != nil {
-			return
-		}
-		_ = rc.Flush()
-	}
+	x.relayEvents(resp.Body, watch)
 }
 
 // rewriteEvent writes an event again with new data, its id, name and retry kept.
@@ -227,8 +215,8 @@ func rewriteEvent(ev sse.Event, data []byte) []byte {
 	return append(b, sse.AppendEvent(nil, ev.Event, data)...)
 }
 
-// edit applies the door's edits to one message of the server's: the tools of a watched tools/list answer
-// filtered; a change of the server's list noted for its next call.
+// edit applies the door's edits to one message of the server's: the tools of a watched tools/list
+// answer filtered; a change of the server's list noted for its next call.
 func (x *exchange) edit(msg []byte, watch map[string]string) []byte {
 	v := gjson.ParseBytes(msg)
 	if !v.IsObject() {
@@ -252,11 +240,12 @@ func (x *exchange) edit(msg []byte, watch map[string]string) []byte {
 }
 
 // filterList observes every listed definition against its pin and keeps the tools the door lets the
-// client see: pinned (or, in report mode, changed) ones that the protocol allows under their model name.
+// client see: pinned (or, in report mode, changed) ones that the protocol allows under their model
+// name.
 func (x *exchange) filterList(tools gjson.Result) []byte {
-	_, span := tracing.Stage(x.ctx(), "promptgate.mcp.list")
+	ctx, span := tracing.Stage(x.ctx(), "promptgate.mcp.list")
 	defer span.End()
-	var cands []policy.Tool
+	var defs []mcppin.Definition
 	raw := map[string]string{}
 	tools.ForEach(func(_, t gjson.Result) bool {
 		def, ok := definitionOf(t)
@@ -264,14 +253,16 @@ func (x *exchange) filterList(tools gjson.Result) []byte {
 			x.record(audit.Event{Kind: KindList, Verdict: audit.VerdictRemoved, Reason: policy.ReasonNoName})
 			return true
 		}
-		if !x.observe(def) {
-			return true
-		}
-		model := x.srv.ToolPrefix + def.Name
-		cands = append(cands, policy.Tool{Name: model, Description: def.Description, Schema: def.InputSchema})
-		raw[model] = t.Raw
+		defs = append(defs, def)
+		raw[x.srv.ToolPrefix+def.Name] = t.Raw
 		return true
 	})
+	var cands []policy.Tool
+	for _, seen := range x.observe(ctx, defs) {
+		if seen.listed {
+			cands = append(cands, policy.Tool{Name: x.srv.ToolPrefix + seen.Def.Name, Description: seen.Def.Description, Schema: seen.Def.InputSchema})
+		}
+	}
 	x.d.o.Pins.SetFresh(x.srv.Name, true)
 	kept, removed := x.gov.g.Filter(cands)
 	for _, rm := range removed {
@@ -289,24 +280,34 @@ func (x *exchange) filterList(tools gjson.Result) []byte {
 	return append(out, ']')
 }
 
-// observe compares a listed definition with its pin, records what is new, and reports whether the tool may
-// be listed: not when its change or flagged description is held back (block mode).
-func (x *exchange) observe(def Definition) bool {
-	obs, news := x.d.o.Pins.Observe(x.srv.Name, def)
-	model := vet.DisplayName(x.srv.ToolPrefix + def.Name)
+// observedDef is a listed definition as the door decided it.
+type observedDef struct {
+	Seen
+	// listed: the tool may be listed (not held back for approval in block mode).
+	listed bool
+}
+
+// observe compares listed definitions with their pins, records what is new, and reports whether
+// each tool may be listed: not when its change or flagged description is held back (block mode).
+func (x *exchange) observe(ctx context.Context, defs []mcppin.Definition) []observedDef {
 	block := x.d.o.Config.OnDefinitionChange == ChangeBlock
-	if news {
-		x.recordDefinition(model, def, obs, block)
+	var out []observedDef
+	for _, seen := range x.d.o.Pins.Observe(ctx, x.srv.Name, defs) {
+		model := vet.DisplayName(x.srv.ToolPrefix + seen.Def.Name)
+		if seen.News {
+			x.recordDefinition(model, seen.Def, seen.Outcome, block)
+		}
+		listed := seen.Outcome == Same || seen.Outcome == First || !block
+		if !listed {
+			x.record(audit.Event{Kind: KindList, Tool: model, Verdict: audit.VerdictHeld, Reason: "its definition waits for an operator's approval"})
+		}
+		out = append(out, observedDef{Seen: seen, listed: listed})
 	}
-	if obs == Same || obs == First || !block {
-		return true
-	}
-	x.record(audit.Event{Kind: KindList, Tool: model, Verdict: audit.VerdictHeld, Reason: "its definition waits for an operator's approval"})
-	return false
+	return out
 }
 
 // recordDefinition records a definition seen for the first time, changed or flagged.
-func (x *exchange) recordDefinition(model string, def Definition, obs Observed, block bool) {
+func (x *exchange) recordDefinition(model string, def mcppin.Definition, obs Observed, block bool) {
 	e := audit.Event{Kind: KindDefinition, Tool: model, Rule: "sha256:" + def.Digest[:16]}
 	switch obs {
 	case First:
@@ -327,8 +328,8 @@ func (x *exchange) recordDefinition(model string, def Definition, obs Observed, 
 	x.record(e)
 }
 
-// refreshList reads the server's tools/list itself (every page), with the client's session and version,
-// and observes each definition against its pin.
+// refreshList reads the server's tools/list itself (every page), with the client's session and
+// version, and observes each definition against its pin.
 func (x *exchange) refreshList(ctx context.Context) error {
 	cursor := ""
 	for page := 0; page < maxPages; page++ {
@@ -351,12 +352,14 @@ func (x *exchange) refreshList(ctx context.Context) error {
 		if !tools.IsArray() {
 			return errors.New("mcp: tools/list answered no tools")
 		}
+		var defs []mcppin.Definition
 		tools.ForEach(func(_, t gjson.Result) bool {
 			if def, ok := definitionOf(t); ok {
-				x.observe(def)
+				defs = append(defs, def)
 			}
 			return true
 		})
+		x.observe(ctx, defs)
 		if cursor = res.Get("result.nextCursor").String(); cursor == "" {
 			x.d.o.Pins.SetFresh(x.srv.Name, true)
 			return nil
@@ -365,8 +368,8 @@ func (x *exchange) refreshList(ctx context.Context) error {
 	return errors.New("mcp: tools/list has more pages than the door reads")
 }
 
-// ask sends one request of the door's own and returns the answer with its id, from a JSON or an event
-// stream answer.
+// ask sends one request of the door's own and returns the answer with its id, from a JSON or an
+// event stream answer.
 func (x *exchange) ask(_ context.Context, body []byte, id string) (gjson.Result, error) {
 	h := x.r.Header.Clone()
 	h.Set("Accept", "application/json, text/event-stream")

@@ -3,6 +3,8 @@ package mcp
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
@@ -31,10 +33,10 @@ type message struct {
 // isRequest reports whether m expects an answer.
 func (m message) isRequest() bool { return m.method != "" && m.id != "" }
 
-// parseBody reads a POST body: one JSON-RPC message, or a batch (a non-empty array of them). The body must be
-// one strict JSON value — no duplicate keys, no two keys that differ only in letter case, within maxDepth —
-// so that every reader of it (the door's, the server's encoding/json, a case-insensitive decoder) sees the
-// same message.
+// parseBody reads a POST body: one JSON-RPC message, or a batch (a non-empty array of them). The
+// body must be one strict JSON value — no duplicate keys, no two keys that differ only in letter
+// case, within maxDepth — so that every reader of it (the door's, the server's encoding/json, a
+// case-insensitive decoder) sees the same message.
 func parseBody(body []byte, maxDepth int) (msgs []message, batch bool, err error) {
 	if err := jsoncheck.Value(body, jsoncheck.Limits{MaxDepth: maxDepth, FoldedKeys: true}); err != nil {
 		return nil, false, &rpcError{code: codeParseError, msg: "mcp: the body is not one strict JSON value: " + reasonOf(err)}
@@ -75,15 +77,18 @@ func reasonOf(err error) string {
 	return "syntax error"
 }
 
-// parseMessage reads one message: jsonrpc "2.0"; a request or notification has a string method and params
-// that are an object when present; a request's id is a string or an integer; a response has an id and
-// exactly one of result and error.
+// parseMessage reads one message: jsonrpc "2.0"; a request or notification has a string method and
+// params that are an object when present; a request's id is a string or an integer; a response has
+// an id and exactly one of result and error.
 func parseMessage(v gjson.Result) (message, error) {
 	invalid := func(why string) (message, error) {
 		return message{}, &rpcError{code: codeInvalidRequest, msg: "mcp: not a JSON-RPC 2.0 message: " + why}
 	}
 	if !v.IsObject() {
 		return invalid("a message is an object")
+	}
+	if foldedMember(v, messageMembers) {
+		return message{}, errFoldedMember
 	}
 	if j := v.Get("jsonrpc"); j.Type != gjson.String || j.Str != "2.0" {
 		return invalid(`jsonrpc must be "2.0"`)
@@ -111,12 +116,46 @@ func parseMessage(v gjson.Result) (message, error) {
 		if m.params.Exists() && !m.params.IsObject() {
 			return invalid("params are an object")
 		}
+		if foldedMember(m.params, paramMembers) {
+			return message{}, errFoldedMember
+		}
 	case res.Exists() != rerr.Exists() && id.Exists():
 		m.response = true
 	default:
 		return invalid("neither a request, a notification nor a response")
 	}
 	return m, nil
+}
+
+// The members the door reads of a message and of its params. A server that decodes with
+// encoding/json matches member names without regard to case (as strings.EqualFold folds, "ſ" for
+// "s" included), so a key that differs from one of them in case only is that member to the server
+// and not to the door.
+var (
+	messageMembers = []string{"jsonrpc", "id", "method", "params", "result", "error"}
+	paramMembers   = []string{"name", "arguments", "uri", "_meta", "protocolVersion", "capabilities", "cursor"}
+)
+
+var errFoldedMember = &rpcError{code: codeInvalidRequest,
+	msg: "mcp: a member's name differs from a JSON-RPC or MCP member in letter case only (a parser differential)"}
+
+// foldedMember reports whether obj has a key that is not one of names but equals one of them
+// without regard to case.
+func foldedMember(obj gjson.Result, names []string) bool {
+	found := false
+	obj.ForEach(func(k, _ gjson.Result) bool {
+		if slices.Contains(names, k.Str) {
+			return true
+		}
+		for _, n := range names {
+			if strings.EqualFold(k.Str, n) {
+				found = true
+				return false
+			}
+		}
+		return true
+	})
+	return found
 }
 
 // isInteger reports whether a JSON number is written as an integer.

@@ -10,16 +10,16 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// A tool's description is text the MCP server wrote, and the model reads it as the app's own: a "tool
-// poisoning" attack hides instructions in it (read a file and pass it as an argument, mail a copy to an
-// address, do not tell the user). The door reads descriptions as promptgate reads untrusted context: it
-// looks for what the context defenses neutralise there (text that starts a section header of the system
-// prompt, hidden characters, line-break tricks) and for the markers and phrases of published injections.
-// A finding is a decision of the log, and it keeps a first-seen definition from being pinned without an
-// operator's approval.
+// A tool's description is text the MCP server wrote, and the model reads it as the app's own: a
+// "tool poisoning" attack hides instructions in it (read a file and pass it as an argument, mail a
+// copy to an address, do not tell the user). The door reads descriptions as promptgate reads
+// untrusted context: it looks for what the context defenses neutralise there (text that starts a
+// section header of the system prompt, hidden characters, line-break tricks) and for the markers
+// and phrases of published injections. A finding is a decision of the log, and it keeps a
+// first-seen definition from being pinned without an operator's approval.
 
-// instructionPatterns are the markers and phrases of published prompt injections (the corpus the tests read)
-// that a tool's description has no reason to hold.
+// instructionPatterns are the markers and phrases of published prompt injections (the corpus the
+// tests read) that a tool's description has no reason to hold.
 var instructionPatterns = []struct {
 	name string
 	re   *regexp.Regexp
@@ -56,8 +56,8 @@ func scanDescription(s string) []string {
 }
 
 // hiddenAt finds the first character a reader does not see but a model reads: tag characters (ASCII
-// smuggling), bidi embeddings, overrides and isolates, and other format characters (zero-width spaces and
-// joiners), and line breaks other than LF.
+// smuggling), bidi embeddings, overrides and isolates, and other format characters (zero-width
+// spaces and joiners), and line breaks other than LF.
 func hiddenAt(s string) (int, bool) {
 	for i, r := range s {
 		switch {

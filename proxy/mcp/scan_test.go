@@ -7,9 +7,10 @@ import (
 	"testing"
 )
 
-// TestDescriptionScanCorpus reads every published attack string of the shared corpus as a tool description:
-// the markers and directives of agentdojo and garak are each found; BIPIA's strings are ordinary tasks
-// ("Recommend a good book"), instructions only by where they stand, and out of a description scan's reach.
+// TestDescriptionScanCorpus reads every published attack string of the shared corpus as a tool
+// description: the markers and directives of agentdojo and garak are each found; BIPIA's strings
+// are ordinary tasks ("Recommend a good book"), instructions only by where they stand, and out of a
+// description scan's reach.
 func TestDescriptionScanCorpus(t *testing.T) {
 	path := os.Getenv("PROMPTGATE_CORPUS")
 	if path == "" {
@@ -48,7 +49,8 @@ func TestDescriptionScanCorpus(t *testing.T) {
 	t.Logf("found: %v of %v (missed %v)", total, total, missed)
 }
 
-// TestDescriptionScanPassesOrdinaryDescriptions: descriptions as MCP servers write them carry no finding.
+// TestDescriptionScanPassesOrdinaryDescriptions: descriptions as MCP servers write them carry no
+// finding.
 func TestDescriptionScanPassesOrdinaryDescriptions(t *testing.T) {
 	t.Parallel()
 	for _, d := range []string{

@@ -1,12 +1,12 @@
-// Package mcpjoin is the meeting point of the two paths an agent's tool call takes through promptgate: the
-// model's call, released on a rewritten API (chat, Responses, Messages), and the MCP tools/call that executes
-// it on the MCP door. It keeps, per instance and bounded, the model calls released (tool, arguments digest,
-// conversation, time) for the door to match its calls against, and the calls the door let through to an MCP
-// server, so that their outputs are known as that server's (mcp:SERVER) when they come back in the next
-// request to the model.
+// Package mcpjoin is the meeting point of the two paths an agent's tool call takes through
+// promptgate: the model's call, released on a rewritten API (chat, Responses, Messages), and the
+// MCP tools/call that executes it on the MCP door. It keeps, per instance and bounded, the model
+// calls released (tool, arguments digest, conversation, time) for the door to match its calls
+// against, and the calls the door let through to an MCP server, so that their outputs are known as
+// that server's (mcp:SERVER) when they come back in the next request to the model.
 //
-// It owns the record and the digest both paths use (flow.ArgsDigest: key order and white space do not
-// count). It does not decide anything: the door and the proxy do.
+// It owns the record and the digest both paths use (flow.ArgsDigest: key order and white space do
+// not count). It does not decide anything: the door and the proxy do.
 package mcpjoin
 
 import (
@@ -25,7 +25,8 @@ const (
 	DefaultWindow = 10 * time.Minute
 	// DefaultMax is how many released calls, and how many executed calls, a Record holds.
 	DefaultMax = 100000
-	// executedTTL is how long an executed call's server is remembered for the next requests to the model.
+	// executedTTL is how long an executed call's server is remembered for the next requests to the
+	// model.
 	executedTTL = 24 * time.Hour
 )
 
@@ -40,7 +41,8 @@ type Call struct {
 	Conversation string
 }
 
-// Digest is the digest both paths key a call's arguments by; false when they are not one JSON object.
+// Digest is the digest both paths key a call's arguments by; false when they are not one JSON
+// object.
 func Digest(args []byte) ([32]byte, bool) {
 	if !gjson.ValidBytes(args) {
 		return [32]byte{}, false
@@ -58,9 +60,11 @@ const (
 	Unmatched Match = iota
 	// Matched: a released model call with the same tool and arguments; it is used up.
 	Matched
-	// Differs: model calls of the tool were released in the conversation, none with these arguments.
+	// Differs: model calls of the tool were released in the conversation, none with these
+	// arguments.
 	Differs
-	// Spent: the model call with these arguments was matched by an MCP call already (a call runs once).
+	// Spent: the model call with these arguments was matched by an MCP call already (a call runs
+	// once).
 	Spent
 )
 
@@ -99,8 +103,8 @@ type exeEntry struct {
 	until  time.Time
 }
 
-// New returns an empty record of at most max released and max executed calls (0: DefaultMax), matching
-// within window (0: DefaultWindow); now nil is time.Now.
+// New returns an empty record of at most max released and max executed calls (0: DefaultMax),
+// matching within window (0: DefaultWindow); now nil is time.Now.
 func New(max int, window time.Duration, now func() time.Time) *Record {
 	if max <= 0 {
 		max = DefaultMax
@@ -154,8 +158,8 @@ func (r *Record) drop(e *list.Element) {
 	}
 }
 
-// Claim matches an MCP call against the released model calls: the first unused one of the same tool,
-// conversation and arguments within the window is used up and returned.
+// Claim matches an MCP call against the released model calls: the first unused one of the same
+// tool, conversation and arguments within the window is used up and returned.
 func (r *Record) Claim(c Call) (Match, *Released) {
 	if r == nil {
 		return Unmatched, nil
@@ -189,8 +193,8 @@ func (r *Record) Claim(c Call) (Match, *Released) {
 	return Unmatched, nil
 }
 
-// Executed records that an MCP server ran a call: its output, when it comes back to the model, is that
-// server's (ServerOf).
+// Executed records that an MCP server ran a call: its output, when it comes back to the model, is
+// that server's (ServerOf).
 func (r *Record) Executed(tool string, digest [32]byte, server string) {
 	if r == nil || server == "" {
 		return
@@ -209,8 +213,8 @@ func (r *Record) Executed(tool string, digest [32]byte, server string) {
 	}
 }
 
-// ServerOf is the label of the MCP server that ran the call of tool with these raw arguments, "" when no
-// server of the door did (or it is forgotten).
+// ServerOf is the label of the MCP server that ran the call of tool with these raw arguments, ""
+// when no server of the door did (or it is forgotten).
 func (r *Record) ServerOf(tool string, args []byte) string {
 	if r == nil || len(args) == 0 {
 		return ""

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// TestClaim: a released call is matched once, by tool, arguments (key order and white space aside) and
-// conversation, within the window; the record holds at most its size.
+// TestClaim: a released call is matched once, by tool, arguments (key order and white space aside)
+// and conversation, within the window; the record holds at most its size.
 func TestClaim(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1000, 0)

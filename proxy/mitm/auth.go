@@ -9,8 +9,9 @@ import (
 )
 
 // authorized reports whether a proxy request carries the door's token in Proxy-Authorization: as
-// "Bearer <token>", or as "Basic" with the token as the password (any user name), which is what clients
-// send for a proxy URL such as http://promptgate:TOKEN@127.0.0.1:8789. Without a token every request is.
+// "Bearer <token>", or as "Basic" with the token as the password (any user name), which is what
+// clients send for a proxy URL such as http://promptgate:TOKEN@127.0.0.1:8789. Without a token
+// every request is.
 func (d *Door) authorized(r *http.Request) bool {
 	if d.tokenSum == nil {
 		return true

@@ -1,10 +1,11 @@
-// Package mitm is promptgate's HTTPS-proxy door (HTTPS_PROXY=): a forward proxy built on goproxy that
-// intercepts CONNECTs to the allowlisted hosts with leaf certificates signed by the operator's own CA and
-// hands their requests to the same pipeline as the base-URL listener; every other CONNECT is tunnelled
-// untouched (or refused). It owns the CA files, leaf certificates, the CONNECT dispatch, proxy
-// authentication and where passthrough may connect (never loopback, private or promptgate's own listeners
-// unless allowed); it never uses goproxy's built-in CA nor skips verification of the real upstream. It does
-// not rewrite, vet or add credentials itself: the handler it is given per origin does.
+// Package mitm is promptgate's HTTPS-proxy door (HTTPS_PROXY=): a forward proxy built on goproxy
+// that intercepts CONNECTs to the allowlisted hosts with leaf certificates signed by the operator's
+// own CA and hands their requests to the same pipeline as the base-URL listener; every other
+// CONNECT is tunnelled untouched (or refused). It owns the CA files, leaf certificates, the CONNECT
+// dispatch, proxy authentication and where passthrough may connect (never loopback, private or
+// promptgate's own listeners unless allowed); it never uses goproxy's built-in CA nor skips
+// verification of the real upstream. It does not rewrite, vet or add credentials itself: the
+// handler it is given per origin does.
 package mitm
 
 import (
@@ -32,8 +33,8 @@ const (
 // caValidity is how long a CA made by WriteCA is valid.
 const caValidity = 5 * 365 * 24 * time.Hour
 
-// WriteCA creates dir if needed and writes a new CA: dir/ca.crt (0644) and dir/ca.key (0600). It refuses
-// to overwrite existing files unless force is set.
+// WriteCA creates dir if needed and writes a new CA: dir/ca.crt (0644) and dir/ca.key (0600). It
+// refuses to overwrite existing files unless force is set.
 func WriteCA(dir string, force bool) (certPath, keyPath string, err error) {
 	certPath, keyPath = filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile)
 	if !force {
@@ -122,7 +123,8 @@ func LoadCA(certPath, keyPath string) (tls.Certificate, error) {
 	return ca, nil
 }
 
-// Roots returns the system roots plus the PEM certificates of extraPEM (the config's upstreamCA), if given.
+// Roots returns the system roots plus the PEM certificates of extraPEM (the config's upstreamCA),
+// if given.
 func Roots(extraPEM string) (*x509.CertPool, error) {
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {

@@ -10,12 +10,12 @@ import (
 	"github.com/promptgate/promptgate/proxy/origin"
 )
 
-// DefaultHandshakeTimeout is how long the door waits for an intercepted client's TLS handshake after its
-// CONNECT.
+// DefaultHandshakeTimeout is how long the door waits for an intercepted client's TLS handshake
+// after its CONNECT.
 const DefaultHandshakeTimeout = 10 * time.Second
 
-// The header-read and idle timeouts inside an intercepted tunnel when Options leaves them zero; serve hands the
-// door the listeners' own (limits.headerReadTimeout, limits.idleTimeout).
+// The header-read and idle timeouts inside an intercepted tunnel when Options leaves them zero;
+// serve hands the door the listeners' own (limits.headerReadTimeout, limits.idleTimeout).
 const (
 	defaultHeaderReadTimeout = 10 * time.Second
 	defaultIdleTimeout       = 120 * time.Second
@@ -23,8 +23,8 @@ const (
 
 // Config is the config file's mitm section: the HTTPS-proxy door (--proxy-listen).
 type Config struct {
-	// CACert and CAKey are the CA written by `promptgate ca init`, which signs the intercepted hosts'
-	// certificates.
+	// CACert and CAKey are the CA written by `promptgate ca init`, which signs the intercepted
+	// hosts' certificates.
 	CACert string `yaml:"caCert"`
 	CAKey  string `yaml:"caKey"`
 	// Hosts are the host names intercepted, on any port.
@@ -33,18 +33,19 @@ type Config struct {
 	Passthrough *bool `yaml:"passthrough"`
 	// UpstreamCA is a PEM file of roots trusted for intercepted origins besides the system's.
 	UpstreamCA string `yaml:"upstreamCA"`
-	// AllowPrivateDestinations lists host names and IP addresses that passthrough may reach although they
-	// are loopback, link-local or private (e.g. a local model server). Empty: passthrough reaches only
-	// public addresses. promptgate's own listeners are never reached, listed or not.
+	// AllowPrivateDestinations lists host names and IP addresses that passthrough may reach
+	// although they are loopback, link-local or private (e.g. a local model server). Empty:
+	// passthrough reaches only public addresses. promptgate's own listeners are never reached,
+	// listed or not.
 	AllowPrivateDestinations []string `yaml:"allowPrivateDestinations"`
-	// HandshakeTimeout closes an intercepted CONNECT whose client has not completed its TLS handshake in
-	// time. 0 means DefaultHandshakeTimeout.
+	// HandshakeTimeout closes an intercepted CONNECT whose client has not completed its TLS
+	// handshake in time. 0 means DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration `yaml:"handshakeTimeout"`
 	// MaxTunnels bounds the passthrough tunnels open at once; a CONNECT past it gets 503. 0 means
 	// DefaultMaxTunnels.
 	MaxTunnels int `yaml:"maxTunnels"`
-	// TunnelIdleTimeout closes a passthrough tunnel that carried no byte either way for this long. 0 means
-	// DefaultTunnelIdleTimeout.
+	// TunnelIdleTimeout closes a passthrough tunnel that carried no byte either way for this long.
+	// 0 means DefaultTunnelIdleTimeout.
 	TunnelIdleTimeout time.Duration `yaml:"tunnelIdleTimeout"`
 }
 
@@ -65,8 +66,8 @@ func (c *Config) ApplyDefaults() {
 	}
 }
 
-// Validate returns every problem of the section, each naming its key path under key (e.g. "mitm") and the
-// fix.
+// Validate returns every problem of the section, each naming its key path under key (e.g. "mitm")
+// and the fix.
 func (c *Config) Validate(key string) []error {
 	var errs []error
 	bad := func(k, format string, args ...any) {
@@ -100,8 +101,8 @@ func (c *Config) Validate(key string) []error {
 	return errs
 }
 
-// Load reads the files the section names: the CA, and the extra roots trusted for intercepted origins
-// (the system's roots alone when UpstreamCA is empty).
+// Load reads the files the section names: the CA, and the extra roots trusted for intercepted
+// origins (the system's roots alone when UpstreamCA is empty).
 func (c *Config) Load() (tls.Certificate, *x509.CertPool, error) {
 	ca, err := LoadCA(c.CACert, c.CAKey)
 	if err != nil {

@@ -20,8 +20,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/mitm"
 )
 
-// service is a plain-HTTP server on loopback standing for something private (an admin API, a model server),
-// recording what reaches it.
+// service is a plain-HTTP server on loopback standing for something private (an admin API, a model
+// server), recording what reaches it.
 type service struct {
 	*httptest.Server
 	mu      sync.Mutex
@@ -52,8 +52,8 @@ func (s *service) port() string {
 	return p
 }
 
-// viaDoor sends a plain-HTTP proxy request for target through the door (Go's own proxy settings would skip
-// loopback targets, so the proxy is set directly), with extra request headers.
+// viaDoor sends a plain-HTTP proxy request for target through the door (Go's own proxy settings
+// would skip loopback targets, so the proxy is set directly), with extra request headers.
 func (f *fixture) viaDoor(t *testing.T, target string, header http.Header) (int, string) {
 	t.Helper()
 	pu, _ := url.Parse(f.proxyURL)
@@ -71,8 +71,8 @@ func (f *fixture) viaDoor(t *testing.T, target string, header http.Header) (int,
 	return resp.StatusCode, string(b)
 }
 
-// connect sends CONNECT target to the door on a raw connection and returns the door's answer and the
-// connection (open when the answer is 200).
+// connect sends CONNECT target to the door on a raw connection and returns the door's answer and
+// the connection (open when the answer is 200).
 func (f *fixture) connect(t *testing.T, target string, header string) (*http.Response, net.Conn, *bufio.Reader) {
 	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(f.proxyURL, "http://"))
@@ -92,8 +92,8 @@ func (f *fixture) connect(t *testing.T, target string, header string) (*http.Res
 	return resp, c, br
 }
 
-// TestPassthroughRefusesLoopback: a client of the door cannot reach a loopback service by address or by a
-// name that resolves to loopback, through a tunnel or a plain-HTTP request.
+// TestPassthroughRefusesLoopback: a client of the door cannot reach a loopback service by address
+// or by a name that resolves to loopback, through a tunnel or a plain-HTTP request.
 func TestPassthroughRefusesLoopback(t *testing.T) {
 	svc := newService(t)
 	f := newFixture(t, true, true, func(o *mitm.Options) { o.Resolve = nil }) // the system resolver
@@ -113,8 +113,9 @@ func TestPassthroughRefusesLoopback(t *testing.T) {
 	}
 }
 
-// TestAllowPrivateDestinations: a listed host name, or a listed address, is reached; the same service under
-// a name or address not listed is not; promptgate's own listeners are never reached, listed or not.
+// TestAllowPrivateDestinations: a listed host name, or a listed address, is reached; the same
+// service under a name or address not listed is not; promptgate's own listeners are never reached,
+// listed or not.
 func TestAllowPrivateDestinations(t *testing.T) {
 	svc := newService(t)
 	t.Run("a listed name", func(t *testing.T) {
@@ -156,8 +157,8 @@ func TestAllowPrivateDestinations(t *testing.T) {
 	})
 }
 
-// TestProxyToken: with a token, every proxy request needs it (407 otherwise, with a challenge); Bearer and
-// Basic (token as the password) are accepted; the header never goes on.
+// TestProxyToken: with a token, every proxy request needs it (407 otherwise, with a challenge);
+// Bearer and Basic (token as the password) are accepted; the header never goes on.
 func TestProxyToken(t *testing.T) {
 	svc := newService(t)
 	f := newFixture(t, true, true, func(o *mitm.Options) {
@@ -226,8 +227,8 @@ func TestProxyToken(t *testing.T) {
 	}
 }
 
-// TestHandshakeDeadline: a CONNECT to an intercepted host whose client then sends nothing is closed by the
-// door once the handshake timeout has passed.
+// TestHandshakeDeadline: a CONNECT to an intercepted host whose client then sends nothing is closed
+// by the door once the handshake timeout has passed.
 func TestHandshakeDeadline(t *testing.T) {
 	f := newFixture(t, true, true, func(o *mitm.Options) { o.HandshakeTimeout = 100 * time.Millisecond })
 	resp, _, br := f.connect(t, "api.openai.test:"+f.port, "")
@@ -249,8 +250,8 @@ func TestHandshakeDeadline(t *testing.T) {
 	}
 }
 
-// TestPipelinesPerNormalisedOrigin: spellings of one origin share one pipeline, and the pipelines kept are
-// bounded (the least recently used is dropped, and rebuilt when its origin comes back).
+// TestPipelinesPerNormalisedOrigin: spellings of one origin share one pipeline, and the pipelines
+// kept are bounded (the least recently used is dropped, and rebuilt when its origin comes back).
 func TestPipelinesPerNormalisedOrigin(t *testing.T) {
 	f := newFixture(t, true, true, func(o *mitm.Options) { o.MaxPipelines = 2 })
 	hc := f.client(t)
@@ -275,7 +276,8 @@ func TestPipelinesPerNormalisedOrigin(t *testing.T) {
 	if n := built(); n != 1 {
 		t.Fatalf("four spellings of one origin built %d pipelines, want 1", n)
 	}
-	// Two other origins (other ports; nothing listens there, the pipeline answers 502) push the first out.
+	// Two other origins (other ports; nothing listens there, the pipeline answers 502) push the
+	// first out.
 	call("api.openai.test:1")
 	call("api.openai.test:2")
 	if n := built(); n != 3 {

@@ -13,10 +13,11 @@ import (
 	"github.com/promptgate/promptgate/proxy/origin"
 )
 
-// egress is the passthrough's dialler (CONNECT tunnels and plain-HTTP requests to hosts that are not
-// intercepted). It resolves the host itself, refuses it when any of its addresses is not public (unless the
-// host or the address is listed) or is one of promptgate's own listeners, and then dials only the addresses
-// it checked, so that a name which resolves to loopback at dial time (DNS rebinding) is refused too.
+// egress is the passthrough's dialler (CONNECT tunnels and plain-HTTP requests to hosts that are
+// not intercepted). It resolves the host itself, refuses it when any of its addresses is not public
+// (unless the host or the address is listed) or is one of promptgate's own listeners, and then
+// dials only the addresses it checked, so that a name which resolves to loopback at dial time (DNS
+// rebinding) is refused too.
 type egress struct {
 	hosts   map[string]bool     // listed host names, in origin.Host form
 	ips     map[netip.Addr]bool // listed addresses, unmapped
@@ -62,7 +63,8 @@ func newEgress(allow []string, own func() []net.Addr, resolve func(ctx context.C
 	return g, nil
 }
 
-// dial checks every address of addr's host, then connects to the first checked address that answers.
+// dial checks every address of addr's host, then connects to the first checked address that
+// answers.
 func (g *egress) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, p, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -103,8 +105,8 @@ func (g *egress) dial(ctx context.Context, network, addr string) (net.Conn, erro
 	return nil, errors.Join(errs...)
 }
 
-// check refuses promptgate's own listeners always, and a non-public address or one of this machine's (which
-// reaches every service bound to all its interfaces) unless name or ip is listed.
+// check refuses promptgate's own listeners always, and a non-public address or one of this
+// machine's (which reaches every service bound to all its interfaces) unless name or ip is listed.
 func (g *egress) check(name string, ip netip.Addr, port uint16) *refusal {
 	for _, a := range g.own() {
 		if isOwn(a, ip, port, g.local) {
@@ -124,8 +126,8 @@ func (g *egress) check(name string, ip netip.Addr, port uint16) *refusal {
 	return nil
 }
 
-// isLocal reports whether ip is one of this machine's addresses; when they cannot be listed, every address
-// is taken for one (refused rather than risk reaching this machine).
+// isLocal reports whether ip is one of this machine's addresses; when they cannot be listed, every
+// address is taken for one (refused rather than risk reaching this machine).
 func (g *egress) isLocal(ip netip.Addr) bool {
 	addrs, err := g.local()
 	if err != nil {
@@ -156,8 +158,9 @@ func interfaceAddrs() ([]netip.Addr, error) {
 	return out, nil
 }
 
-// isOwn reports whether ip:port reaches the listener at a: the same address, or a wildcard listener's port on
-// loopback, the unspecified address or an address of this machine (local lists them).
+// isOwn reports whether ip:port reaches the listener at a: the same address, or a wildcard
+// listener's port on loopback, the unspecified address or an address of this machine (local lists
+// them).
 func isOwn(a net.Addr, ip netip.Addr, port uint16, local func() ([]netip.Addr, error)) bool {
 	ta, ok := a.(*net.TCPAddr)
 	if !ok || ta.Port != int(port) {
@@ -199,8 +202,8 @@ var (
 // nat64Embedded is where a NAT64 address holds its IPv4 address: its last 4 bytes.
 const nat64Embedded = 12
 
-// nonPublic names the class of an address that is not on the public internet ("loopback", "private", ...),
-// or returns "" for a public one. ip is unmapped.
+// nonPublic names the class of an address that is not on the public internet ("loopback",
+// "private", ...), or returns "" for a public one. ip is unmapped.
 func nonPublic(ip netip.Addr) string {
 	switch {
 	case ip.IsUnspecified():
@@ -238,9 +241,9 @@ func nonPublic(ip netip.Addr) string {
 	return ""
 }
 
-// specialPurpose are the IANA special-purpose ranges (RFC 6890 and later) that are not globally reachable and
-// that netip does not name: a network may still route them internally (as the documentation ranges on some
-// hosts' own interfaces).
+// specialPurpose are the IANA special-purpose ranges (RFC 6890 and later) that are not globally
+// reachable and that netip does not name: a network may still route them internally (as the
+// documentation ranges on some hosts' own interfaces).
 var specialPurpose = []struct {
 	prefix netip.Prefix
 	class  string

@@ -106,8 +106,8 @@ func TestOwnListenerMatch(t *testing.T) {
 	}
 }
 
-// TestEgressChecksEveryAddress: a name is refused when any of its addresses is refused (a rebinding answer
-// mixes a public and a loopback address), before anything is dialled.
+// TestEgressChecksEveryAddress: a name is refused when any of its addresses is refused (a rebinding
+// answer mixes a public and a loopback address), before anything is dialled.
 func TestEgressChecksEveryAddress(t *testing.T) {
 	t.Parallel()
 	resolve := func(_ context.Context, host string) ([]netip.Addr, error) {
@@ -134,9 +134,9 @@ func TestEgressChecksEveryAddress(t *testing.T) {
 	}
 }
 
-// TestEgressRefusesThisMachine: passthrough never reaches this machine by one of its own addresses, whatever
-// range it is in (a public address of a cloud VM reaches every service bound to all interfaces), unless the
-// address is listed; its own listeners stay refused, listed or not.
+// TestEgressRefusesThisMachine: passthrough never reaches this machine by one of its own addresses,
+// whatever range it is in (a public address of a cloud VM reaches every service bound to all
+// interfaces), unless the address is listed; its own listeners stay refused, listed or not.
 func TestEgressRefusesThisMachine(t *testing.T) {
 	t.Parallel()
 	mine := netip.MustParseAddr("93.184.215.14")

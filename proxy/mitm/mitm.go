@@ -38,41 +38,43 @@ const DefaultMaxPipelines = 256
 type Options struct {
 	// CA signs the leaf certificates of intercepted hosts (LoadCA).
 	CA tls.Certificate
-	// Hosts are the host names to intercept (case-insensitive, a trailing dot ignored), on any port.
+	// Hosts are the host names to intercept (case-insensitive, a trailing dot ignored), on any
+	// port.
 	Hosts []string
 	// Passthrough tunnels every other CONNECT untouched; false answers them 403.
 	Passthrough bool
-	// Handler returns the pipeline of an intercepted origin, e.g. https://api.openai.com:443 (always https).
-	// It is called when an origin is first used, and again after its pipeline was dropped (MaxPipelines).
+	// Handler returns the pipeline of an intercepted origin, e.g. https://api.openai.com:443
+	// (always https). It is called when an origin is first used, and again after its pipeline was
+	// dropped (MaxPipelines).
 	Handler func(o origin.Origin) (http.Handler, error)
 	// MaxPipelines bounds the pipelines kept, the least recently used dropped first; 0 means
 	// DefaultMaxPipelines.
 	MaxPipelines int
-	// HandshakeTimeout closes an intercepted CONNECT whose client has not completed its TLS handshake in
-	// time; 0 means DefaultHandshakeTimeout.
+	// HandshakeTimeout closes an intercepted CONNECT whose client has not completed its TLS
+	// handshake in time; 0 means DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
-	// HeaderReadTimeout and IdleTimeout are those of the listeners (limits.headerReadTimeout, idleTimeout),
-	// kept by the HTTP server inside an intercepted tunnel: a request's headers must come within the one, and
-	// a tunnel idle between requests longer than the other is closed. Neither bounds a response. 0 means
-	// defaultHeaderReadTimeout, defaultIdleTimeout.
+	// HeaderReadTimeout and IdleTimeout are those of the listeners (limits.headerReadTimeout,
+	// idleTimeout), kept by the HTTP server inside an intercepted tunnel: a request's headers must
+	// come within the one, and a tunnel idle between requests longer than the other is closed.
+	// Neither bounds a response. 0 means defaultHeaderReadTimeout, defaultIdleTimeout.
 	HeaderReadTimeout, IdleTimeout time.Duration
 	// MaxTunnels bounds the passthrough tunnels open at once; a CONNECT past it gets 503. 0 means
 	// DefaultMaxTunnels.
 	MaxTunnels int
-	// TunnelIdleTimeout closes a passthrough tunnel that carried no byte either way for this long. 0 means
-	// DefaultTunnelIdleTimeout.
+	// TunnelIdleTimeout closes a passthrough tunnel that carried no byte either way for this long.
+	// 0 means DefaultTunnelIdleTimeout.
 	TunnelIdleTimeout time.Duration
-	// AllowPrivate lists the host names and IP addresses that passthrough may reach although they are
-	// loopback, link-local or private (the config's mitm.allowPrivateDestinations).
+	// AllowPrivate lists the host names and IP addresses that passthrough may reach although they
+	// are loopback, link-local or private (the config's mitm.allowPrivateDestinations).
 	AllowPrivate []string
-	// Own returns promptgate's own listener addresses: passthrough never reaches them, listed or not. nil
-	// means none.
+	// Own returns promptgate's own listener addresses: passthrough never reaches them, listed or
+	// not. nil means none.
 	Own func() []net.Addr
 	// Token, when set, must come with every proxy request (CONNECT or absolute-form) in
 	// Proxy-Authorization; it is never forwarded.
 	Token string
-	// Resolve looks up the addresses of a passthrough host; nil means the system resolver. The door dials
-	// only addresses it resolved and checked.
+	// Resolve looks up the addresses of a passthrough host; nil means the system resolver. The door
+	// dials only addresses it resolved and checked.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 	Log     *slog.Logger
 }
@@ -181,8 +183,8 @@ func (d *Door) intercepted(hostport string) bool {
 	return err == nil && d.hosts[n]
 }
 
-// ServeHTTP implements http.Handler: proxy requests are authenticated (when a token is set), plain-HTTP
-// requests to intercepted hosts are refused, and everything else goes to goproxy.
+// ServeHTTP implements http.Handler: proxy requests are authenticated (when a token is set),
+// plain-HTTP requests to intercepted hosts are refused, and everything else goes to goproxy.
 func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect || r.URL.IsAbs() {
 		if !d.authorized(r) {
@@ -218,8 +220,8 @@ func (d *Door) plainFailed(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Res
 	return goproxy.NewResponse(ctx.Req, "text/plain", http.StatusForbidden, rf.Error()+"\n")
 }
 
-// tunnelFailed answers a CONNECT whose tunnel could not be opened: 403 for a refused destination, 503 past
-// MaxTunnels, else 502.
+// tunnelFailed answers a CONNECT whose tunnel could not be opened: 403 for a refused destination,
+// 503 past MaxTunnels, else 502.
 func (d *Door) tunnelFailed(w io.Writer, _ *goproxy.ProxyCtx, err error) {
 	status := http.StatusBadGateway
 	var rf *refusal
@@ -259,9 +261,9 @@ func (d *Door) connect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectActi
 	return &goproxy.ConnectAction{Action: goproxy.ConnectReject}, host
 }
 
-// hijack terminates TLS for an intercepted origin with a leaf of our CA and serves HTTP/1.1 on the tunnel
-// with the pipeline of that origin. A client that does not complete its handshake within HandshakeTimeout
-// is closed.
+// hijack terminates TLS for an intercepted origin with a leaf of our CA and serves HTTP/1.1 on the
+// tunnel with the pipeline of that origin. A client that does not complete its handshake within
+// HandshakeTimeout is closed.
 func (d *Door) hijack(o origin.Origin, client net.Conn) {
 	defer client.Close()
 	if err := client.SetDeadline(time.Now().Add(d.opt.HandshakeTimeout)); err != nil {
@@ -300,7 +302,8 @@ func (d *Door) hijack(o origin.Origin, client net.Conn) {
 	_ = srv.Serve(newOneConnListener(tlsConn))
 }
 
-// pipeline returns the pipeline of an origin, building it on first use; at most MaxPipelines are kept.
+// pipeline returns the pipeline of an origin, building it on first use; at most MaxPipelines are
+// kept.
 func (d *Door) pipeline(o origin.Origin) (http.Handler, error) {
 	d.pipeMu.Lock()
 	defer d.pipeMu.Unlock()
@@ -357,7 +360,8 @@ func (d *Door) leaf(host string) (*tls.Certificate, error) {
 	return c, nil
 }
 
-// oneConnListener serves exactly one connection, then reports closed once that connection is closed.
+// oneConnListener serves exactly one connection, then reports closed once that connection is
+// closed.
 type oneConnListener struct {
 	conn   net.Conn
 	once   sync.Once

@@ -69,8 +69,8 @@ func (ca *testCA) leaf(t *testing.T, names ...string) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-// fixture is a fake HTTPS upstream serving the names *.test, promptgate's door in front of it, and the
-// files a deployment would have.
+// fixture is a fake HTTPS upstream serving the names *.test, promptgate's door in front of it, and
+// the files a deployment would have.
 type fixture struct {
 	upstream   *httptest.Server
 	port       string
@@ -199,7 +199,8 @@ func newEngine(t *testing.T) *proxy.Engine {
 	return e
 }
 
-// client is configured only through HTTPS_PROXY, with a cert pool holding promptgate's CA (and extra roots).
+// client is configured only through HTTPS_PROXY, with a cert pool holding promptgate's CA (and
+// extra roots).
 func (f *fixture) client(t *testing.T, extraRoots ...[]byte) *http.Client {
 	t.Helper()
 	t.Setenv("HTTPS_PROXY", f.proxyURL)
@@ -263,8 +264,9 @@ func TestInterceptedOfficialClient(t *testing.T) {
 	}
 }
 
-// TestPlainHTTPProxyRequestToInterceptedHostRefused: a plain-HTTP proxy request to an intercepted host would
-// carry credentials in cleartext; the door refuses it, and neither the pipeline nor the upstream sees it.
+// TestPlainHTTPProxyRequestToInterceptedHostRefused: a plain-HTTP proxy request to an intercepted
+// host would carry credentials in cleartext; the door refuses it, and neither the pipeline nor the
+// upstream sees it.
 func TestPlainHTTPProxyRequestToInterceptedHostRefused(t *testing.T) {
 	f := newFixture(t, true, true)
 	for _, host := range []string{"api.openai.test", "API.OpenAI.test.", "api.openai.test:" + f.port} {

@@ -9,8 +9,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/origin"
 )
 
-// TestPipelinesBounded: 3,000 client-chosen names (1,500 ports, each in two spellings) leave at most
-// DefaultMaxPipelines pipelines, and one per normalised origin is built.
+// TestPipelinesBounded: 3,000 client-chosen names (1,500 ports, each in two spellings) leave at
+// most DefaultMaxPipelines pipelines, and one per normalised origin is built.
 func TestPipelinesBounded(t *testing.T) {
 	t.Parallel()
 	certPath, keyPath, err := WriteCA(filepath.Join(t.TempDir(), "ca"), false)

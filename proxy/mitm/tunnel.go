@@ -11,9 +11,9 @@ import (
 // DefaultMaxTunnels bounds the passthrough tunnels open at once when Options.MaxTunnels is 0.
 const DefaultMaxTunnels = 1024
 
-// DefaultTunnelIdleTimeout closes a passthrough tunnel that carried no byte either way for this long when
-// Options.TunnelIdleTimeout is 0. It is long because a tunnel's requests are opaque: a slow answer that the
-// destination has not started looks idle.
+// DefaultTunnelIdleTimeout closes a passthrough tunnel that carried no byte either way for this
+// long when Options.TunnelIdleTimeout is 0. It is long because a tunnel's requests are opaque: a
+// slow answer that the destination has not started looks idle.
 const DefaultTunnelIdleTimeout = 15 * time.Minute
 
 // errTunnelsFull is the error of a CONNECT past MaxTunnels.
@@ -26,8 +26,8 @@ type tunnels struct {
 	open atomic.Int64
 }
 
-// wrap counts c as an open tunnel, or closes it and returns errTunnelsFull when max are open. The tunnel is
-// counted until c is closed.
+// wrap counts c as an open tunnel, or closes it and returns errTunnelsFull when max are open. The
+// tunnel is counted until c is closed.
 func (t *tunnels) wrap(c net.Conn) (net.Conn, error) {
 	if t.open.Add(1) > t.max {
 		t.open.Add(-1)
@@ -47,8 +47,8 @@ func (t *tunnels) wrap(c net.Conn) (net.Conn, error) {
 	return tc, nil
 }
 
-// tunnelConn is the destination side of a passthrough tunnel: every byte either way passes through it, so
-// it sees when the tunnel was last used.
+// tunnelConn is the destination side of a passthrough tunnel: every byte either way passes through
+// it, so it sees when the tunnel was last used.
 type tunnelConn struct {
 	net.Conn
 	t     *tunnels

@@ -53,8 +53,8 @@ func echoes(t *testing.T, c net.Conn, br *bufio.Reader, msg string) error {
 	return nil
 }
 
-// TestPassthroughTunnelsBounded: past mitm.maxTunnels open tunnels a CONNECT gets 503 and nothing is dialled;
-// a closed tunnel frees its place.
+// TestPassthroughTunnelsBounded: past mitm.maxTunnels open tunnels a CONNECT gets 503 and nothing
+// is dialled; a closed tunnel frees its place.
 func TestPassthroughTunnelsBounded(t *testing.T) {
 	t.Parallel()
 	dest := echoService(t)
@@ -97,8 +97,8 @@ func TestPassthroughTunnelsBounded(t *testing.T) {
 	}
 }
 
-// TestPassthroughTunnelIdle: a tunnel that carries nothing either way for mitm.tunnelIdleTimeout is closed; one
-// in use is not.
+// TestPassthroughTunnelIdle: a tunnel that carries nothing either way for mitm.tunnelIdleTimeout is
+// closed; one in use is not.
 func TestPassthroughTunnelIdle(t *testing.T) {
 	t.Parallel()
 	dest := echoService(t)
@@ -117,7 +117,8 @@ func TestPassthroughTunnelIdle(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// Now silent: the door closes it. connect's read deadline (20 s) only keeps a broken door from hanging.
+	// Now silent: the door closes it. connect's read deadline (20 s) only keeps a broken door from
+	// hanging.
 	_, err := br.ReadByte()
 	if os.IsTimeout(err) {
 		t.Fatal("the idle tunnel is still open")

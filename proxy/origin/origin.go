@@ -1,6 +1,6 @@
-// Package origin is the normal form of a web origin (scheme, host, port), the unit that promptgate binds
-// API keys and door pipelines to. It owns that normal form only; it does not decide what may be sent where
-// (proxy/ binds keys, proxy/mitm keys its pipelines).
+// Package origin is the normal form of a web origin (scheme, host, port), the unit that promptgate
+// binds API keys and door pipelines to. It owns that normal form only; it does not decide what may
+// be sent where (proxy/ binds keys, proxy/mitm keys its pipelines).
 package origin
 
 import (
@@ -13,10 +13,10 @@ import (
 	"strings"
 )
 
-// Origin is "scheme://host:port" in normal form: lowercase scheme and host, no trailing dot on the host, an
-// IP host in its canonical spelling (IPv6 in brackets), and the port always written in decimal (80 for http,
-// 443 for https when the URL leaves it out). Two spellings of one origin give the same Origin; the zero value
-// is no origin and is never equal to one.
+// Origin is "scheme://host:port" in normal form: lowercase scheme and host, no trailing dot on the
+// host, an IP host in its canonical spelling (IPv6 in brackets), and the port always written in
+// decimal (80 for http, 443 for https when the URL leaves it out). Two spellings of one origin give
+// the same Origin; the zero value is no origin and is never equal to one.
 type Origin string
 
 // Of returns the origin of u.
@@ -27,7 +27,8 @@ func Of(u *url.URL) (Origin, error) {
 	return New(u.Scheme, u.Host)
 }
 
-// New returns the origin of scheme (http or https) and hostport ("host", "host:port" or "[v6]:port").
+// New returns the origin of scheme (http or https) and hostport ("host", "host:port" or
+// "[v6]:port").
 func New(scheme, hostport string) (Origin, error) {
 	scheme = strings.ToLower(scheme)
 	var defPort string
@@ -59,9 +60,9 @@ func New(scheme, hostport string) (Origin, error) {
 	return Origin(scheme + "://" + net.JoinHostPort(host, strconv.FormatUint(n, 10))), nil
 }
 
-// Host returns the normal form of a host name or IP address (without brackets or port): lowercase, one
-// trailing dot removed, an IP in its canonical spelling. It refuses an empty name, a zone, and characters
-// that no host name has.
+// Host returns the normal form of a host name or IP address (without brackets or port): lowercase,
+// one trailing dot removed, an IP in its canonical spelling. It refuses an empty name, a zone, and
+// characters that no host name has.
 func Host(h string) (string, error) {
 	if ip, err := netip.ParseAddr(h); err == nil {
 		if ip.Zone() != "" {
@@ -83,7 +84,8 @@ func (o Origin) Scheme() string {
 	return s
 }
 
-// HostPort is the origin's "host:port" ("[v6]:port" for IPv6), as a URL's Host or a dialler takes it.
+// HostPort is the origin's "host:port" ("[v6]:port" for IPv6), as a URL's Host or a dialler takes
+// it.
 func (o Origin) HostPort() string {
 	_, hp, _ := strings.Cut(string(o), "://")
 	return hp

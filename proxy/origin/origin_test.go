@@ -81,8 +81,8 @@ func TestBadOrigins(t *testing.T) {
 	}
 }
 
-// FuzzNew: any scheme and host:port (a CONNECT line, a URL's host) either is refused or gives an origin in
-// normal form, which New gives back unchanged from its own parts.
+// FuzzNew: any scheme and host:port (a CONNECT line, a URL's host) either is refused or gives an
+// origin in normal form, which New gives back unchanged from its own parts.
 func FuzzNew(f *testing.F) {
 	for _, seed := range [][2]string{
 		{"https", "api.openai.com"}, {"HTTPS", "API.OpenAI.COM.:0443"}, {"http", "127.0.0.1:80"}, {"https", "[::1]:8443"},

@@ -15,7 +15,8 @@ func header(kv ...string) http.Header {
 	return h
 }
 
-// TestOwnsOnlyTheCreator: an id is its binder's; another credential, and an id never bound, are nobody's.
+// TestOwnsOnlyTheCreator: an id is its binder's; another credential, and an id never bound, are
+// nobody's.
 func TestOwnsOnlyTheCreator(t *testing.T) {
 	t.Parallel()
 	r := New(0)
@@ -34,9 +35,9 @@ func TestOwnsOnlyTheCreator(t *testing.T) {
 	}
 }
 
-// TestCredentialReadsEveryHeader: a credential is the client's Authorization, X-Api-Key and Api-Key, every
-// value in order; a header moved to another name, a value split, or any change is another credential, and
-// two Records never agree (their keys are their own).
+// TestCredentialReadsEveryHeader: a credential is the client's Authorization, X-Api-Key and
+// Api-Key, every value in order; a header moved to another name, a value split, or any change is
+// another credential, and two Records never agree (their keys are their own).
 func TestCredentialReadsEveryHeader(t *testing.T) {
 	t.Parallel()
 	r := New(0)
@@ -71,8 +72,8 @@ func TestCredentialReadsEveryHeader(t *testing.T) {
 	}
 }
 
-// TestRecordBounded: past max ids, the oldest bound are forgotten first (and are then nobody's), the newest
-// kept.
+// TestRecordBounded: past max ids, the oldest bound are forgotten first (and are then nobody's),
+// the newest kept.
 func TestRecordBounded(t *testing.T) {
 	t.Parallel()
 	const max = 100
@@ -91,8 +92,9 @@ func TestRecordBounded(t *testing.T) {
 	}
 }
 
-// TestRecordMemoryPerID: a full record holds a fixed number of bytes per id, whatever the length of the ids,
-// and binding more does not grow it. Measured as heap bytes (runtime.MemStats); not parallel.
+// TestRecordMemoryPerID: a full record holds a fixed number of bytes per id, whatever the length of
+// the ids, and binding more does not grow it. Measured as heap bytes (runtime.MemStats); not
+// parallel.
 func TestRecordMemoryPerID(t *testing.T) {
 	const max = 100_000
 	heap := func() uint64 {

@@ -20,8 +20,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// engine builds the real engine on a real bbolt store with the built-in definitions, the default config and
-// the given environment settings.
+// engine builds the real engine on a real bbolt store with the built-in definitions, the default
+// config and the given environment settings.
 func engine(t testing.TB, env map[string]string, sec assembly.Security) *proxy.Engine {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "promptgate.db"), store.Options{Validate: proxy.ValidateDefinition})
@@ -51,8 +51,8 @@ func engine(t testing.TB, env map[string]string, sec assembly.Security) *proxy.E
 var headerOrder = []string{"=== SYSTEM CORE ===", "=== PROTOCOL RULES ===", "=== APPLICATION INSTRUCTIONS ===",
 	"=== RUNTIME DIRECTIVES ===", assembly.ContextHeader, "=== AVAILABLE TOOLS ==="}
 
-// trustedPrefix is the system text up to the end of the PROTOCOL RULES block: SYSTEM CORE and the rules, which
-// no request can change.
+// trustedPrefix is the system text up to the end of the PROTOCOL RULES block: SYSTEM CORE and the
+// rules, which no request can change.
 func trustedPrefix(sys string) string {
 	for _, h := range headerOrder[2:] {
 		if i := strings.Index(sys, "\n"+h+"\n"); i >= 0 {
@@ -62,9 +62,10 @@ func trustedPrefix(sys string) string {
 	return sys
 }
 
-// checkTrustedSystem asserts that a system text reads as the template laid out: every line that a model could
-// read as a header is one of the known headers, each at most once and in order; SYSTEM CORE and the rules are
-// the clean render's; the line after the RUNTIME CONTEXT header is one valid JSON object with no raw line break.
+// checkTrustedSystem asserts that a system text reads as the template laid out: every line that a
+// model could read as a header is one of the known headers, each at most once and in order; SYSTEM
+// CORE and the rules are the clean render's; the line after the RUNTIME CONTEXT header is one valid
+// JSON object with no raw line break.
 func checkTrustedSystem(t *testing.T, sys, clean string) {
 	t.Helper()
 	if got, want := trustedPrefix(sys), trustedPrefix(clean); got != want {
@@ -117,11 +118,12 @@ func systemOf(path string, body []byte) string {
 	return gjson.GetBytes(body, "messages.0.content").String()
 }
 
-// FuzzPrepare runs arbitrary bodies through the request path of each rewritten surface (validation, routing,
-// tool filtering, tool_choice, context, build, rewrite), with the request's own runtime context and the
-// structured channel off and on. Every body gets either a client error (a 4xx with the OpenAI error JSON) or
-// an upstream body that is one valid JSON object without the promptgate field, whose layered system text has
-// the clean render's SYSTEM CORE and rules and no line a model could read as an extra header.
+// FuzzPrepare runs arbitrary bodies through the request path of each rewritten surface (validation,
+// routing, tool filtering, tool_choice, context, build, rewrite), with the request's own runtime
+// context and the structured channel off and on. Every body gets either a client error (a 4xx with
+// the OpenAI error JSON) or an upstream body that is one valid JSON object without the promptgate
+// field, whose layered system text has the clean render's SYSTEM CORE and rules and no line a model
+// could read as an extra header.
 func FuzzPrepare(f *testing.F) {
 	for _, dir := range []string{filepath.Join("..", "..", "testdata", "golden"), filepath.Join("..", "testdata", "surfaces")} {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.in.json"))
@@ -189,7 +191,8 @@ func FuzzPrepare(f *testing.F) {
 					t.Fatalf("%s: the promptgate field reached upstream: %s", s.path, p.Body)
 				}
 				if ei == datamarked {
-					// Datamarking changes only tool output: the conversation keeps its items, their order and roles.
+					// Datamarking changes only tool output: the conversation keeps its items, their
+					// order and roles.
 					items := "messages"
 					if s.path == proxy.PathResponses {
 						items = "input"
@@ -225,9 +228,9 @@ func FuzzPrepare(f *testing.F) {
 	})
 }
 
-// readsAsHeader is the test's own idea, independent of assembly's code, of a line a model could read as a
-// section header: after NFKC folding of the whole line and blanks, invisible characters and marks, it starts
-// with "=" or a look-alike.
+// readsAsHeader is the test's own idea, independent of assembly's code, of a line a model could
+// read as a section header: after NFKC folding of the whole line and blanks, invisible characters
+// and marks, it starts with "=" or a look-alike.
 func readsAsHeader(line string) bool {
 	rest := strings.TrimLeftFunc(norm.NFKC.String(line), func(r rune) bool {
 		return unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point) ||

@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// TestAddUsage: usage objects of the rounds of a continued answer are summed member by member at any depth;
-// a member of one only is kept, a null does not erase a number, and what is not an object is no usage.
+// TestAddUsage: usage objects of the rounds of a continued answer are summed member by member at
+// any depth; a member of one only is kept, a null does not erase a number, and what is not an
+// object is no usage.
 func TestAddUsage(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ a, b, want string }{
@@ -53,8 +54,9 @@ func sameValue(x, y any) bool {
 	return string(a) == string(b)
 }
 
-// TestDeliverGoesAheadOfTheParkedRound: what a surface delivers while a round is parked goes out whatever
-// becomes of the round, before the parked output; a continued round drops the parked output alone.
+// TestDeliverGoesAheadOfTheParkedRound: what a surface delivers while a round is parked goes out
+// whatever becomes of the round, before the parked output; a continued round drops the parked
+// output alone.
 func TestDeliverGoesAheadOfTheParkedRound(t *testing.T) {
 	t.Parallel()
 	r := New(io.NopCloser(strings.NewReader("")), nil, Surface{})

@@ -17,20 +17,22 @@ type Recorder func(vet.Decision)
 type Result struct {
 	// Blocked is the number of calls removed (refuse mode) or that made the response an error.
 	Blocked int
-	// ErrorCall is set in error mode when a call was blocked: the caller answers 403 tool_call_blocked
-	// instead of sending the body.
+	// ErrorCall is set in error mode when a call was blocked: the caller answers 403
+	// tool_call_blocked instead of sending the body.
 	ErrorCall *vet.Decision
-	// Continue is set in continue mode when every call of the answer (one turn) was blocked and promptgate
-	// can answer each itself; the body is written as refuse writes it, for when the answer is not continued.
+	// Continue is set in continue mode when every call of the answer (one turn) was blocked and
+	// promptgate can answer each itself; the body is written as refuse writes it, for when the
+	// answer is not continued.
 	Continue *Continuation
-	// Rounds is how many times the answer was continued (surface.Rounds); Blocked counts every round's.
+	// Rounds is how many times the answer was continued (surface.Rounds); Blocked counts every
+	// round's.
 	Rounds int
 }
 
-// Vet vets the calls of a non-stream body together, hands every decision to rec (which may be nil) and
-// counts the blocked calls. In error mode, when a call is blocked and ErrorCall is not set yet, ErrorCall
-// becomes the call that broke the policy (see Culprit), not one blocked with its batch. It returns the
-// decisions, one per call in order.
+// Vet vets the calls of a non-stream body together, hands every decision to rec (which may be nil)
+// and counts the blocked calls. In error mode, when a call is blocked and ErrorCall is not set yet,
+// ErrorCall becomes the call that broke the policy (see Culprit), not one blocked with its batch.
+// It returns the decisions, one per call in order.
 func (r *Result) Vet(c *vet.Checker, rec Recorder, calls []*vet.Call) []vet.Decision {
 	ds := c.VetBatch(calls)
 	for _, d := range ds {
@@ -48,7 +50,8 @@ func (r *Result) Vet(c *vet.Checker, rec Recorder, calls []*vet.Call) []vet.Deci
 	return ds
 }
 
-// Blocked is the number of calls blocked so far in the stream (the blocked decisions passed to Record).
+// Blocked is the number of calls blocked so far in the stream (the blocked decisions passed to
+// Record).
 func (r *Relay) Blocked() int { return r.blocked }
 
 // Record hands a decision of the stream to its Recorder and counts it when it blocks a call.
@@ -61,10 +64,10 @@ func (r *Relay) Record(d vet.Decision) {
 	}
 }
 
-// AfterRelease records the decision on an event of a call that the client already has (an event that comes
-// after the call was released): the client cannot take back what it has, so the event is blocked with
-// vet.ReasonAfterRelease, or audited in audit mode. The surface drops the event unless it is audited (it
-// passes then), and in error mode ends the stream.
+// AfterRelease records the decision on an event of a call that the client already has (an event
+// that comes after the call was released): the client cannot take back what it has, so the event is
+// blocked with vet.ReasonAfterRelease, or audited in audit mode. The surface drops the event unless
+// it is audited (it passes then), and in error mode ends the stream.
 func (r *Relay) AfterRelease(c *vet.Checker, call *vet.Call) vet.Decision {
 	d := vet.Decision{Kind: vet.KindToolCall, Choice: call.Choice, CallID: call.ID, Tool: call.Name,
 		Verdict: vet.VerdictBlocked, Reason: vet.ReasonAfterRelease}
@@ -75,10 +78,11 @@ func (r *Relay) AfterRelease(c *vet.Checker, call *vet.Call) vet.Decision {
 	return d
 }
 
-// Settle vets calls of a stream together (see Verdicts) and settles each: in error mode, when one is
-// blocked, every decision is recorded and end writes what ends the stream for the culprit's decision;
-// otherwise, call by call in order, the decision is recorded, each writes the call out (allowed) or what
-// takes its place (blocked), and the call lets go of its held events and its arguments.
+// Settle vets calls of a stream together (see Verdicts) and settles each: in error mode, when one
+// is blocked, every decision is recorded and end writes what ends the stream for the culprit's
+// decision; otherwise, call by call in order, the decision is recorded, each writes the call out
+// (allowed) or what takes its place (blocked), and the call lets go of its held events and its
+// arguments.
 func Settle[M any, P Call[M]](r *Relay, c *vet.Checker, ps []P, end func(culprit vet.Decision), each func(p P, d vet.Decision)) {
 	ds, culprit := Verdicts[M](c, ps)
 	if culprit >= 0 {

@@ -127,8 +127,9 @@ func TestSettle(t *testing.T) {
 	}
 }
 
-// TestCulprit: in error mode the stream ends for the first call blocked for itself — not for one blocked
-// with its batch, nor for one held for confirmation, whose notice goes to the client in every mode.
+// TestCulprit: in error mode the stream ends for the first call blocked for itself — not for one
+// blocked with its batch, nor for one held for confirmation, whose notice goes to the client in
+// every mode.
 func TestCulprit(t *testing.T) {
 	t.Parallel()
 	errMode := vet.NewChecker(vet.Policy{Mode: vet.ModeError})

@@ -8,8 +8,8 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// foldedKeyReference is FoldedKeyOutside as the contract reads: every key of data at any depth, outside the
-// values of skip, compared with every name.
+// foldedKeyReference is FoldedKeyOutside as the contract reads: every key of data at any depth,
+// outside the values of skip, compared with every name.
 func foldedKeyReference(v gjson.Result, names []string, skip string) bool {
 	found := false
 	isObj := v.IsObject()
@@ -47,9 +47,9 @@ func anyKeyMayFold(v gjson.Result) bool {
 	return found
 }
 
-// FuzzFoldedKey: the checks that spare FoldedKeyOutside the comparisons (a key, or the whole data, that
-// cannot fold to a name without being it) change no answer, for lowercase names and for names with
-// capitals or non-ASCII letters.
+// FuzzFoldedKey: the checks that spare FoldedKeyOutside the comparisons (a key, or the whole data,
+// that cannot fold to a name without being it) change no answer, for lowercase names and for names
+// with capitals or non-ASCII letters.
 func FuzzFoldedKey(f *testing.F) {
 	for _, s := range []string{`{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}`, `{"TOOL_CALLS":1}`, `{"tool_callſ":1}`,
 		`{"\u0054ool_calls":1}`, `{"a":{"Input":{"TOOL_CALLS":1}}}`, `{"input":{"TOOL_CALLS":1}}`, `{"x":"TOOL_CALLS","K":1}`,

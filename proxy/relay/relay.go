@@ -1,9 +1,10 @@
-// Package relay is what the stream vetters of the surfaces (proxy/surface/chat, proxy/surface/responses,
-// proxy/surface/messages, proxy/surface/gemini) share: the loop that reads upstream events and hands out the output they produce
-// (Relay, which each surface's Stream embeds: it is the Stream's Read, Close, Err and Blocked), the one
-// representation of a tool call being assembled from a stream (Pending), whose raw events are held until the
-// call is complete and vetted, and the bookkeeping of decisions that a stream and a non-stream body share
-// (Recorder, Result, Relay.Record).
+// Package relay is what the stream vetters of the surfaces (proxy/surface/chat,
+// proxy/surface/responses, proxy/surface/messages, proxy/surface/gemini) share: the loop that reads
+// upstream events and hands out the output they produce (Relay, which each surface's Stream embeds:
+// it is the Stream's Read, Close, Err and Blocked), the one representation of a tool call being
+// assembled from a stream (Pending), whose raw events are held until the call is complete and
+// vetted, and the bookkeeping of decisions that a stream and a non-stream body share (Recorder,
+// Result, Relay.Record).
 //
 // A surface package translates its wire format only: which events belong to which call, what a
 // fragment adds, how a released event is renumbered and how a refusal is written. It does not
@@ -31,12 +32,12 @@ import (
 // that grows beyond it is blocked with vet.ReasonTooLarge and its bytes are let go at once.
 const MaxCallBytes = 16 << 20
 
-// MaxStreamBytes caps what the calls of one stream hold together (Held): the call that would grow them past
-// it is blocked with vet.ReasonTooLarge and let go at once, as one past MaxCallBytes is.
+// MaxStreamBytes caps what the calls of one stream hold together (Held): the call that would grow
+// them past it is blocked with vet.ReasonTooLarge and let go at once, as one past MaxCallBytes is.
 const MaxStreamBytes = 4 * MaxCallBytes
 
-// MaxEventBytes caps one upstream event: a bigger one (a line the upstream never ends, say) ends the stream
-// as truncated instead of being buffered without bound.
+// MaxEventBytes caps one upstream event: a bigger one (a line the upstream never ends, say) ends
+// the stream as truncated instead of being buffered without bound.
 const MaxEventBytes = MaxCallBytes
 
 // doneData is the data of the [DONE] event that ends an OpenAI stream.
@@ -54,10 +55,10 @@ type Surface struct {
 	// Truncated writes what ends a stream whose upstream ended (or failed, see Relay.Err) before it
 	// was finished, and ends it.
 	Truncated func()
-	// Done, when not nil, is called at a [DONE] event (data that starts with [DONE], as the official
-	// SDKs read it): it vets every call still held. Unless that ended the stream, the [DONE] event then
-	// goes out (as "data: [DONE]" alone, if its data went on) and the stream ends. When nil, [DONE] is
-	// data like any other (it is not JSON, so it passes).
+	// Done, when not nil, is called at a [DONE] event (data that starts with [DONE], as the
+	// official SDKs read it): it vets every call still held. Unless that ended the stream, the
+	// [DONE] event then goes out (as "data: [DONE]" alone, if its data went on) and the stream
+	// ends. When nil, [DONE] is data like any other (it is not JSON, so it passes).
 	Done func()
 	// Observe, when not nil, sees the data of every event that carries data (other than [DONE])
 	// before anything else is done with it.
@@ -78,9 +79,9 @@ type Surface struct {
 	// names another type is malformed, since clients that go by the line and clients that go by the
 	// field would read it differently.
 	Typed bool
-	// End, when not nil, is called when the upstream ends cleanly (at [DONE] once Done has run, or at the
-	// end of its body once Finished): it returns true when the stream goes on, the surface having
-	// continued it in place of the upstream (Relay.EndRound); [DONE] is then not written.
+	// End, when not nil, is called when the upstream ends cleanly (at [DONE] once Done has run, or
+	// at the end of its body once Finished): it returns true when the stream goes on, the surface
+	// having continued it in place of the upstream (Relay.EndRound); [DONE] is then not written.
 	End func() bool
 }
 
@@ -99,7 +100,8 @@ type Relay struct {
 	s   Surface
 	err error
 
-	// atDone is set when the stream ended at [DONE]: the upstream's body may still have its last bytes to send.
+	// atDone is set when the stream ended at [DONE]: the upstream's body may still have its last
+	// bytes to send.
 	atDone bool
 
 	rec     Recorder
@@ -108,14 +110,15 @@ type Relay struct {
 	round   rounds
 }
 
-// New returns a Relay of upstream for s. rec, which may be nil, is called for every decision the surface
-// records (see Record).
+// New returns a Relay of upstream for s. rec, which may be nil, is called for every decision the
+// surface records (see Record).
 func New(upstream io.ReadCloser, rec Recorder, s Surface) Relay {
 	return Relay{up: upstream, rd: newReader(upstream), s: s, rec: rec}
 }
 
-// BufferLender is an upstream body that lends the relay's event reader its first buffer (from a pool of the
-// proxy's, instead of one allocation per stream) and takes it back when the relay is done with that body.
+// BufferLender is an upstream body that lends the relay's event reader its first buffer (from a
+// pool of the proxy's, instead of one allocation per stream) and takes it back when the relay is
+// done with that body.
 type BufferLender interface {
 	LendBuffer() []byte
 	ReturnBuffer([]byte)
@@ -130,8 +133,8 @@ func newReader(up io.Reader) *sse.Reader {
 	return rd
 }
 
-// closeUpstream gives the reader's lent buffer back to the upstream body (no event of it is used after
-// this) and closes the body.
+// closeUpstream gives the reader's lent buffer back to the upstream body (no event of it is used
+// after this) and closes the body.
 func (r *Relay) closeUpstream() error {
 	if buf := r.rd.Release(); buf != nil {
 		if l, ok := r.up.(BufferLender); ok {
@@ -147,15 +150,16 @@ func (r *Relay) Err() error { return r.err }
 // Held is what the calls of this stream hold together: every Pending of the stream takes it.
 func (r *Relay) Held() *Held { return &r.held }
 
-// Finisher is an upstream body that can read what is left of it after the stream's last event (the end of a
-// chunked body), within bounds of its own, so that its connection goes back to the pool instead of being
-// dropped by a close before the body's end.
+// Finisher is an upstream body that can read what is left of it after the stream's last event (the
+// end of a chunked body), within bounds of its own, so that its connection goes back to the pool
+// instead of being dropped by a close before the body's end.
 type Finisher interface {
 	Finish()
 }
 
-// Close closes the upstream body; Read returns io.EOF once its output is read. A stream that ended at [DONE]
-// has its body finished first, when the body is a Finisher (nothing after [DONE] is relayed).
+// Close closes the upstream body; Read returns io.EOF once its output is read. A stream that ended
+// at [DONE] has its body finished first, when the body is a Finisher (nothing after [DONE] is
+// relayed).
 func (r *Relay) Close() error {
 	if f, ok := r.up.(Finisher); ok && r.atDone && r.err == nil {
 		f.Finish()
@@ -180,10 +184,10 @@ func (r *Relay) Read(p []byte) (int, error) {
 	}
 	n := copy(p, r.Out[r.off:])
 	r.off += n
-	// Events already buffered whole go out in the same Read (one write and flush for a burst), as far
-	// as p has room; the relay never waits for more input while it has output. Each step's output is
-	// moved to p at once, so that Out holds about one event's output, not a whole burst's (it grew to
-	// the size of p, by doubling, on every stream).
+	// Events already buffered whole go out in the same Read (one write and flush for a burst), as
+	// far as p has room; the relay never waits for more input while it has output. Each step's
+	// output is moved to p at once, so that Out holds about one event's output, not a whole burst's
+	// (it grew to the size of p, by doubling, on every stream).
 	for n < len(p) && !r.Ended && r.rd.Buffered() {
 		r.Out, r.off = r.Out[:0], 0 // n < len(p): all of Out is in p
 		r.step()
@@ -193,8 +197,8 @@ func (r *Relay) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// step reads one upstream event and has it handled. While a round waits to be continued (see Refuse), what
-// the event writes is parked instead of handed out.
+// step reads one upstream event and has it handled. While a round waits to be continued (see
+// Refuse), what the event writes is parked instead of handed out.
 func (r *Relay) step() {
 	if r.round.parking {
 		r.round.mark = len(r.Out)
@@ -367,8 +371,8 @@ func FoldedKey(data []byte, names []string) bool {
 	return FoldedKeyOutside(data, names, "")
 }
 
-// FoldedKeyOutside is FoldedKey that does not look inside the values of the keys named skip (a tool's own
-// arguments, whose keys are the tool's).
+// FoldedKeyOutside is FoldedKey that does not look inside the values of the keys named skip (a
+// tool's own arguments, whose keys are the tool's).
 func FoldedKeyOutside(data []byte, names []string, skip string) bool {
 	lower := lowerASCII(names)
 	if lower && !keysMayFold(data) {
@@ -377,9 +381,9 @@ func FoldedKeyOutside(data []byte, names []string, skip string) bool {
 	return foldedKey(Get(data, "@this"), names, skip, lower)
 }
 
-// KeysMayFold reports whether some key of data, which must be valid JSON, may equal one of names under
-// case folding without being it: false is certain (no key holds a capital, a non-ASCII byte or a \u escape,
-// and every name is lowercase ASCII), true means a walk of the keys must decide.
+// KeysMayFold reports whether some key of data, which must be valid JSON, may equal one of names
+// under case folding without being it: false is certain (no key holds a capital, a non-ASCII byte
+// or a \u escape, and every name is lowercase ASCII), true means a walk of the keys must decide.
 func KeysMayFold(data []byte, names []string) bool {
 	return !lowerASCII(names) || keysMayFold(data)
 }
@@ -396,9 +400,10 @@ func lowerASCII(names []string) bool {
 	return true
 }
 
-// mayFold reports whether s holds an uppercase ASCII letter, a byte of a non-ASCII character or, where
-// escapes count (s is raw JSON), a \u escape, the only one that can spell a letter. A key without any is
-// ASCII without capitals: under case folding it equals a lowercase ASCII name only when it is that name.
+// mayFold reports whether s holds an uppercase ASCII letter, a byte of a non-ASCII character or,
+// where escapes count (s is raw JSON), a \u escape, the only one that can spell a letter. A key
+// without any is ASCII without capitals: under case folding it equals a lowercase ASCII name only
+// when it is that name.
 func mayFold[T ~string | ~[]byte](s T, escapes bool) bool {
 	for i := range len(s) {
 		if c := s[i]; c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' || escapes && c == '\\' && i+1 < len(s) && s[i+1] == 'u' {
@@ -408,9 +413,9 @@ func mayFold[T ~string | ~[]byte](s T, escapes bool) bool {
 	return false
 }
 
-// keysMayFold reports whether some key of data, which is valid JSON, may fold (see mayFold), in one pass
-// over its bytes that reads the raw bytes of keys only: a value's capitals (text, a call's arguments) do
-// not cost the walk of every key.
+// keysMayFold reports whether some key of data, which is valid JSON, may fold (see mayFold), in one
+// pass over its bytes that reads the raw bytes of keys only: a value's capitals (text, a call's
+// arguments) do not cost the walk of every key.
 func keysMayFold(data []byte) bool {
 	for i := 0; ; {
 		q := bytes.IndexByte(data[i:], '"')
@@ -433,7 +438,8 @@ func keysMayFold(data []byte) bool {
 	}
 }
 
-// stringEnd returns the index of the quote that closes the JSON string whose contents start at start, or -1.
+// stringEnd returns the index of the quote that closes the JSON string whose contents start at
+// start, or -1.
 func stringEnd(data []byte, start int) int {
 	for i := start; ; {
 		q := bytes.IndexByte(data[i:], '"')
@@ -513,8 +519,9 @@ type Pending[M any] struct {
 type Held struct{ bytes int }
 
 // Hold keeps a raw event of the call and its meta, or lets go of everything once the call would
-// hold more than MaxCallBytes, or its stream's calls more than MaxStreamBytes together (the call fails
-// with vet.ReasonTooLarge). A call that lost its events holds nothing more, its arguments included.
+// hold more than MaxCallBytes, or its stream's calls more than MaxStreamBytes together (the call
+// fails with vet.ReasonTooLarge). A call that lost its events holds nothing more, its arguments
+// included.
 func (p *Pending[M]) Hold(raw []byte, m M) {
 	if p.Lost != "" {
 		p.Call.Args = nil
@@ -538,7 +545,8 @@ func (p *Pending[M]) count(size int) {
 	p.counted = size
 }
 
-// Fail fails the call for reason and lets go of its held events and arguments: it can never be released.
+// Fail fails the call for reason and lets go of its held events and arguments: it can never be
+// released.
 func (p *Pending[M]) Fail(reason string) {
 	p.Call.Fail(reason)
 	if p.Lost == "" {
@@ -548,8 +556,8 @@ func (p *Pending[M]) Fail(reason string) {
 	p.Call.Args = nil
 }
 
-// Drop lets go of the held events; the arguments no longer count against the stream's bound (whoever
-// drops them keeps them only to vet the call).
+// Drop lets go of the held events; the arguments no longer count against the stream's bound
+// (whoever drops them keeps them only to vet the call).
 func (p *Pending[M]) Drop() {
 	p.Call.Drop()
 	p.Meta = nil
@@ -578,9 +586,9 @@ func Verdicts[M any, P Call[M]](c *vet.Checker, ps []P) (ds []vet.Decision, culp
 	return ds, Culprit(c, ds)
 }
 
-// Culprit is, in error mode, the decision whose block ends the stream: the first call blocked for itself
-// (not for its batch, nor held for confirmation: a held call's notice goes to the client in every mode,
-// and so do the notices of its batch); -1 when there is none or the mode is not error.
+// Culprit is, in error mode, the decision whose block ends the stream: the first call blocked for
+// itself (not for its batch, nor held for confirmation: a held call's notice goes to the client in
+// every mode, and so do the notices of its batch); -1 when there is none or the mode is not error.
 func Culprit(c *vet.Checker, ds []vet.Decision) int {
 	if c.Mode() != vet.ModeError {
 		return -1

@@ -90,7 +90,8 @@ func TestRelay(t *testing.T) {
 }
 
 func TestRelayEnds(t *testing.T) {
-	// A clean end after a finishing event ends quietly; before it, or inside an event, it is truncated.
+	// A clean end after a finishing event ends quietly; before it, or inside an event, it is
+	// truncated.
 	for _, tc := range []struct{ in, out string }{
 		{"data: {\"end\":true}\n\n", "data: {\"end\":true}\n\n"},
 		{"data: {\"a\":1}\n\n", "data: {\"a\":1}\n\nT\n\n"},
@@ -156,8 +157,8 @@ func TestPending(t *testing.T) {
 }
 
 func TestReadDrainsBufferedEvents(t *testing.T) {
-	// Two whole events and half of a third arrive in one read: one Read gives both whole events, and
-	// does not wait for the rest of the third.
+	// Two whole events and half of a third arrive in one read: one Read gives both whole events,
+	// and does not wait for the rest of the third.
 	pr, pw := io.Pipe()
 	rc := newRecorder(pr, true, false)
 	go func() { _, _ = pw.Write([]byte("data: {\"a\":1}\n\ndata: {\"a\":2}\n\ndata: {\"a\"")) }()
@@ -186,7 +187,8 @@ func TestRelayTyped(t *testing.T) {
 		got := strings.Join(rc.log, "|")
 		want := `observe {"type":"a"}|event {"type":"a"}|observe {"type":"b"}|event {"type":"b"}|observe {"type":1}|event {"type":1}|observe {"type":"c"}|event {"type":"c"}|truncated`
 		if typed {
-			// The event: line and the type field disagree: malformed. An event without a line goes by its field.
+			// The event: line and the type field disagree: malformed. An event without a line goes
+			// by its field.
 			want = `observe {"type":"a"}|event {"type":"a"}|observe {"type":"b"}|malformed|observe {"type":1}|malformed|observe {"type":"c"}|event {"type":"c"}|truncated`
 		}
 		if got != want {
@@ -265,7 +267,8 @@ func FuzzRead(f *testing.F) {
 	})
 }
 
-// lender is an upstream body that lends a buffer full of events of its own and counts what comes back.
+// lender is an upstream body that lends a buffer full of events of its own and counts what comes
+// back.
 type lender struct {
 	io.Reader
 	lent     []byte
@@ -278,8 +281,8 @@ func (l *lender) ReturnBuffer(b []byte) { l.returned = append(l.returned, b) }
 func (l *lender) Close() error          { l.closed++; return nil }
 
 func TestRelayLentBuffer(t *testing.T) {
-	// The reader starts on the lent buffer, whose old bytes never show; Close gives it back once, after which
-	// nothing is read.
+	// The reader starts on the lent buffer, whose old bytes never show; Close gives it back once,
+	// after which nothing is read.
 	in := "data: {\"a\":1}\n\n: note\n\ndata: [DONE]\n\n"
 	for _, size := range []int{8 << 10, 16} { // one the reader reads into, one too small that it outgrows
 		l := &lender{Reader: strings.NewReader(in), lent: []byte(strings.Repeat("data: {\"old\":1}\n\n", size/16))}

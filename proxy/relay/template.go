@@ -7,11 +7,12 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// Template is an earlier event of a stream that later events are compared with, so that a surface can skip
-// reading an event whose JSON differs from one it has read only in a few values. The template's bytes must be
-// one valid JSON object, and its slots the places of values that may differ; the relay hands surfaces only
-// valid JSON, so an event whose bytes are the template's outside those slots has the template's structure and
-// keys, and differs only in those values (see SlotKind for what each kind lets through).
+// Template is an earlier event of a stream that later events are compared with, so that a surface
+// can skip reading an event whose JSON differs from one it has read only in a few values. The
+// template's bytes must be one valid JSON object, and its slots the places of values that may
+// differ; the relay hands surfaces only valid JSON, so an event whose bytes are the template's
+// outside those slots has the template's structure and keys, and differs only in those values (see
+// SlotKind for what each kind lets through).
 type Template struct {
 	ev    []byte
 	slots []Slot
@@ -21,25 +22,28 @@ type Template struct {
 type SlotKind uint8
 
 const (
-	// Plain is a string's contents that may differ only if they hold no backslash or control byte: the
-	// first quote after the slot's start ends them, so no escape can hide a quote, a key or a structure.
+	// Plain is a string's contents that may differ only if they hold no backslash or control byte:
+	// the first quote after the slot's start ends them, so no escape can hide a quote, a key or a
+	// structure.
 	Plain SlotKind = iota
-	// Escaped is a string's contents, escapes and all (their end found by the escape rules); Match hands
-	// them out with their quotes.
+	// Escaped is a string's contents, escapes and all (their end found by the escape rules); Match
+	// hands them out with their quotes.
 	Escaped
-	// Digits is a number of decimal digits alone (no sign, fraction or exponent); Match hands them out.
+	// Digits is a number of decimal digits alone (no sign, fraction or exponent); Match hands them
+	// out.
 	Digits
 )
 
-// Slot is the place of a value in a template: a string's contents (quotes excluded) or a number's digits.
+// Slot is the place of a value in a template: a string's contents (quotes excluded) or a number's
+// digits.
 type Slot struct {
 	From, To int
 	Kind     SlotKind
 }
 
-// SlotOf is the slot of kind k of value v, read by gjson from data: a string's contents for Plain and Escaped,
-// the digits of an integer written as digits alone for Digits. ok is false when v is not of that kind or its
-// offset does not point at its bytes in data.
+// SlotOf is the slot of kind k of value v, read by gjson from data: a string's contents for Plain
+// and Escaped, the digits of an integer written as digits alone for Digits. ok is false when v is
+// not of that kind or its offset does not point at its bytes in data.
 func SlotOf(data []byte, v gjson.Result, k SlotKind) (_ Slot, ok bool) {
 	from, to := v.Index, v.Index+len(v.Raw)
 	if from <= 0 || to > len(data) || string(data[from:to]) != v.Raw {
@@ -51,8 +55,8 @@ func SlotOf(data []byte, v gjson.Result, k SlotKind) (_ Slot, ok bool) {
 	return Slot{From: from + 1, To: to - 1, Kind: k}, v.Type == gjson.String
 }
 
-// Set makes data the template, with slots in order of From, none overlapping another, each inside data.
-// Set copies data; the slots' backing array is kept.
+// Set makes data the template, with slots in order of From, none overlapping another, each inside
+// data. Set copies data; the slots' backing array is kept.
 func (t *Template) Set(data []byte, slots []Slot) {
 	t.ev = append(t.ev[:0], data...)
 	t.slots = append(t.slots[:0], slots...)
@@ -64,9 +68,9 @@ func (t *Template) Reset() { t.ev, t.slots = t.ev[:0], t.slots[:0] }
 // Empty reports whether there is no template.
 func (t *Template) Empty() bool { return len(t.ev) == 0 }
 
-// Match reports whether data equals the template outside its slots, each slot of data holding what its kind
-// lets through. got receives data's Escaped and Digits slots in order (an Escaped one with its quotes); it must
-// have room for them, or be nil to receive none.
+// Match reports whether data equals the template outside its slots, each slot of data holding what
+// its kind lets through. got receives data's Escaped and Digits slots in order (an Escaped one with
+// its quotes); it must have room for them, or be nil to receive none.
 func (t *Template) Match(data []byte, got [][]byte) bool {
 	if len(t.ev) == 0 {
 		return false

@@ -8,7 +8,8 @@ import (
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
-// slotAt is the slot of kind k over the first occurrence of what in ev (a string's contents or a number).
+// slotAt is the slot of kind k over the first occurrence of what in ev (a string's contents or a
+// number).
 func slotAt(t *testing.T, ev, what string, k SlotKind) Slot {
 	t.Helper()
 	i := strings.Index(ev, what)
@@ -71,8 +72,9 @@ func TestTemplateMatch(t *testing.T) {
 	}
 }
 
-// FuzzTemplate: a template of valid JSON with every string value a Plain slot matches valid JSON exactly when
-// the two are alike outside those strings and the strings of data hold no escape or control byte.
+// FuzzTemplate: a template of valid JSON with every string value a Plain slot matches valid JSON
+// exactly when the two are alike outside those strings and the strings of data hold no escape or
+// control byte.
 func FuzzTemplate(f *testing.F) {
 	f.Add(`{"a":"x","b":[1,"y"],"c":{"d":""}}`, `{"a":"q","b":[1,"zz"],"c":{"d":""}}`)
 	f.Add(`{"a":"x"}`, `{"a":"x\"}"}`)

@@ -12,9 +12,12 @@ type Answered struct {
 	Custom bool
 	// Result is the tool result, such as flow.RefusalText's.
 	Result string
-	// Notice is, for a held call, the notice with its code that the client must still be shown when the answer
-	// is continued; "" for a refused call, whose notice is dropped.
+	// Notice is, for a held call, the notice with its code that the client must still be shown when
+	// the answer is continued; "" for a refused call, whose notice is dropped.
 	Notice string
+	// Approval marks the answer to an approval request of a call the upstream runs (the Responses
+	// API's hosted MCP): Approve is the answer, Result the reason of a denial.
+	Approval, Approve bool
 }
 
 // Turn is one turn of the model that promptgate answers itself, for a surface's AppendTurn.

@@ -7,7 +7,8 @@
 // more than the event being read plus whatever bytes the last read returned beyond it.
 //
 // The package owns the wire format only. It does not know what the data of an event means (the
-// proxy's surface packages, such as proxy/surface/chat, do), and it does not flush or buffer output.
+// proxy's surface packages, such as proxy/surface/chat, do), and it does not flush or buffer
+// output.
 package sse
 
 import (
@@ -21,8 +22,8 @@ import (
 type Event struct {
 	// Raw is the event exactly as received, line ends and comments included; forwarding Raw of
 	// every event, in order, reproduces the input (less a byte-order mark at its start, which the
-	// SSE specification drops, as browsers and the WHATWG parsers do). It aliases the Reader's buffer and is valid
-	// only until the next call to Next: copy it to keep it.
+	// SSE specification drops, as browsers and the WHATWG parsers do). It aliases the Reader's
+	// buffer and is valid only until the next call to Next: copy it to keep it.
 	Raw []byte
 	// Data is the value of the event's data lines joined with "\n"; nil when it has none.
 	// Like Raw, it may alias the Reader's buffer.
@@ -48,16 +49,18 @@ type Event struct {
 // minRead is the smallest free space handed to the underlying reader.
 const minRead = 4096
 
-// firstBuf is the size of a Reader's first buffer: the 32 KB an io.Copy (and a bare httputil.ReverseProxy)
-// reads with, so that an upstream that is ahead of the relay gives it a whole burst of events per read, not
-// 4 KB of it, and a relay writes to its client no more often than a bare proxy does.
+// firstBuf is the size of a Reader's first buffer: the 32 KB an io.Copy (and a bare
+// httputil.ReverseProxy) reads with, so that an upstream that is ahead of the relay gives it a
+// whole burst of events per read, not 4 KB of it, and a relay writes to its client no more often
+// than a bare proxy does.
 const firstBuf = 32 << 10
 
 // Reader reads events from an io.Reader. It is not safe for concurrent use.
 type Reader struct {
 	r   io.Reader
 	buf []byte // buf[start:] holds the bytes not yet returned as events
-	// lent is the buffer given to Lend, kept for Release (buf moves off it when an event outgrows it).
+	// lent is the buffer given to Lend, kept for Release (buf moves off it when an event outgrows
+	// it).
 	lent []byte
 	// start is where the current event begins in buf.
 	start int
@@ -81,8 +84,8 @@ type Reader struct {
 // bom is the UTF-8 byte-order mark that the SSE specification drops at the start of a stream.
 var bom = []byte("\ufeff")
 
-// ErrEventTooLarge is returned by Next when one event grows past the Reader's cap (NewReaderMax). The
-// bytes read of that event are dropped, not returned.
+// ErrEventTooLarge is returned by Next when one event grows past the Reader's cap (NewReaderMax).
+// The bytes read of that event are dropped, not returned.
 var ErrEventTooLarge = errors.New("sse: event too large")
 
 // maxNames bounds the event names a Reader remembers.
@@ -93,23 +96,23 @@ func NewReader(r io.Reader) *Reader {
 	return &Reader{r: r}
 }
 
-// NewReaderMax returns a Reader that reads from r and gives up with ErrEventTooLarge on an event of more
-// than max bytes, so that an upstream line without an end cannot make it buffer without bound. Its buffer
-// never grows past max plus one read.
+// NewReaderMax returns a Reader that reads from r and gives up with ErrEventTooLarge on an event of
+// more than max bytes, so that an upstream line without an end cannot make it buffer without bound.
+// Its buffer never grows past max plus one read.
 func NewReaderMax(r io.Reader, max int) *Reader {
 	return &Reader{r: r, max: max}
 }
 
-// Lend makes buf (its capacity; its contents do not matter) the Reader's first buffer, before the first
-// Next: a buffer pool's instead of one allocated per stream. Release gives it back.
+// Lend makes buf (its capacity; its contents do not matter) the Reader's first buffer, before the
+// first Next: a buffer pool's instead of one allocated per stream. Release gives it back.
 func (r *Reader) Lend(buf []byte) {
 	if r.buf == nil && r.lent == nil {
 		r.buf, r.lent = buf[:0], buf[:0]
 	}
 }
 
-// Release ends the Reader's use of the buffer given to Lend and returns it (nil when none was lent): every
-// event it returned is invalid from then on, and Next reports ErrReleased.
+// Release ends the Reader's use of the buffer given to Lend and returns it (nil when none was
+// lent): every event it returned is invalid from then on, and Next reports ErrReleased.
 func (r *Reader) Release() []byte {
 	lent := r.lent
 	r.lent, r.buf, r.start, r.scan, r.lineStart, r.afterCR = nil, nil, 0, 0, 0, false
@@ -225,8 +228,9 @@ func (r *Reader) findEnd(atEOF bool) (int, bool) {
 	return 0, false
 }
 
-// lineEnd is the offset of the first CR or LF in b, or -1. Both searches are IndexByte's (vectorised; IndexAny
-// of a two-byte set tests byte by byte), the CR one only over the line the LF ends.
+// lineEnd is the offset of the first CR or LF in b, or -1. Both searches are IndexByte's
+// (vectorised; IndexAny of a two-byte set tests byte by byte), the CR one only over the line the LF
+// ends.
 func lineEnd(b []byte) int {
 	j := bytes.IndexByte(b, '\n')
 	if j < 0 {

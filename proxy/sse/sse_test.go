@@ -336,8 +336,8 @@ func FuzzReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte, seed uint64) {
 		cr := &countingReader{r: &randomReader{data: in, rnd: rand.New(rand.NewPCG(seed, 0)), max: 9}}
 		r := NewReader(cr)
-		// Odd seeds lend the reader a buffer that holds events of its own (which must never be read), of a
-		// size from none to more than minRead.
+		// Odd seeds lend the reader a buffer that holds events of its own (which must never be
+		// read), of a size from none to more than minRead.
 		var lent []byte
 		if seed%2 == 1 {
 			lent = bytes.Repeat([]byte("data: lent\n\n"), int(seed>>1%700))
@@ -397,8 +397,8 @@ func FuzzReader(f *testing.F) {
 	})
 }
 
-// TestReaderBOM: a byte-order mark at the start of the stream is dropped, as the SSE specification says, also
-// when it arrives a byte at a time; one later in the stream is data of its line.
+// TestReaderBOM: a byte-order mark at the start of the stream is dropped, as the SSE specification
+// says, also when it arrives a byte at a time; one later in the stream is data of its line.
 func TestReaderBOM(t *testing.T) {
 	in := "\ufeffdata: a\n\n\ufeffdata: b\n\n"
 	for _, rd := range []io.Reader{strings.NewReader(in), iotest.OneByteReader(strings.NewReader(in))} {
@@ -420,7 +420,8 @@ func TestReaderBOM(t *testing.T) {
 }
 
 func TestReaderMaxEvent(t *testing.T) {
-	// Events up to the cap pass, whatever the read sizes; the first one past it fails, its bytes dropped.
+	// Events up to the cap pass, whatever the read sizes; the first one past it fails, its bytes
+	// dropped.
 	small := "data: " + strings.Repeat("a", 100) + "\n\n"
 	big := "data: " + strings.Repeat("b", 10000)
 	r := NewReaderMax(iotest.OneByteReader(strings.NewReader(small+small+big+"\n\n"+small)), 1000)

@@ -22,16 +22,17 @@ import (
 // Response headers of promptgate that surfaces set.
 const (
 	HeaderProtocol = "X-Promptgate-Protocol"
-	// HeaderBlocked counts the model's calls that the client did not get: blocked or held (each with its
-	// notice) and, in onViolation "continue", refused calls promptgate answered itself, in every round.
+	// HeaderBlocked counts the model's calls that the client did not get: blocked or held (each
+	// with its notice) and, in onViolation "continue", refused calls promptgate answered itself, in
+	// every round.
 	HeaderBlocked = "X-Promptgate-Blocked"
 	// HeaderContinued counts the rounds an answer was continued (onViolation "continue"), when any.
 	HeaderContinued = "X-Promptgate-Continued"
 )
 
 var (
-	// ErrUpstreamTimeout: the upstream sent no response headers, or a streamed body went silent, for longer
-	// than limits.upstreamTimeout.
+	// ErrUpstreamTimeout: the upstream sent no response headers, or a streamed body went silent,
+	// for longer than limits.upstreamTimeout.
 	ErrUpstreamTimeout = errors.New("upstream timeout")
 	// ErrUpstreamMalformed: the upstream answered with something that is not the API's shape.
 	ErrUpstreamMalformed = errors.New("upstream answered a malformed response")
@@ -40,14 +41,16 @@ var (
 // MaxBody caps an upstream answer that is read whole to be vetted or edited.
 const MaxBody = 64 << 20
 
-// maxPresize bounds the buffer ReadBody sets aside for an answer's announced length before it arrives.
+// maxPresize bounds the buffer ReadBody sets aside for an answer's announced length before it
+// arrives.
 const maxPresize = 1 << 20
 
 // ReadBody reads a whole upstream answer, at most MaxBody bytes, and closes it.
 func ReadBody(resp *http.Response) ([]byte, error) {
 	defer resp.Body.Close()
-	// Room for the announced length, within a bound (the upstream is not trusted to announce what it sends),
-	// and the bytes.MinRead that ReadFrom wants free, so that a typical answer lands in one allocation.
+	// Room for the announced length, within a bound (the upstream is not trusted to announce what
+	// it sends), and the bytes.MinRead that ReadFrom wants free, so that a typical answer lands in
+	// one allocation.
 	size := bytes.MinRead
 	if n := resp.ContentLength; n > 0 && n <= maxPresize {
 		size = int(n) + bytes.MinRead
@@ -67,9 +70,10 @@ func ReadBody(resp *http.Response) ([]byte, error) {
 	return body, nil
 }
 
-// PlainBody refuses a success answer in a content coding: the transport asks for none (so that an answer read
-// to be vetted costs what the upstream sent), so any coding (gzip, br, deflate, zstd, "gzip, br" ...) was not
-// asked for, and its bytes cannot be vetted — the client would decode them into something the relay never read.
+// PlainBody refuses a success answer in a content coding: the transport asks for none (so that an
+// answer read to be vetted costs what the upstream sent), so any coding (gzip, br, deflate, zstd,
+// "gzip, br" ...) was not asked for, and its bytes cannot be vetted — the client would decode them
+// into something the relay never read.
 func PlainBody(resp *http.Response) error {
 	for _, v := range resp.Header.Values("Content-Encoding") {
 		for _, c := range strings.Split(v, ",") {
@@ -81,6 +85,25 @@ func PlainBody(resp *http.Response) error {
 	}
 	resp.Header.Del("Content-Encoding")
 	return nil
+}
+
+// PassedJSON reads a passed-through success answer that a surface edits (see Passthrough): ok is
+// false for an answer whose status is not 200, passed as it is; an answer in a content coding, or
+// whose body is not valid JSON, fails with ErrUpstreamMalformed (what names it in the error).
+func PassedJSON(resp *http.Response, what string) (body []byte, ok bool, err error) {
+	if resp.StatusCode != http.StatusOK {
+		return nil, false, nil
+	}
+	if err := PlainBody(resp); err != nil {
+		return nil, false, err
+	}
+	if body, err = ReadBody(resp); err != nil {
+		return nil, false, err
+	}
+	if !gjson.ValidBytes(body) {
+		return nil, false, fmt.Errorf("%w: %s is not valid JSON", ErrUpstreamMalformed, what)
+	}
+	return body, true, nil
 }
 
 // SetBody replaces a response's body (and status) with b; a changed status makes it JSON.
@@ -126,7 +149,8 @@ func ClipID(id string) string {
 	return id
 }
 
-// CodeListingNotAllowed refuses a listing of stored objects while the upstream key is shared (Stored).
+// CodeListingNotAllowed refuses a listing of stored objects while the upstream key is shared
+// (Stored).
 const CodeListingNotAllowed = "listing_not_allowed"
 
 // NoListingMessage is the message of the refusal of a listing of what (e.g. "responses").
@@ -154,11 +178,12 @@ func CheckErrorBody(resp *http.Response, ct string) error {
 	return nil
 }
 
-// LoosePaths are the readings of a request's path that servers and the proxies in front of them are known to
-// make, each resolved to a clean path: as sent, and percent-decoded once, twice and three times; each with
-// ";params" kept, cut per segment, or cut from the first ";" on, and with backslashes read as slashes; dot
-// segments and repeated slashes resolved, blanks and control characters at the end dropped; letter case kept.
-// A check of what a path names must hold for every one of them.
+// LoosePaths are the readings of a request's path that servers and the proxies in front of them are
+// known to make, each resolved to a clean path: as sent, and percent-decoded once, twice and three
+// times; each with ";params" kept, cut per segment, or cut from the first ";" on, and with
+// backslashes read as slashes; dot segments and repeated slashes resolved, blanks and control
+// characters at the end dropped; letter case kept. A check of what a path names must hold for every
+// one of them.
 func LoosePaths(r *http.Request) []string {
 	var out []string
 	add := func(p string) {
@@ -188,9 +213,9 @@ func LoosePaths(r *http.Request) []string {
 	return out
 }
 
-// LoosePath is a request's path as a loose upstream router might read it: percent escapes decoded (%2F and
-// double escapes too), ";params" cut off, dot segments and repeated or trailing slashes resolved, blanks and
-// control characters at the end dropped; letter case is kept.
+// LoosePath is a request's path as a loose upstream router might read it: percent escapes decoded
+// (%2F and double escapes too), ";params" cut off, dot segments and repeated or trailing slashes
+// resolved, blanks and control characters at the end dropped; letter case is kept.
 func LoosePath(r *http.Request) string {
 	p := r.URL.EscapedPath()
 	for range 3 {

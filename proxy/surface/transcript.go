@@ -12,11 +12,11 @@ import (
 	"github.com/promptgate/promptgate/policy/flow"
 )
 
-// What the surfaces' transcript readers share: a message's content and a tool output read once, the same way
-// on every surface.
+// What the surfaces' transcript readers share: a message's content and a tool output read once, the
+// same way on every surface.
 
-// AddMessage adds a message's text under role, and each attachment (a part that is not text) as untrusted
-// context; the model's own attachments are not sources and are left out.
+// AddMessage adds a message's text under role, and each attachment (a part that is not text) as
+// untrusted context; the model's own attachments are not sources and are left out.
 func AddMessage(t *flow.Transcript, r flow.Role, content gjson.Result, msg int) {
 	text, attachments := assembly.ContentParts(content)
 	t.Text(r, text, msg)
@@ -28,8 +28,8 @@ func AddMessage(t *flow.Transcript, r flow.Role, content gjson.Result, msg int) 
 	}
 }
 
-// OutputOf reads a tool output's content (a string, or an array of parts or blocks): every string of it as
-// text, and its text parts as the document the tool returned.
+// OutputOf reads a tool output's content (a string, or an array of parts or blocks): every string
+// of it as text, and its text parts as the document the tool returned.
 func OutputOf(content gjson.Result) flow.Output {
 	return flow.Output{Text: flow.JSONText(content, false), Doc: assembly.ContentText(content)}
 }
@@ -42,10 +42,10 @@ func RawJSON(v gjson.Result) []byte {
 	return []byte(v.Raw)
 }
 
-// MaskCodes masks the confirmation codes in the notices of held calls that the model's earlier turns carry
-// (flow.MaskCodes), in an upstream body: texts calls its function with each assistant text of the body and
-// its path. The code is the user's decision and never reaches the model. A body without a notice is returned
-// as it is, unread.
+// MaskCodes masks the confirmation codes in the notices of held calls that the model's earlier
+// turns carry (flow.MaskCodes), in an upstream body: texts calls its function with each assistant
+// text of the body and its path. The code is the user's decision and never reaches the model. A
+// body without a notice is returned as it is, unread.
 func MaskCodes(body []byte, texts func(body []byte, each func(path string, text gjson.Result))) ([]byte, error) {
 	if !bytes.Contains(body, []byte(flow.NoticeMarker)) {
 		return body, nil
@@ -69,8 +69,8 @@ func MaskCodes(body []byte, texts func(body []byte, each func(path string, text 
 	return body, nil
 }
 
-// ContentTexts calls each with the text strings of a message content at path: the content itself when it
-// is a string, else the "text" of each of its parts.
+// ContentTexts calls each with the text strings of a message content at path: the content itself
+// when it is a string, else the "text" of each of its parts.
 func ContentTexts(content gjson.Result, path string, each func(path string, text gjson.Result)) {
 	if content.Type == gjson.String {
 		each(path, content)

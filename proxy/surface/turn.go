@@ -23,8 +23,8 @@ func AppendRaw(body []byte, path string, items ...[]byte) ([]byte, error) {
 	return body, nil
 }
 
-// Object writes a JSON object from key, value pairs; a value is a string (written as a JSON string), raw
-// JSON ([]byte) or a bool.
+// Object writes a JSON object from key, value pairs; a value is a string (written as a JSON
+// string), raw JSON ([]byte) or a bool.
 func Object(kv ...any) []byte {
 	var b bytes.Buffer
 	b.WriteByte('{')

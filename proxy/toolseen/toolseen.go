@@ -1,10 +1,11 @@
 // Package toolseen remembers the tools that recent requests declared — kept or removed, under which
-// protocol, when, and how many of the model's calls of them were blocked — in memory, bounded by a number
-// of names (the least recently seen are forgotten first), so that the admin API can list the tools an
-// instance has seen.
+// protocol, when, and how many of the model's calls of them were blocked — in memory, bounded by a
+// number of names (the least recently seen are forgotten first), so that the admin API can list the
+// tools an instance has seen.
 //
-// It owns that memory only. It does not decide whether a tool is allowed (policy/), keep decisions (the
-// audit log) or serve the list (proxy/admin). It is per instance and starts empty at every start.
+// It owns that memory only. It does not decide whether a tool is allowed (policy/), keep decisions
+// (the audit log) or serve the list (proxy/admin). It is per instance and starts empty at every
+// start.
 package toolseen
 
 import (
@@ -22,8 +23,8 @@ import (
 const (
 	// DefaultNames is how many tool names a Memory keeps when New is given 0.
 	DefaultNames = 1000
-	// MaxNameBytes is the longest name remembered; longer names (no operator can switch them off: the
-	// kill switch takes at most 256 bytes) are not.
+	// MaxNameBytes is the longest name remembered; longer names (no operator can switch them off:
+	// the kill switch takes at most 256 bytes) are not.
 	MaxNameBytes = 256
 )
 
@@ -40,13 +41,14 @@ type Sighting struct {
 	// LastKept says whether that request kept it; LastReason is why it was removed when it was not.
 	LastKept   bool   `json:"lastKept"`
 	LastReason string `json:"lastReason,omitempty"`
-	// Blocked counts the calls of it that answers had blocked (a request kept it, the call broke a rule);
-	// LastBlocked is when the last one was.
+	// Blocked counts the calls of it that answers had blocked (a request kept it, the call broke a
+	// rule); LastBlocked is when the last one was.
 	Blocked     uint64    `json:"blocked"`
 	LastBlocked time.Time `json:"lastBlocked,omitzero"`
 }
 
-// Memory is the set of sightings; its methods are safe for concurrent use. A nil *Memory remembers nothing.
+// Memory is the set of sightings; its methods are safe for concurrent use. A nil *Memory remembers
+// nothing.
 type Memory struct {
 	mu  sync.Mutex
 	lru *simplelru.LRU[string, *Sighting]
@@ -65,7 +67,8 @@ func New(names int) *Memory {
 	return &Memory{lru: l, now: time.Now}
 }
 
-// Saw records one request's declared tools: those kept and those removed (with why), under protocol.
+// Saw records one request's declared tools: those kept and those removed (with why), under
+// protocol.
 func (m *Memory) Saw(protocol string, kept []policy.Tool, removed []policy.Removal) {
 	if m == nil || len(kept)+len(removed) == 0 {
 		return
@@ -97,8 +100,9 @@ func (m *Memory) add(name, protocol string, now time.Time, kept bool, reason str
 	}
 }
 
-// Blocked records one call of name that an answer had blocked. Only a name a request declared is counted:
-// the model's answer, not the operator or the app, chooses the names of its calls, so they add no entry.
+// Blocked records one call of name that an answer had blocked. Only a name a request declared is
+// counted: the model's answer, not the operator or the app, chooses the names of its calls, so they
+// add no entry.
 func (m *Memory) Blocked(name string) {
 	if m == nil {
 		return

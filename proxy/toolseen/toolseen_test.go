@@ -45,8 +45,8 @@ func TestSawCountsAndKeepsTheLastDecision(t *testing.T) {
 	}
 }
 
-// A blocked call counts on the tool's sighting, without making it the most recently seen; a name no request
-// declared (the model chose it) adds nothing.
+// A blocked call counts on the tool's sighting, without making it the most recently seen; a name no
+// request declared (the model chose it) adds nothing.
 func TestBlockedCallsCountedOnDeclaredTools(t *testing.T) {
 	t.Parallel()
 	m := New(2)

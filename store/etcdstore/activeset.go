@@ -16,6 +16,8 @@ import (
 type pointer struct {
 	Active  int   `json:"active,omitempty"`
 	History []int `json:"history,omitempty"`
+	// Shadow is the protocol version in shadow (0 = none).
+	Shadow int `json:"shadow,omitempty"`
 }
 
 // activeSet is the value of the key P activeset: every name's active pointer and history, by kind then
@@ -32,7 +34,10 @@ func (a activeSet) set(kind store.Kind, name string, p pointer) {
 	if len(p.History) > store.MaxHistory {
 		p.History = p.History[len(p.History)-store.MaxHistory:]
 	}
-	if p.Active == 0 && len(p.History) == 0 {
+	if p.Shadow == p.Active {
+		p.Shadow = 0 // activating the version in shadow takes it out of shadow
+	}
+	if p.Active == 0 && len(p.History) == 0 && p.Shadow == 0 {
 		delete(a[kind], name)
 		return
 	}
@@ -51,7 +56,7 @@ func (a activeSet) move(kind store.Kind, name string, v int) int {
 	if prev != 0 {
 		hist = append(hist, prev)
 	}
-	a.set(kind, name, pointer{Active: v, History: hist})
+	a.set(kind, name, pointer{Active: v, History: hist, Shadow: p.Shadow})
 	return prev
 }
 
@@ -60,7 +65,7 @@ func (a activeSet) clone() activeSet {
 	out := activeSet{}
 	for k, m := range a {
 		for n, p := range m {
-			out.set(k, n, pointer{Active: p.Active, History: append([]int(nil), p.History...)})
+			out.set(k, n, pointer{Active: p.Active, History: append([]int(nil), p.History...), Shadow: p.Shadow})
 		}
 	}
 	return out
@@ -118,7 +123,7 @@ func decodeSet(kvs []*mvccKV) (activeSet, int64, error) {
 			return nil, 0, fmt.Errorf("key %s: unknown kind %q in the active set", kvs[0].Key, k)
 		}
 		for n, p := range m {
-			if !store.ValidName(n) || p.Active < 0 {
+			if !store.ValidName(n) || p.Active < 0 || p.Shadow < 0 {
 				return nil, 0, fmt.Errorf("key %s: bad entry %s/%q in the active set", kvs[0].Key, k, n)
 			}
 		}

@@ -148,7 +148,7 @@ func (s *Etcd) Export(ctx context.Context) (*store.Dump, error) {
 			if dd == nil {
 				return nil, fmt.Errorf("store: export: the active set names %s/%s, which has no versions", kind, name)
 			}
-			dd.Active, dd.History = p.Active, append([]int(nil), p.History...)
+			dd.Active, dd.History, dd.Shadow = p.Active, append([]int(nil), p.History...), p.Shadow
 		}
 	}
 	for k, dd := range defs {
@@ -211,7 +211,7 @@ func (s *Etcd) Import(ctx context.Context, d *store.Dump) error {
 			put(s.kBody(def.Kind, def.Name, v.Version), v.Body)
 			put(s.kInfo(def.Kind, def.Name, v.Version), v.Info)
 		}
-		set.set(def.Kind, def.Name, pointer{Active: def.Active, History: append([]int(nil), def.History...)})
+		set.set(def.Kind, def.Name, pointer{Active: def.Active, History: append([]int(nil), def.History...), Shadow: def.Shadow})
 	}
 	if d.RolloutSeq > 0 {
 		put(s.p+keyRolloutSeq, []byte(strconv.FormatUint(d.RolloutSeq, 10)))

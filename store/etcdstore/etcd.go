@@ -52,8 +52,9 @@ import (
 //	P seq/KIND/NAME                   last version number of NAME (the version counter)
 //	P versions/KIND/NAME/VERSION      body, byte for byte as given (never rewritten)
 //	P info/KIND/NAME/VERSION          JSON {"version","createdAt","author","note"}
-//	P activeset                       JSON {"KIND":{"NAME":{"active":N,"history":[...]}}}: every active
-//	                                  pointer and activation stack (most recent last), in one key
+//	P activeset                       JSON {"KIND":{"NAME":{"active":N,"history":[...],"shadow":M}}}: every
+//	                                  active pointer, activation stack (most recent last) and protocol
+//	                                  version in shadow, in one key
 //	P rolloutseq                      last rollout sequence number
 //	P rollouts/SEQ                    JSON AppliedRollout, in the order applied
 //	P rolloutids/ID                   SEQ
@@ -473,7 +474,7 @@ func precheck(ctx context.Context, kind store.Kind) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	if !kind.Valid() {
-		return fmt.Errorf("store: unknown kind %q (want %q or %q): %w", kind, store.KindTemplate, store.KindProtocol, store.ErrInvalid)
+		return store.UnknownKind(kind)
 	}
 	return nil
 }

@@ -1,7 +1,9 @@
 package etcdstore_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -89,6 +91,33 @@ func TestRemoteChangesReachWatchers(t *testing.T) {
 	}
 }
 
+// A protocol version put in shadow on one instance reaches another's watchers and snapshot, and the snapshot
+// file keeps it for a start while etcd is down.
+func TestShadowReachesTheFleetAndTheSnapshotFile(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "snap.json")
+	a := open(t, srv.Endpoint(), "/fleet", nil)
+	b := open(t, srv.Endpoint(), "/fleet", func(o *etcdstore.Options) { o.SnapshotFile = file })
+	var nb atomic.Int32
+	b.Watch(func() { nb.Add(1) })
+	v, err := a.AddVersion(ctx, store.KindProtocol, []byte(`{"id":"tech","description":"stricter"}`), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SetShadow(ctx, "tech", v); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b's watcher and snapshot", func() bool {
+		snap, err := b.Snapshot(ctx)
+		return nb.Load() > 0 && err == nil && snap.Shadows["tech"].Version == v && snap.Protocols["tech"].Version == 1
+	})
+	got, err := etcdstore.ReadSnapshotFile(file, "/fleet/", func(k store.Kind, body []byte) (string, error) { return store.CheckStructure(k, body) })
+	if err != nil || got.Shadows["tech"].Version != v {
+		t.Fatalf("snapshot file: %+v %v", got.Shadows, err)
+	}
+}
+
 func TestDisconnectResyncAndSnapshotFile(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ctx := context.Background()
@@ -103,6 +132,12 @@ func TestDisconnectResyncAndSnapshotFile(t *testing.T) {
 			states = append(states, fmt.Sprintf("%v %s", ok, reason))
 		}
 	})
+	pins := []byte(`{"server":"crm","tools":[{"name":"lookup","description":"Looks up."}]}`)
+	if v, err := s.AddVersion(ctx, store.KindMCPPins, pins, "first-list", ""); err != nil {
+		t.Fatal(err)
+	} else if _, err := s.Activate(ctx, store.KindMCPPins, "crm", v); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Snapshot(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +180,10 @@ func TestDisconnectResyncAndSnapshotFile(t *testing.T) {
 	}
 	defer s2.Close()
 	snap, err := s2.Snapshot(ctx)
-	if err != nil || len(snap.Protocols) == 0 {
-		t.Fatalf("snapshot from file: %v %d", err, len(snap.Protocols))
+	var compact bytes.Buffer
+	_ = json.Compact(&compact, snap.MCPPins["crm"].Body)
+	if err != nil || len(snap.Protocols) == 0 || compact.String() != string(pins) {
+		t.Fatalf("snapshot from file: %v %d protocols, pins %+v", err, len(snap.Protocols), snap.MCPPins)
 	}
 	if ok, _ := s2.Connected(); ok {
 		t.Fatal("started from the file but says connected")
@@ -167,6 +204,8 @@ func TestDisconnectResyncAndSnapshotFile(t *testing.T) {
 		"empty":     `{"format":"promptgate-etcd-snapshot/1","prefix":"/p/","templates":[],"protocols":[]}`,
 		"bad body":  `{"format":"promptgate-etcd-snapshot/1","prefix":"/p/","templates":[{"name":"a","version":1,"body":{"name":"a"}}]}`,
 		"name skew": `{"format":"promptgate-etcd-snapshot/1","prefix":"/p/","templates":[{"name":"b","version":1,"body":{"name":"a","text":""}}]}`,
+		"pin set skew": `{"format":"promptgate-etcd-snapshot/1","prefix":"/p/","templates":[{"name":"a","version":1,"body":{"name":"a","text":""}}],` +
+			`"mcppins":[{"name":"crm","version":1,"body":{"server":"other","tools":[]}}]}`,
 	} {
 		bad := filepath.Join(t.TempDir(), "bad.json")
 		_ = os.WriteFile(bad, []byte(content), 0o600)

@@ -124,7 +124,7 @@ func (s *Etcd) List(ctx context.Context, kind store.Kind) ([]store.Entry, error)
 	}
 	for n, e := range byName {
 		p := set.get(kind, n)
-		e.Active, e.RollbackTo = p.Active, store.RollbackTarget(p.Active, p.History)
+		e.Active, e.RollbackTo, e.Shadow = p.Active, store.RollbackTarget(p.Active, p.History), p.Shadow
 	}
 	infoDir := s.p + dirInfo + string(kind) + "/"
 	for _, kv := range tr.Responses[2].GetResponseRange().Kvs {
@@ -178,7 +178,7 @@ func (s *Etcd) Entry(ctx context.Context, kind store.Kind, name string) (store.E
 		return store.Entry{}, fmt.Errorf("store: %w", err)
 	}
 	p := set.get(kind, name)
-	e.Active, e.RollbackTo = p.Active, store.RollbackTarget(p.Active, p.History)
+	e.Active, e.RollbackTo, e.Shadow = p.Active, store.RollbackTarget(p.Active, p.History), p.Shadow
 	for _, kv := range tr.Responses[2].GetResponseRange().Kvs {
 		v, err := versionOfKey(kv.Key)
 		if err != nil {
@@ -279,6 +279,17 @@ func (s *Etcd) readSet(ctx context.Context, kind store.Kind, name string, want i
 // change won the race, this one is applied on top of it (both stay in history), and the version returned
 // as previous is the one this transaction replaced.
 func (s *Etcd) Activate(ctx context.Context, kind store.Kind, name string, version int) (int, error) {
+	return s.activate(ctx, kind, name, version, -1)
+}
+
+// ActivateIf implements store.Store: Activate, compared with expected in the transaction's read.
+func (s *Etcd) ActivateIf(ctx context.Context, kind store.Kind, name string, version, expected int) error {
+	_, err := s.activate(ctx, kind, name, version, max(expected, 0))
+	return err
+}
+
+// activate moves the active pointer of kind/name to version, where expected is negative or the active one.
+func (s *Etcd) activate(ctx context.Context, kind store.Kind, name string, version, expected int) (int, error) {
 	if err := precheck(ctx, kind); err != nil {
 		return 0, err
 	}
@@ -300,6 +311,9 @@ func (s *Etcd) Activate(ctx context.Context, kind store.Kind, name string, versi
 		}
 		if !has {
 			return 0, fmt.Errorf("store: activate: %s/%s@%d: %w", kind, name, version, store.ErrNotFound)
+		}
+		if cur := set.get(kind, name).Active; expected >= 0 && cur != expected {
+			return 0, fmt.Errorf("store: activate: %s/%s: version %d is active, not %d: %w", kind, name, cur, expected, store.ErrConflict)
 		}
 		prev := set.move(kind, name, version)
 		if prev == version {
@@ -355,7 +369,7 @@ func (s *Etcd) Rollback(ctx context.Context, kind store.Kind, name string) (int,
 			return 0, 0, fmt.Errorf("store: rollback: %s/%s: from version %d: %w", kind, name, p.Active, store.ErrNoPreviousVersion)
 		}
 		to := hist[len(hist)-1]
-		set.set(kind, name, pointer{Active: to, History: append([]int(nil), hist[:len(hist)-1]...)})
+		set.set(kind, name, pointer{Active: to, History: append([]int(nil), hist[:len(hist)-1]...), Shadow: p.Shadow})
 		if err := s.checkLinks(ctx, set, nil, store.Key(kind, name)); err != nil {
 			return 0, 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, err)
 		}
@@ -402,7 +416,7 @@ func (s *Etcd) Snapshot(ctx context.Context) (store.Snapshot, error) {
 }
 
 func (s *Etcd) readSnapshot(ctx context.Context) (store.Snapshot, int64, error) {
-	snap := store.Snapshot{Templates: map[string]store.Record{}, Protocols: map[string]store.Record{}, Tools: map[string]store.ToolOverride{}}
+	snap := store.NewSnapshot()
 	tr, err := s.client().Txn(ctx).Then(
 		clientv3.OpGet(s.p+keyActiveSet),
 		clientv3.OpGet(s.p+dirTools, clientv3.WithPrefix()),
@@ -428,19 +442,27 @@ func (s *Etcd) readSnapshot(ctx context.Context) (store.Snapshot, int64, error) 
 	if err != nil {
 		return snap, 0, err
 	}
-	var want []store.Record
+	var want, shadows []store.Record
 	for _, kind := range store.Kinds() {
 		for _, name := range set.sortedNames(kind) {
-			if v := set.get(kind, name).Active; v > 0 {
-				want = append(want, store.Record{Kind: kind, Name: name, Version: v})
+			p := set.get(kind, name)
+			if p.Active > 0 {
+				want = append(want, store.Record{Kind: kind, Name: name, Version: p.Active})
+			}
+			if p.Shadow > 0 && kind == store.KindProtocol {
+				shadows = append(shadows, store.Record{Kind: kind, Name: name, Version: p.Shadow})
 			}
 		}
 	}
-	recs, err := s.readRecords(ctx, want, rev)
+	recs, err := s.readRecords(ctx, append(want, shadows...), rev)
 	if err != nil {
 		return snap, 0, err
 	}
-	for _, rec := range recs {
+	for i, rec := range recs {
+		if i >= len(want) {
+			snap.Shadows[rec.Name] = rec
+			continue
+		}
 		snap.Of(rec.Kind)[rec.Name] = rec
 	}
 	return snap, rev, nil
@@ -778,7 +800,7 @@ func (s *Etcd) RevertLast(ctx context.Context) (store.AppliedRollout, error) {
 				if prev != 0 {
 					hist = hist[:len(hist)-1]
 				}
-				set.set(kind, name, pointer{Active: prev, History: hist})
+				set.set(kind, name, pointer{Active: prev, History: hist, Shadow: p.Shadow})
 				continue
 			}
 			// Someone activated another version since: still restore exactly Previous, as a new activation,
@@ -832,6 +854,57 @@ func (s *Etcd) Rollouts(ctx context.Context) ([]store.AppliedRollout, error) {
 		out = append(out, ar)
 	}
 	return out, nil
+}
+
+// SetShadow implements store.Store: one transaction, compare-and-swap on the active set, which holds the
+// shadow pointers beside the active ones.
+func (s *Etcd) SetShadow(ctx context.Context, name string, version int) (int, error) {
+	if err := precheck(ctx, store.KindProtocol); err != nil {
+		return 0, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	kind := store.KindProtocol
+	if err := checkName(kind, name); err != nil {
+		return 0, fmt.Errorf("store: shadow: %w", err)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("store: %w", err)
+		}
+		set, setRev, exists, has, err := s.readSet(ctx, kind, name, version)
+		if err != nil {
+			return 0, fmt.Errorf("store: shadow: %s/%s: %w", kind, name, err)
+		}
+		if !exists {
+			return 0, fmt.Errorf("store: shadow: %s/%s: %w", kind, name, store.ErrNotFound)
+		}
+		p := set.get(kind, name)
+		prev := p.Shadow
+		if err := store.CheckShadow(kind, name, version, prev, p.Active, has); err != nil {
+			return 0, fmt.Errorf("store: shadow: %w", err)
+		}
+		if prev == version {
+			return prev, nil
+		}
+		p.Shadow = version
+		p.History = append([]int(nil), p.History...)
+		set.set(kind, name, p)
+		put, err := s.setOp(set)
+		if err != nil {
+			return 0, fmt.Errorf("store: shadow: %s/%s: %w", kind, name, err)
+		}
+		tr, err := s.client().Txn(ctx).If(s.setGuard(setRev)).Then(put).Commit()
+		if err != nil {
+			return 0, fmt.Errorf("store: shadow: %s/%s: %w", kind, name, err)
+		}
+		if !tr.Succeeded {
+			continue
+		}
+		s.log.Info("store: shadow set", "kind", kind, "name", name, "version", version, "previous", prev)
+		s.committed(tr.Header.Revision)
+		return prev, nil
+	}
 }
 
 // SetToolEnabled implements store.Store.
@@ -908,7 +981,8 @@ func (s *Etcd) checkLinks(ctx context.Context, set activeSet, proposed map[strin
 	if err != nil {
 		return err
 	}
-	snap := store.Snapshot{Templates: map[string]store.Record{}, Protocols: map[string]store.Record{}}
+	snap := store.NewSnapshot()
+	snap.Tools = nil
 	for _, rec := range recs {
 		snap.Of(rec.Kind)[rec.Name] = rec
 	}

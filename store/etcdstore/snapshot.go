@@ -18,12 +18,15 @@ const snapshotFormat = "promptgate-etcd-snapshot/1"
 
 // snapshotFile is the JSON of Options.SnapshotFile.
 type snapshotFile struct {
-	Format    string                        `json:"format"`
-	Prefix    string                        `json:"prefix"`
-	Revision  int64                         `json:"revision"`
-	Templates []fileRecord                  `json:"templates"`
-	Protocols []fileRecord                  `json:"protocols"`
-	Tools     map[string]store.ToolOverride `json:"tools"`
+	Format    string       `json:"format"`
+	Prefix    string       `json:"prefix"`
+	Revision  int64        `json:"revision"`
+	Templates []fileRecord `json:"templates"`
+	Protocols []fileRecord `json:"protocols"`
+	MCPPins   []fileRecord `json:"mcppins,omitempty"`
+	// Shadows are the protocol versions in shadow.
+	Shadows []fileRecord                  `json:"shadows,omitempty"`
+	Tools   map[string]store.ToolOverride `json:"tools"`
 }
 
 type fileRecord struct {
@@ -48,7 +51,7 @@ func toFile(m map[string]store.Record) []fileRecord {
 // one written.
 func (s *Etcd) writeSnapshotFile(snap store.Snapshot, rev int64) error {
 	data, err := json.MarshalIndent(snapshotFile{Format: snapshotFormat, Prefix: s.p, Revision: rev,
-		Templates: toFile(snap.Templates), Protocols: toFile(snap.Protocols), Tools: snap.Tools}, "", " ")
+		Templates: toFile(snap.Templates), Protocols: toFile(snap.Protocols), MCPPins: toFile(snap.MCPPins), Shadows: toFile(snap.Shadows), Tools: snap.Tools}, "", " ")
 	if err != nil {
 		return err
 	}
@@ -98,8 +101,8 @@ func ReadSnapshotFile(path, prefix string, check func(store.Kind, []byte) (strin
 	if f.Prefix != prefix {
 		return store.Snapshot{}, fmt.Errorf("snapshot file %s: written for prefix %q, not %q", path, f.Prefix, prefix)
 	}
-	snap := store.Snapshot{Templates: map[string]store.Record{}, Protocols: map[string]store.Record{}, Tools: map[string]store.ToolOverride{}}
-	for kind, recs := range map[store.Kind][]fileRecord{store.KindTemplate: f.Templates, store.KindProtocol: f.Protocols} {
+	snap := store.NewSnapshot()
+	for kind, recs := range map[store.Kind][]fileRecord{store.KindTemplate: f.Templates, store.KindProtocol: f.Protocols, store.KindMCPPins: f.MCPPins} {
 		for i, r := range recs {
 			name, err := check(kind, r.Body)
 			if err != nil {
@@ -113,6 +116,13 @@ func ReadSnapshotFile(path, prefix string, check func(store.Kind, []byte) (strin
 			}
 			snap.Of(kind)[name] = store.Record{Kind: kind, Name: name, Version: r.Version, CreatedAt: r.CreatedAt, Author: r.Author, Note: r.Note, Body: []byte(r.Body)}
 		}
+	}
+	for i, r := range f.Shadows {
+		name, err := check(store.KindProtocol, r.Body)
+		if err != nil || name != r.Name || r.Version < 1 {
+			return store.Snapshot{}, fmt.Errorf("snapshot file %s: shadows[%d]: not a protocol version of its name (%v)", path, i, err)
+		}
+		snap.Shadows[name] = store.Record{Kind: store.KindProtocol, Name: name, Version: r.Version, CreatedAt: r.CreatedAt, Author: r.Author, Note: r.Note, Body: []byte(r.Body)}
 	}
 	for name, o := range f.Tools {
 		snap.Tools[name] = o

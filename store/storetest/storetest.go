@@ -212,6 +212,10 @@ func Run(t *testing.T, open Open) {
 
 	t.Run("LinksHook", func(t *testing.T) { linksHook(t, open) })
 
+	t.Run("MCPPinSets", func(t *testing.T) { mcpPinSets(t, open) })
+
+	t.Run("ActivateIfLosesNoUpdate", func(t *testing.T) { activateIf(t, open) })
+
 	t.Run("RolloutUpAndDown", func(t *testing.T) {
 		s := open(t, Hooks{})
 		before, err := s.Snapshot(ctx)
@@ -554,6 +558,12 @@ func Run(t *testing.T, open Open) {
 		_, _ = a.AddVersion(ctx, store.KindTemplate, []byte(`{"text":"spaces  kept", "name":"z"}`), "me", "n")
 		_, _ = a.Activate(ctx, store.KindTemplate, "base_tool_call_v2", 1)
 		_ = a.SetToolEnabled(ctx, "t", false, "ops")
+		if _, err := a.AddVersion(ctx, store.KindProtocol, []byte(`{"id":"tech","description":"shadowed"}`), "", ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.SetShadow(ctx, "tech", 2); err != nil {
+			t.Fatal(err)
+		}
 		d, err := da.Export(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -577,7 +587,128 @@ func Run(t *testing.T, open Open) {
 		if _, err := b.RevertLast(ctx); err != nil {
 			t.Fatalf("rollout not imported: %v", err)
 		}
+		if e, err := b.Entry(ctx, store.KindProtocol, "tech"); err != nil || e.Shadow != 2 {
+			t.Fatalf("shadow not imported: %+v %v", e, err)
+		}
 	})
+
+	t.Run("ShadowVersions", func(t *testing.T) { shadowVersions(t, open) })
+}
+
+// shadowVersions checks the shadow pointer: set, replaced and cleared in a transaction of its own, seen in
+// Entry, List and Snapshot, refused for a version that does not exist or is active, and taken away by every
+// change that activates the version in shadow (Activate, Rollback, RevertLast).
+func shadowVersions(t *testing.T, open Open) {
+	ctx := context.Background()
+	s := open(t, Hooks{})
+	var notified atomic.Int64
+	cancel := s.Watch(func() { notified.Add(1) })
+	defer cancel()
+	proto := func(d string) []byte { return []byte(`{"id":"sh","description":"` + d + `"}`) }
+	for i := 1; i <= 3; i++ {
+		if _, err := s.AddVersion(ctx, store.KindProtocol, proto(fmt.Sprint(i)), "", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Activate(ctx, store.KindProtocol, "sh", 1); err != nil {
+		t.Fatal(err)
+	}
+	shadow := func() (entry, list, snap int) {
+		t.Helper()
+		e, err := s.Entry(ctx, store.KindProtocol, "sh")
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := s.List(ctx, store.KindProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range all {
+			if l.Name == "sh" {
+				list = l.Shadow
+			}
+		}
+		sn, err := s.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, ok := sn.Shadows["sh"]; ok {
+			if string(rec.Body) != string(proto(fmt.Sprint(rec.Version))) {
+				t.Fatalf("snapshot shadow body %s", rec.Body)
+			}
+			snap = rec.Version
+		}
+		if sn.Protocols["sh"].Version == snap {
+			t.Fatalf("the active version %d is also in shadow", snap)
+		}
+		return e.Shadow, list, snap
+	}
+	before := notified.Load()
+	if prev, err := s.SetShadow(ctx, "sh", 2); err != nil || prev != 0 {
+		t.Fatalf("shadow 2: %d %v", prev, err)
+	}
+	if e, l, sn := shadow(); e != 2 || l != 2 || sn != 2 {
+		t.Fatalf("shadow seen as %d %d %d, want 2", e, l, sn)
+	}
+	if notified.Load() == before {
+		t.Fatal("watchers not told of the shadow")
+	}
+	for _, c := range []struct {
+		name    string
+		version int
+		want    error
+	}{{"sh", 1, store.ErrInvalid}, {"sh", 9, store.ErrNotFound}, {"nope", 1, store.ErrNotFound}, {"../x", 1, store.ErrNotFound}, {"sh", -1, store.ErrNotFound}} {
+		if _, err := s.SetShadow(ctx, c.name, c.version); !errors.Is(err, c.want) {
+			t.Errorf("shadow %s@%d: %v, want %v", c.name, c.version, err, c.want)
+		}
+	}
+	if prev, err := s.SetShadow(ctx, "sh", 3); err != nil || prev != 2 {
+		t.Fatalf("shadow 3: %d %v", prev, err)
+	}
+	if _, err := s.Activate(ctx, store.KindProtocol, "sh", 3); err != nil {
+		t.Fatal(err)
+	}
+	if e, l, sn := shadow(); e != 0 || l != 0 || sn != 0 {
+		t.Fatalf("activating the shadow left it in shadow: %d %d %d", e, l, sn)
+	}
+	if _, err := s.SetShadow(ctx, "sh", 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("clearing no shadow: %v", err)
+	}
+	// Rollback onto the version in shadow (history [1], active 3).
+	if _, err := s.SetShadow(ctx, "sh", 1); err != nil {
+		t.Fatal(err)
+	}
+	if to, _, err := s.Rollback(ctx, store.KindProtocol, "sh"); err != nil || to != 1 {
+		t.Fatalf("rollback: %d %v", to, err)
+	}
+	if e, _, _ := shadow(); e != 0 {
+		t.Fatalf("rollback onto the shadow left it in shadow: %d", e)
+	}
+	// A rollout's revert onto the version in shadow.
+	if err := s.ApplyRollout(ctx, store.Rollout{ID: "sh-r", Protocols: []json.RawMessage{proto("r")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetShadow(ctx, "sh", 1); err != nil {
+		t.Fatal(err)
+	}
+	if e, _, _ := shadow(); e != 1 {
+		t.Fatalf("shadow after the rollout: %d", e)
+	}
+	if _, err := s.RevertLast(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e, _, sn := shadow(); e != 0 || sn != 0 {
+		t.Fatalf("revert onto the shadow left it in shadow: %d %d", e, sn)
+	}
+	if _, err := s.SetShadow(ctx, "sh", 2); err != nil {
+		t.Fatal(err)
+	}
+	if prev, err := s.SetShadow(ctx, "sh", 0); err != nil || prev != 2 {
+		t.Fatalf("clear: %d %v", prev, err)
+	}
+	if e, l, sn := shadow(); e != 0 || l != 0 || sn != 0 {
+		t.Fatalf("cleared shadow still seen: %d %d %d", e, l, sn)
+	}
 }
 
 // versions maps KIND/NAME to the active version of a snapshot.
@@ -706,4 +837,143 @@ func linksHook(t *testing.T, open Open) {
 	if rs, _ := s.Rollouts(ctx); len(rs) != 1 || rs[0].ID != "r2" {
 		t.Fatalf("a refused revert forgot the rollout: %v", rs)
 	}
+}
+
+// pinSet is an MCP pin set body of server with one tool whose description is desc.
+func pinSet(server, desc string) []byte {
+	b, _ := json.Marshal(map[string]any{"server": server, "tools": []map[string]string{{"name": "lookup", "description": desc}}})
+	return b
+}
+
+// mcpPinSets checks the mcppins kind: a set is named by its "server", versioned like the other definitions
+// (an approval is a new version, activated; a rollback re-activates the set before), in the snapshot by
+// server, watched, and refused without a valid server label.
+func mcpPinSets(t *testing.T, open Open) {
+	ctx := context.Background()
+	s := open(t, Hooks{})
+	if es, err := s.List(ctx, store.KindMCPPins); err != nil || len(es) != 0 {
+		t.Fatalf("a new store holds pin sets: %v %v", es, err)
+	}
+	var notified atomic.Int32
+	cancel := s.Watch(func() { notified.Add(1) })
+	defer cancel()
+	for i, desc := range []string{"Looks a contact up.", "Looks a contact up, and more."} {
+		v, err := s.AddVersion(ctx, store.KindMCPPins, pinSet("crm", desc), "first-list", "")
+		if err != nil || v != i+1 {
+			t.Fatalf("add version %d: %d %v", i+1, v, err)
+		}
+		if prev, err := s.Activate(ctx, store.KindMCPPins, "crm", v); err != nil || prev != i {
+			t.Fatalf("activate %d: previous %d %v", v, prev, err)
+		}
+	}
+	if notified.Load() < 4 {
+		t.Errorf("watchers called %d times for 4 changes", notified.Load())
+	}
+	snap, err := s.Snapshot(ctx)
+	if err != nil || snap.MCPPins["crm"].Version != 2 || snap.MCPPins["crm"].Kind != store.KindMCPPins {
+		t.Fatalf("snapshot pins %+v %v", snap.MCPPins, err)
+	}
+	if len(snap.Protocols) != len(builtin.Protocols()) {
+		t.Errorf("pin sets changed the protocols of the snapshot")
+	}
+	to, from, err := s.Rollback(ctx, store.KindMCPPins, "crm")
+	if err != nil || to != 1 || from != 2 {
+		t.Fatalf("rollback: %d %d %v", to, from, err)
+	}
+	rec, err := s.Active(ctx, store.KindMCPPins, "crm")
+	if err != nil || string(rec.Body) != string(pinSet("crm", "Looks a contact up.")) {
+		t.Fatalf("active after rollback: %s %v", rec.Body, err)
+	}
+	e, err := s.Entry(ctx, store.KindMCPPins, "crm")
+	if err != nil || e.Active != 1 || e.RollbackTo != 0 || len(e.Versions) != 2 || e.Versions[0].Author != "first-list" {
+		t.Fatalf("entry %+v %v", e, err)
+	}
+	for _, body := range []string{`{"name":"crm","tools":[]}`, `{"server":"a b","tools":[]}`, `{"server":7}`} {
+		if _, err := s.AddVersion(ctx, store.KindMCPPins, []byte(body), "", ""); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("%s: %v", body, err)
+		}
+	}
+	if store.NameKey(store.KindMCPPins) != "server" {
+		t.Errorf("name key %q", store.NameKey(store.KindMCPPins))
+	}
+}
+
+// activateIf checks ActivateIf: it activates only over the expected version (0: none), changes nothing and
+// notifies nobody otherwise, and writers that each read the active version, store the next one and
+// activate it over what they read lose no update.
+func activateIf(t *testing.T, open Open) {
+	ctx := context.Background()
+	s := open(t, Hooks{})
+	v1, err := s.AddVersion(ctx, store.KindTemplate, tpl("cas", "0"), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ActivateIf(ctx, store.KindTemplate, "cas", v1, 3); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("expected 3 over none: %v", err)
+	}
+	var notified atomic.Int32
+	cancel := s.Watch(func() { notified.Add(1) })
+	if err := s.ActivateIf(ctx, store.KindTemplate, "cas", v1, 0); err != nil {
+		t.Fatalf("expected none: %v", err)
+	}
+	v2, _ := s.AddVersion(ctx, store.KindTemplate, tpl("cas", "0"), "", "")
+	notified.Store(0)
+	if err := s.ActivateIf(ctx, store.KindTemplate, "cas", v2, 0); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("expected none over %d: %v", v1, err)
+	}
+	if notified.Load() != 0 {
+		t.Error("a refused ActivateIf notified the watchers")
+	}
+	cancel()
+	if rec, _ := s.Active(ctx, store.KindTemplate, "cas"); rec.Version != v1 {
+		t.Fatalf("a refused ActivateIf moved the pointer to %d", rec.Version)
+	}
+	if err := s.ActivateIf(ctx, store.KindTemplate, "nope", 1, 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown name: %v", err)
+	}
+
+	const writers, each = 4, 5
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for range writers {
+		wg.Go(func() {
+			for done := 0; done < each; {
+				rec, err := s.Active(ctx, store.KindTemplate, "cas")
+				if err != nil {
+					errs <- err
+					return
+				}
+				var n int
+				_, _ = fmt.Sscan(templateText(rec.Body), &n)
+				v, err := s.AddVersion(ctx, store.KindTemplate, tpl("cas", fmt.Sprint(n+1)), "", "")
+				if err != nil {
+					errs <- err
+					return
+				}
+				switch err := s.ActivateIf(ctx, store.KindTemplate, "cas", v, rec.Version); {
+				case err == nil:
+					done++
+				case !errors.Is(err, store.ErrConflict):
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	rec, err := s.Active(ctx, store.KindTemplate, "cas")
+	if err != nil || templateText(rec.Body) != fmt.Sprint(writers*each) {
+		t.Fatalf("after %d updates the active text is %q (%v)", writers*each, templateText(rec.Body), err)
+	}
+}
+
+// templateText is the "text" of a template body.
+func templateText(body []byte) string {
+	var v struct{ Text string }
+	_ = json.Unmarshal(body, &v)
+	return v.Text
 }

@@ -1,8 +1,8 @@
 // Package answer checks and parses the answer of a context source (the Gather envelope) as the host
-// reads it. The host (package plugins) and the plugin authors' test kit (plugins/sdk/sdktest) share it,
-// so that a source that passes its sdktest tests is read the same way by the proxy. It does not call
-// sources (the sdk's client does) or place answers in the prompt (assembly does); it lives outside the
-// sdk so that a plugin's own binary does not link the host's JSON readers.
+// reads it. The host (package plugins) and the plugin authors' test kit (plugins/sdk/sdktest) share
+// it, so that a source that passes its sdktest tests is read the same way by the proxy. It does not
+// call sources (the sdk's client does) or place answers in the prompt (assembly does); it lives
+// outside the sdk so that a plugin's own binary does not link the host's JSON readers.
 package answer
 
 import (

@@ -54,7 +54,8 @@
     constructor(status, code, message) { super(message); this.status = status; this.code = code; }
   }
 
-  // api calls the admin API and returns the decoded JSON (opts.raw: {data, text}).
+  // api calls the admin API and returns the decoded JSON (opts.raw: {data, text}); a string body is sent as
+  // it is, with opts.contentType (default JSON). An error answer throws an APIError holding its body (data).
   async function api(method, path, body, opts) {
     if (locked && !(opts && opts.probe)) throw new APIError(401, 'unauthorized', 'not signed in');
     const headers = { Accept: 'application/json' };
@@ -64,7 +65,7 @@
     if (actor && method !== 'GET') headers['X-Promptgate-Actor'] = actor;
     const init = { method, headers, credentials: 'omit', cache: 'no-store', redirect: 'error', referrerPolicy: 'no-referrer' };
     if (body !== undefined) {
-      headers['Content-Type'] = 'application/json';
+      headers['Content-Type'] = (opts && opts.contentType) || 'application/json';
       init.body = typeof body === 'string' ? body : JSON.stringify(body);
     }
     let resp;
@@ -79,6 +80,7 @@
     if (!resp.ok) {
       const err = data && data.error ? data.error : {};
       const e = new APIError(resp.status, err.code || 'http_' + resp.status, err.message || ('HTTP ' + resp.status));
+      e.data = data;
       if (resp.status === 401 && !(opts && opts.probe)) showLogin(refusedText(Boolean(token)), token);
       throw e;
     }

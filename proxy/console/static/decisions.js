@@ -1,9 +1,10 @@
 // Decisions: the audit log, newest first, refreshed every second while "Live" is on; a chart of the
 // blocked and removed decisions over time and by reason; each event shown whole on demand, linked to the
-// protocol version that decided it. The table is one tab stop; the arrow keys move between its events.
+// protocol version that decided it, with "Record as a test" for a decision on a tool or a call (the case goes
+// to the Preview page's policy test). The table is one tab stop; the arrow keys move between its events.
 'use strict';
 (function () {
-  const { el, svg, clear, api, every, modal, fmtTime, facts, stacked, report } = window.PG;
+  const { el, svg, clear, api, every, modal, fmtTime, facts, stacked, report, APIError } = window.PG;
   const $ = (id) => document.getElementById(id);
   let last = '';
 
@@ -88,6 +89,36 @@
     return el('a', { href: '/console/definitions#' + kind + '/' + encodeURIComponent(name) + '@' + version }, text);
   }
 
+  // recordKinds are the kinds of event a policy test case can be recorded from: a tool removed, a call decided.
+  const recordKinds = ['tool_removed', 'tool_call', 'provenance', 'flow', 'budget', 'confirm'];
+
+  // recordTest writes a case from the decisions of request id (POST /admin/tests/record) and opens it in
+  // the Preview page's policy test; a refusal is shown in the dialog.
+  async function recordTest(id, button, out) {
+    button.disabled = true;
+    out.textContent = 'Recording…';
+    let r;
+    try {
+      r = await api('POST', '/admin/tests/record', { requestId: id });
+    } catch (err) {
+      button.disabled = false;
+      out.textContent = err instanceof APIError ? 'Not recorded: ' + err.message + ' (' + err.code + ')' : String(err);
+      return;
+    }
+    sessionStorage.setItem('promptgate.console.testcase', r.caseFile);
+    location.assign('/console/preview#policy-test');
+  }
+
+  function recordPart(e) {
+    if (!e.requestId || !e.protocol || !recordKinds.includes(e.kind)) return null;
+    const out = el('p', { class: 'muted', role: 'status' });
+    const button = el('button', { type: 'button', id: 'record-test', text: 'Record as a test' });
+    button.addEventListener('click', () => recordTest(e.requestId, button, out));
+    return el('div', { class: 'record-test' },
+      el('p', { text: 'Write a policy test case from what the decision log kept of request ' + e.requestId +
+        ' (every decision of it), and open it in the policy test on the Preview page.' }), button, out);
+  }
+
   function details(e) {
     const decidedBy = e.protocol && e.protocolVersion ? versionLink('protocols', e.protocol, e.protocolVersion) : (e.protocol || '—');
     const pairs = [['Time', e.time], ['Verdict', e.verdict], ['Kind', e.kind], ['Request id', e.requestId || '—'],
@@ -99,7 +130,7 @@
     }
     if (e.argumentsSha256) pairs.push(['Arguments SHA-256', e.argumentsSha256]);
     if (e.arguments) pairs.push(['Arguments', e.arguments]);
-    const body = el('div', {}, facts(el('dl', { class: 'facts' }), pairs),
+    const body = el('div', {}, facts(el('dl', { class: 'facts' }), pairs), recordPart(e),
       el('h3', { text: 'As JSON' }), el('pre', { text: JSON.stringify(e, null, 2) }));
     modal('Event ' + (e.requestId || e.kind), body);
   }

@@ -1,6 +1,8 @@
 // Definitions: templates and protocols, their versions, a side-by-side diff of any two, activation and
 // rollback after a confirmation that shows the diff against the active version, and the rollouts applied.
-// An address #protocols/ID@N (an event's link) shows that version and what it changed.
+// An address #protocols/ID@N (an event's link) shows that version and what it changed. A protocol's version
+// can be put in shadow (and taken out): the page shows what it would change over a window, what learn mode
+// learned of the protocol's traffic, and the version learn mode proposes.
 'use strict';
 (function () {
   const { el, clear, api, modal, fmtTime, diffTable, stacked, report, banner, announce } = window.PG;
@@ -30,13 +32,15 @@
     $('def-empty').hidden = true;
     $('def-title').textContent = label(kind, name);
     $('def-state').textContent = (entry.active ? 'Version ' + entry.active + ' is active' : 'No version is active') +
-      (entry.rollbackTo ? '; a rollback re-activates version ' + entry.rollbackTo + '.' : '; there is no earlier version to roll back to.');
+      (entry.rollbackTo ? '; a rollback re-activates version ' + entry.rollbackTo + '.' : '; there is no earlier version to roll back to.') +
+      (entry.shadow ? ' Version ' + entry.shadow + ' is in shadow.' : '');
     const rb = $('def-rollback');
     rb.disabled = !entry.rollbackTo;
     rb.textContent = entry.rollbackTo ? 'Roll back to version ' + entry.rollbackTo + '…' : 'Roll back';
     const tbody = clear($('def-versions').tBodies[0]);
     for (const v of entry.versions.slice().reverse()) {
-      const state = v.version === entry.active ? 'active' : v.version === entry.rollbackTo ? 'rollback target' : '';
+      const state = v.version === entry.active ? 'active' : v.version === entry.shadow ? 'in shadow' : v.version === entry.rollbackTo ? 'rollback target' : '';
+      const canShadow = kind === 'protocols' && v.version !== entry.active && v.version !== entry.shadow;
       tbody.append(el('tr', { dataset: { version: v.version } },
         el('th', { scope: 'row', text: v.version }),
         el('td', { text: fmtTime(v.createdAt) }),
@@ -45,7 +49,8 @@
         el('td', {}, state ? el('span', { class: 'badge ' + (state === 'active' ? 'ok' : 'warn'), text: state }) : ''),
         el('td', {},
           el('button', { type: 'button', on: { click: () => view(v.version) }, 'aria-label': 'View version ' + v.version }, 'View'), ' ',
-          v.version === entry.active ? '' : el('button', { type: 'button', class: 'primary', on: { click: () => activate(v.version) }, 'aria-label': 'Activate version ' + v.version }, 'Activate…'))));
+          v.version === entry.active ? '' : el('button', { type: 'button', class: 'primary', on: { click: () => activate(v.version) }, 'aria-label': 'Activate version ' + v.version }, 'Activate…'),
+          canShadow ? [' ', el('button', { type: 'button', on: { click: () => putInShadow(v.version) }, 'aria-label': 'Put version ' + v.version + ' in shadow' }, 'Shadow…')] : '')));
     }
     stacked($('def-versions'));
     for (const id of ['diff-from', 'diff-to']) {
@@ -58,6 +63,119 @@
       $('diff-from').value = String(entry.versions[Math.max(0, n - 2)].version);
     }
     clear($('diff'));
+    const proto = kind === 'protocols';
+    $('shadow-card').hidden = !proto;
+    $('learn-card').hidden = !proto;
+    if (proto) await Promise.all([loadShadow(), loadLearned()]);
+  }
+
+  // loadShadow shows the protocol's version in shadow and what it would change over the window chosen.
+  async function loadShadow() {
+    const entry = current.entry;
+    $('shadow-state').textContent = entry.shadow
+      ? 'Version ' + entry.shadow + ' is in shadow: every request routed to ' + current.name + ' is also judged by it, for the record only. Nothing it decides reaches the upstream or the client. Activating it ends the shadow.'
+      : 'No version is in shadow. Put a version in shadow (Shadow… in the table) to see, on live traffic, what it would change before you activate it.';
+    $('shadow-clear').hidden = !entry.shadow;
+    $('shadow-clear').textContent = entry.shadow ? 'Stop the shadow of version ' + entry.shadow + '…' : 'Stop the shadow…';
+    const data = await api('GET', '/admin/shadow?window=' + encodeURIComponent($('shadow-window').value) + '&protocol=' + encodeURIComponent(current.name));
+    const tbody = clear($('shadow-changes').tBodies[0]);
+    if (!data.changes.length) {
+      tbody.append(el('tr', {}, el('td', { colspan: 7, class: 'muted', text: entry.shadow ? 'No difference yet in this window.' : 'Nothing: no version was in shadow in this window.' })));
+    }
+    for (const c of data.changes) {
+      tbody.append(el('tr', {},
+        el('th', { scope: 'row', class: 'mono', text: c.tool || '(the request)' }),
+        el('td', {}, el('span', { class: 'badge', text: c.activeVerdict })),
+        el('td', {}, el('span', { class: 'badge ' + (c.shadowVerdict === 'allowed' ? 'ok' : 'warn'), text: c.shadowVerdict + ' (v' + c.shadowVersion + ')' })),
+        el('td', { class: 'mono', text: c.rule || '—' }),
+        el('td', { class: 'reason', text: c.reason }),
+        el('td', { text: c.count }),
+        el('td', { class: 'mono', text: c.requests.join(', ') })));
+    }
+    stacked($('shadow-changes'));
+  }
+
+  // putInShadow asks, showing the diff against the active version, then puts version v in shadow.
+  async function putInShadow(v) {
+    const active = current.entry.active;
+    const title = 'Put protocols/' + current.name + ' version ' + v + ' in shadow?';
+    const what = el('p', { text: 'Every request routed to ' + current.name + ' is then also judged by version ' + v + ': the tools it would keep, the prompt it would build and every call of the answer. Nothing it decides reaches the upstream or the client; where it decides otherwise, the decision log says so.' +
+      (current.entry.shadow ? ' Version ' + current.entry.shadow + ' leaves the shadow.' : '') + (active ? ' Differences from the active version ' + active + ' (left) to version ' + v + ' (right):' : '') });
+    const ok = await modal(title, el('div', {}, what, active ? await diffBetween(active, v) : ''), 'Shadow version ' + v, false);
+    if (!ok) return;
+    const res = await api('POST', '/admin/protocols/' + encodeURIComponent(current.name) + '/shadow', { version: v });
+    banner('In shadow: protocols/' + current.name + '@' + res.shadow + (res.previous ? ' (was ' + res.previous + ')' : '') + '.', 'info');
+    announce('Version ' + res.shadow + ' is in shadow.');
+    await Promise.all([loadLists(), select(current.kind, current.name)]);
+  }
+
+  async function stopShadow() {
+    const v = current.entry.shadow;
+    const ok = await modal('Take protocols/' + current.name + ' version ' + v + ' out of shadow?',
+      el('p', { text: 'Requests are no longer judged by version ' + v + '. It stays stored, and can be put in shadow or activated again.' }), 'Stop the shadow', false);
+    if (!ok) return;
+    await api('DELETE', '/admin/protocols/' + encodeURIComponent(current.name) + '/shadow');
+    banner('Version ' + v + ' of protocols/' + current.name + ' is no longer in shadow.', 'info');
+    announce('The shadow stopped.');
+    await Promise.all([loadLists(), select(current.kind, current.name)]);
+  }
+
+  // counted is "N" or "at least N" conversations.
+  function convs(c) { return (c.conversationsAtLeast ? 'at least ' : '') + c.conversations; }
+  function sourceText(s) { return s.source + (s.field ? ' (' + s.field + ')' : ''); }
+
+  // loadLearned shows what learn mode learned of the protocol over the window chosen.
+  async function loadLearned() {
+    const tbody = clear($('learned').tBodies[0]);
+    let data;
+    try {
+      data = await api('GET', '/admin/learn/' + encodeURIComponent(current.name) + '?since=' + encodeURIComponent($('learn-since').value));
+    } catch (e) {
+      if (e.code !== 'learn_off') throw e;
+      $('learn-state').textContent = 'Learn mode keeps nothing on this instance: ' + e.message;
+      $('learn-suggest').disabled = true;
+      return;
+    }
+    $('learn-suggest').disabled = !data.requests;
+    $('learn-state').textContent = data.requests
+      ? 'Learned from ' + data.requests + ' requests since ' + fmtTime(data.since) + ': where each argument value occurred in the conversation, and the hosts, domains and IBAN countries found in it — counts, never the values.'
+      : 'Nothing learned in this window. Learn mode runs while the protocol\'s onViolation is audit, or a version of it is in shadow.';
+    for (const tool of data.tools) {
+      tbody.append(el('tr', { class: 'group' },
+        el('th', { scope: 'row', class: 'mono', text: tool.tool }),
+        el('td', { text: tool.calls }), el('td', { text: convs(tool) }),
+        el('td', { text: 'offered in ' + tool.offered + ' requests; at most ' + tool.maxPerConversation + ' calls in one conversation' }),
+        el('td', { text: tool.undeclared ? tool.undeclared + ' values at paths the schema does not declare (not kept)' : '—' })));
+      for (const a of tool.args) {
+        tbody.append(el('tr', {},
+          el('th', { scope: 'row', class: 'mono', text: tool.tool + ' · ' + a.path }),
+          el('td', { text: a.calls }), el('td', { text: convs(a) }),
+          el('td', { text: a.sets.map((s) => (s.sources.length ? s.sources.map(sourceText).join(' + ') : 'nowhere') + ': ' + s.calls).join('; ') || '—' }),
+          el('td', { text: a.items.map((i) => i.kind + ' ' + i.name + ': ' + i.calls).join('; ') || '—' })));
+      }
+    }
+    if (!data.tools.length) tbody.append(el('tr', {}, el('td', { colspan: 5, class: 'muted', text: 'No tool was offered or called in this window.' })));
+    stacked($('learned'));
+  }
+
+  // suggest shows the version learn mode proposes: each proposal with its evidence, then the definition.
+  async function suggest() {
+    const since = $('learn-since').value;
+    const sg = await api('GET', '/admin/protocols/' + encodeURIComponent(current.name) + '/suggest?since=' + encodeURIComponent(since));
+    const rows = sg.proposals.map((p) => el('tr', {},
+      el('th', { scope: 'row', text: p.kind + (p.rule ? ' ' + p.rule : '') }),
+      el('td', { text: p.text }),
+      el('td', { text: p.evidence.calls ? p.evidence.calls + ' calls in ' + convs(p.evidence) + ' conversations' : '—' }),
+      el('td', { text: p.wouldBlock.calls ? p.wouldBlock.calls + ' calls' + (p.wouldBlock.requests && p.wouldBlock.requests.length ? ' (' + p.wouldBlock.requests.join(', ') + ')' : '') : 'none' })));
+    const table = el('table', { class: 'stack', id: 'suggestions' },
+      el('caption', { text: 'Proposals, from ' + sg.requests + ' requests learned since ' + fmtTime(sg.since) }),
+      el('thead', {}, el('tr', {}, el('th', { scope: 'col', text: 'Proposal' }), el('th', { scope: 'col', text: 'What and why' }), el('th', { scope: 'col', text: 'Evidence' }), el('th', { scope: 'col', text: 'Would have blocked' }))),
+      el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', { colspan: 4, text: 'Nothing to propose: the active version already governs what was learned.' }))));
+    stacked(table);
+    await modal('Proposed version of protocols/' + current.name + ' (based on version ' + sg.basedOnVersion + ')', el('div', {},
+      el('p', { text: 'Edit it, test it, add it as a version (promptgate protocols push), put it in shadow, then activate it.' }),
+      el('div', { class: 'table-wrap' }, table),
+      el('pre', { text: JSON.stringify(sg.definition, null, 2) })));
   }
 
   // diffBetween asks the admin API for the diff of two versions and renders it side by side.
@@ -133,6 +251,11 @@
 
   window.PG.start(async () => {
     $('def-rollback').addEventListener('click', rollback);
+    $('shadow-clear').addEventListener('click', () => stopShadow().catch(report));
+    $('shadow-window').addEventListener('change', () => loadShadow().catch(report));
+    for (const id of ['shadow-form', 'learn-form']) $(id).addEventListener('submit', (ev) => ev.preventDefault());
+    $('learn-since').addEventListener('change', () => loadLearned().catch(report));
+    $('learn-suggest').addEventListener('click', () => suggest().catch(report));
     $('diff-form').addEventListener('submit', async (ev) => {
       ev.preventDefault();
       try {

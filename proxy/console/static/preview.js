@@ -1,9 +1,11 @@
 // Preview: POST /admin/prompts/preview, then the layered prompt block by block with each block's trust,
 // the tools kept and removed, the information-flow view of the conversation (where the protocol has such
-// rules), the runtime context pretty-printed with its cuts marked, and the exact upstream body.
+// rules), the runtime context pretty-printed with its cuts marked, and the exact upstream body. The Policy
+// test panel runs a case file with POST /admin/tests: each case passed or not, the expectations it failed
+// with their lines, and what was decided; a case recorded on Decisions arrives in it.
 'use strict';
 (function () {
-  const { el, clear, api, facts, chars, stacked, report, banner, announce } = window.PG;
+  const { el, clear, api, facts, chars, stacked, report, banner, announce, fmtSeconds, APIError } = window.PG;
   const $ = (id) => document.getElementById(id);
 
   const examples = [
@@ -185,6 +187,126 @@
     setTimeout(() => { $('pv-copy').textContent = 'Copy'; }, 1500);
   }
 
+  // --- Policy test ---
+
+  // PENDING is where Decisions leaves a recorded case for this panel (the tab's session storage).
+  const PENDING = 'promptgate.console.testcase';
+  let example = '';
+
+  // yamlScalar writes a protocol id as YAML reads it back as the same string.
+  function yamlScalar(s) {
+    return /^[A-Za-z][A-Za-z0-9_.-]*$/.test(s) && !/^(true|false|null|yes|no|on|off|y|n)$/i.test(s) ? s : JSON.stringify(s);
+  }
+
+  // exampleCase is a small case file for the protocol a chat request without a choice runs under now.
+  function exampleCase(id, version) {
+    return '# A policy test case: Run checks it against the stored definitions, as `promptgate test` would.\n' +
+      '# ' + id + (version ? ' (version ' + version + ' is active)' : '') + ' is the protocol a chat request without a choice runs under now.\n' +
+      'protocol: ' + yamlScalar(id) + '\n' +
+      'cases:\n' +
+      '  - name: text-answer-no-call\n' +
+      '    note: A question without tools; the upstream answers with text, so no call is decided.\n' +
+      '    request:\n' +
+      '      model: gpt-4o-mini\n' +
+      '      messages:\n' +
+      '        - {role: user, content: "What are your opening hours?"}\n' +
+      '    answer:\n' +
+      '      body:\n' +
+      '        id: chatcmpl-1\n' +
+      '        object: chat.completion\n' +
+      '        created: 1767225600\n' +
+      '        model: gpt-4o-mini\n' +
+      '        choices:\n' +
+      '          - {index: 0, finish_reason: stop, message: {role: assistant, content: "We are open from 9 to 5."}}\n' +
+      '    expect:\n' +
+      '      status: 200\n' +
+      '      calls: []\n';
+  }
+
+  // defaultProtocol is the protocol and version a plain chat request runs under, as the preview routes it.
+  async function defaultProtocol() {
+    try {
+      const r = await api('POST', '/admin/prompts/preview', { request: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hello' }] } });
+      return { id: r.protocolId, version: r.protocolVersion };
+    } catch (e) {
+      if (e instanceof APIError && e.status === 401) throw e;
+      return { id: 'neutral', version: 0 };
+    }
+  }
+
+  // problemText is a problem as the CLI prints it, without the file: line, field, message.
+  function problemText(p) {
+    return [p.line ? 'line ' + p.line : '', p.field || '', p.message].filter(Boolean).join(': ');
+  }
+
+  function problemList(problems, cls) {
+    if (!problems || !problems.length) return null;
+    return el('ul', { class: cls }, problems.map((p) => el('li', { text: problemText(p) })));
+  }
+
+  function showError(title, problems, message) {
+    const box = clear($('pt-error'));
+    box.append(el('p', { text: title }), problems ? problemList(problems, 'pt-problems') : el('div', { class: 'pt-message', text: message }));
+    box.hidden = false;
+    $('pt-out').hidden = true;
+  }
+
+  function renderResults(r) {
+    $('pt-error').hidden = true;
+    const passed = r.total - r.failed;
+    $('pt-summary').textContent = r.total === 0 ? 'No case matches: nothing was run.'
+      : (r.passed ? 'PASS: ' : 'FAIL: ') + passed + ' of ' + r.total + ' case' + (r.total === 1 ? '' : 's') + ' passed.';
+    const box = clear($('pt-cases'));
+    for (const c of r.cases) {
+      box.append(el('li', { class: 'pt-case', dataset: { case: c.name, passed: String(c.passed) } },
+        el('h4', { class: 'pt-case-head' }, el('span', { class: 'badge ' + (c.passed ? 'ok' : 'bad'), text: c.passed ? 'pass' : 'fail' }),
+          el('span', { class: 'mono', text: c.name }), el('span', { class: 'muted', text: fmtSeconds(c.seconds) })),
+        c.mistakes.length ? el('p', { class: 'trunc-note', text: 'Mistakes of the case (fix the case file):' }) : null,
+        problemList(c.mistakes, 'pt-mistakes'),
+        c.failures.length ? el('p', { text: 'Expectations not met:' }) : null,
+        problemList(c.failures, 'pt-failures'),
+        el('details', {}, el('summary', { text: 'What was decided' }), el('pre', { text: c.decided.join('\n') }))));
+    }
+    $('pt-out').hidden = false;
+    announce(r.total === 0 ? 'No case matches.' : (r.passed ? 'Every case passed.' : r.failed + ' of ' + r.total + ' cases failed.'));
+  }
+
+  async function runTests(ev) {
+    ev.preventDefault();
+    const run = $('pt-run').value.trim();
+    let r;
+    try {
+      r = await api('POST', '/admin/tests' + (run ? '?run=' + encodeURIComponent(run) : ''), $('pt-file').value, { contentType: 'application/yaml' });
+    } catch (e) {
+      if (!(e instanceof APIError)) { report(e); return; }
+      if (e.status === 401) return;
+      const problems = e.data && e.data.error && e.data.error.problems;
+      if (problems) showError('The case file has ' + problems.length + ' problem' + (problems.length === 1 ? '' : 's') + '; nothing was run:', problems);
+      else showError('The admin API refused the run (' + e.code + '):', null, e.message);
+      announce('The policy test did not run.');
+      return;
+    }
+    renderResults(r);
+  }
+
+  // startPolicyTest fills the panel: a case recorded on Decisions if one waits, else the example.
+  async function startPolicyTest() {
+    $('pt-form').addEventListener('submit', runTests);
+    $('pt-reset').addEventListener('click', () => { $('pt-file').value = example; $('pt-out').hidden = true; $('pt-error').hidden = true; });
+    const recorded = sessionStorage.getItem(PENDING);
+    sessionStorage.removeItem(PENDING);
+    const p = await defaultProtocol();
+    example = exampleCase(p.id, p.version);
+    if (recorded === null) {
+      $('pt-file').value = example;
+      return;
+    }
+    $('pt-file').value = recorded;
+    $('policy-test').scrollIntoView({ block: 'start' });
+    $('pt-file').focus();
+    announce('The recorded case is in the policy test: fill in its placeholders (see its note), then run it.');
+  }
+
   window.PG.start(async () => {
     examples.forEach((x, i) => $('p-example').append(el('option', { value: String(i), text: x.name })));
     $('p-example').addEventListener('change', () => {
@@ -201,5 +323,6 @@
       $('p-example').value = '0';
       $('p-example').dispatchEvent(new Event('change'));
     }
+    await startPolicyTest();
   });
 })();

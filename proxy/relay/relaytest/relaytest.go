@@ -1,8 +1,8 @@
 // Package relaytest holds what the tests and benchmarks of the stream vetters (proxy/surface/chat,
-// proxy/surface/responses, proxy/surface/messages) share: an upstream that splits a stream into random reads, a
-// driver that pipes a stream through a vetter the way the proxy does, a reader of clean SSE
-// output, the policy most tests vet against, the checks and fuzz seeds every surface's stream
-// tests make, and a benchmark of a relay beside a plain copy.
+// proxy/surface/responses, proxy/surface/messages) share: an upstream that splits a stream into
+// random reads, a driver that pipes a stream through a vetter the way the proxy does, a reader of
+// clean SSE output, the policy most tests vet against, the checks and fuzz seeds every surface's
+// stream tests make, and a benchmark of a relay beside a plain copy.
 //
 // It is imported by tests only. It knows nothing of any surface's wire format.
 package relaytest
@@ -40,17 +40,17 @@ func ModeByte(m vet.Mode) byte {
 // FuzzMode is the mode a fuzz input's mode byte picks from FuzzModes.
 func FuzzMode(b byte) vet.Mode { return FuzzModes[int(b)%len(FuzzModes)] }
 
-// AddSeeds adds the seeds of one stream case to a fuzz target that takes (input []byte, mode byte, atomic
-// bool, split uint8, seed uint64): the case as it is, read whole, and in the next mode with the other
-// atomicity, read 1..5 bytes at a time.
+// AddSeeds adds the seeds of one stream case to a fuzz target that takes (input []byte, mode byte,
+// atomic bool, split uint8, seed uint64): the case as it is, read whole, and in the next mode with
+// the other atomicity, read 1..5 bytes at a time.
 func AddSeeds(f *testing.F, input string, m vet.Mode, atomic bool) {
 	mode := ModeByte(m)
 	f.Add([]byte(input), mode, atomic, uint8(0), uint64(1))
 	f.Add([]byte(input), (mode+1)%byte(len(FuzzModes)), !atomic, uint8(5), uint64(2))
 }
 
-// Policy is the checker most tests use: get_weather, web_fetch and search are allowed, get_weather's
-// arguments have a schema, and web_fetch may only fetch the docs site.
+// Policy is the checker most tests use: get_weather, web_fetch and search are allowed,
+// get_weather's arguments have a schema, and web_fetch may only fetch the docs site.
 func Policy(mode vet.Mode, atomic bool) *vet.Checker {
 	rules, err := vet.CompileRules([]vet.Rule{{ID: "docs", Tool: "web_fetch", Path: "url", Check: vet.Check{Hosts: []string{"docs.example.com"}}}})
 	if err != nil {
@@ -193,8 +193,8 @@ func Bench(b *testing.B, open Open, streams ...Named) {
 		b.Run(st.Name+"/relay", func(b *testing.B) {
 			run(b, len(st.Data), func() io.Reader { return open(io.NopCloser(&EventReader{st.Data}), func(vet.Decision) {}) })
 		})
-		// The upstream ahead of the client: the whole stream comes in reads of up to 32 KiB (bytes.Reader
-		// hidden behind onlyReader), so one Read of the relay handles many events.
+		// The upstream ahead of the client: the whole stream comes in reads of up to 32 KiB
+		// (bytes.Reader hidden behind onlyReader), so one Read of the relay handles many events.
 		b.Run(st.Name+"/relay-burst", func(b *testing.B) {
 			run(b, len(st.Data), func() io.Reader {
 				return open(io.NopCloser(onlyReader{bytes.NewReader(st.Data)}), func(vet.Decision) {})
@@ -246,12 +246,13 @@ func CheckTextAllocs(t testing.TB, open Open, text func(n int) []byte) {
 	}
 }
 
-// CheckShortcutsChangeNothing runs input with the JSON of every data line spaced out (Spaced) through open,
-// as Run does with the same split and seed, and fails the test unless it gives out, ds and blocked again, the
-// outputs compared with each data line's JSON compacted (and norm, when not nil, applied to both: random ids).
-// No two spaced events share their bytes, so a shortcut that a stream learns from one event (a template)
-// never answers another: this is the stream without its shortcuts, which must change nothing, and a check
-// that no reader of the stream tells "{ " from "{".
+// CheckShortcutsChangeNothing runs input with the JSON of every data line spaced out (Spaced)
+// through open, as Run does with the same split and seed, and fails the test unless it gives out,
+// ds and blocked again, the outputs compared with each data line's JSON compacted (and norm, when
+// not nil, applied to both: random ids). No two spaced events share their bytes, so a shortcut that
+// a stream learns from one event (a template) never answers another: this is the stream without its
+// shortcuts, which must change nothing, and a check that no reader of the stream tells "{ " from
+// "{".
 func CheckShortcutsChangeNothing(t testing.TB, input string, split int, seed uint64, open Open, out []byte, ds []vet.Decision, blocked int, norm func([]byte) []byte) {
 	t.Helper()
 	out2, ds2, blocked2 := Run(t, Spaced(input), split, seed, open)
@@ -268,8 +269,8 @@ func CheckShortcutsChangeNothing(t testing.TB, input string, split int, seed uin
 	}
 }
 
-// Spaced is an SSE stream with n spaces written after the first '{' of the n-th data line that has one: JSON
-// that every reader reads as before, in bytes that no two events share.
+// Spaced is an SSE stream with n spaces written after the first '{' of the n-th data line that has
+// one: JSON that every reader reads as before, in bytes that no two events share.
 func Spaced(input string) string {
 	var b strings.Builder
 	n := 0
@@ -305,8 +306,8 @@ func compactData(out []byte) []byte {
 	return b.Bytes()
 }
 
-// unspaced is a data line that is not one JSON value (part of one spread over several lines, or no JSON at
-// all) without the spaces after its first '{', as Spaced may have added them.
+// unspaced is a data line that is not one JSON value (part of one spread over several lines, or no
+// JSON at all) without the spaces after its first '{', as Spaced may have added them.
 func unspaced(line []byte) []byte {
 	rest, ok := bytes.CutPrefix(line, []byte("data:"))
 	i := bytes.IndexByte(rest, '{')
@@ -320,8 +321,8 @@ func unspaced(line []byte) []byte {
 	return append(append([]byte("data:"), rest[:i+1]...), rest[j:]...)
 }
 
-// CheckBlocked fails the test unless blocked, a stream's count of blocked calls, is the number of blocked
-// decisions it recorded.
+// CheckBlocked fails the test unless blocked, a stream's count of blocked calls, is the number of
+// blocked decisions it recorded.
 func CheckBlocked(t testing.TB, ds []vet.Decision, blocked int) {
 	t.Helper()
 	n := 0
@@ -335,7 +336,8 @@ func CheckBlocked(t testing.TB, ds []vet.Decision, blocked int) {
 	}
 }
 
-// CheckNoLeak fails the test when out holds one of leaks (an id or argument bytes of a blocked call).
+// CheckNoLeak fails the test when out holds one of leaks (an id or argument bytes of a blocked
+// call).
 func CheckNoLeak(t testing.TB, out []byte, leaks []string) {
 	t.Helper()
 	for _, leak := range leaks {
@@ -345,9 +347,9 @@ func CheckNoLeak(t testing.TB, out []byte, leaks []string) {
 	}
 }
 
-// CheckSplits runs a stream case whole (run(0, 0)) and then split into reads of 1 byte and of 1..7 bytes,
-// three seeds each: check sees every output, and every split output must be the whole one (after norm, when
-// not nil, has made both comparable).
+// CheckSplits runs a stream case whole (run(0, 0)) and then split into reads of 1 byte and of 1..7
+// bytes, three seeds each: check sees every output, and every split output must be the whole one
+// (after norm, when not nil, has made both comparable).
 func CheckSplits(t testing.TB, run func(split int, seed uint64) ([]byte, []vet.Decision, int), norm func([]byte) []byte,
 	check func(out []byte, ds []vet.Decision, blocked int)) {
 	t.Helper()
@@ -367,10 +369,10 @@ func CheckSplits(t testing.TB, run func(split int, seed uint64) ([]byte, []vet.D
 	}
 }
 
-// TextFirst checks that a stream hands out what it has before the upstream sends more: it writes head to the
-// stream that open returns (no recorder) and reads until a line holds until, which must come, with want in
-// what was read, before the upstream sends anything else. It then writes tail, ends the upstream and returns
-// the rest of the output.
+// TextFirst checks that a stream hands out what it has before the upstream sends more: it writes
+// head to the stream that open returns (no recorder) and reads until a line holds until, which must
+// come, with want in what was read, before the upstream sends anything else. It then writes tail,
+// ends the upstream and returns the rest of the output.
 func TextFirst(t testing.TB, open Open, head, until, want, tail string) []byte {
 	t.Helper()
 	pr, pw := io.Pipe()

@@ -30,8 +30,8 @@ func toolStream() []byte {
 	return []byte(frame(in))
 }
 
-// callStream is the bench harness's stream-tool answer in shape: text, then one call whose arguments come in
-// eight deltas, all held until the call is vetted and released together.
+// callStream is the bench harness's stream-tool answer in shape: text, then one call whose
+// arguments come in eight deltas, all held until the call is vetted and released together.
 func callStream() []byte {
 	in := []string{role()}
 	for i := range 20 {
@@ -42,7 +42,8 @@ func callStream() []byte {
 }
 
 func BenchmarkStream(b *testing.B) {
-	// One checker for every stream, as the proxy keeps one per policy version: the relay is measured.
+	// One checker for every stream, as the proxy keeps one per policy version: the relay is
+	// measured.
 	relaytest.Bench(b, relaytest.Opener(NewStream, checkerFor(vet.ModeRefuse, false)),
 		relaytest.Named{Name: "text200", Data: textStream()}, relaytest.Named{Name: "tools3", Data: toolStream()},
 		relaytest.Named{Name: "call8", Data: callStream()})
@@ -73,7 +74,8 @@ func textOf(n int) []byte {
 	return []byte(frame(append(in, finish(0, "stop"), done)))
 }
 
-// TestTextPathAllocs: relaying text deltas allocates nothing per event (the relay's fixed cost aside).
+// TestTextPathAllocs: relaying text deltas allocates nothing per event (the relay's fixed cost
+// aside).
 func TestTextPathAllocs(t *testing.T) {
 	relaytest.CheckTextAllocs(t, relaytest.Opener(NewStream, checkerFor(vet.ModeRefuse, false)), textOf)
 }

@@ -1,14 +1,14 @@
-// Package chat is the Chat Completions surface (POST /v1/chat/completions): how its request is read, its
-// tool_choice checked and the layered prompt and kept tools written back (request.go), and how the tool calls
-// of its answers are vetted before the client sees them — the non-stream body (Body) and the SSE stream
-// (Stream), every choice, both tool_calls and the legacy function_call. Text keeps flowing in a stream; only
-// a tool call's own deltas are held until the call is complete and vetted, then released unchanged or
-// replaced by a notice.
+// Package chat is the Chat Completions surface (POST /v1/chat/completions): how its request is
+// read, its tool_choice checked and the layered prompt and kept tools written back (request.go),
+// and how the tool calls of its answers are vetted before the client sees them — the non-stream
+// body (Body) and the SSE stream (Stream), every choice, both tool_calls and the legacy
+// function_call. Text keeps flowing in a stream; only a tool call's own deltas are held until the
+// call is complete and vetted, then released unchanged or replaced by a notice.
 //
-// It owns the Chat Completions wire shapes, edited with gjson/sjson on the raw bytes, never a re-marshal. It
-// does not build the prompt (assembly does), decide whether a call is allowed (policy/vet does), pick the
-// mode or the allowed set (policy/ does) or store decisions (the caller's Recorder does); in error mode Body
-// reports the blocked call and the proxy answers 403.
+// It owns the Chat Completions wire shapes, edited with gjson/sjson on the raw bytes, never a
+// re-marshal. It does not build the prompt (assembly does), decide whether a call is allowed
+// (policy/vet does), pick the mode or the allowed set (policy/ does) or store decisions (the
+// caller's Recorder does); in error mode Body reports the blocked call and the proxy answers 403.
 package chat
 
 import (
@@ -81,7 +81,8 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 			idx = pos
 		}
 		if carriesCall(ch.Get(pathDelta)) {
-			// The stream shape inside a body: a lenient client might take its calls; Body reads message only.
+			// The stream shape inside a body: a lenient client might take its calls; Body reads
+			// message only.
 			return body, res, fmt.Errorf("chat: response body: choice %d carries a call in delta", pos)
 		}
 		msg := ch.Get(pathMessage)
@@ -155,7 +156,8 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 			}
 		}
 		if len(kept) > 0 || keptLegacy {
-			// A held call's notice goes to the client in any case: it carries the code that releases the call.
+			// A held call's notice goes to the client in any case: it carries the code that
+			// releases the call.
 			if len(held) > 0 {
 				if out, err = setNotice(out, base, msg.Get(pathContent), held); err != nil {
 					return body, res, fmt.Errorf("chat: edit choice %d: %w", pos, err)
@@ -175,9 +177,9 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 	return out, res, nil
 }
 
-// continuation is the answer's one turn for promptgate to answer itself (onViolation "continue"), when every
-// call of it was blocked or held and can be answered; nil otherwise. What the client keeps of it is its text,
-// and the notices of its held calls (which carry the codes).
+// continuation is the answer's one turn for promptgate to answer itself (onViolation "continue"),
+// when every call of it was blocked or held and can be answered; nil otherwise. What the client
+// keeps of it is its text, and the notices of its held calls (which carry the codes).
 func continuation(c *vet.Checker, msg gjson.Result, calls []*vet.Call, ds []vet.Decision) *relay.Continuation {
 	t := relay.Turn{}
 	var held []string
@@ -222,9 +224,9 @@ func bodyCall(choice, index int, tc gjson.Result) *vet.Call {
 	return call
 }
 
-// unsupported reports whether a tool_calls entry is not a plain function call: its type is another than
-// "function", or it carries a custom tool's "custom" member (a client going by the member, not the type,
-// would read a custom call that the function beside it hides).
+// unsupported reports whether a tool_calls entry is not a plain function call: its type is another
+// than "function", or it carries a custom tool's "custom" member (a client going by the member, not
+// the type, would read a custom call that the function beside it hides).
 func unsupported(e gjson.Result) bool {
 	return unsupportedType(e.Get(pathType), e.Get("custom"))
 }

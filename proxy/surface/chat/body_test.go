@@ -161,7 +161,8 @@ func TestBodyRefusesAmbiguousJSON(t *testing.T) {
 		`{"choices":[]`,
 		"{\"choices\":[],\"x\":\"\xff\"}",
 		`[]`,
-		// Go's encoding/json (go-openai) reads these keys as choices, tool_calls, function_call, name.
+		// Go's encoding/json (go-openai) reads these keys as choices, tool_calls, function_call,
+		// name.
 		`{"Choices":[{"index":0,"message":{"tool_calls":[{"id":"x","function":{"name":"rm","arguments":"{}"}}]}}]}`,
 		// The stream shape inside a body.
 		`{"choices":[{"index":0,"message":{"content":"hi"},"delta":{"tool_calls":[{"id":"x","function":{"name":"rm","arguments":"{}"}}]}}]}`,

@@ -45,7 +45,8 @@ var differentialCases = []struct{ name, raw string }{
 	{"upper-case delta", sseOf(strings.Replace(evilChunk, `"delta"`, `"Delta"`, 1), done)},
 	{"upper-case function_call", sseOf(`{"choices":[{"index":0,"delta":{"Function_Call":{"name":"delete_all","arguments":"{\"k\":\"SECRET\"}"}}}]}`, done)},
 	{"long s in arguments after good ones", sseOf(`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_EVIL","type":"function","function":{"name":"web_fetch","arguments":"{\"url\":\"https://docs.example.com/a\"}","argumentſ":"{\"url\":\"https://SECRET.example.net/\"}"}}]}}]}`, done)},
-	// A custom tool's member beside an allowed function, without a type: read by the member, it is a custom call.
+	// A custom tool's member beside an allowed function, without a type: read by the member, it is
+	// a custom call.
 	{"custom member beside a function", sseOf(`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_EVIL","function":{"name":"get_weather","arguments":"{\"city\":\"x\"}"},"custom":{"name":"delete_all","input":"SECRET"}}]}}]}`, finish(0, "tool_calls"), done)},
 	// The SDKs stop at data that starts with [DONE]; a lenient client might read on.
 	{"a call after [DONE] in its data", "data: [DONE]" + evilChunk + "\n\n"},
@@ -82,8 +83,8 @@ func TestDifferentialStreams(t *testing.T) {
 	}
 }
 
-// TestBOMStreamKeepsFirstEvent: a stream that starts with a byte-order mark (dropped by the SSE specification)
-// loses nothing, and goes out without the mark.
+// TestBOMStreamKeepsFirstEvent: a stream that starts with a byte-order mark (dropped by the SSE
+// specification) loses nothing, and goes out without the mark.
 func TestBOMStreamKeepsFirstEvent(t *testing.T) {
 	in := "\ufeff" + sseOf(text("Hi"), text(" there"), finish(0, "stop"), done)
 	out, _, _ := runStream(t, in, checkerFor(vet.ModeRefuse, false), 1, 3)

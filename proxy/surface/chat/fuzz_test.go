@@ -87,7 +87,8 @@ func FuzzStream(f *testing.F) {
 		out, ds, blocked := runStream(t, string(input), checkerFor(m, atomic), int(split%16), seed)
 		got := assemble(t, out) // also checks that the output is clean SSE
 
-		// The shortcuts (templates) change nothing: without them, the same output and the same decisions.
+		// The shortcuts (templates) change nothing: without them, the same output and the same
+		// decisions.
 		relaytest.CheckShortcutsChangeNothing(t, string(input), int(split%16), seed, relaytest.Opener(NewStream, checkerFor(m, atomic)), out, ds, blocked, nil)
 
 		// Decisions: every call vetted once; blocked count matches.

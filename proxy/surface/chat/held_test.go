@@ -10,9 +10,10 @@ import (
 	"github.com/promptgate/promptgate/proxy/relay"
 )
 
-// eventSource is an upstream stream made one event at a time, so that a test can stream hundreds of MiB
-// without holding them itself. Before it gives the event numbered at, it calls probe: the relay reads the
-// upstream only when it has handled everything before, so probe sees what the relay holds at that point.
+// eventSource is an upstream stream made one event at a time, so that a test can stream hundreds of
+// MiB without holding them itself. Before it gives the event numbered at, it calls probe: the relay
+// reads the upstream only when it has handled everything before, so probe sees what the relay holds
+// at that point.
 type eventSource struct {
 	event func(i int) (string, bool) // the data of event i; false past the end
 	at    int
@@ -48,8 +49,8 @@ func heapInUse() int64 {
 	return int64(ms.HeapInuse)
 }
 
-// streamHeld runs events through a Stream and returns how much the heap grew while it held what came
-// before event at, and the decisions.
+// streamHeld runs events through a Stream and returns how much the heap grew while it held what
+// came before event at, and the decisions.
 func streamHeld(t *testing.T, events func(i int) (string, bool), at int) (int64, []vet.Decision) {
 	t.Helper()
 	var ds []vet.Decision
@@ -64,10 +65,10 @@ func streamHeld(t *testing.T, events func(i int) (string, bool), at int) (int64,
 }
 
 // What one stream holds is bounded: a call blocked for its size holds nothing more however long its
-// arguments go on, and the calls held at once (one per choice here) hold at most relay.MaxStreamBytes
-// together, the call that would pass it blocked for its size. An upstream that compresses its stream
-// (the transport decodes gzip) could otherwise make a few KiB on the wire hold GiBs. Not parallel: it
-// measures the heap.
+// arguments go on, and the calls held at once (one per choice here) hold at most
+// relay.MaxStreamBytes together, the call that would pass it blocked for its size. An upstream that
+// compresses its stream (the transport decodes gzip) could otherwise make a few KiB on the wire
+// hold GiBs. Not parallel: it measures the heap.
 func TestStreamHeldBytesBounded(t *testing.T) {
 	mib := strings.Repeat("a", 1<<20)
 	t.Run("a call past its cap", func(t *testing.T) {

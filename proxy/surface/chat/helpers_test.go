@@ -177,8 +177,8 @@ func assemble(t testing.TB, out []byte) view {
 	return v
 }
 
-// runStream pipes input through a Stream and returns the output, the decisions and the count of blocked
-// calls. With split > 0 the upstream returns 1..split bytes per Read.
+// runStream pipes input through a Stream and returns the output, the decisions and the count of
+// blocked calls. With split > 0 the upstream returns 1..split bytes per Read.
 func runStream(t testing.TB, input string, c *vet.Checker, split int, seed uint64) ([]byte, []vet.Decision, int) {
 	t.Helper()
 	return relaytest.Run(t, input, split, seed, relaytest.Opener(NewStream, c))

@@ -15,9 +15,10 @@ import (
 
 var _ surface.Stored = Surface{}
 
-// Names reads what a passed-through request names of the completions the upstream stores (store: true), under
-// every reading of its path (surface.LoosePaths): any method but POST on /v1/chat/completions lists them;
-// /v1/chat/completions/{id}[/messages] names completion id (retrieve, update, delete, its messages).
+// Names reads what a passed-through request names of the completions the upstream stores (store:
+// true), under every reading of its path (surface.LoosePaths): any method but POST on
+// /v1/chat/completions lists them; /v1/chat/completions/{id}[/messages] names completion id
+// (retrieve, update, delete, its messages).
 func (Surface) Names(r *http.Request) surface.Naming {
 	var n surface.Naming
 	prefix := Path + "/"

@@ -23,21 +23,22 @@ const (
 	reqParallelCalls = "parallel_tool_calls"
 	reqModel         = "model"
 	reqStream        = "stream"
-	// reqWebSearchOptions is Chat Completions' switch for the upstream's own web search: an object (even {})
-	// lets the model search the web with no tools entry.
+	// reqWebSearchOptions is Chat Completions' switch for the upstream's own web search: an object
+	// (even {}) lets the model search the web with no tools entry.
 	reqWebSearchOptions = "web_search_options"
 )
 
-// ToolWebSearch is the tool name under which Chat Completions' web_search_options is governed: the name of
-// the Responses API's built-in web search tool, so that one allowlist entry, deny, kill switch or access
-// policy covers both surfaces (and, through its aliases, web_search_preview).
+// ToolWebSearch is the tool name under which Chat Completions' web_search_options is governed: the
+// name of the Responses API's built-in web search tool, so that one allowlist entry, deny, kill
+// switch or access policy covers both surfaces (and, through its aliases, web_search_preview).
 const ToolWebSearch = "web_search"
 
-// parse reads a validated Chat Completions body. Application are the texts of the client's system and
-// developer messages, in order; the declared tools are the "tools" entries (function name, custom tool name,
-// else the type), then legacy "functions", then ToolWebSearch when web_search_options is an object (unless a
-// declared tool already has that name: then that tool stands for both, and web_search_options follows its
-// fate); LatestUser is the text of the last user message.
+// parse reads a validated Chat Completions body. Application are the texts of the client's system
+// and developer messages, in order; the declared tools are the "tools" entries (function name,
+// custom tool name, else the type), then legacy "functions", then ToolWebSearch when
+// web_search_options is an object (unless a declared tool already has that name: then that tool
+// stands for both, and web_search_options follows its fate); LatestUser is the text of the last
+// user message.
 func parse(b *assembly.Body) (surface.Request, error) {
 	m := [6]gjson.Result{b.Get(reqModel), b.Get(reqStream), b.Get(reqMessages), b.Get(reqTools), b.Get(reqFunctions), b.Get(reqWebSearchOptions)}
 	c := surface.Request{Model: m[0].String(), Stream: m[1].Type == gjson.True}
@@ -84,9 +85,9 @@ func parse(b *assembly.Body) (surface.Request, error) {
 	return c, nil
 }
 
-// withWebSearch adds ToolWebSearch, with the other names of the built-in web search tool as aliases, to the
-// declared tools: as a tool of its own, or onto a declared tool of that name, which then stands for both (one
-// name, one decision).
+// withWebSearch adds ToolWebSearch, with the other names of the built-in web search tool as
+// aliases, to the declared tools: as a tool of its own, or onto a declared tool of that name, which
+// then stands for both (one name, one decision).
 func withWebSearch(tools []policy.Tool) []policy.Tool {
 	aliases := assembly.BuiltinAliases(ToolWebSearch)
 	for i := range tools {
@@ -98,8 +99,8 @@ func withWebSearch(tools []policy.Tool) []policy.Tool {
 	return append(tools, policy.Tool{Name: ToolWebSearch, Aliases: aliases, UpstreamOnly: true})
 }
 
-// chatTool reads one "tools" entry: {"type":"function","function":{...}}, {"type":"custom","custom":{...}},
-// or another type, which is governed by its type name.
+// chatTool reads one "tools" entry: {"type":"function","function":{...}},
+// {"type":"custom","custom":{...}}, or another type, which is governed by its type name.
 func chatTool(v gjson.Result) policy.Tool {
 	typ, fn, custom := toolParts(v)
 	switch t := typ.String(); t {
@@ -112,8 +113,8 @@ func chatTool(v gjson.Result) policy.Tool {
 	}
 }
 
-// chatToolName is the name chatTool gives a "tools" entry, read without its description and parameters: a
-// function's name usually comes before its schema, which is then not read at all.
+// chatToolName is the name chatTool gives a "tools" entry, read without its description and
+// parameters: a function's name usually comes before its schema, which is then not read at all.
 func chatToolName(v gjson.Result) string {
 	typ, fn, custom := toolParts(v)
 	switch t := typ.String(); t {
@@ -162,8 +163,9 @@ func functionTool(v gjson.Result, schema bool) policy.Tool {
 	return t
 }
 
-// checkToolChoice checks tool_choice and legacy function_call against the kept tools. A choice naming a tool
-// that is not kept, or "required" with nothing kept, is a 400 tool_choice_not_allowed.
+// checkToolChoice checks tool_choice and legacy function_call against the kept tools. A choice
+// naming a tool that is not kept, or "required" with nothing kept, is a 400
+// tool_choice_not_allowed.
 func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	keptSet := make(map[string]bool, len(kept))
 	for _, t := range kept {
@@ -208,13 +210,13 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return nil
 }
 
-// rewrite returns the upstream body: messages replaced by the layered system message (plus the context
-// message in the structured channel) and the client's non-system messages in order; tools and functions
-// filtered to the kept ones; the promptgate field removed. Every other byte stays as the client sent it: the
-// edits are made by one executor (Body.Apply), in one new body.
+// rewrite returns the upstream body: messages replaced by the layered system message (plus the
+// context message in the structured channel) and the client's non-system messages in order; tools
+// and functions filtered to the kept ones; the promptgate field removed. Every other byte stays as
+// the client sent it: the edits are made by one executor (Body.Apply), in one new body.
 //
-// web_search_options reaches the upstream only where ToolWebSearch is kept, whether or not removedAny says a
-// tool was removed: the upstream's web search never passes by default.
+// web_search_options reaches the upstream only where ToolWebSearch is kept, whether or not
+// removedAny says a tool was removed: the upstream's web search never passes by default.
 func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	roles, err := b.Roles(reqMessages)
 	if err != nil {
@@ -246,8 +248,9 @@ func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny
 	return out, nil
 }
 
-// writeMessages writes the upstream messages array: the layered system message (plus the context message
-// in the structured channel), then the client's messages other than system and developer (others), in order.
+// writeMessages writes the upstream messages array: the layered system message (plus the context
+// message in the structured channel), then the client's messages other than system and developer
+// (others), in order.
 func writeMessages(b *bytes.Buffer, others []string, p assembly.Prompt) {
 	b.WriteString(`[{"role":"system","content":`)
 	b.Write(p.AppendSystemJSON(b.AvailableBuffer()))
@@ -264,9 +267,9 @@ func writeMessages(b *bytes.Buffer, others []string, p assembly.Prompt) {
 	b.WriteByte(']')
 }
 
-// toolEdits keeps, in "tools" and "functions", the first entry of each kept name (a name kept in both
-// arrays stays in the first). An array left empty goes, with tool_choice and parallel_tool_calls or with
-// function_call, which the API only accepts alongside it.
+// toolEdits keeps, in "tools" and "functions", the first entry of each kept name (a name kept in
+// both arrays stays in the first). An array left empty goes, with tool_choice and
+// parallel_tool_calls or with function_call, which the API only accepts alongside it.
 func toolEdits(b *assembly.Body, kept []policy.Tool) []assembly.MemberEdit {
 	keptSet := assembly.NameSet(kept)
 	used := map[string]bool{}

@@ -13,8 +13,8 @@ import (
 	"github.com/promptgate/promptgate/assembly/ctxjson"
 )
 
-// typicalRequest is a chat request of about 8 KB: a client system message, three tools with JSON schemas,
-// about 2 KB of promptgate.context, and user/assistant turns.
+// typicalRequest is a chat request of about 8 KB: a client system message, three tools with JSON
+// schemas, about 2 KB of promptgate.context, and user/assistant turns.
 func typicalRequest(tb testing.TB) []byte {
 	tb.Helper()
 	type fn struct {
@@ -68,8 +68,9 @@ func typicalRequest(tb testing.TB) []byte {
 	return body
 }
 
-// BenchmarkBuild measures the assembly of one typical request: ParseChat, Build and RewriteChat (the
-// "extension" case adds reading the extension and parsing the context, which a request also pays).
+// BenchmarkBuild measures the assembly of one typical request: ParseChat, Build and RewriteChat
+// (the "extension" case adds reading the extension and parsing the context, which a request also
+// pays).
 func BenchmarkBuild(b *testing.B) {
 	body := typicalRequest(b)
 	tm := assemblytest.Builtin(b, "base_tool_call_v2")
@@ -125,8 +126,9 @@ func BenchmarkBuild(b *testing.B) {
 	})
 }
 
-// BenchmarkBuildBaselineJSON is the floor to compare BenchmarkBuild with: decoding the same body into a map
-// and encoding it again, which is what the rewrite would cost done the naive way (and would lose key order).
+// BenchmarkBuildBaselineJSON is the floor to compare BenchmarkBuild with: decoding the same body
+// into a map and encoding it again, which is what the rewrite would cost done the naive way (and
+// would lose key order).
 func BenchmarkBuildBaselineJSON(b *testing.B) {
 	body := typicalRequest(b)
 	b.SetBytes(int64(len(body)))

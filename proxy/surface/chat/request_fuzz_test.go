@@ -11,10 +11,10 @@ import (
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
-// FuzzRewriteChat feeds request bodies that pass the proxy's JSON check through the parsers and the rewrite:
-// nothing panics, and whenever ParseChat accepts a body, the upstream body is valid JSON without the
-// promptgate field, and its messages start with the one system message followed by the client's other
-// messages.
+// FuzzRewriteChat feeds request bodies that pass the proxy's JSON check through the parsers and the
+// rewrite: nothing panics, and whenever ParseChat accepts a body, the upstream body is valid JSON
+// without the promptgate field, and its messages start with the one system message followed by the
+// client's other messages.
 func FuzzRewriteChat(f *testing.F) {
 	f.Add([]byte(oddBody))
 	f.Add([]byte(`{"promptgate":{"user":"u"},"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"a"}}],"tool_choice":"required"}`))

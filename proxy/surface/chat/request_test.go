@@ -164,8 +164,8 @@ func TestRewriteChatKeepsOtherBytes(t *testing.T) {
 	if got := gjson.GetBytes(out, "messages").Raw; got != wantMessages {
 		t.Errorf("messages:\n got %s\nwant %s", got, wantMessages)
 	}
-	// The whole body: the promptgate field (from the comma before it to the end of its value) and the
-	// messages value are the only changes.
+	// The whole body: the promptgate field (from the comma before it to the end of its value) and
+	// the messages value are the only changes.
 	ext := gjson.Get(oddBody, "promptgate")
 	start := strings.LastIndexByte(oddBody[:strings.Index(oddBody, "\"promptgate\"")], ',')
 	want := oddBody[:start] + oddBody[ext.Index+len(ext.Raw):]
@@ -270,7 +270,8 @@ func TestRewriteChatFiltersTools(t *testing.T) {
 	})
 }
 
-// oddBody has odd spacing, unicode escapes, unusual key order and numbers that a re-encoder would change.
+// oddBody has odd spacing, unicode escapes, unusual key order and numbers that a re-encoder would
+// change.
 const oddBody = "{ \"temperature\" : 1.0e+2 ,\n\t\"promptgate\" : {\"user\":\"u-1\", \"context\":{\"a\":1}},\n" +
 	"  \"seed\":-0, \"metadata\" : {\"note\":\"caf\\u00e9 <b>&amp;</b>\", \"z\":1, \"a\":2},\n" +
 	"  \"messages\" : [ {\"role\":\"system\",\"content\":\"S\"} ,\n" +
@@ -281,8 +282,9 @@ const oddBody = "{ \"temperature\" : 1.0e+2 ,\n\t\"promptgate\" : {\"user\":\"u-
 	"  \"tools\" : [ {\"type\":\"function\",\"function\":{\"name\":\"search\"}} ],\n" +
 	"  \"x_unknown\" : [ 1E400 , \"\\/\" ] , \"model\":\"gpt-4o\" }"
 
-// TestChatWebSearchOptions: an object web_search_options is the tool ToolWebSearch (with web_search_preview as
-// an alias), or is folded into a declared tool of that name; it leaves the body unless ToolWebSearch is kept.
+// TestChatWebSearchOptions: an object web_search_options is the tool ToolWebSearch (with
+// web_search_preview as an alias), or is folded into a declared tool of that name; it leaves the
+// body unless ToolWebSearch is kept.
 func TestChatWebSearchOptions(t *testing.T) {
 	msgs := `"model":"m","messages":[{"role":"user","content":"x"}]`
 	c, err := parseChat([]byte(`{` + msgs + `,"web_search_options":{}}`))

@@ -14,8 +14,8 @@ import (
 	"github.com/promptgate/promptgate/policy"
 )
 
-// rewriteChatReference is the rewrite made edit by edit with sjson, as it was before the one executor: the
-// document the executor must keep giving.
+// rewriteChatReference is the rewrite made edit by edit with sjson, as it was before the one
+// executor: the document the executor must keep giving.
 func rewriteChatReference(t testing.TB, body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) []byte {
 	t.Helper()
 	var msgs bytes.Buffer
@@ -44,8 +44,8 @@ func rewriteChatReference(t testing.TB, body []byte, p assembly.Prompt, kept []p
 	return out
 }
 
-// TestRewriteChatSameAsReference checks that the executor gives the document of the edit-by-edit rewrite,
-// whatever the members' order, the whitespace around them, and which tools go.
+// TestRewriteChatSameAsReference checks that the executor gives the document of the edit-by-edit
+// rewrite, whatever the members' order, the whitespace around them, and which tools go.
 func TestRewriteChatSameAsReference(t *testing.T) {
 	members := map[string]string{
 		"model":              `"gpt-4o-mini"`,
@@ -138,8 +138,8 @@ func TestRewriteChatEscapedKeys(t *testing.T) {
 	}
 }
 
-// rewriteChatEdits is the rewrite made edit by edit with sjson, each edit copying the body, as it was before
-// the one executor: the reference the executor's documents must equal.
+// rewriteChatEdits is the rewrite made edit by edit with sjson, each edit copying the body, as it
+// was before the one executor: the reference the executor's documents must equal.
 func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	out, err := sjson.SetRawBytes(body, reqMessages, msgs)
 	if err != nil {
@@ -163,9 +163,9 @@ func rewriteChatEdits(body, msgs []byte, kept []policy.Tool, removedAny bool) ([
 	return out, nil
 }
 
-// filterToolArrays keeps, in "tools" and "functions", the first entry of each kept name. An array left
-// empty is removed together with tool_choice / function_call and parallel_tool_calls, which the API only
-// accepts alongside tools.
+// filterToolArrays keeps, in "tools" and "functions", the first entry of each kept name. An array
+// left empty is removed together with tool_choice / function_call and parallel_tool_calls, which
+// the API only accepts alongside tools.
 func filterToolArrays(body []byte, kept []policy.Tool) ([]byte, error) {
 	keptSet := make(map[string]bool, len(kept))
 	for _, t := range kept {

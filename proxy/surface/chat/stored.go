@@ -19,15 +19,15 @@ import (
 
 // A completion created with store: true is kept by the upstream as the model wrote it, calls that
 // promptgate blocked included, and under the layered prompt promptgate sent. Its retrievals (GET
-// /v1/chat/completions/{id}, the answer of an update, each completion of a listing) show the calls this
-// instance released when the completion was created and no other: a blocked or held call is replaced by
-// its notice, and a call promptgate has no record of releasing (a completion it forgot, or did not relay)
-// is removed with a notice saying so. The listing of a completion's messages shows the client's own system
-// and developer text in place of the layered prompt, and no layered prompt where the client had none (or
-// promptgate forgot it).
+// /v1/chat/completions/{id}, the answer of an update, each completion of a listing) show the calls
+// this instance released when the completion was created and no other: a blocked or held call is
+// replaced by its notice, and a call promptgate has no record of releasing (a completion it forgot,
+// or did not relay) is removed with a notice saying so. The listing of a completion's messages
+// shows the client's own system and developer text in place of the layered prompt, and no layered
+// prompt where the client had none (or promptgate forgot it).
 
-// defaultStoredCompletions is how many stored completions the memory keeps (oldest forgotten first), and
-// defaultStoredBytes what their notices and system texts may hold together.
+// defaultStoredCompletions is how many stored completions the memory keeps (oldest forgotten
+// first), and defaultStoredBytes what their notices and system texts may hold together.
 const (
 	defaultStoredCompletions = 10000
 	defaultStoredBytes       = 64 << 20
@@ -61,14 +61,15 @@ type storedCompletion struct {
 	size     int
 }
 
-// notice is what replaces a call that did not reach the client; held ones are shown beside a kept call.
+// notice is what replaces a call that did not reach the client; held ones are shown beside a kept
+// call.
 type notice struct {
 	text string
 	held bool
 }
 
-// storedMemory maps a stored completion's id to what this instance released of it. Safe for concurrent
-// use; a nil memory knows no completion.
+// storedMemory maps a stored completion's id to what this instance released of it. Safe for
+// concurrent use; a nil memory knows no completion.
 type storedMemory struct {
 	mu              sync.Mutex
 	max             int
@@ -96,9 +97,9 @@ func (m *storedMemory) begin(id string, system []string) {
 	m.trim()
 }
 
-// decided remembers a decision on a call of completion id. A call without an id is taken for its choice's
-// legacy function_call: a tool call without one is never shown by a retrieval, and a blocked one hides the
-// legacy call of its choice too.
+// decided remembers a decision on a call of completion id. A call without an id is taken for its
+// choice's legacy function_call: a tool call without one is never shown by a retrieval, and a
+// blocked one hides the legacy call of its choice too.
 func (m *storedMemory) decided(id string, d vet.Decision) {
 	if m == nil || id == "" {
 		return
@@ -167,8 +168,8 @@ func (m *storedMemory) view(id string) *storedCompletion {
 	return v
 }
 
-// storedPath reads a passed-through request of the stored completions: the completion id ("" for the
-// listing) and what follows it ("messages" for its messages).
+// storedPath reads a passed-through request of the stored completions: the completion id ("" for
+// the listing) and what follows it ("messages" for its messages).
 func storedPath(r *http.Request) (id, rest string, ok bool) {
 	p := surface.LoosePath(r)
 	if strings.EqualFold(p, Path) {
@@ -182,9 +183,10 @@ func storedPath(r *http.Request) (id, rest string, ok bool) {
 	return id, rest, id != ""
 }
 
-// Intercepts reports the requests whose answers show stored completions or their messages: a retrieval or
-// update of one (GET or POST /v1/chat/completions/{id}), the listing (GET /v1/chat/completions), and the
-// listing of one's messages (GET /v1/chat/completions/{id}/messages).
+// Intercepts reports the requests whose answers show stored completions or their messages: a
+// retrieval or update of one (GET or POST /v1/chat/completions/{id}), the listing (GET
+// /v1/chat/completions), and the listing of one's messages (GET
+// /v1/chat/completions/{id}/messages).
 func (Surface) Intercepts(r *http.Request) bool {
 	id, rest, ok := storedPath(r)
 	switch {
@@ -198,21 +200,12 @@ func (Surface) Intercepts(r *http.Request) bool {
 	return strings.EqualFold(rest, "messages") && r.Method == http.MethodGet
 }
 
-// Passed shows a stored completion, a listing of them or a completion's messages as promptgate released
-// them (see the top of this file). An answer that is not a success is passed as it is.
+// Passed shows a stored completion, a listing of them or a completion's messages as promptgate
+// released them (see the top of this file). An answer that is not a success is passed as it is.
 func (s Surface) Passed(in *http.Request, resp *http.Response, _ surface.Host) error {
-	if resp.StatusCode != http.StatusOK {
-		return nil
-	}
-	if err := surface.PlainBody(resp); err != nil {
+	body, ok, err := surface.PassedJSON(resp, "the stored completion answer")
+	if !ok {
 		return err
-	}
-	body, err := surface.ReadBody(resp)
-	if err != nil {
-		return err
-	}
-	if !gjson.ValidBytes(body) {
-		return fmt.Errorf("%w: the stored completion answer is not valid JSON", surface.ErrUpstreamMalformed)
 	}
 	id, rest, _ := storedPath(in)
 	removed := 0
@@ -248,8 +241,9 @@ func (s Surface) showListing(body []byte) ([]byte, int, error) {
 	return body, total, nil
 }
 
-// showCompletion shows the completion at prefix of body with the calls its memory says were released, each
-// other call replaced by its notice as the create's answer showed it; it returns how many it removed.
+// showCompletion shows the completion at prefix of body with the calls its memory says were
+// released, each other call replaced by its notice as the create's answer showed it; it returns how
+// many it removed.
 func (s Surface) showCompletion(body []byte, prefix string) ([]byte, int, error) {
 	c := s.stored.view(gjson.GetBytes(body, prefix+pathID).Str)
 	removed := 0
@@ -298,8 +292,8 @@ func choiceIndex(ch gjson.Result, pos int) int {
 	return pos
 }
 
-// shownCalls splits a message's tool_calls into those c released (raw) and the notices of the others
-// (held ones also apart), with how many were not released.
+// shownCalls splits a message's tool_calls into those c released (raw) and the notices of the
+// others (held ones also apart), with how many were not released.
 func shownCalls(c *storedCompletion, tcs gjson.Result) (kept, notices, held []string, removed int) {
 	if !tcs.Exists() || tcs.Type == gjson.Null {
 		return nil, nil, nil, 0
@@ -327,9 +321,9 @@ func shownCalls(c *storedCompletion, tcs gjson.Result) (kept, notices, held []st
 	return kept, notices, held, removed
 }
 
-// editChoice writes a choice of a stored completion with only its kept calls, as Body writes an answer:
-// where a call is left, only held notices join the content; where none is, every notice does and a
-// finish_reason of a call becomes "stop".
+// editChoice writes a choice of a stored completion with only its kept calls, as Body writes an
+// answer: where a call is left, only held notices join the content; where none is, every notice
+// does and a finish_reason of a call becomes "stop".
 func editChoice(body []byte, base string, msg gjson.Result, kept []string, keptLegacy bool, notices, held []string, finish string) ([]byte, error) {
 	var err error
 	if tcs := msg.Get(pathToolCalls); tcs.Exists() && tcs.Type != gjson.Null && (!tcs.IsArray() || len(kept) < len(tcs.Array())) {
@@ -366,10 +360,10 @@ func joinRaw(raws []string) []byte {
 	return []byte("[" + strings.Join(raws, ",") + "]")
 }
 
-// showMessages shows a completion's messages with the client's own system and developer text in place of
-// the layered prompt: the first system or developer message carries the client's texts (joined by a blank
-// line), the others promptgate wrote are left out; without the client's texts (none, or c forgotten), every
-// system and developer message is left out.
+// showMessages shows a completion's messages with the client's own system and developer text in
+// place of the layered prompt: the first system or developer message carries the client's texts
+// (joined by a blank line), the others promptgate wrote are left out; without the client's texts
+// (none, or c forgotten), every system and developer message is left out.
 func (s Surface) showMessages(body []byte, c *storedCompletion) ([]byte, error) {
 	data := gjson.GetBytes(body, "data")
 	if !data.IsArray() {

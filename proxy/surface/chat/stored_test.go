@@ -16,8 +16,9 @@ const storedBody = `{"id":"cc_1","object":"chat.completion","choices":[
   {"type":"function","function":{"name":"noid","arguments":"{}"}}]},"finish_reason":"tool_calls"},
  {"index":1,"message":{"role":"assistant","content":null,"function_call":{"name":"legacy","arguments":"{}"}},"finish_reason":"function_call"}]}`
 
-// TestShownStoredCompletion: released calls stay; a blocked call is replaced by its notice, a held one's
-// notice is shown beside a kept call; a call without an id, and a legacy call not released, are removed.
+// TestShownStoredCompletion: released calls stay; a blocked call is replaced by its notice, a held
+// one's notice is shown beside a kept call; a call without an id, and a legacy call not released,
+// are removed.
 func TestShownStoredCompletion(t *testing.T) {
 	s := New(Options{})
 	s.stored.begin("cc_1", []string{"own"})
@@ -52,7 +53,8 @@ func TestShownStoredCompletion(t *testing.T) {
 	}
 }
 
-// TestStoredMemoryBounds: past its count or its bytes, the memory forgets the oldest completions first.
+// TestStoredMemoryBounds: past its count or its bytes, the memory forgets the oldest completions
+// first.
 func TestStoredMemoryBounds(t *testing.T) {
 	s := New(Options{Remember: 2})
 	for _, id := range []string{"a", "b", "c"} {

@@ -52,26 +52,28 @@ type Stream struct {
 	c *vet.Checker
 
 	choices map[int]*choiceState
-	// held counts the calls open in all choices (holding reads it on every event: no walk of choices).
+	// held counts the calls open in all choices (holding reads it on every event: no walk of
+	// choices).
 	held int
-	// finished is set once a choice's finish_reason has arrived; a clean EOF after it ends the stream
-	// quietly (no [DONE] is invented, no truncation error written).
+	// finished is set once a choice's finish_reason has arrived; a clean EOF after it ends the
+	// stream quietly (no [DONE] is invented, no truncation error written).
 	finished bool
 	// tpl lets noteText skip the events that can only mark choices already marked.
 	tpl textTemplate
-	// args lets event skip the reading of a call's argument deltas that differ from an earlier one only in
-	// the arguments' text.
+	// args lets event skip the reading of a call's argument deltas that differ from an earlier one
+	// only in the arguments' text.
 	args argsTemplate
 
-	// In continue mode (SetNext): the first round's id and created, which the chunks of the next rounds
-	// carry too (one completion to the client); the round's text and usage, for the turn promptgate answers;
-	// the usage of the rounds continued, summed into the last round's.
+	// In continue mode (SetNext): the first round's id and created, which the chunks of the next
+	// rounds carry too (one completion to the client); the round's text and usage, for the turn
+	// promptgate answers; the usage of the rounds continued, summed into the last round's.
 	firstID, firstCreated []byte
 	roundText             []byte
 	roundUsage, usage     []byte
 
-	// OnID, when set before the first Read, is called with each id the upstream's chunks carry (each round's
-	// completion), when it first appears and before any event that carries it goes out.
+	// OnID, when set before the first Read, is called with each id the upstream's chunks carry
+	// (each round's completion), when it first appears and before any event that carries it goes
+	// out.
 	OnID   func(id string)
 	lastID string
 }
@@ -90,7 +92,8 @@ type choiceState struct {
 // legacyIndex is the key of a choice's function_call.
 const legacyIndex = -1 << 31
 
-// pending is one call being assembled; its Meta is the index each held delta carries (0 when it has none).
+// pending is one call being assembled; its Meta is the index each held delta carries (0 when it has
+// none).
 type pending struct {
 	relay.Pending[int]
 	tmpl   []byte // data of the call's first event, the template for its notice
@@ -147,7 +150,8 @@ func (s *Stream) noteID(data []byte) {
 	}
 }
 
-// noteRound remembers, in continue mode, the first round's id and created, and the round's text (of choice
+// noteRound remembers, in continue mode, the first round's id and created, and the round's text (of
+// choice
 // 0) and usage.
 func (s *Stream) noteRound(data []byte) {
 	root := gjson.ParseBytes(data)
@@ -169,8 +173,8 @@ func (s *Stream) noteRound(data []byte) {
 	})
 }
 
-// asFirst gives an event of a continued round the first round's id and created, and its usage the rounds'
-// before it added.
+// asFirst gives an event of a continued round the first round's id and created, and its usage the
+// rounds' before it added.
 func (s *Stream) asFirst(ev sse.Event) sse.Event {
 	if !bytes.HasPrefix(bytes.TrimSpace(ev.Data), []byte("{")) {
 		return ev
@@ -197,8 +201,9 @@ func (s *Stream) asFirst(ev sse.Event) sse.Event {
 	return ev
 }
 
-// endRound, at the clean end of a round, continues the stream when promptgate answered every call of the
-// round itself (onViolation "continue"); the next round starts with the choices' text marks kept.
+// endRound, at the clean end of a round, continues the stream when promptgate answered every call
+// of the round itself (onViolation "continue"); the next round starts with the choices' text marks
+// kept.
 func (s *Stream) endRound() bool {
 	if !s.EndRound(relay.Turn{Text: string(s.roundText)}) {
 		return false
@@ -263,22 +268,22 @@ func (s *Stream) noteText(data []byte) {
 	}
 }
 
-// textTemplate spares noteText the walk of the events that differ from an earlier text event of the stream
-// only in the contents of string values (the text, and whatever else changes per chunk: an id, an
-// obfuscation padding). The earlier event is one valid JSON object without a backslash, so every '"' in it
-// delimits a string and every string followed by ':' is a key. An event with the same bytes outside its
-// strings, the same keys, and value strings that hold no '"', '\\' or control byte (and stay empty where the
-// earlier one's were empty) has the same JSON structure, with the same choices at the same indexes and a
-// string wherever the earlier event had one: a content string of it is non-empty only where the earlier
-// one's was, so it marks a subset of the choices that event marked, which stay marked. Noting it changes
-// nothing.
+// textTemplate spares noteText the walk of the events that differ from an earlier text event of the
+// stream only in the contents of string values (the text, and whatever else changes per chunk: an
+// id, an obfuscation padding). The earlier event is one valid JSON object without a backslash, so
+// every '"' in it delimits a string and every string followed by ':' is a key. An event with the
+// same bytes outside its strings, the same keys, and value strings that hold no '"', '\\' or
+// control byte (and stay empty where the earlier one's were empty) has the same JSON structure,
+// with the same choices at the same indexes and a string wherever the earlier event had one: a
+// content string of it is non-empty only where the earlier one's was, so it marks a subset of the
+// choices that event marked, which stay marked. Noting it changes nothing.
 type textTemplate struct {
 	relay.Template
 }
 
-// learn makes data, which has just been walked, the template when it can be one: one valid JSON object
-// with unique keys and no backslash anywhere (so no escape can hide a key or a quote). Its slots are the
-// contents of its non-empty value strings.
+// learn makes data, which has just been walked, the template when it can be one: one valid JSON
+// object with unique keys and no backslash anywhere (so no escape can hide a key or a quote). Its
+// slots are the contents of its non-empty value strings.
 func (t *textTemplate) learn(data []byte) {
 	if bytes.IndexByte(data, '\\') >= 0 || jsoncheck.Object(data, jsoncheck.Limits{MaxDepth: maxEventDepth}) != nil {
 		return
@@ -308,24 +313,26 @@ func (t *textTemplate) learn(data []byte) {
 // strings, which hold no '"', '\\' or control byte in data (see textTemplate).
 func (t *textTemplate) covers(data []byte) bool { return t.Match(data, nil) }
 
-// argsTemplate spares event the reading of a call's argument deltas after the first of their shape. An
-// event that was read whole and did nothing but add to the arguments of a call still open (one choice, one
-// tool_calls entry of index and function alone, a function of arguments alone, no finish_reason, nothing
-// else for the client) becomes the template. The relay hands event only valid JSON objects with unique keys:
-// an event whose bytes are the template's but for the contents of the arguments string (their end found by
-// escapes) and of top-level strings that event does not read (an id, OpenAI's obfuscation padding: no
-// backslash in them, so their first quote ends them) has the template's keys and values but for those
-// strings, so event would add its arguments to the same call and hold it, which is all the template path does.
+// argsTemplate spares event the reading of a call's argument deltas after the first of their shape.
+// An event that was read whole and did nothing but add to the arguments of a call still open (one
+// choice, one tool_calls entry of index and function alone, a function of arguments alone, no
+// finish_reason, nothing else for the client) becomes the template. The relay hands event only
+// valid JSON objects with unique keys: an event whose bytes are the template's but for the contents
+// of the arguments string (their end found by escapes) and of top-level strings that event does not
+// read (an id, OpenAI's obfuscation padding: no backslash in them, so their first quote ends them)
+// has the template's keys and values but for those strings, so event would add its arguments to the
+// same call and hold it, which is all the template path does.
 type argsTemplate struct {
 	relay.Template
-	// p is the call the template added to, cur[index] of choice ch; wire is the entry's index as sent.
+	// p is the call the template added to, cur[index] of choice ch; wire is the entry's index as
+	// sent.
 	p           *pending
 	ch          *choiceState
 	index, wire int
 }
 
-// learn makes data, whose tool_calls entry e toolDelta has just read, the template when it has the template's
-// shape; otherwise the template is forgotten.
+// learn makes data, whose tool_calls entry e toolDelta has just read, the template when it has the
+// template's shape; otherwise the template is forgotten.
 func (t *argsTemplate) learn(data []byte, ch *choiceState, e gjson.Result) {
 	t.p = nil
 	t.Reset()
@@ -402,8 +409,8 @@ func (s *Stream) matchArgs(data []byte) ([]byte, bool) {
 	return s.args.match(data)
 }
 
-// match returns data's arguments string, quotes included, when data is of the template's shape and the
-// template's call is still the open call at its index.
+// match returns data's arguments string, quotes included, when data is of the template's shape and
+// the template's call is still the open call at its index.
 func (t *argsTemplate) match(data []byte) ([]byte, bool) {
 	if t.p == nil || t.p.done || t.ch.cur[t.index] != t.p {
 		return nil, false
@@ -470,8 +477,8 @@ func scanChoice(pos int, c gjson.Result) (v choiceView, ok bool) {
 				return ok
 			})
 		case pathMessage:
-			// The non-stream shape inside a chunk: a lenient client might take its calls; this vetter reads
-			// calls from delta only.
+			// The non-stream shape inside a chunk: a lenient client might take its calls; this
+			// vetter reads calls from delta only.
 			ok = !carriesCall(val)
 		case pathFinish:
 			if val.Type == gjson.String {
@@ -491,7 +498,8 @@ func scanChoice(pos int, c gjson.Result) (v choiceView, ok bool) {
 func (s *Stream) event(ev sse.Event) {
 	data := ev.Data
 	if args, ok := s.matchArgs(data); ok {
-		// What toolDelta does with an event of the template's shape: the call goes on with these arguments.
+		// What toolDelta does with an event of the template's shape: the call goes on with these
+		// arguments.
 		p := s.args.p
 		p.Call.AppendArgs(gjson.ParseBytes(args).Str)
 		p.Hold(ev.Raw, s.args.wire)
@@ -920,8 +928,8 @@ func (s *Stream) notice(choice int, ch *choiceState, p *pending, d vet.Decision)
 	s.noticeText(choice, ch, p.tmpl, vet.Notice(d))
 }
 
-// noticeText writes a content delta with a notice, in the shape of the chunk tmpl (the call's first event;
-// nil for the first round's id and created alone).
+// noticeText writes a content delta with a notice, in the shape of the chunk tmpl (the call's first
+// event; nil for the first round's id and created alone).
 func (s *Stream) noticeText(choice int, ch *choiceState, tmpl []byte, text string) {
 	if ch.text {
 		text = "\n" + text
@@ -973,10 +981,11 @@ var (
 	finishNull = []byte(`"finish_reason":null`)
 )
 
-// allNull reports whether bytes.Count(data, finishKey) == bytes.Count(data, finishNull), which is how
-// noteFinish recognises an event whose every finish_reason is null, in one pass in the usual case: each
-// finishKey followed by :null counts once on both sides and no occurrence of either can straddle the end
-// of such a match, so only from the first finishKey that is not followed by :null on are the counts taken.
+// allNull reports whether bytes.Count(data, finishKey) == bytes.Count(data, finishNull), which is
+// how noteFinish recognises an event whose every finish_reason is null, in one pass in the usual
+// case: each finishKey followed by :null counts once on both sides and no occurrence of either can
+// straddle the end of such a match, so only from the first finishKey that is not followed by :null
+// on are the counts taken.
 func allNull(data []byte) bool {
 	for {
 		i := indexQuoted(data, finishKey)
@@ -990,8 +999,8 @@ func allNull(data []byte) bool {
 	}
 }
 
-// noteFinish records whether the event carries a string finish_reason in some choice. Most chunks carry
-// "finish_reason":null and are recognised without parsing.
+// noteFinish records whether the event carries a string finish_reason in some choice. Most chunks
+// carry "finish_reason":null and are recognised without parsing.
 func (s *Stream) noteFinish(data []byte) {
 	if s.finished || allNull(data) {
 		return

@@ -631,9 +631,10 @@ func TestStreamOrder(t *testing.T) {
 	}
 }
 
-// TestArgsTemplate: after an argument delta of a call, an event that differs from it only in the arguments'
-// text (escapes included) takes the template path; one that differs anywhere else, or whose call is no longer
-// the open one at its index, does not. A first event with an id, a name or a type is never a template.
+// TestArgsTemplate: after an argument delta of a call, an event that differs from it only in the
+// arguments' text (escapes included) takes the template path; one that differs anywhere else, or
+// whose call is no longer the open one at its index, does not. A first event with an id, a name or
+// a type is never a template.
 func TestArgsTemplate(t *testing.T) {
 	delta := func(index int, args string) string { return toolEv(0, tc(index, "", "", args)) }
 	withObf := func(d, obf string) string { return strings.TrimSuffix(d, "}") + `,"obfuscation":` + jstr(obf) + "}" }

@@ -18,8 +18,9 @@ import (
 // Path is Chat Completions' rewritten route.
 const Path = "/v1/chat/completions"
 
-// Surface is Chat Completions (POST /v1/chat/completions). Its only state is the memory of the completions
-// it relayed with store: true (see stored.go); the zero value remembers none (New does).
+// Surface is Chat Completions (POST /v1/chat/completions). Its only state is the memory of the
+// completions it relayed with store: true (see stored.go); the zero value remembers none (New
+// does).
 type Surface struct {
 	stored *storedMemory
 }
@@ -41,7 +42,8 @@ func (Surface) CheckToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return checkToolChoice(b, kept)
 }
 
-// Rewrite writes the upstream body, with the codes of held calls masked in the model's earlier turns.
+// Rewrite writes the upstream body, with the codes of held calls masked in the model's earlier
+// turns.
 func (Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	out, err := rewrite(b, p, kept, removedAny)
 	if err != nil {
@@ -60,10 +62,10 @@ func (Surface) Transcript(b *assembly.Body) (*flow.Transcript, error) { return t
 
 func (Surface) AppendTurn(body []byte, t relay.Turn) ([]byte, error) { return appendTurn(body, t) }
 
-// Begin starts the response side: nothing to remember, the answers vetted by Body and Stream; where the
-// upstream stores the completion under a shared key, its ids are bound to the client (see stored). An answer
-// with several choices (n above 1) is not continued in continue mode: promptgate cannot answer the calls of
-// choices the client has to choose between.
+// Begin starts the response side: nothing to remember, the answers vetted by Body and Stream; where
+// the upstream stores the completion under a shared key, its ids are bound to the client (see
+// stored). An answer with several choices (n above 1) is not continued in continue mode: promptgate
+// cannot answer the calls of choices the client has to choose between.
 func (s Surface) Begin(st surface.Start) surface.Exchange {
 	several := gjson.GetBytes(st.Upstream, "n").Int() > 1
 	if store := gjson.GetBytes(st.Upstream, "store"); store.Exists() && store.Type != gjson.False && store.Type != gjson.Null {
@@ -74,7 +76,8 @@ func (s Surface) Begin(st surface.Start) surface.Exchange {
 	}}
 }
 
-// newStream is the stream vetter of an answer, continued in continue mode unless it has several choices.
+// newStream is the stream vetter of an answer, continued in continue mode unless it has several
+// choices.
 func newStream(up io.ReadCloser, v surface.Vetting, several bool) *Stream {
 	s := NewStream(up, v.Checker, v.Record)
 	if !several {
@@ -83,8 +86,8 @@ func newStream(up io.ReadCloser, v surface.Vetting, several bool) *Stream {
 	return s
 }
 
-// join writes a continued answer: the last one, with the first's id and created (one completion to the
-// client), the text of every answer in order, and the usage of all of them.
+// join writes a continued answer: the last one, with the first's id and created (one completion to
+// the client), the text of every answer in order, and the usage of all of them.
 func join(j surface.Joined) ([]byte, error) {
 	out := j.Last
 	first := gjson.ParseBytes(j.First)

@@ -77,8 +77,8 @@ func marks(s *Stream) string {
 	return string(b)
 }
 
-// The template is learnt from a plain text event and covers the next ones of the same stream, and nothing
-// that could read differently.
+// The template is learnt from a plain text event and covers the next ones of the same stream, and
+// nothing that could read differently.
 func TestTextTemplateCovers(t *testing.T) {
 	pre := `{"id":"c-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"`
 	suf := `"},"finish_reason":null}]}`
@@ -95,7 +95,8 @@ func TestTextTemplateCovers(t *testing.T) {
 	if s.tpl.covers([]byte(pre + "x" + `"},"finish_reason":"stop"}]}`)) {
 		t.Error("another suffix is covered")
 	}
-	// Strings that change per chunk are covered; keys, empty strings and everything outside strings are not.
+	// Strings that change per chunk are covered; keys, empty strings and everything outside strings
+	// are not.
 	obf := func(key, fp, pad string) []byte {
 		return []byte(`{"id":"c-1","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":"` + fp +
 			`","choices":[{"index":0,"delta":{"` + key + `":"hi"},"finish_reason":null}],"obfuscation":"` + pad + `"}`)

@@ -10,9 +10,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface"
 )
 
-// transcript reads a Chat Completions body for the information-flow rules: messages with roles system,
-// developer, user, assistant (content, tool_calls, legacy function_call), tool (tool_call_id), legacy
-// function (name); a message of another role is output of an unknown call.
+// transcript reads a Chat Completions body for the information-flow rules: messages with roles
+// system, developer, user, assistant (content, tool_calls, legacy function_call), tool
+// (tool_call_id), legacy function (name); a message of another role is output of an unknown call.
 func transcript(b *assembly.Body) (*flow.Transcript, error) {
 	msgs := b.Get(reqMessages)
 	if !msgs.IsArray() {

@@ -12,9 +12,9 @@ import (
 )
 
 // appendTurn returns body (an upstream request) with the model's turn and the results of its calls
-// appended, for asking the upstream again in onViolation "continue". It edits the raw bytes with sjson: every
-// other byte stays. An assistant message (tool_calls or legacy function_call), then a tool (or function) message
-// per call.
+// appended, for asking the upstream again in onViolation "continue". It edits the raw bytes with
+// sjson: every other byte stays. An assistant message (tool_calls or legacy function_call), then a
+// tool (or function) message per call.
 func appendTurn(body []byte, t relay.Turn) ([]byte, error) {
 	if !gjson.GetBytes(body, "messages").IsArray() {
 		return nil, errors.New("messages must be an array")

@@ -18,7 +18,8 @@ func textStream(n int) string {
 	return b.String()
 }
 
-// BenchmarkStream relays text answers of two sizes, and one with calls, beside a plain copy of the same bytes.
+// BenchmarkStream relays text answers of two sizes, and one with calls, beside a plain copy of the
+// same bytes.
 func BenchmarkStream(b *testing.B) {
 	tools := chunk(false, text("Checking.")) + chunk(false, fcall("get_weather", weather)) + chunk(false, fcall("web_fetch", evil)) +
 		chunk(true, fcall("search", `{"q":"x"}`))

@@ -13,16 +13,16 @@ import (
 	"github.com/promptgate/promptgate/proxy/relay"
 )
 
-// Body vets a non-stream GenerateContentResponse (raw bytes) and returns it, edited with sjson where needed.
-// Its calls are the functionCall parts of every candidate's content.
+// Body vets a non-stream GenerateContentResponse (raw bytes) and returns it, edited with sjson
+// where needed. Its calls are the functionCall parts of every candidate's content.
 //
-// refuse: a blocked call's part is removed; where no call is left in a candidate, a text part with the
-// notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended, and where one is left,
-// a text part with its notice takes the place of a call held for confirmation. finishReason stays as the
-// upstream sent it (Gemini answers STOP whether or not it called a function). error: the body is returned
-// unchanged and Result.ErrorCall is set. audit: unchanged; violations recorded as audited. A body that is
-// not one valid JSON object with unique keys, whose keys differ from known ones in case alone, or that gives
-// a field by both its names, is an error.
+// refuse: a blocked call's part is removed; where no call is left in a candidate, a text part with
+// the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended, and where
+// one is left, a text part with its notice takes the place of a call held for confirmation.
+// finishReason stays as the upstream sent it (Gemini answers STOP whether or not it called a
+// function). error: the body is returned unchanged and Result.ErrorCall is set. audit: unchanged;
+// violations recorded as audited. A body that is not one valid JSON object with unique keys, whose
+// keys differ from known ones in case alone, or that gives a field by both its names, is an error.
 func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
 	var res relay.Result
 	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
@@ -74,8 +74,8 @@ type candidate struct {
 	contentKey, partsKey string
 }
 
-// readCandidate reads the functionCall parts of a candidate's content. A part that gives a field both ways
-// makes the answer an error.
+// readCandidate reads the functionCall parts of a candidate's content. A part that gives a field
+// both ways makes the answer an error.
 func readCandidate(cand gjson.Result, pos int) (candidate, error) {
 	cc := candidate{index: pos}
 	if idx, ok := relay.IntField(cand.Get(fIndex.camel())); ok {
@@ -106,8 +106,8 @@ func readCandidate(cand gjson.Result, pos int) (candidate, error) {
 	return cc, nil
 }
 
-// readCall reads a functionCall {name, args, id}: a call without an id is answered by its name (Legacy);
-// args must be an object (none is {}).
+// readCall reads a functionCall {name, args, id}: a call without an id is answered by its name
+// (Legacy); args must be an object (none is {}).
 func readCall(fc gjson.Result, choice, index int) (*vet.Call, error) {
 	call := &vet.Call{Choice: choice, Index: index}
 	nm, ok1 := get(fc, fName)
@@ -134,8 +134,8 @@ func readCall(fc gjson.Result, choice, index int) (*vet.Call, error) {
 	return call, nil
 }
 
-// vettedParts are a candidate's parts once its calls are decided (see Body); changed is false when they are
-// the parts as they were.
+// vettedParts are a candidate's parts once its calls are decided (see Body); changed is false when
+// they are the parts as they were.
 func vettedParts(cc candidate, ds []vet.Decision) (parts []string, changed bool) {
 	drop := map[int]string{} // part -> notice of a blocked call
 	var notices []string
@@ -155,7 +155,8 @@ func vettedParts(cc candidate, ds []vet.Decision) (parts []string, changed bool)
 		case !dropped:
 			parts = append(parts, p.Raw)
 		case callLeft && held(ds, cc.at, j):
-			// A held call's notice takes its place in any case: it carries the code that releases the call.
+			// A held call's notice takes its place in any case: it carries the code that releases
+			// the call.
 			parts = append(parts, string(textPart(n)))
 		}
 	}
@@ -175,9 +176,9 @@ func held(ds []vet.Decision, at []int, j int) bool {
 	return false
 }
 
-// continuation is the candidate's turn for promptgate to answer itself (onViolation "continue"), when every
-// call of it was blocked or held and can be answered; nil otherwise. What the client keeps of it is its other
-// parts, and the notices of its held calls (which carry the codes).
+// continuation is the candidate's turn for promptgate to answer itself (onViolation "continue"),
+// when every call of it was blocked or held and can be answered; nil otherwise. What the client
+// keeps of it is its other parts, and the notices of its held calls (which carry the codes).
 func continuation(c *vet.Checker, cc candidate, ds []vet.Decision) *relay.Continuation {
 	var raw []string
 	for _, p := range cc.parts {

@@ -117,8 +117,9 @@ func TestBodyMalformed(t *testing.T) {
 	}
 }
 
-// TestBodyContinuation: in continue mode an answer whose every call is refused asks to be continued, the
-// model's parts as its turn (answered by name, as it has no id) and its text as what the client keeps.
+// TestBodyContinuation: in continue mode an answer whose every call is refused asks to be
+// continued, the model's parts as its turn (answered by name, as it has no id) and its text as what
+// the client keeps.
 func TestBodyContinuation(t *testing.T) {
 	t.Parallel()
 	body := answer(`{"text":"Fetching.","thoughtSignature":"sig"}`, fcall("web_fetch", evil))
@@ -151,9 +152,9 @@ func joined(first string, kept []byte, last string) surface.Joined {
 	return surface.Joined{First: []byte(first), Kept: [][]byte{kept}, Last: []byte(last), Usage: u}
 }
 
-// TestBodyContinuedSnakeCase: a continued answer whose rounds name usageMetadata and responseId by their
-// proto names (as proto3 JSON allows) gets every round's usage summed and the first responseId, each under
-// the name the answer gives it: never a member given both ways.
+// TestBodyContinuedSnakeCase: a continued answer whose rounds name usageMetadata and responseId by
+// their proto names (as proto3 JSON allows) gets every round's usage summed and the first
+// responseId, each under the name the answer gives it: never a member given both ways.
 func TestBodyContinuedSnakeCase(t *testing.T) {
 	t.Parallel()
 	snake := func(s string) string {

@@ -14,17 +14,18 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface"
 )
 
-// ToolComputerUse is the built-in tool the client runs itself (its actions come back as functionCall parts,
-// vetted by their names); every other built-in tool Google runs, and its name admits no call.
+// ToolComputerUse is the built-in tool the client runs itself (its actions come back as
+// functionCall parts, vetted by their names); every other built-in tool Google runs, and its name
+// admits no call.
 const ToolComputerUse = "computer_use"
 
-// parse reads a validated generateContent body: contents must be an array of objects, each with an array
-// of parts (or none); systemInstruction a content whose parts are text (Application, in order); tools an
-// array of tool objects. A tool object's functionDeclarations are the declared functions, each with its
-// parameters (Google's Schema, read as JSON Schema) or parametersJsonSchema; each other member of it is a
-// built-in tool (googleSearch, codeExecution, urlContext, ...) governed by its snake_case name
-// (google_search), with the camelCase one as an alias. cachedContent is a stored prompt: its tools and
-// instructions apply upstream, unseen.
+// parse reads a validated generateContent body: contents must be an array of objects, each with an
+// array of parts (or none); systemInstruction a content whose parts are text (Application, in
+// order); tools an array of tool objects. A tool object's functionDeclarations are the declared
+// functions, each with its parameters (Google's Schema, read as JSON Schema) or
+// parametersJsonSchema; each other member of it is a built-in tool (googleSearch, codeExecution,
+// urlContext, ...) governed by its snake_case name (google_search), with the camelCase one as an
+// alias. cachedContent is a stored prompt: its tools and instructions apply upstream, unseen.
 func parse(b *assembly.Body, t surface.Target) (surface.Request, error) {
 	root := gjson.ParseBytes(b.Raw())
 	req := surface.Request{Model: t.Model, Stream: t.Stream}
@@ -73,8 +74,8 @@ func invalidBoth(n name) error {
 	return assembly.Invalid(n.camel(), "%s is given both as %s and as %s; give it once", n.camel(), n.camel(), n.snake())
 }
 
-// contentText is the text of a content's text parts (thoughts left out), joined by line breaks; a content
-// must be an object whose parts, if any, are an array of objects.
+// contentText is the text of a content's text parts (thoughts left out), joined by line breaks; a
+// content must be an object whose parts, if any, are an array of objects.
 func contentText(c gjson.Result, at string) (string, error) {
 	if !c.IsObject() {
 		return "", assembly.Invalid(at, "%s must be an object", at)
@@ -221,8 +222,8 @@ func functions(decls gjson.Result, at string) ([]policy.Tool, error) {
 	return out, err
 }
 
-// builtin is a built-in tool of a tool object's member key: governed by its snake_case name, with its
-// camelCase name as an alias.
+// builtin is a built-in tool of a tool object's member key: governed by its snake_case name, with
+// its camelCase name as an alias.
 func builtin(k string) policy.Tool {
 	snake := snakeCase(k)
 	t := policy.Tool{Name: snake, UpstreamOnly: snake != ToolComputerUse}
@@ -232,7 +233,8 @@ func builtin(k string) policy.Tool {
 	return t
 }
 
-// snakeCase is a proto field name of a JSON name (googleSearch is google_search); camelCase the reverse.
+// snakeCase is a proto field name of a JSON name (googleSearch is google_search); camelCase the
+// reverse.
 func snakeCase(s string) string {
 	var b strings.Builder
 	for _, c := range s {
@@ -265,8 +267,9 @@ func camelCase(s string) string {
 // isDeclarations reports whether a tool object's member k is its functionDeclarations.
 func isDeclarations(k string) bool { return k == fDeclarations.camel() || k == fDeclarations.snake() }
 
-// checkToolChoice checks toolConfig.functionCallingConfig against the kept tools: allowedFunctionNames naming
-// a function that is not kept, or mode ANY with no function kept, is a 400 tool_choice_not_allowed.
+// checkToolChoice checks toolConfig.functionCallingConfig against the kept tools:
+// allowedFunctionNames naming a function that is not kept, or mode ANY with no function kept, is a
+// 400 tool_choice_not_allowed.
 func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	root := gjson.ParseBytes(b.Raw())
 	tc, ok := get(root, fToolConfig)
@@ -307,11 +310,11 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return nil
 }
 
-// rewrite returns the upstream body: systemInstruction replaced by the layered prompt as one text part (and,
-// in the structured channel, the context as a second), whichever name the client gave it by; the tools
-// filtered to the kept ones (a tool object left empty goes, and an array left empty takes toolConfig along);
-// tool outputs datamarked where asked; the promptgate field removed. Every other byte stays as the client
-// sent it.
+// rewrite returns the upstream body: systemInstruction replaced by the layered prompt as one text
+// part (and, in the structured channel, the context as a second), whichever name the client gave it
+// by; the tools filtered to the kept ones (a tool object left empty goes, and an array left empty
+// takes toolConfig along); tool outputs datamarked where asked; the promptgate field removed. Every
+// other byte stays as the client sent it.
 func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	edits := make([]assembly.MemberEdit, 0, 6)
 	if k := fSystem.snake(); k != fSystem.camel() && b.Get(k).Exists() {
@@ -344,8 +347,8 @@ func systemInstruction(p *assembly.Prompt) []byte {
 	return append(b, `}]}`...)
 }
 
-// toolEdits keep the kept tools of every tool object: its functionDeclarations filtered, a built-in member
-// removed unless kept. An object left empty goes; an array left empty goes with toolConfig.
+// toolEdits keep the kept tools of every tool object: its functionDeclarations filtered, a built-in
+// member removed unless kept. An object left empty goes; an array left empty goes with toolConfig.
 func toolEdits(tools gjson.Result, kept []policy.Tool) []assembly.MemberEdit {
 	if !tools.IsArray() {
 		return nil
@@ -450,10 +453,11 @@ func modelTexts(body []byte, each func(path string, text gjson.Result)) {
 	})
 }
 
-// jsonSchema translates Google's Schema (an OpenAPI 3.0 subset: upper-case types, nullable, int64 bounds
-// written as strings) into the JSON Schema the call's arguments are checked against: type lower-cased (and
-// "null" added where nullable), bounds as numbers, properties, items and anyOf translated in turn; other
-// keywords that JSON Schema has (enum, format, pattern, required, ...) kept, the rest left out.
+// jsonSchema translates Google's Schema (an OpenAPI 3.0 subset: upper-case types, nullable, int64
+// bounds written as strings) into the JSON Schema the call's arguments are checked against: type
+// lower-cased (and "null" added where nullable), bounds as numbers, properties, items and anyOf
+// translated in turn; other keywords that JSON Schema has (enum, format, pattern, required, ...)
+// kept, the rest left out.
 func jsonSchema(s gjson.Result, depth int) []byte {
 	if !s.IsObject() || depth > 64 {
 		return []byte("{}")

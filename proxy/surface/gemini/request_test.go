@@ -14,8 +14,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface"
 )
 
-// routeTarget serves path through a net/http.ServeMux with the surface's routes, as the proxy listener does,
-// and reads the matched route's target from the mux's wildcard value.
+// routeTarget serves path through a net/http.ServeMux with the surface's routes, as the proxy
+// listener does, and reads the matched route's target from the mux's wildcard value.
 func routeTarget(t *testing.T, path string) (tgt surface.Target, matched, ok bool, err error) {
 	t.Helper()
 	mux := http.NewServeMux()
@@ -30,9 +30,9 @@ func routeTarget(t *testing.T, path string) (tgt surface.Target, matched, ok boo
 	return tgt, matched, ok, err
 }
 
-// TestRouteTarget reads the model and the method from the path as Google's router does: the last segment
-// split at its last colon, a colon escaped as %3A read as one; a model name that could be read otherwise is
-// refused, other methods pass through, and a stream needs alt=sse.
+// TestRouteTarget reads the model and the method from the path as Google's router does: the last
+// segment split at its last colon, a colon escaped as %3A read as one; a model name that could be
+// read otherwise is refused, other methods pass through, and a stream needs alt=sse.
 func TestRouteTarget(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -162,8 +162,8 @@ func TestCheckToolChoice(t *testing.T) {
 	}
 }
 
-// TestRewrite writes the layered prompt into systemInstruction (whichever name the client gave it), filters
-// the tools, removes the extension and keeps every other byte.
+// TestRewrite writes the layered prompt into systemInstruction (whichever name the client gave it),
+// filters the tools, removes the extension and keeps every other byte.
 func TestRewrite(t *testing.T) {
 	t.Parallel()
 	body := `{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"system_instruction":{"parts":[{"text":"app"}]},

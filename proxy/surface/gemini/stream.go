@@ -15,8 +15,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
-// Stream vets a streamed answer (streamGenerateContent?alt=sse: each event one GenerateContentResponse).
-// Read yields the upstream stream with every functionCall part held until it is vetted:
+// Stream vets a streamed answer (streamGenerateContent?alt=sse: each event one
+// GenerateContentResponse). Read yields the upstream stream with every functionCall part held until
+// it is vetted:
 //
 //   - An event without a call goes out byte for byte as soon as it is complete: text flows.
 //   - Gemini sends a call whole, in one event. Its part is vetted when its event arrives (with
@@ -34,25 +35,25 @@ import (
 //     upstream_stream_truncated).
 //
 // In continue mode (SetNext) a round whose every call was refused is answered by promptgate and the
-// upstream's next answer follows in the same stream, with the first round's responseId and the usage of
-// every round summed into usageMetadata; the text an event holds before its refused call goes out at once
-// (see split). A Stream is not safe for concurrent use.
+// upstream's next answer follows in the same stream, with the first round's responseId and the
+// usage of every round summed into usageMetadata; the text an event holds before its refused call
+// goes out at once (see split). A Stream is not safe for concurrent use.
 type Stream struct {
 	relay.Relay
 	c    *vet.Checker
 	keys []string
 
-	// crlf: the upstream ends its events with CRLF lines (as Google does); promptgate's own events follow it,
-	// since the official Go client splits a read at the first blank line of either kind, and a mix of both
-	// in one read joins two events.
+	// crlf: the upstream ends its events with CRLF lines (as Google does); promptgate's own events
+	// follow it, since the official Go client splits a read at the first blank line of either kind,
+	// and a mix of both in one read joins two events.
 	crlf bool
 
 	held     []*pending   // calls not yet vetted (atomic mode), in order
 	finished map[int]bool // candidate index -> whether it has a finishReason
 	ended    bool         // an error event, or a blocked prompt, ended the answer
 
-	// In continue mode: the round's parts of candidate 0 as sent, for the turn promptgate answers; the first
-	// round's responseId; the round's usage and the rounds' before it, summed.
+	// In continue mode: the round's parts of candidate 0 as sent, for the turn promptgate answers;
+	// the first round's responseId; the round's usage and the rounds' before it, summed.
 	turn                    []string
 	responseID              []byte
 	roundUsage, roundsUsage []byte
@@ -67,8 +68,8 @@ type pending struct {
 	part []byte // the part as the upstream sent it
 }
 
-// NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for every vetted
-// call.
+// NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for
+// every vetted call.
 func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
 	s := &Stream{c: c, keys: answerKeys(), finished: map[int]bool{}}
 	s.Relay = relay.New(upstream, rec, relay.Surface{
@@ -82,7 +83,8 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stre
 	return s
 }
 
-// done reports whether the answer is complete: every candidate finished, or the answer ended otherwise.
+// done reports whether the answer is complete: every candidate finished, or the answer ended
+// otherwise.
 func (s *Stream) done() bool {
 	if s.ended {
 		return true
@@ -95,7 +97,8 @@ func (s *Stream) done() bool {
 	return len(s.finished) > 0
 }
 
-// malformed fails every held call: an event that a client might read differently from us was dropped.
+// malformed fails every held call: an event that a client might read differently from us was
+// dropped.
 func (s *Stream) malformed() {
 	for _, p := range s.held {
 		p.Fail(vet.ReasonMalformedStream)
@@ -167,8 +170,8 @@ func (s *Stream) event(ev sse.Event) {
 	s.write(ev, root, ccs, settled, calls, decided)
 }
 
-// note keeps, in continue mode, what the round's turn and usage need: candidate 0's parts and the latest
-// usageMetadata.
+// note keeps, in continue mode, what the round's turn and usage need: candidate 0's parts and the
+// latest usageMetadata.
 func (s *Stream) note(root gjson.Result, ccs []candidate) {
 	if !s.Continuing() {
 		return
@@ -190,9 +193,9 @@ func (s *Stream) note(root gjson.Result, ccs []candidate) {
 	}
 }
 
-// write puts the event out: byte for byte when nothing of it changes; else with the calls of this event
-// (own) that are not vetted yet taken out, the settled calls placed as their decisions (ds) say, and, in a
-// continued round, the first round's responseId and the usage summed.
+// write puts the event out: byte for byte when nothing of it changes; else with the calls of this
+// event (own) that are not vetted yet taken out, the settled calls placed as their decisions (ds)
+// say, and, in a continued round, the first round's responseId and the usage summed.
 func (s *Stream) write(ev sse.Event, root gjson.Result, ccs []candidate, settled, own []*pending, ds map[*pending]vet.Decision) {
 	var data []byte
 	edit := func(path string, raw []byte) {
@@ -236,11 +239,12 @@ func (s *Stream) write(ev sse.Event, root gjson.Result, ccs []candidate, settled
 	s.appendEvent(data)
 }
 
-// split is for an event whose calls were all refused in a round that waits to be continued (one event holds
-// a call whole, and often the text before it): what the client gets whatever becomes of the round — each
-// candidate's parts before its first call of the event, without its finishReason or the usage — goes out at
-// once as an event of its own; the rest of the event as written (written), which the round parks, is
-// returned: the notices, the finish, the usage. orig is the event as the upstream sent it.
+// split is for an event whose calls were all refused in a round that waits to be continued (one
+// event holds a call whole, and often the text before it): what the client gets whatever becomes of
+// the round — each candidate's parts before its first call of the event, without its finishReason
+// or the usage — goes out at once as an event of its own; the rest of the event as written
+// (written), which the round parks, is returned: the notices, the finish, the usage. orig is the
+// event as the upstream sent it.
 func (s *Stream) split(orig, written []byte, root gjson.Result, ccs []candidate, own []*pending) []byte {
 	first := map[int]int{} // candidate index -> the part of its first call in this event
 	for _, p := range own {
@@ -313,17 +317,17 @@ func sameParts(was []gjson.Result, parts []string) bool {
 	return true
 }
 
-// candidateParts are the parts a candidate gets in the event: of the event's candidate at pos, or of a new
-// candidate (pos -1) for calls of an earlier event.
+// candidateParts are the parts a candidate gets in the event: of the event's candidate at pos, or
+// of a new candidate (pos -1) for calls of an earlier event.
 type candidateParts struct {
 	cand, pos int
 	parts     []string
 }
 
 // placed are the candidates' parts once the calls are placed (see Stream), in order: the event's
-// candidates, then those it did not have. A call of this event keeps its place (or its notice does, when it
-// is held and a call of its candidate is released); a settled call of an earlier event, and the notices of a
-// candidate none of whose calls is released, follow its parts.
+// candidates, then those it did not have. A call of this event keeps its place (or its notice does,
+// when it is held and a call of its candidate is released); a settled call of an earlier event, and
+// the notices of a candidate none of whose calls is released, follow its parts.
 func placed(ccs []candidate, settled, own []*pending, ds map[*pending]vet.Decision) []*candidateParts {
 	ownAt := map[[2]int]*pending{}
 	for _, p := range own {
@@ -379,8 +383,8 @@ func placed(ccs []candidate, settled, own []*pending, ds map[*pending]vet.Decisi
 	return out
 }
 
-// endRound is called at the clean end of a round: in continue mode, when its calls were refused, the
-// upstream is asked again and its answer read in place (see relay.Relay.EndRound).
+// endRound is called at the clean end of a round: in continue mode, when its calls were refused,
+// the upstream is asked again and its answer read in place (see relay.Relay.EndRound).
 func (s *Stream) endRound() bool {
 	if !s.Continuing() || !s.EndRound(relay.Turn{Raw: relay.JoinArray(s.turn)}) {
 		return false

@@ -14,8 +14,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
-// chunk is one SSE event of a streamed answer: candidate 0 with these parts; finish adds finishReason STOP
-// and the usage.
+// chunk is one SSE event of a streamed answer: candidate 0 with these parts; finish adds
+// finishReason STOP and the usage.
 func chunk(finish bool, parts ...string) string {
 	c := `{"candidates":[{"content":{"role":"model","parts":[` + strings.Join(parts, ",") + `]}`
 	if finish {
@@ -133,8 +133,8 @@ func TestStreamTruncated(t *testing.T) {
 	}
 }
 
-// TestStreamAtomic holds every call until the answer ends, then vets them together: one blocked call blocks
-// its batch.
+// TestStreamAtomic holds every call until the answer ends, then vets them together: one blocked
+// call blocks its batch.
 func TestStreamAtomic(t *testing.T) {
 	t.Parallel()
 	in := chunk(false, text("a"), fcall("get_weather", weather)) + chunk(false, text("b")) + chunk(true, fcall("web_fetch", evil))
@@ -169,8 +169,9 @@ func TestStreamMalformed(t *testing.T) {
 	}
 }
 
-// TestStreamContinue answers a refused call itself and relays the upstream's next answer in the same
-// stream: the client sees no notice, the first round's responseId and the usage of both rounds.
+// TestStreamContinue answers a refused call itself and relays the upstream's next answer in the
+// same stream: the client sees no notice, the first round's responseId and the usage of both
+// rounds.
 func TestStreamContinue(t *testing.T) {
 	t.Parallel()
 	first := chunk(false, text("Fetching. ")) + chunk(true, fcall("web_fetch", evil))
@@ -202,8 +203,9 @@ func TestStreamContinue(t *testing.T) {
 	}
 }
 
-// continued runs a stream in continue mode whose first answer is first: next, when not "", is the upstream's
-// next answer (else asking again fails, and the refusals stand). The upstream gives a byte per read.
+// continued runs a stream in continue mode whose first answer is first: next, when not "", is the
+// upstream's next answer (else asking again fails, and the refusals stand). The upstream gives a
+// byte per read.
 func continued(t *testing.T, first, next string) (out []byte, turns []relay.Turn) {
 	t.Helper()
 	s := NewStream(io.NopCloser(iotest.OneByteReader(strings.NewReader(first))), relaytest.Policy(vet.ModeContinue, false), nil)
@@ -221,7 +223,8 @@ func continued(t *testing.T, first, next string) (out []byte, turns []relay.Turn
 	return out, turns
 }
 
-// shownText is the text a client assembles from a stream, and the count of events that finish a candidate.
+// shownText is the text a client assembles from a stream, and the count of events that finish a
+// candidate.
 func shownText(t *testing.T, out []byte) (text string, finished int) {
 	t.Helper()
 	for ev := range relaytest.Events(t, out) {
@@ -237,11 +240,11 @@ func shownText(t *testing.T, out []byte) (text string, finished int) {
 	return text, finished
 }
 
-// TestStreamContinueKeepsTheTextBeforeTheCall: where one event holds text and then the refused call (Gemini
-// sends a call whole, often after the tail of the text), the text reaches the client at once and the round
-// is continued: no notice, no finish of the first round, nothing of the call, and what the event held after
-// the call is the round's, dropped with it. When the upstream cannot be asked again, the client gets what
-// refuse mode writes.
+// TestStreamContinueKeepsTheTextBeforeTheCall: where one event holds text and then the refused call
+// (Gemini sends a call whole, often after the tail of the text), the text reaches the client at
+// once and the round is continued: no notice, no finish of the first round, nothing of the call,
+// and what the event held after the call is the round's, dropped with it. When the upstream cannot
+// be asked again, the client gets what refuse mode writes.
 func TestStreamContinueKeepsTheTextBeforeTheCall(t *testing.T) {
 	t.Parallel()
 	first := chunk(false, text("Fetching. ")) + chunk(true, text("Now "), fcall("web_fetch", evil), text("after"))

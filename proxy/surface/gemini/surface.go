@@ -22,9 +22,9 @@ const (
 	MethodStream   = "streamGenerateContent"
 )
 
-// Surface is Google's Gemini API: POST /v1beta/models/{model}:generateContent and :streamGenerateContent
-// (and the same on tunedModels/{model}); its other methods and paths go to the Gemini upstream unchanged. It
-// holds no state.
+// Surface is Google's Gemini API: POST /v1beta/models/{model}:generateContent and
+// :streamGenerateContent (and the same on tunedModels/{model}); its other methods and paths go to
+// the Gemini upstream unchanged. It holds no state.
 type Surface struct{}
 
 var _ surface.Surface = Surface{}
@@ -33,7 +33,8 @@ func (Surface) Name() string          { return "gemini" }
 func (Surface) Upstream() string      { return "gemini" }
 func (Surface) ContextInPrompt() bool { return false }
 
-// Routes are the models' and the tuned models' methods: the wildcard is the path's last segment, MODEL:METHOD.
+// Routes are the models' and the tuned models' methods: the wildcard is the path's last segment,
+// MODEL:METHOD.
 func (Surface) Routes() []surface.Route {
 	return []surface.Route{
 		{Pattern: "POST /v1beta/models/{model_method}", Target: target("")},
@@ -41,12 +42,12 @@ func (Surface) Routes() []surface.Route {
 	}
 }
 
-// target reads a route's last segment as Google's router does, MODEL:METHOD split at the last colon (a
-// colon within the segment, escaped as %3A or not, is read so too): :generateContent and
-// :streamGenerateContent are rewritten, any other method passes through. A model name that is not letters,
-// digits, '.', '-' and '_' is refused: a name holding a colon, a slash or a percent sign could be read
-// otherwise by the upstream. The stream is relayed as SSE only: it needs alt=sse, and the answer of a
-// non-stream call must be JSON (no alt, or alt=json).
+// target reads a route's last segment as Google's router does, MODEL:METHOD split at the last colon
+// (a colon within the segment, escaped as %3A or not, is read so too): :generateContent and
+// :streamGenerateContent are rewritten, any other method passes through. A model name that is not
+// letters, digits, '.', '-' and '_' is refused: a name holding a colon, a slash or a percent sign
+// could be read otherwise by the upstream. The stream is relayed as SSE only: it needs alt=sse, and
+// the answer of a non-stream call must be JSON (no alt, or alt=json).
 func target(prefix string) func(func(string) string, url.Values) (surface.Target, bool, error) {
 	return func(value func(string) string, q url.Values) (surface.Target, bool, error) {
 		seg := value("model_method")
@@ -97,7 +98,8 @@ func (Surface) CheckToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return checkToolChoice(b, kept)
 }
 
-// Rewrite writes the upstream body, with the codes of held calls masked in the model's earlier turns.
+// Rewrite writes the upstream body, with the codes of held calls masked in the model's earlier
+// turns.
 func (Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	out, err := rewrite(b, p, kept, removedAny)
 	if err != nil {
@@ -119,9 +121,9 @@ func (Surface) AppendTurn(body []byte, t relay.Turn) ([]byte, error) { return ap
 // BlockedError is the 403 in Google's shape (see ErrorJSON).
 func (Surface) BlockedError(d vet.Decision) []byte { return blockedJSON(d) }
 
-// Begin starts the response side: nothing to remember, the answers vetted by Body and Stream. An answer with
-// several candidates (candidateCount above 1) is not continued in continue mode: promptgate cannot answer
-// the calls of candidates the client has to choose between.
+// Begin starts the response side: nothing to remember, the answers vetted by Body and Stream. An
+// answer with several candidates (candidateCount above 1) is not continued in continue mode:
+// promptgate cannot answer the calls of candidates the client has to choose between.
 func (Surface) Begin(st surface.Start) surface.Exchange {
 	several := false
 	if gc, ok := get(gjson.ParseBytes(st.Upstream), fGenConfig); ok {
@@ -145,9 +147,9 @@ func usageOf(answer []byte) []byte {
 	return nil
 }
 
-// join writes a continued answer: the last one, with the first's responseId (one answer to the client), the
-// parts of every answer's candidate in order, and the usage of all of them; each member under the name the
-// last answer gives it.
+// join writes a continued answer: the last one, with the first's responseId (one answer to the
+// client), the parts of every answer's candidate in order, and the usage of all of them; each
+// member under the name the last answer gives it.
 func join(j surface.Joined) ([]byte, error) {
 	out := j.Last
 	last := gjson.ParseBytes(out)

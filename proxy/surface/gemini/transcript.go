@@ -9,15 +9,15 @@ import (
 	"github.com/promptgate/promptgate/policy/flow"
 )
 
-// transcript reads a Gemini body for the information-flow rules: systemInstruction's text parts as the app's,
-// then contents whose role is user (or none) or model, each part a text (thoughts left out), a functionCall
-// {name, args, id}, a functionResponse {name, response, id}, Google's code execution (its result is the
-// output of code_execution) or, in a user content, an attachment. A content of another role is output of an
-// unknown call.
+// transcript reads a Gemini body for the information-flow rules: systemInstruction's text parts as
+// the app's, then contents whose role is user (or none) or model, each part a text (thoughts left
+// out), a functionCall {name, args, id}, a functionResponse {name, response, id}, Google's code
+// execution (its result is the output of code_execution) or, in a user content, an attachment. A
+// content of another role is output of an unknown call.
 //
-// Gemini matches a functionResponse to its call by name and order, or by the optional id where both carry
-// one (matchResponses): an output whose call cannot be told for certain reads as tool:?, the source no rule
-// trusts.
+// Gemini matches a functionResponse to its call by name and order, or by the optional id where both
+// carry one (matchResponses): an output whose call cannot be told for certain reads as tool:?, the
+// source no rule trusts.
 func transcript(b *assembly.Body) (*flow.Transcript, error) {
 	root := gjson.ParseBytes(b.Raw())
 	contents, ok := get(root, fContents)
@@ -96,8 +96,9 @@ func readContent(t *flow.Transcript, c gjson.Result, i int, sources map[[2]int]s
 	flush()
 }
 
-// readOther reads a part that is neither text nor a call or its response: the result of Google's code
-// execution is that tool's output; the model's code is its own; anything else of the user's is an attachment.
+// readOther reads a part that is neither text nor a call or its response: the result of Google's
+// code execution is that tool's output; the model's code is its own; anything else of the user's is
+// an attachment.
 func readOther(t *flow.Transcript, role flow.Role, p gjson.Result, i int, flush func()) {
 	if r, _ := get(p, "codeExecutionResult code_execution_result"); r.Exists() {
 		flush()
@@ -110,7 +111,8 @@ func readOther(t *flow.Transcript, role flow.Role, p gjson.Result, i int, flush 
 	}
 }
 
-// ToolCodeExecution is the built-in tool whose results a conversation carries as codeExecutionResult parts.
+// ToolCodeExecution is the built-in tool whose results a conversation carries as
+// codeExecutionResult parts.
 const ToolCodeExecution = "code_execution"
 
 // argsOf is a call's argument JSON text: its args, {} when it has none.
@@ -121,9 +123,9 @@ func argsOf(args gjson.Result) []byte {
 	return []byte(args.Raw)
 }
 
-// outputOf reads a functionResponse's response: every string of it as text, and as the document the tool
-// returned its "output" member when that is a string (as Google asks tools to answer), else the response
-// object itself.
+// outputOf reads a functionResponse's response: every string of it as text, and as the document the
+// tool returned its "output" member when that is a string (as Google asks tools to answer), else
+// the response object itself.
 func outputOf(r gjson.Result) flow.Output {
 	doc := r.Raw
 	if o := r.Get("output"); o.Type == gjson.String {
@@ -138,8 +140,8 @@ type responseRef struct {
 	at       [2]int // content, part
 }
 
-// matchResponses gives each functionResponse part of contents (by content and part index) the tool it is
-// the output of, "" (tool:?) where that is not certain:
+// matchResponses gives each functionResponse part of contents (by content and part index) the tool
+// it is the output of, "" (tool:?) where that is not certain:
 //
 //   - A response with an id answers the one earlier call with that id and the same name; an id no call has,
 //     that two calls have, that an earlier response took already, or whose call has another name: tool:?.
@@ -206,7 +208,8 @@ func matchResponses(contents gjson.Result) map[[2]int]string {
 	return out
 }
 
-// settleByName gives the responses without id of one run the tools of its calls (see matchResponses).
+// settleByName gives the responses without id of one run the tools of its calls (see
+// matchResponses).
 func settleByName(run, responses []responseRef, out map[[2]int]string) {
 	calls := map[string]int{}
 	for _, c := range run {

@@ -53,9 +53,9 @@ func user(parts ...string) string {
 	return `{"role":"user","parts":[` + strings.Join(parts, ",") + `]}`
 }
 
-// TestTranscriptMatchesByNameAndOrder checks how functionResponse parts are matched to their calls: by id
-// where both carry one, else by name and order within the model's turn; where the match cannot be told, the
-// output is tool:? (trusted by no rule).
+// TestTranscriptMatchesByNameAndOrder checks how functionResponse parts are matched to their calls:
+// by id where both carry one, else by name and order within the model's turn; where the match
+// cannot be told, the output is tool:? (trusted by no rule).
 func TestTranscriptMatchesByNameAndOrder(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

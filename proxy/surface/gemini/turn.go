@@ -11,10 +11,11 @@ import (
 )
 
 // appendTurn returns body (an upstream request) with the model's turn and the results of its calls
-// appended, for asking the upstream again in onViolation "continue". It edits the raw bytes with sjson: every
-// other byte stays. A model content with the turn's parts as the upstream sent them (thought signatures
-// included, which Gemini wants back), then a user content with one functionResponse part per call, in the
-// calls' order, named as the call and with its id where it had one, the refusal as its response's error.
+// appended, for asking the upstream again in onViolation "continue". It edits the raw bytes with
+// sjson: every other byte stays. A model content with the turn's parts as the upstream sent them
+// (thought signatures included, which Gemini wants back), then a user content with one
+// functionResponse part per call, in the calls' order, named as the call and with its id where it
+// had one, the refusal as its response's error.
 func appendTurn(body []byte, t relay.Turn) ([]byte, error) {
 	root := gjson.ParseBytes(body)
 	contents, ok := get(root, fContents)
@@ -51,8 +52,8 @@ func appendTurn(body []byte, t relay.Turn) ([]byte, error) {
 		surface.Object("role", "user", "parts", results.Bytes()))
 }
 
-// callObject is a functionCall or functionResponse object: its name, its id when it has one, and its
-// value under k.
+// callObject is a functionCall or functionResponse object: its name, its id when it has one, and
+// its value under k.
 func callObject(name, id, k string, v []byte) []byte {
 	if id == "" {
 		return surface.Object("name", name, k, v)

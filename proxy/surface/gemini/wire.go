@@ -1,17 +1,19 @@
 // Package gemini is Google's Gemini API surface (POST /v1beta/models/{model}:generateContent and
-// :streamGenerateContent?alt=sse; every other /v1beta/ path goes to the Gemini upstream unchanged): how its
-// route and request are read, its toolConfig checked and the layered prompt and kept tools written back
-// (request.go), how its conversation is read for the information-flow rules and a refused turn appended
-// (transcript.go, turn.go), and how the functionCall parts of its answers are vetted before the client sees
-// them — the non-stream body (Body) and the SSE stream (Stream), every candidate.
+// :streamGenerateContent?alt=sse; every other /v1beta/ path goes to the Gemini upstream unchanged):
+// how its route and request are read, its toolConfig checked and the layered prompt and kept tools
+// written back (request.go), how its conversation is read for the information-flow rules and a
+// refused turn appended (transcript.go, turn.go), and how the functionCall parts of its answers are
+// vetted before the client sees them — the non-stream body (Body) and the SSE stream (Stream),
+// every candidate.
 //
-// Google reads a request's JSON as proto3 JSON: every field by its lowerCamelCase name or its snake_case
-// proto name. This package reads every field it judges both ways, and refuses a body that gives one field
-// both ways (readers differ on which wins); its answers' clients do the same (the Python SDK takes either).
+// Google reads a request's JSON as proto3 JSON: every field by its lowerCamelCase name or its
+// snake_case proto name. This package reads every field it judges both ways, and refuses a body
+// that gives one field both ways (readers differ on which wins); its answers' clients do the same
+// (the Python SDK takes either).
 //
-// It owns the Gemini wire shapes, edited with gjson/sjson on the raw bytes, never a re-marshal. It does not
-// build the prompt (assembly does), decide whether a call is allowed (policy/vet does), pick the mode or the
-// allowed set (policy/ does) or store decisions (the caller's Recorder does).
+// It owns the Gemini wire shapes, edited with gjson/sjson on the raw bytes, never a re-marshal. It
+// does not build the prompt (assembly does), decide whether a call is allowed (policy/vet does),
+// pick the mode or the allowed set (policy/ does) or store decisions (the caller's Recorder does).
 package gemini
 
 import (
@@ -25,8 +27,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/relay"
 )
 
-// name is a field of the Gemini wire format by both names Google reads it by: "functionCall function_call",
-// or one name where both are the same.
+// name is a field of the Gemini wire format by both names Google reads it by: "functionCall
+// function_call", or one name where both are the same.
 type name string
 
 // camel is the field's lowerCamelCase name; snake its proto name.
@@ -75,9 +77,10 @@ const (
 	fError         name = "error"
 )
 
-// answerKeys are the keys of an answer that a client reads a call from, both ways. A key that differs from
-// one of them in letter case alone (outside a call's args) makes an answer malformed: Go's encoding/json,
-// on which community clients are built, matches keys without regard to case (see relay.FoldedKey).
+// answerKeys are the keys of an answer that a client reads a call from, both ways. A key that
+// differs from one of them in letter case alone (outside a call's args) makes an answer malformed:
+// Go's encoding/json, on which community clients are built, matches keys without regard to case
+// (see relay.FoldedKey).
 func answerKeys() []string {
 	var out []string
 	for _, n := range []name{fCandidates, fContent, fParts, fFunctionCall, fName, fArgs, fID, fText, fIndex, fFinish, fError} {
@@ -121,9 +124,10 @@ const (
 	reasonBoth = "a field given by both its names"
 )
 
-// ErrorJSON is an error in Google's shape, {"error":{"code","message","status","details"}}, with the
-// contract's code (tool_call_blocked, upstream_stream_truncated) as the reason of a google.rpc.ErrorInfo:
-// Gemini clients read code as the HTTP status number (the Go SDK reads an error event only so).
+// ErrorJSON is an error in Google's shape, {"error":{"code","message","status","details"}}, with
+// the contract's code (tool_call_blocked, upstream_stream_truncated) as the reason of a
+// google.rpc.ErrorInfo: Gemini clients read code as the HTTP status number (the Go SDK reads an
+// error event only so).
 func ErrorJSON(code int, status, message, reason string) []byte {
 	b := []byte(`{"error":{"code":0,"message":"","status":"","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"","domain":"promptgate"}]}}`)
 	b, _ = sjson.SetBytes(b, "error.code", code)
@@ -133,7 +137,8 @@ func ErrorJSON(code int, status, message, reason string) []byte {
 	return b
 }
 
-// blockedJSON is the error of a call blocked in error mode: the 403 body, and a stream's last event.
+// blockedJSON is the error of a call blocked in error mode: the 403 body, and a stream's last
+// event.
 func blockedJSON(d vet.Decision) []byte {
 	return ErrorJSON(403, "PERMISSION_DENIED", vet.Notice(d), relay.CodeToolCallBlocked)
 }

@@ -28,7 +28,8 @@ func benchTools() []byte {
 }
 
 func BenchmarkStream(b *testing.B) {
-	// One checker for every stream, as the proxy keeps one per policy version: the relay is measured.
+	// One checker for every stream, as the proxy keeps one per policy version: the relay is
+	// measured.
 	relaytest.Bench(b, relaytest.Opener(NewStream, checkerFor(vet.ModeRefuse, false)),
 		relaytest.Named{Name: "text200", Data: benchText()}, relaytest.Named{Name: "tools3", Data: benchTools()})
 }
@@ -50,7 +51,8 @@ func textOf(n int) []byte {
 	return []byte((&as{}).start().text(0, strings.Repeat(" w0001", n), 6).end("end_turn").String())
 }
 
-// TestTextPathAllocs: relaying text deltas allocates nothing per event (the relay's fixed cost aside).
+// TestTextPathAllocs: relaying text deltas allocates nothing per event (the relay's fixed cost
+// aside).
 func TestTextPathAllocs(t *testing.T) {
 	relaytest.CheckTextAllocs(t, relaytest.Opener(NewStream, checkerFor(vet.ModeRefuse, false)), textOf)
 }

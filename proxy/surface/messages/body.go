@@ -1,15 +1,16 @@
-// Package messages is the Anthropic Messages surface (POST /v1/messages; every /v1/messages/... path goes
-// to the Anthropic upstream): how its request is read, its tool_choice checked and the layered prompt and kept
-// tools written back (request.go), and how the tool calls of its answers are vetted before the client sees
-// them — the non-stream body (Body) and the SSE stream (Stream). The calls it vets are the content blocks of
-// type tool_use: client tools, including Anthropic-defined client tools such as bash or the text editor.
-// Server tool blocks (server_tool_use, web_search_tool_result, mcp_tool_use, ...) are passed on: the upstream
-// ran them already, and those tools are governed on the request side.
+// Package messages is the Anthropic Messages surface (POST /v1/messages; every /v1/messages/...
+// path goes to the Anthropic upstream): how its request is read, its tool_choice checked and the
+// layered prompt and kept tools written back (request.go), and how the tool calls of its answers
+// are vetted before the client sees them — the non-stream body (Body) and the SSE stream (Stream).
+// The calls it vets are the content blocks of type tool_use: client tools, including
+// Anthropic-defined client tools such as bash or the text editor. Server tool blocks
+// (server_tool_use, web_search_tool_result, mcp_tool_use, ...) are passed on: the upstream ran them
+// already, and those tools are governed on the request side.
 //
-// It owns the Messages wire shapes, edited with gjson/sjson on the raw bytes, never a re-marshal. It does not
-// build the prompt (assembly does), decide whether a call is allowed (policy/vet does), pick the mode or the
-// allowed set (policy/ does) or store decisions (the caller's Recorder does); in error mode Body reports the
-// blocked call and the proxy answers 403.
+// It owns the Messages wire shapes, edited with gjson/sjson on the raw bytes, never a re-marshal.
+// It does not build the prompt (assembly does), decide whether a call is allowed (policy/vet does),
+// pick the mode or the allowed set (policy/ does) or store decisions (the caller's Recorder does);
+// in error mode Body reports the blocked call and the proxy answers 403.
 package messages
 
 import (
@@ -26,11 +27,11 @@ import (
 
 // Reasons of this package, next to policy/vet's. They hold no argument bytes.
 const (
-	// ReasonIncomplete: the message ended (or another block started at the call's index) before the call's
-	// content_block_stop.
+	// ReasonIncomplete: the message ended (or another block started at the call's index) before the
+	// call's content_block_stop.
 	ReasonIncomplete = "call ended before it was complete"
-	// ReasonAmbiguousInput: a streamed tool_use block started with a non-empty input and then received
-	// input_json_delta fragments; clients differ on whether those replace or extend it.
+	// ReasonAmbiguousInput: a streamed tool_use block started with a non-empty input and then
+	// received input_json_delta fragments; clients differ on whether those replace or extend it.
 	ReasonAmbiguousInput = "input given both at the start and in fragments"
 )
 
@@ -51,12 +52,12 @@ const (
 
 // Body vets a non-stream Messages body (raw bytes) and returns it, edited with sjson where needed.
 //
-// refuse: blocked tool_use blocks are removed from content; where no tool_use block is left, a text block with
-// the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended and stop_reason
-// "tool_use" becomes "end_turn"; where one is left, a text block with its notice takes the place of a call held
-// for confirmation. error: the body is returned unchanged and Result.ErrorCall is set. audit:
-// unchanged; violations recorded as audited. A body that is not one valid JSON object with unique keys is an
-// error.
+// refuse: blocked tool_use blocks are removed from content; where no tool_use block is left, a text
+// block with the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended
+// and stop_reason "tool_use" becomes "end_turn"; where one is left, a text block with its notice
+// takes the place of a call held for confirmation. error: the body is returned unchanged and
+// Result.ErrorCall is set. audit: unchanged; violations recorded as audited. A body that is not one
+// valid JSON object with unique keys is an error.
 func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
 	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
 		return body, relay.Result{}, fmt.Errorf("messages: response body: %w", err)
@@ -68,14 +69,16 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 	return out, res, err
 }
 
-// anthKeys are the keys of a Messages answer that a client reads a tool_use block from. A key that differs from
-// one of them in case alone (outside a tool's input) makes an event or a body malformed: Go's encoding/json, on
-// which community clients are built, matches keys without regard to case (see relay.FoldedKey).
+// anthKeys are the keys of a Messages answer that a client reads a tool_use block from. A key that
+// differs from one of them in case alone (outside a tool's input) makes an event or a body
+// malformed: Go's encoding/json, on which community clients are built, matches keys without regard
+// to case (see relay.FoldedKey).
 var anthKeys = []string{pathType, pathIndex, "content_block", "delta", pathID, pathName, pathInput, "partial_json",
 	"message", pathContent, "stop_reason"}
 
-// vetMessage vets the tool_use blocks of a message object (a response body, or message_start's message). It
-// returns the edited message, and the number of content blocks and whether a tool_use block is left in it.
+// vetMessage vets the tool_use blocks of a message object (a response body, or message_start's
+// message). It returns the edited message, and the number of content blocks and whether a tool_use
+// block is left in it.
 func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, keptInfo, error) {
 	var res relay.Result
 	content := gjson.GetBytes(msg, pathContent)
@@ -93,8 +96,8 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 		}
 		call := &vet.Call{Index: i}
 		if bt != typeToolUse {
-			// A case variant: a client that reads enums without regard to case runs it, one that reads exactly
-			// does not; it is blocked.
+			// A case variant: a client that reads enums without regard to case runs it, one that
+			// reads exactly does not; it is blocked.
 			call.Fail(vet.ReasonUnsupportedType)
 		}
 		if id := b.Get(pathID); id.Type == gjson.String {
@@ -136,7 +139,8 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 		case !drop[i]:
 			kept = append(kept, b.Raw)
 		case info.toolUse && held[i] != "":
-			// A held call's notice takes its place in any case: it carries the code that releases the call.
+			// A held call's notice takes its place in any case: it carries the code that releases
+			// the call.
 			kept = append(kept, string(textBlock(held[i])))
 		}
 	}
@@ -157,8 +161,9 @@ func vetMessage(msg []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.R
 	return out, res, info, nil
 }
 
-// continuation is the message's turn for promptgate to answer itself (onViolation "continue"), when every
-// call of it was blocked and can be answered; nil otherwise. What the client keeps of it is its other blocks.
+// continuation is the message's turn for promptgate to answer itself (onViolation "continue"), when
+// every call of it was blocked and can be answered; nil otherwise. What the client keeps of it is
+// its other blocks.
 func continuation(c *vet.Checker, content gjson.Result, blocks []gjson.Result, calls []*vet.Call, ds []vet.Decision, drop map[int]bool) *relay.Continuation {
 	t := relay.Turn{Raw: []byte(content.Raw)}
 	var held []string
@@ -193,8 +198,8 @@ func textBlock(text string) []byte {
 	return b
 }
 
-// ErrorJSON is the data of an error event in Anthropic's shape, {"type":"error","error":{"type","message"}},
-// with the contract's code in error.code.
+// ErrorJSON is the data of an error event in Anthropic's shape,
+// {"type":"error","error":{"type","message"}}, with the contract's code in error.code.
 func ErrorJSON(message, typ, code string) []byte {
 	b := []byte(`{"type":"error","error":{"type":"","message":"","code":""}}`)
 	b, _ = sjson.SetBytes(b, "error.type", typ)

@@ -8,9 +8,9 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// TestCaseVariantTypes: a block or event type that differs from tool_use, content_block_start ... in case only is
-// what a client that reads enums without regard to case (System.Text.Json's JsonStringEnumConverter) takes for
-// it: such a block is blocked, such an event malformed.
+// TestCaseVariantTypes: a block or event type that differs from tool_use, content_block_start ...
+// in case only is what a client that reads enums without regard to case (System.Text.Json's
+// JsonStringEnumConverter) takes for it: such a block is blocked, such an event malformed.
 func TestCaseVariantTypes(t *testing.T) {
 	evilBlock := func(typ string) string {
 		return `{"type":"` + typ + `","id":"toolu_EVIL","name":"get_weather","input":{"city":"SECRET"}}`
@@ -50,8 +50,9 @@ func TestCaseVariantTypes(t *testing.T) {
 	}
 }
 
-// TestMessageStartEscapedType: a tool_use block in message_start's content (the SDKs take the message as the start
-// of what they accumulate) whose type is spelt with a JSON escape or in another case is vetted like any other.
+// TestMessageStartEscapedType: a tool_use block in message_start's content (the SDKs take the
+// message as the start of what they accumulate) whose type is spelt with a JSON escape or in
+// another case is vetted like any other.
 func TestMessageStartEscapedType(t *testing.T) {
 	for name, typ := range map[string]string{"escaped": `tool\u005fuse`, "escaped u": `tool_\u0075se`, "case": `TOOL_USE`} {
 		t.Run(name, func(t *testing.T) {
@@ -65,8 +66,9 @@ func TestMessageStartEscapedType(t *testing.T) {
 	}
 }
 
-// TestCaseVariantKeys: keys that Go's encoding/json (community Anthropic clients) reads as type, content_block,
-// name ... make an event or a body malformed; keys inside a tool's input are the tool's own and stay allowed.
+// TestCaseVariantKeys: keys that Go's encoding/json (community Anthropic clients) reads as type,
+// content_block, name ... make an event or a body malformed; keys inside a tool's input are the
+// tool's own and stay allowed.
 func TestCaseVariantKeys(t *testing.T) {
 	for name, start := range map[string]string{
 		"TYPE beside type":                   `{"index":0,"content_block":{"type":"text","text":"","TYPE":"tool_use","id":"toolu_EVIL","name":"delete_all","input":{"k":"SECRET"}}}`,

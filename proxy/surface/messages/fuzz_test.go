@@ -9,9 +9,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
-// visibleCalls are every tool_use block a client could read from an output stream, however lenient: the
-// blocks of message_start and of content_block_start, with the input_json_delta fragments of their index
-// applied as the official SDKs apply them.
+// visibleCalls are every tool_use block a client could read from an output stream, however lenient:
+// the blocks of message_start and of content_block_start, with the input_json_delta fragments of
+// their index applied as the official SDKs apply them.
 func visibleCalls(t *testing.T, out []byte) []cblock {
 	t.Helper()
 	var calls []cblock
@@ -69,7 +69,8 @@ func FuzzStream(f *testing.F) {
 		out, ds, blocked := runStream(t, string(input), checkerFor(m, atomic), int(split%16), seed)
 		relaytest.CheckBlocked(t, ds, blocked)
 
-		// The shortcuts (templates) change nothing: without them, the same output and the same decisions.
+		// The shortcuts (templates) change nothing: without them, the same output and the same
+		// decisions.
 		relaytest.CheckShortcutsChangeNothing(t, string(input), int(split%16), seed, relaytest.Opener(NewStream, checkerFor(m, atomic)), out, ds, blocked, nil)
 		passed := map[[2]string]bool{}
 		for _, d := range ds {

@@ -57,7 +57,8 @@ func (a *as) text(idx int, text string, n int) *as {
 	return a.ev("content_block_stop", `{"index":`+itoa(idx)+`}`)
 }
 
-// tool streams a tool_use block at index idx, its input in pieces of n runes after an empty first one.
+// tool streams a tool_use block at index idx, its input in pieces of n runes after an empty first
+// one.
 func (a *as) tool(idx int, id, name, input string, n int) *as {
 	a.ev("content_block_start", `{"index":`+itoa(idx)+`,"content_block":{"type":"tool_use","id":`+jstr(id)+`,"name":`+jstr(name)+`,"input":{}}}`)
 	a.ev("content_block_delta", `{"index":`+itoa(idx)+`,"delta":{"type":"input_json_delta","partial_json":""}}`)
@@ -88,8 +89,8 @@ type view struct {
 	After  int    // events after the error or message_stop
 }
 
-// assemble reads a stream as the official SDKs do: a block starts at index len(content), deltas and stops
-// address an existing index, input_json_delta replaces an input of "{}" or extends it.
+// assemble reads a stream as the official SDKs do: a block starts at index len(content), deltas and
+// stops address an existing index, input_json_delta replaces an input of "{}" or extends it.
 func assemble(t testing.TB, out []byte) view {
 	t.Helper()
 	var v view
@@ -171,8 +172,8 @@ func (v view) text() string {
 	return b.String()
 }
 
-// runStream pipes input through a Stream and returns the output, the decisions and the count of blocked
-// calls. With split > 0 the upstream returns 1..split bytes per Read.
+// runStream pipes input through a Stream and returns the output, the decisions and the count of
+// blocked calls. With split > 0 the upstream returns 1..split bytes per Read.
 func runStream(t testing.TB, input string, c *vet.Checker, split int, seed uint64) ([]byte, []vet.Decision, int) {
 	t.Helper()
 	return relaytest.Run(t, input, split, seed, relaytest.Opener(NewStream, c))

@@ -23,20 +23,22 @@ const (
 	reqSystem      = "system"
 	reqMCPServers  = "mcp_servers"
 	typeMCPToolset = "mcp_toolset"
-	// typeCustom is the type of a client tool (as no type at all); every other type is an Anthropic-defined tool.
+	// typeCustom is the type of a client tool (as no type at all); every other type is an
+	// Anthropic-defined tool.
 	typeCustom = "custom"
-	// ToolMCP is the tool name under which Anthropic's MCP connector is governed: the request's mcp_servers and
-	// the mcp_toolset entries of its tools, whatever the servers are called (as the Responses API's built-in
-	// "mcp" type). The model calls such a server's tools through Anthropic, with no tool_use block to vet, so
-	// the connector is allowed or removed as a whole.
+	// ToolMCP is the tool name under which Anthropic's MCP connector is governed: the request's
+	// mcp_servers and the mcp_toolset entries of its tools, whatever the servers are called (as the
+	// Responses API's built-in "mcp" type). The model calls such a server's tools through
+	// Anthropic, with no tool_use block to vet, so the connector is allowed or removed as a whole.
 	ToolMCP = "mcp"
 )
 
-// parse reads a validated Anthropic Messages body: messages must be an array of objects, system a string or
-// an array of text blocks (or absent), tools an array. Application is the client's own system: the string,
-// or the text of each text block, in order. Tools are declared each by its name (a client tool, or an
-// Anthropic tool such as {"type":"web_search_20250305","name":"web_search"}), or by its type when it has no
-// name; the MCP connector (mcp_servers, mcp_toolset entries) is one tool, ToolMCP.
+// parse reads a validated Anthropic Messages body: messages must be an array of objects, system a
+// string or an array of text blocks (or absent), tools an array. Application is the client's own
+// system: the string, or the text of each text block, in order. Tools are declared each by its name
+// (a client tool, or an Anthropic tool such as {"type":"web_search_20250305","name":"web_search"}),
+// or by its type when it has no name; the MCP connector (mcp_servers, mcp_toolset entries) is one
+// tool, ToolMCP.
 func parse(b *assembly.Body) (surface.Request, error) {
 	m := surface.Request{Model: b.Get(reqModel).String(), Stream: b.Get(reqStream).Type == gjson.True}
 	msgs := b.Get(reqMessages)
@@ -118,12 +120,13 @@ func parse(b *assembly.Body) (surface.Request, error) {
 	return m, nil
 }
 
-// messagesTool reads one "tools" entry: a client tool {"name","description","input_schema"} (no type, or
-// "custom") by its name, else by its type; an Anthropic tool ({"type":"bash_20250124","name":"bash"},
-// {"type":"web_search_20250305","name":"web_search"}) by its name, else by the name Anthropic gives its type,
-// with the type and the type's other names as aliases (a deny, kill switch or access policy of any of them
-// removes it). An mcp_toolset entry is ToolMCP whatever else it says (mcp is true). parse has refused
-// an Anthropic tool whose name is not its type's (anthropicToolName).
+// messagesTool reads one "tools" entry: a client tool {"name","description","input_schema"} (no
+// type, or "custom") by its name, else by its type; an Anthropic tool
+// ({"type":"bash_20250124","name":"bash"}, {"type":"web_search_20250305","name":"web_search"}) by
+// its name, else by the name Anthropic gives its type, with the type and the type's other names as
+// aliases (a deny, kill switch or access policy of any of them removes it). An mcp_toolset entry is
+// ToolMCP whatever else it says (mcp is true). parse has refused an Anthropic tool whose name is
+// not its type's (anthropicToolName).
 func messagesTool(v gjson.Result) (t policy.Tool, mcp bool) {
 	typ := v.Get("type").String()
 	if typ == typeMCPToolset {
@@ -148,12 +151,12 @@ func messagesTool(v gjson.Result) (t policy.Tool, mcp bool) {
 	return t, false
 }
 
-// anthropicToolName checks the name of the tools entry at index i: an Anthropic-defined tool (any type but
-// none, "custom" and "mcp_toolset") that carries a name must carry the one Anthropic fixes for its type
-// (anthropicTypeNames). Otherwise a server tool could pass for an allowed client tool
-// ({"type":"web_search_20250305","name":"get_weather"} governed as get_weather), so it is a 400 naming
-// tools[i].name. The SDKs send these names as constants; a client that leaves the name out is governed by the
-// type's name.
+// anthropicToolName checks the name of the tools entry at index i: an Anthropic-defined tool (any
+// type but none, "custom" and "mcp_toolset") that carries a name must carry the one Anthropic fixes
+// for its type (anthropicTypeNames). Otherwise a server tool could pass for an allowed client tool
+// ({"type":"web_search_20250305","name":"get_weather"} governed as get_weather), so it is a 400
+// naming tools[i].name. The SDKs send these names as constants; a client that leaves the name out
+// is governed by the type's name.
 func anthropicToolName(v gjson.Result, i int) error {
 	typ := v.Get("type")
 	if !typ.Exists() || typ.Type == gjson.Null {
@@ -176,12 +179,14 @@ func anthropicToolName(v gjson.Result, i int) error {
 		"tool of this type may only carry that name (or none)", param, typ.String(), strings.Join(names, `" or "`), name.Raw)
 }
 
-// anthropicTypeNames are the names Anthropic fixes for the tool of an Anthropic-defined type, as its SDKs
-// declare them (anthropic-sdk-go v2.17.0): the type without its _YYYYMMDD version (web_search_20250305 is
-// web_search, bash_20250124 bash, code_execution_20250825 code_execution, computer_20251124 computer,
-// memory_20250818 memory, web_fetch_20250910 web_fetch, tool_search_tool_bm25_20251119 tool_search_tool_bm25;
-// an unversioned type is its own name), except the text editor: str_replace_editor up to text_editor_20250124,
-// str_replace_based_edit_tool from text_editor_20250429, and either name for a later version not known here.
+// anthropicTypeNames are the names Anthropic fixes for the tool of an Anthropic-defined type, as
+// its SDKs declare them (anthropic-sdk-go v2.17.0): the type without its _YYYYMMDD version
+// (web_search_20250305 is web_search, bash_20250124 bash, code_execution_20250825 code_execution,
+// computer_20251124 computer, memory_20250818 memory, web_fetch_20250910 web_fetch,
+// tool_search_tool_bm25_20251119 tool_search_tool_bm25; an unversioned type is its own name),
+// except the text editor: str_replace_editor up to text_editor_20250124,
+// str_replace_based_edit_tool from text_editor_20250429, and either name for a later version not
+// known here.
 func anthropicTypeNames(typ string) []string {
 	switch typ {
 	case "text_editor_20241022", "text_editor_20250124":
@@ -212,8 +217,8 @@ func isCompactDate(s string) bool {
 	return true
 }
 
-// checkToolChoice checks tool_choice against the kept tools: {"type":"tool","name":X} naming a tool that is
-// not kept, or {"type":"any"} with nothing kept, is a 400 tool_choice_not_allowed.
+// checkToolChoice checks tool_choice against the kept tools: {"type":"tool","name":X} naming a tool
+// that is not kept, or {"type":"any"} with nothing kept, is a 400 tool_choice_not_allowed.
 func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	tc := b.Get(reqToolChoice)
 	if !tc.IsObject() {
@@ -232,15 +237,15 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return nil
 }
 
-// rewrite returns the upstream body of a /v1/messages request: system replaced by the layered prompt
-// as one string (which holds the client's own system as APPLICATION INSTRUCTIONS; cache_control of the
-// client's system blocks is not kept) — or, in the structured channel, by two text blocks, the layered prompt
-// and the context block; tools filtered to the kept ones; the promptgate field removed. Messages and every
-// other byte stay as the client sent them.
+// rewrite returns the upstream body of a /v1/messages request: system replaced by the layered
+// prompt as one string (which holds the client's own system as APPLICATION INSTRUCTIONS;
+// cache_control of the client's system blocks is not kept) — or, in the structured channel, by two
+// text blocks, the layered prompt and the context block; tools filtered to the kept ones; the
+// promptgate field removed. Messages and every other byte stay as the client sent them.
 //
-// The edits are made by one executor (Body.Apply), in one new body. The MCP connector (mcp_servers) reaches
-// the upstream only where ToolMCP is kept (checked whether or not a removal was reported: it must never pass
-// by default).
+// The edits are made by one executor (Body.Apply), in one new body. The MCP connector (mcp_servers)
+// reaches the upstream only where ToolMCP is kept (checked whether or not a removal was reported:
+// it must never pass by default).
 func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	edits := make([]assembly.MemberEdit, 0, 5)
 	size := p.SystemJSONSize()
@@ -265,8 +270,8 @@ func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny
 	return out, nil
 }
 
-// appendSystem appends the upstream system value: the layered prompt as a string, or, in the structured
-// channel, the text blocks of the layered prompt and of the context.
+// appendSystem appends the upstream system value: the layered prompt as a string, or, in the
+// structured channel, the text blocks of the layered prompt and of the context.
 func appendSystem(dst []byte, p *assembly.Prompt) []byte {
 	if p.ContextMessage == "" {
 		return p.AppendSystemJSON(dst)
@@ -278,8 +283,8 @@ func appendSystem(dst []byte, p *assembly.Prompt) []byte {
 	return append(dst, `}]`...)
 }
 
-// toolName is the name a tools entry is governed by, and whether it is one of the shared mcp_toolset
-// entries (assembly.KeptTools).
+// toolName is the name a tools entry is governed by, and whether it is one of the shared
+// mcp_toolset entries (assembly.KeptTools).
 func toolName(v gjson.Result) (string, bool) {
 	t, mcp := messagesTool(v)
 	return t.Name, mcp

@@ -9,8 +9,9 @@ import (
 	"github.com/promptgate/promptgate/assembly/assemblytest"
 )
 
-// conversationRequest is a Messages request of about 4 KB: three tools with JSON schemas, user/assistant
-// turns, a promptgate member with a small context, and, with system, the client's system prompt.
+// conversationRequest is a Messages request of about 4 KB: three tools with JSON schemas,
+// user/assistant turns, a promptgate member with a small context, and, with system, the client's
+// system prompt.
 func conversationRequest(tb testing.TB, system bool) []byte {
 	tb.Helper()
 	type tool struct {
@@ -51,8 +52,8 @@ func conversationRequest(tb testing.TB, system bool) []byte {
 	return body
 }
 
-// BenchmarkRewrite measures the rewrite of a conversation with one of its three tools removed: with the
-// client's system replaced, and with none (system added).
+// BenchmarkRewrite measures the rewrite of a conversation with one of its three tools removed: with
+// the client's system replaced, and with none (system added).
 func BenchmarkRewrite(b *testing.B) {
 	for _, c := range []struct {
 		name   string

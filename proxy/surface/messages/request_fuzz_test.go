@@ -11,10 +11,11 @@ import (
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
-// FuzzRewrite feeds bodies that pass the proxy's JSON check through the surface's parser and rewrite: nothing
-// panics, and whenever the parser accepts a body, the upstream body is valid JSON without the promptgate
-// field, with the prompt where the surface takes it, and it is, byte for byte, the body the edit-by-edit
-// rewrite makes (sameAsEdits), whichever tools are kept and in either channel.
+// FuzzRewrite feeds bodies that pass the proxy's JSON check through the surface's parser and
+// rewrite: nothing panics, and whenever the parser accepts a body, the upstream body is valid JSON
+// without the promptgate field, with the prompt where the surface takes it, and it is, byte for
+// byte, the body the edit-by-edit rewrite makes (sameAsEdits), whichever tools are kept and in
+// either channel.
 func FuzzRewrite(f *testing.F) {
 	for _, s := range assemblytest.RewriteSeeds() {
 		f.Add(s)
@@ -51,7 +52,8 @@ func FuzzRewrite(f *testing.F) {
 	})
 }
 
-// keptVariants are the kept tools the fuzz tests try: all but the first, all but the last, none, all.
+// keptVariants are the kept tools the fuzz tests try: all but the first, all but the last, none,
+// all.
 func keptVariants(tools []policy.Tool) [][]policy.Tool {
 	if len(tools) == 0 {
 		return [][]policy.Tool{nil}

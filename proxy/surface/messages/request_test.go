@@ -11,8 +11,8 @@ import (
 	"github.com/promptgate/promptgate/policy"
 )
 
-// TestMessagesAnthropicToolNames: an Anthropic-defined tool may carry only the name Anthropic fixes for its type
-// (or none, and is then governed by that name); its type and other names are aliases.
+// TestMessagesAnthropicToolNames: an Anthropic-defined tool may carry only the name Anthropic fixes
+// for its type (or none, and is then governed by that name); its type and other names are aliases.
 func TestMessagesAnthropicToolNames(t *testing.T) {
 	for _, tc := range []struct {
 		tool, name string
@@ -126,8 +126,9 @@ func TestRewriteMessages(t *testing.T) {
 	}
 }
 
-// TestMessagesMCPConnector: mcp_servers and every mcp_toolset entry are one tool, ToolMCP (an mcp_toolset is
-// that whatever name it carries); mcp_servers leaves the body when ToolMCP is not kept.
+// TestMessagesMCPConnector: mcp_servers and every mcp_toolset entry are one tool, ToolMCP (an
+// mcp_toolset is that whatever name it carries); mcp_servers leaves the body when ToolMCP is not
+// kept.
 func TestMessagesMCPConnector(t *testing.T) {
 	body := `{"messages":[],"mcp_servers":[{"type":"url","url":"https://mcp.example.com/sse","name":"a"}],` +
 		`"tools":[{"name":"f"},{"type":"mcp_toolset","mcp_server_name":"a"},{"type":"mcp_toolset","name":"f2","mcp_server_name":"a"}]}`

@@ -14,14 +14,15 @@ import (
 	"github.com/promptgate/promptgate/policy"
 )
 
-// sameAsEdits is assemblytest.SameAsReference of this surface's rewrite, against the edit-by-edit reference.
+// sameAsEdits is assemblytest.SameAsReference of this surface's rewrite, against the edit-by-edit
+// reference.
 func sameAsEdits(t *testing.T, body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) []byte {
 	t.Helper()
 	return assemblytest.SameAsReference(t, rewrite, rewriteEdits, body, p, kept, removed)
 }
 
-// rewriteEdits is the rewrite made edit by edit with sjson, each edit copying the body, as it was before the
-// one executor: the reference the executor's documents must equal.
+// rewriteEdits is the rewrite made edit by edit with sjson, each edit copying the body, as it was
+// before the one executor: the reference the executor's documents must equal.
 func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	var sys []byte
 	if p.ContextMessage == "" {
@@ -44,8 +45,8 @@ func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny
 			return nil, err
 		}
 	}
-	// The MCP connector reaches the upstream only where ToolMCP is kept (checked whether or not a removal was
-	// reported: it must never pass by default).
+	// The MCP connector reaches the upstream only where ToolMCP is kept (checked whether or not a
+	// removal was reported: it must never pass by default).
 	if srv := assembly.Get(out, reqMCPServers); srv.IsArray() && len(srv.Array()) > 0 && !assembly.NameSet(kept)[ToolMCP] {
 		if out, err = sjson.DeleteBytes(out, reqMCPServers); err != nil {
 			return nil, fmt.Errorf("assembly: remove mcp_servers: %w", err)
@@ -59,8 +60,9 @@ func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny
 	return assemblytest.RemoveExtension(out)
 }
 
-// spliceSeeds are bodies for the splice: system absent or not, promptgate first, in the middle, last, with
-// mcp_servers and tools, whitespace and escapes around keys, the body wrapped in whitespace.
+// spliceSeeds are bodies for the splice: system absent or not, promptgate first, in the middle,
+// last, with mcp_servers and tools, whitespace and escapes around keys, the body wrapped in
+// whitespace.
 var spliceSeeds = []string{
 	`{"model":"m","messages":[{"role":"user","content":"hi"}],"promptgate":{"user":"u"}}`,
 	`{"promptgate":{"context":{"a":"}\""}},"system":"s","messages":[]}`,
@@ -76,9 +78,10 @@ var spliceSeeds = []string{
 	`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"a b"}]}],"system":"x","promptgate":{}}`,
 }
 
-// TestRewriteSplicedFallbacks: the splice answers in the common case and leaves to the edit-by-edit rewrite
-// each case it does not make (datamarking, the tools filtered to nothing, edits that overlap, a member sjson
-// would append other than before the closing brace), and rewrite's bytes are the edits' every time.
+// TestRewriteSplicedFallbacks: the splice answers in the common case and leaves to the edit-by-edit
+// rewrite each case it does not make (datamarking, the tools filtered to nothing, edits that
+// overlap, a member sjson would append other than before the closing brace), and rewrite's bytes
+// are the edits' every time.
 func TestRewriteShapes(t *testing.T) {
 	t.Parallel()
 	f, g := policy.Tool{Name: "f"}, policy.Tool{Name: "g"}
@@ -115,8 +118,8 @@ func TestRewriteShapes(t *testing.T) {
 	}
 }
 
-// TestRewriteSpliceSameBytes checks that rewrite gives the very bytes of the edit-by-edit rewrite, whatever
-// the members' order, the whitespace around them, which tools go, and the channel.
+// TestRewriteSpliceSameBytes checks that rewrite gives the very bytes of the edit-by-edit rewrite,
+// whatever the members' order, the whitespace around them, which tools go, and the channel.
 func TestRewriteSameAsReference(t *testing.T) {
 	t.Parallel()
 	members := map[string]string{

@@ -28,8 +28,8 @@ const (
 	pathIndex      = "index"
 )
 
-// Stream vets a streamed Messages answer. Read yields the upstream SSE stream with every tool_use block held
-// until it is complete and vetted:
+// Stream vets a streamed Messages answer. Read yields the upstream SSE stream with every tool_use
+// block held until it is complete and vetted:
 //
 //   - Events of other blocks (text, thinking, server tool blocks), pings and message events go out byte for
 //     byte as soon as they are complete.
@@ -51,8 +51,8 @@ const (
 //   - If the upstream ends (or fails) before message_stop, held calls are dropped and the stream ends with an
 //     error event (code upstream_stream_truncated).
 //
-// Read returns whatever output it has before it reads upstream again, so each event reaches a caller that
-// flushes after every Read at once. A Stream is not safe for concurrent use.
+// Read returns whatever output it has before it reads upstream again, so each event reaches a
+// caller that flushes after every Read at once. A Stream is not safe for concurrent use.
 type Stream struct {
 	relay.Relay
 	c *vet.Checker
@@ -63,14 +63,16 @@ type Stream struct {
 	released bool           // a tool_use block went out
 	finished bool           // message_stop (or an upstream error event) went out
 
-	// In continue mode (SetNext): the round's blocks as sent, for the turn promptgate answers; the index the
-	// next block gets back if the round is continued (taken at its first refusal); the round's usage
-	// (message_start's, then message_delta's members over it) and that of the rounds continued, summed.
+	// In continue mode (SetNext): the round's blocks as sent, for the turn promptgate answers; the
+	// index the next block gets back if the round is continued (taken at its first refusal); the
+	// round's usage (message_start's, then message_delta's members over it) and that of the rounds
+	// continued, summed.
 	turn                    turnBlocks
 	rollback                int
 	roundUsage, roundsUsage []byte
 
-	// args reads the input_json_delta events of a held call after the first of their shape (see argsTemplate).
+	// args reads the input_json_delta events of a held call after the first of their shape (see
+	// argsTemplate).
 	args argsTemplate
 }
 
@@ -100,8 +102,8 @@ type held struct {
 	name string // its event: line
 }
 
-// NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for every vetted
-// call.
+// NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for
+// every vetted call.
 func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
 	s := &Stream{c: c, blocks: map[int]*block{}}
 	s.Relay = relay.New(upstream, rec, relay.Surface{
@@ -117,7 +119,8 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stre
 	return s
 }
 
-// malformed fails every held call: an event that a client might read differently from us was dropped.
+// malformed fails every held call: an event that a client might read differently from us was
+// dropped.
 func (s *Stream) malformed() {
 	for _, p := range s.open {
 		p.Fail(vet.ReasonMalformedStream)
@@ -252,7 +255,8 @@ func (s *Stream) event(ev sse.Event) {
 	case st == nil:
 		// Events of a block that never started: a client cannot place them either.
 	case st.call == nil:
-		// Server tool blocks stream their input as input_json_delta too: they pass with their block.
+		// Server tool blocks stream their input as input_json_delta too: they pass with their
+		// block.
 		s.write(ev, nil, idx, st.client)
 	case !st.call.vetted:
 		p := st.call
@@ -278,8 +282,8 @@ func (s *Stream) event(ev sse.Event) {
 	}
 }
 
-// nextRound starts the next round of a continued message: its blocks are numbered on from what the client
-// has, and its usage adds to the rounds' before it.
+// nextRound starts the next round of a continued message: its blocks are numbered on from what the
+// client has, and its usage adds to the rounds' before it.
 func (s *Stream) nextRound() {
 	s.roundsUsage = relay.AddUsage(s.roundsUsage, s.roundUsage)
 	s.roundUsage = nil
@@ -310,7 +314,8 @@ func overUsage(start []byte, delta gjson.Result) []byte {
 // messageStart vets the (normally empty) content of message_start and counts its blocks.
 func (s *Stream) messageStart(ev sse.Event) {
 	msg := gjson.GetBytes(ev.Data, "message")
-	// Only an empty content is passed unread: a block's type may be spelt with escapes ("tool\u005fuse").
+	// Only an empty content is passed unread: a block's type may be spelt with escapes
+	// ("tool\u005fuse").
 	if !msg.IsObject() || len(msg.Get(pathContent).Array()) == 0 {
 		s.nextOut += len(msg.Get(pathContent).Array())
 		s.write(ev, nil, -1, -1)
@@ -338,10 +343,12 @@ func (s *Stream) messageStart(ev sse.Event) {
 var knownTypes = []string{evMessageStart, evBlockStart, evBlockDelta, evBlockStop, evMessageDelta, evMessageStop,
 	evError, typeToolUse, deltaInputJSON}
 
-// foldedType reports whether a type value differs from one of knownTypes in case only: a client that reads enums
-// without regard to case (System.Text.Json's JsonStringEnumConverter) takes it for that type, this package not.
+// foldedType reports whether a type value differs from one of knownTypes in case only: a client
+// that reads enums without regard to case (System.Text.Json's JsonStringEnumConverter) takes it for
+// that type, this package not.
 func foldedType(typ string) bool {
-	// knownTypes are lowercase ASCII: a value without capitals or non-ASCII bytes is one of them or no variant.
+	// knownTypes are lowercase ASCII: a value without capitals or non-ASCII bytes is one of them or
+	// no variant.
 	if !strings.ContainsFunc(typ, func(r rune) bool { return r >= utf8.RuneSelf || 'A' <= r && r <= 'Z' }) {
 		return false
 	}
@@ -385,13 +392,14 @@ func (s *Stream) fragment(p *pending, pj gjson.Result) {
 	p.Call.AppendArgs(pj.Str)
 }
 
-// argsTemplate spares event the reading of a held call's input_json_delta events after the first of their
-// shape. An event that was read whole and did nothing but add to the input of a held call (keys type, index and
-// delta alone; a delta of type and partial_json alone) becomes the template. The relay hands event only valid
-// JSON objects with unique keys: an event with the same event: line whose bytes are the template's but for the
-// contents of partial_json (their end found by escapes) is the same event for another fragment of the same
-// block, which event would append to the same call and hold, which is all the template path does — while that
-// call is still the held, unstopped call of its block, and outside continue mode (which notes every event).
+// argsTemplate spares event the reading of a held call's input_json_delta events after the first of
+// their shape. An event that was read whole and did nothing but add to the input of a held call
+// (keys type, index and delta alone; a delta of type and partial_json alone) becomes the template.
+// The relay hands event only valid JSON objects with unique keys: an event with the same event:
+// line whose bytes are the template's but for the contents of partial_json (their end found by
+// escapes) is the same event for another fragment of the same block, which event would append to
+// the same call and hold, which is all the template path does — while that call is still the held,
+// unstopped call of its block, and outside continue mode (which notes every event).
 type argsTemplate struct {
 	relay.Template
 	p    *pending
@@ -399,8 +407,8 @@ type argsTemplate struct {
 	name string
 }
 
-// learn makes ev, an input_json_delta event of call p at block idx of the template's shape but for its delta,
-// the template when its delta has the shape too.
+// learn makes ev, an input_json_delta event of call p at block idx of the template's shape but for
+// its delta, the template when its delta has the shape too.
 func (t *argsTemplate) learn(ev sse.Event, p *pending, idx int, delta gjson.Result) {
 	t.p = nil
 	t.Reset()
@@ -443,7 +451,8 @@ func (s *Stream) argsByTemplate(ev sse.Event) bool {
 	return true
 }
 
-// completeAll vets every open call, at the end of the message: a block that did not stop is blocked.
+// completeAll vets every open call, at the end of the message: a block that did not stop is
+// blocked.
 func (s *Stream) completeAll() {
 	if len(s.open) == 0 {
 		return
@@ -502,9 +511,9 @@ func (s *Stream) notice(idx int, text string) {
 	s.Out = sse.AppendEvent(s.Out, evBlockStop, stop)
 }
 
-// late handles an event for a call that was already vetted. A blocked call's events are dropped quietly. A
-// released call cannot take back what the client has: its late events are dropped and recorded (in error mode
-// the stream ends; in audit mode they are passed on).
+// late handles an event for a call that was already vetted. A blocked call's events are dropped
+// quietly. A released call cannot take back what the client has: its late events are dropped and
+// recorded (in error mode the stream ends; in audit mode they are passed on).
 func (s *Stream) late(st *block, ev sse.Event, idx int) {
 	if !st.call.released {
 		return
@@ -517,8 +526,9 @@ func (s *Stream) late(st *block, ev sse.Event, idx int) {
 	}
 }
 
-// write puts a live event out: byte for byte unless data replaces its data or its index changes. client >= 0
-// is the index the client sees of a block event whose index is idx; -1 leaves the event's index as it is.
+// write puts a live event out: byte for byte unless data replaces its data or its index changes.
+// client >= 0 is the index the client sees of a block event whose index is idx; -1 leaves the
+// event's index as it is.
 func (s *Stream) write(ev sse.Event, data []byte, idx, client int) {
 	reindex := client >= 0 && idx != client
 	if data == nil && !reindex {

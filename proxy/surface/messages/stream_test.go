@@ -289,8 +289,8 @@ func TestBody(t *testing.T) {
 	})
 }
 
-// TestArgsTemplate: after an input_json_delta read whole, a fragment of the same block and shape matches the
-// template (escapes and all); anything else is read whole.
+// TestArgsTemplate: after an input_json_delta read whole, a fragment of the same block and shape
+// matches the template (escapes and all); anything else is read whole.
 func TestArgsTemplate(t *testing.T) {
 	frag := func(idx int, pj string) string {
 		return `{"type":"content_block_delta","index":` + itoa(idx) + `,"delta":{"type":"input_json_delta","partial_json":` + jstr(pj) + `}}`

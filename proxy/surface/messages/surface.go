@@ -17,8 +17,8 @@ import (
 // Path is Anthropic Messages' rewritten route.
 const Path = "/v1/messages"
 
-// Surface is Anthropic Messages (POST /v1/messages): every /v1/messages/... path goes to the Anthropic
-// upstream. It holds no state.
+// Surface is Anthropic Messages (POST /v1/messages): every /v1/messages/... path goes to the
+// Anthropic upstream. It holds no state.
 type Surface struct{}
 
 var _ surface.Surface = Surface{}
@@ -35,7 +35,8 @@ func (Surface) CheckToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return checkToolChoice(b, kept)
 }
 
-// Rewrite writes the upstream body (rewrite), with the codes of held calls masked in the model's earlier turns.
+// Rewrite writes the upstream body (rewrite), with the codes of held calls masked in the model's
+// earlier turns.
 func (Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	out, err := rewrite(b, p, kept, removedAny)
 	if err != nil {
@@ -63,8 +64,8 @@ func (Surface) Begin(surface.Start) surface.Exchange {
 	}}
 }
 
-// join writes a continued answer: the last one, with the first's id (one message to the client), the content
-// blocks of every answer in order, and the usage of all of them.
+// join writes a continued answer: the last one, with the first's id (one message to the client),
+// the content blocks of every answer in order, and the usage of all of them.
 func join(j surface.Joined) ([]byte, error) {
 	out := j.Last
 	var err error

@@ -11,9 +11,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface"
 )
 
-// transcript reads an Anthropic Messages body for the information-flow rules: system, then messages whose
-// content is a string or blocks (text, tool_use, server_tool_use, mcp_tool_use, tool_result and the
-// *_tool_result blocks of server tools, mcp_tool_result by server, attachments).
+// transcript reads an Anthropic Messages body for the information-flow rules: system, then messages
+// whose content is a string or blocks (text, tool_use, server_tool_use, mcp_tool_use, tool_result
+// and the *_tool_result blocks of server tools, mcp_tool_result by server, attachments).
 func transcript(b *assembly.Body) (*flow.Transcript, error) {
 	t := flow.NewTranscript()
 	switch sys := b.Get(reqSystem); {

@@ -11,10 +11,10 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface"
 )
 
-// turnBlocks assembles, in continue mode, the content blocks of a streamed round as the upstream sent them —
-// text, thinking with its signature, tool_use and server tool blocks with their input — so that the model's
-// turn goes back to it whole when promptgate answers its calls itself (thinking blocks must come back with
-// their signatures for the turn to be accepted).
+// turnBlocks assembles, in continue mode, the content blocks of a streamed round as the upstream
+// sent them — text, thinking with its signature, tool_use and server tool blocks with their input —
+// so that the model's turn goes back to it whole when promptgate answers its calls itself (thinking
+// blocks must come back with their signatures for the turn to be accepted).
 type turnBlocks struct {
 	order []int
 	byIdx map[int]*turnBlock
@@ -98,9 +98,9 @@ func (tb *turnBlocks) content() []byte {
 }
 
 // appendTurn returns body (an upstream request) with the model's turn and the results of its calls
-// appended, for asking the upstream again in onViolation "continue". It edits the raw bytes with sjson: every
-// other byte stays. An assistant message with the turn's content, then a user
-// message with one tool_result block per call (is_error true).
+// appended, for asking the upstream again in onViolation "continue". It edits the raw bytes with
+// sjson: every other byte stays. An assistant message with the turn's content, then a user message
+// with one tool_result block per call (is_error true).
 func appendTurn(body []byte, t relay.Turn) ([]byte, error) {
 	if !gjson.GetBytes(body, "messages").IsArray() {
 		return nil, errors.New("messages must be an array")

@@ -1,21 +1,22 @@
-// Package responses is the OpenAI Responses API surface (POST /v1/responses): how its request is read, its
-// tool_choice checked and the layered prompt and kept tools written back (request.go); how a conversation
-// continues across requests and what this instance remembers for it — the calls it blocked, the output it
-// showed, the policy of background responses, each response's instructions (stored.go, echo.go); how a
-// retrieval or a cancel is shown; and how the tool calls of its answers are vetted before the client sees
-// them — the non-stream body (Body) and the SSE stream (Stream).
+// Package responses is the OpenAI Responses API surface (POST /v1/responses): how its request is
+// read, its tool_choice checked and the layered prompt and kept tools written back (request.go);
+// how a conversation continues across requests and what this instance remembers for it — the calls
+// it blocked, the output it showed, the policy of background responses, each response's
+// instructions (stored.go, echo.go); how a retrieval or a cancel is shown; and how the tool calls
+// of its answers are vetted before the client sees them — the non-stream body (Body) and the SSE
+// stream (Stream).
 //
-// The calls it vets are the output items of type function_call (and custom_tool_call, whose free-form input
-// is refused as an unsupported type, as on Chat Completions). Built-in tool items (web_search_call,
-// file_search_call, mcp_call, ...) are passed on: those tools are governed on the request side, by their type
-// name; but an item the client acts on (local_shell_call, shell_call, apply_patch_call, computer_call,
-// mcp_approval_request) for a built-in tool outside the allowed set is blocked like a call of a tool that is
-// not allowed.
+// The calls it vets are the output items of type function_call (and custom_tool_call, whose
+// free-form input is refused as an unsupported type, as on Chat Completions). Built-in tool items
+// (web_search_call, file_search_call, mcp_call, ...) are passed on: those tools are governed on the
+// request side, by their type name; but an item the client acts on (local_shell_call, shell_call,
+// apply_patch_call, computer_call, mcp_approval_request) for a built-in tool outside the allowed
+// set is blocked like a call of a tool that is not allowed.
 //
-// It owns the Responses wire shapes, edited with gjson/sjson on the raw bytes, never a re-marshal. It does not
-// build the prompt (assembly does), decide whether a call is allowed (policy/vet does), pick the mode or the
-// allowed set (policy/ does) or store decisions (the proxy's recorder does); in error mode Body reports the
-// blocked call and the proxy answers 403.
+// It owns the Responses wire shapes, edited with gjson/sjson on the raw bytes, never a re-marshal.
+// It does not build the prompt (assembly does), decide whether a call is allowed (policy/vet does),
+// pick the mode or the allowed set (policy/ does) or store decisions (the proxy's recorder does);
+// in error mode Body reports the blocked call and the proxy answers 403.
 package responses
 
 import (
@@ -35,11 +36,11 @@ import (
 
 // Reasons of this package, next to policy/vet's. They hold no argument bytes.
 const (
-	// ReasonIncomplete: the response ended (or the next item started at the call's place) before the call's
-	// output_item.done.
+	// ReasonIncomplete: the response ended (or the next item started at the call's place) before
+	// the call's output_item.done.
 	ReasonIncomplete = "call ended before it was complete"
-	// ReasonChanged: the events of one call disagree (item id, call id, type or arguments differ between
-	// output_item.added, the argument events, output_item.done and the final response).
+	// ReasonChanged: the events of one call disagree (item id, call id, type or arguments differ
+	// between output_item.added, the argument events, output_item.done and the final response).
 	ReasonChanged = "call changed between events"
 )
 
@@ -59,15 +60,16 @@ const (
 	maxDepth = 128
 )
 
-// vetted reports whether an output item type is a call this package vets: also a type that differs from a call
-// type in case only, which clients that read enums without regard to case take for it (such a call is blocked as
-// an unsupported type).
+// vetted reports whether an output item type is a call this package vets: also a type that differs
+// from a call type in case only, which clients that read enums without regard to case take for it
+// (such a call is blocked as an unsupported type).
 func vetted(typ string) bool {
 	return strings.EqualFold(typ, typeFunction) || strings.EqualFold(typ, typeCustomTool)
 }
 
-// clientTools maps the output item types of built-in tools that the client acts on (runs a command, applies
-// a patch, performs a computer action, answers an approval request) to the tool types that allow them.
+// clientTools maps the output item types of built-in tools that the client acts on (runs a command,
+// applies a patch, performs a computer action, answers an approval request) to the tool types that
+// allow them.
 var clientTools = map[string][]string{
 	"local_shell_call":     {"local_shell"},
 	"shell_call":           {"shell"},
@@ -76,10 +78,10 @@ var clientTools = map[string][]string{
 	"mcp_approval_request": {"mcp"},
 }
 
-// refusedBuiltin returns, for an item the client would act on for a built-in tool outside the allowed set, the
-// tool's type (the name in the notice); "" for any other item. Such an item is a call that is blocked
-// (vet.ReasonNotAllowed), whatever the upstream says: the request side only removes the tool, an upstream
-// that produces its items anyway is not trusted.
+// refusedBuiltin returns, for an item the client would act on for a built-in tool outside the
+// allowed set, the tool's type (the name in the notice); "" for any other item. Such an item is a
+// call that is blocked (vet.ReasonNotAllowed), whatever the upstream says: the request side only
+// removes the tool, an upstream that produces its items anyway is not trusted.
 func refusedBuiltin(c *vet.Checker, typ string) string {
 	tools, ok := clientTools[typ]
 	if !ok && typ != "" {
@@ -106,18 +108,16 @@ func isCall(c *vet.Checker, typ string) bool { return vetted(typ) || refusedBuil
 
 // Body vets a non-stream Responses body (raw bytes) and returns it, edited with sjson where needed.
 //
-// refuse: blocked function_call items are removed from output; where no call item is left, one message item
-// with the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is appended; where one is
-// left, a message item with its notice takes the place of a call held for confirmation. error: the
-// body is returned unchanged and Result.ErrorCall is set. audit: unchanged; violations recorded as audited.
-// A body that is not one valid JSON object with unique keys is an error.
+// refuse: blocked function_call items are removed from output; where no call item is left, one
+// message item with the notices (`[promptgate] blocked tool call NAME: REASON`, one line each) is
+// appended; where one is left, a message item with its notice takes the place of a call held for
+// confirmation. error: the body is returned unchanged and Result.ErrorCall is set. audit:
+// unchanged; violations recorded as audited. A body that is not one valid JSON object with unique
+// keys is an error.
 func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result, error) {
 	var res relay.Result
-	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
-		return body, res, fmt.Errorf("responses: response body: %w", err)
-	}
-	if foldedKeys(body) {
-		return body, res, fmt.Errorf("responses: response body: a key differs from a known one in case only")
+	if err := checkBody(body); err != nil {
+		return body, res, err
 	}
 	output := gjson.GetBytes(body, pathOutput)
 	if !output.IsArray() {
@@ -160,7 +160,8 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 		case !drop[i]:
 			kept = append(kept, it.Raw)
 		case blocked < len(calls) && held[i] != "":
-			// A held call's notice takes its place in any case: it carries the code that releases the call.
+			// A held call's notice takes its place in any case: it carries the code that releases
+			// the call.
 			kept = append(kept, string(noticeItem(newNoticeID(), held[i], true)))
 		}
 	}
@@ -174,9 +175,22 @@ func Body(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.Result
 	return out, res, nil
 }
 
-// continuation is the response's turn for promptgate to answer itself (onViolation "continue"), when every
-// call of it was blocked and is a function (or custom tool) call it can answer; nil otherwise. What the client
-// keeps of it is its other items (without the reasoning right before a refused call).
+// checkBody refuses a response body that is not one strict JSON object, or whose keys a
+// case-insensitive reader would read otherwise (foldedKeys).
+func checkBody(body []byte) error {
+	if err := jsoncheck.Object(body, jsoncheck.Limits{MaxDepth: maxDepth}); err != nil {
+		return fmt.Errorf("responses: response body: %w", err)
+	}
+	if foldedKeys(body) {
+		return fmt.Errorf("responses: response body: a key differs from a known one in case only")
+	}
+	return nil
+}
+
+// continuation is the response's turn for promptgate to answer itself (onViolation "continue"),
+// when every call of it was blocked and is a function (or custom tool) call it can answer; nil
+// otherwise. What the client keeps of it is its other items (without the reasoning right before a
+// refused call).
 func continuation(c *vet.Checker, body []byte, output gjson.Result, items []gjson.Result, calls []*vet.Call, at []int, ds []vet.Decision, drop map[int]bool) *relay.Continuation {
 	t := relay.Turn{Raw: []byte(output.Raw), ResponseID: gjson.GetBytes(body, pathID).String()}
 	var held []string
@@ -200,8 +214,9 @@ func continuation(c *vet.Checker, body []byte, output gjson.Result, items []gjso
 	return &relay.Continuation{Turn: t, Kept: relay.JoinArray(append(kept, held...))}
 }
 
-// dropLeads adds to drop the reasoning items right before each item in it: a stateless client replays the
-// output as its next input, and the API refuses a reasoning item without the item that followed it.
+// dropLeads adds to drop the reasoning items right before each item in it: a stateless client
+// replays the output as its next input, and the API refuses a reasoning item without the item that
+// followed it.
 func dropLeads(items []gjson.Result, drop map[int]bool) {
 	for i := len(items) - 1; i > 0; i-- {
 		if drop[i] && items[i-1].Get(pathType).Str == typeReasoning {
@@ -210,8 +225,9 @@ func dropLeads(items []gjson.Result, drop map[int]bool) {
 	}
 }
 
-// WithoutCalls removes from a response body (a retrieval of a stored response) the function calls whose
-// call_id is in ids, and the reasoning items right before them. It returns how many calls it removed.
+// WithoutCalls removes from a response body (a retrieval of a stored response) the function calls
+// whose call_id is in ids, and the reasoning items right before them. It returns how many calls it
+// removed.
 func WithoutCalls(body []byte, ids map[string]bool) ([]byte, int, error) {
 	output := gjson.GetBytes(body, pathOutput)
 	if !output.IsArray() {
@@ -242,17 +258,18 @@ func WithoutCalls(body []byte, ids map[string]bool) ([]byte, int, error) {
 	return out, removed, nil
 }
 
-// respKeys are the keys a client reads a call from: of a stream event, of the item or response it carries, of a
-// response, and of an output item.
+// respKeys are the keys a client reads a call from: of a stream event, of the item or response it
+// carries, of a response, and of an output item.
 var respKeys = []string{pathType, pathItem, pathOutputIdx, pathItemID, "delta", pathArguments, pathResponse, pathOutput,
 	pathName, pathCallID, pathID, "input", "action", "operation", "status", pathSeq}
 
-// foldedKeys reports whether an object a client reads a call from — v (an event or a response), its item, its
-// response, and each output item of either — has a key that is not one of respKeys but equals one under Unicode
-// case folding. Case-insensitive JSON readers (Go's encoding/json, System.Text.Json with the web defaults) take
-// such a key for the known one, the later of the two winning, while this package reads keys exactly: such data
-// is malformed. The keys inside those objects (an action, a snapshot's tools and metadata) are the tool's or the
-// app's own and are not looked at. data must be valid JSON.
+// foldedKeys reports whether an object a client reads a call from — v (an event or a response), its
+// item, its response, and each output item of either — has a key that is not one of respKeys but
+// equals one under Unicode case folding. Case-insensitive JSON readers (Go's encoding/json,
+// System.Text.Json with the web defaults) take such a key for the known one, the later of the two
+// winning, while this package reads keys exactly: such data is malformed. The keys inside those
+// objects (an action, a snapshot's tools and metadata) are the tool's or the app's own and are not
+// looked at. data must be valid JSON.
 func foldedKeys(data []byte) bool {
 	if !relay.KeysMayFold(data, respKeys) {
 		return false
@@ -284,7 +301,8 @@ func foldedKey(o gjson.Result) bool {
 	found := false
 	o.ForEach(func(k, _ gjson.Result) bool {
 		for _, n := range respKeys {
-			// A variant of an ASCII name is never shorter than it (ſ and K, which fold to s and k, are longer).
+			// A variant of an ASCII name is never shorter than it (ſ and K, which fold to s and k,
+			// are longer).
 			if len(k.Str) >= len(n) && k.Str != n && strings.EqualFold(k.Str, n) {
 				found = true
 				return false
@@ -295,7 +313,8 @@ func foldedKey(o gjson.Result) bool {
 	return found
 }
 
-// itemCall reads an output item into a call, or returns nil when the item is not a call this package vets.
+// itemCall reads an output item into a call, or returns nil when the item is not a call this
+// package vets.
 func itemCall(c *vet.Checker, index int, it gjson.Result) *vet.Call {
 	typ := it.Get(pathType)
 	if typ.Type != gjson.String || !isCall(c, typ.Str) {
@@ -333,8 +352,9 @@ func newNoticeID() string {
 	return "msg_promptgate_" + hex.EncodeToString(b[:])
 }
 
-// noticeItem is a message output item with one output_text part holding text; completed says whether it is
-// the finished item (status completed, the text in) or the item as first announced (in_progress, no parts).
+// noticeItem is a message output item with one output_text part holding text; completed says
+// whether it is the finished item (status completed, the text in) or the item as first announced
+// (in_progress, no parts).
 func noticeItem(id, text string, completed bool) []byte {
 	b := assembly.AppendJSONString(append(make([]byte, 0, 128+len(text)), `{"id":`...), id)
 	if !completed {
@@ -350,9 +370,10 @@ func textPart(text string) []byte {
 	return append(assembly.AppendJSONString(p, text), '}')
 }
 
-// ErrorJSON is the data of an error event: OpenAI's Responses error event ({"type":"error","code","message",
-// "param","sequence_number"}) that also carries the contract's {"error":{"message","type","param","code"}},
-// so that both a typed Responses client and the official SDKs' generic error check see it.
+// ErrorJSON is the data of an error event: OpenAI's Responses error event
+// ({"type":"error","code","message", "param","sequence_number"}) that also carries the contract's
+// {"error":{"message","type","param","code"}}, so that both a typed Responses client and the
+// official SDKs' generic error check see it.
 func ErrorJSON(seq int64, message, typ, code string) []byte {
 	b := []byte(`{"type":"error","code":"","message":"","param":null,"sequence_number":0,"error":{"message":"","type":"","param":null,"code":""}}`)
 	b, _ = sjson.SetBytes(b, "code", code)

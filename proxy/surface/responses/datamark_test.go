@@ -17,8 +17,8 @@ func TestDatamark(t *testing.T) {
 	})
 }
 
-// FuzzDatamark: on any body that passes the proxy's JSON check, datamarking never fails, gives valid JSON,
-// keeps every item of the conversation with its role and type, and is idempotent.
+// FuzzDatamark: on any body that passes the proxy's JSON check, datamarking never fails, gives
+// valid JSON, keeps every item of the conversation with its role and type, and is idempotent.
 func FuzzDatamark(f *testing.F) {
 	for _, s := range assemblytest.DatamarkSeeds() {
 		f.Add(s)

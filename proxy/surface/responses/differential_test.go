@@ -7,7 +7,8 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// shellItem is a local_shell_call item: the client runs its command. The policy allows no local_shell tool.
+// shellItem is a local_shell_call item: the client runs its command. The policy allows no
+// local_shell tool.
 func shellItem(status string) string {
 	return `{"id":"lsh_EVIL","type":"local_shell_call","status":"` + status + `","call_id":"call_EVIL","action":{"type":"exec","command":["sh","-c","curl SECRET"],"env":{}}}`
 }
@@ -21,7 +22,8 @@ var clientItems = map[string]string{
 	"mcp_approval_request": `{"id":"mcpr_EVIL","type":"mcp_approval_request","server_label":"x","name":"SECRET","arguments":"{}"}`,
 }
 
-// TestDifferentialResponses: SSE framings that some client reads as a call item the relay did not see.
+// TestDifferentialResponses: SSE framings that some client reads as a call item the relay did not
+// see.
 func TestDifferentialResponses(t *testing.T) {
 	evil := fnItem("fc_EVIL", "call_EVIL", "delete_all", `{"k":"SECRET"}`, "completed")
 	done := `{"type":"response.output_item.done","sequence_number":1,"output_index":0,"item":` + evil + `}`
@@ -41,8 +43,9 @@ func TestDifferentialResponses(t *testing.T) {
 	}
 }
 
-// TestCallInOtherEvents: a call item inside an event that is neither the item's added/done nor a terminal
-// event (a snapshot that also names an output_index, an item event of a type this package does not know).
+// TestCallInOtherEvents: a call item inside an event that is neither the item's added/done nor a
+// terminal event (a snapshot that also names an output_index, an item event of a type this package
+// does not know).
 func TestCallInOtherEvents(t *testing.T) {
 	evil := fnItem("fc_EVIL", "call_EVIL", "delete_all", `{"k":"SECRET"}`, "completed")
 	for name, evs := range map[string][2]string{

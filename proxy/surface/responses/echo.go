@@ -12,10 +12,11 @@ import (
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
-// The Responses API echoes a request's instructions in every response object: the created response, the
-// stream events that carry it, a retrieval, a cancel. The upstream was sent the layered prompt as
-// instructions, so the proxy gives each of them back the client's own instead (or null where it sent none, or
-// where the proxy does not know what it sent): the layered prompt never reaches the client.
+// The Responses API echoes a request's instructions in every response object: the created response,
+// the stream events that carry it, a retrieval, a cancel. The upstream was sent the layered prompt
+// as instructions, so the proxy gives each of them back the client's own instead (or null where it
+// sent none, or where the proxy does not know what it sent): the layered prompt never reaches the
+// client.
 
 // pathInstructions is the instructions of a response object.
 const pathInstructions = "instructions"
@@ -23,11 +24,12 @@ const pathInstructions = "instructions"
 // defaultInstructionBytes bounds the texts the instruction memory keeps (each distinct text once).
 const defaultInstructionBytes = 64 << 20
 
-// nullJSON is the instructions of a response whose client sent none, or that the proxy does not know.
+// nullJSON is the instructions of a response whose client sent none, or that the proxy does not
+// know.
 var nullJSON = []byte("null")
 
-// clientInstructions is the instructions value of a client's Responses request: its own string as sent
-// (raw JSON), else null.
+// clientInstructions is the instructions value of a client's Responses request: its own string as
+// sent (raw JSON), else null.
 func clientInstructions(body []byte) []byte {
 	if v := gjson.GetBytes(body, pathInstructions); v.Type == gjson.String {
 		return []byte(v.Raw)
@@ -49,10 +51,10 @@ func echoInstructions(body []byte, path string, instructions []byte) ([]byte, er
 	return sjson.SetRawBytes(body, path, instructions)
 }
 
-// instructionMemory remembers, per response id, the instructions the client sent, for the retrievals and
-// cancels of that response. A text is kept once however many responses share it (an app sends the same
-// instructions every turn). Bounded by count and by the bytes of the texts, oldest forgotten first; safe for
-// concurrent use.
+// instructionMemory remembers, per response id, the instructions the client sent, for the
+// retrievals and cancels of that response. A text is kept once however many responses share it (an
+// app sends the same instructions every turn). Bounded by count and by the bytes of the texts,
+// oldest forgotten first; safe for concurrent use.
 type instructionMemory struct {
 	mu              sync.Mutex
 	max             int
@@ -107,7 +109,8 @@ func (m *instructionMemory) remember(id string, raw []byte) {
 	m.byID[id] = m.order.PushBack(&instructionEntry{id: id, text: t})
 }
 
-// forgetOldest drops the oldest entry, and its text when no other entry has it. The caller holds m.mu.
+// forgetOldest drops the oldest entry, and its text when no other entry has it. The caller holds
+// m.mu.
 func (m *instructionMemory) forgetOldest() {
 	el := m.order.Front()
 	e := el.Value.(*instructionEntry)
@@ -129,9 +132,9 @@ func (m *instructionMemory) lookup(id string) []byte {
 	return nullJSON
 }
 
-// echoStream is a streamed retrieval passed on as the upstream sends it, but for the instructions of every
-// response object an event carries and, when final is set (a continued response), the output and usage of
-// the terminal event's response, which are the create's.
+// echoStream is a streamed retrieval passed on as the upstream sends it, but for the instructions
+// of every response object an event carries and, when final is set (a continued response), the
+// output and usage of the terminal event's response, which are the create's.
 type echoStream struct {
 	up           io.ReadCloser
 	rd           *sse.Reader
@@ -171,8 +174,8 @@ func (e *echoStream) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// edit rewrites the response object an event's data carries: its instructions, and a terminal event's output
-// and usage where final is set. changed reports whether the data is to be rewritten.
+// edit rewrites the response object an event's data carries: its instructions, and a terminal
+// event's output and usage where final is set. changed reports whether the data is to be rewritten.
 func (e *echoStream) edit(data []byte) (out []byte, changed bool, err error) {
 	out = data
 	if v := gjson.GetBytes(data, "response."+pathInstructions); v.Exists() && v.Raw != string(e.instructions) {

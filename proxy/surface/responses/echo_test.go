@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// TestInstructionMemory: each distinct text is kept once however many responses share it; the memory is bounded
-// by count and by bytes, the oldest forgotten first; an unknown response (or an empty id) has null.
+// TestInstructionMemory: each distinct text is kept once however many responses share it; the
+// memory is bounded by count and by bytes, the oldest forgotten first; an unknown response (or an
+// empty id) has null.
 func TestInstructionMemory(t *testing.T) {
 	t.Parallel()
 	m := newInstructionMemory(3)
@@ -39,8 +40,8 @@ func TestInstructionMemory(t *testing.T) {
 	}
 }
 
-// TestEchoStream: a streamed retrieval keeps every event as it came but for the instructions of a response it
-// carries; an event the stream ended inside that holds instructions is dropped.
+// TestEchoStream: a streamed retrieval keeps every event as it came but for the instructions of a
+// response it carries; an event the stream ended inside that holds instructions is dropped.
 func TestEchoStream(t *testing.T) {
 	t.Parallel()
 	in := "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"instructions\":\"=== SYSTEM CORE ===\\nsecret\"}}\n\n" +

@@ -11,10 +11,11 @@ import (
 	"github.com/promptgate/promptgate/proxy/relay/relaytest"
 )
 
-// visibleCalls are every function call a client could read from an output stream, however lenient: the items
-// of output_item.added (with their argument deltas) and output_item.done events, and the output of every
-// response snapshot. Argument deltas are assembled twice, as two kinds of clients place them: by output_index
-// (the official SDKs; a Go client reads a missing one as 0) and by item_id.
+// visibleCalls are every function call a client could read from an output stream, however lenient:
+// the items of output_item.added (with their argument deltas) and output_item.done events, and the
+// output of every response snapshot. Argument deltas are assembled twice, as two kinds of clients
+// place them: by output_index (the official SDKs; a Go client reads a missing one as 0) and by
+// item_id.
 func visibleCalls(t *testing.T, out []byte) []call {
 	t.Helper()
 	var calls []call
@@ -71,8 +72,8 @@ func FuzzStream(f *testing.F) {
 	for _, tc := range streamCases {
 		relaytest.AddSeeds(f, tc.in, tc.mode, tc.atomic)
 	}
-	// Argument deltas of the argument template's shape: escapes, OpenAI's obfuscation padding, the sequence
-	// number after the delta, a delta after the call is done.
+	// Argument deltas of the argument template's shape: escapes, OpenAI's obfuscation padding, the
+	// sequence number after the delta, a delta after the call is done.
 	esc := (&rs{}).created().call(0, "fc_1", "call_1", "get_weather", `{"city":"Pa\"ris\n","unit":"celsius"}`, 5).
 		call(1, "fc_2", "call_2", "get_weather", `{"city":"Bern"}`, 3).completed().String()
 	f.Add([]byte(esc), byte(0), false, uint8(0), uint64(1))
@@ -84,7 +85,8 @@ func FuzzStream(f *testing.F) {
 		r.ev("response.function_call_arguments.delta", `{"item_id":"fc_1","output_index":0,"delta":"x\""}`)
 	}
 	late := r.completed().String()
-	// A call added at the output_index of a message whose text went out: its events are held, not passed.
+	// A call added at the output_index of a message whose text went out: its events are held, not
+	// passed.
 	text := `{"item_id":"msg_1","output_index":0,"content_index":0,"delta":"x","logprobs":[]}`
 	r = (&rs{}).created().ev("response.output_item.added", `{"output_index":0,"item":{"id":"msg_1","type":"message","status":"in_progress","content":[],"role":"assistant"}}`).
 		ev("response.output_text.delta", text).ev("response.output_text.delta", text).
@@ -98,7 +100,8 @@ func FuzzStream(f *testing.F) {
 		out, ds, blocked := runStream(t, string(input), checkerFor(m, atomic), int(split%16), seed)
 		relaytest.CheckBlocked(t, ds, blocked)
 
-		// The shortcuts (templates) change nothing: without them, the same output and the same decisions.
+		// The shortcuts (templates) change nothing: without them, the same output and the same
+		// decisions.
 		relaytest.CheckShortcutsChangeNothing(t, string(input), int(split%16), seed, relaytest.Opener(NewStream, checkerFor(m, atomic)), out, ds, blocked, normID)
 
 		passed := map[call]bool{} // by call id and name
@@ -106,15 +109,17 @@ func FuzzStream(f *testing.F) {
 			if !d.Blocked() && d.Reason != vet.ReasonAfterRelease {
 				passed[call{CallID: d.CallID, Name: d.Tool}] = true
 				if m == vet.ModeAudit {
-					// An audited call that changed between events passes as it came, whatever its name.
+					// An audited call that changed between events passes as it came, whatever its
+					// name.
 					passed[call{CallID: d.CallID}] = true
 				}
 			}
 		}
 		check := checkerFor(m, atomic)
 		for _, c := range visibleCalls(t, out) {
-			// Audit passes everything as it came: an item whose id changed between events may be visible under
-			// what its last event said (even nothing), as long as the call was recorded.
+			// Audit passes everything as it came: an item whose id changed between events may be
+			// visible under what its last event said (even nothing), as long as the call was
+			// recorded.
 			if m == vet.ModeAudit && len(passed) > 0 {
 				continue
 			}
@@ -124,8 +129,8 @@ func FuzzStream(f *testing.F) {
 			if m == vet.ModeAudit {
 				continue
 			}
-			// What is visible is a released call, whole: the added item with every delta, the done item, the
-			// final output.
+			// What is visible is a released call, whole: the added item with every delta, the done
+			// item, the final output.
 			if reason, _, ok := check.Check(c.Name, []byte(c.Args)); !ok {
 				t.Fatalf("released call %+v breaks the policy: %s\n%s", c, reason, out)
 			}

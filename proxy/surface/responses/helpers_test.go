@@ -24,8 +24,8 @@ func checkerFor(mode vet.Mode, atomic bool) *vet.Checker { return relaytest.Poli
 
 func jstr(s string) string { return relaytest.JSONString(s) }
 
-// rs builds a Responses stream the way OpenAI sends it: every event with an event: line and an increasing
-// sequence_number, and the final output collected for response.completed.
+// rs builds a Responses stream the way OpenAI sends it: every event with an event: line and an
+// increasing sequence_number, and the final output collected for response.completed.
 type rs struct {
 	seq    int
 	evs    []string
@@ -85,8 +85,8 @@ func (r *rs) call(oi int, id, callID, name, args string, n int) *rs {
 	return r
 }
 
-// reasoning streams a reasoning item at output_index oi with a one-part summary, and its encrypted content in
-// the done item.
+// reasoning streams a reasoning item at output_index oi with a one-part summary, and its encrypted
+// content in the done item.
 func (r *rs) reasoning(oi int, id, summary string) *rs {
 	at := `"item_id":"` + id + `","output_index":` + itoa(oi) + `,"summary_index":0`
 	r.ev("response.output_item.added", `{"output_index":`+itoa(oi)+`,"item":{"id":"`+id+`","type":"reasoning","summary":[]}}`)
@@ -118,8 +118,8 @@ type call struct {
 	CallID, Name, Args string
 }
 
-// view is what a client makes of a stream: output items by the output_index it was shown, assembled from the
-// events; and the final response's output.
+// view is what a client makes of a stream: output items by the output_index it was shown, assembled
+// from the events; and the final response's output.
 type view struct {
 	Types     []string // item type by output_index, in the order output_item.added arrived
 	Text      string   // all output_text deltas
@@ -131,8 +131,8 @@ type view struct {
 	After     int    // events after an error or the final response
 }
 
-// assemble reads an output stream as a strict client: it checks that sequence numbers increase, that items
-// are added at output_index 0, 1, 2, ... and that every event of an item uses its index.
+// assemble reads an output stream as a strict client: it checks that sequence numbers increase,
+// that items are added at output_index 0, 1, 2, ... and that every event of an item uses its index.
 func assemble(t testing.TB, out []byte) view {
 	t.Helper()
 	var v view
@@ -218,8 +218,8 @@ func (v view) finalTypes() []string {
 	return ts
 }
 
-// runStream pipes input through a Stream and returns the output, the decisions and the count of blocked
-// calls. With split > 0 the upstream returns 1..split bytes per Read.
+// runStream pipes input through a Stream and returns the output, the decisions and the count of
+// blocked calls. With split > 0 the upstream returns 1..split bytes per Read.
 func runStream(t testing.TB, input string, c *vet.Checker, split int, seed uint64) ([]byte, []vet.Decision, int) {
 	t.Helper()
 	return relaytest.Run(t, input, split, seed, relaytest.Opener(NewStream, c))

@@ -8,19 +8,20 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// A Responses request that continues with previous_response_id carries only its new input: the rest of the
-// conversation is upstream, out of the body's sight. The information-flow rules (policy/flow) need it — the
-// user's earlier messages are where a value's provenance usually lies, the calls already made count against
-// a budget, a confirmation code answers a notice shown earlier. Asking the upstream for it would cost two
-// more round trips per request (the stored input items and output) and would show the calls promptgate
-// refused, not the notices the client was shown. So the surface keeps its own record, per response id, of
-// what it relayed: the request's input items as the client sent them and the output as the client was shown
-// it, with the id the request continued. A continuing request's history is that chain, oldest first; where
-// a link is missing (forgotten, another instance served it, the response was not created through
-// promptgate, or the protocol then had no information-flow rule), the history is not known and the rules
-// count it as unseen: fail closed. The record is kept only for requests whose protocol has information-flow
-// rules and that let the upstream store the response (store is not false), and it is bounded by count and
-// by bytes, the least recently used forgotten first.
+// A Responses request that continues with previous_response_id carries only its new input: the rest
+// of the conversation is upstream, out of the body's sight. The information-flow rules
+// (policy/flow) need it — the user's earlier messages are where a value's provenance usually lies,
+// the calls already made count against a budget, a confirmation code answers a notice shown
+// earlier. Asking the upstream for it would cost two more round trips per request (the stored input
+// items and output) and would show the calls promptgate refused, not the notices the client was
+// shown. So the surface keeps its own record, per response id, of what it relayed: the request's
+// input items as the client sent them and the output as the client was shown it, with the id the
+// request continued. A continuing request's history is that chain, oldest first; where a link is
+// missing (forgotten, another instance served it, the response was not created through promptgate,
+// or the protocol then had no information-flow rule), the history is not known and the rules count
+// it as unseen: fail closed. The record is kept only for requests whose protocol has
+// information-flow rules and that let the upstream store the response (store is not false), and it
+// is bounded by count and by bytes, the least recently used forgotten first.
 
 // defaultHistoryBytes bounds what the record of relayed conversations holds.
 const defaultHistoryBytes = 64 << 20
@@ -48,8 +49,8 @@ func newHistoryMemory(max int) *historyMemory {
 	return &historyMemory{max: max, maxBytes: defaultHistoryBytes, byID: map[string]*list.Element{}, order: list.New()}
 }
 
-// record keeps what response id added to the conversation that continued prev ("" when it started one).
-// The first record of an id stays.
+// record keeps what response id added to the conversation that continued prev ("" when it started
+// one). The first record of an id stays.
 func (m *historyMemory) record(id, prev string, items []byte) {
 	if id == "" || len(items) > m.maxBytes {
 		return
@@ -70,8 +71,8 @@ func (m *historyMemory) record(id, prev string, items []byte) {
 	m.bytes += len(items)
 }
 
-// chain returns the conversation up to and including response id, as one JSON array of items, oldest
-// first; nil when a link of it is not known.
+// chain returns the conversation up to and including response id, as one JSON array of items,
+// oldest first; nil when a link of it is not known.
 func (m *historyMemory) chain(id string) []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -105,8 +106,9 @@ func (m *historyMemory) chain(id string) []byte {
 	return append(out, ']')
 }
 
-// turnItems is the JSON array of what one request and its response add to the conversation: the request's
-// input (a string input is one user message) and the output shown. nil when either is not of its shape.
+// turnItems is the JSON array of what one request and its response add to the conversation: the
+// request's input (a string input is one user message) and the output shown. nil when either is not
+// of its shape.
 func turnItems(input gjson.Result, output []byte) []byte {
 	out := gjson.ParseBytes(output)
 	if !out.IsArray() {

@@ -7,8 +7,8 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// TestHistoryMemoryBounds: the record forgets the least recently used turn past its count or its bytes; a
-// chain with a forgotten link is unknown (nil), and a lookup keeps a chain's turns in use.
+// TestHistoryMemoryBounds: the record forgets the least recently used turn past its count or its
+// bytes; a chain with a forgotten link is unknown (nil), and a lookup keeps a chain's turns in use.
 func TestHistoryMemoryBounds(t *testing.T) {
 	t.Parallel()
 	m := newHistoryMemory(3)
@@ -42,8 +42,8 @@ func TestHistoryMemoryBounds(t *testing.T) {
 	}
 }
 
-// TestTurnItems: a string input is one user message; an input of another shape, or an output that is not an
-// array, records nothing.
+// TestTurnItems: a string input is one user message; an input of another shape, or an output that
+// is not an array, records nothing.
 func TestTurnItems(t *testing.T) {
 	t.Parallel()
 	got := turnItems(gjson.Parse(`"hi \"there\""`), []byte(`[{"type":"message","role":"assistant","content":[]}]`))

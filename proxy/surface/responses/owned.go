@@ -12,14 +12,14 @@ import (
 
 var _ surface.Stored = (*Surface)(nil)
 
-// bodyNamingPaths are the passed-through POST /v1/responses/{name} endpoints whose body may name a response
-// (previous_response_id): not a response id in the path.
+// bodyNamingPaths are the passed-through POST /v1/responses/{name} endpoints whose body may name a
+// response (previous_response_id): not a response id in the path.
 var bodyNamingPaths = []string{"input_tokens", "compact"}
 
-// Names reads what a passed-through request names of the responses the upstream stores, under every reading
-// of its path (surface.LoosePaths): any method but POST on /v1/responses lists them; /v1/responses/{id}[/...]
-// names response id (retrieve, delete, cancel, input_items), except POST /v1/responses/input_tokens and
-// /compact, whose body may name one.
+// Names reads what a passed-through request names of the responses the upstream stores, under every
+// reading of its path (surface.LoosePaths): any method but POST on /v1/responses lists them;
+// /v1/responses/{id}[/...] names response id (retrieve, delete, cancel, input_items), except POST
+// /v1/responses/input_tokens and /compact, whose body may name one.
 func (*Surface) Names(r *http.Request) surface.Naming {
 	var n surface.Naming
 	prefix := Path + "/"
@@ -39,7 +39,8 @@ func (*Surface) Names(r *http.Request) surface.Naming {
 	return n
 }
 
-// bodyNaming reports whether POST /v1/responses/{name} is an endpoint whose body may name a response.
+// bodyNaming reports whether POST /v1/responses/{name} is an endpoint whose body may name a
+// response.
 func bodyNaming(name string) bool {
 	for _, p := range bodyNamingPaths {
 		if strings.EqualFold(name, p) {
@@ -49,9 +50,9 @@ func bodyNaming(name string) bool {
 	return false
 }
 
-// BodyNames is the response a request body continues: previous_response_id, under every top-level key that
-// a case-insensitive reader (Go's encoding/json, strings.EqualFold's folding) takes for it. A value that is
-// not a string, or is empty, names none: no stored response has it.
+// BodyNames is the response a request body continues: previous_response_id, under every top-level
+// key that a case-insensitive reader (Go's encoding/json, strings.EqualFold's folding) takes for
+// it. A value that is not a string, or is empty, names none: no stored response has it.
 func (*Surface) BodyNames(body []byte) []surface.Name {
 	var out []surface.Name
 	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {

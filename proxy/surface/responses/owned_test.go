@@ -11,9 +11,10 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface"
 )
 
-// FuzzBodyNamesAgreeWithEncodingJSON: the response a body continues, as Go's encoding/json reads it into a
-// struct (case-insensitive keys, the last match winning) — the most permissive reader an upstream may use —
-// is among those BodyNames reads, so that the check of who owns it holds whichever reader acts on it.
+// FuzzBodyNamesAgreeWithEncodingJSON: the response a body continues, as Go's encoding/json reads it
+// into a struct (case-insensitive keys, the last match winning) — the most permissive reader an
+// upstream may use — is among those BodyNames reads, so that the check of who owns it holds
+// whichever reader acts on it.
 func FuzzBodyNamesAgreeWithEncodingJSON(f *testing.F) {
 	for _, seed := range []string{
 		`{"model":"m","previous_response_id":"resp_1"}`,

@@ -3,8 +3,10 @@ package responses
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
@@ -21,18 +23,19 @@ const (
 	reqInstructions       = "instructions"
 	reqInput              = "input"
 	reqPreviousResponseID = "previous_response_id"
-	// reqPrompt is a stored prompt ({"id":"pmpt_...","version":...,"variables":...}): instructions and tools
-	// kept upstream, which promptgate never sees.
+	// reqPrompt is a stored prompt ({"id":"pmpt_...","version":...,"variables":...}): instructions
+	// and tools kept upstream, which promptgate never sees.
 	reqPrompt = "prompt"
 )
 
-// parse reads a validated Responses API body. instructions must be a string (or null), input a string or an
-// array of objects (or absent), tools an array, prompt an object with a string id (or null). Application holds
-// the client's own instructions, then the texts of its system and developer input items, in order; a
-// function or custom tool is declared by its name, a built-in tool (web_search, file_search,
-// code_interpreter, mcp, ...) by its type, and several entries of one built-in type (two mcp servers, say) are
-// one tool: only the first is listed, and the others follow its fate. LatestUser is the text of the last user
-// input item, or the input itself when it is a string.
+// parse reads a validated Responses API body. instructions must be a string (or null), input a
+// string or an array of objects (or absent), tools an array, prompt an object with a string id (or
+// null). Application holds the client's own instructions, then the texts of its system and
+// developer input items, in order; a function or custom tool is declared by its name, a built-in
+// tool (web_search, file_search, code_interpreter, mcp, ...) by its type, and several entries of
+// one built-in type (two mcp servers, say) are one tool: only the first is listed, and the others
+// follow its fate. LatestUser is the text of the last user input item, or the input itself when it
+// is a string.
 func parse(b *assembly.Body) (surface.Request, error) {
 	r := surface.Request{
 		Model:  b.Get(reqModel).String(),
@@ -89,8 +92,9 @@ func parse(b *assembly.Body) (surface.Request, error) {
 	return r, nil
 }
 
-// responsesTool reads one "tools" entry of a Responses body: {"type":"function","name":...,"parameters":...},
-// {"type":"custom","name":...}, or a built-in tool, which is governed by its type name (builtin is true).
+// responsesTool reads one "tools" entry of a Responses body:
+// {"type":"function","name":...,"parameters":...}, {"type":"custom","name":...}, or a built-in
+// tool, which is governed by its type name (builtin is true).
 func responsesTool(v gjson.Result) (t policy.Tool, builtin bool) {
 	switch typ := v.Get("type").String(); typ {
 	case "function", "":
@@ -102,10 +106,10 @@ func responsesTool(v gjson.Result) (t policy.Tool, builtin bool) {
 	}
 }
 
-// checkToolChoice checks tool_choice against the kept tools: "required" with nothing kept, or a choice
-// naming a tool that is not kept ({"type":"function","name":X}, {"type":"custom","name":X}, a built-in type
-// such as {"type":"web_search_preview"} or {"type":"mcp",...}, or an entry of {"type":"allowed_tools",
-// "tools":[...]}), is a 400 tool_choice_not_allowed.
+// checkToolChoice checks tool_choice against the kept tools: "required" with nothing kept, or a
+// choice naming a tool that is not kept ({"type":"function","name":X}, {"type":"custom","name":X},
+// a built-in type such as {"type":"web_search_preview"} or {"type":"mcp",...}, or an entry of
+// {"type":"allowed_tools", "tools":[...]}), is a 400 tool_choice_not_allowed.
 func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	keptSet := assembly.NameSet(kept)
 	tc := b.Get(reqToolChoice)
@@ -139,15 +143,15 @@ func checkToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return nil
 }
 
-// rewrite returns the upstream body of a /v1/responses request: instructions replaced by the layered
-// prompt (which holds the client's instructions and system/developer input items as APPLICATION INSTRUCTIONS),
-// those input items removed from an input array (a string input stays as it is), tools filtered to the kept
-// ones, the promptgate field removed. Every other byte — previous_response_id, conversation, store, unknown
-// fields — stays as the client sent it.
+// rewrite returns the upstream body of a /v1/responses request: instructions replaced by the
+// layered prompt (which holds the client's instructions and system/developer input items as
+// APPLICATION INSTRUCTIONS), those input items removed from an input array (a string input stays as
+// it is), tools filtered to the kept ones, the promptgate field removed. Every other byte —
+// previous_response_id, conversation, store, unknown fields — stays as the client sent it.
 //
 // The runtime context always stays in instructions: input items are stored with the conversation
-// (previous_response_id), so a per-turn context item there would pile up in later turns. Callers build p
-// without the structured channel.
+// (previous_response_id), so a per-turn context item there would pile up in later turns. Callers
+// build p without the structured channel.
 //
 // The edits are made by one executor (Body.Apply), in one new body.
 func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
@@ -166,14 +170,34 @@ func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny
 	if err != nil {
 		return nil, fmt.Errorf("responses: rewrite: %w", err)
 	}
+	if p.VetHostedMCP {
+		if out, err = approveAlways(out); err != nil {
+			return nil, fmt.Errorf("responses: rewrite: %w", err)
+		}
+	}
 	if p.DatamarkToolOutput {
 		return datamark(out)
 	}
 	return out, nil
 }
 
-// inputOthers are the input items other than system and developer messages, and whether any was left out:
-// the roles parse read (Body.Roles), else, for items it does not take, each item's role.
+// approveAlways makes every hosted MCP tool of an upstream body (tools entries of type mcp) ask for
+// approval of every call: require_approval "always", whatever the client sent.
+func approveAlways(body []byte) ([]byte, error) {
+	var err error
+	i := 0
+	gjson.GetBytes(body, reqTools).ForEach(func(_, v gjson.Result) bool {
+		if strings.EqualFold(v.Get("type").String(), hostedMCP) { // as a case-insensitive upstream reads it
+			body, err = sjson.SetBytes(body, reqTools+"."+strconv.Itoa(i)+".require_approval", "always")
+		}
+		i++
+		return err == nil
+	})
+	return body, err
+}
+
+// inputOthers are the input items other than system and developer messages, and whether any was
+// left out: the roles parse read (Body.Roles), else, for items it does not take, each item's role.
 func inputOthers(b *assembly.Body, in gjson.Result) (others []string, dropped bool) {
 	if roles, err := b.Roles(reqInput); err == nil {
 		return roles.Others, len(roles.Application) > 0
@@ -190,8 +214,8 @@ func inputOthers(b *assembly.Body, in gjson.Result) (others []string, dropped bo
 	return others, dropped
 }
 
-// toolName is the name a tools entry is governed by, and whether it is a built-in tool, whose entries of one
-// type are shared (assembly.KeptTools).
+// toolName is the name a tools entry is governed by, and whether it is a built-in tool, whose
+// entries of one type are shared (assembly.KeptTools).
 func toolName(v gjson.Result) (string, bool) {
 	t, builtin := responsesTool(v)
 	return t.Name, builtin

@@ -9,8 +9,9 @@ import (
 	"github.com/promptgate/promptgate/assembly/assemblytest"
 )
 
-// conversationRequest is a Responses request of about 4 KB: three tools with JSON schemas, user/assistant
-// turns, a promptgate member with a small context, and, with instructions, the client's own.
+// conversationRequest is a Responses request of about 4 KB: three tools with JSON schemas,
+// user/assistant turns, a promptgate member with a small context, and, with instructions, the
+// client's own.
 func conversationRequest(tb testing.TB, instructions bool) []byte {
 	tb.Helper()
 	type tool struct {
@@ -52,8 +53,8 @@ func conversationRequest(tb testing.TB, instructions bool) []byte {
 	return body
 }
 
-// BenchmarkRewrite measures the rewrite of a conversation with one of its three tools removed: with the
-// client's instructions replaced, and with none (instructions added).
+// BenchmarkRewrite measures the rewrite of a conversation with one of its three tools removed: with
+// the client's instructions replaced, and with none (instructions added).
 func BenchmarkRewrite(b *testing.B) {
 	for _, c := range []struct {
 		name         string

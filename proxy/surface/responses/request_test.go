@@ -12,7 +12,8 @@ import (
 	"github.com/promptgate/promptgate/policy"
 )
 
-// TestResponsesStoredPrompt: prompt names a stored prompt by a string id; null is none; other forms are refused.
+// TestResponsesStoredPrompt: prompt names a stored prompt by a string id; null is none; other forms
+// are refused.
 func TestResponsesStoredPrompt(t *testing.T) {
 	r, err := parseResponses([]byte(`{"input":"x","prompt":{"id":"pmpt_1","version":"2","variables":{"a":"b"}}}`))
 	if err != nil || r.StoredPrompt != "pmpt_1" {

@@ -14,14 +14,15 @@ import (
 	"github.com/promptgate/promptgate/policy"
 )
 
-// sameAsEdits is assemblytest.SameAsReference of this surface's rewrite, against the edit-by-edit reference.
+// sameAsEdits is assemblytest.SameAsReference of this surface's rewrite, against the edit-by-edit
+// reference.
 func sameAsEdits(t *testing.T, body []byte, p assembly.Prompt, kept []policy.Tool, removed bool) []byte {
 	t.Helper()
 	return assemblytest.SameAsReference(t, rewrite, rewriteEdits, body, p, kept, removed)
 }
 
-// rewriteEdits is the rewrite made edit by edit with sjson, each edit copying the body, as it was before the
-// one executor: the reference the executor's documents must equal.
+// rewriteEdits is the rewrite made edit by edit with sjson, each edit copying the body, as it was
+// before the one executor: the reference the executor's documents must equal.
 func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	// The layered prompt is escaped from its pieces straight into the value (no joined copy of it).
 	out, err := sjson.SetRawBytes(body, reqInstructions, p.AppendSystemJSON(make([]byte, 0, p.SystemJSONSize())))
@@ -66,9 +67,9 @@ func rewriteEdits(body []byte, p assembly.Prompt, kept []policy.Tool, removedAny
 	return assemblytest.RemoveExtension(out)
 }
 
-// spliceSeeds are bodies for the splice: instructions absent or not, promptgate first, in the middle, last,
-// alone, system and developer input items, a string input, tools, whitespace and escapes around keys, the
-// body wrapped in whitespace.
+// spliceSeeds are bodies for the splice: instructions absent or not, promptgate first, in the
+// middle, last, alone, system and developer input items, a string input, tools, whitespace and
+// escapes around keys, the body wrapped in whitespace.
 var spliceSeeds = []string{
 	`{"model":"m","input":[{"role":"user","content":"hi"}],"promptgate":{"user":"u"}}`,
 	`{"promptgate":{"context":{"a":"}\""}},"instructions":"i","input":"hi"}`,
@@ -83,10 +84,10 @@ var spliceSeeds = []string{
 	`{"input":[{"role":"user","content":"u"}],"previous_response_id":"resp_1","store":true,"promptgate":{"conversation":"c"},"z":[1,{"promptgate":1}]}`,
 }
 
-// TestRewriteSplicedFallbacks: the splice answers in the common case and leaves to the edit-by-edit rewrite
-// each case it does not make (datamarking, the tools filtered to nothing, an input item that is not an object,
-// a member sjson would append other than before the closing brace), and rewrite's bytes are the edits' every
-// time.
+// TestRewriteSplicedFallbacks: the splice answers in the common case and leaves to the edit-by-edit
+// rewrite each case it does not make (datamarking, the tools filtered to nothing, an input item
+// that is not an object, a member sjson would append other than before the closing brace), and
+// rewrite's bytes are the edits' every time.
 func TestRewriteShapes(t *testing.T) {
 	t.Parallel()
 	f, g := policy.Tool{Name: "f"}, policy.Tool{Name: "g"}
@@ -123,8 +124,8 @@ func TestRewriteShapes(t *testing.T) {
 	}
 }
 
-// TestRewriteSpliceSameBytes checks that rewrite gives the very bytes of the edit-by-edit rewrite, whatever
-// the members' order, the whitespace around them, the input and which tools go.
+// TestRewriteSpliceSameBytes checks that rewrite gives the very bytes of the edit-by-edit rewrite,
+// whatever the members' order, the whitespace around them, the input and which tools go.
 func TestRewriteSameAsReference(t *testing.T) {
 	t.Parallel()
 	members := map[string]string{

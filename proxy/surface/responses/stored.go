@@ -20,34 +20,39 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface"
 )
 
-// The OpenAI Responses API stores a response upstream (store defaults to true), blocked calls included:
-// promptgate removed them from what the client saw, not from what OpenAI kept. Two things then go wrong
-// without help: a conversation continued with previous_response_id is refused upstream, because every
-// function_call of the previous response needs a function_call_output; and GET /v1/responses/{id} would show
-// the client the call it was refused. The proxy therefore remembers, per response id, the calls it blocked
-// (a bounded, per-instance memory), answers them on the next turn with a function_call_output that says the
-// call was blocked and not run, and removes them from a retrieved stored response.
+// The OpenAI Responses API stores a response upstream (store defaults to true), blocked calls
+// included: promptgate removed them from what the client saw, not from what OpenAI kept. Two things
+// then go wrong without help: a conversation continued with previous_response_id is refused
+// upstream, because every function_call of the previous response needs a function_call_output; and
+// GET /v1/responses/{id} would show the client the call it was refused. The proxy therefore
+// remembers, per response id, the calls it blocked (a bounded, per-instance memory), answers them
+// on the next turn with a function_call_output that says the call was blocked and not run, and
+// removes them from a retrieved stored response.
 //
-// A background response (POST /v1/responses with "background": true) is answered at once, queued, without
-// output; its calls only appear when the app retrieves it (GET /v1/responses/{id}, or streamed with
-// ?stream=true). For such a response the same memory keeps the policy of the request that created it, and
-// every retrieval is vetted with that policy exactly like a synchronous answer (vetStored).
+// A background response (POST /v1/responses with "background": true) is answered at once, queued,
+// without output; its calls only appear when the app retrieves it (GET /v1/responses/{id}, or
+// streamed with ?stream=true). For such a response the same memory keeps the policy of the request
+// that created it, and every retrieval is vetted with that policy exactly like a synchronous answer
+// (vetStored).
 
-// defaultStoredResponses is how many responses the memory keeps (oldest forgotten first): those with a
-// blocked call and background responses.
+// defaultStoredResponses is how many responses the memory keeps (oldest forgotten first): those
+// with a blocked call and background responses.
 const defaultStoredResponses = 10000
 
-// defaultBackgroundBytes bounds what the policies kept for background responses hold (tool names and schemas,
-// copied out of their requests): past it, the oldest responses are forgotten first.
+// defaultBackgroundBytes bounds what the policies kept for background responses hold (tool names
+// and schemas, copied out of their requests): past it, the oldest responses are forgotten first.
 const defaultBackgroundBytes = 256 << 20
 
 // blockedCall is one call the proxy refused in a Responses answer.
 type blockedCall struct {
 	CallID, Tool, Reason string
+	// Approval: the approval request of a hosted MCP call (hosted.go), answered by a denial.
+	Approval bool
 }
 
-// blockedMemory maps a Responses response id to what the proxy must remember of it: the calls blocked in it
-// and, for a background response, the policy its retrievals are vetted with. Safe for concurrent use.
+// blockedMemory maps a Responses response id to what the proxy must remember of it: the calls
+// blocked in it and, for a background response, the policy its retrievals are vetted with. Safe for
+// concurrent use.
 type blockedMemory struct {
 	mu    sync.Mutex
 	max   int
@@ -55,8 +60,8 @@ type blockedMemory struct {
 	order *list.List // of *memEntry, oldest at the front
 	// bytes is the size of the background policies kept; maxBytes bounds it.
 	bytes, maxBytes int
-	// callIDs counts, per call id, the entries that hold a blocked call of that id: an input item listing
-	// drops the items of those calls whichever response lists them.
+	// callIDs counts, per call id, the entries that hold a blocked call of that id: an input item
+	// listing drops the items of those calls whichever response lists them.
 	callIDs map[string]int
 }
 
@@ -68,39 +73,42 @@ type memEntry struct {
 	shown *Shown
 }
 
-// Shown is what the client was shown of a response in which a call did not reach it (blocked, held, or
-// refused and answered by promptgate in continue mode), for a later retrieval to show again: the upstream
-// stores the response as it answered it.
+// Shown is what the client was shown of a response in which a call did not reach it (blocked, held,
+// or refused and answered by promptgate in continue mode), for a later retrieval to show again: the
+// upstream stores the response as it answered it.
 type Shown struct {
 	// Output is the response's output array as the client was shown it.
 	Output []byte
-	// Usage is the usage the client was shown; kept only for a continued response, whose usage is every
-	// round's, summed (the upstream stores the last round's).
+	// Usage is the usage the client was shown; kept only for a continued response, whose usage is
+	// every round's, summed (the upstream stores the last round's).
 	Usage []byte
-	// Blocked counts the calls the client did not get, in every round; Rounds how many times the response
-	// was continued.
+	// Blocked counts the calls the client did not get, in every round; Rounds how many times the
+	// response was continued.
 	Blocked, Rounds int
 }
 
 // size is what the memory holds of s.
 func (s *Shown) size() int { return len(s.Output) + len(s.Usage) }
 
-// bgPolicy is what a background response's retrievals are vetted with: the policy of the request that
-// created it (a fresh vet.Checker is built from it per retrieval, since a Checker remembers the call ids it
-// has seen) and the protocol, for the decision log. It also keeps which decisions were recorded, so that a
-// response polled many times logs each call's decision once.
+// bgPolicy is what a background response's retrievals are vetted with: the policy of the request
+// that created it (a fresh vet.Checker is built from it per retrieval, since a Checker remembers
+// the call ids it has seen) and the protocol, for the decision log. It also keeps which decisions
+// were recorded, so that a response polled many times logs each call's decision once.
 type bgPolicy struct {
 	policy          vet.Policy
 	protocol        string
 	protocolVersion int
-	size            int // bytes held, for the memory's bound
+	// hosted: promptgate answers hosted MCP approval requests (vetHostedCalls); a retrieval cannot
+	// continue, so they are left unanswered, each replaced by a notice.
+	hosted bool
+	size   int // bytes held, for the memory's bound
 
 	mu      sync.Mutex
 	decided map[string]bool
 }
 
-// newBgPolicy keeps p for a background response. The tool names and schemas are copied, so that the memory
-// does not keep the whole request body they were read from.
+// newBgPolicy keeps p for a background response. The tool names and schemas are copied, so that the
+// memory does not keep the whole request body they were read from.
 func newBgPolicy(p vet.Policy, protocol string, protocolVersion int) *bgPolicy {
 	size := 256
 	allowed := make(map[string]bool, len(p.Allowed))
@@ -120,9 +128,9 @@ func newBgPolicy(p vet.Policy, protocol string, protocolVersion int) *bgPolicy {
 	return &bgPolicy{policy: p, protocol: protocol, protocolVersion: protocolVersion, size: size}
 }
 
-// firstTime reports whether d was not recorded before for this response (and marks it recorded). A decision
-// is the same when its call id, tool, verdict, reason, rule and argument bytes are; a call without an id is
-// known by its place in the output.
+// firstTime reports whether d was not recorded before for this response (and marks it recorded). A
+// decision is the same when its call id, tool, verdict, reason, rule and argument bytes are; a call
+// without an id is known by its place in the output.
 func (b *bgPolicy) firstTime(d vet.Decision) bool {
 	sum := sha256.Sum256(d.Args)
 	call := d.CallID
@@ -150,8 +158,8 @@ func newBlockedMemory(max int) *blockedMemory {
 		callIDs: map[string]int{}}
 }
 
-// entry returns the entry of response id, adding it (and forgetting the oldest) when there is none. The
-// caller holds m.mu.
+// entry returns the entry of response id, adding it (and forgetting the oldest) when there is none.
+// The caller holds m.mu.
 func (m *blockedMemory) entry(id string) *memEntry {
 	if el, ok := m.byID[id]; ok {
 		return el.Value.(*memEntry)
@@ -183,7 +191,8 @@ func (m *blockedMemory) forgetOldest() {
 	m.order.Remove(oldest)
 }
 
-// remember adds a blocked call of response id. A call without an id cannot be answered and is not kept.
+// remember adds a blocked call of response id. A call without an id cannot be answered and is not
+// kept.
 func (m *blockedMemory) remember(id string, c blockedCall) {
 	if id == "" || c.CallID == "" {
 		return
@@ -216,8 +225,8 @@ func (m *blockedMemory) blockedCallIDs(ids []string) map[string]bool {
 	return out
 }
 
-// rememberBackground keeps the policy that the retrievals of background response id are vetted with. The
-// first one kept for an id stays.
+// rememberBackground keeps the policy that the retrievals of background response id are vetted
+// with. The first one kept for an id stays.
 func (m *blockedMemory) rememberBackground(id string, p *bgPolicy) {
 	if id == "" || p == nil {
 		return
@@ -227,7 +236,8 @@ func (m *blockedMemory) rememberBackground(id string, p *bgPolicy) {
 	if el, ok := m.byID[id]; ok && el.Value.(*memEntry).bg != nil {
 		return
 	}
-	// Room for its bytes: the oldest responses go first (never the newest policy itself, whatever its size).
+	// Room for its bytes: the oldest responses go first (never the newest policy itself, whatever
+	// its size).
 	for m.bytes+p.size > m.maxBytes && m.order.Len() > 0 && m.order.Front().Value.(*memEntry).id != id {
 		m.forgetOldest()
 	}
@@ -235,8 +245,8 @@ func (m *blockedMemory) rememberBackground(id string, p *bgPolicy) {
 	m.bytes += p.size
 }
 
-// rememberShown keeps what the client was shown of response id, where a call in it did not reach the client.
-// The first one kept for an id stays.
+// rememberShown keeps what the client was shown of response id, where a call in it did not reach
+// the client. The first one kept for an id stays.
 func (m *blockedMemory) rememberShown(id string, s *Shown) {
 	if id == "" || s == nil || len(s.Output) == 0 {
 		return
@@ -293,17 +303,33 @@ func blockedOutput(c blockedCall) string {
 	return vet.Notice(vet.Decision{Tool: c.Tool, Reason: c.Reason}) + " (the call was not run)"
 }
 
-// answerBlocked puts a function_call_output for every blocked call of the previous response that the
-// request does not answer itself at the front of the request's input, so that the upstream accepts the
-// continuation. A string input becomes a user message after them.
+// answerBlocked puts a function_call_output for every blocked call of the previous response that
+// the request does not answer itself at the front of the request's input, so that the upstream
+// accepts the continuation, and an mcp_approval_response denying every blocked approval request of
+// a hosted MCP call: a client's own answer to one of those is made a denial too (the approval is
+// promptgate's). A string input becomes a user message after them.
 func answerBlocked(body []byte, calls []blockedCall) ([]byte, int, error) {
 	input := gjson.GetBytes(body, "input")
 	answered := map[string]bool{}
+	denied := map[string]bool{}
+	for _, c := range calls {
+		denied[c.CallID] = c.Approval
+	}
+	var inputs []string // the input items, a client's approval of a denied request made a denial
 	if input.IsArray() {
 		for _, it := range input.Array() {
-			if it.Get("type").Str == "function_call_output" {
+			raw := it.Raw
+			switch it.Get("type").Str {
+			case "function_call_output":
 				answered[it.Get("call_id").Str] = true
+			case "mcp_approval_response":
+				id := it.Get("approval_request_id").Str
+				answered[id] = true
+				if denied[id] && it.Get("approve").Type != gjson.False {
+					raw, _ = sjson.Set(raw, "approve", false)
+				}
 			}
+			inputs = append(inputs, raw)
 		}
 	}
 	var items []string
@@ -315,13 +341,17 @@ func answerBlocked(body []byte, calls []blockedCall) ([]byte, int, error) {
 		if err == nil {
 			it, err = sjson.Set(it, "output", blockedOutput(c))
 		}
+		if c.Approval {
+			it = string(approvalResponse(relay.Answered{ID: c.CallID, Approval: true, Result: blockedOutput(c)}))
+		}
 		if err != nil {
 			return body, 0, fmt.Errorf("responses: answer blocked call: %w", err)
 		}
 		items = append(items, it)
 	}
 	answers := len(items)
-	if answers == 0 {
+	overridden := input.IsArray() && !sameItems(input, inputs)
+	if answers == 0 && !overridden {
 		return body, 0, nil
 	}
 	switch {
@@ -329,10 +359,7 @@ func answerBlocked(body []byte, calls []blockedCall) ([]byte, int, error) {
 	case input.Type == gjson.String:
 		items = append(items, `{"role":"user","content":`+input.Raw+`}`)
 	case input.IsArray():
-		input.ForEach(func(_, it gjson.Result) bool {
-			items = append(items, it.Raw)
-			return true
-		})
+		items = append(items, inputs...)
 	default:
 		return body, 0, errors.New("responses: input is neither a string nor an array")
 	}
@@ -340,12 +367,24 @@ func answerBlocked(body []byte, calls []blockedCall) ([]byte, int, error) {
 	if err != nil {
 		return body, 0, fmt.Errorf("responses: answer blocked calls: %w", err)
 	}
-	return out, answers, nil
+	return out, max(answers, 1), nil
 }
 
-// responsePath splits the path of a request to /v1/responses/{id}[/rest], read as a loose upstream router might
-// read it (a trailing slash, ;params, other letter case), so that no spelling escapes; ok is false for another
-// path.
+// sameItems reports whether the items of an input array are raw, unchanged.
+func sameItems(input gjson.Result, raw []string) bool {
+	i := 0
+	same := true
+	input.ForEach(func(_, it gjson.Result) bool {
+		same = i < len(raw) && it.Raw == raw[i]
+		i++
+		return same
+	})
+	return same && i == len(raw)
+}
+
+// responsePath splits the path of a request to /v1/responses/{id}[/rest], read as a loose upstream
+// router might read it (a trailing slash, ;params, other letter case), so that no spelling escapes;
+// ok is false for another path.
 func responsePath(r *http.Request) (id, rest string, ok bool) {
 	p := surface.LoosePath(r)
 	prefix := Path + "/"
@@ -372,8 +411,8 @@ func inputItemsResponseID(r *http.Request) string {
 	return ""
 }
 
-// cancelledResponseID is the id of a POST /v1/responses/{id}/cancel request, or "": its answer is the response
-// object, with instructions.
+// cancelledResponseID is the id of a POST /v1/responses/{id}/cancel request, or "": its answer is
+// the response object, with instructions.
 func cancelledResponseID(r *http.Request) string {
 	if id, rest, ok := responsePath(r); ok && rest == "cancel" && r.Method == http.MethodPost {
 		return id
@@ -381,12 +420,13 @@ func cancelledResponseID(r *http.Request) string {
 	return ""
 }
 
-// stripStored shows a retrieved stored response as its create showed it: the calls this proxy blocked
-// removed (the output the client was shown, notices included, where the memory still has it; for a continued
-// response, the output of every round and their usage, summed), and the client's own instructions, with the
-// create's X-Promptgate-Blocked and X-Promptgate-Continued. A streamed retrieval of a response with a blocked
-// call cannot be edited call by call here: it is refused (403 tool_call_blocked) rather than shown; that of a
-// continued response gets the create's output and usage in its terminal event.
+// stripStored shows a retrieved stored response as its create showed it: the calls this proxy
+// blocked removed (the output the client was shown, notices included, where the memory still has
+// it; for a continued response, the output of every round and their usage, summed), and the
+// client's own instructions, with the create's X-Promptgate-Blocked and X-Promptgate-Continued. A
+// streamed retrieval of a response with a blocked call cannot be edited call by call here: it is
+// refused (403 tool_call_blocked) rather than shown; that of a continued response gets the create's
+// output and usage in its terminal event.
 func (s *Surface) stripStored(resp *http.Response, id string) error {
 	if resp.StatusCode != http.StatusOK {
 		return nil
@@ -448,8 +488,8 @@ func (s *Surface) stripStored(resp *http.Response, id string) error {
 	return nil
 }
 
-// asShown gives the response object at path ("" for the body itself) the output its create showed and, for a
-// continued response, the usage of every round.
+// asShown gives the response object at path ("" for the body itself) the output its create showed
+// and, for a continued response, the usage of every round.
 func asShown(body []byte, path string, s *Shown) ([]byte, error) {
 	if path != "" {
 		path += "."
@@ -461,24 +501,18 @@ func asShown(body []byte, path string, s *Shown) ([]byte, error) {
 	return body, err
 }
 
-// stripInputItems removes from an input item listing (GET /v1/responses/{id}/input_items) every item of a call
-// this instance blocked: the call itself, where the upstream lists a chain of responses, and the
-// function_call_output promptgate sent in its place on the next turn, which names the call's id. first_id and
-// last_id follow the items kept; has_more is the upstream's; X-Promptgate-Blocked counts the calls whose
-// items were removed.
+// stripInputItems removes from an input item listing (GET /v1/responses/{id}/input_items) every
+// item of a call this instance blocked: the call itself, where the upstream lists a chain of
+// responses, and the function_call_output promptgate sent in its place on the next turn, which
+// names the call's id. first_id and last_id follow the items kept; has_more is the upstream's;
+// X-Promptgate-Blocked counts the calls whose items were removed.
 func (s *Surface) stripInputItems(resp *http.Response) error {
-	if resp.StatusCode != http.StatusOK {
-		return nil
-	}
-	if err := surface.PlainBody(resp); err != nil {
-		return err
-	}
-	body, err := surface.ReadBody(resp)
-	if err != nil {
+	body, ok, err := surface.PassedJSON(resp, "the input item listing")
+	if !ok {
 		return err
 	}
 	data := gjson.GetBytes(body, "data")
-	if !gjson.ValidBytes(body) || !data.IsArray() {
+	if !data.IsArray() {
 		return fmt.Errorf("%w: the input item listing is not a JSON object with a data array", surface.ErrUpstreamMalformed)
 	}
 	items := data.Array()
@@ -529,21 +563,12 @@ func rawOrNull(r gjson.Result) []byte {
 	return []byte(r.Raw)
 }
 
-// echoCancelled gives a cancelled response (the answer of POST /v1/responses/{id}/cancel) the client's own
-// instructions.
+// echoCancelled gives a cancelled response (the answer of POST /v1/responses/{id}/cancel) the
+// client's own instructions.
 func (s *Surface) echoCancelled(resp *http.Response, id string) error {
-	if resp.StatusCode != http.StatusOK {
-		return nil
-	}
-	if err := surface.PlainBody(resp); err != nil {
+	body, ok, err := surface.PassedJSON(resp, "the cancelled response")
+	if !ok {
 		return err
-	}
-	body, err := surface.ReadBody(resp)
-	if err != nil {
-		return err
-	}
-	if !gjson.ValidBytes(body) {
-		return fmt.Errorf("%w: the cancelled response is not valid JSON", surface.ErrUpstreamMalformed)
 	}
 	if body, err = echoInstructions(body, "", s.echoes.lookup(id)); err != nil {
 		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
@@ -552,11 +577,15 @@ func (s *Surface) echoCancelled(resp *http.Response, id string) error {
 	return nil
 }
 
-// respTrack collects what one Responses exchange needs to remember: its response id, its blocked calls, the
-// output the client was shown where a call was blocked, and the client's own instructions.
+// respTrack collects what one Responses exchange needs to remember: its response id, its blocked
+// calls, the output the client was shown where a call was blocked, and the client's own
+// instructions.
 type respTrack struct {
 	mem    *blockedMemory
 	echoes *instructionMemory
+	// hosted: promptgate answers the approval requests of hosted MCP calls (vetHostedCalls;
+	// hosted.go).
+	hosted bool
 	// instructions is the client's own instructions value (raw JSON, null when none).
 	instructions []byte
 	// bg is set for a background request: the policy kept for its response id.
@@ -594,8 +623,9 @@ func (t *respTrack) setID(id string) {
 	case t.id == id:
 		return
 	case t.id != "":
-		// A continued response (onViolation "continue"): the upstream's next answer is a response of its
-		// own, the one the client continues from, and the decisions from here on are on its calls.
+		// A continued response (onViolation "continue"): the upstream's next answer is a response
+		// of its own, the one the client continues from, and the decisions from here on are on its
+		// calls.
 		t.id = id
 		t.bind(id)
 		t.echoes.remember(id, t.instructions)
@@ -637,7 +667,7 @@ func (t *respTrack) decision(d vet.Decision) {
 	if !d.Blocked() {
 		return
 	}
-	c := blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason}
+	c := blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason, Approval: t.hosted && d.Tool == hostedMCP}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.id == "" {
@@ -647,17 +677,17 @@ func (t *respTrack) decision(d vet.Decision) {
 	t.mem.remember(t.id, c)
 }
 
-// isBackground reports whether a rewritten Responses request asks for a background response. Any value
-// other than false or null counts: an upstream that reads a loose value as true must not leave the response
-// unvetted.
+// isBackground reports whether a rewritten Responses request asks for a background response. Any
+// value other than false or null counts: an upstream that reads a loose value as true must not
+// leave the response unvetted.
 func isBackground(body []byte) bool {
 	v := gjson.GetBytes(body, "background")
 	return v.Exists() && v.Type != gjson.False && v.Type != gjson.Null
 }
 
-// withholdInProgress removes from a retrieved response the call items that are still being generated
-// (status in_progress): their arguments are not complete, so they are neither vetted nor shown until a later
-// retrieval has them whole.
+// withholdInProgress removes from a retrieved response the call items that are still being
+// generated (status in_progress): their arguments are not complete, so they are neither vetted nor
+// shown until a later retrieval has them whole.
 func withholdInProgress(body []byte) ([]byte, error) {
 	output := gjson.GetBytes(body, "output")
 	if !output.IsArray() {
@@ -682,12 +712,13 @@ func withholdInProgress(body []byte) ([]byte, error) {
 	return sjson.SetRawBytes(body, "output", []byte("["+strings.Join(kept, ",")+"]"))
 }
 
-// vetStored vets a retrieval of background response id with the policy of the request that created it,
-// exactly like a synchronous answer: refuse removes a blocked call (with the notice where no call is left),
-// error answers 403 tool_call_blocked, audit passes it; a streamed retrieval goes through Stream. Each
-// decision is recorded in the decision log once per response, not on every poll; a blocked call is
-// remembered so that the next turn answers it. A retrieval that cannot be vetted (not JSON, an unexpected
-// status) fails as a malformed upstream answer (502 upstream_error).
+// vetStored vets a retrieval of background response id with the policy of the request that created
+// it, exactly like a synchronous answer: refuse removes a blocked call (with the notice where no
+// call is left), error answers 403 tool_call_blocked, audit passes it; a streamed retrieval goes
+// through Stream. Each decision is recorded in the decision log once per response, not on every
+// poll; a blocked call is remembered so that the next turn answers it. A retrieval that cannot be
+// vetted (not JSON, an unexpected status) fails as a malformed upstream answer (502
+// upstream_error).
 func (s *Surface) vetStored(resp *http.Response, h surface.Host, id string, bg *bgPolicy) error {
 	ctx := resp.Request.Context()
 	log := h.Log(ctx)
@@ -708,7 +739,7 @@ func (s *Surface) vetStored(resp *http.Response, h surface.Host, id string, bg *
 	record := h.Recorder(ctx, bg.protocol, bg.protocolVersion)
 	rec := func(d vet.Decision) {
 		if d.Blocked() {
-			s.blocked.remember(id, blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason})
+			s.blocked.remember(id, blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason, Approval: bg.hosted && d.Tool == hostedMCP})
 		}
 		if bg.firstTime(d) {
 			record(d)
@@ -716,7 +747,7 @@ func (s *Surface) vetStored(resp *http.Response, h surface.Host, id string, bg *
 	}
 	if ct == "text/event-stream" {
 		st := NewStream(resp.Body, checker, rec)
-		st.Instructions = instructions
+		st.Instructions, st.Hosted = instructions, bg.hosted
 		surface.StreamBody(resp, h.Relayed(ctx, st))
 		return nil
 	}
@@ -730,7 +761,11 @@ func (s *Surface) vetStored(resp *http.Response, h surface.Host, id string, bg *
 	if body, err = withholdInProgress(body); err != nil {
 		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
 	}
-	out, res, err := Body(body, checker, rec)
+	vetBody := Body
+	if bg.hosted {
+		vetBody = hostedBody
+	}
+	out, res, err := vetBody(body, checker, rec)
 	if err != nil {
 		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
 	}

@@ -98,8 +98,8 @@ func TestStoredResponseID(t *testing.T) {
 	}
 }
 
-// TestStoredResponseStreamRetrievalRefused: a streamed retrieval of a response with a blocked call is
-// refused rather than shown; one without is passed as it is.
+// TestStoredResponseStreamRetrievalRefused: a streamed retrieval of a response with a blocked call
+// is refused rather than shown; one without is passed as it is.
 func TestStoredResponseStreamRetrievalRefused(t *testing.T) {
 	s := New(Options{})
 	s.blocked.remember("resp_1", blockedCall{CallID: "call_evil", Tool: "web_fetch", Reason: "r"})
@@ -114,7 +114,8 @@ func TestStoredResponseStreamRetrievalRefused(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	wantBlockedError(t, resp, b)
-	// The content type is parsed as everywhere else: letter case and parameters do not hide a stream.
+	// The content type is parsed as everywhere else: letter case and parameters do not hide a
+	// stream.
 	for _, ct := range []string{"Text/Event-Stream; charset=utf-8", " text/event-stream;charset=UTF-8"} {
 		resp = mk("resp_1")
 		resp.Header.Set("Content-Type", ct)
@@ -131,7 +132,8 @@ func TestStoredResponseStreamRetrievalRefused(t *testing.T) {
 	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || !strings.Contains(string(b), "call_evil") {
 		t.Fatalf("an unrelated stream was changed: %d %s", resp.StatusCode, b)
 	}
-	// A malformed stored body of a response with blocked calls fails as a malformed upstream answer.
+	// A malformed stored body of a response with blocked calls fails as a malformed upstream
+	// answer.
 	req, _ := http.NewRequest(http.MethodGet, "http://h/v1/responses/resp_1", nil)
 	resp = &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: io.NopCloser(strings.NewReader(`{"output":[{"type":"function_call","call_id":"call_evil"}`)), Request: req}
@@ -181,8 +183,8 @@ func TestBlockedMemoryBackground(t *testing.T) {
 	}
 }
 
-// TestBlockedMemoryBackgroundBytes: the policies kept are bounded in bytes too (oldest forgotten first, the
-// newest always kept), and they hold copies, not the request's bytes.
+// TestBlockedMemoryBackgroundBytes: the policies kept are bounded in bytes too (oldest forgotten
+// first, the newest always kept), and they hold copies, not the request's bytes.
 func TestBlockedMemoryBackgroundBytes(t *testing.T) {
 	schema := []byte(`{"type":"object"}`)
 	pol := newBgPolicy(vet.Policy{Allowed: map[string]bool{"t": true}, Schemas: map[string][]byte{"t": schema}}, "p", 1)
@@ -222,8 +224,8 @@ func wantBlockedError(t *testing.T, resp *http.Response, b []byte) {
 	}
 }
 
-// TestCancelledResponseID: a cancel is POST /v1/responses/{id}/cancel, in any spelling a loose router reads as
-// it; nothing else is.
+// TestCancelledResponseID: a cancel is POST /v1/responses/{id}/cancel, in any spelling a loose
+// router reads as it; nothing else is.
 func TestCancelledResponseID(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ method, path, want string }{
@@ -243,9 +245,10 @@ func TestCancelledResponseID(t *testing.T) {
 	}
 }
 
-// TestInputItemsListing: an input item listing loses every item of a call this instance blocked (the call and
-// the answer promptgate sent for it), whichever response lists it; first_id and last_id follow; a listing
-// without them is passed unchanged; a malformed one fails; a call forgotten with its response is not dropped.
+// TestInputItemsListing: an input item listing loses every item of a call this instance blocked
+// (the call and the answer promptgate sent for it), whichever response lists it; first_id and
+// last_id follow; a listing without them is passed unchanged; a malformed one fails; a call
+// forgotten with its response is not dropped.
 func TestInputItemsListing(t *testing.T) {
 	s := New(Options{Remember: 1})
 	s.blocked.remember("resp_1", blockedCall{CallID: "call_evil", Tool: "send_money", Reason: "r"})

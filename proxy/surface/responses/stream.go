@@ -40,8 +40,8 @@ const (
 	pathRespInstructions = "response.instructions"
 )
 
-// Stream vets a streamed Responses API answer. Read yields the upstream SSE stream with every call held until
-// it is complete and vetted:
+// Stream vets a streamed Responses API answer. Read yields the upstream SSE stream with every call
+// held until it is complete and vetted:
 //
 //   - Events of other output items (text, built-in tool items) and of the response as a whole go out byte
 //     for byte as soon as they are complete. A reasoning item's events are held until the item after it is
@@ -75,8 +75,8 @@ const (
 //   - If the upstream ends (or fails) before a terminal event, held calls are dropped and the stream ends with
 //     an error event (code upstream_stream_truncated).
 //
-// Read returns whatever output it has before it reads upstream again, so each event reaches a caller that
-// flushes after every Read at once. A Stream is not safe for concurrent use.
+// Read returns whatever output it has before it reads upstream again, so each event reaches a
+// caller that flushes after every Read at once. A Stream is not safe for concurrent use.
 type Stream struct {
 	relay.Relay
 	c *vet.Checker
@@ -85,7 +85,8 @@ type Stream struct {
 	byID    map[string]int // item id -> upstream output_index
 	open    []*pending     // calls not yet vetted, in the order they started
 	nextOut int            // the output_index the next item that goes out gets
-	// shift is added to upstream sequence numbers; last is the last sequence number written (-1: none).
+	// shift is added to upstream sequence numbers; last is the last sequence number written (-1:
+	// none).
 	shift, last int64
 
 	finished bool // a terminal event (or an upstream error event) went out
@@ -93,31 +94,36 @@ type Stream struct {
 	// lead are the reasoning items whose follower is not known yet, in order: held until it is.
 	lead []*item
 
-	// OnResponseID, when set before the first Read, is called once with the response's id, from the first
-	// event that carries it (response.created), before any call of the response is vetted.
+	// OnResponseID, when set before the first Read, is called once with the response's id, from the
+	// first event that carries it (response.created), before any call of the response is vetted.
 	OnResponseID func(id string)
 	sawID        bool
-	// Instructions, when not nil, is the JSON value (the client's own instructions, or null) that replaces
-	// the instructions of every response object an event carries.
+	// Instructions, when not nil, is the JSON value (the client's own instructions, or null) that
+	// replaces the instructions of every response object an event carries.
 	Instructions []byte
-	// OnShown, when set before the first Read, is called with what the terminal event showed, when a call of
-	// the response did not reach the client (a continued response's included): what a later retrieval must
-	// show.
+	// OnShown, when set before the first Read, is called with what the terminal event showed, when
+	// a call of the response did not reach the client (a continued response's included): what a
+	// later retrieval must show.
 	OnShown func(Shown)
-	// OnFinal, when set before the first Read, is called with the output of the terminal event as it went
-	// out (response.completed, .incomplete or .failed).
+	// OnFinal, when set before the first Read, is called with the output of the terminal event as
+	// it went out (response.completed, .incomplete or .failed).
 	OnFinal func(output []byte)
+	// Hosted, when set before the first Read, vets the approval requests of hosted MCP calls as
+	// calls (vetHostedCalls): in a stream promptgate does not answer them, so each is blocked
+	// (hosted.go).
+	Hosted bool
 
-	// In continue mode (SetNext): the client's output_index and sequence numbers to go back to if the round is
-	// continued (taken at its first refusal); the ids of the notice items of refused calls, which the client
-	// does not keep then; the output items the client keeps of the rounds continued, and their usage, summed.
+	// In continue mode (SetNext): the client's output_index and sequence numbers to go back to if
+	// the round is continued (taken at its first refusal); the ids of the notice items of refused
+	// calls, which the client does not keep then; the output items the client keeps of the rounds
+	// continued, and their usage, summed.
 	rollback      streamMark
 	refusedNotice map[string]bool
 	kept          []string
 	roundsUsage   []byte
 
-	// args reads the argument deltas of a held call after the first of their shape (see argsTemplate), pass
-	// the events of an item that goes out as it comes (see passTemplate).
+	// args reads the argument deltas of a held call after the first of their shape (see
+	// argsTemplate), pass the events of an item that goes out as it comes (see passTemplate).
 	args argsTemplate
 	pass passTemplate
 }
@@ -134,8 +140,8 @@ var _ io.ReadCloser = (*Stream)(nil)
 type item struct {
 	client int      // the output_index the client sees; -1 until the item goes out
 	call   *pending // nil for an item that is not vetted
-	// held are the events of a reasoning item whose follower is not known yet (reasoning is true); nil once
-	// they went out or were dropped.
+	// held are the events of a reasoning item whose follower is not known yet (reasoning is true);
+	// nil once they went out or were dropped.
 	held      []heldEvent
 	reasoning bool
 	dropped   bool // a reasoning item withheld with the blocked call after it
@@ -162,7 +168,8 @@ type pending struct {
 	refused  bool              // blocked in continue mode, answered by promptgate if the round is continued
 	sum      [sha256.Size]byte // of the arguments, once vetted
 	notice   []byte            // the notice item that took its place (refuse)
-	// lead are the reasoning items right before the call: they go out before it, or are dropped with it.
+	// lead are the reasoning items right before the call: they go out before it, or are dropped
+	// with it.
 	lead []*item
 }
 
@@ -175,8 +182,8 @@ type meta struct {
 	hasOI  bool
 }
 
-// NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for every vetted
-// call.
+// NewStream wraps an upstream SSE body. c vets the calls; rec, which may be nil, is called for
+// every vetted call.
 func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stream {
 	s := &Stream{c: c, items: map[int]*item{}, byID: map[string]int{}, last: -1}
 	s.Relay = relay.New(upstream, rec, relay.Surface{
@@ -194,7 +201,12 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stre
 	return s
 }
 
-// malformed fails every held call: an event that a client might read differently from us was dropped.
+// isCall reports whether an item type is a call the stream vets (an approval request of a hosted
+// MCP call too, with Hosted).
+func (s *Stream) isCall(typ string) bool { return isCall(s.c, typ) || s.Hosted && typ == typeApproval }
+
+// malformed fails every held call: an event that a client might read differently from us was
+// dropped.
 func (s *Stream) malformed() {
 	for _, p := range s.open {
 		p.Fail(vet.ReasonMalformedStream)
@@ -208,7 +220,8 @@ func (s *Stream) event(ev sse.Event) {
 	}
 	data := ev.Data
 	if foldedKeys(data) {
-		// A client might read a call here that this package does not see: dropped, as a malformed event.
+		// A client might read a call here that this package does not see: dropped, as a malformed
+		// event.
 		s.malformed()
 		return
 	}
@@ -232,17 +245,17 @@ func (s *Stream) event(ev sse.Event) {
 		return // one response to the client: its created and in_progress went out in the first round
 	}
 	itemType := h.item.Get(pathType).String()
-	if typ != evItemAdded && typ != evItemDone && isCall(s.c, itemType) {
-		// A call item in an event that is neither its added nor its done: it cannot be vetted as a call
-		// there, and no client should take it from there either. Dropped.
+	if typ != evItemAdded && typ != evItemDone && s.isCall(itemType) {
+		// A call item in an event that is neither its added nor its done: it cannot be vetted as a
+		// call there, and no client should take it from there either. Dropped.
 		return
 	}
 	switch typ {
 	case evCompleted, evIncomplete, evFailed:
 	default:
-		// Any other event that carries a response snapshot (not only response.created and .in_progress, also
-		// one that names an output_index or item_id) has its call items removed: calls are vetted as they
-		// stream, or in the final response.
+		// Any other event that carries a response snapshot (not only response.created and
+		// .in_progress, also one that names an output_index or item_id) has its call items removed:
+		// calls are vetted as they stream, or in the final response.
 		if snap := s.snapshot(data); snap != nil {
 			data = s.clean(&ev, snap)
 			h = readHead(data)
@@ -260,14 +273,15 @@ func (s *Stream) event(ev sse.Event) {
 	case evArgsDelta, evArgsDone, evCustomDelta, evCustomDone:
 		argsEvent = true
 	case evItemAdded, evItemDone:
-		callItem = isCall(s.c, itemType)
+		callItem = s.isCall(itemType)
 	}
 	if h.oi.Exists() {
 		m.oi, m.hasOI = relay.IntField(h.oi)
 	} else if id := h.itemID; id.Type == gjson.String && !argsEvent && !callItem {
-		// Only an event that adds nothing to a call is placed by its item id. Clients place a call's
-		// events by output_index (the official SDKs; a Go client reads a missing one as 0) or by item id:
-		// an event of a call must name both, and agree, or clients would assemble different calls.
+		// Only an event that adds nothing to a call is placed by its item id. Clients place a
+		// call's events by output_index (the official SDKs; a Go client reads a missing one as 0)
+		// or by item id: an event of a call must name both, and agree, or clients would assemble
+		// different calls.
 		m.oi, m.hasOI = s.byID[id.Str]
 	}
 
@@ -312,8 +326,9 @@ func (s *Stream) event(ev sse.Event) {
 	}
 	if !m.hasOI {
 		if argsEvent || callItem {
-			// A call event that cannot be placed is dropped; a client might still place it somewhere (by its
-			// item id, or at output_index 0), so every call still held fails closed.
+			// A call event that cannot be placed is dropped; a client might still place it
+			// somewhere (by its item id, or at output_index 0), so every call still held fails
+			// closed.
 			for _, p := range s.open {
 				p.Fail(vet.ReasonInvalidIndex)
 			}
@@ -372,10 +387,11 @@ func (s *Stream) event(ev sse.Event) {
 // maxSlots bounds the slots of a template.
 const maxSlots = 8
 
-// slotsOf reads the top-level members of data, an event just read whole, into the slots of a template, in
-// order: kind says of each member whether it is a slot (of which kind) or fixed (its bytes compared whole),
-// and whether it may be in a template at all (ok false otherwise). seqAt and at are the places, among the
-// slots Match hands out, of the sequence number and of the member named at (-1: none).
+// slotsOf reads the top-level members of data, an event just read whole, into the slots of a
+// template, in order: kind says of each member whether it is a slot (of which kind) or fixed (its
+// bytes compared whole), and whether it may be in a template at all (ok false otherwise). seqAt and
+// at are the places, among the slots Match hands out, of the sequence number and of the member
+// named at (-1: none).
 func slotsOf(data []byte, slots []relay.Slot, at string, kind func(k string, v gjson.Result) (sk relay.SlotKind, slot, allowed bool)) (
 	_ []relay.Slot, seqAt, atAt int, ok bool) {
 	ok, seqAt, atAt = true, -1, -1
@@ -408,15 +424,16 @@ func slotsOf(data []byte, slots []relay.Slot, at string, kind func(k string, v g
 	return slots, seqAt, atAt, ok
 }
 
-// argsTemplate spares event the reading of a held call's argument (or input) deltas after the first of their
-// shape. A delta event that was read whole, added to a call that is held, not done and whose item id it names
-// rightly, and has no top-level key besides type, sequence_number (digits), item_id, output_index, delta and
-// strings this package does not read (OpenAI's obfuscation padding, without a backslash) becomes the template.
-// The relay hands event only valid JSON objects with unique keys: an event with the same event: line whose
-// bytes are the template's but for the contents of delta (their end found by escapes), the digits of its
-// sequence number and those unread strings (no backslash in them, so their first quote ends them) is a delta
-// of the same type for the same call, which event would append and hold with that sequence number, which is
-// all the template path does — while that call is still the held, unvetted call at its output_index and not
+// argsTemplate spares event the reading of a held call's argument (or input) deltas after the first
+// of their shape. A delta event that was read whole, added to a call that is held, not done and
+// whose item id it names rightly, and has no top-level key besides type, sequence_number (digits),
+// item_id, output_index, delta and strings this package does not read (OpenAI's obfuscation
+// padding, without a backslash) becomes the template. The relay hands event only valid JSON objects
+// with unique keys: an event with the same event: line whose bytes are the template's but for the
+// contents of delta (their end found by escapes), the digits of its sequence number and those
+// unread strings (no backslash in them, so their first quote ends them) is a delta of the same type
+// for the same call, which event would append and hold with that sequence number, which is all the
+// template path does — while that call is still the held, unvetted call at its output_index and not
 // done.
 type argsTemplate struct {
 	relay.Template
@@ -425,8 +442,8 @@ type argsTemplate struct {
 	seqAt, deltaAt int  // places of the sequence number and the delta among the slots Match hands out
 }
 
-// learn makes ev, a delta that argsDelta has just added to call p and p held with m, the template when it
-// has the template's shape; h is its head.
+// learn makes ev, a delta that argsDelta has just added to call p and p held with m, the template
+// when it has the template's shape; h is its head.
 func (t *argsTemplate) learn(ev sse.Event, p *pending, m meta, h head) {
 	t.p = nil
 	t.Reset()
@@ -476,8 +493,8 @@ func (s *Stream) argsByTemplate(ev sse.Event) bool {
 	return true
 }
 
-// matchTemplate matches data against t and returns m with data's sequence number (slot seqAt of got, when
-// not -1).
+// matchTemplate matches data against t and returns m with data's sequence number (slot seqAt of
+// got, when not -1).
 func matchTemplate(t *relay.Template, data []byte, got [][]byte, m meta, seqAt int) (meta, bool) {
 	if !t.Match(data, got) {
 		return m, false
@@ -492,13 +509,14 @@ func matchTemplate(t *relay.Template, data []byte, got [][]byte, m meta, seqAt i
 	return m, true
 }
 
-// passTemplate spares event the reading of the events of an item that go out as they come (text deltas, a
-// reasoning summary's) after the first of their shape. Such an event that was read whole and written, with no
-// item, response or output member, becomes the template. An event with the same event: line whose bytes are
-// the template's but for its top-level strings other than type and item_id (their ends found by escapes: event
-// reads none of them) and the digits of its sequence number is one event reads the same way, and writes as it
-// comes with that sequence number, which is all the template path does — while the item at its output_index
-// goes out as it comes (the conditions under which event writes it).
+// passTemplate spares event the reading of the events of an item that go out as they come (text
+// deltas, a reasoning summary's) after the first of their shape. Such an event that was read whole
+// and written, with no item, response or output member, becomes the template. An event with the
+// same event: line whose bytes are the template's but for its top-level strings other than type and
+// item_id (their ends found by escapes: event reads none of them) and the digits of its sequence
+// number is one event reads the same way, and writes as it comes with that sequence number, which
+// is all the template path does — while the item at its output_index goes out as it comes (the
+// conditions under which event writes it).
 type passTemplate struct {
 	relay.Template
 	m     meta // the template's, its sequence number aside
@@ -530,11 +548,12 @@ func (t *passTemplate) learn(ev sse.Event, m meta) {
 	t.m, t.seqAt = m, seqAt
 }
 
-// passByTemplate handles ev when it matches the pass template, as event would, before the relay checks its
-// JSON (relay.Surface.Pass): outside its string slots, whose ends the escape rules find, its bytes are the
-// template's, an event the relay checked, so its keys and structure are those of an event that carries no
-// call; what its slots hold (a text delta) is passed, never read, and could only make a client fail to parse
-// it. Argument deltas, which are read, go through argsByTemplate after the check.
+// passByTemplate handles ev when it matches the pass template, as event would, before the relay
+// checks its JSON (relay.Surface.Pass): outside its string slots, whose ends the escape rules find,
+// its bytes are the template's, an event the relay checked, so its keys and structure are those of
+// an event that carries no call; what its slots hold (a text delta) is passed, never read, and
+// could only make a client fail to parse it. Argument deltas, which are read, go through
+// argsByTemplate after the check.
 func (s *Stream) passByTemplate(ev sse.Event) bool {
 	t := &s.pass
 	if t.Empty() || ev.Event != t.m.name {
@@ -553,8 +572,8 @@ func (s *Stream) passByTemplate(ev sse.Event) bool {
 	return true
 }
 
-// head is what event reads of an event's top level, taken in one walk over its keys. Its strings alias the
-// event's data (see relay.Get).
+// head is what event reads of an event's top level, taken in one walk over its keys. Its strings
+// alias the event's data (see relay.Get).
 type head struct {
 	typ, seq, oi, itemID, item, response gjson.Result
 }
@@ -582,10 +601,10 @@ func readHead(data []byte) head {
 	return h
 }
 
-// continueRound, at the end of a round whose every call promptgate refused and can answer, asks the upstream
-// again; when its next answer comes, the output the client keeps of this round is remembered and the next
-// round starts, its items and sequence numbers following what the client has. out is the round's final
-// output as finalOutput wrote it (nil: as the event has it).
+// continueRound, at the end of a round whose every call promptgate refused and can answer, asks the
+// upstream again; when its next answer comes, the output the client keeps of this round is
+// remembered and the next round starts, its items and sequence numbers following what the client
+// has. out is the round's final output as finalOutput wrote it (nil: as the event has it).
 func (s *Stream) continueRound(data, out []byte) bool {
 	final := data
 	if out != nil {
@@ -616,8 +635,8 @@ func (s *Stream) continueRound(data, out []byte) bool {
 	return true
 }
 
-// joined is a continued response's terminal event: its output after the output the client kept of the rounds
-// before, and its usage added to theirs.
+// joined is a continued response's terminal event: its output after the output the client kept of
+// the rounds before, and its usage added to theirs.
 func (s *Stream) joined(data, out []byte) []byte {
 	if out == nil {
 		out = slices.Clone(data)
@@ -634,8 +653,8 @@ func (s *Stream) joined(data, out []byte) []byte {
 	return out
 }
 
-// refuse settles a call blocked in continue mode that promptgate can answer itself: the client's numbering
-// is kept to go back to, should the round be continued.
+// refuse settles a call blocked in continue mode that promptgate can answer itself: the client's
+// numbering is kept to go back to, should the round be continued.
 func (s *Stream) refuse(p *pending, d vet.Decision) {
 	if !s.Parking() {
 		s.rollback = streamMark{nextOut: s.nextOut, shift: s.shift, last: s.last}
@@ -644,13 +663,15 @@ func (s *Stream) refuse(p *pending, d vet.Decision) {
 	s.Refuse(relay.Answer(p.Call, d, p.typ == typeCustomTool))
 }
 
-// answerable reports whether promptgate may answer a call of the stream itself: a function or custom tool call
-// (a built-in tool's item is not answered by a function output), blocked and with an id.
+// answerable reports whether promptgate may answer a call of the stream itself: a function or
+// custom tool call (a built-in tool's item is not answered by a function output), blocked and with
+// an id.
 func (s *Stream) answerable(p *pending, d vet.Decision) bool {
 	return !p.builtin && (p.typ == typeFunction || p.typ == typeCustomTool) && relay.Answerable(s.c, p.Call, d)
 }
 
-// itemAdded starts an output item: a call is held, any other item goes out with the next output_index.
+// itemAdded starts an output item: a call is held, any other item goes out with the next
+// output_index.
 func (s *Stream) itemAdded(ev sse.Event, m meta, callItem bool) {
 	if old := s.items[m.oi]; old != nil && old.call != nil && !old.call.vetted {
 		// A new item at the place of a call that did not finish.
@@ -686,7 +707,8 @@ func (s *Stream) itemAdded(ev sse.Event, m meta, callItem bool) {
 	s.write(ev.Raw, nil, m, st.client)
 }
 
-// release writes the held events of reasoning items whose follower went out (or that have none), in order.
+// release writes the held events of reasoning items whose follower went out (or that have none), in
+// order.
 func (s *Stream) release(lead []*item) {
 	for _, st := range lead {
 		if st.dropped || st.client >= 0 {
@@ -701,7 +723,8 @@ func (s *Stream) release(lead []*item) {
 	}
 }
 
-// drop withholds reasoning items with the blocked call that followed them: their events never go out.
+// drop withholds reasoning items with the blocked call that followed them: their events never go
+// out.
 func drop(lead []*item) {
 	for _, st := range lead {
 		if st.client < 0 {
@@ -723,6 +746,11 @@ func (s *Stream) start(oi int, it gjson.Result) *pending {
 	}
 	s.items[oi] = &item{client: -1, call: p}
 	s.open = append(s.open, p)
+	if s.Hosted && typ == typeApproval {
+		p.builtin, p.Call = true, approvalCall(oi, it)
+		p.Call.Fail(ReasonHostedStream)
+		return p
+	}
 	if tool := refusedBuiltin(s.c, typ); tool != "" {
 		p.builtin = true
 		p.Call.AddName(tool)
@@ -770,8 +798,8 @@ func (s *Stream) argsDone(p *pending, data []byte) {
 	s.sameName(p, gjson.GetBytes(data, pathName))
 }
 
-// itemDone checks the finished item against what was assembled and, unless the calls of the response are
-// vetted together, vets the call.
+// itemDone checks the finished item against what was assembled and, unless the calls of the
+// response are vetted together, vets the call.
 func (s *Stream) itemDone(p *pending, it gjson.Result) {
 	if p.done || it.Get(pathType).String() != p.typ {
 		p.Call.Fail(ReasonChanged)
@@ -802,8 +830,9 @@ func (s *Stream) itemDone(p *pending, it gjson.Result) {
 	}
 }
 
-// sameItem checks the item_id of an argument event against the call's item id. It must be there when the
-// call's item has an id: a client that places events by item id would not add a fragment without one.
+// sameItem checks the item_id of an argument event against the call's item id. It must be there
+// when the call's item has an id: a client that places events by item id would not add a fragment
+// without one.
 func (s *Stream) sameItem(p *pending, data []byte) {
 	id := gjson.GetBytes(data, pathItemID)
 	switch {
@@ -822,13 +851,14 @@ func (s *Stream) sameName(p *pending, name gjson.Result) {
 	case name.Type != gjson.String:
 		p.Call.Fail(ReasonChanged)
 	case name.Str != p.Call.Name:
-		// Also a name that the added item did not have: a client reading that item has no name for the call.
+		// Also a name that the added item did not have: a client reading that item has no name for
+		// the call.
 		p.Call.Fail(vet.ReasonNameChanged)
 	}
 }
 
-// sameArgs compares a final arguments field with the assembled arguments; when none were assembled, the
-// final ones are taken.
+// sameArgs compares a final arguments field with the assembled arguments; when none were assembled,
+// the final ones are taken.
 func (s *Stream) sameArgs(p *pending, args gjson.Result) {
 	switch {
 	case !args.Exists():
@@ -842,7 +872,8 @@ func (s *Stream) sameArgs(p *pending, args gjson.Result) {
 	}
 }
 
-// completeAll vets every open call, at the end of the response: a call that did not finish is blocked.
+// completeAll vets every open call, at the end of the response: a call that did not finish is
+// blocked.
 func (s *Stream) completeAll() {
 	if len(s.open) == 0 {
 		return
@@ -896,7 +927,8 @@ func (s *Stream) notice(p *pending, oi int, text string) {
 		s.refusedNotice[id] = true
 	}
 	q, qid := assembly.AppendJSONString(nil, text), assembly.AppendJSONString(nil, id)
-	// Each event as the API writes it, keys in its order: type, sequence_number, item_id, output_index, ...
+	// Each event as the API writes it, keys in its order: type, sequence_number, item_id,
+	// output_index, ...
 	ev := func(name string, withID bool, rest ...[]byte) {
 		s.last++
 		d := make([]byte, 0, 160+len(q)+len(p.notice))
@@ -919,9 +951,9 @@ func (s *Stream) notice(p *pending, oi int, text string) {
 	ev(evItemDone, false, []byte(`,"item":`), p.notice)
 }
 
-// late handles an event for a call that was already vetted. A blocked call's events are dropped quietly. A
-// released call cannot take back what the client has: its late events are dropped and recorded (in error mode
-// the stream ends; in audit mode they are passed on).
+// late handles an event for a call that was already vetted. A blocked call's events are dropped
+// quietly. A released call cannot take back what the client has: its late events are dropped and
+// recorded (in error mode the stream ends; in audit mode they are passed on).
 func (s *Stream) late(st *item, raw []byte, m meta) {
 	if !st.call.released {
 		return
@@ -934,10 +966,11 @@ func (s *Stream) late(st *item, raw []byte, m meta) {
 	}
 }
 
-// finalOutput rewrites the output of a terminal event to what the client was shown, in the client's order:
-// a call the stream vetted as it was streamed, a blocked one's notice item in its place, and a call the
-// stream never showed vetted now; a reasoning item withheld with a blocked call is left out (also one that
-// only now turns out to precede a blocked call). ok is false when the stream ended (error mode).
+// finalOutput rewrites the output of a terminal event to what the client was shown, in the client's
+// order: a call the stream vetted as it was streamed, a blocked one's notice item in its place, and
+// a call the stream never showed vetted now; a reasoning item withheld with a blocked call is left
+// out (also one that only now turns out to precede a blocked call). ok is false when the stream
+// ended (error mode).
 func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	output := gjson.GetBytes(data, pathRespOutput)
 	if !output.IsArray() {
@@ -957,7 +990,12 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 		e := &entries[pos]
 		e.client, e.raw = -1, it.Raw
 		st := s.items[pos]
-		if call := itemCall(s.c, pos, it); call != nil {
+		call := itemCall(s.c, pos, it)
+		if s.Hosted && it.Get(pathType).Str == typeApproval {
+			call = approvalCall(pos, it)
+			call.Fail(ReasonHostedStream)
+		}
+		if call != nil {
 			if st != nil && st.call != nil && st.call.vetted {
 				p := st.call
 				switch {
@@ -1052,14 +1090,15 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	return out, true
 }
 
-// matches reports whether an output entry is the item of the call (same type, item id and call id) and, with
-// exact, the call as it was vetted (same name and arguments too).
+// matches reports whether an output entry is the item of the call (same type, item id and call id)
+// and, with exact, the call as it was vetted (same name and arguments too).
 func (p *pending) matches(entry gjson.Result, exact bool) bool {
 	str := func(path, want string) bool {
 		v := entry.Get(path)
 		return v.Type == gjson.String && v.Str == want
 	}
-	if !str(pathType, p.typ) || (!p.builtin || p.Call.ID != "") && !str(pathCallID, p.Call.ID) {
+	// An approval request is known by its item id (its call's id); a call by its call_id.
+	if !str(pathType, p.typ) || (!p.builtin || p.Call.ID != "") && p.typ != typeApproval && !str(pathCallID, p.Call.ID) {
 		return false
 	}
 	if id := entry.Get(pathID); id.Exists() && !str(pathID, p.itemID) {
@@ -1088,9 +1127,9 @@ func (s *Stream) clean(ev *sse.Event, data []byte) []byte {
 	return data
 }
 
-// snapshot removes call items from the output of a response snapshot that is not final (response.created,
-// response.in_progress, ...): its calls are vetted when they stream, or in the final response. It returns nil
-// when there is nothing to change.
+// snapshot removes call items from the output of a response snapshot that is not final
+// (response.created, response.in_progress, ...): its calls are vetted when they stream, or in the
+// final response. It returns nil when there is nothing to change.
 func (s *Stream) snapshot(data []byte) []byte {
 	// Call types in any case (see vetted), or spelt with escapes.
 	if !relay.ContainsFold(data, "_call") && !relay.ContainsFold(data, "_reque") && !bytes.Contains(data, []byte(`\u`)) {
@@ -1103,7 +1142,7 @@ func (s *Stream) snapshot(data []byte) []byte {
 	var kept []string
 	changed := false
 	output.ForEach(func(_, entry gjson.Result) bool {
-		if isCall(s.c, entry.Get(pathType).String()) {
+		if s.isCall(entry.Get(pathType).String()) {
 			changed = true
 			return true
 		}
@@ -1120,8 +1159,9 @@ func (s *Stream) snapshot(data []byte) []byte {
 	return out
 }
 
-// write puts an event out: byte for byte when its sequence number and output_index stay, else rewritten.
-// data, when not nil, replaces the event's data. oi is the output_index the client sees (-1: as sent).
+// write puts an event out: byte for byte when its sequence number and output_index stay, else
+// rewritten. data, when not nil, replaces the event's data. oi is the output_index the client sees
+// (-1: as sent).
 func (s *Stream) write(raw, data []byte, m meta, oi int) {
 	seq := m.seq
 	if m.hasSeq {

@@ -232,7 +232,8 @@ var streamCases = []streamCase{
 		leaks: []string{`"fc_a"`, `"call_a"`},
 	},
 	{
-		// Clients that go by the event: line would see a function_call item; the data says text delta.
+		// Clients that go by the event: line would see a function_call item; the data says text
+		// delta.
 		name: "an event whose name and type disagree is dropped",
 		in: func() string {
 			r := (&rs{}).created().message(0, "msg_1", "Hi.", 5)
@@ -243,9 +244,10 @@ var streamCases = []streamCase{
 		leaks: []string{`"fc_x"`, `"call_x"`, "SECRET123"},
 	},
 	{
-		// The open fuzz finding: a fragment placed by item_id only. The vetter saw the whole arguments (allowed);
-		// a client that places events by output_index (a Go client reads the missing one as 0) would drop the
-		// first fragment and run the rest, here a different (disallowed) fetch.
+		// The open fuzz finding: a fragment placed by item_id only. The vetter saw the whole
+		// arguments (allowed); a client that places events by output_index (a Go client reads the
+		// missing one as 0) would drop the first fragment and run the rest, here a different
+		// (disallowed) fetch.
 		name: "a fragment without output_index fails the call",
 		in: func() string {
 			prefix := `{"url":"https://docs.example.com/","a":`
@@ -264,7 +266,8 @@ var streamCases = []streamCase{
 		leaks: []string{`"fc_a"`, `"call_a"`, "SECRET123"},
 	},
 	{
-		// The mirror case: a client that places events by item_id would drop a fragment without one.
+		// The mirror case: a client that places events by item_id would drop a fragment without
+		// one.
 		name: "a fragment without item_id fails the call",
 		in: func() string {
 			r := (&rs{}).created()
@@ -286,7 +289,8 @@ var streamCases = []streamCase{
 func TestStream(t *testing.T) {
 	for _, tc := range streamCases {
 		t.Run(tc.name, func(t *testing.T) {
-			// The same stream split into 1..7-byte reads (and 1-byte reads) gives the same output, notice ids aside.
+			// The same stream split into 1..7-byte reads (and 1-byte reads) gives the same output,
+			// notice ids aside.
 			relaytest.CheckSplits(t, func(split int, seed uint64) ([]byte, []vet.Decision, int) {
 				return runStream(t, tc.in, checkerFor(tc.mode, tc.atomic), split, seed)
 			}, normalizeIDs, func(out []byte, ds []vet.Decision, blocked int) { check(t, tc, out, ds, blocked) })
@@ -433,8 +437,8 @@ func assembleBody(t *testing.T, body []byte) view {
 	return assemble(t, []byte(r.String()))
 }
 
-// OnResponseID hears the response's id once, from response.created, before the first call is vetted, however
-// the stream is split.
+// OnResponseID hears the response's id once, from response.created, before the first call is
+// vetted, however the stream is split.
 func TestOnResponseID(t *testing.T) {
 	in := (&rs{}).created().call(0, "fc_1", "call_1", "web_fetch", `{"url":"https://evil.example.net/"}`, 3).completed().String()
 	for _, split := range []int{0, 1, 7} {
@@ -456,8 +460,8 @@ func TestOnResponseID(t *testing.T) {
 	}
 }
 
-// TestArgsTemplate: after an argument delta read whole, a delta of the same call and shape matches the template
-// (escapes, another sequence number and padding and all); anything else is read whole.
+// TestArgsTemplate: after an argument delta read whole, a delta of the same call and shape matches
+// the template (escapes, another sequence number and padding and all); anything else is read whole.
 func TestArgsTemplate(t *testing.T) {
 	delta := func(seq, oi int, id, d string) string {
 		return `{"type":"response.function_call_arguments.delta","sequence_number":` + itoa(seq) + `,"item_id":"` + id +
@@ -495,8 +499,9 @@ func TestArgsTemplate(t *testing.T) {
 	}
 }
 
-// TestPassTemplate: after a text delta read whole and written, the next of its shape matches the template,
-// whatever its strings hold; its keys, numbers other than the sequence number, and item id are compared whole.
+// TestPassTemplate: after a text delta read whole and written, the next of its shape matches the
+// template, whatever its strings hold; its keys, numbers other than the sequence number, and item
+// id are compared whole.
 func TestPassTemplate(t *testing.T) {
 	text := func(seq int, id, d string) string {
 		return `{"type":"response.output_text.delta","sequence_number":` + itoa(seq) + `,"item_id":"` + id +

@@ -26,9 +26,9 @@ type Options struct {
 	Remember int
 }
 
-// Surface is the OpenAI Responses API (POST /v1/responses), with the memory of this instance: the calls it
-// blocked per response, the output it showed, the policy of background responses and each response's
-// instructions. Safe for concurrent use.
+// Surface is the OpenAI Responses API (POST /v1/responses), with the memory of this instance: the
+// calls it blocked per response, the output it showed, the policy of background responses and each
+// response's instructions. Safe for concurrent use.
 type Surface struct {
 	blocked *blockedMemory
 	echoes  *instructionMemory
@@ -57,7 +57,8 @@ func (*Surface) CheckToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return checkToolChoice(b, kept)
 }
 
-// Rewrite writes the upstream body (rewrite), with the codes of held calls masked in the model's earlier turns.
+// Rewrite writes the upstream body (rewrite), with the codes of held calls masked in the model's
+// earlier turns.
 func (*Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	out, err := rewrite(b, p, kept, removedAny)
 	if err != nil {
@@ -66,9 +67,9 @@ func (*Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool,
 	return surface.MaskCodes(out, assistantTexts)
 }
 
-// Continue answers, at the front of the input, every call that this instance blocked in the response the
-// request continues (previous_response_id) and that the request does not answer itself: the upstream refuses
-// a turn that leaves a call unanswered, and the client never saw it.
+// Continue answers, at the front of the input, every call that this instance blocked in the
+// response the request continues (previous_response_id) and that the request does not answer
+// itself: the upstream refuses a turn that leaves a call unanswered, and the client never saw it.
 func (s *Surface) Continue(b *assembly.Body, upstream []byte) ([]byte, string, error) {
 	prev := b.Get(reqPreviousResponseID)
 	if prev.Type != gjson.String {
@@ -85,16 +86,17 @@ func (s *Surface) Continue(b *assembly.Body, upstream []byte) ([]byte, string, e
 	return out, "answered the blocked calls of the previous response " + prev.Str, nil
 }
 
-// Transcript reads the conversation: for a request that continues with previous_response_id, the conversation
-// this instance relayed up to that response first (see history.go), unseen when it does not know all of it.
+// Transcript reads the conversation: for a request that continues with previous_response_id, the
+// conversation this instance relayed up to that response first (see history.go), unseen when it
+// does not know all of it.
 func (s *Surface) Transcript(b *assembly.Body) (*flow.Transcript, error) { return s.transcript(b) }
 
 func (*Surface) AppendTurn(body []byte, t relay.Turn) ([]byte, error) { return appendTurn(body, t) }
 
-// Begin starts tracking the response: its id, its blocked calls and the output shown, the client's own
-// instructions and, for a background request, the policy its retrievals are vetted with.
+// Begin starts tracking the response: its id, its blocked calls and the output shown, the client's
+// own instructions and, for a background request, the policy its retrievals are vetted with.
 func (s *Surface) Begin(st surface.Start) surface.Exchange {
-	t := &respTrack{mem: s.blocked, echoes: s.echoes, instructions: clientInstructions(st.Client)}
+	t := &respTrack{mem: s.blocked, echoes: s.echoes, instructions: clientInstructions(st.Client), hosted: st.VetHostedMCP}
 	if st.Record && gjson.GetBytes(st.Upstream, "store").Type != gjson.False {
 		t.history = s.history
 		t.prev = gjson.GetBytes(st.Client, reqPreviousResponseID).String()
@@ -102,6 +104,7 @@ func (s *Surface) Begin(st surface.Start) surface.Exchange {
 	}
 	if isBackground(st.Upstream) {
 		t.bg = newBgPolicy(st.Policy, st.Protocol, st.ProtocolVersion)
+		t.bg.hosted = st.VetHostedMCP
 	}
 	if gjson.GetBytes(st.Upstream, "store").Type != gjson.False {
 		t.created = st.Created
@@ -114,9 +117,9 @@ type exchange struct{ t *respTrack }
 
 func (x exchange) Decided(d vet.Decision) { x.t.decision(d) }
 
-// Body vets a created response: its id is remembered (a background response must have one, or its retrievals
-// could not be tied to the policy that must vet them), the output shown where a call was blocked, and the
-// client's own instructions replace the layered prompt.
+// Body vets a created response: its id is remembered (a background response must have one, or its
+// retrievals could not be tied to the policy that must vet them), the output shown where a call was
+// blocked, and the client's own instructions replace the layered prompt.
 func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, error) {
 	id := gjson.GetBytes(body, pathID)
 	if x.t.bg != nil && (id.Type != gjson.String || id.Str == "") {
@@ -126,10 +129,13 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 		v.Next = nil // a background response is retrieved later, from the upstream's one response
 	}
 	out, res, err := surface.Rounds(body, v, func(b []byte) ([]byte, relay.Result, error) {
-		// Each answer of a continued response is a response of its own upstream: the decisions on its
-		// calls belong to it, and the client continues from the last one.
+		// Each answer of a continued response is a response of its own upstream: the decisions on
+		// its calls belong to it, and the client continues from the last one.
 		if id := gjson.GetBytes(b, pathID); id.Type == gjson.String {
 			x.t.setID(id.Str)
+		}
+		if x.t.hosted {
+			return hostedBody(b, v.Checker, v.Record)
 		}
 		return Body(b, v.Checker, v.Record)
 	}, join)
@@ -145,8 +151,8 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 	return out, res, err
 }
 
-// join writes a continued response: the last one (whose id the client continues from), with the output items
-// of every answer in order and the usage of all of them.
+// join writes a continued response: the last one (whose id the client continues from), with the
+// output items of every answer in order and the usage of all of them.
 func join(j surface.Joined) ([]byte, error) {
 	out := j.Last
 	var items []string
@@ -171,6 +177,7 @@ func join(j surface.Joined) ([]byte, error) {
 // Stream vets a created response's stream, with the same memory as Body.
 func (x exchange) Stream(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
 	s := NewStream(up, v.Checker, v.Record)
+	s.Hosted = x.t.hosted
 	if x.t.bg == nil {
 		s.SetNext(v.Next) // a background response is retrieved later, from the upstream's one response
 	}
@@ -181,14 +188,16 @@ func (x exchange) Stream(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
 	return s
 }
 
-// Intercepts reports the retrievals (GET /v1/responses/{id}), cancels (POST /v1/responses/{id}/cancel) and
-// input item listings (GET /v1/responses/{id}/input_items): their answers are objects to edit.
+// Intercepts reports the retrievals (GET /v1/responses/{id}), cancels (POST
+// /v1/responses/{id}/cancel) and input item listings (GET /v1/responses/{id}/input_items): their
+// answers are objects to edit.
 func (*Surface) Intercepts(r *http.Request) bool {
 	return storedResponseID(r) != "" || cancelledResponseID(r) != "" || inputItemsResponseID(r) != ""
 }
 
-// Passed edits a retrieval (vetted with the creating request's policy for a background response, else shown
-// as its create showed it), a cancel, or an input item listing (the items of blocked calls removed).
+// Passed edits a retrieval (vetted with the creating request's policy for a background response,
+// else shown as its create showed it), a cancel, or an input item listing (the items of blocked
+// calls removed).
 func (s *Surface) Passed(in *http.Request, resp *http.Response, h surface.Host) error {
 	if id := storedResponseID(in); id != "" {
 		if bg := s.blocked.background(id); bg != nil {

@@ -11,10 +11,11 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface"
 )
 
-// transcript reads a Responses body for the information-flow rules: the history this instance relayed up to
-// the response it continues (previous_response_id, from its record), instructions, then input (a string or
-// items). Where the history is out of sight — a link of the chain not in the record, a conversation object,
-// an item_reference — the transcript says so (unseen) and the rules fail closed.
+// transcript reads a Responses body for the information-flow rules: the history this instance
+// relayed up to the response it continues (previous_response_id, from its record), instructions,
+// then input (a string or items). Where the history is out of sight — a link of the chain not in
+// the record, a conversation object, an item_reference — the transcript says so (unseen) and the
+// rules fail closed.
 func (s *Surface) transcript(b *assembly.Body) (*flow.Transcript, error) {
 	t := flow.NewTranscript()
 	prev := b.Get(reqPreviousResponseID)
@@ -68,8 +69,9 @@ func builtinTool(typ string) string {
 	return ""
 }
 
-// readItems reads an array of items: messages, function and custom tool calls and their outputs, built-in
-// tool items (a call, and the output it carries or that answers it), MCP calls and tool lists by server.
+// readItems reads an array of items: messages, function and custom tool calls and their outputs,
+// built-in tool items (a call, and the output it carries or that answers it), MCP calls and tool
+// lists by server.
 func readItems(t *flow.Transcript, arr gjson.Result) {
 	i := 0
 	arr.ForEach(func(_, it gjson.Result) bool {
@@ -124,9 +126,9 @@ func readItem(t *flow.Transcript, it gjson.Result, i int) {
 	}
 }
 
-// readMCPItem reads an MCP item, which carries its own output: a call (tool "mcp", as the allowlist governs
-// the connector) with its arguments and output, or a server's tool list. Its output is the source
-// mcp:SERVER_LABEL.
+// readMCPItem reads an MCP item, which carries its own output: a call (tool "mcp", as the allowlist
+// governs the connector) with its arguments and output, or a server's tool list. Its output is the
+// source mcp:SERVER_LABEL.
 func readMCPItem(t *flow.Transcript, it gjson.Result, typ string, i int) {
 	server := it.Get("server_label").String()
 	if server == "" {
@@ -158,8 +160,8 @@ func carried(it gjson.Result, keys ...string) flow.Output {
 	return flow.Output{Text: strings.Join(texts, "\n"), Doc: strings.Join(docs, "\n")}
 }
 
-// assistantTexts calls each with the texts of the assistant messages among a body's input items, and their
-// paths.
+// assistantTexts calls each with the texts of the assistant messages among a body's input items,
+// and their paths.
 func assistantTexts(body []byte, each func(path string, text gjson.Result)) {
 	i := 0
 	gjson.GetBytes(body, "input").ForEach(func(_, it gjson.Result) bool {

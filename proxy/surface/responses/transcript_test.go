@@ -74,8 +74,8 @@ func TestTranscriptShapes(t *testing.T) {
 	}
 }
 
-// TestTranscriptHistory: a request that continues a response in the record reads the recorded chain first,
-// marked as history.
+// TestTranscriptHistory: a request that continues a response in the record reads the recorded chain
+// first, marked as history.
 func TestTranscriptHistory(t *testing.T) {
 	t.Parallel()
 	sf := New(Options{})

@@ -12,14 +12,18 @@ import (
 )
 
 // appendTurn returns body (an upstream request) with the model's turn and the results of its calls
-// appended, for asking the upstream again in onViolation "continue". It edits the raw bytes with sjson: every
-// other byte stays. With a conversation object, input becomes the results; with
-// the turn's response id and storage on, previous_response_id becomes that id and input the results;
-// otherwise the turn's output items and the results are appended to input (a string input becomes a user
-// message first).
+// appended, for asking the upstream again in onViolation "continue". It edits the raw bytes with
+// sjson: every other byte stays. With a conversation object, input becomes the results; with the
+// turn's response id and storage on, previous_response_id becomes that id and input the results;
+// otherwise the turn's output items and the results are appended to input (a string input becomes a
+// user message first).
 func appendTurn(body []byte, t relay.Turn) ([]byte, error) {
 	var results [][]byte
 	for _, c := range t.Calls {
+		if c.Approval {
+			results = append(results, approvalResponse(c))
+			continue
+		}
 		typ := "function_call_output"
 		if c.Custom {
 			typ = "custom_tool_call_output"
@@ -66,6 +70,9 @@ func appendTurn(body []byte, t relay.Turn) ([]byte, error) {
 				"content", []byte("["+string(surface.Object("type", "output_text", "text", t.Text))+"]")))
 		}
 		for _, c := range t.Calls {
+			if c.Approval {
+				continue // an approval request is in Raw, never built
+			}
 			if c.Custom {
 				turn = append(turn, surface.Object("type", "custom_tool_call", "call_id", c.ID, "name", c.Tool, "input", surface.InputString(c.Args)))
 			} else {

@@ -1,7 +1,8 @@
-// Package surfacetest holds what the surfaces' tests share about reading conversations: that each surface
-// reads the bodies flowtest renders into the same transcript as the neutral form (policy/flow/flowtest), that
-// any body is refused or read with trust following its sources, and that a turn appended for a continue
-// round reads back as promptgate's answers. It is imported by tests only; it knows no wire format itself.
+// Package surfacetest holds what the surfaces' tests share about reading conversations: that each
+// surface reads the bodies flowtest renders into the same transcript as the neutral form
+// (policy/flow/flowtest), that any body is refused or read with trust following its sources, and
+// that a turn appended for a continue round reads back as promptgate's answers. It is imported by
+// tests only; it knows no wire format itself.
 package surfacetest
 
 import (
@@ -15,7 +16,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface"
 )
 
-// conversations are the neutral conversations every surface must read alike, beside the scenario suites.
+// conversations are the neutral conversations every surface must read alike, beside the scenario
+// suites.
 func conversations() [][]flowtest.Turn {
 	return [][]flowtest.Turn{
 		{
@@ -35,8 +37,8 @@ func conversations() [][]flowtest.Turn {
 // SuitesDir is where the scenario suites are, seen from a surface package's directory.
 const SuitesDir = "../../../policy/flow/testdata/agentflows"
 
-// Neutral checks that sf reads every conversation rendered as s into the neutral transcript: the conversations
-// above and every scenario of the suites (SuitesDir), benign and attacked.
+// Neutral checks that sf reads every conversation rendered as s into the neutral transcript: the
+// conversations above and every scenario of the suites (SuitesDir), benign and attacked.
 func Neutral(t *testing.T, sf surface.Surface, s flowtest.Surface) {
 	t.Helper()
 	check := func(name string, turns []flowtest.Turn) {
@@ -62,8 +64,8 @@ func Neutral(t *testing.T, sf surface.Surface, s flowtest.Surface) {
 const fuzzPolicy = `{"toolOutputs":{"trusted":["t","mcp:crm"]},"provenance":[{"tool":"*","path":"to","from":["user","tool:t"],"optional":true}],
   "scan":[{"tool":"*","path":"body","from":["trusted"],"optional":true}],"budgets":[{"tool":"*","maxCalls":5}],"flows":[{"after":["untrusted"],"tools":["x"]}]}`
 
-// Fuzz reads body with sf: it is refused or read into segments whose trust follows their source, and a call
-// checked against the conversation never panics.
+// Fuzz reads body with sf: it is refused or read into segments whose trust follows their source,
+// and a call checked against the conversation never panics.
 func Fuzz(t *testing.T, sf surface.Surface, body []byte) {
 	var spec flow.Spec
 	if err := json.Unmarshal([]byte(fuzzPolicy), &spec); err != nil {
@@ -94,8 +96,8 @@ func Fuzz(t *testing.T, sf surface.Surface, body []byte) {
 	_ = c.Summary([]string{"x"})
 }
 
-// ReadsBack checks that body, with turn t appended by sf, reads back with each answer as the output of its
-// call, in order, at the end of the conversation.
+// ReadsBack checks that body, with turn t appended by sf, reads back with each answer as the output
+// of its call, in order, at the end of the conversation.
 func ReadsBack(t *testing.T, name string, sf surface.Surface, body []byte, turn relay.Turn) {
 	t.Helper()
 	tr, err := sf.Transcript(assembly.NewBody(body))

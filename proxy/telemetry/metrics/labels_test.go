@@ -90,3 +90,34 @@ func TestFlowDecisionLabels(t *testing.T) {
 		t.Errorf("series:\n%s\nwant\n%s", strings.Join(series, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestShadowMetrics: a shadow event counts by the two verdicts, each from a fixed set ("other" for any
+// other); the judged requests and calls and the prompts' characters add up.
+func TestShadowMetrics(t *testing.T) {
+	t.Parallel()
+	m := New(nil)
+	for _, v := range []string{audit.VerdictBlocked, audit.VerdictBlocked, audit.VerdictHeld, "made-up"} {
+		m.Record(context.Background(), audit.Event{Kind: audit.KindShadow, ActiveVerdict: audit.VerdictAllowed, Verdict: v, Tool: "t"})
+	}
+	m.ShadowRequest(100, 130)
+	m.ShadowRequest(50, 40)
+	m.ShadowCall()
+	var series []string
+	for line := range strings.Lines(scrape(t, m)) {
+		if strings.HasPrefix(line, "promptgate_shadow_") {
+			series = append(series, strings.TrimSpace(line))
+		}
+	}
+	want := []string{
+		`promptgate_shadow_differences_total{active_verdict="allowed",shadow_verdict="blocked"} 2`,
+		`promptgate_shadow_differences_total{active_verdict="allowed",shadow_verdict="held"} 1`,
+		`promptgate_shadow_differences_total{active_verdict="allowed",shadow_verdict="other"} 1`,
+		`promptgate_shadow_judged_total{kind="call"} 1`,
+		`promptgate_shadow_judged_total{kind="request"} 2`,
+		`promptgate_shadow_prompt_chars_total{version="active"} 150`,
+		`promptgate_shadow_prompt_chars_total{version="shadow"} 170`,
+	}
+	if strings.Join(series, "\n") != strings.Join(want, "\n") {
+		t.Errorf("series:\n%s\nwant\n%s", strings.Join(series, "\n"), strings.Join(want, "\n"))
+	}
+}

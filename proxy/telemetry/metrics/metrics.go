@@ -1,8 +1,8 @@
 // Package metrics defines promptgate's Prometheus metrics: requests by protocol, route and status; the
 // proxy's own overhead and the upstream's time as separate histograms; tools removed and calls blocked by
 // reason; context truncations; plugin latency and errors; the audit sinks' written, dropped and failed
-// events; the active definition versions. It owns the names and the registry; the stages report into it
-// through small methods, and the admin listener serves it.
+// events; the active definition versions; what versions in shadow judged and decided otherwise. It owns the
+// names and the registry; the stages report into it through small methods, and the admin listener serves it.
 package metrics
 
 import (
@@ -37,6 +37,9 @@ type Metrics struct {
 	callsBlocked       *prometheus.CounterVec
 	flowDecisions      *prometheus.CounterVec
 	mcpDecisions       *prometheus.CounterVec
+	shadowDifferences  *prometheus.CounterVec
+	shadowJudged       *prometheus.CounterVec
+	shadowPromptChars  *prometheus.CounterVec
 	contextTruncations prometheus.Counter
 	pluginLatency      *prometheus.HistogramVec
 	pluginErrors       *prometheus.CounterVec
@@ -73,6 +76,15 @@ func New(versions func() []Version) *Metrics {
 	m.mcpDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "promptgate_mcp_decisions_total", Help: "MCP door decisions, by kind (mcp_call, mcp_list, mcp_definition) and verdict (allowed, blocked, held, confirmed, audited, removed, pinned, changed, flagged, approved, other).",
 	}, []string{"kind", "verdict"})
+	m.shadowDifferences = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "promptgate_shadow_differences_total", Help: "Decisions the protocol version in shadow takes otherwise than the active one (tools, requests, calls), by the active and the shadow verdict (allowed, blocked, held, confirmed, audited, removed, other).",
+	}, []string{"active_verdict", "shadow_verdict"})
+	m.shadowJudged = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "promptgate_shadow_judged_total", Help: "Requests and calls a protocol version in shadow judged beside the active one, by kind (request, call).",
+	}, []string{"kind"})
+	m.shadowPromptChars = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "promptgate_shadow_prompt_chars_total", Help: "Characters of the layered prompt of the requests a version in shadow judged, as the active version built it and as the shadow would (version: active, shadow).",
+	}, []string{"version"})
 	m.contextTruncations = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "promptgate_context_truncations_total", Help: "Requests whose runtime context JSON was shortened to fit its budget.",
 	})
@@ -82,7 +94,8 @@ func New(versions func() []Version) *Metrics {
 	m.pluginErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "promptgate_plugin_errors_total", Help: "Context source failures, by source and reason class (timeout, unavailable, canceled, error, too_large, bad_answer).",
 	}, []string{"source", "reason"})
-	m.reg.MustRegister(m.requests, m.overhead, m.upstream, m.toolsRemoved, m.callsBlocked, m.flowDecisions, m.mcpDecisions, m.contextTruncations,
+	m.reg.MustRegister(m.requests, m.overhead, m.upstream, m.toolsRemoved, m.callsBlocked, m.flowDecisions, m.mcpDecisions,
+		m.shadowDifferences, m.shadowJudged, m.shadowPromptChars, m.contextTruncations,
 		m.pluginLatency, m.pluginErrors, m.audit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if versions != nil {
@@ -91,6 +104,16 @@ func New(versions func() []Version) *Metrics {
 			[]string{"kind", "name", "version"}, nil)})
 	}
 	return m
+}
+
+// LearnDropped registers promptgate_learn_calls_dropped_total: the calls learn mode dropped because its queue
+// was full (dropped is asked at every scrape). Call it once.
+func (m *Metrics) LearnDropped(dropped func() uint64) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "promptgate_learn_calls_dropped_total",
+		Help: "Calls learn mode did not read because its queue was full (in calls or bytes)."}, func() float64 { return float64(dropped()) }))
 }
 
 // StoreConnected registers promptgate_store_connected: 1 while the definition store is reachable (always
@@ -201,12 +224,43 @@ func (m *Metrics) Record(_ context.Context, e audit.Event) {
 			verdict = "other"
 		}
 		m.mcpDecisions.WithLabelValues(e.Kind, verdict).Inc()
+	case e.Kind == audit.KindShadow:
+		m.shadowDifferences.WithLabelValues(shadowVerdict(e.ActiveVerdict), shadowVerdict(e.Verdict)).Inc()
 	case slices.Contains(flowKinds, e.Kind):
 		verdict := e.Verdict
 		if !slices.Contains(flowVerdicts, verdict) {
 			verdict = "other"
 		}
 		m.flowDecisions.WithLabelValues(e.Kind, verdict).Inc()
+	}
+}
+
+// shadowVerdicts are the verdict labels of promptgate_shadow_differences_total (another counts as "other").
+var shadowVerdicts = []string{audit.VerdictAllowed, audit.VerdictBlocked, audit.VerdictHeld, audit.VerdictConfirmed,
+	audit.VerdictAudited, audit.VerdictRemoved}
+
+func shadowVerdict(v string) string {
+	if slices.Contains(shadowVerdicts, v) {
+		return v
+	}
+	return "other"
+}
+
+// ShadowRequest counts a request a version in shadow judged, and the characters of the prompt each version
+// built (the active) or would build (the shadow).
+func (m *Metrics) ShadowRequest(activeChars, shadowChars int) {
+	if m == nil {
+		return
+	}
+	m.shadowJudged.WithLabelValues("request").Inc()
+	m.shadowPromptChars.WithLabelValues("active").Add(float64(activeChars))
+	m.shadowPromptChars.WithLabelValues("shadow").Add(float64(shadowChars))
+}
+
+// ShadowCall counts a call a version in shadow judged.
+func (m *Metrics) ShadowCall() {
+	if m != nil {
+		m.shadowJudged.WithLabelValues("call").Inc()
 	}
 }
 

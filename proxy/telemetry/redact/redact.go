@@ -1,6 +1,6 @@
-// Package redact turns URLs, and errors that quote them, into what a log line or an error message may
-// show: no user info (user:password@) and no query string, either of which may carry a key. It owns only
-// that rendering; refusing such URLs where they are configured is the caller's job.
+// Package redact turns URLs, and errors that quote them, into what a log line or an error message
+// may show: no user info (user:password@) and no query string, either of which may carry a key. It
+// owns only that rendering; refusing such URLs where they are configured is the caller's job.
 package redact
 
 import (
@@ -9,9 +9,9 @@ import (
 	"strings"
 )
 
-// URL returns s with its user info replaced by "***" and its query and fragment dropped. Text that does
-// not parse as a URL is cut the same way by hand: everything of its authority up to the last '@' is
-// replaced, and everything from the first '?' or '#' is dropped.
+// URL returns s with its user info replaced by "***" and its query and fragment dropped. Text that
+// does not parse as a URL is cut the same way by hand: everything of its authority up to the last
+// '@' is replaced, and everything from the first '?' or '#' is dropped.
 func URL(s string) string {
 	if u, err := url.Parse(s); err == nil {
 		return Parsed(u)

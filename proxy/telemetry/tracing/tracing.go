@@ -72,6 +72,8 @@ const (
 	SpanContinue = "promptgate.continue"
 	// SpanAssemble: the template, the layered prompt and the rewritten body.
 	SpanAssemble = "promptgate.assemble"
+	// SpanShadow: the protocol's version in shadow judges the request (when one is in shadow).
+	SpanShadow = "promptgate.shadow"
 	// SpanUpstream: from sending the request upstream to its response headers.
 	SpanUpstream = "promptgate.upstream"
 	// SpanVet: a non-stream response's tool calls are vetted; SpanRelay: a stream is relayed and vetted,
