@@ -172,9 +172,9 @@ type pending struct {
 	// label is its server_label/name, for its notice.
 	approval bool
 	label    string
-	itemID  string
-	hasArgs bool // the arguments were given (by the added item, a delta or a .done)
-	done    bool // its output_item.done arrived
+	itemID   string
+	hasArgs  bool // the arguments were given (by the added item, a delta or a .done)
+	done     bool // its output_item.done arrived
 
 	vetted   bool
 	released bool
