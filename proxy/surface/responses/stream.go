@@ -1084,7 +1084,7 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	var fresh []*vet.Call
 	var freshAt []int // position of each fresh call
 	changed := false
-	answered := 0 // approval requests of the stream found here
+	kept := map[*item]bool{} // approved requests of the round found here as they were answered
 	for pos, it := range items {
 		e := &entries[pos]
 		e.client, e.raw = -1, it.Raw
@@ -1101,11 +1101,8 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 					e.client = st.client
 					continue
 				case !p.released && p.matches(it, false):
-					if p.approval {
-						answered++
-						if !p.matches(it, true) {
-							s.spoil() // the request the upstream keeps is not the one answered
-						}
+					if p.approval && p.matches(it, true) && slices.Contains(s.waiting, st) {
+						kept[st] = true
 					}
 					// The blocked call: its notice item (if it had one) takes its place here too.
 					if p.notice != nil {
@@ -1130,8 +1127,10 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 			changed = changed || st.client != pos
 		}
 	}
-	if answered < s.approvals {
-		s.spoil() // an approval request the stream had is not in the response the upstream keeps
+	if len(kept) < len(s.waiting) {
+		// An approved request that the response the upstream keeps lacks, or holds otherwise: it
+		// would run as kept, not as vetted. Not answered.
+		s.spoil()
 	}
 	if len(fresh) > 0 {
 		ds := s.c.VetBatch(fresh)
