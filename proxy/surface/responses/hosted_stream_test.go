@@ -335,3 +335,132 @@ func TestHostedStreamErrorMode(t *testing.T) {
 		t.Errorf("types %v, %d rounds: %s", v.Types, len(h.turns), h.out)
 	}
 }
+
+// TestHostedStreamBadRequests: an approval request the stream cannot read as one call — arguments that
+// are not a string, a server or tool that changes between its items, one that never finishes, one
+// without an id — is denied (its notice in its place), never approved.
+func TestHostedStreamBadRequests(t *testing.T) {
+	t.Parallel()
+	relabelled := strings.Replace(approveAnn, `"server_label":"crm"`, `"server_label":"bank"`, 1)
+	for _, c := range []struct {
+		name, added, done, reason string
+	}{
+		{"arguments not a string", strings.Replace(approveAnn, `"arguments":"{\"to\":\"ann@acme.com\"}"`, `"arguments":{"to":"ann@acme.com"}`, 1), "", vet.ReasonNotString},
+		{"server changed", approveAnn, relabelled, ReasonChanged},
+		{"never finished", approveAnn, "-", ReasonIncomplete},
+		{"no id", strings.Replace(approveAnn, `"id":"mcpr_ann",`, "", 1), "", ReasonChanged},
+	} {
+		r := new(rs).created()
+		r.ev("response.output_item.added", `{"output_index":0,"item":`+c.added+`}`)
+		done := c.done
+		switch done {
+		case "":
+			done = c.added
+		case "-":
+			done = ""
+		}
+		if done != "" {
+			r.ev("response.output_item.done", `{"output_index":0,"item":`+done+`}`)
+		}
+		r.output = []string{c.added}
+		h := runHosted(t, hostedChecker(t, vet.ModeRefuse), 13, false, r.completed().String(), hostedRound2())
+		if len(h.ds) != 1 || h.ds[0].Reason != c.reason || strings.Contains(string(h.out), typeApproval) ||
+			!strings.Contains(string(h.out), "[promptgate] blocked tool call mcp: "+c.reason) {
+			t.Errorf("%s: decisions %+v: %s", c.name, h.ds, h.out)
+		}
+		for _, tu := range h.turns {
+			for _, a := range tu.Calls {
+				if a.Approve {
+					t.Errorf("%s: approved: %+v", c.name, a)
+				}
+			}
+		}
+	}
+}
+
+// approvalsIn reports whether an event carries an approval request where a client reads one: its item,
+// or the output of the response it carries.
+func approvalsIn(ev gjson.Result) bool {
+	if ev.Get("item.type").Str == typeApproval {
+		return true
+	}
+	found := false
+	ev.Get("response.output").ForEach(func(_, it gjson.Result) bool {
+		found = it.Get("type").Str == typeApproval
+		return !found
+	})
+	return found
+}
+
+// FuzzHostedStream: whatever the upstream streams, no approval request reaches the client, and
+// promptgate approves only requests whose arguments the policy allows (outside audit mode), as the
+// upstream's final response (the turn it continues) holds them.
+func FuzzHostedStream(f *testing.F) {
+	two := new(rs).created().message(0, "msg_1", "Mailing. ", 3).approval(1, approveAnn).approval(2, approveEve).completed().String()
+	withCall := new(rs).created().approval(0, approveAnn).call(1, "fc_1", "call_1", "get_weather", `{"city":"Paris"}`, 4).completed().String()
+	eveAsAnn := strings.Replace(approveEve, "mcpr_eve", "mcpr_ann", 1)
+	swapped := new(rs).created().approval(0, approveAnn)
+	swapped.output = []string{eveAsAnn}
+	for i, in := range []string{two, withCall, swapped.completed().String(), hostedRound2()} {
+		for _, m := range []vet.Mode{vet.ModeRefuse, vet.ModeContinue, vet.ModeError} {
+			f.Add([]byte(in), relaytest.ModeByte(m), uint8(i*3), uint64(i))
+		}
+	}
+	f.Fuzz(func(t *testing.T, input []byte, mode byte, split uint8, seed uint64) {
+		m := relaytest.FuzzMode(mode)
+		c := hostedCheckerFuzz(m)
+		var turns []relay.Turn
+		var up io.Reader = strings.NewReader(string(input))
+		if split%16 > 0 {
+			up = &relaytest.ChunkReader{Data: input, Rnd: rand.New(rand.NewPCG(seed, 1)), Max: int(split % 16)}
+		}
+		s := NewStream(io.NopCloser(up), c, nil)
+		s.Hosted = true
+		s.SetNext(func(tu relay.Turn) (io.ReadCloser, error) {
+			turns = append(turns, tu)
+			return io.NopCloser(strings.NewReader(hostedRound2())), nil
+		})
+		out, err := io.ReadAll(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ev := range relaytest.Events(t, out) {
+			if gjson.ValidBytes(ev.Data) && approvalsIn(gjson.ParseBytes(ev.Data)) {
+				t.Fatalf("an approval request reached the client: %s", ev.Data)
+			}
+		}
+		check := hostedCheckerFuzz(vet.ModeRefuse)
+		for _, tu := range turns {
+			for _, a := range tu.Calls {
+				if !a.Approval || !a.Approve {
+					continue
+				}
+				n := 0
+				gjson.ParseBytes(tu.Raw).ForEach(func(_, it gjson.Result) bool {
+					if it.Get("type").Str == typeApproval && it.Get("id").Str == a.ID {
+						n++
+						// Audit mode approves what breaks the policy (and records it), as a body does.
+						if _, _, ok := check.Check(hostedMCP, []byte(it.Get("arguments").Str)); m != vet.ModeAudit && !ok ||
+							it.Get("arguments").Type != gjson.String && it.Get("arguments").Exists() {
+							t.Fatalf("approved a request the policy refuses: %s", it.Raw)
+						}
+					}
+					return true
+				})
+				if n == 0 {
+					t.Fatalf("approved a request the turn does not hold: %+v in %s", a, tu.Raw)
+				}
+			}
+		}
+	})
+}
+
+// hostedCheckerFuzz is hostedChecker without a testing.T.
+func hostedCheckerFuzz(mode vet.Mode) *vet.Checker {
+	rules, err := vet.CompileRules([]vet.Rule{{ID: "acme-only", Tool: hostedMCP, Path: "to", Check: vet.Check{Pattern: `@acme\.com$`}}})
+	if err != nil {
+		panic(err)
+	}
+	return vet.NewChecker(vet.Policy{Allowed: map[string]bool{"get_weather": true, hostedMCP: true}, Rules: rules, Mode: mode,
+		Schemas: map[string][]byte{"get_weather": []byte(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)}})
+}

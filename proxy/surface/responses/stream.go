@@ -1072,6 +1072,9 @@ func (s *Stream) late(st *item, raw []byte, m meta) {
 func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	output := gjson.GetBytes(data, pathRespOutput)
 	if !output.IsArray() {
+		if len(s.waiting) > 0 {
+			s.spoil() // what the upstream keeps of the approved requests is not known: not answered
+		}
 		return nil, true
 	}
 	type entry struct {
@@ -1217,7 +1220,7 @@ func (p *pending) matches(entry gjson.Result, exact bool) bool {
 	if !str(pathType, p.typ) || (!p.builtin || p.Call.ID != "") && p.typ != typeApproval && !str(pathCallID, p.Call.ID) {
 		return false
 	}
-	if id := entry.Get(pathID); (id.Exists() || p.approval) && !str(pathID, p.itemID) {
+	if id := entry.Get(pathID); (id.Exists() || p.approval && p.itemID != "") && !str(pathID, p.itemID) {
 		return false
 	}
 	if !exact {
