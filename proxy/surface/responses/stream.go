@@ -59,6 +59,10 @@ const (
 //     dropped and a message item with the notice takes its place (output_item.added, content_part.added,
 //     output_text.delta, output_text.done, content_part.done, output_item.done); on error the stream ends
 //     with an error event (code tool_call_blocked).
+//   - With Hosted, an approval request of a hosted MCP call is held like a call and vetted as a call of
+//     "mcp", but never written: promptgate answers it and the round is continued with the answers (in
+//     any mode); a denial's notice takes its place at once, an approved request's notice (not run) only
+//     where the round turns out not to be continued (see approval).
 //   - response.completed (and .incomplete, .failed) is rewritten so that its output is what the client was
 //     shown: an allowed call as streamed, a blocked call's notice item in its place; a call it holds that the
 //     stream never showed is vetted there. Call items in every other response snapshot (response.created,
@@ -1087,7 +1091,7 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	var fresh []*vet.Call
 	var freshAt []int // position of each fresh call
 	changed := false
-	kept := map[*item]bool{} // approved requests of the round found here as they were answered
+	found := map[*item]bool{} // approved requests of the round found here as they were answered
 	for pos, it := range items {
 		e := &entries[pos]
 		e.client, e.raw = -1, it.Raw
@@ -1105,7 +1109,7 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 					continue
 				case !p.released && p.matches(it, false):
 					if p.approval && p.matches(it, true) && slices.Contains(s.waiting, st) {
-						kept[st] = true
+						found[st] = true
 					}
 					// The blocked call: its notice item (if it had one) takes its place here too.
 					if p.notice != nil {
@@ -1130,7 +1134,7 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 			changed = changed || st.client != pos
 		}
 	}
-	if len(kept) < len(s.waiting) {
+	if len(found) < len(s.waiting) {
 		// An approved request that the response the upstream keeps lacks, or holds otherwise: it
 		// would run as kept, not as vetted. Not answered.
 		s.spoil()
