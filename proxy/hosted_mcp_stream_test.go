@@ -481,3 +481,38 @@ func TestHostedMCPStreamOfficialClient(t *testing.T) {
 		t.Errorf("%d upstream requests", up.count())
 	}
 }
+
+// TestHostedMCPRetrievalAsShown: a non-stream answer whose approval request promptgate let pass but could not
+// answer (a function call of the turn reaches the client) is retrieved as it was shown — the notice, not the
+// approval request the upstream stored — and a streamed retrieval of it is refused.
+func TestHostedMCPRetrievalAsShown(t *testing.T) {
+	t.Parallel()
+	api := &hostedAPI{first: []string{approvalItem("mcpr_ann", "ann@acme.com"), fcItem("fc_1", "call_1", "get_weather", `{"city":"Oslo"}`, "completed")},
+		stored: map[string]string{}}
+	up := newUpstream(t, api.ServeHTTP)
+	p, _ := sjson.SetBytes(hostedProtocol(true), "tools.allow", []string{"mcp", "get_weather"})
+	ts, _ := flowServer(t, up.URL, p)
+	req, _ := sjson.DeleteBytes(hostedStreamRequest(true, "get_weather"), "stream")
+	status, _, b := post(t, ts, flowtest.Responses, req, nil)
+	if status != http.StatusOK || outputTypes(gjson.ParseBytes(b)) != "message,function_call" || strings.Contains(string(b), "mcp_approval_request") {
+		t.Fatalf("%d %s", status, b)
+	}
+	resp, err := ts.Client().Get(ts.URL + "/v1/responses/resp_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || gjson.GetBytes(got, "output").Raw != gjson.GetBytes(b, "output").Raw {
+		t.Errorf("retrieval %d %s", resp.StatusCode, got)
+	}
+	resp, err = ts.Client().Get(ts.URL + "/v1/responses/resp_1?stream=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || strings.Contains(string(got), "mcp_approval_request") {
+		t.Errorf("streamed retrieval %d %s", resp.StatusCode, got)
+	}
+}
