@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -34,8 +33,8 @@ func approvalItem(id, to string) string {
 }
 
 // hostedUpstream answers the first request with approval requests for ann (allowed) and eve (refused), and a
-// request that answers them with the call it ran for each approved one and a message.
-func hostedUpstream(t *testing.T, stream bool) *upstream {
+// request that answers them with the call it ran for each approved one and a message, as JSON.
+func hostedUpstream(t *testing.T) *upstream {
 	return newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		var out, id string
@@ -53,28 +52,8 @@ func hostedUpstream(t *testing.T, stream bool) *upstream {
 			id = "resp_1"
 			out = approvalItem("mcpr_ann", "ann@acme.com") + "," + approvalItem("mcpr_eve", "eve@evil.example")
 		}
-		resp := `{"id":"` + id + `","object":"response","status":"completed","model":"m","output":[` + out + `],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}`
-		if !stream {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, resp)
-			return
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		seq := 0
-		event := func(typ, data string) {
-			writeSplit(w, "event: "+typ+"\ndata: "+data+"\n\n", 37)
-			seq++
-		}
-		event("response.created", `{"type":"response.created","sequence_number":0,"response":{"id":"`+id+`","object":"response","status":"in_progress","output":[]}}`)
-		i := 0
-		gjson.Get(resp, "output").ForEach(func(_, it gjson.Result) bool {
-			for _, typ := range []string{"response.output_item.added", "response.output_item.done"} {
-				event(typ, `{"type":"`+typ+`","sequence_number":`+strconv.Itoa(seq)+`,"output_index":`+strconv.Itoa(i)+`,"item":`+it.Raw+`}`)
-			}
-			i++
-			return true
-		})
-		event("response.completed", `{"type":"response.completed","sequence_number":`+strconv.Itoa(seq)+`,"response":`+resp+`}`)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"`+id+`","object":"response","status":"completed","model":"m","output":[`+out+`],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}`)
 	})
 }
 
@@ -88,7 +67,7 @@ func TestHostedMCPApprovalsAnsweredByPromptgate(t *testing.T) {
 	for _, store := range []bool{true, false} {
 		t.Run(map[bool]string{true: "stored", false: "stateless"}[store], func(t *testing.T) {
 			t.Parallel()
-			up := hostedUpstream(t, false)
+			up := hostedUpstream(t)
 			ts, rec := flowServer(t, up.URL, hostedProtocol(true))
 			req := hostedRequest
 			if !store {
@@ -143,54 +122,11 @@ func TestHostedMCPApprovalsAnsweredByPromptgate(t *testing.T) {
 	}
 }
 
-// TestHostedMCPInAStreamNotRun: in a stream promptgate does not answer approval requests; with
-// mcp.vetHostedCalls each one is blocked (its notice in its place), so no hosted MCP call runs, and the next
-// request that continues the response denies them, also where the client approves one itself.
-func TestHostedMCPInAStreamNotRun(t *testing.T) {
-	t.Parallel()
-	up := hostedUpstream(t, true)
-	ts, rec := flowServer(t, up.URL, hostedProtocol(true))
-	req := strings.Replace(hostedRequest, `"model":"m",`, `"model":"m","stream":true,`, 1)
-	status, _, b := post(t, ts, flowtest.Responses, []byte(req), nil)
-	if status != http.StatusOK || strings.Contains(string(b), `"type":"mcp_approval_request"`) {
-		t.Fatalf("stream: %d %s", status, b)
-	}
-	if n := strings.Count(string(b), "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\""); n != 2 ||
-		strings.Count(string(b), "blocked tool call mcp: its approval request came in a stream") < 2 {
-		t.Fatalf("want each approval request's notice in its place: %s", b)
-	}
-	rec.mu.Lock()
-	var reasons []string
-	for _, e := range rec.events {
-		if e.Kind == "tool_call" {
-			reasons = append(reasons, e.Tool+": "+e.Reason)
-		}
-	}
-	rec.mu.Unlock()
-	if len(reasons) != 2 || !strings.HasPrefix(reasons[0], "mcp: its approval request came in a stream") {
-		t.Fatalf("decisions %q", reasons)
-	}
-	next := `{"model":"m","previous_response_id":"resp_1","input":[{"type":"mcp_approval_response","approval_request_id":"mcpr_ann","approve":true}],` +
-		`"tools":[{"type":"mcp","server_label":"crm","server_url":"https://crm.example.com/mcp"}]}`
-	if status, _, b := post(t, ts, flowtest.Responses, []byte(next), nil); status != http.StatusOK {
-		t.Fatalf("next: %d %s", status, b)
-	}
-	answers := gjson.GetBytes(up.lastBody(t), `input.#(type=="mcp_approval_response")#`).Array()
-	if len(answers) != 2 {
-		t.Fatalf("answers sent upstream: %s", gjson.GetBytes(up.lastBody(t), "input").Raw)
-	}
-	for _, a := range answers {
-		if a.Get("approve").Bool() {
-			t.Errorf("an approval promptgate did not give went upstream: %s", a.Raw)
-		}
-	}
-}
-
 // TestHostedMCPWithoutVetting: without mcp.vetHostedCalls, hosted MCP is governed as before: the client's
 // require_approval goes upstream as it is, and the approval requests reach the client.
 func TestHostedMCPWithoutVetting(t *testing.T) {
 	t.Parallel()
-	up := hostedUpstream(t, false)
+	up := hostedUpstream(t)
 	ts, _ := flowServer(t, up.URL, hostedProtocol(false))
 	status, _, b := post(t, ts, flowtest.Responses, []byte(hostedRequest), nil)
 	if status != http.StatusOK || len(gjson.GetBytes(b, `output.#(type=="mcp_approval_request")#`).Array()) != 2 {

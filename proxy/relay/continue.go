@@ -59,7 +59,9 @@ func Answerable(c *vet.Checker, call *vet.Call, d vet.Decision) bool {
 // parked, not handed out, until the round's fate is known: a call of the round that reaches the
 // client, or is held for confirmation, or cannot be answered (Spoil) sends the parked output on at
 // once and the round goes on as in refuse mode; at the round's end (EndRound), the upstream is
-// asked again and the parked output dropped, or, when that fails, sent on.
+// asked again and the parked output dropped, or, when that fails, sent on. An answer to a call that
+// never reaches the client either way (an approval request of a hosted MCP call, Reply) parks
+// nothing: what follows it goes out as it comes.
 
 // rounds is a stream's state in continue mode.
 type rounds struct {
@@ -100,6 +102,24 @@ func (r *Relay) Refuse(a Answered) {
 	if !r.round.parking {
 		r.round.parking, r.round.mark = true, len(r.Out)
 	}
+}
+
+// Reply records promptgate's answer to a call the client is never shown, whatever becomes of the
+// round (an approval request of a hosted MCP call, which only promptgate answers): it goes upstream
+// if the round is continued. Unlike Refuse it parks nothing. It reports false, and does nothing,
+// outside continue mode or once the round cannot be continued.
+func (r *Relay) Reply(a Answered) bool {
+	if r.round.next == nil || r.round.spoiled {
+		return false
+	}
+	r.round.answers = append(r.round.answers, a)
+	return true
+}
+
+// Continuable reports whether the round may still be continued at its end: answers wait and no
+// call of the round spoiled it.
+func (r *Relay) Continuable() bool {
+	return r.round.next != nil && !r.round.spoiled && len(r.round.answers) > 0
 }
 
 // Spoil says that the round cannot be continued (a call of it reaches the client, is held, or

@@ -17,19 +17,18 @@ import (
 // tool "mcp" with its arguments — the allowlist, the argument rules and the information-flow rules
 // of any call of "mcp" — and answered with an mcp_approval_response (approve true where it passes,
 // false with the reason otherwise); the upstream is asked again with the answers and the client
-// gets the answers joined, the approval requests left out, a denied call's notice in its place. The
-// client never sees an approval request, so it cannot approve one: where promptgate cannot answer
-// them (a stream, a call of the same turn that reaches the client or is held, no round left), the
-// requests are left unanswered, each replaced by a notice, and their calls do not run.
+// gets the answers joined, the approval requests left out, a denied call's notice in its place, in
+// a non-stream answer (hostedBody) and in a stream (Stream.Hosted) alike. The client never sees an
+// approval request, so it cannot approve one: where promptgate cannot answer them (a call of the
+// same turn that reaches the client or is held, no round left, the next request too large, the
+// upstream failing), the requests are left unanswered, each replaced by a notice, and their calls
+// do not run.
 
 const (
 	// hostedMCP is the tool type of hosted MCP servers, and the name their calls are vetted under.
 	hostedMCP = "mcp"
 	// typeApproval is the item the upstream asks for an approval with.
 	typeApproval = "mcp_approval_request"
-	// ReasonHostedStream: promptgate answers approval requests of hosted MCP calls in non-stream
-	// answers only.
-	ReasonHostedStream = "its approval request came in a stream, where promptgate does not answer them (send the request without stream)"
 	// reasonUnanswered: the approval request was not answered, for the turn could not be continued.
 	reasonUnanswered = "its approval request was not answered, as the turn could not be continued"
 )
@@ -78,10 +77,32 @@ func approvalResponse(a relay.Answered) []byte {
 	return b
 }
 
+// approvalNotice is the notice that takes the place of an approval request promptgate denied (or
+// held for the user's confirmation: the notice carries the code).
+func approvalNotice(d vet.Decision, label string) string {
+	return vet.Notice(d) + " (hosted MCP call " + label + ")"
+}
+
+// unansweredNotice is the notice that takes the place of an approval request promptgate let pass
+// but could not answer: its call does not run.
+func unansweredNotice(label string) string {
+	return fmt.Sprintf("[promptgate] hosted MCP call %s not run: %s.", label, reasonUnanswered)
+}
+
 // serverLabel names an approval request's call for a notice: the server's label and the MCP tool's
 // name.
 func serverLabel(it gjson.Result) string {
 	return strings.TrimSpace(it.Get("server_label").String() + "/" + it.Get(pathName).String())
+}
+
+// hasApproval reports whether a response body's output holds an approval request.
+func hasApproval(body []byte) bool {
+	found := false
+	gjson.GetBytes(body, pathOutput).ForEach(func(_, it gjson.Result) bool {
+		found = it.Get(pathType).Str == typeApproval
+		return !found
+	})
+	return found
 }
 
 // hostedBody vets a non-stream answer whose approval requests promptgate answers (vetHostedCalls):
@@ -130,7 +151,7 @@ func hostedBody(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.
 			drop[pos] = true
 			t.Calls = append(t.Calls, approvalAnswer(call, d))
 			if d.Blocked() {
-				notice[pos] = vet.Notice(d) + " (hosted MCP call " + serverLabel(items[pos]) + ")"
+				notice[pos] = approvalNotice(d, serverLabel(items[pos]))
 			}
 		case d.Blocked():
 			drop[pos] = true
@@ -157,8 +178,7 @@ func hostedBody(body []byte, c *vet.Checker, rec relay.Recorder) ([]byte, relay.
 			n := string(noticeItem(newNoticeID(), notice[pos], true))
 			kept, shown = append(kept, n), append(shown, n)
 		case approval[pos]:
-			shown = append(shown, string(noticeItem(newNoticeID(), fmt.Sprintf("[promptgate] hosted MCP call %s not run: %s.",
-				serverLabel(it), reasonUnanswered), true)))
+			shown = append(shown, string(noticeItem(newNoticeID(), unansweredNotice(serverLabel(it)), true)))
 		case notice[pos] != "":
 			shown = append(shown, string(noticeItem(newNoticeID(), notice[pos], true)))
 		}

@@ -136,8 +136,8 @@ func TestApproveAlways(t *testing.T) {
 // becomes a denial.
 func TestAnswerBlockedDeniesApprovals(t *testing.T) {
 	t.Parallel()
-	calls := []blockedCall{{CallID: "mcpr_ann", Tool: hostedMCP, Reason: ReasonHostedStream, Approval: true},
-		{CallID: "mcpr_eve", Tool: hostedMCP, Reason: ReasonHostedStream, Approval: true}}
+	calls := []blockedCall{{CallID: "mcpr_ann", Tool: hostedMCP, Reason: vet.ReasonNotAllowed, Approval: true},
+		{CallID: "mcpr_eve", Tool: hostedMCP, Reason: vet.ReasonNotAllowed, Approval: true}}
 	body := []byte(`{"previous_response_id":"resp_1","input":[{"type":"mcp_approval_response","approval_request_id":"mcpr_ann","approve":true}]}`)
 	out, n, err := answerBlocked(body, calls)
 	if err != nil || n == 0 {

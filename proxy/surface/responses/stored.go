@@ -74,8 +74,9 @@ type memEntry struct {
 }
 
 // Shown is what the client was shown of a response in which a call did not reach it (blocked, held,
-// or refused and answered by promptgate in continue mode), for a later retrieval to show again: the
-// upstream stores the response as it answered it.
+// refused and answered by promptgate in continue mode, or an approval request of a hosted MCP call,
+// which only promptgate answers), for a later retrieval to show again: the upstream stores the
+// response as it answered it.
 type Shown struct {
 	// Output is the response's output array as the client was shown it.
 	Output []byte
@@ -85,6 +86,9 @@ type Shown struct {
 	// Blocked counts the calls the client did not get, in every round; Rounds how many times the
 	// response was continued.
 	Blocked, Rounds int
+	// Unanswered says that the approval requests of the response's last round were not answered:
+	// the upstream's stored response still holds them, each shown as a notice.
+	Unanswered bool
 }
 
 // size is what the memory holds of s.
@@ -251,7 +255,7 @@ func (m *blockedMemory) rememberShown(id string, s *Shown) {
 	if id == "" || s == nil || len(s.Output) == 0 {
 		return
 	}
-	kept := &Shown{Output: bytes.Clone(s.Output), Blocked: s.Blocked, Rounds: s.Rounds}
+	kept := &Shown{Output: bytes.Clone(s.Output), Blocked: s.Blocked, Rounds: s.Rounds, Unanswered: s.Unanswered}
 	if s.Rounds > 0 && gjson.ValidBytes(s.Usage) {
 		kept.Usage = bytes.Clone(s.Usage)
 	}
@@ -438,11 +442,13 @@ func (s *Surface) stripStored(resp *http.Response, id string) error {
 		return err
 	}
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
-		if len(calls) > 0 {
+		if len(calls) > 0 || shown != nil && shown.Unanswered {
 			resp.Body.Close()
-			out := surface.ErrorJSON("this stored response holds a tool call that promptgate blocked; retrieve it without stream=true",
-				"permission_error", relay.CodeToolCallBlocked)
-			surface.SetBody(resp, http.StatusForbidden, out)
+			msg := "this stored response holds a tool call that promptgate blocked; retrieve it without stream=true"
+			if len(calls) == 0 {
+				msg = "this stored response holds an approval request that promptgate did not answer; retrieve it without stream=true"
+			}
+			surface.SetBody(resp, http.StatusForbidden, surface.ErrorJSON(msg, "permission_error", relay.CodeToolCallBlocked))
 			return nil
 		}
 		es := newEchoStream(resp.Body, instructions)

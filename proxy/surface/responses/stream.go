@@ -59,6 +59,10 @@ const (
 //     dropped and a message item with the notice takes its place (output_item.added, content_part.added,
 //     output_text.delta, output_text.done, content_part.done, output_item.done); on error the stream ends
 //     with an error event (code tool_call_blocked).
+//   - With Hosted, an approval request of a hosted MCP call is held like a call and vetted as a call of
+//     "mcp", but never written: promptgate answers it and the round is continued with the answers (in
+//     any mode); a denial's notice takes its place at once, an approved request's notice (not run) only
+//     where the round turns out not to be continued (see approval).
 //   - response.completed (and .incomplete, .failed) is rewritten so that its output is what the client was
 //     shown: an allowed call as streamed, a blocked call's notice item in its place; a call it holds that the
 //     stream never showed is vetted there. Call items in every other response snapshot (response.created,
@@ -108,10 +112,19 @@ type Stream struct {
 	// OnFinal, when set before the first Read, is called with the output of the terminal event as
 	// it went out (response.completed, .incomplete or .failed).
 	OnFinal func(output []byte)
-	// Hosted, when set before the first Read, vets the approval requests of hosted MCP calls as
-	// calls (vetHostedCalls): in a stream promptgate does not answer them, so each is blocked
-	// (hosted.go).
+	// Hosted, when set before the first Read, has promptgate answer the approval requests of hosted
+	// MCP calls itself (vetHostedCalls; hosted.go): each is vetted as a call of "mcp" and never
+	// reaches the client; the answers go upstream when the round is continued (SetNext).
 	Hosted bool
+	// In a round with approval requests (Hosted): waiting are the approved ones whose notices (not
+	// run) are written only if the round turns out not to be continued; approvals counts the
+	// approval requests of the round; heldCall says a function call of the round is held for
+	// confirmation (such a round is not continued, as hostedBody's is not); sawApproval says a
+	// round of the response had an approval request.
+	waiting     []*item
+	approvals   int
+	heldCall    bool
+	sawApproval bool
 
 	// In continue mode (SetNext): the client's output_index and sequence numbers to go back to if
 	// the round is continued (taken at its first refusal); the ids of the notice items of refused
@@ -159,15 +172,21 @@ type pending struct {
 	oi      int    // upstream output_index
 	typ     string // function_call or custom_tool_call (or an item type of refusedBuiltin)
 	builtin bool   // an item of refusedBuiltin: blocked from the start, its name is the tool type
-	itemID  string
-	hasArgs bool // the arguments were given (by the added item, a delta or a .done)
-	done    bool // its output_item.done arrived
+	// approval: an approval request of a hosted MCP call (Hosted), which never reaches the client;
+	// label is its server_label/name, for its notice.
+	approval bool
+	label    string
+	itemID   string
+	hasArgs  bool // the arguments were given (by the added item, a delta or a .done)
+	done     bool // its output_item.done arrived
 
 	vetted   bool
 	released bool
 	refused  bool              // blocked in continue mode, answered by promptgate if the round is continued
 	sum      [sha256.Size]byte // of the arguments, once vetted
-	notice   []byte            // the notice item that took its place (refuse)
+	notice   []byte            // the notice item that took (or takes) its place
+	// noticeID and noticeText are those of notice.
+	noticeID, noticeText string
 	// lead are the reasoning items right before the call: they go out before it, or are dropped
 	// with it.
 	lead []*item
@@ -295,9 +314,10 @@ func (s *Stream) event(ev sse.Event) {
 		if !ok {
 			return
 		}
-		if typ == evCompleted && s.Parking() && s.continueRound(data, out) {
+		if typ == evCompleted && s.Continuable() && s.continueRound(data, out) {
 			return
 		}
+		s.unanswered() // the round is not continued: the approved requests' calls do not run
 		if s.Round() > 0 {
 			out = s.joined(data, out)
 		}
@@ -308,10 +328,10 @@ func (s *Stream) event(ev sse.Event) {
 		if out != nil {
 			final = out
 		}
-		if s.OnShown != nil && s.Blocked() > 0 {
+		if s.OnShown != nil && (s.Blocked() > 0 || s.sawApproval) {
 			resp := gjson.GetBytes(final, pathResponse)
 			s.OnShown(Shown{Output: []byte(resp.Get(pathOutput).Raw), Usage: []byte(resp.Get(pathUsage).Raw),
-				Blocked: s.Blocked(), Rounds: s.Round()})
+				Blocked: s.Blocked(), Rounds: s.Round(), Unanswered: s.approvals > 0})
 		}
 		if s.OnFinal != nil {
 			s.OnFinal([]byte(gjson.GetBytes(final, pathRespOutput).Raw))
@@ -612,6 +632,7 @@ func (s *Stream) continueRound(data, out []byte) bool {
 	}
 	resp := gjson.GetBytes(data, pathResponse)
 	t := relay.Turn{Raw: []byte(resp.Get(pathOutput).Raw), ResponseID: resp.Get(pathID).String()}
+	parked := s.Parking()
 	if !s.EndRound(t) {
 		return false
 	}
@@ -624,7 +645,10 @@ func (s *Stream) continueRound(data, out []byte) bool {
 	s.roundsUsage = relay.AddUsage(s.roundsUsage, []byte(resp.Get(pathUsage).Raw))
 	s.items, s.byID, s.open, s.lead = map[int]*item{}, map[string]int{}, nil, nil
 	s.refusedNotice, s.sawID = nil, false
-	s.nextOut, s.shift, s.last = s.rollback.nextOut, s.rollback.shift, s.rollback.last
+	s.waiting, s.approvals, s.heldCall = nil, 0, false
+	if parked { // the client's numbering goes back to where the parked output began
+		s.nextOut, s.shift, s.last = s.rollback.nextOut, s.rollback.shift, s.rollback.last
+	}
 	s.c.NewRound()
 	for _, n := range s.Kept() { // the held calls' notices, with their codes: the client must see them
 		p := &pending{}
@@ -661,6 +685,60 @@ func (s *Stream) refuse(p *pending, d vet.Decision) {
 	}
 	p.refused = true
 	s.Refuse(relay.Answer(p.Call, d, p.typ == typeCustomTool))
+}
+
+// approval settles an approval request of a hosted MCP call, vetted as a call of "mcp" (Hosted):
+// promptgate answers it, approve where it passed and deny with the refusal otherwise, and the
+// answer goes upstream when the round is continued. The client never gets the request, and what
+// follows it is not held back: a denied request's notice takes its place at once (written again
+// at the start of the next round if it was parked with a refused call's); an approved one's notice
+// (not run) only once the round turns out not to be continued — at once where that is known
+// already, else when the round is spoiled or ends (unanswered).
+func (s *Stream) approval(p *pending, d vet.Decision) {
+	s.approvals++
+	s.sawApproval = true
+	if s.heldCall {
+		s.spoil() // a held call of the turn: the turn is not continued, as hostedBody's is not
+	}
+	drop(p.lead)
+	a := approvalAnswer(p.Call, d)
+	st := s.items[p.oi]
+	if !d.Blocked() {
+		s.prepareNotice(p, unansweredNotice(p.label), true)
+		if s.Reply(a) {
+			s.waiting = append(s.waiting, st)
+			return
+		}
+	} else {
+		parked := s.Parking()
+		a.Notice = ""
+		if parked {
+			a.Notice = approvalNotice(d, p.label)
+		}
+		s.Reply(a)
+		s.prepareNotice(p, approvalNotice(d, p.label), parked)
+	}
+	st.client = s.nextOut
+	s.nextOut++
+	s.writeNotice(p, st.client)
+}
+
+// spoil says that the round cannot be continued (relay.Spoil): what was parked goes out, and the
+// approved requests that waited for the round's end are shown as not run.
+func (s *Stream) spoil() {
+	s.Spoil()
+	s.unanswered()
+}
+
+// unanswered writes the notices of the approved approval requests of the round that wait, in
+// order: the round is not continued, so they are not answered and their calls do not run.
+func (s *Stream) unanswered() {
+	for _, st := range s.waiting {
+		st.client = s.nextOut
+		s.nextOut++
+		s.writeNotice(st.call, st.client)
+	}
+	s.waiting = nil
 }
 
 // answerable reports whether promptgate may answer a call of the stream itself: a function or
@@ -747,8 +825,8 @@ func (s *Stream) start(oi int, it gjson.Result) *pending {
 	s.items[oi] = &item{client: -1, call: p}
 	s.open = append(s.open, p)
 	if s.Hosted && typ == typeApproval {
-		p.builtin, p.Call = true, approvalCall(oi, it)
-		p.Call.Fail(ReasonHostedStream)
+		p.approval, p.Call, p.label = true, approvalCall(oi, it), serverLabel(it)
+		p.hasArgs = len(p.Call.Args) > 0
 		return p
 	}
 	if tool := refusedBuiltin(s.c, typ); tool != "" {
@@ -808,20 +886,26 @@ func (s *Stream) itemDone(p *pending, it gjson.Result) {
 	if id := it.Get(pathID); id.Exists() && (id.Type != gjson.String || id.Str != p.itemID) {
 		p.Call.Fail(ReasonChanged)
 	}
-	// The finished item is what many clients keep: it must be the whole call, as assembled.
-	if id := it.Get(pathCallID); id.Type != gjson.String || id.Str != p.Call.ID {
+	// The finished item is what many clients keep: it must be the whole call, as assembled. An
+	// approval request is known by its item id, and is what the upstream runs once approved.
+	if id := it.Get(pathCallID); !p.approval && (id.Type != gjson.String || id.Str != p.Call.ID) {
 		p.Call.Fail(ReasonChanged)
 	}
-	if name := it.Get(pathName); p.builtin {
-	} else if name.Exists() {
+	switch name := it.Get(pathName); {
+	case p.builtin:
+	case p.approval:
+		if serverLabel(it) != p.label {
+			p.Call.Fail(ReasonChanged)
+		}
+	case name.Exists():
 		s.sameName(p, name)
-	} else {
+	default:
 		p.Call.Fail(ReasonChanged)
 	}
-	if p.typ == typeFunction {
+	if p.typ == typeFunction || p.approval {
 		if args := it.Get(pathArguments); args.Exists() {
 			s.sameArgs(p, args)
-		} else {
+		} else if !p.approval {
 			p.Call.Fail(ReasonChanged)
 		}
 	}
@@ -892,11 +976,17 @@ func (s *Stream) complete(ps []*pending) {
 	relay.Settle[meta](&s.Relay, s.c, ps, s.fatal, func(p *pending, d vet.Decision) {
 		p.vetted = true
 		p.sum = sha256.Sum256(p.Call.Args)
-		if s.answerable(p, d) {
+		if p.approval {
+			s.approval(p, d)
+			return
+		}
+		held := s.Hosted && d.Verdict == vet.VerdictHeld
+		if s.answerable(p, d) && !(held && s.approvals > 0) {
 			s.refuse(p, d)
 		} else {
-			s.Spoil()
+			s.spoil()
 		}
+		s.heldCall = s.heldCall || held
 		if d.Blocked() {
 			drop(p.lead)
 		} else {
@@ -918,15 +1008,27 @@ func (s *Stream) complete(ps []*pending) {
 
 // notice writes the events of a message item with the notice at output_index oi.
 func (s *Stream) notice(p *pending, oi int, text string) {
-	id := newNoticeID()
-	p.notice = noticeItem(id, text, true)
-	if p.refused {
+	s.prepareNotice(p, text, p.refused)
+	s.writeNotice(p, oi)
+}
+
+// prepareNotice makes the message item with the notice that takes p's place; with dropped, the
+// client does not keep it when the round is continued.
+func (s *Stream) prepareNotice(p *pending, text string, dropped bool) {
+	p.noticeID, p.noticeText = newNoticeID(), text
+	p.notice = noticeItem(p.noticeID, text, true)
+	if dropped {
 		if s.refusedNotice == nil {
 			s.refusedNotice = map[string]bool{}
 		}
-		s.refusedNotice[id] = true
+		s.refusedNotice[p.noticeID] = true
 	}
-	q, qid := assembly.AppendJSONString(nil, text), assembly.AppendJSONString(nil, id)
+}
+
+// writeNotice writes the events of p's notice item at output_index oi.
+func (s *Stream) writeNotice(p *pending, oi int) {
+	text := p.noticeText
+	q, qid := assembly.AppendJSONString(nil, text), assembly.AppendJSONString(nil, p.noticeID)
 	// Each event as the API writes it, keys in its order: type, sequence_number, item_id,
 	// output_index, ...
 	ev := func(name string, withID bool, rest ...[]byte) {
@@ -943,7 +1045,7 @@ func (s *Stream) notice(p *pending, oi int, text string) {
 		}
 		s.Out = sse.AppendEvent(s.Out, name, append(d, '}'))
 	}
-	ev(evItemAdded, false, []byte(`,"item":`), noticeItem(id, text, false))
+	ev(evItemAdded, false, []byte(`,"item":`), noticeItem(p.noticeID, text, false))
 	ev("response.content_part.added", true, []byte(`,"content_index":0,"part":`), textPart(""))
 	ev("response.output_text.delta", true, []byte(`,"content_index":0,"delta":`), q, []byte(`,"logprobs":[]`))
 	ev("response.output_text.done", true, []byte(`,"content_index":0,"text":`), q, []byte(`,"logprobs":[]`))
@@ -974,6 +1076,9 @@ func (s *Stream) late(st *item, raw []byte, m meta) {
 func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	output := gjson.GetBytes(data, pathRespOutput)
 	if !output.IsArray() {
+		if len(s.waiting) > 0 {
+			s.spoil() // what the upstream keeps of the approved requests is not known: not answered
+		}
 		return nil, true
 	}
 	type entry struct {
@@ -986,6 +1091,7 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 	var fresh []*vet.Call
 	var freshAt []int // position of each fresh call
 	changed := false
+	found := map[*item]bool{} // approved requests of the round found here as they were answered
 	for pos, it := range items {
 		e := &entries[pos]
 		e.client, e.raw = -1, it.Raw
@@ -993,7 +1099,6 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 		call := itemCall(s.c, pos, it)
 		if s.Hosted && it.Get(pathType).Str == typeApproval {
 			call = approvalCall(pos, it)
-			call.Fail(ReasonHostedStream)
 		}
 		if call != nil {
 			if st != nil && st.call != nil && st.call.vetted {
@@ -1003,6 +1108,9 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 					e.client = st.client
 					continue
 				case !p.released && p.matches(it, false):
+					if p.approval && p.matches(it, true) && slices.Contains(s.waiting, st) {
+						found[st] = true
+					}
 					// The blocked call: its notice item (if it had one) takes its place here too.
 					if p.notice != nil {
 						e.client, e.raw = st.client, string(p.notice)
@@ -1026,9 +1134,14 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 			changed = changed || st.client != pos
 		}
 	}
+	if len(found) < len(s.waiting) {
+		// An approved request that the response the upstream keeps lacks, or holds otherwise: it
+		// would run as kept, not as vetted. Not answered.
+		s.spoil()
+	}
 	if len(fresh) > 0 {
 		ds := s.c.VetBatch(fresh)
-		s.Spoil() // calls the stream never showed are not answered by promptgate: the round is not continued
+		s.spoil() // calls the stream never showed are not answered by promptgate: the round is not continued
 		if culprit := relay.Culprit(s.c, ds); culprit >= 0 {
 			for _, d := range ds {
 				s.Record(d)
@@ -1038,11 +1151,21 @@ func (s *Stream) finalOutput(data []byte) (out []byte, ok bool) {
 		}
 		for i, d := range ds {
 			s.Record(d)
-			if !d.Blocked() {
+			pos := freshAt[i]
+			approval := s.Hosted && items[pos].Get(pathType).Str == typeApproval
+			if !d.Blocked() && !approval {
 				continue
 			}
-			pos := freshAt[i]
-			entries[pos].raw = string(noticeItem(newNoticeID(), vet.Notice(d), true))
+			text := vet.Notice(d)
+			if approval { // never shown; not answered, as the round is not continued
+				s.approvals++
+				s.sawApproval = true
+				text = approvalNotice(d, serverLabel(items[pos]))
+				if !d.Blocked() {
+					text = unansweredNotice(serverLabel(items[pos]))
+				}
+			}
+			entries[pos].raw = string(noticeItem(newNoticeID(), text, true))
 			changed = true
 			// The reasoning right before it goes with it, if the client has not been shown it yet.
 			for j := pos - 1; j >= 0 && items[j].Get(pathType).Str == typeReasoning; j-- {
@@ -1101,11 +1224,16 @@ func (p *pending) matches(entry gjson.Result, exact bool) bool {
 	if !str(pathType, p.typ) || (!p.builtin || p.Call.ID != "") && p.typ != typeApproval && !str(pathCallID, p.Call.ID) {
 		return false
 	}
-	if id := entry.Get(pathID); id.Exists() && !str(pathID, p.itemID) {
+	if id := entry.Get(pathID); (id.Exists() || p.approval && p.itemID != "") && !str(pathID, p.itemID) {
 		return false
 	}
 	if !exact {
 		return true
+	}
+	if p.approval { // the request as it was answered: its server, tool and arguments
+		args := entry.Get(pathArguments)
+		return serverLabel(entry) == p.label && (args.Type == gjson.String || !args.Exists()) &&
+			sha256.Sum256([]byte(args.Str)) == p.sum
 	}
 	if p.builtin {
 		return false // never released

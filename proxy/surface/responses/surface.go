@@ -128,6 +128,9 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 	if x.t.bg != nil {
 		v.Next = nil // a background response is retrieved later, from the upstream's one response
 	}
+	// approvals: a round had approval requests of hosted MCP calls; last: the last round vetted did,
+	// which were not answered then (an answered round is followed by another).
+	approvals, last := false, false
 	out, res, err := surface.Rounds(body, v, func(b []byte) ([]byte, relay.Result, error) {
 		// Each answer of a continued response is a response of its own upstream: the decisions on
 		// its calls belong to it, and the client continues from the last one.
@@ -135,6 +138,8 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 			x.t.setID(id.Str)
 		}
 		if x.t.hosted {
+			last = hasApproval(b)
+			approvals = approvals || last
 			return hostedBody(b, v.Checker, v.Record)
 		}
 		return Body(b, v.Checker, v.Record)
@@ -143,8 +148,9 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 		return out, res, err
 	}
 	output := []byte(gjson.GetBytes(out, pathOutput).Raw)
-	if res.Blocked > 0 {
-		x.t.show(Shown{Output: output, Usage: []byte(gjson.GetBytes(out, pathUsage).Raw), Blocked: res.Blocked, Rounds: res.Rounds})
+	if res.Blocked > 0 || approvals {
+		x.t.show(Shown{Output: output, Usage: []byte(gjson.GetBytes(out, pathUsage).Raw), Blocked: res.Blocked, Rounds: res.Rounds,
+			Unanswered: last})
 	}
 	x.t.final(output)
 	out, err = echoInstructions(out, "", x.t.instructions)
