@@ -218,6 +218,25 @@ func TestConsoleNewVersion(t *testing.T) {
 		}
 	})
 
+	t.Run("a template's new version is previewed under a protocol based on it", func(t *testing.T) {
+		waitFor(t, ctx, 5*time.Second, "template list", `document.querySelector('#list-templates button[data-name=base_tool_call_v2]')`)
+		runIn(t, ctx, script(`document.querySelector('#list-templates button[data-name=base_tool_call_v2]').click()`))
+		waitFor(t, ctx, 5*time.Second, "the template selected, the protocol's editor closed", `document.getElementById('def-title').textContent === 'templates/base_tool_call_v2' && document.getElementById('edit-card').hidden`)
+		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#def-new`)))
+		waitFor(t, ctx, 5*time.Second, "the template's editor", `document.getElementById('edit-text').value.includes('"name": "base_tool_call_v2"')`)
+		text := edited(t, eval[string](t, ctx, `document.getElementById('edit-text').value`), [2]string{`=== SYSTEM CORE ===\n`, `=== SYSTEM CORE ===\nThe editor's template speaks first.\n`})
+		setEditor(t, ctx, text)
+		saveEditor(t, ctx)
+		waitFor(t, ctx, 10*time.Second, "the saved template with its preview", `!document.getElementById('edit-result').hidden && document.querySelector('#edit-preview pre')`)
+		got := eval[string](t, ctx, `document.getElementById('edit-protocol').value + ' | ' + document.getElementById('edit-preview').textContent`)
+		if !strings.Contains(got, "Templatebase_tool_call_v2@2 (the new version)") || !strings.Contains(got, "The editor's template speaks first.") || strings.HasPrefix(got, " | ") {
+			t.Fatalf("template preview %q", got)
+		}
+		if gjson.GetBytes(s.adminCall("GET", "/admin/templates/base_tool_call_v2", "", 200), "active").Int() != 1 {
+			t.Fatal("the template's new version is active")
+		}
+	})
+
 	s.requestsMu.Lock()
 	defer s.requestsMu.Unlock()
 	for _, e := range s.browserErrors {
