@@ -8,10 +8,11 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// withCandidate is the snapshot c as it would be once rec, a stored version of a protocol or template, were
-// activated: rec in place of its name's active version, every other definition and kill switch as in c, and
-// a protocol version in shadow taken out of shadow when it is rec (as activation does). The copy starts with
-// no derived plans or frames of its own; it serves one preview and is then dropped.
+// withCandidate is the snapshot c as it would be once rec, a stored version of a protocol or
+// template, were activated: rec in place of its name's active version, every other definition and
+// kill switch as in c, and a protocol version in shadow taken out of shadow when it is rec (as
+// activation does). The copy starts with no derived plans or frames of its own; it serves one
+// preview and is then dropped.
 func withCandidate(c *catalog, rec *store.Record) (*catalog, error) {
 	out := &catalog{protocols: c.protocols, shadows: c.shadows, templates: c.templates, tools: c.tools, pins: c.pins}
 	switch rec.Kind {

@@ -145,7 +145,7 @@ type Input struct {
 	// in shadow (the server sets it when it keeps what it learns).
 	Learn bool
 	// Candidate, for Preview only, is a stored version of a protocol or template that the request is
-	// prepared with as if it were active; nil prepares it with the active definitions. Prepare ignores it.
+	// prepared with as if it were active (nil: the active definitions). Prepare ignores it.
 	Candidate *store.Record
 }
 

@@ -49,9 +49,10 @@ func axeCheck(t *testing.T, ctx context.Context, axe, where string) {
 	}
 }
 
-// sidewaysScroll lists what scrolls sideways on the page: the page itself, or any element whose content is
-// wider than its box and may be scrolled (overflow auto or scroll). The page's width is the layout
-// viewport's (clientWidth): on a phone, window.innerWidth grows with content wider than the screen.
+// sidewaysScroll lists what scrolls sideways on the page: the page itself, or any element whose
+// content is wider than its box and may be scrolled (overflow auto or scroll). The page's width is
+// the layout viewport's (clientWidth): on a phone, window.innerWidth grows with content wider than
+// the screen.
 const sidewaysScroll = `(() => {
 	const out = [];
 	const width = document.documentElement.clientWidth;
@@ -65,8 +66,8 @@ const sidewaysScroll = `(() => {
 	return out;
 })()`
 
-// offScreen lists the elements of selector (at least one must be there) that are not wholly inside the
-// layout viewport's width.
+// offScreen lists the elements of selector (at least one must be there) that are not wholly inside
+// the layout viewport's width.
 func offScreen(t *testing.T, ctx context.Context, selector string) []string {
 	t.Helper()
 	return eval[[]string](t, ctx, `(() => {

@@ -16,9 +16,10 @@ import (
 // editorRule is the rule the editor tests add to the protocol tech's rules.
 const editorRule = "- EDITOR RULE: answer in one line."
 
-// The edits the editor tests make to the JSON of tech's active version, as the editor shows it (pretty-printed
-// with two spaces): one that breaks the JSON (a comma taken away at the end of line 2), two the admin API
-// refuses (an unknown key in a rule, a rule whose pattern does not compile), and one it stores (a rule more).
+// The edits the editor tests make to the JSON of tech's active version, as the editor shows it
+// (pretty-printed with two spaces): one that breaks the JSON (a comma taken away at the end of line
+// 2), two the admin API refuses (an unknown key in a rule, a rule whose pattern does not compile),
+// and one it stores (a rule more).
 var (
 	editBrokenJSON  = [2]string{`"id": "tech",`, `"id": "tech"`}
 	editUnknownKey  = [2]string{`"rules": []`, `"rules": [{"tool": "web_fetch", "path": "url", "patern": "x"}]`}
@@ -26,8 +27,8 @@ var (
 	editAddsTheRule = [2]string{`"rules": "- `, `"rules": "` + editorRule + `\n- `}
 )
 
-// edited is text with the edit made once; it fails the test when the text does not have what the edit
-// replaces.
+// edited is text with the edit made once; it fails the test when the text does not have what the
+// edit replaces.
 func edited(t *testing.T, text string, edit [2]string) string {
 	t.Helper()
 	if !strings.Contains(text, edit[0]) {
@@ -36,8 +37,8 @@ func edited(t *testing.T, text string, edit [2]string) string {
 	return strings.Replace(text, edit[0], edit[1], 1)
 }
 
-// openEditor selects the protocol tech on Definitions (open in ctx) and opens the new-version editor on it;
-// it returns the editor's text.
+// openEditor selects the protocol tech on Definitions (open in ctx) and opens the new-version
+// editor on it; it returns the editor's text.
 func openEditor(t *testing.T, ctx context.Context) string {
 	t.Helper()
 	waitFor(t, ctx, 5*time.Second, "protocol list", `document.querySelector('#list-protocols button[data-name=tech]')`)
@@ -68,11 +69,12 @@ func editorErrors(t *testing.T, ctx context.Context) string {
 	return eval[string](t, ctx, `document.getElementById('edit-errors').textContent`)
 }
 
-// TestConsoleNewVersion drives Definitions' editor in headless Chromium against a real serve: a new version of
-// a protocol made from the active one's JSON, refused while it is not valid JSON (nothing sent, the place
-// shown by line and column) and while the admin API refuses it (its messages with their key paths), the text
-// kept each time; once stored, not active, it is shown with its diff and the exact request the proxy would
-// send under it, then activated after the confirmation and served.
+// TestConsoleNewVersion drives Definitions' editor in headless Chromium against a real serve: a new
+// version of a protocol made from the active one's JSON, refused while it is not valid JSON
+// (nothing sent, the place shown by line and column) and while the admin API refuses it (its
+// messages with their key paths), the text kept each time; once stored, not active, it is shown
+// with its diff and the exact request the proxy would send under it, then activated after the
+// confirmation and served.
 func TestConsoleNewVersion(t *testing.T) {
 	path := findBrowser()
 	if path == "" {

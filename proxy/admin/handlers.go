@@ -19,10 +19,11 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// previewBody is the body of POST /admin/prompts/preview. Request keeps the request's bytes exactly as
-// sent, so the preview sees what the proxy would. Path chooses the surface: "/v1/chat/completions" (the
-// default), "/v1/responses" or "/v1/messages", the path the client would POST Request to. Candidate names
-// a stored version to prepare the request with as if it were active (see candidateBody).
+// previewBody is the body of POST /admin/prompts/preview. Request keeps the request's bytes exactly
+// as sent, so the preview sees what the proxy would. Path chooses the surface:
+// "/v1/chat/completions" (the default), "/v1/responses" or "/v1/messages", the path the client
+// would POST Request to. Candidate names a stored version to prepare the request with as if it were
+// active (see candidateBody).
 type previewBody struct {
 	Request   json.RawMessage   `json:"request"`
 	Headers   map[string]string `json:"headers"`
@@ -31,18 +32,18 @@ type previewBody struct {
 	Candidate json.RawMessage   `json:"candidate"`
 }
 
-// candidateBody is a preview's candidate: {"kind":"protocols"|"templates","name":"...","version":N}, a
-// stored version, active or not.
+// candidateBody is a preview's candidate, a stored version (active or not):
+// {"kind":"protocols"|"templates","name":"...","version":N}.
 type candidateBody struct {
 	Kind    string `json:"kind"`
 	Name    string `json:"name"`
 	Version *int   `json:"version"`
 }
 
-// POST /admin/prompts/preview {"request":{...},"headers":{...},"protocol":"optional","path":"optional",
-// "candidate":{"kind","name","version"} optional} → the preview report: with a candidate, of the request
-// as the proxy would send it if that version were active. Errors of the request itself are answered
-// exactly as the proxy would answer them.
+// POST /admin/prompts/preview {"request":{...},"headers":{...},"protocol":"optional",
+// "path":"optional","candidate":{"kind","name","version"} optional} → the preview report: with a
+// candidate, of the request as the proxy would send it if that version were active. Errors of the
+// request itself are answered exactly as the proxy would answer them.
 func (s *server) preview(w http.ResponseWriter, r *http.Request) error {
 	if _, err := params(r); err != nil {
 		return err
@@ -93,7 +94,7 @@ func (s *server) preview(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// candidate reads a preview's candidate and returns the stored version it names; nil when there is none.
+// candidate reads a preview's candidate and returns the stored version it names (nil: none).
 func (s *server) candidate(ctx context.Context, raw json.RawMessage) (*store.Record, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil

@@ -13,8 +13,8 @@ import (
 // candidateRule is the rule a candidate version of the protocol tech adds.
 const candidateRule = "- CANDIDATE RULE: quote the ticket."
 
-// addCandidateRule stores a version of tech that adds candidateRule to the active one, not active, and
-// returns its number.
+// addCandidateRule stores a version of tech that adds candidateRule to the active one, not active,
+// and returns its number.
 func addCandidateRule(f *fixture) int64 {
 	f.t.Helper()
 	v1 := gjson.GetBytes(f.ok(http.StatusOK, "GET", "/admin/protocols/tech/versions/1", ""), "body").Raw
@@ -25,9 +25,10 @@ func addCandidateRule(f *fixture) int64 {
 	return gjson.GetBytes(f.ok(http.StatusCreated, "POST", "/admin/protocols/tech/versions", v2), "version").Int()
 }
 
-// TestPreviewOfACandidateIsWhatActivationSends: a preview with a candidate protocol version, not active,
-// shows that version's prompt while the proxy keeps serving the active one; once the version is activated,
-// the upstream receives, byte for byte, the body the candidate's preview showed.
+// TestPreviewOfACandidateIsWhatActivationSends: a preview with a candidate protocol version, not
+// active, shows that version's prompt while the proxy keeps serving the active one; once the
+// version is activated, the upstream receives, byte for byte, the body the candidate's preview
+// showed.
 func TestPreviewOfACandidateIsWhatActivationSends(t *testing.T) {
 	f := newFixture(t, fixtureOpts{token: "t"})
 	up := newRecordingUpstream(t)
@@ -63,8 +64,8 @@ func TestPreviewOfACandidateIsWhatActivationSends(t *testing.T) {
 	}
 }
 
-// TestPreviewOfACandidateTemplate: a candidate template version replaces the active one for every protocol
-// based on it; the version itself stays inactive.
+// TestPreviewOfACandidateTemplate: a candidate template version replaces the active one for every
+// protocol based on it; the version itself stays inactive.
 func TestPreviewOfACandidateTemplate(t *testing.T) {
 	f := newFixture(t, fixtureOpts{token: "t"})
 	text := gjson.GetBytes(f.ok(http.StatusOK, "GET", "/admin/templates/base_tool_call_v2/versions/1", ""), "body.text").String()
@@ -87,8 +88,8 @@ func TestPreviewOfACandidateTemplate(t *testing.T) {
 	}
 }
 
-// TestPreviewOfACandidateInShadow: the version in shadow, previewed as the candidate, leaves the shadow as
-// its activation would (the report has no shadow part); another candidate keeps it.
+// TestPreviewOfACandidateInShadow: the version in shadow, previewed as the candidate, leaves the
+// shadow as its activation would (the report has no shadow part); another candidate keeps it.
 func TestPreviewOfACandidateInShadow(t *testing.T) {
 	f := newFixture(t, fixtureOpts{token: "t"})
 	for _, body := range []string{shadowV1, shadowV2, shadowV1} {
@@ -107,8 +108,8 @@ func TestPreviewOfACandidateInShadow(t *testing.T) {
 	}
 }
 
-// TestPreviewCandidateBadInput: a candidate that is not an object of kind, name and version, names another
-// kind, or names a version that does not exist is refused, naming the field.
+// TestPreviewCandidateBadInput: a candidate that is not an object of kind, name and version, names
+// another kind, or names a version that does not exist is refused, naming the field.
 func TestPreviewCandidateBadInput(t *testing.T) {
 	f := newFixture(t, fixtureOpts{token: "t"})
 	for _, c := range []struct {

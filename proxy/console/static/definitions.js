@@ -1,11 +1,12 @@
-// Definitions: templates and protocols, their versions, a side-by-side diff of any two, activation and
-// rollback after a confirmation that shows the diff against the active version, and the rollouts applied.
-// An address #protocols/ID@N (an event's link) shows that version and what it changed. A protocol's version
-// can be put in shadow (and taken out): the page shows what it would change over a window, what learn mode
-// learned of the protocol's traffic, and the version learn mode proposes. New version… opens an editor on
-// the active version's JSON: it is checked as JSON before anything is sent, saved as a version that is not
-// active, then shown with its diff against the active one and the preview of a sample request under it
-// (POST /admin/prompts/preview with the version as candidate), and activated only when asked.
+// Definitions: templates and protocols, their versions, a side-by-side diff of any two, activation
+// and rollback after a confirmation that shows the diff against the active version, and the
+// rollouts applied. An address #protocols/ID@N (an event's link) shows that version and what it
+// changed. A protocol's version can be put in shadow (and taken out): the page shows what it would
+// change over a window, what learn mode learned of the protocol's traffic, and the version learn
+// mode proposes. New version… opens an editor on the active version's JSON: it is checked as JSON
+// before anything is sent, saved as a version that is not active, then shown with its diff against
+// the active one and the preview of a sample request under it (POST /admin/prompts/preview with the
+// version as candidate), and activated only when asked.
 'use strict';
 (function () {
   const { el, clear, api, modal, fmtTime, diffTable, stacked, report, banner, announce, facts } = window.PG;
@@ -33,6 +34,7 @@
     const entry = await api('GET', '/admin/' + kind + '/' + encodeURIComponent(name));
     current = { kind, name, entry };
     if (editing && (editing.kind !== kind || editing.name !== name)) closeEditor();
+    else if (editing && editing.saved) savedState();
     for (const b of document.querySelectorAll('.side button')) b.setAttribute('aria-pressed', b.dataset.kind === kind && b.dataset.name === name ? 'true' : 'false');
     $('def').hidden = false;
     $('def-empty').hidden = true;
@@ -196,9 +198,9 @@
     modal(label(current.kind, current.name, v) + ' by ' + (rec.author || '—') + ', ' + fmtTime(rec.createdAt), el('pre', { text }));
   }
 
-  // change asks, showing what the next request will get, then activates version v (rollback: through the
-  // rollback endpoint, which re-activates the version active before the current one and pops it from the
-  // activation history); it resolves true once the change is made.
+  // change asks, showing what the next request will get, then activates version v (rollback:
+  // through the rollback endpoint, which re-activates the version active before the current one and
+  // pops it from the activation history); it resolves true once the change is made.
   async function change(v, rollback) {
     const active = current.entry.active;
     const verb = rollback ? 'Re-activate' : 'Activate';
@@ -258,10 +260,11 @@
 
   // --- the editor of a new version ---
 
-  // scanJSON reads text by the JSON grammar (RFC 8259, and no key twice in one object, as the admin API
-  // reads it) and returns {error: {at, message}} at the first offset where it breaks, or {paths}: where each
-  // member and element is, by its path as the admin API's messages write it (toolCalls.rules[0].pattern):
-  // the key (start, end; an element's first character) and the value (vstart, vend).
+  // scanJSON reads text by the JSON grammar (RFC 8259, and no key twice in one object, as the admin
+  // API reads it) and returns {error: {at, message}} at the first offset where it breaks, or
+  // {paths}: where each member and element is, by its path as the admin API's messages write it
+  // (toolCalls.rules[0].pattern): the key (start, end; an element's first character) and the value
+  // (vstart, vend).
   function scanJSON(text) {
     const paths = new Map();
     let i = 0;
@@ -346,8 +349,8 @@
     return { line: before.split('\n').length, col: Array.from(before.slice(nl + 1)).length + 1 };
   }
 
-  // pathIn is the longest path of paths that an error message's line names: as a.b[0].c, cut in two by
-  // ": " (toolCalls: rules[0].pattern), or as an unknown field "x" in a.b; null when it names none.
+  // pathIn is the longest path of paths that an error message's line names (null: none): as a.b[0].c,
+  // cut in two by ": " (toolCalls: rules[0].pattern), or as an unknown field "x" in a.b.
   function pathIn(line, paths) {
     let best = null;
     const consider = (p) => { if (paths.has(p) && (!best || p.length > best.length)) best = p; };
@@ -372,8 +375,8 @@
     ta.scrollTop = Math.max(0, (lineCol(ta.value, start).line - 3) * lh);
   }
 
-  // problems shows a list of problems under a lead line in box; each may carry [label, start, end]: a
-  // button that shows that place in the editor.
+  // problems shows a list of problems under a lead line in box; each may carry [label, start, end]:
+  // a button that shows that place in the editor.
   function problems(box, lead, items) {
     clear(box).append(el('p', { text: lead }), el('ul', {}, items.map(([text, at]) => el('li', {}, el('span', { text }),
       at ? [' ', el('button', { type: 'button', class: 'link', on: { click: () => showInEditor(at[1], at[2]) } }, at[0])] : ''))));
@@ -423,8 +426,8 @@
     $('edit-card').hidden = true;
   }
 
-  // save checks the editor's text as JSON, then stores it as a new version (not active); the text stays in
-  // the editor whatever happens.
+  // save checks the editor's text as JSON, then stores it as a new version (not active); the text
+  // stays in the editor whatever happens.
   async function save() {
     const text = $('edit-text').value;
     const scan = scanJSON(text);
@@ -454,8 +457,8 @@
     await saved(res.version);
   }
 
-  // apiProblems are the lines of an error answer, each with a button to the place it names when the text
-  // has it (the error's param, else the longest path the line names).
+  // apiProblems are the lines of an error answer, each with a button to the place it names when the
+  // text has it (the error's param, else the longest path the line names).
   function apiProblems(e, paths) {
     const param = e.data && e.data.error && e.data.error.param;
     const lines = e.message.split('\n').filter((l) => l.trim());
@@ -472,12 +475,7 @@
     const { kind, name } = editing;
     await Promise.all([loadLists(), select(kind, name)]);
     const active = current.entry.active;
-    $('edit-saved').textContent = 'Version ' + v + ' of ' + label(kind, name) + ' is stored, not active';
-    $('edit-state').textContent = 'Requests get ' + (active ? 'version ' + active : 'no version') + ' until you activate it. ' +
-      (active ? 'Differences from the active version ' + active + ' (left) to version ' + v + ' (right), then a request as the proxy would send it with version ' + v + ' active:' : '');
     clear($('edit-diff')).append(active ? await diffBetween(active, v) : el('p', { class: 'muted', text: 'No version is active: there is nothing to compare with.' }));
-    $('edit-activate').hidden = false;
-    $('edit-activate').textContent = 'Activate version ' + v + '…';
     $('edit-protocol-field').hidden = kind !== 'templates';
     if (kind === 'templates') await protocolsOf(name);
     $('edit-result').hidden = false;
@@ -486,8 +484,8 @@
     await preview();
   }
 
-  // protocolsOf fills the protocol choice of a template's preview: every protocol, the first whose active
-  // version is based on the template chosen.
+  // protocolsOf fills the protocol choice of a template's preview: every protocol, the first whose
+  // active version is based on the template chosen.
   async function protocolsOf(template) {
     const sel = clear($('edit-protocol'));
     sel.append(el('option', { value: '', text: 'as the request is routed' }));
@@ -507,8 +505,9 @@
     tools: [{ type: 'function', function: { name: 'web_fetch', description: 'Fetch a page', parameters: { type: 'object', properties: { url: { type: 'string' } } } } }],
   };
 
-  // preview asks for the exact request the proxy would send upstream for the sample if the saved version
-  // were active, and shows who decided it, the tools and the system prompt, and the body byte for byte.
+  // preview asks for the exact request the proxy would send upstream for the sample if the saved
+  // version were active, and shows who decided it, the tools and the system prompt, and the body
+  // byte for byte.
   async function preview() {
     const out = clear($('edit-preview'));
     const sample = $('edit-sample').value;
@@ -548,13 +547,20 @@
       el('details', {}, el('summary', { text: 'The exact upstream body' }), el('pre', { class: 'wrap', text: up ? res.text.slice(up.vstart, up.vend) : '' })));
   }
 
+  // savedState says whether the version the editor saved is active (as the selected entry has it),
+  // and offers to activate it while it is not.
+  function savedState() {
+    const v = editing.saved, active = current.entry.active, on = active === v;
+    $('edit-saved').textContent = 'Version ' + v + ' of ' + label(editing.kind, editing.name) + (on ? ' is active' : ' is stored, not active');
+    $('edit-state').textContent = on ? 'The next request gets version ' + v + '.'
+      : 'Requests get ' + (active ? 'version ' + active : 'no version') + ' until you activate it.' +
+        (active ? ' Below: its differences from the active version ' + active + ' (left), then a request as the proxy would send it with version ' + v + ' active.' : '');
+    $('edit-activate').hidden = on;
+    $('edit-activate').textContent = 'Activate version ' + v + '…';
+  }
+
   async function activateSaved() {
-    const v = editing.saved;
-    if (!(await change(v, false))) return;
-    $('edit-activate').hidden = true;
-    $('edit-saved').textContent = 'Version ' + v + ' of ' + label(editing.kind, editing.name) + ' is active';
-    $('edit-state').textContent = 'The next request gets version ' + v + '.';
-    $('edit-saved').focus();
+    if (await change(editing.saved, false)) $('edit-saved').focus();
   }
 
   window.PG.start(async () => {
