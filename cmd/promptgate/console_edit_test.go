@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +15,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/proxy/console"
 )
 
 // editorRule is the rule the editor tests add to the protocol tech's rules.
@@ -243,5 +250,82 @@ func TestConsoleNewVersion(t *testing.T) {
 	defer s.requestsMu.Unlock()
 	for _, e := range s.browserErrors {
 		t.Errorf("browser: %s", e)
+	}
+}
+
+// jsonSeeds are the inputs the differential test of the editor's JSON check starts from: definitions,
+// each way JSON can break, escapes, numbers and keys the readers could see otherwise.
+var jsonSeeds = []string{
+	`{"id": "tech", "promptTemplate": {"base": "base_tool_call_v2", "overrides": {"rules": "- a\n- b"}}, "tools": {"allow": ["*"], "deny": []}}`,
+	`{"name": "t", "text": "=== SYSTEM CORE ===\nx \u00e9 \ud83d\ude00 \"q\" \\ \/ \b\f\r\t"}`,
+	`{"toolCalls": {"rules": [{"tool": "a", "path": "b", "pattern": "^x$", "max": 1.5e3, "min": -0.25, "n": 0}]}}`,
+	`{"a": [true, false, null, {}, [], "", 0, -0, 1E-2, 12.5e+07]}`, ` {"é": "ü", "k": "é"} `, `{"a":1,"A":2}`,
+	`{"a":1,"a":2}`, `{"a":{"b":1,"b":2}}`, `{"a\u0062":1,"ab":2}`, `{"a":1,}`, `{"a" 1}`, `{"a":01}`, `{"a":1.}`,
+	`{"a":.5}`, `{"a":+1}`, `{"a":1e}`, `{"a":tru}`, `{"a":nul}`, `{"a":"\x"}`, `{"a":"\u12"}`, "{\"a\":\"x\ny\"}",
+	"{\"a\":\"x\ty\"}", `{"a":"x}`, `[1,2`, `{"a":1} x`, `{"a":1}{}`, ``, `   `, `{'a':1}`, `{a:1}`, `[1,]`,
+	`"x"`, `1`, `null`, `{"a":"\ud800"}`, `{"a":[[[[[[[[[[1]]]]]]]]]]}`, "{\"a\":1}\n", "\ufeff{}",
+}
+
+// TestConsoleJSONCheckAgreesWithJSONCheck: the editor's JSON check (PG.scanJSON, run in Chromium)
+// refuses exactly what jsoncheck, the admin API's reader of definitions, refuses, on the seeds and on
+// thousands of their mutations (a character inserted, deleted or replaced, once or twice) — but a
+// lone surrogate's escape, which the editor leaves to the admin API. A text the editor refused
+// would never reach the API; one it passed that the API refuses comes back with the API's message.
+func TestConsoleJSONCheckAgreesWithJSONCheck(t *testing.T) {
+	path := findBrowser()
+	if path == "" {
+		t.Skip("no Chromium found: install the Debian package chromium (apt-get install chromium), or set " + envBrowser + " to a Chromium or Chrome binary")
+	}
+	h, err := console.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	s := &consoleStack{t: t}
+	ctx := s.tab(t, s.browser(path))
+	runIn(t, ctx, chromedp.Navigate(srv.URL+"/console/definitions"))
+	waitFor(t, ctx, 10*time.Second, "common.js", `window.PG && window.PG.scanJSON`)
+
+	inputs := slices.Clone(jsonSeeds)
+	rng := rand.New(rand.NewPCG(30, 1))
+	alphabet := []rune(`{}[]":,\ -+.eE0159aeflnrstu` + "\n\t\u00e9")
+	for _, seed := range jsonSeeds {
+		for range 120 {
+			r := []rune(seed)
+			for range 1 + rng.IntN(2) {
+				at, c := rng.IntN(len(r)+1), alphabet[rng.IntN(len(alphabet))]
+				switch op := rng.IntN(3); {
+				case op == 0 || len(r) == 0:
+					r = slices.Insert(r, at, c)
+				case op == 1:
+					r = slices.Delete(r, min(at, len(r)-1), min(at, len(r)-1)+1)
+				default:
+					r[min(at, len(r)-1)] = c
+				}
+			}
+			inputs = append(inputs, string(r))
+		}
+	}
+	list, _ := json.Marshal(inputs)
+	got := eval[[]int](t, ctx, ``+string(list)+`.map((s) => { const r = window.PG.scanJSON(s); return r.error ? r.error.at : -1; })`)
+	if len(got) != len(inputs) {
+		t.Fatalf("%d answers for %d inputs", len(got), len(inputs))
+	}
+	refused := 0
+	for i, in := range inputs {
+		err := jsoncheck.Value([]byte(in), jsoncheck.Limits{MaxDepth: 1000})
+		if err != nil {
+			refused++
+		}
+		switch {
+		case err == nil && got[i] >= 0:
+			t.Errorf("the editor refuses (at %d) what the admin API reads: %q", got[i], in)
+		case err != nil && got[i] < 0 && !errors.Is(err, jsoncheck.InvalidUTF8):
+			t.Errorf("the editor passes what the admin API refuses (%v): %q", err, in)
+		}
+	}
+	if refused < 300 || len(inputs)-refused < 300 {
+		t.Errorf("%d of %d inputs refused: the mutations do not test both sides", refused, len(inputs))
 	}
 }
