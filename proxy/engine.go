@@ -23,6 +23,7 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface/gemini"
 	"github.com/promptgate/promptgate/proxy/surface/messages"
 	"github.com/promptgate/promptgate/proxy/surface/responses"
+	"github.com/promptgate/promptgate/store"
 )
 
 // Request headers of promptgate; they are read here and never sent upstream.
@@ -143,6 +144,9 @@ type Input struct {
 	// Learn reads the conversation for learn mode where the protocol runs in audit mode or has a version
 	// in shadow (the server sets it when it keeps what it learns).
 	Learn bool
+	// Candidate, for Preview only, is a stored version of a protocol or template that the request is
+	// prepared with as if it were active (nil: the active definitions). Prepare ignores it.
+	Candidate *store.Record
 }
 
 // Prepared is everything decided for one request, and the exact upstream body.
@@ -237,6 +241,7 @@ func (e *templateError) Unwrap() error { return e.err }
 
 // Prepare validates and rewrites a request to one of the rewritten routes (in.Path).
 func (e *Engine) Prepare(ctx context.Context, in Input) (*Prepared, error) {
+	in.Candidate = nil
 	sf, t, in, err := e.matchInput(in, "path")
 	if err != nil {
 		return nil, err

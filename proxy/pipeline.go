@@ -125,9 +125,16 @@ func (e *Engine) validate(_ context.Context, j *job) error {
 }
 
 // route: route rules, the client's choice and the default give the protocol (and workflow), on the
-// definitions snapshot the request keeps to its end.
+// definitions snapshot the request keeps to its end (a preview's candidate in it).
 func (e *Engine) route(_ context.Context, j *job) error {
 	j.cat = e.defs.snapshot()
+	if j.in.Candidate != nil {
+		c, err := withCandidate(j.cat, j.in.Candidate)
+		if err != nil {
+			return err
+		}
+		j.cat = c
+	}
 	base, wf, err := e.router.Select(policyRequest(j.in, j.req.Model, j.ext, e.router.KeyRouted()), j.cat)
 	if err != nil {
 		return err

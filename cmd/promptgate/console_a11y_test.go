@@ -49,11 +49,14 @@ func axeCheck(t *testing.T, ctx context.Context, axe, where string) {
 	}
 }
 
-// sidewaysScroll lists what scrolls sideways on the page: the page itself, or any element whose content is
-// wider than its box and may be scrolled (overflow auto or scroll).
+// sidewaysScroll lists what scrolls sideways on the page: the page itself, or any element whose
+// content is wider than its box and may be scrolled (overflow auto or scroll). The page's width is
+// the layout viewport's (clientWidth): on a phone, window.innerWidth grows with content wider than
+// the screen.
 const sidewaysScroll = `(() => {
 	const out = [];
-	if (document.documentElement.scrollWidth > window.innerWidth + 1) out.push('the page: ' + document.documentElement.scrollWidth + ' px wide in ' + window.innerWidth);
+	const width = document.documentElement.clientWidth;
+	if (document.documentElement.scrollWidth > width + 1) out.push('the page: ' + document.documentElement.scrollWidth + ' px wide in ' + width);
 	for (const e of document.querySelectorAll('body *')) {
 		if (e.getClientRects().length === 0) continue;
 		const ox = getComputedStyle(e).overflowX;
@@ -63,14 +66,15 @@ const sidewaysScroll = `(() => {
 	return out;
 })()`
 
-// offScreen lists the elements of selector (at least one must be there) that are not wholly inside the
-// window's width.
+// offScreen lists the elements of selector (at least one must be there) that are not wholly inside
+// the layout viewport's width.
 func offScreen(t *testing.T, ctx context.Context, selector string) []string {
 	t.Helper()
 	return eval[[]string](t, ctx, `(() => {
 		const els = [...document.querySelectorAll(`+js(selector)+`)].filter((e) => e.getClientRects().length);
 		if (!els.length) return ['nothing matches ' + `+js(selector)+`];
-		return els.filter((e) => { const r = e.getBoundingClientRect(); return r.left < 0 || r.right > window.innerWidth + 1; })
+		const width = document.documentElement.clientWidth;
+		return els.filter((e) => { const r = e.getBoundingClientRect(); return r.left < 0 || r.right > width + 1; })
 			.map((e) => e.textContent.slice(0, 40) + ' at ' + Math.round(e.getBoundingClientRect().left) + '..' + Math.round(e.getBoundingClientRect().right));
 	})()`)
 }
@@ -177,6 +181,25 @@ func TestConsoleAccessibility(t *testing.T) {
 				runIn(t, ctx, script(`document.getElementById('def-rollback').click()`))
 				waitFor(t, ctx, 5*time.Second, "rollback dialog", `document.getElementById('dialog').open && document.querySelector('#dialog-body table')`)
 				check(t, ctx, "rollback dialog")
+			})
+			t.Run("definitions: the new-version editor, its errors, a saved version", func(t *testing.T) {
+				ctx := tab(t)
+				s.open(t, ctx, "definitions")
+				original := openEditor(t, ctx)
+				check(t, ctx, "new-version editor", "#edit-text", "#edit-save")
+				setEditor(t, ctx, edited(t, original, editBrokenJSON))
+				saveEditor(t, ctx)
+				editorErrors(t, ctx)
+				check(t, ctx, "editor with a JSON error", "#edit-text", "#edit-errors li")
+				setEditor(t, ctx, edited(t, original, editUnknownKey))
+				saveEditor(t, ctx)
+				editorErrors(t, ctx)
+				check(t, ctx, "editor with the admin API's error", "#edit-text", "#edit-errors li")
+				setEditor(t, ctx, edited(t, original, editAddsTheRule))
+				saveEditor(t, ctx)
+				waitFor(t, ctx, 10*time.Second, "the saved version with its preview", `!document.getElementById('edit-result').hidden && document.querySelector('#edit-preview pre')`)
+				runIn(t, ctx, script(`document.querySelector('#edit-preview details').open = true`))
+				check(t, ctx, "a saved version: its diff and preview", "#edit-diff td.add", "#edit-preview pre", "#edit-activate")
 			})
 			t.Run("definitions: shadow, learned data and a proposal", func(t *testing.T) {
 				ctx := tab(t)

@@ -19,18 +19,31 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// previewBody is the body of POST /admin/prompts/preview. Request keeps the request's bytes exactly as
-// sent, so the preview sees what the proxy would. Path chooses the surface: "/v1/chat/completions" (the
-// default), "/v1/responses" or "/v1/messages", the path the client would POST Request to.
+// previewBody is the body of POST /admin/prompts/preview. Request keeps the request's bytes exactly
+// as sent, so the preview sees what the proxy would. Path chooses the surface:
+// "/v1/chat/completions" (the default), "/v1/responses" or "/v1/messages", the path the client
+// would POST Request to. Candidate names a stored version to prepare the request with as if it were
+// active (see candidateBody).
 type previewBody struct {
-	Request  json.RawMessage   `json:"request"`
-	Headers  map[string]string `json:"headers"`
-	Protocol string            `json:"protocol"`
-	Path     *string           `json:"path"`
+	Request   json.RawMessage   `json:"request"`
+	Headers   map[string]string `json:"headers"`
+	Protocol  string            `json:"protocol"`
+	Path      *string           `json:"path"`
+	Candidate json.RawMessage   `json:"candidate"`
 }
 
-// POST /admin/prompts/preview {"request":{...},"headers":{...},"protocol":"optional","path":"optional"} →
-// the preview report. Errors of the request itself are answered exactly as the proxy would answer them.
+// candidateBody is a preview's candidate, a stored version (active or not):
+// {"kind":"protocols"|"templates","name":"...","version":N}.
+type candidateBody struct {
+	Kind    string `json:"kind"`
+	Name    string `json:"name"`
+	Version *int   `json:"version"`
+}
+
+// POST /admin/prompts/preview {"request":{...},"headers":{...},"protocol":"optional",
+// "path":"optional","candidate":{"kind","name","version"} optional} → the preview report: with a
+// candidate, of the request as the proxy would send it if that version were active. Errors of the
+// request itself are answered exactly as the proxy would answer them.
 func (s *server) preview(w http.ResponseWriter, r *http.Request) error {
 	if _, err := params(r); err != nil {
 		return err
@@ -40,7 +53,11 @@ func (s *server) preview(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req previewBody
-	if err := decodeStrict(body, &req, "request", "headers", "protocol", "path"); err != nil {
+	if err := decodeStrict(body, &req, "request", "headers", "protocol", "path", "candidate"); err != nil {
+		return err
+	}
+	cand, err := s.candidate(r.Context(), req.Candidate)
+	if err != nil {
 		return err
 	}
 	path := proxy.PathChat
@@ -61,7 +78,7 @@ func (s *server) preview(w http.ResponseWriter, r *http.Request) error {
 		}
 		h.Set(k, v)
 	}
-	report, err := s.o.Preview(r.Context(), proxy.Input{Path: path, Header: h, Body: req.Request, ForceProtocol: req.Protocol})
+	report, err := s.o.Preview(r.Context(), proxy.Input{Path: path, Header: h, Body: req.Request, ForceProtocol: req.Protocol, Candidate: cand})
 	if err != nil {
 		if r.Context().Err() != nil {
 			return err
@@ -75,6 +92,42 @@ func (s *server) preview(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeRaw(w, http.StatusOK, report)
 	return nil
+}
+
+// candidate reads a preview's candidate and returns the stored version it names (nil: none).
+func (s *server) candidate(ctx context.Context, raw json.RawMessage) (*store.Record, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	const want = `candidate: want {"kind":"protocols" or "templates","name":"...","version":N}, a stored version`
+	if !gjson.ParseBytes(raw).IsObject() {
+		return nil, badRequest("invalid_request", "candidate", "%s", want)
+	}
+	var c candidateBody
+	if err := decodeStrict(raw, &c, "kind", "name", "version"); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) {
+			ae.msg, ae.param = "candidate: "+ae.msg, strings.TrimSuffix("candidate."+ae.param, ".")
+		}
+		return nil, err
+	}
+	k := store.Kind(c.Kind)
+	switch {
+	case k != store.KindProtocol && k != store.KindTemplate:
+		return nil, badRequest("invalid_request", "candidate.kind", "candidate.kind %q: %s", c.Kind, want)
+	case c.Name == "":
+		return nil, badRequest("invalid_request", "candidate.name", "candidate.name: required; %s", want)
+	case c.Version == nil || *c.Version < 1:
+		return nil, badRequest("invalid_request", "candidate.version", "candidate.version: required, a version number (1 or more); %s", want)
+	}
+	rec, err := s.o.Store.Get(ctx, k, c.Name, *c.Version)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, &apiError{status: http.StatusNotFound, code: "not_found", param: "candidate", msg: "candidate: " + storeMessage(err)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &rec, nil
 }
 
 // toolReply is one runtime enablement override.

@@ -272,6 +272,95 @@
     return [part(a), part(b)];
   }
 
+  // scanJSON reads text by the JSON grammar (RFC 8259, and no key twice in one object, as the admin
+  // API reads it) and returns {error: {at, message}} at the first offset where it breaks, or
+  // {paths}: where each member and element is, by its path as the admin API's messages write it
+  // (toolCalls.rules[0].pattern): the key (start, end; an element's first character) and the value
+  // (vstart, vend).
+  function scanJSON(text) {
+    const paths = new Map();
+    let i = 0;
+    const fail = (message) => { throw { at: i, message }; };
+    const ws = () => { while (i < text.length && ' \t\n\r'.includes(text[i])) i++; };
+    const string = () => {
+      const start = i++;
+      for (;;) {
+        if (i >= text.length) { i = start; fail('a string that does not end: its closing " is missing'); }
+        const c = text.charCodeAt(i);
+        if (c === 0x22) { i++; return text.slice(start, i); }
+        if (c === 0x5c) {
+          const e = text[i + 1];
+          if (e !== undefined && '"\\/bfnrt'.includes(e)) i += 2;
+          else if (e === 'u' && /^[0-9a-fA-F]{4}$/.test(text.slice(i + 2, i + 6))) i += 6;
+          else fail('an escape JSON does not have (it has \\" \\\\ \\/ \\b \\f \\n \\r \\t and \\uXXXX)');
+        } else if (c === 0x0a) fail('the line ends inside a string: its closing " is missing (or write a line break as \\n)');
+        else if (c < 0x20) fail('a control character inside a string (write a tab as \\t)');
+        else i++;
+      }
+    };
+    const number = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y;
+    const value = (path) => {
+      ws();
+      if (i >= text.length) fail('the text ends where a value should be');
+      const c = text[i];
+      if (c === '{' || c === '[') {
+        const obj = c === '{', close = obj ? '}' : ']';
+        i++;
+        ws();
+        if (text[i] === close) { i++; return; }
+        const seen = new Set();
+        for (let n = 0; ; n++) {
+          ws();
+          if (text[i] === close) fail('a comma before ' + close + ' (JSON has no comma after the last ' + (obj ? 'member' : 'element') + ')');
+          let p, at = { start: i, end: i + 1 };
+          if (obj) {
+            if (text[i] !== '"') fail('a key in double quotes should be here');
+            const key = JSON.parse(string());
+            if (seen.has(key)) { i = at.start; fail('the key "' + key + '" a second time in one object'); }
+            seen.add(key);
+            p = path === '' ? key : path + '.' + key;
+            at.end = i;
+            ws();
+            if (text[i] !== ':') fail('a colon should follow the key');
+            i++;
+            ws();
+          } else p = path + '[' + n + ']';
+          at.vstart = i;
+          value(p);
+          at.vend = i;
+          paths.set(p, at);
+          ws();
+          if (text[i] === ',') { i++; continue; }
+          if (text[i] === close) { i++; return; }
+          fail(i >= text.length ? 'the text ends inside ' + (obj ? 'an object: a } is missing' : 'a list: a ] is missing')
+            : 'a comma or ' + close + ' should follow the value');
+        }
+      }
+      if (c === '"') { string(); return; }
+      number.lastIndex = i;
+      if ((c === '-' || (c >= '0' && c <= '9')) && number.test(text)) { i = number.lastIndex; return; }
+      for (const lit of ['true', 'false', 'null']) if (text.startsWith(lit, i)) { i += lit.length; return; }
+      fail('a value should be here: a string in double quotes, a number, true, false, null, { or [');
+    };
+    try {
+      value('');
+      ws();
+      if (i < text.length) fail('more text after the end of the JSON value');
+      return { paths };
+    } catch (e) {
+      if (e instanceof RangeError) return { error: { at: 0, message: 'nested too deeply to read' } };
+      if (e instanceof Error) throw e;
+      return { error: e };
+    }
+  }
+
+  // lineCol is where offset at is in text: line and column (in characters), from 1.
+  function lineCol(text, at) {
+    const before = text.slice(0, at);
+    const nl = before.lastIndexOf('\n');
+    return { line: before.split('\n').length, col: Array.from(before.slice(nl + 1)).length + 1 };
+  }
+
   function start(fn) { pageStart = fn; }
 
   document.addEventListener('DOMContentLoaded', () => {
@@ -298,5 +387,5 @@
     probe();
   });
 
-  window.PG = { el, svg, clear, api, banner, announce, report, every, modal, fmtTime, fmtSeconds, chars, facts, diffTable, stacked, start, APIError };
+  window.PG = { el, svg, clear, api, banner, announce, report, every, modal, fmtTime, fmtSeconds, chars, facts, diffTable, stacked, scanJSON, lineCol, start, APIError };
 })();

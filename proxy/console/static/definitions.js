@@ -1,14 +1,20 @@
-// Definitions: templates and protocols, their versions, a side-by-side diff of any two, activation and
-// rollback after a confirmation that shows the diff against the active version, and the rollouts applied.
-// An address #protocols/ID@N (an event's link) shows that version and what it changed. A protocol's version
-// can be put in shadow (and taken out): the page shows what it would change over a window, what learn mode
-// learned of the protocol's traffic, and the version learn mode proposes.
+// Definitions: templates and protocols, their versions, a side-by-side diff of any two, activation
+// and rollback after a confirmation that shows the diff against the active version, and the
+// rollouts applied. An address #protocols/ID@N (an event's link) shows that version and what it
+// changed. A protocol's version can be put in shadow (and taken out): the page shows what it would
+// change over a window, what learn mode learned of the protocol's traffic, and the version learn
+// mode proposes. New version… opens an editor on the active version's JSON: it is checked as JSON
+// before anything is sent, saved as a version that is not active, then shown with its diff against
+// the active one and the preview of a sample request under it (POST /admin/prompts/preview with the
+// version as candidate), and activated only when asked.
 'use strict';
 (function () {
-  const { el, clear, api, modal, fmtTime, diffTable, stacked, report, banner, announce } = window.PG;
+  const { el, clear, api, modal, fmtTime, diffTable, stacked, report, banner, announce, facts, scanJSON, lineCol } = window.PG;
   const $ = (id) => document.getElementById(id);
   const kinds = ['protocols', 'templates'];
   let current = null; // {kind, name, entry}
+  let editing = null; // {kind, name, saved}: the definition the editor is open on, and the version it saved
+  const drafts = new Map(); // the editor's text by 'kind/name', kept while the page is open
 
   function label(kind, name, v) { return kind + '/' + name + (v ? '@' + v : ''); }
 
@@ -27,6 +33,8 @@
   async function select(kind, name) {
     const entry = await api('GET', '/admin/' + kind + '/' + encodeURIComponent(name));
     current = { kind, name, entry };
+    if (editing && (editing.kind !== kind || editing.name !== name)) closeEditor();
+    else if (editing && editing.saved) savedState();
     for (const b of document.querySelectorAll('.side button')) b.setAttribute('aria-pressed', b.dataset.kind === kind && b.dataset.name === name ? 'true' : 'false');
     $('def').hidden = false;
     $('def-empty').hidden = true;
@@ -190,9 +198,9 @@
     modal(label(current.kind, current.name, v) + ' by ' + (rec.author || '—') + ', ' + fmtTime(rec.createdAt), el('pre', { text }));
   }
 
-  // change asks, showing what the next request will get, then activates version v (rollback: through the
-  // rollback endpoint, which re-activates the version active before the current one and pops it from the
-  // activation history).
+  // change asks, showing what the next request will get, then activates version v (rollback:
+  // through the rollback endpoint, which re-activates the version active before the current one and
+  // pops it from the activation history); it resolves true once the change is made.
   async function change(v, rollback) {
     const active = current.entry.active;
     const verb = rollback ? 'Re-activate' : 'Activate';
@@ -201,12 +209,13 @@
     if (rollback) what.push(el('p', { text: 'Roll back re-activates the version that was active before the current one: version ' + v + '. Version ' + active + ' stays stored, and can be activated again.' }));
     what.push(el('p', { text: 'The next request gets version ' + v + '.' + (active ? ' Differences from the active version ' + active + ' (left) to version ' + v + ' (right):' : '') }));
     const ok = await modal(title, el('div', {}, what, active ? await diffBetween(active, v) : ''), verb + ' version ' + v, false);
-    if (!ok) return;
+    if (!ok) return false;
     const path = rollback ? '/rollback' : '/activate';
     const res = await api('POST', '/admin/' + current.kind + '/' + encodeURIComponent(current.name) + path, rollback ? {} : { version: v });
     banner((rollback ? 'Rolled back' : 'Activated') + ': ' + label(current.kind, current.name, res.active) + ' is active (was ' + res.previous + ').', 'info');
     announce(verb + 'd version ' + res.active + '.');
     await Promise.all([loadLists(), select(current.kind, current.name), loadRollouts()]);
+    return true;
   }
 
   const activate = (v) => change(v, false).catch(report);
@@ -249,8 +258,232 @@
     stacked($('rollouts'));
   }
 
+  // --- the editor of a new version ---
+
+  // pathIn is the longest path of paths that an error message's line names (null: none): as a.b[0].c,
+  // cut in two by ": " (toolCalls: rules[0].pattern), or as an unknown field "x" in a.b.
+  function pathIn(line, paths) {
+    let best = null;
+    const consider = (p) => { if (paths.has(p) && (!best || p.length > best.length)) best = p; };
+    const seg = /[A-Za-z_$][\w$-]*(?:\[\d+\])*/g;
+    for (const text of [line, line.replace(/([\w\]]): (?=[A-Za-z_$])/g, '$1.')]) {
+      for (const m of text.matchAll(/[A-Za-z_$][\w$-]*(?:\[\d+\])*(?:\.[A-Za-z_$][\w$-]*(?:\[\d+\])*)*/g)) {
+        const parts = m[0].match(seg);
+        for (let a = 0; a < parts.length; a++) for (let b = a + 1; b <= parts.length; b++) consider(parts.slice(a, b).join('.'));
+      }
+    }
+    const u = /unknown field "([^"]+)"(?: in ([\w$.\[\]-]+))?/.exec(line);
+    if (u) consider(u[2] ? u[2] + '.' + u[1] : u[1]);
+    return best;
+  }
+
+  // showInEditor selects text[start, end) in the editor, scrolled to it, and focuses it.
+  function showInEditor(start, end) {
+    const ta = $('edit-text');
+    ta.focus();
+    ta.setSelectionRange(start, end);
+    const lh = parseFloat(getComputedStyle(ta).lineHeight) || 19;
+    ta.scrollTop = Math.max(0, (lineCol(ta.value, start).line - 3) * lh);
+  }
+
+  // problems shows a list of problems under a lead line in box; each may carry [label, start, end]:
+  // a button that shows that place in the editor.
+  function problems(box, lead, items) {
+    clear(box).append(el('p', { text: lead }), el('ul', {}, items.map(([text, at]) => el('li', {}, el('span', { text }),
+      at ? [' ', el('button', { type: 'button', class: 'link', on: { click: () => showInEditor(at[1], at[2]) } }, at[0])] : ''))));
+    box.hidden = false;
+  }
+
+  function editorErrors(lead, items) {
+    problems($('edit-errors'), lead, items);
+    $('edit-text').setAttribute('aria-invalid', 'true');
+    $('edit-text').setAttribute('aria-describedby', 'edit-errors edit-help');
+  }
+
+  function clearEditorErrors() {
+    clear($('edit-errors')).hidden = true;
+    $('edit-text').removeAttribute('aria-invalid');
+    $('edit-text').setAttribute('aria-describedby', 'edit-help');
+  }
+
+  const draftKey = () => editing.kind + '/' + editing.name;
+
+  // openEditor opens the editor on the selected definition: the draft kept for it, else the active
+  // version's JSON (the latest version's when none is active), pretty-printed.
+  async function openEditor() {
+    const { kind, name, entry } = current;
+    editing = { kind, name, saved: 0 };
+    const from = entry.active || entry.versions[entry.versions.length - 1].version;
+    let text = drafts.get(draftKey());
+    $('edit-from').textContent = text !== undefined ? 'Your draft, as you left it.'
+      : 'A copy of version ' + from + (from === entry.active ? ', the active one' : ', the latest (none is active)') + ': change it, then save it as a new version.';
+    if (text === undefined) {
+      const rec = await api('GET', '/admin/' + kind + '/' + encodeURIComponent(name) + '/versions/' + from);
+      text = JSON.stringify(rec.body, null, 2) + '\n';
+      drafts.set(draftKey(), text);
+    }
+    $('edit-title').textContent = 'New version of ' + label(kind, name);
+    $('edit-text').value = text;
+    clearEditorErrors();
+    $('edit-result').hidden = true;
+    $('edit-card').hidden = false;
+    $('edit-text').focus();
+    $('edit-text').setSelectionRange(0, 0);
+    $('edit-text').scrollTop = 0;
+  }
+
+  function closeEditor() {
+    editing = null;
+    $('edit-card').hidden = true;
+  }
+
+  // save checks the editor's text as JSON, then stores it as a new version (not active); the text
+  // stays in the editor whatever happens.
+  async function save() {
+    const text = $('edit-text').value;
+    const scan = scanJSON(text);
+    if (scan.error) {
+      const { line, col } = lineCol(text, scan.error.at);
+      const where = 'line ' + line + ', column ' + col;
+      editorErrors('This is not valid JSON, so nothing was sent:', [['At ' + where + ': ' + scan.error.message + '.', ['Show ' + where + ' in the editor', scan.error.at, scan.error.at + 1]]]);
+      $('edit-text').setSelectionRange(scan.error.at, scan.error.at);
+      announce('Not saved: the JSON breaks at ' + where + '.');
+      return;
+    }
+    const { kind, name } = editing;
+    const note = $('edit-note').value.trim();
+    $('edit-save').disabled = true;
+    let res;
+    try {
+      res = await api('POST', '/admin/' + kind + '/' + encodeURIComponent(name) + '/versions' + (note ? '?note=' + encodeURIComponent(note) : ''), text);
+    } catch (e) {
+      if (e.status === 401) return;
+      editorErrors('The admin API did not store it (' + (e.status || 'no answer') + ' ' + e.code + '):', apiProblems(e, scan.paths));
+      announce('Not saved: the admin API refused the definition.');
+      return;
+    } finally {
+      $('edit-save').disabled = false;
+    }
+    clearEditorErrors();
+    await saved(res.version);
+  }
+
+  // apiProblems are the lines of an error answer, each with a button to the place it names when the
+  // text has it (the error's param, else the longest path the line names).
+  function apiProblems(e, paths) {
+    const param = e.data && e.data.error && e.data.error.param;
+    const lines = e.message.split('\n').filter((l) => l.trim());
+    return lines.map((line) => {
+      const p = param && lines.length === 1 && paths.has(param) ? param : pathIn(line, paths);
+      return [line, p ? ['Show ' + p + ' in the editor', paths.get(p).start, paths.get(p).end] : null];
+    });
+  }
+
+  // saved shows the version just stored: its diff against the active one, the preview of the sample
+  // request under it, and the offer to activate it.
+  async function saved(v) {
+    editing.saved = v;
+    const { kind, name } = editing;
+    await Promise.all([loadLists(), select(kind, name)]);
+    const active = current.entry.active;
+    clear($('edit-diff')).append(active ? await diffBetween(active, v) : el('p', { class: 'muted', text: 'No version is active: there is nothing to compare with.' }));
+    $('edit-protocol-field').hidden = kind !== 'templates';
+    if (kind === 'templates') await protocolsOf(name);
+    $('edit-result').hidden = false;
+    $('edit-saved').focus();
+    announce('Saved as version ' + v + ', not active.');
+    await preview();
+  }
+
+  // protocolsOf fills the protocol choice of a template's preview: every protocol, the first whose
+  // active version is based on the template chosen.
+  async function protocolsOf(template) {
+    const sel = clear($('edit-protocol'));
+    sel.append(el('option', { value: '', text: 'as the request is routed' }));
+    let pick = '';
+    for (const p of (await api('GET', '/admin/protocols')).protocols) {
+      sel.append(el('option', { value: p.name, text: p.name }));
+      if (pick || !p.active) continue;
+      const rec = await api('GET', '/admin/protocols/' + encodeURIComponent(p.name) + '/versions/' + p.active);
+      if (rec.body && rec.body.promptTemplate && rec.body.promptTemplate.base === template) pick = p.name;
+    }
+    sel.value = pick;
+  }
+
+  const sampleRequest = {
+    model: 'gpt-4o-mini',
+    messages: [{ role: 'system', content: 'You are the support assistant of Example Ltd.' }, { role: 'user', content: 'Where is my order?' }],
+    tools: [{ type: 'function', function: { name: 'web_fetch', description: 'Fetch a page', parameters: { type: 'object', properties: { url: { type: 'string' } } } } }],
+  };
+
+  // preview asks for the exact request the proxy would send upstream for the sample if the saved
+  // version were active, and shows who decided it, the tools and the system prompt, and the body
+  // byte for byte.
+  async function preview() {
+    const out = clear($('edit-preview'));
+    const sample = $('edit-sample').value;
+    const scan = scanJSON(sample);
+    if (scan.error) {
+      const { line, col } = lineCol(sample, scan.error.at);
+      problems(out.appendChild(el('div', { class: 'problems' })), 'The sample request is not valid JSON, so nothing was sent:', [['At line ' + line + ', column ' + col + ': ' + scan.error.message + '.']]);
+      return;
+    }
+    const { kind, name, saved: v } = editing;
+    const protocol = kind === 'protocols' ? name : $('edit-protocol').value;
+    const body = '{"request":' + sample + (protocol ? ',"protocol":' + JSON.stringify(protocol) : '') + ',"candidate":' + JSON.stringify({ kind, name, version: v }) + '}';
+    let res;
+    try {
+      res = await api('POST', '/admin/prompts/preview', body, { raw: true });
+    } catch (e) {
+      if (e.status === 401) return;
+      problems(out.appendChild(el('div', { class: 'problems' })), 'The preview refused the sample request (' + (e.status || 'no answer') + ' ' + e.code + '):', e.message.split('\n').map((l) => [l]));
+      return;
+    }
+    const r = res.data;
+    const up = scanJSON(res.text).paths.get('upstreamRequest');
+    const mine = kind === 'protocols' ? r.protocolVersion === v : r.templateName === name && r.templateVersion === v;
+    const systems = ((r.upstreamRequest || {}).messages || []).filter((m) => m.role === 'system')
+      .map((m) => typeof m.content === 'string' ? m.content : JSON.stringify(m.content));
+    out.append(
+      mine ? '' : el('p', { class: 'problems', text: 'This request runs under protocol ' + r.protocolId + ' with template ' + r.templateName + ': version ' + v + ' of ' + name + ' is not in it. Choose a protocol based on ' + name + '.' }),
+      facts(el('dl', { class: 'facts' }), [
+        ['Protocol', r.protocolId + '@' + r.protocolVersion + (kind === 'protocols' && mine ? ' (the new version)' : '')],
+        ['Template', r.templateName + '@' + r.templateVersion + (kind === 'templates' && mine ? ' (the new version)' : '')],
+        ['Tools kept', r.tools.kept.length ? r.tools.kept.join(', ') : 'none'],
+        ['Tools removed', r.tools.removed.length ? r.tools.removed.map((t) => t.name + ' (' + t.reason + ')').join(', ') : 'none'],
+        ['Prompt', r.sizes.filledChars + ' characters'],
+      ]),
+      el('h4', { text: 'The system prompt sent upstream' }),
+      el('pre', { class: 'wrap', text: systems.join('\n\n') || '(none)' }),
+      el('details', {}, el('summary', { text: 'The exact upstream body' }), el('pre', { class: 'wrap', text: up ? res.text.slice(up.vstart, up.vend) : '' })));
+  }
+
+  // savedState says whether the version the editor saved is active (as the selected entry has it),
+  // and offers to activate it while it is not.
+  function savedState() {
+    const v = editing.saved, active = current.entry.active, on = active === v;
+    $('edit-saved').textContent = 'Version ' + v + ' of ' + label(editing.kind, editing.name) + (on ? ' is active' : ' is stored, not active');
+    $('edit-state').textContent = on ? 'The next request gets version ' + v + '.'
+      : 'Requests get ' + (active ? 'version ' + active : 'no version') + ' until you activate it.' +
+        (active ? ' Below: its differences from the active version ' + active + ' (left), then a request as the proxy would send it with version ' + v + ' active.' : '');
+    $('edit-activate').hidden = on;
+    $('edit-activate').textContent = 'Activate version ' + v + '…';
+  }
+
+  async function activateSaved() {
+    if (await change(editing.saved, false)) $('edit-saved').focus();
+  }
+
   window.PG.start(async () => {
     $('def-rollback').addEventListener('click', rollback);
+    $('def-new').addEventListener('click', () => openEditor().catch(report));
+    $('edit-close').addEventListener('click', () => { closeEditor(); $('def-new').focus(); });
+    $('edit-text').addEventListener('input', () => { if (editing) drafts.set(draftKey(), $('edit-text').value); });
+    $('edit-form').addEventListener('submit', (ev) => { ev.preventDefault(); save().catch(report); });
+    $('edit-preview-form').addEventListener('submit', (ev) => { ev.preventDefault(); preview().catch(report); });
+    $('edit-protocol').addEventListener('change', () => preview().catch(report));
+    $('edit-activate').addEventListener('click', () => activateSaved().catch(report));
+    $('edit-sample').value = JSON.stringify(sampleRequest, null, 2);
     $('shadow-clear').addEventListener('click', () => stopShadow().catch(report));
     $('shadow-window').addEventListener('change', () => loadShadow().catch(report));
     for (const id of ['shadow-form', 'learn-form']) $(id).addEventListener('submit', (ev) => ev.preventDefault());
