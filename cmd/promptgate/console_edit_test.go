@@ -106,6 +106,11 @@ func TestConsoleNewVersion(t *testing.T) {
 		t.Fatalf("Tab from the editor went to %q", got)
 	}
 
+	// The editor's copy says what is stored: numbers as written, not as a double reads them.
+	if got := eval[string](t, ctx, `JSON.stringify(PG.parseExact('{"a":1.0,"b":12345678901234567890,"c":[1e400,-0.10]}'))`); got != `{"a":1.0,"b":12345678901234567890,"c":[1e400,-0.10]}` {
+		t.Fatalf("numbers of a definition changed on their way into the editor: %s", got)
+	}
+
 	versions := func() int64 {
 		return gjson.GetBytes(s.adminCall("GET", "/admin/protocols/tech", "", 200), "versions.#").Int()
 	}

@@ -272,6 +272,14 @@
     return [part(a), part(b)];
   }
 
+  // parseExact parses JSON keeping each number as written (1.0, 12345678901234567890, 1e400): a
+  // number is held as its source text, which JSON.stringify writes back unchanged, so a definition
+  // shown for editing says what is stored, not what a double makes of it.
+  function parseExact(text) {
+    return JSON.parse(text, (key, value, ctx) =>
+      typeof value === 'number' && ctx && typeof ctx.source === 'string' ? JSON.rawJSON(ctx.source) : value);
+  }
+
   // scanJSON reads text by the JSON grammar (RFC 8259, and no key twice in one object, as the admin
   // API reads it) and returns {error: {at, message}} at the first offset where it breaks, or
   // {paths}: where each member and element is, by its path as the admin API's messages write it
@@ -387,5 +395,5 @@
     probe();
   });
 
-  window.PG = { el, svg, clear, api, banner, announce, report, every, modal, fmtTime, fmtSeconds, chars, facts, diffTable, stacked, scanJSON, lineCol, start, APIError };
+  window.PG = { el, svg, clear, api, banner, announce, report, every, modal, fmtTime, fmtSeconds, chars, facts, diffTable, stacked, scanJSON, parseExact, lineCol, start, APIError };
 })();

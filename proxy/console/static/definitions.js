@@ -9,7 +9,7 @@
 // version as candidate), and activated only when asked.
 'use strict';
 (function () {
-  const { el, clear, api, modal, fmtTime, diffTable, stacked, report, banner, announce, facts, scanJSON, lineCol } = window.PG;
+  const { el, clear, api, modal, fmtTime, diffTable, stacked, report, banner, announce, facts, scanJSON, parseExact, lineCol } = window.PG;
   const $ = (id) => document.getElementById(id);
   const kinds = ['protocols', 'templates'];
   let current = null; // {kind, name, entry}
@@ -318,8 +318,8 @@
     $('edit-from').textContent = text !== undefined ? 'Your draft, as you left it.'
       : 'A copy of version ' + from + (from === entry.active ? ', the active one' : ', the latest (none is active)') + ': change it, then save it as a new version.';
     if (text === undefined) {
-      const rec = await api('GET', '/admin/' + kind + '/' + encodeURIComponent(name) + '/versions/' + from);
-      text = JSON.stringify(rec.body, null, 2) + '\n';
+      const got = await api('GET', '/admin/' + kind + '/' + encodeURIComponent(name) + '/versions/' + from, undefined, { raw: true });
+      text = JSON.stringify(parseExact(got.text).body, null, 2) + '\n';
       drafts.set(draftKey(), text);
     }
     $('edit-title').textContent = 'New version of ' + label(kind, name);
