@@ -679,9 +679,21 @@ func (s *Server) pass(w http.ResponseWriter, r *http.Request, up *upstreamAt) {
 		// (looking for its end) then fails, which makes the transport drop the upstream connection in the
 		// middle of the answer. HTTP/2 is always full duplex (the error is ignored there).
 		_ = http.NewResponseController(w).EnableFullDuplex()
+		// Full duplex leaves the body to the handler, and the transport may still read it after the answer
+		// (or never): closed here, the body waits for a read in flight, reads its own end while the handler
+		// runs, and fails every later read without touching the connection (see doneBody).
+		defer doneBody(r.Body)
 	}
 	s.passthrough.ServeHTTP(w, r)
 }
+
+// doneBody ends a passed-through request's body before its handler returns. With full duplex on, net/http's
+// HTTP/1 server reads what is left of a body after the handler, and a read that reaches the body's end starts
+// a background read of the connection, which the server stops only before that: a body read to its end after
+// the handler (by the transport, still sending it upstream, or by the server, where the transport never read
+// it) left that read running, and the server's next read of the connection panicked (golang/go#68560). Close
+// waits for a read in flight (the body's lock), reads the rest here, and fails every later read at once.
+func doneBody(b io.ReadCloser) { _ = b.Close() }
 
 // outboundHeaders removes promptgate's own headers and applies the upstream's operator key where the
 // request's URL, as it goes out, has that key's origin, as the upstream's Auth says (the client's credentials
