@@ -73,12 +73,11 @@ func bodyTimedOut(r *http.Request) bool {
 	return b != nil && b.timedOut.Load()
 }
 
-// doneBody ends a passed-through request's body before its handler returns. With full duplex on, net/http's
-// HTTP/1 server reads what is left of a body after the handler, and a read that reaches the body's end starts
-// a background read of the connection, which the server stops only before that: a body read to its end after
-// the handler (by the transport, still sending it upstream, or by the server, where the transport never read
-// it) left that read running, and the server's next read of the connection panicked (golang/go#68560). Close
-// waits for a read in flight (the body's lock), reads the rest here, and fails every later read at once.
+// doneBody ends a passed-through request's body before its handler returns. Under full duplex, a
+// body read to its end after the handler (by the transport still sending it, or by net/http itself
+// where the transport never read it) starts a background read of the connection that the server
+// no longer stops, and the server's next read panics (golang/go#68560). Close waits for a read in
+// flight, reads the rest while the handler runs, and fails every later read at once.
 func doneBody(b io.ReadCloser) { _ = b.Close() }
 
 // errBodyTimeout: the request body did not arrive within limits.bodyReadTimeout.

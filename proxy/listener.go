@@ -1,9 +1,10 @@
-// Package proxy is promptgate's listener and its engine: it reads each request once, runs the stages of the
-// pipeline in their one order (Engine.prepare in pipeline.go: validate, route, filter tools, context,
-// assemble), forwards the prepared request upstream, and vets the response — stream or not — before the
-// client sees it (Server.vetResponse). It holds the table of surfaces (proxy/surface/...) and iterates it. It
-// does not build prompts, pick protocols, check tool calls or know an API's wire shape itself (assembly/,
-// policy/, policy/vet and the surfaces do).
+// Package proxy is promptgate's listener and its engine: it reads each request once, runs the
+// request side of the pipeline in its one order (Engine.prepare in pipeline.go: validate, route,
+// filter tools, context, flow, assemble), forwards the prepared request upstream, and runs the
+// response side in its one order (Server.respond in response.go), which vets the answer — stream or
+// not — before the client sees it. It holds the table of surfaces (proxy/surface/...) and iterates
+// it. It does not build prompts, pick protocols, check tool calls or know an API's wire shape
+// itself (assembly/, policy/, policy/vet and the surfaces do).
 package proxy
 
 import (
@@ -189,6 +190,20 @@ func New(o Options) (*Server, error) {
 			return nil, fmt.Errorf("proxy: surface %s names upstream %q, which is not in the table", sf.Name(), sf.Upstream())
 		}
 	}
+	if o, err = withDefaults(o); err != nil {
+		return nil, err
+	}
+	limits := o.Engine.Limits()
+	s := &Server{opt: o, log: o.Log, limits: limits, inFlight: o.InFlight, owners: o.Owners, upstreams: ups, routes: map[string]listenerRoute{}}
+	s.upstream = timeoutTransport{next: o.Transport, timeout: limits.UpstreamTimeout}
+	s.buffers = newBufferPool()
+	s.rewritten, s.passthrough = s.reverseProxies()
+	s.mux = s.serveMux()
+	return s, nil
+}
+
+// withDefaults fills in the options left nil.
+func withDefaults(o Options) (Options, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -210,7 +225,7 @@ func New(o Options) (*Server, error) {
 	if o.Confirmer == nil {
 		cf, err := NewConfirmer("")
 		if err != nil {
-			return nil, err
+			return o, err
 		}
 		o.Confirmer = cf
 	}
@@ -220,51 +235,30 @@ func New(o Options) (*Server, error) {
 	if o.Guard == nil {
 		g, err := guard.New(guard.Config{})
 		if err != nil {
-			return nil, fmt.Errorf("proxy: %w", err)
+			return o, fmt.Errorf("proxy: %w", err)
 		}
 		o.Guard = g
 	}
-	limits := o.Engine.Limits()
-	s := &Server{opt: o, log: o.Log, limits: limits, inFlight: o.InFlight, owners: o.Owners, upstreams: ups, routes: map[string]listenerRoute{}}
-	tr := timeoutTransport{next: o.Transport, timeout: limits.UpstreamTimeout}
-	s.upstream = tr
-	buffers := newBufferPool()
-	s.buffers = buffers
-	s.rewritten = &httputil.ReverseProxy{
-		Rewrite:   s.rewriteRequest,
-		Transport: tr,
-		// 0, not -1: net/http still flushes every write of a stream (text/event-stream, or a body of unknown
-		// length); a vetted body of known length goes out in one write when the handler returns, with no
-		// flush of its own.
-		FlushInterval:  0,
-		BufferPool:     buffers,
-		ModifyResponse: s.vetResponse,
-		ErrorHandler:   s.upstreamFailed,
-		ErrorLog:       slog.NewLogLogger(o.Log.Handler(), slog.LevelWarn),
-	}
-	s.passthrough = &httputil.ReverseProxy{
-		Rewrite:        s.rewritePassthrough,
-		Transport:      tr,
-		FlushInterval:  -1,
-		BufferPool:     buffers,
-		ModifyResponse: s.passResponse,
-		ErrorHandler:   s.upstreamFailed,
-		ErrorLog:       slog.NewLogLogger(o.Log.Handler(), slog.LevelWarn),
-	}
+	return o, nil
+}
+
+// serveMux routes the listener's requests: the health checks, each surface's rewritten routes, each
+// upstream's passed-through paths, and a 404 for the rest.
+func (s *Server) serveMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 	})
 	mux.HandleFunc("GET "+PathReadyz, s.readyz)
-	for _, sf := range o.Engine.surfaces {
-		rm := o.Metrics.Route(sf.Name())
+	for _, sf := range s.opt.Engine.surfaces {
+		rm := s.opt.Metrics.Route(sf.Name())
 		for _, rt := range sf.Routes() {
 			mux.HandleFunc(rt.Pattern, func(w http.ResponseWriter, r *http.Request) { s.rewrite(w, r, sf, rt, rm) })
 			s.routes[rt.Pattern] = listenerRoute{sf: sf, rt: rt}
 		}
 	}
 	for _, l := range upstreamTable() {
-		up := ups[l.Name]
+		up := s.upstreams[l.Name]
 		for _, p := range l.Paths {
 			mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) { s.pass(w, r, up) })
 			s.routes[p] = listenerRoute{}
@@ -273,8 +267,7 @@ func New(o Options) (*Server, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no route for %s %s on the proxy listener", r.Method, r.URL.Path)})
 	})
-	s.mux = mux
-	return s, nil
+	return mux
 }
 
 // ServeHTTP implements http.Handler: it refuses what the listener does not serve (see admit), holds the
@@ -388,7 +381,7 @@ func (s *Server) routeOf(r *http.Request) (lr listenerRoute, routed bool) {
 // rewrite serves a rewritten route, top to bottom: the body is read under the size cap; the request side of
 // the pipeline prepares it (Engine.prepare); its decisions go to the response headers, the decision log and the
 // metrics; the surface starts the response side; the prepared body goes upstream (rewriteRequest) and the
-// answer comes back through the response side (vetResponse).
+// answer comes back through the response side (respond).
 func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surface, rt surface.Route, rm *metrics.Route) {
 	start := time.Now()
 	in := inflightOf(r.Context())

@@ -15,8 +15,8 @@ import (
 	"time"
 )
 
-// earlyUpstream is an upstream that answers each request as soon as its headers are in, before it reads
-// any of its body (which it reads afterwards, to keep its connection in step).
+// earlyUpstream is an upstream that answers each request as soon as its headers are in, before it
+// reads any of its body (which it reads afterwards, to keep its connection in step).
 func earlyUpstream(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -94,16 +94,17 @@ func (l *panicLog) String() string {
 	return l.buf.String()
 }
 
-// TestPassthroughBodyDoneBeforeHandlerReturns sends, on one keep-alive connection, hundreds of passed-through
-// requests with a body whose upstream does not read it before answering: an upstream that answers as soon as
-// the headers are in, and one that cannot be reached at all. With full duplex on, net/http leaves the request
-// body to the handler; a body the transport read after the handler returned (or one it never read, which the
-// server then reads to its end itself) started the connection's background read after the server had stopped
-// it, and the server's next read of the connection panicked ("invalid concurrent Body.Read call",
-// golang/go#68560), dropping the connection. Every request must be answered on the one connection, and the
-// server must log no panic. The body comes in one write, and in two with a pause between them longer than
-// the transport waits for a request's body to be written once its answer is read (the transport is then still
-// reading the body when the answer is complete).
+// TestPassthroughBodyDoneBeforeHandlerReturns sends, on one keep-alive connection, hundreds of
+// passed-through requests with a body whose upstream does not read it before answering: an upstream
+// that answers as soon as the headers are in, and one that cannot be reached at all. With full
+// duplex on, net/http leaves the request body to the handler; a body the transport read after the
+// handler returned (or one it never read, which the server then reads to its end itself) started
+// the connection's background read after the server had stopped it, and the server's next read of
+// the connection panicked ("invalid concurrent Body.Read call", golang/go#68560), dropping the
+// connection. Every request must be answered on the one connection, and the server must log no
+// panic. The body comes in one write, and in two with a pause between them longer than the
+// transport waits for a request's body to be written once its answer is read (the transport is then
+// still reading the body when the answer is complete).
 func TestPassthroughBodyDoneBeforeHandlerReturns(t *testing.T) {
 	gone, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -47,85 +47,252 @@ type exchange struct {
 	// conversation); nil when the request is not learned from.
 	learnedMu sync.Mutex
 	learned   map[string]int
+	// answer is the upstream's answer on its way through the response stages (one per exchange).
+	answer answer
 }
 
-// begin starts the response side of a prepared request: its tool-call policy, the surface's exchange and the
-// route's histograms (rm); created, when not nil, binds what the answer has the upstream store.
+// begin starts the response side of a prepared request: its tool-call policy (the call stages that
+// judge a call, see callStages), the surface's exchange and the route's histograms (rm); created,
+// when not nil, binds what the answer has the upstream store.
 func (s *Server) begin(id string, log *slog.Logger, client []byte, prep *Prepared, rm *metrics.Route, created func(string)) *exchange {
-	pol, err := prep.Policy(s.limits.MaxJSONDepth)
-	if err != nil {
-		// Validated when the protocol was stored; if it still fails, no call may pass.
-		log.Error("argument rules do not compile; every tool call is refused", "protocol", prep.Protocol.ID, "err", err)
+	x := &exchange{id: id, prep: prep, log: log, metrics: rm}
+	for _, cs := range callStages() {
+		if cs.policy != nil {
+			cs.policy(s, x, &x.policy)
+		}
 	}
-	if prep.Flow != nil {
-		pol.Judge = newFlowJudge(prep.Flow, len(client))
-	}
-	x := &exchange{id: id, prep: prep, log: log, policy: pol, metrics: rm}
 	if sh := prep.Shadow; sh != nil && sh.Err == "" {
 		x.shadow = &shadowCheck{sh: sh, judge: vet.NewShadow(sh.policy(s.limits.MaxJSONDepth, prep.schemas, len(client)))}
 	}
-	x.ex = prep.Surface.Begin(surface.Start{Client: client, Upstream: prep.Body, Policy: pol,
+	x.ex = prep.Surface.Begin(surface.Start{Client: client, Upstream: prep.Body, Policy: x.policy,
 		Protocol: prep.Protocol.ID, ProtocolVersion: prep.Protocol.Version, Record: prep.Flow != nil, Created: created,
 		VetHostedMCP: prep.Protocol.MCP.VetHostedCalls})
 	return x
 }
 
-// vetResponse is the response side of the pipeline (the reverse proxy's ModifyResponse), top to bottom:
-// promptgate's own and CORS headers from upstream are dropped; an error answer passes when it is JSON; an
-// answer in a content coding is refused; a stream is relayed with every call held until it is vetted (span
-// relay), a body is read whole and vetted (span vet); a call blocked in error mode makes the answer a 403. No
-// byte of a call reaches the client before its decision.
-//
-// The information-flow check joins after vet, for every call of a stream or a body, through the Vetting the
-// surface is given (the policy's Judge). In onViolation "continue", the Vetting's Next asks the upstream again
-// within this exchange (see next), before the client's answer ends.
-func (s *Server) vetResponse(resp *http.Response) error {
-	s.maskKeys(resp)
-	upstreamHeaders(resp.Header)
-	guardTrailers(resp, s.buffers)
+// responseStage is one step of the response side of the pipeline; the pipeline runs it in a span of
+// its own where it names one.
+type responseStage struct {
+	span string // "" for none
+	// when, when not nil, runs the stage only on the answers it holds for.
+	when func(a *answer) bool
+	run  func(s *Server, ctx context.Context, a *answer) error
+	// traced sets the span's attributes once the stage ran, failed or not; nil sets none.
+	traced func(sp *tracing.Span, a *answer)
+	// ends: the answer is complete once the stage ran; the stages after it are left out.
+	ends bool
+	// outlives: the stage hands its span to the body it makes, which ends it with the stream.
+	outlives bool
+}
+
+// respond is the response side of the pipeline of every rewritten request (the reverse proxy's
+// ModifyResponse): the stages in order, each in its span where it has one. No byte of a call
+// reaches the client before its decision: a stream's calls are held until they are vetted, a body
+// is vetted whole. Each call goes through the call stages (callStages), which the vetting stage
+// gives the surface.
+func (s *Server) respond(resp *http.Response) error {
 	x := inflightOf(resp.Request.Context()).x
 	if x == nil {
 		return errors.New("proxy: response without its exchange")
 	}
 	ctx := resp.Request.Context()
-	x.metrics.Upstream(time.Since(x.sent))
-	x.trace.upstreamDone(resp.StatusCode)
-	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if resp.StatusCode >= 400 {
-		return surface.CheckErrorBody(resp, ct)
+	a := &x.answer
+	*a = answer{resp: resp, x: x}
+	for _, st := range [...]responseStage{
+		{run: (*Server).guardAnswer},
+		{run: (*Server).upstreamAnswered},
+		{run: (*Server).passError, when: (*answer).failed, ends: true},
+		{run: (*Server).plainAnswer},
+		{run: (*Server).vetting},
+		{span: tracing.SpanRelay, run: (*Server).relay, when: (*answer).streamed, ends: true, outlives: true},
+		{run: (*Server).readAnswer},
+		{span: tracing.SpanVet, run: (*Server).vetBody, traced: traceVet},
+		{run: (*Server).writeAnswer},
+	} {
+		if st.when != nil && !st.when(a) {
+			continue
+		}
+		sctx, sp := stageSpan(ctx, st.span)
+		a.span = sp
+		err := st.run(s, sctx, a)
+		if st.traced != nil && sp != nil {
+			st.traced(sp, a)
+		}
+		if err != nil {
+			return stageFail(sp, err)
+		}
+		if !st.outlives {
+			sp.End()
+		}
+		if st.ends {
+			break
+		}
 	}
-	if err := surface.PlainBody(resp); err != nil {
-		return err
+	return nil
+}
+
+// answer is the upstream's answer to a rewritten request on its way through the response stages:
+// what each stage found, for the next ones.
+type answer struct {
+	resp *http.Response
+	x    *exchange
+	// span is the span of the stage running (nil for none).
+	span *tracing.Span
+	// guardAnswer: the media type, and whether the answer is an SSE stream.
+	media  string
+	stream bool
+	// vetting
+	v surface.Vetting
+	// readAnswer
+	body []byte
+	// vetBody: the body the client gets, and what the surface did.
+	out []byte
+	res relay.Result
+}
+
+// failed holds for an error answer.
+func (a *answer) failed() bool { return a.resp.StatusCode >= 400 }
+
+// streamed holds for an SSE stream.
+func (a *answer) streamed() bool { return a.stream }
+
+// guardAnswer: the operator keys the upstream echoes are masked, its request id is kept under
+// another name, promptgate's own and the CORS headers are dropped (from the trailers too), and the
+// media type is read.
+func (s *Server) guardAnswer(_ context.Context, a *answer) error {
+	s.guardHeaders(a.resp)
+	a.media, _, _ = mime.ParseMediaType(a.resp.Header.Get("Content-Type"))
+	a.stream = a.media == "text/event-stream"
+	return nil
+}
+
+// upstreamAnswered: the upstream's latency goes to the route's histogram, and its span ends with
+// the status.
+func (s *Server) upstreamAnswered(_ context.Context, a *answer) error {
+	a.x.metrics.Upstream(time.Since(a.x.sent))
+	a.x.trace.upstreamDone(a.resp.StatusCode)
+	return nil
+}
+
+// passError: an error answer passes as the upstream sent it when its body is JSON, and is malformed
+// otherwise.
+func (s *Server) passError(_ context.Context, a *answer) error {
+	return surface.CheckErrorBody(a.resp, a.media)
+}
+
+// plainAnswer: an answer in a content coding is refused: its bytes could not be vetted.
+func (s *Server) plainAnswer(_ context.Context, a *answer) error { return surface.PlainBody(a.resp) }
+
+// vetting: the stages every call of the answer goes through (callStages), for the surface to run.
+func (s *Server) vetting(ctx context.Context, a *answer) error {
+	for _, cs := range callStages() {
+		if cs.vetting != nil {
+			cs.vetting(s, ctx, a)
+		}
 	}
-	stream := ct == "text/event-stream"
-	v := surface.Vetting{Checker: vet.NewChecker(x.policy), Record: x.trace.count(s.recorder(ctx, x)),
-		Next: s.next(resp.Request, x, stream)}
-	if stream {
-		surface.StreamBody(resp, x.trace.relay(ctx, s.relayed(ctx, x.log, x.ex.Stream(resp.Body, v))))
-		return nil
-	}
-	body, err := surface.ReadBody(resp)
-	if err != nil {
-		return err
-	}
-	_, vsp := tracing.Stage(ctx, tracing.SpanVet)
-	out, res, err := x.ex.Body(body, v)
-	x.trace.vetDone(vsp, err)
+	return nil
+}
+
+// relay: a stream is relayed as it comes, each call held until its decision; the stage's span lasts
+// until the stream ends, whose end is logged (a client gone counts as 499).
+func (s *Server) relay(ctx context.Context, a *answer) error {
+	x := a.x
+	surface.StreamBody(a.resp, x.trace.relay(a.span, s.relayed(ctx, x.log, x.ex.Stream(a.resp.Body, a.v))))
+	return nil
+}
+
+// readAnswer: a body is read whole (at most surface.MaxBody).
+func (s *Server) readAnswer(_ context.Context, a *answer) (err error) {
+	a.body, err = surface.ReadBody(a.resp)
+	return err
+}
+
+// vetBody: the surface vets the body's calls and writes the body the client gets.
+func (s *Server) vetBody(_ context.Context, a *answer) error {
+	out, res, err := a.x.ex.Body(a.body, a.v)
 	if err != nil {
 		return fmt.Errorf("%w: %v", surface.ErrUpstreamMalformed, err)
 	}
-	status := resp.StatusCode
-	if res.ErrorCall != nil {
-		out, status = x.prep.Surface.BlockedError(*res.ErrorCall), http.StatusForbidden
-	}
-	if res.Blocked > 0 {
-		resp.Header.Set(HeaderBlocked, strconv.Itoa(res.Blocked))
-	}
-	if res.Rounds > 0 {
-		resp.Header.Set(HeaderContinued, strconv.Itoa(res.Rounds))
-	}
-	surface.SetBody(resp, status, out)
+	a.out, a.res = out, res
 	return nil
+}
+
+// traceVet: the decisions on the body's calls.
+func traceVet(sp *tracing.Span, a *answer) { a.x.trace.decisions(sp) }
+
+// writeAnswer: a call blocked in error mode makes the answer a 403; the calls the client did not
+// get and the rounds the answer was continued are counted in the headers; the client's body takes
+// the upstream's place.
+func (s *Server) writeAnswer(_ context.Context, a *answer) error {
+	out, status := a.out, a.resp.StatusCode
+	if a.res.ErrorCall != nil {
+		out, status = a.x.prep.Surface.BlockedError(*a.res.ErrorCall), http.StatusForbidden
+	}
+	if a.res.Blocked > 0 {
+		a.resp.Header.Set(HeaderBlocked, strconv.Itoa(a.res.Blocked))
+	}
+	if a.res.Rounds > 0 {
+		a.resp.Header.Set(HeaderContinued, strconv.Itoa(a.res.Rounds))
+	}
+	surface.SetBody(a.resp, status, out)
+	return nil
+}
+
+// callStage is one stage of every call of an answer, body or stream. The surface runs the stages
+// through what they build: the exchange's tool-call policy when the request is prepared (begin),
+// and the answer's surface.Vetting when it comes (respond's vetting stage).
+type callStage struct {
+	// policy builds the stage into the tool-call policy; nil when the stage is not in it.
+	policy func(s *Server, x *exchange, p *vet.Policy)
+	// vetting builds the stage into the answer's Vetting; nil when the stage is not in it.
+	vetting func(s *Server, ctx context.Context, a *answer)
+}
+
+// callStages are the stages every call of an answer goes through, in this order: vet (the kept
+// tools, their schemas and the argument rules: vet.Checker), flow (the information-flow rules judge
+// a call vet passed: the policy's Judge), record (the decision goes to the surface, the observer,
+// the decision log and the rest: recorder) and continue (in onViolation "continue", a turn whose
+// every call was refused is answered by promptgate and the upstream is asked again: next). The
+// relay, and a surface's Body, run them on each call in this order.
+func callStages() [4]callStage {
+	return [...]callStage{
+		{policy: (*Server).vetPolicy, vetting: checker},
+		{policy: flowPolicy},
+		{vetting: (*Server).recordCalls},
+		{vetting: (*Server).continueTurns},
+	}
+}
+
+// vetPolicy: the protocol's tool-call policy. Argument rules that do not compile (they were
+// validated when the protocol was stored) let no call pass.
+func (s *Server) vetPolicy(x *exchange, p *vet.Policy) {
+	pol, err := x.prep.Policy(s.limits.MaxJSONDepth)
+	if err != nil {
+		x.log.Error("argument rules do not compile; every tool call is refused", "protocol", x.prep.Protocol.ID, "err", err)
+	}
+	*p = pol
+}
+
+// checker: the answer's calls are vetted by a checker of the exchange's policy.
+func checker(_ *Server, _ context.Context, a *answer) { a.v.Checker = vet.NewChecker(a.x.policy) }
+
+// flowPolicy: where the protocol has information-flow rules, the request's conversation judges each
+// call.
+func flowPolicy(_ *Server, x *exchange, p *vet.Policy) {
+	if x.prep.Flow != nil {
+		p.Judge = newFlowJudge(x.prep.Flow, len(x.prep.client))
+	}
+}
+
+// recordCalls: every decision is recorded (recorder) and counted for the vet and relay spans.
+func (s *Server) recordCalls(ctx context.Context, a *answer) {
+	a.v.Record = a.x.trace.count(s.recorder(ctx, a.x))
+}
+
+// continueTurns: in onViolation "continue", a turn whose calls were all refused goes upstream again
+// (next).
+func (s *Server) continueTurns(_ context.Context, a *answer) {
+	a.v.Next = s.next(a.resp.Request, a.x, a.stream)
 }
 
 // recorder records the decisions on the calls of an exchange's answer, after the surface has seen them: the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -134,6 +135,35 @@ func (b *idleBody) Close() error {
 	return err
 }
 
+// reverseProxies are the listener's two ways upstream, through the upstream transport and the copy
+// buffers: a rewritten request's, whose answer goes through the response side (respond), and a
+// passed-through one's.
+func (s *Server) reverseProxies() (rewritten, passthrough *httputil.ReverseProxy) {
+	errorLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
+	rewritten = &httputil.ReverseProxy{
+		Rewrite:   s.rewriteRequest,
+		Transport: s.upstream,
+		// 0, not -1: net/http still flushes every write of a stream (text/event-stream, or a body
+		// of unknown length); a vetted body of known length goes out in one write when the handler
+		// returns, with no flush of its own.
+		FlushInterval:  0,
+		BufferPool:     s.buffers,
+		ModifyResponse: s.respond,
+		ErrorHandler:   s.upstreamFailed,
+		ErrorLog:       errorLog,
+	}
+	passthrough = &httputil.ReverseProxy{
+		Rewrite:        s.rewritePassthrough,
+		Transport:      s.upstream,
+		FlushInterval:  -1,
+		BufferPool:     s.buffers,
+		ModifyResponse: s.passResponse,
+		ErrorHandler:   s.upstreamFailed,
+		ErrorLog:       errorLog,
+	}
+	return rewritten, passthrough
+}
+
 // pass forwards a request of an upstream's paths (every other /v1/*, /v1beta/* request) to it unchanged.
 func (s *Server) pass(w http.ResponseWriter, r *http.Request, up *upstreamAt) {
 	inflightOf(r.Context()).up = up
@@ -150,9 +180,7 @@ func (s *Server) pass(w http.ResponseWriter, r *http.Request, up *upstreamAt) {
 		// (looking for its end) then fails, which makes the transport drop the upstream connection in the
 		// middle of the answer. HTTP/2 is always full duplex (the error is ignored there).
 		_ = http.NewResponseController(w).EnableFullDuplex()
-		// Full duplex leaves the body to the handler, and the transport may still read it after the answer
-		// (or never): closed here, the body waits for a read in flight, reads its own end while the handler
-		// runs, and fails every later read without touching the connection (see doneBody).
+		// The transport may still read the body after the answer, or never: it ends here.
 		defer doneBody(r.Body)
 	}
 	s.passthrough.ServeHTTP(w, r)
@@ -196,6 +224,15 @@ func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
 		in.pt, in.in = pt, pr.In
 	}
 	s.injectTrace(pr)
+}
+
+// guardHeaders masks the operator keys an answer echoes and drops from its headers and trailers
+// what only promptgate may set: the first thing done with every answer from upstream, passed
+// through or not.
+func (s *Server) guardHeaders(resp *http.Response) {
+	s.maskKeys(resp)
+	upstreamHeaders(resp.Header)
+	guardTrailers(resp, s.buffers)
 }
 
 // upstreamHeaders keeps the upstream's request id under another name and drops headers that only
@@ -268,10 +305,11 @@ func (g *trailerGuard) Finish() {
 	}
 }
 
+// passResponse is the response side of a passed-through request (the passthrough proxy's
+// ModifyResponse): its headers and trailers guarded, and the answer edited where a surface must see
+// it.
 func (s *Server) passResponse(resp *http.Response) error {
-	s.maskKeys(resp)
-	upstreamHeaders(resp.Header)
-	guardTrailers(resp, s.buffers)
+	s.guardHeaders(resp)
 	if in := inflightOf(resp.Request.Context()); in.pt != nil {
 		return in.pt.Passed(in.in, resp, host{s})
 	}
