@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -85,6 +86,21 @@ var errBodyTimeout = errors.New("request body timeout")
 
 // firstBodyBuffer is the buffer readBody starts with: an announced length is not trusted beyond it.
 const firstBodyBuffer = 64 << 10
+
+// rewrittenBody reads a rewritten request's body (readBody, limits.maxBodyBytes), and answers when it
+// cannot; false when it answered, or the client went away.
+func (s *Server) rewrittenBody(w http.ResponseWriter, r *http.Request, log *slog.Logger) ([]byte, bool) {
+	body, err := readBody(w, r, s.limits.MaxBodyBytes)
+	if err == nil {
+		return body, true
+	}
+	if r.Context().Err() != nil && !errors.Is(err, errBodyTimeout) {
+		log.Debug("client went away while sending its body", "err", err)
+		return nil, false
+	}
+	fail(w, log, err)
+	return nil, false
+}
 
 // readBody reads the whole request body under the size cap. Its buffer costs what was sent, not what was
 // announced: it starts at firstBodyBuffer (or the announced length, when smaller) and doubles as bytes

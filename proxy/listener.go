@@ -398,23 +398,14 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 		fail(w, log, err)
 		return
 	}
-	body, err := readBody(w, r, s.limits.MaxBodyBytes)
-	if err != nil {
-		if r.Context().Err() != nil && !errors.Is(err, errBodyTimeout) {
-			log.Debug("client went away while sending its body", "err", err)
-			return
-		}
-		fail(w, log, err)
+	body, ok := s.rewrittenBody(w, r, log)
+	if !ok {
 		return
 	}
 	prep, err := s.opt.Engine.prepare(r.Context(), Input{Path: r.URL.Path, Query: query, Header: r.Header, Body: body,
 		Confirmer: s.opt.Confirmer, Violations: s.opt.Violations, Learn: s.opt.Learn != nil}, sf, t)
 	if err != nil {
-		var re *refusedError
-		if errors.As(err, &re) {
-			s.opt.Audit.Record(r.Context(), eventsOf(id, re.protocol).refused(re))
-		}
-		fail(w, log, err)
+		s.refused(w, r, log, err)
 		return
 	}
 	created, cred, shared := s.bindsCreated(r, sf)
@@ -430,6 +421,16 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 	in.x.ctx = r.Context()
 	in.x.conversation = firstNonEmpty(strings.TrimSpace(r.Header.Get(HeaderConversation)), prep.Extension.Conversation)
 	s.rewritten.ServeHTTP(w, r)
+}
+
+// refused answers a request the request side did not prepare; a refusal by policy goes to the decision
+// log.
+func (s *Server) refused(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	var re *refusedError
+	if errors.As(err, &re) {
+		s.opt.Audit.Record(r.Context(), eventsOf(inflightOf(r.Context()).id, re.protocol).refused(re))
+	}
+	fail(w, log, err)
 }
 
 // RequestID takes a well-formed client X-Request-Id (at most 128 letters, digits and -_.:), else makes one:

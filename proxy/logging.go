@@ -124,7 +124,7 @@ func (s *Server) relayed(ctx context.Context, log *slog.Logger, body io.ReadClos
 
 // requestLogger is log.With("request_id", id), except that the attribute is formatted only when a record
 // is written: most requests write none (the per-request lines are at debug level), and With formats it at
-// once (6 allocations with the JSON handler).
+// once.
 func requestLogger(log *slog.Logger, id string) *slog.Logger {
 	return slog.New(lazyAttr{next: log.Handler(), attr: slog.String("request_id", id)})
 }
