@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"log"
 	"net"
@@ -76,24 +75,6 @@ func serveEarly(c net.Conn) {
 	}
 }
 
-// panicLog collects what the proxy's http.Server logs (net/http logs a recovered panic there).
-type panicLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *panicLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *panicLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // TestPassthroughBodyDoneBeforeHandlerReturns sends, on one keep-alive connection, hundreds of
 // passed-through requests with a body whose upstream does not read it before answering: an upstream
 // that answers as soon as the headers are in, and one that cannot be reached at all. With full
@@ -126,7 +107,7 @@ func TestPassthroughBodyDoneBeforeHandlerReturns(t *testing.T) {
 				name += "/split body"
 			}
 			t.Run(name, func(t *testing.T) {
-				logs := &panicLog{}
+				logs := &syncBuffer{}
 				ts := passthroughProxy(t, tc.up, logs)
 				client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}}
 				t.Cleanup(client.CloseIdleConnections)
