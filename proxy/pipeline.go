@@ -28,7 +28,7 @@ type stage struct {
 
 // prepare is the pipeline of every request, on every surface: the stages in order, each in its span. The
 // proxy listener, the admin preview and `promptgate preview` all run it; the response side is
-// Server.vetResponse.
+// Server.respond.
 func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface, t surface.Target) (*Prepared, error) {
 	j := &job{in: in, sf: sf, target: t}
 	for _, st := range []stage{

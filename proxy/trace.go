@@ -40,6 +40,15 @@ const (
 	attrRound           = "promptgate.continue.round"
 )
 
+// stageSpan starts the span of a response stage that names one (see tracing.Stage); ctx and nil for
+// one that names none.
+func stageSpan(ctx context.Context, name string) (context.Context, *tracing.Span) {
+	if name == "" {
+		return ctx, nil
+	}
+	return tracing.Stage(ctx, name)
+}
+
 // stageFail ends a stage's span as failed with the error's API code, and returns err.
 func stageFail(sp *tracing.Span, err error) error {
 	if sp != nil {
@@ -196,24 +205,9 @@ func (t *exchangeTrace) decisions(sp *tracing.Span) {
 	sp.Int(attrCallsAudited, int(t.audited.Load()))
 }
 
-// vetDone ends the vet span of a non-stream response.
-func (t *exchangeTrace) vetDone(sp *tracing.Span, err error) {
-	if sp == nil {
-		return
-	}
-	t.decisions(sp)
-	if err != nil {
-		sp.Error("upstream_error")
-	}
-	sp.End()
-}
-
-// relay wraps a vetted stream so that the relay span lasts until the stream ends (EOF, error or close).
-func (t *exchangeTrace) relay(ctx context.Context, body io.ReadCloser) io.ReadCloser {
-	if t.upstream == nil {
-		return body
-	}
-	_, sp := tracing.Stage(ctx, tracing.SpanRelay)
+// relay wraps a vetted stream so that sp, the relay stage's span, lasts until the stream ends (EOF,
+// error or close); with a nil sp the stream is left as it is.
+func (t *exchangeTrace) relay(sp *tracing.Span, body io.ReadCloser) io.ReadCloser {
 	if sp == nil {
 		return body
 	}

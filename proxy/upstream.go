@@ -1,15 +1,25 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/promptgate/promptgate/proxy/guard"
+	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
+	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 )
 
 // NewTransport is the HTTP transport to the upstream: its own, never the global one. It never asks for a
@@ -123,4 +133,237 @@ func (b *idleBody) Close() error {
 		b.cancel(nil)
 	})
 	return err
+}
+
+// reverseProxies are the listener's two ways upstream, through the upstream transport and the copy
+// buffers: a rewritten request's, whose answer goes through the response side (respond), and a
+// passed-through one's.
+func (s *Server) reverseProxies() (rewritten, passthrough *httputil.ReverseProxy) {
+	errorLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
+	rewritten = &httputil.ReverseProxy{
+		Rewrite:   s.rewriteRequest,
+		Transport: s.upstream,
+		// 0, not -1: net/http still flushes every write of a stream (text/event-stream, or a body
+		// of unknown length); a vetted body of known length goes out in one write when the handler
+		// returns, with no flush of its own.
+		FlushInterval:  0,
+		BufferPool:     s.buffers,
+		ModifyResponse: s.respond,
+		ErrorHandler:   s.upstreamFailed,
+		ErrorLog:       errorLog,
+	}
+	passthrough = &httputil.ReverseProxy{
+		Rewrite:        s.rewritePassthrough,
+		Transport:      s.upstream,
+		FlushInterval:  -1,
+		BufferPool:     s.buffers,
+		ModifyResponse: s.passResponse,
+		ErrorHandler:   s.upstreamFailed,
+		ErrorLog:       errorLog,
+	}
+	return rewritten, passthrough
+}
+
+// pass forwards a request of an upstream's paths (every other /v1/*, /v1beta/* request) to it unchanged.
+func (s *Server) pass(w http.ResponseWriter, r *http.Request, up *upstreamAt) {
+	inflightOf(r.Context()).up = up
+	if p := s.disguisedRoute(r); p != "" {
+		writeError(w, apiError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no route for %s %s on the proxy listener: it spells %s, which is only served as POST %s", r.Method, r.URL.EscapedPath(), p, p)})
+		return
+	}
+	if s.refusePassedForeign(w, r) {
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		// The request body streams to the upstream while its answer streams back. Without full duplex,
+		// net/http closes the body once the answer's headers go out, and the transport's last read of it
+		// (looking for its end) then fails, which makes the transport drop the upstream connection in the
+		// middle of the answer. HTTP/2 is always full duplex (the error is ignored there).
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		// The transport may still read the body after the answer, or never: it ends here.
+		defer doneBody(r.Body)
+	}
+	s.passthrough.ServeHTTP(w, r)
+}
+
+// outboundHeaders removes promptgate's own headers and applies the upstream's operator key where the
+// request's URL, as it goes out, has that key's origin, as the upstream's Auth says (the client's credentials
+// it replaces removed). Anywhere else the client's credentials pass unchanged.
+func outboundHeaders(h http.Header, out *url.URL, up *upstreamAt) {
+	dropOwnHeaders(h)
+	if up.key.sendsTo(out) {
+		up.Auth.apply(h, out, up.key.Secret)
+	}
+}
+
+func (s *Server) rewriteRequest(pr *httputil.ProxyRequest) {
+	x := inflightOf(pr.In.Context()).x
+	up := s.upstreams[x.prep.Surface.Upstream()]
+	pr.Out.URL = up.url(pr.In.URL)
+	pr.Out.Host = ""
+	outboundHeaders(pr.Out.Header, pr.Out.URL, up)
+	// The response is parsed to vet it: it is asked for uncompressed (NewTransport).
+	pr.Out.Header.Del("Accept-Encoding")
+	pr.Out.Body = io.NopCloser(bytes.NewReader(x.prep.Body))
+	pr.Out.ContentLength = int64(len(x.prep.Body))
+	pr.Out.Header.Set("Content-Length", strconv.Itoa(len(x.prep.Body)))
+	pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(x.prep.Body)), nil }
+	s.traceUpstream(pr, x)
+	x.sent = time.Now()
+}
+
+func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
+	up := inflightOf(pr.In.Context()).up
+	pr.Out.URL = up.url(pr.In.URL)
+	pr.Out.Host = ""
+	outboundHeaders(pr.Out.Header, pr.Out.URL, up)
+	if pt := s.interceptor(pr.In); pt != nil {
+		// The answer is edited: it is asked for uncompressed (NewTransport), and read as the upstream sent it.
+		pr.Out.Header.Del("Accept-Encoding")
+		in := inflightOf(pr.In.Context())
+		in.pt, in.in = pt, pr.In
+	}
+	s.injectTrace(pr)
+}
+
+// guardHeaders masks the operator keys an answer echoes and drops from its headers and trailers
+// what only promptgate may set: the first thing done with every answer from upstream, passed
+// through or not.
+func (s *Server) guardHeaders(resp *http.Response) {
+	s.maskKeys(resp)
+	upstreamHeaders(resp.Header)
+	guardTrailers(resp, s.buffers)
+}
+
+// upstreamHeaders keeps the upstream's request id under another name and drops headers that only
+// promptgate may set: its own, and the CORS headers (the listener alone decides which pages may read it).
+func upstreamHeaders(h http.Header) {
+	if v := h.Get(HeaderRequestID); v != "" {
+		h.Set(HeaderUpstreamReqID, v)
+		h.Del(HeaderRequestID)
+	}
+	dropOwnHeaders(h)
+	guard.DropCORS(h)
+}
+
+// dropOwnHeaders deletes the X-Promptgate-* fields of h in any letter case, also spelt with underscores
+// (gateways and CGI-style readers fold "_" and "-" together): a client's going upstream, an upstream's
+// coming back.
+func dropOwnHeaders(h http.Header) {
+	for k := range h {
+		if len(k) >= len("X-Promptgate-") && strings.EqualFold(strings.ReplaceAll(k[:len("X-Promptgate-")], "_", "-"), "X-Promptgate-") {
+			delete(h, k)
+		}
+	}
+}
+
+// guardTrailers keeps the upstream from sending as trailers the headers only promptgate may set (its own,
+// the CORS headers): they are dropped from the announced trailers now and, since the transport fills
+// trailers in only when the body ends, again then.
+func guardTrailers(resp *http.Response, buffers *bufferPool) {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return // an upgraded connection has no trailers, and its body must stay writable
+	}
+	dropTrailers(resp.Trailer)
+	resp.Body = &trailerGuard{ReadCloser: resp.Body, resp: resp, buffers: buffers}
+}
+
+// dropTrailers deletes from trailers the fields only promptgate may set.
+func dropTrailers(h http.Header) {
+	dropOwnHeaders(h)
+	guard.DropCORS(h)
+}
+
+// trailerGuard is a response body that drops the fields only promptgate may set from the trailers once it
+// ends.
+type trailerGuard struct {
+	io.ReadCloser
+	resp *http.Response
+	// buffers lends a stream's relay its event reader's buffer (relay.BufferLender).
+	buffers *bufferPool
+}
+
+// LendBuffer lends a relay of this body a copy buffer of the proxy's pool (relay.BufferLender).
+func (g *trailerGuard) LendBuffer() []byte { return g.buffers.Get() }
+
+// ReturnBuffer takes back a buffer LendBuffer lent.
+func (g *trailerGuard) ReturnBuffer(buf []byte) { g.buffers.Put(buf) }
+
+func (g *trailerGuard) Read(p []byte) (int, error) {
+	n, err := g.ReadCloser.Read(p)
+	if err != nil {
+		dropTrailers(g.resp.Trailer)
+	}
+	return n, err
+}
+
+// Finish finishes the guarded body (relay.Finisher), with the trailers that come at its end guarded too.
+func (g *trailerGuard) Finish() {
+	if f, ok := g.ReadCloser.(relay.Finisher); ok {
+		f.Finish()
+		dropTrailers(g.resp.Trailer)
+	}
+}
+
+// passResponse is the response side of a passed-through request (the passthrough proxy's
+// ModifyResponse): its headers and trailers guarded, and the answer edited where a surface must see
+// it.
+func (s *Server) passResponse(resp *http.Response) error {
+	s.guardHeaders(resp)
+	if in := inflightOf(resp.Request.Context()); in.pt != nil {
+		return in.pt.Passed(in.in, resp, host{s})
+	}
+	return nil
+}
+
+// interceptor is the surface that must see the answer to a passed-through request, or nil.
+func (s *Server) interceptor(r *http.Request) surface.Passthrough {
+	for _, sf := range s.opt.Engine.surfaces {
+		if pt, ok := sf.(surface.Passthrough); ok && pt.Intercepts(r) {
+			return pt
+		}
+	}
+	return nil
+}
+
+// upstreamFailed answers when the upstream could not be reached, timed out, or answered malformed.
+func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	err = redact.Error(err) // the log and the client's message show no user info or query of a URL
+	traceUpstreamFailed(r, err)
+	log := s.log
+	if id := inflightOf(r.Context()).id; id != "" {
+		log = log.With("request_id", id)
+	}
+	if bodyTimedOut(r) {
+		err = errBodyTimeout
+	} else if r.Context().Err() != nil {
+		log.Info("client went away; upstream call cancelled", "err", err)
+		return
+	}
+	e := toAPIError(err)
+	if e.Code == "internal_error" {
+		e = apiError{Status: http.StatusBadGateway, Code: "upstream_error", Message: "upstream unreachable: " + err.Error()}
+	}
+	log.Warn("upstream failed", "status", e.Status, "code", e.Code, "err", err)
+	writeError(w, e)
+}
+
+// bufferPool lends the reverse proxies their 32 KiB copy buffers (httputil.BufferPool), instead of one new
+// buffer per response.
+type bufferPool struct{ p sync.Pool }
+
+const proxyBufferSize = 32 << 10
+
+func newBufferPool() *bufferPool {
+	return &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, proxyBufferSize); return &b }}}
+}
+
+func (b *bufferPool) Get() []byte { return *(b.p.Get().(*[]byte)) }
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) != proxyBufferSize {
+		return
+	}
+	buf = buf[:proxyBufferSize]
+	b.p.Put(&buf)
 }

@@ -214,7 +214,7 @@ func checkerFor(b *testing.B, prep *proxy.Prepared) *vet.Checker {
 	return newChecker(prep, rules, nil)
 }
 
-// newChecker is the checker proxy.Server builds for each response (server.go, checker): rules
+// newChecker is the checker proxy.Server builds for each response (response.go, checker): rules
 // compiled once per definitions snapshot and the server's shared schema cache.
 func newChecker(prep *proxy.Prepared, rules *vet.RuleSet, schemas *vet.SchemaCache) *vet.Checker {
 	allowed := make(map[string]bool, len(prep.Kept))
