@@ -212,3 +212,14 @@ func (s Stateless) Body(body []byte, v Vetting) ([]byte, relay.Result, error) {
 func (s Stateless) Stream(up io.ReadCloser, v Vetting) io.ReadCloser {
 	return s.VetStream(up, v)
 }
+
+// Whole is embedded by a surface whose request carries its whole conversation (chat, Messages,
+// Gemini): the runtime context follows the prompt settings, and nothing is added to continue.
+type Whole struct{}
+
+func (Whole) ContextInPrompt() bool { return false }
+
+// Continue leaves the body as it is: the request carries its whole conversation.
+func (Whole) Continue(_ *assembly.Body, upstream []byte) ([]byte, string, error) {
+	return upstream, "", nil
+}

@@ -22,6 +22,7 @@ const Path = "/v1/chat/completions"
 // completions it relayed with store: true (see stored.go); the zero value remembers none (New
 // does).
 type Surface struct {
+	surface.Whole
 	stored *storedMemory
 }
 
@@ -33,7 +34,6 @@ var (
 func (Surface) Name() string                       { return "chat" }
 func (Surface) Routes() []surface.Route            { return []surface.Route{{Pattern: "POST " + Path}} }
 func (Surface) Upstream() string                   { return "openai" }
-func (Surface) ContextInPrompt() bool              { return false }
 func (Surface) BlockedError(d vet.Decision) []byte { return surface.BlockedErrorJSON(d) }
 
 func (Surface) Parse(b *assembly.Body, _ surface.Target) (surface.Request, error) { return parse(b) }
@@ -50,11 +50,6 @@ func (Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, 
 		return nil, err
 	}
 	return surface.MaskCodes(out, assistantTexts)
-}
-
-// Continue leaves the body as it is: a chat request carries its whole conversation.
-func (Surface) Continue(_ *assembly.Body, upstream []byte) ([]byte, string, error) {
-	return upstream, "", nil
 }
 
 // Transcript reads the conversation, which a chat request carries whole.

@@ -25,13 +25,12 @@ const (
 // Surface is Google's Gemini API: POST /v1beta/models/{model}:generateContent and
 // :streamGenerateContent (and the same on tunedModels/{model}); its other methods and paths go to
 // the Gemini upstream unchanged. It holds no state.
-type Surface struct{}
+type Surface struct{ surface.Whole }
 
 var _ surface.Surface = Surface{}
 
-func (Surface) Name() string          { return "gemini" }
-func (Surface) Upstream() string      { return "gemini" }
-func (Surface) ContextInPrompt() bool { return false }
+func (Surface) Name() string     { return "gemini" }
+func (Surface) Upstream() string { return "gemini" }
 
 // Routes are the models' and the tuned models' methods: the wildcard is the path's last segment,
 // MODEL:METHOD.
@@ -106,11 +105,6 @@ func (Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, 
 		return nil, err
 	}
 	return surface.MaskCodes(out, modelTexts)
-}
-
-// Continue leaves the body as it is: a Gemini request carries its whole conversation.
-func (Surface) Continue(_ *assembly.Body, upstream []byte) ([]byte, string, error) {
-	return upstream, "", nil
 }
 
 // Transcript reads the conversation, which a Gemini request carries whole.

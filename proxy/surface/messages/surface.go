@@ -19,14 +19,13 @@ const Path = "/v1/messages"
 
 // Surface is Anthropic Messages (POST /v1/messages): every /v1/messages/... path goes to the
 // Anthropic upstream. It holds no state.
-type Surface struct{}
+type Surface struct{ surface.Whole }
 
 var _ surface.Surface = Surface{}
 
 func (Surface) Name() string                       { return "messages" }
 func (Surface) Routes() []surface.Route            { return []surface.Route{{Pattern: "POST " + Path}} }
 func (Surface) Upstream() string                   { return "anthropic" }
-func (Surface) ContextInPrompt() bool              { return false }
 func (Surface) BlockedError(d vet.Decision) []byte { return surface.BlockedErrorJSON(d) }
 
 func (Surface) Parse(b *assembly.Body, _ surface.Target) (surface.Request, error) { return parse(b) }
@@ -43,11 +42,6 @@ func (Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, 
 		return nil, err
 	}
 	return surface.MaskCodes(out, assistantTexts)
-}
-
-// Continue leaves the body as it is: a Messages request carries its whole conversation.
-func (Surface) Continue(_ *assembly.Body, upstream []byte) ([]byte, string, error) {
-	return upstream, "", nil
 }
 
 // Transcript reads the conversation, which a Messages request carries whole.
