@@ -17,10 +17,11 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// definitionOf reads one tool of a tools/list answer; false when it has no name.
+// definitionOf reads one tool of a tools/list answer; false when it has no name, or a description
+// that is not text (which clients read each their own way, or not at all).
 func definitionOf(v gjson.Result) (mcppin.Definition, bool) {
-	name := v.Get("name")
-	if name.Type != gjson.String || name.Str == "" {
+	name, desc := v.Get("name"), v.Get("description")
+	if name.Type != gjson.String || name.Str == "" || desc.Exists() && desc.Type != gjson.String {
 		return mcppin.Definition{}, false
 	}
 	d := mcppin.Definition{Name: name.Str, Description: v.Get("description").String()}
