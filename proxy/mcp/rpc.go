@@ -31,7 +31,6 @@ type message struct {
 	response bool
 }
 
-
 // parseBody reads a POST body: one JSON-RPC message, or a batch (a non-empty array of them). The
 // body must be one strict JSON value — no duplicate keys, no two keys that differ only in letter
 // case, within maxDepth — so that every reader of it (the door's, the server's encoding/json, a
