@@ -341,7 +341,8 @@ func joinBatch(msgs []message) []byte {
 }
 
 // decide answers one message or lets it pass: a client's answer to a question of the door's is the
-// door's; a stateless request's headers must agree with it; tools/call is judged; a method the door
+// door's; a stateless request's headers (and any request's that sends them: a gateway may route by
+// them whatever the version) must agree with it; tools/call is judged; a method the door
 // does not know is refused unless mcp.unknownMethods is pass.
 func (x *exchange) decide(m message) (answer []byte, pass bool) {
 	if m.response {
@@ -350,7 +351,7 @@ func (x *exchange) decide(m message) (answer []byte, pass bool) {
 	if m.method == "" {
 		return nil, true
 	}
-	if stateless(x.version) {
+	if stateless(x.version) || namesRequest(x.r.Header) {
 		if err := checkHeaders(x.r.Header, m, nil); err != nil {
 			x.refusedDifferential(m, err)
 			return x.errorFor(m, err), false

@@ -371,7 +371,7 @@ func (x *exchange) ask(_ context.Context, body []byte, id string) (gjson.Result,
 	h := x.r.Header.Clone()
 	h.Set("Accept", "application/json, text/event-stream")
 	h.Set("Content-Type", "application/json")
-	if stateless(x.version) {
+	if stateless(x.version) || namesRequest(h) {
 		h.Set(headerMethod, "tools/list")
 		h.Del(headerName)
 		for k := range h {
