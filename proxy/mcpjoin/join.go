@@ -242,7 +242,6 @@ func (r *Record) ServerOf(tool string, args []byte) string {
 // ambiguous marks a call that two servers ran (a server's label cannot be empty).
 const ambiguous = ""
 
-
 // Len is how many released calls are held (expired ones included until they are dropped).
 func (r *Record) Len() int {
 	r.mu.Lock()
