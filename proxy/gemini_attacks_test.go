@@ -13,6 +13,7 @@ import (
 
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
+	"github.com/promptgate/promptgate/proxy/origin"
 )
 
 // The Gemini surface attacked as a capable attacker would: the model's output (its calls, text and
@@ -206,4 +207,68 @@ func TestGeminiOutputsOnlyFromTheirResponses(t *testing.T) {
 		{name: "the app's response (control)", surfaces: gemini, calls: []redCall{{mail("m1", "bob@acme.com", "Notes."), audit.VerdictAllowed}},
 			body: contents(call("c1"), resp("c1", "bob@acme.com"))},
 	})
+}
+
+// TestGeminiRoutesOfOtherVersions: Google serves generateContent on its stable version too
+// (/v1/models/{model}:generateContent, which Google's clients reach with APIVersion "v1"), on
+// v1alpha, and Vertex AI under /v1/projects/.../models/. Behind the HTTPS-proxy door every path of an
+// intercepted origin goes to it, so such a request would carry the model's calls to the app unvetted:
+// it is refused (404) on every listener, in every spelling, as another spelling of a rewritten route
+// is, and no call reaches the client. Other methods of those paths pass (control).
+func TestGeminiRoutesOfOtherVersions(t *testing.T) {
+	t.Parallel()
+	body := candidate(`{"functionCall":`+evilFetch+`}`, "")
+	up := rawGeminiUpstream(t, body, []string{"data: " + body + "\r\n\r\n"})
+	gu := mustURL(t, up)
+	or, err := origin.Of(gu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := Options{Engine: testEngine(t, "defaultProtocol: guarded\n", nil, nil, []json.RawMessage{vetProtocol("refuse")}),
+		Upstreams: map[string]Upstream{"openai": {URL: mustURL(t, up+"/v1")}, "gemini": {URL: gu}}}
+	for name, o := range map[string]Options{"base URL": base, "door": base.ForOrigin(or)} {
+		ts := serveProxy(t, o)
+		for _, path := range []string{
+			"/v1/models/gemini-2.5-flash:generateContent",
+			"/v1/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+			"/v1alpha/models/gemini-2.5-flash:generateContent",
+			"/v1/tunedModels/my-model:generateContent",
+			"/V1/models/gemini-2.5-flash:GENERATECONTENT",
+			"/v1/models/gemini-2.5-flash%3AgenerateContent",
+			"/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+			"/v1beta1/projects/p/locations/global/endpoints/e:generateContent",
+		} {
+			resp, err := ts.Client().Post(ts.URL+path, "application/json", strings.NewReader(`{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), "evil.example") || resp.StatusCode != http.StatusNotFound {
+				t.Errorf("%s %s: %d %s", name, path, resp.StatusCode, b)
+			}
+		}
+	}
+	ts0 := serveProxy(t, base.ForOrigin(or))
+	resp, err := ts0.Client().Post(ts0.URL+"/v1/models/gemini-2.5-flash:countTokens", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		t.Error("countTokens on v1 is refused too")
+	}
+	// The official client on the stable version gets the refusal, not the call.
+	ts := serveProxy(t, base.ForOrigin(or))
+	c, err := genai.NewClient(context.Background(), &genai.ClientConfig{APIKey: "k", Backend: genai.BackendGeminiAPI,
+		HTTPClient: ts.Client(), HTTPOptions: genai.HTTPOptions{BaseURL: ts.URL + "/", APIVersion: "v1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Models.GenerateContent(context.Background(), "gemini-2.5-flash", genai.Text("hi"), nil)
+	if err == nil {
+		for _, call := range clientCalls(r) {
+			t.Errorf("the client on v1 reads the call %s", call)
+		}
+	}
 }
