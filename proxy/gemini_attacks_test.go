@@ -272,3 +272,41 @@ func TestGeminiRoutesOfOtherVersions(t *testing.T) {
 		}
 	}
 }
+
+// TestGeminiPathSpellings: every spelling of a rewritten route's path and query — the method in
+// another case or escaped, a trailing slash, a doubled slash, a dot segment, ;params, the stream
+// without alt=sse (Google's JSON array), alt given twice or as $alt, the method of the other route —
+// is vetted or refused: the refused call never reaches the client.
+func TestGeminiPathSpellings(t *testing.T) {
+	t.Parallel()
+	body := candidate(`{"functionCall":`+evilFetch+`}`, "")
+	up := rawGeminiUpstream(t, body, []string{"data: " + body + "\r\n\r\n"})
+	ts := newGeminiProxy(t, up, "refuse", "")
+	for _, path := range []string{
+		"/v1beta/models/m:GENERATECONTENT",
+		"/v1beta/models/m:STREAMGENERATECONTENT?alt=sse",
+		"/v1beta/models/m%3agenerateContent",
+		"/v1beta/models/m:generate%43ontent",
+		"/v1beta/models/m:generateContent/",
+		"/v1beta/models//m:generateContent",
+		"/v1beta/./models/m:generateContent",
+		"/v1beta/models/m:generateContent;x=1",
+		"/v1beta/models/m:generateContent%20",
+		"/v1beta/models/m:streamGenerateContent",
+		"/v1beta/models/m:streamGenerateContent?alt=json",
+		"/v1beta/models/m:streamGenerateContent?alt=sse&alt=sse",
+		"/v1beta/models/m:streamGenerateContent?%24alt=sse",
+		"/v1beta/models/m:generateContent?alt=sse",
+		"/v1beta/tunedModels/m:generateContent",
+	} {
+		resp, err := ts.Client().Post(ts.URL+path, "application/json", strings.NewReader(`{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(b), "evil.example") {
+			t.Errorf("%s: %d %s", path, resp.StatusCode, b)
+		}
+	}
+}
