@@ -44,12 +44,13 @@ func (s *Server) learn(x *exchange, d vet.Decision) {
 	nth := conv.HistoryCount(d.Tool) + x.learned[d.Tool]
 	x.learnedMu.Unlock()
 	var schema []byte
+	declared := make([]string, 0, len(x.prep.Kept))
 	for _, t := range x.prep.Kept {
+		declared = append(declared, t.Name)
 		if t.Name == d.Tool {
 			schema = t.Schema
-			break
 		}
 	}
 	s.opt.Learn.Observe(learn.Observation{Protocol: x.prep.Protocol.ID, Tool: d.Tool, RequestID: x.id,
-		Conversation: conv, Args: d.Args, Schema: schema, Nth: nth, Size: len(x.prep.client)})
+		Conversation: conv, Args: d.Args, Schema: schema, Declared: declared, Nth: nth, Size: len(x.prep.client)})
 }

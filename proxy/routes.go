@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"path"
+	"slices"
 	"strings"
 
 	"github.com/promptgate/promptgate/proxy/surface"
@@ -94,9 +96,39 @@ func (e *Engine) match(path string) (sf surface.Surface, t surface.Target, u *ur
 }
 
 // spelt returns the rewritten route that the path p, read loosely (surface.LoosePath), spells without regard
-// to letter case, or "" when it spells none: a route whose surface would rewrite or refuse it.
+// to letter case, or under another path (see spellings), or "" when it spells none: a route whose surface
+// would rewrite or refuse it.
 func (e *Engine) spelt(p string) string {
-	h := e.folded.find(http.MethodPost, &url.URL{Path: strings.ToLower(p)})
+	for _, q := range e.spellings(strings.ToLower(p)) {
+		if r := e.speltAs(q); r != "" {
+			return r
+		}
+	}
+	return ""
+}
+
+// spellings are p and, for each route whose last segment is a wildcard (Gemini's MODEL:METHOD), that route's
+// path with p's last segment: an upstream serves such a method under other paths too (Google's
+// generateContent under /v1/models/, /v1alpha/models/, and Vertex AI's
+// /v1/projects/.../models/), and a request to one the proxy does not rewrite would skip the vetting.
+func (e *Engine) spellings(p string) []string {
+	out := []string{p}
+	last := p[strings.LastIndexByte(p, '/')+1:]
+	if last == "" {
+		return out
+	}
+	for _, rp := range e.Paths() {
+		dir, seg := path.Split(rp)
+		if q := strings.ToLower(dir) + last; strings.HasPrefix(seg, "{") && !slices.Contains(out, q) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// speltAs is the rewritten route the lower-cased path p spells, or "".
+func (e *Engine) speltAs(p string) string {
+	h := e.folded.find(http.MethodPost, &url.URL{Path: p})
 	if h == nil {
 		return ""
 	}

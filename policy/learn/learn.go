@@ -70,6 +70,10 @@ type Observation struct {
 	// Schema is the JSON Schema the client declared for the tool: only argument paths whose every key it
 	// declares are kept (a key the model made up is never stored).
 	Schema []byte
+	// Declared are the names of the tools the request declared: a call of another tool is not learned,
+	// and an output of another tool counts as tool:? (such a name is the model's text: it may hold
+	// anything the conversation does).
+	Declared []string
 	// Nth is the call's number among the calls of its tool in the conversation (its history and the answer
 	// so far), from 1.
 	Nth int
@@ -356,6 +360,9 @@ func (s *Store) record(protocol string, t time.Time) *Record {
 
 // learn reads one call into its hour's record.
 func (s *Store) learn(o *Observation) {
+	if !slices.Contains(o.Declared, o.Tool) {
+		return
+	}
 	conv := s.digest(o.Conversation)
 	r := s.record(o.Protocol, o.Time)
 	t := r.tool(o.Tool)
@@ -380,7 +387,7 @@ func (s *Store) learn(o *Observation) {
 		if or.Kind != "" {
 			a.Kinds = addCount(a.Kinds, or.Kind)
 		}
-		a.set(setKey(or.Sources)).count(conv, o.RequestID)
+		a.set(setKey(declaredSources(or.Sources, o.Declared))).count(conv, o.RequestID)
 		for _, f := range or.Items {
 			if c := a.item(f.Kind + ":" + f.Name); c != nil {
 				c.count(conv, o.RequestID)
@@ -553,6 +560,18 @@ func splitPath(path string) []string {
 		}
 	}
 	return append(out, b.String())
+}
+
+// declaredSources are the sources of a value with each output of a tool the request did not declare
+// as tool:? (its name, and the fields of its output, are not kept).
+func declaredSources(seen []flow.Seen, declared []string) []flow.Seen {
+	out := slices.Clone(seen)
+	for i, s := range out {
+		if name, ok := strings.CutPrefix(s.Source, "tool:"); ok && name != "?" && !slices.Contains(declared, name) {
+			out[i] = flow.Seen{Source: "tool:?"}
+		}
+	}
+	return out
 }
 
 // setKey is the key of a set of sources: each source and its field, sorted, one per line ("" for none).

@@ -22,6 +22,9 @@ import (
 const payProtocol = `{"id":"pay","description":"payments","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["send_money","get_payees","read_file","delete_file"]},
  "toolCalls":{"onViolation":"audit"}}`
 
+// payTools are the tools every payments request declares.
+var payTools = []string{"send_money", "get_payees", "read_file", "delete_file"}
+
 const moneySchema = `{"type":"object","properties":{"iban":{"type":"string"},"amount":{"type":"number"},"note":{"type":"string"}},"required":["iban"]}`
 
 // traffic is a day of a payments app: each conversation pays a payee the payee list names, with a note
@@ -92,9 +95,9 @@ func TestLearnAndSuggest(t *testing.T) {
 			first = "read_file"
 		}
 		st.Observe(learn.Observation{Protocol: "pay", Tool: first, RequestID: fmt.Sprintf("first-%d", i), Conversation: c.conv,
-			Args: []byte(`{}`), Schema: []byte(`{"type":"object"}`), Nth: 1})
+			Args: []byte(`{}`), Schema: []byte(`{"type":"object"}`), Declared: payTools, Nth: 1})
 		st.Observe(learn.Observation{Protocol: "pay", Tool: "send_money", RequestID: fmt.Sprintf("req-%d", i), Conversation: c.conv,
-			Args: []byte(c.args), Schema: []byte(moneySchema), Nth: 1})
+			Args: []byte(c.args), Schema: []byte(moneySchema), Declared: payTools, Nth: 1})
 	}
 	ctx := context.Background()
 	l, err := st.Window(ctx, "pay", now.Add(-24*time.Hour))
@@ -217,7 +220,7 @@ func TestUndeclaredKeysAreNotKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.Observe(learn.Observation{Protocol: "x", Tool: "send_money", Conversation: c, Schema: []byte(moneySchema),
+	st.Observe(learn.Observation{Protocol: "x", Tool: "send_money", Conversation: c, Schema: []byte(moneySchema), Declared: payTools,
 		Args: []byte(`{"iban":"DE89370400440532013000","sk_live_secretkey":"v","items":[{"id":"a"}]}`), Nth: 1})
 	l, err := st.Window(context.Background(), "x", time.Now().Add(-time.Hour))
 	if err != nil {
@@ -246,6 +249,41 @@ func TestUndeclaredKeysAreNotKept(t *testing.T) {
 	}
 }
 
+// A tool the request did not declare is named by the model: a call of it is not learned, and an output
+// of it is a source of no name (tool:?), its fields not kept.
+func TestUndeclaredToolsAreNotKept(t *testing.T) {
+	t.Parallel()
+	const secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+	file := filepath.Join(t.TempDir(), "l.db")
+	st, err := learn.Open(file, learn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := flow.Compile()
+	c, err := p.Learning().Analyze(flowtest.Transcript([]flowtest.Turn{{User: "pay"},
+		{Calls: []flowtest.Call{{ID: "c1", Tool: secret, Args: json.RawMessage(`{}`)}}},
+		{Tool: "c1", Output: `{"` + secret + `_field":"DE89370400440532013000"}`}}), flow.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Observe(learn.Observation{Protocol: "x", Tool: secret, Conversation: c, Schema: []byte(moneySchema), Declared: payTools,
+		Args: []byte(`{"iban":"DE89370400440532013000"}`), Nth: 1})
+	st.Observe(learn.Observation{Protocol: "x", Tool: "send_money", Conversation: c, Schema: []byte(moneySchema), Declared: payTools,
+		Args: []byte(`{"iban":"DE89370400440532013000"}`), Nth: 1})
+	l, err := st.Window(context.Background(), "x", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Tools) != 1 || l.Tools[0].Tool != "send_money" || len(l.Tools[0].Args) != 1 ||
+		fmt.Sprint(l.Tools[0].Args[0].Sets[0].Sources) != "[tool:?]" {
+		t.Fatalf("%+v", l.Tools)
+	}
+	_ = st.Close()
+	if raw, _ := os.ReadFile(file); bytes.Contains(raw, []byte(secret)) {
+		t.Fatal("the name of an undeclared tool is in the file")
+	}
+}
+
 // Suggest refuses a window with nothing learned, and a definition that does not load.
 func TestSuggestBadInput(t *testing.T) {
 	t.Parallel()
@@ -271,7 +309,7 @@ func TestQueueBoundedInBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs := learn.Observation{Protocol: "x", Tool: "t", Conversation: c, Schema: []byte(moneySchema), Args: []byte(`{"iban":"x"}`), Nth: 1}
+	obs := learn.Observation{Protocol: "x", Tool: "t", Conversation: c, Schema: []byte(moneySchema), Args: []byte(`{"iban":"x"}`), Declared: []string{"t"}, Nth: 1}
 	big := obs
 	big.Size = 5000
 	st.Observe(big)

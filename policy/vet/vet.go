@@ -90,6 +90,7 @@ const (
 	ReasonTooLarge        = "arguments too large"
 	ReasonMalformedStream = "upstream event is not valid json"
 	ReasonAfterRelease    = "fragment after the call was released"
+	ReasonUnreadMember    = "the call has a member the vetting does not read"
 )
 
 const (

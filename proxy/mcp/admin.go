@@ -99,7 +99,7 @@ type diffView struct {
 	Version int                `json:"version"`
 	Pinned  *mcppin.Definition `json:"pinned"`
 	Pending *mcppin.Definition `json:"pending"`
-	// Changed names the fields that differ: description, inputSchema.
+	// Changed names the fields that differ: description, inputSchema, extra (the other members).
 	Changed []string `json:"changed"`
 	// Properties are the input schema's top-level properties added, removed or changed.
 	Properties map[string][]string `json:"properties"`
@@ -119,6 +119,9 @@ func (d *Door) adminDiff(w http.ResponseWriter, r *http.Request) {
 		}
 		if mcppin.Digest(mcppin.Definition{InputSchema: pin.Pinned.InputSchema}) != mcppin.Digest(mcppin.Definition{InputSchema: pin.Pending.InputSchema}) {
 			v.Changed = append(v.Changed, "inputSchema")
+		}
+		if mcppin.Digest(mcppin.Definition{Extra: pin.Pinned.Extra}) != mcppin.Digest(mcppin.Definition{Extra: pin.Pending.Extra}) {
+			v.Changed = append(v.Changed, "extra")
 		}
 		before := gjson.GetBytes(pin.Pinned.InputSchema, "properties")
 		after := gjson.GetBytes(pin.Pending.InputSchema, "properties")

@@ -82,7 +82,7 @@ func (x *exchange) call(m message) ([]byte, bool) {
 	model := x.srv.ToolPrefix + name
 	span.String("promptgate.tool", vet.DisplayName(model))
 	def, why := x.d.definition(ctx, x, name)
-	if why == "" && stateless(x.version) {
+	if why == "" && (stateless(x.version) || namesRequest(x.r.Header)) {
 		if err := checkCallParams(x.r.Header, m, def.InputSchema); err != nil {
 			x.refusedDifferential(m, err)
 			return x.errorFor(m, err), false

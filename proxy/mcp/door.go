@@ -185,9 +185,9 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.post()
 	case http.MethodDelete:
 		d.sessions.drop(x.session())
-		x.forward(nil, nil, nil)
+		x.forward(nil, nil)
 	case http.MethodGet:
-		x.forward(nil, nil, nil)
+		x.forward(nil, nil)
 	default:
 		w.Header().Set("Allow", "GET, POST, DELETE")
 		proxy.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not part of MCP's Streamable HTTP transport", "")
@@ -293,7 +293,6 @@ func (x *exchange) post() {
 	}
 	var forward []message
 	var local [][]byte
-	watch := map[string]string{} // ids of forwarded requests whose answers the door reads -> method
 	for _, m := range msgs {
 		answer, pass := x.decide(m)
 		if answer != nil {
@@ -303,9 +302,6 @@ func (x *exchange) post() {
 			continue
 		}
 		forward = append(forward, m)
-		if m.isRequest() && (m.method == "tools/list" || m.method == "tools/call") {
-			watch[m.id] = m.method
-		}
 	}
 	if x.hold != nil {
 		x.askUser(x.hold)
@@ -319,7 +315,7 @@ func (x *exchange) post() {
 	if len(forward) != len(msgs) {
 		out = joinBatch(forward)
 	}
-	x.forward(out, watch, local)
+	x.forward(out, local)
 }
 
 // firstID is the id of the first request of a body, "" when none has one.
@@ -345,7 +341,8 @@ func joinBatch(msgs []message) []byte {
 }
 
 // decide answers one message or lets it pass: a client's answer to a question of the door's is the
-// door's; a stateless request's headers must agree with it; tools/call is judged; a method the door
+// door's; a stateless request's headers (and any request's that sends them: a gateway may route by
+// them whatever the version) must agree with it; tools/call is judged; a method the door
 // does not know is refused unless mcp.unknownMethods is pass.
 func (x *exchange) decide(m message) (answer []byte, pass bool) {
 	if m.response {
@@ -354,7 +351,7 @@ func (x *exchange) decide(m message) (answer []byte, pass bool) {
 	if m.method == "" {
 		return nil, true
 	}
-	if stateless(x.version) {
+	if stateless(x.version) || namesRequest(x.r.Header) {
 		if err := checkHeaders(x.r.Header, m, nil); err != nil {
 			x.refusedDifferential(m, err)
 			return x.errorFor(m, err), false

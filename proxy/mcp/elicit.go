@@ -287,18 +287,19 @@ func (x *exchange) release(m message) {
 	}
 	defer done()
 	defer resp.Body.Close()
-	watch := map[string]string{m.id: m.method}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
+	case encoded(resp.Header):
+		x.writeEvent(errorMessage(m.id, codeInternalError, errContentCoding.Error()))
 	case ct == "text/event-stream":
-		x.relayEvents(resp.Body, watch)
+		x.relayEvents(resp.Body)
 	case ct == "application/json" && resp.StatusCode < 300:
 		b, err := io.ReadAll(io.LimitReader(resp.Body, x.d.o.Limits.MaxBodyBytes+1))
 		if err != nil || int64(len(b)) > x.d.o.Limits.MaxBodyBytes || !gjson.ValidBytes(b) {
 			x.writeEvent(errorMessage(m.id, codeInvalidRequest, "mcp: the server's answer is not JSON within limits.maxBodyBytes"))
 			return
 		}
-		x.writeEvent(x.edit(bytes.TrimSpace(b), watch))
+		x.writeEvent(x.edit(bytes.TrimSpace(b)))
 	default:
 		x.writeEvent(errorMessage(m.id, codeInvalidRequest, "mcp: the server answered the released call with HTTP "+resp.Status))
 	}
@@ -315,7 +316,7 @@ func (x *exchange) writeEvent(msg []byte) {
 
 // relayEvents relays a server's event stream into the stream the door opened, each event edited and
 // flushed.
-func (x *exchange) relayEvents(body io.Reader, watch map[string]string) {
+func (x *exchange) relayEvents(body io.Reader) {
 	rc := http.NewResponseController(x.w)
 	rd := sse.NewReaderMax(body, maxEvent)
 	for {
@@ -327,8 +328,8 @@ func (x *exchange) relayEvents(body io.Reader, watch map[string]string) {
 			return
 		}
 		out := ev.Raw
-		if ev.HasData && !ev.Truncated {
-			if edited := x.edit(ev.Data, watch); !bytes.Equal(edited, ev.Data) {
+		if ev.HasData && !ev.Truncated && len(bytes.TrimSpace(ev.Data)) > 0 { // a priming event carries no data
+			if edited := x.edit(ev.Data); !bytes.Equal(edited, ev.Data) {
 				out = rewriteEvent(ev, edited)
 			}
 		}

@@ -103,6 +103,18 @@ func checkHeaders(h http.Header, m message, schema []byte) error {
 	return checkParams(h, m, schema, differ)
 }
 
+// namesRequest reports whether a request carries any of the headers that name it (Mcp-Method,
+// Mcp-Name, Mcp-Param-*).
+func namesRequest(h http.Header) bool {
+	for k := range h {
+		k = http.CanonicalHeaderKey(k)
+		if k == headerMethod || k == headerName || strings.HasPrefix(k, headerParam) {
+			return true
+		}
+	}
+	return false
+}
+
 // checkCallParams checks the Mcp-Param-* headers of a tools/call against its tool's pinned schema.
 func checkCallParams(h http.Header, m message, schema []byte) error {
 	return checkParams(h, m, schema, func(format string, args ...any) error {

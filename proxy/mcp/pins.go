@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,19 +18,47 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// definitionOf reads one tool of a tools/list answer; false when it has no name.
+// definitionOf reads one tool of a tools/list answer; false when it has no name, or a description
+// that is not text (which clients read each their own way, or not at all).
 func definitionOf(v gjson.Result) (mcppin.Definition, bool) {
-	name := v.Get("name")
-	if name.Type != gjson.String || name.Str == "" {
+	name, desc := v.Get("name"), v.Get("description")
+	if name.Type != gjson.String || name.Str == "" || desc.Exists() && desc.Type != gjson.String {
 		return mcppin.Definition{}, false
 	}
-	d := mcppin.Definition{Name: name.Str, Description: v.Get("description").String()}
+	d := mcppin.Definition{Name: name.Str, Description: desc.Str}
 	if s := v.Get("inputSchema"); s.Exists() {
 		d.InputSchema = []byte(s.Raw)
 	}
+	d.Extra = otherMembers(v)
 	d.Digest = mcppin.Digest(d)
-	d.Findings = scanDescription(d.Description)
+	d.Findings = scanDefinition(d)
 	return d, true
+}
+
+// ownMembers are the members of a tool definition the door reads itself; every other member is
+// pinned as the definition's Extra.
+var ownMembers = []string{"name", "description", "inputSchema"}
+
+// otherMembers writes a definition's members other than its own as one JSON object, as the server
+// wrote them; nil when it has none.
+func otherMembers(v gjson.Result) json.RawMessage {
+	var b []byte
+	v.ForEach(func(k, val gjson.Result) bool {
+		if slices.Contains(ownMembers, k.Str) {
+			return true
+		}
+		if b == nil {
+			b = append(b, '{')
+		} else {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, k.Raw...), ':'), val.Raw...)
+		return true
+	})
+	if b == nil {
+		return nil
+	}
+	return append(b, '}')
 }
 
 // Pin is one tool of one server as the door holds it: the definition pinned (by the first

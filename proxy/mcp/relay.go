@@ -107,7 +107,7 @@ var errUpstreamTimeout = errors.New("mcp: the server did not answer within limit
 // forward sends the request (body nil: the client's own, as for GET and DELETE) and relays the
 // answer: tools/list results filtered, notifications/tools/list_changed noted, the door's own
 // answers (local) joined.
-func (x *exchange) forward(body []byte, watch map[string]string, local [][]byte) {
+func (x *exchange) forward(body []byte, local [][]byte) {
 	if body == nil && x.r.Method != http.MethodGet {
 		b, err := x.readBody()
 		if err != nil {
@@ -135,6 +135,11 @@ func (x *exchange) forward(body []byte, watch map[string]string, local [][]byte)
 	}
 	defer done()
 	defer resp.Body.Close()
+	if encoded(resp.Header) {
+		x.record(audit.Event{Kind: KindCall, Verdict: audit.VerdictBlocked, Reason: errContentCoding.Error()})
+		x.rpcFail(http.StatusBadGateway, "", codeInternalError, errContentCoding.Error())
+		return
+	}
 	h := x.w.Header()
 	for k, vs := range resp.Header {
 		if !dropped(k) && !strings.HasPrefix(http.CanonicalHeaderKey(k), "Access-Control-") && k != "Content-Length" {
@@ -145,9 +150,9 @@ func (x *exchange) forward(body []byte, watch map[string]string, local [][]byte)
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
 	case ct == "text/event-stream":
-		x.relayStream(resp, watch, local)
+		x.relayStream(resp, local)
 	case ct == "application/json" && resp.StatusCode < 300:
-		x.relayJSON(resp, watch, local)
+		x.relayJSON(resp, local)
 	case len(local) > 0 && resp.StatusCode == http.StatusAccepted:
 		h.Del("Content-Type")
 		x.answerLocal(local, len(local) > 1)
@@ -161,11 +166,17 @@ func (x *exchange) forward(body []byte, watch map[string]string, local [][]byte)
 	}
 }
 
-// relayJSON relays a JSON answer (one message or a batch) with the door's edits and answers.
-func (x *exchange) relayJSON(resp *http.Response, watch map[string]string, local [][]byte) {
+// relayJSON relays a JSON answer (one message or a batch) with the door's edits and answers; an
+// answer the door could read otherwise than the client is a 502.
+func (x *exchange) relayJSON(resp *http.Response, local [][]byte) {
 	b, err := io.ReadAll(io.LimitReader(resp.Body, x.d.o.Limits.MaxBodyBytes+1))
 	if err != nil || int64(len(b)) > x.d.o.Limits.MaxBodyBytes || !gjson.ValidBytes(b) {
 		x.rpcFail(http.StatusBadGateway, "", codeInvalidRequest, "mcp: the server's answer is not JSON within limits.maxBodyBytes")
+		return
+	}
+	if err := x.strictAnswer(b); err != nil {
+		x.record(audit.Event{Kind: KindList, Verdict: audit.VerdictBlocked, Reason: err.Error()})
+		x.rpcFail(http.StatusBadGateway, "", codeInternalError, err.Error())
 		return
 	}
 	v := gjson.ParseBytes(b)
@@ -173,12 +184,12 @@ func (x *exchange) relayJSON(resp *http.Response, watch map[string]string, local
 	if v.IsArray() {
 		msgs := append([][]byte(nil), local...)
 		v.ForEach(func(_, e gjson.Result) bool {
-			msgs = append(msgs, x.edit([]byte(e.Raw), watch))
+			msgs = append(msgs, x.edit([]byte(e.Raw)))
 			return true
 		})
 		out = joinRaw(msgs)
 	} else {
-		out = x.edit(b, watch)
+		out = x.edit(b)
 		if len(local) > 0 {
 			out = joinRaw(append(local, out))
 		}
@@ -190,7 +201,7 @@ func (x *exchange) relayJSON(resp *http.Response, watch map[string]string, local
 
 // relayStream relays an event stream as its events complete, each flushed, with the door's edits;
 // the door's own answers go first.
-func (x *exchange) relayStream(resp *http.Response, watch map[string]string, local [][]byte) {
+func (x *exchange) relayStream(resp *http.Response, local [][]byte) {
 	_, span := tracing.Stage(x.ctx(), "promptgate.mcp.relay")
 	defer span.End()
 	x.w.Header().Del("Content-Length")
@@ -200,7 +211,7 @@ func (x *exchange) relayStream(resp *http.Response, watch map[string]string, loc
 		_, _ = x.w.Write(sse.AppendEvent(nil, "message", m))
 	}
 	_ = rc.Flush()
-	x.relayEvents(resp.Body, watch)
+	x.relayEvents(resp.Body)
 }
 
 // rewriteEvent writes an event again with new data, its id, name and retry kept.
@@ -215,48 +226,31 @@ func rewriteEvent(ev sse.Event, data []byte) []byte {
 	return append(b, sse.AppendEvent(nil, ev.Event, data)...)
 }
 
-// edit applies the door's edits to one message of the server's: the tools of a watched tools/list
-// answer filtered; a change of the server's list noted for its next call.
-func (x *exchange) edit(msg []byte, watch map[string]string) []byte {
-	v := gjson.ParseBytes(msg)
-	if !v.IsObject() {
-		return msg
-	}
-	if m := v.Get("method").String(); m == "notifications/tools/list_changed" {
-		x.d.o.Pins.SetFresh(x.srv.Name, false)
-		x.log.Info("the MCP server's tool list changed; its definitions are read again before its next call")
-		return msg
-	}
-	id := v.Get("id")
-	if !id.Exists() || watch[id.Raw] != "tools/list" || !v.Get("result.tools").IsArray() {
-		return msg
-	}
-	kept := x.filterList(v.Get("result.tools"))
-	out, err := sjson.SetRawBytes(msg, "result.tools", kept)
-	if err != nil {
-		return msg
-	}
-	return out
-}
-
 // filterList observes every listed definition against its pin and keeps the tools the door lets the
 // client see: pinned (or, in report mode, changed) ones that the protocol allows under their model
-// name.
-func (x *exchange) filterList(tools gjson.Result) []byte {
+// name. A list that names one tool twice is refused: which of the two a client keeps is its own.
+func (x *exchange) filterList(tools gjson.Result) ([]byte, error) {
 	ctx, span := tracing.Stage(x.ctx(), "promptgate.mcp.list")
 	defer span.End()
 	var defs []mcppin.Definition
 	raw := map[string]string{}
+	dup := false
 	tools.ForEach(func(_, t gjson.Result) bool {
 		def, ok := definitionOf(t)
 		if !ok {
 			x.record(audit.Event{Kind: KindList, Verdict: audit.VerdictRemoved, Reason: policy.ReasonNoName})
 			return true
 		}
+		if _, twice := raw[x.srv.ToolPrefix+def.Name]; twice {
+			dup = true
+		}
 		defs = append(defs, def)
 		raw[x.srv.ToolPrefix+def.Name] = t.Raw
-		return true
+		return !dup
 	})
+	if dup {
+		return nil, errToolTwice
+	}
 	var cands []policy.Tool
 	for _, seen := range x.observe(ctx, defs) {
 		if seen.listed {
@@ -277,8 +271,11 @@ func (x *exchange) filterList(tools gjson.Result) []byte {
 		}
 		out = append(out, raw[t.Name]...)
 	}
-	return append(out, ']')
+	return append(out, ']'), nil
 }
+
+// errToolTwice refuses a list of tools that names one tool twice.
+var errToolTwice = errors.New("mcp: the server lists one tool twice: promptgate refused the list")
 
 // observedDef is a listed definition as the door decided it.
 type observedDef struct {
@@ -374,7 +371,7 @@ func (x *exchange) ask(_ context.Context, body []byte, id string) (gjson.Result,
 	h := x.r.Header.Clone()
 	h.Set("Accept", "application/json, text/event-stream")
 	h.Set("Content-Type", "application/json")
-	if stateless(x.version) {
+	if stateless(x.version) || namesRequest(h) {
 		h.Set(headerMethod, "tools/list")
 		h.Del(headerName)
 		for k := range h {
@@ -393,13 +390,16 @@ func (x *exchange) ask(_ context.Context, body []byte, id string) (gjson.Result,
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return gjson.Result{}, fmt.Errorf("mcp: tools/list answered HTTP %d: %s", resp.StatusCode, gjson.GetBytes(msg, "error.message").String())
 	}
+	if encoded(resp.Header) {
+		return gjson.Result{}, errContentCoding
+	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if ct != "text/event-stream" {
 		b, err := io.ReadAll(io.LimitReader(resp.Body, x.d.o.Limits.MaxBodyBytes))
 		if err != nil || !gjson.ValidBytes(b) {
 			return gjson.Result{}, errors.New("mcp: tools/list answered no JSON")
 		}
-		return gjson.ParseBytes(b), nil
+		return x.ownAnswer(b)
 	}
 	rd := sse.NewReaderMax(resp.Body, maxEvent)
 	for {
@@ -408,7 +408,16 @@ func (x *exchange) ask(_ context.Context, body []byte, id string) (gjson.Result,
 			return gjson.Result{}, fmt.Errorf("mcp: tools/list stream ended without its answer: %w", err)
 		}
 		if v := gjson.ParseBytes(ev.Data); ev.HasData && v.Get("id").Raw == id {
-			return gjson.Parse(string(ev.Data)), nil
+			return x.ownAnswer(ev.Data)
 		}
 	}
+}
+
+// ownAnswer reads the answer to a request of the door's own, strictly (see strictAnswer): the
+// definitions it pins are the ones a client would read.
+func (x *exchange) ownAnswer(b []byte) (gjson.Result, error) {
+	if err := x.strictAnswer(b); err != nil {
+		return gjson.Result{}, err
+	}
+	return gjson.Parse(string(b)), nil
 }

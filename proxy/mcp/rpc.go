@@ -17,6 +17,7 @@ const (
 	codeInvalidRequest = -32600
 	codeMethodNotFound = -32601
 	codeInvalidParams  = -32602
+	codeInternalError  = -32603
 )
 
 // message is one JSON-RPC message of a body, as the door reads it.
@@ -29,9 +30,6 @@ type message struct {
 	// response: a result or an error (from the client: an answer to a server's request).
 	response bool
 }
-
-// isRequest reports whether m expects an answer.
-func (m message) isRequest() bool { return m.method != "" && m.id != "" }
 
 // parseBody reads a POST body: one JSON-RPC message, or a batch (a non-empty array of them). The
 // body must be one strict JSON value — no duplicate keys, no two keys that differ only in letter

@@ -3,11 +3,15 @@ package mcp
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/tidwall/gjson"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/promptgate/promptgate/proxy/mcppin"
 )
 
 // A tool's description is text the MCP server wrote, and the model reads it as the app's own: a
@@ -38,13 +42,65 @@ var instructionPatterns = []struct {
 	{"a text the model is told to say", regexp.MustCompile(`(?i)\b(say|print|output|respond with|reply with|write)\b[^.\n]{0,12}\b(exactly|only|verbatim)\b`)},
 }
 
+// scanDefinition returns the findings of a definition: of its description, and of every text of its
+// input schema and of its other members (titles, descriptions, defaults, enums, examples: a model
+// or a user reads them as the tool's), each said where it is.
+func scanDefinition(d mcppin.Definition) []string {
+	out := scanDescription(d.Description)
+	for _, part := range []struct {
+		name string
+		raw  []byte
+	}{{"the input schema", d.InputSchema}, {"the other members", d.Extra}} {
+		walkTexts(gjson.ParseBytes(part.raw), "", 0, func(key, s string) {
+			for _, f := range scanText(s, key == "description" || key == "title") {
+				out = append(out, f+" in "+part.name)
+			}
+		})
+	}
+	return out
+}
+
+// notText are the keys of a schema whose strings are not read as text (patterns, references,
+// formats, types): they are not scanned.
+var notText = []string{"pattern", "$ref", "$id", "$schema", "$anchor", "$dynamicRef", "$dynamicAnchor", "format",
+	"contentEncoding", "contentMediaType", "type"}
+
+// maxScanDepth bounds how deep a definition's texts are looked for.
+const maxScanDepth = 32
+
+// walkTexts calls f with every string of v and the key it is under (an array's strings are under
+// the array's key), but the strings under notText keys.
+func walkTexts(v gjson.Result, key string, depth int, f func(key, s string)) {
+	switch {
+	case depth > maxScanDepth:
+	case v.Type == gjson.String:
+		f(key, v.Str)
+	case v.IsObject():
+		v.ForEach(func(k, e gjson.Result) bool {
+			if !slices.Contains(notText, k.Str) {
+				walkTexts(e, k.Str, depth+1, f)
+			}
+			return true
+		})
+	case v.IsArray():
+		v.ForEach(func(_, e gjson.Result) bool {
+			walkTexts(e, key, depth+1, f)
+			return true
+		})
+	}
+}
+
 // scanDescription returns the findings of one description: where and what, never the text found.
-func scanDescription(s string) []string {
+func scanDescription(s string) []string { return scanText(s, true) }
+
+// scanText returns the findings of one text; headers says whether a line that starts like a
+// section header counts (in a description or a title, not in a value such as an enum's "==").
+func scanText(s string, headers bool) []string {
 	var out []string
 	if off, ok := hiddenAt(s); ok {
 		out = append(out, fmt.Sprintf("hidden or bidi characters at offset %d", off))
 	}
-	if off, ok := headerLineAt(s); ok {
+	if off, ok := headerLineAt(s); ok && headers {
 		out = append(out, fmt.Sprintf("a line that starts like a section header of the system prompt at offset %d", off))
 	}
 	for _, p := range instructionPatterns {

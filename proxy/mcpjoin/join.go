@@ -194,7 +194,9 @@ func (r *Record) Claim(c Call) (Match, *Released) {
 }
 
 // Executed records that an MCP server ran a call: its output, when it comes back to the model, is
-// that server's (ServerOf).
+// that server's (ServerOf). Where two servers ran the same call (servers whose model names of tools
+// meet, a client calling the other one with the same arguments), an output of it is neither's: it
+// cannot be told which server wrote it.
 func (r *Record) Executed(tool string, digest [32]byte, server string) {
 	if r == nil || server == "" {
 		return
@@ -202,10 +204,15 @@ func (r *Record) Executed(tool string, digest [32]byte, server string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := exeKey{tool, digest}
-	if _, ok := r.executed[k]; !ok {
+	now := r.now()
+	old, ok := r.executed[k]
+	if !ok {
 		r.exeOrder.PushBack(k)
 	}
-	r.executed[k] = exeEntry{server: server, until: r.now().Add(executedTTL)}
+	if ok && now.Before(old.until) && old.server != server {
+		server = ambiguous
+	}
+	r.executed[k] = exeEntry{server: server, until: now.Add(executedTTL)}
 	for r.exeOrder.Len() > r.max {
 		e := r.exeOrder.Front()
 		r.exeOrder.Remove(e)
@@ -226,11 +233,14 @@ func (r *Record) ServerOf(tool string, args []byte) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.executed[exeKey{tool, d}]
-	if !ok || !r.now().Before(e.until) {
+	if !ok || !r.now().Before(e.until) || e.server == ambiguous {
 		return ""
 	}
 	return e.server
 }
+
+// ambiguous marks a call that two servers ran (a server's label cannot be empty).
+const ambiguous = ""
 
 // Len is how many released calls are held (expired ones included until they are dropped).
 func (r *Record) Len() int {

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"strings"
@@ -31,28 +32,44 @@ type Definition struct {
 	Description string `json:"description"`
 	// InputSchema is the raw JSON of the tool's inputSchema; nil when the server gave none.
 	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
-	// Digest is the hex SHA-256 of the name, the description and the input schema in canonical
-	// JSON.
+	// Extra holds the tool's other members as one JSON object (title, annotations, outputSchema,
+	// icons, …; _meta left out): what agents show the user or the model, or decide by (an agent may
+	// run a tool annotated readOnlyHint without asking); nil when the tool has none.
+	Extra json.RawMessage `json:"extra,omitempty"`
+	// Digest is the hex SHA-256 of the name, the description, the input schema and the other
+	// members in canonical JSON.
 	Digest string `json:"digest"`
 	// Findings are what the door's injection scan found in the description; never stored.
 	Findings []string `json:"findings,omitempty"`
 }
 
-// Digest is the digest of a definition: key order and white space in its schema do not count.
+// Digest is the digest of a definition: key order and white space in its schema and its other
+// members do not count. A definition without other members has the digest it had before they were
+// pinned.
 func Digest(d Definition) string {
 	h := sha256.New()
 	for _, s := range []string{d.Name, d.Description} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
-	if len(d.InputSchema) > 0 {
-		if sum, err := flow.ArgsDigest(gjson.ParseBytes(d.InputSchema)); err == nil {
-			h.Write(sum[:])
-		} else {
-			h.Write(d.InputSchema) // not an object: its bytes as they are
-		}
+	writeJSON(h, d.InputSchema)
+	if len(d.Extra) > 0 {
+		h.Write([]byte{0, 'x'})
+		writeJSON(h, d.Extra)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// writeJSON writes the canonical digest of an object, or the bytes of anything else as they are.
+func writeJSON(h io.Writer, raw []byte) {
+	if len(raw) == 0 {
+		return
+	}
+	if sum, err := flow.ArgsDigest(gjson.ParseBytes(raw)); err == nil {
+		_, _ = h.Write(sum[:])
+		return
+	}
+	_, _ = h.Write(raw)
 }
 
 // Tool is one pinned definition of a set, with when and by whom it was pinned.
@@ -102,20 +119,14 @@ func (s Set) Marshal() []byte {
 		Name        string          `json:"name"`
 		Description string          `json:"description"`
 		InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+		Extra       json.RawMessage `json:"extra,omitempty"`
 		Digest      string          `json:"digest"`
 		PinnedAt    time.Time       `json:"pinnedAt,omitzero"`
 		PinnedBy    string          `json:"pinnedBy,omitempty"`
 	}
 	tools := make([]stored, 0, len(s.Tools))
 	for _, t := range s.Tools {
-		var schema json.RawMessage
-		if len(t.InputSchema) > 0 {
-			var b bytes.Buffer
-			if json.Compact(&b, t.InputSchema) == nil {
-				schema = b.Bytes()
-			}
-		}
-		tools = append(tools, stored{t.Name, t.Description, schema, t.Digest, t.PinnedAt.UTC(), t.PinnedBy})
+		tools = append(tools, stored{t.Name, t.Description, compact(t.InputSchema), compact(t.Extra), t.Digest, t.PinnedAt.UTC(), t.PinnedBy})
 	}
 	slices.SortFunc(tools, func(a, b stored) int { return strings.Compare(a.Name, b.Name) })
 	b, _ := json.Marshal(struct {
@@ -123,6 +134,18 @@ func (s Set) Marshal() []byte {
 		Tools  []stored `json:"tools"`
 	}{s.Server, tools}) // strings, times and compacted JSON always encode
 	return b
+}
+
+// compact is raw JSON without white space; nil for none or for what is not JSON.
+func compact(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return nil
+	}
+	return b.Bytes()
 }
 
 // Limits of a set.
@@ -136,12 +159,12 @@ const (
 var labelPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 // toolKeys are the keys of one tool of a set, spelled exactly.
-var toolKeys = []string{"name", "description", "inputSchema", "digest", "pinnedAt", "pinnedBy"}
+var toolKeys = []string{"name", "description", "inputSchema", "extra", "digest", "pinnedAt", "pinnedBy"}
 
 // Parse reads and checks a set: one strict JSON object with exactly the keys server and tools;
 // server a label; each tool an object of the keys Marshal writes, with a name (each once), a string
-// description, an input schema that is an object when present, and a digest that is the
-// definition's when present (a missing one is computed). Errors name the field and the fix, never a
+// description, an input schema and other members that are objects when present, and a digest that
+// is the definition's when present (a missing one is computed). Errors name the field and the fix, never a
 // description.
 func Parse(body []byte) (Set, error) {
 	if err := jsoncheck.Object(body, jsoncheck.Limits{FoldedKeys: true}); err != nil {
@@ -208,7 +231,7 @@ func parseTool(v gjson.Result, at string) (Tool, error) {
 	if bad != nil {
 		return Tool{}, bad
 	}
-	name, desc, schema := v.Get("name"), v.Get("description"), v.Get("inputSchema")
+	name, desc, schema, extra := v.Get("name"), v.Get("description"), v.Get("inputSchema"), v.Get("extra")
 	switch {
 	case name.Type != gjson.String || name.Str == "" || len(name.Str) > maxName:
 		return Tool{}, fmt.Errorf("mcppin: %s.name: give the tool's name as the server lists it (1-%d bytes)", at, maxName)
@@ -216,6 +239,8 @@ func parseTool(v gjson.Result, at string) (Tool, error) {
 		return Tool{}, fmt.Errorf("mcppin: %s.description: a string", at)
 	case schema.Exists() && !schema.IsObject():
 		return Tool{}, fmt.Errorf("mcppin: %s.inputSchema: a JSON Schema object", at)
+	case extra.Exists() && !extra.IsObject():
+		return Tool{}, fmt.Errorf("mcppin: %s.extra: the tool's other members (title, annotations, ...), an object", at)
 	case v.Get("pinnedBy").Exists() && v.Get("pinnedBy").Type != gjson.String:
 		return Tool{}, fmt.Errorf("mcppin: %s.pinnedBy: a string", at)
 	}
@@ -223,9 +248,12 @@ func parseTool(v gjson.Result, at string) (Tool, error) {
 	if schema.Exists() {
 		t.InputSchema = json.RawMessage(schema.Raw)
 	}
+	if extra.Exists() && len(extra.Map()) > 0 {
+		t.Extra = json.RawMessage(extra.Raw)
+	}
 	t.Digest = Digest(t.Definition)
 	if d := v.Get("digest"); d.Exists() && d.String() != t.Digest {
-		return Tool{}, fmt.Errorf("mcppin: %s.digest: not the digest of the definition (name, description, inputSchema): leave it out and it is computed", at)
+		return Tool{}, fmt.Errorf("mcppin: %s.digest: not the digest of the definition (name, description, inputSchema, extra): leave it out and it is computed", at)
 	}
 	if p := v.Get("pinnedAt"); p.Exists() {
 		when, err := time.Parse(time.RFC3339Nano, p.String())

@@ -1,6 +1,8 @@
 package mcppin_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ func TestDigestIgnoresKeyOrderAndSpace(t *testing.T) {
 		{Name: "lookup", Description: "Looks up.", InputSchema: []byte(`{"type":"object","properties":{"name":{"type":"number"}}}`)},
 		{Name: "lookup", Description: "Looks up."},
 		{Name: "lookupLooks up.", Description: ""}, // the fields are kept apart
+		{Name: "lookup", Description: "Looks up.", InputSchema: a.InputSchema, Extra: []byte(`{"annotations":{"readOnlyHint":true}}`)},
 	} {
 		if mcppin.Digest(c) == mcppin.Digest(a) {
 			t.Errorf("%+v has the digest of another definition", c)
@@ -62,6 +65,17 @@ func TestSetRoundTrip(t *testing.T) {
 	if _, ok := got.Tool("nope"); ok {
 		t.Fatal("a tool the set lacks was found")
 	}
+	// The other members round-trip, and count in the digest; a definition without them keeps the
+	// digest it had before they were pinned.
+	x := mcppin.Definition{Name: "lookup", Description: "Looks up.", Extra: []byte(`{"title": "Lookup", "annotations": {"readOnlyHint": false}}`)}
+	x.Digest = mcppin.Digest(x)
+	rt, err := mcppin.Parse(mcppin.Set{Server: "crm"}.With(mcppin.Tool{Definition: x}).Marshal())
+	if lk, _ := rt.Tool("lookup"); err != nil || lk.Digest != x.Digest || string(lk.Extra) != `{"title":"Lookup","annotations":{"readOnlyHint":false}}` {
+		t.Fatalf("extra round trip: %+v %v", lk, err)
+	}
+	if sum := sha256.Sum256([]byte("lookup\x00Looks up.\x00")); mcppin.Digest(mcppin.Definition{Name: "lookup", Description: "Looks up."}) != hex.EncodeToString(sum[:]) {
+		t.Error("the digest of a definition without other members changed: every pin would be seen as changed")
+	}
 	// A digest left out is computed.
 	p, err := mcppin.Parse([]byte(`{"server":"crm","tools":[{"name":"lookup","description":"Looks up."}]}`))
 	if err != nil || p.Tools[0].Digest != mcppin.Digest(mcppin.Definition{Name: "lookup", Description: "Looks up."}) {
@@ -77,7 +91,7 @@ func TestParseRefusesBadSets(t *testing.T) {
 		{"not json", `{"server":`, "strict JSON"},
 		{"duplicate key", `{"server":"crm","server":"x","tools":[]}`, "strict JSON"},
 		{"case-variant key", `{"server":"crm","Server":"x","tools":[]}`, "strict JSON"},
-		{"unknown field", `{"server":"crm","tools":[],"extra":1}`, "extra: unknown field"},
+		{"unknown field", `{"server":"crm","tools":[],"other":1}`, "other: unknown field"},
 		{"no server", `{"tools":[]}`, "server:"},
 		{"bad label", `{"server":"a/b","tools":[]}`, "server:"},
 		{"tools not an array", `{"server":"crm","tools":{}}`, "tools:"},
@@ -87,6 +101,7 @@ func TestParseRefusesBadSets(t *testing.T) {
 		{"no name", `{"server":"crm","tools":[{"description":"SECRET-DESC"}]}`, "tools[0].name"},
 		{"description not a string", `{"server":"crm","tools":[{"name":"a","description":1}]}`, "tools[0].description"},
 		{"schema not an object", `{"server":"crm","tools":[{"name":"a","inputSchema":"x"}]}`, "tools[0].inputSchema"},
+		{"other members not an object", `{"server":"crm","tools":[{"name":"a","extra":"SECRET-DESC"}]}`, "tools[0].extra"},
 		{"wrong digest", `{"server":"crm","tools":[{"name":"a","description":"SECRET-DESC","digest":"00"}]}`, "tools[0].digest"},
 		{"bad time", `{"server":"crm","tools":[{"name":"a","pinnedAt":"yesterday"}]}`, "tools[0].pinnedAt"},
 		{"pinnedBy not a string", `{"server":"crm","tools":[{"name":"a","pinnedBy":1}]}`, "tools[0].pinnedBy"},

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,27 @@ func Suffixes() []string { return []string{".test.yaml", ".test.yml"} }
 
 // MaxFileBytes bounds a case file, and a file it names.
 const MaxFileBytes = 10 << 20
+
+// MaxCases bounds the cases of one file: each runs a proxy of its own.
+const MaxCases = 5000
+
+// MaxPatternInsts bounds the compiled program of one pattern (matches, notMatches): Go's regexp
+// matches in time linear in the text, times the program's size.
+const MaxPatternInsts = 1000
+
+// programSize is the number of instructions of a pattern's compiled program (one that does not
+// compile counts as none: regexp.Compile refuses it first).
+func programSize(pattern string) int {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return 0
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return 0
+	}
+	return len(prog.Inst)
+}
 
 // caseNamePattern is what a case's name may hold: it is a part of the name -run matches and CI
 // shows.
@@ -152,7 +174,10 @@ type fieldText struct {
 }
 
 type fieldPattern struct {
-	re    *regexp.Regexp
+	re *regexp.Regexp
+	// insts is the size of the pattern's compiled program: what matching it costs per byte of text,
+	// at most.
+	insts int
 	field string
 	line  int
 }
@@ -242,6 +267,9 @@ func Parse(path, name string, src []byte, o Options) ([]*Case, []Problem) {
 		r.bad(doc.Content[0], "cases", "missing: give the list of cases")
 	} else if items, ok = r.list(top["cases"], "cases", "cases"); ok && len(items) == 0 {
 		r.bad(top["cases"], "cases", "the list is empty")
+	} else if len(items) > MaxCases {
+		r.bad(top["cases"], "cases", "%d cases: a file holds at most %d (split it)", len(items), MaxCases)
+		items = nil
 	}
 	var cases []*Case
 	names := map[string]int{}
@@ -694,7 +722,13 @@ func (r *yamlReader) textChecks(n *yaml.Node, field string) textChecks {
 					Message: "not a regular expression (Go RE2 syntax): " + strings.TrimPrefix(err.Error(), "error parsing regexp: ")})
 				continue
 			}
-			out = append(out, fieldPattern{re: re, field: ft.field, line: ft.line})
+			n := programSize(ft.text)
+			if n > MaxPatternInsts {
+				r.errs = append(r.errs, Problem{File: r.file, Line: ft.line, Field: ft.field,
+					Message: fmt.Sprintf("a pattern of %d instructions: matching costs its size for every byte of the text; give one of at most %d (a shorter repetition, fewer alternatives)", n, MaxPatternInsts)})
+				continue
+			}
+			out = append(out, fieldPattern{re: re, insts: n, field: ft.field, line: ft.line})
 		}
 		return out
 	}

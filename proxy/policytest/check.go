@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -39,8 +40,9 @@ func (r *Result) problem(line int, field, format string, args ...any) {
 	r.Problems = append(r.Problems, Problem{File: r.Case.File, Line: line, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
-// check compares what came of the case with what it expects.
-func check(c *Case, out *outcome) *Result {
+// check compares what came of the case with what it expects; work is what the run's patterns may
+// still cost (see MaxPatternWork).
+func check(c *Case, out *outcome, work *atomic.Int64) *Result {
 	r := &Result{Case: c}
 	r.Details = describe(c, out)
 	if out.panicked != nil {
@@ -68,10 +70,10 @@ func check(c *Case, out *outcome) *Result {
 		if out.prepared == nil {
 			r.fail(line, e.field+".prompt", "the request was refused (status %d%s): no prompt was built", out.status, errorSuffix(out.client))
 		} else {
-			checkText(r, e.prompt, out.prepared.prompt, "the layered prompt")
+			checkText(r, e.prompt, out.prepared.prompt, "the layered prompt", work)
 		}
 	}
-	checkText(r, e.client, string(out.client), "the client's answer")
+	checkText(r, e.client, string(out.client), "the client's answer", work)
 	if e.calls != nil {
 		checkCalls(r, out, *e.calls)
 	}
@@ -195,8 +197,9 @@ func listOrNone(s []string) string {
 	return strings.Join(s, ", ")
 }
 
-// checkText runs text checks on text (named what in messages).
-func checkText(r *Result, t textChecks, text, what string) {
+// checkText runs text checks on text (named what in messages). A pattern whose matching would take
+// the run past what its patterns may cost is not run: its check fails, saying so.
+func checkText(r *Result, t textChecks, text, what string, work *atomic.Int64) {
 	for _, c := range t.contains {
 		if !strings.Contains(text, c.text) {
 			r.fail(c.line, c.field, "%s does not contain %q", what, c.text)
@@ -208,15 +211,34 @@ func checkText(r *Result, t textChecks, text, what string) {
 		}
 	}
 	for _, c := range t.matches {
+		if !affordable(r, c, len(text), what, work) {
+			continue
+		}
 		if !c.re.MatchString(text) {
 			r.fail(c.line, c.field, "%s does not match %s", what, c.re)
 		}
 	}
 	for _, c := range t.notMatches {
+		if !affordable(r, c, len(text), what, work) {
+			continue
+		}
 		if loc := c.re.FindStringIndex(text); loc != nil {
 			r.fail(c.line, c.field, "%s matches %s (at byte %d)", what, c.re, loc[0])
 		}
 	}
+}
+
+// affordable takes what matching c over n bytes may cost (its program's size for every byte) from
+// the run's work; where too little is left, the check fails and the pattern is not run.
+func affordable(r *Result, c fieldPattern, n int, what string, work *atomic.Int64) bool {
+	cost := int64(max(c.insts, 1)) * int64(n+1)
+	if work.Add(-cost) >= 0 {
+		return true
+	}
+	work.Add(cost)
+	r.fail(c.line, c.field, "not checked: matching %s against %s (%d bytes) would take the run's patterns past %d instruction-bytes; shorten the pattern or the text, or split the file",
+		c.re, what, n, MaxPatternWork)
+	return false
 }
 
 // outcomeOf is the outcome a case names for a decision's verdict.

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -42,11 +43,20 @@ type Env struct {
 	base store.Snapshot
 	// protocols are the records of the cases' protocols, by ProtocolRef.String().
 	protocols map[string]store.Record
+	// work is what the patterns of the run's cases may still cost (MaxPatternWork at first).
+	work atomic.Int64
 }
+
+// MaxPatternWork bounds what the patterns of one run (every case of an Env) may cost together, in
+// instruction-bytes: a pattern's program size times the length of the text it is matched against,
+// an upper bound of the steps Go's regexp takes.
+const MaxPatternWork = 1 << 30
 
 // NewEnv is an Env over the definitions base (BuiltinSnapshot, or a store's snapshot).
 func NewEnv(cfg Config, base store.Snapshot) *Env {
-	return &Env{cfg: cfg, base: base, protocols: map[string]store.Record{}}
+	e := &Env{cfg: cfg, base: base, protocols: map[string]store.Record{}}
+	e.work.Store(MaxPatternWork)
+	return e
 }
 
 // Versions reads the stored versions of protocols: a store, or a client of a server's admin API.
@@ -143,7 +153,7 @@ func (e *Env) Run(ctx context.Context, c *Case) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := check(c, out)
+	r := check(c, out, &e.work)
 	r.Took = time.Since(start)
 	return r, nil
 }

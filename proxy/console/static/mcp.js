@@ -111,13 +111,15 @@
     stacked($('mcp-recent'));
   }
 
-  // defText is a definition as the review compares it, one field a line, the schema pretty-printed.
+  // defText is a definition as the review compares it, one field a line, the schemas pretty-printed.
   function defText(d) {
     if (!d) return '';
     const lines = ['name: ' + d.name, 'description:'];
     for (const l of (d.description || '').split('\n')) lines.push('  ' + l);
     lines.push('inputSchema:');
     for (const l of (d.inputSchema ? JSON.stringify(d.inputSchema, null, 2) : '(none)').split('\n')) lines.push('  ' + l);
+    lines.push('extra (title, annotations, outputSchema, _meta, ...):');
+    for (const l of (d.extra ? JSON.stringify(d.extra, null, 2) : '(none)').split('\n')) lines.push('  ' + l);
     return lines.join('\n') + '\n';
   }
 

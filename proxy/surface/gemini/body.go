@@ -107,7 +107,9 @@ func readCandidate(cand gjson.Result, pos int) (candidate, error) {
 }
 
 // readCall reads a functionCall {name, args, id}: a call without an id is answered by its name
-// (Legacy); args must be an object (none is {}).
+// (Legacy); args must be an object (none is {}). A call with any other member is blocked: the
+// vetting reads name and args alone, while a client may build the arguments from another (Vertex's
+// streamed partialArgs, which Google's Go client hands over with willContinue).
 func readCall(fc gjson.Result, choice, index int) (*vet.Call, error) {
 	call := &vet.Call{Choice: choice, Index: index}
 	nm, ok1 := get(fc, fName)
@@ -119,6 +121,12 @@ func readCall(fc gjson.Result, choice, index int) (*vet.Call, error) {
 	if !fc.IsObject() {
 		call.Fail(vet.ReasonUnsupportedType)
 	}
+	fc.ForEach(func(k, _ gjson.Result) bool {
+		if k.Str != fName.camel() && k.Str != fArgs.camel() && k.Str != fID.camel() {
+			call.Fail(vet.ReasonUnreadMember)
+		}
+		return true
+	})
 	if nm.Type == gjson.String {
 		call.AddName(strings.Clone(nm.Str))
 	}

@@ -11,9 +11,10 @@ import (
 
 // transcript reads a Gemini body for the information-flow rules: systemInstruction's text parts as
 // the app's, then contents whose role is user (or none) or model, each part a text (thoughts left
-// out), a functionCall {name, args, id}, a functionResponse {name, response, id}, Google's code
-// execution (its result is the output of code_execution) or, in a user content, an attachment. A
-// content of another role is output of an unknown call.
+// out), a functionCall {name, args, id}, a functionResponse {name, response, id} (in a user content;
+// in the model's, it is untrusted text: the model wrote it), Google's code execution (its result is
+// the output of code_execution) or, in a user content, an attachment. A content of another role is
+// output of an unknown call.
 //
 // Gemini matches a functionResponse to its call by name and order, or by the optional id where both
 // carry one (matchResponses): an output whose call cannot be told for certain reads as tool:?, the
@@ -79,6 +80,11 @@ func readContent(t *flow.Transcript, c gjson.Result, i int, sources map[[2]int]s
 		}
 		if fr, _ := get(p, fFunctionResp); fr.IsObject() {
 			flush()
+			if role == flow.RoleAssistant {
+				// The model's own content: whatever it says, it is no tool's output.
+				t.Untrusted(flow.JSONText(fr, false), i)
+				return true
+			}
 			r, _ := get(fr, fResponse)
 			t.ToolOutput(sources[[2]int{i, j}], outputOf(r), i)
 			return true
@@ -143,6 +149,8 @@ type responseRef struct {
 // matchResponses gives each functionResponse part of contents (by content and part index) the tool
 // it is the output of, "" (tool:?) where that is not certain:
 //
+//   - Only a user content (or one without a role) answers calls: a functionResponse part in the model's
+//     own content is the model's text, and takes no call's id and no call's place.
 //   - A response with an id answers the one earlier call with that id and the same name; an id no call has,
 //     that two calls have, that an earlier response took already, or whose call has another name: tool:?.
 //   - A response without an id answers a call of its name of the latest run of contents that hold calls (a
@@ -163,6 +171,8 @@ func matchResponses(contents gjson.Result) map[[2]int]string {
 	i := 0
 	contents.ForEach(func(_, c gjson.Result) bool {
 		parts, _ := get(c, fParts)
+		role, _ := get(c, fRole)
+		answers := role.String() == "user" || role.String() == ""
 		calls := false
 		j := 0
 		parts.ForEach(func(_, p gjson.Result) bool {
@@ -183,7 +193,7 @@ func matchResponses(contents gjson.Result) map[[2]int]string {
 					}
 				}
 			}
-			if fr, _ := get(p, fFunctionResp); fr.IsObject() {
+			if fr, _ := get(p, fFunctionResp); fr.IsObject() && answers {
 				nm, _ := get(fr, fName)
 				ref := responseRef{name: nm.String(), at: [2]int{i, j}}
 				if id, _ := get(fr, fID); id.String() != "" {

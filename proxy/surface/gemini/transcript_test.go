@@ -82,6 +82,9 @@ func TestTranscriptMatchesByNameAndOrder(t *testing.T) {
 		{"an id two calls have", []string{model(call("a", "1"), call("a", "1")), user(resp("a", "1", "x"))}, []string{"tool:?"}},
 		{"an id no call has", []string{model(call("a", "1")), user(resp("a", "9", "x"))}, []string{"tool:?"}},
 		{"a call with an id answered without one", []string{model(call("a", "1")), user(resp("a", "", "x"))}, []string{"tool:a"}},
+		{"a response in the model's content takes no call's id", []string{model(call("a", "1"), resp("a", "1", "x")), user(resp("a", "1", "y"))},
+			[]string{"tool:?", "tool:a"}},
+		{"a response in the model's content takes no call's place", []string{model(call("a", "")), model(resp("a", "", "x"))}, []string{"tool:?"}},
 	} {
 		body := `{"contents":[` + strings.Join(tc.contents, ",") + `]}`
 		var got []string

@@ -63,6 +63,36 @@ type blockedMemory struct {
 	// callIDs counts, per call id, the entries that hold a blocked call of that id: an input item
 	// listing drops the items of those calls whichever response lists them.
 	callIDs map[string]int
+	// forgotten are the ids of the latest responses whose blocked calls or background policy the
+	// memory let go (for room, in entries or bytes): their retrievals are refused, never shown
+	// unvetted. A client that floods the memory (many responses with a blocked call, many background
+	// requests, or a few with large tool schemas) would otherwise have another's response retrieved
+	// with the call promptgate blocked, or unvetted.
+	forgotten *idSet
+}
+
+// forgottenFactor is how many forgotten response ids the memory keeps per response it remembers (an
+// id is some 40 bytes).
+const forgottenFactor = 10
+
+// idSet is a set of ids bounded in count, the oldest let go first. Not safe for concurrent use.
+type idSet struct {
+	max   int
+	ids   map[string]bool
+	order *list.List // of string, oldest at the front
+}
+
+func newIDSet(max int) *idSet { return &idSet{max: max, ids: map[string]bool{}, order: list.New()} }
+
+func (s *idSet) add(id string) {
+	if s.ids[id] {
+		return
+	}
+	s.ids[id] = true
+	s.order.PushBack(id)
+	for s.order.Len() > s.max {
+		delete(s.ids, s.order.Remove(s.order.Front()).(string))
+	}
 }
 
 type memEntry struct {
@@ -159,7 +189,7 @@ func newBlockedMemory(max int) *blockedMemory {
 		max = defaultStoredResponses
 	}
 	return &blockedMemory{max: max, maxBytes: defaultBackgroundBytes, byID: map[string]*list.Element{}, order: list.New(),
-		callIDs: map[string]int{}}
+		callIDs: map[string]int{}, forgotten: newIDSet(forgottenFactor * max)}
 }
 
 // entry returns the entry of response id, adding it (and forgetting the oldest) when there is none.
@@ -182,6 +212,9 @@ func (m *blockedMemory) forgetOldest() {
 	e := oldest.Value.(*memEntry)
 	if e.bg != nil {
 		m.bytes -= e.bg.size
+	}
+	if e.bg != nil || len(e.calls) > 0 {
+		m.forgotten.add(e.id)
 	}
 	if e.shown != nil {
 		m.bytes -= e.shown.size()
@@ -279,6 +312,14 @@ func (m *blockedMemory) shown(id string) *Shown {
 		return el.Value.(*memEntry).shown
 	}
 	return nil
+}
+
+// forgottenResponse reports whether the memory let go of what it kept of response id: the calls
+// blocked in it, or its background policy.
+func (m *blockedMemory) forgottenResponse(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.forgotten.ids[id]
 }
 
 // background returns the policy kept for background response id, or nil.

@@ -34,6 +34,16 @@ func TestBlockedMemoryBoundedAndDeduplicated(t *testing.T) {
 	if m.lookup("resp_c")[0].CallID != "c5" {
 		t.Fatal("lookup hands out the memory's own slice")
 	}
+	// What it let go of is known as forgotten (its retrieval is refused), within a bound of its own.
+	if !m.forgottenResponse("resp_a") || m.forgottenResponse("resp_b") || m.forgottenResponse("resp_never") {
+		t.Fatal("forgotten responses: resp_a was let go, resp_b is kept, resp_never was never seen")
+	}
+	for i := range 3 * forgottenFactor * 2 {
+		m.remember("resp_x"+strings.Repeat("y", i), blockedCall{CallID: "c"})
+	}
+	if n := m.forgotten.order.Len(); n != forgottenFactor*2 || len(m.forgotten.ids) != n || m.forgottenResponse("resp_a") {
+		t.Fatalf("the forgotten ids are not bounded: %d kept, resp_a still among them: %v", n, m.forgottenResponse("resp_a"))
+	}
 }
 
 func TestAnswerBlocked(t *testing.T) {

@@ -2,6 +2,7 @@ package responses
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 
@@ -202,12 +203,17 @@ func (*Surface) Intercepts(r *http.Request) bool {
 }
 
 // Passed edits a retrieval (vetted with the creating request's policy for a background response,
-// else shown as its create showed it), a cancel, or an input item listing (the items of blocked
-// calls removed).
+// else shown as its create showed it; refused where the memory let go of what it kept of the
+// response), a cancel, or an input item listing (the items of blocked calls removed).
 func (s *Surface) Passed(in *http.Request, resp *http.Response, h surface.Host) error {
 	if id := storedResponseID(in); id != "" {
 		if bg := s.blocked.background(id); bg != nil {
 			return s.vetStored(resp, h, id, bg)
+		}
+		if s.blocked.forgottenResponse(id) {
+			resp.Body.Close()
+			return fmt.Errorf("%w: this instance let go of what it kept of response %s (its memory was full): "+
+				"its calls cannot be vetted or shown as promptgate decided them, so it is not shown", surface.ErrUpstreamMalformed, id)
 		}
 		return s.stripStored(resp, id)
 	}
