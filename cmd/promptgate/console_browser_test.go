@@ -354,9 +354,14 @@ func script(expr string) chromedp.Action[chromedp.Void] {
 	return chromedp.Evaluate[chromedp.Void](expr)
 }
 
-// waitFor polls a JavaScript condition until it holds; it fails the test after within.
-func waitFor(t *testing.T, ctx context.Context, within time.Duration, what, cond string) time.Duration {
+// pageWait is how long a page may take to show what a step waits for: generous, for a loaded CI
+// machine; how fast a page is belongs to no test.
+const pageWait = 30 * time.Second
+
+// waitFor polls a JavaScript condition until it holds; it fails the test after pageWait.
+func waitFor(t *testing.T, ctx context.Context, what, cond string) time.Duration {
 	t.Helper()
+	within := pageWait
 	start := time.Now()
 	for {
 		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("Boolean("+cond+")"))
@@ -395,14 +400,14 @@ func waitNavigated(t *testing.T, ctx context.Context, path string) {
 func (s *consoleStack) open(t *testing.T, ctx context.Context, page string) {
 	t.Helper()
 	runIn(t, ctx, chromedp.Navigate(s.admin+"/console/"+page))
-	waitFor(t, ctx, 10*time.Second, "page or login shown", `!document.getElementById('page').hidden || !document.getElementById('login').hidden`)
+	waitFor(t, ctx, "page or login shown", `!document.getElementById('page').hidden || !document.getElementById('login').hidden`)
 	if eval[bool](t, ctx, `!document.getElementById('login').hidden`) {
 		runIn(t, ctx,
 			chromedp.SendKeys(chromedp.CSS("#login-token"), consoleToken),
 			chromedp.SendKeys(chromedp.CSS("#login-actor"), consoleActor),
 			chromedp.Click(chromedp.CSS(`#login-form button[type=submit]`)))
 	}
-	waitFor(t, ctx, 10*time.Second, page+" shown after sign-in", `!document.getElementById('page').hidden`)
+	waitFor(t, ctx, page+" shown after sign-in", `!document.getElementById('page').hidden`)
 }
 
 // js quotes s as a JavaScript string.
@@ -430,9 +435,9 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // confirmDialog checks that the open dialog shows want, then confirms it.
 func confirmDialog(t *testing.T, ctx context.Context, want string) {
 	t.Helper()
-	waitFor(t, ctx, 5*time.Second, "confirmation dialog", `document.getElementById('dialog').open && document.getElementById('dialog-body').textContent.includes(`+js(want)+`)`)
+	waitFor(t, ctx, "confirmation dialog", `document.getElementById('dialog').open && document.getElementById('dialog-body').textContent.includes(`+js(want)+`)`)
 	runIn(t, ctx, chromedp.Click(chromedp.CSS("#dialog-confirm")))
-	waitFor(t, ctx, 5*time.Second, "dialog closed", `!document.getElementById('dialog').open`)
+	waitFor(t, ctx, "dialog closed", `!document.getElementById('dialog').open`)
 }
 
 // TestConsoleInBrowser drives the console of a real serve in headless Chromium: sign-in, the decisions
@@ -449,9 +454,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("a wrong token shows a clear error", func(t *testing.T) {
 		ctx := s.tab(t, bctx)
 		runIn(t, ctx, chromedp.Navigate(s.admin+"/console/health"))
-		waitFor(t, ctx, 10*time.Second, "login form", `!document.getElementById('login').hidden`)
+		waitFor(t, ctx, "login form", `!document.getElementById('login').hidden`)
 		runIn(t, ctx, script(`sessionStorage.setItem('promptgate.console.token', 'not-the-token')`), chromedp.Reload())
-		waitFor(t, ctx, 10*time.Second, "login form with the refusal", `!document.getElementById('login').hidden && document.getElementById('page').hidden && document.getElementById('login-why').textContent.includes('refused')`)
+		waitFor(t, ctx, "login form with the refusal", `!document.getElementById('login').hidden && document.getElementById('page').hidden && document.getElementById('login-why').textContent.includes('refused')`)
 		if got := eval[string](t, ctx, `document.getElementById('login-why').textContent`); !strings.Contains(got, "refused the token") || !strings.Contains(got, "401") {
 			t.Fatalf("message %q", got)
 		}
@@ -461,7 +466,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("sign in with the token", func(t *testing.T) {
 		ctx := s.tab(t, bctx)
 		runIn(t, ctx, chromedp.Navigate(s.admin+"/console/"))
-		waitFor(t, ctx, 10*time.Second, "login form", `!document.getElementById('login').hidden`)
+		waitFor(t, ctx, "login form", `!document.getElementById('login').hidden`)
 		if got := eval[string](t, ctx, `document.getElementById('login-why').textContent`); !strings.Contains(got, "PROMPTGATE_ADMIN_TOKEN") {
 			t.Fatalf("login reason %q", got)
 		}
@@ -486,30 +491,30 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("the call was not blocked: %s", b)
 		}
 		row := `[...document.querySelectorAll('#events tbody tr')].find(tr => tr.textContent.includes(` + js(id) + `) && tr.dataset.verdict === 'blocked')`
-		took := waitFor(t, ctx, 2*time.Second, "the blocked call on Decisions", row)
+		took := waitFor(t, ctx, "the blocked call on Decisions", row)
 		t.Logf("the blocked call appeared after %v", took)
 		rows := `document.querySelectorAll('#events tbody tr').length`
 		if eval[int](t, ctx, rows) < 3 {
 			t.Fatalf("want at least 3 events (kill switch, removal, block), got %d", eval[int](t, ctx, rows))
 		}
 		runIn(t, ctx, script(`document.getElementById('chart-window').dispatchEvent(new Event('change'))`))
-		waitFor(t, ctx, 5*time.Second, "the chart counts the block", `document.getElementById('chart').textContent.includes('tool_call')`)
+		waitFor(t, ctx, "the chart counts the block", `document.getElementById('chart').textContent.includes('tool_call')`)
 		screenshot(t, ctx, "decisions")
 
 		// Verdict: only blocked decisions are left, ours among them.
 		runIn(t, ctx, script(`(() => { const s = document.getElementById('f-verdict'); s.value = 'blocked'; s.dispatchEvent(new Event('change')); })()`))
-		waitFor(t, ctx, 5*time.Second, "verdict filter", `[...document.querySelectorAll('#events tbody tr')].every(tr => tr.dataset.verdict === 'blocked') && `+row)
+		waitFor(t, ctx, "verdict filter", `[...document.querySelectorAll('#events tbody tr')].every(tr => tr.dataset.verdict === 'blocked') && `+row)
 		// Tool and request id narrow further; a tool no event has leaves nothing.
 		runIn(t, ctx, chromedp.SendKeys(chromedp.CSS("#f-tool"), "shell"), chromedp.SendKeys(chromedp.CSS("#f-request"), id))
-		waitFor(t, ctx, 5*time.Second, "tool and request id filters", `document.querySelectorAll('#events tbody tr').length === 1 && `+row)
+		waitFor(t, ctx, "tool and request id filters", `document.querySelectorAll('#events tbody tr').length === 1 && `+row)
 		runIn(t, ctx, chromedp.SendKeys(chromedp.CSS("#f-tool"), "-nothing"))
-		waitFor(t, ctx, 5*time.Second, "a filter matching nothing", `document.querySelectorAll('#events tbody tr').length === 0 && document.getElementById('events-count').textContent === 'No event matches.'`)
+		waitFor(t, ctx, "a filter matching nothing", `document.querySelectorAll('#events tbody tr').length === 0 && document.getElementById('events-count').textContent === 'No event matches.'`)
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#filters button[type=reset]`)))
-		waitFor(t, ctx, 5*time.Second, "filters cleared", `document.querySelectorAll('#events tbody tr').length >= 3`)
+		waitFor(t, ctx, "filters cleared", `document.querySelectorAll('#events tbody tr').length >= 3`)
 
 		// An event opens whole.
 		runIn(t, ctx, script(`(`+row+`).querySelector('button').click()`))
-		waitFor(t, ctx, 5*time.Second, "event details", `document.getElementById('dialog').open && document.getElementById('dialog-body').textContent.includes('argumentsSha256')`)
+		waitFor(t, ctx, "event details", `document.getElementById('dialog').open && document.getElementById('dialog-body').textContent.includes('argumentsSha256')`)
 		if got := eval[string](t, ctx, `document.getElementById('dialog-body').textContent`); !strings.Contains(got, id) || !strings.Contains(got, "neutral@1") {
 			t.Fatalf("details %q", got)
 		}
@@ -533,7 +538,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		s.open(t, ctx, "decisions")
 		for _, window := range []string{"1h", "24h"} {
 			runIn(t, ctx, script(`(() => { const w = document.getElementById('chart-window'); w.value = `+js(window)+`; w.dispatchEvent(new Event('change')); })()`))
-			waitFor(t, ctx, 5*time.Second, window+" chart", `document.querySelectorAll('#chart-time rect[data-count]').length === `+map[string]string{"1h": "12", "24h": "24"}[window])
+			waitFor(t, ctx, window+" chart", `document.querySelectorAll('#chart-time rect[data-count]').length === `+map[string]string{"1h": "12", "24h": "24"}[window])
 			total := eval[int](t, ctx, `parseInt(document.getElementById('chart-total').textContent, 10)`)
 			rows := eval[int](t, ctx, `[...document.querySelectorAll('#chart-reasons tbody tr[data-count]')].reduce((n, r) => n + Number(r.dataset.count), 0)`)
 			columns := eval[int](t, ctx, `[...document.querySelectorAll('#chart-time rect[data-count]')].reduce((n, r) => n + Number(r.dataset.count), 0)`)
@@ -561,7 +566,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		ctx := s.tab(t, bctx)
 		s.open(t, ctx, "decisions")
 		runIn(t, ctx, script(`document.getElementById('f-live').click()`))
-		waitFor(t, ctx, 5*time.Second, "events", `document.querySelectorAll('#events tbody tr').length >= 10`)
+		waitFor(t, ctx, "events", `document.querySelectorAll('#events tbody tr').length >= 10`)
 		stops := `[...document.querySelectorAll('#events a[href], #events button, #events input, #events [tabindex]')].filter((e) => e.tabIndex >= 0).length`
 		if n := eval[int](t, ctx, stops); n != 1 {
 			t.Fatalf("%d tab stops in the table, want 1", n)
@@ -583,13 +588,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		// Enter shows the focused event; a decision's protocol links to the version that decided it.
 		row := `[...document.querySelectorAll('#events tbody tr')].find((tr) => tr.dataset.verdict === 'blocked' && tr.textContent.includes('neutral@1'))`
 		runIn(t, ctx, script(`(`+row+`).querySelector('button').focus()`), chromedp.KeyEvent(kb.Enter))
-		waitFor(t, ctx, 5*time.Second, "event details", `document.getElementById('dialog').open`)
+		waitFor(t, ctx, "event details", `document.getElementById('dialog').open`)
 		link := `document.querySelector('#dialog-body a[href^="/console/definitions#"]')`
 		if got := eval[string](t, ctx, link+`.getAttribute('href') + ' ' + `+link+`.textContent`); got != "/console/definitions#protocols/neutral@1 neutral@1" {
 			t.Fatalf("protocol link %q", got)
 		}
 		runIn(t, ctx, script(link+`.click()`))
-		waitFor(t, ctx, 10*time.Second, "the linked version on Definitions", `location.pathname === '/console/definitions' && document.getElementById('page') && !document.getElementById('page').hidden && document.querySelector('#def-versions tr[data-version="1"][aria-current="true"]')`)
+		waitFor(t, ctx, "the linked version on Definitions", `location.pathname === '/console/definitions' && document.getElementById('page') && !document.getElementById('page').hidden && document.querySelector('#def-versions tr[data-version="1"][aria-current="true"]')`)
 		if got := eval[string](t, ctx, `document.getElementById('def-title').textContent + ' | ' + document.getElementById('def-state').textContent`); !strings.Contains(got, "protocols/neutral | ") || !strings.Contains(got, "Shown: version 1") {
 			t.Fatalf("definitions shows %q", got)
 		}
@@ -601,7 +606,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		ctx := s.tab(t, bctx)
 		s.open(t, ctx, "tools")
 		row := `document.querySelector('#tools tbody tr[data-tool="shell"]')`
-		waitFor(t, ctx, 5*time.Second, "shell on Tools", row)
+		waitFor(t, ctx, "shell on Tools", row)
 		cells := eval[map[string]string](t, ctx, `Object.fromEntries([...`+row+`.cells].map((c, i) => [document.querySelectorAll('#tools thead th')[i].textContent, c.textContent]))`)
 		blocked := gjson.GetBytes(s.adminCall("GET", "/admin/tools/inventory", "", 200), `tools.#(name=="shell").seen.blocked`).Int()
 		if blocked < 2 || cells["Last request"] != "kept in the request" || !strings.HasPrefix(cells["Calls blocked"], fmt.Sprintf("%d calls blocked", blocked)) {
@@ -612,9 +617,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("preview shows an injected header inside the untrusted block", func(t *testing.T) {
 		ctx := s.tab(t, bctx)
 		s.open(t, ctx, "preview")
-		waitFor(t, ctx, 5*time.Second, "the example request", `document.getElementById('p-request').value.includes('=== SYSTEM CORE ===')`)
+		waitFor(t, ctx, "the example request", `document.getElementById('p-request').value.includes('=== SYSTEM CORE ===')`)
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#preview-form button[type=submit]`)))
-		waitFor(t, ctx, 10*time.Second, "preview shown", `!document.getElementById('preview-out').hidden`)
+		waitFor(t, ctx, "preview shown", `!document.getElementById('preview-out').hidden`)
 		blocks := `[...document.querySelectorAll('#pv-blocks section.block')]`
 		if n := eval[int](t, ctx, blocks+`.filter(b => b.querySelector('.header').textContent === '=== SYSTEM CORE ===').length`); n != 1 {
 			t.Fatalf("%d SYSTEM CORE blocks, want exactly 1", n)
@@ -654,10 +659,10 @@ func TestConsoleInBrowser(t *testing.T) {
 			`"tools":[{"type":"function","function":{"name":"read_file","parameters":{"type":"object"}}},{"type":"function","function":{"name":"send_money","parameters":{"type":"object"}}}]}`
 		ctx := s.tab(t, bctx)
 		s.open(t, ctx, "preview")
-		waitFor(t, ctx, 5*time.Second, "the protocol list", `document.querySelector('#p-protocol option[value=flowdemo]')`)
+		waitFor(t, ctx, "the protocol list", `document.querySelector('#p-protocol option[value=flowdemo]')`)
 		runIn(t, ctx, script(`(() => { document.getElementById('p-protocol').value = 'flowdemo'; document.getElementById('p-request').value = `+js(request)+`; })()`))
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#preview-form button[type=submit]`)))
-		waitFor(t, ctx, 10*time.Second, "the information-flow section", `!document.getElementById('preview-out').hidden && !document.getElementById('pv-flow-card').hidden`)
+		waitFor(t, ctx, "the information-flow section", `!document.getElementById('preview-out').hidden && !document.getElementById('pv-flow-card').hidden`)
 		rows := `[...document.querySelectorAll('#pv-flow tr[data-trusted]')]`
 		if got := eval[string](t, ctx, rows+`.map(tr => tr.cells[0].textContent + '=' + tr.dataset.trusted).sort().join(' ')`); !strings.Contains(got, "user=true") || !strings.Contains(got, "tool:read_file=false") {
 			t.Fatalf("sources %q", got)
@@ -672,7 +677,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("policy test: a passing case, a failing one, a bad file, and a case recorded from an event", func(t *testing.T) {
 		ctx := s.tab(t, bctx)
 		s.open(t, ctx, "preview")
-		waitFor(t, ctx, 10*time.Second, "the example case", `document.getElementById('pt-file').value.includes('name: text-answer-no-call')`)
+		waitFor(t, ctx, "the example case", `document.getElementById('pt-file').value.includes('name: text-answer-no-call')`)
 		if got := eval[string](t, ctx, `document.getElementById('pt-file').value`); !strings.Contains(got, "\nprotocol: neutral\n") {
 			t.Fatalf("the example does not name the default protocol:\n%s", got)
 		}
@@ -683,10 +688,10 @@ func TestConsoleInBrowser(t *testing.T) {
 			}
 			runIn(t, ctx, script(`(() => { document.getElementById('pt-out').hidden = true; document.getElementById('pt-error').hidden = true;
 				document.querySelector('#pt-form button[type=submit]').click(); })()`))
-			waitFor(t, ctx, 10*time.Second, "the run's answer", `!document.getElementById('pt-out').hidden || !document.getElementById('pt-error').hidden`)
+			waitFor(t, ctx, "the run's answer", `!document.getElementById('pt-out').hidden || !document.getElementById('pt-error').hidden`)
 		}
 		runCases("")
-		waitFor(t, ctx, time.Second, "the example passes", `document.querySelector('#pt-cases li[data-case="text-answer-no-call"][data-passed="true"]') && document.getElementById('pt-summary').textContent === 'PASS: 1 of 1 case passed.'`)
+		waitFor(t, ctx, "the example passes", `document.querySelector('#pt-cases li[data-case="text-answer-no-call"][data-passed="true"]') && document.getElementById('pt-summary').textContent === 'PASS: 1 of 1 case passed.'`)
 
 		runCases(policyTestFailing)
 		if got := eval[string](t, ctx, `document.getElementById('pt-summary').textContent + ' | ' + document.querySelector('#pt-cases li[data-passed="false"] .pt-failures').textContent`); !strings.Contains(got,
@@ -720,12 +725,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		s.open(t, ctx, "decisions")
 		runIn(t, ctx, chromedp.SendKeys(chromedp.CSS("#f-request"), id))
 		row := `[...document.querySelectorAll('#events tbody tr')].find(tr => tr.textContent.includes(` + js(id) + `) && tr.dataset.kind === 'tool_removed')`
-		waitFor(t, ctx, 5*time.Second, "the removal on Decisions", `document.querySelectorAll('#events tbody tr').length === 1 && `+row)
+		waitFor(t, ctx, "the removal on Decisions", `document.querySelectorAll('#events tbody tr').length === 1 && `+row)
 		runIn(t, ctx, script(`(`+row+`).querySelector('button').click()`))
-		waitFor(t, ctx, 5*time.Second, "the event's details offer to record it", `document.getElementById('dialog').open && document.getElementById('record-test')`)
+		waitFor(t, ctx, "the event's details offer to record it", `document.getElementById('dialog').open && document.getElementById('record-test')`)
 		runIn(t, ctx, chromedp.Click(chromedp.CSS("#record-test")))
 		waitNavigated(t, ctx, "/console/preview")
-		waitFor(t, ctx, 10*time.Second, "the recorded case in the policy test", `!document.getElementById('page').hidden && document.getElementById('pt-file').value.includes(`+js("name: "+id)+`)`)
+		waitFor(t, ctx, "the recorded case in the policy test", `!document.getElementById('page').hidden && document.getElementById('pt-file').value.includes(`+js("name: "+id)+`)`)
 		file := eval[string](t, ctx, `document.getElementById('pt-file').value`)
 		for _, want := range []string{"protocol: neutral@", "toolsRemoved:\n        - legacy_report\n", "Recorded by POST /admin/tests/record"} {
 			if !strings.Contains(file, want) {
@@ -736,7 +741,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Error("the recorded case's text box does not have the focus")
 		}
 		runCases("")
-		waitFor(t, ctx, time.Second, "the recorded case passes", `document.querySelector('#pt-cases li[data-passed="true"]') && document.getElementById('pt-summary').textContent.startsWith('PASS')`)
+		waitFor(t, ctx, "the recorded case passes", `document.querySelector('#pt-cases li[data-passed="true"]') && document.getElementById('pt-summary').textContent.startsWith('PASS')`)
 	})
 
 	t.Run("definitions: a diff shows the changed rule; activate then roll back change the next request", func(t *testing.T) {
@@ -749,15 +754,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		s.adminCall("POST", "/admin/protocols/neutral/versions?note="+url.QueryEscape("adds the ticket rule"), v2, 201)
 		ctx := s.tab(t, bctx)
 		s.open(t, ctx, "definitions")
-		waitFor(t, ctx, 5*time.Second, "protocol list", `document.querySelector('#list-protocols button[data-name=neutral]')`)
+		waitFor(t, ctx, "protocol list", `document.querySelector('#list-protocols button[data-name=neutral]')`)
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#list-protocols button[data-name=neutral]`)))
-		waitFor(t, ctx, 5*time.Second, "versions", `document.querySelectorAll('#def-versions tbody tr').length === 2`)
+		waitFor(t, ctx, "versions", `document.querySelectorAll('#def-versions tbody tr').length === 2`)
 		if got := eval[string](t, ctx, `document.querySelector('#def-versions tbody tr[data-version="2"]').textContent`); !strings.Contains(got, "adds the ticket rule") || !strings.Contains(got, "admin") {
 			t.Fatalf("version 2 row %q", got)
 		}
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#diff-form button[type=submit]`)))
 		added := `[...document.querySelectorAll('#diff td.add')].some(td => td.textContent.includes(` + js("CONSOLE-TEST RULE") + `))`
-		waitFor(t, ctx, 5*time.Second, "the diff shows the added rule on the right", added)
+		waitFor(t, ctx, "the diff shows the added rule on the right", added)
 		if eval[bool](t, ctx, `[...document.querySelectorAll('#diff td.del')].some(td => td.textContent.includes('CONSOLE-TEST RULE'))`) {
 			t.Fatal("the rule shows as removed")
 		}
@@ -772,25 +777,25 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatal("the rule is served before activation")
 		}
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`button[aria-label="Activate version 2"]`)))
-		waitFor(t, ctx, 5*time.Second, "activation dialog", `document.getElementById('dialog').open`)
+		waitFor(t, ctx, "activation dialog", `document.getElementById('dialog').open`)
 		if got := eval[string](t, ctx, `document.getElementById('dialog-title').textContent + ' | ' + document.getElementById('dialog-confirm').textContent`); got != "Activate protocols/neutral version 2 (now active: 1)? | Activate version 2" {
 			t.Fatalf("activation dialog %q", got)
 		}
 		confirmDialog(t, ctx, "CONSOLE-TEST RULE")
-		waitFor(t, ctx, 5*time.Second, "activated", `document.getElementById('banner').textContent.includes('protocols/neutral@2 is active')`)
+		waitFor(t, ctx, "activated", `document.getElementById('banner').textContent.includes('protocols/neutral@2 is active')`)
 		s.chat(body)
 		if !hasRule() {
 			t.Fatal("the next request after activation lacks the rule")
 		}
-		waitFor(t, ctx, 5*time.Second, "rollback offered", `document.getElementById('def-rollback').textContent.includes('version 1') && !document.getElementById('def-rollback').disabled`)
+		waitFor(t, ctx, "rollback offered", `document.getElementById('def-rollback').textContent.includes('version 1') && !document.getElementById('def-rollback').disabled`)
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#def-rollback`)))
-		waitFor(t, ctx, 5*time.Second, "rollback diff shows the rule removed", `document.getElementById('dialog').open && [...document.querySelectorAll('#dialog-body td.del')].some(td => td.textContent.includes('CONSOLE-TEST RULE'))`)
+		waitFor(t, ctx, "rollback diff shows the rule removed", `document.getElementById('dialog').open && [...document.querySelectorAll('#dialog-body td.del')].some(td => td.textContent.includes('CONSOLE-TEST RULE'))`)
 		// The dialog says what the rollback does: re-activate the previous version, keep the current one.
 		if got := eval[string](t, ctx, `document.getElementById('dialog-title').textContent + ' | ' + document.getElementById('dialog-confirm').textContent`); got != "Re-activate protocols/neutral version 1 (now active: 2)? | Re-activate version 1" {
 			t.Fatalf("rollback dialog %q", got)
 		}
 		confirmDialog(t, ctx, "Version 2 stays stored")
-		waitFor(t, ctx, 5*time.Second, "rolled back", `document.getElementById('banner').textContent.includes('protocols/neutral@1 is active')`)
+		waitFor(t, ctx, "rolled back", `document.getElementById('banner').textContent.includes('protocols/neutral@1 is active')`)
 		s.chat(body)
 		if hasRule() {
 			t.Fatal("the next request after the rollback still has the rule")
@@ -808,10 +813,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		ctx := s.tab(t, bctx)
 		s.open(t, ctx, "tools")
 		row := `document.querySelector('#tools tbody tr[data-tool="web_fetch"]')`
-		waitFor(t, ctx, 5*time.Second, "web_fetch seen", row+` && `+row+`.textContent.includes('enabled')`)
+		waitFor(t, ctx, "web_fetch seen", row+` && `+row+`.textContent.includes('enabled')`)
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`button[aria-label="Switch off web_fetch"]`)))
 		confirmDialog(t, ctx, "web_fetch")
-		waitFor(t, ctx, 5*time.Second, "shown switched off", row+`.textContent.includes('disabled') && `+row+`.textContent.includes('by kill switch')`)
+		waitFor(t, ctx, "shown switched off", row+`.textContent.includes('disabled') && `+row+`.textContent.includes('by kill switch')`)
 		resp, _ := s.chat(chatWithTools("hello", "web_fetch", "search_docs"))
 		if resp.Header.Get("X-Promptgate-Tools-Removed") != "web_fetch" || strings.Contains(string(gjson.GetBytes(s.up.last(), "tools").Raw), "web_fetch") {
 			t.Fatalf("web_fetch still sent upstream: %s (removed %q)", gjson.GetBytes(s.up.last(), "tools").Raw, resp.Header.Get("X-Promptgate-Tools-Removed"))
@@ -819,7 +824,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		screenshot(t, ctx, "tools")
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`button[aria-label="Switch on web_fetch"]`)))
 		confirmDialog(t, ctx, "web_fetch")
-		waitFor(t, ctx, 5*time.Second, "switched on again", row+`.textContent.includes('enabled')`)
+		waitFor(t, ctx, "switched on again", row+`.textContent.includes('enabled')`)
 		if resp, _ := s.chat(chatWithTools("hello", "web_fetch")); resp.Header.Get("X-Promptgate-Tools-Removed") != "" {
 			t.Fatal("web_fetch still removed after switching it on")
 		}
@@ -835,7 +840,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			ctx := s.tab(t, bctx)
 			s.open(t, ctx, page)
 			cells := `[...document.querySelectorAll('td.name, th.name')].filter(c => c.textContent === ` + js(markupTool) + `)`
-			waitFor(t, ctx, 5*time.Second, page+": the name as text", cells+`.length > 0`)
+			waitFor(t, ctx, page+": the name as text", cells+`.length > 0`)
 			if n := eval[int](t, ctx, `document.querySelectorAll('main img').length`); n != 0 {
 				t.Fatalf("%s: %d img elements in the page", page, n)
 			}
@@ -853,27 +858,27 @@ func TestConsoleInBrowser(t *testing.T) {
 		ctx := s.tab(t, bctx)
 		s.open(t, ctx, "mcp")
 		row := `document.querySelector('#mcp-pins tbody tr[data-tool="lookup"]')`
-		waitFor(t, ctx, 5*time.Second, "lookup waits for approval", row+` && `+row+`.textContent.includes('waits for approval')`)
+		waitFor(t, ctx, "lookup waits for approval", row+` && `+row+`.textContent.includes('waits for approval')`)
 		if got := eval[string](t, ctx, `document.querySelector('#mcp-servers tbody tr[data-server="crm"]').textContent`); !strings.Contains(got, "version 1 (stored)") {
 			t.Fatalf("server row %q", got)
 		}
-		waitFor(t, ctx, 5*time.Second, "the change among the recent decisions", `[...document.querySelectorAll('#mcp-recent tbody tr')].some(tr => tr.dataset.kind === 'mcp_definition' && tr.dataset.verdict === 'changed')`)
+		waitFor(t, ctx, "the change among the recent decisions", `[...document.querySelectorAll('#mcp-recent tbody tr')].some(tr => tr.dataset.kind === 'mcp_definition' && tr.dataset.verdict === 'changed')`)
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`button[aria-label="Review change of lookup on crm"]`)))
-		waitFor(t, ctx, 5*time.Second, "the review shows the new description and the scan's finding",
+		waitFor(t, ctx, "the review shows the new description and the scan's finding",
 			`document.getElementById('dialog').open && [...document.querySelectorAll('#dialog-body td.add')].some(td => td.textContent.includes('id_rsa')) && document.getElementById('dialog-body').textContent.includes('an instruction block')`)
 		screenshot(t, ctx, "mcp-review")
 		confirmDialog(t, ctx, "listed now")
-		waitFor(t, ctx, 5*time.Second, "approved", `document.getElementById('banner').textContent.includes('crm/lookup is pinned') && `+row+`.textContent.includes('by `+consoleActor+`') && document.querySelector('#mcp-servers tbody tr[data-server="crm"]').textContent.includes('version 2 (stored)')`)
+		waitFor(t, ctx, "approved", `document.getElementById('banner').textContent.includes('crm/lookup is pinned') && `+row+`.textContent.includes('by `+consoleActor+`') && document.querySelector('#mcp-servers tbody tr[data-server="crm"]').textContent.includes('version 2 (stored)')`)
 		if text, isErr := mcpCall(t, cs, "lookup"); isErr || text != "changed ann" {
 			t.Fatalf("lookup after the approval: %q", text)
 		}
 		screenshot(t, ctx, "mcp")
 
 		rb := `document.querySelector('button[aria-label="Roll back to version 1 (pin set of crm)"]')`
-		waitFor(t, ctx, 5*time.Second, "rollback offered", rb)
+		waitFor(t, ctx, "rollback offered", rb)
 		runIn(t, ctx, script(rb+`.click()`))
 		confirmDialog(t, ctx, "re-activates version 1")
-		waitFor(t, ctx, 5*time.Second, "rolled back", `document.getElementById('banner').textContent.includes('crm is at version 1')`)
+		waitFor(t, ctx, "rolled back", `document.getElementById('banner').textContent.includes('crm is at version 1')`)
 		if text, isErr := mcpCall(t, cs, "lookup"); !isErr || !strings.Contains(text, "waits for an operator's approval") {
 			t.Fatalf("lookup after the rollback: %q", text)
 		}
@@ -889,40 +894,40 @@ func TestConsoleInBrowser(t *testing.T) {
 		shopVersions(t, s)
 		ctx := s.tab(t, bctx)
 		s.open(t, ctx, "definitions")
-		waitFor(t, ctx, 5*time.Second, "protocol list", `document.querySelector('#list-protocols button[data-name=shop]')`)
+		waitFor(t, ctx, "protocol list", `document.querySelector('#list-protocols button[data-name=shop]')`)
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#list-protocols button[data-name=shop]`)))
-		waitFor(t, ctx, 5*time.Second, "shadow card", `!document.getElementById('shadow-card').hidden && document.getElementById('shadow-state').textContent.includes('No version is in shadow')`)
+		waitFor(t, ctx, "shadow card", `!document.getElementById('shadow-card').hidden && document.getElementById('shadow-state').textContent.includes('No version is in shadow')`)
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`button[aria-label="Put version 2 in shadow"]`)))
-		waitFor(t, ctx, 5*time.Second, "shadow dialog", `document.getElementById('dialog').open`)
+		waitFor(t, ctx, "shadow dialog", `document.getElementById('dialog').open`)
 		if got := eval[string](t, ctx, `document.getElementById('dialog-title').textContent + ' | ' + document.getElementById('dialog-confirm').textContent`); got != "Put protocols/shop version 2 in shadow? | Shadow version 2" {
 			t.Fatalf("shadow dialog %q", got)
 		}
 		confirmDialog(t, ctx, "Nothing it decides reaches the upstream or the client")
-		waitFor(t, ctx, 5*time.Second, "in shadow", `document.getElementById('shadow-state').textContent.includes('Version 2 is in shadow') && document.querySelector('#def-versions tr[data-version="2"]').textContent.includes('in shadow')`)
+		waitFor(t, ctx, "in shadow", `document.getElementById('shadow-state').textContent.includes('Version 2 is in shadow') && document.querySelector('#def-versions tr[data-version="2"]').textContent.includes('in shadow')`)
 		for range 3 {
 			s.chat(shopShellRequest)
 		}
 		runIn(t, ctx, script(`document.getElementById('shadow-window').value = '1h'; document.getElementById('shadow-window').dispatchEvent(new Event('change'))`))
-		waitFor(t, ctx, 5*time.Second, "what would change", `[...document.querySelectorAll('#shadow-changes tbody tr')].some((r) => r.textContent.includes('shell') && r.textContent.includes('blocked (v2)'))`)
+		waitFor(t, ctx, "what would change", `[...document.querySelectorAll('#shadow-changes tbody tr')].some((r) => r.textContent.includes('shell') && r.textContent.includes('blocked (v2)'))`)
 		if got := eval[string](t, ctx, `[...document.querySelectorAll('#shadow-changes tbody tr')].map((r) => r.querySelector('th').textContent + ':' + r.cells[5].textContent.replace(/^.*?(\d+)$/, '$1')).sort().join(' ')`); got != "shell:3 shell:3" {
 			t.Fatalf("what would change: %q", got)
 		}
 		runIn(t, ctx, script(`document.getElementById('learn-since').value = '1h'; document.getElementById('learn-since').dispatchEvent(new Event('change'))`))
-		waitFor(t, ctx, 5*time.Second, "learned table", `[...document.querySelectorAll('#learned tbody th')].some((th) => th.textContent === 'shell · cmd')`)
+		waitFor(t, ctx, "learned table", `[...document.querySelectorAll('#learned tbody th')].some((th) => th.textContent === 'shell · cmd')`)
 		if got := eval[string](t, ctx, `document.getElementById('learn-state').textContent`); !strings.Contains(got, "Learned from 3 requests") {
 			t.Fatalf("learn state %q", got)
 		}
 		screenshot(t, ctx, "definitions-shadow")
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#learn-suggest`)))
-		waitFor(t, ctx, 5*time.Second, "proposal", `document.getElementById('dialog').open && document.querySelector('#suggestions tbody')`)
+		waitFor(t, ctx, "proposal", `document.getElementById('dialog').open && document.querySelector('#suggestions tbody')`)
 		if got := eval[string](t, ctx, `document.getElementById('dialog-body').textContent`); !strings.Contains(got, "remove web_fetch from tools.allow") || !strings.Contains(got, `"onViolation": "refuse"`) {
 			t.Fatalf("proposal dialog %q", got)
 		}
 		runIn(t, ctx, chromedp.Click(chromedp.CSS("#dialog-cancel")))
-		waitFor(t, ctx, 5*time.Second, "dialog closed", `!document.getElementById('dialog').open`)
+		waitFor(t, ctx, "dialog closed", `!document.getElementById('dialog').open`)
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#shadow-clear`)))
 		confirmDialog(t, ctx, "no longer judged by version 2")
-		waitFor(t, ctx, 5*time.Second, "shadow stopped", `document.getElementById('shadow-state').textContent.includes('No version is in shadow')`)
+		waitFor(t, ctx, "shadow stopped", `document.getElementById('shadow-state').textContent.includes('No version is in shadow')`)
 		events := gjson.GetBytes(s.adminCall("GET", "/admin/audit?kind=shadow_changed", "", 200), "events").Array()
 		if len(events) != 2 || events[0].Get("version").Int() != 0 || events[1].Get("version").Int() != 2 || events[1].Get("actor").String() != consoleActor {
 			t.Fatalf("audit of the shadow changes: %v", events)
@@ -932,7 +937,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("health shows the store, the served versions and the traffic", func(t *testing.T) {
 		ctx := s.tab(t, bctx)
 		s.open(t, ctx, "health")
-		waitFor(t, ctx, 5*time.Second, "health report", `document.getElementById('h-store').textContent.includes('bbolt') && document.getElementById('h-served').textContent.includes('neutral')`)
+		waitFor(t, ctx, "health report", `document.getElementById('h-store').textContent.includes('bbolt') && document.getElementById('h-served').textContent.includes('neutral')`)
 		if got := eval[string](t, ctx, `document.getElementById('h-traffic').textContent`); !strings.Contains(got, "200: ") || strings.Contains(got, "Since the start0 requests") {
 			t.Fatalf("traffic %q", got)
 		}

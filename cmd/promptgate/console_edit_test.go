@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -48,11 +47,11 @@ func edited(t *testing.T, text string, edit [2]string) string {
 // editor on it; it returns the editor's text.
 func openEditor(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	waitFor(t, ctx, 5*time.Second, "protocol list", `document.querySelector('#list-protocols button[data-name=tech]')`)
+	waitFor(t, ctx, "protocol list", `document.querySelector('#list-protocols button[data-name=tech]')`)
 	runIn(t, ctx, script(`document.querySelector('#list-protocols button[data-name=tech]').click()`))
-	waitFor(t, ctx, 5*time.Second, "tech selected", `document.getElementById('def-title').textContent === 'protocols/tech'`)
+	waitFor(t, ctx, "tech selected", `document.getElementById('def-title').textContent === 'protocols/tech'`)
 	runIn(t, ctx, chromedp.Click(chromedp.CSS(`#def-new`)))
-	waitFor(t, ctx, 5*time.Second, "the editor with the active version", `!document.getElementById('edit-card').hidden && document.getElementById('edit-text').value.includes('"id": "tech"')`)
+	waitFor(t, ctx, "the editor with the active version", `!document.getElementById('edit-card').hidden && document.getElementById('edit-text').value.includes('"id": "tech"')`)
 	return eval[string](t, ctx, `document.getElementById('edit-text').value`)
 }
 
@@ -72,7 +71,7 @@ func saveEditor(t *testing.T, ctx context.Context) {
 // editorErrors waits for the editor's errors and returns their text.
 func editorErrors(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	waitFor(t, ctx, 5*time.Second, "the editor's errors", `!document.getElementById('edit-errors').hidden && document.querySelector('#edit-errors li')`)
+	waitFor(t, ctx, "the editor's errors", `!document.getElementById('edit-errors').hidden && document.querySelector('#edit-errors li')`)
 	return eval[string](t, ctx, `document.getElementById('edit-errors').textContent`)
 }
 
@@ -190,7 +189,7 @@ func TestConsoleNewVersion(t *testing.T) {
 		setEditor(t, ctx, edited(t, original, editAddsTheRule))
 		// The keyboard saves it: Enter in the note's field submits the form.
 		runIn(t, ctx, chromedp.Focus(chromedp.CSS(`#edit-note`)), chromedp.SendKeys(chromedp.CSS(`#edit-note`), "adds the editor rule"+kb.Enter))
-		waitFor(t, ctx, 10*time.Second, "the saved version with its preview", `!document.getElementById('edit-result').hidden && document.querySelector('#edit-preview pre')`)
+		waitFor(t, ctx, "the saved version with its preview", `!document.getElementById('edit-result').hidden && document.querySelector('#edit-preview pre')`)
 		if got := eval[string](t, ctx, `document.getElementById('edit-saved').textContent + ' | ' + (document.activeElement && document.activeElement.id)`); got != "Version 2 of protocols/tech is stored, not active | edit-saved" {
 			t.Fatalf("after saving: %q", got)
 		}
@@ -212,12 +211,12 @@ func TestConsoleNewVersion(t *testing.T) {
 		}
 
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#edit-activate`)))
-		waitFor(t, ctx, 5*time.Second, "activation dialog", `document.getElementById('dialog').open`)
+		waitFor(t, ctx, "activation dialog", `document.getElementById('dialog').open`)
 		if got := eval[string](t, ctx, `document.getElementById('dialog-title').textContent + ' | ' + document.getElementById('dialog-confirm').textContent`); got != "Activate protocols/tech version 2 (now active: 1)? | Activate version 2" {
 			t.Fatalf("activation dialog %q", got)
 		}
 		confirmDialog(t, ctx, "EDITOR RULE")
-		waitFor(t, ctx, 5*time.Second, "active", `document.getElementById('banner').textContent.includes('protocols/tech@2 is active') && document.getElementById('edit-saved').textContent === 'Version 2 of protocols/tech is active'`)
+		waitFor(t, ctx, "active", `document.getElementById('banner').textContent.includes('protocols/tech@2 is active') && document.getElementById('edit-saved').textContent === 'Version 2 of protocols/tech is active'`)
 		if got := eval[string](t, ctx, `document.getElementById('def-state').textContent + ' | ' + document.querySelector('#list-protocols button[data-name=tech]').textContent + ' | ' + document.getElementById('edit-activate').hidden`); !strings.HasPrefix(got, "Version 2 is active") || !strings.Contains(got, "| techv2 | true") {
 			t.Fatalf("after activation: %q", got)
 		}
@@ -233,15 +232,15 @@ func TestConsoleNewVersion(t *testing.T) {
 	})
 
 	t.Run("a template's new version is previewed under a protocol based on it", func(t *testing.T) {
-		waitFor(t, ctx, 5*time.Second, "template list", `document.querySelector('#list-templates button[data-name=base_tool_call_v2]')`)
+		waitFor(t, ctx, "template list", `document.querySelector('#list-templates button[data-name=base_tool_call_v2]')`)
 		runIn(t, ctx, script(`document.querySelector('#list-templates button[data-name=base_tool_call_v2]').click()`))
-		waitFor(t, ctx, 5*time.Second, "the template selected, the protocol's editor closed", `document.getElementById('def-title').textContent === 'templates/base_tool_call_v2' && document.getElementById('edit-card').hidden`)
+		waitFor(t, ctx, "the template selected, the protocol's editor closed", `document.getElementById('def-title').textContent === 'templates/base_tool_call_v2' && document.getElementById('edit-card').hidden`)
 		runIn(t, ctx, chromedp.Click(chromedp.CSS(`#def-new`)))
-		waitFor(t, ctx, 5*time.Second, "the template's editor", `document.getElementById('edit-text').value.includes('"name": "base_tool_call_v2"')`)
+		waitFor(t, ctx, "the template's editor", `document.getElementById('edit-text').value.includes('"name": "base_tool_call_v2"')`)
 		text := edited(t, eval[string](t, ctx, `document.getElementById('edit-text').value`), [2]string{`=== SYSTEM CORE ===\n`, `=== SYSTEM CORE ===\nThe editor's template speaks first.\n`})
 		setEditor(t, ctx, text)
 		saveEditor(t, ctx)
-		waitFor(t, ctx, 10*time.Second, "the saved template with its preview", `!document.getElementById('edit-result').hidden && document.querySelector('#edit-preview pre')`)
+		waitFor(t, ctx, "the saved template with its preview", `!document.getElementById('edit-result').hidden && document.querySelector('#edit-preview pre')`)
 		got := eval[string](t, ctx, `document.getElementById('edit-protocol').value + ' | ' + document.getElementById('edit-preview').textContent`)
 		if !strings.Contains(got, "Templatebase_tool_call_v2@2 (the new version)") || !strings.Contains(got, "The editor's template speaks first.") || strings.HasPrefix(got, " | ") {
 			t.Fatalf("template preview %q", got)
@@ -290,7 +289,7 @@ func TestConsoleJSONCheckAgreesWithJSONCheck(t *testing.T) {
 	s := &consoleStack{t: t}
 	ctx := s.tab(t, s.browser(path))
 	runIn(t, ctx, chromedp.Navigate(srv.URL+"/console/definitions"))
-	waitFor(t, ctx, 10*time.Second, "common.js", `window.PG && window.PG.scanJSON`)
+	waitFor(t, ctx, "common.js", `window.PG && window.PG.scanJSON`)
 
 	inputs := slices.Clone(jsonSeeds)
 	rng := rand.New(rand.NewPCG(30, 1))
