@@ -50,3 +50,38 @@ func TestRetrievalAfterTheMemoryWasFlooded(t *testing.T) {
 		}
 	}
 }
+
+// TestInputItemsAfterTheMemoryWasFlooded: after another client pushed a victim's response out of the
+// memory (responses with a blocked call each, each call its own id), a listing of input items that
+// holds the victim's blocked call (the call, and the refusal that names it) still leaves it out.
+func TestInputItemsAfterTheMemoryWasFlooded(t *testing.T) {
+	t.Parallel()
+	u := &bgUpstream{get: func(w http.ResponseWriter, _ *http.Request, _ string) {
+		w.Header().Set("Content-Type", "application/json")
+		out := `{"type":"function_call_output","call_id":"call_evil","output":"[promptgate] blocked tool call web_fetch"}`
+		_, _ = io.WriteString(w, `{"object":"list","data":[`+fcItem("fc_evil", "call_evil", "web_fetch", respBadArgs, "completed")+`,`+out+`],"has_more":false}`)
+	}}
+	u.queued = func(w http.ResponseWriter, id string, _ bool) {
+		w.Header().Set("Content-Type", "application/json")
+		if id == "resp_bg_1" {
+			_, _ = io.WriteString(w, completedJSON(id, goodAndEvil...))
+			return
+		}
+		_, _ = io.WriteString(w, completedJSON(id, fcItem("fc_"+id, "call_"+id, "web_fetch", respBadArgs, "completed")))
+	}
+	up := newUpstream(t, u.ServeHTTP)
+	o, _ := vetOptions(t, up.URL, "refuse", "")
+	o.Engine.surfaces = surfaces(EngineOptions{StoredResponses: 4})
+	ts := serveProxy(t, o)
+	req := strings.Replace(bgRequest, `"background":true,`, ``, 1)
+	if resp, b := postTo(t, ts, PathResponses, req, nil); resp.StatusCode != 200 || strings.Contains(string(b), "call_evil") {
+		t.Fatalf("the victim's create: %d %s", resp.StatusCode, b)
+	}
+	for range 8 { // the flood: twice the memory, each with a call of its own id
+		postTo(t, ts, PathResponses, req, nil)
+	}
+	resp, got := getFrom(t, ts, PathResponses+"/resp_bg_9/input_items")
+	if strings.Contains(string(got), "call_evil") {
+		t.Errorf("the listing after the flood shows the victim's blocked call: %d %s", resp.StatusCode, got)
+	}
+}

@@ -69,6 +69,9 @@ type blockedMemory struct {
 	// requests, or a few with large tool schemas) would otherwise have another's response retrieved
 	// with the call promptgate blocked, or unvetted.
 	forgotten *idSet
+	// forgottenCalls are the call ids of the blocked calls of those responses: an input item listing
+	// still drops their items.
+	forgottenCalls *idSet
 }
 
 // forgottenFactor is how many forgotten response ids the memory keeps per response it remembers (an
@@ -189,7 +192,7 @@ func newBlockedMemory(max int) *blockedMemory {
 		max = defaultStoredResponses
 	}
 	return &blockedMemory{max: max, maxBytes: defaultBackgroundBytes, byID: map[string]*list.Element{}, order: list.New(),
-		callIDs: map[string]int{}, forgotten: newIDSet(forgottenFactor * max)}
+		callIDs: map[string]int{}, forgotten: newIDSet(forgottenFactor * max), forgottenCalls: newIDSet(forgottenFactor * max)}
 }
 
 // entry returns the entry of response id, adding it (and forgetting the oldest) when there is none.
@@ -222,6 +225,7 @@ func (m *blockedMemory) forgetOldest() {
 	for _, c := range e.calls {
 		if m.callIDs[c.CallID]--; m.callIDs[c.CallID] <= 0 {
 			delete(m.callIDs, c.CallID)
+			m.forgottenCalls.add(c.CallID)
 		}
 	}
 	delete(m.byID, e.id)
@@ -252,7 +256,7 @@ func (m *blockedMemory) blockedCallIDs(ids []string) map[string]bool {
 	defer m.mu.Unlock()
 	var out map[string]bool
 	for _, id := range ids {
-		if m.callIDs[id] > 0 {
+		if m.callIDs[id] > 0 || m.forgottenCalls.ids[id] {
 			if out == nil {
 				out = map[string]bool{}
 			}

@@ -1,6 +1,7 @@
 package responses
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -317,9 +318,17 @@ func TestInputItemsListing(t *testing.T) {
 			t.Errorf("malformed listing %q passed", bad)
 		}
 	}
-	// The memory keeps one response: remembering another forgets resp_1 and its call.
+	// The memory keeps one response: remembering another lets resp_1 go, but its call's id is kept
+	// with the ids of the calls of forgotten responses (forgottenFactor per response kept), so a
+	// flood of other responses does not bring the call back into a listing.
 	s.blocked.remember("resp_3", blockedCall{CallID: "call_other", Tool: "t"})
-	if got := s.blocked.blockedCallIDs([]string{"call_evil", "call_other"}); got["call_evil"] || !got["call_other"] {
+	if got := s.blocked.blockedCallIDs([]string{"call_evil", "call_other"}); !got["call_evil"] || !got["call_other"] {
 		t.Errorf("after eviction: %v", got)
+	}
+	for i := range forgottenFactor {
+		s.blocked.remember(fmt.Sprintf("resp_flood_%d", i), blockedCall{CallID: fmt.Sprintf("call_flood_%d", i), Tool: "t"})
+	}
+	if got := s.blocked.blockedCallIDs([]string{"call_evil", "call_flood_0"}); got["call_evil"] || !got["call_flood_0"] {
+		t.Errorf("the forgotten calls' ids are not bounded, oldest first: %v", got)
 	}
 }
