@@ -1,5 +1,5 @@
-// Package promptgate_test holds the tests that keep the layout true: the package graph runs one way (see
-// docs/architecture.md), and every package says in one doc comment what it owns.
+// Package promptgate_test holds the tests that keep the layout true: the package graph runs one way
+// (see docs/architecture.md), and every package says in one doc comment what it owns.
 package promptgate_test
 
 import (
@@ -18,8 +18,9 @@ import (
 // module is this module's path.
 const module = "github.com/promptgate/promptgate"
 
-// pkg is one package of the module: its directory (slash-separated, "." for the root), the module packages
-// its non-test files import (as directories), and how many of those files carry a package doc comment.
+// pkg is one package of the module: its directory (slash-separated, "." for the root), the module
+// packages its non-test files import (as directories), and how many of those files carry a package
+// doc comment.
 type pkg struct {
 	dir     string
 	imports []string
@@ -76,9 +77,9 @@ func packages(t *testing.T) map[string]*pkg {
 	return out
 }
 
-// layer is a set of packages and the layers they may import. The graph is an allowlist: a package that no
-// layer names fails the test, and an import is allowed only where a rule says so. Patterns are a directory,
-// "dir/..." (it and everything below) or "dir/*" (its direct children).
+// layer is a set of packages and the layers they may import. The graph is an allowlist: a package
+// that no layer names fails the test, and an import is allowed only where a rule says so. Patterns
+// are a directory, "dir/..." (it and everything below) or "dir/*" (its direct children).
 type layer struct {
 	name string
 	pkgs []string
@@ -165,8 +166,9 @@ func matches(pattern, dir string) bool {
 	return dir == pattern
 }
 
-// layerOf returns the layers a package belongs to: the most specific pattern wins ("policy/flow/scan" over
-// "policy/flow"; an exact name over a wildcard), so each package should get exactly one.
+// layerOf returns the layers a package belongs to: the most specific pattern wins
+// ("policy/flow/scan" over "policy/flow"; an exact name over a wildcard), so each package should
+// get exactly one.
 func layerOf(dir string) []*layer {
 	var out []*layer
 	best := -1
@@ -259,8 +261,8 @@ func TestEveryPackageInOneLayer(t *testing.T) {
 	}
 }
 
-// TestImportsOnlyDownward fails when a package imports, directly or through others, a package that its layer
-// may not reach.
+// TestImportsOnlyDownward fails when a package imports, directly or through others, a package that
+// its layer may not reach.
 func TestImportsOnlyDownward(t *testing.T) {
 	t.Parallel()
 	pkgs := packages(t)
@@ -289,9 +291,9 @@ func TestImportsOnlyDownward(t *testing.T) {
 	}
 }
 
-// TestLayersCatchAnImport checks the allowlist on imports that must break it (among them edges that the
-// former list of forbidden pairs let through), so that a rule that can never fail is noticed, and on imports
-// that must pass.
+// TestLayersCatchAnImport checks the allowlist on imports that must break it (among them edges that
+// the former list of forbidden pairs let through), so that a rule that can never fail is noticed,
+// and on imports that must pass.
 func TestLayersCatchAnImport(t *testing.T) {
 	t.Parallel()
 	check := func(from, to string) bool {
@@ -333,8 +335,8 @@ func TestLayersCatchAnImport(t *testing.T) {
 	}
 }
 
-// TestPluginBinaryIsSmall: a plugin author's program (the example sources) links, of promptgate, only the sdk
-// and the module modes, and none of the proxy's heavy dependencies.
+// TestPluginBinaryIsSmall: a plugin author's program (the example sources) links, of promptgate,
+// only the sdk and the module modes, and none of the proxy's heavy dependencies.
 func TestPluginBinaryIsSmall(t *testing.T) {
 	t.Parallel()
 	goCmd, err := exec.LookPath("go")

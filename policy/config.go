@@ -7,19 +7,21 @@ import (
 	"strings"
 )
 
-// DefaultProtocol is the protocol of a request that no route and no client choice selects, where the
-// config names none.
+// DefaultProtocol is the protocol of a request that no route and no client choice selects, where
+// the config names none.
 const DefaultProtocol = "neutral"
 
-// Config is the policy part of the deployment config: which protocol a request runs under, and the tool
-// access policy across protocols. The zero value means: default protocol neutral, no routes, every tool
-// enabled.
+// Config is the policy part of the deployment config: which protocol a request runs under, and the
+// tool access policy across protocols. The zero value means: default protocol neutral, no routes,
+// every tool enabled.
 type Config struct {
-	// DefaultProtocol is used when no route matches and the client does not choose; "" means DefaultProtocol.
+	// DefaultProtocol is used when no route matches and the client does not choose; "" means
+	// DefaultProtocol.
 	DefaultProtocol string `yaml:"defaultProtocol"`
 	// Routes are matched in order; the first match wins.
 	Routes []Route `yaml:"routes"`
-	// Tools holds the access policy and runtime enablement of tools, across protocols, by tool name.
+	// Tools holds the access policy and runtime enablement of tools, across protocols, by tool
+	// name.
 	Tools map[string]ToolConfig `yaml:"tools"`
 }
 
@@ -27,8 +29,8 @@ type Config struct {
 type Route struct {
 	Match    Match  `yaml:"match"`
 	Protocol string `yaml:"protocol"`
-	// AllowClientProtocol lets clients on this route choose their protocol with the header or the body
-	// field. Nil means false: a route pins its protocol unless it says otherwise.
+	// AllowClientProtocol lets clients on this route choose their protocol with the header or the
+	// body field. Nil means false: a route pins its protocol unless it says otherwise.
 	AllowClientProtocol *bool `yaml:"allowClientProtocol"`
 }
 
@@ -46,11 +48,13 @@ type Match struct {
 
 // ToolConfig is the deployment's policy for one tool name.
 type ToolConfig struct {
-	// Enabled nil or true keeps the tool; false removes it in every protocol (an operator kill switch).
+	// Enabled nil or true keeps the tool; false removes it in every protocol (an operator kill
+	// switch).
 	Enabled *bool `yaml:"enabled"`
 	// Scope, when set, must be listed in the protocol's scope for the tool to be allowed.
 	Scope string `yaml:"scope"`
-	// AllowedProtocols, when non-empty, lists the protocols (or their bases) the tool may be used in.
+	// AllowedProtocols, when non-empty, lists the protocols (or their bases) the tool may be used
+	// in.
 	AllowedProtocols []string `yaml:"allowedProtocols"`
 }
 
@@ -64,8 +68,8 @@ func (c *Config) ApplyDefaults() {
 // hexPattern is a lowercase hex SHA-256.
 var hexPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// Validate returns every problem of the section, each naming its key path (from the top of the file) and
-// the fix.
+// Validate returns every problem of the section, each naming its key path (from the top of the
+// file) and the fix.
 func (c *Config) Validate() []error {
 	var errs []error
 	bad := func(key, format string, args ...any) {

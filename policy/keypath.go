@@ -8,9 +8,10 @@ import (
 	"strings"
 )
 
-// typeError rewrites a decoder's type mismatch in a definition so that it names the key path with its
-// indexes, as every other problem of a definition does ("toolCalls.provenance[1].from: a string where a
-// list of strings goes"), instead of Go's field names. Other errors are returned as they are.
+// typeError rewrites a decoder's type mismatch in a definition so that it names the key path with
+// its indexes, as every other problem of a definition does ("toolCalls.provenance[1].from: a string
+// where a list of strings goes"), instead of Go's field names. Other errors are returned as they
+// are.
 func typeError(body []byte, err error) error {
 	var te *json.UnmarshalTypeError
 	if !errors.As(err, &te) {
@@ -23,9 +24,9 @@ func typeError(body []byte, err error) error {
 	return fmt.Errorf("%s: %s where %s goes", at, article(te.Value), goesHere(te.Type.String()))
 }
 
-// keyPathAt is the key path of the value of body that ends at byte offset end, or of the object or array
-// that opens there (where encoding/json reports a type mismatch); "" when none does, or for the whole
-// document. Object keys are joined by dots, array elements are [i].
+// keyPathAt is the key path of the value of body that ends at byte offset end, or of the object or
+// array that opens there (where encoding/json reports a type mismatch); "" when none does, or for
+// the whole document. Object keys are joined by dots, array elements are [i].
 func keyPathAt(body []byte, end int64) string {
 	type frame struct {
 		obj     bool

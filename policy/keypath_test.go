@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// TestTypeErrorsNameTheKeyPath: a value of the wrong type anywhere in a protocol definition is reported at
-// its key path, indexes included, never with Go's field names.
+// TestTypeErrorsNameTheKeyPath: a value of the wrong type anywhere in a protocol definition is
+// reported at its key path, indexes included, never with Go's field names.
 func TestTypeErrorsNameTheKeyPath(t *testing.T) {
 	t.Parallel()
 	base := `{"id":"x","promptTemplate":{"base":"base_tool_call_v2"},`

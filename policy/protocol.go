@@ -1,7 +1,7 @@
 // Package policy decides, for one request, which protocol applies (routes, client choice, default,
-// workflow merge), which prompt modules are on, and which tools are allowed, with a reason for every
-// removal. It owns the protocol definition format and its validation. It does not build prompts
-// (assembly/) or vet tool calls in responses (policy/vet, driven by proxy/).
+// workflow merge), which prompt modules are on, and which tools are allowed, with a reason for
+// every removal. It owns the protocol definition format and its validation. It does not build
+// prompts (assembly/) or vet tool calls in responses (policy/vet, driven by proxy/).
 package policy
 
 import (
@@ -35,9 +35,10 @@ func leaf() *keySpec { return nil }
 // protocolKeys are the keys of a protocol definition, as the struct tags of Protocol spell them.
 var protocolKeys = keysOf(reflect.TypeFor[Protocol]())
 
-// keysOf is the key spec of the JSON that decodes into t: the json names of a struct's fields (those of an
-// embedded struct promoted), each with the spec of its type; a slice of structs is an array of them. Other
-// types, and types that decode themselves, are leaves (a map's keys are data, not field names).
+// keysOf is the key spec of the JSON that decodes into t: the json names of a struct's fields
+// (those of an embedded struct promoted), each with the spec of its type; a slice of structs is an
+// array of them. Other types, and types that decode themselves, are leaves (a map's keys are data,
+// not field names).
 func keysOf(t reflect.Type) *keySpec {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -167,15 +168,17 @@ type ToolCalls struct {
 	flow.Spec
 }
 
-// MCP is a protocol's own policy for MCP traffic; what it leaves out, the config's mcp section decides. A
-// workflow can only make it stricter.
+// MCP is a protocol's own policy for MCP traffic; what it leaves out, the config's mcp section
+// decides. A workflow can only make it stricter.
 type MCP struct {
-	// RequireModelCall refuses an MCP tools/call on the MCP door that no model call released (the same
-	// tool, arguments and conversation, within mcp.joinWindow); nil leaves it to mcp.requireModelCall.
+	// RequireModelCall refuses an MCP tools/call on the MCP door that no model call released (the
+	// same tool, arguments and conversation, within mcp.joinWindow); nil leaves it to
+	// mcp.requireModelCall.
 	RequireModelCall *bool `json:"requireModelCall,omitempty"`
-	// VetHostedCalls makes the MCP servers the upstream runs for a Responses request (tools of type mcp) ask
-	// for approval of every call (require_approval: "always"), and promptgate answer each approval request
-	// itself: approved where the call passes the protocol's rules as a call of tool "mcp", denied otherwise.
+	// VetHostedCalls makes the MCP servers the upstream runs for a Responses request (tools of type
+	// mcp) ask for approval of every call (require_approval: "always"), and promptgate answer each
+	// approval request itself: approved where the call passes the protocol's rules as a call of
+	// tool "mcp", denied otherwise.
 	VetHostedCalls bool `json:"vetHostedCalls,omitempty"`
 }
 
@@ -286,12 +289,12 @@ func (p *Protocol) Validate() error {
 	return errors.Join(errs...)
 }
 
-// CheckExtends checks the workflow links that a change of the protocols in changed leaves among the active
-// protocol definitions (id → body, the state after the change): a changed workflow may not extend a
-// protocol that is itself a workflow (one level of extends; this also rules out cycles), and a changed
-// protocol that is a workflow may not be the base of another active protocol, whose requests would then
-// fail. Problems that involve no changed protocol are not reported. Errors name the protocol, the field and
-// the fix, one per problem, sorted and joined.
+// CheckExtends checks the workflow links that a change of the protocols in changed leaves among the
+// active protocol definitions (id → body, the state after the change): a changed workflow may not
+// extend a protocol that is itself a workflow (one level of extends; this also rules out cycles),
+// and a changed protocol that is a workflow may not be the base of another active protocol, whose
+// requests would then fail. Problems that involve no changed protocol are not reported. Errors name
+// the protocol, the field and the fix, one per problem, sorted and joined.
 func CheckExtends(active map[string][]byte, changed []string) error {
 	extends := make(map[string]string, len(active))
 	for id, body := range active {

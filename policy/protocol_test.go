@@ -335,9 +335,9 @@ func TestModulesIsOff(t *testing.T) {
 	}
 }
 
-// TestBuiltinDefinitions parses the seed's protocol files, where they are in this tree, and checks what
-// the contract says of them: they validate, keep the client's system messages, allow the declared tools,
-// have the module modes of their id, and only system refuses client selection.
+// TestBuiltinDefinitions parses the seed's protocol files, where they are in this tree, and checks
+// what the contract says of them: they validate, keep the client's system messages, allow the
+// declared tools, have the module modes of their id, and only system refuses client selection.
 func TestBuiltinDefinitions(t *testing.T) {
 	dir := filepath.Join("..", "store", "builtin", "protocols")
 	modes := map[string]modules.Mode{"public": modules.Minimal, "tech": modules.Minimal, "neutral": modules.Standard, "private": modules.Full, "system": modules.Full}

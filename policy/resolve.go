@@ -12,8 +12,8 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// Error is a decision that refuses the request: a code (one of the Code constants), the message for the
-// client and the request field it is about. The proxy decides the HTTP answer of each code.
+// Error is a decision that refuses the request: a code (one of the Code constants), the message for
+// the client and the request field it is about. The proxy decides the HTTP answer of each code.
 type Error struct {
 	Code    string
 	Message string
@@ -24,7 +24,8 @@ func (e *Error) Error() string { return "policy: " + e.Message }
 
 // Codes of Error.
 const (
-	// CodeInvalidRequest: the request's shape is wrong (a field of the wrong type, an unknown extension key).
+	// CodeInvalidRequest: the request's shape is wrong (a field of the wrong type, an unknown
+	// extension key).
 	CodeInvalidRequest = "invalid_request"
 	// CodeUnknownProtocol: the request names a protocol or workflow that is not defined.
 	CodeUnknownProtocol = "unknown_protocol"
@@ -51,11 +52,12 @@ type Request struct {
 	Header http.Header
 	// APIKeySHA256 is the lowercase hex sha256 of the client's API key, "" when none.
 	APIKeySHA256 string
-	// ClientProtocol and ClientWorkflow are the client's choice (header, else body field), "" when none.
+	// ClientProtocol and ClientWorkflow are the client's choice (header, else body field), "" when
+	// none.
 	ClientProtocol string
 	ClientWorkflow string
-	// Forced, when set, selects the protocol with the operator's authority (preview --protocol): routes and
-	// client-selection checks are skipped.
+	// Forced, when set, selects the protocol with the operator's authority (preview --protocol):
+	// routes and client-selection checks are skipped.
 	Forced string
 }
 
@@ -76,8 +78,8 @@ type Effective struct {
 	ArgRules             []vet.Rule
 	// MCP is the protocol's policy for MCP traffic: the base's, made stricter by the workflow's.
 	MCP MCP
-	// Flow are the information-flow parts of the definitions: the base's, then the workflow's (compile
-	// them together with flow.Compile).
+	// Flow are the information-flow parts of the definitions: the base's, then the workflow's
+	// (compile them together with flow.Compile).
 	Flow []flow.Spec
 
 	// allow holds one allowlist per level (base, then workflow); a tool must pass every level.
@@ -100,8 +102,8 @@ func NewRouter(cfg Config) *Router {
 	return &Router{routes: cfg.Routes, def: def}
 }
 
-// KeyRouted reports whether a route matches on the API key, the only use of Request.APIKeySHA256: a caller
-// may leave the hash out where it is false.
+// KeyRouted reports whether a route matches on the API key, the only use of Request.APIKeySHA256: a
+// caller may leave the hash out where it is false.
 func (r *Router) KeyRouted() bool {
 	for _, rt := range r.routes {
 		if rt.Match.APIKeySha256 != "" {
@@ -111,8 +113,8 @@ func (r *Router) KeyRouted() bool {
 	return false
 }
 
-// Resolve chooses the protocol: the first matching route, the client's choice where the route allows it,
-// else the default; then merges the workflow, if any. Errors are *Error.
+// Resolve chooses the protocol: the first matching route, the client's choice where the route
+// allows it, else the default; then merges the workflow, if any. Errors are *Error.
 func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 	base, wf, err := r.Select(req, cat)
 	if err != nil {
@@ -121,9 +123,9 @@ func (r *Router) Resolve(req Request, cat Catalog) (*Effective, error) {
 	return Merge(base, wf), nil
 }
 
-// Select is Resolve without the merge: the base protocol and the workflow (nil when none) that Merge
-// makes the effective protocol of. A caller that serves many requests on one catalog can keep Merge's
-// result per pair, as both are fixed by the catalog.
+// Select is Resolve without the merge: the base protocol and the workflow (nil when none) that
+// Merge makes the effective protocol of. A caller that serves many requests on one catalog can keep
+// Merge's result per pair, as both are fixed by the catalog.
 func (r *Router) Select(req Request, cat Catalog) (base, wf *Protocol, err error) {
 	id, clientMayChoose, routed := r.def, true, false
 	for _, rt := range r.routes {
@@ -223,9 +225,9 @@ func (r *Router) Select(req Request, cat Catalog) (base, wf *Protocol, err error
 	return sel, wf, nil
 }
 
-// Merge builds the effective protocol of a base and its workflow (nil when none); a workflow's rules follow
-// the base's and it only narrows. The result shares no backing array a caller could append into, so one
-// Effective may serve many requests.
+// Merge builds the effective protocol of a base and its workflow (nil when none); a workflow's
+// rules follow the base's and it only narrows. The result shares no backing array a caller could
+// append into, so one Effective may serve many requests.
 func Merge(base, wf *Protocol) *Effective {
 	e := merge(base, wf)
 	e.Directives, e.Scope, e.ArgRules, e.Flow = slices.Clip(e.Directives), slices.Clip(e.Scope), slices.Clip(e.ArgRules), slices.Clip(e.Flow)
@@ -318,8 +320,8 @@ func hasModeScope(scope []string) bool {
 	return false
 }
 
-// intersectScope keeps the base's access scopes that the workflow also lists, when the workflow lists any
-// (module entries aside), so a workflow cannot gain an access scope its base lacks.
+// intersectScope keeps the base's access scopes that the workflow also lists, when the workflow
+// lists any (module entries aside), so a workflow cannot gain an access scope its base lacks.
 func intersectScope(base, wf []string) []string {
 	var wfAccess []string
 	for _, s := range wf {
@@ -383,7 +385,8 @@ func matches(m Match, req Request) bool {
 	return true
 }
 
-// globMatch matches with path.Match; a malformed pattern (refused by config validation) never matches.
+// globMatch matches with path.Match; a malformed pattern (refused by config validation) never
+// matches.
 func globMatch(pattern, s string) bool {
 	if pattern == s {
 		return true

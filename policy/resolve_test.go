@@ -520,7 +520,8 @@ func TestEffectiveMerge(t *testing.T) {
 		if !eff.Atomic {
 			t.Error("Atomic = false; the base's atomicParallelCalls must stay on")
 		}
-		// audited is not a built-in id (default standard) but names full; a workflow naming no mode keeps full.
+		// audited is not a built-in id (default standard) but names full; a workflow naming no mode
+		// keeps full.
 		if eff.Modules.Mode != modules.Full {
 			t.Errorf("Modules.Mode = %v, want the base's full", eff.Modules.Mode)
 		}
@@ -644,8 +645,8 @@ func TestMergeRenamesClashingRuleIDs(t *testing.T) {
 	}
 }
 
-// TestStricterModes: a workflow can make onViolation stricter, never weaker; continue blocks the call
-// as refuse does, so audit is weaker than it and refuse and error are stricter.
+// TestStricterModes: a workflow can make onViolation stricter, never weaker; continue blocks the
+// call as refuse does, so audit is weaker than it and refuse and error are stricter.
 func TestStricterModes(t *testing.T) {
 	order := []vet.Mode{vet.ModeAudit, vet.ModeContinue, vet.ModeRefuse, vet.ModeError}
 	for i, a := range order {
@@ -657,8 +658,8 @@ func TestStricterModes(t *testing.T) {
 	}
 }
 
-// TestEffectiveFlowOfWorkflow: a workflow's information-flow rules follow its base's, and together they
-// compile to the rules of both, the workflow narrowing which tool outputs are trusted.
+// TestEffectiveFlowOfWorkflow: a workflow's information-flow rules follow its base's, and together
+// they compile to the rules of both, the workflow narrowing which tool outputs are trusted.
 func TestEffectiveFlowOfWorkflow(t *testing.T) {
 	t.Parallel()
 	base := mustProtocol(t, 1, `{"id":"bank","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},"allowClientSelection":true,
@@ -682,11 +683,12 @@ func TestEffectiveFlowOfWorkflow(t *testing.T) {
 	}
 }
 
-// TestMergeSharesNoSpareCapacity checks that an Effective made once and kept for many requests cannot be
-// written through: appending to any of its slices copies, so two requests adding their own directives
-// (or rules) never see each other's.
+// TestMergeSharesNoSpareCapacity checks that an Effective made once and kept for many requests
+// cannot be written through: appending to any of its slices copies, so two requests adding their
+// own directives (or rules) never see each other's.
 func TestMergeSharesNoSpareCapacity(t *testing.T) {
-	// Two base entries and one of the workflow: the plain append leaves room for a fourth in every list.
+	// Two base entries and one of the workflow: the plain append leaves room for a fourth in every
+	// list.
 	cat := catalog{
 		"b": mustProtocol(t, 1, `{"id": "b", "promptTemplate": {"base": "t"}, "directives": ["one", "two"],
 			"tools": {"allow": ["*"], "deny": ["x", "y"]},
@@ -723,8 +725,9 @@ func TestMergeSharesNoSpareCapacity(t *testing.T) {
 	}
 }
 
-// TestMergeMCPOnlyStricter: a protocol's mcp.requireModelCall is the base's; a workflow can require the
-// join where the base does not say or waives it, never waive it; it can turn mcp.vetHostedCalls on, not off.
+// TestMergeMCPOnlyStricter: a protocol's mcp.requireModelCall is the base's; a workflow can require
+// the join where the base does not say or waives it, never waive it; it can turn mcp.vetHostedCalls
+// on, not off.
 func TestMergeMCPOnlyStricter(t *testing.T) {
 	t.Parallel()
 	yes, no := true, false

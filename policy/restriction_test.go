@@ -16,9 +16,9 @@ func (l listed) OverriddenTools() []string {
 	return out
 }
 
-// TestRestriction: only a protocol that allows "*" at every level, denies nothing, and whose deployment removes no
-// tool in it (kill switch, access policy) is unrestricted; an override that cannot be listed counts as a
-// restriction.
+// TestRestriction: only a protocol that allows "*" at every level, denies nothing, and whose
+// deployment removes no tool in it (kill switch, access policy) is unrestricted; an override that
+// cannot be listed counts as a restriction.
 func TestRestriction(t *testing.T) {
 	star := func() *Effective { return &Effective{ID: "neutral", BaseID: "neutral", allow: [][]string{{"*"}}} }
 	for _, tc := range []struct {

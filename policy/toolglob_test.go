@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// TestToolGlobSlash: '/' is an ordinary character in a tool name for a deny list, so a deny glob catches names
-// that hold one
-// (path.Match's '*' and '?' stop at '/', which let "delete_/all" past "delete_*"); an allowlist keeps path.Match.
+// TestToolGlobSlash: '/' is an ordinary character in a tool name for a deny list, so a deny glob
+// catches names that hold one (path.Match's '*' and '?' stop at '/', which let "delete_/all" past
+// "delete_*"); an allowlist keeps path.Match.
 func TestToolGlobSlash(t *testing.T) {
 	for _, tc := range []struct {
 		pattern, name string

@@ -299,7 +299,8 @@ func TestFilter(t *testing.T) {
 }
 
 func TestReasonsAreStable(t *testing.T) {
-	// These strings reach clients (X-Promptgate-Tools-Removed decisions, preview) and the audit log.
+	// These strings reach clients (X-Promptgate-Tools-Removed decisions, preview) and the audit
+	// log.
 	got := []string{ReasonNotAllowlisted, ReasonDenied, ReasonDisabled, ReasonWrongProtocol, ReasonMissingScope, ReasonNoName, ReasonDuplicateName, ReasonWorkflowNarrows}
 	want := []string{
 		"not in the protocol's allowlist", "denied by the protocol", "disabled by the operator",

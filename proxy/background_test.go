@@ -16,9 +16,10 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// bgUpstream imitates the Responses API's background mode: a POST with "background": true is answered at
-// once with a queued response (no output); GET /v1/responses/{id} then answers with what get returns, which
-// a test sets (the completed response, an SSE stream for ?stream=true, or a bad form).
+// bgUpstream imitates the Responses API's background mode: a POST with "background": true is
+// answered at once with a queued response (no output); GET /v1/responses/{id} then answers with
+// what get returns, which a test sets (the completed response, an SSE stream for ?stream=true, or a
+// bad form).
 type bgUpstream struct {
 	mu    sync.Mutex
 	n     int
@@ -118,9 +119,10 @@ func toolEvents(rec *memAudit) []string {
 	return out
 }
 
-// TestBackgroundPollVettedOfficialClient: a background request is answered queued; the app polls with the
-// official client and gets the completed response with the disallowed call removed and the allowed one as
-// sent; the decisions are logged once although the app polls twice; the next turn answers the blocked call.
+// TestBackgroundPollVettedOfficialClient: a background request is answered queued; the app polls
+// with the official client and gets the completed response with the disallowed call removed and the
+// allowed one as sent; the decisions are logged once although the app polls twice; the next turn
+// answers the blocked call.
 func TestBackgroundPollVettedOfficialClient(t *testing.T) {
 	u := &bgUpstream{}
 	u.get = serveJSON(completedJSON("resp_bg_1", goodAndEvil...))
@@ -171,7 +173,8 @@ func TestBackgroundPollVettedOfficialClient(t *testing.T) {
 	}
 	rec.mu.Unlock()
 
-	// The next turn: the proxy answers the blocked call for the upstream, the client answers its own.
+	// The next turn: the proxy answers the blocked call for the upstream, the client answers its
+	// own.
 	next := respParams(queued.ID)
 	answer := responses.ResponseInputItemParamOfFunctionCallOutput(`{"temp":3}`)
 	answer.OfFunctionCallOutput.CallID = openai.String("call_good")
@@ -186,8 +189,8 @@ func TestBackgroundPollVettedOfficialClient(t *testing.T) {
 	}
 }
 
-// TestBackgroundPollModes: refuse with every call blocked leaves the notice; error makes the poll a 403;
-// audit passes the call and logs it as audited.
+// TestBackgroundPollModes: refuse with every call blocked leaves the notice; error makes the poll a
+// 403; audit passes the call and logs it as audited.
 func TestBackgroundPollModes(t *testing.T) {
 	evil := fcItem("fc_evil", "call_evil", "web_fetch", respBadArgs, "completed")
 	for _, tc := range []struct {
@@ -232,8 +235,8 @@ func TestBackgroundPollModes(t *testing.T) {
 	}
 }
 
-// TestBackgroundPollLooseSpellings: every spelling of the retrieval that a loose upstream router takes is
-// vetted.
+// TestBackgroundPollLooseSpellings: every spelling of the retrieval that a loose upstream router
+// takes is vetted.
 func TestBackgroundPollLooseSpellings(t *testing.T) {
 	u := &bgUpstream{get: serveJSON(completedJSON("resp_bg_1", goodAndEvil...))}
 	up := newUpstream(t, u.ServeHTTP)
@@ -247,7 +250,8 @@ func TestBackgroundPollLooseSpellings(t *testing.T) {
 	}
 }
 
-// bgStream is the SSE stream of a completed background response with text, an allowed and a disallowed call.
+// bgStream is the SSE stream of a completed background response with text, an allowed and a
+// disallowed call.
 func bgStream(id string) string {
 	ev := &respEvents{}
 	ev.ev("response.created", `"response":{"id":"`+id+`","object":"response","created_at":1,"status":"in_progress","background":true,"model":"gpt-4.1","output":[]}`)
@@ -258,12 +262,13 @@ func bgStream(id string) string {
 	return ev.b.String()
 }
 
-// TestBackgroundStreamedRetrieval: GET /v1/responses/{id}?stream=true of a remembered background response
-// goes through the stream vetting (upstream writes of 1..3 bytes), with the official client too; the
-// decisions are logged once over two retrievals.
+// TestBackgroundStreamedRetrieval: GET /v1/responses/{id}?stream=true of a remembered background
+// response goes through the stream vetting (upstream writes of 1..3 bytes), with the official
+// client too; the decisions are logged once over two retrievals.
 func TestBackgroundStreamedRetrieval(t *testing.T) {
 	u := &bgUpstream{get: func(w http.ResponseWriter, r *http.Request, id string) {
-		// The official client asks with a JSON body {"stream":true} on the GET; others with ?stream=true.
+		// The official client asks with a JSON body {"stream":true} on the GET; others with
+		// ?stream=true.
 		b, _ := io.ReadAll(r.Body)
 		if r.URL.Query().Get("stream") != "true" && !gjson.GetBytes(b, "stream").Bool() {
 			http.Error(w, "want stream", http.StatusTeapot)
@@ -306,8 +311,8 @@ func TestBackgroundStreamedRetrieval(t *testing.T) {
 	}
 }
 
-// TestBackgroundStreamedCreation: a background request with stream on reports its id in the stream; a
-// later (non-stream) poll of it is vetted.
+// TestBackgroundStreamedCreation: a background request with stream on reports its id in the stream;
+// a later (non-stream) poll of it is vetted.
 func TestBackgroundStreamedCreation(t *testing.T) {
 	u := &bgUpstream{get: serveJSON(completedJSON("resp_bg_1", goodAndEvil...))}
 	up := newUpstream(t, u.ServeHTTP)
@@ -325,8 +330,8 @@ func TestBackgroundStreamedCreation(t *testing.T) {
 	}
 }
 
-// TestBackgroundInProgressCallWithheld: a poll while a call is still being generated shows neither the
-// call nor a decision about it; the poll that has it complete vets it once.
+// TestBackgroundInProgressCallWithheld: a poll while a call is still being generated shows neither
+// the call nor a decision about it; the poll that has it complete vets it once.
 func TestBackgroundInProgressCallWithheld(t *testing.T) {
 	var mu sync.Mutex
 	body := `{"id":"resp_bg_1","object":"response","status":"in_progress","background":true,"output":[` +
@@ -355,9 +360,10 @@ func TestBackgroundInProgressCallWithheld(t *testing.T) {
 	}
 }
 
-// TestBackgroundNotRememberedPassesThrough: a response created without background and a response id the proxy
-// never saw (another instance's, or one from before a restart) are retrieved as before: passed through
-// unchanged. (One it has forgotten is refused: TestRetrievalAfterTheMemoryWasFlooded.)
+// TestBackgroundNotRememberedPassesThrough: a response created without background and a response id
+// the proxy never saw (another instance's, or one from before a restart) are retrieved as before:
+// passed through unchanged. (One it has forgotten is refused:
+// TestRetrievalAfterTheMemoryWasFlooded.)
 func TestBackgroundNotRememberedPassesThrough(t *testing.T) {
 	stored := completedJSON("resp_x", goodAndEvil...)
 	u := &bgUpstream{get: serveJSON(stored), queued: func(w http.ResponseWriter, id string, _ bool) {
@@ -393,9 +399,9 @@ func TestBackgroundNotRememberedPassesThrough(t *testing.T) {
 	}
 }
 
-// TestBackgroundBadForms: every bad form of a remembered background response's retrieval fails closed as a
-// malformed upstream answer (502 upstream_error), and a queued answer without an id is refused, since its
-// retrievals could not be vetted.
+// TestBackgroundBadForms: every bad form of a remembered background response's retrieval fails
+// closed as a malformed upstream answer (502 upstream_error), and a queued answer without an id is
+// refused, since its retrievals could not be vetted.
 func TestBackgroundBadForms(t *testing.T) {
 	evilJSON := fcItem("fc_evil", "call_evil", "web_fetch", respBadArgs, "completed")
 	for _, tc := range []struct {
@@ -479,9 +485,9 @@ func TestBackgroundBadForms(t *testing.T) {
 	}
 }
 
-// TestBackgroundPolicyIsTheRequests: the retrieval is vetted with the policy of the request that created
-// the response, not with another request's: a tool that request did not declare stays refused even if a
-// later request declares it.
+// TestBackgroundPolicyIsTheRequests: the retrieval is vetted with the policy of the request that
+// created the response, not with another request's: a tool that request did not declare stays
+// refused even if a later request declares it.
 func TestBackgroundPolicyIsTheRequests(t *testing.T) {
 	weather := fcItem("fc_w", "call_w", "get_weather", respGoodArgs, "completed")
 	u := &bgUpstream{get: serveJSON(completedJSON("resp_bg_1", weather))}
@@ -499,9 +505,9 @@ func TestBackgroundPolicyIsTheRequests(t *testing.T) {
 	}
 }
 
-// TestBackgroundResumedStream: a streamed retrieval resumed mid-response (starting_after) begins inside the
-// disallowed call, without its output_item.added: the call is still blocked, and the allowed call, which only
-// the final response holds, is vetted there.
+// TestBackgroundResumedStream: a streamed retrieval resumed mid-response (starting_after) begins
+// inside the disallowed call, without its output_item.added: the call is still blocked, and the
+// allowed call, which only the final response holds, is vetted there.
 func TestBackgroundResumedStream(t *testing.T) {
 	u := &bgUpstream{get: func(w http.ResponseWriter, r *http.Request, id string) {
 		raw := bgStream(id)
@@ -520,8 +526,9 @@ func TestBackgroundResumedStream(t *testing.T) {
 	}
 }
 
-// TestBackgroundStreamedCreationWithCalls: calls vetted in the creating stream are not logged again when a
-// poll shows the same calls; a loose background value ("true" as a string) is treated as background.
+// TestBackgroundStreamedCreationWithCalls: calls vetted in the creating stream are not logged again
+// when a poll shows the same calls; a loose background value ("true" as a string) is treated as
+// background.
 func TestBackgroundStreamedCreationWithCalls(t *testing.T) {
 	u := &bgUpstream{
 		queued: func(w http.ResponseWriter, id string, stream bool) {

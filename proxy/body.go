@@ -13,10 +13,10 @@ import (
 	"time"
 )
 
-// limitBodyRead puts a request's body under limits.bodyReadTimeout: all of it must arrive within that time
-// (408 request_timeout past it). The deadline is on reading the request only: it is cleared at the body's
-// end, so that it never cuts an answer short. nil when the request has no body, or the ResponseWriter has no
-// deadlines.
+// limitBodyRead puts a request's body under limits.bodyReadTimeout: all of it must arrive within
+// that time (408 request_timeout past it). The deadline is on reading the request only: it is
+// cleared at the body's end, so that it never cuts an answer short. nil when the request has no
+// body, or the ResponseWriter has no deadlines.
 func (s *Server) limitBodyRead(w http.ResponseWriter, r *http.Request) *deadlineBody {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return nil
@@ -35,7 +35,8 @@ type deadlineBody struct {
 	io.ReadCloser
 	rc *http.ResponseController
 	mu sync.Mutex
-	// done: the deadline was cleared, or the handler returned (the controller may no longer be used).
+	// done: the deadline was cleared, or the handler returned (the controller may no longer be
+	// used).
 	done     bool
 	timedOut atomic.Bool
 }
@@ -57,8 +58,8 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// handlerDone stops b from touching the connection's deadline once the handler has returned (the upstream
-// transport may still read the body then); a nil b does nothing.
+// handlerDone stops b from touching the connection's deadline once the handler has returned (the
+// upstream transport may still read the body then); a nil b does nothing.
 func (b *deadlineBody) handlerDone() {
 	if b == nil {
 		return
@@ -87,8 +88,8 @@ var errBodyTimeout = errors.New("request body timeout")
 // firstBodyBuffer is the buffer readBody starts with: an announced length is not trusted beyond it.
 const firstBodyBuffer = 64 << 10
 
-// rewrittenBody reads a rewritten request's body (readBody, limits.maxBodyBytes), and answers when it
-// cannot; false when it answered, or the client went away.
+// rewrittenBody reads a rewritten request's body (readBody, limits.maxBodyBytes), and answers when
+// it cannot; false when it answered, or the client went away.
 func (s *Server) rewrittenBody(w http.ResponseWriter, r *http.Request, log *slog.Logger) ([]byte, bool) {
 	body, err := readBody(w, r, s.limits.MaxBodyBytes)
 	if err == nil {
@@ -102,9 +103,10 @@ func (s *Server) rewrittenBody(w http.ResponseWriter, r *http.Request, log *slog
 	return nil, false
 }
 
-// readBody reads the whole request body under the size cap. Its buffer costs what was sent, not what was
-// announced: it starts at firstBodyBuffer (or the announced length, when smaller) and doubles as bytes
-// arrive, never past the announced length or the cap (plus one byte, which sees the end without growing).
+// readBody reads the whole request body under the size cap. Its buffer costs what was sent, not
+// what was announced: it starts at firstBodyBuffer (or the announced length, when smaller) and
+// doubles as bytes arrive, never past the announced length or the cap (plus one byte, which sees
+// the end without growing).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, &http.MaxBytesError{Limit: limit}

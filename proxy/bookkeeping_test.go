@@ -13,8 +13,9 @@ import (
 	"testing"
 )
 
-// TestKeyRoutes: a route on apiKeySha256 matches the hash of the bearer token or of x-api-key; another key,
-// or none, takes the default. The key is hashed only where a route needs it, so this holds the routing.
+// TestKeyRoutes: a route on apiKeySha256 matches the hash of the bearer token or of x-api-key;
+// another key, or none, takes the default. The key is hashed only where a route needs it, so this
+// holds the routing.
 func TestKeyRoutes(t *testing.T) {
 	t.Parallel()
 	sum := sha256.Sum256([]byte("sk-route"))

@@ -26,9 +26,9 @@ const cacheProtocolV2 = `{"id":"p","promptTemplate":{"base":"base_tool_call_v2"}
 const cacheRequest = `{"model":"m","messages":[{"role":"user","content":"hi"}],
   "tools":[{"type":"function","function":{"name":"get_ticket","parameters":{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}}}]}`
 
-// TestArgRulesOncePerSnapshot checks that the argument rules are compiled once per definitions snapshot
-// and effective protocol, that a new snapshot gets its own, and that a request prepared on the old
-// snapshot keeps the old rules.
+// TestArgRulesOncePerSnapshot checks that the argument rules are compiled once per definitions
+// snapshot and effective protocol, that a new snapshot gets its own, and that a request prepared on
+// the old snapshot keeps the old rules.
 func TestArgRulesOncePerSnapshot(t *testing.T) {
 	e := testEngine(t, "defaultProtocol: p\n", nil, nil, []json.RawMessage{json.RawMessage(cacheProtocolV1)})
 	s, err := New(Options{Engine: e, Upstreams: map[string]Upstream{"openai": {URL: mustURL(t, "http://127.0.0.1:1/v1")}}})
@@ -93,9 +93,10 @@ func TestArgRulesOncePerSnapshot(t *testing.T) {
 	}
 }
 
-// TestFramesPerSnapshot checks that a layered prompt's fixed part is made once per snapshot, template and
-// protocol, that the upstream body is the one assembly.Build gives, and that an activation (new rules, new
-// template text) is served from the next request on, while a request prepared before keeps its prompt.
+// TestFramesPerSnapshot checks that a layered prompt's fixed part is made once per snapshot,
+// template and protocol, that the upstream body is the one assembly.Build gives, and that an
+// activation (new rules, new template text) is served from the next request on, while a request
+// prepared before keeps its prompt.
 func TestFramesPerSnapshot(t *testing.T) {
 	const protoV1 = `{"id":"p","promptTemplate":{"base":"tpl","overrides":{"rules":"- rule of version one"}},"tools":{"allow":["*"]}}`
 	const protoV2 = `{"id":"p","promptTemplate":{"base":"tpl","overrides":{"rules":"- rule of version two"}},"tools":{"allow":["*"]}}`
@@ -114,7 +115,8 @@ func TestFramesPerSnapshot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The upstream body holds the prompt Build gives without a frame, escaped as encoding/json does.
+		// The upstream body holds the prompt Build gives without a frame, escaped as encoding/json
+		// does.
 		want := assembly.Build(p.Template, assembly.Layers{Rules: p.Protocol.Rules, Tools: p.Kept, NativeTools: true,
 			Meta: ctxjson.Meta{Protocol: p.Protocol.ID}}, e.settings)
 		if p.Prompt.System() != want.System() {
@@ -166,8 +168,8 @@ func TestFramesPerSnapshot(t *testing.T) {
 	}
 }
 
-// TestBufferPool checks that the proxies' copy buffers come back whole and that foreign buffers are not
-// kept.
+// TestBufferPool checks that the proxies' copy buffers come back whole and that foreign buffers are
+// not kept.
 func TestBufferPool(t *testing.T) {
 	p := newBufferPool()
 	b := p.Get()

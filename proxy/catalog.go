@@ -22,8 +22,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// catalog is one immutable snapshot of the active definitions. A request takes one snapshot when it starts
-// and keeps it to the end, so an activation never changes a request in flight.
+// catalog is one immutable snapshot of the active definitions. A request takes one snapshot when it
+// starts and keeps it to the end, so an activation never changes a request in flight.
 type catalog struct {
 	protocols map[string]*policy.Protocol
 	// shadows are the protocol versions in shadow, by id.
@@ -32,20 +32,22 @@ type catalog struct {
 	tools     map[string]store.ToolOverride
 	// pins are the active MCP pin sets, by server label.
 	pins map[string]store.Record
-	// plans holds what this snapshot derived from each effective protocol it has served (the merge, the
-	// compiled rules, the template), so that it is made once per snapshot, not once per request.
+	// plans holds what this snapshot derived from each effective protocol it has served (the merge,
+	// the compiled rules, the template), so that it is made once per snapshot, not once per
+	// request.
 	plans sync.Map // planKey -> *plan
-	// fallbacks holds the names of the templates this snapshot lacks whose embedded copy has been used
-	// (and logged); names still missing are carried over to the next snapshot, so the fallback is logged
-	// once each time it starts, not on every request.
+	// fallbacks holds the names of the templates this snapshot lacks whose embedded copy has been
+	// used (and logged); names still missing are carried over to the next snapshot, so the fallback
+	// is logged once each time it starts, not on every request.
 	fallbacks sync.Map // template name -> struct{}
 	// frames holds the fixed part of each layered prompt this snapshot has built (template text and
-	// protocol rules laid out and JSON-escaped), so that it is made once per snapshot, not once per request.
+	// protocol rules laid out and JSON-escaped), so that it is made once per snapshot, not once per
+	// request.
 	frames sync.Map // assembly.FrameKey -> *assembly.Frame
 }
 
-// frame returns the frame of t for the layers and settings of a request, making it on first use. A nil
-// catalog makes it every time.
+// frame returns the frame of t for the layers and settings of a request, making it on first use. A
+// nil catalog makes it every time.
 func (c *catalog) frame(t *assembly.Template, l assembly.Layers, s assembly.Settings) *assembly.Frame {
 	if c == nil {
 		return assembly.NewFrame(t, l, s)
@@ -80,9 +82,9 @@ func (c *catalog) Protocol(id string) (*policy.Protocol, bool) {
 	return p, ok
 }
 
-// CheckProtocols returns an error naming the config key (defaultProtocol, routes[i].protocol) of the first
-// protocol the config names that has no active version in the current catalog: every request sent to it
-// would fail with unknown_protocol, so serve refuses to start instead.
+// CheckProtocols returns an error naming the config key (defaultProtocol, routes[i].protocol) of
+// the first protocol the config names that has no active version in the current catalog: every
+// request sent to it would fail with unknown_protocol, so serve refuses to start instead.
 func (d *Definitions) CheckProtocols(cfg policy.Config) error {
 	c := d.snapshot()
 	known := func() string { return strings.Join(slices.Sorted(maps.Keys(c.protocols)), ", ") }
@@ -97,9 +99,9 @@ func (d *Definitions) CheckProtocols(cfg policy.Config) error {
 	return nil
 }
 
-// Definitions keeps the current catalog, reloads it when the store changes, and caches parsed templates
-// by name@version. A reload that fails (the store did not answer) keeps the previous snapshot in service and
-// is retried with backoff until one succeeds; meanwhile Stale says so.
+// Definitions keeps the current catalog, reloads it when the store changes, and caches parsed
+// templates by name@version. A reload that fails (the store did not answer) keeps the previous
+// snapshot in service and is retried with backoff until one succeeds; meanwhile Stale says so.
 type Definitions struct {
 	store  Snapshots
 	log    *slog.Logger
@@ -127,15 +129,15 @@ const (
 	lastReloadRetry  = 30 * time.Second
 )
 
-// Snapshots is what Definitions reads of a store (store.Store has it): the active definitions, and word
-// of every change.
+// Snapshots is what Definitions reads of a store (store.Store has it): the active definitions, and
+// word of every change.
 type Snapshots interface {
 	Snapshot(ctx context.Context) (store.Snapshot, error)
 	Watch(fn func()) (cancel func())
 }
 
-// NewDefinitions loads the first snapshot and watches the store for changes. A snapshot that cannot be
-// read is an error: without definitions there is no policy to enforce.
+// NewDefinitions loads the first snapshot and watches the store for changes. A snapshot that cannot
+// be read is an error: without definitions there is no policy to enforce.
 func NewDefinitions(ctx context.Context, st Snapshots, log *slog.Logger) (*Definitions, error) {
 	cache, err := ristretto.NewCache(&ristretto.Config[string, *assembly.Template]{
 		NumCounters: 10_000, MaxCost: 64 << 20, BufferItems: 64,
@@ -149,8 +151,8 @@ func NewDefinitions(ctx context.Context, st Snapshots, log *slog.Logger) (*Defin
 		return nil, err
 	}
 	go d.retryLoop()
-	// A change is read at once, on the goroutine that made it (for a local change, before the change's
-	// method returns: the next request sees it); only a failure is left to the retry loop.
+	// A change is read at once, on the goroutine that made it (for a local change, before the
+	// change's method returns: the next request sees it); only a failure is left to the retry loop.
 	d.cancel = st.Watch(func() { _ = d.Reload(context.Background()) })
 	return d, nil
 }
@@ -167,8 +169,8 @@ func (d *Definitions) Close() {
 	})
 }
 
-// Stale describes, while the last reload has failed, why the definitions in service may be older than the
-// store's; it is "" while they are current.
+// Stale describes, while the last reload has failed, why the definitions in service may be older
+// than the store's; it is "" while they are current.
 func (d *Definitions) Stale() string {
 	st := d.stale.Load()
 	if st == nil {
@@ -177,8 +179,8 @@ func (d *Definitions) Stale() string {
 	return fmt.Sprintf("definitions could not be reloaded since %s (serving the previous snapshot; retrying): %v", st.since.Format(time.RFC3339), st.err)
 }
 
-// failed records a failed reload (under d.mu) and wakes the retry loop (a wake-up that finds the definitions
-// current again does nothing).
+// failed records a failed reload (under d.mu) and wakes the retry loop (a wake-up that finds the
+// definitions current again does nothing).
 func (d *Definitions) failed(err error) {
 	since := time.Now().UTC()
 	if prev := d.stale.Load(); prev != nil {
@@ -191,7 +193,8 @@ func (d *Definitions) failed(err error) {
 	}
 }
 
-// retryLoop retries a failed reload with backoff until one succeeds (by this loop or by a later change).
+// retryLoop retries a failed reload with backoff until one succeeds (by this loop or by a later
+// change).
 func (d *Definitions) retryLoop() {
 	defer close(d.done)
 	for {
@@ -218,8 +221,8 @@ func (d *Definitions) retryLoop() {
 	}
 }
 
-// Reload reads a new snapshot from the store and swaps it in atomically. A protocol that does not parse is
-// left out and logged (the store's validation hook keeps such versions from being stored).
+// Reload reads a new snapshot from the store and swaps it in atomically. A protocol that does not
+// parse is left out and logged (the store's validation hook keeps such versions from being stored).
 func (d *Definitions) Reload(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -268,8 +271,8 @@ func (d *Definitions) Reload(ctx context.Context) error {
 
 func (d *Definitions) snapshot() *catalog { return d.cur.Load() }
 
-// PinSet is the active version of an MCP server's pinned tool definitions (store kind mcppins) in the
-// current snapshot; false when the server has none.
+// PinSet is the active version of an MCP server's pinned tool definitions (store kind mcppins) in
+// the current snapshot; false when the server has none.
 func (d *Definitions) PinSet(server string) (store.Record, bool) {
 	c := d.cur.Load()
 	if c == nil {
@@ -282,8 +285,9 @@ func (d *Definitions) PinSet(server string) (store.Record, bool) {
 // errNoTemplate is returned when neither the DB nor the binary has a template.
 var errNoTemplate = errors.New("template not found")
 
-// template returns the parsed active template of the snapshot; when the DB lacks it, the copy embedded in
-// the binary (version 0) is used, and logged when it starts being used (not on every request).
+// template returns the parsed active template of the snapshot; when the DB lacks it, the copy
+// embedded in the binary (version 0) is used, and logged when it starts being used (not on every
+// request).
 func (d *Definitions) template(c *catalog, name string) (*assembly.Template, error) {
 	rec, ok := c.templates[name]
 	if !ok {

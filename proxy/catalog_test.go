@@ -12,7 +12,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// flakyStore is a real store whose Snapshot fails while failing is set, as an etcd that blinks would.
+// flakyStore is a real store whose Snapshot fails while failing is set, as an etcd that blinks
+// would.
 type flakyStore struct {
 	store.Store
 	failing atomic.Bool
@@ -29,8 +30,9 @@ func (f *flakyStore) Snapshot(ctx context.Context) (store.Snapshot, error) {
 	return f.Store.Snapshot(ctx)
 }
 
-// TestDefinitionsReloadRetried: a change whose reload fails keeps the previous snapshot in service and says
-// so (Stale), and the reload is retried until it succeeds — without waiting for another change.
+// TestDefinitionsReloadRetried: a change whose reload fails keeps the previous snapshot in service
+// and says so (Stale), and the reload is retried until it succeeds — without waiting for another
+// change.
 func TestDefinitionsReloadRetried(t *testing.T) {
 	ctx := context.Background()
 	st := &flakyStore{Store: testStore(t)}
@@ -87,8 +89,8 @@ func TestDefinitionsFirstLoadFails(t *testing.T) {
 	}
 }
 
-// lackingStore is a real store whose snapshots lack the template named by lack (when set), as a DB that
-// never had it would.
+// lackingStore is a real store whose snapshots lack the template named by lack (when set), as a DB
+// that never had it would.
 type lackingStore struct {
 	store.Store
 	lack atomic.Pointer[string]
@@ -102,9 +104,9 @@ func (l *lackingStore) Snapshot(ctx context.Context) (store.Snapshot, error) {
 	return snap, err
 }
 
-// TestTemplateFallbackLoggedOnce: the embedded copy of a template the DB lacks is logged when it starts being
-// used, not on every request, across reloads that change nothing about it; once the DB has the template
-// again that is logged too, and a later lack is logged anew.
+// TestTemplateFallbackLoggedOnce: the embedded copy of a template the DB lacks is logged when it
+// starts being used, not on every request, across reloads that change nothing about it; once the DB
+// has the template again that is logged too, and a later lack is logged anew.
 func TestTemplateFallbackLoggedOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -10,10 +10,11 @@ import (
 	"github.com/promptgate/promptgate/proxy/guard"
 )
 
-// The answers promptgate reads whole or holds to vet them are never asked for in a compressed form, so what
-// they cost is what the upstream sent: with gzip negotiated, a 60 KiB answer decoded into 60 MiB in memory,
-// and 8 of them at once took 1.2 GB. An answer compressed anyway is refused (502), not decoded. A
-// passed-through request keeps the client's own Accept-Encoding, and its answer is relayed as it comes.
+// The answers promptgate reads whole or holds to vet them are never asked for in a compressed form,
+// so what they cost is what the upstream sent: with gzip negotiated, a 60 KiB answer decoded into
+// 60 MiB in memory, and 8 of them at once took 1.2 GB. An answer compressed anyway is refused
+// (502), not decoded. A passed-through request keeps the client's own Accept-Encoding, and its
+// answer is relayed as it comes.
 func TestVettedAnswersNotDecompressed(t *testing.T) {
 	t.Parallel()
 	var bomb bytes.Buffer

@@ -26,15 +26,16 @@ var errNoRoundLeft = errors.New("continue: no round left")
 // errRoundTooLarge: the next round's request would pass limits.maxBodyBytes; the refusals stand.
 var errRoundTooLarge = errors.New("continue: the next round's request is larger than limits.maxBodyBytes")
 
-// next is how an answer in onViolation "continue" asks the upstream again (relay.Next). The body sent last,
-// with the model's turn and promptgate's refusals appended (Prepared.continued), goes to the same URL with the
-// same headers as the first request (so the operator's key only where that one had it: its origin), through
-// the upstream transport and its timeouts, in an upstream span of its own (with the round). The answer must
-// be a success of the same kind (an SSE stream for a stream, JSON otherwise) in no content coding, else the
-// round is not taken and the refusals stand, as refuse writes them. A next request larger than
-// limits.maxBodyBytes is never sent: each round resends the turns before it, so the rounds end there, and the
-// refusals stand. nil outside continue mode, except for an answer whose approval requests of hosted MCP calls
-// promptgate answers (mcp.vetHostedCalls; a Responses stream, or any non-stream answer), which it continues in
+// next is how an answer in onViolation "continue" asks the upstream again (relay.Next). The body
+// sent last, with the model's turn and promptgate's refusals appended (Prepared.continued), goes to
+// the same URL with the same headers as the first request (so the operator's key only where that
+// one had it: its origin), through the upstream transport and its timeouts, in an upstream span of
+// its own (with the round). The answer must be a success of the same kind (an SSE stream for a
+// stream, JSON otherwise) in no content coding, else the round is not taken and the refusals stand,
+// as refuse writes them. A next request larger than limits.maxBodyBytes is never sent: each round
+// resends the turns before it, so the rounds end there, and the refusals stand. nil outside
+// continue mode, except for an answer whose approval requests of hosted MCP calls promptgate
+// answers (mcp.vetHostedCalls; a Responses stream, or any non-stream answer), which it continues in
 // any mode. Streams of other surfaces keep their refuse-mode relay.
 func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
 	if _, responses := x.prep.Surface.(*responses.Surface); x.policy.Mode != vet.ModeContinue &&
@@ -91,9 +92,9 @@ func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
 	}
 }
 
-// roundIdempotencyKey gives a next round an idempotency key of its own, derived from the client's: an upstream
-// that honours the key would otherwise answer the round with the first request's answer. A client that
-// retries the whole request sends the same key and gets the same rounds.
+// roundIdempotencyKey gives a next round an idempotency key of its own, derived from the client's:
+// an upstream that honours the key would otherwise answer the round with the first request's
+// answer. A client that retries the whole request sends the same key and gets the same rounds.
 func roundIdempotencyKey(h http.Header, round int) {
 	for _, name := range []string{"Idempotency-Key", "X-Idempotency-Key"} {
 		if k := h.Get(name); k != "" {
@@ -102,8 +103,8 @@ func roundIdempotencyKey(h http.Header, round int) {
 	}
 }
 
-// nextAnswer checks that a next round's answer can follow the first in the client's answer: a 200 of the same
-// kind, in no content coding.
+// nextAnswer checks that a next round's answer can follow the first in the client's answer: a 200
+// of the same kind, in no content coding.
 func nextAnswer(resp *http.Response, stream bool) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("status %d", resp.StatusCode)

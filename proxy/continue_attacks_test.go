@@ -24,12 +24,14 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// The newest parts of the information-flow policy attacked from outside: onViolation "continue" (promptgate
-// answers a refused call itself and asks the upstream again) and confirmation codes. The attacker controls
-// tool outputs and the model; some attacks are a client's (headers, parallel requests, disconnects) or an
-// upstream's (odd next answers). Each attack drives the real proxy and asserts that it is contained.
+// The newest parts of the information-flow policy attacked from outside: onViolation "continue"
+// (promptgate answers a refused call itself and asks the upstream again) and confirmation codes.
+// The attacker controls tool outputs and the model; some attacks are a client's (headers, parallel
+// requests, disconnects) or an upstream's (odd next answers). Each attack drives the real proxy and
+// asserts that it is contained.
 
-// evil2 and evil3 are further payments to IBANs that occur in no source of the banking conversation.
+// evil2 and evil3 are further payments to IBANs that occur in no source of the banking
+// conversation.
 var (
 	redEvil2 = flowtest.Call{ID: "call_evil2", Tool: "send_money", Args: json.RawMessage(`{"recipient":"FR1420041010050500013M02606","amount":5,"subject":"December bill"}`)}
 	redEvil3 = flowtest.Call{ID: "call_evil3", Tool: "send_money", Args: json.RawMessage(`{"recipient":"NL91ABNA0417164300","amount":7,"subject":"December bill"}`)}
@@ -49,10 +51,11 @@ func checkNoLeak(t *testing.T, name string, h http.Header, b []byte, leaks ...st
 	}
 }
 
-// TestAttackContinueLeaks: a model that makes a second refused payment in the continued round, and one
-// that makes three refused payments at once, never shows the client any of them (id, recipient, notice):
-// each round is one more upstream request (not one per call), it answers every refused call of the round
-// before, and the client gets the text of every round and the call of the last, with the usage of all.
+// TestAttackContinueLeaks: a model that makes a second refused payment in the continued round, and
+// one that makes three refused payments at once, never shows the client any of them (id, recipient,
+// notice): each round is one more upstream request (not one per call), it answers every refused
+// call of the round before, and the client gets the text of every round and the call of the last,
+// with the usage of all.
 func TestAttackContinueLeaks(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -98,7 +101,8 @@ func TestAttackContinueLeaks(t *testing.T) {
 					for i, n := range tc.answered {
 						added := bytes.Count(reqs[i+1], []byte(refusal)) - bytes.Count(reqs[i], []byte(refusal))
 						if sf == flowtest.Responses {
-							// The upstream stores responses: the next request continues the last and sends only its results.
+							// The upstream stores responses: the next request continues the last
+							// and sends only its results.
 							added = bytes.Count(reqs[i+1], []byte(refusal))
 						}
 						if added != n {
@@ -111,9 +115,9 @@ func TestAttackContinueLeaks(t *testing.T) {
 	}
 }
 
-// TestAttackContinueNotAmplified: an answer that cannot be continued is not: several choices (n=2, each
-// with a refused call) and a background response are asked once upstream, and nothing of their refused
-// calls reaches the client.
+// TestAttackContinueNotAmplified: an answer that cannot be continued is not: several choices (n=2,
+// each with a refused call) and a background response are asked once upstream, and nothing of their
+// refused calls reaches the client.
 func TestAttackContinueNotAmplified(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -174,8 +178,8 @@ func readAll(r *http.Request) []byte {
 	return b
 }
 
-// nthUpstream answers the first request of a continued answer from a scripted turn, and every later one
-// with next (n counts from 1 for the second request).
+// nthUpstream answers the first request of a continued answer from a scripted turn, and every later
+// one with next (n counts from 1 for the second request).
 type nthUpstream struct {
 	mu   sync.Mutex
 	n    int
@@ -208,7 +212,8 @@ func (u *nthUpstream) count() int {
 	return u.n
 }
 
-// writeTurn writes a scripted turn as an answer of sf, a stream split every split bytes (0: in halves).
+// writeTurn writes a scripted turn as an answer of sf, a stream split every split bytes (0: in
+// halves).
 func writeTurn(w http.ResponseWriter, tu scriptedTurn, sf flowtest.Surface, stream bool, round, split int) {
 	if !stream {
 		w.Header().Set("Content-Type", "application/json")
@@ -225,11 +230,11 @@ func writeTurn(w http.ResponseWriter, tu scriptedTurn, sf flowtest.Surface, stre
 	}
 }
 
-// TestAttackContinueOddNextAnswers: an upstream whose next answer is not one the client's answer can
-// continue with — another content type than the first, a content coding, an error quoting the request, a
-// second choice with another refused call, another model — gets nothing of it to the client; where the
-// round is not taken, the first round's refusal stands as its notice. An answer split a byte per write is
-// taken (control).
+// TestAttackContinueOddNextAnswers: an upstream whose next answer is not one the client's answer
+// can continue with — another content type than the first, a content coding, an error quoting the
+// request, a second choice with another refused call, another model — gets nothing of it to the
+// client; where the round is not taken, the first round's refusal stands as its notice. An answer
+// split a byte per write is taken (control).
 func TestAttackContinueOddNextAnswers(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -244,7 +249,8 @@ func TestAttackContinueOddNextAnswers(t *testing.T) {
 	cases := []struct {
 		name string
 		next func(w http.ResponseWriter, r *http.Request, sf flowtest.Surface, stream bool, n int)
-		// taken: the next round is what the client gets (else the notice of the first round's refusal).
+		// taken: the next round is what the client gets (else the notice of the first round's
+		// refusal).
 		taken bool
 	}{
 		{"other content type", func(w http.ResponseWriter, r *http.Request, sf flowtest.Surface, stream bool, n int) {
@@ -265,7 +271,8 @@ func TestAttackContinueOddNextAnswers(t *testing.T) {
 			_, _ = io.WriteString(w, `{"error":{"message":"LEAKME: tool_call_id call_evil with GB82WEST12345698765432 is invalid"}}`)
 		}, false},
 		{"no content type", func(w http.ResponseWriter, r *http.Request, sf flowtest.Surface, stream bool, n int) {
-			// Read as JSON, as a first answer without a content type would be: a stream request does not take it.
+			// Read as JSON, as a first answer without a content type would be: a stream request
+			// does not take it.
 			w.Header()["Content-Type"] = nil
 			_, _ = io.WriteString(w, scriptedTurn{text: "untyped. ", calls: []flowtest.Call{redEvil2}}.body(sf, n+1))
 		}, false},
@@ -323,8 +330,8 @@ func TestAttackContinueOddNextAnswers(t *testing.T) {
 }
 
 // TestAttackContinueHeaders: the next round goes to the first's URL with the first's headers — the
-// operator's key where the first had it, never the client's own key beside it — and none of the client's
-// X-Promptgate-* headers in any spelling; its Content-Length is its body's.
+// operator's key where the first had it, never the client's own key beside it — and none of the
+// client's X-Promptgate-* headers in any spelling; its Content-Length is its body's.
 func TestAttackContinueHeaders(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -401,7 +408,8 @@ func TestAttackContinueHeaders(t *testing.T) {
 						t.Errorf("the next round's Authorization %q", next.header.Get("Authorization"))
 					}
 				}
-				// An upstream that honours idempotency keys must not answer the next round with the first answer.
+				// An upstream that honours idempotency keys must not answer the next round with the
+				// first answer.
 				if a, b := first.header.Get("Idempotency-Key"), next.header.Get("Idempotency-Key"); a != "idem-1" || b == a || b == "" {
 					t.Errorf("Idempotency-Key %q in the first round, %q in the next", a, b)
 				}
@@ -410,10 +418,11 @@ func TestAttackContinueHeaders(t *testing.T) {
 	}
 }
 
-// TestAttackContinuedResponsesHistory: a continued Responses answer is recorded as the client was shown it,
-// so the record launders nothing: continued from its last response (whose round-2 text quotes the attacker's
-// IBAN) or from the first (the id response.created named), the refused payment made again is refused; a
-// stored response retrieved (GET /v1/responses/{id}, stream or not) shows none of the refused call.
+// TestAttackContinuedResponsesHistory: a continued Responses answer is recorded as the client was
+// shown it, so the record launders nothing: continued from its last response (whose round-2 text
+// quotes the attacker's IBAN) or from the first (the id response.created named), the refused
+// payment made again is refused; a stored response retrieved (GET /v1/responses/{id}, stream or
+// not) shows none of the refused call.
 func TestAttackContinuedResponsesHistory(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -482,8 +491,8 @@ func TestAttackContinuedResponsesHistory(t *testing.T) {
 	}
 }
 
-// TestAttackContinueClientGone: a client that goes away while a next round is asked cancels that round's
-// upstream request; no further round is asked, and nothing of the exchange is left running.
+// TestAttackContinueClientGone: a client that goes away while a next round is asked cancels that
+// round's upstream request; no further round is asked, and nothing of the exchange is left running.
 func TestAttackContinueClientGone(t *testing.T) {
 	cc := newContinueCase(t)
 	for _, stream := range []bool{true, false} {
@@ -498,7 +507,8 @@ func TestAttackContinueClientGone(t *testing.T) {
 				}))
 			tr := NewTransport()
 			ts, _ := flowServer(t, up.URL, cc.protocol, func(o *Options) { o.Transport = tr })
-			// The engine's own goroutines (its caches, its definitions' retry loop) live as long as the test.
+			// The engine's own goroutines (its caches, its definitions' retry loop) live as long as
+			// the test.
 			opts := []goleak.Option{goleak.IgnoreCurrent()}
 			client := &http.Client{Transport: &http.Transport{}}
 			ctx, cancel := context.WithCancel(context.Background())
@@ -531,8 +541,8 @@ func TestAttackContinueClientGone(t *testing.T) {
 	}
 }
 
-// TestAttackConfirmSingleUseUnderRace: twenty requests sent at once with the user's code (half in the
-// message, half in X-Promptgate-Confirm) release the held call once.
+// TestAttackConfirmSingleUseUnderRace: twenty requests sent at once with the user's code (half in
+// the message, half in X-Promptgate-Confirm) release the held call once.
 func TestAttackConfirmSingleUseUnderRace(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{{ID: "d1", Tool: "delete_file", Args: deleteArgs}}})
@@ -574,11 +584,12 @@ func TestAttackConfirmSingleUseUnderRace(t *testing.T) {
 var confirmTwoTools = json.RawMessage(`{"id":"files2","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},
   "toolCalls":{"flows":[{"id":"confirm-files","after":["untrusted"],"tools":["delete_file","archive_file"],"verdict":"confirm","keyArgs":["file_id"]}]}}`)
 
-// TestAttackConfirmCodeBinding: a code is its call's and its key's only — the code of delete_file does not
-// release archive_file with the same arguments, nor a guess near the code (one character changed, its halves
-// swapped), nor many guesses beside it (at most 8 codes are read per request, so the real code after eight
-// others is not even read); a code issued under one confirmation key does nothing on an instance with another
-// (a key change voids the codes in flight), and holds on one with the same key (a fleet).
+// TestAttackConfirmCodeBinding: a code is its call's and its key's only — the code of delete_file
+// does not release archive_file with the same arguments, nor a guess near the code (one character
+// changed, its halves swapped), nor many guesses beside it (at most 8 codes are read per request,
+// so the real code after eight others is not even read); a code issued under one confirmation key
+// does nothing on an instance with another (a key change voids the codes in flight), and holds on
+// one with the same key (a fleet).
 func TestAttackConfirmCodeBinding(t *testing.T) {
 	t.Parallel()
 	sf, tools := flowtest.Chat, []string{"web_fetch", "delete_file", "archive_file"}
@@ -635,9 +646,9 @@ func TestAttackConfirmCodeBinding(t *testing.T) {
 	}
 }
 
-// TestAttackConfirmCrossSite: a web page cannot confirm a held call through the listener: a request with
-// X-Promptgate-Confirm from another site's Origin or Sec-Fetch-Site, or with a body a page can post without a
-// preflight, is refused before anything goes upstream.
+// TestAttackConfirmCrossSite: a web page cannot confirm a held call through the listener: a request
+// with X-Promptgate-Confirm from another site's Origin or Sec-Fetch-Site, or with a body a page can
+// post without a preflight, is refused before anything goes upstream.
 func TestAttackConfirmCrossSite(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{{ID: "d1", Tool: "delete_file", Args: deleteArgs}}})
@@ -670,8 +681,8 @@ func TestAttackConfirmCrossSite(t *testing.T) {
 	}
 }
 
-// redToolResult is the text of the last tool result of an upstream request of sf: promptgate's refusal in a
-// continued round's request.
+// redToolResult is the text of the last tool result of an upstream request of sf: promptgate's
+// refusal in a continued round's request.
 func redToolResult(sf flowtest.Surface, req []byte) string {
 	switch sf {
 	case flowtest.Chat:
@@ -684,10 +695,11 @@ func redToolResult(sf flowtest.Surface, req []byte) string {
 	return gjson.GetBytes(req, "messages.@reverse.0.content.@reverse.0.content").String()
 }
 
-// TestAttackContinueRefusalQuotesNothing: the refusal promptgate sends upstream in place of a refused call's
-// result quotes none of its arguments whatever refused it — the client's schema (enum, pattern, maximum),
-// an argument rule's pattern or hosts, provenance, a scan, a budget, a data-flow rule — and a tool name
-// holding a line break and a header cannot start a line of its own in it.
+// TestAttackContinueRefusalQuotesNothing: the refusal promptgate sends upstream in place of a
+// refused call's result quotes none of its arguments whatever refused it — the client's schema
+// (enum, pattern, maximum), an argument rule's pattern or hosts, provenance, a scan, a budget, a
+// data-flow rule — and a tool name holding a line break and a header cannot start a line of its own
+// in it.
 func TestAttackContinueRefusalQuotesNothing(t *testing.T) {
 	t.Parallel()
 	const secret = "SECRETVALUE7731"
@@ -730,9 +742,9 @@ func TestAttackContinueRefusalQuotesNothing(t *testing.T) {
 				}
 				calls := calls
 				if sf == flowtest.Messages && !stream || sf == flowtest.Gemini {
-					// A Messages body with a duplicate key is malformed as a whole (502), before any call is vetted; so
-					// is a Gemini body or event, which holds the call whole (a stream ends as truncated): not continued,
-					// and nothing of it shown.
+					// A Messages body with a duplicate key is malformed as a whole (502), before
+					// any call is vetted; so is a Gemini body or event, which holds the call whole
+					// (a stream ends as truncated): not continued, and nothing of it shown.
 					dup := calls[len(calls)-1]
 					calls = calls[:len(calls)-1]
 					up.script(dup.ID, scriptedTurn{calls: []flowtest.Call{dup}}, scriptedTurn{text: "ok"})
@@ -774,11 +786,12 @@ func TestAttackContinueRefusalQuotesNothing(t *testing.T) {
 	}
 }
 
-// TestAttackContinueRulesAcrossRounds: the rules hold in every round of a continued answer — a budget
-// counts the calls the continuation makes (the refused ones of the round before spend nothing), a data-flow
-// rule still blocks in the next round, and a call held for confirmation in the next round is answered to the
-// model as waiting for the user (never with its code), the rounds go on, its notice and code reach the client
-// beside the continuation, and the code releases it on the user's next message.
+// TestAttackContinueRulesAcrossRounds: the rules hold in every round of a continued answer — a
+// budget counts the calls the continuation makes (the refused ones of the round before spend
+// nothing), a data-flow rule still blocks in the next round, and a call held for confirmation in
+// the next round is answered to the model as waiting for the user (never with its code), the rounds
+// go on, its notice and code reach the client beside the continuation, and the code releases it on
+// the user's next message.
 func TestAttackContinueRulesAcrossRounds(t *testing.T) {
 	t.Parallel()
 	protocol, _ := sjson.SetBytes(redProtocol, "toolCalls.onViolation", "continue")
@@ -814,7 +827,8 @@ func TestAttackContinueRulesAcrossRounds(t *testing.T) {
 					checkNoLeak(t, name+"/"+script, h, b, "call_evil", evilMail)
 					return read(t, sf, stream, b)
 				}
-				// Two mails made, budget 3: the refused mail spends nothing, a1 is the third, a2 over it.
+				// Two mails made, budget 3: the refused mail spends nothing, a1 is the third, a2
+				// over it.
 				if got := ask("budget", history); len(got.calls) != 1 || got.calls[0].ID != "a1" {
 					t.Errorf("budget: shown %+v", got)
 				}
@@ -848,8 +862,9 @@ func TestAttackContinueRulesAcrossRounds(t *testing.T) {
 }
 
 // TestAttackInputItemsHideRefusedCalls: the input items of a continued response (GET
-// /v1/responses/{id}/input_items) show nothing of the call promptgate refused: neither the refusal it sent
-// in the call's place (which names the call's id) nor, where the upstream lists the chain, the call.
+// /v1/responses/{id}/input_items) show nothing of the call promptgate refused: neither the refusal
+// it sent in the call's place (which names the call's id) nor, where the upstream lists the chain,
+// the call.
 func TestAttackInputItemsHideRefusedCalls(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -872,8 +887,8 @@ func TestAttackInputItemsHideRefusedCalls(t *testing.T) {
 		t.Fatalf("status %d: %s", status, b)
 	}
 	reqs := fu.requests()
-	// What the upstream stored as resp_2's input: the refusal; and, as an upstream listing the chain would,
-	// resp_1's output with the refused call before it.
+	// What the upstream stored as resp_2's input: the refusal; and, as an upstream listing the
+	// chain would, resp_1's output with the refused call before it.
 	chain := []string{gjson.GetBytes(reqs[1], "input").Raw,
 		"[" + strings.Join(scriptedTurn{text: continueText1, calls: []flowtest.Call{cc.evil}}.respItems(1, "completed"), ",") + "," + gjson.GetBytes(reqs[1], "input.0").Raw + "]"}
 	for _, list := range chain {

@@ -21,12 +21,12 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// A round of continue mode resends every turn before it: the model's refused call, arguments and all, and
-// promptgate's refusal. A model that makes a large refused call again and again grows each next request by
-// that much; the rounds end where the next request would pass limits.maxBodyBytes.
+// A round of continue mode resends every turn before it: the model's refused call, arguments and
+// all, and promptgate's refusal. A model that makes a large refused call again and again grows each
+// next request by that much; the rounds end where the next request would pass limits.maxBodyBytes.
 
-// limitServer is promptgate in front of up, serving protocol with limits.maxBodyBytes = maxBody and its log
-// written to logs (when not nil).
+// limitServer is promptgate in front of up, serving protocol with limits.maxBodyBytes = maxBody and
+// its log written to logs (when not nil).
 func limitServer(t testing.TB, up string, protocol json.RawMessage, maxBody int, logs io.Writer) (*httptest.Server, *memAudit) {
 	t.Helper()
 	id := gjson.GetBytes(protocol, "id").String()
@@ -53,7 +53,8 @@ func limitServer(t testing.TB, up string, protocol json.RawMessage, maxBody int,
 	return ts, rec
 }
 
-// largeRefusedCall is the banking case's attacker payment with a memo of n bytes: refused on every round.
+// largeRefusedCall is the banking case's attacker payment with a memo of n bytes: refused on every
+// round.
 func largeRefusedCall(t testing.TB, cc continueCase, n int) flowtest.Call {
 	t.Helper()
 	args, err := sjson.SetBytes(cc.evil.Args, "memo", strings.Repeat("m", n))
@@ -63,8 +64,8 @@ func largeRefusedCall(t testing.TB, cc continueCase, n int) flowtest.Call {
 	return flowtest.Call{ID: cc.evil.ID, Tool: cc.evil.Tool, Args: args}
 }
 
-// limitRequest is the client's request of the banking case; a Responses request is not stored upstream, so
-// that each round resends the conversation (a stored one sends only the refusals).
+// limitRequest is the client's request of the banking case; a Responses request is not stored
+// upstream, so that each round resends the conversation (a stored one sends only the refusals).
 func limitRequest(t testing.TB, cc continueCase, sf flowtest.Surface, stream bool) []byte {
 	t.Helper()
 	var extra map[string]any
@@ -74,11 +75,12 @@ func limitRequest(t testing.TB, cc continueCase, sf flowtest.Surface, stream boo
 	return flowRequest(t, sf, cc.turns, cc.tools, stream, extra)
 }
 
-// TestContinueRoundsEndAtBodyLimit: on every surface, stream and non-stream, a model that makes a 40 KiB
-// refused call on every round is asked again only while the next request fits limits.maxBodyBytes (256 KiB):
-// no request larger than the limit goes upstream, the rounds end before continueRounds (8) runs out, the
-// client gets the last round's refusal as refuse writes it (one notice, nothing of the call), every round's
-// refusal is in the decision log, and the log says why the rounds ended.
+// TestContinueRoundsEndAtBodyLimit: on every surface, stream and non-stream, a model that makes a
+// 40 KiB refused call on every round is asked again only while the next request fits
+// limits.maxBodyBytes (256 KiB): no request larger than the limit goes upstream, the rounds end
+// before continueRounds (8) runs out, the client gets the last round's refusal as refuse writes it
+// (one notice, nothing of the call), every round's refusal is in the decision log, and the log says
+// why the rounds ended.
 func TestContinueRoundsEndAtBodyLimit(t *testing.T) {
 	t.Parallel()
 	const limit, memo, rounds = 256 << 10, 40 << 10, 8
@@ -138,8 +140,9 @@ func sizes(bodies [][]byte) []int {
 	return out
 }
 
-// sizeUpstream answers every request with the same scripted turn, in the shape and mode asked, and keeps only
-// the size of what it received: a measure of the proxy's allocations is not swollen by the upstream's record.
+// sizeUpstream answers every request with the same scripted turn, in the shape and mode asked, and
+// keeps only the size of what it received: a measure of the proxy's allocations is not swollen by
+// the upstream's record.
 type sizeUpstream struct {
 	*httptest.Server
 	turn     scriptedTurn
@@ -183,8 +186,9 @@ func (u *sizeUpstream) take() (int64, int) {
 	return b, n
 }
 
-// continueAlloc is what one continued request through the proxy costs: the bytes allocated in the process
-// (the proxy, and the test's client and upstream) and the bytes sent upstream. The least of runs is taken.
+// continueAlloc is what one continued request through the proxy costs: the bytes allocated in the
+// process (the proxy, and the test's client and upstream) and the bytes sent upstream. The least of
+// runs is taken.
 func continueAlloc(t testing.TB, ts *httptest.Server, up *sizeUpstream, sf flowtest.Surface, body []byte, runs int) (alloc uint64, sent int64, requests int) {
 	t.Helper()
 	alloc = ^uint64(0)
@@ -203,11 +207,11 @@ func continueAlloc(t testing.TB, ts *httptest.Server, up *sizeUpstream, sf flowt
 	return alloc, sent, requests
 }
 
-// TestContinueMemoryBoundedByBodyLimit: what a continued request allocates is bounded by limits.maxBodyBytes,
-// not by continueRounds: with a 150 KiB refused call on every round and a 512 KiB limit, allowing 8 rounds
-// costs about what allowing 3 does (the limit ends both after 3), where 8 rounds of resent turns would cost
-// several times more. Measured as bytes allocated (runtime.MemStats), not time; not parallel, so that no
-// other test allocates meanwhile.
+// TestContinueMemoryBoundedByBodyLimit: what a continued request allocates is bounded by
+// limits.maxBodyBytes, not by continueRounds: with a 150 KiB refused call on every round and a 512
+// KiB limit, allowing 8 rounds costs about what allowing 3 does (the limit ends both after 3),
+// where 8 rounds of resent turns would cost several times more. Measured as bytes allocated
+// (runtime.MemStats), not time; not parallel, so that no other test allocates meanwhile.
 func TestContinueMemoryBoundedByBodyLimit(t *testing.T) {
 	const limit, memo = 512 << 10, 150 << 10
 	cc := newContinueCase(t)
@@ -235,9 +239,9 @@ func TestContinueMemoryBoundedByBodyLimit(t *testing.T) {
 	}
 }
 
-// BenchmarkContinueRoundsAtBodyLimit: one continued request whose model makes a 150 KiB refused call on every
-// round, under a 512 KiB limit, with 3 and 8 rounds allowed side by side: B/op and the bytes sent upstream
-// per request stay the same, since the limit ends the rounds.
+// BenchmarkContinueRoundsAtBodyLimit: one continued request whose model makes a 150 KiB refused
+// call on every round, under a 512 KiB limit, with 3 and 8 rounds allowed side by side: B/op and
+// the bytes sent upstream per request stay the same, since the limit ends the rounds.
 func BenchmarkContinueRoundsAtBodyLimit(b *testing.B) {
 	const limit, memo = 512 << 10, 150 << 10
 	cc := newContinueCase(b)

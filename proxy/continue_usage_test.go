@@ -12,11 +12,11 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// TestContinuedUsageIsEveryRoundsSum: a continued answer's usage is the sum of every round's, on every surface,
-// stream and non-stream, also when the client keeps nothing of the first round (it was the refused call
-// alone, no text); a non-stream answer says how many calls the client did not get (X-Promptgate-Blocked: the
-// refused one, which promptgate answered itself) and how many times it was continued
-// (X-Promptgate-Continued).
+// TestContinuedUsageIsEveryRoundsSum: a continued answer's usage is the sum of every round's, on
+// every surface, stream and non-stream, also when the client keeps nothing of the first round (it
+// was the refused call alone, no text); a non-stream answer says how many calls the client did not
+// get (X-Promptgate-Blocked: the refused one, which promptgate answered itself) and how many times
+// it was continued (X-Promptgate-Continued).
 func TestContinuedUsageIsEveryRoundsSum(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -56,11 +56,11 @@ func TestContinuedUsageIsEveryRoundsSum(t *testing.T) {
 	}
 }
 
-// TestContinuedResponseRetrievedAsCreated: GET /v1/responses/{id} of a continued response's id (the last
-// round's, which the client continues from) shows what its create showed — the output of every round the
-// client kept and the usage of every round — with the same X-Promptgate-Blocked and X-Promptgate-Continued,
-// although the upstream stores that response with the last round's output and usage only; a streamed
-// retrieval's terminal event does too.
+// TestContinuedResponseRetrievedAsCreated: GET /v1/responses/{id} of a continued response's id (the
+// last round's, which the client continues from) shows what its create showed — the output of every
+// round the client kept and the usage of every round — with the same X-Promptgate-Blocked and
+// X-Promptgate-Continued, although the upstream stores that response with the last round's output
+// and usage only; a streamed retrieval's terminal event does too.
 func TestContinuedResponseRetrievedAsCreated(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -138,9 +138,9 @@ func TestContinuedResponseRetrievedAsCreated(t *testing.T) {
 	}
 }
 
-// TestBlockedHeaderCountsCalls: X-Promptgate-Blocked counts calls, also on an input item listing, where a
-// refused call has two items (the call, where the upstream lists the chain, and the refusal promptgate sent
-// as its output): both are removed, and the count is one.
+// TestBlockedHeaderCountsCalls: X-Promptgate-Blocked counts calls, also on an input item listing,
+// where a refused call has two items (the call, where the upstream lists the chain, and the refusal
+// promptgate sent as its output): both are removed, and the count is one.
 func TestBlockedHeaderCountsCalls(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)

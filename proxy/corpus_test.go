@@ -65,8 +65,8 @@ func loadCorpus(t *testing.T) []corpusEntry {
 	return out
 }
 
-// startFileMemory builds the example plugin filememory with the go command and starts it, named "memory",
-// serving the users' files in dir.
+// startFileMemory builds the example plugin filememory with the go command and starts it, named
+// "memory", serving the users' files in dir.
 func startFileMemory(t *testing.T, dir string) *plugins.Host {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
@@ -96,7 +96,8 @@ func startFileMemory(t *testing.T, dir string) *plugins.Host {
 type corpusSurface struct {
 	path    string
 	prepare func(*Engine, context.Context, Input) (*Prepared, error)
-	// body is a banking conversation with one tool round, the tool output and the request's context given.
+	// body is a banking conversation with one tool round, the tool output and the request's context
+	// given.
 	body func(contextDoc, toolOutput, user string) []byte
 	// items lists the conversation after the rewrite (messages / input items), without the prompt.
 	items string
@@ -181,12 +182,13 @@ func renderOf(t *testing.T, sf corpusSurface, e *Engine, body []byte) corpusRend
 	return r
 }
 
-// TestInjectionCorpus sends every published attack string as the request's runtime context, as a plugin's
-// answer (the real filememory plugin, serving DIR/<user>.json) and as a tool output, on the chat,
-// Responses and Messages surfaces, with the context in the prompt and in its own message, with and without
-// datamarking. Each time the trusted text is byte-identical to a clean render, the attack stays inside the
-// one JSON line (or its own tool message), survives there as data, no line of the system text reads as an
-// extra header, and neither the conversation's items, count and roles, nor the tool set change.
+// TestInjectionCorpus sends every published attack string as the request's runtime context, as a
+// plugin's answer (the real filememory plugin, serving DIR/<user>.json) and as a tool output, on
+// the chat, Responses and Messages surfaces, with the context in the prompt and in its own message,
+// with and without datamarking. Each time the trusted text is byte-identical to a clean render, the
+// attack stays inside the one JSON line (or its own tool message), survives there as data, no line
+// of the system text reads as an extra header, and neither the conversation's items, count and
+// roles, nor the tool set change.
 func TestInjectionCorpus(t *testing.T) {
 	corpus := loadCorpus(t)
 	dir := t.TempDir()
@@ -304,9 +306,9 @@ func systemOf(path string, body []byte) string {
 	return gjson.GetBytes(body, "messages.0.content").String()
 }
 
-// readsAsHeader is the test's own idea, independent of assembly's code, of a line a model could read as a
-// section header: after NFKC folding of the whole line and blanks, invisible characters and marks, it starts
-// with "=" or a look-alike.
+// readsAsHeader is the test's own idea, independent of assembly's code, of a line a model could
+// read as a section header: after NFKC folding of the whole line and blanks, invisible characters
+// and marks, it starts with "=" or a look-alike.
 func readsAsHeader(line string) bool {
 	rest := strings.TrimLeftFunc(norm.NFKC.String(line), func(r rune) bool {
 		return unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point) ||

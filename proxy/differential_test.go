@@ -18,9 +18,9 @@ func writeSplit(w http.ResponseWriter, body string, n int) {
 	}
 }
 
-// TestOddUpstreamBodies sends, through the real proxy, upstream answers whose framing some client reads
-// as a call of a tool that is not allowed (or that breaks a rule): none of the call's bytes may reach the
-// client, whatever the upstream's Content-Type says.
+// TestOddUpstreamBodies sends, through the real proxy, upstream answers whose framing some client
+// reads as a call of a tool that is not allowed (or that breaks a rule): none of the call's bytes
+// may reach the client, whatever the upstream's Content-Type says.
 func TestOddUpstreamBodies(t *testing.T) {
 	evilEntry := `{"index":0,"id":"call_EVIL","type":"function","function":{"name":"delete_all","arguments":"{\"k\":\"SECRET\"}"}}`
 	evilChunk := `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[` + evilEntry + `]},"finish_reason":null}]}`
@@ -63,8 +63,8 @@ func TestOddUpstreamBodies(t *testing.T) {
 	}
 }
 
-// TestRequestBodies: request bodies that two JSON readers would read differently are 400 invalid_json on
-// every rewritten surface, and the upstream is not called.
+// TestRequestBodies: request bodies that two JSON readers would read differently are 400
+// invalid_json on every rewritten surface, and the upstream is not called.
 func TestRequestBodies(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("upstream called with %s", r.URL)
@@ -142,8 +142,9 @@ func TestUpstreamHeaders(t *testing.T) {
 	}
 }
 
-// TestRewrittenPathSpellings: a path that an upstream may route to a rewritten endpoint (percent-encoded
-// letters or slashes, a trailing slash, other case) is never passed through unvetted.
+// TestRewrittenPathSpellings: a path that an upstream may route to a rewritten endpoint
+// (percent-encoded letters or slashes, a trailing slash, other case) is never passed through
+// unvetted.
 func TestRewrittenPathSpellings(t *testing.T) {
 	evil := `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","tool_calls":[{"id":"call_EVIL","type":"function","function":{"name":"delete_all","arguments":"{\"k\":\"SECRET\"}"}}]},"finish_reason":"tool_calls"}]}`
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
@@ -169,8 +170,9 @@ func TestRewrittenPathSpellings(t *testing.T) {
 			up.mu.Lock()
 			last, body := up.paths[len(up.paths)-1], up.bodies[len(up.bodies)-1]
 			up.mu.Unlock()
-			// (A rewritten /v1/responses request gets this chat-shaped answer unchanged: no Responses client
-			// reads a call from it. What must not happen is a request that was not rewritten.)
+			// (A rewritten /v1/responses request gets this chat-shaped answer unchanged: no
+			// Responses client reads a call from it. What must not happen is a request that was not
+			// rewritten.)
 			if !bytes.Contains(body, []byte("=== SYSTEM CORE ===")) {
 				t.Errorf("%s: passed through unvetted as upstream %s: %d", p, last, resp.StatusCode)
 			}

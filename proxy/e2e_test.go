@@ -216,8 +216,8 @@ func TestE2EStreamOfficialClient(t *testing.T) {
 	}
 }
 
-// TestStreamFirstEventBeforeUpstreamFinishes proves the relay does not buffer: the client reads the first
-// text event while the upstream is still blocked before sending the rest.
+// TestStreamFirstEventBeforeUpstreamFinishes proves the relay does not buffer: the client reads the
+// first text event while the upstream is still blocked before sending the rest.
 func TestStreamFirstEventBeforeUpstreamFinishes(t *testing.T) {
 	release := make(chan struct{})
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
@@ -531,8 +531,9 @@ func TestUpstreamKeyReplacesAuthorization(t *testing.T) {
 	}
 }
 
-// A vetted answer of known length is written whole, with no flush of its own (one write to the client's
-// connection when the handler returns); a stream is flushed as it is relayed, so its text is not delayed.
+// A vetted answer of known length is written whole, with no flush of its own (one write to the
+// client's connection when the handler returns); a stream is flushed as it is relayed, so its text
+// is not delayed.
 func TestFlushOnlyStreams(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {

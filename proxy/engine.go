@@ -44,15 +44,15 @@ const (
 	HeaderContinued     = surface.HeaderContinued
 )
 
-// ContextSource gathers runtime context (the plugin host implements it). An error means a required source
-// failed: the request is answered 503 context_unavailable.
+// ContextSource gathers runtime context (the plugin host implements it). An error means a required
+// source failed: the request is answered 503 context_unavailable.
 type ContextSource interface {
 	Gather(ctx context.Context, q gather.Query) (gather.Result, error)
 }
 
-// Engine turns a client request into the upstream request. The proxy listener, the admin preview and the
-// `promptgate preview` command all run this same code. It is immutable once built, and safe for concurrent
-// use.
+// Engine turns a client request into the upstream request. The proxy listener, the admin preview
+// and the `promptgate preview` command all run this same code. It is immutable once built, and safe
+// for concurrent use.
 type Engine struct {
 	defs     *Definitions
 	router   *policy.Router
@@ -61,13 +61,15 @@ type Engine struct {
 	limits   Limits
 	context  ContextSource // nil: only the request's own promptgate.context
 	log      *slog.Logger
-	// surfaces are the rewritten APIs (see surfaces); routes matches their routes, folded their paths
-	// without regard to case (the disguised-route guard).
+	// surfaces are the rewritten APIs (see surfaces); routes matches their routes, folded their
+	// paths without regard to case (the disguised-route guard).
 	surfaces       []surface.Surface
 	routes, folded *routeTable
-	// schemas keeps the compiled tool schemas that clients declare, shared by every response's checker.
+	// schemas keeps the compiled tool schemas that clients declare, shared by every response's
+	// checker.
 	schemas *vet.SchemaCache
-	// calls joins the model's calls to the MCP door's (EngineOptions.Calls); nil when there is no door.
+	// calls joins the model's calls to the MCP door's (EngineOptions.Calls); nil when there is no
+	// door.
 	calls *mcpjoin.Record
 }
 
@@ -77,7 +79,8 @@ type EngineOptions struct {
 	Defs *Definitions
 	// Policy is the routing and tool-access part of the deployment config.
 	Policy policy.Config
-	// Settings are the assembly settings (the PROMPT_* environment and the config's security section).
+	// Settings are the assembly settings (the PROMPT_* environment and the config's security
+	// section).
 	Settings assembly.Settings
 	// Limits bound a request; zero values mean the defaults.
 	Limits Limits
@@ -85,11 +88,12 @@ type EngineOptions struct {
 	Context ContextSource
 	// Log receives the engine's debug lines; nil discards.
 	Log *slog.Logger
-	// StoredResponses bounds the per-instance memory of Responses answers and of stored chat completions
-	// (see surface/responses and surface/chat); 0 means 10,000.
+	// StoredResponses bounds the per-instance memory of Responses answers and of stored chat
+	// completions (see surface/responses and surface/chat); 0 means 10,000.
 	StoredResponses int
-	// Calls, when not nil, is told every model call released to the client, for the MCP door to match its
-	// tools/call against, and names the MCP server that ran a call whose output the conversation carries.
+	// Calls, when not nil, is told every model call released to the client, for the MCP door to
+	// match its tools/call against, and names the MCP server that ran a call whose output the
+	// conversation carries.
 	Calls *mcpjoin.Record
 }
 
@@ -111,8 +115,8 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 	}, nil
 }
 
-// surfaces is the table of the rewritten APIs, in the order their routes are listed. A new surface is one
-// package under proxy/surface and one line here.
+// surfaces is the table of the rewritten APIs, in the order their routes are listed. A new surface
+// is one package under proxy/surface and one line here.
 func surfaces(o EngineOptions) []surface.Surface {
 	return []surface.Surface{
 		chat.New(chat.Options{Remember: o.StoredResponses}),
@@ -127,8 +131,8 @@ func (e *Engine) Limits() Limits { return e.limits }
 
 // Input is one client request.
 type Input struct {
-	// Path is the request's path; Prepare and Preview also take it with its query (a Gemini stream's
-	// ?alt=sse).
+	// Path is the request's path; Prepare and Preview also take it with its query (a Gemini
+	// stream's ?alt=sse).
 	Path string
 	// Query is the request's query (nil for none).
 	Query  url.Values
@@ -136,16 +140,17 @@ type Input struct {
 	Body   []byte
 	// ForceProtocol selects the protocol with the operator's authority (preview --protocol).
 	ForceProtocol string
-	// Confirmer issues and checks the confirmation codes of the request's held calls (the server's); nil
-	// blocks every call that would need one (a preview checks no call).
+	// Confirmer issues and checks the confirmation codes of the request's held calls (the
+	// server's); nil blocks every call that would need one (a preview checks no call).
 	Confirmer *flow.Confirmer
-	// Violations remembers caught conversations (the server's); nil remembers nothing beyond the request.
+	// Violations remembers caught conversations (the server's); nil remembers nothing beyond the
+	// request.
 	Violations *flow.Violations
-	// Learn reads the conversation for learn mode where the protocol runs in audit mode or has a version
-	// in shadow (the server sets it when it keeps what it learns).
+	// Learn reads the conversation for learn mode where the protocol runs in audit mode or has a
+	// version in shadow (the server sets it when it keeps what it learns).
 	Learn bool
-	// Candidate, for Preview only, is a stored version of a protocol or template that the request is
-	// prepared with as if it were active (nil: the active definitions). Prepare ignores it.
+	// Candidate, for Preview only, is a stored version of a protocol or template that the request
+	// is prepared with as if it were active (nil: the active definitions). Prepare ignores it.
 	Candidate *store.Record
 }
 
@@ -160,34 +165,38 @@ type Prepared struct {
 	Kept      []policy.Tool
 	Removed   []policy.Removal
 	Extension assembly.Extension
-	// StoredPrompt is the id of the stored prompt a Responses request names, "" when none: forwarded only where
-	// every tool is allowed (Effective.Restriction), and recorded as a decision.
+	// StoredPrompt is the id of the stored prompt a Responses request names, "" when none:
+	// forwarded only where every tool is allowed (Effective.Restriction), and recorded as a
+	// decision.
 	StoredPrompt string
 	// Notes say what the surface did to continue the conversation (for the log); nil when nothing.
 	Notes []string
 	// Surface is the API of the request.
 	Surface surface.Surface
-	// FlowPolicy is the protocol's information-flow rules; Flow is the request's conversation as they read
-	// it, nil when there is no rule.
+	// FlowPolicy is the protocol's information-flow rules; Flow is the request's conversation as
+	// they read it, nil when there is no rule.
 	FlowPolicy *flow.Policy
 	Flow       *flow.Conversation
 	// client is the body the client sent.
 	client []byte
 	// cat is the definitions snapshot the request was prepared on (nil when built elsewhere).
 	cat *catalog
-	// plan is what the snapshot derived from the request's effective protocol (nil when built elsewhere).
+	// plan is what the snapshot derived from the request's effective protocol (nil when built
+	// elsewhere).
 	plan *plan
 	// schemas is the engine's cache of compiled tool schemas.
 	schemas *vet.SchemaCache
-	// Shadow is what the protocol's version in shadow makes of the request; nil when none is in shadow.
+	// Shadow is what the protocol's version in shadow makes of the request; nil when none is in
+	// shadow.
 	Shadow *Shadow
 	// learn is the conversation as learn mode reads it; nil when the request is not learned from.
 	learn *flow.Conversation
 }
 
-// Policy is the tool-call policy of the request: the kept tools (not those the upstream runs itself, whose
-// name admits no call), their schemas, the protocol's argument rules and mode. Where the rules do not compile
-// (they were validated when the protocol was stored), no call may pass; err says why.
+// Policy is the tool-call policy of the request: the kept tools (not those the upstream runs
+// itself, whose name admits no call), their schemas, the protocol's argument rules and mode. Where
+// the rules do not compile (they were validated when the protocol was stored), no call may pass;
+// err says why.
 func (p *Prepared) Policy(maxDepth int) (pol vet.Policy, err error) {
 	allowed := make(map[string]bool, len(p.Kept))
 	schemas := make(map[string][]byte, len(p.Kept))
@@ -221,8 +230,8 @@ type contextError struct{ err error }
 func (e *contextError) Error() string { return "context: " + e.err.Error() }
 func (e *contextError) Unwrap() error { return e.err }
 
-// refusedError is a request refused as a whole by policy (not a malformed one): answered as the policy error
-// it wraps, and recorded as a decision event of kind, about tool.
+// refusedError is a request refused as a whole by policy (not a malformed one): answered as the
+// policy error it wraps, and recorded as a decision event of kind, about tool.
 type refusedError struct {
 	err        *policy.Error
 	kind, tool string
@@ -249,8 +258,8 @@ func (e *Engine) Prepare(ctx context.Context, in Input) (*Prepared, error) {
 	return e.prepare(ctx, in, sf, t)
 }
 
-// matchInput is the surface and target of in's path (see match), with in's path and query split; a path that
-// is not a rewritten route is a 400 naming the param what.
+// matchInput is the surface and target of in's path (see match), with in's path and query split; a
+// path that is not a rewritten route is a 400 naming the param what.
 func (e *Engine) matchInput(in Input, what string) (surface.Surface, surface.Target, Input, error) {
 	sf, t, u, err := e.match(in.Path)
 	if err != nil {
@@ -267,9 +276,10 @@ func (e *Engine) matchInput(in Input, what string) (surface.Surface, surface.Tar
 	return sf, t, in, nil
 }
 
-// storedPromptRefused is the refusal of a request naming the stored prompt id where the operator restricts
-// tools (why): the stored prompt's tools (web search, MCP servers, code interpreter, functions) and instructions
-// are applied upstream, where promptgate can neither filter nor see them.
+// storedPromptRefused is the refusal of a request naming the stored prompt id where the operator
+// restricts tools (why): the stored prompt's tools (web search, MCP servers, code interpreter,
+// functions) and instructions are applied upstream, where promptgate can neither filter nor see
+// them.
 func storedPromptRefused(id, why string, eff *policy.Effective) *refusedError {
 	reason := fmt.Sprintf("stored prompt %q: its tools and instructions are applied upstream, out of promptgate's sight, and %s", id, why)
 	return &refusedError{
@@ -279,8 +289,8 @@ func storedPromptRefused(id, why string, eff *policy.Effective) *refusedError {
 	}
 }
 
-// policyRequest is what the router reads of a request; the API key is hashed only where a route needs it
-// (keyRouted).
+// policyRequest is what the router reads of a request; the API key is hashed only where a route
+// needs it (keyRouted).
 func policyRequest(in Input, model string, ext assembly.Extension, keyRouted bool) policy.Request {
 	req := policy.Request{
 		Path:           in.Path,
@@ -296,8 +306,8 @@ func policyRequest(in Input, model string, ext assembly.Extension, keyRouted boo
 	return req
 }
 
-// apiKeyHash is the hex sha256 of the client's API key: the bearer token, else x-api-key (Anthropic clients),
-// else x-goog-api-key or the key query parameter (Gemini clients).
+// apiKeyHash is the hex sha256 of the client's API key: the bearer token, else x-api-key (Anthropic
+// clients), else x-goog-api-key or the key query parameter (Gemini clients).
 func apiKeyHash(h http.Header, q url.Values) string {
 	key := ""
 	if a := h.Get("Authorization"); a != "" {

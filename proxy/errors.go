@@ -48,7 +48,8 @@ func toAPIError(err error) apiError {
 	case errors.As(err, &pe):
 		return apiError{Status: refusalStatus(pe.Code), Code: pe.Code, Message: pe.Message, Param: contractParam(pe.Code, pe.Param)}
 	case errors.As(err, &je):
-		// The client sees the key of its own body; the log (fail) gets only err, which never quotes it.
+		// The client sees the key of its own body; the log (fail) gets only err, which never quotes
+		// it.
 		return apiError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "request body: " + je.QuotedError()}
 	case errors.As(err, &mbe):
 		return apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large", Message: "request body is larger than the configured limit"}
@@ -66,8 +67,8 @@ func toAPIError(err error) apiError {
 	return apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
 }
 
-// refusalStatus is the HTTP status of a policy refusal by its code: 403 where the client may not do what it
-// asks, else 400 (the request itself is wrong).
+// refusalStatus is the HTTP status of a policy refusal by its code: 403 where the client may not do
+// what it asks, else 400 (the request itself is wrong).
 func refusalStatus(code string) int {
 	if code == policy.CodeProtocolNotAllowed {
 		return http.StatusForbidden
@@ -75,9 +76,9 @@ func refusalStatus(code string) int {
 	return http.StatusBadRequest
 }
 
-// contractParam is the param of an error with the given code: the codes of the contract's error table
-// (tool_choice_not_allowed among them) answer "param": null exactly as the contract shows, their message
-// naming the field; other codes (invalid_request) keep the field's path.
+// contractParam is the param of an error with the given code: the codes of the contract's error
+// table (tool_choice_not_allowed among them) answer "param": null exactly as the contract shows,
+// their message naming the field; other codes (invalid_request) keep the field's path.
 func contractParam(code, param string) string {
 	switch code {
 	case "invalid_json", "unknown_protocol", "tool_choice_not_allowed", "protocol_not_allowed", "tool_call_blocked",
@@ -109,8 +110,8 @@ func errorBody(e apiError) []byte {
 	return b
 }
 
-// writeError answers with the OpenAI error JSON. A 408 closes the connection: what is left of the request on
-// the wire must not be read as the next one.
+// writeError answers with the OpenAI error JSON. A 408 closes the connection: what is left of the
+// request on the wire must not be read as the next one.
 func writeError(w http.ResponseWriter, e apiError) {
 	body := errorBody(e)
 	h := w.Header()

@@ -8,7 +8,8 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// events makes the decision events of one request: every audit event of the request path is built here.
+// events makes the decision events of one request: every audit event of the request path is built
+// here.
 type events struct {
 	requestID       string
 	protocol        string
@@ -32,9 +33,10 @@ func (e events) removed(rm policy.Removal) audit.Event {
 	return e.event(audit.KindToolRemoved, vet.DisplayName(rm.Name), audit.VerdictRemoved, rm.Reason)
 }
 
-// toolCall is the event of a vetted call, of the kind of the rule that decided it (tool_call for vetting,
-// provenance, flow, budget or confirm for the information-flow rules); withArgs puts its arguments in
-// (else only their hash). round is the continuation round of the answer (0 for the first).
+// toolCall is the event of a vetted call, of the kind of the rule that decided it (tool_call for
+// vetting, provenance, flow, budget or confirm for the information-flow rules); withArgs puts its
+// arguments in (else only their hash). round is the continuation round of the answer (0 for the
+// first).
 func (e events) toolCall(d vet.Decision, withArgs bool, round int) audit.Event {
 	kind := d.Kind
 	if kind == "" {

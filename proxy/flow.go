@@ -18,18 +18,18 @@ import (
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
-// HeaderConfirm carries confirmation codes of held calls that the app gives beside the conversation (a
-// confirm button): only the app can set a header, never the model or the content it reads.
+// HeaderConfirm carries confirmation codes of held calls that the app gives beside the conversation
+// (a confirm button): only the app can set a header, never the model or the content it reads.
 const HeaderConfirm = "X-Promptgate-Confirm"
 
 // maxConfirmHeader bounds what is read of X-Promptgate-Confirm.
 const maxConfirmHeader = 256
 
-// analyzeFlow: where the protocol has information-flow rules, the conversation is read once — the body's
-// messages, the history the surface knows of (a Responses request that continues out of the body's sight),
-// promptgate.context and the plugins' answers as untrusted context — for the response side to judge each
-// call against. Rules that do not compile (they were validated when the protocol was stored) refuse the
-// request: fail closed.
+// analyzeFlow: where the protocol has information-flow rules, the conversation is read once — the
+// body's messages, the history the surface knows of (a Responses request that continues out of the
+// body's sight), promptgate.context and the plugins' answers as untrusted context — for the
+// response side to judge each call against. Rules that do not compile (they were validated when the
+// protocol was stored) refuse the request: fail closed.
 func (e *Engine) analyzeFlow(_ context.Context, j *job) error {
 	pol, err := j.plan.flow, j.plan.flowErr
 	if err != nil {
@@ -51,8 +51,8 @@ func (e *Engine) analyzeFlow(_ context.Context, j *job) error {
 	return nil
 }
 
-// transcript is the request's conversation as the surface reads it, read once per request (the flow rules,
-// a shadow version's and learn mode share it).
+// transcript is the request's conversation as the surface reads it, read once per request (the flow
+// rules, a shadow version's and learn mode share it).
 func (e *Engine) transcript(j *job) (*flow.Transcript, error) {
 	if j.transcript != nil {
 		return j.transcript, nil
@@ -107,8 +107,8 @@ func confirmCodes(h map[string][]string) []string {
 	return out
 }
 
-// extensionText is the text of the request's own promptgate.context (its keys and string and number values),
-// untrusted context for the flow rules; nil when there is none.
+// extensionText is the text of the request's own promptgate.context (its keys and string and number
+// values), untrusted context for the flow rules; nil when there is none.
 func extensionText(raw []byte) []string {
 	if raw == nil {
 		return nil
@@ -116,8 +116,9 @@ func extensionText(raw []byte) []string {
 	return []string{flow.JSONText(gjson.ParseBytes(raw), true)}
 }
 
-// contextTexts are the gathered context's texts, one per source (its keys and string and number values,
-// line by line), and the sources' directives: plugin answers are untrusted context for the flow rules.
+// contextTexts are the gathered context's texts, one per source (its keys and string and number
+// values, line by line), and the sources' directives: plugin answers are untrusted context for the
+// flow rules.
 func contextTexts(g gather.Result) []string {
 	var out []string
 	for _, src := range g.Sources {
@@ -156,9 +157,9 @@ func walkText(b *strings.Builder, v *ctxjson.Value, depth int) {
 	}
 }
 
-// flowJudge judges each vetted call of an answer by the request's conversation (vet.Judge). A call judged
-// again (a background response retrieved more than once) keeps its first decision: its budget is not
-// counted twice, nor a confirmation code spent twice.
+// flowJudge judges each vetted call of an answer by the request's conversation (vet.Judge). A call
+// judged again (a background response retrieved more than once) keeps its first decision: its
+// budget is not counted twice, nor a confirmation code spent twice.
 type flowJudge struct {
 	conv *flow.Conversation
 	size int
@@ -177,8 +178,9 @@ func newFlowJudge(conv *flow.Conversation, bodyBytes int) *flowJudge {
 
 func (j *flowJudge) Size() int { return j.size }
 
-// Judge implements vet.Judge: flow.Check's result as the call's decision — the first rule that decided it
-// (its kind, verdict, reason and rule), the held call's notice, and the other decisions in More.
+// Judge implements vet.Judge: flow.Check's result as the call's decision — the first rule that
+// decided it (its kind, verdict, reason and rule), the held call's notice, and the other decisions
+// in More.
 func (j *flowJudge) Judge(d vet.Decision) vet.Decision {
 	h := sha256.New()
 	fmt.Fprintf(h, "%d\x00%s\x00%s\x00", d.Choice, d.CallID, d.Tool)
@@ -243,10 +245,10 @@ func verdictOf(v string) vet.Verdict {
 	return vet.VerdictAllowed
 }
 
-// NewConfirmer returns the Confirmer of held calls' codes: under key (at least flow.MinConfirmKey bytes;
-// every instance that must accept another's codes needs the same) or, when key is "", under a random key of
-// its own (its codes then hold on this process only, until it ends). Used codes are kept in memory, so a
-// code is single-use per instance.
+// NewConfirmer returns the Confirmer of held calls' codes: under key (at least flow.MinConfirmKey
+// bytes; every instance that must accept another's codes needs the same) or, when key is "", under
+// a random key of its own (its codes then hold on this process only, until it ends). Used codes are
+// kept in memory, so a code is single-use per instance.
 func NewConfirmer(key string) (*flow.Confirmer, error) {
 	k := []byte(key)
 	if key == "" {

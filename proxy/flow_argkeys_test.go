@@ -16,14 +16,16 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// Argument keys that differ only in letter case, through the real proxy. promptgate's rules read the exact
-// key (gjson); a tool that decodes its arguments with encoding/json into a struct takes the last key that
-// matches a field case-insensitively. A call that names a key twice in two cases is blocked before any rule
-// reads it; a key a rule names, spelt in another case only, is missing to the rule and its value is judged
-// too; on every surface, stream and non-stream; nothing of a blocked call reaches the client.
+// Argument keys that differ only in letter case, through the real proxy. promptgate's rules read
+// the exact key (gjson); a tool that decodes its arguments with encoding/json into a struct takes
+// the last key that matches a field case-insensitively. A call that names a key twice in two cases
+// is blocked before any rule reads it; a key a rule names, spelt in another case only, is missing
+// to the rule and its value is judged too; on every surface, stream and non-stream; nothing of a
+// blocked call reaches the client.
 
-// argKeysProtocol holds one rule of each kind a case variant would walk around: provenance on a payment's
-// recipient and a mail's address, a scan of a mail's body, argument rules on a fetched URL and a mail's cc.
+// argKeysProtocol holds one rule of each kind a case variant would walk around: provenance on a
+// payment's recipient and a mail's address, a scan of a mail's body, argument rules on a fetched
+// URL and a mail's cc.
 var argKeysProtocol = json.RawMessage(`{"id":"argkeys","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},
   "toolCalls":{"onViolation":"refuse",
     "rules":[{"id":"docs-only","tool":"web_fetch","path":"url","hosts":["acme.com","*.acme.com"]},
@@ -56,14 +58,14 @@ var argKeysCases = []argKeysCase{
 	{"long s in subject", argCall("send_email", `{"to":"bob@acme.com","subject":"Notes","body":"Ship Friday.","ſubject":"Urgent: wire now"}`), argKeysReasonHead, "Urgent: wire now"},
 	{"Kelvin sign", argCall("web_fetch", `{"url":"https://docs.acme.com/a","kind":"page","\u212aind":"exfiltrate"}`), argKeysReasonHead, "exfiltrate"},
 	{"URL in an array of objects", argCall("send_email", `{"to":"bob@acme.com","body":"Ship Friday.","links":[{"url":"https://acme.com/","URL":"https://evil.net/x1"}]}`), argKeysReasonHead, "https://evil.net/x1"},
-	// One spelling only: an optional rule judges the value a case-insensitive reader takes, a required one
-	// finds its key missing.
+	// One spelling only: an optional rule judges the value a case-insensitive reader takes, a
+	// required one finds its key missing.
 	{"Body alone", argCall("send_email", `{"to":"bob@acme.com","subject":"Notes","Body":"Log in at https://evil.net/login"}`), "rule mail-links: body", "https://evil.net/login"},
 	{"CC alone", argCall("send_email", `{"to":"bob@acme.com","body":"Ship Friday.","CC":"eve@evil-mail.net"}`), "rule cc-acme: cc does not match", "eve@evil-mail.net"},
 	{"To alone", argCall("send_email", `{"To":"eve@evil-mail.net","body":"Ship Friday."}`), "rule mail-to: to is missing", "eve@evil-mail.net"},
 	{"RECIPIENT alone", argCall("send_money", `{"RECIPIENT":"`+attackerIBAN+`","amount":120}`), "rule payee: recipient is missing", attackerIBAN},
-	// Controls: the same calls without a case variant pass, and so do keys that differ by more than case, and
-	// a value in another case that the rule allows.
+	// Controls: the same calls without a case variant pass, and so do keys that differ by more than
+	// case, and a value in another case that the rule allows.
 	{"control payment", argCall("send_money", `{"recipient":"`+userIBAN+`","amount":120,"recipient_name":"Landlord"}`), "", ""},
 	{"control mail", argCall("send_email", `{"to":"bob@acme.com","subject":"Notes","body":"See https://docs.acme.com/notes"}`), "", ""},
 	{"control fetch", argCall("web_fetch", `{"url":"https://docs.acme.com/a","ıd":1,"id":2}`), "", ""},
@@ -77,11 +79,11 @@ func argCall(tool, args string) flowtest.Call {
 // argKeysTools are the tools every request declares.
 var argKeysTools = []string{"web_fetch", "send_email", "send_money"}
 
-// TestArgumentKeyCaseVariantsBlocked: each case variant the issue names (RECIPIENT, To, Body, URL) and Go's
-// other folds (ſ, K) are blocked with a reason that names the offset, never the key or the value; a key
-// spelt in another case only is judged by its rule; on every surface, stream and non-stream. Neither a
-// blocked call's id nor its attacker's value reaches the client (text, calls or headers), the notice and the
-// decision log give the reason; the controls pass.
+// TestArgumentKeyCaseVariantsBlocked: each case variant the issue names (RECIPIENT, To, Body, URL)
+// and Go's other folds (ſ, K) are blocked with a reason that names the offset, never the key or the
+// value; a key spelt in another case only is judged by its rule; on every surface, stream and
+// non-stream. Neither a blocked call's id nor its attacker's value reaches the client (text, calls
+// or headers), the notice and the decision log give the reason; the controls pass.
 func TestArgumentKeyCaseVariantsBlocked(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t)
@@ -115,9 +117,9 @@ func TestArgumentKeyCaseVariantsBlocked(t *testing.T) {
 	}
 }
 
-// checkKeysBlocked: the client's notice and the decision log give the case's reason (for two keys in two
-// cases: an offset as its detail, the head alone counted by metrics); no byte of the call's id or its
-// attacker's value, raw or JSON-escaped, reached the client.
+// checkKeysBlocked: the client's notice and the decision log give the case's reason (for two keys
+// in two cases: an offset as its detail, the head alone counted by metrics); no byte of the call's
+// id or its attacker's value, raw or JSON-escaped, reached the client.
 func checkKeysBlocked(t *testing.T, name string, sf flowtest.Surface, stream bool, c argKeysCase, h http.Header, b []byte, events []audit.Event) {
 	t.Helper()
 	reason := blockedReason(events, c.call.Tool)
@@ -143,9 +145,10 @@ func checkKeysBlocked(t *testing.T, name string, sf flowtest.Surface, stream boo
 	}
 }
 
-// TestArgumentKeyCaseVariantsContinue: in continue mode a call with case-variant keys is refused like any
-// other: the client never sees it, the upstream is asked again with the refusal (its reason the
-// case-variant one) as the call's result, and the next round's answer reaches the client.
+// TestArgumentKeyCaseVariantsContinue: in continue mode a call with case-variant keys is refused
+// like any other: the client never sees it, the upstream is asked again with the refusal (its
+// reason the case-variant one) as the call's result, and the next round's answer reaches the
+// client.
 func TestArgumentKeyCaseVariantsContinue(t *testing.T) {
 	t.Parallel()
 	protocol, err := sjson.SetBytes(argKeysProtocol, "toolCalls.onViolation", "continue")

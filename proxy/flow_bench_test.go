@@ -12,8 +12,9 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// flowBenchConversation is a 40-message agent conversation (about 10 KB): app, user, then rounds of a call and
-// its output (web pages, a contact list, mails with an injection), as policy/flow's benchmark reads it.
+// flowBenchConversation is a 40-message agent conversation (about 10 KB): app, user, then rounds of
+// a call and its output (web pages, a contact list, mails with an injection), as policy/flow's
+// benchmark reads it.
 func flowBenchConversation() []flowtest.Turn {
 	turns := []flowtest.Turn{
 		{App: "You are the email assistant of Acme Corp. Be brief. Never send mail outside the company unless asked."},
@@ -36,8 +37,8 @@ func flowBenchConversation() []flowtest.Turn {
 	return turns[:40]
 }
 
-// flowBenchRules are the information-flow rules of the benchmark's protocol: a provenance rule, two scan
-// rules, a budget and a flow rule, all on the call the model makes.
+// flowBenchRules are the information-flow rules of the benchmark's protocol: a provenance rule, two
+// scan rules, a budget and a flow rule, all on the call the model makes.
 const flowBenchRules = `{"toolOutputs":{"trusted":["get_contacts"]},
   "provenance":[{"id":"mail-to","tool":"send_email","path":"recipients.#","as":"email","from":["user","app","tool:get_contacts"]}],
   "scan":[{"id":"links","tool":"send_email","path":"body","find":["url"],"hosts":["acme.com","*.acme.com"]},
@@ -45,9 +46,10 @@ const flowBenchRules = `{"toolOutputs":{"trusted":["get_contacts"]},
   "budgets":[{"id":"mails","tool":"send_email","maxCalls":3}],
   "flows":[{"id":"pay","after":["untrusted"],"tools":["send_money"]}]}`
 
-// BenchmarkFlowThroughProxy is the cost of the information-flow rules through the real proxy: a 40-message
-// conversation answered with one send_email call (allowed), on each surface, non-stream, with the rules
-// ("flow") and with the same protocol without them ("none"); the difference is the rules' cost per request.
+// BenchmarkFlowThroughProxy is the cost of the information-flow rules through the real proxy: a
+// 40-message conversation answered with one send_email call (allowed), on each surface, non-stream,
+// with the rules ("flow") and with the same protocol without them ("none"); the difference is the
+// rules' cost per request.
 func BenchmarkFlowThroughProxy(b *testing.B) {
 	plain := json.RawMessage(`{"id":"bench","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},"toolCalls":{"onViolation":"refuse"}}`)
 	withRules := json.RawMessage(plain)

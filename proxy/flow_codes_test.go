@@ -12,12 +12,12 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// Confirmation codes through the real proxy, on every surface, stream and non-stream: the replies users
-// type, a code per hold, the binding across the shapes a conversation's turns take, and notices that show
-// every value that broke a rule.
+// Confirmation codes through the real proxy, on every surface, stream and non-stream: the replies
+// users type, a code per hold, the binding across the shapes a conversation's turns take, and
+// notices that show every value that broke a rule.
 
-// codeCase runs f for every surface, stream and non-stream, each with a scripted upstream that makes the
-// given calls and a confirming proxy of its own.
+// codeCase runs f for every surface, stream and non-stream, each with a scripted upstream that
+// makes the given calls and a confirming proxy of its own.
 func codeCase(t *testing.T, calls []flowtest.Call, f func(t *testing.T, name string, sf flowtest.Surface, stream bool, ask asker)) {
 	t.Helper()
 	for _, sf := range flowtest.Surfaces {
@@ -34,14 +34,15 @@ func codeCase(t *testing.T, calls []flowtest.Call, f func(t *testing.T, name str
 	}
 }
 
-// asker sends a client request and returns what the client was shown and the request's confirm verdicts.
+// asker sends a client request and returns what the client was shown and the request's confirm
+// verdicts.
 type asker func(body []byte) (shown, []string)
 
 var deleteTools = []string{"web_fetch", "delete_file"}
 
-// TestConfirmationRepliesAsTyped: the replies users type release the held call — a word of four letters
-// before the code ("Code", "okay", "Sure", "Please send"), an en or em dash, a no-break space, full-width
-// forms — and a reply one character off does not.
+// TestConfirmationRepliesAsTyped: the replies users type release the held call — a word of four
+// letters before the code ("Code", "okay", "Sure", "Please send"), an en or em dash, a no-break
+// space, full-width forms — and a reply one character off does not.
 func TestConfirmationRepliesAsTyped(t *testing.T) {
 	t.Parallel()
 	replies := []struct {
@@ -84,8 +85,9 @@ func TestConfirmationRepliesAsTyped(t *testing.T) {
 	})
 }
 
-// TestConfirmationCodePerHold: the same call, released by its code and held again in the same minute, shows
-// a new code (not the one just used), which releases it in turn; the used one does not again.
+// TestConfirmationCodePerHold: the same call, released by its code and held again in the same
+// minute, shows a new code (not the one just used), which releases it in turn; the used one does
+// not again.
 func TestConfirmationCodePerHold(t *testing.T) {
 	t.Parallel()
 	codeCase(t, []flowtest.Call{{ID: "d1", Tool: "delete_file", Args: deleteArgs}}, func(t *testing.T, name string, sf flowtest.Surface, stream bool, ask asker) {
@@ -115,11 +117,11 @@ func TestConfirmationCodePerHold(t *testing.T) {
 	})
 }
 
-// TestConfirmationBindsAcrossTurnShapes: without a conversation id, a code given in one turn releases the
-// call in the next however the app's messages stand there: a Responses conversation with instructions and a
-// developer item continued with previous_response_id (the instance's record replays the developer item before
-// the instructions sent again), the same conversation sent whole, Chat with system and developer messages,
-// Messages with a system prompt.
+// TestConfirmationBindsAcrossTurnShapes: without a conversation id, a code given in one turn
+// releases the call in the next however the app's messages stand there: a Responses conversation
+// with instructions and a developer item continued with previous_response_id (the instance's record
+// replays the developer item before the instructions sent again), the same conversation sent whole,
+// Chat with system and developer messages, Messages with a system prompt.
 func TestConfirmationBindsAcrossTurnShapes(t *testing.T) {
 	t.Parallel()
 	first := append([]flowtest.Turn{{App: "You keep the user's drive tidy."}, {App: "The user's drive is the team drive."}}, readThenDelete...)
@@ -152,9 +154,9 @@ var mailConfirmProtocol = json.RawMessage(`{"id":"mail","promptTemplate":{"base"
   "toolCalls":{"onViolation":"refuse","provenance":[{"id":"mail-to","tool":"send_email","path":"to.#","as":"email","from":["user"],
     "verdict":"confirm","keyArgs":["to.#"]}]}}`)
 
-// TestHeldNoticeShowsBrokenValues: a held call's notice shows every value that broke the rule, the fourth
-// recipient of a list whose key argument shows three included; a call with more such values than a notice
-// shows is blocked instead, with a reason that quotes none of them.
+// TestHeldNoticeShowsBrokenValues: a held call's notice shows every value that broke the rule, the
+// fourth recipient of a list whose key argument shows three included; a call with more such values
+// than a notice shows is blocked instead, with a reason that quotes none of them.
 func TestHeldNoticeShowsBrokenValues(t *testing.T) {
 	t.Parallel()
 	recipients := func(n int) json.RawMessage {

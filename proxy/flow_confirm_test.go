@@ -22,7 +22,8 @@ import (
 var confirmProtocol = json.RawMessage(`{"id":"files","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},
   "toolCalls":{"flows":[{"id":"confirm-delete","after":["untrusted"],"tools":["delete_file"],"verdict":"confirm","keyArgs":["file_id"]}]}}`)
 
-// readThenDelete is a conversation in which the model read a web page and is about to delete a file.
+// readThenDelete is a conversation in which the model read a web page and is about to delete a
+// file.
 var readThenDelete = []flowtest.Turn{
 	{User: "Tidy up my drive as the page says."},
 	{Calls: []flowtest.Call{{ID: "r1", Tool: "web_fetch", Args: json.RawMessage(`{"url":"https://example.com/tips"}`)}}},
@@ -31,9 +32,9 @@ var readThenDelete = []flowtest.Turn{
 
 var deleteArgs = json.RawMessage(`{"file_id":"budget-2026.xlsx"}`)
 
-// TestHeldNoticeBesideReleasedCall: a held call's notice, with its code, reaches the client even where another
-// call of the answer is released (a body keeps the other call and gains the notice), on every surface, stream
-// and non-stream; the held call's id and arguments do not.
+// TestHeldNoticeBesideReleasedCall: a held call's notice, with its code, reaches the client even
+// where another call of the answer is released (a body keeps the other call and gains the notice),
+// on every surface, stream and non-stream; the held call's id and arguments do not.
 func TestHeldNoticeBesideReleasedCall(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{
@@ -115,10 +116,10 @@ func confirmVerdicts(events []audit.Event) []string {
 	return out
 }
 
-// TestConfirmationThroughProxy: a held call's notice gives a code; the user's next message with the code
-// releases the same call once, when the model makes it again; the code used again, a code that expired, or a
-// code that only a tool output or the runtime context holds does not; each is in the decision log. On every
-// surface, stream and non-stream.
+// TestConfirmationThroughProxy: a held call's notice gives a code; the user's next message with the
+// code releases the same call once, when the model makes it again; the code used again, a code that
+// expired, or a code that only a tool output or the runtime context holds does not; each is in the
+// decision log. On every surface, stream and non-stream.
 func TestConfirmationThroughProxy(t *testing.T) {
 	t.Parallel()
 	tools := []string{"web_fetch", "delete_file"}
@@ -172,9 +173,9 @@ func TestConfirmationThroughProxy(t *testing.T) {
 	}
 }
 
-// TestConfirmationBindingAndHeader: a code is bound to its conversation (X-Promptgate-Conversation): it does
-// nothing in another; an app with a button gives the code in X-Promptgate-Confirm instead of the user's
-// message, which releases the call once as well.
+// TestConfirmationBindingAndHeader: a code is bound to its conversation
+// (X-Promptgate-Conversation): it does nothing in another; an app with a button gives the code in
+// X-Promptgate-Confirm instead of the user's message, which releases the call once as well.
 func TestConfirmationBindingAndHeader(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{{ID: "d1", Tool: "delete_file", Args: deleteArgs}}})
@@ -209,9 +210,10 @@ func TestConfirmationBindingAndHeader(t *testing.T) {
 	}
 }
 
-// TestConfirmationAcrossResponsesTurns: a Responses conversation continued with previous_response_id confirms
-// a call held in the previous response: the notice is in the instance's record of what the client was shown,
-// and the user's code in the new input releases the call.
+// TestConfirmationAcrossResponsesTurns: a Responses conversation continued with
+// previous_response_id confirms a call held in the previous response: the notice is in the
+// instance's record of what the client was shown, and the user's code in the new input releases the
+// call.
 func TestConfirmationAcrossResponsesTurns(t *testing.T) {
 	t.Parallel()
 	for _, stream := range []bool{false, true} {

@@ -29,8 +29,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
-// continueCase is the banking suite's first scenario in continue mode: the model first makes the attacker's
-// payment, and, told by promptgate that it was refused, goes back to the user's task and pays the landlord.
+// continueCase is the banking suite's first scenario in continue mode: the model first makes the
+// attacker's payment, and, told by promptgate that it was refused, goes back to the user's task and
+// pays the landlord.
 type continueCase struct {
 	protocol json.RawMessage
 	turns    []flowtest.Turn
@@ -68,14 +69,15 @@ const (
 	continueText2 = "That account was refused, so I paid the landlord's IBAN you gave me."
 )
 
-// TestContinueGetsTheTaskDone: with onViolation "continue", on every surface, stream and non-stream, the
-// attacker's payment never reaches the client (neither its id nor its recipient, nor a notice: promptgate
-// answered it itself); the upstream is asked again with the model's turn and the refusal appended; the
-// continuation's payment to the landlord reaches the client in the same answer after the first round's text;
-// the usage is both rounds' summed; the client sees one answer (chat: one id and created; Messages: one
-// message_start and message_stop, block indexes 0, 1, …; Responses: sequence numbers and output indexes
-// counting on; Gemini: the first responseId on every event, one finishReason); the decision log records the
-// refusal in round 0 and the payment in round 1.
+// TestContinueGetsTheTaskDone: with onViolation "continue", on every surface, stream and
+// non-stream, the attacker's payment never reaches the client (neither its id nor its recipient,
+// nor a notice: promptgate answered it itself); the upstream is asked again with the model's turn
+// and the refusal appended; the continuation's payment to the landlord reaches the client in the
+// same answer after the first round's text; the usage is both rounds' summed; the client sees one
+// answer (chat: one id and created; Messages: one message_start and message_stop, block indexes 0,
+// 1, …; Responses: sequence numbers and output indexes counting on; Gemini: the first responseId on
+// every event, one finishReason); the decision log records the refusal in round 0 and the payment
+// in round 1.
 func TestContinueGetsTheTaskDone(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -119,7 +121,8 @@ func TestContinueGetsTheTaskDone(t *testing.T) {
 					checkExtends(t, reqs[0], reqs[1], contentsPath(sf), 2)
 				} else if prev, in := gjson.GetBytes(reqs[1], "previous_response_id").Str, gjson.GetBytes(reqs[1], "input"); prev != "resp_1" ||
 					len(in.Array()) != 1 || in.Get("0.type").Str != "function_call_output" || in.Get("0.call_id").Str != cc.evil.ID {
-					// The upstream stores responses: the next round continues the first and sends only the results.
+					// The upstream stores responses: the next round continues the first and sends
+					// only the results.
 					t.Errorf("the second Responses request: previous_response_id %q, input %s", prev, in.Raw)
 				}
 				if !stream && h.Get(HeaderBlocked) != "1" {
@@ -134,7 +137,8 @@ func TestContinueGetsTheTaskDone(t *testing.T) {
 	}
 }
 
-// checkExtends: next is first with n items appended to the array at path, every other byte the same.
+// checkExtends: next is first with n items appended to the array at path, every other byte the
+// same.
 func checkExtends(t *testing.T, first, next []byte, path string, n int) {
 	t.Helper()
 	a, b := gjson.GetBytes(first, path).Array(), gjson.GetBytes(next, path).Array()
@@ -226,14 +230,15 @@ func checkOneAnswer(t *testing.T, sf flowtest.Surface, stream bool, got shown, b
 				next++
 			}
 		}
-		// The client continues from the last response: the upstream holds the refusals in its history.
+		// The client continues from the last response: the upstream holds the refusals in its
+		// history.
 		want := []string{"response.created:resp_1", "response.in_progress:resp_1", "response.completed:resp_2"}
 		if !slices.Equal(got.ids, want) {
 			t.Errorf("response ids %v, want %v", got.ids, want)
 		}
 	case flowtest.Gemini:
-		// Every event is one GenerateContentResponse: each carries the first round's responseId, and only the
-		// last one finishes the candidate.
+		// Every event is one GenerateContentResponse: each carries the first round's responseId,
+		// and only the last one finishes the candidate.
 		finished := 0
 		for i, d := range datas {
 			if id := gjson.Get(d, "responseId").Str; id != "resp-1" {
@@ -252,9 +257,9 @@ func checkOneAnswer(t *testing.T, sf flowtest.Surface, stream bool, got shown, b
 	}
 }
 
-// TestContinueRoundsBounded: a model that makes the refused call again and again is asked continueRounds
-// times more (the protocol's, else the default), then the client gets the last round's notice as refuse
-// writes it; each round's refusal is recorded with its round.
+// TestContinueRoundsBounded: a model that makes the refused call again and again is asked
+// continueRounds times more (the protocol's, else the default), then the client gets the last
+// round's notice as refuse writes it; each round's refusal is recorded with its round.
 func TestContinueRoundsBounded(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -300,8 +305,9 @@ func TestContinueRoundsBounded(t *testing.T) {
 	}
 }
 
-// TestContinueUpstreamFailsNextRound: when the upstream answers the next round with an error, the first
-// round's refusal stands as refuse writes it (the notice), and the client gets no byte of the error answer.
+// TestContinueUpstreamFailsNextRound: when the upstream answers the next round with an error, the
+// first round's refusal stands as refuse writes it (the notice), and the client gets no byte of the
+// error answer.
 func TestContinueUpstreamFailsNextRound(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -338,10 +344,10 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// TestContinueOfficialClients: the official SDKs parse a continued stream without error and assemble from it
-// the one answer: the text of both rounds and the continuation's call (openai-go's chat accumulator, its
-// Responses event stream, anthropic-sdk-go's message accumulator, Google's genai stream: the summed usage
-// and the first responseId on every event).
+// TestContinueOfficialClients: the official SDKs parse a continued stream without error and
+// assemble from it the one answer: the text of both rounds and the continuation's call (openai-go's
+// chat accumulator, its Responses event stream, anthropic-sdk-go's message accumulator, Google's
+// genai stream: the summed usage and the first responseId on every event).
 func TestContinueOfficialClients(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -449,9 +455,9 @@ func TestContinueOfficialClients(t *testing.T) {
 	})
 }
 
-// continueGeminiStream is what Google's Go client assembles from a continued stream of the banking case
-// (the conversation and tools as flowRequest renders them): the text, the calls, the last usage and every
-// event's responseId.
+// continueGeminiStream is what Google's Go client assembles from a continued stream of the banking
+// case (the conversation and tools as flowRequest renders them): the text, the calls, the last
+// usage and every event's responseId.
 func continueGeminiStream(t *testing.T, ts *httptest.Server, cc continueCase) (text string, calls []string, usage *genai.GenerateContentResponseUsageMetadata, ids []string) {
 	t.Helper()
 	var req struct {
@@ -476,11 +482,12 @@ func continueGeminiStream(t *testing.T, ts *httptest.Server, cc continueCase) (t
 	return text, calls, usage, ids
 }
 
-// TestContinueAgentFlows: every scenario whose attacked calls are all refused, in continue mode, on every
-// surface, stream and non-stream, with a model that gives up the attacker's calls once refused: the client
-// gets the first round's text and the continuation's, and nothing of the refused calls, not even a notice. A
-// scenario whose attacked call is held for confirmation is not continued (the confirmation is the user's): the
-// held notice reaches the client, and the upstream is asked once.
+// TestContinueAgentFlows: every scenario whose attacked calls are all refused, in continue mode, on
+// every surface, stream and non-stream, with a model that gives up the attacker's calls once
+// refused: the client gets the first round's text and the continuation's, and nothing of the
+// refused calls, not even a notice. A scenario whose attacked call is held for confirmation is not
+// continued (the confirmation is the user's): the held notice reaches the client, and the upstream
+// is asked once.
 func TestContinueAgentFlows(t *testing.T) {
 	t.Parallel()
 	n, held := 0, 0
@@ -509,8 +516,8 @@ func TestContinueAgentFlows(t *testing.T) {
 				up.mu.Lock()
 				asked := up.served[script]
 				up.mu.Unlock()
-				// The agent goes on: the model is told the call waits for the user (never the code), and the client
-				// gets the notice with its code beside the continuation.
+				// The agent goes on: the model is told the call waits for the user (never the
+				// code), and the client gets the notice with its code beside the continuation.
 				code := noticeCode(got.text)
 				if asked != 2 || code == "" || !strings.HasPrefix(got.text, "On it. ") || !strings.HasSuffix(got.text, "Done as you asked.") || len(got.calls) != 0 {
 					t.Errorf("%s: a held call's answer was not continued with its notice (%d upstream requests): %q", c.name, asked, got.text)
@@ -537,8 +544,8 @@ func TestContinueAgentFlows(t *testing.T) {
 	}
 }
 
-// TestContinueTraced: each next round goes upstream in an upstream span of its own, in the request's trace,
-// with its round, and the upstream gets that span as the parent of its request.
+// TestContinueTraced: each next round goes upstream in an upstream span of its own, in the
+// request's trace, with its round, and the upstream gets that span as the parent of its request.
 func TestContinueTraced(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)

@@ -29,8 +29,8 @@ type flowCase struct {
 	calls  []flowtest.Expected
 }
 
-// scenarioCases are the cases of a suite: each scenario's benign and attacked variants, on every surface,
-// stream and non-stream.
+// scenarioCases are the cases of a suite: each scenario's benign and attacked variants, on every
+// surface, stream and non-stream.
 func scenarioCases(t *testing.T, su flowtest.Suite) []flowCase {
 	t.Helper()
 	var out []flowCase
@@ -92,15 +92,15 @@ func (m *memAudit) eventsOfRequest(id string) []audit.Event {
 	return out
 }
 
-// TestAgentFlowsThroughProxy runs every scenario of policy/flow/testdata/agentflows through the real proxy,
-// on every surface, stream and non-stream, with each suite's protocol in refuse mode and a scripted
-// model that makes the scenario's calls (the attacked variant: the attacker's call) in one answer: the benign
-// calls reach the client as the model made them; the attacker's call does not — it is blocked (its notice
-// shown) or held (a notice with a code) — and nothing of it reaches the client: not its id, not its
-// arguments, not a string value of them that the client sent or was shown elsewhere; the decision log
-// records it under the kind the suite expects, and no reason quotes an argument value. Each case is a
-// conversation of its own (X-Promptgate-Conversation): the memory of caught conversations must not carry one
-// case into the next.
+// TestAgentFlowsThroughProxy runs every scenario of policy/flow/testdata/agentflows through the
+// real proxy, on every surface, stream and non-stream, with each suite's protocol in refuse mode
+// and a scripted model that makes the scenario's calls (the attacked variant: the attacker's call)
+// in one answer: the benign calls reach the client as the model made them; the attacker's call does
+// not — it is blocked (its notice shown) or held (a notice with a code) — and nothing of it reaches
+// the client: not its id, not its arguments, not a string value of them that the client sent or was
+// shown elsewhere; the decision log records it under the kind the suite expects, and no reason
+// quotes an argument value. Each case is a conversation of its own (X-Promptgate-Conversation): the
+// memory of caught conversations must not carry one case into the next.
 func TestAgentFlowsThroughProxy(t *testing.T) {
 	t.Parallel()
 	suites := flowtest.LoadSuites(t, agentflowsDir)
@@ -167,7 +167,8 @@ func checkFlowAnswer(t *testing.T, c flowCase, calls []flowtest.Call, req, b []b
 		}
 		switch e.Expect {
 		case "blocked":
-			// A body's notices take the place of the calls where none is left (a stream's, of each call).
+			// A body's notices take the place of the calls where none is left (a stream's, of each
+			// call).
 			if (c.stream || countWithheld(c.calls) == len(c.calls)) && !strings.Contains(got.text, "[promptgate] blocked tool call "+call.Tool+": ") {
 				t.Errorf("%s: no notice of the blocked call %d in %q", c.name, i, got.text)
 			}
@@ -208,8 +209,8 @@ func checkFlowAnswer(t *testing.T, c flowCase, calls []flowtest.Call, req, b []b
 	}
 }
 
-// shownElsewhere reports whether a value is one the client knows anyway: in its own request, or in a call it
-// was shown.
+// shownElsewhere reports whether a value is one the client knows anyway: in its own request, or in
+// a call it was shown.
 func shownElsewhere(v string, req []byte, released [][]byte) bool {
 	if bytes.Contains(req, []byte(v)) || bytes.Contains(req, []byte(strings.Trim(js(v), `"`))) {
 		return true

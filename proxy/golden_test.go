@@ -36,8 +36,8 @@ type goldenCase struct {
 	Request       json.RawMessage   `json:"request"`
 }
 
-// testStore opens a real bbolt file in a temp dir, seeded with the built-ins, with the validation and links
-// hooks serve uses.
+// testStore opens a real bbolt file in a temp dir, seeded with the built-ins, with the validation
+// and links hooks serve uses.
 func testStore(t testing.TB) *store.Bolt {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "promptgate.db"), store.Options{
@@ -78,8 +78,9 @@ func testEngine(t testing.TB, cfgYAML string, env map[string]string, templates, 
 	return e
 }
 
-// testConfig is the part of the config file the engine reads: proxy/config, which composes the whole file,
-// imports this package, so the tests here decode these sections themselves, as strictly.
+// testConfig is the part of the config file the engine reads: proxy/config, which composes the
+// whole file, imports this package, so the tests here decode these sections themselves, as
+// strictly.
 type testConfig struct {
 	policy.Config `yaml:",inline"`
 	Limits        Limits            `yaml:"limits"`
@@ -113,9 +114,10 @@ func TestGolden(t *testing.T) {
 	})
 }
 
-// runGolden runs a subtest for every file dir/NAME.in.json: the file is decoded into a C (a field C does not
-// know is an error), run turns it into JSON, and that JSON must equal NAME.out.json (compared as JSON;
-// -update rewrites the file instead). test names the test for the hint on a missing file.
+// runGolden runs a subtest for every file dir/NAME.in.json: the file is decoded into a C (a field C
+// does not know is an error), run turns it into JSON, and that JSON must equal NAME.out.json
+// (compared as JSON; -update rewrites the file instead). test names the test for the hint on a
+// missing file.
 func runGolden[C any](t *testing.T, dir, test string, run func(t *testing.T, c C) []byte) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.in.json"))
 	if err != nil || len(files) == 0 {

@@ -11,10 +11,10 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// Governance is the policy that a request outside the rewritten APIs runs under (the MCP door's): the
-// protocol the router chooses for it — by route, API key or header, as for the rewritten APIs — on the
-// definitions snapshot of that moment, with its compiled argument and information-flow rules and the
-// snapshot's kill switches. It is read-only.
+// Governance is the policy that a request outside the rewritten APIs runs under (the MCP door's):
+// the protocol the router chooses for it — by route, API key or header, as for the rewritten APIs —
+// on the definitions snapshot of that moment, with its compiled argument and information-flow rules
+// and the snapshot's kill switches. It is read-only.
 type Governance struct {
 	// Protocol is the effective protocol.
 	Protocol *policy.Effective
@@ -28,8 +28,8 @@ type Governance struct {
 type GovernInput struct {
 	Path   string
 	Header http.Header
-	// Protocol, when set, selects the protocol with the operator's authority (a configured MCP server's
-	// protocol), as a route does.
+	// Protocol, when set, selects the protocol with the operator's authority (a configured MCP
+	// server's protocol), as a route does.
 	Protocol string
 }
 
@@ -47,15 +47,15 @@ func (e *Engine) Govern(in GovernInput) (*Governance, error) {
 	return &Governance{Protocol: pl.eff, access: access, plan: pl, maxDepth: e.limits.MaxJSONDepth, schemas: e.schemas}, nil
 }
 
-// Filter splits tools into those the protocol allows (allowlist ∩ enablement ∩ access policy) and those it
-// removes, with the reason.
+// Filter splits tools into those the protocol allows (allowlist ∩ enablement ∩ access policy) and
+// those it removes, with the reason.
 func (g *Governance) Filter(tools []policy.Tool) (kept []policy.Tool, removed []policy.Removal) {
 	return g.Protocol.Filter(tools, g.access)
 }
 
-// Checker vets calls of one tool: its name allowed, its arguments one JSON object that satisfies schema
-// (nil: any object) and the protocol's argument rules; judge, when not nil, judges the calls that pass. Where
-// the argument rules do not compile, no call passes and err says why.
+// Checker vets calls of one tool: its name allowed, its arguments one JSON object that satisfies
+// schema (nil: any object) and the protocol's argument rules; judge, when not nil, judges the calls
+// that pass. Where the argument rules do not compile, no call passes and err says why.
 func (g *Governance) Checker(tool string, schema []byte, judge vet.Judge) (*vet.Checker, error) {
 	allowed := map[string]bool{}
 	if ok, _ := g.Protocol.Allowed(tool, g.access); ok && g.plan.rulesErr == nil {
@@ -73,12 +73,12 @@ func (g *Governance) Checker(tool string, schema []byte, judge vet.Judge) (*vet.
 func (g *Governance) Flow() (*flow.Policy, error) { return g.plan.flow, g.plan.flowErr }
 
 // PinSet is the active version of an MCP server's pinned tool definitions in the engine's current
-// definitions snapshot (kept current by the store's watch, and served from the last snapshot while the
-// store is unreachable); false when the server has none.
+// definitions snapshot (kept current by the store's watch, and served from the last snapshot while
+// the store is unreachable); false when the server has none.
 func (e *Engine) PinSet(server string) (store.Record, bool) { return e.defs.PinSet(server) }
 
-// released tells the MCP door's join of a call that reached the client (allowed, confirmed, or let through
-// in audit mode).
+// released tells the MCP door's join of a call that reached the client (allowed, confirmed, or let
+// through in audit mode).
 func (s *Server) released(x *exchange, d vet.Decision) {
 	calls := s.opt.Engine.calls
 	if calls == nil || d.Blocked() || len(d.Args) == 0 {

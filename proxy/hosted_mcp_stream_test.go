@@ -19,11 +19,12 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// hostedAPI imitates the Responses API running a hosted MCP server whose tools ask for approval. A request
-// that answers no approval request gets first (output items; "ROUND" in an approval request's id becomes the
-// response's number); one that answers approvals gets, for each approved request, the mcp_call the API ran
-// and a message — or, with again, first once more (a model that keeps asking), or, with fail, that status.
-// Streams are split across writes; every response is kept for GET /v1/responses/{id} (?stream=true too).
+// hostedAPI imitates the Responses API running a hosted MCP server whose tools ask for approval. A
+// request that answers no approval request gets first (output items; "ROUND" in an approval
+// request's id becomes the response's number); one that answers approvals gets, for each approved
+// request, the mcp_call the API ran and a message — or, with again, first once more (a model that
+// keeps asking), or, with fail, that status. Streams are split across writes; every response is
+// kept for GET /v1/responses/{id} (?stream=true too).
 type hostedAPI struct {
 	first []string
 	again bool
@@ -82,8 +83,8 @@ func (h *hostedAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeHostedStream(w, body)
 }
 
-// writeHostedStream streams a response body as the Responses API does, split into writes of 1..11 bytes:
-// created, in_progress, each output item's events, completed.
+// writeHostedStream streams a response body as the Responses API does, split into writes of 1..11
+// bytes: created, in_progress, each output item's events, completed.
 func writeHostedStream(w http.ResponseWriter, body string) {
 	snap, _ := sjson.Set(body, "status", "in_progress")
 	snap, _ = sjson.SetRaw(snap, "output", "[]")
@@ -134,8 +135,8 @@ var (
 	mailingText = messageItem("msg_1", "Mailing Ann and Eve now.")
 )
 
-// hostedStreamRequest is a streamed Responses request with a hosted MCP server and function tools of the given
-// names; store false makes it stateless.
+// hostedStreamRequest is a streamed Responses request with a hosted MCP server and function tools
+// of the given names; store false makes it stateless.
 func hostedStreamRequest(store bool, functions ...string) []byte {
 	req := strings.Replace(hostedRequest, `"model":"m",`, `"model":"m","stream":true,`, 1)
 	if !store {
@@ -147,8 +148,9 @@ func hostedStreamRequest(store bool, functions ...string) []byte {
 	return []byte(req)
 }
 
-// clientStream is what a strict client reads of a Responses stream: it fails the test unless sequence numbers
-// strictly increase and items are added at output_index 0, 1, 2, ..., each event of an item at its index.
+// clientStream is what a strict client reads of a Responses stream: it fails the test unless
+// sequence numbers strictly increase and items are added at output_index 0, 1, 2, ..., each event
+// of an item at its index.
 type clientStream struct {
 	types     []string // item types in the order they were added
 	text      string   // every output_text delta
@@ -203,14 +205,14 @@ func outputTypes(resp gjson.Result) string {
 	return strings.Join(types, ",")
 }
 
-// TestHostedMCPStreamAnswered: in a stream, with mcp.vetHostedCalls, promptgate answers the upstream's approval
-// requests itself — approve for ann, deny for eve with the argument rule, never quoting her address — and asks
-// the upstream again, stored (previous_response_id and the answers) or stateless (the turn and the answers
-// appended). The client reads one response: no approval request, the first round's text, eve's notice, the
-// call the upstream ran and its text, sequence numbers that increase and output indexes 0, 1, 2, ..., one
-// response.created and one response.completed (the last round's id, the output streamed, both rounds' usage).
-// Each approval request is recorded as a call of mcp; a retrieval, JSON or stream, shows what the stream
-// showed.
+// TestHostedMCPStreamAnswered: in a stream, with mcp.vetHostedCalls, promptgate answers the
+// upstream's approval requests itself — approve for ann, deny for eve with the argument rule, never
+// quoting her address — and asks the upstream again, stored (previous_response_id and the answers)
+// or stateless (the turn and the answers appended). The client reads one response: no approval
+// request, the first round's text, eve's notice, the call the upstream ran and its text, sequence
+// numbers that increase and output indexes 0, 1, 2, ..., one response.created and one
+// response.completed (the last round's id, the output streamed, both rounds' usage). Each approval
+// request is recorded as a call of mcp; a retrieval, JSON or stream, shows what the stream showed.
 func TestHostedMCPStreamAnswered(t *testing.T) {
 	t.Parallel()
 	for _, store := range []bool{true, false} {
@@ -299,12 +301,12 @@ func TestHostedMCPStreamAnswered(t *testing.T) {
 	}
 }
 
-// TestHostedMCPStreamNotAnswered: where the turn cannot be continued — a function call of the same turn
-// reaches the client, no round is left, the upstream fails the next round, the next request would pass
-// limits.maxBodyBytes — promptgate answers no approval request of it: each is replaced by a notice (eve's
-// denial, or "not run" for ann), so neither call runs, and the client gets no byte of a failed round. A
-// retrieval shows the notices; a streamed one is refused, since the stored response still holds approval
-// requests.
+// TestHostedMCPStreamNotAnswered: where the turn cannot be continued — a function call of the same
+// turn reaches the client, no round is left, the upstream fails the next round, the next request
+// would pass limits.maxBodyBytes — promptgate answers no approval request of it: each is replaced
+// by a notice (eve's denial, or "not run" for ann), so neither call runs, and the client gets no
+// byte of a failed round. A retrieval shows the notices; a streamed one is refused, since the
+// stored response still holds approval requests.
 func TestHostedMCPStreamNotAnswered(t *testing.T) {
 	t.Parallel()
 	ann, eve := approvalItem("mcpr_ann_ROUND", "ann@acme.com"), approvalItem("mcpr_eve_ROUND", "eve@evil.example")
@@ -382,9 +384,9 @@ func TestHostedMCPStreamNotAnswered(t *testing.T) {
 }
 
 // TestHostedMCPStreamHeld: an approval request that an information-flow rule holds for the user's
-// confirmation is denied with the words that it waits (never the code), and the turn is continued; the
-// client gets the held notice with its code. A function call of the turn held for confirmation (continue
-// mode) leaves the turn with the client: the approval request is not answered.
+// confirmation is denied with the words that it waits (never the code), and the turn is continued;
+// the client gets the held notice with its code. A function call of the turn held for confirmation
+// (continue mode) leaves the turn with the client: the approval request is not answered.
 func TestHostedMCPStreamHeld(t *testing.T) {
 	t.Parallel()
 	t.Run("approval held", func(t *testing.T) {
@@ -433,9 +435,9 @@ func TestHostedMCPStreamHeld(t *testing.T) {
 	})
 }
 
-// TestHostedMCPStreamOfficialClient: openai-go's Responses stream reads the answered stream through the proxy
-// without error: no approval request among its events, the hosted call the upstream ran and the text of both
-// rounds, one completed response holding the call.
+// TestHostedMCPStreamOfficialClient: openai-go's Responses stream reads the answered stream through
+// the proxy without error: no approval request among its events, the hosted call the upstream ran
+// and the text of both rounds, one completed response holding the call.
 func TestHostedMCPStreamOfficialClient(t *testing.T) {
 	t.Parallel()
 	api := &hostedAPI{first: []string{listTools, mailingText, approvalItem("mcpr_ann", "ann@acme.com")}, stored: map[string]string{}}
@@ -482,9 +484,10 @@ func TestHostedMCPStreamOfficialClient(t *testing.T) {
 	}
 }
 
-// TestHostedMCPRetrievalAsShown: a non-stream answer whose approval request promptgate let pass but could not
-// answer (a function call of the turn reaches the client) is retrieved as it was shown — the notice, not the
-// approval request the upstream stored — and a streamed retrieval of it is refused.
+// TestHostedMCPRetrievalAsShown: a non-stream answer whose approval request promptgate let pass but
+// could not answer (a function call of the turn reaches the client) is retrieved as it was shown —
+// the notice, not the approval request the upstream stored — and a streamed retrieval of it is
+// refused.
 func TestHostedMCPRetrievalAsShown(t *testing.T) {
 	t.Parallel()
 	api := &hostedAPI{first: []string{approvalItem("mcpr_ann", "ann@acme.com"), fcItem("fc_1", "call_1", "get_weather", `{"city":"Oslo"}`, "completed")},

@@ -12,8 +12,8 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// hostedProtocol allows hosted MCP (tool "mcp") under an argument rule on the address its calls mail, and
-// has promptgate answer the approval requests of hosted MCP calls when vet is set.
+// hostedProtocol allows hosted MCP (tool "mcp") under an argument rule on the address its calls
+// mail, and has promptgate answer the approval requests of hosted MCP calls when vet is set.
 func hostedProtocol(vet bool) json.RawMessage {
 	p := `{"id":"hosted","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["mcp"]},` +
 		`"toolCalls":{"rules":[{"id":"acme-only","tool":"mcp","path":"to","pattern":"@acme\\.com$"}]}`
@@ -32,8 +32,9 @@ func approvalItem(id, to string) string {
 	return `{"type":"mcp_approval_request","id":"` + id + `","server_label":"crm","name":"send_email","arguments":"{\"to\":\"` + to + `\"}"}`
 }
 
-// hostedUpstream answers the first request with approval requests for ann (allowed) and eve (refused), and a
-// request that answers them with the call it ran for each approved one and a message, as JSON.
+// hostedUpstream answers the first request with approval requests for ann (allowed) and eve
+// (refused), and a request that answers them with the call it ran for each approved one and a
+// message, as JSON.
 func hostedUpstream(t *testing.T) *upstream {
 	return newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
@@ -57,11 +58,12 @@ func hostedUpstream(t *testing.T) *upstream {
 	})
 }
 
-// TestHostedMCPApprovalsAnsweredByPromptgate: with mcp.vetHostedCalls, the request's hosted MCP tools ask for
-// approval of every call; promptgate vets each approval request as a call of tool "mcp" (the argument rule
-// refuses eve's), answers both itself — approve for ann, deny with the rule for eve — and asks the upstream
-// again, stored (previous_response_id and the answers) or stateless (the turn and the answers appended); the
-// client gets the joined answer: the call that ran, the denial's notice, the message, and no approval request.
+// TestHostedMCPApprovalsAnsweredByPromptgate: with mcp.vetHostedCalls, the request's hosted MCP
+// tools ask for approval of every call; promptgate vets each approval request as a call of tool
+// "mcp" (the argument rule refuses eve's), answers both itself — approve for ann, deny with the
+// rule for eve — and asks the upstream again, stored (previous_response_id and the answers) or
+// stateless (the turn and the answers appended); the client gets the joined answer: the call that
+// ran, the denial's notice, the message, and no approval request.
 func TestHostedMCPApprovalsAnsweredByPromptgate(t *testing.T) {
 	t.Parallel()
 	for _, store := range []bool{true, false} {
@@ -122,8 +124,8 @@ func TestHostedMCPApprovalsAnsweredByPromptgate(t *testing.T) {
 	}
 }
 
-// TestHostedMCPWithoutVetting: without mcp.vetHostedCalls, hosted MCP is governed as before: the client's
-// require_approval goes upstream as it is, and the approval requests reach the client.
+// TestHostedMCPWithoutVetting: without mcp.vetHostedCalls, hosted MCP is governed as before: the
+// client's require_approval goes upstream as it is, and the approval requests reach the client.
 func TestHostedMCPWithoutVetting(t *testing.T) {
 	t.Parallel()
 	up := hostedUpstream(t)
@@ -137,9 +139,9 @@ func TestHostedMCPWithoutVetting(t *testing.T) {
 	}
 }
 
-// TestHostedMCPInABackgroundResponse: a background response is retrieved later, where promptgate cannot
-// continue it: with mcp.vetHostedCalls its approval requests are left unanswered, each replaced by a notice,
-// in a retrieval as JSON and as a stream.
+// TestHostedMCPInABackgroundResponse: a background response is retrieved later, where promptgate
+// cannot continue it: with mcp.vetHostedCalls its approval requests are left unanswered, each
+// replaced by a notice, in a retrieval as JSON and as a stream.
 func TestHostedMCPInABackgroundResponse(t *testing.T) {
 	t.Parallel()
 	done := `{"id":"resp_bg","object":"response","status":"completed","model":"m","output":[` + approvalItem("mcpr_ann", "ann@acme.com") + `]}`

@@ -9,10 +9,10 @@ import (
 	"testing"
 )
 
-// An upstream that echoes the credential it received — in an error message, a header, a stream, split across
-// writes — never hands an operator key to the client, who must not learn it: every occurrence is overwritten
-// with '*' (the length kept, so a Content-Length stays right), on rewritten and passed-through routes, for both
-// keys. The rest of the answer is unchanged.
+// An upstream that echoes the credential it received — in an error message, a header, a stream,
+// split across writes — never hands an operator key to the client, who must not learn it: every
+// occurrence is overwritten with '*' (the length kept, so a Content-Length stays right), on
+// rewritten and passed-through routes, for both keys. The rest of the answer is unchanged.
 func TestUpstreamEchoOfAKeyIsMasked(t *testing.T) {
 	t.Parallel()
 	const openaiKey, anthKey = "sk-openai-operator-7Q", "sk-ant-operator-9Z"
@@ -80,8 +80,8 @@ func (r *splitReader) Read(p []byte) (int, error) {
 
 func (r *splitReader) Close() error { return nil }
 
-// FuzzKeyMask: however an upstream body is split into reads, what the client gets is the body with every
-// occurrence of a key masked, byte for byte as if it had been masked whole.
+// FuzzKeyMask: however an upstream body is split into reads, what the client gets is the body with
+// every occurrence of a key masked, byte for byte as if it had been masked whole.
 func FuzzKeyMask(f *testing.F) {
 	for _, seed := range []struct{ body, sizes string }{
 		{"Incorrect API key provided: sk-abc", "\x01\x02\x03"},

@@ -10,9 +10,10 @@ import (
 	"github.com/promptgate/promptgate/proxy/origin"
 )
 
-// Key is an operator's API key bound to the one origin it may be sent to. The binding is made once, from the
-// configured upstream, and travels with the key: a Server that forwards to any other origin (the HTTPS-proxy
-// door builds one per origin a client names) leaves the client's own credentials as they are.
+// Key is an operator's API key bound to the one origin it may be sent to. The binding is made once,
+// from the configured upstream, and travels with the key: a Server that forwards to any other
+// origin (the HTTPS-proxy door builds one per origin a client names) leaves the client's own
+// credentials as they are.
 type Key struct {
 	// Secret is the key; "" means no key.
 	Secret string
@@ -20,7 +21,8 @@ type Key struct {
 	Origin origin.Origin
 }
 
-// BindKey binds secret to the origin of base (a configured upstream URL). An empty secret gives the zero Key.
+// BindKey binds secret to the origin of base (a configured upstream URL). An empty secret gives the
+// zero Key.
 func BindKey(secret string, base *url.URL) (Key, error) {
 	if secret == "" {
 		return Key{}, nil
@@ -32,7 +34,8 @@ func BindKey(secret string, base *url.URL) (Key, error) {
 	return Key{Secret: secret, Origin: o}, nil
 }
 
-// sendsTo reports whether the key may be sent to the request URL u: it has a secret and u's origin is its own.
+// sendsTo reports whether the key may be sent to the request URL u: it has a secret and u's origin
+// is its own.
 func (k Key) sendsTo(u *url.URL) bool {
 	if k.Secret == "" {
 		return false
@@ -41,10 +44,11 @@ func (k Key) sendsTo(u *url.URL) bool {
 	return err == nil && o == k.Origin
 }
 
-// maskKeys keeps the operator keys that an upstream echoes (in an error message, a header, a stream) from the
-// client, who must never learn them: in the answer to a request that carried one, every occurrence of it in
-// the headers, the body and the trailers is overwritten with '*'. The length is kept, so a Content-Length
-// stays right. An upgraded connection's body (a WebSocket) is not read.
+// maskKeys keeps the operator keys that an upstream echoes (in an error message, a header, a
+// stream) from the client, who must never learn them: in the answer to a request that carried one,
+// every occurrence of it in the headers, the body and the trailers is overwritten with '*'. The
+// length is kept, so a Content-Length stays right. An upgraded connection's body (a WebSocket) is
+// not read.
 func (s *Server) maskKeys(resp *http.Response) {
 	var keys [][]byte
 	sent := resp.Request.Header
@@ -87,9 +91,9 @@ func maskAll(b []byte, keys [][]byte) bool {
 	return masked
 }
 
-// keyMask is a response body with the keys masked. A key may straddle two reads: the end of what was read
-// that could begin a key is held back until the next read shows whether it does; anything else goes out at
-// once, so that a stream's events are not delayed.
+// keyMask is a response body with the keys masked. A key may straddle two reads: the end of what
+// was read that could begin a key is held back until the next read shows whether it does; anything
+// else goes out at once, so that a stream's events are not delayed.
 type keyMask struct {
 	body  io.ReadCloser
 	keys  [][]byte
@@ -131,7 +135,8 @@ func (m *keyMask) Read(p []byte) (int, error) {
 	}
 }
 
-// keyStart is the length of the longest end of buf that is the beginning of a key (a key that is not whole).
+// keyStart is the length of the longest end of buf that is the beginning of a key (a key that is
+// not whole).
 func (m *keyMask) keyStart() int {
 	longest := 0
 	for _, k := range m.keys {

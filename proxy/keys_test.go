@@ -28,9 +28,9 @@ func keyedReply(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, completionJSON)
 }
 
-// TestKeysGoToTheirOwnOriginOnly builds Servers as the base-URL listener does (each upstream its configured
-// one) and as the HTTPS-proxy door does (both upstreams at the origin the client named), with both operator
-// keys set, and reads the credentials each fake upstream receives.
+// TestKeysGoToTheirOwnOriginOnly builds Servers as the base-URL listener does (each upstream its
+// configured one) and as the HTTPS-proxy door does (both upstreams at the origin the client named),
+// with both operator keys set, and reads the credentials each fake upstream receives.
 func TestKeysGoToTheirOwnOriginOnly(t *testing.T) {
 	t.Parallel()
 	openaiUp, anthUp, otherUp := newUpstream(t, keyedReply), newUpstream(t, keyedReply), newUpstream(t, keyedReply)

@@ -6,12 +6,13 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// Learn mode: where a protocol runs in audit mode or has a version in shadow, the request's conversation is
-// read once more, every source indexed (plan.learning), and each call of the answer is handed to the learn
-// store (policy/learn), which reads where its values came from off the request path.
+// Learn mode: where a protocol runs in audit mode or has a version in shadow, the request's
+// conversation is read once more, every source indexed (plan.learning), and each call of the answer
+// is handed to the learn store (policy/learn), which reads where its values came from off the
+// request path.
 
-// learning reads the conversation for learn mode, where the server learns and the protocol runs in audit
-// mode or has a version in shadow; nil otherwise.
+// learning reads the conversation for learn mode, where the server learns and the protocol runs in
+// audit mode or has a version in shadow; nil otherwise.
 func (e *Engine) learning(j *job) *flow.Conversation {
 	if !j.in.Learn || j.plan.learning == nil || j.eff.OnViolation != vet.ModeAudit && j.shadowPlan == nil {
 		return nil
@@ -29,8 +30,8 @@ func (e *Engine) learning(j *job) *flow.Conversation {
 	return c
 }
 
-// learn hands a vetted call of a request learned from to learn mode, with its number among the calls of its
-// tool in the conversation.
+// learn hands a vetted call of a request learned from to learn mode, with its number among the
+// calls of its tool in the conversation.
 func (s *Server) learn(x *exchange, d vet.Decision) {
 	conv := x.prep.learn
 	if conv == nil || s.opt.Learn == nil || len(d.Args) == 0 {

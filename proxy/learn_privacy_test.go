@@ -14,15 +14,16 @@ import (
 	"github.com/promptgate/promptgate/policy/learn"
 )
 
-// learnerProtocol runs in audit mode, so that learn mode reads its traffic; it allows send_email alone.
+// learnerProtocol runs in audit mode, so that learn mode reads its traffic; it allows send_email
+// alone.
 var learnerProtocol = json.RawMessage(`{"id":"learner","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["send_email"]},
   "toolCalls":{"onViolation":"audit"}}`)
 
-// TestLearnKeepsNoTextOfTheModel: learn mode keeps no argument value and no message text, also where
-// the model writes them where a name goes — a call of a tool the request never declared, named with a
-// key the conversation holds (in audit mode it is released, and learned) — or where a value looks like a
-// key or a path; on every surface, stream and non-stream. The file holds the declared tool's name and
-// argument paths, never the secrets.
+// TestLearnKeepsNoTextOfTheModel: learn mode keeps no argument value and no message text, also
+// where the model writes them where a name goes — a call of a tool the request never declared,
+// named with a key the conversation holds (in audit mode it is released, and learned) — or where a
+// value looks like a key or a path; on every surface, stream and non-stream. The file holds the
+// declared tool's name and argument paths, never the secrets.
 func TestLearnKeepsNoTextOfTheModel(t *testing.T) {
 	t.Parallel()
 	const secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"

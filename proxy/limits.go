@@ -14,8 +14,8 @@ const (
 	DefaultUpstreamTimeout = 120 * time.Second
 	// DefaultBodyReadTimeout bounds the arrival of a whole request body.
 	DefaultBodyReadTimeout = 60 * time.Second
-	// DefaultHeaderReadTimeout bounds the arrival of a request's headers, from its first byte (or from the
-	// connection's opening).
+	// DefaultHeaderReadTimeout bounds the arrival of a request's headers, from its first byte (or
+	// from the connection's opening).
 	DefaultHeaderReadTimeout = 10 * time.Second
 	// DefaultIdleTimeout closes a keep-alive connection that sends no new request for that long.
 	DefaultIdleTimeout = 120 * time.Second
@@ -25,12 +25,14 @@ const (
 	DefaultMaxTools = 1024
 )
 
-// Limits bound what one request may cost, and how long a listener waits for its parts (the config's limits
-// section). The zero value means every default.
+// Limits bound what one request may cost, and how long a listener waits for its parts (the config's
+// limits section). The zero value means every default.
 type Limits struct {
-	// MaxBodyBytes caps a request body; larger bodies get 413 body_too_large. 0 means DefaultMaxBodyBytes.
+	// MaxBodyBytes caps a request body; larger bodies get 413 body_too_large. 0 means
+	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64 `yaml:"maxBodyBytes"`
-	// MaxJSONDepth caps nesting of request bodies and tool-call arguments. 0 means DefaultMaxJSONDepth.
+	// MaxJSONDepth caps nesting of request bodies and tool-call arguments. 0 means
+	// DefaultMaxJSONDepth.
 	MaxJSONDepth int `yaml:"maxJSONDepth"`
 	// UpstreamTimeout bounds the wait for the upstream's response headers, and each silent gap in a
 	// streamed body. 0 means DefaultUpstreamTimeout.
@@ -38,17 +40,17 @@ type Limits struct {
 	// BodyReadTimeout bounds the arrival of a whole request body, from the end of its headers (408
 	// request_timeout past it); it never bounds the answer. 0 means DefaultBodyReadTimeout.
 	BodyReadTimeout time.Duration `yaml:"bodyReadTimeout"`
-	// HeaderReadTimeout bounds the arrival of a request's headers; the connection is closed past it. 0 means
-	// DefaultHeaderReadTimeout.
+	// HeaderReadTimeout bounds the arrival of a request's headers; the connection is closed past
+	// it. 0 means DefaultHeaderReadTimeout.
 	HeaderReadTimeout time.Duration `yaml:"headerReadTimeout"`
 	// IdleTimeout closes a keep-alive connection that sends no new request for that long. 0 means
 	// DefaultIdleTimeout.
 	IdleTimeout time.Duration `yaml:"idleTimeout"`
-	// MaxInFlight caps the requests a listener serves at once (streams included, health checks not); past it
-	// a request gets 503 overloaded with Retry-After. 0 means DefaultMaxInFlight.
+	// MaxInFlight caps the requests a listener serves at once (streams included, health checks
+	// not); past it a request gets 503 overloaded with Retry-After. 0 means DefaultMaxInFlight.
 	MaxInFlight int `yaml:"maxInFlight"`
-	// MaxTools caps the tools one request declares (each can be a decision event); past it the request gets
-	// 400 invalid_request. 0 means DefaultMaxTools.
+	// MaxTools caps the tools one request declares (each can be a decision event); past it the
+	// request gets 400 invalid_request. 0 means DefaultMaxTools.
 	MaxTools int `yaml:"maxTools"`
 }
 
@@ -80,8 +82,8 @@ func (l *Limits) ApplyDefaults() {
 	}
 }
 
-// Validate returns every problem of the limits, each naming its key path under key (the section's own
-// key, e.g. "limits") and the fix.
+// Validate returns every problem of the limits, each naming its key path under key (the section's
+// own key, e.g. "limits") and the fix.
 func (l *Limits) Validate(key string) []error {
 	var errs []error
 	bad := func(k, format string, args ...any) {
@@ -116,10 +118,11 @@ func (l *Limits) Validate(key string) []error {
 	return errs
 }
 
-// HTTPServer is the HTTP server of a listener serving h under l's header-read and idle timeouts. The proxy
-// listener bounds the reading of each request's body itself (BodyReadTimeout, cleared once the body is in, so
-// that a long stream is never cut), as do the HTTPS-proxy door's tunnels; with wholeRequest (the admin
-// listener, whose answers are short) the server bounds headers and body together instead.
+// HTTPServer is the HTTP server of a listener serving h under l's header-read and idle timeouts.
+// The proxy listener bounds the reading of each request's body itself (BodyReadTimeout, cleared
+// once the body is in, so that a long stream is never cut), as do the HTTPS-proxy door's tunnels;
+// with wholeRequest (the admin listener, whose answers are short) the server bounds headers and
+// body together instead.
 func (l Limits) HTTPServer(h http.Handler, wholeRequest bool, log *slog.Logger) *http.Server {
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: l.HeaderReadTimeout, IdleTimeout: l.IdleTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}

@@ -49,13 +49,14 @@ const (
 // Options configure a Server.
 type Options struct {
 	Engine *Engine
-	// Upstreams are the base URLs and operator keys of the upstream table's lines (upstreamTable), by name:
-	// "openai" (required: /v1/X goes to <its URL>/X), "anthropic" (POST /v1/messages and every other
-	// /v1/messages path go to <its URL>/messages...; default DefaultAnthropicUpstream) and "gemini" (every
-	// /v1beta/X goes to <its URL>/v1beta/X; default https://generativelanguage.googleapis.com). A key is sent
-	// as its line's Auth says on requests of that upstream whose URL has the key's origin, replacing the
-	// client's credentials; on every other request they are forwarded as the client sent them, as are
-	// anthropic-version and the like.
+	// Upstreams are the base URLs and operator keys of the upstream table's lines (upstreamTable),
+	// by name: "openai" (required: /v1/X goes to <its URL>/X), "anthropic" (POST /v1/messages and
+	// every other /v1/messages path go to <its URL>/messages...; default DefaultAnthropicUpstream)
+	// and "gemini" (every /v1beta/X goes to <its URL>/v1beta/X; default
+	// https://generativelanguage.googleapis.com). A key is sent as its line's Auth says on requests
+	// of that upstream whose URL has the key's origin, replacing the client's credentials; on every
+	// other request they are forwarded as the client sent them, as are anthropic-version and the
+	// like.
 	Upstreams map[string]Upstream
 	// Transport reaches the upstream; nil means NewTransport().
 	Transport http.RoundTripper
@@ -64,57 +65,60 @@ type Options struct {
 	// AuditArguments puts each vetted tool call's arguments into its audit event (the config's
 	// audit.includeArguments); when false an event keeps only their SHA-256 (argumentsSha256).
 	AuditArguments bool
-	// Degraded, when not nil and returning a reason, makes /readyz answer 503 {"status":"degraded"} (the
-	// fleet store is unreachable and the last snapshot is served).
+	// Degraded, when not nil and returning a reason, makes /readyz answer 503 {"status":"degraded"}
+	// (the fleet store is unreachable and the last snapshot is served).
 	Degraded func() string
 	// Ready reports readiness for /readyz: false with a reason while not ready.
 	Ready func() (bool, string)
-	// Tools, when not nil, is told the tools each rewritten request declared, kept and removed (the admin
-	// API's list of tools seen).
+	// Tools, when not nil, is told the tools each rewritten request declared, kept and removed (the
+	// admin API's list of tools seen).
 	Tools ToolWatcher
-	// Confirmer issues and checks the confirmation codes of calls held by information-flow rules. Servers
-	// that must accept each other's codes share one (the HTTPS-proxy door's, one per origin, share the
-	// listener's); nil gives the Server its own, under a random key.
+	// Confirmer issues and checks the confirmation codes of calls held by information-flow rules.
+	// Servers that must accept each other's codes share one (the HTTPS-proxy door's, one per
+	// origin, share the listener's); nil gives the Server its own, under a random key.
 	Confirmer *flow.Confirmer
-	// Violations remembers the conversations caught breaking a provenance, scan or flow rule (flow rules with
-	// after ["violation"]); servers of one instance share one, like the Confirmer; nil gives the Server its own.
+	// Violations remembers the conversations caught breaking a provenance, scan or flow rule (flow
+	// rules with after ["violation"]); servers of one instance share one, like the Confirmer; nil
+	// gives the Server its own.
 	Violations *flow.Violations
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 	// Tracing, when not nil, records a server span per /v1/ request and a span per stage, and sends
-	// promptgate's traceparent upstream; nil turns tracing off (the client's traceparent passes unchanged).
+	// promptgate's traceparent upstream; nil turns tracing off (the client's traceparent passes
+	// unchanged).
 	Tracing *tracing.Tracing
-	// Guard says which Hosts and browser origins are answered besides the loopback Hosts, the upstreams'
-	// own host names (see admit) and same-origin or non-browser requests; nil adds none.
+	// Guard says which Hosts and browser origins are answered besides the loopback Hosts, the
+	// upstreams' own host names (see admit) and same-origin or non-browser requests; nil adds none.
 	Guard *guard.Policy
-	// InFlight counts the requests being served, against limits.maxInFlight: Servers given the same counter
-	// (the HTTPS-proxy door's, one per origin) share one cap. nil gives the Server its own.
+	// InFlight counts the requests being served, against limits.maxInFlight: Servers given the same
+	// counter (the HTTPS-proxy door's, one per origin) share one cap. nil gives the Server its own.
 	InFlight *atomic.Int64
-	// Learn, when not nil, keeps what learn mode learns: of every request whose protocol runs in audit mode or
-	// has a version in shadow, the tools offered and, for each call of the answer, where its argument values
-	// came from (never a value). Servers of one instance share one.
+	// Learn, when not nil, keeps what learn mode learns: of every request whose protocol runs in
+	// audit mode or has a version in shadow, the tools offered and, for each call of the answer,
+	// where its argument values came from (never a value). Servers of one instance share one.
 	Learn *learn.Store
 	// Owners binds what the upstream stores from answers relayed with a shared key to the client's
-	// credential (see owned.go): Servers given the same record (the HTTPS-proxy door's pipelines and the
-	// listener) serve each other's clients their objects. nil gives the Server its own.
+	// credential (see owned.go): Servers given the same record (the HTTPS-proxy door's pipelines
+	// and the listener) serve each other's clients their objects. nil gives the Server its own.
 	Owners *owners.Record
-	// Observer, when not nil, is told what was decided for each rewritten request (`promptgate test`
-	// reads its cases' outcomes from it); nil tells no one.
+	// Observer, when not nil, is told what was decided for each rewritten request (`promptgate
+	// test` reads its cases' outcomes from it); nil tells no one.
 	Observer Observer
 	Log      *slog.Logger
 }
 
-// Observer is told, for every rewritten request, its prepared form before it goes upstream and every
-// decision on its answer's calls before it is recorded. It must be quick and safe for concurrent use, and
-// must neither change nor keep what it is given past the call (a decision's Args included).
+// Observer is told, for every rewritten request, its prepared form before it goes upstream and
+// every decision on its answer's calls before it is recorded. It must be quick and safe for
+// concurrent use, and must neither change nor keep what it is given past the call (a decision's
+// Args included).
 type Observer interface {
 	Prepared(ctx context.Context, p *Prepared)
 	Decided(ctx context.Context, d vet.Decision)
 }
 
-// ToolWatcher is told, for every rewritten request, which declared tools were kept and which removed, and
-// of every call of an answer that was blocked. It must be quick and safe for concurrent use
-// (proxy/toolseen implements it).
+// ToolWatcher is told, for every rewritten request, which declared tools were kept and which
+// removed, and of every call of an answer that was blocked. It must be quick and safe for
+// concurrent use (proxy/toolseen implements it).
 type ToolWatcher interface {
 	Saw(protocol string, kept []policy.Tool, removed []policy.Removal)
 	Blocked(tool string)
@@ -125,8 +129,8 @@ type Server struct {
 	opt       Options
 	log       *slog.Logger
 	upstreams map[string]*upstreamAt
-	// routes are the listener's patterns that go upstream (rewritten and passed through), for the metrics
-	// label and the span name of a request before it is routed.
+	// routes are the listener's patterns that go upstream (rewritten and passed through), for the
+	// metrics label and the span name of a request before it is routed.
 	routes      map[string]listenerRoute
 	rewritten   *httputil.ReverseProxy
 	passthrough *httputil.ReverseProxy
@@ -135,17 +139,19 @@ type Server struct {
 	limits Limits
 	// inFlight counts the requests being served, against limits.MaxInFlight (Options.InFlight).
 	inFlight *atomic.Int64
-	// upstream is the reverse proxies' transport, which the next rounds of a continued answer also go through.
+	// upstream is the reverse proxies' transport, which the next rounds of a continued answer also
+	// go through.
 	upstream http.RoundTripper
-	// buffers are the reverse proxies' copy buffers, which also start each stream relay's event reader.
+	// buffers are the reverse proxies' copy buffers, which also start each stream relay's event
+	// reader.
 	buffers *bufferPool
 	// owners binds stored objects to the credentials that created them (Options.Owners).
 	owners *owners.Record
 }
 
-// inflight is what the listener keeps of a request in flight, carried in its context under one key: its
-// id, its writer, its body under the read deadline, its route's label and, going upstream, its upstream
-// and, on a rewritten route, its exchange.
+// inflight is what the listener keeps of a request in flight, carried in its context under one key:
+// its id, its writer, its body under the read deadline, its route's label and, going upstream, its
+// upstream and, on a rewritten route, its exchange.
 type inflight struct {
 	id    string
 	sw    *statusWriter
@@ -153,14 +159,14 @@ type inflight struct {
 	route string        // the metrics label: a surface's name, "passthrough" or "other"
 	up    *upstreamAt   // set by pass before the request goes upstream
 	x     *exchange     // set by rewrite before the request goes upstream; nil on other routes
-	// pt is the surface that edits the answer of a passed-through request, and in that request as the
-	// client sent it (set by rewritePassthrough; nil otherwise).
+	// pt is the surface that edits the answer of a passed-through request, and in that request as
+	// the client sent it (set by rewritePassthrough; nil otherwise).
 	pt surface.Passthrough
 	in *http.Request
 }
 
-// listenerRoute is a pattern of the listener that goes upstream: a surface's route (sf not nil) or an
-// upstream's passed-through paths.
+// listenerRoute is a pattern of the listener that goes upstream: a surface's route (sf not nil) or
+// an upstream's passed-through paths.
 type listenerRoute struct {
 	sf surface.Surface
 	rt surface.Route
@@ -270,9 +276,9 @@ func (s *Server) serveMux() *http.ServeMux {
 	return mux
 }
 
-// ServeHTTP implements http.Handler: it refuses what the listener does not serve (see admit), holds the
-// reading of the body to limits.bodyReadTimeout, routes the request, and records its outcome in the metrics
-// and the server span.
+// ServeHTTP implements http.Handler: it refuses what the listener does not serve (see admit), holds
+// the reading of the body to limits.bodyReadTimeout, routes the request, and records its outcome in
+// the metrics and the server span.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := RequestID(r, "pg-")
 	w.Header().Set(HeaderRequestID, id)
@@ -288,7 +294,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, span := s.startRequestSpan(r, id, lr, routed)
 	var body *deadlineBody
 	defer func() {
-		// The reverse proxy aborts the handler with a panic when it cannot finish copying an answer.
+		// The reverse proxy aborts the handler with a panic when it cannot finish copying an
+		// answer.
 		v := recover()
 		body.handlerDone()
 		s.served(r, in, span, v != nil)
@@ -315,12 +322,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(sw, r.WithContext(context.WithValue(ctx, inflightKey{}, in)))
 }
 
-// admit answers, and returns false for, a request the listener does not serve: a Host that is neither
-// loopback, nor listed, nor the host name of an upstream (DNS rebinding: a page cannot borrow the name of a
-// host whose DNS it does not control; the HTTPS-proxy door serves an intercepted origin under its own name;
-// health checks are answered on any Host: probes address the pod's IP and carry nothing), an OPTIONS
-// (answered here, never forwarded: a CORS preflight for an opted-in origin, else a refusal), a cross-site
-// browser request. An opted-in origin's answer gets its CORS headers here.
+// admit answers, and returns false for, a request the listener does not serve: a Host that is
+// neither loopback, nor listed, nor the host name of an upstream (DNS rebinding: a page cannot
+// borrow the name of a host whose DNS it does not control; the HTTPS-proxy door serves an
+// intercepted origin under its own name; health checks are answered on any Host: probes address the
+// pod's IP and carry nothing), an OPTIONS (answered here, never forwarded: a CORS preflight for an
+// opted-in origin, else a refusal), a cross-site browser request. An opted-in origin's answer gets
+// its CORS headers here.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, id string, health bool) bool {
 	g := s.opt.Guard
 	var ref *guard.Refusal
@@ -370,18 +378,18 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 }
 
-// routeOf is the listener's route of a request that goes upstream (rewritten or passed through), by its
-// pattern; routed is false for any other request (health checks, unknown paths).
+// routeOf is the listener's route of a request that goes upstream (rewritten or passed through), by
+// its pattern; routed is false for any other request (health checks, unknown paths).
 func (s *Server) routeOf(r *http.Request) (lr listenerRoute, routed bool) {
 	_, pattern := s.mux.Handler(r)
 	lr, routed = s.routes[pattern]
 	return lr, routed
 }
 
-// rewrite serves a rewritten route, top to bottom: the body is read under the size cap; the request side of
-// the pipeline prepares it (Engine.prepare); its decisions go to the response headers, the decision log and the
-// metrics; the surface starts the response side; the prepared body goes upstream (rewriteRequest) and the
-// answer comes back through the response side (respond).
+// rewrite serves a rewritten route, top to bottom: the body is read under the size cap; the request
+// side of the pipeline prepares it (Engine.prepare); its decisions go to the response headers, the
+// decision log and the metrics; the surface starts the response side; the prepared body goes
+// upstream (rewriteRequest) and the answer comes back through the response side (respond).
 func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surface, rt surface.Route, rm *metrics.Route) {
 	start := time.Now()
 	in := inflightOf(r.Context())
@@ -423,8 +431,8 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 	s.rewritten.ServeHTTP(w, r)
 }
 
-// refused answers a request the request side did not prepare; a refusal by policy goes to the decision
-// log.
+// refused answers a request the request side did not prepare; a refusal by policy goes to the
+// decision log.
 func (s *Server) refused(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var re *refusedError
 	if errors.As(err, &re) {
@@ -433,9 +441,9 @@ func (s *Server) refused(w http.ResponseWriter, r *http.Request, log *slog.Logge
 	fail(w, log, err)
 }
 
-// RequestID takes a well-formed client X-Request-Id (at most 128 letters, digits and -_.:), else makes one:
-// prefix and 24 hex digits from the runtime's random source (math/rand/v2: ChaCha8 seeded by the OS, no system
-// call). An id must be unique, not secret: a client may choose its own.
+// RequestID takes a well-formed client X-Request-Id (at most 128 letters, digits and -_.:), else
+// makes one: prefix and 24 hex digits from the runtime's random source (math/rand/v2: ChaCha8
+// seeded by the OS, no system call). An id must be unique, not secret: a client may choose its own.
 func RequestID(r *http.Request, prefix string) string {
 	if v := r.Header.Get(HeaderRequestID); v != "" && len(v) <= 128 && strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:") == "" {
 		return v

@@ -41,7 +41,8 @@ func guardedProxy(t *testing.T, up, cfgYAML string, g guard.Config) (*httptest.S
 	return ts, s
 }
 
-// sendTo sends one request to ts with the given Host (when not empty) and headers, and returns the answer.
+// sendTo sends one request to ts with the given Host (when not empty) and headers, and returns the
+// answer.
 func sendTo(t *testing.T, ts *httptest.Server, method, path, host, body string, h map[string]string) (*http.Response, []byte) {
 	t.Helper()
 	var rd io.Reader
@@ -71,9 +72,9 @@ const chatBody = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 
 var jsonType = map[string]string{"Content-Type": "application/json"}
 
-// A DNS-rebound name reaches the listener with a foreign Host: refused before anything goes upstream, on
-// rewritten and passed-through paths; a listed name and loopback names are answered, and the health checks
-// on any Host (probes use the pod's IP).
+// A DNS-rebound name reaches the listener with a foreign Host: refused before anything goes
+// upstream, on rewritten and passed-through paths; a listed name and loopback names are answered,
+// and the health checks on any Host (probes use the pod's IP).
 func TestListenerRefusesForeignHost(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, okCompletion)
@@ -100,8 +101,8 @@ func TestListenerRefusesForeignHost(t *testing.T) {
 			t.Errorf("%s on the pod IP: %d %s", p, resp.StatusCode, b)
 		}
 	}
-	// The upstreams' own host names are answered: the HTTPS-proxy door serves an intercepted origin under
-	// its name, and no rebinding page controls that name's DNS.
+	// The upstreams' own host names are answered: the HTTPS-proxy door serves an intercepted origin
+	// under its name, and no rebinding page controls that name's DNS.
 	u, _ := url.Parse("http://api.upstream.test:1/v1")
 	a, _ := url.Parse("https://api.anthropic.test/v1")
 	s, err := New(Options{Engine: testEngine(t, "", nil, nil, nil), Upstreams: map[string]Upstream{"openai": {URL: u}, "anthropic": {URL: a}}})
@@ -119,9 +120,10 @@ func TestListenerRefusesForeignHost(t *testing.T) {
 	}
 }
 
-// A page of another site cannot use the listener: a foreign Origin, Sec-Fetch-Site cross-site (or same-site)
-// and the "simple" content types a page may post anywhere without a preflight are refused before anything
-// goes upstream. An SDK's requests (no Origin, JSON or multipart) are answered.
+// A page of another site cannot use the listener: a foreign Origin, Sec-Fetch-Site cross-site (or
+// same-site) and the "simple" content types a page may post anywhere without a preflight are
+// refused before anything goes upstream. An SDK's requests (no Origin, JSON or multipart) are
+// answered.
 func TestListenerRefusesCrossSiteBrowserRequests(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, okCompletion)
@@ -159,8 +161,8 @@ func TestListenerRefusesCrossSiteBrowserRequests(t *testing.T) {
 	}
 }
 
-// OPTIONS is answered by the listener and never forwarded: refused, or a CORS preflight for an opted-in
-// origin.
+// OPTIONS is answered by the listener and never forwarded: refused, or a CORS preflight for an
+// opted-in origin.
 func TestListenerOptionsNeverForwarded(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, okCompletion)
@@ -181,8 +183,8 @@ func TestListenerOptionsNeverForwarded(t *testing.T) {
 	}
 }
 
-// The upstream's Access-Control-* headers never reach the client, on rewritten and passed-through routes;
-// an opted-in origin gets promptgate's own.
+// The upstream's Access-Control-* headers never reach the client, on rewritten and passed-through
+// routes; an opted-in origin gets promptgate's own.
 func TestUpstreamCORSHeadersDropped(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
@@ -222,8 +224,9 @@ func TestUpstreamCORSHeadersDropped(t *testing.T) {
 	}
 }
 
-// A client's X-Promptgate-* headers never go upstream, in any spelling: with "_" for "-" (which Go does not
-// canonicalise, and gateways fold) or in lower case (a header map built by hand, as an embedder may).
+// A client's X-Promptgate-* headers never go upstream, in any spelling: with "_" for "-" (which Go
+// does not canonicalise, and gateways fold) or in lower case (a header map built by hand, as an
+// embedder may).
 func TestOwnRequestHeadersNotForwardedInAnySpelling(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, okCompletion)
@@ -254,8 +257,8 @@ func TestOwnRequestHeadersNotForwardedInAnySpelling(t *testing.T) {
 	}
 }
 
-// announcedConn signals once the server asks for more bytes than the client sent: the handler is then
-// reading the body, its buffer already made.
+// announcedConn signals once the server asks for more bytes than the client sent: the handler is
+// then reading the body, its buffer already made.
 type announcedConn struct {
 	net.Conn
 	sent    int
@@ -287,8 +290,8 @@ func (l *announcedListener) Accept() (net.Conn, error) {
 	return &announcedConn{Conn: c, sent: l.sent, waiting: l.waiting}, nil
 }
 
-// 100 connections each announce a 10 MiB body and send one byte: the heap grows by what was sent and a
-// small buffer each, not by what was announced (1 GiB). Not parallel: it measures the heap.
+// 100 connections each announce a 10 MiB body and send one byte: the heap grows by what was sent
+// and a small buffer each, not by what was announced (1 GiB). Not parallel: it measures the heap.
 func TestAnnouncedBodyLengthIsNotAllocated(t *testing.T) {
 	const conns = 100
 	up := newUpstream(t, okCompletion)
@@ -362,8 +365,8 @@ func TestReadBodyGrowsAsBytesArrive(t *testing.T) {
 	}
 }
 
-// rawRequest sends head (and no more) on a new connection and returns the answer, read until the server
-// closes the connection.
+// rawRequest sends head (and no more) on a new connection and returns the answer, read until the
+// server closes the connection.
 func rawRequest(t *testing.T, ts *httptest.Server, head string) (*http.Response, []byte, error) {
 	t.Helper()
 	c, err := net.Dial("tcp", ts.Listener.Addr().String())
@@ -386,8 +389,8 @@ func rawRequest(t *testing.T, ts *httptest.Server, head string) (*http.Response,
 	return resp, b, err
 }
 
-// A body that does not arrive within limits.bodyReadTimeout is answered 408 and its connection closed,
-// on rewritten and passed-through paths; nothing goes upstream.
+// A body that does not arrive within limits.bodyReadTimeout is answered 408 and its connection
+// closed, on rewritten and passed-through paths; nothing goes upstream.
 func TestBodyReadDeadline(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, okCompletion)
@@ -409,8 +412,8 @@ func TestBodyReadDeadline(t *testing.T) {
 	}
 }
 
-// The body-read deadline is on reading the request only: a stream that lasts longer than it, after the body
-// was read, is relayed whole.
+// The body-read deadline is on reading the request only: a stream that lasts longer than it, after
+// the body was read, is relayed whole.
 func TestBodyReadDeadlineSparesLongStreams(t *testing.T) {
 	t.Parallel()
 	events := []string{chunk(`{"role":"assistant","content":"a"}`, ""), chunk(`{"content":"b"}`, ""), chunk(`{}`, "stop"), "[DONE]"}
@@ -422,8 +425,8 @@ func TestBodyReadDeadlineSparesLongStreams(t *testing.T) {
 	}
 }
 
-// Past limits.maxInFlight a request is answered 503 overloaded with Retry-After; the health checks are still
-// answered.
+// Past limits.maxInFlight a request is answered 503 overloaded with Retry-After; the health checks
+// are still answered.
 func TestInFlightCap(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
@@ -463,8 +466,8 @@ func TestInFlightCap(t *testing.T) {
 	}
 }
 
-// A client that goes away before its answer is complete — while the upstream thinks, in the middle of a
-// stream, in the middle of a passed-through answer — is counted as 499, not 200.
+// A client that goes away before its answer is complete — while the upstream thinks, in the middle
+// of a stream, in the middle of a passed-through answer — is counted as 499, not 200.
 func TestClientGoneCountedAs499(t *testing.T) {
 	t.Parallel()
 	gone := make(chan struct{}, 3)
@@ -557,8 +560,8 @@ func grepMetric(text, name string) string {
 	return fmt.Sprint(out)
 }
 
-// The official SDK's multipart uploads (the files API, audio transcriptions) pass through the listener's
-// checks unchanged, byte for byte, under the default guard.
+// The official SDK's multipart uploads (the files API, audio transcriptions) pass through the
+// listener's checks unchanged, byte for byte, under the default guard.
 func TestSDKMultipartUploadsPassThrough(t *testing.T) {
 	t.Parallel()
 	content := bytes.Repeat([]byte("{\"prompt\":\"p\",\"completion\":\"c\"}\n"), 8000)

@@ -14,13 +14,13 @@ import (
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
-// statusClientGone is the status recorded (never sent) for a request whose client went away before its
-// answer was complete, as nginx and Traefik record it.
+// statusClientGone is the status recorded (never sent) for a request whose client went away before
+// its answer was complete, as nginx and Traefik record it.
 const statusClientGone = 499
 
-// served records the outcome of a request in the metrics and ends its server span. A client that went away
-// before its answer was complete — nothing written yet, the answer aborted, a write failed, a stream cut —
-// counts as 499, not as the status its answer began with.
+// served records the outcome of a request in the metrics and ends its server span. A client that
+// went away before its answer was complete — nothing written yet, the answer aborted, a write
+// failed, a stream cut — counts as 499, not as the status its answer began with.
 func (s *Server) served(r *http.Request, in *inflight, span *tracing.Span, aborted bool) {
 	sw := in.sw
 	status := sw.status
@@ -36,8 +36,8 @@ func (s *Server) served(r *http.Request, in *inflight, span *tracing.Span, abort
 	}
 }
 
-// statusWriter remembers the status code, whether a write failed and whether a stage saw the client go
-// away; Unwrap lets http.ResponseController reach Flush and the deadlines.
+// statusWriter remembers the status code, whether a write failed and whether a stage saw the client
+// go away; Unwrap lets http.ResponseController reach Flush and the deadlines.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
@@ -71,8 +71,8 @@ func (w *statusWriter) Flush() {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// announce makes a prepared request's decisions known: the response headers, the decision log (tools removed,
-// a stored prompt forwarded), the memory of tools seen, the metrics and the log.
+// announce makes a prepared request's decisions known: the response headers, the decision log
+// (tools removed, a stored prompt forwarded), the memory of tools seen, the metrics and the log.
 func (s *Server) announce(ctx context.Context, h http.Header, id string, log *slog.Logger, prep *Prepared) {
 	if s.opt.Tools != nil {
 		s.opt.Tools.Saw(prep.Protocol.ID, prep.Kept, prep.Removed)
@@ -122,14 +122,15 @@ func (s *Server) relayed(ctx context.Context, log *slog.Logger, body io.ReadClos
 	return &loggedStream{ReadCloser: body, log: log, out: inflightOf(ctx).sw}
 }
 
-// requestLogger is log.With("request_id", id), except that the attribute is formatted only when a record
-// is written: most requests write none (the per-request lines are at debug level), and With formats it at
-// once.
+// requestLogger is log.With("request_id", id), except that the attribute is formatted only when a
+// record is written: most requests write none (the per-request lines are at debug level), and With
+// formats it at once.
 func requestLogger(log *slog.Logger, id string) *slog.Logger {
 	return slog.New(lazyAttr{next: log.Handler(), attr: slog.String("request_id", id)})
 }
 
-// lazyAttr is a handler with one attribute added as next.WithAttrs would add it, at the first record.
+// lazyAttr is a handler with one attribute added as next.WithAttrs would add it, at the first
+// record.
 type lazyAttr struct {
 	next slog.Handler
 	attr slog.Attr
@@ -149,9 +150,9 @@ func (h lazyAttr) WithGroup(name string) slog.Handler {
 	return h.next.WithAttrs([]slog.Attr{h.attr}).WithGroup(name)
 }
 
-// loggedStream logs, when the relay is closed, why an upstream stream broke off: the client was sent
-// upstream_stream_truncated then, and the operator should see the cause. A stream cut because the client went
-// away marks out (may be nil) so that the request counts as 499.
+// loggedStream logs, when the relay is closed, why an upstream stream broke off: the client was
+// sent upstream_stream_truncated then, and the operator should see the cause. A stream cut because
+// the client went away marks out (may be nil) so that the request counts as 499.
 type loggedStream struct {
 	io.ReadCloser
 	log *slog.Logger

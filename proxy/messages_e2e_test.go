@@ -18,8 +18,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
-// newAnthProxy serves promptgate with the guarded protocol (onViolation mode) in front of an Anthropic stand-in;
-// the OpenAI upstream is a server that fails the test if it is reached.
+// newAnthProxy serves promptgate with the guarded protocol (onViolation mode) in front of an
+// Anthropic stand-in; the OpenAI upstream is a server that fails the test if it is reached.
 func newAnthProxy(t *testing.T, anthUp string, mode string, anthKey string) (*httptest.Server, *memAudit) {
 	t.Helper()
 	e := testEngine(t, "defaultProtocol: guarded\n", nil, nil, []json.RawMessage{vetProtocol(mode)})
@@ -140,12 +140,14 @@ func TestMessagesNonStreamOfficialClient(t *testing.T) {
 		t.Errorf("audit %v", v)
 	}
 
-	// What upstream got: /v1/messages on the Anthropic base URL, the client's key and version, no OpenAI key.
+	// What upstream got: /v1/messages on the Anthropic base URL, the client's key and version, no
+	// OpenAI key.
 	if up.paths[0] != "/v1/messages" {
 		t.Errorf("path %q", up.paths[0])
 	}
 	h := up.headers[0]
-	// (This SDK sends its key as a bearer token; others send x-api-key: whichever the client sent goes on.)
+	// (This SDK sends its key as a bearer token; others send x-api-key: whichever the client sent
+	// goes on.)
 	clientKey := h.Get("X-Api-Key") == "sk-ant-client" || h.Get("Authorization") == "Bearer sk-ant-client"
 	if !clientKey || h.Get("Anthropic-Version") == "" || strings.Contains(h.Get("Authorization"), "sk-openai") || h.Get("X-Promptgate-User") != "" {
 		t.Errorf("upstream headers %v", h)
@@ -204,8 +206,8 @@ func TestMessagesNonStreamAllBlockedAndErrorMode(t *testing.T) {
 	}
 }
 
-// anthView reads a raw stream carefully: CR/LF/CRLF, multi-line data, comments; blocks by index as a client
-// accumulates them.
+// anthView reads a raw stream carefully: CR/LF/CRLF, multi-line data, comments; blocks by index as
+// a client accumulates them.
 type anthView struct {
 	text  string
 	tools []string // id:name:input

@@ -47,7 +47,8 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		`promptgate_requests_total{protocol="none",route="chat",status="400"} 1`,
 		`promptgate_proxy_overhead_seconds_count{route="chat"} 1`,
 		`promptgate_upstream_seconds_count{route="chat"} 1`,
-		// every rewritten route's series exists from the start (resolved when the listener is built)
+		// every rewritten route's series exists from the start (resolved when the listener is
+		// built)
 		`promptgate_proxy_overhead_seconds_count{route="messages"} 0`,
 		`promptgate_upstream_seconds_count{route="responses"} 0`,
 		`promptgate_tools_removed_total{reason="not in the protocol's allowlist"} 1`,

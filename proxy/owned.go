@@ -12,16 +12,16 @@ import (
 )
 
 // With a shared upstream key (an operator key of Options.Upstreams), every client reaches the
-// upstream as the operator: the upstream stores every client's responses and completions under one account,
-// and would hand any of them to any client that names its id. So, where the key goes with a request, the
-// objects the upstream stores from the answer are bound to the client's credential (Options.Owners), and a
-// request that names one of another credential, or one this instance does not know (it cannot tell a
-// forgotten id from another's), is answered as the upstream answers an id that does not exist, before
-// anything goes upstream; a listing of them is refused. Without a shared key, the upstream checks the
-// client's own key, and nothing is bound or refused.
+// upstream as the operator: the upstream stores every client's responses and completions under one
+// account, and would hand any of them to any client that names its id. So, where the key goes with
+// a request, the objects the upstream stores from the answer are bound to the client's credential
+// (Options.Owners), and a request that names one of another credential, or one this instance does
+// not know (it cannot tell a forgotten id from another's), is answered as the upstream answers an
+// id that does not exist, before anything goes upstream; a listing of them is refused. Without a
+// shared key, the upstream checks the client's own key, and nothing is bound or refused.
 
-// bindsCreated is, for a rewritten request that goes with a shared key, the binding of what its answer has
-// the upstream store to the client's credential (surface.Start.Created); nil otherwise.
+// bindsCreated is, for a rewritten request that goes with a shared key, the binding of what its
+// answer has the upstream store to the client's credential (surface.Start.Created); nil otherwise.
 func (s *Server) bindsCreated(r *http.Request, sf surface.Surface) (func(id string), owners.Credential, bool) {
 	up := s.upstreams[sf.Upstream()]
 	if _, ok := sf.(surface.Stored); !ok || up == nil || !up.key.sendsTo(up.url(r.URL)) {
@@ -31,7 +31,8 @@ func (s *Server) bindsCreated(r *http.Request, sf surface.Surface) (func(id stri
 	return func(id string) { s.owners.Bind(id, cred) }, cred, true
 }
 
-// refuseForeign answers, and returns true for, a request that names a stored object not bound to cred.
+// refuseForeign answers, and returns true for, a request that names a stored object not bound to
+// cred.
 func (s *Server) refuseForeign(w http.ResponseWriter, log *slog.Logger, st surface.Stored, names []surface.Name, cred owners.Credential) bool {
 	for _, n := range names {
 		if s.owners.Owns(n.ID, cred) {
@@ -46,9 +47,10 @@ func (s *Server) refuseForeign(w http.ResponseWriter, log *slog.Logger, st surfa
 	return false
 }
 
-// refusePassedForeign answers, and returns true for, a passed-through request that goes with a shared key and
-// names a stored object not bound to the client's credential (in its path or its body), or lists them. A body
-// that may name one is read whole (limits.maxBodyBytes) and sent on as read.
+// refusePassedForeign answers, and returns true for, a passed-through request that goes with a
+// shared key and names a stored object not bound to the client's credential (in its path or its
+// body), or lists them. A body that may name one is read whole (limits.maxBodyBytes) and sent on as
+// read.
 func (s *Server) refusePassedForeign(w http.ResponseWriter, r *http.Request) bool {
 	up := inflightOf(r.Context()).up
 	if up == nil || !up.key.sendsTo(up.url(r.URL)) {

@@ -26,9 +26,9 @@ type stage struct {
 	traced func(sp *tracing.Span, j *job)
 }
 
-// prepare is the pipeline of every request, on every surface: the stages in order, each in its span. The
-// proxy listener, the admin preview and `promptgate preview` all run it; the response side is
-// Server.respond.
+// prepare is the pipeline of every request, on every surface: the stages in order, each in its
+// span. The proxy listener, the admin preview and `promptgate preview` all run it; the response
+// side is Server.respond.
 func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface, t surface.Target) (*Prepared, error) {
 	j := &job{in: in, sf: sf, target: t}
 	for _, st := range []stage{
@@ -96,8 +96,8 @@ type job struct {
 	notes  []string
 }
 
-// validate: the body is one valid JSON object (UTF-8, no duplicate keys, within the depth limit), its
-// promptgate extension is read, and the surface reads the request.
+// validate: the body is one valid JSON object (UTF-8, no duplicate keys, within the depth limit),
+// its promptgate extension is read, and the surface reads the request.
 func (e *Engine) validate(_ context.Context, j *job) error {
 	j.members = jsoncheck.Members{Top: j.memBuf[:0:10], Inner: j.memBuf[10:10]}
 	if err := jsoncheck.ObjectMembers(j.in.Body, jsoncheck.Limits{MaxDepth: e.limits.MaxJSONDepth}, assembly.PathExtension, &j.members); err != nil {
@@ -145,8 +145,9 @@ func (e *Engine) route(_ context.Context, j *job) error {
 	return nil
 }
 
-// filterTools: the allowed set is applied to the declared tools, tool_choice is checked against what is
-// kept, and a stored prompt (whose tools promptgate cannot see) is refused where any tool is restricted.
+// filterTools: the allowed set is applied to the declared tools, tool_choice is checked against
+// what is kept, and a stored prompt (whose tools promptgate cannot see) is refused where any tool
+// is restricted.
 func (e *Engine) filterTools(_ context.Context, j *job) error {
 	access := e.access
 	access.Override = j.cat // the kill switches of this snapshot
@@ -162,8 +163,8 @@ func (e *Engine) filterTools(_ context.Context, j *job) error {
 	return nil
 }
 
-// gatherContext: the context sources are asked, in parallel, each under its deadline; a required one that
-// fails fails the request.
+// gatherContext: the context sources are asked, in parallel, each under its deadline; a required
+// one that fails fails the request.
 func (e *Engine) gatherContext(ctx context.Context, j *job) error {
 	g, err := e.context.Gather(ctx, gather.Query{
 		Protocol: j.eff.ID, BaseProtocol: j.eff.BaseID, Workflow: workflowOf(j.eff), Mode: j.eff.Modules.Mode, ModulesOff: j.eff.Modules.Off,
@@ -178,10 +179,10 @@ func (e *Engine) gatherContext(ctx context.Context, j *job) error {
 	return nil
 }
 
-// assemble: the template, the layered prompt (rules, application instructions, directives, the runtime
-// context JSON within its budgets, the tools), the rewritten body, and the edits that continue the
-// conversation upstream — all of it in the prepared body, so that a preview shows exactly what goes
-// upstream.
+// assemble: the template, the layered prompt (rules, application instructions, directives, the
+// runtime context JSON within its budgets, the tools), the rewritten body, and the edits that
+// continue the conversation upstream — all of it in the prepared body, so that a preview shows
+// exactly what goes upstream.
 func (e *Engine) assemble(_ context.Context, j *job) error {
 	tmpl, err := j.plan.template(e.defs, j.cat)
 	if err != nil {
@@ -207,8 +208,8 @@ func (e *Engine) assemble(_ context.Context, j *job) error {
 }
 
 // build makes the layered prompt of a request under protocol eff with the kept tools: its rules and
-// directives, the client's application texts (unless eff drops them), the runtime context the request
-// gathered, the tools.
+// directives, the client's application texts (unless eff drops them), the runtime context the
+// request gathered, the tools.
 func (e *Engine) build(j *job, tmpl *assembly.Template, eff *policy.Effective, kept []policy.Tool) assembly.Prompt {
 	layers := assembly.Layers{
 		Rules:       eff.Rules,
@@ -264,10 +265,10 @@ func (e *Engine) notes(g gather.Result) *ctxjson.Value {
 	return notes
 }
 
-// continued is the upstream body of a continued answer's next round (onViolation "continue"): sent, the body
-// of the round before, with the model's turn t and promptgate's answers to its calls appended
-// (the surface's AppendTurn). The first round's body is prepare's, which a preview shows; the next rounds exist only
-// once an answer's calls were refused.
+// continued is the upstream body of a continued answer's next round (onViolation "continue"): sent,
+// the body of the round before, with the model's turn t and promptgate's answers to its calls
+// appended (the surface's AppendTurn). The first round's body is prepare's, which a preview shows;
+// the next rounds exist only once an answer's calls were refused.
 func (p *Prepared) continued(sent []byte, t relay.Turn) ([]byte, error) {
 	if len(t.Calls) == 0 {
 		return nil, errors.New("continue: no call to answer")

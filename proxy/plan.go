@@ -9,17 +9,17 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// plan is what one definitions snapshot derives, once, from one effective protocol for every request
-// routed to it: the merged protocol, its compiled argument and information-flow rules and its parsed
-// template. Everything in it is read-only once made, so requests share it.
+// plan is what one definitions snapshot derives, once, from one effective protocol for every
+// request routed to it: the merged protocol, its compiled argument and information-flow rules and
+// its parsed template. Everything in it is read-only once made, so requests share it.
 type plan struct {
 	eff      *policy.Effective
 	rules    *vet.RuleSet
 	rulesErr error
 	flow     *flow.Policy
 	flowErr  error
-	// learning reads conversations for learn mode (the flow rules' operator lists kept); nil where the flow
-	// rules do not compile.
+	// learning reads conversations for learn mode (the flow rules' operator lists kept); nil where
+	// the flow rules do not compile.
 	learning *flow.Policy
 
 	tmplOnce sync.Once
@@ -27,12 +27,12 @@ type plan struct {
 	tmplErr  error
 }
 
-// planKey names an effective protocol of one snapshot by the definitions it is merged from; the pointers
-// are the snapshot's own, so a new snapshot never finds an old plan.
+// planKey names an effective protocol of one snapshot by the definitions it is merged from; the
+// pointers are the snapshot's own, so a new snapshot never finds an old plan.
 type planKey struct{ base, wf *policy.Protocol }
 
-// newPlan merges base and wf (nil when none) and compiles their rules; rules that do not compile are kept
-// as the error every request of the plan fails with.
+// newPlan merges base and wf (nil when none) and compiles their rules; rules that do not compile
+// are kept as the error every request of the plan fails with.
 func newPlan(base, wf *policy.Protocol) *plan {
 	return planOf(policy.Merge(base, wf))
 }
@@ -47,8 +47,8 @@ func planOf(eff *policy.Effective) *plan {
 	return pl
 }
 
-// plan returns the plan of base and wf on this snapshot, making it on first use. A nil catalog makes it
-// every time.
+// plan returns the plan of base and wf on this snapshot, making it on first use. A nil catalog
+// makes it every time.
 func (c *catalog) plan(base, wf *policy.Protocol) *plan {
 	if c == nil {
 		return newPlan(base, wf)

@@ -14,8 +14,8 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// Report is the preview of one request: what would be sent upstream and why. The admin endpoint and the
-// `promptgate preview` command print it.
+// Report is the preview of one request: what would be sent upstream and why. The admin endpoint and
+// the `promptgate preview` command print it.
 type Report struct {
 	// Path is the route previewed: PathChat, PathResponses, PathMessages or a Gemini model's path.
 	Path              string         `json:"path"`
@@ -29,17 +29,18 @@ type Report struct {
 	Tools             ReportTools    `json:"tools"`
 	Sizes             assembly.Sizes `json:"sizes"`
 	Context           ReportContext  `json:"context"`
-	// Flow is the information-flow view of the request; nil (left out) when its protocol has no such rule.
+	// Flow is the information-flow view of the request; nil (left out) when its protocol has no
+	// such rule.
 	Flow *ReportFlow `json:"flow,omitempty"`
-	// Shadow is what the protocol's version in shadow makes of the request; nil (left out) when none is in
-	// shadow. Nothing of it is in upstreamRequest.
+	// Shadow is what the protocol's version in shadow makes of the request; nil (left out) when
+	// none is in shadow. Nothing of it is in upstreamRequest.
 	Shadow          *ReportShadow    `json:"shadow,omitempty"`
 	UpstreamRequest *json.RawMessage `json:"upstreamRequest"`
 }
 
-// ReportShadow is the request side of the version in shadow beside the active one's: the tools it would
-// keep, the size of the prompt it would build, whether it would refuse the request, its information-flow
-// view.
+// ReportShadow is the request side of the version in shadow beside the active one's: the tools it
+// would keep, the size of the prompt it would build, whether it would refuse the request, its
+// information-flow view.
 type ReportShadow struct {
 	ProtocolVersion int            `json:"protocolVersion"`
 	Tools           ReportTools    `json:"tools"`
@@ -57,10 +58,11 @@ type ReportRefusal struct {
 	Message string `json:"message"`
 }
 
-// ReportFlow is what the information-flow rules make of a request: the protocol's rules and which sources they
-// trust, and the conversation as they read it (its sources, trusted or not, the history unseen, the calls so far,
-// the rules that apply to the kept tools and their state now). UpstreamRequest is the first round's body; in
-// onViolation "continue", a next round is that body with the model's turn and promptgate's refusals appended.
+// ReportFlow is what the information-flow rules make of a request: the protocol's rules and which
+// sources they trust, and the conversation as they read it (its sources, trusted or not, the
+// history unseen, the calls so far, the rules that apply to the kept tools and their state now).
+// UpstreamRequest is the first round's body; in onViolation "continue", a next round is that body
+// with the model's turn and promptgate's refusals appended.
 type ReportFlow struct {
 	OnViolation  string           `json:"onViolation"`
 	Policy       flow.Explanation `json:"policy"`
@@ -85,8 +87,8 @@ type ReportContext struct {
 	DirectivesTruncated bool `json:"directivesTruncated"`
 }
 
-// PreviewPaths are the rewritten routes' paths, as the help and errors of the preview list them (a wildcard
-// in braces); PreviewPath says whether a path is one Preview takes.
+// PreviewPaths are the rewritten routes' paths, as the help and errors of the preview list them (a
+// wildcard in braces); PreviewPath says whether a path is one Preview takes.
 func PreviewPaths() []string {
 	var out []string
 	for _, sf := range surfaces(EngineOptions{}) {
@@ -97,8 +99,8 @@ func PreviewPaths() []string {
 	return out
 }
 
-// PreviewPath reports whether Preview takes path: one of the rewritten routes (with its query, where its
-// surface reads one).
+// PreviewPath reports whether Preview takes path: one of the rewritten routes (with its query,
+// where its surface reads one).
 func PreviewPath(path string) bool {
 	sfs := surfaces(EngineOptions{})
 	e := &Engine{surfaces: sfs, routes: newRouteTable(sfs, false)}
@@ -106,10 +108,10 @@ func PreviewPath(path string) bool {
 	return sf != nil || err != nil
 }
 
-// Preview prepares a request exactly as the proxy listener would for a POST to in.Path — one of Paths
-// (PathChat when in.Path is "") — through the same Engine code, continuation included, and reports it. It
-// calls no upstream. Another path is a 400 invalid_request naming the param "path"; a body over
-// limits.maxBodyBytes a 413.
+// Preview prepares a request exactly as the proxy listener would for a POST to in.Path — one of
+// Paths (PathChat when in.Path is "") — through the same Engine code, continuation included, and
+// reports it. It calls no upstream. Another path is a 400 invalid_request naming the param "path";
+// a body over limits.maxBodyBytes a 413.
 func (e *Engine) Preview(ctx context.Context, in Input) ([]byte, error) {
 	if in.Path == "" {
 		in.Path = PathChat
@@ -129,7 +131,8 @@ func (e *Engine) Preview(ctx context.Context, in Input) ([]byte, error) {
 	return marshalReport(path, p)
 }
 
-// marshalReport renders the report with upstreamRequest holding the exact upstream body, byte for byte.
+// marshalReport renders the report with upstreamRequest holding the exact upstream body, byte for
+// byte.
 func marshalReport(path string, p *Prepared) ([]byte, error) {
 	r := Report{
 		Path:              path,

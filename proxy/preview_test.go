@@ -13,7 +13,8 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// Preview runs the surface of the path it is given, and refuses a path that is not a rewritten surface.
+// Preview runs the surface of the path it is given, and refuses a path that is not a rewritten
+// surface.
 func TestPreviewPaths(t *testing.T) {
 	e := testEngine(t, "", nil, nil, nil)
 	ctx := context.Background()
@@ -49,8 +50,9 @@ func TestPreviewPaths(t *testing.T) {
 	}
 }
 
-// TestPreviewResponsesContinuationExact: the preview of a Responses continuation whose previous response had a
-// blocked call is, byte for byte, the body the upstream receives — the answer to the blocked call included.
+// TestPreviewResponsesContinuationExact: the preview of a Responses continuation whose previous
+// response had a blocked call is, byte for byte, the body the upstream receives — the answer to the
+// blocked call included.
 func TestPreviewResponsesContinuationExact(t *testing.T) {
 	u := newAPIUpstream(func(n int) []string {
 		if n == 1 {
@@ -82,11 +84,11 @@ func TestPreviewResponsesContinuationExact(t *testing.T) {
 	}
 }
 
-// TestPreviewFlow: for a protocol with information-flow rules, the preview says, on every surface, which sources
-// of the request's conversation are trusted (the user's and the app's, not the document the model read), which
-// rules apply to the kept tools and what they would do now, and the protocol's rules and trusted sources; a
-// Responses request that continues a response this instance never relayed has its history marked unseen. A
-// protocol without such rules has no flow section.
+// TestPreviewFlow: for a protocol with information-flow rules, the preview says, on every surface,
+// which sources of the request's conversation are trusted (the user's and the app's, not the
+// document the model read), which rules apply to the kept tools and what they would do now, and the
+// protocol's rules and trusted sources; a Responses request that continues a response this instance
+// never relayed has its history marked unseen. A protocol without such rules has no flow section.
 func TestPreviewFlow(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)

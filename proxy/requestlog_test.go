@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// requestLogger writes exactly what log.With("request_id", id) writes, through every handler method, and
-// nothing below the handler's level.
+// requestLogger writes exactly what log.With("request_id", id) writes, through every handler
+// method, and nothing below the handler's level.
 func TestRequestLoggerSameOutput(t *testing.T) {
 	for _, newHandler := range []func(*bytes.Buffer) slog.Handler{
 		func(b *bytes.Buffer) slog.Handler {
@@ -48,8 +48,8 @@ func noTime(groups []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-// RequestID keeps a well-formed client id and makes a fresh one for a missing or malformed one: the prefix and
-// 24 hex digits, never the same twice.
+// RequestID keeps a well-formed client id and makes a fresh one for a missing or malformed one: the
+// prefix and 24 hex digits, never the same twice.
 func TestRequestID(t *testing.T) {
 	ask := func(id string) string {
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)

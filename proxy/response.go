@@ -20,7 +20,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
-// exchange is the state of one rewritten request, carried in its context to the reverse proxy hooks.
+// exchange is the state of one rewritten request, carried in its context to the reverse proxy
+// hooks.
 type exchange struct {
 	id   string
 	prep *Prepared
@@ -33,15 +34,16 @@ type exchange struct {
 	trace  exchangeTrace
 	// metrics are the route's histograms (nil without metrics).
 	metrics *metrics.Route
-	// ctx is the client's request's context: a next round of a continued answer goes upstream under it (the
-	// first round's request context ends with that round's body).
+	// ctx is the client's request's context: a next round of a continued answer goes upstream under
+	// it (the first round's request context ends with that round's body).
 	ctx context.Context
-	// round is the continuation round of the answer being vetted (onViolation "continue"): 0 for the
-	// upstream's first answer.
+	// round is the continuation round of the answer being vetted (onViolation "continue"): 0 for
+	// the upstream's first answer.
 	round atomic.Int32
 	// conversation is the conversation id the request named, "" when none (the MCP door's join).
 	conversation string
-	// shadow judges each call again under the protocol's version in shadow; nil when none is in shadow.
+	// shadow judges each call again under the protocol's version in shadow; nil when none is in
+	// shadow.
 	shadow *shadowCheck
 	// learned counts, per tool, the calls of the answer learn mode has seen (their number in the
 	// conversation); nil when the request is not learned from.
@@ -295,9 +297,9 @@ func (s *Server) continueTurns(_ context.Context, a *answer) {
 	a.v.Next = s.next(a.resp.Request, a.x, a.stream)
 }
 
-// recorder records the decisions on the calls of an exchange's answer, after the surface has seen them: the
-// call's decision, then the further ones on it (the other information-flow rules it broke, a confirmation's),
-// each with the continuation round it was taken in.
+// recorder records the decisions on the calls of an exchange's answer, after the surface has seen
+// them: the call's decision, then the further ones on it (the other information-flow rules it
+// broke, a confirmation's), each with the continuation round it was taken in.
 func (s *Server) recorder(ctx context.Context, x *exchange) func(vet.Decision) {
 	evs := eventsOf(x.id, x.prep.Protocol)
 	return func(d vet.Decision) {

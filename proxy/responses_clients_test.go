@@ -16,17 +16,19 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// apiUpstream imitates what real clients of the Responses API depend on: every response object echoes the
-// request's instructions; each response is kept for GET /v1/responses/{id} (also streamed, ?stream=true) and
-// POST /v1/responses/{id}/cancel; "background": true is answered queued and completed on retrieval; and an
-// input is refused as the API refuses it when it breaks the pairing of reasoning items (a reasoning item must
-// be followed by the item that followed it when it was produced, and that item must be preceded by it) or
-// leaves a function_call without its function_call_output.
+// apiUpstream imitates what real clients of the Responses API depend on: every response object
+// echoes the request's instructions; each response is kept for GET /v1/responses/{id} (also
+// streamed, ?stream=true) and POST /v1/responses/{id}/cancel; "background": true is answered queued
+// and completed on retrieval; and an input is refused as the API refuses it when it breaks the
+// pairing of reasoning items (a reasoning item must be followed by the item that followed it when
+// it was produced, and that item must be preceded by it) or leaves a function_call without its
+// function_call_output.
 type apiUpstream struct {
 	mu     sync.Mutex
 	n      int
 	stored map[string]string
-	// follower maps a reasoning item's id to the id of the item produced right after it; leader the other way.
+	// follower maps a reasoning item's id to the id of the item produced right after it; leader the
+	// other way.
 	follower, leader map[string]string
 	// answer gives the output items of the nth response (from 1).
 	answer func(n int) []string
@@ -131,8 +133,8 @@ func (u *apiUpstream) check(input gjson.Result) string {
 	return ""
 }
 
-// events is the stream of the response body: created and in_progress (without output), each item's events,
-// completed; every event that carries the response carries its instructions.
+// events is the stream of the response body: created and in_progress (without output), each item's
+// events, completed; every event that carries the response carries its instructions.
 func (u *apiUpstream) events(body string) string {
 	snap, _ := sjson.Set(body, "status", "in_progress")
 	snap, _ = sjson.SetRaw(snap, "output", "[]")
@@ -153,8 +155,8 @@ func (u *apiUpstream) events(body string) string {
 	return ev.b.String()
 }
 
-// reasoning streams a reasoning item (item, its JSON): added without summary, the summary's part and text
-// events, done.
+// reasoning streams a reasoning item (item, its JSON): added without summary, the summary's part
+// and text events, done.
 func (r *respEvents) reasoning(oi int, item string) *respEvents {
 	o, id := strconvI(oi), gjson.Get(item, "id").Str
 	added, _ := sjson.SetRaw(item, "summary", "[]")
@@ -201,8 +203,8 @@ func streamed(t *testing.T, b []byte) (completed string, done []string) {
 	return completed, done
 }
 
-// replay is the next turn of a stateless client (store: false): the previous input, the output it was shown,
-// an answer to every function call in it, and a new user message.
+// replay is the next turn of a stateless client (store: false): the previous input, the output it
+// was shown, an answer to every function call in it, and a new user message.
 func replay(t *testing.T, prev []string, output []string) []string {
 	t.Helper()
 	next := append(append([]string(nil), prev...), output...)
@@ -224,18 +226,19 @@ func statelessBody(input []string, stream bool) string {
 	return b
 }
 
-// TestResponsesStatelessReplayAfterBlockedCall: a stateless client (store: false) replays the output it was
-// shown as the next turn's input. When a blocked call followed a reasoning item, the reasoning item goes with
-// it, so that the next turn is accepted by an upstream that enforces the API's pairing of reasoning items —
-// non-stream, and stream replayed from response.completed or from the output_item.done events.
+// TestResponsesStatelessReplayAfterBlockedCall: a stateless client (store: false) replays the
+// output it was shown as the next turn's input. When a blocked call followed a reasoning item, the
+// reasoning item goes with it, so that the next turn is accepted by an upstream that enforces the
+// API's pairing of reasoning items — non-stream, and stream replayed from response.completed or
+// from the output_item.done events.
 func TestResponsesStatelessReplayAfterBlockedCall(t *testing.T) {
 	evil := fcItem("fc_evil", "call_evil", "web_fetch", respBadArgs, "completed")
 	good := fcItem("fc_good", "call_good", "get_weather", respGoodArgs, "completed")
 	for _, tc := range []struct {
 		name  string
 		items []string
-		// shown is the item ids the client must see, in order ("notice" for the notice item), in a body and in
-		// a stream (where each blocked call's notice takes its place).
+		// shown is the item ids the client must see, in order ("notice" for the notice item), in a
+		// body and in a stream (where each blocked call's notice takes its place).
 		shown, streamShown []string
 	}{
 		{"reasoning then blocked call", []string{reasoningItem("rs_1", "think"), evil}, []string{"notice"}, []string{"notice"}},
@@ -299,8 +302,8 @@ func TestResponsesStatelessReplayAfterBlockedCall(t *testing.T) {
 			})
 		}
 	}
-	// The fake upstream does refuse a reasoning item without its follower, and a call without its reasoning
-	// (else this test would prove nothing).
+	// The fake upstream does refuse a reasoning item without its follower, and a call without its
+	// reasoning (else this test would prove nothing).
 	u := newAPIUpstream(func(int) []string { return []string{reasoningItem("rs_1", "x"), good} })
 	up := newUpstream(t, u.ServeHTTP)
 	ts, _ := newVetProxy(t, up.URL, "refuse")
@@ -314,10 +317,10 @@ func TestResponsesStatelessReplayAfterBlockedCall(t *testing.T) {
 	}
 }
 
-// TestResponsesInstructionsEcho: every Responses object the client gets — the created response, every stream
-// event that carries the response, a retrieval (also streamed), a background response and its retrievals, a
-// cancel — holds the client's own instructions, or null when it sent none; never the layered prompt the
-// upstream was sent.
+// TestResponsesInstructionsEcho: every Responses object the client gets — the created response,
+// every stream event that carries the response, a retrieval (also streamed), a background response
+// and its retrievals, a cancel — holds the client's own instructions, or null when it sent none;
+// never the layered prompt the upstream was sent.
 func TestResponsesInstructionsEcho(t *testing.T) {
 	u := newAPIUpstream(func(int) []string { return []string{messageItem("msg_1", "hi")} })
 	up := newUpstream(t, u.ServeHTTP)
@@ -407,8 +410,8 @@ func TestResponsesInstructionsEcho(t *testing.T) {
 			}
 		})
 	}
-	// A response this proxy did not create (or has forgotten) is retrieved with instructions null: the proxy
-	// cannot tell the client's own from the layered prompt the upstream keeps.
+	// A response this proxy did not create (or has forgotten) is retrieved with instructions null:
+	// the proxy cannot tell the client's own from the layered prompt the upstream keeps.
 	u.mu.Lock()
 	u.stored["resp_elsewhere"] = `{"id":"resp_elsewhere","object":"response","status":"completed","instructions":"=== SYSTEM CORE ===\nsecret","output":[]}`
 	u.mu.Unlock()
@@ -420,8 +423,9 @@ func TestResponsesInstructionsEcho(t *testing.T) {
 	check("unknown retrieve", gjson.Get(stored.RawJSON(), "instructions").Raw, "null")
 }
 
-// TestResponsesRetrievalShowsNotice: a response whose call was refused shows, when retrieved later, exactly
-// the output the create showed — the notice item included (same id, same text) — non-stream and stream.
+// TestResponsesRetrievalShowsNotice: a response whose call was refused shows, when retrieved later,
+// exactly the output the create showed — the notice item included (same id, same text) — non-stream
+// and stream.
 func TestResponsesRetrievalShowsNotice(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {

@@ -34,7 +34,8 @@ func splitUpstream(raw string, max int) http.HandlerFunc {
 	}
 }
 
-// respEvents builds a Responses stream: each event gets its event: line and the next sequence_number.
+// respEvents builds a Responses stream: each event gets its event: line and the next
+// sequence_number.
 type respEvents struct {
 	seq    int
 	b      strings.Builder
@@ -114,7 +115,8 @@ func responseJSON(items ...string) string {
 	return `{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"gpt-4.1","output":[` + strings.Join(items, ",") + `],"x_vendor":1}`
 }
 
-// respParams is a request that declares web_fetch, get_weather and delete_all (not allowed by the guarded protocol).
+// respParams is a request that declares web_fetch, get_weather and delete_all (not allowed by the
+// guarded protocol).
 func respParams(prev string) responses.ResponseNewParams {
 	p := responses.ResponseNewParams{
 		Model:        "gpt-4.1",
@@ -291,7 +293,8 @@ func TestResponsesStreamErrorMode(t *testing.T) {
 	}
 }
 
-// TestResponsesTextBeforeCallNotDelayed: the client reads the text while the upstream has not sent the call.
+// TestResponsesTextBeforeCallNotDelayed: the client reads the text while the upstream has not sent
+// the call.
 func TestResponsesTextBeforeCallNotDelayed(t *testing.T) {
 	release := make(chan struct{})
 	head := (&respEvents{}).created().text(0, "first ")
@@ -307,8 +310,8 @@ func TestResponsesTextBeforeCallNotDelayed(t *testing.T) {
 	}
 }
 
-// pausedSSE is an upstream handler that streams head, flushed, and then tail() once release is closed (or
-// after 10 s): what comes before a pause must reach the client at once.
+// pausedSSE is an upstream handler that streams head, flushed, and then tail() once release is
+// closed (or after 10 s): what comes before a pause must reach the client at once.
 func pausedSSE(release <-chan struct{}, head string, tail func() string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -322,8 +325,8 @@ func pausedSSE(release <-chan struct{}, head string, tail func() string) http.Ha
 	}
 }
 
-// restAfter posts a streamed request to url and reads the answer until it holds marker (the test fails if the
-// answer ends first), then closes release and returns the rest of the answer.
+// restAfter posts a streamed request to url and reads the answer until it holds marker (the test
+// fails if the answer ends first), then closes release and returns the rest of the answer.
 func restAfter(t *testing.T, url, body, marker string, release chan<- struct{}) string {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
@@ -393,8 +396,8 @@ func TestResponsesRequestSide(t *testing.T) {
 	}
 }
 
-// TestResponsesPreviousResponseID: every turn of a previous_response_id conversation gets the layered prompt
-// (the API does not carry instructions over), and the id is forwarded untouched.
+// TestResponsesPreviousResponseID: every turn of a previous_response_id conversation gets the
+// layered prompt (the API does not carry instructions over), and the id is forwarded untouched.
 func TestResponsesPreviousResponseID(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

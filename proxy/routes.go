@@ -11,8 +11,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/surface"
 )
 
-// routeTable matches a request to the rewritten routes of the surfaces as the proxy listener does: a
-// net/http.ServeMux of their patterns, whose handlers only note which route matched and its wildcards.
+// routeTable matches a request to the rewritten routes of the surfaces as the proxy listener does:
+// a net/http.ServeMux of their patterns, whose handlers only note which route matched and its
+// wildcards.
 type routeTable struct {
 	mux *http.ServeMux
 }
@@ -26,8 +27,8 @@ type routeHit struct {
 
 type hitKey struct{}
 
-// newRouteTable is the table of the surfaces' routes. folded matches paths without regard to letter case
-// or method (for the disguised-route guard): its patterns are the routes' paths, lowercased.
+// newRouteTable is the table of the surfaces' routes. folded matches paths without regard to letter
+// case or method (for the disguised-route guard): its patterns are the routes' paths, lowercased.
 func newRouteTable(sfs []surface.Surface, folded bool) *routeTable {
 	t := &routeTable{mux: http.NewServeMux()}
 	for _, sf := range sfs {
@@ -46,8 +47,8 @@ func newRouteTable(sfs []surface.Surface, folded bool) *routeTable {
 	return t
 }
 
-// find is the route a request of method to u matches, or nil. A path the listener would redirect (not
-// clean) matches none.
+// find is the route a request of method to u matches, or nil. A path the listener would redirect
+// (not clean) matches none.
 func (t *routeTable) find(method string, u *url.URL) *routeHit {
 	h := &routeHit{}
 	r := &http.Request{Method: method, URL: u, Header: http.Header{}}
@@ -65,8 +66,8 @@ func (discard) Header() http.Header         { return http.Header{} }
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
 func (discard) WriteHeader(int)             {}
 
-// routeTarget reads what a request's path and query say of it (surface.Route.Target); a route without a
-// reader rewrites every request of its pattern.
+// routeTarget reads what a request's path and query say of it (surface.Route.Target); a route
+// without a reader rewrites every request of its pattern.
 func routeTarget(rt surface.Route, value func(string) string, q url.Values) (surface.Target, bool, error) {
 	if rt.Target == nil {
 		return surface.Target{}, true, nil
@@ -74,8 +75,8 @@ func routeTarget(rt surface.Route, value func(string) string, q url.Values) (sur
 	return rt.Target(value, q)
 }
 
-// match is the surface and target of a request to path (which may end in a query, as a preview's does),
-// nil when it is not a rewritten route; err when its surface refuses it.
+// match is the surface and target of a request to path (which may end in a query, as a preview's
+// does), nil when it is not a rewritten route; err when its surface refuses it.
 func (e *Engine) match(path string) (sf surface.Surface, t surface.Target, u *url.URL, err error) {
 	u, perr := url.Parse(path)
 	if perr != nil || !strings.HasPrefix(u.Path, "/") {
@@ -95,9 +96,9 @@ func (e *Engine) match(path string) (sf surface.Surface, t surface.Target, u *ur
 	return h.sf, t, u, nil
 }
 
-// spelt returns the rewritten route that the path p, read loosely (surface.LoosePath), spells without regard
-// to letter case, or under another path (see spellings), or "" when it spells none: a route whose surface
-// would rewrite or refuse it.
+// spelt returns the rewritten route that the path p, read loosely (surface.LoosePath), spells
+// without regard to letter case, or under another path (see spellings), or "" when it spells none:
+// a route whose surface would rewrite or refuse it.
 func (e *Engine) spelt(p string) string {
 	for _, q := range e.spellings(strings.ToLower(p)) {
 		if r := e.speltAs(q); r != "" {
@@ -107,10 +108,11 @@ func (e *Engine) spelt(p string) string {
 	return ""
 }
 
-// spellings are p and, for each route whose last segment is a wildcard (Gemini's MODEL:METHOD), that route's
-// path with p's last segment: an upstream serves such a method under other paths too (Google's
-// generateContent under /v1/models/, /v1alpha/models/, and Vertex AI's
-// /v1/projects/.../models/), and a request to one the proxy does not rewrite would skip the vetting.
+// spellings are p and, for each route whose last segment is a wildcard (Gemini's MODEL:METHOD),
+// that route's path with p's last segment: an upstream serves such a method under other paths too
+// (Google's generateContent under /v1/models/, /v1alpha/models/, and Vertex AI's
+// /v1/projects/.../models/), and a request to one the proxy does not rewrite would skip the
+// vetting.
 func (e *Engine) spellings(p string) []string {
 	out := []string{p}
 	last := p[strings.LastIndexByte(p, '/')+1:]

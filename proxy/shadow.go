@@ -14,17 +14,17 @@ import (
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
-// Shadow versions: a stored protocol version put in shadow judges every request routed to its protocol
-// beside the active version — the tools it would keep, the size of the prompt it would build, and every
-// call of the answer — for the record only. Nothing it decides reaches the upstream or the client: the
-// request is prepared, sent and answered by the active version alone, and the shadow's work happens beside
-// it (a shadow's failure is logged, never the request's). Where the two versions decide differently, a
-// decision event of kind shadow says so.
+// Shadow versions: a stored protocol version put in shadow judges every request routed to its
+// protocol beside the active version — the tools it would keep, the size of the prompt it would
+// build, and every call of the answer — for the record only. Nothing it decides reaches the
+// upstream or the client: the request is prepared, sent and answered by the active version alone,
+// and the shadow's work happens beside it (a shadow's failure is logged, never the request's).
+// Where the two versions decide differently, a decision event of kind shadow says so.
 
 // Shadow is what the version in shadow of a request's protocol makes of the request.
 type Shadow struct {
-	// Protocol is the effective protocol under the version in shadow; Version is that version (of the
-	// workflow when the workflow's is in shadow, else of the protocol).
+	// Protocol is the effective protocol under the version in shadow; Version is that version (of
+	// the workflow when the workflow's is in shadow, else of the protocol).
 	Protocol *policy.Effective
 	Version  int
 	// Kept and Removed are the tools it would keep and remove.
@@ -32,22 +32,22 @@ type Shadow struct {
 	Removed []policy.Removal
 	// Sizes are the sizes of the prompt it would build (with the context the request gathered).
 	Sizes assembly.Sizes
-	// Refused is the refusal it would answer the request with (tool_choice naming a tool it removes, a
-	// stored prompt it restricts); nil when it takes the request.
+	// Refused is the refusal it would answer the request with (tool_choice naming a tool it
+	// removes, a stored prompt it restricts); nil when it takes the request.
 	Refused *policy.Error
-	// FlowPolicy and Flow are its information-flow rules and the conversation as they read it (Flow nil
-	// without rules).
+	// FlowPolicy and Flow are its information-flow rules and the conversation as they read it (Flow
+	// nil without rules).
 	FlowPolicy *flow.Policy
 	Flow       *flow.Conversation
-	// Err says why the shadow could not judge the request (its template missing, its rules not compiling);
-	// "" when it did.
+	// Err says why the shadow could not judge the request (its template missing, its rules not
+	// compiling); "" when it did.
 	Err  string
 	plan *plan
 }
 
-// shadowOf is the version in shadow that applies to a request routed to base (and workflow wf): the plan
-// of base and wf with each in shadow replaced by its shadow, and the version in shadow; nil when neither
-// has one.
+// shadowOf is the version in shadow that applies to a request routed to base (and workflow wf): the
+// plan of base and wf with each in shadow replaced by its shadow, and the version in shadow; nil
+// when neither has one.
 func (c *catalog) shadowOf(base, wf *policy.Protocol) (*plan, int) {
 	if c == nil || len(c.shadows) == 0 {
 		return nil, 0
@@ -73,8 +73,8 @@ func (c *catalog) shadowOf(base, wf *policy.Protocol) (*plan, int) {
 	return c.plan(sb, sw), v
 }
 
-// judgeShadow judges the request side under the version in shadow, in a span of its own. It never fails
-// the request.
+// judgeShadow judges the request side under the version in shadow, in a span of its own. It never
+// fails the request.
 func (e *Engine) judgeShadow(ctx context.Context, j *job) *Shadow {
 	if j.shadowPlan == nil {
 		return nil
@@ -104,7 +104,8 @@ func (e *Engine) judgeShadow(ctx context.Context, j *job) *Shadow {
 	return sh
 }
 
-// refusal is err as the policy error the client would get; nil for none (or an error of another kind).
+// refusal is err as the policy error the client would get; nil for none (or an error of another
+// kind).
 func refusal(err error) *policy.Error {
 	var pe *policy.Error
 	if errors.As(err, &pe) {
@@ -113,8 +114,8 @@ func refusal(err error) *policy.Error {
 	return nil
 }
 
-// shadowPrompt sizes the prompt the shadow would build: the active prompt's sizes where every part of the
-// prompt that a version decides is the same, else the prompt built again.
+// shadowPrompt sizes the prompt the shadow would build: the active prompt's sizes where every part
+// of the prompt that a version decides is the same, else the prompt built again.
 func (e *Engine) shadowPrompt(j *job, sh *Shadow) error {
 	a, s := j.eff, sh.Protocol
 	if a.Template == s.Template && a.Rules == s.Rules && a.ClientSystem == s.ClientSystem && a.ID == s.ID &&
@@ -154,8 +155,9 @@ func (e *Engine) shadowFlow(j *job, sh *Shadow) error {
 	return err
 }
 
-// policy is the shadow's tool-call policy for the response side: its kept tools, the client's schemas, its
-// argument rules and mode, and its information-flow rules as a judge that spends and remembers nothing.
+// policy is the shadow's tool-call policy for the response side: its kept tools, the client's
+// schemas, its argument rules and mode, and its information-flow rules as a judge that spends and
+// remembers nothing.
 func (sh *Shadow) policy(maxDepth int, schemas *vet.SchemaCache, bodyBytes int) vet.Policy {
 	allowed := make(map[string]bool, len(sh.Kept))
 	declared := make(map[string][]byte, len(sh.Kept))
@@ -185,14 +187,15 @@ type shadowCheck struct {
 	judge *vet.Shadow
 }
 
-// decide returns the shadow's decision on a call the active version decided, and whether they differ.
+// decide returns the shadow's decision on a call the active version decided, and whether they
+// differ.
 func (c *shadowCheck) decide(active vet.Decision) (vet.Decision, bool) {
 	d := c.judge.Judge(active)
 	return d, d.Verdict != active.Verdict
 }
 
-// shadowTools are the events of the tools the two versions keep differently, and of the request the shadow
-// would refuse.
+// shadowTools are the events of the tools the two versions keep differently, and of the request the
+// shadow would refuse.
 func (e events) shadowTools(prep *Prepared) []audit.Event {
 	sh := prep.Shadow
 	var out []audit.Event
@@ -218,8 +221,8 @@ func (e events) shadowTools(prep *Prepared) []audit.Event {
 	return out
 }
 
-// shadowCall is the event of a call the two versions decide differently: the shadow's verdict, the rule
-// that made the difference (the shadow's, else the active version's) and why.
+// shadowCall is the event of a call the two versions decide differently: the shadow's verdict, the
+// rule that made the difference (the shadow's, else the active version's) and why.
 func (e events) shadowCall(version int, active, shadow vet.Decision, round int) audit.Event {
 	rule, reason := shadow.Rule, shadow.Reason
 	if !shadow.Blocked() && shadow.Verdict != vet.VerdictAudited {

@@ -23,8 +23,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// cannedUpstream answers every request with one answer of the surface, in process: the benchmark measures
-// promptgate's own work, not a socket's.
+// cannedUpstream answers every request with one answer of the surface, in process: the benchmark
+// measures promptgate's own work, not a socket's.
 type cannedUpstream struct {
 	body        []byte
 	contentType string
@@ -42,14 +42,15 @@ type discardAudit struct{}
 
 func (discardAudit) Record(context.Context, audit.Event) {}
 
-// BenchmarkShadow is the cost of a version in shadow beside the same traffic without one: the 40-message
-// conversation of BenchmarkFlowThroughProxy answered with one send_email call, through the proxy's handler
-// with an in-process upstream, under a protocol with information-flow rules ("none"); with a version in
-// shadow whose tool-call rules differ ("shadow": the prompt is the active one's, the conversation read
-// again under its rules, each call judged again); with one whose tools and rules text differ too
-// ("shadow-prompt": its prompt is built as well); and, for the record, "shadow-learn": learn mode on as
-// well (its reading of the calls runs on the learn store's goroutine). The shadow's cost is the difference
-// with "none"; "none" is the active version's own cost.
+// BenchmarkShadow is the cost of a version in shadow beside the same traffic without one: the
+// 40-message conversation of BenchmarkFlowThroughProxy answered with one send_email call, through
+// the proxy's handler with an in-process upstream, under a protocol with information-flow rules
+// ("none"); with a version in shadow whose tool-call rules differ ("shadow": the prompt is the
+// active one's, the conversation read again under its rules, each call judged again); with one
+// whose tools and rules text differ too ("shadow-prompt": its prompt is built as well); and, for
+// the record, "shadow-learn": learn mode on as well (its reading of the calls runs on the learn
+// store's goroutine). The shadow's cost is the difference with "none"; "none" is the active
+// version's own cost.
 func BenchmarkShadow(b *testing.B) {
 	active := json.RawMessage(`{"id":"bench","promptTemplate":{"base":"base_tool_call_v2","overrides":{"rules":"- be brief"}},"allowClientSelection":true,` +
 		`"tools":{"allow":["*"]},"toolCalls":{"onViolation":"refuse"}}`)
@@ -116,9 +117,9 @@ func BenchmarkShadow(b *testing.B) {
 	}
 }
 
-// processCPU is the CPU time the process has used (user and system, every thread: the garbage collector's
-// and learn mode's goroutine included), in nanoseconds: the work a benchmark's requests cost, less sensitive
-// than the time between them to other processes of a shared machine.
+// processCPU is the CPU time the process has used (user and system, every thread: the garbage
+// collector's and learn mode's goroutine included), in nanoseconds: the work a benchmark's requests
+// cost, less sensitive than the time between them to other processes of a shared machine.
 func processCPU(b *testing.B) int64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -133,8 +134,8 @@ type benchServer struct {
 	learn *learn.Store
 }
 
-// shadowBenchServer is the proxy's handler under the protocol active, with shadow (when not nil) as a
-// version in shadow and, with withLearn, a learn store.
+// shadowBenchServer is the proxy's handler under the protocol active, with shadow (when not nil) as
+// a version in shadow and, with withLearn, a learn store.
 func shadowBenchServer(b *testing.B, active, shadow json.RawMessage, withLearn bool, up http.RoundTripper) benchServer {
 	b.Helper()
 	e := testEngine(b, "defaultProtocol: bench\n", nil, nil, []json.RawMessage{active})

@@ -18,9 +18,10 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// The active version keeps every tool and checks no argument; the version in shadow drops delete_file,
-// lists the hosts mail may link to, caps fetch_page at one call per conversation, holds mail to an address
-// the user did not give for confirmation, and has rules of its own (a longer prompt).
+// The active version keeps every tool and checks no argument; the version in shadow drops
+// delete_file, lists the hosts mail may link to, caps fetch_page at one call per conversation,
+// holds mail to an address the user did not give for confirmation, and has rules of its own (a
+// longer prompt).
 const (
 	shadowActive = `{"id":"office","promptTemplate":{"base":"base_tool_call_v2","overrides":{"rules":"- be brief"}},
 	  "tools":{"allow":["fetch_page","send_email","delete_file"]},"toolCalls":{"onViolation":"refuse"}}`
@@ -31,8 +32,8 @@ const (
 	  "provenance":[{"id":"to-from-user","tool":"send_email","path":"to","as":"email","from":["user"],"verdict":"confirm","keyArgs":["to"]}]}}`
 )
 
-// shadowTurns is a conversation that fetched a page naming another site; the model then mails a link to it,
-// deletes a file and fetches the docs.
+// shadowTurns is a conversation that fetched a page naming another site; the model then mails a
+// link to it, deletes a file and fetches the docs.
 var (
 	shadowTurns = []flowtest.Turn{
 		{User: "Summarise https://docs.acme.com/start for the team and clean up /tmp/x."},
@@ -47,9 +48,10 @@ var (
 	}
 )
 
-// TestShadowChangesNoByte: with a version in shadow, the upstream receives and the client is shown exactly
-// the bytes they are without one, on every surface, stream and non-stream; the decision log has a shadow
-// event for each tool and call the two versions decide differently, and nothing else of the shadow.
+// TestShadowChangesNoByte: with a version in shadow, the upstream receives and the client is shown
+// exactly the bytes they are without one, on every surface, stream and non-stream; the decision log
+// has a shadow event for each tool and call the two versions decide differently, and nothing else
+// of the shadow.
 func TestShadowChangesNoByte(t *testing.T) {
 	t.Parallel()
 	up := newFlowUpstream(t)
@@ -146,9 +148,9 @@ func shadowEvents(m *memAudit, requestID string) []string {
 	return out
 }
 
-// TestShadowInPreview: the preview reports what the version in shadow makes of the request beside the
-// active version's, and its upstream body is the active version's alone; activating the version in shadow
-// takes it out of shadow.
+// TestShadowInPreview: the preview reports what the version in shadow makes of the request beside
+// the active version's, and its upstream body is the active version's alone; activating the version
+// in shadow takes it out of shadow.
 func TestShadowInPreview(t *testing.T) {
 	t.Parallel()
 	e := testEngine(t, "defaultProtocol: office\n", nil, nil, []json.RawMessage{json.RawMessage(shadowActive)})

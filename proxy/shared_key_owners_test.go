@@ -18,15 +18,17 @@ import (
 	"github.com/promptgate/promptgate/proxy/owners"
 )
 
-// With PROMPTGATE_UPSTREAM_API_KEY set every client reaches the upstream as the operator. These tests hold
-// that a stored response or chat completion created through promptgate is its creator's alone: another
-// credential naming it (in a path or as previous_response_id) gets the API's answer for an id that does not
-// exist, before anything goes upstream, and a listing is refused. Gemini is not among their surfaces: its
-// rewritten routes store nothing (a responseId names no object a later request can reach).
+// With PROMPTGATE_UPSTREAM_API_KEY set every client reaches the upstream as the operator. These
+// tests hold that a stored response or chat completion created through promptgate is its creator's
+// alone: another credential naming it (in a path or as previous_response_id) gets the API's answer
+// for an id that does not exist, before anything goes upstream, and a listing is refused. Gemini is
+// not among their surfaces: its rewritten routes store nothing (a responseId names no object a
+// later request can reach).
 
-// storeUpstream is an OpenAI stand-in that stores what it creates: every create gets a new id (resp_N,
-// chatcmpl-N), streamed or not (each event split across two writes); any other request under a stored id
-// answers 200 with that id, an unknown one 404. It records the method and path of every request.
+// storeUpstream is an OpenAI stand-in that stores what it creates: every create gets a new id
+// (resp_N, chatcmpl-N), streamed or not (each event split across two writes); any other request
+// under a stored id answers 200 with that id, an unknown one 404. It records the method and path of
+// every request.
 type storeUpstream struct {
 	*httptest.Server
 	mu    sync.Mutex
@@ -97,8 +99,8 @@ func (u *storeUpstream) count() int {
 	return len(u.calls)
 }
 
-// keyedServer is promptgate in front of up with the operator key bound to it (or none, when key is ""),
-// with the given record (nil: its own).
+// keyedServer is promptgate in front of up with the operator key bound to it (or none, when key is
+// ""), with the given record (nil: its own).
 func keyedServer(t *testing.T, up, key string, rec *owners.Record) *httptest.Server {
 	t.Helper()
 	e := testEngine(t, "", nil, nil, nil)
@@ -120,8 +122,8 @@ func keyedServer(t *testing.T, up, key string, rec *owners.Record) *httptest.Ser
 	return ts
 }
 
-// sendAs sends a request with the client's credential headers (name, value pairs) and returns its status and
-// body.
+// sendAs sends a request with the client's credential headers (name, value pairs) and returns its
+// status and body.
 func sendAs(t *testing.T, ts *httptest.Server, method, path, body string, cred ...string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
@@ -143,8 +145,8 @@ func sendAs(t *testing.T, ts *httptest.Server, method, path, body string, cred .
 	return resp.StatusCode, b
 }
 
-// createdID creates a stored object on surface sf (stream or not) as the client with credential cred and
-// returns its id as the client read it.
+// createdID creates a stored object on surface sf (stream or not) as the client with credential
+// cred and returns its id as the client read it.
 func createdID(t *testing.T, ts *httptest.Server, sf flowtest.Surface, stream bool, cred ...string) string {
 	t.Helper()
 	return createdWith(t, ts, sf, stream, map[string]any{"store": true}, cred...)
@@ -176,8 +178,8 @@ var (
 	bob   = []string{"Authorization", "Bearer sk-bob"}
 )
 
-// foreignRequests are the requests that name a stored response or completion by id, in the path or the
-// body, with the answer the API gives for an id that does not exist.
+// foreignRequests are the requests that name a stored response or completion by id, in the path or
+// the body, with the answer the API gives for an id that does not exist.
 func foreignRequests(sf flowtest.Surface, id string) []struct{ method, path, body, code string } {
 	type req = struct{ method, path, body, code string }
 	if sf == flowtest.Chat {
@@ -213,11 +215,11 @@ func foreignRequests(sf flowtest.Surface, id string) []struct{ method, path, bod
 	}
 }
 
-// TestSharedKeyObjectsAreTheirCreators: with the operator key shared, a response (stream or not) and a stored
-// chat completion (stream or not) created by one client are answered to that client on every path and body
-// field that names them, while another credential (another bearer token, none at all, another x-api-key)
-// gets the API's not-found answer for each, before anything goes upstream; an id this instance never relayed
-// is nobody's; the listings are refused.
+// TestSharedKeyObjectsAreTheirCreators: with the operator key shared, a response (stream or not)
+// and a stored chat completion (stream or not) created by one client are answered to that client on
+// every path and body field that names them, while another credential (another bearer token, none
+// at all, another x-api-key) gets the API's not-found answer for each, before anything goes
+// upstream; an id this instance never relayed is nobody's; the listings are refused.
 func TestSharedKeyObjectsAreTheirCreators(t *testing.T) {
 	t.Parallel()
 	for _, sf := range []flowtest.Surface{flowtest.Responses, flowtest.Chat} {
@@ -246,7 +248,8 @@ func TestSharedKeyObjectsAreTheirCreators(t *testing.T) {
 							t.Errorf("%s %s as %v reached the upstream", rq.method, rq.path, cred)
 						}
 					}
-					// The creator's request goes upstream (which routes the loose spellings as it will).
+					// The creator's request goes upstream (which routes the loose spellings as it
+					// will).
 					before := up.count()
 					status, b := sendAs(t, ts, rq.method, rq.path, rq.body, alice...)
 					if up.count() != before+1 {
@@ -256,7 +259,8 @@ func TestSharedKeyObjectsAreTheirCreators(t *testing.T) {
 						t.Errorf("%s %s as its creator: %d %s", rq.method, rq.path, status, b)
 					}
 				}
-				// An id this instance never relayed may be anyone's: refused to everyone, its spellings too.
+				// An id this instance never relayed may be anyone's: refused to everyone, its
+				// spellings too.
 				for _, rq := range foreignRequests(sf, strings.Replace(id, "1", "9", 1)+"9") {
 					if status, b := sendAs(t, ts, rq.method, rq.path, rq.body, alice...); status != http.StatusNotFound && status != http.StatusBadRequest {
 						t.Errorf("%s %s (an id never relayed): %d %s", rq.method, rq.path, status, b)
@@ -273,9 +277,10 @@ func TestSharedKeyObjectsAreTheirCreators(t *testing.T) {
 	}
 }
 
-// TestSharedKeyBindsBackgroundAndDefaultStore: a background response (polled later) and a response created
-// without a store field (the API stores it by default) are their creator's; a stored chat completion is bound
-// whatever true-like value store has, and a completion that is not stored binds nothing.
+// TestSharedKeyBindsBackgroundAndDefaultStore: a background response (polled later) and a response
+// created without a store field (the API stores it by default) are their creator's; a stored chat
+// completion is bound whatever true-like value store has, and a completion that is not stored binds
+// nothing.
 func TestSharedKeyBindsBackgroundAndDefaultStore(t *testing.T) {
 	t.Parallel()
 	up := newStoreUpstream(t)
@@ -306,10 +311,10 @@ func TestSharedKeyBindsBackgroundAndDefaultStore(t *testing.T) {
 	}
 }
 
-// TestSharedKeyPathReadingsDisagree: a path that one server reads as the client's own response and another as
-// someone else's (";params", escaped slashes and dots, backslashes, an escaped letter) is refused to
-// everyone, its own client included, before anything goes upstream: every reading must name what the client
-// owns.
+// TestSharedKeyPathReadingsDisagree: a path that one server reads as the client's own response and
+// another as someone else's (";params", escaped slashes and dots, backslashes, an escaped letter)
+// is refused to everyone, its own client included, before anything goes upstream: every reading
+// must name what the client owns.
 func TestSharedKeyPathReadingsDisagree(t *testing.T) {
 	t.Parallel()
 	for _, sf := range []flowtest.Surface{flowtest.Responses, flowtest.Chat} {
@@ -347,9 +352,9 @@ func TestSharedKeyPathReadingsDisagree(t *testing.T) {
 	}
 }
 
-// TestSharedKeyBindsEveryRound: a continued answer (onViolation "continue") has the upstream store a response
-// per round; each is its creator's, the first (which a stream's response.created names) and the last (which
-// the client continues from).
+// TestSharedKeyBindsEveryRound: a continued answer (onViolation "continue") has the upstream store
+// a response per round; each is its creator's, the first (which a stream's response.created names)
+// and the last (which the client continues from).
 func TestSharedKeyBindsEveryRound(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -388,9 +393,9 @@ func TestSharedKeyBindsEveryRound(t *testing.T) {
 	}
 }
 
-// TestSharedRecordAcrossServers: the listener and the HTTPS-proxy door's pipelines are Servers given one
-// record (as serve builds them): what a client created through one is its own through the other, and
-// another's there too.
+// TestSharedRecordAcrossServers: the listener and the HTTPS-proxy door's pipelines are Servers
+// given one record (as serve builds them): what a client created through one is its own through the
+// other, and another's there too.
 func TestSharedRecordAcrossServers(t *testing.T) {
 	t.Parallel()
 	up := newStoreUpstream(t)
@@ -405,8 +410,8 @@ func TestSharedRecordAcrossServers(t *testing.T) {
 	}
 }
 
-// TestWithoutSharedKeyNothingIsRefused: without an operator key the upstream checks each client's own key:
-// promptgate refuses no id and no listing, and binds nothing.
+// TestWithoutSharedKeyNothingIsRefused: without an operator key the upstream checks each client's
+// own key: promptgate refuses no id and no listing, and binds nothing.
 func TestWithoutSharedKeyNothingIsRefused(t *testing.T) {
 	t.Parallel()
 	up := newStoreUpstream(t)

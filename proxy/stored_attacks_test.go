@@ -9,8 +9,8 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// TestRetrievalAfterTheMemoryWasFlooded: the memory of what the proxy blocked in a stored response, and
-// of the policy a background response is vetted with, is bounded; another client fills it (many
+// TestRetrievalAfterTheMemoryWasFlooded: the memory of what the proxy blocked in a stored response,
+// and of the policy a background response is vetted with, is bounded; another client fills it (many
 // background requests, or responses with a blocked call each) to push a victim's response out. The
 // victim's retrieval of it is then refused (502), never shown with the call promptgate blocked nor
 // unvetted: a background app polls and runs the calls it gets.
@@ -51,9 +51,10 @@ func TestRetrievalAfterTheMemoryWasFlooded(t *testing.T) {
 	}
 }
 
-// TestInputItemsAfterTheMemoryWasFlooded: after another client pushed a victim's response out of the
-// memory (responses with a blocked call each, each call its own id), a listing of input items that
-// holds the victim's blocked call (the call, and the refusal that names it) still leaves it out.
+// TestInputItemsAfterTheMemoryWasFlooded: after another client pushed a victim's response out of
+// the memory (responses with a blocked call each, each call its own id), a listing of input items
+// that holds the victim's blocked call (the call, and the refusal that names it) still leaves it
+// out.
 func TestInputItemsAfterTheMemoryWasFlooded(t *testing.T) {
 	t.Parallel()
 	u := &bgUpstream{get: func(w http.ResponseWriter, _ *http.Request, _ string) {

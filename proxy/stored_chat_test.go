@@ -12,9 +12,10 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// storingChat imitates Chat Completions' storage (store: true): it keeps each completion as the model wrote
-// it and the messages it was sent, serves them on GET /v1/chat/completions/{id}[/messages], lists them on
-// GET /v1/chat/completions and answers an update (POST /v1/chat/completions/{id}) with the completion.
+// storingChat imitates Chat Completions' storage (store: true): it keeps each completion as the
+// model wrote it and the messages it was sent, serves them on GET
+// /v1/chat/completions/{id}[/messages], lists them on GET /v1/chat/completions and answers an
+// update (POST /v1/chat/completions/{id}) with the completion.
 type storingChat struct {
 	mu       sync.Mutex
 	n        int
@@ -97,11 +98,12 @@ func (u *storingChat) create(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 }
 
-// TestStoredChatCompletionShowsWhatWasReleased: a completion created with store: true, one of whose calls
-// promptgate blocked, is shown by every later read as the create showed it — its retrieval, the answer of
-// an update and the listing (the blocked call's notice in place of the call, X-Promptgate-Blocked) — and the
-// listing of its messages shows the client's own system text, never the layered prompt. A completion the
-// proxy did not relay shows no call at all. Body and stream creates; an upstream base URL with a path.
+// TestStoredChatCompletionShowsWhatWasReleased: a completion created with store: true, one of whose
+// calls promptgate blocked, is shown by every later read as the create showed it — its retrieval,
+// the answer of an update and the listing (the blocked call's notice in place of the call,
+// X-Promptgate-Blocked) — and the listing of its messages shows the client's own system text, never
+// the layered prompt. A completion the proxy did not relay shows no call at all. Body and stream
+// creates; an upstream base URL with a path.
 func TestStoredChatCompletionShowsWhatWasReleased(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -181,9 +183,9 @@ func TestStoredChatCompletionShowsWhatWasReleased(t *testing.T) {
 	}
 }
 
-// TestResponsesRetrievalUnderAnUpstreamBasePath: with an upstream base URL whose path is not /v1 (a gateway
-// or Azure-style prefix), a retrieved stored response is still edited: the route is read from the path the
-// client sent, not from the one that went upstream.
+// TestResponsesRetrievalUnderAnUpstreamBasePath: with an upstream base URL whose path is not /v1 (a
+// gateway or Azure-style prefix), a retrieved stored response is still edited: the route is read
+// from the path the client sent, not from the one that went upstream.
 func TestResponsesRetrievalUnderAnUpstreamBasePath(t *testing.T) {
 	u := &storingUpstream{stored: map[string]string{}, answer: func(id string) string {
 		return fcItem("fc_good_"+id, "call_good_"+id, "get_weather", respGoodArgs, "completed") + "," +

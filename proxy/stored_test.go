@@ -16,9 +16,9 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// storingUpstream imitates the Responses API's storage: it keeps each answer by id, serves it on GET
-// /v1/responses/{id}, and refuses a continuation that leaves a function_call of the previous response
-// unanswered, as OpenAI does.
+// storingUpstream imitates the Responses API's storage: it keeps each answer by id, serves it on
+// GET /v1/responses/{id}, and refuses a continuation that leaves a function_call of the previous
+// response unanswered, as OpenAI does.
 type storingUpstream struct {
 	mu     sync.Mutex
 	stored map[string]string
@@ -85,9 +85,10 @@ func (u *storingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 }
 
-// TestResponsesContinuationAfterBlockedCall: a blocked call stays in the upstream's stored response; the next
-// turn (previous_response_id) still works because the proxy answers that call, and retrieving the stored
-// response does not show it — non-stream and stream, with the official client.
+// TestResponsesContinuationAfterBlockedCall: a blocked call stays in the upstream's stored
+// response; the next turn (previous_response_id) still works because the proxy answers that call,
+// and retrieving the stored response does not show it — non-stream and stream, with the official
+// client.
 func TestResponsesContinuationAfterBlockedCall(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
@@ -148,8 +149,8 @@ func TestResponsesContinuationAfterBlockedCall(t *testing.T) {
 				gjson.Get(sent, `#(call_id=="call_good_`+id1+`").output`).Str != `{"temp":3}` || strings.Contains(sent, "SECRET123") {
 				t.Fatalf("upstream input %s", sent)
 			}
-			// resp_2 had only the blocked call: a plain string input continues it, kept as the user's message
-			// after the proxy's answer.
+			// resp_2 had only the blocked call: a plain string input continues it, kept as the
+			// user's message after the proxy's answer.
 			got3, err := client.Responses.New(ctx, respParams(got.ID))
 			if err != nil {
 				t.Fatalf("the continuation with a string input failed: %v", err)
@@ -160,8 +161,8 @@ func TestResponsesContinuationAfterBlockedCall(t *testing.T) {
 			if gjson.Get(sent, "#").Int() != 2 || gjson.Get(sent, "0.call_id").Str != "call_evil_"+got.ID || gjson.Get(sent, "1").Raw != `{"role":"user","content":"go"}` {
 				t.Fatalf("upstream input %s", sent)
 			}
-			// The fake upstream does refuse an unanswered call (else this test would prove nothing): resp_3's
-			// allowed call is left unanswered by the client.
+			// The fake upstream does refuse an unanswered call (else this test would prove
+			// nothing): resp_3's allowed call is left unanswered by the client.
 			var apiErr *openai.Error
 			if _, err := client.Responses.New(ctx, respParams(got3.ID)); !errors.As(err, &apiErr) || !strings.Contains(apiErr.RawJSON(), "No tool output found for function call call_good_"+got3.ID) {
 				t.Fatalf("the fake upstream accepted an unanswered allowed call: %v", err)

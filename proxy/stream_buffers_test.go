@@ -11,9 +11,10 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// TestStreamBuffersNotShared checks that the event readers' buffers, which streams borrow from the proxy's
-// pool and give back at their end, never carry one stream's bytes into another's: concurrent streams, each
-// longer than a buffer, every event naming its own stream, reach each client exactly as sent.
+// TestStreamBuffersNotShared checks that the event readers' buffers, which streams borrow from the
+// proxy's pool and give back at their end, never carry one stream's bytes into another's:
+// concurrent streams, each longer than a buffer, every event naming its own stream, reach each
+// client exactly as sent.
 func TestStreamBuffersNotShared(t *testing.T) {
 	const events, pad = 48, 1500 // about 72 KB per stream: each reader refills its buffer several times
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {

@@ -14,13 +14,14 @@ import (
 	"github.com/promptgate/promptgate/proxy/relay"
 )
 
-// The errors an answer ends with, through the real proxy on every surface, stream and non-stream, read as the
-// client reads them (see shown.readError): the contract's code in each surface's own shape.
+// The errors an answer ends with, through the real proxy on every surface, stream and non-stream,
+// read as the client reads them (see shown.readError): the contract's code in each surface's own
+// shape.
 
 // TestErrorModeOnEverySurface: in onViolation "error", the attacker's payment ends the answer with
-// tool_call_blocked — a 403 body, or a stream's last event, the stream's status 200 — in the surface's shape
-// (Gemini's: code 403, the contract's code as the reason of its ErrorInfo); nothing of the call reaches the
-// client and no call is shown.
+// tool_call_blocked — a 403 body, or a stream's last event, the stream's status 200 — in the
+// surface's shape (Gemini's: code 403, the contract's code as the reason of its ErrorInfo); nothing
+// of the call reaches the client and no call is shown.
 func TestErrorModeOnEverySurface(t *testing.T) {
 	t.Parallel()
 	cc := newContinueCase(t)
@@ -53,9 +54,10 @@ func TestErrorModeOnEverySurface(t *testing.T) {
 	}
 }
 
-// TestTruncatedOnEverySurface: a stream whose upstream ends after the first half of its text (before the
-// finish, the completed response, message_stop) ends with upstream_stream_truncated in the surface's shape
-// (Gemini's: code 502) after the text that went out; a stream that ends cleanly carries no error (control).
+// TestTruncatedOnEverySurface: a stream whose upstream ends after the first half of its text
+// (before the finish, the completed response, message_stop) ends with upstream_stream_truncated in
+// the surface's shape (Gemini's: code 502) after the text that went out; a stream that ends cleanly
+// carries no error (control).
 func TestTruncatedOnEverySurface(t *testing.T) {
 	t.Parallel()
 	turn := scriptedTurn{text: "Checking the balance now.", in: 1, out: 1}

@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// A surface of the proxy, with a streamed answer cut in the middle of a tool call: prefix is what the
-// upstream sends before the fault. The call's id holds "secret" and its arguments "Oslo": neither may
-// reach the client.
+// A surface of the proxy, with a streamed answer cut in the middle of a tool call: prefix is what
+// the upstream sends before the fault. The call's id holds "secret" and its arguments "Oslo":
+// neither may reach the client.
 type faultSurface struct {
 	name, path, body, prefix string
 }
@@ -38,15 +38,16 @@ func faultSurfaces() []faultSurface {
 	}
 }
 
-// Upstream timeouts of the fault tests. A stall is detected after faultStallTimeout; the upstream's writes
-// before it follow each other at once, so a second leaves a loaded machine ample room. Where the fault is a
-// reset, the timeout is not under test and must not fire first: faultNoTimeout.
+// Upstream timeouts of the fault tests. A stall is detected after faultStallTimeout; the upstream's
+// writes before it follow each other at once, so a second leaves a loaded machine ample room. Where
+// the fault is a reset, the timeout is not under test and must not fire first: faultNoTimeout.
 const (
 	faultStallTimeout = "1s"
 	faultNoTimeout    = "60s"
 )
 
-// newFaultProxy serves the guarded protocol with both upstreams on h and the given upstream timeout.
+// newFaultProxy serves the guarded protocol with both upstreams on h and the given upstream
+// timeout.
 func newFaultProxy(t *testing.T, timeout string, h http.HandlerFunc) *httptest.Server {
 	t.Helper()
 	up := newUpstream(t, h)
@@ -75,8 +76,9 @@ func send(t *testing.T, method, url, body string) (*http.Response, string) {
 	return resp, string(b)
 }
 
-// Every rewritten surface ends a stream broken or stalled in the middle of a tool call the same way: what
-// was vetted, then its error event with upstream_stream_truncated, and no byte of the unfinished call.
+// Every rewritten surface ends a stream broken or stalled in the middle of a tool call the same
+// way: what was vetted, then its error event with upstream_stream_truncated, and no byte of the
+// unfinished call.
 func TestFaultStreamCutOnEverySurface(t *testing.T) {
 	for _, sf := range faultSurfaces() {
 		for _, fault := range []string{"reset", "stall"} {
@@ -116,8 +118,9 @@ func TestFaultStreamCutOnEverySurface(t *testing.T) {
 	}
 }
 
-// Before any byte of the answer, every route — the rewritten ones and the passthrough — maps the faults
-// the same way: a refused or reset connection is 502 upstream_error, silence is 504 upstream_timeout.
+// Before any byte of the answer, every route — the rewritten ones and the passthrough — maps the
+// faults the same way: a refused or reset connection is 502 upstream_error, silence is 504
+// upstream_timeout.
 func TestFaultBeforeAnswerOnEveryRoute(t *testing.T) {
 	routes := []struct{ method, path, body string }{
 		{http.MethodPost, PathChat, chatRequest},

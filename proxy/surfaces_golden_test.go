@@ -10,8 +10,9 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// surfaceCase is one file testdata/surfaces/NAME.in.json: a /v1/responses, /v1/messages or Gemini request and
-// the setup it runs under; NAME.out.json is the exact upstream body (compared as JSON; -update rewrites it).
+// surfaceCase is one file testdata/surfaces/NAME.in.json: a /v1/responses, /v1/messages or Gemini
+// request and the setup it runs under; NAME.out.json is the exact upstream body (compared as JSON;
+// -update rewrites it).
 type surfaceCase struct {
 	Description string            `json:"description"`
 	Surface     string            `json:"surface"` // responses, messages or gemini
@@ -43,9 +44,9 @@ func TestSurfaceGolden(t *testing.T) {
 	})
 }
 
-// checkSurfaceInvariants asserts the contract's promises on an upstream body of either surface: the layered
-// prompt is where it belongs, untrusted bytes stay on the context line, promptgate is gone, and every field
-// the proxy does not own is byte for byte the client's.
+// checkSurfaceInvariants asserts the contract's promises on an upstream body of either surface: the
+// layered prompt is where it belongs, untrusted bytes stay on the context line, promptgate is gone,
+// and every field the proxy does not own is byte for byte the client's.
 func checkSurfaceInvariants(t *testing.T, c surfaceCase, body []byte) {
 	t.Helper()
 	if gjson.GetBytes(body, "promptgate").Exists() {

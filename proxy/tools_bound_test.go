@@ -13,10 +13,11 @@ func toolsBody(n int) string {
 		strings.TrimSuffix(strings.Repeat(`{"type":"function","function":{"name":"a"}},`, n), ",") + `]}`
 }
 
-// A request declares at most limits.maxTools tools: one over it is refused (400 invalid_request) before it
-// is filtered, so that it records no decision and reaches no upstream. Each declared tool can be a decision
-// event: 50,000 duplicates in 2.4 MB made 50,000 events, more than the whole audit ring holds, and filled the
-// recorders' buffers so that other requests' decisions were dropped.
+// A request declares at most limits.maxTools tools: one over it is refused (400 invalid_request)
+// before it is filtered, so that it records no decision and reaches no upstream. Each declared tool
+// can be a decision event: 50,000 duplicates in 2.4 MB made 50,000 events, more than the whole
+// audit ring holds, and filled the recorders' buffers so that other requests' decisions were
+// dropped.
 func TestDeclaredToolsBounded(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, okCompletion)

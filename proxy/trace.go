@@ -16,8 +16,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
-// The span attributes of promptgate. Only names, versions, counts and codes: never prompt text, tool
-// arguments, context values or keys.
+// The span attributes of promptgate. Only names, versions, counts and codes: never prompt text,
+// tool arguments, context values or keys.
 const (
 	attrRequestID       = "promptgate.request_id"
 	attrRoute           = "promptgate.route"
@@ -83,10 +83,10 @@ func traceAssembled(sp *tracing.Span, j *job) {
 	sp.Int(attrBodyBytes, len(j.out))
 }
 
-// startRequestSpan starts the server span of a request that goes upstream (lr, routed: see routeOf), a child
-// of the client's traceparent: named after its rewritten route, or "METHOD /v1/*" (the path's first segment)
-// when passed through. Health checks and other paths are not traced. It returns r's context and nil when
-// tracing is off.
+// startRequestSpan starts the server span of a request that goes upstream (lr, routed: see
+// routeOf), a child of the client's traceparent: named after its rewritten route, or "METHOD /v1/*"
+// (the path's first segment) when passed through. Health checks and other paths are not traced. It
+// returns r's context and nil when tracing is off.
 func (s *Server) startRequestSpan(r *http.Request, id string, lr listenerRoute, routed bool) (context.Context, *tracing.Span) {
 	t := s.opt.Tracing
 	if t == nil || !routed {
@@ -104,8 +104,8 @@ func (s *Server) startRequestSpan(r *http.Request, id string, lr listenerRoute, 
 	return ctx, sp
 }
 
-// endRequestSpan ends the server span with the answer: status (499 for a client that went away), its route's
-// label, protocol, template and the decisions the response headers report.
+// endRequestSpan ends the server span with the answer: status (499 for a client that went away),
+// its route's label, protocol, template and the decisions the response headers report.
 func endRequestSpan(sp *tracing.Span, status int, h http.Header, route string) {
 	if sp == nil {
 		return
@@ -130,14 +130,15 @@ func endRequestSpan(sp *tracing.Span, status int, h http.Header, route string) {
 	sp.End()
 }
 
-// exchangeTrace is the tracing of one rewritten request's upstream call and response; its zero value
-// (tracing off) does nothing.
+// exchangeTrace is the tracing of one rewritten request's upstream call and response; its zero
+// value (tracing off) does nothing.
 type exchangeTrace struct {
 	upstream                  *tracing.Span
 	allowed, blocked, audited atomic.Int64
 }
 
-// traceUpstream starts the upstream span and sends its traceparent upstream in place of the client's.
+// traceUpstream starts the upstream span and sends its traceparent upstream in place of the
+// client's.
 func (s *Server) traceUpstream(pr *httputil.ProxyRequest, x *exchange) {
 	t := s.opt.Tracing
 	if t == nil {
@@ -168,8 +169,8 @@ func (t *exchangeTrace) upstreamDone(status int) {
 	t.upstream.End()
 }
 
-// traceUpstreamFailed ends the upstream span of a request whose upstream call failed (or whose client went
-// away), with the API error code.
+// traceUpstreamFailed ends the upstream span of a request whose upstream call failed (or whose
+// client went away), with the API error code.
 func traceUpstreamFailed(r *http.Request, err error) {
 	if x := inflightOf(r.Context()).x; x != nil && x.trace.upstream != nil {
 		code := toAPIError(err).Code

@@ -42,7 +42,8 @@ type tracedExporter struct {
 	served chan struct{}
 }
 
-// GetSpans waits for the handler of the one request sent since the last call, then returns the spans.
+// GetSpans waits for the handler of the one request sent since the last call, then returns the
+// spans.
 func (e *tracedExporter) GetSpans() tracetest.SpanStubs {
 	<-e.served
 	return e.InMemoryExporter.GetSpans()
@@ -91,7 +92,8 @@ func attrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 	return m
 }
 
-// checkNoSecrets fails when any attribute, event or status of any span holds request or answer text.
+// checkNoSecrets fails when any attribute, event or status of any span holds request or answer
+// text.
 func checkNoSecrets(t *testing.T, exp *tracedExporter) {
 	t.Helper()
 	for _, s := range exp.InMemoryExporter.GetSpans() {
@@ -243,7 +245,8 @@ func TestTracingFailedStageAndOtherSurfaces(t *testing.T) {
 	if s := spansByName(t, exp); s["POST /v1/responses"].Name == "" || attrs(s["POST /v1/responses"])["promptgate.route"].Emit() != "responses" || s[tracing.SpanAssemble].Name == "" {
 		t.Errorf("responses spans %v", s)
 	}
-	// Health checks are not traced; passed-through requests get a server span and carry its traceparent.
+	// Health checks are not traced; passed-through requests get a server span and carry its
+	// traceparent.
 	exp.Reset()
 	if r, err := http.Get(ts.URL + PathHealthz); err != nil || r.StatusCode != 200 {
 		t.Fatal(err)
@@ -291,8 +294,8 @@ func TestTracingOffPassesTraceparent(t *testing.T) {
 	}
 }
 
-// A client that goes away while the upstream thinks ends its server span with status 499, not 200; the
-// upstream span says the call was cancelled because the client went away.
+// A client that goes away while the upstream thinks ends its server span with status 499, not 200;
+// the upstream span says the call was cancelled because the client went away.
 func TestTracingClientGoneIs499(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	ts, exp := tracedProxy(t, up.URL)

@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// TestPassthroughUpgrade: a protocol upgrade on a passed-through path (the Realtime API's WebSocket at
-// /v1/realtime) reaches the upstream with its key and becomes a two-way byte tunnel through the proxy.
+// TestPassthroughUpgrade: a protocol upgrade on a passed-through path (the Realtime API's WebSocket
+// at /v1/realtime) reaches the upstream with its key and becomes a two-way byte tunnel through the
+// proxy.
 func TestPassthroughUpgrade(t *testing.T) {
 	gotAuth := make(chan string, 1)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -81,11 +82,12 @@ func TestPassthroughUpgrade(t *testing.T) {
 	}
 }
 
-// TestPassthroughFullDuplex: a passed-through request whose answer starts streaming before its body has all
-// arrived (an upload answered with progress, a retrieval that the official client asks with a body) keeps
-// both directions open: the rest of the body still reaches the upstream, and the answer is not cut off. (Without
-// full duplex, net/http closes the request body once the answer's headers go out, and the transport then
-// drops the upstream connection in the middle of the answer.)
+// TestPassthroughFullDuplex: a passed-through request whose answer starts streaming before its body
+// has all arrived (an upload answered with progress, a retrieval that the official client asks with
+// a body) keeps both directions open: the rest of the body still reaches the upstream, and the
+// answer is not cut off. (Without full duplex, net/http closes the request body once the answer's
+// headers go out, and the transport then drops the upstream connection in the middle of the
+// answer.)
 func TestPassthroughFullDuplex(t *testing.T) {
 	const size = 1 << 20
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

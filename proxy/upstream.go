@@ -22,10 +22,11 @@ import (
 	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 )
 
-// NewTransport is the HTTP transport to the upstream: its own, never the global one. It never asks for a
-// compressed answer itself: the answers the proxy reads to vet them then cost what the upstream sent (a gzip
-// answer decodes to a thousand times its size), and one compressed anyway is refused (plainBody). A
-// passed-through request keeps the client's own Accept-Encoding, and its answer is relayed as it comes.
+// NewTransport is the HTTP transport to the upstream: its own, never the global one. It never asks
+// for a compressed answer itself: the answers the proxy reads to vet them then cost what the
+// upstream sent (a gzip answer decodes to a thousand times its size), and one compressed anyway is
+// refused (plainBody). A passed-through request keeps the client's own Accept-Encoding, and its
+// answer is relayed as it comes.
 func NewTransport() *http.Transport {
 	return &http.Transport{
 		DisableCompression:    true,
@@ -37,7 +38,8 @@ func NewTransport() *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
-		// A rewritten request body (an 8 KB chat is common, a 40 KB context too) goes out in one write.
+		// A rewritten request body (an 8 KB chat is common, a 40 KB context too) goes out in one
+		// write.
 		WriteBufferSize: 64 << 10,
 	}
 }
@@ -65,8 +67,8 @@ func (t timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		// An upgraded connection (the Realtime API's WebSocket) is a tunnel that may stay quiet for long:
-		// no idle timeout, and its body must stay the transport's writable one.
+		// An upgraded connection (the Realtime API's WebSocket) is a tunnel that may stay quiet for
+		// long: no idle timeout, and its body must stay the transport's writable one.
 		timer.Stop()
 		return resp, nil
 	}
@@ -75,18 +77,19 @@ func (t timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// dropInformational keeps the upstream's 1xx informational answers (103 Early Hints) from the client: the
-// reverse proxy relays one through the hook it puts in the request's trace, with the upstream's headers
-// unfiltered (Access-Control-*, X-Promptgate-*), and then clears the header map of the client's answer,
-// promptgate's own headers included. Only the final answer is relayed; 100 Continue and 101 are not
-// informational answers to the hook.
+// dropInformational keeps the upstream's 1xx informational answers (103 Early Hints) from the
+// client: the reverse proxy relays one through the hook it puts in the request's trace, with the
+// upstream's headers unfiltered (Access-Control-*, X-Promptgate-*), and then clears the header map
+// of the client's answer, promptgate's own headers included. Only the final answer is relayed; 100
+// Continue and 101 are not informational answers to the hook.
 func dropInformational(req *http.Request) {
 	if tr := httptrace.ContextClientTrace(req.Context()); tr != nil {
 		tr.Got1xxResponse = nil
 	}
 }
 
-// idleBody restarts the silence timer on every read; when it fires, reads fail with surface.ErrUpstreamTimeout.
+// idleBody restarts the silence timer on every read; when it fires, reads fail with
+// surface.ErrUpstreamTimeout.
 type idleBody struct {
 	body    io.ReadCloser
 	timer   *time.Timer
@@ -107,17 +110,18 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// finishBytes and finishWait bound Finish: an upstream that goes on sending after its stream's last event, or
-// is slow to end its body, loses its connection rather than delay the client's answer for longer.
+// finishBytes and finishWait bound Finish: an upstream that goes on sending after its stream's last
+// event, or is slow to end its body, loses its connection rather than delay the client's answer for
+// longer.
 const (
 	finishBytes = 64 << 10
 	finishWait  = 50 * time.Millisecond
 )
 
-// Finish reads the rest of the body, at most finishBytes and for at most finishWait or the upstream timeout,
-// whichever is shorter (the silence timer is set to it and cuts the read off), so that a stream ended by its
-// last event still gives its connection back to the transport: a body closed before its end takes its
-// connection with it, and the next request dials anew.
+// Finish reads the rest of the body, at most finishBytes and for at most finishWait or the upstream
+// timeout, whichever is shorter (the silence timer is set to it and cuts the read off), so that a
+// stream ended by its last event still gives its connection back to the transport: a body closed
+// before its end takes its connection with it, and the next request dials anew.
 func (b *idleBody) Finish() {
 	if b.ctx.Err() != nil {
 		return
@@ -164,7 +168,8 @@ func (s *Server) reverseProxies() (rewritten, passthrough *httputil.ReverseProxy
 	return rewritten, passthrough
 }
 
-// pass forwards a request of an upstream's paths (every other /v1/*, /v1beta/* request) to it unchanged.
+// pass forwards a request of an upstream's paths (every other /v1/*, /v1beta/* request) to it
+// unchanged.
 func (s *Server) pass(w http.ResponseWriter, r *http.Request, up *upstreamAt) {
 	inflightOf(r.Context()).up = up
 	if p := s.disguisedRoute(r); p != "" {
@@ -175,10 +180,11 @@ func (s *Server) pass(w http.ResponseWriter, r *http.Request, up *upstreamAt) {
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		// The request body streams to the upstream while its answer streams back. Without full duplex,
-		// net/http closes the body once the answer's headers go out, and the transport's last read of it
-		// (looking for its end) then fails, which makes the transport drop the upstream connection in the
-		// middle of the answer. HTTP/2 is always full duplex (the error is ignored there).
+		// The request body streams to the upstream while its answer streams back. Without full
+		// duplex, net/http closes the body once the answer's headers go out, and the transport's
+		// last read of it (looking for its end) then fails, which makes the transport drop the
+		// upstream connection in the middle of the answer. HTTP/2 is always full duplex (the error
+		// is ignored there).
 		_ = http.NewResponseController(w).EnableFullDuplex()
 		// The transport may still read the body after the answer, or never: it ends here.
 		defer doneBody(r.Body)
@@ -186,9 +192,9 @@ func (s *Server) pass(w http.ResponseWriter, r *http.Request, up *upstreamAt) {
 	s.passthrough.ServeHTTP(w, r)
 }
 
-// outboundHeaders removes promptgate's own headers and applies the upstream's operator key where the
-// request's URL, as it goes out, has that key's origin, as the upstream's Auth says (the client's credentials
-// it replaces removed). Anywhere else the client's credentials pass unchanged.
+// outboundHeaders removes promptgate's own headers and applies the upstream's operator key where
+// the request's URL, as it goes out, has that key's origin, as the upstream's Auth says (the
+// client's credentials it replaces removed). Anywhere else the client's credentials pass unchanged.
 func outboundHeaders(h http.Header, out *url.URL, up *upstreamAt) {
 	dropOwnHeaders(h)
 	if up.key.sendsTo(out) {
@@ -218,7 +224,8 @@ func (s *Server) rewritePassthrough(pr *httputil.ProxyRequest) {
 	pr.Out.Host = ""
 	outboundHeaders(pr.Out.Header, pr.Out.URL, up)
 	if pt := s.interceptor(pr.In); pt != nil {
-		// The answer is edited: it is asked for uncompressed (NewTransport), and read as the upstream sent it.
+		// The answer is edited: it is asked for uncompressed (NewTransport), and read as the
+		// upstream sent it.
 		pr.Out.Header.Del("Accept-Encoding")
 		in := inflightOf(pr.In.Context())
 		in.pt, in.in = pt, pr.In
@@ -236,7 +243,8 @@ func (s *Server) guardHeaders(resp *http.Response) {
 }
 
 // upstreamHeaders keeps the upstream's request id under another name and drops headers that only
-// promptgate may set: its own, and the CORS headers (the listener alone decides which pages may read it).
+// promptgate may set: its own, and the CORS headers (the listener alone decides which pages may
+// read it).
 func upstreamHeaders(h http.Header) {
 	if v := h.Get(HeaderRequestID); v != "" {
 		h.Set(HeaderUpstreamReqID, v)
@@ -246,9 +254,9 @@ func upstreamHeaders(h http.Header) {
 	guard.DropCORS(h)
 }
 
-// dropOwnHeaders deletes the X-Promptgate-* fields of h in any letter case, also spelt with underscores
-// (gateways and CGI-style readers fold "_" and "-" together): a client's going upstream, an upstream's
-// coming back.
+// dropOwnHeaders deletes the X-Promptgate-* fields of h in any letter case, also spelt with
+// underscores (gateways and CGI-style readers fold "_" and "-" together): a client's going
+// upstream, an upstream's coming back.
 func dropOwnHeaders(h http.Header) {
 	for k := range h {
 		if len(k) >= len("X-Promptgate-") && strings.EqualFold(strings.ReplaceAll(k[:len("X-Promptgate-")], "_", "-"), "X-Promptgate-") {
@@ -257,9 +265,9 @@ func dropOwnHeaders(h http.Header) {
 	}
 }
 
-// guardTrailers keeps the upstream from sending as trailers the headers only promptgate may set (its own,
-// the CORS headers): they are dropped from the announced trailers now and, since the transport fills
-// trailers in only when the body ends, again then.
+// guardTrailers keeps the upstream from sending as trailers the headers only promptgate may set
+// (its own, the CORS headers): they are dropped from the announced trailers now and, since the
+// transport fills trailers in only when the body ends, again then.
 func guardTrailers(resp *http.Response, buffers *bufferPool) {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return // an upgraded connection has no trailers, and its body must stay writable
@@ -274,8 +282,8 @@ func dropTrailers(h http.Header) {
 	guard.DropCORS(h)
 }
 
-// trailerGuard is a response body that drops the fields only promptgate may set from the trailers once it
-// ends.
+// trailerGuard is a response body that drops the fields only promptgate may set from the trailers
+// once it ends.
 type trailerGuard struct {
 	io.ReadCloser
 	resp *http.Response
@@ -297,7 +305,8 @@ func (g *trailerGuard) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Finish finishes the guarded body (relay.Finisher), with the trailers that come at its end guarded too.
+// Finish finishes the guarded body (relay.Finisher), with the trailers that come at its end guarded
+// too.
 func (g *trailerGuard) Finish() {
 	if f, ok := g.ReadCloser.(relay.Finisher); ok {
 		f.Finish()
@@ -348,8 +357,8 @@ func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, err erro
 	writeError(w, e)
 }
 
-// bufferPool lends the reverse proxies their 32 KiB copy buffers (httputil.BufferPool), instead of one new
-// buffer per response.
+// bufferPool lends the reverse proxies their 32 KiB copy buffers (httputil.BufferPool), instead of
+// one new buffer per response.
 type bufferPool struct{ p sync.Pool }
 
 const proxyBufferSize = 32 << 10

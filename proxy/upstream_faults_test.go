@@ -1,9 +1,9 @@
 package proxy
 
-// Fault injection between promptgate and the upstream: each fault has one outcome that the client sees
-// (CONTRACT.md's error table) and the tests check it on the wire. Faults already covered elsewhere
-// (unreachable upstream, a stall before headers on a non-stream request, a 429 and an HTML 502, a
-// stream cut by a reset) live in e2e_test.go's TestUpstreamFailures.
+// Fault injection between promptgate and the upstream: each fault has one outcome that the client
+// sees (CONTRACT.md's error table) and the tests check it on the wire. Faults already covered
+// elsewhere (unreachable upstream, a stall before headers on a non-stream request, a 429 and an
+// HTML 502, a stream cut by a reset) live in e2e_test.go's TestUpstreamFailures.
 
 import (
 	"bufio"
@@ -37,7 +37,8 @@ const (
 	streamRequest = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 )
 
-// hijack takes the raw connection of an upstream handler; the test fails if the server cannot give it.
+// hijack takes the raw connection of an upstream handler; the test fails if the server cannot give
+// it.
 func hijack(t *testing.T, w http.ResponseWriter) (net.Conn, *bufio.ReadWriter) {
 	t.Helper()
 	hj, ok := w.(http.Hijacker)
@@ -53,7 +54,8 @@ func hijack(t *testing.T, w http.ResponseWriter) (net.Conn, *bufio.ReadWriter) {
 	return conn, rw
 }
 
-// resetConn closes a TCP connection with RST instead of FIN, as a crashing peer or a middlebox does.
+// resetConn closes a TCP connection with RST instead of FIN, as a crashing peer or a middlebox
+// does.
 func resetConn(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)
@@ -103,7 +105,8 @@ func TestFaultUpstreamReset(t *testing.T) {
 		}
 	})
 	t.Run("in the middle of a held tool call", func(t *testing.T) {
-		// Policy fails closed: the call was not complete when the stream broke, so no byte of it is released.
+		// Policy fails closed: the call was not complete when the stream broke, so no byte of it is
+		// released.
 		up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			_, _ = io.WriteString(w, "data: "+chunk(`{"role":"assistant","content":"checking"}`, "")+"\n\n")
@@ -204,9 +207,10 @@ func TestFaultUpstreamStall(t *testing.T) {
 		waitGone(t, gone)
 	})
 	t.Run("in the middle of a stream", func(t *testing.T) {
-		// Each event arrives well within the timeout: only the silence after the last one ends the stream.
-		// The events together last longer than the timeout (so the timer must restart on every read),
-		// and each gap leaves 1.5 s to spare, so that a loaded machine cannot make a gap look like silence.
+		// Each event arrives well within the timeout: only the silence after the last one ends the
+		// stream. The events together last longer than the timeout (so the timer must restart on
+		// every read), and each gap leaves 1.5 s to spare, so that a loaded machine cannot make a
+		// gap look like silence.
 		const idle = 2 * time.Second
 		gone := make(chan struct{}, 1)
 		up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
@@ -318,9 +322,9 @@ func heapPeak(stop <-chan struct{}) <-chan uint64 {
 	return out
 }
 
-// eagerGC makes the collector run at 10 % heap growth (instead of 100 %) until the end of the test, so
-// that a heap peak measures what is live, not how much garbage the pacer let pile up between two cycles
-// (which depends on the machine's load).
+// eagerGC makes the collector run at 10 % heap growth (instead of 100 %) until the end of the test,
+// so that a heap peak measures what is live, not how much garbage the pacer let pile up between two
+// cycles (which depends on the machine's load).
 func eagerGC(t *testing.T) {
 	old := debug.SetGCPercent(10)
 	t.Cleanup(func() { debug.SetGCPercent(old) })
@@ -333,8 +337,9 @@ func heapNow() uint64 {
 	return ms.HeapInuse
 }
 
-// The 10 MB line: a text delta that size is relayed whole, a tool call whose arguments are that size
-// is held, vetted and blocked, and the proxy's heap grows by a small multiple of the line, not more.
+// The 10 MB line: a text delta that size is relayed whole, a tool call whose arguments are that
+// size is held, vetted and blocked, and the proxy's heap grows by a small multiple of the line, not
+// more.
 func TestFaultTenMegabyteLine(t *testing.T) {
 	const size = 10 << 20
 	big := strings.Repeat("a", size)
@@ -383,8 +388,8 @@ func TestFaultTenMegabyteLine(t *testing.T) {
 				t.Fatalf("%d %.300s", resp.StatusCode, b)
 			}
 			c.check(t, string(b))
-			// The test process holds the upstream's frame and the client's copy too: 4 copies of the line
-			// are the test's own; the proxy may add a few more, never an unbounded amount.
+			// The test process holds the upstream's frame and the client's copy too: 4 copies of
+			// the line are the test's own; the proxy may add a few more, never an unbounded amount.
 			t.Logf("heap grew by %d MiB at peak for a %d MiB line", grown>>20, size>>20)
 			if grown > 16*size {
 				t.Errorf("heap grew by %d MiB for a 10 MiB line", grown>>20)
@@ -418,9 +423,10 @@ func TestFaultEndlessLineBounded(t *testing.T) {
 	close(stop)
 	grown := int64(<-peak) - int64(before)
 	t.Logf("heap grew by %d MiB for a %d MiB line", grown>>20, 4*limit>>20)
-	// The reader's buffer stops at the cap (one event); while it grows, the old buffer and the new one are
-	// live together, and some garbage of earlier, smaller buffers may not be collected yet (eagerGC keeps
-	// that small), so allow 3x the cap — a proxy that holds the line grows by more than the 4x it is.
+	// The reader's buffer stops at the cap (one event); while it grows, the old buffer and the new
+	// one are live together, and some garbage of earlier, smaller buffers may not be collected yet
+	// (eagerGC keeps that small), so allow 3x the cap — a proxy that holds the line grows by more
+	// than the 4x it is.
 	if grown > 3*limit {
 		t.Errorf("the proxy held the endless line: heap grew by %d MiB", grown>>20)
 	}
@@ -429,8 +435,8 @@ func TestFaultEndlessLineBounded(t *testing.T) {
 	}
 }
 
-// When the client goes away mid-stream, the upstream call is cancelled and nothing of the exchange is
-// left running: no goroutine of the proxy, its transport or the vetting stream.
+// When the client goes away mid-stream, the upstream call is cancelled and nothing of the exchange
+// is left running: no goroutine of the proxy, its transport or the vetting stream.
 func TestFaultClientGoneNoGoroutineLeft(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
@@ -439,7 +445,8 @@ func TestFaultClientGoneNoGoroutineLeft(t *testing.T) {
 			gone := make(chan struct{}, 1)
 			sent := make(chan struct{}, 1)
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				// Read the request to its end: only then does the server watch the connection and cancel r's context.
+				// Read the request to its end: only then does the server watch the connection and
+				// cancel r's context.
 				_, _ = io.Copy(io.Discard, r.Body)
 				if stream {
 					w.Header().Set("Content-Type", "text/event-stream")
@@ -494,8 +501,8 @@ func TestFaultClientGoneNoGoroutineLeft(t *testing.T) {
 	}
 }
 
-// A failing audit sink (here a JSON-lines file on /dev/full: every write fails with ENOSPC) costs the
-// events it cannot write, counted and logged; requests are served and policy is still enforced.
+// A failing audit sink (here a JSON-lines file on /dev/full: every write fails with ENOSPC) costs
+// the events it cannot write, counted and logged; requests are served and policy is still enforced.
 func TestFaultAuditDiskFull(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
 		t.Skip("no /dev/full on this system:", err)
@@ -561,7 +568,8 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// A non-stream answer larger than surface.MaxBody is refused after reading one byte more than the cap.
+// A non-stream answer larger than surface.MaxBody is refused after reading one byte more than the
+// cap.
 func TestFaultHugeNonStreamAnswer(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -612,8 +620,9 @@ func TestFaultStreamBreakLogged(t *testing.T) {
 	}
 }
 
-// goroutinesGone is goleak.Find retried for up to 30 s: goroutines of closed connections end soon, but
-// on a loaded machine later than goleak's own half second of retries. A real leak stays and is reported.
+// goroutinesGone is goleak.Find retried for up to 30 s: goroutines of closed connections end soon,
+// but on a loaded machine later than goleak's own half second of retries. A real leak stays and is
+// reported.
 func goroutinesGone(opts ...goleak.Option) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -625,10 +634,11 @@ func goroutinesGone(opts ...goleak.Option) error {
 	}
 }
 
-// TestEncodedUpstreamBody: an answer to a rewritten request in a content coding the proxy did not ask for
-// (the transport asks for none) cannot be vetted: the relay would read compressed bytes
-// while the client decodes them (undici and browsers decode br and deflate unasked) into events the relay never
-// saw — an upstream that is not trusted could hide a call in comment lines. It is a 502, stream or not.
+// TestEncodedUpstreamBody: an answer to a rewritten request in a content coding the proxy did not
+// ask for (the transport asks for none) cannot be vetted: the relay would read compressed bytes
+// while the client decodes them (undici and browsers decode br and deflate unasked) into events the
+// relay never saw — an upstream that is not trusted could hide a call in comment lines. It is a
+// 502, stream or not.
 func TestEncodedUpstreamBody(t *testing.T) {
 	for _, tc := range []struct{ name, ct, body, encoding string }{
 		{"stream, br", "text/event-stream", ":\x1b\x02\x00\xf8\xa5TOOL_CALLS\n\n", "br"},

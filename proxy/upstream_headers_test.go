@@ -22,10 +22,11 @@ func upstreamOnly(k string) bool {
 	return strings.HasPrefix(n, "x-promptgate-") || strings.HasPrefix(n, "access-control-")
 }
 
-// The headers only promptgate sets never come from the upstream in any part of an answer: not in a 1xx
-// informational answer (103 Early Hints) sent before it, and not as trailers, on rewritten and passed-through
-// routes. An informational answer does not erase promptgate's own headers from the final one either (the
-// reverse proxy clears the header map after relaying one), nor is its status the one recorded.
+// The headers only promptgate sets never come from the upstream in any part of an answer: not in a
+// 1xx informational answer (103 Early Hints) sent before it, and not as trailers, on rewritten and
+// passed-through routes. An informational answer does not erase promptgate's own headers from the
+// final one either (the reverse proxy clears the header map after relaying one), nor is its status
+// the one recorded.
 func TestUpstreamHeadersNotRelayedInInformationalOrTrailers(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {

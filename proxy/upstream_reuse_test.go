@@ -11,10 +11,11 @@ import (
 	"time"
 )
 
-// TestStreamKeepsUpstreamConnection checks that a stream the relay ends at [DONE] leaves its upstream
-// connection reusable: the upstream's end of the chunked body ("0\r\n\r\n") comes in a later write than [DONE]
-// (the handler returns after it), and a relay that stopped reading at [DONE] closed the body before that end,
-// which makes the transport drop the connection, so that every stream paid for a new one.
+// TestStreamKeepsUpstreamConnection checks that a stream the relay ends at [DONE] leaves its
+// upstream connection reusable: the upstream's end of the chunked body ("0\r\n\r\n") comes in a
+// later write than [DONE] (the handler returns after it), and a relay that stopped reading at
+// [DONE] closed the body before that end, which makes the transport drop the connection, so that
+// every stream paid for a new one.
 func TestStreamKeepsUpstreamConnection(t *testing.T) {
 	var conns atomic.Int32
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -53,9 +54,10 @@ func TestStreamKeepsUpstreamConnection(t *testing.T) {
 	}
 }
 
-// TestStreamFinishBounded checks the bounds of reading a body's end after [DONE]: an upstream that keeps its
-// body open after [DONE] does not hold the client's answer until it ends (the connection is dropped instead),
-// and the trailers that come with the body's end are guarded as on any other answer.
+// TestStreamFinishBounded checks the bounds of reading a body's end after [DONE]: an upstream that
+// keeps its body open after [DONE] does not hold the client's answer until it ends (the connection
+// is dropped instead), and the trailers that come with the body's end are guarded as on any other
+// answer.
 func TestStreamFinishBounded(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })

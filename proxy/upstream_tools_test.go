@@ -14,9 +14,9 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 )
 
-// governProxy serves promptgate whose default protocol is the given definition (nil: the built-in neutral,
-// every declared tool allowed), with extra config lines, in front of up for both the OpenAI and the Anthropic
-// surfaces.
+// governProxy serves promptgate whose default protocol is the given definition (nil: the built-in
+// neutral, every declared tool allowed), with extra config lines, in front of up for both the
+// OpenAI and the Anthropic surfaces.
 func governProxy(t *testing.T, up string, protocol json.RawMessage, cfg string) (*httptest.Server, *memAudit) {
 	t.Helper()
 	var protos []json.RawMessage
@@ -43,9 +43,9 @@ func jsonUpstream(t *testing.T, body string) *upstream {
 	})
 }
 
-// TestChatWebSearchOptions: Chat Completions' web_search_options lets the upstream search the web with no
-// tools entry. It is the built-in tool web_search (the Responses API's name): removed, reported and recorded
-// where web_search is not allowed; kept byte for byte where it is.
+// TestChatWebSearchOptions: Chat Completions' web_search_options lets the upstream search the web
+// with no tools entry. It is the built-in tool web_search (the Responses API's name): removed,
+// reported and recorded where web_search is not allowed; kept byte for byte where it is.
 func TestChatWebSearchOptions(t *testing.T) {
 	up := jsonUpstream(t, completionJSON)
 	const opts = `{"search_context_size":"low","user_location":{"type":"approximate","approximate":{"city":"Oslo"}}}`
@@ -145,10 +145,11 @@ func TestChatWebSearchOptions(t *testing.T) {
 	})
 }
 
-// TestAnthropicToolNames: an Anthropic-defined tool is governed by its name, and Anthropic fixes the name
-// of each tool type (web_search_20250305 is web_search, text_editor_20250728 is str_replace_based_edit_tool,
-// ...). A name other than the type's is refused, so that a server tool can never pass as an allowed client tool;
-// a nameless one is governed by the type's name; the names real clients send keep working byte for byte.
+// TestAnthropicToolNames: an Anthropic-defined tool is governed by its name, and Anthropic fixes
+// the name of each tool type (web_search_20250305 is web_search, text_editor_20250728 is
+// str_replace_based_edit_tool, ...). A name other than the type's is refused, so that a server tool
+// can never pass as an allowed client tool; a nameless one is governed by the type's name; the
+// names real clients send keep working byte for byte.
 func TestAnthropicToolNames(t *testing.T) {
 	up := jsonUpstream(t, anthMessage("end_turn"))
 	msgs := `"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"x"}]`
@@ -242,9 +243,10 @@ func TestAnthropicToolNames(t *testing.T) {
 }
 
 // TestResponsesStoredPrompt: a Responses request's prompt names a stored prompt, whose tools and
-// instructions live upstream, out of promptgate's sight. Where the operator restricts tools at all (an explicit
-// allowlist, a deny list, a kill switch or an access policy), such a request is refused with a decision event;
-// where every declared tool is allowed, it is forwarded byte for byte.
+// instructions live upstream, out of promptgate's sight. Where the operator restricts tools at all
+// (an explicit allowlist, a deny list, a kill switch or an access policy), such a request is
+// refused with a decision event; where every declared tool is allowed, it is forwarded byte for
+// byte.
 func TestResponsesStoredPrompt(t *testing.T) {
 	up := jsonUpstream(t, `{"id":"resp_1","object":"response","status":"completed","output":[]}`)
 	const prompt = `{"id":"pmpt_abc","version":"2","variables":{"city":"Oslo"}}`
@@ -321,8 +323,8 @@ func TestResponsesStoredPrompt(t *testing.T) {
 }
 
 // TestChatWebSearchNotACallableTool: an allowed web_search_options lets the upstream search, but it
-// declares no function: a tool call named web_search in the response is a call of an undeclared tool, blocked.
-// A function the client declared under that name stays callable.
+// declares no function: a tool call named web_search in the response is a call of an undeclared
+// tool, blocked. A function the client declared under that name stays callable.
 func TestChatWebSearchNotACallableTool(t *testing.T) {
 	call := `{"id":"call_ws","type":"function","function":{"name":"web_search","arguments":"{\"q\":\"SECRET\"}"}}`
 	up := jsonUpstream(t, completionWithCalls(call))
@@ -344,10 +346,10 @@ func TestChatWebSearchNotACallableTool(t *testing.T) {
 	}
 }
 
-// TestAnthropicMCPServers: Anthropic's MCP connector (`mcp_servers`, and the `mcp_toolset` entries of
-// `tools` that refer to them) lets the model call every tool of a remote server, run by Anthropic, with no
-// tool_use block for the proxy to vet. Both are governed as the tool `mcp`, as the Responses API's `mcp` type is:
-// where `mcp` is not allowed, they never reach the upstream.
+// TestAnthropicMCPServers: Anthropic's MCP connector (`mcp_servers`, and the `mcp_toolset` entries
+// of `tools` that refer to them) lets the model call every tool of a remote server, run by
+// Anthropic, with no tool_use block for the proxy to vet. Both are governed as the tool `mcp`, as
+// the Responses API's `mcp` type is: where `mcp` is not allowed, they never reach the upstream.
 func TestAnthropicMCPServers(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -395,8 +397,8 @@ func TestAnthropicMCPServers(t *testing.T) {
 	})
 }
 
-// TestAnthropicMCPAllowed: where `mcp` is allowed (built-in protocols allow every declared tool), the MCP
-// connector works as before, byte for byte.
+// TestAnthropicMCPAllowed: where `mcp` is allowed (built-in protocols allow every declared tool),
+// the MCP connector works as before, byte for byte.
 func TestAnthropicMCPAllowed(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -420,9 +422,10 @@ func TestAnthropicMCPAllowed(t *testing.T) {
 	}
 }
 
-// TestBuiltinToolVersions: a built-in Responses tool that the operator switched off, denied or restricted
-// by one of its names stays out under its other names (versions with and without _preview or a date, the
-// computer tool's three names): a client cannot pick another version to get around the removal.
+// TestBuiltinToolVersions: a built-in Responses tool that the operator switched off, denied or
+// restricted by one of its names stays out under its other names (versions with and without
+// _preview or a date, the computer tool's three names): a client cannot pick another version to get
+// around the removal.
 func TestBuiltinToolVersions(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -460,8 +463,8 @@ func TestBuiltinToolVersions(t *testing.T) {
 	}
 }
 
-// newAnthNeutralProxy serves promptgate with its built-in defaults (protocol neutral: every declared tool
-// allowed) in front of an Anthropic stand-in.
+// newAnthNeutralProxy serves promptgate with its built-in defaults (protocol neutral: every
+// declared tool allowed) in front of an Anthropic stand-in.
 func newAnthNeutralProxy(t *testing.T, anthUp string) *httptest.Server {
 	t.Helper()
 	e := testEngine(t, "", nil, nil, nil)

@@ -19,19 +19,20 @@ type UpstreamLine struct {
 	Name string
 	// Default is the base URL when Options.Upstreams gives none; "" means one must be given.
 	Default string
-	// Mount is the listener path its base URL stands for: with "/v1", /v1/X goes to <base>/X; with "", a path
-	// goes to <base> followed by the whole path.
+	// Mount is the listener path its base URL stands for: with "/v1", /v1/X goes to <base>/X; with
+	// "", a path goes to <base> followed by the whole path.
 	Mount string
-	// Paths are net/http.ServeMux patterns of the listener paths passed through to it unchanged (a rewritten
-	// route of a surface that names it is more specific and wins).
+	// Paths are net/http.ServeMux patterns of the listener paths passed through to it unchanged (a
+	// rewritten route of a surface that names it is more specific and wins).
 	Paths []string
 	// Auth is how an operator key goes to it.
 	Auth Auth
 }
 
-// upstreamTable is the table of upstreams, named by the surfaces: the OpenAI-compatible one (--upstream), with
-// every other /v1/ path; Anthropic's (--anthropic-upstream), with every /v1/messages path; Google's Gemini API
-// (--gemini-upstream), with every /v1beta/ path. A new upstream is one line here (and its flags in cmd).
+// upstreamTable is the table of upstreams, named by the surfaces: the OpenAI-compatible one
+// (--upstream), with every other /v1/ path; Anthropic's (--anthropic-upstream), with every
+// /v1/messages path; Google's Gemini API (--gemini-upstream), with every /v1beta/ path. A new
+// upstream is one line here (and its flags in cmd).
 func upstreamTable() []UpstreamLine {
 	return []UpstreamLine{
 		{Name: "openai", Mount: "/v1", Paths: []string{"/v1/"}, Auth: Auth{Header: "Authorization", Prefix: "Bearer "}},
@@ -49,8 +50,8 @@ func UpstreamTable() []UpstreamLine { return upstreamTable() }
 type Auth struct {
 	// Header carries the key, after Prefix ("Authorization" with "Bearer ").
 	Header, Prefix string
-	// Drop are the client's credential headers removed when the key is sent; DropQuery its credential query
-	// parameters (Gemini's key=).
+	// Drop are the client's credential headers removed when the key is sent; DropQuery its
+	// credential query parameters (Gemini's key=).
 	Drop, DropQuery []string
 }
 
@@ -76,7 +77,8 @@ func (a Auth) apply(h http.Header, u *url.URL, secret string) {
 	}
 }
 
-// carries reports whether the headers of a request sent upstream carry secret as this scheme sends it.
+// carries reports whether the headers of a request sent upstream carry secret as this scheme sends
+// it.
 func (a Auth) carries(h http.Header, secret string) bool {
 	return h.Get(a.Header) == a.Prefix+secret
 }
@@ -85,8 +87,8 @@ func (a Auth) carries(h http.Header, secret string) bool {
 type Upstream struct {
 	// URL is the base URL; nil means the line's Default.
 	URL *url.URL
-	// Key, when it has a secret, is sent to requests of this upstream whose URL has the key's origin, and to
-	// no other request; anywhere else the client's credentials pass unchanged.
+	// Key, when it has a secret, is sent to requests of this upstream whose URL has the key's
+	// origin, and to no other request; anywhere else the client's credentials pass unchanged.
 	Key Key
 }
 
@@ -97,9 +99,9 @@ type upstreamAt struct {
 	key  Key
 }
 
-// openUpstreams resolves the table against the configured base URLs and keys: a line without a URL gets its
-// default, one without a default must be given; a key must be bound (BindKey); a name not in the table is an
-// error.
+// openUpstreams resolves the table against the configured base URLs and keys: a line without a URL
+// gets its default, one without a default must be given; a key must be bound (BindKey); a name not
+// in the table is an error.
 func openUpstreams(given map[string]Upstream) (map[string]*upstreamAt, error) {
 	out := map[string]*upstreamAt{}
 	for _, l := range upstreamTable() {
@@ -127,8 +129,8 @@ func openUpstreams(given map[string]Upstream) (map[string]*upstreamAt, error) {
 	return out, nil
 }
 
-// url maps the listener URL in to this upstream: the part of its path under Mount follows the base URL's
-// path, escapes kept, and the query goes as it is.
+// url maps the listener URL in to this upstream: the part of its path under Mount follows the base
+// URL's path, escapes kept, and the query goes as it is.
 func (up *upstreamAt) url(in *url.URL) *url.URL {
 	u := *up.base
 	u.Path = strings.TrimRight(up.base.Path, "/") + strings.TrimPrefix(in.Path, up.Mount)
@@ -140,9 +142,9 @@ func (up *upstreamAt) url(in *url.URL) *url.URL {
 	return &u
 }
 
-// ForOrigin are the options of a pipeline that serves an intercepted origin (the HTTPS-proxy door): every
-// upstream of the table is at that origin, under its mount; the keys stay bound to the origins they were bound
-// to, so the origin gets a key only if it is the key's own.
+// ForOrigin are the options of a pipeline that serves an intercepted origin (the HTTPS-proxy door):
+// every upstream of the table is at that origin, under its mount; the keys stay bound to the
+// origins they were bound to, so the origin gets a key only if it is the key's own.
 func (o Options) ForOrigin(or origin.Origin) Options {
 	ups := make(map[string]Upstream, len(o.Upstreams))
 	for _, l := range upstreamTable() {

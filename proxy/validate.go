@@ -11,9 +11,9 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// ValidateDefinition is the store's validation hook: nothing that the pipeline could not use is ever
-// stored. Protocols must parse and validate; templates must have well-placed placeholders; MCP pin sets
-// must be sets (mcppin.Parse).
+// ValidateDefinition is the store's validation hook: nothing that the pipeline could not use is
+// ever stored. Protocols must parse and validate; templates must have well-placed placeholders; MCP
+// pin sets must be sets (mcppin.Parse).
 func ValidateDefinition(kind store.Kind, _ string, body []byte) error {
 	switch kind {
 	case store.KindProtocol:
@@ -28,8 +28,8 @@ func ValidateDefinition(kind store.Kind, _ string, body []byte) error {
 	return nil
 }
 
-// CheckLinks is the store's Links hook: the protocols a change touches must leave the active workflows
-// one level deep (policy.CheckExtends).
+// CheckLinks is the store's Links hook: the protocols a change touches must leave the active
+// workflows one level deep (policy.CheckExtends).
 func CheckLinks(active store.Snapshot, changed []string) error {
 	bodies := make(map[string][]byte, len(active.Protocols))
 	for id, rec := range active.Protocols {

@@ -60,8 +60,9 @@ func newVetProxyWith(t *testing.T, up, mode, cfg string) (*httptest.Server, *mem
 	return serveProxy(t, o), rec
 }
 
-// vetOptions are the Options of a proxy for the upstream up (its base URL, without /v1) whose default
-// protocol vets calls in mode (see vetProtocol), with extra config lines, and the audit recorder they use.
+// vetOptions are the Options of a proxy for the upstream up (its base URL, without /v1) whose
+// default protocol vets calls in mode (see vetProtocol), with extra config lines, and the audit
+// recorder they use.
 func vetOptions(t *testing.T, up, mode, cfg string) (Options, *memAudit) {
 	t.Helper()
 	e := testEngine(t, "defaultProtocol: guarded\n"+cfg, nil, nil, []json.RawMessage{vetProtocol(mode)})

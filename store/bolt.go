@@ -57,7 +57,8 @@ const (
 	SchemaVersion = 1
 	// DefaultLockTimeout is how long Open waits for the file lock when Options.LockTimeout is zero.
 	DefaultLockTimeout = time.Second
-	// MaxHistory is how many earlier activations each name remembers for Rollback; older ones are dropped.
+	// MaxHistory is how many earlier activations each name remembers for Rollback; older ones are
+	// dropped.
 	MaxHistory = 256
 
 	// BuiltinAuthor is the Author of seeded versions and of Fallback records.
@@ -72,17 +73,18 @@ type Options struct {
 	// Logger receives one line per change (never a body). Nil discards.
 	Logger *slog.Logger
 	// Validate, if not nil, is called for every body before it is stored (AddVersion, ApplyRollout,
-	// seeding a new file), after the structural checks passed and outside any transaction. A non-nil
-	// error refuses the body and nothing is stored. It must not modify body.
+	// seeding a new file), after the structural checks passed and outside any transaction. A
+	// non-nil error refuses the body and nothing is stored. It must not modify body.
 	Validate func(kind Kind, name string, body []byte) error
 	// Links, if not nil, checks how the definitions that a change leaves active refer to each other
-	// (see LinksFunc). It runs inside the change's write transaction: a refused change stores nothing.
+	// (see LinksFunc). It runs inside the change's write transaction: a refused change stores
+	// nothing.
 	Links LinksFunc
-	// LockTimeout is how long Open waits for the file lock; zero or negative means DefaultLockTimeout.
-	// On timeout Open returns an error wrapping ErrLocked that names the file.
+	// LockTimeout is how long Open waits for the file lock; zero or negative means
+	// DefaultLockTimeout. On timeout Open returns an error wrapping ErrLocked that names the file.
 	LockTimeout time.Duration
-	// ReadOnly opens the file with a shared lock; every change returns an error. The file must exist
-	// and be initialised (it is not seeded).
+	// ReadOnly opens the file with a shared lock; every change returns an error. The file must
+	// exist and be initialised (it is not seeded).
 	ReadOnly bool
 }
 
@@ -282,8 +284,8 @@ func (s *Bolt) Get(ctx context.Context, kind Kind, name string, version int) (Re
 	return rec, nil
 }
 
-// viewName runs fn on the bucket of kind/name in a read transaction. An error of precheck comes back as it
-// is, any other prefixed "store: ".
+// viewName runs fn on the bucket of kind/name in a read transaction. An error of precheck comes
+// back as it is, any other prefixed "store: ".
 func (s *Bolt) viewName(ctx context.Context, kind Kind, name string, fn func(nb *bolt.Bucket) error) error {
 	if err := precheck(ctx, kind); err != nil {
 		return err
@@ -387,7 +389,8 @@ func (s *Bolt) ActivateIf(ctx context.Context, kind Kind, name string, version, 
 	return err
 }
 
-// activate moves the active pointer of kind/name to version, where expected is negative or the active one.
+// activate moves the active pointer of kind/name to version, where expected is negative or the
+// active one.
 func (s *Bolt) activate(ctx context.Context, kind Kind, name string, version, expected int) (int, error) {
 	if err := precheck(ctx, kind); err != nil {
 		return 0, err
@@ -531,8 +534,8 @@ func readActive(tx *bolt.Tx) (Snapshot, error) {
 	return snap, nil
 }
 
-// checkLinks runs the Links hook on what tx leaves active, with the bodies of proposed ("KIND/NAME" →
-// body) taken as active too; changed and the keys of proposed are what the change touches.
+// checkLinks runs the Links hook on what tx leaves active, with the bodies of proposed ("KIND/NAME"
+// → body) taken as active too; changed and the keys of proposed are what the change touches.
 func (s *Bolt) checkLinks(tx *bolt.Tx, proposed map[string][]byte, changed ...string) error {
 	if s.links == nil {
 		return nil
@@ -753,8 +756,8 @@ func (s *Bolt) Rollouts(ctx context.Context) ([]AppliedRollout, error) {
 }
 
 // Watch implements Store. fn is called on the goroutine that committed the change, after the commit
-// and before the changing method returns, outside every lock of the store: so when Activate returns,
-// every watcher has seen the change. Concurrent changes may call fn concurrently.
+// and before the changing method returns, outside every lock of the store: so when Activate
+// returns, every watcher has seen the change. Concurrent changes may call fn concurrently.
 func (s *Bolt) Watch(fn func()) (cancel func()) { return s.watchers.Add(fn) }
 
 func (s *Bolt) notify() { s.watchers.Notify() }
@@ -858,7 +861,8 @@ func activeOf(nb *bolt.Bucket) int {
 	return int(binary.BigEndian.Uint64(b))
 }
 
-// setActive makes v (0 = none) the active version; the version in shadow, when it is v, leaves the shadow.
+// setActive makes v (0 = none) the active version; the version in shadow, when it is v, leaves the
+// shadow.
 func setActive(nb *bolt.Bucket, v int) error {
 	if v == 0 {
 		return nb.Delete([]byte(keyActive))

@@ -11,7 +11,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// A damaged file is refused by Open with ErrCorrupt naming the file — never a panic, in Open or later.
+// A damaged file is refused by Open with ErrCorrupt naming the file — never a panic, in Open or
+// later.
 func TestOpenCorruptFile(t *testing.T) {
 	s, path := open(t)
 	if err := s.Close(); err != nil {

@@ -25,8 +25,8 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // characters of letters, digits, '_', '.' and '-'.
 func ValidName(s string) bool { return namePattern.MatchString(s) }
 
-// NameKey returns the top-level key that carries the name of a definition of kind k: "name" (templates),
-// "id" (protocols) or "server" (MCP pin sets).
+// NameKey returns the top-level key that carries the name of a definition of kind k: "name"
+// (templates), "id" (protocols) or "server" (MCP pin sets).
 func NameKey(k Kind) string {
 	switch k {
 	case KindProtocol:
@@ -127,16 +127,17 @@ func jsonType(r gjson.Result) string {
 	return "an unknown value"
 }
 
-// LinksFunc checks how active definitions refer to each other (a workflow protocol and its base, say).
-// active holds every record a change leaves active (for AddVersion: with the new body as if it were
-// active, version 0) and changed the keys ("KIND/NAME") of the definitions the change touches, sorted.
-// Its error refuses the change; the store wraps it in ErrInvalid. It should report only problems that
-// involve a changed definition, so that an older inconsistency does not block every change.
+// LinksFunc checks how active definitions refer to each other (a workflow protocol and its base,
+// say). active holds every record a change leaves active (for AddVersion: with the new body as if
+// it were active, version 0) and changed the keys ("KIND/NAME") of the definitions the change
+// touches, sorted. Its error refuses the change; the store wraps it in ErrInvalid. It should report
+// only problems that involve a changed definition, so that an older inconsistency does not block
+// every change.
 type LinksFunc func(active Snapshot, changed []string) error
 
-// Check calls f, when it is not nil, on snap (which it changes) with the bodies of proposed ("KIND/NAME" →
-// body) taking the place of the active ones, the keys of proposed counting as changed; an error wraps
-// ErrInvalid. Backends call it with what a change would leave active.
+// Check calls f, when it is not nil, on snap (which it changes) with the bodies of proposed
+// ("KIND/NAME" → body) taking the place of the active ones, the keys of proposed counting as
+// changed; an error wraps ErrInvalid. Backends call it with what a change would leave active.
 func (f LinksFunc) Check(snap Snapshot, proposed map[string][]byte, changed []string) error {
 	if f == nil {
 		return nil
@@ -157,9 +158,9 @@ func (f LinksFunc) Check(snap Snapshot, proposed map[string][]byte, changed []st
 	return nil
 }
 
-// CheckShadow says why version of kind/name cannot be put in shadow (version 0: taken out of it), given the
-// version in shadow now (prev), the active one and whether version exists; nil when it can. Every backend
-// applies it inside the transaction that moves the pointer.
+// CheckShadow says why version of kind/name cannot be put in shadow (version 0: taken out of it),
+// given the version in shadow now (prev), the active one and whether version exists; nil when it
+// can. Every backend applies it inside the transaction that moves the pointer.
 func CheckShadow(kind Kind, name string, version, prev, active int, exists bool) error {
 	switch {
 	case kind != KindProtocol:

@@ -12,9 +12,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Dump is everything a store holds, byte for byte, in a backend-neutral form: what `promptgate store
-// copy` moves between bbolt and etcd. Every slice is sorted (definitions by kind order then name,
-// versions and rollouts by number, tools by name), so two dumps of the same content are equal.
+// Dump is everything a store holds, byte for byte, in a backend-neutral form: what `promptgate
+// store copy` moves between bbolt and etcd. Every slice is sorted (definitions by kind order then
+// name, versions and rollouts by number, tools by name), so two dumps of the same content are
+// equal.
 type Dump struct {
 	// CreatedAt is the time the store was initialised, as stored (RFC 3339).
 	CreatedAt string

@@ -37,8 +37,8 @@ func checkRolloutID(id string) error {
 }
 
 // LoadRolloutFile reads one rollout file. The file must be one JSON object with the keys "id"
-// (required string), "templates" and "protocols" (arrays of definitions, optional) and no other key;
-// every definition must pass CheckStructure. Errors name the file and wrap ErrInvalid (or the
+// (required string), "templates" and "protocols" (arrays of definitions, optional) and no other
+// key; every definition must pass CheckStructure. Errors name the file and wrap ErrInvalid (or the
 // read error).
 func LoadRolloutFile(path string) (Rollout, error) {
 	data, err := os.ReadFile(path)
@@ -103,8 +103,8 @@ func ParseRollout(data []byte) (Rollout, error) {
 	return r, nil
 }
 
-// LoadRolloutDir reads every *.json file of dir (not its sub-folders), sorted by file name, which is
-// the order they are applied in. Two files with the same id are an error naming both.
+// LoadRolloutDir reads every *.json file of dir (not its sub-folders), sorted by file name, which
+// is the order they are applied in. Two files with the same id are an error naming both.
 func LoadRolloutDir(dir string) ([]Rollout, error) {
 	entries, err := os.ReadDir(dir) // sorted by file name
 	if err != nil {

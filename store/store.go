@@ -1,4 +1,5 @@
-// Package store keeps promptgate's versioned definitions: templates, protocols and the MCP door's pin sets.
+// Package store keeps promptgate's versioned definitions: templates, protocols and the MCP door's
+// pin sets.
 //
 // It owns: immutable versions of each definition (raw JSON, byte for byte as given), one active
 // version per name moved in a single transaction, the activation history that rollback walks,
@@ -32,8 +33,9 @@ const (
 	KindTemplate Kind = "templates"
 	// KindProtocol is a protocol definition: a JSON object with an "id".
 	KindProtocol Kind = "protocols"
-	// KindMCPPins is the pinned tool definitions of one MCP server behind the MCP door: a JSON object
-	// with a "server" (its label) and its "tools"; a first pin and an approval are each a new version.
+	// KindMCPPins is the pinned tool definitions of one MCP server behind the MCP door: a JSON
+	// object with a "server" (its label) and its "tools"; a first pin and an approval are each a
+	// new version.
 	KindMCPPins Kind = "mcppins"
 )
 
@@ -43,13 +45,14 @@ func Kinds() []Kind { return []Kind{KindTemplate, KindProtocol, KindMCPPins} }
 // Valid reports whether k is one of the known kinds.
 func (k Kind) Valid() bool { return k == KindTemplate || k == KindProtocol || k == KindMCPPins }
 
-// UnknownKind is the error a backend returns for a kind that is not one of Kinds (wrapping ErrInvalid).
+// UnknownKind is the error a backend returns for a kind that is not one of Kinds (wrapping
+// ErrInvalid).
 func UnknownKind(k Kind) error {
 	return fmt.Errorf("store: unknown kind %q (want %q, %q or %q): %w", k, KindTemplate, KindProtocol, KindMCPPins, ErrInvalid)
 }
 
-// Sentinel errors. Store methods return them wrapped, with a "store: " prefix and the name concerned;
-// test with errors.Is.
+// Sentinel errors. Store methods return them wrapped, with a "store: " prefix and the name
+// concerned; test with errors.Is.
 var (
 	// ErrNotFound: no such name, version, or no active version.
 	ErrNotFound = errors.New("not found")
@@ -77,9 +80,9 @@ type Record struct {
 	CreatedAt time.Time
 	Author    string
 	Note      string
-	// Body is the raw JSON definition exactly as it was given:
-	// template {"name":"...","text":"..."}; protocol: the whole definition with "id".
-	// It is the caller's copy, but it may be shared with other readers of the same result: never mutate it.
+	// Body is the raw JSON definition exactly as it was given: template
+	// {"name":"...","text":"..."}; protocol: the whole definition with "id". It is the caller's
+	// copy, but it may be shared with other readers of the same result: never mutate it.
 	Body []byte
 }
 
@@ -108,19 +111,20 @@ type VersionInfo struct {
 	Note      string    `json:"note"`
 }
 
-// Entry describes one name: its active version (0 = none), the version Rollback would make active now
-// (0 = none: Rollback answers ErrNoPreviousVersion) and every version, oldest first.
+// Entry describes one name: its active version (0 = none), the version Rollback would make active
+// now (0 = none: Rollback answers ErrNoPreviousVersion) and every version, oldest first.
 type Entry struct {
 	Name       string `json:"name"`
 	Active     int    `json:"active"`
 	RollbackTo int    `json:"rollbackTo"`
-	// Shadow is the protocol version in shadow (judged beside the active one, for the record only); 0 = none.
+	// Shadow is the protocol version in shadow (judged beside the active one, for the record only);
+	// 0 = none.
 	Shadow   int           `json:"shadow,omitempty"`
 	Versions []VersionInfo `json:"versions"`
 }
 
-// RollbackTarget is the version Rollback re-activates given the active version and the activation history
-// (most recent last): the last entry that differs from active, 0 when there is none.
+// RollbackTarget is the version Rollback re-activates given the active version and the activation
+// history (most recent last): the last entry that differs from active, 0 when there is none.
 func RollbackTarget(active int, history []int) int {
 	for i := len(history) - 1; i >= 0; i-- {
 		if history[i] != active {
@@ -201,21 +205,22 @@ type Store interface {
 	List(ctx context.Context, kind Kind) ([]Entry, error)
 	// Entry returns one name's versions and active version; ErrNotFound if unknown.
 	Entry(ctx context.Context, kind Kind, name string) (Entry, error)
-	// AddVersion validates body and stores it as the next version of the name it carries ("name" for
-	// templates, "id" for protocols). It does not activate it.
+	// AddVersion validates body and stores it as the next version of the name it carries ("name"
+	// for templates, "id" for protocols). It does not activate it.
 	AddVersion(ctx context.Context, kind Kind, body []byte, author, note string) (int, error)
-	// Activate makes version the active one and returns the version that was active just before, read in
-	// the same transaction that moved the pointer (0 = none): with concurrent activations of one name,
-	// each caller gets the version its own activation replaced, so the returned pairs chain into the
-	// history. Activating the version that is already active is a no-op and returns that version.
+	// Activate makes version the active one and returns the version that was active just before,
+	// read in the same transaction that moved the pointer (0 = none): with concurrent activations
+	// of one name, each caller gets the version its own activation replaced, so the returned pairs
+	// chain into the history. Activating the version that is already active is a no-op and returns
+	// that version.
 	Activate(ctx context.Context, kind Kind, name string, version int) (previous int, err error)
-	// ActivateIf activates version as Activate does, but only while the active version is expected (0 =
-	// none), read in the transaction that moves the pointer: otherwise nothing changes and the error wraps
-	// ErrConflict. A writer that read the active version, derived a new one from it and stored it loses
-	// no concurrent change this way.
+	// ActivateIf activates version as Activate does, but only while the active version is expected
+	// (0 = none), read in the transaction that moves the pointer: otherwise nothing changes and the
+	// error wraps ErrConflict. A writer that read the active version, derived a new one from it and
+	// stored it loses no concurrent change this way.
 	ActivateIf(ctx context.Context, kind Kind, name string, version, expected int) error
-	// Rollback re-activates the version that was active before the current one and returns it (to) and
-	// the version it replaced (from), both read in the transaction that moved the pointer;
+	// Rollback re-activates the version that was active before the current one and returns it (to)
+	// and the version it replaced (from), both read in the transaction that moved the pointer;
 	// ErrNoPreviousVersion if there is none. Repeated rollbacks walk further back.
 	Rollback(ctx context.Context, kind Kind, name string) (to, from int, err error)
 	// Snapshot returns every active record, read consistently.
@@ -223,18 +228,19 @@ type Store interface {
 	// ApplyRollout stores and activates every definition of r in one transaction; ErrAlreadyApplied
 	// if r.ID is applied. Nothing is stored if any definition is invalid.
 	ApplyRollout(ctx context.Context, r Rollout) error
-	// RevertLast re-activates exactly the versions that were active before the most recently applied
-	// rollout (removing the active pointer where there was none), forgets that it was applied, and
-	// returns it; ErrNothingToRevert if none is applied. The versions it stored stay.
+	// RevertLast re-activates exactly the versions that were active before the most recently
+	// applied rollout (removing the active pointer where there was none), forgets that it was
+	// applied, and returns it; ErrNothingToRevert if none is applied. The versions it stored stay.
 	RevertLast(ctx context.Context) (AppliedRollout, error)
 	// Rollouts returns the applied rollouts, oldest first.
 	Rollouts(ctx context.Context) ([]AppliedRollout, error)
-	// SetShadow puts a version of protocol name in shadow — every request routed to the protocol is also
-	// judged by it, for the record only — or, with version 0, takes the protocol's shadow away, and returns the
-	// version that was in shadow before (0 = none), read in the transaction that moved the pointer.
-	// ErrNotFound: the name or version does not exist, or (version 0) no version is in shadow; ErrInvalid: the
-	// version is the active one. A change that activates the version in shadow (Activate, Rollback, a rollout
-	// or its revert) takes it out of shadow in the same transaction.
+	// SetShadow puts a version of protocol name in shadow — every request routed to the protocol is
+	// also judged by it, for the record only — or, with version 0, takes the protocol's shadow
+	// away, and returns the version that was in shadow before (0 = none), read in the transaction
+	// that moved the pointer. ErrNotFound: the name or version does not exist, or (version 0) no
+	// version is in shadow; ErrInvalid: the version is the active one. A change that activates the
+	// version in shadow (Activate, Rollback, a rollout or its revert) takes it out of shadow in the
+	// same transaction.
 	SetShadow(ctx context.Context, name string, version int) (previous int, err error)
 	// SetToolEnabled stores the operator's runtime enablement override of a tool (the kill switch).
 	SetToolEnabled(ctx context.Context, name string, enabled bool, author string) error
@@ -242,14 +248,15 @@ type Store interface {
 	ClearToolEnabled(ctx context.Context, name string) error
 	// Watch registers fn to be called after every committed change made through this Store (a
 	// remote backend also calls it on remote changes). fn may run on any goroutine, possibly
-	// concurrently with itself; it must be quick and must not change the store. cancel is idempotent.
+	// concurrently with itself; it must be quick and must not change the store. cancel is
+	// idempotent.
 	Watch(fn func()) (cancel func())
 	// Close releases the store. Watchers are dropped.
 	Close() error
 }
 
-// Fallback returns the built-in definition of name as a Record with Version 0, Author "builtin",
-// or false if the binary has none. It is for callers whose store lacks a name (log when you use it).
+// Fallback returns the built-in definition of name as a Record with Version 0, Author "builtin", or
+// false if the binary has none. It is for callers whose store lacks a name (log when you use it).
 func Fallback(kind Kind, name string) (Record, bool) {
 	var (
 		d  builtin.Definition

@@ -5,8 +5,8 @@ import (
 	"sync"
 )
 
-// Watchers holds the callbacks registered with a backend's Watch and calls them, oldest first. The zero
-// value is ready to use; it is safe for concurrent use.
+// Watchers holds the callbacks registered with a backend's Watch and calls them, oldest first. The
+// zero value is ready to use; it is safe for concurrent use.
 type Watchers struct {
 	mu   sync.Mutex
 	next uint64
@@ -36,8 +36,8 @@ func (w *Watchers) Add(fn func()) (cancel func()) {
 	}
 }
 
-// Notify calls every registered callback, in the order they were added, outside the lock (a callback may
-// Add or cancel).
+// Notify calls every registered callback, in the order they were added, outside the lock (a
+// callback may Add or cancel).
 func (w *Watchers) Notify() {
 	w.mu.Lock()
 	ids := make([]uint64, 0, len(w.fns))

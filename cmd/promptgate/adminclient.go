@@ -19,7 +19,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// EnvAdminURL names the admin API the CLI uses when --admin is not given and the DB is held by serve.
+// EnvAdminURL names the admin API the CLI uses when --admin is not given and the DB is held by
+// serve.
 const EnvAdminURL = "PROMPTGATE_ADMIN_URL"
 
 // cliStore is what the definition commands need: the DB file (*store.Bolt) or the admin API of the
@@ -62,10 +63,9 @@ func newAdminStore(base, token string) (*adminStore, error) {
 	return &adminStore{base: strings.TrimRight(base, "/"), token: token, client: &http.Client{Timeout: 30 * time.Second}}, nil
 }
 
-// openCLIStore opens the DB file; when `serve` holds it, it goes through the admin API instead: --admin,
-// else PROMPTGATE_ADMIN_URL, else http:// + the admin listen address.
-// A DB file that does not exist is refused unless --create was given (checkNewDB). The store used is
-// named on stderr.
+// openCLIStore opens the DB file; when `serve` holds it, it goes through the admin API instead:
+// --admin, else PROMPTGATE_ADMIN_URL, else http:// + the admin listen address. A DB file that does
+// not exist is refused unless --create was given (checkNewDB). The store used is named on stderr.
 func openCLIStore(sf *storeFlags, admin string, getenv env, stderr io.Writer) (cliStore, error) {
 	token := getenv(EnvAdminToken)
 	if admin != "" {
@@ -92,8 +92,8 @@ func openCLIStore(sf *storeFlags, admin string, getenv env, stderr io.Writer) (c
 	return newAdminStore(admin, token)
 }
 
-// call sends one request; a non-2xx answer becomes an error carrying the API's message, mapped to the
-// store's sentinel errors where one fits.
+// call sends one request; a non-2xx answer becomes an error carrying the API's message, mapped to
+// the store's sentinel errors where one fits.
 func (a *adminStore) call(ctx context.Context, method, path string, body any, out any) error {
 	var rd io.Reader
 	if body != nil {
@@ -229,8 +229,8 @@ func (a *adminStore) Entry(ctx context.Context, kind store.Kind, name string) (s
 	return e, err
 }
 
-// AddVersion stores body as a new version through POST /admin/{kind}/{name}/versions; the server takes the
-// author from the caller (the CLI says it is the cli).
+// AddVersion stores body as a new version through POST /admin/{kind}/{name}/versions; the server
+// takes the author from the caller (the CLI says it is the cli).
 func (a *adminStore) AddVersion(ctx context.Context, kind store.Kind, body []byte, _ string, note string) (int, error) {
 	name, err := store.CheckStructure(kind, body)
 	if err != nil {
@@ -264,7 +264,8 @@ func (a *adminStore) Rollback(ctx context.Context, kind store.Kind, name string)
 	return out.Active, out.Previous, err
 }
 
-// SetShadow puts a protocol version in shadow (POST .../shadow) or, with version 0, takes it away (DELETE).
+// SetShadow puts a protocol version in shadow (POST .../shadow) or, with version 0, takes it away
+// (DELETE).
 func (a *adminStore) SetShadow(ctx context.Context, name string, version int) (int, error) {
 	var out struct {
 		Previous int `json:"previous"`
@@ -305,7 +306,8 @@ func (a *adminStore) Rollouts(ctx context.Context) ([]store.AppliedRollout, erro
 
 // Preview asks the server for a preview report.
 func (a *adminStore) Preview(ctx context.Context, request []byte, headers map[string]string, protocol, path string) ([]byte, error) {
-	// The request is embedded as the client wrote it, so the server judges its bytes (invalid JSON included).
+	// The request is embedded as the client wrote it, so the server judges its bytes (invalid JSON
+	// included).
 	h, err := json.Marshal(headers)
 	if err != nil {
 		return nil, err
@@ -333,8 +335,8 @@ func (a *adminStore) Preview(ctx context.Context, request []byte, headers map[st
 
 func (a *adminStore) Close() error { return nil }
 
-// fallbackAdminURL is the admin API of the server that holds the DB: PROMPTGATE_ADMIN_URL, else http:// +
-// the admin listen address.
+// fallbackAdminURL is the admin API of the server that holds the DB: PROMPTGATE_ADMIN_URL, else
+// http:// + the admin listen address.
 func fallbackAdminURL(getenv env) string {
 	if u := getenv(EnvAdminURL); u != "" {
 		return u

@@ -38,8 +38,9 @@ const (
 	EnvGeminiUpstream    = "PROMPTGATE_GEMINI_UPSTREAM"
 	EnvGeminiKey         = "PROMPTGATE_GEMINI_API_KEY"
 	EnvLogLevel          = "PROMPTGATE_LOG_LEVEL"
-	// EnvConfirmKey is the HMAC key of the confirmation codes of held calls (at least 32 bytes); every
-	// instance that must accept another's codes needs the same. Unset, each start takes a random one.
+	// EnvConfirmKey is the HMAC key of the confirmation codes of held calls (at least 32 bytes);
+	// every instance that must accept another's codes needs the same. Unset, each start takes a
+	// random one.
 	EnvConfirmKey = "PROMPTGATE_CONFIRM_KEY"
 )
 
@@ -76,8 +77,8 @@ func addStoreFlags(fs *flag.FlagSet, getenv env) *storeFlags {
 	return f
 }
 
-// addCLIStoreFlags are the store flags of the commands other than serve: they open an existing DB file, and
-// create one only when told (--create).
+// addCLIStoreFlags are the store flags of the commands other than serve: they open an existing DB
+// file, and create one only when told (--create).
 func addCLIStoreFlags(fs *flag.FlagSet, getenv env) *storeFlags {
 	f := addStoreFlags(fs, getenv)
 	fs.BoolVar(&f.create, "create", false, "create and seed the DB file when it does not exist (without it, a missing file is an error)")
@@ -87,9 +88,9 @@ func addCLIStoreFlags(fs *flag.FlagSet, getenv env) *storeFlags {
 // errNoDB is a DB file that a command other than serve would have created.
 var errNoDB = errors.New("no such DB")
 
-// checkNewDB refuses a bbolt store whose file does not exist unless --create was given, naming the path
-// and where it came from: a command run from another folder would otherwise work on a new, empty DB and
-// not on the server's. created reports that the file is about to be created.
+// checkNewDB refuses a bbolt store whose file does not exist unless --create was given, naming the
+// path and where it came from: a command run from another folder would otherwise work on a new,
+// empty DB and not on the server's. created reports that the file is about to be created.
 func checkNewDB(sf *storeFlags, getenv env) (created bool, err error) {
 	spec, err := parseStoreSpec("--store", sf.store, sf.db)
 	if err != nil || spec.etcd() {
@@ -135,8 +136,8 @@ func sayStore(stderr io.Writer, sf *storeFlags, created bool) {
 	fmt.Fprintf(stderr, "promptgate: using %s\n", name)
 }
 
-// parseFlags parses args, flags and positional arguments in any order ("--" ends the flags), and returns
-// the positional arguments. It prints the flags to stderr on error.
+// parseFlags parses args, flags and positional arguments in any order ("--" ends the flags), and
+// returns the positional arguments. It prints the flags to stderr on error.
 func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, error) {
 	fs.SetOutput(stderr)
 	var pos []string
@@ -164,7 +165,8 @@ func openStore(path string, readOnly bool, log *slog.Logger) (*store.Bolt, error
 	return store.Open(path, store.Options{Logger: log, Validate: proxy.ValidateDefinition, Links: proxy.CheckLinks, ReadOnly: readOnly})
 }
 
-// newLogger writes JSON lines to stderr at the level of PROMPTGATE_LOG_LEVEL (debug|info|warn|error).
+// newLogger writes JSON lines to stderr at the level of PROMPTGATE_LOG_LEVEL
+// (debug|info|warn|error).
 func newLogger(stderr io.Writer, getenv env) (*slog.Logger, error) {
 	var level slog.Level
 	if v := getenv(EnvLogLevel); v != "" {
@@ -178,7 +180,8 @@ func newLogger(stderr io.Writer, getenv env) (*slog.Logger, error) {
 // pipeline is what serve and preview share: the config, the definitions and the engine.
 type pipeline struct {
 	cfg *config.File
-	// settings are the prompt settings of the engine: the PROMPT_* environment, the config's security.
+	// settings are the prompt settings of the engine: the PROMPT_* environment, the config's
+	// security.
 	settings assembly.Settings
 	store    store.Store
 	defs     *proxy.Definitions

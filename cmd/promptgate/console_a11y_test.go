@@ -25,7 +25,8 @@ type viewport struct {
 
 var viewports = []viewport{{"desktop 1280x800", 1280, 800, false}, {"phone 390x844", 390, 844, true}}
 
-// axeFinding is one violation of an axe-core rule: the rule, its impact and the elements that break it.
+// axeFinding is one violation of an axe-core rule: the rule, its impact and the elements that break
+// it.
 type axeFinding struct {
 	ID     string   `json:"id"`
 	Impact string   `json:"impact"`
@@ -33,8 +34,9 @@ type axeFinding struct {
 	Nodes  []string `json:"nodes"`
 }
 
-// axeCheck runs axe-core (every rule, best practices included) on the page as it is now and fails the test
-// for each violation of impact moderate, serious or critical, naming the rule and the elements.
+// axeCheck runs axe-core (every rule, best practices included) on the page as it is now and fails
+// the test for each violation of impact moderate, serious or critical, naming the rule and the
+// elements.
 func axeCheck(t *testing.T, ctx context.Context, axe, where string) {
 	t.Helper()
 	runIn(t, ctx, script("void (window.axe || (function () {"+axe+"\n}).call(window))"))
@@ -79,9 +81,9 @@ func offScreen(t *testing.T, ctx context.Context, selector string) []string {
 	})()`)
 }
 
-// TestConsoleAccessibility opens every page and dialog of the console at a desktop and a phone size and
-// runs axe-core on it; on the phone nothing may scroll sideways, the key columns (a decision's reason, a
-// tool's kill switch) must be on screen, and the chart's text as large as the page's.
+// TestConsoleAccessibility opens every page and dialog of the console at a desktop and a phone size
+// and runs axe-core on it; on the phone nothing may scroll sideways, the key columns (a decision's
+// reason, a tool's kill switch) must be on screen, and the chart's text as large as the page's.
 func TestConsoleAccessibility(t *testing.T) {
 	path := findBrowser()
 	if path == "" {
@@ -156,7 +158,8 @@ func TestConsoleAccessibility(t *testing.T) {
 				runIn(t, ctx, script(`document.querySelector('#preview-form button[type=submit]').click()`))
 				waitFor(t, ctx, "preview shown", `!document.getElementById('preview-out').hidden`)
 				check(t, ctx, "preview")
-				// The policy test's results, a failure and what was decided shown; then a bad case file's problems.
+				// The policy test's results, a failure and what was decided shown; then a bad case
+				// file's problems.
 				waitFor(t, ctx, "the example case", `document.getElementById('pt-file').value.includes('cases:')`)
 				for _, run := range []struct{ where, file, shown, key string }{
 					{"policy test results", policyTestFailing, `document.querySelector('#pt-cases li[data-passed="false"] .pt-failures')`, "#pt-cases .pt-failures li"},
@@ -247,10 +250,10 @@ func TestConsoleAccessibility(t *testing.T) {
 	}
 }
 
-// seedConsole gives the console something on every page: a removal by the kill switch (whose override
-// stays set), a call blocked by its schema, a second version of the neutral protocol, active, an MCP
-// tool whose changed definition waits for approval, and a protocol whose second version is in shadow, with
-// traffic it judged and learn mode learned from.
+// seedConsole gives the console something on every page: a removal by the kill switch (whose
+// override stays set), a call blocked by its schema, a second version of the neutral protocol,
+// active, an MCP tool whose changed definition waits for approval, and a protocol whose second
+// version is in shadow, with traffic it judged and learn mode learned from.
 func seedConsole(t *testing.T, s *consoleStack) {
 	t.Helper()
 	s.adminCall("PUT", "/admin/tools/old_tool/enabled", `{"enabled":false}`, 200)
@@ -275,12 +278,13 @@ func seedConsole(t *testing.T, s *consoleStack) {
 	}
 }
 
-// blockedShellRequest declares the tool shell with a schema that the scripted upstream's call of it breaks:
-// the request keeps the tool, the answer has its call blocked.
+// blockedShellRequest declares the tool shell with a schema that the scripted upstream's call of it
+// breaks: the request keeps the tool, the answer has its call blocked.
 var blockedShellRequest = `{"model":"m","messages":[{"role":"user","content":"call shell"}],"tools":[{"type":"function",` +
 	`"function":{"name":"shell","parameters":{"type":"object","properties":{"cmd":{"type":"integer"}}}}}]}`
 
-// evalAwait evaluates a JavaScript expression whose value is a promise, and decodes what it resolves to.
+// evalAwait evaluates a JavaScript expression whose value is a promise, and decodes what it
+// resolves to.
 func evalAwait[T any](t *testing.T, ctx context.Context, expr string) T {
 	t.Helper()
 	tctx, cancel := context.WithTimeout(ctx, 60*time.Second)

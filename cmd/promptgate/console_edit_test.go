@@ -257,8 +257,8 @@ func TestConsoleNewVersion(t *testing.T) {
 	}
 }
 
-// jsonSeeds are the inputs the differential test of the editor's JSON check starts from: definitions,
-// each way JSON can break, escapes, numbers and keys the readers could see otherwise.
+// jsonSeeds are the inputs the differential test of the editor's JSON check starts from:
+// definitions, each way JSON can break, escapes, numbers and keys the readers could see otherwise.
 var jsonSeeds = []string{
 	`{"id": "tech", "promptTemplate": {"base": "base_tool_call_v2", "overrides": {"rules": "- a\n- b"}}, "tools": {"allow": ["*"], "deny": []}}`,
 	`{"name": "t", "text": "=== SYSTEM CORE ===\nx \u00e9 \ud83d\ude00 \"q\" \\ \/ \b\f\r\t"}`,
@@ -271,9 +271,9 @@ var jsonSeeds = []string{
 }
 
 // TestConsoleJSONCheckAgreesWithJSONCheck: the editor's JSON check (PG.scanJSON, run in Chromium)
-// refuses exactly what jsoncheck, the admin API's reader of definitions, refuses, on the seeds and on
-// thousands of their mutations (a character inserted, deleted or replaced, once or twice) — but a
-// lone surrogate's escape, which the editor leaves to the admin API. A text the editor refused
+// refuses exactly what jsoncheck, the admin API's reader of definitions, refuses, on the seeds and
+// on thousands of their mutations (a character inserted, deleted or replaced, once or twice) — but
+// a lone surrogate's escape, which the editor leaves to the admin API. A text the editor refused
 // would never reach the API; one it passed that the API refuses comes back with the API's message.
 func TestConsoleJSONCheckAgreesWithJSONCheck(t *testing.T) {
 	path := findBrowser()

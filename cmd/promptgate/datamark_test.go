@@ -9,8 +9,8 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// The config key security.datamarkToolOutput reaches the engine: preview shows the tool output datamarked and
-// the rule in the prompt; without it, neither.
+// The config key security.datamarkToolOutput reaches the engine: preview shows the tool output
+// datamarked and the rule in the prompt; without it, neither.
 func TestPreviewDatamarkToolOutput(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "promptgate.yaml")

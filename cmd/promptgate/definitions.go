@@ -18,8 +18,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// definitions runs `promptgate templates|protocols list|show|history|activate|rollback|push` and, for
-// protocols, `shadow NAME VERSION` and `unshadow NAME`.
+// definitions runs `promptgate templates|protocols list|show|history|activate|rollback|push` and,
+// for protocols, `shadow NAME VERSION` and `unshadow NAME`.
 func definitions(ctx context.Context, kindName string, args []string, stdout, stderr io.Writer, getenv env) error {
 	kind := store.KindTemplate
 	if kindName == "protocols" {
@@ -57,7 +57,8 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 	}
 	var body []byte
 	if sub == "push" {
-		// The file is read and checked before any store is opened: a bad file changes nothing anywhere.
+		// The file is read and checked before any store is opened: a bad file changes nothing
+		// anywhere.
 		if body, err = readDefinition(kind, kindName, pos[0]); err != nil {
 			return err
 		}
@@ -142,8 +143,8 @@ func definitions(ctx context.Context, kindName string, args []string, stdout, st
 	}
 }
 
-// shadow runs `protocols shadow NAME VERSION` (the version judges every request of the protocol beside the
-// active one, for the record) and `protocols unshadow NAME`.
+// shadow runs `protocols shadow NAME VERSION` (the version judges every request of the protocol
+// beside the active one, for the record) and `protocols unshadow NAME`.
 func shadow(ctx context.Context, st cliStore, sub string, pos []string, stdout io.Writer) error {
 	v := 0
 	if sub == "shadow" {
@@ -170,7 +171,8 @@ func shadow(ctx context.Context, st cliStore, sub string, pos []string, stdout i
 	return nil
 }
 
-// onlyWith refuses a flag given to a subcommand it does not belong to (flag name -> its subcommand).
+// onlyWith refuses a flag given to a subcommand it does not belong to (flag name -> its
+// subcommand).
 func onlyWith(fs *flag.FlagSet, sub string, owners map[string]string) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
@@ -184,9 +186,9 @@ func onlyWith(fs *flag.FlagSet, sub string, owners map[string]string) error {
 // maxDefinitionFile bounds a definition file that push reads.
 const maxDefinitionFile = 10 << 20
 
-// readDefinition reads a template or protocol definition from file and checks it as the store will: its
-// structure, then its meaning (every problem named by its key path). A definition of the other kind is
-// named as such.
+// readDefinition reads a template or protocol definition from file and checks it as the store will:
+// its structure, then its meaning (every problem named by its key path). A definition of the other
+// kind is named as such.
 func readDefinition(kind store.Kind, kindName, file string) ([]byte, error) {
 	f, err := os.Open(file)
 	if err != nil {

@@ -8,10 +8,11 @@ import (
 	"testing"
 )
 
-// TestDefinitionChecksThroughMigrate: `promptgate migrate up` (on the DB file) refuses a template whose
-// {{runtime_context}} sits under a header that merely mentions UNTRUSTED or whose {{tools}} sits under
-// SYSTEM CORE, and a protocol that a workflow extends gaining extends; `protocols activate|rollback` and
-// `migrate down` refuse the same link when they would bring it back. Each message names the field.
+// TestDefinitionChecksThroughMigrate: `promptgate migrate up` (on the DB file) refuses a template
+// whose {{runtime_context}} sits under a header that merely mentions UNTRUSTED or whose {{tools}}
+// sits under SYSTEM CORE, and a protocol that a workflow extends gaining extends; `protocols
+// activate|rollback` and `migrate down` refuse the same link when they would bring it back. Each
+// message names the field.
 func TestDefinitionChecksThroughMigrate(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -78,7 +79,8 @@ func TestDefinitionChecksThroughMigrate(t *testing.T) {
 		t.Errorf("a refused rollout stored a version: %s", out)
 	}
 
-	// migrate down of 002 would make basep a workflow again while wf, activated by hand since, extends it.
+	// migrate down of 002 would make basep a workflow again while wf, activated by hand since,
+	// extends it.
 	if _, _, err := runCmd(t, nil, "", "migrate", "down", "--db", db); err != nil {
 		t.Fatalf("down with nothing left extending basep: %v", err)
 	}

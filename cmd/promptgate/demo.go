@@ -18,9 +18,9 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// demoCmd runs `promptgate demo`: the scripted model (proxy/demo) on loopback, and serve in front of it
-// with the demo protocol as the default, in a DB of its own that is removed when it stops; then it prints
-// commands to try it. No key is needed and nothing leaves the machine.
+// demoCmd runs `promptgate demo`: the scripted model (proxy/demo) on loopback, and serve in front
+// of it with the demo protocol as the default, in a DB of its own that is removed when it stops;
+// then it prints commands to try it. No key is needed and nothing leaves the machine.
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv env) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	listen := fs.String("listen", orEnv(getenv, EnvListen, DefaultListen), "the proxy listener; clients use base URL http://ADDR/v1 (env "+EnvListen+")")
@@ -60,8 +60,8 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	})
 }
 
-// seedDemo creates the demo's DB with the demo protocol active, and its config, which makes that protocol
-// the default.
+// seedDemo creates the demo's DB with the demo protocol active, and its config, which makes that
+// protocol the default.
 func seedDemo(ctx context.Context, db, cfg string) error {
 	st, err := openStore(db, false, nil)
 	if err != nil {
@@ -81,8 +81,8 @@ func seedDemo(ctx context.Context, db, cfg string) error {
 	return nil
 }
 
-// demoEnv is the environment the demo's serve sees: what would send anything off the machine (upstream
-// keys, tracing) or name another store, config or listener is left out.
+// demoEnv is the environment the demo's serve sees: what would send anything off the machine
+// (upstream keys, tracing) or name another store, config or listener is left out.
 func demoEnv(getenv env) env {
 	return func(k string) string {
 		switch k {

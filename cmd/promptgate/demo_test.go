@@ -21,10 +21,11 @@ import (
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
-// shellWords splits what the demo prints into commands of words, as a POSIX shell reads them: words end at
-// blanks, a single-quoted part is taken as it is, a backslash before a line break joins the lines, a
-// word starting with # comments out the rest of its line, and a line break ends a command. Anything else
-// a shell would treat specially (double quotes, $, a lone backslash) is an error: the demo must not print it.
+// shellWords splits what the demo prints into commands of words, as a POSIX shell reads them: words
+// end at blanks, a single-quoted part is taken as it is, a backslash before a line break joins the
+// lines, a word starting with # comments out the rest of its line, and a line break ends a command.
+// Anything else a shell would treat specially (double quotes, $, a lone backslash) is an error: the
+// demo must not print it.
 func shellWords(s string) ([][]string, error) {
 	var cmds [][]string
 	var cmd []string
@@ -76,8 +77,9 @@ func shellWords(s string) ([][]string, error) {
 	return cmds, nil
 }
 
-// curlRequest is the HTTP request a curl command of the demo sends. Only the flags the demo prints are
-// understood; any other fails the test, so the demo cannot print a command this test does not check.
+// curlRequest is the HTTP request a curl command of the demo sends. Only the flags the demo prints
+// are understood; any other fails the test, so the demo cannot print a command this test does not
+// check.
 func curlRequest(t *testing.T, words []string) *http.Request {
 	t.Helper()
 	if len(words) == 0 || words[0] != "curl" {
@@ -134,8 +136,8 @@ func do(t *testing.T, req *http.Request) (*http.Response, []byte) {
 	return resp, b
 }
 
-// startDemo runs `promptgate demo` on free ports and returns what it printed once it is ready, and a stop
-// function that ends it and returns its stderr.
+// startDemo runs `promptgate demo` on free ports and returns what it printed once it is ready, and
+// a stop function that ends it and returns its stderr.
 func startDemo(t *testing.T, e map[string]string) (string, func() string) {
 	t.Helper()
 	pr, pw := io.Pipe()
@@ -176,8 +178,9 @@ func startDemo(t *testing.T, e map[string]string) (string, func() string) {
 	return out.String(), stop
 }
 
-// TestDemoCommandsWork runs `promptgate demo`, sends the requests of the commands it prints, as printed, and
-// checks that each shows what its comment says; then that the demo's own DB is gone once it stops.
+// TestDemoCommandsWork runs `promptgate demo`, sends the requests of the commands it prints, as
+// printed, and checks that each shows what its comment says; then that the demo's own DB is gone
+// once it stops.
 func TestDemoCommandsWork(t *testing.T) {
 	// A key and an upstream in the environment do not reach the demo: its model answers.
 	printed, stop := startDemo(t, map[string]string{"PROMPTGATE_UPSTREAM": "http://127.0.0.1:9/v1", "PROMPTGATE_UPSTREAM_API_KEY": "sk-real"})
@@ -327,8 +330,8 @@ func TestDemoRefusesBadUse(t *testing.T) {
 	}
 }
 
-// TestDemoEnvKeepsEverythingLocal: upstream keys, other upstreams, stores, configs and tracing are left out
-// of the demo's environment; the prompt settings and the admin token stay.
+// TestDemoEnvKeepsEverythingLocal: upstream keys, other upstreams, stores, configs and tracing are
+// left out of the demo's environment; the prompt settings and the admin token stay.
 func TestDemoEnvKeepsEverythingLocal(t *testing.T) {
 	t.Parallel()
 	all := map[string]string{}
@@ -359,9 +362,9 @@ func TestShellWordsReadsLikeAShell(t *testing.T) {
 	}
 }
 
-// TestDemoModelThroughTheProxyOnEveryAPI: on each API, stream and not, the demo model's answer of two calls
-// goes through the proxy under the demo protocol: the call with a link to another site is removed (in a
-// stream, replaced by a notice), the other reaches the client.
+// TestDemoModelThroughTheProxyOnEveryAPI: on each API, stream and not, the demo model's answer of
+// two calls goes through the proxy under the demo protocol: the call with a link to another site is
+// removed (in a stream, replaced by a notice), the other reaches the client.
 func TestDemoModelThroughTheProxyOnEveryAPI(t *testing.T) {
 	printed, _ := startDemo(t, nil)
 	base := regexp.MustCompile(`listening on (http://\S+/v1)`).FindStringSubmatch(printed)[1]
@@ -392,8 +395,9 @@ func TestDemoModelThroughTheProxyOnEveryAPI(t *testing.T) {
 			if stream == "true" {
 				out += "\n" + streamedArguments(t, b)
 			}
-			// A stream says it in a notice; a body where a call is left says it in a header. A Gemini
-			// candidate with a call left gets no notice (its calls come whole, in one event).
+			// A stream says it in a notice; a body where a call is left says it in a header. A
+			// Gemini candidate with a call left gets no notice (its calls come whole, in one
+			// event).
 			blocked := strings.Contains(out, "blocked tool call send_email: rule mail-links: body: link 1 at offset 4 has a host that is not allowed") ||
 				strings.HasPrefix(path, "/../v1beta") && stream == "true"
 			if stream == "false" {

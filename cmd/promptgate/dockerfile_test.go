@@ -24,8 +24,8 @@ type instruction struct {
 	cmd, args string
 }
 
-// parseDockerfile reads a Dockerfile's instructions: comment lines dropped, lines ending in a backslash
-// joined with the next.
+// parseDockerfile reads a Dockerfile's instructions: comment lines dropped, lines ending in a
+// backslash joined with the next.
 func parseDockerfile(t *testing.T, text string) []instruction {
 	t.Helper()
 	var out []instruction
@@ -50,8 +50,8 @@ func parseDockerfile(t *testing.T, text string) []instruction {
 	return out
 }
 
-// execForm decodes an instruction's JSON array (exec form); a shell-form command is a test failure, since
-// the distroless image has no shell to run it.
+// execForm decodes an instruction's JSON array (exec form); a shell-form command is a test failure,
+// since the distroless image has no shell to run it.
 func execForm(t *testing.T, in instruction, args string) []string {
 	t.Helper()
 	var argv []string
@@ -95,10 +95,10 @@ func envOf(t *testing.T, ins []instruction) map[string]string {
 	return env
 }
 
-// TestDockerfileHealthcheckRuns runs the image's HEALTHCHECK command, as the image's environment gives it,
-// against a listener: it must name the binary the image copies, an existing subcommand and flags, and
-// report healthy exactly when /healthz answers 200. EXPOSE must list the proxy port and no port that is
-// only on loopback inside the container.
+// TestDockerfileHealthcheckRuns runs the image's HEALTHCHECK command, as the image's environment
+// gives it, against a listener: it must name the binary the image copies, an existing subcommand
+// and flags, and report healthy exactly when /healthz answers 200. EXPOSE must list the proxy port
+// and no port that is only on loopback inside the container.
 func TestDockerfileHealthcheckRuns(t *testing.T) {
 	t.Parallel()
 	text, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
@@ -141,8 +141,8 @@ func TestDockerfileHealthcheckRuns(t *testing.T) {
 		t.Fatalf("HEALTHCHECK %q does not run %s", health, binary)
 	}
 
-	// The listen address serve reads in the container: its port is exposed, and the admin port is not
-	// unless the image moves the admin listener off loopback.
+	// The listen address serve reads in the container: its port is exposed, and the admin port is
+	// not unless the image moves the admin listener off loopback.
 	listen := env[EnvListen]
 	_, listenPort, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -176,9 +176,9 @@ func TestDockerfileHealthcheckRuns(t *testing.T) {
 	}
 }
 
-// dockerignore is a .dockerignore's patterns as regular expressions over slash-separated paths from the
-// context's root, with Docker's meaning: "*" and "?" stay within one path element, "**" spans any number
-// of them, and a pattern that matches a folder leaves out everything in it.
+// dockerignore is a .dockerignore's patterns as regular expressions over slash-separated paths from
+// the context's root, with Docker's meaning: "*" and "?" stay within one path element, "**" spans
+// any number of them, and a pattern that matches a folder leaves out everything in it.
 func dockerignore(t *testing.T, text string) []*regexp.Regexp {
 	t.Helper()
 	var out []*regexp.Regexp
@@ -224,9 +224,10 @@ func ignored(patterns []*regexp.Regexp, path string) bool {
 	return false
 }
 
-// TestDockerignoreKeepsTheBuildInputs: every file `go build ./cmd/promptgate` reads (the Go and embedded
-// files of the module's packages it imports, go.mod, go.sum) is in the build context, and what the build
-// does not need (git, tests, test data, docs, local DBs, built binaries) is left out.
+// TestDockerignoreKeepsTheBuildInputs: every file `go build ./cmd/promptgate` reads (the Go and
+// embedded files of the module's packages it imports, go.mod, go.sum) is in the build context, and
+// what the build does not need (git, tests, test data, docs, local DBs, built binaries) is left
+// out.
 func TestDockerignoreKeepsTheBuildInputs(t *testing.T) {
 	t.Parallel()
 	text, err := os.ReadFile(filepath.Join(repoRoot, ".dockerignore"))

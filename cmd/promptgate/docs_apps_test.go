@@ -15,8 +15,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/config"
 )
 
-// The tests of docs/apps.md: its curl commands are sent to `promptgate demo`, its request extension is
-// previewed through the admin API, and its HTTPS-proxy door setup is run as written.
+// The tests of docs/apps.md: its curl commands are sent to `promptgate demo`, its request extension
+// is previewed through the admin API, and its HTTPS-proxy door setup is run as written.
 
 const appsPage = "docs/apps.md"
 
@@ -37,8 +37,9 @@ func onlyCurl(t *testing.T, title string) []string {
 	return curls[0]
 }
 
-// TestAppsChatExample: every SDK snippet and the environment variable of the page use the listener's default
-// base URL, and the chat curl gets the demo's echo of the layered prompt with the app's instructions in it.
+// TestAppsChatExample: every SDK snippet and the environment variable of the page use the
+// listener's default base URL, and the chat curl gets the demo's echo of the layered prompt with
+// the app's instructions in it.
 func TestAppsChatExample(t *testing.T) {
 	t.Parallel()
 	sec := docSection(t, appsPage, "Chat Completions")
@@ -60,8 +61,8 @@ func TestAppsChatExample(t *testing.T) {
 	}
 }
 
-// TestAppsResponsesExample: the Responses curl's answer echoes the client's own instructions, as the page
-// says, while the model got the layered prompt.
+// TestAppsResponsesExample: the Responses curl's answer echoes the client's own instructions, as
+// the page says, while the model got the layered prompt.
 func TestAppsResponsesExample(t *testing.T) {
 	t.Parallel()
 	sec := docSection(t, appsPage, "The Responses API")
@@ -77,8 +78,8 @@ func TestAppsResponsesExample(t *testing.T) {
 	}
 }
 
-// TestAppsMessagesExample: the Anthropic curl is answered in Anthropic's shape, the model having got the
-// layered prompt as its system.
+// TestAppsMessagesExample: the Anthropic curl is answered in Anthropic's shape, the model having
+// got the layered prompt as its system.
 func TestAppsMessagesExample(t *testing.T) {
 	t.Parallel()
 	d := newDemo(t)
@@ -89,8 +90,8 @@ func TestAppsMessagesExample(t *testing.T) {
 	}
 }
 
-// TestAppsGeminiExample: the Gemini curl is answered in Gemini's shape, the demo's model having got the
-// layered prompt as its systemInstruction.
+// TestAppsGeminiExample: the Gemini curl is answered in Gemini's shape, the demo's model having got
+// the layered prompt as its systemInstruction.
 func TestAppsGeminiExample(t *testing.T) {
 	t.Parallel()
 	d := newDemo(t)
@@ -101,9 +102,9 @@ func TestAppsGeminiExample(t *testing.T) {
 	}
 }
 
-// TestAppsRequestExtension previews the page's request extension through the admin API (with the workflow
-// it names pushed): the field is read and removed, its context is in the runtime context line, and a
-// misspelt key is refused as the page says.
+// TestAppsRequestExtension previews the page's request extension through the admin API (with the
+// workflow it names pushed): the field is read and removed, its context is in the runtime context
+// line, and a misspelt key is refused as the page says.
 func TestAppsRequestExtension(t *testing.T) {
 	t.Parallel()
 	sec := docSection(t, appsPage, "The request extension")

@@ -15,15 +15,16 @@ import (
 	"github.com/promptgate/promptgate/store/etcdstore/etcdtest"
 )
 
-// The tests of docs/operating.md: its config files load through the config loader, its definition and
-// rollout commands, previews and kill switch run against a running serve (in front of the demo's model)
-// through the admin API, its fleet commands against an embedded etcd, and the Docker section's claims
-// against the Dockerfile and a serve configured as the page says.
+// The tests of docs/operating.md: its config files load through the config loader, its definition
+// and rollout commands, previews and kill switch run against a running serve (in front of the
+// demo's model) through the admin API, its fleet commands against an embedded etcd, and the Docker
+// section's claims against the Dockerfile and a serve configured as the page says.
 
 const operatingPage = "docs/operating.md"
 
-// operatingServe is serve on a new DB in front of the demo's model, and the environment under which the
-// page's CLI commands reach it (as they reach a serve that holds the DB: through its admin API).
+// operatingServe is serve on a new DB in front of the demo's model, and the environment under which
+// the page's CLI commands reach it (as they reach a serve that holds the DB: through its admin
+// API).
 func operatingServe(t *testing.T, args ...string) (*served, map[string]string) {
 	t.Helper()
 	db := filepath.Join(t.TempDir(), "pg.db")
@@ -32,8 +33,9 @@ func operatingServe(t *testing.T, args ...string) (*served, map[string]string) {
 	return s, map[string]string{EnvDB: db, EnvAdminURL: s.admin}
 }
 
-// TestOperatingConfigLoads: the page's config file, its one placeholder filled in, loads through the config
-// loader, and the limits it shows are the defaults the comments and the text say they are.
+// TestOperatingConfigLoads: the page's config file, its one placeholder filled in, loads through
+// the config loader, and the limits it shows are the defaults the comments and the text say they
+// are.
 func TestOperatingConfigLoads(t *testing.T) {
 	t.Parallel()
 	blocks := blocksOf(docSection(t, operatingPage, "The config file (`--config`)"), "yaml")
@@ -58,8 +60,9 @@ func TestOperatingConfigLoads(t *testing.T) {
 	}
 }
 
-// TestOperatingDefinitionCommands runs the page's push, history, activate and rollback commands as written
-// against a running serve, then the rollout file through migrate up, and checks what each says it does.
+// TestOperatingDefinitionCommands runs the page's push, history, activate and rollback commands as
+// written against a running serve, then the rollout file through migrate up, and checks what each
+// says it does.
 func TestOperatingDefinitionCommands(t *testing.T) {
 	t.Parallel()
 	sec := docSection(t, operatingPage, "Definitions and rollouts")
@@ -100,9 +103,9 @@ func TestOperatingDefinitionCommands(t *testing.T) {
 	}
 }
 
-// TestOperatingPreviewAndKillSwitch runs the admin API section's commands against a running serve: the
-// previews show the layered prompt where the page says it is, and after the kill switch the tool is
-// removed from a request that declares it.
+// TestOperatingPreviewAndKillSwitch runs the admin API section's commands against a running serve:
+// the previews show the layered prompt where the page says it is, and after the kill switch the
+// tool is removed from a request that declares it.
 func TestOperatingPreviewAndKillSwitch(t *testing.T) {
 	t.Parallel()
 	s, env := operatingServe(t)
@@ -144,9 +147,9 @@ func TestOperatingPreviewAndKillSwitch(t *testing.T) {
 	}
 }
 
-// TestOperatingFleetCommands runs the fleet section's promptgate commands against embedded etcds (their
-// addresses in place of the page's): serve on the etcd store, and the copy into etcd and back (a copy
-// needs an empty prefix: it gets an etcd of its own).
+// TestOperatingFleetCommands runs the fleet section's promptgate commands against embedded etcds
+// (their addresses in place of the page's): serve on the etcd store, and the copy into etcd and
+// back (a copy needs an empty prefix: it gets an etcd of its own).
 func TestOperatingFleetCommands(t *testing.T) {
 	sec := docSection(t, operatingPage, "Running a fleet")
 	t.Chdir(t.TempDir())
@@ -194,9 +197,10 @@ func TestOperatingFleetCommands(t *testing.T) {
 	}
 }
 
-// TestOperatingDockerSection: the listener settings the page gives for the image are the Dockerfile's, the
-// Compose files parse, their variables are promptgate's, and a serve with the page's promptgate.yaml
-// answers a container calling it by its service name, where one without it answers 421.
+// TestOperatingDockerSection: the listener settings the page gives for the image are the
+// Dockerfile's, the Compose files parse, their variables are promptgate's, and a serve with the
+// page's promptgate.yaml answers a container calling it by its service name, where one without it
+// answers 421.
 func TestOperatingDockerSection(t *testing.T) {
 	t.Parallel()
 	sec := docSection(t, operatingPage, "Docker")

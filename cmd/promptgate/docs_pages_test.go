@@ -8,8 +8,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/config"
 )
 
-// The config snippets of docs/mcp.md and docs/plugins.md load through the config loader (the Go example of
-// plugins.md is built and run by plugins/docs_test.go; its commands are checked by TestDocsCommandsAreReal).
+// The config snippets of docs/mcp.md and docs/plugins.md load through the config loader (the Go
+// example of plugins.md is built and run by plugins/docs_test.go; its commands are checked by
+// TestDocsCommandsAreReal).
 
 // TestMCPConfigLoads: the MCP door's config section loads as the page shows it.
 func TestMCPConfigLoads(t *testing.T) {
@@ -28,8 +29,8 @@ func TestMCPConfigLoads(t *testing.T) {
 	}
 }
 
-// TestPluginsEntryLoads: the plugin entry of the page loads, its checksum placeholder filled in, with the
-// values it shows.
+// TestPluginsEntryLoads: the plugin entry of the page loads, its checksum placeholder filled in,
+// with the values it shows.
 func TestPluginsEntryLoads(t *testing.T) {
 	t.Parallel()
 	yamls := blocksOf(docSection(t, "docs/plugins.md", "Write and run one in under 40 lines"), "yaml")
@@ -46,9 +47,9 @@ func TestPluginsEntryLoads(t *testing.T) {
 	}
 }
 
-// TestPerformanceFiguresHaveCommands: every area of docs/performance.md gives the command that reproduces
-// its figures (the commands themselves are checked by TestDocsCommandsAreReal), and the areas other pages
-// and issues point at are there.
+// TestPerformanceFiguresHaveCommands: every area of docs/performance.md gives the command that
+// reproduces its figures (the commands themselves are checked by TestDocsCommandsAreReal), and the
+// areas other pages and issues point at are there.
 func TestPerformanceFiguresHaveCommands(t *testing.T) {
 	t.Parallel()
 	const page = "docs/performance.md"

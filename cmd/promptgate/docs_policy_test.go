@@ -19,8 +19,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/config"
 )
 
-// The tests of docs/policy.md: every protocol snippet compiles through the server's own definition parser,
-// and the examples that say what passes and what is blocked are sent through `promptgate demo`.
+// The tests of docs/policy.md: every protocol snippet compiles through the server's own definition
+// parser, and the examples that say what passes and what is blocked are sent through `promptgate
+// demo`.
 
 const policyPage = "docs/policy.md"
 
@@ -66,8 +67,8 @@ func (d demoStack) chat(t *testing.T, protocol string, body any) (int, http.Head
 	return respBody(t, req)
 }
 
-// docProtocol is a protocol named id that allows every tool a client declares and may be chosen by the
-// client, with the given toolCalls section.
+// docProtocol is a protocol named id that allows every tool a client declares and may be chosen by
+// the client, with the given toolCalls section.
 func docProtocol(t *testing.T, id, toolCalls string) string {
 	t.Helper()
 	p := fmt.Sprintf(`{"id":%q,"description":"a protocol of the documentation's tests","promptTemplate":{"base":"base_tool_call_v2"},"allowClientSelection":true,"tools":{"allow":["*"]}}`, id)
@@ -78,9 +79,9 @@ func docProtocol(t *testing.T, id, toolCalls string) string {
 	return p
 }
 
-// toolCallsOf is the toolCalls section a JSON snippet of the page stands for: a snippet that is a whole
-// "toolCalls": {...} member is that section; one of toolCalls' own members ("provenance": [...], ...) is
-// a section holding them. ok is false for any other snippet.
+// toolCallsOf is the toolCalls section a JSON snippet of the page stands for: a snippet that is a
+// whole "toolCalls": {...} member is that section; one of toolCalls' own members ("provenance":
+// [...], ...) is a section holding them. ok is false for any other snippet.
 func toolCallsOf(snippet string) (string, bool) {
 	obj := "{" + strings.TrimSpace(snippet) + "}"
 	if !gjson.Valid(obj) {
@@ -98,7 +99,8 @@ func toolCallsOf(snippet string) (string, bool) {
 	return obj, true
 }
 
-// compileProtocol parses a definition as the server does and compiles its rules; it returns the problem.
+// compileProtocol parses a definition as the server does and compiles its rules; it returns the
+// problem.
 func compileProtocol(def string) error {
 	p, err := policy.ParseProtocol([]byte(def))
 	if err != nil {
@@ -111,9 +113,9 @@ func compileProtocol(def string) error {
 	return err
 }
 
-// TestPolicyExamplesCompile: every JSON block of the page is a protocol definition, or a part of its
-// toolCalls section, that the server's parser accepts and whose rules compile; a block that is neither
-// fails, so that a new kind of block gets a check here.
+// TestPolicyExamplesCompile: every JSON block of the page is a protocol definition, or a part of
+// its toolCalls section, that the server's parser accepts and whose rules compile; a block that is
+// neither fails, so that a new kind of block gets a check here.
 func TestPolicyExamplesCompile(t *testing.T) {
 	t.Parallel()
 	blocks := blocksOf(docPage(t, policyPage), "json")
@@ -140,8 +142,8 @@ func TestPolicyExamplesCompile(t *testing.T) {
 	}
 }
 
-// TestPolicyKeysAreDocumented: every key of a protocol definition is in the page's table of keys, and every
-// key of an argument or information-flow rule is named on the page.
+// TestPolicyKeysAreDocumented: every key of a protocol definition is in the page's table of keys,
+// and every key of an argument or information-flow rule is named on the page.
 func TestPolicyKeysAreDocumented(t *testing.T) {
 	t.Parallel()
 	page := docPage(t, policyPage)
@@ -165,8 +167,8 @@ func TestPolicyKeysAreDocumented(t *testing.T) {
 	}
 }
 
-// jsonKeys are the JSON key paths of a struct type: nested objects (not those inside lists or maps) as
-// dotted paths, embedded structs' keys beside their parent's.
+// jsonKeys are the JSON key paths of a struct type: nested objects (not those inside lists or maps)
+// as dotted paths, embedded structs' keys beside their parent's.
 func jsonKeys(typ reflect.Type, prefix string) []string {
 	for typ.Kind() == reflect.Pointer {
 		typ = typ.Elem()
@@ -201,16 +203,17 @@ func jsonKeys(typ reflect.Type, prefix string) []string {
 	return out
 }
 
-// argCase is one row's example of the argument rules' table: the rule's kind, its arguments, and whether
-// the table says they pass.
+// argCase is one row's example of the argument rules' table: the rule's kind, its arguments, and
+// whether the table says they pass.
 type argCase struct {
 	kind, args string
 	pass       bool
 }
 
-// TestPolicyArgumentRulesTable sends every example of the argument rules' table through the demo: a protocol
-// with the page's rules (and the rules the notPattern and not rows show) is pushed, the model calls the
-// row's tool with the row's arguments, and the call is released or replaced by the notice as the table says.
+// TestPolicyArgumentRulesTable sends every example of the argument rules' table through the demo: a
+// protocol with the page's rules (and the rules the notPattern and not rows show) is pushed, the
+// model calls the row's tool with the row's arguments, and the call is released or replaced by the
+// notice as the table says.
 func TestPolicyArgumentRulesTable(t *testing.T) {
 	t.Parallel()
 	sec := docSection(t, policyPage, "Vetting the model's tool calls")
@@ -302,8 +305,9 @@ func jsonEqual(a, b string) bool {
 	return json.Unmarshal([]byte(a), &x) == nil && json.Unmarshal([]byte(b), &y) == nil && reflect.DeepEqual(x, y)
 }
 
-// TestPolicyProvenanceExample sends the provenance example through the demo: under the page's rules, the
-// IBAN the user gave passes; the one only the bill's text names is blocked with the reason the page quotes.
+// TestPolicyProvenanceExample sends the provenance example through the demo: under the page's
+// rules, the IBAN the user gave passes; the one only the bill's text names is blocked with the
+// reason the page quotes.
 func TestPolicyProvenanceExample(t *testing.T) {
 	t.Parallel()
 	sec := docSection(t, policyPage, "Provenance")
@@ -343,8 +347,8 @@ func TestPolicyProvenanceExample(t *testing.T) {
 	}
 }
 
-// TestPolicyScanExample sends the scan example through the demo: the mail whose link goes to acme.com
-// passes, the other is blocked with the reason the page quotes.
+// TestPolicyScanExample sends the scan example through the demo: the mail whose link goes to
+// acme.com passes, the other is blocked with the reason the page quotes.
 func TestPolicyScanExample(t *testing.T) {
 	t.Parallel()
 	sec := docSection(t, policyPage, "Scan")
@@ -377,8 +381,8 @@ func TestPolicyScanExample(t *testing.T) {
 	}
 }
 
-// TestPolicyDatamarkingExample: the page's config turns datamarking on through the config loader, and a tool
-// output reaches the model (the demo's, which repeats it) marked as the page shows.
+// TestPolicyDatamarkingExample: the page's config turns datamarking on through the config loader,
+// and a tool output reaches the model (the demo's, which repeats it) marked as the page shows.
 func TestPolicyDatamarkingExample(t *testing.T) {
 	t.Parallel()
 	sec := docSection(t, policyPage, "Marker defenses and datamarking")
@@ -407,7 +411,8 @@ func TestPolicyDatamarkingExample(t *testing.T) {
 	}
 }
 
-// TestPolicyCommandsRun: the page's push command runs as written, through a running serve's admin API.
+// TestPolicyCommandsRun: the page's push command runs as written, through a running serve's admin
+// API.
 func TestPolicyCommandsRun(t *testing.T) {
 	t.Parallel()
 	sh := blocksOf(docSection(t, policyPage, "Protocols and templates"), "sh")

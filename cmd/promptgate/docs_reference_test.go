@@ -14,9 +14,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/config"
 )
 
-// The tests of docs/reference.md: its tables list every command, flag, environment variable, config key,
-// error code, header and decision kind the code has, read from the code itself, so that a new one cannot
-// go undocumented; and what the tables list exists.
+// The tests of docs/reference.md: its tables list every command, flag, environment variable, config
+// key, error code, header and decision kind the code has, read from the code itself, so that a new
+// one cannot go undocumented; and what the tables list exists.
 
 const referencePage = "docs/reference.md"
 
@@ -71,9 +71,9 @@ func tableOf(t *testing.T, sec string) string {
 	return tab
 }
 
-// TestReferenceListsEveryCommandAndFlag: every command of promptgate's usage text is in the table of
-// commands, and every flag of every command is on the page; serve's flags are in the flags table with
-// their environment variables.
+// TestReferenceListsEveryCommandAndFlag: every command of promptgate's usage text is in the table
+// of commands, and every flag of every command is on the page; serve's flags are in the flags table
+// with their environment variables.
 func TestReferenceListsEveryCommandAndFlag(t *testing.T) {
 	t.Parallel()
 	page := docPage(t, referencePage)
@@ -170,8 +170,8 @@ func configKeys(typ reflect.Type, prefix string) []string {
 	return out
 }
 
-// TestReferenceListsEveryConfigKey: every key of the config file is in the table of config keys, by its path
-// or, in a row that names its parent, by its own name.
+// TestReferenceListsEveryConfigKey: every key of the config file is in the table of config keys, by
+// its path or, in a row that names its parent, by its own name.
 func TestReferenceListsEveryConfigKey(t *testing.T) {
 	t.Parallel()
 	table := tableOf(t, docSection(t, referencePage, "Config keys"))
@@ -196,8 +196,8 @@ func TestReferenceListsEveryConfigKey(t *testing.T) {
 	}
 }
 
-// TestReferenceListsEveryErrorCode: every error code the proxy answers is in the table of codes, and every
-// code of the table is one the code has.
+// TestReferenceListsEveryErrorCode: every error code the proxy answers is in the table of codes,
+// and every code of the table is one the code has.
 func TestReferenceListsEveryErrorCode(t *testing.T) {
 	t.Parallel()
 	files := sourceFiles(t, "proxy", "policy")
@@ -219,7 +219,8 @@ func TestReferenceListsEveryErrorCode(t *testing.T) {
 	}
 }
 
-// TestReferenceListsEveryHeader: every X-Promptgate-* header the code names is in the tables of headers.
+// TestReferenceListsEveryHeader: every X-Promptgate-* header the code names is in the tables of
+// headers.
 func TestReferenceListsEveryHeader(t *testing.T) {
 	t.Parallel()
 	sec := docSection(t, referencePage, "Headers")

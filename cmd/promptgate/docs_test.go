@@ -19,8 +19,9 @@ import (
 	"github.com/promptgate/promptgate/proxy/demo"
 )
 
-// The documentation's pages: README.md and docs/*.md. The tests in docs_*_test.go run or validate every
-// example of a page; the helpers here read a page, its sections, code blocks and shell commands.
+// The documentation's pages: README.md and docs/*.md. The tests in docs_*_test.go run or validate
+// every example of a page; the helpers here read a page, its sections, code blocks and shell
+// commands.
 
 // docPage is the text of a page of the repository, by its path from the repository's root.
 func docPage(t *testing.T, page string) string {
@@ -35,8 +36,9 @@ func docPage(t *testing.T, page string) string {
 // heading is a Markdown heading line: its level (number of #) and its title.
 var heading = regexp.MustCompile(`(?m)^(#{1,6}) (.+)$`)
 
-// docSection is the text under the heading "## title" (or "### title", any level) of page, up to the next
-// heading of the same or a higher level. Fenced blocks are skipped when looking for headings.
+// docSection is the text under the heading "## title" (or "### title", any level) of page, up to
+// the next heading of the same or a higher level. Fenced blocks are skipped when looking for
+// headings.
 func docSection(t *testing.T, page, title string) string {
 	t.Helper()
 	s := docPage(t, page)
@@ -77,7 +79,8 @@ func headings(s string) []docHeading {
 	return out
 }
 
-// fence is a fenced code block: its language and text. The closing fence is at the opening one's indent.
+// fence is a fenced code block: its language and text. The closing fence is at the opening one's
+// indent.
 var fence = regexp.MustCompile("(?ms)^( *)```([a-z]*)\n(.*?)^ *```$")
 
 // codeBlock is a fenced block of a page: its language and its text (indent removed).
@@ -123,7 +126,8 @@ func blocksOf(section, lang string) []string {
 	return out
 }
 
-// anchor is the id GitHub gives a heading: lower case, punctuation other than - and _ dropped, spaces as -.
+// anchor is the id GitHub gives a heading: lower case, punctuation other than - and _ dropped,
+// spaces as -.
 func anchor(title string) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(title) {
@@ -153,7 +157,8 @@ func docPages(t *testing.T) []string {
 
 var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 
-// TestDocsLinksResolve: every relative link of every page names a file or folder that exists and, with a
+// TestDocsLinksResolve: every relative link of every page names a file or folder that exists and,
+// with a
 // #fragment, a heading of that page.
 func TestDocsLinksResolve(t *testing.T) {
 	t.Parallel()
@@ -193,7 +198,8 @@ func TestDocsLinksResolve(t *testing.T) {
 	}
 }
 
-// TestAnchorIsGitHubs: the anchors the link test expects are the ones GitHub makes of this project's headings.
+// TestAnchorIsGitHubs: the anchors the link test expects are the ones GitHub makes of this
+// project's headings.
 func TestAnchorIsGitHubs(t *testing.T) {
 	t.Parallel()
 	for title, want := range map[string]string{
@@ -209,8 +215,8 @@ func TestAnchorIsGitHubs(t *testing.T) {
 	}
 }
 
-// shellCmd is one command of a shell block as a POSIX shell reads it: its pipeline's stages of words, its
-// redirections (the word after > or <), and the text of its here-document.
+// shellCmd is one command of a shell block as a POSIX shell reads it: its pipeline's stages of
+// words, its redirections (the word after > or <), and the text of its here-document.
 type shellCmd struct {
 	stages  [][]string
 	redirs  []string
@@ -220,11 +226,11 @@ type shellCmd struct {
 // words are the command's first stage.
 func (c shellCmd) words() []string { return c.stages[0] }
 
-// docShell splits a shell block of the documentation into commands. It reads what a POSIX shell reads in
-// the forms the pages use: words, '...' and "..." (both taken as written: the pages put no expansion in
-// double quotes that the tests must see), a backslash before a line break, # comments, |, && and ;,
-// > FILE, < FILE and <<'TAG' here-documents. Anything else (backquotes, $(...), parentheses) is an error,
-// so a page cannot show a command these tests do not read.
+// docShell splits a shell block of the documentation into commands. It reads what a POSIX shell
+// reads in the forms the pages use: words, '...' and "..." (both taken as written: the pages put no
+// expansion in double quotes that the tests must see), a backslash before a line break, # comments,
+// |, && and ;, > FILE, < FILE and <<'TAG' here-documents. Anything else (backquotes, $(...),
+// parentheses) is an error, so a page cannot show a command these tests do not read.
 func docShell(block string) ([]shellCmd, error) {
 	var cmds []shellCmd
 	var cur shellCmd
@@ -354,9 +360,9 @@ func mustShell(t *testing.T, block string) []shellCmd {
 	return cmds
 }
 
-// cliArgs are the arguments of a promptgate command of the documentation (`promptgate ...` or
-// `go run ./cmd/promptgate ...`), with every argument that names a file of the repository made absolute;
-// ok is false for another command.
+// cliArgs are the arguments of a promptgate command of the documentation (`promptgate ...` or `go
+// run ./cmd/promptgate ...`), with every argument that names a file of the repository made
+// absolute; ok is false for another command.
 func cliArgs(words []string) ([]string, bool) {
 	var args []string
 	switch {
@@ -379,10 +385,10 @@ func cliArgs(words []string) ([]string, bool) {
 	return out, true
 }
 
-// docCurl is the request of a curl command of the documentation, sent to proxy (for 127.0.0.1:8787 and
-// localhost:8787) or admin (for port 8788) instead. It knows the flags the pages use: -s, -i, -N, -X METHOD,
-// -H 'K: V', -d DATA and -d @FILE (from the repository's root, line breaks removed as curl does); any other
-// fails the test.
+// docCurl is the request of a curl command of the documentation, sent to proxy (for 127.0.0.1:8787
+// and localhost:8787) or admin (for port 8788) instead. It knows the flags the pages use: -s, -i,
+// -N, -X METHOD, -H 'K: V', -d DATA and -d @FILE (from the repository's root, line breaks removed
+// as curl does); any other fails the test.
 func docCurl(t *testing.T, words []string, proxy, admin string) *http.Request {
 	t.Helper()
 	if len(words) == 0 || words[0] != "curl" {
@@ -432,8 +438,8 @@ func docCurl(t *testing.T, words []string, proxy, admin string) *http.Request {
 		t.Fatal(err)
 	}
 	if hasBody {
-		// curl's own default for -d, which the listener refuses for a JSON API (415): pages must say
-		// Content-Type, and this test sees when one does not.
+		// curl's own default for -d, which the listener refuses for a JSON API (415): pages must
+		// say Content-Type, and this test sees when one does not.
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	for _, h := range headers {
@@ -446,8 +452,8 @@ func docCurl(t *testing.T, words []string, proxy, admin string) *http.Request {
 	return req
 }
 
-// jq applies a jq command of the pages (`jq PATH`, `jq -r PATH`, PATH of .names and [N]) to a JSON text: the
-// value as jq prints it (-r: a string without its quotes).
+// jq applies a jq command of the pages (`jq PATH`, `jq -r PATH`, PATH of .names and [N]) to a JSON
+// text: the value as jq prints it (-r: a string without its quotes).
 func jq(t *testing.T, words []string, in string) string {
 	t.Helper()
 	raw := len(words) == 3 && words[1] == "-r"
@@ -498,7 +504,8 @@ func flagsOf(t *testing.T, cmd ...string) []string {
 	return out
 }
 
-// checkCLIWords fails when a promptgate command of a page names a command or a flag promptgate does not have.
+// checkCLIWords fails when a promptgate command of a page names a command or a flag promptgate does
+// not have.
 func checkCLIWords(t *testing.T, page string, args []string) {
 	t.Helper()
 	if len(args) == 0 {
@@ -531,8 +538,8 @@ func checkCLIWords(t *testing.T, page string, args []string) {
 // goTestTarget matches a Test, Benchmark or Fuzz function's declaration.
 var goTestTarget = regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
 
-// checkGoTest fails when a `go test` command of a page names a package folder that does not exist, or a
-// -run, -bench or -fuzz pattern that matches no function of its packages.
+// checkGoTest fails when a `go test` command of a page names a package folder that does not exist,
+// or a -run, -bench or -fuzz pattern that matches no function of its packages.
 func checkGoTest(t *testing.T, page string, words []string) {
 	t.Helper()
 	var pkgs, patterns []string
@@ -584,7 +591,8 @@ func checkGoTest(t *testing.T, page string, words []string) {
 	}
 }
 
-// jsonObjects are the JSON objects written in backquotes in a text, in order (`{...}` spans that parse).
+// jsonObjects are the JSON objects written in backquotes in a text, in order (`{...}` spans that
+// parse).
 func jsonObjects(s string) []string {
 	var out []string
 	for _, m := range regexp.MustCompile("`(\\{[^`]*\\})`").FindAllStringSubmatch(s, -1) {
@@ -611,9 +619,9 @@ func demoModel(t *testing.T) string {
 // `go run ./cmd/promptgate ...` or `go test ...` (after any VAR=value words).
 var inlineCommand = regexp.MustCompile("`((?:[A-Z_]+=\\S+ )*(?:promptgate |go run \\./cmd/promptgate |go test )[^`]*)`")
 
-// pageCommands are the promptgate and go test commands of a page, from its shell blocks and code spans,
-// each as words. Placeholders of the tables are read as a user would fill them: [optional] parts kept,
-// A|B alternatives as the first.
+// pageCommands are the promptgate and go test commands of a page, from its shell blocks and code
+// spans, each as words. Placeholders of the tables are read as a user would fill them: [optional]
+// parts kept, A|B alternatives as the first.
 func pageCommands(t *testing.T, page string) [][]string {
 	t.Helper()
 	text := docPage(t, page)
@@ -652,8 +660,8 @@ func pageCommands(t *testing.T, page string) [][]string {
 	return out
 }
 
-// TestDocsCommandsAreReal: every promptgate command of every page names a command and flags promptgate has,
-// and every go test command names packages and tests that exist.
+// TestDocsCommandsAreReal: every promptgate command of every page names a command and flags
+// promptgate has, and every go test command names packages and tests that exist.
 func TestDocsCommandsAreReal(t *testing.T) {
 	t.Parallel()
 	n := 0
@@ -682,8 +690,8 @@ func TestDocsCommandsAreReal(t *testing.T) {
 	}
 }
 
-// benchArgs are the arguments of a run of the benchmark harness on a page: `go run ./cmd/promptgate-bench ...`
-// or the binary the pages build from it, /tmp/pgb.
+// benchArgs are the arguments of a run of the benchmark harness on a page: `go run
+// ./cmd/promptgate-bench ...` or the binary the pages build from it, /tmp/pgb.
 func benchArgs(words []string) ([]string, bool) {
 	switch {
 	case len(words) >= 3 && words[0] == "go" && words[1] == "run" && words[2] == "./cmd/promptgate-bench":

@@ -13,7 +13,8 @@ import (
 	"time"
 )
 
-// tunnel opens an intercepted tunnel to target through s's door and completes a TLS handshake in it.
+// tunnel opens an intercepted tunnel to target through s's door and completes a TLS handshake in
+// it.
 func tunnel(t *testing.T, s *doorServe, target string) *tls.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", s.door)
@@ -46,14 +47,16 @@ func tunnel(t *testing.T, s *doorServe, target string) *tls.Conn {
 	return tc
 }
 
-// TestDoorInFlightCapIsTheDoors: limits.maxInFlight bounds the requests the door serves at once, whatever
-// the number of origins they name: a client that names another port of an intercepted host for each request
-// (a pipeline each) is answered 503 overloaded past the cap, as on the base-URL listener.
+// TestDoorInFlightCapIsTheDoors: limits.maxInFlight bounds the requests the door serves at once,
+// whatever the number of origins they name: a client that names another port of an intercepted host
+// for each request (a pipeline each) is answered 503 overloaded past the cap, as on the base-URL
+// listener.
 func TestDoorInFlightCapIsTheDoors(t *testing.T) {
 	// The mitm argument closes its mapping early to add a limits section.
 	s := startDoorServe(t, nil, "hosts: [127.0.0.1]}\nlimits: {maxInFlight: 2")
-	// start sends a request's headers with Expect: 100-continue and returns the answer's first line: a
-	// request in flight reads its body, so "100 Continue" says it holds a slot (its body is never sent).
+	// start sends a request's headers with Expect: 100-continue and returns the answer's first
+	// line: a request in flight reads its body, so "100 Continue" says it holds a slot (its body is
+	// never sent).
 	start := func(port string) string {
 		t.Helper()
 		tc := tunnel(t, s, "127.0.0.1:"+port)
@@ -80,9 +83,9 @@ func TestDoorInFlightCapIsTheDoors(t *testing.T) {
 	}
 }
 
-// TestDoorTunnelsKeepTheListenerTimeouts: inside an intercepted tunnel, limits.headerReadTimeout holds as on
-// the listeners: a client that completes its TLS handshake and then sends no request, or half of one, is
-// closed after it (100ms here), not after a fixed 10 s.
+// TestDoorTunnelsKeepTheListenerTimeouts: inside an intercepted tunnel, limits.headerReadTimeout
+// holds as on the listeners: a client that completes its TLS handshake and then sends no request,
+// or half of one, is closed after it (100ms here), not after a fixed 10 s.
 func TestDoorTunnelsKeepTheListenerTimeouts(t *testing.T) {
 	// The mitm argument closes its mapping early to add a limits section.
 	s := startDoorServe(t, nil, "hosts: [127.0.0.1]}\nlimits: {headerReadTimeout: 100ms, idleTimeout: 100ms")

@@ -16,10 +16,11 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// TestDoorServesMCPOriginsThroughTheMCPDoor: an agent whose MCP client goes through the HTTPS-proxy door
-// (HTTPS_PROXY=) to a configured MCP server's origin is served by the MCP door: the kill switch removes a tool
-// from tools/list, a call is vetted and recorded as an mcp_call decision of that server, the first list pins
-// the definitions in the store, and another path of that origin is not served.
+// TestDoorServesMCPOriginsThroughTheMCPDoor: an agent whose MCP client goes through the HTTPS-proxy
+// door (HTTPS_PROXY=) to a configured MCP server's origin is served by the MCP door: the kill
+// switch removes a tool from tools/list, a call is vetted and recorded as an mcp_call decision of
+// that server, the first list pins the definitions in the store, and another path of that origin is
+// not served.
 func TestDoorServesMCPOriginsThroughTheMCPDoor(t *testing.T) {
 	s := sdk.NewServer(&sdk.Implementation{Name: "crm", Version: "1"}, nil)
 	type query struct {

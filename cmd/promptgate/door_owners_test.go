@@ -15,8 +15,8 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// storingUpstream is a TLS Responses stand-in: a create gets the next id (resp_1, resp_2, ...), a request under
-// /v1/responses/{id} answers that response; it counts the requests it receives.
+// storingUpstream is a TLS Responses stand-in: a create gets the next id (resp_1, resp_2, ...), a
+// request under /v1/responses/{id} answers that response; it counts the requests it receives.
 type storingUpstream struct {
 	*httptest.Server
 	mu       sync.Mutex
@@ -58,10 +58,10 @@ func (u *storingUpstream) count() int {
 	return u.requests
 }
 
-// TestDoorBindsStoredResponsesToTheirCreator: through the HTTPS-proxy door, with the operator key bound to
-// the intercepted origin, a response created by one client is retrieved by that client only: another
-// credential retrieving it, continuing it or listing responses is answered by promptgate (404, 400
-// previous_response_not_found, 403) and nothing reaches the upstream.
+// TestDoorBindsStoredResponsesToTheirCreator: through the HTTPS-proxy door, with the operator key
+// bound to the intercepted origin, a response created by one client is retrieved by that client
+// only: another credential retrieving it, continuing it or listing responses is answered by
+// promptgate (404, 400 previous_response_not_found, 403) and nothing reaches the upstream.
 func TestDoorBindsStoredResponsesToTheirCreator(t *testing.T) {
 	up := newStoringUpstream(t)
 	roots := filepath.Join(t.TempDir(), "upstream-ca.pem")

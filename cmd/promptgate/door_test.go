@@ -28,8 +28,8 @@ type doorServe struct {
 	caPEM             []byte // promptgate's CA, for clients of the door
 }
 
-// startDoorServe runs serve with a door on free loopback ports; mitm is the body of the config's mitm:
-// mapping after caCert and caKey, e.g. "hosts: [127.0.0.1]".
+// startDoorServe runs serve with a door on free loopback ports; mitm is the body of the config's
+// mitm: mapping after caCert and caKey, e.g. "hosts: [127.0.0.1]".
 func startDoorServe(t *testing.T, e map[string]string, mitm string, args ...string) *doorServe {
 	t.Helper()
 	return startDoorServeWith(t, e, mitm, "", args...)
@@ -84,7 +84,8 @@ func startDoorServeWith(t *testing.T, e map[string]string, mitm, config string, 
 	return s
 }
 
-// client goes through the door (user info, if given, authenticates to it) and trusts promptgate's CA.
+// client goes through the door (user info, if given, authenticates to it) and trusts promptgate's
+// CA.
 func (s *doorServe) client(t *testing.T, user *url.Userinfo) *http.Client {
 	t.Helper()
 	pool := x509.NewCertPool()
@@ -95,8 +96,8 @@ func (s *doorServe) client(t *testing.T, user *url.Userinfo) *http.Client {
 	}}
 }
 
-// connect sends CONNECT target to the door on a raw connection and returns its status and the reader of
-// the connection.
+// connect sends CONNECT target to the door on a raw connection and returns its status and the
+// reader of the connection.
 func (s *doorServe) connect(t *testing.T, target, header string) (int, *bufio.Reader) {
 	t.Helper()
 	c, err := net.Dial("tcp", s.door)
@@ -226,8 +227,8 @@ func TestDoorKeysGoToTheirOwnOriginOnly(t *testing.T) {
 	}
 }
 
-// TestBaseListenerKeysOverLoopbackHTTP: keys go to their own upstreams on the base-URL listener, and a
-// plain-HTTP upstream is accepted with a key only on loopback, which serve says at start.
+// TestBaseListenerKeysOverLoopbackHTTP: keys go to their own upstreams on the base-URL listener,
+// and a plain-HTTP upstream is accepted with a key only on loopback, which serve says at start.
 func TestBaseListenerKeysOverLoopbackHTTP(t *testing.T) {
 	openaiUp, anthUp := newKeyedUpstream(t, false), newKeyedUpstream(t, false)
 	s := startServe(t, operatorKeys, "--db", filepath.Join(t.TempDir(), "pg.db"), "--upstream", openaiUp.URL+"/v1", "--anthropic-upstream", anthUp.URL+"/v1")
@@ -255,8 +256,8 @@ func TestBaseListenerKeysOverLoopbackHTTP(t *testing.T) {
 	}
 }
 
-// TestServeRefusesKeysInCleartextAndOpenDoor: a key with a non-loopback http:// upstream, and a door on a
-// non-loopback address without a proxy token, stop serve before it binds anything.
+// TestServeRefusesKeysInCleartextAndOpenDoor: a key with a non-loopback http:// upstream, and a
+// door on a non-loopback address without a proxy token, stop serve before it binds anything.
 func TestServeRefusesKeysInCleartextAndOpenDoor(t *testing.T) {
 	dir := t.TempDir()
 	if _, _, err := runCmd(t, nil, "", "ca", "init", "--out", filepath.Join(dir, "ca")); err != nil {
@@ -305,8 +306,8 @@ func TestServeRefusesKeysInCleartextAndOpenDoor(t *testing.T) {
 	}
 }
 
-// TestDoorRefusesPromptgatesOwnListeners: through the door's passthrough, a client reaches neither the
-// token-less admin API on loopback nor any other listener of promptgate, by address or by name.
+// TestDoorRefusesPromptgatesOwnListeners: through the door's passthrough, a client reaches neither
+// the token-less admin API on loopback nor any other listener of promptgate, by address or by name.
 func TestDoorRefusesPromptgatesOwnListeners(t *testing.T) {
 	s := startDoorServe(t, nil, "hosts: [api.openai.com]")
 	hc := s.client(t, nil)
@@ -334,9 +335,9 @@ func TestDoorRefusesPromptgatesOwnListeners(t *testing.T) {
 	}
 }
 
-// TestDoorConfigAllowsPrivateAndTimesOutHandshakes: mitm.allowPrivateDestinations lets a listed local
-// service through (never an own listener), mitm.handshakeTimeout closes a silent intercepted CONNECT, and
-// PROMPTGATE_PROXY_TOKEN makes the door ask for credentials.
+// TestDoorConfigAllowsPrivateAndTimesOutHandshakes: mitm.allowPrivateDestinations lets a listed
+// local service through (never an own listener), mitm.handshakeTimeout closes a silent intercepted
+// CONNECT, and PROMPTGATE_PROXY_TOKEN makes the door ask for credentials.
 func TestDoorConfigAllowsPrivateAndTimesOutHandshakes(t *testing.T) {
 	local := newKeyedUpstream(t, false) // a local model server
 	const token = "door-token-1"

@@ -36,8 +36,9 @@ func exampleFiles(t *testing.T, sub string) map[string][]byte {
 	return out
 }
 
-// TestExampleProtocolsCompile: every protocol file parses as the server parses a definition, its argument
-// rules and information-flow rules compile, it says what it is for, and its file is named after its id.
+// TestExampleProtocolsCompile: every protocol file parses as the server parses a definition, its
+// argument rules and information-flow rules compile, it says what it is for, and its file is named
+// after its id.
 func TestExampleProtocolsCompile(t *testing.T) {
 	t.Parallel()
 	for name, body := range exampleFiles(t, "protocols") {
@@ -58,8 +59,8 @@ func TestExampleProtocolsCompile(t *testing.T) {
 	}
 }
 
-// TestExamplesAreTheDemos: the demo's protocol and requests in examples/ are the ones `promptgate demo`
-// serves and prints.
+// TestExamplesAreTheDemos: the demo's protocol and requests in examples/ are the ones `promptgate
+// demo` serves and prints.
 func TestExamplesAreTheDemos(t *testing.T) {
 	t.Parallel()
 	if got := exampleFiles(t, "protocols")[demo.ProtocolID]; !bytes.Equal(got, demo.Protocol()) {
@@ -73,9 +74,9 @@ func TestExamplesAreTheDemos(t *testing.T) {
 	}
 }
 
-// TestExampleRequestsPreview pushes every example protocol with the CLI into a new DB and previews every
-// example request under the protocol its name starts with, on the surface its name ends with, as
-// examples/README.md says to.
+// TestExampleRequestsPreview pushes every example protocol with the CLI into a new DB and previews
+// every example request under the protocol its name starts with, on the surface its name ends with,
+// as examples/README.md says to.
 func TestExampleRequestsPreview(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "pg.db")
@@ -118,9 +119,9 @@ func TestExampleRequestsPreview(t *testing.T) {
 	}
 }
 
-// TestExamplePluginFeedsTheContext builds the plugin the example config runs, puts its checksum and paths
-// into the config as its comments say, and previews a request of user u-1: the memory file is in the
-// runtime context.
+// TestExamplePluginFeedsTheContext builds the plugin the example config runs, puts its checksum and
+// paths into the config as its comments say, and previews a request of user u-1: the memory file is
+// in the runtime context.
 func TestExamplePluginFeedsTheContext(t *testing.T) {
 	t.Parallel()
 	bin, sum := buildPlugin(t, "../../plugins/examples/filememory")

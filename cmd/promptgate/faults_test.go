@@ -1,7 +1,7 @@
 package main
 
-// Faults around the assembled server: its DB file (locked, corrupt, read-only), its audit file (disk
-// full) and its plugins (crash, hang, flood), each through the real `serve` command.
+// Faults around the assembled server: its DB file (locked, corrupt, read-only), its audit file
+// (disk full) and its plugins (crash, hang, flood), each through the real `serve` command.
 
 import (
 	"bufio"
@@ -37,8 +37,8 @@ const (
 )
 
 // TestFaultHelperProcess is not a test: run again as a child with envHelper set, it is the other
-// process of a test — one that holds the DB's lock, or a promptgate run whose crash must not take the
-// test binary down.
+// process of a test — one that holds the DB's lock, or a promptgate run whose crash must not take
+// the test binary down.
 func TestFaultHelperProcess(t *testing.T) {
 	switch os.Getenv(envHelper) {
 	case "":
@@ -118,9 +118,10 @@ func TestFaultDBLockedByAnotherProcess(t *testing.T) {
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "holding\n" {
 		t.Fatalf("the other process did not take the lock: %q %v", line, err)
 	}
-	// serve must give up on the lock (after store.DefaultLockTimeout, 1 s) rather than wait for it; the
-	// wall-clock bound below only tells "gave up" from "waits forever", and is generous for a loaded
-	// machine. (The lock wait does not watch ctx, so without the bound a hang would last the whole run.)
+	// serve must give up on the lock (after store.DefaultLockTimeout, 1 s) rather than wait for it;
+	// the wall-clock bound below only tells "gave up" from "waits forever", and is generous for a
+	// loaded machine. (The lock wait does not watch ctx, so without the bound a hang would last the
+	// whole run.)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := time.Now()
@@ -158,7 +159,8 @@ func seededDB(t *testing.T) (string, []byte) {
 }
 
 // A corrupt DB (or audit ring) file stops serve at start with a message naming the file; it never
-// panics. Each case runs in a child process so that a panic would fail the case, not the test binary.
+// panics. Each case runs in a child process so that a panic would fail the case, not the test
+// binary.
 func TestFaultCorruptDB(t *testing.T) {
 	_, good := seededDB(t)
 	garbage := bytes.Repeat([]byte("promptgate!"), 4096)
@@ -365,8 +367,8 @@ func TestFaultServeAuditDiskFull(t *testing.T) {
 	if !pollUntil(30*time.Second, ringHas) {
 		t.Errorf("the audit ring lost the decisions too: %s", b)
 	}
-	// The operator sees the loss on /metrics: every event given to the file failed, none was written;
-	// the ring, on a good disk, wrote its copies.
+	// The operator sees the loss on /metrics: every event given to the file failed, none was
+	// written; the ring, on a good disk, wrote its copies.
 	metrics := func() string {
 		resp, err := http.Get(s.admin + "/metrics")
 		if err != nil {
@@ -406,7 +408,8 @@ func testsource(t *testing.T) (string, string) {
 	return buildPlugin(t, "../../plugins/internal/testplugins/testsource")
 }
 
-// buildPlugin builds the plugin program in dir (relative to this package) and returns its path and checksum.
+// buildPlugin builds the plugin program in dir (relative to this package) and returns its path and
+// checksum.
 func buildPlugin(t *testing.T, dir string) (string, string) {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
@@ -432,8 +435,8 @@ func TestFaultServePlugins(t *testing.T) {
 	bin, sum := testsource(t)
 	plugin := func(name, behavior string, required bool) string {
 		// Only the hanging plugin's timeout is under test; the others get one that a loaded machine
-		// cannot reach, so that a slow answer (the flood of 1 MiB, over the host's answer cap of 256 KiB,
-		// or the echo) is not skipped as a timeout.
+		// cannot reach, so that a slow answer (the flood of 1 MiB, over the host's answer cap of
+		// 256 KiB, or the echo) is not skipped as a timeout.
 		timeout := "60s"
 		if behavior == "hang" {
 			timeout = "1s"
@@ -528,8 +531,9 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// pollUntil calls cond every 25 ms until it holds (true) or d has passed (false; cond is tried once more
-// at the end). d is a bound for a loaded machine, not a measurement: the poll returns as soon as cond holds.
+// pollUntil calls cond every 25 ms until it holds (true) or d has passed (false; cond is tried once
+// more at the end). d is a bound for a loaded machine, not a measurement: the poll returns as soon
+// as cond holds.
 func pollUntil(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {

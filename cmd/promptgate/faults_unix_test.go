@@ -17,8 +17,8 @@ import (
 // nobody is the unprivileged user a root test process runs serve as, so that file modes apply.
 const nobody = 65534
 
-// serveError runs serve on db and returns its error message ("" when it started). Root writes whatever
-// the modes say, so as root serve runs in a child process as an unprivileged user.
+// serveError runs serve on db and returns its error message ("" when it started). Root writes
+// whatever the modes say, so as root serve runs in a child process as an unprivileged user.
 func serveError(t *testing.T, db string) string {
 	t.Helper()
 	args := []string{"serve", "--db", db, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}

@@ -17,9 +17,10 @@ import (
 // DefaultHealthTimeout bounds the whole health check: connecting, asking and reading the answer.
 const DefaultHealthTimeout = 2 * time.Second
 
-// healthcheck runs `promptgate healthcheck [--listen ADDR] [--timeout D]`: it asks GET /healthz of the proxy
-// listener at the address serve would use and returns nil only for a 200. It is a container's health check
-// (a distroless image has no shell and no curl), so every failure, a bad flag included, is exit 1.
+// healthcheck runs `promptgate healthcheck [--listen ADDR] [--timeout D]`: it asks GET /healthz of
+// the proxy listener at the address serve would use and returns nil only for a 200. It is a
+// container's health check (a distroless image has no shell and no curl), so every failure, a bad
+// flag included, is exit 1.
 func healthcheck(ctx context.Context, args []string, stdout, stderr io.Writer, getenv env) error {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
 	listen := fs.String("listen", orEnv(getenv, EnvListen, DefaultListen), "the proxy listener's address, as serve takes it (env "+EnvListen+")")
@@ -48,8 +49,9 @@ func healthcheck(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	return nil
 }
 
-// healthURL is the /healthz URL of a listener bound to listen. A wildcard or empty host (0.0.0.0, ::,
-// ":PORT") is asked on loopback of the same family: the check runs beside the server, in its container.
+// healthURL is the /healthz URL of a listener bound to listen. A wildcard or empty host (0.0.0.0,
+// ::, ":PORT") is asked on loopback of the same family: the check runs beside the server, in its
+// container.
 func healthURL(listen string) (string, error) {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -67,8 +69,8 @@ func healthURL(listen string) (string, error) {
 	return "http://" + net.JoinHostPort(host, port) + proxy.PathHealthz, nil
 }
 
-// askHealth sends one GET to u with its own client: no proxy from the environment (HTTP_PROXY must not
-// answer for the server), no redirect followed, the whole exchange within timeout.
+// askHealth sends one GET to u with its own client: no proxy from the environment (HTTP_PROXY must
+// not answer for the server), no redirect followed, the whole exchange within timeout.
 func askHealth(ctx context.Context, u string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

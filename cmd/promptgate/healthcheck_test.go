@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// checkHealth runs `promptgate healthcheck args...` with the environment e and returns its exit code (as main
-// would exit) and what it wrote.
+// checkHealth runs `promptgate healthcheck args...` with the environment e and returns its exit
+// code (as main would exit) and what it wrote.
 func checkHealth(t *testing.T, e map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	out, errOut, err := runCmd(t, e, "", append([]string{"healthcheck"}, args...)...)
@@ -44,8 +44,8 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-// TestHealthcheckAgainstServe asks a real serve, started in-process, at the addresses a container gives
-// serve: its own, the wildcard 0.0.0.0 and the bare ":PORT", by flag and by environment.
+// TestHealthcheckAgainstServe asks a real serve, started in-process, at the addresses a container
+// gives serve: its own, the wildcard 0.0.0.0 and the bare ":PORT", by flag and by environment.
 func TestHealthcheckAgainstServe(t *testing.T) {
 	s := startConsoleStack(t)
 	addr := strings.TrimSuffix(strings.TrimPrefix(s.proxy, "http://"), "/v1")
@@ -68,8 +68,8 @@ func TestHealthcheckAgainstServe(t *testing.T) {
 	}
 }
 
-// TestHealthcheckFailures: every way of not being healthy is exit 1 with one line on stderr that says
-// what failed.
+// TestHealthcheckFailures: every way of not being healthy is exit 1 with one line on stderr that
+// says what failed.
 func TestHealthcheckFailures(t *testing.T) {
 	t.Parallel()
 	status := func(code int) *httptest.Server {

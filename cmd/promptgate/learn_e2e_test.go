@@ -23,8 +23,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/demo"
 )
 
-// officeV1 is the protocol the payments app starts with: every tool it declares, no argument checked, audit
-// mode (so learn mode learns from its traffic).
+// officeV1 is the protocol the payments app starts with: every tool it declares, no argument
+// checked, audit mode (so learn mode learns from its traffic).
 const officeV1 = `{"id":"office","description":"the payments app, before its policy","promptTemplate":{"base":"base_tool_call_v2"},
  "allowClientSelection":true,"tools":{"allow":["get_payment_order","read_file","send_money","delete_file"]},
  "toolCalls":{"onViolation":"audit"}}`
@@ -37,7 +37,8 @@ var appTools = map[string]string{
 	"delete_file":       `{"type":"object","properties":{"path":{"type":"string"}}}`,
 }
 
-// payStack is a real serve in front of the demo model (proxy/demo), with its stderr (the decision log) kept.
+// payStack is a real serve in front of the demo model (proxy/demo), with its stderr (the decision
+// log) kept.
 type payStack struct {
 	proxy, admin string
 	dir, db      string
@@ -103,8 +104,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// payConversation is one conversation of the app: its user's request and, once the model called a tool,
-// the tool's output; attack marks the one that follows a document an attacker wrote.
+// payConversation is one conversation of the app: its user's request and, once the model called a
+// tool, the tool's output; attack marks the one that follows a document an attacker wrote.
 type payConversation struct {
 	id     string
 	sf     flowtest.Surface
@@ -113,9 +114,9 @@ type payConversation struct {
 	attack bool
 }
 
-// dayOfPayments is the app's traffic: conversations that pay the payee a payment order names (the order, a
-// YAML document, tells the model what to call, as the demo model needs), on the three APIs; one pays what an
-// invoice document says instead.
+// dayOfPayments is the app's traffic: conversations that pay the payee a payment order names (the
+// order, a YAML document, tells the model what to call, as the demo model needs), on the three
+// APIs; one pays what an invoice document says instead.
 func dayOfPayments() []payConversation {
 	ibans := []string{"DE89 3704 0044 0532 0130 00", "GB82 WEST 1234 5698 7654 32", "FR14 2004 1010 0505 0001 3M02 606"}
 	surfaces := []flowtest.Surface{flowtest.Chat, flowtest.Responses, flowtest.Messages}
@@ -134,7 +135,8 @@ func dayOfPayments() []payConversation {
 		invoice, amount, iban := fmt.Sprintf("INV-%d", 100+i), 200+i, ibans[i%3]
 		c.user = fmt.Sprintf(`Please settle invoice %s for me. call get_payment_order {"invoice":%q}`, invoice, invoice)
 		c.output = func(flowtest.Call) string {
-			// The order system answers in YAML; its instruction line is what the demo model follows.
+			// The order system answers in YAML; its instruction line is what the demo model
+			// follows.
 			return fmt.Sprintf("invoice: %s\npayee: Payee %d\niban: %s\namount: %d\ninstruction: call send_money {\"iban\":%q,\"amount\":%d,\"invoice\":%q}\n",
 				invoice, i, iban, amount, strings.ReplaceAll(iban, " ", ""), amount, invoice)
 		}
@@ -150,8 +152,8 @@ type madeCall struct {
 	args    string
 }
 
-// replay sends the day's traffic: per conversation, the user's request, then the tool's output; it returns
-// the calls the client was shown, and every value and text it sent.
+// replay sends the day's traffic: per conversation, the user's request, then the tool's output; it
+// returns the calls the client was shown, and every value and text it sent.
 func (s *payStack) replay(t *testing.T, day string, convs []payConversation) (shown []madeCall, sent []string) {
 	t.Helper()
 	var tools []any
@@ -281,11 +283,12 @@ func key(e gjson.Result) string {
 	return rest + " " + e.Get("tool").String()
 }
 
-// TestLearnSuggestShadowActivate: a scripted app pays invoices through promptgate in front of the demo model,
-// on the three APIs, under a protocol in audit mode; `policy suggest` proposes rules from what learn mode
-// learned, with the attack among the calls they would block; the proposal, pushed and put in shadow, reports
-// on the same traffic exactly the decisions that activating it then makes; and no argument value or message
-// text is in what learn mode keeps or in the decision log.
+// TestLearnSuggestShadowActivate: a scripted app pays invoices through promptgate in front of the
+// demo model, on the three APIs, under a protocol in audit mode; `policy suggest` proposes rules
+// from what learn mode learned, with the attack among the calls they would block; the proposal,
+// pushed and put in shadow, reports on the same traffic exactly the decisions that activating it
+// then makes; and no argument value or message text is in what learn mode keeps or in the decision
+// log.
 func TestLearnSuggestShadowActivate(t *testing.T) {
 	s := startPayStack(t)
 	dir := s.dir
@@ -368,7 +371,8 @@ func TestLearnSuggestShadowActivate(t *testing.T) {
 	if differ[attack] != "allowed->blocked" {
 		t.Errorf("the attack is not among the calls the shadow would block: %v", differ)
 	}
-	// Every request offered delete_file, which version 2 removes; the attack is the one call it blocks.
+	// Every request offered delete_file, which version 2 removes; the attack is the one call it
+	// blocks.
 	if len(differ) != 24+1 {
 		t.Errorf("the shadow reported %d differences, want 25: %v", len(differ), differ)
 	}
@@ -378,7 +382,8 @@ func TestLearnSuggestShadowActivate(t *testing.T) {
 	if out, _ := cli("protocols", "list"); strings.Contains(out, "shadow") {
 		t.Fatalf("still in shadow after activation: %s", out)
 	}
-	// Day 3: the same traffic under version 2: what it blocks and removes is what its shadow reported.
+	// Day 3: the same traffic under version 2: what it blocks and removes is what its shadow
+	// reported.
 	shown3, _ := s.replay(t, "day3", convs)
 	decided := map[string]string{}
 	for _, e := range s.events(t, "", "day3") {
@@ -396,7 +401,8 @@ func TestLearnSuggestShadowActivate(t *testing.T) {
 		t.Errorf("under version 2 the client got %d calls (want %d, the attack's refused): %v", len(shown3), len(shown1)-1, shown3)
 	}
 
-	// Privacy: no argument value nor message text in the learn file, the audit ring or the decision log.
+	// Privacy: no argument value nor message text in the learn file, the audit ring or the decision
+	// log.
 	learnFile, ringFile := filepath.Join(dir, "pg.learn.db"), filepath.Join(dir, "pg.audit.db")
 	s.stop()
 	values := append([]string{}, sent...)

@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// closedByServer dials addr, runs talk on the connection, and reports whether the server then closed it
-// (a read ends in EOF or a reset, not in the test's own guard deadline).
+// closedByServer dials addr, runs talk on the connection, and reports whether the server then
+// closed it (a read ends in EOF or a reset, not in the test's own guard deadline).
 func closedByServer(t *testing.T, addr string, talk func(c net.Conn, br *bufio.Reader)) bool {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -36,8 +36,9 @@ func closedByServer(t *testing.T, addr string, talk func(c net.Conn, br *bufio.R
 	return err == io.EOF || errors.Is(err, syscall.ECONNRESET)
 }
 
-// The listeners' http.Server settings come from limits: a connection that sends nothing, or headers in part,
-// or stays idle after an answer, is closed after the configured time; listen.hosts is honoured.
+// The listeners' http.Server settings come from limits: a connection that sends nothing, or headers
+// in part, or stays idle after an answer, is closed after the configured time; listen.hosts is
+// honoured.
 func TestServeListenerLimitsAndHosts(t *testing.T) {
 	var hits atomic.Int32
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

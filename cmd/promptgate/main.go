@@ -1,7 +1,7 @@
-// Command promptgate is the sidecar proxy for LLM traffic: `serve` runs it, `demo` runs it in front of a
-// scripted model; `preview`, `migrate`, `templates`, `protocols`, `store`, `ca`, `healthcheck` and `version`
-// are the operator's tools. main only wires: every command is a function of (ctx, args, stdout, stderr) so
-// tests run them in-process.
+// Command promptgate is the sidecar proxy for LLM traffic: `serve` runs it, `demo` runs it in front
+// of a scripted model; `preview`, `migrate`, `templates`, `protocols`, `store`, `ca`, `healthcheck`
+// and `version` are the operator's tools. main only wires: every command is a function of (ctx,
+// args, stdout, stderr) so tests run them in-process.
 package main
 
 import (
@@ -76,8 +76,8 @@ Usage:
 Run 'promptgate COMMAND -h' for a command's flags.
 `
 
-// commandUsage is what `promptgate COMMAND -h` prints for the commands that take a subcommand first ("" for
-// the others).
+// commandUsage is what `promptgate COMMAND -h` prints for the commands that take a subcommand first
+// ("" for the others).
 func commandUsage(cmd string) string {
 	switch cmd {
 	case "migrate":
@@ -112,7 +112,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	cmd, rest := args[0], args[1:]
 	if u := commandUsage(cmd); u != "" && len(rest) > 0 && (rest[0] == "-h" || rest[0] == "--help" || rest[0] == "-help" || rest[0] == "help") {
-		// `promptgate templates -h`: the subcommands; `promptgate templates show -h` lists a subcommand's flags.
+		// `promptgate templates -h`: the subcommands; `promptgate templates show -h` lists a
+		// subcommand's flags.
 		fmt.Fprint(stdout, u)
 		return nil
 	}

@@ -41,7 +41,8 @@ func TestVersionAndUsage(t *testing.T) {
 	if _, _, err := runCmd(t, nil, ""); exitCode(err) != 2 {
 		t.Fatalf("no command: %v", err)
 	}
-	// `promptgate COMMAND -h` (as the top-level usage says) prints the command's usage, not "unknown subcommand".
+	// `promptgate COMMAND -h` (as the top-level usage says) prints the command's usage, not
+	// "unknown subcommand".
 	for _, cmd := range []string{"migrate", "templates", "protocols", "ca", "store"} {
 		out, errOut, err := runCmd(t, nil, "", cmd, "-h")
 		if err != nil || !strings.HasPrefix(out, "Usage: promptgate "+cmd+" ") || errOut != "" {
@@ -101,8 +102,8 @@ func TestServeRefusesBadStart(t *testing.T) {
 	}
 }
 
-// TestServeEndToEnd starts the real serve command on a free port with settings from the environment,
-// sends a chat request through it to a test upstream, and stops it with the context.
+// TestServeEndToEnd starts the real serve command on a free port with settings from the
+// environment, sends a chat request through it to a test upstream, and stops it with the context.
 func TestServeEndToEnd(t *testing.T) {
 	var got []byte
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -215,7 +216,8 @@ func TestPreviewCommand(t *testing.T) {
 	if gjson.Get(out, "upstreamRequest.promptgate").Exists() || gjson.Get(out, "sizes.filledChars").Int() == 0 {
 		t.Errorf("report: %s", out)
 	}
-	// --protocol takes the operator's authority: system is not client-selectable but can be previewed.
+	// --protocol takes the operator's authority: system is not client-selectable but can be
+	// previewed.
 	file := filepath.Join(t.TempDir(), "req.json")
 	_ = os.WriteFile(file, []byte(req), 0o600)
 	out, _, err = runCmd(t, nil, "", "preview", "--db", db, "--protocol", "system", file)
@@ -299,9 +301,10 @@ func TestMigrateAndDefinitions(t *testing.T) {
 	}
 }
 
-// TestMigrateRefusesUnknownReferences: a rollout applied to the DB file whose protocol names a template
-// (or extends a protocol) that exists nowhere is refused naming the field, and nothing of it is stored, as
-// POST /admin/rollouts does; names the same rollout defines, stored ones and built-in ones are fine.
+// TestMigrateRefusesUnknownReferences: a rollout applied to the DB file whose protocol names a
+// template (or extends a protocol) that exists nowhere is refused naming the field, and nothing of
+// it is stored, as POST /admin/rollouts does; names the same rollout defines, stored ones and
+// built-in ones are fine.
 func TestMigrateRefusesUnknownReferences(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "pg.db")
@@ -366,8 +369,8 @@ func TestCAInitAndProxyListen(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "pg.db")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	// The config error is reported as such even when a port is taken (here the admin one, held by the
-	// test): serve checks its config before it binds any listener.
+	// The config error is reported as such even when a port is taken (here the admin one, held by
+	// the test): serve checks its config before it binds any listener.
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -406,8 +409,9 @@ func TestCAInitAndProxyListen(t *testing.T) {
 	}
 }
 
-// TestServeWarnsMITMWithoutDoor: a config with mitm: but no --proxy-listen starts (the base-URL door works),
-// and says on stderr that the interception it asks for is off, instead of ignoring the key.
+// TestServeWarnsMITMWithoutDoor: a config with mitm: but no --proxy-listen starts (the base-URL
+// door works), and says on stderr that the interception it asks for is off, instead of ignoring the
+// key.
 func TestServeWarnsMITMWithoutDoor(t *testing.T) {
 	dir := t.TempDir()
 	if _, _, err := runCmd(t, nil, "", "ca", "init", "--out", filepath.Join(dir, "ca")); err != nil {

@@ -107,11 +107,11 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	}
 }
 
-// checkRolloutReferences refuses a rollout whose protocol names, in promptTemplate.base or extends, a
-// template or protocol that exists neither in the rollout itself, nor in the store (any version), nor in the
-// binary, as the admin API's POST /admin/rollouts does: such a protocol would fail every request it serves.
-// Through the admin API the server makes this check itself. The links between workflows and their bases
-// are the store's to check, in the rollout's own transaction.
+// checkRolloutReferences refuses a rollout whose protocol names, in promptTemplate.base or extends,
+// a template or protocol that exists neither in the rollout itself, nor in the store (any version),
+// nor in the binary, as the admin API's POST /admin/rollouts does: such a protocol would fail every
+// request it serves. Through the admin API the server makes this check itself. The links between
+// workflows and their bases are the store's to check, in the rollout's own transaction.
 func checkRolloutReferences(ctx context.Context, st cliStore, r store.Rollout) error {
 	own := map[store.Kind]map[string]bool{store.KindTemplate: {}, store.KindProtocol: {}}
 	for _, t := range r.Templates {
@@ -128,10 +128,10 @@ func checkRolloutReferences(ctx context.Context, st cliStore, r store.Rollout) e
 	return nil
 }
 
-// checkReferences refuses a protocol definition p whose promptTemplate.base or extends names a template or
-// protocol that exists neither among own (definitions stored with it), nor in the store, nor in the
-// binary; ownName ("", ", nor in this rollout") and addFirst (where to add it) word the message. Through
-// the admin API the server makes this check itself.
+// checkReferences refuses a protocol definition p whose promptTemplate.base or extends names a
+// template or protocol that exists neither among own (definitions stored with it), nor in the
+// store, nor in the binary; ownName ("", ", nor in this rollout") and addFirst (where to add it)
+// word the message. Through the admin API the server makes this check itself.
 func checkReferences(ctx context.Context, st cliStore, p []byte, own map[store.Kind]map[string]bool, ownName, addFirst string) error {
 	if _, viaAdmin := st.(*adminStore); viaAdmin {
 		return nil

@@ -74,8 +74,8 @@ func newOTLPReceiver(t *testing.T) *otlpReceiver {
 	return rc
 }
 
-// serve with OTEL_EXPORTER_OTLP_ENDPOINT sends its spans to the collector, at the latest when it stops;
-// and while it runs, preview of another surface goes through its admin API.
+// serve with OTEL_EXPORTER_OTLP_ENDPOINT sends its spans to the collector, at the latest when it
+// stops; and while it runs, preview of another surface goes through its admin API.
 func TestServeSendsTraces(t *testing.T) {
 	rc := newOTLPReceiver(t)
 	var upTraceparent string

@@ -22,9 +22,10 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// policyCmd runs `promptgate policy suggest NAME [--since D]`: a proposed version of protocol NAME from what
-// learn mode learned of it, as a definition file (stdout or --out) and a report of each proposal with its
-// evidence (stderr or --report). While serve holds the files it asks the admin API.
+// policyCmd runs `promptgate policy suggest NAME [--since D]`: a proposed version of protocol NAME
+// from what learn mode learned of it, as a definition file (stdout or --out) and a report of each
+// proposal with its evidence (stderr or --report). While serve holds the files it asks the admin
+// API.
 func policyCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv env) error {
 	if len(args) == 0 || args[0] != "suggest" {
 		return usageError{"policy: give suggest NAME [--since 24h] [--out FILE] [--report FILE]"}
@@ -59,7 +60,8 @@ func policyCmd(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	return writeSuggestion(sg, *out, *report, stdout, stderr)
 }
 
-// suggestLocal reads the learn file and the store; when serve holds the learn file, it asks its admin API.
+// suggestLocal reads the learn file and the store; when serve holds the learn file, it asks its
+// admin API.
 func suggestLocal(ctx context.Context, sf *storeFlags, file, name string, since time.Duration, getenv env, stderr io.Writer) (learn.Suggestion, error) {
 	if file == "" {
 		cfg, err := config.Load(sf.config)
@@ -156,7 +158,8 @@ func writeSuggestion(sg learn.Suggestion, out, report string, stdout, stderr io.
 	return nil
 }
 
-// writeReport writes one line per proposal: what it changes, its evidence and what it would have blocked.
+// writeReport writes one line per proposal: what it changes, its evidence and what it would have
+// blocked.
 func writeReport(w io.Writer, sg learn.Suggestion, out string) {
 	l := sg.Learned
 	fmt.Fprintf(w, "proposal for protocol %s, based on version %d, learned from %d requests between %s and %s:\n", sg.Protocol, sg.Version, l.Requests,

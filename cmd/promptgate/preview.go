@@ -17,8 +17,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// preview prints the preview report of a request read from FILE or stdin — a chat completion, or with
-// --path a Responses, Anthropic Messages or Gemini request; it calls no upstream.
+// preview prints the preview report of a request read from FILE or stdin — a chat completion, or
+// with --path a Responses, Anthropic Messages or Gemini request; it calls no upstream.
 func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv env) error {
 	fs := flag.NewFlagSet("preview", flag.ContinueOnError)
 	protocol := fs.String("protocol", "", "preview under this protocol (operator's choice: routes and client-selection checks are skipped)")
@@ -79,7 +79,8 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return fmt.Errorf("preview: %w", err)
 	}
-	// Printed compact, so that upstreamRequest is byte for byte the body that would be sent (pipe to jq to read it).
+	// Printed compact, so that upstreamRequest is byte for byte the body that would be sent (pipe
+	// to jq to read it).
 	_, err = stdout.Write(append(bytes.TrimRight(report, "\n"), '\n'))
 	return err
 }
@@ -102,7 +103,8 @@ func previewLocal(ctx context.Context, sf *storeFlags, getenv env, log *slog.Log
 	return p.engine.Preview(ctx, in)
 }
 
-// flatHeaders turns headers into the admin API's {"K":"V"} (the last value of a repeated header wins).
+// flatHeaders turns headers into the admin API's {"K":"V"} (the last value of a repeated header
+// wins).
 func flatHeaders(h http.Header) map[string]string {
 	out := make(map[string]string, len(h))
 	for k, vs := range h {

@@ -24,8 +24,8 @@ func TestPreviewCommandSurfaces(t *testing.T) {
 			t.Errorf("%s: %s", c.path, out)
 		}
 	}
-	// Bad forms: a path that is not a rewritten surface is a usage error; a body wrong for the surface
-	// is refused as the proxy would refuse it.
+	// Bad forms: a path that is not a rewritten surface is a usage error; a body wrong for the
+	// surface is refused as the proxy would refuse it.
 	for _, p := range []string{"/v1/embeddings", "responses", ""} {
 		if _, _, err := runCmd(t, nil, `{"model":"m","input":"hi"}`, "preview", "--db", db, "--path", p); exitCode(err) != 2 || !strings.Contains(err.Error(), "--path") {
 			t.Errorf("--path %q: %v", p, err)

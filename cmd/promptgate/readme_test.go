@@ -15,17 +15,20 @@ import (
 	"github.com/promptgate/promptgate/proxy/sse"
 )
 
-// inRepo is a path relative to the repository's top folder (the one examples/ is in), seen from this package.
+// inRepo is a path relative to the repository's top folder (the one examples/ is in), seen from
+// this package.
 func inRepo(path string) string { return filepath.Join(filepath.Dir(examplesDir), path) }
 
-// readmeSection is the text of the README section under the heading "## title", up to the next "## ".
+// readmeSection is the text of the README section under the heading "## title", up to the next "##
+// ".
 func readmeSection(t *testing.T, title string) string {
 	t.Helper()
 	return docSection(t, "README.md", title)
 }
 
-// readmeRequest is the request of a curl command of the README, sent to the demo at addr instead of the
-// default address; -d @FILE reads FILE from the repository's root without its line breaks, as curl does.
+// readmeRequest is the request of a curl command of the README, sent to the demo at addr instead of
+// the default address; -d @FILE reads FILE from the repository's root without its line breaks, as
+// curl does.
 func readmeRequest(t *testing.T, cmd, addr string) *http.Request {
 	t.Helper()
 	cmds, err := shellWords(strings.ReplaceAll(cmd, "127.0.0.1:8787", addr))
@@ -48,8 +51,9 @@ func readmeRequest(t *testing.T, cmd, addr string) *http.Request {
 // readmeDemo is the title of the README's section on the demo.
 const readmeDemo = "Try it without a key: the demo"
 
-// TestReadmeWorkedExampleRuns runs the README's worked example against `promptgate demo`: its commands
-// work as written (on the demo's ports), and what it shows of the answers is what the demo answers.
+// TestReadmeWorkedExampleRuns runs the README's worked example against `promptgate demo`: its
+// commands work as written (on the demo's ports), and what it shows of the answers is what the demo
+// answers.
 func TestReadmeWorkedExampleRuns(t *testing.T) {
 	sec := readmeSection(t, readmeDemo)
 	blocks := codeBlocks(sec)
@@ -60,7 +64,8 @@ func TestReadmeWorkedExampleRuns(t *testing.T) {
 	addr := regexp.MustCompile(`listening on http://([^/]+)/v1`).FindStringSubmatch(printed)[1]
 	admin := regexp.MustCompile(`admin API on http://(\S+)`).FindStringSubmatch(printed)[1]
 
-	// The first command, and the layered prompt the README shows: each of its lines is a line of the answer.
+	// The first command, and the layered prompt the README shows: each of its lines is a line of
+	// the answer.
 	resp, b := do(t, readmeRequest(t, blocks[1].text, addr))
 	answer := gjson.GetBytes(b, "choices.0.message.content").String()
 	for h, v := range map[string]string{"X-Promptgate-Protocol": "demo", "X-Promptgate-Template": "base_tool_call_v2@1", "X-Promptgate-Tools-Removed": "run_shell"} {
@@ -128,9 +133,10 @@ func TestReadmeWorkedExampleRuns(t *testing.T) {
 	}
 }
 
-// TestReadmeQuickStart: the two commands of the quick start are the serve command and exactly the test
-// command .ci/run runs; serve as written (its listeners moved to free ports) creates the files the README
-// names in the working folder and listens where it says, in front of the upstream it names.
+// TestReadmeQuickStart: the two commands of the quick start are the serve command and exactly the
+// test command .ci/run runs; serve as written (its listeners moved to free ports) creates the files
+// the README names in the working folder and listens where it says, in front of the upstream it
+// names.
 func TestReadmeQuickStart(t *testing.T) {
 	sec := readmeSection(t, "Quick start")
 	blocks := blocksOf(sec, "sh")
@@ -172,8 +178,8 @@ func TestReadmeQuickStart(t *testing.T) {
 	}
 }
 
-// TestReadmeLayersPicture: the picture of the layers shows the built-in template's block headers, in its
-// order, so it cannot drift from what the model gets.
+// TestReadmeLayersPicture: the picture of the layers shows the built-in template's block headers,
+// in its order, so it cannot drift from what the model gets.
 func TestReadmeLayersPicture(t *testing.T) {
 	t.Parallel()
 	pic := blocksOf(readmeSection(t, "The layers"), "text")

@@ -51,8 +51,8 @@ type serveFlags struct {
 	fs *flag.FlagSet
 }
 
-// serve wires promptgate's parts together and serves until ctx ends: the pipeline, telemetry, the decision
-// log, the proxy listener, the admin listener and the HTTPS-proxy door.
+// serve wires promptgate's parts together and serves until ctx ends: the pipeline, telemetry, the
+// decision log, the proxy listener, the admin listener and the HTTPS-proxy door.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv env) error {
 	f, err := parseServeFlags(args, stderr, getenv)
 	if err != nil {
@@ -61,8 +61,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, getenv 
 	return serveWith(ctx, f, stdout, stderr, getenv, nil)
 }
 
-// serveWith is serve with its flags read. started, when not nil, is called once every listener is up and
-// the start lines are printed, with the proxy and admin listeners' addresses.
+// serveWith is serve with its flags read. started, when not nil, is called once every listener is
+// up and the start lines are printed, with the proxy and admin listeners' addresses.
 func serveWith(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, getenv env, started func(proxyAddr, adminAddr net.Addr)) error {
 	log, err := newLogger(stderr, getenv)
 	if err != nil {
@@ -116,8 +116,8 @@ func serveWith(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, get
 	if err != nil {
 		return err
 	}
-	// The HTTPS-proxy door is built before any listener is bound, so that a config error is reported as
-	// such, whatever the state of the ports.
+	// The HTTPS-proxy door is built before any listener is bound, so that a config error is
+	// reported as such, whatever the state of the ports.
 	ls := &listeners{limits: p.cfg.Limits, log: log, errc: make(chan error, 4)}
 	defer ls.shutdown()
 	mcpDoor, err := newMCPDoor(f, p, base, log)
@@ -193,8 +193,8 @@ func serveWith(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, get
 	return nil
 }
 
-// parseServeFlags reads serve's flags and checks them: the upstream URLs, the listen addresses against their
-// tokens, the operator keys bound to their upstreams.
+// parseServeFlags reads serve's flags and checks them: the upstream URLs, the listen addresses
+// against their tokens, the operator keys bound to their upstreams.
 func parseServeFlags(args []string, stderr io.Writer, getenv env) (*serveFlags, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	f := &serveFlags{fs: fs, upstreams: map[string]proxy.Upstream{}}
@@ -250,8 +250,9 @@ func parseServeFlags(args []string, stderr io.Writer, getenv env) (*serveFlags, 
 	return f, nil
 }
 
-// openAudit opens the decision log's sinks (the ring, next to the instance's own state unless audit.path
-// says, and audit.file) and returns the recorder every decision goes to: the log, the metrics and the sinks.
+// openAudit opens the decision log's sinks (the ring, next to the instance's own state unless
+// audit.path says, and audit.file) and returns the recorder every decision goes to: the log, the
+// metrics and the sinks.
 func openAudit(f *serveFlags, p *pipeline, m *metrics.Metrics, getenv env, log *slog.Logger) (*audit.Sinks, audit.Multi, error) {
 	ringPath := p.cfg.Audit.Path
 	if ringPath == "" {
@@ -271,9 +272,9 @@ func openAudit(f *serveFlags, p *pipeline, m *metrics.Metrics, getenv env, log *
 	return sinks, append(audit.Multi{sinks.Lines, m}, sinks.Recorders()...), nil
 }
 
-// proxyOptions are the options of every proxy handler serve builds (the listener's, and each door pipeline's
-// with the upstreams at its origin): readiness, degradation, the listen guard, upstreams and keys, audit,
-// telemetry.
+// proxyOptions are the options of every proxy handler serve builds (the listener's, and each door
+// pipeline's with the upstreams at its origin): readiness, degradation, the listen guard, upstreams
+// and keys, audit, telemetry.
 func proxyOptions(f *serveFlags, p *pipeline, ready *atomic.Bool, seen *toolseen.Memory, rec audit.Recorder,
 	m *metrics.Metrics, tr *tracing.Tracing, log *slog.Logger) (proxy.Options, error) {
 	listenGuard, err := guard.New(p.cfg.Listen)
@@ -291,8 +292,8 @@ func proxyOptions(f *serveFlags, p *pipeline, ready *atomic.Bool, seen *toolseen
 	return proxy.Options{
 		Engine: p.engine, Guard: listenGuard, Tools: seen, Upstreams: f.upstreams,
 		Confirmer: confirmer, Violations: flow.NewViolations(0, 0, nil),
-		// One record for the listener and every door pipeline: a response created through one is its
-		// creator's through the other.
+		// One record for the listener and every door pipeline: a response created through one is
+		// its creator's through the other.
 		Owners: owners.New(0),
 		Audit:  rec, AuditArguments: p.cfg.Audit.IncludeArguments, Metrics: m, Tracing: tr, Log: log,
 		Degraded: func() string {
@@ -357,10 +358,11 @@ func (l *listeners) shutdown() {
 	}
 }
 
-// newDoor builds the HTTPS-proxy door from the config's mitm section; intercepted origins run the same
-// pipeline as the base-URL listener, with the origin the client asked for as every upstream. The operator
-// keys in base stay bound to the configured upstreams' origins, so an origin gets a key only if it is the
-// key's own. The pipelines share one in-flight cap. Passthrough never reaches the addresses own returns.
+// newDoor builds the HTTPS-proxy door from the config's mitm section; intercepted origins run the
+// same pipeline as the base-URL listener, with the origin the client asked for as every upstream.
+// The operator keys in base stay bound to the configured upstreams' origins, so an origin gets a
+// key only if it is the key's own. The pipelines share one in-flight cap. Passthrough never reaches
+// the addresses own returns.
 func newDoor(c *mitm.Config, base proxy.Options, log *slog.Logger, token string, own func() []net.Addr, mcpDoor *mcp.Door) (*mitm.Door, error) {
 	if c == nil {
 		return nil, usageError{"--proxy-listen needs a mitm: section in the config (caCert, caKey, hosts); create the CA with `promptgate ca init`"}
@@ -408,8 +410,8 @@ func (o *ownAddrs) list() []net.Addr {
 	return slices.Clone(o.addrs)
 }
 
-// bindKey binds an operator key to its upstream's origin. A key goes over plain HTTP only to a loopback
-// upstream (serve logs it); any other http:// upstream with a key is refused.
+// bindKey binds an operator key to its upstream's origin. A key goes over plain HTTP only to a
+// loopback upstream (serve logs it); any other http:// upstream with a key is refused.
 func bindKey(flagName string, u *url.URL, envName, secret string) (proxy.Key, error) {
 	if secret != "" && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
 		return proxy.Key{}, usageError{fmt.Sprintf("%s %q is plain HTTP and %s is set: the key would cross the network in cleartext; use an https:// URL (http:// is accepted only for a loopback upstream, e.g. http://127.0.0.1:11434/v1)", flagName, redact.Parsed(u), envName)}
@@ -445,8 +447,8 @@ func upstreamFlags() []upstreamFlag {
 }
 
 // parseBaseURL checks an upstream base URL: http or https, with a host, without user info, query or
-// fragment. keyEnv names the variable that carries the upstream's key instead. An error never shows what
-// the URL held as user info or query.
+// fragment. keyEnv names the variable that carries the upstream's key instead. An error never shows
+// what the URL held as user info or query.
 func parseBaseURL(flagName, s, keyEnv string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -486,9 +488,10 @@ func checkMCPListen(addr, token string) error {
 }
 
 // newMCPDoor builds the MCP door where the config names MCP servers (nil otherwise): it shares the
-// proxy listener's engine, join, confirmer, memory of caught conversations, decision log and listen guard,
-// and keeps its pins in the store. It trusts the roots of mitm.upstreamCA besides the system's, as the
-// HTTPS-proxy door does for the origins it intercepts (an MCP server's among them).
+// proxy listener's engine, join, confirmer, memory of caught conversations, decision log and listen
+// guard, and keeps its pins in the store. It trusts the roots of mitm.upstreamCA besides the
+// system's, as the HTTPS-proxy door does for the origins it intercepts (an MCP server's among
+// them).
 func newMCPDoor(f *serveFlags, p *pipeline, base proxy.Options, log *slog.Logger) (*mcp.Door, error) {
 	if len(p.cfg.MCP.Servers) == 0 {
 		return nil, nil
@@ -535,11 +538,11 @@ func loopbackHost(host string) bool {
 	return err == nil && ip.Unmap().IsLoopback()
 }
 
-// defaultAuditPath is the audit ring file when the config sets no audit.path. It lives with the instance's
-// own local state: with a bbolt store, next to that file ("pg.db" -> "pg.audit.db", the --store bbolt:PATH
-// when given, else --db); with an etcd store, next to the --store-snapshot file ("/data/snap.json" ->
-// "/data/snap.audit.db"), or "promptgate.audit.db" in the working folder when there is none. --db plays no
-// part with etcd: it names no file of the instance.
+// defaultAuditPath is the audit ring file when the config sets no audit.path. It lives with the
+// instance's own local state: with a bbolt store, next to that file ("pg.db" -> "pg.audit.db", the
+// --store bbolt:PATH when given, else --db); with an etcd store, next to the --store-snapshot file
+// ("/data/snap.json" -> "/data/snap.audit.db"), or "promptgate.audit.db" in the working folder when
+// there is none. --db plays no part with etcd: it names no file of the instance.
 func defaultAuditPath(sf *storeFlags, snapshot string) string {
 	spec, err := parseStoreSpec("--store", sf.store, sf.db)
 	switch {

@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// TestShadowCommands: protocols shadow and unshadow on the DB file, as list and history show them, and
-// the bad forms of their arguments refused with the reason.
+// TestShadowCommands: protocols shadow and unshadow on the DB file, as list and history show them,
+// and the bad forms of their arguments refused with the reason.
 func TestShadowCommands(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -1,9 +1,9 @@
 package main
 
-// The soak test runs the whole server — `promptgate serve` with a real DB, a real plugin process, the
-// audit ring and a JSON-lines audit file — under many concurrent clients for a while, and checks that
-// nothing was lost or let in. Its short form (a few seconds) runs with every `go test`; a long one runs
-// with PROMPTGATE_SOAK set to a duration:
+// The soak test runs the whole server — `promptgate serve` with a real DB, a real plugin process,
+// the audit ring and a JSON-lines audit file — under many concurrent clients for a while, and
+// checks that nothing was lost or let in. Its short form (a few seconds) runs with every `go test`;
+// a long one runs with PROMPTGATE_SOAK set to a duration:
 //
 //	PROMPTGATE_SOAK=5m go test -run Soak -timeout 20m ./cmd/promptgate
 
@@ -55,7 +55,8 @@ const (
 
 var kindNames = [numKinds]string{"text", "good", "bad", "mixed", "upstream503"}
 
-// soakProtocol is the protocol under test; rules is a marker that shows which version assembled a prompt.
+// soakProtocol is the protocol under test; rules is a marker that shows which version assembled a
+// prompt.
 func soakProtocol(rules string) string {
 	return `{"id":"guarded","promptTemplate":{"base":"base_tool_call_v2","overrides":{"rules":"` + rules + `"}},
 	  "allowClientSelection":true,"tools":{"allow":["web_fetch","get_weather"]},
@@ -67,9 +68,9 @@ const (
 	rulesV2 = "- soak rules two"
 )
 
-// soakUpstream is the OpenAI stand-in: it reads "soak KIND N" from the last user message and answers
-// accordingly, stream or not, splitting stream events across writes. It checks that each prompt was
-// assembled from exactly one protocol version, and notes the plugin's process ids.
+// soakUpstream is the OpenAI stand-in: it reads "soak KIND N" from the last user message and
+// answers accordingly, stream or not, splitting stream events across writes. It checks that each
+// prompt was assembled from exactly one protocol version, and notes the plugin's process ids.
 type soakUpstream struct {
 	*httptest.Server
 	mu       sync.Mutex
@@ -437,8 +438,9 @@ plugins:
 		failures []string
 		total    atomic.Int64
 	)
-	// The clients run for the soak's duration and, on a machine too slow for the midway events to happen
-	// within it, until they have happened: the events wait on what they need, not on the clock.
+	// The clients run for the soak's duration and, on a machine too slow for the midway events to
+	// happen within it, until they have happened: the events wait on what they need, not on the
+	// clock.
 	soakStart := time.Now()
 	ctx, stopClients := context.WithCancel(context.Background())
 	defer stopClients()
@@ -459,13 +461,14 @@ plugins:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Every client sends each kind at least once streamed and once not, however slow the machine.
+			// Every client sends each kind at least once streamed and once not, however slow the
+			// machine.
 			for i := 0; ctx.Err() == nil || i < 2*numKinds; i++ {
 				n := c*1_000_000 + i
 				kind, stream := i%numKinds, (i/numKinds)%2 == 1
 				id := fmt.Sprintf("soak-%d-%d", c, i)
-				// Each request runs to its end even when the soak's time is up, so that no request is
-				// cut by the test itself.
+				// Each request runs to its end even when the soak's time is up, so that no request
+				// is cut by the test itself.
 				var r soakResult
 				if c%2 == 0 {
 					r = viaSDK(context.Background(), sdk, id, kind, n, stream)
@@ -483,8 +486,9 @@ plugins:
 		}()
 	}
 
-	// Midway events: a plugin crash, an activation, a rollback. Each waits for what it needs (a first
-	// plugin answer; a request that saw the activated version) with a bound generous for a loaded machine.
+	// Midway events: a plugin crash, an activation, a rollback. Each waits for what it needs (a
+	// first plugin answer; a request that saw the activated version) with a bound generous for a
+	// loaded machine.
 	var pluginKilled atomic.Int64
 	go func() {
 		defer close(eventsDone)
@@ -633,8 +637,9 @@ plugins:
 	}
 }
 
-// goroutinesGone is goleak.Find retried for up to 30 s: goroutines of closed connections end soon, but
-// on a loaded machine later than goleak's own half second of retries. A real leak stays and is reported.
+// goroutinesGone is goleak.Find retried for up to 30 s: goroutines of closed connections end soon,
+// but on a loaded machine later than goleak's own half second of retries. A real leak stays and is
+// reported.
 func goroutinesGone(opts ...goleak.Option) error {
 	var err error
 	pollUntil(30*time.Second, func() bool { err = goleak.Find(opts...); return err == nil })

@@ -105,8 +105,8 @@ func storeCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	return nil
 }
 
-// openDumper opens a store for copying: a source bbolt file read-only (it must exist), an etcd prefix
-// without seeding it.
+// openDumper opens a store for copying: a source bbolt file read-only (it must exist), an etcd
+// prefix without seeding it.
 func openDumper(ctx context.Context, spec storeSpec, source bool, getenv env) (dumper, error) {
 	if !spec.etcd() {
 		if source {

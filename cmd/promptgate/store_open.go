@@ -28,7 +28,8 @@ const (
 	EnvEtcdKey       = "PROMPTGATE_ETCD_KEY"
 	EnvEtcdUsername  = "PROMPTGATE_ETCD_USERNAME"
 	EnvEtcdPassword  = "PROMPTGATE_ETCD_PASSWORD"
-	// EnvEtcdDialTimeout bounds the first contact with etcd and every call (a Go duration, default 5s).
+	// EnvEtcdDialTimeout bounds the first contact with etcd and every call (a Go duration, default
+	// 5s).
 	EnvEtcdDialTimeout = "PROMPTGATE_ETCD_DIAL_TIMEOUT"
 	// DefaultStoreSnapshot is where serve keeps the last snapshot read from etcd.
 	DefaultStoreSnapshot = "promptgate.snapshot.json"
@@ -140,8 +141,8 @@ func etcdOptions(spec storeSpec, getenv env) (etcdstore.Options, error) {
 	return o, nil
 }
 
-// openStoreFlags opens the store the flags name: the bbolt file, or the etcd prefix. snapshot is the
-// local snapshot file of an etcd store ("" for none: etcd must answer).
+// openStoreFlags opens the store the flags name: the bbolt file, or the etcd prefix. snapshot is
+// the local snapshot file of an etcd store ("" for none: etcd must answer).
 func openStoreFlags(ctx context.Context, sf *storeFlags, readOnly bool, getenv env, log *slog.Logger, snapshot string) (store.Store, error) {
 	spec, err := parseStoreSpec("--store", sf.store, sf.db)
 	if err != nil {
@@ -159,7 +160,8 @@ func openStoreFlags(ctx context.Context, sf *storeFlags, readOnly bool, getenv e
 	return etcdstore.Open(ctx, o)
 }
 
-// storeConnected reports whether st reaches its backend (always true for the bbolt file), and why not.
+// storeConnected reports whether st reaches its backend (always true for the bbolt file), and why
+// not.
 func storeConnected(st store.Store) (bool, string) {
 	if c, ok := st.(interface{ Connected() (bool, string) }); ok {
 		return c.Connected()

@@ -81,8 +81,9 @@ func (in *instance) connectedGauge(t *testing.T) string {
 	return "absent"
 }
 
-// within polls cond for up to d, failing with what otherwise; it returns as soon as cond holds. Where d
-// is the contract's propagation bound (5 s), the caller starts it at the change's acknowledgement.
+// within polls cond for up to d, failing with what otherwise; it returns as soon as cond holds.
+// Where d is the contract's propagation bound (5 s), the caller starts it at the change's
+// acknowledgement.
 func within(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -111,8 +112,9 @@ func TestFleetOnEtcd(t *testing.T) {
 	newInstance := func(name string) (*instance, string) {
 		dir := t.TempDir()
 		snap := filepath.Join(dir, "snap.json")
-		// A generous dial timeout: etcd runs in this test process, slowed down by the race detector and a
-		// loaded machine, and serve without a snapshot file must reach it to start (seen: 5 s exceeded).
+		// A generous dial timeout: etcd runs in this test process, slowed down by the race detector
+		// and a loaded machine, and serve without a snapshot file must reach it to start (seen: 5 s
+		// exceeded).
 		return startInstance(t, map[string]string{"PROMPTGATE_DB": filepath.Join(dir, name+".db"), EnvStore: spec, EnvStoreSnapshot: snap, EnvEtcdDialTimeout: "60s"},
 			"--upstream", up.URL+"/v1"), snap
 	}
@@ -140,8 +142,8 @@ func TestFleetOnEtcd(t *testing.T) {
 	if code, out := a.post(t, "/admin/templates/"+name+"/activate", `{"version":2}`); code/100 != 2 {
 		t.Fatalf("activate: %d %s", code, out)
 	}
-	// The contract's 5 s run from the activation's acknowledgement: the admin call's own time (an etcd
-	// transaction, slow on a loaded machine) is not propagation.
+	// The contract's 5 s run from the activation's acknowledgement: the admin call's own time (an
+	// etcd transaction, slow on a loaded machine) is not propagation.
 	activated := time.Now()
 	within(t, 5*time.Second, "B serves "+name+"@2", func() bool { h, _ := b.chat(t); return h == name+"@2" })
 	t.Logf("activation through A reached B in %s", time.Since(activated))
@@ -154,7 +156,8 @@ func TestFleetOnEtcd(t *testing.T) {
 	// etcd stops: both keep serving the last snapshot, degraded on /readyz, gauge 0.
 	etcd.Stop()
 	for _, in := range []*instance{a, b} {
-		// How soon a lost etcd is noticed is not a contract bound: a generous one for a loaded machine.
+		// How soon a lost etcd is noticed is not a contract bound: a generous one for a loaded
+		// machine.
 		within(t, 60*time.Second, "degraded /readyz", func() bool {
 			code, body := in.get(t, in.root+"/readyz")
 			return code == 503 && gjson.Get(body, "status").String() == "degraded" && strings.Contains(gjson.Get(body, "reason").String(), etcd.HostPort())
@@ -166,15 +169,16 @@ func TestFleetOnEtcd(t *testing.T) {
 			t.Fatalf("while etcd is down: %d %q, want the last snapshot %s@1", code, h, name)
 		}
 	}
-	// A third instance starts while etcd is down, from A's snapshot file (a copy: A keeps writing its own).
+	// A third instance starts while etcd is down, from A's snapshot file (a copy: A keeps writing
+	// its own).
 	data, err := os.ReadFile(snapA)
 	if err != nil {
 		t.Fatalf("A wrote no snapshot file: %v", err)
 	}
 	snapC := filepath.Join(t.TempDir(), "c.json")
 	_ = os.WriteFile(snapC, data, 0o600)
-	// C's dial timeout is what it waits for the stopped etcd before it serves the file; it also bounds
-	// C's resync once etcd is back, so it is not short either (a loaded machine).
+	// C's dial timeout is what it waits for the stopped etcd before it serves the file; it also
+	// bounds C's resync once etcd is back, so it is not short either (a loaded machine).
 	c := startInstance(t, map[string]string{"PROMPTGATE_DB": filepath.Join(t.TempDir(), "c.db"), EnvStore: spec, EnvEtcdDialTimeout: "10s"},
 		"--upstream", up.URL+"/v1", "--store-snapshot", snapC)
 	if h, code := c.chat(t); code != 200 || h != name+"@1" {
@@ -317,8 +321,8 @@ func TestStoreCopyCommand(t *testing.T) {
 	if _, _, err := runCmd(t, nil, "", "store", "copy", "--from", "bbolt:"+src, "--to", etcdSpec, "--force"); err != nil {
 		t.Fatalf("copy --force: %v", err)
 	}
-	// An interrupted copy (the marker Import writes first, no schema) is resumed without --force, and
-	// no instance seeds the prefix meanwhile.
+	// An interrupted copy (the marker Import writes first, no schema) is resumed without --force,
+	// and no instance seeds the prefix meanwhile.
 	cli := etcdClient(t, etcd)
 	if _, err := cli.Txn(context.Background()).Then(
 		clientv3.OpPut("/half/copying", "{}"), clientv3.OpPut("/half/seq/templates/x", "1")).Commit(); err != nil {
@@ -335,8 +339,8 @@ func TestStoreCopyCommand(t *testing.T) {
 	if out, _, err := runCmd(t, map[string]string{EnvStore: halfSpec}, "", "protocols", "history", "tech"); err != nil || !strings.Contains(out, "001-tech") {
 		t.Fatalf("after resuming: %v %q", err, out)
 	}
-	// A prefix holding another program's keys (or a nested fleet's) is refused, even with --force, which
-	// would delete them.
+	// A prefix holding another program's keys (or a nested fleet's) is refused, even with --force,
+	// which would delete them.
 	if _, err := cli.Put(context.Background(), "/foreign/key", "x"); err != nil {
 		t.Fatal(err)
 	}
@@ -430,9 +434,9 @@ func etcdClient(t *testing.T, srv *etcdtest.Server) *clientv3.Client {
 	return cli
 }
 
-// TestAuditRingPathFollowsTheStore: without audit.path, the audit ring lives with the instance's own local
-// state: next to the --store-snapshot file with etcd (never next to --db, which names no file then), and
-// next to the bbolt file the store actually uses.
+// TestAuditRingPathFollowsTheStore: without audit.path, the audit ring lives with the instance's
+// own local state: next to the --store-snapshot file with etcd (never next to --db, which names no
+// file then), and next to the bbolt file the store actually uses.
 func TestAuditRingPathFollowsTheStore(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	up := fakeUpstream(t)
@@ -499,8 +503,9 @@ func TestDefaultAuditPath(t *testing.T) {
 	}
 }
 
-// TestActivateAndRollbackSayWhatTheyReplaced: the CLI reports the version each change replaced, as the
-// store read it in the change's own transaction, on the file and through a running server's admin API.
+// TestActivateAndRollbackSayWhatTheyReplaced: the CLI reports the version each change replaced, as
+// the store read it in the change's own transaction, on the file and through a running server's
+// admin API.
 func TestActivateAndRollbackSayWhatTheyReplaced(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "pg.db")

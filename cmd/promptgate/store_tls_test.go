@@ -12,8 +12,8 @@ import (
 	"github.com/promptgate/promptgate/store/etcdstore/etcdtest"
 )
 
-// TestServeEtcdTLSAuth runs serve against an etcd that requires client certificates and a login, with
-// the PROMPTGATE_ETCD_* environment, and checks what a wrong setting says.
+// TestServeEtcdTLSAuth runs serve against an etcd that requires client certificates and a login,
+// with the PROMPTGATE_ETCD_* environment, and checks what a wrong setting says.
 func TestServeEtcdTLSAuth(t *testing.T) {
 	etcd := etcdtest.StartWith(t, etcdtest.Options{ClientCertAuth: true, Auth: true, AuthPrefix: "/fleet/"})
 	up := fakeUpstream(t)
@@ -57,7 +57,8 @@ func TestServeEtcdTLSAuth(t *testing.T) {
 			if c.name == "wrong password" || c.name == "role without the prefix" {
 				args = append(args, "--store-snapshot", snap)
 			} else {
-				// A TLS failure leaves etcd unreachable, which a snapshot file would cover (degraded).
+				// A TLS failure leaves etcd unreachable, which a snapshot file would cover
+				// (degraded).
 				args = append(args, "--store-snapshot", filepath.Join(t.TempDir(), "none.json"))
 			}
 			err := run(ctx, args, nil, io.Discard, io.Discard, envMap(e))

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// TestURLUserInfoRefused: a URL that carries credentials (user info, or a key in the query) is refused where
-// it is given, with a message that names the flag and where the credential goes instead, and that, like
-// everything written on the way, never shows the credential.
+// TestURLUserInfoRefused: a URL that carries credentials (user info, or a key in the query) is
+// refused where it is given, with a message that names the flag and where the credential goes
+// instead, and that, like everything written on the way, never shows the credential.
 func TestURLUserInfoRefused(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "x.db")

@@ -1,13 +1,14 @@
-// Package audit defines the decision event of promptgate — one record per tool removed from a request, per
-// tool call vetted in a response, and per change an operator makes through the admin API — the Recorder
-// interface that receives them, and the recorders that keep them: Ring, a bounded ring in its own bbolt file
-// that the admin API queries, JSONL, an append-only file of JSON lines, and Log (LogQueue off the request
-// path), the log lines. Ring and JSONL take events without ever blocking the request path: a full buffer
-// drops (and counts) instead of waiting, and a disk error is logged and counted, never returned to the
-// request. Each writes in windows (Options): one transaction or write call for what arrived within one.
+// Package audit defines the decision event of promptgate — one record per tool removed from a
+// request, per tool call vetted in a response, and per change an operator makes through the admin
+// API — the Recorder interface that receives them, and the recorders that keep them: Ring, a
+// bounded ring in its own bbolt file that the admin API queries, JSONL, an append-only file of JSON
+// lines, and Log (LogQueue off the request path), the log lines. Ring and JSONL take events without
+// ever blocking the request path: a full buffer drops (and counts) instead of waiting, and a disk
+// error is logged and counted, never returned to the request. Each writes in windows (Options): one
+// transaction or write call for what arrived within one.
 //
-// It owns the event's shape and its storage. It does not decide anything (policy/ and policy/vet do) nor
-// serve the events (the admin API, proxy/admin, does).
+// It owns the event's shape and its storage. It does not decide anything (policy/ and policy/vet
+// do) nor serve the events (the admin API, proxy/admin, does).
 package audit
 
 import (
@@ -22,9 +23,10 @@ import (
 const (
 	KindToolRemoved = "tool_removed"
 	KindToolCall    = "tool_call"
-	// KindStoredPrompt: a Responses request named a stored prompt (Tool is "prompt", Reason names its id):
-	// VerdictBlocked when it was refused because the operator restricts tools, VerdictAllowed when it was
-	// forwarded, its tools and instructions unseen, because every tool is allowed.
+	// KindStoredPrompt: a Responses request named a stored prompt (Tool is "prompt", Reason names
+	// its id): VerdictBlocked when it was refused because the operator restricts tools,
+	// VerdictAllowed when it was forwarded, its tools and instructions unseen, because every tool
+	// is allowed.
 	KindStoredPrompt = "stored_prompt"
 )
 
@@ -37,14 +39,15 @@ const (
 	KindFlow = "flow"
 	// KindBudget: a budget rule (calls of a tool per conversation).
 	KindBudget = "budget"
-	// KindConfirm: a held call's confirmation (held, confirmed, expired, reused, or blocked when it cannot
-	// be had).
+	// KindConfirm: a held call's confirmation (held, confirmed, expired, reused, or blocked when it
+	// cannot be had).
 	KindConfirm = "confirm"
 )
 
-// KindShadow: the protocol version in shadow decides a request's tool, the request itself, or a call of its
-// answer otherwise than the active version did (Verdict is the shadow's, ActiveVerdict the active
-// version's, ShadowVersion the version in shadow). Nothing of it reached the upstream or the client.
+// KindShadow: the protocol version in shadow decides a request's tool, the request itself, or a
+// call of its answer otherwise than the active version did (Verdict is the shadow's, ActiveVerdict
+// the active version's, ShadowVersion the version in shadow). Nothing of it reached the upstream or
+// the client.
 const KindShadow = "shadow"
 
 // Kinds of events: the MCP door's decisions (proxy/mcp).
@@ -53,7 +56,8 @@ const (
 	KindMCPCall = "mcp_call"
 	// KindMCPList: a tool was held back from, or removed from, an MCP tools/list answer.
 	KindMCPList = "mcp_list"
-	// KindMCPDefinition: an MCP tool definition was pinned, changed, flagged by the scan, or approved.
+	// KindMCPDefinition: an MCP tool definition was pinned, changed, flagged by the scan, or
+	// approved.
 	KindMCPDefinition = "mcp_definition"
 )
 
@@ -65,13 +69,15 @@ const (
 	KindActivated = "activated"
 	// KindRolledBack: the previously active version was made active again.
 	KindRolledBack = "rolled_back"
-	// KindRolloutApplied: a rollout file was applied (its definitions stored and activated together).
+	// KindRolloutApplied: a rollout file was applied (its definitions stored and activated
+	// together).
 	KindRolloutApplied = "rollout_applied"
 	// KindRolloutReverted: the most recent rollout was reverted.
 	KindRolloutReverted = "rollout_reverted"
 	// KindToolEnablement: an operator's kill switch of a tool was set or cleared.
 	KindToolEnablement = "tool_enablement"
-	// KindShadowChanged: a protocol version was put in shadow (Version), or taken out of it (Version 0).
+	// KindShadowChanged: a protocol version was put in shadow (Version), or taken out of it
+	// (Version 0).
 	KindShadowChanged = "shadow_changed"
 )
 
@@ -85,7 +91,8 @@ const (
 
 // Verdicts of information-flow decisions, besides allowed, blocked and audited.
 const (
-	// VerdictHeld: the call was withheld until the user confirms it; a notice with a code took its place.
+	// VerdictHeld: the call was withheld until the user confirms it; a notice with a code took its
+	// place.
 	VerdictHeld = "held"
 	// VerdictConfirmed: the user's code released the call, once.
 	VerdictConfirmed = "confirmed"
@@ -99,7 +106,8 @@ const (
 const (
 	// VerdictChanged: a definition, its active version or a rollout changed.
 	VerdictChanged = "changed"
-	// VerdictEnabled and VerdictDisabled: a tool's kill switch was set; VerdictCleared: it was removed.
+	// VerdictEnabled and VerdictDisabled: a tool's kill switch was set; VerdictCleared: it was
+	// removed.
 	VerdictEnabled  = "enabled"
 	VerdictDisabled = "disabled"
 	VerdictCleared  = "cleared"
@@ -115,10 +123,10 @@ const (
 	VerdictApproved = "approved"
 )
 
-// Event is one policy decision or one admin change. Its JSON shape is the admin API's audit event: the
-// fields up to Rule are always there (the contract's shape; "" when empty), the fields after Rule are
-// optional and left out of the JSON when empty. Nothing secret belongs in an event:
-// no keys, and tool arguments only as ArgsSHA256 unless the operator opted in (see WithArguments).
+// Event is one policy decision or one admin change. Its JSON shape is the admin API's audit event:
+// the fields up to Rule are always there (the contract's shape; "" when empty), the fields after
+// Rule are optional and left out of the JSON when empty. Nothing secret belongs in an event: no
+// keys, and tool arguments only as ArgsSHA256 unless the operator opted in (see WithArguments).
 type Event struct {
 	Time            time.Time `json:"time"`
 	RequestID       string    `json:"requestId"`
@@ -141,22 +149,25 @@ type Event struct {
 	ArgsSHA256 string `json:"argumentsSha256,omitempty"`
 	// Args holds those argument bytes, only when the operator opted in (audit.includeArguments).
 	Args string `json:"arguments,omitempty"`
-	// Round is, for a decision on a call of an answer that promptgate continued (onViolation "continue"),
-	// the round it was taken in: 1 for the upstream's second answer, and so on; 0 (left out) for the first.
+	// Round is, for a decision on a call of an answer that promptgate continued (onViolation
+	// "continue"), the round it was taken in: 1 for the upstream's second answer, and so on; 0
+	// (left out) for the first.
 	Round int `json:"round,omitempty"`
-	// ActiveVerdict is, in a shadow event, the active version's verdict; ShadowVersion the version in shadow.
+	// ActiveVerdict is, in a shadow event, the active version's verdict; ShadowVersion the version
+	// in shadow.
 	ActiveVerdict string `json:"activeVerdict,omitempty"`
 	ShadowVersion int    `json:"shadowVersion,omitempty"`
 }
 
-// ArgsDigest returns the lowercase hex SHA-256 of a tool call's raw arguments, the form events keep.
+// ArgsDigest returns the lowercase hex SHA-256 of a tool call's raw arguments, the form events
+// keep.
 func ArgsDigest(args []byte) string {
 	sum := sha256.Sum256(args)
 	return hex.EncodeToString(sum[:])
 }
 
-// WithArguments returns e with ArgsSHA256 set from the call's raw arguments, and with Args set too when
-// include is true (the operator's audit.includeArguments). Empty arguments leave e unchanged.
+// WithArguments returns e with ArgsSHA256 set from the call's raw arguments, and with Args set too
+// when include is true (the operator's audit.includeArguments). Empty arguments leave e unchanged.
 func (e Event) WithArguments(args []byte, include bool) Event {
 	if len(args) == 0 {
 		return e
@@ -168,14 +179,14 @@ func (e Event) WithArguments(args []byte, include bool) Event {
 	return e
 }
 
-// Recorder receives decision events. Implementations must be safe for concurrent use and must not block
-// the request for long.
+// Recorder receives decision events. Implementations must be safe for concurrent use and must not
+// block the request for long.
 type Recorder interface {
 	Record(ctx context.Context, e Event)
 }
 
-// Log records events as structured log lines, on the caller's goroutine (LogQueue writes them from its
-// own). Tool arguments are never logged, not even when the event carries them; their digest is.
+// Log records events as structured log lines, on the caller's goroutine (LogQueue writes them from
+// its own). Tool arguments are never logged, not even when the event carries them; their digest is.
 type Log struct{ Logger *slog.Logger }
 
 var _ Recorder = Log{}
@@ -216,12 +227,12 @@ func logAttrs(e Event) []slog.Attr {
 	return attrs
 }
 
-// LogQueue writes Log's lines from its own goroutine, one run of lines per window (Options.Window), so
-// that a request does not wait for the log's write. Every line is written, in the order Record was
-// called, with the time of that call; while the buffer is full, Record waits for room (as it waited for
-// the write before), and after Close it writes on the caller's goroutine. Lines below the logger's level
-// cost the caller only the level check. The handler gets a background context. Create it with
-// NewLogQueue; Close it to write what is buffered.
+// LogQueue writes Log's lines from its own goroutine, one run of lines per window (Options.Window),
+// so that a request does not wait for the log's write. Every line is written, in the order Record
+// was called, with the time of that call; while the buffer is full, Record waits for room (as it
+// waited for the write before), and after Close it writes on the caller's goroutine. Lines below
+// the logger's level cost the caller only the level check. The handler gets a background context.
+// Create it with NewLogQueue; Close it to write what is buffered.
 type LogQueue struct {
 	log Log
 	p   *pipe[logLine]
@@ -257,7 +268,8 @@ func (q *LogQueue) Record(ctx context.Context, e Event) {
 // Flush ends the open window and waits until every line queued before the call is written.
 func (q *LogQueue) Flush() error { return q.p.flush(context.Background()) }
 
-// Close writes the queued lines and stops the goroutine. Lines recorded after it are written at once.
+// Close writes the queued lines and stops the goroutine. Lines recorded after it are written at
+// once.
 func (q *LogQueue) Close() error {
 	q.p.close()
 	return nil

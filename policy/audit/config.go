@@ -10,8 +10,8 @@ const maxRingSize = 10_000_000
 
 // Config is the config file's audit section: where decision events are kept.
 type Config struct {
-	// Path is the bbolt file of the audit ring; "" means the one next to the instance's own state (serve
-	// decides: next to the definitions file, or the etcd snapshot file).
+	// Path is the bbolt file of the audit ring; "" means the one next to the instance's own state
+	// (serve decides: next to the definitions file, or the etcd snapshot file).
 	Path string `yaml:"path"`
 	// RingSize is how many events the ring keeps (oldest dropped first). 0 means DefaultRingSize.
 	RingSize int `yaml:"ringSize"`
@@ -28,8 +28,8 @@ func (c *Config) ApplyDefaults() {
 	}
 }
 
-// Validate returns every problem of the section, each naming its key path under key (e.g. "audit") and
-// the fix.
+// Validate returns every problem of the section, each naming its key path under key (e.g. "audit")
+// and the fix.
 func (c *Config) Validate(key string) []error {
 	if c.RingSize < 0 || c.RingSize > maxRingSize {
 		return []error{fmt.Errorf("%s.ringSize: must be between 1 and %d, e.g. %d", key, maxRingSize, DefaultRingSize)}

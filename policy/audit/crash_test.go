@@ -12,12 +12,12 @@ import (
 	"time"
 )
 
-// envCrashRing makes the test binary the child of TestRingCrashLosesOnlyTheOpenWindow: it opens the ring at
-// that path and records into it until it is killed.
+// envCrashRing makes the test binary the child of TestRingCrashLosesOnlyTheOpenWindow: it opens the
+// ring at that path and records into it until it is killed.
 const envCrashRing = "PROMPTGATE_AUDIT_CRASH_RING"
 
-// A process killed between windows leaves every committed window in the file, whole and in order, and
-// loses only the events of the window that was open.
+// A process killed between windows leaves every committed window in the file, whole and in order,
+// and loses only the events of the window that was open.
 func TestRingCrashLosesOnlyTheOpenWindow(t *testing.T) {
 	if path := os.Getenv(envCrashRing); path != "" {
 		crashChild(path)
@@ -54,7 +54,8 @@ func TestRingCrashLosesOnlyTheOpenWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	// Two committed windows (a flush, then a full batch) survive; the open window's three events do not.
+	// Two committed windows (a flush, then a full batch) survive; the open window's three events do
+	// not.
 	wantSeq(t, allEvents(t, r), 5+maxBatch)
 }
 

@@ -9,12 +9,12 @@ import (
 	"os"
 )
 
-// JSONL appends every event as one JSON line to a file (audit.file in the config), for log shippers.
-// Like Ring, Record never blocks: events are buffered and written by one goroutine, in the order recorded,
-// one write call per window (Options.Window); a full buffer drops and counts them, and a write error is
-// logged and counted. The file is opened for appending
-// (created with mode 0600), so it can be rotated by moving it away and restarting, or shared with tail -f;
-// it may also be a pipe or a device such as /dev/stdout.
+// JSONL appends every event as one JSON line to a file (audit.file in the config), for log
+// shippers. Like Ring, Record never blocks: events are buffered and written by one goroutine, in
+// the order recorded, one write call per window (Options.Window); a full buffer drops and counts
+// them, and a write error is logged and counted. The file is opened for appending (created with
+// mode 0600), so it can be rotated by moving it away and restarting, or shared with tail -f; it may
+// also be a pipe or a device such as /dev/stdout.
 type JSONL struct {
 	f      *os.File
 	path   string
@@ -60,7 +60,8 @@ func (j *JSONL) Dropped() uint64 { return j.p.dropped.Load() }
 // Stats returns the counts of written, dropped and failed events.
 func (j *JSONL) Stats() Stats { return j.p.stats() }
 
-// Flush ends the open window and waits until every event recorded before the call is written (or failed).
+// Flush ends the open window and waits until every event recorded before the call is written (or
+// failed).
 func (j *JSONL) Flush() error { return j.p.flush(context.Background()) }
 
 // Close writes what is buffered, syncs and closes the file.
@@ -79,8 +80,9 @@ func (j *JSONL) Close() error {
 	return nil
 }
 
-// write appends one batch with a single write call. After a write that stopped in the middle of a line,
-// the next one starts with a line break, so that one bad line does not swallow the next event.
+// write appends one batch with a single write call. After a write that stopped in the middle of a
+// line, the next one starts with a line break, so that one bad line does not swallow the next
+// event.
 func (j *JSONL) write(batch []Event) error {
 	var buf bytes.Buffer
 	if j.broken {

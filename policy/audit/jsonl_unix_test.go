@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// A FIFO nobody reads blocks the writer goroutine inside write(2), like a stuck disk: Record must still
-// return at once, dropping and counting what does not fit in the buffer.
+// A FIFO nobody reads blocks the writer goroutine inside write(2), like a stuck disk: Record must
+// still return at once, dropping and counting what does not fit in the buffer.
 func TestJSONLFullBufferDrops(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fifo")
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
@@ -29,8 +29,8 @@ func TestJSONLFullBufferDrops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A Record that blocked would block for good (nobody reads the FIFO): the bound only tells the two
-	// apart, generous for a loaded machine.
+	// A Record that blocked would block for good (nobody reads the FIFO): the bound only tells the
+	// two apart, generous for a loaded machine.
 	const n = 5000
 	recorded := make(chan struct{})
 	go func() {

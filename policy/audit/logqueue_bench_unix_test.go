@@ -12,8 +12,8 @@ import (
 )
 
 // BenchmarkLogPaced writes a decision line per benchPace to a file, through Log (on the caller's
-// goroutine) and through LogQueue, and reports per line the time the caller spends in Record and the
-// process's CPU time.
+// goroutine) and through LogQueue, and reports per line the time the caller spends in Record and
+// the process's CPU time.
 func BenchmarkLogPaced(b *testing.B) {
 	e := Event{RequestID: "0123456789abcdef", Kind: KindToolRemoved, Protocol: "tech", ProtocolVersion: 3,
 		Tool: "shell", Verdict: VerdictRemoved, Reason: "not in the protocol's allowlist"}

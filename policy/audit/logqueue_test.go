@@ -115,8 +115,9 @@ func TestLogQueueFlush(t *testing.T) {
 	}
 }
 
-// A flood (the log's destination stuck) holds Record up once the buffer is full, instead of dropping a
-// line or growing without bound; every line comes out, in order, once the destination moves again.
+// A flood (the log's destination stuck) holds Record up once the buffer is full, instead of
+// dropping a line or growing without bound; every line comes out, in order, once the destination
+// moves again.
 func TestLogQueueFloodWaitsAndKeepsEveryLine(t *testing.T) {
 	t.Parallel()
 	const buffer, n = 4, 50
@@ -135,8 +136,8 @@ func TestLogQueueFloodWaitsAndKeepsEveryLine(t *testing.T) {
 			returned.Add(1)
 		}
 	}()
-	// The writer holds at most one batch (buffer lines) and the buffer as many again: Record cannot get
-	// further while the destination is stuck.
+	// The writer holds at most one batch (buffer lines) and the buffer as many again: Record cannot
+	// get further while the destination is stuck.
 	deadline := time.Now().Add(hangBound)
 	for returned.Load() < buffer {
 		if time.Now().After(deadline) {

@@ -9,17 +9,18 @@ import (
 	"time"
 )
 
-// DefaultBuffer is how many events a Ring, a JSONL or a LogQueue holds in memory while its writer is busy
-// or its window is open; beyond it, Ring and JSONL drop (and count) events rather than make a request wait.
+// DefaultBuffer is how many events a Ring, a JSONL or a LogQueue holds in memory while its writer
+// is busy or its window is open; beyond it, Ring and JSONL drop (and count) events rather than make
+// a request wait.
 const DefaultBuffer = 4096
 
-// DefaultWindow is how long a recorder's writer collects events, from the first one, before it writes them
-// together: one bbolt transaction (Ring), one write call (JSONL), one run of log lines (LogQueue). A crash
-// loses at most the events of the open window.
+// DefaultWindow is how long a recorder's writer collects events, from the first one, before it
+// writes them together: one bbolt transaction (Ring), one write call (JSONL), one run of log lines
+// (LogQueue). A crash loses at most the events of the open window.
 const DefaultWindow = 100 * time.Millisecond
 
-// maxBatch is the most events written in one transaction (Ring) or one write call (JSONL); that many
-// events waiting also ends a window early.
+// maxBatch is the most events written in one transaction (Ring) or one write call (JSONL); that
+// many events waiting also ends a window early.
 const maxBatch = 512
 
 // errorLogEvery spaces out the log lines about failed writes: a full disk fails every batch.
@@ -30,9 +31,9 @@ var ErrClosed = errors.New("audit: recorder is closed")
 
 // Options tunes how a recorder buffers and writes. The zero value gives the defaults.
 type Options struct {
-	// Window is how long the writer collects events, from the first one, before it writes them together.
-	// 0 means DefaultWindow; a negative window writes whatever is queued as soon as the writer is free.
-	// Flush, Close and a full batch end a window at once.
+	// Window is how long the writer collects events, from the first one, before it writes them
+	// together. 0 means DefaultWindow; a negative window writes whatever is queued as soon as the
+	// writer is free. Flush, Close and a full batch end a window at once.
 	Window time.Duration
 	// Buffer is the most events held in memory, waiting to be written; below 1 means DefaultBuffer.
 	Buffer int
@@ -64,15 +65,16 @@ type Stats struct {
 	WriteErrors uint64 `json:"writeErrors"`
 }
 
-// item is a value to write, or a flush marker: a channel closed once every value queued before it is written.
+// item is a value to write, or a flush marker: a channel closed once every value queued before it
+// is written.
 type item[T any] struct {
 	v     T
 	flush chan struct{}
 }
 
-// pipe hands values from many goroutines to one writer goroutine through a bounded channel, in the order
-// they were queued. The writer wakes for the first value of a window, sleeps out the window while more
-// queue up without waking it, then writes them all, in batches of at most maxBatch.
+// pipe hands values from many goroutines to one writer goroutine through a bounded channel, in the
+// order they were queued. The writer wakes for the first value of a window, sleeps out the window
+// while more queue up without waking it, then writes them all, in batches of at most maxBatch.
 type pipe[T any] struct {
 	name   string // for logs: the file
 	log    *slog.Logger
@@ -84,8 +86,8 @@ type pipe[T any] struct {
 	closed bool
 	ch     chan item[T]
 	kick   chan struct{} // ends the open window at once (Flush, a full batch); holds one wake-up at most
-	// pending counts the values queued and not yet taken into a write, the one that opened the window
-	// included: a full batch of them ends the window.
+	// pending counts the values queued and not yet taken into a write, the one that opened the
+	// window included: a full batch of them ends the window.
 	pending atomic.Int64
 	stop    chan struct{} // closed by close: every window ends at once from then on
 	done    chan struct{}
@@ -106,7 +108,8 @@ func newPipe[T any](name string, o Options, log *slog.Logger, write func([]T) er
 	return p
 }
 
-// offer queues v without blocking; when the buffer is full or the pipe closed, v is dropped and counted.
+// offer queues v without blocking; when the buffer is full or the pipe closed, v is dropped and
+// counted.
 func (p *pipe[T]) offer(v T) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -125,7 +128,8 @@ func (p *pipe[T]) offer(v T) {
 	}
 }
 
-// put queues v, waiting for room while the buffer is full. It reports false when the pipe is closed.
+// put queues v, waiting for room while the buffer is full. It reports false when the pipe is
+// closed.
 func (p *pipe[T]) put(v T) bool {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -152,8 +156,8 @@ func (p *pipe[T]) wake() {
 	}
 }
 
-// flush waits until every value queued before the call is written (or failed), or ctx ends. It ends the
-// open window at once.
+// flush waits until every value queued before the call is written (or failed), or ctx ends. It ends
+// the open window at once.
 func (p *pipe[T]) flush(ctx context.Context) error {
 	done := make(chan struct{})
 	p.mu.RLock()
@@ -193,8 +197,8 @@ func (p *pipe[T]) stats() Stats {
 	return Stats{Written: p.written.Load(), Dropped: p.dropped.Load(), Failed: p.failed.Load(), WriteErrors: p.writeErrors.Load()}
 }
 
-// run is the writer goroutine. A window opens with the first value queued; when it ends (its time is up,
-// a batch is full, a flush or the close asks), what is queued at that moment is written.
+// run is the writer goroutine. A window opens with the first value queued; when it ends (its time
+// is up, a batch is full, a flush or the close asks), what is queued at that moment is written.
 func (p *pipe[T]) run() {
 	defer close(p.done)
 	timer := time.NewTimer(time.Hour)

@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// A reason's head leaves out every detail a client or a model could choose, in the forms reasons carry it.
+// A reason's head leaves out every detail a client or a model could choose, in the forms reasons
+// carry it.
 func TestReasonHead(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ reason, want string }{

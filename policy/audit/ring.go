@@ -27,17 +27,20 @@ const (
 	DefaultLockTimeout = time.Second
 )
 
-// sinceSlack is how far past Filter.Since (into older events) Query keeps reading before it stops: events
-// are stored in the order they were recorded, which can differ a little from the order of their times.
+// sinceSlack is how far past Filter.Since (into older events) Query keeps reading before it stops:
+// events are stored in the order they were recorded, which can differ a little from the order of
+// their times.
 const sinceSlack = time.Minute
 
-// ring file layout: one bucket "events", key = 8-byte big-endian sequence number (record order), value =
-// the event as JSON. The oldest events are deleted once there are more than the ring's size.
+// ring file layout: one bucket "events", key = 8-byte big-endian sequence number (record order),
+// value = the event as JSON. The oldest events are deleted once there are more than the ring's
+// size.
 var bucketEvents = []byte("events")
 
 // Filter selects events in Query. Empty fields match every event; set fields must match exactly.
 type Filter struct {
-	// Limit is the most events returned: 0 means DefaultQueryLimit; above MaxQueryLimit it is MaxQueryLimit.
+	// Limit is the most events returned: 0 means DefaultQueryLimit; above MaxQueryLimit it is
+	// MaxQueryLimit.
 	Limit     int
 	RequestID string
 	Verdict   string
@@ -50,11 +53,12 @@ type Filter struct {
 	Until time.Time
 }
 
-// Ring keeps the most recent events in its own bbolt file, bounded to a number of events (oldest dropped
-// first). Record never blocks: events are buffered and written by one goroutine, in the order recorded,
-// one transaction per window (Options.Window); a full buffer drops events and counts them (Dropped). Write
-// errors are logged and counted (Stats), never returned to the caller. A crash loses the events of the
-// open window; every committed window is whole. Create it with OpenRing; Close it to write what is buffered.
+// Ring keeps the most recent events in its own bbolt file, bounded to a number of events (oldest
+// dropped first). Record never blocks: events are buffered and written by one goroutine, in the
+// order recorded, one transaction per window (Options.Window); a full buffer drops events and
+// counts them (Dropped). Write errors are logged and counted (Stats), never returned to the caller.
+// A crash loses the events of the open window; every committed window is whole. Create it with
+// OpenRing; Close it to write what is buffered.
 type Ring struct {
 	db   *bolt.DB
 	path string
@@ -64,9 +68,10 @@ type Ring struct {
 
 var _ Recorder = (*Ring)(nil)
 
-// OpenRing opens (or creates, mode 0600) the ring file at path, keeping at most size events. The file is
-// locked while open; if another process holds it, OpenRing fails after DefaultLockTimeout with an error
-// naming the file. An existing file keeps its events; if it holds more than size, the oldest are dropped.
+// OpenRing opens (or creates, mode 0600) the ring file at path, keeping at most size events. The
+// file is locked while open; if another process holds it, OpenRing fails after DefaultLockTimeout
+// with an error naming the file. An existing file keeps its events; if it holds more than size, the
+// oldest are dropped.
 func OpenRing(path string, size int, log *slog.Logger) (*Ring, error) {
 	return OpenRingWith(path, size, log, Options{})
 }
@@ -107,9 +112,10 @@ func OpenRingWith(path string, size int, log *slog.Logger, o Options) (*Ring, er
 // ErrLocked: the ring file is held by another process (a running promptgate writes it).
 var ErrLocked = errors.New("the ring file is locked by another process")
 
-// QueryFile returns the events of the ring file at path that match f, newest first, reading the file
-// without creating or changing it (under a shared lock). It fails with ErrLocked while another process (a
-// running serve) holds the file, and with an error wrapping fs.ErrNotExist when there is no such file.
+// QueryFile returns the events of the ring file at path that match f, newest first, reading the
+// file without creating or changing it (under a shared lock). It fails with ErrLocked while another
+// process (a running serve) holds the file, and with an error wrapping fs.ErrNotExist when there is
+// no such file.
 func QueryFile(ctx context.Context, path string, f Filter) ([]Event, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("audit: ring %s: %w", path, err)
@@ -128,8 +134,8 @@ func QueryFile(ctx context.Context, path string, f Filter) ([]Event, error) {
 // Path returns the ring's file.
 func (r *Ring) Path() string { return r.path }
 
-// Record queues e for writing and returns at once; a zero Time is set to now. If the buffer is full the
-// event is dropped and counted.
+// Record queues e for writing and returns at once; a zero Time is set to now. If the buffer is full
+// the event is dropped and counted.
 func (r *Ring) Record(_ context.Context, e Event) { r.p.offer(stamped(e)) }
 
 // Dropped returns how many events were dropped because the buffer was full.
@@ -138,8 +144,8 @@ func (r *Ring) Dropped() uint64 { return r.p.dropped.Load() }
 // Stats returns the counts of written, dropped and failed events.
 func (r *Ring) Stats() Stats { return r.p.stats() }
 
-// Flush ends the open window and waits until every event recorded before the call is written (or failed),
-// so that a Query after it sees them.
+// Flush ends the open window and waits until every event recorded before the call is written (or
+// failed), so that a Query after it sees them.
 func (r *Ring) Flush() error { return r.p.flush(context.Background()) }
 
 // FlushContext is Flush that gives up when ctx ends.
@@ -190,8 +196,8 @@ func (r *Ring) write(batch []Event) error {
 	})
 }
 
-// trim deletes the oldest events beyond the ring's size. Keys are consecutive sequence numbers from the
-// oldest kept to the bucket's sequence, so the cut-off is known without counting.
+// trim deletes the oldest events beyond the ring's size. Keys are consecutive sequence numbers from
+// the oldest kept to the bucket's sequence, so the cut-off is known without counting.
 func (r *Ring) trim(b *bolt.Bucket) error {
 	last := b.Sequence()
 	if last <= uint64(r.size) {
@@ -213,8 +219,8 @@ func seqKey(seq uint64) []byte {
 	return k[:]
 }
 
-// Query returns the written events that match f, newest first. Events still in the buffer are not seen;
-// call Flush (or FlushContext) first to include them.
+// Query returns the written events that match f, newest first. Events still in the buffer are not
+// seen; call Flush (or FlushContext) first to include them.
 func (r *Ring) Query(ctx context.Context, f Filter) ([]Event, error) {
 	limit := f.Limit
 	switch {
@@ -262,9 +268,10 @@ func (r *Ring) Query(ctx context.Context, f Filter) ([]Event, error) {
 	return out, nil
 }
 
-// Scan calls fn with every written event at or after since, newest first, with no limit (the ring's size
-// bounds it), until fn returns false. covered reports whether the ring reaches back to since: it held an
-// event older than since, or it has never dropped an event. Events still in the buffer are not seen.
+// Scan calls fn with every written event at or after since, newest first, with no limit (the ring's
+// size bounds it), until fn returns false. covered reports whether the ring reaches back to since:
+// it held an event older than since, or it has never dropped an event. Events still in the buffer
+// are not seen.
 func (r *Ring) Scan(ctx context.Context, since time.Time, fn func(Event) bool) (covered bool, err error) {
 	f := Filter{Since: since}
 	stopBefore := since.Add(-sinceSlack)
@@ -316,8 +323,8 @@ func (r *Ring) Scan(ctx context.Context, since time.Time, fn func(Event) bool) (
 // eventPaths are the fields Filter looks at, in the order match reads them.
 var eventPaths = []string{"requestId", "verdict", "protocol", "kind", "tool", "time"}
 
-// match reports whether the raw event v passes f, and whether it is so much older than f.Since that the
-// scan (newest to oldest) can stop.
+// match reports whether the raw event v passes f, and whether it is so much older than f.Since that
+// the scan (newest to oldest) can stop.
 func (f Filter) match(v []byte, stopBefore time.Time) (ok, older bool) {
 	got := gjson.GetManyBytes(v, eventPaths...)
 	if !f.Since.IsZero() || !f.Until.IsZero() {

@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// benchPace is the time between two events of a paced benchmark: a proxy recording a thousand decisions a
-// second, a low load for the ring.
+// benchPace is the time between two events of a paced benchmark: a proxy recording a thousand
+// decisions a second, a low load for the ring.
 const benchPace = time.Millisecond
 
 // usage is the process's CPU time and voluntary context switches so far.
@@ -24,11 +24,12 @@ func usage(b *testing.B) (cpu time.Duration, switches int64) {
 	return time.Duration(u.Utime.Nano() + u.Stime.Nano()), int64(u.Nvcsw)
 }
 
-// BenchmarkRingPaced records one event per benchPace and reports, per event, the process's CPU time, its
-// voluntary context switches and bbolt's page writes, the writer's work included (the last window is
-// flushed before the figures are read). "pace" is the baseline: the same loop without the ring; "ring" starts
-// empty, "ring-full" holds its size in events already, so that every window also deletes as many as it adds
-// (a proxy's ring after its first ten thousand decisions).
+// BenchmarkRingPaced records one event per benchPace and reports, per event, the process's CPU
+// time, its voluntary context switches and bbolt's page writes, the writer's work included (the
+// last window is flushed before the figures are read). "pace" is the baseline: the same loop
+// without the ring; "ring" starts empty, "ring-full" holds its size in events already, so that
+// every window also deletes as many as it adds (a proxy's ring after its first ten thousand
+// decisions).
 func BenchmarkRingPaced(b *testing.B) {
 	b.Run("pace", func(b *testing.B) { pacedRun(b, nil) })
 	b.Run("ring", func(b *testing.B) { pacedRun(b, openBenchRing(b, 0)) })
@@ -59,7 +60,8 @@ func openBenchRing(b *testing.B, prefill int) *Ring {
 	return r
 }
 
-// pacedRun records one event per benchPace into r (nil: only the pacing) and reports the figures per event.
+// pacedRun records one event per benchPace into r (nil: only the pacing) and reports the figures
+// per event.
 func pacedRun(b *testing.B, r *Ring) {
 	ctx := context.Background()
 	var writes int64

@@ -263,7 +263,8 @@ func TestRingLockedFileNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	// bbolt's flock is per open file description, so a second open in the same process waits like another process would.
+	// bbolt's flock is per open file description, so a second open in the same process waits like
+	// another process would.
 	_, err = OpenRing(path, 10, nil)
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "locked") {
 		t.Fatalf("second open: %v", err)
@@ -321,8 +322,8 @@ func TestRingConcurrentRecord(t *testing.T) {
 	}
 }
 
-// A writer that cannot write (another transaction holds the file's write lock) must not slow Record:
-// the buffer fills, further events are dropped and counted, and nothing blocks.
+// A writer that cannot write (another transaction holds the file's write lock) must not slow
+// Record: the buffer fills, further events are dropped and counted, and nothing blocks.
 func TestRingFullBufferDropsInsteadOfBlocking(t *testing.T) {
 	r, err := OpenRingWith(filepath.Join(t.TempDir(), "audit.db"), 1000, nil, Options{Buffer: 8})
 	if err != nil {
@@ -505,16 +506,17 @@ func TestWithArguments(t *testing.T) {
 	if e := (Event{}).WithArguments([]byte(`{"q":1}`), true); e.Args != `{"q":1}` {
 		t.Fatalf("%+v", e)
 	}
-	// Optional fields stay out of the JSON; the contract's fields are always there, with their names.
+	// Optional fields stay out of the JSON; the contract's fields are always there, with their
+	// names.
 	b, _ = json.Marshal(Event{Time: time.Unix(0, 0).UTC()})
 	if want := `{"time":"1970-01-01T00:00:00Z","requestId":"","kind":"","protocol":"","protocolVersion":0,"tool":"","verdict":"","reason":"","rule":""}`; string(b) != want {
 		t.Fatalf("json %s\nwant %s", b, want)
 	}
 }
 
-// TestQueryFileReadsWithoutWriting: QueryFile reads a closed ring's events as Query does, leaves the file
-// byte for byte as it was, creates none where there is none (fs.ErrNotExist), and says ErrLocked while a
-// Ring holds the file.
+// TestQueryFileReadsWithoutWriting: QueryFile reads a closed ring's events as Query does, leaves
+// the file byte for byte as it was, creates none where there is none (fs.ErrNotExist), and says
+// ErrLocked while a Ring holds the file.
 func TestQueryFileReadsWithoutWriting(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

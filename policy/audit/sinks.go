@@ -5,8 +5,9 @@ import (
 	"log/slog"
 )
 
-// Sinks are the stores of decision events that the audit section configures: the ring, and the JSON lines
-// file when the section names one; and the queue that writes each decision's log line off the request path.
+// Sinks are the stores of decision events that the audit section configures: the ring, and the JSON
+// lines file when the section names one; and the queue that writes each decision's log line off the
+// request path.
 type Sinks struct {
 	// Lines writes the decision lines to the log that Open was given, from its own goroutine.
 	Lines *LogQueue
@@ -15,7 +16,8 @@ type Sinks struct {
 	File *JSONL
 }
 
-// Open opens the section's sinks: the ring at its path, or at defaultRing when it names none, and its file.
+// Open opens the section's sinks: the ring at its path, or at defaultRing when it names none, and
+// its file.
 func (c *Config) Open(defaultRing string, log *slog.Logger) (*Sinks, error) {
 	path := c.Path
 	if path == "" {

@@ -12,15 +12,16 @@ import (
 	"time"
 )
 
-// longWindow is a window no test outlives: whatever is written, was written because something ended the
-// window (a flush, the close, a full batch), never because its time was up.
+// longWindow is a window no test outlives: whatever is written, was written because something ended
+// the window (a flush, the close, a full batch), never because its time was up.
 const longWindow = time.Hour
 
-// hangBound tells a call that returns from one that waits for the window; generous for a loaded machine.
+// hangBound tells a call that returns from one that waits for the window; generous for a loaded
+// machine.
 const hangBound = 30 * time.Second
 
-// batchLog records the size of every write a pipe makes. Set it before the first event: the event's send
-// orders the assignment before the writer's first read.
+// batchLog records the size of every write a pipe makes. Set it before the first event: the event's
+// send orders the assignment before the writer's first read.
 type batchLog struct {
 	mu    sync.Mutex
 	sizes []int
@@ -155,8 +156,8 @@ func TestRingFullBatchEndsWindow(t *testing.T) {
 	}
 }
 
-// Events are written in the order they were recorded, across windows, flushes and transactions cut at
-// maxBatch.
+// Events are written in the order they were recorded, across windows, flushes and transactions cut
+// at maxBatch.
 func TestRingOrderAcrossWindows(t *testing.T) {
 	t.Parallel()
 	for _, window := range []time.Duration{longWindow, -1} {
@@ -211,8 +212,8 @@ func TestRingCloseDrainsTheWindow(t *testing.T) {
 	}
 }
 
-// What GET /admin/audit relies on: an event recorded before a Flush is in the file when Flush returns,
-// while other goroutines keep recording and the window is open.
+// What GET /admin/audit relies on: an event recorded before a Flush is in the file when Flush
+// returns, while other goroutines keep recording and the window is open.
 func TestRingFlushSeesEarlierEvents(t *testing.T) {
 	t.Parallel()
 	r, _ := openWindowRing(t, 100000, Options{Window: longWindow})

@@ -48,9 +48,9 @@ const benchSpec = `{"toolOutputs":{"trusted":["get_contacts"]},
 
 var benchArgs = []byte(`{"recipients":["bob@acme.com"],"subject":"Summary","body":"Planning notes are in; agenda at https://intranet.acme.com/agenda/7. Questions to carol@partner.org."}`)
 
-// BenchmarkFlow measures Analyze and Check of one call on a 40-message conversation (as a surface has read
-// it: the surfaces' own benchmarks measure their readers), beside the
-// vetting of the same call (name, JSON, schema, one hosts rule) that every call gets today.
+// BenchmarkFlow measures Analyze and Check of one call on a 40-message conversation (as a surface
+// has read it: the surfaces' own benchmarks measure their readers), beside the vetting of the same
+// call (name, JSON, schema, one hosts rule) that every call gets today.
 func BenchmarkFlow(b *testing.B) {
 	p := mustCompile(b, benchSpec)
 	tr := flowtest.Transcript(benchConversation())

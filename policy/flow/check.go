@@ -60,8 +60,8 @@ type Result struct {
 	// Notice replaces a held call (VerdictHeld): it names the tool and its key arguments and gives
 	// the confirmation code. It holds argument values (vetted ones), so it goes to the client only.
 	Notice string
-	// Question is the Notice without its code: what a client that asks the user itself shows (an MCP
-	// elicitation), the user's answer being the confirmation. It goes to the client only.
+	// Question is the Notice without its code: what a client that asks the user itself shows (an
+	// MCP elicitation), the user's answer being the confirmation. It goes to the client only.
 	Question string
 }
 
@@ -73,8 +73,8 @@ type violation struct {
 	kind   string
 	rule   *ruleBase
 	reason string
-	// bad are the values that broke a rule that asks for confirmation, for its notice to show; at most
-	// maxNoticeBroken+1 (enough to tell that they do not fit). Nil for a rule that blocks.
+	// bad are the values that broke a rule that asks for confirmation, for its notice to show; at
+	// most maxNoticeBroken+1 (enough to tell that they do not fit). Nil for a rule that blocks.
 	bad []badValue
 }
 
@@ -144,7 +144,8 @@ func (c *Conversation) Check(call Call) Result {
 	return res
 }
 
-// decide turns violations into a Result, running the confirmation when every violation asks for one.
+// decide turns violations into a Result, running the confirmation when every violation asks for
+// one.
 func (c *Conversation) decide(call Call, args gjson.Result, vs []violation) Result {
 	if len(vs) == 0 {
 		return Result{Verdict: VerdictAllowed}
@@ -190,8 +191,8 @@ func coversTool(globs []string, tool string) bool {
 	return false
 }
 
-// unseenNote is added to a reason when part of the history is not visible, or an output of a tool trusted in
-// part could not be split (the first such output named, and how many more).
+// unseenNote is added to a reason when part of the history is not visible, or an output of a tool
+// trusted in part could not be split (the first such output named, and how many more).
 func (c *Conversation) unseenNote() string {
 	note := ""
 	if c.unseen != "" {

@@ -17,8 +17,8 @@ const codeAlphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 const (
 	codeLen = 8
-	// maxCandidates bounds the codes tried per check: of those the app gives (Options.Codes), and of
-	// those the user typed.
+	// maxCandidates bounds the codes tried per check: of those the app gives (Options.Codes), and
+	// of those the user typed.
 	maxCandidates = 8
 )
 
@@ -116,10 +116,10 @@ const (
 	numForms
 )
 
-// readCodes calls fn with every plausible reading of a code in text, in order: every run of
-// exactly 8 ASCII letters and digits, and every two runs of exactly 4 joined by one hyphen, dash or
-// space (overlapping pairs included), normalised as typedValue reads characters. The text is read in
-// NFKC (full-width forms, no-break and other spaces folded); dashes are '-', U+2010 to U+2015 and
+// readCodes calls fn with every plausible reading of a code in text, in order: every run of exactly
+// 8 ASCII letters and digits, and every two runs of exactly 4 joined by one hyphen, dash or space
+// (overlapping pairs included), normalised as typedValue reads characters. The text is read in NFKC
+// (full-width forms, no-break and other spaces folded); dashes are '-', U+2010 to U+2015 and
 // U+2212. It returns the bytes it read, for a caller that bounds its work.
 func readCodes(text string, fn func(k code, f codeForm)) int {
 	for i := 0; i < len(text); i++ {

@@ -218,9 +218,9 @@ func TestConfirmBinding(t *testing.T) {
 	r, code := held(t, analyze(t, p, first, opt), call)
 	clk.t = clk.t.Add(time.Minute)
 	whole := withReply(first, r.Notice, "Code "+code)
-	// Continued with previous_response_id: the history is the instance's record (turn 1's input items:
-	// the developer item first, then the output as shown); the body has the instructions again and
-	// the new input only.
+	// Continued with previous_response_id: the history is the instance's record (turn 1's input
+	// items: the developer item first, then the output as shown); the body has the instructions
+	// again and the new input only.
 	continued := flow.NewTranscript()
 	continued.History(true)
 	for i, tu := range first[1:] {

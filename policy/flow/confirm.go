@@ -237,8 +237,8 @@ func (c *Conversation) confirm(call Call, args gjson.Result, vs []violation) con
 	return out
 }
 
-// shadowConfirm is confirm for the record only: confirmed when a code the user gave is a valid code of the
-// call, used or not, else held; no code is spent and no notice is made.
+// shadowConfirm is confirm for the record only: confirmed when a code the user gave is a valid code
+// of the call, used or not, else held; no code is spent and no notice is made.
 func (c *Conversation) shadowConfirm(codes *callCodes, step, live int64, dec func(verdict, reason string) Decision) confirmOutcome {
 	valid := liveCodes(codes, step, live)
 	for _, k := range append(slices.Clone(c.codes), c.typedCodes()...) {
@@ -260,9 +260,9 @@ func liveCodes(codes *callCodes, step, live int64) map[code]int64 {
 	return m
 }
 
-// tryCodes releases the call when a candidate is one of its valid codes that has not been used
-// (and records it as used); otherwise it says why the candidates did not release it: a code used
-// before, one that cannot be recorded, one that has expired; nothing when none is a code of the call.
+// tryCodes releases the call when a candidate is one of its valid codes that has not been used (and
+// records it as used); otherwise it says why the candidates did not release it: a code used before,
+// one that cannot be recorded, one that has expired; nothing when none is a code of the call.
 func (c *Conversation) tryCodes(codes *callCodes, cands []code, step, live int64, now time.Time,
 	dec func(verdict, reason string) Decision) (bool, []Decision) {
 	valid := liveCodes(codes, step, live)

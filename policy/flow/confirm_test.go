@@ -336,8 +336,9 @@ func hasBigNumber(s string) bool {
 	return false
 }
 
-// TestConfirmByAppCodes: a code the app gives beside the conversation (Options.Codes) releases the call
-// without a user message that holds it, once; a code of another call, or text that is no code, does nothing.
+// TestConfirmByAppCodes: a code the app gives beside the conversation (Options.Codes) releases the
+// call without a user message that holds it, once; a code of another call, or text that is no code,
+// does nothing.
 func TestConfirmByAppCodes(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, confirmSpec)

@@ -15,7 +15,8 @@ import (
 type Segment struct {
 	Source Source
 	// Text is the segment's text: a message's text parts joined by line breaks, a tool output's
-	// strings, the context's string values. It may be empty (an image, a web search's unseen results).
+	// strings, the context's string values. It may be empty (an image, a web search's unseen
+	// results).
 	Text string
 	// Doc is a tool output's document (Output.Doc); "" for other segments.
 	Doc string
@@ -23,8 +24,8 @@ type Segment struct {
 	// counted in the history when InHistory is set; -1 for instructions, system and context.
 	Message   int
 	InHistory bool
-	// callID is the id of the call a tool output answers ("" for other segments): LabelServers finds the
-	// outputs of calls an MCP server ran by it.
+	// callID is the id of the call a tool output answers ("" for other segments): LabelServers
+	// finds the outputs of calls an MCP server ran by it.
 	callID string
 }
 
@@ -45,29 +46,30 @@ type Options struct {
 	// Context are untrusted texts gathered for the request outside its messages: promptgate.context
 	// (JSONText of it, keys included) and the plugins' answers.
 	Context []string
-	// Conversation is the id that binds confirmation codes to the conversation (X-Promptgate-Conversation,
-	// else promptgate.conversation). "" binds them to a digest of the first user message; with unseen
-	// history and no id, calls cannot be confirmed.
+	// Conversation is the id that binds confirmation codes to the conversation
+	// (X-Promptgate-Conversation, else promptgate.conversation). "" binds them to a digest of the
+	// first user message; with unseen history and no id, calls cannot be confirmed.
 	Conversation string
 	// Confirmer issues and verifies confirmation codes; nil blocks every call that needs one.
 	Confirmer *Confirmer
-	// Violations remembers the conversations in which a call broke a provenance, scan or flow rule, for
-	// flow rules with after ["violation"]; nil remembers nothing beyond the request.
+	// Violations remembers the conversations in which a call broke a provenance, scan or flow rule,
+	// for flow rules with after ["violation"]; nil remembers nothing beyond the request.
 	Violations *Violations
-	// User is the end user the request is for (X-Promptgate-User, promptgate.user), "" when not known: without
-	// a conversation id, the memory of caught conversations tells conversations apart by it and by their
-	// first user message.
+	// User is the end user the request is for (X-Promptgate-User, promptgate.user), "" when not
+	// known: without a conversation id, the memory of caught conversations tells conversations
+	// apart by it and by their first user message.
 	User string
-	// Lists are operator lists the request brings beside the protocol's (list:NAME): what context sources
-	// the operator marked as lists answered. Never anything the client sends.
+	// Lists are operator lists the request brings beside the protocol's (list:NAME): what context
+	// sources the operator marked as lists answered. Never anything the client sends.
 	Lists map[string][]string
-	// Codes are confirmation codes the app gives for this request beside the conversation (the proxy's
-	// X-Promptgate-Confirm header, for apps with a button): each counts as a user's reply to its notice.
-	// Text that is not a code is ignored; at most maxCandidates are read.
+	// Codes are confirmation codes the app gives for this request beside the conversation (the
+	// proxy's X-Promptgate-Confirm header, for apps with a button): each counts as a user's reply
+	// to its notice. Text that is not a code is ignored; at most maxCandidates are read.
 	Codes []string
-	// Shadow judges the conversation for the record only (a shadow version's rules): Check spends no
-	// confirmation code and writes nothing to Violations. A call whose rules ask for confirmation is
-	// confirmed when a code the user gave is one of its valid codes (used or not), else held.
+	// Shadow judges the conversation for the record only (a shadow version's rules): Check spends
+	// no confirmation code and writes nothing to Violations. A call whose rules ask for
+	// confirmation is confirmed when a code the user gave is one of its valid codes (used or not),
+	// else held.
 	Shadow bool
 }
 
@@ -83,8 +85,8 @@ type Conversation struct {
 	unsplit   []string
 	binding   string
 	confirmer *Confirmer
-	// violations remembers caught conversations across requests; caught says why this one is ("" when
-	// it is not), from the memory or from a call of this request.
+	// violations remembers caught conversations across requests; caught says why this one is (""
+	// when it is not), from the memory or from a call of this request.
 	violations *Violations
 	memKey     string // the conversation's key in violations: the binding, with the user where it is a digest
 	caught     string
@@ -119,8 +121,8 @@ func (c *Conversation) Unseen() string { return c.unseen }
 // Trusted reports whether segment i is a trusted source under the policy.
 func (c *Conversation) Trusted(i int) bool { return c.trusted[i] }
 
-// Analyze reads the conversation of a transcript (a surface's reading of a request body), the context
-// texts and the confirmation codes the app gave, for Check to judge calls against.
+// Analyze reads the conversation of a transcript (a surface's reading of a request body), the
+// context texts and the confirmation codes the app gave, for Check to judge calls against.
 func (p *Policy) Analyze(t *Transcript, opt Options) (*Conversation, error) {
 	if t == nil {
 		return nil, errors.New("flow: analyze: no transcript")
@@ -150,9 +152,10 @@ func (p *Policy) Analyze(t *Transcript, opt Options) (*Conversation, error) {
 }
 
 // bind chooses the id that binds confirmation codes to the conversation: the client's conversation
-// id, else a digest of the text of its first user message that has text. The app's messages are left
-// out: where they stand differs between the turns of one conversation (a Responses continuation's
-// replayed history puts a developer item before the instructions the client sends again).
+// id, else a digest of the text of its first user message that has text. The app's messages are
+// left out: where they stand differs between the turns of one conversation (a Responses
+// continuation's replayed history puts a developer item before the instructions the client sends
+// again).
 func (c *Conversation) bind(explicit string) string {
 	switch {
 	case explicit != "":
@@ -171,9 +174,10 @@ func (c *Conversation) bind(explicit string) string {
 	return "u:" + hex.EncodeToString(sum[:16])
 }
 
-// splitOutputs returns the segments with each output of a tool trusted in part (toolOutputs.trustedPaths) split
-// in two: the values at its trusted paths, and the rest, untrusted. An output that cannot be split stays
-// whole and untrusted, and the conversation notes why (for the reasons of the rules it then fails).
+// splitOutputs returns the segments with each output of a tool trusted in part
+// (toolOutputs.trustedPaths) split in two: the values at its trusted paths, and the rest,
+// untrusted. An output that cannot be split stays whole and untrusted, and the conversation notes
+// why (for the reasons of the rules it then fails).
 func (c *Conversation) splitOutputs(segs []Segment) []Segment {
 	var out []Segment // nil until an output is split, then a copy
 	for i, seg := range segs {

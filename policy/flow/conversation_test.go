@@ -8,9 +8,9 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// TestTranscriptSources: a transcript labels each part by its source, matches outputs to their calls by id
-// (an unknown or shared id is tool:?), legacy outputs by name, MCP outputs by server, and trust follows the
-// policy's toolOutputs.
+// TestTranscriptSources: a transcript labels each part by its source, matches outputs to their
+// calls by id (an unknown or shared id is tool:?), legacy outputs by name, MCP outputs by server,
+// and trust follows the policy's toolOutputs.
 func TestTranscriptSources(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, `{"toolOutputs":{"trusted":["list_*","mcp:crm"]}}`)
@@ -44,8 +44,8 @@ func TestTranscriptSources(t *testing.T) {
 	}
 }
 
-// TestTranscriptHistory: parts added while History is on are marked, and an unseen history is reported with
-// its first reason.
+// TestTranscriptHistory: parts added while History is on are marked, and an unseen history is
+// reported with its first reason.
 func TestTranscriptHistory(t *testing.T) {
 	t.Parallel()
 	tr := flow.NewTranscript()
@@ -76,8 +76,8 @@ func TestTranscriptHistory(t *testing.T) {
 	}
 }
 
-// TestSourcePatternsMCP: mcp:SERVER in from, not.from and after lists; a bare "mcp" in toolOutputs.trusted
-// trusts no MCP server.
+// TestSourcePatternsMCP: mcp:SERVER in from, not.from and after lists; a bare "mcp" in
+// toolOutputs.trusted trusts no MCP server.
 func TestSourcePatternsMCP(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, `{"toolOutputs":{"trusted":["mcp","*"]},"provenance":[

@@ -11,9 +11,9 @@ import (
 )
 
 // TestImportsOnlyDownward keeps policy/flow and policy/flow/scan below the proxy and policy: they
-// import the standard library, gjson, yaml.v3 (documents of outputs trusted in part), x/net, x/text's norm,
-// the WHATWG URL parser (scan: the host a browser opens), policy/vet, policy/jsoncheck and each other
-// (flow -> scan), and nothing else of this module.
+// import the standard library, gjson, yaml.v3 (documents of outputs trusted in part), x/net,
+// x/text's norm, the WHATWG URL parser (scan: the host a browser opens), policy/vet,
+// policy/jsoncheck and each other (flow -> scan), and nothing else of this module.
 func TestImportsOnlyDownward(t *testing.T) {
 	t.Parallel()
 	allowed := map[string][]string{

@@ -69,8 +69,8 @@ type Summary struct {
 	Sources []SourceInfo `json:"sources"`
 	// Unseen says why part of the history is not visible; "" when all of it is.
 	Unseen string `json:"unseen,omitempty"`
-	// UntrustedWhole says, for each output of a tool trusted in part that could not be split, why it is
-	// untrusted whole.
+	// UntrustedWhole says, for each output of a tool trusted in part that could not be split, why
+	// it is untrusted whole.
 	UntrustedWhole []string `json:"untrustedWhole,omitempty"`
 	// Calls counts the calls already in the conversation per tool.
 	Calls map[string]int `json:"calls"`

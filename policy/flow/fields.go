@@ -14,11 +14,13 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// Trust per field: toolOutputs.trustedPaths trusts parts of a tool's output, given by gjson paths into the
-// document the tool returned, read as JSON or else as YAML. A transfer's recipient and amount are the bank's,
-// its subject whoever sent the money: trusting the tool would trust the subject too.
+// Trust per field: toolOutputs.trustedPaths trusts parts of a tool's output, given by gjson paths
+// into the document the tool returned, read as JSON or else as YAML. A transfer's recipient and
+// amount are the bank's, its subject whoever sent the money: trusting the tool would trust the
+// subject too.
 
-// trustLevel is the trust that one spec (the protocol's, or a workflow's that sets toolOutputs) gives.
+// trustLevel is the trust that one spec (the protocol's, or a workflow's that sets toolOutputs)
+// gives.
 type trustLevel struct {
 	globs []string            // outputs trusted whole
 	paths map[string][]string // outputs trusted in part: glob -> paths
@@ -30,8 +32,9 @@ type outputTrust struct {
 	paths []string // the trusted parts, when not whole; none: untrusted
 }
 
-// trustOf says how the output of name is trusted: whole when every level trusts it whole, in part when
-// every level trusts it whole or in part (the paths every level that gives paths agrees on), else not.
+// trustOf says how the output of name is trusted: whole when every level trusts it whole, in part
+// when every level trusts it whole or in part (the paths every level that gives paths agrees on),
+// else not.
 func (p *Policy) trustOf(name string, mcp bool) outputTrust {
 	if name == "" || len(p.trust) == 0 {
 		return outputTrust{}
@@ -113,8 +116,8 @@ func (p *problems) compileTrust(t ToolOutputs) trustLevel {
 	return trustLevel{globs: t.Trusted, paths: t.TrustedPaths}
 }
 
-// checkOutputGlob reports a trusted output's name that is empty or malformed: a tool name or glob, or
-// mcp:SERVER.
+// checkOutputGlob reports a trusted output's name that is empty or malformed: a tool name or glob,
+// or mcp:SERVER.
 func (p *problems) checkOutputGlob(field, g string) {
 	if s, ok := strings.CutPrefix(g, "mcp:"); ok && s == "" {
 		p.add(field, "names no MCP server: write mcp:SERVER_LABEL or mcp:GLOB")
@@ -138,9 +141,9 @@ type split struct {
 	problem string   // why the output is untrusted as a whole ("" when it was split)
 }
 
-// splitOutput reads doc as JSON, else as YAML, and takes the values at paths as trusted and the rest as
-// untrusted. A document that is neither, or a path that finds nothing in it, leaves the whole output
-// untrusted, with the problem named (no part of the document in it).
+// splitOutput reads doc as JSON, else as YAML, and takes the values at paths as trusted and the
+// rest as untrusted. A document that is neither, or a path that finds nothing in it, leaves the
+// whole output untrusted, with the problem named (no part of the document in it).
 func splitOutput(doc string, paths []string) split {
 	js, problem := documentJSON(doc)
 	if problem != "" {
@@ -170,7 +173,8 @@ func splitOutput(doc string, paths []string) split {
 	return out
 }
 
-// restText writes the keys, strings and numbers of v that lie outside the trusted spans, a line each.
+// restText writes the keys, strings and numbers of v that lie outside the trusted spans, a line
+// each.
 func restText(b *strings.Builder, v gjson.Result, spans [][2]int, depth int) {
 	for _, s := range spans {
 		if v.Index >= s[0] && v.Index+len(v.Raw) <= s[1] && len(v.Raw) > 0 {
@@ -203,8 +207,9 @@ func restText(b *strings.Builder, v gjson.Result, spans [][2]int, depth int) {
 	}
 }
 
-// documentJSON is doc as JSON text: doc itself when it is one JSON value, else its YAML read into JSON
-// (scalars as strings, numbers as numbers, mapping keys as strings); problem says why it is neither.
+// documentJSON is doc as JSON text: doc itself when it is one JSON value, else its YAML read into
+// JSON (scalars as strings, numbers as numbers, mapping keys as strings); problem says why it is
+// neither.
 func documentJSON(doc string) (js, problem string) {
 	t := strings.TrimSpace(doc)
 	if t == "" {
@@ -238,8 +243,8 @@ func documentJSON(doc string) (js, problem string) {
 	return b.String(), ""
 }
 
-// yamlJSON writes a YAML node as JSON; false when it nests deeper than maxFieldDepth or expands (aliases
-// included) to more than the budget of nodes.
+// yamlJSON writes a YAML node as JSON; false when it nests deeper than maxFieldDepth or expands
+// (aliases included) to more than the budget of nodes.
 func yamlJSON(b *bytes.Buffer, n *yaml.Node, depth int, budget *int) bool {
 	*budget--
 	if *budget < 0 || depth > maxFieldDepth {

@@ -126,7 +126,8 @@ func (ix *index) items() {
 	})
 }
 
-// urlForms builds the map of the links' forms for match "url" (only a rule with match "url" needs them).
+// urlForms builds the map of the links' forms for match "url" (only a rule with match "url" needs
+// them).
 func (ix *index) urlForms() {
 	ix.urlsOnce.Do(func() {
 		ix.urls = map[string]uint64{}
@@ -211,7 +212,8 @@ func (c *Conversation) coverMask(ix *index, pats []srcPattern, all bool) uint64 
 	for i, l := range ix.labels {
 		hit := false
 		for _, p := range pats {
-			// The rest of an output trusted in part is never an allowed source, whatever names its tool.
+			// The rest of an output trusted in part is never an allowed source, whatever names its
+			// tool.
 			if p.matches(l, c.p.trustedSource(l)) && !(all && l.Part == PartRest) {
 				hit = true
 				break
@@ -635,7 +637,8 @@ func isIBANValue(s string) bool {
 	return ok
 }
 
-// lookup returns the sources where a normalised value occurs: the conversation's and the operator's lists.
+// lookup returns the sources where a normalised value occurs: the conversation's and the operator's
+// lists.
 func (ix *index) lookup(kind valueKind, key string, words []string) uint64 {
 	m := ix.lookupOwn(kind, key, words)
 	for _, l := range ix.lists {

@@ -11,44 +11,46 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// Learn mode: where each argument value of a call occurred in the conversation (the sources provenance
-// reads, and for a tool's output the field that held it), and what the scanners find in it — read with the
-// same index and the same normalisation as the provenance and scan rules, so that a rule proposed from what
-// was learned judges the values as they were learned.
+// Learn mode: where each argument value of a call occurred in the conversation (the sources
+// provenance reads, and for a tool's output the field that held it), and what the scanners find in
+// it — read with the same index and the same normalisation as the provenance and scan rules, so
+// that a rule proposed from what was learned judges the values as they were learned.
 
 // Learn limits.
 const (
 	// MaxLearnedValues bounds the argument values of one call that Origins reads.
 	MaxLearnedValues = 64
-	// maxFieldLabels bounds the fields of one tool's outputs told apart; values of the others have no field.
+	// maxFieldLabels bounds the fields of one tool's outputs told apart; values of the others have
+	// no field.
 	maxFieldLabels = overflowBit
 )
 
 // Origin is where one argument value of a call occurred, never the value itself.
 type Origin struct {
-	// Path is the value's path in the arguments as a gjson path, "#" for each element of an array; Keys are
-	// its object keys in order (the caller decides which it may keep).
+	// Path is the value's path in the arguments as a gjson path, "#" for each element of an array;
+	// Keys are its object keys in order (the caller decides which it may keep).
 	Path string
 	Keys []string
-	// Kind is how a provenance rule with as "auto" reads the value: email, url, iban, id or text; "number"
-	// for a number (read as an id); "" for a value no rule reads (true, false, null, an empty string).
+	// Kind is how a provenance rule with as "auto" reads the value: email, url, iban, id or text;
+	// "number" for a number (read as an id); "" for a value no rule reads (true, false, null, an
+	// empty string).
 	Kind string
-	// Sources are where the value occurs: user, app, context, list:NAME, tool:NAME, mcp:SERVER or tool:?;
-	// empty when nowhere.
+	// Sources are where the value occurs: user, app, context, list:NAME, tool:NAME, mcp:SERVER or
+	// tool:?; empty when nowhere.
 	Sources []Seen
 	// Items are what the scanners find in a string value.
 	Items []Found
 }
 
-// Seen is one source of a value: its label and, for a tool's or an MCP server's output that is a JSON or
-// YAML document, the path of the field that holds it ("#.iban"; "" when not known).
+// Seen is one source of a value: its label and, for a tool's or an MCP server's output that is a
+// JSON or YAML document, the path of the field that holds it ("#.iban"; "" when not known).
 type Seen struct {
 	Source string
 	Field  string
 }
 
-// Found is one item the scanners find in a value: the host of a link (in every reading), the domain of an
-// address, or the country of an IBAN.
+// Found is one item the scanners find in a value: the host of a link (in every reading), the domain
+// of an address, or the country of an IBAN.
 type Found struct {
 	// Kind is "host", "domain" or "iban_country".
 	Kind string
@@ -62,8 +64,9 @@ const (
 	FoundCountry = "iban_country"
 )
 
-// Learning returns a policy that reads a conversation for learn mode: every source indexed, the operator
-// lists of p (nil: none) kept, no tool output trusted or split. Its conversations judge no call.
+// Learning returns a policy that reads a conversation for learn mode: every source indexed, the
+// operator lists of p (nil: none) kept, no tool output trusted or split. Its conversations judge no
+// call.
 func (p *Policy) Learning() *Policy {
 	lp := &Policy{ttl: DefaultConfirmTTL, rounds: DefaultContinueRounds, indexed: []srcPattern{
 		{kind: patUser}, {kind: patApp}, {kind: patContext}, {kind: patUnknownTool}, {kind: patTrusted},
@@ -75,9 +78,9 @@ func (p *Policy) Learning() *Policy {
 	return lp
 }
 
-// Origins reads the values of a call's arguments (a JSON object): where each occurred in the conversation,
-// and what the scanners find in it; at most MaxLearnedValues values, depth first. It is safe for concurrent
-// use; arguments that are not a JSON object give none.
+// Origins reads the values of a call's arguments (a JSON object): where each occurred in the
+// conversation, and what the scanners find in it; at most MaxLearnedValues values, depth first. It
+// is safe for concurrent use; arguments that are not a JSON object give none.
 func (c *Conversation) Origins(args []byte) []Origin {
 	root := gjson.ParseBytes(args)
 	if !gjson.ValidBytes(args) || !root.IsObject() {
@@ -199,8 +202,8 @@ type fieldIndexes struct {
 	m  map[Source]*index
 }
 
-// fieldOf is the field of the outputs of source src where the value occurs: the path of the first field,
-// in document order, that holds it; "" when none does or the outputs are not documents.
+// fieldOf is the field of the outputs of source src where the value occurs: the path of the first
+// field, in document order, that holds it; "" when none does or the outputs are not documents.
 func (c *Conversation) fieldOf(src Source, vk valueKind, keys, words []string) string {
 	ix := c.fieldIndex(src)
 	if ix == nil {
@@ -223,9 +226,9 @@ func (c *Conversation) fieldOf(src Source, vk valueKind, keys, words []string) s
 	return ""
 }
 
-// fieldIndex indexes the fields of every output of src in the conversation: one segment per string or
-// number of its document, labelled by the field's path ('#' for each element), keys of more than plain
-// letters, digits, '_' and '-' left out. Made once per source.
+// fieldIndex indexes the fields of every output of src in the conversation: one segment per string
+// or number of its document, labelled by the field's path ('#' for each element), keys of more than
+// plain letters, digits, '_' and '-' left out. Made once per source.
 func (c *Conversation) fieldIndex(src Source) *index {
 	c.fields.mu.Lock()
 	defer c.fields.mu.Unlock()
@@ -291,8 +294,8 @@ func leaves(v gjson.Result, path string, depth int, fn func(path, text string)) 
 	}
 }
 
-// PlainKey reports whether an object key is 1 to 64 letters, digits, '_' and '-': a name that learn mode
-// may keep in a path, and that needs no escaping in a gjson path.
+// PlainKey reports whether an object key is 1 to 64 letters, digits, '_' and '-': a name that learn
+// mode may keep in a path, and that needs no escaping in a gjson path.
 func PlainKey(k string) bool {
 	if k == "" || len(k) > 64 {
 		return false
@@ -329,8 +332,8 @@ func escapeKey(k string) string {
 	return b.String()
 }
 
-// HistoryCount is how many calls of tool the conversation made before this request (a tool's calls per
-// conversation, for learn mode's budgets).
+// HistoryCount is how many calls of tool the conversation made before this request (a tool's calls
+// per conversation, for learn mode's budgets).
 func (c *Conversation) HistoryCount(tool string) int {
 	n := 0
 	for _, h := range c.calls {
@@ -341,7 +344,7 @@ func (c *Conversation) HistoryCount(tool string) int {
 	return n
 }
 
-// Key is the id that tells the conversation apart from others (the client's conversation id, else a digest
-// of its first user message, bound to the user): "" when it cannot be told (part of its history unseen and
-// no id). It holds no message text.
+// Key is the id that tells the conversation apart from others (the client's conversation id, else a
+// digest of its first user message, bound to the user): "" when it cannot be told (part of its
+// history unseen and no id). It holds no message text.
 func (c *Conversation) Key() string { return c.memKey }

@@ -11,9 +11,9 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// TestOriginsSayWhereEachValueOccurred: learn mode reads each argument value as a provenance rule with as
-// "auto" does, and names every source it occurs in (a tool's output with the field that held it), and what
-// the scanners find in it; never the value.
+// TestOriginsSayWhereEachValueOccurred: learn mode reads each argument value as a provenance rule
+// with as "auto" does, and names every source it occurs in (a tool's output with the field that
+// held it), and what the scanners find in it; never the value.
 func TestOriginsSayWhereEachValueOccurred(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, `{"sources":{"known_payees":["FR14 2004 1010 0505 0001 3M02 606"]}}`).Learning()
@@ -59,7 +59,8 @@ func TestOriginsSayWhereEachValueOccurred(t *testing.T) {
 		}
 	}
 	for path := range got {
-		// The path reads the value back as a rule's path would (vet.Walk: gjson, '#' for each element).
+		// The path reads the value back as a rule's path would (vet.Walk: gjson, '#' for each
+		// element).
 		n := 0
 		vet.Walk(gjson.ParseBytes(call), path, func(_ gjson.Result, found bool) bool {
 			if found {

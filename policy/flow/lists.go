@@ -6,11 +6,11 @@ import (
 )
 
 // Operator lists (toolCalls.sources): "on the list or typed by the user" as one rule, from ["user",
-// "list:known_payees"]. A list is trusted. Its entries are indexed once, when the policy compiles, so a large
-// list costs a lookup per value, not a scan per request.
+// "list:known_payees"]. A list is trusted. Its entries are indexed once, when the policy compiles,
+// so a large list costs a lookup per value, not a scan per request.
 
-// compiledList is one operator list with its entries indexed, each entry as a text of its own (a text value
-// never matches across two entries).
+// compiledList is one operator list with its entries indexed, each entry as a text of its own (a
+// text value never matches across two entries).
 type compiledList struct {
 	name string
 	ix   *index
@@ -19,8 +19,8 @@ type compiledList struct {
 // maxListEntry bounds one entry of a list, in bytes.
 const maxListEntry = 4096
 
-// compileLists checks and indexes a spec's lists, appended to those of the specs before it. A workflow may
-// add lists but not change those of its base.
+// compileLists checks and indexes a spec's lists, appended to those of the specs before it. A
+// workflow may add lists but not change those of its base.
 func (p *problems) compileLists(have []*compiledList, lists map[string][]string, workflow bool) []*compiledList {
 	names := make([]string, 0, len(lists))
 	for n := range lists {
@@ -72,8 +72,8 @@ func compileList(name string, entries []string) *compiledList {
 	return &compiledList{name: name, ix: ix}
 }
 
-// listSegments are the lists a request brings beside the protocol's (from context sources the operator
-// marked as lists), one segment per entry.
+// listSegments are the lists a request brings beside the protocol's (from context sources the
+// operator marked as lists), one segment per entry.
 func listSegments(lists map[string][]string) []Segment {
 	names := make([]string, 0, len(lists))
 	for n := range lists {

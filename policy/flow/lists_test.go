@@ -15,8 +15,9 @@ const listSpec = `{"sources":{"known_payees":["DE89 3704 0044 0532 0130 00","FR1
     {"id":"hotel","tool":"book","path":"hotel","as":"text","from":["list:hotels"]},
     {"id":"partner","tool":"mail","path":"to","as":"email","from":["list:partners"]}]}`
 
-// TestOperatorLists: "on the list or typed by the user" is one rule; a list is trusted; a text value never
-// matches across two entries; a list a context source brings (Options.Lists) counts as the protocol's does.
+// TestOperatorLists: "on the list or typed by the user" is one rule; a list is trusted; a text
+// value never matches across two entries; a list a context source brings (Options.Lists) counts as
+// the protocol's does.
 func TestOperatorLists(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, listSpec)
@@ -77,9 +78,9 @@ func TestOperatorListsValidation(t *testing.T) {
 	}
 }
 
-// BenchmarkOperatorList measures one provenance check against a list of 1,000 and of 100,000 IBANs, beside the
-// same check against the user's message alone: the list is indexed when the policy compiles, so a check
-// costs a lookup whatever the list's size.
+// BenchmarkOperatorList measures one provenance check against a list of 1,000 and of 100,000 IBANs,
+// beside the same check against the user's message alone: the list is indexed when the policy
+// compiles, so a check costs a lookup whatever the list's size.
 func BenchmarkOperatorList(b *testing.B) {
 	turns := []turn{{User: "pay the invoice"}}
 	args := []byte(`{"recipient":"DE89370400440532013000"}`)

@@ -8,10 +8,11 @@ const NoticeMarker = "[promptgate] held tool call "
 // HiddenCode stands in for a confirmation code in what the model is shown.
 const HiddenCode = "[code hidden]"
 
-// MaskCodes replaces the confirmation codes in the notices of held calls within an assistant text (what the
-// client sends back as the model's earlier turn) by HiddenCode: a code is the user's decision, and a model
-// that saw it could write a notice of its own that asks the user to confirm another call with it. It
-// reports whether it changed anything. Text outside a notice is left as it is.
+// MaskCodes replaces the confirmation codes in the notices of held calls within an assistant text
+// (what the client sends back as the model's earlier turn) by HiddenCode: a code is the user's
+// decision, and a model that saw it could write a notice of its own that asks the user to confirm
+// another call with it. It reports whether it changed anything. Text outside a notice is left as it
+// is.
 func MaskCodes(text string) (string, bool) {
 	if !strings.Contains(text, NoticeMarker) {
 		return text, false
@@ -44,8 +45,8 @@ func MaskCodes(text string) (string, bool) {
 	return b.String(), true
 }
 
-// maskLine replaces every code-shaped token of a notice (XXXX-XXXX in the code alphabet, letters in any
-// case) by HiddenCode.
+// maskLine replaces every code-shaped token of a notice (XXXX-XXXX in the code alphabet, letters in
+// any case) by HiddenCode.
 func maskLine(line string) (string, bool) {
 	var b strings.Builder
 	changed := false

@@ -8,10 +8,10 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// textMemo keeps what an index reads of each text of one transcript — the keys of the items the scanners
-// find, the id tokens, the words — so that the conversations read from that transcript (the protocol's, a
-// version's in shadow, learn mode's) read each text once. A nil memo keeps nothing. It is safe for
-// concurrent use.
+// textMemo keeps what an index reads of each text of one transcript — the keys of the items the
+// scanners find, the id tokens, the words — so that the conversations read from that transcript
+// (the protocol's, a version's in shadow, learn mode's) read each text once. A nil memo keeps
+// nothing. It is safe for concurrent use.
 type textMemo struct {
 	mu    sync.Mutex
 	items map[string]*textItems
@@ -19,8 +19,8 @@ type textMemo struct {
 	words map[string][]string
 }
 
-// textItems are the normalised keys of the items found in one text; the URLs' forms for match "url" are
-// made when a lookup first needs them (urlKeys).
+// textItems are the normalised keys of the items found in one text; the URLs' forms for match "url"
+// are made when a lookup first needs them (urlKeys).
 type textItems struct {
 	text                 string
 	found                []scan.Item
@@ -65,7 +65,8 @@ func (m *textMemo) itemsOf(text string) *textItems {
 	return it
 }
 
-// findItems scans text: every host a link's readings give, every address and its domain, every IBAN.
+// findItems scans text: every host a link's readings give, every address and its domain, every
+// IBAN.
 func findItems(text string) *textItems {
 	out := &textItems{text: text, found: scan.Find(text, scan.All)}
 	for _, it := range out.found {

@@ -33,9 +33,10 @@ func (c *Conversation) notice(tool string, args gjson.Result, vs []violation, k 
 	return question(tool, args, vs) + " To run it once, reply with the code " + k.display() + " (valid for " + ttlText(c.p.ttl) + ")."
 }
 
-// question names the held call: the tool, the first rule's reason, the key arguments of the rules that
-// hold it (values quoted with Go escapes and cut short, so no line break or control character gets
-// through), and every value that broke a rule (whole; those the key arguments do not already show whole).
+// question names the held call: the tool, the first rule's reason, the key arguments of the rules
+// that hold it (values quoted with Go escapes and cut short, so no line break or control character
+// gets through), and every value that broke a rule (whole; those the key arguments do not already
+// show whole).
 func question(tool string, args gjson.Result, vs []violation) string {
 	var b strings.Builder
 	b.WriteString("[promptgate] held tool call ")
@@ -81,8 +82,8 @@ func question(tool string, args gjson.Result, vs []violation) string {
 }
 
 // writeBroken adds the values that broke the rules, each once, named as the reasons name them,
-// leaving out those the key arguments show whole already:
-// ` Values that broke the rule: to (value 4)="eve@evil.example".` unshowable has checked that they fit.
+// leaving out those the key arguments show whole already: ` Values that broke the rule: to (value
+// 4)="eve@evil.example".` unshowable has checked that they fit.
 func writeBroken(b *strings.Builder, args gjson.Result, keys []string, vs []violation) {
 	whole := map[string]bool{} // name and text of each key argument value shown whole
 	for _, k := range keys {
@@ -260,9 +261,10 @@ func RefusalText(tool, reason string) string {
 		"or tell the user what could not be done."
 }
 
-// HoldText is the tool result promptgate gives the model for a call it holds for the user's confirmation
-// (onViolation "continue"): it names the tool and says the call waits for the user, without the code (the
-// user's decision, which no model may see), and asks the model to go on with the rest of the request.
+// HoldText is the tool result promptgate gives the model for a call it holds for the user's
+// confirmation (onViolation "continue"): it names the tool and says the call waits for the user,
+// without the code (the user's decision, which no model may see), and asks the model to go on with
+// the rest of the request.
 func HoldText(tool string) string {
 	return "[promptgate] The call of tool " + vet.DisplayName(tool) + " is waiting for the user's confirmation and " +
 		"was not run; the user has been asked. Do not make it again now. Go on with the rest of the user's request, " +

@@ -70,9 +70,10 @@ func TestNoticeShowsBrokenValues(t *testing.T) {
 	}
 }
 
-// TestNoticeBoundBlocks: values that broke a rule asking for confirmation are shown up to 16, each up
-// to 256 characters; a call whose values do not fit, or one that is an object, is blocked (a user
-// cannot confirm what a notice cannot show), with a reason that names the rule and quotes no value.
+// TestNoticeBoundBlocks: values that broke a rule asking for confirmation are shown up to 16, each
+// up to 256 characters; a call whose values do not fit, or one that is an object, is blocked (a
+// user cannot confirm what a notice cannot show), with a reason that names the rule and quotes no
+// value.
 func TestNoticeBoundBlocks(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, noticeSpec)

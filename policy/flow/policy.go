@@ -29,7 +29,8 @@ type Policy struct {
 	// trust is the toolOutputs of the protocol, then of each workflow that sets them; an output is
 	// trusted as far as every level trusts it (trustOf).
 	trust []trustLevel
-	// kinds hold the rules of each kind of ruleKinds, in its order: the protocol's, then each workflow's.
+	// kinds hold the rules of each kind of ruleKinds, in its order: the protocol's, then each
+	// workflow's.
 	kinds  []kindRules
 	ttl    time.Duration
 	rounds int

@@ -5,11 +5,12 @@ import (
 	"time"
 )
 
-// A conversation that remembers: once a call of a conversation was refused or held by a provenance, scan
-// or flow rule, a flow rule with after ["violation"] applies to the rest of it — typically blocking or
-// holding every write, since an injected model tries the attacker's next step after a refusal. The client's
-// next request does not carry promptgate's own rounds, so the fact is kept per instance, keyed as
-// confirmation codes are bound (the conversation id, else the digest of the first user message).
+// A conversation that remembers: once a call of a conversation was refused or held by a provenance,
+// scan or flow rule, a flow rule with after ["violation"] applies to the rest of it — typically
+// blocking or holding every write, since an injected model tries the attacker's next step after a
+// refusal. The client's next request does not carry promptgate's own rounds, so the fact is kept
+// per instance, keyed as confirmation codes are bound (the conversation id, else the digest of the
+// first user message).
 
 // DefaultViolationTTL is how long a conversation is remembered as caught.
 const DefaultViolationTTL = 24 * time.Hour
@@ -17,8 +18,8 @@ const DefaultViolationTTL = 24 * time.Hour
 // DefaultViolations is the capacity of a Violations made with a size of 0.
 const DefaultViolations = 100000
 
-// Violations remembers the conversations in which a call broke a provenance, scan or flow rule. It is
-// bounded: when full, the entry closest to expiry is forgotten first. Safe for concurrent use.
+// Violations remembers the conversations in which a call broke a provenance, scan or flow rule. It
+// is bounded: when full, the entry closest to expiry is forgotten first. Safe for concurrent use.
 type Violations struct {
 	mu  sync.Mutex
 	max int
@@ -27,8 +28,8 @@ type Violations struct {
 	now func() time.Time
 }
 
-// NewViolations returns an empty memory for at most max conversations (0: DefaultViolations), each kept
-// for ttl (0: DefaultViolationTTL); now nil is time.Now.
+// NewViolations returns an empty memory for at most max conversations (0: DefaultViolations), each
+// kept for ttl (0: DefaultViolationTTL); now nil is time.Now.
 func NewViolations(max int, ttl time.Duration, now func() time.Time) *Violations {
 	if max <= 0 {
 		max = DefaultViolations
@@ -103,8 +104,8 @@ func (c *Conversation) caughtReason() string {
 	return ""
 }
 
-// noteViolation records that a call of this conversation broke a provenance, scan or flow rule (blocked or
-// held): later calls of the conversation, in this request and the next, see it.
+// noteViolation records that a call of this conversation broke a provenance, scan or flow rule
+// (blocked or held): later calls of the conversation, in this request and the next, see it.
 func (c *Conversation) noteViolation(res Result) {
 	if res.Verdict != VerdictBlocked && res.Verdict != VerdictHeld {
 		return

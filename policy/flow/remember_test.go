@@ -12,8 +12,9 @@ const rememberSpec = `{"provenance":[{"id":"payee","tool":"send_money","path":"r
   "flows":[{"id":"caught","after":["violation"],"tools":["send_*","delete_*"]}]}`
 
 // TestConversationRemembers: once a call is refused by a provenance rule, a flow rule with after
-// ["violation"] refuses the writes of the rest of the conversation — later calls of the same answer, and of
-// the next request of that conversation (the memory) — and nothing of another conversation.
+// ["violation"] refuses the writes of the rest of the conversation — later calls of the same
+// answer, and of the next request of that conversation (the memory) — and nothing of another
+// conversation.
 func TestConversationRemembers(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, rememberSpec)
@@ -70,8 +71,8 @@ func TestConversationRemembers(t *testing.T) {
 	}
 }
 
-// TestConversationRemembersHeld: a held call counts as caught too; a confirmation still releases a call
-// whose every broken rule, the remembering one included, asks for it.
+// TestConversationRemembersHeld: a held call counts as caught too; a confirmation still releases a
+// call whose every broken rule, the remembering one included, asks for it.
 func TestConversationRemembersHeld(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, `{"provenance":[{"id":"payee","tool":"send_money","path":"recipient","as":"iban","from":["user"],"verdict":"confirm"}],

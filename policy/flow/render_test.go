@@ -42,8 +42,8 @@ func analyze(t testing.TB, p *flow.Policy, turns []turn, opt flow.Options) *flow
 	return c
 }
 
-// unseen is the transcript of a conversation that continues a history out of sight (why: previous_response_id,
-// conversation, item_reference).
+// unseen is the transcript of a conversation that continues a history out of sight (why:
+// previous_response_id, conversation, item_reference).
 func unseen(turns []turn, why string) *flow.Transcript {
 	tr := flowtest.Transcript(turns)
 	tr.SetUnseen(why)

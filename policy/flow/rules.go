@@ -9,14 +9,15 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// rule is one compiled information-flow rule, of any kind. Check, Explain and Summary go through this
-// interface only; a new kind is a type that implements it and a line in ruleKinds.
+// rule is one compiled information-flow rule, of any kind. Check, Explain and Summary go through
+// this interface only; a new kind is a type that implements it and a line in ruleKinds.
 type rule interface {
 	base() *ruleBase
 	// tools are the globs of the tools the rule applies to.
 	tools() []string
-	// check returns the decision kind and the reason the call's arguments break the rule, or "", and for
-	// a rule that asks for confirmation the values that break it. Called with the conversation's lock.
+	// check returns the decision kind and the reason the call's arguments break the rule, or "",
+	// and for a rule that asks for confirmation the values that break it. Called with the
+	// conversation's lock.
 	check(c *Conversation, args gjson.Result) (kind, why string, bad []badValue)
 	// summary describes what the rule checks, for Explain.
 	summary() string
@@ -27,7 +28,8 @@ type rule interface {
 }
 
 // ruleKind is one kind of information-flow rule: its key in a Spec (and the prefix of its rules'
-// default names), its name in explanations and summaries, and how a Spec's rules of the kind compile.
+// default names), its name in explanations and summaries, and how a Spec's rules of the kind
+// compile.
 type ruleKind struct {
 	key, name string
 	compile   func(probs *problems, s Spec, name func(i int, id string) string) []rule

@@ -13,8 +13,9 @@ import (
 	"github.com/promptgate/promptgate/policy/flow/flowtest"
 )
 
-// ruleCase is one file of testdata/rules/KIND/: a spec, a conversation in the neutral form, and the calls the
-// model then makes in order, each with the decision it must get. A new rule kind is a folder of such files.
+// ruleCase is one file of testdata/rules/KIND/: a spec, a conversation in the neutral form, and the
+// calls the model then makes in order, each with the decision it must get. A new rule kind is a
+// folder of such files.
 type ruleCase struct {
 	Description  string          `json:"description"`
 	Spec         json.RawMessage `json:"spec"`
@@ -29,8 +30,8 @@ type ruleCase struct {
 	} `json:"calls"`
 }
 
-// TestRuleCases runs every case file of testdata/rules: each call's verdict, decision kind, rule and reason,
-// and no reason quoting an argument value.
+// TestRuleCases runs every case file of testdata/rules: each call's verdict, decision kind, rule
+// and reason, and no reason quoting an argument value.
 func TestRuleCases(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob(filepath.Join("testdata", "rules", "*", "*.json"))

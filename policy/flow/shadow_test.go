@@ -7,9 +7,9 @@ import (
 	"github.com/promptgate/promptgate/policy/flow"
 )
 
-// TestShadowLeavesNoTrace: a conversation judged for the record only (a shadow version's) holds what the
-// active one would hold, confirms what a valid code of the user's confirms without spending it, and leaves
-// the memory of caught conversations as it found it.
+// TestShadowLeavesNoTrace: a conversation judged for the record only (a shadow version's) holds
+// what the active one would hold, confirms what a valid code of the user's confirms without
+// spending it, and leaves the memory of caught conversations as it found it.
 func TestShadowLeavesNoTrace(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, confirmSpec)

@@ -28,14 +28,14 @@ const (
 	// SourceMCP: the output of an MCP server's tool, labelled by the server. Untrusted unless
 	// toolOutputs.trusted names mcp:SERVER.
 	SourceMCP
-	// SourceList: a list the operator wrote (the protocol's sources, or a context source's answer the
-	// operator marked as a list), labelled by its name. Trusted.
+	// SourceList: a list the operator wrote (the protocol's sources, or a context source's answer
+	// the operator marked as a list), labelled by its name. Trusted.
 	SourceList
 )
 
 // Source labels a segment: its kind and, for a tool output, the tool's name ("" when the call the
-// output answers cannot be found: "tool:?"), for an MCP output the server's label; and, for an output
-// trusted in part (toolOutputs.trustedPaths), which part.
+// output answers cannot be found: "tool:?"), for an MCP output the server's label; and, for an
+// output trusted in part (toolOutputs.trustedPaths), which part.
 type Source struct {
 	Kind SourceKind
 	Tool string

@@ -18,8 +18,8 @@ import (
 type Spec struct {
 	// ToolOutputs says whose output is a trusted source for provenance.
 	ToolOutputs ToolOutputs `json:"toolOutputs,omitzero"`
-	// Sources are lists the operator writes, by name (list:NAME in a from list): values as the user or the
-	// app would write them, such as known payees' IBANs. They are trusted.
+	// Sources are lists the operator writes, by name (list:NAME in a from list): values as the user
+	// or the app would write them, such as known payees' IBANs. They are trusted.
 	Sources map[string][]string `json:"sources,omitempty"`
 	// Provenance rules require an argument's value to occur in the listed sources.
 	Provenance []ProvenanceRule `json:"provenance,omitempty"`
@@ -42,9 +42,10 @@ type Spec struct {
 type ToolOutputs struct {
 	// Trusted are the outputs trusted whole.
 	Trusted []string `json:"trusted,omitempty"`
-	// TrustedPaths trusts parts of outputs: for each tool (name, glob or mcp:SERVER), gjson paths into the
-	// document it returned (JSON, else YAML), e.g. {"get_transactions": ["#.recipient", "#.amount"]}. The
-	// rest of such an output is untrusted, and all of it when it does not parse or a path finds nothing.
+	// TrustedPaths trusts parts of outputs: for each tool (name, glob or mcp:SERVER), gjson paths
+	// into the document it returned (JSON, else YAML), e.g. {"get_transactions": ["#.recipient",
+	// "#.amount"]}. The rest of such an output is untrusted, and all of it when it does not parse
+	// or a path finds nothing.
 	TrustedPaths map[string][]string `json:"trustedPaths,omitempty"`
 }
 
@@ -52,7 +53,8 @@ type ToolOutputs struct {
 // with Not, not to occur in Not.From). See docs/policy.md, "Provenance".
 type ProvenanceRule struct {
 	ID string `json:"id,omitempty"`
-	// Tool is a tool name or glob ('/' is an ordinary character: a rule covers no less than it says).
+	// Tool is a tool name or glob ('/' is an ordinary character: a rule covers no less than it
+	// says).
 	Tool string `json:"tool"`
 	// Path is a gjson path into the arguments, walked as policy/vet.Walk does ("to.#" for each).
 	Path string `json:"path"`
@@ -92,10 +94,11 @@ type ScanRule struct {
 	// Hosts is a hosts list (as a vet hosts rule): every URL's host and every address's domain must
 	// match it.
 	Hosts []string `json:"hosts,omitempty"`
-	// Schemes are the allowed schemes of found URLs when Hosts or Not.Hosts is set; default http and
-	// https (a URL written without a scheme counts as https).
+	// Schemes are the allowed schemes of found URLs when Hosts or Not.Hosts is set; default http
+	// and https (a URL written without a scheme counts as https).
 	Schemes []string `json:"schemes,omitempty"`
-	// From lists the sources every found item must occur in (a URL by its host, unless Match is "url").
+	// From lists the sources every found item must occur in (a URL by its host, unless Match is
+	// "url").
 	From  []string `json:"from,omitempty"`
 	Match string   `json:"match,omitempty"`
 	// Not holds the negated checks: no host in Not.Hosts, no item from Not.From.

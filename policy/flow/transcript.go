@@ -21,22 +21,23 @@ const (
 
 // Output is a tool's output as the conversation carries it.
 type Output struct {
-	// Text is every string of the output that a reader could take a value from, joined by line breaks
-	// (JSONText of the output's value).
+	// Text is every string of the output that a reader could take a value from, joined by line
+	// breaks (JSONText of the output's value).
 	Text string
-	// Doc is the document the tool returned: a string output as it is, or the text of its text parts
-	// joined; "" when the output has no text (an image). Paths of a tool's trusted fields are read in it
-	// (as JSON, else YAML).
+	// Doc is the document the tool returned: a string output as it is, or the text of its text
+	// parts joined; "" when the output has no text (an image). Paths of a tool's trusted fields are
+	// read in it (as JSON, else YAML).
 	Doc string
-	// Server is the label of the MCP server that answered ("" for other tools): the output's source is
-	// then mcp:Server.
+	// Server is the label of the MCP server that answered ("" for other tools): the output's source
+	// is then mcp:Server.
 	Server string
 }
 
 // Transcript is a request's conversation in a form no wire format shapes: the texts, tool calls and
 // tool outputs in order, each labelled by who wrote it. A surface reads its request body into one
-// (outputs are matched to their calls by id here, the same for every surface); Policy.Analyze reads it.
-// A Transcript is built by one goroutine and then only read (but for memo, which is safe for concurrent use).
+// (outputs are matched to their calls by id here, the same for every surface); Policy.Analyze reads
+// it. A Transcript is built by one goroutine and then only read (but for memo, which is safe for
+// concurrent use).
 type Transcript struct {
 	segments  []Segment
 	calls     []HistoryCall
@@ -55,12 +56,12 @@ func NewTranscript() *Transcript {
 	return &Transcript{ids: map[string]string{}, servers: map[string]string{}, dup: map[string]bool{}, legacy: map[string]bool{}, memo: &textMemo{}}
 }
 
-// History marks the parts added next as history the body does not carry (a Responses conversation continued
-// by id, from the surface's record), or, with false, as the body's own.
+// History marks the parts added next as history the body does not carry (a Responses conversation
+// continued by id, from the surface's record), or, with false, as the body's own.
 func (t *Transcript) History(on bool) { t.inHistory = on }
 
-// SetUnseen records that part of the history is not visible, and why (previous_response_id, conversation,
-// item_reference); the first reason stays.
+// SetUnseen records that part of the history is not visible, and why (previous_response_id,
+// conversation, item_reference); the first reason stays.
 func (t *Transcript) SetUnseen(why string) {
 	if t.unseen == "" {
 		t.unseen = why
@@ -88,16 +89,16 @@ func (t *Transcript) Text(r Role, text string, msg int) {
 	t.add(Source{Kind: k}, text, msg)
 }
 
-// Attachment adds the text of an attachment of a user or app message (an image, a file, a document): the
-// runtime context's kind of source, never trusted.
+// Attachment adds the text of an attachment of a user or app message (an image, a file, a
+// document): the runtime context's kind of source, never trusted.
 func (t *Transcript) Attachment(text string, msg int) { t.add(Source{Kind: SourceContext}, text, msg) }
 
-// Untrusted adds a part the surface cannot place (an unknown role or item type): an output whose call is
-// not known.
+// Untrusted adds a part the surface cannot place (an unknown role or item type): an output whose
+// call is not known.
 func (t *Transcript) Untrusted(text string, msg int) { t.add(Source{Kind: SourceTool}, text, msg) }
 
-// Call adds a tool call with its id ("" for a built-in tool without one) and raw argument JSON text (nil
-// for a built-in tool); server is the MCP server's label for an MCP call, else "".
+// Call adds a tool call with its id ("" for a built-in tool without one) and raw argument JSON text
+// (nil for a built-in tool); server is the MCP server's label for an MCP call, else "".
 func (t *Transcript) Call(tool, id string, args []byte, server string, msg int) {
 	t.calls = append(t.calls, HistoryCall{Tool: tool, ID: id, Args: args, Message: msg, InHistory: t.inHistory})
 	if id == "" {
@@ -109,7 +110,8 @@ func (t *Transcript) Call(tool, id string, args []byte, server string, msg int) 
 	t.ids[id], t.servers[id] = tool, server
 }
 
-// LegacyCall adds a legacy function call, which has no id: its output names the function (LegacyOutput).
+// LegacyCall adds a legacy function call, which has no id: its output names the function
+// (LegacyOutput).
 func (t *Transcript) LegacyCall(tool string, args []byte, msg int) {
 	t.calls = append(t.calls, HistoryCall{Tool: tool, Args: args, Message: msg, InHistory: t.inHistory})
 	t.legacy[tool] = true
@@ -129,8 +131,8 @@ func (t *Transcript) Output(id string, out Output, msg int) {
 	t.segments[len(t.segments)-1].callID = id
 }
 
-// LegacyOutput adds the output of a legacy function call, which names its function: tool:? when no legacy
-// call of that name is in the transcript.
+// LegacyOutput adds the output of a legacy function call, which names its function: tool:? when no
+// legacy call of that name is in the transcript.
 func (t *Transcript) LegacyOutput(name string, out Output, msg int) {
 	if !t.legacy[name] {
 		name = ""
@@ -138,17 +140,17 @@ func (t *Transcript) LegacyOutput(name string, out Output, msg int) {
 	t.output(name, "", out, msg)
 }
 
-// ToolOutput adds output that a tool's own item carries (a built-in tool's results, an MCP call with its
-// output): its source is the named tool, or mcp:SERVER.
+// ToolOutput adds output that a tool's own item carries (a built-in tool's results, an MCP call
+// with its output): its source is the named tool, or mcp:SERVER.
 func (t *Transcript) ToolOutput(tool string, out Output, msg int) {
 	t.output(tool, out.Server, out, msg)
 }
 
-// LabelServers makes the outputs of calls that an MCP server ran the source mcp:SERVER: serverOf names the
-// server of a call by its tool and raw arguments ("" when no server ran it). It is how a call the model made
-// and the agent executed through promptgate's MCP door is known as that server's when its output comes
-// back. A call whose id two calls share, or whose output is already an MCP server's, is left as it is. Call
-// it once the transcript is complete.
+// LabelServers makes the outputs of calls that an MCP server ran the source mcp:SERVER: serverOf
+// names the server of a call by its tool and raw arguments ("" when no server ran it). It is how a
+// call the model made and the agent executed through promptgate's MCP door is known as that
+// server's when its output comes back. A call whose id two calls share, or whose output is already
+// an MCP server's, is left as it is. Call it once the transcript is complete.
 func (t *Transcript) LabelServers(serverOf func(tool string, args []byte) string) {
 	var label map[string]string
 	for _, c := range t.calls {
@@ -182,10 +184,10 @@ func (t *Transcript) add(src Source, text string, msg int) {
 	t.segments = append(t.segments, Segment{Source: src, Text: text, Message: msg, InHistory: t.inHistory})
 }
 
-// JSONText gathers the strings of a JSON value (a tool output, an attachment, the runtime context), joined by
-// line breaks: every string and number except identifiers, media types and binary payloads (base64 data,
-// data: URLs, encrypted content). With keys set, object keys are gathered too (the context's keys are its
-// data). Nesting deeper than 32 levels is left out.
+// JSONText gathers the strings of a JSON value (a tool output, an attachment, the runtime context),
+// joined by line breaks: every string and number except identifiers, media types and binary
+// payloads (base64 data, data: URLs, encrypted content). With keys set, object keys are gathered
+// too (the context's keys are its data). Nesting deeper than 32 levels is left out.
 func JSONText(v gjson.Result, keys bool) string {
 	var b strings.Builder
 	var walk func(v gjson.Result, depth int)

@@ -1,14 +1,15 @@
-// Package learn is promptgate's learn mode: for the tool calls of a protocol that runs in audit mode (or has
-// a version in shadow), it keeps where each argument value came from — the sources it occurred in, as
-// policy/flow reads them (user, app, context, list:NAME, tool:NAME and the field of its output, mcp:SERVER,
-// or none) — what the scanners found in it (hosts, address domains, IBAN countries), how many calls of each
-// tool a conversation made and which tools requests were offered, as counters per protocol and hour with
-// the conversations they come from. It never keeps a value: no argument value, no message text, no
-// conversation id (only a keyed digest of it). Suggest turns what was learned into a proposed protocol
-// version.
+// Package learn is promptgate's learn mode: for the tool calls of a protocol that runs in audit
+// mode (or has a version in shadow), it keeps where each argument value came from — the sources it
+// occurred in, as policy/flow reads them (user, app, context, list:NAME, tool:NAME and the field of
+// its output, mcp:SERVER, or none) — what the scanners found in it (hosts, address domains, IBAN
+// countries), how many calls of each tool a conversation made and which tools requests were
+// offered, as counters per protocol and hour with the conversations they come from. It never keeps
+// a value: no argument value, no message text, no conversation id (only a keyed digest of it).
+// Suggest turns what was learned into a proposed protocol version.
 //
-// It owns the counters, their bounded file (Store) and the proposal. It does not decide when a request is
-// learned from, read requests or answers (the proxy does), or store definitions (store/).
+// It owns the counters, their bounded file (Store) and the proposal. It does not decide when a
+// request is learned from, read requests or answers (the proxy does), or store definitions
+// (store/).
 package learn
 
 import (
@@ -43,8 +44,8 @@ const (
 	DefaultFlushEvery = 5 * time.Second
 	// DefaultQueue is how many calls may wait to be read; more are dropped (and counted).
 	DefaultQueue = 4096
-	// DefaultQueueBytes bounds the bytes the calls waiting to be read hold (their conversations); past it they
-	// are dropped (and counted).
+	// DefaultQueueBytes bounds the bytes the calls waiting to be read hold (their conversations);
+	// past it they are dropped (and counted).
 	DefaultQueueBytes = 64 << 20
 	// lockTimeout is how long Open waits for the file lock.
 	lockTimeout = time.Second
@@ -67,18 +68,18 @@ type Observation struct {
 	Conversation *flow.Conversation
 	// Args are the call's arguments (Observe copies them).
 	Args []byte
-	// Schema is the JSON Schema the client declared for the tool: only argument paths whose every key it
-	// declares are kept (a key the model made up is never stored).
+	// Schema is the JSON Schema the client declared for the tool: only argument paths whose every
+	// key it declares are kept (a key the model made up is never stored).
 	Schema []byte
-	// Declared are the names of the tools the request declared: a call of another tool is not learned,
-	// and an output of another tool counts as tool:? (such a name is the model's text: it may hold
-	// anything the conversation does).
+	// Declared are the names of the tools the request declared: a call of another tool is not
+	// learned, and an output of another tool counts as tool:? (such a name is the model's text: it
+	// may hold anything the conversation does).
 	Declared []string
-	// Nth is the call's number among the calls of its tool in the conversation (its history and the answer
-	// so far), from 1.
+	// Nth is the call's number among the calls of its tool in the conversation (its history and the
+	// answer so far), from 1.
 	Nth int
-	// Size is about how many bytes the observation holds while it waits (the request body its conversation
-	// was read from), for the queue's bound.
+	// Size is about how many bytes the observation holds while it waits (the request body its
+	// conversation was read from), for the queue's bound.
 	Size int
 }
 
@@ -99,9 +100,10 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Store learns from calls and keeps the counters in its own bbolt file. Observe and Offered never block:
-// the work of reading a call happens on one goroutine of the Store's, and a full queue (in calls or in the
-// bytes they hold) drops the call (and counts it). Create it with Open; Close it to write what is pending.
+// Store learns from calls and keeps the counters in its own bbolt file. Observe and Offered never
+// block: the work of reading a call happens on one goroutine of the Store's, and a full queue (in
+// calls or in the bytes they hold) drops the call (and counts it). Create it with Open; Close it to
+// write what is pending.
 type Store struct {
 	db   *bolt.DB
 	path string
@@ -121,7 +123,8 @@ type Store struct {
 	pending map[recordKey]*Record
 }
 
-// job is one thing for the Store's goroutine: a call, a request's offered tools, or a flush to answer.
+// job is one thing for the Store's goroutine: a call, a request's offered tools, or a flush to
+// answer.
 type job struct {
 	obs     *Observation
 	offered *offered
@@ -140,8 +143,8 @@ type recordKey struct {
 	hour     int64 // Unix hours
 }
 
-// bbolt layout: meta/key (the digest key, 32 random bytes); counters/PROTOCOL/HOUR (8-byte big-endian Unix
-// hour) -> Record as JSON.
+// bbolt layout: meta/key (the digest key, 32 random bytes); counters/PROTOCOL/HOUR (8-byte
+// big-endian Unix hour) -> Record as JSON.
 var (
 	bucketMeta     = []byte("meta")
 	bucketCounters = []byte("counters")
@@ -396,8 +399,8 @@ func (s *Store) learn(o *Observation) {
 	}
 }
 
-// digest is the keyed digest of a conversation's key, 53 bits (exact as a JSON number in every reader); 0
-// when the conversation cannot be told apart.
+// digest is the keyed digest of a conversation's key, 53 bits (exact as a JSON number in every
+// reader); 0 when the conversation cannot be told apart.
 func (s *Store) digest(c *flow.Conversation) uint64 {
 	if c == nil || c.Key() == "" {
 		return 0
@@ -461,8 +464,8 @@ func hourKey(h int64) []byte {
 	return b[:]
 }
 
-// Window reads what was learned of protocol at or after since (hours that began before since count when
-// they end after it), the pending counters written first.
+// Window reads what was learned of protocol at or after since (hours that began before since count
+// when they end after it), the pending counters written first.
 func (s *Store) Window(ctx context.Context, protocol string, since time.Time) (Learned, error) {
 	if err := s.Flush(ctx); err != nil {
 		return Learned{}, fmt.Errorf("learn: %w", err)
@@ -511,8 +514,8 @@ func (s *Store) Protocols() ([]string, error) {
 	return out, err
 }
 
-// Declared reports whether every key of an argument path (a gjson path as flow.Origin gives it) is a
-// property the tool's schema declares: "properties" at each object step, "items" at each "#".
+// Declared reports whether every key of an argument path (a gjson path as flow.Origin gives it) is
+// a property the tool's schema declares: "properties" at each object step, "items" at each "#".
 func Declared(schema []byte, path string) bool {
 	if len(schema) == 0 || !gjson.ValidBytes(schema) {
 		return false
@@ -574,7 +577,8 @@ func declaredSources(seen []flow.Seen, declared []string) []flow.Seen {
 	return out
 }
 
-// setKey is the key of a set of sources: each source and its field, sorted, one per line ("" for none).
+// setKey is the key of a set of sources: each source and its field, sorted, one per line ("" for
+// none).
 func setKey(seen []flow.Seen) string {
 	parts := make([]string, len(seen))
 	for i, s := range seen {

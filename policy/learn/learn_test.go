@@ -27,9 +27,9 @@ var payTools = []string{"send_money", "get_payees", "read_file", "delete_file"}
 
 const moneySchema = `{"type":"object","properties":{"iban":{"type":"string"},"amount":{"type":"number"},"note":{"type":"string"}},"required":["iban"]}`
 
-// traffic is a day of a payments app: each conversation pays a payee the payee list names, with a note
-// linking the invoice portal; one conversation follows an invoice document that names another IBAN and
-// links another site.
+// traffic is a day of a payments app: each conversation pays a payee the payee list names, with a
+// note linking the invoice portal; one conversation follows an invoice document that names another
+// IBAN and links another site.
 type traffic struct {
 	conv  *flow.Conversation
 	args  string
@@ -163,7 +163,8 @@ func TestLearnAndSuggest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// No argument value or message text is in the file: only paths, sources, hosts, counts and digests.
+	// No argument value or message text is in the file: only paths, sources, hosts, counts and
+	// digests.
 	raw, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -249,8 +250,8 @@ func TestUndeclaredKeysAreNotKept(t *testing.T) {
 	}
 }
 
-// A tool the request did not declare is named by the model: a call of it is not learned, and an output
-// of it is a source of no name (tool:?), its fields not kept.
+// A tool the request did not declare is named by the model: a call of it is not learned, and an
+// output of it is a source of no name (tool:?), its fields not kept.
 func TestUndeclaredToolsAreNotKept(t *testing.T) {
 	t.Parallel()
 	const secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
@@ -296,7 +297,8 @@ func TestSuggestBadInput(t *testing.T) {
 	}
 }
 
-// A call whose conversation would take the queue past its bytes is dropped and counted, never waited for.
+// A call whose conversation would take the queue past its bytes is dropped and counted, never
+// waited for.
 func TestQueueBoundedInBytes(t *testing.T) {
 	t.Parallel()
 	st, err := learn.Open(filepath.Join(t.TempDir(), "l.db"), learn.Options{QueueBytes: 1000})

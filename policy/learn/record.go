@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// Record is what was learned of one protocol in one hour: the requests and the tools they offered, and per
-// tool its calls, the most calls of it one conversation made, and per argument path the kinds of its values,
-// the sets of sources they occurred in and the items found in them. It is stored as JSON; every map is
-// bounded (maxTools, maxArgs, maxSets, maxItems).
+// Record is what was learned of one protocol in one hour: the requests and the tools they offered,
+// and per tool its calls, the most calls of it one conversation made, and per argument path the
+// kinds of its values, the sets of sources they occurred in and the items found in them. It is
+// stored as JSON; every map is bounded (maxTools, maxArgs, maxSets, maxItems).
 type Record struct {
 	Requests int                 `json:"requests,omitempty"`
 	Offered  map[string]int      `json:"offered,omitempty"`
@@ -31,8 +31,8 @@ type argRec struct {
 	Items map[string]*Counter `json:"items,omitempty"`
 }
 
-// Counter counts calls and the conversations they came from (keyed digests, at most maxConvs; More says
-// there were more), with the ids of the latest requests.
+// Counter counts calls and the conversations they came from (keyed digests, at most maxConvs; More
+// says there were more), with the ids of the latest requests.
 type Counter struct {
 	Calls    int      `json:"calls"`
 	Convs    []uint64 `json:"convs,omitempty"`
@@ -211,8 +211,8 @@ type Learned struct {
 	Tools    []ToolLearned `json:"tools"`
 }
 
-// Count is a number of calls and of the conversations they came from (AtLeast: more conversations than
-// were kept apart), with ids of the latest requests.
+// Count is a number of calls and of the conversations they came from (AtLeast: more conversations
+// than were kept apart), with ids of the latest requests.
 type Count struct {
 	Calls         int      `json:"calls"`
 	Conversations int      `json:"conversations"`
@@ -220,8 +220,8 @@ type Count struct {
 	Requests      []string `json:"requests,omitempty"`
 }
 
-// ToolLearned is one tool: the requests that offered it, its calls and the most of them one conversation
-// made, and its argument paths.
+// ToolLearned is one tool: the requests that offered it, its calls and the most of them one
+// conversation made, and its argument paths.
 type ToolLearned struct {
 	Tool    string `json:"tool"`
 	Offered int    `json:"offered"`
@@ -232,7 +232,8 @@ type ToolLearned struct {
 	Args       []ArgLearned `json:"args"`
 }
 
-// ArgLearned is one argument path: how its values read, where they occurred and what was found in them.
+// ArgLearned is one argument path: how its values read, where they occurred and what was found in
+// them.
 type ArgLearned struct {
 	Path string `json:"path"`
 	Count

@@ -32,8 +32,8 @@ type SuggestOptions struct {
 	MinHostConversations int
 }
 
-// Proposal is one change Suggest proposes, with its evidence: the calls (and conversations) it is drawn
-// from, and those of the window it would have blocked.
+// Proposal is one change Suggest proposes, with its evidence: the calls (and conversations) it is
+// drawn from, and those of the window it would have blocked.
 type Proposal struct {
 	// Kind is "allow", "onViolation", "provenance", "trustedPaths", "scan" or "budget".
 	Kind string `json:"kind"`
@@ -47,8 +47,8 @@ type Proposal struct {
 	WouldBlock Count  `json:"wouldBlock"`
 }
 
-// Suggestion is a proposed protocol version: the definition, ready to be edited, tested, shadowed and
-// activated (it loads with `promptgate protocols push`), and its proposals.
+// Suggestion is a proposed protocol version: the definition, ready to be edited, tested, shadowed
+// and activated (it loads with `promptgate protocols push`), and its proposals.
 type Suggestion struct {
 	Protocol  string     `json:"protocol"`
 	Version   int        `json:"basedOnVersion"`
@@ -61,13 +61,13 @@ type Suggestion struct {
 // ErrNothingLearned: the window holds no request of the protocol.
 var ErrNothingLearned = errors.New("nothing learned")
 
-// Suggest proposes a version of the protocol whose definition is body (version: its number) from what was
-// learned of it: tools never called leave the allowlist; an argument whose values came from the user, the
-// app, an operator list or a tool's field in DefaultCoverage of its calls gets a provenance rule (the field
-// trusted through toolOutputs.trustedPaths); the hosts and domains found in an argument in at least
-// DefaultMinHostConversations conversations become a scan rule's hosts; each tool gets a budget twice the
-// most calls one conversation made; audit mode becomes refuse. Rules the definition has on the same tool
-// and path are left as they are.
+// Suggest proposes a version of the protocol whose definition is body (version: its number) from
+// what was learned of it: tools never called leave the allowlist; an argument whose values came
+// from the user, the app, an operator list or a tool's field in DefaultCoverage of its calls gets a
+// provenance rule (the field trusted through toolOutputs.trustedPaths); the hosts and domains found
+// in an argument in at least DefaultMinHostConversations conversations become a scan rule's hosts;
+// each tool gets a budget twice the most calls one conversation made; audit mode becomes refuse.
+// Rules the definition has on the same tool and path are left as they are.
 func Suggest(body []byte, version int, l Learned, o SuggestOptions) (Suggestion, error) {
 	if o.MinCalls <= 0 {
 		o.MinCalls = DefaultMinCalls
@@ -146,8 +146,8 @@ func existingIDs(body []byte) map[string]bool {
 	return ids
 }
 
-// allowlist keeps in tools.allow what was called: names and globs that admit a called tool; "*" becomes the
-// called tools by name. A tool offered and never called is reported as removed.
+// allowlist keeps in tools.allow what was called: names and globs that admit a called tool; "*"
+// becomes the called tools by name. A tool offered and never called is reported as removed.
 func (b *builder) allowlist(l Learned, s *Suggestion) {
 	var called []string
 	offered := map[string]int{}
@@ -256,8 +256,8 @@ func (b *builder) provenance(tool string, a ArgLearned, s *Suggestion) {
 		Evidence: covered, WouldBlock: blocked})
 }
 
-// dominantKind is the as of a provenance rule for values of these kinds: the kind of them all (numbers and
-// ids as id), auto when they are mixed, "" for text (words are no origin) or nothing.
+// dominantKind is the as of a provenance rule for values of these kinds: the kind of them all
+// (numbers and ids as id), auto when they are mixed, "" for text (words are no origin) or nothing.
 func dominantKind(kinds map[string]int) string {
 	var ks []string
 	for k, n := range kinds {
@@ -280,8 +280,8 @@ func dominantKind(kinds map[string]int) string {
 	return "auto"
 }
 
-// trustable reports whether a provenance rule may list a source: user, app, an operator list, or a tool's
-// (or MCP server's) output where its field is known or the definition trusts it whole.
+// trustable reports whether a provenance rule may list a source: user, app, an operator list, or a
+// tool's (or MCP server's) output where its field is known or the definition trusts it whole.
 func (b *builder) trustable(src Source) bool {
 	switch {
 	case src.Source == "user", src.Source == "app", strings.HasPrefix(src.Source, "list:"):
@@ -292,9 +292,9 @@ func (b *builder) trustable(src Source) bool {
 	return false
 }
 
-// cover chooses the trustable sources that cover most of an argument's calls, one at a time while each adds
-// calls, until o.Coverage of them are covered; it returns them, the calls covered and those left (which the
-// rule would have blocked), conversations counted once.
+// cover chooses the trustable sources that cover most of an argument's calls, one at a time while
+// each adds calls, until o.Coverage of them are covered; it returns them, the calls covered and
+// those left (which the rule would have blocked), conversations counted once.
 func (b *builder) cover(a ArgLearned) (from []Source, covered, left Count) {
 	var cands []Source
 	for _, set := range a.Sets {
@@ -360,8 +360,8 @@ func sumSets(sets []SetLearned) Count {
 	return out
 }
 
-// trustedWhole reports whether the definition trusts a tool's (tool:NAME) or MCP server's (mcp:NAME) output
-// whole.
+// trustedWhole reports whether the definition trusts a tool's (tool:NAME) or MCP server's
+// (mcp:NAME) output whole.
 func (b *builder) trustedWhole(label string) bool {
 	name := strings.TrimPrefix(label, "tool:")
 	found := false
@@ -406,7 +406,8 @@ func escapeSjson(k string) string {
 	return b.String()
 }
 
-// hosts proposes a scan rule listing the hosts and domains found in an argument in enough conversations.
+// hosts proposes a scan rule listing the hosts and domains found in an argument in enough
+// conversations.
 func (b *builder) hosts(tool string, a ArgLearned, s *Suggestion) {
 	if a.Calls < b.o.MinCalls || b.hasRule("scan", tool, a.Path) {
 		return

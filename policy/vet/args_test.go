@@ -2,8 +2,8 @@ package vet
 
 import "testing"
 
-// A decision carries the exact argument bytes it vetted, whatever the verdict, so the decision log can
-// keep their digest.
+// A decision carries the exact argument bytes it vetted, whatever the verdict, so the decision log
+// can keep their digest.
 func TestDecisionCarriesArguments(t *testing.T) {
 	c := NewChecker(Policy{Allowed: map[string]bool{"ok": true}})
 	for _, tc := range []struct{ name, args, verdict string }{

@@ -7,8 +7,8 @@ type Call struct {
 	// Choice is the index of the choice (or output) the call belongs to; Index is its position
 	// as the upstream numbered it (-1 when the surface has none, as for a legacy function_call).
 	Choice, Index int
-	// ID is the call id; Legacy calls, answered by their name (Chat's function_call, Gemini's calls without
-	// an id), have none and are not asked for one.
+	// ID is the call id; Legacy calls, answered by their name (Chat's function_call, Gemini's calls
+	// without an id), have none and are not asked for one.
 	ID     string
 	Legacy bool
 	// Name is the tool name as first given; see AddName.
@@ -63,7 +63,8 @@ func (c *Call) Hold(b []byte) {
 	c.ends = append(c.ends, len(c.held))
 }
 
-// Held returns the held pieces in the order they were held; they share the call's memory until Drop.
+// Held returns the held pieces in the order they were held; they share the call's memory until
+// Drop.
 func (c *Call) Held() [][]byte {
 	if len(c.ends) == 0 {
 		return nil

@@ -6,10 +6,11 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// decodeArgs reads arguments that jsoncheck has accepted (valid JSON, valid UTF-8, no lone surrogate, bounded
-// depth) into the values jsonschema validates: what jsonschema.UnmarshalJSON (encoding/json with UseNumber)
-// makes of them, map[string]any, []any, string, json.Number, bool and nil, read by gjson in one pass without
-// encoding/json's decoder state. FuzzDecodeArgs holds the two to the same result.
+// decodeArgs reads arguments that jsoncheck has accepted (valid JSON, valid UTF-8, no lone
+// surrogate, bounded depth) into the values jsonschema validates: what jsonschema.UnmarshalJSON
+// (encoding/json with UseNumber) makes of them, map[string]any, []any, string, json.Number, bool
+// and nil, read by gjson in one pass without encoding/json's decoder state. FuzzDecodeArgs holds
+// the two to the same result.
 func decodeArgs(args []byte) any {
 	return decodeValue(gjson.Parse(string(args)))
 }

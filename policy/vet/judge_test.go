@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// fakeJudge holds calls whose arguments mention "hold", blocks those that mention "block", and records what
-// it was asked.
+// fakeJudge holds calls whose arguments mention "hold", blocks those that mention "block", and
+// records what it was asked.
 type fakeJudge struct{ asked []string }
 
 func (j *fakeJudge) Size() int { return 0 }
@@ -23,9 +23,10 @@ func (j *fakeJudge) Judge(d Decision) Decision {
 	return d
 }
 
-// TestJudge: the judge sees only the calls that pass the checks, in order; a held call does not reach the
-// client (Blocked) and its own notice replaces it; in audit mode what the judge stops is audited; with
-// atomicParallelCalls the others of the batch are blocked for it, and keep nothing of the judge's verdict.
+// TestJudge: the judge sees only the calls that pass the checks, in order; a held call does not
+// reach the client (Blocked) and its own notice replaces it; in audit mode what the judge stops is
+// audited; with atomicParallelCalls the others of the batch are blocked for it, and keep nothing of
+// the judge's verdict.
 func TestJudge(t *testing.T) {
 	t.Parallel()
 	calls := func() []*Call {
@@ -87,9 +88,10 @@ func TestNewRound(t *testing.T) {
 	}
 }
 
-// TestCaseVariantKeysStopBeforeRulesAndJudge: a call whose arguments hold two keys that differ only in letter
-// case is decided on that alone: neither the argument rules nor the judge (the information-flow rules) read
-// it, which read the exact key where the tool may read the other; audit mode lets it through as audited.
+// TestCaseVariantKeysStopBeforeRulesAndJudge: a call whose arguments hold two keys that differ only
+// in letter case is decided on that alone: neither the argument rules nor the judge (the
+// information-flow rules) read it, which read the exact key where the tool may read the other;
+// audit mode lets it through as audited.
 func TestCaseVariantKeysStopBeforeRulesAndJudge(t *testing.T) {
 	t.Parallel()
 	rules, err := CompileRules([]Rule{{ID: "iban", Tool: "send_money", Path: "recipient", Check: Check{Pattern: "^DE"}}})

@@ -8,8 +8,8 @@ import (
 )
 
 // The hosts rule against the readers that act on a URL: a value passes only where net/url (an HTTP
-// client in Go; Python's urllib splits the authority the same way for these forms) and the WHATWG URL
-// parser (a browser) read the same scheme and host, without user info.
+// client in Go; Python's urllib splits the authority the same way for these forms) and the WHATWG
+// URL parser (a browser) read the same scheme and host, without user info.
 
 // browserHost is the normalised host a browser opens for a value of a hosts rule, and whether it
 // carries user info; ok is false when the browser opens nothing.
@@ -73,8 +73,8 @@ func TestHostsRuleReadersAgree(t *testing.T) {
 	}
 }
 
-// FuzzHostsRuleReaders: for any value, a hosts rule that lists the host net/url reads passes it only
-// when a browser opens that host too. Seeds: testdata/fuzz/FuzzHostsRuleReaders.
+// FuzzHostsRuleReaders: for any value, a hosts rule that lists the host net/url reads passes it
+// only when a browser opens that host too. Seeds: testdata/fuzz/FuzzHostsRuleReaders.
 func FuzzHostsRuleReaders(f *testing.F) {
 	for _, tc := range readerURLs {
 		f.Add(tc.url)

@@ -7,10 +7,11 @@ import (
 	"testing"
 )
 
-// FuzzRulesConsistent checks that the verdicts of the argument rules are consistent: each rule of a set
-// blocks on its own whenever the set names it; a set blocks exactly when one of its rules alone blocks (the
-// first in order); a verdict does not depend on white space around the arguments or on the order of calls;
-// a call with no rule set is judged by name, JSON and schema alone; the reason never quotes the arguments.
+// FuzzRulesConsistent checks that the verdicts of the argument rules are consistent: each rule of a
+// set blocks on its own whenever the set names it; a set blocks exactly when one of its rules alone
+// blocks (the first in order); a verdict does not depend on white space around the arguments or on
+// the order of calls; a call with no rule set is judged by name, JSON and schema alone; the reason
+// never quotes the arguments.
 func FuzzRulesConsistent(f *testing.F) {
 	f.Add(`[{"tool":"*","path":"url","hosts":["*.example.com"]},{"tool":"t","path":"files.#.path","pathPrefix":["/data"]}]`,
 		[]byte(`{"url":"https://a.example.com/","files":[{"path":"/data/x"},{"path":"/data/../etc/passwd"}]}`))
@@ -44,7 +45,8 @@ func FuzzRulesConsistent(f *testing.F) {
 		if r2, ru2, ok2 := all.Check("t", args); r2 != reason || ru2 != rule || ok2 != ok {
 			t.Fatalf("two checks of the same call disagree: %q/%q/%v then %q/%q/%v", reason, rule, ok, r2, ru2, ok2)
 		}
-		// (A syntax error's offset moves with the white space: only the verdict and the rule must stay.)
+		// (A syntax error's offset moves with the white space: only the verdict and the rule must
+		// stay.)
 		if r3, ru3, ok3 := all.Check("t", append(append([]byte(" \n\t"), args...), ' ')); ru3 != rule || ok3 != ok {
 			t.Fatalf("white space around the arguments changed the verdict: %q/%q/%v vs %q/%q/%v", reason, rule, ok, r3, ru3, ok3)
 		}

@@ -7,11 +7,11 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
-// SchemaCache keeps compiled tool schemas (for the general engine and the subset validator) by the sha256
-// of their bytes, so that a schema a client sends with every request is compiled once, not once per
-// response. It holds at most its size in schemas (least recently used first out) and never a schema larger
-// than MaxCachedSchemaBytes. A compile error is kept too: the same bytes always fail the same way. It is
-// safe for concurrent use; the zero of *SchemaCache (nil) caches nothing.
+// SchemaCache keeps compiled tool schemas (for the general engine and the subset validator) by the
+// sha256 of their bytes, so that a schema a client sends with every request is compiled once, not
+// once per response. It holds at most its size in schemas (least recently used first out) and never
+// a schema larger than MaxCachedSchemaBytes. A compile error is kept too: the same bytes always
+// fail the same way. It is safe for concurrent use; the zero of *SchemaCache (nil) caches nothing.
 type SchemaCache struct {
 	c *lru.Cache[[sha256.Size]byte, *compiledSchema]
 }
@@ -24,7 +24,8 @@ const (
 	MaxCachedSchemaBytes = 64 << 10
 )
 
-// NewSchemaCache returns a cache of at most size compiled schemas; size < 1 means DefaultSchemaCacheSize.
+// NewSchemaCache returns a cache of at most size compiled schemas; size < 1 means
+// DefaultSchemaCacheSize.
 func NewSchemaCache(size int) *SchemaCache {
 	if size < 1 {
 		size = DefaultSchemaCacheSize

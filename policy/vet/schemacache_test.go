@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestSchemaCacheSameDecisions vets the same calls with a shared cache and without one: every reason must
-// be the same, and the cache must hold each distinct schema once (a bad schema too).
+// TestSchemaCacheSameDecisions vets the same calls with a shared cache and without one: every
+// reason must be the same, and the cache must hold each distinct schema once (a bad schema too).
 func TestSchemaCacheSameDecisions(t *testing.T) {
 	schemas := map[string][]byte{
 		"get":  []byte(`{"type":"object","properties":{"id":{"type":"string","pattern":"^T-[0-9]+$"}},"required":["id"],"additionalProperties":false}`),
@@ -71,7 +71,8 @@ func TestSchemaCacheBounds(t *testing.T) {
 	}
 }
 
-// TestSchemaCacheConcurrent shares one cached schema between checkers of many goroutines (run with -race).
+// TestSchemaCacheConcurrent shares one cached schema between checkers of many goroutines (run with
+// -race).
 func TestSchemaCacheConcurrent(t *testing.T) {
 	cache := NewSchemaCache(4)
 	schemas := map[string][]byte{"get": []byte(`{"type":"object","properties":{"id":{"type":"string","pattern":"^T-[0-9]+$"}},"required":["id"]}`)}

@@ -6,8 +6,9 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 )
 
-// TestShadowJudgesUnderItsOwnPolicy: the shadow's decision on each call is what a checker of the shadow
-// policy decides, whatever the active policy decided, and the active decision is left as it was.
+// TestShadowJudgesUnderItsOwnPolicy: the shadow's decision on each call is what a checker of the
+// shadow policy decides, whatever the active policy decided, and the active decision is left as it
+// was.
 func TestShadowJudgesUnderItsOwnPolicy(t *testing.T) {
 	t.Parallel()
 	mustRules := func(rs ...vet.Rule) *vet.RuleSet {

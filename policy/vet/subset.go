@@ -10,14 +10,15 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// The subset validator decides the arguments of a call against the part of JSON Schema that tool schemas use
-// (type, enum, const, properties, required, additionalProperties, min/maxProperties, items, prefixItems,
-// min/maxItems, min/maxLength, pattern, minimum, maximum, their exclusive forms, multipleOf, boolean schemas),
-// on the argument bytes, with gjson. It is built from the schema as jsonschema compiled it, so that every
-// keyword means what it means to jsonschema in the schema's draft (draft-04's boolean exclusiveMinimum is a
-// bound; the array form of items before 2020-12, and format, asserted before 2019-09, decline), and each check
-// is jsonschema's own: the same regexp, the same code-point count, numbers compared as big.Rat read from the
-// same text. A schema with any other keyword gets no subset validator and is validated by jsonschema alone.
+// The subset validator decides the arguments of a call against the part of JSON Schema that tool
+// schemas use (type, enum, const, properties, required, additionalProperties, min/maxProperties,
+// items, prefixItems, min/maxItems, min/maxLength, pattern, minimum, maximum, their exclusive
+// forms, multipleOf, boolean schemas), on the argument bytes, with gjson. It is built from the
+// schema as jsonschema compiled it, so that every keyword means what it means to jsonschema in the
+// schema's draft (draft-04's boolean exclusiveMinimum is a bound; the array form of items before
+// 2020-12, and format, asserted before 2019-09, decline), and each check is jsonschema's own: the
+// same regexp, the same code-point count, numbers compared as big.Rat read from the same text. A
+// schema with any other keyword gets no subset validator and is validated by jsonschema alone.
 // FuzzSubsetAgrees holds the two to the same accept or reject.
 
 // subsetVerdict is what the subset validator says of a value.
@@ -92,7 +93,8 @@ const (
 	additionalSchema                       // a schema
 )
 
-// bound is a number of the schema, as jsonschema keeps it (big.Rat), and as an int64 where it is one.
+// bound is a number of the schema, as jsonschema keeps it (big.Rat), and as an int64 where it is
+// one.
 type bound struct {
 	r     *big.Rat
 	i     int64
@@ -110,7 +112,8 @@ func newBound(r *big.Rat) *bound {
 	return b
 }
 
-// literal is a value of enum or const, ready to compare as jsonschema compares values (numbers by value).
+// literal is a value of enum or const, ready to compare as jsonschema compares values (numbers by
+// value).
 type literal struct {
 	t   uint8
 	b   bool
@@ -120,8 +123,8 @@ type literal struct {
 	obj map[string]literal
 }
 
-// compileSubset returns the subset validator of a schema jsonschema compiled, or nil when the schema holds a
-// keyword outside the subset.
+// compileSubset returns the subset validator of a schema jsonschema compiled, or nil when the
+// schema holds a keyword outside the subset.
 func compileSubset(s *jsonschema.Schema) *subsetNode {
 	n, ok := subsetOf(s, 0)
 	if !ok {
@@ -458,7 +461,8 @@ func (n *subsetNode) checkString(s string) subsetVerdict {
 }
 
 func (n *subsetNode) checkNumber(num *number) subsetVerdict {
-	// Each bound with the sign of num-bound that breaks it: below the minimum, above the maximum, ...
+	// Each bound with the sign of num-bound that breaks it: below the minimum, above the maximum,
+	// ...
 	for _, b := range [...]struct {
 		b      *bound
 		lo, hi int
@@ -500,8 +504,8 @@ type number struct {
 	ratReadable bool
 }
 
-// plainInt reads the text as an int64 when it is an integer without fraction or exponent of at most 18
-// digits (each such text is a value big.Rat reads the same).
+// plainInt reads the text as an int64 when it is an integer without fraction or exponent of at most
+// 18 digits (each such text is a value big.Rat reads the same).
 func (x *number) plainInt() (int64, bool) {
 	if !x.intRead {
 		x.intRead = true
@@ -513,7 +517,8 @@ func (x *number) plainInt() (int64, bool) {
 	return x.i, x.isI64
 }
 
-// rat is the number as jsonschema reads it; false when big.Rat cannot read it (an exponent too large).
+// rat is the number as jsonschema reads it; false when big.Rat cannot read it (an exponent too
+// large).
 func (x *number) rat() (*big.Rat, bool) {
 	if !x.ratRead {
 		x.ratRead = true
@@ -550,8 +555,8 @@ func (x *number) cmp(b *bound) (int, bool) {
 	return r.Cmp(b.r), true
 }
 
-// multipleOf is jsonschema's multipleOf: the quotient has no fraction; false when big.Rat cannot read the
-// number. The schema's divisor is positive (the metaschema says so).
+// multipleOf is jsonschema's multipleOf: the quotient has no fraction; false when big.Rat cannot
+// read the number. The schema's divisor is positive (the metaschema says so).
 func (x *number) multipleOf(b *bound) (bool, bool) {
 	if i, ok := x.plainInt(); ok && b.isI64 && b.i > 0 {
 		return i%b.i == 0, true
@@ -563,9 +568,9 @@ func (x *number) multipleOf(b *bound) (bool, bool) {
 	return new(big.Rat).Quo(r, b.r).IsInt(), true
 }
 
-// equalLiteral is jsonschema's equality of an argument value and a value of the schema: numbers by value
-// (1 and 1.0 are equal; a number big.Rat cannot read equals nothing), strings by their bytes, arrays
-// element by element, objects by their members.
+// equalLiteral is jsonschema's equality of an argument value and a value of the schema: numbers by
+// value (1 and 1.0 are equal; a number big.Rat cannot read equals nothing), strings by their bytes,
+// arrays element by element, objects by their members.
 func equalLiteral(v gjson.Result, t uint8, num *number, l *literal) bool {
 	if t != l.t {
 		return false
@@ -603,7 +608,8 @@ func equalArray(v gjson.Result, want []literal) bool {
 	return eq && i == len(want)
 }
 
-// equalObject compares the members of an object without duplicate keys with those of a schema's object.
+// equalObject compares the members of an object without duplicate keys with those of a schema's
+// object.
 func equalObject(v gjson.Result, want map[string]literal) bool {
 	count, eq := 0, true
 	v.ForEach(func(k, e gjson.Result) bool {

@@ -51,8 +51,9 @@ func benchPolicy() Policy {
 	}
 }
 
-// BenchmarkCheckSchemas vets typical calls with the subset validator and with the general engine alone, side
-// by side: one call to each tool, and the three calls of a 3-tool request on one Checker.
+// BenchmarkCheckSchemas vets typical calls with the subset validator and with the general engine
+// alone, side by side: one call to each tool, and the three calls of a 3-tool request on one
+// Checker.
 func BenchmarkCheckSchemas(b *testing.B) {
 	checkers := []struct {
 		name string

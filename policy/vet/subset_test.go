@@ -13,8 +13,9 @@ import (
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
-// generalOnly returns a Checker for p whose schemas are validated by the general engine alone, as they were
-// before the subset validator: the baseline of the tests and benchmarks that compare the two.
+// generalOnly returns a Checker for p whose schemas are validated by the general engine alone, as
+// they were before the subset validator: the baseline of the tests and benchmarks that compare the
+// two.
 func generalOnly(p Policy) *Checker {
 	c := NewChecker(p)
 	c.schemas = map[string]*compiledSchema{}
@@ -35,8 +36,8 @@ type engines struct {
 	panicked bool          // jsonschema panicked (and does not accept them)
 }
 
-// runEngines validates args against schema with both validators, as checkSchema sees them: arguments that
-// jsoncheck accepted, a schema that compiled.
+// runEngines validates args against schema with both validators, as checkSchema sees them:
+// arguments that jsoncheck accepted, a schema that compiled.
 func runEngines(schema, args []byte) engines {
 	if jsoncheck.Object(args, jsoncheck.Limits{FoldedKeys: true}) != nil {
 		return engines{skip: true}
@@ -61,9 +62,10 @@ func (e engines) disagree() bool {
 	return !e.skip && !e.declined && (e.subset == subsetAccept && !e.general || e.subset == subsetReject && e.general)
 }
 
-// subsetCases are the pairs where an engine could go wrong: integers written as 1.0 or 1e2, -0, numbers
-// beyond float64 (1e400) or between two float64 (2^53+1), code points against UTF-16 units and bytes,
-// escapes, enum and const by value, required and additional properties, nested arrays of objects.
+// subsetCases are the pairs where an engine could go wrong: integers written as 1.0 or 1e2, -0,
+// numbers beyond float64 (1e400) or between two float64 (2^53+1), code points against UTF-16 units
+// and bytes, escapes, enum and const by value, required and additional properties, nested arrays of
+// objects.
 var subsetCases = []struct {
 	name, schema, args string
 	accept             bool
@@ -167,8 +169,8 @@ const listSchema = `{"type":"object","properties":{"list":{"type":"array","minIt
 
 const tupleSchema = `{"properties":{"t":{"prefixItems":[{"type":"string"},{"type":"integer"}],"items":false}}}`
 
-// TestSubsetTrickyCases: on each pair, the subset validator takes the schema, decides, and decides as jsonschema
-// does and as the JSON Schema specification says.
+// TestSubsetTrickyCases: on each pair, the subset validator takes the schema, decides, and decides
+// as jsonschema does and as the JSON Schema specification says.
 func TestSubsetTrickyCases(t *testing.T) {
 	t.Parallel()
 	for _, tc := range subsetCases {
@@ -186,8 +188,8 @@ func TestSubsetTrickyCases(t *testing.T) {
 	}
 }
 
-// TestSubsetUnsureOfNumbersBigRatCannotRead: a bounded number that big.Rat cannot read (its exponent is too
-// large) is left to the general engine.
+// TestSubsetUnsureOfNumbersBigRatCannotRead: a bounded number that big.Rat cannot read (its
+// exponent is too large) is left to the general engine.
 func TestSubsetUnsureOfNumbersBigRatCannotRead(t *testing.T) {
 	t.Parallel()
 	for _, schema := range []string{`{"properties":{"n":{"minimum":0}}}`, `{"properties":{"n":{"exclusiveMaximum":0}}}`,
@@ -201,8 +203,8 @@ func TestSubsetUnsureOfNumbersBigRatCannotRead(t *testing.T) {
 	}
 }
 
-// TestSubsetDeclines: a schema with a keyword outside the subset, or one that means something else in the
-// schema's draft, gets no subset validator.
+// TestSubsetDeclines: a schema with a keyword outside the subset, or one that means something else
+// in the schema's draft, gets no subset validator.
 func TestSubsetDeclines(t *testing.T) {
 	t.Parallel()
 	const d7 = `"$schema":"http://json-schema.org/draft-07/schema#",`
@@ -242,9 +244,9 @@ func TestSubsetDeclines(t *testing.T) {
 	}
 }
 
-// TestSubsetKnowsEverySchemaField: each field of jsonschema's compiled Schema is one the subset validator
-// reads, one that makes it decline, or an annotation. A new version of jsonschema with a new keyword fails
-// here until the field is sorted into one of the three.
+// TestSubsetKnowsEverySchemaField: each field of jsonschema's compiled Schema is one the subset
+// validator reads, one that makes it decline, or an annotation. A new version of jsonschema with a
+// new keyword fails here until the field is sorted into one of the three.
 func TestSubsetKnowsEverySchemaField(t *testing.T) {
 	t.Parallel()
 	read := []string{"Bool", "Types", "Enum", "Const", "Required", "Properties", "AdditionalProperties",
@@ -254,7 +256,8 @@ func TestSubsetKnowsEverySchemaField(t *testing.T) {
 		"Format", "PropertyNames", "PatternProperties", "Dependencies", "DependentRequired", "DependentSchemas",
 		"UnevaluatedProperties", "UniqueItems", "Contains", "MinContains", "MaxContains", "AdditionalItems",
 		"UnevaluatedItems", "ContentEncoding", "ContentMediaType", "ContentSchema", "Extensions"}
-	// Where references lead and what they are called, and the annotations: no effect without a reference.
+	// Where references lead and what they are called, and the annotations: no effect without a
+	// reference.
 	ignored := []string{"DraftVersion", "Location", "ID", "Anchor", "RecursiveAnchor", "DynamicAnchor", "Title",
 		"Description", "Default", "Comment", "ReadOnly", "WriteOnly", "Examples", "Deprecated"}
 	typ := reflect.TypeFor[jsonschema.Schema]()
@@ -273,7 +276,8 @@ func TestSubsetKnowsEverySchemaField(t *testing.T) {
 	}
 }
 
-// setNonZero sets v to a value that is not its zero (a non-empty slice or map, a pointer to a new value, true).
+// setNonZero sets v to a value that is not its zero (a non-empty slice or map, a pointer to a new
+// value, true).
 func setNonZero(t *testing.T, v reflect.Value) {
 	switch v.Kind() {
 	case reflect.Bool:
@@ -293,8 +297,8 @@ func setNonZero(t *testing.T, v reflect.Value) {
 	}
 }
 
-// TestSubsetKeepsReasons: a Checker with the subset validator gives every call the reason the general engine
-// alone gives it, the table's calls and calls of the typical tools.
+// TestSubsetKeepsReasons: a Checker with the subset validator gives every call the reason the
+// general engine alone gives it, the table's calls and calls of the typical tools.
 func TestSubsetKeepsReasons(t *testing.T) {
 	t.Parallel()
 	type call struct{ schema, args string }
@@ -329,8 +333,9 @@ func TestSubsetKeepsReasons(t *testing.T) {
 	}
 }
 
-// TestSubsetAgreesOnGeneratedPairs runs the fuzz target's generator on pseudo-random bytes: the two engines
-// agree on every pair the subset validator decides, and the generator reaches both verdicts and declines.
+// TestSubsetAgreesOnGeneratedPairs runs the fuzz target's generator on pseudo-random bytes: the two
+// engines agree on every pair the subset validator decides, and the generator reaches both verdicts
+// and declines.
 func TestSubsetAgreesOnGeneratedPairs(t *testing.T) {
 	t.Parallel()
 	n := 6000
@@ -367,9 +372,10 @@ func TestSubsetAgreesOnGeneratedPairs(t *testing.T) {
 	}
 }
 
-// FuzzSubsetAgrees: on every pair of a schema and arguments, the subset validator declines the schema, is
-// unsure, or decides as jsonschema does. The input builds the pair (generatePair); an input that starts with
-// 0xFF is the schema and the arguments themselves, split at the first NUL byte.
+// FuzzSubsetAgrees: on every pair of a schema and arguments, the subset validator declines the
+// schema, is unsure, or decides as jsonschema does. The input builds the pair (generatePair); an
+// input that starts with 0xFF is the schema and the arguments themselves, split at the first NUL
+// byte.
 func FuzzSubsetAgrees(f *testing.F) {
 	for _, tc := range subsetCases {
 		f.Add(append(append(append([]byte{0xFF}, tc.schema...), 0), tc.args...))
@@ -394,8 +400,8 @@ func bytesCut(b []byte, sep byte) (before, after []byte, found bool) {
 	return b, nil, false
 }
 
-// pairGen builds a schema and arguments from bytes, the same ones from the same bytes; past the end every
-// choice is the first.
+// pairGen builds a schema and arguments from bytes, the same ones from the same bytes; past the end
+// every choice is the first.
 type pairGen struct {
 	b []byte
 	i int
@@ -629,7 +635,8 @@ func (g *pairGen) numberKeywords(draft string, add func(k, v string)) {
 	}
 }
 
-// literal is a JSON value for enum, const or the arguments: a scalar, or a small array or object of them.
+// literal is a JSON value for enum, const or the arguments: a scalar, or a small array or object of
+// them.
 func (g *pairGen) literal() string {
 	switch g.n(9) {
 	case 0, 1:
@@ -689,7 +696,8 @@ func (g *pairGen) value(b *strings.Builder, s *genSchema, depth int) {
 	}
 }
 
-// object writes an object aimed at s: some of its properties, now and then another key, keys raw or escaped.
+// object writes an object aimed at s: some of its properties, now and then another key, keys raw or
+// escaped.
 func (g *pairGen) object(b *strings.Builder, s *genSchema, depth int) {
 	b.WriteByte('{')
 	var written []string
@@ -724,10 +732,11 @@ func (g *pairGen) object(b *strings.Builder, s *genSchema, depth int) {
 	b.WriteByte('}')
 }
 
-// TestSchemaBlocksWhatTheValidatorsCannotDecide: a number jsonschema cannot read where a bound applies (it
-// panics on it) blocks the call, whether the subset validator takes the schema (and is unsure) or not (the
-// schema step alone: Check refuses such a number before, see TestHugeNumbersRefusedBeforeTheSchema); and a
-// call the subset validator rejects is blocked even were jsonschema to accept it.
+// TestSchemaBlocksWhatTheValidatorsCannotDecide: a number jsonschema cannot read where a bound
+// applies (it panics on it) blocks the call, whether the subset validator takes the schema (and is
+// unsure) or not (the schema step alone: Check refuses such a number before, see
+// TestHugeNumbersRefusedBeforeTheSchema); and a call the subset validator rejects is blocked even
+// were jsonschema to accept it.
 func TestSchemaBlocksWhatTheValidatorsCannotDecide(t *testing.T) {
 	t.Parallel()
 	const want = reasonSchemaMismatch + "the validator failed"
@@ -748,8 +757,9 @@ func TestSchemaBlocksWhatTheValidatorsCannotDecide(t *testing.T) {
 	}
 }
 
-// TestHugeNumbersRefusedBeforeTheSchema: a number no float64 holds (an infinity, or zero from non-zero
-// digits) blocks the call at the JSON check, naming its offset, before any schema engine reads it exactly.
+// TestHugeNumbersRefusedBeforeTheSchema: a number no float64 holds (an infinity, or zero from
+// non-zero digits) blocks the call at the JSON check, naming its offset, before any schema engine
+// reads it exactly.
 func TestHugeNumbersRefusedBeforeTheSchema(t *testing.T) {
 	t.Parallel()
 	p := Policy{Allowed: map[string]bool{"t": true}, Schemas: map[string][]byte{"t": []byte(`{"properties":{"n":{"minimum":0}}}`)}}

@@ -1,13 +1,13 @@
 // Package vet decides whether one tool call that a model returned may reach the client: its name is
 // in the request's allowed set (exact match), its arguments are one valid JSON object without
 // duplicate keys or keys that differ only in letter case, they satisfy the JSON Schema the client
-// declared for the tool, and they pass the protocol's argument rules. It also holds the surface-neutral shape of a call being assembled from
-// a response (Call) and of a decision (Decision), so the Chat Completions, Responses and Anthropic
-// Messages surfaces vet the same way.
+// declared for the tool, and they pass the protocol's argument rules. It also holds the
+// surface-neutral shape of a call being assembled from a response (Call) and of a decision
+// (Decision), so the Chat Completions, Responses and Anthropic Messages surfaces vet the same way.
 //
 // It owns the checks, the stable reason strings and the notice text. It does not read or rewrite
-// responses or streams (the surfaces under proxy/surface do), does not choose the allowed set or the
-// mode (policy/ does), and does not store decisions (policy/audit does).
+// responses or streams (the surfaces under proxy/surface do), does not choose the allowed set or
+// the mode (policy/ does), and does not store decisions (policy/audit does).
 package vet
 
 import (
@@ -62,7 +62,8 @@ const (
 	VerdictAllowed Verdict = "allowed"
 	VerdictBlocked Verdict = "blocked"
 	VerdictAudited Verdict = "audited" // broke the policy, let through in audit mode
-	// VerdictHeld: withheld until the user confirms it (a Judge's verdict); the Notice takes its place.
+	// VerdictHeld: withheld until the user confirms it (a Judge's verdict); the Notice takes its
+	// place.
 	VerdictHeld Verdict = "held"
 	// VerdictConfirmed: released by the user's confirmation (a Judge's verdict).
 	VerdictConfirmed Verdict = "confirmed"
@@ -72,10 +73,10 @@ const (
 const KindToolCall = "tool_call"
 
 // Stable reasons. A reason never holds a key or a value of the arguments: it names the check and a
-// position (a byte offset in the arguments, or a location in the tool's declared schema). Reasons built
-// at run time are a stable head, a colon and the detail: "arguments are not valid json: ...",
-// "arguments have two keys that differ only in letter case: ...", "arguments do not match schema: ..."
-// and "rule NAME: ..."; the head alone is what metrics count.
+// position (a byte offset in the arguments, or a location in the tool's declared schema). Reasons
+// built at run time are a stable head, a colon and the detail: "arguments are not valid json: ...",
+// "arguments have two keys that differ only in letter case: ...", "arguments do not match schema:
+// ..." and "rule NAME: ..."; the head alone is what metrics count.
 const (
 	ReasonNotAllowed      = "tool not allowed"
 	ReasonNotObject       = "arguments must be a json object"
@@ -117,20 +118,21 @@ type Policy struct {
 	Atomic bool
 	// MaxDepth caps the nesting of arguments; zero or negative is jsoncheck.DefaultMaxDepth.
 	MaxDepth int
-	// SchemaCache, when set, shares compiled schemas between checkers (by their bytes); nil compiles
-	// each tool's schema once per checker.
+	// SchemaCache, when set, shares compiled schemas between checkers (by their bytes); nil
+	// compiles each tool's schema once per checker.
 	SchemaCache *SchemaCache
-	// Judge, when not nil, judges every call that passed the checks above, in the order the calls are
-	// vetted (the information-flow check of policy/flow, through the proxy).
+	// Judge, when not nil, judges every call that passed the checks above, in the order the calls
+	// are vetted (the information-flow check of policy/flow, through the proxy).
 	Judge Judge
 }
 
-// Judge is a second check of the calls that pass vetting: it judges a call by what lies outside it (the
-// conversation around it). It must be safe for concurrent use.
+// Judge is a second check of the calls that pass vetting: it judges a call by what lies outside it
+// (the conversation around it). It must be safe for concurrent use.
 type Judge interface {
-	// Judge decides an allowed call (d holds its tool, id and arguments) and returns its decision: d as it
-	// is, or with the Kind, Verdict (allowed, blocked, held or confirmed), Reason, Rule, Notice and More of
-	// the rules it broke. The mode is applied after it: in audit mode a blocked or held call is audited.
+	// Judge decides an allowed call (d holds its tool, id and arguments) and returns its decision:
+	// d as it is, or with the Kind, Verdict (allowed, blocked, held or confirmed), Reason, Rule,
+	// Notice and More of the rules it broke. The mode is applied after it: in audit mode a blocked
+	// or held call is audited.
 	Judge(d Decision) Decision
 	// Size is about how many bytes the judge holds (a policy kept for later counts it).
 	Size() int
@@ -145,25 +147,26 @@ type Decision struct {
 	Verdict Verdict
 	Reason  string // why the call broke the policy; "" when it did not
 	Rule    string // the argument rule that failed: its id, or rules[i]; "" for other reasons
-	// Args are the exact argument bytes that were vetted (the call's Args; nil when none were, as for
-	// a call given up on before it completed). They are the caller's: the decision log keeps only their
-	// digest unless the operator opted in, and they must not be changed or kept past the record callback.
+	// Args are the exact argument bytes that were vetted (the call's Args; nil when none were, as
+	// for a call given up on before it completed). They are the caller's: the decision log keeps
+	// only their digest unless the operator opted in, and they must not be changed or kept past the
+	// record callback.
 	Args []byte
-	// Notice, when not "", is the text that replaces a held call (a Judge's, with its confirmation code).
-	// It may quote argument values: it goes to the client only, never to a log.
+	// Notice, when not "", is the text that replaces a held call (a Judge's, with its confirmation
+	// code). It may quote argument values: it goes to the client only, never to a log.
 	Notice string
-	// More are further decisions on the same call (the other rules it broke, a confirmation's), recorded
-	// after it; nil for most calls.
+	// More are further decisions on the same call (the other rules it broke, a confirmation's),
+	// recorded after it; nil for most calls.
 	More []Decision
 }
 
 // Blocked reports whether the call must not reach the client: blocked, or held for confirmation.
 func (d Decision) Blocked() bool { return d.Verdict == VerdictBlocked || d.Verdict == VerdictHeld }
 
-// Notice is the text that replaces a call that does not reach the client: a held call's own notice, else
-// `[promptgate] blocked tool call NAME: REASON`. A name that is not a plain tool name (letters, digits, _
-// and -, at most 64 bytes) is shown quoted with Go escapes, so that look-alikes are visible and no
-// control character gets through.
+// Notice is the text that replaces a call that does not reach the client: a held call's own notice,
+// else `[promptgate] blocked tool call NAME: REASON`. A name that is not a plain tool name
+// (letters, digits, _ and -, at most 64 bytes) is shown quoted with Go escapes, so that look-alikes
+// are visible and no control character gets through.
 func Notice(d Decision) string {
 	if d.Notice != "" {
 		return d.Notice
@@ -212,8 +215,8 @@ type compiledSchema struct {
 	err  error
 }
 
-// newCompiledSchema compiles a client-declared schema for the general engine and, where its keywords allow,
-// for the subset validator.
+// newCompiledSchema compiles a client-declared schema for the general engine and, where its
+// keywords allow, for the subset validator.
 func newCompiledSchema(raw []byte) *compiledSchema {
 	s, err := compileSchema(raw)
 	cs := &compiledSchema{s: s, err: err}
@@ -309,8 +312,8 @@ func (c *Checker) Vet(call *Call) Decision {
 	return c.decide(d)
 }
 
-// decide gives d, whose Reason (and Rule) the checks set, its verdict: the Judge's on a call that passed
-// them, then the mode's.
+// decide gives d, whose Reason (and Rule) the checks set, its verdict: the Judge's on a call that
+// passed them, then the mode's.
 func (c *Checker) decide(d Decision) Decision {
 	switch {
 	case d.Reason == "" && c.p.Judge != nil:
@@ -336,18 +339,18 @@ func (c *Checker) decide(d Decision) Decision {
 	return d
 }
 
-// Shadow judges again, under a second policy (a shadow version's), each call a Checker of the active policy
-// decided, for the record only: it changes nothing of the active decision, and what it returns goes to no
-// client. It is safe for concurrent use.
+// Shadow judges again, under a second policy (a shadow version's), each call a Checker of the
+// active policy decided, for the record only: it changes nothing of the active decision, and what
+// it returns goes to no client. It is safe for concurrent use.
 type Shadow struct{ c *Checker }
 
 // NewShadow returns the Shadow of p. Its Judge must be one that spends and remembers nothing.
 func NewShadow(p Policy) *Shadow { return &Shadow{c: NewChecker(p)} }
 
-// Judge returns the decision the shadow policy takes on the call that active decided (active holds its
-// tool, id and Args). The checks that do not depend on the policy (the call's assembly, its id, its
-// arguments' shape and the client's schema) are not run again where the active decision shows their
-// outcome; atomicParallelCalls is not applied (each call is judged alone).
+// Judge returns the decision the shadow policy takes on the call that active decided (active holds
+// its tool, id and Args). The checks that do not depend on the policy (the call's assembly, its id,
+// its arguments' shape and the client's schema) are not run again where the active decision shows
+// their outcome; atomicParallelCalls is not applied (each call is judged alone).
 func (s *Shadow) Judge(active Decision) Decision {
 	d := Decision{Kind: KindToolCall, Choice: active.Choice, CallID: active.CallID, Tool: active.Tool, Args: active.Args}
 	switch stepOf(active) {
@@ -479,8 +482,9 @@ func (c *Checker) checkSchema(name string, args []byte) string {
 	return reasonSchemaMismatch + schemaDetail(ve)
 }
 
-// errValidatorFailed: jsonschema panicked on the arguments, as it does on a number that big.Rat cannot read
-// (an exponent beyond a million) where a bound or multipleOf applies. The call is blocked.
+// errValidatorFailed: jsonschema panicked on the arguments, as it does on a number that big.Rat
+// cannot read (an exponent beyond a million) where a bound or multipleOf applies. The call is
+// blocked.
 var errValidatorFailed = errors.New("vet: schema: the validator failed")
 
 // validateGeneral validates args with jsonschema; a panic of jsonschema's is errValidatorFailed.
@@ -540,12 +544,12 @@ func compileSchema(raw []byte) (*jsonschema.Schema, error) {
 	return s, nil
 }
 
-// schemaDetail describes the first leaf error by what the client declared, never by what the model wrote:
-// where, as the location of the failing keyword in the tool's schema ("#/properties/city"), and which
-// keyword failed, with the schema's own words for the keywords whose message holds only what the schema
-// says (types, required and dependent property names, enum and const values). The instance location
-// and every message that could echo the instance (additional property names, pattern, bounds, formats,
-// property names, ...) are left out.
+// schemaDetail describes the first leaf error by what the client declared, never by what the model
+// wrote: where, as the location of the failing keyword in the tool's schema ("#/properties/city"),
+// and which keyword failed, with the schema's own words for the keywords whose message holds only
+// what the schema says (types, required and dependent property names, enum and const values). The
+// instance location and every message that could echo the instance (additional property names,
+// pattern, bounds, formats, property names, ...) are left out.
 func schemaDetail(ve *jsonschema.ValidationError) string {
 	for len(ve.Causes) > 0 {
 		ve = ve.Causes[0]
@@ -575,8 +579,8 @@ func schemaDetail(ve *jsonschema.ValidationError) string {
 	return out
 }
 
-// visible replaces control and format characters (line breaks, bidi controls) of a schema's words with
-// U+FFFD, so that a reason stays one plain line.
+// visible replaces control and format characters (line breaks, bidi controls) of a schema's words
+// with U+FFFD, so that a reason stays one plain line.
 func visible(r rune) rune {
 	if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
 		return utf8.RuneError

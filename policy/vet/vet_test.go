@@ -165,7 +165,8 @@ func TestRules(t *testing.T) {
 		{"b", `{"urls":["https://ok.example.com/","https://evil.net/"]}`, "rule rules[8]: urls.# has a host that is not allowed"},
 		{"b", `{"urls":"https://evil.net/"}`, "rule rules[8]: urls.# has a host that is not allowed"},
 		{"b", `{}`, ""},
-		// notPattern and not: the value must fail the check; a value the check cannot judge is refused
+		// notPattern and not: the value must fail the check; a value the check cannot judge is
+		// refused
 		{"mail", `{"body":"invoice 2024-77 attached"}`, ""},
 		{"mail", `{"body":"card 4111 1111 1111 1111 exp 12/29"}`, "rule nocard: body matches the excluded pattern"},
 		{"mail", `{"body":["ok","4111111111111111"]}`, "rule nocard: body matches the excluded pattern"},
@@ -508,8 +509,9 @@ func FuzzCheck(f *testing.F) {
 	})
 }
 
-// TestReasonsHoldNoArgumentContent: whatever check fails, the reason names the check and a position, never a
-// key or a value the model wrote; the schema's own words (its property names, enum values) may appear.
+// TestReasonsHoldNoArgumentContent: whatever check fails, the reason names the check and a
+// position, never a key or a value the model wrote; the schema's own words (its property names,
+// enum values) may appear.
 func TestReasonsHoldNoArgumentContent(t *testing.T) {
 	t.Parallel()
 	const key, val = "SECRETKEY_4f9a", "SECRETVAL_4f9a"
@@ -548,9 +550,10 @@ func TestReasonsHoldNoArgumentContent(t *testing.T) {
 	}
 }
 
-// TestWalkCaseVariants: where the arguments spell a key of the path only in another letter case, Walk
-// reports the value missing (an exact reader's view), then gives the value a case-insensitive reader takes;
-// keys found exactly, keys EqualFold does not join (ı for i) and paths that are not plain are read as before.
+// TestWalkCaseVariants: where the arguments spell a key of the path only in another letter case,
+// Walk reports the value missing (an exact reader's view), then gives the value a case-insensitive
+// reader takes; keys found exactly, keys EqualFold does not join (ı for i) and paths that are not
+// plain are read as before.
 func TestWalkCaseVariants(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -595,8 +598,8 @@ func TestWalkCaseVariants(t *testing.T) {
 	}
 }
 
-// TestRulesReadCaseVariants: an argument rule judges the value a case-insensitive reader takes for its key;
-// a rule that requires the key still finds it missing.
+// TestRulesReadCaseVariants: an argument rule judges the value a case-insensitive reader takes for
+// its key; a rule that requires the key still finds it missing.
 func TestRulesReadCaseVariants(t *testing.T) {
 	t.Parallel()
 	rules, err := CompileRules([]Rule{

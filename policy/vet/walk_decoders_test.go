@@ -15,12 +15,12 @@ import (
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
-// TestWalkAgreesWithEncodingJSON holds Walk to the readers of a tool in Go: on random arguments that vetting
-// accepts and random paths of one or two keys, with letters of one case orbit each (k, K and the Kelvin
-// sign; s, S and long s; σ, ς and Σ; i, I, ı and İ), Walk gives the value gjson finds at the exact keys;
-// where there is none, it reports the value missing and then gives what encoding/json, decoding into a
-// struct with a field tagged with each key of the path, puts in the field; where that is nothing too, it
-// reports the value missing only.
+// TestWalkAgreesWithEncodingJSON holds Walk to the readers of a tool in Go: on random arguments
+// that vetting accepts and random paths of one or two keys, with letters of one case orbit each (k,
+// K and the Kelvin sign; s, S and long s; σ, ς and Σ; i, I, ı and İ), Walk gives the value gjson
+// finds at the exact keys; where there is none, it reports the value missing and then gives what
+// encoding/json, decoding into a struct with a field tagged with each key of the path, puts in the
+// field; where that is nothing too, it reports the value missing only.
 func TestWalkAgreesWithEncodingJSON(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 8))
@@ -109,9 +109,9 @@ func randomArgs(r *rand.Rand, depth int) string {
 	return b.String()
 }
 
-// decodePath reads keys from doc as a Go tool does: encoding/json decodes each level into a struct with one
-// json.RawMessage field tagged with the key. found is false where a level is not an object or the field stays
-// empty.
+// decodePath reads keys from doc as a Go tool does: encoding/json decodes each level into a struct
+// with one json.RawMessage field tagged with the key. found is false where a level is not an object
+// or the field stays empty.
 func decodePath(doc []byte, keys []string) (raw json.RawMessage, found bool) {
 	raw = doc
 	for _, k := range keys {

@@ -1,28 +1,31 @@
 // Package admin is promptgate's admin API, served on the admin listener: the exact-request preview,
-// versioned templates and protocols (list, show, new version, activate, rollback, diff, shadow), rollouts,
-// the tool kill switch, the audit log, policy tests (run a case file, record one from the audit ring),
-// learn mode's data and proposals, and the Prometheus metrics.
+// versioned templates and protocols (list, show, new version, activate, rollback, diff, shadow),
+// rollouts, the tool kill switch, the audit log, policy tests (run a case file, record one from the
+// audit ring), learn mode's data and proposals, and the Prometheus metrics.
 //
-// It also serves the web console (package console) under /console/, and the read-mostly endpoints its
-// pages need: the audit summary, the tool inventory and the health report.
+// It also serves the web console (package console) under /console/, and the read-mostly endpoints
+// its pages need: the audit summary, the tool inventory and the health report.
 //
-// Every /admin/ request needs `Authorization: Bearer <token>` when a token is configured; the token is
-// compared in constant time, and a token in the query string is refused (400 token_in_query) even when it
-// is right, because query strings end up in logs. No CORS header is ever sent, OPTIONS is 405, and a browser
-// request from another origin (Origin, or Sec-Fetch-Site other than same-origin or none) is 403
-// origin_not_allowed on every path, so a web page cannot drive the API from a browser; POST and PUT must send
-// Content-Type: application/json (a policy test's case file may be application/yaml), and without a token
-// only requests addressed to a loopback host are answered (no DNS rebinding); with a token, a Host that is
-// an IP address or a listed name is answered too. The Host rule holds on every path. Every answer carries a strict Content-Security-Policy and forbids framing. Every
-// error is OpenAI-shaped JSON. GET /metrics and the console's static pages need no token: they hold no
-// secrets, but they keep the Host and cross-site rules.
+// Every /admin/ request needs `Authorization: Bearer <token>` when a token is configured; the token
+// is compared in constant time, and a token in the query string is refused (400 token_in_query)
+// even when it is right, because query strings end up in logs. No CORS header is ever sent, OPTIONS
+// is 405, and a browser request from another origin (Origin, or Sec-Fetch-Site other than
+// same-origin or none) is 403 origin_not_allowed on every path, so a web page cannot drive the API
+// from a browser; POST and PUT must send Content-Type: application/json (a policy test's case file
+// may be application/yaml), and without a token only requests addressed to a loopback host are
+// answered (no DNS rebinding); with a token, a Host that is an IP address or a listed name is
+// answered too. The Host rule holds on every path. Every answer carries a strict
+// Content-Security-Policy and forbids framing. Every error is OpenAI-shaped JSON. GET /metrics and
+// the console's static pages need no token: they hold no secrets, but they keep the Host and
+// cross-site rules.
 //
 // Every change is recorded as an audit event (Options.Recorder), with the actor from the
 // X-Promptgate-Actor header ("admin" when absent).
 //
-// It owns the HTTP surface only. It does not store definitions (store/), decide what a definition means
-// (policy/, assembly/, through the store's validation hook), build previews (proxy.Engine), keep the audit
-// log (policy/audit), run policy tests (proxy/policytest) or choose the listener address (cmd/promptgate).
+// It owns the HTTP surface only. It does not store definitions (store/), decide what a definition
+// means (policy/, assembly/, through the store's validation hook), build previews (proxy.Engine),
+// keep the audit log (policy/audit), run policy tests (proxy/policytest) or choose the listener
+// address (cmd/promptgate).
 package admin
 
 import (
@@ -63,20 +66,21 @@ import (
 const (
 	// MaxBodyBytes caps every request body; larger bodies get 413 body_too_large.
 	MaxBodyBytes = 10 << 20
-	// HeaderActor names who makes a change; it is recorded as the version's author and the event's actor.
+	// HeaderActor names who makes a change; it is recorded as the version's author and the event's
+	// actor.
 	HeaderActor = "X-Promptgate-Actor"
 	// DefaultActor is the actor when HeaderActor is absent.
 	DefaultActor = "admin"
 	// PathMetrics is served without a token.
 	PathMetrics = "/metrics"
-	// PathConsole is the web console's folder: its pages and static files need no token (every data call
-	// they make goes to /admin/ with one), but keep the Host and cross-site rules.
+	// PathConsole is the web console's folder: its pages and static files need no token (every data
+	// call they make goes to /admin/ with one), but keep the Host and cross-site rules.
 	PathConsole = console.Prefix
 
 	maxActorLen = 128
 	maxNoteLen  = 1000
-	// maxBodyDepth bounds the nesting of admin request bodies; the preview's own request is held to the
-	// proxy's limit by the engine.
+	// maxBodyDepth bounds the nesting of admin request bodies; the preview's own request is held to
+	// the proxy's limit by the engine.
 	maxBodyDepth = 512
 	// auditFlushWait bounds how long GET /admin/audit waits for buffered events to be written.
 	auditFlushWait = 2 * time.Second
@@ -87,11 +91,13 @@ var queryTokenParams = []string{"token", "access_token", "api_key", "key", "apik
 
 // Options configure the admin handler.
 type Options struct {
-	// Token is PROMPTGATE_ADMIN_TOKEN. "" means no authentication; serve allows that only on a loopback
-	// address, and the handler then answers only requests whose Host is a loopback name or address.
+	// Token is PROMPTGATE_ADMIN_TOKEN. "" means no authentication; serve allows that only on a
+	// loopback address, and the handler then answers only requests whose Host is a loopback name or
+	// address.
 	Token string
-	// Hosts are the names answered besides loopback ones and IP addresses when a token is set, on every path
-	// (the config's listen.hosts, in guard.Config.Hosts' form); a name not listed may be a DNS-rebinding page's.
+	// Hosts are the names answered besides loopback ones and IP addresses when a token is set, on
+	// every path (the config's listen.hosts, in guard.Config.Hosts' form); a name not listed may be
+	// a DNS-rebinding page's.
 	Hosts []string
 	// Store holds the definitions. Required.
 	Store store.Store
@@ -106,26 +112,28 @@ type Options struct {
 	// Log receives one line per change and per failure (never a body or a token); nil discards.
 	Log *slog.Logger
 
-	// Tools is the proxy listener's memory of the tools requests declared (GET /admin/tools/inventory);
-	// nil lists none as seen.
+	// Tools is the proxy listener's memory of the tools requests declared (GET
+	// /admin/tools/inventory); nil lists none as seen.
 	Tools *toolseen.Memory
-	// ToolPolicy is the config's tools section: each tool's access policy and configured enablement.
+	// ToolPolicy is the config's tools section: each tool's access policy and configured
+	// enablement.
 	ToolPolicy map[string]policy.ToolConfig
 	// Plugins reports the context sources for GET /admin/health; nil means none are configured.
 	Plugins func() []plugins.SourceStatus
-	// Stale says why the definitions served are not the store's latest ("" while they are); nil: never.
+	// Stale says why the definitions served are not the store's latest ("" while they are); nil:
+	// never.
 	Stale func() string
-	// Gatherer is the metrics registry GET /admin/health reads (requests, overhead, plugin latency and
-	// errors, the definitions served); nil leaves those parts out.
+	// Gatherer is the metrics registry GET /admin/health reads (requests, overhead, plugin latency
+	// and errors, the definitions served); nil leaves those parts out.
 	Gatherer prometheus.Gatherer
-	// Learn is what learn mode learned (GET /admin/learn/{protocol}, GET /admin/protocols/{name}/suggest); nil
-	// answers those 404 learn_off.
+	// Learn is what learn mode learned (GET /admin/learn/{protocol}, GET
+	// /admin/protocols/{name}/suggest); nil answers those 404 learn_off.
 	Learn *learn.Store
-	// MCP, when not nil, serves /admin/mcp/ (the MCP door's pinned definitions), behind the same token and
-	// Host rules.
+	// MCP, when not nil, serves /admin/mcp/ (the MCP door's pinned definitions), behind the same
+	// token and Host rules.
 	MCP http.Handler
-	// Tests is the deployment's part of a policy test run by POST /admin/tests (serve's tool policy, prompt
-	// settings and limits); nil answers that endpoint 404.
+	// Tests is the deployment's part of a policy test run by POST /admin/tests (serve's tool
+	// policy, prompt settings and limits); nil answers that endpoint 404.
 	Tests *policytest.Config
 }
 
@@ -135,7 +143,8 @@ type server struct {
 	log      *slog.Logger
 	tokenSum [sha256.Size]byte
 	mux      *http.ServeMux
-	// browser refuses cross-site browser requests (no origin is opted in) and knows the names of Hosts.
+	// browser refuses cross-site browser requests (no origin is opted in) and knows the names of
+	// Hosts.
 	browser *guard.Policy
 	console http.Handler
 }
@@ -248,8 +257,8 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		proxy.WriteError(w, ref.Status, ref.Code, ref.Message+" (open the console by its own address, "+PathConsole+" on this listener)", "")
 		return
 	}
-	// The Host rule holds on every path, the metrics and the console's pages included; with a token, every
-	// path but those two needs it.
+	// The Host rule holds on every path, the metrics and the console's pages included; with a
+	// token, every path but those two needs it.
 	if msg := s.hostRefusal(r.Host); msg != "" {
 		s.log.Warn("admin: refused a request addressed to another host", "request_id", id, "path", r.URL.Path)
 		proxy.WriteError(w, http.StatusForbidden, "host_not_allowed", msg, "")
@@ -284,9 +293,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// hostRefusal says why a request addressed to host is not answered, "" when it is: a loopback Host always;
-// with a token, also an IP address (a rebinding page sends its own name, never an address) or a name in
-// Options.Hosts. Any other name may be a DNS-rebinding page's, which must read nothing, not even /metrics.
+// hostRefusal says why a request addressed to host is not answered, "" when it is: a loopback Host
+// always; with a token, also an IP address (a rebinding page sends its own name, never an address)
+// or a name in Options.Hosts. Any other name may be a DNS-rebinding page's, which must read
+// nothing, not even /metrics.
 func (s *server) hostRefusal(host string) string {
 	switch {
 	case guard.LoopbackHost(host):
@@ -325,8 +335,9 @@ func (s *server) authorized(r *http.Request) bool {
 	return tokenEqual(s.tokenSum, strings.TrimSpace(tok))
 }
 
-// tokenEqual compares a presented token with the SHA-256 of the configured one in constant time. Both
-// sides are fixed-length digests, so neither the content nor the length of the token leaks through timing.
+// tokenEqual compares a presented token with the SHA-256 of the configured one in constant time.
+// Both sides are fixed-length digests, so neither the content nor the length of the token leaks
+// through timing.
 func tokenEqual(wantSum [sha256.Size]byte, got string) bool {
 	gotSum := sha256.Sum256([]byte(got))
 	return subtle.ConstantTimeCompare(wantSum[:], gotSum[:]) == 1
@@ -404,8 +415,8 @@ func storeMessage(err error) string {
 
 // --- request helpers ---
 
-// readBody reads the whole body under MaxBodyBytes. Its buffer grows as bytes arrive, never by the announced
-// length: a request that announces 10 MiB and sends one byte costs a small buffer.
+// readBody reads the whole body under MaxBodyBytes. Its buffer grows as bytes arrive, never by the
+// announced length: a request that announces 10 MiB and sends one byte costs a small buffer.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > MaxBodyBytes {
 		return nil, &http.MaxBytesError{Limit: MaxBodyBytes}
@@ -417,8 +428,9 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// decodeStrict checks that body is one strict JSON object (valid UTF-8, no duplicate keys) whose keys are
-// exactly among fields (case matters), then decodes it into v. An empty body is decoded as {}.
+// decodeStrict checks that body is one strict JSON object (valid UTF-8, no duplicate keys) whose
+// keys are exactly among fields (case matters), then decodes it into v. An empty body is decoded as
+// {}.
 func decodeStrict(body []byte, v any, fields ...string) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
@@ -519,7 +531,8 @@ func actor(r *http.Request) (string, error) {
 	return a, nil
 }
 
-// plainText checks a short operator-supplied string: valid UTF-8, no control characters, at most max bytes.
+// plainText checks a short operator-supplied string: valid UTF-8, no control characters, at most
+// max bytes.
 func plainText(s string, max int) error {
 	if len(s) > max {
 		return fmt.Errorf("at most %d bytes, got %d", max, len(s))

@@ -25,8 +25,8 @@ import (
 	"github.com/promptgate/promptgate/store"
 )
 
-// fixture is a real store file, a real engine over it (reloading on Store.Watch), a real audit ring file,
-// and the admin API served over HTTP.
+// fixture is a real store file, a real engine over it (reloading on Store.Watch), a real audit ring
+// file, and the admin API served over HTTP.
 type fixture struct {
 	t      *testing.T
 	st     *store.Bolt
@@ -97,8 +97,8 @@ func newFixture(t *testing.T, fo fixtureOpts) *fixture {
 	return f
 }
 
-// do sends a request with the token (when the fixture has one) and, for POST and PUT, the JSON content type.
-// Extra headers come as "K", "V" pairs; a "K", "" pair deletes K.
+// do sends a request with the token (when the fixture has one) and, for POST and PUT, the JSON
+// content type. Extra headers come as "K", "V" pairs; a "K", "" pair deletes K.
 func (f *fixture) do(method, path, body string, hdr ...string) (*http.Response, []byte) {
 	f.t.Helper()
 	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
@@ -140,7 +140,8 @@ func (f *fixture) ok(want int, method, path, body string, hdr ...string) []byte 
 	return b
 }
 
-// fails sends a request that must answer an OpenAI-shaped error with status and code; it returns the error object.
+// fails sends a request that must answer an OpenAI-shaped error with status and code; it returns
+// the error object.
 func (f *fixture) fails(status int, code, method, path, body string, hdr ...string) gjson.Result {
 	f.t.Helper()
 	resp, b := f.do(method, path, body, hdr...)
@@ -289,9 +290,9 @@ func TestNoCORSAndOptions(t *testing.T) {
 	}
 }
 
-// A web page cannot drive the admin API: a browser request from another origin is refused even with the
-// right token (a page may have it from a form autofill or a leaked header), and so is one whose fetch
-// metadata says cross-site or same-site; nothing is changed.
+// A web page cannot drive the admin API: a browser request from another origin is refused even with
+// the right token (a page may have it from a form autofill or a leaked header), and so is one whose
+// fetch metadata says cross-site or same-site; nothing is changed.
 func TestCrossSiteBrowserRequestsRefused(t *testing.T) {
 	for _, token := range []string{"t", ""} {
 		f := newFixture(t, fixtureOpts{token: token})
@@ -494,8 +495,8 @@ func TestDefinitionErrors(t *testing.T) {
 	}
 }
 
-// A protocol version is refused, naming the field, when it names a template that exists nowhere, or fails
-// any other validation.
+// A protocol version is refused, naming the field, when it names a template that exists nowhere, or
+// fails any other validation.
 func TestProtocolValidationNamesTheField(t *testing.T) {
 	f := newFixture(t, fixtureOpts{token: "t"})
 	proto := func(base, rules string) string {
@@ -522,7 +523,8 @@ func TestProtocolValidationNamesTheField(t *testing.T) {
 	if e.Get("param").String() != "extends" {
 		t.Fatalf("unknown extends: %s", e.Raw)
 	}
-	// One level of extends: a workflow of a workflow is refused when it is stored, not at request time.
+	// One level of extends: a workflow of a workflow is refused when it is stored, not at request
+	// time.
 	f.ok(201, "POST", "/admin/protocols/review/versions", `{"id":"review","extends":"tech","tools":{"allow":["*"]}}`)
 	f.ok(200, "POST", "/admin/protocols/review/activate", `{"version":1}`)
 	e = f.fails(400, "invalid_definition", "POST", "/admin/protocols/deeper/versions", `{"id":"deeper","extends":"review","tools":{"allow":["*"]}}`)
@@ -534,7 +536,8 @@ func TestProtocolValidationNamesTheField(t *testing.T) {
 	if gjson.GetBytes(show, "versions.#").Int() != 1 {
 		t.Fatalf("a refused version was stored: %s", show)
 	}
-	// A template that exists in the store in any version (even not active) counts; so does a built-in one.
+	// A template that exists in the store in any version (even not active) counts; so does a
+	// built-in one.
 	f.ok(201, "POST", "/admin/templates/plain/versions", `{"name":"plain","text":"=== SYSTEM CORE ===\nPlain."}`)
 	f.ok(201, "POST", "/admin/protocols/tech/versions", proto("plain", "[]"))
 	f.ok(201, "POST", "/admin/protocols/tech/versions", proto("base_legacy_v1", "[]"))
@@ -713,7 +716,8 @@ func TestAuditEndpoint(t *testing.T) {
 	if want := `"requestId":"r1","kind":"tool_call","protocol":"tech","protocolVersion":0,"tool":"web_fetch","verdict":"blocked","reason":"","rule":"rules[0]"}`; !strings.Contains(string(raw), want) {
 		t.Fatalf("event shape: %s", raw)
 	}
-	// Every event has every field of the contract's shape, also an allowed call without reason or rule.
+	// Every event has every field of the contract's shape, also an allowed call without reason or
+	// rule.
 	raw = f.ok(200, "GET", "/admin/audit?requestId=r2", "")
 	for _, k := range []string{"time", "requestId", "kind", "protocol", "protocolVersion", "tool", "verdict", "reason", "rule"} {
 		if !gjson.GetBytes(raw, "events.0."+k).Exists() {

@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// Reading an admin request's body costs what was sent, not what was announced: a request that announces
-// MaxBodyBytes and sends two bytes allocates a small buffer, not 10 MiB (100 such connections held 1 GiB).
-// Not parallel: it measures allocations.
+// Reading an admin request's body costs what was sent, not what was announced: a request that
+// announces MaxBodyBytes and sends two bytes allocates a small buffer, not 10 MiB (100 such
+// connections held 1 GiB). Not parallel: it measures allocations.
 func TestReadBodyCostsWhatWasSent(t *testing.T) {
 	r := httptest.NewRequest("POST", "/admin/prompts/preview", strings.NewReader("{}"))
 	r.ContentLength = MaxBodyBytes

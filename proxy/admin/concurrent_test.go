@@ -12,9 +12,9 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 )
 
-// TestConcurrentActivationsAuditExactPrevious: the audit event of each activation names the version its
-// own transaction replaced, so with activations racing on one name the events still chain from the
-// version that was active to the one left active, none missing, none repeated.
+// TestConcurrentActivationsAuditExactPrevious: the audit event of each activation names the version
+// its own transaction replaced, so with activations racing on one name the events still chain from
+// the version that was active to the one left active, none missing, none repeated.
 func TestConcurrentActivationsAuditExactPrevious(t *testing.T) {
 	f := newFixture(t, fixtureOpts{token: "t"})
 	const name, n = "base_tool_call_v2", 8

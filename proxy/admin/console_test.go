@@ -359,8 +359,8 @@ func TestHealth(t *testing.T) {
 	}
 	f.metrics.Plugin("memory", 150*time.Millisecond, "timeout")
 
-	// The proxy counts a request once its handler has returned, which can be just after the client has
-	// read the answer.
+	// The proxy counts a request once its handler has returned, which can be just after the client
+	// has read the answer.
 	var h gjson.Result
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		h = gjson.ParseBytes(f.ok(200, "GET", "/admin/health", ""))
@@ -434,8 +434,9 @@ func TestHistogramQuantiles(t *testing.T) {
 	t.Parallel()
 	m := metricsWith(t, []float64{0.0007, 0.0008, 0.0015, 0.002, 0.02})
 	got := histogram(m)
-	// Buckets (…0.0005], (0.0005, 0.001], (0.001, 0.0025], …: rank 2.5 falls in (0.001, 0.0025] holding the
-	// 3rd and 4th samples, a quarter of the way in; rank 4.95 falls in (0.01, 0.025], 95% of the way in.
+	// Buckets (…0.0005], (0.0005, 0.001], (0.001, 0.0025], …: rank 2.5 falls in (0.001, 0.0025]
+	// holding the 3rd and 4th samples, a quarter of the way in; rank 4.95 falls in (0.01, 0.025],
+	// 95% of the way in.
 	if got.Count != 5 || !near(got.P50, 0.001+0.0015*0.25) || !near(got.P99, 0.01+0.015*0.95) {
 		t.Errorf("%+v", got)
 	}

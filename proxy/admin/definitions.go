@@ -24,8 +24,8 @@ const (
 // target is the audit Target of a definition: "templates/NAME" or "protocols/ID".
 func target(k store.Kind, name string) string { return store.Key(k, name) }
 
-// changeEvent is the audit event of a change to a definition; protocol changes also fill Protocol, so that
-// filtering the log by protocol shows them.
+// changeEvent is the audit event of a change to a definition; protocol changes also fill Protocol,
+// so that filtering the log by protocol shows them.
 func changeEvent(k store.Kind, kind, name string, version int, who string) audit.Event {
 	e := audit.Event{Kind: kind, Target: target(k, name), Version: version, Verdict: audit.VerdictChanged, Actor: who}
 	if k == store.KindProtocol {
@@ -48,7 +48,8 @@ func (s *server) list(k store.Kind) handlerFunc {
 	}
 }
 
-// GET /admin/{kind}/{name} → {"name","active","versions":[{"version","createdAt","author","note"}]}.
+// GET /admin/{kind}/{name} →
+// {"name","active","versions":[{"version","createdAt","author","note"}]}.
 func (s *server) show(k store.Kind) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if _, err := params(r); err != nil {
@@ -128,8 +129,8 @@ func (s *server) addVersion(k store.Kind) handlerFunc {
 	}
 }
 
-// checkDefinitionName checks that body is a JSON object whose name (templates), id (protocols) or server
-// (MCP pin sets) is the name in the URL.
+// checkDefinitionName checks that body is a JSON object whose name (templates), id (protocols) or
+// server (MCP pin sets) is the name in the URL.
 func checkDefinitionName(k store.Kind, name string, body []byte) error {
 	if !gjson.ValidBytes(body) {
 		return badRequest("invalid_json", "", "request body: not valid JSON; send the %s definition", singular(k))
@@ -159,11 +160,11 @@ func singular(k store.Kind) string {
 	return "template"
 }
 
-// checkReferences refuses a protocol definition whose promptTemplate.base names a template that exists
-// neither in the store (any version) nor in the binary, or whose extends names such a protocol. Names in
-// newTemplates and newProtocols (a rollout's own definitions) count as existing. A field of the wrong type
-// is left to the store's validation, which names it; so are the links between workflows and their bases
-// (the store's Links hook, run in the change's own transaction).
+// checkReferences refuses a protocol definition whose promptTemplate.base names a template that
+// exists neither in the store (any version) nor in the binary, or whose extends names such a
+// protocol. Names in newTemplates and newProtocols (a rollout's own definitions) count as existing.
+// A field of the wrong type is left to the store's validation, which names it; so are the links
+// between workflows and their bases (the store's Links hook, run in the change's own transaction).
 func (s *server) checkReferences(ctx context.Context, body []byte, newTemplates, newProtocols map[string]bool) error {
 	id := gjson.GetBytes(body, "id").String()
 	for _, ref := range []struct {
@@ -221,8 +222,8 @@ func (s *server) activate(k store.Kind) handlerFunc {
 			return badRequest("invalid_request", "version", `version: required, a version number (1 or more), e.g. {"version":2}`)
 		}
 		name, v := r.PathValue("name"), *req.Version
-		// The store reads the previous version in the transaction that moves the pointer: exact even when
-		// another activation of the same name races this one.
+		// The store reads the previous version in the transaction that moves the pointer: exact
+		// even when another activation of the same name races this one.
 		prev, err := s.o.Store.Activate(r.Context(), k, name, v)
 		if err != nil {
 			return err
@@ -241,12 +242,13 @@ func (s *server) activate(k store.Kind) handlerFunc {
 type activeReply struct {
 	Name   string `json:"name"`
 	Active int    `json:"active"`
-	// Previous is the version that was active just before this change (0 = none; equal to Active when
-	// the activation was a no-op).
+	// Previous is the version that was active just before this change (0 = none; equal to Active
+	// when the activation was a no-op).
 	Previous int `json:"previous"`
 }
 
-// POST /admin/{kind}/{name}/rollback → {"name","active":N}; 409 no_previous_version when there is none.
+// POST /admin/{kind}/{name}/rollback → {"name","active":N}; 409 no_previous_version when there is
+// none.
 func (s *server) rollback(k store.Kind) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		who, body, err := change(w, r)
@@ -268,9 +270,9 @@ func (s *server) rollback(k store.Kind) handlerFunc {
 	}
 }
 
-// GET /admin/{kind}/{name}/diff?from=A&to=B → {"from","to","diff"}: a unified diff of the template texts,
-// or of the protocol definitions pretty-printed. to defaults to the active version, from to the version
-// before to.
+// GET /admin/{kind}/{name}/diff?from=A&to=B → {"from","to","diff"}: a unified diff of the template
+// texts, or of the protocol definitions pretty-printed. to defaults to the active version, from to
+// the version before to.
 func (s *server) diff(k store.Kind) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		q, err := params(r, "from", "to")
@@ -318,7 +320,8 @@ type diffReply struct {
 	Diff string `json:"diff"`
 }
 
-// diffText is what a diff compares: a template's text, or a definition pretty-printed with one field a line.
+// diffText is what a diff compares: a template's text, or a definition pretty-printed with one
+// field a line.
 func diffText(k store.Kind, body []byte) string {
 	if k == store.KindTemplate {
 		if t := gjson.GetBytes(body, "text"); t.Type == gjson.String {

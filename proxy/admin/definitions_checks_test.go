@@ -8,10 +8,11 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// TestDefinitionChecksAsStrictAsTheReadme: through the admin API, a template whose {{runtime_context}} sits
-// under a header that merely mentions UNTRUSTED, or whose layer placeholder sits under SYSTEM CORE, is
-// refused naming the field; so is a protocol that other protocols extend gaining extends, whether as a new
-// version, by activation or by rollback. Nothing of a refused change is kept.
+// TestDefinitionChecksAsStrictAsTheReadme: through the admin API, a template whose
+// {{runtime_context}} sits under a header that merely mentions UNTRUSTED, or whose layer
+// placeholder sits under SYSTEM CORE, is refused naming the field; so is a protocol that other
+// protocols extend gaining extends, whether as a new version, by activation or by rollback. Nothing
+// of a refused change is kept.
 func TestDefinitionChecksAsStrictAsTheReadme(t *testing.T) {
 	f := newFixture(t, fixtureOpts{token: "t"})
 	tpl := func(text string) string {
@@ -40,7 +41,8 @@ func TestDefinitionChecksAsStrictAsTheReadme(t *testing.T) {
 			t.Errorf("%s: %s, want the message to name solo's extends and wf", what, e.Raw)
 		}
 	}
-	// solo v1 is plain, v2 (stored while nothing extends solo) extends public; then wf extends solo.
+	// solo v1 is plain, v2 (stored while nothing extends solo) extends public; then wf extends
+	// solo.
 	f.ok(201, "POST", "/admin/protocols/solo/versions", proto("solo", ""))
 	f.ok(200, "POST", "/admin/protocols/solo/activate", `{"version":1}`)
 	f.ok(201, "POST", "/admin/protocols/solo/versions", proto("solo", "public"))

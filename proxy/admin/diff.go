@@ -8,8 +8,9 @@ import (
 // diffContext is the number of unchanged lines shown around each change.
 const diffContext = 3
 
-// maxDiffCells bounds the LCS table (lines of a × lines of b, after the common head and tail are taken
-// off). Beyond it the changed middle is shown as removed, then added: still a correct diff, only longer.
+// maxDiffCells bounds the LCS table (lines of a × lines of b, after the common head and tail are
+// taken off). Beyond it the changed middle is shown as removed, then added: still a correct diff,
+// only longer.
 const maxDiffCells = 1 << 22
 
 // diffOp is one line of an edit script: ' ' kept, '-' removed from a, '+' added from b.
@@ -75,8 +76,8 @@ func unifiedDiff(aName, bName, a, b string) string {
 	return out.String()
 }
 
-// hunkRange is "L,N" of a hunk header: the first line (1-based) and the count; an empty range names the
-// line before it.
+// hunkRange is "L,N" of a hunk header: the first line (1-based) and the count; an empty range names
+// the line before it.
 func hunkRange(before, count int) string {
 	switch count {
 	case 0:

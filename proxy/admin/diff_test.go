@@ -44,7 +44,8 @@ func TestUnifiedDiffGolden(t *testing.T) {
 
 var hunkHeader = regexp.MustCompile(`^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@$`)
 
-// applyDiff applies a unified diff to a, checking every context and removed line and every header count.
+// applyDiff applies a unified diff to a, checking every context and removed line and every header
+// count.
 func applyDiff(t *testing.T, a, diff string) string {
 	t.Helper()
 	src := splitLines(a)

@@ -91,7 +91,8 @@ func chat(t testing.TB, ts *httptest.Server, body string, hdr map[string]string)
 	return resp, b
 }
 
-// The preview's upstreamRequest is, byte for byte, the body the upstream receives for the same request.
+// The preview's upstreamRequest is, byte for byte, the body the upstream receives for the same
+// request.
 func TestPreviewEqualsUpstreamBody(t *testing.T) {
 	f := newFixture(t, fixtureOpts{token: "t"})
 	up := newRecordingUpstream(t)
@@ -124,8 +125,8 @@ func TestPreviewEqualsUpstreamBody(t *testing.T) {
 	}
 }
 
-// Concurrent requests during activations never see a mix of versions: each system message comes entirely
-// from one rollout's template and protocol.
+// Concurrent requests during activations never see a mix of versions: each system message comes
+// entirely from one rollout's template and protocol.
 func TestConcurrentActivationNoMix(t *testing.T) {
 	f := newFixture(t, fixtureOpts{token: "t"})
 	up := newRecordingUpstream(t)
@@ -181,8 +182,8 @@ func TestConcurrentActivationNoMix(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Each client sends its share, and goes on until the admin side has made a few changes (a busy
-			// machine may schedule it late), within a bound.
+			// Each client sends its share, and goes on until the admin side has made a few changes
+			// (a busy machine may schedule it late), within a bound.
 			for i := 0; (i < each || changes.Load() < 4) && i < 100*each; i++ {
 				resp, b := chat(t, ts, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, map[string]string{"X-Promptgate-Protocol": "conc"})
 				sent.Add(1)

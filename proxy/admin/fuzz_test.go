@@ -8,7 +8,8 @@ import (
 	"testing"
 )
 
-// Whatever the query string, a parameter that the standard parser would read as a credential is caught.
+// Whatever the query string, a parameter that the standard parser would read as a credential is
+// caught.
 func FuzzTokenInQuery(f *testing.F) {
 	for _, s := range []string{"token=x", "limit=1&Access_Token=x", "api%5Fkey=x", "a=1;key=2", "%zz=1&key=1", "k%65y=v", "tok%65n", "", "&&=&", "API-KEY=1"} {
 		f.Add(s)
@@ -48,8 +49,9 @@ func FuzzUnifiedDiff(f *testing.F) {
 	})
 }
 
-// Whatever the Origin, Host and Sec-Fetch-Site, a request passes only when the browser says it is from this
-// origin: Sec-Fetch-Site absent, same-origin or none, and no Origin or one whose host is the Host header.
+// Whatever the Origin, Host and Sec-Fetch-Site, a request passes only when the browser says it is
+// from this origin: Sec-Fetch-Site absent, same-origin or none, and no Origin or one whose host is
+// the Host header.
 func FuzzCrossSite(f *testing.F) {
 	for _, s := range [][3]string{
 		{"http://127.0.0.1:8788", "127.0.0.1:8788", "same-origin"}, {"http://127.0.0.1:8787", "127.0.0.1:8788", ""},
@@ -82,7 +84,8 @@ func FuzzCrossSite(f *testing.F) {
 	})
 }
 
-// withPort is hostport with the scheme's default port written out, so that "h" and "h:80" compare equal.
+// withPort is hostport with the scheme's default port written out, so that "h" and "h:80" compare
+// equal.
 func withPort(scheme, hostport string) string {
 	if _, _, err := net.SplitHostPort(hostport); err == nil {
 		return hostport

@@ -2,8 +2,8 @@ package admin
 
 import "net/http"
 
-// contentSecurityPolicy allows the console's own files only: no inline script or style, no other origin,
-// no framing.
+// contentSecurityPolicy allows the console's own files only: no inline script or style, no other
+// origin, no framing.
 const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
 	"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 

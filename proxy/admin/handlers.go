@@ -138,7 +138,8 @@ type toolReply struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
-// GET /admin/tools → {"tools":[{"name","enabled","author","updatedAt"}]}: the operator's overrides, by name.
+// GET /admin/tools → {"tools":[{"name","enabled","author","updatedAt"}]}: the operator's overrides,
+// by name.
 func (s *server) listTools(w http.ResponseWriter, r *http.Request) error {
 	if _, err := params(r); err != nil {
 		return err
@@ -159,7 +160,8 @@ type enabledBody struct {
 	Enabled *bool `json:"enabled"`
 }
 
-// PUT /admin/tools/{name}/enabled {"enabled":false} → {"name","enabled"}: the kill switch, persisted.
+// PUT /admin/tools/{name}/enabled {"enabled":false} → {"name","enabled"}: the kill switch,
+// persisted.
 func (s *server) setTool(w http.ResponseWriter, r *http.Request) error {
 	who, body, err := change(w, r)
 	if err != nil {
@@ -190,8 +192,8 @@ func (s *server) setTool(w http.ResponseWriter, r *http.Request) error {
 	}{name, *req.Enabled})
 }
 
-// DELETE /admin/tools/{name}/enabled → {"name","cleared":true}: the config decides again; 404 when no
-// override is set.
+// DELETE /admin/tools/{name}/enabled → {"name","cleared":true}: the config decides again; 404 when
+// no override is set.
 func (s *server) clearTool(w http.ResponseWriter, r *http.Request) error {
 	if _, err := params(r); err != nil {
 		return err
@@ -226,8 +228,8 @@ func auditKinds() []string {
 		audit.KindMCPCall, audit.KindMCPList, audit.KindMCPDefinition, audit.KindShadow, audit.KindShadowChanged}
 }
 
-// GET /admin/audit?limit=&requestId=&verdict=&protocol=&kind=&tool=&since=&until= → {"events":[...]}, newest
-// first; since is inclusive, until exclusive.
+// GET /admin/audit?limit=&requestId=&verdict=&protocol=&kind=&tool=&since=&until= →
+// {"events":[...]}, newest first; since is inclusive, until exclusive.
 func (s *server) audit(w http.ResponseWriter, r *http.Request) error {
 	q, err := params(r, "limit", "requestId", "verdict", "protocol", "kind", "tool", "since", "until")
 	if err != nil {
@@ -237,7 +239,8 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request) error {
 		RequestID: q.Get("requestId"), Verdict: q.Get("verdict"), Protocol: q.Get("protocol"),
 		Kind: q.Get("kind"), Tool: q.Get("tool"),
 	}
-	// A verdict or kind no event can have is a typo (verdict=block): say so rather than answer an empty list.
+	// A verdict or kind no event can have is a typo (verdict=block): say so rather than answer an
+	// empty list.
 	if v := f.Verdict; v != "" && !slices.Contains(auditVerdicts(), v) {
 		return badRequest("invalid_request", "verdict", "verdict %q: want one of %s", v, strings.Join(auditVerdicts(), ", "))
 	}
@@ -278,8 +281,8 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string][]audit.Event{"events": events})
 }
 
-// flushAudit lets the ring write what was recorded just before (such as this operator's last change),
-// without waiting long.
+// flushAudit lets the ring write what was recorded just before (such as this operator's last
+// change), without waiting long.
 func (s *server) flushAudit(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, auditFlushWait)
 	_ = s.o.Audit.FlushContext(ctx)

@@ -28,8 +28,8 @@ type healthReply struct {
 	Store   storeHealth    `json:"store"`
 	Served  []servedDef    `json:"served"`
 	Plugins []pluginHealth `json:"plugins"`
-	// Requests counts the requests answered since the start, by HTTP status; a rate is the difference of
-	// two reports over their time.
+	// Requests counts the requests answered since the start, by HTTP status; a rate is the
+	// difference of two reports over their time.
 	Requests requestsHealth `json:"requests"`
 	// Overhead is promptgate's own time per request since the start, from its histogram (seconds).
 	Overhead latency      `json:"overhead"`
@@ -41,7 +41,8 @@ type storeHealth struct {
 	Backend   string `json:"backend"`
 	Endpoints string `json:"endpoints,omitempty"`
 	Prefix    string `json:"prefix,omitempty"`
-	// Connected is false while a fleet store is unreachable (the last snapshot is served), with Reason.
+	// Connected is false while a fleet store is unreachable (the last snapshot is served), with
+	// Reason.
 	Connected bool   `json:"connected"`
 	Reason    string `json:"reason,omitempty"`
 	// Stale says why the definitions served are not the store's latest, "" while they are.
@@ -57,8 +58,8 @@ type servedDef struct {
 
 type pluginHealth struct {
 	plugins.SourceStatus
-	// Calls counts the calls made (cache hits excluded) and Latency their time; Errors the failed ones by
-	// reason (timeout, unavailable, error, ...).
+	// Calls counts the calls made (cache hits excluded) and Latency their time; Errors the failed
+	// ones by reason (timeout, unavailable, error, ...).
 	Calls   uint64            `json:"calls"`
 	Latency latency           `json:"latency"`
 	Errors  map[string]uint64 `json:"errors"`
@@ -77,9 +78,9 @@ type latency struct {
 	P99   float64 `json:"p99Seconds"`
 }
 
-// GET /admin/health → the store's state, the definitions served, the context sources, request counts, the
-// proxy's overhead and the audit ring's counts. Fleet members are not listed: the store does not track
-// the instances that share it.
+// GET /admin/health → the store's state, the definitions served, the context sources, request
+// counts, the proxy's overhead and the audit ring's counts. Fleet members are not listed: the store
+// does not track the instances that share it.
 func (s *server) health(w http.ResponseWriter, r *http.Request) error {
 	if _, err := params(r); err != nil {
 		return err
@@ -154,7 +155,8 @@ func labels(m *dto.Metric) map[string]string {
 	return out
 }
 
-// histogram merges the series of one histogram (same buckets, any labels) and estimates its quantiles.
+// histogram merges the series of one histogram (same buckets, any labels) and estimates its
+// quantiles.
 func histogram(ms []*dto.Metric) latency {
 	type bucket struct {
 		upper float64

@@ -9,11 +9,12 @@ import (
 	"github.com/promptgate/promptgate/proxy/console"
 )
 
-// TestHostRuleOnEveryPath: with an admin token set, every path of the admin listener — the token-less
-// /metrics and console pages and static files, the API with the right token, an unknown path — refuses a
-// Host that a DNS-rebinding page would send (a name that is neither loopback nor listed in listen.hosts)
-// with 403 host_not_allowed, before anything of the path is read; loopback Hosts, IP addresses and listed
-// names (any port, any letter case, a final dot) are answered. Without a token, only loopback Hosts are.
+// TestHostRuleOnEveryPath: with an admin token set, every path of the admin listener — the
+// token-less /metrics and console pages and static files, the API with the right token, an unknown
+// path — refuses a Host that a DNS-rebinding page would send (a name that is neither loopback nor
+// listed in listen.hosts) with 403 host_not_allowed, before anything of the path is read; loopback
+// Hosts, IP addresses and listed names (any port, any letter case, a final dot) are answered.
+// Without a token, only loopback Hosts are.
 func TestHostRuleOnEveryPath(t *testing.T) {
 	t.Parallel()
 	const secret = "promptgate_up 1\n"

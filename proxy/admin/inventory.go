@@ -26,8 +26,8 @@ type inventoryTool struct {
 	Config *configTool `json:"config,omitempty"`
 	// Override is the operator's kill switch, absent when none is set.
 	Override *store.ToolOverride `json:"override,omitempty"`
-	// Seen is what the proxy listener remembers of requests that declared the tool, absent when none did
-	// since the start.
+	// Seen is what the proxy listener remembers of requests that declared the tool, absent when
+	// none did since the start.
 	Seen *toolseen.Sighting `json:"seen,omitempty"`
 }
 
@@ -38,8 +38,8 @@ type configTool struct {
 	AllowedProtocols []string `json:"allowedProtocols"`
 }
 
-// GET /admin/tools/inventory → {"tools":[...]}: every tool configured, switched, or seen since the start,
-// by name.
+// GET /admin/tools/inventory → {"tools":[...]}: every tool configured, switched, or seen since the
+// start, by name.
 func (s *server) toolInventory(w http.ResponseWriter, r *http.Request) error {
 	if _, err := params(r); err != nil {
 		return err

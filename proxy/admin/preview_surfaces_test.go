@@ -14,8 +14,9 @@ import (
 	"github.com/promptgate/promptgate/proxy"
 )
 
-// Requests of the two other surfaces, with the client's own instructions, a tool the operator switches
-// off, the promptgate extension, and fields promptgate does not know (which must survive byte for byte).
+// Requests of the two other surfaces, with the client's own instructions, a tool the operator
+// switches off, the promptgate extension, and fields promptgate does not know (which must survive
+// byte for byte).
 const (
 	responsesRequest = `{"model":"gpt-4.1","instructions":"Be brief.","input":[{"role":"user","content":"hello"}],` +
 		`"tools":[{"type":"function","name":"web_fetch","parameters":{"type":"object","properties":{"url":{"type":"string"}}}},` +
@@ -27,8 +28,8 @@ const (
 		`"promptgate":{"user":"u-1","context":{"ticket":"T-1"}},"x_unknown":{"keep":[1,2.50,"é"]}}`
 )
 
-// surfaceUpstream stands in for both upstreams: it keeps each body by path and answers a minimal reply of
-// the surface.
+// surfaceUpstream stands in for both upstreams: it keeps each body by path and answers a minimal
+// reply of the surface.
 type surfaceUpstream struct {
 	*httptest.Server
 	mu     sync.Mutex
@@ -63,8 +64,8 @@ func (u *surfaceUpstream) received(path string) [][]byte {
 	return append([][]byte(nil), u.bodies[path]...)
 }
 
-// For each surface, the preview's upstreamRequest is byte for byte the body the upstream receives when
-// the same request is sent to the proxy listener.
+// For each surface, the preview's upstreamRequest is byte for byte the body the upstream receives
+// when the same request is sent to the proxy listener.
 func TestPreviewEachSurfaceEqualsUpstreamBody(t *testing.T) {
 	f := newFixture(t, fixtureOpts{token: "t"})
 	up := newSurfaceUpstream(t)

@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// Without a token, a DNS-rebound name gets nothing from any path of the admin listener, the token-less
-// /metrics included (it names the protocols, tools, plugins and their failures); a loopback Host still
-// reads it. With a token, an address Host (scrapers address the pod) reads it, another name does not
-// (TestHostRuleOnEveryPath has every path).
+// Without a token, a DNS-rebound name gets nothing from any path of the admin listener, the
+// token-less /metrics included (it names the protocols, tools, plugins and their failures); a
+// loopback Host still reads it. With a token, an address Host (scrapers address the pod) reads it,
+// another name does not (TestHostRuleOnEveryPath has every path).
 func TestNoTokenMetricsLoopbackOnly(t *testing.T) {
 	t.Parallel()
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "promptgate_up 1\n") })

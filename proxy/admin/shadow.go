@@ -23,8 +23,8 @@ type shadowReply struct {
 	Previous int `json:"previous"`
 }
 
-// POST /admin/protocols/{name}/shadow {"version":N} → {"name","shadow":N,"previous":M}: version N judges
-// every request routed to the protocol beside the active one, for the record only.
+// POST /admin/protocols/{name}/shadow {"version":N} → {"name","shadow":N,"previous":M}: version N
+// judges every request routed to the protocol beside the active one, for the record only.
 func (s *server) setShadow(w http.ResponseWriter, r *http.Request) error {
 	who, body, err := change(w, r)
 	if err != nil {
@@ -40,7 +40,8 @@ func (s *server) setShadow(w http.ResponseWriter, r *http.Request) error {
 	return s.moveShadow(w, r, who, *req.Version)
 }
 
-// DELETE /admin/protocols/{name}/shadow → {"name","shadow":0,"previous":M}; 404 when none is in shadow.
+// DELETE /admin/protocols/{name}/shadow → {"name","shadow":0,"previous":M}; 404 when none is in
+// shadow.
 func (s *server) clearShadow(w http.ResponseWriter, r *http.Request) error {
 	who, body, err := change(w, r)
 	if err != nil {
@@ -67,7 +68,8 @@ func (s *server) moveShadow(w http.ResponseWriter, r *http.Request, who string, 
 	return writeJSON(w, http.StatusOK, shadowReply{Name: name, Shadow: v, Previous: prev})
 }
 
-// shadowSummary is the answer of GET /admin/shadow: the versions in shadow, and what they would change.
+// shadowSummary is the answer of GET /admin/shadow: the versions in shadow, and what they would
+// change.
 type shadowSummary struct {
 	Window string    `json:"window"`
 	Since  time.Time `json:"since"`
@@ -75,8 +77,8 @@ type shadowSummary struct {
 	// Covered is false when the audit ring holds fewer events than the window.
 	Covered bool            `json:"covered"`
 	Shadows []shadowOfProto `json:"shadows"`
-	// Changes are the differences of the window, counted by protocol, version in shadow, tool, verdicts
-	// and rule, most frequent first.
+	// Changes are the differences of the window, counted by protocol, version in shadow, tool,
+	// verdicts and rule, most frequent first.
 	Changes []shadowChange `json:"changes"`
 }
 
@@ -99,8 +101,8 @@ type shadowChange struct {
 	Requests []string `json:"requests"`
 }
 
-// GET /admin/shadow?window=1h|24h&protocol=ID → the protocols with a version in shadow, and the shadow events
-// of the window counted by what would change.
+// GET /admin/shadow?window=1h|24h&protocol=ID → the protocols with a version in shadow, and the
+// shadow events of the window counted by what would change.
 func (s *server) shadowSummary(w http.ResponseWriter, r *http.Request) error {
 	q, err := params(r, "window", "protocol")
 	if err != nil {
@@ -167,8 +169,8 @@ func (s *server) shadowSummary(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, out)
 }
 
-// sinceParam reads the since parameter: a duration (24h, 90m), more than 0 and at most the learn store's
-// retention; DefaultSince when absent.
+// sinceParam reads the since parameter: a duration (24h, 90m), more than 0 and at most the learn
+// store's retention; DefaultSince when absent.
 func sinceParam(v string, has bool) (time.Duration, error) {
 	if !has {
 		return DefaultSince, nil
@@ -181,8 +183,8 @@ func sinceParam(v string, has bool) (time.Duration, error) {
 	return d, nil
 }
 
-// learned reads what learn mode learned of a protocol over since; 404 learn_off when this instance does
-// not learn.
+// learned reads what learn mode learned of a protocol over since; 404 learn_off when this instance
+// does not learn.
 func (s *server) learned(r *http.Request, protocol string, since time.Duration) (learn.Learned, error) {
 	if s.o.Learn == nil {
 		return learn.Learned{}, &apiError{status: http.StatusNotFound, code: "learn_off", msg: "this instance keeps no learned data (no audit ring, so no learn file)"}
@@ -190,8 +192,9 @@ func (s *server) learned(r *http.Request, protocol string, since time.Duration) 
 	return s.o.Learn.Window(r.Context(), protocol, time.Now().Add(-since))
 }
 
-// GET /admin/learn/{protocol}?since=24h → what learn mode learned of the protocol over the window: per tool
-// its calls and conversations, and per argument path where its values came from and what was found in them.
+// GET /admin/learn/{protocol}?since=24h → what learn mode learned of the protocol over the window:
+// per tool its calls and conversations, and per argument path where its values came from and what
+// was found in them.
 func (s *server) learnedOf(w http.ResponseWriter, r *http.Request) error {
 	q, err := params(r, "since")
 	if err != nil {
@@ -227,9 +230,10 @@ type rawJSON []byte
 
 func (r rawJSON) MarshalJSON() ([]byte, error) { return r, nil }
 
-// GET /admin/protocols/{name}/suggest?since=24h → a proposed version of the protocol from what learn mode
-// learned of it over the window: the definition (based on the active version) and each proposal with its
-// evidence. 404 when the protocol has no active version; 409 nothing_learned when the window is empty.
+// GET /admin/protocols/{name}/suggest?since=24h → a proposed version of the protocol from what
+// learn mode learned of it over the window: the definition (based on the active version) and each
+// proposal with its evidence. 404 when the protocol has no active version; 409 nothing_learned when
+// the window is empty.
 func (s *server) suggest(w http.ResponseWriter, r *http.Request) error {
 	q, err := params(r, "since")
 	if err != nil {

@@ -17,8 +17,9 @@ const (
 	otherV1  = `{"id":"other","promptTemplate":{"base":"base_tool_call_v2"}}`
 )
 
-// TestShadowEndpoints: a version is put in shadow and taken out of it through the API, each change recorded;
-// the summary lists the versions in shadow and the shadow events of the window; bad input is refused.
+// TestShadowEndpoints: a version is put in shadow and taken out of it through the API, each change
+// recorded; the summary lists the versions in shadow and the shadow events of the window; bad input
+// is refused.
 func TestShadowEndpoints(t *testing.T) {
 	f := newFixture(t, fixtureOpts{})
 	for _, body := range []string{shadowV1, shadowV2} {
@@ -28,8 +29,8 @@ func TestShadowEndpoints(t *testing.T) {
 	f.ok(http.StatusCreated, "POST", "/admin/protocols/other/versions", otherV1)
 	f.ok(http.StatusCreated, "POST", "/admin/protocols/other/versions", otherV1)
 
-	// Bad input: an unknown version, the version of another protocol (office has no 3; other has), the
-	// active version, no version, a template, an unknown field, a name that is no protocol.
+	// Bad input: an unknown version, the version of another protocol (office has no 3; other has),
+	// the active version, no version, a template, an unknown field, a name that is no protocol.
 	f.fails(http.StatusNotFound, "not_found", "POST", "/admin/protocols/office/shadow", `{"version":9}`)
 	f.ok(http.StatusCreated, "POST", "/admin/protocols/other/versions", otherV1)
 	e := f.fails(http.StatusNotFound, "not_found", "POST", "/admin/protocols/office/shadow", `{"version":3}`)

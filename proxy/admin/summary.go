@@ -20,7 +20,8 @@ type summaryReply struct {
 	Window string    `json:"window"`
 	Since  time.Time `json:"since"`
 	Until  time.Time `json:"until"`
-	// Covered is false when the audit ring holds fewer events than the window: its oldest are newer.
+	// Covered is false when the audit ring holds fewer events than the window: its oldest are
+	// newer.
 	Covered bool `json:"covered"`
 	// Total counts the blocked and removed decisions in the window.
 	Total   int            `json:"total"`
@@ -47,9 +48,9 @@ type summaryFilters struct {
 	Verdicts []string `json:"verdicts"`
 }
 
-// GET /admin/audit/summary?window=1h|24h → the blocked and removed decisions of the window counted by
-// kind, verdict and reason (audit.ReasonHead), most frequent first, and by time bucket (5 minutes
-// over 1h, 1 hour over 24h), oldest first.
+// GET /admin/audit/summary?window=1h|24h → the blocked and removed decisions of the window counted
+// by kind, verdict and reason (audit.ReasonHead), most frequent first, and by time bucket (5
+// minutes over 1h, 1 hour over 24h), oldest first.
 func (s *server) auditSummary(w http.ResponseWriter, r *http.Request) error {
 	q, err := params(r, "window")
 	if err != nil {
@@ -64,7 +65,8 @@ func (s *server) auditSummary(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("invalid_request", "window", "window %q: want 1h or 24h", name)
 	}
 	until := time.Now().UTC()
-	// Buckets end at the next whole bucket, so that the chart's columns keep their place between polls.
+	// Buckets end at the next whole bucket, so that the chart's columns keep their place between
+	// polls.
 	end := until.Truncate(win.bucket).Add(win.bucket)
 	since := end.Add(-win.span)
 	out := summaryReply{Window: name, Since: since, Until: until, Reasons: []reasonCount{},

@@ -170,7 +170,8 @@ func Events(api API, a Answer, m Meta) [][]byte {
 	return messagesEvents(a, m)
 }
 
-// geminiParts are the parts of a Gemini candidate holding text (when not empty) and a's calls, each whole.
+// geminiParts are the parts of a Gemini candidate holding text (when not empty) and a's calls, each
+// whole.
 func (a Answer) geminiParts(text string) []string {
 	var parts []string
 	if text != "" {
@@ -182,8 +183,8 @@ func (a Answer) geminiParts(text string) []string {
 	return parts
 }
 
-// geminiEvent is a GenerateContentResponse with one candidate of parts; the last one carries its finish
-// reason and the usage.
+// geminiEvent is a GenerateContentResponse with one candidate of parts; the last one carries its
+// finish reason and the usage.
 func (m Meta) geminiEvent(parts []string, last bool, out int) string {
 	finish, usage := "", ""
 	if last {
@@ -194,8 +195,8 @@ func (m Meta) geminiEvent(parts []string, last bool, out int) string {
 		strings.Join(parts, ","), finish, usage, js(m.Model), m.ID)
 }
 
-// geminiEvents stream the text in pieces, then one last event with the calls, whole, as Gemini sends
-// them; frames end in CRLF, as Google's do.
+// geminiEvents stream the text in pieces, then one last event with the calls, whole, as Gemini
+// sends them; frames end in CRLF, as Google's do.
 func geminiEvents(a Answer, m Meta) [][]byte {
 	var out [][]byte
 	frame := func(ev string) { out = append(out, []byte("data: "+ev+"\r\n\r\n")) }

@@ -15,13 +15,13 @@ import (
 // The door edits what a server answers (a tools/list result is filtered by the protocol and its
 // definitions pinned and scanned) and passes the rest; the agent's client reads the edited answer.
 // So the door must read the answer as every client does, or refuse it. A client takes the last of a
-// repeated member (the door's gjson the first), encoding/json matches member names without regard to
-// case ("Tools", "Deſcription"), and a JSON-RPC client matches an answer to its request by the id's
-// value (the Go SDK reads the id 1.0 as 1; ids are not compared as the door wrote them). Therefore:
-// a message of the server's that repeats a member at any depth is refused; one whose own members,
-// whose result's or whose tool definitions' members are named like one a client reads in another
-// case is refused; and every answer whose result holds tools is filtered, whatever its id and
-// whatever request it answers (a resumed stream, GET, carries answers to a POST's requests).
+// repeated member (the door's gjson the first), encoding/json matches member names without regard
+// to case ("Tools", "Deſcription"), and a JSON-RPC client matches an answer to its request by the
+// id's value (the Go SDK reads the id 1.0 as 1; ids are not compared as the door wrote them).
+// Therefore: a message of the server's that repeats a member at any depth is refused; one whose own
+// members, whose result's or whose tool definitions' members are named like one a client reads in
+// another case is refused; and every answer whose result holds tools is filtered, whatever its id
+// and whatever request it answers (a resumed stream, GET, carries answers to a POST's requests).
 
 // resultMembers and toolMembers are the members of a result and of a tool definition that clients
 // read: a key equal to one of them without regard to case, but not exactly, is that member to a
@@ -94,8 +94,8 @@ func foldedAnswer(v gjson.Result) error {
 	return err
 }
 
-// answerID is the id of a message to answer a refusal with: the message's id where it is a string or
-// an integer written plainly, else null.
+// answerID is the id of a message to answer a refusal with: the message's id where it is a string
+// or an integer written plainly, else null.
 func answerID(msg []byte) string {
 	id := gjson.GetBytes(msg, "id")
 	if id.Type == gjson.String || id.Type == gjson.Number && isInteger(id.Raw) {
@@ -106,8 +106,8 @@ func answerID(msg []byte) string {
 
 // edit applies the door's edits to a message (or a batch) of the server's: every result that holds
 // tools is filtered (a tools/list answer, whatever its id); a change of the server's list is noted
-// for its next call. A message the door could read otherwise than a client is replaced by a JSON-RPC
-// error.
+// for its next call. A message the door could read otherwise than a client is replaced by a
+// JSON-RPC error.
 func (x *exchange) edit(msg []byte) []byte {
 	if err := x.strictAnswer(msg); err != nil {
 		x.record(audit.Event{Kind: KindList, Verdict: audit.VerdictBlocked, Reason: err.Error()})

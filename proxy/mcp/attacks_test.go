@@ -41,8 +41,8 @@ const benignTool = `{"name":"lookup","description":"Looks a contact up.","inputS
 var evilTools = `[{"name":"lookup","description":` + strconv.Quote(poison) + `,"inputSchema":{"type":"object"}},` +
 	`{"name":"delete_all","description":"Deletes every contact.","inputSchema":{"type":"object"}}]`
 
-// hostileServer is an MCP server that answers tools/list with what list writes for the request's raw
-// id, and the session's GET stream with get; it keeps the requests it got.
+// hostileServer is an MCP server that answers tools/list with what list writes for the request's
+// raw id, and the session's GET stream with get; it keeps the requests it got.
 type hostileServer struct {
 	mu   sync.Mutex
 	list func(w http.ResponseWriter, id string)
@@ -198,12 +198,12 @@ func readersOf(t *testing.T, contentType string, body []byte, id int64) []listed
 	return out
 }
 
-// TestServerAnswerReadAsTheClientReadsIt: a tools/list answer that the door could read otherwise than
-// the agent's client — a repeated member (the door's gjson takes the first, JSON decoders the last),
-// a member named in another letter case (encoding/json takes it), an escaped member name, an id
-// written as 1.0 or 1e0 (the SDK reads any number as its integer), a batch in an event — never shows
-// a client a tool the protocol removed or a description the door did not pin and scan; the door
-// refuses such an answer or filters what every reader takes for the list.
+// TestServerAnswerReadAsTheClientReadsIt: a tools/list answer that the door could read otherwise
+// than the agent's client — a repeated member (the door's gjson takes the first, JSON decoders the
+// last), a member named in another letter case (encoding/json takes it), an escaped member name, an
+// id written as 1.0 or 1e0 (the SDK reads any number as its integer), a batch in an event — never
+// shows a client a tool the protocol removed or a description the door did not pin and scan; the
+// door refuses such an answer or filters what every reader takes for the list.
 func TestServerAnswerReadAsTheClientReadsIt(t *testing.T) {
 	t.Parallel()
 	msg := func(id, result string) string { return `{"jsonrpc":"2.0","id":` + id + `,"result":` + result + `}` }
@@ -284,10 +284,10 @@ func TestServerAnswerWithAContentCoding(t *testing.T) {
 	}
 }
 
-// TestServerAnswerOnAResumedStream: a server that ends the POST's stream after a first event with an
-// id, and answers tools/list on the GET stream the Go SDK opens to resume it (Last-Event-ID), has its
-// answer filtered there as on the POST: the client never sees a tool the protocol removed or a
-// description the door did not pin.
+// TestServerAnswerOnAResumedStream: a server that ends the POST's stream after a first event with
+// an id, and answers tools/list on the GET stream the Go SDK opens to resume it (Last-Event-ID),
+// has its answer filtered there as on the POST: the client never sees a tool the protocol removed
+// or a description the door did not pin.
 func TestServerAnswerOnAResumedStream(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -348,10 +348,10 @@ func (h *hostileServer) reached(s string) bool {
 }
 
 // TestRequestsTheServerWouldReadOtherwise: requests a client could shape so that the server, or a
-// gateway in front of it, acts on another call than the door vetted — Mcp-Method and Mcp-Name headers
-// that name another request on a session version (a gateway may route by them whatever the version),
-// a tools/call sent as a notification, a refused call in a batch beside an allowed one — never bring
-// the refused call to the server.
+// gateway in front of it, acts on another call than the door vetted — Mcp-Method and Mcp-Name
+// headers that name another request on a session version (a gateway may route by them whatever the
+// version), a tools/call sent as a notification, a refused call in a batch beside an allowed one —
+// never bring the refused call to the server.
 func TestRequestsTheServerWouldReadOtherwise(t *testing.T) {
 	t.Parallel()
 	h := &hostileServer{list: answerJSON(plainList)}
@@ -403,12 +403,12 @@ func TestRequestsTheServerWouldReadOtherwise(t *testing.T) {
 	}
 }
 
-// TestJoinMatchesOnlyTheModelsArguments: with requireModelCall, an MCP call matches the model's call
-// only where the tool reads the same arguments: key order, white space, escapes and the spelling of
-// a number (1, 1.0, 1e0) do not count; any other difference does — a value with a blank more, a
-// key more, a list for a string, a number that differs in its last digit, a string for a number —
-// and so do the spellings a decoder reads otherwise (a key repeated, a key in another case), which
-// the door refuses outright. No such call reaches the server.
+// TestJoinMatchesOnlyTheModelsArguments: with requireModelCall, an MCP call matches the model's
+// call only where the tool reads the same arguments: key order, white space, escapes and the
+// spelling of a number (1, 1.0, 1e0) do not count; any other difference does — a value with a blank
+// more, a key more, a list for a string, a number that differs in its last digit, a string for a
+// number — and so do the spellings a decoder reads otherwise (a key repeated, a key in another
+// case), which the door refuses outright. No such call reaches the server.
 func TestJoinMatchesOnlyTheModelsArguments(t *testing.T) {
 	t.Parallel()
 	h := &hostileServer{list: answerJSON(plainList)}

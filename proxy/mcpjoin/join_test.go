@@ -50,7 +50,8 @@ func TestClaim(t *testing.T) {
 	if s := r.ServerOf("send", []byte(`{"n":2}`)); s != "" {
 		t.Errorf("ServerOf of another call = %q", s)
 	}
-	// The same call run by another server too: its output is neither's, until the record forgets it.
+	// The same call run by another server too: its output is neither's, until the record forgets
+	// it.
 	r.Executed("send", d1, "web")
 	if s := r.ServerOf("send", []byte(`{"n":1,"to":"a@x"}`)); s != "" {
 		t.Errorf("ServerOf of a call two servers ran = %q, want none", s)

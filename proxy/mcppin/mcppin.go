@@ -164,8 +164,8 @@ var toolKeys = []string{"name", "description", "inputSchema", "extra", "digest",
 // Parse reads and checks a set: one strict JSON object with exactly the keys server and tools;
 // server a label; each tool an object of the keys Marshal writes, with a name (each once), a string
 // description, an input schema and other members that are objects when present, and a digest that
-// is the definition's when present (a missing one is computed). Errors name the field and the fix, never a
-// description.
+// is the definition's when present (a missing one is computed). Errors name the field and the fix,
+// never a description.
 func Parse(body []byte) (Set, error) {
 	if err := jsoncheck.Object(body, jsoncheck.Limits{FoldedKeys: true}); err != nil {
 		return Set{}, fmt.Errorf("mcppin: the set is not one strict JSON object: %w", err)

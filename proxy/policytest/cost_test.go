@@ -32,10 +32,10 @@ func costCase(text, expect string) string {
 }
 
 // TestCaseFileCostIsBounded: a case file cannot make a run cost what it likes. A pattern costs its
-// compiled program's size for every byte of the text it is matched against (Go's regexp is linear in
-// the text, times the program): a pattern past MaxPatternInsts is a problem of the file, and a match
-// that would take the run's patterns past MaxPatternWork is not run (its check fails, saying so),
-// while a small pattern over the same text still runs; a file of more than MaxCases cases is a
+// compiled program's size for every byte of the text it is matched against (Go's regexp is linear
+// in the text, times the program): a pattern past MaxPatternInsts is a problem of the file, and a
+// match that would take the run's patterns past MaxPatternWork is not run (its check fails, saying
+// so), while a small pattern over the same text still runs; a file of more than MaxCases cases is a
 // problem; nothing is counted by wall time.
 func TestCaseFileCostIsBounded(t *testing.T) {
 	t.Parallel()

@@ -1,9 +1,10 @@
-// Package boltfile opens bbolt files so that a damaged one is refused with an error instead of crashing the
-// process: bbolt panics on a damaged page (in Open itself for a damaged freelist, or on the first read that
-// meets it) and faults with SIGBUS, which nothing recovers, when it maps a truncated file.
+// Package boltfile opens bbolt files so that a damaged one is refused with an error instead of
+// crashing the process: bbolt panics on a damaged page (in Open itself for a damaged freelist, or
+// on the first read that meets it) and faults with SIGBUS, which nothing recovers, when it maps a
+// truncated file.
 //
-// It owns only the opening: the definitions store (package store) and the audit ring (policy/audit) keep their
-// own buckets and their own error messages.
+// It owns only the opening: the definitions store (package store) and the audit ring (policy/audit)
+// keep their own buckets and their own error messages.
 package boltfile
 
 import (
@@ -16,8 +17,8 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 )
 
-// ErrCorrupt: the file is damaged — truncated, with pages that fail bbolt's consistency check, or not a
-// bbolt file at all. Open returns it as a *CorruptError.
+// ErrCorrupt: the file is damaged — truncated, with pages that fail bbolt's consistency check, or
+// not a bbolt file at all. Open returns it as a *CorruptError.
 var ErrCorrupt = errors.New("file is corrupt")
 
 // CorruptError is a damaged file, with what was found wrong.
@@ -28,11 +29,12 @@ func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 
 func corrupt(detail any) error { return &CorruptError{Detail: fmt.Sprint(detail)} }
 
-// Open opens (or creates) the bbolt file at path with o and checks every page of it before anything reads
-// it. A damaged file gives a *CorruptError (errors.Is ErrCorrupt). Other errors (bolterrors.ErrTimeout for a file
-// locked by another process, permission errors) are returned as bbolt gives them. Limit: after a panic
-// inside bolt.Open the file stays mapped, and so locked, until the process exits. The check walks each page
-// once, so it suits the small files promptgate keeps.
+// Open opens (or creates) the bbolt file at path with o and checks every page of it before anything
+// reads it. A damaged file gives a *CorruptError (errors.Is ErrCorrupt). Other errors
+// (bolterrors.ErrTimeout for a file locked by another process, permission errors) are returned as
+// bbolt gives them. Limit: after a panic inside bolt.Open the file stays mapped, and so locked,
+// until the process exits. The check walks each page once, so it suits the small files promptgate
+// keeps.
 func Open(path string, o *bolt.Options) (db *bolt.DB, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -64,10 +66,10 @@ func Open(path string, o *bolt.Options) (db *bolt.DB, err error) {
 	return db, nil
 }
 
-// shortFile reports a bbolt file that is shorter than a valid meta page of it says (a truncated copy):
-// bbolt maps the file and would fault reading past its end. The meta page is the 16-byte page header, then
-// magic, version and page size (uint32 each), flags (uint32), the root bucket (16 bytes), the freelist page
-// id and the high-water page id (uint64 each), little-endian.
+// shortFile reports a bbolt file that is shorter than a valid meta page of it says (a truncated
+// copy): bbolt maps the file and would fault reading past its end. The meta page is the 16-byte
+// page header, then magic, version and page size (uint32 each), flags (uint32), the root bucket (16
+// bytes), the freelist page id and the high-water page id (uint64 each), little-endian.
 func shortFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {

@@ -20,9 +20,10 @@ type pointer struct {
 	Shadow int `json:"shadow,omitempty"`
 }
 
-// activeSet is the value of the key P activeset: every name's active pointer and history, by kind then
-// name. Every activation, rollback, rollout and revert rewrites it in one compare-and-swap, so a change of
-// any number of names is one etcd transaction of a few operations, and a watcher sees all of it or none.
+// activeSet is the value of the key P activeset: every name's active pointer and history, by kind
+// then name. Every activation, rollback, rollout and revert rewrites it in one compare-and-swap, so
+// a change of any number of names is one etcd transaction of a few operations, and a watcher sees
+// all of it or none.
 type activeSet map[store.Kind]map[string]pointer
 
 func (a activeSet) get(kind store.Kind, name string) pointer { return a[kind][name] }
@@ -71,10 +72,10 @@ func (a activeSet) clone() activeSet {
 	return out
 }
 
-// maxSetBytes bounds the encoded active set, well under etcd's default --max-request-bytes (1.5 MiB).
-// When the histories would make it larger, every history is cut to its newest entries, to a common length
-// halved until the set fits (as store.MaxHistory cuts them per name): Rollback reaches less far back,
-// activations never fail for it.
+// maxSetBytes bounds the encoded active set, well under etcd's default --max-request-bytes (1.5
+// MiB). When the histories would make it larger, every history is cut to its newest entries, to a
+// common length halved until the set fits (as store.MaxHistory cuts them per name): Rollback
+// reaches less far back, activations never fail for it.
 const maxSetBytes = 1 << 20
 
 // encode returns the JSON of a, cutting histories to fit maxSetBytes (a itself is cut too).
@@ -145,8 +146,8 @@ func (s *Etcd) setOp(a activeSet) (clientv3.Op, error) {
 	return clientv3.OpPut(s.p+keyActiveSet, string(b)), nil
 }
 
-// legacySet reads the per-name pointers of layout 1 (P active/KIND/NAME, P history/KIND/NAME) from kvs,
-// the keys of those two folders.
+// legacySet reads the per-name pointers of layout 1 (P active/KIND/NAME, P history/KIND/NAME) from
+// kvs, the keys of those two folders.
 func (s *Etcd) legacySet(kvs []*mvccKV) (activeSet, error) {
 	a := activeSet{}
 	for _, kv := range kvs {
@@ -179,10 +180,11 @@ func (s *Etcd) legacySet(kvs []*mvccKV) (activeSet, error) {
 	return a, nil
 }
 
-// migrate moves a prefix of layout 1 to layout 2 in one transaction: it writes the active set built from
-// the per-name keys and the schema "2". The layout-1 keys are left as they were, so that an instance of an
-// older release still running on the prefix keeps serving what was active at the migration (it no longer
-// sees changes; restart it with this release); delete them with etcdctl once none is left.
+// migrate moves a prefix of layout 1 to layout 2 in one transaction: it writes the active set built
+// from the per-name keys and the schema "2". The layout-1 keys are left as they were, so that an
+// instance of an older release still running on the prefix keeps serving what was active at the
+// migration (it no longer sees changes; restart it with this release); delete them with etcdctl
+// once none is left.
 func (s *Etcd) migrate(ctx context.Context, schemaRev int64) error {
 	tr, err := s.client().Txn(ctx).Then(
 		clientv3.OpGet(s.p+dirActive, clientv3.WithPrefix()),

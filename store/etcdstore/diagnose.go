@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// refused reports whether err is etcd's answer that the client may not read (no or bad credentials, a
-// role without permission), as opposed to etcd not answering.
+// refused reports whether err is etcd's answer that the client may not read (no or bad credentials,
+// a role without permission), as opposed to etcd not answering.
 func refused(err error) bool {
 	var ee rpctypes.EtcdError
 	if errors.As(err, &ee) {
@@ -39,10 +39,10 @@ const diagnoseBudget = time.Second
 // client certificate (which arrives after the handshake) can be read.
 const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-// tlsProblem finds why TLS to the endpoints fails, when it does: gRPC retries a failed handshake until
-// the deadline and reports only "context deadline exceeded". With cfg nil (plain http) it reports an
-// endpoint that serves TLS. It returns nil when it finds no TLS problem (etcd down, say). It takes at most
-// timeout, capped at diagnoseBudget, for all the endpoints together.
+// tlsProblem finds why TLS to the endpoints fails, when it does: gRPC retries a failed handshake
+// until the deadline and reports only "context deadline exceeded". With cfg nil (plain http) it
+// reports an endpoint that serves TLS. It returns nil when it finds no TLS problem (etcd down,
+// say). It takes at most timeout, capped at diagnoseBudget, for all the endpoints together.
 func tlsProblem(ctx context.Context, endpoints []string, cfg *tls.Config, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, min(timeout, diagnoseBudget))
 	defer cancel()

@@ -181,8 +181,8 @@ func (s *Etcd) Interrupted(ctx context.Context) (bool, error) {
 	return tr.Responses[0].GetResponseRange().Count > 0 && tr.Responses[1].GetResponseRange().Count == 0, nil
 }
 
-// Import replaces everything under the prefix by d, so that readers see the old content, then nothing,
-// then all of d: never part of it.
+// Import replaces everything under the prefix by d, so that readers see the old content, then
+// nothing, then all of d: never part of it.
 //
 //  1. One transaction deletes every key of the prefix and writes the key P copying. From then on a running
 //     instance's Snapshot fails (no schema: it keeps serving its last snapshot, degraded) and Open refuses
@@ -193,8 +193,8 @@ func (s *Etcd) Interrupted(ctx context.Context) (bool, error) {
 //  3. One transaction writes the active set, the creation time and the schema, and deletes P copying: the
 //     copy becomes visible, whole, and watchers resync.
 //
-// An interrupted import leaves P copying and no schema; running it again (Interrupted reports it) redoes
-// it from step 1. Watchers are notified.
+// An interrupted import leaves P copying and no schema; running it again (Interrupted reports it)
+// redoes it from step 1. Watchers are notified.
 func (s *Etcd) Import(ctx context.Context, d *store.Dump) error {
 	ctx, cancel := s.boundFor(ctx, 12*s.timeout) // many transactions
 	defer cancel()

@@ -1,23 +1,25 @@
-// Package etcdstore is the fleet backend of store.Store: every promptgate instance of a fleet points at
-// one etcd key prefix and serves the same active definitions.
+// Package etcdstore is the fleet backend of store.Store: every promptgate instance of a fleet
+// points at one etcd key prefix and serves the same active definitions.
 //
-// It mirrors the bbolt backend (store.Bolt) exactly: immutable versions counted from 1 per name, one
-// active pointer per name, the activation history that Rollback walks, rollouts applied and reverted
-// atomically whatever their size, tool enablement overrides, the Validate hook, and seeding an empty prefix
-// from the definitions built into the binary. Every change is one etcd transaction guarded by
-// compare-and-swap on the keys it read, retried when another writer got there first: the version counter
-// for a new version; the one key holding every active pointer and history (the active set) for an
-// activation, a rollback, a rollout or a revert, so that watchers see each of them whole. A rollout writes
-// its new versions first (inactive), then moves every pointer in that one transaction.
+// It mirrors the bbolt backend (store.Bolt) exactly: immutable versions counted from 1 per name,
+// one active pointer per name, the activation history that Rollback walks, rollouts applied and
+// reverted atomically whatever their size, tool enablement overrides, the Validate hook, and
+// seeding an empty prefix from the definitions built into the binary. Every change is one etcd
+// transaction guarded by compare-and-swap on the keys it read, retried when another writer got
+// there first: the version counter for a new version; the one key holding every active pointer and
+// history (the active set) for an activation, a rollback, a rollout or a revert, so that watchers
+// see each of them whole. A rollout writes its new versions first (inactive), then moves every
+// pointer in that one transaction.
 //
-// Open refuses a prefix nested in another fleet's or holding another's (checkNesting), migrates a prefix
-// of the older layout 1 (migrate), and refuses one that `store copy` is writing (Import).
+// Open refuses a prefix nested in another fleet's or holding another's (checkNesting), migrates a
+// prefix of the older layout 1 (migrate), and refuses one that `store copy` is writing (Import).
 //
-// Watchers are called after local changes (before the changing method returns) and after remote ones
-// (an etcd watch on the prefix). A prober tracks whether etcd answers; while it does not, the store says so
-// (Connected, Options.OnState) and Snapshot fails, so callers keep their last snapshot; when etcd answers
-// again the store re-reads the snapshot and calls the watchers (resync). Every successful Snapshot is
-// written to Options.SnapshotFile, which Open uses when etcd is unreachable at start.
+// Watchers are called after local changes (before the changing method returns) and after remote
+// ones (an etcd watch on the prefix). A prober tracks whether etcd answers; while it does not, the
+// store says so (Connected, Options.OnState) and Snapshot fails, so callers keep their last
+// snapshot; when etcd answers again the store re-reads the snapshot and calls the watchers
+// (resync). Every successful Snapshot is written to Options.SnapshotFile, which Open uses when etcd
+// is unreachable at start.
 //
 // It does not own what a definition means (that is the Validate hook) nor the readiness endpoint.
 package etcdstore
@@ -44,8 +46,9 @@ import (
 	"github.com/promptgate/promptgate/store/builtin"
 )
 
-// etcd layout 2 under the prefix P (which ends in "/"). Version and sequence numbers in keys are 20-digit
-// zero-padded decimals, so that etcd's byte order is numeric order; values that are numbers are decimal.
+// etcd layout 2 under the prefix P (which ends in "/"). Version and sequence numbers in keys are
+// 20-digit zero-padded decimals, so that etcd's byte order is numeric order; values that are
+// numbers are decimal.
 //
 //	P schema                          "2"
 //	P createdAt                       RFC 3339 time the prefix was initialised
@@ -61,9 +64,10 @@ import (
 //	P tools/TOOL                      JSON ToolOverride
 //	P copying                         present only while `store copy` writes the prefix (no schema yet)
 //
-// Layout 1 (schema "1") kept each name's pointer in P active/KIND/NAME and its stack in
-// P history/KIND/NAME, so a rollout of N names needed 5N operations in one transaction, over etcd's
-// --max-txn-ops (128) past 25 names. Open migrates a layout-1 prefix (see migrate); Export reads both.
+// Layout 1 (schema "1") kept each name's pointer in P active/KIND/NAME and its stack in P
+// history/KIND/NAME, so a rollout of N names needed 5N operations in one transaction, over etcd's
+// --max-txn-ops (128) past 25 names. Open migrates a layout-1 prefix (see migrate); Export reads
+// both.
 const (
 	keySchema     = "schema"
 	keyCreatedAt  = "createdAt"
@@ -87,8 +91,8 @@ const (
 	legacySchema  = 1
 )
 
-// maxTxnOps is etcd's default --max-txn-ops: no transaction of this package holds more operations (or
-// comparisons) than this.
+// maxTxnOps is etcd's default --max-txn-ops: no transaction of this package holds more operations
+// (or comparisons) than this.
 const maxTxnOps = 128
 
 // Defaults of Options.
@@ -102,9 +106,9 @@ const (
 type Options struct {
 	// Endpoints are etcd client URLs ("http://127.0.0.1:2379"; "https://..." with TLS). Required.
 	Endpoints []string
-	// Prefix is the key prefix of this fleet, e.g. "/promptgate/prod/". A missing trailing "/" is added.
-	// Prefixes of two fleets must not nest: Open refuses a prefix inside another fleet's, or holding keys
-	// that are not promptgate's (see checkNesting).
+	// Prefix is the key prefix of this fleet, e.g. "/promptgate/prod/". A missing trailing "/" is
+	// added. Prefixes of two fleets must not nest: Open refuses a prefix inside another fleet's, or
+	// holding keys that are not promptgate's (see checkNesting).
 	Prefix string
 	// TLS, when not nil, is used to talk to etcd (CA, client certificate).
 	TLS *tls.Config
@@ -118,14 +122,15 @@ type Options struct {
 	Logger *slog.Logger
 	// Validate is the hook of store.Options.Validate: called for every body before it is stored.
 	Validate func(kind store.Kind, name string, body []byte) error
-	// Links is the hook of store.Options.Links: run against the active set that a change compare-and-swaps
-	// (for AddVersion, the one it reads first), before anything of the change is written.
+	// Links is the hook of store.Options.Links: run against the active set that a change
+	// compare-and-swaps (for AddVersion, the one it reads first), before anything of the change is
+	// written.
 	Links store.LinksFunc
-	// SnapshotFile, when not empty, receives every successful Snapshot (written atomically); Open serves
-	// it when etcd is unreachable at start.
+	// SnapshotFile, when not empty, receives every successful Snapshot (written atomically); Open
+	// serves it when etcd is unreachable at start.
 	SnapshotFile string
-	// OnState, when not nil, is called on every change of the connection state (not concurrently with
-	// itself); reason is empty when connected.
+	// OnState, when not nil, is called on every change of the connection state (not concurrently
+	// with itself); reason is empty when connected.
 	OnState func(connected bool, reason string)
 	// NoSeed leaves an empty prefix empty (for `store copy`) and skips the schema check.
 	NoSeed bool
@@ -169,9 +174,10 @@ type Etcd struct {
 var _ store.Store = (*Etcd)(nil)
 
 // Open connects to etcd. An uninitialised prefix is seeded (in one transaction) with every built-in
-// template and protocol as version 1, each activated, unless Options.NoSeed. When etcd does not answer
-// within DialTimeout, Open loads Options.SnapshotFile if it exists and starts disconnected (serving it and
-// reconnecting in the background); otherwise it fails with an error naming the endpoints.
+// template and protocol as version 1, each activated, unless Options.NoSeed. When etcd does not
+// answer within DialTimeout, Open loads Options.SnapshotFile if it exists and starts disconnected
+// (serving it and reconnecting in the background); otherwise it fails with an error naming the
+// endpoints.
 func Open(ctx context.Context, opts Options) (*Etcd, error) {
 	if len(opts.Endpoints) == 0 {
 		return nil, errors.New("store: etcd: no endpoints")
@@ -217,8 +223,8 @@ func Open(ctx context.Context, opts Options) (*Etcd, error) {
 			MinConnectTimeout: s.timeout,
 		})},
 	}
-	// With credentials, clientv3.New logs in, so it fails when etcd does not answer. Then connect without
-	// them for now (serving the snapshot file) and let probeLoop log in once etcd answers.
+	// With credentials, clientv3.New logs in, so it fails when etcd does not answer. Then connect
+	// without them for now (serving the snapshot file) and let probeLoop log in once etcd answers.
 	cli, err := clientv3.New(cfg)
 	if err != nil && opts.Username != "" && !refused(err) {
 		anon := cfg
@@ -356,8 +362,9 @@ func errCopying(prefix string) error {
 	return fmt.Errorf("a `promptgate store copy` into prefix %s is running or was interrupted (key %s%s, no schema yet): wait for it to print its summary, or run it again", prefix, prefix, keyCopying)
 }
 
-// seed writes every built-in definition as version 1, active, and the schema, in one transaction guarded
-// by the schema key's absence; false when another instance initialised the prefix first (init reads again).
+// seed writes every built-in definition as version 1, active, and the schema, in one transaction
+// guarded by the schema key's absence; false when another instance initialised the prefix first
+// (init reads again).
 func (s *Etcd) seed(ctx context.Context) (bool, error) {
 	type seed struct {
 		kind store.Kind
@@ -457,8 +464,8 @@ func (s *Etcd) kRollout(seq uint64) string  { return s.p + dirRollouts + num(seq
 func (s *Etcd) kRolloutID(id string) string { return s.p + dirRolloutIDs + id }
 func (s *Etcd) kTool(name string) string    { return s.p + dirTools + name }
 
-// committed records that the watchers are being called for revision rev (so that the etcd watch does
-// not call them a second time for the same change), then calls them.
+// committed records that the watchers are being called for revision rev (so that the etcd watch
+// does not call them a second time for the same change), then calls them.
 func (s *Etcd) committed(rev int64) {
 	for {
 		cur := s.notified.Load()
@@ -528,8 +535,9 @@ func versionOfKey(key []byte) (int, error) {
 	return int(v), nil
 }
 
-// Watch implements store.Store. fn is called after a local change, on the goroutine that made it and
-// before the changing method returns, and after a remote change or a resync, on the store's goroutine.
+// Watch implements store.Store. fn is called after a local change, on the goroutine that made it
+// and before the changing method returns, and after a remote change or a resync, on the store's
+// goroutine.
 func (s *Etcd) Watch(fn func()) (cancel func()) { return s.watchers.Add(fn) }
 
 func (s *Etcd) notify() { s.watchers.Notify() }
@@ -553,8 +561,8 @@ func (s *Etcd) watchLoop(ctx context.Context) {
 			}
 			s.committed(rev)
 		}
-		// Wait until etcd answers again (the prober resyncs then), and watch anew; changes may have been
-		// missed between the two watches, so resync here too.
+		// Wait until etcd answers again (the prober resyncs then), and watch anew; changes may have
+		// been missed between the two watches, so resync here too.
 		for {
 			select {
 			case <-ctx.Done():
@@ -569,8 +577,8 @@ func (s *Etcd) watchLoop(ctx context.Context) {
 	}
 }
 
-// probeLoop checks every ProbeInterval that etcd answers a linearizable read; on the first answer after
-// a failure it re-reads the snapshot, calls the watchers, and only then reports connected.
+// probeLoop checks every ProbeInterval that etcd answers a linearizable read; on the first answer
+// after a failure it re-reads the snapshot, calls the watchers, and only then reports connected.
 func (s *Etcd) probeLoop(ctx context.Context) {
 	defer s.wg.Done()
 	t := time.NewTicker(s.probe)
@@ -626,8 +634,8 @@ func (s *Etcd) client() *clientv3.Client {
 	return s.cli
 }
 
-// logIn makes the client with the credentials of s.login, which etcd did not answer at Open, and puts it
-// in place of the client without them.
+// logIn makes the client with the credentials of s.login, which etcd did not answer at Open, and
+// puts it in place of the client without them.
 func (s *Etcd) logIn(ctx context.Context) error {
 	cfg := *s.login
 	cfg.Context = ctx

@@ -40,8 +40,9 @@ func TestEtcdConformance(t *testing.T) {
 
 func open(t *testing.T, endpoint, prefix string, mod func(*etcdstore.Options)) *etcdstore.Etcd {
 	t.Helper()
-	// The dial timeout is generous: the test's etcd runs in this process, which the race detector and a
-	// loaded machine slow down; where a test wants a call to a stopped etcd to fail, it bounds that call.
+	// The dial timeout is generous: the test's etcd runs in this process, which the race detector
+	// and a loaded machine slow down; where a test wants a call to a stopped etcd to fail, it
+	// bounds that call.
 	o := etcdstore.Options{Endpoints: []string{endpoint}, Prefix: prefix, ProbeInterval: 100 * time.Millisecond, DialTimeout: 30 * time.Second}
 	if mod != nil {
 		mod(&o)
@@ -91,8 +92,8 @@ func TestRemoteChangesReachWatchers(t *testing.T) {
 	}
 }
 
-// A protocol version put in shadow on one instance reaches another's watchers and snapshot, and the snapshot
-// file keeps it for a start while etcd is down.
+// A protocol version put in shadow on one instance reaches another's watchers and snapshot, and the
+// snapshot file keeps it for a start while etcd is down.
 func TestShadowReachesTheFleetAndTheSnapshotFile(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ctx := context.Background()

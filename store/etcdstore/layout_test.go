@@ -75,8 +75,8 @@ func TestNestedPrefixesRefused(t *testing.T) {
 	}
 }
 
-// writeLayout1 writes, as a release with etcd layout 1 did, two names: t (versions 1..3, 3 active after
-// 1 and 2) and p (version 1 active), and one applied rollout.
+// writeLayout1 writes, as a release with etcd layout 1 did, two names: t (versions 1..3, 3 active
+// after 1 and 2) and p (version 1 active), and one applied rollout.
 func writeLayout1(t *testing.T, cli *clientv3.Client, p string) {
 	t.Helper()
 	num := func(v int) string { return fmt.Sprintf("%020d", v) }
@@ -335,8 +335,8 @@ func rolloutOf(id, text string, n int) store.Rollout {
 	return r
 }
 
-// TestLargeRolloutReachesAnotherInstanceWhole: a rollout of 100 definitions (500 keys' worth in layout 1)
-// lands on another instance through its watch in one piece.
+// TestLargeRolloutReachesAnotherInstanceWhole: a rollout of 100 definitions (500 keys' worth in
+// layout 1) lands on another instance through its watch in one piece.
 func TestLargeRolloutReachesAnotherInstanceWhole(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ctx := context.Background()
@@ -379,9 +379,9 @@ func TestLargeRolloutReachesAnotherInstanceWhole(t *testing.T) {
 	}
 }
 
-// TestConcurrentRolloutsKeepHistory: two instances apply different rollouts over the same 50 names at
-// once, and the same rollout id at once: every rollout is applied exactly once, and reverting walks back
-// to the start, nothing lost.
+// TestConcurrentRolloutsKeepHistory: two instances apply different rollouts over the same 50 names
+// at once, and the same rollout id at once: every rollout is applied exactly once, and reverting
+// walks back to the start, nothing lost.
 func TestConcurrentRolloutsKeepHistory(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ctx := context.Background()
@@ -419,7 +419,8 @@ func TestConcurrentRolloutsKeepHistory(t *testing.T) {
 	if err != nil || len(rs) != 4 {
 		t.Fatalf("rollouts %d %v", len(rs), err)
 	}
-	// The applied rollouts chain: each one's previous versions are the versions the one before activated.
+	// The applied rollouts chain: each one's previous versions are the versions the one before
+	// activated.
 	for i := 1; i < len(rs); i++ {
 		for key, prev := range rs[i].Previous {
 			if rs[i-1].Activated[key] != prev {
@@ -441,8 +442,9 @@ func TestConcurrentRolloutsKeepHistory(t *testing.T) {
 			t.Fatalf("many%03d still active after reverting everything", i)
 		}
 	}
-	// The loser's versions, when it got as far as storing them (it lost the final compare-and-swap rather
-	// than the first check), stay inactive, noted with the rollout id (documented; not garbage-collected).
+	// The loser's versions, when it got as far as storing them (it lost the final compare-and-swap
+	// rather than the first check), stay inactive, noted with the rollout id (documented; not
+	// garbage-collected).
 	e, err := a.Entry(ctx, store.KindTemplate, "many000")
 	if err != nil || e.Active != 0 {
 		t.Fatalf("many000: %+v %v", e, err)

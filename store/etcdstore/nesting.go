@@ -9,18 +9,20 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// topLevel lists what layout 1 and 2 keep directly under a prefix: keys, and folders (ending in "/").
+// topLevel lists what layout 1 and 2 keep directly under a prefix: keys, and folders (ending in
+// "/").
 var topLevel = []string{keySchema, keyCreatedAt, dirSeq, dirVersions, dirInfo, keyActiveSet, keyRolloutSeq,
 	dirRollouts, dirRolloutIDs, dirTools, keyCopying, dirActive, dirHistory}
 
-// checkNesting refuses a prefix that lies inside another fleet's prefix, or that holds another fleet's:
-// the two would read each other's keys (the outer one's watch fires on the inner one's changes, its copy
-// and export take the inner one's keys for its own).
+// checkNesting refuses a prefix that lies inside another fleet's prefix, or that holds another
+// fleet's: the two would read each other's keys (the outer one's watch fires on the inner one's
+// changes, its copy and export take the inner one's keys for its own).
 //
-// Inside another: an ancestor prefix (for /a/b/c/: /a/ and /a/b/) holds a schema key. An ancestor the etcd
-// user may not read is skipped (no fleet this user can reach lives there). Holding another: a key under
-// the prefix whose first segment is none of this layout's (/a/team/schema under /a/). A fleet nested under
-// one of this layout's own folder names (/a/tools/) is caught from its side: it lies inside /a/.
+// Inside another: an ancestor prefix (for /a/b/c/: /a/ and /a/b/) holds a schema key. An ancestor
+// the etcd user may not read is skipped (no fleet this user can reach lives there). Holding
+// another: a key under the prefix whose first segment is none of this layout's (/a/team/schema
+// under /a/). A fleet nested under one of this layout's own folder names (/a/tools/) is caught from
+// its side: it lies inside /a/.
 func (s *Etcd) checkNesting(ctx context.Context) error {
 	for i := 1; i < len(s.p)-1; i++ {
 		if s.p[i] != '/' {

@@ -275,9 +275,9 @@ func (s *Etcd) readSet(ctx context.Context, kind store.Kind, name string, want i
 	return set, setRev, exists, has, nil
 }
 
-// Activate implements store.Store: one transaction, compare-and-swap on the active set; when another
-// change won the race, this one is applied on top of it (both stay in history), and the version returned
-// as previous is the one this transaction replaced.
+// Activate implements store.Store: one transaction, compare-and-swap on the active set; when
+// another change won the race, this one is applied on top of it (both stay in history), and the
+// version returned as previous is the one this transaction replaced.
 func (s *Etcd) Activate(ctx context.Context, kind store.Kind, name string, version int) (int, error) {
 	return s.activate(ctx, kind, name, version, -1)
 }
@@ -288,7 +288,8 @@ func (s *Etcd) ActivateIf(ctx context.Context, kind store.Kind, name string, ver
 	return err
 }
 
-// activate moves the active pointer of kind/name to version, where expected is negative or the active one.
+// activate moves the active pointer of kind/name to version, where expected is negative or the
+// active one.
 func (s *Etcd) activate(ctx context.Context, kind store.Kind, name string, version, expected int) (int, error) {
 	if err := precheck(ctx, kind); err != nil {
 		return 0, err
@@ -390,9 +391,9 @@ func (s *Etcd) Rollback(ctx context.Context, kind store.Kind, name string) (int,
 	}
 }
 
-// Snapshot implements store.Store: every active record at one etcd revision. While etcd is unreachable
-// it fails (callers keep what they have), except before the first read from etcd, when the snapshot file
-// Open loaded is returned.
+// Snapshot implements store.Store: every active record at one etcd revision. While etcd is
+// unreachable it fails (callers keep what they have), except before the first read from etcd, when
+// the snapshot file Open loaded is returned.
 func (s *Etcd) Snapshot(ctx context.Context) (store.Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Snapshot{}, fmt.Errorf("store: %w", err)
@@ -468,8 +469,8 @@ func (s *Etcd) readSnapshot(ctx context.Context) (store.Snapshot, int64, error) 
 	return snap, rev, nil
 }
 
-// readRecords reads the versions named by want (Kind, Name, Version) at revision rev, in transactions
-// of at most maxTxnOps reads.
+// readRecords reads the versions named by want (Kind, Name, Version) at revision rev, in
+// transactions of at most maxTxnOps reads.
 func (s *Etcd) readRecords(ctx context.Context, want []store.Record, rev int64) ([]store.Record, error) {
 	out := make([]store.Record, 0, len(want))
 	for len(want) > 0 {
@@ -505,8 +506,8 @@ type rolloutItem struct {
 	body []byte
 }
 
-// checkRollout runs every check on r (structure and the Validate hook) and returns its definitions in
-// the order they are applied (templates, then protocols).
+// checkRollout runs every check on r (structure and the Validate hook) and returns its definitions
+// in the order they are applied (templates, then protocols).
 func (s *Etcd) checkRollout(r store.Rollout) ([]rolloutItem, error) {
 	data, err := json.Marshal(store.Rollout{ID: r.ID, Templates: r.Templates, Protocols: r.Protocols})
 	if err != nil {
@@ -531,16 +532,17 @@ func (s *Etcd) checkRollout(r store.Rollout) ([]rolloutItem, error) {
 	return items, nil
 }
 
-// versionBatch bounds the versions one transaction of storeVersions writes: 3 operations each, and at
-// most versionBatchBytes of bodies (etcd's default --max-request-bytes is 1.5 MiB).
+// versionBatch bounds the versions one transaction of storeVersions writes: 3 operations each, and
+// at most versionBatchBytes of bodies (etcd's default --max-request-bytes is 1.5 MiB).
 const (
 	versionBatch      = maxTxnOps / 3
 	versionBatchBytes = 512 << 10
 )
 
 // storeVersions stores every item as the next version of its name, in transactions of at most
-// versionBatch items, each guarded by compare-and-swap on the version counters it read (a batch that lost a
-// race is read and written again), and returns the versions, in the order of items. It activates nothing.
+// versionBatch items, each guarded by compare-and-swap on the version counters it read (a batch
+// that lost a race is read and written again), and returns the versions, in the order of items. It
+// activates nothing.
 func (s *Etcd) storeVersions(ctx context.Context, items []rolloutItem, author, note string, at time.Time) ([]int, error) {
 	out := make([]int, 0, len(items))
 	for len(items) > 0 {
@@ -596,17 +598,18 @@ func (s *Etcd) storeVersions(ctx context.Context, items []rolloutItem, author, n
 	return out, nil
 }
 
-// ApplyRollout implements store.Store, for a rollout of any size, in two steps. First every definition is
-// stored as a new version (storeVersions: immutable keys, several transactions when there are many; they
-// activate nothing, so no instance serves them yet). Then one transaction moves every active pointer,
-// records the rollout and takes its id, by compare-and-swap on the active set, the rollout counter and the
-// id's absence: that transaction is the rollout, and watchers see all of it or nothing.
+// ApplyRollout implements store.Store, for a rollout of any size, in two steps. First every
+// definition is stored as a new version (storeVersions: immutable keys, several transactions when
+// there are many; they activate nothing, so no instance serves them yet). Then one transaction
+// moves every active pointer, records the rollout and takes its id, by compare-and-swap on the
+// active set, the rollout counter and the id's absence: that transaction is the rollout, and
+// watchers see all of it or nothing.
 //
 // When the second step cannot happen (the same id applied meanwhile by someone else, etcd lost, the
-// context ended), the versions of the first step stay as inactive versions with the rollout id as their
-// note, like versions added and never activated. They are not garbage-collected: versions are never
-// deleted (their numbers are history), they cost a few keys, and nothing serves them unless someone
-// activates them by number. Applying the rollout again stores fresh versions.
+// context ended), the versions of the first step stay as inactive versions with the rollout id as
+// their note, like versions added and never activated. They are not garbage-collected: versions are
+// never deleted (their numbers are history), they cost a few keys, and nothing serves them unless
+// someone activates them by number. Applying the rollout again stores fresh versions.
 func (s *Etcd) ApplyRollout(ctx context.Context, r store.Rollout) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: %w", err)
@@ -803,8 +806,8 @@ func (s *Etcd) RevertLast(ctx context.Context) (store.AppliedRollout, error) {
 				set.set(kind, name, pointer{Active: prev, History: hist, Shadow: p.Shadow})
 				continue
 			}
-			// Someone activated another version since: still restore exactly Previous, as a new activation,
-			// so that Rollback can return to what they had chosen.
+			// Someone activated another version since: still restore exactly Previous, as a new
+			// activation, so that Rollback can return to what they had chosen.
 			moved = append(moved, key)
 			set.move(kind, name, prev)
 		}
@@ -856,8 +859,8 @@ func (s *Etcd) Rollouts(ctx context.Context) ([]store.AppliedRollout, error) {
 	return out, nil
 }
 
-// SetShadow implements store.Store: one transaction, compare-and-swap on the active set, which holds the
-// shadow pointers beside the active ones.
+// SetShadow implements store.Store: one transaction, compare-and-swap on the active set, which
+// holds the shadow pointers beside the active ones.
 func (s *Etcd) SetShadow(ctx context.Context, name string, version int) (int, error) {
 	if err := precheck(ctx, store.KindProtocol); err != nil {
 		return 0, err
@@ -949,8 +952,8 @@ func (s *Etcd) ClearToolEnabled(ctx context.Context, name string) error {
 	return nil
 }
 
-// bound gives ctx the store's DialTimeout when it has no deadline, so that no call waits forever for an
-// unreachable etcd (the client retries until its context ends).
+// bound gives ctx the store's DialTimeout when it has no deadline, so that no call waits forever
+// for an unreachable etcd (the client retries until its context ends).
 func (s *Etcd) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	return s.boundFor(ctx, s.timeout)
 }
@@ -962,9 +965,10 @@ func (s *Etcd) boundFor(ctx context.Context, d time.Duration) (context.Context, 
 	return context.WithTimeout(ctx, d)
 }
 
-// checkLinks runs the Links hook on set, the active set a change would write: it reads the bodies of the
-// active versions (immutable, so the latest revision serves), with the bodies of proposed ("KIND/NAME" →
-// body) in their place; changed and the keys of proposed are what the change touches.
+// checkLinks runs the Links hook on set, the active set a change would write: it reads the bodies
+// of the active versions (immutable, so the latest revision serves), with the bodies of proposed
+// ("KIND/NAME" → body) in their place; changed and the keys of proposed are what the change
+// touches.
 func (s *Etcd) checkLinks(ctx context.Context, set activeSet, proposed map[string][]byte, changed ...string) error {
 	if s.links == nil {
 		return nil

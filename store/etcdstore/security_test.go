@@ -66,7 +66,8 @@ func TestTLS(t *testing.T) {
 		openErr(t, etcdstore.Options{Endpoints: []string{srv.Endpoint()}, Prefix: "/tls/", TLS: cfg}, "server certificate is not trusted", "unknown authority")
 	})
 	t.Run("TLS breaks while running", func(t *testing.T) {
-		// Connected, then the endpoint serves a certificate the store does not trust: the reason says so.
+		// Connected, then the endpoint serves a certificate the store does not trust: the reason
+		// says so.
 		reasons := make(chan string, 100)
 		st := open(t, srv.Endpoint(), "/tls/", func(o *etcdstore.Options) {
 			o.TLS = srv.ClientTLS(false)

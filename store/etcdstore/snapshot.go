@@ -47,8 +47,8 @@ func toFile(m map[string]store.Record) []fileRecord {
 	return out
 }
 
-// writeSnapshotFile writes snap atomically (temporary file, then rename) when it differs from the last
-// one written.
+// writeSnapshotFile writes snap atomically (temporary file, then rename) when it differs from the
+// last one written.
 func (s *Etcd) writeSnapshotFile(snap store.Snapshot, rev int64) error {
 	data, err := json.MarshalIndent(snapshotFile{Format: snapshotFormat, Prefix: s.p, Revision: rev,
 		Templates: toFile(snap.Templates), Protocols: toFile(snap.Protocols), MCPPins: toFile(snap.MCPPins), Shadows: toFile(snap.Shadows), Tools: snap.Tools}, "", " ")
@@ -82,8 +82,8 @@ func (s *Etcd) writeSnapshotFile(snap store.Snapshot, rev int64) error {
 	return nil
 }
 
-// ReadSnapshotFile reads a snapshot file written for prefix and checks every body with check (structure
-// and the Validate hook). Errors name the file and what is wrong.
+// ReadSnapshotFile reads a snapshot file written for prefix and checks every body with check
+// (structure and the Validate hook). Errors name the file and what is wrong.
 func ReadSnapshotFile(path, prefix string, check func(store.Kind, []byte) (string, error)) (store.Snapshot, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {

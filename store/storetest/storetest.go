@@ -1,5 +1,5 @@
-// Package storetest is the conformance suite of store.Store: every backend (bbolt, etcd) runs it, so
-// that they cannot drift apart. Run calls a factory for each sub-test and checks the observable
+// Package storetest is the conformance suite of store.Store: every backend (bbolt, etcd) runs it,
+// so that they cannot drift apart. Run calls a factory for each sub-test and checks the observable
 // behaviour the Store interface documents.
 package storetest
 
@@ -20,8 +20,8 @@ import (
 	"github.com/promptgate/promptgate/store/builtin"
 )
 
-// Open returns a new, empty (freshly seeded) store with the hooks installed, closed by the caller's test
-// cleanup.
+// Open returns a new, empty (freshly seeded) store with the hooks installed, closed by the caller's
+// test cleanup.
 type Open func(t *testing.T, h Hooks) store.Store
 
 // Hooks are the store's hooks a sub-test installs; nil ones are left out.
@@ -132,7 +132,8 @@ func Run(t *testing.T, open Open) {
 		if _, err := s.Activate(ctx, store.KindTemplate, "nope", 1); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("activate missing name: %v", err)
 		}
-		// Entry and List name the version Rollback is about to re-activate, and 0 once there is none.
+		// Entry and List name the version Rollback is about to re-activate, and 0 once there is
+		// none.
 		rollbackTo := func() (int, int) {
 			t.Helper()
 			e, err := s.Entry(ctx, store.KindTemplate, "r")
@@ -390,8 +391,9 @@ func Run(t *testing.T, open Open) {
 		if prev, err := s.Activate(ctx, store.KindTemplate, "chain", 1); err != nil || prev != 1 {
 			t.Fatalf("no-op activation: previous %d %v, want 1 (itself)", prev, err)
 		}
-		// n writers activate versions 2..n+1 at once: each gets the version its own transaction replaced,
-		// so the pairs (previous -> version) form one chain from 1 to the version left active.
+		// n writers activate versions 2..n+1 at once: each gets the version its own transaction
+		// replaced, so the pairs (previous -> version) form one chain from 1 to the version left
+		// active.
 		var wg sync.WaitGroup
 		prevs := make([]int, n+2)
 		errs := make([]error, n+2)
@@ -425,7 +427,8 @@ func Run(t *testing.T, open Open) {
 		if err != nil || rec.Version != chain[n] {
 			t.Fatalf("active %d %v, want the chain's end %d (chain %v)", rec.Version, err, chain[n], chain)
 		}
-		// n concurrent rollbacks walk the same chain back: each reports (to, from) of its own transaction.
+		// n concurrent rollbacks walk the same chain back: each reports (to, from) of its own
+		// transaction.
 		tos, froms := make([]int, n), make([]int, n)
 		for i := range n {
 			wg.Add(1)
@@ -595,9 +598,9 @@ func Run(t *testing.T, open Open) {
 	t.Run("ShadowVersions", func(t *testing.T) { shadowVersions(t, open) })
 }
 
-// shadowVersions checks the shadow pointer: set, replaced and cleared in a transaction of its own, seen in
-// Entry, List and Snapshot, refused for a version that does not exist or is active, and taken away by every
-// change that activates the version in shadow (Activate, Rollback, RevertLast).
+// shadowVersions checks the shadow pointer: set, replaced and cleared in a transaction of its own,
+// seen in Entry, List and Snapshot, refused for a version that does not exist or is active, and
+// taken away by every change that activates the version in shadow (Activate, Rollback, RevertLast).
 func shadowVersions(t *testing.T, open Open) {
 	ctx := context.Background()
 	s := open(t, Hooks{})
@@ -722,9 +725,9 @@ func versions(s store.Snapshot) map[string]int {
 	return out
 }
 
-// linksHook checks that every change runs the Links hook on what it would leave active, before anything is
-// written: a protocol "a" whose active body holds "X" and a protocol "b" whose active body holds "Y" may not
-// be active together.
+// linksHook checks that every change runs the Links hook on what it would leave active, before
+// anything is written: a protocol "a" whose active body holds "X" and a protocol "b" whose active
+// body holds "Y" may not be active together.
 func linksHook(t *testing.T, open Open) {
 	ctx := context.Background()
 	var mu sync.Mutex
@@ -815,7 +818,8 @@ func linksHook(t *testing.T, open Open) {
 	if _, err := s.Activate(ctx, store.KindProtocol, "a", 1); err == nil {
 		t.Fatal("activation of X next to Y accepted")
 	}
-	// b moved by hand since r-fix: reverting it puts a back at X and b at no version, which is fine.
+	// b moved by hand since r-fix: reverting it puts a back at X and b at no version, which is
+	// fine.
 	if _, err := s.Activate(ctx, store.KindProtocol, "b", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -845,9 +849,9 @@ func pinSet(server, desc string) []byte {
 	return b
 }
 
-// mcpPinSets checks the mcppins kind: a set is named by its "server", versioned like the other definitions
-// (an approval is a new version, activated; a rollback re-activates the set before), in the snapshot by
-// server, watched, and refused without a valid server label.
+// mcpPinSets checks the mcppins kind: a set is named by its "server", versioned like the other
+// definitions (an approval is a new version, activated; a rollback re-activates the set before), in
+// the snapshot by server, watched, and refused without a valid server label.
 func mcpPinSets(t *testing.T, open Open) {
 	ctx := context.Background()
 	s := open(t, Hooks{})
@@ -898,9 +902,9 @@ func mcpPinSets(t *testing.T, open Open) {
 	}
 }
 
-// activateIf checks ActivateIf: it activates only over the expected version (0: none), changes nothing and
-// notifies nobody otherwise, and writers that each read the active version, store the next one and
-// activate it over what they read lose no update.
+// activateIf checks ActivateIf: it activates only over the expected version (0: none), changes
+// nothing and notifies nobody otherwise, and writers that each read the active version, store the
+// next one and activate it over what they read lose no update.
 func activateIf(t *testing.T, open Open) {
 	ctx := context.Background()
 	s := open(t, Hooks{})

@@ -1,8 +1,9 @@
-// Package flowtest holds what the tests of the information-flow rules share (policy/flow's own, and the
-// proxy's end-to-end ones): conversations written once in a neutral form and rendered to each surface's
-// request body, and the scenario suites of policy/flow/testdata/agentflows — a protocol per suite and
-// conversations modelled on public agent prompt-injection attack classes, each a benign task and its
-// attacked variant with the calls the model then makes and the verdict each must get.
+// Package flowtest holds what the tests of the information-flow rules share (policy/flow's own, and
+// the proxy's end-to-end ones): conversations written once in a neutral form and rendered to each
+// surface's request body, and the scenario suites of policy/flow/testdata/agentflows — a protocol
+// per suite and conversations modelled on public agent prompt-injection attack classes, each a
+// benign task and its attacked variant with the calls the model then makes and the verdict each
+// must get.
 //
 // It is imported by tests only. It does not judge calls (policy/flow does).
 package flowtest
@@ -18,8 +19,8 @@ import (
 	"github.com/promptgate/promptgate/policy/flow"
 )
 
-// Turn is one turn of a conversation in a neutral form: an app (system) message, a user message, the
-// assistant's text and calls, or a tool's output (Tool is the id of the call it answers).
+// Turn is one turn of a conversation in a neutral form: an app (system) message, a user message,
+// the assistant's text and calls, or a tool's output (Tool is the id of the call it answers).
 type Turn struct {
 	App       string `json:"app,omitempty"`
 	User      string `json:"user,omitempty"`
@@ -63,8 +64,8 @@ func (s Surface) Path() string {
 	return "/v1/chat/completions"
 }
 
-// Transcript is the conversation as a surface reads it, written without a wire format: what each surface's
-// reader must give for the bodies Render writes.
+// Transcript is the conversation as a surface reads it, written without a wire format: what each
+// surface's reader must give for the bodies Render writes.
 func Transcript(turns []Turn) *flow.Transcript {
 	tr := flow.NewTranscript()
 	for i, tu := range turns {
@@ -89,7 +90,8 @@ func Transcript(turns []Turn) *flow.Transcript {
 
 type obj = map[string]any
 
-// Render writes a request body of surface s holding the conversation, with extra top-level fields merged.
+// Render writes a request body of surface s holding the conversation, with extra top-level fields
+// merged.
 func Render(t testing.TB, s Surface, turns []Turn, extra map[string]any) []byte {
 	t.Helper()
 	body := obj{"model": "m"}
@@ -198,8 +200,9 @@ func Render(t testing.TB, s Surface, turns []Turn, extra map[string]any) []byte 
 	return b
 }
 
-// renderGemini writes the conversation as a generateContent body: app texts as systemInstruction's parts, a
-// content per turn, calls and their responses with the call's id (and the response named as its call).
+// renderGemini writes the conversation as a generateContent body: app texts as systemInstruction's
+// parts, a content per turn, calls and their responses with the call's id (and the response named
+// as its call).
 func renderGemini(body obj, turns []Turn) {
 	var contents, system []any
 	names := map[string]string{}
@@ -249,9 +252,9 @@ type Suite struct {
 	Scenarios []Scenario      `json:"scenarios"`
 }
 
-// Scenario is a benign task and its attacked variant: the same conversation with an injection appended to
-// one tool output (Inject), or a conversation of its own (AttackedTurns); and the calls the model then
-// makes, each with the verdict expected.
+// Scenario is a benign task and its attacked variant: the same conversation with an injection
+// appended to one tool output (Inject), or a conversation of its own (AttackedTurns); and the calls
+// the model then makes, each with the verdict expected.
 type Scenario struct {
 	Name          string     `json:"name"`
 	Class         string     `json:"class"`
@@ -345,9 +348,10 @@ func CallNames(calls []flow.HistoryCall) []string {
 	return out
 }
 
-// SameTranscript fails the test when a surface's reading of a conversation differs from the neutral one:
-// its segments (empty assistant texts aside: an assistant message with calls only has one on some surfaces),
-// calls (arguments compared compact: Messages carries them as an object) and unseen history.
+// SameTranscript fails the test when a surface's reading of a conversation differs from the neutral
+// one: its segments (empty assistant texts aside: an assistant message with calls only has one on
+// some surfaces), calls (arguments compared compact: Messages carries them as an object) and unseen
+// history.
 func SameTranscript(t testing.TB, name string, got, want *flow.Transcript) {
 	t.Helper()
 	seg := func(tr *flow.Transcript) []string {

@@ -170,9 +170,10 @@ func authorityOf(href string) string {
 	return s
 }
 
-// resolvable reports whether a host the parser gives could name a machine: an IP address, or a
-// name of ASCII letters, digits, hyphens, underscores and dots without an empty label (DNS has no
-// other names a registry hands out). A reader whose host holds anything else opens nothing; "" is a link without a host.
+// resolvable reports whether a host the parser gives could name a machine: an IP address, or a name
+// of ASCII letters, digits, hyphens, underscores and dots without an empty label (DNS has no other
+// names a registry hands out). A reader whose host holds anything else opens nothing; "" is a link
+// without a host.
 func resolvable(host string) bool {
 	if host == "" || strings.HasPrefix(host, "[") {
 		return true

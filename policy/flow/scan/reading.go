@@ -383,7 +383,8 @@ func plainHost(auth string) (string, bool) {
 	return h, true
 }
 
-// validPort reports whether the parser accepts p as a port: empty, or digits of a value up to 65535.
+// validPort reports whether the parser accepts p as a port: empty, or digits of a value up to
+// 65535.
 func validPort(p string) bool {
 	p = strings.TrimLeft(p, "0")
 	if len(p) > 5 || !allDigits(p) {

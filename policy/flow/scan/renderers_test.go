@@ -12,12 +12,12 @@ import (
 )
 
 // TestLinksAsRenderersCutThem: the links that Markdown renderers and linkifiers (markdown-it with
-// linkify-it, linkify-it alone, micromark with GFM, marked with GFM; versions in links.json) made of
-// each text of testdata/renderers/texts.json, recorded by render.mjs beside them. Each link is read
-// by the scanner with the host a browser opens for it, or fails every hosts check there (a link
-// without a host, such as marked's "java&#x09;script:", included); a mailto:
-// link's address is found at its domain. A host that runs into a sentence (GFM links
-// "www.our-company.com.They") is read without the capitalised label that is no top-level domain.
+// linkify-it, linkify-it alone, micromark with GFM, marked with GFM; versions in links.json) made
+// of each text of testdata/renderers/texts.json, recorded by render.mjs beside them. Each link is
+// read by the scanner with the host a browser opens for it, or fails every hosts check there (a
+// link without a host, such as marked's "java&#x09;script:", included); a mailto: link's address is
+// found at its domain. A host that runs into a sentence (GFM links "www.our-company.com.They") is
+// read without the capitalised label that is no top-level domain.
 func TestLinksAsRenderersCutThem(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile("testdata/renderers/links.json")

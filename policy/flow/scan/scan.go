@@ -1,7 +1,7 @@
 // Package scan finds the URLs, email addresses and IBANs written inside free text (a mail body, a
 // chat message, a tool's output), in time linear in the text and without regular expressions. It
-// reports where each item is written, a link's host as the WHATWG URL parser reads it in every way a
-// reader could end the link (see Reading), and the other parts as written.
+// reports where each item is written, a link's host as the WHATWG URL parser reads it in every way
+// a reader could end the link (see Reading), and the other parts as written.
 //
 // It owns what counts as an item and where one ends. It does not normalise hosts for comparison
 // (policy/vet's NormHost does) nor decide anything about the items (policy/flow does).
@@ -37,9 +37,9 @@ const (
 	// quoted local part is read as RFC 5322 reads it: '"bob@acme.com"@evil.net' is an address at
 	// evil.net (and bob@acme.com, as a linkifier reads it, is found too).
 	Email
-	// IBAN is two letters, two check digits and 11 to 30 letters or digits, in one piece or in groups
-	// separated by white space (line breaks too), invisible format characters or a hyphen, the
-	// country code possibly apart ("GB 82 WEST …", a country this package knows), letters and
+	// IBAN is two letters, two check digits and 11 to 30 letters or digits, in one piece or in
+	// groups separated by white space (line breaks too), invisible format characters or a hyphen,
+	// the country code possibly apart ("GB 82 WEST …", a country this package knows), letters and
 	// digits in full-width or other compatibility forms read as NFKC reads them, whose mod-97
 	// checksum holds (ISO 13616) and, for a country this package knows, whose length is that
 	// country's.
@@ -74,7 +74,8 @@ type Item struct {
 	// Host is a URL's host as the WHATWG URL parser reads the item (see Reading), or an email's
 	// domain as written. It is "" for a URL without a host ("file:///x", "javascript:...").
 	Host string
-	// UserInfo is set for a URL that carries user info before its host ("https://bank.com@evil.net").
+	// UserInfo is set for a URL that carries user info before its host
+	// ("https://bank.com@evil.net").
 	UserInfo bool
 	// Malformed is set for a URL whose host cannot be read (the parser refuses it, or its
 	// authority runs over 1 KiB), and for an address whose quoted local part cannot be read.
@@ -378,8 +379,8 @@ func findInToken(r *readers, items []Item, start, end int, kinds Kind) []Item {
 			if kinds&Email != 0 {
 				items = append(items, it)
 			}
-			// "ok.com@evil.net/login" is a link to evil.net with user info, if no scheme URL covers it;
-			// so is "www.ok.com@evil.net", which GFM links as a www. host.
+			// "ok.com@evil.net/login" is a link to evil.net with user info, if no scheme URL covers
+			// it; so is "www.ok.com@evil.net", which GFM links as a www. host.
 			path := it.End < end && strings.IndexByte("/\\?#", text[it.End]) >= 0
 			www := len(text)-it.Start > 4 && strings.EqualFold(text[it.Start:it.Start+4], "www.")
 			if kinds&URL != 0 && it.Start >= start && (path || www) && it.Start < firstURL {
@@ -562,8 +563,8 @@ func (r *readers) email(start, at, end int) (Item, bool) {
 		s++
 	}
 	if s == at {
-		// An atom of RFC 5322 (and 6532) that ends in one of its other characters ("!#$%&'*+-/=?^_`{|}~"
-		// and any UTF-8), some of which end tokens ("'", "|").
+		// An atom of RFC 5322 (and 6532) that ends in one of its other characters
+		// ("!#$%&'*+-/=?^_`{|}~" and any UTF-8), some of which end tokens ("'", "|").
 		for s > 0 {
 			c, n := utf8.DecodeLastRuneInString(text[:s])
 			if c < utf8.RuneSelf && !isAlnumByte(byte(c)) && c != '.' && strings.IndexByte(atext, byte(c)) < 0 || c >= utf8.RuneSelf && (unicode.IsSpace(c) || unicode.IsControl(c) || c == utf8.RuneError) {
@@ -983,7 +984,8 @@ const ibanLengths = "AD24AE23AL28AT20AZ28BA20BE16BG22BH22BI27BR29BY28CH21CR22CY2
 	"LU20LV21LY25MC27MD24ME22MK19MN20MR27MT31MU30NI28NL18NO15OM23PK24PL28PS29PT25QA29RO24RS22RU33SA24SC31" +
 	"SD18SE24SI19SK24SM27SO23ST25SV28TL23TN24TR26UA29VA22VG24XK20YE30"
 
-// ibanLength is the IBAN length of a country (upper-case letters), 0 when this package does not know it.
+// ibanLength is the IBAN length of a country (upper-case letters), 0 when this package does not
+// know it.
 func ibanLength(c0, c1 byte) int {
 	for k := 0; k+4 <= len(ibanLengths); k += 4 {
 		if ibanLengths[k] == c0 && ibanLengths[k+1] == c1 {

@@ -291,8 +291,8 @@ func TestValidIBAN(t *testing.T) {
 	}
 }
 
-// TestFindLinear feeds inputs built to make a careless scanner quadratic; the go test timeout is the
-// bound, the benchmark the figure.
+// TestFindLinear feeds inputs built to make a careless scanner quadratic; the go test timeout is
+// the bound, the benchmark the figure.
 func TestFindLinear(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{

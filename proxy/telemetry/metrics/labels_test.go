@@ -9,8 +9,9 @@ import (
 	"github.com/promptgate/promptgate/policy/audit"
 )
 
-// TestDecisionLabelsBounded: whatever detail a decision's reason carries (an offset, a schema location, a
-// rule's path), the reason label keeps the stable head only, so the series stay as few as the checks.
+// TestDecisionLabelsBounded: whatever detail a decision's reason carries (an offset, a schema
+// location, a rule's path), the reason label keeps the stable head only, so the series stay as few
+// as the checks.
 func TestDecisionLabelsBounded(t *testing.T) {
 	t.Parallel()
 	m := New(nil)
@@ -40,10 +41,10 @@ func TestDecisionLabelsBounded(t *testing.T) {
 	}
 }
 
-// TestDecisionLabelsHoldNoClientText: a tool removed under one of its aliases is recorded with the alias in
-// parentheses after the reason ("denied by the protocol (as web_search_20990101)"), and an Anthropic tool's
-// dated type, one of its aliases, is the client's to choose; the label keeps the head only, so many distinct
-// types still make one series.
+// TestDecisionLabelsHoldNoClientText: a tool removed under one of its aliases is recorded with the
+// alias in parentheses after the reason ("denied by the protocol (as web_search_20990101)"), and an
+// Anthropic tool's dated type, one of its aliases, is the client's to choose; the label keeps the
+// head only, so many distinct types still make one series.
 func TestDecisionLabelsHoldNoClientText(t *testing.T) {
 	t.Parallel()
 	m := New(nil)
@@ -62,8 +63,9 @@ func TestDecisionLabelsHoldNoClientText(t *testing.T) {
 	}
 }
 
-// TestFlowDecisionLabels: information-flow decisions are counted by kind and verdict, both from fixed sets (an
-// unknown verdict is "other"), never by their reasons, which name the operator's rules and paths.
+// TestFlowDecisionLabels: information-flow decisions are counted by kind and verdict, both from
+// fixed sets (an unknown verdict is "other"), never by their reasons, which name the operator's
+// rules and paths.
 func TestFlowDecisionLabels(t *testing.T) {
 	t.Parallel()
 	m := New(nil)
@@ -91,8 +93,8 @@ func TestFlowDecisionLabels(t *testing.T) {
 	}
 }
 
-// TestShadowMetrics: a shadow event counts by the two verdicts, each from a fixed set ("other" for any
-// other); the judged requests and calls and the prompts' characters add up.
+// TestShadowMetrics: a shadow event counts by the two verdicts, each from a fixed set ("other" for
+// any other); the judged requests and calls and the prompts' characters add up.
 func TestShadowMetrics(t *testing.T) {
 	t.Parallel()
 	m := New(nil)

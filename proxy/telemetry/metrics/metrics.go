@@ -1,8 +1,9 @@
-// Package metrics defines promptgate's Prometheus metrics: requests by protocol, route and status; the
-// proxy's own overhead and the upstream's time as separate histograms; tools removed and calls blocked by
-// reason; context truncations; plugin latency and errors; the audit sinks' written, dropped and failed
-// events; the active definition versions; what versions in shadow judged and decided otherwise. It owns the
-// names and the registry; the stages report into it through small methods, and the admin listener serves it.
+// Package metrics defines promptgate's Prometheus metrics: requests by protocol, route and status;
+// the proxy's own overhead and the upstream's time as separate histograms; tools removed and calls
+// blocked by reason; context truncations; plugin latency and errors; the audit sinks' written,
+// dropped and failed events; the active definition versions; what versions in shadow judged and
+// decided otherwise. It owns the names and the registry; the stages report into it through small
+// methods, and the admin listener serves it.
 package metrics
 
 import (
@@ -49,8 +50,8 @@ type Metrics struct {
 // latencyBuckets span 50µs to 60s, for both the proxy's overhead and the upstream's time.
 var latencyBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
-// New registers every metric, plus Go runtime and process collectors. versions, when not nil, is asked
-// at every scrape for the active definitions (promptgate_definition_info).
+// New registers every metric, plus Go runtime and process collectors. versions, when not nil, is
+// asked at every scrape for the active definitions (promptgate_definition_info).
 func New(versions func() []Version) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry(), audit: newAuditCollector()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -106,8 +107,8 @@ func New(versions func() []Version) *Metrics {
 	return m
 }
 
-// LearnDropped registers promptgate_learn_calls_dropped_total: the calls learn mode dropped because its queue
-// was full (dropped is asked at every scrape). Call it once.
+// LearnDropped registers promptgate_learn_calls_dropped_total: the calls learn mode dropped because
+// its queue was full (dropped is asked at every scrape). Call it once.
 func (m *Metrics) LearnDropped(dropped func() uint64) {
 	if m == nil {
 		return
@@ -116,16 +117,16 @@ func (m *Metrics) LearnDropped(dropped func() uint64) {
 		Help: "Calls learn mode did not read because its queue was full (in calls or bytes)."}, func() float64 { return float64(dropped()) }))
 }
 
-// StoreConnected registers promptgate_store_connected: 1 while the definition store is reachable (always
-// for the bbolt file), 0 while a fleet store (etcd) is not and the last snapshot is served. connected is
-// asked at every scrape. Call it once.
+// StoreConnected registers promptgate_store_connected: 1 while the definition store is reachable
+// (always for the bbolt file), 0 while a fleet store (etcd) is not and the last snapshot is served.
+// connected is asked at every scrape. Call it once.
 func (m *Metrics) StoreConnected(connected func() bool) {
 	m.flag("promptgate_store_connected", "1 while the definition store is reachable, 0 while the last snapshot is served (etcd unreachable).", connected)
 }
 
-// DefinitionsStale registers promptgate_definitions_stale: 1 while the last reload of the definitions
-// failed and the previous snapshot is served (it is retried), else 0. stale is asked at every scrape. Call
-// it once.
+// DefinitionsStale registers promptgate_definitions_stale: 1 while the last reload of the
+// definitions failed and the previous snapshot is served (it is retried), else 0. stale is asked at
+// every scrape. Call it once.
 func (m *Metrics) DefinitionsStale(stale func() bool) {
 	m.flag("promptgate_definitions_stale", "1 while the definitions could not be reloaded after a change and the previous snapshot is served (retried with backoff).", stale)
 }
@@ -162,11 +163,12 @@ func (m *Metrics) Request(protocol, route string, status int) {
 	m.requests.WithLabelValues(protocol, route, strconv.Itoa(status)).Inc()
 }
 
-// Route is one rewritten route's histograms, their labels resolved once: a request observes them without
-// looking its route up. A nil *Route records nothing.
+// Route is one rewritten route's histograms, their labels resolved once: a request observes them
+// without looking its route up. A nil *Route records nothing.
 type Route struct{ overhead, upstream prometheus.Observer }
 
-// Route resolves the histograms of one route (nil when m is nil). Call it once per route, not per request.
+// Route resolves the histograms of one route (nil when m is nil). Call it once per route, not per
+// request.
 func (m *Metrics) Route(route string) *Route {
 	if m == nil {
 		return nil
@@ -195,9 +197,9 @@ func (m *Metrics) ContextTruncated() {
 	}
 }
 
-// Plugin observes one context source call (a plugins.Observer). source is a plugin entry's name from the
-// config; class is "" on success, else one of the plugins package's fixed Class constants, never the
-// plugin's own message.
+// Plugin observes one context source call (a plugins.Observer). source is a plugin entry's name
+// from the config; class is "" on success, else one of the plugins package's fixed Class constants,
+// never the plugin's own message.
 func (m *Metrics) Plugin(source string, d time.Duration, class string) {
 	if m == nil {
 		return
@@ -208,7 +210,8 @@ func (m *Metrics) Plugin(source string, d time.Duration, class string) {
 	}
 }
 
-// Record counts policy decisions: it is an audit.Recorder, so it sees exactly what the decision log sees.
+// Record counts policy decisions: it is an audit.Recorder, so it sees exactly what the decision log
+// sees.
 func (m *Metrics) Record(_ context.Context, e audit.Event) {
 	if m == nil {
 		return
@@ -235,7 +238,8 @@ func (m *Metrics) Record(_ context.Context, e audit.Event) {
 	}
 }
 
-// shadowVerdicts are the verdict labels of promptgate_shadow_differences_total (another counts as "other").
+// shadowVerdicts are the verdict labels of promptgate_shadow_differences_total (another counts as
+// "other").
 var shadowVerdicts = []string{audit.VerdictAllowed, audit.VerdictBlocked, audit.VerdictHeld, audit.VerdictConfirmed,
 	audit.VerdictAudited, audit.VerdictRemoved}
 
@@ -246,8 +250,8 @@ func shadowVerdict(v string) string {
 	return "other"
 }
 
-// ShadowRequest counts a request a version in shadow judged, and the characters of the prompt each version
-// built (the active) or would build (the shadow).
+// ShadowRequest counts a request a version in shadow judged, and the characters of the prompt each
+// version built (the active) or would build (the shadow).
 func (m *Metrics) ShadowRequest(activeChars, shadowChars int) {
 	if m == nil {
 		return
@@ -264,16 +268,16 @@ func (m *Metrics) ShadowCall() {
 	}
 }
 
-// mcpKinds and mcpVerdicts are the label values of promptgate_mcp_decisions_total (a verdict outside the
-// list counts as "other").
+// mcpKinds and mcpVerdicts are the label values of promptgate_mcp_decisions_total (a verdict
+// outside the list counts as "other").
 var (
 	mcpKinds    = []string{audit.KindMCPCall, audit.KindMCPList, audit.KindMCPDefinition}
 	mcpVerdicts = []string{audit.VerdictAllowed, audit.VerdictBlocked, audit.VerdictHeld, audit.VerdictConfirmed, audit.VerdictAudited,
 		audit.VerdictRemoved, "pinned", "changed", "flagged", "approved"}
 )
 
-// flowKinds and flowVerdicts are the label values of promptgate_flow_decisions_total (a verdict outside
-// the list counts as "other").
+// flowKinds and flowVerdicts are the label values of promptgate_flow_decisions_total (a verdict
+// outside the list counts as "other").
 var (
 	flowKinds    = []string{audit.KindProvenance, audit.KindFlow, audit.KindBudget, audit.KindConfirm}
 	flowVerdicts = []string{audit.VerdictBlocked, audit.VerdictHeld, audit.VerdictConfirmed, audit.VerdictExpired,
@@ -303,10 +307,11 @@ func (c *infoCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// AuditSink reports, at scrape time, what became of the events given to one audit sink (sink is a label:
-// "ring", "file"): promptgate_audit_events_total by outcome written, dropped (buffer full) or failed (a
-// write error such as a full disk), and promptgate_audit_write_errors_total. A growing failed count is
-// how an operator learns that decisions are no longer kept, while requests keep being served.
+// AuditSink reports, at scrape time, what became of the events given to one audit sink (sink is a
+// label: "ring", "file"): promptgate_audit_events_total by outcome written, dropped (buffer full)
+// or failed (a write error such as a full disk), and promptgate_audit_write_errors_total. A growing
+// failed count is how an operator learns that decisions are no longer kept, while requests keep
+// being served.
 func (m *Metrics) AuditSink(sink string, stats func() audit.Stats) {
 	if m == nil || stats == nil {
 		return

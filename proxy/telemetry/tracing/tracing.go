@@ -1,13 +1,13 @@
-// Package tracing sets up promptgate's OpenTelemetry traces from the standard OTEL_* environment and gives
-// the proxy its span helpers: one server span per request, a child span per pipeline stage. Traces are on
-// only when an OTLP endpoint is configured (OTEL_EXPORTER_OTLP_ENDPOINT or
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) and OTEL_SDK_DISABLED is not "true"; otherwise FromEnv returns nil,
-// and every helper of this package is a no-op on a nil *Tracing or outside a recording span, without an
-// allocation, so an untraced request pays nothing.
+// Package tracing sets up promptgate's OpenTelemetry traces from the standard OTEL_* environment
+// and gives the proxy its span helpers: one server span per request, a child span per pipeline
+// stage. Traces are on only when an OTLP endpoint is configured (OTEL_EXPORTER_OTLP_ENDPOINT or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) and OTEL_SDK_DISABLED is not "true"; otherwise FromEnv
+// returns nil, and every helper of this package is a no-op on a nil *Tracing or outside a recording
+// span, without an allocation, so an untraced request pays nothing.
 //
-// It owns the exporter, the tracer provider, the W3C trace-context propagator and the span names. It does
-// not decide what a stage does (proxy/ does) and never records prompt text, tool arguments or keys: only
-// names, versions, counts and outcome codes.
+// It owns the exporter, the tracer provider, the W3C trace-context propagator and the span names.
+// It does not decide what a stage does (proxy/ does) and never records prompt text, tool arguments
+// or keys: only names, versions, counts and outcome codes.
 package tracing
 
 import (
@@ -49,26 +49,30 @@ const (
 	ProtocolGRPC = "grpc"
 	// InstrumentationName names promptgate's tracer.
 	InstrumentationName = "github.com/promptgate/promptgate/proxy"
-	// tracesPath is appended to OTEL_EXPORTER_OTLP_ENDPOINT for OTLP/HTTP, as the specification says.
+	// tracesPath is appended to OTEL_EXPORTER_OTLP_ENDPOINT for OTLP/HTTP, as the specification
+	// says.
 	tracesPath = "/v1/traces"
 )
 
-// Span names: the server span is "METHOD PATH" (for instance "POST /v1/chat/completions"); these are its
-// children, in pipeline order.
+// Span names: the server span is "METHOD PATH" (for instance "POST /v1/chat/completions"); these
+// are its children, in pipeline order.
 const (
-	// SpanValidate: the body is one valid JSON object of the surface, the promptgate extension is read.
+	// SpanValidate: the body is one valid JSON object of the surface, the promptgate extension is
+	// read.
 	SpanValidate = "promptgate.validate"
 	// SpanRoute: route rules, the client's choice and the default give the protocol (and workflow).
 	SpanRoute = "promptgate.route"
-	// SpanFilterTools: the allowed tool set is applied to the request's tools and tool_choice checked.
+	// SpanFilterTools: the allowed tool set is applied to the request's tools and tool_choice
+	// checked.
 	SpanFilterTools = "promptgate.filter_tools"
 	// SpanContext: the context sources are asked, in parallel; SpanContextSource is one source.
 	SpanContext       = "promptgate.context"
 	SpanContextSource = "promptgate.context.source"
-	// SpanFlow: the conversation is analyzed for the information-flow rules (when the protocol has some).
+	// SpanFlow: the conversation is analyzed for the information-flow rules (when the protocol has
+	// some).
 	SpanFlow = "promptgate.flow"
-	// SpanContinue: promptgate answered the refused calls of an answer itself and asks the upstream again
-	// (onViolation "continue"), one span per round.
+	// SpanContinue: promptgate answered the refused calls of an answer itself and asks the upstream
+	// again (onViolation "continue"), one span per round.
 	SpanContinue = "promptgate.continue"
 	// SpanAssemble: the template, the layered prompt and the rewritten body.
 	SpanAssemble = "promptgate.assemble"
@@ -76,8 +80,8 @@ const (
 	SpanShadow = "promptgate.shadow"
 	// SpanUpstream: from sending the request upstream to its response headers.
 	SpanUpstream = "promptgate.upstream"
-	// SpanVet: a non-stream response's tool calls are vetted; SpanRelay: a stream is relayed and vetted,
-	// until it ends.
+	// SpanVet: a non-stream response's tool calls are vetted; SpanRelay: a stream is relayed and
+	// vetted, until it ends.
 	SpanVet   = "promptgate.vet"
 	SpanRelay = "promptgate.relay"
 )
@@ -89,7 +93,8 @@ type Tracing struct {
 	shutdown   func(context.Context) error
 }
 
-// New wraps a tracer provider (tests pass one built on an in-memory exporter). Shutdown does not shut tp down.
+// New wraps a tracer provider (tests pass one built on an in-memory exporter). Shutdown does not
+// shut tp down.
 func New(tp trace.TracerProvider) *Tracing {
 	return &Tracing{tracer: tp.Tracer(InstrumentationName), propagator: propagation.TraceContext{}}
 }
@@ -147,10 +152,10 @@ func ConfigFromEnv(getenv func(string) string) (c Config, ok bool, err error) {
 	return c, true, nil
 }
 
-// FromEnv builds the OTLP exporter and tracer provider the environment asks for, or returns nil when
-// tracing is off. Other OTEL_* settings the exporter and the SDK know (headers, timeout, TLS files,
-// sampler, batch sizes, resource attributes) apply as the OpenTelemetry SDK reads them. Call Shutdown to
-// send what is buffered.
+// FromEnv builds the OTLP exporter and tracer provider the environment asks for, or returns nil
+// when tracing is off. Other OTEL_* settings the exporter and the SDK know (headers, timeout, TLS
+// files, sampler, batch sizes, resource attributes) apply as the OpenTelemetry SDK reads them. Call
+// Shutdown to send what is buffered.
 func FromEnv(ctx context.Context, getenv func(string) string, version string) (*Tracing, Config, error) {
 	c, ok, err := ConfigFromEnv(getenv)
 	if err != nil || !ok {
@@ -176,8 +181,8 @@ func FromEnv(ctx context.Context, getenv func(string) string, version string) (*
 	return t, c, nil
 }
 
-// Shutdown sends the spans still buffered and stops the exporter. It is a no-op on a nil *Tracing or one
-// made by New.
+// Shutdown sends the spans still buffered and stops the exporter. It is a no-op on a nil *Tracing
+// or one made by New.
 func (t *Tracing) Shutdown(ctx context.Context) error {
 	if t == nil || t.shutdown == nil {
 		return nil
@@ -194,7 +199,8 @@ func (t *Tracing) Extract(ctx context.Context, h propagation.TextMapCarrier) con
 }
 
 // Inject writes the traceparent of ctx's span into h, replacing the client's: the upstream sees
-// promptgate's span as the parent. It does nothing on a nil *Tracing, leaving the client's header as it was.
+// promptgate's span as the parent. It does nothing on a nil *Tracing, leaving the client's header
+// as it was.
 func (t *Tracing) Inject(ctx context.Context, h propagation.TextMapCarrier) {
 	if t == nil {
 		return
@@ -202,8 +208,8 @@ func (t *Tracing) Inject(ctx context.Context, h propagation.TextMapCarrier) {
 	t.propagator.Inject(ctx, h)
 }
 
-// StartServer starts the server span of one request, a child of the client's trace when ctx carries one
-// (see Extract). It returns ctx unchanged and a nil *Span when t is nil.
+// StartServer starts the server span of one request, a child of the client's trace when ctx carries
+// one (see Extract). It returns ctx unchanged and a nil *Span when t is nil.
 func (t *Tracing) StartServer(ctx context.Context, name string) (context.Context, *Span) {
 	if t == nil {
 		return ctx, nil
@@ -215,8 +221,8 @@ func (t *Tracing) StartServer(ctx context.Context, name string) (context.Context
 // Span is one span; every method is a no-op on a nil *Span.
 type Span struct{ s trace.Span }
 
-// Stage starts the child span of one pipeline stage when ctx's span is recording, else returns ctx and
-// nil, without allocating.
+// Stage starts the child span of one pipeline stage when ctx's span is recording, else returns ctx
+// and nil, without allocating.
 func Stage(ctx context.Context, name string) (context.Context, *Span) {
 	parent := trace.SpanFromContext(ctx)
 	if !parent.IsRecording() {
@@ -226,9 +232,9 @@ func Stage(ctx context.Context, name string) (context.Context, *Span) {
 	return ctx, &Span{s: s}
 }
 
-// Client starts the span of a call to the upstream, a child of ctx's span. Unlike Stage it starts one
-// when ctx's span is not recording too (an unsampled trace still propagates its context), as long as t is
-// not nil.
+// Client starts the span of a call to the upstream, a child of ctx's span. Unlike Stage it starts
+// one when ctx's span is not recording too (an unsampled trace still propagates its context), as
+// long as t is not nil.
 func (t *Tracing) Client(ctx context.Context, name string) (context.Context, *Span) {
 	if t == nil {
 		return ctx, nil
@@ -269,8 +275,8 @@ func (s *Span) Bool(key string, v bool) {
 	}
 }
 
-// Fail marks the span as failed with a short, non-secret code (such as the API error code), ends it, and
-// returns err unchanged, so that a stage can `return nil, sp.Fail(err, code)`.
+// Fail marks the span as failed with a short, non-secret code (such as the API error code), ends
+// it, and returns err unchanged, so that a stage can `return nil, sp.Fail(err, code)`.
 func (s *Span) Fail(err error, code string) error {
 	if s != nil && err != nil {
 		s.s.SetStatus(codes.Error, code)

@@ -2,15 +2,15 @@
 // 127.0.0.1 with free ports and a test-owned data folder, and can stop and restart it on the same
 // ports and data.
 //
-// With StartWith it serves clients over TLS (optionally requiring client certificates) with certificates
-// made in the test, and/or with authentication enabled and users set up.
+// With StartWith it serves clients over TLS (optionally requiring client certificates) with
+// certificates made in the test, and/or with authentication enabled and users set up.
 //
-// Clients reach etcd through a small TCP forwarder on the advertised port, which stays bound for the
-// whole test so that no other socket can take it while etcd is down: Stop cuts every client
-// connection first, so that etcd's graceful shutdown does not wait its request timeout (7 s) for open
-// watch streams, then stops etcd, and the forwarder closes every new connection at once; Restart
-// starts etcd on the same data (on new internal ports if another socket took the old ones meanwhile)
-// and reopens the door.
+// Clients reach etcd through a small TCP forwarder on the advertised port, which stays bound for
+// the whole test so that no other socket can take it while etcd is down: Stop cuts every client
+// connection first, so that etcd's graceful shutdown does not wait its request timeout (7 s) for
+// open watch streams, then stops etcd, and the forwarder closes every new connection at once;
+// Restart starts etcd on the same data (on new internal ports if another socket took the old ones
+// meanwhile) and reopens the door.
 package etcdtest
 
 import (
@@ -41,15 +41,15 @@ import (
 
 // Options of StartWith.
 type Options struct {
-	// TLS serves clients over TLS with a server certificate for 127.0.0.1 signed by a CA made for the
-	// test (Server.CAFile).
+	// TLS serves clients over TLS with a server certificate for 127.0.0.1 signed by a CA made for
+	// the test (Server.CAFile).
 	TLS bool
 	// ClientCertAuth (implies TLS) makes etcd require a client certificate signed by that CA
 	// (Server.ClientCertFile, Server.ClientKeyFile).
 	ClientCertAuth bool
-	// Auth enables etcd authentication: user "root" (RootPassword), user User (Password) whose role may
-	// read and write every key under AuthPrefix, and user Outsider (Password) whose role covers only
-	// OutsiderPrefix.
+	// Auth enables etcd authentication: user "root" (RootPassword), user User (Password) whose role
+	// may read and write every key under AuthPrefix, and user Outsider (Password) whose role covers
+	// only OutsiderPrefix.
 	Auth bool
 	// AuthPrefix is the key prefix User may read and write; required with Auth.
 	AuthPrefix string
@@ -193,8 +193,8 @@ func (s *Server) enableAuth() {
 	}
 }
 
-// writeCerts makes a CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files in
-// the test's temporary folder.
+// writeCerts makes a CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files
+// in the test's temporary folder.
 func (s *Server) writeCerts() {
 	s.t.Helper()
 	dir := s.t.TempDir()
@@ -206,8 +206,8 @@ func (s *Server) writeCerts() {
 	issue(s.t, caCert, caKey, "promptgate-client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, s.ClientCertFile, s.ClientKeyFile)
 }
 
-// NewCA makes a self-signed CA and writes its certificate as PEM to path (a CA the etcd does not know,
-// for tests of a wrong CA).
+// NewCA makes a self-signed CA and writes its certificate as PEM to path (a CA the etcd does not
+// know, for tests of a wrong CA).
 func NewCA(t testing.TB, path string) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
