@@ -25,6 +25,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/surface"
 	"github.com/promptgate/promptgate/proxy/surface/chat"
+	"github.com/promptgate/promptgate/proxy/surface/messages"
+	"github.com/promptgate/promptgate/proxy/surface/responses"
 )
 
 // stageFixture is the bench pipeline (real bbolt store, bench protocol, config) and one prepared 8
@@ -304,40 +306,53 @@ func (r *eventReader) Read(p []byte) (int, error) {
 // onlyReader hides io.WriterTo, so that the baseline copies through the buffer too.
 type onlyReader struct{ io.Reader }
 
-// BenchmarkRelay: chat.Stream over the harness's 200-chunk streams, text only and with the
-// get_ticket call (held, vetted, released), read as httputil.ReverseProxy reads (32 KiB buffer);
-// the baseline copies the same events through the same buffer.
+// relayed is a stream relay of one surface as the proxy opens it on an upstream body.
+type relayed interface {
+	io.Reader
+	Blocked() int
+}
+
+// BenchmarkRelay: each surface's stream relay over the harness's 200-event streams (chat text only,
+// and each surface's stream with a get_ticket call, held, vetted and released), read as
+// httputil.ReverseProxy reads (32 KiB buffer), one event per upstream Read; the baseline copies the
+// same events through the same buffer, as the bare proxy does.
 func BenchmarkRelay(b *testing.B) {
 	f := newStageFixture(b)
+	chatOpen := func(up io.ReadCloser, c *vet.Checker) relayed { return chat.NewStream(up, c, nil) }
 	for _, s := range []struct {
 		name string
-		tool bool
-	}{{"text200", false}, {"tool200", true}} {
-		evs := streamEvents(200, s.tool)
-		size := len(bytes.Join(evs, nil))
+		evs  [][]byte
+		open func(io.ReadCloser, *vet.Checker) relayed
+	}{
+		{"text200", streamEvents(200, false), chatOpen},
+		{"tool200", streamEvents(200, true), chatOpen},
+		{"messages-tool200", messagesEvents(200), func(up io.ReadCloser, c *vet.Checker) relayed { return messages.NewStream(up, c, nil) }},
+		{"responses-tool200", responsesEvents(200), func(up io.ReadCloser, c *vet.Checker) relayed { return responses.NewStream(up, c, nil) }},
+	} {
+		size := len(bytes.Join(s.evs, nil))
 		buf := make([]byte, 32<<10)
 		mk := cachedChecker(b, f.prep)
 		b.Run(s.name+"/stream", func(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
-			for b.Loop() {
-				st := chat.NewStream(io.NopCloser(&eventReader{evs: append([][]byte(nil), evs...)}), mk(), nil)
+			loopCPU(b, func() {
+				st := s.open(io.NopCloser(&eventReader{evs: append([][]byte(nil), s.evs...)}), mk())
 				if _, err := io.CopyBuffer(io.Discard, st, buf); err != nil {
 					b.Fatal(err)
 				}
 				if st.Blocked() != 0 {
 					b.Fatal("the call was blocked")
 				}
-			}
+			})
 		})
 		b.Run(s.name+"/baseline-copy", func(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := io.CopyBuffer(io.Discard, onlyReader{&eventReader{evs: append([][]byte(nil), evs...)}}, buf); err != nil {
+			loopCPU(b, func() {
+				if _, err := io.CopyBuffer(io.Discard, onlyReader{&eventReader{evs: append([][]byte(nil), s.evs...)}}, buf); err != nil {
 					b.Fatal(err)
 				}
-			}
+			})
 		})
 	}
 }

@@ -235,7 +235,7 @@ func (r *Relay) handle() {
 		r.s.Truncated()
 		return
 	}
-	if !Canonical(ev.Raw) {
+	if !ev.Plain && !Canonical(ev.Raw) {
 		// Clients split lines differently (openai-go at LF only, go-openai trims each line): what
 		// goes out is what this relay read, framed so that every client reads the same.
 		ev.Raw = Reframe(ev)
@@ -284,6 +284,9 @@ func (r *Relay) handle() {
 // a byte-order mark included; lenient clients trim those, and go-openai reads every data line of
 // an event alone). Such data must be one valid object, or it is malformed.
 func LooksJSON(data []byte) bool {
+	if len(data) > 0 && data[0] == '{' {
+		return true // its first line does
+	}
 	for len(data) > 0 {
 		line := data
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
