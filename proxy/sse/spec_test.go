@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"unsafe"
 )
 
 // specEvents is in as the SSE specification splits it, written from its wording alone with no
@@ -150,5 +151,42 @@ func readEvents(r io.Reader) []Event {
 		}
 		ev.Raw, ev.Data = bytes.Clone(ev.Raw), bytes.Clone(ev.Data)
 		events = append(events, ev)
+	}
+}
+
+// TestReaderNames: an event named as one of the names given to Names gets that very string; other
+// names are read as before, and the given slice is never written.
+func TestReaderNames(t *testing.T) {
+	names := []string{"delta", "done"}
+	r := NewReader(strings.NewReader("event: delta\ndata: 1\n\nevent: other\ndata: 2\n\nevent: done\ndata: 3\n\nevent: other\n\n"))
+	r.Names(names)
+	var got []string
+	for {
+		ev, err := r.Next()
+		if err != nil {
+			break
+		}
+		got = append(got, ev.Event)
+		for _, n := range names {
+			if ev.Event == n && unsafe.StringData(ev.Event) != unsafe.StringData(n) {
+				t.Errorf("event %q: a new string, not the one given", ev.Event)
+			}
+		}
+	}
+	if strings.Join(got, ",") != "delta,other,done,other" || names[0] != "delta" || names[1] != "done" || cap(names) != 2 {
+		t.Fatalf("events %q, names %q", got, names)
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		r := NewReader(strings.NewReader("event: delta\ndata: 1\n\nevent: done\ndata: 3\n\n"))
+		r.Lend(make([]byte, 0, 4096))
+		r.Names(names)
+		for {
+			if _, err := r.Next(); err != nil {
+				return
+			}
+		}
+	})
+	if allocs > 4 { // the reader, its strings.Reader and the lent buffer (made in the function)
+		t.Fatalf("%.0f allocations for a stream of named events", allocs)
 	}
 }

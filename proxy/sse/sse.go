@@ -111,6 +111,15 @@ func NewReaderMax(r io.Reader, max int) *Reader {
 	return &Reader{r: r, max: max}
 }
 
+// Names gives the Reader the event names its stream is expected to use, before the first Next: an
+// event: line of one of them is given these very strings, without an allocation. names is not
+// changed (names met later are kept apart, as far as the Reader remembers names).
+func (r *Reader) Names(names []string) {
+	if r.names == nil {
+		r.names = names[:len(names):len(names)]
+	}
+}
+
 // Lend makes buf (its capacity; its contents do not matter) the Reader's first buffer, before the
 // first Next: a buffer pool's instead of one allocated per stream. Release gives it back.
 func (r *Reader) Lend(buf []byte) {
