@@ -17,6 +17,27 @@ func Get(body []byte, path string) gjson.Result {
 	return gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), path)
 }
 
+// GetEach sets vals[i] to Get(body, keys[i]) for each plain key (no dot, wildcard or other path
+// syntax) with one walk over body's top-level members, where Get walks them again for each key.
+// Like Get's, the results share body's memory.
+func GetEach(body []byte, keys []string, vals []gjson.Result) {
+	clear(vals)
+	left := len(keys)
+	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body)))
+	if !root.IsObject() {
+		return // (ForEach would give a scalar itself, with an empty key)
+	}
+	root.ForEach(func(k, v gjson.Result) bool {
+		for i, key := range keys {
+			if !vals[i].Exists() && k.Str == key {
+				vals[i] = v
+				left--
+			}
+		}
+		return left > 0
+	})
+}
+
 // Body is a request body whose top-level members, and the members of its "promptgate" object, were
 // located by one walk over it, for every function that reads the body to share: looking each key up
 // with gjson.Get would walk the body again, all of it for a key the body does not have. The walk

@@ -91,6 +91,20 @@ func FuzzMembers(f *testing.F) {
 				t.Fatalf("%q in %s: Body %#v, gjson.Get %#v", k, body, got, want)
 			}
 		}
+		// GetEach finds, in one walk, what Get finds for each key.
+		var plain []string
+		for _, k := range all {
+			if !isPathSyntax(k) {
+				plain = append(plain, k)
+			}
+		}
+		vals := make([]gjson.Result, len(plain))
+		GetEach(body, plain, vals)
+		for i, k := range plain {
+			if want := Get(body, k); !sameResult(vals[i], want) {
+				t.Fatalf("%q in %s: GetEach %#v, gjson.Get %#v", k, body, vals[i], want)
+			}
+		}
 		ext := Get(body, PathExtension)
 		var got, want []member
 		b.extension(ext, func(k string, v gjson.Result) bool {
