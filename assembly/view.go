@@ -17,13 +17,19 @@ func Get(body []byte, path string) gjson.Result {
 	return gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), path)
 }
 
+// Parse is gjson.ParseBytes without its copy of body: the result shares body's memory, as Get's
+// does.
+func Parse(body []byte) gjson.Result {
+	return gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body)))
+}
+
 // GetEach sets vals[i] to Get(body, keys[i]) for each plain key (no dot, wildcard or other path
 // syntax) with one walk over body's top-level members, where Get walks them again for each key.
 // Like Get's, the results share body's memory.
 func GetEach(body []byte, keys []string, vals []gjson.Result) {
 	clear(vals)
 	left := len(keys)
-	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body)))
+	root := Parse(body)
 	if !root.IsObject() {
 		return // (ForEach would give a scalar itself, with an empty key)
 	}
