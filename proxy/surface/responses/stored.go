@@ -683,7 +683,9 @@ func (t *respTrack) decision(d vet.Decision) {
 func isBackground(body []byte) bool { return background(gjson.GetBytes(body, "background")) }
 
 // background reports whether a request's background member v asks for a background response.
-func background(v gjson.Result) bool { return v.Exists() && v.Type != gjson.False && v.Type != gjson.Null }
+func background(v gjson.Result) bool {
+	return v.Exists() && v.Type != gjson.False && v.Type != gjson.Null
+}
 
 // withholdInProgress removes from a retrieved response the call items that are still being
 // generated (status in_progress): their arguments are not complete, so they are neither vetted nor
