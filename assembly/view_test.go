@@ -280,3 +280,19 @@ const oddBody = "{ \"temperature\" : 1.0e+2 ,\n\t\"promptgate\" : {\"user\":\"u-
 	"    {\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\"} ],\n" +
 	"  \"tools\" : [ {\"type\":\"function\",\"function\":{\"name\":\"search\"}} ],\n" +
 	"  \"x_unknown\" : [ 1E400 , \"\\/\" ] , \"model\":\"gpt-4o\" }"
+
+// TestGetEachReadsOnlyWhatIsAsked: GetEach allocates nothing for the members it is not asked for,
+// an escaped string as long as a layered prompt among them, and finds each key asked for.
+func TestGetEachReadsOnlyWhatIsAsked(t *testing.T) {
+	body := []byte(`{"model":"m","instructions":"` + strings.Repeat(`line\n\"quoted\"\t`, 400) + `","input":[{"role":"user","content":"x\ny"}],"n":2,"store":false}`)
+	keys := []string{"n", "store", "background"}
+	vals := make([]gjson.Result, len(keys))
+	if a := testing.AllocsPerRun(20, func() { GetEach(body, keys, vals) }); a != 0 {
+		t.Fatalf("%.0f allocations", a)
+	}
+	for i, k := range keys {
+		if want := Get(body, k); !sameResult(vals[i], want) {
+			t.Fatalf("%q: GetEach %#v, Get %#v", k, vals[i], want)
+		}
+	}
+}
