@@ -92,15 +92,22 @@ func getEach(s string, keys []string, vals []gjson.Result) bool {
 
 // stringEnd is the offset just past the JSON string that starts at s[i] (its opening quote), or -1.
 func stringEnd(s string, i int) int {
-	for j := i + 1; j < len(s); j++ {
-		switch s[j] {
-		case '\\':
-			j++
-		case '"':
+	for j := i + 1; ; {
+		k := strings.IndexByte(s[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		// The quote ends the string unless an odd number of backslashes escapes it.
+		n := 0
+		for n < j-i-1 && s[j-1-n] == '\\' {
+			n++
+		}
+		if n%2 == 0 {
 			return j + 1
 		}
+		j++
 	}
-	return -1
 }
 
 // valueEnd is the offset just past the JSON value that starts at s[i], a valid one, or -1.
