@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // memUpstream is the fake upstream's answers as an http.RoundTripper: the request body is read
@@ -56,7 +57,7 @@ func (m memUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // discardWriter is a client connection that takes every byte at once: an http.ResponseWriter
-// with Flush, and nothing else a net/http server's writer offers (no deadlines).
+// with Flush and the deadlines (which it does not keep), as a net/http server's writer has them.
 type discardWriter struct {
 	h       http.Header
 	status  int
@@ -77,18 +78,21 @@ func (w *discardWriter) Write(p []byte) (int, error) {
 	w.n += int64(len(p))
 	return len(p), nil
 }
-func (w *discardWriter) Flush() { w.flushes++ }
+func (w *discardWriter) Flush()                           { w.flushes++ }
+func (w *discardWriter) SetReadDeadline(time.Time) error  { return nil }
+func (w *discardWriter) SetWriteDeadline(time.Time) error { return nil }
 
-// inProcess is promptgate's handler and the bare proxy, both over memUpstream.
+// inProcess is promptgate's handler and the bare proxy, both over memUpstream; queued is
+// newPromptgateAudit's.
 type inProcess struct {
 	promptgate, baseline http.Handler
 }
 
-func newInProcess(tb testing.TB) *inProcess {
+func newInProcess(tb testing.TB, queued bool) *inProcess {
 	tb.Helper()
 	tr := memUpstream{newFakeUpstream(DefaultRespBytes, DefaultChunks, 0)}
 	const upstream = "http://127.0.0.1:9"
-	pg, p, err := newPromptgate(context.Background(), tb.TempDir(), upstream, 0, tr)
+	pg, p, err := newPromptgateAudit(context.Background(), tb.TempDir(), upstream, 0, tr, queued)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -136,7 +140,7 @@ func handlerWorkloads() []*workload {
 // request side, the upstream call over memUpstream, the answer vetted or relayed, the audit and
 // metrics) beside the same request through the bare proxy, per workload.
 func BenchmarkHandler(b *testing.B) {
-	ip := newInProcess(b)
+	ip := newInProcess(b, true)
 	for _, w := range handlerWorkloads() {
 		for _, t := range []struct {
 			name string

@@ -234,10 +234,10 @@ func newChecker(prep *proxy.Prepared, rules *vet.RuleSet, schemas *vet.SchemaCac
 
 // cachedChecker returns a function that builds checkers as the server does now: one rule set, one
 // cache.
-func cachedChecker(b *testing.B, prep *proxy.Prepared) func() *vet.Checker {
+func cachedChecker(tb testing.TB, prep *proxy.Prepared) func() *vet.Checker {
 	rules, err := vet.CompileRules(prep.Protocol.ArgRules)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	cache := vet.NewSchemaCache(vet.DefaultSchemaCacheSize)
 	return func() *vet.Checker { return newChecker(prep, rules, cache) }
