@@ -50,8 +50,9 @@ func TestAllocBudgetsHandler(t *testing.T) {
 	}
 }
 
-// TestAllocBudgetsStages: the request side (Engine.Prepare of the 2 KB chat with three tools) and
-// each surface's stream relay over the harness's tool streams (the call held, vetted and released).
+// TestAllocBudgetsStages: the request side (Engine.Prepare of the 2 KB chat with three tools), the
+// vetting of a non-stream answer, and each surface's stream relay over the harness's tool streams
+// (the call held, vetted and released).
 func TestAllocBudgetsStages(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts differ under the race detector")
@@ -76,6 +77,14 @@ func TestAllocBudgetsStages(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := cachedChecker(t, prep)
+	answer := completionJSON(DefaultRespBytes)
+	vetBody := func() {
+		if _, _, err := chat.Body(answer, mk(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vetBody()
+	check(t, "chat.Body of a text answer", testing.AllocsPerRun(50, vetBody), 6)
 	buf := make([]byte, 32<<10)
 	for _, s := range []struct {
 		name   string

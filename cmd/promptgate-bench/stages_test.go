@@ -357,6 +357,39 @@ func BenchmarkRelay(b *testing.B) {
 	}
 }
 
+// BenchmarkVetBody: the response side of a non-stream answer, chat.Body on the harness's answer
+// (text, no call: validated and passed) and on an answer with a get_ticket call (vetted: name,
+// schema, rule); the baseline copies the same bytes, as the bare proxy passes a body on.
+func BenchmarkVetBody(b *testing.B) {
+	f := newStageFixture(b)
+	mk := cachedChecker(b, f.prep)
+	call := []byte(`{"id":"chatcmpl-bench","object":"chat.completion","created":1735689600,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_ticket","arguments":"{\"id\": \"T-12345\"}"}}]},"finish_reason":"tool_calls"}]}`)
+	for _, a := range []struct {
+		name string
+		body []byte
+	}{{"text", completionJSON(DefaultRespBytes)}, {"call", call}} {
+		b.Run(a.name+"/vet", func(b *testing.B) {
+			b.SetBytes(int64(len(a.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, res, err := chat.Body(a.body, mk(), nil); err != nil || res.Blocked != 0 {
+					b.Fatal(err, res.Blocked)
+				}
+			}
+		})
+		b.Run(a.name+"/baseline-copy", func(b *testing.B) {
+			b.SetBytes(int64(len(a.body)))
+			b.ReportAllocs()
+			buf := make([]byte, 32<<10)
+			for b.Loop() {
+				if _, err := io.CopyBuffer(io.Discard, onlyReader{bytes.NewReader(a.body)}, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkPrepare: the whole request side of the engine on the 8 KB request (validate, route,
 // filter, template from the cache, assemble, rewrite), and on the 40 KB runtime context that must
 // be cut to its budget, and on the harness's small chat; the baseline is the 8 KB body copy a bare
@@ -409,6 +442,16 @@ func BenchmarkPrepare(b *testing.B) {
 			}
 		})
 	}
+	chat2K := chat2KBody(false)
+	b.Run("prepare-chat2k", func(b *testing.B) {
+		b.SetBytes(int64(len(chat2K)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := f.p.engine.Prepare(ctx, proxy.Input{Path: proxy.PathChat, Header: f.header, Body: chat2K}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	small := smallBody()
 	b.Run("prepare-small", func(b *testing.B) {
 		b.SetBytes(int64(len(small)))
