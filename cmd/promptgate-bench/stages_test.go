@@ -1,10 +1,12 @@
 package main
 
-// Per-stage benchmarks of promptgate's request path, on the harness's own 8 KB request and
-// 200-chunk stream, each next to a baseline: the floor the stage is compared with. The packages
-// have their own benchmarks too (policy/jsoncheck, assembly, proxy/surface/chat, plugins); these
-// add the stages that had none (route, filter, vet, the per-request checker, the whole request
-// side) and put all six on one input.
+// Per-stage benchmarks of promptgate's request path, on the harness's own requests (8 KB, 2 KB),
+// answer and 200-event streams, each next to a baseline: the floor the stage is compared with. The
+// packages have their own benchmarks too (policy/jsoncheck, assembly, proxy/surface/chat, plugins);
+// these add the stages that had none (route, filter, vet, the per-request checker, the whole
+// request side, a body's vetting, each surface's relay of a stream with a call) and put them on the
+// harness's inputs. handler_bench_test.go has the whole request, budget_test.go the allocation
+// budgets.
 //
 //	go test -run '^$' -bench . -benchmem ./cmd/promptgate-bench/
 
