@@ -1,10 +1,12 @@
 package assembly
 
 import (
+	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/promptgate/promptgate/assembly/ctxjson"
+	"github.com/promptgate/promptgate/policy"
 )
 
 // Frame is the part of a layered prompt that is the same for every request of one template, one set
@@ -23,6 +25,47 @@ type Frame struct {
 	// context is the RUNTIME CONTEXT block's text where it is fixed (the structured channel's
 	// pointer), else "".
 	context string
+	// directives and tools are the DIRECTIVES and TOOLS blocks of the request the frame was made
+	// for: a later request with the same directives or tools (each request of a protocol and an
+	// app, as a rule) takes them as they are instead of rendering them again. Set by NewFrame and
+	// never written after.
+	directives directivesMemo
+	tools      toolsMemo
+}
+
+// directivesMemo is the DIRECTIVES block rendered of ds under a cap of max code points.
+type directivesMemo struct {
+	ds        []string
+	max       int
+	block     chunk
+	truncated bool
+}
+
+// toolsMemo is the TOOLS block rendered of tools in mode.
+type toolsMemo struct {
+	tools []policy.Tool
+	mode  string
+	block chunk
+}
+
+// directivesBlock is renderDirectives(ds, max) as a chunk, from the memo where it holds them.
+func (f *Frame) directivesBlock(ds []string, max int) (chunk, bool) {
+	if m := &f.directives; max == m.max && slices.Equal(ds, m.ds) {
+		return m.block, m.truncated
+	}
+	text, truncated := renderDirectives(ds, max)
+	return requestChunk(text), truncated
+}
+
+// toolsBlock is renderTools(tools, mode) as a chunk, from the memo where it holds them: what the
+// block shows of a tool is its name and description alone.
+func (f *Frame) toolsBlock(tools []policy.Tool, mode string) chunk {
+	if m := &f.tools; mode == m.mode && slices.EqualFunc(tools, m.tools, func(a, b policy.Tool) bool {
+		return a.Name == b.Name && a.Description == b.Description
+	}) {
+		return m.block
+	}
+	return requestChunk(renderTools(tools, mode))
 }
 
 // FrameKey is what a Frame is made of, as far as it is not in the template's name and version.
@@ -78,6 +121,13 @@ func requestChunk(s string) chunk {
 // NewFrame lays out the fixed part of t for the rules and tool mode of l and the settings s.
 func NewFrame(t *Template, l Layers, s Settings) *Frame {
 	f := &Frame{t: t, key: FrameKeyOf(t, l, s), blocks: map[string]int{}, templateChars: utf8.RuneCountInString(t.Text)}
+	f.directives = directivesMemo{ds: slices.Clone(l.Directives), max: s.DirectivesMaxChars}
+	text, truncated := renderDirectives(l.Directives, s.DirectivesMaxChars)
+	f.directives.block, f.directives.truncated = fixedChunk(text), truncated // escaped once, too
+	f.tools = toolsMemo{mode: s.ToolDefsMode, block: fixedChunk(renderTools(l.Tools, s.ToolDefsMode))}
+	for _, t := range l.Tools {
+		f.tools.tools = append(f.tools.tools, policy.Tool{Name: t.Name, Description: t.Description})
+	}
 	rules := rulesWithDatamark(strings.TrimSpace(l.Rules), s.DatamarkToolOutput)
 	if f.key.Redact {
 		f.context = contextPointer
@@ -164,23 +214,23 @@ func (f *Frame) Build(l Layers, s Settings) Prompt {
 	for k, v := range f.blocks {
 		p.Sizes.Blocks[k] = v
 	}
-	directives, dTrunc := renderDirectives(l.Directives, s.DirectivesMaxChars)
+	directives, dTrunc := f.directivesBlock(l.Directives, s.DirectivesMaxChars)
 	p.DirectivesTruncated = dTrunc
-	value := func(block string) string {
+	value := func(block string) chunk {
 		switch block {
 		case BlockApplication:
-			return renderApplication(l.Application)
+			return requestChunk(renderApplication(l.Application))
 		case BlockDirectives:
 			return directives
 		case BlockContext:
 			if f.context != "" {
-				return f.context
+				return requestChunk(f.context)
 			}
-			return string(p.ContextJSON)
+			return requestChunk(string(p.ContextJSON))
 		case BlockTools:
-			return renderTools(l.Tools, s.ToolDefsMode)
+			return f.toolsBlock(l.Tools, s.ToolDefsMode)
 		}
-		return ""
+		return chunk{}
 	}
 	pieces := make([]chunk, 0, 3*len(f.parts))
 	for _, pt := range f.parts {
@@ -191,14 +241,13 @@ func (f *Frame) Build(l Layers, s Settings) Prompt {
 		if pt.legacy && pt.block == BlockContext && len(l.Sources) == 0 {
 			continue // a legacy template gets the runtime context only when there is data in it
 		}
-		v := value(pt.block)
-		if v == "" && !pt.keepEmpty {
+		c := value(pt.block)
+		if c.text == "" && !pt.keepEmpty {
 			continue // an empty block is left out, header included
 		}
 		if pt.legacy {
 			pieces = trimEnd(pieces)
 		}
-		c := requestChunk(v)
 		pieces = append(pieces, pt.before, c, pt.after)
 		p.Sizes.Blocks[pt.block] = c.runes
 	}

@@ -112,8 +112,8 @@ func frameSeeds(tb testing.TB) []frameInput {
 }
 
 // FuzzFrame holds Build (through a frame) to the section-by-section reference, byte for byte, sizes
-// and JSON string included; and a frame reused for another request, and for layers it was not made
-// of, to the same.
+// and JSON string included; and a frame reused for another request (the same directives and tools
+// or others), and for layers it was not made of, to the same.
 func FuzzFrame(f *testing.F) {
 	for _, in := range frameSeeds(f) {
 		f.Add(in.template, in.rules, in.app, in.directive, in.toolName, in.toolDesc, in.context, in.flags, in.directivesMax)
@@ -144,6 +144,20 @@ func FuzzFrame(f *testing.F) {
 		if first.System() != want.System() {
 			t.Fatal("a later Build changed an earlier prompt")
 		}
+
+		// The frame keeps the first request's directives and tools blocks: a request with the same
+		// tools but another description, or under another cap or tool mode, gets its own.
+		desc := l
+		desc.Tools = []policy.Tool{{Name: toolName, Description: toolDesc + "."}, {Name: "calc"}}
+		samePrompt(t, "reused frame, another description", fr.Build(desc, s), buildReference(tm, desc, s))
+		caps := s
+		caps.DirectivesMaxChars = (s.DirectivesMaxChars + 7) % 4000
+		if caps.ToolDefsMode == ToolDefsMinimal {
+			caps.ToolDefsMode = ToolDefsFull
+		} else {
+			caps.ToolDefsMode = ToolDefsMinimal
+		}
+		samePrompt(t, "reused frame, other caps", fr.Build(l, caps), buildReference(tm, l, caps))
 
 		// Layers and settings the frame was not made of: the prompt is theirs all the same.
 		diff := l

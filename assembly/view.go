@@ -1,6 +1,7 @@
 package assembly
 
 import (
+	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -15,6 +16,135 @@ import (
 // splices) makes a new slice. A result must not be kept past a write to its body.
 func Get(body []byte, path string) gjson.Result {
 	return gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), path)
+}
+
+// Parse is gjson.ParseBytes without its copy of body: the result shares body's memory, as Get's
+// does.
+func Parse(body []byte) gjson.Result {
+	return gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body)))
+}
+
+// GetEach sets vals[i] to Get(body, keys[i]) for each plain key (no dot, wildcard or other path
+// syntax) with one walk over the top-level members of body, a valid JSON object (as every body
+// promptgate writes is), where Get walks them again for each key. The walk only finds where each
+// value ends: a string is not unescaped, nor a number read, unless its key is asked for. Like
+// Get's, the results share body's memory. On a body it cannot follow, it asks Get, key by key.
+func GetEach(body []byte, keys []string, vals []gjson.Result) {
+	clear(vals)
+	s := unsafe.String(unsafe.SliceData(body), len(body))
+	if !getEach(s, keys, vals) {
+		for i, k := range keys {
+			vals[i] = Get(body, k)
+		}
+	}
+}
+
+// getEach is GetEach's walk; false when s is not an object it can follow.
+func getEach(s string, keys []string, vals []gjson.Result) bool {
+	i := skipWS(s, 0)
+	if i >= len(s) || s[i] != '{' {
+		return false
+	}
+	if i = skipWS(s, i+1); i < len(s) && s[i] == '}' {
+		return true
+	}
+	for left := len(keys); left > 0; {
+		if i >= len(s) || s[i] != '"' {
+			return false
+		}
+		kEnd := stringEnd(s, i)
+		if kEnd < 0 {
+			return false
+		}
+		key := s[i+1 : kEnd-1]
+		if strings.IndexByte(key, '\\') >= 0 {
+			key = gjson.Parse(s[i:kEnd]).Str
+		}
+		if i = skipWS(s, kEnd); i >= len(s) || s[i] != ':' {
+			return false
+		}
+		i = skipWS(s, i+1)
+		vEnd := valueEnd(s, i)
+		if vEnd < 0 {
+			return false
+		}
+		for j, k := range keys {
+			if k == key && !vals[j].Exists() {
+				vals[j] = gjson.Parse(s[i:vEnd])
+				vals[j].Index = i
+				left--
+			}
+		}
+		if i = skipWS(s, vEnd); i >= len(s) {
+			return false
+		}
+		switch s[i] {
+		case ',':
+			i = skipWS(s, i+1)
+		case '}':
+			return true
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// stringEnd is the offset just past the JSON string that starts at s[i] (its opening quote), or -1.
+func stringEnd(s string, i int) int {
+	for j := i + 1; ; {
+		k := strings.IndexByte(s[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		// The quote ends the string unless an odd number of backslashes escapes it.
+		n := 0
+		for n < j-i-1 && s[j-1-n] == '\\' {
+			n++
+		}
+		if n%2 == 0 {
+			return j + 1
+		}
+		j++
+	}
+}
+
+// valueEnd is the offset just past the JSON value that starts at s[i], a valid one, or -1.
+func valueEnd(s string, i int) int {
+	if i >= len(s) {
+		return -1
+	}
+	switch s[i] {
+	case '"':
+		return stringEnd(s, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(s); j++ {
+			switch s[j] {
+			case '"':
+				if j = stringEnd(s, j); j < 0 {
+					return -1
+				}
+				j--
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(s) && !strings.ContainsRune(",}] \t\r\n", rune(s[j])) {
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
 }
 
 // Body is a request body whose top-level members, and the members of its "promptgate" object, were

@@ -91,6 +91,20 @@ func FuzzMembers(f *testing.F) {
 				t.Fatalf("%q in %s: Body %#v, gjson.Get %#v", k, body, got, want)
 			}
 		}
+		// GetEach finds, in one walk, what Get finds for each key.
+		var plain []string
+		for _, k := range all {
+			if !isPathSyntax(k) {
+				plain = append(plain, k)
+			}
+		}
+		vals := make([]gjson.Result, len(plain))
+		GetEach(body, plain, vals)
+		for i, k := range plain {
+			if want := Get(body, k); !sameResult(vals[i], want) {
+				t.Fatalf("%q in %s: GetEach %#v, gjson.Get %#v", k, body, vals[i], want)
+			}
+		}
 		ext := Get(body, PathExtension)
 		var got, want []member
 		b.extension(ext, func(k string, v gjson.Result) bool {
@@ -266,3 +280,42 @@ const oddBody = "{ \"temperature\" : 1.0e+2 ,\n\t\"promptgate\" : {\"user\":\"u-
 	"    {\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"r\"} ],\n" +
 	"  \"tools\" : [ {\"type\":\"function\",\"function\":{\"name\":\"search\"}} ],\n" +
 	"  \"x_unknown\" : [ 1E400 , \"\\/\" ] , \"model\":\"gpt-4o\" }"
+
+// TestGetEachReadsOnlyWhatIsAsked: GetEach allocates nothing for the members it is not asked for,
+// an escaped string as long as a layered prompt among them, and finds each key asked for.
+func TestGetEachReadsOnlyWhatIsAsked(t *testing.T) {
+	body := []byte(`{"model":"m","instructions":"` + strings.Repeat(`line\n\"quoted\"\t`, 400) + `","input":[{"role":"user","content":"x\ny"}],"n":2,"store":false}`)
+	keys := []string{"n", "store", "background"}
+	vals := make([]gjson.Result, len(keys))
+	if a := testing.AllocsPerRun(20, func() { GetEach(body, keys, vals) }); a != 0 {
+		t.Fatalf("%.0f allocations", a)
+	}
+	for i, k := range keys {
+		if want := Get(body, k); !sameResult(vals[i], want) {
+			t.Fatalf("%q: GetEach %#v, Get %#v", k, vals[i], want)
+		}
+	}
+}
+
+// BenchmarkGetEach: two members a layered body lacks, found absent in one walk, beside the two
+// gjson.Get walks it replaces.
+func BenchmarkGetEach(b *testing.B) {
+	body := []byte(`{"model":"m","messages":[{"role":"system","content":"` + strings.Repeat(`A rule of the prompt.\n\t\"x\"`, 180) +
+		`"},{"role":"user","content":"` + strings.Repeat("hello ", 100) + `"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`)
+	keys := []string{"n", "store"}
+	vals := make([]gjson.Result, 2)
+	b.Run("GetEach", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			GetEach(body, keys, vals)
+		}
+	})
+	b.Run("baseline-Get-each-key", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			vals[0], vals[1] = Get(body, keys[0]), Get(body, keys[1])
+		}
+	})
+}

@@ -90,6 +90,9 @@ func (e *Effective) Filter(tools []Tool, access ToolAccess) (kept []Tool, remove
 			removed = append(removed, Removal{Name: t.Name, Reason: reason})
 			continue
 		}
+		if kept == nil {
+			kept = make([]Tool, 0, len(tools)) // one allocation for every tool kept
+		}
 		kept = append(kept, t)
 	}
 	return kept, removed

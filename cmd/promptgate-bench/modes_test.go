@@ -298,3 +298,39 @@ func TestStampedProxy(t *testing.T) {
 		t.Errorf("unmarked request stamped: %v %v", pm, um)
 	}
 }
+
+// TestCPURatio checks the CPU per request ratio of the saturation phase and its goal (issue 34:
+// at most 1.25 times the bare proxy's), and that a phase without CPU figures sets neither.
+func TestCPURatio(t *testing.T) {
+	t.Parallel()
+	res := func(target string, cpu float64) Result {
+		return Result{Mode: modeSaturation, Target: target, Requests: 100, Conns: 16, Throughput: 1000, CPUUsPerReq: cpu}
+	}
+	for _, tc := range []struct {
+		base, pg float64
+		want     float64
+		met      bool
+	}{{100, 125, 1.25, true}, {100, 160, 1.6, false}} {
+		wr := WorkloadReport{Name: "w", Results: []Result{res(targetBaseline, tc.base), res(targetPromptgate, tc.pg)}}
+		o := overhead(wr, Config{})
+		if o.CPURatio == nil || *o.CPURatio != tc.want {
+			t.Fatalf("%v over %v: ratio %v, want %v", tc.pg, tc.base, o.CPURatio, tc.want)
+		}
+		found := false
+		for _, g := range o.Goals {
+			if g.Name == "CPU per request ratio <= 1.25" {
+				found = true
+				if g.Met != tc.met {
+					t.Errorf("%v over %v: met %v, want %v", tc.pg, tc.base, g.Met, tc.met)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no CPU goal")
+		}
+	}
+	wr := WorkloadReport{Name: "w", Results: []Result{res(targetBaseline, 0), res(targetPromptgate, 120)}}
+	if o := overhead(wr, Config{}); o.CPURatio != nil {
+		t.Errorf("without the baseline's CPU figure: ratio %v", *o.CPURatio)
+	}
+}

@@ -21,6 +21,7 @@ const (
 	goalTTFBDeltaMs     = 0.3  // a stream's first byte within 0.3 ms of the baseline's
 	goalThroughputRatio = 0.8  // throughput at least 80% of the baseline's (saturation, fixed concurrency)
 	goalRSSMB           = 64.0 // resident memory under 64 MB (at 16 connections)
+	goalCPURatio        = 1.25 // CPU per request at most 1.25x the baseline's (saturation; issue 34)
 )
 
 // Report is the outcome of a run; its JSON is what --json writes.
@@ -140,6 +141,9 @@ type Overhead struct {
 	TTFBDeltaMs *float64 `json:"ttfbDeltaMs,omitempty"`
 	// ThroughputRatio is promptgate's throughput at saturation over the baseline's.
 	ThroughputRatio *float64 `json:"throughputRatio"`
+	// CPURatio is promptgate's CPU time per request at saturation over the baseline's (each server
+	// process's user and system time, its collector's included).
+	CPURatio *float64 `json:"cpuRatio,omitempty"`
 	// PeakRSSMB is promptgate's peak RSS over the workload's phases.
 	PeakRSSMB float64 `json:"peakRSSMB"`
 	// Concurrency is the same comparison in the fixed-concurrency phase; nil when it did not run.
@@ -372,6 +376,10 @@ func overhead(wr WorkloadReport, cfg Config) *Overhead {
 		o.ThroughputRatio = ptr(ps.Throughput / bs.Throughput)
 		goal("throughput ratio >= 0.8", o.ThroughputRatio, goalThroughputRatio, false)
 	}
+	if okBS && okPS && bs.CPUUsPerReq > 0 && ps.CPUUsPerReq > 0 {
+		o.CPURatio = ptr(ps.CPUUsPerReq / bs.CPUUsPerReq)
+		goal("CPU per request ratio <= 1.25", o.CPURatio, goalCPURatio, true)
+	}
 	dc, okDC := find(wr.Results, modeConcurrency, targetDirect)
 	bc, okBC := find(wr.Results, modeConcurrency, targetBaseline)
 	pc, okPC := find(wr.Results, modeConcurrency, targetPromptgate)
@@ -433,7 +441,7 @@ func printReport(w io.Writer, rep *Report) {
 
 	fmt.Fprintf(w, "\noverhead vs the bare reverse proxy (ratio = (promptgate - direct) / (baseline - direct); goal in brackets)\n\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tadded p50 ms\tbase p50 ms\tp50 ratio [<=1.5]\tadded p99 ms\tbase p99 ms\tp99 ratio [<=2]\tTTFB delta ms [<=0.3]\tthroughput ratio [>=0.8]\tRSS MB [<64]\tgoals met\t")
+	fmt.Fprintln(tw, "workload\tadded p50 ms\tbase p50 ms\tp50 ratio [<=1.5]\tadded p99 ms\tbase p99 ms\tp99 ratio [<=2]\tTTFB delta ms [<=0.3]\tthroughput ratio [>=0.8]\tCPU/req ratio [<=1.25]\tRSS MB [<64]\tgoals met\t")
 	for _, wr := range rep.Workloads {
 		o := wr.Overhead
 		if o == nil {
@@ -441,7 +449,8 @@ func printReport(w io.Writer, rep *Report) {
 		}
 		if _, ok := find(wr.Results, modeRate, targetBaseline); !ok {
 			// Only the closed-loop phases ran: no fixed-rate figures to show.
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t%s\t%.1f\t\t\n", wr.Name, fmtPtr(o.ThroughputRatio, o.Goals, "throughput"), o.PeakRSSMB)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\t%.1f\t\t\n", wr.Name, fmtPtr(o.ThroughputRatio, o.Goals, "throughput"),
+				fmtPtr(o.CPURatio, o.Goals, "CPU"), o.PeakRSSMB)
 			continue
 		}
 		met := 0
@@ -450,10 +459,10 @@ func printReport(w io.Writer, rep *Report) {
 				met++
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%s\t%s\t%s\t%.1f\t%d/%d\t\n", wr.Name,
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%s\t%s\t%s\t%s\t%.1f\t%d/%d\t\n", wr.Name,
 			o.AddedP50Ms, o.BaselineAddedP50Ms, fmtPtr(o.P50Ratio, o.Goals, "p50"), o.AddedP99Ms, o.BaselineAddedP99Ms,
 			fmtPtr(o.P99Ratio, o.Goals, "p99"), fmtPtr(o.TTFBDeltaMs, o.Goals, "stream"), fmtPtr(o.ThroughputRatio, o.Goals, "throughput"),
-			o.PeakRSSMB, met, len(o.Goals))
+			fmtPtr(o.CPURatio, o.Goals, "CPU"), o.PeakRSSMB, met, len(o.Goals))
 	}
 	tw.Flush()
 	printConcurrency(w, rep)

@@ -1,10 +1,12 @@
 package main
 
-// Per-stage benchmarks of promptgate's request path, on the harness's own 8 KB request and
-// 200-chunk stream, each next to a baseline: the floor the stage is compared with. The packages
-// have their own benchmarks too (policy/jsoncheck, assembly, proxy/surface/chat, plugins); these
-// add the stages that had none (route, filter, vet, the per-request checker, the whole request
-// side) and put all six on one input.
+// Per-stage benchmarks of promptgate's request path, on the harness's own requests (8 KB, 2 KB),
+// answer and 200-event streams, each next to a baseline: the floor the stage is compared with. The
+// packages have their own benchmarks too (policy/jsoncheck, assembly, proxy/surface/chat, plugins);
+// these add the stages that had none (route, filter, vet, the per-request checker, the whole
+// request side, a body's vetting, each surface's relay of a stream with a call) and put them on the
+// harness's inputs. handler_bench_test.go has the whole request, budget_test.go the allocation
+// budgets.
 //
 //	go test -run '^$' -bench . -benchmem ./cmd/promptgate-bench/
 
@@ -25,6 +27,8 @@ import (
 	"github.com/promptgate/promptgate/proxy/config"
 	"github.com/promptgate/promptgate/proxy/surface"
 	"github.com/promptgate/promptgate/proxy/surface/chat"
+	"github.com/promptgate/promptgate/proxy/surface/messages"
+	"github.com/promptgate/promptgate/proxy/surface/responses"
 )
 
 // stageFixture is the bench pipeline (real bbolt store, bench protocol, config) and one prepared 8
@@ -232,10 +236,10 @@ func newChecker(prep *proxy.Prepared, rules *vet.RuleSet, schemas *vet.SchemaCac
 
 // cachedChecker returns a function that builds checkers as the server does now: one rule set, one
 // cache.
-func cachedChecker(b *testing.B, prep *proxy.Prepared) func() *vet.Checker {
+func cachedChecker(tb testing.TB, prep *proxy.Prepared) func() *vet.Checker {
 	rules, err := vet.CompileRules(prep.Protocol.ArgRules)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	cache := vet.NewSchemaCache(vet.DefaultSchemaCacheSize)
 	return func() *vet.Checker { return newChecker(prep, rules, cache) }
@@ -304,37 +308,83 @@ func (r *eventReader) Read(p []byte) (int, error) {
 // onlyReader hides io.WriterTo, so that the baseline copies through the buffer too.
 type onlyReader struct{ io.Reader }
 
-// BenchmarkRelay: chat.Stream over the harness's 200-chunk streams, text only and with the
-// get_ticket call (held, vetted, released), read as httputil.ReverseProxy reads (32 KiB buffer);
-// the baseline copies the same events through the same buffer.
+// relayed is a stream relay of one surface as the proxy opens it on an upstream body.
+type relayed interface {
+	io.Reader
+	Blocked() int
+}
+
+// BenchmarkRelay: each surface's stream relay over the harness's 200-event streams (chat text only,
+// and each surface's stream with a get_ticket call, held, vetted and released), read as
+// httputil.ReverseProxy reads (32 KiB buffer), one event per upstream Read; the baseline copies the
+// same events through the same buffer, as the bare proxy does.
 func BenchmarkRelay(b *testing.B) {
 	f := newStageFixture(b)
+	chatOpen := func(up io.ReadCloser, c *vet.Checker) relayed { return chat.NewStream(up, c, nil) }
 	for _, s := range []struct {
 		name string
-		tool bool
-	}{{"text200", false}, {"tool200", true}} {
-		evs := streamEvents(200, s.tool)
-		size := len(bytes.Join(evs, nil))
+		evs  [][]byte
+		open func(io.ReadCloser, *vet.Checker) relayed
+	}{
+		{"text200", streamEvents(200, false), chatOpen},
+		{"tool200", streamEvents(200, true), chatOpen},
+		{"messages-tool200", messagesEvents(200), func(up io.ReadCloser, c *vet.Checker) relayed { return messages.NewStream(up, c, nil) }},
+		{"responses-tool200", responsesEvents(200), func(up io.ReadCloser, c *vet.Checker) relayed { return responses.NewStream(up, c, nil) }},
+	} {
+		size := len(bytes.Join(s.evs, nil))
 		buf := make([]byte, 32<<10)
 		mk := cachedChecker(b, f.prep)
 		b.Run(s.name+"/stream", func(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
-			for b.Loop() {
-				st := chat.NewStream(io.NopCloser(&eventReader{evs: append([][]byte(nil), evs...)}), mk(), nil)
+			loopCPU(b, func() {
+				st := s.open(io.NopCloser(&eventReader{evs: append([][]byte(nil), s.evs...)}), mk())
 				if _, err := io.CopyBuffer(io.Discard, st, buf); err != nil {
 					b.Fatal(err)
 				}
 				if st.Blocked() != 0 {
 					b.Fatal("the call was blocked")
 				}
-			}
+			})
 		})
 		b.Run(s.name+"/baseline-copy", func(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
+			loopCPU(b, func() {
+				if _, err := io.CopyBuffer(io.Discard, onlyReader{&eventReader{evs: append([][]byte(nil), s.evs...)}}, buf); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkVetBody: the response side of a non-stream answer, chat.Body on the harness's answer
+// (text, no call: validated and passed) and on an answer with a get_ticket call (vetted: name,
+// schema, rule); the baseline copies the same bytes, as the bare proxy passes a body on.
+func BenchmarkVetBody(b *testing.B) {
+	f := newStageFixture(b)
+	mk := cachedChecker(b, f.prep)
+	call := []byte(`{"id":"chatcmpl-bench","object":"chat.completion","created":1735689600,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_ticket","arguments":"{\"id\": \"T-12345\"}"}}]},"finish_reason":"tool_calls"}]}`)
+	for _, a := range []struct {
+		name string
+		body []byte
+	}{{"text", completionJSON(DefaultRespBytes)}, {"call", call}} {
+		b.Run(a.name+"/vet", func(b *testing.B) {
+			b.SetBytes(int64(len(a.body)))
+			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := io.CopyBuffer(io.Discard, onlyReader{&eventReader{evs: append([][]byte(nil), evs...)}}, buf); err != nil {
+				if _, res, err := chat.Body(a.body, mk(), nil); err != nil || res.Blocked != 0 {
+					b.Fatal(err, res.Blocked)
+				}
+			}
+		})
+		b.Run(a.name+"/baseline-copy", func(b *testing.B) {
+			b.SetBytes(int64(len(a.body)))
+			b.ReportAllocs()
+			buf := make([]byte, 32<<10)
+			for b.Loop() {
+				if _, err := io.CopyBuffer(io.Discard, onlyReader{bytes.NewReader(a.body)}, buf); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -394,6 +444,16 @@ func BenchmarkPrepare(b *testing.B) {
 			}
 		})
 	}
+	chat2K := chat2KBody(false)
+	b.Run("prepare-chat2k", func(b *testing.B) {
+		b.SetBytes(int64(len(chat2K)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := f.p.engine.Prepare(ctx, proxy.Input{Path: proxy.PathChat, Header: f.header, Body: chat2K}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	small := smallBody()
 	b.Run("prepare-small", func(b *testing.B) {
 		b.SetBytes(int64(len(small)))

@@ -146,6 +146,13 @@ func openPipeline(ctx context.Context, dir string, nPlugins int) (_ *pipeline, e
 // metrics, the audit recorders (the log's queue, metrics and the audit ring file), the memory of
 // tools seen and proxy.New, with tr as the upstream transport.
 func newPromptgate(ctx context.Context, dir, upstream string, nPlugins int, tr http.RoundTripper) (http.Handler, *pipeline, error) {
+	return newPromptgateAudit(ctx, dir, upstream, nPlugins, tr, true)
+}
+
+// newPromptgateAudit is newPromptgate; with queued false, the decisions are logged on the request's
+// goroutine instead (no log queue, no audit ring): what a request allocates is then its own alone,
+// not a writer goroutine's whose batches follow the clock (the allocation budgets count it so).
+func newPromptgateAudit(ctx context.Context, dir, upstream string, nPlugins int, tr http.RoundTripper, queued bool) (http.Handler, *pipeline, error) {
 	p, err := openPipeline(ctx, dir, nPlugins)
 	if err != nil {
 		return nil, nil, err
@@ -156,20 +163,24 @@ func newPromptgate(ctx context.Context, dir, upstream string, nPlugins int, tr h
 		p.Close()
 		return nil, nil, err
 	}
-	ring, err := audit.OpenRing(filepath.Join(dir, "audit.db"), audit.DefaultRingSize, p.log)
-	if err != nil {
-		p.Close()
-		return nil, nil, err
+	rec := audit.Multi{audit.Log{Logger: p.log}, m}
+	if queued {
+		ring, err := audit.OpenRing(filepath.Join(dir, "audit.db"), audit.DefaultRingSize, p.log)
+		if err != nil {
+			p.Close()
+			return nil, nil, err
+		}
+		p.closers = append(p.closers, func() { _ = ring.Close() })
+		m.AuditSink("ring", ring.Stats)
+		decisions := audit.NewLogQueue(audit.Log{Logger: p.log}, audit.Options{})
+		p.closers = append(p.closers, func() { _ = decisions.Close() })
+		rec = audit.Multi{decisions, m, ring}
 	}
-	p.closers = append(p.closers, func() { _ = ring.Close() })
-	m.AuditSink("ring", ring.Stats)
-	decisions := audit.NewLogQueue(audit.Log{Logger: p.log}, audit.Options{})
-	p.closers = append(p.closers, func() { _ = decisions.Close() })
 	srv, err := proxy.New(proxy.Options{
 		Engine:    p.engine,
 		Upstreams: map[string]proxy.Upstream{"openai": {URL: u}, "anthropic": {URL: u}},
 		Transport: tr,
-		Audit:     audit.Multi{decisions, m, ring},
+		Audit:     rec,
 		Tools:     toolseen.New(0),
 		Metrics:   m,
 		Log:       p.log,

@@ -79,6 +79,9 @@ type Surface struct {
 	// names another type is malformed, since clients that go by the line and clients that go by the
 	// field would read it differently.
 	Typed bool
+	// Names are the event names (event: lines) the surface's streams use: the reader gives their
+	// events these strings (sse.Reader.Names) instead of allocating one for each stream.
+	Names []string
 	// End, when not nil, is called when the upstream ends cleanly (at [DONE] once Done has run, or
 	// at the end of its body once Finished): it returns true when the stream goes on, the surface
 	// having continued it in place of the upstream (Relay.EndRound); [DONE] is then not written.
@@ -113,7 +116,9 @@ type Relay struct {
 // New returns a Relay of upstream for s. rec, which may be nil, is called for every decision the
 // surface records (see Record).
 func New(upstream io.ReadCloser, rec Recorder, s Surface) Relay {
-	return Relay{up: upstream, rd: newReader(upstream), s: s, rec: rec}
+	rd := newReader(upstream)
+	rd.Names(s.Names)
+	return Relay{up: upstream, rd: rd, s: s, rec: rec}
 }
 
 // BufferLender is an upstream body that lends the relay's event reader its first buffer (from a
@@ -235,7 +240,7 @@ func (r *Relay) handle() {
 		r.s.Truncated()
 		return
 	}
-	if !Canonical(ev.Raw) {
+	if !ev.Plain && !Canonical(ev.Raw) {
 		// Clients split lines differently (openai-go at LF only, go-openai trims each line): what
 		// goes out is what this relay read, framed so that every client reads the same.
 		ev.Raw = Reframe(ev)
@@ -284,6 +289,9 @@ func (r *Relay) handle() {
 // a byte-order mark included; lenient clients trim those, and go-openai reads every data line of
 // an event alone). Such data must be one valid object, or it is malformed.
 func LooksJSON(data []byte) bool {
+	if len(data) > 0 && data[0] == '{' {
+		return true // its first line does
+	}
 	for len(data) > 0 {
 		line := data
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {

@@ -44,6 +44,11 @@ type Event struct {
 	// line. Its fields hold what its lines say, its last line even if that has no line end. A
 	// browser would drop such an event; a relay decides for itself.
 	Truncated bool
+	// Plain is true for an event in the form every SSE client splits and reads alike, as far as
+	// the Reader knows it: not truncated, no CR byte in Raw (each line ends in LF alone), and each
+	// line blank, a comment, or a data, event, id or retry field with its colon. False says
+	// nothing: the Reader leaves the question to its caller once the stream has shown a CR.
+	Plain bool
 }
 
 // minRead is the smallest free space handed to the underlying reader.
@@ -79,6 +84,9 @@ type Reader struct {
 	max int
 	// bomDone is set once the start of the stream has been checked for a byte-order mark.
 	bomDone bool
+	// cr is set once a CR byte has been read from the stream: until then every line ends in LF
+	// alone, and a line's end is found with one search, not two.
+	cr bool
 }
 
 // bom is the UTF-8 byte-order mark that the SSE specification drops at the start of a stream.
@@ -101,6 +109,15 @@ func NewReader(r io.Reader) *Reader {
 // Its buffer never grows past max plus one read.
 func NewReaderMax(r io.Reader, max int) *Reader {
 	return &Reader{r: r, max: max}
+}
+
+// Names gives the Reader the event names its stream is expected to use, before the first Next: an
+// event: line of one of them is given these very strings, without an allocation. names is not
+// changed (names met later are kept apart, as far as the Reader remembers names).
+func (r *Reader) Names(names []string) {
+	if r.names == nil {
+		r.names = names[:len(names):len(names)]
+	}
 }
 
 // Lend makes buf (its capacity; its contents do not matter) the Reader's first buffer, before the
@@ -187,7 +204,7 @@ func (r *Reader) findEnd(atEOF bool) (int, bool) {
 	for i < len(b) {
 		// Skip quickly over the body of a line.
 		if i > r.lineStart {
-			j := lineEnd(b[i:])
+			j := r.lineEnd(b[i:])
 			if j < 0 {
 				i = len(b)
 				break
@@ -226,6 +243,15 @@ func (r *Reader) findEnd(atEOF bool) (int, bool) {
 	}
 	r.scan = i
 	return 0, false
+}
+
+// lineEnd is lineEnd(b) for b read from the Reader's stream: the first LF while the stream has
+// shown no CR.
+func (r *Reader) lineEnd(b []byte) int {
+	if !r.cr {
+		return bytes.IndexByte(b, '\n')
+	}
+	return lineEnd(b)
 }
 
 // lineEnd is the offset of the first CR or LF in b, or -1. Both searches are IndexByte's
@@ -276,6 +302,9 @@ func (r *Reader) fill() {
 			r.err = errors.New("sse: reader returned an invalid count")
 			return
 		}
+		if !r.cr && bytes.IndexByte(r.buf[len(r.buf):len(r.buf)+n], '\r') >= 0 {
+			r.cr = true
+		}
 		r.buf = r.buf[:len(r.buf)+n]
 		if err != nil {
 			r.err = err
@@ -292,12 +321,15 @@ func (r *Reader) fill() {
 // line, so its last line may lack a line end.
 func (r *Reader) parse(raw []byte, truncated bool) Event {
 	ev := Event{Raw: raw, Truncated: truncated}
+	// Plain as far as the lines read so far show: no CR in the stream, so every line of a whole
+	// event ends in LF alone.
+	plain := !r.cr && !truncated
 	dataLines := 0
 	var joined []byte // used once there is more than one data line
 	for i := 0; i < len(raw); {
 		// One line: raw[i:j], its end at j (CR, LF or CRLF) or the end of raw.
 		j := len(raw)
-		if k := lineEnd(raw[i:]); k >= 0 {
+		if k := r.lineEnd(raw[i:]); k >= 0 {
 			j = i + k
 		}
 		line := raw[i:j]
@@ -317,6 +349,8 @@ func (r *Reader) parse(raw []byte, truncated bool) Event {
 			if len(value) > 0 && value[0] == ' ' {
 				value = value[1:]
 			}
+		} else {
+			plain = false // a field without its colon: not every client reads it as a field
 		}
 		switch string(name) {
 		case "data":
@@ -344,8 +378,11 @@ func (r *Reader) parse(raw []byte, truncated bool) Event {
 			if n, ok := parseRetry(value); ok {
 				ev.Retry, ev.HasRetry = n, true
 			}
+		default:
+			plain = false
 		}
 	}
+	ev.Plain = plain
 	if ev.HasData && ev.Data == nil {
 		ev.Data = []byte{}
 	}

@@ -376,6 +376,8 @@ func FuzzReader(f *testing.F) {
 		if _, err := r.Next(); err != ErrReleased {
 			t.Fatalf("Next after Release: %v, want ErrReleased", err)
 		}
+		// The events are the specification's, whichever search found their lines.
+		checkSpec(t, in, events)
 		for i, ev := range events {
 			if ev.Truncated && i != len(events)-1 {
 				t.Fatalf("truncated event %d is not the last", i)

@@ -62,8 +62,10 @@ func (Surface) AppendTurn(body []byte, t relay.Turn) ([]byte, error) { return ap
 // stored). An answer with several choices (n above 1) is not continued in continue mode: promptgate
 // cannot answer the calls of choices the client has to choose between.
 func (s Surface) Begin(st surface.Start) surface.Exchange {
-	several := gjson.GetBytes(st.Upstream, "n").Int() > 1
-	if store := gjson.GetBytes(st.Upstream, "store"); store.Exists() && store.Type != gjson.False && store.Type != gjson.Null {
+	var m [2]gjson.Result
+	assembly.GetEach(st.Upstream, []string{"n", "store"}, m[:]) // one walk for both members
+	several := m[0].Int() > 1
+	if store := m[1]; store.Exists() && store.Type != gjson.False && store.Type != gjson.Null {
 		return s.storedExchange(st, several) // a loose reader may take any other value for true: remembering costs little
 	}
 	return surface.Stateless{VetBody: Body, Join: join, VetStream: func(up io.ReadCloser, v surface.Vetting) io.ReadCloser {

@@ -120,7 +120,7 @@ func (Surface) BlockedError(d vet.Decision) []byte { return blockedJSON(d) }
 // promptgate cannot answer the calls of candidates the client has to choose between.
 func (Surface) Begin(st surface.Start) surface.Exchange {
 	several := false
-	if gc, ok := get(gjson.ParseBytes(st.Upstream), fGenConfig); ok {
+	if gc, ok := get(assembly.Parse(st.Upstream), fGenConfig); ok {
 		n, ok := get(gc, fCandidateN)
 		several = !ok || n.Int() > 1
 	}

@@ -115,9 +115,15 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stre
 		Event:     s.event,
 		MaxDepth:  maxDepth,
 		Typed:     true,
+		Names:     eventNames,
 	})
 	return s
 }
+
+// eventNames are the event types of a Messages stream, the most frequent first
+// (relay.Surface.Names).
+var eventNames = []string{evBlockDelta, evBlockStart, evBlockStop, evMessageStart, evMessageDelta, evMessageStop,
+	"ping", "error"}
 
 // malformed fails every held call: an event that a client might read differently from us was
 // dropped.

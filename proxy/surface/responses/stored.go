@@ -731,8 +731,10 @@ func (t *respTrack) decision(d vet.Decision) {
 // isBackground reports whether a rewritten Responses request asks for a background response. Any
 // value other than false or null counts: an upstream that reads a loose value as true must not
 // leave the response unvetted.
-func isBackground(body []byte) bool {
-	v := gjson.GetBytes(body, "background")
+func isBackground(body []byte) bool { return background(gjson.GetBytes(body, "background")) }
+
+// background reports whether a request's background member v asks for a background response.
+func background(v gjson.Result) bool {
 	return v.Exists() && v.Type != gjson.False && v.Type != gjson.Null
 }
 

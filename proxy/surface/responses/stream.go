@@ -216,9 +216,17 @@ func NewStream(upstream io.ReadCloser, c *vet.Checker, rec relay.Recorder) *Stre
 		Event:     s.event,
 		MaxDepth:  maxDepth,
 		Typed:     true,
+		Names:     eventNames,
 	})
 	return s
 }
+
+// eventNames are the event types of a Responses stream that carries text and calls, the most
+// frequent first (relay.Surface.Names).
+var eventNames = []string{"response.output_text.delta", evArgsDelta, "response.reasoning_summary_text.delta",
+	"response.created", "response.in_progress", evItemAdded, "response.content_part.added",
+	"response.output_text.done", "response.content_part.done", evItemDone, evArgsDone, evCompleted,
+	evCustomDelta, evCustomDone, evIncomplete, evFailed, evError}
 
 // isCall reports whether an item type is a call the stream vets (an approval request of a hosted
 // MCP call too, with Hosted).

@@ -98,16 +98,19 @@ func (*Surface) AppendTurn(body []byte, t relay.Turn) ([]byte, error) { return a
 // own instructions and, for a background request, the policy its retrievals are vetted with.
 func (s *Surface) Begin(st surface.Start) surface.Exchange {
 	t := &respTrack{mem: s.blocked, echoes: s.echoes, instructions: clientInstructions(st.Client), hosted: st.VetHostedMCP}
-	if st.Record && gjson.GetBytes(st.Upstream, "store").Type != gjson.False {
+	var up [2]gjson.Result
+	assembly.GetEach(st.Upstream, []string{"store", "background"}, up[:]) // one walk for both members
+	store := up[0]
+	if st.Record && store.Type != gjson.False {
 		t.history = s.history
 		t.prev = gjson.GetBytes(st.Client, reqPreviousResponseID).String()
 		t.input = gjson.GetBytes(st.Client, "input")
 	}
-	if isBackground(st.Upstream) {
+	if background(up[1]) {
 		t.bg = newBgPolicy(st.Policy, st.Protocol, st.ProtocolVersion)
 		t.bg.hosted = st.VetHostedMCP
 	}
-	if gjson.GetBytes(st.Upstream, "store").Type != gjson.False {
+	if store.Type != gjson.False {
 		t.created = st.Created
 	}
 	return exchange{t}
