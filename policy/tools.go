@@ -8,7 +8,8 @@ import (
 	"strings"
 )
 
-// Removal reasons, stable strings shown in X-Promptgate-Tools-Removed decisions, the preview and audit.
+// Removal reasons, stable strings shown in X-Promptgate-Tools-Removed decisions, the preview and
+// audit.
 const (
 	ReasonNotAllowlisted  = "not in the protocol's allowlist"
 	ReasonDenied          = "denied by the protocol"
@@ -22,24 +23,25 @@ const (
 
 // Tool is one tool the client declared, in any API surface.
 type Tool struct {
-	// Name is the tool's name exactly as declared (function name, custom tool name, or a built-in tool's type).
+	// Name is the tool's name exactly as declared (function name, custom tool name, or a built-in
+	// tool's type).
 	Name        string
 	Description string
 	// Schema is the raw JSON Schema of its arguments, nil when none was declared.
 	Schema []byte
-	// Aliases are other names of the same tool (the versions of a built-in tool type, such as web_search and
-	// web_search_preview). The tool is kept only under its Name's allowlist entry, and is removed when any of
-	// them is denied, switched off, or restricted by its access policy: a client cannot get around an
-	// operator's removal by picking another version of the tool.
+	// Aliases are other names of the same tool (the versions of a built-in tool type, such as
+	// web_search and web_search_preview). The tool is kept only under its Name's allowlist entry,
+	// and is removed when any of them is denied, switched off, or restricted by its access policy:
+	// a client cannot get around an operator's removal by picking another version of the tool.
 	Aliases []string
-	// UpstreamOnly marks a tool the upstream runs itself and that the request declares no function for (Chat
-	// Completions' web_search_options): it is kept or removed like any tool, but its name admits no tool call
-	// in the response, since the model cannot call it through the client.
+	// UpstreamOnly marks a tool the upstream runs itself and that the request declares no function
+	// for (Chat Completions' web_search_options): it is kept or removed like any tool, but its name
+	// admits no tool call in the response, since the model cannot call it through the client.
 	UpstreamOnly bool
 }
 
-// OverrideLister is an Enablement that can list the tools it has an override for (set or not); Restriction
-// needs it to know whether a kill switch applies to any tool at all.
+// OverrideLister is an Enablement that can list the tools it has an override for (set or not);
+// Restriction needs it to know whether a kill switch applies to any tool at all.
 type OverrideLister interface {
 	OverriddenTools() []string
 }
@@ -61,8 +63,8 @@ type ToolAccess struct {
 	Override Enablement // may be nil
 }
 
-// Filter splits the declared tools into kept and removed: allowed = the protocol's allowlist ∩ runtime
-// enablement ∩ each tool's access policy. The order of kept tools is the declared order.
+// Filter splits the declared tools into kept and removed: allowed = the protocol's allowlist ∩
+// runtime enablement ∩ each tool's access policy. The order of kept tools is the declared order.
 func (e *Effective) Filter(tools []Tool, access ToolAccess) (kept []Tool, removed []Removal) {
 	seen := make(map[string]bool, len(tools))
 	for _, t := range tools {
@@ -98,11 +100,12 @@ func (e *Effective) Filter(tools []Tool, access ToolAccess) (kept []Tool, remove
 	return kept, removed
 }
 
-// Restriction says why the protocol and the operator's tool policy might remove some tool of this request,
-// whatever its name: an allowlist other than "*" (at any level), a deny list, or a tool that a kill switch or
-// an access policy removes in this protocol. It is "" only where every tool the client could use is allowed:
-// what a request whose tools promptgate cannot see (a stored prompt) needs to be forwarded. An Override that
-// cannot list its tools counts as a restriction (fail closed).
+// Restriction says why the protocol and the operator's tool policy might remove some tool of this
+// request, whatever its name: an allowlist other than "*" (at any level), a deny list, or a tool
+// that a kill switch or an access policy removes in this protocol. It is "" only where every tool
+// the client could use is allowed: what a request whose tools promptgate cannot see (a stored
+// prompt) needs to be forwarded. An Override that cannot list its tools counts as a restriction
+// (fail closed).
 func (e *Effective) Restriction(access ToolAccess) string {
 	for i, level := range e.allow {
 		if !slices.Contains(level, "*") {
@@ -149,8 +152,8 @@ func (e *Effective) why(name string, access ToolAccess) string {
 	return e.removes(name, access)
 }
 
-// removes is why the operator removes a tool name whatever the allowlist says: the protocol's deny list, the
-// runtime enablement, the tool's access policy; "" when none does.
+// removes is why the operator removes a tool name whatever the allowlist says: the protocol's deny
+// list, the runtime enablement, the tool's access policy; "" when none does.
 func (e *Effective) removes(name string, access ToolAccess) string {
 	if anyDenied(e.deny, name) {
 		return ReasonDenied
@@ -178,9 +181,9 @@ func (e *Effective) removes(name string, access ToolAccess) string {
 	return ""
 }
 
-// anyGlob reports whether name matches one of the names or globs of an allowlist; "*" matches every name. It
-// uses path.Match, whose '*' and '?' stop at '/': an allowlist admits no more than it says (search_* does not
-// admit search_a/b).
+// anyGlob reports whether name matches one of the names or globs of an allowlist; "*" matches every
+// name. It uses path.Match, whose '*' and '?' stop at '/': an allowlist admits no more than it says
+// (search_* does not admit search_a/b).
 func anyGlob(globs []string, name string) bool {
 	for _, g := range globs {
 		if g == "*" || globMatch(g, name) {
@@ -190,9 +193,10 @@ func anyGlob(globs []string, name string) bool {
 	return false
 }
 
-// anyDenied reports whether name matches one of the names or globs of a deny list. Unlike anyGlob, '/' is an
-// ordinary character here (toolGlobMatch): a deny list removes no less than it says (delete_* removes
-// delete_/all too). Both ways the ambiguity falls on the side of removing the tool.
+// anyDenied reports whether name matches one of the names or globs of a deny list. Unlike anyGlob,
+// '/' is an ordinary character here (toolGlobMatch): a deny list removes no less than it says
+// (delete_* removes delete_/all too). Both ways the ambiguity falls on the side of removing the
+// tool.
 func anyDenied(globs []string, name string) bool {
 	for _, g := range globs {
 		if g == "*" || toolGlobMatch(g, name) {
@@ -202,12 +206,12 @@ func anyDenied(globs []string, name string) bool {
 	return false
 }
 
-// toolGlobMatch matches a tool name against a glob of path.Match's syntax (*, ?, [class], \ escapes), except
-// that '/' is an ordinary character: a tool name is not a path, and "delete_*" in a deny list must also catch
-// "delete_/x" (path.Match's '*' stops at '/'). It is used for deny lists only (see anyDenied). '/' is handed to
-// path.Match as a private-use rune in both the pattern and the name; a name that holds that rune itself can
-// only be matched more often (removed), never less. A malformed pattern (refused when the protocol is
-// stored) never matches.
+// toolGlobMatch matches a tool name against a glob of path.Match's syntax (*, ?, [class], \
+// escapes), except that '/' is an ordinary character: a tool name is not a path, and "delete_*" in
+// a deny list must also catch "delete_/x" (path.Match's '*' stops at '/'). It is used for deny
+// lists only (see anyDenied). '/' is handed to path.Match as a private-use rune in both the pattern
+// and the name; a name that holds that rune itself can only be matched more often (removed), never
+// less. A malformed pattern (refused when the protocol is stored) never matches.
 func toolGlobMatch(pattern, name string) bool {
 	if pattern == name {
 		return true

@@ -11,10 +11,10 @@ import (
 
 // transcript reads a Gemini body for the information-flow rules: systemInstruction's text parts as
 // the app's, then contents whose role is user (or none) or model, each part a text (thoughts left
-// out), a functionCall {name, args, id}, a functionResponse {name, response, id} (in a user content;
-// in the model's, it is untrusted text: the model wrote it), Google's code execution (its result is
-// the output of code_execution) or, in a user content, an attachment. A content of another role is
-// output of an unknown call.
+// out), a functionCall {name, args, id}, a functionResponse {name, response, id} (in a user
+// content; in the model's, it is untrusted text: the model wrote it), Google's code execution (its
+// result is the output of code_execution) or, in a user content, an attachment. A content of
+// another role is output of an unknown call.
 //
 // Gemini matches a functionResponse to its call by name and order, or by the optional id where both
 // carry one (matchResponses): an output whose call cannot be told for certain reads as tool:?, the

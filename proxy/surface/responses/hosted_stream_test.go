@@ -49,7 +49,8 @@ func (r *rs) completedAs(id string) *rs {
 		strings.Join(r.output, ",")+`],"tools":[],"usage":{"input_tokens":1,"output_tokens":2,"total_tokens":3}}}`)
 }
 
-// hostedRound2 is the upstream's answer once the approvals are answered: the call it ran and a message.
+// hostedRound2 is the upstream's answer once the approvals are answered: the call it ran and a
+// message.
 func hostedRound2() string {
 	r := &rs{}
 	return r.createdAs("resp_2").mcpCall(0, "mcp_1").message(1, "msg_2", "Done.", 2).completedAs("resp_2").String()
@@ -64,9 +65,9 @@ type hostedRun struct {
 	shown *Shown
 }
 
-// runHosted relays first through a Hosted stream whose next rounds are next, in order ("" makes that
-// round fail, as an upstream error or no round left does), each split into reads of 1..7 bytes. With
-// noNext the stream cannot be continued (a background retrieval).
+// runHosted relays first through a Hosted stream whose next rounds are next, in order ("" makes
+// that round fail, as an upstream error or no round left does), each split into reads of 1..7
+// bytes. With noNext the stream cannot be continued (a background retrieval).
 func runHosted(t *testing.T, c *vet.Checker, seed uint64, noNext bool, first string, next ...string) hostedRun {
 	t.Helper()
 	var h hostedRun
@@ -104,13 +105,13 @@ func answers(tu relay.Turn) string {
 	return strings.Join(out, ",")
 }
 
-// TestHostedStreamAnswered: in a stream, promptgate answers the approval requests of hosted MCP calls
-// itself — approve for ann, deny with the rule for eve, whose reason never quotes the arguments — and
-// the next round's events follow in the same stream: the client never gets an approval request; it
-// gets the first round's text, eve's notice, the call the upstream ran and its text, numbered as one
-// response (output_index 0, 1, 2, ... and sequence numbers that increase, checked by assemble), one
-// response.completed whose output is what was streamed and whose usage is both rounds'. A later
-// retrieval is shown the same (OnShown).
+// TestHostedStreamAnswered: in a stream, promptgate answers the approval requests of hosted MCP
+// calls itself — approve for ann, deny with the rule for eve, whose reason never quotes the
+// arguments — and the next round's events follow in the same stream: the client never gets an
+// approval request; it gets the first round's text, eve's notice, the call the upstream ran and its
+// text, numbered as one response (output_index 0, 1, 2, ... and sequence numbers that increase,
+// checked by assemble), one response.completed whose output is what was streamed and whose usage is
+// both rounds'. A later retrieval is shown the same (OnShown).
 func TestHostedStreamAnswered(t *testing.T) {
 	t.Parallel()
 	r := &rs{}
@@ -168,10 +169,10 @@ func finalEvent(t *testing.T, out []byte) gjson.Result {
 }
 
 // TestHostedStreamNotContinued: where the turn cannot be continued — a function call of the turn
-// reaches the client (before or after the approval request), a function call refused in refuse mode,
-// no round left — no approval request is answered: each is replaced by a notice (not run, or the
-// denial's), the stream is the first round's alone, and a later retrieval is refused a stream of it
-// (Unanswered).
+// reaches the client (before or after the approval request), a function call refused in refuse
+// mode, no round left — no approval request is answered: each is replaced by a notice (not run, or
+// the denial's), the stream is the first round's alone, and a later retrieval is refused a stream
+// of it (Unanswered).
 func TestHostedStreamNotContinued(t *testing.T) {
 	t.Parallel()
 	weather := func(r *rs, oi int) *rs { return r.call(oi, "fc_1", "call_1", "get_weather", `{"city":"Paris"}`, 4) }
@@ -209,10 +210,10 @@ func TestHostedStreamNotContinued(t *testing.T) {
 	}
 }
 
-// TestHostedStreamContinueMode: in continue mode a function call refused in the same turn is answered
-// with the approvals and the turn continued, its notice not shown; a denied request's notice is shown
-// once, also where it came after the refused call (whose notice and what followed it the continued
-// round drops).
+// TestHostedStreamContinueMode: in continue mode a function call refused in the same turn is
+// answered with the approvals and the turn continued, its notice not shown; a denied request's
+// notice is shown once, also where it came after the refused call (whose notice and what followed
+// it the continued round drops).
 func TestHostedStreamContinueMode(t *testing.T) {
 	t.Parallel()
 	refused := func(r *rs) *rs { return r.call(0, "fc_2", "call_2", "get_weather", `{"town":"Paris"}`, 4) }
@@ -270,9 +271,9 @@ func TestHostedStreamTextNotHeldBack(t *testing.T) {
 	}
 }
 
-// TestHostedStreamApprovalChanged: an approval request is answered only as the upstream keeps it. One
-// whose arguments differ between its added and done items is denied (ReasonChanged); one whose final
-// response holds other arguments than were answered, or that the final response lacks, is not
+// TestHostedStreamApprovalChanged: an approval request is answered only as the upstream keeps it.
+// One whose arguments differ between its added and done items is denied (ReasonChanged); one whose
+// final response holds other arguments than were answered, or that the final response lacks, is not
 // answered at all; one only the final response holds is not answered either.
 func TestHostedStreamApprovalChanged(t *testing.T) {
 	t.Parallel()
@@ -304,8 +305,8 @@ func TestHostedStreamApprovalChanged(t *testing.T) {
 	}
 }
 
-// TestHostedStreamWithoutNext: a stream that cannot be continued (a background response's retrieval)
-// shows each approval request as a notice in its place at once, allowed or denied.
+// TestHostedStreamWithoutNext: a stream that cannot be continued (a background response's
+// retrieval) shows each approval request as a notice in its place at once, allowed or denied.
 func TestHostedStreamWithoutNext(t *testing.T) {
 	t.Parallel()
 	first := new(rs).created().approval(0, approveAnn).approval(1, approveEve).message(2, "msg_1", "ok", 1).completed().String()
@@ -336,9 +337,9 @@ func TestHostedStreamErrorMode(t *testing.T) {
 	}
 }
 
-// TestHostedStreamBadRequests: an approval request the stream cannot read as one call — arguments that
-// are not a string, a server or tool that changes between its items, one that never finishes, one
-// without an id — is denied (its notice in its place), never approved.
+// TestHostedStreamBadRequests: an approval request the stream cannot read as one call — arguments
+// that are not a string, a server or tool that changes between its items, one that never finishes,
+// one without an id — is denied (its notice in its place), never approved.
 func TestHostedStreamBadRequests(t *testing.T) {
 	t.Parallel()
 	relabelled := strings.Replace(approveAnn, `"server_label":"crm"`, `"server_label":"bank"`, 1)
@@ -378,8 +379,8 @@ func TestHostedStreamBadRequests(t *testing.T) {
 	}
 }
 
-// approvalsIn reports whether an event carries an approval request where a client reads one: its item,
-// or the output of the response it carries.
+// approvalsIn reports whether an event carries an approval request where a client reads one: its
+// item, or the output of the response it carries.
 func approvalsIn(ev gjson.Result) bool {
 	if ev.Get("item.type").Str == typeApproval {
 		return true
@@ -439,7 +440,8 @@ func FuzzHostedStream(f *testing.F) {
 				gjson.ParseBytes(tu.Raw).ForEach(func(_, it gjson.Result) bool {
 					if it.Get("type").Str == typeApproval && it.Get("id").Str == a.ID {
 						n++
-						// Audit mode approves what breaks the policy (and records it), as a body does.
+						// Audit mode approves what breaks the policy (and records it), as a body
+						// does.
 						if _, _, ok := check.Check(hostedMCP, []byte(it.Get("arguments").Str)); m != vet.ModeAudit && !ok ||
 							it.Get("arguments").Type != gjson.String && it.Get("arguments").Exists() {
 							t.Fatalf("approved a request the policy refuses: %s", it.Raw)

@@ -65,12 +65,12 @@ type blockedMemory struct {
 	callIDs map[string]int
 	// forgotten are the ids of the latest responses whose blocked calls or background policy the
 	// memory let go (for room, in entries or bytes): their retrievals are refused, never shown
-	// unvetted. A client that floods the memory (many responses with a blocked call, many background
-	// requests, or a few with large tool schemas) would otherwise have another's response retrieved
-	// with the call promptgate blocked, or unvetted.
+	// unvetted. A client that floods the memory (many responses with a blocked call, many
+	// background requests, or a few with large tool schemas) would otherwise have another's
+	// response retrieved with the call promptgate blocked, or unvetted.
 	forgotten *idSet
-	// forgottenCalls are the call ids of the blocked calls of those responses: an input item listing
-	// still drops their items.
+	// forgottenCalls are the call ids of the blocked calls of those responses: an input item
+	// listing still drops their items.
 	forgottenCalls *idSet
 }
 

@@ -35,7 +35,8 @@ func TestBlockedMemoryBoundedAndDeduplicated(t *testing.T) {
 	if m.lookup("resp_c")[0].CallID != "c5" {
 		t.Fatal("lookup hands out the memory's own slice")
 	}
-	// What it let go of is known as forgotten (its retrieval is refused), within a bound of its own.
+	// What it let go of is known as forgotten (its retrieval is refused), within a bound of its
+	// own.
 	if !m.forgottenResponse("resp_a") || m.forgottenResponse("resp_b") || m.forgottenResponse("resp_never") {
 		t.Fatal("forgotten responses: resp_a was let go, resp_b is kept, resp_never was never seen")
 	}

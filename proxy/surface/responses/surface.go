@@ -132,8 +132,8 @@ func (x exchange) Body(body []byte, v surface.Vetting) ([]byte, relay.Result, er
 	if x.t.bg != nil {
 		v.Next = nil // a background response is retrieved later, from the upstream's one response
 	}
-	// approvals: a round had approval requests of hosted MCP calls; last: the last round vetted did,
-	// which were not answered then (an answered round is followed by another).
+	// approvals: a round had approval requests of hosted MCP calls; last: the last round vetted
+	// did, which were not answered then (an answered round is followed by another).
 	approvals, last := false, false
 	out, res, err := surface.Rounds(body, v, func(b []byte) ([]byte, relay.Result, error) {
 		// Each answer of a continued response is a response of its own upstream: the decisions on
