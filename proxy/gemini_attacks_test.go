@@ -311,3 +311,27 @@ func TestGeminiPathSpellings(t *testing.T) {
 		}
 	}
 }
+
+// TestGeminiArrayEventNeverPassed: an SSE event whose data is a JSON array (the shape of Google's
+// stream without alt=sse, which a lenient client may read as a list of responses) is not read as an
+// event by the vetting, so it never reaches any client as bytes: a call in it would go unvetted.
+func TestGeminiArrayEventNeverPassed(t *testing.T) {
+	t.Parallel()
+	array := "data: [" + candidate(`{"functionCall":`+evilFetch+`}`, "") + "]\r\n\r\n"
+	for name, events := range map[string][]string{
+		"array":               {array, "data: " + candidate(`{"text":"ok"}`, "") + "\r\n\r\n"},
+		"array after a blank": {"data: \r\ndata:  " + array[len("data: "):], "data: " + candidate(`{"text":"ok"}`, "") + "\r\n\r\n"},
+	} {
+		ts := newGeminiProxy(t, rawGeminiUpstream(t, candidate(`{"text":"ok"}`, ""), events), "refuse", "")
+		resp, err := http.Post(ts.URL+"/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "application/json",
+			strings.NewReader(`{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"tools":[{"functionDeclarations":[{"name":"web_fetch","parameters":{"type":"object"}}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.Contains(string(b), "evil.example") || !strings.Contains(string(b), `"ok"`) {
+			t.Errorf("%s: %d %s", name, resp.StatusCode, b)
+		}
+	}
+}

@@ -62,7 +62,7 @@ func (p *pieces) Read(b []byte) (int, error) {
 func looksJSONLines(data []byte) bool {
 	for _, line := range bytes.Split(data, []byte("\n")) {
 		line = bytes.TrimLeftFunc(line, func(r rune) bool { return unicode.IsSpace(r) || r == '\ufeff' })
-		if len(line) > 0 && line[0] == '{' {
+		if len(line) > 0 && (line[0] == '{' || line[0] == '[' && string(bytes.TrimRightFunc(line, unicode.IsSpace)) != "[DONE]") {
 			return true
 		}
 	}
@@ -71,7 +71,7 @@ func looksJSONLines(data []byte) bool {
 
 // FuzzLooksJSON: LooksJSON answers as its definition, line by line.
 func FuzzLooksJSON(f *testing.F) {
-	for _, s := range []string{"", "{", " {", "x\n{", "\ufeff{", "\u00a0\n \t{", "[1]", "x\n\ny", "{\n", "\v{"} {
+	for _, s := range []string{"", "{", " {", "x\n{", "\ufeff{", "\u00a0\n \t{", "[1]", "x\n\ny", "{\n", "\v{", " [", "x\n\t[", "[DONE]", " [DONE] ", "[DONE]x"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

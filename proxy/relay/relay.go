@@ -269,7 +269,7 @@ func (r *Relay) handle() {
 		r.s.Observe(ev.Data)
 	}
 	if !LooksJSON(ev.Data) {
-		r.Out = append(r.Out, ev.Raw...) // not JSON: no client reads a call from it
+		r.Out = append(r.Out, ev.Raw...) // not a JSON object or array: no client reads a call from it
 		return
 	}
 	if r.s.Pass != nil && r.s.Pass(ev) {
@@ -284,10 +284,12 @@ func (r *Relay) handle() {
 	r.s.Event(ev)
 }
 
-// LooksJSON reports whether some client could read data, or one of its lines, as a JSON object:
-// a line that starts with '{' after any white space (Unicode spaces, form feed, vertical tab and
-// a byte-order mark included; lenient clients trim those, and go-openai reads every data line of
-// an event alone). Such data must be one valid object, or it is malformed.
+// LooksJSON reports whether some client could read data, or one of its lines, as a JSON object
+// or array (a client of a streaming API that also answers as an array of objects, as Gemini's
+// does without alt=sse, may take an array's objects as events): a line that starts with '{' or
+// '[' after any white space (Unicode spaces, form feed, vertical tab and a byte-order mark
+// included; lenient clients trim those, and go-openai reads every data line of an event alone),
+// but for the end marker [DONE]. Such data must be one valid object, or it is malformed.
 func LooksJSON(data []byte) bool {
 	if len(data) > 0 && data[0] == '{' {
 		return true // its first line does
@@ -300,7 +302,7 @@ func LooksJSON(data []byte) bool {
 			data = nil
 		}
 		line = bytes.TrimLeftFunc(line, func(r rune) bool { return unicode.IsSpace(r) || r == '\ufeff' })
-		if len(line) > 0 && line[0] == '{' {
+		if len(line) > 0 && (line[0] == '{' || line[0] == '[' && !bytes.Equal(bytes.TrimRightFunc(line, unicode.IsSpace), doneData)) {
 			return true
 		}
 	}
