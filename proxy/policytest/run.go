@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,7 +157,7 @@ func (e *Env) Run(ctx context.Context, c *Case) (*Result, error) {
 	r := &Result{Case: c}
 	for i, s := range c.steps() {
 		if i > 0 {
-			r.Details = append(r.Details, s.field+":")
+			r.Details = append(r.Details, strings.TrimPrefix(s.field, c.Field+".")+":")
 		}
 		if outs[i].notRun != "" {
 			r.fail(s.line, s.field, "not run: %s", outs[i].notRun)
