@@ -185,6 +185,9 @@ func TestPolicyTestRefusesBadInput(t *testing.T) {
 		{"no expectations", replace("    expect:\n      prompt: {contains: [\"Look up only orders\"]}\n      calls: [{id: call_1, outcome: released}]\n", ""), ":3: cases[0].expect: missing"},
 		{"a path that is not a rewritten route", replace("    request:", "    path: /v1/embeddings\n    request:"), `:4: cases[0].path: "/v1/embeddings" is not a rewritten route`},
 		{"a name that is not a name", replace("name: lookup", "name: look up"), `:3: cases[0].name: "look up": use 1 to 100 letters`},
+		{"a follow-up's {{code}} with no held call before", replace("    expect:", "    then:\n      - request: {model: m, messages: [{role: user, content: \"{{code}}\"}]}\n        expect: {status: 200}\n    expect:"), ":11: cases[0].then[0].request: {{code}} and {{notice}} are the code and the notice of the call held last before this step, and no step before it expects a held call"},
+		{"a follow-up's unknown key", replace("    expect:", "    then:\n      - name: again\n        request: {model: m}\n        expect: {status: 200}\n    expect:"), ":11: cases[0].then[0].name: unknown key; valid keys here: headers, request, requestFile, answer, answers, expect"},
+		{"no follow-ups in then", replace("    expect:", "    then: []\n    expect:"), ":10: cases[0].then: the list is empty"},
 		// What only running the case shows.
 		{"expectation naming a call that does not exist", replace("{id: call_1, outcome: released}", "{id: call_1, outcome: released}, {id: call_9, outcome: blocked}"), `:12: cases[0].expect.calls[1].id: the answer holds no call with id "call_9" (the calls decided: get_order id call_1) (a mistake of the case)`},
 		{"expectation naming a tool that is never called", replace("{id: call_1, outcome: released}", "{id: call_1, outcome: released}, {tool: create_ticket, outcome: blocked}"), `:12: cases[0].expect.calls[1].tool: the answer holds no call with tool "create_ticket"`},
