@@ -2,6 +2,7 @@ package policytest
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -192,5 +193,47 @@ func TestFollowUpPlaceholdersAreJSONEscaped(t *testing.T) {
 	}
 	if h, _ := heldOf("t", "id", "held. Arguments: ref=\"ABCD-EFGH\". reply with the code 7KQM-3XPA (valid for 10 minutes)."); h.code != "7KQM-3XPA" {
 		t.Errorf("code %q: want the notice's last", h.code)
+	}
+}
+
+// TestFollowUpsShareTheConversationsMemory: the steps of a case run through one proxy, so a rule
+// that remembers a conversation caught (after: violation) applies to a follow-up after a held call;
+// the same request as a case of its own, on a proxy of its own, is released.
+func TestFollowUpsShareTheConversationsMemory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	proto, err := os.ReadFile(filepath.Join(examplesTests, "..", "protocols", "payments.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	remembering := strings.Replace(string(proto), `"flows": [`, `"flows": [{"id": "caught", "after": ["violation"], "tools": ["send_email"]}, `, 1)
+	if remembering == string(proto) {
+		t.Fatal("payments.json has no flows")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "payments.json"), []byte(remembering), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mail := `{"model": "m", "messages": [{"role": "user", "content": "Pay invoice INV-7 please."}, {"role": "assistant", "content": "Done?"}, {"role": "user", "content": "Mail ap@acme.com that it is paid."}], "tools": [{"type": "function", "function": {"name": "send_email", "parameters": {"type": "object"}}}]}`
+	mailAnswer := strings.Replace(strings.Replace(payAnswer, `"ID"`, `"call_9"`, 1), `"name": "send_money", "arguments": "{\"iban\": \"GB29 NWBK 6016 1331 9268 19\", \"amount\": 80}"`,
+		`"name": "send_email", "arguments": "{\"to\": \"ap@acme.com\", \"body\": \"Paid.\"}"`, 1)
+	mailStep := "request: " + yamlString(mail) + "\n        answer: {body: " + yamlString(mailAnswer) + "}\n        expect: {calls: [{id: call_9, outcome: blocked, kind: flow, rule: caught}]}\n"
+	src := strings.Replace(conversationFile(mailStep), "../protocols/payments.json", "payments.json", 1)
+	src += "  - name: alone\n    " + strings.ReplaceAll(strings.Replace(mailStep, "outcome: blocked, kind: flow, rule: caught", "outcome: released", 1), "\n        ", "\n    ")
+	cases, problems := Parse(filepath.Join(dir, "memory.test.yaml"), "", []byte(src), Options{})
+	if len(problems) > 0 || len(cases) != 2 {
+		t.Fatalf("problems %v, %d cases:\n%s", problems, len(cases), src)
+	}
+	env := NewEnv(testConfig(), BuiltinSnapshot())
+	if problems := env.LoadProtocols(context.Background(), cases, nil); len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	for _, c := range cases {
+		r, err := env.Run(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Passed() {
+			t.Errorf("%s: failures %v, problems %v, details %v", c.Name, r.Failures, r.Problems, r.Details)
+		}
 	}
 }
