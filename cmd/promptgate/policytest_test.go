@@ -393,3 +393,48 @@ func TestPolicyTestModes(t *testing.T) {
 		t.Errorf("exit %d (%v)", exitCode(err), err)
 	}
 }
+
+// TestPolicyDocFollowUpIsTheExample: the conversation docs/policy.md shows is the example case it
+// names: each of its lines not cut short (by "...") is a line of that case, in the same order.
+func TestPolicyDocFollowUpIsTheExample(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(inRepo("docs/policy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := string(b)[strings.Index(string(b), "#### A conversation: held, then confirmed"):]
+	blocks := codeBlocks(sec)
+	if len(blocks) == 0 || blocks[0].lang != "yaml" {
+		t.Fatalf("the section's first block is not YAML: %+v", blocks)
+	}
+	ex, err := os.ReadFile(filepath.Join(examplesDir, "tests", "payments.test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "  - name: new-payee-held-then-confirmed\n"
+	text := string(ex)
+	start := strings.Index(text, name)
+	if start < 0 {
+		t.Fatal("the example has no case new-payee-held-then-confirmed")
+	}
+	lines := strings.Split(text[start:], "\n")
+	at, checked := 0, 0
+	for _, l := range strings.Split(blocks[0].text, "\n") {
+		if i := strings.Index(l, "  # "); i >= 0 {
+			l = strings.TrimRight(l[:i], " ")
+		}
+		if l == "" || strings.Contains(l, "...") {
+			continue
+		}
+		j := slices.Index(lines[at:], l)
+		if j < 0 {
+			t.Errorf("the doc's line %q is not the example's (after its line %d)", l, at)
+			continue
+		}
+		at += j + 1
+		checked++
+	}
+	if checked < 10 {
+		t.Errorf("%d lines checked", checked)
+	}
+}
