@@ -128,7 +128,9 @@ type candidateRef struct {
 	version int
 }
 
-func (c candidateRef) String() string { return store.Key(c.kind, c.name) + "@" + strconv.Itoa(c.version) }
+func (c candidateRef) String() string {
+	return store.Key(c.kind, c.name) + "@" + strconv.Itoa(c.version)
+}
 
 // parseCandidate reads --candidate KIND/NAME@VERSION; nil for "".
 func parseCandidate(s string) (*candidateRef, error) {
