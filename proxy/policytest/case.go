@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -445,7 +446,9 @@ func (r *yamlReader) followUps(n *yaml.Node, field string, c *Case, dir string) 
 		}
 		s := step{field: sub, line: resolve(it).Line, header: c.header.Clone()}
 		if v := m["headers"]; v != nil {
-			for k, vs := range r.headers(v, sub+".headers") {
+			h := r.headers(v, sub+".headers")
+			for _, k := range slices.Sorted(maps.Keys(h)) {
+				vs := h[k]
 				s.header[k] = vs
 				if strings.Contains(vs[0], fillNotice) {
 					r.bad(v, sub+".headers."+k, "%s goes in the request only (a header carries %s)", fillNotice, fillCode)
@@ -456,11 +459,11 @@ func (r *yamlReader) followUps(n *yaml.Node, field string, c *Case, dir string) 
 		}
 		s.request = r.request(m["request"], m["requestFile"], it, sub, dir)
 		if hasFill(string(s.request)) {
-			at := m["request"]
+			at, key := m["request"], ".request"
 			if at == nil {
-				at = m["requestFile"]
+				at, key = m["requestFile"], ".requestFile"
 			}
-			r.needHeld(at, sub+".request", held)
+			r.needHeld(at, sub+key, held)
 		}
 		s.answers = r.answers(m["answer"], m["answers"], sub)
 		r.answerShapes(c.Path, s.answers)
