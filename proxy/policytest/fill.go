@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/proxy"
 )
 
 // The placeholders of a follow-up step's request and headers.
@@ -29,12 +29,8 @@ type heldCall struct {
 
 // heldOf is the held call of a decision's notice; ok is false when the notice shows no code.
 func heldOf(tool, id, notice string) (heldCall, bool) {
-	codes := flow.ShownCodes(notice)
-	if len(codes) == 0 {
-		return heldCall{}, false
-	}
-	// The code is the notice's last: the arguments it shows come before it.
-	return heldCall{tool: tool, id: id, notice: notice, code: codes[len(codes)-1]}, true
+	code := proxy.NoticeCode(notice)
+	return heldCall{tool: tool, id: id, notice: notice, code: code}, code != ""
 }
 
 // fillRequest puts h's code and notice in place of the placeholders of a request body: JSON text,
