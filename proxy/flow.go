@@ -22,6 +22,17 @@ import (
 // (a confirm button): only the app can set a header, never the model or the content it reads.
 const HeaderConfirm = "X-Promptgate-Confirm"
 
+// NoticeCode is the confirmation code a held call's notice shows (XXXX-XXXX), read as a client
+// reads the codes of an assistant message: the notice's last (the arguments it shows come before
+// it); "" when it shows none.
+func NoticeCode(notice string) string {
+	codes := flow.ShownCodes(notice)
+	if len(codes) == 0 {
+		return ""
+	}
+	return codes[len(codes)-1]
+}
+
 // maxConfirmHeader bounds what is read of X-Promptgate-Confirm.
 const maxConfirmHeader = 256
 

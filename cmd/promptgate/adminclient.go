@@ -304,8 +304,9 @@ func (a *adminStore) Rollouts(ctx context.Context) ([]store.AppliedRollout, erro
 	return out.Applied, err
 }
 
-// Preview asks the server for a preview report.
-func (a *adminStore) Preview(ctx context.Context, request []byte, headers map[string]string, protocol, path string) ([]byte, error) {
+// Preview asks the server for a preview report; with cand, as if that stored version were active.
+func (a *adminStore) Preview(ctx context.Context, request []byte, headers map[string]string, protocol, path string,
+	cand *candidateRef) ([]byte, error) {
 	// The request is embedded as the client wrote it, so the server judges its bytes (invalid JSON
 	// included).
 	h, err := json.Marshal(headers)
@@ -326,6 +327,11 @@ func (a *adminStore) Preview(ctx context.Context, request []byte, headers map[st
 		p, _ := json.Marshal(path)
 		b.WriteString(`,"path":`)
 		b.Write(p)
+	}
+	if cand != nil {
+		c, _ := json.Marshal(map[string]any{"kind": cand.kind, "name": cand.name, "version": cand.version})
+		b.WriteString(`,"candidate":`)
+		b.Write(c)
 	}
 	b.WriteByte('}')
 	var out []byte

@@ -185,6 +185,9 @@ func TestPolicyTestRefusesBadInput(t *testing.T) {
 		{"no expectations", replace("    expect:\n      prompt: {contains: [\"Look up only orders\"]}\n      calls: [{id: call_1, outcome: released}]\n", ""), ":3: cases[0].expect: missing"},
 		{"a path that is not a rewritten route", replace("    request:", "    path: /v1/embeddings\n    request:"), `:4: cases[0].path: "/v1/embeddings" is not a rewritten route`},
 		{"a name that is not a name", replace("name: lookup", "name: look up"), `:3: cases[0].name: "look up": use 1 to 100 letters`},
+		{"a follow-up's {{code}} with no held call before", replace("    expect:", "    then:\n      - request: {model: m, messages: [{role: user, content: \"{{code}}\"}]}\n        expect: {status: 200}\n    expect:"), ":11: cases[0].then[0].request: {{code}} and {{notice}} are the code and the notice of the call held last before this step, and no step before it expects a held call"},
+		{"a follow-up's unknown key", replace("    expect:", "    then:\n      - name: again\n        request: {model: m}\n        expect: {status: 200}\n    expect:"), ":11: cases[0].then[0].name: unknown key; valid keys here: headers, request, requestFile, answer, answers, expect"},
+		{"no follow-ups in then", replace("    expect:", "    then: []\n    expect:"), ":10: cases[0].then: the list is empty"},
 		// What only running the case shows.
 		{"expectation naming a call that does not exist", replace("{id: call_1, outcome: released}", "{id: call_1, outcome: released}, {id: call_9, outcome: blocked}"), `:12: cases[0].expect.calls[1].id: the answer holds no call with id "call_9" (the calls decided: get_order id call_1) (a mistake of the case)`},
 		{"expectation naming a tool that is never called", replace("{id: call_1, outcome: released}", "{id: call_1, outcome: released}, {tool: create_ticket, outcome: blocked}"), `:12: cases[0].expect.calls[1].tool: the answer holds no call with tool "create_ticket"`},
@@ -388,5 +391,50 @@ func TestPolicyTestModes(t *testing.T) {
 	}
 	if exitCode(err) != 1 {
 		t.Errorf("exit %d (%v)", exitCode(err), err)
+	}
+}
+
+// TestPolicyDocFollowUpIsTheExample: the conversation docs/policy.md shows is the example case it
+// names: each of its lines not cut short (by "...") is a line of that case, in the same order.
+func TestPolicyDocFollowUpIsTheExample(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(inRepo("docs/policy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := string(b)[strings.Index(string(b), "#### A conversation: held, then confirmed"):]
+	blocks := codeBlocks(sec)
+	if len(blocks) == 0 || blocks[0].lang != "yaml" {
+		t.Fatalf("the section's first block is not YAML: %+v", blocks)
+	}
+	ex, err := os.ReadFile(filepath.Join(examplesDir, "tests", "payments.test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "  - name: new-payee-held-then-confirmed\n"
+	text := string(ex)
+	start := strings.Index(text, name)
+	if start < 0 {
+		t.Fatal("the example has no case new-payee-held-then-confirmed")
+	}
+	lines := strings.Split(text[start:], "\n")
+	at, checked := 0, 0
+	for _, l := range strings.Split(blocks[0].text, "\n") {
+		if i := strings.Index(l, "  # "); i >= 0 {
+			l = strings.TrimRight(l[:i], " ")
+		}
+		if l == "" || strings.Contains(l, "...") {
+			continue
+		}
+		j := slices.Index(lines[at:], l)
+		if j < 0 {
+			t.Errorf("the doc's line %q is not the example's (after its line %d)", l, at)
+			continue
+		}
+		at += j + 1
+		checked++
+	}
+	if checked < 10 {
+		t.Errorf("%d lines checked", checked)
 	}
 }

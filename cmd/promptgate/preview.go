@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/promptgate/promptgate/proxy"
@@ -25,6 +26,7 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	path := fs.String("path", proxy.PathChat, "the surface: the path the client would POST the request to ("+strings.Join(proxy.PreviewPaths(), ", ")+")")
 	var headers headerList
 	fs.Var(&headers, "header", "a request header 'Name: value' as the client would send it (repeatable)")
+	candidate := fs.String("candidate", "", "preview as if this stored version were active: KIND/NAME@VERSION, KIND protocols or templates (protocols/payments@2)")
 	admin := fs.String("admin", "", "admin API URL of a running server (token from "+EnvAdminToken+"); used by itself when serve holds the DB")
 	sf := addCLIStoreFlags(fs, getenv)
 	args, err := parseFlags(fs, args, stderr)
@@ -36,6 +38,10 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	if !proxy.PreviewPath(*path) {
 		return usageError{fmt.Sprintf("--path %q: use one of %s", *path, strings.Join(proxy.PreviewPaths(), ", "))}
+	}
+	cand, err := parseCandidate(*candidate)
+	if err != nil {
+		return err
 	}
 	h := http.Header{}
 	for _, s := range headers {
@@ -60,7 +66,7 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	var report []byte
 	if *admin == "" {
-		report, err = previewLocal(ctx, sf, getenv, log, stderr, proxy.Input{Path: *path, Header: h, Body: body, ForceProtocol: *protocol})
+		report, err = previewLocal(ctx, sf, getenv, log, stderr, proxy.Input{Path: *path, Header: h, Body: body, ForceProtocol: *protocol}, cand)
 	}
 	if *admin != "" || errors.Is(err, store.ErrLocked) {
 		url := *admin
@@ -74,7 +80,7 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		if aerr != nil {
 			return aerr
 		}
-		report, err = a.Preview(ctx, body, flatHeaders(h), *protocol, *path)
+		report, err = a.Preview(ctx, body, flatHeaders(h), *protocol, *path, cand)
 	}
 	if err != nil {
 		return fmt.Errorf("preview: %w", err)
@@ -85,8 +91,10 @@ func preview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	return err
 }
 
-// previewLocal runs the engine on the DB file, and names the store it used on stderr.
-func previewLocal(ctx context.Context, sf *storeFlags, getenv env, log *slog.Logger, stderr io.Writer, in proxy.Input) ([]byte, error) {
+// previewLocal runs the engine on the DB file, with the stored version cand names as if it were
+// active (nil: none), and names the store it used on stderr.
+func previewLocal(ctx context.Context, sf *storeFlags, getenv env, log *slog.Logger, stderr io.Writer, in proxy.Input,
+	cand *candidateRef) ([]byte, error) {
 	created, err := checkNewDB(sf, getenv)
 	if err != nil {
 		return nil, err
@@ -100,7 +108,58 @@ func previewLocal(ctx context.Context, sf *storeFlags, getenv env, log *slog.Log
 	if int64(len(in.Body)) > p.cfg.Limits.MaxBodyBytes {
 		return nil, fmt.Errorf("request is %d bytes, over limits.maxBodyBytes (%d)", len(in.Body), p.cfg.Limits.MaxBodyBytes)
 	}
+	if cand != nil {
+		rec, err := p.store.Get(ctx, cand.kind, cand.name, cand.version)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("candidate %s is not in the store (see `promptgate %s history %s`)", cand, cand.kind, cand.name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("candidate %s: %w", cand, err)
+		}
+		in.Candidate = &rec
+	}
 	return p.engine.Preview(ctx, in)
+}
+
+// candidateRef is a stored version a preview prepares the request with as if it were active.
+type candidateRef struct {
+	kind    store.Kind
+	name    string
+	version int
+}
+
+func (c candidateRef) String() string {
+	return store.Key(c.kind, c.name) + "@" + strconv.Itoa(c.version)
+}
+
+// parseCandidate reads --candidate KIND/NAME@VERSION; nil for "".
+func parseCandidate(s string) (*candidateRef, error) {
+	if s == "" {
+		return nil, nil
+	}
+	bad := func(why string) error {
+		return usageError{fmt.Sprintf("--candidate %q: %s; want KIND/NAME@VERSION, KIND protocols or templates (protocols/payments@2)", s, why)}
+	}
+	kind, rest, ok := strings.Cut(s, "/")
+	if !ok {
+		return nil, bad("no KIND/")
+	}
+	k := store.Kind(kind)
+	if k != store.KindProtocol && k != store.KindTemplate {
+		return nil, bad("KIND is protocols or templates")
+	}
+	name, v, ok := strings.Cut(rest, "@")
+	if !ok {
+		return nil, bad("no @VERSION")
+	}
+	if !store.ValidName(name) {
+		return nil, bad("NAME is 1 to 64 of A-Z a-z 0-9 _ . -")
+	}
+	version, err := strconv.Atoi(v)
+	if err != nil || version < 1 || strconv.Itoa(version) != v {
+		return nil, bad("VERSION is a number from 1")
+	}
+	return &candidateRef{kind: k, name: name, version: version}, nil
 }
 
 // flatHeaders turns headers into the admin API's {"K":"V"} (the last value of a repeated header

@@ -217,6 +217,14 @@ func shownCodes(text string, fn func(code)) int {
 	return len(text)
 }
 
+// ShownCodes are the codes text shows as a notice writes them (XXXX-XXXX), in order: what a
+// client reads as the codes of the notices in an assistant message.
+func ShownCodes(text string) []string {
+	var out []string
+	shownCodes(text, func(k code) { out = append(out, k.display()) })
+	return out
+}
+
 // recentCodes keeps the last maxCandidates distinct codes added, oldest first.
 type recentCodes []code
 

@@ -305,3 +305,65 @@ func TestRecordRefusesBadInput(t *testing.T) {
 	g := newFixture(t, fixtureOpts{noAudit: true})
 	g.fails(404, "not_found", "POST", "/admin/tests/record", `{"requestId":"x"}`)
 }
+
+// payeeConversation is the case of examples/tests/payments.test.yaml in which a payment to a new
+// payee is held and then confirmed by the user's reply, under the stored payments protocol.
+func payeeConversation(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "tests", "payments.test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	start := strings.Index(text, "  - name: new-payee-held-then-confirmed\n")
+	end := strings.Index(text, "\n  - name: known-payee-released\n")
+	if start < 0 || end < start {
+		t.Fatal("examples/tests/payments.test.yaml has no case new-payee-held-then-confirmed")
+	}
+	return "protocol: payments\ncases:\n" + text[start:end+1]
+}
+
+// TestPolicyTestsOverTheAPIRunFollowUps: a case whose follow-up replies with the code of the call
+// it held runs in the serving instance too: the call is confirmed and the case passes; with a code
+// the notice did not show, the call is held again (nothing reaches the client) and the case fails
+// at the follow-up's expectations, named by line and field.
+func TestPolicyTestsOverTheAPIRunFollowUps(t *testing.T) {
+	t.Parallel()
+	f := testsFixture(t)
+	body, err := os.ReadFile(filepath.Join("..", "..", "examples", "protocols", "payments.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	v, err := f.st.AddVersion(ctx, store.KindProtocol, body, "test", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Activate(ctx, store.KindProtocol, "payments", v); err != nil {
+		t.Fatal(err)
+	}
+	src := payeeConversation(t)
+	b := f.ok(http.StatusOK, "POST", "/admin/tests", src, "Content-Type", "application/yaml")
+	c := gjson.GetBytes(b, "cases.0")
+	if !gjson.GetBytes(b, "passed").Bool() || !strings.Contains(c.Get("decided").Raw, "then[0]:") ||
+		!strings.Contains(c.Get("decided").Raw, "send_money id toolu_3: confirmed by confirm") {
+		t.Fatalf("the confirmed case: %s", b)
+	}
+	wrong := strings.Replace(src, "Yes, pay it: {{code}}", "Yes, pay it: 0000-0000", 1)
+	if wrong == src {
+		t.Fatal("the example's reply is not \"Yes, pay it: {{code}}\"")
+	}
+	b = f.ok(http.StatusOK, "POST", "/admin/tests", wrong, "Content-Type", "application/yaml")
+	c = gjson.GetBytes(b, "cases.0")
+	held := c.Get(`failures.#(field=="cases[0].then[0].expect.calls[0]")`)
+	if gjson.GetBytes(b, "passed").Bool() || held.Get("line").Int() == 0 || !strings.Contains(held.Get("message").String(), "got held") {
+		t.Errorf("the wrong code: %s", b)
+	}
+	// A follow-up's requestFile is a file of the server's: refused, named.
+	withFile := strings.Replace(src, "      - request:\n", "      - requestFile: /etc/passwd\n        body:\n", 1)
+	resp, rb := f.do("POST", "/admin/tests", withFile, "Content-Type", "application/yaml")
+	if e := assertError(t, resp, rb, 400, "invalid_case_file"); !strings.Contains(e.Get("message").String(),
+		"cases[0].then[0].requestFile: the admin API reads no file: put the body in request") {
+		t.Errorf("a follow-up's requestFile: %s", e.Raw)
+	}
+}

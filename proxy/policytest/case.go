@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -68,11 +69,31 @@ type Case struct {
 	// Protocol is the protocol the request runs under (the engine's default protocol).
 	Protocol ProtocolRef
 	// Path is the route the request is posted to.
-	Path    string
+	Path string
+	// step is the case's request, its answers and expectations; then are the follow-ups (`then`),
+	// each a later turn of the same conversation, run through the same proxy.
+	step
+	then []step
+}
+
+// step is one request of a case: its headers and body, the upstream's answers, and what must come
+// of them.
+type step struct {
+	field   string // "cases[0]", or "cases[0].then[1]" for a follow-up
+	line    int
 	header  http.Header
 	request []byte
 	answers []answer
 	expect  expectations
+}
+
+// steps are the case's requests in the order they run: its own, then the follow-ups.
+func (c *Case) steps() []*step {
+	out := []*step{&c.step}
+	for i := range c.then {
+		out = append(out, &c.then[i])
+	}
+	return out
 }
 
 // ProtocolRef names a protocol: by id (version 0: the active one) in the store, or by a definition
@@ -252,7 +273,7 @@ func Parse(path, name string, src []byte, o Options) ([]*Case, []Problem) {
 	if top == nil {
 		return nil, r.errs
 	}
-	defaults := Case{File: path, Path: proxy.PathChat, header: http.Header{}}
+	defaults := Case{File: path, Path: proxy.PathChat, step: step{header: http.Header{}}}
 	if n := top["protocol"]; n != nil {
 		defaults.Protocol = r.protocol(n, "protocol", filepath.Dir(path))
 	}
@@ -343,12 +364,13 @@ func readLimited(path string) ([]byte, error) {
 
 // testCase reads the case n at field, over the file's defaults; nil when it has no usable name.
 func (r *yamlReader) testCase(n *yaml.Node, field string, defaults Case) *Case {
-	m := r.fields(n, field, "name", "note", "protocol", "path", "headers", "request", "requestFile", "answer", "answers", "expect")
+	m := r.fields(n, field, "name", "note", "protocol", "path", "headers", "request", "requestFile", "answer", "answers", "expect", "then")
 	if m == nil {
 		return nil
 	}
 	c := defaults
 	c.Field, c.Line = field, resolve(n).Line
+	c.step.field, c.step.line = c.Field, c.Line
 	c.header = defaults.header.Clone()
 	dir := filepath.Dir(defaults.File)
 	if m["name"] == nil {
@@ -382,16 +404,93 @@ func (r *yamlReader) testCase(n *yaml.Node, field string, defaults Case) *Case {
 	}
 	c.request = r.request(m["request"], m["requestFile"], n, field, dir)
 	c.answers = r.answers(m["answer"], m["answers"], field)
-	for _, a := range c.answers {
-		if !proxy.PreviewPath(c.Path) {
-			break // the path is the mistake, named already
-		}
-		if err := checkAnswerShape(c.Path, a); err != nil {
+	r.answerShapes(c.Path, c.answers)
+	c.expect = r.expect(m["expect"], n, field+".expect")
+	if v := m["then"]; v != nil {
+		c.then = r.followUps(v, field+".then", &c, dir)
+	}
+	return &c
+}
+
+// answerShapes checks that each answer is of the API of path.
+func (r *yamlReader) answerShapes(path string, answers []answer) {
+	if !proxy.PreviewPath(path) {
+		return // the path is the mistake, named already
+	}
+	for _, a := range answers {
+		if err := checkAnswerShape(path, a); err != nil {
 			r.errs = append(r.errs, Problem{File: r.file, Line: a.line, Field: a.field, Message: err.Error()})
 		}
 	}
-	c.expect = r.expect(m["expect"], n, field+".expect")
-	return &c
+}
+
+// followUps reads then: the later turns of c's conversation, each a request (headers added to the
+// case's), its answers and expectations. A follow-up's request and headers may hold {{code}} and
+// {{notice}}: the code and the notice of the call held last before it.
+func (r *yamlReader) followUps(n *yaml.Node, field string, c *Case, dir string) []step {
+	items, ok := r.list(n, field, "follow-up steps ({request, answer, expect})")
+	if ok && len(items) == 0 {
+		r.bad(n, field, "the list is empty")
+	}
+	if len(items) > MaxFollowUps {
+		r.bad(n, field, "%d steps: a case holds at most %d", len(items), MaxFollowUps)
+		return nil
+	}
+	held := heldExpected(c.expect)
+	var out []step
+	for i, it := range items {
+		sub := fmt.Sprintf("%s[%d]", field, i)
+		m := r.fields(it, sub, "headers", "request", "requestFile", "answer", "answers", "expect")
+		if m == nil {
+			continue
+		}
+		s := step{field: sub, line: resolve(it).Line, header: c.header.Clone()}
+		if v := m["headers"]; v != nil {
+			h := r.headers(v, sub+".headers")
+			for _, k := range slices.Sorted(maps.Keys(h)) {
+				vs := h[k]
+				s.header[k] = vs
+				if strings.Contains(vs[0], fillNotice) {
+					r.bad(v, sub+".headers."+k, "%s goes in the request only (a header carries %s)", fillNotice, fillCode)
+				} else if hasFill(vs[0]) {
+					r.needHeld(v, sub+".headers."+k, held)
+				}
+			}
+		}
+		s.request = r.request(m["request"], m["requestFile"], it, sub, dir)
+		if hasFill(string(s.request)) {
+			at, key := m["request"], ".request"
+			if at == nil {
+				at, key = m["requestFile"], ".requestFile"
+			}
+			r.needHeld(at, sub+key, held)
+		}
+		s.answers = r.answers(m["answer"], m["answers"], sub)
+		r.answerShapes(c.Path, s.answers)
+		s.expect = r.expect(m["expect"], it, sub+".expect")
+		held = held || heldExpected(s.expect)
+		out = append(out, s)
+	}
+	return out
+}
+
+// MaxFollowUps bounds the follow-up steps of one case.
+const MaxFollowUps = 100
+
+// needHeld is a problem at field, which holds {{code}} or {{notice}}, when no step before it
+// expects a call to be held.
+func (r *yamlReader) needHeld(n *yaml.Node, field string, held bool) {
+	if !held {
+		r.bad(n, field, "%s and %s are the code and the notice of the call held last before this step, and no step before it expects a held call (expect.calls with outcome: held)", fillCode, fillNotice)
+	}
+}
+
+// heldExpected reports whether e expects a call to be held.
+func heldExpected(e expectations) bool {
+	if e.calls == nil {
+		return false
+	}
+	return slices.ContainsFunc(*e.calls, func(c callExpect) bool { return c.outcome == outcomeHeld })
 }
 
 // protocol reads a protocol reference: "ID", "ID@VERSION", {id: ID, version: N} or {file: PATH}.

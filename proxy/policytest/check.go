@@ -40,18 +40,18 @@ func (r *Result) problem(line int, field, format string, args ...any) {
 	r.Problems = append(r.Problems, Problem{File: r.Case.File, Line: line, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
-// check compares what came of the case with what it expects; work is what the run's patterns may
-// still cost (see MaxPatternWork).
-func check(c *Case, out *outcome, work *atomic.Int64) *Result {
-	r := &Result{Case: c}
-	r.Details = describe(c, out)
+// checkStep compares what came of step s of the case with what it expects, adding to r; work is
+// what the run's patterns may still cost (see MaxPatternWork).
+func checkStep(r *Result, s *step, out *outcome, work *atomic.Int64) {
+	c := r.Case
+	r.Details = append(r.Details, describe(c, out)...)
 	if out.panicked != nil {
-		r.fail(c.Line, c.Field, "the proxy aborted the answer: %v", out.panicked)
+		r.fail(s.line, s.field, "the proxy aborted the answer: %v", out.panicked)
 	}
-	if !checkAnswers(r, out) {
-		return r
+	if !checkAnswers(r, s, out) {
+		return
 	}
-	e := c.expect
+	e := s.expect
 	want, field, line := e.status, e.field+".status", e.line
 	if want == 0 && e.errorCode == "" {
 		want, field = http.StatusOK, e.field+" (status 200 unless expect.status or expect.error says otherwise)"
@@ -75,9 +75,8 @@ func check(c *Case, out *outcome, work *atomic.Int64) *Result {
 	}
 	checkText(r, e.client, string(out.client), "the client's answer", work)
 	if e.calls != nil {
-		checkCalls(r, out, *e.calls)
+		checkCalls(r, s, out, *e.calls)
 	}
-	return r
 }
 
 // errorSuffix is " (CODE: MESSAGE)" of an error body, "" for another body.
@@ -91,27 +90,27 @@ func errorSuffix(body []byte) string {
 // checkAnswers finds the mistakes of the case's answers that only running it shows: no answer where
 // the proxy asked for one, an answer the surface cannot read, a stream for a request that asked for
 // none (or the other way round). It reports false when the run says nothing more about the case.
-func checkAnswers(r *Result, out *outcome) bool {
+func checkAnswers(r *Result, s *step, out *outcome) bool {
 	c := r.Case
 	if out.asked > 0 && out.prepared == nil {
 		r.problem(c.Line, c.Field+".path", "%s is not a route the proxy rewrites: it passed the request through unchanged, and nothing was decided", c.Path)
 		return false
 	}
 	switch {
-	case out.asked > 0 && len(c.answers) == 0:
-		r.problem(c.Line, c.Field+".answer", "missing: the proxy sent the request upstream; give the upstream's answer")
+	case out.asked > 0 && len(s.answers) == 0:
+		r.problem(s.line, s.field+".answer", "missing: the proxy sent the request upstream; give the upstream's answer")
 		return false
-	case out.asked > len(c.answers):
-		r.fail(c.Line, c.Field+".answers", "the proxy asked the upstream %d times (onViolation continue asks again after a blocked call); the case gives %d answers", out.asked, len(c.answers))
-	case out.asked > 0 && out.asked < len(c.answers):
-		a := c.answers[out.asked]
+	case out.asked > len(s.answers):
+		r.fail(s.line, s.field+".answers", "the proxy asked the upstream %d times (onViolation continue asks again after a blocked call); the case gives %d answers", out.asked, len(s.answers))
+	case out.asked > 0 && out.asked < len(s.answers):
+		a := s.answers[out.asked]
 		r.fail(a.line, a.field, "never asked for: the proxy asked the upstream %d times", out.asked)
 	}
-	if out.asked == 0 || out.asked > len(c.answers) {
+	if out.asked == 0 || out.asked > len(s.answers) {
 		return true
 	}
-	last := c.answers[out.asked-1]
-	first := c.answers[0]
+	last := s.answers[out.asked-1]
+	first := s.answers[0]
 	if p := out.prepared; p != nil && first.status < 400 && p.stream != first.stream {
 		if p.stream {
 			r.problem(first.line, first.field, "the request asks for a stream, and the answer is a JSON body: give events or sse")
@@ -258,10 +257,10 @@ func outcomeOf(v vet.Verdict) string {
 
 // checkCalls matches the expected calls to the decisions — by id, or by tool in the order decided —
 // and checks each; a call the case does not name fails it.
-func checkCalls(r *Result, out *outcome, want []callExpect) {
+func checkCalls(r *Result, s *step, out *outcome, want []callExpect) {
 	taken := make([]bool, len(out.decisions))
 	var answers [][]byte
-	for _, a := range r.Case.answers {
+	for _, a := range s.answers {
 		answers = append(answers, a.bytes())
 	}
 	inAnswers := func(s string) bool { return bytes.Contains(bytes.Join(answers, nil), []byte(s)) }
@@ -290,7 +289,7 @@ func checkCalls(r *Result, out *outcome, want []callExpect) {
 	}
 	for j, d := range out.decisions {
 		if !taken[j] {
-			r.fail(r.Case.expect.line, r.Case.expect.field+".calls", "call %d (%s) was %s: the case names no expectation for it (expect.calls names every call)", j+1, callName(d), decisionText(d))
+			r.fail(s.expect.line, s.expect.field+".calls", "call %d (%s) was %s: the case names no expectation for it (expect.calls names every call)", j+1, callName(d), decisionText(d))
 		}
 	}
 }

@@ -44,7 +44,7 @@ func exampleCases(t *testing.T) []*Case {
 }
 
 // TestExamplesCoverTheOutcomes runs every example case through Env.Run: each passes, and between
-// them they release, block and hold calls, check the layered prompt and the tools kept, on every
+// them they release, block, hold and confirm calls, check the layered prompt and the tools kept, on every
 // surface, in streams too.
 func TestExamplesCoverTheOutcomes(t *testing.T) {
 	t.Parallel()
@@ -63,9 +63,11 @@ func TestExamplesCoverTheOutcomes(t *testing.T) {
 		if !r.Passed() {
 			t.Errorf("%s: failures %v, problems %v", c.Name, r.Failures, r.Problems)
 		}
-		if c.expect.calls != nil {
-			for _, e := range *c.expect.calls {
-				outcomes[e.outcome] = true
+		for _, s := range c.steps() {
+			if s.expect.calls != nil {
+				for _, e := range *s.expect.calls {
+					outcomes[e.outcome] = true
+				}
 			}
 		}
 		if !c.expect.prompt.empty() {
@@ -79,7 +81,7 @@ func TestExamplesCoverTheOutcomes(t *testing.T) {
 		}
 		surfaces[surfaceOf(c.Path)] = true
 	}
-	for _, o := range []string{outcomeReleased, outcomeBlocked, outcomeHeld} {
+	for _, o := range []string{outcomeReleased, outcomeBlocked, outcomeHeld, outcomeConfirmed} {
 		if !outcomes[o] {
 			t.Errorf("no example case expects a %s call", o)
 		}

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,11 +150,22 @@ func checkProtocolLinks(base store.Snapshot, rec store.Record) error {
 // run itself (the engine could not be built), not of the case.
 func (e *Env) Run(ctx context.Context, c *Case) (*Result, error) {
 	start := time.Now()
-	out, err := e.runCase(ctx, c)
+	outs, err := e.runCase(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	r := check(c, out, &e.work)
+	r := &Result{Case: c}
+	for i, s := range c.steps() {
+		if i > 0 {
+			r.Details = append(r.Details, strings.TrimPrefix(s.field, c.Field+".")+":")
+		}
+		if outs[i].notRun != "" {
+			r.fail(s.line, s.field, "not run: %s", outs[i].notRun)
+			r.Details = append(r.Details, "not run: "+outs[i].notRun)
+			continue
+		}
+		checkStep(r, s, outs[i], &e.work)
+	}
 	r.Took = time.Since(start)
 	return r, nil
 }
@@ -181,6 +193,10 @@ type outcome struct {
 	// panicked is what the handler panicked with (the reverse proxy aborts an answer it cannot
 	// finish so).
 	panicked any
+	// held are the calls held, in the order decided.
+	held []heldCall
+	// notRun says why a follow-up step was not run ("" when it was).
+	notRun string
 }
 
 // preparedView is what a case checks of the prepared request.
@@ -193,10 +209,11 @@ type preparedView struct {
 	stream   bool
 }
 
-// runCase runs c through the proxy's own handler, in process: the request goes in as a client's
-// would, the upstream is a transport that plays the case's answers, and an observer keeps what the
-// proxy decided.
-func (e *Env) runCase(ctx context.Context, c *Case) (*outcome, error) {
+// runCase runs c's steps through the proxy's own handler, in process, one proxy for them all (its
+// confirmation codes and its memory of violations are the conversation's): each request goes in
+// as a client's would, the upstream is a transport that plays the step's answers, and an observer
+// keeps what the proxy decided.
+func (e *Env) runCase(ctx context.Context, c *Case) ([]*outcome, error) {
 	rec, ok := e.protocols[c.Protocol.String()]
 	if !ok || rec.Name == "" {
 		return nil, fmt.Errorf("policytest: the protocol of %s is not loaded (see LoadProtocols)", c.Name)
@@ -215,7 +232,7 @@ func (e *Env) runCase(ctx context.Context, c *Case) (*outcome, error) {
 		return nil, err
 	}
 	obs := &caseObserver{}
-	tr := &caseTransport{answers: c.answers}
+	tr := &caseTransport{}
 	srv, err := proxy.New(proxy.Options{
 		Engine: engine, Transport: tr, Observer: obs, Audit: audit.Multi{},
 		Upstreams: map[string]proxy.Upstream{"openai": {URL: caseUpstream()}},
@@ -223,11 +240,50 @@ func (e *Env) runCase(ctx context.Context, c *Case) (*outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+caseHost+c.Path, bytes.NewReader(c.request))
+	var outs []*outcome
+	var last *heldCall // the call held last, for the placeholders of the steps after it
+	for i, s := range c.steps() {
+		body, header := s.request, s.header
+		if i > 0 && (hasFill(string(body)) || headerHasFill(header)) {
+			if last == nil {
+				outs = append(outs, &outcome{notRun: "its request gives " + fillCode + " or " + fillNotice + ", and no call was held before it"})
+				continue
+			}
+			body, header = fillRequest(body, *last), fillHeader(header, *last)
+		}
+		out, err := runStep(ctx, srv, obs, tr, c.Path, s, body, header)
+		if err != nil {
+			return nil, err
+		}
+		if n := len(out.held); n > 0 {
+			last = &out.held[n-1]
+		}
+		outs = append(outs, out)
+	}
+	return outs, nil
+}
+
+// headerHasFill reports whether a header value holds a placeholder.
+func headerHasFill(h http.Header) bool {
+	for _, vs := range h {
+		if slices.ContainsFunc(vs, hasFill) {
+			return true
+		}
+	}
+	return false
+}
+
+// runStep posts one step's request, body and header as filled, to srv, with the step's answers
+// played upstream.
+func runStep(ctx context.Context, srv http.Handler, obs *caseObserver, tr *caseTransport, path string, s *step,
+	body []byte, header http.Header) (*outcome, error) {
+	obs.reset()
+	tr.reset(s.answers)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+caseHost+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
-	req.Header = c.header.Clone()
+	req.Header = header.Clone()
 	if req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -239,7 +295,7 @@ func (e *Env) runCase(ctx context.Context, c *Case) (*outcome, error) {
 		srv.ServeHTTP(w, req)
 	}()
 	out.status, out.header, out.client = w.code(), w.header, w.body.Bytes()
-	out.prepared, out.decisions = obs.result()
+	out.prepared, out.decisions, out.held = obs.result()
 	out.asked, out.sent = tr.result()
 	return out, nil
 }
@@ -257,6 +313,14 @@ type caseObserver struct {
 	mu        sync.Mutex
 	prepared  *preparedView
 	decisions []vet.Decision
+	held      []heldCall
+}
+
+// reset forgets what was decided, for the next step.
+func (o *caseObserver) reset() {
+	o.mu.Lock()
+	o.prepared, o.decisions, o.held = nil, nil, nil
+	o.mu.Unlock()
 }
 
 var _ proxy.Observer = (*caseObserver)(nil)
@@ -273,6 +337,8 @@ func (o *caseObserver) Prepared(_ context.Context, p *proxy.Prepared) {
 }
 
 func (o *caseObserver) Decided(_ context.Context, d vet.Decision) {
+	h, held := heldOf(d.Tool, d.CallID, d.Notice)
+	held = held && d.Verdict == vet.VerdictHeld
 	d.Args, d.Notice = slices.Clone(d.Args), "" // a copy: d's are not kept past the call
 	d.More = slices.Clone(d.More)
 	for i := range d.More {
@@ -280,13 +346,16 @@ func (o *caseObserver) Decided(_ context.Context, d vet.Decision) {
 	}
 	o.mu.Lock()
 	o.decisions = append(o.decisions, d)
+	if held {
+		o.held = append(o.held, h)
+	}
 	o.mu.Unlock()
 }
 
-func (o *caseObserver) result() (*preparedView, []vet.Decision) {
+func (o *caseObserver) result() (*preparedView, []vet.Decision, []heldCall) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.prepared, o.decisions
+	return o.prepared, o.decisions, o.held
 }
 
 // caseTransport is the upstream of a case: it answers the n-th request promptgate sends with the
@@ -300,6 +369,13 @@ type caseTransport struct {
 // errNoAnswer: the proxy asked the upstream once more than the case has answers for.
 var errNoAnswer = errors.New("the case has no answer for this request")
 
+// reset makes answers the ones played, from the first, for the next step.
+func (t *caseTransport) reset(answers []answer) {
+	t.mu.Lock()
+	t.answers, t.sent = answers, nil
+	t.mu.Unlock()
+}
+
 func (t *caseTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var body []byte
 	if req.Body != nil {
@@ -312,12 +388,12 @@ func (t *caseTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	t.mu.Lock()
 	t.sent = append(t.sent, body)
-	n := len(t.sent)
+	n, answers := len(t.sent), t.answers
 	t.mu.Unlock()
-	if n > len(t.answers) {
+	if n > len(answers) {
 		return nil, errNoAnswer
 	}
-	a := t.answers[n-1]
+	a := answers[n-1]
 	resp := &http.Response{
 		Status: strconv.Itoa(a.status) + " " + http.StatusText(a.status), StatusCode: a.status,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: a.header.Clone(),
