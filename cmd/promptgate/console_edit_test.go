@@ -110,6 +110,23 @@ func TestConsoleNewVersion(t *testing.T) {
 		t.Fatalf("numbers of a definition changed on their way into the editor: %s", got)
 	}
 
+	// A dialog opened right after another was closed answers for itself: the first one's close
+	// event, which comes in a later task, neither answers nor cancels it.
+	runIn(t, ctx, script(`window.modalOrder = null; (async () => {
+		const d = document.getElementById('dialog');
+		const a = PG.modal('A', 'a', 'OK', false);
+		document.getElementById('dialog-cancel').click();
+		const b = PG.modal('B', 'b', 'OK', false);
+		await new Promise((r) => setTimeout(r, 50));
+		const open = d.open;
+		document.getElementById('dialog-confirm').click();
+		window.modalOrder = [await a, open, await b].join(',');
+	})()`))
+	waitFor(t, ctx, "both dialogs answered", `window.modalOrder !== null`)
+	if got := eval[string](t, ctx, `window.modalOrder`); got != "false,true,true" {
+		t.Fatalf("a dialog opened after another closed: first answered, second still open, second answered = %s, want false,true,true", got)
+	}
+
 	versions := func() int64 {
 		return gjson.GetBytes(s.adminCall("GET", "/admin/protocols/tech", "", 200), "versions.#").Int()
 	}

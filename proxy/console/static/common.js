@@ -145,9 +145,13 @@
     return setInterval(tick, ms);
   }
 
+  // settleOpen answers the dialog's current opening (see modal); null when none waits.
+  let settleOpen = null;
+
   // modal shows the dialog; with confirmLabel it resolves true when the operator confirms.
   function modal(title, body, confirmLabel, danger) {
     const d = $('dialog');
+    if (settleOpen) settleOpen(); // an earlier opening closed, its close event not come yet
     $('dialog-title').textContent = title;
     clear($('dialog-body')).append(body);
     const ok = $('dialog-confirm');
@@ -157,7 +161,16 @@
     $('dialog-cancel').textContent = confirmLabel ? 'Cancel' : 'Close';
     d.returnValue = '';
     return new Promise((resolve) => {
-      d.addEventListener('close', () => resolve(d.returnValue === 'confirm'), { once: true });
+      // The close event comes in a later task: one of an earlier opening may arrive while this one
+      // is shown, and must not answer it.
+      const onClose = () => { if (!d.open) settle(); };
+      const settle = () => {
+        d.removeEventListener('close', onClose);
+        if (settleOpen === settle) settleOpen = null;
+        resolve(d.returnValue === 'confirm');
+      };
+      settleOpen = settle;
+      d.addEventListener('close', onClose);
       d.showModal();
       scrollable($('dialog-body'));
       $('dialog-cancel').focus();
