@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
@@ -139,6 +140,10 @@ type Stream struct {
 	// argsTemplate), pass the events of an item that goes out as it comes (see passTemplate).
 	args argsTemplate
 	pass passTemplate
+
+	// full has event read every event's keys and head with its own walks instead of taking them
+	// from the relay's check (a test's reference for the shortcut).
+	full bool
 }
 
 // streamMark is where the client's numbering of a stream stands.
@@ -246,13 +251,17 @@ func (s *Stream) event(ev sse.Event) {
 		return
 	}
 	data := ev.Data
-	if foldedKeys(data) {
+	mem := s.Members() // of data, as the relay checked it
+	if (s.full || mem.FoldableKey) && foldedKeys(data) {
 		// A client might read a call here that this package does not see: dropped, as a malformed
 		// event.
 		s.malformed()
 		return
 	}
-	h := readHead(data)
+	h, ok := headOf(data, mem.Top)
+	if !ok || s.full {
+		h = readHead(data)
+	}
 	if s.Instructions != nil {
 		if ins := h.response.Get(pathInstructions); ins.Exists() && ins.Raw != string(s.Instructions) {
 			if out, err := sjson.SetRawBytes(slices.Clone(data), pathRespInstructions, s.Instructions); err == nil {
@@ -627,6 +636,35 @@ func readHead(data []byte) head {
 		return true
 	})
 	return h
+}
+
+// headOf is readHead taken from top, where the relay's check found the members of data: no walk of
+// data. ok is false when a key holds an escape (readHead compares keys decoded).
+func headOf(data []byte, top []jsoncheck.Member) (h head, ok bool) {
+	for _, m := range top {
+		if m.KeyEscaped {
+			return head{}, false
+		}
+		var v *gjson.Result
+		switch string(data[m.KeyStart:m.KeyEnd]) {
+		case pathType:
+			v = &h.typ
+		case pathSeq:
+			v = &h.seq
+		case pathOutputIdx:
+			v = &h.oi
+		case pathItemID:
+			v = &h.itemID
+		case pathItem:
+			v = &h.item
+		case pathResponse:
+			v = &h.response
+		default:
+			continue
+		}
+		*v = relay.Parse(data[m.ValueStart:m.ValueEnd])
+	}
+	return h, true
 }
 
 // continueRound, at the end of a round whose every call promptgate refused and can answer, asks the
