@@ -292,7 +292,7 @@ func (s *Stream) event(ev sse.Event) {
 		// Any other event that carries a response snapshot (not only response.created and
 		// .in_progress, also one that names an output_index or item_id) has its call items removed:
 		// calls are vetted as they stream, or in the final response.
-		if snap := s.snapshot(data); snap != nil {
+		if snap := s.snapshotOf(data, h); snap != nil {
 			data = s.clean(&ev, snap)
 			h = readHead(data)
 		}
@@ -371,7 +371,7 @@ func (s *Stream) event(ev sse.Event) {
 			}
 			return
 		}
-		s.write(ev.Raw, s.snapshot(data), m, -1)
+		s.write(ev.Raw, s.snapshotOf(data, h), m, -1)
 		return
 	}
 	if typ == evItemAdded {
@@ -1299,6 +1299,15 @@ func (s *Stream) clean(ev *sse.Event, data []byte) []byte {
 	ev.Data = data
 	ev.Raw = sse.AppendEvent(nil, ev.Event, data)
 	return data
+}
+
+// snapshotOf is snapshot of data whose head is h: nil at once when data has no response member,
+// whose output snapshot would look for.
+func (s *Stream) snapshotOf(data []byte, h head) []byte {
+	if !h.response.Exists() && !s.full {
+		return nil
+	}
+	return s.snapshot(data)
 }
 
 // snapshot removes call items from the output of a response snapshot that is not final
