@@ -396,7 +396,9 @@ func (s *Stream) event(ev sse.Event) {
 			st.held = append(st.held, heldEvent{bytes.Clone(ev.Raw), m})
 		default:
 			s.write(ev.Raw, nil, m, st.client)
-			if h.item.Type == gjson.Null && h.response.Type == gjson.Null {
+			// Only deltas come many to an item: a done event, which repeats the item's text, is
+			// not copied into a template.
+			if h.item.Type == gjson.Null && h.response.Type == gjson.Null && (s.full || strings.HasSuffix(typ, ".delta")) {
 				s.pass.learn(ev, m)
 			}
 		}
@@ -548,7 +550,8 @@ func matchTemplate(t *relay.Template, data []byte, got [][]byte, m meta, seqAt i
 
 // passTemplate spares event the reading of the events of an item that go out as they come (text
 // deltas, a reasoning summary's) after the first of their shape. Such an event that was read whole
-// and written, with no item, response or output member, becomes the template. An event with the
+// and written, a delta (its type ends in .delta) with no item, response or output member, becomes
+// the template; the template stays until another such event is read whole. An event with the
 // same event: line whose bytes are the template's but for its top-level strings other than type and
 // item_id (their ends found by escapes: event reads none of them) and the digits of its sequence
 // number is one event reads the same way, and writes as it comes with that sequence number, which
