@@ -78,7 +78,8 @@ type Members struct {
 	// when that value is an object; in order.
 	Inner []Member
 	// FoldableKey is set when some key, at any depth, holds an escape, an ASCII capital or a
-	// non-ASCII byte: false says that every key is lowercase ASCII as written.
+	// non-ASCII byte: false says that every key is lowercase ASCII as written. ObjectMembers sets
+	// it, never clears it.
 	FoldableKey bool
 }
 
