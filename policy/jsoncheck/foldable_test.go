@@ -7,13 +7,13 @@ import "testing"
 func TestFoldableKey(t *testing.T) {
 	for in, want := range map[string]bool{
 		`{"type":"A","item":{"id":"É","content":[{"text":"\u0041"}]}}`: false,
-		`{"type":"x","item":{"Type":"function_call"}}`:                  true,
-		`{"a":[{"b":[{"cD":1}]}]}`:                                      true,
-		`{"\u0061":1}`:                                                  true,
-		`{"a\"":1}`:                                                     true,
-		`{"é":1}`:                                                       true,
-		`{"tool_callſ":1}`:                                              true,
-		`{"":{"k":"V"}}`:                                                false,
+		`{"type":"x","item":{"Type":"function_call"}}`:                 true,
+		`{"a":[{"b":[{"cD":1}]}]}`:                                     true,
+		`{"\u0061":1}`:                                                 true,
+		`{"a\"":1}`:                                                    true,
+		`{"é":1}`:                                                      true,
+		`{"tool_callſ":1}`:                                             true,
+		`{"":{"k":"V"}}`:                                               false,
 	} {
 		var m Members
 		if err := ObjectMembers([]byte(in), Limits{}, "", &m); err != nil {
