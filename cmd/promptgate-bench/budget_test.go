@@ -26,7 +26,7 @@ var handlerBudgets = map[string]float64{
 	wlChat2K:     124,
 	wlStreamTool: 200,
 	wlMessages:   190,
-	wlResponses:  224,
+	wlResponses:  220,
 }
 
 func TestAllocBudgetsHandler(t *testing.T) {
@@ -94,7 +94,7 @@ func TestAllocBudgetsStages(t *testing.T) {
 	}{
 		{"chat stream, tool call", streamEvents(200, true), func(up io.ReadCloser) relayed { return chat.NewStream(up, mk(), nil) }, 80},
 		{"messages stream, tool_use", messagesEvents(200), func(up io.ReadCloser) relayed { return messages.NewStream(up, mk(), nil) }, 66},
-		{"responses stream, function call", responsesEvents(200), func(up io.ReadCloser) relayed { return responses.NewStream(up, mk(), nil) }, 91},
+		{"responses stream, function call", responsesEvents(200), func(up io.ReadCloser) relayed { return responses.NewStream(up, mk(), nil) }, 87},
 	} {
 		run := func() {
 			st := s.open(io.NopCloser(&eventReader{evs: append([][]byte(nil), s.evs...)}))

@@ -77,6 +77,10 @@ type Members struct {
 	// Inner are the members of the value of the top-level member named as ObjectMembers was told,
 	// when that value is an object; in order.
 	Inner []Member
+	// FoldableKey is set when some key, at any depth, holds an escape, an ASCII capital or a
+	// non-ASCII byte: false says that every key is lowercase ASCII as written. ObjectMembers sets
+	// it, never clears it.
+	FoldableKey bool
 }
 
 // ObjectMembers is Object that also appends to m.Top the members of the top-level object, and to
@@ -143,6 +147,16 @@ func checkInto(b []byte, l Limits, wantObject bool, rec *Members, inner string) 
 		return s.unexpected(i, "after top-level value")
 	}
 	return nil
+}
+
+// foldable reports whether a key's raw text holds an ASCII capital or a non-ASCII byte.
+func foldable(k []byte) bool {
+	for _, c := range k {
+		if c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
+			return true
+		}
+	}
+	return false
 }
 
 // startKind names the kind of value that starts with c, or "" if none does.
@@ -230,6 +244,9 @@ func (s *scanner) object(i, depth int) (int, *Error) {
 			return j, err
 		}
 		k := key{start: start + 1, end: j - 1, escaped: escaped}
+		if s.rec != nil && !s.rec.FoldableKey {
+			s.rec.FoldableKey = escaped || foldable(b[k.start:k.end])
+		}
 		if big == nil {
 			for x := 0; x < n; x++ {
 				if s.sameKey(small[x], k) {

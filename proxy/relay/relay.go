@@ -111,6 +111,11 @@ type Relay struct {
 	blocked int
 	held    Held
 	round   rounds
+
+	// members is where the check of the event being handled found its members (Members); top
+	// backs its Top for events of up to that many members.
+	members jsoncheck.Members
+	top     [12]jsoncheck.Member
 }
 
 // New returns a Relay of upstream for s. rec, which may be nil, is called for every decision the
@@ -275,7 +280,11 @@ func (r *Relay) handle() {
 	if r.s.Pass != nil && r.s.Pass(ev) {
 		return
 	}
-	if jsoncheck.Object(ev.Data, jsoncheck.Limits{MaxDepth: r.s.MaxDepth}) != nil ||
+	if r.members.Top == nil {
+		r.members.Top = r.top[:0]
+	}
+	r.members = jsoncheck.Members{Top: r.members.Top[:0], Inner: r.members.Inner[:0]}
+	if jsoncheck.ObjectMembers(ev.Data, jsoncheck.Limits{MaxDepth: r.s.MaxDepth}, "", &r.members) != nil ||
 		r.s.Typed && ev.Event != "" && Get(ev.Data, "type").Str != ev.Event {
 		// A client might read it differently from us.
 		r.s.Malformed()
@@ -283,6 +292,11 @@ func (r *Relay) handle() {
 	}
 	r.s.Event(ev)
 }
+
+// Members is where the check of the event that Surface.Event is handling found the members of its
+// data (their offsets in ev.Data as Event got it), and whether some key of it may fold: what the
+// surface would otherwise walk the data again to find. It is valid during that Event call only.
+func (r *Relay) Members() *jsoncheck.Members { return &r.members }
 
 // LooksJSON reports whether some client could read data, or one of its lines, as a JSON object
 // or array (a client of a streaming API that also answers as an array of objects, as Gemini's
@@ -616,6 +630,11 @@ func Culprit(c *vet.Checker, ds []vet.Decision) int {
 // path, which must not allocate per event.
 func Get(data []byte, path string) gjson.Result {
 	return gjson.Get(unsafe.String(unsafe.SliceData(data), len(data)), path)
+}
+
+// Parse reads the JSON value v, as gjson.Parse does, its strings aliasing v (see Get).
+func Parse(v []byte) gjson.Result {
+	return gjson.Parse(unsafe.String(unsafe.SliceData(v), len(v)))
 }
 
 // IntField reads an integer JSON number (no fraction or exponent), as a strict client would.

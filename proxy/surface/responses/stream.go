@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/sse"
@@ -139,6 +140,10 @@ type Stream struct {
 	// argsTemplate), pass the events of an item that goes out as it comes (see passTemplate).
 	args argsTemplate
 	pass passTemplate
+
+	// full has event read every event's keys and head with its own walks instead of taking them
+	// from the relay's check (a test's reference for the shortcut).
+	full bool
 }
 
 // streamMark is where the client's numbering of a stream stands.
@@ -246,13 +251,17 @@ func (s *Stream) event(ev sse.Event) {
 		return
 	}
 	data := ev.Data
-	if foldedKeys(data) {
+	mem := s.Members() // of data, as the relay checked it
+	if (s.full || mem.FoldableKey) && foldedKeys(data) {
 		// A client might read a call here that this package does not see: dropped, as a malformed
 		// event.
 		s.malformed()
 		return
 	}
-	h := readHead(data)
+	h, ok := headOf(data, mem.Top)
+	if !ok || s.full {
+		h = readHead(data)
+	}
 	if s.Instructions != nil {
 		if ins := h.response.Get(pathInstructions); ins.Exists() && ins.Raw != string(s.Instructions) {
 			if out, err := sjson.SetRawBytes(slices.Clone(data), pathRespInstructions, s.Instructions); err == nil {
@@ -283,7 +292,7 @@ func (s *Stream) event(ev sse.Event) {
 		// Any other event that carries a response snapshot (not only response.created and
 		// .in_progress, also one that names an output_index or item_id) has its call items removed:
 		// calls are vetted as they stream, or in the final response.
-		if snap := s.snapshot(data); snap != nil {
+		if snap := s.snapshotOf(data, h); snap != nil {
 			data = s.clean(&ev, snap)
 			h = readHead(data)
 		}
@@ -362,7 +371,7 @@ func (s *Stream) event(ev sse.Event) {
 			}
 			return
 		}
-		s.write(ev.Raw, s.snapshot(data), m, -1)
+		s.write(ev.Raw, s.snapshotOf(data, h), m, -1)
 		return
 	}
 	if typ == evItemAdded {
@@ -387,7 +396,9 @@ func (s *Stream) event(ev sse.Event) {
 			st.held = append(st.held, heldEvent{bytes.Clone(ev.Raw), m})
 		default:
 			s.write(ev.Raw, nil, m, st.client)
-			if h.item.Type == gjson.Null && h.response.Type == gjson.Null {
+			// Only deltas come many to an item: a done event, which repeats the item's text, is
+			// not copied into a template.
+			if h.item.Type == gjson.Null && h.response.Type == gjson.Null && (s.full || strings.HasSuffix(typ, ".delta")) {
 				s.pass.learn(ev, m)
 			}
 		}
@@ -539,7 +550,8 @@ func matchTemplate(t *relay.Template, data []byte, got [][]byte, m meta, seqAt i
 
 // passTemplate spares event the reading of the events of an item that go out as they come (text
 // deltas, a reasoning summary's) after the first of their shape. Such an event that was read whole
-// and written, with no item, response or output member, becomes the template. An event with the
+// and written, a delta (its type ends in .delta) with no item, response or output member, becomes
+// the template; the template stays until another such event is read whole. An event with the
 // same event: line whose bytes are the template's but for its top-level strings other than type and
 // item_id (their ends found by escapes: event reads none of them) and the digits of its sequence
 // number is one event reads the same way, and writes as it comes with that sequence number, which
@@ -627,6 +639,35 @@ func readHead(data []byte) head {
 		return true
 	})
 	return h
+}
+
+// headOf is readHead taken from top, where the relay's check found the members of data: no walk of
+// data. ok is false when a key holds an escape (readHead compares keys decoded).
+func headOf(data []byte, top []jsoncheck.Member) (h head, ok bool) {
+	for _, m := range top {
+		if m.KeyEscaped {
+			return head{}, false
+		}
+		var v *gjson.Result
+		switch string(data[m.KeyStart:m.KeyEnd]) {
+		case pathType:
+			v = &h.typ
+		case pathSeq:
+			v = &h.seq
+		case pathOutputIdx:
+			v = &h.oi
+		case pathItemID:
+			v = &h.itemID
+		case pathItem:
+			v = &h.item
+		case pathResponse:
+			v = &h.response
+		default:
+			continue
+		}
+		*v = relay.Parse(data[m.ValueStart:m.ValueEnd])
+	}
+	return h, true
 }
 
 // continueRound, at the end of a round whose every call promptgate refused and can answer, asks the
@@ -1261,6 +1302,15 @@ func (s *Stream) clean(ev *sse.Event, data []byte) []byte {
 	ev.Data = data
 	ev.Raw = sse.AppendEvent(nil, ev.Event, data)
 	return data
+}
+
+// snapshotOf is snapshot of data whose head is h: nil at once when data has no response member,
+// whose output snapshot would look for.
+func (s *Stream) snapshotOf(data []byte, h head) []byte {
+	if !h.response.Exists() && !s.full {
+		return nil
+	}
+	return s.snapshot(data)
 }
 
 // snapshot removes call items from the output of a response snapshot that is not final
