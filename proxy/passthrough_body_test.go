@@ -87,12 +87,7 @@ func serveEarly(c net.Conn) {
 // transport waits for a request's body to be written once its answer is read (the transport is then
 // still reading the body when the answer is complete).
 func TestPassthroughBodyDoneBeforeHandlerReturns(t *testing.T) {
-	gone, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	unreachable := "http://" + gone.Addr().String()
-	_ = gone.Close()
+	unreachable := "http://" + unreachableAddr(t)
 	for _, tc := range []struct {
 		name   string
 		up     string
