@@ -170,30 +170,16 @@ func TestPolicyKeysAreDocumented(t *testing.T) {
 // jsonKeys are the JSON key paths of a struct type: nested objects (not those inside lists or maps)
 // as dotted paths, embedded structs' keys beside their parent's.
 func jsonKeys(typ reflect.Type, prefix string) []string {
-	for typ.Kind() == reflect.Pointer {
-		typ = typ.Elem()
-	}
 	var out []string
-	for f := range typ.Fields() {
-		if !f.IsExported() {
+	for _, f := range taggedFields(typ, "json") {
+		if f.embedded && f.name == "" {
+			out = append(out, jsonKeys(f.typ, prefix)...)
 			continue
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
+		if f.name == "" {
 			continue
 		}
-		ft := f.Type
-		for ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if f.Anonymous && name == "" {
-			out = append(out, jsonKeys(ft, prefix)...)
-			continue
-		}
-		if name == "" {
-			continue
-		}
-		path := prefix + name
+		path, ft := prefix+f.name, f.typ
 		if ft.Kind() == reflect.Struct && ft.NumField() > 0 && ft.PkgPath() != "time" && !reflect.PointerTo(ft).Implements(reflect.TypeFor[json.Unmarshaler]()) {
 			out = append(out, jsonKeys(ft, path+".")...)
 			continue

@@ -130,32 +130,47 @@ func TestReferenceListsEveryVariable(t *testing.T) {
 	}
 }
 
-// configKeys are the YAML key paths of a config type: lists as NAME[], maps of structs as NAME.KEY.
-func configKeys(typ reflect.Type, prefix string) []string {
+// taggedField is a struct field as a decoder of tag reads it: its name and options in the tag, and
+// its type with pointers taken off.
+type taggedField struct {
+	name, opts string
+	embedded   bool
+	typ        reflect.Type
+}
+
+// taggedFields are the exported fields of a struct type (pointers taken off) that tag does not skip
+// ("-").
+func taggedFields(typ reflect.Type, tag string) []taggedField {
 	for typ.Kind() == reflect.Pointer {
 		typ = typ.Elem()
 	}
-	var out []string
+	var out []taggedField
 	for f := range typ.Fields() {
-		if !f.IsExported() {
-			continue
-		}
-		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "-" {
+		name, opts, _ := strings.Cut(f.Tag.Get(tag), ",")
+		if !f.IsExported() || name == "-" {
 			continue
 		}
 		ft := f.Type
 		for ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
-		if name == "" && strings.Contains(opts, "inline") {
-			out = append(out, configKeys(ft, prefix)...)
+		out = append(out, taggedField{name: name, opts: opts, embedded: f.Anonymous, typ: ft})
+	}
+	return out
+}
+
+// configKeys are the YAML key paths of a config type: lists as NAME[], maps of structs as NAME.KEY.
+func configKeys(typ reflect.Type, prefix string) []string {
+	var out []string
+	for _, f := range taggedFields(typ, "yaml") {
+		if f.name == "" && strings.Contains(f.opts, "inline") {
+			out = append(out, configKeys(f.typ, prefix)...)
 			continue
 		}
-		if name == "" {
+		if f.name == "" {
 			continue
 		}
-		path := prefix + name
+		path, ft := prefix+f.name, f.typ
 		switch {
 		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
 			out = append(out, configKeys(ft.Elem(), path+"[].")...)
