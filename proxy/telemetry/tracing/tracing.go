@@ -71,9 +71,6 @@ const (
 	// SpanFlow: the conversation is analyzed for the information-flow rules (when the protocol has
 	// some).
 	SpanFlow = "promptgate.flow"
-	// SpanContinue: promptgate answered the refused calls of an answer itself and asks the upstream
-	// again (onViolation "continue"), one span per round.
-	SpanContinue = "promptgate.continue"
 	// SpanAssemble: the template, the layered prompt and the rewritten body.
 	SpanAssemble = "promptgate.assemble"
 	// SpanShadow: the protocol's version in shadow judges the request (when one is in shadow).
