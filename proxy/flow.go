@@ -15,6 +15,7 @@ import (
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/flow"
 	"github.com/promptgate/promptgate/policy/vet"
+	"github.com/promptgate/promptgate/proxy/surface"
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
 
@@ -124,7 +125,7 @@ func extensionText(raw []byte) []string {
 	if raw == nil {
 		return nil
 	}
-	return []string{flow.JSONText(gjson.ParseBytes(raw), true)}
+	return []string{surface.JSONText(gjson.ParseBytes(raw), true)}
 }
 
 // contextTexts are the gathered context's texts, one per source (its keys and string and number

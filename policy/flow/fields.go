@@ -160,51 +160,22 @@ func splitOutput(doc string, paths []string) split {
 			}
 			found = true
 			spans = append(spans, [2]int{v.Index, v.Index + len(v.Raw)})
-			out.trusted = append(out.trusted, JSONText(v, false))
+			out.trusted = append(out.trusted, JSONStrings(v, false, maxFieldDepth, nil))
 			return true
 		})
 		if !found {
 			return split{problem: "the path " + strconv.Quote(gp) + " finds nothing in it"}
 		}
 	}
-	var b strings.Builder
-	restText(&b, root, spans, 0)
-	out.rest = b.String()
+	out.rest = JSONStrings(root, true, maxFieldDepth, func(_ gjson.Result, _ string, v gjson.Result) bool {
+		for _, s := range spans {
+			if v.Index >= s[0] && v.Index+len(v.Raw) <= s[1] && len(v.Raw) > 0 {
+				return true // a trusted part
+			}
+		}
+		return false
+	})
 	return out
-}
-
-// restText writes the keys, strings and numbers of v that lie outside the trusted spans, a line
-// each.
-func restText(b *strings.Builder, v gjson.Result, spans [][2]int, depth int) {
-	for _, s := range spans {
-		if v.Index >= s[0] && v.Index+len(v.Raw) <= s[1] && len(v.Raw) > 0 {
-			return
-		}
-	}
-	line := func(s string) {
-		if b.Len() > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(s)
-	}
-	switch {
-	case depth > maxFieldDepth:
-	case v.Type == gjson.String:
-		line(v.Str)
-	case v.Type == gjson.Number:
-		line(v.Raw)
-	case v.IsArray():
-		v.ForEach(func(_, e gjson.Result) bool {
-			restText(b, e, spans, depth+1)
-			return true
-		})
-	case v.IsObject():
-		v.ForEach(func(k, e gjson.Result) bool {
-			line(k.Str)
-			restText(b, e, spans, depth+1)
-			return true
-		})
-	}
 }
 
 // documentJSON is doc as JSON text: doc itself when it is one JSON value, else its YAML read into

@@ -184,57 +184,49 @@ func (t *Transcript) add(src Source, text string, msg int) {
 	t.segments = append(t.segments, Segment{Source: src, Text: text, Message: msg, InHistory: t.inHistory})
 }
 
-// JSONText gathers the strings of a JSON value (a tool output, an attachment, the runtime context),
-// joined by line breaks: every string and number except identifiers, media types and binary
-// payloads (base64 data, data: URLs, encrypted content). With keys set, object keys are gathered
-// too (the context's keys are its data). Nesting deeper than 32 levels is left out.
-func JSONText(v gjson.Result, keys bool) string {
+// JSONStrings gathers the strings and numbers of a JSON value, joined by line breaks, and with keys
+// set the keys of its objects too (a key whose value is too deep to read included). leave, when not nil, leaves a value out (with its key, in an
+// object): obj is the object that holds it under key (the zero Result, and "", for the value itself
+// and an array's elements). Nesting deeper than depth levels is left out. What a value's text is
+// for a surface (which members of its content parts are identifiers or payloads) is the surface's
+// leave.
+func JSONStrings(v gjson.Result, keys bool, depth int, leave func(obj gjson.Result, key string, v gjson.Result) bool) string {
 	var b strings.Builder
-	var walk func(v gjson.Result, depth int)
+	jsonStrings(&b, gjson.Result{}, "", v, keys, depth, leave)
+	return b.String()
+}
+
+func jsonStrings(b *strings.Builder, obj gjson.Result, key string, v gjson.Result, keys bool, depth int,
+	leave func(obj gjson.Result, key string, v gjson.Result) bool) {
+	if leave != nil && leave(obj, key, v) {
+		return
+	}
 	line := func(s string) {
 		if b.Len() > 0 {
 			b.WriteByte('\n')
 		}
 		b.WriteString(s)
 	}
-	walk = func(v gjson.Result, depth int) {
-		if depth > maxCollectDepth {
-			return
-		}
-		switch {
-		case v.Type == gjson.String:
-			if !strings.HasPrefix(v.Str, "data:") {
-				line(v.Str)
-			}
-		case v.Type == gjson.Number:
-			line(v.Raw)
-		case v.IsArray():
-			v.ForEach(func(_, e gjson.Result) bool {
-				walk(e, depth+1)
-				return true
-			})
-		case v.IsObject():
-			binary := v.Get("type").String() == "base64"
-			v.ForEach(func(k, e gjson.Result) bool {
-				switch k.Str {
-				case "type", "id", "call_id", "tool_use_id", "media_type", "mime_type", "file_id", "signature",
-					"encrypted_content", "cache_control", "status", "file_data":
-					return true
-				case "data":
-					if binary {
-						return true
-					}
-				}
-				if keys {
-					line(k.Str)
-				}
-				walk(e, depth+1)
-				return true
-			})
-		}
+	if obj.Exists() && keys {
+		line(key)
 	}
-	walk(v, 0)
-	return b.String()
+	switch {
+	case depth < 0:
+	case v.Type == gjson.String:
+		line(v.Str)
+	case v.Type == gjson.Number:
+		line(v.Raw)
+	case v.IsArray():
+		v.ForEach(func(_, e gjson.Result) bool {
+			jsonStrings(b, gjson.Result{}, "", e, keys, depth-1, leave)
+			return true
+		})
+	case v.IsObject():
+		v.ForEach(func(k, e gjson.Result) bool {
+			jsonStrings(b, v, k.Str, e, keys, depth-1, leave)
+			return true
+		})
+	}
 }
 
 const maxCollectDepth = 32

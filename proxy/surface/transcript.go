@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -15,6 +16,33 @@ import (
 // What the surfaces' transcript readers share: a message's content and a tool output read once, the
 // same way on every surface.
 
+// JSONText is the text of a JSON value of a request (a tool output, an attachment, the runtime
+// context) for the information-flow rules: every string and number (and key, with keys set) but the
+// members of the APIs' content parts that are identifiers, media types or binary payloads (base64
+// data, data: URLs, encrypted content), to a depth of 32.
+func JSONText(v gjson.Result, keys bool) string {
+	return flow.JSONStrings(v, keys, maxTextDepth, notText)
+}
+
+// maxTextDepth is how deep JSONText reads a value.
+const maxTextDepth = 32
+
+// notText reports whether a member of a content part (key in obj) or a string is no text a reader
+// acts on.
+func notText(obj gjson.Result, key string, v gjson.Result) bool {
+	if v.Type == gjson.String && strings.HasPrefix(v.Str, "data:") {
+		return true
+	}
+	switch key {
+	case "type", "id", "call_id", "tool_use_id", "media_type", "mime_type", "file_id", "signature",
+		"encrypted_content", "cache_control", "status", "file_data":
+		return obj.Exists()
+	case "data":
+		return obj.Get("type").Str == "base64"
+	}
+	return false
+}
+
 // AddMessage adds a message's text under role, and each attachment (a part that is not text) as
 // untrusted context; the model's own attachments are not sources and are left out.
 func AddMessage(t *flow.Transcript, r flow.Role, content gjson.Result, msg int) {
@@ -24,14 +52,14 @@ func AddMessage(t *flow.Transcript, r flow.Role, content gjson.Result, msg int) 
 		return
 	}
 	for _, a := range attachments {
-		t.Attachment(flow.JSONText(a, false), msg)
+		t.Attachment(JSONText(a, false), msg)
 	}
 }
 
 // OutputOf reads a tool output's content (a string, or an array of parts or blocks): every string
 // of it as text, and its text parts as the document the tool returned.
 func OutputOf(content gjson.Result) flow.Output {
-	return flow.Output{Text: flow.JSONText(content, false), Doc: assembly.ContentText(content)}
+	return flow.Output{Text: JSONText(content, false), Doc: assembly.ContentText(content)}
 }
 
 // RawJSON is a value's raw JSON text, nil when it is absent.

@@ -46,7 +46,7 @@ func transcript(b *assembly.Body) (*flow.Transcript, error) {
 		case "function":
 			t.LegacyOutput(m.Get("name").String(), surface.OutputOf(content), i)
 		default:
-			t.Untrusted(flow.JSONText(m, false), i)
+			t.Untrusted(surface.JSONText(m, false), i)
 		}
 		i++
 		return true

@@ -7,6 +7,7 @@ import (
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy/flow"
+	"github.com/promptgate/promptgate/proxy/surface"
 )
 
 // transcript reads a Gemini body for the information-flow rules: systemInstruction's text parts as
@@ -56,7 +57,7 @@ func readContent(t *flow.Transcript, c gjson.Result, i int, sources map[[2]int]s
 	case "model":
 		role = flow.RoleAssistant
 	default:
-		t.Untrusted(flow.JSONText(c, false), i)
+		t.Untrusted(surface.JSONText(c, false), i)
 		return
 	}
 	var text []string
@@ -82,7 +83,7 @@ func readContent(t *flow.Transcript, c gjson.Result, i int, sources map[[2]int]s
 			flush()
 			if role == flow.RoleAssistant {
 				// The model's own content: whatever it says, it is no tool's output.
-				t.Untrusted(flow.JSONText(fr, false), i)
+				t.Untrusted(surface.JSONText(fr, false), i)
 				return true
 			}
 			r, _ := get(fr, fResponse)
@@ -108,12 +109,12 @@ func readContent(t *flow.Transcript, c gjson.Result, i int, sources map[[2]int]s
 func readOther(t *flow.Transcript, role flow.Role, p gjson.Result, i int, flush func()) {
 	if r, _ := get(p, "codeExecutionResult code_execution_result"); r.Exists() {
 		flush()
-		t.ToolOutput(ToolCodeExecution, flow.Output{Text: flow.JSONText(r, false)}, i)
+		t.ToolOutput(ToolCodeExecution, flow.Output{Text: surface.JSONText(r, false)}, i)
 		return
 	}
 	if role == flow.RoleUser {
 		flush()
-		t.Attachment(flow.JSONText(p, false), i)
+		t.Attachment(surface.JSONText(p, false), i)
 	}
 }
 
@@ -137,7 +138,7 @@ func outputOf(r gjson.Result) flow.Output {
 	if o := r.Get("output"); o.Type == gjson.String {
 		doc = o.Str
 	}
-	return flow.Output{Text: flow.JSONText(r, false), Doc: doc}
+	return flow.Output{Text: surface.JSONText(r, false), Doc: doc}
 }
 
 // responseRef is a functionCall or a functionResponse part of a conversation.

@@ -45,7 +45,7 @@ func readMessage(t *flow.Transcript, m gjson.Result, i int) {
 	case "assistant":
 		role = flow.RoleAssistant
 	default:
-		t.Untrusted(flow.JSONText(m, false), i)
+		t.Untrusted(surface.JSONText(m, false), i)
 		return
 	}
 	content := m.Get("content")
@@ -81,7 +81,7 @@ func readMessage(t *flow.Transcript, m gjson.Result, i int) {
 			t.Output(b.Get("tool_use_id").String(), surface.OutputOf(b.Get("content")), i)
 		case role == flow.RoleUser:
 			flush()
-			t.Attachment(flow.JSONText(b, false), i) // an attachment
+			t.Attachment(surface.JSONText(b, false), i) // an attachment
 		}
 		return true
 	})

@@ -93,7 +93,7 @@ func readItem(t *flow.Transcript, it gjson.Result, i int) {
 		case "assistant":
 			surface.AddMessage(t, flow.RoleAssistant, it.Get("content"), i)
 		default:
-			t.Untrusted(flow.JSONText(it, false), i)
+			t.Untrusted(surface.JSONText(it, false), i)
 		}
 	case typeFunction:
 		t.Call(it.Get("name").String(), it.Get("call_id").String(), []byte(it.Get("arguments").String()), "", i)
@@ -110,7 +110,7 @@ func readItem(t *flow.Transcript, it gjson.Result, i int) {
 	default:
 		tool := builtinTool(typ)
 		if tool == "" {
-			t.Untrusted(flow.JSONText(it, false), i) // unknown: untrusted
+			t.Untrusted(surface.JSONText(it, false), i) // unknown: untrusted
 			return
 		}
 		id := it.Get("call_id").String()
@@ -151,7 +151,7 @@ func carried(it gjson.Result, keys ...string) flow.Output {
 	var texts, docs []string
 	for _, k := range keys {
 		if v := it.Get(k); v.Exists() {
-			texts = append(texts, flow.JSONText(v, false))
+			texts = append(texts, surface.JSONText(v, false))
 			if v.Type == gjson.String {
 				docs = append(docs, v.Str)
 			}
