@@ -15,7 +15,6 @@ import (
 	"github.com/promptgate/promptgate/policy/vet"
 	"github.com/promptgate/promptgate/proxy/relay"
 	"github.com/promptgate/promptgate/proxy/surface"
-	"github.com/promptgate/promptgate/proxy/surface/responses"
 	"github.com/promptgate/promptgate/proxy/telemetry/redact"
 	"github.com/promptgate/promptgate/proxy/telemetry/tracing"
 )
@@ -34,12 +33,11 @@ var errRoundTooLarge = errors.New("continue: the next round's request is larger 
 // stream, JSON otherwise) in no content coding, else the round is not taken and the refusals stand,
 // as refuse writes them. A next request larger than limits.maxBodyBytes is never sent: each round
 // resends the turns before it, so the rounds end there, and the refusals stand. nil outside
-// continue mode, except for an answer whose approval requests of hosted MCP calls promptgate
-// answers (mcp.vetHostedCalls; a Responses stream, or any non-stream answer), which it continues in
-// any mode. Streams of other surfaces keep their refuse-mode relay.
+// continue mode, except under mcp.vetHostedCalls: promptgate answers the approval requests of
+// hosted MCP calls itself and continues the answer in any mode (outside continue mode no other call
+// is answered by promptgate, relay.Answerable, so only those rounds are taken).
 func (s *Server) next(sent *http.Request, x *exchange, stream bool) relay.Next {
-	if _, responses := x.prep.Surface.(*responses.Surface); x.policy.Mode != vet.ModeContinue &&
-		(!x.prep.Protocol.MCP.VetHostedCalls || stream && !responses) {
+	if x.policy.Mode != vet.ModeContinue && !x.prep.Protocol.MCP.VetHostedCalls {
 		return nil
 	}
 	body, rounds := x.prep.Body, x.prep.continueRounds()
