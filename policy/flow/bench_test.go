@@ -3,6 +3,7 @@ package flow_test
 import (
 	"encoding/json"
 	"fmt"
+	netmail "net/mail"
 	"slices"
 	"strings"
 	"testing"
@@ -128,10 +129,14 @@ func FuzzProvenance(f *testing.F) {
 			}
 		}
 		// An address is found whole; one that runs on into more of a domain or a local part is not.
-		// One whose domain is no valid host name (IDNA refuses "_.aa") is refused, found or not.
+		// One whose domain is no valid host name (IDNA refuses "_.aa"), or that net/mail (the
+		// reader of the value) does not read as one address ("bo.@x.aa"), is refused, found or not.
 		if it, ok := scan.Whole(v, scan.Email); ok && it.Kind == scan.Email {
 			want := flow.VerdictAllowed
 			if _, err := vet.NormHost(it.Host); err != nil {
+				want = flow.VerdictBlocked
+			}
+			if l, err := netmail.ParseAddressList(v); err != nil || len(l) != 1 {
 				want = flow.VerdictBlocked
 			}
 			if got := check("mail "+v+" now", "e"); got != want {

@@ -400,14 +400,15 @@ func emailKey(s string) (string, bool) {
 	return strings.ToLower(s[:at]) + "@" + h, true
 }
 
-// itemEmailKey normalises an address found in text. A quoted local part is read by net/mail
-// ('"bob@acme.com"@evil.net' is the local part bob@acme.com at evil.net).
+// itemEmailKey normalises an address found in text. A quoted local part, and the white space and
+// comments RFC 5322 allows after the "@", are read by net/mail ('"bob@acme.com"@evil.net' is the
+// local part bob@acme.com at evil.net; "bob@ (x) acme.com" is bob@acme.com).
 func itemEmailKey(text string, it scan.Item) (string, bool) {
 	if it.Malformed {
 		return "", false
 	}
 	s := it.Text(text)
-	if strings.HasPrefix(s, `"`) {
+	if strings.HasPrefix(s, `"`) || strings.ContainsAny(s, " \t\r\n(") {
 		a, err := mail.ParseAddress(s)
 		if err != nil {
 			return "", false

@@ -151,7 +151,8 @@ func TestProvenanceAddressesAsNetMailReads(t *testing.T) {
 		return checkCase{tool: tool, args: string(b)}
 	}
 	var cases []checkCase
-	for _, v := range []string{"bob@acme.com", "Bob <BOB@acme.com>", `"bob"@acme.com`, "bob@acme.com (Bob)", "bob@acme.com, Carol <carol@acme.com>"} {
+	for _, v := range []string{"bob@acme.com", "Bob <BOB@acme.com>", `"bob"@acme.com`, "bob@acme.com (Bob)", "bob@acme.com, Carol <carol@acme.com>",
+		"bob@ acme.com"} {
 		cases = append(cases, to("send_email", v), to("mail_auto", v))
 	}
 	bad := func(tool, v, reason string) checkCase {
@@ -169,6 +170,7 @@ func TestProvenanceAddressesAsNetMailReads(t *testing.T) {
 		bad("send_email", "bob@acme.com (eve@evil.net)", "readers disagree"),
 		bad("send_email", "bob@localhost", "readers disagree"),
 		bad("send_email", "not an address", "is not an email address"),
+		bad("send_email", "bob@ (office) acme.com", "is not an email address"), // net/mail reads no comment there
 	)
 	runChecks(t, p, readersConversation, cases)
 }
