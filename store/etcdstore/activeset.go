@@ -137,6 +137,20 @@ func (s *Etcd) setGuard(modRev int64) clientv3.Cmp {
 	return clientv3.Compare(clientv3.ModRevision(s.p+keyActiveSet), "=", modRev)
 }
 
+// putSet writes a where the active set is still at modRev. ok false means another writer came
+// first: read the set again and retry. rev is the revision of the write.
+func (s *Etcd) putSet(ctx context.Context, a activeSet, modRev int64) (rev int64, ok bool, err error) {
+	put, err := s.setOp(a)
+	if err != nil {
+		return 0, false, err
+	}
+	tr, err := s.client().Txn(ctx).If(s.setGuard(modRev)).Then(put).Commit()
+	if err != nil {
+		return 0, false, err
+	}
+	return tr.Header.Revision, tr.Succeeded, nil
+}
+
 // setOp writes a.
 func (s *Etcd) setOp(a activeSet) (clientv3.Op, error) {
 	b, err := a.encode()

@@ -323,19 +323,15 @@ func (s *Etcd) activate(ctx context.Context, kind store.Kind, name string, versi
 		if err := s.checkLinks(ctx, set, nil, store.Key(kind, name)); err != nil {
 			return 0, fmt.Errorf("store: activate: %s/%s: %w", kind, name, err)
 		}
-		put, err := s.setOp(set)
+		rev, ok, err := s.putSet(ctx, set, setRev)
 		if err != nil {
 			return 0, fmt.Errorf("store: activate: %s/%s: %w", kind, name, err)
 		}
-		tr, err := s.client().Txn(ctx).If(s.setGuard(setRev)).Then(put).Commit()
-		if err != nil {
-			return 0, fmt.Errorf("store: activate: %s/%s: %w", kind, name, err)
-		}
-		if !tr.Succeeded {
+		if !ok {
 			continue
 		}
 		s.log.Info("store: version activated", "kind", kind, "name", name, "version", version, "previous", prev)
-		s.committed(tr.Header.Revision)
+		s.committed(rev)
 		return prev, nil
 	}
 }
@@ -374,19 +370,15 @@ func (s *Etcd) Rollback(ctx context.Context, kind store.Kind, name string) (int,
 		if err := s.checkLinks(ctx, set, nil, store.Key(kind, name)); err != nil {
 			return 0, 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, err)
 		}
-		put, err := s.setOp(set)
+		rev, ok, err := s.putSet(ctx, set, setRev)
 		if err != nil {
 			return 0, 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, err)
 		}
-		tr, err := s.client().Txn(ctx).If(s.setGuard(setRev)).Then(put).Commit()
-		if err != nil {
-			return 0, 0, fmt.Errorf("store: rollback: %s/%s: %w", kind, name, err)
-		}
-		if !tr.Succeeded {
+		if !ok {
 			continue
 		}
 		s.log.Info("store: rolled back", "kind", kind, "name", name, "version", to, "from", p.Active)
-		s.committed(tr.Header.Revision)
+		s.committed(rev)
 		return to, p.Active, nil
 	}
 }
@@ -893,19 +885,15 @@ func (s *Etcd) SetShadow(ctx context.Context, name string, version int) (int, er
 		p.Shadow = version
 		p.History = append([]int(nil), p.History...)
 		set.set(kind, name, p)
-		put, err := s.setOp(set)
+		rev, ok, err := s.putSet(ctx, set, setRev)
 		if err != nil {
 			return 0, fmt.Errorf("store: shadow: %s/%s: %w", kind, name, err)
 		}
-		tr, err := s.client().Txn(ctx).If(s.setGuard(setRev)).Then(put).Commit()
-		if err != nil {
-			return 0, fmt.Errorf("store: shadow: %s/%s: %w", kind, name, err)
-		}
-		if !tr.Succeeded {
+		if !ok {
 			continue
 		}
 		s.log.Info("store: shadow set", "kind", kind, "name", name, "version", version, "previous", prev)
-		s.committed(tr.Header.Revision)
+		s.committed(rev)
 		return prev, nil
 	}
 }
