@@ -44,23 +44,16 @@ func testsFixture(t *testing.T) *fixture {
 	return f
 }
 
-// supportCases is a case file of the stored support protocol: lookup passes; wrong-expectation
-// expects a release of a call the protocol blocks (line 14).
-const supportCases = `protocol: support
-cases:
-  - name: lookup
-    request: {model: m, messages: [{role: user, content: "Where is A-123456?"}], tools: [{type: function, function: {name: get_order, parameters: {type: object}}}]}
-    answer:
-      body: {id: c, object: chat.completion, created: 1, model: m, choices: [{index: 0, finish_reason: tool_calls, message: {role: assistant, content: null, tool_calls: [{id: call_1, type: function, function: {name: get_order, arguments: '{"order_id": "A-123456"}'}}]}}]}
-    expect:
-      calls: [{id: call_1, outcome: released}]
-  - name: wrong-expectation
-    request: {model: m, messages: [{role: user, content: "Where is 12345?"}], tools: [{type: function, function: {name: get_order, parameters: {type: object}}}]}
-    answer:
-      body: {id: c, object: chat.completion, created: 1, model: m, choices: [{index: 0, finish_reason: tool_calls, message: {role: assistant, content: null, tool_calls: [{id: call_1, type: function, function: {name: get_order, arguments: '{"order_id": "12345"}'}}]}}]}
-    expect:
-      calls: [{id: call_1, outcome: released}]
-`
+// readSupportCases is the case file of the stored support protocol that policytest's tests use too:
+// lookup passes; wrong-expectation expects a release of a call the protocol blocks (line 14).
+func readSupportCases(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "policytest", "testdata", "support-stored.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 // asJSON is a YAML case file as indented JSON (so that its lines are lines of its own).
 func asJSON(t *testing.T, src string) string {
@@ -80,6 +73,7 @@ func asJSON(t *testing.T, src string) string {
 // protocol; the answer names each case, whether it passed, each failed expectation with its line
 // and field, and what was decided; run= picks cases by name.
 func TestPolicyTestsOverTheAPI(t *testing.T) {
+	supportCases := readSupportCases(t)
 	t.Parallel()
 	f := testsFixture(t)
 	b := f.ok(http.StatusOK, "POST", "/admin/tests", supportCases, "Content-Type", "application/yaml")
@@ -119,6 +113,7 @@ func TestPolicyTestsOverTheAPI(t *testing.T) {
 // its status and code, and nothing is run; a case file's problems are listed as the CLI names them,
 // line and field.
 func TestPolicyTestsRefuseBadInput(t *testing.T) {
+	supportCases := readSupportCases(t)
 	t.Parallel()
 	f := testsFixture(t)
 	yamlType := []string{"Content-Type", "application/yaml"}

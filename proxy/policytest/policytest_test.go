@@ -101,23 +101,16 @@ func supportBody(t *testing.T) []byte {
 	return b
 }
 
-// storedCase is a case file that names the support protocol of the store by PROTOCOL, with no file:
-// its first case passes, its second expects a release the protocol blocks.
-const storedCase = `protocol: PROTOCOL
-cases:
-  - name: lookup
-    request: {model: m, messages: [{role: user, content: "Where is A-123456?"}], tools: [{type: function, function: {name: get_order, parameters: {type: object}}}]}
-    answer:
-      body: {id: c, object: chat.completion, created: 1, model: m, choices: [{index: 0, finish_reason: tool_calls, message: {role: assistant, content: null, tool_calls: [{id: call_1, type: function, function: {name: get_order, arguments: '{"order_id": "A-123456"}'}}]}}]}
-    expect:
-      calls: [{id: call_1, outcome: released}]
-  - name: wrong-expectation
-    request: {model: m, messages: [{role: user, content: "Where is 12345?"}], tools: [{type: function, function: {name: get_order, parameters: {type: object}}}]}
-    answer:
-      body: {id: c, object: chat.completion, created: 1, model: m, choices: [{index: 0, finish_reason: tool_calls, message: {role: assistant, content: null, tool_calls: [{id: call_1, type: function, function: {name: get_order, arguments: '{"order_id": "12345"}'}}]}}]}
-    expect:
-      calls: [{id: call_1, outcome: released}]
-`
+// storedCase is a case file that names the stored support protocol by protocol, with no file: its
+// first case passes, its second expects a release the protocol blocks.
+func storedCase(t *testing.T, protocol string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "support-stored.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []byte(strings.Replace(string(b), "protocol: support\n", "protocol: "+protocol+"\n", 1))
+}
 
 // supportStore is a real store file with the support protocol pushed and active.
 func supportStore(t *testing.T) *store.Bolt {
@@ -150,7 +143,7 @@ func TestRunFromBytesAgainstAStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, protocol := range []string{"support", "support@1", "{id: support, version: 1}"} {
-		cases, problems := Parse("", "", []byte(strings.Replace(storedCase, "PROTOCOL", protocol, 1)), Options{NoFiles: true})
+		cases, problems := Parse("", "", storedCase(t, protocol), Options{NoFiles: true})
 		if len(problems) > 0 {
 			t.Fatal(problems)
 		}
@@ -177,7 +170,7 @@ func TestRunFromBytesAgainstAStore(t *testing.T) {
 			t.Errorf("%s: details %q", protocol, fail.Details)
 		}
 	}
-	cases, _ := Parse("", "", []byte(strings.Replace(storedCase, "PROTOCOL", "support@9", 1)), Options{NoFiles: true})
+	cases, _ := Parse("", "", storedCase(t, "support@9"), Options{NoFiles: true})
 	problems := NewEnv(testConfig(), snap).LoadProtocols(ctx, cases, st)
 	if len(problems) != 1 || !strings.HasPrefix(problems[0].String(), "1: protocol: protocol support@9 is not in the store") {
 		t.Errorf("a version the store lacks: %v", problems)
