@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
 	"github.com/promptgate/promptgate/policy/flow"
@@ -46,6 +44,9 @@ const (
 	reasonNoModelCall = "no model call released this call (requireModelCall)"
 	reasonDiffers     = "its arguments differ from those of the model's call (requireModelCall)"
 	reasonSpent       = "the model's call was executed already: a released call runs once (requireModelCall)"
+	// reasonUnreadable: arguments that servers' readers read differently (a number that a float64
+	// reads as an infinity, or as zero for non-zero digits), which no join can match.
+	reasonUnreadable = "its arguments hold a number that MCP servers read differently (out of float64's range)"
 )
 
 // governance is what the request's protocol decides on the door.
@@ -101,10 +102,10 @@ func (x *exchange) call(m message) ([]byte, bool) {
 		}
 		x.decided(model, argBytes, audit.VerdictAudited, reason, rule, "")
 	}
-	if !args.Exists() {
-		args = gjson.Parse("{}")
+	digest, ok := mcpjoin.Digest(argBytes)
+	if !ok {
+		return x.refuse(m, model, argBytes, reasonUnreadable, "", audit.VerdictBlocked), false
 	}
-	digest, _ := flow.ArgsDigest(args) // the body was read strict, the checker saw one object
 	conversation := strings.TrimSpace(x.r.Header.Get(proxy.HeaderConversation))
 	match, rel := x.d.o.Calls.Claim(mcpjoin.Call{Tool: model, Digest: digest, Conversation: conversation})
 	span.String("promptgate.mcp.join", [...]string{"unmatched", "matched", "differs", "spent"}[match])

@@ -5,18 +5,15 @@
 // against, and the calls the door let through to an MCP server, so that their outputs are known as
 // that server's (mcp:SERVER) when they come back in the next request to the model.
 //
-// It owns the record and the digest both paths use (flow.ArgsDigest: key order and white space do
-// not count). It does not decide anything: the door and the proxy do.
+// It owns the record and the digest both paths use (canon.go: key order and white space do not
+// count, and two arguments are one only where every reader reads them as one). It does not decide
+// anything: the door and the proxy do.
 package mcpjoin
 
 import (
 	"container/list"
 	"sync"
 	"time"
-
-	"github.com/tidwall/gjson"
-
-	"github.com/promptgate/promptgate/policy/flow"
 )
 
 // Defaults of a Record.
@@ -34,22 +31,16 @@ const (
 type Call struct {
 	// Tool is the model's name of the tool (the MCP tool's name with its server's toolPrefix).
 	Tool string
-	// Digest is flow.ArgsDigest of the arguments.
+	// Digest is the Digest of the arguments.
 	Digest [32]byte
 	// Conversation is the conversation id the request named (X-Promptgate-Conversation or
 	// promptgate.conversation); "" when none. Both paths must name the same.
 	Conversation string
 }
 
-// Digest is the digest both paths key a call's arguments by; false when they are not one JSON
-// object.
-func Digest(args []byte) ([32]byte, bool) {
-	if !gjson.ValidBytes(args) {
-		return [32]byte{}, false
-	}
-	d, err := flow.ArgsDigest(gjson.ParseBytes(args))
-	return d, err == nil
-}
+// Digest is the digest both paths key a call's arguments by (canon.go); false when they are not one
+// strict JSON object, which matches no call.
+func Digest(args []byte) ([32]byte, bool) { return digest(args) }
 
 // Match is what the record knows of an MCP call.
 type Match int
