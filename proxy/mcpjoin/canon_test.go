@@ -170,3 +170,54 @@ func sameNumber(a, b string) bool {
 	fb, errb := strconv.ParseFloat(b, 64)
 	return erra == nil && errb == nil && fa == fb && math.Signbit(fa) == math.Signbit(fb)
 }
+
+// FuzzDigestNumberSpellings: two spellings of one decimal value (digits with a point and an
+// exponent; the same digits as 0.DIGITS with the exponent moved, and trailing zeros more) share a
+// digest exactly where the readers agree on them (their kind, exact value and float64), and both
+// have one or neither.
+func FuzzDigestNumberSpellings(f *testing.F) {
+	f.Add("1", uint8(0), int16(0), uint8(1), false)
+	f.Add("10", uint8(1), int16(0), uint8(0), false)
+	f.Add("15", uint8(1), int16(-1), uint8(3), true)
+	f.Add("1000000000000000055", uint8(1), int16(-1), uint8(0), false)
+	f.Add("0", uint8(0), int16(0), uint8(0), true)
+	f.Add("9007199254740993", uint8(0), int16(0), uint8(2), false)
+	f.Fuzz(func(t *testing.T, raw string, point uint8, exp int16, zeros uint8, neg bool) {
+		digits := strings.Map(func(r rune) rune {
+			if r >= '0' && r <= '9' {
+				return r
+			}
+			return -1
+		}, raw)
+		digits = strings.TrimLeft(digits, "0")
+		if digits == "" {
+			digits = "0"
+		}
+		if len(digits) > 40 {
+			digits = digits[:40]
+		}
+		at := int(point) % (len(digits) + 1)
+		sign := ""
+		if neg {
+			sign = "-"
+		}
+		a := sign + digits
+		if at > 0 && at < len(digits) {
+			a = sign + digits[:at] + "." + digits[at:]
+		} else {
+			at = len(digits)
+		}
+		if exp != 0 {
+			a += "e" + strconv.Itoa(int(exp))
+		}
+		b := sign + "0." + digits + strings.Repeat("0", int(zeros%8)) + "e" + strconv.Itoa(int(exp)+at)
+		da, oka := Digest([]byte(`{"n":` + a + `}`))
+		db, okb := Digest([]byte(`{"n":` + b + `}`))
+		if oka != okb {
+			t.Fatalf("%s and %s: one has a digest, the other not", a, b)
+		}
+		if oka && (da == db) != sameNumber(a, b) {
+			t.Fatalf("%s and %s: one digest %v, the readers agree %v", a, b, da == db, sameNumber(a, b))
+		}
+	})
+}
