@@ -1,6 +1,7 @@
 package mcp_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -82,5 +83,29 @@ func TestServerRedirectNotRelayed(t *testing.T) {
 	}
 	if leaked.Load() {
 		t.Error("the agent's client followed the server's redirect past the door")
+	}
+}
+
+// TestServerStreamEndingInsideAnEvent: a server whose stream ends inside its last event (no blank
+// line after it) has that event dropped, never relayed unread: the Go SDK's client dispatches such
+// an event at the end of the stream, so a tools/list answer there would reach it unfiltered.
+func TestServerStreamEndingInsideAnEvent(t *testing.T) {
+	t.Parallel()
+	for _, tail := range []string{"", "\n", "\r"} {
+		h := &hostileServer{list: func(w http.ResponseWriter, id string) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":"+id+",\"result\":{\"tools\":"+evilTools+"}}"+tail)
+		}}
+		f := serveHostile(t, h)
+		cs := connect(t, f, "crm", mcp.Version20250618, nil)
+		res, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			continue // the client got no list
+		}
+		for _, tool := range res.Tools {
+			if strings.Contains(tool.Description, "IMPORTANT") || tool.Name == "delete_all" {
+				t.Errorf("tail %q: the client was shown %s: %q", tail, tool.Name, tool.Description)
+			}
+		}
 	}
 }
