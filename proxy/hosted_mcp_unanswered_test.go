@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -99,5 +100,29 @@ func TestHostedMCPBackgroundApprovalStaysBlocked(t *testing.T) {
 		if strings.Contains(string(sent), `"approve":true`) || strings.Contains(string(b), "mcp_call") {
 			t.Errorf("answer %d: the app's approval went upstream: %s", i, gjson.GetBytes(sent, "input").Raw)
 		}
+	}
+}
+
+// TestHostedMCPStoredPromptRefused: under mcp.vetHostedCalls a stored prompt is refused even where
+// the protocol allows every tool: its hosted MCP tools are kept upstream, where promptgate cannot
+// make them ask for approval, so their calls would run unvetted.
+func TestHostedMCPStoredPromptRefused(t *testing.T) {
+	t.Parallel()
+	api := &hostedAPI{first: []string{messageItem("msg_1", "hi")}, stored: map[string]string{}}
+	up := newUpstream(t, api.ServeHTTP)
+	protocol := json.RawMessage(`{"id":"hosted","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]},"mcp":{"vetHostedCalls":true}}`)
+	ts, rec := flowServer(t, up.URL, protocol)
+	req := []byte(`{"model":"m","input":"mail ann","prompt":{"id":"pmpt_crm"}}`)
+	status, _, b := post(t, ts, flowtest.Responses, req, nil)
+	if status != 400 || up.count() != 0 || !strings.Contains(string(b), "vetHostedCalls") {
+		t.Fatalf("status %d, %d upstream requests: %s", status, up.count(), b)
+	}
+	if v := rec.verdicts()["stored_prompt/prompt"]; v != "blocked" {
+		t.Errorf("decisions %v", rec.verdicts())
+	}
+	// Without the setting, the protocol that allows every tool forwards it.
+	ts, _ = flowServer(t, up.URL, json.RawMessage(`{"id":"open","promptTemplate":{"base":"base_tool_call_v2"},"tools":{"allow":["*"]}}`))
+	if status, _, b := post(t, ts, flowtest.Responses, req, nil); status != 200 {
+		t.Fatalf("without vetHostedCalls: %d %s", status, b)
 	}
 }
