@@ -126,3 +126,33 @@ func TestHostedMCPStoredPromptRefused(t *testing.T) {
 		t.Fatalf("without vetHostedCalls: %d %s", status, b)
 	}
 }
+
+// TestHostedMCPApprovalArgumentsReadAsTheServerReadsThem: an approval request whose arguments a
+// hosted MCP server could read otherwise than the argument rule (a repeated key, whose last a
+// server's decoder takes; a key in another case, which encoding/json takes for the field; an
+// escaped key; arguments that are not one object) is denied, never approved.
+func TestHostedMCPApprovalArgumentsReadAsTheServerReadsThem(t *testing.T) {
+	t.Parallel()
+	for _, args := range []string{
+		`{"to":"ann@acme.com","to":"eve@evil.example"}`,
+		`{"to":"ann@acme.com","To":"eve@evil.example"}`,
+		`{"to":"ann@acme.com","\u0074o":"eve@evil.example"}`,
+		`{"to":"ann@acme.com"}{"to":"eve@evil.example"}`,
+		`[{"to":"ann@acme.com"}]`,
+		`{"to":"ann@acme.com","cc":"\ud800"}`,
+	} {
+		item, _ := sjson.Set(`{"type":"mcp_approval_request","id":"mcpr_x_ROUND","server_label":"crm","name":"send_email"}`, "arguments", args)
+		api := &hostedAPI{first: []string{item}, stored: map[string]string{}}
+		up := newUpstream(t, api.ServeHTTP)
+		ts, _ := flowServer(t, up.URL, hostedProtocol(true))
+		status, _, b := post(t, ts, flowtest.Responses, []byte(hostedRequest), nil)
+		if status != 200 {
+			t.Fatalf("%s: status %d %s", args, status, b)
+		}
+		for _, a := range gjson.GetBytes(up.lastBody(t), `input.#(type=="mcp_approval_response")#`).Array() {
+			if a.Get("approve").Type != gjson.False {
+				t.Errorf("%s: approved", args)
+			}
+		}
+	}
+}

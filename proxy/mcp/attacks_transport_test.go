@@ -109,3 +109,37 @@ func TestServerStreamEndingInsideAnEvent(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteWithABodyRefused: DELETE ends a session and has no body; one with a body (a tools/call
+// the door would pass unread) is refused before it reaches the server.
+func TestDeleteWithABodyRefused(t *testing.T) {
+	t.Parallel()
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, _ := io.ReadAll(r.Body); len(b) > 0 {
+			got.Store(string(b))
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	f := newFixture(t, mcp.Config{Servers: []mcp.Server{{Name: "crm", URL: srv.URL}}}, proxy.Limits{})
+	req, _ := http.NewRequest(http.MethodDelete, f.url+mcp.PathPrefix+"crm",
+		strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_all","arguments":{}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Mcp-Session-Id", "s")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got.Load() != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("status %d; the server got %v", resp.StatusCode, got.Load())
+	}
+	// Without a body, DELETE goes on.
+	req, _ = http.NewRequest(http.MethodDelete, f.url+mcp.PathPrefix+"crm", nil)
+	req.Header.Set("Mcp-Session-Id", "s")
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE without a body: %v %v", err, resp)
+	}
+	resp.Body.Close()
+}
