@@ -124,7 +124,7 @@ func (x *exchange) call(m message) ([]byte, bool) {
 			return answer, false
 		}
 	}
-	x.d.o.Calls.Executed(model, digest, x.srv.Name)
+	x.d.o.Calls.Executed(model, argBytes, x.srv.Name)
 	return nil, true
 }
 

@@ -272,7 +272,7 @@ func (x *exchange) askUser(h *heldCall) {
 	x.record(audit.Event{Kind: audit.KindConfirm, Tool: vet.DisplayName(h.model), Verdict: audit.VerdictConfirmed,
 		Reason: "confirmed by the user (MCP elicitation)"}.WithArguments(h.args, false))
 	x.decided(h.model, h.args, audit.VerdictConfirmed, "confirmed by the user (MCP elicitation)", "", "")
-	x.d.o.Calls.Executed(h.model, h.digest, x.srv.Name)
+	x.d.o.Calls.Executed(h.model, h.args, x.srv.Name)
 	x.release(h.m)
 }
 

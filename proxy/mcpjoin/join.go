@@ -14,6 +14,10 @@ import (
 	"container/list"
 	"sync"
 	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/flow"
 )
 
 // Defaults of a Record.
@@ -41,6 +45,16 @@ type Call struct {
 // Digest is the digest both paths key a call's arguments by (canon.go); false when they are not one
 // strict JSON object, which matches no call.
 func Digest(args []byte) ([32]byte, bool) { return digest(args) }
+
+// readerDigest is flow.ArgsDigest of the arguments (numbers read as float64s), the key of executed
+// calls; false when they are not one JSON object.
+func readerDigest(args []byte) ([32]byte, bool) {
+	if len(args) == 0 || !gjson.ValidBytes(args) {
+		return [32]byte{}, false
+	}
+	d, err := flow.ArgsDigest(gjson.ParseBytes(args))
+	return d, err == nil
+}
 
 // Match is what the record knows of an MCP call.
 type Match int
@@ -184,12 +198,19 @@ func (r *Record) Claim(c Call) (Match, *Released) {
 	return Unmatched, nil
 }
 
-// Executed records that an MCP server ran a call: its output, when it comes back to the model, is
-// that server's (ServerOf). Where two servers ran the same call (servers whose model names of tools
-// meet, a client calling the other one with the same arguments), an output of it is neither's: it
-// cannot be told which server wrote it.
-func (r *Record) Executed(tool string, digest [32]byte, server string) {
+// Executed records that an MCP server ran a call of tool with these raw arguments: its output, when
+// it comes back to the model, is that server's (ServerOf). The record keys it by a reading of the
+// arguments that takes every number as its float64 (readerDigest), so that an output is its
+// server's however an agent wrote the numbers of the model's call (1 or 1.0) — the label errs
+// toward the server. Where two servers ran the same call (servers whose model names of tools meet,
+// a client calling the other one with the same arguments), an output of it is neither's: it cannot
+// be told which server wrote it.
+func (r *Record) Executed(tool string, args []byte, server string) {
 	if r == nil || server == "" {
+		return
+	}
+	digest, ok := readerDigest(args)
+	if !ok {
 		return
 	}
 	r.mu.Lock()
@@ -217,7 +238,7 @@ func (r *Record) ServerOf(tool string, args []byte) string {
 	if r == nil || len(args) == 0 {
 		return ""
 	}
-	d, ok := Digest(args)
+	d, ok := readerDigest(args)
 	if !ok {
 		return ""
 	}

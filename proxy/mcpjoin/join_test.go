@@ -43,20 +43,23 @@ func TestClaim(t *testing.T) {
 	if r.Len() != 2 {
 		t.Errorf("the record holds %d calls, its size is 2", r.Len())
 	}
-	r.Executed("send", d1, "crm")
+	r.Executed("send", []byte(`{"to":"a@x","n":1}`), "crm")
 	if s := r.ServerOf("send", []byte(`{"n":1,"to":"a@x"}`)); s != "crm" {
 		t.Errorf("ServerOf = %q, want crm", s)
+	}
+	if s := r.ServerOf("send", []byte(`{"n":1.0,"to":"a@x"}`)); s != "crm" {
+		t.Errorf("ServerOf of the call with 1 written 1.0 = %q, want crm (the label errs toward the server)", s)
 	}
 	if s := r.ServerOf("send", []byte(`{"n":2}`)); s != "" {
 		t.Errorf("ServerOf of another call = %q", s)
 	}
 	// The same call run by another server too: its output is neither's, until the record forgets
 	// it.
-	r.Executed("send", d1, "web")
+	r.Executed("send", []byte(`{"to":"a@x","n":1}`), "web")
 	if s := r.ServerOf("send", []byte(`{"n":1,"to":"a@x"}`)); s != "" {
 		t.Errorf("ServerOf of a call two servers ran = %q, want none", s)
 	}
-	r.Executed("send", d1, "crm")
+	r.Executed("send", []byte(`{"to":"a@x","n":1}`), "crm")
 	if s := r.ServerOf("send", []byte(`{"n":1,"to":"a@x"}`)); s != "" {
 		t.Errorf("ServerOf of a call two servers ran, run again by the first = %q, want none", s)
 	}
