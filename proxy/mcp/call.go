@@ -44,9 +44,10 @@ const (
 	reasonNoModelCall = "no model call released this call (requireModelCall)"
 	reasonDiffers     = "its arguments differ from those of the model's call (requireModelCall)"
 	reasonSpent       = "the model's call was executed already: a released call runs once (requireModelCall)"
-	// reasonUnreadable: arguments that servers' readers read differently (a number that a float64
-	// reads as an infinity, or as zero for non-zero digits), which no join can match.
-	reasonUnreadable = "its arguments hold a number that MCP servers read differently (out of float64's range)"
+	// reasonUnreadable: arguments that servers' readers read differently (not one object, or a
+	// number that a float64 reads as an infinity, or as zero for non-zero digits), refused in every
+	// mode, as a parser differential is.
+	reasonUnreadable = "its arguments are not one JSON object that MCP servers read alike (a number out of float64's range)"
 )
 
 // governance is what the request's protocol decides on the door.
