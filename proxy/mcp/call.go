@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/hex"
 	"net/http"
 	"strings"
 	"sync"
@@ -155,12 +156,15 @@ func (x *exchange) judgeUnmatched(m message, model string, args []byte, digest [
 	}
 	t := flow.NewTranscript()
 	t.SetUnseen("an MCP call that no model call released")
-	binding := ""
+	// The binding holds the join's digest of the arguments too: a code releases the call the user
+	// was shown as every server reads it, never one a reader tells apart (1.0 for 1), which the
+	// flow rules' digest (numbers as float64s) takes for the same.
+	binding, exact := "", "\x00args:"+hex.EncodeToString(digest[:])
 	switch ask := x.canAsk(m); {
 	case conversation != "":
-		binding = conversation + "\x00mcp:" + x.srv.Name + "@" + x.version
+		binding = conversation + "\x00mcp:" + x.srv.Name + "@" + x.version + exact
 	case ask:
-		binding = "\x00session:" + x.session().session + "\x00mcp:" + x.srv.Name + "@" + x.version
+		binding = "\x00session:" + x.session().session + "\x00mcp:" + x.srv.Name + "@" + x.version + exact
 	}
 	conv, err := pol.Analyze(t, flow.Options{Conversation: binding, Confirmer: x.d.o.Confirmer, Violations: x.d.o.Violations,
 		User: x.r.Header.Get(proxy.HeaderUser), Codes: x.r.Header.Values(proxy.HeaderConfirm)})
