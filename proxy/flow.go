@@ -75,6 +75,7 @@ func (e *Engine) transcript(j *job) (*flow.Transcript, error) {
 	}
 	if e.calls != nil {
 		t.LabelServers(e.calls.ServerOf) // outputs of calls the MCP door let through are their server's
+		t.LabelSampled(e.calls.SampledBy) // an MCP server's sampling messages, sent as the user's
 	}
 	j.transcript = t
 	return t, nil

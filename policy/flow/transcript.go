@@ -172,6 +172,22 @@ func (t *Transcript) LabelServers(serverOf func(tool string, args []byte) string
 	}
 }
 
+// LabelSampled labels as an MCP server's each user text that the server wrote: sampledBy names the
+// server whose sampling request (sampling/createMessage) carried the text, "" for none. A client
+// that hands a server's sampling messages to its model sends them as the user's; they are the
+// server's, and never the user's confirmation.
+func (t *Transcript) LabelSampled(sampledBy func(text string) string) {
+	for i := range t.segments {
+		seg := &t.segments[i]
+		if seg.Source.Kind != SourceUser || seg.Text == "" {
+			continue
+		}
+		if s := sampledBy(seg.Text); s != "" {
+			seg.Source = Source{Kind: SourceMCP, Tool: s}
+		}
+	}
+}
+
 func (t *Transcript) output(tool, server string, out Output, msg int) {
 	src := Source{Kind: SourceTool, Tool: tool}
 	if server != "" {

@@ -130,9 +130,13 @@ func (x *exchange) editOne(v gjson.Result, msg []byte) []byte {
 	if !v.IsObject() {
 		return msg
 	}
-	if m := v.Get("method").String(); m == "notifications/tools/list_changed" {
+	switch m := v.Get("method").String(); m {
+	case "notifications/tools/list_changed":
 		x.d.o.Pins.SetFresh(x.srv.Name, false)
 		x.log.Info("the MCP server's tool list changed; its definitions are read again before its next call")
+		return msg
+	case "sampling/createMessage":
+		x.sampled(v.Get("params"))
 		return msg
 	}
 	tools := v.Get("result.tools")
@@ -152,6 +156,25 @@ func (x *exchange) editOne(v gjson.Result, msg []byte) []byte {
 		return errorMessage(answerID(msg), codeInternalError, "mcp: the server's list of tools cannot be edited")
 	}
 	return out
+}
+
+// sampled records the texts of a server's sampling request: the client hands them to its model as
+// the user's, and a request to the model through promptgate that carries them has them labelled
+// mcp:SERVER (mcpjoin.Record.Sampled), as the server's outputs are.
+func (x *exchange) sampled(params gjson.Result) {
+	params.Get("messages").ForEach(func(_, msg gjson.Result) bool {
+		content := msg.Get("content")
+		if content.IsObject() {
+			content = gjson.Parse("[" + content.Raw + "]")
+		}
+		content.ForEach(func(_, block gjson.Result) bool {
+			if text := block.Get("text"); block.Get("type").Str == "text" && text.Type == gjson.String {
+				x.d.o.Calls.Sampled(x.srv.Name, text.Str)
+			}
+			return true
+		})
+		return true
+	})
 }
 
 // governed makes sure the exchange has its protocol: a GET stream, which carries answers to the

@@ -12,6 +12,9 @@ package mcpjoin
 
 import (
 	"container/list"
+	"crypto/sha256"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,6 +97,9 @@ type Record struct {
 
 	executed map[exeKey]exeEntry
 	exeOrder *list.List // of exeKey, oldest first
+
+	sampled     map[[32]byte]exeEntry // digest of a text -> the server(s) that sampled it
+	sampleOrder *list.List            // of [32]byte, oldest first
 }
 
 type relKey struct{ tool, conversation string }
@@ -121,7 +127,7 @@ func New(max int, window time.Duration, now func() time.Time) *Record {
 		now = time.Now
 	}
 	return &Record{max: max, window: window, now: now, released: map[relKey][]*Released{}, order: list.New(),
-		executed: map[exeKey]exeEntry{}, exeOrder: list.New()}
+		executed: map[exeKey]exeEntry{}, exeOrder: list.New(), sampled: map[[32]byte]exeEntry{}, sampleOrder: list.New()}
 }
 
 // Window is how long a released call can be matched.
@@ -249,6 +255,53 @@ func (r *Record) ServerOf(tool string, args []byte) string {
 		return ""
 	}
 	return e.server
+}
+
+// Sampled records that an MCP server asked the client's model with text (a message of its
+// sampling/createMessage request), for the window: a request to the model that carries it as the
+// user's is labelled the server's (SampledBy). A text that two servers sampled is both's: its
+// label names them both, which no trust setting names.
+func (r *Record) Sampled(server, text string) {
+	text = strings.TrimSpace(text)
+	if r == nil || server == "" || text == "" {
+		return
+	}
+	k := sha256.Sum256([]byte(text))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	old, ok := r.sampled[k]
+	if !ok {
+		r.sampleOrder.PushBack(k)
+	}
+	if ok && now.Before(old.until) {
+		if !slices.Contains(strings.Split(old.server, "|"), server) {
+			server = old.server + "|" + server
+		} else {
+			server = old.server
+		}
+	}
+	r.sampled[k] = exeEntry{server: server, until: now.Add(r.window)}
+	for r.sampleOrder.Len() > r.max {
+		e := r.sampleOrder.Front()
+		r.sampleOrder.Remove(e)
+		delete(r.sampled, e.Value.([32]byte))
+	}
+}
+
+// SampledBy is the label of the MCP server(s) whose sampling request carried text within the
+// window, "" when none did.
+func (r *Record) SampledBy(text string) string {
+	if r == nil {
+		return ""
+	}
+	k := sha256.Sum256([]byte(strings.TrimSpace(text)))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.sampled[k]; ok && r.now().Before(e.until) {
+		return e.server
+	}
+	return ""
 }
 
 // ambiguous marks a call that two servers ran (a server's label cannot be empty).
