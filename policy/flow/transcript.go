@@ -172,17 +172,17 @@ func (t *Transcript) LabelServers(serverOf func(tool string, args []byte) string
 	}
 }
 
-// LabelSampled labels as an MCP server's each user text that the server wrote: sampledBy names the
-// server whose sampling request (sampling/createMessage) carried the text, "" for none. A client
-// that hands a server's sampling messages to its model sends them as the user's; they are the
-// server's, and never the user's confirmation.
-func (t *Transcript) LabelSampled(sampledBy func(text string) string) {
+// LabelServerTexts labels as an MCP server's each user text that the server wrote: writerOf names
+// the server that wrote the text for the client to hand its model (a sampling request's message, a
+// prompt's, a resource's contents), "" for none. A client sends such a text as the user's; it is
+// the server's, and never the user's confirmation.
+func (t *Transcript) LabelServerTexts(writerOf func(text string) string) {
 	for i := range t.segments {
 		seg := &t.segments[i]
 		if seg.Source.Kind != SourceUser || seg.Text == "" {
 			continue
 		}
-		if s := sampledBy(seg.Text); s != "" {
+		if s := writerOf(seg.Text); s != "" {
 			seg.Source = Source{Kind: SourceMCP, Tool: s}
 		}
 	}

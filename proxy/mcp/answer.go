@@ -136,9 +136,13 @@ func (x *exchange) editOne(v gjson.Result, msg []byte) []byte {
 		x.log.Info("the MCP server's tool list changed; its definitions are read again before its next call")
 		return msg
 	case "sampling/createMessage":
-		x.sampled(v.Get("params"))
+		x.wrote(v.Get("params.messages.#.content"))
 		return msg
 	}
+	// A prompt's messages (prompts/get), which clients insert as the user's, and a resource's
+	// contents (resources/read), which they attach: known by their shape, whatever the request.
+	x.wrote(v.Get("result.messages.#.content"))
+	x.wrote(v.Get("result.contents"))
 	tools := v.Get("result.tools")
 	if !tools.Exists() {
 		return msg
@@ -158,18 +162,18 @@ func (x *exchange) editOne(v gjson.Result, msg []byte) []byte {
 	return out
 }
 
-// sampled records the texts of a server's sampling request: the client hands them to its model as
-// the user's, and a request to the model through promptgate that carries them has them labelled
-// mcp:SERVER (mcpjoin.Record.Sampled), as the server's outputs are.
-func (x *exchange) sampled(params gjson.Result) {
-	params.Get("messages").ForEach(func(_, msg gjson.Result) bool {
-		content := msg.Get("content")
-		if content.IsObject() {
-			content = gjson.Parse("[" + content.Raw + "]")
+// wrote records the texts a server wrote for the client to hand its model as the user's — the
+// contents of a sampling request's or a prompt's messages (each one block or a list of them), a
+// resource's contents — so that a request to the model through promptgate that carries one has it
+// labelled mcp:SERVER (mcpjoin.Record.Wrote), as the server's outputs are.
+func (x *exchange) wrote(contents gjson.Result) {
+	contents.ForEach(func(_, c gjson.Result) bool {
+		if c.IsObject() {
+			c = gjson.Parse("[" + c.Raw + "]")
 		}
-		content.ForEach(func(_, block gjson.Result) bool {
-			if text := block.Get("text"); block.Get("type").Str == "text" && text.Type == gjson.String {
-				x.d.o.Calls.Sampled(x.srv.Name, text.Str)
+		c.ForEach(func(_, block gjson.Result) bool {
+			if text := block.Get("text"); text.Type == gjson.String {
+				x.d.o.Calls.Wrote(x.srv.Name, text.Str)
 			}
 			return true
 		})

@@ -98,8 +98,8 @@ type Record struct {
 	executed map[exeKey]exeEntry
 	exeOrder *list.List // of exeKey, oldest first
 
-	sampled     map[[32]byte]exeEntry // digest of a text -> the server(s) that sampled it
-	sampleOrder *list.List            // of [32]byte, oldest first
+	written      map[[32]byte]exeEntry // digest of a text -> the server(s) that wrote it
+	writtenOrder *list.List            // of [32]byte, oldest first
 }
 
 type relKey struct{ tool, conversation string }
@@ -127,7 +127,7 @@ func New(max int, window time.Duration, now func() time.Time) *Record {
 		now = time.Now
 	}
 	return &Record{max: max, window: window, now: now, released: map[relKey][]*Released{}, order: list.New(),
-		executed: map[exeKey]exeEntry{}, exeOrder: list.New(), sampled: map[[32]byte]exeEntry{}, sampleOrder: list.New()}
+		executed: map[exeKey]exeEntry{}, exeOrder: list.New(), written: map[[32]byte]exeEntry{}, writtenOrder: list.New()}
 }
 
 // Window is how long a released call can be matched.
@@ -257,11 +257,11 @@ func (r *Record) ServerOf(tool string, args []byte) string {
 	return e.server
 }
 
-// Sampled records that an MCP server asked the client's model with text (a message of its
-// sampling/createMessage request), for the window: a request to the model that carries it as the
-// user's is labelled the server's (SampledBy). A text that two servers sampled is both's: its
-// label names them both, which no trust setting names.
-func (r *Record) Sampled(server, text string) {
+// Wrote records that an MCP server wrote text for the client to hand its model as the user's (a
+// message of its sampling request, of a prompt, a resource's contents), for the window: a request
+// to the model that carries it as the user's is labelled the server's (WriterOf). A text that two
+// servers wrote is both's: its label names them both, which no trust setting names.
+func (r *Record) Wrote(server, text string) {
 	text = strings.TrimSpace(text)
 	if r == nil || server == "" || text == "" {
 		return
@@ -270,9 +270,9 @@ func (r *Record) Sampled(server, text string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
-	old, ok := r.sampled[k]
+	old, ok := r.written[k]
 	if !ok {
-		r.sampleOrder.PushBack(k)
+		r.writtenOrder.PushBack(k)
 	}
 	if ok && now.Before(old.until) {
 		if !slices.Contains(strings.Split(old.server, "|"), server) {
@@ -281,24 +281,23 @@ func (r *Record) Sampled(server, text string) {
 			server = old.server
 		}
 	}
-	r.sampled[k] = exeEntry{server: server, until: now.Add(r.window)}
-	for r.sampleOrder.Len() > r.max {
-		e := r.sampleOrder.Front()
-		r.sampleOrder.Remove(e)
-		delete(r.sampled, e.Value.([32]byte))
+	r.written[k] = exeEntry{server: server, until: now.Add(r.window)}
+	for r.writtenOrder.Len() > r.max {
+		e := r.writtenOrder.Front()
+		r.writtenOrder.Remove(e)
+		delete(r.written, e.Value.([32]byte))
 	}
 }
 
-// SampledBy is the label of the MCP server(s) whose sampling request carried text within the
-// window, "" when none did.
-func (r *Record) SampledBy(text string) string {
+// WriterOf is the label of the MCP server(s) that wrote text within the window, "" when none did.
+func (r *Record) WriterOf(text string) string {
 	if r == nil {
 		return ""
 	}
 	k := sha256.Sum256([]byte(strings.TrimSpace(text)))
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e, ok := r.sampled[k]; ok && r.now().Before(e.until) {
+	if e, ok := r.written[k]; ok && r.now().Before(e.until) {
 		return e.server
 	}
 	return ""

@@ -65,32 +65,32 @@ func TestClaim(t *testing.T) {
 	}
 }
 
-// TestSampled: a text a server sampled is its own within the window (white space around it aside);
+// TestWrote: a text a server sampled is its own within the window (white space around it aside);
 // one two servers sampled names both; past the window, or never sampled, it is no server's.
-func TestSampled(t *testing.T) {
+func TestWrote(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1000, 0)
 	r := New(2, time.Minute, func() time.Time { return now })
-	r.Sampled("crm", " mail eve ")
-	if s := r.SampledBy("mail eve"); s != "crm" {
-		t.Errorf("SampledBy = %q, want crm", s)
+	r.Wrote("crm", " mail eve ")
+	if s := r.WriterOf("mail eve"); s != "crm" {
+		t.Errorf("WriterOf = %q, want crm", s)
 	}
-	r.Sampled("web", "mail eve")
-	r.Sampled("crm", "mail eve")
-	if s := r.SampledBy("mail eve"); s != "crm|web" {
-		t.Errorf("SampledBy of a text two servers sampled = %q, want crm|web", s)
+	r.Wrote("web", "mail eve")
+	r.Wrote("crm", "mail eve")
+	if s := r.WriterOf("mail eve"); s != "crm|web" {
+		t.Errorf("WriterOf of a text two servers sampled = %q, want crm|web", s)
 	}
-	if s := r.SampledBy("mail ann"); s != "" {
-		t.Errorf("SampledBy of a text no server sampled = %q", s)
+	if s := r.WriterOf("mail ann"); s != "" {
+		t.Errorf("WriterOf of a text no server sampled = %q", s)
 	}
 	now = now.Add(2 * time.Minute)
-	if s := r.SampledBy("mail eve"); s != "" {
-		t.Errorf("SampledBy past the window = %q", s)
+	if s := r.WriterOf("mail eve"); s != "" {
+		t.Errorf("WriterOf past the window = %q", s)
 	}
 	for _, text := range []string{"a", "b", "c"} {
-		r.Sampled("crm", text)
+		r.Wrote("crm", text)
 	}
-	if s := r.SampledBy("a"); s != "" {
+	if s := r.WriterOf("a"); s != "" {
 		t.Errorf("the record holds more texts than its size: %q", s)
 	}
 }
