@@ -192,7 +192,6 @@ func (x *exchange) relayOther(resp *http.Response) {
 	}
 	if resp.StatusCode < 300 && len(bytes.TrimSpace(body)) > 0 {
 		x.record(audit.Event{Kind: KindCall, Verdict: audit.VerdictBlocked, Reason: errContentType.Error()})
-		x.w.Header().Del("Content-Type")
 		x.rpcFail(http.StatusBadGateway, "", codeInternalError, errContentType.Error())
 		return
 	}
