@@ -280,6 +280,19 @@ func (e *Engine) matchInput(in Input, what string) (surface.Surface, surface.Tar
 // restricts tools (why): the stored prompt's tools (web search, MCP servers, code interpreter,
 // functions) and instructions are applied upstream, where promptgate can neither filter nor see
 // them.
+// storedPromptRestriction says why a protocol refuses a stored prompt, "" where it forwards one: it
+// restricts tools, or it vets hosted MCP calls (mcp.vetHostedCalls), which a stored prompt's MCP
+// tools, kept upstream where promptgate cannot make them ask for approval, would run unvetted.
+func storedPromptRestriction(eff *policy.Effective, access policy.ToolAccess) string {
+	if why := eff.Restriction(access); why != "" {
+		return why
+	}
+	if eff.MCP.VetHostedCalls {
+		return "the protocol vets hosted MCP calls (mcp.vetHostedCalls), which the stored prompt's MCP tools would run unasked"
+	}
+	return ""
+}
+
 func storedPromptRefused(id, why string, eff *policy.Effective) *refusedError {
 	reason := fmt.Sprintf("stored prompt %q: its tools and instructions are applied upstream, out of promptgate's sight, and %s", id, why)
 	return &refusedError{

@@ -74,7 +74,8 @@ func (e *Engine) transcript(j *job) (*flow.Transcript, error) {
 		return nil, err
 	}
 	if e.calls != nil {
-		t.LabelServers(e.calls.ServerOf) // outputs of calls the MCP door let through are their server's
+		t.LabelServers(e.calls.ServerOf)     // outputs of calls the MCP door let through are their server's
+		t.LabelServerTexts(e.calls.WriterOf) // texts an MCP server wrote, sent as the user's
 	}
 	j.transcript = t
 	return t, nil

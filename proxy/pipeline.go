@@ -156,7 +156,7 @@ func (e *Engine) filterTools(_ context.Context, j *job) error {
 		return err
 	}
 	if j.req.StoredPrompt != "" {
-		if why := j.eff.Restriction(access); why != "" {
+		if why := storedPromptRestriction(j.eff, access); why != "" {
 			return storedPromptRefused(j.req.StoredPrompt, why, j.eff)
 		}
 	}

@@ -88,7 +88,7 @@ func (e *Engine) judgeShadow(ctx context.Context, j *job) *Shadow {
 	sh.Kept, sh.Removed = pl.eff.Filter(j.req.Tools, access)
 	sh.Refused = refusal(j.sf.CheckToolChoice(j.body, sh.Kept))
 	if sh.Refused == nil && j.req.StoredPrompt != "" {
-		if why := pl.eff.Restriction(access); why != "" {
+		if why := storedPromptRestriction(pl.eff, access); why != "" {
 			sh.Refused = storedPromptRefused(j.req.StoredPrompt, why, pl.eff).err
 		}
 	}

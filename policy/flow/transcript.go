@@ -172,6 +172,22 @@ func (t *Transcript) LabelServers(serverOf func(tool string, args []byte) string
 	}
 }
 
+// LabelServerTexts labels as an MCP server's each user text that the server wrote: writerOf names
+// the server that wrote the text for the client to hand its model (a sampling request's message, a
+// prompt's, a resource's contents), "" for none. A client sends such a text as the user's; it is
+// the server's, and never the user's confirmation.
+func (t *Transcript) LabelServerTexts(writerOf func(text string) string) {
+	for i := range t.segments {
+		seg := &t.segments[i]
+		if seg.Source.Kind != SourceUser || seg.Text == "" {
+			continue
+		}
+		if s := writerOf(seg.Text); s != "" {
+			seg.Source = Source{Kind: SourceMCP, Tool: s}
+		}
+	}
+}
+
 func (t *Transcript) output(tool, server string, out Output, msg int) {
 	src := Source{Kind: SourceTool, Tool: tool}
 	if server != "" {

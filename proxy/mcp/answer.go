@@ -130,11 +130,19 @@ func (x *exchange) editOne(v gjson.Result, msg []byte) []byte {
 	if !v.IsObject() {
 		return msg
 	}
-	if m := v.Get("method").String(); m == "notifications/tools/list_changed" {
+	switch m := v.Get("method").String(); m {
+	case "notifications/tools/list_changed":
 		x.d.o.Pins.SetFresh(x.srv.Name, false)
 		x.log.Info("the MCP server's tool list changed; its definitions are read again before its next call")
 		return msg
+	case "sampling/createMessage":
+		x.wrote(v.Get("params.messages.#.content"))
+		return msg
 	}
+	// A prompt's messages (prompts/get), which clients insert as the user's, and a resource's
+	// contents (resources/read), which they attach: known by their shape, whatever the request.
+	x.wrote(v.Get("result.messages.#.content"))
+	x.wrote(v.Get("result.contents"))
 	tools := v.Get("result.tools")
 	if !tools.Exists() {
 		return msg
@@ -152,6 +160,25 @@ func (x *exchange) editOne(v gjson.Result, msg []byte) []byte {
 		return errorMessage(answerID(msg), codeInternalError, "mcp: the server's list of tools cannot be edited")
 	}
 	return out
+}
+
+// wrote records the texts a server wrote for the client to hand its model as the user's — the
+// contents of a sampling request's or a prompt's messages (each one block or a list of them), a
+// resource's contents — so that a request to the model through promptgate that carries one has it
+// labelled mcp:SERVER (mcpjoin.Record.Wrote), as the server's outputs are.
+func (x *exchange) wrote(contents gjson.Result) {
+	contents.ForEach(func(_, c gjson.Result) bool {
+		if c.IsObject() {
+			c = gjson.Parse("[" + c.Raw + "]")
+		}
+		c.ForEach(func(_, block gjson.Result) bool {
+			if text := block.Get("text"); text.Type == gjson.String {
+				x.d.o.Calls.Wrote(x.srv.Name, text.Str)
+			}
+			return true
+		})
+		return true
+	})
 }
 
 // governed makes sure the exchange has its protocol: a GET stream, which carries answers to the

@@ -404,18 +404,20 @@ func TestRequestsTheServerWouldReadOtherwise(t *testing.T) {
 }
 
 // TestJoinMatchesOnlyTheModelsArguments: with requireModelCall, an MCP call matches the model's
-// call only where the tool reads the same arguments: key order, white space, escapes and the
-// spelling of a number (1, 1.0, 1e0) do not count; any other difference does — a value with a blank
-// more, a key more, a list for a string, a number that differs in its last digit, a string for a
-// number — and so do the spellings a decoder reads otherwise (a key repeated, a key in another
-// case), which the door refuses outright. No such call reaches the server.
+// call only where every server reads the same arguments: key order, white space, escapes and the
+// spelling of a fraction (0.1, 0.10, 1e-1) do not count; any other difference does — a value with
+// a blank more, a key more, a list for a string, a number that differs in its last digit, a string
+// for a number, an integer written as a float (Python's SDK reads 1 an int and 1.0 a float), a
+// decimal that only float64 takes for the model's (C#'s and Java's decimals read it exactly), a
+// number no float64 holds — and so do the spellings a decoder reads otherwise (a key repeated, a
+// key in another case), which the door refuses outright. No such call reaches the server.
 func TestJoinMatchesOnlyTheModelsArguments(t *testing.T) {
 	t.Parallel()
 	h := &hostileServer{list: answerJSON(plainList)}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	f := newFixture(t, mcp.Config{Servers: []mcp.Server{{Name: "crm", URL: srv.URL, ToolPrefix: "crm_"}}, RequireModelCall: true}, proxy.Limits{})
-	model := `{"to":"ann@acme.com","body":"hi","n":1}`
+	model := `{"to":"ann@acme.com","body":"hi","n":1,"amount":0.1}`
 	pl := httptest.NewServer(mustProxy(t, f, model))
 	t.Cleanup(pl.Close)
 	u := f.url + mcp.PathPrefix + "crm"
@@ -424,18 +426,23 @@ func TestJoinMatchesOnlyTheModelsArguments(t *testing.T) {
 		match bool
 	}{
 		{model, true},
-		{`{"n":1,"body":"hi","to":"ann@acme.com"}`, true},
-		{`{ "to" : "\u0061nn@acme.com", "body":"h\u0069", "n" : 1.0 }`, true},
-		{`{"to":"ann@acme.com","body":"hi","n":1e0}`, true},
-		{`{"to":"ann@acme.com ","body":"hi","n":1}`, false},
-		{`{"to":"ann@acme.com","body":"hi","n":1,"cc":"eve@evil.example"}`, false},
-		{`{"to":["ann@acme.com"],"body":"hi","n":1}`, false},
-		{`{"to":"ann@acme.com","body":"hi","n":1.0000000001}`, false},
-		{`{"to":"ann@acme.com","body":"hi","n":"1"}`, false},
-		{`{"to":"ann@acme.com","body":"hi"}`, false},
-		{`{"to":"ann@acme.com","body":"hi","n":1,"to":"eve@evil.example"}`, false},
-		{`{"to":"ann@acme.com","body":"hi","n":1,"To":"eve@evil.example"}`, false},
-		{`{"to":"ann@acme.com","body":"hi","n":1,"\u0074o":"eve@evil.example"}`, false},
+		{`{"amount":0.1,"n":1,"body":"hi","to":"ann@acme.com"}`, true},
+		{`{ "to" : "\u0061nn@acme.com", "body":"h\u0069", "n" : 1, "amount" : 0.10 }`, true},
+		{`{"to":"ann@acme.com","body":"hi","n":1,"amount":1e-1}`, true},
+		{`{"to":"ann@acme.com","body":"hi","n":1.0,"amount":0.1}`, false},
+		{`{"to":"ann@acme.com","body":"hi","n":1e0,"amount":0.1}`, false},
+		{`{"to":"ann@acme.com","body":"hi","n":1,"amount":0.1000000000000000055}`, false},
+		{`{"to":"ann@acme.com","body":"hi","n":1,"amount":0.10000000000000000000001}`, false},
+		{`{"to":"ann@acme.com","body":"hi","n":1,"amount":0.1,"big":1e400}`, false},
+		{`{"to":"ann@acme.com ","body":"hi","n":1,"amount":0.1}`, false},
+		{`{"to":"ann@acme.com","body":"hi","n":1,"amount":0.1,"cc":"eve@evil.example"}`, false},
+		{`{"to":["ann@acme.com"],"body":"hi","n":1,"amount":0.1}`, false},
+		{`{"to":"ann@acme.com","body":"hi","n":1.0000000001,"amount":0.1}`, false},
+		{`{"to":"ann@acme.com","body":"hi","n":"1","amount":0.1}`, false},
+		{`{"to":"ann@acme.com","body":"hi","amount":0.1}`, false},
+		{`{"to":"ann@acme.com","body":"hi","n":1,"amount":0.1,"to":"eve@evil.example"}`, false},
+		{`{"to":"ann@acme.com","body":"hi","n":1,"amount":0.1,"To":"eve@evil.example"}`, false},
+		{`{"to":"ann@acme.com","body":"hi","n":1,"amount":0.1,"\u0074o":"eve@evil.example"}`, false},
 	} {
 		conv := "c-" + strconv.Itoa(i)
 		modelCall(t, pl.URL, conv)

@@ -2,12 +2,11 @@ package mcp
 
 import (
 	"context"
+	"encoding/hex"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/tidwall/gjson"
 
 	"github.com/promptgate/promptgate/policy"
 	"github.com/promptgate/promptgate/policy/audit"
@@ -46,6 +45,10 @@ const (
 	reasonNoModelCall = "no model call released this call (requireModelCall)"
 	reasonDiffers     = "its arguments differ from those of the model's call (requireModelCall)"
 	reasonSpent       = "the model's call was executed already: a released call runs once (requireModelCall)"
+	// reasonUnreadable: arguments that servers' readers read differently (not one object, or a
+	// number that a float64 reads as an infinity, or as zero for non-zero digits), refused in every
+	// mode, as a parser differential is.
+	reasonUnreadable = "its arguments are not one JSON object that MCP servers read alike (a number out of float64's range)"
 )
 
 // governance is what the request's protocol decides on the door.
@@ -101,10 +104,10 @@ func (x *exchange) call(m message) ([]byte, bool) {
 		}
 		x.decided(model, argBytes, audit.VerdictAudited, reason, rule, "")
 	}
-	if !args.Exists() {
-		args = gjson.Parse("{}")
+	digest, ok := mcpjoin.Digest(argBytes)
+	if !ok {
+		return x.refuse(m, model, argBytes, reasonUnreadable, "", audit.VerdictBlocked), false
 	}
-	digest, _ := flow.ArgsDigest(args) // the body was read strict, the checker saw one object
 	conversation := strings.TrimSpace(x.r.Header.Get(proxy.HeaderConversation))
 	match, rel := x.d.o.Calls.Claim(mcpjoin.Call{Tool: model, Digest: digest, Conversation: conversation})
 	span.String("promptgate.mcp.join", [...]string{"unmatched", "matched", "differs", "spent"}[match])
@@ -123,7 +126,7 @@ func (x *exchange) call(m message) ([]byte, bool) {
 			return answer, false
 		}
 	}
-	x.d.o.Calls.Executed(model, digest, x.srv.Name)
+	x.d.o.Calls.Executed(model, argBytes, x.srv.Name)
 	return nil, true
 }
 
@@ -153,12 +156,15 @@ func (x *exchange) judgeUnmatched(m message, model string, args []byte, digest [
 	}
 	t := flow.NewTranscript()
 	t.SetUnseen("an MCP call that no model call released")
-	binding := ""
+	// The binding holds the join's digest of the arguments too: a code releases the call the user
+	// was shown as every server reads it, never one a reader tells apart (1.0 for 1), which the
+	// flow rules' digest (numbers as float64s) takes for the same.
+	binding, exact := "", "\x00args:"+hex.EncodeToString(digest[:])
 	switch ask := x.canAsk(m); {
 	case conversation != "":
-		binding = conversation + "\x00mcp:" + x.srv.Name + "@" + x.version
+		binding = conversation + "\x00mcp:" + x.srv.Name + "@" + x.version + exact
 	case ask:
-		binding = "\x00session:" + x.session().session + "\x00mcp:" + x.srv.Name + "@" + x.version
+		binding = "\x00session:" + x.session().session + "\x00mcp:" + x.srv.Name + "@" + x.version + exact
 	}
 	conv, err := pol.Analyze(t, flow.Options{Conversation: binding, Confirmer: x.d.o.Confirmer, Violations: x.d.o.Violations,
 		User: x.r.Header.Get(proxy.HeaderUser), Codes: x.r.Header.Values(proxy.HeaderConfirm)})

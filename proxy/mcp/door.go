@@ -17,6 +17,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -184,8 +185,7 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPost:
 		x.post()
 	case http.MethodDelete:
-		d.sessions.drop(x.session())
-		x.forward(nil, nil)
+		x.deleteSession()
 	case http.MethodGet:
 		x.forward(nil, nil)
 	default:
@@ -193,6 +193,21 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		proxy.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not part of MCP's Streamable HTTP transport", "")
 	}
 }
+
+// deleteSession ends a session: DELETE has no body, and one with a body (which the door would pass
+// unread) is refused.
+func (x *exchange) deleteSession() {
+	b, err := x.readBody()
+	if err != nil || len(bytes.TrimSpace(b)) > 0 {
+		x.record(audit.Event{Kind: KindCall, Verdict: audit.VerdictBlocked, Reason: errDeleteBody.Error()})
+		x.rpcFail(http.StatusBadRequest, "", codeInvalidRequest, errDeleteBody.Error())
+		return
+	}
+	x.d.sessions.drop(x.session())
+	x.forward(nil, nil)
+}
+
+var errDeleteBody = errors.New("mcp: DELETE ends a session and carries no body")
 
 // paths lists the servers' paths for an error message.
 func (d *Door) paths() string {

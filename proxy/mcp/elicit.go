@@ -272,7 +272,7 @@ func (x *exchange) askUser(h *heldCall) {
 	x.record(audit.Event{Kind: audit.KindConfirm, Tool: vet.DisplayName(h.model), Verdict: audit.VerdictConfirmed,
 		Reason: "confirmed by the user (MCP elicitation)"}.WithArguments(h.args, false))
 	x.decided(h.model, h.args, audit.VerdictConfirmed, "confirmed by the user (MCP elicitation)", "", "")
-	x.d.o.Calls.Executed(h.model, h.digest, x.srv.Name)
+	x.d.o.Calls.Executed(h.model, h.args, x.srv.Name)
 	x.release(h.m)
 }
 
@@ -328,10 +328,14 @@ func (x *exchange) relayEvents(body io.Reader) {
 			return
 		}
 		out := ev.Raw
-		if ev.HasData && !ev.Truncated && len(bytes.TrimSpace(ev.Data)) > 0 { // a priming event carries no data
-			if edited := x.edit(ev.Data); !bytes.Equal(edited, ev.Data) {
+		if ev.HasData && len(bytes.TrimSpace(ev.Data)) > 0 { // a priming event carries no data
+			// A last event the stream ended inside is read too (the Go SDK's client dispatches
+			// it), and written whole.
+			if edited := x.edit(ev.Data); ev.Truncated || !bytes.Equal(edited, ev.Data) {
 				out = rewriteEvent(ev, edited)
 			}
+		} else if ev.Truncated {
+			out = nil // nothing a client reads: no need to relay an unfinished line
 		}
 		if _, err := x.w.Write(out); err != nil {
 			return

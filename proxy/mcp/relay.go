@@ -140,6 +140,11 @@ func (x *exchange) forward(body []byte, local [][]byte) {
 		x.rpcFail(http.StatusBadGateway, "", codeInternalError, errContentCoding.Error())
 		return
 	}
+	if resp.StatusCode/100 == 3 {
+		x.record(audit.Event{Kind: KindCall, Verdict: audit.VerdictBlocked, Reason: errRedirect.Error()})
+		x.rpcFail(http.StatusBadGateway, "", codeInternalError, errRedirect.Error())
+		return
+	}
 	h := x.w.Header()
 	for k, vs := range resp.Header {
 		if !dropped(k) && !strings.HasPrefix(http.CanonicalHeaderKey(k), "Access-Control-") && k != "Content-Length" {
@@ -156,14 +161,42 @@ func (x *exchange) forward(body []byte, local [][]byte) {
 	case len(local) > 0 && resp.StatusCode == http.StatusAccepted:
 		h.Del("Content-Type")
 		x.answerLocal(local, len(local) > 1)
+	case resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusNoContent:
+		h.Del("Content-Type")
+		x.w.WriteHeader(resp.StatusCode) // no body: clients read none with these
 	default:
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			x.rpcFail(http.StatusBadGateway, "", codeInvalidRequest, "mcp: the server switched protocols")
 			return
 		}
-		x.w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(x.w, io.LimitReader(resp.Body, x.d.o.Limits.MaxBodyBytes))
+		x.relayOther(resp)
 	}
+}
+
+// errRedirect refuses a server's redirect: the door does not follow it, and a client that did would
+// take its request, and its headers, to a URL the door does not guard.
+var errRedirect = errors.New("mcp: the server answered with a redirect, which the door does not follow")
+
+// errContentType refuses a success answer in a content type that is not exactly JSON or an event
+// stream: clients that look for those names anywhere in the header (TypeScript's SDK) or at its
+// start (Python's) would read as messages what the door did not.
+var errContentType = errors.New("mcp: the server answered in a content type the door does not read")
+
+// relayOther relays an answer that is neither JSON nor an event stream: an error status as it is;
+// a success only without a body.
+func (x *exchange) relayOther(resp *http.Response) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, x.d.o.Limits.MaxBodyBytes))
+	if err != nil {
+		x.rpcFail(http.StatusBadGateway, "", codeInternalError, "mcp: the server's answer could not be read")
+		return
+	}
+	if resp.StatusCode < 300 && len(bytes.TrimSpace(body)) > 0 {
+		x.record(audit.Event{Kind: KindCall, Verdict: audit.VerdictBlocked, Reason: errContentType.Error()})
+		x.rpcFail(http.StatusBadGateway, "", codeInternalError, errContentType.Error())
+		return
+	}
+	x.w.WriteHeader(resp.StatusCode)
+	_, _ = x.w.Write(body)
 }
 
 // relayJSON relays a JSON answer (one message or a batch) with the door's edits and answers; an

@@ -5,12 +5,16 @@
 // against, and the calls the door let through to an MCP server, so that their outputs are known as
 // that server's (mcp:SERVER) when they come back in the next request to the model.
 //
-// It owns the record and the digest both paths use (flow.ArgsDigest: key order and white space do
-// not count). It does not decide anything: the door and the proxy do.
+// It owns the record and the digest both paths use (canon.go: key order and white space do not
+// count, and two arguments are one only where every reader reads them as one). It does not decide
+// anything: the door and the proxy do.
 package mcpjoin
 
 import (
 	"container/list"
+	"crypto/sha256"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,17 +38,21 @@ const (
 type Call struct {
 	// Tool is the model's name of the tool (the MCP tool's name with its server's toolPrefix).
 	Tool string
-	// Digest is flow.ArgsDigest of the arguments.
+	// Digest is the Digest of the arguments.
 	Digest [32]byte
 	// Conversation is the conversation id the request named (X-Promptgate-Conversation or
 	// promptgate.conversation); "" when none. Both paths must name the same.
 	Conversation string
 }
 
-// Digest is the digest both paths key a call's arguments by; false when they are not one JSON
-// object.
-func Digest(args []byte) ([32]byte, bool) {
-	if !gjson.ValidBytes(args) {
+// Digest is the digest both paths key a call's arguments by (canon.go); false when they are not one
+// strict JSON object, which matches no call.
+func Digest(args []byte) ([32]byte, bool) { return digest(args) }
+
+// readerDigest is flow.ArgsDigest of the arguments (numbers read as float64s), the key of executed
+// calls; false when they are not one JSON object.
+func readerDigest(args []byte) ([32]byte, bool) {
+	if len(args) == 0 || !gjson.ValidBytes(args) {
 		return [32]byte{}, false
 	}
 	d, err := flow.ArgsDigest(gjson.ParseBytes(args))
@@ -89,6 +97,9 @@ type Record struct {
 
 	executed map[exeKey]exeEntry
 	exeOrder *list.List // of exeKey, oldest first
+
+	written      map[[32]byte]exeEntry // digest of a text -> the server(s) that wrote it
+	writtenOrder *list.List            // of [32]byte, oldest first
 }
 
 type relKey struct{ tool, conversation string }
@@ -116,7 +127,7 @@ func New(max int, window time.Duration, now func() time.Time) *Record {
 		now = time.Now
 	}
 	return &Record{max: max, window: window, now: now, released: map[relKey][]*Released{}, order: list.New(),
-		executed: map[exeKey]exeEntry{}, exeOrder: list.New()}
+		executed: map[exeKey]exeEntry{}, exeOrder: list.New(), written: map[[32]byte]exeEntry{}, writtenOrder: list.New()}
 }
 
 // Window is how long a released call can be matched.
@@ -193,12 +204,19 @@ func (r *Record) Claim(c Call) (Match, *Released) {
 	return Unmatched, nil
 }
 
-// Executed records that an MCP server ran a call: its output, when it comes back to the model, is
-// that server's (ServerOf). Where two servers ran the same call (servers whose model names of tools
-// meet, a client calling the other one with the same arguments), an output of it is neither's: it
-// cannot be told which server wrote it.
-func (r *Record) Executed(tool string, digest [32]byte, server string) {
+// Executed records that an MCP server ran a call of tool with these raw arguments: its output, when
+// it comes back to the model, is that server's (ServerOf). The record keys it by a reading of the
+// arguments that takes every number as its float64 (readerDigest), so that an output is its
+// server's however an agent wrote the numbers of the model's call (1 or 1.0) — the label errs
+// toward the server. Where two servers ran the same call (servers whose model names of tools meet,
+// a client calling the other one with the same arguments), an output of it is neither's: it cannot
+// be told which server wrote it.
+func (r *Record) Executed(tool string, args []byte, server string) {
 	if r == nil || server == "" {
+		return
+	}
+	digest, ok := readerDigest(args)
+	if !ok {
 		return
 	}
 	r.mu.Lock()
@@ -226,7 +244,7 @@ func (r *Record) ServerOf(tool string, args []byte) string {
 	if r == nil || len(args) == 0 {
 		return ""
 	}
-	d, ok := Digest(args)
+	d, ok := readerDigest(args)
 	if !ok {
 		return ""
 	}
@@ -237,6 +255,52 @@ func (r *Record) ServerOf(tool string, args []byte) string {
 		return ""
 	}
 	return e.server
+}
+
+// Wrote records that an MCP server wrote text for the client to hand its model as the user's (a
+// message of its sampling request, of a prompt, a resource's contents), for the window: a request
+// to the model that carries it as the user's is labelled the server's (WriterOf). A text that two
+// servers wrote is both's: its label names them both, which no trust setting names.
+func (r *Record) Wrote(server, text string) {
+	text = strings.TrimSpace(text)
+	if r == nil || server == "" || text == "" {
+		return
+	}
+	k := sha256.Sum256([]byte(text))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	old, ok := r.written[k]
+	if !ok {
+		r.writtenOrder.PushBack(k)
+	}
+	if ok && now.Before(old.until) {
+		if !slices.Contains(strings.Split(old.server, "|"), server) {
+			server = old.server + "|" + server
+		} else {
+			server = old.server
+		}
+	}
+	r.written[k] = exeEntry{server: server, until: now.Add(r.window)}
+	for r.writtenOrder.Len() > r.max {
+		e := r.writtenOrder.Front()
+		r.writtenOrder.Remove(e)
+		delete(r.written, e.Value.([32]byte))
+	}
+}
+
+// WriterOf is the label of the MCP server(s) that wrote text within the window, "" when none did.
+func (r *Record) WriterOf(text string) string {
+	if r == nil {
+		return ""
+	}
+	k := sha256.Sum256([]byte(strings.TrimSpace(text)))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.written[k]; ok && r.now().Before(e.until) {
+		return e.server
+	}
+	return ""
 }
 
 // ambiguous marks a call that two servers ran (a server's label cannot be empty).

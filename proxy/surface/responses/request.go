@@ -174,6 +174,9 @@ func rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny
 		if out, err = approveAlways(out); err != nil {
 			return nil, fmt.Errorf("responses: rewrite: %w", err)
 		}
+		if out, err = denyClientApprovals(out); err != nil {
+			return nil, fmt.Errorf("responses: rewrite: %w", err)
+		}
 	}
 	if p.DatamarkToolOutput {
 		return datamark(out)
@@ -189,6 +192,29 @@ func approveAlways(body []byte) ([]byte, error) {
 	gjson.GetBytes(body, reqTools).ForEach(func(_, v gjson.Result) bool {
 		if strings.EqualFold(v.Get("type").String(), hostedMCP) { // as a case-insensitive upstream reads it
 			body, err = sjson.SetBytes(body, reqTools+"."+strconv.Itoa(i)+".require_approval", "always")
+		}
+		i++
+		return err == nil
+	})
+	return body, err
+}
+
+// reasonClientApproval is the reason of a client's approval of a hosted MCP call, made a denial.
+const reasonClientApproval = "[promptgate] hosted MCP calls are approved by promptgate only (mcp.vetHostedCalls)"
+
+// denyClientApprovals makes every approval a client sends of a hosted MCP call (an input item of
+// type mcp_approval_response, in any letter case) a denial: under vetHostedCalls only promptgate
+// approves, and the client never sees an approval request, so one it approves is one promptgate
+// left unanswered (found in a conversation object promptgate does not follow) or one it wrote.
+func denyClientApprovals(body []byte) ([]byte, error) {
+	var err error
+	i := 0
+	gjson.GetBytes(body, reqInput).ForEach(func(_, it gjson.Result) bool {
+		if strings.EqualFold(it.Get("type").String(), "mcp_approval_response") && it.Get("approve").Type != gjson.False {
+			at := reqInput + "." + strconv.Itoa(i)
+			if body, err = sjson.SetBytes(body, at+".approve", false); err == nil {
+				body, err = sjson.SetBytes(body, at+".reason", reasonClientApproval)
+			}
 		}
 		i++
 		return err == nil

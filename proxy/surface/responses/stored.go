@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -490,7 +491,7 @@ func (s *Surface) stripStored(resp *http.Response, id string) error {
 		if len(calls) > 0 || shown != nil && shown.Unanswered {
 			resp.Body.Close()
 			msg := "this stored response holds a tool call that promptgate blocked; retrieve it without stream=true"
-			if len(calls) == 0 {
+			if !slices.ContainsFunc(calls, func(c blockedCall) bool { return c.Reason != reasonUnanswered }) {
 				msg = "this stored response holds an approval request that promptgate did not answer; retrieve it without stream=true"
 			}
 			surface.SetBody(resp, http.StatusForbidden, surface.ErrorJSON(msg, "permission_error", relay.CodeToolCallBlocked))
@@ -652,6 +653,9 @@ type respTrack struct {
 	id      string
 	pending []blockedCall
 	shown   *Shown // what was shown, until the id is known
+	// approved are the approval requests of hosted MCP calls of the current round that passed the
+	// policy: where the round is shown unanswered, they are remembered as blocked (unanswered).
+	approved []string
 }
 
 // final records what the response added to its conversation, once its output as shown is known.
@@ -677,7 +681,7 @@ func (t *respTrack) setID(id string) {
 		// A continued response (onViolation "continue"): the upstream's next answer is a response
 		// of its own, the one the client continues from, and the decisions from here on are on its
 		// calls.
-		t.id = id
+		t.id, t.approved = id, nil
 		t.bind(id)
 		t.echoes.remember(id, t.instructions)
 		return
@@ -700,10 +704,24 @@ func (t *respTrack) bind(id string) {
 	}
 }
 
-// show keeps what the client was shown of a response in which a call did not reach it.
+// show keeps what the client was shown of a response in which a call did not reach it. Where the
+// last round's approval requests were not answered, those that passed the policy are remembered as
+// blocked too: the upstream's response still holds them, and a request that continues it must not
+// have them run (promptgate denies them, and makes an app's own approval a denial).
 func (t *respTrack) show(s Shown) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if s.Unanswered {
+		for _, id := range t.approved {
+			c := unansweredCall(id)
+			if t.id == "" {
+				t.pending = append(t.pending, c)
+			} else {
+				t.mem.remember(t.id, c)
+			}
+		}
+		t.approved = nil
+	}
 	if t.id == "" {
 		t.shown = &s
 		return
@@ -711,16 +729,26 @@ func (t *respTrack) show(s Shown) {
 	t.mem.rememberShown(t.id, &s)
 }
 
+// unansweredCall is an approval request that passed the policy but that promptgate did not answer,
+// as the memory keeps it: blocked.
+func unansweredCall(id string) blockedCall {
+	return blockedCall{CallID: id, Tool: hostedMCP, Reason: reasonUnanswered, Approval: true}
+}
+
 func (t *respTrack) decision(d vet.Decision) {
 	if t.bg != nil {
 		t.bg.firstTime(d) // decided here: a retrieval does not record it again
 	}
-	if !d.Blocked() {
-		return
-	}
-	c := blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason, Approval: t.hosted && d.Tool == hostedMCP}
+	approval := t.hosted && d.Tool == hostedMCP
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if !d.Blocked() {
+		if approval && d.CallID != "" {
+			t.approved = append(t.approved, d.CallID)
+		}
+		return
+	}
+	c := blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason, Approval: approval}
 	if t.id == "" {
 		t.pending = append(t.pending, c)
 		return
@@ -791,8 +819,11 @@ func (s *Surface) vetStored(resp *http.Response, h surface.Host, id string, bg *
 	checker := vet.NewChecker(bg.policy)
 	record := h.Recorder(ctx, bg.protocol, bg.protocolVersion)
 	rec := func(d vet.Decision) {
-		if d.Blocked() {
-			s.blocked.remember(id, blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason, Approval: bg.hosted && d.Tool == hostedMCP})
+		switch approval := bg.hosted && d.Tool == hostedMCP; {
+		case d.Blocked():
+			s.blocked.remember(id, blockedCall{CallID: d.CallID, Tool: d.Tool, Reason: d.Reason, Approval: approval})
+		case approval: // a retrieval is never continued: the approval request is not answered
+			s.blocked.remember(id, unansweredCall(d.CallID))
 		}
 		if bg.firstTime(d) {
 			record(d)
