@@ -1,0 +1,79 @@
+package chat
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/assembly"
+	"github.com/promptgate/promptgate/policy"
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+)
+
+// referenceTools are the tools of a "tools" (legacy: "functions") array as gjson reads them, entry
+// by entry, each entry's objects walked again for their members: the reference of declared.
+func referenceTools(arr gjson.Result, legacy bool) []policy.Tool {
+	var out []policy.Tool
+	arr.ForEach(func(_, v gjson.Result) bool {
+		if legacy {
+			out = append(out, functionTool(v, true))
+		} else {
+			out = append(out, chatTool(v))
+		}
+		return true
+	})
+	return out
+}
+
+// referenceNamed is namedEntries as gjson reads the array: the reference of the walk.
+func referenceNamed(arr gjson.Result, legacy bool) []named {
+	var out []named
+	arr.ForEach(func(_, v gjson.Result) bool {
+		nm := chatToolName(v)
+		if legacy {
+			nm = v.Get("name").String()
+		}
+		out = append(out, named{nm, v.Raw})
+		return true
+	})
+	return out
+}
+
+// FuzzDeclaredTools checks that the one walk over a request's tools and functions reads, for any
+// body the proxy's JSON check accepts, the tools that gjson's entry-by-entry reading gives (names,
+// descriptions, schemas byte for byte) and names and keeps the same entries in the rewrite, and
+// that it follows every such body (it never falls back to gjson on one).
+func FuzzDeclaredTools(f *testing.F) {
+	f.Add([]byte(`{"tools":[{"type":"function","function":{"name":"a","description":"d","parameters":{"type":"object"}}},{"type":"custom","custom":{"name":"c","parameters":{"x":1}}},{"type":"web_search"}],"functions":[{"name":"f","parameters":null}]}`))
+	f.Add([]byte(`{"tools":[1,"x",null,[{"name":"n"}],{},{"function":"s"},{"type":7,"function":{"name":"n"}},{"type":{"a":1}},{"type":"custom","function":{"name":"f"}}],"functions":["s",{"name":7},[],{"nam\u0065":"e\u0301","description":{"x":[1]}}]}`))
+	f.Add([]byte(`{ "tools" : [ { "function" : { "parameters" : { "p" : "}]\"" } , "name" : "late" } , "type" : "function" } ] }`))
+	f.Add([]byte(`{"tools":[{"type":"function","function":{"name":"a"},"function":{"description":"second"}}]}`))
+	f.Add([]byte(`{"tools":[],"functions":{}}`))
+	f.Add([]byte(`{"tools":[{"type":"funct\u0069on","functio\u006e":{"name":"x","name":"y"}},{"type":-0.0e1},{"type":true},{"type":12345678901234567890}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if jsoncheck.Object(body, jsoncheck.Limits{}) != nil {
+			return
+		}
+		b := assembly.NewBody(body)
+		for _, a := range []struct {
+			key    string
+			legacy bool
+		}{{reqTools, false}, {reqFunctions, true}} {
+			arr := b.Get(a.key)
+			if !arr.IsArray() {
+				continue
+			}
+			if readEntries(arr.Raw, 0, a.legacy, func(entry, int, int) {}) < 0 {
+				t.Fatalf("the walk did not follow %s of the valid %s", a.key, body)
+			}
+			got, want := declared(arr, a.legacy, nil), referenceTools(arr, a.legacy)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s of %s:\nwalk  %+v\ngjson %+v", a.key, body, got, want)
+			}
+			if got, want := namedEntries(arr, a.legacy, nil), referenceNamed(arr, a.legacy); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s entries of %s:\nwalk  %q\ngjson %q", a.key, body, got, want)
+			}
+		}
+	})
+}
