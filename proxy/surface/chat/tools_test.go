@@ -77,3 +77,32 @@ func FuzzDeclaredTools(f *testing.F) {
 		}
 	})
 }
+
+// benchToolsJSON is the "tools" array of the bench's chat workloads: three functions with schemas.
+const benchToolsJSON = `[{"type":"function","function":{"name":"search_docs","description":"Search the team's documentation; returns the best passages as JSON.","parameters":{"properties":{"limit":{"maximum":20,"minimum":1,"type":"integer"},"query":{"description":"what to look for","type":"string"}},"required":["query"],"type":"object"}}},{"type":"function","function":{"name":"get_ticket","description":"Read one support ticket by its id (T-\u003cdigits\u003e).","parameters":{"additionalProperties":false,"properties":{"id":{"description":"the ticket id, e.g. T-1234","type":"string"}},"required":["id"],"type":"object"}}},{"type":"function","function":{"name":"create_note","description":"Add a note to a ticket.","parameters":{"properties":{"text":{"maxLength":2000,"type":"string"},"ticket":{"type":"string"}},"required":["ticket","text"],"type":"object"}}}]`
+
+// BenchmarkDeclaredTools reads the declared tools (and the rewrite's named entries) by the one walk,
+// beside gjson's entry-by-entry reading of the same array.
+func BenchmarkDeclaredTools(b *testing.B) {
+	arr := gjson.Parse(benchToolsJSON)
+	b.Run("tools-walk", func(b *testing.B) {
+		for b.Loop() {
+			_ = declared(arr, false, nil)
+		}
+	})
+	b.Run("tools-gjson", func(b *testing.B) {
+		for b.Loop() {
+			_ = referenceTools(arr, false)
+		}
+	})
+	b.Run("names-walk", func(b *testing.B) {
+		for b.Loop() {
+			_ = namedEntries(arr, false, nil)
+		}
+	})
+	b.Run("names-gjson", func(b *testing.B) {
+		for b.Loop() {
+			_ = referenceNamed(arr, false)
+		}
+	})
+}
