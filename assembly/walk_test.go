@@ -1,9 +1,13 @@
 package assembly
 
 import (
+	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
 // walked is a JSON value read by EachMember and EachElement all the way down, each member with its
@@ -118,4 +122,32 @@ func TestEachMemberRefusesWhatItCannotFollow(t *testing.T) {
 	if got := EachMember(`{"a":1}`, 0, skip); got != -1 {
 		t.Errorf("EachMember with a reader that cannot follow = %d, want -1", got)
 	}
+}
+
+// FuzzReadRoles checks that ReadRoles, which reads a role-tagged array in one walk, reads any value
+// that jsoncheck accepts as readRolesGJSON does (each element skipped by gjson, then read again for
+// its role and content): the same application texts, latest user text, other elements byte for
+// byte, and the same error.
+func FuzzReadRoles(f *testing.F) {
+	f.Add([]byte(`[{"role":"system","content":"s"},{"role":"developer","content":[{"type":"text","text":"d"},{"type":"input_text","text":"e"}]},{"role":"user","content":"u1"},{"content":"a","role":"assistant"},{"role":"user","content":[{"type":"text","text":"u\u00e92"}]}]`))
+	f.Add([]byte(` [ { "r\u006fle" : "us\u0065r" , "content" : 7 } , {"role":{"x":1}} , {} ] `))
+	f.Add([]byte(`[{"role":"user"},1]`))
+	f.Add([]byte(`[{"role":"tool","content":null,"tool_call_id":"c"},"x"]`))
+	f.Add([]byte(`{"role":"user","content":"an object, not an array"}`))
+	f.Add([]byte(`"text"`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if jsoncheck.Value(body, jsoncheck.Limits{}) != nil {
+			return
+		}
+		arr := gjson.ParseBytes(body)
+		got, gotErr := ReadRoles(arr, "messages", nil)
+		want, wantErr := readRolesGJSON(arr, "messages", nil)
+		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("%s: error %v, gjson's %v", body, gotErr, wantErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s:\nwalk  %#v\ngjson %#v", body, got, want)
+		}
+	})
 }
