@@ -296,25 +296,17 @@ func toolEdits(b *assembly.Body, kept []policy.Tool) []assembly.MemberEdit {
 		if !arr.IsArray() {
 			continue
 		}
-		var out bytes.Buffer
-		out.Grow(len(arr.Raw))
-		out.WriteByte('[')
-		n := 0
 		var room [8]named
-		entries := namedEntries(arr, a.key == reqFunctions, room[:0])
-		for _, e := range entries {
-			if keptSet[e.name] && !used[e.name] {
-				used[e.name] = true
-				if n > 0 {
-					out.WriteByte(',')
-				}
-				out.WriteString(e.raw)
-				n++
+		keep := namedEntries(arr, a.key == reqFunctions, room[:0])
+		keep = slices.DeleteFunc(keep, func(e named) bool {
+			if !keptSet[e.name] || used[e.name] {
+				return true
 			}
-		}
-		out.WriteByte(']')
-		if n > 0 {
-			edits = append(edits, assembly.MemberEdit{Key: a.key, Raw: out.Bytes()})
+			used[e.name] = true
+			return false
+		})
+		if len(keep) > 0 {
+			edits = append(edits, assembly.MemberEdit{Key: a.key, Raw: jsonArray(keep)})
 			continue
 		}
 		for _, k := range append([]string{a.key}, a.deps...) {
@@ -322,6 +314,22 @@ func toolEdits(b *assembly.Body, kept []policy.Tool) []assembly.MemberEdit {
 		}
 	}
 	return edits
+}
+
+// jsonArray is the JSON array of the entries' raw texts, in one allocation of its size.
+func jsonArray(entries []named) []byte {
+	size := 1 + len(entries)
+	for _, e := range entries {
+		size += len(e.raw)
+	}
+	out := append(make([]byte, 0, size), '[')
+	for i, e := range entries {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, e.raw...)
+	}
+	return append(out, ']')
 }
 
 // named is an entry of a "tools" or "functions" array: the name its tool goes by, its raw text.
