@@ -35,12 +35,13 @@ func (b *Body) Apply(edits []MemberEdit) ([]byte, error) {
 		return nil, errNotWalked
 	}
 	raw := b.raw
-	size := len(raw)
-	for _, e := range edits {
-		size += len(e.Raw) + e.Size + len(e.Key) + 4
+	out := make([]byte, 0, b.applySize(edits))
+	var room [8]bool
+	done := room[:0]
+	if len(edits) > len(room) {
+		done = make([]bool, len(edits))
 	}
-	out := make([]byte, 0, size)
-	done := make([]bool, len(edits))
+	done = done[:len(edits)]
 	// Each kept member is written with the separator that came before it in the body (none before
 	// the first one kept); the tail after the body's last member (white space and the closing
 	// brace) ends the object.
@@ -77,6 +78,25 @@ func (b *Body) Apply(edits []MemberEdit) ([]byte, error) {
 	out = appendNew(out, edits, done, lastKept < 0)
 	last := b.top[len(b.top)-1]
 	return append(out, raw[last.val.Index+len(last.val.Raw):]...), nil
+}
+
+// applySize is the room Apply's body takes: the body's, less the values that edits replace or remove
+// (the first member of each edit's key), plus each edit's new member.
+func (b *Body) applySize(edits []MemberEdit) int {
+	size := len(b.raw)
+	for i, e := range edits {
+		size += len(e.Raw) + e.Size + len(e.Key) + 4
+		if slices.ContainsFunc(edits[:i], func(f MemberEdit) bool { return f.Key == e.Key }) {
+			continue // an edit of a key after the first is ignored
+		}
+		for _, m := range b.top {
+			if m.key == e.Key {
+				size -= len(m.val.Raw)
+				break
+			}
+		}
+	}
+	return size
 }
 
 // separator is what goes between member k, written, and member i after it: the bytes between them

@@ -224,8 +224,81 @@ type Roles struct {
 }
 
 // ReadRoles reads a role-tagged array, appending its Others to others. An element that is not an
-// object is an invalid_request naming it as field[i].
+// object is an invalid_request naming it as field[i]. It reads the array in one walk that goes into
+// each element where it is (EachElement), as readRolesGJSON reads it on a body jsoncheck accepted;
+// where the walk cannot follow arr (or arr is not an array), readRolesGJSON reads it.
 func ReadRoles(arr gjson.Result, field string, others []string) (Roles, error) {
+	var (
+		r         = Roles{Others: others}
+		err       error
+		i         int
+		last      string // the last user message's content (only its text is read)
+		lastFound bool
+	)
+	s := arr.Raw
+	end := EachElement(s, 0, func(v int) int {
+		if s[v] != '{' {
+			err = Invalid(fmt.Sprintf("%s[%d]", field, i), "%s[%d] must be an object", field, i)
+			return -1
+		}
+		role, content, end := roleAndContent(s, v)
+		if end < 0 {
+			return -1
+		}
+		switch rawString(role) {
+		case "system", "developer":
+			r.Application = append(r.Application, ContentText(rawValue(content)))
+		case "user":
+			last, lastFound = content, true
+			r.Others = append(r.Others, s[v:end])
+		default:
+			r.Others = append(r.Others, s[v:end])
+		}
+		i++
+		return end
+	})
+	switch {
+	case err != nil:
+		return Roles{}, err
+	case end < 0:
+		return readRolesGJSON(arr, field, others)
+	}
+	if lastFound {
+		r.LatestUser = ContentText(rawValue(last))
+	}
+	return r, nil
+}
+
+// roleAndContent are the raw texts of the first "role" and "content" members of the object at s[i]
+// ("" where it has none), as gjson's Get finds them, and the offset past the object.
+func roleAndContent(s string, i int) (role, content string, end int) {
+	end = EachMember(s, i, func(k string, at int) int {
+		e := valueEnd(s, at)
+		switch {
+		case k == "role" && role == "" && e >= 0:
+			role = s[at:e]
+		case k == "content" && content == "" && e >= 0:
+			content = s[at:e]
+		}
+		return e
+	})
+	return role, content, end
+}
+
+// rawValue is the value whose raw text is raw, as gjson gives it ("" is none).
+func rawValue(raw string) gjson.Result {
+	if raw == "" {
+		return gjson.Result{}
+	}
+	return gjson.Parse(raw)
+}
+
+// rawString is the text gjson's String gives the value whose raw text is raw.
+func rawString(raw string) string { return rawValue(raw).String() }
+
+// readRolesGJSON is ReadRoles read with gjson: each element skipped, then read again for its role
+// and content.
+func readRolesGJSON(arr gjson.Result, field string, others []string) (Roles, error) {
 	var (
 		r    = Roles{Others: others}
 		err  error

@@ -55,26 +55,17 @@ func parse(b *assembly.Body) (surface.Request, error) {
 		if !t.IsArray() {
 			return surface.Request{}, assembly.Invalid(reqTools, "tools must be an array")
 		}
-		n := 0
-		c.Tools = make([]policy.Tool, 0, 4) // most requests declare a few tools: one allocation, not one per doubling
-		t.ForEach(func(_, v gjson.Result) bool {
-			c.Tools = append(c.Tools, chatTool(v))
-			n++
-			return true
-		})
-		c.NativeTools = c.NativeTools || n > 0
+		n := len(c.Tools)
+		c.Tools = declared(t, false, make([]policy.Tool, 0, 4)) // most requests declare a few tools: one allocation
+		c.NativeTools = c.NativeTools || len(c.Tools) > n
 	}
 	if f := m[4]; f.Exists() && f.Type != gjson.Null {
 		if !f.IsArray() {
 			return surface.Request{}, assembly.Invalid(reqFunctions, "functions must be an array")
 		}
-		n := 0
-		f.ForEach(func(_, v gjson.Result) bool {
-			c.Tools = append(c.Tools, functionTool(v, true))
-			n++
-			return true
-		})
-		c.NativeTools = c.NativeTools || n > 0
+		n := len(c.Tools)
+		c.Tools = declared(f, true, c.Tools)
+		c.NativeTools = c.NativeTools || len(c.Tools) > n
 	}
 	switch ws := m[5]; {
 	case ws.IsObject():
@@ -83,6 +74,26 @@ func parse(b *assembly.Body) (surface.Request, error) {
 		return surface.Request{}, assembly.Invalid(reqWebSearchOptions, "web_search_options must be an object (it turns on the upstream's web search, governed as the tool %q)", ToolWebSearch)
 	}
 	return c, nil
+}
+
+// declared appends the tools of arr, a "tools" array (legacy: "functions"), each entry read
+// as chatTool reads it (legacy: functionTool), by one walk that goes down into each entry's
+// function object where it is; where the walk cannot follow the body, by chatTool.
+func declared(arr gjson.Result, legacy bool, tools []policy.Tool) []policy.Tool {
+	n := len(tools)
+	if readEntries(arr.Raw, 0, legacy, func(e entry, _, _ int) { tools = append(tools, e.tool()) }) >= 0 {
+		return tools
+	}
+	tools = tools[:n]
+	arr.ForEach(func(_, v gjson.Result) bool {
+		if legacy {
+			tools = append(tools, functionTool(v, true))
+		} else {
+			tools = append(tools, chatTool(v))
+		}
+		return true
+	})
+	return tools
 }
 
 // withWebSearch adds ToolWebSearch, with the other names of the built-in web search tool as
@@ -276,34 +287,26 @@ func toolEdits(b *assembly.Body, kept []policy.Tool) []assembly.MemberEdit {
 	var edits []assembly.MemberEdit
 	for _, a := range []struct {
 		key  string
-		name func(gjson.Result) string
 		deps []string
 	}{
-		{reqTools, chatToolName, []string{reqToolChoice, reqParallelCalls}},
-		{reqFunctions, func(v gjson.Result) string { return v.Get("name").String() }, []string{reqFunctionCall}},
+		{reqTools, []string{reqToolChoice, reqParallelCalls}},
+		{reqFunctions, []string{reqFunctionCall}},
 	} {
 		arr := b.Get(a.key)
 		if !arr.IsArray() {
 			continue
 		}
-		var out bytes.Buffer
-		out.Grow(len(arr.Raw))
-		out.WriteByte('[')
-		n := 0
-		arr.ForEach(func(_, v gjson.Result) bool {
-			if nm := a.name(v); keptSet[nm] && !used[nm] {
-				used[nm] = true
-				if n > 0 {
-					out.WriteByte(',')
-				}
-				out.WriteString(v.Raw)
-				n++
+		var room [8]named
+		keep := namedEntries(arr, a.key == reqFunctions, room[:0])
+		keep = slices.DeleteFunc(keep, func(e named) bool {
+			if !keptSet[e.name] || used[e.name] {
+				return true
 			}
-			return true
+			used[e.name] = true
+			return false
 		})
-		out.WriteByte(']')
-		if n > 0 {
-			edits = append(edits, assembly.MemberEdit{Key: a.key, Raw: out.Bytes()})
+		if len(keep) > 0 {
+			edits = append(edits, assembly.MemberEdit{Key: a.key, Raw: jsonArray(keep)})
 			continue
 		}
 		for _, k := range append([]string{a.key}, a.deps...) {
@@ -311,6 +314,46 @@ func toolEdits(b *assembly.Body, kept []policy.Tool) []assembly.MemberEdit {
 		}
 	}
 	return edits
+}
+
+// jsonArray is the JSON array of the entries' raw texts, in one allocation of its size.
+func jsonArray(entries []named) []byte {
+	size := 1 + len(entries)
+	for _, e := range entries {
+		size += len(e.raw)
+	}
+	out := append(make([]byte, 0, size), '[')
+	for i, e := range entries {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, e.raw...)
+	}
+	return append(out, ']')
+}
+
+// named is an entry of a "tools" or "functions" array: the name its tool goes by, its raw text.
+type named struct{ name, raw string }
+
+// namedEntries appends to out the entries of arr, a "tools" array (legacy: "functions"), each named
+// as chatToolName names it (legacy: its function's name), by one walk over arr; where the walk
+// cannot follow the body, by gjson.
+func namedEntries(arr gjson.Result, legacy bool, out []named) []named {
+	n := len(out)
+	s := arr.Raw
+	if readEntries(s, 0, legacy, func(e entry, start, end int) { out = append(out, named{e.name(), s[start:end]}) }) >= 0 {
+		return out
+	}
+	out = out[:n]
+	arr.ForEach(func(_, v gjson.Result) bool {
+		nm := chatToolName(v)
+		if legacy {
+			nm = v.Get("name").String()
+		}
+		out = append(out, named{nm, v.Raw})
+		return true
+	})
+	return out
 }
 
 // datamark datamarks the content of every message with role "tool" or "function" of a chat body.
