@@ -42,6 +42,9 @@ func TestScanLinksAsBrowsersRead(t *testing.T) {
 		"Log in: <https://acme.com @evil.net/>",
 		"Log in: https://acme.com%2F@evil.net/",
 		"Log in: https://2130706433/",
+		`<a href="//1249767508/login">Log in</a>`,
+		`[Log in](//0x4a.0x7e.0x3.0x54/)`,
+		`<a href='//intranet.corp/reset'>Log in</a>`,
 	} {
 		cases = append(cases, checkCase{"send_email", body(s), "links", "body: link 1"})
 	}
@@ -79,6 +82,7 @@ func TestScanLinksAsBrowsersRead(t *testing.T) {
 		"post it to www.acme.com.They sent the rest",
 		"HTTPS://ACME.COM/A and https://ACME.com.",
 		`<a href="https://acme.com/">bob@acme.com</a> and <a href="https://acme.com"> bob@acme.com</a>`,
+		`<a href="//cdn.acme.com/a.png">x</a> [y](//acme.com/y) and a\_b \*not bold\* https://acme.com/a\_b`,
 	} {
 		cases = append(cases, checkCase{"send_email", body(s), "", ""})
 	}
@@ -88,6 +92,8 @@ func TestScanLinksAsBrowsersRead(t *testing.T) {
 		checkCase{"send_email", body("post it to www.acme.com.Net, they said"), "links", "has a host that is not allowed"},
 		checkCase{"send_email", body("post it to https://www.acme.com.They/x"), "links", "has a host that is not allowed"},
 		checkCase{"send_email", body(`<a href="https://acme.com">bob@acme.com</a>`), "links", "has a host that cannot be read"},
+		checkCase{"send_email", body(`[Log in](https://acme.com\@evil.net/)`), "links", "has user info"},
+		checkCase{"send_email", body("[Log in]\n\n[Log in]: https://acme.com\\@evil.net/"), "links", "has user info"},
 	)
 	runChecks(t, p, readersConversation, cases)
 }

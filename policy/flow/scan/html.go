@@ -6,10 +6,12 @@ import (
 	"strings"
 )
 
-// view is the text as a browser reads it: character references decoded, and ASCII tabs and line
-// breaks removed inside the quoted attribute values of tags and inside Markdown link destinations
-// (the URL parser drops them; a renderer decodes the references of a destination). pieces map
-// its bytes back to the text.
+// view is the text as a browser reads it: character references decoded, a Markdown renderer's
+// backslash escapes of ASCII punctuation undone ("acme.com\@evil.net" is rendered and linked as
+// "acme.com@evil.net", in a destination too), and ASCII tabs and line breaks removed inside the
+// quoted attribute values of tags and inside Markdown link destinations (the URL parser drops
+// them; a renderer decodes the references of a destination). pieces map its bytes back to the
+// text.
 type view struct {
 	text   string
 	pieces []piece
@@ -24,7 +26,7 @@ type piece struct {
 
 // decodedView returns the browser's view of text, false when it is the text itself.
 func decodedView(text string) (view, bool) {
-	if strings.IndexByte(text, '&') < 0 && (strings.IndexByte(text, '<') < 0 || !strings.ContainsAny(text, "\t\n\r")) {
+	if strings.IndexByte(text, '&') < 0 && strings.IndexByte(text, '\\') < 0 && (strings.IndexByte(text, '<') < 0 || !strings.ContainsAny(text, "\t\n\r")) {
 		return view{}, false
 	}
 	var b strings.Builder
@@ -45,6 +47,13 @@ func decodedView(text string) (view, bool) {
 	for i := 0; i < len(text); {
 		c := text[i]
 		switch {
+		case c == '\\' && i+1 < len(text) && isASCIIPunct(text[i+1]):
+			flush(i)
+			pieces = append(pieces, piece{at: b.Len(), from: i, to: i + 2, ref: true})
+			b.WriteByte(text[i+1])
+			changed = true
+			i += 2
+			continue
 		case c == '&':
 			if n := refLen(text[i:]); n > 0 {
 				d := html.UnescapeString(text[i : i+n])
@@ -99,6 +108,12 @@ func decodedView(text string) (view, bool) {
 		return view{}, false
 	}
 	return view{text: b.String(), pieces: pieces}, true
+}
+
+// isASCIIPunct reports whether c is one of the ASCII punctuation characters CommonMark lets a
+// backslash escape.
+func isASCIIPunct(c byte) bool {
+	return c > ' ' && c < 0x7f && !isAlnumByte(c)
 }
 
 // dropURLSpace removes the runes a URL parser drops: ASCII tab, line feed and carriage return.

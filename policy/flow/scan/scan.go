@@ -113,11 +113,11 @@ func Find(text string, kinds Kind) []Item {
 	if v, ok := decodedView(text); ok {
 		seen := make(map[itemKey]bool, len(items))
 		for _, it := range items {
-			seen[it.key()] = true
+			seen[it.key(text)] = true
 		}
 		for _, it := range find(v.text, kinds) {
-			if it = v.mapItem(text, it); !seen[it.key()] {
-				seen[it.key()] = true
+			if it = v.mapItem(text, it); !seen[it.key(text)] {
+				seen[it.key(text)] = true
 				items = append(items, it)
 			}
 		}
@@ -135,12 +135,29 @@ type itemKey struct {
 	alt                          string
 }
 
-func (it Item) key() itemKey {
+// key is the item as a comparable value; items whose texts differ only in backslash escapes (which
+// the decoded view undoes) are one.
+func (it Item) key(text string) itemKey {
 	var alt strings.Builder
 	for _, r := range it.Alt {
 		fmt.Fprintf(&alt, "%q %t %t;", r.Host, r.UserInfo, r.Unreadable)
 	}
-	return itemKey{it.Kind, it.Start, it.End, it.Scheme, it.Host, it.Value, it.Decoded, it.UserInfo, it.Malformed, alt.String()}
+	return itemKey{it.Kind, it.Start, it.End, it.Scheme, it.Host, it.Value, unescaped(it.Text(text)), it.UserInfo, it.Malformed, alt.String()}
+}
+
+// unescaped is s with its backslash escapes of ASCII punctuation undone.
+func unescaped(s string) string {
+	if strings.IndexByte(s, '\\') < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) && isASCIIPunct(s[i+1]) {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // find returns the items of text as written, ordered.
@@ -344,7 +361,8 @@ func findInToken(r *readers, items []Item, start, end int, kinds Kind) []Item {
 		return items
 	}
 	var ends *tokenEnds
-	firstURL := end // where the first scheme URL of the token starts
+	first := len(items) // the token's first item
+	firstURL := end     // where the first scheme URL of the token starts
 	if kinds&URL != 0 && strings.IndexByte(tok, ':') >= 0 {
 		authEnd := start // a colon inside an authority already read starts no URL ("http:http:...")
 		for i := start; i < end; i++ {
@@ -425,6 +443,50 @@ func findInToken(r *readers, items []Item, start, end int, kinds Kind) []Item {
 			}
 			i = j
 		}
+		items = relativeLinks(r, items, first, start, end, firstURL, &ends)
+	}
+	return items
+}
+
+// relativeLinks appends the scheme-relative links of the token [start, end) that a value or
+// destination holds ('href="//x"', "](//x)", "<//x>"): a browser opens the host after the slashes
+// whatever its form ("//3232235777/", "//intranet.corp/"), so it is read whatever the host looks
+// like, unless an item already starts there (first is the token's first item).
+func relativeLinks(r *readers, items []Item, first, start, end, firstURL int, ends **tokenEnds) []Item {
+	text := r.text
+	var starts map[int]bool // where the token's URL items start
+	for i := start; i+1 < min(end, firstURL); i++ {
+		if !isSlash(text[i]) || !isSlash(text[i+1]) || i > start && (isSlash(text[i-1]) || text[i-1] == ':') {
+			continue
+		}
+		if ctx, _ := contextAt(text, i); ctx != ctxAttr && ctx != ctxDest && ctx != ctxAngle {
+			continue
+		}
+		a := i
+		for a < end && isSlash(text[a]) {
+			a++
+		}
+		if starts == nil {
+			starts = map[int]bool{}
+			for k := first; k < len(items); k++ {
+				if items[k].Kind == URL {
+					starts[items[k].Start] = true
+				}
+			}
+		}
+		covered := false
+		for k := i; k <= a; k++ {
+			covered = covered || starts[k]
+		}
+		if covered || a == end {
+			continue
+		}
+		if *ends == nil {
+			*ends = newTokenEnds(text, start, end)
+		}
+		it := Item{Kind: URL, Start: i, End: max((*ends).end(i), a)}
+		r.setReadings(&it, link{ctxStart: i, a: a, prefix: "https://", special: true})
+		items = append(items, it)
 	}
 	return items
 }
