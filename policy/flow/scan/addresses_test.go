@@ -73,6 +73,7 @@ var addressCases = []string{
 	"bob@203.0.113.9", "bob@acme.com, eve@evil.net", "Carol <c@évil.net>, d@x.org", "=?utf-8?q?bob?= <a@b.com>",
 	"acme.com!bob@evil.net", "bob%acme.com@evil.net", "bob@evil.net (acme.com)", "<bob@evil.net>",
 	"undisclosed-recipients:;", "team: a@x.com, b@y.org;", "bób@x.com", `"x"@evil.net, "y@z"@evil.org`,
+	"eve@evil.net\u200b", "eve@evil.n\u2060et", "eve@ev\u00adil.net\ufeff, bob@acme.com",
 }
 
 // TestAddressesAgainstNetMail: the table of forms RFC 5322 allows, read by both.

@@ -753,7 +753,7 @@ func emailDomain(text string, at, end int) (host string, e int, ok bool) {
 	}
 	e = trimHostEnd(text, at+1, e)
 	domain := text[at+1 : e]
-	labels := splitLabels(domain)
+	labels := splitLabels(strings.Map(dropFormat, domain)) // IDNA drops them ("evil.n\u200bet")
 	if len(labels) < 2 {
 		return "", 0, false
 	}
@@ -768,11 +768,21 @@ func emailDomain(text string, at, end int) (host string, e int, ok bool) {
 	return domain, e, true
 }
 
-// trimHostEnd leaves trailing full stops, hyphens and underscores out of a host run [s, e).
+// dropFormat removes invisible format characters (a zero-width space, a word joiner), which IDNA
+// drops from a name.
+func dropFormat(r rune) rune {
+	if r >= utf8.RuneSelf && unicode.Is(unicode.Cf, r) {
+		return -1
+	}
+	return r
+}
+
+// trimHostEnd leaves trailing full stops, hyphens, underscores and invisible format characters
+// out of a host run [s, e).
 func trimHostEnd(text string, s, e int) int {
 	for e > s {
 		r, n := utf8.DecodeLastRuneInString(text[s:e])
-		if !isDot(r) && r != '-' && r != '_' {
+		if !isDot(r) && r != '-' && r != '_' && dropFormat(r) >= 0 {
 			break
 		}
 		e -= n
