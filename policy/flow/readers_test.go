@@ -213,8 +213,9 @@ func TestProvenanceURLSchemes(t *testing.T) {
 	})
 }
 
-// TestIBANsGroupedWithMarks: IBANs grouped with full stops, slashes, low lines, middle dots or
-// Unicode spaces are found and read; ordinary dotted numbers are not IBANs.
+// TestIBANsGroupedWithMarks: IBANs grouped with full stops, slashes, low lines, middle dots,
+// dashes of any kind, bullets or Unicode spaces, split by invisible characters or by HTML and
+// Markdown markup a reader does not see, are found and read; ordinary dotted numbers are not IBANs.
 func TestIBANsGroupedWithMarks(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, `{"provenance":[{"id":"payee","tool":"send_money","path":"iban","as":"iban","from":["user"]}],
@@ -241,7 +242,17 @@ func TestIBANsGroupedWithMarks(t *testing.T) {
 			checkCase{"send_email", body("New account: " + g("DE89370400440532013000") + "."), "ibans", "IBAN 1 at offset 13 does not occur"},
 		)
 	}
+	for _, written := range []string{
+		"DE89\u20133704\u20130044\u20130532\u20130130\u201300", "DE89\u2014370400440532013000", "DE89\u2212370400440532013000",
+		"DE89\u2022370400440532013000", "DE89:3704:0044:0532:0130:00", "DE89|3704|0044|0532|0130|00", "DE89+370400440532013000",
+		"D\u200bE89 3704 0044 0532 0130 00", "DE89 37\u206004 0044 0532 0130 00", "<b>DE89</b> 3704 0044 0532 0130 00",
+		"DE89 **3704** 0044 0532 0130 00", "`DE89` 3704 0044 0532 0130 00", "DE89 3704 0044 0532 0130 0<!-- -->0",
+		"DE89 <span class=\"x\">3704</span> 0044 0532 0130 00",
+	} {
+		cases = append(cases, checkCase{"send_email", body("New account: " + written + "."), "ibans", "does not occur"})
+	}
 	cases = append(cases,
+		checkCase{"send_email", body("Pay <b>GB82 WEST</b> 1234\u20135698 7654 32 today, ref 12:30 | 4, 5 + 6"), "", ""},
 		checkCase{"send_email", body("Version 1.2.3.4, build GB12.3456.7890, ratio 1/2/3"), "", ""},
 		iban("GB82..WEST.1234.5698.7654.32", "payee", "is not a valid IBAN"),
 	)

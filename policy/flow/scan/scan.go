@@ -959,6 +959,10 @@ func iban(text string, s int) (Item, bool) {
 			r, size := utf8.DecodeRuneInString(text[i:])
 			c := ibanChar(r)
 			if c == 0 {
+				if k := formatRun(text[i:]); k > 0 && i+k < len(text) && ibanCharAt(text, i+k) {
+					i += k // "D\u200bE89": invisible inside a group, as a reader sees it
+					continue
+				}
 				break
 			}
 			if n == maxIBAN {
@@ -1027,16 +1031,48 @@ func ibanChar(r rune) byte {
 	return 0
 }
 
-// separatorLen is the length of the group separator at the start of s: a run of white space of
-// any kind (line breaks, no-break and thin spaces included), blank fillers and invisible format
-// characters (a zero-width space), holding at most one mark: a hyphen, a full stop, a slash, a low
-// line or a middle dot, in any of their width forms; 0 when there is none.
+// formatRun is the length of the run of invisible format characters at the start of s.
+func formatRun(s string) int {
+	k := 0
+	for k < len(s) {
+		r, n := utf8.DecodeRuneInString(s[k:])
+		if r < utf8.RuneSelf || dropFormat(r) >= 0 {
+			break
+		}
+		k += n
+	}
+	return k
+}
+
+// ibanCharAt reports whether an IBAN's letter or digit starts at text[i:].
+func ibanCharAt(text string, i int) bool {
+	r, _ := utf8.DecodeRuneInString(text[i:])
+	return ibanChar(r) != 0
+}
+
+// maxSeparator bounds the bytes of one group separator.
+const maxSeparator = 96
+
+// separatorLen is the length of the group separator at the start of s: a run of what a reader
+// does not see as part of the number — white space of any kind (line breaks, no-break and thin
+// spaces included), blank fillers, invisible format characters (a zero-width space), HTML tags
+// ("</b>") and Markdown's emphasis and code marks ("**", "`") — holding at most one mark: a dash
+// of any kind (a hyphen, an en dash, a minus sign), a full stop, a slash, a low line, a colon, a
+// comma, a plus, a bar, an apostrophe, a middle dot or a bullet, in any of their width forms; 0
+// when there is none.
 func separatorLen(s string) int {
 	i, marks := 0, 0
-	for i < len(s) {
+	for i < len(s) && i < maxSeparator {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
-		case strings.ContainsRune("-\u2010\u2011\uff0d./_\u00b7\u2027\u30fb\uff0e\uff0f\uff3f\uff65", r):
+		case r == '<':
+			t := tagLen(s[i:])
+			if t == 0 {
+				return i
+			}
+			n = t
+		case r == '*' || r == '`' || r == '~':
+		case unicode.Is(unicode.Pd, r) || strings.ContainsRune("\u2212./_:,+|'\u00b7\u2027\u30fb\u2022\u2219\u22c5\uff0e\uff0f\uff3f\uff65", r):
 			marks++
 			if marks > 1 {
 				return 0
@@ -1047,7 +1083,23 @@ func separatorLen(s string) int {
 		}
 		i += n
 	}
+	if i >= maxSeparator {
+		return 0
+	}
 	return i
+}
+
+// tagLen is the length of the HTML tag or comment at the start of s ("<b>", "</span>", "<!-- -->"),
+// 0 when s does not start with one that ends within maxSeparator bytes.
+func tagLen(s string) int {
+	if len(s) < 3 || !isLetterByte(s[1]) && s[1] != '/' && s[1] != '!' {
+		return 0
+	}
+	k := strings.IndexAny(s[1:min(len(s), maxSeparator)], "<>")
+	if k < 0 || s[1+k] != '>' {
+		return 0
+	}
+	return k + 2
 }
 
 // ibanLengths lists IBAN lengths per country (the SWIFT IBAN registry), four characters each.
