@@ -128,6 +128,9 @@ func TestScanAddressesAsRFC5322Reads(t *testing.T) {
 		`Write to "bob\"@acme.com"@evil.net`,
 		"Write to bob@[203.0.113.9]",
 		"Write to bob@203.0.113.9",
+		`Write to <a href="mailto:eve%40evil.net">Bob</a>`,
+		"Write to [Bob](mailto:bob@acme.com?cc=eve%40evil.net)",
+		"Write to eve@evil.n\u200bet or eve@evil.net\u200b",
 	} {
 		cases = append(cases, checkCase{"send_email", body(s), "addr", "is at a domain that is not allowed"})
 	}

@@ -6,7 +6,9 @@ import (
 	"strings"
 )
 
-// view is the text as a browser reads it: character references decoded, a Markdown renderer's
+// view is the text as a browser reads it: character references decoded, the ASCII percent-escapes
+// of a mailto: URL decoded (as the mail program it opens reads them: "mailto:eve%40evil.net"), a
+// Markdown renderer's
 // backslash escapes of ASCII punctuation undone ("acme.com\@evil.net" is rendered and linked as
 // "acme.com@evil.net", in a destination too), and ASCII tabs and line breaks removed inside the
 // quoted attribute values of tags and inside Markdown link destinations (the URL parser drops
@@ -26,7 +28,8 @@ type piece struct {
 
 // decodedView returns the browser's view of text, false when it is the text itself.
 func decodedView(text string) (view, bool) {
-	if strings.IndexByte(text, '&') < 0 && strings.IndexByte(text, '\\') < 0 && (strings.IndexByte(text, '<') < 0 || !strings.ContainsAny(text, "\t\n\r")) {
+	if strings.IndexByte(text, '&') < 0 && strings.IndexByte(text, '\\') < 0 && strings.IndexByte(text, '%') < 0 &&
+		(strings.IndexByte(text, '<') < 0 || !strings.ContainsAny(text, "\t\n\r")) {
 		return view{}, false
 	}
 	var b strings.Builder
@@ -41,12 +44,25 @@ func decodedView(text string) (view, bool) {
 		lit = -1
 	}
 	inTag := false
-	var quote byte // the quote of the attribute value being read, 0 outside one
-	var last byte  // the last byte of the tag outside white space
-	var dest byte  // the closer of the Markdown link destination being read ("]("), 0 outside one
+	var quote byte  // the quote of the attribute value being read, 0 outside one
+	var last byte   // the last byte of the tag outside white space
+	var dest byte   // the closer of the Markdown link destination being read ("]("), 0 outside one
+	mailto := false // inside a mailto: URL, whose percent-escapes a mail program decodes (RFC 6068)
 	for i := 0; i < len(text); {
 		c := text[i]
+		if c == 'm' || c == 'M' {
+			mailto = mailto || len(text)-i > 7 && strings.EqualFold(text[i:i+7], "mailto:")
+		} else if mailto && (c <= ' ' || strings.IndexByte("\"<>", c) >= 0) {
+			mailto = false
+		}
 		switch {
+		case mailto && c == '%' && i+2 < len(text) && unhex(text[i+1]) >= 0 && unhex(text[i+2]) >= 0 && text[i+1] < '8':
+			flush(i)
+			pieces = append(pieces, piece{at: b.Len(), from: i, to: i + 3, ref: true})
+			b.WriteByte(byte(unhex(text[i+1])<<4 | unhex(text[i+2])))
+			changed = true
+			i += 3
+			continue
 		case c == '\\' && i+1 < len(text) && isASCIIPunct(text[i+1]):
 			flush(i)
 			pieces = append(pieces, piece{at: b.Len(), from: i, to: i + 2, ref: true})
@@ -108,6 +124,19 @@ func decodedView(text string) (view, bool) {
 		return view{}, false
 	}
 	return view{text: b.String(), pieces: pieces}, true
+}
+
+// unhex is the value of the hexadecimal digit c, -1 for another byte.
+func unhex(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
 }
 
 // isASCIIPunct reports whether c is one of the ASCII punctuation characters CommonMark lets a
