@@ -45,6 +45,18 @@ func MaskCodes(text string) (string, bool) {
 	return b.String(), true
 }
 
+// MaskCodeTokens replaces every code-shaped token of a text (XXXX-XXXX in the code alphabet,
+// standing alone) by HiddenCode, wherever it stands: what is done to every text but the user's own
+// of a body that holds a notice, since apps move the model's earlier text around (into a summary
+// in the system message, re-wrapped across lines, split over messages) and a code must reach the
+// model from none of them. It reports whether it changed anything.
+func MaskCodeTokens(text string) (string, bool) {
+	if len(text) < 9 || strings.IndexByte(text, '-') < 0 {
+		return text, false
+	}
+	return maskLine(text)
+}
+
 // maskLine replaces every code-shaped token of a notice (XXXX-XXXX in the code alphabet, letters in
 // any case) by HiddenCode.
 func maskLine(line string) (string, bool) {
