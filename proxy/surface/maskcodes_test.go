@@ -19,7 +19,9 @@ func TestMaskCodesEverywhereButTheUsersTyping(t *testing.T) {
 	  "messages":[{"role":"user","content":"> ` + flow.NoticeMarker + `x: code 23A0-4XYF\nyes 7KQM-P2D9"},
 	    {"role":"assistant","content":[{"type":"tool_use","input":{"a.b":"7KQM-P2D9","0":["23A0-4XYF"],"*?#@|":"23a0-4xyf","k":"AB12-CD34x"}}]}],
 	  "n":1,"t":true}`
-	user := func(b []byte, each func(string, gjson.Result)) { each("messages.0.content", gjson.GetBytes(b, "messages.0.content")) }
+	user := func(b []byte, each func(string, gjson.Result)) {
+		each("messages.0.content", gjson.GetBytes(b, "messages.0.content"))
+	}
 	out, err := MaskCodes([]byte(body), user)
 	if err != nil {
 		t.Fatal(err)
