@@ -45,6 +45,9 @@ func TestScanLinksAsBrowsersRead(t *testing.T) {
 		`<a href="//1249767508/login">Log in</a>`,
 		`[Log in](//0x4a.0x7e.0x3.0x54/)`,
 		`<a href='//intranet.corp/reset'>Log in</a>`,
+		`<a href=//1249767508/login>Log in</a>`,
+		`<div style="background:url(//1249767508/pixel.png)">`,
+		`<meta http-equiv="refresh" content="0; url=//1249767508/">`,
 	} {
 		cases = append(cases, checkCase{"send_email", body(s), "links", "body: link 1"})
 	}
@@ -94,6 +97,7 @@ func TestScanLinksAsBrowsersRead(t *testing.T) {
 		checkCase{"send_email", body(`<a href="https://acme.com">bob@acme.com</a>`), "links", "has a host that cannot be read"},
 		checkCase{"send_email", body(`[Log in](https://acme.com\@evil.net/)`), "links", "has user info"},
 		checkCase{"send_email", body("[Log in]\n\n[Log in]: https://acme.com\\@evil.net/"), "links", "has user info"},
+		checkCase{"send_email", body("[Log in]\n\n[Log in]: //1249767508/login"), "links", "has a host that is not allowed"},
 	)
 	runChecks(t, p, readersConversation, cases)
 }

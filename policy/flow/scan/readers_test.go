@@ -52,7 +52,9 @@ func browserReaders(text string) []readerLink {
 		before := strings.TrimRight(text[:p], " \t\n\f\r")
 		valued := strings.HasSuffix(before, `="`) || strings.HasSuffix(before, `='`) || strings.HasSuffix(before, `":"`) ||
 			strings.HasSuffix(before, `": "`) || strings.HasSuffix(before, "](") || strings.HasSuffix(text[:p], "<")
-		relative := valued && len(rest) > 2 && isSlash(rest[0]) && isSlash(rest[1]) // "//host": the page's scheme
+		bare := strings.HasSuffix(text[:p], "=") || strings.HasSuffix(text[:p], "(") || strings.HasSuffix(text[:p], "('") ||
+			strings.HasSuffix(text[:p], `("`) || strings.HasSuffix(before, "]:") // href=, url=, url(, a reference definition
+		relative := (valued || bare) && len(rest) > 2 && isSlash(rest[0]) && isSlash(rest[1]) // "//host": the page's scheme
 		if !www && !relative && !hasSpecialScheme(rest) {
 			continue
 		}
@@ -89,6 +91,9 @@ func browserReaders(text string) []readerLink {
 			if e := runTo(text, p, func(r rune) bool { return strings.ContainsRune(" \t\n\f\r[]()", r) || r < ' ' || r == 0x7f }); !www && strings.Contains(text[p:e], "@") {
 				add(e)
 			}
+		}
+		if relative && bare {
+			add(runTo(text, p, func(r rune) bool { return unicode.IsSpace(r) || strings.ContainsRune(`>)"'`, r) }))
 		}
 		switch {
 		case strings.HasSuffix(before, `="`), strings.HasSuffix(before, `='`), strings.HasSuffix(before, `":"`), strings.HasSuffix(before, `": "`):
@@ -365,6 +370,8 @@ func TestLinkHostsOfEscapesAndRelativeLinks(t *testing.T) {
 	for _, text := range []string{
 		`[x](https://acme.com\@evil.net/)`, `[x](<https://acme.com\@evil.net/>)`, "see https://acme.com\\@evil.net/ now",
 		`[x](https://acme.com\:x\@evil.net/)`, `<a href="//1249767508/login">x</a>`, `<a href='\\0x4a.0x7e.0x3.0x54/'>x</a>`,
+		`<a href=//1249767508/login>x</a>`, "[x]\n\n[x]: //1249767508/login", `<div style="background:url('//1249767508/x')">`,
+		`<meta http-equiv="refresh" content="0; url=//1249767508/">`, `<form action=//evil.corp/>`,
 		`[x](//1249767508/login)`, `<//evil.internal/>`, `{"href":"//evil.internal/x"}`,
 	} {
 		if checkReaders(t, text) == 0 {

@@ -448,8 +448,28 @@ func findInToken(r *readers, items []Item, start, end int, kinds Kind) []Item {
 	return items
 }
 
+// valueStart reports whether a URL value starts at i: a quoted attribute value, a Markdown
+// destination or "<...>" (contextAt), an unquoted attribute value or parameter ("href=", "url="),
+// CSS's "url(" (quoted or not), or a Markdown reference definition ("[x]: ").
+func valueStart(text string, i int) bool {
+	if ctx, _ := contextAt(text, i); ctx == ctxAttr || ctx == ctxDest || ctx == ctxAngle {
+		return true
+	}
+	k := i
+	if k > 0 && (text[k-1] == '\'' || text[k-1] == '"') {
+		k-- // url('//x')
+	}
+	if k > 0 && (text[k-1] == '=' || text[k-1] == '(') {
+		return true
+	}
+	for k = i; k > 0 && i-k < maxLookahead && (text[k-1] == ' ' || text[k-1] == '\t'); k-- {
+	}
+	return k >= 2 && text[k-1] == ':' && text[k-2] == ']'
+}
+
 // relativeLinks appends the scheme-relative links of the token [start, end) that a value or
-// destination holds ('href="//x"', "](//x)", "<//x>"): a browser opens the host after the slashes
+// destination holds ('href="//x"', "href=//x", "](//x)", "<//x>", "url(//x)", "[x]: //x"; see
+// valueStart): a browser opens the host after the slashes
 // whatever its form ("//3232235777/", "//intranet.corp/"), so it is read whatever the host looks
 // like, unless an item already starts there (first is the token's first item).
 func relativeLinks(r *readers, items []Item, first, start, end, firstURL int, ends **tokenEnds) []Item {
@@ -459,7 +479,7 @@ func relativeLinks(r *readers, items []Item, first, start, end, firstURL int, en
 		if !isSlash(text[i]) || !isSlash(text[i+1]) || i > start && (isSlash(text[i-1]) || text[i-1] == ':') {
 			continue
 		}
-		if ctx, _ := contextAt(text, i); ctx != ctxAttr && ctx != ctxDest && ctx != ctxAngle {
+		if !valueStart(text, i) {
 			continue
 		}
 		a := i
