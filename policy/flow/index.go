@@ -34,9 +34,9 @@ type index struct {
 	labels []Source
 	number map[Source]int // each label's position in labels
 	segBit []uint64       // per segment: its source's bit, 0 when the segment is not indexed
-	// echo is, per trusted tool output, the text of the arguments of the call it answers ("" for
-	// other segments): what a tool echoes of its call came from the model, so the output does not
-	// vouch for it (see echoed).
+	// echo is, per tool output, the text of the arguments of the call it answers ("" for other
+	// segments): what a tool echoes of its call came from the model, so it is not the output's
+	// (see echoed), for provenance and for what learn mode sees alike.
 	echo      []string
 	echoWords [][]int32 // per segment: echo's words as numbers (-1 for a word no segment holds)
 
@@ -109,13 +109,13 @@ func (c *Conversation) idx() *index {
 	return c.index
 }
 
-// echoes returns, per indexed trusted tool output, the text of the arguments of the call it
-// answers (keys and string values), "" elsewhere or when the call is not known.
+// echoes returns, per indexed tool output, the text of the arguments of the call it answers (keys
+// and string values), "" elsewhere or when the call is not known.
 func (c *Conversation) echoes(segBit []uint64) []string {
 	var args map[string][]byte
 	echo := make([]string, len(c.segments))
 	for si, seg := range c.segments {
-		if segBit[si] == 0 || !c.trusted[si] || seg.callID == "" || seg.Source.Kind != SourceTool && seg.Source.Kind != SourceMCP {
+		if segBit[si] == 0 || seg.callID == "" || seg.Source.Kind != SourceTool && seg.Source.Kind != SourceMCP {
 			continue
 		}
 		if args == nil {
