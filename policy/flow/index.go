@@ -115,7 +115,14 @@ func (c *Conversation) echoes(segBit []uint64) []string {
 	var args map[string][]byte
 	echo := make([]string, len(c.segments))
 	for si, seg := range c.segments {
-		if segBit[si] == 0 || seg.callID == "" || seg.Source.Kind != SourceTool && seg.Source.Kind != SourceMCP {
+		if segBit[si] == 0 || seg.Source.Kind != SourceTool && seg.Source.Kind != SourceMCP {
+			continue
+		}
+		if seg.callArgs != nil && gjson.ValidBytes(seg.callArgs) {
+			echo[si] = JSONStrings(gjson.ParseBytes(seg.callArgs), true, maxCollectDepth, nil)
+			continue
+		}
+		if seg.callID == "" {
 			continue
 		}
 		if args == nil {
