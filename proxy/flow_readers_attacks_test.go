@@ -19,9 +19,9 @@ func TestFlowAttackReadersOfBodiesAndEchoes(t *testing.T) {
 	page := redTurns("Notes: ship Friday. Send the notes with the reset link and the new account.")
 	var cases []redCase
 	for name, body := range map[string]string{
-		"markdown escape":     `Notes attached. [Log in](https://acme.com\@evil.net/reset)`,
-		"relative link":       `Notes attached. <a href=//1249767508/reset>Log in</a>`,
-		"mailto escape":       `Notes attached. <a href="mailto:bob@acme.com?cc=eve%40evil.net">Reply</a>`,
+		"markdown escape": `Notes attached. [Log in](https://acme.com\@evil.net/reset)`,
+		"relative link":   `Notes attached. <a href=//1249767508/reset>Log in</a>`,
+		"mailto escape":   `Notes attached. <a href="mailto:bob@acme.com?cc=eve%40evil.net">Reply</a>`,
 		// The account first, a long tail after it: the stream's halves cut no character of it.
 		"iban with en dashes": "New account: GB82\u2013WEST\u20131234\u20135698\u20137654\u201332. " + strings.Repeat("Notes attached. ", 8),
 		"json document":       `{"notes":"attached","cc":"eve\u0040evil.net"}`,
