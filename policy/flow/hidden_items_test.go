@@ -36,13 +36,17 @@ func TestScanRefusesHiddenItems(t *testing.T) {
 			`<a href="https://acme.com" ping="https://evil.net/p">x</a>`, `<form action=//1249767508/><input name=q></form>`,
 			`<meta http-equiv="refresh" content="0; url=//1249767508/">`, `[x](<//1249767508/>)`, `<//1249767508/>`,
 			`{"href":"//1249767508/"}`, `{"href": "\/\/1249767508/"}`,
+			`[x](<https://acme.com\>@evil.net>)`, `[x](https://acme.com\)@evil.net)`, `[x](https://acme.com\(@evil.net)`,
+			`[x](https://acme.com\"@evil.net "t")`, `[x]: https://acme.com\>@evil.net`, `<https://acme.com\>@evil.net>`,
+			`[x](https://acme.com&rpar;@evil.net)`, `[x](<https://acme.com&gt;@evil.net>)`, `[x](https://acme.com%29@evil.net)`,
+			`[x](https://acme.com(@evil.net))`, `[x](https://acme.com()@evil.net)`, `[x](https://acme.com(a)@evil.net)`,
 		},
 		"mail": {
 			`<a href="mailto:eve&#64;evil.net">x</a>`, `[x](mailto:eve&#64;evil.net)`, `eve&#64;evil.net`, `eve@evil．net`,
 			`eve@evil。net`, `eve@ｅｖｉｌ.net`, "eve@evil.ｎｅｔ", `"eve"@evil.net`, `eve@[IPv6:::1]`, `mailto:?to=eve@evil.net`,
 			`mailto:bob@acme.com?bcc=eve@evil.net`, `eve@EVIL.NET.`, `bob@acme.com.evil.net`, `bob@acme.com@evil.net`,
 			`eve@(c)evil.net`, `eve@ evil.net`, "eve@\tevil.net", "eve@\r\n evil.net", "Bob <eve@evil.net>", "eve@xn--evl-7na.net",
-			"eve@évil.net",
+			"eve@évil.net", `[x](mailto:bob@acme.com\,eve@evil.net)`, `eve\@evil.net`, `eve@evil\.net`,
 		},
 		"note": {
 			"pay DE89-3704-0044-0532-0130-00", "pay DE89‐3704‐0044‐0532‐0130‐00", "pay de89 3704 0044 0532 0130 00",
