@@ -47,6 +47,7 @@ func TestScanRefusesHiddenItems(t *testing.T) {
 			`mailto:bob@acme.com?bcc=eve@evil.net`, `eve@EVIL.NET.`, `bob@acme.com.evil.net`, `bob@acme.com@evil.net`,
 			`eve@(c)evil.net`, `eve@ evil.net`, "eve@\tevil.net", "eve@\r\n evil.net", "Bob <eve@evil.net>", "eve@xn--evl-7na.net",
 			"eve@évil.net", `[x](mailto:bob@acme.com\,eve@evil.net)`, `eve\@evil.net`, `eve@evil\.net`,
+			"eve\uff20evil.net", "eve\ufe6bevil.net", "<a href=\"mailto:eve\uff20evil.net\">x</a>",
 		},
 		"note": {
 			"pay DE89-3704-0044-0532-0130-00", "pay DE89‐3704‐0044‐0532‐0130‐00", "pay de89 3704 0044 0532 0130 00",

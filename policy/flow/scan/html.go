@@ -6,7 +6,8 @@ import (
 	"strings"
 )
 
-// view is the text as a browser reads it: character references decoded, the ASCII percent-escapes
+// view is the text as a browser reads it: character references decoded, a full-width or small
+// commercial at read as "@" (as a person who retypes "eve＠evil.net" does), the ASCII percent-escapes
 // of a mailto: URL decoded (as the mail program it opens reads them: "mailto:eve%40evil.net"), a
 // Markdown renderer's
 // backslash escapes of ASCII punctuation undone ("acme.com\@evil.net" is rendered and linked as
@@ -29,6 +30,7 @@ type piece struct {
 // decodedView returns the browser's view of text, false when it is the text itself.
 func decodedView(text string) (view, bool) {
 	if strings.IndexByte(text, '&') < 0 && strings.IndexByte(text, '\\') < 0 && strings.IndexByte(text, '%') < 0 &&
+		!strings.Contains(text, "\uff20") && !strings.Contains(text, "\ufe6b") &&
 		(strings.IndexByte(text, '<') < 0 || !strings.ContainsAny(text, "\t\n\r")) {
 		return view{}, false
 	}
@@ -54,6 +56,14 @@ func decodedView(text string) (view, bool) {
 			mailto = mailto || len(text)-i > 7 && strings.EqualFold(text[i:i+7], "mailto:")
 		} else if mailto && (c <= ' ' || strings.IndexByte("\"<>", c) >= 0) {
 			mailto = false
+		}
+		if c == 0xef && i+2 < len(text) && (text[i+1:i+3] == "\xbc\xa0" || text[i+1:i+3] == "\xb9\xab") {
+			flush(i) // U+FF20 or U+FE6B: a commercial at as a person reads it (NFKC)
+			pieces = append(pieces, piece{at: b.Len(), from: i, to: i + 3, ref: true})
+			b.WriteByte('@')
+			changed = true
+			i += 3
+			continue
 		}
 		switch {
 		case mailto && c == '%' && i+2 < len(text) && unhex(text[i+1]) >= 0 && unhex(text[i+2]) >= 0 && text[i+1] < '8':

@@ -52,8 +52,9 @@ func browserReaders(text string) []readerLink {
 		before := strings.TrimRight(text[:p], " \t\n\f\r")
 		valued := strings.HasSuffix(before, `="`) || strings.HasSuffix(before, `='`) || strings.HasSuffix(before, `":"`) ||
 			strings.HasSuffix(before, `": "`) || strings.HasSuffix(before, "](") || strings.HasSuffix(text[:p], "<")
-		bare := strings.HasSuffix(text[:p], "=") || strings.HasSuffix(text[:p], "(") || strings.HasSuffix(text[:p], "('") ||
-			strings.HasSuffix(text[:p], `("`) || strings.HasSuffix(before, "]:") // href=, url=, url(, a reference definition
+		lowerBefore := strings.ToLower(text[:p])
+		bare := strings.HasSuffix(text[:p], "=") || strings.HasSuffix(lowerBefore, "url(") || strings.HasSuffix(lowerBefore, "url('") ||
+			strings.HasSuffix(lowerBefore, `url("`) || strings.HasSuffix(before, "]:") // href=, url=, url(, a reference definition
 		relative := (valued || bare) && len(rest) > 2 && isSlash(rest[0]) && isSlash(rest[1]) // "//host": the page's scheme
 		if !www && !relative && !hasSpecialScheme(rest) {
 			continue
@@ -68,6 +69,9 @@ func browserReaders(text string) []readerLink {
 		at := p // where the link's item must start: a relative link's host, after its slashes
 		for relative && at < len(text) && isSlash(text[at]) {
 			at++
+		}
+		if at == len(text) || text[at] <= ' ' {
+			at = p // no host in the slashes' token: the item is the slashes
 		}
 		add := func(e int) {
 			if e > p {

@@ -245,14 +245,14 @@ func isDot(r rune) bool {
 	return r == '.' || r == '\u3002' || r == '\uff0e' || r == '\uff61'
 }
 
-// isHostRune reports whether r may be part of a host name as written: letters, digits, marks,
-// '-', '_', full stops, and invisible format characters (which IDNA drops, so they must not split
-// a name: "evil\u200b.com" is evil.com).
+// isHostRune reports whether r may be part of a host name as written: letters, numbers of any kind
+// (IDNA maps "½" and "²" to digits), marks, '-', '_', full stops, and invisible format characters
+// (which IDNA drops, so they must not split a name: "evil\u200b.com" is evil.com).
 func isHostRune(r rune) bool {
 	if r < utf8.RuneSelf {
 		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
 	}
-	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r) || isDot(r) || unicode.Is(unicode.Cf, r)
+	return unicode.IsLetter(r) || unicode.IsNumber(r) || unicode.IsMark(r) || isDot(r) || unicode.Is(unicode.Cf, r)
 }
 
 // isLocalRune reports whether r may be part of an email's local part.
@@ -448,6 +448,34 @@ func findInToken(r *readers, items []Item, start, end int, kinds Kind) []Item {
 	return items
 }
 
+// sameReadings reports whether item a reads every reading of b.
+func sameReadings(a, b Item) bool {
+	for _, rb := range b.Readings() {
+		if !slices.Contains(a.Readings(), rb) {
+			return false
+		}
+	}
+	return true
+}
+
+// userInfoOn reports whether the value that starts at i runs on past the token's end at a, spaces
+// included, to an "@" before its closer ('href="// x@evil.net"': user info, then a host).
+func userInfoOn(text string, i, a int) bool {
+	ctx, closer := contextAt(text, i)
+	if ctx != ctxAttr && ctx != ctxDest && ctx != ctxAngle || a == len(text) {
+		return false
+	}
+	for k := a; k < len(text) && k-a <= maxAuthority; k++ {
+		switch c := text[k]; {
+		case c == '@':
+			return true
+		case c == closer, c == '\n', c == '\r', c == '/', c == '?', c == '#', c == '\\':
+			return false
+		}
+	}
+	return false
+}
+
 // valueStart reports whether a URL value starts at i: a quoted attribute value, a Markdown
 // destination or "<...>" (contextAt), an unquoted attribute value or parameter ("href=", "url="),
 // CSS's "url(" (quoted or not), or a Markdown reference definition ("[x]: ").
@@ -459,7 +487,7 @@ func valueStart(text string, i int) bool {
 	if k > 0 && (text[k-1] == '\'' || text[k-1] == '"') {
 		k-- // url('//x')
 	}
-	if k > 0 && (text[k-1] == '=' || text[k-1] == '(') {
+	if k > 0 && text[k-1] == '=' || k >= 4 && strings.EqualFold(text[k-4:k], "url(") {
 		return true
 	}
 	for k = i; k > 0 && i-k < maxLookahead && (text[k-1] == ' ' || text[k-1] == '\t'); k-- {
@@ -471,10 +499,10 @@ func valueStart(text string, i int) bool {
 // destination holds ('href="//x"', "href=//x", "](//x)", "<//x>", "url(//x)", "[x]: //x"; see
 // valueStart): a browser opens the host after the slashes
 // whatever its form ("//3232235777/", "//intranet.corp/"), so it is read whatever the host looks
-// like, unless an item already starts there (first is the token's first item).
+// like, unless an item that starts there already reads it so (first is the token's first item).
 func relativeLinks(r *readers, items []Item, first, start, end, firstURL int, ends **tokenEnds) []Item {
 	text := r.text
-	var starts map[int]bool // where the token's URL items start
+	var starts map[int]int // where the token's URL items start: their indexes
 	for i := start; i+1 < min(end, firstURL); i++ {
 		if !isSlash(text[i]) || !isSlash(text[i+1]) || i > start && (isSlash(text[i-1]) || text[i-1] == ':') {
 			continue
@@ -486,27 +514,31 @@ func relativeLinks(r *readers, items []Item, first, start, end, firstURL int, en
 		for a < end && isSlash(text[a]) {
 			a++
 		}
+		if a == end && !userInfoOn(text, i, a) {
+			continue
+		}
 		if starts == nil {
-			starts = map[int]bool{}
+			starts = map[int]int{}
 			for k := first; k < len(items); k++ {
 				if items[k].Kind == URL {
-					starts[items[k].Start] = true
+					starts[items[k].Start] = k
 				}
 			}
-		}
-		covered := false
-		for k := i; k <= a; k++ {
-			covered = covered || starts[k]
-		}
-		if covered || a == end {
-			continue
 		}
 		if *ends == nil {
 			*ends = newTokenEnds(text, start, end)
 		}
 		it := Item{Kind: URL, Start: i, End: max((*ends).end(i), a)}
 		r.setReadings(&it, link{ctxStart: i, a: a, prefix: "https://", special: true})
-		items = append(items, it)
+		covered := false
+		for k := i; k <= a; k++ {
+			if o, ok := starts[k]; ok && sameReadings(items[o], it) {
+				covered = true // an item there already reads it so ("//www.x.com")
+			}
+		}
+		if !covered {
+			items = append(items, it)
+		}
 	}
 	return items
 }
@@ -773,7 +805,7 @@ func emailDomain(text string, at, end int) (host string, e int, ok bool) {
 	}
 	e = trimHostEnd(text, at+1, e)
 	domain := text[at+1 : e]
-	labels := splitLabels(strings.Map(dropFormat, domain)) // IDNA drops them ("evil.n\u200bet")
+	labels := splitLabels(domain)
 	if len(labels) < 2 {
 		return "", 0, false
 	}
@@ -782,7 +814,9 @@ func emailDomain(text string, at, end int) (host string, e int, ok bool) {
 			return "", 0, false
 		}
 	}
-	if !plausibleTLD(labels[len(labels)-1]) && !isIPv4(labels) {
+	// The top-level domain as IDNA reads it, invisible format characters dropped ("evil.n\u200bet").
+	read := splitLabels(strings.Map(dropFormat, domain))
+	if !plausibleTLD(read[len(read)-1]) && !isIPv4(read) {
 		return "", 0, false
 	}
 	return domain, e, true
