@@ -279,9 +279,7 @@ func (c *Conversation) checkScan(r *scanRule, args gjson.Result) (kind, why stri
 			if !r.optional {
 				k, w = KindToolCall, at+" is missing"
 			}
-		case v.Type == gjson.String:
-			k, w, more = c.scanText(r, n, v.Str, &bad)
-		case v.IsObject():
+		case v.Type == gjson.String || v.IsObject():
 			text, ok := argText(v)
 			if !ok {
 				k, w = KindToolCall, at+" is nested too deep to scan"
@@ -298,9 +296,11 @@ func (c *Conversation) checkScan(r *scanRule, args gjson.Result) (kind, why stri
 	return kind, why, bad
 }
 
-// argText gathers what a scan rule reads of an object argument: every key and every string value,
-// under any key, joined by line breaks. It reports false when the object nests deeper than
-// maxCollectDepth, for the scan to refuse rather than read it in part.
+// argText gathers what a scan rule reads of an argument: every key and every string value, under
+// any key, joined by line breaks; a string that is itself a JSON object or array (a request body, a
+// payload) is read as it is written and then as a JSON reader decodes it, so its escapes
+// ("eve\u0040evil.net") hide nothing from the scan. It reports false when the value nests deeper
+// than maxCollectDepth, JSON in strings included, for the scan to refuse rather than read it in part.
 func argText(v gjson.Result) (string, bool) {
 	var b strings.Builder
 	add := func(s string) {
@@ -317,6 +317,9 @@ func argText(v gjson.Result) (string, bool) {
 			ok = false
 		case v.Type == gjson.String:
 			add(v.Str)
+			if doc, ok := jsonDoc(v.Str); ok {
+				walk(doc, depth+1)
+			}
 		case v.IsObject():
 			v.ForEach(func(k, e gjson.Result) bool {
 				add(k.Str)
@@ -332,6 +335,15 @@ func argText(v gjson.Result) (string, bool) {
 	}
 	walk(v, 0)
 	return b.String(), ok
+}
+
+// jsonDoc reads s as a JSON object or array, if it is one.
+func jsonDoc(s string) (gjson.Result, bool) {
+	t := strings.TrimSpace(s)
+	if t == "" || t[0] != '{' && t[0] != '[' || !gjson.Valid(t) {
+		return gjson.Result{}, false
+	}
+	return gjson.Parse(t), true
 }
 
 // scanText checks every item of the rule's kinds found in one string: the kind and reason of the

@@ -239,7 +239,8 @@ func (r *recentCodes) add(k code) {
 }
 
 // typedCodes returns the codes the user typed that may confirm a call, in the order they are tried,
-// at most maxCandidates: those that answer a notice shown in an assistant message before them,
+// at most maxCandidates (never one inside a notice the user's message quotes or repeats): those
+// that answer a notice shown in an assistant message before them,
 // latest first; then, with part of the history unseen (the notice may lie there), the other
 // readings of the visible user messages, latest first, by form (codeForm). Read once per
 // conversation, in one pass: each code an assistant message shows is remembered as it is met, so a
@@ -256,7 +257,8 @@ func (c *Conversation) typedCodes() []code {
 				n := shownCodes(seg.Text, func(k code) { shown[k] = struct{}{} })
 				steps += n
 			case SourceUser:
-				n := readCodes(seg.Text, func(k code, f codeForm) {
+				text, _ := MaskCodes(seg.Text) // a notice the user quotes is not the user's answer
+				n := readCodes(text, func(k code, f codeForm) {
 					steps++
 					if _, ok := shown[k]; ok {
 						answers.add(k)

@@ -27,6 +27,9 @@ type Segment struct {
 	// callID is the id of the call a tool output answers ("" for other segments): LabelServers
 	// finds the outputs of calls an MCP server ran by it.
 	callID string
+	// callArgs are the raw arguments of the call a tool output answers where it is known by its
+	// place, not an id (CallOutput); nil otherwise.
+	callArgs []byte
 }
 
 // HistoryCall is a tool call already made in the conversation.

@@ -34,6 +34,11 @@ type index struct {
 	labels []Source
 	number map[Source]int // each label's position in labels
 	segBit []uint64       // per segment: its source's bit, 0 when the segment is not indexed
+	// echo is, per tool output, the text of the arguments of the call it answers ("" for other
+	// segments): what a tool echoes of its call came from the model, so it is not the output's
+	// (see echoed), for provenance and for what learn mode sees alike.
+	echo      []string
+	echoWords [][]int32 // per segment: echo's words as numbers (-1 for a word no segment holds)
 
 	itemsOnce                  sync.Once
 	emails, hosts, urls, ibans map[string]uint64
@@ -98,9 +103,62 @@ func (c *Conversation) idx() *index {
 		for _, l := range c.p.lists {
 			ix.lists = append(ix.lists, listRef{bit: ix.bitOf(Source{Kind: SourceList, Tool: l.name}), list: l})
 		}
+		ix.echo = c.echoes(ix.segBit)
 		c.index = ix
 	})
 	return c.index
+}
+
+// echoes returns, per indexed tool output, the text of the arguments of the call it answers (keys
+// and string values), "" elsewhere or when the call is not known.
+func (c *Conversation) echoes(segBit []uint64) []string {
+	var args map[string][]byte
+	echo := make([]string, len(c.segments))
+	for si, seg := range c.segments {
+		if segBit[si] == 0 || seg.Source.Kind != SourceTool && seg.Source.Kind != SourceMCP {
+			continue
+		}
+		if seg.callArgs != nil && gjson.ValidBytes(seg.callArgs) {
+			echo[si] = JSONStrings(gjson.ParseBytes(seg.callArgs), true, maxCollectDepth, nil)
+			continue
+		}
+		if seg.callID == "" {
+			continue
+		}
+		if args == nil {
+			args = map[string][]byte{}
+			for _, h := range c.calls {
+				if h.ID != "" && h.Args != nil {
+					args[h.ID] = h.Args
+				}
+			}
+		}
+		if a, ok := args[seg.callID]; ok && gjson.ValidBytes(a) {
+			echo[si] = JSONStrings(gjson.ParseBytes(a), true, maxCollectDepth, nil)
+		}
+	}
+	return echo
+}
+
+// echoOf is segment si's echo ("" for an index without echoes: an operator list's).
+func (ix *index) echoOf(si int) string {
+	if si >= len(ix.echo) {
+		return ""
+	}
+	return ix.echo[si]
+}
+
+// echoed returns the keys of one kind (keysOf) that segment si's echo holds, nil for none.
+func (ix *index) echoed(si int, keysOf func(text string) []string) map[string]bool {
+	e := ix.echoOf(si)
+	if e == "" {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, k := range keysOf(e) {
+		out[k] = true
+	}
+	return out
 }
 
 // items builds the maps of scanned items.
@@ -113,15 +171,24 @@ func (ix *index) items() {
 				continue
 			}
 			it := ix.c.memo.itemsOf(seg.Text)
-			for _, k := range it.hosts {
-				ix.hosts[k] |= bit
+			var echo *textItems
+			if e := ix.echoOf(si); e != "" {
+				echo = ix.c.memo.itemsOf(e)
 			}
-			for _, k := range it.emails {
-				ix.emails[k] |= bit
+			add := func(m map[string]uint64, keys []string, echoed func(*textItems) []string) {
+				var skip map[string]bool
+				if echo != nil {
+					skip = ix.echoed(si, func(string) []string { return echoed(echo) })
+				}
+				for _, k := range keys {
+					if !skip[k] {
+						m[k] |= bit
+					}
+				}
 			}
-			for _, k := range it.ibans {
-				ix.ibans[k] |= bit
-			}
+			add(ix.hosts, it.hosts, func(e *textItems) []string { return e.hosts })
+			add(ix.emails, it.emails, func(e *textItems) []string { return e.emails })
+			add(ix.ibans, it.ibans, func(e *textItems) []string { return e.ibans })
 		}
 	})
 }
@@ -133,8 +200,11 @@ func (ix *index) urlForms() {
 		ix.urls = map[string]uint64{}
 		for si, seg := range ix.c.segments {
 			if bit := ix.segBit[si]; bit != 0 {
+				skip := ix.echoed(si, func(t string) []string { return ix.c.memo.itemsOf(t).urlKeys() })
 				for _, k := range ix.c.memo.itemsOf(seg.Text).urlKeys() {
-					ix.urls[k] |= bit
+					if !skip[k] {
+						ix.urls[k] |= bit
+					}
 				}
 			}
 		}
@@ -147,8 +217,11 @@ func (ix *index) idTokens() {
 		ix.ids = map[string]uint64{}
 		for si, seg := range ix.c.segments {
 			if bit := ix.segBit[si]; bit != 0 {
+				skip := ix.echoed(si, ix.c.memo.idsOf)
 				for _, tok := range ix.c.memo.idsOf(seg.Text) {
-					ix.ids[tok] |= bit
+					if !skip[tok] {
+						ix.ids[tok] |= bit
+					}
 				}
 			}
 		}
@@ -179,6 +252,19 @@ func (ix *index) wordIndex() {
 				}
 			}
 			ix.segWords[si] = ids
+		}
+		ix.echoWords = make([][]int32, len(ix.c.segments))
+		for si, e := range ix.echo {
+			if e == "" {
+				continue
+			}
+			for _, w := range ix.c.memo.wordsOf(e) {
+				id, ok := ix.wordIDs[w]
+				if !ok {
+					id = -1
+				}
+				ix.echoWords[si] = append(ix.echoWords[si], id)
+			}
 		}
 	})
 }
@@ -273,6 +359,11 @@ func (ix *index) lookupPhrase(words []string) uint64 {
 		}
 		found, n := holdsPhrase(ix.segWords[si], pat, fail)
 		steps += n
+		if found && int(si) < len(ix.echoWords) && ix.echoWords[si] != nil {
+			echoed, n := holdsPhrase(ix.echoWords[si], pat, fail) // the call gave it the phrase
+			steps += n
+			found = !echoed
+		}
 		if found {
 			m |= bit
 		}

@@ -26,6 +26,24 @@ func TestMaskCodes(t *testing.T) {
 	}
 }
 
+// TestMaskCodeTokensAsRenderersRewriteThem: a code whose hyphen a renderer turned into another
+// dash, a minus sign or a no-break space is still masked, wherever it stands in a text.
+func TestMaskCodeTokensAsRenderersRewriteThem(t *testing.T) {
+	t.Parallel()
+	for _, joiner := range []string{"-", "\u2011", "\u2010", "\u2013", "\u2014", "\u2212", "\u00a0", "\u202f"} {
+		in := "Summary: the code 7KQM" + joiner + "3XPA, then (7kqm" + joiner + "3xpa)."
+		want := "Summary: the code " + flow.HiddenCode + ", then (" + flow.HiddenCode + ")."
+		if got, _ := flow.MaskCodeTokens(in); got != want {
+			t.Errorf("MaskCodeTokens(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for _, kept := range []string{"order AB12-CD34X", "x7KQM-3XPA", "lengths 12-34", "7KQM_3XPA", "7KQM/3XPA"} {
+		if got, changed := flow.MaskCodeTokens(kept); changed {
+			t.Errorf("MaskCodeTokens(%q) = %q, want it unchanged", kept, got)
+		}
+	}
+}
+
 func FuzzMaskCodes(f *testing.F) {
 	f.Add("[promptgate] held tool call x for your confirmation: rule r: y. To run it once, reply with the code 7KQM-3XPA (valid for 1 minute).")
 	f.Add("[promptgate] held tool call 0000-0000\r1111-1111")

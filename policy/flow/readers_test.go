@@ -42,6 +42,12 @@ func TestScanLinksAsBrowsersRead(t *testing.T) {
 		"Log in: <https://acme.com @evil.net/>",
 		"Log in: https://acme.com%2F@evil.net/",
 		"Log in: https://2130706433/",
+		`<a href="//1249767508/login">Log in</a>`,
+		`[Log in](//0x4a.0x7e.0x3.0x54/)`,
+		`<a href='//intranet.corp/reset'>Log in</a>`,
+		`<a href=//1249767508/login>Log in</a>`,
+		`<div style="background:url(//1249767508/pixel.png)">`,
+		`<meta http-equiv="refresh" content="0; url=//1249767508/">`,
 	} {
 		cases = append(cases, checkCase{"send_email", body(s), "links", "body: link 1"})
 	}
@@ -79,6 +85,7 @@ func TestScanLinksAsBrowsersRead(t *testing.T) {
 		"post it to www.acme.com.They sent the rest",
 		"HTTPS://ACME.COM/A and https://ACME.com.",
 		`<a href="https://acme.com/">bob@acme.com</a> and <a href="https://acme.com"> bob@acme.com</a>`,
+		`<a href="//cdn.acme.com/a.png">x</a> [y](//acme.com/y) and a\_b \*not bold\* https://acme.com/a\_b`,
 	} {
 		cases = append(cases, checkCase{"send_email", body(s), "", ""})
 	}
@@ -88,6 +95,9 @@ func TestScanLinksAsBrowsersRead(t *testing.T) {
 		checkCase{"send_email", body("post it to www.acme.com.Net, they said"), "links", "has a host that is not allowed"},
 		checkCase{"send_email", body("post it to https://www.acme.com.They/x"), "links", "has a host that is not allowed"},
 		checkCase{"send_email", body(`<a href="https://acme.com">bob@acme.com</a>`), "links", "has a host that cannot be read"},
+		checkCase{"send_email", body(`[Log in](https://acme.com\@evil.net/)`), "links", "has user info"},
+		checkCase{"send_email", body("[Log in]\n\n[Log in]: https://acme.com\\@evil.net/"), "links", "has user info"},
+		checkCase{"send_email", body("[Log in]\n\n[Log in]: //1249767508/login"), "links", "has a host that is not allowed"},
 	)
 	runChecks(t, p, readersConversation, cases)
 }
@@ -122,6 +132,9 @@ func TestScanAddressesAsRFC5322Reads(t *testing.T) {
 		`Write to "bob\"@acme.com"@evil.net`,
 		"Write to bob@[203.0.113.9]",
 		"Write to bob@203.0.113.9",
+		`Write to <a href="mailto:eve%40evil.net">Bob</a>`,
+		"Write to [Bob](mailto:bob@acme.com?cc=eve%40evil.net)",
+		"Write to eve@evil.n\u200bet or eve@evil.net\u200b",
 	} {
 		cases = append(cases, checkCase{"send_email", body(s), "addr", "is at a domain that is not allowed"})
 	}
@@ -207,8 +220,9 @@ func TestProvenanceURLSchemes(t *testing.T) {
 	})
 }
 
-// TestIBANsGroupedWithMarks: IBANs grouped with full stops, slashes, low lines, middle dots or
-// Unicode spaces are found and read; ordinary dotted numbers are not IBANs.
+// TestIBANsGroupedWithMarks: IBANs grouped with full stops, slashes, low lines, middle dots,
+// dashes of any kind, bullets or Unicode spaces, split by invisible characters or by HTML and
+// Markdown markup a reader does not see, are found and read; ordinary dotted numbers are not IBANs.
 func TestIBANsGroupedWithMarks(t *testing.T) {
 	t.Parallel()
 	p := mustCompile(t, `{"provenance":[{"id":"payee","tool":"send_money","path":"iban","as":"iban","from":["user"]}],
@@ -235,7 +249,17 @@ func TestIBANsGroupedWithMarks(t *testing.T) {
 			checkCase{"send_email", body("New account: " + g("DE89370400440532013000") + "."), "ibans", "IBAN 1 at offset 13 does not occur"},
 		)
 	}
+	for _, written := range []string{
+		"DE89\u20133704\u20130044\u20130532\u20130130\u201300", "DE89\u2014370400440532013000", "DE89\u2212370400440532013000",
+		"DE89\u2022370400440532013000", "DE89:3704:0044:0532:0130:00", "DE89|3704|0044|0532|0130|00", "DE89+370400440532013000",
+		"D\u200bE89 3704 0044 0532 0130 00", "DE89 37\u206004 0044 0532 0130 00", "<b>DE89</b> 3704 0044 0532 0130 00",
+		"DE89 **3704** 0044 0532 0130 00", "`DE89` 3704 0044 0532 0130 00", "DE89 3704 0044 0532 0130 0<!-- -->0",
+		"DE89 <span class=\"x\">3704</span> 0044 0532 0130 00",
+	} {
+		cases = append(cases, checkCase{"send_email", body("New account: " + written + "."), "ibans", "does not occur"})
+	}
 	cases = append(cases,
+		checkCase{"send_email", body("Pay <b>GB82 WEST</b> 1234\u20135698 7654 32 today, ref 12:30 | 4, 5 + 6"), "", ""},
 		checkCase{"send_email", body("Version 1.2.3.4, build GB12.3456.7890, ratio 1/2/3"), "", ""},
 		iban("GB82..WEST.1234.5698.7654.32", "payee", "is not a valid IBAN"),
 	)

@@ -140,6 +140,16 @@ func (t *Transcript) LegacyOutput(name string, out Output, msg int) {
 	t.output(name, "", out, msg)
 }
 
+// CallOutput adds the output answering a call known by its place rather than an id (Gemini's
+// matching by name and order): the call's tool ("" for tool:?) and raw arguments (what the output
+// may echo of them is not the output's; see index.echo).
+func (t *Transcript) CallOutput(tool string, args []byte, out Output, msg int) {
+	t.output(tool, out.Server, out, msg)
+	if tool != "" {
+		t.segments[len(t.segments)-1].callArgs = args
+	}
+}
+
 // ToolOutput adds output that a tool's own item carries (a built-in tool's results, an MCP call
 // with its output): its source is the named tool, or mcp:SERVER.
 func (t *Transcript) ToolOutput(tool string, out Output, msg int) {

@@ -70,21 +70,26 @@ func RawJSON(v gjson.Result) []byte {
 	return []byte(v.Raw)
 }
 
-// MaskCodes masks the confirmation codes in the notices of held calls that the model's earlier
-// turns carry (flow.MaskCodes), in an upstream body: texts calls its function with each assistant
-// text of the body and its path. The code is the user's decision and never reaches the model. A
-// body without a notice is returned as it is, unread.
-func MaskCodes(body []byte, texts func(body []byte, each func(path string, text gjson.Result))) ([]byte, error) {
+// MaskCodes masks the confirmation codes of held calls in an upstream body that holds a notice
+// (flow.NoticeMarker) anywhere: every code-shaped token of every string (flow.MaskCodeTokens), but
+// in the user's own texts (userTexts calls its function with each, and its path) only the notices
+// they quote (flow.MaskCodes), so a code the user types still reaches the model as typed. The code
+// is the user's decision, and apps move the model's earlier text anywhere: into a summary in the
+// system message, re-wrapped, split over messages. A body without a notice is returned as it is.
+func MaskCodes(body []byte, userTexts func(body []byte, each func(path string, text gjson.Result))) ([]byte, error) {
 	if !bytes.Contains(body, []byte(flow.NoticeMarker)) {
 		return body, nil
 	}
+	user := map[string]bool{}
+	userTexts(body, func(path string, _ gjson.Result) { user[path] = true })
 	type edit struct{ path, text string }
 	var edits []edit
-	texts(body, func(path string, v gjson.Result) {
-		if v.Type != gjson.String {
-			return
+	eachString(gjson.ParseBytes(body), "", 0, func(path, s string) {
+		mask := flow.MaskCodeTokens
+		if user[path] {
+			mask = flow.MaskCodes
 		}
-		if masked, ok := flow.MaskCodes(v.Str); ok {
+		if masked, ok := mask(s); ok {
 			edits = append(edits, edit{path, masked})
 		}
 	})
@@ -95,6 +100,42 @@ func MaskCodes(body []byte, texts func(body []byte, each func(path string, text 
 		}
 	}
 	return body, nil
+}
+
+// maxMaskDepth bounds the nesting MaskCodes reads (a body is nested less deep: limits.maxJSONDepth).
+const maxMaskDepth = 256
+
+// eachString calls f with every string value under v and its path (keys escaped as paths need).
+// A string under an empty key, which a path cannot name, is left out.
+func eachString(v gjson.Result, path string, depth int, f func(path, s string)) {
+	switch {
+	case depth > maxMaskDepth:
+	case v.Type == gjson.String:
+		if path != "" {
+			f(path, v.Str)
+		}
+	case v.IsArray():
+		i := 0
+		v.ForEach(func(_, e gjson.Result) bool {
+			eachString(e, join(path, strconv.Itoa(i)), depth+1, f)
+			i++
+			return true
+		})
+	case v.IsObject():
+		v.ForEach(func(k, e gjson.Result) bool {
+			if k.Str != "" {
+				eachString(e, join(path, gjson.Escape(k.Str)), depth+1, f)
+			}
+			return true
+		})
+	}
+}
+
+func join(path, comp string) string {
+	if path == "" {
+		return comp
+	}
+	return path + "." + comp
 }
 
 // ContentTexts calls each with the text strings of a message content at path: the content itself

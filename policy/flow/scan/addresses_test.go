@@ -2,6 +2,7 @@ package scan
 
 import (
 	"net/mail"
+	"net/url"
 	"strings"
 	"testing"
 	"unicode"
@@ -73,6 +74,7 @@ var addressCases = []string{
 	"bob@203.0.113.9", "bob@acme.com, eve@evil.net", "Carol <c@évil.net>, d@x.org", "=?utf-8?q?bob?= <a@b.com>",
 	"acme.com!bob@evil.net", "bob%acme.com@evil.net", "bob@evil.net (acme.com)", "<bob@evil.net>",
 	"undisclosed-recipients:;", "team: a@x.com, b@y.org;", "bób@x.com", `"x"@evil.net, "y@z"@evil.org`,
+	"eve@evil.net\u200b", "eve@evil.n\u2060et", "eve@ev\u00adil.net\ufeff, bob@acme.com",
 }
 
 // TestAddressesAgainstNetMail: the table of forms RFC 5322 allows, read by both.
@@ -98,5 +100,77 @@ func FuzzAddressesAgainstNetMail(f *testing.F) {
 			return
 		}
 		checkAddresses(t, v)
+	})
+}
+
+// checkMailto checks a mailto: URL (RFC 6068) against what a mail program reads of it: net/url's
+// decoding of its address part and of its to, cc and bcc fields, each read by net/mail. It returns
+// how many addresses it checked.
+func checkMailto(t *testing.T, link string) int {
+	t.Helper()
+	u, err := url.Parse(link)
+	if err != nil || !strings.EqualFold(u.Scheme, "mailto") {
+		return 0
+	}
+	var values []string
+	if to, err := url.PathUnescape(u.Opaque); err == nil {
+		values = append(values, to)
+	}
+	q := u.Query()
+	for _, f := range []string{"to", "cc", "bcc"} {
+		values = append(values, q[f]...)
+	}
+	n := 0
+	for _, text := range []string{link, `<a href="` + link + `">x</a>`, "[x](" + link + ")"} {
+		items := Find(text, Email)
+		for _, v := range values {
+			list, err := mail.ParseAddressList(v)
+			if err != nil {
+				continue
+			}
+			for _, a := range list {
+				d := a.Address[strings.LastIndexByte(a.Address, '@')+1:]
+				want, err := vet.NormHost(d)
+				if err != nil || !mailDomain(d) {
+					continue
+				}
+				n++
+				if !foundAt(items, want) {
+					t.Errorf("in %q a mail program reads %q (domain %q); the scanner reads %s", text, a.Address, want, showItems(text, items))
+				}
+			}
+		}
+	}
+	return n
+}
+
+var mailtoCases = []string{
+	"mailto:eve%40evil.net", "mailto:bob@acme.com?cc=eve%40evil.net", "MAILTO:bob@acme.com?bcc=eve%2540x.org,eve%40evil.net",
+	"mailto:%22bob%40acme.com%22%40evil.net", "mailto:?to=eve%40evil.net&subject=hi", "mailto:bob%40acme.com,eve%40evil.net",
+}
+
+// TestMailtoAgainstNetMail: the addresses of a mailto: link are read as the mail program it opens
+// reads them, percent-escapes decoded.
+func TestMailtoAgainstNetMail(t *testing.T) {
+	t.Parallel()
+	n := 0
+	for _, link := range mailtoCases {
+		n += checkMailto(t, link)
+	}
+	if n < 20 {
+		t.Fatalf("only %d addresses checked", n)
+	}
+}
+
+// FuzzMailtoAgainstNetMail: for any mailto: link, the same.
+func FuzzMailtoAgainstNetMail(f *testing.F) {
+	for _, link := range mailtoCases {
+		f.Add(link)
+	}
+	f.Fuzz(func(t *testing.T, link string) {
+		if len(link) > 256 || !strings.HasPrefix(strings.ToLower(link), "mailto:") || strings.ContainsAny(link, "\"<>()[] \t\r\n") {
+			return
+		}
+		checkMailto(t, link)
 	})
 }

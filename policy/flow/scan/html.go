@@ -6,10 +6,15 @@ import (
 	"strings"
 )
 
-// view is the text as a browser reads it: character references decoded, and ASCII tabs and line
-// breaks removed inside the quoted attribute values of tags and inside Markdown link destinations
-// (the URL parser drops them; a renderer decodes the references of a destination). pieces map
-// its bytes back to the text.
+// view is the text as a browser reads it: character references decoded, a full-width or small
+// commercial at read as "@" (as a person who retypes "eve＠evil.net" does), the ASCII percent-escapes
+// of a mailto: URL decoded (as the mail program it opens reads them: "mailto:eve%40evil.net"), a
+// Markdown renderer's
+// backslash escapes of ASCII punctuation undone ("acme.com\@evil.net" is rendered and linked as
+// "acme.com@evil.net", in a destination too), and ASCII tabs and line breaks removed inside the
+// quoted attribute values of tags and inside Markdown link destinations (the URL parser drops
+// them; a renderer decodes the references of a destination). pieces map its bytes back to the
+// text.
 type view struct {
 	text   string
 	pieces []piece
@@ -24,7 +29,9 @@ type piece struct {
 
 // decodedView returns the browser's view of text, false when it is the text itself.
 func decodedView(text string) (view, bool) {
-	if strings.IndexByte(text, '&') < 0 && (strings.IndexByte(text, '<') < 0 || !strings.ContainsAny(text, "\t\n\r")) {
+	if strings.IndexByte(text, '&') < 0 && strings.IndexByte(text, '\\') < 0 && strings.IndexByte(text, '%') < 0 &&
+		!strings.Contains(text, "\uff20") && !strings.Contains(text, "\ufe6b") &&
+		(strings.IndexByte(text, '<') < 0 || !strings.ContainsAny(text, "\t\n\r")) {
 		return view{}, false
 	}
 	var b strings.Builder
@@ -39,12 +46,40 @@ func decodedView(text string) (view, bool) {
 		lit = -1
 	}
 	inTag := false
-	var quote byte // the quote of the attribute value being read, 0 outside one
-	var last byte  // the last byte of the tag outside white space
-	var dest byte  // the closer of the Markdown link destination being read ("]("), 0 outside one
+	var quote byte  // the quote of the attribute value being read, 0 outside one
+	var last byte   // the last byte of the tag outside white space
+	var dest byte   // the closer of the Markdown link destination being read ("]("), 0 outside one
+	mailto := false // inside a mailto: URL, whose percent-escapes a mail program decodes (RFC 6068)
 	for i := 0; i < len(text); {
 		c := text[i]
+		if c == 'm' || c == 'M' {
+			mailto = mailto || len(text)-i > 7 && strings.EqualFold(text[i:i+7], "mailto:")
+		} else if mailto && (c <= ' ' || strings.IndexByte("\"<>", c) >= 0) {
+			mailto = false
+		}
+		if c == 0xef && i+2 < len(text) && (text[i+1:i+3] == "\xbc\xa0" || text[i+1:i+3] == "\xb9\xab") {
+			flush(i) // U+FF20 or U+FE6B: a commercial at as a person reads it (NFKC)
+			pieces = append(pieces, piece{at: b.Len(), from: i, to: i + 3, ref: true})
+			b.WriteByte('@')
+			changed = true
+			i += 3
+			continue
+		}
 		switch {
+		case mailto && c == '%' && i+2 < len(text) && unhex(text[i+1]) >= 0 && unhex(text[i+2]) >= 0 && text[i+1] < '8':
+			flush(i)
+			pieces = append(pieces, piece{at: b.Len(), from: i, to: i + 3, ref: true})
+			b.WriteByte(byte(unhex(text[i+1])<<4 | unhex(text[i+2])))
+			changed = true
+			i += 3
+			continue
+		case c == '\\' && i+1 < len(text) && isASCIIPunct(text[i+1]):
+			flush(i)
+			pieces = append(pieces, piece{at: b.Len(), from: i, to: i + 2, ref: true})
+			b.WriteByte(text[i+1])
+			changed = true
+			i += 2
+			continue
 		case c == '&':
 			if n := refLen(text[i:]); n > 0 {
 				d := html.UnescapeString(text[i : i+n])
@@ -99,6 +134,25 @@ func decodedView(text string) (view, bool) {
 		return view{}, false
 	}
 	return view{text: b.String(), pieces: pieces}, true
+}
+
+// unhex is the value of the hexadecimal digit c, -1 for another byte.
+func unhex(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+// isASCIIPunct reports whether c is one of the ASCII punctuation characters CommonMark lets a
+// backslash escape.
+func isASCIIPunct(c byte) bool {
+	return c > ' ' && c < 0x7f && !isAlnumByte(c)
 }
 
 // dropURLSpace removes the runes a URL parser drops: ASCII tab, line feed and carriage return.

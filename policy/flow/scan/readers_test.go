@@ -49,19 +49,42 @@ func browserReaders(text string) []readerLink {
 		}
 		rest := strings.ToLower(text[p:])
 		www := strings.HasPrefix(rest, "www.") && len(rest) > 4 && isAlnumByte(rest[4]) // GFM: a domain follows
-		if !www && !hasSpecialScheme(rest) {
+		before := strings.TrimRight(text[:p], " \t\n\f\r")
+		valued := strings.HasSuffix(before, `="`) || strings.HasSuffix(before, `='`) || strings.HasSuffix(before, `":"`) ||
+			strings.HasSuffix(before, `": "`) || strings.HasSuffix(before, "](") || strings.HasSuffix(text[:p], "<")
+		lowerBefore := strings.ToLower(text[:p])
+		bare := strings.HasSuffix(text[:p], "=") || strings.HasSuffix(lowerBefore, "url(") || strings.HasSuffix(lowerBefore, "url('") ||
+			strings.HasSuffix(lowerBefore, `url("`) || strings.HasSuffix(before, "]:") // href=, url=, url(, a reference definition
+		relative := (valued || bare) && len(rest) > 2 && isSlash(rest[0]) && isSlash(rest[1]) // "//host": the page's scheme
+		if !www && !relative && !hasSpecialScheme(rest) {
 			continue
 		}
 		prefix := ""
+		if www || relative {
+			prefix = "https:"
+		}
 		if www {
 			prefix = "https://"
 		}
+		at := p // where the link's item must start: a relative link's host, after its slashes
+		for relative && at < len(text) && isSlash(text[at]) {
+			at++
+		}
+		if at == len(text) || text[at] <= ' ' {
+			at = p // no host in the slashes' token: the item is the slashes
+		}
 		add := func(e int) {
 			if e > p {
-				out = append(out, readerLink{p, prefix + text[p:e]})
+				out = append(out, readerLink{at, prefix + text[p:e]})
+				if u := mdUnescape(text[p:e]); u != text[p:e] {
+					out = append(out, readerLink{at, prefix + u}) // a Markdown renderer's reading
+				}
 			}
 		}
-		if file := strings.HasPrefix(rest, "file:"); !file { // linkifiers in text; a file: link only in a value
+		if relative {
+			www = false
+		}
+		if file := strings.HasPrefix(rest, "file:"); !file && !relative { // linkifiers in text; a file: link only in a value
 			add(trimPunct(text, p, runTo(text, p, func(r rune) bool {
 				return unicode.IsSpace(r) || unicode.IsControl(r) || strings.ContainsRune("\"'<>`{}|^", r)
 			})))
@@ -73,7 +96,10 @@ func browserReaders(text string) []readerLink {
 				add(e)
 			}
 		}
-		switch before := strings.TrimRight(text[:p], " \t\n\f\r"); {
+		if relative && bare {
+			add(runTo(text, p, func(r rune) bool { return unicode.IsSpace(r) || strings.ContainsRune(`>)"'`, r) }))
+		}
+		switch {
 		case strings.HasSuffix(before, `="`), strings.HasSuffix(before, `='`), strings.HasSuffix(before, `":"`), strings.HasSuffix(before, `": "`):
 			q := before[len(before)-1]
 			add(runTo(text, p, func(r rune) bool { return r == rune(q) || r == '\n' || r == '\r' }))
@@ -88,6 +114,18 @@ func browserReaders(text string) []readerLink {
 		}
 	}
 	return out
+}
+
+// mdUnescape is s as CommonMark renders it: a backslash before ASCII punctuation removed.
+func mdUnescape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~", s[i+1]) >= 0 {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 func hasSpecialScheme(lower string) bool {
@@ -328,6 +366,24 @@ func TestLinkHostsAgainstWPT(t *testing.T) {
 	}
 }
 
+// TestLinkHostsOfEscapesAndRelativeLinks: a Markdown renderer undoes backslash escapes in a link
+// ("a.com\@b.net" links b.net), and a browser opens a scheme-relative link's host whatever its form
+// (a number, a name under no public suffix); the scanner reads both as they do.
+func TestLinkHostsOfEscapesAndRelativeLinks(t *testing.T) {
+	t.Parallel()
+	for _, text := range []string{
+		`[x](https://acme.com\@evil.net/)`, `[x](<https://acme.com\@evil.net/>)`, "see https://acme.com\\@evil.net/ now",
+		`[x](https://acme.com\:x\@evil.net/)`, `<a href="//1249767508/login">x</a>`, `<a href='\\0x4a.0x7e.0x3.0x54/'>x</a>`,
+		`<a href=//1249767508/login>x</a>`, "[x]\n\n[x]: //1249767508/login", `<div style="background:url('//1249767508/x')">`,
+		`<meta http-equiv="refresh" content="0; url=//1249767508/">`, `<form action=//evil.corp/>`,
+		`[x](//1249767508/login)`, `<//evil.internal/>`, `{"href":"//evil.internal/x"}`,
+	} {
+		if checkReaders(t, text) == 0 {
+			t.Errorf("in %q the readers see no link", text)
+		}
+	}
+}
+
 // TestPlainHostAgreesWithParser: the reading without the parser gives the parser's host.
 func TestPlainHostAgreesWithParser(t *testing.T) {
 	t.Parallel()
@@ -370,6 +426,7 @@ func FuzzLinkHosts(f *testing.F) {
 		`[x](https://acme.com"@evil.net/)`, "https://acme.com`@evil.net", "https://acme.com\u3000@evil.net",
 		`"https://acme.com"@evil.net/x`, "www.acme.com.They said", "https:\\\\evil.net\\x", "http://3232235777/",
 		`{"u": "https://a.com @b.net"}`, "<https://a.com|@b.net>", "(https://a.com)@b.net", "**https://a.com**@b.net",
+		`[x](https://a.com\@b.net/)`, "[x]: https://a.com\\@b.net/", `<a href="//3232235777/">x</a>`, `[x](//0x7f.1/)`, `<//b.corp/>`,
 	} {
 		f.Add(s)
 	}

@@ -113,11 +113,11 @@ func Find(text string, kinds Kind) []Item {
 	if v, ok := decodedView(text); ok {
 		seen := make(map[itemKey]bool, len(items))
 		for _, it := range items {
-			seen[it.key()] = true
+			seen[it.key(text)] = true
 		}
 		for _, it := range find(v.text, kinds) {
-			if it = v.mapItem(text, it); !seen[it.key()] {
-				seen[it.key()] = true
+			if it = v.mapItem(text, it); !seen[it.key(text)] {
+				seen[it.key(text)] = true
 				items = append(items, it)
 			}
 		}
@@ -135,12 +135,29 @@ type itemKey struct {
 	alt                          string
 }
 
-func (it Item) key() itemKey {
+// key is the item as a comparable value; items whose texts differ only in backslash escapes (which
+// the decoded view undoes) are one.
+func (it Item) key(text string) itemKey {
 	var alt strings.Builder
 	for _, r := range it.Alt {
 		fmt.Fprintf(&alt, "%q %t %t;", r.Host, r.UserInfo, r.Unreadable)
 	}
-	return itemKey{it.Kind, it.Start, it.End, it.Scheme, it.Host, it.Value, it.Decoded, it.UserInfo, it.Malformed, alt.String()}
+	return itemKey{it.Kind, it.Start, it.End, it.Scheme, it.Host, it.Value, unescaped(it.Text(text)), it.UserInfo, it.Malformed, alt.String()}
+}
+
+// unescaped is s with its backslash escapes of ASCII punctuation undone.
+func unescaped(s string) string {
+	if strings.IndexByte(s, '\\') < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) && isASCIIPunct(s[i+1]) {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // find returns the items of text as written, ordered.
@@ -228,14 +245,14 @@ func isDot(r rune) bool {
 	return r == '.' || r == '\u3002' || r == '\uff0e' || r == '\uff61'
 }
 
-// isHostRune reports whether r may be part of a host name as written: letters, digits, marks,
-// '-', '_', full stops, and invisible format characters (which IDNA drops, so they must not split
-// a name: "evil\u200b.com" is evil.com).
+// isHostRune reports whether r may be part of a host name as written: letters, numbers of any kind
+// (IDNA maps "½" and "²" to digits), marks, '-', '_', full stops, and invisible format characters
+// (which IDNA drops, so they must not split a name: "evil\u200b.com" is evil.com).
 func isHostRune(r rune) bool {
 	if r < utf8.RuneSelf {
 		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
 	}
-	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r) || isDot(r) || unicode.Is(unicode.Cf, r)
+	return unicode.IsLetter(r) || unicode.IsNumber(r) || unicode.IsMark(r) || isDot(r) || unicode.Is(unicode.Cf, r)
 }
 
 // isLocalRune reports whether r may be part of an email's local part.
@@ -344,7 +361,8 @@ func findInToken(r *readers, items []Item, start, end int, kinds Kind) []Item {
 		return items
 	}
 	var ends *tokenEnds
-	firstURL := end // where the first scheme URL of the token starts
+	first := len(items) // the token's first item
+	firstURL := end     // where the first scheme URL of the token starts
 	if kinds&URL != 0 && strings.IndexByte(tok, ':') >= 0 {
 		authEnd := start // a colon inside an authority already read starts no URL ("http:http:...")
 		for i := start; i < end; i++ {
@@ -424,6 +442,102 @@ func findInToken(r *readers, items []Item, start, end int, kinds Kind) []Item {
 				items = append(items, it)
 			}
 			i = j
+		}
+		items = relativeLinks(r, items, first, start, end, firstURL, &ends)
+	}
+	return items
+}
+
+// sameReadings reports whether item a reads every reading of b.
+func sameReadings(a, b Item) bool {
+	for _, rb := range b.Readings() {
+		if !slices.Contains(a.Readings(), rb) {
+			return false
+		}
+	}
+	return true
+}
+
+// userInfoOn reports whether the value that starts at i runs on past the token's end at a, spaces
+// included, to an "@" before its closer ('href="// x@evil.net"': user info, then a host).
+func userInfoOn(text string, i, a int) bool {
+	ctx, closer := contextAt(text, i)
+	if ctx != ctxAttr && ctx != ctxDest && ctx != ctxAngle || a == len(text) {
+		return false
+	}
+	for k := a; k < len(text) && k-a <= maxAuthority; k++ {
+		switch c := text[k]; {
+		case c == '@':
+			return true
+		case c == closer, c == '\n', c == '\r', c == '/', c == '?', c == '#', c == '\\':
+			return false
+		}
+	}
+	return false
+}
+
+// valueStart reports whether a URL value starts at i: a quoted attribute value, a Markdown
+// destination or "<...>" (contextAt), an unquoted attribute value or parameter ("href=", "url="),
+// CSS's "url(" (quoted or not), or a Markdown reference definition ("[x]: ").
+func valueStart(text string, i int) bool {
+	if ctx, _ := contextAt(text, i); ctx == ctxAttr || ctx == ctxDest || ctx == ctxAngle {
+		return true
+	}
+	k := i
+	if k > 0 && (text[k-1] == '\'' || text[k-1] == '"') {
+		k-- // url('//x')
+	}
+	if k > 0 && text[k-1] == '=' || k >= 4 && strings.EqualFold(text[k-4:k], "url(") {
+		return true
+	}
+	for k = i; k > 0 && i-k < maxLookahead && (text[k-1] == ' ' || text[k-1] == '\t'); k-- {
+	}
+	return k >= 2 && text[k-1] == ':' && text[k-2] == ']'
+}
+
+// relativeLinks appends the scheme-relative links of the token [start, end) that a value or
+// destination holds ('href="//x"', "href=//x", "](//x)", "<//x>", "url(//x)", "[x]: //x"; see
+// valueStart): a browser opens the host after the slashes
+// whatever its form ("//3232235777/", "//intranet.corp/"), so it is read whatever the host looks
+// like, unless an item that starts there already reads it so (first is the token's first item).
+func relativeLinks(r *readers, items []Item, first, start, end, firstURL int, ends **tokenEnds) []Item {
+	text := r.text
+	var starts map[int]int // where the token's URL items start: their indexes
+	for i := start; i+1 < min(end, firstURL); i++ {
+		if !isSlash(text[i]) || !isSlash(text[i+1]) || i > start && (isSlash(text[i-1]) || text[i-1] == ':') {
+			continue
+		}
+		if !valueStart(text, i) {
+			continue
+		}
+		a := i
+		for a < end && isSlash(text[a]) {
+			a++
+		}
+		if a == end && !userInfoOn(text, i, a) {
+			continue
+		}
+		if starts == nil {
+			starts = map[int]int{}
+			for k := first; k < len(items); k++ {
+				if items[k].Kind == URL {
+					starts[items[k].Start] = k
+				}
+			}
+		}
+		if *ends == nil {
+			*ends = newTokenEnds(text, start, end)
+		}
+		it := Item{Kind: URL, Start: i, End: max((*ends).end(i), a)}
+		r.setReadings(&it, link{ctxStart: i, a: a, prefix: "https://", special: true})
+		covered := false
+		for k := i; k <= a; k++ {
+			if o, ok := starts[k]; ok && sameReadings(items[o], it) {
+				covered = true // an item there already reads it so ("//www.x.com")
+			}
+		}
+		if !covered {
+			items = append(items, it)
 		}
 	}
 	return items
@@ -700,17 +814,29 @@ func emailDomain(text string, at, end int) (host string, e int, ok bool) {
 			return "", 0, false
 		}
 	}
-	if !plausibleTLD(labels[len(labels)-1]) && !isIPv4(labels) {
+	// The top-level domain as IDNA reads it, invisible format characters dropped ("evil.n\u200bet").
+	read := splitLabels(strings.Map(dropFormat, domain))
+	if !plausibleTLD(read[len(read)-1]) && !isIPv4(read) {
 		return "", 0, false
 	}
 	return domain, e, true
 }
 
-// trimHostEnd leaves trailing full stops, hyphens and underscores out of a host run [s, e).
+// dropFormat removes invisible format characters (a zero-width space, a word joiner), which IDNA
+// drops from a name.
+func dropFormat(r rune) rune {
+	if r >= utf8.RuneSelf && unicode.Is(unicode.Cf, r) {
+		return -1
+	}
+	return r
+}
+
+// trimHostEnd leaves trailing full stops, hyphens, underscores and invisible format characters
+// out of a host run [s, e).
 func trimHostEnd(text string, s, e int) int {
 	for e > s {
 		r, n := utf8.DecodeLastRuneInString(text[s:e])
-		if !isDot(r) && r != '-' && r != '_' {
+		if !isDot(r) && r != '-' && r != '_' && dropFormat(r) >= 0 {
 			break
 		}
 		e -= n
@@ -887,6 +1013,10 @@ func iban(text string, s int) (Item, bool) {
 			r, size := utf8.DecodeRuneInString(text[i:])
 			c := ibanChar(r)
 			if c == 0 {
+				if k := formatRun(text[i:]); k > 0 && i+k < len(text) && ibanCharAt(text, i+k) {
+					i += k // "D\u200bE89": invisible inside a group, as a reader sees it
+					continue
+				}
 				break
 			}
 			if n == maxIBAN {
@@ -955,16 +1085,48 @@ func ibanChar(r rune) byte {
 	return 0
 }
 
-// separatorLen is the length of the group separator at the start of s: a run of white space of
-// any kind (line breaks, no-break and thin spaces included), blank fillers and invisible format
-// characters (a zero-width space), holding at most one mark: a hyphen, a full stop, a slash, a low
-// line or a middle dot, in any of their width forms; 0 when there is none.
+// formatRun is the length of the run of invisible format characters at the start of s.
+func formatRun(s string) int {
+	k := 0
+	for k < len(s) {
+		r, n := utf8.DecodeRuneInString(s[k:])
+		if r < utf8.RuneSelf || dropFormat(r) >= 0 {
+			break
+		}
+		k += n
+	}
+	return k
+}
+
+// ibanCharAt reports whether an IBAN's letter or digit starts at text[i:].
+func ibanCharAt(text string, i int) bool {
+	r, _ := utf8.DecodeRuneInString(text[i:])
+	return ibanChar(r) != 0
+}
+
+// maxSeparator bounds the bytes of one group separator.
+const maxSeparator = 96
+
+// separatorLen is the length of the group separator at the start of s: a run of what a reader
+// does not see as part of the number — white space of any kind (line breaks, no-break and thin
+// spaces included), blank fillers, invisible format characters (a zero-width space), HTML tags
+// ("</b>") and Markdown's emphasis and code marks ("**", "`") — holding at most one mark: a dash
+// of any kind (a hyphen, an en dash, a minus sign), a full stop, a slash, a low line, a colon, a
+// comma, a plus, a bar, an apostrophe, a middle dot or a bullet, in any of their width forms; 0
+// when there is none.
 func separatorLen(s string) int {
 	i, marks := 0, 0
-	for i < len(s) {
+	for i < len(s) && i < maxSeparator {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
-		case strings.ContainsRune("-\u2010\u2011\uff0d./_\u00b7\u2027\u30fb\uff0e\uff0f\uff3f\uff65", r):
+		case r == '<':
+			t := tagLen(s[i:])
+			if t == 0 {
+				return i
+			}
+			n = t
+		case r == '*' || r == '`' || r == '~':
+		case unicode.Is(unicode.Pd, r) || strings.ContainsRune("\u2212./_:,+|'\u00b7\u2027\u30fb\u2022\u2219\u22c5\uff0e\uff0f\uff3f\uff65", r):
 			marks++
 			if marks > 1 {
 				return 0
@@ -975,7 +1137,23 @@ func separatorLen(s string) int {
 		}
 		i += n
 	}
+	if i >= maxSeparator {
+		return 0
+	}
 	return i
+}
+
+// tagLen is the length of the HTML tag or comment at the start of s ("<b>", "</span>", "<!-- -->"),
+// 0 when s does not start with one that ends within maxSeparator bytes.
+func tagLen(s string) int {
+	if len(s) < 3 || !isLetterByte(s[1]) && s[1] != '/' && s[1] != '!' {
+		return 0
+	}
+	k := strings.IndexAny(s[1:min(len(s), maxSeparator)], "<>")
+	if k < 0 || s[1+k] != '>' {
+		return 0
+	}
+	return k + 2
 }
 
 // ibanLengths lists IBAN lengths per country (the SWIFT IBAN registry), four characters each.

@@ -444,10 +444,11 @@ func eachPart(root gjson.Result, f func(role, path string, p gjson.Result)) {
 	})
 }
 
-// modelTexts calls each with the text parts of the model's contents, and their paths.
-func modelTexts(body []byte, each func(path string, text gjson.Result)) {
+// userTexts calls each with the text parts of the user's contents (a content without a role is
+// the user's), and their paths.
+func userTexts(body []byte, each func(path string, text gjson.Result)) {
 	eachPart(gjson.ParseBytes(body), func(role, path string, p gjson.Result) {
-		if role == "model" {
+		if role == "user" || role == "" {
 			each(path+"."+key(p, fText), p.Get(key(p, fText)))
 		}
 	})

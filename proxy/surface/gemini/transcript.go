@@ -50,7 +50,7 @@ func transcript(b *assembly.Body) (*flow.Transcript, error) {
 }
 
 // readContent reads the parts of content i.
-func readContent(t *flow.Transcript, c gjson.Result, i int, sources map[[2]int]string) {
+func readContent(t *flow.Transcript, c gjson.Result, i int, sources map[[2]int]responseRef) {
 	role := flow.RoleUser
 	switch r, _ := get(c, fRole); r.String() {
 	case "user", "":
@@ -87,7 +87,8 @@ func readContent(t *flow.Transcript, c gjson.Result, i int, sources map[[2]int]s
 				return true
 			}
 			r, _ := get(fr, fResponse)
-			t.ToolOutput(sources[[2]int{i, j}], outputOf(r), i)
+			call := sources[[2]int{i, j}]
+			t.CallOutput(call.name, call.args, outputOf(r), i)
 			return true
 		}
 		if th, _ := get(p, fThought); th.Type == gjson.True {
@@ -145,10 +146,11 @@ func outputOf(r gjson.Result) flow.Output {
 type responseRef struct {
 	name, id string
 	at       [2]int // content, part
+	args     []byte // a call's raw arguments
 }
 
-// matchResponses gives each functionResponse part of contents (by content and part index) the tool
-// it is the output of, "" (tool:?) where that is not certain:
+// matchResponses gives each functionResponse part of contents (by content and part index) the call
+// it is the output of (its tool and arguments), none (tool:?) where that is not certain:
 //
 //   - Only a user content (or one without a role) answers calls: a functionResponse part in the model's
 //     own content is the model's text, and takes no call's id and no call's place.
@@ -158,9 +160,9 @@ type responseRef struct {
 //     turn of the model, and Gemini's parallel calls), in order. Where such a run has several calls of one
 //     name, its responses of that name must be as many; and never more than its calls. Otherwise every
 //     response of that name in that run is tool:?: which call it answers cannot be told.
-func matchResponses(contents gjson.Result) map[[2]int]string {
-	out := map[[2]int]string{}
-	ids := map[string]string{} // call id -> name; "" when two calls have it
+func matchResponses(contents gjson.Result) map[[2]int]responseRef {
+	out := map[[2]int]responseRef{}
+	ids := map[string]responseRef{} // call id -> the call; no name when two calls have it
 	taken := map[string]bool{}
 	var run []responseRef    // the calls of the latest run
 	var byName []responseRef // the responses without id answering it
@@ -185,12 +187,14 @@ func matchResponses(contents gjson.Result) map[[2]int]string {
 				calls = true
 				nm, _ := get(fc, fName)
 				id, _ := get(fc, fID)
-				run = append(run, responseRef{name: nm.String(), id: id.String(), at: [2]int{i, j}})
+				args, _ := get(fc, fArgs)
+				call := responseRef{name: nm.String(), id: id.String(), at: [2]int{i, j}, args: argsOf(args)}
+				run = append(run, call)
 				if id := id.String(); id != "" {
 					if _, dup := ids[id]; dup {
-						ids[id] = ""
+						ids[id] = responseRef{}
 					} else {
-						ids[id] = nm.String()
+						ids[id] = call
 					}
 				}
 			}
@@ -198,7 +202,7 @@ func matchResponses(contents gjson.Result) map[[2]int]string {
 				nm, _ := get(fr, fName)
 				ref := responseRef{name: nm.String(), at: [2]int{i, j}}
 				if id, _ := get(fr, fID); id.String() != "" {
-					if call := ids[id.String()]; call != "" && call == ref.name && !taken[id.String()] {
+					if call := ids[id.String()]; call.name != "" && call.name == ref.name && !taken[id.String()] {
 						out[ref.at] = call
 					}
 					taken[id.String()] = true
@@ -221,19 +225,21 @@ func matchResponses(contents gjson.Result) map[[2]int]string {
 
 // settleByName gives the responses without id of one run the tools of its calls (see
 // matchResponses).
-func settleByName(run, responses []responseRef, out map[[2]int]string) {
-	calls := map[string]int{}
+func settleByName(run, responses []responseRef, out map[[2]int]responseRef) {
+	calls := map[string][]responseRef{}
 	for _, c := range run {
-		calls[c.name]++
+		calls[c.name] = append(calls[c.name], c)
 	}
 	answers := map[string]int{}
 	for _, r := range responses {
 		answers[r.name]++
 	}
+	nth := map[string]int{}
 	for _, r := range responses {
-		n, a := calls[r.name], answers[r.name]
+		n, a := len(calls[r.name]), answers[r.name]
 		if r.name != "" && a <= n && (n == 1 || a == n) {
-			out[r.at] = r.name
+			out[r.at] = calls[r.name][nth[r.name]] // in order: the k-th response answers the k-th call
 		}
+		nth[r.name]++
 	}
 }

@@ -88,11 +88,11 @@ func readMessage(t *flow.Transcript, m gjson.Result, i int) {
 	flush()
 }
 
-// assistantTexts calls each with the texts of the assistant messages of a body, and their paths.
-func assistantTexts(body []byte, each func(path string, text gjson.Result)) {
+// userTexts calls each with the texts of the user messages of a body, and their paths.
+func userTexts(body []byte, each func(path string, text gjson.Result)) {
 	i := 0
 	gjson.GetBytes(body, reqMessages).ForEach(func(_, m gjson.Result) bool {
-		if m.Get("role").String() == "assistant" {
+		if m.Get("role").String() == "user" {
 			surface.ContentTexts(m.Get("content"), reqMessages+"."+strconv.Itoa(i)+".content", each)
 		}
 		i++

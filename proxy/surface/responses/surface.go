@@ -58,14 +58,14 @@ func (*Surface) CheckToolChoice(b *assembly.Body, kept []policy.Tool) error {
 	return checkToolChoice(b, kept)
 }
 
-// Rewrite writes the upstream body (rewrite), with the codes of held calls masked in the model's
-// earlier turns.
+// Rewrite writes the upstream body (rewrite), with the codes of held calls masked wherever it
+// shows them (surface.MaskCodes).
 func (*Surface) Rewrite(b *assembly.Body, p assembly.Prompt, kept []policy.Tool, removedAny bool) ([]byte, error) {
 	out, err := rewrite(b, p, kept, removedAny)
 	if err != nil {
 		return nil, err
 	}
-	return surface.MaskCodes(out, assistantTexts)
+	return surface.MaskCodes(out, userTexts)
 }
 
 // Continue answers, at the front of the input, every call that this instance blocked in the

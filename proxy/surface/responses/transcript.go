@@ -160,12 +160,17 @@ func carried(it gjson.Result, keys ...string) flow.Output {
 	return flow.Output{Text: strings.Join(texts, "\n"), Doc: strings.Join(docs, "\n")}
 }
 
-// assistantTexts calls each with the texts of the assistant messages among a body's input items,
-// and their paths.
-func assistantTexts(body []byte, each func(path string, text gjson.Result)) {
+// userTexts calls each with the user's texts of a body, and their paths: an input that is a
+// string, and the texts of the user messages among its input items.
+func userTexts(body []byte, each func(path string, text gjson.Result)) {
+	in := gjson.GetBytes(body, "input")
+	if in.Type == gjson.String {
+		each("input", in)
+		return
+	}
 	i := 0
-	gjson.GetBytes(body, "input").ForEach(func(_, it gjson.Result) bool {
-		if typ := it.Get("type").String(); (typ == "" || typ == "message") && it.Get("role").String() == "assistant" {
+	in.ForEach(func(_, it gjson.Result) bool {
+		if typ := it.Get("type").String(); (typ == "" || typ == "message") && it.Get("role").String() == "user" {
 			surface.ContentTexts(it.Get("content"), "input."+strconv.Itoa(i)+".content", each)
 		}
 		i++
