@@ -333,6 +333,7 @@ var worstCases = []struct{ name, unit string }{
 	{"ibans", "GB82.WEST.1234.5698.7654.31 GB82/WEST/1234/5698/7654/33 "},
 	{"hostless", "javascript:x data:text/html,y about:blank "},
 	{"runs", "http:a\u2022http:b|"},
+	{"relative", "(//1 href=//x url(//y) "},
 }
 
 // BenchmarkFindLinear runs Find on 1 MiB and 10 MiB of each worst case, beside bytes.Count over the
