@@ -5,20 +5,24 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"math"
+	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
 // ArgsDigest is the SHA-256 of a call's arguments in canonical JSON: object keys sorted (by their
 // bytes), no white space, strings re-encoded (escapes resolved, HTML characters not escaped),
-// integers as written (-0 as 0), other numbers as their float64 value ("1.0" and "1" and "1e0" are
-// one). It does not depend on key order or white space. Arguments that are not one JSON object, or
-// hold a duplicate key (which vetting refuses), are an error.
+// numbers in jsoncheck's canonical form (kind, sign and exact value: "1.0" and "1.00" are one,
+// "1" and "1.0" and "1e0" are not, nor two integers beyond 2^53 that float64 rounds alike), so
+// that a confirmed code binds the values an exact reader (Python's int, Decimal) reads too. It
+// does not depend on key order or white space. Arguments that are not one JSON object, hold a
+// duplicate key (which vetting refuses), or a number whose exponent no reader holds, are an
+// error.
 func ArgsDigest(args gjson.Result) ([32]byte, error) {
 	if !args.IsObject() {
 		return [32]byte{}, errors.New("flow: canonical json: the arguments are not an object")
@@ -83,7 +87,11 @@ func canonical(b *bytes.Buffer, v gjson.Result, depth int) error {
 	case v.Type == gjson.String:
 		writeString(b, v.Str)
 	case v.Type == gjson.Number:
-		b.WriteString(canonicalNumber(v.Raw))
+		n, err := jsoncheck.ReadNumber(v.Raw)
+		if err != nil {
+			return fmt.Errorf("flow: canonical json: %w", err)
+		}
+		b.Write(n.AppendCanonical(b.AvailableBuffer()))
 	case v.Type == gjson.True:
 		b.WriteString("true")
 	case v.Type == gjson.False:
@@ -94,25 +102,6 @@ func canonical(b *bytes.Buffer, v gjson.Result, depth int) error {
 		return errors.New("flow: canonical json: not a JSON value")
 	}
 	return nil
-}
-
-// canonicalNumber writes an integer literal as written (-0 as 0) and any other number as its
-// float64 value, integral ones below 2^53 as integers.
-func canonicalNumber(raw string) string {
-	if !strings.ContainsAny(raw, ".eE") {
-		if raw == "-0" {
-			return "0"
-		}
-		return raw
-	}
-	f, err := strconv.ParseFloat(raw, 64)
-	if err != nil || math.IsInf(f, 0) {
-		return raw
-	}
-	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
-		return strconv.FormatInt(int64(f), 10)
-	}
-	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
 // writeString writes s as a JSON string without HTML escaping; invalid UTF-8 becomes U+FFFD, as
