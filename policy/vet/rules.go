@@ -51,7 +51,8 @@ type Rule struct {
 // A number of the arguments is compared as an exact reader reads it (Python's int, Decimal) and
 // as a float64 reader does (Go's and TypeScript's SDKs); where the two verdicts differ the value
 // cannot be judged and the rule refuses it, negated or not. A bound or a oneOf number is the
-// shortest decimal of its float64 (what the policy says, up to 15 significant digits).
+// shortest decimal of its float64 (policy.ParseProtocol refuses one that a float64 does not hold as
+// written).
 //   - PathPrefix: the value is a file path. NUL bytes are refused, backslashes count as
 //     separators, the path is cleaned (path.Clean) and may not climb above its start with "..";
 //     it must then be one of the prefixes or lie under one: "/data/x" is under "/data",
