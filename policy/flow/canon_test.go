@@ -1,6 +1,7 @@
 package flow_test
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"math/big"
 	"strconv"
@@ -45,7 +46,8 @@ func readLiteral(t *testing.T, lit string) (readNumber, bool) {
 
 // FuzzArgsDigestNumbers: two arguments that differ in one number share a digest exactly when
 // every reader reads them alike: the exact reader (value, integer or not, sign) and the float64
-// reader. A code confirmed for one never releases the other.
+// reader. A code confirmed for one never releases the other. ArgsDigestFloat64 joins them exactly
+// when the float64 reader does.
 func FuzzArgsDigestNumbers(f *testing.F) {
 	for _, p := range [][2]string{
 		{"1", "1.0"}, {"1", "1e0"}, {"1.0", "1.00"}, {"1.5", "15e-1"}, {"100", "1E2"},
@@ -73,6 +75,11 @@ func FuzzArgsDigestNumbers(f *testing.F) {
 		if da != db && exactAlike {
 			t.Fatalf("%s and %s read alike (%+v) but have two digests", a, b, ra)
 		}
+		fa, _ := flow.ArgsDigestFloat64(gjson.Parse(`{"n":` + a + `}`))
+		fb, _ := flow.ArgsDigestFloat64(gjson.Parse(`{"n":` + b + `}`))
+		if (fa == fb) != (ra.f == rb.f) {
+			t.Fatalf("%s and %s: one float64 digest %v, one float64 %v", a, b, fa == fb, ra.f == rb.f)
+		}
 	})
 }
 
@@ -86,5 +93,19 @@ func TestArgsDigestRefusesHugeExponents(t *testing.T) {
 	}
 	if _, err := flow.ArgsDigest(gjson.Parse(`{"n":1e000000000000000000001}`)); err != nil {
 		t.Errorf("leading zeros of an exponent: %v", err)
+	}
+}
+
+// TestArgsDigestLoose: the loose digest is the SHA-256 of the canonical JSON with an integer
+// literal as written (-0 as 0) and other numbers as their float64 (pinned MCP definitions are keyed
+// by it, so it must not move).
+func TestArgsDigestLoose(t *testing.T) {
+	t.Parallel()
+	got, err := flow.ArgsDigestLoose(gjson.Parse(`{ "c":-0, "b":1.0, "a":9007199254740993, "d":[2.50, 1e400, 0.1e1] }`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := sha256.Sum256([]byte(`{"a":9007199254740993,"b":1,"c":0,"d":[2.5,1e400,1]}`)); got != want {
+		t.Errorf("the loose canonical form moved")
 	}
 }
