@@ -135,7 +135,7 @@ func canonical(b *bytes.Buffer, v gjson.Result, depth int, reading numberReading
 func writeNumber(b *bytes.Buffer, raw string, reading numberReading) error {
 	switch reading {
 	case float64Numbers:
-		f, _ := strconv.ParseFloat(raw, 64) // a range error still gives the infinity or zero it reads
+		f, _ := strconv.ParseFloat(raw, 64) // out of range: the infinity it reads
 		if f == 0 {
 			f = 0 // -0 and 0 are one
 		}

@@ -47,12 +47,6 @@ type Rule struct {
 //     regexp.MatchString; write ^ and $ to anchor it).
 //   - OneOf: the allowed JSON values (strings, numbers, booleans); numbers compare by value.
 //   - Max and/or Min: inclusive numeric bounds of a number value.
-//
-// A number of the arguments is compared as an exact reader reads it (Python's int, Decimal) and
-// as a float64 reader does (Go's and TypeScript's SDKs); where the two verdicts differ the value
-// cannot be judged and the rule refuses it, negated or not. A bound or a oneOf number is the
-// shortest decimal of its float64 (policy.ParseProtocol refuses one that a float64 does not hold as
-// written).
 //   - PathPrefix: the value is a file path. NUL bytes are refused, backslashes count as
 //     separators, the path is cleaned (path.Clean) and may not climb above its start with "..";
 //     it must then be one of the prefixes or lie under one: "/data/x" is under "/data",
@@ -61,6 +55,12 @@ type Rule struct {
 //     must be http or https, or one of Schemes when given; it may not carry user info; its host,
 //     lowercased, without a trailing dot and in IDNA ASCII (punycode) form, must match the list
 //     (see HostList), and a browser must read the same host (see ReadURL). Ports are not checked.
+//
+// A number of the arguments is compared as an exact reader reads it (Python's int, Decimal) and
+// as a float64 reader does (Go's and TypeScript's SDKs); where the two verdicts differ the value
+// cannot be judged and the rule refuses it, negated or not. A bound or a oneOf number is the
+// shortest decimal of its float64 (policy.ParseProtocol refuses one that a float64 does not hold as
+// written).
 type Check struct {
 	Pattern    string   `json:"pattern,omitempty"`
 	OneOf      []any    `json:"oneOf,omitempty"`
@@ -341,8 +341,8 @@ func oneOfValue(v any) (any, bool) {
 	return nv, ok
 }
 
-// ruleNumber is a number of a rule: its float64, and its exact value (the shortest decimal that reads
-// as that float64); exact is nil for an infinite bound.
+// ruleNumber is a number of a rule: its float64, and its exact value (the shortest decimal that
+// reads as that float64); exact is nil for an infinite bound.
 type ruleNumber struct {
 	f     float64
 	exact *jsoncheck.Number
