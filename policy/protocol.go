@@ -200,6 +200,9 @@ func ParseProtocol(body []byte) (*Protocol, error) {
 	if err := exactKeys(gjson.ParseBytes(body), protocolKeys, ""); err != nil {
 		return nil, fmt.Errorf("policy: protocol definition: %w", err)
 	}
+	if err := ruleNumbers(gjson.GetBytes(body, "toolCalls.rules")); err != nil {
+		return nil, fmt.Errorf("policy: protocol definition: %w", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	var p Protocol

@@ -414,3 +414,31 @@ func TestCheckExtends(t *testing.T) {
 		}
 	}
 }
+
+// TestParseProtocolRuleNumbers: a number of an argument rule must be one a float64 holds as
+// written (the rules read their numbers as float64); the error names the field.
+func TestParseProtocolRuleNumbers(t *testing.T) {
+	t.Parallel()
+	def := func(rule string) []byte {
+		return []byte(`{"id": "bank", "promptTemplate": {"base": "b"}, "toolCalls": {"rules": [` + rule + `]}}`)
+	}
+	for _, ok := range []string{
+		`{"tool": "pay", "path": "n", "max": 100, "min": 0.1}`,
+		`{"tool": "pay", "path": "n", "oneOf": [9007199254740992, 1e2, "x", -2.5]}`,
+		`{"tool": "pay", "path": "n", "not": {"max": 0.30000000000000004}}`,
+	} {
+		if _, err := ParseProtocol(def(ok)); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for rule, field := range map[string]string{
+		`{"tool": "pay", "path": "n", "max": 9007199254740993}`:             "toolCalls.rules[0].max:",
+		`{"tool": "pay", "path": "n", "min": 0.10000000000000001}`:          "toolCalls.rules[0].min:",
+		`{"tool": "pay", "path": "n", "oneOf": [1, 12345678901234567890]}`:  "toolCalls.rules[0].oneOf[1]:",
+		`{"tool": "pay", "path": "n", "not": {"max": 1.00000000000000001}}`: "toolCalls.rules[0].not.max:",
+	} {
+		if _, err := ParseProtocol(def(rule)); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v, want an error naming %s", rule, err, field)
+		}
+	}
+}

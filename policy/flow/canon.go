@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -12,19 +13,53 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
 // ArgsDigest is the SHA-256 of a call's arguments in canonical JSON: object keys sorted (by their
 // bytes), no white space, strings re-encoded (escapes resolved, HTML characters not escaped),
-// integers as written (-0 as 0), other numbers as their float64 value ("1.0" and "1" and "1e0" are
-// one). It does not depend on key order or white space. Arguments that are not one JSON object, or
-// hold a duplicate key (which vetting refuses), are an error.
+// numbers in jsoncheck's canonical form (kind, sign and exact value: "1.0" and "1.00" are one,
+// "1" and "1.0" and "1e0" are not, nor two integers beyond 2^53 that float64 rounds alike), so
+// that a confirmed code binds the values an exact reader (Python's int, Decimal) reads too. It
+// does not depend on key order or white space. Arguments that are not one JSON object, hold a
+// duplicate key (which vetting refuses), or a number whose exponent no reader holds, are an
+// error.
 func ArgsDigest(args gjson.Result) ([32]byte, error) {
+	return argsDigest(args, exactNumbers)
+}
+
+// numberReading is how a digest writes a number.
+type numberReading int
+
+const (
+	exactNumbers   numberReading = iota // jsoncheck's canonical form
+	float64Numbers                      // the float64's shortest decimal
+	looseNumbers                        // an integer literal as written, others as float64
+)
+
+// ArgsDigestFloat64 is ArgsDigest with every number as a float64 reader reads it (its shortest
+// decimal: "1", "1.0" and "1e0" are one, and so are two integers that float64 rounds alike): the
+// coarsest reading, for a caller that must match every spelling a client may have re-encoded the
+// arguments into (never for binding a code).
+func ArgsDigestFloat64(args gjson.Result) ([32]byte, error) {
+	return argsDigest(args, float64Numbers)
+}
+
+// ArgsDigestLoose is ArgsDigest with an integer literal as written (-0 as 0) and any other number
+// as its float64 value ("1", "1.0" and "1e0" are one; two integer literals are one only when
+// written alike): the reading pinned MCP tool definitions are keyed by, so that a pin keeps its
+// digest. Coarser than ArgsDigest: never for binding a code.
+func ArgsDigestLoose(args gjson.Result) ([32]byte, error) {
+	return argsDigest(args, looseNumbers)
+}
+
+func argsDigest(args gjson.Result, reading numberReading) ([32]byte, error) {
 	if !args.IsObject() {
 		return [32]byte{}, errors.New("flow: canonical json: the arguments are not an object")
 	}
 	var b bytes.Buffer
-	if err := canonical(&b, args, 0); err != nil {
+	if err := canonical(&b, args, 0, reading); err != nil {
 		return [32]byte{}, err
 	}
 	return sha256.Sum256(b.Bytes()), nil
@@ -33,7 +68,7 @@ func ArgsDigest(args gjson.Result) ([32]byte, error) {
 // maxCanonDepth bounds nesting (vetting caps it lower).
 const maxCanonDepth = 256
 
-func canonical(b *bytes.Buffer, v gjson.Result, depth int) error {
+func canonical(b *bytes.Buffer, v gjson.Result, depth int, reading numberReading) error {
 	if depth > maxCanonDepth {
 		return errors.New("flow: canonical json: too deep")
 	}
@@ -59,7 +94,7 @@ func canonical(b *bytes.Buffer, v gjson.Result, depth int) error {
 			}
 			writeString(b, m.key)
 			b.WriteByte(':')
-			if err := canonical(b, m.val, depth+1); err != nil {
+			if err := canonical(b, m.val, depth+1, reading); err != nil {
 				return err
 			}
 		}
@@ -73,7 +108,7 @@ func canonical(b *bytes.Buffer, v gjson.Result, depth int) error {
 				b.WriteByte(',')
 			}
 			i++
-			err = canonical(b, e, depth+1)
+			err = canonical(b, e, depth+1, reading)
 			return err == nil
 		})
 		if err != nil {
@@ -83,7 +118,7 @@ func canonical(b *bytes.Buffer, v gjson.Result, depth int) error {
 	case v.Type == gjson.String:
 		writeString(b, v.Str)
 	case v.Type == gjson.Number:
-		b.WriteString(canonicalNumber(v.Raw))
+		return writeNumber(b, v.Raw, reading)
 	case v.Type == gjson.True:
 		b.WriteString("true")
 	case v.Type == gjson.False:
@@ -96,9 +131,31 @@ func canonical(b *bytes.Buffer, v gjson.Result, depth int) error {
 	return nil
 }
 
-// canonicalNumber writes an integer literal as written (-0 as 0) and any other number as its
-// float64 value, integral ones below 2^53 as integers.
-func canonicalNumber(raw string) string {
+// writeNumber writes a number literal as the reading says.
+func writeNumber(b *bytes.Buffer, raw string, reading numberReading) error {
+	switch reading {
+	case float64Numbers:
+		f, _ := strconv.ParseFloat(raw, 64) // out of range: the infinity it reads
+		if f == 0 {
+			f = 0 // -0 and 0 are one
+		}
+		b.Write(strconv.AppendFloat(b.AvailableBuffer(), f, 'g', -1, 64))
+		return nil
+	case looseNumbers:
+		b.WriteString(looseNumber(raw))
+		return nil
+	}
+	n, err := jsoncheck.ReadNumber(raw)
+	if err != nil {
+		return fmt.Errorf("flow: canonical json: %w", err)
+	}
+	b.Write(n.AppendCanonical(b.AvailableBuffer()))
+	return nil
+}
+
+// looseNumber is an integer literal as written (-0 as 0) and any other number as its float64
+// value, integral ones below 2^53 as integers.
+func looseNumber(raw string) string {
 	if !strings.ContainsAny(raw, ".eE") {
 		if raw == "-0" {
 			return "0"

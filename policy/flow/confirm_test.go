@@ -108,8 +108,13 @@ func TestConfirmCycle(t *testing.T) {
 	if r := analyze(t, p, withReply(confirmBase, held.Notice, code), opt).Check(other); r.Verdict != flow.VerdictHeld || kinds(r.Decisions) != "flow/held confirm/held" {
 		t.Fatalf("other arguments: %+v", r)
 	}
+	// Nor a number that an exact reader reads apart: Python reads 120.0 as a float, 120 an int.
+	asFloat := flow.Call{Tool: "send_money", Args: []byte(`{"iban":"DE89370400440532013000","amount":120.0,"memo":"rent\nline two \"quoted\""}`)}
+	if r := analyze(t, p, withReply(confirmBase, held.Notice, code), opt).Check(asFloat); r.Verdict != flow.VerdictHeld {
+		t.Fatalf("another reading of a number: %+v", r)
+	}
 	// Key order and white space do not change the call.
-	same := flow.Call{Tool: "send_money", Args: []byte("{ \"memo\" : \"rent\\nline two \\\"quoted\\\"\", \"amount\": 120.0,\n\"iban\":\"DE89370400440532013000\"}")}
+	same := flow.Call{Tool: "send_money", Args: []byte("{ \"memo\" : \"rent\\nline two \\\"quoted\\\"\", \"amount\": 120,\n\"iban\":\"DE89370400440532013000\"}")}
 	cf2, _ := flow.NewConfirmer(key32, nil, clk.now)
 	if r := analyze(t, p, withReply(confirmBase, held.Notice, code), flow.Options{Confirmer: cf2}).Check(same); r.Verdict != flow.VerdictConfirmed {
 		t.Fatalf("canonical arguments: %+v", r)
@@ -256,10 +261,9 @@ func TestArgsDigest(t *testing.T) {
 		return sum
 	}
 	same := [][]string{
-		{`{"a":1,"b":[1,2,{"c":"x","d":null}]}`, ` { "b" : [ 1 , 2.0 , { "d" : null , "c" : "\u0078" } ] , "a" : 1e0 } `},
+		{`{"a":1,"b":[1,2.0,{"c":"x","d":null}]}`, ` { "b" : [ 1 , 2.00 , { "d" : null , "c" : "\u0078" } ] , "a" : 1 } `},
 		{`{"s":"<&>é"}`, `{"s":"\u003c\u0026\u003e\u00e9"}`},
-		{`{"n":0}`, `{"n":-0}`},
-		{`{"n":100}`, `{"n":1E2}`},
+		{`{"n":100.0}`, `{"n":1E2}`},
 	}
 	for _, p := range same {
 		if d(p[0]) != d(p[1]) {
@@ -272,6 +276,11 @@ func TestArgsDigest(t *testing.T) {
 		{`{"a":12345678901234567890}`, `{"a":12345678901234567891}`},
 		{`{"a":1.5}`, `{"a":1.25}`},
 		{`{"a":true}`, `{"a":"true"}`},
+		{`{"n":1}`, `{"n":1.0}`},
+		{`{"n":100}`, `{"n":1E2}`},
+		{`{"n":9007199254740993}`, `{"n":9007199254740992}`},
+		{`{"n":0.1}`, `{"n":0.10000000000000001}`},
+		{`{"n":0}`, `{"n":-0}`},
 	}
 	for _, p := range differ {
 		if d(p[0]) == d(p[1]) {
@@ -286,13 +295,15 @@ func TestArgsDigest(t *testing.T) {
 }
 
 // FuzzArgsDigest: the digest does not depend on white space, and re-encoding the arguments with
-// encoding/json (which sorts keys) gives the same digest.
+// encoding/json (which sorts keys; numbers kept as written with UseNumber) gives the same digest.
 func FuzzArgsDigest(f *testing.F) {
 	f.Add(`{"b":[1,2.5,{"c":"x"}],"a":"é\n"}`)
 	f.Add(`{"n":-0,"m":1e2,"s":"\u003c"}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		var v any
-		if json.Unmarshal([]byte(s), &v) != nil || !gjson.Valid(s) {
+		dec := json.NewDecoder(strings.NewReader(s))
+		dec.UseNumber()
+		if dec.Decode(&v) != nil || dec.More() || !gjson.Valid(s) {
 			return
 		}
 		if _, ok := v.(map[string]any); !ok {
@@ -316,27 +327,10 @@ func FuzzArgsDigest(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded %s: %v", re, err)
 		}
-		if d3 != d1 && !hasBigNumber(s) {
+		if d3 != d1 {
 			t.Fatalf("re-encoding %s as %s changed the digest", s, re)
 		}
 	})
-}
-
-// hasBigNumber reports whether s holds a number that float64 does not keep exactly (encoding/json
-// rounds those, the digest does not).
-func hasBigNumber(s string) bool {
-	digits := 0
-	for _, r := range s {
-		if r >= '0' && r <= '9' {
-			digits++
-			if digits > 15 {
-				return true
-			}
-		} else if r != '.' && r != 'e' && r != 'E' && r != '-' && r != '+' {
-			digits = 0
-		}
-	}
-	return false
 }
 
 // TestConfirmByAppCodes: a code the app gives beside the conversation (Options.Codes) releases the

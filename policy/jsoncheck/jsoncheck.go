@@ -8,7 +8,8 @@
 // object at any depth (keys are compared after decoding escapes), and a nesting limit. On request
 // (Limits.FoldedKeys) it also refuses two keys of one object that differ only in letter case.
 //
-// It owns validation only. It does not decode, build trees, apply schemas or policy rules (see
+// It owns validation, and the exact reading of a number literal (Number) that every judge of a
+// number shares. It does not decode objects, build trees, apply schemas or policy rules (see
 // policy/vet and the proxy stages), and it does not turn errors into HTTP responses (the proxy's
 // edge maps every error from this package to 400 invalid_json).
 package jsoncheck

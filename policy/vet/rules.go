@@ -14,6 +14,8 @@ import (
 	wurl "github.com/nlnwa/whatwg-url/url"
 	"github.com/tidwall/gjson"
 	"golang.org/x/net/idna"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
 // Rule is one argument rule of a protocol (in its definition: "toolCalls":{"rules":[...]}).
@@ -53,6 +55,12 @@ type Rule struct {
 //     must be http or https, or one of Schemes when given; it may not carry user info; its host,
 //     lowercased, without a trailing dot and in IDNA ASCII (punycode) form, must match the list
 //     (see HostList), and a browser must read the same host (see ReadURL). Ports are not checked.
+//
+// A number of the arguments is compared as an exact reader reads it (Python's int, Decimal) and
+// as a float64 reader does (Go's and TypeScript's SDKs); where the two verdicts differ the value
+// cannot be judged and the rule refuses it, negated or not. A bound or a oneOf number is the
+// shortest decimal of its float64 (policy.ParseProtocol refuses one that a float64 does not hold as
+// written).
 type Check struct {
 	Pattern    string   `json:"pattern,omitempty"`
 	OneOf      []any    `json:"oneOf,omitempty"`
@@ -98,9 +106,9 @@ type compiledRule struct {
 type compiledCheck struct {
 	kind     ruleKind
 	re       *regexp.Regexp
-	oneOf    []any // string, float64 or bool
-	max, min float64
-	prefixes []string // cleaned
+	oneOf    []any      // string, ruleNumber or bool
+	max, min ruleNumber // absent bounds are infinite
+	prefixes []string   // cleaned
 	hosts    HostList
 	schemes  map[string]bool
 }
@@ -189,7 +197,7 @@ func compileCheck(k Check, prefix string, bad func(field, format string, args ..
 			bad(prefix+"oneOf", "must list at least one value")
 		}
 		for j, v := range k.OneOf {
-			nv, ok := normValue(v)
+			nv, ok := oneOfValue(v)
 			if !ok {
 				bad(fmt.Sprintf("%soneOf[%d]", prefix, j), "must be a string, a number or a boolean, not %T", v)
 			}
@@ -199,20 +207,20 @@ func compileCheck(k Check, prefix string, bad func(field, format string, args ..
 	if k.Max != nil || k.Min != nil {
 		kinds = append(kinds, "max/min")
 		c.kind = kindRange
-		c.max, c.min = math.Inf(1), math.Inf(-1)
+		c.max, c.min = newRuleNumber(math.Inf(1)), newRuleNumber(math.Inf(-1))
 		if k.Max != nil {
-			c.max = *k.Max
-			if math.IsNaN(c.max) {
+			c.max = newRuleNumber(*k.Max)
+			if math.IsNaN(*k.Max) {
 				bad(prefix+"max", "must be a number")
 			}
 		}
 		if k.Min != nil {
-			c.min = *k.Min
-			if math.IsNaN(c.min) {
+			c.min = newRuleNumber(*k.Min)
+			if math.IsNaN(*k.Min) {
 				bad(prefix+"min", "must be a number")
 			}
 		}
-		if c.min > c.max {
+		if c.min.f > c.max.f {
 			bad(prefix+"min", "must not be greater than max")
 		}
 	}
@@ -323,6 +331,54 @@ func normValue(v any) (any, bool) {
 	}
 	return nil, false
 }
+
+// oneOfValue turns a oneOf entry into a string, a ruleNumber or a bool.
+func oneOfValue(v any) (any, bool) {
+	nv, ok := normValue(v)
+	if f, isNum := nv.(float64); isNum && ok {
+		return newRuleNumber(f), !math.IsInf(f, 0)
+	}
+	return nv, ok
+}
+
+// ruleNumber is a number of a rule: its float64, and its exact value (the shortest decimal that
+// reads as that float64); exact is nil for an infinite bound.
+type ruleNumber struct {
+	f     float64
+	exact *jsoncheck.Number
+}
+
+func newRuleNumber(f float64) ruleNumber {
+	b := ruleNumber{f: f}
+	if !math.IsInf(f, 0) && !math.IsNaN(f) {
+		n, _ := jsoncheck.ReadNumber(strconv.FormatFloat(f, 'g', -1, 64)) // a short exponent
+		b.exact = &n
+	}
+	return b
+}
+
+// cmp compares a number of the arguments with the bound as a float64 reader (v.Num) and as an
+// exact reader (n) read it; -1, 0 or +1 each.
+func (b ruleNumber) cmp(v gjson.Result, n jsoncheck.Number) (float, exact int) {
+	switch {
+	case v.Num < b.f:
+		float = -1
+	case v.Num > b.f:
+		float = 1
+	}
+	switch {
+	case b.exact != nil:
+		exact = n.Cmp(*b.exact)
+	case b.f > 0:
+		exact = -1
+	default:
+		exact = 1
+	}
+	return float, exact
+}
+
+// whyReadersDiffer is the reason for a number that float64 and exact readers judge differently.
+const whyReadersDiffer = "is a number that float64 and exact readers judge differently"
 
 func validScheme(s string) bool {
 	if s == "" {
@@ -577,6 +633,52 @@ func (r *compiledRule) value(v gjson.Result) string {
 	return "has an excluded host"
 }
 
+// testNumberOneOf is oneOf for a number: in the list for a float64 reader and for an exact one
+// alike, or out of it for both.
+func (c *compiledCheck) testNumberOneOf(v gjson.Result) (pass bool, why string, invalid bool) {
+	n, err := jsoncheck.ReadNumber(v.Raw)
+	if err != nil {
+		return false, whyReadersDiffer, true
+	}
+	var inFloat, inExact bool
+	for _, want := range c.oneOf {
+		if b, ok := want.(ruleNumber); ok {
+			float, exact := b.cmp(v, n)
+			inFloat, inExact = inFloat || float == 0, inExact || exact == 0
+		}
+	}
+	switch {
+	case inFloat != inExact:
+		return false, whyReadersDiffer, true
+	case !inExact:
+		return false, "is not one of the allowed values", false
+	}
+	return true, "", false
+}
+
+// testRange is max/min: a number within the bounds for a float64 reader and for an exact one
+// alike, or outside them for both.
+func (c *compiledCheck) testRange(v gjson.Result) (pass bool, why string, invalid bool) {
+	if v.Type != gjson.Number {
+		return false, "is not a number", true
+	}
+	n, err := jsoncheck.ReadNumber(v.Raw)
+	if err != nil {
+		return false, whyReadersDiffer, true
+	}
+	aboveF, aboveE := c.max.cmp(v, n)
+	belowF, belowE := c.min.cmp(v, n)
+	switch {
+	case (aboveF > 0) != (aboveE > 0), (belowF < 0) != (belowE < 0):
+		return false, whyReadersDiffer, true
+	case aboveE > 0:
+		return false, "is above the maximum", false
+	case belowE < 0:
+		return false, "is below the minimum", false
+	}
+	return true, "", false
+}
+
 // test runs the check on one present, non-null value. When it does not pass, why says so;
 // invalid is set when the value cannot be judged at all (wrong type, malformed path or URL), which
 // a negated check refuses too.
@@ -590,14 +692,13 @@ func (c *compiledCheck) test(v gjson.Result) (pass bool, why string, invalid boo
 			return false, "does not match the pattern", false
 		}
 	case kindOneOf:
+		if v.Type == gjson.Number {
+			return c.testNumberOneOf(v)
+		}
 		for _, want := range c.oneOf {
 			switch want := want.(type) {
 			case string:
 				if v.Type == gjson.String && v.Str == want {
-					return true, "", false
-				}
-			case float64:
-				if v.Type == gjson.Number && v.Num == want {
 					return true, "", false
 				}
 			case bool:
@@ -608,15 +709,7 @@ func (c *compiledCheck) test(v gjson.Result) (pass bool, why string, invalid boo
 		}
 		return false, "is not one of the allowed values", false
 	case kindRange:
-		if v.Type != gjson.Number {
-			return false, "is not a number", true
-		}
-		if v.Num > c.max {
-			return false, "is above the maximum", false
-		}
-		if v.Num < c.min {
-			return false, "is below the minimum", false
-		}
+		return c.testRange(v)
 	case kindPathPrefix:
 		if v.Type != gjson.String {
 			return false, "is not a string", true

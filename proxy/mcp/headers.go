@@ -3,13 +3,14 @@ package mcp
 import (
 	"encoding/base64"
 	"fmt"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
 // Protocol versions of MCP's Streamable HTTP transport that the door serves.
@@ -198,13 +199,29 @@ func headerValue(v gjson.Result) (string, bool) {
 	case gjson.True, gjson.False:
 		return v.Raw, true
 	case gjson.Number:
-		f, err := strconv.ParseFloat(v.Raw, 64)
-		if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53-1 {
-			return "", false
-		}
-		return strconv.FormatInt(int64(f), 10), true
+		return headerInteger(v.Raw)
 	}
 	return "", false
+}
+
+// headerInteger is a number literal's exact value in decimal when it is an integer within
+// ±(2^53-1) (1.0 and 1e2 are; 1.0000000000000001, which a float64 reader takes for 1, is not).
+func headerInteger(raw string) (string, bool) {
+	n, err := jsoncheck.ReadNumber(raw)
+	if err != nil || n.Exp < 0 || len(n.Digits)+n.Exp > 16 {
+		return "", false
+	}
+	if n.Digits == "" {
+		return "0", true
+	}
+	i, err := strconv.ParseInt(n.Digits+strings.Repeat("0", n.Exp), 10, 64)
+	if err != nil || i > 1<<53-1 {
+		return "", false
+	}
+	if n.Neg {
+		i = -i
+	}
+	return strconv.FormatInt(i, 10), true
 }
 
 // decodeHeader reads a header value that may be wrapped as =?base64?...?= (how SEP-2243 sends

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -27,9 +25,6 @@ import (
 
 // maxDepth bounds nesting (the door and the model's path cap it lower).
 const maxDepth = 256
-
-// errNumber: a number whose exponent no reader holds.
-var errNumber = errors.New("mcpjoin: a number out of range")
 
 // digest is the SHA-256 of the arguments' canonical form.
 func digest(args []byte) ([32]byte, bool) {
@@ -111,45 +106,13 @@ func writeString(b *bytes.Buffer, s string) {
 	b.Truncate(b.Len() - 1)
 }
 
-// writeNumber writes a JSON number literal as its kind ('i' an integer literal, 'd' one with a
-// fraction or an exponent), its sign, and its exact decimal value as digits without leading or
-// trailing zeros and a power of ten: 1.50 is d+15e-1, 1 is i+1e0, -0.0 is d-0.
+// writeNumber writes a JSON number literal in jsoncheck's canonical form (its kind, sign and exact
+// value).
 func writeNumber(b *bytes.Buffer, raw string) error {
-	kind := byte('i')
-	if strings.ContainsAny(raw, ".eE") {
-		kind = 'd'
+	n, err := jsoncheck.ReadNumber(raw)
+	if err != nil { // the number would be infinite or zero: Float64Numbers refused it already
+		return err
 	}
-	b.WriteByte(kind)
-	sign := byte('+')
-	if strings.HasPrefix(raw, "-") {
-		sign, raw = '-', raw[1:]
-	}
-	b.WriteByte(sign)
-	mant, exp := raw, 0
-	if i := strings.IndexAny(raw, "eE"); i >= 0 {
-		e := strings.TrimPrefix(raw[i+1:], "+")
-		neg := strings.HasPrefix(e, "-")
-		e = strings.TrimLeft(strings.TrimPrefix(e, "-"), "0")
-		if len(e) > 15 { // the number would be infinite or zero: Float64Numbers refused it already
-			return errNumber
-		}
-		n, _ := strconv.Atoi("0" + e)
-		if neg {
-			n = -n
-		}
-		mant, exp = raw[:i], n
-	}
-	whole, frac, _ := strings.Cut(mant, ".")
-	digits := strings.TrimLeft(whole+frac, "0")
-	exp -= len(frac)
-	if digits == "" {
-		b.WriteByte('0')
-		return nil
-	}
-	trimmed := strings.TrimRight(digits, "0")
-	exp += len(digits) - len(trimmed)
-	b.WriteString(trimmed)
-	b.WriteByte('e')
-	b.WriteString(strconv.Itoa(exp))
+	b.Write(n.AppendCanonical(b.AvailableBuffer()))
 	return nil
 }

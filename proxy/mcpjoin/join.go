@@ -49,13 +49,14 @@ type Call struct {
 // strict JSON object, which matches no call.
 func Digest(args []byte) ([32]byte, bool) { return digest(args) }
 
-// readerDigest is flow.ArgsDigest of the arguments (numbers read as float64s), the key of executed
-// calls; false when they are not one JSON object.
+// readerDigest is flow.ArgsDigestFloat64 of the arguments (numbers read as float64s, the coarsest
+// reading: an output's label errs toward the server), the key of executed calls; false when they
+// are not one JSON object.
 func readerDigest(args []byte) ([32]byte, bool) {
 	if len(args) == 0 || !gjson.ValidBytes(args) {
 		return [32]byte{}, false
 	}
-	d, err := flow.ArgsDigest(gjson.ParseBytes(args))
+	d, err := flow.ArgsDigestFloat64(gjson.ParseBytes(args))
 	return d, err == nil
 }
 

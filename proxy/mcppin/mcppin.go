@@ -65,7 +65,7 @@ func writeJSON(h io.Writer, raw []byte) {
 	if len(raw) == 0 {
 		return
 	}
-	if sum, err := flow.ArgsDigest(gjson.ParseBytes(raw)); err == nil {
+	if sum, err := flow.ArgsDigestLoose(gjson.ParseBytes(raw)); err == nil {
 		_, _ = h.Write(sum[:])
 		return
 	}
