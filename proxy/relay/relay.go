@@ -116,6 +116,10 @@ type Relay struct {
 	// backs its Top for events of up to that many members.
 	members jsoncheck.Members
 	top     [12]jsoncheck.Member
+
+	// known is text the surface has seen checked (Know); cut is where check puts an event without
+	// it.
+	known, cut []byte
 }
 
 // New returns a Relay of upstream for s. rec, which may be nil, is called for every decision the
@@ -280,11 +284,7 @@ func (r *Relay) handle() {
 	if r.s.Pass != nil && r.s.Pass(ev) {
 		return
 	}
-	if r.members.Top == nil {
-		r.members.Top = r.top[:0]
-	}
-	r.members = jsoncheck.Members{Top: r.members.Top[:0], Inner: r.members.Inner[:0]}
-	if jsoncheck.ObjectMembers(ev.Data, jsoncheck.Limits{MaxDepth: r.s.MaxDepth}, "", &r.members) != nil ||
+	if r.check(ev.Data) != nil ||
 		r.s.Typed && ev.Event != "" && Get(ev.Data, "type").Str != ev.Event {
 		// A client might read it differently from us.
 		r.s.Malformed()

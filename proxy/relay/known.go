@@ -1,0 +1,95 @@
+package relay
+
+import (
+	"bytes"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+)
+
+// MaxKnownBytes caps the text a relay keeps as known (Relay.Know): past it, the text starts anew.
+const MaxKnownBytes = 1 << 20
+
+// minKnown is the shortest known text the check looks for: shorter, the search costs about what it
+// spares.
+const minKnown = 64
+
+// Know appends to the relay's known text the contents of a JSON string, between its quotes, that
+// jsoncheck accepts whole (a text delta the check or a template of String slots read), or starts
+// the text anew with them (reset). The known text is thus whole tokens of string contents that a
+// reader accepts, however it was cut; an event that repeats it as the whole contents of one of its
+// value strings (a done event repeating a message's text) is checked without reading it again
+// (see check). A surface that never calls Know turns the shortcut off.
+func (r *Relay) Know(contents []byte, reset bool) {
+	if reset || len(r.known)+len(contents) > MaxKnownBytes {
+		r.known = r.known[:0]
+	}
+	if need := len(r.known) + len(contents); need > cap(r.known) {
+		// Grown by more than append's steps: a message's text takes one or two allocations.
+		r.known = append(make([]byte, 0, max(2*cap(r.known), need, 2048)), r.known...)
+	}
+	r.known = append(r.known, contents...)
+}
+
+// check is jsoncheck.ObjectMembers of data into r.members, with the known text read once: where
+// data holds it between two quotes, data without it is checked instead, and the members found are
+// moved back to their places in data. Known text is whole tokens of string contents, so cutting it
+// out of a string (at the string's start, or after an escaped quote) changes neither the string's
+// validity nor anything else of data; a cut anywhere else (between two strings) leaves two strings
+// side by side, which the check refuses, and a cut out of a key changes the key, which is looked
+// for after the check: either way data is then checked whole.
+func (r *Relay) check(data []byte) error {
+	l := jsoncheck.Limits{MaxDepth: r.s.MaxDepth}
+	if r.members.Top == nil {
+		r.members.Top = r.top[:0]
+	}
+	r.members = jsoncheck.Members{Top: r.members.Top[:0], Inner: r.members.Inner[:0]}
+	n := len(r.known)
+	if n < minKnown || len(data) < n+2 {
+		return jsoncheck.ObjectMembers(data, l, "", &r.members)
+	}
+	p := bytes.Index(data, r.known)
+	if p < 1 || p+n >= len(data) || data[p-1] != '"' || data[p+n] != '"' {
+		return jsoncheck.ObjectMembers(data, l, "", &r.members)
+	}
+	cut := append(append(r.cut[:0], data[:p]...), data[p+n:]...)
+	r.cut = cut
+	if jsoncheck.ObjectMembers(cut, l, "", &r.members) == nil && !keyAt(cut, p) {
+		moveMembers(r.members.Top, p, n)
+		moveMembers(r.members.Inner, p, n)
+		return nil
+	}
+	r.members = jsoncheck.Members{Top: r.members.Top[:0], Inner: r.members.Inner[:0]}
+	return jsoncheck.ObjectMembers(data, l, "", &r.members)
+}
+
+// keyAt reports whether the quote at b[p], which closes a string of b, is followed by a colon: the
+// string is a key.
+func keyAt(b []byte, p int) bool {
+	for i := p + 1; i < len(b); i++ {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+		case ':':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// moveMembers moves the offsets of members found in data with n bytes cut out at p to their places
+// in data.
+func moveMembers(ms []jsoncheck.Member, p, n int) {
+	at := func(o *int) {
+		if *o >= p {
+			*o += n
+		}
+	}
+	for i := range ms {
+		m := &ms[i]
+		at(&m.KeyStart)
+		at(&m.KeyEnd)
+		at(&m.ValueStart)
+		at(&m.ValueEnd)
+	}
+}

@@ -1,0 +1,90 @@
+package relay
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
+)
+
+// FuzzKnownCheck: the relay's check with a known text decides as the check of the whole event and
+// finds the same members, wherever the text is in the event (a value, a key, a part of a string,
+// between strings, twice). data is the event with each '@' replaced by the known text; piece is
+// what Know is given, the contents of a string that jsoncheck accepts, or the input is skipped.
+func FuzzKnownCheck(f *testing.F) {
+	for _, c := range [][2]string{
+		{`{"a":"@"}`, " word"},
+		{`{"type":"x","text":"@","logprobs":[]}`, " word"},
+		{`{"@":1}`, "a"},
+		{`{"@":1,"@":2}`, "a"},
+		{`{"a":"@","@":2}`, "a"},
+		{`{"@":"@"}`, "b"},
+		{`{"a":"x\"@"}`, "c"},
+		{`{"a":"x\\"@"}`, "c"},
+		{`{"a":"x"@"b":1}`, ",\"q"},
+		{`{"a":"x"@"}`, `,\"q`},
+		{`{"a":["@","@"]}`, `\ud83d\ude00é`},
+		{`{"a":{"b":"@"},"c":"@"}`, `\n\"\\\/`},
+		{`{"a":"\ud83d@"}`, `\ude00`},
+		{`{"a":"@\ude00"}`, `x\ud83d`},
+		{`{"a":"@" , "b" : "@" }`, "z"},
+		{`{"a":"@"   :1}`, "z"},
+		{"{\"a\":\"@\x01\"}", "z"},
+	} {
+		f.Add([]byte(c[0]), []byte(c[1]))
+	}
+	f.Fuzz(func(t *testing.T, tmpl, piece []byte) {
+		if len(piece) == 0 || jsoncheck.Value(append(append([]byte{'"'}, piece...), '"'), jsoncheck.Limits{}) != nil {
+			return
+		}
+		var r Relay
+		r.Know(piece, true)
+		for len(r.known) < minKnown {
+			r.Know(piece, false)
+		}
+		data := bytes.ReplaceAll(tmpl, []byte("@"), r.known)
+		got := r.check(data)
+		var wantM jsoncheck.Members
+		want := jsoncheck.ObjectMembers(data, jsoncheck.Limits{}, "", &wantM)
+		if (got == nil) != (want == nil) {
+			t.Fatalf("check(%q) with known %q: %v, the whole check: %v", data, r.known, got, want)
+		}
+		if gotM := r.members; got == nil && (!reflect.DeepEqual(gotM.Top, wantM.Top) ||
+			!reflect.DeepEqual(gotM.Inner, wantM.Inner) || gotM.FoldableKey != wantM.FoldableKey) {
+			t.Fatalf("check(%q) with known %q found members %+v, the whole check %+v", data, r.known, gotM, wantM)
+		}
+	})
+}
+
+// TestKnownCheckReadsOnce: the check does read an event without its known text (which is how it
+// spares the reading), and Know starts anew past MaxKnownBytes.
+func TestKnownCheckReadsOnce(t *testing.T) {
+	piece := []byte(" word")
+	data := []byte(`{"type":"x","text":"` + string(bytes.Repeat(piece, 20)) + `","n":1}`)
+	var r Relay
+	for range 20 {
+		r.Know(piece, len(r.known) == 0)
+	}
+	if err := r.check(data); err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"type":"x","text":"","n":1}`; string(r.cut) != want {
+		t.Fatalf("checked %q, want %q", r.cut, want)
+	}
+	if m := r.members.Top[1]; string(data[m.ValueStart:m.ValueEnd]) != `"`+string(r.known)+`"` {
+		t.Fatalf("the text member is %q", data[m.ValueStart:m.ValueEnd])
+	}
+	r.Know(make([]byte, MaxKnownBytes), false)
+	if len(r.known) != MaxKnownBytes {
+		t.Fatalf("known text of %d bytes", len(r.known))
+	}
+	r.Know(piece, false)
+	if string(r.known) != string(piece) {
+		t.Fatalf("past MaxKnownBytes the known text is %d bytes", len(r.known))
+	}
+	r.Know(piece, true)
+	if string(r.known) != string(piece) {
+		t.Fatal("reset kept the known text")
+	}
+}
