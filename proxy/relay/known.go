@@ -30,6 +30,10 @@ func (r *Relay) Know(contents []byte, reset bool) {
 	r.known = append(r.known, contents...)
 }
 
+// KnownCuts is how many events the check read without their known text (a test's count of the
+// shortcut taken).
+func (r *Relay) KnownCuts() int { return r.cuts }
+
 // check is jsoncheck.ObjectMembers of data into r.members, with the known text read once: where
 // data holds it between two quotes, data without it is checked instead, and the members found are
 // moved back to their places in data. Known text is whole tokens of string contents, so cutting it
@@ -56,6 +60,7 @@ func (r *Relay) check(data []byte) error {
 	if jsoncheck.ObjectMembers(cut, l, "", &r.members) == nil && !keyAt(cut, p) {
 		moveMembers(r.members.Top, p, n)
 		moveMembers(r.members.Inner, p, n)
+		r.cuts++
 		return nil
 	}
 	r.members = jsoncheck.Members{Top: r.members.Top[:0], Inner: r.members.Inner[:0]}

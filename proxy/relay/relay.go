@@ -118,8 +118,9 @@ type Relay struct {
 	top     [12]jsoncheck.Member
 
 	// known is text the surface has seen checked (Know); cut is where check puts an event without
-	// it.
+	// it, cuts counts those events.
 	known, cut []byte
+	cuts       int
 }
 
 // New returns a Relay of upstream for s. rec, which may be nil, is called for every decision the

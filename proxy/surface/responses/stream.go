@@ -140,9 +140,15 @@ type Stream struct {
 	// argsTemplate), pass the events of an item that goes out as it comes (see passTemplate).
 	args argsTemplate
 	pass passTemplate
+	// knownOI and knownName are the output_index and event type of the text deltas whose contents
+	// the relay knows (relay.Relay.Know), once knowing.
+	knownOI   int
+	knownName string
+	knowing   bool
 
-	// full has event read every event's keys and head with its own walks instead of taking them
-	// from the relay's check (a test's reference for the shortcut).
+	// full turns every shortcut off: no template, no known text, and event reads every event's
+	// keys and head with its own walks instead of taking them from the relay's check (a test's
+	// reference for the shortcuts).
 	full bool
 }
 
@@ -398,8 +404,13 @@ func (s *Stream) event(ev sse.Event) {
 			s.write(ev.Raw, nil, m, st.client)
 			// Only deltas come many to an item: a done event, which repeats the item's text, is
 			// not copied into a template.
-			if h.item.Type == gjson.Null && h.response.Type == gjson.Null && (s.full || strings.HasSuffix(typ, ".delta")) {
+			if h.item.Type == gjson.Null && h.response.Type == gjson.Null && strings.HasSuffix(typ, ".delta") && !s.full {
 				s.pass.learn(ev, m)
+				if d := relay.Get(data, "delta"); d.Type == gjson.String {
+					if sl, ok := relay.SlotOf(data, d, relay.String); ok {
+						s.know(m, data[sl.From-1:sl.To+1])
+					}
+				}
 			}
 		}
 	case !st.call.vetted:
@@ -513,7 +524,7 @@ func (t *argsTemplate) learn(ev sse.Event, p *pending, m meta, h head) {
 // argsByTemplate handles ev when it matches the argument template, as event would.
 func (s *Stream) argsByTemplate(ev sse.Event) bool {
 	t := &s.args
-	if t.p == nil || ev.Event != t.m.name {
+	if t.p == nil || ev.Event != t.m.name || s.full {
 		return false
 	}
 	p := t.p
@@ -553,14 +564,15 @@ func matchTemplate(t *relay.Template, data []byte, got [][]byte, m meta, seqAt i
 // and written, a delta (its type ends in .delta) with no item, response or output member, becomes
 // the template; the template stays until another such event is read whole. An event with the
 // same event: line whose bytes are the template's but for its top-level strings other than type and
-// item_id (their ends found by escapes: event reads none of them) and the digits of its sequence
-// number is one event reads the same way, and writes as it comes with that sequence number, which
-// is all the template path does — while the item at its output_index goes out as it comes (the
-// conditions under which event writes it).
+// item_id (each a string the relay's check would accept: event reads none of them) and the digits
+// of its sequence number is one the check accepts and event reads the same way, and writes as it
+// comes with that sequence number, which is all the template path does — while the item at its
+// output_index goes out as it comes (the conditions under which event writes it).
 type passTemplate struct {
 	relay.Template
-	m     meta // the template's, its sequence number aside
-	seqAt int
+	m       meta // the template's, its sequence number aside
+	seqAt   int
+	deltaAt int // the place of the delta among the slots Match hands out (-1: none)
 }
 
 // learn makes ev, just written with m, the template when it has the template's shape.
@@ -570,7 +582,7 @@ func (t *passTemplate) learn(ev sse.Event, m meta) {
 		return
 	}
 	var buf [maxSlots]relay.Slot
-	slots, seqAt, _, ok := slotsOf(ev.Data, buf[:0], "", func(k string, v gjson.Result) (relay.SlotKind, bool, bool) {
+	slots, seqAt, deltaAt, ok := slotsOf(ev.Data, buf[:0], "delta", func(k string, v gjson.Result) (relay.SlotKind, bool, bool) {
 		switch k {
 		case pathType, pathItemID, pathOutputIdx:
 			return 0, false, true
@@ -579,24 +591,24 @@ func (t *passTemplate) learn(ev sse.Event, m meta) {
 		case pathSeq:
 			return relay.Digits, true, m.hasSeq
 		}
-		return relay.Escaped, v.Type == gjson.String, true
+		return relay.String, v.Type == gjson.String, true
 	})
 	if !ok {
 		return
 	}
 	t.Set(ev.Data, slots)
-	t.m, t.seqAt = m, seqAt
+	t.m, t.seqAt, t.deltaAt = m, seqAt, deltaAt
 }
 
 // passByTemplate handles ev when it matches the pass template, as event would, before the relay
-// checks its JSON (relay.Surface.Pass): outside its string slots, whose ends the escape rules find,
-// its bytes are the template's, an event the relay checked, so its keys and structure are those of
-// an event that carries no call; what its slots hold (a text delta) is passed, never read, and
-// could only make a client fail to parse it. Argument deltas, which are read, go through
-// argsByTemplate after the check.
+// checks its JSON (relay.Surface.Pass): outside its string slots its bytes are the template's, an
+// event the relay checked, and each slot holds a string the check accepts, so the check would
+// accept it, with the keys and structure of an event that carries no call; what its slots hold (a
+// text delta) is passed, never read. Its delta becomes known text (know). Argument deltas, which
+// are read, go through argsByTemplate after the check.
 func (s *Stream) passByTemplate(ev sse.Event) bool {
 	t := &s.pass
-	if t.Empty() || ev.Event != t.m.name {
+	if t.Empty() || ev.Event != t.m.name || s.full {
 		return false
 	}
 	st := s.items[t.m.oi]
@@ -609,7 +621,20 @@ func (s *Stream) passByTemplate(ev sse.Event) bool {
 		return false
 	}
 	s.write(ev.Raw, nil, m, st.client)
+	if t.deltaAt >= 0 {
+		s.know(m, got[t.deltaAt])
+	}
 	return true
+}
+
+// know makes the contents of delta, a string (with its quotes) that the relay's check accepts, of
+// a delta event written with m, known text of the relay: appended to the known deltas of the same
+// item and type, else in their place. The done events of a message repeat its deltas' text whole,
+// which the relay's check then does not read again.
+func (s *Stream) know(m meta, delta []byte) {
+	same := s.knowing && m.oi == s.knownOI && m.name == s.knownName
+	s.Know(delta[1:len(delta)-1], !same)
+	s.knowing, s.knownOI, s.knownName = true, m.oi, m.name
 }
 
 // head is what event reads of an event's top level, taken in one walk over its keys. Its strings
