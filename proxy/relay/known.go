@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"slices"
 
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
@@ -20,14 +21,45 @@ const minKnown = 64
 // value strings (a done event repeating a message's text) is checked without reading it again
 // (see check). A surface that never calls Know turns the shortcut off.
 func (r *Relay) Know(contents []byte, reset bool) {
+	if reset || len(r.known)+len(contents) > cap(r.known) {
+		r.knowMore(contents, reset)
+		return
+	}
+	r.known = append(r.known, contents...)
+}
+
+// knowMore is Know where the known text starts anew or needs more room: a buffer the upstream body
+// lends (BufferLender), as the event reader's, or one of its own.
+func (r *Relay) knowMore(contents []byte, reset bool) {
 	if reset || len(r.known)+len(contents) > MaxKnownBytes {
 		r.known = r.known[:0]
 	}
-	if need := len(r.known) + len(contents); need > cap(r.known) {
+	need := len(r.known) + len(contents)
+	if need > cap(r.known) && cap(r.known) == 0 {
+		if l, ok := r.up.(BufferLender); ok {
+			if buf := l.LendBuffer(); cap(buf) >= need {
+				r.known, r.knownLent = buf[:0], l
+			} else {
+				l.ReturnBuffer(buf)
+			}
+		}
+	}
+	if need > cap(r.known) {
 		// Grown by more than append's steps: a message's text takes one or two allocations.
-		r.known = append(make([]byte, 0, max(2*cap(r.known), need, 2048)), r.known...)
+		known := append(make([]byte, 0, max(2*cap(r.known), need, 2048)), r.known...)
+		r.returnKnown()
+		r.known = known
 	}
 	r.known = append(r.known, contents...)
+}
+
+// returnKnown gives the known text's buffer back to the body that lent it, if one did, and forgets
+// the text.
+func (r *Relay) returnKnown() {
+	if r.knownLent != nil {
+		r.knownLent.ReturnBuffer(r.known)
+	}
+	r.known, r.knownLent = nil, nil
 }
 
 // KnownCuts is how many events the check read without their known text (a test's count of the
@@ -55,7 +87,9 @@ func (r *Relay) check(data []byte) error {
 	if p < 1 || p+n >= len(data) || data[p-1] != '"' || data[p+n] != '"' {
 		return jsoncheck.ObjectMembers(data, l, "", &r.members)
 	}
-	cut := append(append(r.cut[:0], data[:p]...), data[p+n:]...)
+	// The cut is made in the room after Out, which the event's output needs next anyway.
+	r.Out = slices.Grow(r.Out, len(data))
+	cut := append(append(r.Out[len(r.Out):], data[:p]...), data[p+n:]...)
 	r.cut = cut
 	if jsoncheck.ObjectMembers(cut, l, "", &r.members) == nil && !keyAt(cut, p) {
 		moveMembers(r.members.Top, p, n)

@@ -2,10 +2,13 @@ package relay
 
 import (
 	"bytes"
+	"io"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/promptgate/promptgate/policy/jsoncheck"
+	"github.com/promptgate/promptgate/proxy/sse"
 )
 
 // FuzzKnownCheck: the relay's check with a known text decides as the check of the whole event and
@@ -86,5 +89,47 @@ func TestKnownCheckReadsOnce(t *testing.T) {
 	r.Know(piece, true)
 	if string(r.known) != string(piece) {
 		t.Fatal("reset kept the known text")
+	}
+}
+
+// poolLender is an upstream body that lends a new buffer of size bytes each time and counts what
+// comes back.
+type poolLender struct {
+	io.Reader
+	size             int
+	lent, returned   int
+	returnedOwnSized bool
+}
+
+func (l *poolLender) LendBuffer() []byte { l.lent++; return make([]byte, l.size) }
+func (l *poolLender) ReturnBuffer(b []byte) {
+	l.returned++
+	l.returnedOwnSized = l.returnedOwnSized || cap(b) != l.size
+}
+func (l *poolLender) Close() error { return nil }
+
+func TestKnownTextLentBuffer(t *testing.T) {
+	// The known text lives in a buffer the body lends, given back at Close (or at once, for one of
+	// the relay's own, when the text outgrows it); never a buffer that was not lent.
+	in := strings.Repeat("data: {\"a\":1}\n\n", 40)
+	for _, size := range []int{1 << 10, 64} {
+		l := &poolLender{Reader: strings.NewReader(in), size: size}
+		var r *Relay
+		rel := New(l, nil, Surface{Finished: func() bool { return true }, Truncated: func() {}, Malformed: func() {},
+			Event: func(ev sse.Event) {
+				r.Know([]byte("0123456789"), false)
+				r.Out = append(r.Out, ev.Raw...)
+			}})
+		r = &rel
+		if got := readAll(t, r); got != in {
+			t.Fatalf("output %q", got)
+		}
+		if string(r.known) != strings.Repeat("0123456789", 40) {
+			t.Fatalf("known text %q", r.known)
+		}
+		_ = r.Close()
+		if l.lent != 2 || l.returned != 2 || l.returnedOwnSized || r.known != nil {
+			t.Fatalf("lent %d buffers of %d bytes, %d came back (one not lent: %v)", l.lent, size, l.returned, l.returnedOwnSized)
+		}
 	}
 }

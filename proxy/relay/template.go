@@ -110,11 +110,17 @@ func (t *Template) Match(data []byte, got [][]byte) bool {
 				return false
 			}
 		case String:
-			e, ok := jsoncheck.StringEnd(data, j-1) // the segment ended with the opening quote
-			if !ok {
-				return false
+			// Printable ASCII up to the closing quote is a valid string as it is; anything else is
+			// read by jsoncheck, from the opening quote that the segment ended with.
+			for ; end < len(data) && data[end] != '"' && data[end] != '\\' && data[end] >= 0x20 && data[end] < 0x80; end++ {
 			}
-			end = e - 1
+			if end < len(data) && data[end] != '"' {
+				e, ok := jsoncheck.StringEnd(data, j-1)
+				if !ok {
+					return false
+				}
+				end = e - 1
+			}
 		}
 		if end >= len(data) {
 			return false

@@ -244,7 +244,7 @@ func TestDoneEventsReadKnownText(t *testing.T) {
 			if _, err := io.ReadAll(s); err != nil {
 				t.Fatal(err)
 			}
-			if want := map[bool]int{false: 4, true: 0}[full]; s.KnownCuts() != want {
+			if want := map[bool]int{false: 3, true: 0}[full]; s.KnownCuts() != want {
 				t.Errorf("full %v: %d events checked without the known text, want %d", full, s.KnownCuts(), want)
 			}
 		}

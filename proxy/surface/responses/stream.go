@@ -140,11 +140,6 @@ type Stream struct {
 	// argsTemplate), pass the events of an item that goes out as it comes (see passTemplate).
 	args argsTemplate
 	pass passTemplate
-	// knownOI and knownName are the output_index and event type of the text deltas whose contents
-	// the relay knows (relay.Relay.Know), once knowing.
-	knownOI   int
-	knownName string
-	knowing   bool
 
 	// full turns every shortcut off: no template, no known text, and event reads every event's
 	// keys and head with its own walks instead of taking them from the relay's check (a test's
@@ -404,12 +399,11 @@ func (s *Stream) event(ev sse.Event) {
 			s.write(ev.Raw, nil, m, st.client)
 			// Only deltas come many to an item: a done event, which repeats the item's text, is
 			// not copied into a template.
-			if h.item.Type == gjson.Null && h.response.Type == gjson.Null && strings.HasSuffix(typ, ".delta") && !s.full {
-				s.pass.learn(ev, m)
-				if d := relay.Get(data, "delta"); d.Type == gjson.String {
-					if sl, ok := relay.SlotOf(data, d, relay.String); ok {
-						s.know(m, data[sl.From-1:sl.To+1])
-					}
+			if h.item.Type == gjson.Null && h.response.Type == gjson.Null && !s.full {
+				if strings.HasSuffix(typ, ".delta") {
+					s.pass.learn(ev, m)
+				} else {
+					s.knowText(data, mem.Top)
 				}
 			}
 		}
@@ -570,9 +564,8 @@ func matchTemplate(t *relay.Template, data []byte, got [][]byte, m meta, seqAt i
 // output_index goes out as it comes (the conditions under which event writes it).
 type passTemplate struct {
 	relay.Template
-	m       meta // the template's, its sequence number aside
-	seqAt   int
-	deltaAt int // the place of the delta among the slots Match hands out (-1: none)
+	m     meta // the template's, its sequence number aside
+	seqAt int
 }
 
 // learn makes ev, just written with m, the template when it has the template's shape.
@@ -582,7 +575,7 @@ func (t *passTemplate) learn(ev sse.Event, m meta) {
 		return
 	}
 	var buf [maxSlots]relay.Slot
-	slots, seqAt, deltaAt, ok := slotsOf(ev.Data, buf[:0], "delta", func(k string, v gjson.Result) (relay.SlotKind, bool, bool) {
+	slots, seqAt, _, ok := slotsOf(ev.Data, buf[:0], "", func(k string, v gjson.Result) (relay.SlotKind, bool, bool) {
 		switch k {
 		case pathType, pathItemID, pathOutputIdx:
 			return 0, false, true
@@ -597,15 +590,15 @@ func (t *passTemplate) learn(ev sse.Event, m meta) {
 		return
 	}
 	t.Set(ev.Data, slots)
-	t.m, t.seqAt, t.deltaAt = m, seqAt, deltaAt
+	t.m, t.seqAt = m, seqAt
 }
 
 // passByTemplate handles ev when it matches the pass template, as event would, before the relay
 // checks its JSON (relay.Surface.Pass): outside its string slots its bytes are the template's, an
 // event the relay checked, and each slot holds a string the check accepts, so the check would
 // accept it, with the keys and structure of an event that carries no call; what its slots hold (a
-// text delta) is passed, never read. Its delta becomes known text (know). Argument deltas, which
-// are read, go through argsByTemplate after the check.
+// text delta) is passed, never read. Argument deltas, which are read, go through argsByTemplate
+// after the check.
 func (s *Stream) passByTemplate(ev sse.Event) bool {
 	t := &s.pass
 	if t.Empty() || ev.Event != t.m.name || s.full {
@@ -621,20 +614,20 @@ func (s *Stream) passByTemplate(ev sse.Event) bool {
 		return false
 	}
 	s.write(ev.Raw, nil, m, st.client)
-	if t.deltaAt >= 0 {
-		s.know(m, got[t.deltaAt])
-	}
 	return true
 }
 
-// know makes the contents of delta, a string (with its quotes) that the relay's check accepts, of
-// a delta event written with m, known text of the relay: appended to the known deltas of the same
-// item and type, else in their place. The done events of a message repeat its deltas' text whole,
-// which the relay's check then does not read again.
-func (s *Stream) know(m meta, delta []byte) {
-	same := s.knowing && m.oi == s.knownOI && m.name == s.knownName
-	s.Know(delta[1:len(delta)-1], !same)
-	s.knowing, s.knownOI, s.knownName = true, m.oi, m.name
+// knowText makes the text of an event just checked and written (a message's output_text.done: a
+// top-level "text" string, found where the relay's check found the members of data) the relay's
+// known text (relay.Relay.Know): the content_part.done, output_item.done and response.completed
+// that follow repeat it whole, and the relay's check then does not read it again.
+func (s *Stream) knowText(data []byte, top []jsoncheck.Member) {
+	for _, m := range top {
+		if !m.KeyEscaped && string(data[m.KeyStart:m.KeyEnd]) == "text" && data[m.ValueStart] == '"' {
+			s.Know(data[m.ValueStart+1:m.ValueEnd-1], true)
+			return
+		}
+	}
 }
 
 // head is what event reads of an event's top level, taken in one walk over its keys. Its strings
