@@ -352,7 +352,7 @@ func (s *Stream) event(ev sse.Event) {
 				Blocked: s.Blocked(), Rounds: s.Round(), Unanswered: s.approvals > 0})
 		}
 		if s.OnFinal != nil {
-			s.OnFinal([]byte(gjson.GetBytes(final, pathRespOutput).Raw))
+			s.OnFinal([]byte(relay.Get(final, pathRespOutput).Raw)) // one copy, not gjson's and this one
 		}
 		return
 	case evError:
