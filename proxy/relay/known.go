@@ -45,8 +45,8 @@ func (r *Relay) knowMore(contents []byte, reset bool) {
 		}
 	}
 	if need > cap(r.known) {
-		// Grown by more than append's steps: a message's text takes one or two allocations.
-		known := append(make([]byte, 0, max(2*cap(r.known), need, 2048)), r.known...)
+		// The text of one event comes whole: one allocation of its size.
+		known := append(make([]byte, 0, max(2*cap(r.known), need)), r.known...)
 		r.returnKnown()
 		r.known = known
 	}
