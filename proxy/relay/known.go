@@ -7,50 +7,43 @@ import (
 	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
-// MaxKnownBytes caps the text a relay keeps as known (Relay.Know): past it, the text starts anew.
+// MaxKnownBytes caps the text a relay keeps as known (Relay.Know): a longer one is not kept.
 const MaxKnownBytes = 1 << 20
 
-// minKnown is the shortest known text the check looks for: shorter, the search costs about what it
+// minKnown is the shortest text a relay keeps as known: shorter, the search costs about what it
 // spares.
 const minKnown = 64
 
-// Know appends to the relay's known text the contents of a JSON string, between its quotes, that
-// jsoncheck accepts whole (a text delta the check or a template of String slots read), or starts
-// the text anew with them (reset). The known text is thus whole tokens of string contents that a
-// reader accepts, however it was cut; an event that repeats it as the whole contents of one of its
-// value strings (a done event repeating a message's text) is checked without reading it again
-// (see check). A surface that never calls Know turns the shortcut off.
-func (r *Relay) Know(contents []byte, reset bool) {
-	if reset || len(r.known)+len(contents) > cap(r.known) {
-		r.knowMore(contents, reset)
+// Know makes the contents of a JSON string, between its quotes, that jsoncheck accepted whole (a
+// text of an event the check read) the relay's known text, in place of the one before. Known
+// text is whole tokens of string contents that a reader accepts; an event that repeats it as the
+// whole contents of one of its value strings (the done events repeating a message's text) is
+// checked without reading it again (see check). A text shorter than minKnown or longer than
+// MaxKnownBytes is not kept; a surface that never calls Know turns the shortcut off.
+func (r *Relay) Know(contents []byte) {
+	r.known = r.known[:0]
+	if len(contents) < minKnown || len(contents) > MaxKnownBytes {
 		return
+	}
+	if len(contents) > cap(r.known) {
+		r.roomToKnow(len(contents))
 	}
 	r.known = append(r.known, contents...)
 }
 
-// knowMore is Know where the known text starts anew or needs more room: a buffer the upstream body
-// lends (BufferLender), as the event reader's, or one of its own.
-func (r *Relay) knowMore(contents []byte, reset bool) {
-	if reset || len(r.known)+len(contents) > MaxKnownBytes {
-		r.known = r.known[:0]
-	}
-	need := len(r.known) + len(contents)
-	if need > cap(r.known) && cap(r.known) == 0 {
-		if l, ok := r.up.(BufferLender); ok {
-			if buf := l.LendBuffer(); cap(buf) >= need {
-				r.known, r.knownLent = buf[:0], l
-			} else {
-				l.ReturnBuffer(buf)
-			}
+// roomToKnow gives the known text room for n bytes: a buffer the upstream body lends
+// (BufferLender), as the event reader's, or one of its own of that size.
+func (r *Relay) roomToKnow(n int) {
+	r.returnKnown()
+	if l, ok := r.up.(BufferLender); ok {
+		buf := l.LendBuffer()
+		if cap(buf) >= n {
+			r.known, r.knownLent = buf[:0], l
+			return
 		}
+		l.ReturnBuffer(buf)
 	}
-	if need > cap(r.known) {
-		// The text of one event comes whole: one allocation of its size.
-		known := append(make([]byte, 0, max(2*cap(r.known), need)), r.known...)
-		r.returnKnown()
-		r.known = known
-	}
-	r.known = append(r.known, contents...)
+	r.known = make([]byte, 0, n)
 }
 
 // returnKnown gives the known text's buffer back to the body that lent it, if one did, and forgets

@@ -42,10 +42,7 @@ func FuzzKnownCheck(f *testing.F) {
 			return
 		}
 		var r Relay
-		r.Know(piece, true)
-		for len(r.known) < minKnown {
-			r.Know(piece, false)
-		}
+		r.Know(bytes.Repeat(piece, minKnown/len(piece)+1))
 		data := bytes.ReplaceAll(tmpl, []byte("@"), r.known)
 		got := r.check(data)
 		var wantM jsoncheck.Members
@@ -61,34 +58,26 @@ func FuzzKnownCheck(f *testing.F) {
 }
 
 // TestKnownCheckReadsOnce: the check does read an event without its known text (which is how it
-// spares the reading), and Know starts anew past MaxKnownBytes.
+// spares the reading); a text too short or too long to be worth it is not kept.
 func TestKnownCheckReadsOnce(t *testing.T) {
-	piece := []byte(" word")
-	data := []byte(`{"type":"x","text":"` + string(bytes.Repeat(piece, 20)) + `","n":1}`)
+	text := bytes.Repeat([]byte(" word"), 20)
+	data := []byte(`{"type":"x","text":"` + string(text) + `","n":1}`)
 	var r Relay
-	for range 20 {
-		r.Know(piece, len(r.known) == 0)
-	}
+	r.Know(text)
 	if err := r.check(data); err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"type":"x","text":"","n":1}`; string(r.cut) != want {
-		t.Fatalf("checked %q, want %q", r.cut, want)
+	if want := `{"type":"x","text":"","n":1}`; string(r.cut) != want || r.KnownCuts() != 1 {
+		t.Fatalf("checked %q (%d cuts), want %q", r.cut, r.KnownCuts(), want)
 	}
-	if m := r.members.Top[1]; string(data[m.ValueStart:m.ValueEnd]) != `"`+string(r.known)+`"` {
+	if m := r.members.Top[1]; string(data[m.ValueStart:m.ValueEnd]) != `"`+string(text)+`"` {
 		t.Fatalf("the text member is %q", data[m.ValueStart:m.ValueEnd])
 	}
-	r.Know(make([]byte, MaxKnownBytes), false)
-	if len(r.known) != MaxKnownBytes {
-		t.Fatalf("known text of %d bytes", len(r.known))
-	}
-	r.Know(piece, false)
-	if string(r.known) != string(piece) {
-		t.Fatalf("past MaxKnownBytes the known text is %d bytes", len(r.known))
-	}
-	r.Know(piece, true)
-	if string(r.known) != string(piece) {
-		t.Fatal("reset kept the known text")
+	for _, n := range []int{minKnown - 1, MaxKnownBytes + 1} {
+		r.Know(text)
+		if r.Know(make([]byte, n)); len(r.known) != 0 {
+			t.Fatalf("a text of %d bytes is kept", n)
+		}
 	}
 }
 
@@ -110,21 +99,22 @@ func (l *poolLender) Close() error { return nil }
 
 func TestKnownTextLentBuffer(t *testing.T) {
 	// The known text lives in a buffer the body lends, given back at Close (or at once, for one of
-	// the relay's own, when the text outgrows it); never a buffer that was not lent.
+	// the relay's own, when the text does not fit); never a buffer that was not lent.
 	in := strings.Repeat("data: {\"a\":1}\n\n", 40)
 	for _, size := range []int{1 << 10, 64} {
 		l := &poolLender{Reader: strings.NewReader(in), size: size}
+		text := strings.Repeat("0123456789", 40)
 		var r *Relay
 		rel := New(l, nil, Surface{Finished: func() bool { return true }, Truncated: func() {}, Malformed: func() {},
 			Event: func(ev sse.Event) {
-				r.Know([]byte("0123456789"), false)
+				r.Know([]byte(text))
 				r.Out = append(r.Out, ev.Raw...)
 			}})
 		r = &rel
 		if got := readAll(t, r); got != in {
 			t.Fatalf("output %q", got)
 		}
-		if string(r.known) != strings.Repeat("0123456789", 40) {
+		if string(r.known) != text {
 			t.Fatalf("known text %q", r.known)
 		}
 		_ = r.Close()

@@ -624,7 +624,7 @@ func (s *Stream) passByTemplate(ev sse.Event) bool {
 func (s *Stream) knowText(data []byte, top []jsoncheck.Member) {
 	for _, m := range top {
 		if !m.KeyEscaped && string(data[m.KeyStart:m.KeyEnd]) == "text" && data[m.ValueStart] == '"' {
-			s.Know(data[m.ValueStart+1:m.ValueEnd-1], true)
+			s.Know(data[m.ValueStart+1 : m.ValueEnd-1])
 			return
 		}
 	}
