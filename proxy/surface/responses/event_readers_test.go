@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -247,6 +248,22 @@ func TestDoneEventsReadKnownText(t *testing.T) {
 			if want := map[bool]int{false: 3, true: 0}[full]; s.KnownCuts() != want {
 				t.Errorf("full %v: %d events checked without the known text, want %d", full, s.KnownCuts(), want)
 			}
+		}
+	}
+}
+
+// TestDigitsValue: a sequence number the templates read is what strconv.Atoi reads, or left to the
+// full reading.
+func TestDigitsValue(t *testing.T) {
+	for _, d := range []string{"0", "7", "007", "123456789", "999999999999999999", "1000000000000000000",
+		"9223372036854775807", "9223372036854775808", ""} {
+		got, ok := digitsValue([]byte(d))
+		want, err := strconv.Atoi(d)
+		if ok && (err != nil || got != int64(want)) {
+			t.Errorf("digitsValue(%q) = %d, Atoi %d %v", d, got, want, err)
+		}
+		if !ok && len(d) > 0 && len(d) <= 18 {
+			t.Errorf("digitsValue(%q) refused", d)
 		}
 	}
 }

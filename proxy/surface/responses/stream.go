@@ -544,13 +544,26 @@ func matchTemplate(t *relay.Template, data []byte, got [][]byte, m meta, seqAt i
 		return m, false
 	}
 	if seqAt >= 0 {
-		n, err := strconv.Atoi(string(got[seqAt]))
-		if err != nil {
+		n, ok := digitsValue(got[seqAt])
+		if !ok {
 			return m, false
 		}
-		m.seq = int64(n)
+		m.seq = n
 	}
 	return m, true
+}
+
+// digitsValue is the value of a Digits slot, as strconv.Atoi reads it: false past 18 digits, where
+// it is left to the full reading (Atoi's range).
+func digitsValue(d []byte) (int64, bool) {
+	if len(d) == 0 || len(d) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range d {
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // passTemplate spares event the reading of the events of an item that go out as they come (text
