@@ -363,16 +363,17 @@ type bufferPool struct{ p sync.Pool }
 
 const proxyBufferSize = 32 << 10
 
+// The pool holds pointers to the buffers' arrays: a slice's own pointer would be one allocation per
+// Put.
 func newBufferPool() *bufferPool {
-	return &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, proxyBufferSize); return &b }}}
+	return &bufferPool{p: sync.Pool{New: func() any { return new([proxyBufferSize]byte) }}}
 }
 
-func (b *bufferPool) Get() []byte { return *(b.p.Get().(*[]byte)) }
+func (b *bufferPool) Get() []byte { return b.p.Get().(*[proxyBufferSize]byte)[:] }
 
 func (b *bufferPool) Put(buf []byte) {
 	if cap(buf) != proxyBufferSize {
 		return
 	}
-	buf = buf[:proxyBufferSize]
-	b.p.Put(&buf)
+	b.p.Put((*[proxyBufferSize]byte)(buf[:proxyBufferSize]))
 }

@@ -22,11 +22,11 @@ import (
 // on its goroutine (newPromptgateAudit): the audit ring's and the log queue's writers allocate per
 // batch, on their own goroutines, as the clock has them commit.
 var handlerBudgets = map[string]float64{
-	wlSmall:      104,
-	wlChat2K:     124,
-	wlStreamTool: 200,
-	wlMessages:   190,
-	wlResponses:  220,
+	wlSmall:      103,
+	wlChat2K:     123,
+	wlStreamTool: 198,
+	wlMessages:   188,
+	wlResponses:  217,
 }
 
 func TestAllocBudgetsHandler(t *testing.T) {

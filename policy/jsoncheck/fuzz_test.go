@@ -202,3 +202,33 @@ func oracle(b []byte) (dup bool, depth int, first byte, err error) {
 		}
 	}
 }
+
+// FuzzStringEnd: StringEnd accepts a string exactly where Value accepts the same bytes as a whole
+// value, and ends it where encoding/json's scanner ends it.
+func FuzzStringEnd(f *testing.F) {
+	for _, s := range []string{`"a"`, `"a\"b",1`, `"\ud83d\ude00"x`, `"\ud83d"`, `"\ude00"`, "\"\x01\"", "\"\xff\"",
+		`"\q"`, `"\u12"`, `"abc`, `"é"`, `x"a"`, `""`, `"\\"`, `"\/\b\f\n\r\t"`} {
+		f.Add([]byte(s), 0)
+	}
+	f.Fuzz(func(t *testing.T, b []byte, i int) {
+		end, ok := StringEnd(b, i)
+		if !ok {
+			if i >= 0 && i < len(b) && b[i] == '"' {
+				// No valid string starts here: no prefix of the rest is one.
+				for j := i + 2; j <= len(b); j++ {
+					if Value(b[i:j], Limits{}) == nil {
+						t.Fatalf("StringEnd(%q, %d) refused, Value accepts %q", b, i, b[i:j])
+					}
+				}
+			}
+			return
+		}
+		if Value(b[i:end], Limits{}) != nil || !json.Valid(b[i:end]) {
+			t.Fatalf("StringEnd(%q, %d) = %d, not a valid string: %q", b, i, end, b[i:end])
+		}
+		var v string
+		if err := json.Unmarshal(b[i:end], &v); err != nil {
+			t.Fatalf("encoding/json refuses %q: %v", b[i:end], err)
+		}
+	})
+}

@@ -116,6 +116,13 @@ type Relay struct {
 	// backs its Top for events of up to that many members.
 	members jsoncheck.Members
 	top     [12]jsoncheck.Member
+
+	// known is text the surface has seen checked (Know); cut is the last event check read without
+	// it (in the room after Out), cuts counts those events.
+	known, cut []byte
+	cuts       int
+	// knownLent is the body that lent known's buffer, if one did.
+	knownLent BufferLender
 }
 
 // New returns a Relay of upstream for s. rec, which may be nil, is called for every decision the
@@ -143,9 +150,10 @@ func newReader(up io.Reader) *sse.Reader {
 	return rd
 }
 
-// closeUpstream gives the reader's lent buffer back to the upstream body (no event of it is used
-// after this) and closes the body.
+// closeUpstream gives the reader's and the known text's lent buffers back to the upstream body (no
+// event of it is used after this, and the known text starts anew) and closes the body.
 func (r *Relay) closeUpstream() error {
+	r.returnKnown()
 	if buf := r.rd.Release(); buf != nil {
 		if l, ok := r.up.(BufferLender); ok {
 			l.ReturnBuffer(buf)
@@ -280,11 +288,7 @@ func (r *Relay) handle() {
 	if r.s.Pass != nil && r.s.Pass(ev) {
 		return
 	}
-	if r.members.Top == nil {
-		r.members.Top = r.top[:0]
-	}
-	r.members = jsoncheck.Members{Top: r.members.Top[:0], Inner: r.members.Inner[:0]}
-	if jsoncheck.ObjectMembers(ev.Data, jsoncheck.Limits{MaxDepth: r.s.MaxDepth}, "", &r.members) != nil ||
+	if r.check(ev.Data) != nil ||
 		r.s.Typed && ev.Event != "" && Get(ev.Data, "type").Str != ev.Event {
 		// A client might read it differently from us.
 		r.s.Malformed()

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/promptgate/promptgate/policy/jsoncheck"
 )
 
 // Template is an earlier event of a stream that later events are compared with, so that a surface
@@ -32,6 +34,11 @@ const (
 	// Digits is a number of decimal digits alone (no sign, fraction or exponent); Match hands them
 	// out.
 	Digits
+	// String is a string's contents that a JSON reader accepts, read as jsoncheck reads a string
+	// (valid escapes and UTF-8, no control byte); Match hands them out with their quotes. It is the
+	// kind for a template matched before the relay's check: what it lets through is what the check
+	// would have let through.
+	String
 )
 
 // Slot is the place of a value in a template: a string's contents (quotes excluded) or a number's
@@ -41,9 +48,9 @@ type Slot struct {
 	Kind     SlotKind
 }
 
-// SlotOf is the slot of kind k of value v, read by gjson from data: a string's contents for Plain
-// and Escaped, the digits of an integer written as digits alone for Digits. ok is false when v is
-// not of that kind or its offset does not point at its bytes in data.
+// SlotOf is the slot of kind k of value v, read by gjson from data: a string's contents for Plain,
+// Escaped and String, the digits of an integer written as digits alone for Digits. ok is false
+// when v is not of that kind or its offset does not point at its bytes in data.
 func SlotOf(data []byte, v gjson.Result, k SlotKind) (_ Slot, ok bool) {
 	from, to := v.Index, v.Index+len(v.Raw)
 	if from <= 0 || to > len(data) || string(data[from:to]) != v.Raw {
@@ -69,8 +76,8 @@ func (t *Template) Reset() { t.ev, t.slots = t.ev[:0], t.slots[:0] }
 func (t *Template) Empty() bool { return len(t.ev) == 0 }
 
 // Match reports whether data equals the template outside its slots, each slot of data holding what
-// its kind lets through. got receives data's Escaped and Digits slots in order (an Escaped one with
-// its quotes); it must have room for them, or be nil to receive none.
+// its kind lets through. got receives data's Escaped, String and Digits slots in order (a string
+// with its quotes); it must have room for them, or be nil to receive none.
 func (t *Template) Match(data []byte, got [][]byte) bool {
 	if len(t.ev) == 0 {
 		return false
@@ -102,12 +109,24 @@ func (t *Template) Match(data []byte, got [][]byte) bool {
 			if end == j {
 				return false
 			}
+		case String:
+			// Printable ASCII up to the closing quote is a valid string as it is; anything else is
+			// read by jsoncheck, from the opening quote that the segment ended with.
+			for ; end < len(data) && data[end] != '"' && data[end] != '\\' && data[end] >= 0x20 && data[end] < 0x80; end++ {
+			}
+			if end < len(data) && data[end] != '"' {
+				e, ok := jsoncheck.StringEnd(data, j-1)
+				if !ok {
+					return false
+				}
+				end = e - 1
+			}
 		}
 		if end >= len(data) {
 			return false
 		}
 		switch sl.Kind {
-		case Escaped:
+		case Escaped, String:
 			if got != nil {
 				got[n] = data[j-1 : end+1]
 				n++

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -70,9 +71,12 @@ func runReaders(t *testing.T, input []byte, o readersOpts, full bool) readersRun
 	return r
 }
 
-// FuzzEventReaders: the head and key check that event takes from the relay's check of an event
-// (headOf, Members.FoldableKey) change nothing: the same stream read with the stream's own walks
-// (readHead, foldedKeys on every event) gives the same bytes, decisions and callbacks.
+// FuzzEventReaders: the shortcuts change nothing — the templates (pass and argument deltas), the
+// text deltas known to the relay's check of the done events (relay.Relay.Know), the head and key
+// check that event takes from the relay's check (headOf, Members.FoldableKey): the same stream
+// read without any (Stream.full: every event checked whole and read with the stream's own walks,
+// readHead and foldedKeys on every event) gives the same bytes, decisions and callbacks, in every
+// mode, atomic or not, hosted or not, instructions replaced or not, split at random.
 func FuzzEventReaders(f *testing.F) {
 	for _, tc := range streamCases {
 		f.Add([]byte(tc.in), relaytest.ModeByte(tc.mode), tc.atomic, uint8(0), uint64(1), uint8(0))
@@ -89,6 +93,9 @@ func FuzzEventReaders(f *testing.F) {
 		ev("response.output_item.done", `{"output_index":1,"\u0069tem":`+fnItem("fc_1", "call_1", "get_weather", "{}", "completed")+`}`)
 	f.Add([]byte(escaped.completed().String()), byte(0), false, uint8(0), uint64(1), uint8(0))
 	f.Add([]byte(benchText()), byte(0), false, uint8(0), uint64(1), uint8(2))
+	for i, in := range knownTextStreams() {
+		f.Add([]byte(in), byte(i), i%2 == 0, uint8(i%3*5), uint64(i), uint8(i%4))
+	}
 	f.Add([]byte(benchTools()), byte(1), true, uint8(7), uint64(3), uint8(1))
 	f.Add([]byte(hostedRound2()), byte(2), false, uint8(0), uint64(1), uint8(1))
 	f.Fuzz(func(t *testing.T, input []byte, mode byte, atomic bool, split uint8, seed uint64, opts uint8) {
@@ -152,4 +159,111 @@ func FuzzHeadOf(f *testing.F) {
 			}
 		}
 	})
+}
+
+// knownTextStreams are streams whose done events repeat a text long enough to be known to the
+// relay's check, as it was cut into deltas (escapes, quotes, non-ASCII, emoji) or not: the text
+// changed in a done event, held in a key, twice in an event, after an escaped quote; and text
+// deltas that the check refuses (an unknown escape, a control byte, a byte that is not UTF-8, half
+// a surrogate pair) while a call is held, passed by no template.
+func knownTextStreams() []string {
+	text := strings.Repeat("Zürich \"quoted\" back\\slash 😀 tab\t\u0001 ", 4)
+	long := strings.Repeat(" word", 30)
+	msg := func(r *rs, oi int, id string, deltas []string, doneText string) *rs {
+		at := `"item_id":"` + id + `","output_index":` + itoa(oi) + `,"content_index":0`
+		r.ev("response.output_item.added", `{"output_index":`+itoa(oi)+`,"item":{"id":"`+id+`","type":"message","status":"in_progress","content":[],"role":"assistant"}}`)
+		for _, d := range deltas {
+			r.ev("response.output_text.delta", `{`+at+`,"delta":`+d+`,"logprobs":[]}`)
+		}
+		part := `{"type":"output_text","annotations":[],"text":` + doneText + `}`
+		r.ev("response.output_text.done", `{`+at+`,"text":`+doneText+`,"logprobs":[]}`)
+		r.ev("response.content_part.done", `{`+at+`,"part":`+part+`}`)
+		done := `{"id":"` + id + `","type":"message","status":"completed","content":[` + part + `],"role":"assistant"}`
+		r.ev("response.output_item.done", `{"output_index":`+itoa(oi)+`,"item":`+done+`}`)
+		r.output = append(r.output, done)
+		return r
+	}
+	pieces := func(s string, n int) []string {
+		var out []string
+		for _, p := range splitRunes(s, n) {
+			out = append(out, jstr(p))
+		}
+		return out
+	}
+	heldCall := func(r *rs) *rs {
+		return r.ev("response.output_item.added", `{"output_index":0,"item":`+fnItem("fc_1", "call_1", "get_weather", "", "in_progress")+`}`).
+			ev("response.function_call_arguments.delta", `{"item_id":"fc_1","output_index":0,"delta":`+jstr(weatherArgs)+`}`).
+			ev("response.output_item.done", `{"output_index":0,"item":`+fnItem("fc_1", "call_1", "get_weather", weatherArgs, "completed")+`}`)
+	}
+	var out []string
+	out = append(out, (&rs{}).created().message(0, "msg_1", text, 3).completed().String())
+	out = append(out, msg((&rs{}).created(), 0, "msg_1", pieces(text, 5), jstr(text)).completed().String())
+	out = append(out, msg((&rs{}).created(), 0, "msg_1", pieces(long, 4), jstr(long+"!")).completed().String())
+	out = append(out, msg((&rs{}).created(), 0, "msg_1", pieces(long, 4), `"\u0020`+jstr(long)[2:]).completed().String())
+	r := (&rs{}).created()
+	heldCall(r)
+	out = append(out, msg(r, 1, "msg_1", pieces(long, 7), jstr(long)).completed().String())
+	r = msg((&rs{}).created(), 0, "msg_1", pieces(long, 6), jstr(long))
+	r.ev("response.output_text.done", `{"item_id":"msg_1","output_index":0,"content_index":0,`+jstr(long)+`:1,"text":`+jstr(long)+`}`)
+	r.ev("response.output_text.done", `{"item_id":"msg_1","output_index":0,"content_index":0,"text":`+jstr(long)+`,`+jstr(long)+`:1}`)
+	r.ev("response.output_text.done", `{"item_id":"msg_1","output_index":0,"content_index":0,"text":"x\"`+jstr(long)[1:]+`}`)
+	r.ev("response.output_text.done", `{"item_id":"msg_1","output_index":0,"content_index":0,"text":`+jstr(long)+jstr(long)+`}`)
+	r.ev("response.output_text.done", `{"item_id":"msg_1","output_index":0,"content_index":0,"a":`+jstr(long)+`,"b":`+jstr(long)+`}`)
+	out = append(out, r.completed().String())
+	// The members that event reads after the known text: the head of a done event, and the
+	// instructions of the final response.
+	r = msg((&rs{}).created(), 0, "msg_1", pieces(long, 6), jstr(long))
+	r.evs = append(r.evs, "event: response.output_text.done\ndata: {\"text\":"+jstr(long)+`,"type":"response.output_text.done",`+
+		`"sequence_number":`+itoa(r.seq)+`,"item_id":"msg_1","output_index":0,"content_index":0}`+"\n\n")
+	r.seq++
+	r.ev("response.completed", `{"response":{"output":[`+strings.Join(r.output, ",")+`],"instructions":"be long","id":"resp_1",`+
+		`"object":"response","status":"completed","usage":{"input_tokens":1,"output_tokens":2,"total_tokens":3}}}`)
+	out = append(out, r.String())
+	r = (&rs{}).created()
+	heldCall(r)
+	r = msg(r, 1, "msg_1", pieces(long, 6), jstr(long))
+	r.ev("response.output_text.done", `{"item_id":"msg_1","output_index":1,"content_index":0,`+jstr(long)+`:1,`+jstr(long)+`:2}`)
+	out = append(out, r.completed().String())
+	for _, bad := range []string{`"x\q"`, "\"x\x01\"", "\"x\xff\"", `"\ud800"`, `"\ud83d"`, `"\ude00"`} {
+		r := (&rs{}).created()
+		heldCall(r)
+		deltas := append(pieces(long, 5), bad)
+		deltas = append(deltas, pieces(long, 5)...)
+		out = append(out, msg(r, 1, "msg_1", deltas, jstr(long+long)).completed().String())
+	}
+	return out
+}
+
+// TestDoneEventsReadKnownText: the four events that repeat a message's text whole (output_text.done,
+// content_part.done, the message's output_item.done, response.completed) are checked without
+// reading it again, however it was cut into deltas and escaped; with full, none is.
+func TestDoneEventsReadKnownText(t *testing.T) {
+	for _, in := range [][]byte{benchText(), []byte(knownTextStreams()[0]), []byte(knownTextStreams()[1])} {
+		for _, full := range []bool{false, true} {
+			s := NewStream(io.NopCloser(bytes.NewReader(in)), checkerFor(vet.ModeRefuse, false), nil)
+			s.full = full
+			if _, err := io.ReadAll(s); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{false: 3, true: 0}[full]; s.KnownCuts() != want {
+				t.Errorf("full %v: %d events checked without the known text, want %d", full, s.KnownCuts(), want)
+			}
+		}
+	}
+}
+
+// TestDigitsValue: a sequence number the templates read is what strconv.Atoi reads, or left to the
+// full reading.
+func TestDigitsValue(t *testing.T) {
+	for _, d := range []string{"0", "7", "007", "123456789", "999999999999999999", "1000000000000000000",
+		"9223372036854775807", "9223372036854775808", ""} {
+		got, ok := digitsValue([]byte(d))
+		want, err := strconv.Atoi(d)
+		if ok && (err != nil || got != int64(want)) {
+			t.Errorf("digitsValue(%q) = %d, Atoi %d %v", d, got, want, err)
+		}
+		if !ok && len(d) > 0 && len(d) <= 18 {
+			t.Errorf("digitsValue(%q) refused", d)
+		}
+	}
 }

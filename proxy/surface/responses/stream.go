@@ -141,8 +141,9 @@ type Stream struct {
 	args argsTemplate
 	pass passTemplate
 
-	// full has event read every event's keys and head with its own walks instead of taking them
-	// from the relay's check (a test's reference for the shortcut).
+	// full turns every shortcut off: no template, no known text, and event reads every event's
+	// keys and head with its own walks instead of taking them from the relay's check (a test's
+	// reference for the shortcuts).
 	full bool
 }
 
@@ -351,7 +352,7 @@ func (s *Stream) event(ev sse.Event) {
 				Blocked: s.Blocked(), Rounds: s.Round(), Unanswered: s.approvals > 0})
 		}
 		if s.OnFinal != nil {
-			s.OnFinal([]byte(gjson.GetBytes(final, pathRespOutput).Raw))
+			s.OnFinal([]byte(relay.Get(final, pathRespOutput).Raw)) // one copy, not gjson's and this one
 		}
 		return
 	case evError:
@@ -398,8 +399,12 @@ func (s *Stream) event(ev sse.Event) {
 			s.write(ev.Raw, nil, m, st.client)
 			// Only deltas come many to an item: a done event, which repeats the item's text, is
 			// not copied into a template.
-			if h.item.Type == gjson.Null && h.response.Type == gjson.Null && (s.full || strings.HasSuffix(typ, ".delta")) {
-				s.pass.learn(ev, m)
+			if h.item.Type == gjson.Null && h.response.Type == gjson.Null && !s.full {
+				if strings.HasSuffix(typ, ".delta") {
+					s.pass.learn(ev, m)
+				} else {
+					s.knowText(data, mem.Top)
+				}
 			}
 		}
 	case !st.call.vetted:
@@ -513,7 +518,7 @@ func (t *argsTemplate) learn(ev sse.Event, p *pending, m meta, h head) {
 // argsByTemplate handles ev when it matches the argument template, as event would.
 func (s *Stream) argsByTemplate(ev sse.Event) bool {
 	t := &s.args
-	if t.p == nil || ev.Event != t.m.name {
+	if t.p == nil || ev.Event != t.m.name || s.full {
 		return false
 	}
 	p := t.p
@@ -539,13 +544,26 @@ func matchTemplate(t *relay.Template, data []byte, got [][]byte, m meta, seqAt i
 		return m, false
 	}
 	if seqAt >= 0 {
-		n, err := strconv.Atoi(string(got[seqAt]))
-		if err != nil {
+		n, ok := digitsValue(got[seqAt])
+		if !ok {
 			return m, false
 		}
-		m.seq = int64(n)
+		m.seq = n
 	}
 	return m, true
+}
+
+// digitsValue is the value of a Digits slot, as strconv.Atoi reads it: false past 18 digits, where
+// it is left to the full reading (Atoi's range).
+func digitsValue(d []byte) (int64, bool) {
+	if len(d) == 0 || len(d) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range d {
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // passTemplate spares event the reading of the events of an item that go out as they come (text
@@ -553,10 +571,10 @@ func matchTemplate(t *relay.Template, data []byte, got [][]byte, m meta, seqAt i
 // and written, a delta (its type ends in .delta) with no item, response or output member, becomes
 // the template; the template stays until another such event is read whole. An event with the
 // same event: line whose bytes are the template's but for its top-level strings other than type and
-// item_id (their ends found by escapes: event reads none of them) and the digits of its sequence
-// number is one event reads the same way, and writes as it comes with that sequence number, which
-// is all the template path does — while the item at its output_index goes out as it comes (the
-// conditions under which event writes it).
+// item_id (each a string the relay's check would accept: event reads none of them) and the digits
+// of its sequence number is one the check accepts and event reads the same way, and writes as it
+// comes with that sequence number, which is all the template path does — while the item at its
+// output_index goes out as it comes (the conditions under which event writes it).
 type passTemplate struct {
 	relay.Template
 	m     meta // the template's, its sequence number aside
@@ -579,7 +597,7 @@ func (t *passTemplate) learn(ev sse.Event, m meta) {
 		case pathSeq:
 			return relay.Digits, true, m.hasSeq
 		}
-		return relay.Escaped, v.Type == gjson.String, true
+		return relay.String, v.Type == gjson.String, true
 	})
 	if !ok {
 		return
@@ -589,14 +607,14 @@ func (t *passTemplate) learn(ev sse.Event, m meta) {
 }
 
 // passByTemplate handles ev when it matches the pass template, as event would, before the relay
-// checks its JSON (relay.Surface.Pass): outside its string slots, whose ends the escape rules find,
-// its bytes are the template's, an event the relay checked, so its keys and structure are those of
-// an event that carries no call; what its slots hold (a text delta) is passed, never read, and
-// could only make a client fail to parse it. Argument deltas, which are read, go through
-// argsByTemplate after the check.
+// checks its JSON (relay.Surface.Pass): outside its string slots its bytes are the template's, an
+// event the relay checked, and each slot holds a string the check accepts, so the check would
+// accept it, with the keys and structure of an event that carries no call; what its slots hold (a
+// text delta) is passed, never read. Argument deltas, which are read, go through argsByTemplate
+// after the check.
 func (s *Stream) passByTemplate(ev sse.Event) bool {
 	t := &s.pass
-	if t.Empty() || ev.Event != t.m.name {
+	if t.Empty() || ev.Event != t.m.name || s.full {
 		return false
 	}
 	st := s.items[t.m.oi]
@@ -610,6 +628,19 @@ func (s *Stream) passByTemplate(ev sse.Event) bool {
 	}
 	s.write(ev.Raw, nil, m, st.client)
 	return true
+}
+
+// knowText makes the text of an event just checked and written (a message's output_text.done: a
+// top-level "text" string, found where the relay's check found the members of data) the relay's
+// known text (relay.Relay.Know): the content_part.done, output_item.done and response.completed
+// that follow repeat it whole, and the relay's check then does not read it again.
+func (s *Stream) knowText(data []byte, top []jsoncheck.Member) {
+	for _, m := range top {
+		if !m.KeyEscaped && string(data[m.KeyStart:m.KeyEnd]) == "text" && data[m.ValueStart] == '"' {
+			s.Know(data[m.ValueStart+1 : m.ValueEnd-1])
+			return
+		}
+	}
 }
 
 // head is what event reads of an event's top level, taken in one walk over its keys. Its strings
