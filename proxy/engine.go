@@ -191,6 +191,17 @@ type Prepared struct {
 	Shadow *Shadow
 	// learn is the conversation as learn mode reads it; nil when the request is not learned from.
 	learn *flow.Conversation
+	// templateRef is Template's templateRef, made once per plan; "" in a Prepared made outside the
+	// engine.
+	templateRef string
+}
+
+// templateHeader is the X-Promptgate-Template value of the request: the template's name and version.
+func (p *Prepared) templateHeader() string {
+	if p.templateRef != "" {
+		return p.templateRef
+	}
+	return templateRef(p.Template)
 }
 
 // Policy is the tool-call policy of the request: the kept tools (not those the upstream runs

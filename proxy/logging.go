@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -78,7 +77,7 @@ func (s *Server) announce(ctx context.Context, h http.Header, id string, log *sl
 		s.opt.Tools.Saw(prep.Protocol.ID, prep.Kept, prep.Removed)
 	}
 	h.Set(HeaderProtocol, prep.Protocol.ID)
-	h.Set(HeaderTemplate, prep.Template.Name+"@"+strconv.Itoa(prep.Template.Version))
+	h.Set(HeaderTemplate, prep.templateHeader())
 	evs := eventsOf(id, prep.Protocol)
 	if len(prep.Removed) > 0 {
 		names := make([]string, len(prep.Removed))

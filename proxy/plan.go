@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"strconv"
 	"sync"
 
 	"github.com/promptgate/promptgate/assembly"
@@ -25,6 +26,8 @@ type plan struct {
 	tmplOnce sync.Once
 	tmpl     *assembly.Template
 	tmplErr  error
+	// tmplRef is tmpl's X-Promptgate-Template value (templateRef), made once.
+	tmplRef string
 }
 
 // planKey names an effective protocol of one snapshot by the definitions it is merged from; the
@@ -63,6 +66,16 @@ func (c *catalog) plan(base, wf *policy.Protocol) *plan {
 
 // template returns the plan's parsed template, looked up on the snapshot c once.
 func (pl *plan) template(d *Definitions, c *catalog) (*assembly.Template, error) {
-	pl.tmplOnce.Do(func() { pl.tmpl, pl.tmplErr = d.template(c, pl.eff.Template) })
+	pl.tmplOnce.Do(func() {
+		pl.tmpl, pl.tmplErr = d.template(c, pl.eff.Template)
+		if pl.tmplErr == nil {
+			pl.tmplRef = templateRef(pl.tmpl)
+		}
+	})
 	return pl.tmpl, pl.tmplErr
+}
+
+// templateRef is a template's X-Promptgate-Template value: its name and version.
+func templateRef(t *assembly.Template) string {
+	return t.Name + "@" + strconv.Itoa(t.Version)
 }
