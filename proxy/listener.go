@@ -163,6 +163,8 @@ type inflight struct {
 	// the client sent it (set by rewritePassthrough; nil otherwise).
 	pt surface.Passthrough
 	in *http.Request
+	// writer is what sw points to in a request the listener serves: one allocation for both.
+	writer statusWriter
 }
 
 // listenerRoute is a pattern of the listener that goes upstream: a surface's route (sf not nil) or
@@ -282,8 +284,9 @@ func (s *Server) serveMux() *http.ServeMux {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := RequestID(r, "pg-")
 	w.Header().Set(HeaderRequestID, id)
-	sw := &statusWriter{ResponseWriter: w}
-	in := &inflight{id: id, sw: sw, route: "other"}
+	in := &inflight{id: id, route: "other", writer: statusWriter{ResponseWriter: w}}
+	sw := &in.writer
+	in.sw = sw
 	lr, routed := s.routeOf(r)
 	if routed {
 		in.route = "passthrough"
