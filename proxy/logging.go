@@ -125,7 +125,15 @@ func (s *Server) relayed(ctx context.Context, log *slog.Logger, body io.ReadClos
 // record is written: most requests write none (the per-request lines are at debug level), and With
 // formats it at once.
 func requestLogger(log *slog.Logger, id string) *slog.Logger {
-	return slog.New(lazyAttr{next: log.Handler(), attr: slog.String("request_id", id)})
+	rl := &requestLog{h: lazyAttr{next: log.Handler(), attr: slog.String("request_id", id)}}
+	rl.log = *slog.New(&rl.h)
+	return &rl.log
+}
+
+// requestLog is a request's logger and its handler in one allocation.
+type requestLog struct {
+	log slog.Logger
+	h   lazyAttr
 }
 
 // lazyAttr is a handler with one attribute added as next.WithAttrs would add it, at the first
