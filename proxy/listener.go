@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -398,7 +399,10 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 	in := inflightOf(r.Context())
 	id := in.id
 	log := requestLogger(s.log, id)
-	query := r.URL.Query()
+	var query url.Values // nil for none (Input.Query)
+	if r.URL.RawQuery != "" {
+		query = r.URL.Query()
+	}
 	t, ok, err := routeTarget(rt, r.PathValue, query)
 	if err == nil && !ok {
 		in.route = "passthrough"

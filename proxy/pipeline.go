@@ -51,19 +51,22 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface, t su
 		}
 		sp.End()
 	}
-	return &Prepared{
+	j.prepared = Prepared{
 		Body: j.out, Model: j.req.Model, Stream: j.req.Stream, Protocol: j.eff, Template: j.tmpl,
 		Prompt: j.prompt, Kept: j.kept, Removed: j.removed, Extension: j.ext, StoredPrompt: j.req.StoredPrompt,
 		Notes: j.notes, Surface: sf, Flow: j.flow, FlowPolicy: j.flowPolicy, client: in.Body, cat: j.cat, plan: j.plan, schemas: e.schemas,
 		templateRef: j.tmplRef,
 		Shadow:      e.judgeShadow(ctx, j), learn: e.learning(j),
-	}, nil
+	}
+	return &j.prepared, nil
 }
 
 // job is one request on its way through the stages: what each stage decided, for the next ones.
 type job struct {
-	in Input
-	sf surface.Surface
+	// prepared is what prepare returns: in the job's allocation.
+	prepared Prepared
+	in       Input
+	sf       surface.Surface
 	// target is what the request's route said of it (the model of a Gemini path).
 	target surface.Target
 
