@@ -76,8 +76,10 @@ func (s *Server) announce(ctx context.Context, h http.Header, id string, log *sl
 	if s.opt.Tools != nil {
 		s.opt.Tools.Saw(prep.Protocol.ID, prep.Kept, prep.Removed)
 	}
-	h.Set(HeaderProtocol, prep.Protocol.ID)
-	h.Set(HeaderTemplate, prep.templateHeader())
+	// h.Set of each header, their values in one allocation (the keys are canonical).
+	vals := make([]string, 3)
+	vals[0], vals[1] = prep.Protocol.ID, prep.templateHeader()
+	h[HeaderProtocol], h[HeaderTemplate] = vals[0:1:1], vals[1:2:2]
 	evs := eventsOf(id, prep.Protocol)
 	if len(prep.Removed) > 0 {
 		names := make([]string, len(prep.Removed))
@@ -85,7 +87,8 @@ func (s *Server) announce(ctx context.Context, h http.Header, id string, log *sl
 			names[i] = rm.Name
 			s.opt.Audit.Record(ctx, evs.removed(rm))
 		}
-		h.Set(HeaderToolsRemoved, strings.Join(names, ","))
+		vals[2] = strings.Join(names, ",")
+		h[HeaderToolsRemoved] = vals[2:3:3]
 	}
 	if prep.StoredPrompt != "" {
 		reason := fmt.Sprintf("stored prompt %q forwarded: its tools and instructions are applied upstream, unseen; protocol %q allows every tool", prep.StoredPrompt, prep.Protocol.ID)

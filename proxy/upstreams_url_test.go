@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -47,6 +48,16 @@ func TestKeySentIsTheMappedURLsOrigin(t *testing.T) {
 					t.Errorf("base %s, key of %q, %s: keySent %v, sendsTo(url) %v", base, key.Origin, in, up.keySent, want)
 				}
 			}
+		}
+	}
+}
+
+// TestAnnouncedHeaderKeysAreCanonical: announce sets its headers by key, as Header.Set would only
+// where the keys are in canonical form.
+func TestAnnouncedHeaderKeysAreCanonical(t *testing.T) {
+	for _, k := range []string{HeaderProtocol, HeaderTemplate, HeaderToolsRemoved, HeaderRequestID, HeaderUpstreamReqID} {
+		if c := http.CanonicalHeaderKey(k); c != k {
+			t.Errorf("%q is not canonical (%q)", k, c)
 		}
 	}
 }

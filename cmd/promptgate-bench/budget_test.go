@@ -22,11 +22,11 @@ import (
 // on its goroutine (newPromptgateAudit): the audit ring's and the log queue's writers allocate per
 // batch, on their own goroutines, as the clock has them commit.
 var handlerBudgets = map[string]float64{
-	wlSmall:      90,
-	wlChat2K:     105,
-	wlStreamTool: 180,
-	wlMessages:   174,
-	wlResponses:  201,
+	wlSmall:      89,
+	wlChat2K:     103,
+	wlStreamTool: 177,
+	wlMessages:   171,
+	wlResponses:  198,
 }
 
 func TestAllocBudgetsHandler(t *testing.T) {
