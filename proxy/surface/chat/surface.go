@@ -76,7 +76,7 @@ func (s Surface) Begin(st surface.Start) surface.Exchange {
 }
 
 // vetOneChoice and vetSeveralChoices are newStream of an answer with one choice and with several:
-// functions, not a closure, so that Begin allocates none.
+// functions, not a closure, so that Begin makes none per request.
 func vetOneChoice(up io.ReadCloser, v surface.Vetting) io.ReadCloser { return newStream(up, v, false) }
 
 func vetSeveralChoices(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
