@@ -191,6 +191,17 @@ type Prepared struct {
 	Shadow *Shadow
 	// learn is the conversation as learn mode reads it; nil when the request is not learned from.
 	learn *flow.Conversation
+	// templateRef is Template's templateRef, made once per plan; "" in a Prepared made outside the
+	// engine.
+	templateRef string
+}
+
+// templateHeader is the X-Promptgate-Template value of the request: the template's name and version.
+func (p *Prepared) templateHeader() string {
+	if p.templateRef != "" {
+		return p.templateRef
+	}
+	return templateRef(p.Template)
 }
 
 // Policy is the tool-call policy of the request: the kept tools (not those the upstream runs
@@ -198,20 +209,14 @@ type Prepared struct {
 // the rules do not compile (they were validated when the protocol was stored), no call may pass;
 // err says why.
 func (p *Prepared) Policy(maxDepth int) (pol vet.Policy, err error) {
-	allowed := make(map[string]bool, len(p.Kept))
-	schemas := make(map[string][]byte, len(p.Kept))
-	for _, t := range p.Kept {
-		if t.UpstreamOnly {
-			continue
-		}
-		allowed[t.Name] = true
-		if len(t.Schema) > 0 {
-			schemas[t.Name] = t.Schema
-		}
-	}
+	var allowed map[string]bool
+	var schemas map[string][]byte
 	pl := p.plan
 	if pl == nil {
 		pl = planOf(p.Protocol) // a Prepared made outside the engine
+		allowed, schemas = callSets(p.Kept)
+	} else {
+		allowed, schemas = pl.callSets(p.Kept)
 	}
 	rules, err := pl.rules, pl.rulesErr
 	if err != nil {

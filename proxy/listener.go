@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -163,6 +164,8 @@ type inflight struct {
 	// the client sent it (set by rewritePassthrough; nil otherwise).
 	pt surface.Passthrough
 	in *http.Request
+	// writer is what sw points to in a request the listener serves: one allocation for both.
+	writer statusWriter
 }
 
 // listenerRoute is a pattern of the listener that goes upstream: a surface's route (sf not nil) or
@@ -282,8 +285,9 @@ func (s *Server) serveMux() *http.ServeMux {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := RequestID(r, "pg-")
 	w.Header().Set(HeaderRequestID, id)
-	sw := &statusWriter{ResponseWriter: w}
-	in := &inflight{id: id, sw: sw, route: "other"}
+	in := &inflight{id: id, route: "other", writer: statusWriter{ResponseWriter: w}}
+	sw := &in.writer
+	in.sw = sw
 	lr, routed := s.routeOf(r)
 	if routed {
 		in.route = "passthrough"
@@ -395,7 +399,10 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, sf surface.Surf
 	in := inflightOf(r.Context())
 	id := in.id
 	log := requestLogger(s.log, id)
-	query := r.URL.Query()
+	var query url.Values // nil for none (Input.Query)
+	if r.URL.RawQuery != "" {
+		query = r.URL.Query()
+	}
 	t, ok, err := routeTarget(rt, r.PathValue, query)
 	if err == nil && !ok {
 		in.route = "passthrough"

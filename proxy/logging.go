@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -77,8 +76,10 @@ func (s *Server) announce(ctx context.Context, h http.Header, id string, log *sl
 	if s.opt.Tools != nil {
 		s.opt.Tools.Saw(prep.Protocol.ID, prep.Kept, prep.Removed)
 	}
-	h.Set(HeaderProtocol, prep.Protocol.ID)
-	h.Set(HeaderTemplate, prep.Template.Name+"@"+strconv.Itoa(prep.Template.Version))
+	// h.Set of each header, their values in one allocation (the keys are canonical).
+	vals := make([]string, 3)
+	vals[0], vals[1] = prep.Protocol.ID, prep.templateHeader()
+	h[HeaderProtocol], h[HeaderTemplate] = vals[0:1:1], vals[1:2:2]
 	evs := eventsOf(id, prep.Protocol)
 	if len(prep.Removed) > 0 {
 		names := make([]string, len(prep.Removed))
@@ -86,7 +87,8 @@ func (s *Server) announce(ctx context.Context, h http.Header, id string, log *sl
 			names[i] = rm.Name
 			s.opt.Audit.Record(ctx, evs.removed(rm))
 		}
-		h.Set(HeaderToolsRemoved, strings.Join(names, ","))
+		vals[2] = strings.Join(names, ",")
+		h[HeaderToolsRemoved] = vals[2:3:3]
 	}
 	if prep.StoredPrompt != "" {
 		reason := fmt.Sprintf("stored prompt %q forwarded: its tools and instructions are applied upstream, unseen; protocol %q allows every tool", prep.StoredPrompt, prep.Protocol.ID)
@@ -126,7 +128,15 @@ func (s *Server) relayed(ctx context.Context, log *slog.Logger, body io.ReadClos
 // record is written: most requests write none (the per-request lines are at debug level), and With
 // formats it at once.
 func requestLogger(log *slog.Logger, id string) *slog.Logger {
-	return slog.New(lazyAttr{next: log.Handler(), attr: slog.String("request_id", id)})
+	rl := &requestLog{h: lazyAttr{next: log.Handler(), attr: slog.String("request_id", id)}}
+	rl.log = *slog.New(&rl.h)
+	return &rl.log
+}
+
+// requestLog is a request's logger and its handler in one allocation.
+type requestLog struct {
+	log slog.Logger
+	h   lazyAttr
 }
 
 // lazyAttr is a handler with one attribute added as next.WithAttrs would add it, at the first

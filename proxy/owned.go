@@ -24,7 +24,7 @@ import (
 // answer has the upstream store to the client's credential (surface.Start.Created); nil otherwise.
 func (s *Server) bindsCreated(r *http.Request, sf surface.Surface) (func(id string), owners.Credential, bool) {
 	up := s.upstreams[sf.Upstream()]
-	if _, ok := sf.(surface.Stored); !ok || up == nil || !up.key.sendsTo(up.url(r.URL)) {
+	if _, ok := sf.(surface.Stored); !ok || up == nil || !up.keySent {
 		return nil, owners.Credential{}, false
 	}
 	cred := s.owners.Credential(r.Header)
@@ -53,7 +53,7 @@ func (s *Server) refuseForeign(w http.ResponseWriter, log *slog.Logger, st surfa
 // read.
 func (s *Server) refusePassedForeign(w http.ResponseWriter, r *http.Request) bool {
 	up := inflightOf(r.Context()).up
-	if up == nil || !up.key.sendsTo(up.url(r.URL)) {
+	if up == nil || !up.keySent {
 		return false
 	}
 	log := requestLogger(s.log, inflightOf(r.Context()).id)

@@ -51,18 +51,22 @@ func (e *Engine) prepare(ctx context.Context, in Input, sf surface.Surface, t su
 		}
 		sp.End()
 	}
-	return &Prepared{
+	j.prepared = Prepared{
 		Body: j.out, Model: j.req.Model, Stream: j.req.Stream, Protocol: j.eff, Template: j.tmpl,
 		Prompt: j.prompt, Kept: j.kept, Removed: j.removed, Extension: j.ext, StoredPrompt: j.req.StoredPrompt,
 		Notes: j.notes, Surface: sf, Flow: j.flow, FlowPolicy: j.flowPolicy, client: in.Body, cat: j.cat, plan: j.plan, schemas: e.schemas,
-		Shadow: e.judgeShadow(ctx, j), learn: e.learning(j),
-	}, nil
+		templateRef: j.tmplRef,
+		Shadow:      e.judgeShadow(ctx, j), learn: e.learning(j),
+	}
+	return &j.prepared, nil
 }
 
 // job is one request on its way through the stages: what each stage decided, for the next ones.
 type job struct {
-	in Input
-	sf surface.Surface
+	// prepared is what prepare returns: in the job's allocation.
+	prepared Prepared
+	in       Input
+	sf       surface.Surface
 	// target is what the request's route said of it (the model of a Gemini path).
 	target surface.Target
 
@@ -90,10 +94,12 @@ type job struct {
 	flow       *flow.Conversation // nil when the protocol has no information-flow rule
 	transcript *flow.Transcript   // read at the first stage that needs it (see Engine.transcript)
 	// assemble
-	tmpl   *assembly.Template
-	prompt assembly.Prompt
-	out    []byte
-	notes  []string
+	tmpl *assembly.Template
+	// tmplRef is tmpl's templateRef.
+	tmplRef string
+	prompt  assembly.Prompt
+	out     []byte
+	notes   []string
 }
 
 // validate: the body is one valid JSON object (UTF-8, no duplicate keys, within the depth limit),
@@ -188,7 +194,7 @@ func (e *Engine) assemble(_ context.Context, j *job) error {
 	if err != nil {
 		return &templateError{err}
 	}
-	j.tmpl = tmpl
+	j.tmpl, j.tmplRef = tmpl, j.plan.tmplRef
 	j.prompt = e.build(j, tmpl, j.eff, j.kept)
 	if j.prompt.ContextTruncated {
 		e.log.Debug("runtime context truncated to fit", "protocol", j.eff.ID, "max_chars", e.settings.ContextMaxChars)

@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"bytes"
+	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/promptgate/promptgate/assembly"
 	"github.com/promptgate/promptgate/policy"
@@ -25,6 +28,66 @@ type plan struct {
 	tmplOnce sync.Once
 	tmpl     *assembly.Template
 	tmplErr  error
+	// tmplRef is tmpl's X-Promptgate-Template value (templateRef), made once.
+	tmplRef string
+
+	// sets are the call sets (callSets) of the kept tools of the plan's last request that made
+	// them; a request that keeps the same tools shares them. Read-only once stored.
+	sets atomic.Pointer[keptSets]
+}
+
+// keptSets are the call sets of one list of kept tools, the list kept as a copy.
+type keptSets struct {
+	kept    []policy.Tool
+	allowed map[string]bool
+	schemas map[string][]byte
+}
+
+// callSets is callSets(kept), shared with the last request that kept the same tools (the same
+// names, in the same order, each as upstream-only or not, with the same schema bytes).
+func (pl *plan) callSets(kept []policy.Tool) (map[string]bool, map[string][]byte) {
+	if ks := pl.sets.Load(); ks != nil && sameCallTools(ks.kept, kept) {
+		return ks.allowed, ks.schemas
+	}
+	own := make([]policy.Tool, len(kept))
+	for i, t := range kept {
+		own[i] = policy.Tool{Name: t.Name, Schema: bytes.Clone(t.Schema), UpstreamOnly: t.UpstreamOnly}
+	}
+	ks := &keptSets{kept: own}
+	ks.allowed, ks.schemas = callSets(own)
+	pl.sets.Store(ks)
+	return ks.allowed, ks.schemas
+}
+
+// sameCallTools reports whether a and b make the same call sets by being the same list: what
+// callSets reads of each tool is equal, in order.
+func sameCallTools(a, b []policy.Tool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].UpstreamOnly != b[i].UpstreamOnly || !bytes.Equal(a[i].Schema, b[i].Schema) {
+			return false
+		}
+	}
+	return true
+}
+
+// callSets are the names a call may have (the kept tools the upstream does not run itself) and the
+// schemas of their arguments (where one was declared; the last of a name's).
+func callSets(kept []policy.Tool) (map[string]bool, map[string][]byte) {
+	allowed := make(map[string]bool, len(kept))
+	schemas := make(map[string][]byte, len(kept))
+	for _, t := range kept {
+		if t.UpstreamOnly {
+			continue
+		}
+		allowed[t.Name] = true
+		if len(t.Schema) > 0 {
+			schemas[t.Name] = t.Schema
+		}
+	}
+	return allowed, schemas
 }
 
 // planKey names an effective protocol of one snapshot by the definitions it is merged from; the
@@ -63,6 +126,16 @@ func (c *catalog) plan(base, wf *policy.Protocol) *plan {
 
 // template returns the plan's parsed template, looked up on the snapshot c once.
 func (pl *plan) template(d *Definitions, c *catalog) (*assembly.Template, error) {
-	pl.tmplOnce.Do(func() { pl.tmpl, pl.tmplErr = d.template(c, pl.eff.Template) })
+	pl.tmplOnce.Do(func() {
+		pl.tmpl, pl.tmplErr = d.template(c, pl.eff.Template)
+		if pl.tmplErr == nil {
+			pl.tmplRef = templateRef(pl.tmpl)
+		}
+	})
 	return pl.tmpl, pl.tmplErr
+}
+
+// templateRef is a template's X-Promptgate-Template value: its name and version.
+func templateRef(t *assembly.Template) string {
+	return t.Name + "@" + strconv.Itoa(t.Version)
 }

@@ -246,9 +246,9 @@ func (s *Server) guardHeaders(resp *http.Response) {
 // promptgate may set: its own, and the CORS headers (the listener alone decides which pages may
 // read it).
 func upstreamHeaders(h http.Header) {
-	if v := h.Get(HeaderRequestID); v != "" {
-		h.Set(HeaderUpstreamReqID, v)
-		h.Del(HeaderRequestID)
+	if vs := h[HeaderRequestID]; len(vs) > 0 && vs[0] != "" {
+		h[HeaderUpstreamReqID] = vs[:1:1] // h.Set(HeaderUpstreamReqID, h.Get(HeaderRequestID)), its slice reused
+		delete(h, HeaderRequestID)
 	}
 	dropOwnHeaders(h)
 	guard.DropCORS(h)

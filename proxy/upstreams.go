@@ -97,6 +97,11 @@ type upstreamAt struct {
 	UpstreamLine
 	base *url.URL
 	key  Key
+	// keySent is key.sendsTo(url(in)) for every in: url keeps the base's scheme and host, all
+	// that an origin is made of.
+	keySent bool
+	// basePath is the base URL's path without its trailing slashes.
+	basePath string
 }
 
 // openUpstreams resolves the table against the configured base URLs and keys: a line without a URL
@@ -119,7 +124,8 @@ func openUpstreams(given map[string]Upstream) (map[string]*upstreamAt, error) {
 		if u.Key.Secret != "" && u.Key.Origin == "" {
 			return nil, errors.New("proxy: an API key without an origin: bind it with BindKey")
 		}
-		out[l.Name] = &upstreamAt{UpstreamLine: l, base: base, key: u.Key}
+		out[l.Name] = &upstreamAt{UpstreamLine: l, base: base, key: u.Key, keySent: u.Key.sendsTo(base),
+			basePath: strings.TrimRight(base.Path, "/")}
 	}
 	for name := range given {
 		if out[name] == nil {
@@ -133,13 +139,22 @@ func openUpstreams(given map[string]Upstream) (map[string]*upstreamAt, error) {
 // URL's path, escapes kept, and the query goes as it is.
 func (up *upstreamAt) url(in *url.URL) *url.URL {
 	u := *up.base
-	u.Path = strings.TrimRight(up.base.Path, "/") + strings.TrimPrefix(in.Path, up.Mount)
+	u.Path = joinMount(up.basePath, in.Path, up.Mount)
 	u.RawPath = ""
 	if in.RawPath != "" {
 		u.RawPath = strings.TrimRight(up.base.EscapedPath(), "/") + strings.TrimPrefix(in.RawPath, up.Mount)
 	}
 	u.RawQuery = in.RawQuery
 	return &u
+}
+
+// joinMount is base + strings.TrimPrefix(p, mount), p itself (no new string) where base is the
+// mount and p is under it.
+func joinMount(base, p, mount string) string {
+	if base == mount && strings.HasPrefix(p, mount) {
+		return p
+	}
+	return base + strings.TrimPrefix(p, mount)
 }
 
 // ForOrigin are the options of a pipeline that serves an intercepted origin (the HTTPS-proxy door):

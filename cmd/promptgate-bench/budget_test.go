@@ -22,11 +22,11 @@ import (
 // on its goroutine (newPromptgateAudit): the audit ring's and the log queue's writers allocate per
 // batch, on their own goroutines, as the clock has them commit.
 var handlerBudgets = map[string]float64{
-	wlSmall:      103,
-	wlChat2K:     123,
-	wlStreamTool: 198,
-	wlMessages:   188,
-	wlResponses:  217,
+	wlSmall:      89,
+	wlChat2K:     103,
+	wlStreamTool: 177,
+	wlMessages:   171,
+	wlResponses:  198,
 }
 
 func TestAllocBudgetsHandler(t *testing.T) {
@@ -70,7 +70,7 @@ func TestAllocBudgetsStages(t *testing.T) {
 		}
 	}
 	prepare()
-	check(t, "Prepare chat2k", testing.AllocsPerRun(50, prepare), 37)
+	check(t, "Prepare chat2k", testing.AllocsPerRun(50, prepare), 34)
 
 	prep, err := p.engine.Prepare(context.Background(), proxy.Input{Path: proxy.PathChat, Header: header, Body: body})
 	if err != nil {

@@ -285,12 +285,12 @@ func toolEdits(b *assembly.Body, kept []policy.Tool) []assembly.MemberEdit {
 	keptSet := assembly.NameSet(kept)
 	used := map[string]bool{}
 	var edits []assembly.MemberEdit
-	for _, a := range []struct {
+	for _, a := range [...]struct {
 		key  string
-		deps []string
+		deps [2]string // "" for none
 	}{
-		{reqTools, []string{reqToolChoice, reqParallelCalls}},
-		{reqFunctions, []string{reqFunctionCall}},
+		{reqTools, [2]string{reqToolChoice, reqParallelCalls}},
+		{reqFunctions, [2]string{reqFunctionCall}},
 	} {
 		arr := b.Get(a.key)
 		if !arr.IsArray() {
@@ -309,8 +309,10 @@ func toolEdits(b *assembly.Body, kept []policy.Tool) []assembly.MemberEdit {
 			edits = append(edits, assembly.MemberEdit{Key: a.key, Raw: jsonArray(keep)})
 			continue
 		}
-		for _, k := range append([]string{a.key}, a.deps...) {
-			edits = append(edits, assembly.MemberEdit{Key: k, Delete: true})
+		for _, k := range [...]string{a.key, a.deps[0], a.deps[1]} {
+			if k != "" {
+				edits = append(edits, assembly.MemberEdit{Key: k, Delete: true})
+			}
 		}
 	}
 	return edits

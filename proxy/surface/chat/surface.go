@@ -68,9 +68,19 @@ func (s Surface) Begin(st surface.Start) surface.Exchange {
 	if store := m[1]; store.Exists() && store.Type != gjson.False && store.Type != gjson.Null {
 		return s.storedExchange(st, several) // a loose reader may take any other value for true: remembering costs little
 	}
-	return surface.Stateless{VetBody: Body, Join: join, VetStream: func(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
-		return newStream(up, v, several)
-	}}
+	vetStream := vetOneChoice
+	if several {
+		vetStream = vetSeveralChoices
+	}
+	return surface.Stateless{VetBody: Body, Join: join, VetStream: vetStream}
+}
+
+// vetOneChoice and vetSeveralChoices are newStream of an answer with one choice and with several:
+// functions, not a closure, so that Begin makes none per request.
+func vetOneChoice(up io.ReadCloser, v surface.Vetting) io.ReadCloser { return newStream(up, v, false) }
+
+func vetSeveralChoices(up io.ReadCloser, v surface.Vetting) io.ReadCloser {
+	return newStream(up, v, true)
 }
 
 // newStream is the stream vetter of an answer, continued in continue mode unless it has several

@@ -123,3 +123,18 @@ func TestShadowMetrics(t *testing.T) {
 		t.Errorf("series:\n%s\nwant\n%s", strings.Join(series, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestStatusLabelIsItoa: the status label is the status in decimal, for every status an answer
+// can have and for a few it cannot.
+func TestStatusLabelIsItoa(t *testing.T) {
+	for _, status := range []int{-1, 0, 1, 99, 999, 1000} {
+		if got := statusLabel(status); got != strconv.Itoa(status) {
+			t.Errorf("statusLabel(%d) = %q", status, got)
+		}
+	}
+	for status := 100; status < 600; status++ {
+		if got := statusLabel(status); got != strconv.Itoa(status) {
+			t.Errorf("statusLabel(%d) = %q", status, got)
+		}
+	}
+}

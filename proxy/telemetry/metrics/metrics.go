@@ -160,7 +160,37 @@ func (m *Metrics) Request(protocol, route string, status int) {
 	if protocol == "" {
 		protocol = "none"
 	}
-	m.requests.WithLabelValues(protocol, route, strconv.Itoa(status)).Inc()
+	m.requests.WithLabelValues(protocol, route, statusLabel(status)).Inc()
+}
+
+// statusLabel is strconv.Itoa(status), without an allocation for the statuses a proxy answers
+// most.
+func statusLabel(status int) string {
+	switch status {
+	case 200:
+		return "200"
+	case 400:
+		return "400"
+	case 401:
+		return "401"
+	case 403:
+		return "403"
+	case 404:
+		return "404"
+	case 429:
+		return "429"
+	case 499:
+		return "499"
+	case 500:
+		return "500"
+	case 502:
+		return "502"
+	case 503:
+		return "503"
+	case 504:
+		return "504"
+	}
+	return strconv.Itoa(status)
 }
 
 // Route is one rewritten route's histograms, their labels resolved once: a request observes them
