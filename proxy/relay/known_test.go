@@ -50,8 +50,8 @@ func FuzzKnownCheck(f *testing.F) {
 		if (got == nil) != (want == nil) {
 			t.Fatalf("check(%q) with known %q: %v, the whole check: %v", data, r.known, got, want)
 		}
-		if gotM := r.members; got == nil && (!reflect.DeepEqual(gotM.Top, wantM.Top) ||
-			!reflect.DeepEqual(gotM.Inner, wantM.Inner) || gotM.FoldableKey != wantM.FoldableKey) {
+		if gotM := r.members; got == nil && (!sameList(gotM.Top, wantM.Top) ||
+			!sameList(gotM.Inner, wantM.Inner) || gotM.FoldableKey != wantM.FoldableKey) {
 			t.Fatalf("check(%q) with known %q found members %+v, the whole check %+v", data, r.known, gotM, wantM)
 		}
 	})
@@ -122,4 +122,9 @@ func TestKnownTextLentBuffer(t *testing.T) {
 			t.Fatalf("lent %d buffers of %d bytes, %d came back (one not lent: %v)", l.lent, size, l.returned, l.returnedOwnSized)
 		}
 	}
+}
+
+// sameList reports whether two member lists hold the same members (an empty list and none are one).
+func sameList[S ~[]E, E any](a, b S) bool {
+	return len(a) == 0 && len(b) == 0 || reflect.DeepEqual(a, b)
 }
