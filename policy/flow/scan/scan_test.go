@@ -505,3 +505,42 @@ func checkParts(t *testing.T, text string, it Item, w string) {
 		}
 	}
 }
+
+// FuzzIBANForms writes valid IBANs as a person may: each character followed by nothing, combining
+// marks, an invisible character or a separator, as plan says. An IBAN written so that a bank form
+// reads it (separators only between whole groups, the country code and check digits apart from the
+// rest when split) is found whole with its value; one split inside its head without a split after
+// it is not found.
+func FuzzIBANForms(f *testing.F) {
+	ibans := []string{"DE89370400440532013000", "GB82WEST12345698765432", "FR1420041010050500013M02606",
+		"NL91ABNA0417164300", "CH9300762011623852957"}
+	f.Add(uint8(0), []byte{1, 1, 1, 1, 0, 0, 0, 1})
+	f.Add(uint8(1), []byte{0, 2, 0, 5, 0, 0, 0, 6, 3})
+	f.Add(uint8(0), []byte{0, 0, 1, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, which uint8, plan []byte) {
+		value := ibans[int(which)%len(ibans)]
+		after := []string{"", " ", "\u0301", "\u200b", "\u0308\u20dd", " - ", "\u00a0", "\n", "<b>", "\u0301 \u0301"}
+		var text strings.Builder
+		cut := make([]bool, len(value))
+		for k := range len(value) {
+			text.WriteByte(value[k])
+			if k < len(plan) && k < len(value)-1 {
+				a := after[int(plan[k])%len(after)]
+				text.WriteString(a)
+				cut[k+1] = strings.ContainsAny(a, " \u00a0-\n<")
+			}
+		}
+		w := text.String()
+		items := Find(w, IBAN)
+		switch {
+		case (cut[1] || cut[3]) && !cut[4]:
+			for _, it := range items {
+				if it.Start == 0 && it.End == len(w) {
+					t.Fatalf("%q is found whole, split inside its head only", w)
+				}
+			}
+		case len(items) != 1 || items[0].Start != 0 || items[0].End != len(w) || items[0].Value != value:
+			t.Fatalf("Find(%q) = %+v, want the IBAN %s over the whole text", w, items, value)
+		}
+	})
+}
