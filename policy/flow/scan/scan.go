@@ -1097,8 +1097,8 @@ func ibanItem(s, end int, v []byte) (Item, bool) {
 }
 
 // ibanChar is the letter (in upper case) or digit of the ASCII alphabet that r is, or is a
-// compatibility form of (full-width "Ｇ", mathematical "𝐆"), as a bank form reads it after NFKC;
-// 0 for any other rune.
+// compatibility form of (full-width "Ｇ", mathematical "𝐆") or carries marks on ("Ë"), as a bank
+// form reads it after NFKD without marks; 0 for any other rune.
 func ibanChar(r rune) byte {
 	switch {
 	case r < utf8.RuneSelf:
@@ -1110,7 +1110,7 @@ func ibanChar(r rune) byte {
 			return upper(c)
 		}
 	case unicode.IsLetter(r) || unicode.IsDigit(r):
-		if f := norm.NFKC.String(string(r)); len(f) == 1 && isAlnumByte(f[0]) {
+		if f := norm.NFKD.String(string(r)); f != "" && isAlnumByte(f[0]) && onlyMarks(f[1:]) {
 			return upper(f[0])
 		}
 	}
@@ -1137,6 +1137,16 @@ func ignorableRun(s string) (k, marked int) {
 // nonspacing or enclosing mark ("\u0301", "\u20dd").
 func combining(r rune) bool {
 	return r >= 0x300 && (unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Me, r))
+}
+
+// onlyMarks reports whether s holds nothing but combining marks.
+func onlyMarks(s string) bool {
+	for _, r := range s {
+		if !combining(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // ibanCharAt reports whether an IBAN's letter or digit starts at text[i:].
