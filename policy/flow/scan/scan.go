@@ -1162,10 +1162,9 @@ const maxSeparator = 96
 // does not see as part of the number — white space of any kind (line breaks, no-break and thin
 // spaces included), blank fillers, invisible format characters (a zero-width space), combining
 // marks, HTML tags ("</b>") and Markdown's emphasis and code marks ("**", "`") — holding at most
-// one mark: a dash
-// of any kind (a hyphen, an en dash, a minus sign), a full stop, a slash, a low line, a colon, a
-// comma, a plus, a bar, an apostrophe, a middle dot or a bullet, in any of their width forms; 0
-// when there is none.
+// one mark: a dash of any kind (a hyphen, an en dash, a minus sign), a full stop, a slash, a low
+// line, a colon, a comma, a plus, a bar, an apostrophe, a middle dot or a bullet, in any of their
+// width forms; 0 when there is none.
 func separatorLen(s string) int {
 	i, marks := 0, 0
 	for i < len(s) && i < maxSeparator {
