@@ -974,8 +974,8 @@ func upper(c byte) byte {
 }
 
 // findIBANs appends the IBANs of text. A candidate starts where two letters follow something other
-// than a letter, digit or mark; it reads groups of letters and digits joined by separators, and the
-// longest run of whole groups that is a valid IBAN is the item.
+// than a letter, digit or mark (a combining mark counts as its base); it reads letters and digits
+// joined by separators, and the longest run of whole groups that is a valid IBAN is the item.
 func findIBANs(items []Item, text string) []Item {
 	var prev rune = ' '
 	for i := 0; i < len(text); {
@@ -988,7 +988,9 @@ func findIBANs(items []Item, text string) []Item {
 				continue
 			}
 		}
-		prev = r
+		if !combining(r) {
+			prev = r
+		}
 		i += n
 	}
 	return items
@@ -1000,23 +1002,26 @@ const (
 	maxIBAN = 34
 )
 
-// iban reads the longest valid IBAN made of whole groups starting at s. The first group is the
-// country code alone (then the country must be one this package knows, and the next group starts
-// with the check digits) or the country code and the check digits followed by more.
+// iban reads the longest valid IBAN made of whole groups starting at s. Groups may split the
+// country code and the check digits anywhere (a bank form drops the separators), but then the
+// country must be one this package knows, and a split after the first letter or the first check
+// digit needs one after the check digits too ("D E89 3704", never "GB8 2WEST").
 func iban(text string, s int) (Item, bool) {
 	var buf [maxIBAN]byte
-	n, best, bestEnd, want := 0, 0, 0, 0
+	n, best, bestEnd, want, cuts := 0, 0, 0, 0, 0
 	i := s
-	for groups := 0; ; groups++ {
+	for {
 		g := n
 		for i < len(text) {
 			r, size := utf8.DecodeRuneInString(text[i:])
 			c := ibanChar(r)
 			if c == 0 {
-				if k := formatRun(text[i:]); k > 0 && i+k < len(text) && ibanCharAt(text, i+k) {
-					i += k // "D\u200bE89": invisible inside a group, as a reader sees it
+				k, marked := ignorableRun(text[i:])
+				if k > 0 && i+k < len(text) && ibanCharAt(text, i+k) {
+					i += k // "D\u200bE89", "DE8\u03019": unseen inside a group, as a reader sees it
 					continue
 				}
+				i += marked // marks on the group's last character are part of what was written
 				break
 			}
 			if n == maxIBAN {
@@ -1034,18 +1039,19 @@ func iban(text string, s int) (Item, bool) {
 				break // the group runs on into other letters: not a whole token
 			}
 		}
-		switch {
-		case groups == 0 && (n < 2 || !isLetterByte(buf[0]) || !isLetterByte(buf[1])):
-			return Item{}, false
-		case groups == 0:
-			want = ibanLength(buf[0], buf[1])
-			if n == 2 && want == 0 || n == 3 || n > 3 && !isDigitByte(buf[2]) {
-				return Item{}, false
-			}
-		case groups == 1 && g == 2 && (n < 4 || !isDigitByte(buf[2]) || !isDigitByte(buf[3])):
+		if n <= 4 {
+			cuts |= 1 << n
+		}
+		if !ibanHead(buf[:min(n, 4)]) {
 			return Item{}, false
 		}
-		if (want == 0 || n == want) && n >= minIBAN && checksum(buf[:n]) {
+		if n >= 2 {
+			want = ibanLength(buf[0], buf[1])
+		}
+		if n >= 4 && !headCuts(cuts, want) {
+			return Item{}, false
+		}
+		if n >= 4 && (want == 0 || n == want) && n >= minIBAN && checksum(buf[:n]) {
 			best, bestEnd = n, i
 		}
 		sep := separatorLen(text[i:])
@@ -1057,6 +1063,32 @@ func iban(text string, s int) (Item, bool) {
 	return ibanItem(s, bestEnd, buf[:best])
 }
 
+// ibanHead reports whether h, an IBAN's first characters read so far, can start one: two letters
+// and two digits.
+func ibanHead(h []byte) bool {
+	for k, c := range h {
+		if k < 2 && !isLetterByte(c) || k >= 2 && !isDigitByte(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// headCuts reports whether the group ends among an IBAN's first four characters (bit k set: a
+// group ends after k characters) are a way the IBAN of a country of length want is written.
+func headCuts(cuts, want int) bool {
+	const inside, afterLetter, afterDigit, afterHead = 1<<1 | 1<<2 | 1<<3, 1 << 1, 1 << 3, 1 << 4
+	switch {
+	case cuts&inside == 0:
+		return true
+	case want == 0:
+		return false
+	case cuts&(afterLetter|afterDigit) != 0:
+		return cuts&afterHead != 0
+	}
+	return true
+}
+
 func ibanItem(s, end int, v []byte) (Item, bool) {
 	if len(v) == 0 {
 		return Item{}, false
@@ -1065,8 +1097,8 @@ func ibanItem(s, end int, v []byte) (Item, bool) {
 }
 
 // ibanChar is the letter (in upper case) or digit of the ASCII alphabet that r is, or is a
-// compatibility form of (full-width "Ｇ", mathematical "𝐆"), as a bank form reads it after NFKC;
-// 0 for any other rune.
+// compatibility form of (full-width "Ｇ", mathematical "𝐆") or carries marks on ("Ë"), as a bank
+// form reads it after NFKD without marks; 0 for any other rune.
 func ibanChar(r rune) byte {
 	switch {
 	case r < utf8.RuneSelf:
@@ -1078,24 +1110,43 @@ func ibanChar(r rune) byte {
 			return upper(c)
 		}
 	case unicode.IsLetter(r) || unicode.IsDigit(r):
-		if f := norm.NFKC.String(string(r)); len(f) == 1 && isAlnumByte(f[0]) {
+		if f := norm.NFKD.String(string(r)); f != "" && isAlnumByte(f[0]) && onlyMarks(f[1:]) {
 			return upper(f[0])
 		}
 	}
 	return 0
 }
 
-// formatRun is the length of the run of invisible format characters at the start of s.
-func formatRun(s string) int {
-	k := 0
+// ignorableRun is the length of the run of combining marks and invisible format characters at the
+// start of s, and the length of that run up to the end of its last mark.
+func ignorableRun(s string) (k, marked int) {
 	for k < len(s) {
 		r, n := utf8.DecodeRuneInString(s[k:])
-		if r < utf8.RuneSelf || dropFormat(r) >= 0 {
-			break
+		switch {
+		case combining(r):
+			marked = k + n
+		case r < utf8.RuneSelf || dropFormat(r) >= 0:
+			return k, marked
 		}
 		k += n
 	}
-	return k
+	return k, marked
+}
+
+// combining reports whether r is a mark a reader sees as part of the character before it: a
+// nonspacing or enclosing mark ("\u0301", "\u20dd").
+func combining(r rune) bool {
+	return r >= 0x300 && (unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Me, r))
+}
+
+// onlyMarks reports whether s holds nothing but combining marks.
+func onlyMarks(s string) bool {
+	for _, r := range s {
+		if !combining(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // ibanCharAt reports whether an IBAN's letter or digit starts at text[i:].
@@ -1109,11 +1160,11 @@ const maxSeparator = 96
 
 // separatorLen is the length of the group separator at the start of s: a run of what a reader
 // does not see as part of the number — white space of any kind (line breaks, no-break and thin
-// spaces included), blank fillers, invisible format characters (a zero-width space), HTML tags
-// ("</b>") and Markdown's emphasis and code marks ("**", "`") — holding at most one mark: a dash
-// of any kind (a hyphen, an en dash, a minus sign), a full stop, a slash, a low line, a colon, a
-// comma, a plus, a bar, an apostrophe, a middle dot or a bullet, in any of their width forms; 0
-// when there is none.
+// spaces included), blank fillers, invisible format characters (a zero-width space), combining
+// marks, HTML tags ("</b>") and Markdown's emphasis and code marks ("**", "`") — holding at most
+// one mark: a dash of any kind (a hyphen, an en dash, a minus sign), a full stop, a slash, a low
+// line, a colon, a comma, a plus, a bar, an apostrophe, a middle dot or a bullet, in any of their
+// width forms; 0 when there is none.
 func separatorLen(s string) int {
 	i, marks := 0, 0
 	for i < len(s) && i < maxSeparator {
@@ -1131,7 +1182,8 @@ func separatorLen(s string) int {
 			if marks > 1 {
 				return 0
 			}
-		case unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) || strings.ContainsRune("\u115f\u1160\u2800\u3164\uffa0", r):
+		case unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) || combining(r) ||
+			strings.ContainsRune("\u115f\u1160\u2800\u3164\uffa0", r):
 		default:
 			return i
 		}

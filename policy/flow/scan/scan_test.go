@@ -130,6 +130,29 @@ var scanCases = []struct {
 	{"ｇｂ８２　ｗｅｓｔ　１２３４　５６９８　７６５４　３２", []string{"iban:ｇｂ８２　ｗｅｓｔ　１２３４　５６９８　７６５４　３２ value=GB82WEST12345698765432"}},
 	{"𝐆𝐁𝟖𝟐𝐖𝐄𝐒𝐓𝟏𝟐𝟑𝟒𝟓𝟔𝟗𝟖𝟕𝟔𝟓𝟒𝟑𝟐", []string{"iban:𝐆𝐁𝟖𝟐𝐖𝐄𝐒𝐓𝟏𝟐𝟑𝟒𝟓𝟔𝟗𝟖𝟕𝟔𝟓𝟒𝟑𝟐 value=GB82WEST12345698765432"}},
 	{"GB82 WEST 1234 5698 7654 32\n2024 report", []string{"iban:GB82 WEST 1234 5698 7654 32 value=GB82WEST12345698765432"}},
+	// IBANs with combining marks on their characters (the item covers the marks written) and with
+	// the country code and check digits spaced out
+	{"DE89\u0301 3704 0044 0532 0130 00", []string{"iban:DE89\u0301 3704 0044 0532 0130 00 value=DE89370400440532013000"}},
+	{"D\u0308E89 3704 0044 0532 0130 00\u20dd.", []string{"iban:D\u0308E89 3704 0044 0532 0130 00\u20dd value=DE89370400440532013000"}},
+	{"DE8\u03019\u0300\u200b3704 0044 0532 0130 00", []string{"iban:DE8\u03019\u0300\u200b3704 0044 0532 0130 00 value=DE89370400440532013000"}},
+	{"pay \u0301DE89 \u0301 3704 0044 0532 0130 00", []string{"iban:DE89 \u0301 3704 0044 0532 0130 00 value=DE89370400440532013000"}},
+	{"pay D E89 3704 0044 0532 0130 00", []string{"iban:D E89 3704 0044 0532 0130 00 value=DE89370400440532013000"}},
+	{"D E 8 9 3704 0044 0532 0130 00", []string{"iban:D E 8 9 3704 0044 0532 0130 00 value=DE89370400440532013000"}},
+	{"D-E-8-9-3-7-0-4-0-0-4-4-0-5-3-2-0-1-3-0-0-0", []string{"iban:D-E-8-9-3-7-0-4-0-0-4-4-0-5-3-2-0-1-3-0-0-0 value=DE89370400440532013000"}},
+	{"DE8 9 3704 0044 0532 0130 00", []string{"iban:DE8 9 3704 0044 0532 0130 00 value=DE89370400440532013000"}},
+	{"D\u0301 E\u0301 8 9\u0301 3704 0044 0532 0130 00", []string{"iban:D\u0301 E\u0301 8 9\u0301 3704 0044 0532 0130 00 value=DE89370400440532013000"}},
+	{"DË89 3704 0044 0532 0130 00", []string{"iban:DË89 3704 0044 0532 0130 00 value=DE89370400440532013000"}},
+	{"ǴB82 WEST 1234 5698 7654 32", []string{"iban:ǴB82 WEST 1234 5698 7654 32 value=GB82WEST12345698765432"}},
+	// ... and their bad forms
+	{"DE89\u0301 3704 0044 0532 0130 01", nil},
+	{"cafe\u0301DE89 3704 0044 0532 0130 00", nil},
+	{"caféDE89 3704 0044 0532 0130 00", nil},
+	{"DE89\u0301x 3704 0044 0532 0130 00", nil},
+	{"DE89 3704 0044 0532 0130 00\u0301A", nil},
+	{"D E 8 9 3704 0044 0532 0130 01", nil},
+	{"D E893704 0044 0532 0130 00", nil},
+	{"Z Z 1 8 1234 5678 9012 34", nil},
+	{"a b 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8", nil},
 	// ... and what stays ordinary text
 	{"GB82 WEST 1234 5698 7654 32A", nil},
 	{"GB82 -- WEST 1234 5698 7654 32", nil},
@@ -311,6 +334,9 @@ func TestFindLinear(t *testing.T) {
 		strings.Repeat("&amp;", 200000),
 		strings.Repeat("GB ", 200000),
 		"GB82" + strings.Repeat(" \u200b\n", 200000),
+		"G" + strings.Repeat("\u0301", 200000) + "B",
+		strings.Repeat("G\u0301 B 8\u200b", 100000),
+		strings.Repeat("A B 1 2 ", 100000),
 		strings.Repeat("ＡＢ１２ ", 100000),
 		strings.Repeat("𝐀𝐁 ", 100000),
 		strings.Repeat("http:a\u2022", 100000) + strings.Repeat("!", 100000),
@@ -331,6 +357,7 @@ var worstCases = []struct{ name, unit string }{
 	{"links", "see https://acme.com|@evil.net/x and <a href=\"https://acme.com @b.net/\">y</a> [z](https://a.com\"@b.net/) "},
 	{"ats", `"bob@acme.com"@evil.net a!b@c.co x@[1.2.3.4] `},
 	{"ibans", "GB82.WEST.1234.5698.7654.31 GB82/WEST/1234/5698/7654/33 "},
+	{"spaced-ibans", "G\u0301 B 8 2 W\u200bE S T 1 2 3 4 5 6 9 8 7\u0301\u0301 6 5 4 3 1 "},
 	{"hostless", "javascript:x data:text/html,y about:blank "},
 	{"runs", "http:a\u2022http:b|"},
 	{"relative", "(//1 href=//x url(//y) "},
@@ -480,4 +507,43 @@ func checkParts(t *testing.T, text string, it Item, w string) {
 			t.Fatalf("iban %q has value %q", w, it.Value)
 		}
 	}
+}
+
+// FuzzIBANForms writes valid IBANs as a person may: each character followed by nothing, combining
+// marks, an invisible character or a separator, as plan says. An IBAN written so that a bank form
+// reads it (separators only between whole groups, the country code and check digits apart from the
+// rest when split) is found whole with its value; one split inside its head without a split after
+// it is not found.
+func FuzzIBANForms(f *testing.F) {
+	ibans := []string{"DE89370400440532013000", "GB82WEST12345698765432", "FR1420041010050500013M02606",
+		"NL91ABNA0417164300", "CH9300762011623852957"}
+	f.Add(uint8(0), []byte{1, 1, 1, 1, 0, 0, 0, 1})
+	f.Add(uint8(1), []byte{0, 2, 0, 5, 0, 0, 0, 6, 3})
+	f.Add(uint8(0), []byte{0, 0, 1, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, which uint8, plan []byte) {
+		value := ibans[int(which)%len(ibans)]
+		after := []string{"", " ", "\u0301", "\u200b", "\u0308\u20dd", " - ", "\u00a0", "\n", "<b>", "\u0301 \u0301"}
+		var text strings.Builder
+		cut := make([]bool, len(value))
+		for k := range len(value) {
+			text.WriteByte(value[k])
+			if k < len(plan) && k < len(value)-1 {
+				a := after[int(plan[k])%len(after)]
+				text.WriteString(a)
+				cut[k+1] = strings.ContainsAny(a, " \u00a0-\n<")
+			}
+		}
+		w := text.String()
+		items := Find(w, IBAN)
+		switch {
+		case (cut[1] || cut[3]) && !cut[4]:
+			for _, it := range items {
+				if it.Start == 0 && it.End == len(w) {
+					t.Fatalf("%q is found whole, split inside its head only", w)
+				}
+			}
+		case len(items) != 1 || items[0].Start != 0 || items[0].End != len(w) || items[0].Value != value:
+			t.Fatalf("Find(%q) = %+v, want the IBAN %s over the whole text", w, items, value)
+		}
+	})
 }
