@@ -427,6 +427,7 @@ func FuzzLinkHosts(f *testing.F) {
 		`"https://acme.com"@evil.net/x`, "www.acme.com.They said", "https:\\\\evil.net\\x", "http://3232235777/",
 		`{"u": "https://a.com @b.net"}`, "<https://a.com|@b.net>", "(https://a.com)@b.net", "**https://a.com**@b.net",
 		`[x](https://a.com\@b.net/)`, "[x]: https://a.com\\@b.net/", `<a href="//3232235777/">x</a>`, `[x](//0x7f.1/)`, `<//b.corp/>`,
+		"=//|@0", "<a href=//a|@evil.net/>", "url(//a^@evil.net/)", "[x]: //a{@evil.net/", "href=//a\u3000@evil.net/",
 	} {
 		f.Add(s)
 	}

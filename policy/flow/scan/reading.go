@@ -42,6 +42,7 @@ const (
 
 	spaceLT    = asciiSpace + "<"               // where GFM ends an autolink
 	userStops  = asciiSpace + controls + "[]()" // where linkify-it ends user info
+	valueStops = asciiSpace + ">"               // where an unquoted attribute value ends
 	lineEnds   = "\n\r"
 	parenSpace = ")" + asciiSpace
 )
@@ -207,6 +208,7 @@ type link struct {
 	plain    bool   // a scheme whose host a plain ASCII name can be read without the parser
 	bare     bool   // GFM links it in bare text: a scheme URL or a www. host
 	scheme   bool   // written with a scheme: linkifiers read user info before its host
+	relative bool   // scheme-relative in a value: an unquoted one ("href=//x|@y") runs to white space
 }
 
 // setReadings reads the item's host as every reader does. Its own reading (to it.End) gives Host,
@@ -229,8 +231,12 @@ func (r *readers) setReadings(it *Item, l link) {
 			ends[1] = r.trimmed(l.a, stop)
 		}
 	}
-	if l.scheme {
-		if stop := r.next(stopKey{opaque: op, extra: userStops}, l.a); r.next(at('@'), l.a) < stop {
+	if l.scheme || l.relative {
+		stops := userStops
+		if l.relative {
+			stops = valueStops
+		}
+		if stop := r.next(stopKey{opaque: op, extra: stops}, l.a); r.next(at('@'), l.a) < stop {
 			ends[2] = stop
 		}
 	}

@@ -443,7 +443,7 @@ func findInToken(r *readers, items []Item, start, end int, kinds Kind) []Item {
 			}
 			i = j
 		}
-		items = relativeLinks(r, items, first, start, end, firstURL, &ends)
+		items = relativeLinks(r, items, first, start, end, &ends)
 	}
 	return items
 }
@@ -462,15 +462,16 @@ func sameReadings(a, b Item) bool {
 // included, to an "@" before its closer ('href="// x@evil.net"': user info, then a host).
 func userInfoOn(text string, i, a int) bool {
 	ctx, closer := contextAt(text, i)
-	if ctx != ctxAttr && ctx != ctxDest && ctx != ctxAngle || a == len(text) {
+	quoted := ctx == ctxAttr || ctx == ctxDest || ctx == ctxAngle
+	if !quoted && !valueStart(text, i) || a == len(text) {
 		return false
 	}
 	for k := a; k < len(text) && k-a <= maxAuthority; k++ {
 		switch c := text[k]; {
 		case c == '@':
 			return true
-		case c == closer, c == '\n', c == '\r', c == '/', c == '?', c == '#', c == '\\':
-			return false
+		case quoted && c == closer, !quoted && strings.IndexByte(valueStops, c) >= 0, c == '\n', c == '\r', c == '/', c == '?', c == '#', c == '\\':
+			return false // an unquoted value ("href=//x|@y") ends at white space or '>' alone
 		}
 	}
 	return false
@@ -500,10 +501,11 @@ func valueStart(text string, i int) bool {
 // valueStart): a browser opens the host after the slashes
 // whatever its form ("//3232235777/", "//intranet.corp/"), so it is read whatever the host looks
 // like, unless an item that starts there already reads it so (first is the token's first item).
-func relativeLinks(r *readers, items []Item, first, start, end, firstURL int, ends **tokenEnds) []Item {
+// A value inside a scheme URL counts too ("https://a.com/r?u=//evil.net": a server may redirect).
+func relativeLinks(r *readers, items []Item, first, start, end int, ends **tokenEnds) []Item {
 	text := r.text
 	var starts map[int]int // where the token's URL items start: their indexes
-	for i := start; i+1 < min(end, firstURL); i++ {
+	for i := start; i+1 < end; i++ {
 		if !isSlash(text[i]) || !isSlash(text[i+1]) || i > start && (isSlash(text[i-1]) || text[i-1] == ':') {
 			continue
 		}
@@ -529,7 +531,11 @@ func relativeLinks(r *readers, items []Item, first, start, end, firstURL int, en
 			*ends = newTokenEnds(text, start, end)
 		}
 		it := Item{Kind: URL, Start: i, End: max((*ends).end(i), a)}
-		r.setReadings(&it, link{ctxStart: i, a: a, prefix: "https://", special: true})
+		if a == end { // the value runs on past the token's end to user info: cover the delimiter
+			_, n := utf8.DecodeRuneInString(text[a:])
+			it.End = a + n
+		}
+		r.setReadings(&it, link{ctxStart: i, a: a, prefix: "https://", special: true, relative: true})
 		covered := false
 		for k := i; k <= a; k++ {
 			if o, ok := starts[k]; ok && sameReadings(items[o], it) {
