@@ -272,6 +272,9 @@ func (r *readers) contextEnd(l link, stopSet string) int {
 	text := r.text
 	ctx, closer := contextAt(text, l.ctxStart)
 	op := !l.special
+	if l.relative && (ctx == ctxBare || ctx == ctxProse) {
+		return r.next(stopKey{opaque: op, extra: valueStops}, l.a) // "href=//x": to white space or '>'
+	}
 	switch ctx {
 	case ctxAttr:
 		return r.next(stopKey{opaque: op, extra: lineEnds, b: closer}, l.a)

@@ -531,11 +531,11 @@ func relativeLinks(r *readers, items []Item, first, start, end int, ends **token
 			*ends = newTokenEnds(text, start, end)
 		}
 		it := Item{Kind: URL, Start: i, End: max((*ends).end(i), a)}
-		if a == end { // the value runs on past the token's end to user info: cover the delimiter
-			_, n := utf8.DecodeRuneInString(text[a:])
-			it.End = a + n
-		}
 		r.setReadings(&it, link{ctxStart: i, a: a, prefix: "https://", special: true, relative: true})
+		if it.End <= a && a < len(text) && readsHost(it) {
+			_, n := utf8.DecodeRuneInString(text[a:]) // the value runs on to a host ("=//!|@x",
+			it.End = a + n                            // "=//_"): the item covers the authority's start
+		}
 		covered := false
 		for k := i; k <= a; k++ {
 			if o, ok := starts[k]; ok && sameReadings(items[o], it) {
@@ -547,6 +547,16 @@ func relativeLinks(r *readers, items []Item, first, start, end int, ends **token
 		}
 	}
 	return items
+}
+
+// readsHost reports whether a reading of the item has a host or user info.
+func readsHost(it Item) bool {
+	for _, r := range it.Readings() {
+		if r.UserInfo || r.Host != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func isSlash(c byte) bool { return c == '/' || c == '\\' }
