@@ -29,7 +29,14 @@ func testsFixture(t *testing.T) *fixture {
 	f := newFixture(t, fixtureOpts{token: "t", options: func(o *Options) {
 		o.Tests = &policytest.Config{Settings: assembly.DefaultSettings()}
 	}})
-	body, err := os.ReadFile(filepath.Join("..", "..", "examples", "protocols", "support.json"))
+	f.activateExample(t, "support")
+	return f
+}
+
+// activateExample stores the example protocol NAME (examples/protocols/NAME.json) and activates it.
+func (f *fixture) activateExample(t *testing.T, name string) {
+	t.Helper()
+	body, err := os.ReadFile(filepath.Join("..", "..", "examples", "protocols", name+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,10 +45,9 @@ func testsFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.st.Activate(ctx, store.KindProtocol, "support", v); err != nil {
+	if _, err := f.st.Activate(ctx, store.KindProtocol, name, v); err != nil {
 		t.Fatal(err)
 	}
-	return f
 }
 
 // readSupportCases is the case file of the stored support protocol that policytest's tests use too:
@@ -325,18 +331,7 @@ func payeeConversation(t *testing.T) string {
 func TestPolicyTestsOverTheAPIRunFollowUps(t *testing.T) {
 	t.Parallel()
 	f := testsFixture(t)
-	body, err := os.ReadFile(filepath.Join("..", "..", "examples", "protocols", "payments.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	v, err := f.st.AddVersion(ctx, store.KindProtocol, body, "test", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.st.Activate(ctx, store.KindProtocol, "payments", v); err != nil {
-		t.Fatal(err)
-	}
+	f.activateExample(t, "payments")
 	src := payeeConversation(t)
 	b := f.ok(http.StatusOK, "POST", "/admin/tests", src, "Content-Type", "application/yaml")
 	c := gjson.GetBytes(b, "cases.0")

@@ -84,7 +84,12 @@ func declared(arr gjson.Result, legacy bool, tools []policy.Tool) []policy.Tool 
 	if readEntries(arr.Raw, 0, legacy, func(e entry, _, _ int) { tools = append(tools, e.tool()) }) >= 0 {
 		return tools
 	}
-	tools = tools[:n]
+	return gjsonTools(arr, legacy, tools[:n])
+}
+
+// gjsonTools appends the tools of arr as gjson reads them, entry by entry (chatTool; legacy:
+// functionTool): the reading declared's walk is held to, and its fallback.
+func gjsonTools(arr gjson.Result, legacy bool, tools []policy.Tool) []policy.Tool {
 	arr.ForEach(func(_, v gjson.Result) bool {
 		if legacy {
 			tools = append(tools, functionTool(v, true))

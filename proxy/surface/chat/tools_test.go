@@ -14,16 +14,7 @@ import (
 // referenceTools are the tools of a "tools" (legacy: "functions") array as gjson reads them, entry
 // by entry, each entry's objects walked again for their members: the reference of declared.
 func referenceTools(arr gjson.Result, legacy bool) []policy.Tool {
-	var out []policy.Tool
-	arr.ForEach(func(_, v gjson.Result) bool {
-		if legacy {
-			out = append(out, functionTool(v, true))
-		} else {
-			out = append(out, chatTool(v))
-		}
-		return true
-	})
-	return out
+	return gjsonTools(arr, legacy, nil)
 }
 
 // referenceNamed is namedEntries as gjson reads the array: the reference of the walk.
