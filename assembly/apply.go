@@ -80,8 +80,8 @@ func (b *Body) Apply(edits []MemberEdit) ([]byte, error) {
 	return append(out, raw[last.val.Index+len(last.val.Raw):]...), nil
 }
 
-// applySize is the room Apply's body takes: the body's, less the values that edits replace or remove
-// (the first member of each edit's key), plus each edit's new member.
+// applySize is the room Apply's body takes: the body's, less the values that edits replace or
+// remove (the first member of each edit's key), plus each edit's new member.
 func (b *Body) applySize(edits []MemberEdit) int {
 	size := len(b.raw)
 	for i, e := range edits {

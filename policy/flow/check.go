@@ -300,7 +300,8 @@ func (c *Conversation) checkScan(r *scanRule, args gjson.Result) (kind, why stri
 // any key, joined by line breaks; a string that is itself a JSON object or array (a request body, a
 // payload) is read as it is written and then as a JSON reader decodes it, so its escapes
 // ("eve\u0040evil.net") hide nothing from the scan. It reports false when the value nests deeper
-// than maxCollectDepth, JSON in strings included, for the scan to refuse rather than read it in part.
+// than maxCollectDepth, JSON in strings included, for the scan to refuse rather than read it in
+// part.
 func argText(v gjson.Result) (string, bool) {
 	var b strings.Builder
 	add := func(s string) {

@@ -22,7 +22,8 @@ type Reading struct {
 // The readers of a link. A link's authority (user info, host, port) runs, for every reader, to
 // the first of "/", "?", "#" (and "\" for the special schemes) or to where that reader ends the
 // link; readers differ only in that end:
-//   - the item's own end: its token, as a linkifier that stops at any Unicode space or quote reads it;
+//   - the item's own end: its token, as a linkifier that stops at any Unicode space or quote reads
+//     it;
 //   - GFM's extended autolinks (a scheme URL or a www. host at the start of a line, after white
 //     space or one of "*_~("): to ASCII white space or "<", trailing punctuation left out;
 //   - a linkifier that reads user info (linkify-it): to ASCII white space, a control or one of

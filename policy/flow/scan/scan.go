@@ -830,7 +830,8 @@ func emailDomain(text string, at, end int) (host string, e int, ok bool) {
 			return "", 0, false
 		}
 	}
-	// The top-level domain as IDNA reads it, invisible format characters dropped ("evil.n\u200bet").
+	// The top-level domain as IDNA reads it, invisible format characters dropped
+	// ("evil.n\u200bet").
 	read := splitLabels(strings.Map(dropFormat, domain))
 	if !plausibleTLD(read[len(read)-1]) && !isIPv4(read) {
 		return "", 0, false
